@@ -1,0 +1,402 @@
+"""The op set of block IR and each op's type rule.
+
+`OPS[name]` gives an op's operand count, result count, regions, required attributes and
+a `check(op)` that returns an error message (or None). The verifier applies it; the
+interpreter and codegen each keep a table from these names to their own code.
+
+Elementwise ops take operands of one type (scalar or block) and return that type,
+except `cmp` (returns int1 of the same shape), `select` (int1 condition) and `cast`.
+Integer signedness lives in the type (`int32` vs `uint32`): `div`, `rem`, `shr`, `cmp`,
+`min` and `max` read it, so no op needs an `s`/`u` variant.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from .types import block_type, dtype, int1, int32, is_power_of_two, pointer_type, scalar_of
+
+# name -> (kinds accepted)
+BINARY_OPS = {
+    "add": "num", "sub": "num", "mul": "num", "div": "num", "rem": "num",
+    "min": "num", "max": "num",
+    "and": "int", "or": "int", "xor": "int", "shl": "int", "shr": "int", "umulhi": "int",
+    "div_rn": "float", "pow": "float", "atan2": "float", "copysign": "float",
+}
+UNARY_OPS = {
+    "neg": "num", "abs": "num", "not": "int",
+    "exp": "float", "exp2": "float", "log": "float", "log2": "float", "log1p": "float",
+    "sqrt": "float", "sqrt_rn": "float", "rsqrt": "float",
+    "sin": "float", "cos": "float", "tan": "float", "tanh": "float", "erf": "float",
+    "floor": "float", "ceil": "float", "round": "float", "trunc": "float",
+    "isnan": "float", "isinf": "float",
+}
+TERNARY_OPS = {"fma": "float"}
+CMP_PREDICATES = ("eq", "ne", "lt", "le", "gt", "ge")
+ATOMIC_KINDS = ("add", "max", "min", "and", "or", "xor", "xchg")
+MEM_SEMANTICS = ("relaxed", "acquire", "release", "acq_rel")
+MEM_SCOPES = ("gpu", "cta", "sys")
+
+
+@dataclass(frozen=True)
+class OpDef:
+    operands: tuple[int, int]            # inclusive range of operand counts
+    results: tuple[int, int] = (1, 1)
+    regions: int = 0
+    attrs: tuple[str, ...] = ()
+    check: Callable | None = None
+    terminator: bool = False
+    side_effects: bool = False
+    notes: str = field(default="", compare=False)
+
+
+def _shape(t):
+    return t.shape if isinstance(t, block_type) else ()
+
+
+def _kind_ok(t, kind):
+    s = scalar_of(t)
+    if kind == "num":
+        return s.is_int() or s.is_floating()
+    if kind == "int":
+        return s.is_int()
+    return s.is_floating()
+
+
+def _same_types(op):
+    types = [v.type for v in op.operands] + [r.type for r in op.results]
+    if any(t != types[0] for t in types):
+        return "operand and result types differ: " + ", ".join(map(str, types))
+
+
+def _elementwise(kind):
+    def check(op):
+        if op.name in ("isnan", "isinf"):
+            if op.results[0].type != _with_elem(op.operands[0].type, int1):
+                return "result must be int1 of the operand's shape"
+            return None if _kind_ok(op.operands[0].type, kind) else f"{op.name} needs a floating operand"
+        err = _same_types(op)
+        if err:
+            return err
+        if not _kind_ok(op.results[0].type, kind):
+            return f"{op.name} does not take {op.results[0].type}"
+    return check
+
+
+def _with_elem(t, elem):
+    return block_type(elem, t.shape) if isinstance(t, block_type) else elem
+
+
+def _check_cmp(op):
+    a, b = op.operands
+    if a.type != b.type:
+        return f"operands differ: {a.type} vs {b.type}"
+    if op.attrs.get("pred") not in CMP_PREDICATES:
+        return f"unknown predicate {op.attrs.get('pred')!r}"
+    if op.results[0].type != _with_elem(a.type, int1):
+        return f"result must be {_with_elem(a.type, int1)}"
+
+
+def _check_select(op):
+    c, a, b = op.operands
+    if scalar_of(c.type) != int1:
+        return "condition must be int1"
+    if a.type != b.type or a.type != op.results[0].type:
+        return "select's values and result must share a type"
+    if _shape(c.type) != _shape(a.type):
+        return "condition and values must share a shape"
+
+
+def _check_cast(op):
+    src, dst = op.operands[0].type, op.results[0].type
+    if _shape(src) != _shape(dst):
+        return f"cast cannot change the shape ({src} -> {dst})"
+    if op.name == "bitcast":
+        s, d = scalar_of(src), scalar_of(dst)
+        if s.primitive_bitwidth != d.primitive_bitwidth:
+            return f"bitcast between types of different widths ({s} -> {d})"
+
+
+def _check_constant(op):
+    if "value" not in op.attrs:
+        return "constant needs a value"
+
+
+def _check_arange(op):
+    start, end = op.attrs.get("start"), op.attrs.get("end")
+    t = op.results[0].type
+    if not isinstance(start, int) or not isinstance(end, int) or end <= start:
+        return "arange needs integer start < end"
+    if t != block_type(int32, [end - start]):
+        return f"arange result must be <{end - start}xint32>"
+
+
+def _check_grid_query(op):
+    if op.attrs.get("axis") not in (0, 1, 2):
+        return "axis must be 0, 1 or 2"
+    if op.results[0].type != int32:
+        return "result must be int32"
+
+
+def _check_splat(op):
+    src, dst = op.operands[0].type, op.results[0].type
+    if isinstance(src, block_type) or not isinstance(dst, block_type) or dst.scalar != src:
+        return "splat takes a scalar to a block of it"
+
+
+def _check_broadcast(op):
+    src, dst = op.operands[0].type, op.results[0].type
+    if not isinstance(src, block_type) or not isinstance(dst, block_type) or src.scalar != dst.scalar:
+        return "broadcast takes a block to a block of the same element type"
+    if len(src.shape) != len(dst.shape) or any(s not in (1, d) for s, d in zip(src.shape, dst.shape)):
+        return f"cannot broadcast {src} to {dst}"
+
+
+def _check_expand_dims(op):
+    src, dst = op.operands[0].type, op.results[0].type
+    axis = op.attrs.get("axis")
+    shape = list(_shape(src))
+    if not isinstance(axis, int) or not 0 <= axis <= len(shape):
+        return "bad axis"
+    shape.insert(axis, 1)
+    if dst != block_type(scalar_of(src), shape):
+        return f"expand_dims result must be {block_type(scalar_of(src), shape)}"
+
+
+def _numel(t):
+    n = 1
+    for d in _shape(t):
+        n *= d
+    return n
+
+
+def _check_reshape(op):
+    src, dst = op.operands[0].type, op.results[0].type
+    if scalar_of(src) != scalar_of(dst) or _numel(src) != _numel(dst):
+        return f"cannot reshape {src} to {dst}"
+
+
+def _check_permute(op):
+    src, dst = op.operands[0].type, op.results[0].type
+    order = op.attrs.get("order")
+    shape = _shape(src)
+    if sorted(order or []) != list(range(len(shape))):
+        return f"order {order} is not a permutation of {len(shape)} dims"
+    if dst != block_type(scalar_of(src), [shape[i] for i in order]):
+        return "permute result shape does not follow the order"
+
+
+def _check_join(op):
+    a, b = op.operands
+    if a.type != b.type:
+        return "join needs two values of one type"
+    want = block_type(scalar_of(a.type), list(_shape(a.type)) + [2])
+    if op.results[0].type != want:
+        return f"join result must be {want}"
+
+
+def _check_split(op):
+    t = op.operands[0].type
+    if not _shape(t) or _shape(t)[-1] != 2:
+        return "split needs a block whose last dim is 2"
+    want = _with_shape(t, _shape(t)[:-1])
+    if any(r.type != want for r in op.results):
+        return f"split results must be {want}"
+
+
+def _with_shape(t, shape):
+    return block_type(scalar_of(t), shape) if shape else scalar_of(t)
+
+
+def _check_cat(op):
+    a, b = op.operands
+    if a.type != b.type or not _shape(a.type):
+        return "cat needs two blocks of one type"
+    shape = list(_shape(a.type))
+    shape[0] *= 2
+    if op.results[0].type != block_type(scalar_of(a.type), shape):
+        return "cat result must double dim 0"
+
+
+def _check_addptr(op):
+    p, off = op.operands
+    if not scalar_of(p.type).is_ptr():
+        return "addptr needs a pointer"
+    if not scalar_of(off.type).is_int() or _shape(off.type) != _shape(p.type):
+        return "addptr offset must be an integer of the pointer's shape"
+    if op.results[0].type != p.type:
+        return "addptr result must have the pointer's type"
+
+
+def _check_mask(op, ptr, mask):
+    if scalar_of(mask.type) != int1 or _shape(mask.type) != _shape(ptr.type):
+        return "mask must be int1 of the pointer's shape"
+
+
+def _check_load(op):
+    ptr = op.operands[0]
+    if not scalar_of(ptr.type).is_ptr():
+        return "load needs a pointer"
+    want = _with_elem(ptr.type, scalar_of(ptr.type).element_ty)
+    if op.results[0].type != want:
+        return f"load result must be {want}"
+    if len(op.operands) >= 2:
+        err = _check_mask(op, ptr, op.operands[1])
+        if err:
+            return err
+    if len(op.operands) == 3 and op.operands[2].type != want:
+        return f"load's other must be {want}"
+
+
+def _check_store(op):
+    ptr, val = op.operands[:2]
+    if not scalar_of(ptr.type).is_ptr():
+        return "store needs a pointer"
+    if val.type != _with_elem(ptr.type, scalar_of(ptr.type).element_ty):
+        return f"stored value {val.type} does not match pointer {ptr.type}"
+    if len(op.operands) == 3:
+        return _check_mask(op, ptr, op.operands[2])
+
+
+def _check_atomic_rmw(op):
+    ptr, val, mask = op.operands
+    if op.attrs.get("kind") not in ATOMIC_KINDS:
+        return f"unknown atomic kind {op.attrs.get('kind')!r}"
+    if op.attrs.get("sem") not in MEM_SEMANTICS or op.attrs.get("scope") not in MEM_SCOPES:
+        return "bad memory semantics or scope"
+    if not scalar_of(ptr.type).is_ptr() or val.type != _with_elem(ptr.type, scalar_of(ptr.type).element_ty):
+        return f"atomic value {val.type} does not match pointer {ptr.type}"
+    if op.results[0].type != val.type:
+        return "atomic result must have the value's type"
+    return _check_mask(op, ptr, mask)
+
+
+def _check_atomic_cas(op):
+    ptr, cmp, val = op.operands
+    want = _with_elem(ptr.type, scalar_of(ptr.type).element_ty) if scalar_of(ptr.type).is_ptr() else None
+    if want is None or cmp.type != want or val.type != want or op.results[0].type != want:
+        return f"atomic_cas operands must match pointer {ptr.type}"
+
+
+def _check_dot(op):
+    a, b, acc = op.operands
+    sa, sb, sc = _shape(a.type), _shape(b.type), _shape(acc.type)
+    if len(sa) not in (2, 3) or len(sa) != len(sb) or len(sc) != len(sa):
+        return "dot needs 2-D (or batched 3-D) blocks"
+    if sa[-1] != sb[-2] or sc[-2:] != (sa[-2], sb[-1]) or sa[:-2] != sb[:-2] or sc[:-2] != sa[:-2]:
+        return f"dot shapes do not agree: {a.type} x {b.type} -> {acc.type}"
+    if op.results[0].type != acc.type:
+        return "dot result must have the accumulator's type"
+    if scalar_of(a.type) != scalar_of(b.type):
+        return "dot operands must share an element type"
+
+
+def _check_reduce_like(op):
+    axis = op.attrs.get("axis")
+    n = len(op.operands)
+    if not op.operands or n != len(op.results):
+        return f"{op.name} needs as many results as operands"
+    shape = _shape(op.operands[0].type)
+    if any(_shape(v.type) != shape for v in op.operands):
+        return "operands must share a shape"
+    if not isinstance(axis, int) or not 0 <= axis < len(shape):
+        return f"axis {axis} out of range for shape {shape}"
+    out_shape = shape if op.name == "scan" else shape[:axis] + shape[axis + 1:]
+    for v, r in zip(op.operands, op.results):
+        if r.type != _with_shape(v.type, out_shape):
+            return f"result {r.type} should be {_with_shape(v.type, out_shape)}"
+    body = op.regions[0]
+    want = [scalar_of(v.type) for v in op.operands] * 2
+    if [a.type for a in body.args] != want:
+        return "combine region must take (lhs..., rhs...) scalars"
+
+
+def _check_for(op):
+    lb, ub, step = op.operands[:3]
+    if not (lb.type == ub.type == step.type) or not lb.type.is_int() or lb.type.is_block():
+        return "for bounds must be integer scalars of one type"
+    carried = [v.type for v in op.operands[3:]]
+    body = op.regions[0]
+    if [a.type for a in body.args] != [lb.type] + carried:
+        return "for body must take (iv, carried...)"
+    if [r.type for r in op.results] != carried:
+        return "for results must match its carried values"
+
+
+def _check_if(op):
+    if op.operands[0].type != int1:
+        return "if condition must be an int1 scalar"
+    if any(r.args for r in op.regions):
+        return "if regions take no arguments"
+
+
+def _check_while(op):
+    before, after = op.regions
+    if [a.type for a in before.args] != [v.type for v in op.operands]:
+        return "while's before region must take the initial values"
+    if [a.type for a in after.args] != [r.type for r in op.results]:
+        return "while's after region must take the loop's result types"
+
+
+def _check_hint(op):
+    values = op.attrs.get("values")
+    err = _same_types(op)
+    if err:
+        return err
+    if not isinstance(values, list) or len(values) != max(1, len(_shape(op.operands[0].type))):
+        return "hint needs one value per dimension"
+
+
+def _check_shape_pow2(op):
+    for r in op.results:
+        if any(not is_power_of_two(d) for d in _shape(r.type)):
+            return f"block shape {_shape(r.type)} is not made of powers of two"
+
+
+OPS: dict[str, OpDef] = {}
+for _name, _kind in BINARY_OPS.items():
+    OPS[_name] = OpDef((2, 2), attrs=(), check=_elementwise(_kind))
+for _name, _kind in UNARY_OPS.items():
+    OPS[_name] = OpDef((1, 1), check=_elementwise(_kind))
+for _name, _kind in TERNARY_OPS.items():
+    OPS[_name] = OpDef((3, 3), check=_elementwise(_kind))
+
+OPS.update({
+    "constant": OpDef((0, 0), attrs=("value",), check=_check_constant),
+    "cmp": OpDef((2, 2), attrs=("pred",), check=_check_cmp),
+    "select": OpDef((3, 3), check=_check_select),
+    "cast": OpDef((1, 1), check=_check_cast, notes="value conversion; attr rounding=rtne|rtz for float narrowing"),
+    "bitcast": OpDef((1, 1), check=_check_cast),
+    "program_id": OpDef((0, 0), attrs=("axis",), check=_check_grid_query),
+    "num_programs": OpDef((0, 0), attrs=("axis",), check=_check_grid_query),
+    "arange": OpDef((0, 0), attrs=("start", "end"), check=_check_arange),
+    "splat": OpDef((1, 1), check=_check_splat),
+    "broadcast": OpDef((1, 1), check=_check_broadcast),
+    "expand_dims": OpDef((1, 1), attrs=("axis",), check=_check_expand_dims),
+    "reshape": OpDef((1, 1), check=_check_reshape, notes="row-major; attr can_reorder"),
+    "permute": OpDef((1, 1), attrs=("order",), check=_check_permute),
+    "join": OpDef((2, 2), check=_check_join),
+    "split": OpDef((1, 1), results=(2, 2), check=_check_split),
+    "cat": OpDef((2, 2), check=_check_cat),
+    "addptr": OpDef((2, 2), check=_check_addptr),
+    "load": OpDef((1, 3), check=_check_load, notes="ptr[, mask[, other]]; attrs cache, evict, volatile"),
+    "store": OpDef((2, 3), results=(0, 0), check=_check_store, side_effects=True, notes="ptr, value[, mask]"),
+    "atomic_rmw": OpDef((3, 3), attrs=("kind", "sem", "scope"), check=_check_atomic_rmw, side_effects=True),
+    "atomic_cas": OpDef((3, 3), attrs=("sem", "scope"), check=_check_atomic_cas, side_effects=True),
+    "dot": OpDef((3, 3), check=_check_dot, notes="a, b, acc; attrs input_precision, max_num_imprecise_acc"),
+    "reduce": OpDef((1, 16), results=(1, 16), regions=1, attrs=("axis",), check=_check_reduce_like),
+    "scan": OpDef((1, 16), results=(1, 16), regions=1, attrs=("axis", "reverse"), check=_check_reduce_like),
+    "for": OpDef((3, 1 << 16), results=(0, 1 << 16), regions=1, check=_check_for),
+    "if": OpDef((1, 1), results=(0, 1 << 16), regions=2, check=_check_if),
+    "while": OpDef((0, 1 << 16), results=(0, 1 << 16), regions=2, check=_check_while),
+    "yield": OpDef((0, 1 << 16), results=(0, 0), terminator=True),
+    "condition": OpDef((1, 1 << 16), results=(0, 0), terminator=True),
+    "return": OpDef((0, 0), results=(0, 0), terminator=True),
+    "print": OpDef((0, 1 << 16), results=(0, 0), attrs=("prefix",), side_effects=True),
+    "assert": OpDef((1, 1), results=(0, 0), attrs=("message",), side_effects=True),
+    "multiple_of": OpDef((1, 1), attrs=("values",), check=_check_hint),
+    "max_contiguous": OpDef((1, 1), attrs=("values",), check=_check_hint),
+    "barrier": OpDef((0, 0), results=(0, 0), side_effects=True),
+})
+
+SHAPE_CHECK = _check_shape_pow2

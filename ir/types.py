@@ -1,0 +1,249 @@
+"""The types of block IR, which are also the dtypes of `kiln.language`.
+
+A value is a scalar (`fp32`), a pointer (`ptr<fp32>`) or a block of either with a
+power-of-two shape (`<64x32xfp32>`). Types are immutable and compared by value; their
+names are Triton's, so `tl.float32` prints as `fp32` in both places.
+"""
+from __future__ import annotations
+
+import numpy as np
+import ml_dtypes
+
+
+class dtype:
+    """A scalar type: a signed, unsigned or boolean integer or a floating-point number."""
+
+    __slots__ = ("name", "kind", "primitive_bitwidth", "signed")
+    SIGNED_INTS = ("int8", "int16", "int32", "int64")
+    UNSIGNED_INTS = ("int1", "uint8", "uint16", "uint32", "uint64")
+    FLOATS = ("fp8e4nv", "fp8e5", "fp16", "bf16", "fp32", "fp64")
+
+    def __new__(cls, *args):
+        if cls is dtype and args and args[0] in _SCALARS:
+            return _SCALARS[args[0]]
+        return super().__new__(cls)
+
+    def __init__(self, name: str):
+        if name not in _SCALAR_INFO:
+            raise TypeError(f"unknown dtype {name!r}")
+        kind, bits, signed = _SCALAR_INFO[name]
+        self.name, self.kind, self.primitive_bitwidth, self.signed = name, kind, bits, signed
+
+    def __getnewargs__(self):
+        return (self.name,)
+
+    # --- Triton's predicates -------------------------------------------------------
+    def is_floating(self): return self.kind == "float"
+    def is_int(self): return self.kind in ("int", "bool")
+    def is_bool(self): return self.kind == "bool"
+    def is_int1(self): return self.name == "int1"
+    def is_int_signed(self): return self.is_int() and self.signed
+    def is_int_unsigned(self): return self.is_int() and not self.signed
+    def is_ptr(self): return False
+    def is_block(self): return False
+    def is_void(self): return False
+    def is_standard_floating(self): return self.name in ("fp16", "bf16", "fp32", "fp64")
+    def is_fp8(self): return self.name.startswith("fp8")
+    def is_fp16(self): return self.name == "fp16"
+    def is_bf16(self): return self.name == "bf16"
+    def is_fp32(self): return self.name == "fp32"
+    def is_fp64(self): return self.name == "fp64"
+
+    def __getattr__(self, attr):
+        # is_int8, is_uint32, ... as in Triton.
+        if attr.startswith("is_") and attr[3:] in _SCALAR_INFO:
+            return lambda: self.name == attr[3:]
+        raise AttributeError(attr)
+
+    @property
+    def int_bitwidth(self): return self.primitive_bitwidth if self.is_int() else None
+    @property
+    def int_signedness(self): return "signed" if self.signed else "unsigned"
+    @property
+    def fp_mantissa_width(self): return _MANTISSA.get(self.name)
+    @property
+    def itemsize(self): return max(1, self.primitive_bitwidth // 8)
+    @property
+    def scalar(self): return self
+    @property
+    def element_ty(self): return self
+    @property
+    def shape(self): return ()
+    @property
+    def numel(self): return 1
+
+    def to_numpy(self) -> np.dtype:
+        return _NUMPY[self.name]
+
+    def to_ir(self, builder=None):
+        return self
+
+    def __eq__(self, other):
+        return type(other) is type(self) and _key(self) == _key(other)
+
+    def __hash__(self):
+        return hash(_key(self))
+
+    def __str__(self):
+        return self.name
+
+    def __repr__(self):
+        return f"kiln.language.{self.name}"
+
+    @property
+    def cache_key_part(self):
+        return str(self)
+
+
+class pointer_type(dtype):
+    """A global-memory pointer to `element_ty` (Triton's `tl.pointer_type`)."""
+
+    __slots__ = ("element_ty_", "address_space", "const")
+
+    def __init__(self, element_ty: dtype, address_space: int = 1, const: bool = False):
+        if not isinstance(element_ty, dtype) or isinstance(element_ty, block_type):
+            raise TypeError(f"pointer element must be a scalar or pointer type, not {element_ty!r}")
+        self.name, self.kind, self.primitive_bitwidth, self.signed = f"ptr<{element_ty}>", "ptr", 64, False
+        self.element_ty_, self.address_space, self.const = element_ty, address_space, const
+
+    def __getnewargs__(self):
+        return (self.element_ty_,)
+
+    @property
+    def element_ty(self): return self.element_ty_
+    def is_ptr(self): return True
+    def is_floating(self): return False
+    def is_int(self): return False
+    def is_const(self): return self.const
+
+    def to_numpy(self) -> np.dtype:
+        return np.dtype(np.uint64)
+
+    def __repr__(self):
+        return f"pointer<{self.element_ty_!r}>"
+
+
+class block_type(dtype):
+    """A block of `element_ty` with a static shape of powers of two."""
+
+    __slots__ = ("element_ty_", "shape_")
+
+    def __init__(self, element_ty: dtype, shape):
+        if isinstance(element_ty, block_type) or not isinstance(element_ty, dtype):
+            raise TypeError(f"block element must be a scalar or pointer type, not {element_ty!r}")
+        shape = tuple(int(getattr(d, "value", d)) for d in shape)
+        if not shape:
+            raise TypeError("a block needs at least one dimension")
+        self.element_ty_, self.shape_ = element_ty, shape
+        self.name = "<" + "x".join(map(str, shape)) + f"x{element_ty}>"
+        self.kind, self.primitive_bitwidth, self.signed = element_ty.kind, element_ty.primitive_bitwidth, element_ty.signed
+
+    def __getnewargs__(self):
+        return (self.element_ty_, self.shape_)
+
+    @property
+    def element_ty(self): return self.element_ty_
+    @property
+    def scalar(self): return self.element_ty_
+    @property
+    def shape(self): return self.shape_
+    @property
+    def numel(self):
+        n = 1
+        for d in self.shape_:
+            n *= d
+        return n
+    def is_block(self): return True
+    def is_ptr(self): return False
+    def get_block_shapes(self): return self.shape_
+
+    def to_numpy(self) -> np.dtype:
+        return self.element_ty_.to_numpy()
+
+    def __repr__(self):
+        return f"<{list(self.shape_)}, {self.element_ty_!r}>"
+
+
+def _key(t):
+    if isinstance(t, block_type):
+        return ("block", _key(t.element_ty_), t.shape_)
+    if isinstance(t, pointer_type):
+        return ("ptr", _key(t.element_ty_), t.address_space)
+    return (t.name,)
+
+
+_SCALAR_INFO = {
+    "int1": ("bool", 1, False),
+    "int8": ("int", 8, True), "int16": ("int", 16, True),
+    "int32": ("int", 32, True), "int64": ("int", 64, True),
+    "uint8": ("int", 8, False), "uint16": ("int", 16, False),
+    "uint32": ("int", 32, False), "uint64": ("int", 64, False),
+    "fp8e4nv": ("float", 8, True), "fp8e5": ("float", 8, True),
+    "fp16": ("float", 16, True), "bf16": ("float", 16, True),
+    "fp32": ("float", 32, True), "fp64": ("float", 64, True),
+}
+_MANTISSA = {"fp8e4nv": 3, "fp8e5": 2, "fp16": 10, "bf16": 7, "fp32": 23, "fp64": 52}
+_NUMPY = {
+    "int1": np.dtype(np.bool_),
+    "int8": np.dtype(np.int8), "int16": np.dtype(np.int16),
+    "int32": np.dtype(np.int32), "int64": np.dtype(np.int64),
+    "uint8": np.dtype(np.uint8), "uint16": np.dtype(np.uint16),
+    "uint32": np.dtype(np.uint32), "uint64": np.dtype(np.uint64),
+    "fp8e4nv": np.dtype(ml_dtypes.float8_e4m3fn), "fp8e5": np.dtype(ml_dtypes.float8_e5m2),
+    "fp16": np.dtype(np.float16), "bf16": np.dtype(ml_dtypes.bfloat16),
+    "fp32": np.dtype(np.float32), "fp64": np.dtype(np.float64),
+}
+_SCALARS: dict[str, dtype] = {}
+for _name in _SCALAR_INFO:
+    _SCALARS[_name] = object.__new__(dtype)
+    _SCALARS[_name].__init__(_name)
+
+int1, int8, int16, int32, int64 = (_SCALARS[n] for n in ("int1", "int8", "int16", "int32", "int64"))
+uint8, uint16, uint32, uint64 = (_SCALARS[n] for n in ("uint8", "uint16", "uint32", "uint64"))
+float8e4nv, float8e5 = _SCALARS["fp8e4nv"], _SCALARS["fp8e5"]
+float16, bfloat16, float32, float64 = (_SCALARS[n] for n in ("fp16", "bf16", "fp32", "fp64"))
+SCALAR_TYPES = dict(_SCALARS)
+
+
+def from_numpy(np_dtype) -> dtype:
+    """The scalar type whose NumPy dtype is `np_dtype`."""
+    np_dtype = np.dtype(np_dtype)
+    for t in _SCALARS.values():
+        if _NUMPY[t.name] == np_dtype:
+            return t
+    raise TypeError(f"no kiln dtype for NumPy dtype {np_dtype}")
+
+
+def scalar_of(t: dtype) -> dtype:
+    return t.element_ty_ if isinstance(t, block_type) else t
+
+
+def with_shape(t: dtype, shape) -> dtype:
+    """`t`'s element type as a block of `shape`, or the scalar itself for shape ()."""
+    scalar = scalar_of(t)
+    return block_type(scalar, shape) if shape else scalar
+
+
+def is_power_of_two(n: int) -> bool:
+    return n > 0 and n & (n - 1) == 0
+
+
+def parse_type(text: str) -> dtype:
+    """The type spelled `text` in block IR (`fp32`, `ptr<int8>`, `<64x2xptr<fp16>>`)."""
+    text = text.strip()
+    if text in _SCALARS:
+        return _SCALARS[text]
+    if text.startswith("ptr<") and text.endswith(">"):
+        return pointer_type(parse_type(text[4:-1]))
+    if text.startswith("<") and text.endswith(">"):
+        inner = text[1:-1]
+        dims = []
+        while True:
+            head, sep, rest = inner.partition("x")
+            if not sep or not head.isdigit():
+                break
+            dims.append(int(head))
+            inner = rest
+        if dims:
+            return block_type(parse_type(inner), dims)
+    raise ValueError(f"not a type: {text!r}")

@@ -1,0 +1,106 @@
+"""Check that a `Function` is well-formed block IR.
+
+Every value is defined before use and visible where it is used (regions see the values
+of the blocks around them), each op has the operands, results, regions and attributes
+its definition in `kiln.ir.ops` asks for and passes that op's type rule, and every block
+ends in the terminator its parent expects. An error names the op and prints the ops
+around it.
+"""
+from __future__ import annotations
+
+from .core import Block, Function, Operation
+from .ops import OPS, SHAPE_CHECK
+from .printer import _Printer
+from .types import int1
+
+
+class VerificationError(ValueError):
+    pass
+
+
+_TERMINATORS = {"for": ("yield",), "if": ("yield",), "reduce": ("yield",), "scan": ("yield",),
+                "while": ("condition", "yield")}
+
+
+class _Verifier:
+    def __init__(self, fn: Function):
+        self.fn = fn
+        self.printer = _Printer(locs=True)
+        self.printer.function(fn)  # names every value, for messages
+
+    def fail(self, op: Operation, block: Block, msg: str):
+        index = block.ops.index(op) if op in block.ops else 0
+        lines = []
+        for i in range(max(0, index - 3), min(len(block.ops), index + 3)):
+            p = _Printer(locs=False)
+            p.names = self.printer.names
+            p.op(block.ops[i], "")
+            marker = ">> " if i == index else "   "
+            lines.extend(marker + line for line in p.lines[:1])
+        where = f" at {op.loc}" if op.loc else ""
+        raise VerificationError(f"invalid '{op.name}'{where}: {msg}\n" + "\n".join(lines))
+
+    def block(self, block: Block, visible: set, terminators):
+        visible = set(visible) | {id(a) for a in block.args}
+        if not block.ops or block.ops[-1].name not in terminators:
+            last = block.ops[-1] if block.ops else None
+            if last is None:
+                raise VerificationError(f"empty block where one of {terminators} is needed")
+            self.fail(last, block, f"block must end in {' or '.join(terminators)}")
+        for op in block.ops:
+            self.op(op, block, visible)
+            visible.update(id(r) for r in op.results)
+        return visible
+
+    def op(self, op: Operation, block: Block, visible: set):
+        spec = OPS.get(op.name)
+        if spec is None:
+            self.fail(op, block, "unknown op")
+        if spec.terminator and op is not block.ops[-1]:
+            self.fail(op, block, "terminator in the middle of a block")
+        for v in op.operands:
+            if id(v) not in visible:
+                self.fail(op, block, f"operand of type {v.type} is not defined before this use")
+        n, lo_hi = len(op.operands), spec.operands
+        if not lo_hi[0] <= n <= lo_hi[1]:
+            self.fail(op, block, f"takes {lo_hi[0]}..{lo_hi[1]} operands, got {n}")
+        r = len(op.results)
+        if not spec.results[0] <= r <= spec.results[1]:
+            self.fail(op, block, f"has {spec.results} results, got {r}")
+        if len(op.regions) != spec.regions:
+            self.fail(op, block, f"needs {spec.regions} regions, has {len(op.regions)}")
+        for attr in spec.attrs:
+            if attr not in op.attrs:
+                self.fail(op, block, f"missing attribute '{attr}'")
+        err = SHAPE_CHECK(op) or (spec.check(op) if spec.check else None)
+        if err:
+            self.fail(op, block, err)
+        for i, region in enumerate(op.regions):
+            ends = _TERMINATORS[op.name]
+            if op.name == "while":
+                ends = (ends[i],)
+            self.block(region, visible, ends)
+            self.region_yields(op, i, region, block)
+
+    def region_yields(self, op, i, region, block):
+        term = region.ops[-1]
+        got = [v.type for v in term.operands]
+        if op.name in ("for", "if"):
+            want = [r.type for r in op.results]
+        elif op.name in ("reduce", "scan"):
+            want = [a.type for a in region.args[: len(op.results)]]
+        elif i == 0:  # while: condition %c, values passed to the after region
+            if not got or got[0] != int1:
+                self.fail(op, block, "while's condition must start with an int1 scalar")
+            got, want = got[1:], [r.type for r in op.results]
+        else:
+            want = [v.type for v in op.operands]
+        if got != want:
+            self.fail(op, block, f"region {i} yields ({', '.join(map(str, got))}) "
+                                 f"but ({', '.join(map(str, want))}) is expected")
+
+
+def verify(fn: Function) -> None:
+    """Raise `VerificationError` if `fn` is not well-formed."""
+    v = _Verifier(fn)
+    v.block(fn.body, set(), ("return",))
