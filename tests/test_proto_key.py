@@ -1,0 +1,63 @@
+"""The compile key: equal for the same kernel in two processes, different when anything that
+decides the generated code differs."""
+import json
+import subprocess
+import sys
+
+from kiln.ir import parse_function
+from kiln.proto import compile_key, compiler_identity
+
+IR = '''
+kernel @k(%x: ptr<fp32> {divisibility = 16}, %n: int32) {
+  %pid = program_id {axis = 0} : int32 loc("k.py":2:10)
+  %r = arange {end = 64, start = 0} : <64xint32>
+  %xs = splat %x : <64xptr<fp32>>
+  %xp = addptr %xs, %r : <64xptr<fp32>>
+  %v = load %xp : <64xfp32>
+  %w = mul %v, %v : <64xfp32>
+  store %xp, %w
+  return
+}
+'''
+OPTIONS = {"num_warps": 4, "num_stages": 3}
+
+_CHILD = '''
+import json, sys
+from kiln.ir import parse_function
+from kiln.proto import compile_key
+ir, options = json.loads(sys.stdin.read())
+print(compile_key(parse_function(ir), "sm_90a", options))
+'''
+
+
+def test_two_processes_get_the_same_key():
+    keys = set()
+    for options in (OPTIONS, dict(reversed(list(OPTIONS.items())))):
+        out = subprocess.run([sys.executable, "-c", _CHILD], input=json.dumps([IR, options]),
+                             capture_output=True, text=True, check=True, timeout=60)
+        keys.add(out.stdout.strip())
+    assert keys == {compile_key(parse_function(IR), "sm_90a", OPTIONS)}
+    assert len(keys.pop()) == 64
+
+
+def test_key_depends_on_target_options_identity_and_ir():
+    fn = parse_function(IR)
+    base = compile_key(fn, "sm_90a", OPTIONS)
+    identity = compiler_identity()
+    assert compile_key(fn, "sm_90a", OPTIONS, identity) == base
+    assert set(identity) == {"kiln", "codegen", "llvm", "nvjitlink"}
+    others = {
+        compile_key(fn, "sm_80", OPTIONS),
+        compile_key(fn, "sm_90a", {**OPTIONS, "num_warps": 8}),
+        compile_key(fn, "sm_90a", {**OPTIONS, "debug": True}),
+        compile_key(fn, "sm_90a", OPTIONS, {**identity, "codegen": "0" * 64}),
+        compile_key(fn, "sm_90a", OPTIONS, {**identity, "nvjitlink": "none"}),
+        compile_key(parse_function(IR.replace("mul", "add")), "sm_90a", OPTIONS),
+    }
+    assert base not in others and len(others) == 6
+
+
+def test_parts_do_not_run_together():
+    # the target and the options are length-prefixed, so moving text between them changes the key
+    fn = parse_function(IR)
+    assert compile_key(fn, "sm_9", {"a": 1}) != compile_key(fn, "sm_", {"9a": 1})
