@@ -1,0 +1,112 @@
+"""Value conversions with the GPU's rules: wrapping integers, saturating float->int
+casts (PTX cvt.rzi), round-to-nearest-even or round-toward-zero float narrowing, and
+the fp32 compute precision of the small float types."""
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+
+from kiln.ir.types import dtype as ir_dtype, scalar_of
+
+_NUMPY_NATIVE_FLOATS = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
+_FP8 = (np.dtype(ml_dtypes.float8_e4m3fn), np.dtype(ml_dtypes.float8_e5m2))
+
+
+def np_dtype(t: ir_dtype) -> np.dtype:
+    return scalar_of(t).to_numpy()
+
+
+def is_float(dt: np.dtype) -> bool:
+    return dt.kind == "f" or dt in _FP8 or dt == np.dtype(ml_dtypes.bfloat16)
+
+
+def compute_dtype(dt: np.dtype) -> np.dtype:
+    """fp16, bf16 and fp8 are computed in fp32 and rounded back, as on the GPU."""
+    return np.dtype(np.float64) if dt == np.float64 else np.dtype(np.float32)
+
+
+def float_op(fn, out_dtype: np.dtype, *xs):
+    """`fn` on floats `xs`, evaluated in the compute precision and rounded to `out_dtype`."""
+    ct = compute_dtype(out_dtype)
+    return np.asarray(fn(*(np.asarray(x).astype(ct, copy=False) for x in xs))).astype(out_dtype)
+
+
+def wrap_int(value: int, dt: np.dtype) -> np.ndarray:
+    """A Python int as a 0-d array of integer dtype `dt`, wrapped modulo 2**bits."""
+    if dt == np.bool_:
+        return np.array(bool(value))
+    bits = dt.itemsize * 8
+    unsigned = np.array(int(value) & ((1 << bits) - 1), dtype=f"u{dt.itemsize}")
+    return unsigned.view(dt)
+
+
+def scalar_to(value, t: ir_dtype) -> np.ndarray:
+    """A Python number as a 0-d array of type `t` (ints wrap, floats round to nearest)."""
+    dt = np_dtype(t)
+    if t.is_ptr():
+        return wrap_int(int(value), dt)
+    if t.is_floating():
+        return np.array(float(value), np.float64).astype(dt)
+    if isinstance(value, float):
+        if not value.is_integer():
+            raise ValueError("not an integer")
+        value = int(value)
+    return wrap_int(int(value), dt)
+
+
+# --- cast -----------------------------------------------------------------------------
+def cast(x: np.ndarray, src: ir_dtype, dst: ir_dtype, rounding: str = "rtne") -> np.ndarray:
+    src, dst = scalar_of(src), scalar_of(dst)
+    out = dst.to_numpy()
+    x = np.asarray(x)
+    if dst.is_bool():
+        return x != 0
+    if src.is_bool():
+        return x.astype(out)
+    if dst.is_floating():
+        if src.is_floating():
+            return narrow_float(x, out, rounding)
+        if out in _NUMPY_NATIVE_FLOATS:
+            return x.astype(out)
+        return narrow_float(x.astype(np.float64), out, rounding)
+    if src.is_floating():
+        return float_to_int(x, out)
+    return x.astype(out)  # int/pointer to int/pointer: wraps, sign-extends signed sources
+
+
+def float_to_int(x: np.ndarray, out: np.dtype) -> np.ndarray:
+    """Truncate toward zero, saturate to the integer range, NaN -> 0 (PTX cvt.rzi.sat)."""
+    x = np.trunc(np.asarray(x).astype(np.float64))
+    info = np.iinfo(out)
+    too_big = x >= float(info.max) + 1.0  # float(2**63 - 1) + 1 rounds to 2**63: still right
+    too_small = x < float(info.min)
+    bad = too_big | too_small | np.isnan(x)
+    result = np.where(bad, 0.0, x).astype(out)
+    return np.where(too_big, out.type(info.max), np.where(too_small, out.type(info.min), result))
+
+
+def _saturate_fp8(x: np.ndarray, out: np.dtype) -> np.ndarray:
+    # Triton converts to fp8 with cvt.rn.satfinite: out-of-range values clamp to the
+    # largest finite value (NaN stays NaN).
+    limit = float(ml_dtypes.finfo(out).max)
+    return np.clip(x, -limit, limit)
+
+
+def narrow_float(x: np.ndarray, out: np.dtype, rounding: str = "rtne") -> np.ndarray:
+    x = np.asarray(x)
+    if x.dtype == out or (out.itemsize > x.dtype.itemsize and out in _NUMPY_NATIVE_FLOATS):
+        return x.astype(out)  # exact widening
+    if out in _FP8:
+        x = _saturate_fp8(x.astype(np.float64), out)
+    y = x.astype(out)
+    if rounding != "rtz":
+        return y
+    # RTZ: where rounding to nearest went away from zero, step one ulp back toward zero.
+    # Floats are sign-magnitude, so decrementing the bit pattern shrinks the magnitude.
+    wide = np.abs(x.astype(np.float64))
+    overshoot = (np.abs(y.astype(np.float64)) > wide) & np.isfinite(wide)
+    if not overshoot.any():
+        return y
+    bits = y.view(f"u{out.itemsize}")
+    fixed = np.where(overshoot, bits - bits.dtype.type(1), bits).astype(bits.dtype)
+    return fixed.view(out)

@@ -1,0 +1,21 @@
+"""The one error the interpreter raises, and how it names the place that failed."""
+from __future__ import annotations
+
+
+class InterpreterError(RuntimeError):
+    """A kernel failed under the interpreter: bad memory access, failed assert, or an op
+    that could not be evaluated. The message names the kernel and the op's source line."""
+
+
+class OpFault(Exception):
+    """Raised inside an op's implementation; the walker adds kernel, op and location."""
+
+
+def describe_loc(loc) -> str:
+    if loc is None:
+        return "<unknown location>"
+    return f"{loc.file}:{loc.line}" + (f":{loc.col}" if loc.col else "")
+
+
+def located(kernel: str, op, message: str) -> InterpreterError:
+    return InterpreterError(f"kernel '{kernel}', {op.name} at {describe_loc(op.loc)}: {message}")

@@ -1,0 +1,39 @@
+"""The table from op name to its NumPy implementation.
+
+Every implementation is `impl(ctx, op, *operand_values)` and returns the op's result (a
+tuple or list for several, None for none). `ctx` is the running program (`run.Program`):
+it gives `pid`, `grid`, `memory`, and runs regions. Terminators are handled by the walker.
+"""
+from __future__ import annotations
+
+from kiln.ir.ops import BINARY_OPS
+
+from . import arith, control, debug, dot, mathfns, memops, shapes
+
+
+def _noop(ctx, op, *values):
+    return None
+
+
+IMPLS = {name: arith.binary for name in BINARY_OPS}
+IMPLS.update({name: mathfns.unary for name in mathfns.FLOAT_UNARY})
+IMPLS.update({
+    "neg": arith.neg, "abs": arith.absolute, "not": arith.bitwise_not,
+    "isnan": mathfns.isnan, "isinf": mathfns.isinf, "fma": mathfns.fma,
+    "cmp": arith.cmp, "select": arith.select,
+    "cast": shapes.cast, "bitcast": shapes.bitcast,
+    "constant": shapes.constant, "arange": shapes.arange,
+    "program_id": shapes.program_id, "num_programs": shapes.num_programs,
+    "splat": shapes.splat, "broadcast": shapes.broadcast, "expand_dims": shapes.expand_dims,
+    "reshape": shapes.reshape, "permute": shapes.permute,
+    "join": shapes.join, "split": shapes.split, "cat": shapes.cat,
+    "multiple_of": shapes.identity, "max_contiguous": shapes.identity,
+    "addptr": memops.addptr, "load": memops.load, "store": memops.store,
+    "atomic_rmw": memops.atomic_rmw, "atomic_cas": memops.atomic_cas,
+    "dot": dot.dot,
+    "for": control.for_loop, "if": control.if_else, "while": control.while_loop,
+    "reduce": control.reduce, "scan": control.scan,
+    "print": debug.print_values, "assert": debug.assert_true, "barrier": _noop,
+})
+
+TERMINATORS = frozenset({"yield", "condition", "return"})
