@@ -1,0 +1,32 @@
+"""The environment variables that the cache and the compile service read, all in one place.
+
+    KILN_CACHE_DIR    the node cache's directory (default ~/.cache/kiln)
+    KILN_CACHE_SIZE   its size limit: bytes, or with a K/M/G/T suffix (default 8G)
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+DEFAULT_SIZE_LIMIT = 8 << 30
+_SUFFIXES = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("KILN_CACHE_DIR") or Path.home() / ".cache" / "kiln")
+
+
+def cache_size_limit() -> int:
+    text = os.environ.get("KILN_CACHE_SIZE", "").strip()
+    return parse_size(text) if text else DEFAULT_SIZE_LIMIT
+
+
+def parse_size(text: str) -> int:
+    """`"512M"` -> 536870912; a plain number is bytes."""
+    number, suffix = text.rstrip("bB").upper(), ""
+    if number and number[-1] in _SUFFIXES:
+        number, suffix = number[:-1], number[-1]
+    try:
+        return int(float(number) * _SUFFIXES[suffix])
+    except ValueError:
+        raise ValueError(f"not a size: {text!r} (bytes, or a number with K, M, G or T)") from None

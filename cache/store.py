@@ -1,0 +1,205 @@
+"""The node cache: content-addressed blobs and an action map, on python-diskcache.
+
+A blob is stored under the SHA-256 of its bytes and checked against it on every read: a
+blob that does not hash to its name is deleted and reported as a miss, so the next
+compile rewrites it. The action map takes a compile key to the digests of its artifacts
+(cubin, PTX, LLVM IR, block IR, ...) and its metadata, as JSON. Both live in one
+diskcache directory (SQLite plus files), so any number of processes can share it, and
+one size limit with least-recently-used eviction covers both; a read touches every entry
+it uses, so a kernel in use stays.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from pathlib import Path
+
+import diskcache
+
+from . import env
+
+_BLOB = "blob/"
+_ACTION = "action/"
+
+
+class _NoPickles(diskcache.Disk):
+    """Stores bytes and text only, and refuses to unpickle what another writer left."""
+
+    def store(self, value, read, key=diskcache.core.UNKNOWN):
+        if type(value) not in (bytes, str):
+            raise TypeError(f"the kiln cache stores bytes and str only, not {type(value).__name__}")
+        return super().store(value, read, key)
+
+    def fetch(self, mode, filename, value, read):
+        if mode == diskcache.core.MODE_PICKLE:
+            raise OSError("refusing a pickled cache value")  # diskcache reads OSError as a miss
+        return super().fetch(mode, filename, value, read)
+
+    def get(self, key, raw):
+        if not raw:
+            raise KeyError("refusing a pickled cache key")
+        return super().get(key, raw)
+
+
+def digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+class Cache:
+    """The node cache at `path` (default `$KILN_CACHE_DIR` or ~/.cache/kiln).
+
+    `size_limit` (bytes; default `$KILN_CACHE_SIZE` or 8 GiB) is stored in the cache
+    directory, so the last process to open it with an explicit limit sets it for all.
+    """
+
+    def __init__(self, path: str | os.PathLike | None = None, size_limit: int | None = None):
+        self.path = Path(path) if path is not None else env.cache_dir()
+        self._size_limit = size_limit if size_limit is not None else env.cache_size_limit()
+        self.hits = self.misses = 0
+        self._open()
+
+    def _open(self):
+        self._pid = os.getpid()
+        self._store = diskcache.Cache(str(self.path), size_limit=self._size_limit, disk=_NoPickles,
+                                      eviction_policy="least-recently-used")
+
+    @property
+    def _dc(self) -> diskcache.Cache:
+        # SQLite connections must not cross fork(): a forked child (a DataLoader worker, say) reopens.
+        if os.getpid() != self._pid:
+            self._open()
+        return self._store
+
+    @property
+    def size_limit(self) -> int:
+        return self._dc.size_limit
+
+    def close(self):
+        self._store.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # --- blobs ---------------------------------------------------------------------------
+    def put_blob(self, data: bytes) -> str:
+        name = digest(data)
+        self._dc.set(_BLOB + name, bytes(data))
+        return name
+
+    def get_blob(self, name: str) -> bytes | None:
+        """The blob whose SHA-256 is `name`, or None if it is absent or corrupt (then deleted)."""
+        data = self._dc.get(_BLOB + name)
+        if data is None:
+            return None
+        if type(data) is not bytes or digest(data) != name:
+            self._dc.delete(_BLOB + name)
+            return None
+        return data
+
+    # --- results -------------------------------------------------------------------------
+    def put_result(self, key: str, artifacts: dict[str, bytes | str], metadata: dict,
+                   created: float | None = None) -> None:
+        """Store a compile result: `artifacts` by name (str is stored as UTF-8) and
+        JSON-able `metadata`. Blobs are written before the entry that names them."""
+        entry = {"artifacts": {}, "sizes": {}, "metadata": metadata,
+                 "created": time.time() if created is None else created}
+        for name, data in sorted(artifacts.items()):
+            data = data.encode() if isinstance(data, str) else data
+            entry["artifacts"][name] = self.put_blob(data)
+            entry["sizes"][name] = len(data)
+        self._dc.set(_ACTION + key, json.dumps(entry, sort_keys=True, allow_nan=False))
+
+    def get_result(self, key: str, names=None) -> tuple[dict[str, bytes], dict] | None:
+        """`(artifacts, metadata)` stored under `key`, or None on a miss. With `names`,
+        only those artifacts are read. A missing or corrupt blob makes it a miss."""
+        entry = self.entry(key)
+        result = None
+        if entry is not None:
+            wanted = entry["artifacts"] if names is None else {n: entry["artifacts"].get(n) for n in names}
+            artifacts = {name: self.get_blob(d) if d else None for name, d in wanted.items()}
+            if all(v is not None for v in artifacts.values()):
+                result = artifacts, entry["metadata"]
+        if result is None:
+            self.misses += 1
+        else:
+            self.hits += 1
+        return result
+
+    def entry(self, key: str) -> dict | None:
+        """The action-map entry of `key` ({artifacts: digests, sizes, metadata, created})."""
+        raw = self._dc.get(_ACTION + key)
+        if raw is None:
+            return None
+        try:
+            entry = json.loads(raw)
+            if isinstance(entry["artifacts"], dict) and isinstance(entry["metadata"], dict):
+                return entry
+        except (ValueError, KeyError, TypeError):
+            pass
+        self._dc.delete(_ACTION + key)  # unreadable: a miss, rewritten by the next compile
+        return None
+
+    def __contains__(self, key: str) -> bool:
+        return _ACTION + key in self._dc
+
+    def delete(self, key: str) -> bool:
+        return self._dc.delete(_ACTION + key)
+
+    # --- maintenance ---------------------------------------------------------------------
+    def keys(self) -> list[str]:
+        return [k[len(_ACTION):] for k in self._dc.iterkeys() if k.startswith(_ACTION)]
+
+    def ls(self) -> list[dict]:
+        """Every entry, oldest first: key, created, name, artifact sizes."""
+        rows = []
+        for key in self.keys():
+            entry = self.entry(key)
+            if entry is not None:
+                rows.append({"key": key, "created": entry["created"], "name": entry["metadata"].get("name", ""),
+                             "sizes": entry["sizes"]})
+        return sorted(rows, key=lambda r: r["created"])
+
+    def stats(self) -> dict:
+        keys = list(self._dc.iterkeys())
+        entries = sum(k.startswith(_ACTION) for k in keys)
+        return {"path": str(self.path), "entries": entries, "blobs": sum(k.startswith(_BLOB) for k in keys),
+                "volume_bytes": self._dc.volume(), "size_limit_bytes": self.size_limit,
+                "hits": self.hits, "misses": self.misses}
+
+    def prune(self) -> dict:
+        """Drop entries whose blobs are gone, blobs no entry names, then evict down to the
+        size limit. A write racing with it can lose its blobs, which is a later miss."""
+        referenced, dropped_entries = set(), 0
+        for key in self.keys():
+            entry = self.entry(key)
+            if entry is None:
+                continue
+            names = set(entry["artifacts"].values())
+            if all(_BLOB + n in self._dc for n in names):
+                referenced |= names
+            else:
+                self._dc.delete(_ACTION + key)
+                dropped_entries += 1
+        dropped_blobs = 0
+        for k in list(self._dc.iterkeys()):
+            if k.startswith(_BLOB) and k[len(_BLOB):] not in referenced:
+                dropped_blobs += self._dc.delete(k)
+        evicted = self._dc.cull()
+        return {"dropped_entries": dropped_entries, "dropped_blobs": dropped_blobs, "evicted": evicted}
+
+    def clear(self) -> int:
+        return self._dc.clear()
+
+    def export(self, file, keys=None) -> int:
+        """Write entries (all, or `keys`) with their blobs to a portable archive; see `archive`."""
+        from .archive import export_archive
+        return export_archive(self, file, keys)
+
+    def import_(self, file) -> int:
+        from .archive import import_archive
+        return import_archive(self, file)
