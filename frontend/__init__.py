@@ -1,1 +1,17 @@
+"""kiln: a Triton-compatible GPU kernel language (`import kiln as triton`)."""
+from . import language  # noqa: F401
+from .errors import CompilationError  # noqa: F401
+from .jit import JITFunction, KernelInterface, jit  # noqa: F401
 
+__version__ = "0.1.0"
+
+
+def cdiv(x: int, y: int) -> int:
+    """Ceiling division."""
+    return (x + y - 1) // y
+
+
+def next_power_of_2(n: int) -> int:
+    """The smallest power of two >= n (1 for n <= 1)."""
+    n = int(n)
+    return 1 if n <= 1 else 1 << (n - 1).bit_length()

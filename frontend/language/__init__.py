@@ -1,1 +1,21 @@
+"""`kiln.language`, imported as `tl`: Triton's kernel language."""
+from . import extra, math, random  # noqa: F401
+from .builtins import *  # noqa: F401,F403
+from .builtins import PropagateNan, abs, cast, full, static_assert  # noqa: F401
+from .core import (  # noqa: F401
+    bfloat16, block_type, builtin, constexpr, dtype, float8e4nv, float8e5, float16, float32, float64, int1, int8,
+    int16, int32, int64, pointer_type, range, static_range, tensor, uint8, uint16, uint32, uint64, void,
+)
+from .random import (  # noqa: F401
+    pair_uniform_to_normal, philox, philox_impl, rand, rand4x, randint, randint4x, randn, randn4x,
+    uint_to_uniform_float,
+)
+from .standard import (  # noqa: F401
+    argmax, argmin, cdiv, cumprod, cumsum, max, min, sigmoid, softmax, sum, swizzle2d, xor_sum,
+)
 
+float8e4b15 = float8e4nv  # accepted spelling; kiln has one fp8 e4 format
+dtype_t = dtype
+
+from . import _methods as _m  # noqa: E402
+_methods = _m.METHODS

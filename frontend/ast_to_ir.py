@@ -1,0 +1,646 @@
+"""Python AST of a @jit function -> block IR, by a standard SSA construction.
+
+Local variables live in a dict from name to value (a `tensor`, a `constexpr` or another
+Python object such as a dtype or a tuple). Values are immutable; a runtime `if` yields
+the variables its branches changed, and a loop carries the variables its body assigns
+as block arguments. Constexpr conditions fold, `static_range` unrolls, and calls to other
+@jit functions are inlined with their own scope. Any error becomes a `CompilationError`
+at the user's line.
+"""
+from __future__ import annotations
+
+import ast
+import builtins
+import functools
+import numbers
+
+import numpy as np
+
+from kiln.ir import Block, Builder, Function, Loc, Operation, verify
+from kiln.language import semantic
+from kiln.language.core import constexpr, is_builtin, tensor
+from kiln.language.semantic import unwrap
+
+from .errors import CompilationError
+
+MAX_INLINE_DEPTH = 64
+
+
+def wrap(value):
+    """Python scalars and strings become constexprs; everything else stays as it is."""
+    if isinstance(value, (tensor, constexpr)):
+        return value
+    if value is None or isinstance(value, (bool, numbers.Number, str, np.generic)):
+        return constexpr(value)
+    if isinstance(value, tuple):
+        return tuple(wrap(v) for v in value)
+    return value
+
+
+def assigned_names(statements) -> set[str]:
+    """Names a list of statements assigns anywhere inside it (loop-carried candidates)."""
+    names = set()
+    for stmt in statements:
+        for node in ast.walk(stmt):
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                names.add(node.id)
+    return names
+
+
+def _is_carriable(value) -> bool:
+    value = unwrap(value)
+    return isinstance(value, tensor) or (isinstance(value, (bool, numbers.Number, np.generic)))
+
+
+class _Unsupported(Exception):
+    pass
+
+
+class CodeGenerator(ast.NodeVisitor):
+    """Builds the IR of one function body; `call_jit_function` inlines callees."""
+
+    def __init__(self, jitfn, scope: dict, builder: Builder, depth: int = 0, fixed_loc: Loc | None = None):
+        self.jitfn = jitfn
+        self.source = jitfn.source_info()
+        self.scope = dict(scope)
+        self.builder = builder
+        self.depth = depth
+        self.fixed_loc = fixed_loc
+        self.ret = None
+        self.returned = False
+        self.globals = jitfn.fn.__globals__
+        self.closure = jitfn.closure_vars()
+        self._node = None
+
+    # --- errors and locations ----------------------------------------------------------
+    def _loc(self, node) -> Loc:
+        return Loc(self.source.file, self.source.first_line + node.lineno - 1, node.col_offset + self.source.indent)
+
+    def error(self, node, reason: str) -> CompilationError:
+        line = self.source.first_line + node.lineno - 1
+        col = node.col_offset + self.source.indent
+        return CompilationError(self.source.file, line, col, self.source.line_text(line), reason)
+
+    def visit(self, node):
+        if not hasattr(node, "lineno"):
+            return super().visit(node)
+        saved = self.builder.loc
+        self.builder.loc = self.fixed_loc or self._loc(node)
+        try:
+            return super().visit(node)
+        except CompilationError:
+            raise
+        except RecursionError:
+            raise self.error(node, "the kernel is nested too deeply") from None
+        except AssertionError as e:  # static_assert
+            raise self.error(node, str(e) or "static assertion failed") from None
+        except Exception as e:
+            raise self.error(node, f"{type(e).__name__}: {e}" if not isinstance(e, _Unsupported) else str(e)) from None
+        finally:
+            self.builder.loc = saved
+
+    def generic_visit(self, node):
+        raise _Unsupported(f"unsupported syntax: {type(node).__name__}")
+
+    # --- names --------------------------------------------------------------------------
+    def lookup(self, name: str):
+        if name in self.scope:
+            return self.scope[name]
+        if name in self.closure:
+            return wrap(self.closure[name])
+        if name in self.globals:
+            return wrap(self.globals[name])
+        if name in _BUILTINS:
+            return _BUILTINS[name]
+        if hasattr(builtins, name):
+            return getattr(builtins, name)
+        raise NameError(f"name '{name}' is not defined")
+
+    def visit_Name(self, node):
+        if isinstance(node.ctx, ast.Store):
+            raise _Unsupported("internal: Name in store context")
+        return self.lookup(node.id)
+
+    def assign(self, target, value, node):
+        if isinstance(target, ast.Name):
+            self.scope[target.id] = wrap(value)
+        elif isinstance(target, (ast.Tuple, ast.List)):
+            value = unwrap(value)
+            if isinstance(value, tensor):
+                raise TypeError("cannot unpack a tensor; use tl.split for pairs")
+            values = list(value)
+            if len(values) != len(target.elts):
+                raise ValueError(f"cannot unpack {len(values)} values into {len(target.elts)} names")
+            for t, v in zip(target.elts, values):
+                self.assign(t, v, node)
+        else:
+            raise _Unsupported(f"cannot assign to {type(target).__name__}: kernels assign only to names")
+
+    # --- statements ---------------------------------------------------------------------
+    def visit_body(self, statements):
+        for stmt in statements:
+            if self.returned:
+                break
+            self.visit(stmt)
+
+    def visit_FunctionDef(self, node):
+        self.visit_body(node.body)
+
+    def visit_Assign(self, node):
+        value = self.visit(node.value)
+        for target in node.targets:
+            self.assign(target, value, node)
+
+    def visit_AnnAssign(self, node):
+        if node.value is None:
+            return
+        value = self.visit(node.value)
+        annotation = unwrap(self.visit(node.annotation))
+        if annotation is constexpr and isinstance(value, tensor):
+            raise TypeError(f"'{ast.unparse(node.target)}' is annotated constexpr but its value is a tensor")
+        self.assign(node.target, value, node)
+
+    def visit_AugAssign(self, node):
+        if not isinstance(node.target, ast.Name):
+            raise _Unsupported("augmented assignment only to names")
+        current = self.lookup(node.target.id)
+        value = self.binary(node.op, current, self.visit(node.value))
+        self.assign(node.target, value, node)
+
+    def visit_Expr(self, node):
+        if isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
+            return  # docstring
+        self.visit(node.value)
+
+    def visit_Pass(self, node):
+        pass
+
+    def visit_Return(self, node):
+        value = self.visit(node.value) if node.value is not None else None
+        self.ret = wrap(value)
+        self.returned = True
+
+    def visit_Assert(self, node):
+        cond = self.visit(node.test)
+        msg = unwrap(self.visit(node.msg)) if node.msg is not None else ""
+        if isinstance(cond, tensor):
+            semantic.device_assert(cond, msg or ast.unparse(node.test))
+        elif not unwrap(cond):
+            raise AssertionError(f"assertion failed: {msg}" if msg else f"assertion failed: {ast.unparse(node.test)}")
+
+    def visit_If(self, node):
+        cond = self.visit(node.test)
+        if not isinstance(cond, tensor):
+            self.visit_body(node.body if unwrap(cond) else node.orelse)
+            return
+        cond = self.scalar_condition(cond, "if")
+        self.runtime_if(cond, node.body, node.orelse, node)
+
+    def scalar_condition(self, cond: tensor, what: str) -> tensor:
+        if cond.type.shape:
+            raise TypeError(f"the condition of a runtime `{what}` must be a scalar, not a block {cond.type}")
+        return semantic.cast(cond, semantic.int1) if cond.dtype != semantic.int1 else cond
+
+    def _run_branch(self, statements, before):
+        block = Block()
+        self.scope, self.returned, self.ret = dict(before), False, None
+        with semantic.insertion_block(block):
+            self.visit_body(statements)
+        return block, self.scope, self.returned, self.ret
+
+    def runtime_if(self, cond, then_body, else_body, node):
+        before = self.scope
+        then_block, then_scope, then_ret, then_val = self._run_branch(then_body, before)
+        else_block, else_scope, else_ret, else_val = self._run_branch(else_body, before)
+        self.scope = before
+        if then_ret != else_ret:
+            raise _Unsupported("a `return` inside a runtime `if` needs a `return` in the other branch too")
+        names = [n for n in then_scope if n in else_scope and
+                 (then_scope[n] is not before.get(n) or else_scope[n] is not before.get(n))]
+        merged, then_vals, else_vals = [], [], []
+        for n in names:
+            a, b = then_scope[n], else_scope[n]
+            if not isinstance(a, tensor) and not isinstance(b, tensor):
+                if _is_carriable(a) and _is_carriable(b) and unwrap(a) == unwrap(b) and type(unwrap(a)) is type(unwrap(b)):
+                    self.scope[n] = a
+                    continue
+            if not (_is_carriable(a) and _is_carriable(b)):
+                if a is b:
+                    self.scope[n] = a
+                    continue
+                raise TypeError(f"'{n}' is given different non-tensor values in the two branches of a runtime if")
+            merged.append(n)
+            then_vals.append(a)
+            else_vals.append(b)
+        if then_ret:
+            merged.append(None)
+            then_vals.append(then_val)
+            else_vals.append(else_val)
+        then_t = self._yield_values(then_block, then_vals)
+        else_t = self._yield_values(else_block, else_vals)
+        for n, a, b in zip(merged, then_t, else_t):
+            if a.type != b.type:
+                what = f"'{n}'" if n else "the returned value"
+                raise TypeError(f"{what} has type {a.type} in the then-branch but {b.type} in the else-branch")
+        op = self.builder.create("if", [cond.handle], [t.type for t in then_t], regions=[then_block, else_block])
+        results = [tensor(v, v.type) for v in op.results]
+        for n, r in zip(merged, results):
+            if n is None:
+                self.ret, self.returned = r, True
+            else:
+                self.scope[n] = r
+        for n in set(then_scope) ^ set(else_scope):
+            if n not in before:
+                self.scope.pop(n, None)
+        return results
+
+    def _yield_values(self, block, values):
+        with semantic.insertion_block(block):
+            out = []
+            for v in values:
+                if v is None or (isinstance(v, constexpr) and v.value is None):
+                    raise TypeError("a runtime `if` cannot return None in one branch")
+                if isinstance(unwrap(v), tuple):
+                    raise _Unsupported("returning a tuple from inside a runtime `if` is not supported")
+                out.append(semantic.to_tensor(v))
+            self.builder.create("yield", [t.handle for t in out], [])
+        return out
+
+    def visit_For(self, node):
+        if node.orelse:
+            raise _Unsupported("for ... else is not supported")
+        if not isinstance(node.iter, ast.Call):
+            raise _Unsupported("a kernel loop must iterate over range(...), tl.range(...) or tl.static_range(...)")
+        fn = unwrap(self.visit(node.iter.func))
+        args = [self.visit(a) for a in node.iter.args]
+        kwargs = {k.arg: self.visit(k.value) for k in node.iter.keywords}
+        if fn is tl_static_range():
+            return self.static_for(node, args, kwargs)
+        if fn is not builtins.range and fn is not tl_range():
+            raise _Unsupported("a kernel loop must iterate over range(...), tl.range(...) or tl.static_range(...)")
+        if not isinstance(node.target, ast.Name):
+            raise _Unsupported("the loop variable must be a single name")
+        lb, ub, step, attrs = _range_args(args, kwargs)
+        if isinstance(step, constexpr) and unwrap(step) == 0:
+            raise ValueError("range() step must not be zero")
+        lb, ub, step = (semantic.to_tensor(v) for v in (lb, ub, step))
+        for v, what in ((lb, "start"), (ub, "end"), (step, "step")):
+            if v.type.shape or not v.dtype.is_int():
+                raise TypeError(f"the loop {what} must be an integer scalar, not {v.type}")
+        iv_type = semantic.integer_promote(semantic.integer_promote(lb.dtype, ub.dtype), step.dtype)
+        if iv_type.primitive_bitwidth < 32:
+            iv_type = semantic.int32
+        lb, ub, step = (semantic.cast(v, iv_type) for v in (lb, ub, step))
+        carried = self.carried_names(node.body)
+        inits = [semantic.to_tensor(self.scope[n]) for n in carried]
+        body = Block([iv_type] + [t.type for t in inits])
+        before = self.scope
+        self.scope = dict(before)
+        self.scope[node.target.id] = tensor(body.args[0], iv_type)
+        for n, arg in zip(carried, body.args[1:]):
+            self.scope[n] = tensor(arg, arg.type)
+        with semantic.insertion_block(body):
+            self.visit_body(node.body)
+            if self.returned:
+                raise _Unsupported("`return` inside a loop is not supported")
+            yields = self.loop_values(carried, inits, "loop")
+            self.builder.create("yield", [t.handle for t in yields], [])
+        self.scope = before
+        op = self.builder.create("for", [lb.handle, ub.handle, step.handle] + [t.handle for t in inits],
+                                 [t.type for t in inits], attrs, [body])
+        for n, r in zip(carried, op.results):
+            self.scope[n] = tensor(r, r.type)
+
+    def carried_names(self, body) -> list[str]:
+        return sorted(n for n in assigned_names(body) if n in self.scope and _is_carriable(self.scope[n]))
+
+    def loop_values(self, carried, inits, what):
+        out = []
+        for n, init in zip(carried, inits):
+            v = semantic.to_tensor(self.scope[n])
+            if v.type != init.type:
+                raise TypeError(f"loop-carried variable '{n}' has initial type {init.type} but is re-assigned to "
+                                f"{v.type} in the {what}; make the types agree (e.g. with .to())")
+            out.append(v)
+        return out
+
+    def static_for(self, node, args, kwargs):
+        values = [unwrap(a) for a in args]
+        if any(isinstance(v, tensor) for v in values):
+            raise TypeError("static_range bounds must be constexprs")
+        for i in range(*values):
+            self.assign(node.target, constexpr(i), node)
+            self.visit_body(node.body)
+            if self.returned:
+                raise _Unsupported("`return` inside a loop is not supported")
+
+    def visit_While(self, node):
+        if node.orelse:
+            raise _Unsupported("while ... else is not supported")
+        carried = self.carried_names(node.body)
+        inits = [semantic.to_tensor(self.scope[n]) for n in carried]
+        types = [t.type for t in inits]
+        before_scope = self.scope
+        cond_block, body = Block(types), Block(types)
+        self.scope = dict(before_scope, **{n: tensor(a, a.type) for n, a in zip(carried, cond_block.args)})
+        with semantic.insertion_block(cond_block):
+            cond = self.visit(node.test)
+            cond = self.scalar_condition(semantic.to_tensor(cond), "while")
+            self.builder.create("condition", [cond.handle] + list(cond_block.args), [])
+        self.scope = dict(before_scope, **{n: tensor(a, a.type) for n, a in zip(carried, body.args)})
+        with semantic.insertion_block(body):
+            self.visit_body(node.body)
+            if self.returned:
+                raise _Unsupported("`return` inside a loop is not supported")
+            yields = self.loop_values(carried, inits, "loop")
+            self.builder.create("yield", [t.handle for t in yields], [])
+        self.scope = before_scope
+        op = self.builder.create("while", [t.handle for t in inits], types, regions=[cond_block, body])
+        for n, r in zip(carried, op.results):
+            self.scope[n] = tensor(r, r.type)
+
+    def visit_Break(self, node):
+        raise _Unsupported("`break` is not supported in kernels")
+
+    def visit_Continue(self, node):
+        raise _Unsupported("`continue` is not supported in kernels")
+
+    # --- expressions --------------------------------------------------------------------
+    def visit_Constant(self, node):
+        return constexpr(node.value)
+
+    def visit_Tuple(self, node):
+        return tuple(self.visit(e) for e in node.elts)
+
+    def visit_List(self, node):
+        return [self.visit(e) for e in node.elts]
+
+    def visit_Attribute(self, node):
+        value = self.visit(node.value)
+        obj = value if isinstance(value, tensor) else unwrap(value)
+        return wrap(getattr(obj, node.attr))
+
+    def visit_Subscript(self, node):
+        value = self.visit(node.value)
+        index = self.visit(node.slice)
+        if isinstance(value, tensor):
+            return value[index]
+        index = unwrap(index)
+        if isinstance(index, tuple):
+            index = tuple(unwrap(i) for i in index)
+        return wrap(unwrap(value)[index])
+
+    def visit_Slice(self, node):
+        parts = [unwrap(self.visit(p)) if p is not None else None for p in (node.lower, node.upper, node.step)]
+        return slice(*parts)
+
+    def binary(self, op, a, b):
+        fn = _BINARY[type(op)]
+        if not isinstance(a, tensor) and not isinstance(b, tensor):
+            return wrap(fn(unwrap(a), unwrap(b)))
+        return fn(a, b)
+
+    def visit_BinOp(self, node):
+        if type(node.op) not in _BINARY:
+            raise _Unsupported(f"unsupported operator {type(node.op).__name__}")
+        return self.binary(node.op, self.visit(node.left), self.visit(node.right))
+
+    def visit_UnaryOp(self, node):
+        v = self.visit(node.operand)
+        if isinstance(node.op, ast.Not):
+            return semantic.logical_not(v) if isinstance(v, tensor) else constexpr(not unwrap(v))
+        fn = {ast.USub: lambda x: -x, ast.UAdd: lambda x: +x, ast.Invert: lambda x: ~x}[type(node.op)]
+        return fn(v) if isinstance(v, tensor) else wrap(fn(unwrap(v)))
+
+    def visit_BoolOp(self, node):
+        is_and = isinstance(node.op, ast.And)
+        result = self.visit(node.values[0])
+        for value_node in node.values[1:]:
+            if not isinstance(result, tensor):
+                if bool(unwrap(result)) != is_and:  # short circuit on constexprs
+                    return result
+                result = self.visit(value_node)
+                continue
+            other = self.visit(value_node)
+            result = semantic.logical_and(result, other) if is_and else semantic.logical_or(result, other)
+        return result
+
+    def visit_Compare(self, node):
+        left = self.visit(node.left)
+        result = None
+        for op, right_node in zip(node.ops, node.comparators):
+            right = self.visit(right_node)
+            if type(op) in (ast.Is, ast.IsNot, ast.In, ast.NotIn):
+                value = _COMPARE[type(op)](unwrap(left), unwrap(right))
+                part = constexpr(value)
+            elif isinstance(left, tensor) or isinstance(right, tensor):
+                part = _COMPARE[type(op)](left, right)
+            else:
+                part = wrap(_COMPARE[type(op)](unwrap(left), unwrap(right)))
+            if result is None:
+                result = part
+            elif isinstance(result, tensor) or isinstance(part, tensor):
+                result = semantic.logical_and(result, part)
+            else:
+                result = constexpr(bool(unwrap(result)) and bool(unwrap(part)))
+            left = right
+        return result
+
+    def visit_IfExp(self, node):
+        cond = self.visit(node.test)
+        if not isinstance(cond, tensor):
+            return self.visit(node.body if unwrap(cond) else node.orelse)
+        cond = self.scalar_condition(cond, "if")
+        saved_ret, saved_returned = self.ret, self.returned
+        branches = [ast.Return(value=node.body, lineno=node.lineno, col_offset=node.col_offset),
+                    ast.Return(value=node.orelse, lineno=node.lineno, col_offset=node.col_offset)]
+        self.runtime_if(cond, [branches[0]], [branches[1]], node)
+        value = self.ret
+        self.ret, self.returned = saved_ret, saved_returned
+        return value
+
+    def visit_JoinedStr(self, node):
+        parts = []
+        for v in node.values:
+            if isinstance(v, ast.Constant):
+                parts.append(str(v.value))
+            else:
+                parts.append(self.visit(v))
+        return constexpr("".join(parts))
+
+    def visit_FormattedValue(self, node):
+        value = self.visit(node.value)
+        if isinstance(value, tensor):
+            raise TypeError("f-strings can only format constexprs")
+        spec = unwrap(self.visit(node.format_spec)) if node.format_spec is not None else ""
+        value = unwrap(value)
+        if node.conversion == ord("r"):
+            value = repr(value)
+        elif node.conversion == ord("s"):
+            value = str(value)
+        return format(value, spec)
+
+    def visit_Call(self, node):
+        fn = self.visit(node.func)
+        args = []
+        for a in node.args:
+            if isinstance(a, ast.Starred):
+                args.extend(unwrap(self.visit(a.value)))
+            else:
+                args.append(self.visit(a))
+        kwargs = {}
+        for k in node.keywords:
+            if k.arg is None:
+                kwargs.update(unwrap(self.visit(k.value)))
+            else:
+                kwargs[k.arg] = self.visit(k.value)
+        return self.call(unwrap(fn) if not isinstance(fn, tensor) else fn, args, kwargs)
+
+    def call(self, fn, args, kwargs):
+        from .jit import JITFunction
+        if isinstance(fn, functools.partial) and isinstance(fn.func, JITFunction):
+            args = list(fn.args) + args
+            kwargs = {**fn.keywords, **kwargs}
+            fn = fn.func
+        if isinstance(fn, JITFunction):
+            return self.call_jit_function(fn, args, kwargs)
+        if fn in _STATIC_BUILTINS:
+            return _STATIC_BUILTINS[fn](self, args, kwargs)
+        if is_builtin(fn):
+            return wrap(fn(*args, **kwargs))
+        if any(isinstance(a, tensor) for a in list(args) + list(kwargs.values())):
+            name = getattr(fn, "__name__", repr(fn))
+            raise TypeError(f"'{name}' is not a @jit function or a kiln builtin, so it cannot take tensors")
+        return wrap(fn(*[unwrap(a) for a in args], **{k: unwrap(v) for k, v in kwargs.items()}))
+
+    def call_jit_function(self, fn, args, kwargs):
+        if self.depth >= MAX_INLINE_DEPTH:
+            raise RecursionError("too many nested @jit calls (recursion is not supported)")
+        try:
+            bound = fn.signature.bind(*args, **kwargs)
+        except TypeError as e:
+            raise TypeError(f"{fn.__name__}(): {e}") from None
+        bound.apply_defaults()
+        scope = {}
+        for name, value in bound.arguments.items():
+            if name in fn.constexpr_names and isinstance(value, tensor):
+                raise TypeError(f"{fn.__name__}(): argument '{name}' is constexpr but got a tensor")
+            scope[name] = wrap(value) if name not in fn.constexpr_names else constexpr(unwrap(value))
+        fixed = self.builder.loc if fn.is_internal else self.fixed_loc
+        gen = CodeGenerator(fn, scope, self.builder, self.depth + 1, fixed_loc=fixed)
+        saved = semantic.state.generator
+        semantic.state.generator = gen
+        try:
+            gen.visit(fn.parse())
+        except CompilationError as e:
+            if not fn.is_internal:
+                raise
+            # Errors inside kiln's own library point at the user's call instead.
+            raise CompilationError(self.source.file, self.builder.loc.line if self.builder.loc else 0,
+                                   self.builder.loc.col if self.builder.loc else 0,
+                                   self.source.line_text(self.builder.loc.line) if self.builder.loc else None,
+                                   e.reason) from None
+        finally:
+            semantic.state.generator = saved
+        return gen.ret
+
+
+def tl_range():
+    from kiln.language.core import range as r
+    return r
+
+
+def tl_static_range():
+    from kiln.language.core import static_range as r
+    return r
+
+
+def _range_args(args, kwargs):
+    args = list(args)
+    if not 1 <= len(args) <= 3:
+        raise TypeError(f"range expects 1 to 3 arguments, got {len(args)}")
+    if len(args) == 1:
+        args = [constexpr(0), args[0], constexpr(1)]
+    elif len(args) == 2:
+        args.append(constexpr(1))
+    attrs = {}
+    for key in ("num_stages", "loop_unroll_factor", "disallow_acc_multi_buffer", "flatten", "warp_specialize"):
+        value = unwrap(kwargs.pop(key, None))
+        if value is not None and value is not False:
+            attrs[key] = int(value) if not isinstance(value, bool) else value
+    kwargs.pop("step", None)
+    if kwargs:
+        raise TypeError(f"unexpected range arguments: {sorted(kwargs)}")
+    return args[0], args[1], args[2], attrs
+
+
+def _minmax(reducer, name):
+    def call(gen, args, kwargs):
+        if kwargs.get("propagate_nan") is not None:
+            kwargs = dict(kwargs)
+        values = list(args[0]) if len(args) == 1 and isinstance(unwrap(args[0]), (tuple, list)) else list(args)
+        if not any(isinstance(v, tensor) for v in values):
+            return wrap(reducer(*[unwrap(v) for v in values]))
+        result = values[0]
+        for v in values[1:]:
+            result = (semantic.minimum if name == "min" else semantic.maximum)(result, v)
+        return result
+    return call
+
+
+def _print(gen, args, kwargs):
+    prefix = ""
+    if args and isinstance(unwrap(args[0]), str):
+        prefix, args = unwrap(args[0]), args[1:]
+    semantic.device_print(prefix, *args)
+
+
+_STATIC_BUILTINS = {
+    builtins.min: _minmax(builtins.min, "min"),
+    builtins.max: _minmax(builtins.max, "max"),
+    builtins.print: _print,
+}
+_BUILTINS: dict = {}
+
+import operator as _op  # noqa: E402
+
+_BINARY = {
+    ast.Add: _op.add, ast.Sub: _op.sub, ast.Mult: _op.mul, ast.Div: _op.truediv, ast.FloorDiv: _op.floordiv,
+    ast.Mod: _op.mod, ast.Pow: _op.pow, ast.BitAnd: _op.and_, ast.BitOr: _op.or_, ast.BitXor: _op.xor,
+    ast.LShift: _op.lshift, ast.RShift: _op.rshift,
+}
+_COMPARE = {
+    ast.Eq: _op.eq, ast.NotEq: _op.ne, ast.Lt: _op.lt, ast.LtE: _op.le, ast.Gt: _op.gt, ast.GtE: _op.ge,
+    ast.Is: _op.is_, ast.IsNot: _op.is_not, ast.In: lambda a, b: a in b, ast.NotIn: lambda a, b: a not in b,
+}
+
+
+def build_kernel(jitfn, params, name: str | None = None) -> Function:
+    """The block IR of kernel `jitfn` for one specialization.
+
+    `params` maps every parameter name to either `constexpr(value)` or
+    `(dtype, attrs)` for a runtime argument; runtime arguments become the function's
+    arguments in signature order.
+    """
+    runtime = [(n, p) for n, p in params.items() if not isinstance(p, constexpr)]
+    fn = Function(name or jitfn.__name__, [p[0] for _, p in runtime], [n for n, _ in runtime],
+                  [p[1] for _, p in runtime])
+    builder = Builder(fn.body)
+    scope = {}
+    args = iter(fn.args)
+    for n, p in params.items():
+        scope[n] = p if isinstance(p, constexpr) else tensor(next(args), p[0])
+    gen = CodeGenerator(jitfn, scope, builder)
+    saved = (semantic.state.builder, semantic.state.generator)
+    semantic.state.builder, semantic.state.generator = builder, gen
+    try:
+        tree = jitfn.parse()
+        gen.visit(tree)
+        if gen.returned and gen.ret is not None and not (isinstance(gen.ret, constexpr) and gen.ret.value is None):
+            raise gen.error(tree, "a kernel launched from the host cannot return a value")
+        builder.loc = None
+        builder.create("return")
+    finally:
+        semantic.state.builder, semantic.state.generator = saved
+    verify(fn)
+    return fn

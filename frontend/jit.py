@@ -1,0 +1,148 @@
+"""`@kiln.jit`: a kernel's source, its specializations and its launches."""
+from __future__ import annotations
+
+import ast
+import functools
+import inspect
+import linecache
+import textwrap
+from dataclasses import dataclass
+
+from kiln.language.core import constexpr
+
+from . import config
+from .specialize import specialize
+
+
+@dataclass(frozen=True)
+class SourceInfo:
+    file: str
+    first_line: int  # line number of the `def` line's first line (decorators included)
+    indent: int
+    lines: tuple
+
+    def line_text(self, line: int):
+        text = linecache.getline(self.file, line)
+        if text:
+            return text
+        index = line - self.first_line
+        return self.lines[index] if 0 <= index < len(self.lines) else None
+
+
+class KernelInterface:
+    """`kernel[grid](*args)` launches `kernel.run(*args, grid=grid)`."""
+
+    def __getitem__(self, grid):
+        return lambda *args, **kwargs: self.run(*args, grid=grid, **kwargs)
+
+
+class JITFunction(KernelInterface):
+    def __init__(self, fn, do_not_specialize=(), debug=None, noinline=False, repr=None, launch_metadata=None):
+        self.fn = fn
+        self.signature = inspect.signature(fn)
+        self.arg_names = list(self.signature.parameters)
+        self.constexpr_names = {n for n, p in self.signature.parameters.items() if _is_constexpr_annotation(p.annotation, fn)}
+        self.do_not_specialize = {self.arg_names[d] if isinstance(d, int) else d for d in do_not_specialize}
+        self.debug = debug
+        self.noinline = noinline
+        self.is_internal = fn.__module__.startswith("kiln.")
+        self.cache: dict = {}
+        self._tree = None
+        self._source = None
+        functools.update_wrapper(self, fn)
+
+    @property
+    def src(self) -> str:
+        return "".join(self.source_info().lines)
+
+    def source_info(self) -> SourceInfo:
+        if self._source is None:
+            try:
+                lines, first = inspect.getsourcelines(self.fn)
+                file = inspect.getsourcefile(self.fn) or "<unknown>"
+            except (OSError, TypeError) as e:
+                raise RuntimeError(f"cannot read the source of @jit function {self.fn.__qualname__}: {e}") from None
+            indent = len(lines[0]) - len(lines[0].lstrip())
+            self._source = SourceInfo(file, first, indent, tuple(lines))
+        return self._source
+
+    def parse(self) -> ast.FunctionDef:
+        if self._tree is None:
+            src = textwrap.dedent("".join(self.source_info().lines))
+            module = ast.parse(src)
+            self._tree = next(n for n in module.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)))
+        return self._tree
+
+    def closure_vars(self) -> dict:
+        code, cells = self.fn.__code__, self.fn.__closure__ or ()
+        out = {}
+        for name, cell in zip(code.co_freevars, cells):
+            try:
+                out[name] = cell.cell_contents
+            except ValueError:
+                pass
+        return out
+
+    def __call__(self, *args, **kwargs):
+        raise RuntimeError(f"@jit function {self.__name__} can only be called inside a kernel; "
+                           f"launch it with {self.__name__}[grid](...)")
+
+    def __repr__(self):
+        return f"JITFunction({self.fn.__module__}:{self.fn.__qualname__})"
+
+    # --- compile and launch -----------------------------------------------------------
+    def bind(self, args, kwargs):
+        options = {k: kwargs.pop(k) for k in list(kwargs) if k in config.LAUNCH_OPTIONS}
+        try:
+            bound = self.signature.bind(*args, **kwargs)
+        except TypeError as e:
+            raise TypeError(f"{self.__name__}: {e}") from None
+        bound.apply_defaults()
+        return dict(bound.arguments), options
+
+    def specialization(self, bound: dict, options: dict):
+        """The cache key, the per-parameter specialization and the runtime argument values."""
+        return specialize(self, bound, options)
+
+    def compile(self, bound: dict, options: dict):
+        key, params, runtime_args = self.specialization(bound, options)
+        kernel = self.cache.get(key)
+        if kernel is None:
+            from .compiler import compile_kernel
+            kernel = compile_kernel(self, params, options)
+            self.cache[key] = kernel
+        return kernel, runtime_args
+
+    def run(self, *args, grid, warmup=False, **kwargs):
+        bound, options = self.bind(args, kwargs)
+        kernel, runtime_args = self.compile(bound, options)
+        if warmup:
+            return kernel
+        grid = grid(dict(bound, **options)) if callable(grid) else grid
+        kernel.launch(_grid3(grid), runtime_args)
+        return kernel
+
+    def warmup(self, *args, grid=(1,), **kwargs):
+        return self.run(*args, grid=grid, warmup=True, **kwargs)
+
+
+def _grid3(grid):
+    grid = tuple(int(g) for g in (grid if isinstance(grid, (tuple, list)) else (grid,)))
+    if not 1 <= len(grid) <= 3:
+        raise ValueError(f"the grid must have 1 to 3 dimensions, got {grid}")
+    return grid + (1,) * (3 - len(grid))
+
+
+def _is_constexpr_annotation(annotation, fn) -> bool:
+    if annotation is constexpr:
+        return True
+    if isinstance(annotation, str):
+        return annotation.split(".")[-1] == "constexpr"
+    return False
+
+
+def jit(fn=None, *, do_not_specialize=(), debug=None, noinline=False, repr=None, launch_metadata=None, **unused):
+    """Turn a Python function into a kernel (or a device function callable from one)."""
+    def decorate(f):
+        return JITFunction(f, do_not_specialize=do_not_specialize, debug=debug, noinline=noinline)
+    return decorate(fn) if fn is not None else decorate

@@ -1,0 +1,10 @@
+"""The functions Triton also offers as tensor methods (`x.sum(0)`, `x.reshape(...)`)."""
+from . import builtins, standard
+
+METHODS = {name: getattr(mod, name) for mod, names in (
+    (builtins, ["reshape", "view", "permute", "trans", "broadcast_to", "expand_dims", "ravel", "split", "join",
+                "reduce", "associative_scan", "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sin", "cos",
+                "erf", "floor", "ceil", "abs", "cast", "store", "load", "atomic_add", "fma"]),
+    (standard, ["sum", "max", "min", "argmax", "argmin", "xor_sum", "cumsum", "cumprod", "sigmoid", "softmax",
+                "cdiv"]),
+) for name in names}

@@ -1,0 +1,359 @@
+"""`tl.*` builtins: Triton's signatures, each handing over to `semantic`."""
+from __future__ import annotations
+
+from . import semantic
+from .core import builtin, constexpr, float32, tensor
+from .semantic import unwrap
+
+
+def _shape_args(shape):
+    """Accept both f(x, (a, b)) and f(x, a, b)."""
+    if len(shape) == 1 and isinstance(unwrap(shape[0]), (tuple, list)):
+        shape = unwrap(shape[0])
+    return [unwrap(d) for d in shape]
+
+
+# --- program model ----------------------------------------------------------------------
+
+@builtin
+def program_id(axis):
+    """The index of this program along `axis` of the launch grid."""
+    return semantic.program_id(axis)
+
+
+@builtin
+def num_programs(axis):
+    """The number of programs along `axis` of the launch grid."""
+    return semantic.num_programs(axis)
+
+
+# --- creation and casts -----------------------------------------------------------------
+
+@builtin
+def arange(start, end):
+    """The integers [start, end) as an int32 block; end - start must be a power of two."""
+    return semantic.arange(start, end)
+
+
+@builtin
+def full(shape, value, dtype):
+    """A block of `shape` filled with `value` of `dtype`."""
+    return semantic.full(shape, value, dtype)
+
+
+@builtin
+def zeros(shape, dtype):
+    """A block of `shape` filled with zeros of `dtype`."""
+    return semantic.full(shape, 0, dtype)
+
+
+@builtin
+def zeros_like(input):
+    """Zeros with the shape and dtype of `input`."""
+    input = semantic.to_tensor(input)
+    if not input.type.shape:
+        return semantic.constant(0, input.dtype)
+    return semantic.full(input.type.shape, 0, input.dtype)
+
+
+@builtin
+def full_like(input, value, dtype=None):
+    input = semantic.to_tensor(input)
+    dtype = unwrap(dtype) or input.dtype
+    if not input.type.shape:
+        return semantic.cast(value, dtype)
+    return semantic.full(input.type.shape, value, dtype)
+
+
+@builtin
+def cast(input, dtype, fp_downcast_rounding=None, bitcast=False):
+    """Convert `input` to `dtype` (reinterpreting its bits with bitcast=True)."""
+    return semantic.cast(input, dtype, fp_downcast_rounding, bitcast)
+
+
+@builtin
+def to_tensor(x):
+    return semantic.to_tensor(x)
+
+
+# --- memory -----------------------------------------------------------------------------
+
+@builtin
+def load(pointer, mask=None, other=None, boundary_check=(), padding_option="", cache_modifier="",
+         eviction_policy="", volatile=False):
+    """Load a block from `pointer`; lanes where `mask` is false take `other`."""
+    if unwrap(boundary_check) or unwrap(padding_option):
+        raise NotImplementedError("block pointers (boundary_check, padding_option) are not supported yet")
+    return semantic.load(pointer, mask, other, cache_modifier, eviction_policy, volatile)
+
+
+@builtin
+def store(pointer, value, mask=None, boundary_check=(), cache_modifier="", eviction_policy=""):
+    """Store `value` at `pointer` where `mask` is true."""
+    if unwrap(boundary_check):
+        raise NotImplementedError("block pointers (boundary_check) are not supported yet")
+    return semantic.store(pointer, value, mask, cache_modifier, eviction_policy)
+
+
+def _atomic(kind):
+    @builtin
+    def atomic(pointer, val, mask=None, sem=None, scope=None):
+        return semantic.atomic_rmw(kind, pointer, val, mask, sem, scope)
+    atomic.__name__ = f"atomic_{kind}"
+    atomic.__doc__ = f"Atomically apply `{kind}` of `val` at `pointer`; returns the old values."
+    return atomic
+
+
+atomic_add, atomic_max, atomic_min = _atomic("add"), _atomic("max"), _atomic("min")
+atomic_and, atomic_or, atomic_xor, atomic_xchg = _atomic("and"), _atomic("or"), _atomic("xor"), _atomic("xchg")
+
+
+@builtin
+def atomic_cas(pointer, cmp, val, sem=None, scope=None):
+    """Atomically store `val` where the memory equals `cmp`; returns the old values."""
+    return semantic.atomic_cas(pointer, cmp, val, sem, scope)
+
+
+# --- elementwise ------------------------------------------------------------------------
+
+@builtin
+def where(condition, x, y):
+    """`x` where `condition` is true, else `y`, broadcast together."""
+    return semantic.where(condition, x, y)
+
+
+@builtin
+def maximum(x, y, propagate_nan=None):
+    """Elementwise maximum; NaN wins only with propagate_nan=tl.PropagateNan.ALL."""
+    return semantic.maximum(x, y, _propagates(propagate_nan))
+
+
+@builtin
+def minimum(x, y, propagate_nan=None):
+    """Elementwise minimum; NaN wins only with propagate_nan=tl.PropagateNan.ALL."""
+    return semantic.minimum(x, y, _propagates(propagate_nan))
+
+
+@builtin
+def clamp(x, min, max, propagate_nan=None):
+    """`x` limited to [min, max]."""
+    nan = _propagates(propagate_nan)
+    return semantic.minimum(semantic.maximum(x, min, nan), max, nan)
+
+
+class PropagateNan:
+    NONE = constexpr(0)
+    ALL = constexpr(0xFFFF)
+
+
+def _propagates(p) -> bool:
+    return bool(unwrap(p)) if p is not None else False
+
+
+@builtin
+def fdiv(x, y, ieee_rounding=False):
+    """x / y for floats (ieee_rounding is accepted; the result is correctly rounded either way)."""
+    x, y = semantic.binary_operands(x, y)
+    if not x.dtype.is_floating():
+        raise TypeError(f"fdiv needs floating-point operands, not {x.dtype}")
+    return semantic._elementwise("div", x, y)
+
+
+@builtin
+def div_rn(x, y):
+    """x / y rounded to nearest."""
+    return semantic.math_binary("div_rn", x, y)
+
+
+@builtin
+def fma(x, y, z):
+    """x * y + z with one rounding."""
+    return semantic.fma(x, y, z)
+
+
+@builtin
+def umulhi(x, y):
+    """The high half of the double-width product of two integers."""
+    return semantic.math_binary("umulhi", x, y)
+
+
+def _unary(name, allow_int=False, doc=""):
+    @builtin
+    def fn(x):
+        return semantic.math_unary(name, x, allow_int=allow_int)
+    fn.__name__, fn.__doc__ = name, doc or f"Elementwise {name}."
+    return fn
+
+
+exp, exp2, log, log2 = _unary("exp"), _unary("exp2"), _unary("log"), _unary("log2")
+sqrt, sqrt_rn, rsqrt = _unary("sqrt"), _unary("sqrt_rn"), _unary("rsqrt")
+sin, cos, erf = _unary("sin"), _unary("cos"), _unary("erf")
+floor, ceil = _unary("floor"), _unary("ceil")
+
+
+@builtin
+def abs(x):
+    """Elementwise absolute value."""
+    return semantic.abs(x)
+
+
+# --- shapes -----------------------------------------------------------------------------
+
+@builtin
+def reshape(input, *shape, can_reorder=False):
+    """`input` with a new shape of the same number of elements (row-major)."""
+    return semantic.reshape(input, _shape_args(shape), can_reorder)
+
+
+@builtin
+def view(input, *shape):
+    """Like reshape, but the order of elements may change (Triton's deprecated view)."""
+    return semantic.reshape(input, _shape_args(shape), can_reorder=True)
+
+
+@builtin
+def permute(input, *dims):
+    """`input` with its dimensions reordered."""
+    return semantic.permute(input, _shape_args(dims))
+
+
+@builtin
+def trans(input, *dims):
+    """Permute `input`; with no dims, transpose a 2-D block."""
+    dims = _shape_args(dims)
+    return semantic.permute(input, dims or (1, 0))
+
+
+@builtin
+def broadcast(input, other):
+    """`input` and `other` broadcast to each other's shape."""
+    return semantic.broadcast_pair(semantic.to_tensor(input), semantic.to_tensor(other))
+
+
+@builtin
+def broadcast_to(input, *shape):
+    """`input` broadcast to `shape`."""
+    return semantic.broadcast_to(input, _shape_args(shape))
+
+
+@builtin
+def expand_dims(input, axis):
+    """`input` with new size-1 dimensions at `axis` (an int or a sequence)."""
+    return semantic.expand_dims(semantic.to_tensor(input), axis)
+
+
+@builtin
+def ravel(x, can_reorder=False):
+    """`x` as a 1-D block."""
+    x = semantic.to_tensor(x)
+    return semantic.reshape(x, [x.type.numel], can_reorder=True)
+
+
+@builtin
+def join(a, b):
+    """Stack `a` and `b` along a new last dimension of size 2."""
+    return semantic.join(a, b)
+
+
+@builtin
+def split(a):
+    """Split a block whose last dimension is 2 into its two halves."""
+    return semantic.split(a)
+
+
+@builtin
+def cat(input, other, can_reorder=False):
+    """Concatenate two blocks of one shape along dimension 0."""
+    return semantic.cat(input, other, can_reorder)
+
+
+@builtin
+def interleave(a, b):
+    """Interleave the elements of `a` and `b` along their last dimension."""
+    joined = semantic.join(a, b)
+    shape = list(joined.type.shape)
+    return semantic.reshape(joined, shape[:-2] + [shape[-2] * 2])
+
+
+# --- dot --------------------------------------------------------------------------------
+
+@builtin
+def dot(input, other, acc=None, input_precision=None, allow_tf32=None, max_num_imprecise_acc=None,
+        out_dtype=float32):
+    """The matrix product of two blocks, added to `acc`."""
+    return semantic.dot(input, other, acc, input_precision, allow_tf32, max_num_imprecise_acc, out_dtype)
+
+
+# --- reductions and scans ---------------------------------------------------------------
+
+@builtin
+def reduce(input, axis, combine_fn, keep_dims=False):
+    """Reduce `input` (a tensor or a tuple of them) along `axis` with the @jit `combine_fn`."""
+    return semantic.reduce(unwrap(input), axis, unwrap(combine_fn), keep_dims)
+
+
+@builtin
+def associative_scan(input, axis, combine_fn, reverse=False):
+    """Inclusive scan of `input` (a tensor or a tuple) along `axis` with the @jit `combine_fn`."""
+    return semantic.scan(unwrap(input), axis, unwrap(combine_fn), reverse)
+
+
+# --- debugging and hints ----------------------------------------------------------------
+
+@builtin
+def static_assert(cond, msg=""):
+    """Fail compilation with `msg` unless the constexpr `cond` holds."""
+    if isinstance(cond, tensor):
+        raise TypeError("static_assert needs a compile-time (constexpr) condition")
+    if not unwrap(cond):
+        raise AssertionError(f"static assertion failed: {unwrap(msg)}" if unwrap(msg) else "static assertion failed")
+
+
+@builtin
+def static_print(*values, sep=" ", end="\n", file=None, flush=False):
+    """Print at compile time."""
+    print(*[unwrap(v) for v in values], sep=sep, end=end, file=file, flush=flush)
+
+
+@builtin
+def device_print(prefix, *args, hex=False):
+    """Print `args` from every program at run time, after `prefix`."""
+    return semantic.device_print(prefix, *args, hex=hex)
+
+
+@builtin
+def device_assert(cond, msg="", mask=None):
+    """Stop the kernel with `msg` if `cond` is false anywhere."""
+    if mask is not None:
+        cond = semantic.logical_or(cond, semantic.logical_not(mask))
+    return semantic.device_assert(cond, msg)
+
+
+@builtin
+def multiple_of(input, values):
+    """Promise that every element of `input` is a multiple of `values`."""
+    return semantic.hint("multiple_of", input, values)
+
+
+@builtin
+def max_contiguous(input, values):
+    """Promise that `input` holds runs of `values` consecutive integers."""
+    return semantic.hint("max_contiguous", input, values)
+
+
+@builtin
+def max_constancy(input, values):
+    """Promise that `input` holds runs of `values` equal elements (accepted, unused)."""
+    return semantic.to_tensor(input)
+
+
+@builtin
+def debug_barrier():
+    """Synchronize the threads of the program."""
+    semantic.debug_barrier()
+
+
+@builtin
+def assume(cond):
+    """A promise to the compiler (accepted; kiln does not use it yet)."""
+    return None

@@ -1,0 +1,224 @@
+"""The values a kernel computes with: `constexpr` and `tensor`, and the `builtin` mark.
+
+A `tensor` wraps one block-IR value (a scalar, a pointer or a block). Its operators and
+methods hand over to `kiln.language.semantic`, which holds the typing and broadcasting
+rules and emits the IR. A `constexpr` is a Python value known at compile time;
+arithmetic on constexprs stays in Python.
+"""
+from __future__ import annotations
+
+import builtins
+import functools
+from typing import Any
+
+from kiln.ir.types import (  # noqa: F401  (re-exported as tl.*)
+    bfloat16, block_type, dtype, float8e4nv, float8e5, float16, float32, float64, int1, int8,
+    int16, int32, int64, pointer_type, uint8, uint16, uint32, uint64,
+)
+
+void = None  # Triton exposes tl.void; kernels only compare against it.
+
+
+def builtin(fn):
+    """Mark `fn` as a kiln builtin: the AST frontend calls it with tensors and constexprs as they are."""
+    fn.__kiln_builtin__ = True
+    return fn
+
+
+def is_builtin(fn) -> bool:
+    if isinstance(fn, functools.partial):
+        fn = fn.func
+    return getattr(fn, "__kiln_builtin__", False) or isinstance(getattr(fn, "__self__", None), tensor)
+
+
+class constexpr:
+    """A compile-time constant. Used as an annotation (`BLOCK: tl.constexpr`) and as a value."""
+
+    def __init__(self, value):
+        self.value = value.value if isinstance(value, constexpr) else value
+
+    def __repr__(self):
+        return f"constexpr[{self.value!r}]"
+
+    def __index__(self):
+        return self.value.__index__()
+
+    def __int__(self):
+        return int(self.value)
+
+    def __float__(self):
+        return float(self.value)
+
+    def __bool__(self):
+        return bool(self.value)
+
+    def __hash__(self):
+        return hash(self.value)
+
+    def __call__(self, *args, **kwargs):
+        return self.value(*args, **kwargs)
+
+    def __getattr__(self, name):
+        if name == "value":
+            raise AttributeError(name)
+        return getattr(self.value, name)
+
+    def __iter__(self):
+        return iter(self.value)
+
+    def __len__(self):
+        return len(self.value)
+
+    def __getitem__(self, i):
+        return constexpr(self.value[_unwrap(i)])
+
+
+def _unwrap(v):
+    return v.value if isinstance(v, constexpr) else v
+
+
+def _constexpr_binary(op, reflected=False):
+    def method(self, other):
+        if isinstance(other, tensor):
+            return NotImplemented  # Python then calls the tensor's (reflected) operator
+        a, b = self.value, _unwrap(other)
+        return constexpr(op(b, a) if reflected else op(a, b))
+    return method
+
+
+def _constexpr_unary(op):
+    def method(self):
+        return constexpr(op(self.value))
+    return method
+
+
+import operator as _op  # noqa: E402
+
+for _name, _fn in [("add", _op.add), ("sub", _op.sub), ("mul", _op.mul), ("truediv", _op.truediv),
+                   ("floordiv", _op.floordiv), ("mod", _op.mod), ("pow", _op.pow), ("and", _op.and_),
+                   ("or", _op.or_), ("xor", _op.xor), ("lshift", _op.lshift), ("rshift", _op.rshift)]:
+    setattr(constexpr, f"__{_name}__", _constexpr_binary(_fn))
+    setattr(constexpr, f"__r{_name}__", _constexpr_binary(_fn, reflected=True))
+for _name, _fn in [("eq", _op.eq), ("ne", _op.ne), ("lt", _op.lt), ("le", _op.le), ("gt", _op.gt), ("ge", _op.ge)]:
+    setattr(constexpr, f"__{_name}__", _constexpr_binary(_fn))
+for _name, _fn in [("neg", _op.neg), ("pos", _op.pos), ("invert", _op.invert), ("abs", builtins.abs)]:
+    setattr(constexpr, f"__{_name}__", _constexpr_unary(_fn))
+constexpr.__hash__ = lambda self: hash(self.value)
+
+
+def _semantic():
+    from . import semantic
+    return semantic
+
+
+def _binary(name, reflected=False):
+    def method(self, other):
+        fn = getattr(_semantic(), name)
+        return fn(other, self) if reflected else fn(self, other)
+    method.__name__ = name
+    return method
+
+
+class tensor:
+    """A value in a kernel: a scalar, pointer or block held by one block-IR value."""
+
+    def __init__(self, handle, type: dtype):
+        self.handle = handle
+        self.type = type
+
+    @property
+    def dtype(self) -> dtype:
+        return self.type.scalar
+
+    @property
+    def shape(self):
+        return tuple(constexpr(d) for d in self.type.shape)
+
+    @property
+    def numel(self):
+        return constexpr(self.type.numel)
+
+    @property
+    def T(self):
+        return _semantic().permute(self, (1, 0)) if len(self.type.shape) == 2 else self
+
+    def __repr__(self):
+        return f"tensor({self.type})"
+
+    def __bool__(self):
+        raise TypeError("a tensor has no truth value at compile time; use it in an `if` of the kernel "
+                        "or compare constexprs instead")
+
+    def __index__(self):
+        raise TypeError("a tensor cannot be used where a compile-time integer (constexpr) is needed")
+
+    __add__, __radd__ = _binary("add"), _binary("add", True)
+    __sub__, __rsub__ = _binary("sub"), _binary("sub", True)
+    __mul__, __rmul__ = _binary("mul"), _binary("mul", True)
+    __truediv__, __rtruediv__ = _binary("truediv"), _binary("truediv", True)
+    __floordiv__, __rfloordiv__ = _binary("floordiv"), _binary("floordiv", True)
+    __mod__, __rmod__ = _binary("mod"), _binary("mod", True)
+    __and__, __rand__ = _binary("and_"), _binary("and_", True)
+    __or__, __ror__ = _binary("or_"), _binary("or_", True)
+    __xor__, __rxor__ = _binary("xor_"), _binary("xor_", True)
+    __lshift__, __rlshift__ = _binary("shl"), _binary("shl", True)
+    __rshift__, __rrshift__ = _binary("shr"), _binary("shr", True)
+    __lt__, __le__ = _binary("less"), _binary("less_equal")
+    __gt__, __ge__ = _binary("greater"), _binary("greater_equal")
+    __eq__, __ne__ = _binary("equal"), _binary("not_equal")
+    __pow__ = _binary("pow")
+
+    def __hash__(self):
+        return id(self)
+
+    def __neg__(self):
+        return _semantic().neg(self)
+
+    def __pos__(self):
+        return self
+
+    def __invert__(self):
+        return _semantic().invert(self)
+
+    def __abs__(self):
+        return _semantic().abs(self)
+
+    def __getitem__(self, slices):
+        return _semantic().subscript(self, slices)
+
+    def to(self, dtype, fp_downcast_rounding=None, bitcast=False):
+        return _semantic().cast(self, dtype, fp_downcast_rounding=fp_downcast_rounding, bitcast=bitcast)
+
+    def logical_and(self, other):
+        return _semantic().logical_and(self, other)
+
+    def logical_or(self, other):
+        return _semantic().logical_or(self, other)
+
+    def __getattr__(self, name):
+        # Triton's tensor methods: x.sum(0), x.reshape(...), x.broadcast_to(...), ...
+        from . import _methods
+        fn = _methods.get(name)
+        if fn is None:
+            raise AttributeError(f"'tensor' object has no attribute '{name}'")
+        return functools.partial(fn, self)
+
+
+def to_value(v: Any):
+    """Unwrap a constexpr; leave tensors and other objects alone."""
+    return _unwrap(v)
+
+
+class range:
+    """`for i in tl.range(start, end, step, num_stages=...)`: a loop of the kernel with pipelining hints."""
+
+    def __init__(self, arg1, arg2=None, step=None, num_stages=None, loop_unroll_factor=None,
+                 disallow_acc_multi_buffer=False, flatten=False, warp_specialize=False):
+        raise RuntimeError("tl.range can only be used as the iterable of a for loop inside a kernel")
+
+
+class static_range:
+    """`for i in tl.static_range(start, end, step)`: a loop unrolled at compile time; i is a constexpr."""
+
+    def __init__(self, arg1, arg2=None, step=None):
+        raise RuntimeError("tl.static_range can only be used as the iterable of a for loop inside a kernel")

@@ -1,0 +1,890 @@
+"""The rules layer: typing, promotion, broadcasting and IR emission for every builtin.
+
+The public functions of `kiln.language` are thin: they unwrap constexprs and hand over
+to the functions here, which check types, apply Triton's promotion table and
+broadcasting rules, and append block-IR ops through the builder of the kernel being
+built. Errors are `TypeError`/`ValueError` with a plain message; the AST frontend adds
+the user's file, line and caret.
+"""
+from __future__ import annotations
+
+import contextlib
+import numbers
+import threading
+
+import numpy as np
+
+from kiln.ir import Block, Builder
+from kiln.ir.types import (
+    block_type, dtype, float16, float32, float64, int1, int32, int64, is_power_of_two, pointer_type,
+    uint32, uint64, with_shape,
+)
+
+from .core import constexpr, tensor
+
+
+# --- the kernel being built -------------------------------------------------------------
+
+class _State(threading.local):
+    builder: Builder | None = None
+    generator = None  # the AST generator, which knows how to inline @jit calls
+
+
+state = _State()
+
+
+def builder() -> Builder:
+    if state.builder is None:
+        raise RuntimeError("kiln.language functions can only be called inside a @kiln.jit function")
+    return state.builder
+
+
+@contextlib.contextmanager
+def insertion_block(block: Block):
+    """Emit ops into `block` for the duration of the `with`."""
+    b = builder()
+    saved = b.block
+    b.block = block
+    try:
+        yield block
+    finally:
+        b.block = saved
+
+
+def call_jit(fn, args, kwargs=None):
+    """Inline a @jit function (e.g. a reduce's combine function) at the insertion point."""
+    return state.generator.call_jit_function(fn, list(args), dict(kwargs or {}))
+
+
+def _emit(name, operands, result_type, **attrs) -> tensor:
+    value = builder().value(name, [t.handle for t in operands], result_type, **attrs)
+    return tensor(value, result_type)
+
+
+# --- scalars and constants --------------------------------------------------------------
+
+def unwrap(v):
+    return v.value if isinstance(v, constexpr) else v
+
+
+def is_python_scalar(v) -> bool:
+    v = unwrap(v)
+    return isinstance(v, (bool, numbers.Number, np.generic)) and not isinstance(v, tensor)
+
+
+def python_scalar_type(v) -> dtype:
+    """Triton's type for a Python number used in a kernel."""
+    v = unwrap(v)
+    if isinstance(v, (bool, np.bool_)):
+        return int1
+    if isinstance(v, (int, np.integer)):
+        v = int(v)
+        if -2**31 <= v < 2**31:
+            return int32
+        if 2**31 <= v < 2**32:
+            return uint32
+        if -2**63 <= v < 2**63:
+            return int64
+        if 2**63 <= v < 2**64:
+            return uint64
+        raise ValueError(f"integer {v} does not fit in 64 bits")
+    if isinstance(v, (float, np.floating)):
+        v = float(v)
+        if v != v or abs(v) == float("inf") or abs(v) <= 3.4028234663852886e38:
+            return float32
+        return float64
+    raise TypeError(f"cannot use {type(v).__name__} {v!r} as a kernel value")
+
+
+def _normalize_constant(value, t: dtype):
+    """`value` as stored in a constant attribute of scalar type `t`, exactly as NumPy rounds it."""
+    scalar = t.scalar
+    if scalar.is_floating():
+        return float(np.array(value, dtype=np.float64).astype(scalar.to_numpy()).astype(np.float64))
+    if scalar == int1:
+        return bool(value)
+    if scalar.is_ptr():
+        return int(value)
+    bits = scalar.primitive_bitwidth
+    v = int(value) & ((1 << bits) - 1)
+    if scalar.is_int_signed() and v >= 1 << (bits - 1):
+        v -= 1 << bits
+    return v
+
+
+def constant(value, t: dtype) -> tensor:
+    return _emit("constant", [], t, value=_normalize_constant(unwrap(value), t))
+
+
+def to_tensor(v) -> tensor:
+    if isinstance(v, tensor):
+        return v
+    v = unwrap(v)
+    if isinstance(v, tensor):
+        return v
+    if v is None:
+        raise TypeError("None cannot be used as a value here")
+    return constant(v, python_scalar_type(v))
+
+
+def _constant_value(t: tensor):
+    op = t.handle.defining_op
+    return op.attrs["value"] if op is not None and op.name == "constant" else None
+
+
+# --- broadcasting -----------------------------------------------------------------------
+
+def splat(t: tensor, shape) -> tensor:
+    shape = tuple(shape)
+    if not shape:
+        return t
+    c = _constant_value(t)
+    if c is not None:
+        return _emit("constant", [], block_type(t.type, shape), value=c)
+    return _emit("splat", [t], block_type(t.type, shape))
+
+
+def expand_dims(t: tensor, axis) -> tensor:
+    axes = [unwrap(a) for a in (axis if isinstance(unwrap(axis), (list, tuple)) else [axis])]
+    axes = [unwrap(a) for a in axes]
+    new_rank = len(t.type.shape) + len(axes)
+    axes = sorted(a + new_rank if a < 0 else a for a in axes)
+    for a in axes:
+        if not 0 <= a < new_rank:
+            raise ValueError(f"expand_dims axis {a} is out of range for a result of rank {new_rank}")
+    for a in axes:
+        shape = list(t.type.shape)
+        shape.insert(a, 1)
+        if len(shape) == 1:
+            t = splat(t, shape)
+        else:
+            t = _emit("expand_dims", [t], block_type(t.dtype, shape), axis=a)
+    return t
+
+
+def broadcast_to(t: tensor, shape) -> tensor:
+    shape = tuple(int(unwrap(d)) for d in shape)
+    t = to_tensor(t)
+    src = t.type.shape
+    if src == shape:
+        return t
+    if not src:
+        return splat(t, shape)
+    if len(src) > len(shape):
+        raise ValueError(f"cannot broadcast shape {list(src)} to {list(shape)}")
+    while len(t.type.shape) < len(shape):
+        t = expand_dims(t, 0)
+    src = t.type.shape
+    for s, d in zip(src, shape):
+        if s != d and s != 1:
+            raise ValueError(f"cannot broadcast shape {list(src)} to {list(shape)}")
+    return _emit("broadcast", [t], block_type(t.dtype, shape))
+
+
+def broadcast_shapes(a, b):
+    if not a:
+        return tuple(b)
+    if not b:
+        return tuple(a)
+    a, b = list(a), list(b)
+    while len(a) < len(b):
+        a.insert(0, 1)
+    while len(b) < len(a):
+        b.insert(0, 1)
+    out = []
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y and 1 not in (x, y):
+            raise ValueError(f"cannot broadcast shapes {a} and {b}: dimension {i} is {x} vs {y}")
+        out.append(max(x, y))
+    return tuple(out)
+
+
+def broadcast_pair(a: tensor, b: tensor):
+    shape = broadcast_shapes(a.type.shape, b.type.shape)
+    return broadcast_to(a, shape), broadcast_to(b, shape)
+
+
+# --- promotion --------------------------------------------------------------------------
+
+_KIND_RANK = {"bool": 0, "int": 1, "float": 2}
+
+
+def integer_promote(a: dtype, b: dtype) -> dtype:
+    """C's usual arithmetic conversions on two integer types."""
+    if a.signed == b.signed:
+        return a if a.primitive_bitwidth > b.primitive_bitwidth else b
+    unsigned, signed = (a, b) if not a.signed else (b, a)
+    return unsigned if unsigned.primitive_bitwidth >= signed.primitive_bitwidth else signed
+
+
+def computation_type(a: dtype, a_is_py: bool, b: dtype, b_is_py: bool, div_or_mod: bool) -> dtype:
+    """Triton's promotion table for a binary arithmetic op."""
+    if a_is_py != b_is_py:
+        py, ten = (a, b) if a_is_py else (b, a)
+        if _KIND_RANK[py.kind] <= _KIND_RANK[ten.kind]:
+            if div_or_mod and ten in (float16,) or (div_or_mod and ten.is_bf16()):
+                return float32
+            return ten
+    if a.is_fp64() or b.is_fp64():
+        return float64
+    if a.is_fp32() or b.is_fp32():
+        return float32
+    if a.is_fp16() or b.is_fp16():
+        return float32 if div_or_mod else float16
+    if a.is_bf16() or b.is_bf16():
+        if div_or_mod or not (a.is_bf16() and b.is_bf16()):
+            return float32
+        return a
+    if a.is_fp8() or b.is_fp8():
+        if a.is_fp8() and b.is_fp8():
+            return a if a == b else float16
+        return float16 if (a.is_fp8() and b.is_int()) or (b.is_fp8() and a.is_int()) else float32
+    if not a.is_int() or not b.is_int():
+        raise TypeError(f"unexpected types {a} and {b}")
+    if div_or_mod and a.signed != b.signed and not (a.is_int1() or b.is_int1()):
+        raise TypeError(f"cannot use /, // or % with {a} and {b} because they have different signedness; "
+                        "cast them to one signedness first")
+    return integer_promote(a, b)
+
+
+def _check_negative_unsigned(py_value, t: dtype):
+    if isinstance(py_value, (int, float)) and not isinstance(py_value, bool) and py_value < 0 and t.is_int_unsigned():
+        raise ValueError(f"cannot do a binary operation between an unsigned tensor ({t}) and a negative scalar "
+                         f"({py_value}); cast the tensor to a signed type first")
+
+
+def binary_operands(a, b, *, allow_ptr=False, arithmetic=True, div_or_mod=False):
+    """Convert, broadcast and promote two operands to one type."""
+    a_py, b_py = is_python_scalar(a), is_python_scalar(b)
+    a_val, b_val = unwrap(a), unwrap(b)
+    a, b = to_tensor(a), to_tensor(b)
+    a, b = broadcast_pair(a, b)
+    sa, sb = a.dtype, b.dtype
+    if sa.is_ptr() or sb.is_ptr():
+        if not allow_ptr:
+            raise TypeError(f"invalid operands of types {sa} and {sb}")
+        return a, b
+    if arithmetic:
+        t = computation_type(sa, a_py, sb, b_py, div_or_mod)
+        if a_py:
+            _check_negative_unsigned(a_val, t)
+        if b_py:
+            _check_negative_unsigned(b_val, t)
+        a, b = cast(a, t), cast(b, t)
+    return a, b
+
+
+# --- arithmetic -------------------------------------------------------------------------
+
+def _elementwise(name, a: tensor, b: tensor, **attrs) -> tensor:
+    return _emit(name, [a, b], a.type, **attrs)
+
+
+def add(a, b):
+    a, b = binary_operands(a, b, allow_ptr=True)
+    if a.dtype.is_ptr() and b.dtype.is_ptr():
+        raise TypeError("cannot add two pointers")
+    if b.dtype.is_ptr():
+        a, b = b, a
+    if a.dtype.is_ptr():
+        return addptr(a, b)
+    return _elementwise("add", a, b)
+
+
+def addptr(p: tensor, offset: tensor) -> tensor:
+    if not offset.dtype.is_int():
+        raise TypeError(f"a pointer offset must be an integer, not {offset.dtype}")
+    p, offset = broadcast_pair(p, offset)
+    return _emit("addptr", [p, offset], p.type)
+
+
+def sub(a, b):
+    a, b = binary_operands(a, b, allow_ptr=True)
+    if a.dtype.is_ptr():
+        if b.dtype.is_ptr():
+            raise TypeError("subtracting two pointers is not supported; cast them to int64 first")
+        return addptr(a, neg(b))
+    if b.dtype.is_ptr():
+        raise TypeError("cannot subtract a pointer from a number")
+    return _elementwise("sub", a, b)
+
+
+def mul(a, b):
+    a, b = binary_operands(a, b)
+    return _elementwise("mul", a, b)
+
+
+def truediv(a, b):
+    a, b = binary_operands(a, b, div_or_mod=True)
+    if a.dtype.is_int():
+        a, b = cast(a, float32), cast(b, float32)
+    return _elementwise("div", a, b)
+
+
+def floordiv(a, b):
+    a, b = binary_operands(a, b, div_or_mod=True)
+    if not a.dtype.is_int():
+        raise TypeError(f"// needs integer operands, not {a.dtype}")
+    return _elementwise("div", a, b)
+
+
+def mod(a, b):
+    a, b = binary_operands(a, b, div_or_mod=True)
+    return _elementwise("rem", a, b)
+
+
+def pow(a, b):
+    a, b = binary_operands(a, b)
+    if not a.dtype.is_floating():
+        raise TypeError("** needs floating-point operands")
+    return _elementwise("pow", a, b)
+
+
+def _bitwise_operands(a, b):
+    a, b = binary_operands(a, b, arithmetic=False)
+    sa, sb = a.dtype, b.dtype
+    if not sa.is_int() or not sb.is_int():
+        raise TypeError(f"bitwise operators need integer operands, not {sa} and {sb}")
+    t = integer_promote(sa, sb)
+    return cast(a, t), cast(b, t)
+
+
+def and_(a, b):
+    return _elementwise("and", *_bitwise_operands(a, b))
+
+
+def or_(a, b):
+    return _elementwise("or", *_bitwise_operands(a, b))
+
+
+def xor_(a, b):
+    return _elementwise("xor", *_bitwise_operands(a, b))
+
+
+def shl(a, b):
+    return _elementwise("shl", *_bitwise_operands(a, b))
+
+
+def shr(a, b):
+    return _elementwise("shr", *_bitwise_operands(a, b))
+
+
+def logical_and(a, b):
+    a, b = cast(to_tensor(a), int1), cast(to_tensor(b), int1)
+    return and_(a, b)
+
+
+def logical_or(a, b):
+    a, b = cast(to_tensor(a), int1), cast(to_tensor(b), int1)
+    return or_(a, b)
+
+
+def logical_not(a):
+    return invert(cast(to_tensor(a), int1))
+
+
+def neg(a):
+    a = to_tensor(a)
+    if a.dtype.is_ptr():
+        raise TypeError("cannot negate a pointer")
+    return _emit("neg", [a], a.type)
+
+
+def invert(a):
+    a = to_tensor(a)
+    if not a.dtype.is_int():
+        raise TypeError(f"~ needs an integer operand, not {a.dtype}")
+    return _emit("not", [a], a.type)
+
+
+def abs(a):
+    a = to_tensor(a)
+    if a.dtype.is_int_unsigned():
+        return a
+    return _emit("abs", [a], a.type)
+
+
+def _compare(pred, a, b):
+    a, b = binary_operands(a, b, allow_ptr=True)
+    if a.dtype.is_ptr() != b.dtype.is_ptr():
+        raise TypeError(f"cannot compare {a.dtype} with {b.dtype}")
+    return _emit("cmp", [a, b], with_shape(int1, a.type.shape), pred=pred)
+
+
+def less(a, b): return _compare("lt", a, b)
+def less_equal(a, b): return _compare("le", a, b)
+def greater(a, b): return _compare("gt", a, b)
+def greater_equal(a, b): return _compare("ge", a, b)
+def equal(a, b): return _compare("eq", a, b)
+def not_equal(a, b): return _compare("ne", a, b)
+
+
+def minimum(a, b, propagate_nan=False):
+    a, b = binary_operands(a, b)
+    attrs = {"propagate_nan": True} if a.dtype.is_floating() and propagate_nan else {}
+    return _elementwise("min", a, b, **attrs)
+
+
+def maximum(a, b, propagate_nan=False):
+    a, b = binary_operands(a, b)
+    attrs = {"propagate_nan": True} if a.dtype.is_floating() and propagate_nan else {}
+    return _elementwise("max", a, b, **attrs)
+
+
+def where(cond, x, y):
+    cond = cast(to_tensor(cond), int1)
+    x, y = binary_operands(x, y)
+    shape = broadcast_shapes(cond.type.shape, x.type.shape)
+    cond, x, y = broadcast_to(cond, shape), broadcast_to(x, shape), broadcast_to(y, shape)
+    return _emit("select", [cond, x, y], x.type)
+
+
+def math_unary(name, x, *, allow_int=False):
+    x = to_tensor(x)
+    if not x.dtype.is_floating() and not (allow_int and x.dtype.is_int()):
+        raise TypeError(f"{name} needs a floating-point operand, not {x.dtype}")
+    result = with_shape(int1, x.type.shape) if name in ("isnan", "isinf") else x.type
+    return _emit(name, [x], result)
+
+
+def math_binary(name, a, b):
+    a, b = binary_operands(a, b)
+    if name == "umulhi":
+        if not a.dtype.is_int():
+            raise TypeError(f"umulhi needs integer operands, not {a.dtype}")
+    elif not a.dtype.is_floating():
+        raise TypeError(f"{name} needs floating-point operands, not {a.dtype}")
+    return _elementwise(name, a, b)
+
+
+def fma(x, y, z):
+    x, y = binary_operands(x, y)
+    x, z = binary_operands(x, z)
+    x, y = binary_operands(x, y)
+    if not x.dtype.is_floating():
+        raise TypeError(f"fma needs floating-point operands, not {x.dtype}")
+    return _emit("fma", [x, y, z], x.type)
+
+
+# --- casts ------------------------------------------------------------------------------
+
+def _fold_cast(value, src: dtype, dst: dtype):
+    """The constant `value` of type `src` converted to `dst`, or None to leave it to the backend."""
+    if src.is_floating() and dst.is_int() and not dst.is_int1():
+        return None  # float->int saturation and NaN handling belong to the backend
+    arr = np.array(value, dtype=src.to_numpy())
+    if dst.is_int1():
+        return bool(arr != 0)
+    with np.errstate(all="ignore"):
+        out = arr.astype(dst.to_numpy())
+    return float(out) if dst.is_floating() else int(out)
+
+
+def cast(x, dst, fp_downcast_rounding=None, bitcast=False) -> tensor:
+    x = to_tensor(x)
+    dst = unwrap(dst)
+    if not isinstance(dst, dtype) or isinstance(dst, block_type):
+        raise TypeError(f"cast needs a scalar or pointer dtype, not {dst!r}")
+    src = x.dtype
+    bitcast = unwrap(bitcast)
+    fp_downcast_rounding = unwrap(fp_downcast_rounding)
+    result = with_shape(dst, x.type.shape)
+    if src == dst:
+        return x
+    if bitcast:
+        if src.primitive_bitwidth != dst.primitive_bitwidth:
+            raise ValueError(f"cannot bitcast {src} ({src.primitive_bitwidth} bits) to {dst} "
+                             f"({dst.primitive_bitwidth} bits)")
+        return _emit("bitcast", [x], result)
+    if src.is_ptr() and dst.is_ptr():
+        return _emit("bitcast", [x], result)
+    if (src.is_ptr() and not dst.is_int()) or (dst.is_ptr() and not src.is_int()):
+        raise TypeError(f"cannot cast {src} to {dst}")
+    attrs = {}
+    if fp_downcast_rounding is not None:
+        if fp_downcast_rounding not in ("rtne", "rtz"):
+            raise ValueError(f"fp_downcast_rounding must be 'rtne' or 'rtz', not {fp_downcast_rounding!r}")
+        if not (src.is_floating() and dst.is_floating() and dst.primitive_bitwidth < src.primitive_bitwidth):
+            raise ValueError("fp_downcast_rounding is only for narrowing float conversions")
+        attrs["rounding"] = fp_downcast_rounding
+    c = _constant_value(x)
+    if c is not None and not attrs and not src.is_ptr() and not dst.is_ptr():
+        folded = _fold_cast(c, src, dst)
+        if folded is not None:
+            return constant(folded, result)
+    if dst.is_int1() and not src.is_ptr():
+        return not_equal(x, 0)
+    return _emit("cast", [x], result, **attrs)
+
+
+# --- creation ---------------------------------------------------------------------------
+
+def check_shape(shape):
+    shape = tuple(int(unwrap(d)) for d in shape)
+    for d in shape:
+        if not is_power_of_two(d):
+            raise ValueError(f"shape {list(shape)}: every dimension must be a power of two")
+    return shape
+
+
+def full(shape, value, t) -> tensor:
+    shape = check_shape(unwrap(shape) if isinstance(unwrap(shape), (list, tuple)) else [shape])
+    t = unwrap(t)
+    if is_python_scalar(value):
+        return constant(unwrap(value), with_shape(t, shape))
+    return splat(cast(to_tensor(value), t), shape)
+
+
+def arange(start, end) -> tensor:
+    start, end = unwrap(start), unwrap(end)
+    if not isinstance(start, int) or not isinstance(end, int):
+        raise TypeError("arange's start and end must be constexpr integers")
+    if end <= start:
+        raise ValueError(f"arange needs start < end, got {start} and {end}")
+    if not is_power_of_two(end - start):
+        raise ValueError(f"arange's range must be a power of two, got {end - start}")
+    if not (-2**31 <= start and end <= 2**31):
+        raise ValueError("arange must fit in int32")
+    return _emit("arange", [], block_type(int32, [end - start]), start=start, end=end)
+
+
+def program_id(axis) -> tensor:
+    axis = unwrap(axis)
+    if axis not in (0, 1, 2):
+        raise ValueError(f"program_id axis must be 0, 1 or 2, not {axis}")
+    return _emit("program_id", [], int32, axis=axis)
+
+
+def num_programs(axis) -> tensor:
+    axis = unwrap(axis)
+    if axis not in (0, 1, 2):
+        raise ValueError(f"num_programs axis must be 0, 1 or 2, not {axis}")
+    return _emit("num_programs", [], int32, axis=axis)
+
+
+# --- shapes -----------------------------------------------------------------------------
+
+def subscript(x: tensor, slices):
+    slices = unwrap(slices)
+    if not isinstance(slices, tuple):
+        slices = (slices,)
+    out, dim = x, 0
+    for s in slices:
+        s = unwrap(s)
+        if s is None:
+            out = expand_dims(out, dim)
+            dim += 1
+        elif isinstance(s, slice) and s == slice(None, None, None):
+            dim += 1
+        else:
+            raise IndexError(f"unsupported tensor index {s!r}: only `:` and `None` are allowed")
+    if dim > max(len(x.type.shape), 0) + sum(1 for s in slices if unwrap(s) is None):
+        raise IndexError("too many indices for the tensor")
+    return out
+
+
+def reshape(x, shape, can_reorder=False) -> tensor:
+    x = to_tensor(x)
+    shape = check_shape(shape)
+    numel = 1
+    for d in shape:
+        numel *= d
+    if numel != x.type.numel:
+        raise ValueError(f"cannot reshape {list(x.type.shape)} ({x.type.numel} elements) to {list(shape)}")
+    if not x.type.shape:
+        return splat(x, shape)
+    if x.type.shape == shape:
+        return x
+    return _emit("reshape", [x], with_shape(x.dtype, shape), can_reorder=bool(unwrap(can_reorder)))
+
+
+def permute(x, dims) -> tensor:
+    x = to_tensor(x)
+    dims = [int(unwrap(d)) for d in dims]
+    shape = x.type.shape
+    if sorted(dims) != list(range(len(shape))):
+        raise ValueError(f"permute: {dims} is not a permutation of the {len(shape)} dimensions of {list(shape)}")
+    if dims == list(range(len(shape))):
+        return x
+    return _emit("permute", [x], block_type(x.dtype, [shape[d] for d in dims]), order=dims)
+
+
+def join(a, b) -> tensor:
+    a, b = binary_operands(a, b, arithmetic=False, allow_ptr=True)
+    if a.dtype != b.dtype:
+        raise TypeError(f"join needs two values of one dtype, not {a.dtype} and {b.dtype}")
+    if not a.type.shape:
+        a, b = splat(a, (1,)), splat(b, (1,))
+        return reshape(_emit("join", [a, b], block_type(a.dtype, [1, 2])), (2,))
+    return _emit("join", [a, b], block_type(a.dtype, list(a.type.shape) + [2]))
+
+
+def split(a):
+    a = to_tensor(a)
+    shape = a.type.shape
+    if not shape or shape[-1] != 2:
+        raise ValueError(f"split needs a tensor whose last dimension is 2, not {list(shape)}")
+    t = with_shape(a.dtype, shape[:-1])
+    op = builder().create("split", [a.handle], [t, t])
+    return tensor(op.results[0], t), tensor(op.results[1], t)
+
+
+def cat(a, b, can_reorder=False) -> tensor:
+    a, b = to_tensor(a), to_tensor(b)
+    if a.type != b.type or not a.type.shape:
+        raise ValueError(f"cat needs two blocks of one type, not {a.type} and {b.type}")
+    shape = list(a.type.shape)
+    shape[0] *= 2
+    return _emit("cat", [a, b], block_type(a.dtype, shape))
+
+
+# --- memory -----------------------------------------------------------------------------
+
+_LOAD_CACHE = ("", ".ca", ".cg", ".cv")
+_STORE_CACHE = ("", ".wb", ".cg", ".cs", ".wt")
+_EVICTION = ("", "evict_normal", "evict_first", "evict_last", "no_allocate")
+_SEMANTICS = {"acquire", "release", "acq_rel", "relaxed"}
+_SCOPES = {"gpu", "cta", "sys"}
+
+
+def _pointer(ptr) -> tensor:
+    ptr = to_tensor(ptr)
+    if not ptr.dtype.is_ptr():
+        raise TypeError(f"expected a pointer, got {ptr.dtype}")
+    return ptr
+
+
+def _mask(mask, ptr: tensor):
+    mask = cast(to_tensor(mask), int1)
+    shape = broadcast_shapes(ptr.type.shape, mask.type.shape)
+    return broadcast_to(ptr, shape), broadcast_to(mask, shape)
+
+
+def load(ptr, mask=None, other=None, cache_modifier="", eviction_policy="", volatile=False):
+    ptr = _pointer(ptr)
+    cache_modifier, eviction_policy = unwrap(cache_modifier) or "", unwrap(eviction_policy) or ""
+    if cache_modifier not in _LOAD_CACHE:
+        raise ValueError(f"unknown cache modifier {cache_modifier!r}; expected one of {_LOAD_CACHE}")
+    if eviction_policy not in _EVICTION:
+        raise ValueError(f"unknown eviction policy {eviction_policy!r}; expected one of {_EVICTION}")
+    elem = ptr.dtype.element_ty
+    operands = [ptr]
+    if unwrap(mask) is not None:
+        ptr, mask = _mask(mask, ptr)
+        operands = [ptr, mask]
+    elif unwrap(other) is not None:
+        raise ValueError("`other` cannot be given without `mask`")
+    if unwrap(other) is not None:
+        operands.append(broadcast_to(cast(to_tensor(other), elem), ptr.type.shape))
+    attrs = {}
+    if cache_modifier:
+        attrs["cache"] = cache_modifier
+    if eviction_policy:
+        attrs["evict"] = eviction_policy
+    if unwrap(volatile):
+        attrs["volatile"] = True
+    return _emit("load", operands, with_shape(elem, ptr.type.shape), **attrs)
+
+
+def store(ptr, value, mask=None, cache_modifier="", eviction_policy=""):
+    ptr = _pointer(ptr)
+    cache_modifier, eviction_policy = unwrap(cache_modifier) or "", unwrap(eviction_policy) or ""
+    if cache_modifier not in _STORE_CACHE:
+        raise ValueError(f"unknown cache modifier {cache_modifier!r}; expected one of {_STORE_CACHE}")
+    if eviction_policy not in _EVICTION:
+        raise ValueError(f"unknown eviction policy {eviction_policy!r}; expected one of {_EVICTION}")
+    value = to_tensor(value)
+    if value.type.shape and not ptr.type.shape:
+        raise ValueError("the value to store is a block but the pointer is a scalar")
+    if unwrap(mask) is not None:
+        ptr, mask = _mask(mask, ptr)
+    value = broadcast_to(cast(value, ptr.dtype.element_ty), ptr.type.shape)
+    operands = [ptr, value] + ([mask] if unwrap(mask) is not None else [])
+    attrs = {}
+    if cache_modifier:
+        attrs["cache"] = cache_modifier
+    if eviction_policy:
+        attrs["evict"] = eviction_policy
+    builder().create("store", [t.handle for t in operands], [], attrs)
+
+
+def _memory_order(sem, scope):
+    sem, scope = unwrap(sem) or "acq_rel", unwrap(scope) or "gpu"
+    if sem not in _SEMANTICS:
+        raise ValueError(f"unknown memory semantics {sem!r}; expected one of {sorted(_SEMANTICS)}")
+    if scope not in _SCOPES:
+        raise ValueError(f"unknown memory scope {scope!r}; expected one of {sorted(_SCOPES)}")
+    return sem, scope
+
+
+def atomic_rmw(kind, ptr, val, mask=None, sem=None, scope=None):
+    ptr = _pointer(ptr)
+    sem, scope = _memory_order(sem, scope)
+    elem = ptr.dtype.element_ty
+    val = to_tensor(val)
+    shape = broadcast_shapes(ptr.type.shape, val.type.shape)
+    if unwrap(mask) is not None:
+        shape = broadcast_shapes(shape, to_tensor(mask).type.shape)
+        mask = broadcast_to(cast(to_tensor(mask), int1), shape)
+    else:
+        mask = constant(True, with_shape(int1, shape))
+    ptr, val = broadcast_to(ptr, shape), broadcast_to(cast(val, elem), shape)
+    if kind in ("and", "or", "xor") and not elem.is_int():
+        raise TypeError(f"atomic_{kind} needs an integer pointer, not {ptr.dtype}")
+    return _emit("atomic_rmw", [ptr, val, mask], val.type, kind=kind, sem=sem, scope=scope)
+
+
+def atomic_cas(ptr, cmp, val, sem=None, scope=None):
+    ptr = _pointer(ptr)
+    sem, scope = _memory_order(sem, scope)
+    elem = ptr.dtype.element_ty
+    cmp, val = to_tensor(cmp), to_tensor(val)
+    shape = broadcast_shapes(broadcast_shapes(ptr.type.shape, cmp.type.shape), val.type.shape)
+    ptr = broadcast_to(ptr, shape)
+    cmp, val = broadcast_to(cast(cmp, elem), shape), broadcast_to(cast(val, elem), shape)
+    return _emit("atomic_cas", [ptr, cmp, val], val.type, sem=sem, scope=scope)
+
+
+# --- dot --------------------------------------------------------------------------------
+
+_PRECISIONS = ("tf32", "tf32x3", "ieee")
+
+
+def dot(a, b, acc=None, input_precision=None, allow_tf32=None, max_num_imprecise_acc=None, out_dtype=float32):
+    a, b = to_tensor(a), to_tensor(b)
+    out_dtype = unwrap(out_dtype)
+    input_precision, allow_tf32 = unwrap(input_precision), unwrap(allow_tf32)
+    if input_precision is not None and allow_tf32 is not None:
+        raise ValueError("give only one of input_precision and allow_tf32")
+    if input_precision is None:
+        input_precision = "tf32" if allow_tf32 in (None, True) else "ieee"
+    if input_precision not in _PRECISIONS:
+        raise ValueError(f"input_precision must be one of {_PRECISIONS}, not {input_precision!r}")
+    sa, sb = a.type.shape, b.type.shape
+    if len(sa) not in (2, 3) or len(sa) != len(sb):
+        raise ValueError(f"dot needs two 2-D (or batched 3-D) blocks, got {list(sa)} and {list(sb)}")
+    if sa[-1] != sb[-2]:
+        raise ValueError(f"dot: the inner dimensions must agree, got {list(sa)} and {list(sb)}")
+    if sa[:-2] != sb[:-2]:
+        raise ValueError(f"dot: the batch dimensions must agree, got {list(sa)} and {list(sb)}")
+    if min(sa[-2], sa[-1], sb[-1]) < 16:
+        raise ValueError(f"dot: every dimension must be >= 16, got {list(sa)} and {list(sb)}")
+    if a.dtype != b.dtype:
+        if a.dtype.is_floating() and b.dtype.is_floating():
+            t = computation_type(a.dtype, False, b.dtype, False, False)
+            a, b = cast(a, t), cast(b, t)
+        else:
+            raise TypeError(f"dot operands must have one dtype, got {a.dtype} and {b.dtype}")
+    if a.dtype.is_int():
+        if a.dtype.primitive_bitwidth != 8:
+            raise TypeError(f"integer dot needs int8/uint8 operands, not {a.dtype}")
+        out_dtype = int32
+    elif a.dtype.is_fp32() and input_precision != "ieee" and input_precision is None:
+        pass
+    out_shape = list(sa[:-1]) + [sb[-1]]
+    if unwrap(acc) is None:
+        acc = full(out_shape, 0, out_dtype)
+    else:
+        acc = to_tensor(acc)
+        if list(acc.type.shape) != out_shape:
+            raise ValueError(f"dot: acc has shape {list(acc.type.shape)}, expected {out_shape}")
+    attrs = {"input_precision": input_precision if a.dtype.is_fp32() else "ieee"}
+    if unwrap(max_num_imprecise_acc) is not None:
+        attrs["max_num_imprecise_acc"] = int(unwrap(max_num_imprecise_acc))
+    return _emit("dot", [a, b, acc], acc.type, **attrs)
+
+
+# --- reductions and scans ---------------------------------------------------------------
+
+def _combine_region(inputs, combine_fn):
+    """A region that applies `combine_fn` to (lhs..., rhs...) scalars of the inputs' dtypes."""
+    scalars = [t.dtype for t in inputs]
+    region = Block(scalars * 2)
+    with insertion_block(region):
+        args = [tensor(v, v.type) for v in region.args]
+        result = call_jit(combine_fn, args)
+        results = list(result) if isinstance(result, (tuple, list)) else [result]
+        if len(results) != len(inputs):
+            raise TypeError(f"the combine function returned {len(results)} values, expected {len(inputs)}")
+        handles = []
+        for r, t in zip(results, scalars):
+            r = to_tensor(r)
+            if r.type != t:
+                raise TypeError(f"the combine function returned {r.type} where {t} was expected")
+            handles.append(r.handle)
+        builder().create("yield", handles, [])
+    return region
+
+
+def reduce(inputs, axis, combine_fn, keep_dims=False):
+    single = not isinstance(inputs, (tuple, list))
+    inputs = [to_tensor(t) for t in ([inputs] if single else inputs)]
+    axis, keep_dims = unwrap(axis), unwrap(keep_dims)
+    if axis is None:
+        inputs = [reshape(t, (t.type.numel,), can_reorder=True) for t in inputs]
+        axis = 0
+    shape = inputs[0].type.shape
+    if not shape:
+        raise ValueError("cannot reduce a scalar")
+    if any(t.type.shape != shape for t in inputs):
+        raise ValueError("every input of a reduction must have the same shape")
+    axis = int(axis)
+    if axis < 0:
+        axis += len(shape)
+    if not 0 <= axis < len(shape):
+        raise ValueError(f"reduction axis {axis} is out of range for shape {list(shape)}")
+    region = _combine_region(inputs, combine_fn)
+    out_shape = shape[:axis] + shape[axis + 1:]
+    types = [with_shape(t.dtype, out_shape) for t in inputs]
+    op = builder().create("reduce", [t.handle for t in inputs], types, {"axis": axis}, [region])
+    results = [tensor(v, t) for v, t in zip(op.results, types)]
+    if keep_dims:
+        results = [expand_dims(r, axis) for r in results]
+    return results[0] if single else tuple(results)
+
+
+def scan(inputs, axis, combine_fn, reverse=False):
+    single = not isinstance(inputs, (tuple, list))
+    inputs = [to_tensor(t) for t in ([inputs] if single else inputs)]
+    axis = int(unwrap(axis))
+    shape = inputs[0].type.shape
+    if not shape:
+        raise ValueError("cannot scan a scalar")
+    if axis < 0:
+        axis += len(shape)
+    if not 0 <= axis < len(shape):
+        raise ValueError(f"scan axis {axis} is out of range for shape {list(shape)}")
+    region = _combine_region(inputs, combine_fn)
+    types = [t.type for t in inputs]
+    op = builder().create("scan", [t.handle for t in inputs], types,
+                          {"axis": axis, "reverse": bool(unwrap(reverse))}, [region])
+    results = [tensor(v, t) for v, t in zip(op.results, types)]
+    return results[0] if single else tuple(results)
+
+
+# --- debugging and hints ----------------------------------------------------------------
+
+def device_print(prefix, *args, hex=False):
+    prefix = unwrap(prefix)
+    if not isinstance(prefix, str):
+        raise TypeError("device_print's prefix must be a string")
+    values = [to_tensor(a) for a in args]
+    builder().create("print", [v.handle for v in values], [], {"prefix": prefix, "hex": bool(unwrap(hex))})
+
+
+def device_assert(cond, msg=""):
+    cond = cast(to_tensor(cond), int1)
+    builder().create("assert", [cond.handle], [], {"message": str(unwrap(msg))})
+
+
+def hint(name, x, values):
+    x = to_tensor(x)
+    values = unwrap(values)
+    values = [int(unwrap(v)) for v in (values if isinstance(values, (list, tuple)) else [values])]
+    if len(values) != max(1, len(x.type.shape)):
+        raise ValueError(f"{name} needs one value per dimension of {list(x.type.shape)}")
+    return _emit(name, [x], x.type, values=values)
+
+
+def debug_barrier():
+    builder().create("barrier", [], [])

@@ -1,0 +1,190 @@
+"""Library functions of `kiln.language` built from the builtins: reductions, scans and friends."""
+from __future__ import annotations
+
+from kiln.jit import jit
+
+from . import semantic
+from .builtins import arange, broadcast_to, exp, expand_dims, fdiv, maximum, minimum, where
+from .core import builtin, constexpr, float32, int32, uint32
+from .semantic import unwrap
+
+
+@jit
+def cdiv(x, div):
+    """Ceiling division of integers."""
+    return (x + div - 1) // div
+
+
+@jit
+def sigmoid(x):
+    """1 / (1 + exp(-x))."""
+    return 1 / (1 + exp(-x))
+
+
+@jit
+def softmax(x, dim=None, keep_dims=False, ieee_rounding=False):
+    """exp(x - max) / sum(exp(x - max)) along `dim` (dimension 0 by default)."""
+    axis: constexpr = 0 if dim is None else dim
+    shifted = x - max(x, axis, keep_dims=keep_dims)
+    numerator = exp(shifted)
+    denominator = sum(numerator, axis, keep_dims=keep_dims)
+    return fdiv(numerator, denominator, ieee_rounding)
+
+
+@jit
+def swizzle2d(i, j, size_i, size_j, size_g):
+    """Renumber a size_i x size_j grid so that groups of size_g rows are walked column by column."""
+    linear = i * size_j + j
+    group_size = size_g * size_j
+    first_row = (linear // group_size) * size_g
+    rows_in_group = minimum(size_i - first_row, size_g)
+    within = linear % group_size
+    return first_row + within % rows_in_group, within // rows_in_group
+
+
+# --- combine functions ------------------------------------------------------------------
+
+@jit
+def _add(a, b):
+    return a + b
+
+
+@jit
+def _mul(a, b):
+    return a * b
+
+
+@jit
+def _max(a, b):
+    return maximum(a, b)
+
+
+@jit
+def _min(a, b):
+    return minimum(a, b)
+
+
+@jit
+def _xor(a, b):
+    return a ^ b
+
+
+@jit
+def _argmax_left(v1, i1, v2, i2):
+    take_first = (v1 > v2) | ((v1 == v2) & (i1 < i2))
+    return where(take_first, v1, v2), where(take_first, i1, i2)
+
+
+@jit
+def _argmax_any(v1, i1, v2, i2):
+    take_first = v1 > v2
+    return where(take_first, v1, v2), where(take_first, i1, i2)
+
+
+@jit
+def _argmin_left(v1, i1, v2, i2):
+    take_first = (v1 < v2) | ((v1 == v2) & (i1 < i2))
+    return where(take_first, v1, v2), where(take_first, i1, i2)
+
+
+@jit
+def _argmin_any(v1, i1, v2, i2):
+    take_first = v1 < v2
+    return where(take_first, v1, v2), where(take_first, i1, i2)
+
+
+# --- reductions -------------------------------------------------------------------------
+
+def _sum_dtype(input, dtype):
+    """Triton accumulates integers narrower than 32 bits in 32 bits."""
+    dtype = unwrap(dtype)
+    if dtype is not None:
+        return semantic.cast(input, dtype)
+    t = input.dtype
+    if t.is_int() and t.primitive_bitwidth < 32:
+        return semantic.cast(input, int32 if t.is_int_signed() else uint32)
+    return input
+
+
+def _widen_for_minmax(input):
+    t = input.dtype
+    if t.primitive_bitwidth < 32:
+        return semantic.cast(input, float32 if t.is_floating() else int32)
+    return input
+
+
+def _with_indices(input, axis, combine, keep_dims):
+    input = semantic.to_tensor(input)
+    axis = unwrap(axis)
+    if axis is None:
+        input = semantic.reshape(input, (input.type.numel,), can_reorder=True)
+        axis = 0
+    shape = input.type.shape
+    axis = axis + len(shape) if axis < 0 else axis
+    index = semantic.arange(0, shape[axis])
+    if len(shape) > 1:
+        index = semantic.expand_dims(index, [d for d in range(len(shape)) if d != axis])
+        index = semantic.broadcast_to(index, shape)
+    return semantic.reduce((input, index), axis, combine, keep_dims)
+
+
+@builtin
+def sum(input, axis=None, keep_dims=False, dtype=None):
+    """The sum along `axis` (all elements when None)."""
+    return semantic.reduce(_sum_dtype(semantic.to_tensor(input), dtype), axis, _add, keep_dims)
+
+
+@builtin
+def max(input, axis=None, return_indices=False, return_indices_tie_break_left=True, keep_dims=False):
+    """The maximum along `axis`, and with return_indices=True the index of its first occurrence."""
+    input = _widen_for_minmax(semantic.to_tensor(input))
+    if unwrap(return_indices):
+        combine = _argmax_left if unwrap(return_indices_tie_break_left) else _argmax_any
+        return _with_indices(input, axis, combine, keep_dims)
+    return semantic.reduce(input, axis, _max, keep_dims)
+
+
+@builtin
+def min(input, axis=None, return_indices=False, return_indices_tie_break_left=True, keep_dims=False):
+    """The minimum along `axis`, and with return_indices=True the index of its first occurrence."""
+    input = _widen_for_minmax(semantic.to_tensor(input))
+    if unwrap(return_indices):
+        combine = _argmin_left if unwrap(return_indices_tie_break_left) else _argmin_any
+        return _with_indices(input, axis, combine, keep_dims)
+    return semantic.reduce(input, axis, _min, keep_dims)
+
+
+@builtin
+def argmax(input, axis, tie_break_left=True, keep_dims=False):
+    """The index of the maximum along `axis`."""
+    return max(input, axis, True, tie_break_left, keep_dims)[1]
+
+
+@builtin
+def argmin(input, axis, tie_break_left=True, keep_dims=False):
+    """The index of the minimum along `axis`."""
+    return min(input, axis, True, tie_break_left, keep_dims)[1]
+
+
+@builtin
+def xor_sum(input, axis=None, keep_dims=False):
+    """The bitwise xor of the elements along `axis`."""
+    input = semantic.to_tensor(input)
+    if not input.dtype.is_int():
+        raise TypeError(f"xor_sum needs integers, not {input.dtype}")
+    return semantic.reduce(input, axis, _xor, keep_dims)
+
+
+@builtin
+def cumsum(input, axis=0, reverse=False, dtype=None):
+    """The inclusive running sum along `axis`."""
+    return semantic.scan(_sum_dtype(semantic.to_tensor(input), dtype), axis, _add, reverse)
+
+
+@builtin
+def cumprod(input, axis=0, reverse=False, dtype=None):
+    """The inclusive running product along `axis`."""
+    return semantic.scan(_sum_dtype(semantic.to_tensor(input), dtype), axis, _mul, reverse)
+
+
+_ = (arange, broadcast_to, expand_dims)  # re-exported through kiln.language

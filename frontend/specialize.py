@@ -1,0 +1,90 @@
+"""Triton's specialization of a kernel's arguments.
+
+Pointers become `ptr<dtype>` with `divisibility = 16` when the address is 16-byte
+aligned; integers become int32/int64/uint64 by value, are folded to a constexpr when
+equal to 1 and marked `divisibility = 16` when divisible by 16 (neither for
+`do_not_specialize` arguments); floats are fp32, bools int1; constexpr parameters,
+None and dtypes are compile-time constants.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from kiln.ir.types import dtype, float32, from_numpy, int1, int32, int64, pointer_type, uint64
+from kiln.language.core import constexpr
+
+_TORCH_DTYPES = {
+    "torch.float32": "fp32", "torch.float16": "fp16", "torch.bfloat16": "bf16", "torch.float64": "fp64",
+    "torch.int8": "int8", "torch.int16": "int16", "torch.int32": "int32", "torch.int64": "int64",
+    "torch.uint8": "uint8", "torch.uint16": "uint16", "torch.uint32": "uint32", "torch.uint64": "uint64",
+    "torch.bool": "int1", "torch.float8_e4m3fn": "fp8e4nv", "torch.float8_e5m2": "fp8e5",
+}
+
+
+def pointer_info(arg):
+    """(element dtype, address) of a tensor-like argument, or None if `arg` is not one."""
+    if isinstance(arg, np.ndarray):
+        return from_numpy(arg.dtype), arg.ctypes.data
+    if hasattr(arg, "data_ptr") and hasattr(arg, "dtype"):
+        name = _TORCH_DTYPES.get(str(arg.dtype))
+        if name is None:
+            raise TypeError(f"unsupported tensor dtype {arg.dtype}")
+        return dtype(name), arg.data_ptr()
+    iface = getattr(arg, "__cuda_array_interface__", None)
+    if iface is not None:
+        return from_numpy(np.dtype(iface["typestr"])), iface["data"][0]
+    return None
+
+
+def integer_type(value: int) -> dtype:
+    if -2**31 <= value < 2**31:
+        return int32
+    if 2**63 <= value < 2**64:
+        return uint64
+    if -2**63 <= value < 2**63:
+        return int64
+    raise OverflowError(f"integer argument {value} does not fit in 64 bits")
+
+
+def specialize(jitfn, bound: dict, options: dict):
+    """(cache key, params for build_kernel, runtime argument values in order)."""
+    params, key, runtime = {}, [], []
+    for name, value in bound.items():
+        if isinstance(value, constexpr):
+            value = value.value
+        specializable = name not in jitfn.do_not_specialize
+        if name in jitfn.constexpr_names or value is None or isinstance(value, (dtype, str)):
+            params[name] = constexpr(value)
+            key.append(("c", name, _hashable(value)))
+            continue
+        if isinstance(value, (bool, np.bool_)):
+            params[name] = (int1, {})
+        elif isinstance(value, (int, np.integer)):
+            value = int(value)
+            if specializable and value == 1:
+                params[name] = constexpr(1)
+                key.append(("c", name, 1))
+                continue
+            attrs = {"divisibility": 16} if specializable and value % 16 == 0 else {}
+            params[name] = (integer_type(value), attrs)
+        elif isinstance(value, (float, np.floating)):
+            params[name] = (float32, {})
+        else:
+            info = pointer_info(value)
+            if info is None:
+                raise TypeError(f"{jitfn.__name__}: unsupported argument {name} of type {type(value).__name__}")
+            elem, address = info
+            attrs = {"divisibility": 16} if specializable and address % 16 == 0 else {}
+            params[name] = (pointer_type(elem), attrs)
+        runtime.append(value)
+        key.append(("a", name, str(params[name][0]), tuple(sorted(params[name][1].items()))))
+    key.append(tuple(sorted((k, _hashable(v)) for k, v in options.items() if k != "stream")))
+    return tuple(key), params, runtime
+
+
+def _hashable(value):
+    try:
+        hash(value)
+        return value
+    except TypeError:
+        return repr(value)
