@@ -60,8 +60,10 @@ class Program:
         results = op.results
         if not results:
             return
-        if len(results) == 1:
+        if len(results) == 1 and not isinstance(out, (list, tuple)):
             out = (out,)
+        if len(out) != len(results):
+            raise located(self.kernel, op, f"internal error: {len(out)} values for {len(results)} results")
         for value, array in zip(results, out):
             self.env[value] = self.conform(op, value, array)
 
