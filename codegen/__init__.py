@@ -1,1 +1,15 @@
+"""kiln's code generator: block IR -> LLVM IR -> PTX -> cubin.
 
+    ck = compile(fn, target="sm_90a", options={"num_warps": 4})
+    ck.ptx, ck.cubin, ck.metadata["shared"]
+
+The launch ABI: one parameter per argument of `fn` (pointers as `ptr addrspace(1)`,
+scalars by value, int1 as one byte), grid = programs, block = 32 * num_warps threads,
+`metadata["shared"]` bytes of dynamic shared memory.
+"""
+from __future__ import annotations
+
+from .compiler import CompiledKernel, CompileError, compile
+from .target import TargetError, known_targets, parse_target
+
+__all__ = ["compile", "CompiledKernel", "CompileError", "TargetError", "known_targets", "parse_target"]

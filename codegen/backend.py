@@ -1,0 +1,83 @@
+"""LLVM IR text -> optimized module -> PTX, with libdevice linked when the kernel uses it.
+
+llvmlite's targets are initialized once per process (a warm worker pays it once); a
+parsed libdevice is kept as bitcode bytes and re-parsed per compile because `link_in`
+consumes the module it links.
+"""
+from __future__ import annotations
+
+import functools
+import os
+
+import llvmlite.binding as llvm
+
+from .target import Target
+
+DATA_LAYOUT = "e-p6:32:32-i64:64-i128:128-v16:16-v32:32-n16:32:64"
+TRIPLE = "nvptx64-nvidia-cuda"
+
+
+@functools.lru_cache(maxsize=None)
+def _init_llvm() -> None:
+    llvm.initialize_all_targets()
+    llvm.initialize_all_asmprinters()
+
+
+@functools.lru_cache(maxsize=None)
+def _target_machine(target: Target):
+    _init_llvm()
+    tgt = llvm.Target.from_triple(TRIPLE)
+    return tgt.create_target_machine(cpu=target.name, features=target.llvm_features, opt=3)
+
+
+@functools.lru_cache(maxsize=None)
+def libdevice_path() -> str:
+    """Where libdevice.10.bc lives: cuda.pathfinder first, then the nvidia-nvvm wheel."""
+    try:
+        from cuda import pathfinder
+        path = pathfinder.find_bitcode_lib("device")
+        if path and os.path.exists(path):
+            return path
+    except Exception:  # pathfinder absent or unable to find it: try the wheel directly
+        pass
+    import nvidia
+    for root in nvidia.__path__:
+        for sub in ("cu13/nvvm/libdevice", "cuda_nvcc/nvvm/libdevice", "nvvm/libdevice"):
+            path = os.path.join(root, sub, "libdevice.10.bc")
+            if os.path.exists(path):
+                return path
+    raise FileNotFoundError("libdevice.10.bc not found (install nvidia-nvvm or the CUDA toolkit)")
+
+
+@functools.lru_cache(maxsize=None)
+def _libdevice_bytes() -> bytes:
+    with open(libdevice_path(), "rb") as f:
+        return f.read()
+
+
+def optimize(llir: str, target: Target, kernel_name: str) -> llvm.ModuleRef:
+    """Parse `llir`, link libdevice if any `__nv_` function is called, internalize, run O3."""
+    _init_llvm()
+    mod = llvm.parse_assembly(llir)
+    mod.verify()
+    if any(f.is_declaration and f.name.startswith("__nv_") for f in mod.functions):
+        lib = llvm.parse_bitcode(_libdevice_bytes())
+        lib.triple, lib.data_layout = mod.triple, mod.data_layout
+        mod.link_in(lib)
+        # Everything but the kernel becomes internal so O3 drops the unused libdevice.
+        for f in mod.functions:
+            if not f.is_declaration and f.name != kernel_name:
+                f.linkage = llvm.Linkage.internal
+        for g in mod.global_variables:
+            if not g.is_declaration and g.linkage != llvm.Linkage.internal and g.name.startswith("__nv"):
+                g.linkage = llvm.Linkage.internal
+    tm = _target_machine(target)
+    pto = llvm.create_pipeline_tuning_options(speed_level=3)
+    pb = llvm.create_pass_builder(tm, pto)
+    pm = pb.getModulePassManager()
+    pm.run(mod, pb)
+    return mod
+
+
+def emit_ptx(mod: llvm.ModuleRef, target: Target) -> str:
+    return _target_machine(target).emit_assembly(mod)

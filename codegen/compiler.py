@@ -1,0 +1,96 @@
+"""`compile`: the whole path from a block IR function to a cubin, in one process.
+
+It is a pure function of (IR text, target, options), so a daemon can run it in a worker
+process and ship back `CompiledKernel.to_dict()`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from kiln.ir import parse_function, print_function, verify
+
+from . import backend, nvjitlink
+from .lower import LoweringError, lower_function
+from .pipeline import PassContext, run_passes
+from .target import parse_target
+
+DEFAULT_OPTIONS = {"num_warps": 4, "num_stages": 3}
+
+
+class CompileError(RuntimeError):
+    pass
+
+
+@dataclass
+class CompiledKernel:
+    name: str
+    target: str
+    kir: str
+    llir: str
+    ptx: str
+    cubin: bytes
+    metadata: dict = field(default_factory=dict)
+
+    @property
+    def asm(self) -> dict:
+        """Triton's `kernel.asm`: the text (and binary) of every stage."""
+        return {"kir": self.kir, "llir": self.llir, "ptx": self.ptx, "cubin": self.cubin}
+
+    @property
+    def n_regs(self):
+        return self.metadata["n_regs"]
+
+    @property
+    def n_spills(self):
+        return self.metadata["n_spills"]
+
+    @property
+    def shared(self):
+        return self.metadata["shared"]
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "target": self.target, "kir": self.kir, "llir": self.llir,
+                "ptx": self.ptx, "cubin": self.cubin, "metadata": dict(self.metadata)}
+
+
+def _options(options: dict | None) -> dict:
+    opts = dict(DEFAULT_OPTIONS)
+    for key, value in (options or {}).items():
+        if key not in DEFAULT_OPTIONS:
+            raise CompileError(f"unknown compile option {key!r}; kiln knows {sorted(DEFAULT_OPTIONS)}")
+        opts[key] = int(value)
+    nw = opts["num_warps"]
+    if nw < 1 or nw > 32 or nw & (nw - 1):
+        raise CompileError(f"num_warps must be a power of two from 1 to 32, not {nw}")
+    return opts
+
+
+def compile(fn, target: str = "sm_90a", options: dict | None = None, check: bool = False,
+            link: bool = True) -> CompiledKernel:
+    """Compile block IR `fn` for `target`; `fn` itself is not modified.
+
+    `check=True` verifies the IR after every rewriting pass (tests); `link=False` stops at
+    PTX (no cubin, no register counts)."""
+    tgt = parse_target(target)
+    opts = _options(options)
+    verify(fn)
+    work = parse_function(print_function(fn))  # a private copy for the passes to rewrite
+    ctx = PassContext(tgt, opts["num_warps"], opts["num_stages"])
+    run_passes(work, ctx, check=check)
+    kir = print_function(work)
+    try:
+        llir, arg_layout, shared = lower_function(work, ctx)
+    except LoweringError as e:
+        raise CompileError(f"{fn.name}: {e}") from None
+    mod = backend.optimize(llir, tgt, fn.name)
+    ptx = backend.emit_ptx(mod, tgt)
+    cubin, n_regs, n_spills = b"", 0, 0
+    if link:
+        cubin, info = nvjitlink.link_cubin(ptx, tgt)
+        n_regs, n_spills = nvjitlink.resource_usage(info)
+    metadata = {
+        "name": fn.name, "target": tgt.name, "num_warps": opts["num_warps"], "num_stages": opts["num_stages"],
+        "threads": 32 * opts["num_warps"], "shared": shared, "n_regs": n_regs, "n_spills": n_spills,
+        "args": arg_layout, "ptx_version": tgt.ptx_version,
+    }
+    return CompiledKernel(fn.name, tgt.name, kir, llir, ptx, cubin, metadata)

@@ -1,0 +1,156 @@
+"""How a block's elements are spread over a CTA's threads.
+
+A `Blocked` layout gives each thread `size_per_thread[d]` consecutive elements along
+each dim, `threads_per_warp[d]` lanes and `warps_per_cta[d]` warps side by side, lanes
+and warps numbered fastest along `order[0]`. A shape larger than that tile repeats it
+(more registers per thread); a smaller one wraps, so several threads hold the same
+element. `Slice(dim, parent)` is what remains of `parent` after a reduction along
+`dim`: the threads that differed only along `dim` now hold the same elements.
+
+Both answer the same questions for a given shape, which is all that lowering asks:
+`offsets` (each register's index, relative to the thread's base), `lane_axis`/`warp_axis`
+(which lane/warp id bits move along a dim, for shuffles) and `base_terms` (how the
+thread's base index along a dim follows from its lane and warp ids). A register's
+logical index along d is `(base_d + offset_d) mod shape_d`.
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Axis:
+    """Along one dim: the id stride (in lanes or warps), how many ids move along the dim
+    and how many of those hold distinct elements (the rest wrap)."""
+
+    stride: int
+    count: int
+    distinct: int
+
+
+@dataclass(frozen=True)
+class Blocked:
+    size_per_thread: tuple[int, ...]
+    threads_per_warp: tuple[int, ...]
+    warps_per_cta: tuple[int, ...]
+    order: tuple[int, ...]
+
+    @property
+    def rank(self) -> int:
+        return len(self.order)
+
+    def tile(self, d: int) -> int:
+        return self.size_per_thread[d] * self.threads_per_warp[d] * self.warps_per_cta[d]
+
+    def positions(self, shape, d: int) -> list[int]:
+        """The register offsets along dim d: spt consecutive elements per tile repetition."""
+        spt = min(self.size_per_thread[d], shape[d])
+        reps = max(1, shape[d] // self.tile(d))
+        return [r * self.tile(d) + e for r in range(reps) for e in range(spt)]
+
+    def offsets(self, shape) -> list[tuple[int, ...]]:
+        """Per register, its index offset in every dim; order[0] varies fastest."""
+        slow_to_fast = list(reversed(self.order))
+        out = []
+        for combo in itertools.product(*[self.positions(shape, d) for d in slow_to_fast]):
+            idx = [0] * self.rank
+            for d, v in zip(slow_to_fast, combo):
+                idx[d] = v
+            out.append(tuple(idx))
+        return out
+
+    def _id_axis(self, counts, d, unit, shape) -> Axis:
+        stride = 1
+        for o in self.order:
+            if o == d:
+                break
+            stride *= counts[o]
+        distinct = min(counts[d], max(1, shape[d] // unit))
+        return Axis(stride, counts[d], distinct)
+
+    def lane_axis(self, shape, d: int) -> Axis:
+        return self._id_axis(self.threads_per_warp, d, self.size_per_thread[d], shape)
+
+    def warp_axis(self, shape, d: int) -> Axis:
+        return self._id_axis(self.warps_per_cta, d, self.size_per_thread[d] * self.threads_per_warp[d], shape)
+
+    def base_terms(self, shape, d: int):
+        """(lane Axis, lane scale, warp Axis, warp scale, wraps): base_d = lane_d*scale + warp_d*scale."""
+        spt = self.size_per_thread[d]
+        return (self.lane_axis(shape, d), spt, self.warp_axis(shape, d),
+                spt * self.threads_per_warp[d], self.tile(d) > shape[d])
+
+    def vector_dim(self) -> int:
+        return self.order[0]
+
+    def insert_dim(self, axis: int) -> "Blocked":
+        """The same distribution with a new size-1 dim at `axis` (slowest in order)."""
+        ins = lambda t, v: tuple(t[:axis]) + (v,) + tuple(t[axis:])
+        order = tuple(o + (o >= axis) for o in self.order) + (axis,)
+        return Blocked(ins(self.size_per_thread, 1), ins(self.threads_per_warp, 1), ins(self.warps_per_cta, 1), order)
+
+    def __str__(self):
+        return (f"blocked(spt={list(self.size_per_thread)}, tpw={list(self.threads_per_warp)}, "
+                f"wpc={list(self.warps_per_cta)}, order={list(self.order)})")
+
+
+@dataclass(frozen=True)
+class Slice:
+    dim: int
+    parent: "Blocked | Slice"
+
+    @property
+    def rank(self) -> int:
+        return self.parent.rank - 1
+
+    def parent_shape(self, shape):
+        return tuple(shape[:self.dim]) + (1,) + tuple(shape[self.dim:])
+
+    def parent_dim(self, d: int) -> int:
+        return d + (d >= self.dim)
+
+    def offsets(self, shape):
+        return [o[:self.dim] + o[self.dim + 1:] for o in self.parent.offsets(self.parent_shape(shape))]
+
+    def lane_axis(self, shape, d):
+        return self.parent.lane_axis(self.parent_shape(shape), self.parent_dim(d))
+
+    def warp_axis(self, shape, d):
+        return self.parent.warp_axis(self.parent_shape(shape), self.parent_dim(d))
+
+    def base_terms(self, shape, d):
+        return self.parent.base_terms(self.parent_shape(shape), self.parent_dim(d))
+
+    def vector_dim(self) -> int:
+        pd = self.parent.vector_dim()
+        return pd - (pd > self.dim) if pd != self.dim else -1
+
+    def __str__(self):
+        return f"slice(dim={self.dim}, {self.parent})"
+
+
+Layout = "Blocked | Slice"
+
+
+def blocked_for(shape, order, vec: int, num_warps: int) -> Blocked:
+    """A layout for `shape` with `vec` consecutive elements per thread along order[0],
+    lanes then warps filling dims fastest-first (Triton's coalesced layout)."""
+    rank = len(shape)
+    spt = [1] * rank
+    spt[order[0]] = max(1, min(vec, shape[order[0]]))
+    tpw, wpc = [1] * rank, [1] * rank
+    lanes, warps = 32, num_warps
+    for d in order:
+        t = min(lanes, max(1, shape[d] // spt[d]))
+        tpw[d], lanes = t, lanes // t
+    tpw[order[-1] if rank > 1 else order[0]] *= lanes  # leftover lanes wrap
+    for d in order:
+        w = min(warps, max(1, shape[d] // (spt[d] * tpw[d])))
+        wpc[d], warps = w, warps // w
+    wpc[order[-1] if rank > 1 else order[0]] *= warps
+    return Blocked(tuple(spt), tuple(tpw), tuple(wpc), tuple(order))
+
+
+def default_order(rank: int) -> tuple[int, ...]:
+    return tuple(reversed(range(rank)))

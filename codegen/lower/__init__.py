@@ -1,0 +1,60 @@
+"""Lowering block IR to LLVM IR: one table from op name to the function that lowers it.
+
+The rules live next to what they lower (elementwise, shape, memory, control, reduce,
+dot, debug); `LOWER` merges them, and a missing op is a clear `LoweringError`.
+"""
+from __future__ import annotations
+
+import llvmlite.ir as ir
+
+from kiln.ir.types import scalar_of
+
+from ..backend import DATA_LAYOUT, TRIPLE
+from . import control, debug, dot, elementwise, memory, reduce, shape
+from .context import Lowering, LoweringError
+from .types import I8, reg_type
+
+LOWER: dict = {}
+for _module in (elementwise, shape, memory, control, reduce, dot, debug):
+    LOWER.update(_module.RULES)
+
+_TERMINATORS = ("yield", "condition", "return")
+
+
+def lower_block(lw: Lowering, block) -> None:
+    for op in block.ops:
+        if op.name in _TERMINATORS:
+            continue
+        rule = LOWER.get(op.name)
+        if rule is None:
+            raise LoweringError(f"kiln cannot lower '{op.name}' to LLVM IR yet")
+        rule(lw, op)
+
+
+def param_type(t) -> ir.Type:
+    """How a kernel argument is passed: pointers as `ptr addrspace(1)`, bools as i8."""
+    return I8 if scalar_of(t).is_bool() else reg_type(t)
+
+
+def lower_function(fn, ctx) -> tuple[str, list[dict], int]:
+    """LLVM IR text of the kernel, its argument layout and the dynamic shared bytes it needs."""
+    module = ir.Module(name=fn.name)
+    module.triple, module.data_layout = TRIPLE, DATA_LAYOUT
+    params = [param_type(a.type) for a in fn.args]
+    llfn = ir.Function(module, ir.FunctionType(ir.VoidType(), params), fn.name)
+    llfn.calling_convention = "ptx_kernel"
+    # llvmlite checks attribute names against its own list; these are NVVM's strings.
+    set.add(llfn.attributes, f'"nvvm.maxntid"="{32 * ctx.num_warps}"')
+    lw = Lowering(module, llfn, ctx)
+    for arg, param, name in zip(fn.args, llfn.args, fn.arg_names):
+        param.name = name
+        value = lw.b.icmp_unsigned("!=", param, ir.Constant(I8, 0)) if scalar_of(arg.type).is_bool() else param
+        lw.bind(arg, [value])
+    lower_block(lw, fn.body)
+    lw.b.ret_void()
+    arg_layout = [{"name": n, "type": str(a.type), "llvm_type": str(p)}
+                  for n, a, p in zip(fn.arg_names, fn.args, params)]
+    return str(module), arg_layout, lw.smem_bytes
+
+
+__all__ = ["LOWER", "LoweringError", "lower_block", "lower_function"]

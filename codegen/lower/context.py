@@ -1,0 +1,199 @@
+"""The state of lowering one kernel: the LLVM function and builder, one value map from
+block IR values to their registers, thread ids, index math for layouts and the
+shared-memory scratch area.
+
+Every value lowers to a list of LLVM scalars: one for a scalar (uniform over the CTA),
+one per register for a block, in the order its layout's `offsets` gives. `regs(v, L)`
+returns v's registers in layout L, converting through shared memory when v lives in
+another layout.
+"""
+from __future__ import annotations
+
+import llvmlite.ir as ir
+
+from kiln.ir.types import block_type, scalar_of
+
+from .. import layout as lay
+from .types import I1, I8, I32, GLOBAL_PTR, SHARED_PTR, VOID, reg_type
+
+
+class LoweringError(NotImplementedError):
+    pass
+
+
+class Lowering:
+    def __init__(self, module: ir.Module, llfn: ir.Function, ctx):
+        self.module, self.llfn, self.ctx = module, llfn, ctx
+        self.num_warps = ctx.num_warps
+        self.values: dict = {}
+        self.converted: dict = {}
+        self.layouts: dict = dict(ctx.layouts)
+        entry = llfn.append_basic_block("entry")
+        body = llfn.append_basic_block("body")
+        self.entry = ir.IRBuilder(entry)
+        jump = self.entry.branch(body)
+        self.entry.position_before(jump)
+        self.b = ir.IRBuilder(body)
+        self.tid = self.sreg("tid.x")
+        self.lane = self.entry.and_(self.tid, ir.Constant(I32, 31), "lane")
+        self.warp = self.entry.lshr(self.tid, ir.Constant(I32, 5), "warp")
+        self._index_cache: dict = {}
+        self.smem_bytes = 0
+        self._smem = None
+
+    # --- values ---------------------------------------------------------------------
+    def bind(self, v, regs, layout=None):
+        if layout is not None:
+            self.layouts[v] = layout
+        self.values[v] = list(regs)
+
+    def layout(self, v):
+        return self.layouts.get(v) if isinstance(v.type, block_type) else None
+
+    def regs(self, v, layout=None) -> list:
+        """v's registers, in `layout` when given (converted through shared memory if needed)."""
+        have = self.values[v]
+        if layout is None or not isinstance(v.type, block_type) or self.layouts.get(v) == layout:
+            return have
+        key = (v, layout, self.b.block)  # a conversion made in one branch must not leak to another
+        if key not in self.converted:
+            from .shared import convert
+            self.converted[key] = convert(self, have, self.layouts[v], layout, v.type)
+        return self.converted[key]
+
+    def scalar(self, v):
+        return self.values[v][0]
+
+    # --- intrinsics and helpers ------------------------------------------------------
+    def intrinsic(self, name: str, ret, args) -> ir.Function:
+        fn = self.module.globals.get(name)
+        if fn is None:
+            fn = ir.Function(self.module, ir.FunctionType(ret, list(args)), name)
+        return fn
+
+    def sreg(self, name: str):
+        fn = self.intrinsic(f"llvm.nvvm.read.ptx.sreg.{name}", I32, [])
+        return self.entry.call(fn, [])
+
+    def const(self, t, value):
+        return ir.Constant(reg_type(t) if not isinstance(t, ir.Type) else t, value)
+
+    def i32(self, v: int):
+        return ir.Constant(I32, v)
+
+    def barrier(self, builder=None):
+        b = builder or self.b
+        b.call(self.intrinsic("llvm.nvvm.barrier0", VOID, []), [])
+
+    # --- layout index math --------------------------------------------------------------
+    def indices(self, layout, shape) -> list[tuple]:
+        """Per register of `layout` over `shape`, its logical index (i32 values) per dim."""
+        key = (layout, tuple(shape))
+        got = self._index_cache.get(key)
+        if got is None:
+            bases = [self._base(layout, shape, d) for d in range(len(shape))]
+            got = [tuple(self._add_const(bases[d], off[d]) for d in range(len(shape)))
+                   for off in layout.offsets(shape)]
+            self._index_cache[key] = got
+        return got
+
+    def _add_const(self, base, off):
+        if isinstance(base, ir.Constant):
+            return ir.Constant(I32, base.constant + off)
+        return self.entry.add(base, self.i32(off)) if off else base
+
+    def id_along(self, axis: lay.Axis, ident, builder=None):
+        """Which of the `axis.count` ids along a dim this lane (or warp) is."""
+        b = builder or self.entry
+        if axis.count == 1:
+            return self.i32(0)
+        v = b.udiv(ident, self.i32(axis.stride)) if axis.stride > 1 else ident
+        return b.urem(v, self.i32(axis.count))
+
+    def _base(self, layout, shape, d):
+        lane_axis, lane_scale, warp_axis, warp_scale, wraps = layout.base_terms(shape, d)
+        b = self.entry
+        terms = []
+        if lane_axis.count > 1:
+            terms.append(b.mul(self.id_along(lane_axis, self.lane), self.i32(lane_scale)))
+        if warp_axis.count > 1:
+            terms.append(b.mul(self.id_along(warp_axis, self.warp), self.i32(warp_scale)))
+        if not terms:
+            return self.i32(0)
+        base = terms[0] if len(terms) == 1 else b.add(terms[0], terms[1])
+        return b.and_(base, self.i32(shape[d] - 1)) if wraps else base
+
+    def owner_mask(self, layout, shape):
+        """i1 true on exactly one of the threads that hold each element (None: all own)."""
+        conds = []
+        ranks = range(len(shape))
+        for d in ranks:
+            lane_axis, _, warp_axis, _, _ = layout.base_terms(shape, d)
+            for axis, ident in ((lane_axis, self.lane), (warp_axis, self.warp)):
+                if axis.distinct < axis.count:
+                    conds.append(self.entry.icmp_unsigned("<", self.id_along(axis, ident), self.i32(axis.distinct)))
+        for sl in _slices(layout):
+            parent_shape = sl.parent_shape(shape)
+            lane_axis, _, warp_axis, _, _ = sl.parent.base_terms(parent_shape, sl.dim)
+            for axis, ident in ((lane_axis, self.lane), (warp_axis, self.warp)):
+                if axis.count > 1:
+                    conds.append(self.entry.icmp_unsigned("==", self.id_along(axis, ident), self.i32(0)))
+            shape = parent_shape
+        if not conds:
+            return None
+        out = conds[0]
+        for c in conds[1:]:
+            out = self.entry.and_(out, c)
+        return out
+
+    # --- shared memory -------------------------------------------------------------
+    def smem(self, nbytes: int):
+        """The scratch area's base (shared pointer) after a barrier; at least `nbytes` big."""
+        if self._smem is None:
+            g = ir.GlobalVariable(self.module, ir.ArrayType(I8, 0), "kiln_smem", addrspace=3)
+            g.linkage = "external"
+            g.align = 16
+            g.type = SHARED_PTR  # opaque, so GEPs on it take any element type
+            self._smem = g
+        self.smem_bytes = max(self.smem_bytes, (nbytes + 15) // 16 * 16)
+        self.barrier()
+        return self._smem
+
+    def smem_ptr(self, base, elem_ty, index, byte_offset=0):
+        p = base
+        if byte_offset:
+            p = self.b.gep(p, [self.i32(byte_offset)], source_etype=I8)
+        return self.b.gep(p, [index], source_etype=elem_ty)
+
+    def flat_index(self, idx, shape, b=None):
+        """Row-major flat index of a logical index tuple."""
+        b = b or self.b
+        out, stride = None, 1
+        for d in reversed(range(len(shape))):
+            term = idx[d] if stride == 1 else b.mul(idx[d], self.i32(stride))
+            out = term if out is None else b.add(out, term)
+            stride *= shape[d]
+        return out if out is not None else self.i32(0)
+
+    # --- control flow helper ---------------------------------------------------------
+    def if_then(self, cond):
+        """Context manager: emit the body only where `cond` (i1) holds."""
+        return self.b.if_then(cond)
+
+    def region_values(self, block, args):
+        """Lower a region's ops with `args` bound to its arguments; its terminator's operands' registers."""
+        from . import lower_block
+        for a, regs in zip(block.args, args):
+            self.bind(a, regs)
+        lower_block(self, block)
+        return block.ops[-1]
+
+
+def _slices(layout):
+    while isinstance(layout, lay.Slice):
+        yield layout
+        layout = layout.parent
+
+
+def element_type(t) -> ir.Type:
+    return reg_type(scalar_of(t))

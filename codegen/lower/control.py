@@ -1,0 +1,121 @@
+"""Structured control flow -> LLVM basic blocks and phis.
+
+Conditions and loop bounds are scalars, uniform over the CTA, so every thread takes the
+same path and barriers inside loops and branches are safe. Carried block values keep
+the layout of their initial value; a yielded value in another layout is converted.
+"""
+from __future__ import annotations
+
+import llvmlite.ir as ir
+
+from kiln.ir.types import scalar_of
+
+
+def _carried(lw, values, layouts):
+    return [lw.regs(v, l) for v, l in zip(values, layouts)]
+
+
+def _phis(lw, regs_list):
+    return [[lw.b.phi(r.type) for r in regs] for regs in regs_list]
+
+
+def _add_incoming(phis, regs_list, block):
+    for ps, regs in zip(phis, regs_list):
+        for p, r in zip(ps, regs):
+            p.add_incoming(r, block)
+
+
+def _for(lw, op):
+    from . import lower_block
+    lb, ub, step = (lw.scalar(v) for v in op.operands[:3])
+    body = op.regions[0]
+    layouts = [lw.layout(a) for a in body.args[1:]]
+    inits = _carried(lw, op.operands[3:], layouts)
+    pre = lw.b.block
+    header = lw.llfn.append_basic_block("for.header")
+    loop = lw.llfn.append_basic_block("for.body")
+    exit_ = lw.llfn.append_basic_block("for.exit")
+    lw.b.branch(header)
+    lw.b.position_at_end(header)
+    iv = lw.b.phi(lb.type)
+    iv.add_incoming(lb, pre)
+    phis = _phis(lw, inits)
+    _add_incoming(phis, inits, pre)
+    signed = scalar_of(op.operands[0].type).signed
+    cmp = lw.b.icmp_signed if signed else lw.b.icmp_unsigned
+    lw.b.cbranch(cmp("<", iv, ub), loop, exit_)
+    lw.b.position_at_end(loop)
+    lw.bind(body.args[0], [iv])
+    for a, ps, l in zip(body.args[1:], phis, layouts):
+        lw.bind(a, ps, l)
+    lower_block(lw, body)
+    yielded = _carried(lw, body.ops[-1].operands, layouts)
+    nxt = lw.b.add(iv, step)
+    latch = lw.b.block
+    lw.b.branch(header)
+    iv.add_incoming(nxt, latch)
+    _add_incoming(phis, yielded, latch)
+    lw.b.position_at_end(exit_)
+    for r, ps, l in zip(op.results, phis, layouts):
+        lw.bind(r, ps, l)
+
+
+def _while(lw, op):
+    from . import lower_block
+    before, after = op.regions
+    layouts = [lw.layout(a) for a in before.args]
+    inits = _carried(lw, op.operands, layouts)
+    pre = lw.b.block
+    header = lw.llfn.append_basic_block("while.before")
+    body = lw.llfn.append_basic_block("while.after")
+    exit_ = lw.llfn.append_basic_block("while.exit")
+    lw.b.branch(header)
+    lw.b.position_at_end(header)
+    phis = _phis(lw, inits)
+    _add_incoming(phis, inits, pre)
+    for a, ps, l in zip(before.args, phis, layouts):
+        lw.bind(a, ps, l)
+    lower_block(lw, before)
+    cond_op = before.ops[-1]
+    out_layouts = [lw.layout(a) for a in after.args]
+    passed = _carried(lw, cond_op.operands[1:], out_layouts)
+    lw.b.cbranch(lw.scalar(cond_op.operands[0]), body, exit_)
+    lw.b.position_at_end(body)
+    for a, regs, l in zip(after.args, passed, out_layouts):
+        lw.bind(a, regs, l)
+    lower_block(lw, after)
+    yielded = _carried(lw, after.ops[-1].operands, layouts)
+    latch = lw.b.block
+    lw.b.branch(header)
+    _add_incoming(phis, yielded, latch)
+    lw.b.position_at_end(exit_)
+    for r, regs, l in zip(op.results, passed, out_layouts):
+        lw.bind(r, regs, l)
+
+
+def _if(lw, op):
+    from . import lower_block
+    cond = lw.scalar(op.operands[0])
+    layouts = [lw.layout(r) for r in op.results]
+    then_bb = lw.llfn.append_basic_block("if.then")
+    else_bb = lw.llfn.append_basic_block("if.else")
+    merge = lw.llfn.append_basic_block("if.end")
+    lw.b.cbranch(cond, then_bb, else_bb)
+    ends = []
+    for region, bb in zip(op.regions, (then_bb, else_bb)):
+        lw.b.position_at_end(bb)
+        lower_block(lw, region)
+        ends.append((_carried(lw, region.ops[-1].operands, layouts), lw.b.block))
+        lw.b.branch(merge)
+    lw.b.position_at_end(merge)
+    for i, (r, l) in enumerate(zip(op.results, layouts)):
+        regs = []
+        for k in range(len(ends[0][0][i])):
+            phi = lw.b.phi(ends[0][0][i][k].type)
+            for vals, block in ends:
+                phi.add_incoming(vals[i][k], block)
+            regs.append(phi)
+        lw.bind(r, regs, l)
+
+
+RULES = {"for": _for, "while": _while, "if": _if}

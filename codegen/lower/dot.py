@@ -1,0 +1,78 @@
+"""`dot(a, b, acc)`: a and b are staged in shared memory (row-major), then each thread
+runs a loop over k doing FMAs for its accumulator registers, loading the a-rows and
+b-columns it needs once per k. Inputs are widened to the accumulator's type (fp16/bf16
+-> fp32, int8 -> int32). Correct for every dtype; tensor cores (`mma.sync`) come next.
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+
+import llvmlite.ir as ir
+
+from kiln.ir.types import scalar_of
+
+from .context import LoweringError
+from .elementwise import cast_value
+from .shared import elem_bytes, flats_of, load_elements, store_elements
+from .types import reg_type
+
+
+def _dot(lw, op):
+    a, b, acc = op.operands
+    out = op.results[0]
+    if len(out.type.shape) != 2:
+        raise LoweringError("batched (3-D) dot is not lowered yet")
+    (M, K), (_, N) = a.type.shape, b.type.shape
+    layout = lw.layout(out)
+    acc_regs = lw.regs(acc, layout)
+    a_ty, b_ty = reg_type(a.type), reg_type(b.type)
+    a_bytes = M * K * elem_bytes(a_ty)
+    base = lw.smem(a_bytes + K * N * elem_bytes(b_ty))
+    store_elements(lw, base, a_ty, lw.regs(a), flats_of(lw, lw.layout(a), a.type.shape))
+    store_elements(lw, base, b_ty, lw.regs(b), flats_of(lw, lw.layout(b), b.type.shape), a_bytes)
+    lw.barrier()
+
+    offsets = layout.offsets(out.type.shape)
+    indices = lw.indices(layout, out.type.shape)
+    rows, cols = OrderedDict(), OrderedDict()
+    for off, idx in zip(offsets, indices):
+        rows.setdefault(off[0], idx[0])
+        cols.setdefault(off[1], idx[1])
+
+    pre = lw.b.block
+    loop = lw.llfn.append_basic_block("dot.k")
+    done = lw.llfn.append_basic_block("dot.done")
+    lw.b.branch(loop)
+    lw.b.position_at_end(loop)
+    k = lw.b.phi(ir.IntType(32))
+    k.add_incoming(lw.i32(0), pre)
+    phis = [lw.b.phi(r.type) for r in acc_regs]
+    for p, r in zip(phis, acc_regs):
+        p.add_incoming(r, pre)
+    s_in, s_acc = scalar_of(a.type), scalar_of(out.type)
+    a_vals = {}
+    for off, row in rows.items():
+        (v,) = load_elements(lw, base, a_ty, [lw.b.add(lw.b.mul(row, lw.i32(K)), k)])
+        a_vals[off] = cast_value(lw, v, s_in, s_acc)
+    b_vals = {}
+    for off, col in cols.items():
+        (v,) = load_elements(lw, base, b_ty, [lw.b.add(lw.b.mul(k, lw.i32(N)), col)], a_bytes)
+        b_vals[off] = cast_value(lw, v, s_in, s_acc)
+    new = []
+    for p, off in zip(phis, offsets):
+        x, y = a_vals[off[0]], b_vals[off[1]]
+        if s_acc.is_floating():
+            fma = lw.intrinsic(f"llvm.fma.{ {'fp32': 'f32', 'fp64': 'f64', 'fp16': 'f16'}[s_acc.name] }", p.type, [p.type] * 3)
+            new.append(lw.b.call(fma, [x, y, p]))
+        else:
+            new.append(lw.b.add(p, lw.b.mul(x, y)))
+    k_next = lw.b.add(k, lw.i32(1))
+    k.add_incoming(k_next, loop)
+    for p, v in zip(phis, new):
+        p.add_incoming(v, loop)
+    lw.b.cbranch(lw.b.icmp_unsigned("<", k_next, lw.i32(K)), loop, done)
+    lw.b.position_at_end(done)
+    lw.bind(out, new, layout)  # K >= 1, so the loop ran and its last values are the result
+
+
+RULES = {"dot": _dot}

@@ -1,0 +1,314 @@
+"""Elementwise ops, casts, comparisons, constants and math.
+
+Each rule maps one element (LLVM scalars) to one element; `elementwise` applies it to
+every register of the result's layout. Math follows Triton: fp32 `exp`/`exp2`/`log`/
+`log2` use the PTX approximations (`ex2.approx`, `lg2.approx`), `rsqrt` the approximate
+reciprocal root, everything else libdevice (`__nv_sinf`, ...); fp16/bf16 math runs in
+fp32. `llvm.exp`/`llvm.log`/`llvm.sin` abort NVPTX instruction selection, so they are
+never emitted.
+"""
+from __future__ import annotations
+
+import math
+
+import llvmlite.ir as ir
+
+from kiln.ir.types import block_type, scalar_of
+
+from .types import F32, F64, I1, I32, reg_type
+
+LOG2E = 1.4426950408889634
+LN2 = 0.6931471805599453
+
+
+def elementwise(per_element):
+    def rule(lw, op):
+        out = op.results[0]
+        layout = lw.layout(out)
+        operands = [lw.regs(v, layout) for v in op.operands]
+        lw.bind(out, [per_element(lw, op, *xs) for xs in zip(*operands)], layout)
+    return rule
+
+
+def _s(op, i=0):
+    return scalar_of(op.operands[i].type)
+
+
+def _signed(t) -> bool:
+    return t.is_int() and t.signed and not t.is_bool()
+
+
+def _float_call(lw, name, t, *args):
+    ty = args[0].type
+    fn = lw.intrinsic(name, ty, [a.type for a in args])
+    return lw.b.call(fn, list(args))
+
+
+def _via_f32(lw, op, x_args, f32_fn):
+    """Run an fp32 computation for fp16/bf16 operands and round back."""
+    s = _s(op)
+    if s.name in ("fp32", "fp64"):
+        return f32_fn(*x_args)
+    wide = [lw.b.fpext(x, F32) for x in x_args]
+    return lw.b.fptrunc(f32_fn(*wide), reg_type(s))
+
+
+def _libdevice(name32, name64):
+    def fn(lw, op, *xs):
+        s = _s(op)
+        if s.name == "fp64":
+            return _float_call(lw, name64, s, *xs)
+        return _via_f32(lw, op, xs, lambda *w: _float_call(lw, name32, s, *w))
+    return fn
+
+
+def _approx(intrinsic, scale_in=None, scale_out=None, f64=None):
+    def fn(lw, op, x):
+        s = _s(op)
+        if s.name == "fp64":
+            return _float_call(lw, f64, s, x)
+
+        def f32(v):
+            if scale_in is not None:
+                v = lw.b.fmul(v, ir.Constant(F32, scale_in))
+            v = lw.b.call(lw.intrinsic(intrinsic, F32, [F32]), [v])
+            if scale_out is not None:
+                v = lw.b.fmul(v, ir.Constant(F32, scale_out))
+            return v
+        return _via_f32(lw, op, [x], f32)
+    return fn
+
+
+def _llvm_float(name):
+    def fn(lw, op, *xs):
+        suffix = {"fp16": "f16", "bf16": "bf16", "fp32": "f32", "fp64": "f64"}[_s(op).name]
+        if suffix in ("bf16",):
+            return _via_f32(lw, op, xs, lambda *w: _float_call(lw, f"llvm.{name}.f32", F32, *w))
+        return _float_call(lw, f"llvm.{name}.{suffix}", _s(op), *xs)
+    return fn
+
+
+def _arith(int_op, float_op, uint_op=None):
+    def fn(lw, op, a, b):
+        s = _s(op)
+        if s.is_floating():
+            return getattr(lw.b, float_op)(a, b)
+        if uint_op and not _signed(s):
+            return getattr(lw.b, uint_op)(a, b)
+        return getattr(lw.b, int_op)(a, b)
+    return fn
+
+
+def _minmax(kind):
+    def fn(lw, op, a, b):
+        s = _s(op)
+        if s.is_floating():
+            return _llvm_float("minnum" if kind == "<" else "maxnum")(lw, op, a, b)
+        cmp = lw.b.icmp_signed if _signed(s) else lw.b.icmp_unsigned
+        return lw.b.select(cmp(kind, a, b), a, b)
+    return fn
+
+
+def _shr(lw, op, a, b):
+    return lw.b.ashr(a, b) if _signed(_s(op)) else lw.b.lshr(a, b)
+
+
+def _umulhi(lw, op, a, b):
+    bits = a.type.width
+    wide = ir.IntType(2 * bits)
+    p = lw.b.mul(lw.b.zext(a, wide), lw.b.zext(b, wide))
+    return lw.b.trunc(lw.b.lshr(p, ir.Constant(wide, bits)), a.type)
+
+
+def _neg(lw, op, x):
+    return lw.b.fneg(x) if _s(op).is_floating() else lw.b.sub(ir.Constant(x.type, 0), x)
+
+
+def _abs(lw, op, x):
+    s = _s(op)
+    if s.is_floating():
+        return _llvm_float("fabs")(lw, op, x)
+    if not _signed(s):
+        return x
+    return lw.b.select(lw.b.icmp_signed("<", x, ir.Constant(x.type, 0)), lw.b.sub(ir.Constant(x.type, 0), x), x)
+
+
+def _not(lw, op, x):
+    return lw.b.not_(x)
+
+
+def _isnan(lw, op, x):
+    return lw.b.fcmp_unordered("uno", x, x)
+
+
+def _isinf(lw, op, x):
+    a = _llvm_float("fabs")(lw, op, x)
+    return lw.b.fcmp_ordered("==", a, ir.Constant(a.type, math.inf))
+
+
+def _sqrt(lw, op, x):
+    return _llvm_float("sqrt")(lw, op, x)
+
+
+def _copysign(lw, op, a, b):
+    return _llvm_float("copysign")(lw, op, a, b)
+
+
+def _fma(lw, op, a, b, c):
+    return _llvm_float("fma")(lw, op, a, b, c)
+
+
+def _frem(lw, op, a, b):
+    return lw.b.frem(a, b)
+
+
+_CMP = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
+
+
+def _cmp(lw, op, a, b):
+    s, pred = _s(op), _CMP[op.attrs["pred"]]
+    if s.is_floating():
+        if pred == "!=":
+            return lw.b.fcmp_unordered("!=", a, b)
+        return lw.b.fcmp_ordered(pred, a, b)
+    if s.is_ptr():
+        return lw.b.icmp_unsigned(pred, a, b)
+    return (lw.b.icmp_signed if _signed(s) else lw.b.icmp_unsigned)(pred, a, b)
+
+
+def _select(lw, op, c, a, b):
+    return lw.b.select(c, a, b)
+
+
+def cast_value(lw, x, src, dst, rounding=None):
+    """Convert one element from scalar type `src` to `dst` (Triton's value conversion)."""
+    b = lw.b
+    src, dst = scalar_of(src), scalar_of(dst)
+    to = reg_type(dst)
+    if src == dst:
+        return x
+    if src.is_fp8() or dst.is_fp8():
+        from .fp8 import cast_fp8
+        return cast_fp8(lw, x, src, dst)
+    if dst.is_ptr():
+        return x if src.is_ptr() else b.inttoptr(x, to)
+    if src.is_ptr():
+        return b.ptrtoint(x, to)
+    if dst.is_bool():
+        if src.is_floating():
+            return b.fcmp_unordered("!=", x, ir.Constant(x.type, 0.0))
+        return b.icmp_unsigned("!=", x, ir.Constant(x.type, 0))
+    if src.is_int() and dst.is_int():
+        if src.primitive_bitwidth == dst.primitive_bitwidth:
+            return x
+        if src.primitive_bitwidth > dst.primitive_bitwidth:
+            return b.trunc(x, to)
+        return b.sext(x, to) if _signed(src) else b.zext(x, to)
+    if src.is_int():
+        return b.sitofp(x, to) if _signed(src) else b.uitofp(x, to)
+    if dst.is_int():
+        return b.fptosi(x, to) if _signed(dst) else b.fptoui(x, to)
+    if src.name in ("fp16", "bf16") and dst.name in ("fp16", "bf16"):
+        return b.fptrunc(b.fpext(x, F32), to)
+    if src.primitive_bitwidth < dst.primitive_bitwidth:
+        return b.fpext(x, to)
+    if rounding == "rtz":
+        return _cvt_rz(lw, x, src, dst)
+    return b.fptrunc(x, to)
+
+
+def _cvt_rz(lw, x, src, dst):
+    """Round-toward-zero narrowing has no LLVM instruction: PTX `cvt.rz`."""
+    names = {"fp16": ("f16", "h"), "bf16": ("bf16", "h"), "fp32": ("f32", "f")}
+    if src.name == "fp64":
+        x = lw.b.fptrunc(x, F32) if dst.name == "fp32" else x
+        if dst.name == "fp32":
+            return x
+    d, con = names[dst.name]
+    s = "f64" if x.type == F64 else "f32"
+    src_con = "d" if x.type == F64 else "f"
+    ty = ir.FunctionType(ir.IntType(16), [x.type])
+    asm = ir.InlineAsm(ty, f"cvt.rz.{d}.{s} $0, $1;", f"=h,{src_con}")
+    return lw.b.bitcast(lw.b.call(asm, [x]), reg_type(dst))
+
+
+def _cast(lw, op, x):
+    return cast_value(lw, x, op.operands[0].type, op.results[0].type, op.attrs.get("rounding"))
+
+
+def _bitcast(lw, op, x):
+    src, dst = scalar_of(op.operands[0].type), scalar_of(op.results[0].type)
+    to = reg_type(dst)
+    if src.is_ptr() or dst.is_ptr():
+        return lw.b.ptrtoint(x, to) if src.is_ptr() else lw.b.inttoptr(x, to)
+    return lw.b.bitcast(x, to)
+
+
+def constant_value(t, value):
+    s = scalar_of(t)
+    ty = reg_type(s)
+    if s.is_floating() and not s.is_fp8():
+        return ir.Constant(ty, float(value))
+    if s.is_bool():
+        return ir.Constant(ty, 1 if value else 0)
+    if isinstance(value, float):
+        value = int(value)
+    bits = ty.width
+    value &= (1 << bits) - 1
+    if value >= 1 << (bits - 1):
+        value -= 1 << bits
+    return ir.Constant(ty, value)
+
+
+def _constant(lw, op):
+    out = op.results[0]
+    c = constant_value(out.type, op.attrs["value"])
+    if isinstance(out.type, block_type):
+        layout = lw.layout(out)
+        lw.bind(out, [c] * len(layout.offsets(out.type.shape)), layout)
+    else:
+        lw.bind(out, [c])
+
+
+def _addptr(lw, op, p, off):
+    s = _s(op, 1)
+    if not _signed(s) and off.type.width < 64:
+        off = lw.b.zext(off, ir.IntType(64))  # a uint32 offset above 2^31 stays positive
+    from .types import mem_type
+    return lw.b.gep(p, [off], source_etype=mem_type(_s(op).element_ty))
+
+
+def _identity(lw, op):
+    out = op.results[0]
+    layout = lw.layout(out)
+    lw.bind(out, lw.regs(op.operands[0], layout), layout)
+
+
+_PER_ELEMENT = {
+    "add": _arith("add", "fadd"), "sub": _arith("sub", "fsub"), "mul": _arith("mul", "fmul"),
+    "div": _arith("sdiv", "fdiv", "udiv"), "rem": _arith("srem", "frem", "urem"),
+    "div_rn": _arith("sdiv", "fdiv"),
+    "min": _minmax("<"), "max": _minmax(">"),
+    "and": _arith("and_", "and_"), "or": _arith("or_", "or_"), "xor": _arith("xor", "xor"),
+    "shl": _arith("shl", "shl"), "shr": _shr, "umulhi": _umulhi,
+    "pow": _libdevice("__nv_powf", "__nv_pow"), "atan2": _libdevice("__nv_atan2f", "__nv_atan2"),
+    "copysign": _copysign,
+    "neg": _neg, "abs": _abs, "not": _not,
+    "exp": _approx("llvm.nvvm.ex2.approx.f", scale_in=LOG2E, f64="__nv_exp"),
+    "exp2": _approx("llvm.nvvm.ex2.approx.f", f64="__nv_exp2"),
+    "log": _approx("llvm.nvvm.lg2.approx.f", scale_out=LN2, f64="__nv_log"),
+    "log2": _approx("llvm.nvvm.lg2.approx.f", f64="__nv_log2"),
+    "log1p": _libdevice("__nv_log1pf", "__nv_log1p"),
+    "sqrt": _sqrt, "sqrt_rn": _sqrt,
+    "rsqrt": _approx("llvm.nvvm.rsqrt.approx.f", f64="__nv_rsqrt"),
+    "sin": _libdevice("__nv_sinf", "__nv_sin"), "cos": _libdevice("__nv_cosf", "__nv_cos"),
+    "tan": _libdevice("__nv_tanf", "__nv_tan"), "tanh": _libdevice("__nv_tanhf", "__nv_tanh"),
+    "erf": _libdevice("__nv_erff", "__nv_erf"),
+    "floor": _libdevice("__nv_floorf", "__nv_floor"), "ceil": _libdevice("__nv_ceilf", "__nv_ceil"),
+    "round": _libdevice("__nv_roundf", "__nv_round"), "trunc": _libdevice("__nv_truncf", "__nv_trunc"),
+    "isnan": _isnan, "isinf": _isinf, "fma": _fma,
+    "cmp": _cmp, "select": _select, "addptr": _addptr, "cast": _cast, "bitcast": _bitcast,
+}
+
+RULES = {name: elementwise(fn) for name, fn in _PER_ELEMENT.items()}
+RULES.update({"constant": _constant, "multiple_of": _identity, "max_contiguous": _identity})

@@ -1,0 +1,289 @@
+"""Global loads, stores and atomics.
+
+A thread's registers are grouped into vectors of up to 16 bytes where the pointer's axis
+info says they are contiguous and aligned and the mask is constant over the group. An
+unmasked group is one LLVM vector access with `align` = its size (`ld.global.v4.b32`);
+a masked one is inline PTX predicated on the mask, with the destination registers
+preset to `other`, so a masked tail costs no branch.
+"""
+from __future__ import annotations
+
+import llvmlite.ir as ir
+
+from kiln.ir.types import block_type, scalar_of
+
+from .. import layout as lay
+from ..passes.layouts import memory_width
+from .types import GLOBAL_PTR, I1, I8, I16, I32, I64, bits_of, mem_type, reg_type
+
+
+def access_width(lw, op, layout, shape, elem_bits) -> int:
+    """Elements per vector access for `op` in `layout`."""
+    if not isinstance(layout, lay.Blocked):
+        return 1
+    order, vec = memory_width(lw.ctx, op)
+    d = layout.order[0]
+    if order[0] != d:
+        return 1
+    vec = min(vec, layout.size_per_thread[d], shape[d], max(1, 128 // elem_bits))
+    mask_index = 1 if op.name == "load" else 2
+    if len(op.operands) > mask_index and op.name in ("load", "store"):
+        vec = min(vec, lw.ctx.axis.get(op.operands[mask_index]).constancy[d])
+    while vec & (vec - 1):
+        vec -= 1
+    return max(1, vec)
+
+
+def _to_mem(lw, x, t):
+    return lw.b.zext(x, I8) if scalar_of(t).is_bool() else x
+
+
+def _from_mem(lw, x, t):
+    return lw.b.icmp_unsigned("!=", x, ir.Constant(I8, 0)) if scalar_of(t).is_bool() else x
+
+
+def _words(total_bits):
+    """(word bits, count, PTX type) for one access of `total_bits`."""
+    if total_bits >= 32:
+        return 32, total_bits // 32, "b32"
+    return total_bits, 1, ("b16" if total_bits == 16 else "u8")
+
+
+def _word_type(bits):
+    return I32 if bits == 32 else I16
+
+
+def _pack(lw, values, elem_ty, word_bits, nwords):
+    """Element values -> `nwords` integer words (bit patterns)."""
+    if len(values) == 1 and word_bits == 8:
+        v = values[0]
+        return [lw.b.zext(lw.b.bitcast(v, I8) if v.type != I8 else v, I16)]
+    vec = ir.VectorType(elem_ty, len(values))
+    acc = ir.Constant(vec, ir.Undefined)
+    for i, v in enumerate(values):
+        acc = lw.b.insert_element(acc, v, lw.i32(i))
+    if elem_ty == GLOBAL_PTR:
+        acc = lw.b.ptrtoint(acc, ir.VectorType(I64, len(values)))
+    words = lw.b.bitcast(acc, ir.VectorType(_word_type(word_bits), nwords))
+    return [lw.b.extract_element(words, lw.i32(i)) for i in range(nwords)]
+
+
+def _unpack(lw, words, elem_ty, count, word_bits):
+    if word_bits == 8:
+        return [lw.b.trunc(words[0], I8) if elem_ty == I8 else lw.b.bitcast(lw.b.trunc(words[0], I8), elem_ty)]
+    wty = _word_type(word_bits)
+    vec = ir.Constant(ir.VectorType(wty, len(words)), ir.Undefined)
+    for i, w in enumerate(words):
+        vec = lw.b.insert_element(vec, w, lw.i32(i))
+    if elem_ty == GLOBAL_PTR:
+        ints = lw.b.bitcast(vec, ir.VectorType(I64, count))
+        return [lw.b.inttoptr(lw.b.extract_element(ints, lw.i32(i)), GLOBAL_PTR) for i in range(count)]
+    elems = lw.b.bitcast(vec, ir.VectorType(elem_ty, count))
+    return [lw.b.extract_element(elems, lw.i32(i)) for i in range(count)]
+
+
+def _vector_type(elem_ty, n):
+    return elem_ty if n == 1 else ir.VectorType(elem_ty, n)
+
+
+def _plain_load(lw, ptr, elem_ty, n, align):
+    ty = _vector_type(elem_ty if elem_ty != GLOBAL_PTR else I64, n)
+    v = lw.b.load(ptr, typ=ty, align=align)
+    vals = [v] if n == 1 else [lw.b.extract_element(v, lw.i32(i)) for i in range(n)]
+    return [lw.b.inttoptr(x, GLOBAL_PTR) for x in vals] if elem_ty == GLOBAL_PTR else vals
+
+
+def _masked_load(lw, ptr, mask, others, elem_ty, n):
+    ebits = 64 if elem_ty == GLOBAL_PTR else _bits(elem_ty)
+    word_bits, nwords, ptx_ty = _words(ebits * n)
+    wty = _word_type(word_bits) if word_bits != 8 else I16
+    con = "r" if wty == I32 else "h"
+    outs = ", ".join(f"${i}" for i in range(nwords))
+    mov = "".join(f"mov.b{16 if con == 'h' else 32} ${i}, ${nwords + 2 + i}; " for i in range(nwords))
+    vec = f".v{nwords}" if nwords > 1 else ""
+    dst = f"{{{outs}}}" if nwords > 1 else outs
+    text = f"{mov}@${nwords} ld.global{vec}.{ptx_ty} {dst}, [${nwords + 1}];"
+    cons = ",".join([f"={con}"] * nwords + ["b", "l"] + [con] * nwords)
+    ret = wty if nwords == 1 else ir.LiteralStructType([wty] * nwords)
+    fty = ir.FunctionType(ret, [I1, GLOBAL_PTR] + [wty] * nwords)
+    other_words = _pack(lw, others, elem_ty, word_bits, nwords)
+    got = lw.b.call(ir.InlineAsm(fty, text, cons, side_effect=True), [mask, ptr] + other_words)
+    words = [got] if nwords == 1 else [lw.b.extract_value(got, i) for i in range(nwords)]
+    return _unpack(lw, words, elem_ty, n, word_bits)
+
+
+def _masked_store(lw, ptr, mask, values, elem_ty):
+    ebits = 64 if elem_ty == GLOBAL_PTR else _bits(elem_ty)
+    word_bits, nwords, ptx_ty = _words(ebits * len(values))
+    wty = _word_type(word_bits) if word_bits != 8 else I16
+    con = "r" if wty == I32 else "h"
+    words = _pack(lw, values, elem_ty, word_bits, nwords)
+    srcs = ", ".join(f"${i + 2}" for i in range(nwords))
+    vec = f".v{nwords}" if nwords > 1 else ""
+    src = f"{{{srcs}}}" if nwords > 1 else srcs
+    text = f"@$0 st.global{vec}.{ptx_ty} [$1], {src};"
+    cons = ",".join(["b", "l"] + [con] * nwords)
+    fty = ir.FunctionType(ir.VoidType(), [I1, GLOBAL_PTR] + [wty] * nwords)
+    lw.b.call(ir.InlineAsm(fty, text, cons, side_effect=True), [mask, ptr] + words)
+
+
+def _bits(ty):
+    if isinstance(ty, ir.IntType):
+        return ty.width
+    return {"half": 16, "bfloat": 16, "float": 32, "double": 64}[str(ty)]
+
+
+def _load(lw, op):
+    ptr, out = op.operands[0], op.results[0]
+    elem_ty = mem_type(out.type)
+    if not isinstance(out.type, block_type):
+        return _scalar_load(lw, op, elem_ty)
+    layout = lw.layout(out)
+    ptrs = lw.regs(ptr, layout)
+    masks = lw.regs(op.operands[1], layout) if len(op.operands) > 1 else None
+    others = [_to_mem(lw, x, out.type) for x in lw.regs(op.operands[2], layout)] if len(op.operands) > 2 else None
+    n = access_width(lw, op, layout, out.type.shape, _bits(elem_ty) if elem_ty != GLOBAL_PTR else 64)
+    zero = ir.Constant(elem_ty, 0 if isinstance(elem_ty, ir.IntType) else 0.0) if elem_ty != GLOBAL_PTR else \
+        ir.Constant(GLOBAL_PTR, None)
+    regs = []
+    for g in range(0, len(ptrs), n):
+        if masks is None:
+            regs += _plain_load(lw, ptrs[g], elem_ty, n, n * _elem_bytes(elem_ty))
+        else:
+            other = others[g:g + n] if others else [zero] * n
+            regs += _masked_load(lw, ptrs[g], masks[g], other, elem_ty, n)
+    lw.bind(out, [_from_mem(lw, x, out.type) for x in regs], layout)
+
+
+def _elem_bytes(ty):
+    return 8 if ty == GLOBAL_PTR else max(1, _bits(ty) // 8)
+
+
+def _scalar_load(lw, op, elem_ty):
+    out = op.results[0]
+    ptr = lw.scalar(op.operands[0])
+    if len(op.operands) == 1:
+        (v,) = _plain_load(lw, ptr, elem_ty, 1, _elem_bytes(elem_ty))
+    else:
+        other = _to_mem(lw, lw.scalar(op.operands[2]), out.type) if len(op.operands) > 2 else \
+            (ir.Constant(elem_ty, None) if elem_ty == GLOBAL_PTR else ir.Constant(elem_ty, 0 if isinstance(elem_ty, ir.IntType) else 0.0))
+        (v,) = _masked_load(lw, ptr, lw.scalar(op.operands[1]), [other], elem_ty, 1)
+    lw.bind(out, [_from_mem(lw, v, out.type)])
+
+
+def _store(lw, op):
+    ptr, val = op.operands[:2]
+    elem_ty = mem_type(val.type)
+    if not isinstance(val.type, block_type):
+        v = _to_mem(lw, lw.scalar(val), val.type)
+        if len(op.operands) > 2:
+            _masked_store(lw, lw.scalar(ptr), lw.scalar(op.operands[2]), [v], elem_ty)
+        else:
+            lw.b.store(v, lw.scalar(ptr), align=_elem_bytes(elem_ty))
+        return
+    layout = lw.layout(val)
+    ptrs = lw.regs(ptr, layout)
+    vals = [_to_mem(lw, x, val.type) for x in lw.regs(val, layout)]
+    masks = lw.regs(op.operands[2], layout) if len(op.operands) > 2 else None
+    n = access_width(lw, op, layout, val.type.shape, _bits(elem_ty) if elem_ty != GLOBAL_PTR else 64)
+    for g in range(0, len(ptrs), n):
+        chunk = vals[g:g + n]
+        if masks is None:
+            if n == 1:
+                lw.b.store(chunk[0], ptrs[g], align=_elem_bytes(elem_ty))
+            else:
+                vec = ir.Constant(ir.VectorType(elem_ty, n), ir.Undefined)
+                for i, x in enumerate(chunk):
+                    vec = lw.b.insert_element(vec, x, lw.i32(i))
+                lw.b.store(vec, ptrs[g], align=n * _elem_bytes(elem_ty))
+        else:
+            _masked_store(lw, ptrs[g], masks[g], chunk, elem_ty)
+
+
+# --- atomics -------------------------------------------------------------------------
+_ORDER = {"relaxed": "monotonic", "acquire": "acquire", "release": "release", "acq_rel": "acq_rel"}
+_FAIL_ORDER = {"relaxed": "monotonic", "acquire": "acquire", "release": "monotonic", "acq_rel": "acquire"}
+_SCOPE = {"gpu": 'syncscope("device") ', "cta": 'syncscope("block") ', "sys": ""}
+
+
+def _rmw_op(kind, s):
+    if s.is_floating():
+        return {"add": "fadd", "max": "fmax", "min": "fmin", "xchg": "xchg"}[kind]
+    if kind in ("max", "min") and not (s.signed and not s.is_bool()):
+        return "u" + kind
+    return kind
+
+
+def _atomic_each(lw, op, emit):
+    """Run `emit(i)` for every owned, unmasked element; results merge through phis."""
+    out = op.results[0]
+    is_block = isinstance(out.type, block_type)
+    layout = lw.layout(out) if is_block else None
+    n = len(layout.offsets(out.type.shape)) if is_block else 1
+    owner = lw.owner_mask(layout, out.type.shape) if is_block else \
+        lw.entry.icmp_unsigned("==", lw.tid, lw.i32(0))
+    masks = (lw.regs(op.operands[2], layout) if is_block else [lw.scalar(op.operands[2])]) \
+        if op.name == "atomic_rmw" else None
+    results = []
+    ty = reg_type(out.type)
+    for i in range(n):
+        cond = masks[i] if masks else None
+        if owner is not None:
+            cond = owner if cond is None else lw.b.and_(cond, owner)
+        if cond is None:
+            results.append(emit(i))
+            continue
+        before = lw.b.block
+        with lw.b.if_then(cond):
+            got = emit(i)
+            inside = lw.b.block
+        phi = lw.b.phi(ty)
+        phi.add_incoming(got, inside)
+        phi.add_incoming(ir.Constant(ty, ir.Undefined), before)
+        results.append(phi)
+    if not is_block:
+        results = _broadcast_scalar(lw, results[0])
+    lw.bind(out, results, layout)
+
+
+def _broadcast_scalar(lw, value):
+    """Thread 0 did the atomic: share its result with the CTA."""
+    base = lw.smem(8)
+    with lw.b.if_then(lw.b.icmp_unsigned("==", lw.tid, lw.i32(0))):
+        lw.b.store(value, lw.smem_ptr(base, value.type, lw.i32(0)))
+    lw.barrier()
+    return [lw.b.load(lw.smem_ptr(base, value.type, lw.i32(0)), typ=value.type)]
+
+
+def _atomic_rmw(lw, op):
+    ptr, val = op.operands[:2]
+    s = scalar_of(val.type)
+    layout = lw.layout(op.results[0])
+    ptrs = lw.regs(ptr, layout) if layout else [lw.scalar(ptr)]
+    vals = lw.regs(val, layout) if layout else [lw.scalar(val)]
+    ordering = _SCOPE[op.attrs["scope"]] + _ORDER[op.attrs["sem"]]
+    rmw = _rmw_op(op.attrs["kind"], s)
+    _atomic_each(lw, op, lambda i: lw.b.atomic_rmw(rmw, ptrs[i], vals[i], ordering))
+
+
+def _atomic_cas(lw, op):
+    ptr, cmp, val = op.operands
+    s = scalar_of(val.type)
+    layout = lw.layout(op.results[0])
+    get = (lambda v: lw.regs(v, layout)) if layout else (lambda v: [lw.scalar(v)])
+    ptrs, cmps, vals = get(ptr), get(cmp), get(val)
+    order = _SCOPE[op.attrs["scope"]] + _ORDER[op.attrs["sem"]]
+    fail = _FAIL_ORDER[op.attrs["sem"]]
+    ity = ir.IntType(s.primitive_bitwidth)
+
+    def emit(i):
+        c, v = cmps[i], vals[i]
+        if s.is_floating():
+            c, v = lw.b.bitcast(c, ity), lw.b.bitcast(v, ity)
+        pair = lw.b.cmpxchg(ptrs[i], c, v, order, fail)
+        old = lw.b.extract_value(pair, 0)
+        return lw.b.bitcast(old, reg_type(s)) if s.is_floating() else old
+    _atomic_each(lw, op, emit)
+
+
+RULES = {"load": _load, "store": _store, "atomic_rmw": _atomic_rmw, "atomic_cas": _atomic_cas}

@@ -1,0 +1,136 @@
+"""Creation, grid queries and shape ops.
+
+`splat`, `broadcast` and `expand_dims` move no data when the layouts line up (the layout
+pass arranges that); `reshape`, `permute`, `join`, `split`, `cat` exchange elements
+through shared memory with the index map of the op.
+"""
+from __future__ import annotations
+
+import llvmlite.ir as ir
+
+from kiln.ir.types import block_type, scalar_of
+
+from .. import layout as lay
+from .shared import exchange, flats_of
+from .types import reg_type
+
+
+def _program_id(lw, op):
+    lw.bind(op.results[0], [lw.sreg("ctaid." + "xyz"[op.attrs["axis"]])])
+
+
+def _num_programs(lw, op):
+    lw.bind(op.results[0], [lw.sreg("nctaid." + "xyz"[op.attrs["axis"]])])
+
+
+def _arange(lw, op):
+    out = op.results[0]
+    layout = lw.layout(out)
+    start = op.attrs["start"]
+    regs = [lw._add_const(idx[0], start) for idx in lw.indices(layout, out.type.shape)]
+    lw.bind(out, regs, layout)
+
+
+def _splat(lw, op):
+    out = op.results[0]
+    layout = lw.layout(out)
+    lw.bind(out, [lw.scalar(op.operands[0])] * len(layout.offsets(out.type.shape)), layout)
+
+
+def _broadcast(lw, op):
+    src, out = op.operands[0], op.results[0]
+    layout = lw.layout(out)
+    regs = lw.regs(src, layout)
+    src_shape, shape = src.type.shape, out.type.shape
+    position = {off: i for i, off in enumerate(layout.offsets(src_shape))}
+    out_regs = []
+    for off in layout.offsets(shape):
+        key = tuple(0 if s == 1 else o for s, o in zip(src_shape, off))
+        out_regs.append(regs[position[key]])
+    lw.bind(out, out_regs, layout)
+
+
+def _expand_dims(lw, op):
+    src, out = op.operands[0], op.results[0]
+    layout, src_layout = lw.layout(out), lw.layout(src)
+    axis = op.attrs["axis"]
+    free = (isinstance(src_layout, lay.Slice) and src_layout.dim == axis and src_layout.parent == layout) or \
+           (isinstance(src_layout, lay.Blocked) and src_layout.insert_dim(axis) == layout)
+    if free:
+        lw.bind(out, lw.regs(src), layout)
+    else:
+        _reshape(lw, op)
+
+
+def _reshape(lw, op):
+    """Row-major reshape: the flat index of each element is unchanged."""
+    src, out = op.operands[0], op.results[0]
+    layout = lw.layout(out)
+    (regs,) = exchange(lw, reg_type(scalar_of(src.type)), src.type.numel,
+                       [(lw.regs(src), flats_of(lw, lw.layout(src), src.type.shape))],
+                       [flats_of(lw, layout, out.type.shape)])
+    lw.bind(out, regs, layout)
+
+
+def _permute(lw, op):
+    src, out = op.operands[0], op.results[0]
+    order = op.attrs["order"]
+    layout = lw.layout(out)
+
+    def to_source(idx):
+        src_idx = [None] * len(order)
+        for i, o in enumerate(order):
+            src_idx[o] = idx[i]
+        return src_idx, src.type.shape
+    (regs,) = exchange(lw, reg_type(scalar_of(src.type)), src.type.numel,
+                       [(lw.regs(src), flats_of(lw, lw.layout(src), src.type.shape))],
+                       [flats_of(lw, layout, out.type.shape, to_source)])
+    lw.bind(out, regs, layout)
+
+
+def _scaled(lw, flats, scale, plus):
+    out = []
+    for f in flats:
+        v = lw.b.mul(f, lw.i32(scale)) if scale != 1 else f
+        out.append(lw.b.add(v, lw.i32(plus)) if plus else v)
+    return out
+
+
+def _join(lw, op):
+    a, b = op.operands
+    out = op.results[0]
+    layout = lw.layout(out)
+    writes = [(lw.regs(v), _scaled(lw, flats_of(lw, lw.layout(v), v.type.shape), 2, k)) for k, v in enumerate((a, b))]
+    (regs,) = exchange(lw, reg_type(scalar_of(a.type)), out.type.numel, writes, [flats_of(lw, layout, out.type.shape)])
+    lw.bind(out, regs, layout)
+
+
+def _split(lw, op):
+    src = op.operands[0]
+    writes = [(lw.regs(src), flats_of(lw, lw.layout(src), src.type.shape))]
+    reads = []
+    for k, r in enumerate(op.results):
+        if isinstance(r.type, block_type):
+            reads.append(_scaled(lw, flats_of(lw, lw.layout(r), r.type.shape), 2, k))
+        else:
+            reads.append([lw.i32(k)])
+    results = exchange(lw, reg_type(scalar_of(src.type)), src.type.numel, writes, reads)
+    for r, regs in zip(op.results, results):
+        lw.bind(r, regs, lw.layout(r))
+
+
+def _cat(lw, op):
+    a, b = op.operands
+    out = op.results[0]
+    layout = lw.layout(out)
+    writes = [(lw.regs(v), _scaled(lw, flats_of(lw, lw.layout(v), v.type.shape), 1, k * a.type.numel))
+              for k, v in enumerate((a, b))]
+    (regs,) = exchange(lw, reg_type(scalar_of(a.type)), out.type.numel, writes, [flats_of(lw, layout, out.type.shape)])
+    lw.bind(out, regs, layout)
+
+
+RULES = {
+    "program_id": _program_id, "num_programs": _num_programs, "arange": _arange,
+    "splat": _splat, "broadcast": _broadcast, "expand_dims": _expand_dims,
+    "reshape": _reshape, "permute": _permute, "join": _join, "split": _split, "cat": _cat,
+}

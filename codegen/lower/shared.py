@@ -1,0 +1,53 @@
+"""Moving block elements between threads through shared memory.
+
+`exchange` is the one mechanism: each source writes its registers at flat positions
+computed from their logical indices, a barrier, then each destination reads the flat
+positions it needs. Layout conversion, reshape, permute, join, split and cat are all
+an exchange with a different index map.
+"""
+from __future__ import annotations
+
+from kiln.ir.types import scalar_of
+
+from .types import reg_type
+
+
+def store_elements(lw, base, elem_ty, regs, flats, byte_offset=0):
+    for r, f in zip(regs, flats):
+        lw.b.store(r, lw.smem_ptr(base, elem_ty, f, byte_offset))
+
+
+def load_elements(lw, base, elem_ty, flats, byte_offset=0):
+    return [lw.b.load(lw.smem_ptr(base, elem_ty, f, byte_offset), typ=elem_ty) for f in flats]
+
+
+def elem_bytes(elem_ty) -> int:
+    from .types import GLOBAL_PTR
+    if elem_ty == GLOBAL_PTR:
+        return 8
+    return max(1, elem_ty.width // 8) if hasattr(elem_ty, "width") else {"half": 2, "bfloat": 2, "float": 4, "double": 8}[str(elem_ty)]
+
+
+def exchange(lw, elem_ty, total: int, writes, reads):
+    """writes: [(regs, flat indices)], reads: [flat indices] -> [registers per read]."""
+    base = lw.smem(total * elem_bytes(elem_ty))
+    for regs, flats in writes:
+        store_elements(lw, base, elem_ty, regs, flats)
+    lw.barrier()
+    return [load_elements(lw, base, elem_ty, flats) for flats in reads]
+
+
+def flats_of(lw, layout, shape, index_map=None):
+    """Flat row-major positions of each register; `index_map` maps a logical index first."""
+    out = []
+    for idx in lw.indices(layout, shape):
+        idx, target_shape = index_map(idx) if index_map else (idx, shape)
+        out.append(lw.flat_index(idx, target_shape))
+    return out
+
+
+def convert(lw, regs, src, dst, t):
+    shape = t.shape
+    elem_ty = reg_type(scalar_of(t))
+    (out,) = exchange(lw, elem_ty, t.numel, [(regs, flats_of(lw, src, shape))], [flats_of(lw, dst, shape)])
+    return out

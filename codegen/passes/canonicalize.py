@@ -1,0 +1,121 @@
+"""Canonicalize and fold constants.
+
+Folding runs in NumPy at the value's own type, so wraparound and float rounding are the
+GPU's. Rules: an op whose operands are all constants becomes a constant (`add`, `sub`,
+`mul`, bitwise ops, `min`/`max`, `cmp`, int→int `cast`, `splat`, `broadcast`);
+`x + 0`, `x - 0`, `x * 1`, `select` on a constant condition and `broadcast`/`reshape`
+to the same type return their operand.
+"""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+
+from kiln.ir.core import Operation
+from kiln.ir.types import block_type, scalar_of
+
+from .rewrite import replace_uses
+
+name = "canonicalize"
+
+_NUMPY_BINARY = {
+    "add": np.add, "sub": np.subtract, "mul": np.multiply,
+    "and": np.bitwise_and, "or": np.bitwise_or, "xor": np.bitwise_xor,
+    "min": np.minimum, "max": np.maximum,
+}
+_NUMPY_CMP = {"eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal,
+              "gt": np.greater, "ge": np.greater_equal}
+
+
+def apply(fn, ctx=None) -> None:
+    consts: dict = {}
+    mapping: dict = {}
+    for block in _blocks(fn.body):
+        for op in list(block.ops):
+            op.operands = [mapping.get(v, v) for v in op.operands]
+            if op.name == "constant" and not isinstance(op.attrs["value"], (list, str)):
+                consts[op.results[0]] = op.attrs["value"]
+                continue
+            replacement = _simplify(op, consts)
+            if replacement is not None:
+                mapping[op.results[0]] = replacement
+                continue
+            value = _fold(op, consts)
+            if value is not None:
+                const = Operation("constant", (), [op.results[0].type], {"value": value}, loc=op.loc)
+                block.ops[block.ops.index(op)] = const
+                const.parent = block
+                mapping[op.results[0]] = const.results[0]
+                consts[const.results[0]] = value
+    replace_uses(fn, mapping)
+
+
+def _blocks(root):
+    yield root
+    for op in root.walk():
+        yield from op.regions
+
+
+def _np_scalar(value, t):
+    dt = scalar_of(t).to_numpy()
+    return np.array([value]).astype(dt) if scalar_of(t).is_int() else np.array([value], dtype=dt)
+
+
+def _to_attr(arr, t):
+    s = scalar_of(t)
+    v = arr[0]
+    if s.is_bool():
+        return bool(v)
+    if s.is_int():
+        return int(v)
+    return float(v)
+
+
+def _fold(op, consts):
+    if not op.results or any(v not in consts for v in op.operands) or not op.operands:
+        return None
+    t = op.results[0].type
+    s = scalar_of(t)
+    if s.is_ptr() or scalar_of(op.operands[0].type).is_ptr():
+        return None
+    args = [_np_scalar(consts[v], v.type) for v in op.operands]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if op.name in _NUMPY_BINARY and (s.is_int() or op.name in ("add", "sub", "mul", "min", "max")):
+            if s.is_floating() and s.name not in ("fp16", "fp32", "fp64"):
+                return None  # bf16/fp8 arithmetic rounds differently in NumPy
+            return _to_attr(_NUMPY_BINARY[op.name](args[0], args[1]), t)
+        if op.name == "cmp" and not scalar_of(op.operands[0].type).is_fp8():
+            return _to_attr(_NUMPY_CMP[op.attrs["pred"]](args[0], args[1]), t)
+        if op.name == "cast" and s.is_int() and not s.is_bool() and scalar_of(op.operands[0].type).is_int():
+            return _to_attr(args[0].astype(s.to_numpy()), t)
+        if op.name in ("splat", "broadcast"):
+            return consts[op.operands[0]]
+    return None
+
+
+def _is_const(v, consts, want):
+    return v in consts and consts[v] == want and not isinstance(consts[v], bool)
+
+
+def _simplify(op, consts):
+    if not op.results or len(op.results) != 1:
+        return None
+    ops = op.operands
+    if op.name in ("add", "sub") and _is_const(ops[1], consts, 0) and scalar_of(op.results[0].type).is_int():
+        return ops[0]
+    if op.name == "add" and _is_const(ops[0], consts, 0) and scalar_of(op.results[0].type).is_int():
+        return ops[1]
+    if op.name == "mul" and scalar_of(op.results[0].type).is_int():
+        if _is_const(ops[1], consts, 1):
+            return ops[0]
+        if _is_const(ops[0], consts, 1):
+            return ops[1]
+    if op.name == "addptr" and _is_const(ops[1], consts, 0):
+        return ops[0]
+    if op.name == "select" and ops[0] in consts:
+        return ops[1] if consts[ops[0]] else ops[2]
+    if op.name in ("broadcast", "reshape", "cast") and ops[0].type == op.results[0].type:
+        return ops[0]
+    return None

@@ -1,0 +1,153 @@
+"""Layout assignment: a distribution over threads for every block value.
+
+Global accesses are the anchors. For each load, store and atomic on a block of pointers
+the axis analysis says which dim is contiguous and how many elements in a row are
+contiguous and aligned; from that comes a coalesced `Blocked` layout whose threads hold
+up to 16 bytes in a row (Triton's rule). Each shape gets the widest anchor's layout as
+its preferred layout, and layouts then flow forward through the ops: elementwise ops keep
+their operands' layout, a reduction gives a `Slice` of its operand's, `expand_dims` of a
+slice gives its parent back (so `x - max(x, 1)[:, None]` needs no data movement).
+Where two layouts still meet, lowering converts through shared memory.
+"""
+from __future__ import annotations
+
+from kiln.ir.types import block_type, scalar_of
+
+from ..layout import Blocked, Slice, blocked_for, default_order
+
+name = "layouts"
+
+MEMORY_OPS = ("load", "store", "atomic_rmw", "atomic_cas")
+
+
+def memory_width(ctx, op) -> tuple[tuple[int, ...], int]:
+    """(order, elements per thread in a row) that the axis info allows for `op`'s pointer."""
+    ptr = op.operands[0]
+    shape = ptr.type.shape
+    info = ctx.axis.get(ptr)
+    rank = len(shape)
+    order = tuple(sorted(range(rank), key=lambda d: (-info.contiguity[d], -d)))
+    if info.contiguity[order[0]] == 1:
+        order = default_order(rank)
+    d = order[0]
+    elem = max(1, scalar_of(ptr.type).element_ty.itemsize)
+    align = max(1, info.divisibility[d] // elem)
+    vec = min(info.contiguity[d], align, max(1, 16 // elem))
+    return order, max(1, vec)
+
+
+class _Assigner:
+    def __init__(self, ctx):
+        self.ctx = ctx
+        self.num_warps = ctx.num_warps
+        self.preferred: dict[tuple, tuple[int, Blocked]] = {}
+        self.layouts: dict = {}
+
+    def anchor(self, op):
+        ptr = op.operands[0]
+        if not isinstance(ptr.type, block_type):
+            return
+        shape = ptr.type.shape
+        order, vec = memory_width(self.ctx, op)
+        threads = 32 * self.num_warps
+        per_thread = max(1, ptr.type.numel // threads)
+        vec = min(vec, per_thread)
+        old = self.preferred.get(shape)
+        if old is None or vec > old[0]:
+            self.preferred[shape] = (vec, blocked_for(shape, order, vec, self.num_warps))
+
+    def prefer(self, shape) -> Blocked:
+        got = self.preferred.get(tuple(shape))
+        if got is None:
+            got = (0, blocked_for(shape, default_order(len(shape)), 1, self.num_warps))
+            self.preferred[tuple(shape)] = got
+        return got[1]
+
+    def set(self, v, layout):
+        if isinstance(v.type, block_type):
+            self.layouts[v] = layout
+
+    def of(self, v):
+        return self.layouts.get(v)
+
+    def block(self, block):
+        for op in block.ops:
+            self.op(op)
+
+    def op(self, op):
+        handler = getattr(self, "op_" + op.name, None)
+        if handler is not None:
+            handler(op)
+        else:
+            self.elementwise(op)
+
+    def elementwise(self, op):
+        for region in op.regions:
+            self.block(region)
+        for r in op.results:
+            if not isinstance(r.type, block_type):
+                continue
+            pref = self.prefer(r.type.shape)
+            same_shape = [self.of(v) for v in op.operands
+                          if isinstance(v.type, block_type) and v.type.shape == r.type.shape and self.of(v)]
+            if pref in same_shape or not same_shape:
+                self.set(r, pref)
+            else:
+                self.set(r, same_shape[0])
+
+    def op_reduce(self, op):
+        self.block(op.regions[0])
+        src = self.of(op.operands[0])
+        for r in op.results:
+            self.set(r, Slice(op.attrs["axis"], src))
+
+    def op_expand_dims(self, op):
+        src, axis = self.of(op.operands[0]), op.attrs["axis"]
+        if isinstance(src, Slice) and src.dim == axis:
+            self.set(op.results[0], src.parent)
+        elif isinstance(src, Blocked):
+            self.set(op.results[0], src.insert_dim(axis))
+        else:
+            self.set(op.results[0], self.prefer(op.results[0].type.shape))
+
+    def op_broadcast(self, op):
+        src = self.of(op.operands[0])
+        self.set(op.results[0], src if src is not None else self.prefer(op.results[0].type.shape))
+
+    def op_for(self, op):
+        body = op.regions[0]
+        for arg, init in zip(body.args[1:], op.operands[3:]):
+            self.set(arg, self.of(init))
+        self.block(body)
+        for r, init in zip(op.results, op.operands[3:]):
+            self.set(r, self.of(init))
+
+    def op_while(self, op):
+        before, after = op.regions
+        for arg, init in zip(before.args, op.operands):
+            self.set(arg, self.of(init))
+        self.block(before)
+        passed = before.ops[-1].operands[1:]
+        for arg, r, v in zip(after.args, op.results, passed):
+            self.set(arg, self.of(v))
+            self.set(r, self.of(v))
+        self.block(after)
+
+    def op_if(self, op):
+        for region in op.regions:
+            self.block(region)
+        for r, v in zip(op.results, op.regions[0].ops[-1].operands):
+            self.set(r, self.of(v) or self.prefer(r.type.shape) if isinstance(r.type, block_type) else None)
+
+
+def apply(fn, ctx) -> None:
+    assigner = _Assigner(ctx)
+    for op in fn.walk():
+        if op.name in MEMORY_OPS:
+            assigner.anchor(op)
+    for arg in fn.args:
+        if isinstance(arg.type, block_type):
+            assigner.set(arg, assigner.prefer(arg.type.shape))
+    assigner.block(fn.body)
+    ctx.layouts = assigner.layouts
+    ctx.prefer = assigner.prefer

@@ -1,0 +1,43 @@
+"""Small helpers the rewriting passes share: purity of ops and use replacement."""
+from __future__ import annotations
+
+from kiln.ir import OPS, Function
+from kiln.ir.core import Block, Operation, Value
+
+# Ops that read memory: they can be removed when unused but must not be merged (a store
+# in between may change what they read).
+READS_MEMORY = {"load"}
+
+
+def has_side_effects(op: Operation) -> bool:
+    if OPS[op.name].side_effects or op.attrs.get("volatile"):
+        return True
+    return any(has_side_effects(inner) for region in op.regions for inner in region.walk())
+
+
+def is_pure(op: Operation) -> bool:
+    """Can be merged with an identical op or dropped when unused."""
+    return not op.regions and not has_side_effects(op) and op.name not in READS_MEMORY
+
+
+def replace_uses(fn: Function, mapping: dict[Value, Value]) -> None:
+    """Make every operand that is a key of `mapping` its value, everywhere in `fn`."""
+    if not mapping:
+        return
+    for op in fn.walk():
+        op.operands = [_resolve(mapping, v) for v in op.operands]
+
+
+def _resolve(mapping, v):
+    while v in mapping:
+        v = mapping[v]
+    return v
+
+
+def blocks(fn_or_block) -> list[Block]:
+    """Every block of a function, outermost first."""
+    root = fn_or_block.body if isinstance(fn_or_block, Function) else fn_or_block
+    out = [root]
+    for op in root.walk():
+        out.extend(op.regions)
+    return out

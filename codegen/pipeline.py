@@ -1,0 +1,39 @@
+"""The codegen pipeline: one list of named passes over block IR, then lowering.
+
+Each pass is a module with `name` and `apply(fn, ctx)`; rewriting passes change `fn`
+in place, analyses record their result on `ctx`. With `verify=True` (tests) the
+verifier runs after every rewriting pass.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from kiln.ir import verify
+
+from .passes import axis_info, canonicalize, cse, dce, layouts
+
+PASSES = [
+    canonicalize,   # fold constants, drop x+0, x*1, same-type casts
+    cse,            # merge identical pure ops
+    dce,            # drop what nothing uses
+    axis_info,      # contiguity / divisibility / constancy per dim
+    layouts,        # a thread distribution for every block value
+]
+ANALYSES = {axis_info.name, layouts.name}
+
+
+@dataclass
+class PassContext:
+    target: object
+    num_warps: int = 4
+    num_stages: int = 3
+    axis: object = None
+    layouts: dict = field(default_factory=dict)
+    prefer: object = None
+
+
+def run_passes(fn, ctx: PassContext, check: bool = False) -> None:
+    for p in PASSES:
+        p.apply(fn, ctx)
+        if check and p.name not in ANALYSES:
+            verify(fn)
