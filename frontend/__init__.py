@@ -2,6 +2,8 @@
 from . import language  # noqa: F401
 from .errors import CompilationError  # noqa: F401
 from .jit import JITFunction, KernelInterface, jit  # noqa: F401
+from .autotuner import Config, autotune, heuristics  # noqa: F401
+from . import testing  # noqa: F401
 
 __version__ = "0.1.0"
 

@@ -90,8 +90,6 @@ class CodeGenerator(ast.NodeVisitor):
             return super().visit(node)
         except CompilationError:
             raise
-        except RecursionError:
-            raise self.error(node, "the kernel is nested too deeply") from None
         except AssertionError as e:  # static_assert
             raise self.error(node, str(e) or "static assertion failed") from None
         except Exception as e:

@@ -92,7 +92,9 @@ class JITFunction(KernelInterface):
 
     # --- compile and launch -----------------------------------------------------------
     def bind(self, args, kwargs):
-        options = {k: kwargs.pop(k) for k in list(kwargs) if k in config.LAUNCH_OPTIONS}
+        # A launch option that is also a parameter's name (a kernel's `num_stages: tl.constexpr`) is both.
+        options = {k: kwargs[k] if k in self.signature.parameters else kwargs.pop(k)
+                   for k in list(kwargs) if k in config.LAUNCH_OPTIONS}
         try:
             bound = self.signature.bind(*args, **kwargs)
         except TypeError as e:

@@ -9,6 +9,7 @@ the user's file, line and caret.
 from __future__ import annotations
 
 import contextlib
+import math
 import numbers
 import threading
 
@@ -90,7 +91,7 @@ def python_scalar_type(v) -> dtype:
         raise ValueError(f"integer {v} does not fit in 64 bits")
     if isinstance(v, (float, np.floating)):
         v = float(v)
-        if v != v or abs(v) == float("inf") or abs(v) <= 3.4028234663852886e38:
+        if v != v or math.isinf(v) or math.fabs(v) <= 3.4028234663852886e38:
             return float32
         return float64
     raise TypeError(f"cannot use {type(v).__name__} {v!r} as a kernel value")

@@ -1,0 +1,188 @@
+"""`kiln.autotune`, `kiln.heuristics` and `kiln.Config`, with Triton's signatures."""
+from __future__ import annotations
+
+import builtins
+
+from . import config as env
+from .jit import KernelInterface
+
+
+class Config:
+    """One set of meta-parameters and launch options to try."""
+
+    def __init__(self, kwargs, num_warps=env.DEFAULT_NUM_WARPS, num_stages=env.DEFAULT_NUM_STAGES, num_ctas=1,
+                 maxnreg=None, pre_hook=None):
+        self.kwargs = dict(kwargs)
+        self.num_warps, self.num_stages, self.num_ctas, self.maxnreg = num_warps, num_stages, num_ctas, maxnreg
+        self.pre_hook = pre_hook
+
+    def all_kwargs(self) -> dict:
+        options = {"num_warps": self.num_warps, "num_stages": self.num_stages, "num_ctas": self.num_ctas}
+        if self.maxnreg is not None:
+            options["maxnreg"] = self.maxnreg
+        return {**self.kwargs, **options}
+
+    def __str__(self):
+        items = [f"{k}: {v}" for k, v in self.kwargs.items()]
+        items += [f"num_warps: {self.num_warps}", f"num_stages: {self.num_stages}", f"num_ctas: {self.num_ctas}"]
+        if self.maxnreg is not None:
+            items.append(f"maxnreg: {self.maxnreg}")
+        return ", ".join(items)
+
+    __repr__ = __str__
+
+
+def _arg_names(fn):
+    while not hasattr(fn, "arg_names"):
+        fn = fn.fn
+    return fn.arg_names
+
+
+def _bind(fn, args, kwargs) -> dict:
+    names = _arg_names(fn)
+    if len(args) > len(names):
+        raise TypeError(f"too many positional arguments ({len(args)}) for {names}")
+    return {**dict(zip(names, args)), **kwargs}
+
+
+class Autotuner(KernelInterface):
+    def __init__(self, fn, arg_names, configs, key, reset_to_zero=None, restore_value=None, pre_hook=None,
+                 post_hook=None, prune_configs_by=None, warmup=None, rep=None, use_cuda_graph=False, do_bench=None):
+        self.fn = fn
+        self.arg_names = arg_names
+        self.configs = list(configs) or [Config({})]
+        self.keys = list(key)
+        self.reset_to_zero = list(reset_to_zero or [])
+        self.restore_value = list(restore_value or [])
+        self.user_pre_hook, self.user_post_hook = pre_hook, post_hook
+        prune = prune_configs_by or {}
+        self.perf_model = prune.get("perf_model")
+        self.top_k = prune.get("top_k", 1.0)
+        self.early_config_prune = prune.get("early_config_prune")
+        self.warmup_ms = 25 if warmup is None else warmup
+        self.rep_ms = 100 if rep is None else rep
+        self.bench_fn = do_bench
+        self.cache: dict = {}
+        self.best_config: Config | None = None
+        self.configs_timings: dict | None = None
+
+    def prune_configs(self, nargs: dict) -> list:
+        configs = self.configs
+        if self.early_config_prune:
+            configs = list(self.early_config_prune(configs, nargs))
+        if self.perf_model:
+            top_k = self.top_k
+            if isinstance(top_k, float) and top_k <= 1.0:
+                top_k = int(len(configs) * top_k)
+            top_k = builtins.max(1, top_k)
+            if len(configs) > top_k:
+                estimated = {c: self.perf_model(**nargs, **c.all_kwargs()) for c in configs}
+                configs = sorted(estimated, key=estimated.get)[:top_k]
+        return configs
+
+    def _key(self, nargs: dict):
+        key = [nargs[k] for k in self.keys if k in nargs]
+        key += [str(v.dtype) for v in nargs.values() if hasattr(v, "dtype")]
+        return tuple(key)
+
+    def _bench(self, args, kwargs, grid, config: Config, nargs: dict):
+        from .testing import do_bench
+        conflicts = set(kwargs) & set(config.kwargs)
+        if conflicts:
+            raise ValueError(f"conflicting meta-parameters: {', '.join(sorted(conflicts))}; "
+                             "they are given both at the launch and by the autotuner's configs")
+        full = {**nargs, **config.all_kwargs()}
+        saved = {name: _copy(nargs[name]) for name in self.restore_value if name in nargs}
+
+        def launch():
+            for name in self.reset_to_zero:
+                _zero(nargs[name])
+            if config.pre_hook:
+                config.pre_hook(full)
+            if self.user_pre_hook:
+                self.user_pre_hook(full)
+            self.fn.run(*args, grid=grid, **kwargs, **config.all_kwargs())
+            if self.user_post_hook:
+                self.user_post_hook(full, exception=None)
+
+        try:
+            bench = self.bench_fn or (lambda f: do_bench(f, warmup=self.warmup_ms, rep=self.rep_ms, quantiles=(0.5,)))
+            result = bench(launch)
+            return result[0] if isinstance(result, (list, tuple)) else result
+        except Exception as e:
+            if type(e).__name__ in ("OutOfResources", "CompilationError"):
+                return float("inf")
+            raise
+        finally:
+            for name, value in saved.items():
+                _restore(nargs[name], value)
+
+    def run(self, *args, grid, warmup=False, **kwargs):
+        nargs = _bind(self.fn, args, kwargs)
+        if len(self.configs) > 1:
+            key = self._key(nargs)
+            if key not in self.cache:
+                configs = self.prune_configs(nargs)
+                timings = {c: self._bench(args, kwargs, grid, c, nargs) for c in configs}
+                self.cache[key] = builtins.min(timings, key=timings.get)
+                self.configs_timings = timings
+            config = self.cache[key]
+        else:
+            config = self.configs[0]
+        self.best_config = config
+        if config.pre_hook and not warmup:
+            config.pre_hook({**nargs, **config.all_kwargs()})
+        return self.fn.run(*args, grid=grid, warmup=warmup, **kwargs, **config.all_kwargs())
+
+    def warmup(self, *args, grid=(1,), **kwargs):
+        return [self.fn.run(*args, grid=grid, warmup=True, **kwargs, **c.all_kwargs())
+                for c in self.prune_configs(_bind(self.fn, args, kwargs))]
+
+
+class Heuristics(KernelInterface):
+    def __init__(self, fn, arg_names, values: dict):
+        self.fn, self.arg_names, self.values = fn, arg_names, values
+
+    def run(self, *args, grid, warmup=False, **kwargs):
+        nargs = _bind(self.fn, args, kwargs)
+        for name, heuristic in self.values.items():
+            kwargs[name] = heuristic(nargs)
+            nargs[name] = kwargs[name]
+        return self.fn.run(*args, grid=grid, warmup=warmup, **kwargs)
+
+    def warmup(self, *args, grid=(1,), **kwargs):
+        return self.run(*args, grid=grid, warmup=True, **kwargs)
+
+
+def autotune(configs, key, prune_configs_by=None, reset_to_zero=None, restore_value=None, pre_hook=None,
+             post_hook=None, warmup=None, rep=None, use_cuda_graph=False, do_bench=None):
+    """Benchmark `configs` the first time each value of `key` is seen and launch the fastest."""
+    def decorator(fn):
+        return Autotuner(fn, _arg_names(fn), configs, key, reset_to_zero, restore_value, pre_hook, post_hook,
+                         prune_configs_by, warmup, rep, use_cuda_graph, do_bench)
+    return decorator
+
+
+def heuristics(values):
+    """Compute meta-parameters from the arguments: `values` maps a name to f(args dict)."""
+    def decorator(fn):
+        return Heuristics(fn, _arg_names(fn), values)
+    return decorator
+
+
+def _copy(x):
+    return x.clone() if hasattr(x, "clone") else x.copy()
+
+
+def _restore(dst, src):
+    if hasattr(dst, "copy_"):
+        dst.copy_(src)
+    else:
+        dst[...] = src
+
+
+def _zero(x):
+    if hasattr(x, "zero_"):
+        x.zero_()
+    else:
+        x[...] = 0
