@@ -171,3 +171,10 @@ def test_bitcast_and_pointer_casts():
     src, out = np.array([5.0, 7.0], np.float32), np.zeros(1, np.int64)
     run(fn, (1,), [src, out])
     assert out[0] == 7
+
+
+def test_fp64_to_bf16_rounds_once():
+    # Through fp32 this would tie and round to even (1.0); rounded once it goes up.
+    x = np.array([1 + 2**-8 + 2**-40, -(1 + 2**-8 + 2**-40)], np.float64)
+    assert cast(x, ml_dtypes.bfloat16).astype(np.float64).tolist() == [1 + 2**-7, -(1 + 2**-7)]
+    assert cast(x, ml_dtypes.bfloat16, '{rounding = "rtz"}').astype(np.float64).tolist() == [1.0, -1.0]

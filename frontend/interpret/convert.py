@@ -92,18 +92,31 @@ def _saturate_fp8(x: np.ndarray, out: np.dtype) -> np.ndarray:
     return np.clip(x, -limit, limit)
 
 
+def _round_to_odd_fp32(x: np.ndarray) -> np.ndarray:
+    """fp64 -> fp32 rounding to odd: a second rounding to a type with fewer than 23
+    mantissa bits then gives the correctly rounded result, not a double-rounded one."""
+    y = x.astype(np.float32)
+    back = y.astype(np.float64)
+    inexact = (back != x) & np.isfinite(x)
+    bits = y.view(np.uint32)
+    bits = np.where(inexact & (np.abs(back) > np.abs(x)), bits - np.uint32(1), bits)
+    return np.where(inexact, bits | np.uint32(1), bits).astype(np.uint32).view(np.float32)
+
+
 def narrow_float(x: np.ndarray, out: np.dtype, rounding: str = "rtne") -> np.ndarray:
-    x = np.asarray(x)
+    source = x = np.asarray(x)
     if x.dtype == out or (out.itemsize > x.dtype.itemsize and out in _NUMPY_NATIVE_FLOATS):
         return x.astype(out)  # exact widening
     if out in _FP8:
         x = _saturate_fp8(x.astype(np.float64), out)
+    if x.dtype == np.float64 and out not in _NUMPY_NATIVE_FLOATS:
+        x = _round_to_odd_fp32(x)  # ml_dtypes narrows float64 through float32
     y = x.astype(out)
     if rounding != "rtz":
         return y
     # RTZ: where rounding to nearest went away from zero, step one ulp back toward zero.
     # Floats are sign-magnitude, so decrementing the bit pattern shrinks the magnitude.
-    wide = np.abs(x.astype(np.float64))
+    wide = np.abs(source.astype(np.float64))
     overshoot = (np.abs(y.astype(np.float64)) > wide) & np.isfinite(wide)
     if not overshoot.any():
         return y
