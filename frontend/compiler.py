@@ -35,6 +35,22 @@ class CompiledKernel:
                            "set KILN_INTERPRET=1 to run kernels in the NumPy interpreter")
 
 
+# The launch options that change the generated code; the rest only affect the launch.
+CODEGEN_OPTIONS = ("num_warps", "num_stages")
+
+
+def codegen_options(options: dict) -> dict:
+    out = {"num_warps": config.DEFAULT_NUM_WARPS, "num_stages": config.DEFAULT_NUM_STAGES}
+    out.update({k: int(v) for k, v in options.items() if k in CODEGEN_OPTIONS and v is not None})
+    return out
+
+
+def compile_binary(ir: Function, target: str, options: dict):
+    """PTX and cubin of `ir` for `target` (e.g. "sm_90a"); needs no GPU."""
+    from kiln.codegen import compile as compile_ir
+    return compile_ir(ir, target, codegen_options(options))
+
+
 def compile_kernel(jitfn, params, options) -> CompiledKernel:
     ir = build_kernel(jitfn, params)
     return CompiledKernel(jitfn.__name__, ir, options)
