@@ -1,0 +1,210 @@
+"""The pool of compile worker processes.
+
+One thread per slot owns one worker process (started with `spawn`, so it shares nothing
+with the parent's gRPC threads) and feeds it jobs from a shared queue, one at a time. A
+worker that dies mid-compile, or outlives `compile_timeout`, is killed and replaced, and
+its job fails with a `CompileError` whose code names the gRPC status to answer with, so
+no request is ever lost silently.
+"""
+from __future__ import annotations
+
+import itertools
+import logging
+import multiprocessing
+import queue
+import threading
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from multiprocessing.connection import wait
+
+from .worker import worker_main
+
+log = logging.getLogger("kiln.daemon")
+
+
+class CompileError(Exception):
+    """A compile that produced no kernel. `code` is a grpc.StatusCode name."""
+
+    def __init__(self, code: str, message: str, details: str = ""):
+        super().__init__(message)
+        self.code, self.message, self.details = code, message, details
+
+
+@dataclass
+class _Job:
+    ir: bytes
+    target: str
+    options: dict
+    future: Future = field(default_factory=Future)
+
+
+class WorkerPool:
+    def __init__(self, compile_fn: str, size: int, compile_timeout: float = 300.0,
+                 start_timeout: float = 120.0):
+        self.compile_fn, self.size = compile_fn, size
+        self.compile_timeout, self.start_timeout = compile_timeout, start_timeout
+        self.restarts = 0
+        self._ctx = multiprocessing.get_context("spawn")
+        self._queue: queue.Queue[_Job | None] = queue.Queue()
+        self._closed = False
+        self._ids = itertools.count()
+        self._slots = [_Slot(self, i) for i in range(size)]
+        for slot in self._slots:
+            slot.thread.start()
+
+    def submit(self, ir: bytes, target: str, options: dict) -> Future:
+        """Queue a compile; the future's result is the worker's result dict."""
+        job = _Job(ir, target, options)
+        if self._closed:
+            job.future.set_exception(CompileError("UNAVAILABLE", "the compile service is shutting down"))
+        else:
+            self._queue.put(job)
+        return job.future
+
+    @property
+    def busy(self) -> int:
+        return sum(slot.job is not None for slot in self._slots)
+
+    @property
+    def queue_depth(self) -> int:
+        return self._queue.qsize()
+
+    def pids(self) -> list[int]:
+        return [slot.proc.pid for slot in self._slots if slot.proc is not None and slot.proc.is_alive()]
+
+    def wait_ready(self, timeout: float | None = None) -> bool:
+        """Block until every worker has started (or failed to); True if all are ready."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for slot in self._slots:
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if not slot.started.wait(remaining):
+                return False
+        return all(slot.proc is not None for slot in self._slots)
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Finish the jobs already queued, then stop the workers."""
+        self._closed = True
+        for _ in self._slots:
+            self._queue.put(None)
+        for slot in self._slots:
+            slot.thread.join(timeout)
+
+
+class _Slot:
+    def __init__(self, pool: WorkerPool, index: int):
+        self.pool, self.index = pool, index
+        self.proc = self.conn = None
+        self.job: _Job | None = None
+        self.start_error = ""
+        self.retry_at = 0.0
+        self.failures = 0
+        self.started = threading.Event()
+        self.thread = threading.Thread(target=self._loop, name=f"kiln-worker-{index}", daemon=True)
+
+    def _loop(self):
+        while True:
+            if self.proc is None and time.monotonic() >= self.retry_at:
+                self._start()
+            job = self.pool._queue.get()
+            if job is None:
+                self._stop()
+                return
+            if self.proc is not None and not self.proc.is_alive():
+                self._replace(f"exited between jobs ({_exit_description(self.proc.exitcode)})")
+            elif self.proc is None and time.monotonic() >= self.retry_at:
+                self._start()
+            if self.proc is None:
+                job.future.set_exception(CompileError("UNAVAILABLE", self.start_error))
+                continue
+            self.job = job
+            try:
+                self._run(job)
+            finally:
+                self.job = None
+
+    def _start(self):
+        parent, child = self.pool._ctx.Pipe()
+        proc = self.pool._ctx.Process(target=worker_main, args=(child, self.pool.compile_fn),
+                                      name=f"kiln-compile-{self.index}", daemon=True)
+        proc.start()
+        child.close()
+        message = "worker did not start in time"
+        try:
+            if parent.poll(self.pool.start_timeout):
+                kind, payload = parent.recv()
+                if kind == "ready":
+                    self.proc, self.conn, self.failures, self.start_error = proc, parent, 0, ""
+                    log.info("worker=%d pid=%d event=ready", self.index, proc.pid)
+                    return
+                message = payload
+        except (EOFError, OSError):
+            message = f"worker exited while starting (exit code {proc.exitcode})"
+        finally:
+            self.started.set()
+        self._kill(proc)
+        parent.close()
+        self.failures += 1
+        self.start_error = message
+        self.retry_at = time.monotonic() + min(30.0, 0.5 * 2 ** self.failures)
+        log.error("worker=%d event=start_failed error=%r", self.index, message)
+
+    def _run(self, job: _Job):
+        job_id = next(self.pool._ids)
+        try:
+            self.conn.send((job_id, job.ir, job.target, job.options))
+            ready = wait([self.conn, self.proc.sentinel], timeout=self.pool.compile_timeout)
+            if self.conn in ready:
+                _, kind, payload = self.conn.recv()
+                if kind == "ok":
+                    job.future.set_result(payload)
+                else:
+                    name, message, details = payload
+                    code = "UNIMPLEMENTED" if name == "NotImplementedError" else "INTERNAL"
+                    job.future.set_exception(CompileError(code, f"{name}: {message}", details))
+                return
+            if not ready:
+                self._replace("timeout")
+                job.future.set_exception(CompileError(
+                    "DEADLINE_EXCEEDED", f"compile ran past {self.pool.compile_timeout:g} s; its worker was replaced"))
+                return
+        except (EOFError, OSError):
+            pass  # the worker died around the send or the reply
+        self.proc.join(1.0)
+        how = _exit_description(self.proc.exitcode)
+        self._replace(how)
+        job.future.set_exception(CompileError("INTERNAL", f"the compile worker died ({how}); it was replaced"))
+
+    def _replace(self, why: str):
+        log.warning("worker=%d pid=%s event=replaced why=%r", self.index, self.proc.pid, why)
+        self._kill(self.proc)
+        self.conn.close()
+        self.proc = self.conn = None
+        self.pool.restarts += 1
+        self._start()
+
+    def _stop(self):
+        if self.proc is None:
+            return
+        try:
+            self.conn.send(None)
+        except OSError:
+            pass
+        self.proc.join(5.0)
+        self._kill(self.proc)
+        self.conn.close()
+        self.proc = self.conn = None
+
+    @staticmethod
+    def _kill(proc):
+        if proc.is_alive():
+            proc.kill()
+        proc.join(5.0)
+
+
+def _exit_description(code) -> str:
+    if code is None:
+        return "still running"
+    if code < 0:
+        return f"killed by signal {-code}"
+    return f"exit code {code}"

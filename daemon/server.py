@@ -1,0 +1,93 @@
+"""Build the compile server: `create_server(address, compile_fn) -> (server, port)`.
+
+Making is kept apart from serving (the caller starts it), so that tests bind port 0 or a
+Unix socket of their own. The server offers `kiln.v1.Compiler`, the standard
+`grpc.health.v1` health service and server reflection.
+"""
+from __future__ import annotations
+
+import os
+from concurrent import futures
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from kiln.cache import Cache
+from kiln.proto import compiler_pb2, compiler_pb2_grpc
+
+from .pool import WorkerPool
+from .service import CompilerService
+
+DEFAULT_COMPILE_FN = "kiln.codegen:compile"
+SERVICE_NAME = compiler_pb2.DESCRIPTOR.services_by_name["Compiler"].full_name
+
+
+class Server:
+    """The gRPC server with its worker pool: start, then stop (which drains work in flight)."""
+
+    def __init__(self, grpc_server: grpc.Server, service: CompilerService, health_servicer, address: str):
+        self.grpc, self.service, self.health, self.address = grpc_server, service, health_servicer, address
+
+    @property
+    def pool(self) -> WorkerPool:
+        return self.service.pool
+
+    def start(self) -> "Server":
+        self.grpc.start()
+        return self
+
+    def stop(self, grace: float | None = 10.0) -> None:
+        """Refuse new RPCs, let those in flight finish (up to `grace` seconds), stop the workers."""
+        self.health.enter_graceful_shutdown()
+        self.grpc.stop(grace).wait()
+        self.pool.close()
+
+    def wait_for_termination(self, timeout: float | None = None) -> bool:
+        return self.grpc.wait_for_termination(timeout)
+
+
+def create_server(address: str, compile_fn: str = DEFAULT_COMPILE_FN, *, workers: int | None = None,
+                  cache: Cache | None = None, compile_timeout: float = 300.0,
+                  max_request_bytes: int = 16 << 20, rpc_threads: int = 64) -> tuple[Server, int]:
+    """A compile server bound to `address` ("unix:/path", or "host:port" with port 0 for any).
+
+    `compile_fn` names the function the workers call ("module:function", with the
+    signature of `kiln.codegen.compile`). Returns the server, not yet started, and the
+    bound TCP port (0 for a Unix socket).
+    """
+    pool = WorkerPool(compile_fn, workers or os.cpu_count() or 1, compile_timeout)
+    service = CompilerService(pool, cache if cache is not None else Cache())
+    server = grpc.server(
+        futures.ThreadPoolExecutor(rpc_threads, thread_name_prefix="kiln-rpc"),
+        options=[("grpc.max_receive_message_length", max_request_bytes),
+                 ("grpc.max_send_message_length", -1),
+                 ("grpc.so_reuseport", 0)])
+    compiler_pb2_grpc.add_CompilerServicer_to_server(service, server)
+    health_servicer = health.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    for name in ("", SERVICE_NAME):
+        health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    reflection.enable_server_reflection(
+        (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME), server)
+    try:
+        port = _bind(server, address)
+    except BaseException:
+        pool.close()
+        raise
+    return Server(server, service, health_servicer, address), port
+
+
+def _bind(server: grpc.Server, address: str) -> int:
+    if not address.startswith("unix:"):
+        return server.add_insecure_port(address)
+    path = Path(address[len("unix:"):])
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    old = os.umask(0o177)  # the socket is born 0600: only this user may compile through it
+    try:
+        server.add_insecure_port(address)
+    finally:
+        os.umask(old)
+    os.chmod(path, 0o600)
+    return 0

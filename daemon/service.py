@@ -1,0 +1,197 @@
+"""The `kiln.v1.Compiler` service: requests in, node cache first, single flight, the pool.
+
+A request's IR is decoded and verified (INVALID_ARGUMENT if that fails), its compile key
+computed from the canonical bytes, and then: a hit in the node cache answers at once;
+otherwise the request joins the compile already in flight for that key (MERGED) or starts
+one (MISS). The result goes into the node cache before any waiter hears of it.
+"""
+from __future__ import annotations
+
+import logging
+import re
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
+from concurrent.futures import as_completed
+from dataclasses import dataclass
+
+import grpc
+
+from kiln.cache import Cache
+from kiln.ir import print_function
+from kiln.ir.core import Function
+from kiln.proto import compiler_pb2 as pb
+from kiln.proto import compiler_pb2_grpc
+from kiln.proto.convert import ConversionError, canonical_bytes, function_from_proto
+from kiln.proto.key import compiler_identity, key_from_canonical
+from kiln.proto.messages import metadata_to_proto, options_from_proto
+
+from .flight import SingleFlight
+from .pool import CompileError, WorkerPool
+from .stats import ServiceStats
+
+log = logging.getLogger("kiln.daemon")
+
+_TARGET = re.compile(r"sm_(\d+)[af]?\Z")
+_TEXT_ARTIFACTS = ("ptx", "llir", "kir")
+
+
+@dataclass
+class _Request:
+    fn: Function
+    ir: bytes            # canonical
+    target: str
+    options: dict
+    key: str
+    dumps: bool
+
+
+class CompilerService(compiler_pb2_grpc.CompilerServicer):
+    def __init__(self, pool: WorkerPool, cache: Cache, identity: dict | None = None):
+        self.pool, self.cache = pool, cache
+        self.identity = identity if identity is not None else compiler_identity()
+        self.flights = SingleFlight()
+        self.stats = ServiceStats()
+
+    # --- RPCs ------------------------------------------------------------------------------
+    def Compile(self, request, context):
+        self.stats.count("requests")
+        try:
+            req = self._decode(request)
+        except ConversionError as e:
+            self.stats.count("errors")
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
+        future, status = self._start(req)
+        try:
+            result = future.result(timeout=context.time_remaining())
+        except FutureTimeout:
+            context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, "the compile outlasted the request's deadline")
+        except CompileError as e:
+            context.abort(grpc.StatusCode[e.code], e.message)
+        return self._response(req, result, status)
+
+    def CompileBatch(self, request, context):
+        self.stats.count("requests", len(request.requests))
+        waiting: dict = {}
+        for index, item in enumerate(request.requests):
+            try:
+                req = self._decode(item)
+            except ConversionError as e:
+                self.stats.count("errors")
+                yield pb.CompileBatchItem(index=index, error=pb.Error(
+                    code=grpc.StatusCode.INVALID_ARGUMENT.value[0], message=str(e)))
+                continue
+            future, status = self._start(req)
+            waiting.setdefault(future, []).append((index, req, status))
+        try:
+            for future in as_completed(waiting, timeout=context.time_remaining()):
+                for index, req, status in waiting[future]:
+                    try:
+                        yield pb.CompileBatchItem(index=index, result=self._response(req, future.result(), status))
+                    except CompileError as e:
+                        yield pb.CompileBatchItem(index=index, error=pb.Error(
+                            code=grpc.StatusCode[e.code].value[0], message=e.message))
+        except FutureTimeout:
+            context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, "the batch outlasted the request's deadline")
+
+    def Lookup(self, request, context):
+        names = ("cubin",) + (_TEXT_ARTIFACTS if request.include_ir_dumps else ("ptx",))
+        hit = self.cache.get_result(request.key, names)
+        if hit is None:
+            return pb.LookupResponse(found=False)
+        result = _result_from_cache(*hit)
+        return pb.LookupResponse(found=True, result=_response_message(request.key, result, pb.CACHE_HIT,
+                                                                      request.include_ir_dumps))
+
+    def Stats(self, request, context):
+        snap = self.stats.snapshot()
+        cache = self.cache.stats()
+        lat = snap["latency_ms"]
+        return pb.StatsResponse(
+            version=self.identity.get("kiln", ""), compiler_identity=self.identity, uptime_s=snap["uptime_s"],
+            workers=self.pool.size, busy_workers=self.pool.busy, queue_depth=self.pool.queue_depth,
+            requests=snap["requests"], hits=snap["hits"], misses=snap["misses"], merged=snap["merged"],
+            errors=snap["errors"], worker_restarts=self.pool.restarts,
+            compile_latency=pb.LatencyPercentiles(p50_ms=lat["p50"], p90_ms=lat["p90"], p99_ms=lat["p99"],
+                                                  max_ms=lat["max"]),
+            cache=pb.CacheStats(path=cache["path"], entries=cache["entries"], volume_bytes=cache["volume_bytes"],
+                                size_limit_bytes=cache["size_limit_bytes"]))
+
+    # --- the work ----------------------------------------------------------------------------
+    def _decode(self, request) -> _Request:
+        if not request.HasField("ir"):
+            raise ConversionError("the request carries no IR")
+        if not _TARGET.match(request.target) or not 80 <= int(_TARGET.match(request.target)[1]) <= 121:
+            raise ConversionError(f"unknown target {request.target!r}: expected sm_80 ... sm_121a")
+        fn = function_from_proto(request.ir, verify=True)
+        options = options_from_proto(request.options)
+        ir = canonical_bytes(fn)
+        key = key_from_canonical(ir, request.target, options, self.identity)
+        return _Request(fn, ir, request.target, options, key, request.include_ir_dumps)
+
+    def _start(self, req: _Request) -> tuple[Future, int]:
+        """A future of the result dict, and the cache status to report with it."""
+        hit = self._cached(req)
+        if hit is not None:
+            return _resolved(hit), pb.CACHE_HIT
+        future, owner = self.flights.join(req.key)
+        if not owner:
+            self.stats.count("merged")
+            return future, pb.CACHE_MERGED
+        hit = self._cached(req)  # a compile may have landed between the first look and the join
+        if hit is not None:
+            self.flights.land(req.key, future, hit)
+            return future, pb.CACHE_HIT
+        job = self.pool.submit(req.ir, req.target, req.options)
+        job.add_done_callback(lambda job: self._landed(req, future, job))
+        return future, pb.CACHE_MISS
+
+    def _cached(self, req: _Request) -> dict | None:
+        names = ("cubin",) + (_TEXT_ARTIFACTS if req.dumps else ("ptx",))
+        hit = self.cache.get_result(req.key, names)
+        if hit is None:
+            return None
+        self.stats.count("hits")
+        return _result_from_cache(*hit)
+
+    def _landed(self, req: _Request, future, job) -> None:
+        error = job.exception()
+        if error is not None:
+            self.stats.count("errors")
+            log.warning("key=%s event=compile_failed code=%s error=%r", req.key[:16], getattr(error, "code", "?"), str(error))
+            self.flights.land(req.key, future, error=error)
+            return
+        result = job.result()
+        self.stats.count("misses")
+        self.stats.compiled(result["compile_ms"])
+        try:
+            self.cache.put_result(req.key, {"cubin": result["cubin"], "ptx": result["ptx"], "llir": result["llir"],
+                                            "kir": result["kir"], "ir": print_function(req.fn)},
+                                  {**result["metadata"], "target": req.target, "options": req.options})
+        except Exception as e:  # noqa: BLE001 - a full disk must not fail the compile
+            log.error("key=%s event=cache_write_failed error=%r", req.key[:16], str(e))
+        log.info("key=%s kernel=%s event=compiled ms=%.1f", req.key[:16], req.fn.name, result["compile_ms"])
+        self.flights.land(req.key, future, result)
+
+    def _response(self, req: _Request, result: dict, status) -> pb.CompileResponse:
+        return _response_message(req.key, result, status, req.dumps)
+
+
+def _resolved(value) -> Future:
+    future = Future()
+    future.set_result(value)
+    return future
+
+
+def _result_from_cache(artifacts: dict, metadata: dict) -> dict:
+    result = {name: data.decode() for name, data in artifacts.items() if name in _TEXT_ARTIFACTS}
+    return {**result, "cubin": artifacts["cubin"], "metadata": metadata, "compile_ms": 0.0}
+
+
+def _response_message(key: str, result: dict, status, dumps: bool) -> pb.CompileResponse:
+    metadata = {k: v for k, v in result["metadata"].items() if k != "options"}
+    response = pb.CompileResponse(key=key, cache_status=status, cubin=result["cubin"], ptx=result.get("ptx", ""),
+                                  metadata=metadata_to_proto(metadata),
+                                  compile_ms=result["compile_ms"] if status == pb.CACHE_MISS else 0.0)
+    if dumps:
+        response.llir, response.kir = result.get("llir", ""), result.get("kir", "")
+    return response
