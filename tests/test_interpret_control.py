@@ -194,7 +194,7 @@ def test_numpy_errors_become_interpreter_errors_with_the_op():
       %c = add %a, %b : <4xfp32> loc("bad.py":3:9)
       return
     }""")
-    with pytest.raises(InterpreterError, match=r"kernel 'bad', add at bad\.py:3:9: ValueError"):
+    with pytest.raises(InterpreterError, match=r"kernel 'bad', add at bad\.py:3:9 in program \(0, 0, 0\): ValueError"):
         run(fn, (1,), [np.zeros(1, np.float32)])
     unknown = parse_function("kernel @u() {\n  frobnicate\n  return\n}")
     with pytest.raises(InterpreterError, match="no implementation"):

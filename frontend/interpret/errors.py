@@ -17,5 +17,6 @@ def describe_loc(loc) -> str:
     return f"{loc.file}:{loc.line}" + (f":{loc.col}" if loc.col else "")
 
 
-def located(kernel: str, op, message: str) -> InterpreterError:
-    return InterpreterError(f"kernel '{kernel}', {op.name} at {describe_loc(op.loc)}: {message}")
+def located(kernel: str, op, message: str, pid=None) -> InterpreterError:
+    program = f" in program {tuple(pid)}" if pid is not None else ""
+    return InterpreterError(f"kernel '{kernel}', {op.name} at {describe_loc(op.loc)}{program}: {message}")

@@ -118,7 +118,7 @@ class Memory:
             self._views[key] = (raw[head:head + count * dtype.itemsize].view(dtype), head)
         return self._views[key]
 
-    def _indices(self, addrs, spans, span: int, dtype):
+    def _indices(self, addrs, span: int, dtype):
         view, head = self._view(span, dtype)
         offsets = addrs - np.uint64(self.spans[span].lo + head)
         return view, (offsets // np.uint64(dtype.itemsize)).astype(np.intp)
@@ -139,7 +139,7 @@ class Memory:
         out = np.empty(addrs.shape, dtype)
         for span, lanes in self._groups(spans):
             picked = addrs if lanes is None else addrs[lanes]
-            view, idx = self._indices(picked, spans, span, dtype)
+            view, idx = self._indices(picked, span, dtype)
             if lanes is None:
                 out[...] = view[idx]
             else:
@@ -152,5 +152,5 @@ class Memory:
         spans = self.locate(addrs, values.dtype.itemsize, access)
         for span, lanes in self._groups(spans):
             picked = addrs if lanes is None else addrs[lanes]
-            view, idx = self._indices(picked, spans, span, values.dtype)
+            view, idx = self._indices(picked, span, values.dtype)
             view[idx] = values if lanes is None else values[lanes]

@@ -54,9 +54,9 @@ class Program:
         except InterpreterError:
             raise
         except OpFault as e:
-            raise located(self.kernel, op, str(e)) from None
+            raise located(self.kernel, op, str(e), self.pid) from None
         except Exception as e:  # NumPy errors are interpreter or IR bugs: say where
-            raise located(self.kernel, op, f"{type(e).__name__}: {e}") from e
+            raise located(self.kernel, op, f"{type(e).__name__}: {e}", self.pid) from e
         results = op.results
         if not results:
             return
