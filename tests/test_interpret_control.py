@@ -151,10 +151,11 @@ def test_print_format(capsys):
       %r = arange {start = 0, end = 2} : <2xint32>
       %f = cast %r : <2xfp32>
       %m = expand_dims %r {axis = 0} : <1x2xint32>
-      print %x {prefix = "x:"}
-      print %f {prefix = "f:"}
+      print %x {prefix = "x"}
+      print %f {prefix = " f: "}
       print %m {prefix = "m:", hex = true}
-      print %r, %x {prefix = "both:"}
+      print %r, %x {prefix = "both"}
+      print {prefix = "just text"}
       return
     }""")
     run(fn, (2,), [-3])
@@ -163,12 +164,12 @@ def test_print_format(capsys):
         "pid (0, 0, 0) idx () x: -3",
         "pid (0, 0, 0) idx (0) f: 0.0",
         "pid (0, 0, 0) idx (1) f: 1.0",
-        "pid (0, 0, 0) idx (0, 0) m: 0x0",
-        "pid (0, 0, 0) idx (0, 1) m: 0x1",
+        "pid (0, 0, 0) idx (0, 0) m: 0x00000000",
+        "pid (0, 0, 0) idx (0, 1) m: 0x00000001",
     ]
-    assert lines[5:8] == ["pid (0, 0, 0) idx (0) both: (operand 0) 0", "pid (0, 0, 0) idx (1) both: (operand 0) 1",
-                          "pid (0, 0, 0) idx () both: (operand 1) -3"]
-    assert lines[8] == "pid (1, 0, 0) idx () x: -3" and len(lines) == 16
+    assert lines[5:9] == ["pid (0, 0, 0) idx (0) both: (operand 0) 0", "pid (0, 0, 0) idx (1) both: (operand 0) 1",
+                          "pid (0, 0, 0) idx () both: (operand 1) -3", " just text"]
+    assert lines[9] == "pid (1, 0, 0) idx () x: -3" and len(lines) == 18
 
 
 def test_assert_names_message_kernel_and_line():
