@@ -30,6 +30,7 @@ class PassContext:
     axis: object = None
     layouts: dict = field(default_factory=dict)
     prefer: object = None
+    cheap: set = field(default_factory=set)
 
 
 def run_passes(fn, ctx: PassContext, check: bool = False) -> None:

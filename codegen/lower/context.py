@@ -57,9 +57,28 @@ class Lowering:
             return have
         key = (v, layout, self.b.block)  # a conversion made in one branch must not leak to another
         if key not in self.converted:
-            from .shared import convert
-            self.converted[key] = convert(self, have, self.layouts[v], layout, v.type)
+            if v in self.ctx.cheap and v.defining_op is not None:
+                self.converted[key] = self.rematerialize(v, layout)
+            else:
+                from .shared import convert
+                self.converted[key] = convert(self, have, self.layouts[v], layout, v.type)
         return self.converted[key]
+
+    def rematerialize(self, v, layout):
+        """Recompute cheap index math `v` directly in `layout` (no shared memory)."""
+        from . import LOWER
+        op = v.defining_op
+        saved = {r: (self.values.get(r), self.layouts.get(r)) for r in op.results}
+        self.layouts[v] = layout
+        if op.name == "expand_dims" and isinstance(layout, lay.Blocked):
+            src = op.operands[0]
+            self.values[v] = self.regs(src, lay.Slice(op.attrs["axis"], layout))
+        else:
+            LOWER[op.name](self, op)
+        regs = self.values[v]
+        for r, (vals, l) in saved.items():
+            self.values[r], self.layouts[r] = vals, l
+        return regs
 
     def scalar(self, v):
         return self.values[v][0]

@@ -59,6 +59,7 @@ def _print(lw, op):
         fmt = _cstring(lw, text, "kiln_fmt")
         struct = ir.LiteralStructType([a.type for a in args])
         buf = lw.entry.alloca(struct)
+        buf.type = GENERIC_PTR  # opaque, so the GEPs below type-check
         for j, a in enumerate(args):
             lw.b.store(a, lw.b.gep(buf, [lw.i32(0), lw.i32(j)], source_etype=struct))
         lw.b.call(vprintf, [fmt, buf])

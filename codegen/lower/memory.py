@@ -204,6 +204,15 @@ def _store(lw, op):
 _ORDER = {"relaxed": "monotonic", "acquire": "acquire", "release": "release", "acq_rel": "acq_rel"}
 _FAIL_ORDER = {"relaxed": "monotonic", "acquire": "acquire", "release": "monotonic", "acq_rel": "acquire"}
 _SCOPE = {"gpu": 'syncscope("device") ', "cta": 'syncscope("block") ', "sys": ""}
+_FENCE_SCOPE = {"gpu": "device", "cta": "block", "sys": None}
+
+
+def _fence(lw, op, when):
+    """NVPTX drops the ordering of `atomicrmw`, so ordered RMWs are relaxed RMWs between
+    fences (PTX's own mapping of release/acquire onto fence.acq_rel + relaxed atomics)."""
+    sem = op.attrs["sem"]
+    if (when == "before" and sem in ("release", "acq_rel")) or (when == "after" and sem in ("acquire", "acq_rel")):
+        lw.b.fence("acq_rel", _FENCE_SCOPE[op.attrs["scope"]])
 
 
 def _rmw_op(kind, s):
@@ -261,9 +270,11 @@ def _atomic_rmw(lw, op):
     layout = lw.layout(op.results[0])
     ptrs = lw.regs(ptr, layout) if layout else [lw.scalar(ptr)]
     vals = lw.regs(val, layout) if layout else [lw.scalar(val)]
-    ordering = _SCOPE[op.attrs["scope"]] + _ORDER[op.attrs["sem"]]
+    ordering = _SCOPE[op.attrs["scope"]] + "monotonic"
     rmw = _rmw_op(op.attrs["kind"], s)
+    _fence(lw, op, "before")
     _atomic_each(lw, op, lambda i: lw.b.atomic_rmw(rmw, ptrs[i], vals[i], ordering))
+    _fence(lw, op, "after")
 
 
 def _atomic_cas(lw, op):

@@ -18,6 +18,11 @@ from ..layout import Blocked, Slice, blocked_for, default_order
 name = "layouts"
 
 MEMORY_OPS = ("load", "store", "atomic_rmw", "atomic_cas")
+# Ops that are cheaper to recompute in another layout than to move through shared
+# memory: index arithmetic built from arange, splat and constants.
+CHEAP_OPS = {"constant", "arange", "splat", "broadcast", "expand_dims", "add", "sub", "mul", "div", "rem",
+             "and", "or", "xor", "shl", "shr", "min", "max", "cmp", "select", "cast", "addptr",
+             "multiple_of", "max_contiguous"}
 
 
 def memory_width(ctx, op) -> tuple[tuple[int, ...], int]:
@@ -42,6 +47,7 @@ class _Assigner:
         self.num_warps = ctx.num_warps
         self.preferred: dict[tuple, tuple[int, Blocked]] = {}
         self.layouts: dict = {}
+        self.cheap: set = set()
 
     def anchor(self, op):
         ptr = op.operands[0]
@@ -75,6 +81,8 @@ class _Assigner:
             self.op(op)
 
     def op(self, op):
+        if op.name in CHEAP_OPS and all(v in self.cheap or not isinstance(v.type, block_type) for v in op.operands):
+            self.cheap.update(op.results)
         handler = getattr(self, "op_" + op.name, None)
         if handler is not None:
             handler(op)
@@ -90,7 +98,8 @@ class _Assigner:
             pref = self.prefer(r.type.shape)
             same_shape = [self.of(v) for v in op.operands
                           if isinstance(v.type, block_type) and v.type.shape == r.type.shape and self.of(v)]
-            if pref in same_shape or not same_shape:
+            all_cheap = all(v in self.cheap for v in op.operands if isinstance(v.type, block_type))
+            if pref in same_shape or not same_shape or all_cheap:
                 self.set(r, pref)
             else:
                 self.set(r, same_shape[0])
@@ -151,3 +160,4 @@ def apply(fn, ctx) -> None:
     assigner.block(fn.body)
     ctx.layouts = assigner.layouts
     ctx.prefer = assigner.prefer
+    ctx.cheap = assigner.cheap
