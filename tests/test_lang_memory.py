@@ -1,0 +1,225 @@
+"""Conformance: load/store with masks and other, cache hints, atomics (interpreter vs NumPy)."""
+import numpy as np
+import pytest
+import torch
+
+import kiln
+import kiln.language as tl
+
+
+@kiln.jit
+def _masked_copy(x_ptr, y_ptr, n, OTHER: tl.constexpr, BLOCK: tl.constexpr):
+    pid = tl.program_id(0)
+    offs = pid * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs, mask=offs < n, other=OTHER)
+    tl.store(y_ptr + offs, x)
+
+
+def test_masked_load_fills_other_and_grid_covers_tail():
+    x = np.arange(10, dtype=np.float32) + 1
+    y = np.zeros(12, np.float32)
+    _masked_copy[(kiln.cdiv(12, 4),)](x, y, 10, OTHER=-7.0, BLOCK=4)
+    np.testing.assert_array_equal(y, np.concatenate([x, [-7.0, -7.0]]))
+
+
+@kiln.jit
+def _masked_store(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask, other=0, cache_modifier=".cg", eviction_policy="evict_last")
+    tl.store(y_ptr + offs, x * 3, mask=mask, cache_modifier=".cs", eviction_policy="evict_first")
+
+
+def test_masked_store_leaves_other_lanes_and_hints_are_accepted():
+    x = np.arange(7, dtype=np.int32)
+    y = np.full(7, -1, np.int32)
+    _masked_store[(2,)](x, y, 7, BLOCK=4)
+    np.testing.assert_array_equal(y, x * 3)
+
+
+@kiln.jit
+def _masked_2d(x_ptr, y_ptr, M, N, stride, BM: tl.constexpr, BN: tl.constexpr):
+    rows = tl.arange(0, BM)[:, None]
+    cols = tl.arange(0, BN)[None, :]
+    mask = (rows < M) & (cols < N)
+    x = tl.load(x_ptr + rows * stride + cols, mask=mask, other=0.0)
+    tl.store(y_ptr + rows * BN + cols, x + 1.0)
+
+
+def test_two_dimensional_mask_by_broadcasting():
+    x = np.arange(15, dtype=np.float32).reshape(3, 5)
+    y = np.zeros((4, 8), np.float32)
+    _masked_2d[(1,)](x, y, 3, 5, 5, BM=4, BN=8)
+    expect = np.ones((4, 8), np.float32)
+    expect[:3, :5] += x
+    np.testing.assert_array_equal(y, expect)
+
+
+@kiln.jit
+def _scalar_mask(x_ptr, y_ptr, flag):
+    offs = tl.arange(0, 4)
+    v = tl.load(x_ptr + offs, mask=flag > 0, other=9)
+    tl.store(y_ptr + offs, v)
+
+
+def test_scalar_mask_broadcasts_over_the_block():
+    x = np.array([1, 2, 3, 4], np.int16)
+    y = np.zeros(4, np.int16)
+    _scalar_mask[(1,)](x, y, 1)
+    np.testing.assert_array_equal(y, x)
+    _scalar_mask[(1,)](x, y, 0)
+    np.testing.assert_array_equal(y, [9, 9, 9, 9])
+
+
+@kiln.jit
+def _oob(x_ptr, y_ptr):
+    offs = tl.arange(0, 16)
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs))
+
+
+def test_unmasked_out_of_bounds_load_names_the_kernel():
+    x = np.zeros(8, np.float32)
+    y = np.zeros(16, np.float32)
+    with pytest.raises(Exception) as info:
+        _oob[(1,)](x, y)
+    msg = str(info.value)
+    assert "_oob" in msg
+    assert "test_lang_memory.py" in msg
+
+
+@kiln.jit
+def _gather(x_ptr, idx_ptr, y_ptr, N: tl.constexpr):
+    offs = tl.arange(0, N)
+    idx = tl.load(idx_ptr + offs)
+    tl.store(y_ptr + offs, tl.load(x_ptr + idx))
+
+
+def test_gather_through_loaded_indices():
+    x = np.arange(100, 116, dtype=np.int64)
+    idx = np.array([15, 0, 3, 3, 7, 1, 2, 9], np.int32)
+    y = np.zeros(8, np.int64)
+    _gather[(1,)](x, idx, y, N=8)
+    np.testing.assert_array_equal(y, x[idx])
+
+
+# --- atomics ------------------------------------------------------------------------
+
+@kiln.jit
+def _histogram(x_ptr, hist_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    bins = tl.load(x_ptr + offs, mask=mask, other=0)
+    tl.atomic_add(hist_ptr + bins, 1, mask=mask)
+
+
+def test_histogram_with_atomic_add_across_programs():
+    rng = np.random.default_rng(1)
+    x = rng.integers(0, 8, 203).astype(np.int32)
+    hist = np.zeros(8, np.int32)
+    _histogram[(kiln.cdiv(203, 32),)](x, hist, 203, BLOCK=32)
+    np.testing.assert_array_equal(hist, np.bincount(x, minlength=8))
+
+
+@kiln.jit
+def _atomic_ops(buf_ptr, old_ptr, vals_ptr, N: tl.constexpr):
+    pid = tl.program_id(0)
+    offs = tl.arange(0, N)
+    v = tl.load(vals_ptr + pid * N + offs)
+    old = tl.atomic_max(buf_ptr + offs, v)
+    tl.store(old_ptr + pid * 7 * N + offs, old)
+    old = tl.atomic_min(buf_ptr + N + offs, v, sem="relaxed")
+    tl.store(old_ptr + pid * 7 * N + N + offs, old)
+    old = tl.atomic_and(buf_ptr + 2 * N + offs, v, sem="acquire")
+    tl.store(old_ptr + pid * 7 * N + 2 * N + offs, old)
+    old = tl.atomic_or(buf_ptr + 3 * N + offs, v, sem="release")
+    tl.store(old_ptr + pid * 7 * N + 3 * N + offs, old)
+    old = tl.atomic_xor(buf_ptr + 4 * N + offs, v, sem="acq_rel", scope="gpu")
+    tl.store(old_ptr + pid * 7 * N + 4 * N + offs, old)
+    old = tl.atomic_xchg(buf_ptr + 5 * N + offs, v)
+    tl.store(old_ptr + pid * 7 * N + 5 * N + offs, old)
+    old = tl.atomic_add(buf_ptr + 6 * N + offs, v, mask=offs % 2 == 0)
+    tl.store(old_ptr + pid * 7 * N + 6 * N + offs, old, mask=offs % 2 == 0)
+
+
+def test_atomic_rmw_ops_return_old_values_in_program_order():
+    P, N = 3, 4
+    rng = np.random.default_rng(2)
+    vals = rng.integers(-50, 50, (P, N)).astype(np.int32)
+    init = rng.integers(-50, 50, (7, N)).astype(np.int32)
+    buf = init.copy()
+    old = np.zeros((P, 7, N), np.int32)
+    _atomic_ops[(P,)](buf, old, vals, N=N)
+    state = init.copy()
+    ops = [np.maximum, np.minimum, np.bitwise_and, np.bitwise_or, np.bitwise_xor, lambda a, b: b, np.add]
+    expect_old = np.zeros_like(old)
+    for p in range(P):  # the interpreter runs programs in order
+        for k, f in enumerate(ops):
+            expect_old[p, k] = state[k]
+            new = f(state[k], vals[p])
+            if k == 6:
+                new = np.where(np.arange(N) % 2 == 0, new, state[k])
+            state[k] = new
+    np.testing.assert_array_equal(buf, state)
+    even = np.arange(N) % 2 == 0
+    np.testing.assert_array_equal(old[:, :6], expect_old[:, :6])
+    np.testing.assert_array_equal(old[:, 6][:, even], expect_old[:, 6][:, even])
+
+
+@kiln.jit
+def _atomic_float_add(x_ptr, out_ptr, N: tl.constexpr):
+    offs = tl.arange(0, N)
+    x = tl.load(x_ptr + tl.program_id(0) * N + offs)
+    tl.atomic_add(out_ptr, tl.sum(x, axis=0))
+    tl.atomic_max(out_ptr + 1, tl.max(x, axis=0))
+
+
+def test_atomic_add_and_max_on_floats_into_a_scalar():
+    x = (np.arange(32, dtype=np.float32) - 10) / 4
+    out = np.array([0.0, -1e9], np.float32)
+    _atomic_float_add[(4,)](x, out, N=8)
+    assert out[0] == pytest.approx(x.sum())
+    assert out[1] == x.max()
+
+
+@kiln.jit
+def _spin_lock_counter(lock_ptr, count_ptr, log_ptr):
+    pid = tl.program_id(0)
+    while tl.atomic_cas(lock_ptr, 0, 1) == 1:
+        pass
+    c = tl.load(count_ptr)
+    tl.store(log_ptr + pid, c)
+    tl.store(count_ptr, c + 1)
+    tl.atomic_xchg(lock_ptr, 0)
+
+
+def test_atomic_cas_spin_lock_counter():
+    lock = np.zeros(1, np.int32)
+    count = np.zeros(1, np.int32)
+    log = np.full(6, -1, np.int32)
+    _spin_lock_counter[(6,)](lock, count, log)
+    assert count[0] == 6 and lock[0] == 0
+    assert sorted(log.tolist()) == list(range(6))
+
+
+@kiln.jit
+def _cas_block(x_ptr, old_ptr, N: tl.constexpr):
+    offs = tl.arange(0, N)
+    old = tl.atomic_cas(x_ptr + offs, offs % 3, offs * 10, sem="acq_rel")
+    tl.store(old_ptr + offs, old)
+
+
+def test_atomic_cas_on_a_block_swaps_only_matching_lanes():
+    x = np.array([0, 0, 2, 0, 1, 2, 5, 1], np.int32)
+    before = x.copy()
+    old = np.zeros(8, np.int32)
+    _cas_block[(1,)](x, old, N=8)
+    i = np.arange(8)
+    np.testing.assert_array_equal(old, before)
+    np.testing.assert_array_equal(x, np.where(before == i % 3, i * 10, before))
+
+
+def test_atomics_on_torch_tensors():
+    x = torch.randint(0, 4, (64,), dtype=torch.int32)
+    hist = torch.zeros(4, dtype=torch.int32)
+    _histogram[(2,)](x, hist, 64, BLOCK=32)
+    assert torch.equal(hist, torch.bincount(x, minlength=4).to(torch.int32))
