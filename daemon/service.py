@@ -147,20 +147,26 @@ class CompilerService(compiler_pb2_grpc.CompilerServicer):
 
     def _cached(self, req: _Request) -> dict | None:
         names = ("cubin",) + (_TEXT_ARTIFACTS if req.dumps else ("ptx",))
-        hit = self.cache.get_result(req.key, names)
+        try:
+            hit = self.cache.get_result(req.key, names)
+        except Exception as e:  # noqa: BLE001 - a cache that cannot be read is a miss, not a failed request
+            log.error("key=%s event=cache_read_failed error=%r", req.key[:16], str(e))
+            return None
         if hit is None:
             return None
         self.stats.count("hits")
         return _result_from_cache(*hit)
 
-    def _landed(self, req: _Request, future, job) -> None:
-        error = job.exception()
-        if error is not None:
+    def _landed(self, req: _Request, future: Future, job: Future) -> None:
+        """Runs when the worker answers: store the result, then release every waiter."""
+        try:
+            result = job.result()
+        except Exception as e:  # noqa: BLE001 - whatever it is, the waiters must hear of it
+            error = e if isinstance(e, CompileError) else CompileError("INTERNAL", f"{type(e).__name__}: {e}")
             self.stats.count("errors")
-            log.warning("key=%s event=compile_failed code=%s error=%r", req.key[:16], getattr(error, "code", "?"), str(error))
+            log.warning("key=%s event=compile_failed code=%s error=%r", req.key[:16], error.code, error.message)
             self.flights.land(req.key, future, error=error)
             return
-        result = job.result()
         self.stats.count("misses")
         self.stats.compiled(result["compile_ms"])
         try:
