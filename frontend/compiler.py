@@ -6,35 +6,6 @@ from kiln.ir import Function, print_function
 from . import config
 from .ast_to_ir import build_kernel
 
-
-class CompiledKernel:
-    """One specialization of a kernel: its block IR and, on a GPU, its binary.
-
-    `asm` holds the compiler's outputs by name (`'kir'` is block IR text), as on
-    Triton's compiled kernels.
-    """
-
-    def __init__(self, name: str, ir: Function, options: dict):
-        self.name = name
-        self.ir = ir
-        self.options = options
-        self.asm = {"kir": print_function(ir)}
-        self.metadata = {"name": name, "num_warps": options.get("num_warps", config.DEFAULT_NUM_WARPS),
-                         "num_stages": options.get("num_stages", config.DEFAULT_NUM_STAGES)}
-
-    @property
-    def num_warps(self):
-        return self.metadata["num_warps"]
-
-    def launch(self, grid, args):
-        if config.interpret():
-            from kiln.interpret import run
-            run(self.ir, grid, args, name=self.name)
-            return
-        raise RuntimeError(f"kernel {self.name}: kiln has no GPU runtime in this build yet; "
-                           "set KILN_INTERPRET=1 to run kernels in the NumPy interpreter")
-
-
 # The launch options that change the generated code; the rest only affect the launch.
 CODEGEN_OPTIONS = ("num_warps", "num_stages")
 
@@ -49,6 +20,67 @@ def compile_binary(ir: Function, target: str, options: dict):
     """PTX and cubin of `ir` for `target` (e.g. "sm_90a"); needs no GPU."""
     from kiln.codegen import compile as compile_ir
     return compile_ir(ir, target, codegen_options(options))
+
+
+class CompiledKernel:
+    """One specialization of a kernel: its block IR and, once built for a GPU, its binary.
+
+    `asm` holds the compiler's outputs by name (`'kir'` block IR text, then `'llir'`,
+    `'ptx'`, `'cubin'`), and `n_regs`, `n_spills`, `shared` its resources, as on Triton's
+    compiled kernels.
+    """
+
+    def __init__(self, name: str, ir: Function, options: dict):
+        self.name = name
+        self.ir = ir
+        self.options = options
+        self.asm = {"kir": print_function(ir)}
+        self.metadata = {"name": name, **codegen_options(options)}
+        self.binaries: dict = {}
+        self.launchers: dict = {}
+
+    @property
+    def num_warps(self):
+        return self.metadata["num_warps"]
+
+    n_regs = property(lambda self: self.metadata.get("n_regs"))
+    n_spills = property(lambda self: self.metadata.get("n_spills"))
+    shared = property(lambda self: self.metadata.get("shared"))
+
+    def build(self, target: str):
+        """Compile for `target` once; the result also fills `asm` and `metadata`."""
+        binary = self.binaries.get(target)
+        if binary is None:
+            binary = compile_binary(self.ir, target, self.options)
+            self.binaries[target] = binary
+            self.asm.update(llir=binary.llir, ptx=binary.ptx, cubin=binary.cubin)
+            self.metadata.update(binary.metadata)
+        return binary
+
+    def launch(self, grid, args):
+        if config.interpret():
+            from kiln.interpret import run
+            run(self.ir, grid, args, name=self.name)
+            return
+        from .runtime import driver
+        device = driver.current_device()
+        launcher = self.launchers.get(device)
+        if launcher is None:
+            launcher = self._prepare(device)
+        stream = self.options.get("stream")
+        launcher(grid, args, driver.current_stream(device) if stream is None else int(stream))
+
+    def _prepare(self, device: int):
+        from .runtime import driver
+        from .runtime.launcher import Launcher
+        from .runtime.module import LoadedKernel
+        driver.ensure_context(device)
+        binary = self.build(driver.target(device))
+        loaded = LoadedKernel(self.name, binary.cubin, binary.ptx, binary.metadata["shared"])
+        launcher = Launcher(loaded, [a.type for a in self.ir.args], binary.metadata["num_warps"],
+                            binary.metadata["shared"], self.name)
+        self.launchers[device] = launcher
+        return launcher
 
 
 def compile_kernel(jitfn, params, options) -> CompiledKernel:

@@ -1,0 +1,1 @@
+"""The CUDA runtime of kiln: the driver, loaded modules and launches."""

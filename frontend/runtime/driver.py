@@ -1,0 +1,91 @@
+"""The CUDA driver through cuda-python: errors, the primary context, devices and streams.
+
+Everything here is imported lazily: a machine with no GPU (or no driver) can still
+import kiln, compile and interpret.
+"""
+from __future__ import annotations
+
+import functools
+import sys
+
+
+class CudaError(RuntimeError):
+    pass
+
+
+@functools.lru_cache(maxsize=None)
+def cuda():
+    from cuda.bindings import driver
+    return driver
+
+
+def _error_text(code) -> str:
+    drv = cuda()
+    err, name = drv.cuGetErrorName(code)
+    err2, text = drv.cuGetErrorString(code)
+    name = name.decode() if isinstance(name, bytes) else str(code)
+    text = text.decode() if isinstance(text, bytes) else ""
+    return f"{name}: {text}" if text else name
+
+
+def check(result, what: str):
+    """Unpack a cuda-python result tuple, raising CudaError with the driver's message on failure."""
+    err, *values = result if isinstance(result, tuple) else (result,)
+    if int(err) != 0:
+        raise CudaError(f"{what} failed: {_error_text(err)}")
+    return values[0] if len(values) == 1 else (tuple(values) if values else None)
+
+
+@functools.lru_cache(maxsize=None)
+def _initialized():
+    check(cuda().cuInit(0), "cuInit")
+    return True
+
+
+def is_available() -> bool:
+    try:
+        _initialized()
+        return check(cuda().cuDeviceGetCount(), "cuDeviceGetCount") > 0
+    except Exception:
+        return False
+
+
+def current_device() -> int:
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        return torch.cuda.current_device()
+    return 0
+
+
+@functools.lru_cache(maxsize=None)
+def _primary_context(device: int):
+    dev = check(cuda().cuDeviceGet(device), "cuDeviceGet")
+    return check(cuda().cuDevicePrimaryCtxRetain(dev), "cuDevicePrimaryCtxRetain")
+
+
+def ensure_context(device: int):
+    """Make the device's primary context (the one PyTorch uses) current on this thread."""
+    _initialized()
+    ctx = check(cuda().cuCtxGetCurrent(), "cuCtxGetCurrent")
+    if int(ctx) == 0:
+        check(cuda().cuCtxSetCurrent(_primary_context(device)), "cuCtxSetCurrent")
+
+
+@functools.lru_cache(maxsize=None)
+def target(device: int) -> str:
+    """The PTX target for a device: sm_90a on Hopper (wgmma/TMA need the `a`), sm_XY elsewhere."""
+    drv = cuda()
+    _initialized()
+    dev = check(drv.cuDeviceGet(device), "cuDeviceGet")
+    attr = drv.CUdevice_attribute
+    major = check(drv.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev), "cuDeviceGetAttribute")
+    minor = check(drv.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev), "cuDeviceGetAttribute")
+    return f"sm_{major}{minor}" + ("a" if major == 9 else "")
+
+
+def current_stream(device: int) -> int:
+    """PyTorch's current stream when PyTorch is loaded, else the legacy default stream."""
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        return torch.cuda.current_stream(device).cuda_stream
+    return 0
