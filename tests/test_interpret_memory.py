@@ -315,3 +315,13 @@ def test_bf16_numpy_arrays():
     out = np.zeros(4, ml_dtypes.bfloat16)
     run(fb, (1,), [x, out, 1])
     assert out.astype(np.float32).tolist() == [2, 3, 4, 5]
+
+
+def test_store_into_read_only_memory_is_refused():
+    fn = build(SCALAR_LOAD.format(t="int32"))
+    src = np.frombuffer(b"\x07\x00\x00\x00", np.int32)  # loads from read-only memory are fine
+    out = np.zeros(1, np.int32)
+    run(fn, (1,), [src, out])
+    assert out[0] == 7
+    with pytest.raises(InterpreterError, match="store into read-only memory"):
+        run(fn, (1,), [out, np.frombuffer(b"\x00" * 4, np.int32)])

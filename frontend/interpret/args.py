@@ -33,8 +33,11 @@ def register_buffer(memory: Memory, obj, label: str) -> int:
     else:
         if not isinstance(obj, np.ndarray):
             obj = np.asarray(obj)  # no copy for objects exposing __array_interface__
-        address = obj.__array_interface__["data"][0]
+        address, readonly = obj.__array_interface__["data"]
         lo, hi = byte_span(address, obj.shape, obj.strides, obj.itemsize)
+        if readonly or not obj.flags.writeable:
+            memory.add(lo, hi, label, obj, writable=False)
+            return address
     memory.add(lo, hi, label, obj)
     return address
 
@@ -46,6 +49,9 @@ def pointer_value(memory: Memory, obj, label: str) -> int:
         return int(obj)
     if hasattr(obj, "__cuda_array_interface__") and not isinstance(obj, np.ndarray) and not _is_torch_tensor(obj):
         raise InterpreterError(f"{label}: the interpreter cannot read GPU memory")
+    if hasattr(obj, "data_ptr") and not _is_torch_tensor(obj) and hasattr(obj, "base"):
+        register_buffer(memory, obj.base, label)  # a reinterpreting wrapper around a tensor
+        return int(obj.data_ptr())
     if not _is_torch_tensor(obj) and not isinstance(obj, np.ndarray) and not hasattr(obj, "__array_interface__"):
         raise InterpreterError(f"{label}: a pointer argument must be an array, a tensor, an address "
                                f"or None, not {type(obj).__name__}")

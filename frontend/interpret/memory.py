@@ -37,6 +37,7 @@ class Span:
     hi: int
     labels: list[str] = field(default_factory=list)
     owners: list = field(default_factory=list)  # keeps the memory alive while we hold views
+    writable: bool = True  # False if any array over these bytes is read-only (bytes, mmap 'r')
 
 
 class Memory:
@@ -50,9 +51,9 @@ class Memory:
         self._bytes: list[np.ndarray] = []
         self._views: dict[tuple[int, np.dtype], tuple[np.ndarray, int]] = {}
 
-    def add(self, lo: int, hi: int, label: str, owner) -> None:
+    def add(self, lo: int, hi: int, label: str, owner, writable: bool = True) -> None:
         if hi > lo:
-            self._pending.append(Span(lo, hi, [label], [owner]))
+            self._pending.append(Span(lo, hi, [label], [owner], writable))
 
     def seal(self) -> None:
         """Merge the spans added so far and map their bytes; call once before any access."""
@@ -63,6 +64,7 @@ class Memory:
                 last.hi = max(last.hi, span.hi)
                 last.labels += span.labels
                 last.owners += span.owners
+                last.writable &= span.writable
             else:
                 merged.append(span)
         self.spans = merged
@@ -151,6 +153,8 @@ class Memory:
         values = np.asarray(values)
         spans = self.locate(addrs, values.dtype.itemsize, access)
         for span, lanes in self._groups(spans):
+            if not self.spans[span].writable:
+                raise OpFault(f"{access} into read-only memory ({'/'.join(self.spans[span].labels)})")
             picked = addrs if lanes is None else addrs[lanes]
             view, idx = self._indices(picked, span, values.dtype)
             view[idx] = values if lanes is None else values[lanes]
