@@ -154,3 +154,19 @@ def blocked_for(shape, order, vec: int, num_warps: int) -> Blocked:
 
 def default_order(rank: int) -> tuple[int, ...]:
     return tuple(reversed(range(rank)))
+
+
+def thread_elements(layout, shape, num_warps: int) -> list[list[tuple[int, ...]]]:
+    """Per thread, the logical indices of its registers (pure Python, for tests and
+    debugging; lowering computes the same `(base + offset) mod shape` in LLVM IR)."""
+    out = []
+    for tid in range(32 * num_warps):
+        lane, warp = tid % 32, tid // 32
+        base = []
+        for d in range(len(shape)):
+            lane_axis, lane_scale, warp_axis, warp_scale, wraps = layout.base_terms(shape, d)
+            b = (lane // lane_axis.stride) % lane_axis.count * lane_scale
+            b += (warp // warp_axis.stride) % warp_axis.count * warp_scale
+            base.append(b % shape[d] if wraps else b)
+        out.append([tuple(b + o for b, o in zip(base, off)) for off in layout.offsets(shape)])
+    return out

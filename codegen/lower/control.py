@@ -43,7 +43,11 @@ def _for(lw, op):
     _add_incoming(phis, inits, pre)
     signed = scalar_of(op.operands[0].type).signed
     cmp = lw.b.icmp_signed if signed else lw.b.icmp_unsigned
-    lw.b.cbranch(cmp("<", iv, ub), loop, exit_)
+    going = cmp("<", iv, ub)
+    if signed:  # a negative step counts down (folded away when the step is a constant)
+        up = lw.b.icmp_signed(">", step, ir.Constant(step.type, 0))
+        going = lw.b.select(up, going, lw.b.icmp_signed(">", iv, ub))
+    lw.b.cbranch(going, loop, exit_)
     lw.b.position_at_end(loop)
     lw.bind(body.args[0], [iv])
     for a, ps, l in zip(body.args[1:], phis, layouts):
