@@ -1,0 +1,136 @@
+"""The block IR passes, checked on IR text: folding, CSE, DCE, axis info and layouts."""
+from kiln.codegen.layout import Blocked, Slice
+from kiln.codegen.passes import axis_info, canonicalize, cse, dce, layouts
+from kiln.codegen.pipeline import PassContext, run_passes
+from kiln.codegen.target import parse_target
+from kiln.ir import parse_function, print_function, verify
+
+
+def run(text, *passes):
+    fn = parse_function(text)
+    ctx = PassContext(parse_target("sm_90a"))
+    for p in passes:
+        p.apply(fn, ctx)
+    verify(fn)
+    return fn, ctx
+
+
+def ops(fn):
+    return [op.name for op in fn.walk()]
+
+
+FOLD = """
+kernel @k(%p: ptr<int32> {name = "p"}, %x: int32 {name = "x"}) {
+  %a = constant {value = 3} : int32
+  %b = constant {value = 4} : int32
+  %c = mul %a, %b : int32
+  %z = constant {value = 0} : int32
+  %d = add %x, %z : int32
+  %e = add %d, %c : int32
+  %big = constant {value = 2147483647} : int32
+  %w = add %big, %a : int32
+  %f = add %e, %w : int32
+  store %p, %f
+  return
+}
+"""
+
+
+def test_canonicalize_folds_constants_with_wraparound():
+    fn, _ = run(FOLD, canonicalize, dce)
+    text = print_function(fn, locs=False)
+    assert "value = 12" in text and "value = -2147483646" in text
+    assert ops(fn).count("add") == 2 and "mul" not in ops(fn)
+
+
+CSE = """
+kernel @k(%p: ptr<int32> {name = "p"}, %x: int32 {name = "x"}) {
+  %a = add %x, %x : int32
+  %b = add %x, %x : int32
+  %c = mul %a, %b : int32
+  %dead = mul %c, %c : int32
+  %l1 = load %p : int32
+  %l2 = load %p : int32
+  %s = add %l1, %l2 : int32
+  %t = add %s, %c : int32
+  store %p, %t
+  return
+}
+"""
+
+
+def test_cse_merges_pure_ops_but_not_loads_and_dce_drops_dead_ones():
+    fn, _ = run(CSE, cse, dce)
+    names = ops(fn)
+    assert names.count("add") == 3  # one x+x left, plus l1+l2 and s+c
+    assert names.count("load") == 2 and names.count("mul") == 1
+
+
+VADD = (__import__("pathlib").Path(__file__).parent / "codegen_corpus" / "vector_add.kir").read_text()
+
+
+def _value(fn, index):
+    return [op for op in fn.walk()][index].results[0]
+
+
+def test_axis_info_of_vector_add():
+    fn, ctx = run(VADD, axis_info)
+    by_name = {op.name + str(i): op for i, op in enumerate(fn.walk())}
+    loads = [op for op in fn.walk() if op.name == "load"]
+    info = ctx.axis.get(loads[0].operands[0])
+    assert info.contiguity == (1024,) and info.divisibility == (16,)
+    mask = ctx.axis.get(loads[0].operands[1])
+    assert mask.constancy == (16,)
+
+
+def test_axis_info_follows_hints_and_loops():
+    fn, ctx = run("""
+kernel @k(%p: ptr<fp32> {name = "p"}, %n: int32 {name = "n"}) {
+  %h = multiple_of %n {values = [8]} : int32
+  %ar = arange {end = 64, start = 0} : <64xint32>
+  %s = splat %h : <64xint32>
+  %o = add %s, %ar : <64xint32>
+  %q = max_contiguous %o {values = [64]} : <64xint32>
+  %zero = constant {value = 0} : int32
+  %step = constant {value = 64} : int32
+  %r = for %zero, %n, %step, %zero : int32 {
+  ^(%i: int32, %acc: int32):
+    %ib = splat %i : <64xint32>
+    %off = add %ib, %ar : <64xint32>
+    %ps = splat %p : <64xptr<fp32>>
+    %pp = addptr %ps, %off : <64xptr<fp32>>
+    %v = load %pp : <64xfp32>
+    yield %acc
+  }
+  return
+}
+""", axis_info)
+    named = {}
+    for op in fn.walk():
+        for r in op.results:
+            named.setdefault(op.name, []).append(r)
+    assert ctx.axis.get(named["multiple_of"][0]).divisibility == (8,)
+    assert ctx.axis.get(named["max_contiguous"][0]).contiguity == (64,)
+    iv = [op for op in fn.walk() if op.name == "for"][0].regions[0].args[0]
+    assert ctx.axis.get(iv).divisibility[0] == 64
+    load = [op for op in fn.walk() if op.name == "load"][0]
+    assert ctx.axis.get(load.operands[0]).contiguity == (64,)
+
+
+def test_layouts_vectorize_and_slice():
+    text = (VADD.replace("1024", "1024"))
+    fn, ctx = run(text, axis_info, layouts)
+    load = [op for op in fn.walk() if op.name == "load"][0]
+    assert ctx.layouts[load.results[0]] == Blocked((4,), (32,), (4,), (0,))
+    fn2, ctx2 = run((VADD.__class__((__import__("pathlib").Path(__file__).parent / "codegen_corpus" / "softmax_2d.kir").read_text())),
+                    axis_info, layouts)
+    red = [op for op in fn2.walk() if op.name == "reduce"][0]
+    src = ctx2.layouts[red.operands[0]]
+    assert ctx2.layouts[red.results[0]] == Slice(1, src)
+    expand = [op for op in fn2.walk() if op.name == "expand_dims" and op.operands[0] is red.results[0]][0]
+    assert ctx2.layouts[expand.results[0]] == src  # x - max(x)[:, None] moves no data
+
+
+def test_pipeline_keeps_ir_valid():
+    fn = parse_function(VADD)
+    run_passes(fn, PassContext(parse_target("sm_80")), check=True)
