@@ -50,7 +50,7 @@ def test_out_of_bounds_names_kernel_location_and_address():
     msg = str(info.value)
     bad = y.ctypes.data + 10 * 4
     assert "my_add" in msg and "add.py:8" in msg and f"{bad:#x}" in msg and "y_ptr" in msg
-    assert "load" in msg and "program (2, 0, 0)" in msg
+    assert "load" in msg and "program (2, 0, 0)" in msg and "(lane 2)" in msg
 
 
 def test_masked_off_lanes_are_never_checked():

@@ -8,7 +8,12 @@ class InterpreterError(RuntimeError):
 
 
 class OpFault(Exception):
-    """Raised inside an op's implementation; the walker adds kernel, op and location."""
+    """Raised inside an op's implementation; the walker adds kernel, op and location.
+    `position` is the index, within the addresses of one access, of the faulting one."""
+
+    def __init__(self, message: str, position: int | None = None):
+        super().__init__(message)
+        self.position = position
 
 
 def describe_loc(loc) -> str:

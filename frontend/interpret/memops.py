@@ -7,12 +7,15 @@ see the values left by the lanes before them in lane order.
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import numpy as np
 
 from kiln.ir.types import scalar_of
 
 from .arith import BOOL_BINARY, INT_BINARY
 from .convert import float_op
+from .errors import OpFault
 
 
 def _pointee(op, i=0):
@@ -24,13 +27,28 @@ def _storage(elem) -> np.dtype:
     return np.dtype(np.uint8) if elem.is_bool() else elem.to_numpy()
 
 
-def _read(ctx, addrs, elem, access):
-    values = ctx.memory.read(addrs, _storage(elem), access)
+@contextmanager
+def _naming_lanes(lanes: np.ndarray, shape):
+    """Add the block index of a faulting lane; `lanes` are the flat lane numbers of the
+    addresses in the access."""
+    try:
+        yield
+    except OpFault as e:
+        if e.position is None or not shape:
+            raise
+        index = np.unravel_index(int(lanes[e.position]), shape)
+        raise OpFault(f"{e} (lane {', '.join(str(int(i)) for i in index)})") from None
+
+
+def _read(ctx, addrs, elem, access, lanes, shape):
+    with _naming_lanes(lanes, shape):
+        values = ctx.memory.read(addrs, _storage(elem), access)
     return values != 0 if elem.is_bool() else values
 
 
-def _write(ctx, addrs, values, elem, access):
-    ctx.memory.write(addrs, np.asarray(values).astype(_storage(elem)), access)
+def _write(ctx, addrs, values, elem, access, lanes, shape):
+    with _naming_lanes(lanes, shape):
+        ctx.memory.write(addrs, np.asarray(values).astype(_storage(elem)), access)
 
 
 def _flat(x, shape):
@@ -46,25 +64,25 @@ def addptr(ctx, op, ptr, offset):
 def load(ctx, op, ptr, mask=None, other=None):
     elem = _pointee(op)
     if mask is None:
-        return _read(ctx, ptr.reshape(-1), elem, "load").reshape(ptr.shape)
+        lanes = np.arange(ptr.size)
+        return _read(ctx, ptr.reshape(-1), elem, "load", lanes, ptr.shape).reshape(ptr.shape)
     active = _flat(mask, ptr.shape)
     if other is None:
         out = np.zeros(active.shape, elem.to_numpy())
     else:
         out = _flat(other, ptr.shape).copy()
-    if active.any():
-        out[active] = _read(ctx, ptr.reshape(-1)[active], elem, "load")
+    lanes = np.flatnonzero(active)
+    if lanes.size:
+        out[lanes] = _read(ctx, ptr.reshape(-1)[lanes], elem, "load", lanes, ptr.shape)
     return out.reshape(ptr.shape)
 
 
 def store(ctx, op, ptr, value, mask=None):
     elem = _pointee(op)
-    addrs, values = ptr.reshape(-1), _flat(value, ptr.shape)
-    if mask is not None:
-        active = _flat(mask, ptr.shape)
-        addrs, values = addrs[active], values[active]
-    if addrs.size:
-        _write(ctx, addrs, values, elem, "store")
+    lanes = np.arange(ptr.size) if mask is None else np.flatnonzero(_flat(mask, ptr.shape))
+    if lanes.size:
+        values = _flat(value, ptr.shape)[lanes]
+        _write(ctx, ptr.reshape(-1)[lanes], values, elem, "store", lanes, ptr.shape)
 
 
 # --- atomics -------------------------------------------------------------------------------
@@ -91,9 +109,10 @@ def _atomic(ctx, elem, ptr, active, operands, update, access):
         rank = occurrence_rank(addrs)
         for k in range(int(rank.max()) + 1):
             pick = np.flatnonzero(rank == k)
-            current = _read(ctx, addrs[pick], elem, access)
+            current = _read(ctx, addrs[pick], elem, access, lanes[pick], ptr.shape)
             old[lanes[pick]] = current
-            _write(ctx, addrs[pick], update(current, *(a[pick] for a in args)), elem, access)
+            new = update(current, *(a[pick] for a in args))
+            _write(ctx, addrs[pick], new, elem, access, lanes[pick], ptr.shape)
     return old.reshape(ptr.shape)
 
 

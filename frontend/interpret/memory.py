@@ -87,13 +87,14 @@ class Memory:
         else:
             inside[:] = False
         if not inside.all():
-            bad = int(addrs[np.argmin(inside)])
+            k = int(np.argmin(inside))
+            bad = int(addrs[k])
             raise OpFault(f"{access} of {itemsize} byte(s) at address {bad:#x} is outside every "
-                          f"argument's memory{self._nearest(bad)}")
+                          f"argument's memory{self._nearest(bad)}", k)
         aligned = addrs % np.uint64(itemsize) == 0
         if not aligned.all():
-            bad = int(addrs[np.argmin(aligned)])
-            raise OpFault(f"misaligned {access} of {itemsize} byte(s) at address {bad:#x}")
+            k = int(np.argmin(aligned))
+            raise OpFault(f"misaligned {access} of {itemsize} byte(s) at address {int(addrs[k]):#x}", k)
         return safe
 
     def _nearest(self, addr: int) -> str:
