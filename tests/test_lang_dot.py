@@ -1,0 +1,108 @@
+"""Conformance: tl.dot (interpreter vs NumPy)."""
+import numpy as np
+import pytest
+
+import kiln
+import kiln.language as tl
+
+
+@kiln.jit
+def _matmul(a_ptr, b_ptr, c_ptr, M: tl.constexpr, N: tl.constexpr, K: tl.constexpr, OUT: tl.constexpr,
+            PREC: tl.constexpr):
+    rm = tl.arange(0, M)
+    rn = tl.arange(0, N)
+    rk = tl.arange(0, K)
+    a = tl.load(a_ptr + rm[:, None] * K + rk[None, :])
+    b = tl.load(b_ptr + rk[:, None] * N + rn[None, :])
+    if PREC == "default":
+        c = tl.dot(a, b, out_dtype=OUT)
+    else:
+        c = tl.dot(a, b, input_precision=PREC, out_dtype=OUT)
+    tl.static_assert(c.dtype == OUT)
+    tl.store(c_ptr + rm[:, None] * N + rn[None, :], c)
+
+
+def test_dot_fp16_accumulates_in_fp32():
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((16, 32)).astype(np.float16)
+    b = rng.standard_normal((32, 16)).astype(np.float16)
+    c = np.zeros((16, 16), np.float32)
+    _matmul[(1,)](a, b, c, M=16, N=16, K=32, OUT=tl.float32, PREC="default")
+    np.testing.assert_allclose(c, a.astype(np.float32) @ b.astype(np.float32), rtol=1e-4, atol=1e-4)
+
+
+def test_dot_fp16_out_dtype_fp16():
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((16, 16)).astype(np.float16)
+    b = rng.standard_normal((16, 32)).astype(np.float16)
+    c = np.zeros((16, 32), np.float16)
+    _matmul[(1,)](a, b, c, M=16, N=32, K=16, OUT=tl.float16, PREC="default")
+    np.testing.assert_allclose(c.astype(np.float32), a.astype(np.float32) @ b.astype(np.float32), rtol=1e-2,
+                               atol=2e-2)
+
+
+@pytest.mark.parametrize("prec", ["ieee", "tf32", "default"])
+def test_dot_fp32(prec):
+    rng = np.random.default_rng(2)
+    a = rng.standard_normal((32, 16)).astype(np.float32)
+    b = rng.standard_normal((16, 16)).astype(np.float32)
+    c = np.zeros((32, 16), np.float32)
+    _matmul[(1,)](a, b, c, M=32, N=16, K=16, OUT=tl.float32, PREC=prec)
+    tol = 1e-5 if prec == "ieee" else 1e-2  # tf32 keeps 10 mantissa bits
+    np.testing.assert_allclose(c, a.astype(np.float64) @ b, rtol=tol, atol=tol)
+
+
+def test_dot_int8_gives_exact_int32():
+    rng = np.random.default_rng(3)
+    a = rng.integers(-128, 128, (16, 64)).astype(np.int8)
+    b = rng.integers(-128, 128, (64, 16)).astype(np.int8)
+    c = np.zeros((16, 16), np.int32)
+    _matmul[(1,)](a, b, c, M=16, N=16, K=64, OUT=tl.int32, PREC="default")
+    np.testing.assert_array_equal(c, a.astype(np.int32) @ b.astype(np.int32))
+
+
+@kiln.jit
+def _matmul_acc(a_ptr, b_ptr, c_ptr, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    rm = pid_m * BM + tl.arange(0, BM)
+    rn = pid_n * BN + tl.arange(0, BN)
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BK)):
+        rk = k * BK + tl.arange(0, BK)
+        a = tl.load(a_ptr + rm[:, None] * K + rk[None, :], mask=(rm[:, None] < M) & (rk[None, :] < K), other=0.0)
+        b = tl.load(b_ptr + rk[:, None] * N + rn[None, :], mask=(rk[:, None] < K) & (rn[None, :] < N), other=0.0)
+        acc = tl.dot(a, b, acc)
+    tl.store(c_ptr + rm[:, None] * N + rn[None, :], acc.to(tl.float16), mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+def test_tiled_matmul_with_acc_and_masks():
+    rng = np.random.default_rng(4)
+    M, N, K = 40, 24, 50
+    a = rng.standard_normal((M, K)).astype(np.float16)
+    b = rng.standard_normal((K, N)).astype(np.float16)
+    c = np.zeros((M, N), np.float16)
+    grid = lambda meta: (kiln.cdiv(M, meta["BM"]), kiln.cdiv(N, meta["BN"]))  # noqa: E731
+    _matmul_acc[grid](a, b, c, M, N, K, BM=16, BN=16, BK=16)
+    ref = a.astype(np.float32) @ b.astype(np.float32)
+    np.testing.assert_allclose(c.astype(np.float32), ref, rtol=1e-2, atol=2e-2)
+
+
+@kiln.jit
+def _dot_acc_kw(a_ptr, b_ptr, c_ptr, N: tl.constexpr):
+    r = tl.arange(0, N)
+    offs = r[:, None] * N + r[None, :]
+    a = tl.load(a_ptr + offs)
+    b = tl.load(b_ptr + offs)
+    acc = tl.full((N, N), 1.0, tl.float32)
+    c = tl.dot(a, b, acc=acc, allow_tf32=False)
+    tl.store(c_ptr + offs, c)
+
+
+def test_dot_acc_keyword_and_allow_tf32():
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((16, 16)).astype(np.float32)
+    b = rng.standard_normal((16, 16)).astype(np.float32)
+    c = np.zeros((16, 16), np.float32)
+    _dot_acc_kw[(1,)](a, b, c, N=16)
+    np.testing.assert_allclose(c, a.astype(np.float64) @ b + 1.0, rtol=1e-5, atol=1e-5)
