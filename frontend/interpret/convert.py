@@ -16,10 +16,6 @@ def np_dtype(t: ir_dtype) -> np.dtype:
     return scalar_of(t).to_numpy()
 
 
-def is_float(dt: np.dtype) -> bool:
-    return dt.kind == "f" or dt in _FP8 or dt == np.dtype(ml_dtypes.bfloat16)
-
-
 def compute_dtype(dt: np.dtype) -> np.dtype:
     """fp16, bf16 and fp8 are computed in fp32 and rounded back, as on the GPU."""
     return np.dtype(np.float64) if dt == np.float64 else np.dtype(np.float32)
@@ -46,7 +42,7 @@ def scalar_to(value, t: ir_dtype) -> np.ndarray:
     if t.is_ptr():
         return wrap_int(int(value), dt)
     if t.is_floating():
-        return np.array(float(value), np.float64).astype(dt)
+        return narrow_float(np.array(float(value), np.float64), dt)
     if isinstance(value, float):
         if not value.is_integer():
             raise ValueError("not an integer")
@@ -62,7 +58,7 @@ def cast(x: np.ndarray, src: ir_dtype, dst: ir_dtype, rounding: str = "rtne") ->
     if dst.is_bool():
         return x != 0
     if src.is_bool():
-        return x.astype(out)
+        x = x.astype(np.uint8)  # 0 or 1, then as any unsigned integer
     if dst.is_floating():
         if src.is_floating():
             return narrow_float(x, out, rounding)
