@@ -1,0 +1,272 @@
+"""kiln against PyTorch and upstream Triton, in one run on one GPU.
+
+    python bench/run.py [--quick] [--out DIR]
+
+Writes DIR/<date>-<gpu>.json, a markdown table next to it and a PNG plot, and prints the
+table. Bandwidth figures count bytes read plus bytes written; every timing is the median
+of one `do_bench` (Triton's: CUDA events, L2 flushed before each run), the same for all three.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def load_kernels(flavour: str):
+    """bench/kernels.py compiled by kiln, or by Triton with its imports rewritten."""
+    src = open(os.path.join(HERE, "kernels.py")).read()
+    if flavour == "triton":
+        src = src.replace("import kiln as triton", "import triton").replace("import kiln.language as tl",
+                                                                             "import triton.language as tl")
+    folder = tempfile.mkdtemp(prefix=f"kiln-bench-{flavour}-")
+    path = os.path.join(folder, f"{flavour}_kernels.py")
+    with open(path, "w") as f:
+        f.write(src)
+    spec = importlib.util.spec_from_file_location(f"{flavour}_kernels", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def bench(fn):
+    import triton.testing
+    return triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
+
+
+def gbps(nbytes, ms):
+    return nbytes / (ms * 1e-3) / 1e9
+
+
+def vector_add(libs, sizes):
+    rows = []
+    for n in sizes:
+        x, y = torch.rand(n, device="cuda"), torch.rand(n, device="cuda")
+        out = torch.empty_like(x)
+        row = {"size": n}
+        for name, k in libs.items():
+            grid = (triton_cdiv(n, 1024),)
+            k.add_kernel[grid](x, y, out, n, BLOCK=1024)
+            torch.testing.assert_close(out, x + y)
+            row[name] = gbps(3 * 4 * n, bench(lambda: k.add_kernel[grid](x, y, out, n, BLOCK=1024)))
+        row["torch"] = gbps(3 * 4 * n, bench(lambda: torch.add(x, y, out=out)))
+        rows.append(row)
+    return rows
+
+
+def softmax(libs, cols_list, rows_n=4096):
+    rows = []
+    for n in cols_list:
+        x = torch.randn(rows_n, n, device="cuda")
+        out = torch.empty_like(x)
+        block = next_pow2(n)
+        warps = 4 if block <= 1024 else 8 if block <= 4096 else 16
+        row = {"size": n}
+        for name, k in libs.items():
+            def go(k=k):
+                k.softmax_kernel[(rows_n,)](out, x, x.stride(0), out.stride(0), n, BLOCK=block, num_warps=warps)
+            go()
+            torch.testing.assert_close(out, torch.softmax(x, 1), rtol=1e-5, atol=1e-6)
+            row[name] = gbps(2 * 4 * x.numel(), bench(go))
+        row["torch"] = gbps(2 * 4 * x.numel(), bench(lambda: torch.softmax(x, 1)))
+        rows.append(row)
+    return rows
+
+
+def layer_norm(libs, cols_list, rows_n=4096):
+    rows = []
+    for n in cols_list:
+        x = torch.randn(rows_n, n, device="cuda", dtype=torch.float16)
+        w = torch.rand(n, device="cuda", dtype=torch.float16)
+        b = torch.rand(n, device="cuda", dtype=torch.float16)
+        y = torch.empty_like(x)
+        mean = torch.empty(rows_n, device="cuda")
+        rstd = torch.empty(rows_n, device="cuda")
+        block = min(65536 // 2, next_pow2(n))
+        warps = min(max(block // 256, 1), 8)
+        row = {"size": n}
+        for name, k in libs.items():
+            def go(k=k):
+                k.layer_norm_kernel[(rows_n,)](x, y, w, b, mean, rstd, x.stride(0), n, 1e-5, BLOCK=block,
+                                               num_warps=warps)
+            go()
+            ref = torch.nn.functional.layer_norm(x, (n,), w, b, 1e-5)
+            torch.testing.assert_close(y, ref, rtol=1e-2, atol=1e-2)
+            row[name] = gbps(2 * 2 * x.numel(), bench(go))
+        row["torch"] = gbps(2 * 2 * x.numel(), bench(lambda: torch.nn.functional.layer_norm(x, (n,), w, b, 1e-5)))
+        rows.append(row)
+    return rows
+
+
+def matmul(libs, sizes):
+    rows = []
+    for s in sizes:
+        a = torch.randn(s, s, device="cuda", dtype=torch.float16)
+        b = torch.randn(s, s, device="cuda", dtype=torch.float16)
+        c = torch.empty(s, s, device="cuda", dtype=torch.float16)
+        row = {"size": s}
+        cfg = dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, num_warps=8, num_stages=3)
+        grid = (triton_cdiv(s, 128) * triton_cdiv(s, 128),)
+        for name, k in libs.items():
+            def go(k=k):
+                k.matmul_kernel[grid](a, b, c, s, s, s, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
+                                      c.stride(0), c.stride(1), **cfg)
+            go()
+            torch.testing.assert_close(c.float(), (a.float() @ b.float()), rtol=3e-2, atol=0.5)
+            row[name] = 2 * s ** 3 / (bench(go) * 1e-3) / 1e12
+        row["torch"] = 2 * s ** 3 / (bench(lambda: torch.matmul(a, b, out=c)) * 1e-3) / 1e12
+        rows.append(row)
+    return rows
+
+
+def launch_overhead(libs, repeat=2000):
+    """Host time of one launch of a tiny kernel, in µs (the GPU work is negligible)."""
+    x = torch.rand(16, device="cuda")
+    y = torch.empty_like(x)
+    row = {}
+    for name, k in libs.items():
+        k.tiny_kernel[(1,)](x, y, 16, 2.0, BLOCK=16)
+        torch.cuda.synchronize()
+        best = float("inf")
+        for _ in range(5):
+            t0 = time.perf_counter()
+            for _ in range(repeat):
+                k.tiny_kernel[(1,)](x, y, 16, 2.0, BLOCK=16)
+            best = min(best, (time.perf_counter() - t0) / repeat * 1e6)
+            torch.cuda.synchronize()
+        row[name] = best
+    t0 = time.perf_counter()
+    for _ in range(repeat):
+        torch.mul(x, 2.0, out=y)
+    row["torch"] = (time.perf_counter() - t0) / repeat * 1e6
+    torch.cuda.synchronize()
+    return row
+
+
+FIRST_CALL = r"""
+import os, sys, time
+import torch
+torch.zeros(1, device="cuda"); torch.cuda.synchronize()
+flavour = sys.argv[1]
+sys.path.insert(0, sys.argv[2])
+t0 = time.perf_counter()
+k = __import__(flavour + "_kernels")
+x = torch.rand(4096, device="cuda"); y = torch.empty_like(x)
+t1 = time.perf_counter()
+k.add_kernel[(4,)](x, x, y, 4096, BLOCK=1024)
+torch.cuda.synchronize()
+t2 = time.perf_counter()
+assert torch.equal(y, x + x)
+print(t2 - t1)
+"""
+
+
+def first_call(kernel_dirs):
+    """Seconds from the first launch to its completion in a fresh process, cold and warm cache."""
+    row = {}
+    for name, folder in kernel_dirs.items():
+        cache = tempfile.mkdtemp(prefix=f"kiln-bench-cache-{name}-")
+        env = dict(os.environ, TRITON_CACHE_DIR=cache, KILN_CACHE_DIR=cache)
+        times = []
+        for _ in range(2):
+            out = subprocess.run([sys.executable, "-c", FIRST_CALL, name, folder], env=env, capture_output=True,
+                                 text=True, timeout=300)
+            if out.returncode != 0:
+                raise RuntimeError(out.stderr[-2000:])
+            times.append(float(out.stdout.strip().splitlines()[-1]))
+        row[name] = {"cold_s": times[0], "warm_s": times[1]}
+    return row
+
+
+def triton_cdiv(a, b):
+    return (a + b - 1) // b
+
+
+def next_pow2(n):
+    return 1 << (n - 1).bit_length()
+
+
+def ratio_table(title, unit, rows, higher_is_better=True):
+    lines = [f"### {title}", "", f"| size | kiln {unit} | Triton {unit} | PyTorch {unit} | kiln / Triton |",
+             "|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        ratio = r["kiln"] / r["triton"] if higher_is_better else r["triton"] / r["kiln"]
+        lines.append(f"| {r['size']} | {r['kiln']:.0f} | {r['triton']:.0f} | {r['torch']:.0f} | {ratio:.2f} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(results, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    panels = [("vector_add", "vector add fp32 (GB/s)", True), ("softmax", "softmax fp32, 4096 rows (GB/s)", False),
+              ("layer_norm", "layer norm fwd fp16, 4096 rows (GB/s)", False)]
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4.5))
+    for ax, (key, title, logx) in zip(axes, panels):
+        rows = results[key]
+        for lib in ("kiln", "triton", "torch"):
+            ax.plot([r["size"] for r in rows], [r[lib] for r in rows], marker="o", label=lib)
+        ax.set_xscale("log", base=2)
+        ax.set_title(title)
+        ax.legend()
+        ax.grid(alpha=0.3)
+    fig.suptitle(f"kiln vs Triton vs PyTorch on {results['gpu']} ({results['date']})")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true", help="fewer sizes")
+    parser.add_argument("--out", default=os.path.join(HERE, "results"))
+    args = parser.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+
+    kiln_k, triton_k = load_kernels("kiln"), load_kernels("triton")
+    libs = {"kiln": kiln_k, "triton": triton_k}
+    gpu = torch.cuda.get_device_name()
+    date = datetime.date.today().isoformat()
+    q = args.quick
+    results = {"gpu": gpu, "date": date, "torch": torch.__version__}
+    import triton
+    results["triton_version"] = triton.__version__
+    results["vector_add"] = vector_add(libs, [1 << p for p in ((20, 24, 27) if q else range(20, 28))])
+    results["softmax"] = softmax(libs, [256, 1024, 4096, 16384] if q else [256, 512, 1024, 2048, 4096, 8192, 16384])
+    results["layer_norm"] = layer_norm(libs, [1024, 4096, 8192] if q else [1024, 2048, 4096, 8192])
+    results["matmul_fp16"] = matmul(libs, [4096] if q else [1024, 2048, 4096])
+    results["launch_us"] = launch_overhead(libs)
+    results["first_call_s"] = first_call({n: os.path.dirname(m.__file__) for n, m in libs.items()})
+
+    slug = f"{date}-{gpu.replace(' ', '_')}"
+    with open(os.path.join(args.out, slug + ".json"), "w") as f:
+        json.dump(results, f, indent=1)
+    md = [f"## kiln vs Triton {results['triton_version']} vs PyTorch {results['torch']} on {gpu}, {date}", "",
+          ratio_table("vector add fp32 (GB/s)", "GB/s", results["vector_add"]),
+          ratio_table("fused softmax fp32, 4096 rows × N (GB/s)", "GB/s", results["softmax"]),
+          ratio_table("layer norm forward fp16, 4096 rows × N (GB/s)", "GB/s", results["layer_norm"]),
+          ratio_table("matmul fp16, N³ (TFLOP/s; reference only)", "TFLOP/s", results["matmul_fp16"])]
+    lu = results["launch_us"]
+    md.append(f"### launch of a tiny kernel (host µs per launch)\n\nkiln {lu['kiln']:.1f} · Triton "
+              f"{lu['triton']:.1f} · PyTorch {lu['torch']:.1f} · kiln / Triton {lu['kiln'] / lu['triton']:.2f}\n")
+    fc = results["first_call_s"]
+    md.append("### first call in a fresh process (s, after imports)\n\n| | cold cache | warm cache |\n|---|---:|---:|\n"
+              + "\n".join(f"| {n} | {v['cold_s']:.3f} | {v['warm_s']:.3f} |" for n, v in fc.items()) + "\n")
+    text = "\n".join(md)
+    with open(os.path.join(args.out, slug + ".md"), "w") as f:
+        f.write(text)
+    plot(results, os.path.join(args.out, slug + ".png"))
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
