@@ -88,11 +88,12 @@ def test_binary_float_math():
 
 
 def test_fma_rounds_once():
-    a = np.array([1 + 2**-23, 3.0], np.float32)
-    b = np.array([1 - 2**-23, 4.0], np.float32)
-    c = np.array([-1.0, 0.5], np.float32)
+    a = np.array([1 + 2**-23, 3.0, 1 + 2**-12, 1 + 2**-12], np.float32)
+    b = np.array([1 - 2**-23, 4.0, 1 + 2**-12, 1 + 2**-12], np.float32)
+    c = np.array([-1.0, 0.5, 2.0**-80, 0.0], np.float32)
     got = apply("%out = fma %a0, %a1, %a2 : T", a, b, c)
-    assert got.tolist() == [-2.0**-46, 12.5]  # unfused fp32 would give 0 for the first
+    # unfused fp32 gives 0 for the first; an fp64 sum then fp32 rounding ties the third down
+    assert got.tolist() == [-2.0**-46, 12.5, 1 + 2**-11 + 2**-23, 1 + 2**-11]
 
 
 @pytest.mark.parametrize("dt", [np.float16, ml_dtypes.bfloat16])

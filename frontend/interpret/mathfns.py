@@ -5,7 +5,7 @@ import math
 
 import numpy as np
 
-from .convert import float_op
+from .convert import float_op, narrow_float
 
 _TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
 _SERIES_TERMS = 90       # enough for |x| < 3 to reach double precision
@@ -67,9 +67,20 @@ def isinf(ctx, op, x):
 
 
 def fma(ctx, op, a, b, c):
-    # fp32 and smaller: the product is exact in fp64, so one more rounding is close to fused.
-    # fp64 has no wider NumPy type: it is multiply-then-add there.
+    """a * b + c rounded once. For fp32 and smaller the product is exact in fp64 and the
+    sum is rounded to odd there, so the final rounding is the only one that counts.
+    fp64 has no wider NumPy type: it is multiply-then-add there."""
     if a.dtype == np.float64:
         return a * b + c
-    wide = [np.asarray(v).astype(np.float64) for v in (a, b, c)]
-    return (wide[0] * wide[1] + wide[2]).astype(a.dtype)
+    p = np.asarray(a).astype(np.float64) * np.asarray(b).astype(np.float64)
+    c = np.asarray(c).astype(np.float64)
+    s = p + c
+    # TwoSum: the exact error of the fp64 sum.
+    pb = s - p
+    err = (p - (s - pb)) + (c - pb)
+    inexact = (err != 0) & np.isfinite(err)
+    bits = s.view(np.uint64)
+    overshoot = inexact & ((err < 0) != (s < 0))  # |s| above the exact sum: truncate
+    bits = np.where(overshoot, bits - np.uint64(1), bits)
+    bits = np.where(inexact, bits | np.uint64(1), bits).astype(np.uint64)
+    return narrow_float(bits.view(np.float64), a.dtype)
