@@ -12,7 +12,7 @@ from kiln.ir.types import scalar_of
 
 
 def _compute_dtype(elem, acc_dtype: np.dtype) -> np.dtype:
-    if elem.is_floating():
+    if elem.is_floating() or acc_dtype.kind not in "iu":
         return np.dtype(np.float64) if np.float64 in (elem.to_numpy(), acc_dtype) else np.dtype(np.float32)
     return np.dtype(np.int64) if elem.primitive_bitwidth == 64 or acc_dtype.itemsize == 8 else np.dtype(np.int32)
 
