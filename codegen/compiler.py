@@ -65,6 +65,20 @@ def _options(options: dict | None) -> dict:
     return opts
 
 
+def lower_to_llvm(fn, tgt, opts: dict, check: bool = False, portable: bool = False):
+    """Passes and lowering: (optimized block IR text, LLVM IR text, arg layout, shared bytes)."""
+    verify(fn)
+    work = parse_function(print_function(fn))  # a private copy for the passes to rewrite
+    ctx = PassContext(tgt, opts["num_warps"], opts["num_stages"], portable=portable)
+    run_passes(work, ctx, check=check)
+    kir = print_function(work)
+    try:
+        llir, arg_layout, shared = lower_function(work, ctx)
+    except LoweringError as e:
+        raise CompileError(f"{fn.name}: {e}") from None
+    return kir, llir, arg_layout, shared
+
+
 def compile(fn, target: str = "sm_90a", options: dict | None = None, check: bool = False,
             link: bool = True) -> CompiledKernel:
     """Compile block IR `fn` for `target`; `fn` itself is not modified.
@@ -73,15 +87,7 @@ def compile(fn, target: str = "sm_90a", options: dict | None = None, check: bool
     PTX (no cubin, no register counts)."""
     tgt = parse_target(target)
     opts = _options(options)
-    verify(fn)
-    work = parse_function(print_function(fn))  # a private copy for the passes to rewrite
-    ctx = PassContext(tgt, opts["num_warps"], opts["num_stages"])
-    run_passes(work, ctx, check=check)
-    kir = print_function(work)
-    try:
-        llir, arg_layout, shared = lower_function(work, ctx)
-    except LoweringError as e:
-        raise CompileError(f"{fn.name}: {e}") from None
+    kir, llir, arg_layout, shared = lower_to_llvm(fn, tgt, opts, check=check)
     mod = backend.optimize(llir, tgt, fn.name)
     ptx = backend.emit_ptx(mod, tgt)
     cubin, n_regs, n_spills = b"", 0, 0

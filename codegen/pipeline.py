@@ -27,6 +27,7 @@ class PassContext:
     target: object
     num_warps: int = 4
     num_stages: int = 3
+    portable: bool = False  # no inline PTX: the LLVM IR can also run on a CPU (kiln.codegen.emulate)
     axis: object = None
     layouts: dict = field(default_factory=dict)
     prefer: object = None

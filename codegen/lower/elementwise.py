@@ -212,7 +212,7 @@ def cast_value(lw, x, src, dst, rounding=None):
         return b.fptrunc(b.fpext(x, F32), to)
     if src.primitive_bitwidth < dst.primitive_bitwidth:
         return b.fpext(x, to)
-    if rounding == "rtz":
+    if rounding == "rtz" and not lw.ctx.portable:
         return _cvt_rz(lw, x, src, dst)
     return b.fptrunc(x, to)
 

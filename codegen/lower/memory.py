@@ -94,6 +94,8 @@ def _plain_load(lw, ptr, elem_ty, n, align):
 
 
 def _masked_load(lw, ptr, mask, others, elem_ty, n):
+    if lw.ctx.portable:
+        return _branchy_load(lw, ptr, mask, others, elem_ty, n)
     ebits = 64 if elem_ty == GLOBAL_PTR else _bits(elem_ty)
     word_bits, nwords, ptx_ty = _words(ebits * n)
     wty = _word_type(word_bits) if word_bits != 8 else I16
@@ -113,6 +115,10 @@ def _masked_load(lw, ptr, mask, others, elem_ty, n):
 
 
 def _masked_store(lw, ptr, mask, values, elem_ty):
+    if lw.ctx.portable:
+        with lw.b.if_then(mask):
+            _plain_store(lw, ptr, values, elem_ty)
+        return
     ebits = 64 if elem_ty == GLOBAL_PTR else _bits(elem_ty)
     word_bits, nwords, ptx_ty = _words(ebits * len(values))
     wty = _word_type(word_bits) if word_bits != 8 else I16
@@ -125,6 +131,32 @@ def _masked_store(lw, ptr, mask, values, elem_ty):
     cons = ",".join(["b", "l"] + [con] * nwords)
     fty = ir.FunctionType(ir.VoidType(), [I1, GLOBAL_PTR] + [wty] * nwords)
     lw.b.call(ir.InlineAsm(fty, text, cons, side_effect=True), [mask, ptr] + words)
+
+
+def _branchy_load(lw, ptr, mask, others, elem_ty, n):
+    """The portable form of a masked load: a branch around a plain load."""
+    before = lw.b.block
+    with lw.b.if_then(mask):
+        got = _plain_load(lw, ptr, elem_ty, n, n * _elem_bytes(elem_ty))
+        inside = lw.b.block
+    out = []
+    for g, o in zip(got, others):
+        phi = lw.b.phi(g.type)
+        phi.add_incoming(g, inside)
+        phi.add_incoming(o, before)
+        out.append(phi)
+    return out
+
+
+def _plain_store(lw, ptr, chunk, elem_ty):
+    n = len(chunk)
+    if n == 1:
+        lw.b.store(chunk[0], ptr, align=_elem_bytes(elem_ty))
+        return
+    vec = ir.Constant(ir.VectorType(elem_ty, n), ir.Undefined)
+    for i, x in enumerate(chunk):
+        vec = lw.b.insert_element(vec, x, lw.i32(i))
+    lw.b.store(vec, ptr, align=n * _elem_bytes(elem_ty))
 
 
 def _bits(ty):
@@ -189,13 +221,7 @@ def _store(lw, op):
     for g in range(0, len(ptrs), n):
         chunk = vals[g:g + n]
         if masks is None:
-            if n == 1:
-                lw.b.store(chunk[0], ptrs[g], align=_elem_bytes(elem_ty))
-            else:
-                vec = ir.Constant(ir.VectorType(elem_ty, n), ir.Undefined)
-                for i, x in enumerate(chunk):
-                    vec = lw.b.insert_element(vec, x, lw.i32(i))
-                lw.b.store(vec, ptrs[g], align=n * _elem_bytes(elem_ty))
+            _plain_store(lw, ptrs[g], chunk, elem_ty)
         else:
             _masked_store(lw, ptrs[g], masks[g], chunk, elem_ty)
 

@@ -137,27 +137,184 @@ def _bind_results(lw, op, layout, axis, partial):
             lw.bind(r, [partial[()][j]])
 
 
+class _Prefix:
+    """A combine of earlier elements that may be absent: `has` is True (statically
+    present), False (statically absent) or an i1 known only at run time."""
+
+    def __init__(self, vals=None, has=False):
+        self.vals, self.has = vals, has
+
+    def then(self, lw, op, vals, has):
+        """This prefix followed by `vals` (present where `has`)."""
+        if has is False:
+            return self
+        if self.has is False:
+            return _Prefix(vals, has)
+        both = combine(lw, op, self.vals, vals)
+        if has is True:
+            if self.has is True:
+                return _Prefix(both, True)
+            return _Prefix(_select(lw, self.has, both, vals), True)
+        if self.has is True:
+            return _Prefix(_select(lw, has, both, self.vals), True)
+        picked = _select(lw, has, _select(lw, self.has, both, vals), self.vals)
+        return _Prefix(picked, lw.b.or_(self.has, has))
+
+    def apply(self, lw, op, vals):
+        if self.has is False:
+            return vals
+        both = combine(lw, op, self.vals, vals)
+        return both if self.has is True else _select(lw, self.has, both, vals)
+
+
+def _select(lw, cond, a, b):
+    return [lw.b.select(cond, x, y) for x, y in zip(a, b)]
+
+
 def _scan(lw, op):
+    """Scan along `axis` in the operand's own layout: each thread scans its run of
+    elements, lanes scan their totals with `shfl.sync.up` (down when reversed), warps
+    add the totals of the warps before them through shared memory, and each repetition
+    of the layout tile starts from the total of the ones before."""
     src = op.operands[0]
     axis, shape = op.attrs["axis"], src.type.shape
-    others = [d for d in reversed(range(len(shape))) if d != axis]
-    lines = lay.blocked_for(shape, (axis, *others), shape[axis], lw.num_warps)
-    inputs = [lw.regs(v, lines) for v in op.operands]
-    offsets = lines.offsets(shape)
-    groups: OrderedDict = OrderedDict()
+    reverse = bool(op.attrs.get("reverse"))
+    layout = lw.layout(src)
+    if not isinstance(layout, (lay.Blocked, lay.Slice)):
+        layout = lw.ctx.prefer(shape)
+    inputs = [lw.regs(v, layout) for v in op.operands]
+    offsets = layout.offsets(shape)
+    tile = _tile(layout, shape, axis)
+    chunks: OrderedDict = OrderedDict()  # (other coords, repetition) -> register ids in scan order
     for i, off in enumerate(offsets):
-        groups.setdefault(off[:axis] + off[axis + 1:], []).append((off[axis], i))
-    outs = [[None] * len(offsets) for _ in inputs]
-    for members in groups.values():
-        members.sort(reverse=bool(op.attrs.get("reverse")))
-        acc = None
+        key = off[:axis] + off[axis + 1:]
+        chunks.setdefault((key, off[axis] // tile), []).append((off[axis], i))
+    for members in chunks.values():
+        members.sort(reverse=reverse)
+    reps = sorted({rep for _, rep in chunks}, reverse=reverse)
+    keys = list(OrderedDict.fromkeys(key for key, _ in chunks))
+    lanes, warps = layout.lane_axis(shape, axis), layout.warp_axis(shape, axis)
+    lane_pos = lw.b.and_(lw.id_along(lanes, lw.lane, lw.b), lw.i32(lanes.distinct - 1))
+    warp_pos = lw.b.and_(lw.id_along(warps, lw.warp, lw.b), lw.i32(warps.distinct - 1))
+    if reverse:  # count positions from the far end
+        lane_pos = lw.b.sub(lw.i32(lanes.distinct - 1), lane_pos)
+        warp_pos = lw.b.sub(lw.i32(warps.distinct - 1), warp_pos)
+
+    local, totals = {}, {}
+    for ck, members in chunks.items():
+        acc, run = None, []
         for _, i in members:
             x = [regs[i] for regs in inputs]
             acc = x if acc is None else combine(lw, op, acc, x)
-            for j, v in enumerate(acc):
-                outs[j][i] = v
+            run.append(acc)
+        local[ck], totals[ck] = run, acc
+    lane_incl = {ck: _lane_scan(lw, op, t, lanes, lane_pos, reverse) for ck, t in totals.items()}
+    lane_prev = {}
+    for ck, incl in lane_incl.items():
+        if lanes.distinct > 1:
+            kind, clamp = ("down", 0x1F) if reverse else ("up", 0)
+            prev = [shuffle(lw, v, kind, lanes.stride, clamp) for v in incl]
+            lane_prev[ck] = (prev, lw.b.icmp_unsigned(">", lane_pos, lw.i32(0)))
+        else:
+            lane_prev[ck] = (None, False)
+    warp_prev, rep_totals = _warp_totals(lw, op, layout, shape, axis, chunks, lane_incl, lanes, warps,
+                                         lane_pos, warp_pos, reps, reverse)
+    outs = [[None] * len(offsets) for _ in inputs]
+    for key in keys:
+        carry = _Prefix()
+        for rep in reps:
+            ck = (key, rep)
+            if ck not in chunks:
+                continue
+            prefix = carry
+            if warps.distinct > 1:
+                prefix = prefix.then(lw, op, *warp_prev[ck])
+            prefix = prefix.then(lw, op, *lane_prev[ck])
+            for (_, i), vals in zip(chunks[ck], local[ck]):
+                for j, v in enumerate(prefix.apply(lw, op, vals)):
+                    outs[j][i] = v
+            carry = carry.then(lw, op, rep_totals[ck], True)
     for r, regs in zip(op.results, outs):
-        lw.bind(r, regs, lines)
+        lw.bind(r, regs, layout)
+
+
+def _tile(layout, shape, axis):
+    lanes, warps = layout.lane_axis(shape, axis), layout.warp_axis(shape, axis)
+    spt = len({o[axis] for o in layout.offsets(shape)}) // max(1, _reps(layout, shape, axis))
+    return spt * lanes.count * warps.count
+
+
+def _reps(layout, shape, axis):
+    parent, d = layout, axis
+    while isinstance(parent, lay.Slice):
+        shape, d = parent.parent_shape(shape), parent.parent_dim(d)
+        parent = parent.parent
+    return max(1, shape[d] // parent.tile(d))
+
+
+def _lane_scan(lw, op, vals, lanes, lane_pos, reverse):
+    """Inclusive Hillis-Steele scan over the lanes along the axis."""
+    k = 1
+    while k < lanes.distinct:
+        kind, clamp = ("down", 0x1F) if reverse else ("up", 0)
+        other = [shuffle(lw, v, kind, k * lanes.stride, clamp) for v in vals]
+        take = lw.b.icmp_unsigned(">=", lane_pos, lw.i32(k))
+        vals = _select(lw, take, combine(lw, op, other, vals), vals)
+        k *= 2
+    return vals
+
+
+def _warp_totals(lw, op, layout, shape, axis, chunks, lane_incl, lanes, warps, lane_pos, warp_pos, reps, reverse):
+    """Per chunk: the combine of the warps before this one (and whether there are any),
+    and the whole repetition's total."""
+    if warps.distinct == 1:
+        if lanes.distinct == 1:
+            return {}, dict(lane_incl)
+        # the repetition's total sits in the last lane in scan order: fetch it from there
+        pos = lw.b.and_(lw.id_along(lanes, lw.lane, lw.b), lw.i32(lanes.distinct - 1))
+        last = lw.i32(0) if reverse else lw.i32(lanes.distinct - 1)
+        src = lw.b.add(lw.b.sub(lw.lane, lw.b.mul(pos, lw.i32(lanes.stride))), lw.b.mul(last, lw.i32(lanes.stride)))
+        return {}, {ck: [shuffle(lw, v, "idx", src, 0x1F) for v in vals] for ck, vals in lane_incl.items()}
+    out_shape = shape[:axis] + shape[axis + 1:]
+    numel = 1
+    for d in out_shape:
+        numel *= d
+    types = [v.type for v in next(iter(lane_incl.values()))]
+    n_reps = len(reps)
+    sizes = [n_reps * warps.distinct * numel * max(8, elem_bytes(t)) for t in types]
+    base = lw.smem(sum(sizes))
+    indices = lw.indices(layout, shape)
+    flat = {}
+    for ck, members in chunks.items():
+        idx = indices[members[0][1]]
+        flat[ck] = lw.flat_index(idx[:axis] + idx[axis + 1:], out_shape) if out_shape else lw.i32(0)
+    rep_slot = {rep: k for k, rep in enumerate(sorted(reps))}
+    last_lane = lw.b.icmp_unsigned("==", lane_pos, lw.i32(lanes.distinct - 1))
+
+    def slot(ck, w):
+        return lw.b.add(lw.i32((rep_slot[ck[1]] * warps.distinct) * numel), lw.b.add(lw.b.mul(w, lw.i32(numel)), flat[ck]))
+
+    with lw.b.if_then(last_lane):
+        for ck, vals in lane_incl.items():
+            offset = 0
+            for j, t in enumerate(types):
+                store_elements(lw, base, t, [vals[j]], [slot(ck, warp_pos)], offset)
+                offset += sizes[j]
+    lw.barrier()
+    warp_prev, rep_totals = {}, {}
+    for ck in lane_incl:
+        prefix, total = _Prefix(), _Prefix()
+        for w in range(warps.distinct):
+            vals, offset = [], 0
+            for j, t in enumerate(types):
+                vals += load_elements(lw, base, t, [slot(ck, lw.i32(w))], offset)
+                offset += sizes[j]
+            before = lw.b.icmp_unsigned("<", lw.i32(w), warp_pos)
+            prefix = prefix.then(lw, op, vals, before)
+            total = total.then(lw, op, vals, True)
+        warp_prev[ck] = (prefix.vals, prefix.has)
+        rep_totals[ck] = total.vals
+    return warp_prev, rep_totals
 
 
 RULES = {"reduce": _reduce, "scan": _scan}

@@ -1,0 +1,178 @@
+"""Run kiln's LLVM IR on the host CPU: one OS thread per GPU thread.
+
+For tests on machines without a GPU. The kernel is lowered in portable mode (masked
+accesses are branches, not inline PTX), its address spaces and NVVM intrinsics are
+mapped to host equivalents (thread ids, `bar.sync` and warp shuffles become Python
+callbacks over `threading.Barrier`s; approximations and libdevice calls become host
+math), and it is JIT-compiled for the host with llvmlite. CTAs run one after another.
+This checks the lowering's semantics (layouts, reductions, scans, conversions, dot);
+the PTX-only parts (inline asm) are checked by ptxas in the PTX tier instead.
+Buggy kernels can crash the process: run it in a child process in tests.
+"""
+from __future__ import annotations
+
+import ctypes
+import math
+import re
+import threading
+
+import numpy as np
+
+from .compiler import _options, lower_to_llvm
+from .target import parse_target
+
+_C = {"i1": ctypes.c_bool, "i8": ctypes.c_int8, "i16": ctypes.c_int16, "i32": ctypes.c_int32,
+      "i64": ctypes.c_int64, "float": ctypes.c_float, "double": ctypes.c_double, "ptr": ctypes.c_void_p}
+
+
+class EmulationError(RuntimeError):
+    pass
+
+
+class _Grid:
+    """The state the callbacks see: which thread this OS thread plays, barriers, shuffles."""
+
+    def __init__(self, threads: int):
+        self.threads = threads
+        self.local = threading.local()
+        self.ctaid = (0, 0, 0)
+        self.nctaid = (1, 1, 1)
+        self.errors: list[str] = []
+        self.printed: list[str] = []
+        self.cta_barrier = threading.Barrier(threads, timeout=30)
+        warps = max(1, threads // 32)
+        self.warp_barriers = [threading.Barrier(min(32, threads), timeout=30) for _ in range(warps)]
+        self.slots = [[0] * 32 for _ in range(warps)]
+
+    def barrier(self):
+        try:
+            self.cta_barrier.wait()
+        except threading.BrokenBarrierError:
+            self.errors.append("bar.sync: not every thread arrived (divergent barrier?)")
+
+    def shfl(self, kind, val, off, clamp):
+        tid = self.local.tid
+        warp, lane = tid // 32, tid % 32
+        slots, bar = self.slots[warp], self.warp_barriers[warp]
+        try:
+            bar.wait()
+            slots[lane] = val
+            bar.wait()
+            if kind == "bfly":
+                src = lane ^ off
+            elif kind == "up":
+                src = lane - off if lane - off >= 0 else lane
+            elif kind == "down":
+                src = lane + off if lane + off <= 31 else lane
+            else:
+                src = off & 31
+            out = slots[src]
+            bar.wait()
+            return out
+        except threading.BrokenBarrierError:
+            self.errors.append(f"shfl.{kind}: warp did not converge")
+            return 0
+
+
+def _host_math():
+    f = {
+        "ex2_approx_f": lambda x: _safe(lambda: 2.0 ** x), "lg2_approx_f": lambda x: _safe(lambda: math.log2(x)),
+        "rsqrt_approx_f": lambda x: _safe(lambda: 1 / math.sqrt(x)), "sqrt_approx_f": lambda x: _safe(lambda: math.sqrt(x)),
+    }
+    one = {"exp": math.exp, "exp2": lambda x: 2.0 ** x, "log": math.log, "log2": math.log2, "log1p": math.log1p,
+           "sin": math.sin, "cos": math.cos, "tan": math.tan, "tanh": math.tanh, "erf": math.erf,
+           "floor": math.floor, "ceil": math.ceil, "trunc": math.trunc, "rsqrt": lambda x: 1 / math.sqrt(x),
+           "round": lambda x: math.floor(x + 0.5) if x >= 0 else -math.floor(-x + 0.5)}
+    two = {"pow": math.pow, "atan2": math.atan2}
+    return f, one, two
+
+
+def _safe(fn):
+    try:
+        return float(fn())
+    except (ValueError, ZeroDivisionError):
+        return math.nan
+    except OverflowError:
+        return math.inf
+
+
+def _portable_text(llir: str) -> str:
+    text = re.sub(r'^target (triple|datalayout) = .*$', "", llir, flags=re.M)
+    text = text.replace("addrspace(1) ", "").replace("addrspace(3) ", "").replace("ptx_kernel ", "")
+    text = re.sub(r'syncscope\("[a-z]+"\) ', "", text)
+    text = re.sub(r'@"?llvm\.nvvm\.([A-Za-z0-9_.]+)"?', lambda m: "@emu_" + m.group(1).replace(".", "_"), text)
+    return text
+
+
+def run_on_cpu(fn, grid, args, num_warps: int = 4) -> list[str]:
+    """Run block IR `fn` over `grid` with `args` (NumPy arrays for pointers, Python
+    numbers for scalars; arrays are written in place). Returns the device_print lines."""
+    import llvmlite.binding as llvm
+    opts = _options({"num_warps": num_warps})
+    _, llir, arg_layout, shared = lower_to_llvm(fn, parse_target("sm_90a"), opts, portable=True)
+    text = _portable_text(llir)
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+    grid = tuple(grid) + (1,) * (3 - len(grid))
+    state = _Grid(32 * num_warps)
+    keep = []  # callbacks must outlive the run
+
+    def sym(name, restype, argtypes, py):
+        cb = ctypes.CFUNCTYPE(restype, *argtypes)(py)
+        keep.append(cb)
+        llvm.add_symbol(name, ctypes.cast(cb, ctypes.c_void_p).value)
+
+    i32, f32, f64 = ctypes.c_int32, ctypes.c_float, ctypes.c_double
+    sym("emu_read_ptx_sreg_tid_x", i32, [], lambda: state.local.tid)
+    for k, axis in enumerate("xyz"):
+        sym(f"emu_read_ptx_sreg_ctaid_{axis}", i32, [], lambda k=k: state.ctaid[k])
+        sym(f"emu_read_ptx_sreg_nctaid_{axis}", i32, [], lambda k=k: state.nctaid[k])
+    sym("emu_barrier0", None, [], state.barrier)
+    for kind in ("bfly", "up", "down", "idx"):
+        sym(f"emu_shfl_sync_{kind}_i32", i32, [i32, i32, i32, i32],
+            lambda mask, val, off, clamp, kind=kind: state.shfl(kind, val, off, clamp))
+    approx, one, two = _host_math()
+    for name, py in approx.items():
+        sym(f"emu_{name}", f32, [f32], py)
+    for name, py in one.items():
+        sym(f"__nv_{name}f", f32, [f32], lambda x, py=py: _safe(lambda: py(x)))
+        sym(f"__nv_{name}", f64, [f64], lambda x, py=py: _safe(lambda: py(x)))
+    for name, py in two.items():
+        sym(f"__nv_{name}f", f32, [f32, f32], lambda x, y, py=py: _safe(lambda: py(x, y)))
+        sym(f"__nv_{name}", f64, [f64, f64], lambda x, y, py=py: _safe(lambda: py(x, y)))
+    sym("vprintf", i32, [ctypes.c_char_p, ctypes.c_void_p], lambda fmt, buf: state.printed.append(fmt.decode()) or 0)
+    sym("__assertfail", None, [ctypes.c_char_p, ctypes.c_char_p, i32, ctypes.c_char_p, ctypes.c_int64],
+        lambda msg, file, line, func, size: state.errors.append("assert: " + msg.decode()))
+    smem = (ctypes.c_char * max(16, shared))()
+    llvm.add_symbol("kiln_smem", ctypes.addressof(smem))
+
+    mod = llvm.parse_assembly(text)
+    mod.verify()
+    tm = llvm.Target.from_default_triple().create_target_machine(
+        cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(), opt=1)
+    engine = llvm.create_mcjit_compiler(mod, tm)
+    engine.finalize_object()
+    ctypes_args, values = [], []
+    for spec, value in zip(arg_layout, args):
+        ty = spec["llvm_type"].split()[0]
+        ctypes_args.append(_C[ty])
+        values.append(value.ctypes.data if isinstance(value, np.ndarray) else value)
+    kernel = ctypes.CFUNCTYPE(None, *ctypes_args)(engine.get_function_address(fn.name))
+
+    def thread(tid):
+        state.local.tid = tid
+        kernel(*values)
+
+    state.nctaid = grid
+    for z in range(grid[2]):
+        for y in range(grid[1]):
+            for x in range(grid[0]):
+                state.ctaid = (x, y, z)
+                workers = [threading.Thread(target=thread, args=(t,)) for t in range(state.threads)]
+                for w in workers:
+                    w.start()
+                for w in workers:
+                    w.join()
+                if state.errors:
+                    raise EmulationError("; ".join(sorted(set(state.errors))))
+    return state.printed

@@ -1,0 +1,276 @@
+"""Semantics of the lowering, checked on the CPU: each corpus kernel's LLVM IR (portable
+form) runs on host threads standing in for GPU threads (`kiln.codegen.emulate`) and must
+match NumPy. Every run is in a forked child, so a crashing kernel fails one test."""
+import multiprocessing as mp
+import pathlib
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+CORPUS = pathlib.Path(__file__).parent / "codegen_corpus"
+
+
+def _kernel(name):
+    from kiln.ir import parse_function
+    return parse_function((CORPUS / f"{name}.kir").read_text())
+
+
+def _child(conn, check, args):
+    try:
+        conn.send(("ok", check(*args)))
+    except Exception as e:
+        conn.send(("error", f"{type(e).__name__}: {e}"))
+
+
+def in_child(check, *args, timeout=120):
+    ctx = mp.get_context("fork")
+    parent, child = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=_child, args=(child, check, args))
+    proc.start()
+    try:
+        if not parent.poll(timeout):
+            pytest.fail("emulated kernel timed out")
+        status, out = parent.recv()
+    except EOFError:
+        pytest.fail(f"emulated kernel crashed the process (exit code {proc.join(5) or proc.exitcode})")
+    finally:
+        if proc.is_alive():
+            proc.kill()
+        proc.join(5)
+    if status != "ok":
+        pytest.fail(out)
+    return out
+
+
+def run(name, grid, args, num_warps=4):
+    from kiln.codegen.emulate import run_on_cpu
+    return run_on_cpu(_kernel(name), grid, args, num_warps=num_warps)
+
+
+def check_vector_add(n, num_warps):
+    rng = np.random.default_rng(0)
+    x, y = rng.standard_normal(2048).astype(np.float32), rng.standard_normal(2048).astype(np.float32)
+    out = np.full(2048, 7.0, np.float32)
+    run("vector_add", (2,), [x, y, out, n], num_warps)
+    return bool((out[:n] == x[:n] + y[:n]).all() and (out[n:] == 7.0).all())
+
+
+@pytest.mark.parametrize("num_warps", [1, 4])
+def test_vector_add(num_warps):
+    assert in_child(check_vector_add, 1936, num_warps)
+
+
+def check_masked_copy():
+    src = np.arange(1024, dtype=np.float32)
+    dst = np.full(1024, -1, np.float32)
+    run("masked_copy", (2,), [src, dst, 1001])
+    return bool((dst[:1001] == src[:1001]).all() and (dst[1001:] == -1).all())
+
+
+def test_masked_copy():
+    assert in_child(check_masked_copy)
+
+
+def check_softmax_row(num_warps):
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((3, 1024)).astype(np.float32)
+    out = np.zeros_like(x)
+    nc = 992
+    run("softmax_row", (3,), [out, x, 1024, 1024, nc], num_warps)
+    e = np.exp(x[:, :nc] - x[:, :nc].max(1, keepdims=True))
+    return float(np.abs(out[:, :nc] - e / e.sum(1, keepdims=True)).max()), float(np.abs(out[:, nc:]).max())
+
+
+@pytest.mark.parametrize("num_warps", [1, 2, 8])
+def test_softmax_row(num_warps):
+    err, tail = in_child(check_softmax_row, num_warps)
+    assert err < 1e-6 and tail == 0
+
+
+def check_softmax_2d():
+    x = np.random.default_rng(2).standard_normal((8, 256)).astype(np.float32)
+    out = np.zeros_like(x)
+    run("softmax_2d", (2,), [out, x, 256])
+    e = np.exp(x - x.max(1, keepdims=True))
+    return float(np.abs(out - e / e.sum(1, keepdims=True)).max())
+
+
+def test_softmax_2d():
+    assert in_child(check_softmax_2d) < 1e-6
+
+
+def check_layer_norm():
+    rng = np.random.default_rng(3)
+    M, N = 3, 2560
+    X = rng.standard_normal((M, N)).astype(np.float16)
+    Y = np.zeros_like(X)
+    W, B = rng.standard_normal(N).astype(np.float16), rng.standard_normal(N).astype(np.float16)
+    run("layer_norm", (M,), [X, Y, W, B, N, N, 1e-5])
+    xf = X.astype(np.float32)
+    mu = xf.mean(1, keepdims=True)
+    var = ((xf - mu) ** 2).mean(1, keepdims=True)
+    ref = (xf - mu) / np.sqrt(var + 1e-5) * W.astype(np.float32) + B.astype(np.float32)
+    return float(np.abs(Y.astype(np.float32) - ref).max())
+
+
+def test_layer_norm():
+    assert in_child(check_layer_norm) < 1e-2
+
+
+def check_argmax():
+    x = np.random.default_rng(4).standard_normal((8, 128)).astype(np.float32)
+    x[3, 5] = x[3, 90] = 10.0  # a tie: the lower index wins
+    idx, vals = np.zeros(8, np.int32), np.zeros(8, np.float32)
+    run("argmax", (1,), [x, idx, vals])
+    return bool((idx == x.argmax(1)).all() and (vals == x.max(1)).all())
+
+
+def test_argmax_reduces_two_values():
+    assert in_child(check_argmax)
+
+
+def check_scan():
+    x = np.random.default_rng(5).standard_normal(512).astype(np.float32)
+    y, z = np.zeros_like(x), np.zeros(512, np.int32)
+    run("scan", (1,), [x, y, z])
+    ar = np.arange(512, dtype=np.int32).reshape(16, 32)
+    rev = np.flip(np.cumprod(np.flip(ar, 1), 1, dtype=np.int32), 1)
+    return float(np.abs(y - np.cumsum(x.astype(np.float64))).max()), bool((z.reshape(16, 32) == rev).all())
+
+
+def test_scan_forward_and_reverse():
+    err, rev_ok = in_child(check_scan)
+    assert err < 1e-4 and rev_ok
+
+
+def check_loops(n):
+    out = np.zeros(128, np.int32)
+    run("loops", (1,), [out, n])
+    s, acc = 0, np.zeros(128, np.int64)
+    for i in range(n):
+        s += i
+        acc = acc + np.arange(128) * i
+        if i & 1:
+            acc = -acc
+    w = s
+    while w < 1000:
+        w = w * 2 + 1
+    return bool((out == (acc + w).astype(np.int32)).all())
+
+
+@pytest.mark.parametrize("n", [0, 5])
+def test_for_while_if(n):
+    assert in_child(check_loops, n)
+
+
+def check_shapes():
+    x = np.random.default_rng(6).standard_normal(256).astype(np.float32)
+    y = np.zeros(512, np.float32)
+    run("shapes", (1,), [x, y])
+    f = x.reshape(16, 16).T.reshape(256)
+    return bool((y == np.concatenate([f + x, f])).all())
+
+
+def test_reshape_permute_join_split_cat():
+    assert in_child(check_shapes)
+
+
+def check_dot(name, dt, acc):
+    rng = np.random.default_rng(7)
+    K = 64
+    if dt == np.int8:
+        A, B = rng.integers(-8, 8, (32, K)).astype(dt), rng.integers(-8, 8, (K, 32)).astype(dt)
+    else:
+        A, B = rng.standard_normal((32, K)).astype(dt), rng.standard_normal((K, 32)).astype(dt)
+    C = np.zeros((32, 32), acc)
+    run("dot_" + name, (1,), [A, B, C, K])
+    return float(np.abs(C - A.astype(np.float64) @ B.astype(np.float64)).max())
+
+
+@pytest.mark.parametrize("name,dt,acc", [("f32", np.float32, np.float32), ("f16", np.float16, np.float32),
+                                         ("bf16", ml_dtypes.bfloat16, np.float32), ("i8", np.int8, np.int32)])
+def test_dot(name, dt, acc):
+    assert in_child(check_dot, name, dt, acc) < 1e-4
+
+
+def check_casts():
+    rng = np.random.default_rng(8)
+    x = (rng.standard_normal(256) * 100).astype(np.float32)
+    h, bf = np.zeros(256, np.float16), np.zeros(256, ml_dtypes.bfloat16)
+    i, i64, b, d = np.zeros(256, np.int32), np.zeros(256, np.int64), np.zeros(256, np.bool_), np.zeros(256, np.float64)
+    u8 = rng.integers(0, 255, 256).astype(np.uint8)
+    u8_in = u8.copy()
+    run("casts", (1,), [x.copy(), h, bf, i, u8, i64, b, d])
+    xh = x.astype(np.float16)
+    return {
+        "fp16": bool((h == xh + xh).all()),
+        "bf16": bool((bf == x.astype(ml_dtypes.bfloat16)).all()),
+        "int32": bool((i == x.astype(ml_dtypes.bfloat16).astype(np.float16).astype(np.float32).astype(np.int32)).all()),
+        "int64": bool((i64 == u8_in.astype(np.int64)).all()),
+        "int1": bool((b == (u8_in != 0)).all()),
+        "uint8": bool((u8 == (u8_in.astype(np.int32) + (u8_in != 0)).astype(np.uint8)).all()),
+        "fp64": bool((d == x.astype(np.float64) ** 2).all()),
+    }
+
+
+def test_casts():
+    got = in_child(check_casts)
+    assert all(got.values()), got
+
+
+def check_math():
+    rng = np.random.default_rng(9)
+    h = rng.uniform(0.1, 0.4, 128).astype(np.float16)
+    d = rng.uniform(1.5, 3, 128)
+    x = rng.uniform(0.1, 2, 128).astype(np.float32)
+    h0, d0 = h.copy(), d.copy()
+    run("math", (1,), [x, h, d])
+    ref_h = np.sqrt(np.sin(np.exp(h0.astype(np.float32)))).astype(np.float16) * h0
+    ref_d = 1 / np.sqrt(np.sqrt(np.log(np.exp(d0)))) / d0
+    return float(np.abs(h.astype(np.float32) - ref_h.astype(np.float32)).max()), float(np.abs(d - ref_d).max()), \
+        bool(np.isfinite(x).all())
+
+
+def test_math():
+    err_h, err_d, finite = in_child(check_math)
+    assert err_h < 2e-3 and err_d < 1e-12 and finite
+
+
+def check_atomics(programs):
+    acc, cnt, lock, old = np.zeros(256, np.float32), np.zeros(256, np.int32), np.zeros(2, np.int32), np.zeros(256, np.float32)
+    run("atomics", (programs,), [acc, cnt, lock, old, 200])
+    return acc.tolist(), old.tolist()
+
+
+def test_atomics():
+    acc, old = in_child(check_atomics, 3)
+    assert acc[:200] == [3.0] * 200 and acc[200:] == [0.0] * 56
+    assert old[:200] == [2.0] * 200  # the last program saw the two adds before its own
+
+
+def check_philox():
+    out = np.zeros(256, np.uint32)
+    run("philox", (1,), [out, 12345])
+    c, m = np.arange(256, dtype=np.uint64), np.uint64(3528531795)
+    hi, lo = ((m * c) >> np.uint64(32)).astype(np.uint32), (m * c).astype(np.uint32)
+    return bool((out == (((hi ^ np.uint32(12345)) >> np.uint32(7)) | (lo << np.uint32(7)))).all())
+
+
+def test_umulhi_and_shifts():
+    assert in_child(check_philox)
+
+
+def check_debug(n):
+    from kiln.codegen.emulate import EmulationError
+    try:
+        printed = run("debug", (1,), [np.arange(64, dtype=np.int32), n])
+    except EmulationError as e:
+        return str(e)
+    return printed
+
+
+def test_print_and_assert():
+    printed = in_child(check_debug, 100)
+    assert any("v: " in p for p in printed) and any("n: " in p for p in printed)
+    assert "v must be below n" in in_child(check_debug, 10)
