@@ -1,7 +1,11 @@
 """The environment variables that the cache and the compile service read, all in one place.
 
-    KILN_CACHE_DIR    the node cache's directory (default ~/.cache/kiln)
-    KILN_CACHE_SIZE   its size limit: bytes, or with a K/M/G/T suffix (default 8G)
+    KILN_CACHE_DIR      the node cache's directory (default ~/.cache/kiln)
+    KILN_CACHE_SIZE     its size limit: bytes, or with a K/M/G/T suffix (default 8G)
+    KILN_DAEMON         the daemon to use: unix:/path or host:port; "off" for none; unset
+                        for the node daemon on its default socket
+    KILN_DAEMON_TOKEN   the token a daemon listening on TCP demands, and clients present
+    XDG_RUNTIME_DIR     where the node daemon's socket lives (else the cache directory)
 """
 from __future__ import annotations
 
@@ -19,6 +23,22 @@ def cache_dir() -> Path:
 def cache_size_limit() -> int:
     text = os.environ.get("KILN_CACHE_SIZE", "").strip()
     return parse_size(text) if text else DEFAULT_SIZE_LIMIT
+
+
+def daemon_setting() -> str | None:
+    """KILN_DAEMON as given: None when unset (use the node daemon), "off", or an address."""
+    value = os.environ.get("KILN_DAEMON", "").strip()
+    return value or None
+
+
+def daemon_token() -> str | None:
+    return os.environ.get("KILN_DAEMON_TOKEN") or None
+
+
+def runtime_dir() -> Path:
+    """Where the node daemon keeps its socket, pid file and log."""
+    base = os.environ.get("XDG_RUNTIME_DIR")
+    return Path(base) / "kiln" if base else cache_dir() / "run"
 
 
 def parse_size(text: str) -> int:

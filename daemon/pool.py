@@ -120,6 +120,10 @@ class _Slot:
             self.job = job
             try:
                 self._run(job)
+            except Exception as e:  # noqa: BLE001 - a slot thread must outlive any one job
+                log.exception("worker=%d event=slot_error", self.index)
+                if not job.future.done():
+                    job.future.set_exception(CompileError("INTERNAL", f"compile pool error: {type(e).__name__}: {e}"))
             finally:
                 self.job = None
 
@@ -127,10 +131,10 @@ class _Slot:
         parent, child = self.pool._ctx.Pipe()
         proc = self.pool._ctx.Process(target=worker_main, args=(child, self.pool.compile_fn),
                                       name=f"kiln-compile-{self.index}", daemon=True)
-        proc.start()
-        child.close()
         message = "worker did not start in time"
         try:
+            proc.start()
+            child.close()
             if parent.poll(self.pool.start_timeout):
                 kind, payload = parent.recv()
                 if kind == "ready":
@@ -140,10 +144,14 @@ class _Slot:
                 message = payload
         except (EOFError, OSError):
             message = f"worker exited while starting (exit code {proc.exitcode})"
+        except Exception as e:  # noqa: BLE001 - e.g. spawn refusing an unguarded __main__
+            message = f"cannot start a worker process: {type(e).__name__}: {e}"
         finally:
             self.started.set()
-        self._kill(proc)
+        if proc.pid is not None:
+            self._kill(proc)
         parent.close()
+        child.close()
         self.failures += 1
         self.start_error = message
         self.retry_at = time.monotonic() + min(30.0, 0.5 * 2 ** self.failures)

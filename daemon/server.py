@@ -7,6 +7,7 @@ Unix socket of their own. The server offers `kiln.v1.Compiler`, the standard
 from __future__ import annotations
 
 import os
+import socket
 from concurrent import futures
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from grpc_reflection.v1alpha import reflection
 from kiln.cache import Cache
 from kiln.proto import compiler_pb2, compiler_pb2_grpc
 
+from .auth import TokenInterceptor
 from .pool import WorkerPool
 from .service import CompilerService
 
@@ -50,12 +52,14 @@ class Server:
 
 def create_server(address: str, compile_fn: str = DEFAULT_COMPILE_FN, *, workers: int | None = None,
                   cache: Cache | None = None, compile_timeout: float = 300.0,
-                  max_request_bytes: int = 16 << 20, rpc_threads: int = 64) -> tuple[Server, int]:
+                  max_request_bytes: int = 16 << 20, rpc_threads: int = 64,
+                  token: str | None = None) -> tuple[Server, int]:
     """A compile server bound to `address` ("unix:/path", or "host:port" with port 0 for any).
 
     `compile_fn` names the function the workers call ("module:function", with the
-    signature of `kiln.codegen.compile`). Returns the server, not yet started, and the
-    bound TCP port (0 for a Unix socket).
+    signature of `kiln.codegen.compile`). With `token`, every call must present it (see
+    `auth`): the way to listen on TCP. Returns the server, not yet started, and the bound
+    TCP port (0 for a Unix socket).
     """
     pool = WorkerPool(compile_fn, workers or os.cpu_count() or 1, compile_timeout)
     service = CompilerService(pool, cache if cache is not None else Cache())
@@ -63,7 +67,8 @@ def create_server(address: str, compile_fn: str = DEFAULT_COMPILE_FN, *, workers
         futures.ThreadPoolExecutor(rpc_threads, thread_name_prefix="kiln-rpc"),
         options=[("grpc.max_receive_message_length", max_request_bytes),
                  ("grpc.max_send_message_length", -1),
-                 ("grpc.so_reuseport", 0)])
+                 ("grpc.so_reuseport", 0)],
+        interceptors=[TokenInterceptor(token)] if token else None)
     compiler_pb2_grpc.add_CompilerServicer_to_server(service, server)
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
@@ -84,6 +89,8 @@ def _bind(server: grpc.Server, address: str) -> int:
         return server.add_insecure_port(address)
     path = Path(address[len("unix:"):])
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if path.exists():
+        _remove_stale_socket(path)
     old = os.umask(0o177)  # the socket is born 0600: only this user may compile through it
     try:
         server.add_insecure_port(address)
@@ -91,3 +98,16 @@ def _bind(server: grpc.Server, address: str) -> int:
         os.umask(old)
     os.chmod(path, 0o600)
     return 0
+
+
+def _remove_stale_socket(path: Path) -> None:
+    """Remove the socket a dead daemon left behind; refuse to take over a live one."""
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.connect(str(path))
+    except (ConnectionRefusedError, FileNotFoundError):
+        path.unlink(missing_ok=True)
+        return
+    finally:
+        probe.close()
+    raise RuntimeError(f"a daemon already listens on {path}")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from concurrent.futures import as_completed
@@ -51,9 +52,17 @@ class CompilerService(compiler_pb2_grpc.CompilerServicer):
         self.identity = identity if identity is not None else compiler_identity()
         self.flights = SingleFlight()
         self.stats = ServiceStats()
+        self.last_request = time.monotonic()
+
+    def idle_for(self) -> float:
+        """Seconds since the last request, or 0 while any work is in flight."""
+        if self.pool.busy or self.pool.queue_depth or len(self.flights):
+            return 0.0
+        return time.monotonic() - self.last_request
 
     # --- RPCs ------------------------------------------------------------------------------
     def Compile(self, request, context):
+        self.last_request = time.monotonic()
         self.stats.count("requests")
         try:
             req = self._decode(request)
@@ -70,6 +79,7 @@ class CompilerService(compiler_pb2_grpc.CompilerServicer):
         return self._response(req, result, status)
 
     def CompileBatch(self, request, context):
+        self.last_request = time.monotonic()
         self.stats.count("requests", len(request.requests))
         waiting: dict = {}
         for index, item in enumerate(request.requests):
@@ -94,6 +104,7 @@ class CompilerService(compiler_pb2_grpc.CompilerServicer):
             context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, "the batch outlasted the request's deadline")
 
     def Lookup(self, request, context):
+        self.last_request = time.monotonic()
         names = ("cubin",) + (_TEXT_ARTIFACTS if request.include_ir_dumps else ("ptx",))
         hit = self.cache.get_result(request.key, names)
         if hit is None:

@@ -1,0 +1,248 @@
+"""`kiln daemon start|stop|status` and `kiln cache stats|ls|prune|clear|export|import`.
+
+    python -m kiln.daemon daemon start [--foreground] [--listen HOST:PORT] [--workers N]
+    python -m kiln.daemon daemon status [--json]
+    python -m kiln.daemon cache export kernels.zip
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import secrets
+import signal
+import sys
+import threading
+import time
+
+from kiln.cache import Cache, env
+
+from . import launch
+
+
+def main(argv=None) -> int:
+    args = _parser().parse_args(argv)
+    return args.run(args)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="kiln", description="kiln's compile daemon and node cache")
+    groups = parser.add_subparsers(dest="group", required=True)
+
+    daemon = groups.add_parser("daemon", help="the node-wide compile daemon").add_subparsers(dest="action", required=True)
+    start = daemon.add_parser("start", help="start the daemon (in the background unless --foreground)")
+    start.add_argument("--foreground", action="store_true", help="serve in this process (systemd, containers)")
+    start.add_argument("--listen", metavar="HOST:PORT", help="serve on TCP (clients must present the token)")
+    start.add_argument("--socket", metavar="PATH", help="the Unix socket (default: the node daemon's)")
+    start.add_argument("--workers", type=int, default=None, help="compile worker processes (default: cores)")
+    start.add_argument("--compile-fn", default=None, help="module:function the workers call")
+    start.add_argument("--compile-timeout", type=float, default=300.0, help="seconds before a compile is killed")
+    start.add_argument("--idle-exit", type=float, default=0, help="exit after this many idle seconds (0: never)")
+    start.set_defaults(run=_start)
+    stop = daemon.add_parser("stop", help="stop the node daemon, letting compiles in flight finish")
+    stop.set_defaults(run=_stop)
+    status = daemon.add_parser("status", help="workers, queue, hits and misses, compile latency")
+    status.add_argument("--address", help="the daemon (default: KILN_DAEMON or the node daemon)")
+    status.add_argument("--json", action="store_true")
+    status.set_defaults(run=_status)
+
+    cache = groups.add_parser("cache", help="the node cache").add_subparsers(dest="action", required=True)
+    for name, run, help_text in (("stats", _cache_stats, "size and counts"), ("ls", _cache_ls, "every entry"),
+                                 ("prune", _cache_prune, "drop orphans, enforce the size limit"),
+                                 ("clear", _cache_clear, "empty the cache"),
+                                 ("export", _cache_export, "write entries and their IR to a zip archive"),
+                                 ("import", _cache_import, "read an archive written by export")):
+        sub = cache.add_parser(name, help=help_text)
+        sub.add_argument("--dir", help="the cache directory (default: KILN_CACHE_DIR or ~/.cache/kiln)")
+        if name in ("export", "import"):
+            sub.add_argument("file")
+        if name in ("stats", "ls"):
+            sub.add_argument("--json", action="store_true")
+        sub.set_defaults(run=run)
+    return parser
+
+
+# --- daemon -------------------------------------------------------------------------------
+
+def _start(args) -> int:
+    if args.foreground:
+        return serve(args)
+    forwarded = _forwarded(args)
+    if args.listen:
+        launch.spawn_daemon(forwarded)
+        print("kiln daemon starting; see", launch.log_file())
+        return 0
+    address = f"unix:{args.socket}" if args.socket else None
+    print("kiln daemon serving at", launch.ensure_daemon(forwarded, idle_exit=args.idle_exit, address=address))
+    return 0
+
+
+def _forwarded(args) -> list[str]:
+    """The options of `start` again, for the background process that serves."""
+    out = ["--compile-timeout", str(args.compile_timeout)]
+    for flag, value in (("--socket", args.socket), ("--listen", args.listen), ("--workers", args.workers),
+                        ("--compile-fn", args.compile_fn)):
+        if value:
+            out += [flag, str(value)]
+    return out
+
+
+def serve(args) -> int:
+    from .server import DEFAULT_COMPILE_FN, create_server
+
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s level=%(levelname)s logger=%(name)s %(message)s")
+    log = logging.getLogger("kiln.daemon")
+    token = None
+    if args.listen:
+        address = args.listen
+        token = env.daemon_token() or _new_token()
+    else:
+        address = f"unix:{args.socket}" if args.socket else launch.default_address()
+    server, port = create_server(address, args.compile_fn or DEFAULT_COMPILE_FN, workers=args.workers,
+                                 compile_timeout=args.compile_timeout, token=token)
+    server.start()
+    if args.listen:
+        address = f"{args.listen.rsplit(':', 1)[0]}:{port}"
+    launch.pid_file().parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    launch.pid_file().write_text(json.dumps({"pid": os.getpid(), "address": address}))
+    log.info("event=serving address=%s workers=%d pid=%d", address, server.pool.size, os.getpid())
+
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    while not stop.wait(0.5):
+        if args.idle_exit and server.service.idle_for() > args.idle_exit:
+            log.info("event=idle_exit idle_s=%.0f", server.service.idle_for())
+            break
+    log.info("event=stopping")
+    server.stop(grace=30)
+    if (launch.read_pid_file() or {}).get("pid") == os.getpid():
+        launch.pid_file().unlink(missing_ok=True)
+    log.info("event=stopped")
+    return 0
+
+
+def _new_token() -> str:
+    """A fresh token, left for clients in a 0600 file beside the socket."""
+    token = secrets.token_urlsafe(32)
+    path = env.runtime_dir() / "daemon.token"
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(token)
+    logging.getLogger("kiln.daemon").info("event=token_written path=%s", path)
+    return token
+
+
+def _stop(args) -> int:
+    info = launch.read_pid_file()
+    if info is None:
+        print("no kiln daemon is running")
+        return 1
+    try:
+        os.kill(info["pid"], signal.SIGTERM)
+    except ProcessLookupError:
+        launch.pid_file().unlink(missing_ok=True)
+        print("no kiln daemon is running (removed a stale pid file)")
+        return 1
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            os.kill(info["pid"], 0)
+        except ProcessLookupError:
+            print(f"kiln daemon {info['pid']} stopped")
+            return 0
+        time.sleep(0.1)
+    print(f"kiln daemon {info['pid']} did not stop within 60 s", file=sys.stderr)
+    return 1
+
+
+def _status(args) -> int:
+    import grpc
+    from google.protobuf.json_format import MessageToDict
+
+    from .client import Client
+
+    address = args.address or launch.configured_address()
+    if address is None:
+        print("KILN_DAEMON=off")
+        return 1
+    with Client(address, token=env.daemon_token()) as client:
+        try:
+            s = client.stats()
+        except grpc.RpcError as e:
+            print(f"no kiln daemon answers at {address}: {e.code().name}", file=sys.stderr)
+            return 1
+    if args.json:
+        doc = MessageToDict(s, preserving_proto_field_name=True, always_print_fields_with_no_presence=True)
+        for part in (doc, doc["cache"]):  # protobuf's JSON spells 64-bit integers as strings
+            part.update({k: int(v) for k, v in part.items() if isinstance(v, str) and v.isdigit()})
+        print(json.dumps({"address": address, **doc}, indent=1))
+        return 0
+    lat = s.compile_latency
+    print(f"kiln daemon at {address} (kiln {s.version}, up {s.uptime_s:.0f} s)\n"
+          f"  workers {s.workers} ({s.busy_workers} busy), queue {s.queue_depth}, restarts {s.worker_restarts}\n"
+          f"  requests {s.requests}: hits {s.hits}, misses {s.misses}, merged {s.merged}, errors {s.errors}\n"
+          f"  compile ms: p50 {lat.p50_ms:.1f}, p90 {lat.p90_ms:.1f}, p99 {lat.p99_ms:.1f}, max {lat.max_ms:.1f}\n"
+          f"  cache {s.cache.path}: {s.cache.entries} kernels, {_mb(s.cache.volume_bytes)} of {_mb(s.cache.size_limit_bytes)}")
+    return 0
+
+
+# --- cache --------------------------------------------------------------------------------
+
+def _cache(args) -> Cache:
+    return Cache(args.dir) if args.dir else Cache()
+
+
+def _cache_stats(args) -> int:
+    with _cache(args) as cache:
+        s = cache.stats()
+    if args.json:
+        print(json.dumps(s, indent=1))
+    else:
+        print(f"{s['path']}: {s['entries']} kernels, {s['blobs']} blobs, "
+              f"{_mb(s['volume_bytes'])} of {_mb(s['size_limit_bytes'])}")
+    return 0
+
+
+def _cache_ls(args) -> int:
+    with _cache(args) as cache:
+        rows = cache.ls()
+    if args.json:
+        print(json.dumps(rows, indent=1))
+        return 0
+    for row in rows:
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(row["created"]))
+        sizes = " ".join(f"{k}={v}" for k, v in sorted(row["sizes"].items()))
+        print(f"{row['key'][:16]}  {when}  {row['name'] or '?':24}  {sizes}")
+    return 0
+
+
+def _cache_prune(args) -> int:
+    with _cache(args) as cache:
+        print(json.dumps(cache.prune()))
+    return 0
+
+
+def _cache_clear(args) -> int:
+    with _cache(args) as cache:
+        print(f"removed {cache.clear()} items")
+    return 0
+
+
+def _cache_export(args) -> int:
+    with _cache(args) as cache:
+        print(f"exported {cache.export(args.file)} kernels to {args.file}")
+    return 0
+
+
+def _cache_import(args) -> int:
+    with _cache(args) as cache:
+        print(f"imported {cache.import_(args.file)} kernels from {args.file}")
+    return 0
+
+
+def _mb(n: int) -> str:
+    return f"{n / 1e6:.1f} MB"

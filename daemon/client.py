@@ -1,0 +1,84 @@
+"""A client of the compile daemon.
+
+The gRPC channel is made on first use and made again in a process forked after that (a
+PyTorch DataLoader worker, say): a channel does not survive fork(), a new one does.
+"""
+from __future__ import annotations
+
+import os
+from typing import Iterable, Iterator
+
+import grpc
+
+from kiln.ir.core import Function
+from kiln.proto import compiler_pb2 as pb
+from kiln.proto import compiler_pb2_grpc
+from kiln.proto.convert import function_to_proto
+from kiln.proto.messages import options_to_proto
+
+from .auth import bearer
+
+
+def compile_request(fn: Function, target: str, options: dict, include_ir_dumps: bool = False) -> pb.CompileRequest:
+    return pb.CompileRequest(ir=function_to_proto(fn), target=target, options=options_to_proto(options),
+                             include_ir_dumps=include_ir_dumps)
+
+
+class Client:
+    """Talks to the daemon at `address` ("unix:/path" or "host:port")."""
+
+    def __init__(self, address: str, token: str | None = None, timeout: float = 600.0):
+        self.address, self.timeout = address, timeout
+        self._metadata = bearer(token) if token else None
+        self._pid, self._channel, self._stub = None, None, None
+
+    @property
+    def stub(self) -> compiler_pb2_grpc.CompilerStub:
+        if self._pid != os.getpid():
+            # after fork the parent's channel belongs to the parent: leave it, make our own
+            self._pid = os.getpid()
+            self._channel = grpc.insecure_channel(self.address, options=[("grpc.max_receive_message_length", -1)])
+            self._stub = compiler_pb2_grpc.CompilerStub(self._channel)
+        return self._stub
+
+    def compile(self, fn: Function, target: str, options: dict, include_ir_dumps: bool = False,
+                timeout: float | None = None) -> pb.CompileResponse:
+        """Compile (or fetch from the node cache); raises grpc.RpcError with the daemon's status."""
+        return self.stub.Compile(compile_request(fn, target, options, include_ir_dumps),
+                                 timeout=timeout or self.timeout, metadata=self._metadata)
+
+    def compile_many(self, kernels: Iterable[tuple[Function, str, dict]],
+                     timeout: float | None = None) -> Iterator[pb.CompileBatchItem]:
+        """Compile many kernels in parallel on the pool; items come back as they finish."""
+        batch = pb.CompileBatchRequest(requests=[compile_request(*k) for k in kernels])
+        return self.stub.CompileBatch(batch, timeout=timeout or self.timeout, metadata=self._metadata)
+
+    def lookup(self, key: str, include_ir_dumps: bool = False, timeout: float = 10.0) -> pb.CompileResponse | None:
+        reply = self.stub.Lookup(pb.LookupRequest(key=key, include_ir_dumps=include_ir_dumps), timeout=timeout,
+                                 metadata=self._metadata)
+        return reply.result if reply.found else None
+
+    def stats(self, timeout: float = 10.0) -> pb.StatsResponse:
+        return self.stub.Stats(pb.StatsRequest(), timeout=timeout, metadata=self._metadata)
+
+    def healthy(self, timeout: float = 2.0) -> bool:
+        """Whether the daemon answers and serves compiles."""
+        from grpc_health.v1 import health_pb2, health_pb2_grpc
+        self.stub  # noqa: B018 - (re)make the channel in this process
+        try:
+            reply = health_pb2_grpc.HealthStub(self._channel).Check(
+                health_pb2.HealthCheckRequest(service="kiln.v1.Compiler"), timeout=timeout, metadata=self._metadata)
+        except grpc.RpcError:
+            return False
+        return reply.status == health_pb2.HealthCheckResponse.SERVING
+
+    def close(self) -> None:
+        if self._channel is not None and self._pid == os.getpid():
+            self._channel.close()
+        self._pid = self._channel = self._stub = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

@@ -1,0 +1,77 @@
+"""Where the node daemon lives, and starting it on demand: once, under a lock, however
+many processes (eight ranks of one job, say) ask at the same moment."""
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from kiln.cache import env
+
+from .client import Client
+
+
+def default_address() -> str:
+    return f"unix:{env.runtime_dir() / 'daemon.sock'}"
+
+
+def pid_file() -> Path:
+    return env.runtime_dir() / "daemon.pid"
+
+
+def log_file() -> Path:
+    return env.runtime_dir() / "daemon.log"
+
+
+def configured_address() -> str | None:
+    """The daemon this process should use: KILN_DAEMON, the node daemon, or None for off."""
+    setting = env.daemon_setting()
+    if setting == "off":
+        return None
+    return setting or default_address()
+
+
+def read_pid_file() -> dict | None:
+    try:
+        return json.loads(pid_file().read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def ensure_daemon(args=(), idle_exit: float = 900.0, address: str | None = None, timeout: float = 60.0) -> str:
+    """The address of a serving daemon (the node daemon unless `address` names a Unix
+    socket), started in the background with `args` if none answers there. An auto-started
+    daemon exits after `idle_exit` idle seconds (0: never)."""
+    address = address or default_address()
+    client = Client(address)
+    try:
+        if client.healthy(0.5):
+            return address
+        runtime = env.runtime_dir()
+        runtime.mkdir(mode=0o700, parents=True, exist_ok=True)
+        with open(runtime / "daemon.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # the others wait here, then find it serving
+            if client.healthy(0.5):
+                return address
+            proc = spawn_daemon([*args, "--idle-exit", str(idle_exit)])
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline and proc.poll() is None:
+                if client.healthy(0.5):
+                    return address
+                time.sleep(0.05)
+        raise RuntimeError(f"the kiln daemon did not start; see {log_file()}")
+    finally:
+        client.close()
+
+
+def spawn_daemon(args) -> subprocess.Popen:
+    """`python -m kiln.daemon daemon start --foreground ARGS`, detached, logging to log_file()."""
+    log_file().parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    with open(log_file(), "ab") as log:
+        return subprocess.Popen([sys.executable, "-m", "kiln.daemon", "daemon", "start", "--foreground", *args],
+                                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True, close_fds=True, env=dict(os.environ))
