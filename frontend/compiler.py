@@ -1,9 +1,12 @@
 """From a specialization to something that can be launched."""
 from __future__ import annotations
 
+import operator
+
 from kiln.ir import Function, print_function
 
 from . import config
+from .runtime import driver
 from .ast_to_ir import build_kernel
 
 # The launch options that change the generated code; the rest only affect the launch.
@@ -38,6 +41,12 @@ class CompiledKernel:
         self.metadata = {"name": name, **codegen_options(options)}
         self.binaries: dict = {}
         self.launchers: dict = {}
+        self.runtime_args = lambda values: list(values)
+
+    def set_runtime_positions(self, positions):
+        """Which of a call's argument values the kernel takes, in order."""
+        getter = operator.itemgetter(*positions) if positions else (lambda values: ())
+        self.runtime_args = (lambda values: [getter(values)]) if len(positions) == 1 else getter
 
     @property
     def num_warps(self):
@@ -57,21 +66,18 @@ class CompiledKernel:
             self.metadata.update(binary.metadata)
         return binary
 
-    def launch(self, grid, args):
+    def launch(self, grid, args, stream=None):
         if config.interpret():
             from kiln.interpret import run
             run(self.ir, grid, args, name=self.name)
             return
-        from .runtime import driver
         device = driver.current_device()
         launcher = self.launchers.get(device)
         if launcher is None:
             launcher = self._prepare(device)
-        stream = self.options.get("stream")
         launcher(grid, args, driver.current_stream(device) if stream is None else int(stream))
 
     def _prepare(self, device: int):
-        from .runtime import driver
         from .runtime.launcher import Launcher
         from .runtime.module import LoadedKernel
         driver.ensure_context(device)

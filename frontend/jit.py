@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from kiln.language.core import constexpr
 
 from . import config
+from .binder import make_binder
 from .specialize import specialize
 
 
@@ -46,7 +47,8 @@ class JITFunction(KernelInterface):
         self.debug = debug
         self.noinline = noinline
         self.is_internal = fn.__module__.startswith("kiln.")
-        self.cache: dict = {}
+        self.cache: dict = {}              # binder key -> CompiledKernel
+        self._by_specialization: dict = {}  # specialization key -> CompiledKernel
         self._tree = None
         self._source = None
         functools.update_wrapper(self, fn)
@@ -91,37 +93,38 @@ class JITFunction(KernelInterface):
         return f"JITFunction({self.fn.__module__}:{self.fn.__qualname__})"
 
     # --- compile and launch -----------------------------------------------------------
-    def bind(self, args, kwargs):
-        # A launch option that is also a parameter's name (a kernel's `num_stages: tl.constexpr`) is both.
-        options = {k: kwargs[k] if k in self.signature.parameters else kwargs.pop(k)
-                   for k in list(kwargs) if k in config.LAUNCH_OPTIONS}
+    @functools.cached_property
+    def binder(self):
+        return make_binder(self)
+
+    def run(self, *args, grid, warmup=False, **kwargs):
         try:
-            bound = self.signature.bind(*args, **kwargs)
+            key, values, options = self.binder(*args, **kwargs)
         except TypeError as e:
             raise TypeError(f"{self.__name__}: {e}") from None
-        bound.apply_defaults()
-        return dict(bound.arguments), options
-
-    def specialization(self, bound: dict, options: dict):
-        """The cache key, the per-parameter specialization and the runtime argument values."""
-        return specialize(self, bound, options)
-
-    def compile(self, bound: dict, options: dict):
-        key, params, runtime_args = self.specialization(bound, options)
         kernel = self.cache.get(key)
+        if kernel is None:
+            kernel = self.cache[key] = self._compile(values, options)
+        if warmup:
+            return kernel
+        if callable(grid):
+            meta = dict(zip(self.arg_names, values))
+            meta.update((k, v) for k, v in options.items() if v is not None and k not in meta)
+            grid = grid(meta)
+        kernel.launch(_grid3(grid), kernel.runtime_args(values), options["stream"])
+        return kernel
+
+    def _compile(self, values, options):
+        """The slow path of a first call: specialize, build IR (or reuse an equal specialization)."""
+        bound = dict(zip(self.arg_names, values))
+        options = {k: v for k, v in options.items() if v is not None and k != "stream"}
+        key, params, runtime_names = specialize(self, bound, options)
+        kernel = self._by_specialization.get(key)
         if kernel is None:
             from .compiler import compile_kernel
             kernel = compile_kernel(self, params, options)
-            self.cache[key] = kernel
-        return kernel, runtime_args
-
-    def run(self, *args, grid, warmup=False, **kwargs):
-        bound, options = self.bind(args, kwargs)
-        kernel, runtime_args = self.compile(bound, options)
-        if warmup:
-            return kernel
-        grid = grid(dict(bound, **options)) if callable(grid) else grid
-        kernel.launch(_grid3(grid), runtime_args)
+            kernel.set_runtime_positions([self.arg_names.index(n) for n in runtime_names])
+            self._by_specialization[key] = kernel
         return kernel
 
     def warmup(self, *args, grid=(1,), **kwargs):
@@ -129,6 +132,8 @@ class JITFunction(KernelInterface):
 
 
 def _grid3(grid):
+    if type(grid) is tuple and len(grid) == 1:
+        return (int(grid[0]), 1, 1)
     grid = tuple(int(g) for g in (grid if isinstance(grid, (tuple, list)) else (grid,)))
     if not 1 <= len(grid) <= 3:
         raise ValueError(f"the grid must have 1 to 3 dimensions, got {grid}")

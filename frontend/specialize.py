@@ -47,7 +47,7 @@ def integer_type(value: int) -> dtype:
 
 
 def specialize(jitfn, bound: dict, options: dict):
-    """(cache key, params for build_kernel, runtime argument values in order)."""
+    """(cache key, params for build_kernel, names of the runtime arguments in order)."""
     params, key, runtime = {}, [], []
     for name, value in bound.items():
         if isinstance(value, constexpr):
@@ -76,9 +76,9 @@ def specialize(jitfn, bound: dict, options: dict):
             elem, address = info
             attrs = {"divisibility": 16} if specializable and address % 16 == 0 else {}
             params[name] = (pointer_type(elem), attrs)
-        runtime.append(value)
+        runtime.append(name)
         key.append(("a", name, str(params[name][0]), tuple(sorted(params[name][1].items()))))
-    key.append(tuple(sorted((k, _hashable(v)) for k, v in options.items() if k != "stream")))
+    key.append(tuple(sorted((k, _hashable(v)) for k, v in options.items() if k != "stream" and v is not None)))
     return tuple(key), params, runtime
 
 

@@ -53,7 +53,7 @@ def is_available() -> bool:
 def current_device() -> int:
     torch = sys.modules.get("torch")
     if torch is not None and torch.cuda.is_initialized():
-        return torch.cuda.current_device()
+        return torch._C._cuda_getDevice()
     return 0
 
 
@@ -87,5 +87,5 @@ def current_stream(device: int) -> int:
     """PyTorch's current stream when PyTorch is loaded, else the legacy default stream."""
     torch = sys.modules.get("torch")
     if torch is not None and torch.cuda.is_initialized():
-        return torch.cuda.current_stream(device).cuda_stream
+        return torch._C._cuda_getCurrentRawStream(device)
     return 0
