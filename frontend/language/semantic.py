@@ -91,8 +91,8 @@ def python_scalar_type(v) -> dtype:
         raise ValueError(f"integer {v} does not fit in 64 bits")
     if isinstance(v, (float, np.floating)):
         v = float(v)
-        if v != v or math.isinf(v) or math.fabs(v) <= 3.4028234663852886e38:
-            return float32
+        if v != v or math.isinf(v) or v == 0.0 or 2.0**-126 <= math.fabs(v) <= 3.4028234663852886e38:
+            return float32  # like Triton: fp32 subnormals and overflows become fp64
         return float64
     raise TypeError(f"cannot use {type(v).__name__} {v!r} as a kernel value")
 
@@ -242,7 +242,7 @@ def computation_type(a: dtype, a_is_py: bool, b: dtype, b_is_py: bool, div_or_mo
         return float16 if (a.is_fp8() and b.is_int()) or (b.is_fp8() and a.is_int()) else float32
     if not a.is_int() or not b.is_int():
         raise TypeError(f"unexpected types {a} and {b}")
-    if div_or_mod and a.signed != b.signed and not (a.is_int1() or b.is_int1()):
+    if div_or_mod and a.signed != b.signed:  # int1 counts as unsigned, as in Triton
         raise TypeError(f"cannot use /, // or % with {a} and {b} because they have different signedness; "
                         "cast them to one signedness first")
     return integer_promote(a, b)
@@ -254,8 +254,20 @@ def _check_negative_unsigned(py_value, t: dtype):
                          f"({py_value}); cast the tensor to a signed type first")
 
 
+def _check_scalar_range(py_value, t: dtype):
+    if t.is_int() and isinstance(py_value, (int, np.integer)) and not isinstance(py_value, (bool, np.bool_)):
+        bits, signed = t.primitive_bitwidth, t.is_int_signed()
+        lo, hi = (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if signed else (0, (1 << bits) - 1)
+        if not lo <= int(py_value) <= hi:
+            raise ValueError(f"scalar {py_value} is out of range for type {t}")
+
+
 def binary_operands(a, b, *, allow_ptr=False, arithmetic=True, div_or_mod=False):
-    """Convert, broadcast and promote two operands to one type."""
+    """Convert, broadcast and promote two operands to one type.
+
+    A Python scalar of a kind no higher than the tensor's (bool < int < float) takes the
+    tensor's type and must fit in it, as in Triton.
+    """
     a_py, b_py = is_python_scalar(a), is_python_scalar(b)
     a_val, b_val = unwrap(a), unwrap(b)
     a, b = to_tensor(a), to_tensor(b)
@@ -267,10 +279,10 @@ def binary_operands(a, b, *, allow_ptr=False, arithmetic=True, div_or_mod=False)
         return a, b
     if arithmetic:
         t = computation_type(sa, a_py, sb, b_py, div_or_mod)
-        if a_py:
-            _check_negative_unsigned(a_val, t)
-        if b_py:
-            _check_negative_unsigned(b_val, t)
+        for is_py, value in ((a_py, a_val), (b_py, b_val)):
+            if is_py:
+                _check_negative_unsigned(value, t)
+                _check_scalar_range(value, t)
         a, b = cast(a, t), cast(b, t)
     return a, b
 
@@ -342,7 +354,7 @@ def pow(a, b):
 
 
 def _bitwise_operands(a, b):
-    a, b = binary_operands(a, b, arithmetic=False)
+    a, b = binary_operands(a, b)  # Python scalars follow the arithmetic rule: int8 & 0xF stays int8
     sa, sb = a.dtype, b.dtype
     if not sa.is_int() or not sb.is_int():
         raise TypeError(f"bitwise operators need integer operands, not {sa} and {sb}")
@@ -406,7 +418,8 @@ def abs(a):
 
 
 def _compare(pred, a, b):
-    a, b = binary_operands(a, b, allow_ptr=True)
+    # Triton makes Python scalars tensors first here, so int8 < 300 compares in int32
+    a, b = binary_operands(to_tensor(a), to_tensor(b), allow_ptr=True)
     if a.dtype.is_ptr() != b.dtype.is_ptr():
         raise TypeError(f"cannot compare {a.dtype} with {b.dtype}")
     return _emit("cmp", [a, b], with_shape(int1, a.type.shape), pred=pred)
@@ -421,13 +434,13 @@ def not_equal(a, b): return _compare("ne", a, b)
 
 
 def minimum(a, b, propagate_nan=False):
-    a, b = binary_operands(a, b)
+    a, b = binary_operands(to_tensor(a), to_tensor(b))  # no scalar rule, as in Triton
     attrs = {"propagate_nan": True} if a.dtype.is_floating() and propagate_nan else {}
     return _elementwise("min", a, b, **attrs)
 
 
 def maximum(a, b, propagate_nan=False):
-    a, b = binary_operands(a, b)
+    a, b = binary_operands(to_tensor(a), to_tensor(b))  # no scalar rule, as in Triton
     attrs = {"propagate_nan": True} if a.dtype.is_floating() and propagate_nan else {}
     return _elementwise("max", a, b, **attrs)
 
