@@ -276,6 +276,7 @@ def test_real_codegen_through_the_daemon(tmp_path):
             assert ".entry real" in reply.ptx and reply.cubin and reply.cache_status == pb.CACHE_MISS
             meta = metadata_from_proto(reply.metadata)
             assert meta["name"] == "real" and meta["target"] == "sm_90a" and meta["num_warps"] == 4
+            assert isinstance(meta["args"], list)  # nested metadata arrives exactly
             assert stub.Compile(req, timeout=30).cache_status == pb.CACHE_HIT
     finally:
         server.stop(0)
