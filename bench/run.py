@@ -229,6 +229,8 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", help="fewer sizes")
     parser.add_argument("--out", default=os.path.join(HERE, "results"))
+    parser.add_argument("--only", nargs="*", help="run only these sections (vector_add softmax layer_norm "
+                                                   "matmul launch first_call); writes no files")
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
 
@@ -240,6 +242,14 @@ def main():
     results = {"gpu": gpu, "date": date, "torch": torch.__version__}
     import triton
     results["triton_version"] = triton.__version__
+    if args.only:
+        sections = {"vector_add": lambda: vector_add(libs, [1 << 20, 1 << 27]),
+                    "softmax": lambda: softmax(libs, [1024, 16384]), "layer_norm": lambda: layer_norm(libs, [4096]),
+                    "matmul": lambda: matmul(libs, [4096]), "launch": lambda: launch_overhead(libs),
+                    "first_call": lambda: first_call({n: os.path.dirname(m.__file__) for n, m in libs.items()})}
+        for name in args.only:
+            print(name, json.dumps(sections[name](), indent=1))
+        return
     results["vector_add"] = vector_add(libs, [1 << p for p in ((20, 24, 27) if q else range(20, 28))])
     results["softmax"] = softmax(libs, [256, 1024, 4096, 16384] if q else [256, 512, 1024, 2048, 4096, 8192, 16384])
     results["layer_norm"] = layer_norm(libs, [1024, 4096, 8192] if q else [1024, 2048, 4096, 8192])

@@ -135,3 +135,10 @@ def test_compiled_kernel_metadata():
     assert {"kir", "llir", "ptx", "cubin"} <= set(k.asm)
     assert k.n_regs > 0 and k.n_spills == 0 and k.shared >= 0
     assert "ld.global.v4" in k.asm["ptx"]
+
+
+def test_launch_error_names_kernel_and_driver_message():
+    add_kernel = importlib.import_module("vector_add").add_kernel
+    x = torch.rand(16, device="cuda")
+    with pytest.raises(RuntimeError, match=r"add_kernel.*CUDA_ERROR_INVALID_VALUE"):
+        add_kernel[(2**31,)](x, x, x, 16, BLOCK_SIZE=1024)

@@ -21,6 +21,7 @@ def cuda():
 
 def _error_text(code) -> str:
     drv = cuda()
+    code = drv.CUresult(int(code))
     err, name = drv.cuGetErrorName(code)
     err2, text = drv.cuGetErrorString(code)
     name = name.decode() if isinstance(name, bytes) else str(code)

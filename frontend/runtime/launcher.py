@@ -1,9 +1,16 @@
-"""A prepacked launch for one specialization: argument slots built once, filled per call."""
+"""A prepacked launch for one specialization: argument slots built once, filled per call.
+
+The launch itself calls `cuLaunchKernel` in libcuda through ctypes: the same driver
+entry point cuda-python wraps, without the wrapper's per-call argument conversion, which
+costs microseconds on every launch.
+"""
 from __future__ import annotations
 
 import ctypes
+import ctypes.util
+import functools
 
-from .driver import CudaError, cuda
+from .driver import CudaError, _error_text
 
 _CTYPES = {
     "int1": ctypes.c_uint8, "int8": ctypes.c_int8, "uint8": ctypes.c_uint8, "int16": ctypes.c_int16,
@@ -49,7 +56,8 @@ class Launcher:
         self.params = (ctypes.c_void_p * max(1, len(self.slots)))(
             *[ctypes.addressof(s) for s in self.slots])
         self.params_address = ctypes.addressof(self.params)
-        self.launch_fn = cuda().cuLaunchKernel
+        self.handle = kernel.handle
+        self.launch_fn = _cu_launch_kernel()
 
     def __call__(self, grid, args, stream: int):
         for slot, setter, arg in zip(self.slots, self.setters, args):
@@ -57,8 +65,15 @@ class Launcher:
         gx, gy, gz = grid
         if gx * gy * gz == 0:
             return
-        err, = self.launch_fn(self.function, gx, gy, gz, self.block, 1, 1, self.shared, stream,
-                              self.params_address, 0)
-        if int(err) != 0:
-            from .driver import _error_text
+        err = self.launch_fn(self.handle, gx, gy, gz, self.block, 1, 1, self.shared, stream, self.params_address, None)
+        if err:
             raise CudaError(f"launching kernel {self.name} failed: {_error_text(err)}")
+
+
+@functools.lru_cache(maxsize=None)
+def _cu_launch_kernel():
+    lib = ctypes.CDLL(ctypes.util.find_library("cuda") or "libcuda.so.1")
+    fn = lib.cuLaunchKernel
+    fn.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 7 + [ctypes.c_void_p] * 3
+    fn.restype = ctypes.c_int
+    return fn
