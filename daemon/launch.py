@@ -12,8 +12,6 @@ from pathlib import Path
 
 from kiln.cache import env
 
-from .client import Client
-
 
 def default_address() -> str:
     return f"unix:{env.runtime_dir() / 'daemon.sock'}"
@@ -46,6 +44,8 @@ def ensure_daemon(args=(), idle_exit: float = 900.0, address: str | None = None,
     """The address of a serving daemon (the node daemon unless `address` names a Unix
     socket), started in the background with `args` if none answers there. An auto-started
     daemon exits after `idle_exit` idle seconds (0: never)."""
+    from .client import Client  # gRPC is loaded only when a daemon is really wanted
+
     address = address or default_address()
     client = Client(address)
     try:

@@ -1,0 +1,145 @@
+"""Compile through the tiers: node cache (read directly) -> compile daemon -> this process.
+
+`cached_compile` is what the runtime calls on an in-memory miss. It returns the same
+attributes as `kiln.codegen.CompiledKernel`. A daemon that is down or refuses costs one
+warning and a local compile, never a failed step; a cache that cannot be read or written
+is skipped the same way.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import warnings
+from dataclasses import dataclass, field
+
+from kiln.cache import Cache
+from kiln.ir import print_function
+from kiln.ir.core import Function
+from kiln.proto import compile_key
+
+from . import launch
+
+log = logging.getLogger("kiln.daemon")
+_TEXT = ("ptx", "llir", "kir")
+
+
+@dataclass
+class Binary:
+    """A compiled kernel, wherever it came from (`source`: cache, daemon or local)."""
+
+    name: str
+    target: str
+    kir: str
+    llir: str
+    ptx: str
+    cubin: bytes
+    metadata: dict = field(default_factory=dict)
+    key: str = ""
+    source: str = ""
+
+
+class _State:
+    """What a process keeps between calls: one cache handle, one client per address."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.cache: Cache | None = None
+        self.clients: dict = {}
+        self.warned: set[str] = set()
+
+    def node_cache(self) -> Cache:
+        with self.lock:
+            if self.cache is None:
+                self.cache = Cache()
+            return self.cache
+
+    def client(self, address: str):
+        from kiln.cache import env
+        from .client import Client
+        with self.lock:
+            if address not in self.clients:
+                self.clients[address] = Client(address, token=env.daemon_token())
+            return self.clients[address]
+
+    def warn_once(self, what: str, message: str) -> None:
+        if what not in self.warned:
+            self.warned.add(what)
+            warnings.warn(message, RuntimeWarning, stacklevel=3)
+
+
+_state = _State()
+
+
+def cached_compile(fn: Function, target: str, options: dict, compile_fn=None) -> Binary:
+    """The compiled `fn`, from the first tier that has or can make it.
+
+    `compile_fn` is the in-process compiler (default `kiln.codegen.compile`)."""
+    key = compile_key(fn, target, options)
+    binary = _from_cache(key, target)
+    if binary is None:
+        binary = _from_daemon(fn, target, options, key)
+    if binary is None:
+        binary = _compile_here(fn, target, options, key, compile_fn)
+    return binary
+
+
+def _from_cache(key: str, target: str) -> Binary | None:
+    try:
+        hit = _state.node_cache().get_result(key, ("cubin",) + _TEXT)
+    except Exception as e:  # noqa: BLE001 - a broken cache is skipped, not fatal
+        _state.warn_once("cache", f"kiln: the node cache cannot be read ({e}); compiling without it")
+        return None
+    if hit is None:
+        return None
+    artifacts, metadata = hit
+    return Binary(metadata.get("name", ""), target, *(artifacts[n].decode() for n in ("kir", "llir", "ptx")),
+                  artifacts["cubin"], metadata, key, "cache")
+
+
+def _from_daemon(fn, target, options, key) -> Binary | None:
+    import grpc
+
+    from kiln.proto.messages import metadata_from_proto
+
+    address = launch.configured_address()
+    if address is None:
+        return None
+    try:
+        if address == launch.default_address():
+            launch.ensure_daemon()
+        reply = _state.client(address).compile(fn, target, options, include_ir_dumps=True)
+    except grpc.RpcError as e:
+        if e.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
+                        grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.RESOURCE_EXHAUSTED):
+            _state.warn_once(address, f"kiln: the compile daemon at {address} failed ({e.code().name}: "
+                                      f"{e.details()}); compiling in this process")
+        else:  # a compile error: the local compile raises it with its own type and traceback
+            log.info("daemon refused %s: %s %s", fn.name, e.code().name, e.details())
+        return None
+    except Exception as e:  # noqa: BLE001 - the daemon could not be started
+        _state.warn_once(address, f"kiln: no compile daemon ({e}); compiling in this process")
+        return None
+    binary = Binary(fn.name, target, reply.kir, reply.llir, reply.ptx, reply.cubin,
+                    metadata_from_proto(reply.metadata), key, "daemon")
+    if reply.key != key or not address.startswith("unix:"):
+        # a daemon of another kiln version, or on another node: keep the result here too
+        _store(binary, fn)
+    return binary
+
+
+def _compile_here(fn, target, options, key, compile_fn) -> Binary:
+    if compile_fn is None:
+        from kiln.codegen import compile as compile_fn
+    kernel = compile_fn(fn, target, options)
+    binary = Binary(fn.name, target, kernel.kir, kernel.llir, kernel.ptx, bytes(kernel.cubin),
+                    dict(kernel.metadata), key, "local")
+    _store(binary, fn)
+    return binary
+
+
+def _store(binary: Binary, fn: Function) -> None:
+    try:
+        _state.node_cache().put_result(binary.key, {"cubin": binary.cubin, "ptx": binary.ptx, "llir": binary.llir,
+                                                    "kir": binary.kir, "ir": print_function(fn)}, binary.metadata)
+    except Exception as e:  # noqa: BLE001
+        _state.warn_once("cache-write", f"kiln: the node cache cannot be written ({e})")

@@ -1,0 +1,90 @@
+"""cached_compile: node cache, then the daemon, then this process; a daemon that is down
+costs one warning and a local compile."""
+import os
+import tempfile
+import warnings
+
+import pytest
+
+from kiln.cache import Cache
+from kiln.daemon import create_server, fake, tiers
+from kiln.ir import parse_function
+
+IR = '''
+kernel @{name}(%x: ptr<int32>) {{
+  %v = load %x : int32
+  %w = mul %v, %v : int32
+  store %x, %w
+  return
+}}
+'''
+
+
+def kernel(name):
+    return parse_function(IR.format(name=name))
+
+
+@pytest.fixture
+def node(monkeypatch, tmp_path):
+    monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "node-cache"))
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path / "run"))
+    monkeypatch.setattr(tiers, "_state", tiers._State())  # a fresh process, as far as tiers knows
+    return tmp_path
+
+
+def test_daemon_off_compiles_here_then_reads_the_cache(node, monkeypatch):
+    monkeypatch.setenv("KILN_DAEMON", "off")
+    first = tiers.cached_compile(kernel("off"), "sm_90a", {"num_warps": 4}, compile_fn=fake.compile)
+    assert first.source == "local" and first.cubin and "kernel @off" in first.kir
+    again = tiers.cached_compile(kernel("off"), "sm_90a", {"num_warps": 4}, compile_fn=fake.compile)
+    assert again.source == "cache" and again.cubin == first.cubin and again.metadata == first.metadata
+    assert again.key == first.key and again.ptx == first.ptx
+
+
+def test_through_a_daemon(node, monkeypatch):
+    path = os.path.join(tempfile.mkdtemp(prefix="kt-", dir="/tmp"), "d.sock")
+    server, _ = create_server(f"unix:{path}", "kiln.daemon.fake:compile", workers=1, cache=Cache())
+    server.start()
+    monkeypatch.setenv("KILN_DAEMON", f"unix:{path}")
+    try:
+        first = tiers.cached_compile(kernel("viad"), "sm_80", {"num_warps": 2}, compile_fn=_must_not_run)
+        assert first.source == "daemon" and first.metadata["target"] == "sm_80" and first.llir
+        again = tiers.cached_compile(kernel("viad"), "sm_80", {"num_warps": 2}, compile_fn=_must_not_run)
+        assert again.source == "cache" and again.cubin == first.cubin  # the daemon filled the node cache
+    finally:
+        server.stop(0)
+
+
+def test_daemon_of_another_version_fills_our_cache_under_our_key(node, monkeypatch, tmp_path):
+    path = os.path.join(tempfile.mkdtemp(prefix="kv-", dir="/tmp"), "d.sock")
+    server, _ = create_server(f"unix:{path}", "kiln.daemon.fake:compile", workers=1, cache=Cache(tmp_path / "theirs"))
+    server.service.identity = {**server.service.identity, "kiln": "0.0.1"}
+    server.start()
+    monkeypatch.setenv("KILN_DAEMON", f"unix:{path}")
+    try:
+        first = tiers.cached_compile(kernel("older"), "sm_90a", {}, compile_fn=_must_not_run)
+        assert first.source == "daemon"
+        assert tiers.cached_compile(kernel("older"), "sm_90a", {}, compile_fn=_must_not_run).source == "cache"
+    finally:
+        server.stop(0)
+
+
+def test_daemon_down_warns_once_and_compiles_here(node, monkeypatch):
+    monkeypatch.setenv("KILN_DAEMON", "unix:/nonexistent/kiln.sock")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        a = tiers.cached_compile(kernel("down_a"), "sm_90a", {}, compile_fn=fake.compile)
+        b = tiers.cached_compile(kernel("down_b"), "sm_90a", {}, compile_fn=fake.compile)
+    assert a.source == b.source == "local"
+    messages = [str(w.message) for w in caught]
+    assert len(messages) == 1 and "compiling in this process" in messages[0], messages
+
+
+def test_compile_errors_come_from_the_local_compile(node, monkeypatch):
+    monkeypatch.setenv("KILN_DAEMON", "off")
+    with pytest.raises(RuntimeError, match="boom"):
+        tiers.cached_compile(kernel("err"), "sm_90a", {"fake_error": "boom"}, compile_fn=fake.compile)
+
+
+def _must_not_run(*args):
+    raise AssertionError("compiled in-process although a daemon or the cache should have answered")
