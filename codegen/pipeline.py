@@ -27,6 +27,7 @@ class PassContext:
     target: object
     num_warps: int = 4
     num_stages: int = 3
+    function: object = None  # the block IR being compiled
     portable: bool = False  # no inline PTX: the LLVM IR can also run on a CPU (kiln.codegen.emulate)
     axis: object = None
     layouts: dict = field(default_factory=dict)
@@ -35,6 +36,7 @@ class PassContext:
 
 
 def run_passes(fn, ctx: PassContext, check: bool = False) -> None:
+    ctx.function = fn
     for p in PASSES:
         p.apply(fn, ctx)
         if check and p.name not in ANALYSES:

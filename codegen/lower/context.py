@@ -38,6 +38,7 @@ class Lowering:
         self.lane = self.entry.and_(self.tid, ir.Constant(I32, 31), "lane")
         self.warp = self.entry.lshr(self.tid, ir.Constant(I32, 5), "warp")
         self._index_cache: dict = {}
+        self.used = {v for op in ctx.function.walk() for v in op.operands} if ctx.function else set()
         self.smem_bytes = 0
         self._smem = None
 

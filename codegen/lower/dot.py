@@ -9,7 +9,7 @@ from collections import OrderedDict
 
 import llvmlite.ir as ir
 
-from kiln.ir.types import scalar_of
+from kiln.ir.types import float32, scalar_of
 
 from .context import LoweringError
 from .elementwise import cast_value
@@ -24,7 +24,10 @@ def _dot(lw, op):
         raise LoweringError("batched (3-D) dot is not lowered yet")
     (M, K), (_, N) = a.type.shape, b.type.shape
     layout = lw.layout(out)
-    acc_regs = lw.regs(acc, layout)
+    s_in, s_out = scalar_of(a.type), scalar_of(out.type)
+    # fp16/bf16 accumulators sum in fp32 and round once at the end
+    s_acc = float32 if s_out.name in ("fp16", "bf16") else s_out
+    acc_regs = [cast_value(lw, r, s_out, s_acc) for r in lw.regs(acc, layout)]
     a_ty, b_ty = reg_type(a.type), reg_type(b.type)
     a_bytes = M * K * elem_bytes(a_ty)
     base = lw.smem(a_bytes + K * N * elem_bytes(b_ty))
@@ -49,7 +52,6 @@ def _dot(lw, op):
     phis = [lw.b.phi(r.type) for r in acc_regs]
     for p, r in zip(phis, acc_regs):
         p.add_incoming(r, pre)
-    s_in, s_acc = scalar_of(a.type), scalar_of(out.type)
     a_vals = {}
     for off, row in rows.items():
         (v,) = load_elements(lw, base, a_ty, [lw.b.add(lw.b.mul(row, lw.i32(K)), k)])
@@ -72,7 +74,7 @@ def _dot(lw, op):
         p.add_incoming(v, loop)
     lw.b.cbranch(lw.b.icmp_unsigned("<", k_next, lw.i32(K)), loop, done)
     lw.b.position_at_end(done)
-    lw.bind(out, new, layout)  # K >= 1, so the loop ran and its last values are the result
+    lw.bind(out, [cast_value(lw, v, s_acc, s_out) for v in new], layout)  # K >= 1, so the loop ran and its last values are the result
 
 
 RULES = {"dot": _dot}

@@ -103,6 +103,8 @@ def _minmax(kind):
     def fn(lw, op, a, b):
         s = _s(op)
         if s.is_floating():
+            if op.attrs.get("propagate_nan"):  # NaN in, NaN out (PTX min.NaN / max.NaN)
+                return _llvm_float("minimum" if kind == "<" else "maximum")(lw, op, a, b)
             return _llvm_float("minnum" if kind == "<" else "maxnum")(lw, op, a, b)
         cmp = lw.b.icmp_signed if _signed(s) else lw.b.icmp_unsigned
         return lw.b.select(cmp(kind, a, b), a, b)
@@ -114,9 +116,11 @@ def _shr(lw, op, a, b):
 
 
 def _umulhi(lw, op, a, b):
+    """The high half of the full product; signed types multiply signed (Triton's mulhi)."""
     bits = a.type.width
     wide = ir.IntType(2 * bits)
-    p = lw.b.mul(lw.b.zext(a, wide), lw.b.zext(b, wide))
+    ext = lw.b.sext if _signed(_s(op)) else lw.b.zext
+    p = lw.b.mul(ext(a, wide), ext(b, wide))
     return lw.b.trunc(lw.b.lshr(p, ir.Constant(wide, bits)), a.type)
 
 

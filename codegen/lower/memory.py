@@ -207,16 +207,20 @@ def _store(lw, op):
     ptr, val = op.operands[:2]
     elem_ty = mem_type(val.type)
     if not isinstance(val.type, block_type):
+        # every thread holds the scalar; thread 0 alone writes it, so a thread that
+        # loads it later in the kernel cannot see (and re-store) a newer value
         v = _to_mem(lw, lw.scalar(val), val.type)
-        if len(op.operands) > 2:
-            _masked_store(lw, lw.scalar(ptr), lw.scalar(op.operands[2]), [v], elem_ty)
-        else:
-            lw.b.store(v, lw.scalar(ptr), align=_elem_bytes(elem_ty))
+        first = lw.entry.icmp_unsigned("==", lw.tid, lw.i32(0))
+        mask = lw.b.and_(lw.scalar(op.operands[2]), first) if len(op.operands) > 2 else first
+        _masked_store(lw, lw.scalar(ptr), mask, [v], elem_ty)
         return
     layout = lw.layout(val)
     ptrs = lw.regs(ptr, layout)
     vals = [_to_mem(lw, x, val.type) for x in lw.regs(val, layout)]
     masks = lw.regs(op.operands[2], layout) if len(op.operands) > 2 else None
+    owner = lw.owner_mask(layout, val.type.shape)  # where threads share elements, one writes
+    if owner is not None:
+        masks = [lw.b.and_(m, owner) for m in masks] if masks else [owner] * len(ptrs)
     n = access_width(lw, op, layout, val.type.shape, _bits(elem_ty) if elem_ty != GLOBAL_PTR else 64)
     for g in range(0, len(ptrs), n):
         chunk = vals[g:g + n]
@@ -276,18 +280,24 @@ def _atomic_each(lw, op, emit):
         phi.add_incoming(got, inside)
         phi.add_incoming(ir.Constant(ty, ir.Undefined), before)
         results.append(phi)
-    if not is_block:
-        results = _broadcast_scalar(lw, results[0])
+    if out in lw.used and owner is not None:
+        results = _share_from_owners(lw, results, layout, out.type, owner)
     lw.bind(out, results, layout)
 
 
-def _broadcast_scalar(lw, value):
-    """Thread 0 did the atomic: share its result with the CTA."""
-    base = lw.smem(8)
-    with lw.b.if_then(lw.b.icmp_unsigned("==", lw.tid, lw.i32(0))):
-        lw.b.store(value, lw.smem_ptr(base, value.type, lw.i32(0)))
+def _share_from_owners(lw, results, layout, t, owner):
+    """Only the owner of each element ran its atomic: pass its result to the threads
+    that hold the same element."""
+    from .shared import elem_bytes, flats_of
+    ty = results[0].type
+    n = t.numel if isinstance(t, block_type) else 1
+    flats = flats_of(lw, layout, t.shape) if layout else [lw.i32(0)]
+    base = lw.smem(n * elem_bytes(ty))
+    with lw.b.if_then(owner):
+        for r, f in zip(results, flats):
+            lw.b.store(r, lw.smem_ptr(base, ty, f))
     lw.barrier()
-    return [lw.b.load(lw.smem_ptr(base, value.type, lw.i32(0)), typ=value.type)]
+    return [lw.b.load(lw.smem_ptr(base, ty, f), typ=ty) for f in flats]
 
 
 def _atomic_rmw(lw, op):
