@@ -83,6 +83,7 @@ class CompiledKernel:
         driver.ensure_context(device)
         binary = self.build(driver.target(device))
         loaded = LoadedKernel(self.name, binary.cubin, binary.ptx, binary.metadata["shared"])
+        self.metadata["n_regs"] = loaded.n_regs  # the driver's count is authoritative
         launcher = Launcher(loaded, [a.type for a in self.ir.args], binary.metadata["num_warps"],
                             binary.metadata["shared"], self.name)
         self.launchers[device] = launcher
