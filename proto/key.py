@@ -11,6 +11,8 @@ import functools
 import hashlib
 import importlib.util
 import json
+import os
+import sys
 from pathlib import Path
 
 from kiln.ir.core import Function
@@ -51,20 +53,44 @@ def compiler_identity() -> dict[str, str]:
 
 @functools.lru_cache(maxsize=1)  # computed on first need, once per process
 def _identity() -> dict[str, str]:
-    return {
-        "kiln": _kiln_version(),
-        "codegen": codegen_source_hash(),
-        "llvm": _llvm_version(),
-        "nvjitlink": _nvjitlink_version(),
-    }
+    import kiln
+    return {"kiln": kiln.__version__, "codegen": codegen_source_hash(), **_toolchain_versions()}
 
 
-def _kiln_version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
+def _toolchain_versions() -> dict[str, str]:
+    """The LLVM and nvJitLink versions. Asking the libraries costs ~50 ms of imports, too
+    much for a warm-cache first call, so the answer is remembered on disk next to the
+    cache, keyed by the size and mtime of the library files it came from."""
+    from kiln.cache.env import cache_dir
+
+    fingerprint = _toolchain_fingerprint()
+    memo = cache_dir() / "toolchain.json"
     try:
-        return version("kiln")
-    except PackageNotFoundError:
-        return "unknown"
+        saved = json.loads(memo.read_text())
+        if saved["fingerprint"] == fingerprint:
+            return {"llvm": saved["llvm"], "nvjitlink": saved["nvjitlink"]}
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    versions = {"llvm": _llvm_version(), "nvjitlink": _nvjitlink_version()}
+    try:
+        memo.parent.mkdir(parents=True, exist_ok=True)
+        tmp = memo.with_name(f"{memo.name}.{os.getpid()}")
+        tmp.write_text(json.dumps({"fingerprint": fingerprint, **versions}))
+        os.replace(tmp, memo)
+    except OSError:
+        pass  # a read-only cache directory: ask the libraries again next time
+    return versions
+
+
+def _toolchain_fingerprint() -> str:
+    files = []
+    for package, pattern in (("llvmlite", "binding/*llvmlite*"), ("nvidia", "*/lib/libnvJitLink.so*"),
+                             ("cuda", "bindings/nvjitlink*")):
+        spec = importlib.util.find_spec(package)
+        for root in (spec.submodule_search_locations or []) if spec else []:
+            files += sorted(Path(root).glob(pattern))
+    stats = [(str(f), f.stat().st_size, f.stat().st_mtime_ns) for f in files if f.is_file()]
+    return hashlib.sha256(json.dumps([sys.version, os.environ.get("LD_LIBRARY_PATH", ""), stats]).encode()).hexdigest()
 
 
 def codegen_source_hash() -> str:

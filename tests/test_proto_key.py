@@ -61,3 +61,18 @@ def test_parts_do_not_run_together():
     # the target and the options are length-prefixed, so moving text between them changes the key
     fn = parse_function(IR)
     assert compile_key(fn, "sm_9", {"a": 1}) != compile_key(fn, "sm_", {"9a": 1})
+
+
+def test_toolchain_versions_are_remembered_by_library_fingerprint(tmp_path, monkeypatch):
+    from kiln.proto import key
+    monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path))
+    live = key._toolchain_versions()  # asks the libraries, writes the memo
+    memo = tmp_path / "toolchain.json"
+    saved = json.loads(memo.read_text())
+    assert {saved["llvm"], saved["nvjitlink"]} == {live["llvm"], live["nvjitlink"]}
+    memo.write_text(json.dumps({**saved, "llvm": "remembered"}))
+    assert key._toolchain_versions()["llvm"] == "remembered"  # no library import on the warm path
+    memo.write_text(json.dumps({**saved, "fingerprint": "other libraries", "llvm": "stale"}))
+    assert key._toolchain_versions() == live
+    memo.write_text("{broken")
+    assert key._toolchain_versions() == live
