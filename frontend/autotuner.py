@@ -94,20 +94,23 @@ class Autotuner(KernelInterface):
         full = {**nargs, **config.all_kwargs()}
         saved = {name: _copy(nargs[name]) for name in self.restore_value if name in nargs}
 
-        def launch():
-            for name in self.reset_to_zero:
-                _zero(nargs[name])
+        def launch():  # Triton's order: the config's hook, then reset/restore, the run, the post hook
             if config.pre_hook:
                 config.pre_hook(full)
+            for name in self.reset_to_zero:
+                _zero(nargs[name])
             if self.user_pre_hook:
                 self.user_pre_hook(full)
             self.fn.run(*args, grid=grid, **kwargs, **config.all_kwargs())
             if self.user_post_hook:
                 self.user_post_hook(full, exception=None)
+            for name, value in saved.items():
+                _restore(nargs[name], value)
 
         try:
-            bench = self.bench_fn or (lambda f: do_bench(f, warmup=self.warmup_ms, rep=self.rep_ms, quantiles=(0.5,)))
-            result = bench(launch)
+            bench = self.bench_fn or (lambda f, quantiles: do_bench(f, warmup=self.warmup_ms, rep=self.rep_ms,
+                                                                    quantiles=quantiles))
+            result = bench(launch, quantiles=(0.5, 0.2, 0.8))  # a user's do_bench gets Triton's arguments
             return result[0] if isinstance(result, (list, tuple)) else result
         except Exception as e:
             if type(e).__name__ in ("OutOfResources", "CompilationError"):
@@ -126,6 +129,8 @@ class Autotuner(KernelInterface):
                 timings = {c: self._bench(args, kwargs, grid, c, nargs) for c in configs}
                 self.cache[key] = builtins.min(timings, key=timings.get)
                 self.configs_timings = timings
+                for name in self.reset_to_zero:  # the benchmark runs leave no trace in the real launch
+                    _zero(nargs[name])
             config = self.cache[key]
         else:
             config = self.configs[0]
