@@ -10,13 +10,22 @@ DEFAULT_NUM_WARPS = 4
 DEFAULT_NUM_STAGES = 3
 
 
+_TRUE = ("1", "true", "yes", "on")
+_environ = os.environ
+
+
 def _flag(name: str) -> bool:
-    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
+    value = _environ.get(name)
+    return value is not None and value.strip().lower() in _TRUE
 
 
 def interpret() -> bool:
-    """KILN_INTERPRET=1: run kernels in the NumPy interpreter instead of on a GPU."""
-    return _flag("KILN_INTERPRET") or _flag("TRITON_INTERPRET")
+    """KILN_INTERPRET=1: run kernels in the NumPy interpreter instead of on a GPU.
+
+    Read on every launch (tests switch it), so it is kept to two dictionary lookups.
+    """
+    value = _environ.get("KILN_INTERPRET") or _environ.get("TRITON_INTERPRET")
+    return value is not None and value.strip().lower() in _TRUE
 
 
 def debug() -> bool:

@@ -155,12 +155,13 @@ class _Parser:
                 if not self.accept(","):
                     break
             self.expect("=")
-        kind, name, _ = self.next()
+        kind, name, line = self.next()
         if kind != "word":
             self.i -= 1
             self.error("expected an op name")
         operands = []
-        if self.peek()[0] == "value":
+        # operands sit on the op's own line: `barrier` then `%5 = ...` is two ops
+        if self.peek()[0] == "value" and self.peek()[2] == line:
             while True:
                 operands.append(self.use())
                 if not self.accept(","):

@@ -173,3 +173,14 @@ kernel @f(%x: ptr<fp8e5> {name = "x"}, %y: ptr<fp32> {name = "y"}) {
 """)
     with pytest.raises(CompileError, match="fp8e5"):
         compile(fn, "sm_90a")
+
+
+LANG = sorted(p.stem for p in (CORPUS / "lang").glob("*.kir"))  # refreshed by codegen_corpus/harvest.py
+
+
+@pytest.mark.parametrize("name", LANG)
+def test_language_conformance_kernels_compile(name):
+    fn = parse_function((CORPUS / "lang" / f"{name}.kir").read_text())
+    for target in TARGETS:
+        ck = compile(fn, target)
+        assert ck.cubin[:4] == b"\x7fELF"

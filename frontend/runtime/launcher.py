@@ -20,13 +20,14 @@ _CTYPES = {
 
 
 def _pointer_value(arg) -> int:
+    try:
+        return arg.data_ptr()  # the common case: a torch tensor
+    except AttributeError:
+        pass
     if arg is None:
         return 0
     if isinstance(arg, int):
         return arg
-    data_ptr = getattr(arg, "data_ptr", None)
-    if data_ptr is not None:
-        return data_ptr()
     iface = getattr(arg, "__cuda_array_interface__", None)
     if iface is not None:
         return iface["data"][0]
