@@ -111,16 +111,22 @@ def codegen_source_hash() -> str:
 
 
 def _llvm_version() -> str:
-    try:
-        import llvmlite.binding as llvm
-        return ".".join(map(str, llvm.llvm_version_info))
-    except Exception:  # no llvmlite: codegen cannot run either, but keys still work
-        return "none"
+    # llvmlite pins its LLVM, so its package version names the LLVM; read from the package
+    # metadata, because importing llvmlite costs a warm-cache first call tens of milliseconds.
+    return _package_version("llvmlite") or "none"
 
 
 def _nvjitlink_version() -> str:
+    for name in ("nvidia-nvjitlink", "nvidia-nvjitlink-cu13", "nvidia-nvjitlink-cu12"):
+        found = _package_version(name)
+        if found:
+            return found
+    return "none"  # no wheel: PTX-only builds, or a system toolkit
+
+
+def _package_version(name: str) -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
     try:
-        from cuda.bindings import nvjitlink
-        return ".".join(map(str, nvjitlink.version()))
-    except Exception:  # the wheel or its shared library is missing: PTX-only builds
-        return "none"
+        return version(name)
+    except PackageNotFoundError:
+        return None
