@@ -20,9 +20,9 @@ def codegen_options(options: dict) -> dict:
 
 
 def compile_binary(ir: Function, target: str, options: dict):
-    """PTX and cubin of `ir` for `target` (e.g. "sm_90a"); needs no GPU."""
-    from kiln.codegen import compile as compile_ir
-    return compile_ir(ir, target, codegen_options(options))
+    """PTX and cubin of `ir` for `target` (e.g. "sm_90a"), from the node cache or compiled; needs no GPU."""
+    from .binaries import fetch
+    return fetch(ir, target, codegen_options(options))
 
 
 class CompiledKernel:
