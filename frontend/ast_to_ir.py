@@ -68,6 +68,7 @@ class CodeGenerator(ast.NodeVisitor):
         self.fixed_loc = fixed_loc
         self.ret = None
         self.returned = False
+        self.ret_node = None  # the last `return` visited, for errors about it
         self.globals = jitfn.fn.__globals__
         self.closure = jitfn.closure_vars()
         self._node = None
@@ -177,6 +178,7 @@ class CodeGenerator(ast.NodeVisitor):
         value = self.visit(node.value) if node.value is not None else None
         self.ret = wrap(value)
         self.returned = True
+        self.ret_node = node
 
     def visit_Assert(self, node):
         cond = self.visit(node.test)
@@ -635,7 +637,7 @@ def build_kernel(jitfn, params, name: str | None = None) -> Function:
         tree = jitfn.parse()
         gen.visit(tree)
         if gen.returned and gen.ret is not None and not (isinstance(gen.ret, constexpr) and gen.ret.value is None):
-            raise gen.error(tree, "a kernel launched from the host cannot return a value")
+            raise gen.error(gen.ret_node or tree, "a kernel launched from the host cannot return a value")
         builder.loc = None
         builder.create("return")
     finally:
