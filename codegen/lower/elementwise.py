@@ -111,6 +111,18 @@ def _minmax(kind):
     return fn
 
 
+def _div(lw, op, a, b):
+    """fp32 `/` is PTX `div.full.f32` (2 ulp, no slow path) as in Triton; `div_rn` and
+    fp64 are IEEE division."""
+    s = _s(op)
+    if s.is_int():
+        return lw.b.sdiv(a, b) if _signed(s) else lw.b.udiv(a, b)
+    if s.name != "fp32" or lw.ctx.portable:
+        return lw.b.fdiv(a, b)
+    asm = ir.InlineAsm(ir.FunctionType(F32, [F32, F32]), "div.full.f32 $0, $1, $2;", "=f,f,f")
+    return lw.b.call(asm, [a, b])
+
+
 def _shr(lw, op, a, b):
     return lw.b.ashr(a, b) if _signed(_s(op)) else lw.b.lshr(a, b)
 
@@ -290,7 +302,7 @@ def _identity(lw, op):
 
 _PER_ELEMENT = {
     "add": _arith("add", "fadd"), "sub": _arith("sub", "fsub"), "mul": _arith("mul", "fmul"),
-    "div": _arith("sdiv", "fdiv", "udiv"), "rem": _arith("srem", "frem", "urem"),
+    "div": _div, "rem": _arith("srem", "frem", "urem"),
     "div_rn": _arith("sdiv", "fdiv"),
     "min": _minmax("<"), "max": _minmax(">"),
     "and": _arith("and_", "and_"), "or": _arith("or_", "or_"), "xor": _arith("xor", "xor"),
