@@ -37,7 +37,7 @@ class CompiledKernel:
         self.name = name
         self.ir = ir
         self.options = options
-        self.asm = {"kir": print_function(ir)}
+        self._asm: dict = {}
         self.metadata = {"name": name, **codegen_options(options)}
         self.binaries: dict = {}
         self.launchers: dict = {}
@@ -47,6 +47,12 @@ class CompiledKernel:
         """Which of a call's argument values the kernel takes, in order."""
         getter = operator.itemgetter(*positions) if positions else (lambda values: ())
         self.runtime_args = (lambda values: [getter(values)]) if len(positions) == 1 else getter
+
+    @property
+    def asm(self) -> dict:
+        if "kir" not in self._asm:  # printed on demand: the launch path never needs it
+            self._asm["kir"] = print_function(self.ir)
+        return self._asm
 
     @property
     def num_warps(self):
@@ -62,7 +68,7 @@ class CompiledKernel:
         if binary is None:
             binary = compile_binary(self.ir, target, self.options)
             self.binaries[target] = binary
-            self.asm.update(llir=binary.llir, ptx=binary.ptx, cubin=binary.cubin)
+            self._asm.update(llir=binary.llir, ptx=binary.ptx, cubin=binary.cubin)
             self.metadata.update(binary.metadata)
         return binary
 

@@ -73,7 +73,10 @@ class Launcher:
 
 @functools.lru_cache(maxsize=None)
 def _cu_launch_kernel():
-    lib = ctypes.CDLL(ctypes.util.find_library("cuda") or "libcuda.so.1")
+    try:
+        lib = ctypes.CDLL("libcuda.so.1")
+    except OSError:  # an unusual install: let the loader's search find it
+        lib = ctypes.CDLL(ctypes.util.find_library("cuda"))
     fn = lib.cuLaunchKernel
     fn.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 7 + [ctypes.c_void_p] * 3
     fn.restype = ctypes.c_int
