@@ -31,6 +31,10 @@ class CompileError(Exception):
         self.code, self.message, self.details = code, message, details
 
 
+# exceptions of the compile function, by class name, that are not the compiler's fault
+_STATUS_OF_ERROR = {"NotImplementedError": "UNIMPLEMENTED", "TargetError": "INVALID_ARGUMENT"}
+
+
 @dataclass
 class _Job:
     ir: bytes
@@ -168,7 +172,7 @@ class _Slot:
                     job.future.set_result(payload)
                 else:
                     name, message, details = payload
-                    code = "UNIMPLEMENTED" if name == "NotImplementedError" else "INTERNAL"
+                    code = _STATUS_OF_ERROR.get(name, "INTERNAL")
                     job.future.set_exception(CompileError(code, f"{name}: {message}", details))
                 return
             if not ready:

@@ -105,11 +105,9 @@ class CompilerService(compiler_pb2_grpc.CompilerServicer):
 
     def Lookup(self, request, context):
         self.last_request = time.monotonic()
-        names = ("cubin",) + (_TEXT_ARTIFACTS if request.include_ir_dumps else ("ptx",))
-        hit = self.cache.get_result(request.key, names)
-        if hit is None:
+        result = self._cached(request.key, request.include_ir_dumps)
+        if result is None:
             return pb.LookupResponse(found=False)
-        result = _result_from_cache(*hit)
         return pb.LookupResponse(found=True, result=_response_message(request.key, result, pb.CACHE_HIT,
                                                                       request.include_ir_dumps))
 
@@ -141,14 +139,14 @@ class CompilerService(compiler_pb2_grpc.CompilerServicer):
 
     def _start(self, req: _Request) -> tuple[Future, int]:
         """A future of the result dict, and the cache status to report with it."""
-        hit = self._cached(req)
+        hit = self._cached(req.key, req.dumps)
         if hit is not None:
             return _resolved(hit), pb.CACHE_HIT
         future, owner = self.flights.join(req.key)
         if not owner:
             self.stats.count("merged")
             return future, pb.CACHE_MERGED
-        hit = self._cached(req)  # a compile may have landed between the first look and the join
+        hit = self._cached(req.key, req.dumps)  # a compile may have landed between the first look and the join
         if hit is not None:
             self.flights.land(req.key, future, hit)
             return future, pb.CACHE_HIT
@@ -156,12 +154,12 @@ class CompilerService(compiler_pb2_grpc.CompilerServicer):
         job.add_done_callback(lambda job: self._landed(req, future, job))
         return future, pb.CACHE_MISS
 
-    def _cached(self, req: _Request) -> dict | None:
-        names = ("cubin",) + (_TEXT_ARTIFACTS if req.dumps else ("ptx",))
+    def _cached(self, key: str, dumps: bool) -> dict | None:
+        names = ("cubin",) + (_TEXT_ARTIFACTS if dumps else ("ptx",))
         try:
-            hit = self.cache.get_result(req.key, names)
+            hit = self.cache.get_result(key, names)
         except Exception as e:  # noqa: BLE001 - a cache that cannot be read is a miss, not a failed request
-            log.error("key=%s event=cache_read_failed error=%r", req.key[:16], str(e))
+            log.error("key=%s event=cache_read_failed error=%r", key[:16], str(e))
             return None
         if hit is None:
             return None
