@@ -74,6 +74,39 @@ class _Grid:
             return 0
 
 
+def _mma(state, kind, out, regs):
+    """The warp-wide m16n8k16 product, from every lane's fragments (PTX ISA layouts)."""
+    import ml_dtypes
+    tid = state.local.tid
+    warp, lane = tid // 32, tid % 32
+    slots, bar = state.slots[warp], state.warp_barriers[warp]
+    try:
+        bar.wait()
+        slots[lane] = regs
+        bar.wait()
+        half = np.float16 if kind == "f16" else ml_dtypes.bfloat16
+        A, B, C = np.zeros((16, 16)), np.zeros((16, 8)), np.zeros((16, 8))
+
+        def pair(word):
+            return np.array([word & 0xFFFFFFFF], np.uint32).view(np.uint16).view(half).astype(np.float64)
+        for ln in range(32):
+            a, b, c = slots[ln][:4], slots[ln][4:6], slots[ln][6:]
+            g, t = ln // 4, ln % 4
+            for word, (r, k) in zip(a, ((g, 2 * t), (g + 8, 2 * t), (g, 2 * t + 8), (g + 8, 2 * t + 8))):
+                A[r, k:k + 2] = pair(word)
+            for word, k in zip(b, (2 * t, 2 * t + 8)):
+                B[k:k + 2, g] = pair(word)
+            C[g, 2 * t:2 * t + 2], C[g + 8, 2 * t:2 * t + 2] = c[:2], c[2:]
+        D = C + A @ B
+        g, t = lane // 4, lane % 4
+        mine = (D[g, 2 * t], D[g, 2 * t + 1], D[g + 8, 2 * t], D[g + 8, 2 * t + 1])
+        bar.wait()
+        for i, v in enumerate(mine):
+            out[i] = v
+    except threading.BrokenBarrierError:
+        state.errors.append("mma: warp did not converge")
+
+
 def _host_math():
     f = {
         "ex2_approx_f": lambda x: _safe(lambda: 2.0 ** x), "lg2_approx_f": lambda x: _safe(lambda: math.log2(x)),
@@ -140,6 +173,9 @@ def run_on_cpu(fn, grid, args, num_warps: int = 4) -> list[str]:
     for name, py in two.items():
         sym(f"__nv_{name}f", f32, [f32, f32], lambda x, y, py=py: _safe(lambda: py(x, y)))
         sym(f"__nv_{name}", f64, [f64, f64], lambda x, y, py=py: _safe(lambda: py(x, y)))
+    for kind in ("f16", "bf16"):
+        sym(f"emu_mma_{kind}", None, [ctypes.POINTER(f32)] + [i32] * 6 + [f32] * 4,
+            lambda out, *regs, kind=kind: _mma(state, kind, out, regs))
     sym("vprintf", i32, [ctypes.c_char_p, ctypes.c_void_p], lambda fmt, buf: state.printed.append(fmt.decode()) or 0)
     sym("__assertfail", None, [ctypes.c_char_p, ctypes.c_char_p, i32, ctypes.c_char_p, ctypes.c_int64],
         lambda msg, file, line, func, size: state.errors.append("assert: " + msg.decode()))

@@ -170,3 +170,30 @@ def thread_elements(layout, shape, num_warps: int) -> list[list[tuple[int, ...]]
             base.append(b % shape[d] if wraps else b)
         out.append([tuple(b + o for b, o in zip(base, off)) for off in layout.offsets(shape)])
     return out
+
+
+def mma_layout(shape, num_warps: int) -> "Blocked | None":
+    """The accumulator layout of `mma.sync.m16n8k16` tiles, or None if `shape` does not fit.
+
+    Within a warp, lane (g = lane/4, t = lane%4) holds columns 2t, 2t+1 of rows g and
+    g + 8 of each 16x8 tile: `Blocked(spt=[1, 2], tpw=[8, 4])`. Warps tile the block
+    [Wm, Wn]; a thread's row pairs (i, i+1) of the 8-row repetition play the tile's rows
+    g and g+8, which is fine because the dot loads A and B through shared memory with
+    the same row and column mapping.
+    """
+    if len(shape) != 2:
+        return None
+    M, N = shape
+    best = None
+    wm = 1
+    while wm <= num_warps:
+        wn = num_warps // wm
+        if M % (16 * wm) == 0 and N % (8 * wn) == 0:
+            score = abs((M // wm) - (N // wn))
+            if best is None or score < best[0]:
+                best = (score, wm, wn)
+        wm *= 2
+    if best is None:
+        return None
+    _, wm, wn = best
+    return Blocked((1, 2), (8, 4), (wm, wn), (1, 0))

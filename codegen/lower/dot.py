@@ -22,6 +22,9 @@ def _dot(lw, op):
     out = op.results[0]
     if len(out.type.shape) != 2:
         raise LoweringError("batched (3-D) dot is not lowered yet")
+    from .mma import can_use_mma, lower_mma
+    if can_use_mma(lw, op):
+        return lower_mma(lw, op)
     (M, K), (_, N) = a.type.shape, b.type.shape
     layout = lw.layout(out)
     s_in, s_out = scalar_of(a.type), scalar_of(out.type)

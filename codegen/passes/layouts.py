@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from kiln.ir.types import block_type, scalar_of
 
-from ..layout import Blocked, Slice, blocked_for, default_order
+from ..layout import Blocked, Slice, blocked_for, default_order, mma_layout
 
 name = "layouts"
 
@@ -41,6 +41,16 @@ def memory_width(ctx, op) -> tuple[tuple[int, ...], int]:
     return order, max(1, vec)
 
 
+def mma_eligible(op) -> bool:
+    """fp16/bf16 operands, a float accumulator, 2-D tiles of whole 16x8x16 steps."""
+    a, b, acc = op.operands
+    if len(a.type.shape) != 2:
+        return False
+    (M, K), (_, N) = a.type.shape, b.type.shape
+    return (scalar_of(a.type).name in ("fp16", "bf16") and scalar_of(acc.type).is_floating()
+            and scalar_of(acc.type).name != "fp64" and M % 16 == 0 and N % 8 == 0 and K % 16 == 0)
+
+
 class _Assigner:
     def __init__(self, ctx):
         self.ctx = ctx
@@ -48,6 +58,15 @@ class _Assigner:
         self.preferred: dict[tuple, tuple[int, Blocked]] = {}
         self.layouts: dict = {}
         self.cheap: set = set()
+
+    def anchor_dot(self, op):
+        """A dot that can use tensor cores fixes its accumulator's layout (and so that of
+        the loop-carried accumulator and its zeros)."""
+        if mma_eligible(op):
+            shape = op.results[0].type.shape
+            layout = mma_layout(shape, self.num_warps)
+            if layout is not None:
+                self.preferred[shape] = (1 << 30, layout)
 
     def anchor(self, op):
         ptr = op.operands[0]
@@ -104,6 +123,9 @@ class _Assigner:
             else:
                 self.set(r, same_shape[0])
 
+    def op_dot(self, op):
+        self.set(op.results[0], self.prefer(op.results[0].type.shape))
+
     def op_reduce(self, op):
         self.block(op.regions[0])
         src = self.of(op.operands[0])
@@ -154,6 +176,8 @@ def apply(fn, ctx) -> None:
     for op in fn.walk():
         if op.name in MEMORY_OPS:
             assigner.anchor(op)
+        elif op.name == "dot":
+            assigner.anchor_dot(op)
     for arg in fn.args:
         if isinstance(arg.type, block_type):
             assigner.set(arg, assigner.prefer(arg.type.shape))

@@ -1,0 +1,108 @@
+"""`dot` on tensor cores: `mma.sync.aligned.m16n8k16` for fp16/bf16 operands.
+
+A is staged row-major and B transposed in shared memory (rows padded by 8 elements so
+the fragment loads of one warp hit different banks); every k-step of 16 each thread
+loads its A fragments (4 x b32 per 16-row pair) and B fragments (2 x b32 per 8-column
+tile) and issues one mma per (row pair, column tile). The accumulator layout is
+`layout.mma_layout`; its docstring explains the row mapping.
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+
+import llvmlite.ir as ir
+
+from kiln.ir.types import float32, scalar_of
+
+from ..layout import mma_layout
+from .elementwise import cast_value
+from .shared import flats_of, store_elements
+from .types import F32, I32, VOID, GENERIC_PTR, reg_type
+
+PAD = 8  # elements of padding per shared-memory row
+
+
+def can_use_mma(lw, op) -> bool:
+    from ..passes.layouts import mma_eligible
+    out = op.results[0]
+    return mma_eligible(op) and lw.layout(out) == mma_layout(out.type.shape, lw.num_warps)
+
+
+def lower_mma(lw, op):
+    a, b, acc = op.operands
+    out = op.results[0]
+    (M, K), (_, N) = a.type.shape, b.type.shape
+    layout = lw.layout(out)
+    s_in, s_out = scalar_of(a.type), scalar_of(out.type)
+    acc_regs = [cast_value(lw, r, s_out, float32) for r in lw.regs(acc, layout)]
+    half = reg_type(a.type)
+    a_stride, b_stride = K + PAD, K + PAD
+    a_bytes = M * a_stride * 2
+    base = lw.smem(a_bytes + N * b_stride * 2)
+
+    def padded(stride):
+        return lambda idx: ((lw.b.add(lw.b.mul(idx[0], lw.i32(stride)), idx[1]),), (1,))
+
+    def transposed(idx):
+        return ((lw.b.add(lw.b.mul(idx[1], lw.i32(b_stride)), idx[0]),), (1,))
+    store_elements(lw, base, half, lw.regs(a), flats_of(lw, lw.layout(a), a.type.shape, padded(a_stride)))
+    store_elements(lw, base, half, lw.regs(b), flats_of(lw, lw.layout(b), b.type.shape, transposed), a_bytes)
+    lw.barrier()
+
+    # group the accumulator registers into mma tiles: (row pair, column tile) -> 4 registers
+    offsets = layout.offsets(out.type.shape)
+    indices = lw.indices(layout, out.type.shape)
+    rows = sorted({o[0] for o in offsets})
+    col_tiles = sorted({o[1] - o[1] % 2 for o in offsets})
+    where = {o: i for i, o in enumerate(offsets)}
+    tiles = []
+    for p in range(0, len(rows), 2):
+        for c in col_tiles:
+            regs = [where[(rows[p], c)], where[(rows[p], c + 1)], where[(rows[p + 1], c)], where[(rows[p + 1], c + 1)]]
+            tiles.append((p // 2, c, regs))
+    row_of = {o[0]: idx[0] for o, idx in zip(offsets, indices)}
+    col_of = {o[1]: idx[1] for o, idx in zip(offsets, indices)}
+    # B's column for this lane is the tile's column index g (= lane / 4), not 2t
+    g = lw.b.udiv(lw.lane, lw.i32(4))
+    t = lw.b.urem(lw.lane, lw.i32(4))
+    b_cols = {c: lw.b.add(lw.b.sub(col_of[c], lw.b.mul(t, lw.i32(2))), g) for c in col_tiles}
+
+    word = lambda p: lw.b.load(p, typ=I32, align=4)
+    values = list(acc_regs)
+    for k0 in range(0, K, 16):
+        kk = lw.b.add(lw.b.mul(t, lw.i32(2)), lw.i32(k0))
+        a_frag = {}
+        for pair in range(len(rows) // 2):
+            r0, r1 = row_of[rows[2 * pair]], row_of[rows[2 * pair + 1]]
+            frag = []
+            for r, dk in ((r0, 0), (r1, 0), (r0, 8), (r1, 8)):
+                flat = lw.b.add(lw.b.mul(r, lw.i32(a_stride)), lw.b.add(kk, lw.i32(dk)))
+                frag.append(word(lw.smem_ptr(base, half, flat)))
+            a_frag[pair] = frag
+        b_frag = {}
+        for c in col_tiles:
+            frag = []
+            for dk in (0, 8):
+                flat = lw.b.add(lw.b.mul(b_cols[c], lw.i32(b_stride)), lw.b.add(kk, lw.i32(dk)))
+                frag.append(word(lw.smem_ptr(base, half, flat, a_bytes)))
+            b_frag[c] = frag
+        for pair, c, regs in tiles:
+            got = _mma(lw, {"fp16": "f16", "bf16": "bf16"}[s_in.name], a_frag[pair], b_frag[c], [values[i] for i in regs])
+            for i, v in zip(regs, got):
+                values[i] = v
+    lw.bind(out, [cast_value(lw, v, float32, s_out) for v in values], layout)
+
+
+def _mma(lw, kind, a, b, c):
+    if lw.ctx.portable:  # the CPU emulator implements the warp-wide product
+        fn = lw.intrinsic(f"emu_mma_{kind}", VOID, [GENERIC_PTR] + [I32] * 6 + [F32] * 4)
+        buf = lw.entry.alloca(ir.ArrayType(F32, 4))
+        buf.type = GENERIC_PTR
+        lw.b.call(fn, [buf] + a + b + c)
+        return [lw.b.load(lw.b.gep(buf, [lw.i32(i)], source_etype=F32), typ=F32) for i in range(4)]
+    text = (f"mma.sync.aligned.m16n8k16.row.col.f32.{kind}.{kind}.f32 "
+            "{$0, $1, $2, $3}, {$4, $5, $6, $7}, {$8, $9}, {$10, $11, $12, $13};")
+    cons = ",".join(["=f"] * 4 + ["r"] * 6 + ["0", "1", "2", "3"])
+    fty = ir.FunctionType(ir.LiteralStructType([F32] * 4), [I32] * 6 + [F32] * 4)
+    got = lw.b.call(ir.InlineAsm(fty, text, cons), a + b + c)
+    return [lw.b.extract_value(got, i) for i in range(4)]
