@@ -129,28 +129,27 @@ def matmul(libs, sizes):
     return rows
 
 
-def launch_overhead(libs, repeat=2000):
-    """Host time of one launch of a tiny kernel, in µs (the GPU work is negligible)."""
+def launch_overhead(libs, repeat=2000, rounds=7):
+    """Host time of one launch of a tiny kernel, in µs (the GPU work is negligible).
+
+    The libraries take turns, round after round, and each keeps its best round, so that
+    noise from the machine falls on all of them alike.
+    """
     x = torch.rand(16, device="cuda")
     y = torch.empty_like(x)
-    row = {}
-    for name, k in libs.items():
-        k.tiny_kernel[(1,)](x, y, 16, 2.0, BLOCK=16)
-        torch.cuda.synchronize()
-        best = float("inf")
-        for _ in range(5):
+    launches = {name: (lambda k=k: k.tiny_kernel[(1,)](x, y, 16, 2.0, BLOCK=16)) for name, k in libs.items()}
+    launches["torch"] = lambda: torch.mul(x, 2.0, out=y)
+    best = {name: float("inf") for name in launches}
+    for _ in range(rounds):
+        for name, launch in launches.items():
+            launch()
+            torch.cuda.synchronize()
             t0 = time.perf_counter()
             for _ in range(repeat):
-                k.tiny_kernel[(1,)](x, y, 16, 2.0, BLOCK=16)
-            best = min(best, (time.perf_counter() - t0) / repeat * 1e6)
+                launch()
+            best[name] = min(best[name], (time.perf_counter() - t0) / repeat * 1e6)
             torch.cuda.synchronize()
-        row[name] = best
-    t0 = time.perf_counter()
-    for _ in range(repeat):
-        torch.mul(x, 2.0, out=y)
-    row["torch"] = (time.perf_counter() - t0) / repeat * 1e6
-    torch.cuda.synchronize()
-    return row
+    return best
 
 
 FIRST_CALL = r"""

@@ -47,6 +47,16 @@ def assigned_names(statements) -> set[str]:
     return names
 
 
+def _materialize(value):
+    """Python numbers (also inside tuples) as scalar tensors; anything else unchanged."""
+    raw = unwrap(value)
+    if isinstance(raw, tuple):
+        return tuple(_materialize(v) for v in raw)
+    if isinstance(raw, (bool, numbers.Number, np.generic)) and not isinstance(raw, tensor):
+        return semantic.to_tensor(raw)
+    return value
+
+
 def _is_carriable(value) -> bool:
     value = unwrap(value)
     return isinstance(value, tensor) or (isinstance(value, (bool, numbers.Number, np.generic)))
@@ -120,7 +130,14 @@ class CodeGenerator(ast.NodeVisitor):
             raise _Unsupported("internal: Name in store context")
         return self.lookup(node.id)
 
-    def assign(self, target, value, node):
+    def assign(self, target, value, node, materialize=False):
+        """Bind `target` to `value`; with `materialize`, Python numbers become scalar tensors.
+
+        A plain `x = 1` in a Triton kernel makes `x` an int32 tensor (so `int8_block + x`
+        is int32); only `x: tl.constexpr = 1` keeps a compile-time constant.
+        """
+        if materialize:
+            value = _materialize(value)
         if isinstance(target, ast.Name):
             self.scope[target.id] = wrap(value)
         elif isinstance(target, (ast.Tuple, ast.List)):
@@ -148,7 +165,7 @@ class CodeGenerator(ast.NodeVisitor):
     def visit_Assign(self, node):
         value = self.visit(node.value)
         for target in node.targets:
-            self.assign(target, value, node)
+            self.assign(target, value, node, materialize=True)
 
     def visit_AnnAssign(self, node):
         if node.value is None:
@@ -157,14 +174,14 @@ class CodeGenerator(ast.NodeVisitor):
         annotation = unwrap(self.visit(node.annotation))
         if annotation is constexpr and isinstance(value, tensor):
             raise TypeError(f"'{ast.unparse(node.target)}' is annotated constexpr but its value is a tensor")
-        self.assign(node.target, value, node)
+        self.assign(node.target, value, node, materialize=annotation is not constexpr)
 
     def visit_AugAssign(self, node):
         if not isinstance(node.target, ast.Name):
             raise _Unsupported("augmented assignment only to names")
         current = self.lookup(node.target.id)
         value = self.binary(node.op, current, self.visit(node.value))
-        self.assign(node.target, value, node)
+        self.assign(node.target, value, node, materialize=True)
 
     def visit_Expr(self, node):
         if isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
