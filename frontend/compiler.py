@@ -77,21 +77,21 @@ class CompiledKernel:
             from kiln.interpret import run
             run(self.ir, grid, args, name=self.name)
             return
-        device = driver.current_device()
+        device, current = driver.device_and_stream()
         launcher = self.launchers.get(device)
         if launcher is None:
             launcher = self._prepare(device)
-        launcher(grid, args, driver.current_stream(device) if stream is None else int(stream))
+        launcher(grid, args, current if stream is None else int(stream))
 
     def _prepare(self, device: int):
-        from .runtime.launcher import Launcher
+        from .runtime.launcher import make_launcher
         from .runtime.module import LoadedKernel
         driver.ensure_context(device)
         binary = self.build(driver.target(device))
         loaded = LoadedKernel(self.name, binary.cubin, binary.ptx, binary.metadata["shared"])
         self.metadata["n_regs"] = loaded.n_regs  # the driver's count is authoritative
-        launcher = Launcher(loaded, [a.type for a in self.ir.args], binary.metadata["num_warps"],
-                            binary.metadata["shared"], self.name)
+        launcher = make_launcher(loaded, [a.type for a in self.ir.args], binary.metadata["num_warps"],
+                                 binary.metadata["shared"], self.name)
         self.launchers[device] = launcher
         return launcher
 

@@ -289,8 +289,27 @@ def binary_operands(a, b, *, allow_ptr=False, arithmetic=True, div_or_mod=False)
 
 # --- arithmetic -------------------------------------------------------------------------
 
+_FOLDABLE = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "and": np.bitwise_and, "or": np.bitwise_or,
+             "xor": np.bitwise_xor}
+
+
+def _fold_binary(name, a: tensor, b: tensor):
+    """The constant result of `name` on two constants, when NumPy computes it exactly as the target does."""
+    fn, ca, cb, t = _FOLDABLE.get(name), _constant_value(a), _constant_value(b), a.dtype
+    exact = (t.is_int() and not t.is_int1()) or t.is_fp32() or t.is_fp64() or (t.is_int1() and name in _BITWISE)
+    if fn is None or ca is None or cb is None or not exact:
+        return None
+    with np.errstate(all="ignore"):
+        value = fn(np.array(ca, t.to_numpy()), np.array(cb, t.to_numpy()))
+    return constant(value.item(), a.type)
+
+
+_BITWISE = ("and", "or", "xor")
+
+
 def _elementwise(name, a: tensor, b: tensor, **attrs) -> tensor:
-    return _emit(name, [a, b], a.type, **attrs)
+    folded = None if attrs else _fold_binary(name, a, b)
+    return folded if folded is not None else _emit(name, [a, b], a.type, **attrs)
 
 
 def add(a, b):

@@ -51,11 +51,20 @@ def is_available() -> bool:
         return False
 
 
-def current_device() -> int:
-    torch = sys.modules.get("torch")
-    if torch is not None and torch.cuda.is_initialized():
-        return torch._C._cuda_getDevice()
-    return 0
+_torch_getters = None  # PyTorch's raw device and stream getters, once it has initialized CUDA
+
+
+def device_and_stream() -> tuple[int, int]:
+    """The current device and PyTorch's current stream on it (the default stream without PyTorch)."""
+    global _torch_getters
+    if _torch_getters is None:
+        torch = sys.modules.get("torch")
+        if torch is None or not torch.cuda.is_initialized():
+            return 0, 0
+        _torch_getters = (torch._C._cuda_getDevice, torch._C._cuda_getCurrentRawStream)
+    get_device, get_stream = _torch_getters
+    device = get_device()
+    return device, get_stream(device)
 
 
 @functools.lru_cache(maxsize=None)
@@ -83,10 +92,3 @@ def target(device: int) -> str:
     minor = check(drv.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev), "cuDeviceGetAttribute")
     return f"sm_{major}{minor}" + ("a" if major == 9 else "")
 
-
-def current_stream(device: int) -> int:
-    """PyTorch's current stream when PyTorch is loaded, else the legacy default stream."""
-    torch = sys.modules.get("torch")
-    if torch is not None and torch.cuda.is_initialized():
-        return torch._C._cuda_getCurrentRawStream(device)
-    return 0

@@ -34,41 +34,47 @@ def _pointer_value(arg) -> int:
     raise TypeError(f"cannot pass {type(arg).__name__} as a GPU pointer")
 
 
-class Launcher:
-    """Launches one loaded kernel; `args` are the runtime arguments in IR order."""
+def make_launcher(kernel, arg_types, num_warps: int, shared: int, name: str):
+    """launch(grid, args, stream) for one loaded kernel; `args` are its runtime arguments in order.
 
-    def __init__(self, kernel, arg_types, num_warps: int, shared: int, name: str):
-        self.function = kernel.function
-        self.name = name
-        self.block = 32 * num_warps
-        self.shared = shared
-        self.slots = []
-        self.setters = []
-        for t in arg_types:
-            if t.is_ptr():
-                slot = ctypes.c_uint64()
-                self.setters.append(_pointer_value)
-            elif t.name in _CTYPES:
-                slot = _CTYPES[t.name]()
-                self.setters.append(None)
-            else:
-                raise TypeError(f"kernel {name}: cannot pass an argument of type {t}")
-            self.slots.append(slot)
-        self.params = (ctypes.c_void_p * max(1, len(self.slots)))(
-            *[ctypes.addressof(s) for s in self.slots])
-        self.params_address = ctypes.addressof(self.params)
-        self.handle = kernel.handle
-        self.launch_fn = _cu_launch_kernel()
+    The function is generated for the kernel's argument list, so a launch is a few slot
+    assignments and one foreign call: no loop, no per-argument dispatch.
+    """
+    slots, pointer_args = [], []
+    for i, t in enumerate(arg_types):
+        if t.is_ptr():
+            slots.append(ctypes.c_uint64())
+            pointer_args.append(i)
+        elif t.name in _CTYPES:
+            slots.append(_CTYPES[t.name]())
+        else:
+            raise TypeError(f"kernel {name}: cannot pass an argument of type {t}")
+    params = (ctypes.c_void_p * max(1, len(slots)))(*[ctypes.addressof(s) for s in slots])
+    namespace = {"cu_launch": _cu_launch_kernel(), "handle": kernel.handle, "params": ctypes.addressof(params),
+                 "keep_alive": (slots, params), "pointer_value": _pointer_value, "fail": _failure(name)}
+    namespace.update((f"s{i}", slot) for i, slot in enumerate(slots))
+    names = [f"a{i}" for i in range(len(slots))]
+    fast = [f"        s{i}.value = a{i}.data_ptr()" for i in pointer_args] or ["        pass"]
+    slow = [f"        s{i}.value = pointer_value(a{i})" for i in pointer_args] or ["        pass"]
+    scalars = [f"    s{i}.value = a{i}" for i in range(len(slots)) if i not in pointer_args]
+    src = "\n".join([
+        "def launch(grid, args, stream):",
+        f"    {', '.join(names)}{',' if len(names) == 1 else ''} = args" if names else "    pass",
+        "    try:", *fast, "    except AttributeError:", *slow, *scalars,
+        "    gx, gy, gz = grid",
+        "    if gx and gy and gz:",
+        f"        err = cu_launch(handle, gx, gy, gz, {32 * num_warps}, 1, 1, {shared}, stream, params, None)",
+        "        if err:",
+        "            fail(err)",
+    ]) + "\n"
+    exec(compile(src, f"<kiln launcher for {name}>", "exec"), namespace)
+    return namespace["launch"]
 
-    def __call__(self, grid, args, stream: int):
-        for slot, setter, arg in zip(self.slots, self.setters, args):
-            slot.value = setter(arg) if setter is not None else arg
-        gx, gy, gz = grid
-        if gx * gy * gz == 0:
-            return
-        err = self.launch_fn(self.handle, gx, gy, gz, self.block, 1, 1, self.shared, stream, self.params_address, None)
-        if err:
-            raise CudaError(f"launching kernel {self.name} failed: {_error_text(err)}")
+
+def _failure(name):
+    def fail(err):
+        raise CudaError(f"launching kernel {name} failed: {_error_text(err)}")
+    return fail
 
 
 @functools.lru_cache(maxsize=None)
