@@ -16,16 +16,8 @@ NP = {tl.int1: np.bool_, tl.int8: np.int8, tl.int16: np.int16, tl.int32: np.int3
 
 
 @kiln.jit
-def _binop(a_ptr, b_ptr, out_ptr, OP: tl.constexpr, S: tl.constexpr, SCALAR_LEFT: tl.constexpr,
-           EXPECT: tl.constexpr, N: tl.constexpr):
-    offs = tl.arange(0, N)
-    a = tl.load(a_ptr + offs)
-    if S is None:
-        b = tl.load(b_ptr + offs)
-    else:
-        b = S
-    if SCALAR_LEFT:
-        a, b = b, a
+def _apply(a, b, OP: tl.constexpr):
+    # a Python scalar passed to a @jit function stays a constexpr there, as in Triton
     if OP == "+":
         r = a + b
     elif OP == "-":
@@ -58,6 +50,20 @@ def _binop(a_ptr, b_ptr, out_ptr, OP: tl.constexpr, S: tl.constexpr, SCALAR_LEFT
         r = tl.where(a > 0, a, b)
     else:
         tl.static_assert(False, "unknown op")
+    return r
+
+
+@kiln.jit
+def _binop(a_ptr, b_ptr, out_ptr, OP: tl.constexpr, S: tl.constexpr, SCALAR_LEFT: tl.constexpr,
+           EXPECT: tl.constexpr, N: tl.constexpr):
+    offs = tl.arange(0, N)
+    a = tl.load(a_ptr + offs)
+    if S is None:
+        r = _apply(a, tl.load(b_ptr + offs), OP)
+    elif SCALAR_LEFT:
+        r = _apply(S, a, OP)
+    else:
+        r = _apply(a, S, OP)
     tl.static_assert(r.dtype == EXPECT, "unexpected result dtype")
     tl.store(out_ptr + offs, r)
 
@@ -293,3 +299,47 @@ def test_integer_arguments_are_typed_by_value():
     out = np.zeros(3, np.int64)
     _runtime_int_args[(1,)](out, 2**31 - 1, 2**40, 2**63 + 5)
     assert out.tolist() == [-2**31, 2**41, 8]  # int32 + 1 wraps
+
+
+@kiln.jit
+def _assigned_scalars(x_ptr, h_ptr, out_ptr, out_h_ptr, N: tl.constexpr):
+    offs = tl.arange(0, N)
+    x = tl.load(x_ptr + offs)
+    one = 1  # a plain assignment makes an int32 scalar tensor, as in Triton
+    tl.static_assert((x + one).dtype == tl.int32)
+    ONE: tl.constexpr = 1  # a constexpr keeps the scalar rule
+    tl.static_assert((x + ONE).dtype == tl.int8)
+    tl.static_assert((x + 1).dtype == tl.int8)
+    tl.store(out_ptr + offs, x + one)
+    h = tl.load(h_ptr + offs)
+    eps = 1e-3
+    y = h + eps
+    tl.static_assert(y.dtype == tl.float32)
+    tl.static_assert((h + 1e-3).dtype == tl.float16)
+    tl.store(out_h_ptr + offs, y)
+
+
+def test_assigned_python_scalars_are_tensors():
+    x = np.array([127, -128, 0, 5], np.int8)
+    h = np.array([1.0, 2.0, 1000.0, -1.0], np.float16)
+    out = np.zeros(4, np.int32)
+    out_h = np.zeros(4, np.float32)
+    _assigned_scalars[(1,)](x, h, out, out_h, N=4)
+    np.testing.assert_array_equal(out, x.astype(np.int32) + 1)  # no int8 wrap: 127 + 1 == 128
+    np.testing.assert_array_equal(out_h, h.astype(np.float32) + np.float32(1e-3))
+
+
+@kiln.jit
+def _assigned_int_division(out_ptr):
+    a = -7
+    tl.store(out_ptr + 0, a // 2)  # a is an int32 tensor: C division
+    tl.store(out_ptr + 1, a % 2)
+    B: tl.constexpr = -7
+    tl.store(out_ptr + 2, B // 2)  # a constexpr: Python division
+    tl.store(out_ptr + 3, B % 2)
+
+
+def test_assigned_integers_divide_like_c():
+    out = np.zeros(4, np.int32)
+    _assigned_int_division[(1,)](out)
+    assert out.tolist() == [-3, -1, -4, 1]
