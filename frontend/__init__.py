@@ -14,6 +14,6 @@ def cdiv(x: int, y: int) -> int:
 
 
 def next_power_of_2(n: int) -> int:
-    """The smallest power of two >= n (1 for n <= 1)."""
+    """The smallest power of two >= n; 0 for n <= 0, as Triton's bit trick gives."""
     n = int(n)
-    return 1 if n <= 1 else 1 << (n - 1).bit_length()
+    return 0 if n <= 0 else 1 << (n - 1).bit_length()

@@ -13,7 +13,7 @@ def test_cdiv(x, y, expect):
     assert kiln.cdiv(x, y) == expect
 
 
-@pytest.mark.parametrize("n,expect", [(0, 1), (1, 1), (2, 2), (3, 4), (17, 32), (1024, 1024), (1025, 2048)])
+@pytest.mark.parametrize("n,expect", [(0, 0), (1, 1), (2, 2), (3, 4), (17, 32), (1024, 1024), (1025, 2048)])
 def test_next_power_of_2(n, expect):
     assert kiln.next_power_of_2(n) == expect
 
