@@ -50,7 +50,7 @@ def test_builtin_print_is_device_print(capsys):
     assert "pyprint" in out and re.search(r"\b42\b", out)
 
 
-@kiln.jit
+@kiln.jit(debug=True)  # Triton checks device_assert only in debug mode
 def _asserting(x_ptr, N: tl.constexpr):
     x = tl.load(x_ptr + tl.arange(0, N))
     tl.device_assert(x >= 0, "x must be non-negative")
@@ -63,7 +63,7 @@ def test_device_assert_passes_and_fails():
     assert "_asserting" in str(info.value)
 
 
-@kiln.jit
+@kiln.jit(debug=True)  # Triton checks device_assert only in debug mode
 def _assert_masked(x_ptr, N: tl.constexpr):
     offs = tl.arange(0, N)
     x = tl.load(x_ptr + offs)
@@ -76,7 +76,7 @@ def test_device_assert_mask_skips_lanes():
         _assert_masked[(1,)](np.array([1, -2, 3, 4], np.int32), N=4)
 
 
-@kiln.jit
+@kiln.jit(debug=True)  # Triton checks device_assert only in debug mode
 def _python_assert(x_ptr):
     x = tl.load(x_ptr)
     assert x < 10, "too big"
