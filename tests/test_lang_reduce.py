@@ -1,4 +1,5 @@
 """Conformance: reductions and scans (interpreter vs NumPy)."""
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -267,3 +268,44 @@ def test_associative_scan_of_a_tuple():
         exp_v.append(last)
         exp_i.append(cnt)
     assert v.tolist() == exp_v and i.tolist() == exp_i
+
+
+@kiln.jit
+def _reduction_dtypes(x_ptr, out_ptr, DT: tl.constexpr, MAX_T: tl.constexpr, IDX_T: tl.constexpr,
+                      SUM_T: tl.constexpr, CUMSUM_T: tl.constexpr, CUMPROD_T: tl.constexpr, N: tl.constexpr):
+    offs = tl.arange(0, N)
+    x = tl.load(x_ptr + offs)
+    tl.static_assert(x.dtype == DT)
+    tl.static_assert(tl.max(x, 0).dtype == MAX_T)
+    tl.static_assert(tl.min(x, 0).dtype == MAX_T)
+    v, i = tl.max(x, 0, return_indices=True)
+    tl.static_assert(v.dtype == IDX_T)
+    tl.static_assert(i.dtype == tl.int32)
+    tl.static_assert(tl.min(x, 0, return_indices=True)[0].dtype == IDX_T)
+    tl.static_assert(tl.sum(x, 0).dtype == SUM_T)
+    tl.static_assert(tl.cumsum(x, 0).dtype == CUMSUM_T)
+    p = tl.cumprod(x, 0)
+    tl.static_assert(p.dtype == CUMPROD_T)
+    tl.store(out_ptr + offs, p)
+
+
+@pytest.mark.parametrize("dt,npdt,max_t,idx_t,sum_t,cumsum_t,cumprod_t", [
+    # Triton 3.6 standard.py: max/min widen below 32 bits unless return_indices; bf16 -> fp32 for
+    # max/min/cumsum/cumprod; sum/cumsum widen narrow integers; cumprod does not
+    (tl.int8, np.int8, tl.int32, tl.int8, tl.int32, tl.int32, tl.int8),
+    (tl.uint8, np.uint8, tl.int32, tl.uint8, tl.uint32, tl.uint32, tl.uint8),
+    (tl.float16, np.float16, tl.float32, tl.float16, tl.float16, tl.float16, tl.float16),
+    (tl.bfloat16, ml_dtypes.bfloat16, tl.float32, tl.float32, tl.bfloat16, tl.float32, tl.float32),
+    (tl.int64, np.int64, tl.int64, tl.int64, tl.int64, tl.int64, tl.int64),
+])
+def test_reduction_and_scan_result_dtypes(dt, npdt, max_t, idx_t, sum_t, cumsum_t, cumprod_t):
+    x = np.array([3, 5, 7, 2, 1, 4, 3, 2], npdt)
+    out_np = {tl.int8: np.int8, tl.uint8: np.uint8, tl.float16: np.float16, tl.float32: np.float32,
+              tl.int64: np.int64}[cumprod_t]
+    out = np.zeros(8, out_np)
+    _reduction_dtypes[(1,)](x, out, DT=dt, MAX_T=max_t, IDX_T=idx_t, SUM_T=sum_t, CUMSUM_T=cumsum_t,
+                            CUMPROD_T=cumprod_t, N=8)
+    with np.errstate(over="ignore"):
+        ref = np.cumprod(x.astype(np.float64)).astype(np.int64).astype(out_np) if np.dtype(out_np).kind in "iu" \
+            else np.cumprod(x.astype(np.float64)).astype(out_np)
+    np.testing.assert_array_equal(out, ref)  # int8 cumprod wraps: 3*5*7*2 = 210 -> -46

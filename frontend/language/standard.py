@@ -106,6 +106,11 @@ def _sum_dtype(input, dtype):
     return input
 
 
+def _bf16_to_fp32(input):
+    """Triton computes max/min/cumsum/cumprod of bfloat16 in float32."""
+    return semantic.cast(input, float32) if input.dtype.is_bf16() else input
+
+
 def _widen_for_minmax(input):
     t = input.dtype
     if t.primitive_bitwidth < 32:
@@ -137,21 +142,21 @@ def sum(input, axis=None, keep_dims=False, dtype=None):
 @builtin
 def max(input, axis=None, return_indices=False, return_indices_tie_break_left=True, keep_dims=False):
     """The maximum along `axis`, and with return_indices=True the index of its first occurrence."""
-    input = _widen_for_minmax(semantic.to_tensor(input))
-    if unwrap(return_indices):
+    input = _bf16_to_fp32(semantic.to_tensor(input))
+    if unwrap(return_indices):  # values keep their dtype (as in Triton), plain max widens below 32 bits
         combine = _argmax_left if unwrap(return_indices_tie_break_left) else _argmax_any
         return _with_indices(input, axis, combine, keep_dims)
-    return semantic.reduce(input, axis, _max, keep_dims)
+    return semantic.reduce(_widen_for_minmax(input), axis, _max, keep_dims)
 
 
 @builtin
 def min(input, axis=None, return_indices=False, return_indices_tie_break_left=True, keep_dims=False):
     """The minimum along `axis`, and with return_indices=True the index of its first occurrence."""
-    input = _widen_for_minmax(semantic.to_tensor(input))
-    if unwrap(return_indices):
+    input = _bf16_to_fp32(semantic.to_tensor(input))
+    if unwrap(return_indices):  # values keep their dtype (as in Triton), plain min widens below 32 bits
         combine = _argmin_left if unwrap(return_indices_tie_break_left) else _argmin_any
         return _with_indices(input, axis, combine, keep_dims)
-    return semantic.reduce(input, axis, _min, keep_dims)
+    return semantic.reduce(_widen_for_minmax(input), axis, _min, keep_dims)
 
 
 @builtin
@@ -178,13 +183,16 @@ def xor_sum(input, axis=None, keep_dims=False):
 @builtin
 def cumsum(input, axis=0, reverse=False, dtype=None):
     """The inclusive running sum along `axis`."""
-    return semantic.scan(_sum_dtype(semantic.to_tensor(input), dtype), axis, _add, reverse)
+    return semantic.scan(_sum_dtype(_bf16_to_fp32(semantic.to_tensor(input)), dtype), axis, _add, reverse)
 
 
 @builtin
 def cumprod(input, axis=0, reverse=False, dtype=None):
-    """The inclusive running product along `axis`."""
-    return semantic.scan(_sum_dtype(semantic.to_tensor(input), dtype), axis, _mul, reverse)
+    """The inclusive running product along `axis` (narrow integers are not widened, as in Triton)."""
+    input = _bf16_to_fp32(semantic.to_tensor(input))
+    if unwrap(dtype) is not None:
+        input = semantic.cast(input, unwrap(dtype))
+    return semantic.scan(input, axis, _mul, reverse)
 
 
 _ = (arange, broadcast_to, expand_dims)  # re-exported through kiln.language
