@@ -853,7 +853,9 @@ def reduce(inputs, axis, combine_fn, keep_dims=False):
     single = not isinstance(inputs, (tuple, list))
     inputs = [to_tensor(t) for t in ([inputs] if single else inputs)]
     axis, keep_dims = unwrap(axis), unwrap(keep_dims)
+    all_axes = None  # reducing everything: keep_dims restores every axis, as size 1 (as Triton)
     if axis is None:
+        all_axes = list(range(len(inputs[0].type.shape)))
         inputs = [reshape(t, (t.type.numel,), can_reorder=True) for t in inputs]
         axis = 0
     shape = inputs[0].type.shape
@@ -872,7 +874,7 @@ def reduce(inputs, axis, combine_fn, keep_dims=False):
     op = builder().create("reduce", [t.handle for t in inputs], types, {"axis": axis}, [region])
     results = [tensor(v, t) for v, t in zip(op.results, types)]
     if keep_dims:
-        results = [expand_dims(r, axis) for r in results]
+        results = [expand_dims(r, axis if all_axes is None else all_axes) for r in results]
     return results[0] if single else tuple(results)
 
 
