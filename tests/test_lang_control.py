@@ -352,3 +352,85 @@ def test_jit_function_passed_as_constexpr_argument():
     np.testing.assert_array_equal(out, x + 1)
     _pass_jit_as_constexpr[(1,)](x, out, FN=_times, N=8)
     np.testing.assert_array_equal(out, x * 2)
+
+
+@kiln.jit
+def _runtime_loop_bounds(out_ptr, lo, hi, step):
+    total = 0
+    count = 0
+    for i in range(lo, hi, step):
+        total += i
+        count += 1
+    tl.store(out_ptr, total)
+    tl.store(out_ptr + 1, count)
+
+
+@pytest.mark.parametrize("lo,hi,step", [(0, 10, 3), (10, 0, -3), (5, 5, 1), (7, 2, 1), (-4, 4, 2)])
+def test_runtime_start_end_and_step(lo, hi, step):
+    out = np.zeros(2, np.int32)
+    _runtime_loop_bounds[(1,)](out, lo, hi, step)
+    assert out.tolist() == [sum(range(lo, hi, step)), len(range(lo, hi, step))]
+
+
+@kiln.jit
+def _static_range_with_runtime_if(x_ptr, out_ptr, N: tl.constexpr):
+    offs = tl.arange(0, N)
+    x = tl.load(x_ptr + offs)
+    s = tl.sum(x, axis=0)
+    acc = tl.zeros((N,), tl.int32)
+    for k in tl.static_range(0, 6, 2):
+        if s > k * 10:
+            acc += x * k
+        else:
+            acc -= 1
+    tl.store(out_ptr + offs, acc)
+
+
+def test_runtime_if_inside_static_range():
+    x = np.array([1, 2, 3, 9], np.int32)  # sum 15
+    out = np.zeros(4, np.int32)
+    _static_range_with_runtime_if[(1,)](x, out, N=4)
+    ref = np.zeros(4, np.int64)
+    for k in range(0, 6, 2):
+        ref = ref + x * k if 15 > k * 10 else ref - 1
+    np.testing.assert_array_equal(out, ref)
+
+
+@kiln.jit
+def _while_on_a_block_reduction(x_ptr, out_ptr, N: tl.constexpr):
+    offs = tl.arange(0, N)
+    x = tl.load(x_ptr + offs)
+    rounds = 0
+    while tl.max(x, axis=0) > 1:
+        x = tl.where(x > 1, x // 2, x)
+        rounds += 1
+    tl.store(out_ptr + offs, x)
+    tl.store(out_ptr + N, rounds)
+
+
+def test_while_with_a_block_carried_through_a_reduction_condition():
+    x = np.array([1, 40, 3, 7], np.int32)
+    out = np.zeros(5, np.int32)
+    _while_on_a_block_reduction[(1,)](x, out, N=4)
+    assert out.tolist() == [1, 1, 1, 1, 5]  # 40 -> 20 -> 10 -> 5 -> 2 -> 1
+
+
+@kiln.jit
+def _kw_helper(x, scale=2, *, offset: tl.constexpr = 0):
+    return x * scale + offset
+
+
+@kiln.jit
+def _keyword_calls(x_ptr, out_ptr, N: tl.constexpr):
+    offs = tl.arange(0, N)
+    x = tl.load(x_ptr + offs)
+    tl.store(out_ptr + offs, _kw_helper(x))
+    tl.store(out_ptr + N + offs, _kw_helper(x, offset=5))
+    tl.store(out_ptr + 2 * N + offs, _kw_helper(scale=3, x=x))
+
+
+def test_jit_calls_with_defaults_and_keywords():
+    x = np.arange(4, dtype=np.int32)
+    out = np.zeros(12, np.int32)
+    _keyword_calls[(1,)](x, out, N=4)
+    np.testing.assert_array_equal(out, np.concatenate([x * 2, x * 2 + 5, x * 3]))

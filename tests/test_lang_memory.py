@@ -223,3 +223,81 @@ def test_atomics_on_torch_tensors():
     hist = torch.zeros(4, dtype=torch.int32)
     _histogram[(2,)](x, hist, 64, BLOCK=32)
     assert torch.equal(hist, torch.bincount(x, minlength=4).to(torch.int32))
+
+
+@kiln.jit
+def _same_address_in_one_block(c_ptr, o_ptr, N: tl.constexpr):
+    offs = tl.arange(0, N)
+    zero = offs * 0
+    tl.store(o_ptr + offs, tl.atomic_add(c_ptr + zero, 1))
+    tl.store(o_ptr + N + offs, tl.atomic_cas(c_ptr + 1 + zero, zero, offs + 10))
+    tl.store(o_ptr + 2 * N + offs, tl.atomic_xchg(c_ptr + 2 + zero, offs + 100))
+    tl.store(o_ptr + 3 * N + offs, tl.atomic_max(c_ptr + 3 + offs % 2, offs))
+
+
+def test_atomics_on_one_address_from_every_lane_of_a_block():
+    N = 8
+    c = np.zeros(5, np.int32)
+    o = np.zeros(4 * N, np.int32)
+    _same_address_in_one_block[(1,)](c, o, N=N)
+    # add: every lane saw a distinct old value; cas: exactly one lane won; xchg: a chain of values
+    assert c[0] == N and sorted(o[:N].tolist()) == list(range(N))
+    winners = np.flatnonzero(o[N:2 * N] == 0)
+    assert len(winners) == 1 and c[1] == winners[0] + 10 and set(o[N:2 * N].tolist()) == {0, c[1]}
+    assert sorted(o[2 * N:3 * N].tolist() + [c[2]]) == [0] + list(range(100, 100 + N))
+    assert c[3] == 6 and c[4] == 7
+
+
+@kiln.jit
+def _atomic_fp16_and_masked_scalar(h_ptr, f_ptr, flag):
+    offs = tl.arange(0, 4)
+    tl.atomic_add(h_ptr + offs, tl.full((4,), 0.5, tl.float16))
+    tl.atomic_add(f_ptr, 1.0, mask=flag > 0)
+    tl.atomic_min(f_ptr + 1, -2.5)
+    tl.atomic_max(f_ptr + 2, -2.5)
+
+
+def test_fp16_atomic_add_and_float_min_max_with_negatives():
+    h = np.array([1, 2, 3, 4], np.float16)
+    f = np.array([0.0, -1.0, -3.0], np.float32)
+    _atomic_fp16_and_masked_scalar[(3,)](h, f, 0)
+    _atomic_fp16_and_masked_scalar[(2,)](h, f, 1)
+    np.testing.assert_array_equal(h, np.array([1, 2, 3, 4], np.float16) + np.float16(2.5))
+    np.testing.assert_array_equal(f, [2.0, -2.5, -2.5])
+
+
+@kiln.jit
+def _strided_2d(x_ptr, y_ptr, stride_xm, stride_xn, M: tl.constexpr, N: tl.constexpr):
+    rm = tl.arange(0, M)
+    rn = tl.arange(0, N)
+    x = tl.load(x_ptr + rm[:, None] * stride_xm + rn[None, :] * stride_xn)
+    tl.store(y_ptr + rm[:, None] * N + rn[None, :], x)
+
+
+def test_strided_and_transposed_2d_access():
+    base = np.arange(64, dtype=np.float32).reshape(8, 8)
+    y = np.zeros((4, 8), np.float32)
+    _strided_2d[(1,)](base, y, 16, 1, M=4, N=8)  # every other row
+    np.testing.assert_array_equal(y, base[::2])
+    yt = np.zeros((8, 8), np.float32)
+    _strided_2d[(1,)](base, yt, 1, 8, M=8, N=8)  # the transpose
+    np.testing.assert_array_equal(yt, base.T)
+    t = torch.arange(64, dtype=torch.float32).reshape(8, 8)
+    view = t[:, 2:6]  # a non-contiguous torch view: pointer at element 2, strides (8, 1)
+    out = np.zeros((8, 4), np.float32)
+    _strided_2d[(1,)](view, out, view.stride(0), view.stride(1), M=8, N=4)
+    np.testing.assert_array_equal(out, view.numpy())
+
+
+@kiln.jit
+def _int64_offsets(x_ptr, y_ptr, base):
+    offs = base + tl.arange(0, 4).to(tl.int64)
+    tl.static_assert(offs.dtype == tl.int64)
+    tl.store(y_ptr + tl.arange(0, 4), tl.load(x_ptr + offs))
+
+
+def test_int64_offsets():
+    x = np.arange(16, dtype=np.int16)
+    y = np.zeros(4, np.int16)
+    _int64_offsets[(1,)](x, y, 5)
+    np.testing.assert_array_equal(y, x[5:9])

@@ -309,3 +309,66 @@ def test_reduction_and_scan_result_dtypes(dt, npdt, max_t, idx_t, sum_t, cumsum_
         ref = np.cumprod(x.astype(np.float64)).astype(np.int64).astype(out_np) if np.dtype(out_np).kind in "iu" \
             else np.cumprod(x.astype(np.float64)).astype(out_np)
     np.testing.assert_array_equal(out, ref)  # int8 cumprod wraps: 3*5*7*2 = 210 -> -46
+
+
+@kiln.jit
+def _compose_affine(a1, b1, a2, b2):
+    # x -> a1*x + b1, then x -> a2*x + b2: associative but not commutative
+    return a1 * a2, b1 * a2 + b2
+
+
+@kiln.jit
+def _ordered_scans(a_ptr, b_ptr, out_ptr, N: tl.constexpr):
+    offs = tl.arange(0, N)
+    a = tl.load(a_ptr + offs)
+    b = tl.load(b_ptr + offs)
+    _, fb = tl.associative_scan((a, b), 0, _compose_affine)
+    _, rb = tl.associative_scan((a, b), 0, _compose_affine, reverse=True)
+    _, gb = tl.reduce((a, b), 0, _compose_affine)
+    tl.store(out_ptr + offs, fb)
+    tl.store(out_ptr + N + offs, rb)
+    tl.store(out_ptr + 2 * N, gb)
+
+
+def test_scans_and_reductions_keep_operand_order():
+    N = 8
+    a = (np.arange(N) % 3 + 1).astype(np.int64)
+    b = np.arange(N, dtype=np.int64)
+    out = np.zeros(2 * N + 1, np.int64)
+    _ordered_scans[(1,)](a, b, out, N=N)
+
+    def compose(p, q):
+        return p[0] * q[0], p[1] * q[0] + q[1]
+
+    fwd, acc = [], None
+    for i in range(N):  # element i is combined on the right
+        acc = (a[i], b[i]) if acc is None else compose(acc, (a[i], b[i]))
+        fwd.append(acc[1])
+    rev, acc = [0] * N, None
+    for i in reversed(range(N)):  # reverse: later elements on the left
+        acc = (a[i], b[i]) if acc is None else compose(acc, (a[i], b[i]))
+        rev[i] = acc[1]
+    assert out[:N].tolist() == fwd
+    assert out[N:2 * N].tolist() == rev
+    assert out[2 * N] == fwd[-1]
+
+
+@kiln.jit
+def _reduce_all_2d(x_ptr, out_ptr, M: tl.constexpr, N: tl.constexpr):
+    offs = tl.arange(0, M)[:, None] * N + tl.arange(0, N)[None, :]
+    x = tl.load(x_ptr + offs)
+    s = tl.sum(x)
+    tl.static_assert(len(s.shape) == 0)
+    k = tl.sum(x, axis=None, keep_dims=True)
+    tl.static_assert(len(k.shape) == 2 and k.shape[0] == 1 and k.shape[1] == 1)
+    tl.store(out_ptr + offs, x * 0 + k)
+    tl.store(out_ptr + M * N, s)
+    tl.store(out_ptr + M * N + 1, tl.argmax(tl.ravel(x), 0))
+
+
+def test_reduce_over_all_axes_of_a_2d_block():
+    x = np.random.default_rng(7).integers(-50, 50, (4, 8)).astype(np.int32)
+    out = np.zeros(34, np.int32)
+    _reduce_all_2d[(1,)](x, out, M=4, N=8)
+    np.testing.assert_array_equal(out[:32], np.full(32, x.sum()))
+    assert out[32] == x.sum() and out[33] == np.argmax(x.ravel())
