@@ -812,8 +812,12 @@ def dot(a, b, acc=None, input_precision=None, allow_tf32=None, max_num_imprecise
         if a.dtype.primitive_bitwidth != 8:
             raise TypeError(f"integer dot needs int8/uint8 operands, not {a.dtype}")
         out_dtype = int32
-    elif a.dtype.is_fp32() and input_precision != "ieee" and input_precision is None:
-        pass
+    elif out_dtype.is_bf16():
+        raise TypeError("dot: out_dtype=bfloat16 is not supported; use float32 or float16 and cast the result")
+    elif a.dtype.is_fp32() or a.dtype.is_bf16():
+        out_dtype = float32  # Triton: out_dtype only applies to fp16 and fp8 inputs
+    elif a.dtype.is_fp64():
+        out_dtype = float64
     out_shape = list(sa[:-1]) + [sb[-1]]
     if unwrap(acc) is None:
         acc = full(out_shape, 0, out_dtype)
@@ -821,6 +825,9 @@ def dot(a, b, acc=None, input_precision=None, allow_tf32=None, max_num_imprecise
         acc = to_tensor(acc)
         if list(acc.type.shape) != out_shape:
             raise ValueError(f"dot: acc has shape {list(acc.type.shape)}, expected {out_shape}")
+        if acc.dtype != out_dtype:
+            raise TypeError(f"dot: acc is {acc.dtype} but this dot produces {out_dtype}; "
+                            f"for {a.dtype} inputs pass out_dtype={acc.dtype} or convert acc")
     attrs = {"input_precision": input_precision if a.dtype.is_fp32() else "ieee"}
     if unwrap(max_num_imprecise_acc) is not None:
         attrs["max_num_imprecise_acc"] = int(unwrap(max_num_imprecise_acc))
