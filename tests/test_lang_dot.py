@@ -106,3 +106,59 @@ def test_dot_acc_keyword_and_allow_tf32():
     c = np.zeros((16, 16), np.float32)
     _dot_acc_kw[(1,)](a, b, c, N=16)
     np.testing.assert_allclose(c, a.astype(np.float64) @ b + 1.0, rtol=1e-5, atol=1e-5)
+
+
+@kiln.jit
+def _dot_dtypes(a_ptr, c_ptr, DT: tl.constexpr, OUT: tl.constexpr, EXPECT: tl.constexpr, N: tl.constexpr):
+    r = tl.arange(0, N)
+    offs = r[:, None] * N + r[None, :]
+    a = tl.load(a_ptr + offs).to(DT)
+    c = tl.dot(a, a, out_dtype=OUT)
+    tl.static_assert(c.dtype == EXPECT)
+    tl.store(c_ptr + offs, c)
+
+
+@pytest.mark.parametrize("dt,out,expect", [
+    (tl.float16, tl.float32, tl.float32), (tl.float16, tl.float16, tl.float16),
+    (tl.bfloat16, tl.float16, tl.float32),  # out_dtype only applies to fp16/fp8 inputs
+    (tl.float32, tl.float16, tl.float32), (tl.float64, tl.float32, tl.float64), (tl.int8, tl.float32, tl.int32),
+])
+def test_dot_result_dtypes(dt, out, expect):
+    a = (np.arange(256) % 7 - 3).astype(np.float32).reshape(16, 16)
+    npout = {tl.float32: np.float32, tl.float16: np.float16, tl.float64: np.float64, tl.int32: np.int32}[expect]
+    c = np.zeros((16, 16), npout)
+    _dot_dtypes[(1,)](a, c, DT=dt, OUT=out, EXPECT=expect, N=16)
+    np.testing.assert_array_equal(c, (a.astype(np.float64) @ a).astype(npout))  # small integers: exact
+
+
+@kiln.jit
+def _dot_acc_mismatch(a_ptr, N: tl.constexpr):
+    r = tl.arange(0, N)
+    a = tl.load(a_ptr + r[:, None] * N + r[None, :])
+    acc = tl.zeros((N, N), tl.float16)
+    tl.store(a_ptr + r[:, None] * N + r[None, :], tl.dot(a, a, acc))
+
+
+def test_dot_acc_must_have_the_result_dtype():
+    a = np.zeros((16, 16), np.float16)
+    with pytest.raises(kiln.CompilationError, match="acc"):
+        _dot_acc_mismatch[(1,)](a, N=16)
+
+
+@kiln.jit
+def _batched_dot(a_ptr, b_ptr, c_ptr, B: tl.constexpr, N: tl.constexpr):
+    bi = tl.arange(0, B)[:, None, None]
+    ri = tl.arange(0, N)[None, :, None]
+    ci = tl.arange(0, N)[None, None, :]
+    offs = bi * N * N + ri * N + ci
+    c = tl.dot(tl.load(a_ptr + offs), tl.load(b_ptr + offs))
+    tl.store(c_ptr + offs, c)
+
+
+def test_batched_3d_dot():
+    rng = np.random.default_rng(9)
+    a = rng.standard_normal((2, 16, 16)).astype(np.float16)
+    b = rng.standard_normal((2, 16, 16)).astype(np.float16)
+    c = np.zeros((2, 16, 16), np.float32)
+    _batched_dot[(1,)](a, b, c, B=2, N=16)
+    np.testing.assert_allclose(c, np.matmul(a.astype(np.float32), b.astype(np.float32)), rtol=1e-3, atol=1e-3)
