@@ -21,6 +21,7 @@ from kiln.language import semantic
 from kiln.language.core import constexpr, is_builtin, tensor
 from kiln.language.semantic import unwrap
 
+from .aggregates import describe, flatten, is_carriable
 from .errors import CompilationError
 
 MAX_INLINE_DEPTH = 64
@@ -57,9 +58,11 @@ def _materialize(value):
     return value
 
 
-def _is_carriable(value) -> bool:
-    value = unwrap(value)
-    return isinstance(value, tensor) or (isinstance(value, (bool, numbers.Number, np.generic)))
+def _same_constant(a, b) -> bool:
+    """Both are the same compile-time number (so a branch need not yield it)."""
+    a, b = unwrap(a), unwrap(b)
+    scalar = (bool, numbers.Number, np.generic)
+    return isinstance(a, scalar) and isinstance(b, scalar) and type(a) is type(b) and a == b
 
 
 class _Unsupported(Exception):
@@ -237,14 +240,13 @@ class CodeGenerator(ast.NodeVisitor):
         merged, then_vals, else_vals = [], [], []
         for n in names:
             a, b = then_scope[n], else_scope[n]
-            if not isinstance(a, tensor) and not isinstance(b, tensor):
-                if _is_carriable(a) and _is_carriable(b) and unwrap(a) == unwrap(b) and type(unwrap(a)) is type(unwrap(b)):
-                    self.scope[n] = a
-                    continue
-            if not (_is_carriable(a) and _is_carriable(b)):
-                if a is b:
-                    self.scope[n] = a
-                    continue
+            if not isinstance(a, tensor) and not isinstance(b, tensor) and not is_carriable(a) and a is b:
+                self.scope[n] = a
+                continue
+            if _same_constant(a, b):
+                self.scope[n] = a
+                continue
+            if not (is_carriable(a) and is_carriable(b)):
                 raise TypeError(f"'{n}' is given different non-tensor values in the two branches of a runtime if")
             merged.append(n)
             then_vals.append(a)
@@ -253,35 +255,32 @@ class CodeGenerator(ast.NodeVisitor):
             merged.append(None)
             then_vals.append(then_val)
             else_vals.append(else_val)
-        then_t = self._yield_values(then_block, then_vals)
-        else_t = self._yield_values(else_block, else_vals)
-        for n, a, b in zip(merged, then_t, else_t):
-            if a.type != b.type:
+        then_flat = self._yield_values(then_block, then_vals)
+        else_flat = self._yield_values(else_block, else_vals)
+        for n, (a_leaves, a_sig, _), (b_leaves, b_sig, _) in zip(merged, then_flat, else_flat):
+            if a_sig != b_sig or [t.type for t in a_leaves] != [t.type for t in b_leaves]:
                 what = f"'{n}'" if n else "the returned value"
-                raise TypeError(f"{what} has type {a.type} in the then-branch but {b.type} in the else-branch")
-        op = self.builder.create("if", [cond.handle], [t.type for t in then_t], regions=[then_block, else_block])
-        results = [tensor(v, v.type) for v in op.results]
-        for n, r in zip(merged, results):
+                raise TypeError(f"{what} is ({describe(a_leaves)}) in the then-branch but ({describe(b_leaves)}) "
+                                "in the else-branch")
+        types = [t.type for leaves, _, _ in then_flat for t in leaves]
+        op = self.builder.create("if", [cond.handle], types, regions=[then_block, else_block])
+        results = iter(tensor(v, v.type) for v in op.results)
+        for n, (leaves, _, rebuild) in zip(merged, then_flat):
+            value = rebuild([next(results) for _ in leaves])
             if n is None:
-                self.ret, self.returned = r, True
+                self.ret, self.returned = value, True
             else:
-                self.scope[n] = r
+                self.scope[n] = value
         for n in set(then_scope) ^ set(else_scope):
             if n not in before:
                 self.scope.pop(n, None)
-        return results
 
     def _yield_values(self, block, values):
+        """Flatten `values` inside `block` and end it with a yield of their tensors."""
         with semantic.insertion_block(block):
-            out = []
-            for v in values:
-                if v is None or (isinstance(v, constexpr) and v.value is None):
-                    raise TypeError("a runtime `if` cannot return None in one branch")
-                if isinstance(unwrap(v), tuple):
-                    raise _Unsupported("returning a tuple from inside a runtime `if` is not supported")
-                out.append(semantic.to_tensor(v))
-            self.builder.create("yield", [t.handle for t in out], [])
-        return out
+            flat = [flatten(v) for v in values]
+            self.builder.create("yield", [t.handle for leaves, _, _ in flat for t in leaves], [])
+        return flat
 
     def visit_For(self, node):
         if node.orelse:
@@ -309,36 +308,46 @@ class CodeGenerator(ast.NodeVisitor):
             iv_type = semantic.int32
         lb, ub, step = (semantic.cast(v, iv_type) for v in (lb, ub, step))
         carried = self.carried_names(node.body)
-        inits = [semantic.to_tensor(self.scope[n]) for n in carried]
-        body = Block([iv_type] + [t.type for t in inits])
+        inits = [flatten(self.scope[n]) for n in carried]
+        flat_inits = [t for leaves, _, _ in inits for t in leaves]
+        body = Block([iv_type] + [t.type for t in flat_inits])
         before = self.scope
         self.scope = dict(before)
         self.scope[node.target.id] = tensor(body.args[0], iv_type)
-        for n, arg in zip(carried, body.args[1:]):
-            self.scope[n] = tensor(arg, arg.type)
+        self.bind_carried(carried, inits, body.args[1:])
         with semantic.insertion_block(body):
             self.visit_body(node.body)
             if self.returned:
                 raise _Unsupported("`return` inside a loop is not supported")
-            yields = self.loop_values(carried, inits, "loop")
+            yields = self.loop_values(carried, inits)
             self.builder.create("yield", [t.handle for t in yields], [])
         self.scope = before
-        op = self.builder.create("for", [lb.handle, ub.handle, step.handle] + [t.handle for t in inits],
-                                 [t.type for t in inits], attrs, [body])
-        for n, r in zip(carried, op.results):
-            self.scope[n] = tensor(r, r.type)
+        op = self.builder.create("for", [lb.handle, ub.handle, step.handle] + [t.handle for t in flat_inits],
+                                 [t.type for t in flat_inits], attrs, [body])
+        self.bind_carried(carried, inits, op.results)
 
     def carried_names(self, body) -> list[str]:
-        return sorted(n for n in assigned_names(body) if n in self.scope and _is_carriable(self.scope[n]))
+        return sorted(n for n in assigned_names(body) if n in self.scope and is_carriable(self.scope[n]))
 
-    def loop_values(self, carried, inits, what):
+    def bind_carried(self, carried, inits, values):
+        """Rebuild each carried variable from its share of `values` (block arguments or results)."""
+        values = iter(values)
+        for n, (leaves, _, rebuild) in zip(carried, inits):
+            self.scope[n] = rebuild([tensor(v, v.type) for v in (next(values) for _ in leaves)])
+
+    def loop_values(self, carried, inits):
+        """The tensors to yield at the end of a loop body, checked against the initial values."""
         out = []
-        for n, init in zip(carried, inits):
-            v = semantic.to_tensor(self.scope[n])
-            if v.type != init.type:
-                raise TypeError(f"loop-carried variable '{n}' has initial type {init.type} but is re-assigned to "
-                                f"{v.type} in the {what}; make the types agree (e.g. with .to())")
-            out.append(v)
+        for n, (init_leaves, init_sig, _) in zip(carried, inits):
+            if not is_carriable(self.scope[n]):
+                raise TypeError(f"loop-carried variable '{n}' is re-assigned to a {type(self.scope[n]).__name__} "
+                                "in the loop")
+            leaves, sig, _ = flatten(self.scope[n])
+            if sig != init_sig or [t.type for t in leaves] != [t.type for t in init_leaves]:
+                raise TypeError(f"loop-carried variable '{n}' has initial type ({describe(init_leaves)}) but is "
+                                f"re-assigned to ({describe(leaves)}) in the loop; make the types agree "
+                                "(e.g. with .to())")
+            out.extend(leaves)
         return out
 
     def static_for(self, node, args, kwargs):
@@ -355,26 +364,28 @@ class CodeGenerator(ast.NodeVisitor):
         if node.orelse:
             raise _Unsupported("while ... else is not supported")
         carried = self.carried_names(node.body)
-        inits = [semantic.to_tensor(self.scope[n]) for n in carried]
-        types = [t.type for t in inits]
+        inits = [flatten(self.scope[n]) for n in carried]
+        flat_inits = [t for leaves, _, _ in inits for t in leaves]
+        types = [t.type for t in flat_inits]
         before_scope = self.scope
         cond_block, body = Block(types), Block(types)
-        self.scope = dict(before_scope, **{n: tensor(a, a.type) for n, a in zip(carried, cond_block.args)})
+        self.scope = dict(before_scope)
+        self.bind_carried(carried, inits, cond_block.args)
         with semantic.insertion_block(cond_block):
             cond = self.visit(node.test)
             cond = self.scalar_condition(semantic.to_tensor(cond), "while")
             self.builder.create("condition", [cond.handle] + list(cond_block.args), [])
-        self.scope = dict(before_scope, **{n: tensor(a, a.type) for n, a in zip(carried, body.args)})
+        self.scope = dict(before_scope)
+        self.bind_carried(carried, inits, body.args)
         with semantic.insertion_block(body):
             self.visit_body(node.body)
             if self.returned:
                 raise _Unsupported("`return` inside a loop is not supported")
-            yields = self.loop_values(carried, inits, "loop")
+            yields = self.loop_values(carried, inits)
             self.builder.create("yield", [t.handle for t in yields], [])
         self.scope = before_scope
-        op = self.builder.create("while", [t.handle for t in inits], types, regions=[cond_block, body])
-        for n, r in zip(carried, op.results):
-            self.scope[n] = tensor(r, r.type)
+        op = self.builder.create("while", [t.handle for t in flat_inits], types, regions=[cond_block, body])
+        self.bind_carried(carried, inits, op.results)
 
     def visit_Break(self, node):
         raise _Unsupported("`break` is not supported in kernels")

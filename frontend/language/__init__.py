@@ -1,5 +1,6 @@
 """`kiln.language`, imported as `tl`: Triton's kernel language."""
 from . import extra, math, random  # noqa: F401
+from .block_pointer import advance, make_block_ptr  # noqa: F401
 from .builtins import *  # noqa: F401,F403
 from .builtins import PropagateNan, abs, cast, full, static_assert  # noqa: F401
 from .core import (  # noqa: F401

@@ -1,7 +1,7 @@
 """`tl.*` builtins: Triton's signatures, each handing over to `semantic`."""
 from __future__ import annotations
 
-from . import semantic
+from . import block_pointer, semantic
 from .core import builtin, constexpr, float32, tensor
 from .semantic import unwrap
 
@@ -82,16 +82,24 @@ def to_tensor(x):
 def load(pointer, mask=None, other=None, boundary_check=(), padding_option="", cache_modifier="",
          eviction_policy="", volatile=False):
     """Load a block from `pointer`; lanes where `mask` is false take `other`."""
+    if isinstance(pointer, block_pointer.BlockPointer):
+        if unwrap(mask) is not None or unwrap(other) is not None:
+            raise ValueError("a load through a block pointer takes boundary_check and padding_option, not mask/other")
+        return block_pointer.load(pointer, boundary_check, padding_option, cache_modifier, eviction_policy, volatile)
     if unwrap(boundary_check) or unwrap(padding_option):
-        raise NotImplementedError("block pointers (boundary_check, padding_option) are not supported yet")
+        raise ValueError("boundary_check and padding_option are for block pointers (tl.make_block_ptr)")
     return semantic.load(pointer, mask, other, cache_modifier, eviction_policy, volatile)
 
 
 @builtin
 def store(pointer, value, mask=None, boundary_check=(), cache_modifier="", eviction_policy=""):
     """Store `value` at `pointer` where `mask` is true."""
+    if isinstance(pointer, block_pointer.BlockPointer):
+        if unwrap(mask) is not None:
+            raise ValueError("a store through a block pointer takes boundary_check, not mask")
+        return block_pointer.store(pointer, value, boundary_check, cache_modifier, eviction_policy)
     if unwrap(boundary_check):
-        raise NotImplementedError("block pointers (boundary_check) are not supported yet")
+        raise ValueError("boundary_check is for block pointers (tl.make_block_ptr)")
     return semantic.store(pointer, value, mask, cache_modifier, eviction_policy)
 
 

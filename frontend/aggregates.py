@@ -1,0 +1,51 @@
+"""Values made of several tensors (tuples, block pointers), as loops and branches carry them.
+
+Block IR carries plain values through `yield` and block arguments. A structured value
+is flattened to its tensors (`leaves`) and rebuilt from the matching block arguments or
+results; its `signature` (the structure without the tensors) must be the same on every
+path, as must the leaves' types.
+"""
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+from kiln.language import semantic
+from kiln.language.block_pointer import BlockPointer
+from kiln.language.core import constexpr, tensor
+
+
+def is_carriable(value) -> bool:
+    value = value.value if isinstance(value, constexpr) else value
+    if isinstance(value, (tensor, BlockPointer)):
+        return True
+    if isinstance(value, (bool, numbers.Number, np.generic)):
+        return True
+    return isinstance(value, tuple) and bool(value) and all(is_carriable(v) for v in value)
+
+
+def flatten(value):
+    """(leaves, signature, rebuild): the tensors of `value`, its structure, and leaves -> value."""
+    value = value.value if isinstance(value, constexpr) else value
+    if isinstance(value, BlockPointer):
+        return value.leaves(), value.signature(), value.rebuild
+    if isinstance(value, tuple):
+        parts = [flatten(v) for v in value]
+        counts = [len(p[0]) for p in parts]
+
+        def rebuild(leaves):
+            out, start = [], 0
+            for (_, _, sub), n in zip(parts, counts):
+                out.append(sub(leaves[start:start + n]))
+                start += n
+            return tuple(out)
+        return [leaf for p in parts for leaf in p[0]], ("tuple",) + tuple(p[1] for p in parts), rebuild
+    if value is None:
+        raise TypeError("None cannot be carried through a loop or a runtime if")
+    t = semantic.to_tensor(value)
+    return [t], "tensor", lambda leaves: leaves[0]
+
+
+def describe(leaves) -> str:
+    return ", ".join(str(t.type) for t in leaves)
