@@ -24,6 +24,15 @@ def compile_request(fn: Function, target: str, options: dict, include_ir_dumps: 
                              include_ir_dumps=include_ir_dumps)
 
 
+_CHANNEL_OPTIONS = [
+    ("grpc.max_receive_message_length", -1),  # cubins can be large
+    ("grpc.use_local_subchannel_pool", 1),      # see Client.stub
+    # a daemon that is starting is a local process moments away: retry it soon, not after seconds
+    ("grpc.initial_reconnect_backoff_ms", 100), ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 2000),
+]
+
+
 class Client:
     """Talks to the daemon at `address` ("unix:/path" or "host:port")."""
 
@@ -35,9 +44,10 @@ class Client:
     @property
     def stub(self) -> compiler_pb2_grpc.CompilerStub:
         if self._pid != os.getpid():
-            # after fork the parent's channel belongs to the parent: leave it, make our own
+            # After fork the parent's channel belongs to the parent: leave it and make our own,
+            # with a subchannel pool of its own, or gRPC hands back the parent's connection.
             self._pid = os.getpid()
-            self._channel = grpc.insecure_channel(self.address, options=[("grpc.max_receive_message_length", -1)])
+            self._channel = grpc.insecure_channel(self.address, options=_CHANNEL_OPTIONS)
             self._stub = compiler_pb2_grpc.CompilerStub(self._channel)
         return self._stub
 
@@ -67,7 +77,8 @@ class Client:
         self.stub  # noqa: B018 - (re)make the channel in this process
         try:
             reply = health_pb2_grpc.HealthStub(self._channel).Check(
-                health_pb2.HealthCheckRequest(service="kiln.v1.Compiler"), timeout=timeout, metadata=self._metadata)
+                health_pb2.HealthCheckRequest(service="kiln.v1.Compiler"), timeout=timeout, metadata=self._metadata,
+                wait_for_ready=True)
         except grpc.RpcError:
             return False
         return reply.status == health_pb2.HealthCheckResponse.SERVING

@@ -44,28 +44,36 @@ def ensure_daemon(args=(), idle_exit: float = 900.0, address: str | None = None,
     """The address of a serving daemon (the node daemon unless `address` names a Unix
     socket), started in the background with `args` if none answers there. An auto-started
     daemon exits after `idle_exit` idle seconds (0: never)."""
+    address = address or default_address()
+    if _answers(address, 0.5):
+        return address
+    runtime = env.runtime_dir()
+    runtime.mkdir(mode=0o700, parents=True, exist_ok=True)
+    with open(runtime / "daemon.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # the others wait here, then find it serving
+        if _answers(address, 2.0):
+            return address
+        proc = spawn_daemon([*args, "--idle-exit", str(idle_exit)])
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if _answers(address, 1.0):
+                return address
+            time.sleep(0.05)
+            if proc.poll() is not None:  # it may have lost a race with a daemon started by hand
+                if _answers(address, 2.0):
+                    return address
+                break
+    raise RuntimeError(f"the kiln daemon did not start; see {log_file()}")
+
+
+def _answers(address: str, timeout: float) -> bool:
     from .client import Client  # gRPC is loaded only when a daemon is really wanted
 
-    address = address or default_address()
-    client = Client(address)
-    try:
-        if client.healthy(0.5):
-            return address
-        runtime = env.runtime_dir()
-        runtime.mkdir(mode=0o700, parents=True, exist_ok=True)
-        with open(runtime / "daemon.lock", "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)  # the others wait here, then find it serving
-            if client.healthy(0.5):
-                return address
-            proc = spawn_daemon([*args, "--idle-exit", str(idle_exit)])
-            deadline = time.monotonic() + timeout
-            while time.monotonic() < deadline and proc.poll() is None:
-                if client.healthy(0.5):
-                    return address
-                time.sleep(0.05)
-        raise RuntimeError(f"the kiln daemon did not start; see {log_file()}")
-    finally:
-        client.close()
+    if address.startswith("unix:") and not Path(address[len("unix:"):]).exists():
+        return False  # nobody there: no need to wait for an answer
+
+    with Client(address) as client:  # a fresh channel: no reconnect backoff left from earlier tries
+        return client.healthy(timeout)
 
 
 def spawn_daemon(args) -> subprocess.Popen:

@@ -79,11 +79,17 @@ def test_client_keeps_working_after_fork(node):
     assert client.compile(kernel("forked"), "sm_90a", {}).cubin
     pid = os.fork()
     if pid == 0:  # a DataLoader worker, say
+        log = open(f"/tmp/child_{os.getpid()}.txt", "w")
         try:
-            ok = client.compile(kernel("forked"), "sm_90a", {}, timeout=20).cubin != b""
-            ok = ok and client.compile(kernel("in_child"), "sm_90a", {}, timeout=20).cubin != b""
-        except BaseException:
+            r1 = client.compile(kernel("forked"), "sm_90a", {}, timeout=20)
+            log.write(f"r1 {r1.cache_status} {len(r1.cubin)}\n")
+            r2 = client.compile(kernel("in_child"), "sm_90a", {}, timeout=20)
+            log.write(f"r2 {r2.cache_status} {len(r2.cubin)}\n")
+            ok = bool(r1.cubin and r2.cubin)
+        except BaseException as e:
+            log.write(f"{type(e).__name__} {e}\n")
             ok = False
+        log.close()
         os._exit(0 if ok else 1)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0

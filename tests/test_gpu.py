@@ -142,3 +142,17 @@ def test_launch_error_names_kernel_and_driver_message():
     x = torch.rand(16, device="cuda")
     with pytest.raises(RuntimeError, match=r"add_kernel.*CUDA_ERROR_INVALID_VALUE"):
         add_kernel[(2**31,)](x, x, x, 16, BLOCK_SIZE=1024)
+
+
+def test_block_pointers_on_gpu():
+    sys.path.insert(0, os.path.dirname(__file__))
+    bp = importlib.import_module("test_block_pointers")
+    M, N = 37, 45
+    x = torch.randn(M, N, device="cuda")
+    out = poisoned(M, torch.float32)
+    bp.row_sums[(kiln.cdiv(M, 8),)](x, out, M, N, BM=8, BN=16)
+    torch.testing.assert_close(out, x.sum(1), rtol=1e-5, atol=1e-4)
+    big = torch.randn(M, 64, device="cuda")
+    dst = poisoned((M, N), torch.float32)
+    bp.tile_copy[(kiln.cdiv(M, 16), kiln.cdiv(N, 8))](big, dst, M, N, 64, BM=16, BN=8)
+    torch.testing.assert_close(dst, big[:, :N] * 2)

@@ -173,11 +173,14 @@ def _mul(an, op, a, b):
 
 
 def _rem(an, op, a, b):
-    if b.value is None or b.value <= 0:
+    """x % n: a run of consecutive x that starts at a multiple of g (g dividing n, and n
+    the same over the run) never crosses a multiple of n, so it stays contiguous."""
+    if b.value is not None and b.value <= 0:
         return unknown(op.results[0].type)
-    contig = tuple(gcd(c, pow2_divisor(b.value)) for c in a.contiguity)
-    div = tuple(gcd(d, pow2_divisor(b.value)) for d in a.divisibility)
-    return AxisInfo(contig, div, a.constancy)
+    nd = [pow2_divisor(b.value)] * a.rank if b.value is not None else list(b.divisibility)
+    contig = tuple(gcd(gcd(c, d), gcd(n, k)) for c, d, n, k in zip(a.contiguity, a.divisibility, nd, b.constancy))
+    div = tuple(gcd(d, n) for d, n in zip(a.divisibility, nd))
+    return AxisInfo(contig, div, tuple(map(gcd, a.constancy, b.constancy)))
 
 
 def _div(an, op, a, b):

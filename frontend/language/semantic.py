@@ -452,14 +452,20 @@ def equal(a, b): return _compare("eq", a, b)
 def not_equal(a, b): return _compare("ne", a, b)
 
 
+def _bf16_as_fp32(t: tensor) -> tensor:
+    return cast(t, float32) if t.dtype.is_bf16() else t
+
+
 def minimum(a, b, propagate_nan=False):
-    a, b = binary_operands(to_tensor(a), to_tensor(b))  # no scalar rule, as in Triton
+    # no scalar rule, and bfloat16 is computed in float32, as in Triton
+    a, b = binary_operands(_bf16_as_fp32(to_tensor(a)), _bf16_as_fp32(to_tensor(b)))
     attrs = {"propagate_nan": True} if a.dtype.is_floating() and propagate_nan else {}
     return _elementwise("min", a, b, **attrs)
 
 
 def maximum(a, b, propagate_nan=False):
-    a, b = binary_operands(to_tensor(a), to_tensor(b))  # no scalar rule, as in Triton
+    # no scalar rule, and bfloat16 is computed in float32, as in Triton
+    a, b = binary_operands(_bf16_as_fp32(to_tensor(a)), _bf16_as_fp32(to_tensor(b)))
     attrs = {"propagate_nan": True} if a.dtype.is_floating() and propagate_nan else {}
     return _elementwise("max", a, b, **attrs)
 
