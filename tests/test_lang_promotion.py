@@ -108,6 +108,7 @@ PROMOTION = [
     ("<", tl.int8, 300, tl.int1), ("<", tl.uint8, -1, tl.int1), ("==", tl.uint32, -1, tl.int1),
     ("<", tl.float16, 1.5, tl.int1),
     ("maximum", tl.int8, 2, tl.int32), ("maximum", tl.float16, 1.5, tl.float32),
+    ("maximum", tl.bfloat16, tl.bfloat16, tl.float32), ("maximum", tl.float16, tl.float16, tl.float16),
     ("where", tl.int8, 7, tl.int8), ("where", tl.float16, 1.5, tl.float16), ("where", tl.int8, 1.5, tl.float32),
 ]
 
