@@ -25,6 +25,16 @@ def compile_binary(ir: Function, target: str, options: dict):
     return fetch(ir, target, codegen_options(options))
 
 
+class Metadata(dict):
+    """A compiled kernel's metadata, readable as keys or attributes (`kernel.metadata.shared`)."""
+
+    def __getattr__(self, name):
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+
 class CompiledKernel:
     """One specialization of a kernel: its block IR and, once built for a GPU, its binary.
 
@@ -38,7 +48,7 @@ class CompiledKernel:
         self.ir = ir
         self.options = options
         self._asm: dict = {}
-        self.metadata = {"name": name, **codegen_options(options)}
+        self.metadata = Metadata(name=name, **codegen_options(options))
         self.binaries: dict = {}
         self.launchers: dict = {}
         self.runtime_args = lambda values: list(values)
@@ -82,6 +92,13 @@ class CompiledKernel:
         if launcher is None:
             launcher = self._prepare(device)
         launcher(grid, args, current if stream is None else int(stream))
+
+    def _init_handles(self):
+        """Load the kernel on the current device now (Triton's name), so n_regs and friends are known."""
+        if not config.interpret():
+            device = driver.device_and_stream()[0]
+            if device not in self.launchers:
+                self._prepare(device)
 
     def _prepare(self, device: int):
         from .runtime.launcher import make_launcher

@@ -1,1 +1,65 @@
-"""The CUDA runtime of kiln: the driver, loaded modules and launches."""
+"""The CUDA runtime of kiln: the driver, loaded modules and launches.
+
+`kiln.runtime.driver.active` offers the host-side queries Triton programs make of
+`triton.runtime.driver.active` (the current device and stream, device properties).
+"""
+from __future__ import annotations
+
+import functools
+
+
+class _Utils:
+    @functools.lru_cache(maxsize=None)
+    def get_device_properties(self, device: int) -> dict:
+        from . import driver as drv
+        cu = drv.cuda()
+        drv.ensure_context(device)
+        dev = drv.check(cu.cuDeviceGet(device), "cuDeviceGet")
+        attr = cu.CUdevice_attribute
+
+        def get(name):
+            return drv.check(cu.cuDeviceGetAttribute(getattr(attr, name), dev), "cuDeviceGetAttribute")
+        return {
+            "max_shared_mem": get("CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN"),
+            "multiprocessor_count": get("CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT"),
+            "max_num_regs": get("CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK"),
+            "warpSize": get("CU_DEVICE_ATTRIBUTE_WARP_SIZE"),
+            "sm_clock_rate": get("CU_DEVICE_ATTRIBUTE_CLOCK_RATE"),
+            "mem_clock_rate": get("CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE"),
+            "mem_bus_width": get("CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH"),
+        }
+
+
+class _ActiveDriver:
+    utils = _Utils()
+
+    def get_current_device(self) -> int:
+        from . import driver as drv
+        return drv.device_and_stream()[0]
+
+    def get_current_stream(self, device: int | None = None) -> int:
+        from . import driver as drv
+        return drv.device_and_stream()[1]
+
+    def get_current_target(self) -> str:
+        from . import driver as drv
+        return drv.target(self.get_current_device())
+
+    def get_active_torch_device(self):
+        import torch
+        return torch.device("cuda", self.get_current_device())
+
+    def get_device_interface(self):
+        import torch
+        return torch.cuda
+
+    def is_active(self) -> bool:
+        from . import driver as drv
+        return drv.is_available()
+
+
+class _Driver:
+    active = _ActiveDriver()
+
+
+driver = _Driver()
