@@ -77,22 +77,20 @@ def test_client_keeps_working_after_fork(node):
     from kiln.daemon.launch import ensure_daemon
     client = Client(ensure_daemon(FAKE_ARGS))
     assert client.compile(kernel("forked"), "sm_90a", {}).cubin
+    read_end, write_end = os.pipe()
     pid = os.fork()
     if pid == 0:  # a DataLoader worker, say
-        log = open(f"/tmp/child_{os.getpid()}.txt", "w")
         try:
-            r1 = client.compile(kernel("forked"), "sm_90a", {}, timeout=20)
-            log.write(f"r1 {r1.cache_status} {len(r1.cubin)}\n")
-            r2 = client.compile(kernel("in_child"), "sm_90a", {}, timeout=20)
-            log.write(f"r2 {r2.cache_status} {len(r2.cubin)}\n")
-            ok = bool(r1.cubin and r2.cubin)
+            replies = [client.compile(kernel(name), "sm_90a", {}, timeout=20) for name in ("forked", "in_child")]
+            report = "ok" if all(r.cubin for r in replies) else "empty cubin"
         except BaseException as e:
-            log.write(f"{type(e).__name__} {e}\n")
-            ok = False
-        log.close()
-        os._exit(0 if ok else 1)
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0
+            report = f"{type(e).__name__}: {e}"
+        os.write(write_end, report.encode())
+        os._exit(0)
+    os.close(write_end)
+    os.waitpid(pid, 0)
+    with os.fdopen(read_end) as child:
+        assert child.read() == "ok"
     assert client.lookup(client.compile(kernel("in_child"), "sm_90a", {}).key) is not None
     client.close()
 

@@ -156,3 +156,15 @@ def test_block_pointers_on_gpu():
     dst = poisoned((M, N), torch.float32)
     bp.tile_copy[(kiln.cdiv(M, 16), kiln.cdiv(N, 8))](big, dst, M, N, 64, BM=16, BN=8)
     torch.testing.assert_close(dst, big[:, :N] * 2)
+
+
+def test_triton_host_apis():
+    from kiln.runtime import driver
+    props = driver.active.utils.get_device_properties(driver.active.get_current_device())
+    assert props["multiprocessor_count"] == torch.cuda.get_device_properties(0).multi_processor_count
+    assert props["warpSize"] == 32 and props["max_shared_mem"] >= 48 * 1024
+    add_kernel = importlib.import_module("vector_add").add_kernel
+    x = torch.rand(4096, device="cuda")
+    k = add_kernel.warmup(x, x, x, 4096, BLOCK_SIZE=1024, grid=(1,))
+    k._init_handles()
+    assert k.n_regs > 0 and k.metadata.shared == k.shared and k.metadata.num_warps == 4

@@ -172,3 +172,131 @@ def test_constexpr_parameters_specialize_the_kernel():
     _constexpr_param[(1,)](out, 21, "single")
     assert out[0] == 21
     assert len(_constexpr_param.cache) == 2
+
+
+GLOBAL_BLOCK = tl.constexpr(8)
+GLOBAL_SCALE: tl.constexpr = 3
+
+
+@kiln.jit
+def _optional_bias(x_ptr, b_ptr, y_ptr, HAS_SCALE: tl.constexpr):
+    offs = tl.arange(0, GLOBAL_BLOCK)
+    x = tl.load(x_ptr + offs)
+    if b_ptr is not None:
+        x += tl.load(b_ptr + offs)
+    if HAS_SCALE:
+        x = x * GLOBAL_SCALE
+    tl.store(y_ptr + offs, x)
+
+
+def test_none_arguments_and_global_constexprs():
+    x = np.arange(8, dtype=np.float32)
+    b = np.full(8, 10, np.float32)
+    y = np.zeros(8, np.float32)
+    _optional_bias[(1,)](x, None, y, HAS_SCALE=False)
+    np.testing.assert_array_equal(y, x)
+    _optional_bias[(1,)](x, b, y, HAS_SCALE=True)
+    np.testing.assert_array_equal(y, (x + 10) * 3)
+    _optional_bias[(1,)](x_ptr=x, b_ptr=None, y_ptr=y, HAS_SCALE=True)  # all by keyword
+    np.testing.assert_array_equal(y, x * 3)
+
+
+@kiln.jit
+def _methods(x_ptr, out_ptr, M: tl.constexpr, N: tl.constexpr):
+    pid = tl.program_id(axis=0)
+    offs = tl.arange(0, M * N)
+    x = tl.load(x_ptr + offs).reshape(M, N)
+    tl.store(out_ptr + pid * 8 + 0, x.sum(axis=1).sum(axis=0))
+    tl.store(out_ptr + pid * 8 + 1, x.trans().reshape(M * N).argmax(0).to(tl.float32))
+    tl.store(out_ptr + pid * 8 + 2, x.permute(1, 0).max(axis=0).min(axis=0))
+    tl.store(out_ptr + pid * 8 + 3, x.ravel().cumsum(0).max(0))
+    tl.store(out_ptr + pid * 8 + 4, x.exp().log().abs().sum())
+    tl.store(out_ptr + pid * 8 + 5, tl.sum(x.broadcast_to(M, N) * 0 + x.expand_dims(0).reshape(M, N)))
+    tl.store(out_ptr + pid * 8 + 6, x.sigmoid().to(tl.float16).to(tl.float32).max())
+    tl.store(out_ptr + pid * 8 + 7, x[None].reshape(M * N).argmin(0).to(tl.float32))
+
+
+def test_tensor_method_forms():
+    x = np.array([3, -1, 4, 1, -5, 9, 2, -6], np.float32)
+    out = np.zeros(16, np.float32)
+    _methods[(2,)](x, out, M=2, N=4)
+    m = x.reshape(2, 4)
+    ref = [x.sum(), float(np.argmax(m.T.ravel())), m.T.max(axis=0).min(), np.cumsum(x).max(), np.abs(x).sum(),
+           2 * x.sum() / 2, np.float16(1 / (1 + np.exp(-x.max()))), float(np.argmin(x))]
+    np.testing.assert_allclose(out[:8], ref, rtol=1e-5)
+    np.testing.assert_allclose(out[8:], ref, rtol=1e-5)
+
+
+@kiln.jit
+def _layer_norm_row(x_ptr, y_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, stride, N, eps, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    x_ptr += row * stride
+    y_ptr += row * stride
+    _mean = tl.zeros([BLOCK], dtype=tl.float32)
+    for off in range(0, N, BLOCK):
+        cols = off + tl.arange(0, BLOCK)
+        a = tl.load(x_ptr + cols, mask=cols < N, other=0.).to(tl.float32)
+        _mean += a
+    mean = tl.sum(_mean, axis=0) / N
+    _var = tl.zeros([BLOCK], dtype=tl.float32)
+    for off in range(0, N, BLOCK):
+        cols = off + tl.arange(0, BLOCK)
+        x = tl.load(x_ptr + cols, mask=cols < N, other=0.).to(tl.float32)
+        x = tl.where(cols < N, x - mean, 0.)
+        _var += x * x
+    var = tl.sum(_var, axis=0) / N
+    rstd = 1 / tl.sqrt(var + eps)
+    tl.store(mean_ptr + row, mean)
+    tl.store(rstd_ptr + row, rstd)
+    for off in range(0, N, BLOCK):
+        cols = off + tl.arange(0, BLOCK)
+        mask = cols < N
+        w = tl.load(w_ptr + cols, mask=mask)
+        b = tl.load(b_ptr + cols, mask=mask)
+        x = tl.load(x_ptr + cols, mask=mask, other=0.).to(tl.float32)
+        y = (x - mean) * rstd * w + b
+        tl.store(y_ptr + cols, y, mask=mask)
+
+
+def test_tutorial_style_layer_norm_with_pointer_augassign():
+    rng = np.random.default_rng(3)
+    M, N = 3, 37
+    x = rng.standard_normal((M, N)).astype(np.float16)
+    w = rng.standard_normal(N).astype(np.float32)
+    b = rng.standard_normal(N).astype(np.float32)
+    y = np.zeros((M, N), np.float16)
+    mean = np.zeros(M, np.float32)
+    rstd = np.zeros(M, np.float32)
+    _layer_norm_row[(M,)](x, y, w, b, mean, rstd, N, N, 1e-5, BLOCK=16)
+    xf = x.astype(np.float64)
+    mu = xf.mean(1)
+    sd = 1 / np.sqrt(xf.var(1) + 1e-5)
+    np.testing.assert_allclose(mean, mu, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(rstd, sd, rtol=1e-4)
+    np.testing.assert_allclose(y.astype(np.float64), (xf - mu[:, None]) * sd[:, None] * w + b, rtol=1e-2, atol=1e-2)
+
+
+@kiln.jit
+def _online_softmax(x_ptr, y_ptr, N, BLOCK: tl.constexpr):
+    m_i = tl.zeros([1], dtype=tl.float32) - float("inf")
+    l_i = tl.zeros([1], dtype=tl.float32)
+    lo, hi = 0, N
+    for start in range(lo, hi, BLOCK):
+        start = tl.multiple_of(start, BLOCK)
+        cols = start + tl.arange(0, BLOCK)
+        x = tl.load(x_ptr + cols, mask=cols < N, other=-float("inf"))
+        m_new = tl.maximum(m_i, tl.max(x, 0))
+        l_i = l_i * tl.math.exp2((m_i - m_new) * 1.44269504) + tl.sum(tl.exp(x - m_new), 0)
+        m_i = m_new
+    for start in range(lo, hi, BLOCK):
+        cols = start + tl.arange(0, BLOCK)
+        x = tl.load(x_ptr + cols, mask=cols < N, other=0.0)
+        tl.store(y_ptr + cols, tl.exp(x - m_i) / l_i, mask=cols < N)
+
+
+def test_attention_style_online_softmax():
+    x = np.random.default_rng(4).standard_normal(45).astype(np.float32) * 3
+    y = np.zeros(45, np.float32)
+    _online_softmax[(1,)](x, y, 45, BLOCK=16)
+    e = np.exp(x - x.max())
+    np.testing.assert_allclose(y, e / e.sum(), rtol=1e-5, atol=1e-7)
