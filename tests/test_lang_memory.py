@@ -301,3 +301,29 @@ def test_int64_offsets():
     y = np.zeros(4, np.int16)
     _int64_offsets[(1,)](x, y, 5)
     np.testing.assert_array_equal(y, x[5:9])
+
+
+@kiln.jit
+def _atomic_methods(p_ptr, N: tl.constexpr):
+    offs = tl.arange(0, N)
+    p = p_ptr + offs
+    p.atomic_add(1)
+    p.atomic_max(offs)
+    p.atomic_xor(3)
+    p.atomic_cas(offs ^ 3, 100)
+    q = p_ptr + N + offs
+    q.atomic_min(offs - 1)
+    q.atomic_or(16)
+    q.atomic_and(31)
+    q.atomic_xchg(q.load() + 1)
+    tl.store(p_ptr + 2 * N + offs, tl.load(p_ptr + 2 * N + offs).to(tl.float32).sqrt_rn().to(tl.int32))
+
+
+def test_atomics_as_pointer_methods():
+    p = np.array([0, 0, 0, 0, 5, 5, 5, 5, 0, 1, 4, 9], np.int32)
+    _atomic_methods[(1,)](p, N=4)
+    i = np.arange(4)
+    first = np.bitwise_xor(np.maximum(np.ones(4, np.int32), i), 3)
+    first = np.where(first == i ^ 3, 100, first)
+    second = (np.minimum(5, i - 1) | 16) & 31
+    np.testing.assert_array_equal(p, np.concatenate([first, second + 1, [0, 1, 2, 3]]))
