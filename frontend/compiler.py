@@ -6,7 +6,7 @@ import operator
 from kiln.ir import Function, print_function
 
 from . import config
-from .runtime import driver
+from .runtime import cuda_driver as driver
 from .ast_to_ir import build_kernel
 
 # The launch options that change the generated code; the rest only affect the launch.

@@ -11,7 +11,7 @@ import functools
 class _Utils:
     @functools.lru_cache(maxsize=None)
     def get_device_properties(self, device: int) -> dict:
-        from . import driver as drv
+        from . import cuda_driver as drv
         cu = drv.cuda()
         drv.ensure_context(device)
         dev = drv.check(cu.cuDeviceGet(device), "cuDeviceGet")
@@ -34,15 +34,15 @@ class _ActiveDriver:
     utils = _Utils()
 
     def get_current_device(self) -> int:
-        from . import driver as drv
+        from . import cuda_driver as drv
         return drv.device_and_stream()[0]
 
     def get_current_stream(self, device: int | None = None) -> int:
-        from . import driver as drv
+        from . import cuda_driver as drv
         return drv.device_and_stream()[1]
 
     def get_current_target(self) -> str:
-        from . import driver as drv
+        from . import cuda_driver as drv
         return drv.target(self.get_current_device())
 
     def get_active_torch_device(self):
@@ -54,7 +54,7 @@ class _ActiveDriver:
         return torch.cuda
 
     def is_active(self) -> bool:
-        from . import driver as drv
+        from . import cuda_driver as drv
         return drv.is_available()
 
 

@@ -10,7 +10,7 @@ import ctypes
 import ctypes.util
 import functools
 
-from .driver import CudaError, _error_text
+from .cuda_driver import CudaError, _error_text
 
 _CTYPES = {
     "int1": ctypes.c_uint8, "int8": ctypes.c_int8, "uint8": ctypes.c_uint8, "int16": ctypes.c_int16,

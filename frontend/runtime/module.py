@@ -1,7 +1,7 @@
 """Loading a compiled kernel into the current context."""
 from __future__ import annotations
 
-from .driver import CudaError, check, cuda
+from .cuda_driver import CudaError, check, cuda
 
 _SHARED_DEFAULT_LIMIT = 48 * 1024
 
