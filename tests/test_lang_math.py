@@ -245,3 +245,28 @@ def test_tl_math_and_libdevice_namespaces():
     _math_namespace[(1,)](X, y, N=N)
     x = X.astype(np.float64)
     np.testing.assert_allclose(y, np.exp(x) + np.sqrt(np.abs(x)) + np.tanh(x), rtol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [np.uint64, np.int64])
+def test_umulhi_64_bit(dtype):
+    rng = np.random.default_rng(5)
+    info = np.iinfo(dtype)
+    x = rng.integers(info.min, info.max, N, dtype=dtype, endpoint=True)
+    y = rng.integers(info.min, info.max, N, dtype=dtype, endpoint=True)
+    out = np.zeros(N, dtype)
+    _binary[(1,)](x, y, y, out, OP="umulhi", N=N)
+    expect = [((int(a) * int(b)) >> 64) & (2**64 - 1) for a, b in zip(x, y)]
+    np.testing.assert_array_equal(out, np.array(expect, np.uint64).view(dtype))
+
+
+def test_maximum_minimum_ignore_nan_by_default_and_ieee_division():
+    x = np.array([1.0, np.nan, 0.0, -1.0] * 4, np.float32)
+    y = np.array([np.nan, 2.0, 0.0, 0.0] * 4, np.float32)
+    out = np.zeros(N, np.float32)
+    _binary[(1,)](x, y, y, out, OP="maximum", N=N)
+    np.testing.assert_array_equal(out, np.fmax(x, y))
+    _binary[(1,)](x, y, y, out, OP="minimum", N=N)
+    np.testing.assert_array_equal(out, np.fmin(x, y))
+    _binary[(1,)](x, y, y, out, OP="fdiv", N=N)
+    with np.errstate(all="ignore"):
+        np.testing.assert_array_equal(out, x / y)  # nan, nan, 0/0 = nan, -1/0 = -inf

@@ -344,3 +344,21 @@ def test_assigned_integers_divide_like_c():
     out = np.zeros(4, np.int32)
     _assigned_int_division[(1,)](out)
     assert out.tolist() == [-3, -1, -4, 1]
+
+
+def test_int64_extremes_wrap_and_divide_like_c():
+    a = np.array([-2**63, 2**63 - 1, -5, 12345678901234, -7, 7, 0, -1], np.int64)
+    _, _, q = _launch("//", tl.int64, 7, tl.int64, a_vals=a)
+    _, _, r = _launch("%", tl.int64, 7, tl.int64, a_vals=a)
+    _, _, m = _launch("*", tl.int64, 3, tl.int64, a_vals=a)
+    _, _, s = _launch(">>", tl.int64, 3, tl.int64, a_vals=a)
+    exact = [int(v) for v in a]
+
+    def div(x, y):  # on Python ints: abs(-2**63) does not fit in int64
+        quotient = abs(x) // abs(y)
+        return -quotient if (x < 0) != (y < 0) else quotient
+
+    np.testing.assert_array_equal(q, [div(v, 7) for v in exact])
+    np.testing.assert_array_equal(r, [v - div(v, 7) * 7 for v in exact])
+    np.testing.assert_array_equal(m, [((v * 3 + 2**63) % 2**64) - 2**63 for v in exact])
+    np.testing.assert_array_equal(s, [v >> 3 for v in exact])
