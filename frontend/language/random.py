@@ -1,7 +1,7 @@
 """Counter-based random numbers: Philox4x32-10, giving the same streams as Triton's.
 
-A (seed, offset) pair names one random number: the counter is (offset, 0, 0, 0) and the
-key is the seed's low and high 32-bit words. Ten Philox rounds turn them into four
+A (seed, offset) pair names one random number: the counter is (offset's low word, its high
+word, 0, 0) and the key is the seed's low and high 32-bit words. Ten Philox rounds turn them into four
 32-bit words; `rand` maps the first to [0, 1), `randn` the first two to a normal
 sample with the Box-Muller transform.
 """
@@ -76,9 +76,18 @@ def philox(seed, c0, c1, c2, c3, n_rounds: constexpr = N_ROUNDS_DEFAULT):
 
 @jit
 def randint4x(seed, offset, n_rounds: constexpr = N_ROUNDS_DEFAULT):
-    """Four blocks of random uint32 for each (seed, offset)."""
-    zero = offset * 0
-    return philox(seed, offset, zero, zero, zero, n_rounds)
+    """Four blocks of random uint32 for each (seed, offset).
+
+    The counter is always 32-bit Philox's (offset low word, offset high word, 0, 0), as in
+    Triton, so int64 offsets give the same streams as int32 ones where they agree.
+    """
+    offset_lo = offset.to(tl.uint32)
+    zero = offset_lo * 0
+    if offset.dtype.primitive_bitwidth > 32:
+        offset_hi = (offset >> 32).to(tl.uint32)
+    else:
+        offset_hi = zero
+    return philox(seed, offset_lo, offset_hi, zero, zero, n_rounds)
 
 
 @jit
