@@ -1,7 +1,8 @@
-"""`kiln daemon start|stop|status` and `kiln cache stats|ls|prune|clear|export|import`.
+"""`kiln daemon start|stop|status`, `kiln prewarm` and `kiln cache stats|ls|prune|clear|export|import`.
 
     python -m kiln.daemon daemon start [--foreground] [--listen HOST:PORT] [--workers N]
     python -m kiln.daemon daemon status [--json]
+    python -m kiln.daemon prewarm --from-manifest run.jsonl --target sm_90a --target sm_100a
     python -m kiln.daemon cache export kernels.zip
 """
 from __future__ import annotations
@@ -46,6 +47,14 @@ def _parser() -> argparse.ArgumentParser:
     status.add_argument("--address", help="the daemon (default: KILN_DAEMON or the node daemon)")
     status.add_argument("--json", action="store_true")
     status.set_defaults(run=_status)
+
+    prewarm = groups.add_parser("prewarm", help="compile kernels through the daemon before a run needs them")
+    source = prewarm.add_mutually_exclusive_group(required=True)
+    source.add_argument("--from-manifest", metavar="FILE", help="the JSON lines a run recorded")
+    source.add_argument("--from-cache", action="store_true", help="every kernel the node cache keeps the IR of")
+    prewarm.add_argument("--target", action="append", default=[], help="compile for this target (repeatable)")
+    prewarm.add_argument("--address", help="the daemon (default: KILN_DAEMON or the node daemon)")
+    prewarm.set_defaults(run=_prewarm)
 
     cache = groups.add_parser("cache", help="the node cache").add_subparsers(dest="action", required=True)
     for name, run, help_text in (("stats", _cache_stats, "size and counts"), ("ls", _cache_ls, "every entry"),
@@ -188,6 +197,30 @@ def _status(args) -> int:
           f"  compile ms: p50 {lat.p50_ms:.1f}, p90 {lat.p90_ms:.1f}, p99 {lat.p99_ms:.1f}, max {lat.max_ms:.1f}\n"
           f"  cache {s.cache.path}: {s.cache.entries} kernels, {_mb(s.cache.volume_bytes)} of {_mb(s.cache.size_limit_bytes)}")
     return 0
+
+
+def _prewarm(args) -> int:
+    from . import prewarm
+    from .client import Client
+
+    if args.from_manifest:
+        kernels = prewarm.from_manifest(args.from_manifest, args.target)
+    else:
+        with Cache() as cache:
+            kernels = prewarm.from_cache(cache, args.target)
+    address = args.address or launch.configured_address()
+    if address is None:
+        print("KILN_DAEMON=off, and prewarming needs a daemon: name one with --address", file=sys.stderr)
+        return 2
+    if address == launch.default_address():
+        launch.ensure_daemon()
+    with Client(address, token=env.daemon_token()) as client:
+        report = prewarm.prewarm(kernels, client, progress=prewarm.progress_bar if sys.stderr.isatty() else None)
+    summary = ", ".join(f"{k.removeprefix('CACHE_').lower()} {v}" for k, v in sorted(report.statuses.items()))
+    print(f"prewarmed {report.total} kernels: {summary or 'nothing to do'}")
+    for name, target, message in report.errors:
+        print(f"  {name} for {target}: {message}", file=sys.stderr)
+    return 0 if report.ok else 1
 
 
 # --- cache --------------------------------------------------------------------------------

@@ -123,7 +123,7 @@ def _from_daemon(fn, target, options, key) -> Binary | None:
                     metadata_from_proto(reply.metadata), key, "daemon")
     if reply.key != key or not address.startswith("unix:"):
         # a daemon of another kiln version, or on another node: keep the result here too
-        _store(binary, fn)
+        _store(binary, fn, options)
     return binary
 
 
@@ -133,13 +133,15 @@ def _compile_here(fn, target, options, key, compile_fn) -> Binary:
     kernel = compile_fn(fn, target, options)
     binary = Binary(fn.name, target, kernel.kir, kernel.llir, kernel.ptx, bytes(kernel.cubin),
                     dict(kernel.metadata), key, "local")
-    _store(binary, fn)
+    _store(binary, fn, options)
     return binary
 
 
-def _store(binary: Binary, fn: Function) -> None:
+def _store(binary: Binary, fn: Function, options: dict) -> None:
+    # as the daemon stores it: with the IR, target and options, so `kiln prewarm --from-cache` can replay it
+    metadata = {**binary.metadata, "target": binary.target, "options": options}
     try:
         _state.node_cache().put_result(binary.key, {"cubin": binary.cubin, "ptx": binary.ptx, "llir": binary.llir,
-                                                    "kir": binary.kir, "ir": print_function(fn)}, binary.metadata)
+                                                    "kir": binary.kir, "ir": print_function(fn)}, metadata)
     except Exception as e:  # noqa: BLE001
         _state.warn_once("cache-write", f"kiln: the node cache cannot be written ({e})")
