@@ -9,10 +9,14 @@ MASK32 = np.uint64(0xFFFFFFFF)
 
 
 def philox4x32_10(offsets, seed):
-    """Philox4x32 with 10 rounds; counter (offset, 0, 0, 0), key (seed lo, seed hi). Returns 4 uint32 arrays."""
+    """Philox4x32 with 10 rounds; counter (offset lo, offset hi, 0, 0), key (seed lo, seed hi).
+
+    Returns 4 uint32 arrays. For int32 offsets the high word is 0.
+    """
     seed = int(seed) & (2**64 - 1)
-    c = [np.asarray(offsets).astype(np.int64).astype(np.uint32).astype(np.uint64)]
-    c += [np.zeros_like(c[0]) for _ in range(3)]
+    words = np.asarray(offsets).astype(np.int64).view(np.uint64)
+    c = [words & MASK32, words >> np.uint64(32)]
+    c += [np.zeros_like(c[0]) for _ in range(2)]
     k0, k1 = np.uint64(seed & 0xFFFFFFFF), np.uint64(seed >> 32)
     for _ in range(10):
         p0 = c[0] * np.uint64(0xD2511F53)  # full 64-bit products of two 32-bit words fit in uint64
@@ -118,3 +122,30 @@ def test_low_memory_dropout_is_reproducible_from_the_seed():
     assert not np.array_equal(a, c)
     keep = uniform_ref(philox4x32_10(np.arange(n), 123)[0]) > np.float32(0.5)
     np.testing.assert_allclose(a, np.where(keep, x / np.float32(0.5), 0.0), rtol=1e-6)
+
+
+@kiln.jit
+def _random_int64_offsets(out_ptr, f_ptr, seed, base, N: tl.constexpr):
+    offs = tl.arange(0, N)
+    o64 = base + offs.to(tl.int64) * 3
+    a, b, c, d = tl.randint4x(seed, o64)
+    tl.store(out_ptr + offs, a)
+    tl.store(out_ptr + N + offs, b)
+    tl.store(out_ptr + 2 * N + offs, c)
+    tl.store(out_ptr + 3 * N + offs, d)
+    tl.store(f_ptr + offs, tl.rand(seed, o64))
+
+
+@pytest.mark.parametrize("base", [1, 2**32 - 4, 5 * 2**32 + 7])
+def test_int64_offsets_use_the_high_word_as_second_counter(base):
+    n = 8
+    out = np.zeros(4 * n, np.uint32)
+    f = np.zeros(n, np.float32)
+    _random_int64_offsets[(1,)](out, f, 99, base, N=n)
+    offsets = np.int64(base) + np.arange(n, dtype=np.int64) * 3
+    ref = philox4x32_10(offsets, 99)
+    for k in range(4):
+        np.testing.assert_array_equal(out[k * n:(k + 1) * n], ref[k])
+    np.testing.assert_array_equal(f, uniform_ref(ref[0]))
+    if base == 1:  # small int64 offsets give the int32 stream
+        np.testing.assert_array_equal(ref[0], philox4x32_10(offsets.astype(np.int32), 99)[0])
