@@ -5,6 +5,7 @@
     KILN_DAEMON         the daemon to use: unix:/path or host:port; "off" for none; unset
                         for the node daemon on its default socket
     KILN_DAEMON_TOKEN   the token a daemon listening on TCP demands, and clients present
+    KILN_MANIFEST       a file to which every kernel a run uses is appended (for `kiln prewarm`)
     XDG_RUNTIME_DIR     where the node daemon's socket lives (else the cache directory)
 """
 from __future__ import annotations
@@ -33,6 +34,11 @@ def daemon_setting() -> str | None:
 
 def daemon_token() -> str | None:
     return os.environ.get("KILN_DAEMON_TOKEN") or None
+
+
+def manifest_path() -> Path | None:
+    value = os.environ.get("KILN_MANIFEST", "").strip()
+    return Path(value) if value else None
 
 
 def runtime_dir() -> Path:

@@ -75,12 +75,25 @@ def cached_compile(fn: Function, target: str, options: dict, compile_fn=None) ->
 
     `compile_fn` is the in-process compiler (default `kiln.codegen.compile`)."""
     key = compile_key(fn, target, options)
+    _record(fn, target, options)
     binary = _from_cache(key, target)
     if binary is None:
         binary = _from_daemon(fn, target, options, key)
     if binary is None:
         binary = _compile_here(fn, target, options, key, compile_fn)
     return binary
+
+
+def _record(fn: Function, target: str, options: dict) -> None:
+    from kiln.cache import env
+    manifest = env.manifest_path()
+    if manifest is None:
+        return
+    from .prewarm import record
+    try:
+        record(manifest, fn, target, options)
+    except OSError as e:
+        _state.warn_once("manifest", f"kiln: cannot record to the manifest {manifest} ({e})")
 
 
 def _from_cache(key: str, target: str) -> Binary | None:
@@ -121,6 +134,9 @@ def _from_daemon(fn, target, options, key) -> Binary | None:
         return None
     binary = Binary(fn.name, target, reply.kir, reply.llir, reply.ptx, reply.cubin,
                     metadata_from_proto(reply.metadata), key, "daemon")
+    if reply.key != key:
+        _state.warn_once("identity", f"kiln: the compile daemon at {address} runs another kiln build than this "
+                                     "process; restart it (kiln daemon stop) to share its cache")
     if reply.key != key or not address.startswith("unix:"):
         # a daemon of another kiln version, or on another node: keep the result here too
         _store(binary, fn, options)

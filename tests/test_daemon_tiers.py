@@ -63,7 +63,8 @@ def test_daemon_of_another_version_fills_our_cache_under_our_key(node, monkeypat
     server.start()
     monkeypatch.setenv("KILN_DAEMON", f"unix:{path}")
     try:
-        first = tiers.cached_compile(kernel("older"), "sm_90a", {}, compile_fn=_must_not_run)
+        with pytest.warns(RuntimeWarning, match="another kiln build"):
+            first = tiers.cached_compile(kernel("older"), "sm_90a", {}, compile_fn=_must_not_run)
         assert first.source == "daemon"
         assert tiers.cached_compile(kernel("older"), "sm_90a", {}, compile_fn=_must_not_run).source == "cache"
     finally:
@@ -89,3 +90,14 @@ def test_compile_errors_come_from_the_local_compile(node, monkeypatch):
 
 def _must_not_run(*args):
     raise AssertionError("compiled in-process although a daemon or the cache should have answered")
+
+
+def test_a_run_records_its_kernels_for_prewarming(node, monkeypatch):
+    from kiln.daemon import prewarm
+    monkeypatch.setenv("KILN_DAEMON", "off")
+    monkeypatch.setenv("KILN_MANIFEST", str(node / "run.jsonl"))
+    for name in ("rec_a", "rec_b"):
+        tiers.cached_compile(kernel(name), "sm_90a", {"num_warps": 4}, compile_fn=fake.compile)
+    kernels = prewarm.from_manifest(node / "run.jsonl", targets=["sm_100a"])
+    assert [(fn.name, t, o) for fn, t, o in kernels] == [("rec_a", "sm_100a", {"num_warps": 4}),
+                                                        ("rec_b", "sm_100a", {"num_warps": 4})]
