@@ -147,9 +147,6 @@ class Cache:
     def __contains__(self, key: str) -> bool:
         return _ACTION + key in self._dc
 
-    def delete(self, key: str) -> bool:
-        return self._dc.delete(_ACTION + key)
-
     # --- maintenance ---------------------------------------------------------------------
     def keys(self) -> list[str]:
         return [k[len(_ACTION):] for k in self._dc.iterkeys() if k.startswith(_ACTION)]

@@ -74,9 +74,6 @@ class WorkerPool:
     def queue_depth(self) -> int:
         return self._queue.qsize()
 
-    def pids(self) -> list[int]:
-        return [slot.proc.pid for slot in self._slots if slot.proc is not None and slot.proc.is_alive()]
-
     def wait_ready(self, timeout: float | None = None) -> bool:
         """Block until every worker has started (or failed to); True if all are ready."""
         deadline = None if timeout is None else time.monotonic() + timeout

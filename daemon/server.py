@@ -46,9 +46,6 @@ class Server:
         self.grpc.stop(grace).wait()
         self.pool.close()
 
-    def wait_for_termination(self, timeout: float | None = None) -> bool:
-        return self.grpc.wait_for_termination(timeout)
-
 
 def create_server(address: str, compile_fn: str = DEFAULT_COMPILE_FN, *, workers: int | None = None,
                   cache: Cache | None = None, compile_timeout: float = 300.0,
