@@ -95,7 +95,9 @@ def test_pickled_values_are_refused(cache):
             return (os.getpid, ())  # harmless, but would run on unpickling
     with diskcache.Cache(str(cache.path)) as plain:
         plain.set("action/" + KEY, {"artifacts": {}, "metadata": Boom()})
+        plain.set(("a", "tuple", "key"), b"pickled key")
     assert cache.get_result(KEY) is None
+    assert cache.keys() == [KEY] and cache.ls() == []  # the foreign key is skipped, the entry unreadable
     with pytest.raises(TypeError):
         cache._dc.set("x", {"a": 1})
 
