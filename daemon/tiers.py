@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import warnings
 from dataclasses import dataclass, field
 
@@ -21,6 +22,7 @@ from . import launch
 
 log = logging.getLogger("kiln.daemon")
 _TEXT = ("ptx", "llir", "kir")
+RETRY_DAEMON_S = 60.0  # after a daemon failed, compile here for this long before asking it again
 
 
 @dataclass
@@ -46,6 +48,7 @@ class _State:
         self.cache: Cache | None = None
         self.clients: dict = {}
         self.warned: set[str] = set()
+        self.down_until: dict[str, float] = {}  # a daemon that failed is left alone for a while
 
     def node_cache(self) -> Cache:
         with self.lock:
@@ -115,7 +118,7 @@ def _from_daemon(fn, target, options, key) -> Binary | None:
     from kiln.proto.messages import metadata_from_proto
 
     address = launch.configured_address()
-    if address is None:
+    if address is None or time.monotonic() < _state.down_until.get(address, 0.0):
         return None
     try:
         if address == launch.default_address():
@@ -124,12 +127,14 @@ def _from_daemon(fn, target, options, key) -> Binary | None:
     except grpc.RpcError as e:
         if e.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
                         grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.RESOURCE_EXHAUSTED):
+            _state.down_until[address] = time.monotonic() + RETRY_DAEMON_S
             _state.warn_once(address, f"kiln: the compile daemon at {address} failed ({e.code().name}: "
                                       f"{e.details()}); compiling in this process")
         else:  # a compile error: the local compile raises it with its own type and traceback
             log.info("daemon refused %s: %s %s", fn.name, e.code().name, e.details())
         return None
     except Exception as e:  # noqa: BLE001 - the daemon could not be started
+        _state.down_until[address] = time.monotonic() + RETRY_DAEMON_S
         _state.warn_once(address, f"kiln: no compile daemon ({e}); compiling in this process")
         return None
     binary = Binary(fn.name, target, reply.kir, reply.llir, reply.ptx, reply.cubin,

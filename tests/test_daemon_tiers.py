@@ -80,6 +80,7 @@ def test_daemon_down_warns_once_and_compiles_here(node, monkeypatch):
     assert a.source == b.source == "local"
     messages = [str(w.message) for w in caught]
     assert len(messages) == 1 and "compiling in this process" in messages[0], messages
+    assert "unix:/nonexistent/kiln.sock" in tiers._state.down_until  # not asked again for a while
 
 
 def test_compile_errors_come_from_the_local_compile(node, monkeypatch):
