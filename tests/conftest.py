@@ -9,17 +9,40 @@ import tempfile
 
 import pytest
 
-os.environ.setdefault("KILN_INTERPRET", "1")
+# KILN_TEST_GPU_CONFORMANCE=1 (GPU machine): the conformance tests launch on the GPU instead;
+# their NumPy arrays are copied to the device for each launch and back after it.
+GPU_CONFORMANCE = os.environ.get("KILN_TEST_GPU_CONFORMANCE") == "1"
+os.environ.setdefault("KILN_INTERPRET", "0" if GPU_CONFORMANCE else "1")
 # Compiled kernels go to a cache of the test run's own, never the user's ~/.cache/kiln.
 os.environ["KILN_CACHE_DIR"] = tempfile.mkdtemp(prefix="kiln-test-cache-")
 
 CODEGEN_TARGETS = ("sm_80", "sm_90a")
 
 
+def _is_conformance(request) -> bool:
+    return request.node.module.__name__.split(".")[-1].startswith("test_lang_")
+
+
+@pytest.fixture(autouse=True)
+def conformance_on_gpu(request, monkeypatch):
+    """In GPU conformance mode, run the conformance tests' launches on the GPU."""
+    if not (GPU_CONFORMANCE and _is_conformance(request)):
+        yield
+        return
+    if request.node.get_closest_marker("interpreter_only"):
+        pytest.skip("checks the interpreter's own behaviour")
+    import kiln.compiler
+    from device_arrays import launch_with_device_copies
+    monkeypatch.setenv("KILN_INTERPRET", "0")
+    monkeypatch.setattr(kiln.compiler.CompiledKernel, "launch",
+                        launch_with_device_copies(kiln.compiler.CompiledKernel.launch))
+    yield
+
+
 @pytest.fixture(autouse=True)
 def compile_conformance_kernels(request, monkeypatch):
     """After a conformance test, build every kernel it specialized for both targets."""
-    if not request.node.module.__name__.split(".")[-1].startswith("test_lang_"):
+    if GPU_CONFORMANCE or not _is_conformance(request):
         yield
         return
     import kiln.compiler
