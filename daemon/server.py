@@ -58,7 +58,7 @@ def create_server(address: str, compile_fn: str = DEFAULT_COMPILE_FN, *, workers
     `auth`): the way to listen on TCP. Returns the server, not yet started, and the bound
     TCP port (0 for a Unix socket).
     """
-    pool = WorkerPool(compile_fn, workers or os.cpu_count() or 1, compile_timeout)
+    pool = WorkerPool(compile_fn, workers or default_workers(), compile_timeout)
     service = CompilerService(pool, cache if cache is not None else Cache())
     server = grpc.server(
         futures.ThreadPoolExecutor(rpc_threads, thread_name_prefix="kiln-rpc"),
@@ -79,6 +79,11 @@ def create_server(address: str, compile_fn: str = DEFAULT_COMPILE_FN, *, workers
         pool.close()
         raise
     return Server(server, service, health_servicer, address), port
+
+
+def default_workers() -> int:
+    """One worker per core, up to 16: each holds LLVM (~150 MB), and a node rarely needs more."""
+    return max(1, min(16, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1))
 
 
 def _bind(server: grpc.Server, address: str) -> int:

@@ -43,7 +43,7 @@ def kiln(*args, env=None, check=True):
 
 def _ensure(_):
     from kiln.daemon.launch import ensure_daemon
-    return ensure_daemon(FAKE_ARGS)
+    return ensure_daemon(FAKE_ARGS, idle_exit=60)
 
 
 @pytest.fixture(scope="module")
@@ -75,7 +75,7 @@ def test_many_processes_start_one_daemon(node):
 
 def test_client_keeps_working_after_fork(node):
     from kiln.daemon.launch import ensure_daemon
-    client = Client(ensure_daemon(FAKE_ARGS))
+    client = Client(ensure_daemon(FAKE_ARGS, idle_exit=60))
     assert client.compile(kernel("forked"), "sm_90a", {}).cubin
     read_end, write_end = os.pipe()
     pid = os.fork()
@@ -97,7 +97,7 @@ def test_client_keeps_working_after_fork(node):
 
 def test_status_and_cache_commands(node, tmp_path):
     from kiln.daemon.launch import ensure_daemon
-    with Client(ensure_daemon(FAKE_ARGS)) as client:
+    with Client(ensure_daemon(FAKE_ARGS, idle_exit=60)) as client:
         key = client.compile(kernel("listed"), "sm_90a", {"num_warps": 2}).key
     status = json.loads(kiln("daemon", "status", "--json").stdout)
     assert status["workers"] == 1 and status["misses"] >= 1 and isinstance(status["cache"]["entries"], int)
@@ -116,7 +116,7 @@ def test_status_and_cache_commands(node, tmp_path):
 
 def test_stop(node):
     from kiln.daemon.launch import ensure_daemon, read_pid_file
-    address = ensure_daemon(FAKE_ARGS)
+    address = ensure_daemon(FAKE_ARGS, idle_exit=60)
     pid = read_pid_file()["pid"]
     assert "stopped" in kiln("daemon", "stop").stdout
     with pytest.raises(ProcessLookupError):
