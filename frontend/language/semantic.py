@@ -491,6 +491,12 @@ def math_binary(name, a, b):
     if name == "umulhi":
         if not a.dtype.is_int():
             raise TypeError(f"umulhi needs integer operands, not {a.dtype}")
+        if a.dtype.is_int_signed():
+            # Triton's umulhi multiplies the bit patterns as unsigned numbers (__nv_umulhi,
+            # checked on an H100 with Triton 3.6), whatever the signedness of the type
+            unsigned = dtype(f"uint{a.dtype.primitive_bitwidth}")
+            high = _elementwise(name, cast(a, unsigned, bitcast=True), cast(b, unsigned, bitcast=True))
+            return cast(high, a.dtype, bitcast=True)
     elif not a.dtype.is_floating():
         raise TypeError(f"{name} needs floating-point operands, not {a.dtype}")
     return _elementwise(name, a, b)
