@@ -7,9 +7,12 @@ one (MISS). The result goes into the node cache before any waiter hears of it.
 """
 from __future__ import annotations
 
+import hashlib
 import logging
 import re
+import threading
 import time
+from collections import OrderedDict
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from concurrent.futures import as_completed
@@ -34,6 +37,7 @@ log = logging.getLogger("kiln.daemon")
 
 _TARGET = re.compile(r"sm_(\d+)[af]?\Z")
 _TEXT_ARTIFACTS = ("ptx", "llir", "kir")
+_DECODED_KEPT = 256  # recent requests kept decoded
 
 
 @dataclass
@@ -53,6 +57,8 @@ class CompilerService(compiler_pb2_grpc.CompilerServicer):
         self.flights = SingleFlight()
         self.stats = ServiceStats()
         self.last_request = time.monotonic()
+        self._decoded: OrderedDict[bytes, _Request] = OrderedDict()
+        self._decoded_lock = threading.Lock()
 
     def idle_for(self) -> float:
         """Seconds since the last request, or 0 while any work is in flight."""
@@ -127,6 +133,22 @@ class CompilerService(compiler_pb2_grpc.CompilerServicer):
 
     # --- the work ----------------------------------------------------------------------------
     def _decode(self, request) -> _Request:
+        """The request, decoded, verified and keyed. Ranks of one job send identical
+        requests: those are decoded once (a big kernel takes milliseconds to verify)."""
+        fingerprint = hashlib.sha256(request.SerializeToString(deterministic=True)).digest()
+        with self._decoded_lock:
+            req = self._decoded.get(fingerprint)
+            if req is not None:
+                self._decoded.move_to_end(fingerprint)
+                return req
+        req = self._decode_new(request)
+        with self._decoded_lock:
+            self._decoded[fingerprint] = req
+            if len(self._decoded) > _DECODED_KEPT:
+                self._decoded.popitem(last=False)
+        return req
+
+    def _decode_new(self, request) -> _Request:
         if not request.HasField("ir"):
             raise ConversionError("the request carries no IR")
         if not _TARGET.match(request.target) or not 80 <= int(_TARGET.match(request.target)[1]) <= 121:
