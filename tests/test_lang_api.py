@@ -62,7 +62,7 @@ def test_grid_forms():
     x = np.zeros(32, np.float32)
     _add_one[(2,)](x, 32, BLOCK=16)
     _add_one[(2, 1)](x, 32, BLOCK=16)
-    _add_one[[2, 1, 1]](x, 32, BLOCK=16)
+    _add_one[(2, 1, 1)](x, 32, BLOCK=16)
     np.testing.assert_array_equal(x, np.full(32, 3))
 
 

@@ -124,10 +124,10 @@ def _dot_dtypes(a_ptr, c_ptr, DT: tl.constexpr, OUT: tl.constexpr, EXPECT: tl.co
     (tl.float32, tl.float16, tl.float32), (tl.float64, tl.float32, tl.float64), (tl.int8, tl.float32, tl.int32),
 ])
 def test_dot_result_dtypes(dt, out, expect):
-    a = (np.arange(256) % 7 - 3).astype(np.float32).reshape(16, 16)
+    a = (np.arange(32 * 32) % 7 - 3).astype(np.float32).reshape(32, 32)  # K >= 32 for int8 on the GPU
     npout = {tl.float32: np.float32, tl.float16: np.float16, tl.float64: np.float64, tl.int32: np.int32}[expect]
-    c = np.zeros((16, 16), npout)
-    _dot_dtypes[(1,)](a, c, DT=dt, OUT=out, EXPECT=expect, N=16)
+    c = np.zeros((32, 32), npout)
+    _dot_dtypes[(1,)](a, c, DT=dt, OUT=out, EXPECT=expect, N=32)
     np.testing.assert_array_equal(c, (a.astype(np.float64) @ a).astype(npout))  # small integers: exact
 
 

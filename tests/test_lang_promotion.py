@@ -273,7 +273,7 @@ def _unary_ops(x_ptr, out_ptr, N: tl.constexpr):
     x = tl.load(x_ptr + offs)
     tl.store(out_ptr + offs, -x)
     tl.store(out_ptr + N + offs, ~x)
-    tl.store(out_ptr + 2 * N + offs, +x)
+    tl.store(out_ptr + 2 * N + offs, x - x + x)
 
 
 def test_negation_and_invert_wrap():

@@ -324,17 +324,16 @@ def _ordered_scans(a_ptr, b_ptr, out_ptr, N: tl.constexpr):
     b = tl.load(b_ptr + offs)
     _, fb = tl.associative_scan((a, b), 0, _compose_affine)
     _, rb = tl.associative_scan((a, b), 0, _compose_affine, reverse=True)
-    _, gb = tl.reduce((a, b), 0, _compose_affine)
     tl.store(out_ptr + offs, fb)
     tl.store(out_ptr + N + offs, rb)
-    tl.store(out_ptr + 2 * N, gb)
 
 
-def test_scans_and_reductions_keep_operand_order():
+def test_scans_keep_operand_order():
+    # (tl.reduce may reorder operands on the GPU: Triton's reductions assume a commutative combine)
     N = 8
     a = (np.arange(N) % 3 + 1).astype(np.int64)
     b = np.arange(N, dtype=np.int64)
-    out = np.zeros(2 * N + 1, np.int64)
+    out = np.zeros(2 * N, np.int64)
     _ordered_scans[(1,)](a, b, out, N=N)
 
     def compose(p, q):
@@ -350,7 +349,6 @@ def test_scans_and_reductions_keep_operand_order():
         rev[i] = acc[1]
     assert out[:N].tolist() == fwd
     assert out[N:2 * N].tolist() == rev
-    assert out[2 * N] == fwd[-1]
 
 
 @kiln.jit
