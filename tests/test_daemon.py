@@ -280,3 +280,10 @@ def test_real_codegen_through_the_daemon(tmp_path):
             assert stub.Compile(req, timeout=30).cache_status == pb.CACHE_HIT
     finally:
         server.stop(0)
+
+
+def test_identical_requests_are_decoded_once(daemon):
+    service = daemon[0].service
+    first, again = service._decode(request("memo")), service._decode(request("memo"))
+    assert first is again and first.key == service._decode(request("memo", dumps=True)).key
+    assert service._decode(request("memo", target="sm_80")).key != first.key
