@@ -16,6 +16,7 @@ def _printer(x_ptr, N: tl.constexpr):
     tl.device_print("pid", tl.program_id(0))
 
 
+@pytest.mark.interpreter_only
 def test_device_print_prints_every_element_of_every_program(capsys):
     x = np.array([11, 22, 33, 44], np.int32)
     _printer[(2,)](x, N=4)
@@ -33,6 +34,7 @@ def _hex_printer(x_ptr):
     tl.device_print("h", tl.load(x_ptr), hex=True)
 
 
+@pytest.mark.interpreter_only
 def test_device_print_hex(capsys):
     _hex_printer[(1,)](np.array([255], np.int32))
     out = capsys.readouterr().out
@@ -44,6 +46,7 @@ def _python_print(x_ptr):
     print("pyprint", tl.load(x_ptr) + 1)
 
 
+@pytest.mark.interpreter_only
 def test_builtin_print_is_device_print(capsys):
     _python_print[(1,)](np.array([41], np.int32))
     out = capsys.readouterr().out
@@ -56,6 +59,7 @@ def _asserting(x_ptr, N: tl.constexpr):
     tl.device_assert(x >= 0, "x must be non-negative")
 
 
+@pytest.mark.interpreter_only
 def test_device_assert_passes_and_fails():
     _asserting[(1,)](np.arange(4, dtype=np.int32), N=4)
     with pytest.raises(Exception, match="x must be non-negative") as info:
@@ -70,6 +74,7 @@ def _assert_masked(x_ptr, N: tl.constexpr):
     tl.device_assert(x > 0, "positive where masked in", mask=offs < 2)
 
 
+@pytest.mark.interpreter_only
 def test_device_assert_mask_skips_lanes():
     _assert_masked[(1,)](np.array([1, 2, -3, -4], np.int32), N=4)
     with pytest.raises(Exception, match="positive where masked in"):
@@ -82,6 +87,7 @@ def _python_assert(x_ptr):
     assert x < 10, "too big"
 
 
+@pytest.mark.interpreter_only
 def test_python_assert_on_a_tensor_is_a_device_assert():
     _python_assert[(1,)](np.array([3], np.int32))
     with pytest.raises(Exception, match="too big"):
