@@ -274,3 +274,15 @@ def test_print_and_assert():
     printed = in_child(check_debug, 100)
     assert any("v: " in p for p in printed) and any("n: " in p for p in printed)
     assert "v must be below n" in in_child(check_debug, 10)
+
+
+def check_batched_dot():
+    rng = np.random.default_rng(10)
+    a, b = rng.standard_normal((2, 16, 16)).astype(np.float16), rng.standard_normal((2, 16, 16)).astype(np.float16)
+    c = np.zeros((2, 16, 16), np.float32)
+    run("dot_batched", (1,), [a, b, c])
+    return float(np.abs(c - np.matmul(a.astype(np.float64), b.astype(np.float64))).max())
+
+
+def test_batched_dot():
+    assert in_child(check_batched_dot) < 1e-4

@@ -20,20 +20,19 @@ from .types import reg_type
 def _dot(lw, op):
     a, b, acc = op.operands
     out = op.results[0]
-    if len(out.type.shape) != 2:
-        raise LoweringError("batched (3-D) dot is not lowered yet")
     from .mma import can_use_mma, lower_mma
-    if can_use_mma(lw, op):
+    if len(out.type.shape) == 2 and can_use_mma(lw, op):
         return lower_mma(lw, op)
-    (M, K), (_, N) = a.type.shape, b.type.shape
+    batched = len(out.type.shape) == 3  # [B, M, K] x [B, K, N]: batch index leads every key
+    (M, K), (_, N) = a.type.shape[-2:], b.type.shape[-2:]
     layout = lw.layout(out)
     s_in, s_out = scalar_of(a.type), scalar_of(out.type)
     # fp16/bf16 accumulators sum in fp32 and round once at the end
     s_acc = float32 if s_out.name in ("fp16", "bf16") else s_out
     acc_regs = [cast_value(lw, r, s_out, s_acc) for r in lw.regs(acc, layout)]
     a_ty, b_ty = reg_type(a.type), reg_type(b.type)
-    a_bytes = M * K * elem_bytes(a_ty)
-    base = lw.smem(a_bytes + K * N * elem_bytes(b_ty))
+    a_bytes = a.type.numel * elem_bytes(a_ty)
+    base = lw.smem(a_bytes + b.type.numel * elem_bytes(b_ty))
     store_elements(lw, base, a_ty, lw.regs(a), flats_of(lw, lw.layout(a), a.type.shape))
     store_elements(lw, base, b_ty, lw.regs(b), flats_of(lw, lw.layout(b), b.type.shape), a_bytes)
     lw.barrier()
@@ -42,8 +41,13 @@ def _dot(lw, op):
     indices = lw.indices(layout, out.type.shape)
     rows, cols = OrderedDict(), OrderedDict()
     for off, idx in zip(offsets, indices):
-        rows.setdefault(off[0], idx[0])
-        cols.setdefault(off[1], idx[1])
+        # a row of A starts at (batch*M + m)*K, a column of B at batch*K*N + n
+        if batched:
+            rows.setdefault(off[:2], lw.b.add(lw.b.mul(idx[0], lw.i32(M)), idx[1]))
+            cols.setdefault((off[0], off[2]), (lw.b.mul(idx[0], lw.i32(K)), idx[2]))
+        else:
+            rows.setdefault(off[:1], idx[0])
+            cols.setdefault(off[1:], (lw.i32(0), idx[1]))
 
     pre = lw.b.block
     loop = lw.llfn.append_basic_block("dot.k")
@@ -60,12 +64,13 @@ def _dot(lw, op):
         (v,) = load_elements(lw, base, a_ty, [lw.b.add(lw.b.mul(row, lw.i32(K)), k)])
         a_vals[off] = cast_value(lw, v, s_in, s_acc)
     b_vals = {}
-    for off, col in cols.items():
-        (v,) = load_elements(lw, base, b_ty, [lw.b.add(lw.b.mul(k, lw.i32(N)), col)], a_bytes)
+    for off, (krow0, col) in cols.items():
+        krow = lw.b.add(krow0, k)
+        (v,) = load_elements(lw, base, b_ty, [lw.b.add(lw.b.mul(krow, lw.i32(N)), col)], a_bytes)
         b_vals[off] = cast_value(lw, v, s_in, s_acc)
     new = []
     for p, off in zip(phis, offsets):
-        x, y = a_vals[off[0]], b_vals[off[1]]
+        x, y = (a_vals[off[:2]], b_vals[(off[0], off[2])]) if batched else (a_vals[off[:1]], b_vals[off[1:]])
         if s_acc.is_floating():
             fma = lw.intrinsic(f"llvm.fma.{ {'fp32': 'f32', 'fp64': 'f64', 'fp16': 'f16'}[s_acc.name] }", p.type, [p.type] * 3)
             new.append(lw.b.call(fma, [x, y, p]))
