@@ -25,6 +25,9 @@ def test_device_print_prints_every_element_of_every_program(capsys):
     assert len(lines) == 8  # 4 elements x 2 programs
     for v in (11, 22, 33, 44):
         assert sum(bool(re.search(rf"\b{v}\b", ln)) for ln in lines) == 2
+    # Triton's format on the GPU: one line per element, "pid (x, y, z) idx (i) <prefix>: <value>"
+    assert "pid (1, 0, 0) idx (2) val: 33" in out.splitlines()
+    assert "pid (0, 0, 0) idx (0) val: 11" in out.splitlines()
     pid_lines = [ln for ln in out.splitlines() if "pid" in ln and "val" not in ln]
     assert any(re.search(r"pid.*\b1\s*$", ln) for ln in pid_lines)
 
