@@ -40,6 +40,7 @@ def _parser() -> argparse.ArgumentParser:
     start.add_argument("--compile-fn", default=None, help="module:function the workers call")
     start.add_argument("--compile-timeout", type=float, default=300.0, help="seconds before a compile is killed")
     start.add_argument("--idle-exit", type=float, default=0, help="exit after this many idle seconds (0: never)")
+    start.add_argument("--metrics", metavar="HOST:PORT", help="also serve Prometheus metrics at /metrics")
     start.set_defaults(run=_start)
     stop = daemon.add_parser("stop", help="stop the node daemon, letting compiles in flight finish")
     stop.set_defaults(run=_stop)
@@ -91,7 +92,7 @@ def _forwarded(args) -> list[str]:
     """The options of `start` again, for the background process that serves."""
     out = ["--compile-timeout", str(args.compile_timeout)]
     for flag, value in (("--socket", args.socket), ("--listen", args.listen), ("--workers", args.workers),
-                        ("--compile-fn", args.compile_fn)):
+                        ("--compile-fn", args.compile_fn), ("--metrics", args.metrics)):
         if value:
             out += [flag, str(value)]
     return out
@@ -117,6 +118,11 @@ def serve(args) -> int:
     launch.pid_file().parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     launch.pid_file().write_text(json.dumps({"pid": os.getpid(), "address": address}))
     log.info("event=serving address=%s workers=%d pid=%d", address, server.pool.size, os.getpid())
+    if args.metrics:
+        from .metrics import serve_metrics
+        host, _, port = args.metrics.rpartition(":")
+        metrics = serve_metrics(server.service, host or "127.0.0.1", int(port))
+        log.info("event=metrics address=%s:%d", *metrics.server_address[:2])
 
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

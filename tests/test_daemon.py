@@ -287,3 +287,18 @@ def test_identical_requests_are_decoded_once(daemon):
     first, again = service._decode(request("memo")), service._decode(request("memo"))
     assert first is again and first.key == service._decode(request("memo", dumps=True)).key
     assert service._decode(request("memo", target="sm_80")).key != first.key
+
+
+def test_prometheus_metrics(stub, daemon):
+    import urllib.request
+
+    from kiln.daemon.metrics import serve_metrics
+    stub.Compile(request("metered"), timeout=30)
+    httpd = serve_metrics(daemon[0].service, "127.0.0.1", 0)
+    try:
+        url = "http://127.0.0.1:%d/metrics" % httpd.server_address[1]
+        text = urllib.request.urlopen(url, timeout=10).read().decode()
+    finally:
+        httpd.shutdown()
+    assert "# TYPE kiln_daemon_requests_total counter" in text and 'kiln_daemon_compile_ms{quantile="0.5"}' in text
+    assert "kiln_daemon_workers 2" in text
