@@ -31,6 +31,9 @@ def conformance_on_gpu(request, monkeypatch):
         return
     if request.node.get_closest_marker("interpreter_only"):
         pytest.skip("checks the interpreter's own behaviour")
+    gap = request.node.get_closest_marker("codegen_gap")
+    if gap:
+        request.node.add_marker(pytest.mark.xfail(reason=f"known codegen gap: {gap.args[0]}", strict=True))
     import kiln.compiler
     from device_arrays import launch_with_device_copies
     monkeypatch.setenv("KILN_INTERPRET", "0")

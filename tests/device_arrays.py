@@ -1,24 +1,31 @@
 """GPU conformance mode: a kernel launched with NumPy arrays runs on copies in GPU memory.
 
-Each array argument is copied to a fresh CUDA tensor for the launch and copied back
-afterwards, so a conformance test written for the interpreter checks the compiled
-kernel against the same NumPy reference.
+For each launch, the whole memory span under each array argument (its base buffer, so
+strided and transposed views keep their layout) is copied to the GPU, the kernel gets a
+pointer at the same offset inside the copy, and the span is copied back afterwards. A
+conformance test written for the interpreter thus checks the compiled kernel against the
+same NumPy reference.
 """
+import ctypes
+
 import numpy as np
 
 
-def _to_device(torch, array):
-    if array.dtype.kind == "V" or array.dtype.name in ("bfloat16", "float8_e4m3fn", "float8_e5m2"):
-        host = torch.from_numpy(np.ascontiguousarray(array).view(np.uint8 if array.itemsize == 1 else np.int16))
-    else:
-        host = torch.from_numpy(np.ascontiguousarray(array))
-    return host.cuda()
+class DevicePointer:
+    """What the launcher needs of a tensor argument: its address."""
+
+    def __init__(self, address: int):
+        self.address = address
+
+    def data_ptr(self) -> int:
+        return self.address
 
 
-def _to_host(array, device):
-    data = device.cpu().numpy().view(array.dtype).reshape(array.shape)
-    if array.flags.writeable:
-        array[...] = data
+def _host_span(array: np.ndarray) -> tuple[np.ndarray, int]:
+    """The bytes under `array` (a view on its memory) and the array's offset into them."""
+    low, high = np.lib.array_utils.byte_bounds(array)
+    span = np.ctypeslib.as_array((ctypes.c_uint8 * max(1, high - low)).from_address(low))
+    return span, array.ctypes.data - low
 
 
 def launch_with_device_copies(launch):
@@ -28,20 +35,22 @@ def launch_with_device_copies(launch):
         copies, device_args = [], []
         for arg in args:
             if isinstance(arg, np.ndarray):
-                device = _to_device(torch, arg)
-                copies.append((arg, device))
-                device_args.append(device)
+                span, offset = _host_span(arg)
+                device = torch.from_numpy(span.copy()).cuda()
+                copies.append((span, device, arg.flags.writeable))
+                device_args.append(DevicePointer(device.data_ptr() + offset))
             elif hasattr(arg, "data_ptr") and not getattr(arg, "is_cuda", True):
                 device = arg.cuda()
-                copies.append((arg, device))
+                copies.append((arg, device, True))
                 device_args.append(device)
             else:
                 device_args.append(arg)
         launch(self, grid, device_args, stream)
         torch.cuda.synchronize()
-        for host, device in copies:
+        for host, device, writeable in copies:
             if isinstance(host, np.ndarray):
-                _to_host(host, device)
+                if writeable:
+                    host[...] = device.cpu().numpy()
             else:
                 host.copy_(device.cpu())
     return launch_on_gpu
