@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import operator
 
-from kiln.ir import Function, print_function
+from kiln.ir import Function, parse_function, print_function
 
 from . import config
 from .runtime import cuda_driver as driver
@@ -25,6 +25,19 @@ def compile_binary(ir: Function, target: str, options: dict):
     return fetch(ir, target, codegen_options(options))
 
 
+def without_asserts(ir: Function) -> Function:
+    """A copy of `ir` with its device_assert checks removed (Triton keeps them only in debug mode)."""
+    if not any(op.name == "assert" for op in ir.walk()):
+        return ir
+    copy = parse_function(print_function(ir))
+    blocks = [copy.body]
+    while blocks:
+        block = blocks.pop()
+        block.ops = [op for op in block.ops if op.name != "assert"]
+        blocks.extend(region for op in block.ops for region in op.regions)
+    return copy
+
+
 class Metadata(dict):
     """A compiled kernel's metadata, readable as keys or attributes (`kernel.metadata.shared`)."""
 
@@ -43,10 +56,11 @@ class CompiledKernel:
     compiled kernels.
     """
 
-    def __init__(self, name: str, ir: Function, options: dict):
+    def __init__(self, name: str, ir: Function, options: dict, debug: bool = False):
         self.name = name
-        self.ir = ir
+        self.ir = ir  # the interpreter always runs it whole, asserts included
         self.options = options
+        self.debug = debug
         self._asm: dict = {}
         self.metadata = Metadata(name=name, **codegen_options(options))
         self.binaries: dict = {}
@@ -76,7 +90,7 @@ class CompiledKernel:
         """Compile for `target` once; the result also fills `asm` and `metadata`."""
         binary = self.binaries.get(target)
         if binary is None:
-            binary = compile_binary(self.ir, target, self.options)
+            binary = compile_binary(self.ir if self.debug else without_asserts(self.ir), target, self.options)
             self.binaries[target] = binary
             self._asm.update(llir=binary.llir, ptx=binary.ptx, cubin=binary.cubin)
             self.metadata.update(binary.metadata)
@@ -115,4 +129,5 @@ class CompiledKernel:
 
 def compile_kernel(jitfn, params, options) -> CompiledKernel:
     ir = build_kernel(jitfn, params)
-    return CompiledKernel(jitfn.__name__, ir, options)
+    debug = bool(options.get("debug") or jitfn.debug or config.debug())
+    return CompiledKernel(jitfn.__name__, ir, options, debug)

@@ -168,3 +168,36 @@ def test_triton_host_apis():
     k = add_kernel.warmup(x, x, x, 4096, BLOCK_SIZE=1024, grid=(1,))
     k._init_handles()
     assert k.n_regs > 0 and k.metadata.shared == k.shared and k.metadata.num_warps == 4
+
+
+DEBUG_SCRIPT = r"""
+import sys, torch
+import kiln, kiln.language as tl
+
+@kiln.jit(debug=DEBUG)
+def check(x_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs, mask=offs < n, other=1.0)
+    tl.device_print("x=", x)
+    tl.device_assert(x > 0, "x must be positive")
+
+x = torch.tensor([1.0, 2.0, -3.0, 4.0], device="cuda")
+check[(1,)](x, 4, BLOCK=4)
+torch.cuda.synchronize()
+print("finished")
+"""
+
+
+@pytest.mark.parametrize("debug", [True, False])
+def test_device_print_and_assert_in_a_fresh_process(debug, tmp_path):
+    import subprocess
+    script = tmp_path / "debug_kernel.py"
+    script.write_text(DEBUG_SCRIPT.replace("DEBUG", str(debug)))
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120,
+                         env=dict(os.environ, KILN_INTERPRET="0"))
+    assert "x= -3" in out.stdout or "x= -3.0" in out.stdout, out.stdout + out.stderr
+    if debug:  # the failed assert stops the kernel and poisons the context
+        assert out.returncode != 0 and "finished" not in out.stdout
+        assert "x must be positive" in out.stdout + out.stderr
+    else:  # Triton drops device_assert outside debug mode
+        assert out.returncode == 0 and "finished" in out.stdout, out.stderr
