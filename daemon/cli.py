@@ -43,6 +43,7 @@ def _parser() -> argparse.ArgumentParser:
     start.add_argument("--metrics", metavar="HOST:PORT", help="also serve Prometheus metrics at /metrics")
     start.set_defaults(run=_start)
     stop = daemon.add_parser("stop", help="stop the node daemon, letting compiles in flight finish")
+    stop.add_argument("--socket", metavar="PATH", help="the daemon started with --socket PATH")
     stop.set_defaults(run=_stop)
     status = daemon.add_parser("status", help="workers, queue, hits and misses, compile latency")
     status.add_argument("--address", help="the daemon (default: KILN_DAEMON or the node daemon)")
@@ -115,8 +116,9 @@ def serve(args) -> int:
     server.start()
     if args.listen:
         address = f"{args.listen.rsplit(':', 1)[0]}:{port}"
-    launch.pid_file().parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    launch.pid_file().write_text(json.dumps({"pid": os.getpid(), "address": address}))
+    pid_file = launch.pid_file(address)
+    pid_file.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    pid_file.write_text(json.dumps({"pid": os.getpid(), "address": address}))
     log.info("event=serving address=%s workers=%d pid=%d", address, server.pool.size, os.getpid())
     if args.metrics:
         from .metrics import serve_metrics
@@ -133,8 +135,8 @@ def serve(args) -> int:
             break
     log.info("event=stopping")
     server.stop(grace=30)
-    if (launch.read_pid_file() or {}).get("pid") == os.getpid():
-        launch.pid_file().unlink(missing_ok=True)
+    if (launch.read_pid_file(address) or {}).get("pid") == os.getpid():
+        pid_file.unlink(missing_ok=True)
     log.info("event=stopped")
     return 0
 
@@ -152,14 +154,15 @@ def _new_token() -> str:
 
 
 def _stop(args) -> int:
-    info = launch.read_pid_file()
+    address = f"unix:{args.socket}" if args.socket else None
+    info = launch.read_pid_file(address)
     if info is None:
         print("no kiln daemon is running")
         return 1
     try:
         os.kill(info["pid"], signal.SIGTERM)
     except ProcessLookupError:
-        launch.pid_file().unlink(missing_ok=True)
+        launch.pid_file(address).unlink(missing_ok=True)
         print("no kiln daemon is running (removed a stale pid file)")
         return 1
     deadline = time.monotonic() + 60

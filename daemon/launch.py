@@ -17,8 +17,13 @@ def default_address() -> str:
     return f"unix:{env.runtime_dir() / 'daemon.sock'}"
 
 
-def pid_file() -> Path:
-    return env.runtime_dir() / "daemon.pid"
+def pid_file(address: str | None = None) -> Path:
+    """Where the daemon serving `address` (default: the node daemon) writes its pid."""
+    if address is None or address == default_address():
+        return env.runtime_dir() / "daemon.pid"
+    if address.startswith("unix:"):
+        return Path(address[len("unix:"):] + ".pid")
+    return env.runtime_dir() / f"daemon-{address.rsplit(':', 1)[-1]}.pid"
 
 
 def log_file() -> Path:
@@ -33,9 +38,9 @@ def configured_address() -> str | None:
     return setting or default_address()
 
 
-def read_pid_file() -> dict | None:
+def read_pid_file(address: str | None = None) -> dict | None:
     try:
-        return json.loads(pid_file().read_text())
+        return json.loads(pid_file(address).read_text())
     except (OSError, ValueError):
         return None
 

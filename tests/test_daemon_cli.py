@@ -172,3 +172,14 @@ def test_idle_daemon_exits(tmp_path):
     finally:
         proc.kill()
     assert "event=idle_exit" in proc.stderr.read()
+
+
+def test_a_daemon_on_its_own_socket_keeps_its_own_pid_file(tmp_path):
+    path = os.path.join(tempfile.mkdtemp(prefix="ko-", dir="/tmp"), "d.sock")
+    env = {**os.environ, "KILN_CACHE_DIR": str(tmp_path / "c"), "XDG_RUNTIME_DIR": str(tmp_path / "run")}
+    kiln("daemon", "start", "--socket", path, *FAKE_ARGS, env=env)
+    assert Client(f"unix:{path}").healthy() and os.path.exists(path + ".pid")
+    assert not (tmp_path / "run" / "kiln" / "daemon.pid").exists()  # the node daemon's is not touched
+    assert kiln("daemon", "stop", env=env, check=False).returncode == 1  # no node daemon to stop
+    assert "stopped" in kiln("daemon", "stop", "--socket", path, env=env).stdout
+    assert not os.path.exists(path + ".pid")
