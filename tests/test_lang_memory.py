@@ -28,7 +28,9 @@ def _masked_store(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
     mask = offs < n
     # (ptxas refuses .cg or .cs together with an eviction policy, so each hint comes alone)
     x = tl.load(x_ptr + offs, mask=mask, other=0, cache_modifier=".cg")
-    x += tl.load(x_ptr + offs, mask=mask, other=0, eviction_policy="evict_last", volatile=True)
+    x += tl.load(x_ptr + offs, mask=mask, other=0, eviction_policy="evict_last")
+    x -= tl.load(x_ptr + offs, mask=mask, other=0, volatile=True)
+    x += tl.load(x_ptr + offs, mask=mask, other=0)
     tl.store(y_ptr + offs, x * 3, mask=mask, cache_modifier=".cs")
     tl.store(y_ptr + offs, x * 3, mask=mask, eviction_policy="evict_first")
 
@@ -331,7 +333,7 @@ def _atomic_methods(p_ptr, N: tl.constexpr):
     p.atomic_add(1)
     p.atomic_max(offs)
     p.atomic_xor(3)
-    p.atomic_cas(offs ^ 3, 100)
+    p.atomic_cas(offs ^ 3, offs * 0 + 100)  # Triton's atomic_cas does not broadcast a scalar value
     q = p_ptr + N + offs
     q.atomic_min(offs - 1)
     q.atomic_or(16)
