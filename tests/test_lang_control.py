@@ -434,3 +434,37 @@ def test_jit_calls_with_defaults_and_keywords():
     out = np.zeros(12, np.int32)
     _keyword_calls[(1,)](x, out, N=4)
     np.testing.assert_array_equal(out, np.concatenate([x * 2, x * 2 + 5, x * 3]))
+
+
+@kiln.jit
+def _range_hints(out_ptr, n):
+    acc = 0
+    for i in tl.range(0, n, 1, num_stages=3, loop_unroll_factor=2):
+        acc += i
+    for j in tl.range(n, num_stages=1, flatten=True):
+        acc += 100
+    for k in tl.static_range(6, 0, -2):
+        acc += k * 1000
+    tl.store(out_ptr, acc)
+
+
+def test_tl_range_hints_and_negative_static_step():
+    out = np.zeros(1, np.int32)
+    _range_hints[(1,)](out, 5)
+    assert out[0] == sum(range(5)) + 500 + (6 + 4 + 2) * 1000
+
+
+@kiln.jit
+def _scalar_condition_where(x_ptr, out_ptr, flag, N: tl.constexpr):
+    offs = tl.arange(0, N)
+    x = tl.load(x_ptr + offs)
+    tl.store(out_ptr + offs, tl.where(flag > 2, x, -x))
+
+
+def test_where_with_a_scalar_runtime_condition():
+    x = np.arange(4, dtype=np.float32) + 1
+    out = np.zeros(4, np.float32)
+    _scalar_condition_where[(1,)](x, out, 5, N=4)
+    np.testing.assert_array_equal(out, x)
+    _scalar_condition_where[(1,)](x, out, 0, N=4)
+    np.testing.assert_array_equal(out, -x)
