@@ -161,3 +161,27 @@ def test_fp_downcast_rounding_rtz():
     up = np.nextafter(y, np.copysign(np.float16(np.inf), y)).astype(np.float32)
     assert np.all(np.abs(up) > np.abs(x))
     assert np.any(y != nearest)
+
+
+CONVERSIONS = [
+    (np.array([0xFFFFFFFF, 2**31, 1, 0, 16777217, 2**32 - 129, 3, 4], np.uint32), tl.float32, np.float32),
+    (np.array([2**64 - 1, 2**63, 1, 0, 2**53 + 1, 5, 6, 7], np.uint64), tl.float64, np.float64),
+    (np.array([2**64 - 1, 2**63, 1, 0, 2**53 + 1, 5, 6, 7], np.uint64), tl.float32, np.float32),
+    # fp64 -> fp16 rounds once (not through fp32): 1 + 2**-11 + 2**-40 rounds up
+    (np.array([1 + 2**-11 + 2**-40, 65519.99, 65520.0, 1e-8, 2**-24, 3 * 2**-26, -0.0, 1 / 3], np.float64),
+     tl.float16, np.float16),
+    (np.array([1 + 2**-8 + 2**-30, 3.0e38, 1e-40, -1.00390625, 1.00390625, 1.01171875, np.inf, np.nan], np.float32),
+     tl.bfloat16, ml_dtypes.bfloat16),
+    (np.array([3e9, 4.2e9, 1.5, 0.0, 2**31, 255.9, 7.0, 1e9], np.float32), tl.uint32, np.uint32),
+    (np.array([1.5, 65504, 0.099975586, 1e-5, 6e-8, -2, 3, 4], np.float16), tl.bfloat16, ml_dtypes.bfloat16),
+    (np.array([True, False, True, True, False, False, True, False]), tl.float16, np.float16),
+]
+
+
+@pytest.mark.parametrize("x,dst,npdt", CONVERSIONS, ids=[f"{c[0].dtype}-{c[1]}" for c in CONVERSIONS])
+def test_conversions_round_like_numpy(x, dst, npdt):
+    y = np.zeros(8, npdt)
+    _cast_kernel[(1,)](x, y, DST=dst, N=8)
+    with np.errstate(all="ignore"):
+        ref = x.astype(npdt)
+    np.testing.assert_array_equal(y.view(np.uint8), ref.view(np.uint8))  # bit-exact (NaN included)
