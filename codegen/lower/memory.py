@@ -94,8 +94,6 @@ def _plain_load(lw, ptr, elem_ty, n, align):
 
 
 def _masked_load(lw, ptr, mask, others, elem_ty, n):
-    if lw.ctx.portable:
-        return _branchy_load(lw, ptr, mask, others, elem_ty, n)
     ebits = 64 if elem_ty == GLOBAL_PTR else _bits(elem_ty)
     word_bits, nwords, ptx_ty = _words(ebits * n)
     wty = _word_type(word_bits) if word_bits != 8 else I16
@@ -109,21 +107,29 @@ def _masked_load(lw, ptr, mask, others, elem_ty, n):
     ret = wty if nwords == 1 else ir.LiteralStructType([wty] * nwords)
     fty = ir.FunctionType(ret, [I1, GLOBAL_PTR] + [wty] * nwords)
     other_words = _pack(lw, others, elem_ty, word_bits, nwords)
+    if lw.ctx.portable:  # the same words, loaded under a branch (CPU emulation)
+        words = _branchy_load(lw, ptr, mask, other_words, wty, nwords, max(1, word_bits // 8))
+        if word_bits == 8:
+            words = [lw.b.zext(lw.b.trunc(w, I8), I16) for w in words]
+        return _unpack(lw, words, elem_ty, n, word_bits)
     got = lw.b.call(ir.InlineAsm(fty, text, cons, side_effect=True), [mask, ptr] + other_words)
     words = [got] if nwords == 1 else [lw.b.extract_value(got, i) for i in range(nwords)]
     return _unpack(lw, words, elem_ty, n, word_bits)
 
 
 def _masked_store(lw, ptr, mask, values, elem_ty):
-    if lw.ctx.portable:
-        with lw.b.if_then(mask):
-            _plain_store(lw, ptr, values, elem_ty)
-        return
     ebits = 64 if elem_ty == GLOBAL_PTR else _bits(elem_ty)
     word_bits, nwords, ptx_ty = _words(ebits * len(values))
     wty = _word_type(word_bits) if word_bits != 8 else I16
     con = "r" if wty == I32 else "h"
     words = _pack(lw, values, elem_ty, word_bits, nwords)
+    if lw.ctx.portable:  # the same words, stored under a branch (CPU emulation)
+        with lw.b.if_then(mask):
+            if word_bits == 8:
+                lw.b.store(lw.b.trunc(words[0], I8), ptr, align=1)
+            else:
+                _plain_store(lw, ptr, words, wty, max(1, word_bits // 8))
+        return
     srcs = ", ".join(f"${i + 2}" for i in range(nwords))
     vec = f".v{nwords}" if nwords > 1 else ""
     src = f"{{{srcs}}}" if nwords > 1 else srcs
@@ -133,11 +139,14 @@ def _masked_store(lw, ptr, mask, values, elem_ty):
     lw.b.call(ir.InlineAsm(fty, text, cons, side_effect=True), [mask, ptr] + words)
 
 
-def _branchy_load(lw, ptr, mask, others, elem_ty, n):
-    """The portable form of a masked load: a branch around a plain load."""
+def _branchy_load(lw, ptr, mask, others, ty, n, elem_bytes):
+    """The portable form of a predicated load: a branch around a plain load."""
     before = lw.b.block
     with lw.b.if_then(mask):
-        got = _plain_load(lw, ptr, elem_ty, n, n * _elem_bytes(elem_ty))
+        if ty == I16 and elem_bytes == 1:  # one byte, carried in a 16-bit word
+            got = [lw.b.zext(lw.b.load(ptr, typ=I8, align=1), I16)]
+        else:
+            got = _plain_load(lw, ptr, ty, n, n * elem_bytes)
         inside = lw.b.block
     out = []
     for g, o in zip(got, others):
@@ -148,15 +157,16 @@ def _branchy_load(lw, ptr, mask, others, elem_ty, n):
     return out
 
 
-def _plain_store(lw, ptr, chunk, elem_ty):
+def _plain_store(lw, ptr, chunk, elem_ty, elem_bytes=None):
     n = len(chunk)
+    elem_bytes = elem_bytes or _elem_bytes(elem_ty)
     if n == 1:
-        lw.b.store(chunk[0], ptr, align=_elem_bytes(elem_ty))
+        lw.b.store(chunk[0], ptr, align=elem_bytes)
         return
     vec = ir.Constant(ir.VectorType(elem_ty, n), ir.Undefined)
     for i, x in enumerate(chunk):
         vec = lw.b.insert_element(vec, x, lw.i32(i))
-    lw.b.store(vec, ptr, align=n * _elem_bytes(elem_ty))
+    lw.b.store(vec, ptr, align=n * elem_bytes)
 
 
 def _bits(ty):
