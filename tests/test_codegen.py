@@ -186,3 +186,12 @@ def test_language_conformance_kernels_compile(name):
     for target in TARGETS:
         ck = compile(fn, target)
         assert ck.cubin[:4] == b"\x7fELF"
+
+
+def test_cache_hints_and_volatile_loads():
+    ptx = compiled("cache_hints").ptx
+    assert "ld.global.cg.v4.b32" in ptx and "ld.global.L1::evict_first.v4.b32" in ptx
+    assert "st.global.cs.v4.b32" in ptx
+    loop = ptx[ptx.index("$L__BB0_1:"):]  # the spin loop re-reads the flag every time round
+    assert "ld.volatile.global.b32" in loop
+    assert "L1::evict" not in compiled("cache_hints", "sm_80").ptx  # needs PTX 7.4

@@ -93,7 +93,25 @@ def _plain_load(lw, ptr, elem_ty, n, align):
     return [lw.b.inttoptr(x, GLOBAL_PTR) for x in vals] if elem_ty == GLOBAL_PTR else vals
 
 
-def _masked_load(lw, ptr, mask, others, elem_ty, n):
+_LOAD_CACHE = (".ca", ".cg", ".cs", ".lu", ".cv")
+_STORE_CACHE = (".wb", ".cg", ".cs", ".wt")
+_EVICT = ("evict_first", "evict_last")
+
+
+def qualifiers(op, lw=None) -> str:
+    """PTX qualifiers after `ld`/`st` for the op's cache/evict/volatile attributes
+    (a cache operator and an eviction priority exclude each other in PTX)."""
+    cache, evict = op.attrs.get("cache") or "", op.attrs.get("evict") or ""
+    if op.attrs.get("volatile"):
+        return ".volatile.global"
+    if cache in (_LOAD_CACHE if op.name == "load" else _STORE_CACHE):
+        return ".global" + cache
+    if evict in _EVICT and (lw is None or lw.ctx.target.ptx_version >= 74):  # PTX 7.4 added them
+        return ".global.L1::" + evict
+    return ".global"
+
+
+def _masked_load(lw, ptr, mask, others, elem_ty, n, quals=".global"):
     ebits = 64 if elem_ty == GLOBAL_PTR else _bits(elem_ty)
     word_bits, nwords, ptx_ty = _words(ebits * n)
     wty = _word_type(word_bits) if word_bits != 8 else I16
@@ -102,7 +120,7 @@ def _masked_load(lw, ptr, mask, others, elem_ty, n):
     mov = "".join(f"mov.b{16 if con == 'h' else 32} ${i}, ${nwords + 2 + i}; " for i in range(nwords))
     vec = f".v{nwords}" if nwords > 1 else ""
     dst = f"{{{outs}}}" if nwords > 1 else outs
-    text = f"{mov}@${nwords} ld.global{vec}.{ptx_ty} {dst}, [${nwords + 1}];"
+    text = f"{mov}@${nwords} ld{quals}{vec}.{ptx_ty} {dst}, [${nwords + 1}];"
     cons = ",".join([f"={con}"] * nwords + ["b", "l"] + [con] * nwords)
     ret = wty if nwords == 1 else ir.LiteralStructType([wty] * nwords)
     fty = ir.FunctionType(ret, [I1, GLOBAL_PTR] + [wty] * nwords)
@@ -117,7 +135,7 @@ def _masked_load(lw, ptr, mask, others, elem_ty, n):
     return _unpack(lw, words, elem_ty, n, word_bits)
 
 
-def _masked_store(lw, ptr, mask, values, elem_ty):
+def _masked_store(lw, ptr, mask, values, elem_ty, quals=".global"):
     ebits = 64 if elem_ty == GLOBAL_PTR else _bits(elem_ty)
     word_bits, nwords, ptx_ty = _words(ebits * len(values))
     wty = _word_type(word_bits) if word_bits != 8 else I16
@@ -133,7 +151,7 @@ def _masked_store(lw, ptr, mask, values, elem_ty):
     srcs = ", ".join(f"${i + 2}" for i in range(nwords))
     vec = f".v{nwords}" if nwords > 1 else ""
     src = f"{{{srcs}}}" if nwords > 1 else srcs
-    text = f"@$0 st.global{vec}.{ptx_ty} [$1], {src};"
+    text = f"@$0 st{quals}{vec}.{ptx_ty} [$1], {src};"
     cons = ",".join(["b", "l"] + [con] * nwords)
     fty = ir.FunctionType(ir.VoidType(), [I1, GLOBAL_PTR] + [wty] * nwords)
     lw.b.call(ir.InlineAsm(fty, text, cons, side_effect=True), [mask, ptr] + words)
@@ -187,13 +205,16 @@ def _load(lw, op):
     n = access_width(lw, op, layout, out.type.shape, _bits(elem_ty) if elem_ty != GLOBAL_PTR else 64)
     zero = ir.Constant(elem_ty, 0 if isinstance(elem_ty, ir.IntType) else 0.0) if elem_ty != GLOBAL_PTR else \
         ir.Constant(GLOBAL_PTR, None)
+    quals = qualifiers(op, lw)
+    if masks is None and quals != ".global":  # cache hints need PTX: predicate on true
+        masks = [ir.Constant(I1, 1)] * len(ptrs)
     regs = []
     for g in range(0, len(ptrs), n):
         if masks is None:
             regs += _plain_load(lw, ptrs[g], elem_ty, n, n * _elem_bytes(elem_ty))
         else:
             other = others[g:g + n] if others else [zero] * n
-            regs += _masked_load(lw, ptrs[g], masks[g], other, elem_ty, n)
+            regs += _masked_load(lw, ptrs[g], masks[g], other, elem_ty, n, quals)
     lw.bind(out, [_from_mem(lw, x, out.type) for x in regs], layout)
 
 
@@ -204,12 +225,14 @@ def _elem_bytes(ty):
 def _scalar_load(lw, op, elem_ty):
     out = op.results[0]
     ptr = lw.scalar(op.operands[0])
-    if len(op.operands) == 1:
+    quals = qualifiers(op, lw)
+    if len(op.operands) == 1 and quals == ".global":
         (v,) = _plain_load(lw, ptr, elem_ty, 1, _elem_bytes(elem_ty))
-    else:
+    else:  # masked or hinted (a volatile load in a spin loop must stay in the loop)
         other = _to_mem(lw, lw.scalar(op.operands[2]), out.type) if len(op.operands) > 2 else \
             (ir.Constant(elem_ty, None) if elem_ty == GLOBAL_PTR else ir.Constant(elem_ty, 0 if isinstance(elem_ty, ir.IntType) else 0.0))
-        (v,) = _masked_load(lw, ptr, lw.scalar(op.operands[1]), [other], elem_ty, 1)
+        mask = lw.scalar(op.operands[1]) if len(op.operands) > 1 else ir.Constant(I1, 1)
+        (v,) = _masked_load(lw, ptr, mask, [other], elem_ty, 1, quals)
     lw.bind(out, [_from_mem(lw, v, out.type)])
 
 
@@ -222,7 +245,7 @@ def _store(lw, op):
         v = _to_mem(lw, lw.scalar(val), val.type)
         first = lw.entry.icmp_unsigned("==", lw.tid, lw.i32(0))
         mask = lw.b.and_(lw.scalar(op.operands[2]), first) if len(op.operands) > 2 else first
-        _masked_store(lw, lw.scalar(ptr), mask, [v], elem_ty)
+        _masked_store(lw, lw.scalar(ptr), mask, [v], elem_ty, qualifiers(op, lw))
         return
     layout = lw.layout(val)
     ptrs = lw.regs(ptr, layout)
@@ -231,13 +254,16 @@ def _store(lw, op):
     owner = lw.owner_mask(layout, val.type.shape)  # where threads share elements, one writes
     if owner is not None:
         masks = [lw.b.and_(m, owner) for m in masks] if masks else [owner] * len(ptrs)
+    quals = qualifiers(op, lw)
+    if masks is None and quals != ".global":
+        masks = [ir.Constant(I1, 1)] * len(ptrs)
     n = access_width(lw, op, layout, val.type.shape, _bits(elem_ty) if elem_ty != GLOBAL_PTR else 64)
     for g in range(0, len(ptrs), n):
         chunk = vals[g:g + n]
         if masks is None:
             _plain_store(lw, ptrs[g], chunk, elem_ty)
         else:
-            _masked_store(lw, ptrs[g], masks[g], chunk, elem_ty)
+            _masked_store(lw, ptrs[g], masks[g], chunk, elem_ty, quals)
 
 
 # --- atomics -------------------------------------------------------------------------
