@@ -34,23 +34,27 @@ def launch_with_device_copies(launch):
     def launch_on_gpu(self, grid, args, stream=None):
         copies, device_args = [], []
         for arg in args:
+            if hasattr(arg, "data_ptr") and not getattr(arg, "is_cuda", True):
+                arg = _numpy_view(torch, arg)  # the same memory, strides kept
             if isinstance(arg, np.ndarray):
                 span, offset = _host_span(arg)
                 device = torch.from_numpy(span.copy()).cuda()
                 copies.append((span, device, arg.flags.writeable))
                 device_args.append(DevicePointer(device.data_ptr() + offset))
-            elif hasattr(arg, "data_ptr") and not getattr(arg, "is_cuda", True):
-                device = arg.cuda()
-                copies.append((arg, device, True))
-                device_args.append(device)
             else:
                 device_args.append(arg)
         launch(self, grid, device_args, stream)
         torch.cuda.synchronize()
         for host, device, writeable in copies:
-            if isinstance(host, np.ndarray):
-                if writeable:
-                    host[...] = device.cpu().numpy()
-            else:
-                host.copy_(device.cpu())
+            if writeable:
+                host[...] = device.cpu().numpy()
     return launch_on_gpu
+
+
+def _numpy_view(torch, tensor):
+    tensor = tensor.detach()
+    if tensor.dtype == torch.bfloat16:
+        tensor = tensor.view(torch.int16)  # no NumPy dtype; only the bytes travel
+    elif tensor.dtype.is_floating_point and tensor.dtype.itemsize == 1:
+        tensor = tensor.view(torch.uint8)
+    return tensor.numpy()

@@ -195,7 +195,7 @@ def test_device_print_and_assert_in_a_fresh_process(debug, tmp_path):
     script.write_text(DEBUG_SCRIPT.replace("DEBUG", str(debug)))
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120,
                          env=dict(os.environ, KILN_INTERPRET="0"))
-    assert "x= -3" in out.stdout or "x= -3.0" in out.stdout, out.stdout + out.stderr
+    assert "idx (2) x=-3.0" in out.stdout, out.stdout + out.stderr
     if debug:  # the failed assert stops the kernel and poisons the context
         assert out.returncode != 0 and "finished" not in out.stdout
         assert "x must be positive" in out.stdout + out.stderr

@@ -155,7 +155,6 @@ def _batched_dot(a_ptr, b_ptr, c_ptr, B: tl.constexpr, N: tl.constexpr):
     tl.store(c_ptr + offs, c)
 
 
-@pytest.mark.codegen_gap("batched 3-D dot is not lowered yet")
 def test_batched_3d_dot():
     rng = np.random.default_rng(9)
     a = rng.standard_normal((2, 16, 16)).astype(np.float16)
