@@ -286,3 +286,21 @@ def check_batched_dot():
 
 def test_batched_dot():
     assert in_child(check_batched_dot) < 1e-4
+
+
+def check_with_warps(num_warps):
+    """The same kernels with other CTA sizes: layouts, reductions, scans and mma tiles
+    all change shape with the number of warps."""
+    global run
+    plain = run
+    run = lambda name, grid, args, num_warps_=4: plain(name, grid, args, num_warps)
+    try:
+        return [check_softmax_2d() < 1e-6, check_argmax(), check_scan()[1], check_shapes(),
+                check_dot("f16", np.float16, np.float32) < 1e-4, check_batched_dot() < 1e-4]
+    finally:
+        run = plain
+
+
+@pytest.mark.parametrize("num_warps", [1, 8])
+def test_other_warp_counts(num_warps):
+    assert all(in_child(check_with_warps, num_warps))
