@@ -2,7 +2,9 @@
 
 On a machine without a GPU the kernels run in the NumPy interpreter (KILN_INTERPRET=1)
 and are checked against NumPy; every specialization they compiled is then lowered to
-PTX and linked into a cubin for sm_80 and sm_90a, which needs no GPU.
+PTX and linked into a cubin for sm_80 and sm_90a, which needs no GPU. The builds go the
+way a training job's do: the node cache, else the node's compile daemon (started on
+first need; `KILN_DAEMON=off` compiles in this process), so a second run is all hits.
 """
 import importlib
 import os
@@ -41,15 +43,16 @@ def main():
             if isinstance(fn, kiln.JITFunction) and fn.cache and fn not in [k for k, _ in kernels]:
                 kernels.append((fn, name))
 
-    print(f"\n{'kernel':34} {'target':7} {'PTX bytes':>10} {'cubin bytes':>12} {'regs':>5} {'shared':>7}  ms")
+    print(f"\n{'kernel':36} {'target':7} {'PTX bytes':>10} {'cubin bytes':>12} {'regs':>5} {'shared':>7} "
+          f"{'from':>7} {'ms':>6}")
     for fn, module in kernels:
         for compiled in fn.cache.values():
             for target in TARGETS:
                 start = time.perf_counter()
                 ck = compile_binary(compiled.ir, target, compiled.options)
                 ms = (time.perf_counter() - start) * 1e3
-                print(f"{module + '.' + fn.__name__:34} {target:7} {len(ck.ptx):10} {len(ck.cubin):12} "
-                      f"{ck.metadata.get('n_regs', '?'):>5} {ck.metadata.get('shared', 0):>7}  {ms:.0f}")
+                print(f"{module + '.' + fn.__name__:36} {target:7} {len(ck.ptx):10} {len(ck.cubin):12} "
+                      f"{ck.metadata.get('n_regs', '?'):>5} {ck.metadata.get('shared', 0):>7} {ck.source:>7} {ms:6.0f}")
 
 
 if __name__ == "__main__":

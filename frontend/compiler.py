@@ -20,9 +20,13 @@ def codegen_options(options: dict) -> dict:
 
 
 def compile_binary(ir: Function, target: str, options: dict):
-    """PTX and cubin of `ir` for `target` (e.g. "sm_90a"), from the node cache or compiled; needs no GPU."""
-    from .binaries import fetch
-    return fetch(ir, target, codegen_options(options))
+    """PTX and cubin of `ir` for `target` (e.g. "sm_90a"); needs no GPU.
+
+    Looked up in the node cache (read directly), else compiled by the node's daemon, else
+    in this process (`kiln.daemon.tiers`).
+    """
+    from kiln.daemon.tiers import cached_compile
+    return cached_compile(ir, target, codegen_options(options))
 
 
 def without_asserts(ir: Function) -> Function:

@@ -13,8 +13,10 @@ import pytest
 # their NumPy arrays are copied to the device for each launch and back after it.
 GPU_CONFORMANCE = os.environ.get("KILN_TEST_GPU_CONFORMANCE") == "1"
 os.environ.setdefault("KILN_INTERPRET", "0" if GPU_CONFORMANCE else "1")
-# Compiled kernels go to a cache of the test run's own, never the user's ~/.cache/kiln.
+# Compiled kernels go to a cache of the test run's own, never the user's ~/.cache/kiln, and
+# no test starts a node daemon unless it asks for one.
 os.environ["KILN_CACHE_DIR"] = tempfile.mkdtemp(prefix="kiln-test-cache-")
+os.environ["KILN_DAEMON"] = "off"
 
 CODEGEN_TARGETS = ("sm_80", "sm_90a")
 

@@ -1,10 +1,9 @@
-"""The frontend's binary lookup: node cache first, compile on a miss, store the result."""
+"""A kernel's binary on a first call: compiled once, then read from the node cache."""
 import numpy as np
 
 import kiln
 import kiln.language as tl
-from kiln import binaries
-from kiln.cache import Cache
+from kiln.compiler import compile_binary
 
 
 @kiln.jit
@@ -13,32 +12,25 @@ def copy_kernel(src, dst, n, BLOCK: tl.constexpr):
     tl.store(dst + offs, tl.load(src + offs, mask=offs < n), mask=offs < n)
 
 
-def test_second_fetch_is_a_cache_hit_with_identical_bytes(tmp_path, monkeypatch):
+def test_a_second_build_reads_the_node_cache(tmp_path, monkeypatch):
+    import kiln.daemon.tiers as tiers
     monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path))
-    binaries.node_cache.cache_clear()
+    monkeypatch.setattr(tiers, "_state", tiers._State())  # a fresh process's view of the cache
     x = np.zeros(64, np.float32)
-    ir = copy_kernel.warmup(x, x, 64, BLOCK=64).ir
-    first = binaries.fetch(ir, "sm_80", {"num_warps": 4, "num_stages": 3})
-    second = binaries.fetch(ir, "sm_80", {"num_warps": 4, "num_stages": 3})
-    assert (first.source, second.source) == ("compiled", "cache")
+    kernel = copy_kernel.warmup(x, x, 64, BLOCK=64)
+    first = compile_binary(kernel.ir, "sm_80", kernel.options)
+    second = compile_binary(kernel.ir, "sm_80", kernel.options)
+    assert (first.source, second.source) == ("local", "cache")
     assert first.cubin == second.cubin and first.ptx == second.ptx
     assert second.metadata["num_warps"] == 4
-    other = binaries.fetch(ir, "sm_80", {"num_warps": 8, "num_stages": 3})
-    assert other.source == "compiled"
-    binaries.node_cache.cache_clear()
+    assert compile_binary(kernel.ir, "sm_80", dict(kernel.options, num_warps=8)).source == "local"
 
 
-def test_corrupt_blob_is_recompiled(tmp_path, monkeypatch):
+def test_build_fills_asm_and_metadata(tmp_path, monkeypatch):
     monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path))
-    binaries.node_cache.cache_clear()
     x = np.zeros(64, np.float32)
-    ir = copy_kernel.warmup(x, x, 64, BLOCK=64).ir
-    options = {"num_warps": 4, "num_stages": 3}
-    good = binaries.fetch(ir, "sm_90a", options)
-    cache = Cache(str(tmp_path))
-    key = binaries.compile_key(ir, "sm_90a", options)
-    blob = cache.entry(key)["artifacts"]["cubin"]
-    cache._dc.set("blob/" + blob, b"not the cubin")  # same digest, different bytes
-    again = binaries.fetch(ir, "sm_90a", options)
-    assert again.source == "compiled" and again.cubin == good.cubin
-    binaries.node_cache.cache_clear()
+    kernel = copy_kernel.warmup(x, x, 64, BLOCK=64, num_warps=2)
+    kernel.build("sm_90a")
+    assert set(kernel.asm) >= {"kir", "llir", "ptx", "cubin"}
+    assert ".target sm_90a" in kernel.asm["ptx"] and kernel.metadata.num_warps == 2
+    assert kernel.n_spills == 0 and kernel.shared >= 0
