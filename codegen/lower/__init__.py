@@ -26,9 +26,15 @@ def lower_block(lw: Lowering, block) -> None:
         if op.name in _TERMINATORS:
             continue
         rule = LOWER.get(op.name)
+        where = f" (at {op.loc})" if op.loc else ""
         if rule is None:
-            raise LoweringError(f"kiln cannot lower '{op.name}' to LLVM IR yet")
-        rule(lw, op)
+            raise LoweringError(f"kiln cannot lower '{op.name}' to LLVM IR yet{where}")
+        try:
+            rule(lw, op)
+        except LoweringError as e:
+            if where and where not in str(e):
+                raise LoweringError(f"{e}{where}") from None
+            raise
 
 
 def param_type(t) -> ir.Type:
