@@ -363,3 +363,44 @@ def test_message_has_no_traceback_chain():
     with pytest.raises(kiln.CompilationError) as info:
         _unknown_name[(1,)](X)
     assert info.value.__cause__ is None and info.value.__suppress_context__
+
+
+@kiln.jit
+def _runtime_static_range(x_ptr, n):
+    for i in tl.static_range(n):  # E_STATIC_RANGE
+        tl.store(x_ptr + i, 1.0)
+
+
+def test_static_range_with_a_runtime_bound():
+    compile_error(lambda: _runtime_static_range[(1,)](X, 4), "E_STATIC_RANGE", "for", "static_range", "constexpr")
+
+
+@kiln.jit
+def _uses_del(x_ptr):
+    v = tl.load(x_ptr)
+    del v  # E_DEL
+    tl.store(x_ptr, 1.0)
+
+
+def test_del_is_unsupported():
+    compile_error(lambda: _uses_del[(1,)](X), "E_DEL", "del", "Delete")
+
+
+@kiln.jit
+def _bad_reshape(x_ptr):
+    v = tl.load(x_ptr + tl.arange(0, 16))
+    w = tl.reshape(v, (4, 8))  # E_RESHAPE
+    tl.store(x_ptr + tl.arange(0, 16), tl.ravel(w))
+
+
+def test_reshape_to_a_different_number_of_elements():
+    compile_error(lambda: _bad_reshape[(1,)](X), "E_RESHAPE", "tl.reshape", "16", "[4, 8]")
+
+
+@kiln.jit
+def _store_float_block_to_scalar_pointer(x_ptr):
+    tl.store(x_ptr, tl.zeros((4,), tl.float32))  # E_STORE
+
+
+def test_storing_a_block_through_a_scalar_pointer():
+    compile_error(lambda: _store_float_block_to_scalar_pointer[(1,)](X), "E_STORE", "tl.store", "block")
