@@ -51,8 +51,9 @@ def node(tmp_path_factory):
     """A private node: runtime and cache directories of its own (short: socket paths are limited)."""
     runtime = tempfile.mkdtemp(prefix="kr-", dir="/tmp")
     env = {"XDG_RUNTIME_DIR": runtime, "KILN_CACHE_DIR": str(tmp_path_factory.mktemp("node-cache"))}
-    saved = {k: os.environ.get(k) for k in env}
+    saved = {k: os.environ.get(k) for k in [*env, "KILN_DAEMON"]}
     os.environ.update(env)
+    os.environ.pop("KILN_DAEMON", None)  # the node daemon, not the test run's default of off
     yield dict(os.environ)
     kiln("daemon", "stop", check=False)
     shutil.rmtree(runtime, ignore_errors=True)
