@@ -170,20 +170,41 @@ print(t2 - t1)
 """
 
 
+def _first_call(flavour, folder, env):
+    out = subprocess.run([sys.executable, "-c", FIRST_CALL, flavour, folder], env=env, capture_output=True, text=True,
+                         timeout=300)
+    if out.returncode != 0:
+        raise RuntimeError(out.stderr[-2000:])
+    return float(out.stdout.strip().splitlines()[-1])
+
+
 def first_call(kernel_dirs):
-    """Seconds from the first launch to its completion in a fresh process, cold and warm cache."""
+    """Seconds from the first launch to its completion in a fresh process.
+
+    Triton: cold and warm cache. kiln: cold in-process (KILN_DAEMON=off), cold through a
+    warm node daemon (started beforehand, as on a node where jobs already ran), and warm
+    cache (a hit in the node cache, read directly).
+    """
     row = {}
-    for name, folder in kernel_dirs.items():
-        cache = tempfile.mkdtemp(prefix=f"kiln-bench-cache-{name}-")
-        env = dict(os.environ, TRITON_CACHE_DIR=cache, KILN_CACHE_DIR=cache)
-        times = []
-        for _ in range(2):
-            out = subprocess.run([sys.executable, "-c", FIRST_CALL, name, folder], env=env, capture_output=True,
-                                 text=True, timeout=300)
-            if out.returncode != 0:
-                raise RuntimeError(out.stderr[-2000:])
-            times.append(float(out.stdout.strip().splitlines()[-1]))
-        row[name] = {"cold_s": times[0], "warm_s": times[1]}
+    cache = tempfile.mkdtemp(prefix="kiln-bench-cache-triton-")
+    env = dict(os.environ, TRITON_CACHE_DIR=cache)
+    row["triton"] = {"cold_s": _first_call("triton", kernel_dirs["triton"], env),
+                     "warm_s": _first_call("triton", kernel_dirs["triton"], env)}
+    cache = tempfile.mkdtemp(prefix="kiln-bench-cache-local-")
+    env = dict(os.environ, KILN_CACHE_DIR=cache, KILN_DAEMON="off")
+    kiln = {"cold_in_process_s": _first_call("kiln", kernel_dirs["kiln"], env)}
+    cache = tempfile.mkdtemp(prefix="kiln-bench-cache-daemon-")
+    runtime = tempfile.mkdtemp(prefix="kr-", dir="/tmp")
+    env = dict(os.environ, KILN_CACHE_DIR=cache, XDG_RUNTIME_DIR=runtime)
+    env.pop("KILN_DAEMON", None)
+    daemon = [sys.executable, "-m", "kiln.daemon", "daemon"]
+    subprocess.run(daemon + ["start"], env=env, check=True, capture_output=True, timeout=120)
+    try:
+        kiln["cold_warm_daemon_s"] = _first_call("kiln", kernel_dirs["kiln"], env)
+        kiln["warm_s"] = _first_call("kiln", kernel_dirs["kiln"], env)
+    finally:
+        subprocess.run(daemon + ["stop"], env=env, capture_output=True, timeout=120)
+    row["kiln"] = kiln
     return row
 
 
@@ -268,8 +289,13 @@ def main():
     md.append(f"### launch of a tiny kernel (host µs per launch)\n\nkiln {lu['kiln']:.1f} · Triton "
               f"{lu['triton']:.1f} · PyTorch {lu['torch']:.1f} · kiln / Triton {lu['kiln'] / lu['triton']:.2f}\n")
     fc = results["first_call_s"]
-    md.append("### first call in a fresh process (s, after imports)\n\n| | cold cache | warm cache |\n|---|---:|---:|\n"
-              + "\n".join(f"| {n} | {v['cold_s']:.3f} | {v['warm_s']:.3f} |" for n, v in fc.items()) + "\n")
+    k, t = fc["kiln"], fc["triton"]
+    md.append("### first call in a fresh process (s, after imports)\n\n"
+              "| | cold cache | cold cache, warm daemon | warm cache |\n|---|---:|---:|---:|\n"
+              f"| kiln | {k['cold_in_process_s']:.3f} | {k['cold_warm_daemon_s']:.3f} | {k['warm_s']:.3f} |\n"
+              f"| Triton | {t['cold_s']:.3f} | | {t['warm_s']:.3f} |\n"
+              f"| Triton / kiln | {t['cold_s'] / k['cold_in_process_s']:.1f}x | "
+              f"{t['cold_s'] / k['cold_warm_daemon_s']:.1f}x | {t['warm_s'] / k['warm_s']:.1f}x |\n")
     text = "\n".join(md)
     with open(os.path.join(args.out, slug + ".md"), "w") as f:
         f.write(text)

@@ -10,12 +10,16 @@ from dataclasses import dataclass, field
 
 from kiln.ir import verify
 
-from .passes import axis_info, canonicalize, cse, dce, layouts
+from .passes import axis_info, canonicalize, cse, dce, layouts, prefetch
 
 PASSES = [
     canonicalize,   # fold constants, drop x+0, x*1, same-type casts
     cse,            # merge identical pure ops
     dce,            # drop what nothing uses
+    prefetch,       # loads of iteration i+1 issued during iteration i (num_stages >= 2)
+    canonicalize,   # tidy what prefetch cloned
+    cse,
+    dce,
     axis_info,      # contiguity / divisibility / constancy per dim
     layouts,        # a thread distribution for every block value
 ]
