@@ -134,3 +134,21 @@ def test_layouts_vectorize_and_slice():
 def test_pipeline_keeps_ir_valid():
     fn = parse_function(VADD)
     run_passes(fn, PassContext(parse_target("sm_80")), check=True)
+
+
+def _loop_result_count(name, num_stages):
+    from kiln.codegen.passes import prefetch
+    text = (__import__("pathlib").Path(__file__).parent / "codegen_corpus" / f"{name}.kir").read_text()
+    fn = parse_function(text)
+    ctx = PassContext(parse_target("sm_90a"), num_stages=num_stages)
+    for p in (canonicalize, cse, dce, prefetch, canonicalize, cse, dce):
+        p.apply(fn, ctx)
+        verify(fn)
+    return [len(op.results) for op in fn.walk() if op.name == "for"]
+
+
+def test_prefetch_carries_the_next_iterations_loads():
+    assert _loop_result_count("dot_f16", 3) == [3]  # acc + the next A and B tiles
+    assert _loop_result_count("dot_f16", 1) == [1]  # num_stages=1: untouched
+    # layer norm: the two reduction loops prefetch, the loop that stores does not
+    assert _loop_result_count("layer_norm", 3) == [2, 2, 0]
