@@ -10,7 +10,7 @@ ops, like `ptrs += BLOCK_K * stride`) becomes a carried value:
     top of the body:   x_next = load(addr(iv + step, advanced args), mask & iv + step < ub)
     the body uses the carried x; the yield passes x_next on.
 
-The loop's step must be a positive constant. This is the register form of Triton's
+The loop's step must be a positive constant. Which loops: see `_wanted`. This is the register form of Triton's
 pipeliner; shared-memory stages (`cp.async`) would be the next step.
 """
 from __future__ import annotations
@@ -24,10 +24,8 @@ name = "prefetch"
 
 
 def apply(fn, ctx) -> None:
-    if ctx.num_stages < 2:
-        return
     for op in list(fn.walk()):
-        if op.name == "for":
+        if op.name == "for" and _wanted(op, ctx):
             _pipeline(op)
 
 
@@ -65,6 +63,16 @@ def _clone(op, mapping):
     for old, res in zip(op.results, new.results):
         mapping[old] = res
     return new
+
+
+def _wanted(loop, ctx) -> bool:
+    """As Triton: a loop asks for it with `tl.range(..., num_stages=n)`, and by default
+    (the `num_stages` option) only loops that feed tensor cores are pipelined; a
+    row-at-a-time loop would only trade occupancy for nothing."""
+    stages = loop.attrs.get("num_stages")
+    if stages is not None:
+        return int(stages) >= 2
+    return ctx.num_stages >= 2 and any(op.name == "dot" for op in loop.regions[0].ops)
 
 
 def _pipeline(loop):
