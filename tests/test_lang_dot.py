@@ -162,3 +162,28 @@ def test_batched_3d_dot():
     c = np.zeros((2, 16, 16), np.float32)
     _batched_dot[(1,)](a, b, c, B=2, N=16)
     np.testing.assert_allclose(c, np.matmul(a.astype(np.float32), b.astype(np.float32)), rtol=1e-3, atol=1e-3)
+
+
+@kiln.jit
+def _small_dot(a_ptr, b_ptr, c_ptr, M: tl.constexpr, N: tl.constexpr, K: tl.constexpr):
+    rm, rn, rk = tl.arange(0, M), tl.arange(0, N), tl.arange(0, K)
+    a = tl.load(a_ptr + rm[:, None] * K + rk[None, :])
+    b = tl.load(b_ptr + rk[:, None] * N + rn[None, :])
+    tl.store(c_ptr + rm[:, None] * N + rn[None, :], tl.dot(a, b))
+
+
+@pytest.mark.parametrize("M, N, K, dtype", [(1, 16, 16, np.float16), (8, 8, 16, np.float16),
+                                            (16, 2, 32, np.float32), (4, 4, 32, np.int8)])
+def test_dot_small_m_and_n(M, N, K, dtype):
+    rng = np.random.default_rng(M * N)
+    a = (rng.random((M, K)) * 4).astype(dtype)
+    b = (rng.random((K, N)) * 4).astype(dtype)
+    c = np.zeros((M, N), np.int32 if dtype == np.int8 else np.float32)
+    _small_dot[(1,)](a, b, c, M=M, N=N, K=K)
+    np.testing.assert_allclose(c, a.astype(np.float64) @ b.astype(np.float64), rtol=1e-2, atol=1e-1)
+
+
+def test_dot_k_below_the_mma_minimum_is_an_error():
+    a = np.zeros((16, 8), np.float16)
+    with pytest.raises(kiln.CompilationError, match="K must be >= 16"):
+        _small_dot[(1,)](a, np.zeros((8, 16), np.float16), np.zeros((16, 16), np.float32), M=16, N=16, K=8)

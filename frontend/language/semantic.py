@@ -812,8 +812,9 @@ def dot(a, b, acc=None, input_precision=None, allow_tf32=None, max_num_imprecise
         raise ValueError(f"dot: the inner dimensions must agree, got {list(sa)} and {list(sb)}")
     if sa[:-2] != sb[:-2]:
         raise ValueError(f"dot: the batch dimensions must agree, got {list(sa)} and {list(sb)}")
-    if min(sa[-2], sa[-1], sb[-1]) < 16:
-        raise ValueError(f"dot: every dimension must be >= 16, got {list(sa)} and {list(sb)}")
+    min_k = 32 if a.dtype.primitive_bitwidth == 8 else 16  # the smallest K an MMA instruction takes
+    if sa[-1] < min_k:
+        raise ValueError(f"dot: the inner dimension K must be >= {min_k} for {a.dtype}, got {list(sa)} and {list(sb)}")
     if a.dtype != b.dtype:
         if a.dtype.is_floating() and b.dtype.is_floating():
             t = computation_type(a.dtype, False, b.dtype, False, False)
