@@ -46,6 +46,10 @@ def spec_key(value):
     iface = getattr(value, "__cuda_array_interface__", None)
     if iface is not None:
         return (iface["typestr"], iface["data"][0] % 16 == 0)
+    from .runtime.dlpack import dlpack_info, is_dlpack
+    if is_dlpack(value):
+        elem, address = dlpack_info(value)
+        return (elem.name, address % 16 == 0)
     return ("other", type(value), repr(value))
 
 

@@ -33,6 +33,9 @@ def pointer_info(arg):
     iface = getattr(arg, "__cuda_array_interface__", None)
     if iface is not None:
         return from_numpy(np.dtype(iface["typestr"])), iface["data"][0]
+    from .runtime.dlpack import dlpack_info, is_dlpack
+    if is_dlpack(arg):
+        return dlpack_info(arg)
     return None
 
 

@@ -201,3 +201,30 @@ def test_device_print_and_assert_in_a_fresh_process(debug, tmp_path):
         assert "x must be positive" in out.stdout + out.stderr
     else:  # Triton drops device_assert outside debug mode
         assert out.returncode == 0 and "finished" in out.stdout, out.stderr
+
+
+class CudaArray:
+    """Exposes only __cuda_array_interface__, as CuPy and Numba arrays do."""
+
+    def __init__(self, tensor):
+        self.tensor = tensor
+        self.__cuda_array_interface__ = tensor.__cuda_array_interface__
+
+
+def test_cuda_array_interface_and_dlpack_arguments():
+    add_kernel = importlib.import_module("vector_add").add_kernel
+    x, y = torch.rand(3000, device="cuda"), torch.rand(3000, device="cuda")
+    out = poisoned(3000, torch.float32)
+    add_kernel[(3,)](CudaArray(x), torch.utils.dlpack.to_dlpack(y), CudaArray(out), 3000, BLOCK_SIZE=1024)
+    torch.testing.assert_close(out, x + y, rtol=0, atol=0)
+
+
+def test_cubin_refused_falls_back_to_ptx():
+    from kiln.runtime.module import LoadedKernel
+    add_kernel = importlib.import_module("vector_add").add_kernel
+    x = torch.rand(64, device="cuda")
+    k = add_kernel.warmup(x, x, x, 64, BLOCK_SIZE=64, grid=(1,))
+    k._init_handles()
+    binary = next(iter(k.binaries.values()))
+    loaded = LoadedKernel(k.name, b"not a cubin", binary.ptx, 0)
+    assert loaded.loaded_from == "ptx" and loaded.n_regs > 0

@@ -31,6 +31,9 @@ def _pointer_value(arg) -> int:
     iface = getattr(arg, "__cuda_array_interface__", None)
     if iface is not None:
         return iface["data"][0]
+    from .dlpack import dlpack_info, is_dlpack
+    if is_dlpack(arg):
+        return dlpack_info(arg)[1]
     raise TypeError(f"cannot pass {type(arg).__name__} as a GPU pointer")
 
 
