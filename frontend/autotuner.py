@@ -140,8 +140,9 @@ class Autotuner(KernelInterface):
         return self.fn.run(*args, grid=grid, warmup=warmup, **kwargs, **config.all_kwargs())
 
     def warmup(self, *args, grid=(1,), **kwargs):
-        return [self.fn.run(*args, grid=grid, warmup=True, **kwargs, **c.all_kwargs())
-                for c in self.prune_configs(_bind(self.fn, args, kwargs))]
+        """Compile every (pruned) config without benchmarking or launching."""
+        nargs = _bind(self.fn, args, {k: v for k, v in kwargs.items() if k != "target"})
+        return [self.fn.warmup(*args, grid=grid, **kwargs, **c.all_kwargs()) for c in self.prune_configs(nargs)]
 
 
 class Heuristics(KernelInterface):
@@ -156,7 +157,11 @@ class Heuristics(KernelInterface):
         return self.fn.run(*args, grid=grid, warmup=warmup, **kwargs)
 
     def warmup(self, *args, grid=(1,), **kwargs):
-        return self.run(*args, grid=grid, warmup=True, **kwargs)
+        nargs = _bind(self.fn, args, {k: v for k, v in kwargs.items() if k != "target"})
+        for name, heuristic in self.values.items():
+            kwargs[name] = heuristic(nargs)
+            nargs[name] = kwargs[name]
+        return self.fn.warmup(*args, grid=grid, **kwargs)
 
 
 def autotune(configs, key, prune_configs_by=None, reset_to_zero=None, restore_value=None, pre_hook=None,

@@ -127,8 +127,18 @@ class JITFunction(KernelInterface):
             self._by_specialization[key] = kernel
         return kernel
 
-    def warmup(self, *args, grid=(1,), **kwargs):
-        return self.run(*args, grid=grid, warmup=True, **kwargs)
+    def warmup(self, *args, grid=(1,), target=None, **kwargs):
+        """Compile without launching. With `target` ("sm_90a"...) the binary is built for
+        it, which needs no GPU; otherwise it is built and loaded for the current GPU if
+        there is one (in the interpreter only the block IR is built)."""
+        kernel = self.run(*args, grid=grid, warmup=True, **kwargs)
+        if target is not None:
+            kernel.build(target)
+        elif not config.interpret():
+            from .runtime import cuda_driver
+            if cuda_driver.is_available():
+                kernel._init_handles()
+        return kernel
 
 
 def _grid3(grid):

@@ -34,3 +34,22 @@ def test_build_fills_asm_and_metadata(tmp_path, monkeypatch):
     assert set(kernel.asm) >= {"kir", "llir", "ptx", "cubin"}
     assert ".target sm_90a" in kernel.asm["ptx"] and kernel.metadata.num_warps == 2
     assert kernel.n_spills == 0 and kernel.shared >= 0
+
+
+def test_warmup_with_a_target_builds_without_a_gpu(tmp_path, monkeypatch):
+    monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path))
+    x = np.zeros(64, np.float32)
+    kernel = copy_kernel.warmup(x, x, 64, BLOCK=64, target="sm_80")
+    assert ".target sm_80" in kernel.asm["ptx"] and kernel.asm["cubin"]
+
+
+def test_autotuned_and_heuristic_warmup_build_every_config(tmp_path, monkeypatch):
+    monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path))
+    tuned = kiln.autotune([kiln.Config({"BLOCK": 32}), kiln.Config({"BLOCK": 64}, num_warps=2)], key=["n"])(
+        copy_kernel)
+    x = np.zeros(64, np.float32)
+    kernels = tuned.warmup(x, x, 64, target="sm_90a")
+    assert [k.metadata.num_warps for k in kernels] == [4, 2]
+    assert all(".target sm_90a" in k.asm["ptx"] for k in kernels)
+    sized = kiln.heuristics({"BLOCK": lambda args: kiln.next_power_of_2(args["n"])})(copy_kernel)
+    assert "arange {end = 64" in sized.warmup(x, x, 50, target="sm_80").asm["kir"]
