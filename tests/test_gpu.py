@@ -228,3 +228,18 @@ def test_cubin_refused_falls_back_to_ptx():
     binary = next(iter(k.binaries.values()))
     loaded = LoadedKernel(k.name, b"not a cubin", binary.ptx, 0)
     assert loaded.loaded_from == "ptx" and loaded.n_regs > 0
+
+
+@kiln.jit
+def transpose_kernel(x_ptr, y_ptr, N: tl.constexpr):
+    rows, cols = tl.arange(0, N), tl.arange(0, N)
+    x = tl.load(x_ptr + rows[:, None] * N + cols[None, :])
+    tl.store(y_ptr + rows[:, None] * N + cols[None, :], tl.trans(x))
+
+
+def test_layout_conversion_beyond_48kb_of_shared_memory():
+    x = torch.randn(128, 128, device="cuda")
+    y = poisoned((128, 128), torch.float32)
+    k = transpose_kernel[(1,)](x, y, N=128, num_warps=8)
+    torch.testing.assert_close(y, x.t().contiguous(), rtol=0, atol=0)
+    assert k.shared > 48 * 1024, k.shared  # dynamic shared memory raised with cuFuncSetAttribute
