@@ -315,16 +315,20 @@ class CodeGenerator(ast.NodeVisitor):
         self.scope = dict(before)
         self.scope[node.target.id] = tensor(body.args[0], iv_type)
         self.bind_carried(carried, inits, body.args[1:])
-        with semantic.insertion_block(body):
-            self.visit_body(node.body)
-            if self.returned:
-                raise _Unsupported("`return` inside a loop is not supported")
-            yields = self.loop_values(carried, inits)
-            self.builder.create("yield", [t.handle for t in yields], [])
+        self.loop_body(body, node.body, carried, inits)
         self.scope = before
         op = self.builder.create("for", [lb.handle, ub.handle, step.handle] + [t.handle for t in flat_inits],
                                  [t.type for t in flat_inits], attrs, [body])
         self.bind_carried(carried, inits, op.results)
+
+    def loop_body(self, block, statements, carried, inits):
+        """Build a loop body into `block`, ending it with a yield of the carried values."""
+        with semantic.insertion_block(block):
+            self.visit_body(statements)
+            if self.returned:
+                raise _Unsupported("`return` inside a loop is not supported")
+            yields = self.loop_values(carried, inits)
+            self.builder.create("yield", [t.handle for t in yields], [])
 
     def carried_names(self, body) -> list[str]:
         return sorted(n for n in assigned_names(body) if n in self.scope and is_carriable(self.scope[n]))
@@ -377,12 +381,7 @@ class CodeGenerator(ast.NodeVisitor):
             self.builder.create("condition", [cond.handle] + list(cond_block.args), [])
         self.scope = dict(before_scope)
         self.bind_carried(carried, inits, body.args)
-        with semantic.insertion_block(body):
-            self.visit_body(node.body)
-            if self.returned:
-                raise _Unsupported("`return` inside a loop is not supported")
-            yields = self.loop_values(carried, inits)
-            self.builder.create("yield", [t.handle for t in yields], [])
+        self.loop_body(body, node.body, carried, inits)
         self.scope = before_scope
         op = self.builder.create("while", [t.handle for t in flat_inits], types, regions=[cond_block, body])
         self.bind_carried(carried, inits, op.results)
