@@ -90,11 +90,17 @@ class CompiledKernel:
     n_spills = property(lambda self: self.metadata.get("n_spills"))
     shared = property(lambda self: self.metadata.get("shared"))
 
+    def binary_inputs(self) -> tuple[Function, dict]:
+        """The IR and codegen options that `build` compiles; `kiln prewarm` compiles the same,
+        so that its binaries have the compile keys a launch looks up."""
+        return (self.ir if self.debug else without_asserts(self.ir)), codegen_options(self.options)
+
     def build(self, target: str):
         """Compile for `target` once; the result also fills `asm` and `metadata`."""
         binary = self.binaries.get(target)
         if binary is None:
-            binary = compile_binary(self.ir if self.debug else without_asserts(self.ir), target, self.options)
+            ir, options = self.binary_inputs()
+            binary = compile_binary(ir, target, options)
             self.binaries[target] = binary
             self._asm.update(llir=binary.llir, ptx=binary.ptx, cubin=binary.cubin)
             self.metadata.update(binary.metadata)

@@ -38,7 +38,8 @@ class KernelInterface:
 
 
 class JITFunction(KernelInterface):
-    def __init__(self, fn, do_not_specialize=(), debug=None, noinline=False, repr=None, launch_metadata=None):
+    def __init__(self, fn, do_not_specialize=(), debug=None, noinline=False, repr=None, launch_metadata=None,
+                 prewarm=()):
         self.fn = fn
         self.signature = inspect.signature(fn)
         self.arg_names = list(self.signature.parameters)
@@ -46,6 +47,9 @@ class JITFunction(KernelInterface):
         self.do_not_specialize = {self.arg_names[d] if isinstance(d, int) else d for d in do_not_specialize}
         self.debug = debug
         self.noinline = noinline
+        if isinstance(prewarm, dict):
+            raise TypeError(f"{fn.__name__}: prewarm= takes a list of signatures (dicts), not one dict")
+        self.prewarm = tuple(dict(signature) for signature in prewarm)  # see kiln.signatures
         self.is_internal = fn.__module__.startswith("kiln.")
         self.cache: dict = {}              # binder key -> CompiledKernel
         self._by_specialization: dict = {}  # specialization key -> CompiledKernel
@@ -158,8 +162,11 @@ def _is_constexpr_annotation(annotation, fn) -> bool:
     return False
 
 
-def jit(fn=None, *, do_not_specialize=(), debug=None, noinline=False, repr=None, launch_metadata=None, **unused):
-    """Turn a Python function into a kernel (or a device function callable from one)."""
+def jit(fn=None, *, do_not_specialize=(), debug=None, noinline=False, repr=None, launch_metadata=None, prewarm=(),
+        **unused):
+    """Turn a Python function into a kernel (or a device function callable from one).
+
+    `prewarm` declares signatures to compile before any launch (`kiln prewarm`; see kiln.signatures)."""
     def decorate(f):
-        return JITFunction(f, do_not_specialize=do_not_specialize, debug=debug, noinline=noinline)
+        return JITFunction(f, do_not_specialize=do_not_specialize, debug=debug, noinline=noinline, prewarm=prewarm)
     return decorate(fn) if fn is not None else decorate
