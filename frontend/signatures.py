@@ -1,0 +1,177 @@
+"""Signatures declared on a kernel, so that it can be compiled before any launch (`kiln prewarm`).
+
+    @kiln.jit(prewarm=[{"x_ptr": "*fp32:16", "n": "i32", "BLOCK": 1024, "num_warps": 4}])
+
+Each dict is one specialization, spelt as Triton's ahead-of-time compiler spells them:
+`*fp32` a pointer (`*fp32:16`: 16-byte aligned), `i1 i32 i64 u64 fp32` a scalar
+(`i32:16`: divisible by 16; `i32:1` or the plain value 1: equal to 1), and plain Python
+values for constexpr parameters (a plain value for any other parameter is specialized as
+a call would specialize it). `num_warps`, `num_stages` and the other launch options may be
+given too; a parameter left out takes its default. The IR is built exactly as a launch
+with such arguments builds it, so a prewarmed binary has the compile key a launch looks up.
+
+An `@autotune` kernel's signatures are expanded over every Config; an `@heuristics`
+wrapper is applied when its functions need only the plain values of a signature, and the
+signature is skipped (with the reason) when they need a runtime argument.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from kiln.ir.core import Function
+from kiln.ir.types import SCALAR_TYPES, dtype, float32, int1, int32, int64, pointer_type, uint64
+from kiln.language.core import constexpr
+
+from . import config
+from .autotuner import Autotuner, Heuristics
+from .jit import JITFunction
+from .specialize import specialize
+
+# The scalar types a call specializes a runtime scalar to; nothing else can be launched.
+_SCALARS = {"i1": int1, "i32": int32, "i64": int64, "u64": uint64, "fp32": float32}
+# Pointer element types in Triton's short names, and in kiln's own (`*int8` as well as `*i8`).
+_ELEMENTS = {**SCALAR_TYPES, "i1": int1, **{f"i{b}": SCALAR_TYPES[f"int{b}"] for b in (8, 16, 32, 64)},
+             **{f"u{b}": SCALAR_TYPES[f"uint{b}"] for b in (8, 16, 32, 64)}}
+_OPTIONS = tuple(o for o in config.LAUNCH_OPTIONS if o != "stream")
+
+
+class SignatureError(ValueError):
+    """A declared signature that no launch could have."""
+
+
+def parse_arg(text: str):
+    """`"*fp16:16"` -> (ptr<fp16>, {"divisibility": 16}); `"i32:1"` -> constexpr(1)."""
+    spelling, _, hint = text.strip().partition(":")
+    if hint not in ("", "1", "16"):
+        raise SignatureError(f"{text!r}: the only hints are :16 (aligned or divisible by 16) and :1 (equal to 1)")
+    if spelling.startswith("*"):
+        element = _ELEMENTS.get(spelling[1:])
+        if element is None:
+            raise SignatureError(f"{text!r}: unknown pointer element type {spelling[1:]!r}")
+        if hint == "1":
+            raise SignatureError(f"{text!r}: a pointer cannot be equal to 1")
+        return pointer_type(element), ({"divisibility": 16} if hint == "16" else {})
+    scalar = _SCALARS.get(spelling)
+    if scalar is None:
+        raise SignatureError(f"{text!r}: a runtime scalar is one of {', '.join(_SCALARS)} "
+                             "(what a call specializes Python ints, floats and bools to), or a pointer *TYPE")
+    if hint and (scalar is int1 or not scalar.is_int()):
+        raise SignatureError(f"{text!r}: only integers take the hints :1 and :16")
+    if hint == "1":
+        return constexpr(1)
+    return scalar, ({"divisibility": 16} if hint == "16" else {})
+
+
+@dataclass(frozen=True)
+class Declared:
+    """One declared specialization of `jitfn`: parameter values and launch options."""
+
+    jitfn: JITFunction
+    values: dict
+    error: str = ""  # why no launch could have it, found while expanding
+
+    @property
+    def label(self) -> str:
+        return f"{self.jitfn.__name__}({', '.join(f'{k}={v}' for k, v in self.values.items())})"
+
+    def params_and_options(self) -> tuple[dict, dict]:
+        """`build_kernel`'s params (in signature order) and the launch options."""
+        if self.error:
+            raise SignatureError(self.error)
+        fn = self.jitfn
+        unknown = [k for k in self.values if k not in fn.arg_names and k not in _OPTIONS]
+        if unknown:
+            raise SignatureError(f"{fn.__name__} has no parameter {', '.join(unknown)}")
+        params = {}
+        for name, p in fn.signature.parameters.items():
+            if name in self.values:
+                params[name] = self._param(name, self.values[name])
+            elif p.default is not p.empty:
+                params[name] = self._param(name, p.default)
+            else:
+                raise SignatureError(f"the signature gives no {name} (nor has {fn.__name__} a default for it)")
+        options = {k: v for k, v in self.values.items() if k in _OPTIONS and v is not None}
+        return params, options
+
+    def _param(self, name: str, value):
+        fn = self.jitfn
+        if isinstance(value, str) and name not in fn.constexpr_names:
+            param = parse_arg(value)
+            if name in fn.do_not_specialize and (isinstance(param, constexpr) or param[1]):
+                raise SignatureError(f"{name} is do_not_specialize: a call never specializes it as {value!r}")
+            return param
+        # a plain value: specialized as a call with that argument would specialize it
+        return specialize(fn, {name: value}, {})[1][name]
+
+    def build(self) -> tuple[Function, dict]:
+        """The block IR and codegen options that a launch with this signature compiles."""
+        from .compiler import compile_kernel
+        params, options = self.params_and_options()
+        return compile_kernel(self.jitfn, params, options).binary_inputs()
+
+
+@dataclass(frozen=True)
+class Skipped:
+    label: str
+    reason: str
+
+
+@dataclass
+class Expansion:
+    declared: list = field(default_factory=list)  # Declared, buildable or with their error
+    skipped: list = field(default_factory=list)   # Skipped
+
+
+def is_kernel(obj) -> bool:
+    return isinstance(obj, (JITFunction, Autotuner, Heuristics))
+
+
+def innermost(kernel) -> JITFunction:
+    """The JITFunction under any autotune/heuristics wrappers."""
+    while not isinstance(kernel, JITFunction):
+        kernel = kernel.fn
+    return kernel
+
+
+def expand(kernel) -> Expansion:
+    """Every specialization `kernel`'s declared signatures stand for."""
+    out = Expansion()
+    for signature in innermost(kernel).prewarm:
+        _expand(kernel, dict(signature), out)
+    return out
+
+
+def _expand(kernel, values: dict, out: Expansion) -> None:
+    if isinstance(kernel, JITFunction):
+        out.declared.append(Declared(kernel, values))
+    elif isinstance(kernel, Autotuner):
+        clash = sorted({k for cfg in kernel.configs for k in cfg.kwargs if k in values})
+        if clash:  # as at a launch: a value both given and tuned is an error
+            error = f"{', '.join(clash)} given by the signature and by the autotuner's configs"
+            out.declared.append(Declared(innermost(kernel), values, error))
+            return
+        for cfg in kernel.configs:  # every config: prewarming is for the configs a run may pick
+            _expand(kernel.fn, {**values, **cfg.all_kwargs()}, out)
+    elif isinstance(kernel, Heuristics):
+        _expand_heuristics(kernel, values, out)
+    else:
+        raise TypeError(f"not a kernel: {kernel!r}")
+
+
+def _expand_heuristics(kernel: Heuristics, values: dict, out: Expansion) -> None:
+    jitfn = innermost(kernel)
+    # what a heuristic sees at a launch, less the runtime arguments a signature only types
+    nargs = {k: (v.value if isinstance(v, constexpr) else v) for k, v in values.items()
+             if not (isinstance(v, str) and k not in jitfn.constexpr_names)}
+    values = dict(values)
+    for name, heuristic in kernel.values.items():
+        try:
+            values[name] = nargs[name] = heuristic(nargs)
+        except Exception as e:  # noqa: BLE001 - any failure means it needs what we do not have
+            if name in values:  # declared by hand: take it as given
+                continue
+            label = Declared(jitfn, values).label
+            out.skipped.append(Skipped(label, f"the heuristic for {name} needs more than the signature's plain "
+                                              f"values ({type(e).__name__}: {e}); declare {name} in the signature"))
+            return
+    _expand(kernel.fn, values, out)
