@@ -22,6 +22,8 @@ BINARY_OPS = {
     "min": "num", "max": "num",
     "and": "int", "or": "int", "xor": "int", "shl": "int", "shr": "int", "umulhi": "int",
     "div_rn": "float", "pow": "float", "atan2": "float", "copysign": "float",
+    # libdevice's binary functions (fmod is `rem`, fmin/fmax are `min`/`max`)
+    "hypot": "float", "remainder": "float", "fdim": "float", "nextafter": "float",
 }
 UNARY_OPS = {
     "neg": "num", "abs": "num", "not": "int",
@@ -30,7 +32,16 @@ UNARY_OPS = {
     "sin": "float", "cos": "float", "tan": "float", "tanh": "float", "erf": "float",
     "floor": "float", "ceil": "float", "round": "float", "trunc": "float",
     "isnan": "float", "isinf": "float",
+    # libdevice's unary functions
+    "expm1": "float", "exp10": "float", "log10": "float", "cbrt": "float", "rint": "float",
+    "sinh": "float", "cosh": "float", "asin": "float", "acos": "float", "atan": "float",
+    "asinh": "float", "acosh": "float", "atanh": "float",
+    "erfc": "float", "erfinv": "float", "lgamma": "float", "tgamma": "float",
+    "isfinite": "float", "signbit": "float",
+    "popc": "int", "clz": "int", "brev": "int",
 }
+# unary tests on floats: their result is int1 of the operand's shape
+PREDICATE_OPS = frozenset({"isnan", "isinf", "isfinite", "signbit"})
 TERNARY_OPS = {"fma": "float"}
 CMP_PREDICATES = ("eq", "ne", "lt", "le", "gt", "ge")
 ATOMIC_KINDS = ("add", "max", "min", "and", "or", "xor", "xchg")
@@ -71,7 +82,7 @@ def _same_types(op):
 
 def _elementwise(kind):
     def check(op):
-        if op.name in ("isnan", "isinf"):
+        if op.name in PREDICATE_OPS:
             if op.results[0].type != _with_elem(op.operands[0].type, int1):
                 return "result must be int1 of the operand's shape"
             return None if _kind_ok(op.operands[0].type, kind) else f"{op.name} needs a floating operand"
@@ -347,6 +358,40 @@ def _check_hint(op):
         return "hint needs one value per dimension"
 
 
+def _check_gather(op):
+    src, index = (v.type for v in op.operands)
+    axis, rank = op.attrs.get("axis"), len(_shape(src))
+    if not rank or len(_shape(index)) != rank or not scalar_of(index).is_int():
+        return "gather needs a source block and an integer index block of the same rank"
+    if not isinstance(axis, int) or not 0 <= axis < rank:
+        return f"axis {axis} out of range for rank {rank}"
+    if any(s != i for d, (s, i) in enumerate(zip(_shape(src), _shape(index))) if d != axis):
+        return "index and source must agree on every dimension but the axis"
+    if op.results[0].type != block_type(scalar_of(src), _shape(index)):
+        return f"gather result must be {block_type(scalar_of(src), _shape(index))}"
+
+
+def _check_histogram(op):
+    values = op.operands[0].type
+    bins = op.attrs.get("num_bins")
+    if len(_shape(values)) != 1 or not scalar_of(values).is_int():
+        return "histogram needs a 1-D integer block"
+    if len(op.operands) == 2 and op.operands[1].type != _with_elem(values, int1):
+        return "histogram's mask must be int1 of the input's shape"
+    if not isinstance(bins, int) or op.results[0].type != block_type(int32, [bins]):
+        return "histogram result must be <num_bins x int32>"
+
+
+def _check_inline_asm(op):
+    shapes = {_shape(v.type) for v in [*op.operands, *op.results]}
+    if len(shapes) > 1:
+        return "inline_asm operands and results must share one shape"
+    if not isinstance(op.attrs.get("asm"), str) or not isinstance(op.attrs.get("constraints"), str):
+        return "inline_asm needs string attrs asm and constraints"
+    if not isinstance(op.attrs.get("pack"), int) or op.attrs["pack"] < 1:
+        return "inline_asm needs a positive pack"
+
+
 def _check_shape_pow2(op):
     for r in op.results:
         if any(not is_power_of_two(d) for d in _shape(r.type)):
@@ -397,6 +442,11 @@ OPS.update({
     "multiple_of": OpDef((1, 1), attrs=("values",), check=_check_hint),
     "max_contiguous": OpDef((1, 1), attrs=("values",), check=_check_hint),
     "barrier": OpDef((0, 0), results=(0, 0), side_effects=True),
+    "gather": OpDef((2, 2), attrs=("axis",), check=_check_gather, notes="src, index: src[.., index, ..] along axis"),
+    "histogram": OpDef((1, 2), attrs=("num_bins",), check=_check_histogram,
+                       notes="values[, mask]; values outside [0, num_bins) are not counted"),
+    "inline_asm": OpDef((0, 1 << 16), results=(1, 1 << 16), attrs=("asm", "constraints", "pack"),
+                        check=_check_inline_asm, notes="elementwise PTX; attr volatile when not pure"),
 })
 
 SHAPE_CHECK = _check_shape_pow2

@@ -91,10 +91,25 @@ def _float_max(a, b, propagate_nan):
     return np.maximum(a, b) if propagate_nan else np.fmax(a, b)
 
 
+def ieee_remainder(x, y):
+    """x - n*y with n = x/y rounded to nearest even, exactly (built on fmod, which is exact)."""
+    r, ay = np.fmod(x, y), np.abs(y)
+    odd_quotient = np.abs(np.fmod(x, 2 * y)) >= ay
+    half = ay / 2
+    adjust = (np.abs(r) > half) | ((np.abs(r) == half) & odd_quotient)
+    return np.where(adjust, r - np.copysign(ay, r), r)
+
+
+def positive_difference(x, y):
+    """libdevice fdim: x - y where x > y, else +0; NaN in, NaN out."""
+    return np.where(np.isnan(x) | np.isnan(y), np.nan, np.where(x > y, x - y, 0.0))
+
+
 FLOAT_BINARY = {
     "add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.true_divide,
     "rem": np.fmod, "div_rn": np.true_divide, "pow": np.power, "atan2": np.arctan2,
-    "copysign": np.copysign,
+    "copysign": np.copysign, "hypot": np.hypot, "remainder": ieee_remainder,
+    "fdim": positive_difference, "nextafter": np.nextafter,
 }
 
 
@@ -129,6 +144,29 @@ def absolute(ctx, op, x):
 
 def bitwise_not(ctx, op, x):
     return np.invert(x)
+
+
+def _bits_lsb_first(x: np.ndarray) -> np.ndarray:
+    """The bits of each integer, least significant first, on a new last axis."""
+    u = np.ascontiguousarray(x).view(_unsigned(x.dtype))
+    as_bytes = u[..., None].view(np.uint8)
+    if not np.little_endian:
+        as_bytes = as_bytes[..., ::-1]
+    return np.unpackbits(as_bytes, axis=-1, bitorder="little")
+
+
+def bit_count(ctx, op, x):
+    """popc, clz and brev of integers, in the operand's type."""
+    x = np.asarray(x)
+    bits = _bits_lsb_first(x)
+    width = bits.shape[-1]
+    if op.name == "popc":
+        return bits.sum(axis=-1).astype(x.dtype)
+    if op.name == "clz":
+        highest_set = np.where(bits.any(axis=-1), width - 1 - np.argmax(bits[..., ::-1], axis=-1), -1)
+        return (width - 1 - highest_set).astype(x.dtype)
+    reversed_bytes = np.packbits(bits[..., ::-1], axis=-1, bitorder="little")
+    return reversed_bytes.view(_unsigned(x.dtype))[..., 0].view(x.dtype)
 
 
 # --- comparison and selection -----------------------------------------------------------

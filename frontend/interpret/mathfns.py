@@ -26,14 +26,18 @@ def erf(x: np.ndarray) -> np.ndarray:
         term = term * twice_sq / (2 * n + 1)
         total = total + term
     series = _TWO_OVER_SQRT_PI * np.exp(-near * near) * total
-    # erfc(x) = exp(-x^2)/sqrt(pi) / (x + (1/2)/(x + 1/(x + (3/2)/(x + 2/(x + ...)))))
-    far = np.maximum(ax, 3.0)
-    denominator = far.copy()
-    for k in range(_FRACTION_DEPTH, 0, -1):
-        denominator = far + (k / 2.0) / denominator
-    tail = 1.0 - np.exp(-far * far) / math.sqrt(math.pi) / denominator
+    tail = 1.0 - erf_tail(np.maximum(ax, 3.0))
     value = np.where(ax < 3.0, series, tail)
     return np.where(np.isnan(x), np.nan, np.copysign(value, x))
+
+
+def erf_tail(x: np.ndarray) -> np.ndarray:
+    """erfc(x) for x >= 3 by its continued fraction:
+    erfc(x) = exp(-x^2)/sqrt(pi) / (x + (1/2)/(x + 1/(x + (3/2)/(x + 2/(x + ...)))))"""
+    denominator = x.copy()
+    for k in range(_FRACTION_DEPTH, 0, -1):
+        denominator = x + (k / 2.0) / denominator
+    return np.exp(-x * x) / math.sqrt(math.pi) / denominator
 
 
 def round_half_away(x: np.ndarray) -> np.ndarray:
@@ -51,6 +55,9 @@ FLOAT_UNARY = {
     "sqrt": np.sqrt, "sqrt_rn": np.sqrt, "rsqrt": _rsqrt,
     "sin": np.sin, "cos": np.cos, "tan": np.tan, "tanh": np.tanh, "erf": erf,
     "floor": np.floor, "ceil": np.ceil, "round": round_half_away, "trunc": np.trunc,
+    "expm1": np.expm1, "exp10": lambda x: np.power(10.0, x), "log10": np.log10, "cbrt": np.cbrt,
+    "rint": np.rint, "sinh": np.sinh, "cosh": np.cosh, "asin": np.arcsin, "acos": np.arccos,
+    "atan": np.arctan, "asinh": np.arcsinh, "acosh": np.arccosh, "atanh": np.arctanh,
 }
 
 
@@ -64,6 +71,14 @@ def isnan(ctx, op, x):
 
 def isinf(ctx, op, x):
     return np.isinf(x.astype(np.float32) if x.dtype.itemsize < 4 else x)
+
+
+def isfinite(ctx, op, x):
+    return np.isfinite(x.astype(np.float32) if x.dtype.itemsize < 4 else x)
+
+
+def signbit(ctx, op, x):
+    return np.signbit(x.astype(np.float32) if x.dtype.itemsize < 4 else x)
 
 
 def fma(ctx, op, a, b, c):

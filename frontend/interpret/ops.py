@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from kiln.ir.ops import BINARY_OPS
 
-from . import arith, control, debug, dot, mathfns, memops, shapes
+from . import arith, control, debug, dot, indexing, mathfns, memops, shapes, specialfns
 
 
 def _noop(ctx, op, *values):
@@ -17,9 +17,13 @@ def _noop(ctx, op, *values):
 
 IMPLS = {name: arith.binary for name in BINARY_OPS}
 IMPLS.update({name: mathfns.unary for name in mathfns.FLOAT_UNARY})
+IMPLS.update({name: specialfns.unary for name in specialfns.SPECIAL_UNARY})
 IMPLS.update({
     "neg": arith.neg, "abs": arith.absolute, "not": arith.bitwise_not,
     "isnan": mathfns.isnan, "isinf": mathfns.isinf, "fma": mathfns.fma,
+    "popc": arith.bit_count, "clz": arith.bit_count, "brev": arith.bit_count,
+    "isfinite": mathfns.isfinite, "signbit": mathfns.signbit,
+    "gather": indexing.gather, "histogram": indexing.histogram, "inline_asm": indexing.inline_asm,
     "cmp": arith.cmp, "select": arith.select,
     "cast": shapes.cast, "bitcast": shapes.bitcast,
     "constant": shapes.constant, "arange": shapes.arange,

@@ -144,9 +144,8 @@ def minimum(x, y, propagate_nan=None):
 
 @builtin
 def clamp(x, min, max, propagate_nan=None):
-    """`x` limited to [min, max]."""
-    nan = _propagates(propagate_nan)
-    return semantic.minimum(semantic.maximum(x, min, nan), max, nan)
+    """`x` limited to [min, max] (floats only); a NaN `x` stays NaN only with PropagateNan.ALL."""
+    return semantic.clamp(x, min, max, _propagates(propagate_nan))
 
 
 class PropagateNan:
@@ -281,6 +280,27 @@ def interleave(a, b):
     joined = semantic.join(a, b)
     shape = list(joined.type.shape)
     return semantic.reshape(joined, shape[:-2] + [shape[-2] * 2])
+
+
+# --- indexing ---------------------------------------------------------------------------
+
+@builtin
+def gather(src, index, axis):
+    """out[..., i, ...] = src[..., index[..., i, ...], ...] along `axis`; the result has index's shape."""
+    return semantic.gather(src, index, axis)
+
+
+@builtin
+def histogram(input, num_bins, mask=None):
+    """Counts of the values 0 .. num_bins-1 in the 1-D `input` (where `mask`), as int32."""
+    return semantic.histogram(input, num_bins, mask)
+
+
+@builtin
+def inline_asm_elementwise(asm, constraints, args, dtype, is_pure, pack):
+    """Run the PTX `asm` on `pack` elements of the broadcast `args` at a time; a tuple `dtype` gives
+    several results."""
+    return semantic.inline_asm_elementwise(asm, constraints, args, dtype, is_pure, pack)
 
 
 # --- dot --------------------------------------------------------------------------------

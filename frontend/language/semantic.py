@@ -16,6 +16,7 @@ import threading
 import numpy as np
 
 from kiln.ir import Block, Builder
+from kiln.ir.ops import PREDICATE_OPS
 from kiln.ir.types import (
     block_type, dtype, float16, float32, float64, int1, int32, int64, is_power_of_two, pointer_type,
     uint32, uint64, with_shape,
@@ -482,7 +483,7 @@ def math_unary(name, x, *, allow_int=False):
     x = to_tensor(x)
     if not x.dtype.is_floating() and not (allow_int and x.dtype.is_int()):
         raise TypeError(f"{name} needs a floating-point operand, not {x.dtype}")
-    result = with_shape(int1, x.type.shape) if name in ("isnan", "isinf") else x.type
+    result = with_shape(int1, x.type.shape) if name in PREDICATE_OPS else x.type
     return _emit(name, [x], result)
 
 
@@ -502,6 +503,15 @@ def math_binary(name, a, b):
     return _elementwise(name, a, b)
 
 
+def bit_count(name, x):
+    """popc and clz (counts, returned as int32) and brev (same type) of an integer."""
+    x = to_tensor(x)
+    if not x.dtype.is_int() or x.dtype.is_int1():
+        raise TypeError(f"{name} needs an integer operand, not {x.dtype}")
+    result = _emit(name, [x], x.type)
+    return result if name == "brev" else cast(result, int32)
+
+
 def fma(x, y, z):
     x, y = binary_operands(x, y)
     x, z = binary_operands(x, z)
@@ -509,6 +519,80 @@ def fma(x, y, z):
     if not x.dtype.is_floating():
         raise TypeError(f"fma needs floating-point operands, not {x.dtype}")
     return _emit("fma", [x, y, z], x.type)
+
+
+def clamp(x, lo, hi, propagate_nan=False):
+    """min(max(x, lo), hi) in the common float type, as Triton's clamp (floats only). A NaN
+    in x gives lo unless propagate_nan; a NaN bound gives an unspecified result in Triton."""
+    lo, hi = binary_operands(lo, hi)
+    x, lo = binary_operands(x, lo)
+    x, hi = binary_operands(x, hi)
+    lo = broadcast_to(cast(lo, x.dtype), x.type.shape)
+    if not x.dtype.is_floating():
+        raise TypeError(f"clamp needs floating-point operands, not {x.dtype}; use tl.minimum and tl.maximum")
+    attrs = {"propagate_nan": True} if propagate_nan else {}
+    return _elementwise("min", _elementwise("max", x, lo, **attrs), hi, **attrs)
+
+
+# --- indexing ---------------------------------------------------------------------------
+
+def gather(src, index, axis):
+    src, index = to_tensor(src), to_tensor(index)
+    axis, rank = int(unwrap(axis)), len(src.type.shape)
+    if not index.dtype.is_int():
+        raise TypeError(f"gather's index must be an integer tensor, not {index.dtype}")
+    if rank == 0 or len(index.type.shape) != rank:
+        raise ValueError(f"gather: source {list(src.type.shape)} and index {list(index.type.shape)} "
+                         "must be blocks of the same rank")
+    if not -rank <= axis < rank:
+        raise ValueError(f"gather axis {axis} is out of range for rank {rank}")
+    axis %= rank
+    for d, (s, i) in enumerate(zip(src.type.shape, index.type.shape)):
+        if d != axis and s != i:
+            raise ValueError(f"gather: index dimension {d} ({i}) must match the source's ({s})")
+    return _emit("gather", [src, index], block_type(src.dtype, index.type.shape), axis=axis)
+
+
+def histogram(values, num_bins, mask=None):
+    values, num_bins = to_tensor(values), unwrap(num_bins)
+    if len(values.type.shape) != 1:
+        raise ValueError(f"histogram needs a 1-D input, not {list(values.type.shape)}")
+    if not values.dtype.is_int():
+        raise TypeError(f"histogram needs integer input, not {values.dtype}")
+    (num_bins,) = check_shape([num_bins])
+    operands = [values]
+    if unwrap(mask) is not None:
+        mask = broadcast_to(to_tensor(mask), values.type.shape)
+        if not mask.dtype.is_int1():
+            raise TypeError(f"histogram's mask must be boolean, not {mask.dtype}")
+        operands.append(mask)
+    return _emit("histogram", operands, block_type(int32, [num_bins]), num_bins=num_bins)
+
+
+def inline_asm_elementwise(asm, constraints, args, dtypes, is_pure, pack):
+    """Run `asm` on each group of `pack` elements of the broadcast `args`; one result per dtype."""
+    asm, constraints, pack = unwrap(asm), unwrap(constraints), int(unwrap(pack))
+    if not isinstance(asm, str) or not isinstance(constraints, str):
+        raise TypeError("inline_asm_elementwise needs the asm and its constraints as strings")
+    if pack < 1:
+        raise ValueError(f"inline_asm_elementwise's pack must be positive, not {pack}")
+    dtypes = unwrap(dtypes)
+    single = not isinstance(dtypes, (tuple, list))
+    dtypes = [unwrap(d) for d in ([dtypes] if single else dtypes)]
+    if not dtypes or not all(isinstance(d, dtype) for d in dtypes):
+        raise TypeError("inline_asm_elementwise's dtype must be a dtype or a tuple of them")
+    args = [to_tensor(a) for a in unwrap(args)]
+    shape = ()
+    for a in args:
+        shape = broadcast_shapes(shape, a.type.shape)
+    args = [broadcast_to(a, shape) for a in args]
+    types = [with_shape(d, shape) for d in dtypes]
+    attrs = {"asm": asm, "constraints": constraints, "pack": pack}
+    if not unwrap(is_pure):
+        attrs["volatile"] = True  # keeps an impure asm from being merged or dropped
+    op = builder().create("inline_asm", [a.handle for a in args], types, attrs)
+    results = [tensor(v, t) for v, t in zip(op.results, types)]
+    return results[0] if single else tuple(results)
 
 
 # --- casts ------------------------------------------------------------------------------
