@@ -7,6 +7,7 @@ from .core import (  # noqa: F401
     bfloat16, block_type, builtin, constexpr, dtype, float8e4nv, float8e5, float16, float32, float64, int1, int8,
     int16, int32, int64, pointer_type, range, static_range, tensor, uint8, uint16, uint32, uint64, void,
 )
+from .sorting import flip, sort, topk  # noqa: F401
 from .random import (  # noqa: F401
     pair_uniform_to_normal, philox, philox_impl, rand, rand4x, randint, randint4x, randn, randn4x,
     uint_to_uniform_float,

@@ -1,5 +1,5 @@
 """The functions Triton also offers as tensor methods (`x.sum(0)`, `x.reshape(...)`)."""
-from . import builtins, standard
+from . import builtins, sorting, standard
 
 METHODS = {name: getattr(mod, name) for mod, names in (
     (builtins, ["reshape", "view", "permute", "trans", "broadcast_to", "expand_dims", "ravel", "split", "join",
@@ -8,4 +8,5 @@ METHODS = {name: getattr(mod, name) for mod, names in (
                 "atomic_max", "atomic_min", "atomic_and", "atomic_or", "atomic_xor", "atomic_xchg", "atomic_cas"]),
     (standard, ["sum", "max", "min", "argmax", "argmin", "xor_sum", "cumsum", "cumprod", "sigmoid", "softmax",
                 "cdiv"]),
+    (sorting, ["flip", "sort", "topk"]),
 ) for name in names}

@@ -1,0 +1,193 @@
+"""Conformance: flip, sort, topk, gather, histogram, clamp and inline asm (interpreter vs NumPy)."""
+import os
+
+import numpy as np
+import pytest
+
+import kiln
+import kiln.language as tl
+from kiln.errors import CompilationError
+from kiln.interpret import InterpreterError
+
+RNG = np.random.default_rng(7)
+
+
+@kiln.jit
+def _rows(x_ptr, out_ptr, M: tl.constexpr, N: tl.constexpr, OP: tl.constexpr, K: tl.constexpr):
+    rows = tl.arange(0, M)[:, None]
+    cols = tl.arange(0, N)[None, :]
+    x = tl.load(x_ptr + rows * N + cols)
+    if OP == "flip_rows":
+        y = tl.flip(x, 0)
+    elif OP == "flip":
+        y = tl.flip(x)
+    elif OP == "sort":
+        y = tl.sort(x)
+    elif OP == "sort_descending":
+        y = x.sort(descending=True)
+    else:
+        y = tl.topk(x, K)
+    out_cols = tl.arange(0, K)[None, :]
+    tl.store(out_ptr + rows * K + out_cols, y)
+
+
+def _run_rows(x, op, k=None):
+    m, n = x.shape
+    k = n if k is None else k
+    out = np.zeros((m, k), x.dtype)
+    _rows[(1,)](x, out, M=m, N=n, OP=op, K=k)
+    return out
+
+
+@pytest.mark.parametrize("shape", [(4, 8), (1, 32), (8, 2)])
+def test_flip_either_dimension(shape):
+    x = RNG.standard_normal(shape).astype(np.float32)
+    np.testing.assert_array_equal(_run_rows(x, "flip"), x[:, ::-1])
+    np.testing.assert_array_equal(_run_rows(x, "flip_rows"), x[::-1])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int32, np.uint8, np.float16])
+def test_sort_rows_both_directions(dtype):
+    x = (RNG.standard_normal((4, 16)) * 50).astype(dtype)
+    x[0, :4] = x[0, 4]  # ties
+    np.testing.assert_array_equal(_run_rows(x, "sort"), np.sort(x, axis=1))
+    np.testing.assert_array_equal(_run_rows(x, "sort_descending"), np.sort(x, axis=1)[:, ::-1])
+
+
+@pytest.mark.parametrize("k", [1, 4, 16])
+def test_topk_is_the_k_largest_descending(k):
+    x = RNG.standard_normal((2, 16)).astype(np.float32)
+    np.testing.assert_array_equal(_run_rows(x, "topk", k), np.sort(x, axis=1)[:, ::-1][:, :k])
+
+
+@kiln.jit
+def _sort_column(x_ptr, out_ptr):
+    offs = tl.arange(0, 8)
+    x = tl.load(x_ptr + offs[:, None] * 8 + offs[None, :])
+    tl.store(out_ptr + offs[:, None] * 8 + offs[None, :], tl.sort(x, 0))
+
+
+@pytest.mark.interpreter_only
+def test_sort_only_the_last_dimension():
+    with pytest.raises(CompilationError, match="only the last dimension"):
+        _sort_column[(1,)](np.zeros(64, np.float32), np.zeros(64, np.float32))
+
+
+@kiln.jit
+def _gather(src_ptr, idx_ptr, out_ptr, M: tl.constexpr, N: tl.constexpr, K: tl.constexpr, AXIS: tl.constexpr):
+    if AXIS == 0:
+        src = tl.load(src_ptr + tl.arange(0, M)[:, None] * N + tl.arange(0, N)[None, :])
+        offs = tl.arange(0, K)[:, None] * N + tl.arange(0, N)[None, :]
+    else:
+        src = tl.load(src_ptr + tl.arange(0, M)[:, None] * N + tl.arange(0, N)[None, :])
+        offs = tl.arange(0, M)[:, None] * K + tl.arange(0, K)[None, :]
+    index = tl.load(idx_ptr + offs)
+    tl.store(out_ptr + offs, tl.gather(src, index, AXIS))
+
+
+@pytest.mark.parametrize("axis", [0, 1])
+def test_gather_along_either_axis(axis):
+    m, n, k = 4, 8, 16
+    src = RNG.standard_normal((m, n)).astype(np.float32)
+    index = RNG.integers(0, src.shape[axis], (k, n) if axis == 0 else (m, k)).astype(np.int32)
+    out = np.zeros(index.shape, np.float32)
+    _gather[(1,)](src, index, out, M=m, N=n, K=k, AXIS=axis)
+    np.testing.assert_array_equal(out, np.take_along_axis(src, index, axis=axis))
+
+
+@pytest.mark.interpreter_only
+def test_gather_index_out_of_range_names_the_kernel():
+    src, index = np.zeros((4, 8), np.float32), np.full((4, 8), 9, np.int32)
+    with pytest.raises(InterpreterError, match=r"kernel '_gather'.*gather index 9 is out of range"):
+        _gather[(1,)](src, index, np.zeros((4, 8), np.float32), M=4, N=8, K=8, AXIS=1)
+
+
+@kiln.jit
+def _gather_bad_rank(src_ptr, out_ptr):
+    offs = tl.arange(0, 8)
+    src = tl.load(src_ptr + offs[:, None] * 8 + offs[None, :])
+    tl.store(out_ptr + offs, tl.gather(src, offs, 0))
+
+
+@pytest.mark.interpreter_only
+def test_gather_needs_index_of_the_source_rank():
+    with pytest.raises(CompilationError, match="same rank"):
+        _gather_bad_rank[(1,)](np.zeros(64, np.float32), np.zeros(8, np.float32))
+
+
+@kiln.jit
+def _histogram(x_ptr, out_ptr, N: tl.constexpr, BINS: tl.constexpr, MASKED: tl.constexpr):
+    offs = tl.arange(0, N)
+    x = tl.load(x_ptr + offs)
+    if MASKED:
+        h = tl.histogram(x, BINS, mask=offs % 2 == 0)
+    else:
+        h = tl.histogram(x, BINS)
+    tl.store(out_ptr + tl.arange(0, BINS), h)
+
+
+@pytest.mark.parametrize("masked", [False, True])
+def test_histogram_counts_values_in_range(masked):
+    x = RNG.integers(-2, 18, 64).astype(np.int32)  # some values fall outside the 16 bins
+    out = np.zeros(16, np.int32)
+    _histogram[(1,)](x, out, N=64, BINS=16, MASKED=masked)
+    counted = x[::2] if masked else x
+    np.testing.assert_array_equal(out, np.bincount(counted[(counted >= 0) & (counted < 16)], minlength=16))
+
+
+@kiln.jit
+def _clamp(x_ptr, out_ptr, N: tl.constexpr, NAN: tl.constexpr):
+    offs = tl.arange(0, N)
+    x = tl.load(x_ptr + offs)
+    if NAN:
+        y = tl.clamp(x, -1.0, 1.0, propagate_nan=tl.PropagateNan.ALL)
+    else:
+        y = tl.clamp(x, -1.0, 1.0)
+    tl.store(out_ptr + offs, y)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_clamp_nan_and_dtype(dtype):
+    x = np.array([-3, -1, -0.5, 0, 0.5, 1, 3, np.nan], dtype)
+    for propagate, nan_result in ((False, -1.0), (True, np.nan)):
+        out = np.zeros(8, dtype)
+        _clamp[(1,)](x, out, N=8, NAN=propagate)
+        np.testing.assert_array_equal(out[:-1], np.clip(x[:-1], -1, 1))
+        np.testing.assert_array_equal(out[-1:], np.array([nan_result], dtype))
+
+
+@kiln.jit
+def _clamp_ints(x_ptr, out_ptr):
+    offs = tl.arange(0, 8)
+    tl.store(out_ptr + offs, tl.clamp(tl.load(x_ptr + offs), 0, 3))
+
+
+@pytest.mark.interpreter_only
+def test_clamp_refuses_integers_as_triton():
+    with pytest.raises(CompilationError, match="clamp needs floating-point"):
+        _clamp_ints[(1,)](np.zeros(8, np.int32), np.zeros(8, np.int32))
+
+
+@kiln.jit
+def _shift_by_asm(x_ptr, out_ptr, N: tl.constexpr):
+    offs = tl.arange(0, N)
+    x = tl.load(x_ptr + offs)
+    y = tl.inline_asm_elementwise("shl.b32 $0, $1, 3;", "=r,r", [x], dtype=tl.int32, is_pure=True, pack=1)
+    tl.store(out_ptr + offs, y)
+
+
+@pytest.mark.interpreter_only
+def test_inline_asm_is_refused_by_the_interpreter_with_the_kernel_name():
+    with pytest.raises(InterpreterError, match=r"kernel '_shift_by_asm'.*inline_asm_elementwise runs PTX"):
+        _shift_by_asm[(1,)](np.arange(8, dtype=np.int32), np.zeros(8, np.int32), N=8)
+
+
+def test_inline_asm_result_on_the_gpu():
+    """Interpreter-exempt: the interpreter cannot run PTX, so the result is checked only in the GPU
+    conformance run (KILN_TEST_GPU_CONFORMANCE=1); on the CPU the kernel is still compiled by codegen."""
+    x, out = np.arange(8, dtype=np.int32), np.zeros(8, np.int32)
+    if os.environ.get("KILN_TEST_GPU_CONFORMANCE") != "1":
+        _shift_by_asm.warmup(x, out, N=8, grid=(1,))  # builds it, so conftest compiles it for sm_80/sm_90a
+        pytest.skip("interpreter-exempt: inline PTX runs only on the GPU")
+    _shift_by_asm[(1,)](x, out, N=8)
+    np.testing.assert_array_equal(out, x << 3)
