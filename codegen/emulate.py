@@ -116,8 +116,24 @@ def _host_math():
            "sin": math.sin, "cos": math.cos, "tan": math.tan, "tanh": math.tanh, "erf": math.erf,
            "floor": math.floor, "ceil": math.ceil, "trunc": math.trunc, "rsqrt": lambda x: 1 / math.sqrt(x),
            "round": lambda x: math.floor(x + 0.5) if x >= 0 else -math.floor(-x + 0.5)}
-    two = {"pow": math.pow, "atan2": math.atan2}
+    one.update({"expm1": math.expm1, "exp10": lambda x: 10.0 ** x, "log10": math.log10,
+                "cbrt": lambda x: math.copysign(abs(x) ** (1 / 3), x), "rint": lambda x: float(round(x)),
+                "sinh": math.sinh, "cosh": math.cosh, "asin": math.asin, "acos": math.acos, "atan": math.atan,
+                "asinh": math.asinh, "acosh": math.acosh, "atanh": math.atanh, "erfc": math.erfc,
+                "erfinv": _erfinv, "lgamma": math.lgamma, "tgamma": math.gamma})
+    two = {"pow": math.pow, "atan2": math.atan2, "hypot": math.hypot, "remainder": math.remainder,
+           "fdim": lambda x, y: max(x - y, 0.0), "nextafter": math.nextafter}
     return f, one, two
+
+
+def _erfinv(y):
+    """Newton's method on erf (the host has no erfinv)."""
+    if not -1 < y < 1:
+        return math.copysign(math.inf, y) if abs(y) == 1 else math.nan
+    x = 0.0
+    for _ in range(60):
+        x -= (math.erf(x) - y) / (2 / math.sqrt(math.pi) * math.exp(-x * x))
+    return x
 
 
 def _safe(fn):

@@ -195,3 +195,9 @@ def test_cache_hints_and_volatile_loads():
     loop = ptx[ptx.index("$L__BB0_1:"):]  # the spin loop re-reads the flag every time round
     assert "ld.volatile.global.b32" in loop
     assert "L1::evict" not in compiled("cache_hints", "sm_80").ptx  # needs PTX 7.4
+
+
+def test_inline_asm_is_applied_per_pack():
+    ptx = compiled("inline_asm").ptx
+    assert ptx.count("prmt.b32") == 1  # the layout gives each thread one pack of 4 int8
+    assert "add.f32" in ptx and "sub.f32" in ptx

@@ -304,3 +304,48 @@ def check_with_warps(num_warps):
 @pytest.mark.parametrize("num_warps", [1, 8])
 def test_other_warp_counts(num_warps):
     assert all(in_child(check_with_warps, num_warps))
+
+
+def check_gather_histogram():
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal(256).astype(np.float32)
+    gather_idx = rng.integers(0, 16, 256).astype(np.int32)  # the kernel gathers and counts these
+    out, hist = np.zeros(256, np.float32), np.full(16, -1, np.int32)
+    run("gather_histogram", (1,), [x, gather_idx, out, hist])
+    want_g = np.take_along_axis(x.reshape(16, 16), gather_idx.reshape(16, 16), 1).reshape(256)
+    want_h = np.bincount(gather_idx[32:], minlength=16)[:16]
+    return bool((out == want_g).all()), bool((hist == want_h).all())
+
+
+def test_gather_and_histogram():
+    assert in_child(check_gather_histogram) == (True, True)
+
+
+def check_math_more():
+    rng = np.random.default_rng(12)
+    x = rng.uniform(-0.9, 0.9, 128).astype(np.float32)
+    y, d, flags = np.zeros(128, np.float32), rng.uniform(1, 2, 128), np.zeros(128, np.bool_)
+    d0 = d.copy()
+    run("math_more", (1,), [x, y, d, flags])
+    return bool(np.isfinite(y).all()), bool((flags == (np.isfinite(y) & np.signbit(x))).all()), \
+        float(np.abs(d - np.hypot(np.cbrt(d0), d0)).max())
+
+
+def test_more_libdevice_functions():
+    finite, flags_ok, err = in_child(check_math_more)
+    assert finite and flags_ok and err < 1e-12
+
+
+def check_bits():
+    x = np.random.default_rng(13).integers(0, 2**32, 128, dtype=np.uint64).astype(np.uint32)
+    x[:3] = [0, 1, 0xFFFFFFFF]
+    out = np.zeros((3, 128), np.uint32)
+    run("bits", (1,), [x, out])
+    popc = np.array([bin(int(v)).count("1") for v in x])
+    clz = np.array([32 - int(v).bit_length() for v in x])
+    brev = np.array([int(f"{int(v):032b}"[::-1], 2) for v in x])
+    return bool((out[0] == popc).all()), bool((out[1] == clz).all()), bool((out[2] == brev).all())
+
+
+def test_popc_clz_brev():
+    assert in_child(check_bits) == (True, True, True)

@@ -10,12 +10,12 @@ import llvmlite.ir as ir
 from kiln.ir.types import scalar_of
 
 from ..backend import DATA_LAYOUT, TRIPLE
-from . import control, debug, dot, elementwise, memory, reduce, shape
+from . import asm, control, debug, dot, elementwise, memory, reduce, shape
 from .context import Lowering, LoweringError
 from .types import I8, reg_type
 
 LOWER: dict = {}
-for _module in (elementwise, shape, memory, control, reduce, dot, debug):
+for _module in (elementwise, shape, memory, control, reduce, dot, debug, asm):
     LOWER.update(_module.RULES)
 
 _TERMINATORS = ("yield", "condition", "return")

@@ -162,6 +162,27 @@ def _isinf(lw, op, x):
     return lw.b.fcmp_ordered("==", a, ir.Constant(a.type, math.inf))
 
 
+def _isfinite(lw, op, x):
+    a = _llvm_float("fabs")(lw, op, x)
+    return lw.b.fcmp_ordered("!=", a, ir.Constant(a.type, math.inf))  # false for NaN too
+
+
+def _signbit(lw, op, x):
+    bits = _s(op).primitive_bitwidth
+    return lw.b.icmp_signed("<", lw.b.bitcast(x, ir.IntType(bits)), ir.Constant(ir.IntType(bits), 0))
+
+
+def _bit_count(name):
+    """popc / clz / brev on the operand's own width (LLVM ctpop / ctlz / bitreverse)."""
+    def fn(lw, op, x):
+        ty = x.type
+        if name == "ctlz":  # defined for 0 (all bits leading), as PTX clz
+            f = lw.intrinsic(f"llvm.ctlz.i{ty.width}", ty, [ty, ir.IntType(1)])
+            return lw.b.call(f, [x, ir.Constant(ir.IntType(1), 0)])
+        return lw.b.call(lw.intrinsic(f"llvm.{name}.i{ty.width}", ty, [ty]), [x])
+    return fn
+
+
 def _sqrt(lw, op, x):
     return _llvm_float("sqrt")(lw, op, x)
 
@@ -322,9 +343,17 @@ _PER_ELEMENT = {
     "erf": _libdevice("__nv_erff", "__nv_erf"),
     "floor": _libdevice("__nv_floorf", "__nv_floor"), "ceil": _libdevice("__nv_ceilf", "__nv_ceil"),
     "round": _libdevice("__nv_roundf", "__nv_round"), "trunc": _libdevice("__nv_truncf", "__nv_trunc"),
-    "isnan": _isnan, "isinf": _isinf, "fma": _fma,
+    "popc": _bit_count("ctpop"), "clz": _bit_count("ctlz"), "brev": _bit_count("bitreverse"),
+    "isnan": _isnan, "isinf": _isinf, "isfinite": _isfinite, "signbit": _signbit, "fma": _fma,
     "cmp": _cmp, "select": _select, "addptr": _addptr, "cast": _cast, "bitcast": _bitcast,
 }
+
+# the rest of libdevice, one name each: `__nv_<name>f` for fp32 (and fp16/bf16 through
+# fp32), `__nv_<name>` for fp64
+for _name in ("expm1", "exp10", "log10", "cbrt", "rint", "sinh", "cosh", "asin", "acos", "atan",
+              "asinh", "acosh", "atanh", "erfc", "erfinv", "lgamma", "tgamma",
+              "hypot", "remainder", "fdim", "nextafter"):
+    _PER_ELEMENT[_name] = _libdevice(f"__nv_{_name}f", f"__nv_{_name}")
 
 RULES = {name: elementwise(fn) for name, fn in _PER_ELEMENT.items()}
 RULES.update({"constant": _constant, "multiple_of": _identity, "max_contiguous": _identity})

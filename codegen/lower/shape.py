@@ -129,7 +129,61 @@ def _cat(lw, op):
     lw.bind(out, regs, layout)
 
 
+def _gather(lw, op):
+    """out[i] = src[i with i[axis] replaced by index[i]], through shared memory."""
+    src, index = op.operands
+    out = op.results[0]
+    axis = op.attrs["axis"]
+    layout = lw.layout(out)
+    idx_regs = lw.regs(index, layout)
+    reads = []
+    for reg, idx in zip(idx_regs, lw.indices(layout, out.type.shape)):
+        pos = reg if reg.type.width == 32 else (lw.b.trunc(reg, ir.IntType(32)) if reg.type.width > 32
+                                                  else lw.b.sext(reg, ir.IntType(32)))
+        where = list(idx)
+        where[axis] = pos
+        reads.append(lw.flat_index(where, src.type.shape))
+    (regs,) = exchange(lw, reg_type(scalar_of(src.type)), src.type.numel,
+                       [(lw.regs(src), flats_of(lw, lw.layout(src), src.type.shape))], [reads])
+    lw.bind(out, regs, layout)
+
+
+def _histogram(lw, op):
+    """Counts of values in [0, num_bins): shared-memory counters bumped with atomics by
+    one owner per element, then read back in the result's layout."""
+    from .types import I32, SHARED_PTR
+    values = op.operands[0]
+    out = op.results[0]
+    bins = op.attrs["num_bins"]
+    layout = lw.layout(values)
+    regs = lw.regs(values, layout)
+    masks = lw.regs(op.operands[1], layout) if len(op.operands) > 1 else [None] * len(regs)
+    owner = lw.owner_mask(layout, values.type.shape)
+    base = lw.smem(bins * 4)
+    threads = 32 * lw.num_warps
+    for start in range(0, bins, threads):  # zero the counters
+        i = lw.b.add(lw.tid, lw.i32(start))
+        with lw.b.if_then(lw.b.icmp_unsigned("<", i, lw.i32(bins))):
+            lw.b.store(ir.Constant(I32, 0), lw.smem_ptr(base, I32, i))
+    lw.barrier()
+    signed = scalar_of(values.type).signed
+    for v, m in zip(regs, masks):
+        bin_ = lw.b.sext(v, ir.IntType(64)) if signed else lw.b.zext(v, ir.IntType(64))
+        ok = lw.b.icmp_unsigned("<", bin_, ir.Constant(ir.IntType(64), bins))  # negatives wrap high
+        for extra in (m, owner):
+            if extra is not None:
+                ok = lw.b.and_(ok, extra)
+        with lw.b.if_then(ok):
+            slot = lw.smem_ptr(base, I32, lw.b.trunc(bin_, I32))
+            lw.b.atomic_rmw("add", slot, ir.Constant(I32, 1), 'syncscope("block") monotonic')
+    lw.barrier()
+    out_layout = lw.layout(out)
+    counts = [lw.b.load(lw.smem_ptr(base, I32, idx[0]), typ=I32) for idx in lw.indices(out_layout, out.type.shape)]
+    lw.bind(out, counts, out_layout)
+
+
 RULES = {
+    "gather": _gather, "histogram": _histogram,
     "program_id": _program_id, "num_programs": _num_programs, "arange": _arange,
     "splat": _splat, "broadcast": _broadcast, "expand_dims": _expand_dims,
     "reshape": _reshape, "permute": _permute, "join": _join, "split": _split, "cat": _cat,

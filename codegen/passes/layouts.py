@@ -123,6 +123,18 @@ class _Assigner:
             else:
                 self.set(r, same_shape[0])
 
+    def op_inline_asm(self, op):
+        """Each asm call takes `pack` elements, so a thread must hold a multiple of them."""
+        r = op.results[0]
+        if not isinstance(r.type, block_type):
+            return
+        pack = op.attrs["pack"]
+        layout = self.prefer(r.type.shape)
+        if pack > 1 and len(layout.offsets(r.type.shape)) % pack:
+            layout = blocked_for(r.type.shape, default_order(len(r.type.shape)), pack, self.num_warps)
+        for res in op.results:
+            self.set(res, layout)
+
     def op_dot(self, op):
         self.set(op.results[0], self.prefer(op.results[0].type.shape))
 
