@@ -3,6 +3,7 @@
     python -m kiln.daemon daemon start [--foreground] [--listen HOST:PORT] [--workers N]
     python -m kiln.daemon daemon status [--json]
     python -m kiln.daemon prewarm --from-manifest run.jsonl --target sm_90a --target sm_100a
+    python -m kiln.daemon prewarm my_kernels.py --target sm_90a    (or a module's dotted name)
     python -m kiln.daemon cache export kernels.zip
 """
 from __future__ import annotations
@@ -52,9 +53,12 @@ def _parser() -> argparse.ArgumentParser:
 
     prewarm = groups.add_parser("prewarm", help="compile kernels through the daemon before a run needs them")
     source = prewarm.add_mutually_exclusive_group(required=True)
+    source.add_argument("source", nargs="?", metavar="MODULE_OR_FILE",
+                        help="a module (dotted name) or .py file: its kernels' declared signatures x autotune configs")
     source.add_argument("--from-manifest", metavar="FILE", help="the JSON lines a run recorded")
     source.add_argument("--from-cache", action="store_true", help="every kernel the node cache keeps the IR of")
-    prewarm.add_argument("--target", action="append", default=[], help="compile for this target (repeatable)")
+    prewarm.add_argument("--target", action="append", default=[],
+                         help="compile for this target (repeatable; default: the local GPU's, or each kernel's own)")
     prewarm.add_argument("--address", help="the daemon (default: KILN_DAEMON or the node daemon)")
     prewarm.set_defaults(run=_prewarm)
 
@@ -210,23 +214,25 @@ def _status(args) -> int:
 
 def _prewarm(args) -> int:
     from . import prewarm
-    from .client import Client
 
-    if args.from_manifest:
-        kernels = prewarm.from_manifest(args.from_manifest, args.target)
-    else:
-        with Cache() as cache:
-            kernels = prewarm.from_cache(cache, args.target)
-    address = args.address or launch.configured_address()
-    if address is None:
-        print("KILN_DAEMON=off, and prewarming needs a daemon: name one with --address", file=sys.stderr)
+    progress = prewarm.progress_bar if sys.stderr.isatty() else None
+    try:
+        if args.source:
+            report = prewarm.prewarm_module(args.source, args.target, address=args.address, progress=progress)
+        else:
+            if args.from_manifest:
+                kernels = prewarm.from_manifest(args.from_manifest, args.target)
+            else:
+                with Cache() as cache:
+                    kernels = prewarm.from_cache(cache, args.target)
+            report = prewarm.through_daemon(kernels, args.address, progress=progress)
+    except (prewarm.NoDaemon, ValueError, ImportError, OSError, SyntaxError) as e:
+        print(f"kiln prewarm: {e}", file=sys.stderr)
         return 2
-    if address == launch.default_address():
-        launch.ensure_daemon()
-    with Client(address, token=env.daemon_token()) as client:
-        report = prewarm.prewarm(kernels, client, progress=prewarm.progress_bar if sys.stderr.isatty() else None)
     summary = ", ".join(f"{k.removeprefix('CACHE_').lower()} {v}" for k, v in sorted(report.statuses.items()))
     print(f"prewarmed {report.total} kernels: {summary or 'nothing to do'}")
+    for label, reason in report.skipped:
+        print(f"  skipped {label}: {reason}", file=sys.stderr)
     for name, target, message in report.errors:
         print(f"  {name} for {target}: {message}", file=sys.stderr)
     return 0 if report.ok else 1

@@ -1,17 +1,25 @@
 """Prewarming: compile many kernels through the daemon's pool before a run needs them.
 
 The kernels come from a manifest (JSON lines that a run records: block IR text, target,
-options) or from the node cache itself, which keeps every kernel's IR; either can be
-replayed for other targets or after a kiln upgrade, on a machine without a GPU.
+options), from the node cache itself, which keeps every kernel's IR (either can be
+replayed for other targets or after a kiln upgrade), or from the signatures that the
+kernels of a Python module declare (`jit(prewarm=[...])`, see kiln.signatures). None
+needs a GPU when the targets are named.
+
+    prewarm_module("my_kernels", targets=["sm_90a"]) -> Report      # kiln prewarm my_kernels.py
 """
 from __future__ import annotations
 
 import fcntl
+import importlib
+import importlib.util
 import json
+import os
 import sys
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 from typing import Callable, Iterable
 
 from kiln.ir import parse_function, print_function
@@ -66,9 +74,10 @@ def _add(kernels: list, seen: set, fn_text: str, target: str, options: dict) -> 
 
 @dataclass
 class Report:
-    total: int = 0
+    total: int = 0                                       # compiles asked of the daemon
     statuses: Counter = field(default_factory=Counter)  # CACHE_HIT / CACHE_MISS / CACHE_MERGED / ERROR
     errors: list = field(default_factory=list)           # (kernel name, target, message)
+    skipped: list = field(default_factory=list)          # (kernel, reason): declared, but not buildable here
 
     @property
     def ok(self) -> bool:
@@ -76,8 +85,10 @@ class Report:
 
 
 def prewarm(kernels: list[Kernel], client, progress: Callable[[int, int], None] | None = None,
-            timeout: float | None = None) -> Report:
-    """Compile `kernels` through `client`'s daemon, all at once: the pool runs them in parallel."""
+            timeout: float | None = None, labels: list[str] | None = None) -> Report:
+    """Compile `kernels` through `client`'s daemon, all at once: the pool runs them in parallel.
+
+    `labels` name the kernels in errors (default: their IR names)."""
     from kiln.proto import compiler_pb2 as pb
 
     report = Report(total=len(kernels))
@@ -87,7 +98,7 @@ def prewarm(kernels: list[Kernel], client, progress: Callable[[int, int], None] 
         if item.HasField("error"):
             fn, target, _ = kernels[item.index]
             report.statuses["ERROR"] += 1
-            report.errors.append((fn.name, target, item.error.message))
+            report.errors.append((labels[item.index] if labels else fn.name, target, item.error.message))
         else:
             report.statuses[pb.CacheStatus.Name(item.result.cache_status)] += 1
         if progress:
@@ -102,3 +113,120 @@ def progress_bar(done: int, total: int, out=sys.stderr) -> None:
     if done == total:
         out.write("\n")
     out.flush()
+
+
+class NoDaemon(RuntimeError):
+    """Prewarming was asked for with KILN_DAEMON=off and no daemon named."""
+
+
+def through_daemon(kernels: list[Kernel], address: str | None = None, **kwargs) -> Report:
+    """`prewarm` through the daemon at `address` (default: KILN_DAEMON or the node daemon, started if need be)."""
+    from kiln.cache import env
+
+    from . import launch
+    from .client import Client
+
+    address = address or launch.configured_address()
+    if address is None:
+        raise NoDaemon("KILN_DAEMON=off, and prewarming compiles through a daemon: name one (--address)")
+    if kernels and address == launch.default_address():
+        launch.ensure_daemon()
+    with Client(address, token=env.daemon_token()) as client:
+        return prewarm(kernels, client, **kwargs)
+
+
+# --- kernels declared in Python source ----------------------------------------------------
+
+@dataclass
+class Declared:
+    """What a module's kernels declare, built into IR: ready to send, or why not."""
+
+    kernels: list = field(default_factory=list)  # (IR, target, options)
+    labels: list = field(default_factory=list)   # one per kernel: the kernel with its signature
+    errors: list = field(default_factory=list)   # (label, targets, message): no IR could be built
+    skipped: list = field(default_factory=list)  # (label, reason)
+
+
+def load_module(module_or_path) -> ModuleType:
+    """A module by dotted name, or a .py file by path, imported (never run as __main__)."""
+    if isinstance(module_or_path, ModuleType):
+        return module_or_path
+    text = str(module_or_path)
+    if not (text.endswith(".py") or os.sep in text):
+        return importlib.import_module(text)
+    path = os.path.abspath(text)  # the kernels' source locations, and so their compile keys, hold this path
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"no such file: {text}")
+    folder = os.path.dirname(path)
+    if folder not in sys.path:
+        sys.path.insert(0, folder)  # as when the file runs as a script: it may import its neighbours
+    name = Path(path).stem
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        sys.modules.pop(name, None)
+        raise
+    return module
+
+
+def kernels_in(module: ModuleType) -> list:
+    """The kernels at `module`'s top level, outermost wrappers only (a JITFunction under an
+    autotuner is prewarmed with the autotuner's configs, not on its own)."""
+    from kiln.signatures import is_kernel
+
+    found = list({id(v): v for v in vars(module).values() if is_kernel(v)}.values())
+    wrapped = set()
+    for kernel in found:
+        inner = kernel
+        while hasattr(inner, "fn") and is_kernel(inner.fn):
+            inner = inner.fn
+            wrapped.add(id(inner))
+    return [k for k in found if id(k) not in wrapped]
+
+
+def from_module(module_or_path, targets: Iterable[str]) -> Declared:
+    """Every declared signature x autotune config of `module_or_path`'s kernels, for each target."""
+    from kiln.signatures import expand, innermost
+
+    targets = list(targets)
+    out = Declared()
+    for kernel in kernels_in(load_module(module_or_path)):
+        if not innermost(kernel).prewarm:
+            out.skipped.append((innermost(kernel).__name__, "declares no signatures (jit(prewarm=[...]))"))
+            continue
+        expansion = expand(kernel)
+        out.skipped += [(s.label, s.reason) for s in expansion.skipped]
+        for declared in expansion.declared:
+            try:
+                fn, options = declared.build()
+            except Exception as e:  # noqa: BLE001 - one bad signature must not stop the others
+                out.errors.append((declared.label, ", ".join(targets), f"{type(e).__name__}: {e}"))
+                continue
+            for target in targets:
+                out.kernels.append((fn, target, options))
+                out.labels.append(declared.label)
+    return out
+
+
+def local_target() -> str | None:
+    """The local GPU's target, or None on a machine without one."""
+    from kiln.runtime import cuda_driver
+    return cuda_driver.target(0) if cuda_driver.is_available() else None
+
+
+def prewarm_module(module_or_path, targets: Iterable[str] = (), *, address: str | None = None,
+                   progress: Callable[[int, int], None] | None = None, timeout: float | None = None) -> Report:
+    """Compile every declared signature (x autotune config) of the kernels of a module (a dotted
+    name, a .py path or the module itself) for `targets` (default: the local GPU's), in
+    parallel on the daemon's pool. Errors are reported per kernel, never raised."""
+    targets = list(targets) or [t for t in (local_target(),) if t]
+    if not targets:
+        raise ValueError("no GPU here: name the targets to compile for (targets=[...], --target sm_90a)")
+    declared = from_module(module_or_path, targets)
+    report = through_daemon(declared.kernels, address, progress=progress, timeout=timeout, labels=declared.labels)
+    report.errors[:0] = declared.errors
+    report.skipped = declared.skipped
+    return report
