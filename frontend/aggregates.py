@@ -1,4 +1,4 @@
-"""Values made of several tensors (tuples, block pointers), as loops and branches carry them.
+"""Values made of several tensors (tuples, block pointers, tensor descriptors), as loops and branches carry them.
 
 Block IR carries plain values through `yield` and block arguments. A structured value
 is flattened to its tensors (`leaves`) and rebuilt from the matching block arguments or
@@ -13,12 +13,15 @@ import numpy as np
 
 from kiln.language import semantic
 from kiln.language.block_pointer import BlockPointer
+from kiln.language.tensor_descriptor import TensorDescriptor
+
+_STRUCTURED = (BlockPointer, TensorDescriptor)  # values with leaves(), signature() and rebuild()
 from kiln.language.core import constexpr, tensor
 
 
 def is_carriable(value) -> bool:
     value = value.value if isinstance(value, constexpr) else value
-    if isinstance(value, (tensor, BlockPointer)):
+    if isinstance(value, (tensor, *_STRUCTURED)):
         return True
     if isinstance(value, (bool, numbers.Number, np.generic)):
         return True
@@ -28,7 +31,7 @@ def is_carriable(value) -> bool:
 def flatten(value):
     """(leaves, signature, rebuild): the tensors of `value`, its structure, and leaves -> value."""
     value = value.value if isinstance(value, constexpr) else value
-    if isinstance(value, BlockPointer):
+    if isinstance(value, _STRUCTURED):
         return value.leaves(), value.signature(), value.rebuild
     if isinstance(value, tuple):
         parts = [flatten(v) for v in value]

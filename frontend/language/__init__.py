@@ -8,6 +8,9 @@ from .core import (  # noqa: F401
     int16, int32, int64, pointer_type, range, static_range, tensor, uint8, uint16, uint32, uint64, void,
 )
 from .sorting import flip, sort, topk  # noqa: F401
+from .tensor_descriptor import (  # noqa: F401
+    load_tensor_descriptor, make_tensor_descriptor, store_tensor_descriptor, tensor_descriptor,
+)
 from .random import (  # noqa: F401
     pair_uniform_to_normal, philox, philox_impl, rand, rand4x, randint, randint4x, randn, randn4x,
     uint_to_uniform_float,

@@ -1,0 +1,175 @@
+"""Device-side tensor descriptors (`tl.make_tensor_descriptor`), lowered like block pointers.
+
+A descriptor names a strided tensor (base, shape, strides) and the `block_shape` that its
+loads and stores move. On Hopper Triton backs it with TMA; kiln keeps it in the frontend:
+`desc.load(offsets)` is a block-pointer load with every dimension bounds-checked, so
+out-of-bounds elements read as zero (or NaN with padding_option="nan") and out-of-bounds
+stores are dropped, exactly what TMA does. Codegen and the interpreter see plain loads.
+"""
+from __future__ import annotations
+
+from . import semantic
+from .block_pointer import BlockPointer, load as block_load, store as block_store
+from .core import block_type, builtin, int1, int32, int64, tensor
+from .semantic import unwrap
+
+class TensorDescriptor:
+    def __init__(self, base: tensor, shape, strides, block_shape, padding):
+        self.base, self.shape, self.strides = base, list(shape), list(strides)
+        self.block_shape, self.padding = tuple(block_shape), padding
+
+    @property
+    def dtype(self):
+        return self.base.dtype.element_ty
+
+    @property
+    def block_type(self):
+        return block_type(self.dtype, self.block_shape)
+
+    def leaves(self) -> list[tensor]:
+        return [self.base, *self.shape, *self.strides]
+
+    def rebuild(self, leaves) -> "TensorDescriptor":
+        n = len(self.block_shape)
+        return TensorDescriptor(leaves[0], leaves[1:1 + n], leaves[1 + n:1 + 2 * n], self.block_shape, self.padding)
+
+    def signature(self):
+        return ("tensor_descriptor", self.block_shape, self.padding)
+
+    def _block(self, offsets) -> BlockPointer:
+        offsets = unwrap(offsets)
+        if not isinstance(offsets, (list, tuple)) or len(offsets) != len(self.block_shape):
+            raise ValueError(f"a {len(self.block_shape)}-D tensor descriptor needs {len(self.block_shape)} offsets")
+        offsets = [semantic.cast(semantic.to_tensor(o), int32) for o in offsets]
+        order = tuple(range(len(self.block_shape) - 1, -1, -1))
+        return BlockPointer(self.base, self.shape, self.strides, offsets, self.block_shape, order)
+
+    def _all_dims(self):
+        return tuple(range(len(self.block_shape)))
+
+    @builtin
+    def load(self, offsets):
+        """The block at `offsets`; elements outside the tensor read as the padding (zero or NaN)."""
+        return block_load(self._block(offsets), self._all_dims(), self.padding, "", "", False)
+
+    @builtin
+    def store(self, offsets, value):
+        """Store the block `value` at `offsets`; elements outside the tensor are not written."""
+        value = semantic.cast(semantic.to_tensor(value), self.dtype)
+        return block_store(self._block(offsets), value, self._all_dims(), "", "")
+
+    def _atomic(self, kind, offsets, value):
+        ptrs, mask = self._block(offsets).pointers_and_mask(self._all_dims())
+        semantic.atomic_rmw(kind, ptrs, value, mask)
+
+    @builtin
+    def atomic_add(self, offsets, value):
+        """Atomically add the block `value` at `offsets` (inside the tensor)."""
+        self._atomic("add", offsets, value)
+
+    @builtin
+    def atomic_min(self, offsets, value):
+        self._atomic("min", offsets, value)
+
+    @builtin
+    def atomic_max(self, offsets, value):
+        self._atomic("max", offsets, value)
+
+    @builtin
+    def atomic_and(self, offsets, value):
+        self._atomic("and", offsets, value)
+
+    @builtin
+    def atomic_or(self, offsets, value):
+        self._atomic("or", offsets, value)
+
+    @builtin
+    def atomic_xor(self, offsets, value):
+        self._atomic("xor", offsets, value)
+
+    def _rows(self, x_offsets, y_offset):
+        """Pointers and in-bounds mask of the rows `x_offsets`, columns y_offset .. + block_shape[1]."""
+        if len(self.block_shape) != 2 or self.block_shape[0] != 1:
+            raise ValueError(f"gather/scatter need a 2-D descriptor with block_shape [1, N], not {list(self.block_shape)}")
+        rows = semantic.to_tensor(x_offsets)
+        if len(rows.type.shape) != 1 or not rows.dtype.is_int():
+            raise ValueError("gather/scatter need a 1-D integer block of row offsets")
+        rows = semantic.expand_dims(semantic.cast(rows, int64), 1)
+        cols = semantic.add(semantic.cast(semantic.arange(0, self.block_shape[1]), int64),
+                            semantic.cast(semantic.to_tensor(y_offset), int64))
+        cols = semantic.expand_dims(cols, 0)
+        inside = semantic.logical_and(_within(rows, self.shape[0]), _within(cols, self.shape[1]))
+        ptrs = semantic.add(semantic.add(self.base, semantic.mul(rows, self.strides[0])),
+                            semantic.mul(cols, self.strides[1]))
+        return semantic.broadcast_pair(ptrs, semantic.cast(inside, int1))
+
+    @builtin
+    def gather(self, x_offsets, y_offset):
+        """Rows `x_offsets` of the tensor, block_shape[1] columns from `y_offset`."""
+        ptrs, mask = self._rows(x_offsets, y_offset)
+        return semantic.load(ptrs, mask, _padding_value(self), "", "", False)
+
+    @builtin
+    def scatter(self, value, x_offsets, y_offset):
+        """Store the rows of `value` at rows `x_offsets`, columns from `y_offset`."""
+        ptrs, mask = self._rows(x_offsets, y_offset)
+        semantic.store(ptrs, value, mask, "", "")
+
+
+def _within(index, size):
+    return semantic.logical_and(semantic.greater_equal(index, 0), semantic.less(index, size))
+
+
+def _padding_value(desc):
+    return float("nan") if desc.padding == "nan" else 0
+
+
+@builtin
+def make_tensor_descriptor(base, shape, strides, block_shape, padding_option="zero"):
+    """A descriptor of the tensor at `base` with `shape` and `strides`, moving `block_shape` blocks."""
+    base = semantic.to_tensor(base)
+    if not base.dtype.is_ptr() or base.type.shape:
+        raise TypeError(f"make_tensor_descriptor needs a scalar pointer as its base, not {base.type}")
+    shape, strides = list(unwrap(shape)), list(unwrap(strides))
+    block_shape = semantic.check_shape([unwrap(d) for d in unwrap(block_shape)])
+    ndim = len(shape)
+    if not 1 <= ndim <= 5:
+        raise ValueError(f"a tensor descriptor has 1 to 5 dimensions, not {ndim}")
+    if len(strides) != ndim or len(block_shape) != ndim:
+        raise ValueError(f"shape, strides and block_shape must have one entry per dimension ({ndim}), got "
+                         f"{len(strides)} strides and {len(block_shape)} block dimensions")
+    elem_bytes = base.dtype.element_ty.primitive_bitwidth // 8
+    if block_shape[-1] * elem_bytes < 16:
+        raise ValueError(f"a descriptor's block must span at least 16 bytes in its last dimension, got "
+                         f"{block_shape[-1]} * {elem_bytes} = {block_shape[-1] * elem_bytes} bytes")
+    last_stride = unwrap(strides[-1])
+    if not isinstance(last_stride, tensor) and last_stride != 1:
+        raise ValueError(f"a tensor descriptor's last dimension must be contiguous (stride 1), not {last_stride}")
+    padding = unwrap(padding_option)
+    return descriptor(base, shape, strides, block_shape, padding)
+
+
+def descriptor(base, shape, strides, block_shape, padding="zero") -> TensorDescriptor:
+    """A descriptor from its pieces (also how a host TensorDescriptor argument arrives)."""
+    if padding not in ("zero", "nan"):
+        raise ValueError(f"padding_option must be 'zero' or 'nan', not {padding!r}")
+    if padding == "nan" and not base.dtype.element_ty.is_floating():
+        raise ValueError("padding_option='nan' needs a floating-point tensor")
+    shape = [semantic.cast(semantic.to_tensor(d), int32) for d in shape]
+    strides = [semantic.cast(semantic.to_tensor(s), int64) for s in strides]
+    return TensorDescriptor(base, shape, strides, block_shape, padding)
+
+
+@builtin
+def load_tensor_descriptor(desc, offsets):
+    """`desc.load(offsets)`."""
+    return desc.load(offsets)
+
+
+@builtin
+def store_tensor_descriptor(desc, offsets, value):
+    """`desc.store(offsets, value)`."""
+    return desc.store(offsets, value)
+
+
+tensor_descriptor = TensorDescriptor  # Triton's name for the type

@@ -1,0 +1,104 @@
+"""Conformance: device-side tensor descriptors (tl.make_tensor_descriptor), interpreter vs NumPy."""
+import numpy as np
+import pytest
+
+import kiln
+import kiln.language as tl
+from kiln.errors import CompilationError
+
+RNG = np.random.default_rng(3)
+
+
+@kiln.jit
+def _abs_plus_one(x_ptr, y_ptr, M, N, BM: tl.constexpr, BN: tl.constexpr):
+    src = tl.make_tensor_descriptor(x_ptr, shape=[M, N], strides=[N, 1], block_shape=[BM, BN])
+    dst = tl.make_tensor_descriptor(y_ptr, [M, N], [N, 1], [BM, BN])
+    m, n = tl.program_id(0) * BM, tl.program_id(1) * BN
+    dst.store([m, n], tl.abs(src.load([m, n])) + 1)
+
+
+def test_load_and_store_blocks_across_ragged_edges():
+    m, n = 10, 20  # not multiples of the block: the edge blocks are partly outside
+    x = RNG.standard_normal((m, n)).astype(np.float32)
+    y = np.full_like(x, -7.0)
+    _abs_plus_one[(3, 3)](x, y, m, n, BM=4, BN=8)
+    np.testing.assert_array_equal(y, np.abs(x) + 1)
+
+
+@kiln.jit
+def _edge_block(x_ptr, out_ptr, M, N, PADDING: tl.constexpr):
+    desc = tl.make_tensor_descriptor(x_ptr, [M, N], [N, 1], [4, 8], padding_option=PADDING)
+    block = tl.load_tensor_descriptor(desc, [M - 2, N - 4])
+    offs = tl.arange(0, 4)[:, None] * 8 + tl.arange(0, 8)[None, :]
+    tl.store(out_ptr + offs, block)
+
+
+@pytest.mark.parametrize("padding", ["zero", "nan"])
+def test_out_of_bounds_elements_read_as_the_padding(padding):
+    x = RNG.standard_normal((6, 12)).astype(np.float32)
+    out = np.zeros((4, 8), np.float32)
+    _edge_block[(1,)](x, out, 6, 12, PADDING=padding)
+    want = np.full((4, 8), 0.0 if padding == "zero" else np.nan, np.float32)
+    want[:2, :4] = x[4:, 8:]
+    np.testing.assert_array_equal(out, want)
+
+
+@kiln.jit
+def _accumulate_rows(x_ptr, acc_ptr, N, BN: tl.constexpr):
+    """Adds each 1 x BN block of x into row 0 of acc via a loop over a descriptor and atomics."""
+    x = tl.make_tensor_descriptor(x_ptr, [4, N], [N, 1], [1, BN])
+    acc = tl.make_tensor_descriptor(acc_ptr, [1, N], [N, 1], [1, BN])
+    col = tl.program_id(0) * BN
+    total = tl.zeros((1, BN), tl.float32)
+    for row in range(4):
+        total += x.load([row, col])
+    acc.atomic_add([0, col], total)
+
+
+def test_descriptor_in_a_loop_and_atomic_add():
+    x = RNG.standard_normal((4, 32)).astype(np.float32)
+    acc = np.ones((1, 32), np.float32)
+    _accumulate_rows[(2,)](x, acc, 32, BN=16)
+    np.testing.assert_allclose(acc[0], 1 + x.sum(axis=0), rtol=1e-6)
+
+
+@kiln.jit
+def _gather_rows(x_ptr, rows_ptr, out_ptr, M, N):
+    desc = tl.make_tensor_descriptor(x_ptr, [M, N], [N, 1], [1, 8])
+    rows = tl.load(rows_ptr + tl.arange(0, 4))
+    block = desc.gather(rows, 4)
+    tl.store(out_ptr + tl.arange(0, 4)[:, None] * 8 + tl.arange(0, 8)[None, :], block)
+
+
+def test_gather_rows_zero_fills_outside():
+    x = RNG.standard_normal((5, 10)).astype(np.float32)
+    rows = np.array([3, 0, 7, 4], np.int32)  # row 7 is outside; columns 4..11 pass the end at 10
+    out = np.full((4, 8), -1.0, np.float32)
+    _gather_rows[(1,)](x, rows, out, 5, 10)
+    padded = np.zeros((8, 12), np.float32)
+    padded[:5, :10] = x
+    np.testing.assert_array_equal(out, padded[rows, 4:12])
+
+
+@kiln.jit
+def _narrow_block(x_ptr, N):
+    desc = tl.make_tensor_descriptor(x_ptr, [N], [1], [2])
+    desc.store([0], desc.load([0]))
+
+
+@pytest.mark.interpreter_only
+def test_block_narrower_than_16_bytes_is_refused():
+    with pytest.raises(CompilationError, match="at least 16 bytes"):
+        _narrow_block[(1,)](np.zeros(8, np.float32), 8)
+
+
+@kiln.jit
+def _strided_last(x_ptr, N):
+    desc = tl.make_tensor_descriptor(x_ptr, [N, N], [1, 2], [8, 8])
+    desc.store([0, 0], desc.load([0, 0]))
+
+
+@pytest.mark.interpreter_only
+def test_last_dimension_must_be_contiguous():
+    with pytest.raises(CompilationError, match="contiguous"):
+        _strided_last[(1,)](np.zeros(64, np.float32), 8)
