@@ -218,6 +218,7 @@ def _prewarm(args) -> int:
     progress = prewarm.progress_bar if sys.stderr.isatty() else None
     try:
         if args.source:
+            sys.path.insert(0, os.getcwd())  # a dotted name is looked up from here, as `python -m` does
             report = prewarm.prewarm_module(args.source, args.target, address=args.address, progress=progress)
         else:
             if args.from_manifest:
@@ -231,8 +232,12 @@ def _prewarm(args) -> int:
         return 2
     summary = ", ".join(f"{k.removeprefix('CACHE_').lower()} {v}" for k, v in sorted(report.statuses.items()))
     print(f"prewarmed {report.total} kernels: {summary or 'nothing to do'}")
+    quiet = [label for label, reason in report.skipped if reason == prewarm.NO_SIGNATURES]
+    if quiet:
+        print(f"  no declared signatures: {', '.join(quiet)}", file=sys.stderr)
     for label, reason in report.skipped:
-        print(f"  skipped {label}: {reason}", file=sys.stderr)
+        if reason != prewarm.NO_SIGNATURES:
+            print(f"  skipped {label}: {reason}", file=sys.stderr)
     for name, target, message in report.errors:
         print(f"  {name} for {target}: {message}", file=sys.stderr)
     return 0 if report.ok else 1

@@ -161,6 +161,9 @@ def load_module(module_or_path) -> ModuleType:
     if folder not in sys.path:
         sys.path.insert(0, folder)  # as when the file runs as a script: it may import its neighbours
     name = Path(path).stem
+    loaded = sys.modules.get(name)
+    if loaded is not None and getattr(loaded, "__file__", None) == path:
+        return loaded  # imported already: running it twice would make new kernel objects
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
@@ -187,6 +190,9 @@ def kernels_in(module: ModuleType) -> list:
     return [k for k in found if id(k) not in wrapped]
 
 
+NO_SIGNATURES = "declares no signatures (jit(prewarm=[...]))"  # a device function, or a kernel left out
+
+
 def from_module(module_or_path, targets: Iterable[str]) -> Declared:
     """Every declared signature x autotune config of `module_or_path`'s kernels, for each target."""
     from kiln.signatures import expand, innermost
@@ -195,7 +201,7 @@ def from_module(module_or_path, targets: Iterable[str]) -> Declared:
     out = Declared()
     for kernel in kernels_in(load_module(module_or_path)):
         if not innermost(kernel).prewarm:
-            out.skipped.append((innermost(kernel).__name__, "declares no signatures (jit(prewarm=[...]))"))
+            out.skipped.append((innermost(kernel).__name__, NO_SIGNATURES))
             continue
         expansion = expand(kernel)
         out.skipped += [(s.label, s.reason) for s in expansion.skipped]

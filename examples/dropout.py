@@ -5,7 +5,9 @@ import kiln as triton
 import kiln.language as tl
 
 
-@triton.jit
+# main()'s launches (3000 elements; seed 512 is divisible by 16, seed 123 is not), for `kiln prewarm`.
+@triton.jit(prewarm=[{"x_ptr": "*fp32:16", "output_ptr": "*fp32:16", "n_elements": "i32", "p": "fp32", "seed": seed,
+                      "BLOCK_SIZE": 1024} for seed in ("i32", "i32:16")])
 def _seeded_dropout(x_ptr, output_ptr, n_elements, p, seed, BLOCK_SIZE: tl.constexpr):
     pid = tl.program_id(axis=0)
     offsets = pid * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)

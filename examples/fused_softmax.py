@@ -5,7 +5,10 @@ import kiln as triton
 import kiln.language as tl
 
 
-@triton.jit
+# The specialization main() launches (strides of 781 elements), for `kiln prewarm`.
+@triton.jit(prewarm=[{"output_ptr": "*fp32:16", "input_ptr": "*fp32:16", "input_row_stride": "i32",
+                      "output_row_stride": "i32", "n_rows": "i32", "n_cols": "i32", "BLOCK_SIZE": 1024,
+                      "num_stages": 2, "num_warps": 4}])
 def softmax_kernel(output_ptr, input_ptr, input_row_stride, output_row_stride, n_rows, n_cols,
                    BLOCK_SIZE: tl.constexpr, num_stages: tl.constexpr):
     row_start = tl.program_id(0)

@@ -5,7 +5,9 @@ import kiln as triton
 import kiln.language as tl
 
 
-@triton.jit
+# Each kernel declares the specialization main() launches (19 x 300 fp32), for `kiln prewarm`.
+@triton.jit(prewarm=[{**{p: "*fp32:16" for p in ("X", "Y", "W", "B", "Mean", "Rstd")}, "stride": "i32", "N": "i32",
+                      "eps": "fp32", "BLOCK_SIZE": 512, "num_warps": 4}])
 def _layer_norm_fwd_fused(X, Y, W, B, Mean, Rstd, stride, N, eps, BLOCK_SIZE: tl.constexpr):
     row = tl.program_id(0)
     Y += row * stride
@@ -38,7 +40,8 @@ def _layer_norm_fwd_fused(X, Y, W, B, Mean, Rstd, stride, N, eps, BLOCK_SIZE: tl
         tl.store(Y + cols, y, mask=mask)
 
 
-@triton.jit
+@triton.jit(prewarm=[{**{p: "*fp32:16" for p in ("DX", "DY", "DW", "DB", "X", "W", "Mean", "Rstd")}, "Lock": "*i32:16",
+                      "stride": "i32", "N": "i32", "GROUP_SIZE_M": 4, "BLOCK_SIZE_N": 512}])
 def _layer_norm_bwd_dx_fused(DX, DY, DW, DB, X, W, Mean, Rstd, Lock, stride, N, GROUP_SIZE_M: tl.constexpr,
                              BLOCK_SIZE_N: tl.constexpr):
     row = tl.program_id(0)
@@ -82,7 +85,8 @@ def _layer_norm_bwd_dx_fused(DX, DY, DW, DB, X, W, Mean, Rstd, Lock, stride, N, 
     tl.atomic_xchg(Lock, 0)
 
 
-@triton.jit
+@triton.jit(prewarm=[{**{p: "*fp32:16" for p in ("DW", "DB", "FINAL_DW", "FINAL_DB")}, "M": "i32", "N": "i32",
+                      "BLOCK_SIZE_M": 32, "BLOCK_SIZE_N": 128}])
 def _layer_norm_bwd_dwdb(DW, DB, FINAL_DW, FINAL_DB, M, N, BLOCK_SIZE_M: tl.constexpr, BLOCK_SIZE_N: tl.constexpr):
     pid = tl.program_id(0)
     cols = pid * BLOCK_SIZE_N + tl.arange(0, BLOCK_SIZE_N)

@@ -14,8 +14,17 @@ def configs():
     ]
 
 
+def prewarm_signatures():
+    """main()'s two multiplications (96x80 by 80x72, contiguous), for `kiln prewarm`; each
+    is expanded over every autotune config."""
+    shapes = {"a_ptr": "*fp16:16", "b_ptr": "*fp16:16", "c_ptr": "*fp16:16", "M": "i32:16", "N": "i32", "K": "i32:16",
+              "stride_am": "i32:16", "stride_ak": 1, "stride_bk": "i32", "stride_bn": 1, "stride_cm": "i32",
+              "stride_cn": 1}
+    return [{**shapes, "ACTIVATION": activation} for activation in ("", "leaky_relu")]
+
+
 @triton.autotune(configs=configs(), key=["M", "N", "K"])
-@triton.jit
+@triton.jit(prewarm=prewarm_signatures())
 def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
                   BLOCK_SIZE_M: tl.constexpr, BLOCK_SIZE_N: tl.constexpr, BLOCK_SIZE_K: tl.constexpr,
                   GROUP_SIZE_M: tl.constexpr, ACTIVATION: tl.constexpr):

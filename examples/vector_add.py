@@ -5,7 +5,9 @@ import kiln as triton
 import kiln.language as tl
 
 
-@triton.jit
+# The specialization main() launches, declared so `kiln prewarm examples/vector_add.py` builds it ahead.
+@triton.jit(prewarm=[{"x_ptr": "*fp32:16", "y_ptr": "*fp32:16", "output_ptr": "*fp32:16", "n_elements": "i32:16",
+                      "BLOCK_SIZE": 1024}])
 def add_kernel(x_ptr, y_ptr, output_ptr, n_elements, BLOCK_SIZE: tl.constexpr):
     pid = tl.program_id(axis=0)
     offsets = pid * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)

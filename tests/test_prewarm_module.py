@@ -148,3 +148,25 @@ def test_real_codegen_fills_the_cache_a_launch_reads(kernels_file, monkeypatch, 
         assert module.double.warmup(x, y, 1000, BLOCK=256, target=target).binaries[target].source == "cache"
         for kernel in module.tuned.warmup(x, y, 1000, target=target):
             assert kernel.binaries[target].source == "cache" and "ld.global" in kernel.asm["ptx"]
+
+
+EXAMPLES = os.path.join(os.path.dirname(__file__), "..", "examples")
+
+
+@pytest.mark.parametrize("name", ["vector_add", "fused_softmax", "matmul", "dropout", "layer_norm"])
+def test_the_examples_declare_what_they_launch(name):
+    """Every specialization an example's main() compiles is among those it declares for prewarming."""
+    from kiln.proto import compile_key
+    from kiln.signatures import innermost, is_kernel
+
+    module = prewarm.load_module(os.path.join(EXAMPLES, f"{name}.py"))
+    declared = prewarm.from_module(module, ["sm_90a"])
+    assert not declared.errors and all("declares no signatures" in reason for _, reason in declared.skipped)
+    module.main()
+    launched = set()
+    for kernel in filter(is_kernel, vars(module).values()):
+        for compiled in innermost(kernel)._by_specialization.values():
+            fn, options = compiled.binary_inputs()
+            launched.add(compile_key(fn, "sm_90a", options))
+    # (an autotuner that already chose a config for this key compiles only that one, hence <=)
+    assert launched and launched <= {compile_key(fn, target, options) for fn, target, options in declared.kernels}
