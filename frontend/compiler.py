@@ -71,8 +71,15 @@ class CompiledKernel:
         self.launchers: dict = {}
         self.runtime_args = lambda values: list(values)
 
-    def set_runtime_positions(self, positions):
-        """Which of a call's argument values the kernel takes, in order."""
+    def set_runtime_positions(self, positions, descriptors=()):
+        """Which of a call's argument values the kernel takes, in order; the `descriptors`
+        positions hold host TensorDescriptors, which the kernel takes as their pieces."""
+        if descriptors:
+            def expand(values):
+                return [piece for i in positions
+                        for piece in (values[i].launch_pieces() if i in descriptors else (values[i],))]
+            self.runtime_args = expand
+            return
         getter = operator.itemgetter(*positions) if positions else (lambda values: ())
         self.runtime_args = (lambda values: [getter(values)]) if len(positions) == 1 else getter
 
@@ -109,7 +116,8 @@ class CompiledKernel:
     def launch(self, grid, args, stream=None):
         if config.interpret():
             from kiln.interpret import run
-            run(self.ir, grid, args, name=self.name)
+            from .host_copies import run_on_host
+            run_on_host(lambda host_args: run(self.ir, grid, host_args, name=self.name), args)
             return
         device, current = driver.device_and_stream()
         launcher = self.launchers.get(device)

@@ -243,3 +243,21 @@ def test_layout_conversion_beyond_48kb_of_shared_memory():
     k = transpose_kernel[(1,)](x, y, N=128, num_warps=8)
     torch.testing.assert_close(y, x.t().contiguous(), rtol=0, atol=0)
     assert k.shared > 48 * 1024, k.shared  # dynamic shared memory raised with cuFuncSetAttribute
+
+
+def test_interpreter_runs_on_cuda_tensors_through_host_copies(monkeypatch):
+    monkeypatch.setenv("KILN_INTERPRET", "1")
+    sys.path.insert(0, os.path.dirname(__file__))
+    bp = importlib.import_module("test_block_pointers")
+    big = torch.randn(37, 64, device="cuda")
+    dst = poisoned((37, 45), torch.float32)
+    bp.tile_copy[(kiln.cdiv(37, 16), kiln.cdiv(45, 8))](big, dst, 37, 45, 64, BM=16, BN=8)
+    torch.testing.assert_close(dst, big[:, :45] * 2)
+    view = big[:, 8:]  # a strided view: the host copy keeps its storage offset and strides
+    dst = poisoned((37, 45), torch.float32)
+    bp.tile_copy[(kiln.cdiv(37, 16), kiln.cdiv(45, 8))](view, dst, 37, 45, view.stride(0), BM=16, BN=8)
+    torch.testing.assert_close(dst, big[:, 8:53] * 2)
+    x = torch.rand(1000, device="cuda")
+    y = poisoned(1000, torch.float32)
+    importlib.import_module("vector_add").add_kernel[(1,)](x, x, y, 1000, BLOCK_SIZE=1024)
+    torch.testing.assert_close(y, 2 * x)
