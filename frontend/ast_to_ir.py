@@ -646,17 +646,24 @@ def build_kernel(jitfn, params, name: str | None = None) -> Function:
     """The block IR of kernel `jitfn` for one specialization.
 
     `params` maps every parameter name to either `constexpr(value)` or
-    `(dtype, attrs)` for a runtime argument; runtime arguments become the function's
+    `(dtype, attrs)` for a runtime argument, or a `DescriptorArgument` for a host tensor
+    descriptor (several function arguments); runtime arguments become the function's
     arguments in signature order.
     """
     runtime = [(n, p) for n, p in params.items() if not isinstance(p, constexpr)]
-    fn = Function(name or jitfn.__name__, [p[0] for _, p in runtime], [n for n, _ in runtime],
-                  [p[1] for _, p in runtime])
+    pieces = [(n, [p]) if isinstance(p, tuple) else (n, p.pieces) for n, p in runtime]  # a descriptor has several
+    flat = [(f"{n}.{i}" if len(ps) > 1 else n, p) for n, ps in pieces for i, p in enumerate(ps)]
+    fn = Function(name or jitfn.__name__, [p[0] for _, p in flat], [n for n, _ in flat], [p[1] for _, p in flat])
     builder = Builder(fn.body)
     scope = {}
     args = iter(fn.args)
     for n, p in params.items():
-        scope[n] = p if isinstance(p, constexpr) else tensor(next(args), p[0])
+        if isinstance(p, constexpr):
+            scope[n] = p
+        elif isinstance(p, tuple):
+            scope[n] = tensor(next(args), p[0])
+        else:
+            scope[n] = p.build([tensor(next(args), t) for t, _ in p.pieces])
     gen = CodeGenerator(jitfn, scope, builder)
     saved = (semantic.state.builder, semantic.state.generator)
     semantic.state.builder, semantic.state.generator = builder, gen

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from kiln.language.core import constexpr
+from kiln.tools.tensor_descriptor import TensorDescriptor
 
 from . import config
 
@@ -50,6 +51,8 @@ def spec_key(value):
     if is_dlpack(value):
         elem, address = dlpack_info(value)
         return (elem.name, address % 16 == 0)
+    if isinstance(value, TensorDescriptor):
+        return value.spec_key()
     return ("other", type(value), repr(value))
 
 

@@ -127,7 +127,8 @@ class JITFunction(KernelInterface):
         if kernel is None:
             from .compiler import compile_kernel
             kernel = compile_kernel(self, params, options)
-            kernel.set_runtime_positions([self.arg_names.index(n) for n in runtime_names])
+            descriptors = {self.arg_names.index(n) for n in runtime_names if not isinstance(params[n], tuple)}
+            kernel.set_runtime_positions([self.arg_names.index(n) for n in runtime_names], descriptors)
             self._by_specialization[key] = kernel
         return kernel
 

@@ -4,7 +4,8 @@ Pointers become `ptr<dtype>` with `divisibility = 16` when the address is 16-byt
 aligned; integers become int32/int64/uint64 by value, are folded to a constexpr when
 equal to 1 and marked `divisibility = 16` when divisible by 16 (neither for
 `do_not_specialize` arguments); floats are fp32, bools int1; constexpr parameters,
-None and dtypes are compile-time constants.
+None and dtypes are compile-time constants. A host TensorDescriptor becomes its pieces
+(`DescriptorArgument`).
 """
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ import numpy as np
 
 from kiln.ir.types import dtype, float32, from_numpy, int1, int32, int64, pointer_type, uint64
 from kiln.language.core import constexpr
+from kiln.language.tensor_descriptor import DescriptorArgument
+from kiln.tools.tensor_descriptor import TensorDescriptor
 
 _TORCH_DTYPES = {
     "torch.float32": "fp32", "torch.float16": "fp16", "torch.bfloat16": "bf16", "torch.float64": "fp64",
@@ -72,6 +75,11 @@ def specialize(jitfn, bound: dict, options: dict):
             params[name] = (integer_type(value), attrs)
         elif isinstance(value, (float, np.floating)):
             params[name] = (float32, {})
+        elif isinstance(value, TensorDescriptor):  # becomes several runtime arguments
+            params[name] = DescriptorArgument(value._elem, len(value.shape), value.block_shape, value.padding)
+            runtime.append(name)
+            key.append(("d", name) + value.spec_key())
+            continue
         else:
             info = pointer_info(value)
             if info is None:

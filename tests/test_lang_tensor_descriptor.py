@@ -102,3 +102,32 @@ def _strided_last(x_ptr, N):
 def test_last_dimension_must_be_contiguous():
     with pytest.raises(CompilationError, match="contiguous"):
         _strided_last[(1,)](np.zeros(64, np.float32), 8)
+
+
+@kiln.jit
+def _double_through_host_descriptors(x_desc, y_desc, BM: tl.constexpr, BN: tl.constexpr):
+    m, n = tl.program_id(0) * BM, tl.program_id(1) * BN
+    y_desc.store([m, n], x_desc.load([m, n]) * 2)
+
+
+def test_host_tensor_descriptor_arguments():
+    from kiln.tools.tensor_descriptor import TensorDescriptor
+    storage = np.zeros((10, 32), np.float32)  # a 10 x 20 view of a wider buffer
+    storage[:, :20] = RNG.standard_normal((10, 20))
+    x_desc = TensorDescriptor(storage, shape=[10, 20], strides=[32, 1], block_shape=[4, 8])
+    y = np.full((10, 20), -1.0, np.float32)
+    y_desc = TensorDescriptor.from_tensor(y, block_shape=[4, 8])
+    assert y_desc.strides == [20, 1] and y_desc.shape == [10, 20]
+    _double_through_host_descriptors[(3, 3)](x_desc, y_desc, BM=4, BN=8)
+    np.testing.assert_array_equal(y, 2 * storage[:, :20])
+
+
+@pytest.mark.interpreter_only
+def test_host_tensor_descriptor_checks_its_layout():
+    from kiln.tools.tensor_descriptor import TensorDescriptor
+    with pytest.raises(ValueError, match="contiguous"):
+        TensorDescriptor(np.zeros((8, 8), np.float32), [8, 4], [8, 2], [8, 4])
+    with pytest.raises(ValueError, match="multiple of 16 bytes"):
+        TensorDescriptor(np.zeros((8, 8), np.float32), [8, 3], [3, 1], [8, 4])
+    with pytest.raises(ValueError, match="power of two"):
+        TensorDescriptor.from_tensor(np.zeros((8, 8), np.float32), [8, 6])

@@ -160,6 +160,20 @@ def descriptor(base, shape, strides, block_shape, padding="zero") -> TensorDescr
     return TensorDescriptor(base, shape, strides, block_shape, padding)
 
 
+class DescriptorArgument:
+    """How a host TensorDescriptor kernel argument is specialized: its pieces' (type, attrs), in
+    launch order (base, shape..., strides...), and the compile-time block shape and padding."""
+
+    def __init__(self, elem, rank, block_shape, padding):
+        from kiln.ir.types import pointer_type
+        self.block_shape, self.padding = tuple(block_shape), padding
+        self.pieces = [(pointer_type(elem), {"divisibility": 16})] + [(int32, {})] * rank + [(int64, {})] * rank
+
+    def build(self, values) -> TensorDescriptor:
+        rank = len(self.block_shape)
+        return descriptor(values[0], values[1:1 + rank], values[1 + rank:], self.block_shape, self.padding)
+
+
 @builtin
 def load_tensor_descriptor(desc, offsets):
     """`desc.load(offsets)`."""

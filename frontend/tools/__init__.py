@@ -1,0 +1,1 @@
+"""`kiln.tools`: host-side helpers that kernels take as arguments (Triton's `triton.tools`)."""

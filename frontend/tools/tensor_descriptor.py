@@ -1,0 +1,70 @@
+"""`kiln.tools.tensor_descriptor.TensorDescriptor`: a host-side tensor descriptor argument.
+
+Passed to a kernel, it arrives as a device-side descriptor (what `tl.make_tensor_descriptor`
+returns). kiln specializes it as its pieces: the base pointer (dtype and 16-byte
+alignment), the shape as int32 and the strides as int64 runtime arguments, and the block
+shape and padding as compile-time constants.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+
+def _is_power_of_two(n: int) -> bool:
+    return n > 0 and n & (n - 1) == 0
+
+
+@dataclass
+class TensorDescriptor:
+    base: Any
+    shape: list
+    strides: list
+    block_shape: list
+    padding: str = "zero"
+
+    def __post_init__(self):
+        from kiln.specialize import pointer_info
+        self.shape, self.strides = [int(d) for d in self.shape], [int(s) for s in self.strides]
+        self.block_shape = [int(d) for d in self.block_shape]
+        rank = len(self.shape)
+        if not 1 <= rank <= 5 or len(self.strides) != rank or len(self.block_shape) != rank:
+            raise ValueError(f"a tensor descriptor needs 1 to 5 dimensions and one stride and block size per "
+                             f"dimension: shape {self.shape}, strides {self.strides}, block_shape {self.block_shape}")
+        info = pointer_info(self.base)
+        if info is None:
+            raise TypeError(f"a tensor descriptor's base must be a tensor or array, not {type(self.base).__name__}")
+        elem, address = info
+        if address % 16:
+            raise ValueError("a tensor descriptor's base must be 16-byte aligned")
+        if not all(_is_power_of_two(d) for d in self.block_shape):
+            raise ValueError(f"block_shape {self.block_shape}: every dimension must be a power of two")
+        elem_bytes = elem.primitive_bitwidth // 8
+        if self.strides[-1] != 1:
+            raise ValueError(f"a tensor descriptor's last dimension must be contiguous, not stride {self.strides[-1]}")
+        if any(s * elem_bytes % 16 for s in self.strides[:-1]):
+            raise ValueError(f"strides {self.strides}: every stride but the last must be a multiple of 16 bytes")
+        if self.padding not in ("zero", "nan"):
+            raise ValueError(f"padding must be 'zero' or 'nan', not {self.padding!r}")
+        if self.padding == "nan" and not elem.is_floating():
+            raise ValueError("padding='nan' needs a floating-point tensor")
+        self._elem, self._aligned = elem, True
+
+    @staticmethod
+    def from_tensor(tensor: Any, block_shape, padding="zero") -> "TensorDescriptor":
+        """A descriptor of the whole of `tensor` (a torch tensor or a NumPy array)."""
+        if isinstance(tensor, np.ndarray):
+            strides = [s // tensor.itemsize for s in tensor.strides]
+        else:
+            strides = list(tensor.stride())
+        return TensorDescriptor(tensor, list(tensor.shape), strides, list(block_shape), padding)
+
+    def spec_key(self):
+        """What a kernel's specialization reads of this argument."""
+        return ("tensor_descriptor", self._elem.name, tuple(self.block_shape), self.padding, len(self.shape))
+
+    def launch_pieces(self) -> list:
+        """The runtime arguments it becomes: base, shape..., strides..."""
+        return [self.base, *self.shape, *self.strides]
