@@ -11,7 +11,7 @@ import os
 import sys
 import time
 
-EXAMPLES = ["vector_add", "fused_softmax", "matmul", "dropout", "layer_norm"]
+EXAMPLES = ["vector_add", "fused_softmax", "matmul", "dropout", "layer_norm", "fused_attention"]
 TARGETS = ["sm_80", "sm_90a"]
 
 

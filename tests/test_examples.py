@@ -8,6 +8,6 @@ import pytest
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
 
 
-@pytest.mark.parametrize("name", ["vector_add", "fused_softmax", "matmul", "dropout", "layer_norm"])
+@pytest.mark.parametrize("name", ["vector_add", "fused_softmax", "matmul", "dropout", "layer_norm", "fused_attention"])
 def test_example_matches_numpy(name):
     importlib.import_module(name).main()

@@ -261,3 +261,17 @@ def test_interpreter_runs_on_cuda_tensors_through_host_copies(monkeypatch):
     y = poisoned(1000, torch.float32)
     importlib.import_module("vector_add").add_kernel[(1,)](x, x, y, 1000, BLOCK_SIZE=1024)
     torch.testing.assert_close(y, 2 * x)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_fused_attention(causal):
+    fa = importlib.import_module("fused_attention")
+    n_ctx, head_dim = 200, 64
+    q, k, v = (torch.randn(n_ctx, head_dim, device="cuda", dtype=torch.float16) for _ in range(3))
+    out = poisoned((n_ctx, head_dim), torch.float16)
+    fa.attn_fwd[(kiln.cdiv(n_ctx, 64),)](q, k, v, out, 0.125, q.stride(0), k.stride(0), v.stride(0), out.stride(0),
+                                        n_ctx, HEAD_DIM=head_dim, BLOCK_M=64, BLOCK_N=64, CAUSAL=causal,
+                                        num_warps=4)
+    ref = torch.nn.functional.scaled_dot_product_attention(q[None], k[None], v[None], is_causal=causal,
+                                                           scale=0.125)[0]
+    torch.testing.assert_close(out, ref, atol=2e-2, rtol=2e-2)
