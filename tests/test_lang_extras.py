@@ -191,3 +191,33 @@ def test_inline_asm_result_on_the_gpu():
         pytest.skip("interpreter-exempt: inline PTX runs only on the GPU")
     _shift_by_asm[(1,)](x, out, N=8)
     np.testing.assert_array_equal(out, x << 3)
+
+
+@kiln.jit
+def _scaled_square(x, scale):
+    return x * x * scale
+
+
+@kiln.jit
+def _small_library(x_ptr, out_ptr, bits_ptr, N: tl.constexpr):
+    offs = tl.arange(0, N)
+    x = tl.load(x_ptr + offs)
+    tl.store(out_ptr + offs, tl.map_elementwise(_scaled_square, x, 3.0))
+    tl.store(out_ptr + N + offs, tl.sub(tl.add(x, 1.0), tl.mul(x, 2.0)))
+    bits = tl.load(bits_ptr + offs[:, None] * 4 + tl.arange(0, 4)[None, :])
+    tl.store(bits_ptr + 4 * N + offs, tl.reduce_or(bits, 1))
+    tl.store(bits_ptr + 5 * N + offs, bits.reduce_or(1))
+
+
+def test_map_elementwise_add_sub_mul_and_reduce_or():
+    n = 8
+    x = RNG.standard_normal(n).astype(np.float32)
+    out = np.zeros(2 * n, np.float32)
+    bits = np.zeros(6 * n, np.int32)
+    bits[:4 * n] = 1 << RNG.integers(0, 31, 4 * n)
+    _small_library[(1,)](x, out, bits, N=n)
+    np.testing.assert_allclose(out[:n], x * x * 3, rtol=1e-6)
+    np.testing.assert_allclose(out[n:], (x + 1) - x * 2, rtol=1e-6)
+    want = np.bitwise_or.reduce(bits[:4 * n].reshape(n, 4), axis=1)
+    np.testing.assert_array_equal(bits[4 * n:5 * n], want)
+    np.testing.assert_array_equal(bits[5 * n:], want)

@@ -16,11 +16,14 @@ from .random import (  # noqa: F401
     uint_to_uniform_float,
 )
 from .standard import (  # noqa: F401
-    argmax, argmin, cdiv, cumprod, cumsum, max, min, sigmoid, softmax, sum, swizzle2d, xor_sum,
+    argmax, argmin, cdiv, cumprod, cumsum, map_elementwise, max, min, reduce_or, sigmoid, softmax, sum, swizzle2d,
+    xor_sum,
 )
 
 float8e4b15 = float8e4nv  # accepted spelling; kiln has one fp8 e4 format
 dtype_t = dtype
+pi32_t = pointer_type(int32)
+TRITON_MAX_TENSOR_NUMEL = 1048576  # Triton's limit on a block's elements; kiln only reports it
 
 from . import _methods as _m  # noqa: E402
 _methods = _m.METHODS

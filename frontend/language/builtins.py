@@ -158,6 +158,24 @@ def _propagates(p) -> bool:
 
 
 @builtin
+def add(x, y, sanitize_overflow=True):
+    """x + y (sanitize_overflow is accepted: kiln has no overflow checks)."""
+    return semantic.add(x, y)
+
+
+@builtin
+def sub(x, y, sanitize_overflow=True):
+    """x - y."""
+    return semantic.sub(x, y)
+
+
+@builtin
+def mul(x, y, sanitize_overflow=True):
+    """x * y."""
+    return semantic.mul(x, y)
+
+
+@builtin
 def fdiv(x, y, ieee_rounding=False):
     """x / y for floats (ieee_rounding is accepted; the result is correctly rounded either way)."""
     x, y = semantic.binary_operands(x, y)

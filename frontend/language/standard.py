@@ -70,6 +70,11 @@ def _xor(a, b):
 
 
 @jit
+def _or(a, b):
+    return a | b
+
+
+@jit
 def _argmax_left(v1, i1, v2, i2):
     take_first = (v1 > v2) | ((v1 == v2) & (i1 < i2))
     return where(take_first, v1, v2), where(take_first, i1, i2)
@@ -178,6 +183,27 @@ def xor_sum(input, axis=None, keep_dims=False):
     if not input.dtype.is_int():
         raise TypeError(f"xor_sum needs integers, not {input.dtype}")
     return semantic.reduce(input, axis, _xor, keep_dims)
+
+
+@builtin
+def reduce_or(input, axis, keep_dims=False):
+    """The bitwise or of the integers along `axis`."""
+    input = semantic.to_tensor(input)
+    if not input.dtype.is_int():
+        raise TypeError(f"reduce_or needs integers, not {input.dtype}")
+    return semantic.reduce(input, axis, _or, keep_dims)
+
+
+@builtin
+def map_elementwise(scalar_fn, *args, pack=1):
+    """`scalar_fn` (a @jit function) applied to every element of the broadcast `args`.
+    kiln runs it on the whole blocks at once, so its control flow must not branch on element
+    values (a runtime `if` on a block is refused); `pack` is accepted."""
+    tensors = [semantic.to_tensor(a) for a in args]
+    shape = ()
+    for t in tensors:
+        shape = semantic.broadcast_shapes(shape, t.type.shape)
+    return semantic.call_jit(unwrap(scalar_fn), [semantic.broadcast_to(t, shape) for t in tensors])
 
 
 @builtin
