@@ -349,3 +349,27 @@ def check_bits():
 
 def test_popc_clz_brev():
     assert in_child(check_bits) == (True, True, True)
+
+
+def check_fp8():
+    rng = np.random.default_rng(14)
+    x = (rng.standard_normal(512) * np.exp2(rng.integers(-12, 12, 512))).astype(np.float32)
+    x[:8] = [0.0, -0.0, np.inf, -np.inf, np.nan, 1000.0, -1e-9, 3e-3]
+    h = x.astype(np.float16)
+    e4, e5 = np.zeros(512, ml_dtypes.float8_e4m3fn), np.zeros(512, ml_dtypes.float8_e5m2)
+    back, h_out = np.zeros(512, np.float32), h.copy()
+    run("fp8", (1,), [x, e4, e5, back, h_out])
+
+    def sat(v, t):  # Triton's cvt.rn.satfinite
+        m = float(ml_dtypes.finfo(t).max)
+        return np.clip(v.astype(np.float64), -m, m).astype(np.float32).astype(t)
+    want4, want5 = sat(x, ml_dtypes.float8_e4m3fn), sat(x, ml_dtypes.float8_e5m2)
+    same = lambda a, b: bool((a.view(np.uint8) == b.view(np.uint8)).all())
+    want_back = want4.astype(np.float32) + want5.astype(np.float32)
+    want_h = sat(h.astype(np.float32), ml_dtypes.float8_e5m2).astype(np.float16)
+    return same(e4, want4), same(e5, want5), bool(np.array_equal(back, want_back, equal_nan=True)), \
+        bool(np.array_equal(h_out, want_h, equal_nan=True))
+
+
+def test_fp8_conversions():
+    assert in_child(check_fp8) == (True, True, True, True)

@@ -1,6 +1,70 @@
-"""fp8 conversions are not lowered yet (they need PTX `cvt` with `.e4m3x2`, sm_89+)."""
-from .context import LoweringError
+"""fp8 conversions (e4m3fn as `fp8e4nv`, e5m2 as `fp8e5`), in integer arithmetic so
+they run on every target (sm_80 has no fp8 `cvt`). Semantics are Triton's
+`cvt.rn.satfinite`: round to nearest even, values beyond the largest finite one (and
+infinities) clamp to it, NaN stays NaN. Everything else goes through fp32, which holds
+every fp8 value exactly.
+"""
+from __future__ import annotations
+
+import llvmlite.ir as ir
+
+from kiln.ir.types import float32
+
+from .types import F32, I8, I32
+
+# name -> (mantissa bits, exponent bias, largest finite code, NaN code, has infinities)
+_FORMATS = {"fp8e4nv": (3, 7, 0x7E, 0x7F, False), "fp8e5": (2, 15, 0x7B, 0x7E, True)}
 
 
 def cast_fp8(lw, x, src, dst):
-    raise LoweringError(f"casts between {src} and {dst} are not lowered yet")
+    from .elementwise import cast_value
+    if src.is_fp8() and dst.is_fp8():
+        return _from_f32(lw, _to_f32(lw, x, src.name), dst.name)
+    if src.is_fp8():
+        return cast_value(lw, _to_f32(lw, x, src.name), float32, dst)
+    return _from_f32(lw, cast_value(lw, x, src, float32), dst.name)
+
+
+def _c(v, ty=I32):
+    return ir.Constant(ty, v)
+
+
+def _to_f32(lw, code, fmt):
+    mbits, bias, _, _, has_inf = _FORMATS[fmt]
+    b = lw.b
+    c = b.zext(code, I32)
+    sign = b.shl(b.lshr(c, _c(7)), _c(31))
+    exp = b.and_(b.lshr(c, _c(mbits)), _c((1 << (7 - mbits)) - 1))
+    man = b.and_(c, _c((1 << mbits) - 1))
+    normal = b.or_(sign, b.or_(b.shl(b.add(exp, _c(127 - bias)), _c(23)), b.shl(man, _c(23 - mbits))))
+    tiny = b.fmul(b.uitofp(man, F32), ir.Constant(F32, 2.0 ** (1 - bias - mbits)))  # exponent 0
+    tiny = b.bitcast(b.or_(b.bitcast(tiny, I32), sign), F32)
+    value = b.select(b.icmp_unsigned("==", exp, _c(0)), tiny, b.bitcast(normal, F32))
+    top = (1 << (7 - mbits)) - 1
+    if has_inf:  # e5m2: exponent all ones is inf (mantissa 0) or NaN
+        inf = b.bitcast(b.or_(sign, _c(0x7F800000)), F32)
+        special = b.select(b.icmp_unsigned("==", man, _c(0)), inf, ir.Constant(F32, float("nan")))
+        return b.select(b.icmp_unsigned("==", exp, _c(top)), special, value)
+    nan = b.and_(b.icmp_unsigned("==", exp, _c(top)), b.icmp_unsigned("==", man, _c((1 << mbits) - 1)))
+    return b.select(nan, ir.Constant(F32, float("nan")), value)
+
+
+def _from_f32(lw, x, fmt):
+    mbits, bias, max_code, nan_code, _ = _FORMATS[fmt]
+    b = lw.b
+    bits = b.bitcast(x, I32)
+    sign = b.and_(b.lshr(bits, _c(24)), _c(0x80))
+    mag = b.and_(bits, _c(0x7FFFFFFF))
+    shift = 23 - mbits
+    rounded = b.add(b.add(mag, _c((1 << (shift - 1)) - 1)), b.and_(b.lshr(mag, _c(shift)), _c(1)))
+    normal = b.sub(b.lshr(rounded, _c(shift)), _c((127 - bias) << mbits))
+    absx = b.bitcast(mag, F32)
+    rint = lw.intrinsic("llvm.rint.f32", F32, [F32])
+    scaled = b.call(rint, [b.fmul(absx, ir.Constant(F32, 2.0 ** (bias - 1 + mbits)))])
+    sub = b.fptoui(scaled, I32)
+    is_normal = b.fcmp_ordered(">=", absx, ir.Constant(F32, 2.0 ** (1 - bias)))
+    code = b.select(is_normal, normal, sub)
+    largest = (1 + ((max_code & ((1 << mbits) - 1)) / (1 << mbits))) * 2.0 ** ((max_code >> mbits) - bias)
+    code = b.select(b.fcmp_ordered(">", absx, ir.Constant(F32, largest)), _c(max_code), code)
+    code = b.select(b.icmp_unsigned(">", mag, _c(0x7F800000)), _c(nan_code), code)
+    return b.trunc(b.or_(code, sign), I8)
