@@ -1,6 +1,7 @@
 """Conformance: flip, sort, topk, gather, histogram, clamp and inline asm (interpreter vs NumPy)."""
 import os
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -221,3 +222,36 @@ def test_map_elementwise_add_sub_mul_and_reduce_or():
     want = np.bitwise_or.reduce(bits[:4 * n].reshape(n, 4), axis=1)
     np.testing.assert_array_equal(bits[4 * n:5 * n], want)
     np.testing.assert_array_equal(bits[5 * n:], want)
+
+
+@kiln.jit
+def _fp8_round_trip(x_ptr, f8_ptr, back_ptr, N: tl.constexpr, F8: tl.constexpr):
+    offs = tl.arange(0, N)
+    x = tl.load(x_ptr + offs)
+    f8 = x.to(F8)
+    tl.store(f8_ptr + offs, f8)
+    tl.store(back_ptr + offs, tl.cast(f8, tl.float32))
+
+
+def _fp8_case(f8_dtype, np_f8):
+    x = np.array([0.0, 0.3, -1.7, 3.14159, 100.0, -448.0, 1e6, -1e6, 2.0**-9, np.nan] + [0.5] * 6, np.float32)
+    f8, back = np.zeros(16, np_f8), np.zeros(16, np.float32)
+    _fp8_round_trip[(1,)](x, f8, back, N=16, F8=f8_dtype)
+    limit = float(ml_dtypes.finfo(np_f8).max)
+    want = np.clip(x, -limit, limit).astype(np_f8)  # Triton's conversions saturate (satfinite)
+    np.testing.assert_array_equal(f8.view(np.uint8)[:-7], want.view(np.uint8)[:-7])
+    assert np.isnan(back[9])
+    np.testing.assert_array_equal(back[:9], want[:9].astype(np.float32))
+
+
+@pytest.mark.parametrize("f8_dtype, np_f8", [(tl.float8e4nv, ml_dtypes.float8_e4m3fn),
+                                            (tl.float8e5, ml_dtypes.float8_e5m2)])
+def test_fp8_casts_round_to_nearest_and_saturate(f8_dtype, np_f8):
+    _fp8_case(f8_dtype, np_f8)
+
+
+@pytest.mark.codegen_gap("fp8e4b8/fp8e5b16 (AMD fnuz) conversions not lowered")
+@pytest.mark.parametrize("f8_dtype, np_f8", [(tl.float8e4b8, ml_dtypes.float8_e4m3fnuz),
+                                            (tl.float8e5b16, ml_dtypes.float8_e5m2fnuz)])
+def test_fnuz_fp8_casts(f8_dtype, np_f8):
+    _fp8_case(f8_dtype, np_f8)

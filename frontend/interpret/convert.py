@@ -9,7 +9,8 @@ import numpy as np
 from kiln.ir.types import dtype as ir_dtype, scalar_of
 
 _NUMPY_NATIVE_FLOATS = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
-_FP8 = (np.dtype(ml_dtypes.float8_e4m3fn), np.dtype(ml_dtypes.float8_e5m2))
+_FP8 = tuple(np.dtype(t) for t in (ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2,
+                                    ml_dtypes.float8_e4m3fnuz, ml_dtypes.float8_e5m2fnuz))
 
 
 def np_dtype(t: ir_dtype) -> np.dtype:
