@@ -213,7 +213,51 @@ kernel @types(%a: int1, %b: int8, %c: int16, %d: int32 {divisibility = 16, equal
 }
 '''
 
-CORPUS = {"elementwise": ELEMENTWISE, "shapes": SHAPES, "control": CONTROL, "types": TYPES_AND_ATTRS}
+EXTRAS = r'''
+kernel @extras(%p: ptr<fp32>, %q: ptr<int32>) {
+  %r = arange {end = 16, start = 0} : <16xint32>
+  %ps = splat %p : <16xptr<fp32>>
+  %xp = addptr %ps, %r : <16xptr<fp32>>
+  %x = load %xp : <16xfp32>
+  %u0 = expm1 %x : <16xfp32>
+  %u1 = exp10 %u0 : <16xfp32>
+  %u2 = log10 %u1 : <16xfp32>
+  %u3 = cbrt %u2 : <16xfp32>
+  %u4 = rint %u3 : <16xfp32>
+  %u5 = sinh %u4 : <16xfp32>
+  %u6 = cosh %u5 : <16xfp32>
+  %u7 = asin %u6 : <16xfp32>
+  %u8 = acos %u7 : <16xfp32>
+  %u9 = atan %u8 : <16xfp32>
+  %u10 = asinh %u9 : <16xfp32>
+  %u11 = acosh %u10 : <16xfp32>
+  %u12 = atanh %u11 : <16xfp32>
+  %u13 = erfc %u12 : <16xfp32>
+  %u14 = erfinv %u13 : <16xfp32>
+  %u15 = lgamma %u14 : <16xfp32>
+  %u16 = tgamma %u15 : <16xfp32>
+  %b0 = hypot %u16, %x : <16xfp32>
+  %b1 = remainder %b0, %x : <16xfp32>
+  %b2 = fdim %b1, %x : <16xfp32>
+  %b3 = nextafter %b2, %x : <16xfp32>
+  %fin = isfinite %b3 : <16xint1>
+  %neg = signbit %b3 : <16xint1>
+  %c = popc %r : <16xint32>
+  %z = clz %c : <16xint32>
+  %v = brev %z : <16xint32>
+  %g = gather %b3, %v {axis = 0} : <16xfp32>
+  %h = histogram %v, %fin {num_bins = 16} : <16xint32>
+  %a0, %a1 = inline_asm %h, %g {asm = "mov.b32 $0, $2; mov.b32 $1, $3;", constraints = "=r,=r,r,r", pack = 1, volatile = true} : <16xint32>, <16xfp32>
+  store %xp, %a1, %neg
+  %qs = splat %q : <16xptr<int32>>
+  %qp = addptr %qs, %r : <16xptr<int32>>
+  store %qp, %a0
+  return
+}
+'''
+
+CORPUS = {"elementwise": ELEMENTWISE, "shapes": SHAPES, "control": CONTROL, "types": TYPES_AND_ATTRS,
+          "extras": EXTRAS}
 
 
 def _roundtrip(fn):
