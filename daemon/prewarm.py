@@ -116,7 +116,7 @@ def progress_bar(done: int, total: int, out=sys.stderr) -> None:
 
 
 class NoDaemon(RuntimeError):
-    """Prewarming was asked for with KILN_DAEMON=off and no daemon named."""
+    """No daemon to prewarm through: KILN_DAEMON=off and none named, or it does not answer."""
 
 
 def through_daemon(kernels: list[Kernel], address: str | None = None, **kwargs) -> Report:
@@ -131,8 +131,12 @@ def through_daemon(kernels: list[Kernel], address: str | None = None, **kwargs) 
         raise NoDaemon("KILN_DAEMON=off, and prewarming compiles through a daemon: name one (--address)")
     if kernels and address == launch.default_address():
         launch.ensure_daemon()
+    import grpc
     with Client(address, token=env.daemon_token()) as client:
-        return prewarm(kernels, client, **kwargs)
+        try:
+            return prewarm(kernels, client, **kwargs)
+        except grpc.RpcError as e:  # the whole batch failed: the daemon, not one kernel
+            raise NoDaemon(f"the daemon at {address} failed: {e.code().name}: {e.details()}") from None
 
 
 # --- kernels declared in Python source ----------------------------------------------------
