@@ -127,7 +127,6 @@ def _bits(x_ptr, out_ptr, N: tl.constexpr):
     tl.store(out_ptr + 2 * N + offs, libdevice.brev(x))
 
 
-@pytest.mark.codegen_gap("libdevice popc/clz/brev not lowered")
 def test_libdevice_bit_operations():
     x = np.array([0, 1, -1, 0x1234, 1 << 30, 7, 255, -256] * 2, np.int32)
     out = np.zeros((3, N), np.int32)
