@@ -2,7 +2,6 @@
 import math
 
 import numpy as np
-import pytest
 
 import kiln
 import kiln.language as tl
