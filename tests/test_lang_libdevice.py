@@ -124,16 +124,18 @@ def _bits(x_ptr, out_ptr, N: tl.constexpr):
     tl.store(out_ptr + 0 * N + offs, libdevice.popc(x))
     tl.store(out_ptr + 1 * N + offs, libdevice.clz(x))
     tl.store(out_ptr + 2 * N + offs, libdevice.brev(x))
+    tl.store(out_ptr + 3 * N + offs, libdevice.mulhi(x, -7))
 
 
 def test_libdevice_bit_operations():
     x = np.array([0, 1, -1, 0x1234, 1 << 30, 7, 255, -256] * 2, np.int32)
-    out = np.zeros((3, N), np.int32)
+    out = np.zeros((4, N), np.int32)
     _bits[(1,)](x, out, N=N)
     u = x.view(np.uint32)
     np.testing.assert_array_equal(out[0], [bin(v).count("1") for v in u])
     np.testing.assert_array_equal(out[1], [32 - int(v).bit_length() for v in u])
     np.testing.assert_array_equal(out[2].view(np.uint32), [int(f"{v:032b}"[::-1], 2) for v in u])
+    np.testing.assert_array_equal(out[3], (x.astype(np.int64) * -7) >> 32)  # signed high half
 
 
 def test_libdevice_module_paths_are_one_module():

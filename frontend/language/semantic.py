@@ -503,6 +503,15 @@ def math_binary(name, a, b):
     return _elementwise(name, a, b)
 
 
+def mulhi(a, b):
+    """libdevice mulhi: the high half of the product, signed for signed types (the umulhi op
+    reads the signedness of its type; tl.umulhi itself always multiplies as unsigned)."""
+    a, b = binary_operands(a, b)
+    if not a.dtype.is_int():
+        raise TypeError(f"mulhi needs integer operands, not {a.dtype}")
+    return _elementwise("umulhi", a, b)
+
+
 def bit_count(name, x):
     """popc and clz (counts, returned as int32) and brev (same type) of an integer."""
     x = to_tensor(x)

@@ -104,4 +104,13 @@ def llround(arg0):
     return semantic.cast(semantic.math_unary("round", arg0), int64)
 
 
+@builtin
+def mulhi(arg0, arg1):
+    """The high half of the double-width product (signed for signed integers)."""
+    return semantic.mulhi(arg0, arg1)
+
+
+# the fast (approximate) variants compute the same functions here
 fast_expf, fast_logf, fast_dividef = exp, log, div_rn
+fast_sinf, fast_cosf, fast_tanf, fast_log2f = sin, cos, tan, log2
+fast_log10f, fast_exp10f, fast_powf = log10, exp10, pow
