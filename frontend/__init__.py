@@ -3,7 +3,7 @@ from . import language  # noqa: F401
 from .errors import CompilationError  # noqa: F401
 from .jit import JITFunction, KernelInterface, jit  # noqa: F401
 from .autotuner import Config, autotune, heuristics  # noqa: F401
-from . import testing  # noqa: F401
+from . import testing, tools  # noqa: F401
 
 __version__ = "0.1.0"
 
@@ -17,3 +17,8 @@ def next_power_of_2(n: int) -> int:
     """The smallest power of two >= n; 0 for n <= 0, as Triton's bit trick gives."""
     n = int(n)
     return 0 if n <= 0 else 1 << (n - 1).bit_length()
+
+
+def set_allocator(allocator) -> None:
+    """Accepted for Triton's device-side tensor descriptors: kiln lowers them to plain loads and
+    stores, so they need no global scratch memory and the allocator is never called."""

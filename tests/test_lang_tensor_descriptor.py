@@ -131,3 +131,8 @@ def test_host_tensor_descriptor_checks_its_layout():
         TensorDescriptor(np.zeros((8, 8), np.float32), [8, 3], [3, 1], [8, 4])
     with pytest.raises(ValueError, match="power of two"):
         TensorDescriptor.from_tensor(np.zeros((8, 8), np.float32), [8, 6])
+
+
+def test_set_allocator_is_accepted():
+    kiln.set_allocator(lambda size, alignment, stream: None)  # kiln's descriptors need no scratch memory
+    assert kiln.tools.tensor_descriptor.TensorDescriptor is not None
