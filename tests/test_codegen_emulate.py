@@ -373,3 +373,16 @@ def check_fp8():
 
 def test_fp8_conversions():
     assert in_child(check_fp8) == (True, True, True, True)
+
+
+def check_fuzz(seeds):
+    import sys
+    sys.path.insert(0, str(CORPUS))
+    import fuzz
+    return [f for f in (fuzz.check(s) for s in seeds) if f]
+
+
+def test_random_kernels_match_the_interpreter():
+    """A few seeds of codegen_corpus/fuzz.py: random chains of reductions, scans and
+    shape ops on small blocks at random warp counts."""
+    assert in_child(check_fuzz, list(range(1000, 1012))) == []
