@@ -255,3 +255,15 @@ def test_fp8_casts_round_to_nearest_and_saturate(f8_dtype, np_f8):
                                             (tl.float8e5b16, ml_dtypes.float8_e5m2fnuz)])
 def test_fnuz_fp8_casts(f8_dtype, np_f8):
     _fp8_case(f8_dtype, np_f8)
+
+
+@kiln.jit
+def _read_only_input(x_ptr: tl.const, out_ptr, N: tl.constexpr):
+    offs = tl.arange(0, N)
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs) + 1)
+
+
+def test_const_pointer_annotation_is_accepted():
+    x, out = np.arange(8, dtype=np.float32), np.zeros(8, np.float32)
+    _read_only_input[(1,)](x, out, N=8)
+    np.testing.assert_array_equal(out, x + 1)

@@ -24,6 +24,12 @@ from .standard import (  # noqa: F401
 float8e4b15 = float8e4nv  # accepted spelling; kiln has one fp8 e4 format
 dtype_t = dtype
 pi32_t = pointer_type(int32)
+
+
+class const:
+    """Triton's annotation for a pointer to read-only data (`x_ptr: tl.const`); accepted, unchecked."""
+
+
 TRITON_MAX_TENSOR_NUMEL = 1048576  # Triton's limit on a block's elements; kiln only reports it
 
 from . import _methods as _m  # noqa: E402
