@@ -52,7 +52,7 @@ class Gen:
     def step(self, v: str, shape: tuple) -> tuple[str, tuple]:
         r = self.r
         choice = r.choice(["unary", "binary", "reduce_back", "permute", "reshape", "join_split", "cat",
-                           "scan", "reduce_scalar"])
+                           "scan", "reduce_scalar", "dot", "cast", "loop", "where"])
         t = self.ty(shape)
         if choice == "unary":
             return self.emit(f"{r.choice(['neg', 'abs', 'floor'])} {v}", t), shape
@@ -88,6 +88,27 @@ class Gen:
             axis = r.randrange(len(shape))
             rev = r.choice(["true", "false"])
             return self.emit(f"scan {v} {{axis = {axis}, reverse = {rev}}}", t + " " + self.combine("add")), shape
+        if choice == "dot" and len(shape) == 2 and shape[1] <= 16:
+            m = shape[0]
+            vt = self.emit(f"permute {v} {{order = [1, 0]}}", self.ty(shape[::-1]))
+            zero = self.emit("constant {value = 0.0}", self.ty((m, m)))
+            return self.emit(f"dot {v}, {vt}, {zero} {{input_precision = \"ieee\"}}", self.ty((m, m))), (m, m)
+        if choice == "cast":
+            half = t.replace("fp32", "fp16")
+            return self.emit(f"cast {self.emit(f'cast {v}', half)}", t), shape
+        if choice == "where":
+            zero = self.emit("constant {value = 0.0}", t)
+            pos = self.emit(f"cmp {v}, {zero} {{pred = \"gt\"}}", t.replace("fp32", "int1"))
+            return self.emit(f"select {pos}, {v}, {self.emit(f'neg {v}', t)}", t), shape
+        if choice == "loop":
+            lo, hi, one = (self.emit(f"constant {{value = {k}}}", "int32") for k in (0, 3, 1))
+            out, iv, acc = self.new(), self.new(), self.new()
+            inner = self.new()
+            self.lines += [f"  {out} = for {lo}, {hi}, {one}, {v} : {t} {{",
+                           f"  ^({iv}: int32, {acc}: {t}):",
+                           f"    {inner} = add {acc}, {v} : {t}",
+                           f"    yield {inner}", "  }"]
+            return out, shape
         if choice == "reduce_scalar" and len(shape) == 1:
             s = self.emit(f"reduce {v} {{axis = 0}}", "fp32 " + self.combine("max"))
             return self.emit(f"sub {v}, {self.emit(f'splat {s}', t)}", t), shape
