@@ -4,6 +4,7 @@ from .errors import CompilationError  # noqa: F401
 from .jit import JITFunction, KernelInterface, jit  # noqa: F401
 from .autotuner import Config, autotune, heuristics  # noqa: F401
 from . import testing, tools  # noqa: F401
+from .tensor_wrapper import TensorWrapper, reinterpret  # noqa: F401
 
 __version__ = "0.1.0"
 

@@ -29,6 +29,8 @@ def pointer_info(arg):
     """(element dtype, address) of a tensor-like argument, or None if `arg` is not one."""
     if isinstance(arg, np.ndarray):
         return from_numpy(arg.dtype), arg.ctypes.data
+    if hasattr(arg, "data_ptr") and isinstance(getattr(arg, "dtype", None), dtype):  # kiln.reinterpret
+        return arg.dtype, arg.data_ptr()
     if hasattr(arg, "data_ptr") and hasattr(arg, "dtype"):
         name = _TORCH_DTYPES.get(str(arg.dtype))
         if name is None:

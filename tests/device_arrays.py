@@ -34,6 +34,8 @@ def launch_with_device_copies(launch):
     def launch_on_gpu(self, grid, args, stream=None):
         copies, device_args = [], []
         for arg in args:
+            if hasattr(arg, "data_ptr") and isinstance(getattr(arg, "base", None), np.ndarray):
+                arg = arg.base  # kiln.reinterpret of an array: the same bytes travel
             if hasattr(arg, "data_ptr") and not getattr(arg, "is_cuda", True):
                 arg = _numpy_view(torch, arg)  # the same memory, strides kept
             if isinstance(arg, np.ndarray):

@@ -267,3 +267,21 @@ def test_const_pointer_annotation_is_accepted():
     x, out = np.arange(8, dtype=np.float32), np.zeros(8, np.float32)
     _read_only_input[(1,)](x, out, N=8)
     np.testing.assert_array_equal(out, x + 1)
+
+
+@kiln.jit
+def _widen(x_ptr, out_ptr, N: tl.constexpr):
+    offs = tl.arange(0, N)
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs).to(tl.float32))
+
+
+def test_reinterpret_gives_a_pointer_of_the_named_dtype():
+    raw = np.array([1.0, -2.0, 0.5, 448.0, 0.0, -0.125, 3.5, 96.0], ml_dtypes.float8_e4m3fn).view(np.uint8)
+    out = np.zeros(8, np.float32)
+    _widen[(1,)](kiln.reinterpret(raw, tl.float8e4nv), out, N=8)
+    np.testing.assert_array_equal(out, raw.view(ml_dtypes.float8_e4m3fn).astype(np.float32))
+    big = np.array([2**31 + 5, 7] * 4, np.uint32)
+    _widen[(1,)](kiln.reinterpret(big.view(np.int32), tl.uint32), out, N=8)
+    np.testing.assert_array_equal(out, big.astype(np.float32))
+    wrapped = kiln.reinterpret(raw, tl.float8e4nv)
+    assert kiln.reinterpret(wrapped, tl.float8e5).dtype == tl.float8e5 and wrapped.stride() == (1,)

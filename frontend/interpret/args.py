@@ -47,11 +47,11 @@ def pointer_value(memory: Memory, obj, label: str) -> int:
         return 0
     if isinstance(obj, (int, np.integer)) and not isinstance(obj, bool):
         return int(obj)
+    if hasattr(obj, "data_ptr") and getattr(obj, "base", None) is not None and not isinstance(obj, np.ndarray):
+        register_buffer(memory, obj.base, label)  # a reinterpreting wrapper (kiln.reinterpret) around a tensor
+        return int(obj.data_ptr())
     if hasattr(obj, "__cuda_array_interface__") and not isinstance(obj, np.ndarray) and not _is_torch_tensor(obj):
         raise InterpreterError(f"{label}: the interpreter cannot read GPU memory")
-    if hasattr(obj, "data_ptr") and not _is_torch_tensor(obj) and hasattr(obj, "base"):
-        register_buffer(memory, obj.base, label)  # a reinterpreting wrapper around a tensor
-        return int(obj.data_ptr())
     if not _is_torch_tensor(obj) and not isinstance(obj, np.ndarray) and not hasattr(obj, "__array_interface__"):
         raise InterpreterError(f"{label}: a pointer argument must be an array, a tensor, an address "
                                f"or None, not {type(obj).__name__}")

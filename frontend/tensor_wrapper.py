@@ -1,0 +1,67 @@
+"""`kiln.reinterpret(tensor, dtype)`: a tensor or array seen as another element type.
+
+Triton's tests pass fp8 and unsigned data this way (`triton.reinterpret(t_uint8,
+tl.float8e5)`): the wrapper has the base's memory and shape and reports the kiln dtype,
+so the kernel's pointer argument gets that element type.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from kiln.ir.types import dtype as kiln_dtype
+
+
+class TensorWrapper:
+    def __init__(self, base, dtype: kiln_dtype):
+        self.base, self.dtype = base, dtype
+        self.shape = tuple(base.shape)
+        self.device = getattr(base, "device", "cpu")
+
+    def data_ptr(self) -> int:
+        return self.base.ctypes.data if isinstance(self.base, np.ndarray) else self.base.data_ptr()
+
+    def element_size(self) -> int:
+        return self.base.itemsize if isinstance(self.base, np.ndarray) else self.base.element_size()
+
+    def stride(self, *dim):
+        strides = (tuple(s // self.base.itemsize for s in self.base.strides) if isinstance(self.base, np.ndarray)
+                   else tuple(self.base.stride()))
+        return strides[dim[0]] if dim else strides
+
+    def numel(self) -> int:
+        return int(np.prod(self.shape))
+
+    def dim(self) -> int:
+        return len(self.shape)
+
+    def size(self, *dim):
+        return self.shape[dim[0]] if dim else self.shape
+
+    def cpu(self):
+        return self if isinstance(self.base, np.ndarray) else TensorWrapper(self.base.cpu(), self.dtype)
+
+    def to(self, device):
+        return TensorWrapper(self.base.to(device), self.dtype)
+
+    def clone(self):
+        return TensorWrapper(self.base.copy() if isinstance(self.base, np.ndarray) else self.base.clone(), self.dtype)
+
+    def copy_(self, other):
+        source = other.base if isinstance(other, TensorWrapper) else other
+        if isinstance(self.base, np.ndarray):
+            self.base[...] = source
+        else:
+            self.base.copy_(source)
+        return self
+
+    def __repr__(self):
+        return f"TensorWrapper[{self.dtype}]({self.base!r})"
+
+
+def reinterpret(tensor, dtype: kiln_dtype):
+    """`tensor` (a torch tensor, NumPy array or wrapper) seen as elements of `dtype`."""
+    if isinstance(tensor, TensorWrapper):
+        return tensor.base if dtype == getattr(tensor.base, "dtype", None) else TensorWrapper(tensor.base, dtype)
+    if not (isinstance(tensor, np.ndarray) or hasattr(tensor, "data_ptr")):
+        raise TypeError(f"cannot reinterpret a {type(tensor).__name__}: pass a tensor or an array")
+    return TensorWrapper(tensor, dtype)
