@@ -82,6 +82,7 @@ class CodeGenerator(ast.NodeVisitor):
         self.ret = None
         self.returned = False
         self.ret_node = None  # the last `return` visited, for errors about it
+        self.elementwise = False  # inside tl.map_elementwise: a block condition selects per element
         self.globals = jitfn.fn.__globals__
         self.closure = jitfn.closure_vars()
         self._node = None
@@ -213,8 +214,31 @@ class CodeGenerator(ast.NodeVisitor):
         if not isinstance(cond, tensor):
             self.visit_body(node.body if unwrap(cond) else node.orelse)
             return
+        if self.elementwise and cond.type.shape:
+            self.elementwise_if(semantic.cast(cond, semantic.int1), node.body, node.orelse)
+            return
         cond = self.scalar_condition(cond, "if")
         self.runtime_if(cond, node.body, node.orelse, node)
+
+    def elementwise_if(self, cond, then_body, else_body):
+        """An `if` on a block inside tl.map_elementwise: both branches run, and every name they
+        assign (and the returned value) takes each element from the branch its condition picks."""
+        before = self.scope
+        branches = []
+        for body in (then_body, else_body):
+            self.scope, self.returned, self.ret = dict(before), False, None
+            self.visit_body(body)
+            branches.append((self.scope, self.returned, self.ret))
+        (then_scope, then_ret, then_val), (else_scope, else_ret, else_val) = branches
+        self.scope, self.returned, self.ret = before, False, None
+        if then_ret != else_ret:
+            raise _Unsupported("a `return` inside an `if` needs a `return` in the other branch too")
+        for n in then_scope.keys() & else_scope.keys():
+            a, b = then_scope[n], else_scope[n]
+            if a is not before.get(n) or b is not before.get(n):
+                self.scope[n] = a if a is b else semantic.where(cond, a, b)
+        if then_ret:
+            self.ret, self.returned = semantic.where(cond, then_val, else_val), True
 
     def scalar_condition(self, cond: tensor, what: str) -> tensor:
         if cond.type.shape:
@@ -477,6 +501,8 @@ class CodeGenerator(ast.NodeVisitor):
         cond = self.visit(node.test)
         if not isinstance(cond, tensor):
             return self.visit(node.body if unwrap(cond) else node.orelse)
+        if self.elementwise and cond.type.shape:
+            return semantic.where(cond, self.visit(node.body), self.visit(node.orelse))
         cond = self.scalar_condition(cond, "if")
         saved_ret, saved_returned = self.ret, self.returned
         branches = [ast.Return(value=node.body, lineno=node.lineno, col_offset=node.col_offset),
@@ -540,7 +566,7 @@ class CodeGenerator(ast.NodeVisitor):
             raise TypeError(f"'{name}' is not a @jit function or a kiln builtin, so it cannot take tensors")
         return wrap(fn(*[unwrap(a) for a in args], **{k: unwrap(v) for k, v in kwargs.items()}))
 
-    def call_jit_function(self, fn, args, kwargs):
+    def call_jit_function(self, fn, args, kwargs, elementwise=False):
         if self.depth >= MAX_INLINE_DEPTH:
             raise RecursionError("too many nested @jit calls (recursion is not supported)")
         try:
@@ -555,6 +581,7 @@ class CodeGenerator(ast.NodeVisitor):
             scope[name] = wrap(value) if name not in fn.constexpr_names else constexpr(unwrap(value))
         fixed = self.builder.loc if fn.is_internal else self.fixed_loc
         gen = CodeGenerator(fn, scope, self.builder, self.depth + 1, fixed_loc=fixed)
+        gen.elementwise = self.elementwise or elementwise
         saved = semantic.state.generator
         semantic.state.generator = gen
         try:

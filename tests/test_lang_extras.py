@@ -285,3 +285,39 @@ def test_reinterpret_gives_a_pointer_of_the_named_dtype():
     np.testing.assert_array_equal(out, big.astype(np.float32))
     wrapped = kiln.reinterpret(raw, tl.float8e4nv)
     assert kiln.reinterpret(wrapped, tl.float8e5).dtype == tl.float8e5 and wrapped.stride() == (1,)
+
+
+@kiln.jit
+def _selu_scalar(x, alpha):
+    if x > 0:
+        return x
+    else:
+        return alpha * (tl.exp(x) - 1)
+
+
+@kiln.jit
+def _piecewise_scalar(x, limit):
+    y = x * 2
+    if x > limit:
+        y = limit
+    elif x < -limit:
+        y = -limit - x
+    return y if y != 0 else 1.0
+
+
+@kiln.jit
+def _map_with_branches(x_ptr, out_ptr, N: tl.constexpr):
+    offs = tl.arange(0, N)
+    x = tl.load(x_ptr + offs)
+    tl.store(out_ptr + offs, tl.map_elementwise(_selu_scalar, x, 1.5))
+    tl.store(out_ptr + N + offs, tl.map_elementwise(_piecewise_scalar, x, 1.0))
+
+
+def test_map_elementwise_branches_per_element():
+    x = np.linspace(-2, 2, 16).astype(np.float32)
+    x[5] = 0.0
+    out = np.zeros(32, np.float32)
+    _map_with_branches[(1,)](x, out, N=16)
+    np.testing.assert_allclose(out[:16], np.where(x > 0, x, 1.5 * (np.exp(x) - 1)), rtol=1e-6, atol=1e-7)
+    y = np.where(x > 1, 1.0, np.where(x < -1, -1 - x, x * 2))
+    np.testing.assert_array_equal(out[16:], np.where(y != 0, y, 1.0).astype(np.float32))

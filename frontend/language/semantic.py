@@ -53,9 +53,10 @@ def insertion_block(block: Block):
         b.block = saved
 
 
-def call_jit(fn, args, kwargs=None):
-    """Inline a @jit function (e.g. a reduce's combine function) at the insertion point."""
-    return state.generator.call_jit_function(fn, list(args), dict(kwargs or {}))
+def call_jit(fn, args, kwargs=None, elementwise=False):
+    """Inline a @jit function (e.g. a reduce's combine function) at the insertion point; with
+    `elementwise`, an `if` on a block inside it selects per element (tl.map_elementwise)."""
+    return state.generator.call_jit_function(fn, list(args), dict(kwargs or {}), elementwise)
 
 
 def _emit(name, operands, result_type, **attrs) -> tensor:

@@ -197,13 +197,14 @@ def reduce_or(input, axis, keep_dims=False):
 @builtin
 def map_elementwise(scalar_fn, *args, pack=1):
     """`scalar_fn` (a @jit function) applied to every element of the broadcast `args`.
-    kiln runs it on the whole blocks at once, so its control flow must not branch on element
-    values (a runtime `if` on a block is refused); `pack` is accepted."""
+    kiln runs it on whole blocks: an `if` on an element's value runs both branches and
+    selects per element (so neither branch may store or loop on it); `pack` is accepted."""
     tensors = [semantic.to_tensor(a) for a in args]
     shape = ()
     for t in tensors:
         shape = semantic.broadcast_shapes(shape, t.type.shape)
-    return semantic.call_jit(unwrap(scalar_fn), [semantic.broadcast_to(t, shape) for t in tensors])
+    args = [semantic.broadcast_to(t, shape) for t in tensors]
+    return semantic.call_jit(unwrap(scalar_fn), args, elementwise=True)
 
 
 @builtin
