@@ -83,7 +83,7 @@ def _gather(src_ptr, idx_ptr, out_ptr, M: tl.constexpr, N: tl.constexpr, K: tl.c
         src = tl.load(src_ptr + tl.arange(0, M)[:, None] * N + tl.arange(0, N)[None, :])
         offs = tl.arange(0, M)[:, None] * K + tl.arange(0, K)[None, :]
     index = tl.load(idx_ptr + offs)
-    tl.store(out_ptr + offs, tl.gather(src, index, AXIS))
+    tl.store(out_ptr + offs, src.gather(index, AXIS))
 
 
 @pytest.mark.parametrize("axis", [0, 1])
@@ -123,7 +123,7 @@ def _histogram(x_ptr, out_ptr, N: tl.constexpr, BINS: tl.constexpr, MASKED: tl.c
     if MASKED:
         h = tl.histogram(x, BINS, mask=offs % 2 == 0)
     else:
-        h = tl.histogram(x, BINS)
+        h = x.histogram(BINS)
     tl.store(out_ptr + tl.arange(0, BINS), h)
 
 
