@@ -107,6 +107,25 @@ def _mma(state, kind, out, regs):
         state.errors.append("mma: warp did not converge")
 
 
+def _ldmatrix(state, count, out, addr):
+    """Every lane of the warp offers a row address; lane (g, t) takes word t of row g
+    of each matrix."""
+    tid = state.local.tid
+    warp, lane = tid // 32, tid % 32
+    slots, bar = state.slots[warp], state.warp_barriers[warp]
+    try:
+        bar.wait()
+        slots[lane] = addr
+        bar.wait()
+        g, t = lane // 4, lane % 4
+        words = [ctypes.c_uint32.from_address(slots[8 * i + g] + 4 * t).value for i in range(count)]
+        bar.wait()
+        for i, w in enumerate(words):
+            out[i] = w
+    except threading.BrokenBarrierError:
+        state.errors.append("ldmatrix: warp did not converge")
+
+
 def _host_math():
     f = {
         "ex2_approx_f": lambda x: _safe(lambda: 2.0 ** x), "lg2_approx_f": lambda x: _safe(lambda: math.log2(x)),
@@ -192,6 +211,9 @@ def run_on_cpu(fn, grid, args, num_warps: int = 4) -> list[str]:
     for kind in ("f16", "bf16"):
         sym(f"emu_mma_{kind}", None, [ctypes.POINTER(f32)] + [i32] * 6 + [f32] * 4,
             lambda out, *regs, kind=kind: _mma(state, kind, out, regs))
+    for count in (2, 4):
+        sym(f"emu_ldmatrix_x{count}", None, [ctypes.POINTER(ctypes.c_uint32), ctypes.c_void_p],
+            lambda out, addr, count=count: _ldmatrix(state, count, out, addr))
     sym("vprintf", i32, [ctypes.c_char_p, ctypes.c_void_p], lambda fmt, buf: state.printed.append(fmt.decode()) or 0)
     sym("__assertfail", None, [ctypes.c_char_p, ctypes.c_char_p, i32, ctypes.c_char_p, ctypes.c_int64],
         lambda msg, file, line, func, size: state.errors.append("assert: " + msg.decode()))

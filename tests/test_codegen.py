@@ -201,3 +201,8 @@ def test_inline_asm_is_applied_per_pack():
     ptx = compiled("inline_asm").ptx
     assert ptx.count("prmt.b32") == 1  # the layout gives each thread one pack of 4 int8
     assert "add.f32" in ptx and "sub.f32" in ptx
+
+
+def test_mma_operands_come_from_ldmatrix():
+    ptx = compiled("dot_f16", "sm_80").ptx
+    assert "ldmatrix.sync.aligned.m8n8.x4.shared.b16" in ptx and "ldmatrix.sync.aligned.m8n8.x2.shared.b16" in ptx

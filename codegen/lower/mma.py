@@ -17,7 +17,7 @@ from kiln.ir.types import float32, scalar_of
 from ..layout import mma_layout
 from .elementwise import cast_value
 from .shared import flats_of, store_elements
-from .types import F32, I32, VOID, GENERIC_PTR, reg_type
+from .types import F32, I32, VOID, GENERIC_PTR, SHARED_PTR, reg_type
 
 PAD = 8  # elements of padding per shared-memory row
 
@@ -67,30 +67,46 @@ def lower_mma(lw, op):
     t = lw.b.urem(lw.lane, lw.i32(4))
     b_cols = {c: lw.b.add(lw.b.sub(col_of[c], lw.b.mul(t, lw.i32(2))), g) for c in col_tiles}
 
-    word = lambda p: lw.b.load(p, typ=I32, align=4)
+    q = lw.b.and_(lw.lane, lw.i32(7))  # ldmatrix: lane i gives row i % 8 of matrix i // 8
+    j = lw.b.lshr(lw.lane, lw.i32(3))
+    upper_rows = lw.b.trunc(lw.b.and_(j, lw.i32(1)), ir.IntType(1))
+    upper_cols = lw.b.mul(lw.b.lshr(j, lw.i32(1)), lw.i32(8))
     values = list(acc_regs)
     for k0 in range(0, K, 16):
-        kk = lw.b.add(lw.b.mul(t, lw.i32(2)), lw.i32(k0))
         a_frag = {}
         for pair in range(len(rows) // 2):
             r0, r1 = row_of[rows[2 * pair]], row_of[rows[2 * pair + 1]]
-            frag = []
-            for r, dk in ((r0, 0), (r1, 0), (r0, 8), (r1, 8)):
-                flat = lw.b.add(lw.b.mul(r, lw.i32(a_stride)), lw.b.add(kk, lw.i32(dk)))
-                frag.append(word(lw.smem_ptr(base, half, flat)))
-            a_frag[pair] = frag
+            row = lw.b.add(lw.b.sub(lw.b.select(upper_rows, r1, r0), g), q)  # r(g) is r(0) + g
+            col = lw.b.add(upper_cols, lw.i32(k0))
+            flat = lw.b.add(lw.b.mul(row, lw.i32(a_stride)), col)
+            a_frag[pair] = _ldmatrix(lw, lw.smem_ptr(base, half, flat), 4)
         b_frag = {}
         for c in col_tiles:
-            frag = []
-            for dk in (0, 8):
-                flat = lw.b.add(lw.b.mul(b_cols[c], lw.i32(b_stride)), lw.b.add(kk, lw.i32(dk)))
-                frag.append(word(lw.smem_ptr(base, half, flat, a_bytes)))
-            b_frag[c] = frag
+            n = lw.b.add(lw.b.sub(b_cols[c], g), q)
+            col = lw.b.add(lw.b.mul(lw.b.and_(j, lw.i32(1)), lw.i32(8)), lw.i32(k0))
+            flat = lw.b.add(lw.b.mul(n, lw.i32(b_stride)), col)
+            b_frag[c] = _ldmatrix(lw, lw.smem_ptr(base, half, flat, a_bytes), 2)
         for pair, c, regs in tiles:
             got = _mma(lw, {"fp16": "f16", "bf16": "bf16"}[s_in.name], a_frag[pair], b_frag[c], [values[i] for i in regs])
             for i, v in zip(regs, got):
                 values[i] = v
     lw.bind(out, [cast_value(lw, v, float32, s_out) for v in values], layout)
+
+
+def _ldmatrix(lw, ptr, count):
+    """`count` 8x8 b16 matrices from shared memory: word i of lane (g, t) is row g,
+    columns 2t and 2t+1 of matrix i, whose rows lanes 8i..8i+7 address."""
+    if lw.ctx.portable:  # the emulator gathers the rows from every lane's address
+        fn = lw.intrinsic(f"emu_ldmatrix_x{count}", VOID, [GENERIC_PTR, SHARED_PTR])
+        buf = lw.entry.alloca(ir.ArrayType(I32, 4))
+        buf.type = GENERIC_PTR
+        lw.b.call(fn, [buf, ptr])
+        return [lw.b.load(lw.b.gep(buf, [lw.i32(i)], source_etype=I32), typ=I32) for i in range(count)]
+    outs = ", ".join(f"${i}" for i in range(count))
+    text = f"ldmatrix.sync.aligned.m8n8.x{count}.shared.b16 {{{outs}}}, [${count}];"
+    fty = ir.FunctionType(ir.LiteralStructType([I32] * count), [SHARED_PTR])
+    got = lw.b.call(ir.InlineAsm(fty, text, ",".join(["=r"] * count + ["l"]), side_effect=True), [ptr])
+    return [lw.b.extract_value(got, i) for i in range(count)]
 
 
 def _mma(lw, kind, a, b, c):

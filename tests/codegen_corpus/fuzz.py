@@ -52,7 +52,7 @@ class Gen:
     def step(self, v: str, shape: tuple) -> tuple[str, tuple]:
         r = self.r
         choice = r.choice(["unary", "binary", "reduce_back", "permute", "reshape", "join_split", "cat",
-                           "scan", "reduce_scalar", "dot", "cast", "loop", "where"])
+                           "scan", "reduce_scalar", "dot", "dot16", "cast", "loop", "where"])
         t = self.ty(shape)
         if choice == "unary":
             return self.emit(f"{r.choice(['neg', 'abs', 'floor'])} {v}", t), shape
@@ -93,6 +93,12 @@ class Gen:
             vt = self.emit(f"permute {v} {{order = [1, 0]}}", self.ty(shape[::-1]))
             zero = self.emit("constant {value = 0.0}", self.ty((m, m)))
             return self.emit(f"dot {v}, {vt}, {zero} {{input_precision = \"ieee\"}}", self.ty((m, m))), (m, m)
+        if choice == "dot16" and len(shape) == 2 and shape[1] in (16, 32):
+            m, k = shape  # fp16 operands: the tensor-core path when the tile allows it
+            h = self.emit(f"cast {v}", t.replace("fp32", "fp16"))
+            ht = self.emit(f"permute {h} {{order = [1, 0]}}", self.ty((k, m)).replace("fp32", "fp16"))
+            zero = self.emit("constant {value = 0.0}", self.ty((m, m)))
+            return self.emit(f"dot {h}, {ht}, {zero} {{input_precision = \"ieee\"}}", self.ty((m, m))), (m, m)
         if choice == "cast":
             half = t.replace("fp32", "fp16")
             return self.emit(f"cast {self.emit(f'cast {v}', half)}", t), shape
