@@ -123,6 +123,8 @@ def through_daemon(kernels: list[Kernel], address: str | None = None, **kwargs) 
     """`prewarm` through the daemon at `address` (default: KILN_DAEMON or the node daemon, started if need be)."""
     from kiln.cache import env
 
+    import grpc
+
     from . import launch
     from .client import Client
 
@@ -131,7 +133,6 @@ def through_daemon(kernels: list[Kernel], address: str | None = None, **kwargs) 
         raise NoDaemon("KILN_DAEMON=off, and prewarming compiles through a daemon: name one (--address)")
     if kernels and address == launch.default_address():
         launch.ensure_daemon()
-    import grpc
     with Client(address, token=env.daemon_token()) as client:
         try:
             return prewarm(kernels, client, **kwargs)
@@ -142,7 +143,7 @@ def through_daemon(kernels: list[Kernel], address: str | None = None, **kwargs) 
 # --- kernels declared in Python source ----------------------------------------------------
 
 @dataclass
-class Declared:
+class ModuleKernels:
     """What a module's kernels declare, built into IR: ready to send, or why not."""
 
     kernels: list = field(default_factory=list)  # (IR, target, options)
@@ -197,12 +198,12 @@ def kernels_in(module: ModuleType) -> list:
 NO_SIGNATURES = "declares no signatures (jit(prewarm=[...]))"  # a device function, or a kernel left out
 
 
-def from_module(module_or_path, targets: Iterable[str]) -> Declared:
+def from_module(module_or_path, targets: Iterable[str]) -> ModuleKernels:
     """Every declared signature x autotune config of `module_or_path`'s kernels, for each target."""
     from kiln.signatures import expand, innermost
 
     targets = list(targets)
-    out = Declared()
+    out = ModuleKernels()
     for kernel in kernels_in(load_module(module_or_path)):
         if not innermost(kernel).prewarm:
             out.skipped.append((innermost(kernel).__name__, NO_SIGNATURES))
@@ -235,8 +236,8 @@ def prewarm_module(module_or_path, targets: Iterable[str] = (), *, address: str 
     targets = list(targets) or [t for t in (local_target(),) if t]
     if not targets:
         raise ValueError("no GPU here: name the targets to compile for (targets=[...], --target sm_90a)")
-    declared = from_module(module_or_path, targets)
-    report = through_daemon(declared.kernels, address, progress=progress, timeout=timeout, labels=declared.labels)
-    report.errors[:0] = declared.errors
-    report.skipped = declared.skipped
+    found = from_module(module_or_path, targets)
+    report = through_daemon(found.kernels, address, progress=progress, timeout=timeout, labels=found.labels)
+    report.errors[:0] = found.errors
+    report.skipped = found.skipped
     return report
