@@ -16,7 +16,7 @@ class dtype:
     __slots__ = ("name", "kind", "primitive_bitwidth", "signed")
     SIGNED_INTS = ("int8", "int16", "int32", "int64")
     UNSIGNED_INTS = ("int1", "uint8", "uint16", "uint32", "uint64")
-    FLOATS = ("fp8e4nv", "fp8e5", "fp8e4b8", "fp8e5b16", "fp16", "bf16", "fp32", "fp64")
+    FLOATS = ("fp8e4nv", "fp8e5", "fp8e4b8", "fp8e5b16", "fp8e4b15", "fp16", "bf16", "fp32", "fp64")
 
     def __new__(cls, *args):
         if cls is dtype and args and args[0] in _SCALARS:
@@ -181,10 +181,12 @@ _SCALAR_INFO = {
     "fp8e4nv": ("float", 8, True), "fp8e5": ("float", 8, True),
     # AMD's fnuz formats (bias 8 and 16, no infinities, one NaN, no -0), as Triton names them
     "fp8e4b8": ("float", 8, True), "fp8e5b16": ("float", 8, True),
+    # Triton's fp8 with exponent bias 15 (pre-Hopper only); kiln moves its bytes but does not convert it
+    "fp8e4b15": ("float", 8, True),
     "fp16": ("float", 16, True), "bf16": ("float", 16, True),
     "fp32": ("float", 32, True), "fp64": ("float", 64, True),
 }
-_MANTISSA = {"fp8e4nv": 3, "fp8e5": 2, "fp8e4b8": 3, "fp8e5b16": 2, "fp16": 10, "bf16": 7, "fp32": 23, "fp64": 52}
+_MANTISSA = {"fp8e4nv": 3, "fp8e5": 2, "fp8e4b8": 3, "fp8e5b16": 2, "fp8e4b15": 3, "fp16": 10, "bf16": 7, "fp32": 23, "fp64": 52}
 _NUMPY = {
     "int1": np.dtype(np.bool_),
     "int8": np.dtype(np.int8), "int16": np.dtype(np.int16),
@@ -193,6 +195,7 @@ _NUMPY = {
     "uint32": np.dtype(np.uint32), "uint64": np.dtype(np.uint64),
     "fp8e4nv": np.dtype(ml_dtypes.float8_e4m3fn), "fp8e5": np.dtype(ml_dtypes.float8_e5m2),
     "fp8e4b8": np.dtype(ml_dtypes.float8_e4m3fnuz), "fp8e5b16": np.dtype(ml_dtypes.float8_e5m2fnuz),
+    "fp8e4b15": np.dtype(np.uint8),  # its raw bytes (no NumPy format); from_numpy finds uint8 first
     "fp16": np.dtype(np.float16), "bf16": np.dtype(ml_dtypes.bfloat16),
     "fp32": np.dtype(np.float32), "fp64": np.dtype(np.float64),
 }
@@ -204,7 +207,7 @@ for _name in _SCALAR_INFO:
 int1, int8, int16, int32, int64 = (_SCALARS[n] for n in ("int1", "int8", "int16", "int32", "int64"))
 uint8, uint16, uint32, uint64 = (_SCALARS[n] for n in ("uint8", "uint16", "uint32", "uint64"))
 float8e4nv, float8e5 = _SCALARS["fp8e4nv"], _SCALARS["fp8e5"]
-float8e4b8, float8e5b16 = _SCALARS["fp8e4b8"], _SCALARS["fp8e5b16"]
+float8e4b8, float8e5b16, float8e4b15 = _SCALARS["fp8e4b8"], _SCALARS["fp8e5b16"], _SCALARS["fp8e4b15"]
 float16, bfloat16, float32, float64 = (_SCALARS[n] for n in ("fp16", "bf16", "fp32", "fp64"))
 SCALAR_TYPES = dict(_SCALARS)
 

@@ -321,3 +321,29 @@ def test_map_elementwise_branches_per_element():
     np.testing.assert_allclose(out[:16], np.where(x > 0, x, 1.5 * (np.exp(x) - 1)), rtol=1e-6, atol=1e-7)
     y = np.where(x > 1, 1.0, np.where(x < -1, -1 - x, x * 2))
     np.testing.assert_array_equal(out[16:], np.where(y != 0, y, 1.0).astype(np.float32))
+
+
+@kiln.jit
+def _copy_bytes(x_ptr, out_ptr, N: tl.constexpr, CONVERT: tl.constexpr):
+    offs = tl.arange(0, N)
+    x = tl.load(x_ptr + offs)
+    if CONVERT:
+        tl.store(out_ptr + offs, x.to(tl.float32).to(x.dtype))
+    else:
+        tl.store(out_ptr + offs, x)
+
+
+@pytest.mark.codegen_gap("fp8e4b15 has no LLVM type in codegen/lower/types.py")
+def test_float8e4b15_is_its_own_type_moved_but_not_converted():
+    assert tl.float8e4b15 != tl.float8e4nv
+    raw, out = np.arange(16, dtype=np.uint8), np.zeros(16, np.uint8)
+    _copy_bytes[(1,)](kiln.reinterpret(raw, tl.float8e4b15), kiln.reinterpret(out, tl.float8e4b15), N=16,
+                      CONVERT=False)
+    np.testing.assert_array_equal(out, raw)
+
+
+@pytest.mark.interpreter_only
+def test_float8e4b15_conversion_is_refused():
+    raw = kiln.reinterpret(np.zeros(16, np.uint8), tl.float8e4b15)
+    with pytest.raises(CompilationError, match="float8e4b15"):
+        _copy_bytes[(1,)](raw, raw, N=16, CONVERT=True)

@@ -4,7 +4,7 @@ from .block_pointer import advance, make_block_ptr  # noqa: F401
 from .builtins import *  # noqa: F401,F403
 from .builtins import PropagateNan, abs, cast, full, static_assert  # noqa: F401
 from .core import (  # noqa: F401
-    bfloat16, block_type, builtin, constexpr, dtype, float8e4b8, float8e4nv, float8e5, float8e5b16, float16,
+    bfloat16, block_type, builtin, constexpr, dtype, float8e4b8, float8e4b15, float8e4nv, float8e5, float8e5b16, float16,
     float32, float64, int1, int8, int16, int32, int64, pointer_type, range, static_range, tensor, uint8, uint16,
     uint32, uint64, void,
 )
@@ -21,7 +21,6 @@ from .standard import (  # noqa: F401
     xor_sum,
 )
 
-float8e4b15 = float8e4nv  # accepted spelling; kiln has one fp8 e4 format
 dtype_t = dtype
 pi32_t = pointer_type(int32)
 

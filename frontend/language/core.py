@@ -12,7 +12,7 @@ import functools
 from typing import Any
 
 from kiln.ir.types import (  # noqa: F401  (re-exported as tl.*)
-    bfloat16, block_type, dtype, float8e4b8, float8e4nv, float8e5, float8e5b16, float16, float32, float64,
+    bfloat16, block_type, dtype, float8e4b8, float8e4b15, float8e4nv, float8e5, float8e5b16, float16, float32, float64,
     int1, int8, int16, int32, int64, pointer_type, uint8, uint16, uint32, uint64,
 )
 

@@ -19,7 +19,7 @@ from kiln.ir import Block, Builder
 from kiln.ir.ops import PREDICATE_OPS
 from kiln.ir.types import (
     block_type, dtype, float16, float32, float64, int1, int32, int64, is_power_of_two, pointer_type,
-    uint32, uint64, with_shape,
+    scalar_of, uint32, uint64, with_shape,
 )
 
 from .core import constexpr, tensor
@@ -220,8 +220,16 @@ def integer_promote(a: dtype, b: dtype) -> dtype:
     return unsigned if unsigned.primitive_bitwidth >= signed.primitive_bitwidth else signed
 
 
+def refuse_fp8e4b15(*types):
+    """kiln keeps fp8e4b15 values as bytes: it loads, stores and bitcasts them but does not compute."""
+    if any(scalar_of(t).name == "fp8e4b15" for t in types):
+        raise TypeError("kiln does not convert or compute with float8e4b15 (Triton supports it only before "
+                        "sm_90); load, store and bitcast it, or use float8e4nv")
+
+
 def computation_type(a: dtype, a_is_py: bool, b: dtype, b_is_py: bool, div_or_mod: bool) -> dtype:
     """Triton's promotion table for a binary arithmetic op."""
+    refuse_fp8e4b15(a, b)
     if a_is_py != b_is_py:
         py, ten = (a, b) if a_is_py else (b, a)
         if _KIND_RANK[py.kind] <= _KIND_RANK[ten.kind]:
@@ -482,6 +490,7 @@ def where(cond, x, y):
 
 def math_unary(name, x, *, allow_int=False):
     x = to_tensor(x)
+    refuse_fp8e4b15(x.dtype)
     if not x.dtype.is_floating() and not (allow_int and x.dtype.is_int()):
         raise TypeError(f"{name} needs a floating-point operand, not {x.dtype}")
     result = with_shape(int1, x.type.shape) if name in PREDICATE_OPS else x.type
@@ -637,6 +646,7 @@ def cast(x, dst, fp_downcast_rounding=None, bitcast=False) -> tensor:
         return _emit("bitcast", [x], result)
     if src.is_ptr() and dst.is_ptr():
         return _emit("bitcast", [x], result)
+    refuse_fp8e4b15(src, dst)
     if (src.is_ptr() and not dst.is_int()) or (dst.is_ptr() and not src.is_int()):
         raise TypeError(f"cannot cast {src} to {dst}")
     attrs = {}
@@ -899,6 +909,7 @@ def dot(a, b, acc=None, input_precision=None, allow_tf32=None, max_num_imprecise
         input_precision = "tf32" if allow_tf32 in (None, True) else "ieee"
     if input_precision not in _PRECISIONS:
         raise ValueError(f"input_precision must be one of {_PRECISIONS}, not {input_precision!r}")
+    refuse_fp8e4b15(a.dtype, b.dtype)
     sa, sb = a.type.shape, b.type.shape
     if len(sa) not in (2, 3) or len(sa) != len(sb):
         raise ValueError(f"dot needs two 2-D (or batched 3-D) blocks, got {list(sa)} and {list(sb)}")
