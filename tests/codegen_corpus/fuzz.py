@@ -154,9 +154,10 @@ def check(seed: int) -> str | None:
     want, got = np.zeros(numel * 2, np.float32), np.zeros(numel * 2, np.float32)
     interpret(fn, (1,), [x.copy(), want])
     run_on_cpu(fn, (1,), [x.copy(), got], num_warps=num_warps)
-    if np.array_equal(want, got, equal_nan=True):
+    # exact but for summation order in dots of large values
+    bad = int((~np.isclose(want, got, rtol=1e-5, atol=0, equal_nan=True)).sum())
+    if not bad:
         return None
-    bad = int((~np.isclose(want, got, equal_nan=True)).sum())
     return f"seed {seed} ({num_warps} warps): {bad} of {numel} differ\n{text}"
 
 
