@@ -8,6 +8,7 @@ from .core import (  # noqa: F401
     float32, float64, int1, int8, int16, int32, int64, pointer_type, range, static_range, tensor, uint8, uint16,
     uint32, uint64, void,
 )
+from .dot_scaled import dot_scaled  # noqa: F401
 from .sorting import flip, sort, topk  # noqa: F401
 from .tensor_descriptor import (  # noqa: F401
     load_tensor_descriptor, make_tensor_descriptor, store_tensor_descriptor, tensor_descriptor,

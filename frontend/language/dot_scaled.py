@@ -1,0 +1,94 @@
+"""`tl.dot_scaled`: a matrix product of microscaled (MX) operands, built from existing ops.
+
+Each operand is decoded to fp32 (fp4 e2m1 unpacked from bytes, fp8 bitcast from bytes),
+multiplied by its e8m0 scale (one power of two per 32 elements along K), and the product
+is an ordinary `dot` in bfloat16 with an fp32 accumulator: what Triton does on GPUs
+without native MX instructions (Hopper and older). An fp16 operand makes it an fp32 dot,
+since bfloat16 would round fp16's mantissa.
+"""
+from __future__ import annotations
+
+from . import semantic
+from .core import bfloat16, builtin, float8e4nv, float8e5, float16, float32, int32, tensor, uint8
+from .semantic import unwrap
+
+_GROUP = 32  # elements along K that share one e8m0 scale
+_FORMATS = {"e2m1": None, "e4m3": float8e4nv, "e5m2": float8e5, "bf16": bfloat16, "fp16": float16}
+
+
+def _shift(x, bits, left=True):
+    return semantic.shl(x, bits) if left else semantic.shr(x, bits)
+
+
+def _e2m1_to_fp32(codes: tensor) -> tensor:
+    """4-bit e2m1 codes (in int32) as fp32: exponent bias 1, one mantissa bit, no inf or NaN."""
+    sign = _shift(semantic.and_(codes, 8), 28)
+    exponent, mantissa = semantic.and_(_shift(codes, 1, left=False), 3), semantic.and_(codes, 1)
+    normal = semantic.or_(_shift(semantic.add(exponent, 126), 23), _shift(mantissa, 22))
+    subnormal = semantic.mul(mantissa, 126 << 23)  # 0.5 or 0
+    bits = semantic.where(semantic.equal(exponent, 0), subnormal, normal)
+    return semantic.cast(semantic.or_(bits, sign), float32, bitcast=True)
+
+
+def _unpack_fp4(packed: tensor) -> tensor:
+    """Bytes holding two e2m1 values each (the lower index in the low nibble), unpacked along
+    the last dimension, as fp32."""
+    packed = semantic.cast(semantic.cast(packed, uint8, bitcast=True), int32)
+    low, high = semantic.and_(packed, 15), _shift(packed, 4, left=False)
+    pairs = semantic.join(_e2m1_to_fp32(low), _e2m1_to_fp32(high))
+    shape = list(pairs.type.shape)
+    return semantic.reshape(pairs, shape[:-2] + [shape[-2] * 2])
+
+
+def _decode(x, fmt: str, k_last: bool) -> tensor:
+    """Operand `x` in format `fmt` as fp32; fp4 is packed along K (the last dim when k_last)."""
+    x = semantic.to_tensor(x)
+    if fmt == "e2m1":
+        if k_last:
+            return _unpack_fp4(x)
+        return semantic.permute(_unpack_fp4(semantic.permute(x, [1, 0])), [1, 0])
+    want = _FORMATS[fmt]
+    if x.dtype != want:
+        if x.dtype.primitive_bitwidth != want.primitive_bitwidth or not x.dtype.is_int():
+            raise TypeError(f"dot_scaled: a {fmt} operand must be {want} (or raw bytes of it), not {x.dtype}")
+        x = semantic.cast(x, want, bitcast=True)
+    return semantic.cast(x, float32)
+
+
+def _scale_factors(scale, rows: int, k: int, fast_math: bool) -> tensor:
+    """e8m0 scales [rows, k/32] as fp32 factors [rows, k]: 2**(s - 127), NaN for 0xFF."""
+    scale = semantic.to_tensor(scale)
+    if list(scale.type.shape) != [rows, k // _GROUP]:
+        raise ValueError(f"dot_scaled: a scale must have shape {[rows, k // _GROUP]}, not {list(scale.type.shape)}")
+    s = semantic.cast(semantic.cast(scale, uint8, bitcast=True), int32)
+    factor = semantic.cast(_shift(s, 23), float32, bitcast=True)
+    if not fast_math:
+        factor = semantic.where(semantic.equal(s, 255), float("nan"), factor)
+    factor = semantic.broadcast_to(semantic.expand_dims(factor, 2), [rows, k // _GROUP, _GROUP])
+    return semantic.reshape(factor, [rows, k])
+
+
+@builtin
+def dot_scaled(lhs, lhs_scale, lhs_format, rhs, rhs_scale, rhs_format, acc=None, fast_math=False,
+               lhs_k_pack=True, rhs_k_pack=True, out_dtype=float32):
+    """(lhs * lhs_scale) @ (rhs * rhs_scale) + acc for MX formats e2m1, e4m3, e5m2, bf16, fp16."""
+    lhs_format, rhs_format = unwrap(lhs_format), unwrap(rhs_format)
+    for fmt in (lhs_format, rhs_format):
+        if fmt not in _FORMATS:
+            raise ValueError(f"dot_scaled: format must be one of {sorted(_FORMATS)}, not {fmt!r}")
+    if not (unwrap(lhs_k_pack) and unwrap(rhs_k_pack)):
+        raise ValueError("dot_scaled: kiln supports fp4 packed along K only (lhs_k_pack=rhs_k_pack=True)")
+    fast_math = bool(unwrap(fast_math))
+    a = _decode(lhs, lhs_format, k_last=True)      # [M, K]
+    b = _decode(rhs, rhs_format, k_last=False)     # [K, N]
+    (m, k), (k2, n) = a.type.shape, b.type.shape
+    if k != k2:
+        raise ValueError(f"dot_scaled: K differs between lhs ({k}) and rhs ({k2}) after unpacking")
+    if unwrap(lhs_scale) is not None:
+        a = semantic.mul(a, _scale_factors(lhs_scale, m, k, fast_math))
+    if unwrap(rhs_scale) is not None:
+        b = semantic.mul(b, semantic.permute(_scale_factors(rhs_scale, n, k, fast_math), [1, 0]))
+    compute = float32 if "fp16" in (lhs_format, rhs_format) else bfloat16
+    precision = "ieee" if compute == float32 else None
+    a, b = semantic.cast(a, compute), semantic.cast(b, compute)
+    return semantic.dot(a, b, acc, precision, None, None, unwrap(out_dtype))

@@ -1,0 +1,56 @@
+"""Conformance: tl.dot_scaled with MX operands (fp4 e2m1 packed in bytes, fp8, bf16) and e8m0 scales."""
+import ml_dtypes
+import numpy as np
+import pytest
+
+import kiln
+import kiln.language as tl
+
+RNG = np.random.default_rng(11)
+M = N = 16
+K = 64
+E2M1 = np.array([0, 0.5, 1, 1.5, 2, 3, 4, 6, -0.0, -0.5, -1, -1.5, -2, -3, -4, -6], np.float32)
+
+
+@kiln.jit
+def _scaled(a_ptr, a_scale_ptr, b_ptr, b_scale_ptr, out_ptr, A_FMT: tl.constexpr, B_FMT: tl.constexpr,
+            A_K: tl.constexpr, B_K: tl.constexpr, M: tl.constexpr, N: tl.constexpr, K: tl.constexpr):
+    rm, rn = tl.arange(0, M), tl.arange(0, N)
+    a = tl.load(a_ptr + rm[:, None] * A_K + tl.arange(0, A_K)[None, :])
+    b = tl.load(b_ptr + tl.arange(0, B_K)[:, None] * N + rn[None, :])
+    groups = tl.arange(0, K // 32)
+    a_scale = tl.load(a_scale_ptr + rm[:, None] * (K // 32) + groups[None, :])
+    b_scale = tl.load(b_scale_ptr + rn[:, None] * (K // 32) + groups[None, :])
+    c = tl.dot_scaled(a, a_scale, A_FMT, b, b_scale, B_FMT)
+    tl.store(out_ptr + rm[:, None] * N + rn[None, :], c)
+
+
+def _operand(fmt, rows, cols, pack_axis):
+    """(the array a kernel loads, its fp32 values)."""
+    if fmt == "e2m1":
+        codes = RNG.integers(0, 16, (rows, cols)).astype(np.uint8)
+        values = E2M1[codes]
+        lo, hi = (codes[:, 0::2], codes[:, 1::2]) if pack_axis == 1 else (codes[0::2], codes[1::2])
+        return (lo | (hi << 4)).astype(np.uint8), values
+    if fmt == "bf16":
+        x = RNG.standard_normal((rows, cols)).astype(ml_dtypes.bfloat16)
+        return x, x.astype(np.float32)
+    np_type = ml_dtypes.float8_e4m3fn if fmt == "e4m3" else ml_dtypes.float8_e5m2
+    x = RNG.standard_normal((rows, cols)).astype(np_type)
+    return x.view(np.uint8), x.astype(np.float32)
+
+
+@pytest.mark.parametrize("a_fmt, b_fmt", [("e2m1", "e2m1"), ("e4m3", "e2m1"), ("e5m2", "bf16")])
+def test_dot_scaled_matches_the_scaled_product(a_fmt, b_fmt):
+    a, a_values = _operand(a_fmt, M, K, pack_axis=1)
+    b, b_values = _operand(b_fmt, K, N, pack_axis=0)
+    a_scale = RNG.integers(122, 132, (M, K // 32)).astype(np.uint8)
+    b_scale = RNG.integers(122, 132, (N, K // 32)).astype(np.uint8)
+    out = np.zeros((M, N), np.float32)
+    _scaled[(1,)](a, a_scale, b, b_scale, out, A_FMT=a_fmt, B_FMT=b_fmt, A_K=a.shape[1], B_K=b.shape[0],
+                  M=M, N=N, K=K)
+    a_factor = np.repeat(2.0 ** (a_scale.astype(np.float64) - 127), 32, axis=1)
+    b_factor = np.repeat(2.0 ** (b_scale.astype(np.float64) - 127), 32, axis=1).T
+    lhs = (a_values * a_factor).astype(ml_dtypes.bfloat16).astype(np.float64)  # the bf16 dot Triton emulates with
+    rhs = (b_values * b_factor).astype(ml_dtypes.bfloat16).astype(np.float64)
+    np.testing.assert_allclose(out, lhs @ rhs, rtol=1e-5, atol=1e-5)
