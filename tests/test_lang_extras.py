@@ -347,3 +347,20 @@ def test_float8e4b15_conversion_is_refused():
     raw = kiln.reinterpret(np.zeros(16, np.uint8), tl.float8e4b15)
     with pytest.raises(CompilationError, match="float8e4b15"):
         _copy_bytes[(1,)](raw, raw, N=16, CONVERT=True)
+
+
+@kiln.jit
+def _special_registers(out_ptr):
+    start = tl.extra.cuda.globaltimer()
+    sm = tl.extra.cuda.smid()
+    tl.store(out_ptr, (tl.extra.cuda.globaltimer() - start >= 0).to(tl.int64) + sm.to(tl.int64) * 0)
+
+
+def test_cuda_special_registers_on_the_gpu():
+    """Interpreter-exempt (inline PTX); the CPU run still compiles the kernel for both targets."""
+    out = np.zeros(1, np.int64)
+    if os.environ.get("KILN_TEST_GPU_CONFORMANCE") != "1":
+        _special_registers.warmup(out, grid=(1,))
+        pytest.skip("interpreter-exempt: globaltimer and smid read GPU registers")
+    _special_registers[(1,)](out)
+    assert out[0] == 1
