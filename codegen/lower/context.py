@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import llvmlite.ir as ir
 
-from kiln.ir.types import block_type, scalar_of
+from kiln.ir.types import block_type
 
 from .. import layout as lay
-from .types import I1, I8, I32, GLOBAL_PTR, SHARED_PTR, VOID, reg_type
+from .types import I8, I32, SHARED_PTR, VOID, reg_type
 
 
 class LoweringError(NotImplementedError):
@@ -214,6 +214,3 @@ def _slices(layout):
         yield layout
         layout = layout.parent
 
-
-def element_type(t) -> ir.Type:
-    return reg_type(scalar_of(t))

@@ -6,7 +6,7 @@ import llvmlite.ir as ir
 
 from kiln.ir.types import block_type, scalar_of
 
-from .types import F32, F64, GENERIC_PTR, I8, I32, I64, VOID
+from .types import F64, GENERIC_PTR, I8, I32, I64, VOID
 
 
 def _cstring(lw, text: str, name: str):

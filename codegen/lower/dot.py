@@ -11,7 +11,6 @@ import llvmlite.ir as ir
 
 from kiln.ir.types import float32, scalar_of
 
-from .context import LoweringError
 from .elementwise import cast_value
 from .shared import elem_bytes, flats_of, load_elements, store_elements
 from .types import reg_type

@@ -15,7 +15,7 @@ import llvmlite.ir as ir
 
 from kiln.ir.types import block_type, scalar_of
 
-from .types import F32, F64, I1, I32, reg_type
+from .types import F32, F64, reg_type
 
 LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453

@@ -14,7 +14,7 @@ from kiln.ir.types import block_type, scalar_of
 
 from .. import layout as lay
 from ..passes.layouts import memory_width
-from .types import GLOBAL_PTR, I1, I8, I16, I32, I64, bits_of, mem_type, reg_type
+from .types import GLOBAL_PTR, I1, I8, I16, I32, I64, mem_type, reg_type
 
 
 def access_width(lw, op, layout, shape, elem_bits) -> int:

@@ -8,8 +8,6 @@ tile) and issues one mma per (row pair, column tile). The accumulator layout is
 """
 from __future__ import annotations
 
-from collections import OrderedDict
-
 import llvmlite.ir as ir
 
 from kiln.ir.types import float32, scalar_of

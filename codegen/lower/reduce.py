@@ -14,11 +14,11 @@ from collections import OrderedDict
 
 import llvmlite.ir as ir
 
-from kiln.ir.types import block_type, scalar_of
+from kiln.ir.types import block_type
 
 from .. import layout as lay
 from .shared import elem_bytes, load_elements, store_elements
-from .types import GLOBAL_PTR, I32, I64, reg_type
+from .types import GLOBAL_PTR, I32, I64
 
 
 def combine(lw, op, lhs, rhs):

@@ -151,7 +151,7 @@ def _gather(lw, op):
 def _histogram(lw, op):
     """Counts of values in [0, num_bins): shared-memory counters bumped with atomics by
     one owner per element, then read back in the result's layout."""
-    from .types import I32, SHARED_PTR
+    from .types import I32
     values = op.operands[0]
     out = op.results[0]
     bins = op.attrs["num_bins"]

@@ -13,7 +13,7 @@ import warnings
 import numpy as np
 
 from kiln.ir.core import Operation
-from kiln.ir.types import block_type, scalar_of
+from kiln.ir.types import scalar_of
 
 from .rewrite import replace_uses
 

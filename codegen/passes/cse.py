@@ -13,7 +13,6 @@ def apply(fn, ctx=None) -> None:
     mapping = {}
     _visit(fn.body, {}, mapping)
     replace_uses(fn, mapping)
-    fn.body.ops[:] = [op for op in fn.body.ops]  # ops left in place; DCE removes dead ones
 
 
 def _key(op, mapping):
