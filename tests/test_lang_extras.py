@@ -9,6 +9,7 @@ import kiln
 import kiln.language as tl
 from kiln.errors import CompilationError
 from kiln.interpret import InterpreterError
+from kiln.language import core, standard
 
 RNG = np.random.default_rng(7)
 
@@ -364,3 +365,26 @@ def test_cuda_special_registers_on_the_gpu():
         pytest.skip("interpreter-exempt: globaltimer and smid read GPU registers")
     _special_registers[(1,)](out)
     assert out[0] == 1
+
+
+@kiln.jit
+def _swap_halves_like_hand_written_sorts(x_ptr, out_ptr, N: tl.constexpr):
+    # the style of hand-written bitonic kernels: helpers imported from triton.language.core/standard
+    n_dims: core.constexpr = standard._log2(N)
+    y = core.reshape(tl.load(x_ptr + core.arange(0, N)), [2, N // 2])
+    mask = core.arange(0, 2)[:, None]
+    left = core.broadcast_to(standard.sum(y * (1 - mask), 0)[None, :], [2, N // 2])
+    right = core.broadcast_to(standard.sum(y * mask, 0)[None, :], [2, N // 2])
+    idtype = core.get_int_dtype(bitwidth=32, signed=True)
+    iy = y.to(idtype, bitcast=True)
+    flip = (left ^ right).to(idtype, bitcast=True)
+    swapped = iy ^ core.where(mask == 0, flip, standard.zeros_like(iy))
+    swapped = swapped ^ core.where(mask == 1, flip, standard.zeros_like(iy))
+    tl.store(out_ptr + core.arange(0, N), core.reshape(swapped, [N]) + n_dims * 0)
+
+
+def test_helpers_found_where_triton_defines_them():
+    x = np.arange(16, dtype=np.int32) * 3
+    out = np.zeros(16, np.int32)
+    _swap_halves_like_hand_written_sorts[(1,)](x, out, N=16)
+    np.testing.assert_array_equal(out, np.concatenate([x[8:], x[:8]]))

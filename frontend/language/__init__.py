@@ -34,3 +34,19 @@ TRITON_MAX_TENSOR_NUMEL = 1048576  # Triton's limit on a block's elements; kiln 
 
 from . import _methods as _m  # noqa: E402
 _methods = _m.METHODS
+
+
+def _as_in_triton():
+    """Triton defines its builtins in `triton.language.core` and its library functions in
+    `triton.language.standard`; kernels that import them from there find them here too."""
+    from . import builtins as _builtins, core as _core, sorting as _sorting, standard as _standard
+    for name, fn in vars(_builtins).items():
+        if getattr(fn, "__kiln_builtin__", False) and not hasattr(_core, name):
+            setattr(_core, name, fn)
+    for name in ("zeros", "zeros_like", "ravel", "interleave"):
+        setattr(_standard, name, getattr(_builtins, name))
+    for name in ("flip", "sort", "topk"):
+        setattr(_standard, name, getattr(_sorting, name))
+
+
+_as_in_triton()

@@ -222,3 +222,9 @@ class static_range:
 
     def __init__(self, arg1, arg2=None, step=None):
         raise RuntimeError("tl.static_range can only be used as the iterable of a for loop inside a kernel")
+
+
+def get_int_dtype(bitwidth: int, signed: bool) -> dtype:
+    """The integer dtype of `bitwidth` bits (Triton's core.get_int_dtype)."""
+    name = ("int" if signed or bitwidth == 1 else "uint") + str(int(bitwidth))
+    return dtype(name)

@@ -222,4 +222,14 @@ def cumprod(input, axis=0, reverse=False, dtype=None):
     return semantic.scan(input, axis, _mul, reverse)
 
 
+def _log2(n):
+    """log2 of a power of two, at compile time (Triton's standard._log2, used by hand-written sorts)."""
+    return constexpr(int(unwrap(n)).bit_length() - 1)
+
+
+def _is_power_of_two(n):
+    n = int(unwrap(n))
+    return constexpr(n > 0 and n & (n - 1) == 0)
+
+
 _ = (arange, broadcast_to, expand_dims)  # re-exported through kiln.language
