@@ -99,4 +99,5 @@ def compile(fn, target: str = "sm_90a", options: dict | None = None, check: bool
         "threads": 32 * opts["num_warps"], "shared": shared, "n_regs": n_regs, "n_spills": n_spills,
         "args": arg_layout, "ptx_version": tgt.ptx_version,
     }
-    return CompiledKernel(fn.name, tgt.name, kir, llir, ptx, cubin, metadata)
+    # `llir` is the optimized module (as Triton's asm["llir"]); lower_to_llvm gives the raw one
+    return CompiledKernel(fn.name, tgt.name, kir, str(mod), ptx, cubin, metadata)
