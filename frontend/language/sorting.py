@@ -66,18 +66,11 @@ class _PairView:
         return semantic.permute(semantic.reshape(value, self.outer + [length]), inverse)
 
 
-def _check_power_of_two(x, dim, what):
-    n = x.type.shape[dim]
-    if n & (n - 1):
-        raise ValueError(f"{what}: the dimension must be a power of two, not {n}")
-
-
 @builtin
 def flip(x, dim=None):
     """`x` reversed along `dim` (the last dimension by default)."""
     x = semantic.to_tensor(x)
     dim = _dim(x, dim, "flip")
-    _check_power_of_two(x, dim, "flip")
     if x.type.shape[dim] == 1:
         return x
     view = _PairView(x, dim)
@@ -117,7 +110,6 @@ def sort(x, dim=None, descending=False):
     """`x` sorted along its last dimension (ascending unless `descending`)."""
     x = semantic.to_tensor(x)
     dim = _dim(x, dim, "sort", last_only=True)
-    _check_power_of_two(x, dim, "sort")
     if x.type.shape[dim] == 1:
         return x
     view = _PairView(x, dim)
@@ -129,7 +121,6 @@ def topk(x, k, dim=None):
     """The `k` largest elements along the last dimension, in descending order."""
     x = semantic.to_tensor(x)
     dim = _dim(x, dim, "topk", last_only=True)
-    _check_power_of_two(x, dim, "topk")
     n, k = x.type.shape[dim], int(unwrap(k))
     if k < 1 or k > n or k & (k - 1):
         raise ValueError(f"topk: k must be a power of two in [1, {n}], not {k}")
