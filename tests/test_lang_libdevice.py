@@ -141,3 +141,36 @@ def test_libdevice_bit_operations():
 def test_libdevice_module_paths_are_one_module():
     assert tl.extra.cuda.libdevice.tanh is libdevice.tanh is cuda_libdevice.tanh
     assert libdevice.rint is not libdevice.round  # rint rounds half to even, round away from zero
+
+
+@kiln.jit
+def _composed_special(x_ptr, n_ptr, out_ptr, N: tl.constexpr):
+    offs = tl.arange(0, N)
+    x = tl.load(x_ptr + offs)
+    n = tl.load(n_ptr + offs)
+    tl.store(out_ptr + 0 * N + offs, libdevice.normcdf(x))
+    tl.store(out_ptr + 1 * N + offs, libdevice.normcdfinv(tl.abs(x) * 0.4 + 0.05))
+    tl.store(out_ptr + 2 * N + offs, libdevice.erfcinv(tl.abs(x) * 0.9 + 0.05))
+    tl.store(out_ptr + 3 * N + offs, libdevice.rhypot(x, 2.0))
+    tl.store(out_ptr + 4 * N + offs, libdevice.sinpi(x))
+    tl.store(out_ptr + 5 * N + offs, libdevice.cospi(x))
+    tl.store(out_ptr + 6 * N + offs, libdevice.ldexp(x, n))
+
+
+def test_libdevice_functions_composed_from_special_functions():
+    x = np.linspace(-0.9, 0.9, N).astype(np.float32)
+    n = np.array([0, 1, -1, 5, -5, 100, -100, 127, -126, 200, -200, 3, 7, -7, 30, -30], np.int32)
+    out = np.zeros((7, N), np.float32)
+    _composed_special[(1,)](x, n, out, N=N)
+    xd = x.astype(np.float64)
+    erf = np.vectorize(math.erf)
+    p = np.abs(x).astype(np.float32) * np.float32(0.4) + np.float32(0.05)
+    q = np.abs(x).astype(np.float32) * np.float32(0.9) + np.float32(0.05)
+    np.testing.assert_allclose(out[0], 0.5 * np.vectorize(math.erfc)(-xd / math.sqrt(2)), rtol=1e-6)
+    np.testing.assert_allclose(erf(out[1] / math.sqrt(2)), 2 * p.astype(np.float64) - 1, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(np.vectorize(math.erfc)(out[2].astype(np.float64)), q, rtol=1e-5)
+    np.testing.assert_allclose(out[3], 1 / np.hypot(xd, 2.0), rtol=1e-6)
+    np.testing.assert_allclose(out[4], np.sin(np.pi * xd), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(out[5], np.cos(np.pi * xd), rtol=1e-5, atol=1e-6)
+    with np.errstate(over="ignore"):
+        np.testing.assert_array_equal(out[6], np.ldexp(x, n))  # 2**200 overflows to inf on both sides

@@ -522,6 +522,22 @@ def mulhi(a, b):
     return _elementwise("umulhi", a, b)
 
 
+def ldexp(x, n):
+    """x * 2**n, exact where the result is representable: 2**n is applied as two halves, each a
+    power of two built from exponent bits (so n may reach twice the exponent range)."""
+    x, n = to_tensor(x), to_tensor(n)
+    if not x.dtype.is_floating() or not n.dtype.is_int():
+        raise TypeError(f"ldexp needs a float and an integer, not {x.dtype} and {n.dtype}")
+    wide = x.dtype.is_fp64()
+    t, bits, mantissa, bias = (float64, int64, 52, 1023) if wide else (float32, int32, 23, 127)
+    x, n = cast(x, t), cast(n, bits)
+    n = maximum(minimum(n, 2 * bias), -2 * bias)  # beyond this the result is 0 or inf anyway
+    half = floordiv(n, 2)
+    for part in (half, sub(n, half)):
+        x = mul(x, cast(shl(add(part, bias), mantissa), t, bitcast=True))
+    return x
+
+
 def bit_count(name, x):
     """popc and clz (counts, returned as int32) and brev (same type) of an integer."""
     x = to_tensor(x)

@@ -110,6 +110,56 @@ def mulhi(arg0, arg1):
     return semantic.mulhi(arg0, arg1)
 
 
+# functions of libdevice composed from the ones above
+_SQRT2 = 1.4142135623730951
+_PI = 3.141592653589793
+
+
+@builtin
+def normcdf(arg0):
+    """The standard normal CDF: erfc(-x / sqrt(2)) / 2."""
+    return semantic.mul(semantic.math_unary("erfc", semantic.mul(arg0, -1 / _SQRT2)), 0.5)
+
+
+@builtin
+def normcdfinv(arg0):
+    """The inverse of normcdf: sqrt(2) * erfinv(2p - 1)."""
+    return semantic.mul(semantic.math_unary("erfinv", semantic.sub(semantic.mul(arg0, 2.0), 1.0)), _SQRT2)
+
+
+@builtin
+def erfcinv(arg0):
+    """The inverse of erfc: erfinv(1 - x)."""
+    return semantic.math_unary("erfinv", semantic.sub(1.0, arg0))
+
+
+@builtin
+def rhypot(arg0, arg1):
+    """1 / hypot(x, y)."""
+    return semantic.truediv(1.0, semantic.math_binary("hypot", arg0, arg1))
+
+
+@builtin
+def sinpi(arg0):
+    """sin(pi * x)."""
+    return semantic.math_unary("sin", semantic.mul(arg0, _PI))
+
+
+@builtin
+def cospi(arg0):
+    """cos(pi * x)."""
+    return semantic.math_unary("cos", semantic.mul(arg0, _PI))
+
+
+@builtin
+def ldexp(arg0, arg1):
+    """x * 2**n for an integer n, exactly (two power-of-two factors built from exponent bits)."""
+    return semantic.ldexp(arg0, arg1)
+
+
+scalbn = ldexp
+
+
 # the fast (approximate) variants compute the same functions here
 fast_expf, fast_logf, fast_dividef = exp, log, div_rn
 fast_sinf, fast_cosf, fast_tanf, fast_log2f = sin, cos, tan, log2
