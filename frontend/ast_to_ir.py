@@ -669,13 +669,13 @@ _COMPARE = {
 }
 
 
-def build_kernel(jitfn, params, name: str | None = None) -> Function:
+def build_kernel(jitfn, params, name: str | None = None, options: dict | None = None) -> Function:
     """The block IR of kernel `jitfn` for one specialization.
 
     `params` maps every parameter name to either `constexpr(value)` or
     `(dtype, attrs)` for a runtime argument, or a `DescriptorArgument` for a host tensor
     descriptor (several function arguments); runtime arguments become the function's
-    arguments in signature order.
+    arguments in signature order. `options` (num_warps...) are what tl.extra.cuda.num_warps reads.
     """
     runtime = [(n, p) for n, p in params.items() if not isinstance(p, constexpr)]
     pieces = [(n, [p]) if isinstance(p, tuple) else (n, p.pieces) for n, p in runtime]  # a descriptor has several
@@ -692,8 +692,8 @@ def build_kernel(jitfn, params, name: str | None = None) -> Function:
         else:
             scope[n] = p.build([tensor(next(args), t) for t, _ in p.pieces])
     gen = CodeGenerator(jitfn, scope, builder)
-    saved = (semantic.state.builder, semantic.state.generator)
-    semantic.state.builder, semantic.state.generator = builder, gen
+    saved = (semantic.state.builder, semantic.state.generator, semantic.state.options)
+    semantic.state.builder, semantic.state.generator, semantic.state.options = builder, gen, dict(options or {})
     try:
         tree = jitfn.parse()
         gen.visit(tree)
@@ -702,6 +702,6 @@ def build_kernel(jitfn, params, name: str | None = None) -> Function:
         builder.loc = None
         builder.create("return")
     finally:
-        semantic.state.builder, semantic.state.generator = saved
+        semantic.state.builder, semantic.state.generator, semantic.state.options = saved
     verify(fn)
     return fn

@@ -146,6 +146,6 @@ class CompiledKernel:
 
 
 def compile_kernel(jitfn, params, options) -> CompiledKernel:
-    ir = build_kernel(jitfn, params)
+    ir = build_kernel(jitfn, params, options=codegen_options(options))
     debug = bool(options.get("debug") or jitfn.debug or config.debug())
     return CompiledKernel(jitfn.__name__, ir, options, debug)

@@ -388,3 +388,19 @@ def test_helpers_found_where_triton_defines_them():
     out = np.zeros(16, np.int32)
     _swap_halves_like_hand_written_sorts[(1,)](x, out, N=16)
     np.testing.assert_array_equal(out, np.concatenate([x[8:], x[:8]]))
+
+
+@kiln.jit
+def _launch_shape(out_ptr):
+    tl.store(out_ptr, tl.extra.cuda.num_warps())
+    tl.store(out_ptr + 1, tl.extra.cuda.num_threads())
+
+
+@pytest.mark.parametrize("warps", [None, 8])
+def test_num_warps_and_num_threads_are_the_launch_options(warps):
+    out = np.zeros(2, np.int32)
+    if warps is None:
+        _launch_shape[(1,)](out)
+    else:
+        _launch_shape[(1,)](out, num_warps=warps)
+    assert list(out) == [warps or 4, (warps or 4) * 32]

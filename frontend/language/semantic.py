@@ -30,6 +30,7 @@ from .core import constexpr, tensor
 class _State(threading.local):
     builder: Builder | None = None
     generator = None  # the AST generator, which knows how to inline @jit calls
+    options: dict = {}  # the kernel's compile options (num_warps, ...) while it is built
 
 
 state = _State()
