@@ -69,11 +69,15 @@ class Gen:
                              self.ty(small[:axis] + (1,) + small[axis:]))
             wide = self.emit(f"broadcast {back}", t)
             return self.emit(f"sub {v}, {wide}", t), shape
-        if choice == "permute" and len(shape) == 2:
-            return self.emit(f"permute {v} {{order = [1, 0]}}", self.ty(shape[::-1])), shape[::-1]
+        if choice == "permute" and len(shape) >= 2:
+            order = list(range(len(shape)))
+            r.shuffle(order)
+            new = tuple(shape[i] for i in order)
+            return self.emit(f"permute {v} {{order = {order}}}", self.ty(new)), new
         if choice == "reshape":
             numel = int(np.prod(shape))
             options = [(a, numel // a) for a in SIZES if numel % a == 0 and numel // a in SIZES] + [(numel,)]
+            options += [(a, b, numel // (a * b)) for a in (2, 4) for b in (2, 4, 8) if numel % (a * b) == 0]
             new = r.choice(options)
             return self.emit(f"reshape {v}", self.ty(new)), tuple(new)
         if choice == "join_split":
@@ -131,7 +135,11 @@ class Gen:
         ityp = "<" + "x".join(map(str, shape)) + "xint32>"
         ptrs = self.emit(f"splat %x", ityp.replace("int32", "ptr<fp32>"))
         addr = self.emit(f"addptr {ptrs}, {offs}", ityp.replace("int32", "ptr<fp32>"))
-        v = self.emit(f"load {addr}", self.ty(shape))
+        numel = int(np.prod(shape))
+        limit = self.emit(f"constant {{value = {r.randint(0, numel)}}}", ityp)
+        mask = self.emit(f"cmp {offs}, {limit} {{pred = \"lt\"}}", ityp.replace("int32", "int1"))
+        other = self.emit(f"constant {{value = {float(r.randint(-3, 3))}}}", self.ty(shape))
+        v = self.emit(f"load {addr}, {mask}, {other}", self.ty(shape))
         for _ in range(r.randint(3, 8)):
             v, shape = self.step(v, shape)
         offs = self.offsets(shape)
