@@ -166,7 +166,7 @@ def _safe(fn):
 
 def _portable_text(llir: str) -> str:
     text = re.sub(r'^target (triple|datalayout) = .*$', "", llir, flags=re.M)
-    text = text.replace("addrspace(1) ", "").replace("addrspace(3) ", "").replace("ptx_kernel ", "")
+    text = re.sub(r" addrspace\([13]\)", "", text).replace("ptx_kernel ", "")
     text = re.sub(r'syncscope\("[a-z]+"\) ', "", text)
     text = re.sub(r'@"?llvm\.nvvm\.([A-Za-z0-9_.]+)"?', lambda m: "@emu_" + m.group(1).replace(".", "_"), text)
     return text

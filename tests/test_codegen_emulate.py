@@ -386,3 +386,27 @@ def test_random_kernels_match_the_interpreter():
     """A few seeds of codegen_corpus/fuzz.py: random chains of reductions, scans and
     shape ops on small blocks at random warp counts."""
     assert in_child(check_fuzz, list(range(1000, 1012))) == []
+
+
+def check_fp8_fnuz():
+    rng = np.random.default_rng(15)
+    x = (rng.standard_normal(512) * np.exp2(rng.integers(-14, 14, 512))).astype(np.float32)
+    x[:8] = [0.0, -0.0, np.inf, -np.inf, np.nan, 1000.0, -1e-9, 3e-3]
+    h = x.astype(np.float16)
+    e4, e5 = np.zeros(512, ml_dtypes.float8_e4m3fnuz), np.zeros(512, ml_dtypes.float8_e5m2fnuz)
+    back, h_out = np.zeros(512, np.float32), h.copy()
+    run("fp8_fnuz", (1,), [x, e4, e5, back, h_out])
+
+    def sat(v, t):
+        m = float(ml_dtypes.finfo(t).max)
+        return np.clip(v.astype(np.float64), -m, m).astype(np.float32).astype(t)
+    want4, want5 = sat(x, ml_dtypes.float8_e4m3fnuz), sat(x, ml_dtypes.float8_e5m2fnuz)
+    same = lambda a, b: bool((a.view(np.uint8) == b.view(np.uint8)).all())
+    want_back = want4.astype(np.float32) + want5.astype(np.float32)
+    want_h = sat(h.astype(np.float32), ml_dtypes.float8_e5m2fnuz).astype(np.float16)
+    return same(e4, want4), same(e5, want5), bool(np.array_equal(back, want_back, equal_nan=True)), \
+        bool(np.array_equal(h_out, want_h, equal_nan=True))
+
+
+def test_fnuz_fp8_conversions():
+    assert in_child(check_fp8_fnuz) == (True, True, True, True)

@@ -1,8 +1,9 @@
-"""fp8 conversions (e4m3fn as `fp8e4nv`, e5m2 as `fp8e5`), in integer arithmetic so
-they run on every target (sm_80 has no fp8 `cvt`). Semantics are Triton's
-`cvt.rn.satfinite`: round to nearest even, values beyond the largest finite one (and
-infinities) clamp to it, NaN stays NaN. Everything else goes through fp32, which holds
-every fp8 value exactly.
+"""fp8 conversions (e4m3fn as `fp8e4nv`, e5m2 as `fp8e5`, and the "fnuz" pair
+e4m3fnuz / e5m2fnuz as `fp8e4b8` / `fp8e5b16`), in integer arithmetic so they run on
+every target (sm_80 has no fp8 `cvt`). Semantics are Triton's `cvt.rn.satfinite`: round
+to nearest even, values beyond the largest finite one (and infinities) clamp to it, NaN
+stays NaN (the fnuz formats have one NaN, 0x80, and no -0). Everything else goes through
+fp32, which holds every fp8 value exactly.
 """
 from __future__ import annotations
 
@@ -13,11 +14,17 @@ from kiln.ir.types import float32
 from .types import F32, I8, I32
 
 # name -> (mantissa bits, exponent bias, largest finite code, NaN code, has infinities)
-_FORMATS = {"fp8e4nv": (3, 7, 0x7E, 0x7F, False), "fp8e5": (2, 15, 0x7B, 0x7E, True)}
+_FORMATS = {"fp8e4nv": (3, 7, 0x7E, 0x7F, False), "fp8e5": (2, 15, 0x7B, 0x7E, True),
+            "fp8e4b8": (3, 8, 0x7F, 0x80, False), "fp8e5b16": (2, 16, 0x7F, 0x80, False)}
+_FNUZ = ("fp8e4b8", "fp8e5b16")
 
 
 def cast_fp8(lw, x, src, dst):
+    from .context import LoweringError
     from .elementwise import cast_value
+    for t in (src, dst):
+        if t.is_fp8() and t.name not in _FORMATS:
+            raise LoweringError(f"{t} values can be loaded, stored and bitcast, not converted")
     if src.is_fp8() and dst.is_fp8():
         return _from_f32(lw, _to_f32(lw, x, src.name), dst.name)
     if src.is_fp8():
@@ -40,6 +47,8 @@ def _to_f32(lw, code, fmt):
     tiny = b.fmul(b.uitofp(man, F32), ir.Constant(F32, 2.0 ** (1 - bias - mbits)))  # exponent 0
     tiny = b.bitcast(b.or_(b.bitcast(tiny, I32), sign), F32)
     value = b.select(b.icmp_unsigned("==", exp, _c(0)), tiny, b.bitcast(normal, F32))
+    if fmt in _FNUZ:  # every exponent is finite; 0x80 alone is NaN
+        return b.select(b.icmp_unsigned("==", c, _c(0x80)), ir.Constant(F32, float("nan")), value)
     top = (1 << (7 - mbits)) - 1
     if has_inf:  # e5m2: exponent all ones is inf (mantissa 0) or NaN
         inf = b.bitcast(b.or_(sign, _c(0x7F800000)), F32)
@@ -66,5 +75,9 @@ def _from_f32(lw, x, fmt):
     code = b.select(is_normal, normal, sub)
     largest = (1 + ((max_code & ((1 << mbits) - 1)) / (1 << mbits))) * 2.0 ** ((max_code >> mbits) - bias)
     code = b.select(b.fcmp_ordered(">", absx, ir.Constant(F32, largest)), _c(max_code), code)
-    code = b.select(b.icmp_unsigned(">", mag, _c(0x7F800000)), _c(nan_code), code)
-    return b.trunc(b.or_(code, sign), I8)
+    signed = b.or_(code, sign)
+    if fmt in _FNUZ:  # no negative zero
+        signed = b.select(b.icmp_unsigned("==", code, _c(0)), _c(0), signed)
+    nan = _c(nan_code) if fmt in _FNUZ else b.or_(_c(nan_code), sign)
+    signed = b.select(b.icmp_unsigned(">", mag, _c(0x7F800000)), nan, signed)
+    return b.trunc(signed, I8)

@@ -36,7 +36,7 @@ VOID = ir.VoidType()
 _SCALAR = {
     "int1": I1, "int8": I8, "uint8": I8, "int16": I16, "uint16": I16,
     "int32": I32, "uint32": I32, "int64": I64, "uint64": I64,
-    "fp8e4nv": I8, "fp8e5": I8, "fp16": F16, "bf16": BF16, "fp32": F32, "fp64": F64,
+    "fp8e4nv": I8, "fp8e5": I8, "fp8e4b8": I8, "fp8e5b16": I8, "fp8e4b15": I8, "fp16": F16, "bf16": BF16, "fp32": F32, "fp64": F64,
 }
 
 
