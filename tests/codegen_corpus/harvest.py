@@ -62,7 +62,7 @@ class Hook:
         for i, (want, got) in enumerate(zip(args, copies)):
             if not isinstance(want, np.ndarray):
                 continue
-            if want.dtype.kind == "f" or want.dtype.name == "bfloat16":
+            if want.dtype.kind == "f" or want.dtype.name.startswith(("bfloat16", "float8")):
                 bad = ~np.isclose(want.astype(np.float64), got.astype(np.float64), rtol=2e-3, atol=1e-3, equal_nan=True)
             else:
                 bad = want != got
