@@ -206,3 +206,8 @@ def test_inline_asm_is_applied_per_pack():
 def test_mma_operands_come_from_ldmatrix():
     ptx = compiled("dot_f16", "sm_80").ptx
     assert "ldmatrix.sync.aligned.m8n8.x4.shared.b16" in ptx and "ldmatrix.sync.aligned.m8n8.x2.shared.b16" in ptx
+
+
+def test_tensor_core_accumulator_is_stored_coalesced():
+    ptx = compiled("dot_f16").ptx  # converted from the mma layout before the store
+    assert ptx.count("st.global.v4.b32") == 2 and "st.global.v2" not in ptx

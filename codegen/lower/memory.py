@@ -236,6 +236,20 @@ def _scalar_load(lw, op, elem_ty):
     lw.bind(out, [_from_mem(lw, v, out.type)])
 
 
+def _store_layout(lw, op, layout, elem_bits):
+    """The value's layout, or a coalesced one when that one would store in pieces of
+    less than 16 bytes that the pointers allow (a tensor-core accumulator, say): one
+    trip through shared memory buys full-width, coalesced stores."""
+    shape = op.operands[1].type.shape
+    have = access_width(lw, op, layout, shape, elem_bits)
+    order, vec = memory_width(lw.ctx, op)
+    vec = min(vec, max(1, op.operands[1].type.numel // (32 * lw.num_warps)))
+    if vec <= have or have * elem_bits >= 128:
+        return layout
+    better = lay.blocked_for(shape, order, vec, lw.num_warps)
+    return better if access_width(lw, op, better, shape, elem_bits) > have else layout
+
+
 def _store(lw, op):
     ptr, val = op.operands[:2]
     elem_ty = mem_type(val.type)
@@ -247,7 +261,7 @@ def _store(lw, op):
         mask = lw.b.and_(lw.scalar(op.operands[2]), first) if len(op.operands) > 2 else first
         _masked_store(lw, lw.scalar(ptr), mask, [v], elem_ty, qualifiers(op, lw))
         return
-    layout = lw.layout(val)
+    layout = _store_layout(lw, op, lw.layout(val), _bits(elem_ty) if elem_ty != GLOBAL_PTR else 64)
     ptrs = lw.regs(ptr, layout)
     vals = [_to_mem(lw, x, val.type) for x in lw.regs(val, layout)]
     masks = lw.regs(op.operands[2], layout) if len(op.operands) > 2 else None
