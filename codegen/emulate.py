@@ -84,25 +84,29 @@ def _mma(state, kind, out, regs):
         bar.wait()
         slots[lane] = regs
         bar.wait()
-        half = np.float16 if kind == "f16" else ml_dtypes.bfloat16
-        A, B, C = np.zeros((16, 16)), np.zeros((16, 8)), np.zeros((16, 8))
+        elem = {"f16": np.float16, "bf16": ml_dtypes.bfloat16, "s8": np.int8}[kind]
+        per = 4 if kind == "s8" else 2  # elements in one 32-bit register
+        K = 8 * per
+        A, B, C = np.zeros((16, K)), np.zeros((K, 8)), np.zeros((16, 8))
 
-        def pair(word):
-            return np.array([word & 0xFFFFFFFF], np.uint32).view(np.uint16).view(half).astype(np.float64)
+        def unpack(word):
+            raw = np.array([word & 0xFFFFFFFF], np.uint32)
+            return raw.view(np.int8 if per == 4 else np.uint16).view(elem).astype(np.float64)
         for ln in range(32):
             a, b, c = slots[ln][:4], slots[ln][4:6], slots[ln][6:]
             g, t = ln // 4, ln % 4
-            for word, (r, k) in zip(a, ((g, 2 * t), (g + 8, 2 * t), (g, 2 * t + 8), (g + 8, 2 * t + 8))):
-                A[r, k:k + 2] = pair(word)
-            for word, k in zip(b, (2 * t, 2 * t + 8)):
-                B[k:k + 2, g] = pair(word)
+            k0, k1 = per * t, per * t + K // 2
+            for word, (r, k) in zip(a, ((g, k0), (g + 8, k0), (g, k1), (g + 8, k1))):
+                A[r, k:k + per] = unpack(word)
+            for word, k in zip(b, (k0, k1)):
+                B[k:k + per, g] = unpack(word)
             C[g, 2 * t:2 * t + 2], C[g + 8, 2 * t:2 * t + 2] = c[:2], c[2:]
         D = C + A @ B
         g, t = lane // 4, lane % 4
         mine = (D[g, 2 * t], D[g, 2 * t + 1], D[g + 8, 2 * t], D[g + 8, 2 * t + 1])
         bar.wait()
         for i, v in enumerate(mine):
-            out[i] = v
+            out[i] = int(v) if kind == "s8" else v
     except threading.BrokenBarrierError:
         state.errors.append("mma: warp did not converge")
 
@@ -208,8 +212,8 @@ def run_on_cpu(fn, grid, args, num_warps: int = 4) -> list[str]:
     for name, py in two.items():
         sym(f"__nv_{name}f", f32, [f32, f32], lambda x, y, py=py: _safe(lambda: py(x, y)))
         sym(f"__nv_{name}", f64, [f64, f64], lambda x, y, py=py: _safe(lambda: py(x, y)))
-    for kind in ("f16", "bf16"):
-        sym(f"emu_mma_{kind}", None, [ctypes.POINTER(f32)] + [i32] * 6 + [f32] * 4,
+    for kind, acc in (("f16", f32), ("bf16", f32), ("s8", i32)):
+        sym(f"emu_mma_{kind}", None, [ctypes.POINTER(acc)] + [i32] * 6 + [acc] * 4,
             lambda out, *regs, kind=kind: _mma(state, kind, out, regs))
     for count in (2, 4):
         sym(f"emu_ldmatrix_x{count}", None, [ctypes.POINTER(ctypes.c_uint32), ctypes.c_void_p],

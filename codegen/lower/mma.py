@@ -1,23 +1,25 @@
-"""`dot` on tensor cores: `mma.sync.aligned.m16n8k16` for fp16/bf16 operands.
+"""`dot` on tensor cores: `mma.sync.aligned.m16n8k16` for fp16/bf16 operands and
+`m16n8k32` for int8 (int32 accumulators).
 
-A is staged row-major and B transposed in shared memory (rows padded by 8 elements so
-the fragment loads of one warp hit different banks); every k-step of 16 each thread
-loads its A fragments (4 x b32 per 16-row pair) and B fragments (2 x b32 per 8-column
-tile) and issues one mma per (row pair, column tile). The accumulator layout is
+A is staged row-major and B transposed in shared memory (rows padded by 16 bytes so
+the fragment loads of one warp hit different banks); every k-step (32 bytes of k) each
+thread loads its A fragments (`ldmatrix.x4` per 16-row pair) and B fragments
+(`ldmatrix.x2` per 8-column tile) and issues one mma per (row pair, column tile). The accumulator layout is
 `layout.mma_layout`; its docstring explains the row mapping.
 """
 from __future__ import annotations
 
 import llvmlite.ir as ir
 
-from kiln.ir.types import float32, scalar_of
+from kiln.ir.types import float32, int32, scalar_of
 
 from ..layout import mma_layout
 from .elementwise import cast_value
 from .shared import flats_of, store_elements
 from .types import F32, I32, VOID, GENERIC_PTR, SHARED_PTR, reg_type
 
-PAD = 8  # elements of padding per shared-memory row
+PAD_BYTES = 16  # padding per shared-memory row
+_KIND = {"fp16": "f16", "bf16": "bf16", "int8": "s8"}
 
 
 def can_use_mma(lw, op) -> bool:
@@ -32,11 +34,14 @@ def lower_mma(lw, op):
     (M, K), (_, N) = a.type.shape, b.type.shape
     layout = lw.layout(out)
     s_in, s_out = scalar_of(a.type), scalar_of(out.type)
-    acc_regs = [cast_value(lw, r, s_out, float32) for r in lw.regs(acc, layout)]
+    s_acc = int32 if s_in.is_int() else float32
+    acc_regs = [cast_value(lw, r, s_out, s_acc) for r in lw.regs(acc, layout)]
     half = reg_type(a.type)
-    a_stride, b_stride = K + PAD, K + PAD
-    a_bytes = M * a_stride * 2
-    base = lw.smem(a_bytes + N * b_stride * 2)
+    size = s_in.itemsize  # 2 for fp16/bf16, 1 for int8
+    half_step = 16 // size  # elements in 16 bytes: one ldmatrix row, half a k-step
+    a_stride = b_stride = K + PAD_BYTES // size
+    a_bytes = M * a_stride * size
+    base = lw.smem(a_bytes + N * b_stride * size)
 
     def padded(stride):
         return lambda idx: ((lw.b.add(lw.b.mul(idx[0], lw.i32(stride)), idx[1]),), (1,))
@@ -68,9 +73,9 @@ def lower_mma(lw, op):
     q = lw.b.and_(lw.lane, lw.i32(7))  # ldmatrix: lane i gives row i % 8 of matrix i // 8
     j = lw.b.lshr(lw.lane, lw.i32(3))
     upper_rows = lw.b.trunc(lw.b.and_(j, lw.i32(1)), ir.IntType(1))
-    upper_cols = lw.b.mul(lw.b.lshr(j, lw.i32(1)), lw.i32(8))
+    upper_cols = lw.b.mul(lw.b.lshr(j, lw.i32(1)), lw.i32(half_step))
     values = list(acc_regs)
-    for k0 in range(0, K, 16):
+    for k0 in range(0, K, 2 * half_step):
         a_frag = {}
         for pair in range(len(rows) // 2):
             r0, r1 = row_of[rows[2 * pair]], row_of[rows[2 * pair + 1]]
@@ -81,14 +86,14 @@ def lower_mma(lw, op):
         b_frag = {}
         for c in col_tiles:
             n = lw.b.add(lw.b.sub(b_cols[c], g), q)
-            col = lw.b.add(lw.b.mul(lw.b.and_(j, lw.i32(1)), lw.i32(8)), lw.i32(k0))
+            col = lw.b.add(lw.b.mul(lw.b.and_(j, lw.i32(1)), lw.i32(half_step)), lw.i32(k0))
             flat = lw.b.add(lw.b.mul(n, lw.i32(b_stride)), col)
             b_frag[c] = _ldmatrix(lw, lw.smem_ptr(base, half, flat, a_bytes), 2)
         for pair, c, regs in tiles:
-            got = _mma(lw, {"fp16": "f16", "bf16": "bf16"}[s_in.name], a_frag[pair], b_frag[c], [values[i] for i in regs])
+            got = _mma(lw, _KIND[s_in.name], a_frag[pair], b_frag[c], [values[i] for i in regs])
             for i, v in zip(regs, got):
                 values[i] = v
-    lw.bind(out, [cast_value(lw, v, float32, s_out) for v in values], layout)
+    lw.bind(out, [cast_value(lw, v, s_acc, s_out) for v in values], layout)
 
 
 def _ldmatrix(lw, ptr, count):
@@ -108,15 +113,18 @@ def _ldmatrix(lw, ptr, count):
 
 
 def _mma(lw, kind, a, b, c):
+    acc = I32 if kind == "s8" else F32
     if lw.ctx.portable:  # the CPU emulator implements the warp-wide product
-        fn = lw.intrinsic(f"emu_mma_{kind}", VOID, [GENERIC_PTR] + [I32] * 6 + [F32] * 4)
-        buf = lw.entry.alloca(ir.ArrayType(F32, 4))
+        fn = lw.intrinsic(f"emu_mma_{kind}", VOID, [GENERIC_PTR] + [I32] * 6 + [acc] * 4)
+        buf = lw.entry.alloca(ir.ArrayType(acc, 4))
         buf.type = GENERIC_PTR
         lw.b.call(fn, [buf] + a + b + c)
-        return [lw.b.load(lw.b.gep(buf, [lw.i32(i)], source_etype=F32), typ=F32) for i in range(4)]
-    text = (f"mma.sync.aligned.m16n8k16.row.col.f32.{kind}.{kind}.f32 "
+        return [lw.b.load(lw.b.gep(buf, [lw.i32(i)], source_etype=acc), typ=acc) for i in range(4)]
+    shape, types = ("m16n8k32", "s32.s8.s8.s32") if kind == "s8" else ("m16n8k16", f"f32.{kind}.{kind}.f32")
+    text = (f"mma.sync.aligned.{shape}.row.col.{types} "
             "{$0, $1, $2, $3}, {$4, $5, $6, $7}, {$8, $9}, {$10, $11, $12, $13};")
-    cons = ",".join(["=f"] * 4 + ["r"] * 6 + ["0", "1", "2", "3"])
-    fty = ir.FunctionType(ir.LiteralStructType([F32] * 4), [I32] * 6 + [F32] * 4)
+    con = "r" if kind == "s8" else "f"
+    cons = ",".join([f"={con}"] * 4 + ["r"] * 6 + ["0", "1", "2", "3"])
+    fty = ir.FunctionType(ir.LiteralStructType([acc] * 4), [I32] * 6 + [acc] * 4)
     got = lw.b.call(ir.InlineAsm(fty, text, cons), a + b + c)
     return [lw.b.extract_value(got, i) for i in range(4)]

@@ -42,13 +42,17 @@ def memory_width(ctx, op) -> tuple[tuple[int, ...], int]:
 
 
 def mma_eligible(op) -> bool:
-    """fp16/bf16 operands, a float accumulator, 2-D tiles of whole 16x8x16 steps."""
+    """fp16/bf16 operands with a float accumulator (16x8x16 steps) or int8 with int32
+    (16x8x32 steps), 2-D."""
     a, b, acc = op.operands
     if len(a.type.shape) != 2:
         return False
     (M, K), (_, N) = a.type.shape, b.type.shape
-    return (scalar_of(a.type).name in ("fp16", "bf16") and scalar_of(acc.type).is_floating()
-            and scalar_of(acc.type).name != "fp64" and M % 16 == 0 and N % 8 == 0 and K % 16 == 0)
+    s, s_acc = scalar_of(a.type), scalar_of(acc.type)
+    if s.name == "int8":
+        return s_acc.name == "int32" and M % 16 == 0 and N % 8 == 0 and K % 32 == 0
+    return (s.name in ("fp16", "bf16") and s_acc.is_floating()
+            and s_acc.name != "fp64" and M % 16 == 0 and N % 8 == 0 and K % 16 == 0)
 
 
 class _Assigner:
