@@ -251,7 +251,6 @@ def test_fp8_casts_round_to_nearest_and_saturate(f8_dtype, np_f8):
     _fp8_case(f8_dtype, np_f8)
 
 
-@pytest.mark.codegen_gap("fp8e4b8/fp8e5b16 (AMD fnuz) conversions not lowered")
 @pytest.mark.parametrize("f8_dtype, np_f8", [(tl.float8e4b8, ml_dtypes.float8_e4m3fnuz),
                                             (tl.float8e5b16, ml_dtypes.float8_e5m2fnuz)])
 def test_fnuz_fp8_casts(f8_dtype, np_f8):
@@ -334,7 +333,6 @@ def _copy_bytes(x_ptr, out_ptr, N: tl.constexpr, CONVERT: tl.constexpr):
         tl.store(out_ptr + offs, x)
 
 
-@pytest.mark.codegen_gap("fp8e4b15 has no LLVM type in codegen/lower/types.py")
 def test_float8e4b15_is_its_own_type_moved_but_not_converted():
     assert tl.float8e4b15 != tl.float8e4nv
     raw, out = np.arange(16, dtype=np.uint8), np.zeros(16, np.uint8)
