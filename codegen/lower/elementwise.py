@@ -249,9 +249,22 @@ def cast_value(lw, x, src, dst, rounding=None):
         return b.fptrunc(b.fpext(x, F32), to)
     if src.primitive_bitwidth < dst.primitive_bitwidth:
         return b.fpext(x, to)
-    if rounding == "rtz" and not lw.ctx.portable:
-        return _cvt_rz(lw, x, src, dst)
+    if rounding == "rtz":
+        return _round_toward_zero(lw, x, to) if lw.ctx.portable else _cvt_rz(lw, x, src, dst)
     return b.fptrunc(x, to)
+
+
+def _round_toward_zero(lw, x, to):
+    """Round-toward-zero narrowing in plain LLVM IR (the emulator has no PTX): where rounding
+    to nearest went away from zero, step the bit pattern one ulp back (floats are sign-magnitude)."""
+    b = lw.b
+    nearest = b.fptrunc(x, to)
+    wide, zero = b.fpext(nearest, x.type), ir.Constant(x.type, 0.0)
+    overshoot = b.or_(b.and_(b.fcmp_ordered(">", x, zero), b.fcmp_ordered(">", wide, x)),
+                      b.and_(b.fcmp_ordered("<", x, zero), b.fcmp_ordered("<", wide, x)))
+    bits_type = ir.IntType(32 if to == F32 else 16)
+    bits = b.bitcast(nearest, bits_type)
+    return b.bitcast(b.select(overshoot, b.sub(bits, ir.Constant(bits_type, 1)), bits), to)
 
 
 def _cvt_rz(lw, x, src, dst):

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# One device call on the GPU machine (carry .whl): install, then run the named phases, logs under $OUT.
+#   bash bench/gpu_session.sh tests        # pytest -m gpu, then the conformance suite on the GPU
+#   bash bench/gpu_session.sh bench        # bench/run.py and bench/service.py
+set -uo pipefail
+cd "$(dirname "$0")/.."
+source bench/gpu_env.sh
+OUT=${OUT:-/tmp/kiln-out}
+mkdir -p "$OUT"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu --format=csv,noheader | tee "$OUT/gpu.txt"
+for phase in "$@"; do
+  case "$phase" in
+    tests)
+      python3 -m pytest -q -m gpu -p no:cacheprovider 2>&1 | tee "$OUT/gpu-tier.log" | tail -25
+      KILN_TEST_GPU_CONFORMANCE=1 python3 -m pytest -q -p no:cacheprovider tests/test_lang_*.py 2>&1 \
+        | tee "$OUT/gpu-conformance.log" | tail -25 ;;
+    bench)
+      python3 bench/run.py --out "$OUT" 2>&1 | tee "$OUT/bench.log" | tail -60 ;;
+    service)
+      python3 bench/service.py --out "$OUT" 2>&1 | tee "$OUT/service.log" | tail -40 ;;
+    *) echo "unknown phase $phase"; exit 2 ;;
+  esac
+done
