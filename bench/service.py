@@ -54,10 +54,12 @@ t0 = time.perf_counter()
 if mode == "launch":
     k.add_kernel[(4,)](x, x, y, 4096, BLOCK=1024)
     torch.cuda.synchronize()
-    assert torch.equal(y, x + x)
 else:
     k.add_kernel.warmup(x, x, y, 4096, BLOCK=1024, target=mode)
-print(json.dumps({"s": time.perf_counter() - t0, "end": time.time()}))
+seconds, end = time.perf_counter() - t0, time.time()
+if mode == "launch":  # checked after the clock stops: PyTorch's own first launches are not the first call
+    assert torch.equal(y, x + x)
+print(json.dumps({"s": seconds, "end": end}))
 """
 
 # 64 kernels of the same shape and cost that differ in one constant, declared for `prewarm`.
