@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call on the GPU machine (carry .whl): install, then run the named phases, logs under $OUT.
 #   bash bench/gpu_session.sh tests        # pytest -m gpu, then the conformance suite on the GPU
-#   bash bench/gpu_session.sh bench        # bench/run.py and bench/service.py
+#   bash bench/gpu_session.sh bench service   # bench/run.py, bench/service.py (also: probe)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 source bench/gpu_env.sh
@@ -16,6 +16,8 @@ for phase in "$@"; do
         | tee "$OUT/gpu-conformance.log" | tail -25 ;;
     bench)
       python3 bench/run.py --out "$OUT" 2>&1 | tee "$OUT/bench.log" | tail -60 ;;
+    probe)
+      (cd bench && python3 occupancy_probe.py) 2>&1 | tee "$OUT/probe.log" | tail -20 ;;
     service)
       python3 bench/service.py --out "$OUT" 2>&1 | tee "$OUT/service.log" | tail -40 ;;
     *) echo "unknown phase $phase"; exit 2 ;;

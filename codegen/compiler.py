@@ -15,6 +15,7 @@ from .pipeline import PassContext, run_passes
 from .target import parse_target
 
 DEFAULT_OPTIONS = {"num_warps": 4, "num_stages": 3}
+OPTIONAL_OPTIONS = ("maxnreg",)  # absent unless asked for: no default value enters the compile key
 
 
 class CompileError(RuntimeError):
@@ -56,12 +57,16 @@ class CompiledKernel:
 def _options(options: dict | None) -> dict:
     opts = dict(DEFAULT_OPTIONS)
     for key, value in (options or {}).items():
-        if key not in DEFAULT_OPTIONS:
-            raise CompileError(f"unknown compile option {key!r}; kiln knows {sorted(DEFAULT_OPTIONS)}")
-        opts[key] = int(value)
+        if key not in DEFAULT_OPTIONS and key not in OPTIONAL_OPTIONS:
+            known = sorted([*DEFAULT_OPTIONS, *OPTIONAL_OPTIONS])
+            raise CompileError(f"unknown compile option {key!r}; kiln knows {known}")
+        if value is not None:
+            opts[key] = int(value)
     nw = opts["num_warps"]
     if nw < 1 or nw > 32 or nw & (nw - 1):
         raise CompileError(f"num_warps must be a power of two from 1 to 32, not {nw}")
+    if "maxnreg" in opts and not 16 <= opts["maxnreg"] <= 255:
+        raise CompileError(f"maxnreg must be from 16 to 255 registers, not {opts['maxnreg']}")
     return opts
 
 
@@ -69,7 +74,7 @@ def lower_to_llvm(fn, tgt, opts: dict, check: bool = False, portable: bool = Fal
     """Passes and lowering: (optimized block IR text, LLVM IR text, arg layout, shared bytes)."""
     verify(fn)
     work = parse_function(print_function(fn))  # a private copy for the passes to rewrite
-    ctx = PassContext(tgt, opts["num_warps"], opts["num_stages"], portable=portable)
+    ctx = PassContext(tgt, opts["num_warps"], opts["num_stages"], maxnreg=opts.get("maxnreg"), portable=portable)
     run_passes(work, ctx, check=check)
     kir = print_function(work)
     try:

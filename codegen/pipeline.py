@@ -31,6 +31,7 @@ class PassContext:
     target: object
     num_warps: int = 4
     num_stages: int = 3
+    maxnreg: int | None = None  # a register cap per thread (Triton's Config(maxnreg=...))
     function: object = None  # the block IR being compiled
     portable: bool = False  # no inline PTX: the LLVM IR can also run on a CPU (kiln.codegen.emulate)
     axis: object = None

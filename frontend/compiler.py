@@ -10,7 +10,7 @@ from .runtime import cuda_driver as driver
 from .ast_to_ir import build_kernel
 
 # The launch options that change the generated code; the rest only affect the launch.
-CODEGEN_OPTIONS = ("num_warps", "num_stages")
+CODEGEN_OPTIONS = ("num_warps", "num_stages", "maxnreg")
 
 
 def codegen_options(options: dict) -> dict:

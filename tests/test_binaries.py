@@ -50,6 +50,8 @@ def test_autotuned_and_heuristic_warmup_build_every_config(tmp_path, monkeypatch
     x = np.zeros(64, np.float32)
     kernels = tuned.warmup(x, x, 64, target="sm_90a")
     assert [k.metadata.num_warps for k in kernels] == [4, 2]
+    capped = kiln.autotune([kiln.Config({"BLOCK": 64}, maxnreg=32)], key=["n"])(copy_kernel)
+    assert ".maxnreg 32" in capped.warmup(x, x, 64, target="sm_90a")[0].asm["ptx"]
     assert all(".target sm_90a" in k.asm["ptx"] for k in kernels)
     sized = kiln.heuristics({"BLOCK": lambda args: kiln.next_power_of_2(args["n"])})(copy_kernel)
     assert "arange {end = 64" in sized.warmup(x, x, 50, target="sm_80").asm["kir"]

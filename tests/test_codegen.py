@@ -127,6 +127,13 @@ def test_num_warps(num_warps):
     assert ck.metadata["threads"] == 32 * num_warps
 
 
+def test_maxnreg_caps_registers():
+    free = compiled("layer_norm", num_warps=8)
+    capped = compiled("layer_norm", num_warps=8, maxnreg=24)
+    assert ".maxnreg" not in free.ptx and ".maxnreg 24" in capped.ptx
+    assert capped.metadata["n_regs"] <= 24 < free.metadata["n_regs"]
+
+
 def test_unknown_target_is_an_error():
     with pytest.raises(TargetError, match="sm_75"):
         compile(kernel("vector_add"), "sm_75")
@@ -139,6 +146,8 @@ def test_bad_options_are_errors():
         compile(kernel("vector_add"), "sm_80", {"num_warps": 3})
     with pytest.raises(CompileError, match="unknown compile option"):
         compile(kernel("vector_add"), "sm_80", {"num_wraps": 4})
+    with pytest.raises(CompileError, match="maxnreg"):
+        compile(kernel("vector_add"), "sm_80", {"maxnreg": 8})
 
 
 @pytest.mark.parametrize("target", ["sm_86", "sm_89", "sm_90", "sm_100", "sm_120"])

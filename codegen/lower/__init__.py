@@ -51,6 +51,8 @@ def lower_function(fn, ctx) -> tuple[str, list[dict], int]:
     llfn.calling_convention = "ptx_kernel"
     # llvmlite checks attribute names against its own list; these are NVVM's strings.
     set.add(llfn.attributes, f'"nvvm.maxntid"="{32 * ctx.num_warps}"')
+    if ctx.maxnreg is not None:
+        set.add(llfn.attributes, f'"nvvm.maxnreg"="{ctx.maxnreg}"')
     lw = Lowering(module, llfn, ctx)
     for arg, param, name in zip(fn.args, llfn.args, fn.arg_names):
         param.name = name
