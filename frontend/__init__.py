@@ -1,6 +1,7 @@
 """kiln: a Triton-compatible GPU kernel language (`import kiln as triton`)."""
 from . import language  # noqa: F401
-from .errors import CompilationError  # noqa: F401
+from .errors import CompilationError, InterpreterError, KilnError, OutOfResources  # noqa: F401
+from .errors import KilnError as TritonError  # noqa: F401  (Triton's name for the base class)
 from .jit import JITFunction, KernelInterface, jit  # noqa: F401
 from .autotuner import Config, autotune, heuristics  # noqa: F401
 from . import testing, tools  # noqa: F401

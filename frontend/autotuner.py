@@ -4,6 +4,7 @@ from __future__ import annotations
 import builtins
 
 from . import config as env
+from .errors import CompilationError, OutOfResources
 from .jit import KernelInterface
 
 
@@ -113,7 +114,7 @@ class Autotuner(KernelInterface):
             result = bench(launch, quantiles=(0.5, 0.2, 0.8))  # a user's do_bench gets Triton's arguments
             return result[0] if isinstance(result, (list, tuple)) else result
         except Exception as e:
-            if type(e).__name__ in ("OutOfResources", "CompilationError"):
+            if isinstance(e, (OutOfResources, CompilationError)):  # the config cannot run: never chosen
                 return float("inf")
             raise
         finally:

@@ -8,6 +8,7 @@ from kiln.ir import Function, parse_function, print_function
 from . import config
 from .runtime import cuda_driver as driver
 from .ast_to_ir import build_kernel
+from .errors import OutOfResources
 
 # The launch options that change the generated code; the rest only affect the launch.
 CODEGEN_OPTIONS = ("num_warps", "num_stages", "maxnreg")
@@ -137,6 +138,9 @@ class CompiledKernel:
         from .runtime.module import LoadedKernel
         driver.ensure_context(device)
         binary = self.build(driver.target(device))
+        shared, limit = binary.metadata["shared"], driver.max_shared_memory(device)
+        if shared > limit:
+            raise OutOfResources(shared, limit, "shared memory")
         loaded = LoadedKernel(self.name, binary.cubin, binary.ptx, binary.metadata["shared"])
         self.metadata["n_regs"] = loaded.n_regs  # the driver's count is authoritative
         launcher = make_launcher(loaded, [a.type for a in self.ir.args], binary.metadata["num_warps"],

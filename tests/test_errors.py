@@ -404,3 +404,23 @@ def _store_float_block_to_scalar_pointer(x_ptr):
 
 def test_storing_a_block_through_a_scalar_pointer():
     compile_error(lambda: _store_float_block_to_scalar_pointer[(1,)](X), "E_STORE", "tl.store", "block")
+
+
+def test_error_classes_share_tritons_base():
+    import pickle
+    assert issubclass(kiln.CompilationError, kiln.TritonError)
+    assert issubclass(kiln.InterpreterError, kiln.TritonError) and issubclass(kiln.InterpreterError, RuntimeError)
+    err = kiln.OutOfResources(262144, 232448, "shared memory")
+    assert isinstance(err, kiln.TritonError)
+    assert str(err).startswith("out of resource: shared memory, Required: 262144, Hardware limit: 232448")
+    again = pickle.loads(pickle.dumps(err))  # crosses process boundaries (autotuning workers, daemons)
+    assert (again.required, again.limit, again.name) == (262144, 232448, "shared memory")
+
+
+def test_interpreter_faults_are_interpreter_errors():
+    @kiln.jit
+    def out_of_bounds(x_ptr):
+        tl.store(x_ptr + 100 + tl.arange(0, 4), 1.0)
+
+    with pytest.raises(kiln.InterpreterError, match="out_of_bounds"):
+        out_of_bounds[(1,)](np.zeros(4, np.float32))

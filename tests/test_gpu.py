@@ -245,6 +245,22 @@ def test_layout_conversion_beyond_48kb_of_shared_memory():
     assert k.shared > 48 * 1024, k.shared  # dynamic shared memory raised with cuFuncSetAttribute
 
 
+def test_more_shared_memory_than_the_gpu_has_is_out_of_resources():
+    x = torch.randn(256, 256, device="cuda")
+    with pytest.raises(kiln.OutOfResources, match="shared memory") as info:
+        transpose_kernel[(1,)](x, x, N=256, num_warps=8)
+    assert info.value.required == 256 * 256 * 4 > info.value.limit
+
+
+def test_autotune_skips_a_config_that_is_out_of_resources():
+    tuned = kiln.autotune([kiln.Config({"N": 256}, num_warps=8), kiln.Config({"N": 64}, num_warps=4)],
+                          key=[])(transpose_kernel)
+    x = torch.randn(64, 64, device="cuda")
+    y = poisoned((64, 64), torch.float32)
+    tuned[(1,)](x, y)
+    assert tuned.best_config.kwargs == {"N": 64}
+
+
 def test_interpreter_runs_on_cuda_tensors_through_host_copies(monkeypatch):
     monkeypatch.setenv("KILN_INTERPRET", "1")
     sys.path.insert(0, os.path.dirname(__file__))

@@ -1,10 +1,7 @@
 """The one error the interpreter raises, and how it names the place that failed."""
 from __future__ import annotations
 
-
-class InterpreterError(RuntimeError):
-    """A kernel failed under the interpreter: bad memory access, failed assert, or an op
-    that could not be evaluated. The message names the kernel and the op's source line."""
+from ..errors import InterpreterError  # noqa: F401  (defined with kiln's other errors)
 
 
 class OpFault(Exception):

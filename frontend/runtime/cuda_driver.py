@@ -81,14 +81,23 @@ def ensure_context(device: int):
         check(cuda().cuCtxSetCurrent(_primary_context(device)), "cuCtxSetCurrent")
 
 
-@functools.lru_cache(maxsize=None)
-def target(device: int) -> str:
-    """The PTX target for a device: sm_90a on Hopper (wgmma/TMA need the `a`), sm_XY elsewhere."""
+def _device_attribute(device: int, name: str) -> int:
     drv = cuda()
     _initialized()
     dev = check(drv.cuDeviceGet(device), "cuDeviceGet")
-    attr = drv.CUdevice_attribute
-    major = check(drv.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev), "cuDeviceGetAttribute")
-    minor = check(drv.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev), "cuDeviceGetAttribute")
+    return check(drv.cuDeviceGetAttribute(getattr(drv.CUdevice_attribute, name), dev), f"cuDeviceGetAttribute({name})")
+
+
+@functools.lru_cache(maxsize=None)
+def max_shared_memory(device: int) -> int:
+    """The most shared memory one block may have on the device, with the opt-in above 48 KB."""
+    return _device_attribute(device, "CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN")
+
+
+@functools.lru_cache(maxsize=None)
+def target(device: int) -> str:
+    """The PTX target for a device: sm_90a on Hopper (wgmma/TMA need the `a`), sm_XY elsewhere."""
+    major = _device_attribute(device, "CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR")
+    minor = _device_attribute(device, "CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR")
     return f"sm_{major}{minor}" + ("a" if major == 9 else "")
 
