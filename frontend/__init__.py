@@ -2,7 +2,7 @@
 from . import language  # noqa: F401
 from .errors import CompilationError, InterpreterError, KilnError, OutOfResources  # noqa: F401
 from .errors import KilnError as TritonError  # noqa: F401  (Triton's name for the base class)
-from .jit import JITFunction, KernelInterface, jit  # noqa: F401
+from .jit import JITFunction, KernelInterface, constexpr_function, jit  # noqa: F401
 from .autotuner import Config, autotune, heuristics  # noqa: F401
 from . import testing, tools  # noqa: F401
 from .tensor_wrapper import TensorWrapper, reinterpret  # noqa: F401

@@ -163,6 +163,14 @@ def _is_constexpr_annotation(annotation, fn) -> bool:
     return False
 
 
+def constexpr_function(fn):
+    """Triton's mark for a plain Python function that kernels call on constexpr arguments,
+    at compile time, for a constexpr result. kiln evaluates every callable that is neither
+    `@jit` nor a builtin that way already, so the function is returned as it is and stays
+    callable from host code."""
+    return fn
+
+
 def jit(fn=None, *, do_not_specialize=(), debug=None, noinline=False, repr=None, launch_metadata=None, prewarm=(),
         **unused):
     """Turn a Python function into a kernel (or a device function callable from one).

@@ -468,3 +468,38 @@ def test_where_with_a_scalar_runtime_condition():
     np.testing.assert_array_equal(out, x)
     _scalar_condition_where[(1,)](x, out, 0, N=4)
     np.testing.assert_array_equal(out, -x)
+
+
+@kiln.jit
+def _while_with_tl_condition(out_ptr, n):
+    total = 0
+    i = 0
+    while tl.condition(i < n, disable_licm=True):
+        total += i
+        i += 1
+    tl.store(out_ptr, total)
+
+
+def test_while_with_tl_condition():
+    out = np.zeros(1, np.int32)
+    _while_with_tl_condition[(1,)](out, 10)
+    assert out[0] == 45
+
+
+@kiln.constexpr_function
+def _doubled_block(block):
+    return 2 * block
+
+
+@kiln.jit
+def _arange_of_a_constexpr_function(out_ptr, BLOCK: tl.constexpr):
+    WIDE: tl.constexpr = _doubled_block(BLOCK)
+    offs = tl.arange(0, WIDE)
+    tl.store(out_ptr + offs, offs)
+
+
+def test_constexpr_function_result_is_a_compile_time_constant():
+    out = np.zeros(16, np.int32)
+    _arange_of_a_constexpr_function[(1,)](out, BLOCK=8)
+    assert out.tolist() == list(range(16))
+    assert _doubled_block(3) == 6  # still an ordinary function on the host

@@ -376,6 +376,13 @@ def device_assert(cond, msg="", mask=None):
 
 
 @builtin
+def condition(arg1, disable_licm=False):
+    """A `while` loop's condition, as Triton spells it (`while tl.condition(c, disable_licm)`);
+    `disable_licm` is a hint to Triton's loop-invariant code motion, which kiln accepts."""
+    return arg1
+
+
+@builtin
 def multiple_of(input, values):
     """Promise that every element of `input` is a multiple of `values`."""
     return semantic.hint("multiple_of", input, values)
