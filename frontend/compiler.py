@@ -141,7 +141,7 @@ class CompiledKernel:
         shared, limit = binary.metadata["shared"], driver.max_shared_memory(device)
         if shared > limit:
             raise OutOfResources(shared, limit, "shared memory")
-        loaded = LoadedKernel(self.name, binary.cubin, binary.ptx, binary.metadata["shared"])
+        loaded = LoadedKernel(self.name, binary.cubin, binary.ptx, shared)
         self.metadata["n_regs"] = loaded.n_regs  # the driver's count is authoritative
         launcher = make_launcher(loaded, [a.type for a in self.ir.args], binary.metadata["num_warps"],
                                  binary.metadata["shared"], self.name)
