@@ -39,10 +39,19 @@ UNARY_OPS = {
     "erfc": "float", "erfinv": "float", "lgamma": "float", "tgamma": "float",
     "isfinite": "float", "signbit": "float",
     "popc": "int", "clz": "int", "brev": "int",
+    "rsqrt_rn": "float", "rcbrt": "float", "rcp64h": "float", "erfcx": "float",
+    "j0": "float", "j1": "float", "y0": "float", "y1": "float",
+    "cyl_bessel_i0": "float", "cyl_bessel_i1": "float",
 }
 # unary tests on floats: their result is int1 of the operand's shape
 PREDICATE_OPS = frozenset({"isnan", "isinf", "isfinite", "signbit"})
-TERNARY_OPS = {"fma": "float"}
+TERNARY_OPS = {"fma": "float", "norm3d": "float", "rnorm3d": "float"}
+QUATERNARY_OPS = {"norm4d": "float", "rnorm4d": "float"}
+# libdevice's arithmetic with an explicit IEEE rounding (attr rounding): operand count
+ROUNDED_OPS = {"add_r": 2, "mul_r": 2, "div_r": 2, "fma_r": 3, "sqrt_r": 1}
+ROUNDINGS = ("rn", "rz", "rd", "ru")
+# Bessel functions of integer order n: (int32 n, float x) -> float
+ORDER_OPS = frozenset({"jn", "yn"})
 CMP_PREDICATES = ("eq", "ne", "lt", "le", "gt", "ge")
 ATOMIC_KINDS = ("add", "max", "min", "and", "or", "xor", "xchg")
 MEM_SEMANTICS = ("relaxed", "acquire", "release", "acq_rel")
@@ -126,6 +135,32 @@ def _check_cast(op):
         s, d = scalar_of(src), scalar_of(dst)
         if s.primitive_bitwidth != d.primitive_bitwidth:
             return f"bitcast between types of different widths ({s} -> {d})"
+
+
+def _check_rounding(op):
+    if op.attrs.get("rounding") not in ROUNDINGS:
+        return f"rounding must be one of {', '.join(ROUNDINGS)}, not {op.attrs.get('rounding')!r}"
+
+
+def _check_rounded(op):
+    return _check_rounding(op) or _elementwise("float")(op)
+
+
+def _check_cvt_r(op):
+    src, dst = op.operands[0].type, op.results[0].type
+    if _shape(src) != _shape(dst):
+        return f"cvt_r cannot change the shape ({src} -> {dst})"
+    if not scalar_of(dst).is_floating() or not (scalar_of(src).is_floating() or scalar_of(src).is_int()):
+        return f"cvt_r converts numbers to a float, not {src} -> {dst}"
+    return _check_rounding(op)
+
+
+def _check_order_op(op):
+    n, x = op.operands
+    if scalar_of(n.type) != int32 or _shape(n.type) != _shape(x.type):
+        return f"{op.name}'s order must be int32 of x's shape, not {n.type}"
+    if not _kind_ok(x.type, "float") or op.results[0].type != x.type:
+        return f"{op.name} takes and returns a float, not {x.type} -> {op.results[0].type}"
 
 
 def _check_constant(op):
@@ -405,6 +440,12 @@ for _name, _kind in UNARY_OPS.items():
     OPS[_name] = OpDef((1, 1), check=_elementwise(_kind))
 for _name, _kind in TERNARY_OPS.items():
     OPS[_name] = OpDef((3, 3), check=_elementwise(_kind))
+for _name, _kind in QUATERNARY_OPS.items():
+    OPS[_name] = OpDef((4, 4), check=_elementwise(_kind))
+for _name, _arity in ROUNDED_OPS.items():
+    OPS[_name] = OpDef((_arity, _arity), attrs=("rounding",), check=_check_rounded)
+for _name in ORDER_OPS:
+    OPS[_name] = OpDef((2, 2), check=_check_order_op)
 
 OPS.update({
     "constant": OpDef((0, 0), attrs=("value",), check=_check_constant),
@@ -412,6 +453,8 @@ OPS.update({
     "select": OpDef((3, 3), check=_check_select),
     "cast": OpDef((1, 1), check=_check_cast, notes="value conversion; attr rounding=rtne|rtz for float narrowing"),
     "bitcast": OpDef((1, 1), check=_check_cast),
+    "cvt_r": OpDef((1, 1), attrs=("rounding",), check=_check_cvt_r,
+                   notes="number -> float with the IEEE rounding attr rounding=rn|rz|rd|ru"),
     "program_id": OpDef((0, 0), attrs=("axis",), check=_check_grid_query),
     "num_programs": OpDef((0, 0), attrs=("axis",), check=_check_grid_query),
     "arange": OpDef((0, 0), attrs=("start", "end"), check=_check_arange),

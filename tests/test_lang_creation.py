@@ -148,17 +148,18 @@ def test_bitcast_fp16_to_uint16_after_rounding():
 def _downcast_rtz(x_ptr, y_ptr, N: tl.constexpr):
     offs = tl.arange(0, N)
     x = tl.load(x_ptr + offs)
-    tl.store(y_ptr + offs, x.to(tl.float16, fp_downcast_rounding="rtz"))
+    tl.store(y_ptr + offs, x.to(y_ptr.dtype.element_ty, fp_downcast_rounding="rtz"))
 
 
-def test_fp_downcast_rounding_rtz():
-    x = np.array([1.0009765625 * 1.0004, -1.0009765625 * 1.0004, 1.0, 3.3, -3.3, 1000.7, 0.1, -0.1], np.float32)
-    y = np.zeros(8, np.float16)
+@pytest.mark.parametrize("src, dst", [(np.float32, np.float16), (np.float64, np.float16), (np.float64, np.float32)])
+def test_fp_downcast_rounding_rtz(src, dst):
+    x = np.array([1.0009765625 * 1.0004, -1.0009765625 * 1.0004, 1.0, 3.3, -3.3, 1000.7, 0.1, -0.1], src)
+    y = np.zeros(8, dst)
     _downcast_rtz[(1,)](x, y, N=8)
-    nearest = x.astype(np.float16)
-    # toward zero: never larger in magnitude than x, and the next fp16 value would be
-    assert np.all(np.abs(y.astype(np.float32)) <= np.abs(x))
-    up = np.nextafter(y, np.copysign(np.float16(np.inf), y)).astype(np.float32)
+    nearest = x.astype(dst)
+    # toward zero: never larger in magnitude than x, and the next value of dst would be
+    assert np.all(np.abs(y.astype(src)) <= np.abs(x))
+    up = np.nextafter(y, np.copysign(dst(np.inf), y)).astype(src)
     assert np.all(np.abs(up) > np.abs(x))
     assert np.any(y != nearest)
 

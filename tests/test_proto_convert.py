@@ -240,7 +240,32 @@ kernel @extras(%p: ptr<fp32>, %q: ptr<int32>) {
   %b1 = remainder %b0, %x : <16xfp32>
   %b2 = fdim %b1, %x : <16xfp32>
   %b3 = nextafter %b2, %x : <16xfp32>
-  %fin = isfinite %b3 : <16xint1>
+  %l0 = add_r %b3, %x {rounding = "rd"} : <16xfp32>
+  %l1 = mul_r %l0, %x {rounding = "ru"} : <16xfp32>
+  %l2 = div_r %l1, %x {rounding = "rz"} : <16xfp32>
+  %l3 = fma_r %l2, %x, %x {rounding = "rn"} : <16xfp32>
+  %l4 = sqrt_r %l3 {rounding = "rd"} : <16xfp32>
+  %l5 = rsqrt_rn %l4 : <16xfp32>
+  %l6 = rcbrt %l5 : <16xfp32>
+  %l7 = erfcx %l6 : <16xfp32>
+  %l8 = j0 %l7 : <16xfp32>
+  %l9 = j1 %l8 : <16xfp32>
+  %l10 = y0 %l9 : <16xfp32>
+  %l11 = y1 %l10 : <16xfp32>
+  %l12 = cyl_bessel_i0 %l11 : <16xfp32>
+  %l13 = cyl_bessel_i1 %l12 : <16xfp32>
+  %l14 = jn %r, %l13 : <16xfp32>
+  %l15 = yn %r, %l14 : <16xfp32>
+  %l16 = norm3d %l15, %x, %x : <16xfp32>
+  %l17 = rnorm3d %l16, %x, %x : <16xfp32>
+  %l18 = norm4d %l17, %x, %x, %x : <16xfp32>
+  %l19 = rnorm4d %l18, %x, %x, %x : <16xfp32>
+  %l20 = cvt_r %r {rounding = "ru"} : <16xfp32>
+  %l21 = add %l19, %l20 : <16xfp32>
+  %wide = cast %l21 : <16xfp64>
+  %l22 = rcp64h %wide : <16xfp64>
+  %l23 = cvt_r %l22 {rounding = "rz"} : <16xfp32>
+  %fin = isfinite %l23 : <16xint1>
   %neg = signbit %b3 : <16xint1>
   %c = popc %r : <16xint32>
   %z = clz %c : <16xint32>

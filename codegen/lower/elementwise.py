@@ -269,16 +269,10 @@ def _round_toward_zero(lw, x, to):
 
 def _cvt_rz(lw, x, src, dst):
     """Round-toward-zero narrowing has no LLVM instruction: PTX `cvt.rz`."""
-    names = {"fp16": ("f16", "h"), "bf16": ("bf16", "h"), "fp32": ("f32", "f")}
-    if src.name == "fp64":
-        x = lw.b.fptrunc(x, F32) if dst.name == "fp32" else x
-        if dst.name == "fp32":
-            return x
-    d, con = names[dst.name]
-    s = "f64" if x.type == F64 else "f32"
-    src_con = "d" if x.type == F64 else "f"
-    ty = ir.FunctionType(ir.IntType(16), [x.type])
-    asm = ir.InlineAsm(ty, f"cvt.rz.{d}.{s} $0, $1;", f"=h,{src_con}")
+    d, con, out = {"fp16": ("f16", "h", ir.IntType(16)), "bf16": ("bf16", "h", ir.IntType(16)),
+                   "fp32": ("f32", "f", F32)}[dst.name]
+    s, src_con = ("f64", "d") if x.type == F64 else ("f32", "f")
+    asm = ir.InlineAsm(ir.FunctionType(out, [x.type]), f"cvt.rz.{d}.{s} $0, $1;", f"={con},{src_con}")
     return lw.b.bitcast(lw.b.call(asm, [x]), reg_type(dst))
 
 
@@ -370,3 +364,51 @@ for _name in ("expm1", "exp10", "log10", "cbrt", "rint", "sinh", "cosh", "asin",
 
 RULES = {name: elementwise(fn) for name, fn in _PER_ELEMENT.items()}
 RULES.update({"constant": _constant, "multiple_of": _identity, "max_contiguous": _identity})
+
+# libdevice's explicitly rounded arithmetic: `__nv_f<op>_<rounding>` (fp32), `__nv_d<op>_<rounding>` (fp64)
+_ROUNDED_NAMES = {"add_r": ("fadd", "dadd"), "mul_r": ("fmul", "dmul"), "div_r": ("fdiv", "ddiv"),
+                  "fma_r": ("fmaf", "fma"), "sqrt_r": ("fsqrt", "dsqrt")}
+
+
+def _rounded(lw, op, *xs):
+    f32_name, f64_name = _ROUNDED_NAMES[op.name]
+    name = f64_name if _s(op).name == "fp64" else f32_name
+    return _float_call(lw, f"__nv_{name}_{op.attrs['rounding']}", _s(op), *xs)
+
+
+# number -> float with a directed rounding: libdevice's `__nv_<src>2<dst>_<rounding>`
+_CVT_NAMES = {("fp64", "fp32"): "double2float", ("int32", "fp32"): "int2float",
+              ("uint32", "fp32"): "uint2float", ("int64", "fp32"): "ll2float",
+              ("uint64", "fp32"): "ull2float", ("int64", "fp64"): "ll2double",
+              ("uint64", "fp64"): "ull2double"}
+
+
+def _cvt_r(lw, op, x):
+    src, dst = _s(op), scalar_of(op.results[0].type)
+    name = f"__nv_{_CVT_NAMES[src.name, dst.name]}_{op.attrs['rounding']}"
+    to = reg_type(dst)
+    return lw.b.call(lw.intrinsic(name, to, [x.type]), [x])
+
+
+def _bessel_of_order(lw, op, n, x):
+    """jn / yn: `__nv_jnf(i32, float)`, `__nv_jn(i32, double)`."""
+    name = f"__nv_{op.name}" + ("" if _s(op, 1).name == "fp64" else "f")
+    return lw.b.call(lw.intrinsic(name, x.type, [n.type, x.type]), [n, x])
+
+
+def _single(name):
+    """A libdevice function that exists for one type only."""
+    def fn(lw, op, *xs):
+        return _float_call(lw, name, _s(op), *xs)
+    return fn
+
+
+_LIBDEVICE_ADDITIONS = {name: elementwise(_rounded) for name in _ROUNDED_NAMES}
+_LIBDEVICE_ADDITIONS.update({
+    "cvt_r": elementwise(_cvt_r), "jn": elementwise(_bessel_of_order), "yn": elementwise(_bessel_of_order),
+    "rsqrt_rn": elementwise(_single("__nv_frsqrt_rn")), "rcp64h": elementwise(_single("__nv_rcp64h")),
+})
+for _name in ("rcbrt", "erfcx", "j0", "j1", "y0", "y1", "cyl_bessel_i0", "cyl_bessel_i1",
+              "norm3d", "rnorm3d", "norm4d", "rnorm4d"):
+    _LIBDEVICE_ADDITIONS[_name] = elementwise(_libdevice(f"__nv_{_name}f", f"__nv_{_name}"))
+RULES.update(_LIBDEVICE_ADDITIONS)

@@ -6,9 +6,9 @@ it gives `pid`, `grid`, `memory`, and runs regions. Terminators are handled by t
 """
 from __future__ import annotations
 
-from kiln.ir.ops import BINARY_OPS
+from kiln.ir.ops import BINARY_OPS, ORDER_OPS, ROUNDED_OPS
 
-from . import arith, control, debug, dot, indexing, mathfns, memops, shapes, specialfns
+from . import arith, control, debug, dot, indexing, libdevicefns, mathfns, memops, shapes, specialfns
 
 
 def _noop(ctx, op, *values):
@@ -18,6 +18,9 @@ def _noop(ctx, op, *values):
 IMPLS = {name: arith.binary for name in BINARY_OPS}
 IMPLS.update({name: mathfns.unary for name in mathfns.FLOAT_UNARY})
 IMPLS.update({name: specialfns.unary for name in specialfns.SPECIAL_UNARY})
+IMPLS.update({name: libdevicefns.rounded for name in ROUNDED_OPS})
+IMPLS.update({name: libdevicefns.special for name in libdevicefns.SPECIAL})
+IMPLS.update({name: libdevicefns.bessel_of_order for name in ORDER_OPS})
 IMPLS.update({
     "neg": arith.neg, "abs": arith.absolute, "not": arith.bitwise_not,
     "isnan": mathfns.isnan, "isinf": mathfns.isinf, "fma": mathfns.fma,
@@ -26,6 +29,7 @@ IMPLS.update({
     "gather": indexing.gather, "histogram": indexing.histogram, "inline_asm": indexing.inline_asm,
     "cmp": arith.cmp, "select": arith.select,
     "cast": shapes.cast, "bitcast": shapes.bitcast,
+    "cvt_r": libdevicefns.cvt_r, "rsqrt_rn": libdevicefns.rsqrt_rn,
     "constant": shapes.constant, "arange": shapes.arange,
     "program_id": shapes.program_id, "num_programs": shapes.num_programs,
     "splat": shapes.splat, "broadcast": shapes.broadcast, "expand_dims": shapes.expand_dims,

@@ -570,6 +570,38 @@ def clamp(x, lo, hi, propagate_nan=False):
     return _elementwise("min", _elementwise("max", x, lo, **attrs), hi, **attrs)
 
 
+# --- libdevice's typed functions -------------------------------------------------------
+
+def _dtype_names(args):
+    return tuple(a.dtype.name for a in args)
+
+
+def libdevice_operands(name, args, signatures):
+    """`args` as tensors of one shape whose dtypes are one of `signatures` (tuples of dtype
+    names), as Triton's libdevice dispatch: an exact match, else the operands promoted to
+    their common arithmetic type. Anything else is a TypeError naming what is accepted."""
+    args = [to_tensor(a) for a in args]
+    if _dtype_names(args) not in signatures and len(args) > 1 and all(not a.dtype.is_ptr() for a in args):
+        common = args[0]
+        for a in args[1:]:
+            common, _ = binary_operands(common, a)
+        args = [cast(a, common.dtype) for a in args]
+    if _dtype_names(args) not in signatures:
+        accepted = " or ".join("(" + ", ".join(sig) + ")" for sig in signatures)
+        raise TypeError(f"{name} takes {accepted}, not ({', '.join(_dtype_names(args))})")
+    shape = ()
+    for a in args:
+        shape = broadcast_shapes(shape, a.type.shape)
+    return [broadcast_to(a, shape) for a in args]
+
+
+def libdevice_op(name, args, result_dtype=None, **attrs) -> tensor:
+    """One op on operands of one shape (from `libdevice_operands`); the result has the last
+    operand's type unless `result_dtype` is given."""
+    result = args[-1].type if result_dtype is None else with_shape(result_dtype, args[-1].type.shape)
+    return _emit(name, args, result, **attrs)
+
+
 # --- indexing ---------------------------------------------------------------------------
 
 def gather(src, index, axis):
