@@ -244,7 +244,7 @@ def cast_value(lw, x, src, dst, rounding=None):
     if src.is_int():
         return b.sitofp(x, to) if _signed(src) else b.uitofp(x, to)
     if dst.is_int():
-        return b.fptosi(x, to) if _signed(dst) else b.fptoui(x, to)
+        return _float_to_int(lw, x, to, _signed(dst))
     if src.name in ("fp16", "bf16") and dst.name in ("fp16", "bf16"):
         return b.fptrunc(b.fpext(x, F32), to)
     if src.primitive_bitwidth < dst.primitive_bitwidth:
@@ -252,6 +252,16 @@ def cast_value(lw, x, src, dst, rounding=None):
     if rounding == "rtz":
         return _round_toward_zero(lw, x, to) if lw.ctx.portable else _cvt_rz(lw, x, src, dst)
     return b.fptrunc(x, to)
+
+
+def _float_to_int(lw, x, to, signed: bool):
+    """Truncate, saturating at the integer's range, NaN to 0: PTX `cvt.rzi`'s meaning. Plain
+    fptosi/fptoui are poison there, and LLVM then folds them into arbitrary values."""
+    if x.type not in (F32, F64):
+        x = lw.b.fpext(x, F32)  # fp16/bf16: exact in fp32
+    suffix = "f32" if x.type == F32 else "f64"
+    name = f"llvm.fpto{'s' if signed else 'u'}i.sat.i{to.width}.{suffix}"
+    return lw.b.call(lw.intrinsic(name, to, [x.type]), [x])
 
 
 def _round_toward_zero(lw, x, to):
