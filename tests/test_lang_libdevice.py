@@ -568,12 +568,13 @@ def test_libdevice_bessel_functions(dt):
     n = np.array([2, 3, 0, 1, 5, 2, 8, 3, 4, 12, 2, 6, 3, 40, 7, 2], np.int32)
     out = np.zeros((6, 16), dt)
     _bessel[(1,)](x, n, out, N=16)
-    # CUDA documents its fp32 Bessel functions to 2.2e-6 absolute error for |x| >= 8 (the GPU
-    # gives j1f(20) 1e-7 away from the true value); within 1e-6 relative everywhere else
-    floor = 2.2e-6 if dt == np.float32 else 0.0
+    # CUDA documents its fp32 Bessel functions to 2.2e-6 absolute error for |x| >= 8, and its
+    # high orders recur upward (on an H200: j1f(20) 1e-7 off, ynf(40, 33) 9 ulp off); so fp32
+    # gets 32 ulp or 2.2e-6, fp64 1e-6 relative
+    rel, floor = (2 ** -18, 2.2e-6) if dt == np.float32 else (1e-6, 0.0)
 
     def close(got, want):
-        return abs(got - want) <= max(1e-6 * max(abs(want), 1e-3), floor)
+        return abs(got - want) <= max(rel * max(abs(want), 1e-3), floor)
     for k, v in enumerate(x.astype(np.float64)):
         for row, order in ((0, 0), (1, 1), (4, int(n[k]))):
             j, _ = _bessel_reference(order, v)
