@@ -8,6 +8,8 @@ import numpy as np
 
 from kiln.ir.types import dtype as ir_dtype, scalar_of
 
+from .rounding import step
+
 _NUMPY_NATIVE_FLOATS = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
 _FP8 = tuple(np.dtype(t) for t in (ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2,
                                     ml_dtypes.float8_e4m3fnuz, ml_dtypes.float8_e5m2fnuz))
@@ -111,12 +113,7 @@ def narrow_float(x: np.ndarray, out: np.dtype, rounding: str = "rtne") -> np.nda
     y = x.astype(out)
     if rounding != "rtz":
         return y
-    # RTZ: where rounding to nearest went away from zero, step one ulp back toward zero.
-    # Floats are sign-magnitude, so decrementing the bit pattern shrinks the magnitude.
-    wide = np.abs(source.astype(np.float64))
-    overshoot = (np.abs(y.astype(np.float64)) > wide) & np.isfinite(wide)
-    if not overshoot.any():
-        return y
-    bits = y.view(f"u{out.itemsize}")
-    fixed = np.where(overshoot, bits - bits.dtype.type(1), bits).astype(bits.dtype)
-    return fixed.view(out)
+    # RTZ: where rounding to nearest went away from zero, step one ulp back toward zero
+    with np.errstate(invalid="ignore"):
+        excess = np.sign(y.astype(np.float64) - source.astype(np.float64))
+    return step(y, excess, "rz")

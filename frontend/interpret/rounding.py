@@ -45,13 +45,13 @@ def step(y, excess, rounding):
     sign of y - exact (NaN or 0 where y is exact or has no exact value)."""
     if rounding == "rn":
         return y
-    if rounding == "rd":
-        move, target = excess > 0, -np.inf
-    elif rounding == "ru":
-        move, target = excess < 0, np.inf
-    else:  # rz: only where rounding to nearest went away from zero
-        move, target = ((excess > 0) & (y > 0)) | ((excess < 0) & (y < 0)), 0.0
-    with np.errstate(invalid="ignore"):
+    with np.errstate(invalid="ignore"):  # NaN excesses and NaN results compare false: no step
+        if rounding == "rd":
+            move, target = excess > 0, -np.inf
+        elif rounding == "ru":
+            move, target = excess < 0, np.inf
+        else:  # rz: only where rounding to nearest went away from zero
+            move, target = ((excess > 0) & (y > 0)) | ((excess < 0) & (y < 0)), 0.0
         return np.where(move, np.nextafter(y, y.dtype.type(target)), y)
 
 
