@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from kiln.ir import parse_function, print_function, verify
 
-from . import backend, nvjitlink
+from . import backend, nvjitlink, occupancy
 from .lower import LoweringError, lower_function
 from .pipeline import PassContext, run_passes
 from .target import parse_target
@@ -84,6 +84,23 @@ def lower_to_llvm(fn, tgt, opts: dict, check: bool = False, portable: bool = Fal
     return kir, llir, arg_layout, shared
 
 
+def _has_dot(fn) -> bool:
+    return any(op.name in ("dot", "dot_scaled") for op in fn.walk())
+
+
+def _occupancy_link(ptx: str, tgt, n_regs: int, threads: int, shared: int):
+    """(ptx, cubin, regs, spills) relinked under the register cap that fits the most CTAs
+    per SM without spilling (kiln.codegen.occupancy), or None when no cap helps."""
+    caps = occupancy.tighter_caps(n_regs, threads, shared, tgt.capability)
+
+    def link(cap):
+        capped = occupancy.with_register_cap(ptx, cap)
+        cubin, info = nvjitlink.link_cubin(capped, tgt)
+        regs, spills = nvjitlink.resource_usage(info)
+        return (capped, cubin, regs, spills), spills
+    return occupancy.best_capped_link(link, caps) if caps else None
+
+
 def compile(fn, target: str = "sm_90a", options: dict | None = None, check: bool = False,
             link: bool = True) -> CompiledKernel:
     """Compile block IR `fn` for `target`; `fn` itself is not modified.
@@ -99,6 +116,10 @@ def compile(fn, target: str = "sm_90a", options: dict | None = None, check: bool
     if link:
         cubin, info = nvjitlink.link_cubin(ptx, tgt)
         n_regs, n_spills = nvjitlink.resource_usage(info)
+        if "maxnreg" not in opts and not n_spills and not _has_dot(fn):
+            capped = _occupancy_link(ptx, tgt, n_regs, 32 * opts["num_warps"], shared)
+            if capped is not None:
+                ptx, cubin, n_regs, n_spills = capped
     metadata = {
         "name": fn.name, "target": tgt.name, "num_warps": opts["num_warps"], "num_stages": opts["num_stages"],
         "threads": 32 * opts["num_warps"], "shared": shared, "n_regs": n_regs, "n_spills": n_spills,

@@ -137,14 +137,16 @@ def _from_daemon(fn, target, options, key) -> Binary | None:
         _state.down_until[address] = time.monotonic() + RETRY_DAEMON_S
         _state.warn_once(address, f"kiln: no compile daemon ({e}); compiling in this process")
         return None
+    if reply.key != key:
+        # Its code generator is not ours: its binary may lack fixes this build has, and
+        # cached under our key it would outlive the daemon. Compile here instead.
+        _state.warn_once("identity", f"kiln: the compile daemon at {address} runs another kiln build than this "
+                                     "process; compiling here until it is restarted (kiln daemon stop)")
+        return None
     binary = Binary(fn.name, target, reply.kir, reply.llir, reply.ptx, reply.cubin,
                     metadata_from_proto(reply.metadata), key, "daemon")
-    if reply.key != key:
-        _state.warn_once("identity", f"kiln: the compile daemon at {address} runs another kiln build than this "
-                                     "process; restart it (kiln daemon stop) to share its cache")
-    if reply.key != key or not address.startswith("unix:"):
-        # a daemon of another kiln version, or on another node: keep the result here too
-        _store(binary, fn, options)
+    if not address.startswith("unix:"):
+        _store(binary, fn, options)  # a daemon on another node filled its own cache, not ours
     return binary
 
 

@@ -9,6 +9,8 @@ equality to 1 and divisibility by 16, or the constexpr's value.
 """
 from __future__ import annotations
 
+import types
+
 import numpy as np
 
 from kiln.language.core import constexpr
@@ -72,10 +74,18 @@ def constexpr_key(value):
 
 
 def make_binder(jitfn):
-    """f(*args, **kwargs) -> (key, argument values in signature order, options dict)."""
+    """f(*args, **kwargs) -> (key, argument values in signature order, stream).
+
+    The launch options other than the stream end the key; `f.options(key, values)` gives
+    them back as a dict for the slow paths (a compile, a grid callable), so that a cached
+    launch builds no dictionary.
+    """
     params = jitfn.signature.parameters
     names = list(params)
     options = [o for o in config.LAUNCH_OPTIONS if o not in params]
+    keyed_options = [o for o in options if o != "stream"]
+    # A launch option that is also a parameter (a kernel's `num_stages: tl.constexpr`) is both.
+    shared = {o: names.index(o) for o in config.LAUNCH_OPTIONS if o in params and o != "stream"}
     namespace = {"spec_key": spec_key, "spec_key_unspecialized": spec_key_unspecialized,
                  "constexpr_key": constexpr_key}
     sig, keys = [], []
@@ -93,13 +103,53 @@ def make_binder(jitfn):
             keys.append(f"spec_key({name})")
     sig.append("*")
     sig.extend(f"{o}=None" for o in options)
-    code_options = ", ".join(f"{o!r}: {o}" for o in options)
-    # A launch option that is also a parameter (a kernel's `num_stages: tl.constexpr`) is both.
-    shared = [o for o in config.LAUNCH_OPTIONS if o in params]
-    code_options += "".join(f", {o!r}: {o}" for o in shared)
-    key_options = ", ".join(o for o in options if o != "stream") + ("," if len(options) > 1 else "")
+    stream = "stream" if "stream" in options else "None"
+    key = f"({', '.join(keys + keyed_options)}{',' if keys or keyed_options else ''})"
+    values = f"({', '.join(names)}{',' if names else ''})"
     src = (f"def binder({', '.join(sig)}):\n"
-           f"    key = ({', '.join(keys)}{',' if keys else ''} {key_options})\n"
-           f"    return key, ({', '.join(names)}{',' if names else ''}), {{{code_options}}}\n")
+           f"    return {key}, {values}, {stream}\n"
+           # kernel[grid]: the whole cached launch in one frame; a miss or a grid callable
+           # goes through JITFunction.run's slow path.
+           f"def bind_grid(grid):\n"
+           f"    def {jitfn.__name__}({', '.join(sig)}):\n"
+           f"        key, values = {key}, {values}\n"
+           f"        kernel = cache_get(key)\n"
+           f"        if kernel is None or callable(grid):\n"
+           f"            return slow_launch(grid, key, values, {stream})\n"
+           f"        kernel.launch(grid3(grid), kernel.runtime_args(values), {stream})\n"
+           f"        return kernel\n"
+           f"    return {jitfn.__name__}\n")
+    namespace.update(cache_get=jitfn.cache.get, slow_launch=jitfn.slow_launch, grid3=grid3)
     exec(compile(src, f"<kiln binder for {jitfn.__name__}>", "exec"), namespace)
-    return namespace["binder"]
+    binder = namespace["binder"]
+
+    def launch_options(key, values) -> dict:
+        """The options of a call that `binder` returned (key, values) for; None for unset ones."""
+        out = dict(zip(keyed_options, key[len(key) - len(keyed_options):]))
+        out.update((o, values[i]) for o, i in shared.items())
+        return out
+
+    binder.options = launch_options
+    binder.bind_grid = _qualnamed(namespace["bind_grid"], jitfn.__name__)
+    return binder
+
+
+def _qualnamed(factory, name: str):
+    """`factory` with its inner function qualified as `name`: a wrong call's TypeError
+    then reads "name() missing 1 required positional argument", as for the kernel."""
+    code = factory.__code__
+    if hasattr(code, "co_qualname"):  # Python 3.11+; 3.10 prints the plain name
+        consts = tuple(c.replace(co_qualname=name) if isinstance(c, types.CodeType) and c.co_name == name else c
+                       for c in code.co_consts)
+        factory.__code__ = code.replace(co_consts=consts)
+    return factory
+
+
+def grid3(grid) -> tuple:
+    """A launch grid as (x, y, z)."""
+    if type(grid) is tuple and len(grid) == 1:
+        return (int(grid[0]), 1, 1)
+    grid = tuple(int(g) for g in (grid if isinstance(grid, (tuple, list)) else (grid,)))
+    if not 1 <= len(grid) <= 3:
+        raise ValueError(f"the grid must have 1 to 3 dimensions, got {grid}")
+    return grid + (1,) * (3 - len(grid))

@@ -12,6 +12,11 @@ DEFAULT_NUM_STAGES = 3
 
 _TRUE = ("1", "true", "yes", "on")
 _environ = os.environ
+# os.environ keeps the variables in `_data` with encoded names and values; assigning through
+# os.environ (monkeypatch.setenv, too) updates it.
+_RAW_ENVIRON = os.environ._data
+_INTERPRET_KEYS = tuple(os.environ.encodekey(k) for k in ("KILN_INTERPRET", "TRITON_INTERPRET"))
+_TRUE_RAW = tuple(os.environ.encodevalue(v) for v in _TRUE)
 
 
 def _flag(name: str) -> bool:
@@ -22,10 +27,13 @@ def _flag(name: str) -> bool:
 def interpret() -> bool:
     """KILN_INTERPRET=1: run kernels in the NumPy interpreter instead of on a GPU.
 
-    Read on every launch (tests switch it), so it is kept to two dictionary lookups.
+    Read on every launch (tests switch it), so it looks in os.environ's own dictionary:
+    `os.environ.get` encodes the name and raises KeyError inside for a missing variable,
+    which costs a microsecond or two of every launch.
     """
-    value = _environ.get("KILN_INTERPRET") or _environ.get("TRITON_INTERPRET")
-    return value is not None and value.strip().lower() in _TRUE
+    raw = _RAW_ENVIRON.get
+    value = raw(_INTERPRET_KEYS[0]) or raw(_INTERPRET_KEYS[1])
+    return value is not None and value.strip().lower() in _TRUE_RAW
 
 
 def debug() -> bool:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from kiln.language.core import constexpr
 
 from . import config
-from .binder import make_binder
+from .binder import grid3, make_binder
 from .specialize import specialize
 
 
@@ -34,10 +34,13 @@ class KernelInterface:
     """`kernel[grid](*args)` launches `kernel.run(*args, grid=grid)`."""
 
     def __getitem__(self, grid):
-        return lambda *args, **kwargs: self.run(*args, grid=grid, **kwargs)
+        return functools.partial(self.run, grid=grid)
 
 
 class JITFunction(KernelInterface):
+    def __getitem__(self, grid):
+        return self.binder.bind_grid(grid)
+
     def __init__(self, fn, do_not_specialize=(), debug=None, noinline=False, repr=None, launch_metadata=None,
                  prewarm=()):
         self.fn = fn
@@ -103,25 +106,33 @@ class JITFunction(KernelInterface):
 
     def run(self, *args, grid, warmup=False, **kwargs):
         try:
-            key, values, options = self.binder(*args, **kwargs)
+            key, values, stream = self.binder(*args, **kwargs)
         except TypeError as e:
             raise TypeError(f"{self.__name__}: {e}") from None
-        kernel = self.cache.get(key)
-        if kernel is None:
-            kernel = self.cache[key] = self._compile(values, options)
         if warmup:
-            return kernel
+            return self._cached_or_compiled(key, values)
+        return self.slow_launch(grid, key, values, stream)
+
+    def slow_launch(self, grid, key, values, stream):
+        """A launch that may compile first or call a grid function."""
+        kernel = self._cached_or_compiled(key, values)
         if callable(grid):
             meta = dict(zip(self.arg_names, values))
-            meta.update((k, v) for k, v in options.items() if v is not None and k not in meta)
+            meta.update((k, v) for k, v in self.binder.options(key, values).items() if v is not None and k not in meta)
             grid = grid(meta)
-        kernel.launch(_grid3(grid), kernel.runtime_args(values), options["stream"])
+        kernel.launch(grid3(grid), kernel.runtime_args(values), stream)
+        return kernel
+
+    def _cached_or_compiled(self, key, values):
+        kernel = self.cache.get(key)
+        if kernel is None:
+            kernel = self.cache[key] = self._compile(values, self.binder.options(key, values))
         return kernel
 
     def _compile(self, values, options):
         """The slow path of a first call: specialize, build IR (or reuse an equal specialization)."""
         bound = dict(zip(self.arg_names, values))
-        options = {k: v for k, v in options.items() if v is not None and k != "stream"}
+        options = {k: v for k, v in options.items() if v is not None}
         key, params, runtime_names = specialize(self, bound, options)
         kernel = self._by_specialization.get(key)
         if kernel is None:
@@ -144,15 +155,6 @@ class JITFunction(KernelInterface):
             if cuda_driver.is_available():
                 kernel._init_handles()
         return kernel
-
-
-def _grid3(grid):
-    if type(grid) is tuple and len(grid) == 1:
-        return (int(grid[0]), 1, 1)
-    grid = tuple(int(g) for g in (grid if isinstance(grid, (tuple, list)) else (grid,)))
-    if not 1 <= len(grid) <= 3:
-        raise ValueError(f"the grid must have 1 to 3 dimensions, got {grid}")
-    return grid + (1,) * (3 - len(grid))
 
 
 def _is_constexpr_annotation(annotation, fn) -> bool:

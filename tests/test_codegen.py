@@ -130,7 +130,7 @@ def test_num_warps(num_warps):
 def test_maxnreg_caps_registers():
     free = compiled("layer_norm", num_warps=8)
     capped = compiled("layer_norm", num_warps=8, maxnreg=24)
-    assert ".maxnreg" not in free.ptx and ".maxnreg 24" in capped.ptx
+    assert capped.ptx.count(".maxnreg") == 1 and ".maxnreg 24" in capped.ptx  # no occupancy cap beside it
     assert capped.metadata["n_regs"] <= 24 < free.metadata["n_regs"]
 
 

@@ -56,7 +56,9 @@ def test_through_a_daemon(node, monkeypatch):
         server.stop(0)
 
 
-def test_daemon_of_another_version_fills_our_cache_under_our_key(node, monkeypatch, tmp_path):
+def test_daemon_of_another_build_is_not_used(node, monkeypatch, tmp_path):
+    """Its binaries are another code generator's: used or cached under this build's key,
+    they would outlive the upgrade that fixed them."""
     path = os.path.join(tempfile.mkdtemp(prefix="kv-", dir="/tmp"), "d.sock")
     server, _ = create_server(f"unix:{path}", "kiln.daemon.fake:compile", workers=1, cache=Cache(tmp_path / "theirs"))
     server.service.identity = {**server.service.identity, "kiln": "0.0.1"}
@@ -64,9 +66,10 @@ def test_daemon_of_another_version_fills_our_cache_under_our_key(node, monkeypat
     monkeypatch.setenv("KILN_DAEMON", f"unix:{path}")
     try:
         with pytest.warns(RuntimeWarning, match="another kiln build"):
-            first = tiers.cached_compile(kernel("older"), "sm_90a", {}, compile_fn=_must_not_run)
-        assert first.source == "daemon"
-        assert tiers.cached_compile(kernel("older"), "sm_90a", {}, compile_fn=_must_not_run).source == "cache"
+            first = tiers.cached_compile(kernel("older"), "sm_90a", {}, compile_fn=fake.compile)
+        assert first.source == "local"
+        again = tiers.cached_compile(kernel("older"), "sm_90a", {}, compile_fn=_must_not_run)
+        assert again.source == "cache" and again.cubin == first.cubin
     finally:
         server.stop(0)
 

@@ -1,0 +1,74 @@
+"""A register cap that lets more CTAs share an SM, for kernels without tensor-core work.
+
+ptxas (as nvJitLink 13 carries it) spends registers on instruction-level parallelism: the
+layer norm of bench/kernels.py gets 47 registers per thread where Triton's bundled ptxas
+12.8 gives 32, so 5 CTAs of 256 threads fit on an H200 SM instead of 8. A memory-bound
+kernel hides latency with resident warps, and on the H200 capping that kernel to reach
+more CTAs per SM gained 3-8% (bench/occupancy_probe.py). So after the first link, a kernel
+with no `dot` is relinked with the smallest cap that raises its CTAs per SM and does not
+spill; kernels with `dot` keep ptxas's choice, and so does any kernel given `maxnreg`.
+"""
+from __future__ import annotations
+
+import re
+
+REGISTERS_PER_SM = 65536
+ALLOCATION_UNIT = 8  # registers per thread are granted in steps of 8 (256 per warp)
+MIN_CAP = 24  # below this ptxas spills nearly anything
+
+# capability -> (resident warps, resident CTAs, shared memory bytes) per SM, as the CUDA
+# programming guide's table of compute capabilities gives them.
+_SM_LIMITS = {
+    80: (64, 32, 164 * 1024), 86: (48, 16, 100 * 1024), 87: (48, 16, 164 * 1024), 89: (48, 24, 100 * 1024),
+    90: (64, 32, 228 * 1024), 100: (64, 32, 228 * 1024), 101: (48, 24, 228 * 1024), 103: (64, 32, 228 * 1024),
+    120: (48, 24, 100 * 1024), 121: (48, 24, 100 * 1024),
+}
+_RESERVED_SHARED_PER_CTA = 1024  # the driver's own shared memory per CTA (sm_80 and newer)
+
+
+def ctas_per_sm(registers: int, threads: int, shared: int, capability: int) -> int:
+    """How many CTAs of this kernel an SM holds at once (registers, warps, CTAs, shared memory)."""
+    max_warps, max_ctas, max_shared = _SM_LIMITS[capability]
+    warps = -(-threads // 32)
+    per_thread = -(-max(registers, 1) // ALLOCATION_UNIT) * ALLOCATION_UNIT
+    by_registers = REGISTERS_PER_SM // (per_thread * 32 * warps)
+    by_shared = max_shared // (shared + _RESERVED_SHARED_PER_CTA)
+    return min(by_registers, max_warps // warps, max_ctas, by_shared)
+
+
+def tighter_caps(registers: int, threads: int, shared: int, capability: int) -> list[int]:
+    """The register caps, fewest registers first, that each hold more CTAs per SM than
+    `registers` does; empty when registers are not what limits the kernel."""
+    now = ctas_per_sm(registers, threads, shared, capability)
+    warps = -(-threads // 32)
+    caps = set()
+    for ctas in range(now + 1, 1 + ctas_per_sm(MIN_CAP, threads, shared, capability)):
+        cap = REGISTERS_PER_SM // (ctas * 32 * warps) // ALLOCATION_UNIT * ALLOCATION_UNIT
+        if MIN_CAP <= cap < registers:
+            caps.add(cap)
+    return sorted(caps)
+
+
+def with_register_cap(ptx: str, cap: int) -> str:
+    """`ptx` with `.maxnreg cap` on its kernel entry (the PTX form of Triton's `maxnreg`)."""
+    text, count = re.subn(r"^(\.maxntid [^\n]*)$", rf"\1\n.maxnreg {cap}", ptx, count=1, flags=re.M)
+    if count != 1:
+        raise ValueError("the PTX has no .maxntid directive to put a register cap beside")
+    return text
+
+
+def best_capped_link(link, caps: list[int]):
+    """The link of the fewest-register cap among `caps` (ascending) that does not spill, or None.
+
+    `link(cap)` -> (result, spilled bytes). Spilling grows as the cap shrinks, so the
+    search halves the list: about log2(len(caps)) + 1 links.
+    """
+    best, lo, hi = None, 0, len(caps) - 1
+    while lo <= hi:
+        mid = (lo + hi) // 2
+        result, spilled = link(caps[mid])
+        if spilled:
+            lo = mid + 1
+        else:
+            best, hi = result, mid - 1
+    return best

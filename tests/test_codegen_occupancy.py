@@ -1,0 +1,64 @@
+"""The occupancy register cap: CTAs per SM, the caps worth trying, and where compile applies it."""
+import pathlib
+
+import pytest
+
+from kiln.codegen import compile, occupancy
+from kiln.ir import parse_function
+
+CORPUS = pathlib.Path(__file__).parent / "codegen_corpus"
+
+
+def kernel(name):
+    return parse_function((CORPUS / f"{name}.kir").read_text())
+
+
+@pytest.mark.parametrize("regs, threads, shared, capability, ctas", [
+    (47, 256, 0, 90, 5),      # 48 registers x 256 threads: 12288 of 65536
+    (32, 256, 0, 90, 8),      # full: 64 warps
+    (31, 256, 0, 90, 8),      # granted in steps of 8: as 32
+    (33, 128, 0, 90, 12),     # 40 x 128 = 5120 -> 12; 16 by warps
+    (16, 32, 0, 90, 32),      # the CTA limit
+    (16, 256, 0, 86, 6),      # 48 warps on sm_86
+    (32, 128, 60 * 1024, 90, 3),  # shared memory: 228 KB / 61 KB
+])
+def test_ctas_per_sm(regs, threads, shared, capability, ctas):
+    assert occupancy.ctas_per_sm(regs, threads, shared, capability) == ctas
+
+
+def test_tighter_caps_are_the_steps_to_more_ctas():
+    assert occupancy.tighter_caps(47, 256, 0, 90) == [32, 40]            # 8 and 6 CTAs (7 needs 32 too)
+    assert occupancy.tighter_caps(80, 256, 0, 90) == [32, 40, 48, 64]
+    assert occupancy.tighter_caps(32, 256, 0, 90) == []                  # already at 64 warps
+    assert occupancy.tighter_caps(40, 128, 100 * 1024, 90) == []         # shared memory is what limits it
+
+
+def test_register_cap_goes_beside_maxntid():
+    ptx = ".visible .entry k(\n.param .u64 p\n)\n.maxntid 256, 1, 1\n{\nret;\n}\n"
+    assert ".maxntid 256, 1, 1\n.maxnreg 40\n{" in occupancy.with_register_cap(ptx, 40)
+    with pytest.raises(ValueError, match="maxntid"):
+        occupancy.with_register_cap(".entry k()\n{\nret;\n}\n", 40)
+
+
+@pytest.mark.parametrize("spills_below, expected", [(0, 32), (40, 40), (48, 48), (64, 64), (65, None)])
+def test_search_keeps_the_fewest_registers_that_do_not_spill(spills_below, expected):
+    tried = []
+
+    def link(cap):
+        tried.append(cap)
+        return cap, (cap < spills_below)
+    assert occupancy.best_capped_link(link, [32, 40, 48, 64]) == expected
+    assert len(tried) <= 3
+
+
+def test_memory_bound_kernel_is_capped_for_occupancy():
+    free = compile(kernel("layer_norm"), "sm_90a", {"num_warps": 8, "maxnreg": 255})
+    auto = compile(kernel("layer_norm"), "sm_90a", {"num_warps": 8})
+    before = occupancy.ctas_per_sm(free.n_regs, 256, free.shared, 90)
+    after = occupancy.ctas_per_sm(auto.n_regs, 256, auto.shared, 90)
+    assert before < 8 and ".maxnreg" in auto.ptx  # ptxas takes more than 32 registers when free
+    assert after > before and auto.n_spills == 0
+
+
+def test_dot_kernels_keep_the_assemblers_choice():
+    assert ".maxnreg" not in compile(kernel("dot_f16"), "sm_90a", {"num_warps": 4}).ptx
