@@ -4,7 +4,8 @@
 
 Writes DIR/<date>-<gpu>.json, a markdown table next to it and a PNG plot, and prints the
 table. Bandwidth figures count bytes read plus bytes written; every timing is the median
-of one `do_bench` (Triton's: CUDA events, L2 flushed before each run), the same for all three.
+of `do_bench` (Triton's: CUDA events, L2 flushed before each run), the same for all three,
+and each size reports the median over rounds in which the three take turns.
 """
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import datetime
 import importlib.util
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -44,6 +46,19 @@ def bench(fn):
     return triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
 
 
+ROUNDS = 3  # --rounds
+
+
+def interleaved(fns: dict) -> dict:
+    """Median ms of each callable over ROUNDS rounds in which they take turns, so that
+    drift in the machine (clocks, temperature) falls on all of them alike."""
+    times = {name: [] for name in fns}
+    for _ in range(ROUNDS):
+        for name, fn in fns.items():
+            times[name].append(bench(fn))
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
 def gbps(nbytes, ms):
     return nbytes / (ms * 1e-3) / 1e9
 
@@ -53,14 +68,14 @@ def vector_add(libs, sizes):
     for n in sizes:
         x, y = torch.rand(n, device="cuda"), torch.rand(n, device="cuda")
         out = torch.empty_like(x)
-        row = {"size": n}
+        grid = (triton_cdiv(n, 1024),)
+        fns = {}
         for name, k in libs.items():
-            grid = (triton_cdiv(n, 1024),)
-            k.add_kernel[grid](x, y, out, n, BLOCK=1024)
+            fns[name] = lambda k=k: k.add_kernel[grid](x, y, out, n, BLOCK=1024)
+            fns[name]()
             torch.testing.assert_close(out, x + y)
-            row[name] = gbps(3 * 4 * n, bench(lambda: k.add_kernel[grid](x, y, out, n, BLOCK=1024)))
-        row["torch"] = gbps(3 * 4 * n, bench(lambda: torch.add(x, y, out=out)))
-        rows.append(row)
+        fns["torch"] = lambda: torch.add(x, y, out=out)
+        rows.append({"size": n, **{name: gbps(3 * 4 * n, ms) for name, ms in interleaved(fns).items()}})
     return rows
 
 
@@ -71,15 +86,16 @@ def softmax(libs, cols_list, rows_n=4096):
         out = torch.empty_like(x)
         block = next_pow2(n)
         warps = 4 if block <= 1024 else 8 if block <= 4096 else 16
-        row = {"size": n}
+        fns, regs = {}, {}
         for name, k in libs.items():
             def go(k=k):
-                k.softmax_kernel[(rows_n,)](out, x, x.stride(0), out.stride(0), n, BLOCK=block, num_warps=warps)
-            go()
+                return k.softmax_kernel[(rows_n,)](out, x, x.stride(0), out.stride(0), n, BLOCK=block, num_warps=warps)
+            regs[name] = go().n_regs
             torch.testing.assert_close(out, torch.softmax(x, 1), rtol=1e-5, atol=1e-6)
-            row[name] = gbps(2 * 4 * x.numel(), bench(go))
-        row["torch"] = gbps(2 * 4 * x.numel(), bench(lambda: torch.softmax(x, 1)))
-        rows.append(row)
+            fns[name] = go
+        fns["torch"] = lambda: torch.softmax(x, 1)
+        rows.append({"size": n, **{name: gbps(2 * 4 * x.numel(), ms) for name, ms in interleaved(fns).items()},
+                     "regs": regs})
     return rows
 
 
@@ -94,17 +110,18 @@ def layer_norm(libs, cols_list, rows_n=4096):
         rstd = torch.empty(rows_n, device="cuda")
         block = min(65536 // 2, next_pow2(n))
         warps = min(max(block // 256, 1), 8)
-        row = {"size": n}
+        fns, regs = {}, {}
         for name, k in libs.items():
             def go(k=k):
-                k.layer_norm_kernel[(rows_n,)](x, y, w, b, mean, rstd, x.stride(0), n, 1e-5, BLOCK=block,
-                                               num_warps=warps)
-            go()
+                return k.layer_norm_kernel[(rows_n,)](x, y, w, b, mean, rstd, x.stride(0), n, 1e-5, BLOCK=block,
+                                                      num_warps=warps)
+            regs[name] = go().n_regs
             ref = torch.nn.functional.layer_norm(x, (n,), w, b, 1e-5)
             torch.testing.assert_close(y, ref, rtol=1e-2, atol=1e-2)
-            row[name] = gbps(2 * 2 * x.numel(), bench(go))
-        row["torch"] = gbps(2 * 2 * x.numel(), bench(lambda: torch.nn.functional.layer_norm(x, (n,), w, b, 1e-5)))
-        rows.append(row)
+            fns[name] = go
+        fns["torch"] = lambda: torch.nn.functional.layer_norm(x, (n,), w, b, 1e-5)
+        rows.append({"size": n, **{name: gbps(2 * 2 * x.numel(), ms) for name, ms in interleaved(fns).items()},
+                     "regs": regs})
     return rows
 
 
@@ -114,18 +131,18 @@ def matmul(libs, sizes):
         a = torch.randn(s, s, device="cuda", dtype=torch.float16)
         b = torch.randn(s, s, device="cuda", dtype=torch.float16)
         c = torch.empty(s, s, device="cuda", dtype=torch.float16)
-        row = {"size": s}
         cfg = dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, num_warps=8, num_stages=3)
         grid = (triton_cdiv(s, 128) * triton_cdiv(s, 128),)
+        fns = {}
         for name, k in libs.items():
             def go(k=k):
                 k.matmul_kernel[grid](a, b, c, s, s, s, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
                                       c.stride(0), c.stride(1), **cfg)
             go()
             torch.testing.assert_close(c.float(), (a.float() @ b.float()), rtol=3e-2, atol=0.5)
-            row[name] = 2 * s ** 3 / (bench(go) * 1e-3) / 1e12
-        row["torch"] = 2 * s ** 3 / (bench(lambda: torch.matmul(a, b, out=c)) * 1e-3) / 1e12
-        rows.append(row)
+            fns[name] = go
+        fns["torch"] = lambda: torch.matmul(a, b, out=c)
+        rows.append({"size": s, **{name: 2 * s ** 3 / (ms * 1e-3) / 1e12 for name, ms in interleaved(fns).items()}})
     return rows
 
 
@@ -217,11 +234,13 @@ def next_pow2(n):
 
 
 def ratio_table(title, unit, rows, higher_is_better=True):
-    lines = [f"### {title}", "", f"| size | kiln {unit} | Triton {unit} | PyTorch {unit} | kiln / Triton |",
-             "|---:|---:|---:|---:|---:|"]
+    regs = all("regs" in r for r in rows)
+    lines = [f"### {title}", "", f"| size | kiln {unit} | Triton {unit} | PyTorch {unit} | kiln / Triton |"
+             + (" registers kiln / Triton |" if regs else ""), "|---:|---:|---:|---:|---:|" + ("---:|" if regs else "")]
     for r in rows:
         ratio = r["kiln"] / r["triton"] if higher_is_better else r["triton"] / r["kiln"]
-        lines.append(f"| {r['size']} | {r['kiln']:.0f} | {r['triton']:.0f} | {r['torch']:.0f} | {ratio:.2f} |")
+        lines.append(f"| {r['size']} | {r['kiln']:.0f} | {r['triton']:.0f} | {r['torch']:.0f} | {ratio:.2f} |"
+                     + (f" {r['regs']['kiln']} / {r['regs']['triton']} |" if regs else ""))
     return "\n".join(lines) + "\n"
 
 
@@ -249,9 +268,12 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", help="fewer sizes")
     parser.add_argument("--out", default=os.path.join(HERE, "results"))
+    parser.add_argument("--rounds", type=int, default=3, help="turns each library takes per size (median)")
     parser.add_argument("--only", nargs="*", help="run only these sections (vector_add softmax layer_norm "
                                                    "matmul launch first_call); writes no files")
     args = parser.parse_args()
+    global ROUNDS
+    ROUNDS = args.rounds
     os.makedirs(args.out, exist_ok=True)
 
     kiln_k, triton_k = load_kernels("kiln"), load_kernels("triton")

@@ -15,7 +15,8 @@ from .pipeline import PassContext, run_passes
 from .target import parse_target
 
 DEFAULT_OPTIONS = {"num_warps": 4, "num_stages": 3}
-OPTIONAL_OPTIONS = ("maxnreg",)  # absent unless asked for: no default value enters the compile key
+# absent unless asked for: no default value enters the compile key (enable_fp_fusion: 0 turns it off)
+OPTIONAL_OPTIONS = ("maxnreg", "enable_fp_fusion")
 
 
 class CompileError(RuntimeError):
@@ -67,6 +68,8 @@ def _options(options: dict | None) -> dict:
         raise CompileError(f"num_warps must be a power of two from 1 to 32, not {nw}")
     if "maxnreg" in opts and not 16 <= opts["maxnreg"] <= 255:
         raise CompileError(f"maxnreg must be from 16 to 255 registers, not {opts['maxnreg']}")
+    if opts.get("enable_fp_fusion", 1) not in (0, 1):
+        raise CompileError(f"enable_fp_fusion must be 0 or 1, not {opts['enable_fp_fusion']}")
     return opts
 
 
@@ -74,7 +77,8 @@ def lower_to_llvm(fn, tgt, opts: dict, check: bool = False, portable: bool = Fal
     """Passes and lowering: (optimized block IR text, LLVM IR text, arg layout, shared bytes)."""
     verify(fn)
     work = parse_function(print_function(fn))  # a private copy for the passes to rewrite
-    ctx = PassContext(tgt, opts["num_warps"], opts["num_stages"], maxnreg=opts.get("maxnreg"), portable=portable)
+    ctx = PassContext(tgt, opts["num_warps"], opts["num_stages"], maxnreg=opts.get("maxnreg"),
+                      fp_fusion=bool(opts.get("enable_fp_fusion", 1)), portable=portable)
     run_passes(work, ctx, check=check)
     kir = print_function(work)
     try:

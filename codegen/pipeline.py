@@ -32,6 +32,7 @@ class PassContext:
     num_warps: int = 4
     num_stages: int = 3
     maxnreg: int | None = None  # a register cap per thread (Triton's Config(maxnreg=...))
+    fp_fusion: bool = True  # a*b+c may become one fma (Triton's enable_fp_fusion)
     function: object = None  # the block IR being compiled
     portable: bool = False  # no inline PTX: the LLVM IR can also run on a CPU (kiln.codegen.emulate)
     axis: object = None

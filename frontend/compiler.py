@@ -11,12 +11,14 @@ from .ast_to_ir import build_kernel
 from .errors import OutOfResources
 
 # The launch options that change the generated code; the rest only affect the launch.
-CODEGEN_OPTIONS = ("num_warps", "num_stages", "maxnreg")
+CODEGEN_OPTIONS = ("num_warps", "num_stages", "maxnreg", "enable_fp_fusion")
 
 
 def codegen_options(options: dict) -> dict:
     out = {"num_warps": config.DEFAULT_NUM_WARPS, "num_stages": config.DEFAULT_NUM_STAGES}
     out.update({k: int(v) for k, v in options.items() if k in CODEGEN_OPTIONS and v is not None})
+    if out.get("enable_fp_fusion") == 1:
+        del out["enable_fp_fusion"]  # the default: one compile key whether or not it was said
     return out
 
 

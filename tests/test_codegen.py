@@ -221,3 +221,32 @@ def test_mma_operands_come_from_ldmatrix():
 def test_tensor_core_accumulator_is_stored_coalesced():
     ptx = compiled("dot_f16").ptx  # converted from the mma layout before the store
     assert ptx.count("st.global.v4.b32") == 2 and "st.global.v2" not in ptx
+
+
+def test_fp_fusion_is_on_by_default_and_can_be_turned_off():
+    fused = compiled("layer_norm", num_warps=8).ptx
+    exact = compiled("layer_norm", num_warps=8, enable_fp_fusion=0).ptx
+    assert "fma.rn.f32" in fused
+    # without fusion every float op is rounded on its own: `.rn` keeps ptxas from fusing them
+    assert "fma.rn.f32" not in exact and "mul.rn.f32" in exact and "add.rn.f32" in exact
+    with pytest.raises(CompileError, match="enable_fp_fusion"):
+        compile(kernel("vector_add"), "sm_80", {"enable_fp_fusion": 2})
+
+
+def test_enable_fp_fusion_reaches_codegen_from_a_launch():
+    import numpy as np
+
+    import kiln
+    import kiln.language as tl
+
+    @kiln.jit
+    def axpy(x_ptr, y_ptr, a, BLOCK: tl.constexpr):
+        offs = tl.arange(0, BLOCK)
+        tl.store(y_ptr + offs, a * tl.load(x_ptr + offs) + tl.load(y_ptr + offs))
+
+    x = np.zeros(64, np.float32)
+    fused = axpy.warmup(x, x, 2.0, BLOCK=64, target="sm_80").asm["ptx"]
+    again = axpy.warmup(x, x, 2.0, BLOCK=64, target="sm_80", enable_fp_fusion=True)
+    exact = axpy.warmup(x, x, 2.0, BLOCK=64, target="sm_80", enable_fp_fusion=False).asm["ptx"]
+    assert "fma.rn.f32" in fused and "fma.rn.f32" not in exact
+    assert again.binary_inputs()[1] == axpy.warmup(x, x, 2.0, BLOCK=64).binary_inputs()[1]  # one compile key

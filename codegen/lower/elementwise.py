@@ -89,10 +89,15 @@ def _llvm_float(name):
 
 
 def _arith(int_op, float_op, uint_op=None):
+    # fadd/fsub/fmul may fuse into fma (Triton's enable_fp_fusion, on by default); LLVM
+    # fuses only pairs that both carry `contract`.
+    contractible = float_op in ("fadd", "fsub", "fmul")
+
     def fn(lw, op, a, b):
         s = _s(op)
         if s.is_floating():
-            return getattr(lw.b, float_op)(a, b)
+            flags = ("contract",) if contractible and lw.ctx.fp_fusion else ()
+            return getattr(lw.b, float_op)(a, b, flags=flags)
         if uint_op and not _signed(s):
             return getattr(lw.b, uint_op)(a, b)
         return getattr(lw.b, int_op)(a, b)
