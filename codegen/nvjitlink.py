@@ -35,13 +35,23 @@ def _log(nvj, handle, kind: str) -> str:
     return buf.rstrip(b"\0").decode(errors="replace")
 
 
-_REGS = re.compile(r"Used (\d+) registers")
+# ptxas words its report two ways, depending on the nvJitLink build:
+#   "ptxas info    : Used 48 registers, used 1 barriers, 4 bytes spill stores, 4 bytes spill loads"
+#   "info    : used 48 registers, used 1 barriers, 0 stack, 1024 bytes smem, ..., 0 bytes lmem"
+# (the second reports local memory, where spills go, instead of the spills themselves).
+_REGS = re.compile(r"\b[Uu]sed (\d+) registers")
 _SPILLS = re.compile(r"(\d+) bytes spill stores, (\d+) bytes spill loads")
+_LOCAL = re.compile(r"(\d+) bytes lmem")
 
 
 def resource_usage(info_log: str) -> tuple[int, int]:
-    """(registers, spilled bytes) as ptxas reports them in the info log."""
+    """(registers, spilled bytes) as ptxas reports them in the info log; a report without
+    its register count raises, since a kernel cannot use none."""
     regs = _REGS.search(info_log)
+    if regs is None:
+        raise PTXAssembleError(f"nvJitLink's info log has no register count:\n{info_log}")
     spills = _SPILLS.search(info_log)
-    n_spills = int(spills.group(1)) + int(spills.group(2)) if spills else 0
-    return (int(regs.group(1)) if regs else 0), n_spills
+    if spills:
+        return int(regs.group(1)), int(spills.group(1)) + int(spills.group(2))
+    local = _LOCAL.search(info_log)
+    return int(regs.group(1)), int(local.group(1)) if local else 0

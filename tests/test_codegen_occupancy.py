@@ -62,3 +62,22 @@ def test_memory_bound_kernel_is_capped_for_occupancy():
 
 def test_dot_kernels_keep_the_assemblers_choice():
     assert ".maxnreg" not in compile(kernel("dot_f16"), "sm_90a", {"num_warps": 4}).ptx
+
+
+@pytest.mark.parametrize("log, usage", [
+    ("ptxas info    : Compiling entry function 'k' for 'sm_90a'\nptxas info    : Function properties for k\n"
+     "    8 bytes stack frame, 4 bytes spill stores, 4 bytes spill loads\n"
+     "ptxas info    : Used 40 registers, used 1 barriers, 8 bytes cumulative stack size", (40, 8)),
+    ("info    : 0 bytes gmem\ninfo    : Function properties for 'layer_norm_kernel':\n"
+     "info    : used 48 registers, used 1 barriers, 0 stack, 1024 bytes smem, 588 bytes cmem[0], 0 bytes lmem\n",
+     (48, 0)),
+    ("info    : used 32 registers, used 1 barriers, 16 stack, 0 bytes smem, 588 bytes cmem[0], 16 bytes lmem\n",
+     (32, 16)),
+])
+def test_both_wordings_of_the_ptxas_report(log, usage):
+    """nvJitLink 13.5 prints ptxas's `Used N registers`; the 13.0 on the H200 machine prints
+    `used N registers ... N bytes lmem`. Missing the count once left kernels uncapped there."""
+    from kiln.codegen import nvjitlink
+    assert nvjitlink.resource_usage(log) == usage
+    with pytest.raises(nvjitlink.PTXAssembleError, match="register count"):
+        nvjitlink.resource_usage("info    : 0 bytes gmem\n")
