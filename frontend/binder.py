@@ -86,42 +86,44 @@ def make_binder(jitfn):
     keyed_options = [o for o in options if o != "stream"]
     # A launch option that is also a parameter (a kernel's `num_stages: tl.constexpr`) is both.
     shared = {o: names.index(o) for o in config.LAUNCH_OPTIONS if o in params and o != "stream"}
-    namespace = {"spec_key": spec_key, "spec_key_unspecialized": spec_key_unspecialized,
-                 "constexpr_key": constexpr_key}
+    # Every name of the generated code other than the kernel's parameters starts with
+    # `_kiln_`, so that a parameter called `grid` or `key` shadows nothing.
+    namespace = {"_kiln_spec_key": spec_key, "_kiln_spec_key_unspecialized": spec_key_unspecialized,
+                 "_kiln_constexpr_key": constexpr_key, "_kiln_cache_get": jitfn.cache.get,
+                 "_kiln_slow_launch": jitfn.slow_launch, "_kiln_grid3": grid3, "_kiln_callable": callable}
     sig, keys = [], []
     for i, (name, p) in enumerate(params.items()):
         if p.default is not p.empty:
-            namespace[f"default_{i}"] = p.default
-            sig.append(f"{name}=default_{i}")
+            namespace[f"_kiln_default_{i}"] = p.default
+            sig.append(f"{name}=_kiln_default_{i}")
         else:
             sig.append(name)
         if name in jitfn.constexpr_names:
-            keys.append(f"constexpr_key({name})")
+            keys.append(f"_kiln_constexpr_key({name})")
         elif name in jitfn.do_not_specialize:
-            keys.append(f"spec_key_unspecialized({name})")
+            keys.append(f"_kiln_spec_key_unspecialized({name})")
         else:
-            keys.append(f"spec_key({name})")
+            keys.append(f"_kiln_spec_key({name})")
     sig.append("*")
     sig.extend(f"{o}=None" for o in options)
     stream = "stream" if "stream" in options else "None"
     key = f"({', '.join(keys + keyed_options)}{',' if keys or keyed_options else ''})"
     values = f"({', '.join(names)}{',' if names else ''})"
-    src = (f"def binder({', '.join(sig)}):\n"
+    src = (f"def _kiln_binder({', '.join(sig)}):\n"
            f"    return {key}, {values}, {stream}\n"
            # kernel[grid]: the whole cached launch in one frame; a miss or a grid callable
            # goes through JITFunction.run's slow path.
-           f"def bind_grid(grid):\n"
+           f"def _kiln_bind_grid(_kiln_grid):\n"
            f"    def {jitfn.__name__}({', '.join(sig)}):\n"
-           f"        key, values = {key}, {values}\n"
-           f"        kernel = cache_get(key)\n"
-           f"        if kernel is None or callable(grid):\n"
-           f"            return slow_launch(grid, key, values, {stream})\n"
-           f"        kernel.launch(grid3(grid), kernel.runtime_args(values), {stream})\n"
-           f"        return kernel\n"
+           f"        _kiln_key, _kiln_values = {key}, {values}\n"
+           f"        _kiln_kernel = _kiln_cache_get(_kiln_key)\n"
+           f"        if _kiln_kernel is None or _kiln_callable(_kiln_grid):\n"
+           f"            return _kiln_slow_launch(_kiln_grid, _kiln_key, _kiln_values, {stream})\n"
+           f"        _kiln_kernel.launch(_kiln_grid3(_kiln_grid), _kiln_kernel.runtime_args(_kiln_values), {stream})\n"
+           f"        return _kiln_kernel\n"
            f"    return {jitfn.__name__}\n")
-    namespace.update(cache_get=jitfn.cache.get, slow_launch=jitfn.slow_launch, grid3=grid3)
     exec(compile(src, f"<kiln binder for {jitfn.__name__}>", "exec"), namespace)
-    binder = namespace["binder"]
+    binder = namespace["_kiln_binder"]
 
     def launch_options(key, values) -> dict:
         """The options of a call that `binder` returned (key, values) for; None for unset ones."""
@@ -130,7 +132,7 @@ def make_binder(jitfn):
         return out
 
     binder.options = launch_options
-    binder.bind_grid = _qualnamed(namespace["bind_grid"], jitfn.__name__)
+    binder.bind_grid = _qualnamed(namespace["_kiln_bind_grid"], jitfn.__name__)
     return binder
 
 
