@@ -38,9 +38,6 @@ class KernelInterface:
 
 
 class JITFunction(KernelInterface):
-    def __getitem__(self, grid):
-        return self.binder.bind_grid(grid)
-
     def __init__(self, fn, do_not_specialize=(), debug=None, noinline=False, repr=None, launch_metadata=None,
                  prewarm=()):
         self.fn = fn
@@ -100,6 +97,10 @@ class JITFunction(KernelInterface):
         return f"JITFunction({self.fn.__module__}:{self.fn.__qualname__})"
 
     # --- compile and launch -----------------------------------------------------------
+    def __getitem__(self, grid):
+        """`kernel[grid]`: a launcher generated for this kernel's signature (kiln.binder)."""
+        return self.binder.bind_grid(grid)
+
     @functools.cached_property
     def binder(self):
         return make_binder(self)
