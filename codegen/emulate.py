@@ -111,9 +111,9 @@ def _mma(state, kind, out, regs):
         state.errors.append("mma: warp did not converge")
 
 
-def _ldmatrix(state, count, out, addr):
+def _ldmatrix(state, count, out, addr, trans=False):
     """Every lane of the warp offers a row address; lane (g, t) takes word t of row g
-    of each matrix."""
+    of each matrix (with `trans`, element g of rows 2t and 2t + 1)."""
     tid = state.local.tid
     warp, lane = tid // 32, tid % 32
     slots, bar = state.slots[warp], state.warp_barriers[warp]
@@ -122,7 +122,12 @@ def _ldmatrix(state, count, out, addr):
         slots[lane] = addr
         bar.wait()
         g, t = lane // 4, lane % 4
-        words = [ctypes.c_uint32.from_address(slots[8 * i + g] + 4 * t).value for i in range(count)]
+        if trans:
+            def half(i, row):
+                return ctypes.c_uint16.from_address(slots[8 * i + row] + 2 * g).value
+            words = [half(i, 2 * t) | half(i, 2 * t + 1) << 16 for i in range(count)]
+        else:
+            words = [ctypes.c_uint32.from_address(slots[8 * i + g] + 4 * t).value for i in range(count)]
         bar.wait()
         for i, w in enumerate(words):
             out[i] = w
@@ -216,8 +221,10 @@ def run_on_cpu(fn, grid, args, num_warps: int = 4) -> list[str]:
         sym(f"emu_mma_{kind}", None, [ctypes.POINTER(acc)] + [i32] * 6 + [acc] * 4,
             lambda out, *regs, kind=kind: _mma(state, kind, out, regs))
     for count in (2, 4):
-        sym(f"emu_ldmatrix_x{count}", None, [ctypes.POINTER(ctypes.c_uint32), ctypes.c_void_p],
-            lambda out, addr, count=count: _ldmatrix(state, count, out, addr))
+        for trans in (False, True):
+            sym(f"emu_ldmatrix{'_trans' if trans else ''}_x{count}", None,
+                [ctypes.POINTER(ctypes.c_uint32), ctypes.c_void_p],
+                lambda out, addr, count=count, trans=trans: _ldmatrix(state, count, out, addr, trans))
     sym("vprintf", i32, [ctypes.c_char_p, ctypes.c_void_p], lambda fmt, buf: state.printed.append(fmt.decode()) or 0)
     sym("__assertfail", None, [ctypes.c_char_p, ctypes.c_char_p, i32, ctypes.c_char_p, ctypes.c_int64],
         lambda msg, file, line, func, size: state.errors.append("assert: " + msg.decode()))

@@ -215,7 +215,16 @@ def test_inline_asm_is_applied_per_pack():
 
 def test_mma_operands_come_from_ldmatrix():
     ptx = compiled("dot_f16", "sm_80").ptx
-    assert "ldmatrix.sync.aligned.m8n8.x4.shared.b16" in ptx and "ldmatrix.sync.aligned.m8n8.x2.shared.b16" in ptx
+    assert "ldmatrix.sync.aligned.m8n8.x4.shared.b16" in ptx  # A
+    assert re.search(r"ldmatrix\.sync\.aligned\.m8n8\.x[24]\.trans\.shared\.b16", ptx)  # B, row-major
+    int8 = compiled("dot_i8", "sm_80").ptx  # ldmatrix transposes 16-bit elements only: B staged transposed
+    assert ".trans" not in int8 and "ldmatrix.sync.aligned.m8n8.x2.shared.b16" in int8
+
+
+def test_mma_operands_are_staged_with_vector_stores():
+    ptx = compiled("dot_f16", "sm_80").ptx
+    staging = ptx[:ptx.index("mma.sync")]  # each thread's run of a row (2 elements here) is one store
+    assert "st.shared.v2.b16" in staging and "st.shared.b16" not in staging
 
 
 def test_tensor_core_accumulator_is_stored_coalesced():

@@ -1,10 +1,12 @@
 """`dot` on tensor cores: `mma.sync.aligned.m16n8k16` for fp16/bf16 operands and
 `m16n8k32` for int8 (int32 accumulators).
 
-A is staged row-major and B transposed in shared memory (rows padded by 16 bytes so
-the fragment loads of one warp hit different banks); every k-step (32 bytes of k) each
-thread loads its A fragments (`ldmatrix.x4` per 16-row pair) and B fragments
-(`ldmatrix.x2` per 8-column tile) and issues one mma per (row pair, column tile). The accumulator layout is
+A and fp16/bf16 B are staged row-major in shared memory as they come (rows padded by 16
+bytes so the fragment loads of one warp hit different banks), so each thread stores whole
+16-byte vectors; every k-step (32 bytes of k) each thread loads its A fragments
+(`ldmatrix.x4` per 16-row pair) and B fragments (`ldmatrix.x4.trans` per two 8-column
+tiles: the transpose happens in the load) and issues one mma per (row pair, column tile).
+int8 B is transposed while staged instead, since `ldmatrix` transposes 16-bit elements only. The accumulator layout is
 `layout.mma_layout`; its docstring explains the row mapping.
 """
 from __future__ import annotations
@@ -13,9 +15,9 @@ import llvmlite.ir as ir
 
 from kiln.ir.types import float32, int32, scalar_of
 
-from ..layout import mma_layout
+from ..layout import Blocked, mma_layout
 from .elementwise import cast_value
-from .shared import flats_of, store_elements
+from .shared import elem_bytes, flats_of, store_elements
 from .types import F32, I32, VOID, GENERIC_PTR, SHARED_PTR, reg_type
 
 PAD_BYTES = 16  # padding per shared-memory row
@@ -39,17 +41,22 @@ def lower_mma(lw, op):
     half = reg_type(a.type)
     size = s_in.itemsize  # 2 for fp16/bf16, 1 for int8
     half_step = 16 // size  # elements in 16 bytes: one ldmatrix row, half a k-step
-    a_stride = b_stride = K + PAD_BYTES // size
+    a_stride = K + PAD_BYTES // size
     a_bytes = M * a_stride * size
-    base = lw.smem(a_bytes + N * b_stride * size)
+    trans_b = size == 2
+    b_stride = (N if trans_b else K) + PAD_BYTES // size
+    base = lw.smem(a_bytes + (K if trans_b else N) * b_stride * size)
 
     def padded(stride):
         return lambda idx: ((lw.b.add(lw.b.mul(idx[0], lw.i32(stride)), idx[1]),), (1,))
 
     def transposed(idx):
         return ((lw.b.add(lw.b.mul(idx[1], lw.i32(b_stride)), idx[0]),), (1,))
-    store_elements(lw, base, half, lw.regs(a), flats_of(lw, lw.layout(a), a.type.shape, padded(a_stride)))
-    store_elements(lw, base, half, lw.regs(b), flats_of(lw, lw.layout(b), b.type.shape, transposed), a_bytes)
+    _store_rows(lw, base, half, a, a_stride)
+    if trans_b:
+        _store_rows(lw, base, half, b, b_stride, a_bytes)
+    else:
+        store_elements(lw, base, half, lw.regs(b), flats_of(lw, lw.layout(b), b.type.shape, transposed), a_bytes)
     lw.barrier()
 
     # group the accumulator registers into mma tiles: (row pair, column tile) -> 4 registers
@@ -83,8 +90,9 @@ def lower_mma(lw, op):
             col = lw.b.add(upper_cols, lw.i32(k0))
             flat = lw.b.add(lw.b.mul(row, lw.i32(a_stride)), col)
             a_frag[pair] = _ldmatrix(lw, lw.smem_ptr(base, half, flat), 4)
-        b_frag = {}
-        for c in col_tiles:
+        b_frag = _b_fragments_trans(lw, base, half, a_bytes, b_stride, k0, b_cols, col_tiles, half_step) if trans_b \
+            else {}
+        for c in col_tiles if not trans_b else ():
             n = lw.b.add(lw.b.sub(b_cols[c], g), q)
             col = lw.b.add(lw.b.mul(lw.b.and_(j, lw.i32(1)), lw.i32(half_step)), lw.i32(k0))
             flat = lw.b.add(lw.b.mul(n, lw.i32(b_stride)), col)
@@ -96,17 +104,73 @@ def lower_mma(lw, op):
     lw.bind(out, [cast_value(lw, v, s_acc, s_out) for v in values], layout)
 
 
-def _ldmatrix(lw, ptr, count):
+def _store_rows(lw, base, elem_ty, value, stride, byte_offset=0):
+    """A 2-D operand into shared memory row-major with `stride` elements per row.
+
+    A thread's consecutive elements along a row go out as one vector store of up to 16
+    bytes: its run of `size_per_thread` columns starts at a multiple of the run, and the
+    row stride is a multiple of 16 bytes, so the vector is aligned. (Left to LLVM, the
+    stores split at the first element whose alignment it cannot prove.)"""
+    layout, shape = lw.layout(value), value.type.shape
+    regs, size = lw.regs(value), elem_bytes(elem_ty)
+    run = 1
+    if isinstance(layout, Blocked) and layout.order[0] == 1 and (stride * size) % 16 == 0:
+        run = min(layout.size_per_thread[1], shape[1], 16 // size)
+        run &= -run  # the largest power of two that divides it
+    offsets, indices = layout.offsets(shape), lw.indices(layout, shape)
+    i = 0
+    while i < len(regs):
+        n = run if offsets[i][1] % run == 0 and offsets[i:i + run] == [
+            (offsets[i][0], offsets[i][1] + e) for e in range(run)] else 1
+        row, col = indices[i]
+        flat = lw.b.add(lw.b.mul(row, lw.i32(stride)), col)
+        ptr = lw.smem_ptr(base, elem_ty, flat, byte_offset)
+        if n == 1:
+            lw.b.store(regs[i], ptr, align=size)
+        else:
+            vec = ir.Constant(ir.VectorType(elem_ty, n), ir.Undefined)
+            for e in range(n):
+                vec = lw.b.insert_element(vec, regs[i + e], lw.i32(e))
+            lw.b.store(vec, ptr, align=n * size)
+        i += n
+
+
+def _b_fragments_trans(lw, base, half, b_offset, b_stride, k0, b_cols, col_tiles, half_step):
+    """B fragments of k-step `k0` from row-major B ([k][n]): column tile -> 2 registers.
+
+    Matrix i of `ldmatrix.x4.trans` is rows k0 + 8 * (i % 2) .. + 7 of column tile i // 2
+    of a pair; transposed, lane (g, t) gets B[k0 + 2t, 2t + 1][n + g] (and + 8): the
+    mma's B operand."""
+    g = lw.b.udiv(lw.lane, lw.i32(4))
+    q = lw.b.and_(lw.lane, lw.i32(7))
+    j = lw.b.lshr(lw.lane, lw.i32(3))
+    k = lw.b.add(lw.b.add(lw.b.mul(lw.b.and_(j, lw.i32(1)), lw.i32(half_step)), q), lw.i32(k0))
+    second = lw.b.trunc(lw.b.lshr(j, lw.i32(1)), ir.IntType(1))
+    frags = {}
+    for i in range(0, len(col_tiles), 2):
+        pair = col_tiles[i:i + 2]
+        first_cols = [lw.b.sub(b_cols[c], g) for c in pair]  # the tile's first column
+        n = lw.b.select(second, first_cols[1], first_cols[0]) if len(pair) == 2 else first_cols[0]
+        flat = lw.b.add(lw.b.mul(k, lw.i32(b_stride)), n)
+        regs = _ldmatrix(lw, lw.smem_ptr(base, half, flat, b_offset), 2 * len(pair), trans=True)
+        for m, c in enumerate(pair):
+            frags[c] = regs[2 * m:2 * m + 2]
+    return frags
+
+
+def _ldmatrix(lw, ptr, count, trans=False):
     """`count` 8x8 b16 matrices from shared memory: word i of lane (g, t) is row g,
-    columns 2t and 2t+1 of matrix i, whose rows lanes 8i..8i+7 address."""
+    columns 2t and 2t+1 of matrix i, whose rows lanes 8i..8i+7 address (with `trans`:
+    column g, rows 2t and 2t+1)."""
+    suffix = ".trans" if trans else ""
     if lw.ctx.portable:  # the emulator gathers the rows from every lane's address
-        fn = lw.intrinsic(f"emu_ldmatrix_x{count}", VOID, [GENERIC_PTR, SHARED_PTR])
+        fn = lw.intrinsic(f"emu_ldmatrix{suffix.replace('.', '_')}_x{count}", VOID, [GENERIC_PTR, SHARED_PTR])
         buf = lw.entry.alloca(ir.ArrayType(I32, 4))
         buf.type = GENERIC_PTR
         lw.b.call(fn, [buf, ptr])
         return [lw.b.load(lw.b.gep(buf, [lw.i32(i)], source_etype=I32), typ=I32) for i in range(count)]
     outs = ", ".join(f"${i}" for i in range(count))
-    text = f"ldmatrix.sync.aligned.m8n8.x{count}.shared.b16 {{{outs}}}, [${count}];"
+    text = f"ldmatrix.sync.aligned.m8n8.x{count}{suffix}.shared.b16 {{{outs}}}, [${count}];"
     fty = ir.FunctionType(ir.LiteralStructType([I32] * count), [SHARED_PTR])
     got = lw.b.call(ir.InlineAsm(fty, text, ",".join(["=r"] * count + ["l"]), side_effect=True), [ptr])
     return [lw.b.extract_value(got, i) for i in range(count)]
