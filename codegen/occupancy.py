@@ -36,6 +36,11 @@ def ctas_per_sm(registers: int, threads: int, shared: int, capability: int) -> i
     return min(by_registers, max_warps // warps, max_ctas, by_shared)
 
 
+def max_shared_per_cta(capability: int) -> int:
+    """The most shared memory one CTA may ask for (the SM's less the driver's reserve)."""
+    return _SM_LIMITS[capability][2] - _RESERVED_SHARED_PER_CTA
+
+
 def tighter_caps(registers: int, threads: int, shared: int, capability: int) -> list[int]:
     """The register caps, fewest registers first, that each hold more CTAs per SM than
     `registers` does; empty when registers are not what limits the kernel."""

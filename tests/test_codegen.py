@@ -259,3 +259,12 @@ def test_enable_fp_fusion_reaches_codegen_from_a_launch():
     exact = axpy.warmup(x, x, 2.0, BLOCK=64, target="sm_80", enable_fp_fusion=False).asm["ptx"]
     assert "fma.rn.f32" in fused and "fma.rn.f32" not in exact
     assert again.binary_inputs()[1] == axpy.warmup(x, x, 2.0, BLOCK=64).binary_inputs()[1]  # one compile key
+
+
+def test_dot_in_a_loop_alternates_two_staging_buffers():
+    """One barrier per k-step: the next step's operands go to the other buffer."""
+    k = compiled("dot_f16", "sm_80")
+    loop = re.search(r"^\$L__BB0_(\d+):\n(.*?)bra\s+\$L__BB0_\1;", k.ptx, re.S | re.M).group(2)
+    assert loop.count("bar.sync") == 1 and "mma.sync" in loop
+    a_and_b = 2 * 32 * (32 + 8) * 2  # two fp16 32x32 operands, rows padded by 16 bytes
+    assert k.metadata["shared"] >= 2 * a_and_b

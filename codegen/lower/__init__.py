@@ -12,6 +12,7 @@ from kiln.ir.types import scalar_of
 from ..backend import DATA_LAYOUT, TRIPLE
 from . import asm, control, debug, dot, elementwise, memory, reduce, shape
 from .context import Lowering, LoweringError
+from .mma import plan_dot_buffers
 from .types import I8, reg_type
 
 LOWER: dict = {}
@@ -58,11 +59,12 @@ def lower_function(fn, ctx) -> tuple[str, list[dict], int]:
         param.name = name
         value = lw.b.icmp_unsigned("!=", param, ir.Constant(I8, 0)) if scalar_of(arg.type).is_bool() else param
         lw.bind(arg, [value])
+    plan_dot_buffers(lw, fn)
     lower_block(lw, fn.body)
     lw.b.ret_void()
     arg_layout = [{"name": n, "type": str(a.type), "llvm_type": str(p)}
                   for n, a, p in zip(fn.arg_names, fn.args, params)]
-    return str(module), arg_layout, lw.smem_bytes
+    return str(module), arg_layout, max(lw.smem_bytes, lw.reserved)
 
 
 __all__ = ["LOWER", "LoweringError", "lower_block", "lower_function"]

@@ -41,6 +41,11 @@ class Lowering:
         self.used = {v for op in ctx.function.walk() for v in op.operands} if ctx.function else set()
         self.smem_bytes = 0
         self._smem = None
+        # Shared memory is one dynamic array: the first `reserved` bytes hold the staging
+        # buffers that dots in loops keep for themselves (kiln.codegen.lower.mma), the
+        # transient uses share what follows.
+        self.reserved = 0
+        self.dot_buffers: dict = {}  # dot op -> (byte offset, bytes per buffer)
 
     # --- values ---------------------------------------------------------------------
     def bind(self, v, regs, layout=None):
@@ -167,17 +172,22 @@ class Lowering:
         return out
 
     # --- shared memory -------------------------------------------------------------
-    def smem(self, nbytes: int):
-        """The scratch area's base (shared pointer) after a barrier; at least `nbytes` big."""
+    def smem_array(self):
+        """The kernel's dynamic shared memory (byte 0)."""
         if self._smem is None:
             g = ir.GlobalVariable(self.module, ir.ArrayType(I8, 0), "kiln_smem", addrspace=3)
             g.linkage = "external"
             g.align = 16
             g.type = SHARED_PTR  # opaque, so GEPs on it take any element type
             self._smem = g
-        self.smem_bytes = max(self.smem_bytes, (nbytes + 15) // 16 * 16)
-        self.barrier()
         return self._smem
+
+    def smem(self, nbytes: int):
+        """The scratch area's base (shared pointer) after a barrier; at least `nbytes` big."""
+        g = self.smem_array()
+        self.smem_bytes = max(self.smem_bytes, self.reserved + (nbytes + 15) // 16 * 16)
+        self.barrier()
+        return self.b.gep(g, [self.i32(self.reserved)], source_etype=I8) if self.reserved else g
 
     def smem_ptr(self, base, elem_ty, index, byte_offset=0):
         p = base

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import llvmlite.ir as ir
 
+from kiln.ir.core import Operation
 from kiln.ir.types import float32, int32, scalar_of
 
 from ..layout import Blocked, mma_layout
 from .elementwise import cast_value
 from .shared import elem_bytes, flats_of, store_elements
-from .types import F32, I32, VOID, GENERIC_PTR, SHARED_PTR, reg_type
+from .types import F32, I8, I32, VOID, GENERIC_PTR, SHARED_PTR, reg_type
 
 PAD_BYTES = 16  # padding per shared-memory row
 _KIND = {"fp16": "f16", "bf16": "bf16", "int8": "s8"}
@@ -41,11 +42,8 @@ def lower_mma(lw, op):
     half = reg_type(a.type)
     size = s_in.itemsize  # 2 for fp16/bf16, 1 for int8
     half_step = 16 // size  # elements in 16 bytes: one ldmatrix row, half a k-step
-    a_stride = K + PAD_BYTES // size
-    a_bytes = M * a_stride * size
-    trans_b = size == 2
-    b_stride = (N if trans_b else K) + PAD_BYTES // size
-    base = lw.smem(a_bytes + (K if trans_b else N) * b_stride * size)
+    a_stride, b_stride, trans_b, a_bytes, staged = _staging(op)
+    base = _staging_buffer(lw, op, staged)
 
     def padded(stride):
         return lambda idx: ((lw.b.add(lw.b.mul(idx[0], lw.i32(stride)), idx[1]),), (1,))
@@ -102,6 +100,57 @@ def lower_mma(lw, op):
             for i, v in zip(regs, got):
                 values[i] = v
     lw.bind(out, [cast_value(lw, v, s_acc, s_out) for v in values], layout)
+
+
+def _staging(op):
+    """(A row stride, B row stride, B kept row-major, A bytes, A + B bytes) in shared memory."""
+    a, b = op.operands[:2]
+    (M, K), (_, N) = a.type.shape, b.type.shape
+    size = scalar_of(a.type).itemsize
+    a_stride = K + PAD_BYTES // size
+    trans_b = size == 2
+    b_stride = (N if trans_b else K) + PAD_BYTES // size
+    a_bytes = M * a_stride * size
+    return a_stride, b_stride, trans_b, a_bytes, a_bytes + (K if trans_b else N) * b_stride * size
+
+
+def plan_dot_buffers(lw, fn):
+    """Two staging buffers of its own for each tensor-core dot inside a loop, taken in
+    turns: a thread may then write the next k-step's operands while slower warps still
+    read the last ones, so the barrier before the writes goes (one barrier per k-step,
+    not two). Only where three buffers' worth still fits the GPU's shared memory, so that
+    the transient uses after them keep room."""
+    from ..occupancy import max_shared_per_cta
+    limit = max_shared_per_cta(lw.ctx.target.capability)
+    for op in fn.walk():
+        if op.name == "dot" and _in_loop(op) and len(op.results[0].type.shape) == 2 and can_use_mma(lw, op):
+            staged = (_staging(op)[-1] + 15) // 16 * 16
+            if lw.reserved + 3 * staged <= limit:
+                lw.dot_buffers[op] = (lw.reserved, staged)
+                lw.reserved += 2 * staged
+
+
+def _in_loop(op) -> bool:
+    owner = op.parent.parent  # the op (or the function) whose region holds `op`
+    while isinstance(owner, Operation):
+        if owner.name in ("for", "while"):
+            return True
+        owner = owner.parent.parent
+    return False
+
+
+def _staging_buffer(lw, op, staged):
+    """Where this dot stages its operands: its own buffer of the two, alternating per
+    execution, or the transient scratch area (after a barrier)."""
+    if op not in lw.dot_buffers:
+        return lw.smem(staged)
+    offset, size = lw.dot_buffers[op]
+    turn = lw.entry.alloca(I32)
+    lw.entry.store(lw.i32(0), turn)
+    now = lw.b.load(turn, typ=I32)
+    lw.b.store(lw.b.xor(now, lw.i32(1)), turn)
+    start = lw.b.add(lw.i32(offset), lw.b.mul(now, lw.i32(size)))
+    return lw.b.gep(lw.smem_array(), [start], source_etype=I8)
 
 
 def _store_rows(lw, base, elem_ty, value, stride, byte_offset=0):
