@@ -268,3 +268,29 @@ def test_dot_in_a_loop_alternates_two_staging_buffers():
     assert loop.count("bar.sync") == 1 and "mma.sync" in loop
     a_and_b = 2 * 32 * (32 + 8) * 2  # two fp16 32x32 operands, rows padded by 16 bytes
     assert k.metadata["shared"] >= 2 * a_and_b
+
+
+def test_double_staging_gives_way_where_shared_memory_is_short():
+    """128x128x64 fp16 tiles: two staging buffers and the epilogue fit an H100 (227 KB per
+    CTA) but not an sm_86 (99 KB), which gets one buffer and two barriers per k-step."""
+    import numpy as np
+
+    import kiln
+    import kiln.language as tl
+
+    @kiln.jit
+    def tile_matmul(a_ptr, b_ptr, c_ptr, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+        rm, rn, rk = tl.arange(0, BM), tl.arange(0, BN), tl.arange(0, BK)
+        acc = tl.zeros((BM, BN), dtype=tl.float32)
+        for k in range(0, K, BK):
+            a = tl.load(a_ptr + rm[:, None] * K + (k + rk)[None, :])
+            b = tl.load(b_ptr + (k + rk)[:, None] * BN + rn[None, :])
+            acc = tl.dot(a, b, acc)
+        tl.store(c_ptr + rm[:, None] * BN + rn[None, :], acc.to(tl.float16))
+
+    x = np.zeros((128, 128), np.float16)
+    staged = (128 * 72 + 64 * 136) * 2  # A and B, rows padded by 16 bytes
+    big = tile_matmul.warmup(x, x, x, 128, BM=128, BN=128, BK=64, num_warps=8, target="sm_90a")
+    small = tile_matmul.warmup(x, x, x, 128, BM=128, BN=128, BK=64, num_warps=8, target="sm_86")
+    assert big.binaries["sm_90a"].metadata["shared"] >= 2 * staged
+    assert small.binaries["sm_86"].metadata["shared"] < 2 * staged

@@ -12,6 +12,7 @@ from kiln.ir.types import scalar_of
 from ..backend import DATA_LAYOUT, TRIPLE
 from . import asm, control, debug, dot, elementwise, memory, reduce, shape
 from .context import Lowering, LoweringError
+from ..occupancy import max_shared_per_cta
 from .mma import plan_dot_buffers
 from .types import I8, reg_type
 
@@ -44,7 +45,18 @@ def param_type(t) -> ir.Type:
 
 
 def lower_function(fn, ctx) -> tuple[str, list[dict], int]:
-    """LLVM IR text of the kernel, its argument layout and the dynamic shared bytes it needs."""
+    """LLVM IR text of the kernel, its argument layout and the dynamic shared bytes it needs.
+
+    Dots in loops get double staging buffers (kiln.codegen.lower.mma) unless the kernel
+    then needs more shared memory than the GPU has: it is lowered again without them.
+    """
+    llir, arg_layout, shared, doubled = _lower(fn, ctx, double_buffers=True)
+    if doubled and shared > max_shared_per_cta(ctx.target.capability):
+        llir, arg_layout, shared, _ = _lower(fn, ctx, double_buffers=False)
+    return llir, arg_layout, shared
+
+
+def _lower(fn, ctx, double_buffers: bool):
     module = ir.Module(name=fn.name)
     module.triple, module.data_layout = TRIPLE, DATA_LAYOUT
     params = [param_type(a.type) for a in fn.args]
@@ -59,12 +71,13 @@ def lower_function(fn, ctx) -> tuple[str, list[dict], int]:
         param.name = name
         value = lw.b.icmp_unsigned("!=", param, ir.Constant(I8, 0)) if scalar_of(arg.type).is_bool() else param
         lw.bind(arg, [value])
-    plan_dot_buffers(lw, fn)
+    if double_buffers:
+        plan_dot_buffers(lw, fn)
     lower_block(lw, fn.body)
     lw.b.ret_void()
     arg_layout = [{"name": n, "type": str(a.type), "llvm_type": str(p)}
                   for n, a, p in zip(fn.arg_names, fn.args, params)]
-    return str(module), arg_layout, max(lw.smem_bytes, lw.reserved)
+    return str(module), arg_layout, max(lw.smem_bytes, lw.reserved), bool(lw.dot_buffers)
 
 
 __all__ = ["LOWER", "LoweringError", "lower_block", "lower_function"]

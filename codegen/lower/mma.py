@@ -118,16 +118,13 @@ def plan_dot_buffers(lw, fn):
     """Two staging buffers of its own for each tensor-core dot inside a loop, taken in
     turns: a thread may then write the next k-step's operands while slower warps still
     read the last ones, so the barrier before the writes goes (one barrier per k-step,
-    not two). Only where three buffers' worth still fits the GPU's shared memory, so that
-    the transient uses after them keep room."""
-    from ..occupancy import max_shared_per_cta
-    limit = max_shared_per_cta(lw.ctx.target.capability)
+    not two). `lower_function` lowers again without them if the kernel then needs more
+    shared memory than the GPU has."""
     for op in fn.walk():
         if op.name == "dot" and _in_loop(op) and len(op.results[0].type.shape) == 2 and can_use_mma(lw, op):
             staged = (_staging(op)[-1] + 15) // 16 * 16
-            if lw.reserved + 3 * staged <= limit:
-                lw.dot_buffers[op] = (lw.reserved, staged)
-                lw.reserved += 2 * staged
+            lw.dot_buffers[op] = (lw.reserved, staged)
+            lw.reserved += 2 * staged
 
 
 def _in_loop(op) -> bool:
