@@ -6,8 +6,8 @@ bytes so the fragment loads of one warp hit different banks), so each thread sto
 16-byte vectors; every k-step (32 bytes of k) each thread loads its A fragments
 (`ldmatrix.x4` per 16-row pair) and B fragments (`ldmatrix.x4.trans` per two 8-column
 tiles: the transpose happens in the load) and issues one mma per (row pair, column tile).
-int8 B is transposed while staged instead, since `ldmatrix` transposes 16-bit elements only. The accumulator layout is
-`layout.mma_layout`; its docstring explains the row mapping.
+int8 B is transposed while staged instead, since `ldmatrix` transposes 16-bit elements
+only. The accumulator layout is `layout.mma_layout`; its docstring explains the row mapping.
 """
 from __future__ import annotations
 
@@ -44,9 +44,6 @@ def lower_mma(lw, op):
     half_step = 16 // size  # elements in 16 bytes: one ldmatrix row, half a k-step
     a_stride, b_stride, trans_b, a_bytes, staged = _staging(op)
     base = _staging_buffer(lw, op, staged)
-
-    def padded(stride):
-        return lambda idx: ((lw.b.add(lw.b.mul(idx[0], lw.i32(stride)), idx[1]),), (1,))
 
     def transposed(idx):
         return ((lw.b.add(lw.b.mul(idx[1], lw.i32(b_stride)), idx[0]),), (1,))
@@ -88,13 +85,15 @@ def lower_mma(lw, op):
             col = lw.b.add(upper_cols, lw.i32(k0))
             flat = lw.b.add(lw.b.mul(row, lw.i32(a_stride)), col)
             a_frag[pair] = _ldmatrix(lw, lw.smem_ptr(base, half, flat), 4)
-        b_frag = _b_fragments_trans(lw, base, half, a_bytes, b_stride, k0, b_cols, col_tiles, half_step) if trans_b \
-            else {}
-        for c in col_tiles if not trans_b else ():
-            n = lw.b.add(lw.b.sub(b_cols[c], g), q)
-            col = lw.b.add(lw.b.mul(lw.b.and_(j, lw.i32(1)), lw.i32(half_step)), lw.i32(k0))
-            flat = lw.b.add(lw.b.mul(n, lw.i32(b_stride)), col)
-            b_frag[c] = _ldmatrix(lw, lw.smem_ptr(base, half, flat, a_bytes), 2)
+        if trans_b:
+            b_frag = _b_fragments_trans(lw, base, half, a_bytes, b_stride, k0, b_cols, col_tiles, half_step)
+        else:  # B^T staged: its rows are B's columns
+            b_frag = {}
+            for c in col_tiles:
+                n = lw.b.add(lw.b.sub(b_cols[c], g), q)
+                col = lw.b.add(lw.b.mul(lw.b.and_(j, lw.i32(1)), lw.i32(half_step)), lw.i32(k0))
+                flat = lw.b.add(lw.b.mul(n, lw.i32(b_stride)), col)
+                b_frag[c] = _ldmatrix(lw, lw.smem_ptr(base, half, flat, a_bytes), 2)
         for pair, c, regs in tiles:
             got = _mma(lw, _KIND[s_in.name], a_frag[pair], b_frag[c], [values[i] for i in regs])
             for i, v in zip(regs, got):
