@@ -146,7 +146,7 @@ def _masked_store(lw, ptr, mask, values, elem_ty, quals=".global"):
             if word_bits == 8:
                 lw.b.store(lw.b.trunc(words[0], I8), ptr, align=1)
             else:
-                _plain_store(lw, ptr, words, wty, max(1, word_bits // 8))
+                plain_store(lw, ptr, words, wty, max(1, word_bits // 8))
         return
     srcs = ", ".join(f"${i + 2}" for i in range(nwords))
     vec = f".v{nwords}" if nwords > 1 else ""
@@ -175,7 +175,7 @@ def _branchy_load(lw, ptr, mask, others, ty, n, elem_bytes):
     return out
 
 
-def _plain_store(lw, ptr, chunk, elem_ty, elem_bytes=None):
+def plain_store(lw, ptr, chunk, elem_ty, elem_bytes=None):
     n = len(chunk)
     elem_bytes = elem_bytes or _elem_bytes(elem_ty)
     if n == 1:
@@ -275,7 +275,7 @@ def _store(lw, op):
     for g in range(0, len(ptrs), n):
         chunk = vals[g:g + n]
         if masks is None:
-            _plain_store(lw, ptrs[g], chunk, elem_ty)
+            plain_store(lw, ptrs[g], chunk, elem_ty)
         else:
             _masked_store(lw, ptrs[g], masks[g], chunk, elem_ty, quals)
 

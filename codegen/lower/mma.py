@@ -18,6 +18,7 @@ from kiln.ir.types import float32, int32, scalar_of
 
 from ..layout import Blocked, mma_layout
 from .elementwise import cast_value
+from .memory import plain_store
 from .shared import elem_bytes, flats_of, store_elements
 from .types import F32, I8, I32, VOID, GENERIC_PTR, SHARED_PTR, reg_type
 
@@ -169,14 +170,7 @@ def _store_rows(lw, base, elem_ty, value, stride, byte_offset=0):
             (offsets[i][0], offsets[i][1] + e) for e in range(run)] else 1
         row, col = indices[i]
         flat = lw.b.add(lw.b.mul(row, lw.i32(stride)), col)
-        ptr = lw.smem_ptr(base, elem_ty, flat, byte_offset)
-        if n == 1:
-            lw.b.store(regs[i], ptr, align=size)
-        else:
-            vec = ir.Constant(ir.VectorType(elem_ty, n), ir.Undefined)
-            for e in range(n):
-                vec = lw.b.insert_element(vec, regs[i + e], lw.i32(e))
-            lw.b.store(vec, ptr, align=n * size)
+        plain_store(lw, lw.smem_ptr(base, elem_ty, flat, byte_offset), regs[i:i + n], elem_ty, size)
         i += n
 
 
