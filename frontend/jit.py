@@ -1,10 +1,12 @@
 """`@kiln.jit`: a kernel's source, its specializations and its launches."""
 from __future__ import annotations
 
+import __future__
 import ast
 import functools
 import inspect
 import linecache
+import re
 import textwrap
 from dataclasses import dataclass
 
@@ -17,17 +19,76 @@ from .specialize import specialize
 
 @dataclass(frozen=True)
 class SourceInfo:
+    """Where a @jit function's source came from, and its text as the frontend parses it."""
     file: str
-    first_line: int  # line number of the `def` line's first line (decorators included)
-    indent: int
-    lines: tuple
+    first_line: int  # the file's line number of `lines[0]`
+    indent: int      # columns to add to a column of the dedented text to get the file's column
+    lines: tuple     # the source lines (not dedented), decorators included when read from the file
 
     def line_text(self, line: int):
-        text = linecache.getline(self.file, line)
-        if text:
-            return text
         index = line - self.first_line
-        return self.lines[index] if 0 <= index < len(self.lines) else None
+        if 0 <= index < len(self.lines):
+            return self.lines[index]
+        return linecache.getline(self.file, line) or None
+
+
+def read_source(fn) -> SourceInfo:
+    """The source of `fn`: from its file through `inspect`, else (a function built by `exec()`
+    from a string) the string the caller handed to `exec`, recognised by compiling it."""
+    file = fn.__code__.co_filename
+    try:
+        lines, first = inspect.getsourcelines(fn)
+        return _source_info(inspect.getsourcefile(fn) or file, first, lines)
+    except (OSError, TypeError):
+        pass
+    text = _exec_source(fn)
+    if text is None:
+        raise ValueError(f"@jit functions should be defined in a Python file: cannot read the source of "
+                         f"{fn.__qualname__} (defined in {file}); build it from source text with "
+                         f"exec() or give it with JITFunction(fn)._unsafe_update_src(text)")
+    lines = text.splitlines(keepends=True)
+    first_def = fn.__code__.co_firstlineno  # the line of its first decorator, in the exec'd text
+    return _source_info(file, first_def, lines[first_def - 1:])
+
+
+def _source_info(file, first, lines) -> SourceInfo:
+    """The function from its `def` line on (decorators dropped, as Triton's `.src`)."""
+    block = inspect.getblock(lines)  # the function only, as inspect reads it from a file
+    start = next((i for i, text in enumerate(block) if re.match(r"\s*(async\s+)?def\s", text)), 0)
+    block = block[start:]
+    indent = len(block[0]) - len(block[0].lstrip())
+    return SourceInfo(file, first + start, indent, tuple(block))
+
+
+def _exec_source(fn):
+    """The text that an `exec()` on the call stack compiled `fn` from, or None."""
+    import sys
+    code = fn.__code__
+    frame = sys._getframe(1)
+    while frame is not None and not (frame.f_code.co_filename == code.co_filename and
+                                     code in frame.f_code.co_consts):
+        frame = frame.f_back
+    if frame is None:
+        return None
+    module_code, caller = frame.f_code, frame.f_back
+    for scope in (caller.f_locals, caller.f_globals) if caller is not None else ():
+        for value in list(scope.values()):
+            if isinstance(value, str) and code.co_name in value and _compiles_to(value, module_code):
+                return value
+    return None
+
+
+_FUTURE_FLAGS = functools.reduce(lambda acc, name: acc | getattr(__future__, name).compiler_flag,
+                                 __future__.all_feature_names, 0)
+
+
+def _compiles_to(text: str, module_code) -> bool:
+    flags = module_code.co_flags & _FUTURE_FLAGS  # `from __future__` imports the exec inherited
+    try:
+        compiled = compile(text, module_code.co_filename, "exec", flags=flags, dont_inherit=True)
+    except (SyntaxError, ValueError):
+        return False
+    return compiled.co_code == module_code.co_code and compiled.co_names == module_code.co_names
 
 
 class KernelInterface:
@@ -50,32 +111,42 @@ class JITFunction(KernelInterface):
         if isinstance(prewarm, dict):
             raise TypeError(f"{fn.__name__}: prewarm= takes a list of signatures (dicts), not one dict")
         self.prewarm = tuple(dict(signature) for signature in prewarm)  # see kiln.signatures
-        self.is_internal = fn.__module__.startswith("kiln.")
+        self.is_internal = (fn.__module__ or "").startswith("kiln.")
         self.cache: dict = {}              # binder key -> CompiledKernel
         self._by_specialization: dict = {}  # specialization key -> CompiledKernel
         self._tree = None
         self._source = None
+        if not linecache.getlines(fn.__code__.co_filename):
+            self._source = read_source(fn)  # built by exec(): find its text while the exec runs
         functools.update_wrapper(self, fn)
 
     @property
     def src(self) -> str:
-        return "".join(self.source_info().lines)
+        """The function's source from its `def` line, dedented (Triton's `JITFunction.src`)."""
+        return textwrap.dedent("".join(self.source_info().lines))
+
+    @src.setter
+    def src(self, value):
+        raise AttributeError("Cannot set attribute 'src' directly: use _unsafe_update_src(new_src), which also "
+                             "drops this function's compiled kernels (kernels that inline it keep theirs)")
+
+    def _unsafe_update_src(self, new_src: str) -> None:
+        """Replace the source the frontend compiles (Triton's spelling: the name warns that
+        the signature stays the function's own and callers are not recompiled)."""
+        old = self.source_info()
+        self._source = SourceInfo(old.file, old.first_line, 0, tuple(new_src.splitlines(keepends=True)))
+        self._tree = None
+        self.cache.clear()  # the binder holds this dict: clear it, never replace it
+        self._by_specialization.clear()
 
     def source_info(self) -> SourceInfo:
         if self._source is None:
-            try:
-                lines, first = inspect.getsourcelines(self.fn)
-                file = inspect.getsourcefile(self.fn) or "<unknown>"
-            except (OSError, TypeError) as e:
-                raise RuntimeError(f"cannot read the source of @jit function {self.fn.__qualname__}: {e}") from None
-            indent = len(lines[0]) - len(lines[0].lstrip())
-            self._source = SourceInfo(file, first, indent, tuple(lines))
+            self._source = read_source(self.fn)
         return self._source
 
     def parse(self) -> ast.FunctionDef:
         if self._tree is None:
-            src = textwrap.dedent("".join(self.source_info().lines))
-            module = ast.parse(src)
+            module = ast.parse(self.src)
             self._tree = next(n for n in module.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)))
         return self._tree
 
