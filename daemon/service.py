@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import grpc
 
 from kiln.cache import Cache
+from kiln.cache.metadata import MetadataError, checked, expected
 from kiln.ir import print_function
 from kiln.ir.core import Function
 from kiln.proto import compiler_pb2 as pb
@@ -161,14 +162,14 @@ class CompilerService(compiler_pb2_grpc.CompilerServicer):
 
     def _start(self, req: _Request) -> tuple[Future, int]:
         """A future of the result dict, and the cache status to report with it."""
-        hit = self._cached(req.key, req.dumps)
+        hit = self._cached(req.key, req.dumps, req)
         if hit is not None:
             return _resolved(hit), pb.CACHE_HIT
         future, owner = self.flights.join(req.key)
         if not owner:
             self.stats.count("merged")
             return future, pb.CACHE_MERGED
-        hit = self._cached(req.key, req.dumps)  # a compile may have landed between the first look and the join
+        hit = self._cached(req.key, req.dumps, req)  # a compile may have landed between the first look and the join
         if hit is not None:
             self.flights.land(req.key, future, hit)
             return future, pb.CACHE_HIT
@@ -176,17 +177,23 @@ class CompilerService(compiler_pb2_grpc.CompilerServicer):
         job.add_done_callback(lambda job: self._landed(req, future, job))
         return future, pb.CACHE_MISS
 
-    def _cached(self, key: str, dumps: bool) -> dict | None:
+    def _cached(self, key: str, dumps: bool, req: _Request | None = None) -> dict | None:
+        """The node cache's result for `key` (checked against `req`, when there is one), or None."""
         names = ("cubin",) + (_TEXT_ARTIFACTS if dumps else ("ptx",))
         try:
             hit = self.cache.get_result(key, names)
+            if hit is None:
+                return None
+            checked(hit[1], **({} if req is None else expected(req.fn.name, req.target, req.options)))
+            result = _result_from_cache(*hit)
+        except (MetadataError, UnicodeDecodeError) as e:  # a miss: the compile that follows rewrites it
+            log.warning("key=%s event=cache_entry_refused error=%r", key[:16], str(e))
+            return None
         except Exception as e:  # noqa: BLE001 - a cache that cannot be read is a miss, not a failed request
             log.error("key=%s event=cache_read_failed error=%r", key[:16], str(e))
             return None
-        if hit is None:
-            return None
         self.stats.count("hits")
-        return _result_from_cache(*hit)
+        return result
 
     def _landed(self, req: _Request, future: Future, job: Future) -> None:
         """Runs when the worker answers: store the result, then release every waiter."""

@@ -14,6 +14,7 @@ import warnings
 from dataclasses import dataclass, field
 
 from kiln.cache import Cache
+from kiln.cache.metadata import MetadataError, checked, expected
 from kiln.ir import print_function
 from kiln.ir.core import Function
 from kiln.proto import compile_key
@@ -79,7 +80,7 @@ def cached_compile(fn: Function, target: str, options: dict, compile_fn=None) ->
     `compile_fn` is the in-process compiler (default `kiln.codegen.compile`)."""
     key = compile_key(fn, target, options)
     _record(fn, target, options)
-    binary = _from_cache(key, target)
+    binary = _from_cache(fn, target, options, key)
     if binary is None:
         binary = _from_daemon(fn, target, options, key)
     if binary is None:
@@ -99,7 +100,7 @@ def _record(fn: Function, target: str, options: dict) -> None:
         _state.warn_once("manifest", f"kiln: cannot record to the manifest {manifest} ({e})")
 
 
-def _from_cache(key: str, target: str) -> Binary | None:
+def _from_cache(fn: Function, target: str, options: dict, key: str) -> Binary | None:
     try:
         hit = _state.node_cache().get_result(key, ("cubin",) + _TEXT)
     except Exception as e:  # noqa: BLE001 - a broken cache is skipped, not fatal
@@ -108,8 +109,13 @@ def _from_cache(key: str, target: str) -> Binary | None:
     if hit is None:
         return None
     artifacts, metadata = hit
-    return Binary(metadata.get("name", ""), target, *(artifacts[n].decode() for n in ("kir", "llir", "ptx")),
-                  artifacts["cubin"], metadata, key, "cache")
+    try:
+        checked(metadata, **expected(fn.name, target, options))
+        kir, llir, ptx = (artifacts[n].decode() for n in ("kir", "llir", "ptx"))
+    except (MetadataError, UnicodeDecodeError) as e:  # the compile that follows rewrites the entry
+        _state.warn_once(f"entry:{key}", f"kiln: ignored the node cache's entry for {fn.name} ({e})")
+        return None
+    return Binary(fn.name, target, kir, llir, ptx, artifacts["cubin"], metadata, key, "cache")
 
 
 def _from_daemon(fn, target, options, key) -> Binary | None:
@@ -143,8 +149,14 @@ def _from_daemon(fn, target, options, key) -> Binary | None:
         _state.warn_once("identity", f"kiln: the compile daemon at {address} runs another kiln build than this "
                                      "process; compiling here until it is restarted (kiln daemon stop)")
         return None
-    binary = Binary(fn.name, target, reply.kir, reply.llir, reply.ptx, reply.cubin,
-                    metadata_from_proto(reply.metadata), key, "daemon")
+    try:
+        metadata = checked(metadata_from_proto(reply.metadata), **expected(fn.name, target, options))
+    except (MetadataError, ValueError) as e:  # not JSON, or not this kernel's
+        _state.down_until[address] = time.monotonic() + RETRY_DAEMON_S
+        _state.warn_once(address, f"kiln: the compile daemon at {address} sent a bad reply ({e}); "
+                                  "compiling in this process")
+        return None
+    binary = Binary(fn.name, target, reply.kir, reply.llir, reply.ptx, reply.cubin, metadata, key, "daemon")
     if not address.startswith("unix:"):
         _store(binary, fn, options)  # a daemon on another node filled its own cache, not ours
     return binary
@@ -154,8 +166,8 @@ def _compile_here(fn, target, options, key, compile_fn) -> Binary:
     if compile_fn is None:
         from kiln.codegen import compile as compile_fn
     kernel = compile_fn(fn, target, options)
-    binary = Binary(fn.name, target, kernel.kir, kernel.llir, kernel.ptx, bytes(kernel.cubin),
-                    dict(kernel.metadata), key, "local")
+    metadata = checked(dict(kernel.metadata), **expected(fn.name, target, options))  # a codegen bug stops here
+    binary = Binary(fn.name, target, kernel.kir, kernel.llir, kernel.ptx, bytes(kernel.cubin), metadata, key, "local")
     _store(binary, fn, options)
     return binary
 

@@ -41,8 +41,14 @@ def make_launcher(kernel, arg_types, num_warps: int, shared: int, name: str):
     """launch(grid, args, stream) for one loaded kernel; `args` are its runtime arguments in order.
 
     The function is generated for the kernel's argument list, so a launch is a few slot
-    assignments and one foreign call: no loop, no per-argument dispatch.
+    assignments and one foreign call: no loop, no per-argument dispatch. The generated text
+    holds only names made here; every value (block size, shared bytes) is bound in its
+    namespace, never written into the source, since metadata comes from the cache or a daemon.
     """
+    if type(num_warps) is not int or not 1 <= num_warps <= 32:
+        raise ValueError(f"kernel {name}: num_warps must be an int from 1 to 32, not {num_warps!r:.40}")
+    if type(shared) is not int or not 0 <= shared < 1 << 31:
+        raise ValueError(f"kernel {name}: shared memory must be a non-negative int, not {shared!r:.40}")
     slots, pointer_args = [], []
     for i, t in enumerate(arg_types):
         if t.is_ptr():
@@ -54,7 +60,8 @@ def make_launcher(kernel, arg_types, num_warps: int, shared: int, name: str):
             raise TypeError(f"kernel {name}: cannot pass an argument of type {t}")
     params = (ctypes.c_void_p * max(1, len(slots)))(*[ctypes.addressof(s) for s in slots])
     namespace = {"cu_launch": _cu_launch_kernel(), "handle": kernel.handle, "params": ctypes.addressof(params),
-                 "keep_alive": (slots, params), "pointer_value": _pointer_value, "fail": _failure(name)}
+                 "keep_alive": (slots, params), "pointer_value": _pointer_value, "fail": _failure(name),
+                 "block_x": 32 * num_warps, "shared_bytes": shared}
     namespace.update((f"s{i}", slot) for i, slot in enumerate(slots))
     names = [f"a{i}" for i in range(len(slots))]
     fast = [f"        s{i}.value = a{i}.data_ptr()" for i in pointer_args] or ["        pass"]
@@ -66,7 +73,7 @@ def make_launcher(kernel, arg_types, num_warps: int, shared: int, name: str):
         "    try:", *fast, "    except AttributeError:", *slow, *scalars,
         "    gx, gy, gz = grid",
         "    if gx and gy and gz:",
-        f"        err = cu_launch(handle, gx, gy, gz, {32 * num_warps}, 1, 1, {shared}, stream, params, None)",
+        "        err = cu_launch(handle, gx, gy, gz, block_x, 1, 1, shared_bytes, stream, params, None)",
         "        if err:",
         "            fail(err)",
     ]) + "\n"

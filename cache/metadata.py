@@ -1,0 +1,89 @@
+"""What a compiled kernel's metadata may hold, checked in one place.
+
+Metadata comes back from the node cache and from a daemon's reply: data that another
+process wrote. `checked` holds every field to its type and range before the runtime uses
+any of it (a launch's block size and shared memory come from here), and to the kernel,
+target and warp count that were asked for, so an entry or reply meant for another kernel
+is refused. A refusal is a `MetadataError`; callers treat it as a miss.
+"""
+from __future__ import annotations
+
+import re
+
+MAX_SHARED_BYTES = 256 << 10  # above every GPU's shared memory per CTA (228 KiB on sm_90)
+_TARGET = re.compile(r"sm_(\d{2,3})[af]?\Z")
+_SCALARS = (bool, int, float, str, type(None))
+_MAX_TEXT = 4096
+
+
+DEFAULT_NUM_WARPS = 4  # codegen's, for options that name none
+
+
+class MetadataError(ValueError):
+    pass
+
+
+def expected(name: str, target: str, options: dict) -> dict:
+    """What the metadata of kernel `name` compiled for `target` with `options` must say."""
+    return {"name": name, "target": target, "num_warps": options.get("num_warps", DEFAULT_NUM_WARPS)}
+
+
+def _int(lo: int, hi: int):
+    return (lambda v: type(v) is int and lo <= v <= hi), f"an int from {lo} to {hi}"
+
+
+def _args(value) -> bool:
+    return (type(value) is list and len(value) <= 65536
+            and all(type(a) is dict and all(type(k) is str and _text(v) for k, v in a.items()) for a in value))
+
+
+def _options(value) -> bool:
+    return (type(value) is dict and len(value) <= 64
+            and all(type(k) is str and _plain(v) for k, v in value.items()))
+
+
+def _text(value) -> bool:
+    return type(value) is str and len(value) <= _MAX_TEXT
+
+
+def _plain(value) -> bool:
+    return type(value) in _SCALARS and (type(value) is not str or len(value) <= _MAX_TEXT)
+
+
+# field -> (check, what it must be): every field codegen, the cache and the daemon put there;
+# `num_warps` and `shared` size the launch
+FIELDS = {
+    "name": (lambda v: type(v) is str and 0 < len(v) <= 1024, "a kernel name"),
+    "target": (lambda v: type(v) is str and _TARGET.match(v) is not None, "a target such as sm_90a"),
+    "num_warps": (lambda v: type(v) is int and 1 <= v <= 32 and not v & (v - 1), "a power of two from 1 to 32"),
+    "num_stages": _int(0, 64), "num_ctas": _int(1, 16), "threads": _int(32, 1024),
+    "shared": _int(0, MAX_SHARED_BYTES), "n_regs": _int(0, 255), "n_spills": _int(0, 1 << 30),
+    "ptx_version": _int(0, 1000),
+    "args": (_args, "a list of {name, type, llvm_type} strings"),
+    "options": (_options, "a dict of plain option values"),
+}
+REQUIRED = ("name", "num_warps", "shared")
+
+
+def checked(metadata, *, name: str | None = None, target: str | None = None, num_warps: int | None = None) -> dict:
+    """`metadata` if every field has its type and range and, for each of `name`, `target`
+    and `num_warps` given, it is the metadata of that kernel, target and warp count;
+    else MetadataError."""
+    if type(metadata) is not dict:
+        raise MetadataError(f"metadata is a {type(metadata).__name__}, not a dict")
+    for field in REQUIRED:
+        if field not in metadata:
+            raise MetadataError(f"metadata lacks {field!r}")
+    for field, value in metadata.items():
+        check, expected = FIELDS.get(field, (None, ""))
+        if check is not None:
+            if not check(value):
+                raise MetadataError(f"metadata {field} = {value!r:.80} is not {expected}")
+        elif type(field) is not str or not _plain(value):
+            raise MetadataError(f"metadata {field!r:.80} holds a {type(value).__name__}, not a plain value")
+    if "threads" in metadata and metadata["threads"] != 32 * metadata["num_warps"]:
+        raise MetadataError(f"metadata threads = {metadata['threads']} with num_warps = {metadata['num_warps']}")
+    for field, wanted in (("name", name), ("target", target), ("num_warps", num_warps)):
+        if wanted is not None and field in metadata and metadata[field] != wanted:
+            raise MetadataError(f"metadata {field} = {metadata[field]!r:.80} where {wanted!r:.80} was asked for")
+    return metadata
