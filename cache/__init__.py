@@ -1,5 +1,5 @@
 """The node-wide content-addressed cache of compiled kernels (`kiln.cache.Cache`)."""
-from .archive import ArchiveError
+from .archive import ArchiveError, ImportReport
 from .store import Cache, digest
 
-__all__ = ["ArchiveError", "Cache", "digest"]
+__all__ = ["ArchiveError", "Cache", "ImportReport", "digest"]

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import time
 from pathlib import Path
 
@@ -22,6 +23,9 @@ from . import env
 
 _BLOB = "blob/"
 _ACTION = "action/"
+_DIGEST = re.compile(r"[0-9a-f]{64}\Z")
+# the only files diskcache names: two levels of two hex digits, then 28 more and `.val`
+_VALUE_FILE = re.compile(r"[0-9a-f]{2}/[0-9a-f]{2}/[0-9a-f]{28}\.val\Z")
 
 
 class _NoPickles(diskcache.Disk):
@@ -35,7 +39,21 @@ class _NoPickles(diskcache.Disk):
     def fetch(self, mode, filename, value, read):
         if mode == diskcache.core.MODE_PICKLE:
             raise OSError("refusing a pickled cache value")  # diskcache reads OSError as a miss
+        if filename is not None and not self._ours(filename):
+            raise OSError(f"refusing a cache row that names the file {filename!r}")
         return super().fetch(mode, filename, value, read)
+
+    def remove(self, file_path):
+        # a row's file name is data: one that leads out of the cache is never followed
+        if self._ours(file_path):
+            super().remove(file_path)
+
+    def _ours(self, filename) -> bool:
+        """Whether `filename` (from a row) is a value file diskcache made inside this cache."""
+        if type(filename) is not str or not _VALUE_FILE.match(filename):
+            return False
+        root = os.path.realpath(self._directory)
+        return os.path.realpath(os.path.join(root, filename)).startswith(root + os.sep)
 
     def get(self, key, raw):
         if not raw:
@@ -45,6 +63,20 @@ class _NoPickles(diskcache.Disk):
 
 def digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+def _canonical(value) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False)
+
+
+def _bound(entry: dict, key: str) -> bool:
+    """Whether `entry` is well formed and is `key`'s: it names the key, each artifact a digest
+    and a size, and its metadata hashes to the digest it records."""
+    artifacts, sizes = entry["artifacts"], entry["sizes"]
+    return (entry["key"] == key and type(artifacts) is dict and type(sizes) is dict
+            and type(entry["metadata"]) is dict and type(entry["created"]) in (int, float)
+            and all(type(d) is str and _DIGEST.match(d) and type(sizes.get(n)) is int for n, d in artifacts.items())
+            and entry["metadata_digest"] == digest(_canonical(entry["metadata"]).encode()))
 
 
 class Cache:
@@ -106,23 +138,23 @@ class Cache:
                    created: float | None = None) -> None:
         """Store a compile result: `artifacts` by name (str is stored as UTF-8) and
         JSON-able `metadata`. Blobs are written before the entry that names them."""
-        entry = {"artifacts": {}, "sizes": {}, "metadata": metadata,
-                 "created": time.time() if created is None else created}
+        entry = {"key": key, "artifacts": {}, "sizes": {}, "metadata": metadata,
+                 "metadata_digest": digest(_canonical(metadata).encode()), "created": time.time() if created is None else created}
         for name, data in sorted(artifacts.items()):
             data = data.encode() if isinstance(data, str) else data
             entry["artifacts"][name] = self.put_blob(data)
             entry["sizes"][name] = len(data)
-        self._dc.set(_ACTION + key, json.dumps(entry, sort_keys=True, allow_nan=False))
+        self._dc.set(_ACTION + key, _canonical(entry))
 
     def get_result(self, key: str, names=None) -> tuple[dict[str, bytes], dict] | None:
         """`(artifacts, metadata)` stored under `key`, or None on a miss. With `names`,
-        only those artifacts are read. A missing or corrupt blob makes it a miss."""
+        only those artifacts are read. A missing, corrupt or resized blob makes it a miss."""
         entry = self.entry(key)
         result = None
         if entry is not None:
             wanted = entry["artifacts"] if names is None else {n: entry["artifacts"].get(n) for n in names}
             artifacts = {name: self.get_blob(d) if d else None for name, d in wanted.items()}
-            if all(v is not None for v in artifacts.values()):
+            if all(v is not None and len(v) == entry["sizes"].get(name) for name, v in artifacts.items()):
                 result = artifacts, entry["metadata"]
         if result is None:
             self.misses += 1
@@ -131,17 +163,18 @@ class Cache:
         return result
 
     def entry(self, key: str) -> dict | None:
-        """The action-map entry of `key` ({artifacts: digests, sizes, metadata, created})."""
+        """The action-map entry of `key` ({key, artifacts: digests, sizes, metadata,
+        metadata_digest, created}), if it is well formed and bound to `key`."""
         raw = self._dc.get(_ACTION + key)
         if raw is None:
             return None
         try:
             entry = json.loads(raw)
-            if isinstance(entry["artifacts"], dict) and isinstance(entry["metadata"], dict):
+            if _bound(entry, key):
                 return entry
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, AttributeError):
             pass
-        self._dc.delete(_ACTION + key)  # unreadable: a miss, rewritten by the next compile
+        self._dc.delete(_ACTION + key)  # unreadable or not this key's: a miss, rewritten by the next compile
         return None
 
     def __contains__(self, key: str) -> bool:
@@ -197,6 +230,7 @@ class Cache:
         from .archive import export_archive
         return export_archive(self, file, keys)
 
-    def import_(self, file) -> int:
+    def import_(self, file):
+        """Store the archive's entries whose keys their IR reproduces; an `ImportReport`."""
         from .archive import import_archive
         return import_archive(self, file)

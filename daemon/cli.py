@@ -292,9 +292,19 @@ def _cache_export(args) -> int:
 
 
 def _cache_import(args) -> int:
+    from kiln.cache import ArchiveError
     with _cache(args) as cache:
-        print(f"imported {cache.import_(args.file)} kernels from {args.file}")
-    return 0
+        try:
+            report = cache.import_(args.file)
+        except ArchiveError as e:
+            print(f"kiln cache import: {e}", file=sys.stderr)
+            return 1
+    print(f"imported {report.imported} kernels from {args.file}")
+    for key, why in report.refused[:20]:
+        print(f"  refused {key[:16]}: {why}", file=sys.stderr)
+    if len(report.refused) > 20:
+        print(f"  refused {len(report.refused) - 20} more", file=sys.stderr)
+    return 0 if not report.refused else 1
 
 
 def _mb(n: int) -> str:

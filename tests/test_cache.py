@@ -89,6 +89,52 @@ def test_unreadable_entry_is_a_miss(cache):
     assert KEY not in cache
 
 
+def test_an_entry_is_bound_to_its_key(cache):
+    """A row copied under another key, or with its metadata altered, is a miss and is deleted."""
+    (a, art_a, meta_a), (b, art_b, meta_b) = _compiled(1), _compiled(2)
+    cache.put_result(a, art_a, meta_a)
+    cache.put_result(b, art_b, meta_b)
+    with sqlite3.connect(cache.path / "cache.db") as db:
+        [(row_a,)] = db.execute("SELECT value FROM Cache WHERE key = ?", ("action/" + a,))
+        db.execute("UPDATE Cache SET value = ? WHERE key = ?", (row_a, "action/" + b))  # b now serves a's cubin
+    assert cache.get_result(b) is None and b not in cache
+    entry = json.loads(row_a)
+    entry["metadata"]["shared"] = 1 << 16
+    with sqlite3.connect(cache.path / "cache.db") as db:
+        db.execute("UPDATE Cache SET value = ? WHERE key = ?", (json.dumps(entry), "action/" + a))
+    assert cache.get_result(a) is None and a not in cache
+
+
+def test_a_crafted_row_never_deletes_outside_the_cache(cache, tmp_path):
+    """diskcache removes the file a row names when the row goes; a row that names a file
+    outside the cache (by a relative or an absolute path) must not take it along."""
+    outside = tmp_path / "victim" / "deep"
+    outside.mkdir(parents=True)
+    (outside / "precious.txt").write_text("keep me")
+    cache.put_result(KEY, _artifacts(7, big=True), {})
+    name = "blob/" + digest(_artifacts(7, big=True)["cubin"])
+    for filename in (os.path.relpath(outside / "precious.txt", cache.path), str(outside / "precious.txt")):
+        with sqlite3.connect(cache.path / "cache.db") as db:
+            db.execute("UPDATE Cache SET filename = ?, mode = 2 WHERE key = ?", (filename, name))
+        assert cache.get_blob(name[len("blob/"):]) is None  # refused, the row deleted
+        assert (outside / "precious.txt").read_text() == "keep me"
+        cache.put_result(KEY, _artifacts(7, big=True), {})
+    cache.prune()
+    cache.clear()
+    assert (outside / "precious.txt").exists()
+
+
+def test_cache_import_command_errors_are_one_line(tmp_path):
+    import subprocess
+    import sys
+    (tmp_path / "junk.zip").write_bytes(b"PK not really")
+    for path in (tmp_path / "missing.zip", tmp_path / "junk.zip", tmp_path):
+        run = subprocess.run([sys.executable, "-m", "kiln.daemon", "cache", "import", str(path),
+                              "--dir", str(tmp_path / "c")], capture_output=True, text=True, timeout=60)
+        assert run.returncode == 1 and run.stdout == ""
+        assert run.stderr.startswith("kiln cache import: ") and run.stderr.count("\n") == 1, run.stderr
+
+
 def test_pickled_values_are_refused(cache):
     class Boom:
         def __reduce__(self):
@@ -176,38 +222,121 @@ def test_forked_child_reopens(cache):
     assert cache.get_result("c" * 64) is not None
 
 
+def _compiled(i: int, options=None) -> tuple[str, dict, dict]:
+    """(key, artifacts, metadata) of a real kernel, as the daemon stores it: its key is
+    the compile key of the IR it carries."""
+    from kiln.daemon import fake
+    from kiln.ir import parse_function, print_function
+    from kiln.proto import compile_key
+    options = options or {"num_warps": 4}
+    fn = parse_function(f"kernel @k{i}(%x: ptr<int32>) {{\n  %v = load %x : int32\n  store %x, %v\n  return\n}}\n")
+    made = fake.compile(fn, "sm_90a", options)
+    artifacts = {"cubin": made.cubin, "ptx": made.ptx, "llir": made.llir, "kir": made.kir, "ir": print_function(fn)}
+    return compile_key(fn, "sm_90a", options), artifacts, {**made.metadata, "target": "sm_90a", "options": options}
+
+
+def _rewrite(src, dst, change):
+    """Copy archive `src` to `dst`, passing every member through change(name, data)."""
+    with zipfile.ZipFile(src) as a, zipfile.ZipFile(dst, "w") as b:
+        for name in a.namelist():
+            b.writestr(name, change(name, a.read(name)))
+
+
 def test_export_import_roundtrip(tmp_path, cache):
+    keys = []
     for i in range(5):
-        cache.put_result(f"{i:064x}", _artifacts(i, big=i == 0), {"name": f"k{i}"}, created=1000.0 + i)
+        key, artifacts, metadata = _compiled(i)
+        cache.put_result(key, artifacts, metadata, created=1000.0 + i)
+        keys.append(key)
     archive = tmp_path / "kernels.zip"
     assert cache.export(archive) == 5
     with Cache(tmp_path / "other") as other:
-        assert other.import_(archive) == 5
+        report = other.import_(archive)
+        assert report.imported == 5 and report.refused == []
         assert other.ls() == cache.ls()
-        for i in range(5):
-            assert other.get_result(f"{i:064x}") == cache.get_result(f"{i:064x}")
+        for key in keys:
+            assert other.get_result(key) == cache.get_result(key)
     with zipfile.ZipFile(archive) as zf:  # JSON index and raw blobs, nothing else
         index = json.loads(zf.read("index.json"))
         assert index["format"] == "kiln-cache-archive" and len(index["entries"]) == 5
         assert all(n == "index.json" or n.startswith("blobs/") for n in zf.namelist())
-    assert cache.export(tmp_path / "some.zip", keys=[f"{1:064x}", "f" * 64]) == 1
+    assert cache.export(tmp_path / "some.zip", keys=[keys[1], "f" * 64]) == 1
 
 
 def test_import_skips_corrupt_entries_and_refuses_junk(tmp_path, cache):
-    cache.put_result("a" * 64, _artifacts(1), {})
-    cache.put_result("b" * 64, _artifacts(2), {})
+    (a, art_a, meta_a), (b, art_b, meta_b) = _compiled(1), _compiled(2)
+    cache.put_result(a, art_a, meta_a)
+    cache.put_result(b, art_b, meta_b)
     good, bad = tmp_path / "good.zip", tmp_path / "bad.zip"
     cache.export(good)
-    with zipfile.ZipFile(good) as src, zipfile.ZipFile(bad, "w") as dst:
-        for name in src.namelist():
-            data = src.read(name)
-            dst.writestr(name, b"x" + data if name == "blobs/" + digest(_artifacts(2)["cubin"]) else data)
+    _rewrite(good, bad, lambda name, data: b"x" + data if name == "blobs/" + digest(art_b["cubin"]) else data)
     with Cache(tmp_path / "other") as other:
-        assert other.import_(bad) == 1
-        assert other.keys() == ["a" * 64]
+        report = other.import_(bad)
+        assert report.imported == 1 and report.refused == [(b, "blob cubin does not match its digest")]
+        assert other.keys() == [a]
     (tmp_path / "junk.zip").write_bytes(b"not a zip")
     with pytest.raises(ArchiveError):
         cache.import_(tmp_path / "junk.zip")
+
+
+def _archive_of(tmp_path, entries: list[dict], blobs: dict) -> str:
+    path = tmp_path / "crafted.zip"
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr("index.json", json.dumps({"format": "kiln-cache-archive", "version": 1, "entries": entries}))
+        for d, data in blobs.items():
+            zf.writestr(f"blobs/{d}", data)
+    return path
+
+
+def test_import_recomputes_keys_from_the_carried_ir(tmp_path, cache):
+    """An archive's keys are not taken on trust: a cubin named under another kernel's key,
+    or an entry whose options were altered, is refused."""
+    (victim, _, _), (other, art, meta) = _compiled(1), _compiled(2)
+    blobs = {digest(v.encode() if isinstance(v, str) else v): v.encode() if isinstance(v, str) else v
+             for v in art.values()}
+    names = {n: digest(v.encode() if isinstance(v, str) else v) for n, v in art.items()}
+    entries = [
+        {"key": victim, "artifacts": names, "metadata": meta, "created": 1.0},       # another kernel's key
+        {"key": other, "artifacts": names, "metadata": {**meta, "options": {"num_warps": 8}}, "created": 1.0},
+        {"key": other, "artifacts": {k: v for k, v in names.items() if k != "ir"}, "metadata": meta, "created": 1.0},
+        {"key": other, "artifacts": names, "metadata": {**meta, "num_warps": "4"}, "created": 1.0},
+        {"key": other, "artifacts": names, "metadata": meta, "created": 1.0},        # the one honest entry
+    ]
+    report = cache.import_(_archive_of(tmp_path, entries, blobs))
+    assert report.imported == 1 and cache.keys() == [other]
+    assert [why.split(" ")[0] for _, why in report.refused] == ["its", "its", "carries", "metadata"]
+    assert cache.get_result(victim) is None
+
+
+def test_import_caps_member_sizes(tmp_path, cache, monkeypatch):
+    from kiln.cache import archive
+    monkeypatch.setattr(archive, "MAX_MEMBER_BYTES", 1 << 20)
+    key, art, meta = _compiled(3)
+    art["cubin"] = bytes(4 << 20)  # zeros: a few kB deflated, 4 MiB read
+    cache.put_result(key, art, meta)
+    cache.export(tmp_path / "big.zip")
+    with Cache(tmp_path / "other") as other:
+        report = other.import_(tmp_path / "big.zip")
+        assert report.imported == 0 and "over the limit" in report.refused[0][1] and other.keys() == []
+
+
+@pytest.mark.parametrize("content", [None, b"not a zip", "no index", b"{not json", b"[1, 2]",
+                                     json.dumps({"format": "kiln-cache-archive", "version": 1, "entries": {}}).encode(),
+                                     json.dumps({"format": "kiln-cache-archive", "version": 1,
+                                                 "entries": [[], {"key": 1}]}).encode()])
+def test_malformed_archives_are_one_line_errors(tmp_path, cache, content):
+    path = tmp_path / "a.zip"
+    if isinstance(content, bytes) and content.startswith(b"not"):
+        path.write_bytes(content)
+    elif content is not None:
+        with zipfile.ZipFile(path, "w") as zf:
+            zf.writestr("other.txt" if content == "no index" else "index.json", b"x" if content == "no index" else content)
+    try:
+        report = cache.import_(path)
+    except ArchiveError as e:
+        assert "\n" not in str(e) and str(path) in str(e)
+    else:
+        assert report.imported == 0 and len(report.refused) == 2  # the entries that are not entries
 
 
 def test_environment(monkeypatch, tmp_path):
