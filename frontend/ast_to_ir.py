@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import builtins
 import functools
+import inspect
 import numbers
 
 import numpy as np
@@ -65,8 +66,44 @@ def _same_constant(a, b) -> bool:
     return isinstance(a, scalar) and isinstance(b, scalar) and type(a) is type(b) and a == b
 
 
+def _contains_return(node) -> bool:
+    return any(isinstance(n, ast.Return) for n in ast.walk(node))
+
+
+def _always_returns(statements) -> bool:
+    if not statements:
+        return False
+    last = statements[-1]
+    if isinstance(last, ast.Return):
+        return True
+    return isinstance(last, ast.If) and _always_returns(last.body) and _always_returns(last.orelse)
+
+
+def hoist_returns(statements: list) -> list:
+    """The statements with what follows an `if` that may return moved into its branches, so that a
+    `return` in one branch of a runtime `if` ends the function as in Python: `if c: return x`
+    then `rest` becomes `if c: return x` / `else: rest` (a branch that falls off the end returns None)."""
+    for i, stmt in enumerate(statements):
+        if isinstance(stmt, ast.If) and _contains_return(stmt):
+            rest = statements[i + 1:]
+
+            def branch(body):
+                return hoist_returns(list(body) + ([] if _always_returns(body) else rest))
+            new = ast.copy_location(ast.If(test=stmt.test, body=branch(stmt.body), orelse=branch(stmt.orelse)), stmt)
+            return statements[:i] + [new]
+    return statements
+
+
 class _Unsupported(Exception):
     pass
+
+
+def _caused_by(error: CompilationError, cause: Exception) -> CompilationError:
+    """`error` with `cause` as its `__cause__` (as Triton, whose users read the underlying error
+    there), the cause stripped of its traceback so that no frame inside kiln is printed."""
+    error.__cause__ = cause.with_traceback(None)
+    error.__suppress_context__ = True
+    return error
 
 
 class CodeGenerator(ast.NodeVisitor):
@@ -106,9 +143,10 @@ class CodeGenerator(ast.NodeVisitor):
         except CompilationError:
             raise
         except AssertionError as e:  # static_assert
-            raise self.error(node, str(e) or "static assertion failed") from None
+            raise _caused_by(self.error(node, str(e) or "static assertion failed"), e)
         except Exception as e:
-            raise self.error(node, f"{type(e).__name__}: {e}" if not isinstance(e, _Unsupported) else str(e)) from None
+            reason = f"{type(e).__name__}: {e}" if not isinstance(e, _Unsupported) else str(e)
+            raise _caused_by(self.error(node, reason), e)
         finally:
             self.builder.loc = saved
 
@@ -164,7 +202,7 @@ class CodeGenerator(ast.NodeVisitor):
             self.visit(stmt)
 
     def visit_FunctionDef(self, node):
-        self.visit_body(node.body)
+        self.visit_body(hoist_returns(node.body))
 
     def visit_Assign(self, node):
         value = self.visit(node.value)
@@ -257,8 +295,14 @@ class CodeGenerator(ast.NodeVisitor):
         then_block, then_scope, then_ret, then_val = self._run_branch(then_body, before)
         else_block, else_scope, else_ret, else_val = self._run_branch(else_body, before)
         self.scope = before
-        if then_ret != else_ret:
-            raise _Unsupported("a `return` inside a runtime `if` needs a `return` in the other branch too")
+        if then_ret != else_ret:  # the other branch falls off the end of the function: it returns None
+            if unwrap(then_val if then_ret else else_val) is not None:
+                raise _Unsupported("a `return` with a value inside a runtime `if` needs a `return` of the same "
+                                   "type on every path out of the function")
+            then_ret = else_ret = True
+        if then_ret and unwrap(then_val) is None and unwrap(else_val) is None:
+            then_ret = False  # both return nothing: nothing to merge, the function returns after the if
+            self.ret, self.returned = None, True
         names = [n for n in then_scope if n in else_scope and
                  (then_scope[n] is not before.get(n) or else_scope[n] is not before.get(n))]
         merged, then_vals, else_vals = [], [], []
@@ -379,10 +423,15 @@ class CodeGenerator(ast.NodeVisitor):
         return out
 
     def static_for(self, node, args, kwargs):
-        values = [unwrap(a) for a in args]
+        try:
+            bound = _STATIC_RANGE_SIGNATURE.bind(*args, **kwargs)
+        except TypeError as e:
+            raise TypeError(f"static_range: {e}") from None
+        values = [unwrap(bound.arguments.get(k)) for k in ("arg1", "arg2", "step")]
         if any(isinstance(v, tensor) for v in values):
             raise TypeError("static_range bounds must be constexprs")
-        for i in range(*values):
+        start, end, step = (0, values[0], 1) if values[1] is None else (values[0], values[1], values[2])
+        for i in range(start, end, 1 if step is None else step):
             self.assign(node.target, constexpr(i), node)
             self.visit_body(node.body)
             if self.returned:
@@ -590,13 +639,20 @@ class CodeGenerator(ast.NodeVisitor):
             if not fn.is_internal:
                 raise
             # Errors inside kiln's own library point at the user's call instead.
-            raise CompilationError(self.source.file, self.builder.loc.line if self.builder.loc else 0,
-                                   self.builder.loc.col if self.builder.loc else 0,
-                                   self.source.line_text(self.builder.loc.line) if self.builder.loc else None,
-                                   e.reason) from None
+            outer = CompilationError(self.source.file, self.builder.loc.line if self.builder.loc else 0,
+                                     self.builder.loc.col if self.builder.loc else 0,
+                                     self.source.line_text(self.builder.loc.line) if self.builder.loc else None,
+                                     e.reason)
+            outer.__cause__, outer.__suppress_context__ = e.__cause__, True
+            raise outer from e.__cause__
         finally:
             semantic.state.generator = saved
         return gen.ret
+
+
+_STATIC_RANGE_SIGNATURE = inspect.Signature([inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=d)
+                                              for n, d in (("arg1", inspect.Parameter.empty), ("arg2", None),
+                                                           ("step", None))])
 
 
 def tl_range():
@@ -649,7 +705,20 @@ def _print(gen, args, kwargs):
     semantic.device_print(prefix, *args)
 
 
+def _isinstance(gen, args, kwargs):
+    """isinstance() on a kernel value: a tensor is a `tl.tensor`, a constexpr argument a
+    `tl.constexpr`; anything else is judged on its Python value."""
+    if len(args) != 2 or kwargs:
+        raise TypeError("isinstance expected 2 arguments")
+    value, classes = args[0], unwrap(args[1])
+    classes = tuple(unwrap(c) for c in classes) if isinstance(classes, (tuple, list)) else (classes,)
+    if isinstance(value, constexpr) and constexpr in classes:
+        return constexpr(True)
+    return constexpr(isinstance(value if isinstance(value, tensor) else unwrap(value), classes))
+
+
 _STATIC_BUILTINS = {
+    builtins.isinstance: _isinstance,
     builtins.min: _minmax(builtins.min, "min"),
     builtins.max: _minmax(builtins.max, "max"),
     builtins.print: _print,

@@ -73,3 +73,206 @@ def test_exec_without_a_readable_source_says_so():
     exec(code, namespace)
     with pytest.raises(ValueError, match="defined in a Python file"):
         triton.jit(namespace["f"])
+
+
+# --- Triton's error types and words ---------------------------------------------------------
+
+@triton.jit
+def _binary(Z, X, Y, SIZE: tl.constexpr):
+    off = tl.arange(0, SIZE)
+    x = tl.load(X + off)
+    y = tl.load(Y + off)
+    z = GENERATE_TEST_HERE  # noqa: F821
+    tl.store(Z + off, z)
+
+
+def _binary_with(expr):
+    kernel = triton.JITFunction(_binary.fn)
+    kernel._unsafe_update_src(kernel.src.replace("GENERATE_TEST_HERE", expr))
+    return kernel
+
+
+@pytest.mark.parametrize("op", ["&", "|", "^", "<<", ">>"])
+def test_bitwise_op_on_floats_says_invalid_operands(op):
+    x, y = np.ones(4, np.float32), np.ones(4, np.int32)
+    with pytest.raises(triton.TritonError, match="invalid operands of type") as info:
+        _binary_with(f"x {op} y")[(1,)](np.zeros(4, np.float32), x, y, SIZE=4)
+    assert isinstance(info.value, triton.CompilationError)
+    assert "invalid operands of type" in str(info.value.__cause__)
+
+
+@pytest.mark.parametrize("op", ["/", "%", "//"])
+def test_div_mod_of_mixed_signedness_says_cannot_use(op):
+    x, y = np.ones(4, np.int32), np.ones(4, np.uint32)
+    with pytest.raises(triton.TritonError, match="Cannot use .* because they have different signedness"):
+        _binary_with(f"x {op} y")[(1,)](np.zeros(4, np.float32), x, y, SIZE=4)
+
+
+@triton.jit
+def _expand(dummy, N: tl.constexpr, AXES: tl.constexpr):
+    t = tl.expand_dims(tl.arange(0, N), AXES)
+
+
+@pytest.mark.parametrize("axes, words", [(-3, "invalid axis -3"), (2, "invalid axis 2"),
+                                         ((0, 0), "duplicate axes, normalized axes = [0, 0]"),
+                                         ((0, -3), "duplicate axes, normalized axes = [0, 0]")])
+def test_compilation_error_cause_holds_the_underlying_error(axes, words):
+    with pytest.raises(triton.TritonError) as info:
+        _expand[(1,)](np.zeros(1), 32, axes)
+    assert words in str(info.value.__cause__)
+    assert info.value.__cause__.__traceback__ is None  # no frame inside kiln is printed
+
+
+@triton.jit
+def _bad_pid(dst):
+    pid = tl.program_id(20)
+
+
+def test_program_id_axis_message():
+    with pytest.raises(triton.TritonError) as info:
+        _bad_pid[(1,)](np.zeros(1))
+    assert "program_id axis must be 0, 1, or 2 but got 20" in str(info.value.__cause__)
+
+
+# --- semantics ------------------------------------------------------------------------------
+
+@triton.jit
+def _shapes(N: tl.constexpr):
+    data = tl.arange(0, N)
+    tl.static_assert(data.shape == [N])
+    tl.static_assert(data[None, :].shape == [1, N])
+    scalar = tl.full([], 1, tl.int32)
+    tl.static_assert(scalar.shape == [])
+    tl.static_assert(scalar[None, None].shape == [1, 1])
+    tl.static_assert(tl.arange(0, 32).reshape(4, 8).permute(1, 0).shape == [tl.constexpr(8), tl.constexpr(4)])
+    tl.static_assert(tl.expand_dims(N, -1).shape == [1])
+
+
+def test_shape_is_a_list():
+    _shapes[(1,)](32)
+
+
+@pytest.mark.parametrize("dx, dy", [("int8", "uint32"), ("int32", "uint32"), ("int64", "uint64"),
+                                    ("uint8", "int32"), ("uint16", "int16")])
+def test_right_shift_follows_the_signedness_of_the_shifted_value(dx, dy):
+    x = np.array([-128, -1, 64, -5, 100, -77, 3, -2]).astype(dx)
+    y = np.array([1, 2, 3, 7, 0, 5, 1, 6]).astype(dy)
+    bits = max(x.dtype.itemsize, y.dtype.itemsize) * 8
+    wide = np.dtype(("int" if dx.startswith("int") else "uint") + str(bits))  # the shift's kind: x's
+    unsigned, signed = (x.dtype, y.dtype) if dx[0] == "u" else (y.dtype, x.dtype)
+    out_dtype = unsigned if unsigned.itemsize >= signed.itemsize else signed  # C's usual conversions
+    z = np.zeros(8, out_dtype)
+    _binary_with("x >> y")[(1,)](z, x, y, SIZE=8)
+    np.testing.assert_array_equal(z, (x.astype(wide) >> y.astype(wide)).astype(out_dtype))
+
+
+@triton.jit
+def _static_steps(Z, N: tl.constexpr):
+    for i in tl.static_range(0, N, step=2):
+        tl.store(Z + i, i)
+    for i in tl.static_range(1, N, 3):
+        tl.store(Z + i, 100 + i)
+
+
+def test_static_range_step():
+    z = np.zeros(8, np.int32)
+    _static_steps[(1,)](z, 8)
+    np.testing.assert_array_equal(z, [0, 101, 2, 0, 104, 0, 6, 107])
+
+
+@triton.jit
+def _interleave_scalars(X, Y, Z):
+    z = tl.interleave(X, Y)
+    tl.static_assert(z.shape == [tl.constexpr(2)])
+    tl.store(Z + tl.arange(0, 2), z)
+
+
+def test_interleave_scalars():
+    z = np.zeros(2, np.float32)
+    _interleave_scalars[(1,)](10, 20, z)
+    np.testing.assert_array_equal(z, [10, 20])
+
+
+@triton.jit
+def _where_pointers(cond_ptr, a_ptr, b_ptr, out_ptr, SCALAR: tl.constexpr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    if SCALAR:
+        out = tl.load(tl.where(tl.load(cond_ptr), a_ptr, b_ptr) + offs)
+    else:
+        a = tl.load(a_ptr + offs).to(tl.pi32_t)
+        b = tl.load(b_ptr + offs).to(tl.pi32_t)
+        out = tl.where(tl.load(cond_ptr + offs), a, b)
+    tl.store(out_ptr + offs, out)
+
+
+@pytest.mark.parametrize("scalar", [False, True])
+def test_where_on_pointers(scalar):
+    rs = np.random.RandomState(0)
+    cond = rs.rand(16) > 0.5
+    a, b = rs.randint(0, 99, 16).astype(np.int64), rs.randint(0, 99, 16).astype(np.int64)
+    out = np.zeros(16, np.int64)
+    _where_pointers[(1,)](cond, a, b, out, scalar, 16)
+    np.testing.assert_array_equal(out, np.where(cond[0], a, b) if scalar else np.where(cond, a, b))
+
+
+@triton.jit
+def _kinds(X, Z, C: tl.constexpr):
+    x = tl.load(X)
+    tl.static_assert(isinstance(x, tl.tensor))
+    tl.static_assert(isinstance(C, tl.constexpr))
+    tl.static_assert(not isinstance(x, tl.constexpr))
+    tl.static_assert(isinstance((x, x), tuple))
+    tl.static_assert(isinstance(C, (int, float)))
+    tl.store(Z, x)
+
+
+def test_isinstance_in_a_kernel():
+    z = np.zeros(1, np.int32)
+    _kinds[(1,)](np.array([7], np.int32), z, 3)
+    assert z[0] == 7
+
+
+@triton.jit
+def _early_return(X, Z):
+    x = tl.load(X)
+    if x > 0:
+        if x > 10:
+            tl.store(Z, 3)
+            return
+        tl.store(Z + 1, 7)
+    tl.store(Z, 4)
+
+
+@triton.jit
+def _sign_scale(x):
+    if x > 0:
+        return x * 2
+    return x * 3
+
+
+@triton.jit
+def _call_sign_scale(X, Z):
+    tl.store(Z, _sign_scale(tl.load(X)))
+
+
+@pytest.mark.parametrize("v, expected", [(50, [3, 0]), (5, [4, 7]), (-5, [4, 0])])
+def test_return_inside_a_runtime_if(v, expected):
+    z = np.zeros(2, np.int32)
+    _early_return[(1,)](np.array([v], np.int32), z)
+    np.testing.assert_array_equal(z, expected)
+    z = np.zeros(1, np.int32)
+    _call_sign_scale[(1,)](np.array([v], np.int32), z)
+    assert z[0] == (v * 2 if v > 0 else v * 3)
+
+
+@triton.jit
+def _void_conditional(X, Z):
+    x = tl.load(X)
+    tl.store(Z, 1) if x > 0 else tl.store(Z, 2)
+
+
+@pytest.mark.parametrize("v, expected", [(5, 1), (-5, 2)])
+def test_void_conditional_expression(v, expected):
+    z = np.zeros(1, np.int32)
+    _void_conditional[(1,)](np.array([v], np.int32), z)
+    assert z[0] == expected

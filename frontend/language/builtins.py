@@ -297,6 +297,8 @@ def interleave(a, b):
     """Interleave the elements of `a` and `b` along their last dimension."""
     joined = semantic.join(a, b)
     shape = list(joined.type.shape)
+    if len(shape) == 1:  # two scalars: their join is already the pair
+        return joined
     return semantic.reshape(joined, shape[:-2] + [shape[-2] * 2])
 
 

@@ -132,7 +132,8 @@ class tensor:
 
     @property
     def shape(self):
-        return tuple(constexpr(d) for d in self.type.shape)
+        """A list of constexprs, as Triton's (`x.shape == [1, N]` holds)."""
+        return [constexpr(d) for d in self.type.shape]
 
     @property
     def numel(self):

@@ -152,10 +152,13 @@ def expand_dims(t: tensor, axis) -> tensor:
     axes = [unwrap(a) for a in (axis if isinstance(unwrap(axis), (list, tuple)) else [axis])]
     axes = [unwrap(a) for a in axes]
     new_rank = len(t.type.shape) + len(axes)
-    axes = sorted(a + new_rank if a < 0 else a for a in axes)
     for a in axes:
-        if not 0 <= a < new_rank:
-            raise ValueError(f"expand_dims axis {a} is out of range for a result of rank {new_rank}")
+        if not -new_rank <= a < new_rank:
+            raise ValueError(f"invalid axis {a}: expand_dims of a rank-{len(t.type.shape)} tensor by "
+                             f"{len(axes)} axes gives rank {new_rank}")
+    axes = sorted(a + new_rank if a < 0 else a for a in axes)
+    if len(set(axes)) != len(axes):
+        raise ValueError(f"expand_dims: duplicate axes, normalized axes = {axes}")
     for a in axes:
         shape = list(t.type.shape)
         shape.insert(a, 1)
@@ -254,8 +257,8 @@ def computation_type(a: dtype, a_is_py: bool, b: dtype, b_is_py: bool, div_or_mo
     if not a.is_int() or not b.is_int():
         raise TypeError(f"unexpected types {a} and {b}")
     if div_or_mod and a.signed != b.signed:  # int1 counts as unsigned, as in Triton
-        raise TypeError(f"cannot use /, // or % with {a} and {b} because they have different signedness; "
-                        "cast them to one signedness first")
+        raise TypeError(f"Cannot use /, #, or % with {a!r} and {b!r} because they have different signedness; "
+                        "cast them to one signedness first (Triton's words; // is meant by #)")
     return integer_promote(a, b)
 
 
@@ -384,10 +387,11 @@ def pow(a, b):
 
 
 def _bitwise_operands(a, b):
+    sa, sb = to_tensor(a).dtype, to_tensor(b).dtype
+    if not sa.is_int() or not sb.is_int():
+        raise TypeError(f"invalid operands of type {sa!r} and {sb!r}: bitwise operators and shifts need integers")
     a, b = binary_operands(a, b)  # Python scalars follow the arithmetic rule: int8 & 0xF stays int8
     sa, sb = a.dtype, b.dtype
-    if not sa.is_int() or not sb.is_int():
-        raise TypeError(f"bitwise operators need integer operands, not {sa} and {sb}")
     t = integer_promote(sa, sb)
     return cast(a, t), cast(b, t)
 
@@ -409,7 +413,16 @@ def shl(a, b):
 
 
 def shr(a, b):
-    return _elementwise("shr", *_bitwise_operands(a, b))
+    """`a >> b`: arithmetic when `a` is signed, logical when unsigned, whatever type the two
+    promote to (as Triton: int8 >> uint32 shifts the uint32 bit pattern arithmetically)."""
+    signed = to_tensor(a).dtype.is_int_signed()
+    a, b = _bitwise_operands(a, b)
+    t = a.dtype
+    if t.is_int1() or t.is_int_signed() == signed:
+        return _elementwise("shr", a, b)
+    like = dtype(("int" if signed else "uint") + str(t.primitive_bitwidth))
+    shifted = _elementwise("shr", cast(a, like, bitcast=True), cast(b, like, bitcast=True))
+    return cast(shifted, t, bitcast=True)
 
 
 def logical_and(a, b):
@@ -483,7 +496,10 @@ def maximum(a, b, propagate_nan=False):
 
 def where(cond, x, y):
     cond = cast(to_tensor(cond), int1)
-    x, y = binary_operands(x, y)
+    x, y = binary_operands(x, y, allow_ptr=True)
+    if (x.dtype.is_ptr() or y.dtype.is_ptr()) and x.dtype != y.dtype:
+        raise TypeError(f"where: cannot select between {x.dtype} and {y.dtype}; pointers select only "
+                        "with pointers of the same type")
     shape = broadcast_shapes(cond.type.shape, x.type.shape)
     cond, x, y = broadcast_to(cond, shape), broadcast_to(x, shape), broadcast_to(y, shape)
     return _emit("select", [cond, x, y], x.type)
@@ -749,14 +765,14 @@ def arange(start, end) -> tensor:
 def program_id(axis) -> tensor:
     axis = unwrap(axis)
     if axis not in (0, 1, 2):
-        raise ValueError(f"program_id axis must be 0, 1 or 2, not {axis}")
+        raise ValueError(f"program_id axis must be 0, 1, or 2 but got {axis}")
     return _emit("program_id", [], int32, axis=axis)
 
 
 def num_programs(axis) -> tensor:
     axis = unwrap(axis)
     if axis not in (0, 1, 2):
-        raise ValueError(f"num_programs axis must be 0, 1 or 2, not {axis}")
+        raise ValueError(f"num_programs axis must be 0, 1, or 2 but got {axis}")
     return _emit("num_programs", [], int32, axis=axis)
 
 
