@@ -625,9 +625,9 @@ class CodeGenerator(ast.NodeVisitor):
         bound.apply_defaults()
         scope = {}
         for name, value in bound.arguments.items():
-            if name in fn.constexpr_names and isinstance(value, tensor):
-                raise TypeError(f"{fn.__name__}(): argument '{name}' is constexpr but got a tensor")
-            scope[name] = wrap(value) if name not in fn.constexpr_names else constexpr(unwrap(value))
+            # a constexpr parameter given a runtime value takes it as it is, as in Triton
+            constant = name in fn.constexpr_names and not _holds_runtime_values(value)
+            scope[name] = constexpr(unwrap(value)) if constant else wrap(value)
         fixed = self.builder.loc if fn.is_internal else self.fixed_loc
         gen = CodeGenerator(fn, scope, self.builder, self.depth + 1, fixed_loc=fixed)
         gen.elementwise = self.elementwise or elementwise
@@ -653,6 +653,14 @@ class CodeGenerator(ast.NodeVisitor):
 _STATIC_RANGE_SIGNATURE = inspect.Signature([inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=d)
                                               for n, d in (("arg1", inspect.Parameter.empty), ("arg2", None),
                                                            ("step", None))])
+
+
+def _holds_runtime_values(value) -> bool:
+    value = unwrap(value)
+    if isinstance(value, tuple):
+        return any(_holds_runtime_values(v) for v in value)
+    return isinstance(value, tensor) or (is_carriable(value) and not isinstance(value, (bool, numbers.Number,
+                                                                                         np.generic)))
 
 
 def tl_range():

@@ -67,10 +67,15 @@ class Autotuner(KernelInterface):
         self.best_config: Config | None = None
         self.configs_timings: dict | None = None
 
-    def prune_configs(self, nargs: dict) -> list:
+    def prune_configs(self, nargs: dict, kwargs: dict | None = None) -> list:
+        """`early_config_prune(configs, nargs, **kwargs)` as in Triton: `kwargs` are the launch's
+        keyword arguments (tutorials read their constexprs there), `nargs` every argument by name."""
         configs = self.configs
         if self.early_config_prune:
-            configs = list(self.early_config_prune(configs, nargs))
+            configs = list(self.early_config_prune(configs, nargs, **(kwargs or {})))
+            if not configs:
+                raise ValueError("No valid autotuner configs after pruning: early_config_prune must return "
+                                 "at least one config")
         if self.perf_model:
             top_k = self.top_k
             if isinstance(top_k, float) and top_k <= 1.0:
@@ -126,7 +131,7 @@ class Autotuner(KernelInterface):
         if len(self.configs) > 1:
             key = self._key(nargs)
             if key not in self.cache:
-                configs = self.prune_configs(nargs)
+                configs = self.prune_configs(nargs, kwargs)
                 timings = {c: self._bench(args, kwargs, grid, c, nargs) for c in configs}
                 self.cache[key] = builtins.min(timings, key=timings.get)
                 self.configs_timings = timings
@@ -142,8 +147,10 @@ class Autotuner(KernelInterface):
 
     def warmup(self, *args, grid=(1,), **kwargs):
         """Compile every (pruned) config without benchmarking or launching."""
-        nargs = _bind(self.fn, args, {k: v for k, v in kwargs.items() if k != "target"})
-        return [self.fn.warmup(*args, grid=grid, **kwargs, **c.all_kwargs()) for c in self.prune_configs(nargs)]
+        launch_kwargs = {k: v for k, v in kwargs.items() if k != "target"}
+        nargs = _bind(self.fn, args, launch_kwargs)
+        return [self.fn.warmup(*args, grid=grid, **kwargs, **c.all_kwargs())
+                for c in self.prune_configs(nargs, launch_kwargs)]
 
 
 class Heuristics(KernelInterface):

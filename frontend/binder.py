@@ -19,6 +19,7 @@ from kiln.tools.tensor_descriptor import TensorDescriptor
 from . import config
 
 _INT32_MIN, _INT32_MAX = -2**31, 2**31 - 1
+IGNORED_LAUNCH_OPTIONS = ("extern_libs",)
 
 
 def _int_key(value: int):
@@ -106,6 +107,9 @@ def make_binder(jitfn):
             keys.append(f"_kiln_spec_key({name})")
     sig.append("*")
     sig.extend(f"{o}=None" for o in options)
+    # Launch keywords Triton takes that change nothing in kiln: extern_libs names bitcode
+    # libraries to link, and kiln links libdevice for the math functions already.
+    sig.extend(f"{o}=None" for o in IGNORED_LAUNCH_OPTIONS if o not in params)
     stream = "stream" if "stream" in options else "None"
     key = f"({', '.join(keys + keyed_options)}{',' if keys or keyed_options else ''})"
     values = f"({', '.join(names)}{',' if names else ''})"

@@ -1,6 +1,7 @@
 """`kiln.testing`: benchmarking and comparison helpers with Triton's signatures."""
 from __future__ import annotations
 
+import os
 import statistics
 import time
 
@@ -97,3 +98,132 @@ def assert_close(x, y, atol=None, rtol=None, err_msg=""):
         return
     np.testing.assert_allclose(x.astype(np.float64), y.astype(np.float64), atol=atol, rtol=rtol,
                                equal_nan=True, err_msg=err_msg)
+
+
+# --- perf_report: Triton's benchmark tables and plots -----------------------------------------
+
+class Benchmark:
+    """One benchmark table (and plot) of `perf_report`: for every value of `x_vals` (one per
+    name of `x_names`, or a tuple with one value for each) and every `line_vals` value of
+    argument `line_arg`, the benchmarked function is called with those and the fixed `args`;
+    it returns a number, or (value, min, max)."""
+
+    def __init__(self, x_names, x_vals, line_arg, line_vals, line_names, plot_name, args, xlabel="", ylabel="",
+                 x_log=False, y_log=False, styles=None):
+        self.x_names, self.x_vals, self.x_log = list(x_names), list(x_vals), x_log
+        self.line_arg, self.line_vals, self.line_names = line_arg, list(line_vals), list(line_names)
+        self.plot_name, self.args, self.xlabel, self.ylabel = plot_name, dict(args), xlabel, ylabel
+        self.y_log, self.styles = y_log, styles
+
+
+class Mark:
+    """A function under `perf_report`; `.run(print_data=True)` measures and prints its tables."""
+
+    def __init__(self, fn, benchmarks):
+        self.fn, self.benchmarks = fn, benchmarks
+
+    def _measure(self, bench: Benchmark, **kwargs):
+        """The rows (x values, then one (value, min, max) per line) of one benchmark."""
+        rows = []
+        for x in bench.x_vals:
+            xs = list(x) if isinstance(x, (list, tuple)) else [x] * len(bench.x_names)
+            if len(xs) != len(bench.x_names):
+                raise ValueError(f"Expected {len(bench.x_names)} values, got {x}")
+            results = []
+            for y in bench.line_vals:
+                ret = self.fn(**dict(zip(bench.x_names, xs)), **{bench.line_arg: y}, **bench.args, **kwargs)
+                results.append(tuple(ret) if isinstance(ret, (list, tuple)) else (ret, None, None))
+            rows.append((xs, results))
+        return rows
+
+    def _run(self, bench: Benchmark, save_path, show_plots, print_data, diff_col=False, save_precision=6, **kwargs):
+        rows = self._measure(bench, **kwargs)
+        labels = [f"{name} ({bench.ylabel})" for name in bench.line_names]
+        columns = bench.x_names + labels
+        table = [xs + [r[0] for r in results] for xs, results in rows]
+        if diff_col and len(columns) == 2:
+            columns, table = columns + ["Diff"], [row + [row[1] - row[0]] for row in table]
+        if bench.plot_name and (show_plots or save_path):
+            _plot(bench, rows, labels, show_plots, save_path)
+        if print_data:
+            print(bench.plot_name + ":")
+            print(_format_table(columns, table))
+        if save_path:
+            import csv
+            with open(os.path.join(save_path, f"{bench.plot_name}.csv"), "w", newline="") as f:
+                writer = csv.writer(f)
+                writer.writerow(columns)
+                writer.writerows([[f"{v:.{save_precision}f}" if isinstance(v, float) else v for v in row]
+                                  for row in table])
+        return _data_frame(columns, table)
+
+    def run(self, show_plots=False, print_data=False, save_path="", return_df=False, **kwargs):
+        single = isinstance(self.benchmarks, Benchmark)
+        benchmarks = [self.benchmarks] if single else list(self.benchmarks)
+        if save_path:
+            os.makedirs(save_path, exist_ok=True)
+        frames = []
+        try:
+            for bench in benchmarks:
+                frames.append(self._run(bench, save_path, show_plots, print_data, **kwargs))
+        finally:
+            if save_path:
+                with open(os.path.join(save_path, "results.html"), "w") as html:
+                    html.write("<html><body>\n")
+                    html.writelines(f'<image src="{b.plot_name}.png"/>\n' for b in benchmarks[:len(frames)])
+                    html.write("</body></html>\n")
+        if return_df:
+            return frames[0] if single else frames
+        return None
+
+
+def perf_report(benchmarks):
+    """Mark a function for benchmarking over `benchmarks` (one `Benchmark` or a list); call
+    `.run(print_data=True, show_plots=..., save_path=...)` on the result."""
+    return lambda fn: Mark(fn, benchmarks)
+
+
+def _format_table(columns, table) -> str:
+    """The table as pandas prints a DataFrame: an index column, then right-aligned columns."""
+    def text(v):
+        return f"{v:.6f}".rstrip("0").rstrip(".") if isinstance(v, float) and v == v and abs(v) < 1e15 else str(v)
+    cells = [[""] + list(columns)] + [[str(i)] + [text(v) for v in row] for i, row in enumerate(table)]
+    widths = [max(len(row[c]) for row in cells) for c in range(len(cells[0]))]
+    return "\n".join("  ".join(cell.rjust(w) for cell, w in zip(row, widths)).rstrip() for row in cells)
+
+
+def _data_frame(columns, table):
+    """A pandas DataFrame when pandas is installed (Triton returns one), else the rows as dicts."""
+    try:
+        import pandas as pd
+    except ImportError:
+        return [dict(zip(columns, row)) for row in table]
+    return pd.DataFrame(table, columns=columns)
+
+
+def _plot(bench, rows, labels, show_plots, save_path):
+    try:
+        import matplotlib.pyplot as plt
+    except ImportError:
+        import warnings
+        warnings.warn("perf_report: matplotlib is not installed, so no plot is drawn", stacklevel=3)
+        return
+    plt.figure()
+    ax = plt.subplot()
+    xs = [x[0] for x, _ in rows]
+    for i, label in enumerate(labels):
+        color, style = bench.styles[i] if bench.styles else (None, None)
+        ax.plot(xs, [results[i][0] for _, results in rows], label=label, color=color, ls=style)
+        lo, hi = [results[i][1] for _, results in rows], [results[i][2] for _, results in rows]
+        if all(v is not None for v in lo + hi):
+            ax.fill_between(xs, [float(v) for v in lo], [float(v) for v in hi], alpha=0.15, color=color)
+    ax.legend()
+    ax.set_xlabel(bench.xlabel or bench.x_names[0])
+    ax.set_ylabel(bench.ylabel)
+    ax.set_xscale("log" if bench.x_log else "linear")
+    ax.set_yscale("log" if bench.y_log else "linear")
+    if show_plots:
+        plt.show()
+    if save_path:
+        plt.savefig(os.path.join(save_path, f"{bench.plot_name}.png"))
+    plt.close()

@@ -276,3 +276,94 @@ def test_void_conditional_expression(v, expected):
     z = np.zeros(1, np.int32)
     _void_conditional[(1,)](np.array([v], np.int32), z)
     assert z[0] == expected
+
+
+# --- what Triton's tutorials use --------------------------------------------------------------
+
+def test_perf_report_prints_the_table_and_saves_csv(tmp_path, capsys):
+    @triton.testing.perf_report(triton.testing.Benchmark(
+        x_names=["size"], x_vals=[4096, 8192], x_log=True, line_arg="provider", line_vals=["kiln", "numpy"],
+        line_names=["Kiln", "NumPy"], styles=[("blue", "-"), ("green", "-")], ylabel="GB/s",
+        plot_name="vector-add-performance", args={"scale": 2}))
+    def bench(size, provider, scale):
+        value = size * scale / (1 if provider == "kiln" else 2)
+        return value, value - 1, value + 1
+
+    frame = bench.run(print_data=True, save_path=str(tmp_path), return_df=True)
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "vector-add-performance:"
+    assert out[1].split() == ["size", "Kiln", "(GB/s)", "NumPy", "(GB/s)"]
+    assert out[2].split() == ["0", "4096", "8192", "4096"] and out[3].split() == ["1", "8192", "16384", "8192"]
+    assert (tmp_path / "vector-add-performance.csv").read_text().splitlines()[0] == "size,Kiln (GB/s),NumPy (GB/s)"
+    assert (tmp_path / "results.html").exists()
+    rows = frame.to_dict("records") if hasattr(frame, "to_dict") else frame
+    assert rows[1]["NumPy (GB/s)"] == 8192
+
+
+def test_current_target_is_an_object_with_backend_arch_and_warp_size(monkeypatch):
+    from kiln.runtime import cuda_driver
+    monkeypatch.setattr(cuda_driver, "device_and_stream", lambda: (0, 0))
+    monkeypatch.setattr(cuda_driver, "target", lambda device: "sm_90a")
+    target = triton.runtime.driver.active.get_current_target()
+    assert (target.backend, target.arch, target.warp_size) == ("cuda", 90, 32)
+
+
+def test_import_kiln_brings_kiln_runtime():
+    import subprocess
+    import sys
+    code = "import kiln as triton; print(type(triton.runtime.driver.active).__name__)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip()
+
+
+def test_early_config_prune_gets_the_launch_keyword_arguments():
+    seen = []
+
+    def prune(configs, nargs, **kwargs):
+        seen.append((sorted(nargs), kwargs.get("N_CTX")))
+        return [c for c in configs if c.kwargs["BLOCK"] <= kwargs["N_CTX"]]
+
+    @triton.autotune(configs=[triton.Config({"BLOCK": b}) for b in (4, 8, 16)], key=["N_CTX"],
+                     prune_configs_by={"early_config_prune": prune}, do_bench=lambda fn, quantiles: [1.0, 1.0, 1.0])
+    @triton.jit
+    def kernel(X, N_CTX: tl.constexpr, BLOCK: tl.constexpr):
+        tl.store(X + tl.arange(0, BLOCK), 1.0)
+
+    x = np.zeros(16, np.float32)
+    kernel[(1,)](x, N_CTX=8)
+    assert seen == [(["N_CTX", "X"], 8)]
+    assert kernel.best_config.kwargs["BLOCK"] <= 8
+
+
+@triton.jit
+def _maybe_descriptor(desc_or_ptr, M: tl.constexpr, N: tl.constexpr):
+    if isinstance(desc_or_ptr, tl.tensor_descriptor):
+        return desc_or_ptr
+    return tl.make_tensor_descriptor(desc_or_ptr, [M, N], [N, 1], [M, N])
+
+
+@triton.jit
+def _offset_store(ptr, offs: tl.constexpr, value: tl.constexpr):
+    tl.store(ptr + offs, value)
+
+
+@triton.jit
+def _descriptor_copy(x_ptr, y_ptr, M: tl.constexpr, N: tl.constexpr):
+    src = _maybe_descriptor(x_ptr, M, N)
+    dst = _maybe_descriptor(_maybe_descriptor(y_ptr, M, N), M, N)
+    dst.store([0, 0], src.load([0, 0]))
+    _offset_store(y_ptr + M * N, tl.arange(0, 4), 7.0)  # a constexpr parameter given a tensor
+
+
+def test_isinstance_tensor_descriptor_and_constexpr_parameter_given_a_tensor():
+    x = np.arange(32, dtype=np.float32)
+    y = np.zeros(36, np.float32)
+    _descriptor_copy[(1,)](x, y, 4, 8)
+    np.testing.assert_array_equal(y[:32], x)
+    np.testing.assert_array_equal(y[32:], 7.0)
+
+
+def test_extern_libs_launch_keyword_is_accepted():
+    z = np.zeros(8, np.int32)
+    _static_steps[(1,)](z, 8, extern_libs={"libdevice": "/path/to/libdevice.10.bc"})
+    assert z[2] == 2

@@ -6,6 +6,16 @@
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class GPUTarget:
+    """What `driver.active.get_current_target()` returns, as in Triton: backend ("cuda"),
+    arch (the compute capability as an int, 90 for 9.0) and warp_size."""
+    backend: str
+    arch: int
+    warp_size: int
 
 
 class _Utils:
@@ -41,9 +51,10 @@ class _ActiveDriver:
         from . import cuda_driver as drv
         return drv.device_and_stream()[1]
 
-    def get_current_target(self) -> str:
+    def get_current_target(self) -> GPUTarget:
         from . import cuda_driver as drv
-        return drv.target(self.get_current_device())
+        name = drv.target(self.get_current_device())  # sm_90a
+        return GPUTarget("cuda", int(name[3:].rstrip("a")), 32)
 
     def get_active_torch_device(self):
         import torch
