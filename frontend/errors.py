@@ -45,3 +45,8 @@ class CompilationError(KilnError):
 
 class KernelError(CompilationError):
     """Raised for errors that the user's code raised on purpose (static_assert)."""
+
+
+class InterpretedCompilationError(CompilationError, InterpreterError):
+    """A CompilationError of a kernel launched under KILN_INTERPRET=1: also an InterpreterError,
+    since Triton's interpreter raises that for every error of a kernel (its __cause__ the error)."""

@@ -14,6 +14,7 @@ from kiln.language.core import constexpr
 
 from . import config
 from .binder import grid3, make_binder
+from .errors import CompilationError, InterpretedCompilationError, InterpreterError
 from .specialize import specialize
 
 
@@ -209,7 +210,12 @@ class JITFunction(KernelInterface):
         kernel = self._by_specialization.get(key)
         if kernel is None:
             from .compiler import compile_kernel
-            kernel = compile_kernel(self, params, options)
+            try:
+                kernel = compile_kernel(self, params, options)
+            except CompilationError as e:
+                if not config.interpret() or isinstance(e, InterpreterError):
+                    raise
+                raise _as_interpreter_error(e) from e.__cause__
             descriptors = {self.arg_names.index(n) for n in runtime_names if not isinstance(params[n], tuple)}
             kernel.set_runtime_positions([self.arg_names.index(n) for n in runtime_names], descriptors)
             self._by_specialization[key] = kernel
@@ -227,6 +233,12 @@ class JITFunction(KernelInterface):
             if cuda_driver.is_available():
                 kernel._init_handles()
         return kernel
+
+
+def _as_interpreter_error(e: CompilationError) -> InterpretedCompilationError:
+    error = InterpretedCompilationError(e.file, e.line, e.col, e.source_line, e.reason)
+    error.__suppress_context__ = True
+    return error
 
 
 def _is_constexpr_annotation(annotation, fn) -> bool:

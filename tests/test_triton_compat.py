@@ -367,3 +367,18 @@ def test_extern_libs_launch_keyword_is_accepted():
     z = np.zeros(8, np.int32)
     _static_steps[(1,)](z, 8, extern_libs={"libdevice": "/path/to/libdevice.10.bc"})
     assert z[2] == 2
+
+
+def test_dtype_class_attributes_and_exponent_bias():
+    assert tl.dtype.SINT_TYPES == ["int8", "int16", "int32", "int64"]
+    assert "int1" in tl.dtype.UINT_TYPES and "bf16" in tl.dtype.FP_TYPES and "fp16" in tl.dtype.STANDARD_FP_TYPES
+    assert [t.exponent_bias for t in (tl.float16, tl.bfloat16, tl.float32, tl.float64)] == [15, 127, 127, 1023]
+    assert [t.exponent_bias for t in (tl.float8e4nv, tl.float8e4b15, tl.float8e5, tl.float8e4b8)] == [7, 15, 15, 8]
+
+
+def test_compile_error_under_the_interpreter_is_also_an_interpreter_error(monkeypatch):
+    monkeypatch.setenv("KILN_INTERPRET", "1")
+    with pytest.raises(triton.InterpreterError) as info:
+        _expand[(1,)](np.zeros(1), 16, 5)
+    assert isinstance(info.value, triton.CompilationError)
+    assert "invalid axis 5" in str(info.value.__cause__)

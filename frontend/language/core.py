@@ -18,6 +18,17 @@ from kiln.ir.types import (  # noqa: F401  (re-exported as tl.*)
 
 void = None  # Triton exposes tl.void; kernels only compare against it.
 
+# Triton's dtype class attributes and exponent_bias, which Triton's tests and users read
+# (`tl.dtype.SINT_TYPES`, `tl.float16.exponent_bias`).
+dtype.SINT_TYPES = ["int8", "int16", "int32", "int64"]
+dtype.UINT_TYPES = ["int1", "uint8", "uint16", "uint32", "uint64"]
+dtype.FP_TYPES = ["fp8e4b15", "fp8e4nv", "fp8e4b8", "fp8e5", "fp8e5b16", "fp16", "bf16", "fp32", "fp64"]
+dtype.STANDARD_FP_TYPES = ["fp16", "bf16", "fp32", "fp64"]
+dtype.OTHER_TYPES = ["void"]
+_EXPONENT_BIAS = {"fp8e4b15": 15, "fp8e4nv": 7, "fp8e4b8": 8, "fp8e5": 15, "fp8e5b16": 16, "fp16": 15, "bf16": 127,
+                  "fp32": 127, "fp64": 1023}
+dtype.exponent_bias = property(lambda self: _EXPONENT_BIAS.get(self.name))
+
 
 def builtin(fn):
     """Mark `fn` as a kiln builtin: the AST frontend calls it with tensors and constexprs as they are."""
