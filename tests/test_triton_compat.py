@@ -382,3 +382,18 @@ def test_compile_error_under_the_interpreter_is_also_an_interpreter_error(monkey
         _expand[(1,)](np.zeros(1), 16, 5)
     assert isinstance(info.value, triton.CompilationError)
     assert "invalid axis 5" in str(info.value.__cause__)
+
+
+@triton.jit
+def _sum_keep_dims(X, Z, M: tl.constexpr, N: tl.constexpr):
+    x = tl.load(X + tl.arange(0, M)[:, None] * N + tl.arange(0, N)[None, :])
+    z = tl.sum(x, axis=None, keep_dims=True)
+    tl.static_assert(Z[None, None, :].shape == [1, 1])
+    tl.store(Z[None, None, :], z)
+
+
+def test_scalar_indexed_with_none_and_colon():
+    x = np.arange(32, dtype=np.float32)
+    z = np.zeros(1, np.float32)
+    _sum_keep_dims[(1,)](x, z, 4, 8)
+    assert z[0] == x.sum()

@@ -792,7 +792,8 @@ def subscript(x: tensor, slices):
             dim += 1
         else:
             raise IndexError(f"unsupported tensor index {s!r}: only `:` and `None` are allowed")
-    if dim > max(len(x.type.shape), 0) + sum(1 for s in slices if unwrap(s) is None):
+    # A scalar takes any number of `:` (Triton: `scalar_ptr[None, None, :]` is a [1, 1] block).
+    if x.type.shape and dim > len(x.type.shape) + sum(1 for s in slices if unwrap(s) is None):
         raise IndexError("too many indices for the tensor")
     return out
 
