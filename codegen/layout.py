@@ -197,3 +197,84 @@ def mma_layout(shape, num_warps: int) -> "Blocked | None":
         return None
     _, wm, wn = best
     return Blocked((1, 2), (8, 4), (wm, wn), (1, 0))
+
+
+@dataclass(frozen=True)
+class Wgmma:
+    """The accumulator layout of Hopper's `wgmma.mma_async.m64nNk16` (N = `instr_n`).
+
+    Warp w of a warpgroup holds rows 16w .. 16w+15 of the instruction's 64; within the
+    warp, lane (g = lane/4, t = lane%4) holds rows g and g + 8 and, in every 8-column
+    chunk, columns 2t and 2t + 1. A thread's registers come in the instruction's own
+    order (d[4j + r]: chunk j, row g + 8(r/2), column 2t + r%2), so the registers of one
+    instruction are consecutive. `warps` = (warps along M, warps along N): warps are
+    numbered M first and the warps along M are a multiple of 4, so each warpgroup covers
+    64 consecutive rows; the CTA tile [16 Wm, instr_n Wn] repeats over the shape, M
+    repetitions outermost.
+    """
+
+    warps: tuple[int, int]
+    instr_n: int
+
+    rank = 2
+
+    def tile(self, d: int) -> int:
+        return 16 * self.warps[0] if d == 0 else self.instr_n * self.warps[1]
+
+    def offsets(self, shape) -> list[tuple[int, int]]:
+        M, N = shape
+        out, seen = [], set()
+        for mrep in range(max(1, M // self.tile(0))):
+            for nrep in range(max(1, N // self.tile(1))):
+                for j in range(self.instr_n // 8):
+                    for r in range(4):
+                        off = (mrep * self.tile(0) + 8 * (r // 2), nrep * self.tile(1) + 8 * j + r % 2)
+                        if off[0] < M and off[1] < N and off not in seen:
+                            seen.add(off)
+                            out.append(off)
+        return out
+
+    def _scales(self, d):
+        """(lane stride, lane count, lane scale, warp stride, warp count, warp scale) along d."""
+        if d == 0:
+            return 4, 8, 1, 1, self.warps[0], 16
+        return 1, 4, 2, self.warps[0], self.warps[1], self.instr_n
+
+    def lane_axis(self, shape, d: int) -> Axis:
+        stride, count, scale = self._scales(d)[:3]
+        return Axis(stride, count, min(count, max(1, shape[d] // scale)))
+
+    def warp_axis(self, shape, d: int) -> Axis:
+        stride, count, scale = self._scales(d)[3:]
+        return Axis(stride, count, min(count, max(1, shape[d] // scale)))
+
+    def base_terms(self, shape, d: int):
+        scales = self._scales(d)
+        return (self.lane_axis(shape, d), scales[2], self.warp_axis(shape, d), scales[5],
+                self.tile(d) > shape[d])
+
+    def vector_dim(self) -> int:
+        return 1
+
+    def __str__(self):
+        return f"wgmma(warps={list(self.warps)}, instr_n={self.instr_n})"
+
+
+def wgmma_layout(shape, num_warps: int) -> "Wgmma | None":
+    """The wgmma accumulator layout for a 2-D `shape`, or None where it does not fit:
+    warpgroups (4 warps) take 64-row slabs along M first, the rest split N; one
+    instruction covers up to 256 columns of a warpgroup's share."""
+    if len(shape) != 2 or num_warps % 4:
+        return None
+    M, N = shape
+    groups = num_warps // 4
+    gm = 1
+    while gm * 2 <= groups and M % (64 * gm * 2) == 0:
+        gm *= 2
+    gn = groups // gm
+    if M % (64 * gm) or N % (8 * gn):
+        return None
+    instr_n = min(256, N // gn)
+    if instr_n % 8:
+        return None
+    return Wgmma((4 * gm, gn), instr_n)

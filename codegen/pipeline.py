@@ -10,18 +10,20 @@ from dataclasses import dataclass, field
 
 from kiln.ir import verify
 
-from .passes import axis_info, canonicalize, cse, dce, layouts, prefetch
+from .passes import axis_info, canonicalize, cse, dce, layouts, prefetch, smem_alloc, smem_pipeline
 
 PASSES = [
     canonicalize,   # fold constants, drop x+0, x*1, same-type casts
     cse,            # merge identical pure ops
     dce,            # drop what nothing uses
+    smem_pipeline,  # sm_90a: dots fed by loads in loops -> async copies into rings of shared tiles, wgmma
     prefetch,       # loads of iteration i+1 issued during iteration i (num_stages >= 2)
     canonicalize,   # tidy what prefetch cloned
     cse,
     dce,
     axis_info,      # contiguity / divisibility / constancy per dim
     layouts,        # a thread distribution for every block value
+    smem_alloc,     # byte offsets of the shared buffers, by liveness
 ]
 ANALYSES = {axis_info.name, layouts.name}
 
@@ -39,6 +41,8 @@ class PassContext:
     layouts: dict = field(default_factory=dict)
     prefer: object = None
     cheap: set = field(default_factory=set)
+    shared_allocated: int = 0  # bytes of shared memory that smem_alloc gave to buffers
+    buffers_live: object = lambda op: False  # is a shared buffer live at this op (smem_alloc)
 
 
 def run_passes(fn, ctx: PassContext, check: bool = False) -> None:

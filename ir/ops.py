@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-from .types import block_type, dtype, int1, int32, is_power_of_two, pointer_type, scalar_of
+from .types import block_type, dtype, int1, int32, is_power_of_two, pointer_type, scalar_of, shared_type
 
 # name -> (kinds accepted)
 BINARY_OPS = {
@@ -427,6 +427,65 @@ def _check_inline_asm(op):
         return "inline_asm needs a positive pack"
 
 
+# --- the GPU stage: shared-memory buffers, async copies, warpgroup dots ---------------
+# Codegen's passes create these after the target-independent passes; the frontend never
+# does. Async ops are ordered by program order (they have side effects): a copy's data
+# may be read after an `async_wait` that leaves fewer groups pending than were committed
+# after it, and a barrier.
+
+def _check_local_alloc(op):
+    if not isinstance(op.results[0].type, shared_type):
+        return "local_alloc makes a shared buffer (smem<...>)"
+    offset = op.attrs.get("offset")
+    if offset is not None and (not isinstance(offset, int) or offset < 0 or offset % 16):
+        return "offset must be a non-negative multiple of 16 bytes"
+
+
+def _check_local_index(op):
+    buf, slot = op.operands
+    if not isinstance(buf.type, shared_type) or len(buf.type.shape) != 3:
+        return "local_index takes a ring of tiles (a 3-D shared buffer)"
+    if slot.type != int32:
+        return "the slot must be an int32 scalar"
+    if op.results[0].type != buf.type.tile():
+        return f"result must be {buf.type.tile()}"
+
+
+def _check_async_copy(op):
+    ptr, dst = op.operands[:2]
+    if not isinstance(dst.type, shared_type) or len(dst.type.shape) != 2:
+        return "async_copy writes one tile of shared memory"
+    if not isinstance(ptr.type, block_type) or not scalar_of(ptr.type).is_ptr():
+        return "async_copy reads a block of pointers"
+    if ptr.type.shape != dst.type.shape or scalar_of(ptr.type).element_ty != dst.type.element_ty:
+        return f"{ptr.type} does not match the tile {dst.type}"
+    if len(op.operands) == 3:
+        return _check_mask(op, ptr, op.operands[2])
+
+
+def _check_pending(op):
+    pending = op.attrs.get("pending")
+    if not isinstance(pending, int) or isinstance(pending, bool) or pending < 0:
+        return "pending must be a non-negative int"
+
+
+def _check_warp_group_dot(op):
+    a, b, acc = op.operands
+    if not (isinstance(a.type, shared_type) and isinstance(b.type, shared_type)) or len(a.type.shape) != 2:
+        return "warp_group_dot reads both operands from shared tiles"
+    (M, K), (K2, N) = a.type.shape, b.type.shape
+    if K != K2 or _shape(acc.type) != (M, N) or op.results[0].type != acc.type:
+        return f"shapes do not agree: {a.type} x {b.type} -> {acc.type}"
+    if a.type.element_ty != b.type.element_ty:
+        return "operands must share an element type"
+
+
+def _check_dot_wait(op):
+    if [r.type for r in op.results] != [v.type for v in op.operands]:
+        return "warp_group_dot_wait returns its operands"
+    return _check_pending(op)
+
+
 def _check_shape_pow2(op):
     for r in op.results:
         if any(not is_power_of_two(d) for d in _shape(r.type)):
@@ -490,6 +549,20 @@ OPS.update({
                        notes="values[, mask]; values outside [0, num_bins) are not counted"),
     "inline_asm": OpDef((0, 1 << 16), results=(1, 1 << 16), attrs=("asm", "constraints", "pack"),
                         check=_check_inline_asm, notes="elementwise PTX; attr volatile when not pure"),
+    "local_alloc": OpDef((0, 0), check=_check_local_alloc, side_effects=True,
+                         notes="a shared buffer; attr offset (bytes) set by the allocation pass"),
+    "local_index": OpDef((2, 2), check=_check_local_index, notes="buffer, slot: one tile of a ring"),
+    "async_copy": OpDef((2, 3), results=(0, 0), check=_check_async_copy, side_effects=True,
+                        notes="ptr, tile[, mask]: cp.async global -> shared; masked-off elements are zero"),
+    "async_commit": OpDef((0, 0), results=(0, 0), side_effects=True, notes="close a group of async copies"),
+    "async_wait": OpDef((0, 0), results=(0, 0), attrs=("pending",), check=_check_pending, side_effects=True,
+                        notes="wait until at most `pending` copy groups are in flight (this thread's)"),
+    "fence_async_shared": OpDef((0, 0), results=(0, 0), side_effects=True,
+                                notes="order generic-proxy shared writes before async-proxy reads (wgmma, TMA)"),
+    "warp_group_dot": OpDef((3, 3), check=_check_warp_group_dot, side_effects=True,
+                            notes="a tile, b tile, acc: wgmma, issued and committed as one group, not awaited"),
+    "warp_group_dot_wait": OpDef((1, 1 << 16), results=(1, 1 << 16), attrs=("pending",), check=_check_dot_wait,
+                                 side_effects=True, notes="wait until at most `pending` dot groups are in flight"),
 })
 
 SHAPE_CHECK = _check_shape_pow2

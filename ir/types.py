@@ -164,11 +164,72 @@ class block_type(dtype):
         return f"<{list(self.shape_)}, {self.element_ty_!r}>"
 
 
+class shared_type(dtype):
+    """A buffer in shared memory (the GPU stage of block IR; codegen's passes make them).
+
+    `shape` is the buffer's logical shape: `<4x128x64>` is a ring of four 128x64 tiles.
+    The last two dims are one tile, stored with tile dim `order[0]` contiguous, in rows of
+    `swizzle` bytes (32, 64 or 128; 0 for no swizzle): tile element (outer, inner) sits in
+    the region of its `swizzle`-byte column chunk, at row `outer` of it, and within every
+    1024 bytes the 16-byte unit bits are XORed with the row bits, as the tensor cores and
+    TMA read them. Printed `smem<4x128x64xfp16:swizzle128:order1.0>`.
+    """
+
+    __slots__ = ("element_ty_", "shape_", "swizzle", "order")
+
+    def __init__(self, element_ty: dtype, shape, swizzle: int = 0, order=None):
+        if isinstance(element_ty, (block_type, shared_type)) or not isinstance(element_ty, dtype):
+            raise TypeError(f"shared buffer element must be a scalar type, not {element_ty!r}")
+        shape = tuple(int(d) for d in shape)
+        order = tuple(int(d) for d in (order if order is not None else (1, 0)))
+        if len(shape) not in (2, 3) or any(not is_power_of_two(d) for d in shape[-2:]) or min(shape) < 1:
+            raise TypeError(f"a shared buffer is a tile of power-of-two dims or a ring of them, not {shape}")
+        if swizzle not in (0, 32, 64, 128):
+            raise TypeError(f"swizzle must be 0, 32, 64 or 128 bytes, not {swizzle}")
+        if sorted(order) != [0, 1]:
+            raise TypeError(f"order {order} must be (1, 0) or (0, 1): the tile's dims")
+        self.element_ty_, self.shape_, self.swizzle, self.order = element_ty, shape, swizzle, order
+        dims = "x".join(map(str, shape))
+        self.name = f"smem<{dims}x{element_ty}:swizzle{swizzle}:order{order[0]}.{order[1]}>"
+        self.kind, self.primitive_bitwidth, self.signed = "shared", element_ty.primitive_bitwidth, False
+
+    def __getnewargs__(self):
+        return (self.element_ty_, self.shape_, self.swizzle, self.order)
+
+    @property
+    def element_ty(self): return self.element_ty_
+    @property
+    def scalar(self): return self.element_ty_
+    @property
+    def shape(self): return self.shape_
+    @property
+    def numel(self):
+        n = 1
+        for d in self.shape_:
+            n *= d
+        return n
+    @property
+    def nbytes(self) -> int:
+        return self.numel * self.element_ty_.itemsize
+    def is_block(self): return False
+    def is_floating(self): return False
+    def is_int(self): return False
+
+    def tile(self) -> "shared_type":
+        """One tile of the ring: the type of `local_index`."""
+        return shared_type(self.element_ty_, self.shape_[-2:], self.swizzle, self.order)
+
+    def __repr__(self):
+        return self.name
+
+
 def _key(t):
     if isinstance(t, block_type):
         return ("block", _key(t.element_ty_), t.shape_)
     if isinstance(t, pointer_type):
         return ("ptr", _key(t.element_ty_), t.address_space)
+    if isinstance(t, shared_type):
+        return ("shared", _key(t.element_ty_), t.shape_, t.swizzle, t.order)
     return (t.name,)
 
 
@@ -240,6 +301,8 @@ def parse_type(text: str) -> dtype:
     text = text.strip()
     if text in _SCALARS:
         return _SCALARS[text]
+    if text.startswith("smem<") and text.endswith(">"):
+        return _parse_shared(text[5:-1])
     if text.startswith("ptr<") and text.endswith(">"):
         return pointer_type(parse_type(text[4:-1]))
     if text.startswith("<") and text.endswith(">"):
@@ -254,3 +317,15 @@ def parse_type(text: str) -> dtype:
         if dims:
             return block_type(parse_type(inner), dims)
     raise ValueError(f"not a type: {text!r}")
+
+
+def _parse_shared(inner: str) -> shared_type:
+    """`4x128x64xfp16:swizzle128:order1.0` (the inside of `smem<...>`)."""
+    parts = inner.split(":")
+    if len(parts) != 3 or not parts[1].startswith("swizzle") or not parts[2].startswith("order"):
+        raise ValueError(f"not a shared buffer type: smem<{inner}>")
+    block = parse_type(f"<{parts[0]}>")
+    order = parts[2][len("order"):].split(".")
+    if not isinstance(block, block_type) or not parts[1][7:].isdigit() or not all(o.isdigit() for o in order):
+        raise ValueError(f"not a shared buffer type: smem<{inner}>")
+    return shared_type(block.element_ty, block.shape, int(parts[1][7:]), [int(o) for o in order])

@@ -10,14 +10,14 @@ import llvmlite.ir as ir
 from kiln.ir.types import scalar_of
 
 from ..backend import DATA_LAYOUT, TRIPLE
-from . import asm, control, debug, dot, elementwise, memory, reduce, shape
+from . import asm, control, debug, dot, elementwise, memory, reduce, shape, wgmma
 from .context import Lowering, LoweringError
 from ..occupancy import max_shared_per_cta
 from .mma import plan_dot_buffers
 from .types import I8, reg_type
 
 LOWER: dict = {}
-for _module in (elementwise, shape, memory, control, reduce, dot, debug, asm):
+for _module in (elementwise, shape, memory, control, reduce, dot, debug, asm, wgmma):
     LOWER.update(_module.RULES)
 
 _TERMINATORS = ("yield", "condition", "return")
@@ -31,6 +31,7 @@ def lower_block(lw: Lowering, block) -> None:
         where = f" (at {op.loc})" if op.loc else ""
         if rule is None:
             raise LoweringError(f"kiln cannot lower '{op.name}' to LLVM IR yet{where}")
+        lw.buffers_live = lw.ctx.buffers_live(op)
         try:
             rule(lw, op)
         except LoweringError as e:
@@ -67,6 +68,8 @@ def _lower(fn, ctx, double_buffers: bool):
     if ctx.maxnreg is not None:
         set.add(llfn.attributes, f'"nvvm.maxnreg"="{ctx.maxnreg}"')
     lw = Lowering(module, llfn, ctx)
+    if ctx.shared_allocated:  # the buffers smem_alloc placed, from a 1024-aligned base
+        lw.reserved = ctx.shared_allocated + wgmma.ALIGN
     for arg, param, name in zip(fn.args, llfn.args, fn.arg_names):
         param.name = name
         value = lw.b.icmp_unsigned("!=", param, ir.Constant(I8, 0)) if scalar_of(arg.type).is_bool() else param

@@ -46,6 +46,7 @@ class Lowering:
         # transient uses share what follows.
         self.reserved = 0
         self.dot_buffers: dict = {}  # dot op -> (byte offset, bytes per buffer)
+        self.buffers_live = False  # a shared buffer (kiln.codegen.passes.smem_alloc) is live here
 
     # --- values ---------------------------------------------------------------------
     def bind(self, v, regs, layout=None):
@@ -185,9 +186,11 @@ class Lowering:
     def smem(self, nbytes: int):
         """The scratch area's base (shared pointer) after a barrier; at least `nbytes` big."""
         g = self.smem_array()
-        self.smem_bytes = max(self.smem_bytes, self.reserved + (nbytes + 15) // 16 * 16)
+        # where no shared buffer or dot staging buffer is live, the scratch may use their bytes
+        start = self.reserved if self.buffers_live or self.dot_buffers else 0
+        self.smem_bytes = max(self.smem_bytes, start + (nbytes + 15) // 16 * 16)
         self.barrier()
-        return self.b.gep(g, [self.i32(self.reserved)], source_etype=I8) if self.reserved else g
+        return self.b.gep(g, [self.i32(start)], source_etype=I8) if start else g
 
     def smem_ptr(self, base, elem_ty, index, byte_offset=0):
         p = base

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 from kiln.ir.types import block_type, scalar_of
 
-from ..layout import Blocked, Slice, blocked_for, default_order, mma_layout
+from ..layout import Blocked, Slice, blocked_for, default_order, mma_layout, wgmma_layout
 
 name = "layouts"
 
-MEMORY_OPS = ("load", "store", "atomic_rmw", "atomic_cas")
+MEMORY_OPS = ("load", "store", "atomic_rmw", "atomic_cas", "async_copy")
 # Ops that are cheaper to recompute in another layout than to move through shared
 # memory: index arithmetic built from arange, splat and constants.
 CHEAP_OPS = {"constant", "arange", "splat", "broadcast", "expand_dims", "add", "sub", "mul", "div", "rem",
@@ -66,7 +66,10 @@ class _Assigner:
     def anchor_dot(self, op):
         """A dot that can use tensor cores fixes its accumulator's layout (and so that of
         the loop-carried accumulator and its zeros)."""
-        if mma_eligible(op):
+        if op.name == "warp_group_dot":
+            shape = op.results[0].type.shape
+            self.preferred[shape] = (1 << 31, wgmma_layout(shape, self.num_warps))
+        elif mma_eligible(op):
             shape = op.results[0].type.shape
             layout = mma_layout(shape, self.num_warps)
             if layout is not None:
@@ -192,7 +195,7 @@ def apply(fn, ctx) -> None:
     for op in fn.walk():
         if op.name in MEMORY_OPS:
             assigner.anchor(op)
-        elif op.name == "dot":
+        elif op.name in ("dot", "warp_group_dot"):
             assigner.anchor_dot(op)
     for arg in fn.args:
         if isinstance(arg.type, block_type):

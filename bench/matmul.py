@@ -1,0 +1,171 @@
+"""Tensor-core matmul: Triton's tutorial-03 kernel (bench/kernels.py `matmul_kernel`) on
+kiln and on upstream Triton, each autotuned over the tutorial's configs, against cuBLAS.
+
+    python bench/matmul.py [--quick] [--check] [--dtypes fp16,bf16,fp8] [--sizes 2048,4096,8192] [--out DIR]
+
+--check first runs every config on odd shapes (K not a multiple of BLOCK_K, M and N not
+multiples of the tile) and compares with torch. Autotuning is done here as Triton's
+autotuner does it: every config timed with do_bench, the fastest kept per library and
+shape. fp8 (e4m3) takes B transposed (K-major), as the tutorial does. Prints a markdown
+table of TFLOP/s and ratios and writes DIR/<date>-<gpu>-matmul.json when --out is given.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import statistics
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from run import bench, load_kernels  # noqa: E402
+
+# (BLOCK_M, BLOCK_N, BLOCK_K, num_stages, num_warps): the configs of Triton's tutorial 03
+# for CUDA; the last eight are the ones it adds for fp8.
+CONFIGS = [
+    (128, 256, 64, 3, 8), (64, 256, 32, 4, 4), (128, 128, 32, 4, 4), (128, 64, 32, 4, 4),
+    (64, 128, 32, 4, 4), (128, 32, 32, 4, 4), (64, 32, 32, 5, 2), (32, 64, 32, 5, 2),
+    (128, 256, 128, 3, 8), (256, 128, 128, 3, 8), (256, 64, 128, 4, 4), (64, 256, 128, 4, 4),
+    (128, 128, 128, 4, 4), (128, 64, 64, 4, 4), (64, 128, 64, 4, 4), (128, 32, 64, 4, 4),
+]
+QUICK = [(128, 256, 64, 3, 8), (128, 128, 64, 4, 4), (128, 128, 32, 4, 4), (64, 256, 32, 4, 4)]
+DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp8": torch.float8_e4m3fn}
+
+
+def operands(dtype, M, N, K):
+    a = torch.randn(M, K, device="cuda").to(DTYPES[dtype])
+    if dtype == "fp8":
+        b = torch.randn(N, K, device="cuda").to(DTYPES[dtype]).T  # K-major, as the tutorial
+    else:
+        b = torch.randn(K, N, device="cuda").to(DTYPES[dtype])
+    return a, b
+
+
+def launcher(lib, a, b, c, cfg):
+    bm, bn, bk, stages, warps = cfg
+    M, K = a.shape
+    N = b.shape[1]
+    grid = (triton_cdiv(M, bm) * triton_cdiv(N, bn),)
+
+    def go():
+        lib.matmul_kernel[grid](a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
+                                c.stride(0), c.stride(1), BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8,
+                                num_warps=warps, num_stages=stages)
+    return go
+
+
+def triton_cdiv(a, b):
+    return (a + b - 1) // b
+
+
+def reference(a, b):
+    return (a.float() @ b.float())
+
+
+def check(libs, dtypes, configs):
+    failures = []
+    for dtype in dtypes:
+        for (M, N, K) in [(256, 512, 192), (200, 328, 100), (512, 256, 1024)]:
+            a, b = operands(dtype, M, N, K)
+            want = reference(a, b)
+            for cfg in configs:
+                for name, lib in libs.items():
+                    c = torch.zeros(M, N, device="cuda", dtype=torch.float16)
+                    try:
+                        launcher(lib, a, b, c, cfg)()
+                        torch.cuda.synchronize()
+                    except Exception as e:  # OutOfResources and the like
+                        print(f"  {name} {dtype} {cfg} {M}x{N}x{K}: {type(e).__name__}: {str(e)[:120]}")
+                        continue
+                    err = (c.float() - want).abs().max().item()
+                    ok = torch.allclose(c.float(), want, rtol=3e-2, atol=0.5 if dtype != "fp8" else 2.0)
+                    if not ok:
+                        failures.append((name, dtype, cfg, (M, N, K), err))
+                        print(f"  MISMATCH {name} {dtype} {cfg} {M}x{N}x{K}: max error {err:.3g}")
+    print(f"check: {len(failures)} mismatches")
+    return failures
+
+
+def tune(lib, a, b, c, configs):
+    """(best ms, its config) over `configs`, as Triton's autotuner picks."""
+    best = None
+    for cfg in configs:
+        go = launcher(lib, a, b, c, cfg)
+        try:
+            go()
+            torch.cuda.synchronize()
+        except Exception:
+            continue
+        ms = bench(go)
+        if best is None or ms < best[0]:
+            best = (ms, cfg)
+    return best
+
+
+def run(libs, dtypes, sizes, configs, rounds=3):
+    rows = []
+    for dtype in dtypes:
+        for s in sizes:
+            a, b = operands(dtype, s, s, s)
+            c = torch.empty(s, s, device="cuda", dtype=torch.float16)
+            picked = {name: tune(lib, a, b, c, configs) for name, lib in libs.items()}
+            fns = {name: launcher(libs[name], a, b, c, got[1]) for name, got in picked.items() if got}
+            if dtype != "fp8":
+                fns["cublas"] = lambda: torch.matmul(a, b, out=c)
+            else:
+                scale = torch.ones((), device="cuda")
+                fns["cublas"] = lambda: torch._scaled_mm(a, b, scale_a=scale, scale_b=scale, out_dtype=torch.float16)
+            times = {name: [] for name in fns}
+            for _ in range(rounds):
+                for name, fn in fns.items():
+                    times[name].append(bench(fn))
+            row = {"dtype": dtype, "size": s}
+            for name, t in times.items():
+                row[name] = 2 * s ** 3 / (statistics.median(t) * 1e-3) / 1e12
+            row["configs"] = {name: got[1] for name, got in picked.items() if got}
+            rows.append(row)
+            print(json.dumps(row))
+    return rows
+
+
+def table(rows) -> str:
+    lines = ["| dtype | size | kiln TFLOP/s | Triton TFLOP/s | cuBLAS TFLOP/s | kiln / Triton | kiln / cuBLAS | kiln config |",
+             "|---|---:|---:|---:|---:|---:|---:|---|"]
+    for r in rows:
+        k, t, c = r.get("kiln", 0), r.get("triton", 0), r.get("cublas", 0)
+        lines.append(f"| {r['dtype']} | {r['size']} | {k:.0f} | {t:.0f} | {c:.0f} | {k / t if t else 0:.2f} | "
+                     f"{k / c if c else 0:.2f} | {r['configs'].get('kiln')} |")
+    return "\n".join(lines)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--check", action="store_true")
+    ap.add_argument("--dtypes", default="fp16,bf16,fp8")
+    ap.add_argument("--sizes", default="2048,4096,8192")
+    ap.add_argument("--libs", default="kiln,triton")
+    ap.add_argument("--out")
+    args = ap.parse_args()
+    libs = {name: load_kernels(name) for name in args.libs.split(",")}
+    dtypes = args.dtypes.split(",")
+    configs = QUICK if args.quick else CONFIGS
+    if args.check:
+        check(libs, dtypes, configs)
+    rows = run(libs, dtypes, [int(s) for s in args.sizes.split(",")], configs)
+    text = table(rows)
+    print(text)
+    if args.out:
+        gpu = torch.cuda.get_device_name().replace(" ", "_")
+        stem = os.path.join(args.out, f"{datetime.date.today()}-{gpu}-matmul")
+        with open(stem + ".json", "w") as f:
+            json.dump(rows, f, indent=1)
+        with open(stem + ".md", "w") as f:
+            f.write(text + "\n")
+
+
+if __name__ == "__main__":
+    main()

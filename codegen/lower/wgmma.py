@@ -1,0 +1,242 @@
+"""Lowering of the GPU stage: shared buffers, `cp.async` copies and Hopper's wgmma.
+
+A shared buffer is one pointer into the kernel's shared memory: its `offset` from a base
+rounded up to 1024 bytes (swizzles are computed from address bits, so tiles must start
+on a swizzle period). `tile_offset` is the one place that knows how a tile is stored
+(kiln.ir.types.shared_type); copies write through it and wgmma's matrix descriptors
+describe the same thing to the tensor cores.
+
+`warp_group_dot` issues, per 32 bytes of k, one `wgmma.mma_async.m64nNk*` per (M
+repetition, N repetition) of its warpgroup, all in one committed group; the accumulator
+registers are in the `Wgmma` layout's order, which is the instruction's own.
+"""
+from __future__ import annotations
+
+import llvmlite.ir as ir
+
+from .. import layout as lay
+from ..passes.layouts import memory_width
+from .context import LoweringError
+from .types import F32, GLOBAL_PTR, I1, I8, I32, I64, SHARED_PTR, VOID
+
+ALIGN = 1024
+_PTX_TYPE = {"fp16": "f16", "bf16": "bf16", "fp8e4nv": "e4m3", "fp8e5": "e5m2"}
+_SWIZZLE_MODE = {0: 0, 128: 1, 64: 2, 32: 3}
+
+
+def shared_base(lw):
+    """The kernel's shared memory rounded up to 1024 bytes (computed once, at entry)."""
+    if getattr(lw, "_aligned_smem", None) is None:
+        b = lw.entry
+        start = b.ptrtoint(lw.smem_array(), I64)
+        aligned = b.and_(b.add(start, ir.Constant(I64, ALIGN - 1)), ir.Constant(I64, -ALIGN))
+        lw._aligned_smem = b.inttoptr(aligned, SHARED_PTR)
+    return lw._aligned_smem
+
+
+def tile_geometry(t):
+    """(row bytes W, elements per row C, rows per chunk O) of a 2-D shared tile type."""
+    es = t.element_ty.itemsize
+    inner, outer = t.order
+    W = t.swizzle or t.shape[inner] * es
+    return W, W // es, t.shape[outer]
+
+
+def tile_offset(lw, t, idx, b=None):
+    """Byte offset (i32) of element `idx` (a logical index pair) in tile type `t`."""
+    b = b or lw.b
+    es = t.element_ty.itemsize
+    inner, outer = t.order
+    W, C, O = tile_geometry(t)
+    i, o = idx[inner], idx[outer]
+    off = b.add(b.mul(b.udiv(i, lw.i32(C)), lw.i32(O * W)), b.mul(o, lw.i32(W)))
+    off = b.add(off, b.mul(b.urem(i, lw.i32(C)), lw.i32(es)))
+    if t.swizzle:
+        rows = b.and_(b.lshr(off, lw.i32(7)), lw.i32(t.swizzle // 16 - 1))
+        off = b.xor(off, b.shl(rows, lw.i32(4)))
+    return off
+
+
+def _local_alloc(lw, op):
+    offset = op.attrs.get("offset")
+    if offset is None:
+        raise LoweringError("local_alloc has no offset: run the smem_alloc pass")
+    lw.bind(op.results[0], [lw.b.gep(shared_base(lw), [lw.i32(offset)], source_etype=I8)])
+
+
+def _local_index(lw, op):
+    buf, slot = op.operands
+    step = lw.b.mul(lw.scalar(slot), lw.i32(buf.type.tile().nbytes))
+    lw.bind(op.results[0], [lw.b.gep(lw.scalar(buf), [step], source_etype=I8)])
+
+
+def _copy_layout(lw, op):
+    """The pointer's own layout if its threads hold runs along the tile's inner dim,
+    else a coalesced one (the pointer math is then recomputed in it)."""
+    ptr, tile = op.operands[:2]
+    inner = tile.type.order[0]
+    have = lw.layout(ptr)
+    if isinstance(have, lay.Blocked) and have.order[0] == inner:
+        return have
+    order, vec = memory_width(lw.ctx, op)
+    threads = 32 * lw.num_warps
+    vec = max(1, min(vec, ptr.type.numel // threads))
+    return lay.blocked_for(ptr.type.shape, (inner, 1 - inner), vec, lw.num_warps)
+
+
+def _async_copy(lw, op):
+    ptr, tile = op.operands[:2]
+    mask = op.operands[2] if len(op.operands) == 3 else None
+    t, shape = tile.type, ptr.type.shape
+    es, inner = t.element_ty.itemsize, t.order[0]
+    layout = _copy_layout(lw, op)
+    order, vec = memory_width(lw.ctx, op)
+    vec = vec if order[0] == inner else 1
+    vec = min(vec, layout.size_per_thread[inner], 16 // es)
+    if mask is not None:
+        vec = min(vec, lw.ctx.axis.get(mask).constancy[inner])
+    while vec & (vec - 1):
+        vec -= 1
+    if vec * es < 4:
+        raise LoweringError(f"async_copy needs runs of 4 bytes or more along the tile's inner dim, got {vec * es}")
+    nbytes = vec * es
+    name = f"llvm.nvvm.cp.async.{'cg' if nbytes == 16 else 'ca'}.shared.global.{nbytes}.s"
+    copy = lw.intrinsic(name, VOID, [SHARED_PTR, GLOBAL_PTR, I32])
+    ptrs = lw.regs(ptr, layout)
+    masks = lw.regs(mask, layout) if mask is not None else None
+    offsets, indices = layout.offsets(shape), lw.indices(layout, shape)
+    base = lw.scalar(tile)
+    for i, off in enumerate(offsets):
+        if off[inner] % vec:
+            continue  # inside a run that an earlier register starts
+        dst = lw.b.gep(base, [tile_offset(lw, t, indices[i])], source_etype=I8)
+        size = lw.i32(nbytes) if masks is None else lw.b.select(masks[i], lw.i32(nbytes), lw.i32(0))
+        lw.b.call(copy, [dst, ptrs[i], size])
+
+
+def _async_commit(lw, op):
+    lw.b.call(lw.intrinsic("llvm.nvvm.cp.async.commit.group", VOID, []), [])
+
+
+def _async_wait(lw, op):
+    lw.b.call(lw.intrinsic("llvm.nvvm.cp.async.wait.group", VOID, [I32]), [lw.i32(op.attrs["pending"])])
+
+
+def _asm(lw, text, ret=VOID, args=(), constraints=""):
+    fty = ir.FunctionType(ret, [a.type for a in args])
+    return lw.b.call(ir.InlineAsm(fty, text, constraints, side_effect=True), list(args))
+
+
+def _fence_async_shared(lw, op):
+    _asm(lw, "fence.proxy.async.shared::cta;")
+
+
+def _descriptor(lw, tile, offset, k_major):
+    """wgmma's 64-bit matrix descriptor of the sub-tile at byte `offset` (i32) of `tile`:
+    start address, leading and stride byte offsets, swizzle mode (PTX ISA, "matrix
+    descriptor"). K-major: rows of W bytes, 8-row groups SBO = 8W apart, LBO unused.
+    M/N-major: the next W-byte chunk along M/N is LBO = (k rows) * W away, the next 8
+    k-rows SBO = 8W."""
+    b = lw.b
+    t = tile.type
+    W, _, O = tile_geometry(t)
+    lbo = 16 if k_major else O * W
+    addr = b.add(b.ptrtoint(lw.scalar(tile), I64), b.zext(offset, I64))
+    fields = ((lbo >> 4) << 16) | ((8 * W >> 4) << 32) | (_SWIZZLE_MODE[t.swizzle] << 62)
+    start = b.lshr(b.and_(addr, ir.Constant(I64, 0x3FFFF)), ir.Constant(I64, 4))
+    return b.or_(start, ir.Constant(I64, fields))
+
+
+def _operand_offset(lw, tile, rows_dim, row0, k0):
+    """Byte offset of the sub-tile whose `rows_dim` index starts at `row0` (i32) and
+    whose k starts at `k0` (int), in a tile laid out as its type says."""
+    t = tile.type
+    es = t.element_ty.itemsize
+    W, C, O = tile_geometry(t)
+    b = lw.b
+    if t.order[0] != rows_dim:  # K-major: k is the inner dim
+        return b.add(b.mul(row0, lw.i32(W)), lw.i32(k0 // C * O * W + k0 % C * es))
+    chunk = b.mul(b.udiv(row0, lw.i32(C)), lw.i32(O * W))
+    return b.add(b.add(chunk, b.mul(b.urem(row0, lw.i32(C)), lw.i32(es))), lw.i32(k0 * W))
+
+
+def _warp_group_dot(lw, op):
+    a, b_op, acc = op.operands
+    out = op.results[0]
+    layout = lw.layout(out)
+    if not isinstance(layout, lay.Wgmma):
+        raise LoweringError(f"warp_group_dot needs the wgmma accumulator layout, not {layout}")
+    (M, K), (_, N) = a.type.shape, b_op.type.shape
+    elem = a.type.element_ty
+    k_step = 32 // elem.itemsize
+    (Wm, Wn), instr_n = layout.warps, layout.instr_n
+    values = list(lw.regs(acc, layout))
+    b = lw.b
+    group = b.udiv(lw.warp, lw.i32(4))
+    row_base = b.mul(b.urem(group, lw.i32(Wm // 4)), lw.i32(64))
+    col_base = b.mul(b.udiv(group, lw.i32(Wm // 4)), lw.i32(instr_n))
+    a_k_major, b_k_major = a.type.order[0] == 1, b_op.type.order[0] == 0
+    n_m, n_n = max(1, M // (16 * Wm)), max(1, N // (instr_n * Wn))
+    per = instr_n // 2
+    ty = _PTX_TYPE[elem.name]
+    trans = "" if elem.itemsize == 1 else f", {int(not a_k_major)}, {int(not b_k_major)}"
+    text = (f"{{ .reg .pred p; setp.ne.b32 p, ${per + 2}, 0; "
+            f"wgmma.mma_async.sync.aligned.m64n{instr_n}k{k_step}.f32.{ty}.{ty} "
+            f"{{{', '.join(f'${i}' for i in range(per))}}}, ${per}, ${per + 1}, p, 1, 1{trans}; }}")
+    constraints = ",".join(["=f"] * per + ["l", "l", "r"] + [str(i) for i in range(per)])
+    ret = ir.LiteralStructType([F32] * per)
+    _asm(lw, "wgmma.fence.sync.aligned;")
+    for k0 in range(0, K, k_step):
+        for mi in range(n_m):
+            row0 = b.add(row_base, lw.i32(mi * 16 * Wm))
+            a_desc = _descriptor(lw, a, _operand_offset(lw, a, 0, row0, k0), a_k_major)
+            for ni in range(n_n):
+                col0 = b.add(col_base, lw.i32(ni * instr_n * Wn))
+                b_desc = _descriptor(lw, b_op, _operand_offset(lw, b_op, 1, col0, k0), b_k_major)
+                first = (mi * n_n + ni) * per
+                got = _asm(lw, text, ret, [a_desc, b_desc, lw.i32(1)] + values[first:first + per], constraints)
+                values[first:first + per] = [b.extract_value(got, i) for i in range(per)]
+    _asm(lw, "wgmma.commit_group.sync.aligned;")
+    lw.bind(out, values, layout)
+
+
+def _warp_group_dot_wait(lw, op):
+    """Wait for all but `pending` dot groups. With none pending the accumulators go
+    through the wait (tied registers), so nothing reads them before it."""
+    pending = op.attrs["pending"]
+    text = f"wgmma.wait_group.sync.aligned {pending};"
+    if pending:
+        _asm(lw, text)
+        for v, r in zip(op.operands, op.results):
+            lw.bind(r, lw.regs(v), lw.layout(v))
+        return
+    regs, layouts, counts = [], [], []
+    for v in op.operands:
+        got = lw.regs(v)
+        regs += got
+        layouts.append(lw.layout(v))
+        counts.append(len(got))
+    if not regs:
+        _asm(lw, text)
+        return
+    kinds = [("f" if r.type == F32 else "r") for r in regs]
+    if any(r.type not in (F32, I32) for r in regs):
+        raise LoweringError("warp_group_dot_wait carries fp32 or int32 accumulators only")
+    constraints = ",".join([f"={k}" for k in kinds] + [str(i) for i in range(len(regs))])
+    got = _asm(lw, text, ir.LiteralStructType([r.type for r in regs]), regs, constraints)
+    at = 0
+    for r, layout, n in zip(op.results, layouts, counts):
+        lw.bind(r, [lw.b.extract_value(got, at + i) for i in range(n)], layout)
+        at += n
+
+
+RULES = {
+    "local_alloc": _local_alloc,
+    "local_index": _local_index,
+    "async_copy": _async_copy,
+    "async_commit": _async_commit,
+    "async_wait": _async_wait,
+    "fence_async_shared": _fence_async_shared,
+    "warp_group_dot": _warp_group_dot,
+    "warp_group_dot_wait": _warp_group_dot_wait,
+}
