@@ -2,6 +2,7 @@
 
     KILN_CACHE_DIR      the node cache's directory (default ~/.cache/kiln)
     KILN_CACHE_SIZE     its size limit: bytes, or with a K/M/G/T suffix (default 8G)
+    KILN_CACHE_SHARED   1: the cache is shared by a group (made 2770, files 0660); else 0700
     KILN_DAEMON         the daemon to use: unix:/path or host:port; "off" for none; unset
                         for the node daemon on its default socket
     KILN_DAEMON_TOKEN   the token a daemon listening on TCP demands, and clients present
@@ -19,6 +20,10 @@ _SUFFIXES = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 def cache_dir() -> Path:
     return Path(os.environ.get("KILN_CACHE_DIR") or Path.home() / ".cache" / "kiln")
+
+
+def cache_shared() -> bool:
+    return os.environ.get("KILN_CACHE_SHARED", "").strip().lower() in ("1", "true", "yes", "on")
 
 
 def cache_size_limit() -> int:
@@ -42,9 +47,12 @@ def manifest_path() -> Path | None:
 
 
 def runtime_dir() -> Path:
-    """Where the node daemon keeps its socket, pid file and log."""
+    """Where the node daemon keeps its socket, pid file and log: this user's alone, also
+    when the cache is shared."""
     base = os.environ.get("XDG_RUNTIME_DIR")
-    return Path(base) / "kiln" if base else cache_dir() / "run"
+    if base:
+        return Path(base) / "kiln"
+    return cache_dir() / (f"run-{os.geteuid()}" if cache_shared() else "run")
 
 
 def parse_size(text: str) -> int:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import diskcache
 
-from . import env
+from . import env, paths
 
 _BLOB = "blob/"
 _ACTION = "action/"
@@ -61,6 +61,17 @@ class _NoPickles(diskcache.Disk):
         return super().get(key, raw)
 
 
+class _SharedNoPickles(_NoPickles):
+    """For a cache shared by a group: every file it writes is the group's to read and replace."""
+
+    def store(self, value, read, key=diskcache.core.UNKNOWN):
+        size, mode, filename, db_value = super().store(value, read, key)
+        if filename is not None:  # diskcache's two levels of directories, then the file
+            file = Path(self._directory, filename)
+            paths.share_file(file, (file.parent, file.parent.parent))
+        return size, mode, filename, db_value
+
+
 def digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
@@ -83,19 +94,27 @@ class Cache:
     """The node cache at `path` (default `$KILN_CACHE_DIR` or ~/.cache/kiln).
 
     `size_limit` (bytes; default `$KILN_CACHE_SIZE` or 8 GiB) is stored in the cache
-    directory, so the last process to open it with an explicit limit sets it for all.
+    directory, so the last process to open it with an explicit limit sets it for all. The
+    directory is this user's alone (0700) unless `shared` (default `$KILN_CACHE_SHARED`):
+    then a group's (see `paths`). One that others could write is refused.
     """
 
-    def __init__(self, path: str | os.PathLike | None = None, size_limit: int | None = None):
+    def __init__(self, path: str | os.PathLike | None = None, size_limit: int | None = None,
+                 shared: bool | None = None):
         self.path = Path(path) if path is not None else env.cache_dir()
         self._size_limit = size_limit if size_limit is not None else env.cache_size_limit()
+        self.shared = env.cache_shared() if shared is None else shared
         self.hits = self.misses = 0
         self._open()
 
     def _open(self):
         self._pid = os.getpid()
-        self._store = diskcache.Cache(str(self.path), size_limit=self._size_limit, disk=_NoPickles,
+        (paths.shared_dir if self.shared else paths.private_dir)(self.path)
+        self._store = diskcache.Cache(str(self.path), size_limit=self._size_limit,
+                                      disk=_SharedNoPickles if self.shared else _NoPickles,
                                       eviction_policy="least-recently-used")
+        if self.shared:  # SQLite gives its -wal and -shm files the database's mode
+            paths.share_file(self.path / "cache.db")
 
     @property
     def _dc(self) -> diskcache.Cache:

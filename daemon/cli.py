@@ -18,7 +18,7 @@ import sys
 import threading
 import time
 
-from kiln.cache import Cache, env
+from kiln.cache import Cache, env, paths
 
 from . import launch
 
@@ -121,7 +121,7 @@ def serve(args) -> int:
     if args.listen:
         address = f"{args.listen.rsplit(':', 1)[0]}:{port}"
     pid_file = launch.pid_file(address)
-    pid_file.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    paths.socket_dir(pid_file.parent)
     pid_file.write_text(json.dumps({"pid": os.getpid(), "address": address}))
     log.info("event=serving address=%s workers=%d pid=%d", address, server.pool.size, os.getpid())
     if args.metrics:
@@ -148,8 +148,7 @@ def serve(args) -> int:
 def _new_token() -> str:
     """A fresh token, left for clients in a 0600 file beside the socket."""
     token = secrets.token_urlsafe(32)
-    path = env.runtime_dir() / "daemon.token"
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    path = paths.private_dir(env.runtime_dir()) / "daemon.token"
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:
         f.write(token)
@@ -196,6 +195,9 @@ def _status(args) -> int:
             s = client.stats()
         except grpc.RpcError as e:
             print(f"no kiln daemon answers at {address}: {e.code().name}", file=sys.stderr)
+            return 1
+        except paths.UnsafePathError as e:
+            print(e, file=sys.stderr)
             return 1
     if args.json:
         doc = MessageToDict(s, preserving_proto_field_name=True, always_print_fields_with_no_presence=True)

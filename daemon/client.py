@@ -10,6 +10,7 @@ from typing import Iterable, Iterator
 
 import grpc
 
+from kiln.cache import paths
 from kiln.ir.core import Function
 from kiln.proto import compiler_pb2 as pb
 from kiln.proto import compiler_pb2_grpc
@@ -44,6 +45,8 @@ class Client:
     @property
     def stub(self) -> compiler_pb2_grpc.CompilerStub:
         if self._pid != os.getpid():
+            if self.address.startswith("unix:"):  # a socket another user could have put there is refused
+                paths.check_socket(self.address[len("unix:"):])
             # After fork the parent's channel belongs to the parent: leave it and make our own,
             # with a subchannel pool of its own, or gRPC hands back the parent's connection.
             self._pid = os.getpid()

@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from kiln.cache import env
+from kiln.cache import env, paths
 
 
 def default_address() -> str:
@@ -52,8 +52,7 @@ def ensure_daemon(args=(), idle_exit: float = 900.0, address: str | None = None,
     address = address or default_address()
     if _answers(address, 0.5):
         return address
-    runtime = env.runtime_dir()
-    runtime.mkdir(mode=0o700, parents=True, exist_ok=True)
+    runtime = paths.private_dir(env.runtime_dir())
     with open(runtime / "daemon.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # the others wait here, then find it serving
         if _answers(address, 2.0):
@@ -83,7 +82,7 @@ def _answers(address: str, timeout: float) -> bool:
 
 def spawn_daemon(args) -> subprocess.Popen:
     """`python -m kiln.daemon daemon start --foreground ARGS`, detached, logging to log_file()."""
-    log_file().parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    paths.private_dir(log_file().parent)
     with open(log_file(), "ab") as log:
         return subprocess.Popen([sys.executable, "-m", "kiln.daemon", "daemon", "start", "--foreground", *args],
                                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,

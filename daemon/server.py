@@ -15,7 +15,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from kiln.cache import Cache
+from kiln.cache import Cache, paths
 from kiln.proto import compiler_pb2, compiler_pb2_grpc
 
 from .auth import TokenInterceptor
@@ -90,7 +90,7 @@ def _bind(server: grpc.Server, address: str) -> int:
     if not address.startswith("unix:"):
         return server.add_insecure_port(address)
     path = Path(address[len("unix:"):])
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    paths.socket_dir(path.parent)
     if path.exists():
         _remove_stale_socket(path)
     old = os.umask(0o177)  # the socket is born 0600: only this user may compile through it
