@@ -984,8 +984,9 @@ def dot(a, b, acc=None, input_precision=None, allow_tf32=None, max_num_imprecise
     if sa[:-2] != sb[:-2]:
         raise ValueError(f"dot: the batch dimensions must agree, got {list(sa)} and {list(sb)}")
     min_k = 32 if a.dtype.primitive_bitwidth == 8 else 16  # the smallest K an MMA instruction takes
-    if sa[-1] < min_k:
-        raise ValueError(f"dot: the inner dimension K must be >= {min_k} for {a.dtype}, got {list(sa)} and {list(sb)}")
+    while sa[-1] < min_k:  # below what a tensor-core instruction takes: zeros added along K change no sum
+        a, b = _pad_k(a, b)
+        sa, sb = a.type.shape, b.type.shape
     if a.dtype != b.dtype:
         if a.dtype.is_floating() and b.dtype.is_floating():
             t = computation_type(a.dtype, False, b.dtype, False, False)
@@ -1016,6 +1017,16 @@ def dot(a, b, acc=None, input_precision=None, allow_tf32=None, max_num_imprecise
     if unwrap(max_num_imprecise_acc) is not None:
         attrs["max_num_imprecise_acc"] = int(unwrap(max_num_imprecise_acc))
     return _emit("dot", [a, b, acc], acc.type, **attrs)
+
+
+def _pad_k(a: tensor, b: tensor):
+    """a [.., M, K] and b [.., K, N] with K doubled: a zero after every element along K."""
+    def interleave_zeros(x):  # [.., R, K] -> [.., R, 2K]
+        joined = join(x, full(x.type.shape, 0, x.dtype))
+        return reshape(joined, list(x.type.shape[:-1]) + [2 * x.type.shape[-1]])
+    rank = len(b.type.shape)
+    swap = list(range(rank - 2)) + [rank - 1, rank - 2]
+    return interleave_zeros(a), permute(interleave_zeros(permute(b, swap)), swap)
 
 
 # --- reductions and scans ---------------------------------------------------------------
