@@ -38,20 +38,23 @@ def _log(nvj, handle, kind: str) -> str:
 # ptxas words its report two ways, depending on the nvJitLink build:
 #   "ptxas info    : Used 48 registers, used 1 barriers, 4 bytes spill stores, 4 bytes spill loads"
 #   "info    : used 48 registers, used 1 barriers, 0 stack, 1024 bytes smem, ..., 0 bytes lmem"
-# (the second reports local memory, where spills go, instead of the spills themselves).
+# The second reports no spills: a kernel squeezed under a register cap shows them only as a
+# stack frame ("152 stack" beside "0 bytes lmem", seen on the H200). Reading that as no
+# spilling chose a cap that ran softmax at half speed, so any stack frame counts as spilled.
 _REGS = re.compile(r"\b[Uu]sed (\d+) registers")
 _SPILLS = re.compile(r"(\d+) bytes spill stores, (\d+) bytes spill loads")
 _LOCAL = re.compile(r"(\d+) bytes lmem")
+_STACK = re.compile(r"(\d+) (?:bytes stack frame|stack)\b")
 
 
 def resource_usage(info_log: str) -> tuple[int, int]:
-    """(registers, spilled bytes) as ptxas reports them in the info log; a report without
-    its register count raises, since a kernel cannot use none."""
+    """(registers, spilled bytes) as ptxas reports them in the info log, in either wording:
+    spill stores and loads, local memory, or a stack frame, whichever is largest. A report
+    without its register count raises, since a kernel cannot use none."""
     regs = _REGS.search(info_log)
     if regs is None:
         raise PTXAssembleError(f"nvJitLink's info log has no register count:\n{info_log}")
     spills = _SPILLS.search(info_log)
-    if spills:
-        return int(regs.group(1)), int(spills.group(1)) + int(spills.group(2))
-    local = _LOCAL.search(info_log)
-    return int(regs.group(1)), int(local.group(1)) if local else 0
+    spilled = [int(spills.group(1)) + int(spills.group(2))] if spills else []
+    spilled += [int(m.group(1)) for pattern in (_LOCAL, _STACK) for m in pattern.finditer(info_log)]
+    return int(regs.group(1)), max(spilled, default=0)

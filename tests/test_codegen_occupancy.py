@@ -73,6 +73,11 @@ def test_dot_kernels_keep_the_assemblers_choice():
      (48, 0)),
     ("info    : used 32 registers, used 1 barriers, 16 stack, 0 bytes smem, 588 bytes cmem[0], 16 bytes lmem\n",
      (32, 16)),
+    # softmax N=16384 under a cap of 32 on the H200: spilled, though lmem says 0
+    ("info    : used 32 registers, used 1 barriers, 152 stack, 1024 bytes smem, 588 bytes cmem[0], 0 bytes lmem\n",
+     (32, 152)),
+    ("ptxas info    : Function properties for k\n    24 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n"
+     "ptxas info    : Used 32 registers, used 1 barriers, 24 bytes cumulative stack size", (32, 24)),
 ])
 def test_both_wordings_of_the_ptxas_report(log, usage):
     """nvJitLink 13.5 prints ptxas's `Used N registers`; the 13.0 on the H200 machine prints
@@ -81,3 +86,19 @@ def test_both_wordings_of_the_ptxas_report(log, usage):
     assert nvjitlink.resource_usage(log) == usage
     with pytest.raises(nvjitlink.PTXAssembleError, match="register count"):
         nvjitlink.resource_usage("info    : 0 bytes gmem\n")
+
+
+def test_the_cap_is_the_same_in_a_worker_process_as_here():
+    """The daemon's worker and this process link the same kernel to the same cubin: the cap
+    chosen cannot depend on the tier that compiled it."""
+    from kiln.daemon.pool import WorkerPool
+    from kiln.proto import canonical_bytes
+    fn, options = kernel("layer_norm"), {"num_warps": 8}
+    here = compile(fn, "sm_90a", options)
+    pool = WorkerPool("kiln.codegen:compile", 1)
+    try:
+        there = pool.submit(canonical_bytes(fn), "sm_90a", options).result(timeout=300)
+    finally:
+        pool.close()
+    assert there["metadata"]["n_regs"] == here.n_regs and there["metadata"]["n_spills"] == here.n_spills
+    assert there["cubin"] == here.cubin
