@@ -32,7 +32,9 @@ class CompileError(Exception):
 
 
 # exceptions of the compile function, by class name, that are not the compiler's fault
-_STATUS_OF_ERROR = {"NotImplementedError": "UNIMPLEMENTED", "TargetError": "INVALID_ARGUMENT"}
+# (codegen's CompileError: options it refuses, or IR it cannot lower: the request's)
+_STATUS_OF_ERROR = {"NotImplementedError": "UNIMPLEMENTED", "TargetError": "INVALID_ARGUMENT",
+                    "CompileError": "INVALID_ARGUMENT"}
 
 
 @dataclass

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import math
 import re
 import threading
 import time
@@ -39,6 +40,11 @@ log = logging.getLogger("kiln.daemon")
 _TARGET = re.compile(r"sm_(\d+)[af]?\Z")
 _TEXT_ARTIFACTS = ("ptx", "llir", "kir")
 _DECODED_KEPT = 256  # recent requests kept decoded
+DEFAULT_DEADLINE_S = 600.0  # for a request that names none (gRPC then reports no time left as ~forever)
+_MESSAGE_CHARS = 200  # an error echoes at most this much of the request back
+# the options codegen reads, and the values it accepts; any other option is the compile function's to judge
+_OPTION_RANGES = {"num_warps": (1, 32), "num_stages": (0, 16), "num_ctas": (1, 16), "maxnreg": (16, 255),
+                  "enable_fp_fusion": (0, 1)}
 
 
 @dataclass
@@ -74,15 +80,14 @@ class CompilerService(compiler_pb2_grpc.CompilerServicer):
         try:
             req = self._decode(request)
         except ConversionError as e:
-            self.stats.count("errors")
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, self._refused(e))
         future, status = self._start(req)
         try:
-            result = future.result(timeout=context.time_remaining())
+            result = future.result(timeout=_time_left(context))
         except FutureTimeout:
             context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, "the compile outlasted the request's deadline")
         except CompileError as e:
-            context.abort(grpc.StatusCode[e.code], e.message)
+            context.abort(grpc.StatusCode[e.code], _short(e.message))
         return self._response(req, result, status)
 
     def CompileBatch(self, request, context):
@@ -93,20 +98,19 @@ class CompilerService(compiler_pb2_grpc.CompilerServicer):
             try:
                 req = self._decode(item)
             except ConversionError as e:
-                self.stats.count("errors")
                 yield pb.CompileBatchItem(index=index, error=pb.Error(
-                    code=grpc.StatusCode.INVALID_ARGUMENT.value[0], message=str(e)))
+                    code=grpc.StatusCode.INVALID_ARGUMENT.value[0], message=self._refused(e)))
                 continue
             future, status = self._start(req)
             waiting.setdefault(future, []).append((index, req, status))
         try:
-            for future in as_completed(waiting, timeout=context.time_remaining()):
+            for future in as_completed(waiting, timeout=_time_left(context)):
                 for index, req, status in waiting[future]:
                     try:
                         yield pb.CompileBatchItem(index=index, result=self._response(req, future.result(), status))
                     except CompileError as e:
                         yield pb.CompileBatchItem(index=index, error=pb.Error(
-                            code=grpc.StatusCode[e.code].value[0], message=e.message))
+                            code=grpc.StatusCode[e.code].value[0], message=_short(e.message)))
         except FutureTimeout:
             context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, "the batch outlasted the request's deadline")
 
@@ -142,7 +146,12 @@ class CompilerService(compiler_pb2_grpc.CompilerServicer):
             if req is not None:
                 self._decoded.move_to_end(fingerprint)
                 return req
-        req = self._decode_new(request)
+        try:
+            req = self._decode_new(request)
+        except ConversionError:
+            raise
+        except Exception as e:  # noqa: BLE001 - whatever a hostile message trips over, it is the request's fault
+            raise ConversionError(f"undecodable request: {type(e).__name__}: {e}") from None
         with self._decoded_lock:
             self._decoded[fingerprint] = req
             if len(self._decoded) > _DECODED_KEPT:
@@ -155,7 +164,7 @@ class CompilerService(compiler_pb2_grpc.CompilerServicer):
         if not _TARGET.match(request.target) or not 80 <= int(_TARGET.match(request.target)[1]) <= 121:
             raise ConversionError(f"unknown target {request.target!r}: expected sm_80 ... sm_121a")
         fn = function_from_proto(request.ir, verify=True)
-        options = options_from_proto(request.options)
+        options = _checked_options(options_from_proto(request.options))
         ir = canonical_bytes(fn)
         key = key_from_canonical(ir, request.target, options, self.identity)
         return _Request(fn, ir, request.target, options, key, request.include_ir_dumps)
@@ -176,6 +185,13 @@ class CompilerService(compiler_pb2_grpc.CompilerServicer):
         job = self.pool.submit(req.ir, req.target, req.options)
         job.add_done_callback(lambda job: self._landed(req, future, job))
         return future, pb.CACHE_MISS
+
+    def _refused(self, error: Exception) -> str:
+        """Count and log a bad request in one line; the short message to answer it with."""
+        self.stats.count("errors")
+        message = _short(str(error))
+        log.info("event=bad_request error=%r", message)
+        return message
 
     def _cached(self, key: str, dumps: bool, req: _Request | None = None) -> dict | None:
         """The node cache's result for `key` (checked against `req`, when there is one), or None."""
@@ -218,6 +234,40 @@ class CompilerService(compiler_pb2_grpc.CompilerServicer):
 
     def _response(self, req: _Request, result: dict, status) -> pb.CompileResponse:
         return _response_message(req.key, result, status, req.dumps)
+
+
+def _time_left(context) -> float:
+    left = context.time_remaining()
+    return DEFAULT_DEADLINE_S if left is None else max(0.0, min(left, DEFAULT_DEADLINE_S))
+
+
+def _short(message: str) -> str:
+    """One line of at most _MESSAGE_CHARS: an error must not echo a request's megabytes."""
+    line = " ".join(message.split())
+    return line if len(line) <= _MESSAGE_CHARS else line[:_MESSAGE_CHARS - 3] + "..."
+
+
+def _checked_options(options: dict) -> dict:
+    """`options` if each is a plain, finite value, codegen's own in their ranges; else ConversionError."""
+    if len(options) > 64:
+        raise ConversionError(f"{len(options)} options; at most 64")
+    for name, value in options.items():
+        values = value if isinstance(value, list) else [value]
+        if len(name) > 64 or len(values) > 64 or not all(_plain(v) for v in values):
+            raise ConversionError(f"option {name[:64]!r} must be a short name with an int, float, bool or short str")
+        limits = _OPTION_RANGES.get(name)
+        if limits and (type(value) not in (int, bool) or not limits[0] <= value <= limits[1]):
+            raise ConversionError(f"option {name} = {value!r:.40} is not an int from {limits[0]} to {limits[1]}")
+    warps = options.get("num_warps", 4)
+    if warps & (warps - 1):
+        raise ConversionError(f"option num_warps = {warps} is not a power of two")
+    return options
+
+
+def _plain(value) -> bool:
+    if type(value) is float:
+        return math.isfinite(value)
+    return type(value) in (int, bool) or (type(value) is str and len(value) <= 1024)
 
 
 def _resolved(value) -> Future:

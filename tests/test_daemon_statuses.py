@@ -1,0 +1,83 @@
+"""Every bad request gets INVALID_ARGUMENT (or RESOURCE_EXHAUSTED for size) with a short,
+one-line message and one log line, and the daemon keeps serving; a request with no
+deadline gets the daemon's own. Real servers, sockets and worker processes."""
+import logging
+import math
+
+import grpc
+import pytest
+
+from kiln.cache import Cache
+from kiln.daemon import create_server
+from kiln.ir import dtype, parse_function
+from kiln.proto import compiler_pb2 as pb
+from kiln.proto import compiler_pb2_grpc, function_to_proto
+from kiln.proto.convert import type_to_proto
+from kiln.proto.messages import options_to_proto
+
+IR = "kernel @{name}(%x: ptr<int32>) {{\n  %v = load %x : int32\n  store %x, %v\n  return\n}}\n"
+
+
+def request(name="k", **options):
+    return pb.CompileRequest(ir=function_to_proto(parse_function(IR.format(name=name))), target="sm_90a",
+                             options=options_to_proto({"num_warps": 4, **options}))
+
+
+@pytest.fixture(scope="module")
+def stub(tmp_path_factory):
+    cache = Cache(tmp_path_factory.mktemp("statuses-cache"))
+    server, port = create_server("127.0.0.1:0", "kiln.daemon.fake:compile", workers=1, cache=cache,
+                                 max_request_bytes=256 << 10)
+    server.start()
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+        yield compiler_pb2_grpc.CompilerStub(channel)
+    server.stop(1)
+    cache.close()
+
+
+def test_a_miss_with_no_deadline_is_compiled(stub):
+    reply = stub.Compile(request("no_deadline"))  # no timeout: the daemon's default deadline
+    assert reply.cache_status == pb.CACHE_MISS and reply.cubin
+    items = list(stub.CompileBatch(pb.CompileBatchRequest(requests=[request("no_deadline_batch")])))
+    assert len(items) == 1 and items[0].result.cubin
+
+
+def _bad_requests():
+    nan = request("nan")
+    nan.options.extra.add(name="fake_sleep_s").value.float_value = math.nan
+    typed = request("typed")
+    typed.options.extra.add(name="kind").value.type_value.CopyFrom(type_to_proto(dtype("fp32")))
+    long_name = request("long_name")
+    long_name.ir.body[0].name = "x" * 20_000
+    return {"nan option": (nan, "fake_sleep_s"), "type-valued option": (typed, "kind"),
+            "num_warps 0": (request("w0", num_warps=0), "num_warps"),
+            "num_warps 3": (request("w3", num_warps=3), "power of two"),
+            "maxnreg 1000": (request("r", maxnreg=1000), "maxnreg"),
+            "20 kB op name": (long_name, "xxx")}
+
+
+@pytest.mark.parametrize("case", sorted(_bad_requests()))
+def test_bad_requests_are_invalid_argument_with_a_short_message(stub, case, caplog):
+    req, words = _bad_requests()[case]
+    with caplog.at_level(logging.INFO, logger="kiln.daemon"):
+        with pytest.raises(grpc.RpcError) as e:
+            stub.Compile(req, timeout=30)
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT, e.value.details()
+    assert words in e.value.details() and len(e.value.details()) <= 200 and "\n" not in e.value.details()
+    logged = [r for r in caplog.records if "bad_request" in r.getMessage()]
+    assert len(logged) == 1 and logged[0].exc_info is None
+    [item] = stub.CompileBatch(pb.CompileBatchRequest(requests=[req]), timeout=30)
+    assert item.error.code == grpc.StatusCode.INVALID_ARGUMENT.value[0] and len(item.error.message) <= 200
+    assert stub.Compile(request("still_serving"), timeout=30).cubin
+
+
+def test_an_option_codegen_refuses_is_invalid_argument(tmp_path):
+    server, port = create_server("127.0.0.1:0", workers=1, cache=Cache(tmp_path / "c"))
+    server.start()
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            with pytest.raises(grpc.RpcError) as e:
+                compiler_pb2_grpc.CompilerStub(channel).Compile(request("unknown", frobnicate=1), timeout=120)
+        assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "frobnicate" in e.value.details()
+    finally:
+        server.stop(1)
