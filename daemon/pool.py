@@ -118,7 +118,11 @@ class _Slot:
             elif self.proc is None and time.monotonic() >= self.retry_at:
                 self._start()
             if self.proc is None:
-                job.future.set_exception(CompileError("UNAVAILABLE", self.start_error))
+                if any(slot.proc is not None for slot in self.pool._slots if slot is not self):
+                    self.pool._queue.put(job)  # a live worker takes it; this slot waits to restart
+                    self._wait_for_retry()
+                else:
+                    job.future.set_exception(CompileError("UNAVAILABLE", self.start_error))
                 continue
             self.job = job
             try:
@@ -129,6 +133,10 @@ class _Slot:
                     job.future.set_exception(CompileError("INTERNAL", f"compile pool error: {type(e).__name__}: {e}"))
             finally:
                 self.job = None
+
+    def _wait_for_retry(self):
+        while not self.pool._closed and time.monotonic() < self.retry_at:
+            time.sleep(min(0.2, self.retry_at - time.monotonic()))
 
     def _start(self):
         parent, child = self.pool._ctx.Pipe()

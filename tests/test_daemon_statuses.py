@@ -81,3 +81,24 @@ def test_an_option_codegen_refuses_is_invalid_argument(tmp_path):
         assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "frobnicate" in e.value.details()
     finally:
         server.stop(1)
+
+
+def test_a_slot_waiting_to_restart_leaves_its_jobs_to_the_live_workers():
+    """One worker is down and its restart is not due for a minute: the jobs it takes from
+    the queue go back to the live worker instead of failing with UNAVAILABLE."""
+    import time
+
+    from kiln.daemon.pool import WorkerPool
+    from kiln.proto import canonical_bytes
+    pool = WorkerPool("kiln.daemon.fake:compile", 2)
+    try:
+        assert pool.wait_ready(60)
+        down = pool._slots[0]
+        down.retry_at, down.start_error = time.monotonic() + 60, "worker did not start (test)"
+        down._kill(down.proc)
+        down.proc = None  # as a failed restart leaves it
+        jobs = [pool.submit(canonical_bytes(parse_function(IR.format(name=f"k{i}"))), "sm_90a", {}) for i in range(6)]
+        results = [job.result(timeout=60) for job in jobs]
+        assert {r["metadata"]["worker_pid"] for r in results} == {pool._slots[1].proc.pid}
+    finally:
+        pool.close()
