@@ -40,6 +40,7 @@ log = logging.getLogger("kiln.daemon")
 _TARGET = re.compile(r"sm_(\d+)[af]?\Z")
 _TEXT_ARTIFACTS = ("ptx", "llir", "kir")
 _DECODED_KEPT = 256  # recent requests kept decoded
+_DECODED_BYTES = 16 << 20  # ...of at most this many request bytes in all (decoded, a few times more memory)
 DEFAULT_DEADLINE_S = 600.0  # for a request that names none (gRPC then reports no time left as ~forever)
 _MESSAGE_CHARS = 200  # an error echoes at most this much of the request back
 # the options codegen reads, and the values it accepts; any other option is the compile function's to judge
@@ -64,7 +65,8 @@ class CompilerService(compiler_pb2_grpc.CompilerServicer):
         self.flights = SingleFlight()
         self.stats = ServiceStats()
         self.last_request = time.monotonic()
-        self._decoded: OrderedDict[bytes, _Request] = OrderedDict()
+        self._decoded: OrderedDict[bytes, tuple[_Request, int]] = OrderedDict()  # -> (request, its bytes)
+        self._decoded_bytes = 0
         self._decoded_lock = threading.Lock()
 
     def idle_for(self) -> float:
@@ -140,12 +142,13 @@ class CompilerService(compiler_pb2_grpc.CompilerServicer):
     def _decode(self, request) -> _Request:
         """The request, decoded, verified and keyed. Ranks of one job send identical
         requests: those are decoded once (a big kernel takes milliseconds to verify)."""
-        fingerprint = hashlib.sha256(request.SerializeToString(deterministic=True)).digest()
+        raw = request.SerializeToString(deterministic=True)
+        fingerprint = hashlib.sha256(raw).digest()
         with self._decoded_lock:
-            req = self._decoded.get(fingerprint)
-            if req is not None:
+            kept = self._decoded.get(fingerprint)
+            if kept is not None:
                 self._decoded.move_to_end(fingerprint)
-                return req
+                return kept[0]
         try:
             req = self._decode_new(request)
         except ConversionError:
@@ -153,9 +156,11 @@ class CompilerService(compiler_pb2_grpc.CompilerServicer):
         except Exception as e:  # noqa: BLE001 - whatever a hostile message trips over, it is the request's fault
             raise ConversionError(f"undecodable request: {type(e).__name__}: {e}") from None
         with self._decoded_lock:
-            self._decoded[fingerprint] = req
-            if len(self._decoded) > _DECODED_KEPT:
-                self._decoded.popitem(last=False)
+            if fingerprint not in self._decoded:
+                self._decoded[fingerprint] = req, len(raw)
+                self._decoded_bytes += len(raw)
+            while self._decoded and (len(self._decoded) > _DECODED_KEPT or self._decoded_bytes > _DECODED_BYTES):
+                self._decoded_bytes -= self._decoded.popitem(last=False)[1][1]
         return req
 
     def _decode_new(self, request) -> _Request:

@@ -102,3 +102,22 @@ def test_a_slot_waiting_to_restart_leaves_its_jobs_to_the_live_workers():
         assert {r["metadata"]["worker_pid"] for r in results} == {pool._slots[1].proc.pid}
     finally:
         pool.close()
+
+
+def test_decoded_requests_are_kept_up_to_a_byte_budget(tmp_path, monkeypatch):
+    """The memo of decoded requests is bounded in bytes, not only in count: 40 large valid
+    requests once took the daemon from 60 MB to 1.1 GB."""
+    from kiln.daemon import service
+    monkeypatch.setattr(service, "_DECODED_BYTES", 1 << 20)
+    server, port = create_server("127.0.0.1:0", "kiln.daemon.fake:compile", workers=1, cache=Cache(tmp_path / "c"))
+    server.start()
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            stub = compiler_pb2_grpc.CompilerStub(channel)
+            for i in range(12):
+                req = request(f"big{i}")
+                req.ir.files.append("x" * (200 << 10))  # a long source path: a valid, large request
+                stub.Compile(req, timeout=60)
+        assert len(server.service._decoded) <= 5 and server.service._decoded_bytes <= 1 << 20
+    finally:
+        server.stop(1)
