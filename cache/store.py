@@ -14,7 +14,9 @@ import hashlib
 import json
 import os
 import re
+import sqlite3
 import time
+import warnings
 from pathlib import Path
 
 import diskcache
@@ -110,11 +112,23 @@ class Cache:
     def _open(self):
         self._pid = os.getpid()
         (paths.shared_dir if self.shared else paths.private_dir)(self.path)
-        self._store = diskcache.Cache(str(self.path), size_limit=self._size_limit,
-                                      disk=_SharedNoPickles if self.shared else _NoPickles,
-                                      eviction_policy="least-recently-used")
+        try:
+            self._store = self._diskcache()
+        except sqlite3.DatabaseError as e:  # a damaged cache.db: a cache is worth less than a start
+            aside = self.path / f"cache.db.damaged-{int(time.time())}"
+            for suffix in ("", "-wal", "-shm"):
+                if (self.path / f"cache.db{suffix}").exists():
+                    os.replace(self.path / f"cache.db{suffix}", f"{aside}{suffix}")
+            warnings.warn(f"kiln: the node cache's database was damaged ({e}); moved it to {aside} and "
+                          "started an empty one", RuntimeWarning, stacklevel=3)
+            self._store = self._diskcache()
         if self.shared:  # SQLite gives its -wal and -shm files the database's mode
             paths.share_file(self.path / "cache.db")
+
+    def _diskcache(self) -> diskcache.Cache:
+        return diskcache.Cache(str(self.path), size_limit=self._size_limit,
+                               disk=_SharedNoPickles if self.shared else _NoPickles,
+                               eviction_policy="least-recently-used")
 
     @property
     def _dc(self) -> diskcache.Cache:

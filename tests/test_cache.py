@@ -339,6 +339,21 @@ def test_malformed_archives_are_one_line_errors(tmp_path, cache, content):
         assert report.imported == 0 and len(report.refused) == 2  # the entries that are not entries
 
 
+def test_a_damaged_database_is_moved_aside(tmp_path):
+    path = tmp_path / "c"
+    with Cache(path) as cache:
+        cache.put_result(KEY, _artifacts(1), {})
+    (path / "cache.db").write_bytes(b"this is not SQLite" * 100)
+    with pytest.warns(RuntimeWarning, match="damaged"):
+        cache = Cache(path)
+    with cache:
+        assert cache.get_result(KEY) is None  # a fresh, working cache
+        cache.put_result(KEY, _artifacts(1), {})
+        assert cache.get_result(KEY) is not None
+    [aside] = glob.glob(str(path / "cache.db.damaged-*"))
+    assert open(aside, "rb").read().startswith(b"this is not SQLite")
+
+
 def test_environment(monkeypatch, tmp_path):
     monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "envdir"))
     monkeypatch.setenv("KILN_CACHE_SIZE", "64M")

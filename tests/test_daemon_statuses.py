@@ -121,3 +121,17 @@ def test_decoded_requests_are_kept_up_to_a_byte_budget(tmp_path, monkeypatch):
         assert len(server.service._decoded) <= 5 and server.service._decoded_bytes <= 1 << 20
     finally:
         server.stop(1)
+
+
+def test_the_daemon_starts_on_a_damaged_cache_db(tmp_path, monkeypatch):
+    monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "node"))
+    Cache().close()
+    (tmp_path / "node" / "cache.db").write_bytes(b"\0garbage" * 512)
+    with pytest.warns(RuntimeWarning, match="damaged"):
+        server, port = create_server("127.0.0.1:0", "kiln.daemon.fake:compile", workers=1)
+    server.start()
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            assert compiler_pb2_grpc.CompilerStub(channel).Compile(request("after_damage"), timeout=60).cubin
+    finally:
+        server.stop(1)
