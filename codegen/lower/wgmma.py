@@ -216,18 +216,33 @@ def _warp_group_dot_wait(lw, op):
         regs += got
         layouts.append(lw.layout(v))
         counts.append(len(got))
-    if not regs:
-        _asm(lw, text)
-        return
-    kinds = [("f" if r.type == F32 else "r") for r in regs]
     if any(r.type not in (F32, I32) for r in regs):
         raise LoweringError("warp_group_dot_wait carries fp32 or int32 accumulators only")
-    constraints = ",".join([f"={k}" for k in kinds] + [str(i) for i in range(len(regs))])
-    got = _asm(lw, text, ir.LiteralStructType([r.type for r in regs]), regs, constraints)
+    # Nothing may run between the loop and this wait: ptxas serializes every wgmma of
+    # the kernel (warning C7514) when instructions sit between the last dot and its
+    # wait, and LLVM sinks index math to the top of the block that uses it. So the code
+    # after the wait starts a block of its own, behind a branch on a value LLVM cannot
+    # see through (%tid.x < 1024, always true).
+    text += f" mov.u32 ${len(regs)}, %tid.x;"
+    kinds = [("f" if r.type == F32 else "r") for r in regs]
+    constraints = ",".join([f"={k}" for k in kinds] + ["=r"] + [str(i) for i in range(len(regs))])
+    got = _asm(lw, text, ir.LiteralStructType([r.type for r in regs] + [I32]), regs, constraints)
     at = 0
     for r, layout, n in zip(op.results, layouts, counts):
         lw.bind(r, [lw.b.extract_value(got, at + i) for i in range(n)], layout)
         at += n
+    _fence_block(lw, lw.b.extract_value(got, len(regs)))
+
+
+def _fence_block(lw, tid):
+    """Continue in a new block reached only through `tid < 1024` (else a trap)."""
+    after = lw.llfn.append_basic_block("after.wait")
+    never = lw.llfn.append_basic_block("never")
+    lw.b.cbranch(lw.b.icmp_unsigned("<", tid, lw.i32(1024)), after, never)
+    lw.b.position_at_end(never)
+    lw.b.call(lw.intrinsic("llvm.trap", VOID, []), [])
+    lw.b.unreachable()
+    lw.b.position_at_end(after)
 
 
 RULES = {
