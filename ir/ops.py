@@ -566,3 +566,7 @@ OPS.update({
 })
 
 SHAPE_CHECK = _check_shape_pow2
+# made by codegen's passes, never by the frontend: the wire refuses them and the
+# interpreter has no use for them
+GPU_STAGE_OPS = frozenset({"local_alloc", "local_index", "async_copy", "async_commit", "async_wait",
+                           "fence_async_shared", "warp_group_dot", "warp_group_dot_wait"})

@@ -12,7 +12,7 @@ import re
 from google.protobuf.message import DecodeError
 
 from kiln.ir.core import Block, Function, Loc, Operation, Value
-from kiln.ir.ops import OPS
+from kiln.ir.ops import GPU_STAGE_OPS, OPS
 from kiln.ir.types import SCALAR_TYPES, block_type, dtype, pointer_type
 
 from . import ir_pb2
@@ -192,6 +192,8 @@ class _Decoder:
         where = f"{where} '{pb.name}'"
         if pb.name not in OPS:
             raise ConversionError(f"{where}: unknown op")
+        if pb.name in GPU_STAGE_OPS:
+            raise ConversionError(f"{where}: codegen's own op, not one a kernel may send")
         operands = [self.use(n, where) for n in pb.operands]
         types = [self.type(t, where) for t in pb.result_types]
         attrs = attrs_from_proto(pb.attrs)

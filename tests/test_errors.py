@@ -333,14 +333,14 @@ def test_reduction_axis_out_of_range():
 
 
 @kiln.jit
-def _dot_too_small(x_ptr):
-    a = tl.zeros((8, 8), tl.float16)
+def _dot_shapes_disagree(x_ptr):
+    a = tl.zeros((16, 32), tl.float16)
     c = tl.dot(a, a)  # E_DOT
-    tl.store(x_ptr + tl.arange(0, 8), tl.sum(c, axis=1))
+    tl.store(x_ptr + tl.arange(0, 16), tl.sum(c, axis=1))
 
 
-def test_dot_needs_dims_of_at_least_16():
-    compile_error(lambda: _dot_too_small[(1,)](X), "E_DOT", "tl.dot", "16")
+def test_dot_operands_must_agree_on_k():
+    compile_error(lambda: _dot_shapes_disagree[(1,)](X), "E_DOT", "tl.dot", "32")
 
 
 @kiln.jit

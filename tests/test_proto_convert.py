@@ -5,7 +5,7 @@ import math
 import pytest
 
 from kiln.ir import parse_function, print_function, verify
-from kiln.ir.ops import OPS
+from kiln.ir.ops import GPU_STAGE_OPS, OPS
 from kiln.proto import (ConversionError, canonical_bytes, function_from_bytes, function_from_proto,
                         function_to_proto, ir_pb2)
 
@@ -308,8 +308,19 @@ def test_canonical_bytes_survive_a_roundtrip(name):
 
 
 def test_corpus_uses_every_op():
+    """Every op a kernel can send; codegen's GPU-stage ops are refused on the wire."""
     used = {op.name for text in CORPUS.values() for op in parse_function(text).walk()}
-    assert used == set(OPS), f"ops missing from the corpus: {sorted(set(OPS) - used)}"
+    assert used == set(OPS) - GPU_STAGE_OPS, f"ops missing from the corpus: {sorted(set(OPS) - GPU_STAGE_OPS - used)}"
+
+
+def test_gpu_stage_ops_are_refused_on_the_wire():
+    fn = parse_function("""kernel @k() {
+  async_commit
+  return
+}
+""")
+    with pytest.raises(ConversionError, match="codegen's own op"):
+        function_from_proto(function_to_proto(fn))
 
 
 def test_attribute_values_survive():

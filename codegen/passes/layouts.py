@@ -60,6 +60,9 @@ class _Assigner:
         self.ctx = ctx
         self.num_warps = ctx.num_warps
         self.preferred: dict[tuple, tuple[int, Blocked]] = {}
+        # pointer blocks follow the memory anchors even where a dot's accumulator has
+        # the same shape (a 128x128 tile of A pointers is not an accumulator)
+        self.pointer_preferred: dict[tuple, tuple[int, Blocked]] = {}
         self.layouts: dict = {}
         self.cheap: set = set()
 
@@ -84,9 +87,13 @@ class _Assigner:
         threads = 32 * self.num_warps
         per_thread = max(1, ptr.type.numel // threads)
         vec = min(vec, per_thread)
+        layout = blocked_for(shape, order, vec, self.num_warps)
         old = self.preferred.get(shape)
         if old is None or vec > old[0]:
-            self.preferred[shape] = (vec, blocked_for(shape, order, vec, self.num_warps))
+            self.preferred[shape] = (vec, layout)
+        old = self.pointer_preferred.get(shape)
+        if old is None or vec > old[0]:
+            self.pointer_preferred[shape] = (vec, layout)
 
     def prefer(self, shape) -> Blocked:
         got = self.preferred.get(tuple(shape))
@@ -94,6 +101,11 @@ class _Assigner:
             got = (0, blocked_for(shape, default_order(len(shape)), 1, self.num_warps))
             self.preferred[tuple(shape)] = got
         return got[1]
+
+    def prefer_for(self, t):
+        """The preferred layout of a value of block type `t`."""
+        got = self.pointer_preferred.get(tuple(t.shape)) if scalar_of(t).is_ptr() else None
+        return got[1] if got else self.prefer(t.shape)
 
     def set(self, v, layout):
         if isinstance(v.type, block_type):
@@ -121,7 +133,7 @@ class _Assigner:
         for r in op.results:
             if not isinstance(r.type, block_type):
                 continue
-            pref = self.prefer(r.type.shape)
+            pref = self.prefer_for(r.type)
             same_shape = [self.of(v) for v in op.operands
                           if isinstance(v.type, block_type) and v.type.shape == r.type.shape and self.of(v)]
             all_cheap = all(v in self.cheap for v in op.operands if isinstance(v.type, block_type))
@@ -158,11 +170,11 @@ class _Assigner:
         elif isinstance(src, Blocked):
             self.set(op.results[0], src.insert_dim(axis))
         else:
-            self.set(op.results[0], self.prefer(op.results[0].type.shape))
+            self.set(op.results[0], self.prefer_for(op.results[0].type))
 
     def op_broadcast(self, op):
         src = self.of(op.operands[0])
-        self.set(op.results[0], src if src is not None else self.prefer(op.results[0].type.shape))
+        self.set(op.results[0], src if src is not None else self.prefer_for(op.results[0].type))
 
     def op_for(self, op):
         body = op.regions[0]
@@ -187,7 +199,7 @@ class _Assigner:
         for region in op.regions:
             self.block(region)
         for r, v in zip(op.results, op.regions[0].ops[-1].operands):
-            self.set(r, self.of(v) or self.prefer(r.type.shape) if isinstance(r.type, block_type) else None)
+            self.set(r, self.of(v) or self.prefer_for(r.type) if isinstance(r.type, block_type) else None)
 
 
 def apply(fn, ctx) -> None:
@@ -199,7 +211,7 @@ def apply(fn, ctx) -> None:
             assigner.anchor_dot(op)
     for arg in fn.args:
         if isinstance(arg.type, block_type):
-            assigner.set(arg, assigner.prefer(arg.type.shape))
+            assigner.set(arg, assigner.prefer_for(arg.type))
     assigner.block(fn.body)
     ctx.layouts = assigner.layouts
     ctx.prefer = assigner.prefer
