@@ -11,6 +11,7 @@ Where two layouts still meet, lowering converts through shared memory.
 """
 from __future__ import annotations
 
+from kiln.ir.core import Block, Operation
 from kiln.ir.types import block_type, scalar_of
 
 from ..layout import Blocked, Slice, blocked_for, default_order, mma_layout, wgmma_layout
@@ -60,9 +61,9 @@ class _Assigner:
         self.ctx = ctx
         self.num_warps = ctx.num_warps
         self.preferred: dict[tuple, tuple[int, Blocked]] = {}
-        # pointer blocks follow the memory anchors even where a dot's accumulator has
-        # the same shape (a 128x128 tile of A pointers is not an accumulator)
-        self.pointer_preferred: dict[tuple, tuple[int, Blocked]] = {}
+        # pointer blocks follow the memory op they feed (A's and B's 128x128 pointer
+        # tiles want different orders, and neither is an accumulator of that shape)
+        self.wanted: dict = {}
         self.layouts: dict = {}
         self.cheap: set = set()
 
@@ -91,9 +92,27 @@ class _Assigner:
         old = self.preferred.get(shape)
         if old is None or vec > old[0]:
             self.preferred[shape] = (vec, layout)
-        old = self.pointer_preferred.get(shape)
-        if old is None or vec > old[0]:
-            self.pointer_preferred[shape] = (vec, layout)
+        self.want(ptr, layout)
+
+    def want(self, ptr, layout):
+        """`layout` for pointer block `ptr` and the same-shaped pointers it is computed
+        from (through addptr and loop-carried values); the first memory op to ask wins."""
+        stack = [ptr]
+        while stack:
+            v = stack.pop()
+            if v in self.wanted or not isinstance(v.type, block_type) or v.type.shape != ptr.type.shape:
+                continue
+            self.wanted[v] = layout
+            op = v.defining_op
+            if op is not None and op.name == "addptr":
+                stack.append(op.operands[0])
+            elif op is not None and op.name == "for":
+                body = op.regions[0]
+                stack += [op.operands[3 + v.index], body.ops[-1].operands[v.index]]
+            elif op is None and isinstance(v.owner, Block) and isinstance(v.owner.parent, Operation) \
+                    and v.owner.parent.name == "for" and v.index > 0:
+                loop = v.owner.parent
+                stack += [loop.operands[2 + v.index], v.owner.ops[-1].operands[v.index - 1]]
 
     def prefer(self, shape) -> Blocked:
         got = self.preferred.get(tuple(shape))
@@ -102,10 +121,10 @@ class _Assigner:
             self.preferred[tuple(shape)] = got
         return got[1]
 
-    def prefer_for(self, t):
-        """The preferred layout of a value of block type `t`."""
-        got = self.pointer_preferred.get(tuple(t.shape)) if scalar_of(t).is_ptr() else None
-        return got[1] if got else self.prefer(t.shape)
+    def prefer_for(self, v):
+        """The preferred layout of block value `v`."""
+        got = self.wanted.get(v)
+        return got if got is not None else self.prefer(v.type.shape)
 
     def set(self, v, layout):
         if isinstance(v.type, block_type):
@@ -133,7 +152,7 @@ class _Assigner:
         for r in op.results:
             if not isinstance(r.type, block_type):
                 continue
-            pref = self.prefer_for(r.type)
+            pref = self.prefer_for(r)
             same_shape = [self.of(v) for v in op.operands
                           if isinstance(v.type, block_type) and v.type.shape == r.type.shape and self.of(v)]
             all_cheap = all(v in self.cheap for v in op.operands if isinstance(v.type, block_type))
@@ -170,11 +189,11 @@ class _Assigner:
         elif isinstance(src, Blocked):
             self.set(op.results[0], src.insert_dim(axis))
         else:
-            self.set(op.results[0], self.prefer_for(op.results[0].type))
+            self.set(op.results[0], self.prefer_for(op.results[0]))
 
     def op_broadcast(self, op):
         src = self.of(op.operands[0])
-        self.set(op.results[0], src if src is not None else self.prefer_for(op.results[0].type))
+        self.set(op.results[0], src if src is not None else self.prefer_for(op.results[0]))
 
     def op_for(self, op):
         body = op.regions[0]
@@ -199,7 +218,7 @@ class _Assigner:
         for region in op.regions:
             self.block(region)
         for r, v in zip(op.results, op.regions[0].ops[-1].operands):
-            self.set(r, self.of(v) or self.prefer_for(r.type) if isinstance(r.type, block_type) else None)
+            self.set(r, self.of(v) or self.prefer_for(r) if isinstance(r.type, block_type) else None)
 
 
 def apply(fn, ctx) -> None:
@@ -211,7 +230,7 @@ def apply(fn, ctx) -> None:
             assigner.anchor_dot(op)
     for arg in fn.args:
         if isinstance(arg.type, block_type):
-            assigner.set(arg, assigner.prefer_for(arg.type))
+            assigner.set(arg, assigner.prefer_for(arg))
     assigner.block(fn.body)
     ctx.layouts = assigner.layouts
     ctx.prefer = assigner.prefer
