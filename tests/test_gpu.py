@@ -291,3 +291,53 @@ def test_fused_attention(causal):
     ref = torch.nn.functional.scaled_dot_product_attention(q[None], k[None], v[None], is_causal=causal,
                                                            scale=0.125)[0]
     torch.testing.assert_close(out, ref, atol=2e-2, rtol=2e-2)
+
+
+@kiln.jit
+def _tiled_matmul(a_ptr, b_ptr, c_ptr, M, N, K, sam, sak, sbk, sbn, scm, scn,
+                  BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    pid = tl.program_id(0)
+    pid_m, pid_n = pid // tl.cdiv(N, BN), pid % tl.cdiv(N, BN)
+    rm = (pid_m * BM + tl.arange(0, BM)) % M
+    rn = (pid_n * BN + tl.arange(0, BN)) % N
+    rk = tl.arange(0, BK)
+    a_ptrs = a_ptr + rm[:, None] * sam + rk[None, :] * sak
+    b_ptrs = b_ptr + rk[:, None] * sbk + rn[None, :] * sbn
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BK)):
+        a = tl.load(a_ptrs, mask=rk[None, :] < K - k * BK, other=0.0)
+        b = tl.load(b_ptrs, mask=rk[:, None] < K - k * BK, other=0.0)
+        acc = tl.dot(a, b, acc)
+        a_ptrs += BK * sak
+        b_ptrs += BK * sbk
+    cm = pid_m * BM + tl.arange(0, BM)
+    cn = pid_n * BN + tl.arange(0, BN)
+    tl.store(c_ptr + cm[:, None] * scm + cn[None, :] * scn, acc.to(tl.float16),
+             mask=(cm[:, None] < M) & (cn[None, :] < N))
+
+
+@pytest.mark.parametrize("dtype,cfg", [
+    ("fp16", (128, 256, 64, 3, 8)), ("fp16", (128, 128, 32, 4, 4)), ("fp16", (64, 256, 32, 4, 4)),
+    ("fp16", (128, 64, 64, 2, 4)), ("bf16", (128, 128, 64, 4, 4)), ("bf16", (64, 128, 64, 4, 4)),
+    ("fp8", (128, 256, 128, 3, 8)), ("fp8", (128, 64, 64, 4, 4)),
+])
+def test_pipelined_tensor_core_matmul(dtype, cfg):
+    """Loops of dots on loads: cp.async rings and wgmma on Hopper (mma.sync elsewhere);
+    odd M, N, K so the masks and the zero fill of the copies matter."""
+    BM, BN, BK, stages, warps = cfg
+    M, N, K = 200, 328, 300
+    torch_dtype = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp8": torch.float8_e4m3fn}[dtype]
+    if dtype == "fp8" and torch.cuda.get_device_capability() < (8, 9):
+        pytest.skip("fp8 needs sm_89 or newer")
+    a = torch.randn(M, K, device="cuda").to(torch_dtype)
+    b = torch.randn(N, K, device="cuda").to(torch_dtype).T if dtype == "fp8" else \
+        torch.randn(K, N, device="cuda").to(torch_dtype)
+    c = poisoned((M, N), torch.float16)
+    grid = (kiln.cdiv(M, BM) * kiln.cdiv(N, BN),)
+    args = (a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1))
+    options = dict(BM=BM, BN=BN, BK=BK, num_warps=warps, num_stages=stages)
+    _tiled_matmul[grid](*args, **options)
+    ref = a.float() @ b.float()
+    torch.testing.assert_close(c.float(), ref, rtol=3e-2, atol=0.5 if dtype != "fp8" else 2.0)
+    if torch.cuda.get_device_capability() == (9, 0) and warps % 4 == 0 and stages >= 2:
+        assert "wgmma.mma_async" in _tiled_matmul.warmup(*args, grid=grid, **options).asm["ptx"]

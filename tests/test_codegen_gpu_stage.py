@@ -1,0 +1,191 @@
+"""The GPU stage of block IR on a CPU: shared buffers in the text form, the smem_pipeline
+and smem_alloc passes as IR text in -> IR text out, the wgmma accumulator layout, and the
+PTX of a pipelined dot for sm_90a (wgmma, cp.async, no local memory, no serialization)."""
+import pytest
+
+from kiln.codegen import compile as compile_ir, nvjitlink
+from kiln.codegen.layout import Wgmma, thread_elements, wgmma_layout
+from kiln.codegen.passes import canonicalize, cse, dce, smem_alloc, smem_pipeline
+from kiln.codegen.pipeline import PassContext
+from kiln.codegen.target import parse_target
+from kiln.ir import parse_function, print_function, verify
+from kiln.ir.types import float16, parse_type, shared_type
+from kiln.ir.verifier import VerificationError
+
+# C[64x64] = A[64 x 32n] B[32n x 64], fp16 in, fp32 out: A row-major (K inner), B
+# row-major (N inner), one 32-wide k-step per iteration.
+MATMUL = """
+kernel @mm(%a: ptr<fp16> {divisibility = 16, name = "a"}, %b: ptr<fp16> {divisibility = 16, name = "b"}, %c: ptr<fp32> {divisibility = 16, name = "c"}, %n: int32 {name = "n"}, %lda: int32 {divisibility = 16, name = "lda"}) {
+  %ra = arange {end = 64, start = 0} : <64xint32>
+  %rk = arange {end = 32, start = 0} : <32xint32>
+  %rows = expand_dims %ra {axis = 1} : <64x1xint32>
+  %ldas = splat %lda : <64x1xint32>
+  %roff = mul %rows, %ldas : <64x1xint32>
+  %roffb = broadcast %roff : <64x32xint32>
+  %kc = expand_dims %rk {axis = 0} : <1x32xint32>
+  %kcb = broadcast %kc : <64x32xint32>
+  %aoff = add %roffb, %kcb : <64x32xint32>
+  %as = splat %a : <64x32xptr<fp16>>
+  %ap = addptr %as, %aoff : <64x32xptr<fp16>>
+  %kr = expand_dims %rk {axis = 1} : <32x1xint32>
+  %c64 = constant {value = 64} : <32x1xint32>
+  %krow = mul %kr, %c64 : <32x1xint32>
+  %krowb = broadcast %krow : <32x64xint32>
+  %nc = expand_dims %ra {axis = 0} : <1x64xint32>
+  %ncb = broadcast %nc : <32x64xint32>
+  %boff = add %krowb, %ncb : <32x64xint32>
+  %bs = splat %b : <32x64xptr<fp16>>
+  %bp = addptr %bs, %boff : <32x64xptr<fp16>>
+  %acc0 = constant {value = 0.0} : <64x64xfp32>
+  %lb = constant {value = 0} : int32
+  %st = constant {value = 1} : int32
+  %pa, %pb, %acc = for %lb, %n, %st, %ap, %bp, %acc0 : <64x32xptr<fp16>>, <32x64xptr<fp16>>, <64x64xfp32> {
+  ^(%i: int32, %qa: <64x32xptr<fp16>>, %qb: <32x64xptr<fp16>>, %s: <64x64xfp32>):
+    %x = load %qa : <64x32xfp16>
+    %y = load %qb : <32x64xfp16>
+    %d = dot %x, %y, %s {input_precision = "ieee"} : <64x64xfp32>
+    %sa = constant {value = 32} : <64x32xint32>
+    %qa2 = addptr %qa, %sa : <64x32xptr<fp16>>
+    %sb = constant {value = 2048} : <32x64xint32>
+    %qb2 = addptr %qb, %sb : <32x64xptr<fp16>>
+    yield %qa2, %qb2, %d
+  }
+  %m = expand_dims %ra {axis = 1} : <64x1xint32>
+  %m64 = constant {value = 64} : <64x1xint32>
+  %mo = mul %m, %m64 : <64x1xint32>
+  %mob = broadcast %mo : <64x64xint32>
+  %nb = expand_dims %ra {axis = 0} : <1x64xint32>
+  %nbb = broadcast %nb : <64x64xint32>
+  %coff = add %mob, %nbb : <64x64xint32>
+  %cs = splat %c : <64x64xptr<fp32>>
+  %cp = addptr %cs, %coff : <64x64xptr<fp32>>
+  store %cp, %acc
+  return
+}
+"""
+
+
+def pipelined(text=MATMUL, target="sm_90a", num_warps=4, num_stages=3):
+    fn = parse_function(text)
+    ctx = PassContext(parse_target(target), num_warps, num_stages)
+    for p in (canonicalize, cse, dce, smem_pipeline, canonicalize, cse, dce, smem_alloc):
+        p.apply(fn, ctx)
+        verify(fn)
+    return fn, ctx
+
+
+def names(fn):
+    return [op.name for op in fn.walk()]
+
+
+def test_shared_types_print_and_parse():
+    t = shared_type(float16, (4, 64, 32), 64)
+    assert str(t) == "smem<4x64x32xfp16:swizzle64:order1.0>"
+    assert parse_type(str(t)) == t and t.tile() == shared_type(float16, (64, 32), 64)
+    with pytest.raises(TypeError, match="swizzle"):
+        shared_type(float16, (64, 32), 48)
+    with pytest.raises(ValueError):
+        parse_type("smem<64x32xfp16:swizzle64>")
+
+
+def test_the_verifier_checks_gpu_stage_ops():
+    bad = """kernel @k() {
+  %r = local_alloc : smem<2x64x32xfp16:swizzle64:order1.0>
+  %z = constant {value = 0} : int32
+  %t = local_index %r, %z : smem<64x64xfp16:swizzle64:order1.0>
+  return
+}
+"""
+    with pytest.raises(VerificationError, match="local_index.*result must be smem<64x32xfp16"):
+        verify(parse_function(bad))
+
+
+def test_a_dot_fed_by_loads_becomes_a_ring_of_async_copies_and_wgmma():
+    fn, ctx = pipelined()
+    text = print_function(fn, locs=False)
+    assert parse_function(text) is not None and print_function(parse_function(text), locs=False) == text
+    # three stages: a ring of four tiles per operand; A's 64-byte rows swizzled by 64
+    assert "local_alloc {offset = 0} : smem<4x64x32xfp16:swizzle64:order1.0>" in text
+    assert "local_alloc {offset = 16384} : smem<4x32x64xfp16:swizzle128:order1.0>" in text
+    loop = next(op for op in fn.walk() if op.name == "for")
+    before = fn.body.ops[:fn.body.ops.index(loop)]
+    assert [op.name for op in before].count("async_commit") == 2  # iterations 0 and 1 in flight
+    body = [op.name for op in loop.regions[0].ops]
+    assert body[:3] == ["async_wait", "fence_async_shared", "barrier"]
+    assert loop.regions[0].ops[0].attrs == {"pending": 1}
+    assert body.count("async_copy") == 2 and body.count("async_commit") == 1
+    assert body.index("warp_group_dot") < body.index("warp_group_dot_wait") < body.index("async_copy")
+    after = [op.name for op in fn.body.ops[fn.body.ops.index(loop) + 1:]]
+    assert after[:2] == ["warp_group_dot_wait", "async_wait"]
+    assert "load" not in names(fn) and "dot" not in names(fn)
+    # the loop no longer carries the pointers it stopped loading through
+    assert [str(t) for t in (r.type for r in loop.results)].count("<64x32xptr<fp16>>") == 1
+    assert ctx.shared_allocated == 16384 + 16384
+
+
+@pytest.mark.parametrize("change", [
+    ("sm_90a", 2, None),                    # no warpgroup: 2 warps
+    ("sm_80", 4, None),                     # no wgmma
+    ("sm_90a", 4, ("%x = load %qa : <64x32xfp16>",
+                   "%one = constant {value = 1.0} : <64x32xfp16>\n    %t = constant {value = 1} : <64x32xint1>\n"
+                   "    %x = load %qa, %t, %one : <64x32xfp16>")),  # masked-off elements would not be zero
+])
+def test_loops_that_cannot_use_the_ring_are_left_alone(change):
+    target, warps, edit = change
+    text = MATMUL.replace(*edit) if edit else MATMUL
+    fn, _ = pipelined(text, target, warps)
+    assert "warp_group_dot" not in names(fn) and "dot" in names(fn)
+
+
+def test_smem_alloc_shares_bytes_between_buffers_that_do_not_live_together():
+    text = """kernel @k() {
+  %a = local_alloc : smem<2x64x64xfp16:swizzle128:order1.0>
+  %z = constant {value = 0} : int32
+  %ta = local_index %a, %z : smem<64x64xfp16:swizzle128:order1.0>
+  async_commit
+  %b = local_alloc : smem<2x64x64xfp16:swizzle128:order1.0>
+  %tb = local_index %b, %z : smem<64x64xfp16:swizzle128:order1.0>
+  %c = local_alloc : smem<1x32x32xfp16:swizzle64:order1.0>
+  %tc = local_index %c, %z : smem<32x32xfp16:swizzle64:order1.0>
+  %tb2 = local_index %b, %z : smem<64x64xfp16:swizzle128:order1.0>
+  return
+}
+"""
+    fn = parse_function(text)
+    ctx = PassContext(parse_target("sm_90a"))
+    smem_alloc.apply(fn, ctx)
+    offsets = [op.attrs["offset"] for op in fn.walk() if op.name == "local_alloc"]
+    assert offsets == [0, 0, 16384]  # a is dead before b; c lives while b does
+    assert ctx.shared_allocated == 16384 + 2048 and "offset = 16384" in print_function(fn)
+
+
+def test_the_wgmma_layout_is_the_instructions_fragment():
+    layout = wgmma_layout((128, 64), 8)
+    assert layout == Wgmma((8, 1), 64)
+    threads = thread_elements(layout, (128, 64), 8)
+    assert sorted(e for t in threads for e in t) == [(m, n) for m in range(128) for n in range(64)]
+    for tid in (0, 5, 37, 100, 200):
+        warp, lane = tid // 32, tid % 32
+        g, t = lane // 4, lane % 4
+        row = 64 * (warp // 4) + 16 * (warp % 4) + g
+        # d[4j + r]: chunk j, row g + 8(r/2), column 2t + r%2
+        assert threads[tid][:8] == [(row, 2 * t), (row, 2 * t + 1), (row + 8, 2 * t), (row + 8, 2 * t + 1),
+                                    (row, 8 + 2 * t), (row, 9 + 2 * t), (row + 8, 8 + 2 * t), (row + 8, 9 + 2 * t)]
+    assert wgmma_layout((64, 256), 8) == Wgmma((4, 2), 128)  # a second warpgroup splits N
+    assert wgmma_layout((32, 64), 4) is None and wgmma_layout((64, 64), 2) is None
+
+
+def test_the_pipelined_dot_runs_on_wgmma_without_local_memory_or_serialization():
+    fn = parse_function(MATMUL)
+    k = compile_ir(fn, "sm_90a", {"num_warps": 4, "num_stages": 3}, check=True)
+    ptx = k.ptx
+    assert "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16" in ptx
+    assert ptx.count("wgmma.mma_async") == 2  # two k16 steps of the 32-wide tile
+    assert "cp.async.cg.shared.global" in ptx and "cp.async.wait_group" in ptx
+    assert "fence.proxy.async.shared::cta" in ptx and "wgmma.wait_group.sync.aligned 1" in ptx
+    assert "ld.local" not in ptx and "st.local" not in ptx and k.n_spills == 0
+    _, info = nvjitlink.link_cubin(ptx, parse_target("sm_90a"))
+    assert "C751" not in info  # ptxas neither serializes the wgmmas nor injects waits
+    # the same kernel for sm_80 keeps mma.sync
+    old = compile_ir(fn, "sm_80", {"num_warps": 4, "num_stages": 3})
+    assert "mma.sync.aligned.m16n8k16" in old.ptx and "wgmma" not in old.ptx
