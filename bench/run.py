@@ -125,25 +125,10 @@ def layer_norm(libs, cols_list, rows_n=4096):
     return rows
 
 
-def matmul(libs, sizes):
-    rows = []
-    for s in sizes:
-        a = torch.randn(s, s, device="cuda", dtype=torch.float16)
-        b = torch.randn(s, s, device="cuda", dtype=torch.float16)
-        c = torch.empty(s, s, device="cuda", dtype=torch.float16)
-        cfg = dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, num_warps=8, num_stages=3)
-        grid = (triton_cdiv(s, 128) * triton_cdiv(s, 128),)
-        fns = {}
-        for name, k in libs.items():
-            def go(k=k):
-                k.matmul_kernel[grid](a, b, c, s, s, s, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
-                                      c.stride(0), c.stride(1), **cfg)
-            go()
-            torch.testing.assert_close(c.float(), (a.float() @ b.float()), rtol=3e-2, atol=0.5)
-            fns[name] = go
-        fns["torch"] = lambda: torch.matmul(a, b, out=c)
-        rows.append({"size": s, **{name: 2 * s ** 3 / (ms * 1e-3) / 1e12 for name, ms in interleaved(fns).items()}})
-    return rows
+def matmul(libs, sizes, dtypes=("fp16", "bf16", "fp8")):
+    """Tutorial 03's kernel autotuned over its configs, against cuBLAS (bench/matmul.py)."""
+    import matmul as tutorial
+    return tutorial.run(libs, list(dtypes), sizes, tutorial.CONFIGS, rounds=ROUNDS)
 
 
 def launch_overhead(libs, repeat=2000, rounds=7):
@@ -244,6 +229,11 @@ def ratio_table(title, unit, rows, higher_is_better=True):
     return "\n".join(lines) + "\n"
 
 
+def matmul_table(rows) -> str:
+    import matmul as tutorial
+    return tutorial.table(rows)
+
+
 def plot(results, path):
     import matplotlib
     matplotlib.use("Agg")
@@ -287,7 +277,7 @@ def main():
     if args.only:
         sections = {"vector_add": lambda: vector_add(libs, [1 << 20, 1 << 27]),
                     "softmax": lambda: softmax(libs, [1024, 16384]), "layer_norm": lambda: layer_norm(libs, [4096]),
-                    "matmul": lambda: matmul(libs, [4096]), "launch": lambda: launch_overhead(libs),
+                    "matmul": lambda: matmul(libs, [4096], ["fp16"]), "launch": lambda: launch_overhead(libs),
                     "first_call": lambda: first_call({n: os.path.dirname(m.__file__) for n, m in libs.items()})}
         for name in args.only:
             print(name, json.dumps(sections[name](), indent=1))
@@ -295,7 +285,7 @@ def main():
     results["vector_add"] = vector_add(libs, [1 << p for p in ((20, 24, 27) if q else range(20, 28))])
     results["softmax"] = softmax(libs, [256, 1024, 4096, 16384] if q else [256, 512, 1024, 2048, 4096, 8192, 16384])
     results["layer_norm"] = layer_norm(libs, [1024, 4096, 8192] if q else [1024, 2048, 4096, 8192])
-    results["matmul_fp16"] = matmul(libs, [4096] if q else [1024, 2048, 4096])
+    results["matmul"] = matmul(libs, [4096] if q else [2048, 4096, 8192])
     results["launch_us"] = launch_overhead(libs)
     results["first_call_s"] = first_call({n: os.path.dirname(m.__file__) for n, m in libs.items()})
 
@@ -306,7 +296,8 @@ def main():
           ratio_table("vector add fp32 (GB/s)", "GB/s", results["vector_add"]),
           ratio_table("fused softmax fp32, 4096 rows × N (GB/s)", "GB/s", results["softmax"]),
           ratio_table("layer norm forward fp16, 4096 rows × N (GB/s)", "GB/s", results["layer_norm"]),
-          ratio_table("matmul fp16, N³ (TFLOP/s; reference only)", "TFLOP/s", results["matmul_fp16"])]
+          "#### matmul, N³, tutorial 03's kernel autotuned over its configs (TFLOP/s)\n",
+          matmul_table(results["matmul"]) + "\n"]
     lu = results["launch_us"]
     md.append(f"### launch of a tiny kernel (host µs per launch)\n\nkiln {lu['kiln']:.1f} · Triton "
               f"{lu['triton']:.1f} · PyTorch {lu['torch']:.1f} · kiln / Triton {lu['kiln'] / lu['triton']:.2f}\n")
