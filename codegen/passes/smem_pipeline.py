@@ -201,7 +201,7 @@ def _issue(out, copies, rings, slot, iv_at, ub, mapping, loc):
 
 def _advance(out, copies, body, arg_index, current, iv_at):
     """The carried values the copies use, one iteration further: {arg id: value}."""
-    used = sorted({a for c in copies for a in c[3]})
+    used = sorted({a for c in copies for a in c[3]}, key=arg_index.get)  # by position: deterministic
     advance_ops = {id(o) for c in copies for o in c[4]}
     args, yields = body.args[1:], body.ops[-1].operands
     mapping = {body.args[0]: iv_at, **{args[arg_index[a]]: current[a] for a in used}}
@@ -217,7 +217,7 @@ def _rewrite(loop, dots, stages, step, arg_index):
     loc = loop.loc
     ring_size = stages + 1
     copies = [c for _, cs in dots for c in cs]
-    used = sorted({a for c in copies for a in c[3]})
+    used = sorted({a for c in copies for a in c[3]}, key=arg_index.get)  # by position: deterministic
 
     # before the loop: the rings, and iterations 0 .. S-2 in flight
     pre = []
