@@ -21,7 +21,7 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from run import bench, load_kernels  # noqa: E402
+from run import bench, load_kernels, triton_cdiv  # noqa: E402
 
 # (BLOCK_M, BLOCK_N, BLOCK_K, num_stages, num_warps): the configs of Triton's tutorial 03
 # for CUDA; the last eight are the ones it adds for fp8.
@@ -55,10 +55,6 @@ def launcher(lib, a, b, c, cfg):
                                 c.stride(0), c.stride(1), BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8,
                                 num_warps=warps, num_stages=stages)
     return go
-
-
-def triton_cdiv(a, b):
-    return (a + b - 1) // b
 
 
 def reference(a, b):

@@ -27,7 +27,7 @@ def access_width(lw, op, layout, shape, elem_bits) -> int:
         return 1
     vec = min(vec, layout.size_per_thread[d], shape[d], max(1, 128 // elem_bits))
     mask_index = 1 if op.name == "load" else 2
-    if len(op.operands) > mask_index and op.name in ("load", "store"):
+    if len(op.operands) > mask_index and op.name in ("load", "store", "async_copy"):
         vec = min(vec, lw.ctx.axis.get(op.operands[mask_index]).constancy[d])
     while vec & (vec - 1):
         vec -= 1

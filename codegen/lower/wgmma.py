@@ -17,6 +17,7 @@ import llvmlite.ir as ir
 from .. import layout as lay
 from ..passes.layouts import memory_width
 from .context import LoweringError
+from .memory import access_width
 from .types import F32, GLOBAL_PTR, I1, I8, I32, I64, SHARED_PTR, VOID
 
 ALIGN = 1024
@@ -90,13 +91,7 @@ def _async_copy(lw, op):
     t, shape = tile.type, ptr.type.shape
     es, inner = t.element_ty.itemsize, t.order[0]
     layout = _copy_layout(lw, op)
-    order, vec = memory_width(lw.ctx, op)
-    vec = vec if order[0] == inner else 1
-    vec = min(vec, layout.size_per_thread[inner], 16 // es)
-    if mask is not None:
-        vec = min(vec, lw.ctx.axis.get(mask).constancy[inner])
-    while vec & (vec - 1):
-        vec -= 1
+    vec = access_width(lw, op, layout, shape, 8 * es)
     if vec * es < 4:
         raise LoweringError(f"async_copy needs runs of 4 bytes or more along the tile's inner dim, got {vec * es}")
     nbytes = vec * es

@@ -65,6 +65,32 @@ def _clone(op, mapping):
     return new
 
 
+def address_cone(load, operands, body):
+    """How `operands` of `load` (a top-level op of loop body `body`) are computed, if a
+    later iteration's can be: (the pure body ops they need in body order, the ids of the
+    carried args those use, the pure body ops that advance those args), or None."""
+    order = {id(o): i for i, o in enumerate(body.ops)}
+    by_id = {id(o): o for o in body.ops}
+    iv, args = body.args[0], body.args[1:]
+    yields = body.ops[-1].operands
+    arg_index = {id(a): i for i, a in enumerate(args)}
+    cone = set()
+    for v in operands:
+        got = _cone(v, order)
+        if got is None:
+            return None
+        cone |= got
+    cone_ops = [by_id[i] for i in sorted(cone, key=order.get)]
+    used = _args_used(cone_ops + [load], body) - {id(iv)}
+    advance = set()
+    for a in used:  # the carried values the address needs must advance purely
+        got = _cone(yields[arg_index[a]], order)
+        if got is None:
+            return None
+        advance |= got
+    return cone_ops, used, [by_id[i] for i in sorted(advance, key=order.get)]
+
+
 def _wanted(loop, ctx) -> bool:
     """As Triton: a loop asks for it with `tl.range(..., num_stages=n)`, and by default
     (the `num_stages` option) only loops that feed tensor cores are pipelined; a
@@ -80,8 +106,6 @@ def _pipeline(loop):
     step = _const_int(loop.operands[2])
     if step is None or step <= 0 or any(has_side_effects(o) for o in body.ops):
         return
-    order = {id(o): i for i, o in enumerate(body.ops)}
-    by_id = {id(o): o for o in body.ops}
     iv, args = body.args[0], body.args[1:]
     yields = body.ops[-1].operands
     arg_index = {id(a): i for i, a in enumerate(args)}
@@ -89,23 +113,9 @@ def _pipeline(loop):
     for op in body.ops:
         if op.name != "load" or op.attrs.get("volatile") or not isinstance(op.results[0].type, block_type):
             continue
-        cone = set()
-        for v in op.operands:
-            got = _cone(v, order)
-            if got is None:
-                break
-            cone |= got
-        else:
-            cone_ops = [by_id[i] for i in sorted(cone, key=order.get)]
-            used = _args_used(cone_ops + [op], body) - {id(iv)}
-            advance = set()
-            for a in used:  # the carried values the address needs must advance purely
-                got = _cone(yields[arg_index[a]], order)
-                if got is None:
-                    break
-                advance |= got
-            else:
-                candidates.append((op, cone_ops, used, [by_id[i] for i in sorted(advance, key=order.get)]))
+        got = address_cone(op, op.operands, body)
+        if got is not None:
+            candidates.append((op, *got))
     if not candidates:
         return
     lb, ub = loop.operands[0], loop.operands[1]

@@ -33,7 +33,7 @@ from ..layout import wgmma_layout
 from ..occupancy import max_shared_per_cta
 from . import axis_info
 from .layouts import memory_width
-from .prefetch import _args_used, _clone, _cone, _const_int
+from .prefetch import _clone, _const_int, address_cone
 from .rewrite import has_side_effects
 
 name = "smem_pipeline"
@@ -124,41 +124,23 @@ def _plan(loop, stages, ctx):
     for op in body.walk():
         for v in op.operands:
             uses[v] = uses.get(v, 0) + 1
-    order = {id(o): i for i, o in enumerate(body.ops)}
-    by_id = {id(o): o for o in body.ops}
-    iv, args = body.args[0], body.args[1:]
-    yields = body.ops[-1].operands
-    arg_index = {id(a): i for i, a in enumerate(args)}
+    top_level = {id(o) for o in body.ops}
+    arg_index = {id(a): i for i, a in enumerate(body.args[1:])}
     dots, stage_bytes = [], 0
     for dot in body.ops:
         if dot.name != "dot":
             continue
         tiles = _wgmma_dot(dot, ctx)
         acc_op = dot.operands[2].defining_op
-        if tiles is None or any(uses[v] != 1 for v in dot.operands[:2]) or (acc_op is not None and id(acc_op) in order):
+        if tiles is None or any(uses[v] != 1 for v in dot.operands[:2]) or (acc_op is not None and id(acc_op) in top_level):
             continue  # the dot moves to the top of the body: its accumulator must be carried or from outside
         copies = []
         for v, tile in zip(dot.operands[:2], tiles):
             load = v.defining_op
-            cone = set()
-            for operand in load.operands[:2]:
-                got = _cone(operand, order)
-                if got is None:
-                    break
-                cone |= got
-            else:
-                cone_ops = [by_id[i] for i in sorted(cone, key=order.get)]
-                used = _args_used(cone_ops + [load], body) - {id(iv)}
-                advance = set()
-                for a in used:
-                    got = _cone(yields[arg_index[a]], order)
-                    if got is None:
-                        break
-                    advance |= got
-                else:
-                    copies.append((load, tile, cone_ops, used, [by_id[i] for i in sorted(advance, key=order.get)]))
-                    continue
-            break
+            got = address_cone(load, load.operands[:2], body)
+            if got is None:
+                break
+            copies.append((load, tile, *got))
         if len(copies) == 2:
             dots.append((dot, copies))
             stage_bytes += sum(tile.nbytes for _, tile, *_ in copies)
