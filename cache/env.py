@@ -6,7 +6,11 @@
     KILN_DAEMON         the daemon to use: unix:/path or host:port; "off" for none; unset
                         for the node daemon on its default socket
     KILN_DAEMON_TOKEN   the token a daemon listening on TCP demands, and clients present
+    KILN_DAEMON_TLS_CA  a PEM file of the CA that signed a TCP daemon's certificate: clients
+                        then speak TLS to it and verify it
     KILN_MANIFEST       a file to which every kernel a run uses is appended (for `kiln prewarm`)
+    KILN_REMOTE_CACHE   the shared tier: redis://[user:pass@]host:port/db, or rediss:// for TLS;
+                        unset: none
     XDG_RUNTIME_DIR     where the node daemon's socket lives (else the cache directory)
 """
 from __future__ import annotations
@@ -39,6 +43,15 @@ def daemon_setting() -> str | None:
 
 def daemon_token() -> str | None:
     return os.environ.get("KILN_DAEMON_TOKEN") or None
+
+
+def daemon_tls_ca() -> Path | None:
+    value = os.environ.get("KILN_DAEMON_TLS_CA", "").strip()
+    return Path(value) if value else None
+
+
+def remote_cache_url() -> str | None:
+    return os.environ.get("KILN_REMOTE_CACHE", "").strip() or None
 
 
 def manifest_path() -> Path | None:

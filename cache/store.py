@@ -25,6 +25,7 @@ from . import env, paths
 
 _BLOB = "blob/"
 _ACTION = "action/"
+_COUNTS = "counts/"
 _DIGEST = re.compile(r"[0-9a-f]{64}\Z")
 # the only files diskcache names: two levels of two hex digits, then 28 more and `.val`
 _VALUE_FILE = re.compile(r"[0-9a-f]{2}/[0-9a-f]{2}/[0-9a-f]{28}\.val\Z")
@@ -82,7 +83,18 @@ def _canonical(value) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False)
 
 
-def _bound(entry: dict, key: str) -> bool:
+def make_entry(key: str, artifacts: dict[str, bytes | str], metadata: dict,
+               created: float | None = None) -> tuple[dict, dict[str, bytes]]:
+    """The action-map entry of a compile result (`artifacts` by name, str as UTF-8), and the
+    artifacts as bytes: what the node cache stores, and the shared tier (`remote`) too."""
+    data = {name: value.encode() if isinstance(value, str) else bytes(value) for name, value in sorted(artifacts.items())}
+    entry = {"key": key, "artifacts": {n: digest(d) for n, d in data.items()}, "sizes": {n: len(d) for n, d in data.items()},
+             "metadata": metadata, "metadata_digest": digest(_canonical(metadata).encode()),
+             "created": time.time() if created is None else created}
+    return entry, data
+
+
+def is_bound(entry: dict, key: str) -> bool:
     """Whether `entry` is well formed and is `key`'s: it names the key, each artifact a digest
     and a size, and its metadata hashes to the digest it records."""
     artifacts, sizes = entry["artifacts"], entry["sizes"]
@@ -171,12 +183,9 @@ class Cache:
                    created: float | None = None) -> None:
         """Store a compile result: `artifacts` by name (str is stored as UTF-8) and
         JSON-able `metadata`. Blobs are written before the entry that names them."""
-        entry = {"key": key, "artifacts": {}, "sizes": {}, "metadata": metadata,
-                 "metadata_digest": digest(_canonical(metadata).encode()), "created": time.time() if created is None else created}
-        for name, data in sorted(artifacts.items()):
-            data = data.encode() if isinstance(data, str) else data
-            entry["artifacts"][name] = self.put_blob(data)
-            entry["sizes"][name] = len(data)
+        entry, data = make_entry(key, artifacts, metadata, created)
+        for blob in data.values():
+            self.put_blob(blob)
         self._dc.set(_ACTION + key, _canonical(entry))
 
     def get_result(self, key: str, names=None) -> tuple[dict[str, bytes], dict] | None:
@@ -203,7 +212,7 @@ class Cache:
             return None
         try:
             entry = json.loads(raw)
-            if _bound(entry, key):
+            if is_bound(entry, key):
                 return entry
         except (ValueError, KeyError, TypeError, AttributeError):
             pass
@@ -212,6 +221,23 @@ class Cache:
 
     def __contains__(self, key: str) -> bool:
         return _ACTION + key in self._dc
+
+    # --- counters: what this node's processes saw of the shared tier -----------------------
+    def add_counts(self, name: str, counts: dict[str, int]) -> None:
+        """Add `counts` to the counters kept under `name`, atomically for every process."""
+        with self._dc.transact():
+            total = self.counts(name)
+            for field, n in counts.items():
+                total[field] = total.get(field, 0) + n
+            self._dc.set(_COUNTS + name, _canonical(total))
+
+    def counts(self, name: str) -> dict[str, int]:
+        try:
+            total = json.loads(self._dc.get(_COUNTS + name) or "{}")
+        except ValueError:
+            return {}
+        ok = type(total) is dict and all(type(v) is int for v in total.values())
+        return total if ok else {}
 
     # --- maintenance ---------------------------------------------------------------------
     def keys(self) -> list[str]:

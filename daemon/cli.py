@@ -42,6 +42,8 @@ def _parser() -> argparse.ArgumentParser:
     start.add_argument("--compile-timeout", type=float, default=300.0, help="seconds before a compile is killed")
     start.add_argument("--idle-exit", type=float, default=0, help="exit after this many idle seconds (0: never)")
     start.add_argument("--metrics", metavar="HOST:PORT", help="also serve Prometheus metrics at /metrics")
+    start.add_argument("--tls-cert", metavar="PEM", help="with --listen: serve TLS with this certificate chain")
+    start.add_argument("--tls-key", metavar="PEM", help="with --listen: the certificate's private key")
     start.set_defaults(run=_start)
     stop = daemon.add_parser("stop", help="stop the node daemon, letting compiles in flight finish")
     stop.add_argument("--socket", metavar="PATH", help="the daemon started with --socket PATH")
@@ -49,6 +51,7 @@ def _parser() -> argparse.ArgumentParser:
     status = daemon.add_parser("status", help="workers, queue, hits and misses, compile latency")
     status.add_argument("--address", help="the daemon (default: KILN_DAEMON or the node daemon)")
     status.add_argument("--json", action="store_true")
+    status.add_argument("--tls-ca", metavar="PEM", help="the CA of a TLS daemon (default: KILN_DAEMON_TLS_CA)")
     status.set_defaults(run=_status)
 
     prewarm = groups.add_parser("prewarm", help="compile kernels through the daemon before a run needs them")
@@ -60,6 +63,7 @@ def _parser() -> argparse.ArgumentParser:
     prewarm.add_argument("--target", action="append", default=[],
                          help="compile for this target (repeatable; default: the local GPU's, or each kernel's own)")
     prewarm.add_argument("--address", help="the daemon (default: KILN_DAEMON or the node daemon)")
+    prewarm.add_argument("--tls-ca", metavar="PEM", help="the CA of a TLS daemon (default: KILN_DAEMON_TLS_CA)")
     prewarm.set_defaults(run=_prewarm)
 
     cache = groups.add_parser("cache", help="the node cache").add_subparsers(dest="action", required=True)
@@ -81,6 +85,9 @@ def _parser() -> argparse.ArgumentParser:
 # --- daemon -------------------------------------------------------------------------------
 
 def _start(args) -> int:
+    if (args.tls_cert or args.tls_key) and not (args.tls_cert and args.tls_key and args.listen):
+        print("kiln daemon start: --tls-cert and --tls-key go together, with --listen", file=sys.stderr)
+        return 2
     if args.foreground:
         return serve(args)
     forwarded = _forwarded(args)
@@ -97,7 +104,8 @@ def _forwarded(args) -> list[str]:
     """The options of `start` again, for the background process that serves."""
     out = ["--compile-timeout", str(args.compile_timeout)]
     for flag, value in (("--socket", args.socket), ("--listen", args.listen), ("--workers", args.workers),
-                        ("--compile-fn", args.compile_fn), ("--metrics", args.metrics)):
+                        ("--compile-fn", args.compile_fn), ("--metrics", args.metrics),
+                        ("--tls-cert", args.tls_cert), ("--tls-key", args.tls_key)):
         if value:
             out += [flag, str(value)]
     return out
@@ -109,21 +117,29 @@ def serve(args) -> int:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s level=%(levelname)s logger=%(name)s %(message)s")
     log = logging.getLogger("kiln.daemon")
-    token = None
+    token = tls = None
     if args.listen:
         address = args.listen
         token = env.daemon_token() or _new_token()
+        if args.tls_cert:
+            from .tls import server_credentials
+            tls = server_credentials(args.tls_cert, args.tls_key)
+        else:
+            log.warning("event=plaintext_tcp address=%s note='the token and kernels cross the network in clear; "
+                        "serve TLS with --tls-cert and --tls-key'", address)
     else:
         address = f"unix:{args.socket}" if args.socket else launch.default_address()
     server, port = create_server(address, args.compile_fn or DEFAULT_COMPILE_FN, workers=args.workers,
-                                 compile_timeout=args.compile_timeout, token=token)
+                                 compile_timeout=args.compile_timeout, token=token, tls=tls,
+                                 remote_cache=env.remote_cache_url())
     server.start()
     if args.listen:
         address = f"{args.listen.rsplit(':', 1)[0]}:{port}"
     pid_file = launch.pid_file(address)
     paths.socket_dir(pid_file.parent)
     pid_file.write_text(json.dumps({"pid": os.getpid(), "address": address}))
-    log.info("event=serving address=%s workers=%d pid=%d", address, server.pool.size, os.getpid())
+    log.info("event=serving address=%s tls=%s workers=%d pid=%d remote_cache=%s", address, tls is not None,
+             server.pool.size, os.getpid(), server.service.remote.where if server.service.remote else "none")
     if args.metrics:
         from .metrics import serve_metrics
         host, _, port = args.metrics.rpartition(":")
@@ -190,7 +206,7 @@ def _status(args) -> int:
     if address is None:
         print("KILN_DAEMON=off")
         return 1
-    with Client(address, token=env.daemon_token()) as client:
+    with Client(address, token=env.daemon_token(), tls_ca=args.tls_ca or env.daemon_tls_ca()) as client:
         try:
             s = client.stats()
         except grpc.RpcError as e:
@@ -201,7 +217,7 @@ def _status(args) -> int:
             return 1
     if args.json:
         doc = MessageToDict(s, preserving_proto_field_name=True, always_print_fields_with_no_presence=True)
-        for part in (doc, doc["cache"]):  # protobuf's JSON spells 64-bit integers as strings
+        for part in (doc, doc["cache"], doc["remote_cache"]):  # protobuf's JSON spells 64-bit integers as strings
             part.update({k: int(v) for k, v in part.items() if isinstance(v, str) and v.isdigit()})
         print(json.dumps({"address": address, **doc}, indent=1))
         return 0
@@ -211,6 +227,11 @@ def _status(args) -> int:
           f"  requests {s.requests}: hits {s.hits}, misses {s.misses}, merged {s.merged}, errors {s.errors}\n"
           f"  compile ms: p50 {lat.p50_ms:.1f}, p90 {lat.p90_ms:.1f}, p99 {lat.p99_ms:.1f}, max {lat.max_ms:.1f}\n"
           f"  cache {s.cache.path}: {s.cache.entries} kernels, {_mb(s.cache.volume_bytes)} of {_mb(s.cache.size_limit_bytes)}")
+    if s.remote_cache.url:
+        r = s.remote_cache
+        print(f"  shared tier {r.url} ({'up' if r.up else 'down, skipped'}): hits {r.hits}, misses {r.misses}, "
+              f"refused {r.refused}, errors {r.errors}, skipped {r.skipped}, writes {r.writes}; "
+              f"read ms: mean {r.read_mean_ms:.1f}, p50 ≤ {r.read_latency.p50_ms:g}, p90 ≤ {r.read_latency.p90_ms:g}")
     return 0
 
 
@@ -221,14 +242,15 @@ def _prewarm(args) -> int:
     try:
         if args.source:
             sys.path.insert(0, os.getcwd())  # a dotted name is looked up from here, as `python -m` does
-            report = prewarm.prewarm_module(args.source, args.target, address=args.address, progress=progress)
+            report = prewarm.prewarm_module(args.source, args.target, address=args.address, progress=progress,
+                                            tls_ca=args.tls_ca)
         else:
             if args.from_manifest:
                 kernels = prewarm.from_manifest(args.from_manifest, args.target)
             else:
                 with Cache() as cache:
                     kernels = prewarm.from_cache(cache, args.target)
-            report = prewarm.through_daemon(kernels, args.address, progress=progress)
+            report = prewarm.through_daemon(kernels, args.address, progress=progress, tls_ca=args.tls_ca)
     except (prewarm.NoDaemon, ValueError, ImportError, OSError, SyntaxError) as e:
         print(f"kiln prewarm: {e}", file=sys.stderr)
         return 2
@@ -242,6 +264,8 @@ def _prewarm(args) -> int:
             print(f"  skipped {label}: {reason}", file=sys.stderr)
     for name, target, message in report.errors:
         print(f"  {name} for {target}: {message}", file=sys.stderr)
+    if report.shared is not None:
+        print(f"  in the shared tier {report.shared[0]}: {report.shared[1]} of {len(report.keys)}")
     return 0 if report.ok else 1
 
 
@@ -252,14 +276,37 @@ def _cache(args) -> Cache:
 
 
 def _cache_stats(args) -> int:
+    from kiln.cache import remote
     with _cache(args) as cache:
         s = cache.stats()
+        tier = remote.from_env()
+        if tier is not None:  # what this node's processes saw of it, and the server as it answers now
+            s["shared"] = {**remote.summary(cache.counts(remote.COUNTS)), "server": tier.probe()}
     if args.json:
         print(json.dumps(s, indent=1))
-    else:
-        print(f"{s['path']}: {s['entries']} kernels, {s['blobs']} blobs, "
-              f"{_mb(s['volume_bytes'])} of {_mb(s['size_limit_bytes'])}")
+        return 0
+    print(f"{s['path']}: {s['entries']} kernels, {s['blobs']} blobs, "
+          f"{_mb(s['volume_bytes'])} of {_mb(s['size_limit_bytes'])}")
+    if "shared" in s:
+        print(_remote_report(s["shared"]))
     return 0
+
+
+def _remote_report(shared: dict) -> str:
+    """`kiln cache stats`' lines on the shared tier."""
+    server, lat = shared["server"], shared["latency_ms"]
+    lines = [f"shared tier {server['url']}: hits {shared['hits']}, misses {shared['misses']}, refused {shared['refused']}, "
+             f"errors {shared['errors']}, skipped {shared['skipped']}, writes {shared['writes']} (this node, all processes)",
+             f"  read ms: mean {lat['mean']:.1f}, p50 ≤ {lat['p50']:g}, p90 ≤ {lat['p90']:g}, p99 ≤ {lat['p99']:g}"]
+    if not server["reachable"]:
+        lines.append(f"  not reachable now: {server['error']}")
+        return "\n".join(lines)
+    lines.append(f"  server: {server['keys']} keys, {_mb(server['used_memory_bytes'])} used of "
+                 f"{_mb(server['maxmemory_bytes']) if server['maxmemory_bytes'] else 'no limit'}, "
+                 f"policy {server['maxmemory_policy']}, ping {server['ping_ms']:.2f} ms")
+    if server["maxmemory_policy"] != "allkeys-lru" or not server["maxmemory_bytes"]:
+        lines.append("  advice: give it maxmemory and maxmemory-policy allkeys-lru, so that old kernels make room")
+    return "\n".join(lines)
 
 
 def _cache_ls(args) -> int:

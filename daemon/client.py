@@ -37,8 +37,9 @@ _CHANNEL_OPTIONS = [
 class Client:
     """Talks to the daemon at `address` ("unix:/path" or "host:port")."""
 
-    def __init__(self, address: str, token: str | None = None, timeout: float = 600.0):
-        self.address, self.timeout = address, timeout
+    def __init__(self, address: str, token: str | None = None, timeout: float = 600.0, tls_ca=None):
+        """`tls_ca`: a PEM file of the CA that signed the daemon's certificate: speak TLS and verify it."""
+        self.address, self.timeout, self.tls_ca = address, timeout, tls_ca
         self._metadata = bearer(token) if token else None
         self._pid, self._channel, self._stub = None, None, None
 
@@ -50,7 +51,11 @@ class Client:
             # After fork the parent's channel belongs to the parent: leave it and make our own,
             # with a subchannel pool of its own, or gRPC hands back the parent's connection.
             self._pid = os.getpid()
-            self._channel = grpc.insecure_channel(self.address, options=_CHANNEL_OPTIONS)
+            if self.tls_ca:
+                from .tls import channel_credentials
+                self._channel = grpc.secure_channel(self.address, channel_credentials(self.tls_ca), _CHANNEL_OPTIONS)
+            else:
+                self._channel = grpc.insecure_channel(self.address, options=_CHANNEL_OPTIONS)
             self._stub = compiler_pb2_grpc.CompilerStub(self._channel)
         return self._stub
 

@@ -21,12 +21,31 @@ def exposition(stats) -> str:
         ("kiln_daemon_worker_restarts_total", "counter", stats.worker_restarts, "workers replaced"),
         ("kiln_cache_entries", "gauge", stats.cache.entries, "kernels in the node cache"),
         ("kiln_cache_bytes", "gauge", stats.cache.volume_bytes, "size of the node cache"),
+        *_remote_cache(stats.remote_cache),
     ):
         lines += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}", f"{name} {value}"]
     lines += ["# HELP kiln_daemon_compile_ms recent compile latency", "# TYPE kiln_daemon_compile_ms gauge"]
     for quantile, value in (("0.5", lat.p50_ms), ("0.9", lat.p90_ms), ("0.99", lat.p99_ms), ("1", lat.max_ms)):
         lines.append(f'kiln_daemon_compile_ms{{quantile="{quantile}"}} {value}')
+    if stats.remote_cache.url:
+        lines += ["# HELP kiln_remote_cache_read_ms shared-tier read latency (bucket bounds)",
+                  "# TYPE kiln_remote_cache_read_ms gauge"]
+        lat = stats.remote_cache.read_latency
+        for quantile, value in (("0.5", lat.p50_ms), ("0.9", lat.p90_ms), ("0.99", lat.p99_ms)):
+            lines.append(f'kiln_remote_cache_read_ms{{quantile="{quantile}"}} {value}')
     return "\n".join(lines) + "\n"
+
+
+def _remote_cache(r) -> list:
+    """The shared tier's series (none when the daemon has no shared tier)."""
+    if not r.url:
+        return []
+    return [("kiln_remote_cache_up", "gauge", int(r.up), "1 while the shared tier answers, 0 while it is skipped"),
+            *((f"kiln_remote_cache_{name}_total", "counter", getattr(r, name), f"shared-tier {what}")
+              for name, what in (("hits", "reads that found an intact entry"), ("misses", "reads that found none"),
+                                 ("refused", "entries refused by their checks (then deleted)"),
+                                 ("errors", "calls that failed (down, timed out)"),
+                                 ("skipped", "calls not made while it was down"), ("writes", "entries written")))]
 
 
 def serve_metrics(service, host: str, port: int) -> ThreadingHTTPServer:

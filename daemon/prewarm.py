@@ -78,6 +78,8 @@ class Report:
     statuses: Counter = field(default_factory=Counter)  # CACHE_HIT / CACHE_MISS / CACHE_MERGED / ERROR
     errors: list = field(default_factory=list)           # (kernel name, target, message)
     skipped: list = field(default_factory=list)          # (kernel, reason): declared, but not buildable here
+    keys: list = field(default_factory=list)             # compile keys of the kernels that compiled
+    shared: tuple | None = None                          # (shared tier, how many of `keys` it holds), if one is set
 
     @property
     def ok(self) -> bool:
@@ -101,6 +103,7 @@ def prewarm(kernels: list[Kernel], client, progress: Callable[[int, int], None] 
             report.errors.append((labels[item.index] if labels else fn.name, target, item.error.message))
         else:
             report.statuses[pb.CacheStatus.Name(item.result.cache_status)] += 1
+            report.keys.append(item.result.key)
         if progress:
             progress(done, len(kernels))
     return report
@@ -119,9 +122,11 @@ class NoDaemon(RuntimeError):
     """No daemon to prewarm through: KILN_DAEMON=off and none named, or it does not answer."""
 
 
-def through_daemon(kernels: list[Kernel], address: str | None = None, **kwargs) -> Report:
-    """`prewarm` through the daemon at `address` (default: KILN_DAEMON or the node daemon, started if need be)."""
-    from kiln.cache import env
+def through_daemon(kernels: list[Kernel], address: str | None = None, tls_ca=None, **kwargs) -> Report:
+    """`prewarm` through the daemon at `address` (default: KILN_DAEMON or the node daemon, started if need be;
+    `tls_ca`, default KILN_DAEMON_TLS_CA: its CA). With KILN_REMOTE_CACHE set here, the report counts
+    how many of the kernels the shared tier holds afterwards (the daemon writes them there)."""
+    from kiln.cache import env, remote
 
     import grpc
 
@@ -133,11 +138,17 @@ def through_daemon(kernels: list[Kernel], address: str | None = None, **kwargs) 
         raise NoDaemon("KILN_DAEMON=off, and prewarming compiles through a daemon: name one (--address)")
     if kernels and address == launch.default_address():
         launch.ensure_daemon()
-    with Client(address, token=env.daemon_token()) as client:
+    with Client(address, token=env.daemon_token(), tls_ca=tls_ca or env.daemon_tls_ca()) as client:
         try:
-            return prewarm(kernels, client, **kwargs)
+            report = prewarm(kernels, client, **kwargs)
         except grpc.RpcError as e:  # the whole batch failed: the daemon, not one kernel
             raise NoDaemon(f"the daemon at {address} failed: {e.code().name}: {e.details()}") from None
+    tier = remote.from_env()
+    if tier is not None:
+        present = tier.has(report.keys)
+        report.shared = (tier.where, "?" if present is None else sum(present))
+        tier.close()
+    return report
 
 
 # --- kernels declared in Python source ----------------------------------------------------
@@ -229,7 +240,8 @@ def local_target() -> str | None:
 
 
 def prewarm_module(module_or_path, targets: Iterable[str] = (), *, address: str | None = None,
-                   progress: Callable[[int, int], None] | None = None, timeout: float | None = None) -> Report:
+                   progress: Callable[[int, int], None] | None = None, timeout: float | None = None,
+                   tls_ca=None) -> Report:
     """Compile every declared signature (x autotune config) of the kernels of a module (a dotted
     name, a .py path or the module itself) for `targets` (default: the local GPU's), in
     parallel on the daemon's pool. Errors are reported per kernel, never raised."""
@@ -237,7 +249,7 @@ def prewarm_module(module_or_path, targets: Iterable[str] = (), *, address: str 
     if not targets:
         raise ValueError("no GPU here: name the targets to compile for (targets=[...], --target sm_90a)")
     found = from_module(module_or_path, targets)
-    report = through_daemon(found.kernels, address, progress=progress, timeout=timeout, labels=found.labels)
+    report = through_daemon(found.kernels, address, tls_ca, progress=progress, timeout=timeout, labels=found.labels)
     report.errors[:0] = found.errors
     report.skipped = found.skipped
     return report

@@ -16,6 +16,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from kiln.cache import Cache, paths
+from kiln.cache.remote import RemoteCache
 from kiln.proto import compiler_pb2, compiler_pb2_grpc
 
 from .auth import TokenInterceptor
@@ -50,16 +51,21 @@ class Server:
 def create_server(address: str, compile_fn: str = DEFAULT_COMPILE_FN, *, workers: int | None = None,
                   cache: Cache | None = None, compile_timeout: float = 300.0,
                   max_request_bytes: int = 16 << 20, rpc_threads: int = 64,
-                  token: str | None = None) -> tuple[Server, int]:
+                  token: str | None = None, tls: grpc.ServerCredentials | None = None,
+                  remote_cache: str | None = None) -> tuple[Server, int]:
     """A compile server bound to `address` ("unix:/path", or "host:port" with port 0 for any).
 
     `compile_fn` names the function the workers call ("module:function", with the
     signature of `kiln.codegen.compile`). With `token`, every call must present it (see
-    `auth`): the way to listen on TCP. Returns the server, not yet started, and the bound
-    TCP port (0 for a Unix socket).
+    `auth`): the way to listen on TCP; with `tls` (`tls.server_credentials`) it listens with
+    TLS. `remote_cache` (a redis:// URL) is the shared tier it reads after the node cache and
+    writes each compile through to. Returns the server, not yet started, and the bound TCP
+    port (0 for a Unix socket).
     """
+    cache = cache if cache is not None else Cache()
+    remote = RemoteCache(remote_cache, counts_to=cache) if remote_cache else None
     pool = WorkerPool(compile_fn, workers or default_workers(), compile_timeout)
-    service = CompilerService(pool, cache if cache is not None else Cache())
+    service = CompilerService(pool, cache, remote=remote)
     server = grpc.server(
         futures.ThreadPoolExecutor(rpc_threads, thread_name_prefix="kiln-rpc"),
         options=[("grpc.max_receive_message_length", max_request_bytes),
@@ -74,7 +80,7 @@ def create_server(address: str, compile_fn: str = DEFAULT_COMPILE_FN, *, workers
     reflection.enable_server_reflection(
         (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME), server)
     try:
-        port = _bind(server, address)
+        port = _bind(server, address, tls)
     except BaseException:
         pool.close()
         raise
@@ -86,9 +92,9 @@ def default_workers() -> int:
     return max(1, min(16, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1))
 
 
-def _bind(server: grpc.Server, address: str) -> int:
+def _bind(server: grpc.Server, address: str, tls: grpc.ServerCredentials | None = None) -> int:
     if not address.startswith("unix:"):
-        return server.add_insecure_port(address)
+        return server.add_secure_port(address, tls) if tls else server.add_insecure_port(address)
     path = Path(address[len("unix:"):])
     paths.socket_dir(path.parent)
     if path.exists():

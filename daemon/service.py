@@ -31,6 +31,7 @@ from kiln.proto.convert import ConversionError, canonical_bytes, function_from_p
 from kiln.proto.key import compiler_identity, key_from_canonical
 from kiln.proto.messages import metadata_to_proto, options_from_proto
 
+from . import shared_tier
 from .flight import SingleFlight
 from .pool import CompileError, WorkerPool
 from .stats import ServiceStats
@@ -59,8 +60,8 @@ class _Request:
 
 
 class CompilerService(compiler_pb2_grpc.CompilerServicer):
-    def __init__(self, pool: WorkerPool, cache: Cache, identity: dict | None = None):
-        self.pool, self.cache = pool, cache
+    def __init__(self, pool: WorkerPool, cache: Cache, identity: dict | None = None, remote=None):
+        self.pool, self.cache, self.remote = pool, cache, remote  # remote: the shared tier (cache.remote), or None
         self.identity = identity if identity is not None else compiler_identity()
         self.flights = SingleFlight()
         self.stats = ServiceStats()
@@ -115,6 +116,8 @@ class CompilerService(compiler_pb2_grpc.CompilerServicer):
                             code=grpc.StatusCode[e.code].value[0], message=_short(e.message)))
         except FutureTimeout:
             context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, "the batch outlasted the request's deadline")
+        if self.remote is not None:  # a prewarm fills the shared tier, also with what this node had already
+            shared_tier.fill(self, [reqs[0][1].key for reqs in waiting.values() if reqs[0][2] == pb.CACHE_HIT])
 
     def Lookup(self, request, context):
         self.last_request = time.monotonic()
@@ -136,7 +139,8 @@ class CompilerService(compiler_pb2_grpc.CompilerServicer):
             compile_latency=pb.LatencyPercentiles(p50_ms=lat["p50"], p90_ms=lat["p90"], p99_ms=lat["p99"],
                                                   max_ms=lat["max"]),
             cache=pb.CacheStats(path=cache["path"], entries=cache["entries"], volume_bytes=cache["volume_bytes"],
-                                size_limit_bytes=cache["size_limit_bytes"]))
+                                size_limit_bytes=cache["size_limit_bytes"]),
+            remote_cache=shared_tier.stats_message(self.remote))
 
     # --- the work ----------------------------------------------------------------------------
     def _decode(self, request) -> _Request:
@@ -184,6 +188,8 @@ class CompilerService(compiler_pb2_grpc.CompilerServicer):
             self.stats.count("merged")
             return future, pb.CACHE_MERGED
         hit = self._cached(req.key, req.dumps, req)  # a compile may have landed between the first look and the join
+        if hit is None and self.remote is not None:
+            hit = shared_tier.fetch(self, req)
         if hit is not None:
             self.flights.land(req.key, future, hit)
             return future, pb.CACHE_HIT
@@ -228,14 +234,17 @@ class CompilerService(compiler_pb2_grpc.CompilerServicer):
             return
         self.stats.count("misses")
         self.stats.compiled(result["compile_ms"])
+        artifacts = {"cubin": result["cubin"], "ptx": result["ptx"], "llir": result["llir"], "kir": result["kir"],
+                     "ir": print_function(req.fn)}
+        metadata = {**result["metadata"], "target": req.target, "options": req.options}
         try:
-            self.cache.put_result(req.key, {"cubin": result["cubin"], "ptx": result["ptx"], "llir": result["llir"],
-                                            "kir": result["kir"], "ir": print_function(req.fn)},
-                                  {**result["metadata"], "target": req.target, "options": req.options})
+            self.cache.put_result(req.key, artifacts, metadata)
         except Exception as e:  # noqa: BLE001 - a full disk must not fail the compile
             log.error("key=%s event=cache_write_failed error=%r", req.key[:16], str(e))
         log.info("key=%s kernel=%s event=compiled ms=%.1f", req.key[:16], req.fn.name, result["compile_ms"])
         self.flights.land(req.key, future, result)
+        if self.remote is not None:  # after the waiters have their answer: a slow tier must not hold them
+            self.remote.put(req.key, artifacts, metadata)
 
     def _response(self, req: _Request, result: dict, status) -> pb.CompileResponse:
         return _response_message(req.key, result, status, req.dumps)

@@ -1,9 +1,11 @@
-"""Compile through the tiers: node cache (read directly) -> compile daemon -> this process.
+"""Compile through the tiers: node cache (read directly) -> shared tier (Redis, when
+KILN_REMOTE_CACHE names one; see kiln.cache.remote) -> compile daemon -> this process.
 
 `cached_compile` is what the runtime calls on an in-memory miss. It returns the same
 attributes as `kiln.codegen.CompiledKernel`. A daemon that is down or refuses costs one
 warning and a local compile, never a failed step; a cache that cannot be read or written
-is skipped the same way.
+is skipped the same way. A shared-tier hit is copied into the node cache; a binary made
+here or by a daemon on another host is written to both.
 """
 from __future__ import annotations
 
@@ -28,7 +30,7 @@ RETRY_DAEMON_S = 60.0  # after a daemon failed, compile here for this long befor
 
 @dataclass
 class Binary:
-    """A compiled kernel, wherever it came from (`source`: cache, daemon or local)."""
+    """A compiled kernel, wherever it came from (`source`: cache, shared, daemon or local)."""
 
     name: str
     target: str
@@ -47,6 +49,7 @@ class _State:
     def __init__(self):
         self.lock = threading.Lock()
         self.cache: Cache | None = None
+        self.remote = None  # the shared tier, made on first use (False: none configured)
         self.clients: dict = {}
         self.warned: set[str] = set()
         self.down_until: dict[str, float] = {}  # a daemon that failed is left alone for a while
@@ -57,12 +60,29 @@ class _State:
                 self.cache = Cache()
             return self.cache
 
+    def shared_tier(self):
+        """The shared tier that KILN_REMOTE_CACHE names, or None."""
+        if self.remote is None:
+            from kiln.cache import env, remote
+            url, tier = env.remote_cache_url(), False
+            if url:
+                try:
+                    counts = self.node_cache()
+                except Exception:  # noqa: BLE001 - then this node keeps no counts of it
+                    counts = None
+                try:
+                    tier = remote.RemoteCache(url, counts_to=counts)
+                except Exception as e:  # noqa: BLE001 - a bad URL, or no redis package: a warning, not a failure
+                    self.warn_once("remote", f"kiln: no shared cache ({type(e).__name__}: {e})")
+            self.remote = tier
+        return self.remote or None
+
     def client(self, address: str):
         from kiln.cache import env
         from .client import Client
         with self.lock:
             if address not in self.clients:
-                self.clients[address] = Client(address, token=env.daemon_token())
+                self.clients[address] = Client(address, token=env.daemon_token(), tls_ca=env.daemon_tls_ca())
             return self.clients[address]
 
     def warn_once(self, what: str, message: str) -> None:
@@ -81,6 +101,8 @@ def cached_compile(fn: Function, target: str, options: dict, compile_fn=None) ->
     key = compile_key(fn, target, options)
     _record(fn, target, options)
     binary = _from_cache(fn, target, options, key)
+    if binary is None:
+        binary = _from_shared(fn, target, options, key)
     if binary is None:
         binary = _from_daemon(fn, target, options, key)
     if binary is None:
@@ -116,6 +138,26 @@ def _from_cache(fn: Function, target: str, options: dict, key: str) -> Binary | 
         _state.warn_once(f"entry:{key}", f"kiln: ignored the node cache's entry for {fn.name} ({e})")
         return None
     return Binary(fn.name, target, kir, llir, ptx, artifacts["cubin"], metadata, key, "cache")
+
+
+def _from_shared(fn: Function, target: str, options: dict, key: str) -> Binary | None:
+    tier = _state.shared_tier()
+    found = tier.get(key) if tier is not None else None
+    if found is None:
+        return None
+    artifacts, metadata, created = found
+    try:
+        checked(metadata, **expected(fn.name, target, options))
+        kir, llir, ptx = (artifacts[n].decode() for n in ("kir", "llir", "ptx"))
+        cubin = artifacts["cubin"]
+    except (MetadataError, UnicodeDecodeError, KeyError) as e:  # the compile that follows rewrites the entry
+        _state.warn_once(f"shared:{key}", f"kiln: ignored the shared cache's entry for {fn.name} ({e})")
+        return None
+    try:
+        _state.node_cache().put_result(key, artifacts, metadata, created)
+    except Exception as e:  # noqa: BLE001
+        _state.warn_once("cache-write", f"kiln: the node cache cannot be written ({e})")
+    return Binary(fn.name, target, kir, llir, ptx, cubin, metadata, key, "shared")
 
 
 def _from_daemon(fn, target, options, key) -> Binary | None:
@@ -175,8 +217,12 @@ def _compile_here(fn, target, options, key, compile_fn) -> Binary:
 def _store(binary: Binary, fn: Function, options: dict) -> None:
     # as the daemon stores it: with the IR, target and options, so `kiln prewarm --from-cache` can replay it
     metadata = {**binary.metadata, "target": binary.target, "options": options}
+    artifacts = {"cubin": binary.cubin, "ptx": binary.ptx, "llir": binary.llir, "kir": binary.kir,
+                 "ir": print_function(fn)}
     try:
-        _state.node_cache().put_result(binary.key, {"cubin": binary.cubin, "ptx": binary.ptx, "llir": binary.llir,
-                                                    "kir": binary.kir, "ir": print_function(fn)}, metadata)
+        _state.node_cache().put_result(binary.key, artifacts, metadata)
     except Exception as e:  # noqa: BLE001
         _state.warn_once("cache-write", f"kiln: the node cache cannot be written ({e})")
+    tier = _state.shared_tier()
+    if tier is not None:  # never raises; a tier that is down was warned of when it failed
+        tier.put(binary.key, artifacts, metadata)

@@ -1,0 +1,249 @@
+"""The shared tier: compile results on a Redis server that the nodes of a cluster share.
+
+`KILN_REMOTE_CACHE=redis://[user:pass@]host:port/db` (`rediss://` for TLS; redis-py's
+query options such as `?ssl_ca_certs=/path/ca.pem` apply) turns it on. The lookup order
+is memory -> node cache -> shared tier -> daemon -> compile here; a daemon writes each
+compile through, and a hit is copied into the node cache.
+
+An entry is one Redis hash, `kiln:v1:<compile key>`: field `entry` holds the JSON of the
+node cache's action map (the key, each artifact's digest and size, the metadata and its
+digest), and `a:<name>` each artifact's bytes. The tier is untrusted storage: a read checks
+all of it as the node cache does, and an entry that names another key, an artifact whose
+bytes do not hash to its digest or have another size, or anything else out of shape is a
+miss (`refused`) and is deleted, so the compile that follows writes it again. Entries
+larger than `max_entry_bytes` are not written. Eviction is Redis's: give it a `maxmemory`
+and `maxmemory-policy allkeys-lru`.
+
+Integrity, not authenticity: whoever can write to the Redis can plant a cubin under a key.
+Give the Redis a password (or an ACL user) that only the cluster's nodes know.
+
+A tier that is down or slow costs one warning and at most a short connect or read timeout;
+it is then left alone (every call a miss, `skipped`) for `retry_after` seconds. Nothing
+here raises on the tier's account.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+import warnings
+from urllib.parse import urlsplit
+
+from .store import _canonical, digest, is_bound, make_entry
+
+log = logging.getLogger("kiln.cache")
+
+PREFIX = "kiln:v1:"
+CONNECT_TIMEOUT_S = 0.5
+READ_TIMEOUT_S = 2.0  # a few MB of one entry, over a busy link
+RETRY_AFTER_S = 30.0
+MAX_ENTRY_BYTES = 64 << 20
+COUNTS = "remote"  # the node cache's name for this node's counters of the tier
+# read latency is counted in buckets (ms, upper bounds), so that processes add up
+BUCKETS_MS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000)
+OUTCOMES = ("hits", "misses", "refused", "errors", "skipped", "writes", "oversize")
+
+
+class RemoteCache:
+    """The shared tier at `url`. `counts_to` (a node `Cache`) also keeps this process's
+    counts, so that `kiln cache stats` shows what every process of the node saw."""
+
+    def __init__(self, url: str, *, counts_to=None, connect_timeout: float = CONNECT_TIMEOUT_S,
+                 timeout: float = READ_TIMEOUT_S, retry_after: float = RETRY_AFTER_S,
+                 max_entry_bytes: int = MAX_ENTRY_BYTES):
+        import redis
+        from redis.backoff import NoBackoff
+        from redis.retry import Retry
+
+        self.where = redacted(url)
+        self.retry_after, self.max_entry_bytes = retry_after, max_entry_bytes
+        self._client = redis.Redis.from_url(url, socket_connect_timeout=connect_timeout, socket_timeout=timeout,
+                                            retry=Retry(NoBackoff(), 0), health_check_interval=0)
+        self._errors = (redis.RedisError, OSError)
+        self._data_error = redis.ResponseError  # the key holds another type: the entry's fault, not the tier's
+        self._counts_to = counts_to
+        self._lock = threading.Lock()
+        self._counts: dict[str, int] = {}
+        self._down_until = 0.0
+        self._warned = False
+
+    # --- entries ---------------------------------------------------------------------------
+    def get(self, key: str) -> tuple[dict[str, bytes], dict, float] | None:
+        """`(artifacts, metadata, created)` of `key`, or None: absent, refused, or the tier is down."""
+        if self._skipping():
+            return None
+        t0 = time.perf_counter()
+        try:
+            fields = self._client.hgetall(PREFIX + key)
+        except self._data_error as e:
+            return self._refuse(key, f"not an entry ({e})")
+        except self._errors as e:
+            return self._failed(e)
+        counts = _latency(time.perf_counter() - t0)
+        if not fields:
+            self._add(misses=1, **counts)
+            return None
+        found = _decode(fields, key, self.max_entry_bytes)
+        if isinstance(found, str):
+            self._add(**counts)
+            return self._refuse(key, found)
+        self._add(hits=1, **counts)
+        return found
+
+    def put(self, key: str, artifacts: dict[str, bytes | str], metadata: dict, created: float | None = None) -> bool:
+        """Write (or overwrite) `key`'s entry; whether it was written."""
+        if self._skipping():
+            return False
+        entry, data = make_entry(key, artifacts, metadata, created)
+        fields = {"entry": _canonical(entry).encode(), **{f"a:{name}": blob for name, blob in data.items()}}
+        if sum(map(len, fields.values())) > self.max_entry_bytes:
+            self._add(oversize=1)
+            log.info("key=%s event=remote_entry_too_large bytes=%d", key[:16], sum(map(len, fields.values())))
+            return False
+        try:
+            with self._client.pipeline(transaction=True) as pipe:  # no reader sees half an entry
+                pipe.delete(PREFIX + key)
+                pipe.hset(PREFIX + key, mapping=fields)
+                pipe.execute()
+        except self._errors as e:
+            self._failed(e)
+            return False
+        self._add(writes=1)
+        return True
+
+    def has(self, keys: list[str]) -> list[bool] | None:
+        """Which of `keys` the tier holds (not checked), or None when it is down."""
+        if not keys or self._skipping():
+            return None if keys else []
+        try:
+            with self._client.pipeline(transaction=False) as pipe:
+                for key in keys:
+                    pipe.exists(PREFIX + key)
+                return [bool(n) for n in pipe.execute()]
+        except self._errors as e:
+            return self._failed(e)
+
+    # --- the tier's health and numbers ---------------------------------------------------
+    @property
+    def up(self) -> bool:
+        return time.monotonic() >= self._down_until
+
+    def counts(self) -> dict[str, int]:
+        """This process's counts (see `summary`)."""
+        with self._lock:
+            return dict(self._counts)
+
+    def probe(self) -> dict:
+        """The server as it answers now: round trip, memory, eviction policy, keys (for `kiln cache stats`)."""
+        out = {"url": self.where, "reachable": False}
+        try:
+            t0 = time.perf_counter()
+            self._client.ping()
+            out["ping_ms"] = (time.perf_counter() - t0) * 1e3
+            memory = self._client.info("memory")
+            out.update(reachable=True, used_memory_bytes=memory.get("used_memory", 0),
+                       maxmemory_bytes=memory.get("maxmemory", 0), maxmemory_policy=memory.get("maxmemory_policy", ""),
+                       keys=self._client.dbsize())
+        except self._errors as e:
+            out["error"] = f"{type(e).__name__}: {e}"
+        return out
+
+    def close(self) -> None:
+        self._client.close()
+
+    # --- internals -----------------------------------------------------------------------
+    def _skipping(self) -> bool:
+        if self.up:
+            return False
+        self._add(skipped=1)
+        return True
+
+    def _failed(self, error: Exception) -> None:
+        self._down_until = time.monotonic() + self.retry_after
+        self._add(errors=1)
+        log.warning("event=remote_cache_down url=%s error=%r retry_s=%.0f", self.where, str(error), self.retry_after)
+        if not self._warned:
+            self._warned = True
+            warnings.warn(f"kiln: the shared cache at {self.where} failed ({type(error).__name__}: {error}); "
+                          f"going on without it, asking again in {self.retry_after:.0f} s", RuntimeWarning, stacklevel=4)
+        return None
+
+    def _refuse(self, key: str, why: str) -> None:
+        self._add(refused=1)
+        log.warning("key=%s event=remote_entry_refused url=%s why=%r", key[:16], self.where, why)
+        try:
+            self._client.delete(PREFIX + key)
+        except self._errors as e:
+            self._failed(e)
+        return None
+
+    def _add(self, **counts: int) -> None:
+        with self._lock:
+            for name, n in counts.items():
+                self._counts[name] = self._counts.get(name, 0) + n
+        if self._counts_to is not None:
+            try:
+                self._counts_to.add_counts(COUNTS, counts)
+            except Exception as e:  # noqa: BLE001 - a counter is not worth a failed call
+                log.debug("event=remote_counts_not_kept error=%r", str(e))
+
+
+def from_env(counts_to=None) -> RemoteCache | None:
+    """The tier that KILN_REMOTE_CACHE names, or None."""
+    from . import env
+    url = env.remote_cache_url()
+    return RemoteCache(url, counts_to=counts_to) if url else None
+
+
+def redacted(url: str) -> str:
+    """`url` without its user name and password."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    host = f"[{host}]" if ":" in host else host
+    port = f":{parts.port}" if parts.port else ""
+    return f"{parts.scheme}://{host}{port}{parts.path}"
+
+
+def _decode(fields: dict, key: str, max_bytes: int):
+    """`(artifacts, metadata, created)` if `fields` are `key`'s entry, whole and intact; else why not."""
+    if sum(len(v) for v in fields.values()) > max_bytes:
+        return "larger than the size cap"
+    try:
+        entry = json.loads(fields[b"entry"])
+        if not is_bound(entry, key):
+            return "not this key's entry"
+    except (KeyError, ValueError, TypeError, AttributeError):
+        return "no readable entry"
+    artifacts = {}
+    for name, name_digest in entry["artifacts"].items():
+        data = fields.get(f"a:{name}".encode())
+        if data is None or len(data) != entry["sizes"][name] or digest(data) != name_digest:
+            return f"artifact {name!r:.40} missing or damaged"
+        artifacts[name] = data
+    if len(fields) != len(artifacts) + 1:
+        return "fields that the entry does not name"
+    return artifacts, entry["metadata"], entry["created"]
+
+
+def _latency(seconds: float) -> dict[str, int]:
+    ms = seconds * 1e3
+    bucket = next((str(b) for b in BUCKETS_MS if ms <= b), "inf")
+    return {"gets": 1, "get_us": int(ms * 1e3), f"get_le_{bucket}": 1}
+
+
+def summary(counts: dict[str, int]) -> dict:
+    """Counts as reported: each outcome, and read latency (ms: the mean, and the bucket bound
+    under which 50, 90 and 99 % of reads fell)."""
+    gets = counts.get("gets", 0)
+
+    def quantile(q: float) -> float:
+        seen = 0
+        for bound in (*BUCKETS_MS, "inf"):
+            seen += counts.get(f"get_le_{bound}", 0)
+            if gets and seen >= q * gets:
+                return float(bound)
+        return 0.0
+    latency = {"mean": counts.get("get_us", 0) / gets / 1e3 if gets else 0.0,
+               **{f"p{round(q * 100)}": quantile(q) for q in (0.5, 0.9, 0.99)}}
+    return {**{name: counts.get(name, 0) for name in OUTCOMES}, "latency_ms": latency}
