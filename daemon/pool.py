@@ -4,7 +4,8 @@ One thread per slot owns one worker process (started with `spawn`, so it shares 
 with the parent's gRPC threads) and feeds it jobs from a shared queue, one at a time. A
 worker that dies mid-compile, or outlives `compile_timeout`, is killed and replaced, and
 its job fails with a `CompileError` whose code names the gRPC status to answer with, so
-no request is ever lost silently.
+no request is ever lost silently. A job nobody waits for any more is `abandon`ed: never
+started if it is still queued, its worker replaced if it is running.
 """
 from __future__ import annotations
 
@@ -15,7 +16,6 @@ import queue
 import threading
 import time
 from concurrent.futures import Future
-from dataclasses import dataclass, field
 from multiprocessing.connection import wait
 
 from .worker import worker_main
@@ -33,16 +33,22 @@ class CompileError(Exception):
 
 # exceptions of the compile function, by class name, that are not the compiler's fault
 # (codegen's CompileError: options it refuses, or IR it cannot lower: the request's)
+_ABANDON_POLL_S = 0.1  # how often a running compile looks whether it was abandoned
 _STATUS_OF_ERROR = {"NotImplementedError": "UNIMPLEMENTED", "TargetError": "INVALID_ARGUMENT",
                     "CompileError": "INVALID_ARGUMENT"}
 
 
-@dataclass
-class _Job:
-    ir: bytes
-    target: str
-    options: dict
-    future: Future = field(default_factory=Future)
+class Job(Future):
+    """A compile's future; `abandon()` stops the compile (see the module's doc)."""
+
+    def __init__(self, ir: bytes, target: str, options: dict):
+        super().__init__()
+        self.ir, self.target, self.options = ir, target, options
+        self.abandoned = threading.Event()
+
+    def abandon(self) -> None:
+        self.abandoned.set()
+        self.cancel()  # a job still queued is cancelled here; a running one by its slot
 
 
 class WorkerPool:
@@ -52,21 +58,22 @@ class WorkerPool:
         self.compile_timeout, self.start_timeout = compile_timeout, start_timeout
         self.restarts = 0
         self._ctx = multiprocessing.get_context("spawn")
-        self._queue: queue.Queue[_Job | None] = queue.Queue()
+        self.cancelled = 0  # jobs abandoned before or while they ran
+        self._queue: queue.Queue[Job | None] = queue.Queue()
         self._closed = False
         self._ids = itertools.count()
         self._slots = [_Slot(self, i) for i in range(size)]
         for slot in self._slots:
             slot.thread.start()
 
-    def submit(self, ir: bytes, target: str, options: dict) -> Future:
-        """Queue a compile; the future's result is the worker's result dict."""
-        job = _Job(ir, target, options)
+    def submit(self, ir: bytes, target: str, options: dict) -> Job:
+        """Queue a compile; the job's result is the worker's result dict."""
+        job = Job(ir, target, options)
         if self._closed:
-            job.future.set_exception(CompileError("UNAVAILABLE", "the compile service is shutting down"))
+            job.set_exception(CompileError("UNAVAILABLE", "the compile service is shutting down"))
         else:
             self._queue.put(job)
-        return job.future
+        return job
 
     @property
     def busy(self) -> int:
@@ -98,7 +105,7 @@ class _Slot:
     def __init__(self, pool: WorkerPool, index: int):
         self.pool, self.index = pool, index
         self.proc = self.conn = None
-        self.job: _Job | None = None
+        self.job: Job | None = None
         self.start_error = ""
         self.retry_at = 0.0
         self.failures = 0
@@ -113,6 +120,9 @@ class _Slot:
             if job is None:
                 self._stop()
                 return
+            if job.abandoned.is_set():
+                self.pool.cancelled += 1
+                continue
             if self.proc is not None and not self.proc.is_alive():
                 self._replace(f"exited between jobs ({_exit_description(self.proc.exitcode)})")
             elif self.proc is None and time.monotonic() >= self.retry_at:
@@ -122,15 +132,18 @@ class _Slot:
                     self.pool._queue.put(job)  # a live worker takes it; this slot waits to restart
                     self._wait_for_retry()
                 else:
-                    job.future.set_exception(CompileError("UNAVAILABLE", self.start_error))
+                    job.set_exception(CompileError("UNAVAILABLE", self.start_error))
+                continue
+            if not job.set_running_or_notify_cancel():  # abandoned just now
+                self.pool.cancelled += 1
                 continue
             self.job = job
             try:
                 self._run(job)
             except Exception as e:  # noqa: BLE001 - a slot thread must outlive any one job
                 log.exception("worker=%d event=slot_error", self.index)
-                if not job.future.done():
-                    job.future.set_exception(CompileError("INTERNAL", f"compile pool error: {type(e).__name__}: {e}"))
+                if not job.done():
+                    job.set_exception(CompileError("INTERNAL", f"compile pool error: {type(e).__name__}: {e}"))
             finally:
                 self.job = None
 
@@ -168,23 +181,28 @@ class _Slot:
         self.retry_at = time.monotonic() + min(30.0, 0.5 * 2 ** self.failures)
         log.error("worker=%d event=start_failed error=%r", self.index, message)
 
-    def _run(self, job: _Job):
+    def _run(self, job: Job):
         job_id = next(self.pool._ids)
         try:
             self.conn.send((job_id, job.ir, job.target, job.options))
-            ready = wait([self.conn, self.proc.sentinel], timeout=self.pool.compile_timeout)
+            ready = self._wait_for_reply(job)
             if self.conn in ready:
                 _, kind, payload = self.conn.recv()
                 if kind == "ok":
-                    job.future.set_result(payload)
+                    job.set_result(payload)
                 else:
                     name, message, details = payload
                     code = _STATUS_OF_ERROR.get(name, "INTERNAL")
-                    job.future.set_exception(CompileError(code, f"{name}: {message}", details))
+                    job.set_exception(CompileError(code, f"{name}: {message}", details))
+                return
+            if job.abandoned.is_set():
+                self._replace("abandoned: nobody waits for its compile")
+                self.pool.cancelled += 1
+                job.set_exception(CompileError("CANCELLED", "every request for this compile has gone"))
                 return
             if not ready:
                 self._replace("timeout")
-                job.future.set_exception(CompileError(
+                job.set_exception(CompileError(
                     "DEADLINE_EXCEEDED", f"compile ran past {self.pool.compile_timeout:g} s; its worker was replaced"))
                 return
         except (EOFError, OSError):
@@ -192,7 +210,17 @@ class _Slot:
         self.proc.join(1.0)
         how = _exit_description(self.proc.exitcode)
         self._replace(how)
-        job.future.set_exception(CompileError("INTERNAL", f"the compile worker died ({how}); it was replaced"))
+        job.set_exception(CompileError("INTERNAL", f"the compile worker died ({how}); it was replaced"))
+
+    def _wait_for_reply(self, job: Job) -> list:
+        """The worker's pipe or sentinel once either is ready; [] after compile_timeout, or once
+        the job is abandoned (looked at every _ABANDON_POLL_S)."""
+        deadline = time.monotonic() + self.pool.compile_timeout
+        while True:
+            left = deadline - time.monotonic()
+            ready = wait([self.conn, self.proc.sentinel], timeout=max(0.0, min(left, _ABANDON_POLL_S)))
+            if ready or left <= _ABANDON_POLL_S or job.abandoned.is_set():
+                return ready
 
     def _replace(self, why: str):
         log.warning("worker=%d pid=%s event=replaced why=%r", self.index, self.proc.pid, why)

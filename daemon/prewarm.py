@@ -96,7 +96,7 @@ def prewarm(kernels: list[Kernel], client, progress: Callable[[int, int], None] 
     report = Report(total=len(kernels))
     if not kernels:
         return report
-    for done, item in enumerate(client.compile_many(kernels, timeout=timeout), 1):
+    for done, item in enumerate(_in_batches(client, kernels, timeout), 1):
         if item.HasField("error"):
             fn, target, _ = kernels[item.index]
             report.statuses["ERROR"] += 1
@@ -107,6 +107,15 @@ def prewarm(kernels: list[Kernel], client, progress: Callable[[int, int], None] 
         if progress:
             progress(done, len(kernels))
     return report
+
+
+def _in_batches(client, kernels: list[Kernel], timeout: float | None):
+    """`client.compile_many(kernels)`, as batches of at most the daemon's limit; indices into `kernels`."""
+    from .limits import MAX_BATCH_ITEMS
+    for start in range(0, len(kernels), MAX_BATCH_ITEMS):
+        for item in client.compile_many(kernels[start:start + MAX_BATCH_ITEMS], timeout=timeout):
+            item.index += start
+            yield item
 
 
 def progress_bar(done: int, total: int, out=sys.stderr) -> None:

@@ -17,10 +17,11 @@ from grpc_reflection.v1alpha import reflection
 
 from kiln.cache import Cache, paths
 from kiln.cache.remote import RemoteCache
-from kiln.proto import compiler_pb2, compiler_pb2_grpc
+from kiln.proto import compiler_pb2
 
 from .auth import TokenInterceptor
 from .pool import WorkerPool
+from .rpc import add_to_server
 from .service import CompilerService
 
 DEFAULT_COMPILE_FN = "kiln.codegen:compile"
@@ -72,7 +73,7 @@ def create_server(address: str, compile_fn: str = DEFAULT_COMPILE_FN, *, workers
                  ("grpc.max_send_message_length", -1),
                  ("grpc.so_reuseport", 0)],
         interceptors=[TokenInterceptor(token)] if token else None)
-    compiler_pb2_grpc.add_CompilerServicer_to_server(service, server)
+    add_to_server(service, server)  # bytes that are no message: INVALID_ARGUMENT, not INTERNAL
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     for name in ("", SERVICE_NAME):

@@ -3,7 +3,10 @@
 A request's IR is decoded and verified (INVALID_ARGUMENT if that fails), its compile key
 computed from the canonical bytes, and then: a hit in the node cache answers at once;
 otherwise the request joins the compile already in flight for that key (MERGED) or starts
-one (MISS). The result goes into the node cache before any waiter hears of it.
+one (MISS). The result goes into the node cache before any waiter hears of it. A request
+whose client goes away (cancelled, or past its deadline) stops waiting at once, and a
+compile nobody waits for any more is abandoned (see `flight`). What one request may ask
+for is bounded (see `limits`).
 """
 from __future__ import annotations
 
@@ -15,8 +18,6 @@ import threading
 import time
 from collections import OrderedDict
 from concurrent.futures import Future
-from concurrent.futures import TimeoutError as FutureTimeout
-from concurrent.futures import as_completed
 from dataclasses import dataclass
 
 import grpc
@@ -32,8 +33,10 @@ from kiln.proto.key import compiler_identity, key_from_canonical
 from kiln.proto.messages import metadata_to_proto, options_from_proto
 
 from . import shared_tier
+from . import limits
 from .flight import SingleFlight
 from .pool import CompileError, WorkerPool
+from .rpc import Undecodable, completed, gone
 from .stats import ServiceStats
 
 log = logging.getLogger("kiln.daemon")
@@ -42,7 +45,6 @@ _TARGET = re.compile(r"sm_(\d+)[af]?\Z")
 _TEXT_ARTIFACTS = ("ptx", "llir", "kir")
 _DECODED_KEPT = 256  # recent requests kept decoded
 _DECODED_BYTES = 16 << 20  # ...of at most this many request bytes in all (decoded, a few times more memory)
-DEFAULT_DEADLINE_S = 600.0  # for a request that names none (gRPC then reports no time left as ~forever)
 _MESSAGE_CHARS = 200  # an error echoes at most this much of the request back
 # the options codegen reads, and the values it accepts; any other option is the compile function's to judge
 _OPTION_RANGES = {"num_warps": (1, 32), "num_stages": (0, 16), "num_ctas": (1, 16), "maxnreg": (16, 255),
@@ -80,47 +82,62 @@ class CompilerService(compiler_pb2_grpc.CompilerServicer):
     def Compile(self, request, context):
         self.last_request = time.monotonic()
         self.stats.count("requests")
+        self._refuse_undecodable(request, context)
         try:
             req = self._decode(request)
         except ConversionError as e:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, self._refused(e))
+            context.abort(_status_of(e), self._refused(e))
         future, status = self._start(req)
         try:
-            result = future.result(timeout=_time_left(context))
-        except FutureTimeout:
-            context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, "the compile outlasted the request's deadline")
+            next(completed([future], context), None)
+        finally:
+            self._leave([(req, future)])
+        if not future.done() or future.cancelled():  # cancelled: it was the last to leave
+            context.abort(*gone(context, "compile"))
+        try:
+            result = future.result()
         except CompileError as e:
             context.abort(grpc.StatusCode[e.code], _short(e.message))
         return self._response(req, result, status)
 
     def CompileBatch(self, request, context):
         self.last_request = time.monotonic()
+        self._refuse_undecodable(request, context)
         self.stats.count("requests", len(request.requests))
-        waiting: dict = {}
-        for index, item in enumerate(request.requests):
-            try:
-                req = self._decode(item)
-            except ConversionError as e:
-                yield pb.CompileBatchItem(index=index, error=pb.Error(
-                    code=grpc.StatusCode.INVALID_ARGUMENT.value[0], message=self._refused(e)))
-                continue
-            future, status = self._start(req)
-            waiting.setdefault(future, []).append((index, req, status))
         try:
-            for future in as_completed(waiting, timeout=_time_left(context)):
+            limits.check_batch(len(request.requests))
+        except limits.TooMuchWork as e:
+            context.abort(_status_of(e), self._refused(e))
+        waiting: dict = {}
+        answered = 0
+        try:  # the handler is a generator: one whose client went away is closed at its yield
+            for index, item in enumerate(request.requests):
+                try:
+                    req = self._decode(item)
+                except ConversionError as e:
+                    yield pb.CompileBatchItem(index=index, error=pb.Error(
+                        code=_status_of(e).value[0], message=self._refused(e)))
+                    continue
+                future, status = self._start(req)
+                waiting.setdefault(future, []).append((index, req, status))
+            for future in completed(list(waiting), context):
+                answered += 1
                 for index, req, status in waiting[future]:
                     try:
                         yield pb.CompileBatchItem(index=index, result=self._response(req, future.result(), status))
                     except CompileError as e:
                         yield pb.CompileBatchItem(index=index, error=pb.Error(
                             code=grpc.StatusCode[e.code].value[0], message=_short(e.message)))
-        except FutureTimeout:
-            context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, "the batch outlasted the request's deadline")
+        finally:
+            self._leave([(req, future) for future, reqs in waiting.items() for _, req, _ in reqs])
+        if answered < len(waiting):
+            context.abort(*gone(context, "batch"))
         if self.remote is not None:  # a prewarm fills the shared tier, also with what this node had already
             shared_tier.fill(self, [reqs[0][1].key for reqs in waiting.values() if reqs[0][2] == pb.CACHE_HIT])
 
     def Lookup(self, request, context):
         self.last_request = time.monotonic()
+        self._refuse_undecodable(request, context)
         result = self._cached(request.key, request.include_ir_dumps)
         if result is None:
             return pb.LookupResponse(found=False)
@@ -128,6 +145,7 @@ class CompilerService(compiler_pb2_grpc.CompilerServicer):
                                                                       request.include_ir_dumps))
 
     def Stats(self, request, context):
+        self._refuse_undecodable(request, context)
         snap = self.stats.snapshot()
         cache = self.cache.stats()
         lat = snap["latency_ms"]
@@ -170,6 +188,7 @@ class CompilerService(compiler_pb2_grpc.CompilerServicer):
     def _decode_new(self, request) -> _Request:
         if not request.HasField("ir"):
             raise ConversionError("the request carries no IR")
+        limits.check_function(request.ir)
         if not _TARGET.match(request.target) or not 80 <= int(_TARGET.match(request.target)[1]) <= 121:
             raise ConversionError(f"unknown target {request.target!r}: expected sm_80 ... sm_121a")
         fn = function_from_proto(request.ir, verify=True)
@@ -194,8 +213,20 @@ class CompilerService(compiler_pb2_grpc.CompilerServicer):
             self.flights.land(req.key, future, hit)
             return future, pb.CACHE_HIT
         job = self.pool.submit(req.ir, req.target, req.options)
+        self.flights.on_abandon(req.key, future, job.abandon)
         job.add_done_callback(lambda job: self._landed(req, future, job))
         return future, pb.CACHE_MISS
+
+    def _leave(self, joined) -> None:
+        """A request stops waiting for the compiles it joined, (request, future) pairs."""
+        for req, future in joined:
+            if not future.done() and self.flights.leave(req.key, future):
+                self.stats.count("cancelled")
+                log.info("key=%s kernel=%s event=abandoned", req.key[:16], req.fn.name)
+
+    def _refuse_undecodable(self, request, context) -> None:
+        if isinstance(request, Undecodable):
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, self._refused(request.error))
 
     def _refused(self, error: Exception) -> str:
         """Count and log a bad request in one line; the short message to answer it with."""
@@ -224,6 +255,8 @@ class CompilerService(compiler_pb2_grpc.CompilerServicer):
 
     def _landed(self, req: _Request, future: Future, job: Future) -> None:
         """Runs when the worker answers: store the result, then release every waiter."""
+        if job.abandoned.is_set():
+            return  # its waiters are gone, and its flight with them (the pool logged it)
         try:
             result = job.result()
         except Exception as e:  # noqa: BLE001 - whatever it is, the waiters must hear of it
@@ -250,9 +283,8 @@ class CompilerService(compiler_pb2_grpc.CompilerServicer):
         return _response_message(req.key, result, status, req.dumps)
 
 
-def _time_left(context) -> float:
-    left = context.time_remaining()
-    return DEFAULT_DEADLINE_S if left is None else max(0.0, min(left, DEFAULT_DEADLINE_S))
+def _status_of(error: ConversionError) -> grpc.StatusCode:
+    return grpc.StatusCode[getattr(error, "code", "INVALID_ARGUMENT")]
 
 
 def _short(message: str) -> str:

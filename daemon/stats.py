@@ -27,6 +27,6 @@ class ServiceStats:
         pick = lambda q: lat[min(len(lat) - 1, int(q * len(lat)))] if lat else 0.0  # noqa: E731
         return {
             "uptime_s": time.monotonic() - self.started,
-            **{k: counts.get(k, 0) for k in ("requests", "hits", "misses", "merged", "errors")},
+            **{k: counts.get(k, 0) for k in ("requests", "hits", "misses", "merged", "errors", "cancelled")},
             "latency_ms": {"p50": pick(0.5), "p90": pick(0.9), "p99": pick(0.99), "max": lat[-1] if lat else 0.0},
         }

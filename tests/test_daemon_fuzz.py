@@ -1,0 +1,190 @@
+"""10,000 hostile requests against a real daemon process (the fake compile function in its
+workers): random bytes, truncated and byte-mutated messages, and messages mutated field by
+field so that they decode and reach the verifier, the limits and the pool. The daemon must
+answer every one with a status of the request's own (never UNKNOWN or INTERNAL), stay up,
+and hold its memory. Seeded: a failure replays."""
+import os
+import pathlib
+import random
+import subprocess
+import sys
+import tempfile
+import time
+
+import grpc
+import pytest
+
+from kiln.daemon.client import Client
+from kiln.ir import parse_function
+from kiln.proto import compiler_pb2 as pb
+from kiln.proto import function_to_proto
+from kiln.proto.messages import options_to_proto
+
+CORPUS = pathlib.Path(__file__).parent / "codegen_corpus"
+REQUESTS = 10_000
+IN_FLIGHT = 32
+RSS_GROWTH_LIMIT = 256 << 20  # bytes the daemon may grow by after warming up: a leak of ~30 kB a request fails
+CALL_TIMEOUT_S = 60  # a hang guard only
+CODES = {code.value[0]: code for code in grpc.StatusCode}
+
+
+def seeds() -> list[pb.CompileRequest]:
+    out = []
+    for path in sorted(CORPUS.glob("*.kir")):
+        fn = parse_function(path.read_text())
+        out.append(pb.CompileRequest(ir=function_to_proto(fn), target=random.choice(["sm_80", "sm_90a"]),
+                                     options=options_to_proto({"num_warps": 4, "num_stages": 2})))
+    return out
+
+
+def mutate_fields(rng: random.Random, req: pb.CompileRequest) -> pb.CompileRequest:
+    """A copy with a few fields changed: still a message, usually a wrong one."""
+    req = pb.CompileRequest.FromString(req.SerializeToString())
+    for _ in range(rng.randint(1, 3)):
+        ops = req.ir.body
+        op = ops[rng.randrange(len(ops))] if len(ops) else None
+        choice = rng.randrange(10)
+        if choice == 0 and op is not None and op.operands:
+            op.operands[rng.randrange(len(op.operands))] = rng.choice([0, 1, 2**31, 2**32 - 1, rng.randrange(64)])
+        elif choice == 1 and op is not None:
+            op.name = rng.choice(["add", "load", "for", "reduce", "return", "dot", "", "x" * 300, "\u00e9"])
+        elif choice == 2 and op is not None and op.result_types:
+            t = op.result_types[rng.randrange(len(op.result_types))]
+            if t.HasField("block"):
+                t.block.shape[rng.randrange(len(t.block.shape))] = rng.choice([0, -1, 3, 1 << 20, 1 << 40, 2**62])
+            else:
+                t.scalar = rng.choice(["fp32", "int1", "fp8e4nv", "bogus", ""])
+        elif choice == 3 and len(ops) > 1:
+            del ops[rng.randrange(len(ops))]
+        elif choice == 4 and op is not None and op.attrs:
+            attr = op.attrs[rng.randrange(len(op.attrs))].value
+            rng.choice([lambda: setattr(attr, "int_value", rng.choice([-2**63, 2**63 - 1, 0])),
+                        lambda: setattr(attr, "float_value", rng.choice([float("nan"), float("inf"), -0.0])),
+                        lambda: setattr(attr, "string_value", "s" * rng.randrange(3000)),
+                        lambda: attr.int_list.values.extend(range(rng.randrange(100)))])()
+        elif choice == 5:
+            req.target = rng.choice(["sm_90a", "sm_7", "sm_999", "", "sm_80f", "x" * 500])
+        elif choice == 6:
+            extra = req.options.extra.add(name=rng.choice(["num_warps", "maxnreg", "zz", ""]))
+            rng.choice([lambda: setattr(extra.value, "int_value", rng.choice([0, 3, 2**40])),
+                        lambda: setattr(extra.value, "float_value", float("nan")),
+                        lambda: None])()
+        elif choice == 7 and req.ir.args:
+            arg = req.ir.args[rng.randrange(len(req.ir.args))]
+            arg.type.CopyFrom(rng.choice([pb.CompileRequest().ir.args.add().type, arg.type]))
+            arg.name = rng.choice(["", "x", "%", "n" * 100])
+        elif choice == 8 and op is not None:
+            op.loc.file, op.loc.line = rng.choice([0, 7, 2**31]), rng.choice([-1, 0, 2**31 - 1])
+        elif choice == 9 and op is not None and op.regions:
+            region = op.regions[rng.randrange(len(op.regions))]
+            if region.ops:
+                del region.ops[rng.randrange(len(region.ops))]
+            region.arg_types.add(scalar="int32")
+        req.ir.ir_version = rng.choice([req.ir.ir_version] * 8 + [0, 99])
+    return req
+
+
+def hostile(rng: random.Random, valid: list[pb.CompileRequest]) -> tuple[str, bytes]:
+    """(method, request bytes)."""
+    kind = rng.randrange(10)
+    base = rng.choice(valid)
+    if kind == 0:
+        return rng.choice(["Compile", "Lookup", "Stats", "CompileBatch"]), rng.randbytes(rng.randrange(2000))
+    if kind <= 2:
+        data = base.SerializeToString()
+        return "Compile", data[:rng.randrange(len(data))]
+    if kind <= 4:
+        data = bytearray(base.SerializeToString())
+        for _ in range(rng.randint(1, 8)):
+            data[rng.randrange(len(data))] = rng.randrange(256)
+        return "Compile", bytes(data)
+    if kind == 5:
+        items = [mutate_fields(rng, rng.choice(valid)) for _ in range(rng.randint(1, 4))]
+        return "CompileBatch", pb.CompileBatchRequest(requests=items).SerializeToString()
+    if kind == 6:
+        key = rng.choice(["", "0" * 64, "../" * 30, rng.randbytes(16).hex()])
+        return "Lookup", pb.LookupRequest(key=key, include_ir_dumps=rng.random() < 0.5).SerializeToString()
+    return "Compile", mutate_fields(rng, base).SerializeToString()
+
+
+def rss_bytes(pid: int) -> int:
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS")
+
+
+@pytest.fixture
+def daemon_process(tmp_path):
+    folder = tempfile.mkdtemp(prefix="kf-", dir="/tmp")  # socket paths are short
+    socket_path = os.path.join(folder, "d.sock")
+    env = {**os.environ, "KILN_CACHE_DIR": str(tmp_path / "cache"), "XDG_RUNTIME_DIR": folder}
+    log = open(tmp_path / "daemon.log", "w")
+    proc = subprocess.Popen([sys.executable, "-m", "kiln.daemon", "daemon", "start", "--foreground",
+                             "--socket", socket_path, "--workers", "1", "--compile-fn", "kiln.daemon.fake:compile"],
+                            env=env, stdout=log, stderr=subprocess.STDOUT)
+    address = f"unix:{socket_path}"
+    deadline = time.monotonic() + 120
+    while not Client(address).healthy(1.0):
+        assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "daemon.log").read_text()[-3000:]
+    yield proc, address
+    proc.terminate()
+    proc.wait(30)
+    log.close()
+
+
+def test_ten_thousand_hostile_requests(daemon_process):
+    proc, address = daemon_process
+    rng = random.Random(12)
+    random.seed(12)
+    valid = seeds()
+    statuses: dict = {}
+    channel = grpc.insecure_channel(address)
+    calls = {name: channel.unary_unary(f"/kiln.v1.Compiler/{name}") for name in ("Compile", "Lookup", "Stats")}
+    batch = channel.unary_stream("/kiln.v1.Compiler/CompileBatch")
+    bad = []
+
+    def settle(method, future):
+        try:
+            if method == "CompileBatch":
+                for data in future:  # a stream: the codes of its items count as well
+                    item = pb.CompileBatchItem.FromString(data)
+                    if item.HasField("error"):
+                        code = CODES[item.error.code]
+                        statuses[code] = statuses.get(code, 0) + 1
+                        if code in (grpc.StatusCode.UNKNOWN, grpc.StatusCode.INTERNAL) and len(bad) < 5:
+                            bad.append((method, code, item.error.message))
+            else:
+                future.result()
+            code = grpc.StatusCode.OK
+        except grpc.RpcError as e:
+            code = e.code()
+            if code in (grpc.StatusCode.UNKNOWN, grpc.StatusCode.INTERNAL) and len(bad) < 5:
+                bad.append((method, code, e.details()))
+        statuses[code] = statuses.get(code, 0) + 1
+
+    rss_warm = None
+    pending = []
+    for n in range(REQUESTS):
+        method, data = hostile(rng, valid)
+        if method == "CompileBatch":
+            settle(method, batch(data, timeout=CALL_TIMEOUT_S))
+        else:
+            pending.append((method, calls[method].future(data, timeout=CALL_TIMEOUT_S)))
+        if len(pending) >= IN_FLIGHT:
+            for item in pending:
+                settle(*item)
+            pending = []
+        if n == REQUESTS // 5:
+            rss_warm = rss_bytes(proc.pid)
+    for item in pending:
+        settle(*item)
+    channel.close()
+
+    assert proc.poll() is None, "the daemon died"
+    assert Client(address).healthy(5.0)
+    assert not bad, bad
+    assert not {grpc.StatusCode.UNKNOWN, grpc.StatusCode.INTERNAL} & set(statuses), statuses
+    assert sum(statuses.values()) >= REQUESTS
+    assert statuses.get(grpc.StatusCode.OK, 0) > 100 and statuses.get(grpc.StatusCode.INVALID_ARGUMENT, 0) > 1000
+    assert rss_bytes(proc.pid) - rss_warm < RSS_GROWTH_LIMIT
