@@ -4,7 +4,7 @@ from __future__ import annotations
 import builtins
 
 from . import config as env
-from .errors import CompilationError, OutOfResources
+from .errors import CompilationError, OutOfResources, user_facing
 from .jit import KernelInterface
 
 
@@ -126,6 +126,7 @@ class Autotuner(KernelInterface):
             for name, value in saved.items():
                 _restore(nargs[name], value)
 
+    @user_facing
     def run(self, *args, grid, warmup=False, **kwargs):
         nargs = _bind(self.fn, args, kwargs)
         if len(self.configs) > 1:
@@ -157,6 +158,7 @@ class Heuristics(KernelInterface):
     def __init__(self, fn, arg_names, values: dict):
         self.fn, self.arg_names, self.values = fn, arg_names, values
 
+    @user_facing
     def run(self, *args, grid, warmup=False, **kwargs):
         nargs = _bind(self.fn, args, kwargs)
         for name, heuristic in self.values.items():

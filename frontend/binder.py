@@ -17,6 +17,7 @@ from kiln.language.core import constexpr
 from kiln.tools.tensor_descriptor import TensorDescriptor
 
 from . import config
+from .errors import KilnError
 
 _INT32_MIN, _INT32_MAX = -2**31, 2**31 - 1
 IGNORED_LAUNCH_OPTIONS = ("extern_libs",)
@@ -91,7 +92,8 @@ def make_binder(jitfn):
     # `_kiln_`, so that a parameter called `grid` or `key` shadows nothing.
     namespace = {"_kiln_spec_key": spec_key, "_kiln_spec_key_unspecialized": spec_key_unspecialized,
                  "_kiln_constexpr_key": constexpr_key, "_kiln_cache_get": jitfn.cache.get,
-                 "_kiln_slow_launch": jitfn.slow_launch, "_kiln_grid3": grid3, "_kiln_callable": callable}
+                 "_kiln_slow_launch": jitfn.slow_launch, "_kiln_grid3": grid3, "_kiln_callable": callable,
+                 "_kiln_KilnError": KilnError}
     sig, keys = [], []
     for i, (name, p) in enumerate(params.items()):
         if p.default is not p.empty:
@@ -116,14 +118,18 @@ def make_binder(jitfn):
     src = (f"def _kiln_binder({', '.join(sig)}):\n"
            f"    return {key}, {values}, {stream}\n"
            # kernel[grid]: the whole cached launch in one frame; a miss or a grid callable
-           # goes through JITFunction.run's slow path.
+           # goes through JITFunction.run's slow path. An error kiln raises on purpose leaves
+           # with this frame only (see kiln.errors.user_facing).
            f"def _kiln_bind_grid(_kiln_grid):\n"
            f"    def {jitfn.__name__}({', '.join(sig)}):\n"
            f"        _kiln_key, _kiln_values = {key}, {values}\n"
-           f"        _kiln_kernel = _kiln_cache_get(_kiln_key)\n"
-           f"        if _kiln_kernel is None or _kiln_callable(_kiln_grid):\n"
-           f"            return _kiln_slow_launch(_kiln_grid, _kiln_key, _kiln_values, {stream})\n"
-           f"        _kiln_kernel.launch(_kiln_grid3(_kiln_grid), _kiln_kernel.runtime_args(_kiln_values), {stream})\n"
+           f"        try:\n"
+           f"            _kiln_kernel = _kiln_cache_get(_kiln_key)\n"
+           f"            if _kiln_kernel is None or _kiln_callable(_kiln_grid):\n"
+           f"                return _kiln_slow_launch(_kiln_grid, _kiln_key, _kiln_values, {stream})\n"
+           f"            _kiln_kernel.launch(_kiln_grid3(_kiln_grid), _kiln_kernel.runtime_args(_kiln_values), {stream})\n"
+           f"        except _kiln_KilnError as _kiln_error:\n"
+           f"            raise _kiln_error.with_traceback(None)\n"
            f"        return _kiln_kernel\n"
            f"    return {jitfn.__name__}\n")
     exec(compile(src, f"<kiln binder for {jitfn.__name__}>", "exec"), namespace)

@@ -1,5 +1,13 @@
-"""kiln's errors: one base class, and the errors that point at the user's kernel source."""
+"""kiln's errors: one base class, and the errors that point at the user's kernel source.
+
+An error kiln raises on purpose (a `KilnError`) says all there is to say in its message:
+it leaves kiln's public entry points (a launch, `run`, `warmup`) with kiln's own frames cut
+from its traceback (`user_facing`), so that the user's frame and the message are what is
+shown. Any other exception is a bug of kiln's and keeps its whole traceback.
+"""
 from __future__ import annotations
+
+import functools
 
 
 class KilnError(Exception):
@@ -50,3 +58,42 @@ class KernelError(CompilationError):
 class InterpretedCompilationError(CompilationError, InterpreterError):
     """A CompilationError of a kernel launched under KILN_INTERPRET=1: also an InterpreterError,
     since Triton's interpreter raises that for every error of a kernel (its __cause__ the error)."""
+
+
+class NoGPUError(KilnError, RuntimeError):
+    """A launch on a machine with no NVIDIA GPU or driver."""
+
+    def __init__(self, why: str):
+        self.why = why
+        super().__init__(f"no GPU to launch on: {why}. Set KILN_INTERPRET=1 to run kernels in kiln's NumPy "
+                         "interpreter, or build binaries without a GPU with "
+                         "kernel.warmup(*args, grid=..., target=\"sm_90a\")")
+
+    def __reduce__(self):
+        return (type(self), (self.why,))
+
+
+def user_facing(entry):
+    """Decorate a public entry point: a KilnError leaves it without kiln's frames below it.
+    The one frame of its own it shows is named `<kiln>`, with no source line."""
+    call = _ENTRY(entry, KilnError)
+    names = {"co_name": entry.__name__}
+    if hasattr(call.__code__, "co_qualname"):  # Python 3.11+
+        names["co_qualname"] = entry.__qualname__
+    call.__code__ = call.__code__.replace(**names)
+    return functools.wraps(entry)(call)
+
+
+def _compiled_entry():
+    namespace: dict = {}
+    exec(compile("def entry(fn, KilnError):\n"
+                 "    def call(*args, **kwargs):\n"
+                 "        try:\n"
+                 "            return fn(*args, **kwargs)\n"
+                 "        except KilnError as error:\n"
+                 "            raise error.with_traceback(None)\n"
+                 "    return call\n", "<kiln>", "exec"), namespace)
+    return namespace["entry"]
+
+
+_ENTRY = _compiled_entry()

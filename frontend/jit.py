@@ -14,7 +14,7 @@ from kiln.language.core import constexpr
 
 from . import config
 from .binder import grid3, make_binder
-from .errors import CompilationError, InterpretedCompilationError, InterpreterError
+from .errors import CompilationError, InterpretedCompilationError, InterpreterError, user_facing
 from .specialize import specialize
 
 
@@ -177,6 +177,7 @@ class JITFunction(KernelInterface):
     def binder(self):
         return make_binder(self)
 
+    @user_facing
     def run(self, *args, grid, warmup=False, **kwargs):
         try:
             key, values, stream = self.binder(*args, **kwargs)
@@ -221,6 +222,7 @@ class JITFunction(KernelInterface):
             self._by_specialization[key] = kernel
         return kernel
 
+    @user_facing
     def warmup(self, *args, grid=(1,), target=None, **kwargs):
         """Compile without launching. With `target` ("sm_90a"...) the binary is built for
         it, which needs no GPU; otherwise it is built and loaded for the current GPU if

@@ -8,6 +8,8 @@ from __future__ import annotations
 import functools
 import sys
 
+from ..errors import NoGPUError
+
 
 class CudaError(RuntimeError):
     pass
@@ -39,7 +41,13 @@ def check(result, what: str):
 
 @functools.lru_cache(maxsize=None)
 def _initialized():
-    check(cuda().cuInit(0), "cuInit")
+    try:
+        result = cuda().cuInit(0)
+    except Exception as e:  # noqa: BLE001 - cuda-python found no libcuda (DynamicLibNotFoundError, ...)
+        raise NoGPUError(f"no NVIDIA driver was found ({type(e).__name__})") from None
+    if result[0] == cuda().CUresult.CUDA_ERROR_NO_DEVICE:
+        raise NoGPUError("the NVIDIA driver sees no GPU")
+    check(result, "cuInit")
     return True
 
 
