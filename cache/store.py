@@ -10,6 +10,7 @@ it uses, so a kernel in use stays.
 """
 from __future__ import annotations
 
+import atexit
 import hashlib
 import json
 import os
@@ -17,6 +18,7 @@ import re
 import sqlite3
 import time
 import warnings
+import weakref
 from pathlib import Path
 
 import diskcache
@@ -29,6 +31,9 @@ _COUNTS = "counts/"
 _DIGEST = re.compile(r"[0-9a-f]{64}\Z")
 # the only files diskcache names: two levels of two hex digits, then 28 more and `.val`
 _VALUE_FILE = re.compile(r"[0-9a-f]{2}/[0-9a-f]{2}/[0-9a-f]{28}\.val\Z")
+_NODE_COUNTS = "node"  # the node cache's own hits and misses, of every process
+_COUNT_EVERY = 64      # reads a process counts before it adds them to the node's counters
+_open_caches: weakref.WeakSet = weakref.WeakSet()  # their counts are added at exit
 
 
 class _NoPickles(diskcache.Disk):
@@ -118,11 +123,13 @@ class Cache:
         self.path = Path(path) if path is not None else env.cache_dir()
         self._size_limit = size_limit if size_limit is not None else env.cache_size_limit()
         self.shared = env.cache_shared() if shared is None else shared
-        self.hits = self.misses = 0
+        self.hits = self.misses = 0  # this process's reads
         self._open()
+        _open_caches.add(self)
 
     def _open(self):
         self._pid = os.getpid()
+        self._uncounted = {"hits": 0, "misses": 0}  # not yet added to the node's counters (a forked child starts at 0)
         (paths.shared_dir if self.shared else paths.private_dir)(self.path)
         try:
             self._store = self._diskcache()
@@ -154,6 +161,7 @@ class Cache:
         return self._dc.size_limit
 
     def close(self):
+        self.add_read_counts()
         self._store.close()
 
     def __enter__(self):
@@ -198,11 +206,22 @@ class Cache:
             artifacts = {name: self.get_blob(d) if d else None for name, d in wanted.items()}
             if all(v is not None and len(v) == entry["sizes"].get(name) for name, v in artifacts.items()):
                 result = artifacts, entry["metadata"]
-        if result is None:
-            self.misses += 1
-        else:
-            self.hits += 1
+        outcome = "misses" if result is None else "hits"
+        setattr(self, outcome, getattr(self, outcome) + 1)
+        self._uncounted[outcome] += 1
+        if sum(self._uncounted.values()) >= _COUNT_EVERY:
+            self.add_read_counts()
         return result
+
+    def add_read_counts(self) -> None:
+        """Add this process's uncounted reads to the node's hit and miss counters."""
+        if os.getpid() != self._pid or not any(self._uncounted.values()):
+            return
+        uncounted, self._uncounted = self._uncounted, {"hits": 0, "misses": 0}
+        try:
+            self.add_counts(_NODE_COUNTS, uncounted)
+        except Exception:  # noqa: BLE001 - counters are worth less than the read they count
+            pass
 
     def entry(self, key: str) -> dict | None:
         """The action-map entry of `key` ({key, artifacts: digests, sizes, metadata,
@@ -250,15 +269,18 @@ class Cache:
             entry = self.entry(key)
             if entry is not None:
                 rows.append({"key": key, "created": entry["created"], "name": entry["metadata"].get("name", ""),
-                             "sizes": entry["sizes"]})
+                             "target": entry["metadata"].get("target", ""), "sizes": entry["sizes"]})
         return sorted(rows, key=lambda r: r["created"])
 
     def stats(self) -> dict:
+        """Size and counts; `hits` and `misses` are the reads of every process on the node."""
         keys = list(self._dc.iterkeys())
         entries = sum(k.startswith(_ACTION) for k in keys)
+        self.add_read_counts()
+        reads = self.counts(_NODE_COUNTS)
         return {"path": str(self.path), "entries": entries, "blobs": sum(k.startswith(_BLOB) for k in keys),
                 "volume_bytes": self._dc.volume(), "size_limit_bytes": self.size_limit,
-                "hits": self.hits, "misses": self.misses}
+                "hits": reads.get("hits", 0), "misses": reads.get("misses", 0)}
 
     def prune(self) -> dict:
         """Drop entries whose blobs are gone, blobs no entry names, then evict down to the
@@ -293,3 +315,9 @@ class Cache:
         """Store the archive's entries whose keys their IR reproduces; an `ImportReport`."""
         from .archive import import_archive
         return import_archive(self, file)
+
+
+@atexit.register
+def _count_reads_at_exit():
+    for cache in list(_open_caches):
+        cache.add_read_counts()

@@ -25,7 +25,13 @@ from . import launch
 
 def main(argv=None) -> int:
     args = _parser().parse_args(argv)
-    return args.run(args)
+    try:
+        code = args.run(args)
+        sys.stdout.flush()
+        return code
+    except BrokenPipeError:  # `kiln cache ls | head`: the reader has what it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # and the exit's flush goes nowhere
+        return 0
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -47,6 +53,7 @@ def _parser() -> argparse.ArgumentParser:
     start.set_defaults(run=_start)
     stop = daemon.add_parser("stop", help="stop the node daemon, letting compiles in flight finish")
     stop.add_argument("--socket", metavar="PATH", help="the daemon started with --socket PATH")
+    stop.add_argument("--address", metavar="HOST:PORT", help="the daemon started with --listen HOST:PORT")
     stop.set_defaults(run=_stop)
     status = daemon.add_parser("status", help="workers, queue, hits and misses, compile latency")
     status.add_argument("--address", help="the daemon (default: KILN_DAEMON or the node daemon)")
@@ -76,7 +83,7 @@ def _parser() -> argparse.ArgumentParser:
         sub.add_argument("--dir", help="the cache directory (default: KILN_CACHE_DIR or ~/.cache/kiln)")
         if name in ("export", "import"):
             sub.add_argument("file")
-        if name in ("stats", "ls"):
+        if name in ("stats", "ls", "prune"):
             sub.add_argument("--json", action="store_true")
         sub.set_defaults(run=run)
     return parser
@@ -164,7 +171,8 @@ def serve(args) -> int:
 def _new_token() -> str:
     """A fresh token, left for clients in a 0600 file beside the socket."""
     token = secrets.token_urlsafe(32)
-    path = paths.private_dir(env.runtime_dir()) / "daemon.token"
+    paths.private_dir(env.runtime_dir())
+    path = launch.token_file()
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:
         f.write(token)
@@ -173,10 +181,10 @@ def _new_token() -> str:
 
 
 def _stop(args) -> int:
-    address = f"unix:{args.socket}" if args.socket else None
+    address = f"unix:{args.socket}" if args.socket else args.address
     info = launch.read_pid_file(address)
     if info is None:
-        print("no kiln daemon is running")
+        print("no kiln daemon is running" + ("" if address else _others()))
         return 1
     try:
         os.kill(info["pid"], signal.SIGTERM)
@@ -196,6 +204,12 @@ def _stop(args) -> int:
     return 1
 
 
+def _others() -> str:
+    """The daemons other than the node daemon that this user runs here, and how to name them."""
+    others = launch.other_daemons()
+    return "".join(f"\n  one listens at {a} (pid {pid}): kiln daemon stop --address {a}" for a, pid in others)
+
+
 def _status(args) -> int:
     import grpc
     from google.protobuf.json_format import MessageToDict
@@ -206,11 +220,18 @@ def _status(args) -> int:
     if address is None:
         print("KILN_DAEMON=off")
         return 1
-    with Client(address, token=env.daemon_token(), tls_ca=args.tls_ca or env.daemon_tls_ca()) as client:
+    token = env.daemon_token() or launch.own_token(address)
+    with Client(address, token=token, tls_ca=args.tls_ca or env.daemon_tls_ca()) as client:
         try:
             s = client.stats()
         except grpc.RpcError as e:
-            print(f"no kiln daemon answers at {address}: {e.code().name}", file=sys.stderr)
+            hint = ""
+            if e.code() == grpc.StatusCode.UNAUTHENTICATED:
+                hint = (f"; it wants its token in KILN_DAEMON_TOKEN (a daemon of yours started with --listen "
+                        f"leaves it in {launch.token_file()})")
+            elif address == launch.default_address():
+                hint = _others()
+            print(f"no kiln daemon answers at {address}: {e.code().name}{hint}", file=sys.stderr)
             return 1
         except paths.UnsafePathError as e:
             print(e, file=sys.stderr)
@@ -226,7 +247,8 @@ def _status(args) -> int:
           f"  workers {s.workers} ({s.busy_workers} busy), queue {s.queue_depth}, restarts {s.worker_restarts}\n"
           f"  requests {s.requests}: hits {s.hits}, misses {s.misses}, merged {s.merged}, errors {s.errors}\n"
           f"  compile ms: p50 {lat.p50_ms:.1f}, p90 {lat.p90_ms:.1f}, p99 {lat.p99_ms:.1f}, max {lat.max_ms:.1f}\n"
-          f"  cache {s.cache.path}: {s.cache.entries} kernels, {_mb(s.cache.volume_bytes)} of {_mb(s.cache.size_limit_bytes)}")
+          f"  cache {s.cache.path}: {s.cache.entries} kernels, {_size(s.cache.volume_bytes)} of "
+          f"{_size(s.cache.size_limit_bytes)}")
     if s.remote_cache.url:
         r = s.remote_cache
         print(f"  shared tier {r.url} ({'up' if r.up else 'down, skipped'}): hits {r.hits}, misses {r.misses}, "
@@ -255,7 +277,7 @@ def _prewarm(args) -> int:
         print(f"kiln prewarm: {e}", file=sys.stderr)
         return 2
     summary = ", ".join(f"{k.removeprefix('CACHE_').lower()} {v}" for k, v in sorted(report.statuses.items()))
-    print(f"prewarmed {report.total} kernels: {summary or 'nothing to do'}")
+    print(f"prewarmed {_count(report.total, 'kernel')}: {summary or 'nothing to do'}")
     quiet = [label for label, reason in report.skipped if reason == prewarm.NO_SIGNATURES]
     if quiet:
         print(f"  no declared signatures: {', '.join(quiet)}", file=sys.stderr)
@@ -286,7 +308,7 @@ def _cache_stats(args) -> int:
         print(json.dumps(s, indent=1))
         return 0
     print(f"{s['path']}: {s['entries']} kernels, {s['blobs']} blobs, "
-          f"{_mb(s['volume_bytes'])} of {_mb(s['size_limit_bytes'])}")
+          f"{_size(s['volume_bytes'])} of {_size(s['size_limit_bytes'])}")
     if "shared" in s:
         print(_remote_report(s["shared"]))
     return 0
@@ -301,8 +323,8 @@ def _remote_report(shared: dict) -> str:
     if not server["reachable"]:
         lines.append(f"  not reachable now: {server['error']}")
         return "\n".join(lines)
-    lines.append(f"  server: {server['keys']} keys, {_mb(server['used_memory_bytes'])} used of "
-                 f"{_mb(server['maxmemory_bytes']) if server['maxmemory_bytes'] else 'no limit'}, "
+    lines.append(f"  server: {server['keys']} keys, {_size(server['used_memory_bytes'])} used of "
+                 f"{_size(server['maxmemory_bytes']) if server['maxmemory_bytes'] else 'no limit'}, "
                  f"policy {server['maxmemory_policy']}, ping {server['ping_ms']:.2f} ms")
     if server["maxmemory_policy"] != "allkeys-lru" or not server["maxmemory_bytes"]:
         lines.append("  advice: give it maxmemory and maxmemory-policy allkeys-lru, so that old kernels make room")
@@ -315,16 +337,24 @@ def _cache_ls(args) -> int:
     if args.json:
         print(json.dumps(rows, indent=1))
         return 0
+    print(f"{'KEY':16}  {'CREATED':19}  {'KERNEL':24}  {'TARGET':8}  {'CUBIN':>10}  {'ALL':>10}")
     for row in rows:
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(row["created"]))
-        sizes = " ".join(f"{k}={v}" for k, v in sorted(row["sizes"].items()))
-        print(f"{row['key'][:16]}  {when}  {row['name'] or '?':24}  {sizes}")
+        print(f"{row['key'][:16]}  {when}  {row['name'] or '?':24}  {row['target'] or '?':8}  "
+              f"{_size(row['sizes'].get('cubin', 0)):>10}  {_size(sum(row['sizes'].values())):>10}")
     return 0
 
 
 def _cache_prune(args) -> int:
     with _cache(args) as cache:
-        print(json.dumps(cache.prune()))
+        report = cache.prune()
+        limit = cache.size_limit
+    if args.json:
+        print(json.dumps(report))
+        return 0
+    print(f"dropped {_count(report['dropped_entries'], 'kernel')} whose files were gone and "
+          f"{_count(report['dropped_blobs'], 'file')} no kernel used; evicted {_count(report['evicted'], 'item')} "
+          f"to stay within {_size(limit)}")
     return 0
 
 
@@ -336,7 +366,12 @@ def _cache_clear(args) -> int:
 
 def _cache_export(args) -> int:
     with _cache(args) as cache:
-        print(f"exported {cache.export(args.file)} kernels to {args.file}")
+        try:
+            n = cache.export(args.file)
+        except OSError as e:
+            print(f"kiln cache export: cannot write {args.file}: {e.strerror or e}", file=sys.stderr)
+            return 1
+    print(f"exported {_count(n, 'kernel')} to {args.file}")
     return 0
 
 
@@ -348,7 +383,7 @@ def _cache_import(args) -> int:
         except ArchiveError as e:
             print(f"kiln cache import: {e}", file=sys.stderr)
             return 1
-    print(f"imported {report.imported} kernels from {args.file}")
+    print(f"imported {_count(report.imported, 'kernel')} from {args.file}")
     for key, why in report.refused[:20]:
         print(f"  refused {key[:16]}: {why}", file=sys.stderr)
     if len(report.refused) > 20:
@@ -356,5 +391,15 @@ def _cache_import(args) -> int:
     return 0 if not report.refused else 1
 
 
-def _mb(n: int) -> str:
-    return f"{n / 1e6:.1f} MB"
+def _size(n: float) -> str:
+    """Bytes in binary units, as the size limit (8G: 8 GiB) is given."""
+    if n < 1024:
+        return f"{n} B"
+    for unit in ("KiB", "MiB", "GiB", "TiB"):
+        n /= 1024
+        if n < 1024 or unit == "TiB":
+            return f"{n:.1f} {unit}"
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"

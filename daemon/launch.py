@@ -5,6 +5,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -28,6 +29,34 @@ def pid_file(address: str | None = None) -> Path:
 
 def log_file() -> Path:
     return env.runtime_dir() / "daemon.log"
+
+
+def token_file() -> Path:
+    """Where a daemon started with --listen and no KILN_DAEMON_TOKEN leaves the token it made (0600)."""
+    return env.runtime_dir() / "daemon.token"
+
+
+def own_token(address: str) -> str | None:
+    """The token in token_file(), for a TCP `address` (this user's, on this node); else None."""
+    if address.startswith("unix:"):
+        return None
+    try:
+        return token_file().read_text().strip() or None
+    except OSError:
+        return None
+
+
+def other_daemons() -> list[tuple[str, int]]:
+    """(address, pid) of each daemon of this user's started with --listen and still running."""
+    found = []
+    for path in sorted(env.runtime_dir().glob("daemon-*.pid")):
+        try:
+            info = json.loads(path.read_text())
+            os.kill(info["pid"], 0)
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        found.append((info["address"], info["pid"]))
+    return found
 
 
 def configured_address() -> str | None:
@@ -73,11 +102,23 @@ def ensure_daemon(args=(), idle_exit: float = 900.0, address: str | None = None,
 def _answers(address: str, timeout: float) -> bool:
     from .client import Client  # gRPC is loaded only when a daemon is really wanted
 
-    if address.startswith("unix:") and not Path(address[len("unix:"):]).exists():
-        return False  # nobody there: no need to wait for an answer
+    if address.startswith("unix:") and not _listening(address[len("unix:"):]):
+        return False  # nobody there (or a crashed daemon's socket): no need to wait for an answer
 
     with Client(address) as client:  # a fresh channel: no reconnect backoff left from earlier tries
         return client.healthy(timeout)
+
+
+def _listening(path: str) -> bool:
+    """Whether something accepts connections on the Unix socket `path` (a connect, not a gRPC call)."""
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.connect(path)
+        return True
+    except OSError:  # missing, refused (a stale socket), not a socket
+        return False
+    finally:
+        probe.close()
 
 
 def spawn_daemon(args) -> subprocess.Popen:

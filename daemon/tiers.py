@@ -10,6 +10,7 @@ here or by a daemon on another host is written to both.
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 import time
 import warnings
@@ -88,7 +89,17 @@ class _State:
     def warn_once(self, what: str, message: str) -> None:
         if what not in self.warned:
             self.warned.add(what)
-            warnings.warn(message, RuntimeWarning, stacklevel=3)
+            warnings.warn(message, RuntimeWarning, stacklevel=_user_frame())
+
+
+def _user_frame() -> int:
+    """The stacklevel, for a warning warned from `warn_once`, of the first frame outside kiln:
+    the user's line that launched the kernel, not kiln's own."""
+    frame, level = sys._getframe(2), 2
+    while frame.f_back is not None and (frame.f_code.co_filename.startswith("<kiln")
+                                        or str(frame.f_globals.get("__name__")).split(".")[0] == "kiln"):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 _state = _State()
