@@ -80,6 +80,70 @@ def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk,
 
 
 @triton.jit
+def _attention_block(acc, l_i, m_i, q, k_ptrs, v_ptrs, stride_kn, stride_vn, start_m, qk_scale, lo, hi,
+                     offs_m, offs_n, BLOCK_N: tl.constexpr, DIAGONAL: tl.constexpr):
+    """Columns lo .. hi of one FlashAttention-2 row block: online softmax, P @ V."""
+    k_ptrs += lo * stride_kn
+    v_ptrs += lo * stride_vn
+    for start_n in range(lo, hi, BLOCK_N):
+        k = tl.load(k_ptrs)
+        qk = tl.dot(q, k)
+        if DIAGONAL:
+            keep = offs_m[:, None] >= start_n + offs_n[None, :]
+            qk = qk * qk_scale + tl.where(keep, 0, -1.0e6)
+            m_ij = tl.maximum(m_i, tl.max(qk, 1))
+            qk -= m_ij[:, None]
+        else:
+            m_ij = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
+            qk = qk * qk_scale - m_ij[:, None]
+        p = tl.math.exp2(qk)
+        alpha = tl.math.exp2(m_i - m_ij)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None]
+        v = tl.load(v_ptrs)
+        acc = tl.dot(p.to(v.dtype), v, acc)
+        m_i = m_ij
+        k_ptrs += BLOCK_N * stride_kn
+        v_ptrs += BLOCK_N * stride_vn
+    return acc, l_i, m_i
+
+
+@triton.jit
+def attention_fwd_kernel(Q, K, V, Out, sm_scale,
+                         stride_qz, stride_qh, stride_qm, stride_qd, stride_kz, stride_kh, stride_kn, stride_kd,
+                         stride_vz, stride_vh, stride_vn, stride_vd, stride_oz, stride_oh, stride_om, stride_od,
+                         H, N_CTX, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                         CAUSAL: tl.constexpr):
+    """FlashAttention-2 forward with pointers: one program per BLOCK_M query rows of one
+    (batch, head); N_CTX a multiple of BLOCK_M and BLOCK_N."""
+    start_m = tl.program_id(0)
+    off_z = tl.program_id(1) // H
+    off_h = tl.program_id(1) % H
+    offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, HEAD_DIM)
+    q_ptrs = Q + off_z * stride_qz + off_h * stride_qh + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd
+    k_ptrs = K + off_z * stride_kz + off_h * stride_kh + offs_d[:, None] * stride_kd + offs_n[None, :] * stride_kn
+    v_ptrs = V + off_z * stride_vz + off_h * stride_vh + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd
+    m_i = tl.zeros([BLOCK_M], dtype=tl.float32) - float("inf")
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32) + 1.0
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+    qk_scale = sm_scale * 1.44269504  # exp(x) = exp2(x * log2(e))
+    q = tl.load(q_ptrs)
+    if CAUSAL:
+        acc, l_i, m_i = _attention_block(acc, l_i, m_i, q, k_ptrs, v_ptrs, stride_kn, stride_vn, start_m, qk_scale,
+                                         0, start_m * BLOCK_M, offs_m, offs_n, BLOCK_N, False)
+        acc, l_i, m_i = _attention_block(acc, l_i, m_i, q, k_ptrs, v_ptrs, stride_kn, stride_vn, start_m, qk_scale,
+                                         start_m * BLOCK_M, (start_m + 1) * BLOCK_M, offs_m, offs_n, BLOCK_N, True)
+    else:
+        acc, l_i, m_i = _attention_block(acc, l_i, m_i, q, k_ptrs, v_ptrs, stride_kn, stride_vn, start_m, qk_scale,
+                                         0, N_CTX, offs_m, offs_n, BLOCK_N, False)
+    acc = acc / l_i[:, None]
+    o_ptrs = Out + off_z * stride_oz + off_h * stride_oh + offs_m[:, None] * stride_om + offs_d[None, :] * stride_od
+    tl.store(o_ptrs, acc.to(Out.dtype.element_ty))
+
+
+@triton.jit
 def tiny_kernel(x_ptr, y_ptr, n, alpha, BLOCK: tl.constexpr):
     offs = tl.arange(0, BLOCK)
     mask = offs < n

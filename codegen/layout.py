@@ -15,6 +15,7 @@ logical index along d is `(base_d + offset_d) mod shape_d`.
 """
 from __future__ import annotations
 
+import functools
 import itertools
 from dataclasses import dataclass
 
@@ -170,6 +171,18 @@ def thread_elements(layout, shape, num_warps: int) -> list[list[tuple[int, ...]]
             base.append(b % shape[d] if wraps else b)
         out.append([tuple(b + o for b, o in zip(base, off)) for off in layout.offsets(shape)])
     return out
+
+
+@functools.lru_cache(maxsize=4096)
+def same_distribution(a, b, shape, num_warps: int) -> bool:
+    """Do layouts `a` and `b` put the same elements of `shape` in the same registers of
+    the same threads? (Then a value needs no conversion between them: e.g. a [128, 1]
+    column in wgmma layouts that differ only in their instruction's width.)"""
+    if a == b:
+        return True
+    if a is None or b is None or a.rank != b.rank or a.offsets(shape) != b.offsets(shape):
+        return False
+    return thread_elements(a, shape, num_warps) == thread_elements(b, shape, num_warps)
 
 
 def mma_layout(shape, num_warps: int) -> "Blocked | None":

@@ -469,10 +469,20 @@ def _check_pending(op):
         return "pending must be a non-negative int"
 
 
+def _check_local_store(op):
+    value, dst = op.operands
+    if not isinstance(dst.type, shared_type) or len(dst.type.shape) != 2:
+        return "local_store writes one tile of shared memory"
+    if not isinstance(value.type, block_type) or value.type.shape != dst.type.shape \
+            or value.type.element_ty != dst.type.element_ty:
+        return f"{value.type} does not match the tile {dst.type}"
+
+
 def _check_warp_group_dot(op):
     a, b, acc = op.operands
-    if not (isinstance(a.type, shared_type) and isinstance(b.type, shared_type)) or len(a.type.shape) != 2:
-        return "warp_group_dot reads both operands from shared tiles"
+    a_ok = isinstance(a.type, shared_type) or (isinstance(a.type, block_type) and a.type.element_ty.itemsize == 2)
+    if not (a_ok and isinstance(b.type, shared_type)) or len(a.type.shape) != 2:
+        return "warp_group_dot reads b from a shared tile, a from a shared tile or (16-bit types) registers"
     (M, K), (K2, N) = a.type.shape, b.type.shape
     if K != K2 or _shape(acc.type) != (M, N) or op.results[0].type != acc.type:
         return f"shapes do not agree: {a.type} x {b.type} -> {acc.type}"
@@ -554,13 +564,15 @@ OPS.update({
     "local_index": OpDef((2, 2), check=_check_local_index, notes="buffer, slot: one tile of a ring"),
     "async_copy": OpDef((2, 3), results=(0, 0), check=_check_async_copy, side_effects=True,
                         notes="ptr, tile[, mask]: cp.async global -> shared; masked-off elements are zero"),
+    "local_store": OpDef((2, 2), results=(0, 0), check=_check_local_store, side_effects=True,
+                         notes="value, tile: registers -> shared memory"),
     "async_commit": OpDef((0, 0), results=(0, 0), side_effects=True, notes="close a group of async copies"),
     "async_wait": OpDef((0, 0), results=(0, 0), attrs=("pending",), check=_check_pending, side_effects=True,
                         notes="wait until at most `pending` copy groups are in flight (this thread's)"),
     "fence_async_shared": OpDef((0, 0), results=(0, 0), side_effects=True,
                                 notes="order generic-proxy shared writes before async-proxy reads (wgmma, TMA)"),
     "warp_group_dot": OpDef((3, 3), check=_check_warp_group_dot, side_effects=True,
-                            notes="a tile, b tile, acc: wgmma, issued and committed as one group, not awaited"),
+                            notes="a (tile or registers), b tile, acc: wgmma, issued and committed as one group, not awaited"),
     "warp_group_dot_wait": OpDef((1, 1 << 16), results=(1, 1 << 16), attrs=("pending",), check=_check_dot_wait,
                                  side_effects=True, notes="wait until at most `pending` dot groups are in flight"),
 })
@@ -568,5 +580,5 @@ OPS.update({
 SHAPE_CHECK = _check_shape_pow2
 # made by codegen's passes, never by the frontend: the wire refuses them and the
 # interpreter has no use for them
-GPU_STAGE_OPS = frozenset({"local_alloc", "local_index", "async_copy", "async_commit", "async_wait",
+GPU_STAGE_OPS = frozenset({"local_alloc", "local_index", "local_store", "async_copy", "async_commit", "async_wait",
                            "fence_async_shared", "warp_group_dot", "warp_group_dot_wait"})

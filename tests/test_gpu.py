@@ -344,3 +344,29 @@ def test_pipelined_tensor_core_matmul(dtype, cfg, shape):
     torch.testing.assert_close(c.float(), ref, rtol=3e-2, atol=0.5 if dtype != "fp8" else 2.0)
     if torch.cuda.get_device_capability() == (9, 0) and warps % 4 == 0 and stages >= 2 and K % 16 == 0:
         assert "wgmma.mma_async" in _tiled_matmul.warmup(*args, grid=grid, **options).asm["ptx"]
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+@pytest.mark.parametrize("cfg", [(128, 64, 64, 3, 8), (128, 128, 128, 3, 8), (64, 64, 64, 2, 4),
+                                 (128, 64, 128, 3, 8), (128, 32, 64, 4, 4)])
+@pytest.mark.parametrize("n_ctx", [256, 300])
+@pytest.mark.parametrize("causal", [False, True])
+def test_pipelined_tensor_core_attention(dtype, cfg, n_ctx, causal):
+    """Attention's loop: two dots with a softmax between them. On Hopper K and V go
+    through cp.async rings, Q is stored to shared memory once and P stays in registers
+    as wgmma's A; n_ctx = 300 is not a multiple of the blocks (masked copies)."""
+    fa = importlib.import_module("fused_attention")
+    BM, BN, D, stages, warps = cfg
+    torch_dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}[dtype]
+    q, k, v = (torch.randn(n_ctx, D, device="cuda", dtype=torch_dtype) for _ in range(3))
+    out = poisoned((n_ctx, D), torch_dtype)
+    grid = (kiln.cdiv(n_ctx, BM),)
+    args = (q, k, v, out, 0.125, q.stride(0), k.stride(0), v.stride(0), out.stride(0), n_ctx)
+    options = dict(HEAD_DIM=D, BLOCK_M=BM, BLOCK_N=BN, CAUSAL=causal, num_warps=warps, num_stages=stages)
+    fa.attn_fwd[grid](*args, **options)
+    ref = torch.nn.functional.scaled_dot_product_attention(q[None].float(), k[None].float(), v[None].float(),
+                                                           is_causal=causal, scale=0.125)[0]
+    torch.testing.assert_close(out.float(), ref, atol=2e-2, rtol=2e-2)
+    if torch.cuda.get_device_capability() == (9, 0):
+        ptx = fa.attn_fwd.warmup(*args, grid=grid, **options).asm["ptx"]
+        assert "wgmma.mma_async" in ptx and "cp.async" in ptx

@@ -62,6 +62,8 @@ class Lowering:
         have = self.values[v]
         if layout is None or not isinstance(v.type, block_type) or self.layouts.get(v) == layout:
             return have
+        if lay.same_distribution(self.layouts.get(v), layout, tuple(v.type.shape), self.num_warps):
+            return have
         key = (v, layout, self.b.block)  # a conversion made in one branch must not leak to another
         if key not in self.converted:
             if v in self.ctx.cheap and v.defining_op is not None:

@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import llvmlite.ir as ir
 
+from kiln.ir.types import shared_type
+
 from .. import layout as lay
 from ..passes.layouts import memory_width
 from .context import LoweringError
-from .memory import access_width
-from .types import F32, GLOBAL_PTR, I1, I8, I32, I64, SHARED_PTR, VOID
+from .memory import access_width, plain_store
+from .types import F32, GLOBAL_PTR, I1, I8, I32, I64, SHARED_PTR, VOID, reg_type
 
 ALIGN = 1024
 _PTX_TYPE = {"fp16": "f16", "bf16": "bf16", "fp8e4nv": "e4m3", "fp8e5": "e5m2"}
@@ -109,6 +111,32 @@ def _async_copy(lw, op):
         lw.b.call(copy, [dst, ptrs[i], size])
 
 
+def _run_length(layout, inner, es) -> int:
+    """How many consecutive registers of `layout` hold consecutive elements along
+    `inner` (one vector store), capped at one 16-byte swizzle unit."""
+    if isinstance(layout, lay.Blocked) and layout.order[0] == inner:
+        run = layout.size_per_thread[inner]
+    elif isinstance(layout, lay.Wgmma) and inner == 1:
+        run = 2
+    else:
+        run = 1
+    return max(1, min(run, 16 // es))
+
+
+def _local_store(lw, op):
+    value, tile = op.operands
+    t, shape = tile.type, value.type.shape
+    es, inner = t.element_ty.itemsize, t.order[0]
+    layout = lw.layout(value)
+    regs = lw.regs(value)
+    run = min(_run_length(layout, inner, es), shape[inner])
+    offsets, indices = layout.offsets(shape), lw.indices(layout, shape)
+    base, elem_ty = lw.scalar(tile), reg_type(value.type)
+    for i in range(0, len(regs), run):
+        dst = lw.b.gep(base, [tile_offset(lw, t, indices[i])], source_etype=I8)
+        plain_store(lw, dst, regs[i:i + run], elem_ty, es)
+
+
 def _async_commit(lw, op):
     lw.b.call(lw.intrinsic("llvm.nvvm.cp.async.commit.group", VOID, []), [])
 
@@ -155,6 +183,23 @@ def _operand_offset(lw, tile, rows_dim, row0, k0):
     return b.add(b.add(chunk, b.mul(b.urem(row0, lw.i32(C)), lw.i32(es))), lw.i32(k0 * W))
 
 
+def _a_fragments(lw, a, layout, K):
+    """A in registers: per M repetition, per 16 k, the four 32-bit words of wgmma's A
+    fragment. That fragment holds the same elements as the accumulator layout with one
+    instruction as wide as K (rows g and g + 8, columns 2t, 2t + 1 of each 8-column
+    chunk), so a value computed in that layout (attention's P) needs no data movement."""
+    regs = lw.regs(a, lay.Wgmma(layout.warps, K))
+    elem = regs[0].type
+    words = []
+    for i in range(0, len(regs), 2):
+        pair = ir.Constant(ir.VectorType(elem, 2), ir.Undefined)
+        pair = lw.b.insert_element(pair, regs[i], lw.i32(0))
+        pair = lw.b.insert_element(pair, regs[i + 1], lw.i32(1))
+        words.append(lw.b.bitcast(pair, I32))
+    per_m = K // 4  # words per M repetition
+    return [[words[m * per_m + k: m * per_m + k + 4] for k in range(0, per_m, 4)] for m in range(len(words) // per_m)]
+
+
 def _warp_group_dot(lw, op):
     a, b_op, acc = op.operands
     out = op.results[0]
@@ -170,26 +215,39 @@ def _warp_group_dot(lw, op):
     group = b.udiv(lw.warp, lw.i32(4))
     row_base = b.mul(b.urem(group, lw.i32(Wm // 4)), lw.i32(64))
     col_base = b.mul(b.udiv(group, lw.i32(Wm // 4)), lw.i32(instr_n))
-    a_k_major, b_k_major = a.type.order[0] == 1, b_op.type.order[0] == 0
+    a_in_regs = not isinstance(a.type, shared_type)
+    a_k_major, b_k_major = a_in_regs or a.type.order[0] == 1, b_op.type.order[0] == 0
     n_m, n_n = max(1, M // (16 * Wm)), max(1, N // (instr_n * Wn))
     per = instr_n // 2
     ty = _PTX_TYPE[elem.name]
-    trans = "" if elem.itemsize == 1 else f", {int(not a_k_major)}, {int(not b_k_major)}"
-    text = (f"{{ .reg .pred p; setp.ne.b32 p, ${per + 2}, 0; "
-            f"wgmma.mma_async.sync.aligned.m64n{instr_n}k{k_step}.f32.{ty}.{ty} "
-            f"{{{', '.join(f'${i}' for i in range(per))}}}, ${per}, ${per + 1}, p, 1, 1{trans}; }}")
-    constraints = ",".join(["=f"] * per + ["l", "l", "r"] + [str(i) for i in range(per)])
+    d = ", ".join(f"${i}" for i in range(per))
+    shape = f"wgmma.mma_async.sync.aligned.m64n{instr_n}k{k_step}.f32.{ty}.{ty}"
+    if a_in_regs:  # d, {a0..a3}, b-desc, scale-d, scale-a, scale-b, trans-b
+        fragments = _a_fragments(lw, a, layout, K)
+        args = "{" + ", ".join(f"${per + i}" for i in range(4)) + "}"
+        text = (f"{{ .reg .pred p; setp.ne.b32 p, ${per + 5}, 0; "
+                f"{shape} {{{d}}}, {args}, ${per + 4}, p, 1, 1, {int(not b_k_major)}; }}")
+        inputs = ["r"] * 4 + ["l", "r"]
+    else:
+        trans = "" if elem.itemsize == 1 else f", {int(not a_k_major)}, {int(not b_k_major)}"
+        text = (f"{{ .reg .pred p; setp.ne.b32 p, ${per + 2}, 0; "
+                f"{shape} {{{d}}}, ${per}, ${per + 1}, p, 1, 1{trans}; }}")
+        inputs = ["l", "l", "r"]
+    constraints = ",".join(["=f"] * per + inputs + [str(i) for i in range(per)])
     ret = ir.LiteralStructType([F32] * per)
     _asm(lw, "wgmma.fence.sync.aligned;")
     for k0 in range(0, K, k_step):
         for mi in range(n_m):
-            row0 = b.add(row_base, lw.i32(mi * 16 * Wm))
-            a_desc = _descriptor(lw, a, _operand_offset(lw, a, 0, row0, k0), a_k_major)
+            if a_in_regs:
+                a_args = fragments[mi][k0 // k_step]
+            else:
+                row0 = b.add(row_base, lw.i32(mi * 16 * Wm))
+                a_args = [_descriptor(lw, a, _operand_offset(lw, a, 0, row0, k0), a_k_major)]
             for ni in range(n_n):
                 col0 = b.add(col_base, lw.i32(ni * instr_n * Wn))
                 b_desc = _descriptor(lw, b_op, _operand_offset(lw, b_op, 1, col0, k0), b_k_major)
                 first = (mi * n_n + ni) * per
-                got = _asm(lw, text, ret, [a_desc, b_desc, lw.i32(1)] + values[first:first + per], constraints)
+                got = _asm(lw, text, ret, a_args + [b_desc, lw.i32(1)] + values[first:first + per], constraints)
                 values[first:first + per] = [b.extract_value(got, i) for i in range(per)]
     _asm(lw, "wgmma.commit_group.sync.aligned;")
     lw.bind(out, values, layout)
@@ -244,6 +302,7 @@ RULES = {
     "local_alloc": _local_alloc,
     "local_index": _local_index,
     "async_copy": _async_copy,
+    "local_store": _local_store,
     "async_commit": _async_commit,
     "async_wait": _async_wait,
     "fence_async_shared": _fence_async_shared,

@@ -14,7 +14,7 @@ from __future__ import annotations
 from kiln.ir.core import Block, Operation
 from kiln.ir.types import block_type, scalar_of
 
-from ..layout import Blocked, Slice, blocked_for, default_order, mma_layout, wgmma_layout
+from ..layout import Blocked, Slice, blocked_for, default_order, mma_layout, same_distribution, wgmma_layout
 
 name = "layouts"
 
@@ -66,6 +66,7 @@ class _Assigner:
         self.wanted: dict = {}
         self.layouts: dict = {}
         self.cheap: set = set()
+        self.stored: set = set()  # values that `local_store` writes to shared memory
 
     def anchor_dot(self, op):
         """A dot that can use tensor cores fixes its accumulator's layout (and so that of
@@ -93,6 +94,8 @@ class _Assigner:
         if old is None or vec > old[0]:
             self.preferred[shape] = (vec, layout)
         self.want(ptr, layout)
+        if op.name == "load" and op.results[0] in self.stored:
+            self.wanted[op.results[0]] = layout  # goes to shared memory as it came
 
     def want(self, ptr, layout):
         """`layout` for pointer block `ptr` and the same-shaped pointers it is computed
@@ -152,14 +155,11 @@ class _Assigner:
         for r in op.results:
             if not isinstance(r.type, block_type):
                 continue
+            # operands that are cheap to recompute take any layout: only the others vote
             pref = self.prefer_for(r)
-            same_shape = [self.of(v) for v in op.operands
-                          if isinstance(v.type, block_type) and v.type.shape == r.type.shape and self.of(v)]
-            all_cheap = all(v in self.cheap for v in op.operands if isinstance(v.type, block_type))
-            if pref in same_shape or not same_shape or all_cheap:
-                self.set(r, pref)
-            else:
-                self.set(r, same_shape[0])
+            costly = [self.of(v) for v in op.operands if isinstance(v.type, block_type) and v not in self.cheap
+                      and v.type.shape == r.type.shape and self.of(v)]
+            self.set(r, pref if pref in costly or not costly else costly[0])
 
     def op_inline_asm(self, op):
         """Each asm call takes `pack` elements, so a thread must hold a multiple of them."""
@@ -192,16 +192,31 @@ class _Assigner:
             self.set(op.results[0], self.prefer_for(op.results[0]))
 
     def op_broadcast(self, op):
-        src = self.of(op.operands[0])
-        self.set(op.results[0], src if src is not None else self.prefer_for(op.results[0]))
+        """The source's layout, or the result shape's preferred one where the source
+        holds the same registers in both (then the broadcast costs no conversion)."""
+        src, r = self.of(op.operands[0]), op.results[0]
+        pref = self.prefer_for(r)
+        self.set(r, pref if src is None or same_distribution(src, pref, tuple(op.operands[0].type.shape), self.num_warps) else src)
 
     def op_for(self, op):
+        """A carried value takes the layout its yield arrives in (the initial value is
+        converted once, before the loop, rather than every iteration's result)."""
         body = op.regions[0]
-        for arg, init in zip(body.args[1:], op.operands[3:]):
-            self.set(arg, self.of(init))
-        self.block(body)
-        for r, init in zip(op.results, op.operands[3:]):
-            self.set(r, self.of(init))
+        args = body.args[1:]
+        for arg, init in zip(args, op.operands[3:]):  # a cheap start (zeros) has no say
+            self.set(arg, None if init in self.cheap else self.of(init))
+        for _ in range(3):
+            self.block(body)
+            moved = [(arg, self.of(y)) for arg, y in zip(args, body.ops[-1].operands)
+                     if self.of(y) is not None and self.of(y) != self.of(arg)]
+            if not moved:
+                break
+            for arg, layout in moved:
+                self.set(arg, layout)
+        for r, arg, init in zip(op.results, args, op.operands[3:]):
+            if self.of(arg) is None:
+                self.set(arg, self.of(init))
+            self.set(r, self.of(arg))
 
     def op_while(self, op):
         before, after = op.regions
@@ -223,6 +238,7 @@ class _Assigner:
 
 def apply(fn, ctx) -> None:
     assigner = _Assigner(ctx)
+    assigner.stored = {op.operands[0] for op in fn.walk() if op.name == "local_store"}
     for op in fn.walk():
         if op.name in MEMORY_OPS:
             assigner.anchor(op)

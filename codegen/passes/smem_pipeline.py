@@ -91,8 +91,46 @@ def _operand_tile(load, role, instr_extent, ctx):
     return shared_type(elem, t.shape, swizzle, (inner, 1 - inner))
 
 
-def _wgmma_dot(dot, ctx):
-    """(A tile type, B tile type) when `dot` can run on wgmma from shared tiles."""
+def _stored_tile(t, role):
+    """The K-major shared tile that a register operand of type `t` is stored into."""
+    elem = scalar_of(t)
+    inner = 1 if role == "a" else 0
+    return shared_type(elem, t.shape, min(128, t.shape[inner] * elem.itemsize), (inner, 1 - inner))
+
+
+def _inside(v, block) -> bool:
+    """Is `v` defined in `block` or in a region nested in it?"""
+    op = v.defining_op
+    where = op.parent if op is not None else v.owner
+    while where is not None:
+        if where is block:
+            return True
+        owner = where.parent
+        where = owner.parent if isinstance(owner, Operation) else None
+    return False
+
+
+def _operand(v, role, body, uses, instr_extent, ctx):
+    """How operand `v` (role "a" or "b") of a dot in loop `body` reaches wgmma, or None:
+    ("ring", load, tile, cone ops, carried args, advance ops): copied ahead through a ring;
+    ("once", v, tile): defined before the loop, stored to shared memory once;
+    ("regs", v): computed in the body, read from registers (A of 16-bit types only)."""
+    load = v.defining_op
+    if load is not None and load.parent is body and load.name == "load":
+        if uses[v] != 1 or load.attrs.get("volatile") or (len(load.operands) == 3 and not _zero(load.operands[2])):
+            return None
+        tile = _operand_tile(load, role, instr_extent, ctx)
+        got = address_cone(load, load.operands[:2], body) if tile is not None else None
+        return ("ring", load, tile, *got) if got is not None else None
+    if not _inside(v, body):
+        return ("once", v, _stored_tile(v.type, role))
+    if role == "a" and scalar_of(v.type).itemsize == 2:
+        return ("regs", v)
+    return None
+
+
+def _wgmma_sources(dot, body, uses, ctx):
+    """The sources of a and b (see `_operand`) when `dot` can run on wgmma, else None."""
     a, b, acc = dot.operands
     if len(acc.type.shape) != 2 or scalar_of(acc.type).name != "fp32":
         return None
@@ -105,12 +143,8 @@ def _wgmma_dot(dot, ctx):
     layout = wgmma_layout(acc.type.shape, ctx.num_warps)
     if layout is None:
         return None
-    loads = [v.defining_op for v in (a, b)]
-    if any(op is None or op.name != "load" or op.parent is not dot.parent or op.attrs.get("volatile")
-           or (len(op.operands) == 3 and not _zero(op.operands[2])) for op in loads):
-        return None
-    tiles = (_operand_tile(loads[0], "a", 64, ctx), _operand_tile(loads[1], "b", layout.instr_n, ctx))
-    return tiles if None not in tiles else None
+    sources = (_operand(a, "a", body, uses, 64, ctx), _operand(b, "b", body, uses, layout.instr_n, ctx))
+    return sources if None not in sources and sources[1][0] != "regs" else None
 
 
 def _plan(loop, stages, ctx):
@@ -124,34 +158,22 @@ def _plan(loop, stages, ctx):
     for op in body.walk():
         for v in op.operands:
             uses[v] = uses.get(v, 0) + 1
-    top_level = {id(o) for o in body.ops}
-    arg_index = {id(a): i for i, a in enumerate(body.args[1:])}
-    dots, stage_bytes = [], 0
+    dots, stage_bytes = {}, 0
     for dot in body.ops:
-        if dot.name != "dot":
-            continue
-        tiles = _wgmma_dot(dot, ctx)
-        acc_op = dot.operands[2].defining_op
-        if tiles is None or any(uses[v] != 1 for v in dot.operands[:2]) or (acc_op is not None and id(acc_op) in top_level):
-            continue  # the dot moves to the top of the body: its accumulator must be carried or from outside
-        copies = []
-        for v, tile in zip(dot.operands[:2], tiles):
-            load = v.defining_op
-            got = address_cone(load, load.operands[:2], body)
-            if got is None:
-                break
-            copies.append((load, tile, *got))
-        if len(copies) == 2:
-            dots.append((dot, copies))
-            stage_bytes += sum(tile.nbytes for _, tile, *_ in copies)
+        if dot.name == "dot":
+            sources = _wgmma_sources(dot, body, uses, ctx)
+            if sources is not None:
+                dots[id(dot)] = sources
+                stage_bytes += sum(src[2].nbytes for src in sources if src[0] == "ring")
     if not dots:
         return None
     budget = max_shared_per_cta(ctx.target.capability) - ALIGN
+    budget -= sum(src[2].nbytes for sources in dots.values() for src in sources if src[0] == "once")
     while stages > 2 and (stages + 1) * stage_bytes > budget:
         stages -= 1
     if (stages + 1) * stage_bytes > budget:
         return None
-    return dots, stages, step, arg_index
+    return dots, stages, step
 
 
 # --- the rewrite -----------------------------------------------------------------------
@@ -191,97 +213,165 @@ def _advance(out, copies, body, arg_index, current, iv_at):
     return {a: mapping.get(yields[arg_index[a]], yields[arg_index[a]]) for a in used}
 
 
-def _rewrite(loop, dots, stages, step, arg_index):
+def _rewrite(loop, dots, stages, step):
     body = loop.regions[0]
     iv, args = body.args[0], body.args[1:]
-    yields = list(body.ops[-1].operands)
+    arg_index = {id(a): i for i, a in enumerate(args)}
+    n_yields = len(body.ops[-1].operands)
     lb, ub = loop.operands[0], loop.operands[1]
     loc = loop.loc
     ring_size = stages + 1
-    copies = [c for _, cs in dots for c in cs]
+    order = [op for op in body.ops if id(op) in dots]
+    copies = [src[1:] for op in order for src in dots[id(op)] if src[0] == "ring"]
     used = sorted({a for c in copies for a in c[3]}, key=arg_index.get)  # by position: deterministic
 
-    # before the loop: the rings, and iterations 0 .. S-2 in flight
-    pre = []
-    rings = [_op(pre, "local_alloc", [], [shared_type(t.element_ty, (ring_size,) + t.shape, t.swizzle, t.order)], loc)
-             for _, t, *_ in copies]
+    # before the loop: operands from outside stored once, the rings, iterations 0 .. S-2 in flight
+    pre, stored = [], {}
+    for op in order:
+        for src in dots[id(op)]:
+            if src[0] == "once" and (src[1], src[2]) not in stored:
+                tile = stored[(src[1], src[2])] = _op(pre, "local_alloc", [], [src[2]], loc)
+                _op(pre, "local_store", [src[1], tile], (), loc)
+    if stored and not copies:  # else the barrier at the top of the body orders them
+        _op(pre, "fence_async_shared", [], (), loc)
+        _op(pre, "barrier", [], (), loc)
+    rings = {id(load): _op(pre, "local_alloc", [], [shared_type(t.element_ty, (ring_size,) + t.shape, t.swizzle, t.order)], loc)
+             for load, t, *_ in copies}
+    ring_list = [rings[id(c[0])] for c in copies]
     current = {a: loop.operands[3 + arg_index[a]] for a in used}
     iv_at = lb
-    for s in range(stages - 1):
+    for s in range(stages - 1 if copies else 0):
         mapping = {iv: iv_at, **{args[arg_index[a]]: current[a] for a in used}}
-        _issue(pre, copies, rings, _const(pre, s, loc), iv_at, ub, mapping, loc)
+        _issue(pre, copies, ring_list, _const(pre, s, loc), iv_at, ub, mapping, loc)
         current = _advance(pre, copies, body, arg_index, current, iv_at)
         iv_at = _op(pre, "add", [iv_at, _const(pre, step, loc, iv.type)], [iv.type], loc)
-    at = loop.parent.ops.index(loop)
-    for i, op in enumerate(pre):
-        op.parent = loop.parent
-        loop.parent.ops.insert(at + i, op)
+    if copies:
+        # carried: the look-ahead values, the slot read and the slot written
+        ahead = {a: body.add_arg(current[a].type) for a in used}
+        read_slot, write_slot = body.add_arg(int32), body.add_arg(int32)
+        loop.operands.extend([current[a] for a in used])
+        loop.operands.extend([_const(pre, 0, loc), _const(pre, stages - 1, loc)])
+    _insert(loop.parent, loop.parent.ops.index(loop), pre)
 
-    # carried: the look-ahead values, the slot read and the slot written
-    ahead = {a: body.add_arg(current[a].type) for a in used}
-    loop.operands.extend(current[a] for a in used)
-    read_slot, write_slot = body.add_arg(int32), body.add_arg(int32)
-    zero = Operation("constant", [], [int32], {"value": 0}, loc=loc)
-    last = Operation("constant", [], [int32], {"value": stages - 1}, loc=loc)
-    for i, op in enumerate((zero, last)):
-        op.parent = loop.parent
-        loop.parent.ops.insert(loop.parent.ops.index(loop), op)
-    loop.operands.extend([zero.results[0], last.results[0]])
-
-    # the top of the body: consume iteration i, then issue iteration i + S-1
-    top = []
-    _op(top, "async_wait", [], (), loc, pending=stages - 2)
-    _op(top, "fence_async_shared", [], (), loc)
-    _op(top, "barrier", [], (), loc)
-    replaced = {}
-    k = 0
-    for dot, cs in dots:
-        views = [_op(top, "local_index", [rings[k + j], read_slot], [cs[j][1]], loc) for j in range(2)]
-        k += 2
-        acc = dot.operands[2]
-        issued = _op(top, "warp_group_dot", [views[0], views[1], acc], [acc.type], dot.loc)
-        replaced[dot.results[0]] = _op(top, "warp_group_dot_wait", [issued], [acc.type], dot.loc, pending=1)
-    iv_ahead = _op(top, "add", [iv, _const(top, (stages - 1) * step, loc, iv.type)], [iv.type], loc)
-    mapping = {iv: iv_ahead, **{args[arg_index[a]]: ahead[a] for a in used}}
-    _issue(top, copies, rings, write_slot, iv_ahead, ub, mapping, loc)
-    following = _advance(top, copies, body, arg_index, ahead, iv_ahead)
-    next_slots = []
-    for slot in (read_slot, write_slot):
-        bumped = _op(top, "add", [slot, _const(top, 1, loc)], [int32], loc)
-        wraps = _op(top, "cmp", [bumped, _const(top, ring_size, loc)], [int1], loc, pred="eq")
-        next_slots.append(_op(top, "select", [wraps, _const(top, 0, loc), bumped], [int32], loc))
-
-    # the old body without its loads and dots, after the new top
-    gone = {id(c[0]) for c in copies} | {id(d) for d, _ in dots}
-    rest = [op for op in body.ops if id(op) not in gone]
-    for op in rest:
-        op.operands = [replaced.get(v, v) for v in op.operands]
-    body.ops[:] = []
-    for op in top + rest:
-        body.append(op)
+    # the body: each dot issued where it was; after the first, the copies of iteration i + S-1
+    new = []
+    if copies:
+        _op(new, "async_wait", [], (), loc, pending=stages - 2)
+        _op(new, "fence_async_shared", [], (), loc)
+        _op(new, "barrier", [], (), loc)
+    ring_loads = {id(c[0]) for c in copies}
+    replaced, deferred, tail = {}, [], []
+    for op in body.ops[:-1]:
+        if id(op) in ring_loads:
+            continue
+        for inner in op.walk():
+            inner.operands = [replaced.get(v, v) for v in inner.operands]
+        if id(op) not in dots:
+            new.append(op)
+            continue
+        views = []
+        for v, src in zip(op.operands[:2], dots[id(op)]):
+            if src[0] == "ring":
+                views.append(_op(new, "local_index", [rings[id(src[1])], read_slot], [src[2]], loc))
+            else:
+                views.append(stored[(src[1], src[2])] if src[0] == "once" else v)
+        acc = op.operands[2]
+        issued = _op(new, "warp_group_dot", views + [acc], [acc.type], op.loc)
+        # a result only carried to the next iteration may stay in flight (that dot's wait
+        # leaves one group pending); one read in this iteration is awaited here, and the
+        # copies are issued while the tensor cores work on it
+        carried_only = all(u is body.ops[-1] for u in _users(body, op.results[0]))
+        wait = Operation("warp_group_dot_wait", [issued], [acc.type], {"pending": int(carried_only)}, loc=op.loc)
+        if carried_only:
+            new.append(wait)
+        if copies and not tail:
+            tail = _issue_ahead(new, copies, ring_list, body, arg_index, ahead, used, iv, step, stages,
+                                ub, (read_slot, write_slot), ring_size, loc)
+        if not carried_only:
+            new.append(wait)
+        wait = wait.results[0]
+        replaced[op.results[0]] = wait
+        if carried_only:
+            deferred.append(wait)
     terminator = body.ops[-1]
-    terminator.operands.extend([following[a] for a in used] + next_slots)
-    for a in used:
-        loop.results.append(Value(following[a].type, loop, len(loop.results)))
-    for _ in next_slots:
-        loop.results.append(Value(int32, loop, len(loop.results)))
+    terminator.operands = [replaced.get(v, v) for v in terminator.operands] + tail
+    body.ops[:] = []
+    for op in new + [terminator]:
+        body.append(op)
+    for i, v in enumerate(tail):
+        loop.results.append(Value(v.type, loop, len(loop.results)))
+    in_flight = [i for i, v in enumerate(terminator.operands[:n_yields]) if v in deferred]
+    for i in in_flight:
+        _await_before_reads(body, args[i])
 
-    # after the loop: the last dots' results, and no copy left in flight
+    # after the loop: the dots still in flight, and no copy left in flight
     after = []
-    accs = [loop.results[i] for i, y in enumerate(terminator.operands[:len(yields)])
-            if y in replaced.values()]
-    if accs:
-        waited = Operation("warp_group_dot_wait", accs, [v.type for v in accs], {"pending": 0}, loc=loc)
-        after.append(waited)
-        swap = dict(zip(accs, waited.results))
+    if in_flight:
+        results = [loop.results[i] for i in in_flight]
+        waited = _op(after, "warp_group_dot_wait", results, [v.type for v in results], loc, pending=0)
+        swap = dict(zip(results, waited.defining_op.results))
     else:
         swap = {}
-    _op(after, "async_wait", [], (), loc, pending=0)
+    if copies:
+        _op(after, "async_wait", [], (), loc, pending=0)
     parent = loop.parent
     at = parent.ops.index(loop) + 1
     for later in parent.ops[at:]:
         for op in later.walk():
             op.operands = [swap.get(v, v) for v in op.operands]
-    for i, op in enumerate(after):
-        op.parent = parent
-        parent.ops.insert(at + i, op)
+    _insert(parent, at, after)
+
+
+def _insert(block, at, ops):
+    for i, op in enumerate(ops):
+        op.parent = block
+        block.ops.insert(at + i, op)
+
+
+def _users(block, v):
+    return [op for op in block.walk() if any(u is v for u in op.operands)]
+
+
+def _issue_ahead(out, copies, rings, body, arg_index, ahead, used, iv, step, stages, ub, slots, ring_size, loc):
+    """The copies of iteration i + S-1 into the write slot; returns what the yield
+    carries on: the look-ahead values one iteration further and the next slots."""
+    args = body.args[1:]
+    iv_ahead = _op(out, "add", [iv, _const(out, (stages - 1) * step, loc, iv.type)], [iv.type], loc)
+    mapping = {iv: iv_ahead, **{args[arg_index[a]]: ahead[a] for a in used}}
+    _issue(out, copies, rings, slots[1], iv_ahead, ub, mapping, loc)
+    following = _advance(out, copies, body, arg_index, ahead, iv_ahead)
+    next_slots = []
+    for slot in slots:
+        bumped = _op(out, "add", [slot, _const(out, 1, loc)], [int32], loc)
+        wraps = _op(out, "cmp", [bumped, _const(out, ring_size, loc)], [int1], loc, pred="eq")
+        next_slots.append(_op(out, "select", [wraps, _const(out, 0, loc), bumped], [int32], loc))
+    return [following[a] for a in used] + next_slots
+
+
+def _await_before_reads(body, arg):
+    """`arg` may still be a dot's accumulator in flight: anything but another dot's
+    accumulator reads it only after a wait with no dot pending (the latest one before the
+    first read takes it as one more operand, or a new one is placed there)."""
+    ops = body.ops
+    def reads(op):
+        return any(u is arg and not (inner.name == "warp_group_dot" and i == 2)
+                   for inner in op.walk() for i, u in enumerate(inner.operands))
+    first = next((k for k, op in enumerate(ops) if reads(op)), None)
+    if first is None:
+        return
+    waits = [k for k in range(first) if ops[k].name == "warp_group_dot_wait" and ops[k].attrs["pending"] == 0]
+    if waits:
+        wait = ops[waits[-1]]
+        wait.operands.append(arg)
+        ready = Value(arg.type, wait, len(wait.results))
+        wait.results.append(ready)
+        later = ops[waits[-1] + 1:]
+    else:
+        wait = Operation("warp_group_dot_wait", [arg], [arg.type], {"pending": 0}, loc=ops[first].loc)
+        wait.parent = body
+        ops.insert(first, wait)
+        ready = wait.results[0]
+        later = ops[first + 1:]
+    for op in later:
+        for inner in op.walk():
+            inner.operands = [ready if u is arg else u for u in inner.operands]
