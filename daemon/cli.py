@@ -260,7 +260,7 @@ def _status(args) -> int:
 def _prewarm(args) -> int:
     from . import prewarm
 
-    progress = prewarm.progress_bar if sys.stderr.isatty() else None
+    progress = prewarm.ProgressBar() if sys.stderr.isatty() else None
     try:
         if args.source:
             sys.path.insert(0, os.getcwd())  # a dotted name is looked up from here, as `python -m` does

@@ -118,13 +118,19 @@ def _in_batches(client, kernels: list[Kernel], timeout: float | None):
             yield item
 
 
-def progress_bar(done: int, total: int, out=sys.stderr) -> None:
-    width = 30
-    filled = width * done // total
-    out.write(f"\rprewarm [{'#' * filled}{'.' * (width - filled)}] {done}/{total}")
-    if done == total:
-        out.write("\n")
-    out.flush()
+class ProgressBar:
+    """A `progress(done, total)` callback that draws a tqdm bar (on stderr)."""
+
+    def __init__(self, out=None):
+        self.out, self._bar = out, None
+
+    def __call__(self, done: int, total: int) -> None:
+        from tqdm import tqdm
+        if self._bar is None:
+            self._bar = tqdm(total=total, desc="prewarm", unit="kernel", file=self.out or sys.stderr)
+        self._bar.update(done - self._bar.n)
+        if done == total:
+            self._bar.close()
 
 
 class NoDaemon(RuntimeError):

@@ -159,3 +159,57 @@ def test_the_daemon_down_warning_shows_the_users_line(tmp_path):
     assert out.returncode == 0, out.stderr
     assert out.stderr.startswith(f"{script}:10: RuntimeWarning: kiln: the compile daemon at unix:"), out.stderr
     assert str(REPO) not in out.stderr and len(out.stderr.splitlines()) == 2
+
+
+def test_prewarm_on_a_terminal_draws_a_tqdm_bar(tmp_path):
+    import fcntl
+    import pty
+    import struct
+    import termios
+    path = os.path.join(tempfile.mkdtemp(prefix="kq-", dir="/tmp"), "d.sock")
+    server, _ = create_server(f"unix:{path}", "kiln.daemon.fake:compile", workers=1, cache=Cache(tmp_path / "c"))
+    server.start()
+    try:
+        manifest = tmp_path / "run.jsonl"
+        manifest.write_text("".join(json.dumps({"name": f"k{i}", "target": "sm_90a", "options": {},
+                                                "ir": IR.format(name=f"k{i}")}) + "\n" for i in range(3)))
+        terminal, stderr = pty.openpty()  # stderr a terminal of 100 columns, as a user's
+        fcntl.ioctl(stderr, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 100, 0, 0))
+        out = subprocess.run([sys.executable, "-m", "kiln.daemon", "prewarm", "--from-manifest", str(manifest),
+                              "--address", f"unix:{path}"], stdout=subprocess.PIPE, stderr=stderr, timeout=120)
+        os.close(stderr)
+        drawn = b""
+        while True:
+            try:
+                chunk = os.read(terminal, 1 << 16)
+            except OSError:  # EIO: the other end is closed and all is read
+                break
+            if not chunk:
+                break
+            drawn += chunk
+        os.close(terminal)
+        drawn = drawn.decode()
+    finally:
+        server.stop(0)
+    assert out.returncode == 0 and out.stdout.decode().startswith("prewarmed 3 kernels")
+    assert "prewarm: 100%|" in drawn and "| 3/3 [" in drawn, drawn  # tqdm's bar
+
+
+def test_metrics_are_prometheus_clients_with_the_cancelled_count(tmp_path):
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from kiln.daemon.metrics import serve_metrics
+    server, port = create_server("127.0.0.1:0", "kiln.daemon.fake:compile", workers=1, cache=Cache(tmp_path / "c"))
+    server.start()
+    httpd = serve_metrics(server.service, "127.0.0.1", 0)
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{httpd.server_address[1]}/metrics", timeout=30) as reply:
+            text = reply.read().decode()
+    finally:
+        httpd.shutdown()
+        server.stop(0)
+    samples = {s.name: s.value for family in text_string_to_metric_families(text) for s in family.samples}
+    assert samples["kiln_daemon_workers"] == 1 and samples["kiln_daemon_cancelled_total"] == 0
+    assert samples["kiln_daemon_requests_total"] == 0 and samples["kiln_cache_entries"] == 0

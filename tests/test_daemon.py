@@ -300,5 +300,6 @@ def test_prometheus_metrics(stub, daemon):
         text = urllib.request.urlopen(url, timeout=10).read().decode()
     finally:
         httpd.shutdown()
-    assert "# TYPE kiln_daemon_requests_total counter" in text and 'kiln_daemon_compile_ms{quantile="0.5"}' in text
-    assert "kiln_daemon_workers 2" in text
+    assert "# TYPE kiln_daemon_requests_total counter" in text and "\nkiln_daemon_requests_total " in text
+    assert 'kiln_daemon_compile_ms{quantile="0.5"}' in text and "\nkiln_daemon_cancelled_total " in text
+    assert "kiln_daemon_workers 2.0" in text
