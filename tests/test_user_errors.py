@@ -83,3 +83,12 @@ def test_a_launch_without_a_gpu_says_so_in_a_few_lines(tmp_path):
     assert len(out.stderr.splitlines()) <= 5, out.stderr  # was 32 lines
     ok = run_script(tmp_path, "good.warmup(x, N=16, grid=(1,), target='sm_90a')", interpret="0")
     assert ok.returncode == 0, ok.stderr  # what the message points at works here
+
+
+def test_the_readme_shows_asm_where_warmup_puts_it(tmp_path):
+    readme = (REPO / "README.md").read_text()
+    assert "kernel.asm" not in readme  # a JITFunction has no asm: what warmup returns has
+    out = run_script(tmp_path, "print(sorted(good.warmup(x, N=16, grid=(1,), target='sm_90a').asm))", "0")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "['cubin', 'kir', 'llir', 'ptx']"
+    assert "`compiled.asm` holds `kir`, `llir`, `ptx`, `cubin`" in readme
