@@ -39,6 +39,23 @@ def node(tmp_path, monkeypatch):
             pass
 
 
+@pytest.fixture
+def unix_daemon(tmp_path):
+    """The address of a daemon (in this process) on a Unix socket of its own."""
+    path = os.path.join(tempfile.mkdtemp(prefix="kp-", dir="/tmp"), "d.sock")
+    server, _ = create_server(f"unix:{path}", "kiln.daemon.fake:compile", workers=1, cache=Cache(tmp_path / "c"))
+    server.start()
+    yield f"unix:{path}"
+    server.stop(0)
+
+
+def manifest_of(tmp_path, n) -> str:
+    manifest = tmp_path / "run.jsonl"
+    manifest.write_text("".join(json.dumps({"name": f"k{i}", "target": "sm_90a", "options": {},
+                                            "ir": IR.format(name=f"k{i}")}) + "\n" for i in range(n)))
+    return str(manifest)
+
+
 def kiln_cmd(*args, env=None, **kwargs):
     return subprocess.run([sys.executable, "-m", "kiln.daemon", *args], capture_output=True, text=True, timeout=120,
                           env=env, **kwargs)
@@ -93,17 +110,9 @@ def test_import_and_export_errors_are_one_line(tmp_path):
         assert out.returncode == 1 and len(out.stderr.splitlines()) == 1 and "Traceback" not in out.stderr, out.stderr
 
 
-def test_prewarm_of_one_kernel_says_kernel(tmp_path):
-    path = os.path.join(tempfile.mkdtemp(prefix="kp-", dir="/tmp"), "d.sock")
-    server, _ = create_server(f"unix:{path}", "kiln.daemon.fake:compile", workers=1, cache=Cache(tmp_path / "c"))
-    server.start()
-    try:
-        manifest = tmp_path / "run.jsonl"
-        manifest.write_text(json.dumps({"name": "one", "target": "sm_90a", "options": {}, "ir": IR.format(name="one")}))
-        out = kiln_cmd("prewarm", "--from-manifest", str(manifest), "--address", f"unix:{path}")
-        assert out.stdout.startswith("prewarmed 1 kernel: miss 1"), out.stdout + out.stderr
-    finally:
-        server.stop(0)
+def test_prewarm_of_one_kernel_says_kernel(tmp_path, unix_daemon):
+    out = kiln_cmd("prewarm", "--from-manifest", manifest_of(tmp_path, 1), "--address", unix_daemon)
+    assert out.stdout.startswith("prewarmed 1 kernel: miss 1"), out.stdout + out.stderr
 
 
 def test_status_and_stop_reach_a_daemon_started_with_listen(node):
@@ -161,36 +170,27 @@ def test_the_daemon_down_warning_shows_the_users_line(tmp_path):
     assert str(REPO) not in out.stderr and len(out.stderr.splitlines()) == 2
 
 
-def test_prewarm_on_a_terminal_draws_a_tqdm_bar(tmp_path):
+def test_prewarm_on_a_terminal_draws_a_tqdm_bar(tmp_path, unix_daemon):
     import fcntl
     import pty
     import struct
     import termios
-    path = os.path.join(tempfile.mkdtemp(prefix="kq-", dir="/tmp"), "d.sock")
-    server, _ = create_server(f"unix:{path}", "kiln.daemon.fake:compile", workers=1, cache=Cache(tmp_path / "c"))
-    server.start()
-    try:
-        manifest = tmp_path / "run.jsonl"
-        manifest.write_text("".join(json.dumps({"name": f"k{i}", "target": "sm_90a", "options": {},
-                                                "ir": IR.format(name=f"k{i}")}) + "\n" for i in range(3)))
-        terminal, stderr = pty.openpty()  # stderr a terminal of 100 columns, as a user's
-        fcntl.ioctl(stderr, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 100, 0, 0))
-        out = subprocess.run([sys.executable, "-m", "kiln.daemon", "prewarm", "--from-manifest", str(manifest),
-                              "--address", f"unix:{path}"], stdout=subprocess.PIPE, stderr=stderr, timeout=120)
-        os.close(stderr)
-        drawn = b""
-        while True:
-            try:
-                chunk = os.read(terminal, 1 << 16)
-            except OSError:  # EIO: the other end is closed and all is read
-                break
-            if not chunk:
-                break
-            drawn += chunk
-        os.close(terminal)
-        drawn = drawn.decode()
-    finally:
-        server.stop(0)
+    terminal, stderr = pty.openpty()  # stderr a terminal of 100 columns, as a user's
+    fcntl.ioctl(stderr, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 100, 0, 0))
+    out = subprocess.run([sys.executable, "-m", "kiln.daemon", "prewarm", "--from-manifest", manifest_of(tmp_path, 3),
+                          "--address", unix_daemon], stdout=subprocess.PIPE, stderr=stderr, timeout=120)
+    os.close(stderr)
+    drawn = b""
+    while True:
+        try:
+            chunk = os.read(terminal, 1 << 16)
+        except OSError:  # EIO: the other end is closed and all is read
+            break
+        if not chunk:
+            break
+        drawn += chunk
+    os.close(terminal)
+    drawn = drawn.decode()
     assert out.returncode == 0 and out.stdout.decode().startswith("prewarmed 3 kernels")
     assert "prewarm: 100%|" in drawn and "| 3/3 [" in drawn, drawn  # tqdm's bar
 
