@@ -354,7 +354,7 @@ _PER_ELEMENT = {
     "copysign": _copysign,
     "neg": _neg, "abs": _abs, "not": _not,
     "exp": _approx("llvm.nvvm.ex2.approx.f", scale_in=LOG2E, f64="__nv_exp"),
-    "exp2": _approx("llvm.nvvm.ex2.approx.f", f64="__nv_exp2"),
+    "exp2": _approx("llvm.nvvm.ex2.approx.ftz.f", f64="__nv_exp2"),  # as Triton (libdevice with ftz)
     "log": _approx("llvm.nvvm.lg2.approx.f", scale_out=LN2, f64="__nv_log"),
     "log2": _approx("llvm.nvvm.lg2.approx.f", f64="__nv_log2"),
     "log1p": _libdevice("__nv_log1pf", "__nv_log1p"),

@@ -200,6 +200,11 @@ def _a_fragments(lw, a, layout, K):
     return [[words[m * per_m + k: m * per_m + k + 4] for k in range(0, per_m, 4)] for m in range(len(words) // per_m)]
 
 
+def _is_zero(v) -> bool:
+    op = v.defining_op
+    return op is not None and op.name == "constant" and op.attrs["value"] == 0 and not isinstance(op.attrs["value"], bool)
+
+
 def _warp_group_dot(lw, op):
     a, b_op, acc = op.operands
     out = op.results[0]
@@ -212,6 +217,10 @@ def _warp_group_dot(lw, op):
     (Wm, Wn), instr_n = layout.warps, layout.instr_n
     values = list(lw.regs(acc, layout))
     b = lw.b
+    # a zero accumulator is not materialized: the first k-step runs with scale-d = 0
+    fresh = _is_zero(acc)
+    if fresh:
+        values = [ir.Constant(F32, ir.Undefined)] * len(values)
     group = b.udiv(lw.warp, lw.i32(4))
     row_base = b.mul(b.urem(group, lw.i32(Wm // 4)), lw.i32(64))
     col_base = b.mul(b.udiv(group, lw.i32(Wm // 4)), lw.i32(instr_n))
@@ -247,7 +256,8 @@ def _warp_group_dot(lw, op):
                 col0 = b.add(col_base, lw.i32(ni * instr_n * Wn))
                 b_desc = _descriptor(lw, b_op, _operand_offset(lw, b_op, 1, col0, k0), b_k_major)
                 first = (mi * n_n + ni) * per
-                got = _asm(lw, text, ret, a_args + [b_desc, lw.i32(1)] + values[first:first + per], constraints)
+                scale_d = lw.i32(0 if fresh and k0 == 0 else 1)
+                got = _asm(lw, text, ret, a_args + [b_desc, scale_d] + values[first:first + per], constraints)
                 values[first:first + per] = [b.extract_value(got, i) for i in range(per)]
     _asm(lw, "wgmma.commit_group.sync.aligned;")
     lw.bind(out, values, layout)
@@ -271,20 +281,34 @@ def _warp_group_dot_wait(lw, op):
         counts.append(len(got))
     if any(r.type not in (F32, I32) for r in regs):
         raise LoweringError("warp_group_dot_wait carries fp32 or int32 accumulators only")
-    # Nothing may run between the loop and this wait: ptxas serializes every wgmma of
-    # the kernel (warning C7514) when instructions sit between the last dot and its
-    # wait, and LLVM sinks index math to the top of the block that uses it. So the code
-    # after the wait starts a block of its own, behind a branch on a value LLVM cannot
-    # see through (%tid.x < 1024, always true).
-    text += f" mov.u32 ${len(regs)}, %tid.x;"
+    # After a loop nothing may run between the loop and this wait: ptxas serializes
+    # every wgmma of the kernel (warning C7514) when instructions sit between the last
+    # dot and its wait, and LLVM sinks index math to the top of the block that uses it.
+    # So the code after such a wait starts a block of its own, behind a branch on a
+    # value LLVM cannot see through (%tid.x < 1024, always true). Inside a loop body the
+    # branch is not needed and would cost registers.
+    fence = not _in_loop(op)
+    if fence:
+        text += f" mov.u32 ${len(regs)}, %tid.x;"
     kinds = [("f" if r.type == F32 else "r") for r in regs]
-    constraints = ",".join([f"={k}" for k in kinds] + ["=r"] + [str(i) for i in range(len(regs))])
-    got = _asm(lw, text, ir.LiteralStructType([r.type for r in regs] + [I32]), regs, constraints)
+    tid = ["=r"] if fence else []
+    constraints = ",".join([f"={k}" for k in kinds] + tid + [str(i) for i in range(len(regs))])
+    got = _asm(lw, text, ir.LiteralStructType([r.type for r in regs] + [I32] * len(tid)), regs, constraints)
     at = 0
     for r, layout, n in zip(op.results, layouts, counts):
         lw.bind(r, [lw.b.extract_value(got, at + i) for i in range(n)], layout)
         at += n
-    _fence_block(lw, lw.b.extract_value(got, len(regs)))
+    if fence:
+        _fence_block(lw, lw.b.extract_value(got, len(regs)))
+
+
+def _in_loop(op) -> bool:
+    block = op.parent
+    while block is not None and isinstance(getattr(block, "parent", None), type(op)):
+        if block.parent.name in ("for", "while"):
+            return True
+        block = block.parent.parent
+    return False
 
 
 def _fence_block(lw, tid):

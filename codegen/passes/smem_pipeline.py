@@ -284,7 +284,7 @@ def _rewrite(loop, dots, stages, step):
         wait = Operation("warp_group_dot_wait", [issued], [acc.type], {"pending": int(carried_only)}, loc=op.loc)
         if carried_only:
             new.append(wait)
-        if copies and not tail:
+        if copies and not tail and op is order[-1]:
             tail = _issue_ahead(new, copies, ring_list, body, arg_index, ahead, used, iv, step, stages,
                                 ub, (read_slot, write_slot), ring_size, loc)
         if not carried_only:
