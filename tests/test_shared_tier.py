@@ -3,6 +3,7 @@ daemons) share compiles through it; damaged, foreign and oversized entries are m
 Redis that dies mid-run costs one warning and never a failed call."""
 import json
 import os
+import signal
 import tempfile
 import warnings
 
@@ -231,6 +232,22 @@ def test_a_tier_that_comes_back_is_used_again(tmp_path):
         assert tier.get("cd" * 32) is None and tier.put("cd" * 32, {"cubin": b"x"}, {"name": "k", "num_warps": 4,
                                                                                      "shared": 0})
         assert tier.get("cd" * 32) is not None
+
+
+def test_a_hung_tier_costs_one_read_timeout_then_is_skipped(tmp_path):
+    """A server that accepts but does not answer (stopped with SIGSTOP): the read times out once."""
+    with RedisServer() as srv:
+        tier = RemoteCache(srv.url, timeout=0.2)
+        assert tier.get("ef" * 32) is None  # connected, a miss
+        os.kill(srv.proc.pid, signal.SIGSTOP)
+        try:
+            with pytest.warns(RuntimeWarning, match="TimeoutError"):
+                assert tier.get("ef" * 32) is None
+            assert not tier.put("ef" * 32, {"cubin": b"x"}, {"name": "k", "num_warps": 4, "shared": 0})
+        finally:
+            os.kill(srv.proc.pid, signal.SIGCONT)
+        s = summary(tier.counts())
+        assert (s["misses"], s["errors"], s["skipped"]) == (1, 1, 1)
 
 
 def test_a_daemon_whose_tier_is_down_still_compiles(monkeypatch, tmp_path):
