@@ -1,8 +1,13 @@
 """The GPU stage of block IR on a CPU: shared buffers in the text form, the smem_pipeline
 and smem_alloc passes as IR text in -> IR text out, the wgmma accumulator layout, and the
 PTX of a pipelined dot for sm_90a (wgmma, cp.async, no local memory, no serialization)."""
+import re
+
+import numpy as np
 import pytest
 
+import kiln
+import kiln.language as tl
 from kiln.codegen import compile as compile_ir, nvjitlink
 from kiln.codegen.layout import Wgmma, thread_elements, wgmma_layout
 from kiln.codegen.passes import canonicalize, cse, dce, smem_alloc, smem_pipeline
@@ -189,3 +194,71 @@ def test_the_pipelined_dot_runs_on_wgmma_without_local_memory_or_serialization()
     # the same kernel for sm_80 keeps mma.sync
     old = compile_ir(fn, "sm_80", {"num_warps": 4, "num_stages": 3})
     assert "mma.sync.aligned.m16n8k16" in old.ptx and "wgmma" not in old.ptx
+
+
+@kiln.jit
+def _attention(Q, K, V, Out, n_ctx, D: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr):
+    offs_m = tl.program_id(0) * BM + tl.arange(0, BM)
+    offs_n = tl.arange(0, BN)
+    offs_d = tl.arange(0, D)
+    q = tl.load(Q + offs_m[:, None] * D + offs_d[None, :])
+    m_i = tl.zeros([BM], dtype=tl.float32) - float("inf")
+    l_i = tl.zeros([BM], dtype=tl.float32)
+    acc = tl.zeros([BM, D], dtype=tl.float32)
+    for start in range(0, n_ctx, BN):
+        k = tl.load(K + (start + offs_n)[None, :] * D + offs_d[:, None])
+        qk = tl.dot(q, k)
+        m_ij = tl.maximum(m_i, tl.max(qk, 1))
+        p = tl.math.exp2(qk - m_ij[:, None])
+        alpha = tl.math.exp2(m_i - m_ij)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        v = tl.load(V + (start + offs_n)[:, None] * D + offs_d[None, :])
+        acc = tl.dot(p.to(tl.float16), v, acc * alpha[:, None])
+        m_i = m_ij
+    tl.store(Out + offs_m[:, None] * D + offs_d[None, :], acc / l_i[:, None])
+
+
+def _attention_ir():
+    x = np.zeros((16, 16), np.float16)
+    k = _attention.warmup(x, x, x, np.zeros((16, 16), np.float32), 256, D=32, BM=64, BN=64,
+                          num_warps=4, num_stages=3, target="sm_90a")
+    return k.asm["kir"]
+
+
+def test_attention_keeps_p_in_registers_and_q_in_shared_memory():
+    fn, ctx = pipelined(_attention_ir())
+    text = print_function(fn, locs=False)
+    assert print_function(parse_function(text), locs=False) == text
+    loop = next(op for op in fn.walk() if op.name == "for")
+    before = fn.body.ops[:fn.body.ops.index(loop)]
+    # Q: stored once, K-major; K and V: rings of four tiles
+    stores = [op for op in before if op.name == "local_store"]
+    assert len(stores) == 1 and str(stores[0].operands[1].type) == "smem<64x32xfp16:swizzle64:order1.0>"
+    rings = [str(op.results[0].type) for op in before if op.name == "local_alloc"][1:]
+    assert rings == ["smem<4x32x64xfp16:swizzle64:order0.1>", "smem<4x64x32xfp16:swizzle64:order1.0>"]
+    body = loop.regions[0].ops
+    dots = [op for op in body if op.name == "warp_group_dot"]
+    waits = [op for op in body if op.name == "warp_group_dot_wait"]
+    assert len(dots) == 2 and dots[0].operands[0] is stores[0].operands[1]
+    assert dots[1].operands[0].defining_op.name == "cast"  # P from registers
+    # the QK^T result is awaited at once, and the same wait covers the carried
+    # accumulator that the last iteration's PV left in flight (read by acc * alpha)
+    assert waits[0].attrs == {"pending": 0} and waits[0].operands[1] is loop.regions[0].args[1]
+    assert waits[1].attrs == {"pending": 1} and waits[1].operands[0] is dots[1].results[0]
+    names_in_body = [op.name for op in body]
+    assert names_in_body.index("async_copy") > names_in_body.index("warp_group_dot", names_in_body.index("cast"))
+    after = [op.name for op in fn.body.ops[fn.body.ops.index(loop) + 1:]]
+    assert after[:2] == ["warp_group_dot_wait", "async_wait"]
+    assert "load" in names(fn) and "dot" not in names(fn)  # Q's load stays; K's and V's became copies
+
+
+def test_attention_lowers_to_wgmma_with_a_from_registers():
+    k = compile_ir(parse_function(_attention_ir()), "sm_90a", {"num_warps": 4, "num_stages": 3}, check=True)
+    ptx = k.ptx
+    # QK^T: both operands from descriptors; PV: A as four 32-bit registers
+    assert ptx.count("wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16") == 2
+    assert ptx.count("wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16") == 4
+    assert re.search(r"m64n32k16\.f32\.f16\.f16 \{[^}]*\}, \{%r\d+, %r\d+, %r\d+, %r\d+\}, %rd\d+", ptx)
+    assert "st.shared" in ptx and "ld.local" not in ptx and "st.local" not in ptx and k.n_spills == 0
+    _, info = nvjitlink.link_cubin(ptx, parse_target("sm_90a"))
+    assert "C751" not in info

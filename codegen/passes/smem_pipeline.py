@@ -1,28 +1,37 @@
 """Software pipelining through shared memory, for dots that run on Hopper's wgmma.
 
-A `for` loop (constant positive step, nothing stored in its body) whose `dot` takes
-both operands straight from block loads becomes, with S = the loop's `num_stages`:
+In a `for` loop (constant positive step, nothing stored in its body) a `dot` runs on
+wgmma when each operand comes one of three ways:
+    ring:  a block load in the body (its address a pure function of the induction
+           variable and of carried values that advance by pure ops), copied ahead with
+           cp.async through a ring of S + 1 swizzled tiles, S = the loop's `num_stages`;
+    once:  a value defined before the loop (attention's Q), stored to a tile once;
+    regs:  A only, a 16-bit value computed in the body (attention's P), read from
+           registers: wgmma's A fragment is the accumulator layout's register order.
 
-    before the loop:  a ring of S + 1 tiles per operand (`local_alloc`); the copies of
-                      iterations 0 .. S-2 issued (`async_copy`, one group each)
+The rewritten loop:
+    before the loop:  the `once` tiles stored; the rings; the copies of iterations
+                      0 .. S-2 issued (`async_copy`, one group each)
     each iteration i: wait until iteration i's group has landed (`async_wait`, S-2
                       groups may stay in flight), `fence_async_shared` and a barrier;
-                      `warp_group_dot` on tile i % (S+1) of each ring, then wait until
-                      only that dot is in flight; then the copies of iteration i + S-1
-                      into tile (i + S-1) % (S+1), committed as one group
-    after the loop:   wait for the last dot and drain the copies.
+                      each dot issued where it was (`warp_group_dot`); after the last one,
+                      the copies of iteration i + S-1 into tile (i + S-1) % (S+1)
+    after the loop:   wait for the dots still in flight and drain the copies.
 
-The copy of iteration i + S-1 overwrites the tile that the dot of iteration i - 2 read:
-every warpgroup finished that dot before the barrier of iteration i (it waited for it in
+A dot whose result is only carried to the next iteration (matmul's accumulator) is left
+in flight: its wait leaves one group pending. Any other result is awaited at once. A
+carried value still in flight that the next iteration reads other than as another dot's
+accumulator (attention's `acc * alpha`) is awaited before that read, by the latest wait
+with nothing pending (one more operand of it) or a new one.
+
+The copy of iteration i + S-1 overwrites the tile that the dots of iteration i - 2 read:
+every warpgroup finished those before the barrier of iteration i (it waited for them in
 iteration i - 1), which is why the ring has one tile more than there are stages.
 
-The address and mask of a load are cloned for iteration i + S-1: they may use the
-induction variable, values from outside the loop and carried values that advance by
-pure ops (`ptrs += BLOCK_K * stride`); those get a look-ahead copy carried S-1 iterations
-ahead. Masked-off elements are copied as zeros, so `other` must be absent or zero.
-
-Each tile is stored with the loaded pointer's contiguous dim innermost, in rows of up to
-128 bytes, swizzled as wgmma reads them (kiln.ir.types.shared_type).
+Masked-off elements are copied as zeros, so a load's `other` must be absent or zero.
+Each ring tile is stored with the loaded pointer's contiguous dim innermost, a `once`
+tile K-major, in rows of up to 128 bytes swizzled as wgmma reads them
+(kiln.ir.types.shared_type).
 """
 from __future__ import annotations
 
