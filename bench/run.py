@@ -131,6 +131,13 @@ def matmul(libs, sizes, dtypes=("fp16", "bf16", "fp8")):
     return tutorial.run(libs, list(dtypes), sizes, tutorial.CONFIGS, rounds=ROUNDS)
 
 
+def attention(libs, dims, contexts):
+    """A FlashAttention-2 forward, one kernel source autotuned by each library, against
+    PyTorch SDPA (bench/attention.py)."""
+    import attention as fa
+    return fa.run(libs, dims, contexts, fa.CONFIGS, rounds=ROUNDS)
+
+
 def launch_overhead(libs, repeat=2000, rounds=7):
     """Host time of one launch of a tiny kernel, in µs (the GPU work is negligible).
 
@@ -234,13 +241,18 @@ def matmul_table(rows) -> str:
     return tutorial.table(rows)
 
 
+def attention_table(rows) -> str:
+    import attention as fa
+    return fa.table(rows)
+
+
 def plot(results, path):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     panels = [("vector_add", "vector add fp32 (GB/s)", True), ("softmax", "softmax fp32, 4096 rows (GB/s)", False),
               ("layer_norm", "layer norm fwd fp16, 4096 rows (GB/s)", False)]
-    fig, axes = plt.subplots(1, 3, figsize=(16, 4.5))
+    fig, axes = plt.subplots(1, 4, figsize=(21, 4.5))
     for ax, (key, title, logx) in zip(axes, panels):
         rows = results[key]
         for lib in ("kiln", "triton", "torch"):
@@ -249,6 +261,15 @@ def plot(results, path):
         ax.set_title(title)
         ax.legend()
         ax.grid(alpha=0.3)
+    ax = axes[3]
+    for dim, causal in sorted({(r["dim"], r["causal"]) for r in results["attention"]}):
+        rows = [r for r in results["attention"] if (r["dim"], r["causal"]) == (dim, causal)]
+        ax.plot([r["n_ctx"] for r in rows], [r["kiln"] / r["triton"] for r in rows], marker="o",
+                label=f"D{dim}{' causal' if causal else ''}")
+    ax.set_xscale("log", base=2)
+    ax.set_title("attention fwd fp16: kiln / Triton")
+    ax.legend()
+    ax.grid(alpha=0.3)
     fig.suptitle(f"kiln vs Triton vs PyTorch on {results['gpu']} ({results['date']})")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -260,7 +281,7 @@ def main():
     parser.add_argument("--out", default=os.path.join(HERE, "results"))
     parser.add_argument("--rounds", type=int, default=3, help="turns each library takes per size (median)")
     parser.add_argument("--only", nargs="*", help="run only these sections (vector_add softmax layer_norm "
-                                                   "matmul launch first_call); writes no files")
+                                                   "matmul attention launch first_call); writes no files")
     args = parser.parse_args()
     global ROUNDS
     ROUNDS = args.rounds
@@ -277,7 +298,8 @@ def main():
     if args.only:
         sections = {"vector_add": lambda: vector_add(libs, [1 << 20, 1 << 27]),
                     "softmax": lambda: softmax(libs, [1024, 16384]), "layer_norm": lambda: layer_norm(libs, [4096]),
-                    "matmul": lambda: matmul(libs, [4096], ["fp16"]), "launch": lambda: launch_overhead(libs),
+                    "matmul": lambda: matmul(libs, [4096], ["fp16"]),
+                    "attention": lambda: attention(libs, [64], [4096]), "launch": lambda: launch_overhead(libs),
                     "first_call": lambda: first_call({n: os.path.dirname(m.__file__) for n, m in libs.items()})}
         for name in args.only:
             print(name, json.dumps(sections[name](), indent=1))
@@ -286,6 +308,7 @@ def main():
     results["softmax"] = softmax(libs, [256, 1024, 4096, 16384] if q else [256, 512, 1024, 2048, 4096, 8192, 16384])
     results["layer_norm"] = layer_norm(libs, [1024, 4096, 8192] if q else [1024, 2048, 4096, 8192])
     results["matmul"] = matmul(libs, [4096] if q else [2048, 4096, 8192])
+    results["attention"] = attention(libs, [64, 128], [4096] if q else [1024, 4096, 16384])
     results["launch_us"] = launch_overhead(libs)
     results["first_call_s"] = first_call({n: os.path.dirname(m.__file__) for n, m in libs.items()})
 
@@ -297,7 +320,9 @@ def main():
           ratio_table("fused softmax fp32, 4096 rows × N (GB/s)", "GB/s", results["softmax"]),
           ratio_table("layer norm forward fp16, 4096 rows × N (GB/s)", "GB/s", results["layer_norm"]),
           "#### matmul, N³, tutorial 03's kernel autotuned over its configs (TFLOP/s)\n",
-          matmul_table(results["matmul"]) + "\n"]
+          matmul_table(results["matmul"]) + "\n",
+          "#### attention forward fp16, Z=4 H=32, one FlashAttention-2 kernel source autotuned by each library "
+          "(TFLOP/s)\n", attention_table(results["attention"]) + "\n"]
     lu = results["launch_us"]
     md.append(f"### launch of a tiny kernel (host µs per launch)\n\nkiln {lu['kiln']:.1f} · Triton "
               f"{lu['triton']:.1f} · PyTorch {lu['torch']:.1f} · kiln / Triton {lu['kiln'] / lu['triton']:.2f}\n")
