@@ -60,10 +60,11 @@ class RemoteCache:
 
         self.where = redacted(url)
         self.retry_after, self.max_entry_bytes = retry_after, max_entry_bytes
-        # no CLIENT SETINFO, no maintenance-notification handshake (redis-py >= 5, >= 6.4): each is a
-        # round trip on a new connection, and a cold node's first call makes one (11 ms of 13 here)
+        # no CLIENT SETINFO, no maintenance-notification handshake where this redis-py has them: each is
+        # a round trip on a new connection, and a cold node's first call makes one (11 ms of 13 here)
         accepted = inspect.signature(redis.Redis.__init__).parameters
-        quiet = {name: None for name in ("lib_name", "lib_version", "maint_notifications_config") if name in accepted}
+        setinfo = ("driver_info",) if "driver_info" in accepted else ("lib_name", "lib_version")
+        quiet = {name: None for name in (*setinfo, "maint_notifications_config") if name in accepted}
         self._client = redis.Redis.from_url(url, socket_connect_timeout=connect_timeout, socket_timeout=timeout,
                                             retry=Retry(NoBackoff(), 0), health_check_interval=0, **quiet)
         self._errors = (redis.RedisError, OSError)

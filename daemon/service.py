@@ -3,10 +3,10 @@
 A request's IR is decoded and verified (INVALID_ARGUMENT if that fails), its compile key
 computed from the canonical bytes, and then: a hit in the node cache answers at once;
 otherwise the request joins the compile already in flight for that key (MERGED) or starts
-one (MISS). The result goes into the node cache before any waiter hears of it. A request
-whose client goes away (cancelled, or past its deadline) stops waiting at once, and a
-compile nobody waits for any more is abandoned (see `flight`). What one request may ask
-for is bounded (see `limits`).
+one (MISS). The result goes into the node cache (and the shared tier, when the daemon has
+one) before any waiter hears of it. A request whose client goes away (cancelled, or past its
+deadline) stops waiting at once, and a compile nobody waits for any more is abandoned (see
+`flight`). What one request may ask for is bounded (see `limits`).
 """
 from __future__ import annotations
 
@@ -275,9 +275,9 @@ class CompilerService(compiler_pb2_grpc.CompilerServicer):
         except Exception as e:  # noqa: BLE001 - a full disk must not fail the compile
             log.error("key=%s event=cache_write_failed error=%r", req.key[:16], str(e))
         log.info("key=%s kernel=%s event=compiled ms=%.1f", req.key[:16], req.fn.name, result["compile_ms"])
+        if self.remote is not None:  # before the waiters hear: a prewarm that ends finds every kernel there
+            self.remote.put(req.key, artifacts, metadata)  # (a tier that fails is skipped for a while after)
         self.flights.land(req.key, future, result)
-        if self.remote is not None:  # after the waiters have their answer: a slow tier must not hold them
-            self.remote.put(req.key, artifacts, metadata)
 
     def _response(self, req: _Request, result: dict, status) -> pb.CompileResponse:
         return _response_message(req.key, result, status, req.dumps)
