@@ -30,13 +30,14 @@ def find() -> str | None:
 
 
 class RedisServer:
-    """`redis-server` on 127.0.0.1 at a free port, without persistence, stopped by `stop()`."""
+    """`redis-server` on 127.0.0.1 at a free port, without persistence, stopped by `stop()`.
+    With `tls` ({"cert", "key", "ca"}: PEM files) it speaks TLS only, and `url` is rediss://."""
 
-    def __init__(self, binary: str | None = None, password: str | None = None):
+    def __init__(self, binary: str | None = None, password: str | None = None, tls: dict | None = None):
         self.binary = binary or find()
         if self.binary is None:
             raise RuntimeError(MISSING)
-        self.password = password
+        self.password, self.tls = password, tls
         self.folder = tempfile.mkdtemp(prefix="kiln-redis-")
         self.port = None
         self.proc = None
@@ -44,12 +45,16 @@ class RedisServer:
     @property
     def url(self) -> str:
         auth = f":{self.password}@" if self.password else ""
-        return f"redis://{auth}127.0.0.1:{self.port}/0"
+        return f"{'rediss' if self.tls else 'redis'}://{auth}127.0.0.1:{self.port}/0"
 
     def start(self) -> "RedisServer":
         self.port = self.port or _free_port()
         args = [self.binary, "--bind", "127.0.0.1", "--port", str(self.port), "--save", "", "--appendonly", "no",
                 "--dir", self.folder, "--maxmemory", "256mb", "--maxmemory-policy", "allkeys-lru"]
+        if self.tls:
+            args[3:5] = ["--port", "0", "--tls-port", str(self.port), "--tls-cert-file", self.tls["cert"],
+                         "--tls-key-file", self.tls["key"], "--tls-ca-cert-file", self.tls["ca"],
+                         "--tls-auth-clients", "no"]
         if self.password:
             args += ["--requirepass", self.password]
         self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,

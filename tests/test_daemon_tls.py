@@ -1,8 +1,6 @@
 """A daemon that serves other hosts: TLS with a certificate from the cluster's own CA, plus the
 token. A client without the CA, with another CA, or without the token is refused; one with
 both compiles remotely and keeps the result in its node cache."""
-import datetime
-import ipaddress
 import os
 import socket
 import subprocess
@@ -19,49 +17,16 @@ from kiln.daemon.client import Client
 from kiln.daemon.tls import TLSError, channel_credentials, server_credentials
 from kiln.ir import parse_function
 
-x509 = pytest.importorskip("cryptography.x509", reason="the TLS tests make their CA with `cryptography`")
-from cryptography.hazmat.primitives import hashes, serialization  # noqa: E402
-from cryptography.hazmat.primitives.asymmetric import ec  # noqa: E402
-from cryptography.x509.oid import NameOID  # noqa: E402
+pytest.importorskip("cryptography", reason="the TLS tests make their CA with `cryptography`")
+from tls_certs import make_pki  # noqa: E402
 
 TOKEN = "cluster-token"
 FN = parse_function("kernel @remote_k(%x: ptr<int32>) {\n  %v = load %x : int32\n  store %x, %v\n  return\n}\n")
 
 
-def _certificate(subject: str, key, issuer=None, issuer_key=None, ca=False):
-    now = datetime.datetime.now(datetime.timezone.utc)
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)])
-    builder = (x509.CertificateBuilder().subject_name(name).issuer_name(issuer.subject if issuer else name)
-               .public_key(key.public_key()).serial_number(x509.random_serial_number())
-               .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=1))
-               .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True))
-    if not ca:
-        builder = builder.add_extension(x509.SubjectAlternativeName(
-            [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
-    return builder.sign(issuer_key or key, hashes.SHA256())
-
-
-def _pem(folder, name, cert=None, key=None):
-    path = os.path.join(folder, name)
-    with open(path, "wb") as f:
-        if cert is not None:
-            f.write(cert.public_bytes(serialization.Encoding.PEM))
-        else:
-            f.write(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                      serialization.NoEncryption()))
-    return path
-
-
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory):
-    """A self-signed CA, a server certificate it signed (localhost, 127.0.0.1), and another CA."""
-    folder = str(tmp_path_factory.mktemp("pki"))
-    ca_key, other_key, server_key = (ec.generate_private_key(ec.SECP256R1()) for _ in range(3))
-    ca = _certificate("kiln test CA", ca_key, ca=True)
-    server = _certificate("kiln daemon", server_key, issuer=ca, issuer_key=ca_key)
-    return {"ca": _pem(folder, "ca.pem", ca), "other_ca": _pem(folder, "other.pem", _certificate("other", other_key, ca=True)),
-            "cert": _pem(folder, "server.pem", server), "key": _pem(folder, "server.key", key=server_key),
-            "folder": folder}
+    return make_pki(tmp_path_factory.mktemp("pki"))
 
 
 @pytest.fixture(scope="module")

@@ -250,6 +250,20 @@ def test_a_hung_tier_costs_one_read_timeout_then_is_skipped(tmp_path):
         assert (s["misses"], s["errors"], s["skipped"]) == (1, 1, 1)
 
 
+def test_a_tier_over_tls(tmp_path):
+    """rediss://, the server verified against the CA named in the URL; another CA is a failure."""
+    pytest.importorskip("cryptography", reason="the TLS test makes its CA with `cryptography`")
+    from tls_certs import make_pki
+    pki = make_pki(tmp_path)
+    with RedisServer(tls=pki) as srv:
+        tier = RemoteCache(f"{srv.url}?ssl_ca_certs={pki['ca']}")
+        assert tier.put("12" * 32, {"cubin": b"x"}, {"name": "k", "num_warps": 4, "shared": 0})
+        assert tier.get("12" * 32)[0] == {"cubin": b"x"} and tier.where == srv.url
+        stranger = RemoteCache(f"{srv.url}?ssl_ca_certs={pki['other_ca']}")
+        with pytest.warns(RuntimeWarning, match="certificate verify failed"):
+            assert stranger.get("12" * 32) is None
+
+
 def test_a_daemon_whose_tier_is_down_still_compiles(monkeypatch, tmp_path):
     down = RedisServer().start()
     down.stop()  # a port where nothing listens
