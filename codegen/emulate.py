@@ -138,6 +138,7 @@ def _ldmatrix(state, count, out, addr, trans=False):
 def _host_math():
     f = {
         "ex2_approx_f": lambda x: _safe(lambda: 2.0 ** x), "lg2_approx_f": lambda x: _safe(lambda: math.log2(x)),
+        "ex2_approx_ftz_f": lambda x: _safe(lambda: _flush(2.0 ** _flush(x))),
         "rsqrt_approx_f": lambda x: _safe(lambda: 1 / math.sqrt(x)), "sqrt_approx_f": lambda x: _safe(lambda: math.sqrt(x)),
     }
     one = {"exp": math.exp, "exp2": lambda x: 2.0 ** x, "log": math.log, "log2": math.log2, "log1p": math.log1p,
@@ -152,6 +153,11 @@ def _host_math():
     two = {"pow": math.pow, "atan2": math.atan2, "hypot": math.hypot, "remainder": math.remainder,
            "fdim": lambda x, y: max(x - y, 0.0), "nextafter": math.nextafter}
     return f, one, two
+
+
+def _flush(x):
+    """fp32 subnormals become zero (the `.ftz` instruction forms)."""
+    return math.copysign(0.0, x) if abs(x) < 1.1754943508222875e-38 else x
 
 
 def _erfinv(y):
