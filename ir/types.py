@@ -88,7 +88,9 @@ class dtype:
         return self.name
 
     def __repr__(self):
-        return f"kiln.language.{self.name}"
+        # Triton's form, an expression that evaluates to the dtype where `triton` is kiln
+        name = "float" + self.name[2:] if self.name.startswith("fp") else self.name.replace("bf", "bfloat", 1)
+        return f"triton.language.{name}"
 
     @property
     def cache_key_part(self):
@@ -120,7 +122,7 @@ class pointer_type(dtype):
         return np.dtype(np.uint64)
 
     def __repr__(self):
-        return f"pointer<{self.element_ty_!r}>"
+        return f"pointer<{self.element_ty_}>"  # as Triton prints it
 
 
 class block_type(dtype):

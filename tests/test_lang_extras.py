@@ -341,11 +341,61 @@ def test_float8e4b15_is_its_own_type_moved_but_not_converted():
     np.testing.assert_array_equal(out, raw)
 
 
-@pytest.mark.interpreter_only
-def test_float8e4b15_conversion_is_refused():
-    raw = kiln.reinterpret(np.zeros(16, np.uint8), tl.float8e4b15)
-    with pytest.raises(CompilationError, match="float8e4b15"):
-        _copy_bytes[(1,)](raw, raw, N=16, CONVERT=True)
+def _fp8e4b15_value(byte):
+    """The format's definition: sign, 4 exponent bits with bias 15, 3 mantissa bits, no inf or NaN."""
+    byte = int(byte)
+    sign, exp, man = -1.0 if byte & 0x80 else 1.0, (byte >> 3) & 0xF, byte & 0x7
+    return sign * (2.0**-14 * man / 8 if exp == 0 else 2.0**(exp - 15) * (1 + man / 8))
+
+
+def test_float8e4b15_converts_as_tritons_gpu_conversion():
+    raw, up = np.arange(256, dtype=np.uint8), np.zeros(256, np.float32)
+    _to_float32[(1,)](kiln.reinterpret(raw, tl.float8e4b15), up, N=256)
+    np.testing.assert_array_equal(up, [_fp8e4b15_value(b) for b in range(256)])
+    back = np.zeros(256, np.uint8)
+    _copy_bytes[(1,)](kiln.reinterpret(raw, tl.float8e4b15), kiln.reinterpret(back, tl.float8e4b15), N=256,
+                      CONVERT=True)
+    expected = raw.copy()
+    expected[[0x7F, 0xFF]] = [0x7E, 0xFE]  # the largest magnitude, 1.875, comes back clamped to 1.75
+    np.testing.assert_array_equal(back, expected)
+
+
+def test_float32_to_float8e4b15_clamps_and_rounds_ties_away():
+    x = np.array([1.0625, -1.0625, 0.3, 5.0, -np.inf, np.nan, 1e-5, 0.0], np.float32)
+    out = np.zeros(8, np.uint8)
+    _from_float32[(1,)](x, kiln.reinterpret(out, tl.float8e4b15), N=8)
+    assert [int(b) for b in out] == [0x79, 0xF9, 0x6A, 0x7E, 0xFE, 0x7E, 0x01, 0x00]
+
+
+def test_float8e4b15_arithmetic_goes_through_float16():
+    raw = np.array([0x78, 0x70, 0xF0, 0x01, 0x7E, 0x00, 0x80, 0x3C], np.uint8)
+    out_abs, out_fma = np.zeros(8, np.uint8), np.zeros(8, np.uint8)
+    _fp8e4b15_math[(1,)](kiln.reinterpret(raw, tl.float8e4b15), kiln.reinterpret(out_abs, tl.float8e4b15),
+                         kiln.reinterpret(out_fma, tl.float8e4b15), N=8)
+    np.testing.assert_array_equal(out_abs, raw & 0x7F)  # abs clears the sign bit, -x flips it
+    # x*x + x on 1.0, 0.5, -0.5, 2^-17, 1.75, 0, -0, 1.5*2^-8: 2 and 4.81 clamp to 1.75 (0x7e),
+    # 0.75 is 0x74, -0.25 is 0xe8, -0*-0 + -0 is +0, and 2^-17 and 1.5*2^-8 keep their codes
+    assert [int(b) for b in out_fma] == [0x7E, 0x74, 0xE8, 0x01, 0x7E, 0x00, 0x00, 0x3C]
+
+
+@kiln.jit
+def _to_float32(x_ptr, out_ptr, N: tl.constexpr):
+    offs = tl.arange(0, N)
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs).to(tl.float32))
+
+
+@kiln.jit
+def _from_float32(x_ptr, out_ptr, N: tl.constexpr):
+    offs = tl.arange(0, N)
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs).to(tl.float8e4b15))
+
+
+@kiln.jit
+def _fp8e4b15_math(x_ptr, abs_ptr, fma_ptr, N: tl.constexpr):
+    offs = tl.arange(0, N)
+    x = tl.load(x_ptr + offs)
+    tl.store(abs_ptr + offs, tl.where(x < 0, -x, tl.abs(x)))
+    tl.store(fma_ptr + offs, x * x + x)
 
 
 @kiln.jit

@@ -154,7 +154,7 @@ def test_python_scalar_on_the_left(op, a_dt, b, expect):
     ("+", tl.int8, 300, "out of range"), ("&", tl.int8, 255, "out of range"), ("+", tl.int32, 2**31, "out of range"),
     ("+", tl.uint32, 2**32 + 1, "out of range"), ("+", tl.uint8, -1, "unsigned"), ("&", tl.uint32, -1, "unsigned"),
     ("//", tl.uint32, tl.int32, "signedness"), ("%", tl.uint32, tl.int32, "signedness"),
-    ("/", tl.uint8, tl.int8, "signedness"), ("//", tl.float32, tl.float32, "fp32"), ("&", tl.float32, tl.int32, "fp32"),
+    ("/", tl.uint8, tl.int8, "signedness"), ("//", tl.float32, tl.float32, "fp32"), ("&", tl.float32, tl.int32, "float32"),
     ("+", tl.float32, tl.float16, "unexpected result dtype"),  # the table says fp32, not fp16
 ])
 def test_promotion_errors(op, a_dt, b, match):

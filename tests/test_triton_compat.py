@@ -397,3 +397,31 @@ def test_scalar_indexed_with_none_and_colon():
     z = np.zeros(1, np.float32)
     _sum_keep_dims[(1,)](x, z, 4, 8)
     assert z[0] == x.sum()
+
+
+def test_dtype_repr_is_tritons_evaluatable_form():
+    names = ["int8", "uint32", "int1", "float16", "bfloat16", "float32", "float64", "float8e4nv", "float8e4b15"]
+    for name in names:
+        assert repr(getattr(tl, name)) == f"triton.language.{name}"
+        assert eval(repr(getattr(tl, name)), {"triton": kiln}) is getattr(tl, name)
+    assert repr(tl.pointer_type(tl.float16)) == "pointer<fp16>"
+
+
+def test_runtime_jit_and_errors_modules():
+    from kiln.runtime.errors import InterpreterError, OutOfResources
+    from kiln.runtime.jit import JITFunction, TensorWrapper, reinterpret
+    assert (InterpreterError, OutOfResources, JITFunction) == (kiln.InterpreterError, kiln.OutOfResources,
+                                                               kiln.JITFunction)
+    assert isinstance(reinterpret(np.zeros(4, np.uint8), tl.float8e5), TensorWrapper)
+
+
+@triton.jit
+def _narrow_descriptor(ptr):
+    desc = tl.make_tensor_descriptor(ptr, [16, 16], [16, 1], [2, 2])
+    desc.load([0, 0])
+
+
+def test_descriptor_block_too_narrow_says_tritons_words():
+    with pytest.raises(triton.CompilationError) as info:
+        _narrow_descriptor[(1,)](np.zeros(256, np.float32))
+    assert "Descriptor block shape must have at least 16 bytes" in str(info.value.__cause__)

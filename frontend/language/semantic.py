@@ -224,16 +224,40 @@ def integer_promote(a: dtype, b: dtype) -> dtype:
     return unsigned if unsigned.primitive_bitwidth >= signed.primitive_bitwidth else signed
 
 
-def refuse_fp8e4b15(*types):
-    """kiln keeps fp8e4b15 values as bytes: it loads, stores and bitcasts them but does not compute."""
-    if any(scalar_of(t).name == "fp8e4b15" for t in types):
-        raise TypeError("kiln does not convert or compute with float8e4b15 (Triton supports it only before "
-                        "sm_90); load, store and bitcast it, or use float8e4nv")
+def is_fp8e4b15(t) -> bool:
+    return scalar_of(t).name == "fp8e4b15"
+
+
+def fp8e4b15_to_fp16(x: tensor) -> tensor:
+    """fp8e4b15 -> fp16 exactly as Triton's GPU conversion: both have exponent bias 15, so the
+    byte's sign goes to bit 15 and its other seven bits shift into fp16's exponent and mantissa
+    (every byte is finite; 0x7f is 1.875)."""
+    w = cast(cast(x, dtype("uint8"), bitcast=True), dtype("uint16"))
+    bits = or_(shl(and_(w, 0x80), 8), shl(and_(w, 0x7F), 7))
+    return cast(bits, float16, bitcast=True)
+
+
+def fp16_to_fp8e4b15(h: tensor) -> tensor:
+    """fp16 -> fp8e4b15 as Triton's GPU conversion: the magnitude clamped at 1.75 (infinities and
+    NaN included), rounded to 3 mantissa bits with ties away from zero, the sign kept."""
+    bits = cast(h, dtype("uint16"), bitcast=True)
+    magnitude = minimum(and_(bits, 0x7FFF), 0x3F00)  # bit order is value order for finite halves
+    byte = or_(shr(add(magnitude, 0x40), 7), and_(shr(bits, 8), 0x80))
+    return cast(cast(byte, dtype("uint8")), dtype("fp8e4b15"), bitcast=True)
+
+
+def _cast_fp8e4b15(x: tensor, dst: dtype) -> tensor:
+    """A conversion to or from fp8e4b15, through fp16 as Triton does (fp32 reaches fp16 rounding
+    toward zero; other types go through fp32 first)."""
+    if is_fp8e4b15(x.dtype):
+        return cast(fp8e4b15_to_fp16(x), dst)
+    if not x.dtype.is_fp16():
+        x = cast(cast(x, float32), float16, fp_downcast_rounding="rtz")
+    return fp16_to_fp8e4b15(x)
 
 
 def computation_type(a: dtype, a_is_py: bool, b: dtype, b_is_py: bool, div_or_mod: bool) -> dtype:
     """Triton's promotion table for a binary arithmetic op."""
-    refuse_fp8e4b15(a, b)
     if a_is_py != b_is_py:
         py, ten = (a, b) if a_is_py else (b, a)
         if _KIND_RANK[py.kind] <= _KIND_RANK[ten.kind]:
@@ -322,6 +346,8 @@ _BITWISE = ("and", "or", "xor")
 
 
 def _elementwise(name, a: tensor, b: tensor, **attrs) -> tensor:
+    if is_fp8e4b15(a.dtype):  # no hardware computes in it: compute in fp16, convert back
+        return cast(_elementwise(name, fp8e4b15_to_fp16(a), fp8e4b15_to_fp16(b), **attrs), a.dtype)
     folded = None if attrs else _fold_binary(name, a, b)
     return folded if folded is not None else _emit(name, [a, b], a.type, **attrs)
 
@@ -443,6 +469,8 @@ def neg(a):
     a = to_tensor(a)
     if a.dtype.is_ptr():
         raise TypeError("cannot negate a pointer")
+    if is_fp8e4b15(a.dtype):  # flip the sign bit
+        return cast(xor_(cast(a, dtype("uint8"), bitcast=True), 0x80), a.dtype, bitcast=True)
     return _emit("neg", [a], a.type)
 
 
@@ -457,6 +485,8 @@ def abs(a):
     a = to_tensor(a)
     if a.dtype.is_int_unsigned():
         return a
+    if is_fp8e4b15(a.dtype):  # clear the sign bit, as Triton does
+        return cast(and_(cast(a, dtype("uint8"), bitcast=True), 0x7F), a.dtype, bitcast=True)
     return _emit("abs", [a], a.type)
 
 
@@ -465,6 +495,8 @@ def _compare(pred, a, b):
     a, b = binary_operands(to_tensor(a), to_tensor(b), allow_ptr=True)
     if a.dtype.is_ptr() != b.dtype.is_ptr():
         raise TypeError(f"cannot compare {a.dtype} with {b.dtype}")
+    if is_fp8e4b15(a.dtype):
+        a, b = fp8e4b15_to_fp16(a), fp8e4b15_to_fp16(b)
     return _emit("cmp", [a, b], with_shape(int1, a.type.shape), pred=pred)
 
 
@@ -507,7 +539,9 @@ def where(cond, x, y):
 
 def math_unary(name, x, *, allow_int=False):
     x = to_tensor(x)
-    refuse_fp8e4b15(x.dtype)
+    if is_fp8e4b15(x.dtype):
+        y = math_unary(name, fp8e4b15_to_fp16(x), allow_int=allow_int)
+        return y if name in PREDICATE_OPS else cast(y, x.dtype)
     if not x.dtype.is_floating() and not (allow_int and x.dtype.is_int()):
         raise TypeError(f"{name} needs a floating-point operand, not {x.dtype}")
     result = with_shape(int1, x.type.shape) if name in PREDICATE_OPS else x.type
@@ -711,7 +745,10 @@ def cast(x, dst, fp_downcast_rounding=None, bitcast=False) -> tensor:
         return _emit("bitcast", [x], result)
     if src.is_ptr() and dst.is_ptr():
         return _emit("bitcast", [x], result)
-    refuse_fp8e4b15(src, dst)
+    if (is_fp8e4b15(src) or is_fp8e4b15(dst)) and not (src.is_ptr() or dst.is_ptr()):
+        if fp_downcast_rounding is not None:
+            raise ValueError("fp_downcast_rounding is not taken by conversions to or from float8e4b15")
+        return _cast_fp8e4b15(x, dst)
     if (src.is_ptr() and not dst.is_int()) or (dst.is_ptr() and not src.is_int()):
         raise TypeError(f"cannot cast {src} to {dst}")
     attrs = {}
@@ -975,7 +1012,8 @@ def dot(a, b, acc=None, input_precision=None, allow_tf32=None, max_num_imprecise
         input_precision = "tf32" if allow_tf32 in (None, True) else "ieee"
     if input_precision not in _PRECISIONS:
         raise ValueError(f"input_precision must be one of {_PRECISIONS}, not {input_precision!r}")
-    refuse_fp8e4b15(a.dtype, b.dtype)
+    if is_fp8e4b15(a.dtype) or is_fp8e4b15(b.dtype):  # upcast, as Triton does
+        a, b = cast(a, float16), cast(b, float16)
     sa, sb = a.type.shape, b.type.shape
     if len(sa) not in (2, 3) or len(sa) != len(sb):
         raise ValueError(f"dot needs two 2-D (or batched 3-D) blocks, got {list(sa)} and {list(sb)}")

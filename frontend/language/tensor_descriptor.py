@@ -140,7 +140,7 @@ def make_tensor_descriptor(base, shape, strides, block_shape, padding_option="ze
                          f"{len(strides)} strides and {len(block_shape)} block dimensions")
     elem_bytes = base.dtype.element_ty.primitive_bitwidth // 8
     if block_shape[-1] * elem_bytes < 16:
-        raise ValueError(f"a descriptor's block must span at least 16 bytes in its last dimension, got "
+        raise ValueError(f"Descriptor block shape must have at least 16 bytes in the last dimension, but got "
                          f"{block_shape[-1]} * {elem_bytes} = {block_shape[-1] * elem_bytes} bytes")
     last_stride = unwrap(strides[-1])
     if not isinstance(last_stride, tensor) and last_stride != 1:
