@@ -1,0 +1,284 @@
+"""`kiln.profiler`: proton's API (`triton.profiler`) over kiln's own launches.
+
+    import kiln.profiler as proton
+    session = proton.start("matmul")          # writes matmul.hatchet at finalize
+    with proton.scope("fp16", {"flops16": 2 * M * N * K}):
+        kernel[grid](...)
+    proton.deactivate(session); ...; proton.activate(session)
+    proton.finalize()                           # proton-viewer -m time/ms matmul.hatchet
+
+Every launch while a session is active becomes a frame named after the kernel, under the
+frames of the scopes open at the time, with proton's kernel metrics: `time (ns)`, `count`,
+`device_id`, `device_type`. Kernel time comes from CUDA events recorded on the launch's
+stream around it (read when the session is deactivated or finalized); under KILN_INTERPRET
+it is the host time of the interpreted run (device type "CPU"). The file is the hatchet JSON
+proton writes: `[tree, devices]`, each node `{"frame": {"name", "type"}, "metrics", "children"}`,
+the root carrying a zero of every inclusive metric, then the devices' properties.
+"""
+from __future__ import annotations
+
+import functools
+import itertools
+import json
+import threading
+import time
+
+DEFAULT_PROFILE_NAME = "proton"
+_KERNEL_METRICS = ("time (ns)", "count")  # inclusive: the viewer sums them up the tree
+
+_sessions: dict[int, "_Session"] = {}
+_active: list["_Session"] = []  # read on every launch (kiln.compiler): empty unless profiling
+_local = threading.local()
+_ids = itertools.count()
+
+
+class _Node:
+    __slots__ = ("name", "metrics", "children")
+
+    def __init__(self, name):
+        self.name, self.metrics, self.children = name, {}, {}
+
+    def child(self, name) -> "_Node":
+        node = self.children.get(name)
+        if node is None:
+            node = self.children[name] = _Node(name)
+        return node
+
+    def add(self, metrics: dict):
+        for key, value in metrics.items():
+            old = self.metrics.get(key)
+            numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
+            self.metrics[key] = old + value if numeric and isinstance(old, (int, float)) else value
+
+    def to_json(self) -> dict:
+        return {"frame": {"name": self.name, "type": "function"}, "metrics": dict(self.metrics),
+                "children": [c.to_json() for c in self.children.values()]}
+
+
+class _Session:
+    def __init__(self, name: str):
+        self.path = name if name.endswith(".hatchet") else name + ".hatchet"
+        self.root = _Node("ROOT")
+        self.pending = []  # (node, timing) of launches whose time is not read yet
+        self.devices: dict = {}
+        self.metric_names: set = set()
+
+    def resolve(self):
+        for node, timing in self.pending:
+            device_type, device_id, ns = timing.result()
+            node.add({"time (ns)": ns, "count": 1, "device_id": str(device_id), "device_type": device_type})
+            self.devices.setdefault(device_type, {}).setdefault(str(device_id), _device_info(device_type, device_id))
+        self.metric_names.update(_KERNEL_METRICS if self.pending else ())
+        self.pending = []
+
+    def write(self):
+        self.resolve()
+        root = self.root.to_json()
+        root["metrics"].update({name: 0 for name in sorted(self.metric_names) if name not in root["metrics"]})
+        devices = {kind: ids for kind, ids in self.devices.items() if kind != "CPU"}
+        with open(self.path, "w") as f:
+            json.dump([root, devices], f, indent=4)
+
+
+def _scope_stack() -> list:
+    stack = getattr(_local, "scopes", None)
+    if stack is None:
+        stack = _local.scopes = []
+    return stack
+
+
+def _node(session: _Session, leaf: str | None = None) -> _Node:
+    node = session.root
+    for name, _ in _scope_stack():
+        node = node.child(name)
+    return node.child(leaf) if leaf is not None else node
+
+
+# --- sessions -----------------------------------------------------------------------
+
+def start(name: str | None = None, *, context: str | None = "shadow", data: str | None = "tree",
+          backend: str | None = None, mode=None, hook: str | None = None) -> int:
+    """Start a session recording every launch; returns its id. `name` is the file's path
+    without its `.hatchet` suffix (default "proton"). kiln has one backend (CUDA events, or
+    the interpreter's own clock), the scope-stack context and the tree data structure."""
+    if data not in (None, "tree"):
+        raise ValueError(f"kiln.profiler records data='tree' only, not {data!r}")
+    if context not in (None, "shadow", "python"):
+        raise ValueError(f"unknown context {context!r}: 'shadow' or 'python'")
+    if mode is not None:
+        raise ValueError("kiln.profiler has no profiling modes (proton's 'pcsampling' needs CUPTI)")
+    session_id = next(_ids)
+    session = _sessions[session_id] = _Session(DEFAULT_PROFILE_NAME if name is None else name)
+    _active.append(session)
+    return session_id
+
+
+def _chosen(session: int | None) -> list:
+    if session is None:
+        return list(_sessions.values())
+    if session not in _sessions:
+        raise ValueError(f"no profiling session {session}")
+    return [_sessions[session]]
+
+
+def activate(session: int | None = None) -> None:
+    """Record launches again in `session` (every session when None)."""
+    for s in _chosen(session):
+        if s not in _active:
+            _active.append(s)
+
+
+def deactivate(session: int | None = None) -> None:
+    """Stop recording in `session` (every session when None); its data stays for finalize."""
+    for s in _chosen(session):
+        if s in _active:
+            _active.remove(s)
+        s.resolve()
+
+
+def finalize(session: int | None = None, output_format: str | None = "hatchet") -> None:
+    """Write `session`'s profile (every session's when None) and end it."""
+    if output_format not in (None, "", "hatchet"):
+        raise ValueError(f"kiln.profiler writes the 'hatchet' format only, not {output_format!r}")
+    ids = list(_sessions) if session is None else [session]
+    for s, session_id in zip(_chosen(session), ids):
+        deactivate(session_id)
+        s.write()
+        del _sessions[session_id]
+
+
+def profile(func=None, *, name=None, context="shadow", data="tree", backend=None, mode=None, hook=None):
+    """`@profile`: a session started for each call of the function and deactivated after it."""
+    def decorate(f):
+        @functools.wraps(f)
+        def wrapper(*args, **kwargs):
+            session = start(name, context=context, data=data, backend=backend, mode=mode, hook=hook)
+            try:
+                return f(*args, **kwargs)
+            finally:
+                deactivate(session)
+        return wrapper
+    return decorate if func is None else decorate(func)
+
+
+# --- scopes -------------------------------------------------------------------------
+
+def enter_scope(name: str, *, metrics: dict | None = None) -> int | None:
+    """Open a scope: launches until `exit_scope` become its children; `metrics` are added to it."""
+    stack = _scope_stack()
+    stack.append((name, metrics))
+    for session in _active:
+        node = _node(session)
+        if metrics:
+            node.add(metrics)
+            session.metric_names.update(metrics)
+    return len(stack)
+
+
+def exit_scope(name: str | None = None, *, metrics: dict | None = None) -> int | None:
+    stack = _scope_stack()
+    if not stack:
+        raise ValueError("exit_scope without an open scope")
+    if name and name != stack[-1][0]:
+        raise ValueError(f"Scope name mismatch: {name} != {stack[-1][0]}")
+    if metrics:
+        for session in _active:
+            _node(session).add(metrics)
+            session.metric_names.update(metrics)
+    depth = len(stack)
+    stack.pop()
+    return depth
+
+
+class scope:
+    """`with scope(name, metrics):` or `@scope(name, metrics)`: a named frame around launches."""
+
+    def __init__(self, name: str, metrics: dict | None = None):
+        self.name, self.metrics = name, metrics
+
+    def __enter__(self):
+        enter_scope(self.name, metrics=self.metrics)
+        return self
+
+    def __exit__(self, *exc):
+        exit_scope(self.name)
+        return False
+
+    def __call__(self, func):
+        @functools.wraps(func)
+        def wrapper(*args, **kwargs):
+            with self:
+                return func(*args, **kwargs)
+        return wrapper
+
+
+class cpu_timed_scope(scope):
+    """A scope that also records its host time as `cpu_time (ns)`."""
+
+    def __init__(self, name: str, metrics: dict | None = None):
+        if metrics and "cpu_time" in metrics:
+            raise ValueError("The metric name 'cpu_time' is reserved.")
+        super().__init__(name, metrics)
+
+    def __enter__(self):
+        self.start_ns = time.perf_counter_ns()
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        elapsed = time.perf_counter_ns() - self.start_ns
+        exit_scope(self.name, metrics={"cpu_time (ns)": elapsed})
+        return False
+
+
+# --- measuring launches (called by kiln.compiler.CompiledKernel.launch) --------------
+
+class _HostTiming:
+    """An interpreted launch, timed on the host clock."""
+
+    def __init__(self, run):
+        begin = time.perf_counter_ns()
+        run()
+        self.ns = time.perf_counter_ns() - begin
+
+    def result(self):
+        return "CPU", 0, self.ns
+
+
+class _EventTiming:
+    """A GPU launch between two CUDA events on its stream; read once the end event completes."""
+
+    def __init__(self, run, stream: int):
+        from .runtime import cuda_driver as drv
+        cu, self.device = drv.cuda(), drv.device_and_stream()[0]
+        self.start, self.end = (drv.check(cu.cuEventCreate(0), "cuEventCreate") for _ in range(2))
+        drv.check(cu.cuEventRecord(self.start, stream), "cuEventRecord")
+        run()
+        drv.check(cu.cuEventRecord(self.end, stream), "cuEventRecord")
+
+    def result(self):
+        from .runtime import cuda_driver as drv
+        cu = drv.cuda()
+        drv.check(cu.cuEventSynchronize(self.end), "cuEventSynchronize")
+        ms = drv.check(cu.cuEventElapsedTime(self.start, self.end), "cuEventElapsedTime")
+        for event in (self.start, self.end):
+            drv.check(cu.cuEventDestroy(event), "cuEventDestroy")
+        return "CUDA", self.device, int(round(ms * 1e6))
+
+
+def measure(kernel_name: str, run, stream: int | None, interpreted: bool) -> None:
+    """Launch (`run()`) under the active sessions' timer and file it under the open scopes."""
+    timing = _HostTiming(run) if interpreted else _EventTiming(run, stream or 0)
+    for session in _active:
+        session.pending.append((_node(session, kernel_name), timing))
+
+
+def _device_info(device_type: str, device_id: int) -> dict:
+    """The properties proton's viewer reads for its utilization metrics."""
+    if device_type != "CUDA":
+        return {}
+    from .runtime import cuda_driver as drv
+    props = {key: drv._device_attribute(device_id, f"CU_DEVICE_ATTRIBUTE_{attr}") for key, attr in (
+        ("clock_rate", "CLOCK_RATE"), ("memory_clock_rate", "MEMORY_CLOCK_RATE"),
+        ("bus_width", "GLOBAL_MEMORY_BUS_WIDTH"), ("num_sms", "MULTIPROCESSOR_COUNT"))}
+    props["arch"] = drv.target(device_id)[3:].rstrip("a")
+    return props

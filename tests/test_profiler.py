@@ -1,0 +1,190 @@
+"""kiln.profiler: proton's session and scope API, and the hatchet file its viewer reads."""
+import json
+import os
+
+import numpy as np
+import pytest
+
+import kiln
+import kiln.language as tl
+import kiln.profiler as proton
+from kiln.runtime import cuda_driver
+
+
+@kiln.jit
+def _fill(x_ptr, value, N: tl.constexpr):
+    tl.store(x_ptr + tl.arange(0, N), value)
+
+
+@kiln.jit
+def _copy(x_ptr, y_ptr, N: tl.constexpr):
+    offs = tl.arange(0, N)
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs))
+
+
+@pytest.fixture
+def fake_clock(monkeypatch):
+    """Interpreted launches timed by a clock the test drives: each launch takes the next duration."""
+    durations = []
+
+    class Timing:
+        def __init__(self, run):
+            run()
+            self.ns = durations.pop(0)
+
+        def result(self):
+            return "CPU", 0, self.ns
+
+    monkeypatch.setattr(proton, "_HostTiming", Timing)
+    return durations
+
+
+def _load(path):
+    with open(path) as f:
+        tree, devices = json.load(f)
+    return tree, devices
+
+
+def _child(node, name):
+    matches = [c for c in node["children"] if c["frame"]["name"] == name]
+    assert len(matches) == 1, [c["frame"]["name"] for c in node["children"]]
+    return matches[0]
+
+
+def test_launches_become_frames_under_their_scopes(tmp_path, fake_clock):
+    x, y = np.zeros(16, np.float32), np.zeros(16, np.float32)
+    fake_clock.extend([700, 300, 50, 20])
+    session = proton.start(str(tmp_path / "run"))
+    with proton.scope("fill", {"bytes": 64}):
+        _fill[(1,)](x, 1.0, N=16)
+        _fill[(1,)](x, 2.0, N=16)
+    with proton.scope("copy"):
+        with proton.scope("inner"):
+            _copy[(1,)](x, y, N=16)
+    proton.deactivate(session)
+    _copy[(1,)](x, y, N=16)  # not recorded
+    proton.activate(session)
+    _fill[(1,)](x, 3.0, N=16)  # at the top level
+    proton.finalize(session)
+
+    assert y[0] == 2.0 and x[0] == 3.0 and fake_clock == []
+    tree, devices = _load(tmp_path / "run.hatchet")
+    assert tree["frame"] == {"name": "ROOT", "type": "function"}
+    assert tree["metrics"]["time (ns)"] == 0 and tree["metrics"]["count"] == 0  # inclusive-metric hints
+    fill = _child(tree, "fill")
+    assert fill["metrics"] == {"bytes": 64}
+    kernel = _child(fill, "_fill")
+    assert kernel["metrics"] == {"time (ns)": 1000, "count": 2, "device_id": "0", "device_type": "CPU"}
+    assert kernel["children"] == []
+    assert _child(_child(_child(tree, "copy"), "inner"), "_copy")["metrics"]["time (ns)"] == 50
+    assert _child(tree, "_fill")["metrics"]["time (ns)"] == 20
+    assert devices == {}  # the interpreter has no GPU properties for the viewer
+
+
+def test_interpreted_launches_are_timed_on_the_host_clock(tmp_path):
+    x = np.zeros(16, np.float32)
+    proton.start(str(tmp_path / "host"))
+    for _ in range(3):
+        _fill[(1,)](x, 1.0, N=16)
+    proton.finalize()
+    tree, _ = _load(tmp_path / "host.hatchet")
+    metrics = _child(tree, "_fill")["metrics"]
+    assert metrics["count"] == 3 and metrics["time (ns)"] > 0
+
+
+def test_enter_and_exit_scope_profile_decorator_and_cpu_timed_scope(tmp_path, fake_clock):
+    x = np.zeros(16, np.float32)
+    fake_clock.extend([5, 6])
+
+    @proton.profile(name=str(tmp_path / "decorated"))
+    def work():
+        proton.enter_scope("outer", metrics={"flops16": 10})
+        with proton.cpu_timed_scope("timed"):
+            _fill[(1,)](x, 1.0, N=16)
+        proton.exit_scope(metrics={"flops16": 5})
+        _fill[(1,)](x, 1.0, N=16)
+
+    work()
+    proton.finalize()
+    tree, _ = _load(tmp_path / "decorated.hatchet")
+    outer = _child(tree, "outer")
+    assert outer["metrics"] == {"flops16": 15}
+    timed = _child(outer, "timed")
+    assert timed["metrics"]["cpu_time (ns)"] > 0 and _child(timed, "_fill")["metrics"]["time (ns)"] == 5
+    assert tree["metrics"]["flops16"] == 0 and tree["metrics"]["cpu_time (ns)"] == 0
+
+
+def test_scope_as_decorator_and_scope_errors(tmp_path, fake_clock):
+    fake_clock.append(1)
+
+    @proton.scope("step")
+    def step(x):
+        _fill[(1,)](x, 1.0, N=16)
+
+    proton.start(str(tmp_path / "s"))
+    step(np.zeros(16, np.float32))
+    proton.enter_scope("a")
+    with pytest.raises(ValueError, match="Scope name mismatch"):
+        proton.exit_scope("b")
+    proton.exit_scope("a")
+    proton.finalize()
+    tree, _ = _load(tmp_path / "s.hatchet")
+    assert _child(_child(tree, "step"), "_fill")["metrics"]["count"] == 1
+    with pytest.raises(ValueError, match="hatchet"):
+        proton.finalize(proton.start(str(tmp_path / "t")), output_format="chrome_trace")
+    proton.finalize()
+    with pytest.raises(ValueError, match="tree"):
+        proton.start(data="trace")
+
+
+def test_gpu_launches_are_timed_with_cuda_events(tmp_path, monkeypatch):
+    """The event path, with a stand-in driver: events recorded around the launch on its stream,
+    their elapsed time read at finalize, and the device's properties written for the viewer."""
+    calls = []
+
+    class FakeDriver:
+        class CUdevice_attribute:
+            pass
+
+        def cuEventCreate(self, flags):
+            calls.append("create")
+            return 0, f"event{calls.count('create')}"
+
+        def cuEventRecord(self, event, stream):
+            calls.append(("record", event, stream))
+            return (0,)
+
+        def cuEventSynchronize(self, event):
+            calls.append(("sync", event))
+            return (0,)
+
+        def cuEventElapsedTime(self, start, end):
+            return 0, 1.25  # milliseconds
+
+        def cuEventDestroy(self, event):
+            calls.append(("destroy", event))
+            return (0,)
+
+    monkeypatch.setattr(cuda_driver, "cuda", lambda: FakeDriver())
+    monkeypatch.setattr(cuda_driver, "device_and_stream", lambda: (0, 7))
+    monkeypatch.setattr(cuda_driver, "_device_attribute", lambda device, name: len(name))
+    monkeypatch.setattr(cuda_driver, "target", lambda device: "sm_90a")
+    launched = []
+    session = proton.start(str(tmp_path / "gpu"))
+    proton.measure("kernel", lambda: launched.append(calls[-1]), 7, interpreted=False)
+    assert launched == [("record", "event1", 7)] and ("record", "event2", 7) in calls
+    proton.finalize(session)
+    tree, devices = _load(tmp_path / "gpu.hatchet")
+    assert _child(tree, "kernel")["metrics"] == {"time (ns)": 1250000, "count": 1, "device_id": "0",
+                                                 "device_type": "CUDA"}
+    assert set(devices["CUDA"]["0"]) == {"clock_rate", "memory_clock_rate", "bus_width", "num_sms", "arch"}
+    assert devices["CUDA"]["0"]["arch"] == "90"
+    assert ("destroy", "event1") in calls and ("destroy", "event2") in calls
+
+
+def test_default_name_and_no_recording_without_a_session(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    _fill[(1,)](np.zeros(16, np.float32), 1.0, N=16)
+    assert not proton._active
+    proton.finalize(proton.start())
+    assert os.path.exists(tmp_path / "proton.hatchet")
