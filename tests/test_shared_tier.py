@@ -8,7 +8,6 @@ import tempfile
 import warnings
 
 import pytest
-import redis
 
 from kiln.cache import Cache
 from kiln.cache.remote import PREFIX, RemoteCache, summary
@@ -19,6 +18,7 @@ from kiln.ir import parse_function
 from kiln.proto import compile_key
 from redis_server import MISSING, RedisServer, find
 
+redis = pytest.importorskip("redis", reason="the shared tier needs redis-py (a dependency of kiln)")
 pytestmark = pytest.mark.skipif(find() is None, reason=MISSING)
 
 IR = '''
