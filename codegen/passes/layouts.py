@@ -213,9 +213,12 @@ class _Assigner:
                 break
             for arg, layout in moved:
                 self.set(arg, layout)
-        for r, arg, init in zip(op.results, args, op.operands[3:]):
-            if self.of(arg) is None:
-                self.set(arg, self.of(init))
+        unset = [(arg, init) for arg, init in zip(args, op.operands[3:]) if self.of(arg) is None]
+        for arg, init in unset:  # carried through unchanged: the start's layout after all
+            self.set(arg, self.of(init))
+        if unset:
+            self.block(body)
+        for r, arg in zip(op.results, args):
             self.set(r, self.of(arg))
 
     def op_while(self, op):
