@@ -73,6 +73,8 @@ class CompiledKernel:
         self.binaries: dict = {}
         self.launchers: dict = {}
         self.runtime_args = lambda values: list(values)
+        self.launch_metadata = None  # the @jit(launch_metadata=) function, with the names of its arguments
+        self.arg_names = ((), (), {})  # runtime argument names, how many launch values each takes, constants
 
     def set_runtime_positions(self, positions, descriptors=()):
         """Which of a call's argument values the kernel takes, in order; the `descriptors`
@@ -120,7 +122,7 @@ class CompiledKernel:
         if profiler._active:  # a kiln.profiler session records this launch
             interpreted = config.interpret()
             on = None if interpreted else (driver.device_and_stream()[1] if stream is None else int(stream))
-            profiler.measure(self.name, lambda: self._launch(grid, args, on), on, interpreted)
+            profiler.measure(self, grid, args, lambda: self._launch(grid, args, on), on, interpreted)
             return
         self._launch(grid, args, stream)
 

@@ -109,6 +109,7 @@ class JITFunction(KernelInterface):
         self.do_not_specialize = {self.arg_names[d] if isinstance(d, int) else d for d in do_not_specialize}
         self.debug = debug
         self.noinline = noinline
+        self.launch_metadata = launch_metadata  # for kiln.profiler sessions started with hook="triton"
         if isinstance(prewarm, dict):
             raise TypeError(f"{fn.__name__}: prewarm= takes a list of signatures (dicts), not one dict")
         self.prewarm = tuple(dict(signature) for signature in prewarm)  # see kiln.signatures
@@ -217,8 +218,13 @@ class JITFunction(KernelInterface):
                 if not config.interpret() or isinstance(e, InterpreterError):
                     raise
                 raise _as_interpreter_error(e) from e.__cause__
-            descriptors = {self.arg_names.index(n) for n in runtime_names if not isinstance(params[n], tuple)}
+            descriptor_names = {n for n in runtime_names if not isinstance(params[n], tuple)}
+            descriptors = {self.arg_names.index(n) for n in descriptor_names}
             kernel.set_runtime_positions([self.arg_names.index(n) for n in runtime_names], descriptors)
+            if self.launch_metadata is not None:
+                kernel.launch_metadata = self.launch_metadata
+                widths = [1 if n not in descriptor_names else 1 + 2 * len(params[n].block_shape) for n in runtime_names]
+                kernel.arg_names = (runtime_names, widths, {n: v for n, v in bound.items() if n not in runtime_names})
             self._by_specialization[key] = kernel
         return kernel
 
@@ -265,5 +271,6 @@ def jit(fn=None, *, do_not_specialize=(), debug=None, noinline=False, repr=None,
 
     `prewarm` declares signatures to compile before any launch (`kiln prewarm`; see kiln.signatures)."""
     def decorate(f):
-        return JITFunction(f, do_not_specialize=do_not_specialize, debug=debug, noinline=noinline, prewarm=prewarm)
+        return JITFunction(f, do_not_specialize=do_not_specialize, debug=debug, noinline=noinline, prewarm=prewarm,
+                           launch_metadata=launch_metadata)
     return decorate(fn) if fn is not None else decorate

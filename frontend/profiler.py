@@ -56,8 +56,9 @@ class _Node:
 
 
 class _Session:
-    def __init__(self, name: str):
+    def __init__(self, name: str, hook: str | None):
         self.path = name if name.endswith(".hatchet") else name + ".hatchet"
+        self.hook = hook
         self.root = _Node("ROOT")
         self.pending = []  # (node, timing) of launches whose time is not read yet
         self.devices: dict = {}
@@ -108,7 +109,9 @@ def start(name: str | None = None, *, context: str | None = "shadow", data: str 
     if mode is not None:
         raise ValueError("kiln.profiler has no profiling modes (proton's 'pcsampling' needs CUPTI)")
     session_id = next(_ids)
-    session = _sessions[session_id] = _Session(DEFAULT_PROFILE_NAME if name is None else name)
+    if hook not in (None, "triton"):
+        raise ValueError(f"unknown hook {hook!r}: None or 'triton' (frames and metrics from @jit(launch_metadata=))")
+    session = _sessions[session_id] = _Session(DEFAULT_PROFILE_NAME if name is None else name, hook)
     _active.append(session)
     return session_id
 
@@ -265,11 +268,34 @@ class _EventTiming:
         return "CUDA", self.device, int(round(ms * 1e6))
 
 
-def measure(kernel_name: str, run, stream: int | None, interpreted: bool) -> None:
-    """Launch (`run()`) under the active sessions' timer and file it under the open scopes."""
+_HOOK_METRICS = ("flops8", "flops16", "flops32", "flops64", "bytes", "flops")  # what proton's launch hook keeps
+
+
+def measure(kernel, grid, args, run, stream: int | None, interpreted: bool) -> None:
+    """Launch `kernel` (`run()`) under the active sessions' timer and file it under the open
+    scopes. In a session started with hook="triton" the kernel's frame sits under an op frame
+    named by its @jit(launch_metadata=) function (or after the kernel), which takes that
+    function's flops and bytes metrics, as proton's launch hook does."""
+    op_name, op_metrics = kernel.name, {}
+    if any(s.hook == "triton" for s in _active) and kernel.launch_metadata is not None:
+        names, widths, constants = kernel.arg_names
+        bound, at = dict(constants), 0
+        for name, width in zip(names, widths):  # a tensor descriptor arrives as its pieces
+            bound[name] = args[at] if width == 1 else tuple(args[at:at + width])
+            at += width
+        metadata = kernel.launch_metadata(grid, kernel, bound)
+        op_name = metadata.get("name", kernel.name)
+        op_metrics = {k: metadata[k] for k in _HOOK_METRICS if k in metadata}
     timing = _HostTiming(run) if interpreted else _EventTiming(run, stream or 0)
     for session in _active:
-        session.pending.append((_node(session, kernel_name), timing))
+        if session.hook == "triton":
+            op = _node(session, op_name)
+            op.add(op_metrics)
+            session.metric_names.update(op_metrics)
+            node = op.child(kernel.name)
+        else:
+            node = _node(session, kernel.name)
+        session.pending.append((node, timing))
 
 
 def _device_info(device_type: str, device_id: int) -> dict:

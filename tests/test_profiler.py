@@ -1,6 +1,7 @@
 """kiln.profiler: proton's session and scope API, and the hatchet file its viewer reads."""
 import json
 import os
+import types
 
 import numpy as np
 import pytest
@@ -20,6 +21,15 @@ def _fill(x_ptr, value, N: tl.constexpr):
 def _copy(x_ptr, y_ptr, N: tl.constexpr):
     offs = tl.arange(0, N)
     tl.store(y_ptr + offs, tl.load(x_ptr + offs))
+
+
+@pytest.fixture(autouse=True)
+def no_session_left():
+    """A test that fails mid-session leaves no session or open scope to the next one."""
+    yield
+    proton._sessions.clear()
+    proton._active.clear()
+    proton._scope_stack().clear()
 
 
 @pytest.fixture
@@ -171,7 +181,8 @@ def test_gpu_launches_are_timed_with_cuda_events(tmp_path, monkeypatch):
     monkeypatch.setattr(cuda_driver, "target", lambda device: "sm_90a")
     launched = []
     session = proton.start(str(tmp_path / "gpu"))
-    proton.measure("kernel", lambda: launched.append(calls[-1]), 7, interpreted=False)
+    kernel = types.SimpleNamespace(name="kernel", launch_metadata=None)
+    proton.measure(kernel, (1, 1, 1), [], lambda: launched.append(calls[-1]), 7, interpreted=False)
     assert launched == [("record", "event1", 7)] and ("record", "event2", 7) in calls
     proton.finalize(session)
     tree, devices = _load(tmp_path / "gpu.hatchet")
@@ -188,3 +199,56 @@ def test_default_name_and_no_recording_without_a_session(tmp_path, monkeypatch):
     assert not proton._active
     proton.finalize(proton.start())
     assert os.path.exists(tmp_path / "proton.hatchet")
+
+
+def _flops_metadata(grid, kernel, args):
+    n = args["n"]
+    return {"name": f"{kernel.name} [n={n}, BLOCK={args['BLOCK']}]", "flops32": 2 * n,
+            "bytes": 3 * n * args["x_ptr"].itemsize, "ignored": 1}
+
+
+@kiln.jit(launch_metadata=_flops_metadata)
+def _axpy(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(y_ptr + offs, 2.0 * tl.load(x_ptr + offs, mask=offs < n) + 1.0, mask=offs < n)
+
+
+def test_launch_hook_names_op_frames_from_launch_metadata(tmp_path, fake_clock):
+    x, y = np.ones(16, np.float32), np.zeros(16, np.float32)
+    fake_clock.extend([40, 2])
+    hooked = proton.start(str(tmp_path / "hooked"), hook="triton")
+    with proton.scope("step"):
+        _axpy[(1,)](x, y, 12, BLOCK=16)
+    _fill[(1,)](x, 1.0, N=16)  # no launch_metadata: the op frame is named after the kernel
+    proton.finalize(hooked)
+    tree, _ = _load(tmp_path / "hooked.hatchet")
+    op = _child(_child(tree, "step"), "_axpy [n=12, BLOCK=16]")
+    assert op["metrics"] == {"flops32": 24, "bytes": 144}
+    assert _child(op, "_axpy")["metrics"]["time (ns)"] == 40
+    assert _child(_child(tree, "_fill"), "_fill")["metrics"]["count"] == 1
+    assert tree["metrics"]["flops32"] == 0 and tree["metrics"]["bytes"] == 0
+    with pytest.raises(ValueError, match="hook"):
+        proton.start(hook="cupti")
+
+
+def _desc_metadata(grid, kernel, args):
+    return {"name": f"scale [n={args['n']}]", "bytes": 2 * 4 * args["n"], "flops32": len(args["x_desc"])}
+
+
+@kiln.jit(launch_metadata=_desc_metadata)
+def _scale_rows(x_desc, y_ptr, n, BLOCK: tl.constexpr):
+    block = x_desc.load([0, 0])
+    tl.store(y_ptr + tl.arange(0, BLOCK)[:, None] * BLOCK + tl.arange(0, BLOCK)[None, :], block * 2.0)
+
+
+def test_launch_metadata_sees_arguments_after_a_tensor_descriptor(tmp_path, fake_clock):
+    from kiln.tools.tensor_descriptor import TensorDescriptor
+    x, y = np.arange(64, dtype=np.float32).reshape(8, 8), np.zeros(64, np.float32)
+    fake_clock.append(9)
+    proton.start(str(tmp_path / "d"), hook="triton")
+    _scale_rows[(1,)](TensorDescriptor.from_tensor(x, block_shape=[8, 8]), y, 64, BLOCK=8)
+    proton.finalize()
+    np.testing.assert_array_equal(y, 2 * x.ravel())
+    tree, _ = _load(tmp_path / "d.hatchet")
+    # the descriptor's launch pieces: its base, 2 sizes and 2 strides
+    assert _child(tree, "scale [n=64]")["metrics"] == {"bytes": 512, "flops32": 5}
