@@ -16,6 +16,7 @@ from kiln.language.block_pointer import BlockPointer
 from kiln.language.tensor_descriptor import TensorDescriptor
 
 _STRUCTURED = (BlockPointer, TensorDescriptor)  # values with leaves(), signature() and rebuild()
+from kiln.ir.types import scalar_of
 from kiln.language.core import constexpr, tensor
 
 
@@ -51,4 +52,5 @@ def flatten(value):
 
 
 def describe(leaves) -> str:
-    return ", ".join(str(t.type) for t in leaves)
+    return ", ".join(str(t.type) + (" (const)" if getattr(scalar_of(t.type), "const", False) else "")
+                     for t in leaves)

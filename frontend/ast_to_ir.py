@@ -18,6 +18,7 @@ import numbers
 import numpy as np
 
 from kiln.ir import Block, Builder, Function, Loc, Operation, verify
+from kiln.ir.types import scalar_of
 from kiln.language import semantic
 from kiln.language.core import constexpr, is_builtin, tensor
 from kiln.language.semantic import unwrap
@@ -77,6 +78,11 @@ def _always_returns(statements) -> bool:
     if isinstance(last, ast.Return):
         return True
     return isinstance(last, ast.If) and _always_returns(last.body) and _always_returns(last.orelse)
+
+
+def _exact(t):
+    """A type with the pointer constness that type equality leaves out (`x_ptr: tl.const`)."""
+    return (t, getattr(scalar_of(t), "const", False))
 
 
 def hoist_returns(statements: list) -> list:
@@ -326,10 +332,14 @@ class CodeGenerator(ast.NodeVisitor):
         then_flat = self._yield_values(then_block, then_vals)
         else_flat = self._yield_values(else_block, else_vals)
         for n, (a_leaves, a_sig, _), (b_leaves, b_sig, _) in zip(merged, then_flat, else_flat):
-            if a_sig != b_sig or [t.type for t in a_leaves] != [t.type for t in b_leaves]:
+            if a_sig != b_sig or [_exact(t.type) for t in a_leaves] != [_exact(t.type) for t in b_leaves]:
+                # Triton's words first (users match them), then which value and its two types
+                words = ("Ternary expression with dynamic condition has inconsistent type"
+                         if isinstance(node, ast.IfExp) else
+                         f"Mismatched type for {n}" if n else "Inconsistent return types")
                 what = f"'{n}'" if n else "the returned value"
-                raise TypeError(f"{what} is ({describe(a_leaves)}) in the then-branch but ({describe(b_leaves)}) "
-                                "in the else-branch")
+                raise TypeError(f"{words}: {what} is ({describe(a_leaves)}) in the then-branch but "
+                                f"({describe(b_leaves)}) in the else-branch")
         types = [t.type for leaves, _, _ in then_flat for t in leaves]
         op = self.builder.create("if", [cond.handle], types, regions=[then_block, else_block])
         results = iter(tensor(v, v.type) for v in op.results)

@@ -40,6 +40,7 @@ class CompilationError(KilnError):
 
     def __init__(self, file: str, line: int, col: int, source_line: str | None, reason: str):
         self.file, self.line, self.col, self.reason = file, line, col, reason
+        self.error_message = reason  # Triton's name for it
         self.source_line = source_line
         text = f"{file}:{line}:{col}: error: {reason}"
         if source_line is not None:

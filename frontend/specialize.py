@@ -58,6 +58,9 @@ def integer_type(value: int) -> dtype:
 def specialize(jitfn, bound: dict, options: dict):
     """(cache key, params for build_kernel, names of the runtime arguments in order)."""
     params, key, runtime = {}, [], []
+    num_warps = options.get("num_warps")
+    if num_warps is not None and (int(num_warps) <= 0 or int(num_warps) & (int(num_warps) - 1)):
+        raise AssertionError("num_warps must be a power of 2")  # Triton's exception and words
     for name, value in bound.items():
         if isinstance(value, constexpr):
             value = value.value
@@ -89,11 +92,18 @@ def specialize(jitfn, bound: dict, options: dict):
                 raise TypeError(f"{jitfn.__name__}: unsupported argument {name} of type {type(value).__name__}")
             elem, address = info
             attrs = {"divisibility": 16} if specializable and address % 16 == 0 else {}
-            params[name] = (pointer_type(elem), attrs)
+            params[name] = (pointer_type(elem, 1, _is_const(jitfn, name)), attrs)
         runtime.append(name)
         key.append(("a", name, str(params[name][0]), tuple(sorted(params[name][1].items()))))
     key.append(tuple(sorted((k, _hashable(v)) for k, v in options.items() if k != "stream" and v is not None)))
     return tuple(key), params, runtime
+
+
+def _is_const(jitfn, name) -> bool:
+    """`x_ptr: tl.const`: a pointer to read-only data, which the kernel may not store through."""
+    from kiln.language import const
+    annotation = jitfn.signature.parameters[name].annotation
+    return annotation is const or (isinstance(annotation, str) and annotation.split(".")[-1] == "const")
 
 
 def _hashable(value):

@@ -425,3 +425,35 @@ def test_descriptor_block_too_narrow_says_tritons_words():
     with pytest.raises(triton.CompilationError) as info:
         _narrow_descriptor[(1,)](np.zeros(256, np.float32))
     assert "Descriptor block shape must have at least 16 bytes" in str(info.value.__cause__)
+
+
+@triton.jit
+def _store_through(src: tl.const, dst, USE_SRC: tl.constexpr):
+    target = src if USE_SRC else dst
+    tl.store(target + tl.arange(0, 4), tl.load(src + tl.arange(0, 4)))
+
+
+@triton.jit
+def _pick_pointer(src: tl.const, dst, flag):
+    if flag > 0:
+        target = src
+    else:
+        target = dst
+    tl.store(target + tl.arange(0, 4), 1.0)
+
+
+def test_const_pointer_annotation_is_read_only():
+    x, y = np.arange(4, dtype=np.float32), np.zeros(4, np.float32)
+    _store_through[(1,)](x, y, USE_SRC=False)
+    np.testing.assert_array_equal(y, x)
+    with pytest.raises(triton.CompilationError) as info:
+        _store_through[(1,)](x, y, USE_SRC=True)
+    assert "Cannot store to a constant pointer" in info.value.error_message  # Triton's attribute and words
+    with pytest.raises(triton.CompilationError, match="Mismatched type for target") as info:
+        _pick_pointer[(1,)](x, y, 0)
+    assert "(const)" in str(info.value)
+
+
+def test_num_warps_not_a_power_of_two_is_an_assertion_error():
+    with pytest.raises(AssertionError, match="must be a power of 2"):
+        _static_steps[(1,)](np.zeros(8, np.int32), 8, num_warps=3)

@@ -27,7 +27,8 @@ pi32_t = pointer_type(int32)
 
 
 class const:
-    """Triton's annotation for a pointer to read-only data (`x_ptr: tl.const`); accepted, unchecked."""
+    """Triton's annotation for a pointer to read-only data (`x_ptr: tl.const`): storing through it
+    (or an atomic on it) is a compile error."""
 
 
 TRITON_MAX_TENSOR_NUMEL = 1048576  # Triton's limit on a block's elements; kiln only reports it

@@ -945,6 +945,8 @@ def store(ptr, value, mask=None, cache_modifier="", eviction_policy=""):
         raise ValueError(f"unknown cache modifier {cache_modifier!r}; expected one of {_STORE_CACHE}")
     if eviction_policy not in _EVICTION:
         raise ValueError(f"unknown eviction policy {eviction_policy!r}; expected one of {_EVICTION}")
+    if ptr.dtype.is_const():
+        raise ValueError("Cannot store to a constant pointer")
     value = to_tensor(value)
     if value.type.shape and not ptr.type.shape:
         raise ValueError("the value to store is a block but the pointer is a scalar")
@@ -971,6 +973,8 @@ def _memory_order(sem, scope):
 
 def atomic_rmw(kind, ptr, val, mask=None, sem=None, scope=None):
     ptr = _pointer(ptr)
+    if ptr.dtype.is_const():
+        raise ValueError("Cannot store to a constant pointer")
     sem, scope = _memory_order(sem, scope)
     elem = ptr.dtype.element_ty
     val = to_tensor(val)
@@ -988,6 +992,8 @@ def atomic_rmw(kind, ptr, val, mask=None, sem=None, scope=None):
 
 def atomic_cas(ptr, cmp, val, sem=None, scope=None):
     ptr = _pointer(ptr)
+    if ptr.dtype.is_const():
+        raise ValueError("Cannot store to a constant pointer")
     sem, scope = _memory_order(sem, scope)
     elem = ptr.dtype.element_ty
     cmp, val = to_tensor(cmp), to_tensor(val)
