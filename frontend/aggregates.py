@@ -43,7 +43,8 @@ def flatten(value):
             for (_, _, sub), n in zip(parts, counts):
                 out.append(sub(leaves[start:start + n]))
                 start += n
-            return tuple(out)
+            kind = type(value)
+            return kind(*out) if hasattr(kind, "_fields") else tuple(out)  # a NamedTuple stays one
         return [leaf for p in parts for leaf in p[0]], ("tuple",) + tuple(p[1] for p in parts), rebuild
     if value is None:
         raise TypeError("None cannot be carried through a loop or a runtime if")

@@ -36,7 +36,8 @@ def wrap(value):
     if value is None or isinstance(value, (bool, numbers.Number, str, np.generic)):
         return constexpr(value)
     if isinstance(value, tuple):
-        return tuple(wrap(v) for v in value)
+        items = [wrap(v) for v in value]
+        return type(value)(*items) if hasattr(type(value), "_fields") else tuple(items)  # NamedTuples stay
     return value
 
 
@@ -54,7 +55,8 @@ def _materialize(value):
     """Python numbers (also inside tuples) as scalar tensors; anything else unchanged."""
     raw = unwrap(value)
     if isinstance(raw, tuple):
-        return tuple(_materialize(v) for v in raw)
+        items = [_materialize(v) for v in raw]
+        return type(raw)(*items) if hasattr(type(raw), "_fields") else tuple(items)  # NamedTuples stay
     if isinstance(raw, (bool, numbers.Number, np.generic)) and not isinstance(raw, tensor):
         return semantic.to_tensor(raw)
     return value
@@ -485,6 +487,28 @@ class CodeGenerator(ast.NodeVisitor):
     def visit_List(self, node):
         return [self.visit(e) for e in node.elts]
 
+    def visit_ListComp(self, node):
+        """`[f(v) for v in values if c]` over a compile-time sequence (a tuple, a constexpr
+        range), unrolled as Triton does; the loop variable does not leak out."""
+        if len(node.generators) != 1 or node.generators[0].is_async:
+            raise _Unsupported("a list comprehension with more than one `for`")
+        gen = node.generators[0]
+        seq = unwrap(self.visit(gen.iter))
+        if isinstance(seq, tensor):
+            raise TypeError("a list comprehension iterates over a tuple or a constexpr range, not a tensor")
+        saved, out = dict(self.scope), []
+        try:
+            for item in seq:
+                self.assign(gen.target, item, node)
+                conditions = [self.visit(c) for c in gen.ifs]
+                if any(isinstance(c, tensor) for c in conditions):
+                    raise TypeError("a list comprehension's `if` needs a compile-time (constexpr) condition")
+                if all(unwrap(c) for c in conditions):
+                    out.append(self.visit(node.elt))
+        finally:
+            self.scope = saved
+        return out
+
     def visit_Attribute(self, node):
         value = self.visit(node.value)
         obj = value if isinstance(value, tensor) else unwrap(value)
@@ -620,6 +644,8 @@ class CodeGenerator(ast.NodeVisitor):
             return _STATIC_BUILTINS[fn](self, args, kwargs)
         if is_builtin(fn):
             return wrap(fn(*args, **kwargs))
+        if isinstance(fn, type) and issubclass(fn, tuple):  # a NamedTuple (or tl.tuple) of values
+            return fn(*args, **kwargs)
         if any(isinstance(a, tensor) for a in list(args) + list(kwargs.values())):
             name = getattr(fn, "__name__", repr(fn))
             raise TypeError(f"'{name}' is not a @jit function or a kiln builtin, so it cannot take tensors")

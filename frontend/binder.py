@@ -57,6 +57,10 @@ def spec_key(value):
         return (elem.name, address % 16 == 0)
     if isinstance(value, TensorDescriptor):
         return value.spec_key()
+    if isinstance(value, tuple):  # a tuple or NamedTuple argument: its leaves' keys
+        return ("tuple", t, tuple(constexpr_key(v) if isinstance(v, constexpr) else
+                                  ("fn", id(v)) if callable(v) and not hasattr(v, "data_ptr") else spec_key(v)
+                                  for v in value))
     return ("other", type(value), repr(value))
 
 

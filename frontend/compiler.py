@@ -76,13 +76,14 @@ class CompiledKernel:
         self.launch_metadata = None  # the @jit(launch_metadata=) function, with the names of its arguments
         self.arg_names = ((), (), {})  # runtime argument names, how many launch values each takes, constants
 
-    def set_runtime_positions(self, positions, descriptors=()):
-        """Which of a call's argument values the kernel takes, in order; the `descriptors`
-        positions hold host TensorDescriptors, which the kernel takes as their pieces."""
-        if descriptors:
+    def set_runtime_positions(self, positions, expanders=None):
+        """Which of a call's argument values the kernel takes, in order; `expanders` maps the
+        positions of arguments the kernel takes as several values (a host TensorDescriptor, a
+        tuple) to a function giving those values."""
+        if expanders:
             def expand(values):
                 return [piece for i in positions
-                        for piece in (values[i].launch_pieces() if i in descriptors else (values[i],))]
+                        for piece in (expanders[i](values[i]) if i in expanders else (values[i],))]
             self.runtime_args = expand
             return
         getter = operator.itemgetter(*positions) if positions else (lambda values: ())

@@ -218,12 +218,13 @@ class JITFunction(KernelInterface):
                 if not config.interpret() or isinstance(e, InterpreterError):
                     raise
                 raise _as_interpreter_error(e) from e.__cause__
-            descriptor_names = {n for n in runtime_names if not isinstance(params[n], tuple)}
-            descriptors = {self.arg_names.index(n) for n in descriptor_names}
-            kernel.set_runtime_positions([self.arg_names.index(n) for n in runtime_names], descriptors)
+            # a host TensorDescriptor or a tuple argument is several values of the kernel's
+            expanders = {self.arg_names.index(n): _expander(params[n])
+                         for n in runtime_names if not isinstance(params[n], tuple)}
+            kernel.set_runtime_positions([self.arg_names.index(n) for n in runtime_names], expanders)
             if self.launch_metadata is not None:
                 kernel.launch_metadata = self.launch_metadata
-                widths = [1 if n not in descriptor_names else 1 + 2 * len(params[n].block_shape) for n in runtime_names]
+                widths = [1 if isinstance(params[n], tuple) else len(params[n].pieces) for n in runtime_names]
                 kernel.arg_names = (runtime_names, widths, {n: v for n, v in bound.items() if n not in runtime_names})
             self._by_specialization[key] = kernel
         return kernel
@@ -241,6 +242,12 @@ class JITFunction(KernelInterface):
             if cuda_driver.is_available():
                 kernel._init_handles()
         return kernel
+
+
+def _expander(param):
+    """The launch values of an argument that the kernel takes as several (kiln.specialize)."""
+    from .specialize import TupleArgument
+    return param.launch_pieces if isinstance(param, TupleArgument) else (lambda value: value.launch_pieces())
 
 
 def _as_interpreter_error(e: CompilationError) -> InterpretedCompilationError:

@@ -62,41 +62,85 @@ def specialize(jitfn, bound: dict, options: dict):
     if num_warps is not None and (int(num_warps) <= 0 or int(num_warps) & (int(num_warps) - 1)):
         raise AssertionError("num_warps must be a power of 2")  # Triton's exception and words
     for name, value in bound.items():
-        if isinstance(value, constexpr):
-            value = value.value
-        specializable = name not in jitfn.do_not_specialize
-        if name in jitfn.constexpr_names or value is None or isinstance(value, (dtype, str)):
-            params[name] = constexpr(value)
-            key.append(("c", name, _hashable(value)))
-            continue
-        if isinstance(value, (bool, np.bool_)):
-            params[name] = (int1, {})
-        elif isinstance(value, (int, np.integer)):
-            value = int(value)
-            if specializable and value == 1:
-                params[name] = constexpr(1)
-                key.append(("c", name, 1))
-                continue
-            attrs = {"divisibility": 16} if specializable and value % 16 == 0 else {}
-            params[name] = (integer_type(value), attrs)
-        elif isinstance(value, (float, np.floating)):
-            params[name] = (float32, {})
-        elif isinstance(value, TensorDescriptor):  # becomes several runtime arguments
-            params[name] = DescriptorArgument(value._elem, len(value.shape), value.block_shape, value.padding)
+        param, leaf_key = _param(jitfn, name, value, name in jitfn.constexpr_names,
+                                 name not in jitfn.do_not_specialize)
+        params[name] = param
+        key.append((name,) + leaf_key)
+        if not isinstance(param, constexpr):
             runtime.append(name)
-            key.append(("d", name) + value.spec_key())
-            continue
-        else:
-            info = pointer_info(value)
-            if info is None:
-                raise TypeError(f"{jitfn.__name__}: unsupported argument {name} of type {type(value).__name__}")
-            elem, address = info
-            attrs = {"divisibility": 16} if specializable and address % 16 == 0 else {}
-            params[name] = (pointer_type(elem, 1, _is_const(jitfn, name)), attrs)
-        runtime.append(name)
-        key.append(("a", name, str(params[name][0]), tuple(sorted(params[name][1].items()))))
     key.append(tuple(sorted((k, _hashable(v)) for k, v in options.items() if k != "stream" and v is not None)))
     return tuple(key), params, runtime
+
+
+def _param(jitfn, name, value, is_constexpr: bool, specializable: bool):
+    """(param, key) of one argument: `constexpr(value)`, `(dtype, attrs)` of a runtime
+    value, or a DescriptorArgument / TupleArgument that becomes several runtime values."""
+    if isinstance(value, constexpr):  # tl.constexpr(4) given for any parameter is a constant
+        value, is_constexpr = value.value, True
+    if is_constexpr or value is None or isinstance(value, (dtype, str)) or (callable(value) and
+                                                                          not hasattr(value, "data_ptr")):
+        return constexpr(value), ("c", _hashable(value))
+    if isinstance(value, (bool, np.bool_)):
+        param = (int1, {})
+    elif isinstance(value, (int, np.integer)):
+        value = int(value)
+        if specializable and value == 1:
+            return constexpr(1), ("c", 1)
+        param = (integer_type(value), {"divisibility": 16} if specializable and value % 16 == 0 else {})
+    elif isinstance(value, (float, np.floating)):
+        param = (float32, {})
+    elif isinstance(value, TensorDescriptor):  # becomes several runtime arguments
+        param = DescriptorArgument(value._elem, len(value.shape), value.block_shape, value.padding)
+        return param, ("d",) + value.spec_key()
+    elif isinstance(value, tuple) and not hasattr(value, "data_ptr"):
+        leaves = [_param(jitfn, name, v, False, specializable) for v in value]
+        param = TupleArgument(type(value), [leaf for leaf, _ in leaves])
+        if not param.pieces:  # every leaf is a constant: the tuple is one
+            return constexpr(param.build([])), ("c", _hashable(value))
+        return param, ("t", type(value)) + tuple(k for _, k in leaves)
+    else:
+        info = pointer_info(value)
+        if info is None:
+            raise TypeError(f"{jitfn.__name__}: unsupported argument {name} of type {type(value).__name__}")
+        elem, address = info
+        attrs = {"divisibility": 16} if specializable and address % 16 == 0 else {}
+        param = (pointer_type(elem, 1, _is_const(jitfn, name)), attrs)
+    return param, ("a", str(param[0]), tuple(sorted(param[1].items())))
+
+
+class TupleArgument:
+    """A tuple (or NamedTuple) argument: its runtime leaves become the function's arguments
+    (`pieces`, in order, nested tuples and descriptors flattened), its constant leaves stay
+    constexprs; in the kernel it is a tuple of the same type."""
+
+    def __init__(self, kind, leaves):
+        self.kind, self.leaves = kind, leaves
+        self.pieces = [piece for leaf in leaves for piece in _pieces(leaf)]
+
+    def build(self, values):
+        values, out = list(values), []
+        for leaf in self.leaves:
+            n = len(_pieces(leaf))
+            taken, values = values[:n], values[n:]
+            out.append(leaf if isinstance(leaf, constexpr) else
+                       taken[0] if isinstance(leaf, tuple) else leaf.build(taken))
+        return self.kind(*out) if hasattr(self.kind, "_fields") else tuple(out)
+
+    def launch_pieces(self, value) -> list:
+        """The launch values of a host tuple of this structure."""
+        out = []
+        for leaf, v in zip(self.leaves, value):
+            if isinstance(leaf, tuple):
+                out.append(v)
+            elif isinstance(leaf, TupleArgument):
+                out.extend(leaf.launch_pieces(v))
+            elif not isinstance(leaf, constexpr):
+                out.extend(v.launch_pieces())
+        return out
+
+
+def _pieces(leaf) -> list:
+    return [] if isinstance(leaf, constexpr) else [leaf] if isinstance(leaf, tuple) else leaf.pieces
 
 
 def _is_const(jitfn, name) -> bool:

@@ -1,6 +1,7 @@
 """Triton programs that run unchanged: the host-side and frontend behaviour that Triton's own
 tests and tutorials rely on (issue 9)."""
 import inspect
+from typing import NamedTuple
 import textwrap
 
 import numpy as np
@@ -457,3 +458,47 @@ def test_const_pointer_annotation_is_read_only():
 def test_num_warps_not_a_power_of_two_is_an_assertion_error():
     with pytest.raises(AssertionError, match="must be a power of 2"):
         _static_steps[(1,)](np.zeros(8, np.int32), 8, num_warps=3)
+
+
+class _View(NamedTuple):
+    ptr: object
+    size: object
+    scale: object
+
+
+@triton.jit
+def _bump(values):
+    return tl.tuple([v + 1 for v in values if v is not None])
+
+
+@triton.jit
+def _make_view(ptr, size, scale):
+    view = _View(ptr=ptr, size=size, scale=scale)
+    return view
+
+
+@triton.jit
+def _tuple_args(outs, values, view, fn, N: tl.constexpr):
+    tl.static_assert(values[1] is None and view.scale == 3)  # constant leaves stay constexprs
+    bumped = _bump(values)
+    tl.store(outs[0], bumped[0])
+    tl.store(outs[1], bumped[1])
+    v = _make_view(view.ptr, view.size, view.scale)
+    offs = tl.arange(0, N)
+    tl.store(v.ptr + offs, fn(tl.load(v.ptr + offs, mask=offs < v.size), v.scale), mask=offs < v.size)
+
+
+@triton.jit
+def _times(x, k):
+    return x * k
+
+
+def test_tuple_and_namedtuple_arguments():
+    a, b = np.zeros(1, np.float32), np.zeros(1, np.float32)
+    data = np.arange(8, dtype=np.float32)
+    _tuple_args[(1,)]((a, b), (2.5, None, 7), _View(data, 5, tl.constexpr(3)), _times, N=8)
+    assert (a[0], b[0]) == (3.5, 8.0)
+    np.testing.assert_array_equal(data, [0, 3, 6, 9, 12, 5, 6, 7])
+    assert _tuple_args.cache and len(_tuple_args.cache) == 1
+    _tuple_args[(1,)]((a, b), (0.5, None, 1), _View(data, 2, tl.constexpr(3)), _times, N=8)  # same kernel
+    assert (a[0], b[0]) == (1.5, 2.0) and data[1] == 9

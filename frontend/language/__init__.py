@@ -31,6 +31,13 @@ class const:
     (or an atomic on it) is a compile error."""
 
 
+class tuple(__builtins__["tuple"] if isinstance(__builtins__, dict) else __builtins__.tuple):
+    """Triton's `tl.tuple(values)`. A kernel's tuples are Python tuples in kiln; this is one."""
+
+    def __new__(cls, args=(), type=None):
+        return super().__new__(cls, args)
+
+
 TRITON_MAX_TENSOR_NUMEL = 1048576  # Triton's limit on a block's elements; kiln only reports it
 
 from . import _methods as _m  # noqa: E402
