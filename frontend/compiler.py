@@ -5,10 +5,10 @@ import operator
 
 from kiln.ir import Function, parse_function, print_function
 
-from . import config, profiler
+from . import config, errors, profiler  # noqa: F401  (errors: Triton's triton.compiler.errors)
 from .runtime import cuda_driver as driver
 from .ast_to_ir import build_kernel
-from .errors import OutOfResources
+from .errors import CompilationError, OutOfResources  # noqa: F401  (triton.compiler.CompilationError)
 
 # The launch options that change the generated code; the rest only affect the launch.
 CODEGEN_OPTIONS = ("num_warps", "num_stages", "maxnreg", "enable_fp_fusion")

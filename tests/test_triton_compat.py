@@ -502,3 +502,11 @@ def test_tuple_and_namedtuple_arguments():
     assert _tuple_args.cache and len(_tuple_args.cache) == 1
     _tuple_args[(1,)]((a, b), (0.5, None, 1), _View(data, 2, tl.constexpr(3)), _times, N=8)  # same kernel
     assert (a[0], b[0]) == (1.5, 2.0) and data[1] == 9
+
+
+def test_compiler_errors_module_path():
+    import subprocess
+    import sys
+    code = "import kiln as triton; print(triton.compiler.errors.CompilationError is triton.CompilationError)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "True" and kiln.compiler.CompilationError is kiln.CompilationError
