@@ -39,6 +39,8 @@ def spec_key(value):
         return "int1"
     data_ptr = getattr(value, "data_ptr", None)
     if data_ptr is not None:
+        if getattr(value, "is_cuda", True) is False:  # a host tensor: whether the GPU can reach it
+            return (value.dtype, data_ptr() % 16 == 0, "host", value.is_pinned())
         return (value.dtype, data_ptr() % 16 == 0)
     if t is np.ndarray:
         return (value.dtype, value.ctypes.data % 16 == 0)

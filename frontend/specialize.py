@@ -16,6 +16,8 @@ from kiln.language.core import constexpr
 from kiln.language.tensor_descriptor import DescriptorArgument
 from kiln.tools.tensor_descriptor import TensorDescriptor
 
+from . import config
+
 _TORCH_DTYPES = {
     "torch.float32": "fp32", "torch.float16": "fp16", "torch.bfloat16": "bf16", "torch.float64": "fp64",
     "torch.int8": "int8", "torch.int16": "int16", "torch.int32": "int32", "torch.int64": "int64",
@@ -103,6 +105,10 @@ def _param(jitfn, name, value, is_constexpr: bool, specializable: bool):
         if info is None:
             raise TypeError(f"{jitfn.__name__}: unsupported argument {name} of type {type(value).__name__}")
         elem, address = info
+        if getattr(value, "is_cuda", True) is False and not value.is_pinned() and not config.interpret():
+            raise ValueError(f"Pointer argument (at {jitfn.arg_names.index(name)}) cannot be accessed from Triton "
+                             f"(cpu tensor?): '{name}' is in host memory that the GPU cannot read; move it to the "
+                             "GPU, pin it, or run with KILN_INTERPRET=1")
         attrs = {"divisibility": 16} if specializable and address % 16 == 0 else {}
         param = (pointer_type(elem, 1, _is_const(jitfn, name)), attrs)
     return param, ("a", str(param[0]), tuple(sorted(param[1].items())))

@@ -510,3 +510,23 @@ def test_compiler_errors_module_path():
     code = "import kiln as triton; print(triton.compiler.errors.CompilationError is triton.CompilationError)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "True" and kiln.compiler.CompilationError is kiln.CompilationError
+
+
+class _HostTensor:
+    """Enough of a PyTorch CPU tensor for specialization: a host address, a dtype, not on CUDA."""
+
+    def __init__(self, pinned):
+        self.array, self.pinned, self.is_cuda, self.dtype = np.zeros(4, np.float32), pinned, False, "torch.float32"
+
+    def data_ptr(self):
+        return self.array.ctypes.data
+
+    def is_pinned(self):
+        return self.pinned
+
+
+def test_host_tensor_launched_on_the_gpu_path_says_cpu_tensor(monkeypatch):
+    monkeypatch.setenv("KILN_INTERPRET", "0")
+    with pytest.raises(ValueError, match=r"Pointer argument \(at 0\) cannot be accessed from Triton \(cpu tensor\?\)"):
+        _static_steps.warmup(_HostTensor(pinned=False), 4, grid=(1,))
+    _static_steps.warmup(_HostTensor(pinned=True), 4, grid=(1,))  # pinned host memory is reachable
