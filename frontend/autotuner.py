@@ -68,8 +68,9 @@ class Autotuner(KernelInterface):
         self.configs_timings: dict | None = None
 
     def prune_configs(self, nargs: dict, kwargs: dict | None = None) -> list:
-        """`early_config_prune(configs, nargs, **kwargs)` as in Triton: `kwargs` are the launch's
-        keyword arguments (tutorials read their constexprs there), `nargs` every argument by name."""
+        """`early_config_prune(configs, nargs, **kwargs)` as in Triton: `nargs` the arguments given
+        by position (by name), `kwargs` the launch's keyword arguments (tutorials read their
+        constexprs there); `perf_model` gets both and the config's."""
         configs = self.configs
         if self.early_config_prune:
             configs = list(self.early_config_prune(configs, nargs, **(kwargs or {})))
@@ -82,7 +83,7 @@ class Autotuner(KernelInterface):
                 top_k = int(len(configs) * top_k)
             top_k = builtins.max(1, top_k)
             if len(configs) > top_k:
-                estimated = {c: self.perf_model(**nargs, **c.all_kwargs()) for c in configs}
+                estimated = {c: self.perf_model(**nargs, **(kwargs or {}), **c.all_kwargs()) for c in configs}
                 configs = sorted(estimated, key=estimated.get)[:top_k]
         return configs
 
@@ -98,13 +99,14 @@ class Autotuner(KernelInterface):
             raise ValueError(f"conflicting meta-parameters: {', '.join(sorted(conflicts))}; "
                              "they are given both at the launch and by the autotuner's configs")
         full = {**nargs, **config.all_kwargs()}
-        saved = {name: _copy(nargs[name]) for name in self.restore_value if name in nargs}
+        saved = {name: _copy(nargs[name]) for name in self.restore_value if nargs.get(name) is not None}
 
         def launch():  # Triton's order: the config's hook, then reset/restore, the run, the post hook
             if config.pre_hook:
                 config.pre_hook(full)
-            for name in self.reset_to_zero:
-                _zero(nargs[name])
+            for name in self.reset_to_zero:  # an optional buffer given as None has nothing to reset
+                if nargs.get(name) is not None:
+                    _zero(nargs[name])
             if self.user_pre_hook:
                 self.user_pre_hook(full)
             self.fn.run(*args, grid=grid, **kwargs, **config.all_kwargs())
@@ -132,12 +134,13 @@ class Autotuner(KernelInterface):
         if len(self.configs) > 1:
             key = self._key(nargs)
             if key not in self.cache:
-                configs = self.prune_configs(nargs, kwargs)
+                configs = self.prune_configs(dict(zip(_arg_names(self.fn), args)), kwargs)
                 timings = {c: self._bench(args, kwargs, grid, c, nargs) for c in configs}
                 self.cache[key] = builtins.min(timings, key=timings.get)
                 self.configs_timings = timings
                 for name in self.reset_to_zero:  # the benchmark runs leave no trace in the real launch
-                    _zero(nargs[name])
+                    if nargs.get(name) is not None:
+                        _zero(nargs[name])
             config = self.cache[key]
         else:
             config = self.configs[0]
@@ -149,9 +152,9 @@ class Autotuner(KernelInterface):
     def warmup(self, *args, grid=(1,), **kwargs):
         """Compile every (pruned) config without benchmarking or launching."""
         launch_kwargs = {k: v for k, v in kwargs.items() if k != "target"}
-        nargs = _bind(self.fn, args, launch_kwargs)
+        _bind(self.fn, args, launch_kwargs)  # the same argument check as a launch
         return [self.fn.warmup(*args, grid=grid, **kwargs, **c.all_kwargs())
-                for c in self.prune_configs(nargs, launch_kwargs)]
+                for c in self.prune_configs(dict(zip(_arg_names(self.fn), args)), launch_kwargs)]
 
 
 class Heuristics(KernelInterface):
