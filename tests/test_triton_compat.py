@@ -543,3 +543,13 @@ def test_autotune_reset_and_restore_skip_arguments_given_as_none():
     out = np.zeros(8, np.float32)
     kernel[(1,)](out, None, 8)
     assert out[0] >= 1.0
+
+
+def test_active_torch_device_is_the_cpu_when_interpreting_without_a_gpu(monkeypatch):
+    import sys
+    import types
+    fake_torch = types.SimpleNamespace(device=lambda kind, index=None: (kind, index))
+    monkeypatch.setitem(sys.modules, "torch", fake_torch)
+    monkeypatch.setenv("KILN_INTERPRET", "1")
+    monkeypatch.setattr(type(triton.runtime.driver.active), "is_active", lambda self: False)
+    assert triton.runtime.driver.active.get_active_torch_device() == ("cpu", None)

@@ -57,7 +57,12 @@ class _ActiveDriver:
         return GPUTarget("cuda", int(name[3:].rstrip("a")), 32)
 
     def get_active_torch_device(self):
+        """PyTorch's device for this driver: the current GPU; under KILN_INTERPRET=1 on a machine
+        without one, the CPU (the interpreter runs kernels on host tensors)."""
         import torch
+        from .. import config
+        if config.interpret() and not self.is_active():
+            return torch.device("cpu")
         return torch.device("cuda", self.get_current_device())
 
     def get_device_interface(self):
