@@ -13,13 +13,12 @@ import argparse
 import datetime
 import json
 import os
-import statistics
 import sys
 
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from run import bench, load_kernels, triton_cdiv  # noqa: E402
+from run import fastest, interleaved, load_kernels, triton_cdiv  # noqa: E402
 
 # (BLOCK_M, BLOCK_N, num_stages, num_warps)
 CONFIGS = [(128, 64, 3, 8), (128, 64, 2, 8), (128, 128, 3, 8), (128, 128, 2, 8), (128, 64, 3, 4), (64, 64, 3, 4)]
@@ -70,22 +69,6 @@ def check(libs, dims, configs):
     return failures
 
 
-def tune(lib, q, k, v, o, causal, configs):
-    """(best ms, its config) over `configs`, as Triton's autotuner picks."""
-    best = None
-    for cfg in configs:
-        go = launcher(lib, q, k, v, o, causal, cfg)
-        try:
-            go()
-            torch.cuda.synchronize()
-        except Exception:
-            continue
-        ms = bench(go)
-        if best is None or ms < best[0]:
-            best = (ms, cfg)
-    return best
-
-
 def run(libs, dims, contexts, configs, rounds=3):
     rows = []
     for dim in dims:
@@ -93,17 +76,14 @@ def run(libs, dims, contexts, configs, rounds=3):
             for n_ctx in contexts:
                 q, k, v = operands(n_ctx, dim)
                 o = torch.empty_like(q)
-                picked = {name: tune(lib, q, k, v, o, causal, configs) for name, lib in libs.items()}
+                picked = {name: fastest(lambda cfg, lib=lib: launcher(lib, q, k, v, o, causal, cfg), configs)
+                          for name, lib in libs.items()}
                 fns = {name: launcher(libs[name], q, k, v, o, causal, got[1]) for name, got in picked.items() if got}
                 fns["sdpa"] = lambda: sdpa(q, k, v, causal)
-                times = {name: [] for name in fns}
-                for _ in range(rounds):
-                    for name, fn in fns.items():
-                        times[name].append(bench(fn))
                 flops = 4 * Z * H * n_ctx * n_ctx * dim / (2 if causal else 1)
                 row = {"dim": dim, "causal": causal, "n_ctx": n_ctx}
-                for name, t in times.items():
-                    row[name] = flops / (statistics.median(t) * 1e-3) / 1e12
+                for name, ms in interleaved(fns, rounds).items():
+                    row[name] = flops / (ms * 1e-3) / 1e12
                 row["configs"] = {name: got[1] for name, got in picked.items() if got}
                 rows.append(row)
                 print(json.dumps(row))

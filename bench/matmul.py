@@ -15,13 +15,12 @@ import argparse
 import datetime
 import json
 import os
-import statistics
 import sys
 
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from run import bench, load_kernels, triton_cdiv  # noqa: E402
+from run import fastest, interleaved, load_kernels, triton_cdiv  # noqa: E402
 
 # (BLOCK_M, BLOCK_N, BLOCK_K, num_stages, num_warps): the configs of Triton's tutorial 03
 # for CUDA; the last eight are the ones it adds for fp8.
@@ -85,29 +84,14 @@ def check(libs, dtypes, configs):
     return failures
 
 
-def tune(lib, a, b, c, configs):
-    """(best ms, its config) over `configs`, as Triton's autotuner picks."""
-    best = None
-    for cfg in configs:
-        go = launcher(lib, a, b, c, cfg)
-        try:
-            go()
-            torch.cuda.synchronize()
-        except Exception:
-            continue
-        ms = bench(go)
-        if best is None or ms < best[0]:
-            best = (ms, cfg)
-    return best
-
-
 def run(libs, dtypes, sizes, configs, rounds=3):
     rows = []
     for dtype in dtypes:
         for s in sizes:
             a, b = operands(dtype, s, s, s)
             c = torch.empty(s, s, device="cuda", dtype=torch.float16)
-            picked = {name: tune(lib, a, b, c, configs) for name, lib in libs.items()}
+            picked = {name: fastest(lambda cfg, lib=lib: launcher(lib, a, b, c, cfg), configs)
+                      for name, lib in libs.items()}
             fns = {name: launcher(libs[name], a, b, c, got[1]) for name, got in picked.items() if got}
             if dtype != "fp8":
                 out = torch.empty(s, s, device="cuda", dtype=a.dtype)
@@ -115,13 +99,9 @@ def run(libs, dtypes, sizes, configs, rounds=3):
             else:
                 scale = torch.ones((), device="cuda")
                 fns["cublas"] = lambda: torch._scaled_mm(a, b, scale_a=scale, scale_b=scale, out_dtype=torch.float16)
-            times = {name: [] for name in fns}
-            for _ in range(rounds):
-                for name, fn in fns.items():
-                    times[name].append(bench(fn))
             row = {"dtype": dtype, "size": s}
-            for name, t in times.items():
-                row[name] = 2 * s ** 3 / (statistics.median(t) * 1e-3) / 1e12
+            for name, ms in interleaved(fns, rounds).items():
+                row[name] = 2 * s ** 3 / (ms * 1e-3) / 1e12
             row["configs"] = {name: got[1] for name, got in picked.items() if got}
             rows.append(row)
             print(json.dumps(row))

@@ -49,14 +49,31 @@ def bench(fn):
 ROUNDS = 3  # --rounds
 
 
-def interleaved(fns: dict) -> dict:
+def interleaved(fns: dict, rounds: int | None = None) -> dict:
     """Median ms of each callable over ROUNDS rounds in which they take turns, so that
     drift in the machine (clocks, temperature) falls on all of them alike."""
     times = {name: [] for name in fns}
-    for _ in range(ROUNDS):
+    for _ in range(rounds or ROUNDS):
         for name, fn in fns.items():
             times[name].append(bench(fn))
     return {name: statistics.median(t) for name, t in times.items()}
+
+
+def fastest(make, configs):
+    """(best ms, its config) over `configs`, as Triton's autotuner picks: `make(cfg)` is the
+    config's launch; one that fails to launch (out of resources and the like) is skipped."""
+    best = None
+    for cfg in configs:
+        go = make(cfg)
+        try:
+            go()
+            torch.cuda.synchronize()
+        except Exception:
+            continue
+        ms = bench(go)
+        if best is None or ms < best[0]:
+            best = (ms, cfg)
+    return best
 
 
 def gbps(nbytes, ms):

@@ -14,13 +14,15 @@ from __future__ import annotations
 
 import llvmlite.ir as ir
 
+from kiln.ir.core import Operation
 from kiln.ir.types import shared_type
 
 from .. import layout as lay
 from ..passes.layouts import memory_width
+from ..passes.smem_pipeline import is_zero_constant
 from .context import LoweringError
 from .memory import access_width, plain_store
-from .types import F32, GLOBAL_PTR, I1, I8, I32, I64, SHARED_PTR, VOID, reg_type
+from .types import F32, GLOBAL_PTR, I8, I32, I64, SHARED_PTR, VOID, reg_type
 
 ALIGN = 1024
 _PTX_TYPE = {"fp16": "f16", "bf16": "bf16", "fp8e4nv": "e4m3", "fp8e5": "e5m2"}
@@ -130,7 +132,7 @@ def _local_store(lw, op):
     layout = lw.layout(value)
     regs = lw.regs(value)
     run = min(_run_length(layout, inner, es), shape[inner])
-    offsets, indices = layout.offsets(shape), lw.indices(layout, shape)
+    indices = lw.indices(layout, shape)
     base, elem_ty = lw.scalar(tile), reg_type(value.type)
     for i in range(0, len(regs), run):
         dst = lw.b.gep(base, [tile_offset(lw, t, indices[i])], source_etype=I8)
@@ -200,11 +202,6 @@ def _a_fragments(lw, a, layout, K):
     return [[words[m * per_m + k: m * per_m + k + 4] for k in range(0, per_m, 4)] for m in range(len(words) // per_m)]
 
 
-def _is_zero(v) -> bool:
-    op = v.defining_op
-    return op is not None and op.name == "constant" and op.attrs["value"] == 0 and not isinstance(op.attrs["value"], bool)
-
-
 def _warp_group_dot(lw, op):
     a, b_op, acc = op.operands
     out = op.results[0]
@@ -218,7 +215,7 @@ def _warp_group_dot(lw, op):
     values = list(lw.regs(acc, layout))
     b = lw.b
     # a zero accumulator is not materialized: the first k-step runs with scale-d = 0
-    fresh = _is_zero(acc)
+    fresh = is_zero_constant(acc)
     if fresh:
         values = [ir.Constant(F32, ir.Undefined)] * len(values)
     group = b.udiv(lw.warp, lw.i32(4))
@@ -303,11 +300,12 @@ def _warp_group_dot_wait(lw, op):
 
 
 def _in_loop(op) -> bool:
-    block = op.parent
-    while block is not None and isinstance(getattr(block, "parent", None), type(op)):
-        if block.parent.name in ("for", "while"):
+    """Is `op` inside the body of a `for` or `while`?"""
+    outer = op.parent.parent if op.parent is not None else None
+    while isinstance(outer, Operation):
+        if outer.name in ("for", "while"):
             return True
-        block = block.parent.parent
+        outer = outer.parent.parent if outer.parent is not None else None
     return False
 
 

@@ -70,7 +70,8 @@ def apply(fn, ctx) -> None:
 
 # --- which loops ---------------------------------------------------------------------
 
-def _zero(v) -> bool:
+def is_zero_constant(v) -> bool:
+    """Is `v` a constant zero (a number, not False)?"""
     op = v.defining_op
     return op is not None and op.name == "constant" and op.attrs["value"] in (0, 0.0) \
         and not isinstance(op.attrs["value"], bool)
@@ -126,7 +127,7 @@ def _operand(v, role, body, uses, instr_extent, ctx):
     ("regs", v): computed in the body, read from registers (A of 16-bit types only)."""
     load = v.defining_op
     if load is not None and load.parent is body and load.name == "load":
-        if uses[v] != 1 or load.attrs.get("volatile") or (len(load.operands) == 3 and not _zero(load.operands[2])):
+        if uses[v] != 1 or load.attrs.get("volatile") or (len(load.operands) == 3 and not is_zero_constant(load.operands[2])):
             return None
         tile = _operand_tile(load, role, instr_extent, ctx)
         got = address_cone(load, load.operands[:2], body) if tile is not None else None
