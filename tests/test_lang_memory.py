@@ -1,4 +1,6 @@
 """Conformance: load/store with masks and other, cache hints, atomics (interpreter vs NumPy)."""
+import os
+
 import numpy as np
 import pytest
 
@@ -245,6 +247,8 @@ def test_atomic_cas_on_a_block_swaps_only_matching_lanes():
     np.testing.assert_array_equal(x, np.where(before == i % 3, i * 10, before))
 
 
+# a torch CPU tensor launched on a GPU is Triton's ValueError ('cpu tensor?'): interpreter only
+@pytest.mark.interpreter_only
 @needs_torch
 def test_atomics_on_torch_tensors():
     x = torch.randint(0, 4, (64,), dtype=torch.int32)
@@ -310,8 +314,8 @@ def test_strided_and_transposed_2d_access():
     yt = np.zeros((8, 8), np.float32)
     _strided_2d[(1,)](base, yt, 1, 8, M=8, N=8)  # the transpose
     np.testing.assert_array_equal(yt, base.T)
-    if torch is None:
-        return
+    if torch is None or os.environ.get("KILN_TEST_GPU_CONFORMANCE") == "1":
+        return  # on a GPU a torch CPU tensor is Triton's ValueError
     t = torch.arange(64, dtype=torch.float32).reshape(8, 8)
     view = t[:, 2:6]  # a non-contiguous torch view: pointer at element 2, strides (8, 1)
     out = np.zeros((8, 4), np.float32)

@@ -61,6 +61,8 @@ def test_every_dtype_round_trips_through_load_and_store(np_dtype):
     np.testing.assert_array_equal(dst.view(np.uint8), src.view(np.uint8))
 
 
+# a torch CPU tensor launched on a GPU is Triton's ValueError ('cpu tensor?'): interpreter only
+@pytest.mark.interpreter_only
 @needs_torch
 @pytest.mark.parametrize("tdtype", [torch.float32, torch.float16, torch.bfloat16, torch.int32, torch.int64,
                                     torch.uint8, torch.bool] if torch else [None])
