@@ -1,11 +1,14 @@
-"""FlashAttention-2 forward (bench/kernels.py `attention_fwd_kernel`, one kernel source) on
-kiln and on upstream Triton, each autotuned over the same configs, against PyTorch SDPA.
+"""FlashAttention-2 forward and backward (bench/kernels.py `attention_fwd_kernel` and the
+`attention_bwd_*` kernels, one kernel source) on kiln and on upstream Triton, each autotuned
+over the same configs, against PyTorch SDPA (its backward through autograd).
 
-    python bench/attention.py [--quick] [--check] [--dims 64,128] [--ctx 1024,4096,16384] [--out DIR]
+    python bench/attention.py [--quick] [--check] [--modes fwd,bwd] [--dims 64,128] [--ctx 1024,4096,16384] [--out DIR]
 
-Z=4, H=32, fp16, causal and not. TFLOP/s count the two matmuls (4 Z H N^2 D), halved
-when causal. --check first compares every config with SDPA on small shapes. Prints a
-markdown table and writes DIR/<date>-<gpu>-attention.{json,md} when --out is given.
+Z=4, H=32, fp16, causal and not. Forward TFLOP/s count its two matmuls (4 Z H N^2 D), the
+backward 2.5 times that (its five; the kernels recompute P, as FlashAttention-2 does),
+halved when causal. The backward is three launches: Delta = rowsum(O dO), dK and dV, dQ.
+--check first compares every config with SDPA (and its gradients) on small shapes. Prints
+a markdown table and writes DIR/<date>-<gpu>-attention.{json,md} when --out is given.
 """
 from __future__ import annotations
 
@@ -20,9 +23,13 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from run import fastest, interleaved, load_kernels, triton_cdiv  # noqa: E402
 
-# (BLOCK_M, BLOCK_N, num_stages, num_warps)
+# forward: (BLOCK_M, BLOCK_N, num_stages, num_warps)
 CONFIGS = [(128, 64, 3, 8), (128, 64, 2, 8), (128, 128, 3, 8), (128, 128, 2, 8), (128, 64, 3, 4), (64, 64, 3, 4)]
 QUICK = [(128, 64, 3, 8), (128, 128, 3, 8)]
+# backward: (narrow block, wide block, num_stages, num_warps); dK dV take BLOCK_M = narrow
+# queries per step for BLOCK_N = wide keys, dQ the other way round
+BWD_CONFIGS = [(32, 128, 3, 4), (32, 128, 2, 4), (64, 128, 3, 8), (64, 128, 2, 8), (64, 64, 3, 4), (32, 64, 3, 4)]
+BWD_QUICK = [(32, 128, 3, 4), (64, 128, 2, 8)]
 Z, H = 4, 32
 
 
@@ -30,58 +37,121 @@ def operands(n_ctx, dim, z=Z, h=H):
     return [torch.randn(z, h, n_ctx, dim, device="cuda", dtype=torch.float16) for _ in range(3)]
 
 
-def launcher(lib, q, k, v, o, causal, cfg):
+def launcher(lib, q, k, v, o, causal, cfg, lse=None):
     bm, bn, stages, warps = cfg
     z, h, n_ctx, dim = q.shape
     grid = (triton_cdiv(n_ctx, bm), z * h)
+    lse = lse if lse is not None else torch.empty(z, h, n_ctx, device=q.device, dtype=torch.float32)
 
     def go():
-        lib.attention_fwd_kernel[grid](q, k, v, o, 1 / dim ** 0.5, *q.stride(), *k.stride(), *v.stride(), *o.stride(),
-                                       h, n_ctx, HEAD_DIM=dim, BLOCK_M=bm, BLOCK_N=bn, CAUSAL=causal,
+        lib.attention_fwd_kernel[grid](q, k, v, o, lse, 1 / dim ** 0.5, *q.stride(), *k.stride(), *v.stride(),
+                                       *o.stride(), h, n_ctx, HEAD_DIM=dim, BLOCK_M=bm, BLOCK_N=bn, CAUSAL=causal,
                                        num_warps=warps, num_stages=stages)
     return go
+
+
+def bwd_launcher(lib, q, k, v, o, lse, do, grads, causal, cfg):
+    """The three backward launches; `grads` = (dq, dk, dv) are written."""
+    narrow, wide, stages, warps = cfg
+    z, h, n_ctx, dim = q.shape
+    delta = torch.empty_like(lse)
+    dq, dk, dv = grads
+    scale = 1 / dim ** 0.5
+    tuning = dict(HEAD_DIM=dim, CAUSAL=causal, num_warps=warps, num_stages=stages)
+
+    def go():
+        lib.attention_bwd_preprocess_kernel[(n_ctx // 128, z * h)](o, do, delta, n_ctx, HEAD_DIM=dim, BLOCK_M=128)
+        lib.attention_bwd_dkdv_kernel[(n_ctx // wide, z * h)](q, k, v, do, dk, dv, lse, delta, scale, n_ctx,
+                                                               BLOCK_M=narrow, BLOCK_N=wide, **tuning)
+        lib.attention_bwd_dq_kernel[(n_ctx // wide, z * h)](q, k, v, do, dq, lse, delta, scale, n_ctx,
+                                                             BLOCK_M=wide, BLOCK_N=narrow, **tuning)
+    return go
+
+
+def forward_for_backward(lib, q, k, v, causal):
+    """O and the log-sum-exp rows from `lib`'s own forward (not timed)."""
+    o = torch.empty_like(q)
+    lse = torch.empty(q.shape[:3], device=q.device, dtype=torch.float32)
+    launcher(lib, q, k, v, o, causal, QUICK[0], lse)()
+    return o, lse
+
+
+def sdpa_backward(q, k, v, do, causal):
+    q, k, v = (x.detach().requires_grad_() for x in (q, k, v))
+    o = sdpa(q, k, v, causal)
+    return lambda: torch.autograd.grad(o, (q, k, v), do, retain_graph=True)
 
 
 def sdpa(q, k, v, causal):
     return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=1 / q.shape[-1] ** 0.5)
 
 
-def check(libs, dims, configs):
+def check(libs, dims, configs, bwd_configs):
     failures = []
     for dim in dims:
-        q, k, v = operands(512, dim, z=1, h=3)
+        q, k, v, do = operands(512, dim, z=1, h=3) + operands(512, dim, z=1, h=3)[:1]
         for causal in (False, True):
             want = sdpa(q, k, v, causal)
-            for cfg in configs:
-                for name, lib in libs.items():
+            qr, kr, vr = (x.float().requires_grad_() for x in (q, k, v))
+            want_grads = torch.autograd.grad(sdpa(qr, kr, vr, causal), (qr, kr, vr), do.float())
+            for name, lib in libs.items():
+                for cfg in configs:
                     o = torch.full_like(q, float("nan"))
-                    try:
-                        launcher(lib, q, k, v, o, causal, cfg)()
-                        torch.cuda.synchronize()
-                    except Exception as e:  # OutOfResources and the like
-                        print(f"  {name} D{dim} causal={causal} {cfg}: {type(e).__name__}: {str(e)[:120]}")
-                        continue
-                    err = (o.float() - want.float()).abs().max().item()
-                    if not torch.allclose(o.float(), want.float(), atol=2e-2, rtol=2e-2):
-                        failures.append((name, dim, causal, cfg, err))
-                        print(f"  MISMATCH {name} D{dim} causal={causal} {cfg}: max error {err:.3g}")
+                    got = _attempt(name, dim, causal, cfg, launcher(lib, q, k, v, o, causal, cfg))
+                    if got and not torch.allclose(o.float(), want.float(), atol=2e-2, rtol=2e-2):
+                        failures.append(_mismatch(name, "fwd", dim, causal, cfg, o, want))
+                o, lse = forward_for_backward(lib, q, k, v, causal)
+                for cfg in bwd_configs:
+                    grads = [torch.full_like(q, float("nan")) for _ in range(3)]
+                    go = bwd_launcher(lib, q, k, v, o, lse, do, grads, causal, cfg)
+                    if _attempt(name, dim, causal, cfg, go):
+                        for which, g, w in zip(("dq", "dk", "dv"), grads, want_grads):
+                            if not torch.allclose(g.float(), w, atol=5e-2, rtol=5e-2):
+                                failures.append(_mismatch(name, which, dim, causal, cfg, g, w))
     print(f"check: {len(failures)} mismatches")
     return failures
 
 
-def run(libs, dims, contexts, configs, rounds=3):
+def _attempt(name, dim, causal, cfg, go) -> bool:
+    try:
+        go()
+        torch.cuda.synchronize()
+        return True
+    except Exception as e:  # OutOfResources and the like
+        print(f"  {name} D{dim} causal={causal} {cfg}: {type(e).__name__}: {str(e)[:120]}")
+        return False
+
+
+def _mismatch(name, what, dim, causal, cfg, got, want):
+    err = (got.float() - want.float()).abs().max().item()
+    print(f"  MISMATCH {name} {what} D{dim} causal={causal} {cfg}: max error {err:.3g}")
+    return (name, what, dim, causal, cfg, err)
+
+
+def run(libs, dims, contexts, configs, rounds=3, mode="fwd"):
     rows = []
     for dim in dims:
         for causal in (False, True):
             for n_ctx in contexts:
                 q, k, v = operands(n_ctx, dim)
-                o = torch.empty_like(q)
-                picked = {name: fastest(lambda cfg, lib=lib: launcher(lib, q, k, v, o, causal, cfg), configs)
-                          for name, lib in libs.items()}
-                fns = {name: launcher(libs[name], q, k, v, o, causal, got[1]) for name, got in picked.items() if got}
-                fns["sdpa"] = lambda: sdpa(q, k, v, causal)
-                flops = 4 * Z * H * n_ctx * n_ctx * dim / (2 if causal else 1)
-                row = {"dim": dim, "causal": causal, "n_ctx": n_ctx}
+                if mode == "fwd":
+                    o = torch.empty_like(q)
+                    make = {name: lambda cfg, lib=lib: launcher(lib, q, k, v, o, causal, cfg) for name, lib in libs.items()}
+                    reference = lambda: sdpa(q, k, v, causal)  # noqa: E731
+                else:
+                    do = torch.randn_like(q)
+                    grads = [torch.empty_like(q) for _ in range(3)]
+                    make = {}
+                    for name, lib in libs.items():
+                        o, lse = forward_for_backward(lib, q, k, v, causal)
+                        make[name] = lambda cfg, lib=lib, o=o, lse=lse: bwd_launcher(lib, q, k, v, o, lse, do, grads,
+                                                                                      causal, cfg)
+                    reference = sdpa_backward(q, k, v, do, causal)
+                picked = {name: fastest(make[name], configs) for name in libs}
+                fns = {name: make[name](got[1]) for name, got in picked.items() if got}
+                fns["sdpa"] = reference
+                flops = 4 * Z * H * n_ctx * n_ctx * dim / (2 if causal else 1) * (2.5 if mode == "bwd" else 1)
+                row = {"mode": mode, "dim": dim, "causal": causal, "n_ctx": n_ctx}
                 for name, ms in interleaved(fns, rounds).items():
                     row[name] = flops / (ms * 1e-3) / 1e12
                 row["configs"] = {name: got[1] for name, got in picked.items() if got}
@@ -91,11 +161,11 @@ def run(libs, dims, contexts, configs, rounds=3):
 
 
 def table(rows) -> str:
-    lines = ["| D | causal | N_CTX | kiln TFLOP/s | Triton TFLOP/s | SDPA TFLOP/s | kiln / Triton | kiln / SDPA | kiln config |",
-             "|---:|---|---:|---:|---:|---:|---:|---:|---|"]
+    lines = ["| pass | D | causal | N_CTX | kiln TFLOP/s | Triton TFLOP/s | SDPA TFLOP/s | kiln / Triton | kiln / SDPA "
+             "| kiln config |", "|---|---:|---|---:|---:|---:|---:|---:|---:|---|"]
     for r in rows:
         k, t, s = r.get("kiln", 0), r.get("triton", 0), r.get("sdpa", 0)
-        lines.append(f"| {r['dim']} | {r['causal']} | {r['n_ctx']} | {k:.0f} | {t:.0f} | {s:.0f} | "
+        lines.append(f"| {r.get('mode', 'fwd')} | {r['dim']} | {r['causal']} | {r['n_ctx']} | {k:.0f} | {t:.0f} | {s:.0f} | "
                      f"{k / t if t else 0:.2f} | {k / s if s else 0:.2f} | {r['configs'].get('kiln')} |")
     return "\n".join(lines)
 
@@ -104,6 +174,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--check", action="store_true")
+    ap.add_argument("--modes", default="fwd,bwd")
     ap.add_argument("--dims", default="64,128")
     ap.add_argument("--ctx", default="1024,4096,16384")
     ap.add_argument("--libs", default="kiln,triton")
@@ -111,10 +182,11 @@ def main():
     args = ap.parse_args()
     libs = {name: load_kernels(name) for name in args.libs.split(",")}
     dims = [int(d) for d in args.dims.split(",")]
-    configs = QUICK if args.quick else CONFIGS
+    configs = {"fwd": QUICK if args.quick else CONFIGS, "bwd": BWD_QUICK if args.quick else BWD_CONFIGS}
     if args.check:
-        check(libs, dims, configs)
-    rows = run(libs, dims, [int(s) for s in args.ctx.split(",")], configs)
+        check(libs, dims, configs["fwd"], configs["bwd"])
+    rows = [row for mode in args.modes.split(",")
+            for row in run(libs, dims, [int(s) for s in args.ctx.split(",")], configs[mode], mode=mode)]
     text = table(rows)
     print(text)
     if args.out:

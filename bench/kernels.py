@@ -109,13 +109,14 @@ def _attention_block(acc, l_i, m_i, q, k_ptrs, v_ptrs, stride_kn, stride_vn, sta
 
 
 @triton.jit
-def attention_fwd_kernel(Q, K, V, Out, sm_scale,
+def attention_fwd_kernel(Q, K, V, Out, M, sm_scale,
                          stride_qz, stride_qh, stride_qm, stride_qd, stride_kz, stride_kh, stride_kn, stride_kd,
                          stride_vz, stride_vh, stride_vn, stride_vd, stride_oz, stride_oh, stride_om, stride_od,
                          H, N_CTX, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                          CAUSAL: tl.constexpr):
     """FlashAttention-2 forward with pointers: one program per BLOCK_M query rows of one
-    (batch, head); N_CTX a multiple of BLOCK_M and BLOCK_N."""
+    (batch, head); N_CTX a multiple of BLOCK_M and BLOCK_N. M[batch, head, row] gets the
+    row's log-sum-exp in base 2 of the scaled scores, which the backward kernels read."""
     start_m = tl.program_id(0)
     off_z = tl.program_id(1) // H
     off_h = tl.program_id(1) % H
@@ -138,9 +139,120 @@ def attention_fwd_kernel(Q, K, V, Out, sm_scale,
     else:
         acc, l_i, m_i = _attention_block(acc, l_i, m_i, q, k_ptrs, v_ptrs, stride_kn, stride_vn, start_m, qk_scale,
                                          0, N_CTX, offs_m, offs_n, BLOCK_N, False)
+    tl.store(M + tl.program_id(1) * N_CTX + offs_m, m_i + tl.math.log2(l_i))
     acc = acc / l_i[:, None]
     o_ptrs = Out + off_z * stride_oz + off_h * stride_oh + offs_m[:, None] * stride_om + offs_d[None, :] * stride_od
     tl.store(o_ptrs, acc.to(Out.dtype.element_ty))
+
+
+# FlashAttention-2 backward, in three kernels over contiguous [Z, H, N_CTX, HEAD_DIM] tensors:
+# Delta = rowsum(O * dO); dK and dV per block of keys (a loop over query blocks); dQ per
+# block of queries (a loop over key blocks). P is recomputed from the forward's M.
+
+@triton.jit
+def attention_bwd_preprocess_kernel(O, DO, Delta, N_CTX, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr):
+    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, HEAD_DIM)
+    rows = tl.program_id(1) * N_CTX * HEAD_DIM + offs_m[:, None] * HEAD_DIM + offs_d[None, :]
+    o = tl.load(O + rows).to(tl.float32)
+    do = tl.load(DO + rows).to(tl.float32)
+    tl.store(Delta + tl.program_id(1) * N_CTX + offs_m, tl.sum(o * do, axis=1))
+
+
+@triton.jit
+def _attention_bwd_dkdv_block(dk, dv, k, v, Q, DO, M, Delta, start_n, lo, hi, qk_scale, HEAD_DIM: tl.constexpr,
+                              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DIAGONAL: tl.constexpr):
+    """Query rows lo .. hi of the dK, dV sums of keys start_n .. start_n + BLOCK_N; the
+    scores are kept transposed (keys by queries) so both sums are dots with A in registers."""
+    offs_m = tl.arange(0, BLOCK_M)
+    offs_n = start_n + tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, HEAD_DIM)
+    for start_m in range(lo, hi, BLOCK_M):
+        qT = tl.load(Q + (start_m + offs_m)[None, :] * HEAD_DIM + offs_d[:, None])
+        m = tl.load(M + start_m + offs_m)
+        pT = tl.math.exp2(tl.dot(k, qT) * qk_scale - m[None, :])
+        if DIAGONAL:
+            pT = tl.where(start_m + offs_m[None, :] >= offs_n[:, None], pT, 0.0)
+        do = tl.load(DO + (start_m + offs_m)[:, None] * HEAD_DIM + offs_d[None, :])
+        dv = tl.dot(pT.to(do.dtype), do, dv)
+        delta = tl.load(Delta + start_m + offs_m)
+        dsT = pT * (tl.dot(v, tl.trans(do)) - delta[None, :])
+        dk = tl.dot(dsT.to(qT.dtype), tl.trans(qT), dk)
+    return dk, dv
+
+
+@triton.jit
+def attention_bwd_dkdv_kernel(Q, K, V, DO, DK, DV, M, Delta, sm_scale, N_CTX, HEAD_DIM: tl.constexpr,
+                              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr):
+    """dK and dV of BLOCK_N keys of one (batch, head); N_CTX a multiple of BLOCK_N, BLOCK_N
+    of BLOCK_M."""
+    tl.static_assert(BLOCK_N % BLOCK_M == 0)
+    start_n = tl.program_id(0) * BLOCK_N
+    head = tl.program_id(1) * N_CTX * HEAD_DIM
+    Q, K, V, DO, DK, DV = Q + head, K + head, V + head, DO + head, DK + head, DV + head
+    M, Delta = M + tl.program_id(1) * N_CTX, Delta + tl.program_id(1) * N_CTX
+    rows = (start_n + tl.arange(0, BLOCK_N))[:, None] * HEAD_DIM + tl.arange(0, HEAD_DIM)[None, :]
+    k = tl.load(K + rows)
+    v = tl.load(V + rows)
+    dk = tl.zeros([BLOCK_N, HEAD_DIM], dtype=tl.float32)
+    dv = tl.zeros([BLOCK_N, HEAD_DIM], dtype=tl.float32)
+    qk_scale = sm_scale * 1.44269504
+    lo = 0
+    if CAUSAL:  # queries before the keys see none of them; the diagonal block is masked
+        dk, dv = _attention_bwd_dkdv_block(dk, dv, k, v, Q, DO, M, Delta, start_n, start_n, start_n + BLOCK_N,
+                                           qk_scale, HEAD_DIM, BLOCK_M, BLOCK_N, True)
+        lo = start_n + BLOCK_N
+    dk, dv = _attention_bwd_dkdv_block(dk, dv, k, v, Q, DO, M, Delta, start_n, lo, N_CTX, qk_scale, HEAD_DIM,
+                                       BLOCK_M, BLOCK_N, False)
+    tl.store(DV + rows, dv.to(DV.dtype.element_ty))
+    tl.store(DK + rows, (dk * sm_scale).to(DK.dtype.element_ty))
+
+
+@triton.jit
+def _attention_bwd_dq_block(dq, q, do, m, delta, K, V, start_m, lo, hi, qk_scale, HEAD_DIM: tl.constexpr,
+                            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DIAGONAL: tl.constexpr):
+    """Keys lo .. hi of the dQ sum of queries start_m .. start_m + BLOCK_M."""
+    offs_m = start_m + tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, HEAD_DIM)
+    for start_n in range(lo, hi, BLOCK_N):
+        cols = (start_n + offs_n)[None, :] * HEAD_DIM + offs_d[:, None]
+        kT = tl.load(K + cols)
+        p = tl.math.exp2(tl.dot(q, kT) * qk_scale - m[:, None])
+        if DIAGONAL:
+            p = tl.where(offs_m[:, None] >= start_n + offs_n[None, :], p, 0.0)
+        vT = tl.load(V + cols)
+        ds = p * (tl.dot(do, vT) - delta[:, None])
+        dq = tl.dot(ds.to(kT.dtype), tl.trans(kT), dq)
+    return dq
+
+
+@triton.jit
+def attention_bwd_dq_kernel(Q, K, V, DO, DQ, M, Delta, sm_scale, N_CTX, HEAD_DIM: tl.constexpr,
+                            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr):
+    """dQ of BLOCK_M queries of one (batch, head); N_CTX a multiple of BLOCK_M, BLOCK_M of
+    BLOCK_N."""
+    tl.static_assert(BLOCK_M % BLOCK_N == 0)
+    start_m = tl.program_id(0) * BLOCK_M
+    head = tl.program_id(1) * N_CTX * HEAD_DIM
+    Q, K, V, DO, DQ = Q + head, K + head, V + head, DO + head, DQ + head
+    offs_m = start_m + tl.arange(0, BLOCK_M)
+    rows = offs_m[:, None] * HEAD_DIM + tl.arange(0, HEAD_DIM)[None, :]
+    q = tl.load(Q + rows)
+    do = tl.load(DO + rows)
+    m = tl.load(M + tl.program_id(1) * N_CTX + offs_m)
+    delta = tl.load(Delta + tl.program_id(1) * N_CTX + offs_m)
+    dq = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+    qk_scale = sm_scale * 1.44269504
+    if CAUSAL:  # keys after the queries are masked off: only the diagonal block needs the mask
+        dq = _attention_bwd_dq_block(dq, q, do, m, delta, K, V, start_m, 0, start_m, qk_scale, HEAD_DIM, BLOCK_M,
+                                     BLOCK_N, False)
+        dq = _attention_bwd_dq_block(dq, q, do, m, delta, K, V, start_m, start_m, start_m + BLOCK_M, qk_scale,
+                                     HEAD_DIM, BLOCK_M, BLOCK_N, True)
+    else:
+        dq = _attention_bwd_dq_block(dq, q, do, m, delta, K, V, start_m, 0, N_CTX, qk_scale, HEAD_DIM, BLOCK_M,
+                                     BLOCK_N, False)
+    tl.store(DQ + rows, (dq * sm_scale).to(DQ.dtype.element_ty))
 
 
 @triton.jit

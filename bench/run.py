@@ -149,10 +149,11 @@ def matmul(libs, sizes, dtypes=("fp16", "bf16", "fp8")):
 
 
 def attention(libs, dims, contexts):
-    """A FlashAttention-2 forward, one kernel source autotuned by each library, against
-    PyTorch SDPA (bench/attention.py)."""
+    """A FlashAttention-2 forward and backward, one kernel source autotuned by each library,
+    against PyTorch SDPA (bench/attention.py)."""
     import attention as fa
-    return fa.run(libs, dims, contexts, fa.CONFIGS, rounds=ROUNDS)
+    return fa.run(libs, dims, contexts, fa.CONFIGS, rounds=ROUNDS) + \
+        fa.run(libs, dims, contexts, fa.BWD_CONFIGS, rounds=ROUNDS, mode="bwd")
 
 
 def launch_overhead(libs, repeat=2000, rounds=7):
@@ -279,12 +280,13 @@ def plot(results, path):
         ax.legend()
         ax.grid(alpha=0.3)
     ax = axes[3]
-    for dim, causal in sorted({(r["dim"], r["causal"]) for r in results["attention"]}):
-        rows = [r for r in results["attention"] if (r["dim"], r["causal"]) == (dim, causal)]
+    curves = sorted({(r.get("mode", "fwd"), r["dim"], r["causal"]) for r in results["attention"]})
+    for mode, dim, causal in curves:
+        rows = [r for r in results["attention"] if (r.get("mode", "fwd"), r["dim"], r["causal"]) == (mode, dim, causal)]
         ax.plot([r["n_ctx"] for r in rows], [r["kiln"] / r["triton"] for r in rows], marker="o",
-                label=f"D{dim}{' causal' if causal else ''}")
+                linestyle="-" if mode == "fwd" else "--", label=f"{mode} D{dim}{' causal' if causal else ''}")
     ax.set_xscale("log", base=2)
-    ax.set_title("attention fwd fp16: kiln / Triton")
+    ax.set_title("attention fp16: kiln / Triton")
     ax.legend()
     ax.grid(alpha=0.3)
     fig.suptitle(f"kiln vs Triton vs PyTorch on {results['gpu']} ({results['date']})")
@@ -338,7 +340,7 @@ def main():
           ratio_table("layer norm forward fp16, 4096 rows × N (GB/s)", "GB/s", results["layer_norm"]),
           "#### matmul, N³, tutorial 03's kernel autotuned over its configs (TFLOP/s)\n",
           matmul_table(results["matmul"]) + "\n",
-          "#### attention forward fp16, Z=4 H=32, one FlashAttention-2 kernel source autotuned by each library "
+          "#### attention forward and backward fp16, Z=4 H=32, one FlashAttention-2 kernel source autotuned by each library "
           "(TFLOP/s)\n", attention_table(results["attention"]) + "\n"]
     lu = results["launch_us"]
     md.append(f"### launch of a tiny kernel (host µs per launch)\n\nkiln {lu['kiln']:.1f} · Triton "

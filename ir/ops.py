@@ -451,6 +451,14 @@ def _check_local_index(op):
         return f"result must be {buf.type.tile()}"
 
 
+def _check_local_trans(op):
+    src, t = op.operands[0].type, op.results[0].type
+    if not isinstance(src, shared_type) or len(src.shape) != 2:
+        return "local_trans takes one tile of shared memory"
+    if t != src.transposed():
+        return f"result must be {src.transposed()}"
+
+
 def _check_async_copy(op):
     ptr, dst = op.operands[:2]
     if not isinstance(dst.type, shared_type) or len(dst.type.shape) != 2:
@@ -562,6 +570,8 @@ OPS.update({
     "local_alloc": OpDef((0, 0), check=_check_local_alloc, side_effects=True,
                          notes="a shared buffer; attr offset (bytes) set by the allocation pass"),
     "local_index": OpDef((2, 2), check=_check_local_index, notes="buffer, slot: one tile of a ring"),
+    "local_trans": OpDef((1, 1), check=_check_local_trans,
+                         notes="the same bytes read as the transposed tile (for a dot's operand)"),
     "async_copy": OpDef((2, 3), results=(0, 0), check=_check_async_copy, side_effects=True,
                         notes="ptr, tile[, mask]: cp.async global -> shared; masked-off elements are zero"),
     "local_store": OpDef((2, 2), results=(0, 0), check=_check_local_store, side_effects=True,
@@ -580,5 +590,5 @@ OPS.update({
 SHAPE_CHECK = _check_shape_pow2
 # made by codegen's passes, never by the frontend: the wire refuses them and the
 # interpreter has no use for them
-GPU_STAGE_OPS = frozenset({"local_alloc", "local_index", "local_store", "async_copy", "async_commit", "async_wait",
+GPU_STAGE_OPS = frozenset({"local_alloc", "local_index", "local_trans", "local_store", "async_copy", "async_commit", "async_wait",
                            "fence_async_shared", "warp_group_dot", "warp_group_dot_wait"})

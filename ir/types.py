@@ -221,6 +221,12 @@ class shared_type(dtype):
         """One tile of the ring: the type of `local_index`."""
         return shared_type(self.element_ty_, self.shape_[-2:], self.swizzle, self.order)
 
+    def transposed(self) -> "shared_type":
+        """The same tile read with its two dims swapped: element (j, i) of the result is
+        element (i, j) of this one, at the same byte."""
+        inner, outer = self.order
+        return shared_type(self.element_ty_, self.shape_[::-1], self.swizzle, (outer, inner))
+
     def __repr__(self):
         return self.name
 

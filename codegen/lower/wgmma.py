@@ -75,6 +75,10 @@ def _local_index(lw, op):
     lw.bind(op.results[0], [lw.b.gep(lw.scalar(buf), [step], source_etype=I8)])
 
 
+def _local_trans(lw, op):
+    lw.bind(op.results[0], [lw.scalar(op.operands[0])])  # the type says how to read it
+
+
 def _copy_layout(lw, op):
     """The pointer's own layout if its threads hold runs along the tile's inner dim,
     else a coalesced one (the pointer math is then recomputed in it)."""
@@ -323,6 +327,7 @@ def _fence_block(lw, tid):
 RULES = {
     "local_alloc": _local_alloc,
     "local_index": _local_index,
+    "local_trans": _local_trans,
     "async_copy": _async_copy,
     "local_store": _local_store,
     "async_commit": _async_commit,

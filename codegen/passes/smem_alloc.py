@@ -1,6 +1,6 @@
 """Shared-memory allocation: a byte offset for every `local_alloc`, by liveness.
 
-A buffer lives from its `local_alloc` to its last use (through `local_index` views); a
+A buffer lives from its `local_alloc` to its last use (through `local_index` and `local_trans` views); a
 use inside a loop keeps it alive to the end of that loop, since the next iteration
 comes back to it. Buffers whose lives do not overlap may share bytes; each starts at a
 multiple of 1024 (a 128-byte swizzle repeats every 1024 bytes and is computed from the
@@ -27,7 +27,7 @@ def apply(fn, ctx) -> None:
         for op in fn.walk():
             if any(v in values for v in op.operands):
                 end = max(end, loop_end.get(id(op), position[id(op)]))
-                if op.name == "local_index":
+                if op.name in ("local_index", "local_trans"):
                     values.update(op.results)
         lives.append((position[id(alloc)], end, alloc))
     placed = []  # (start, end of life, offset, size)

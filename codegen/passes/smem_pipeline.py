@@ -60,12 +60,13 @@ def apply(fn, ctx) -> None:
     if not enabled(ctx):
         return
     axis_info.apply(fn, ctx)
+    stored = {}  # (value, tile) -> its tile, for later loops that read the same value
     for loop in [op for op in fn.walk() if op.name == "for"]:
         stages = int(loop.attrs.get("num_stages", ctx.num_stages))
         if stages >= 2:
             plan = _plan(loop, stages, ctx)
             if plan is not None:
-                _rewrite(loop, *plan)
+                _rewrite(loop, *plan, stored)
 
 
 # --- which loops ---------------------------------------------------------------------
@@ -77,28 +78,36 @@ def is_zero_constant(v) -> bool:
         and not isinstance(op.attrs["value"], bool)
 
 
-def _operand_tile(load, role, instr_extent, ctx):
-    """The shared tile type a loaded dot operand is copied into, or None.
+def _transposed_load(v, body):
+    """The load in `body` whose tile `v` is read transposed (`tl.trans(load)`), or None."""
+    op = v.defining_op
+    if op is None or op.parent is not body or op.name != "permute" or list(op.attrs["order"]) != [1, 0]:
+        return None
+    src = op.operands[0].defining_op
+    return src if src is not None and src.parent is body and src.name == "load" else None
 
-    role "a" is [M, K], "b" is [K, N]; the pointer's contiguous dim is the tile's inner
-    dim. K-major tiles (A's K, B's K inner) work for every input type; M/N-major ones
-    for 16-bit types, with swizzle rows no wider than what one instruction reads."""
+
+def _ring_swizzle(load, role, transposed, instr_extent, ctx):
+    """The widest swizzle with which a dot can read the loaded tile as its `role` ("a" is
+    [M, K], "b" is [K, N]; `transposed` when it reads tl.trans of the load), or None.
+
+    The tile is stored with the pointer's contiguous dim inner. K-major reads (the read
+    view's K inner) work for every input type; M/N-major ones for 16-bit types, with
+    swizzle rows no wider than what one instruction reads."""
     t = load.results[0].type
     elem = scalar_of(t)
     order, vec = memory_width(ctx, load)
-    inner = order[0]
     if vec * elem.itemsize < 4:  # cp.async moves 4, 8 or 16 bytes
         return None
+    inner = order[0] if not transposed else 1 - order[0]  # in the dot's view
     k_inner = (role == "a" and inner == 1) or (role == "b" and inner == 0)
     if not k_inner and elem.name not in TRANSPOSABLE:
         return None
-    row_bytes = t.shape[inner] * elem.itemsize
+    row_bytes = t.shape[order[0]] * elem.itemsize
     if not k_inner:
         row_bytes = min(row_bytes, instr_extent * elem.itemsize)
     swizzle = min(128, row_bytes)
-    if swizzle < 32:
-        return None
-    return shared_type(elem, t.shape, swizzle, (inner, 1 - inner))
+    return swizzle if swizzle >= 32 else None
 
 
 def _stored_tile(t, role):
@@ -120,18 +129,21 @@ def _inside(v, block) -> bool:
     return False
 
 
-def _operand(v, role, body, uses, instr_extent, ctx):
+def _operand(v, role, body, instr_extent, ctx):
     """How operand `v` (role "a" or "b") of a dot in loop `body` reaches wgmma, or None:
-    ("ring", load, tile, cone ops, carried args, advance ops): copied ahead through a ring;
+    ("ring", load, transposed, swizzle): a load in the body (or tl.trans of one), copied
+        ahead through a ring;
     ("once", v, tile): defined before the loop, stored to shared memory once;
     ("regs", v): computed in the body, read from registers (A of 16-bit types only)."""
-    load = v.defining_op
-    if load is not None and load.parent is body and load.name == "load":
-        if uses[v] != 1 or load.attrs.get("volatile") or (len(load.operands) == 3 and not is_zero_constant(load.operands[2])):
+    load = _transposed_load(v, body)
+    transposed = load is not None
+    if not transposed:
+        load = v.defining_op if v.defining_op is not None and v.defining_op.parent is body else None
+    if load is not None and load.name == "load":
+        if load.attrs.get("volatile") or (len(load.operands) == 3 and not is_zero_constant(load.operands[2])):
             return None
-        tile = _operand_tile(load, role, instr_extent, ctx)
-        got = address_cone(load, load.operands[:2], body) if tile is not None else None
-        return ("ring", load, tile, *got) if got is not None else None
+        swizzle = _ring_swizzle(load, role, transposed, instr_extent, ctx)
+        return ("ring", load, transposed, swizzle) if swizzle else None
     if not _inside(v, body):
         return ("once", v, _stored_tile(v.type, role))
     if role == "a" and scalar_of(v.type).itemsize == 2:
@@ -139,7 +151,7 @@ def _operand(v, role, body, uses, instr_extent, ctx):
     return None
 
 
-def _wgmma_sources(dot, body, uses, ctx):
+def _wgmma_sources(dot, body, ctx):
     """The sources of a and b (see `_operand`) when `dot` can run on wgmma, else None."""
     a, b, acc = dot.operands
     if len(acc.type.shape) != 2 or scalar_of(acc.type).name != "fp32":
@@ -153,8 +165,33 @@ def _wgmma_sources(dot, body, uses, ctx):
     layout = wgmma_layout(acc.type.shape, ctx.num_warps)
     if layout is None:
         return None
-    sources = (_operand(a, "a", body, uses, 64, ctx), _operand(b, "b", body, uses, layout.instr_n, ctx))
+    sources = (_operand(a, "a", body, 64, ctx), _operand(b, "b", body, layout.instr_n, ctx))
     return sources if None not in sources and sources[1][0] != "regs" else None
+
+
+def _unshared_loads(dots, uses):
+    """The ring loads that something other than the planned dots reads (then the load
+    must stay in registers): a ring load may feed several dots, directly or through
+    tl.trans, and nothing else."""
+    direct, via = {}, {}  # load id -> operand uses; trans op id -> operand uses
+    loads, transposes = {}, {}
+    for _, sources in dots.values():
+        for src, v in sources:
+            if src[0] == "ring":
+                load = src[1]
+                loads[id(load)] = load
+                if src[2]:
+                    transposes.setdefault(id(load), set()).add(v.defining_op)
+                    via[id(v.defining_op)] = via.get(id(v.defining_op), 0) + 1
+                else:
+                    direct[id(load)] = direct.get(id(load), 0) + 1
+    bad = set()
+    for key, load in loads.items():
+        trans_ops = transposes.get(key, set())
+        if uses.get(load.results[0], 0) != direct.get(key, 0) + len(trans_ops) \
+                or any(uses.get(t.results[0], 0) != via[id(t)] for t in trans_ops):
+            bad.add(key)
+    return bad
 
 
 def _plan(loop, stages, ctx):
@@ -168,22 +205,49 @@ def _plan(loop, stages, ctx):
     for op in body.walk():
         for v in op.operands:
             uses[v] = uses.get(v, 0) + 1
-    dots, stage_bytes = {}, 0
+    dots = {}
     for dot in body.ops:
         if dot.name == "dot":
-            sources = _wgmma_sources(dot, body, uses, ctx)
+            sources = _wgmma_sources(dot, body, ctx)
             if sources is not None:
-                dots[id(dot)] = sources
-                stage_bytes += sum(src[2].nbytes for src in sources if src[0] == "ring")
+                dots[id(dot)] = (dot, list(zip(sources, dot.operands[:2])))
+    cones = {}
+    while True:  # drop the dots that read a load which cannot be a ring, until none does
+        bad = _unshared_loads(dots, uses)
+        for _, sources in dots.values():
+            for src, _ in sources:
+                if src[0] == "ring" and id(src[1]) not in cones:
+                    cones[id(src[1])] = address_cone(src[1], src[1].operands[:2], body)
+        bad |= {key for key, cone in cones.items() if cone is None}
+        dropped = [key for key, (_, sources) in dots.items()
+                   if any(src[0] == "ring" and id(src[1]) in bad for src, _ in sources)]
+        if not dropped:
+            break
+        for key in dropped:
+            del dots[key]
     if not dots:
         return None
+    loads, swizzles = {}, {}  # in the order the dots first read them
+    for _, sources in dots.values():
+        for src, _ in sources:
+            if src[0] == "ring":
+                swizzles[id(src[1])] = min(swizzles.get(id(src[1]), 128), src[3])
+                loads.setdefault(id(src[1]), src[1])
+    rings = []
+    for key, load in loads.items():
+        t = load.results[0].type
+        inner = memory_width(ctx, load)[0][0]
+        rings.append((load, shared_type(scalar_of(t), t.shape, swizzles[key], (inner, 1 - inner)), *cones[key]))
+    stage_bytes = sum(ring[1].nbytes for ring in rings)
     budget = max_shared_per_cta(ctx.target.capability) - ALIGN
-    budget -= sum(src[2].nbytes for sources in dots.values() for src in sources if src[0] == "once")
+    once = {(id(src[1]), src[2]): src[2].nbytes for _, sources in dots.values() for src, _ in sources if src[0] == "once"}
+    budget -= sum(once.values())
     while stages > 2 and (stages + 1) * stage_bytes > budget:
         stages -= 1
     if (stages + 1) * stage_bytes > budget:
         return None
-    return dots, stages, step
+    plan = {key: [src for src, _ in sources] for key, (_, sources) in dots.items()}
+    return plan, rings, stages, step
 
 
 # --- the rewrite -----------------------------------------------------------------------
@@ -223,7 +287,7 @@ def _advance(out, copies, body, arg_index, current, iv_at):
     return {a: mapping.get(yields[arg_index[a]], yields[arg_index[a]]) for a in used}
 
 
-def _rewrite(loop, dots, stages, step):
+def _rewrite(loop, dots, copies, stages, step, stored_earlier):
     body = loop.regions[0]
     iv, args = body.args[0], body.args[1:]
     arg_index = {id(a): i for i, a in enumerate(args)}
@@ -232,17 +296,24 @@ def _rewrite(loop, dots, stages, step):
     loc = loop.loc
     ring_size = stages + 1
     order = [op for op in body.ops if id(op) in dots]
-    copies = [src[1:] for op in order for src in dots[id(op)] if src[0] == "ring"]
     used = sorted({a for c in copies for a in c[3]}, key=arg_index.get)  # by position: deterministic
 
-    # before the loop: operands from outside stored once, the rings, iterations 0 .. S-2 in flight
-    pre, stored = [], {}
+    # before the loop: operands from outside stored once (or by an earlier loop: the two
+    # loops of causal attention read the same Q), the rings, iterations 0 .. S-2 in flight
+    pre, stored, fresh = [], {}, False
     for op in order:
         for src in dots[id(op)]:
-            if src[0] == "once" and (src[1], src[2]) not in stored:
-                tile = stored[(src[1], src[2])] = _op(pre, "local_alloc", [], [src[2]], loc)
-                _op(pre, "local_store", [src[1], tile], (), loc)
-    if stored and not copies:  # else the barrier at the top of the body orders them
+            key = (src[1], src[2]) if src[0] == "once" else None
+            if key is None or key in stored:
+                continue
+            earlier = stored_earlier.get(key)
+            if earlier is not None and _dominates(earlier.defining_op, loop):
+                stored[key] = earlier
+                continue
+            tile = stored[key] = stored_earlier[key] = _op(pre, "local_alloc", [], [src[2]], loc)
+            _op(pre, "local_store", [src[1], tile], (), loc)
+            fresh = True
+    if fresh and not copies:  # else the barrier at the top of the body orders them
         _op(pre, "fence_async_shared", [], (), loc)
         _op(pre, "barrier", [], (), loc)
     rings = {id(load): _op(pre, "local_alloc", [], [shared_type(t.element_ty, (ring_size,) + t.shape, t.swizzle, t.order)], loc)
@@ -270,9 +341,11 @@ def _rewrite(loop, dots, stages, step):
         _op(new, "fence_async_shared", [], (), loc)
         _op(new, "barrier", [], (), loc)
     ring_loads = {id(c[0]) for c in copies}
-    replaced, deferred, tail = {}, [], []
+    copied = ring_loads | {id(v.defining_op) for op in order for v, src in zip(op.operands[:2], dots[id(op)])
+                           if src[0] == "ring" and src[2]}  # the tl.trans of a ring load
+    replaced, deferred, tail, tiles = {}, [], [], {}
     for op in body.ops[:-1]:
-        if id(op) in ring_loads:
+        if id(op) in copied:
             continue
         for inner in op.walk():
             inner.operands = [replaced.get(v, v) for v in inner.operands]
@@ -282,7 +355,11 @@ def _rewrite(loop, dots, stages, step):
         views = []
         for v, src in zip(op.operands[:2], dots[id(op)]):
             if src[0] == "ring":
-                views.append(_op(new, "local_index", [rings[id(src[1])], read_slot], [src[2]], loc))
+                ring = rings[id(src[1])]
+                if id(ring) not in tiles:
+                    tiles[id(ring)] = _op(new, "local_index", [ring, read_slot], [ring.type.tile()], loc)
+                tile = tiles[id(ring)]
+                views.append(_op(new, "local_trans", [tile], [tile.type.transposed()], loc) if src[2] else tile)
             else:
                 views.append(stored[(src[1], src[2])] if src[0] == "once" else v)
         acc = op.operands[2]
@@ -330,6 +407,15 @@ def _rewrite(loop, dots, stages, step):
         for op in later.walk():
             op.operands = [swap.get(v, v) for v in op.operands]
     _insert(parent, at, after)
+
+
+def _dominates(op, later) -> bool:
+    """Does `op` come before `later` in its block, or before the op there that holds it?"""
+    block = op.parent
+    while later is not None and later.parent is not block:
+        later = later.parent.parent if later.parent is not None else None
+        later = later if isinstance(later, Operation) else None
+    return later is not None and block.ops.index(op) < block.ops.index(later)
 
 
 def _insert(block, at, ops):

@@ -1,0 +1,169 @@
+"""FlashAttention-2 backward (bench/kernels.py): the interpreter against NumPy, the dK/dV
+and dQ loops pipelined onto wgmma for sm_90a (IR text and PTX), and on the GPU against
+PyTorch's autograd of SDPA.
+
+Each of the backward's loops reads one loaded tile twice, once as is and once through
+tl.trans (dK/dV: Q^T and dO; dQ: K^T): the tile is copied once through a ring and both
+dots read it, the second through a transposed view."""
+import importlib.util
+import os
+import re
+
+import numpy as np
+import pytest
+
+from kiln.codegen import compile as compile_ir, nvjitlink
+from kiln.codegen.target import parse_target
+from kiln.ir import parse_function, print_function
+
+from test_codegen_gpu_stage import pipelined
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _bench_kernels():
+    spec = importlib.util.spec_from_file_location("bench_kernels", os.path.join(HERE, "..", "bench", "kernels.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+kernels = _bench_kernels()
+
+
+def reference(q, k, v, do, scale, causal):
+    """O and the gradients of Q, K, V in float32, written out in NumPy."""
+    q, k, v, do = (x.astype(np.float32) for x in (q, k, v, do))
+    s = q @ np.swapaxes(k, -1, -2) * scale
+    if causal:
+        n = s.shape[-1]
+        s = np.where(np.tril(np.ones((n, n), bool)), s, -np.inf)
+    p = np.exp(s - s.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    o = p @ v
+    ds = p * (do @ np.swapaxes(v, -1, -2) - (o * do).sum(-1, keepdims=True))
+    return o, ds @ k * scale, np.swapaxes(ds, -1, -2) @ q * scale, np.swapaxes(p, -1, -2) @ do
+
+
+def _strides(x):
+    return [s // x.itemsize for s in x.strides] if isinstance(x, np.ndarray) else list(x.stride())
+
+
+def run_attention(k, q, kk, v, do, o, lse, grads, causal, fwd=(32, 32), narrow=16, wide=64, **options):
+    """Forward, then the three backward launches, on any arrays `k` (a kernels module) takes."""
+    z, h, n, d = q.shape
+    scale = d ** -0.5
+    strides = [s for x in (q, kk, v, o) for s in _strides(x)]
+    k.attention_fwd_kernel[(n // fwd[0], z * h)](q, kk, v, o, lse, scale, *strides, h, n, HEAD_DIM=d,
+                                                 BLOCK_M=fwd[0], BLOCK_N=fwd[1], CAUSAL=causal, **options)
+    delta = lse * 0
+    dq, dk, dv = grads
+    k.attention_bwd_preprocess_kernel[(n // 32, z * h)](o, do, delta, n, HEAD_DIM=d, BLOCK_M=32)
+    k.attention_bwd_dkdv_kernel[(n // wide, z * h)](q, kk, v, do, dk, dv, lse, delta, scale, n, HEAD_DIM=d,
+                                                     BLOCK_M=narrow, BLOCK_N=wide, CAUSAL=causal, **options)
+    k.attention_bwd_dq_kernel[(n // wide, z * h)](q, kk, v, do, dq, lse, delta, scale, n, HEAD_DIM=d,
+                                                   BLOCK_M=wide, BLOCK_N=narrow, CAUSAL=causal, **options)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_backward_matches_numpy_in_the_interpreter(causal):
+    rng = np.random.default_rng(1)
+    shape = (1, 2, 128, 32)
+    q, k, v, do = (rng.standard_normal(shape).astype(np.float16) for _ in range(4))
+    o = np.full_like(q, np.nan)
+    lse = np.zeros(shape[:3], np.float32)
+    grads = [np.full_like(q, np.nan) for _ in range(3)]
+    run_attention(kernels, q, k, v, do, o, lse, grads, causal)
+    want = reference(q, k, v, do, shape[-1] ** -0.5, causal)
+    for got, w in zip([o] + grads, want):
+        np.testing.assert_allclose(got.astype(np.float32), w, atol=2e-2, rtol=2e-2)
+
+
+def _dkdv_ir(causal=False):
+    x, f = np.zeros((4, 64), np.float16), np.zeros(4, np.float32)
+    k = kernels.attention_bwd_dkdv_kernel.warmup(x, x, x, x, x, x, f, f, 0.1, 1024, HEAD_DIM=64, BLOCK_M=32,
+                                                  BLOCK_N=128, CAUSAL=causal, num_warps=4, num_stages=3,
+                                                  grid=(1,), target="sm_90a")
+    return k.asm["kir"]
+
+
+def test_dkdv_loop_copies_each_tile_once_and_reads_it_transposed_too():
+    fn, _ = pipelined(_dkdv_ir(), num_warps=4, num_stages=3)
+    text = print_function(fn, locs=False)
+    assert print_function(parse_function(text), locs=False) == text
+    loop = next(op for op in fn.walk() if op.name == "for")
+    before = fn.body.ops[:fn.body.ops.index(loop)]
+    # K and V stored once (K-major); Q^T (head dim contiguous) and dO: one ring each
+    assert [str(op.operands[1].type) for op in before if op.name == "local_store"] == \
+        ["smem<128x64xfp16:swizzle128:order1.0>"] * 2
+    rings = [str(op.results[0].type) for op in before if op.name == "local_alloc"][2:]
+    assert rings == ["smem<4x64x32xfp16:swizzle128:order0.1>", "smem<4x32x64xfp16:swizzle128:order1.0>"]
+    body = loop.regions[0].ops
+    dots = [op for op in body if op.name == "warp_group_dot"]
+    assert len(dots) == 4 and not [op for op in fn.walk() if op.name in ("dot", "permute")]
+    q_tile, do_tile = dots[0].operands[1], dots[1].operands[1]
+    assert q_tile.defining_op.name == do_tile.defining_op.name == "local_index"
+    # dP^T = V dO^T and dK += dS^T Q read the same tiles through transposed views
+    assert dots[2].operands[1].defining_op.name == "local_trans" and dots[2].operands[1].defining_op.operands[0] is do_tile
+    assert dots[3].operands[1].defining_op.operands[0] is q_tile
+    assert str(dots[3].operands[1].type) == "smem<32x64xfp16:swizzle128:order1.0>"
+    # P^T and dS^T are A from registers; dV and dK stay in flight to the next iteration
+    assert [d.operands[0].defining_op.name for d in dots[1::2]] == ["cast", "cast"]
+    waits = [op.attrs["pending"] for op in body if op.name == "warp_group_dot_wait"]
+    assert waits == [0, 1, 0, 1]
+    assert sum(op.name == "async_copy" for op in body) == 2  # one copy per ring per iteration
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_backward_loops_lower_to_wgmma_without_local_memory(causal):
+    for kernel, shape in ((kernels.attention_bwd_dkdv_kernel, (64, 128)), (kernels.attention_bwd_dq_kernel, (128, 64))):
+        x, f = np.zeros((4, 64), np.float16), np.zeros(4, np.float32)
+        args = (x,) * (6 if kernel is kernels.attention_bwd_dkdv_kernel else 5) + (f, f, 0.1, 1024)
+        kir = kernel.warmup(*args, HEAD_DIM=64, BLOCK_M=shape[0], BLOCK_N=shape[1], CAUSAL=causal,
+                            num_warps=8, num_stages=3, grid=(1,), target="sm_90a").asm["kir"]
+        compiled = compile_ir(parse_function(kir), "sm_90a", {"num_warps": 8, "num_stages": 3}, check=True)
+        ptx = compiled.ptx
+        assert "wgmma.mma_async" in ptx and "cp.async.cg.shared.global" in ptx and "mma.sync" not in ptx
+        # a transposed read of a 16-bit tile: wgmma's trans-b flag set on some dot
+        assert re.search(r"wgmma\.mma_async[^;]*, 1;", ptx)
+        assert "ld.local" not in ptx and "st.local" not in ptx and compiled.n_spills == 0
+        _, info = nvjitlink.link_cubin(ptx, parse_target("sm_90a"))
+        assert "C751" not in info
+
+
+try:
+    import torch
+except ImportError:
+    torch = None
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(torch is None or not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+@pytest.mark.parametrize("cfg", [(32, 128, 3, 4), (64, 128, 2, 8), (64, 64, 3, 4), (32, 64, 2, 4)])
+@pytest.mark.parametrize("dim", [64, 128])
+@pytest.mark.parametrize("causal", [False, True])
+def test_backward_on_the_gpu_matches_autograd(dtype, cfg, dim, causal, monkeypatch):
+    monkeypatch.setenv("KILN_INTERPRET", "0")
+    narrow, wide, stages, warps = cfg
+    torch_dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}[dtype]
+    shape = (2, 3, 256, dim)
+    q, k, v, do = (torch.randn(shape, device="cuda", dtype=torch_dtype) for _ in range(4))
+    o = torch.full_like(q, float("nan"))
+    lse = torch.empty(shape[:3], device="cuda", dtype=torch.float32)
+    grads = [torch.full_like(q, float("nan")) for _ in range(3)]
+    run_attention(kernels, q, k, v, do, o, lse, grads, causal, fwd=(64, 64), narrow=narrow, wide=wide,
+                  num_warps=warps, num_stages=stages)
+    qr, kr, vr = (x.float().requires_grad_() for x in (q, k, v))
+    out = torch.nn.functional.scaled_dot_product_attention(qr, kr, vr, is_causal=causal, scale=dim ** -0.5)
+    want = torch.autograd.grad(out, (qr, kr, vr), do.float())
+    tol = 3e-2 if dtype == "fp16" else 8e-2
+    torch.testing.assert_close(o.float(), out.detach(), atol=tol, rtol=tol)
+    for got, w in zip(grads, want):
+        torch.testing.assert_close(got.float(), w, atol=tol, rtol=tol)
+    if torch.cuda.get_device_capability() == (9, 0):
+        args = (q, k, v, do, grads[1], grads[2], lse, lse, 0.1, shape[2])
+        ptx = kernels.attention_bwd_dkdv_kernel.warmup(*args, HEAD_DIM=dim, BLOCK_M=narrow, BLOCK_N=wide,
+                                                       CAUSAL=causal, num_warps=warps, num_stages=stages,
+                                                       grid=(1,)).asm["ptx"]
+        assert "wgmma.mma_async" in ptx
