@@ -5,6 +5,7 @@ from .errors import KilnError as TritonError  # noqa: F401  (Triton's name for t
 from .jit import JITFunction, KernelInterface, constexpr_function, jit  # noqa: F401
 from .autotuner import Config, autotune, heuristics  # noqa: F401
 from . import compiler, runtime, testing, tools  # noqa: F401  (triton.runtime.driver, triton.compiler.errors after `import kiln as triton`)
+from .compiler import compile  # noqa: F401,A001  (Triton's triton.compile)
 from .tensor_wrapper import TensorWrapper, reinterpret  # noqa: F401
 
 __version__ = "0.1.0"

@@ -24,7 +24,7 @@ from kiln.language.core import constexpr, is_builtin, tensor
 from kiln.language.semantic import unwrap
 
 from .aggregates import describe, flatten, is_carriable
-from .errors import CompilationError
+from .errors import CompilationError, CompileTimeAssertionFailure
 
 MAX_INLINE_DEPTH = 64
 
@@ -136,10 +136,13 @@ class CodeGenerator(ast.NodeVisitor):
     def _loc(self, node) -> Loc:
         return Loc(self.source.file, self.source.first_line + node.lineno - 1, node.col_offset + self.source.indent)
 
-    def error(self, node, reason: str) -> CompilationError:
-        line = self.source.first_line + node.lineno - 1
-        col = node.col_offset + self.source.indent
-        return CompilationError(self.source.file, line, col, self.source.line_text(line), reason)
+    def error(self, node, reason: str, kind=CompilationError) -> CompilationError:
+        return self.error_at(self._loc(node), reason, kind)
+
+    def error_at(self, loc: Loc, reason: str, kind=CompilationError) -> CompilationError:
+        """An error at `loc` in this function, with Triton's locator (line and column in the function)."""
+        at = (loc.line - self.source.first_line + 1, loc.col - self.source.indent, self.jitfn.__name__)
+        return kind(self.source.file, loc.line, loc.col, self.source.line_text(loc.line), reason, at)
 
     def visit(self, node):
         if not hasattr(node, "lineno"):
@@ -150,8 +153,8 @@ class CodeGenerator(ast.NodeVisitor):
             return super().visit(node)
         except CompilationError:
             raise
-        except AssertionError as e:  # static_assert
-            raise _caused_by(self.error(node, str(e) or "static assertion failed"), e)
+        except AssertionError as e:  # static_assert: its message says it all (Triton gives no __cause__)
+            raise self.error(node, str(e) or "static assertion failed", CompileTimeAssertionFailure) from None
         except Exception as e:
             reason = f"{type(e).__name__}: {e}" if not isinstance(e, _Unsupported) else str(e)
             raise _caused_by(self.error(node, reason), e)
@@ -340,8 +343,11 @@ class CodeGenerator(ast.NodeVisitor):
                          if isinstance(node, ast.IfExp) else
                          f"Mismatched type for {n}" if n else "Inconsistent return types")
                 what = f"'{n}'" if n else "the returned value"
-                raise TypeError(f"{words}: {what} is ({describe(a_leaves)}) in the then-branch but "
-                                f"({describe(b_leaves)}) in the else-branch")
+                error = TypeError(f"{words}: {what} is ({describe(a_leaves)}) in the then-branch but "
+                                  f"({describe(b_leaves)}) in the else-branch")
+                if n is None and self.ret_node is not None:  # at the last return, as Triton points
+                    raise _caused_by(self.error(self.ret_node, f"TypeError: {error}"), error)
+                raise error
         types = [t.type for leaves, _, _ in then_flat for t in leaves]
         op = self.builder.create("if", [cond.handle], types, regions=[then_block, else_block])
         results = iter(tensor(v, v.type) for v in op.results)
@@ -672,14 +678,12 @@ class CodeGenerator(ast.NodeVisitor):
         try:
             gen.visit(fn.parse())
         except CompilationError as e:
-            if not fn.is_internal:
-                raise
-            # Errors inside kiln's own library point at the user's call instead.
-            outer = CompilationError(self.source.file, self.builder.loc.line if self.builder.loc else 0,
-                                     self.builder.loc.col if self.builder.loc else 0,
-                                     self.source.line_text(self.builder.loc.line) if self.builder.loc else None,
-                                     e.reason)
-            outer.__cause__, outer.__suppress_context__ = e.__cause__, True
+            if self.builder.loc is None or self.fixed_loc is not None:
+                raise  # inside kiln's library: the user's call into it is where it is shown
+            outer = self.error_at(self.builder.loc, e.reason)
+            if not fn.is_internal:  # at the call, caused by the error inside the callee (as Triton)
+                raise outer from e.with_traceback(None)
+            # Errors inside kiln's own library point at the user's call only.
             raise outer from e.__cause__
         finally:
             semantic.state.generator = saved

@@ -35,25 +35,30 @@ class CompilationError(KilnError):
     """A kernel could not be turned into block IR.
 
     The message shows `file:line:col`, the offending source line and a caret under the
-    column, then the reason, and nothing from inside kiln.
+    column, then the reason, and nothing from inside kiln. `at` is Triton's locator, the line
+    and column within the function (its `def` line is 1) and the function's name: the
+    message ends with `at LINE:COL: in NAME`, the words Triton's users match.
     """
 
-    def __init__(self, file: str, line: int, col: int, source_line: str | None, reason: str):
-        self.file, self.line, self.col, self.reason = file, line, col, reason
+    def __init__(self, file: str, line: int, col: int, source_line: str | None, reason: str,
+                 at: tuple[int, int, str] | None = None):
+        self.file, self.line, self.col, self.reason, self.at = file, line, col, reason, at
         self.error_message = reason  # Triton's name for it
         self.source_line = source_line
         text = f"{file}:{line}:{col}: error: {reason}"
         if source_line is not None:
             stripped = source_line.rstrip()
             text += f"\n    {stripped}\n    {' ' * col}^"
+        if at is not None:
+            text += f"\n    at {at[0]}:{at[1]}: in {at[2]}"
         super().__init__(text)
 
     def __reduce__(self):
-        return (type(self), (self.file, self.line, self.col, self.source_line, self.reason))
+        return (type(self), (self.file, self.line, self.col, self.source_line, self.reason, self.at))
 
 
-class KernelError(CompilationError):
-    """Raised for errors that the user's code raised on purpose (static_assert)."""
+class CompileTimeAssertionFailure(CompilationError):
+    """A `tl.static_assert` that failed (Triton's name); the message is the whole story, so it has no `__cause__`."""
 
 
 class InterpretedCompilationError(CompilationError, InterpreterError):

@@ -251,7 +251,7 @@ def _expander(param):
 
 
 def _as_interpreter_error(e: CompilationError) -> InterpretedCompilationError:
-    error = InterpretedCompilationError(e.file, e.line, e.col, e.source_line, e.reason)
+    error = InterpretedCompilationError(e.file, e.line, e.col, e.source_line, e.reason, e.at)
     error.__suppress_context__ = True
     return error
 

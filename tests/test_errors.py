@@ -284,11 +284,18 @@ def _inner_bad(v):
 
 @kiln.jit
 def _outer_calls_bad(x_ptr):
-    tl.store(x_ptr, _inner_bad(1.0))
+    tl.store(x_ptr, _inner_bad(1.0))  # E_CALL
 
 
-def test_error_inside_a_called_jit_function_points_at_the_callee():
-    compile_error(lambda: _outer_calls_bad[(1,)](X), "E_INNER", "not_defined_inside", "not_defined_inside")
+def test_error_inside_a_called_jit_function_points_at_the_call_caused_by_the_callee():
+    # as Triton: the error is at the call (Triton's "at 2:20:" too), its __cause__ the error in the callee
+    outer = compile_error(lambda: _outer_calls_bad[(1,)](X), "E_CALL", "_inner_bad", "not_defined_inside")
+    assert outer.endswith("at 2:20: in _outer_calls_bad"), outer
+    with pytest.raises(kiln.CompilationError) as info:
+        _outer_calls_bad[(1,)](X)
+    inner = info.value.__cause__
+    assert isinstance(inner, kiln.CompilationError) and inner.__traceback__ is None
+    assert f"{THIS_FILE}:{line_of('E_INNER')}:" in str(inner) and "at 2:15: in _inner_bad" in str(inner)
 
 
 @kiln.jit

@@ -553,3 +553,103 @@ def test_active_torch_device_is_the_cpu_when_interpreting_without_a_gpu(monkeypa
     monkeypatch.setenv("KILN_INTERPRET", "1")
     monkeypatch.setattr(type(triton.runtime.driver.active), "is_active", lambda self: False)
     assert triton.runtime.driver.active.get_active_torch_device() == ("cpu", None)
+
+
+# --- triton.compile(ASTSource(...)) and the errors Triton's test_compile_errors.py matches ---
+
+@triton.jit
+def _scale(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * 2.0, mask=offs < n)
+
+
+def _compile(fn, signature=None, constexprs=None, **kwargs):
+    return triton.compile(triton.compiler.ASTSource(fn=fn, signature=signature or {}, constexprs=constexprs or {}),
+                          **kwargs)
+
+
+def test_compile_an_ast_source_builds_the_ir_of_its_signature(monkeypatch):
+    monkeypatch.setenv("KILN_INTERPRET", "1")
+    kernel = _compile(_scale, {"x_ptr": "*fp32", "y_ptr": "*fp16", "n": "i32", "BLOCK": "constexpr"}, {"BLOCK": 64})
+    kir = kernel.asm["kir"]
+    assert "ptr<fp32>" in kir and "ptr<fp16>" in kir and "64" in kir
+    aligned = triton.compile(triton.compiler.ASTSource(
+        _scale, {"x_ptr": "*fp32", "y_ptr": "*fp32", "n": "i32", "BLOCK": "constexpr"}, {(3,): 64},
+        attrs={(0,): [["tt.divisibility", 16]]}))
+    assert aligned.asm["kir"] != kernel.asm["kir"]
+    with pytest.raises(TypeError, match="Signature keys must be string"):
+        triton.compiler.ASTSource(_scale, {0: "*fp32"})
+
+
+def test_compile_for_a_named_target_needs_no_gpu():
+    kernel = _compile(_scale, {"x_ptr": "*fp32", "y_ptr": "*fp32", "n": "i32", "BLOCK": "constexpr"}, {"BLOCK": 128},
+                      target=triton.runtime.GPUTarget("cuda", 90, 32), options={"num_warps": 4})
+    assert ".target sm_90a" in kernel.asm["ptx"] and kernel.asm["cubin"]
+
+
+def test_compile_errors_have_tritons_locator_and_classes(monkeypatch):
+    from kiln.compiler.errors import CompilationError, CompileTimeAssertionFailure
+    monkeypatch.setenv("KILN_INTERPRET", "1")
+
+    @triton.jit
+    def static_fails():
+        tl.static_assert(isinstance(0, tl.tensor))
+
+    with pytest.raises(CompileTimeAssertionFailure) as info:
+        _compile(static_fails)
+    assert info.value.__cause__ is None and str(info.value).endswith("at 2:4: in static_fails")
+
+    @triton.jit
+    def shift_float():
+        1.0 << 1
+
+    with pytest.raises(CompilationError, match="at 2:4: in shift_float"):
+        _compile(shift_float)
+
+
+@triton.jit
+def _two_shapes(N):
+    if N == 0:
+        return tl.arange(0, 4)
+    else:
+        return tl.arange(0, 8)  # the return Triton points at
+
+
+def test_inconsistent_returns_point_at_the_last_return_and_the_call(monkeypatch):
+    monkeypatch.setenv("KILN_INTERPRET", "1")
+
+    @triton.jit
+    def kernel(N):
+        _two_shapes(N)
+
+    with pytest.raises(triton.CompilationError) as info:
+        _compile(kernel, {"N": "i32"})
+    assert "at 2:4: in kernel" in str(info.value)
+    assert "at 5:8: in _two_shapes" in str(info.value.__cause__)
+    assert "Inconsistent return types" in str(info.value.__cause__)
+
+
+@pytest.mark.parametrize("body, words", [
+    ("tl.arange(2, 7)", "arange's range must be a power of 2"),
+    ("tl.full((33, ), 0, dtype=tl.int64)", "Shape element 0 must be a power of 2"),
+    ("tl.dot(tl.full((64, 64), 0.0, tl.float8e5), tl.full((64, 64), 0.0, tl.float8e5), max_num_imprecise_acc=128)",
+     "max_num_imprecise_acc (128) must be <= K (64)"),
+])
+def test_tritons_words_for_shapes_and_dot_limits(monkeypatch, body, words):
+    monkeypatch.setenv("KILN_INTERPRET", "1")
+    kernel = _exec_patched(_body_template, body)
+    with pytest.raises(triton.CompilationError) as info:
+        _compile(kernel)
+    assert str(info.value.__cause__) == words
+
+
+@triton.jit
+def _body_template():
+    GENERATE_TEST_HERE  # noqa: F821
+
+
+def test_where_with_a_non_boolean_condition_warns_as_triton(monkeypatch):
+    monkeypatch.setenv("KILN_INTERPRET", "1")
+    kernel = _exec_patched(_body_template, "tl.where(tl.full((64, ), 0, tl.uint32), 1.0, 2.0)")
+    with pytest.warns(UserWarning, match="tl.where with a non-boolean condition is deprecated"):
+        _compile(kernel)

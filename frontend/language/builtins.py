@@ -1,6 +1,8 @@
 """`tl.*` builtins: Triton's signatures, each handing over to `semantic`."""
 from __future__ import annotations
 
+import warnings
+
 from . import block_pointer, semantic
 from .core import builtin, constexpr, float32, tensor
 from .semantic import unwrap
@@ -126,7 +128,12 @@ def atomic_cas(pointer, cmp, val, sem=None, scope=None):
 
 @builtin
 def where(condition, x, y):
-    """`x` where `condition` is true, else `y`, broadcast together."""
+    """`x` where `condition` is true, else `y`, broadcast together. A condition that is not
+    boolean is compared with 0, with Triton's deprecation warning."""
+    dtype = getattr(unwrap(condition), "dtype", None)
+    if dtype is not None and not dtype.is_int1():
+        warnings.warn("tl.where with a non-boolean condition is deprecated and will error out in a future "
+                      f"triton release. Got {dtype}", stacklevel=2)
     return semantic.where(condition, x, y)
 
 

@@ -772,9 +772,9 @@ def cast(x, dst, fp_downcast_rounding=None, bitcast=False) -> tensor:
 
 def check_shape(shape):
     shape = tuple(int(unwrap(d)) for d in shape)
-    for d in shape:
+    for i, d in enumerate(shape):
         if not is_power_of_two(d):
-            raise ValueError(f"shape {list(shape)}: every dimension must be a power of two")
+            raise ValueError(f"Shape element {i} must be a power of 2")  # Triton's words
     return shape
 
 
@@ -793,7 +793,7 @@ def arange(start, end) -> tensor:
     if end <= start:
         raise ValueError(f"arange needs start < end, got {start} and {end}")
     if not is_power_of_two(end - start):
-        raise ValueError(f"arange's range must be a power of two, got {end - start}")
+        raise ValueError("arange's range must be a power of 2")  # Triton's words; the caret shows the call
     if not (-2**31 <= start and end <= 2**31):
         raise ValueError("arange must fit in int32")
     return _emit("arange", [], block_type(int32, [end - start]), start=start, end=end)
@@ -1060,6 +1060,8 @@ def dot(a, b, acc=None, input_precision=None, allow_tf32=None, max_num_imprecise
     attrs = {"input_precision": input_precision if a.dtype.is_fp32() else "ieee"}
     if unwrap(max_num_imprecise_acc) is not None:
         attrs["max_num_imprecise_acc"] = int(unwrap(max_num_imprecise_acc))
+        if a.dtype.is_fp8() and b.dtype.is_fp8() and attrs["max_num_imprecise_acc"] > sa[-1]:
+            raise ValueError(f"max_num_imprecise_acc ({attrs['max_num_imprecise_acc']}) must be <= K ({sa[-1]})")
     return _emit("dot", [a, b, acc], acc.type, **attrs)
 
 
