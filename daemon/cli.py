@@ -1,4 +1,5 @@
-"""`kiln daemon start|stop|status`, `kiln prewarm` and `kiln cache stats|ls|prune|clear|export|import`.
+"""`kiln daemon start|stop|status`, `kiln prewarm`, `kiln cache stats|ls|prune|clear|export|import`,
+`kiln run -- CMD` and `kiln doctor` (the drop-in mode).
 
     python -m kiln.daemon daemon start [--foreground] [--listen HOST:PORT] [--workers N]
     python -m kiln.daemon daemon status [--json]
@@ -73,6 +74,13 @@ def _parser() -> argparse.ArgumentParser:
     prewarm.add_argument("--tls-ca", metavar="PEM", help="the CA of a TLS daemon (default: KILN_DAEMON_TLS_CA)")
     prewarm.set_defaults(run=_prewarm)
 
+    run = groups.add_parser("run", help="run a command with `import triton` resolved to kiln (drop-in mode)")
+    run.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD ...")
+    run.set_defaults(run=_run)
+    doctor = groups.add_parser("doctor", help="say which implementation `import triton` gives, and why")
+    doctor.add_argument("--json", action="store_true")
+    doctor.set_defaults(run=_doctor)
+
     cache = groups.add_parser("cache", help="the node cache").add_subparsers(dest="action", required=True)
     for name, run, help_text in (("stats", _cache_stats, "size and counts"), ("ls", _cache_ls, "every entry"),
                                  ("prune", _cache_prune, "drop orphans, enforce the size limit"),
@@ -87,6 +95,34 @@ def _parser() -> argparse.ArgumentParser:
             sub.add_argument("--json", action="store_true")
         sub.set_defaults(run=run)
     return parser
+
+
+# --- drop-in mode (kiln.dropin) ------------------------------------------------------------
+
+def _run(args) -> int:
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        print("kiln run: give the command after --, e.g. kiln run -- torchrun --nproc-per-node 8 train.py",
+              file=sys.stderr)
+        return 2
+    from kiln.dropin import doctor, hook
+    if doctor.installed_hook() is None:
+        print(f"kiln run: kiln's drop-in hook is not installed in {sys.executable}'s site-packages: reinstall "
+              "kiln (pip install -e . in a checkout)", file=sys.stderr)
+        return 2
+    os.environ[hook.ENV] = "1"  # the job and every process it starts (they inherit it)
+    try:
+        os.execvp(command[0], command)
+    except OSError as e:
+        print(f"kiln run: cannot run {command[0]!r}: {e.strerror}", file=sys.stderr)
+        return 127
+
+
+def _doctor(args) -> int:
+    from kiln.dropin import doctor
+    report = doctor.report()
+    print(json.dumps(report, indent=2) if args.json else doctor.format_report(report))
+    return 0
 
 
 # --- daemon -------------------------------------------------------------------------------

@@ -75,7 +75,17 @@ class _ActiveDriver:
 
 
 class _Driver:
-    active = _ActiveDriver()
+    """`driver.active` is the CUDA driver unless `set_active` chose another (Inductor picks the CPU
+    backend's driver this way in kiln's drop-in mode); `reset_active` goes back to it."""
+
+    def __init__(self):
+        self.default = self.active = _ActiveDriver()
+
+    def set_active(self, active) -> None:
+        self.active = active
+
+    def reset_active(self) -> None:
+        self.active = self.default
 
 
 driver = _Driver()

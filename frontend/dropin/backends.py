@@ -1,0 +1,210 @@
+"""`triton.backends`: the backends kiln offers in the drop-in mode, their options and drivers.
+
+`backends["nvidia"]` compiles through kiln's codegen and tiers and launches with kiln's CUDA
+runtime; `backends["cpu"]` runs kernels in kiln's NumPy interpreter (what Inductor's
+`cpu_backend = "triton"` asks of a Triton CPU backend). Each is Triton's pair of a compiler class
+(`make_backend(target)` gives one: `parse_options`, `hash`) and a driver class (`is_active()`,
+`get_current_target()`, ...), which `triton.runtime.driver.set_active` takes.
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+from kiln.errors import KilnError
+from kiln.runtime import GPUTarget, _ActiveDriver
+
+
+class PTXASError(KilnError):
+    """Triton's error for a failed ptxas run; kiln links with nvJitLink, whose failures are this."""
+
+
+@functools.lru_cache(maxsize=1)
+def triton_key() -> str:
+    """What decides the code kiln generates, as one string (Triton's `triton_key`, which Inductor
+    folds into its cache keys): kiln's compiler identity and a hash of the frontend's sources."""
+    from kiln.proto.key import compiler_identity
+    frontend = Path(__file__).resolve().parent.parent
+    digest = hashlib.sha256()
+    for path in sorted(frontend.rglob("*.py")):
+        digest.update(path.relative_to(frontend).as_posix().encode() + b"\0" + path.read_bytes())
+    return f"kiln-{json.dumps(compiler_identity(), sort_keys=True)}-{digest.hexdigest()}"
+
+
+@dataclass(frozen=True)
+class Options:
+    """The compile options a backend knows (Triton's CUDAOptions, the ones that apply to kiln)."""
+    num_warps: int = 4
+    num_stages: int = 3
+    num_ctas: int = 1
+    maxnreg: int | None = None
+    debug: bool = False
+    enable_fp_fusion: bool = True
+    launch_cooperative_grid: bool = False
+    launch_pdl: bool = False
+    sanitize_overflow: bool = False
+    extern_libs: tuple | None = None
+    cluster_dims: tuple = (1, 1, 1)
+
+
+class BaseBackend:
+    """A compiler backend for one target (Triton's `BaseBackend`)."""
+
+    binary_target = None  # the codegen target (sm_90a), or None: the interpreter runs the IR
+
+    def __init__(self, target: GPUTarget):
+        if not self.supports_target(target):
+            raise ValueError(f"{type(self).__name__} cannot compile for {target}")
+        self.target = target
+
+    @staticmethod
+    def supports_target(target) -> bool:
+        raise NotImplementedError
+
+    def hash(self) -> str:
+        return f"kiln-{self.target.backend}-{self.target.arch}"
+
+    def parse_options(self, options: dict) -> Options:
+        """Options from a dict: unknown names are ignored and None means the default, as in Triton."""
+        known = {f.name for f in fields(Options)}
+        values = {k: v for k, v in options.items() if k in known and v is not None}
+        for name in ("num_warps", "num_stages", "num_ctas"):
+            if name in values and (not isinstance(values[name], int) or values[name] < 1):
+                raise ValueError(f"{name} must be a positive int, not {values[name]!r}")
+        if values.get("num_warps", 4) & (values.get("num_warps", 4) - 1):
+            raise AssertionError("num_warps must be a power of 2")
+        return Options(**values)
+
+    def launcher(self, kernel, binary, positions):
+        raise NotImplementedError
+
+    def function_handle(self, kernel):
+        return None
+
+
+def _hooked(launch, positions):
+    """Triton's launcher signature around kiln's `launch(grid, values, stream)`."""
+    def run(grid_x, grid_y, grid_z, stream, function, metadata, launch_metadata, enter_hook, exit_hook, *args):
+        if enter_hook is not None:
+            enter_hook(launch_metadata)
+        if len(args) <= max(positions, default=-1):
+            raise TypeError(f"the kernel takes {max(positions) + 1} arguments or more, the launch gave {len(args)}")
+        launch((grid_x, grid_y, grid_z), [args[i] for i in positions], stream)
+        if exit_hook is not None:
+            exit_hook(launch_metadata)
+    return run
+
+
+class CUDABackend(BaseBackend):
+    @staticmethod
+    def supports_target(target) -> bool:
+        return target.backend == "cuda"
+
+    @property
+    def binary_target(self) -> str:
+        arch = int(self.target.arch)
+        return f"sm_{arch}" + ("a" if arch == 90 else "")
+
+    def launcher(self, kernel, binary, positions):
+        kernel.binaries[binary.target] = binary  # loaded as kiln loads its own, no compile again
+        kernel.metadata.update(binary.metadata)
+        return _hooked(kernel._launch, positions)
+
+    def function_handle(self, kernel):
+        kernel._init_handles()
+        return kernel.name
+
+
+class CPUBackend(BaseBackend):
+    @staticmethod
+    def supports_target(target) -> bool:
+        return target.backend == "cpu"
+
+    def hash(self) -> str:
+        return "kiln-cpu-interpreter"
+
+    def launcher(self, kernel, binary, positions):
+        from kiln.host_copies import run_on_host
+        from kiln.interpret import run
+
+        def launch(grid, values, stream):
+            run_on_host(lambda host_values: run(kernel.ir, grid, host_values, name=kernel.name), values)
+        return _hooked(launch, positions)
+
+
+class CudaDriver(_ActiveDriver):
+    """kiln's CUDA driver (kiln.runtime.driver's), with `is_active` callable on the class as Triton's."""
+
+    @staticmethod
+    def is_active() -> bool:
+        from kiln.runtime import cuda_driver
+        return cuda_driver.is_available()
+
+
+class CPUDriver:
+    """The driver of the CPU backend: one device, no streams."""
+
+    def __init__(self):
+        self.utils = self
+
+    @staticmethod
+    def is_active() -> bool:
+        return True
+
+    def get_current_target(self) -> GPUTarget:
+        return GPUTarget("cpu", 0, 1)
+
+    def get_current_device(self) -> int:
+        return 0
+
+    def set_current_device(self, device) -> None:
+        if device not in (0, None):
+            raise ValueError(f"the CPU backend has one device, 0, not {device!r}")
+
+    def get_current_stream(self, device=None) -> int:
+        return 0
+
+    def get_active_torch_device(self):
+        import torch
+        return torch.device("cpu")
+
+    def get_device_interface(self):
+        import torch
+        return torch.cpu
+
+    def get_device_properties(self, device) -> dict:
+        return {"max_shared_mem": 0, "multiprocessor_count": 1, "max_num_regs": 0, "warpSize": 1}
+
+    def get_benchmarker(self):
+        from kiln.testing import do_bench
+        return do_bench
+
+    def get_empty_cache_for_benchmark(self):
+        import torch
+        return torch.empty(0)
+
+    def clear_cache(self, cache) -> None:
+        pass
+
+
+@dataclass(frozen=True)
+class Backend:
+    """Triton's pair: the compiler class for a target and its driver class."""
+    compiler: type
+    driver: type
+
+
+backends = {"nvidia": Backend(CUDABackend, CudaDriver), "cpu": Backend(CPUBackend, CPUDriver)}
+
+
+def make_backend(target) -> BaseBackend:
+    """The backend that compiles for `target` (a GPUTarget)."""
+    if not isinstance(target, GPUTarget):
+        raise TypeError(f"a target is a GPUTarget(backend, arch, warp_size), not {target!r}")
+    for backend in backends.values():
+        if backend.compiler.supports_target(target):
+            return backend.compiler(target)
+    raise RuntimeError(f"no kiln backend for {target}: kiln compiles for 'cuda' and runs 'cpu' in its interpreter")

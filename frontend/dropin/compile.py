@@ -1,0 +1,194 @@
+"""`triton.compile`, `ASTSource` and `CompiledKernel`, as Triton 3.6 offers them to Inductor.
+
+`compile(ASTSource(fn, signature, constexprs, attrs), target=GPUTarget(...), options={...})`
+builds kiln's block IR for that specialization (kiln.signatures spells it the way Triton does:
+`*fp32:16`, `i32`), then, for a CUDA target, the binary through kiln's tiers (memory, node cache,
+shared tier, node daemon, this process): every rank and compile worker of a node that asks for
+the same kernel gets one compile, and `KILN_MANIFEST` records it. For the `cpu` target
+(Inductor's `cpu_backend = "triton"`) kiln's interpreter runs the block IR.
+
+The result pickles (Inductor compiles in worker processes and launches in the parent): it
+carries the block IR as text and the binary's bytes, and `_init_handles()` makes the launcher.
+"""
+from __future__ import annotations
+
+import hashlib
+from collections import namedtuple
+
+from kiln.errors import CompilationError, KilnError, OutOfResources  # noqa: F401  (triton.compiler.errors)
+from kiln.runtime import GPUTarget
+
+from .backends import PTXASError, make_backend, triton_key  # noqa: F401  (triton.compiler.compiler has them)
+
+_HINT_ATTRS = {"tt.divisibility": 16}
+
+
+class ASTSource:
+    """A kernel and one specialization of it: `signature` maps every parameter name to its type
+    (`*fp32`, `i32`, ..., or `constexpr`); `constexprs` the constant ones (by name or as `(index,)`)
+    to their values; `attrs` maps `(index,)` to hints, `[["tt.divisibility", 16]]`."""
+
+    def __init__(self, fn, signature: dict, constexprs: dict | None = None, attrs: dict | None = None):
+        self.fn = fn
+        self.name = fn.__name__
+        self.signature = dict(signature)
+        if not all(isinstance(k, str) for k in self.signature):
+            raise TypeError("Signature keys must be string")
+        names = list(fn.arg_names)
+        self.constants = {}
+        for k, v in (constexprs or {}).items():
+            if isinstance(k, str):
+                if k not in names:
+                    raise ValueError(f"{self.name} has no parameter {k!r} (constexprs: {sorted(constexprs)})")
+                k = (names.index(k),)
+            if not isinstance(k, tuple):
+                raise TypeError(f"a constexpr key is a parameter name or an (index,) tuple, not {k!r}")
+            self.constants[k] = v
+        self.attrs = dict(attrs or {})
+
+    def hash(self) -> str:
+        text = f"{self.fn.cache_key}-{sorted(self.signature.items())}-{sorted(self.constants.items(), key=str)}-" \
+               f"{sorted(self.attrs.items(), key=str)}"
+        return hashlib.sha256(text.encode()).hexdigest()
+
+    def declared_values(self, options: dict) -> dict:
+        """kiln.signatures' spelling of this specialization, with the launch options."""
+        values = {}
+        for i, name in enumerate(self.fn.arg_names):
+            kind = self.signature.get(name)
+            if (i,) in self.constants:
+                values[name] = self.constants[(i,)]
+            elif kind is None:
+                continue  # left to the parameter's default
+            elif kind == "constexpr":
+                raise ValueError(f"{self.name}: {name} is constexpr in the signature but has no value in constexprs")
+            else:
+                hints = {key for (key, value) in _hints(self.attrs.get((i,), ())) if _HINT_ATTRS.get(key) == value}
+                values[name] = f"{kind}:16" if hints else kind
+        values.update({k: options[k] for k in ("num_warps", "num_stages", "maxnreg", "enable_fp_fusion")
+                       if options.get(k) is not None})
+        return values
+
+
+def _hints(pairs):
+    for pair in pairs:
+        key, value = pair
+        yield key, value
+
+
+# Triton's CompiledKernel.metadata is a namedtuple of the compile's options and results.
+KernelMetadata = namedtuple("KernelMetadata", (
+    "name", "hash", "target", "num_warps", "num_stages", "num_ctas", "cluster_dims", "maxnreg", "shared", "debug",
+    "enable_fp_fusion", "launch_cooperative_grid", "launch_pdl", "global_scratch_size", "global_scratch_align",
+    "profile_scratch_size", "profile_scratch_align", "tmem_size"))
+
+
+def compile(src, target=None, options=None, _env_vars=None):
+    """Triton's `triton.compile`: a CompiledKernel of `src` (an ASTSource) for `target` (a
+    GPUTarget; default: the active driver's). `options`: num_warps, num_stages, debug, ..."""
+    from kiln import signatures
+    from kiln.compiler import compile_kernel
+    from kiln.runtime import driver
+
+    if not isinstance(src, ASTSource):
+        raise TypeError(f"kiln compiles Triton kernels from an ASTSource, not {type(src).__name__} "
+                        "(IR files are Triton's own)")
+    target = driver.active.get_current_target() if target is None else target
+    backend = make_backend(target)
+    options = backend.parse_options(dict(options or {}))
+    values = src.declared_values(vars(options))
+    try:
+        params, launch_options = signatures.Declared(src.fn, values).params_and_options()
+    except signatures.SignatureError as e:
+        raise ValueError(f"{src.name}: {e}") from None
+    kernel = compile_kernel(src.fn, params, {**launch_options, "debug": options.debug})
+    ir_text = kernel.asm["kir"]
+    binary = None
+    if backend.binary_target is not None:
+        binary = kernel.build(backend.binary_target)
+    metadata = KernelMetadata(
+        name=src.name, hash=src.hash(), target=target, num_warps=kernel.metadata["num_warps"],
+        num_stages=kernel.metadata["num_stages"], num_ctas=1, cluster_dims=(1, 1, 1), maxnreg=options.maxnreg,
+        shared=binary.metadata.get("shared", 0) if binary is not None else 0, debug=options.debug,
+        enable_fp_fusion=options.enable_fp_fusion, launch_cooperative_grid=options.launch_cooperative_grid,
+        launch_pdl=options.launch_pdl, global_scratch_size=0, global_scratch_align=1, profile_scratch_size=0,
+        profile_scratch_align=1, tmem_size=0)
+    runtime = [i for i, name in enumerate(src.fn.arg_names) if name in params and not _is_constant(params[name])]
+    return CompiledKernel(src, metadata, ir_text, binary, runtime, kernel.debug)
+
+
+def _is_constant(param) -> bool:
+    from kiln.language.core import constexpr
+    return isinstance(param, constexpr) or not isinstance(param, tuple)
+
+
+class CompiledKernel:
+    """One compiled specialization, with Triton's host interface: `metadata`, `packed_metadata`,
+    `asm`, `hash`, `n_regs`, `n_spills`, `shared`, `name`, `src`, `function`, `run(gridX, gridY,
+    gridZ, stream, function, metadata, launch_metadata, enter_hook, exit_hook, *args)` with every
+    argument of the kernel (constexprs included, as Triton passes them), and `kernel[grid](*args)`."""
+
+    launch_enter_hook = None
+    launch_exit_hook = None
+
+    def __init__(self, src, metadata, ir_text, binary, runtime_positions, debug):
+        self.src = src
+        self.metadata = self.packed_metadata = metadata
+        self.name = metadata.name
+        self.hash = metadata.hash
+        self.asm = {"kir": ir_text}
+        if binary is not None:
+            self.asm.update(llir=binary.llir, ptx=binary.ptx, cubin=binary.cubin)
+        self.binary = binary
+        self.runtime_positions = tuple(runtime_positions)
+        self.debug = debug
+        self.shared = metadata.shared
+        self.n_regs = None if binary is not None else 0  # known once loaded on a GPU
+        self.n_spills = binary.metadata.get("n_spills", 0) if binary is not None else 0
+        self.module = self.function = self.run = None
+
+    @property
+    def num_warps(self):
+        return self.metadata.num_warps
+
+    def _init_handles(self):
+        """Make `run` (and, for a GPU, load the binary): after a compile, and again after unpickling."""
+        if self.run is not None:
+            return
+        from kiln.compiler import CompiledKernel as KilnKernel
+        from kiln.ir import parse_function
+        kernel = KilnKernel(self.name, parse_function(self.asm["kir"]), {"num_warps": self.metadata.num_warps,
+                            "num_stages": self.metadata.num_stages}, self.debug)
+        backend = make_backend(self.metadata.target)
+        self.run = backend.launcher(kernel, self.binary, self.runtime_positions)
+        self.module = kernel
+        self.function = backend.function_handle(kernel)
+        if self.binary is not None:
+            self.n_regs = kernel.metadata.get("n_regs")
+
+    def launch_metadata(self, grid, stream, *args):
+        """What a launch hook receives (Triton's LazyDict of name, grid, stream and the kernel's
+        own `launch_metadata` values); None when no hook is set."""
+        from .knobs import runtime
+        if runtime.launch_enter_hook is None:
+            return None
+        return {"name": self.name, "grid": grid, "stream": stream, "function": self.function}
+
+    def __getitem__(self, grid):
+        self._init_handles()
+
+        def runner(*args, stream=None):
+            from .knobs import runtime
+            grid3 = tuple(grid) + (1,) * (3 - len(grid))
+            meta = self.launch_metadata(grid3, stream, *args)
+            self.run(*grid3, stream, self.function, self.packed_metadata, meta,
+                     runtime.launch_enter_hook, runtime.launch_exit_hook, *args)
+        return runner
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state.update(module=None, function=None, run=None)
+        return state
+
+    def __repr__(self):
+        return f"CompiledKernel({self.name}, target={self.metadata.target})"

@@ -1,0 +1,20 @@
+"""The `triton` module in kiln's drop-in mode: kiln's user API under Triton's names, plus
+`triton.compile` and the other host-side names libraries and PyTorch Inductor use.
+
+`__version__` is the Triton release whose behaviour kiln follows (code checks it to pick an API);
+`kiln_version` is kiln's own.
+"""
+from kiln import (  # noqa: F401
+    CompilationError, InterpreterError, KernelInterface, OutOfResources, TensorWrapper, TritonError, cdiv,
+    constexpr_function, language, next_power_of_2, reinterpret, set_allocator, testing, tools,
+)
+from kiln import __version__ as kiln_version  # noqa: F401
+from kiln.autotuner import Config, autotune, heuristics  # noqa: F401
+
+from . import backends, knobs, runtime  # noqa: F401
+from . import compile as compiler  # noqa: F401
+from .compile import compile  # noqa: F401,A004
+from .jit import JITFunction, jit  # noqa: F401
+
+__version__ = "3.6.0"
+DROPIN = True  # `kiln doctor` and tests tell kiln's `triton` from Triton's by it

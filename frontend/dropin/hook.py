@@ -1,0 +1,124 @@
+"""The drop-in switch: under KILN_DROPIN=1, `import triton` (and every `triton.*`) is kiln.
+
+`kiln-dropin.pth`, which installing kiln puts in site-packages, runs `activate_if_asked()` when
+each Python of that environment starts — the job's processes and every process they start
+(Inductor's compile workers, torchrun's ranks), since children inherit the environment. Unless
+the variable is set it does nothing else and imports nothing. When set, it puts `TritonFinder`
+first on `sys.meta_path`, ahead of an installed Triton, which stays on disk untouched.
+
+This module imports nothing of kiln: kiln is imported by the first `import triton`.
+"""
+from __future__ import annotations
+
+import importlib
+import importlib.abc
+import importlib.machinery
+import os
+import sys
+
+ENV = "KILN_DROPIN"
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("", "0", "false", "no", "off")
+
+# triton.X -> the kiln module it is. A name not listed maps by its prefix: triton.language.Y is
+# kiln.language.Y. Names whose kiln module does not exist fail as a missing triton module would.
+MODULES = {
+    "triton": "kiln.dropin.facade",
+    "triton.compiler": "kiln.dropin.compile",
+    "triton.compiler.compiler": "kiln.dropin.compile",
+    "triton.compiler.errors": "kiln.dropin.compile",
+    "triton.backends": "kiln.dropin.backends",
+    "triton.backends.compiler": "kiln.dropin.backends",
+    "triton.backends.driver": "kiln.dropin.backends",
+    "triton.knobs": "kiln.dropin.knobs",
+    "triton.runtime": "kiln.dropin.runtime",
+    "triton.runtime.autotuner": "kiln.dropin.runtime",
+    "triton.runtime.cache": "kiln.dropin.runtime",
+    "triton.runtime.driver": "kiln.dropin.runtime",
+    "triton.runtime.errors": "kiln.runtime.errors",
+    "triton.runtime.jit": "kiln.dropin.jit",
+}
+PREFIXES = {"triton.language": "kiln.language", "triton.tools": "kiln.tools", "triton.testing": "kiln.testing",
+            "triton.profiler": "kiln.profiler"}
+
+
+def requested(environ=os.environ) -> bool:
+    """Whether KILN_DROPIN asks for the drop-in mode; a value that is neither yes nor no is an error."""
+    value = environ.get(ENV, "").strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise ValueError(f"{ENV}={environ.get(ENV)!r}: use 1 to resolve `import triton` to kiln, or 0 (or unset) for off")
+
+
+def kiln_name(name: str) -> str | None:
+    """The kiln module that triton module `name` resolves to, or None for a name outside triton."""
+    if name in MODULES:
+        return MODULES[name]
+    for prefix, target in PREFIXES.items():
+        if name == prefix or name.startswith(prefix + "."):
+            return target + name[len(prefix):]
+    if name.startswith("triton."):
+        return "kiln.dropin.missing"  # no kiln counterpart: a ModuleNotFoundError at import
+    return None
+
+
+class _Alias(importlib.abc.Loader):
+    """Loads `triton.X` as the kiln module object itself (one object under two names)."""
+
+    def __init__(self, target: str):
+        self.target = target
+
+    def create_module(self, spec):
+        if self.target == "kiln.dropin.missing":
+            raise ModuleNotFoundError(f"No module named {spec.name!r} (kiln's drop-in mode, {ENV}=1, has no "
+                                      f"counterpart of it)", name=spec.name)
+        module = importlib.import_module(self.target)
+        self.spec = module.__spec__  # the import system sets __spec__ to triton's: kept as kiln's below
+        return module
+
+    def exec_module(self, module):
+        module.__spec__ = self.spec  # the kiln module itself ran when it was imported
+
+
+class TritonFinder(importlib.abc.MetaPathFinder):
+    """Finds `triton` and `triton.*` as kiln's modules."""
+
+    def find_spec(self, name, path=None, target=None):
+        target_name = kiln_name(name)
+        if target_name is None:
+            return None
+        is_package = True  # every alias may have children: `triton.X.Y` is found by name, not by path
+        return importlib.machinery.ModuleSpec(name, _Alias(target_name), is_package=is_package)
+
+    def __repr__(self):
+        return "kiln.dropin.hook.TritonFinder()"
+
+
+def active() -> bool:
+    return any(isinstance(finder, TritonFinder) for finder in sys.meta_path)
+
+
+def activate() -> None:
+    """Resolve `import triton` to kiln in this process (from now on; a Triton already imported stays)."""
+    if active():
+        return
+    if "triton" in sys.modules and not _is_kiln(sys.modules["triton"]):
+        raise RuntimeError(f"{ENV}=1 but the real Triton was imported before kiln's drop-in hook ran "
+                           f"({getattr(sys.modules['triton'], '__file__', '?')})")
+    sys.meta_path.insert(0, TritonFinder())
+
+
+def _is_kiln(module) -> bool:
+    return (getattr(module, "__name__", "") or "").startswith("kiln.")
+
+
+def activate_if_asked() -> None:
+    """What the .pth runs at interpreter start. It never stops the interpreter: a bad value or a
+    failure is one line on stderr, and `import triton` then finds whatever is installed."""
+    try:
+        if requested():
+            activate()
+    except Exception as error:  # noqa: BLE001  (a .pth line must not take Python down)
+        print(f"kiln: drop-in mode not active: {error}", file=sys.stderr)

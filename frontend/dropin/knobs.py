@@ -1,0 +1,53 @@
+"""`triton.knobs`: the settings Triton groups by area, those that mean something for kiln.
+
+`runtime.launch_enter_hook`/`launch_exit_hook` are called around every launch of a kernel compiled
+by `triton.compile` (with its launch metadata); `cache.dir` is kiln's node cache; and
+`nvidia.libdevice_path` the libdevice kiln links. Setting a knob kiln has no use for is an error
+rather than silently ignored.
+"""
+from __future__ import annotations
+
+
+class _Knobs:
+    _names: tuple = ()
+
+    def __setattr__(self, name, value):
+        if name not in self._names:
+            raise AttributeError(f"kiln has no knob {type(self).__name__.strip('_')}.{name} "
+                                 f"(it has: {', '.join(self._names)})")
+        object.__setattr__(self, name, value)
+
+
+class _Runtime(_Knobs):
+    _names = ("launch_enter_hook", "launch_exit_hook", "jit_post_compile_hook", "jit_cache_hook", "interpret",
+              "debug")
+
+    def __init__(self):
+        for name in self._names:
+            object.__setattr__(self, name, None)
+
+
+class _Cache(_Knobs):
+    _names = ("dir",)
+
+    @property
+    def dir(self) -> str:
+        from kiln.cache.env import cache_dir
+        return str(cache_dir())
+
+
+class _Nvidia(_Knobs):
+    _names = ("libdevice_path",)
+
+    @property
+    def libdevice_path(self):
+        try:
+            from cuda import pathfinder
+            return str(pathfinder.find_bitcode_lib("device"))
+        except Exception:  # noqa: BLE001  (no CUDA libdevice here: Inductor then skips what needs it)
+            return None
+
+
+runtime = _Runtime()
+cache = _Cache()
+nvidia = _Nvidia()

@@ -1,0 +1,40 @@
+"""`triton.runtime` in the drop-in mode: kiln.runtime's driver, with Triton's other runtime names
+(`triton.runtime.autotuner`, `triton.runtime.cache` and `triton.runtime.driver` are this module too)."""
+from __future__ import annotations
+
+import base64
+import sys
+
+from kiln.autotuner import Autotuner, Config, Heuristics, autotune, heuristics  # noqa: F401
+from kiln.errors import InterpreterError, OutOfResources  # noqa: F401
+from kiln.runtime import GPUTarget, driver  # noqa: F401
+
+from . import knobs  # noqa: F401
+from .backends import PTXASError, triton_key  # noqa: F401
+from .jit import JITFunction  # noqa: F401
+from kiln.jit import KernelInterface  # noqa: F401
+
+# `import triton.runtime.driver` must not replace the `driver` attribute with a module: Triton's
+# own submodule is imported by its package, so the import system finds it and sets nothing.
+for _name in ("driver", "autotuner", "cache"):
+    sys.modules.setdefault(f"triton.runtime.{_name}", sys.modules[__name__])
+
+
+def _base64(key: str) -> str:
+    """Triton's cache-path spelling of a hex digest (Inductor names files by it)."""
+    return base64.urlsafe_b64encode(bytes.fromhex(key)).decode().rstrip("=")
+
+
+def _base32(key: str) -> str:
+    return base64.b32encode(bytes.fromhex(key)).decode().rstrip("=")
+
+
+def _choose_active() -> None:
+    """As Triton's driver picks the first backend whose driver is active: the GPU if there is one,
+    else the CPU backend (kiln's interpreter)."""
+    from .backends import CPUDriver, CudaDriver
+    if driver.active is driver.default and not CudaDriver.is_active():
+        driver.set_active(CPUDriver())
+
+
+_choose_active()

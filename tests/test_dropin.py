@@ -1,0 +1,163 @@
+"""The drop-in switch (kiln.dropin): off unless asked, `import triton` is kiln in the process and
+its children when KILN_DROPIN=1 or under `kiln run`, a real Triton untouched, `kiln doctor` says
+which is active. Each check runs in a fresh interpreter, as a job would start."""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from kiln.dropin import doctor, hook
+
+if doctor.installed_hook() is None:
+    reason = "kiln's drop-in hook (kiln-dropin.pth) is not installed here: reinstall with pip install -e ."
+    if os.environ.get("CI"):
+        raise RuntimeError(reason)  # CI installs kiln the README's way, which installs it
+    pytest.skip(reason, allow_module_level=True)
+
+WHICH = "import triton, sys; print(getattr(triton, 'DROPIN', False), triton.__name__)"
+
+
+def _python(code, env_extra=None, drop=(), cwd=None):
+    env = {k: v for k, v in os.environ.items() if k != hook.ENV and k not in drop}
+    env.update(env_extra or {})
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, capture_output=True, text=True,
+                          timeout=120, cwd=cwd)
+
+
+@pytest.fixture
+def fake_triton(tmp_path):
+    """A stand-in for an installed Triton: a `triton` package on PYTHONPATH."""
+    package = tmp_path / "site" / "triton"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("__version__ = '3.6.0'\nREAL = True\n")
+    return {"PYTHONPATH": str(tmp_path / "site")}
+
+
+def test_off_by_default_the_installed_triton_is_imported(fake_triton):
+    out = _python("import triton; print(triton.REAL, triton.__file__)", fake_triton)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("True ") and "site" in out.stdout
+    assert out.stderr == ""
+
+
+@pytest.mark.parametrize("value", ["0", "", "off"])
+def test_explicitly_off_values(fake_triton, value):
+    out = _python(WHICH, {**fake_triton, hook.ENV: value})
+    assert out.stdout.split() == ["False", "triton"], out.stderr
+
+
+def test_on_resolves_triton_to_kiln_ahead_of_an_installed_triton(fake_triton):
+    out = _python(WHICH, {**fake_triton, hook.ENV: "1"})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["True", "kiln.dropin.facade"]
+
+
+def test_submodules_inductor_imports_resolve_to_kiln():
+    out = _python("""
+        import triton, triton.language as tl, kiln, kiln.language
+        from triton.compiler.compiler import ASTSource, CompiledKernel, make_backend, triton_key
+        from triton.runtime.autotuner import Autotuner, OutOfResources, PTXASError
+        from triton.runtime.jit import JITFunction, KernelInterface
+        from triton.backends.compiler import GPUTarget
+        from triton.runtime.driver import driver
+        from triton.language.extra import libdevice
+        from triton import knobs
+        import triton.runtime.driver
+        assert tl is kiln.language and triton.runtime.driver is driver and triton.jit is triton.runtime.jit.jit
+        assert libdevice is kiln.language.extra.libdevice and triton.__version__ == "3.6.0"
+        assert "cpu" in triton.backends.backends and callable(triton.compile)
+        print("ok")
+    """, {hook.ENV: "1"})
+    assert out.stdout.strip() == "ok", out.stderr
+
+
+def test_a_triton_module_kiln_lacks_is_a_clear_import_error():
+    out = _python("""
+        try:
+            import triton.runtime.interpreter
+        except ModuleNotFoundError as e:
+            print(e.name, "|", e)
+    """, {hook.ENV: "1"})
+    name, message = out.stdout.split(" | ")
+    assert name == "triton.runtime.interpreter" and "drop-in mode" in message, out.stderr
+
+
+def test_children_inherit_the_mode_subprocess_and_multiprocessing_spawn(tmp_path):
+    script = tmp_path / "job.py"
+    script.write_text(textwrap.dedent("""
+        import multiprocessing, subprocess, sys
+
+        def which(queue):
+            import triton
+            queue.put(triton.__name__)
+
+        if __name__ == "__main__":
+            child = subprocess.run([sys.executable, "-c", "import triton; print(triton.__name__)"],
+                                   capture_output=True, text=True)
+            ctx = multiprocessing.get_context("spawn")  # Inductor's compile workers are started so
+            queue = ctx.Queue()
+            p = ctx.Process(target=which, args=(queue,))
+            p.start()
+            print(child.stdout.strip(), queue.get(timeout=60))
+            p.join()
+    """))
+    env = {**os.environ, hook.ENV: "1"}
+    out = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120)
+    assert out.stdout.split() == ["kiln.dropin.facade"] * 2, out.stderr
+
+
+def test_a_bad_value_warns_and_leaves_triton_alone(fake_triton):
+    out = _python(WHICH, {**fake_triton, hook.ENV: "maybe"})
+    assert out.stdout.split() == ["False", "triton"]
+    assert "KILN_DROPIN='maybe'" in out.stderr and "drop-in mode not active" in out.stderr
+
+
+def test_triton_imported_before_activation_is_refused(fake_triton):
+    out = _python("import triton; from kiln.dropin import hook; hook.activate()", fake_triton)
+    assert out.returncode != 0 and "real Triton was imported before" in out.stderr
+
+
+def _kiln(*args, env_extra=None):
+    env = {k: v for k, v in os.environ.items() if k != hook.ENV}
+    env.update(env_extra or {})
+    return subprocess.run([sys.executable, "-m", "kiln.daemon", *args], env=env, capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_kiln_run_turns_it_on_for_the_command_and_its_children(fake_triton):
+    child = "import subprocess, sys; print(subprocess.run([sys.executable, '-c', 'import triton; " \
+            "print(triton.__name__)'], capture_output=True, text=True).stdout.strip())"
+    out = _kiln("run", "--", sys.executable, "-c", child, env_extra=fake_triton)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "kiln.dropin.facade"
+
+
+def test_kiln_run_without_a_command_or_with_a_missing_one():
+    out = _kiln("run")
+    assert out.returncode == 2 and "give the command after --" in out.stderr
+    out = _kiln("run", "--", "no-such-command-kiln-test")
+    assert out.returncode == 127 and "cannot run 'no-such-command-kiln-test'" in out.stderr
+
+
+def test_doctor_says_which_triton_and_why(fake_triton):
+    off = json.loads(_kiln("doctor", "--json", env_extra=fake_triton).stdout)
+    assert off["import_triton"] == "triton" and "not set" in off["why"]
+    assert off["installed_triton"]["location"].endswith(os.path.join("triton", "__init__.py"))
+    on = _kiln("doctor", env_extra={**fake_triton, hook.ENV: "1"})
+    assert on.returncode == 0, on.stderr
+    assert on.stdout.startswith("import triton -> kiln (Triton 3.6.0 API)")
+    assert "shadowed by kiln" in on.stdout and "KILN_DROPIN=1" in on.stdout
+    bad = json.loads(_kiln("doctor", "--json", env_extra={hook.ENV: "perhaps"}).stdout)
+    assert bad["import_triton"] != "kiln" and "KILN_DROPIN='perhaps'" in bad["why"]
+
+
+def test_kiln_name_table():
+    assert hook.kiln_name("triton") == "kiln.dropin.facade"
+    assert hook.kiln_name("triton.language.extra.cuda.libdevice") == "kiln.language.extra.cuda.libdevice"
+    assert hook.kiln_name("tritonx") is None and hook.kiln_name("numpy") is None
+    with pytest.raises(ValueError, match="use 1"):
+        hook.requested({hook.ENV: "2"})
+    assert hook.requested({}) is False and hook.requested({hook.ENV: " ON "}) is True
