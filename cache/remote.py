@@ -20,11 +20,16 @@ Give the Redis a password (or an ACL user) that only the cluster's nodes know.
 A tier that is down or slow costs one warning and at most a short connect or read timeout;
 it is then left alone (every call a miss, `skipped`) for `retry_after` seconds. Nothing
 here raises on the tier's account.
+
+Importing redis-py takes ~100 ms, most of a cold node's first call that the tier serves:
+`import kiln` starts that import in a thread where KILN_REMOTE_CACHE is set
+(`import_client_in_background`), and the tier's first use waits for it.
 """
 from __future__ import annotations
 
 import json
 import logging
+import os
 import threading
 import time
 import warnings
@@ -45,6 +50,32 @@ BUCKETS_MS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000)
 OUTCOMES = ("hits", "misses", "refused", "errors", "skipped", "writes", "oversize")
 
 
+_client_import: threading.Thread | None = None
+
+
+def import_client_in_background() -> None:
+    """Start importing redis-py in a daemon thread, once; `RemoteCache` waits for it. A fork
+    waits for it too: a child must not inherit the import lock of a half-imported module."""
+    global _client_import
+    if _client_import is None:
+        _client_import = threading.Thread(target=_import_client, name="kiln-redis-import", daemon=True)
+        _client_import.start()
+        os.register_at_fork(before=_client_imported)
+
+
+def _import_client() -> None:
+    try:
+        import redis.backoff  # noqa: F401  (imports redis)
+        import redis.retry  # noqa: F401
+    except Exception:  # noqa: BLE001  missing or broken: RemoteCache's own import says so
+        pass
+
+
+def _client_imported() -> None:
+    if _client_import is not None and _client_import is not threading.current_thread():
+        _client_import.join()
+
+
 class RemoteCache:
     """The shared tier at `url`. `counts_to` (a node `Cache`) also keeps this process's
     counts, so that `kiln cache stats` shows what every process of the node saw."""
@@ -54,6 +85,7 @@ class RemoteCache:
                  max_entry_bytes: int = MAX_ENTRY_BYTES):
         import inspect
 
+        _client_imported()  # a background import under way: import redis below must not race it
         import redis
         from redis.backoff import NoBackoff
         from redis.retry import Retry

@@ -1,4 +1,11 @@
 """kiln: a Triton-compatible GPU kernel language (`import kiln as triton`)."""
+from . import config as _config
+
+if _config.shared_tier_configured() and not _config.interpret():
+    # redis-py takes ~100 ms to import: started first, in the background, off the first call's path
+    from kiln.cache.remote import import_client_in_background
+    import_client_in_background()
+
 from . import language  # noqa: F401
 from .errors import CompilationError, InterpreterError, KilnError, OutOfResources  # noqa: F401
 from .errors import KilnError as TritonError  # noqa: F401  (Triton's name for the base class)

@@ -36,6 +36,11 @@ def interpret() -> bool:
     return value is not None and value.strip().lower() in _TRUE_RAW
 
 
+def shared_tier_configured() -> bool:
+    """KILN_REMOTE_CACHE is set: a shared tier (kiln.cache.env reads its value)."""
+    return bool(_environ.get("KILN_REMOTE_CACHE", "").strip())
+
+
 def debug() -> bool:
     """KILN_DEBUG=1: keep device_assert checks in compiled kernels."""
     return _flag("KILN_DEBUG") or _flag("TRITON_DEBUG")
