@@ -30,7 +30,7 @@ class JITFunction(_KilnJITFunction):
         self.params = [KernelParam(i, name, name in self.constexpr_names, name in self.do_not_specialize,
                                    None if p.default is p.empty else p.default)
                        for i, (name, p) in enumerate(self.signature.parameters.items())]
-        self.repr = repr if repr is not None else (lambda _: fn.__name__)
+        self.repr = repr if repr is not None else _name_repr
         self.__globals__ = fn.__globals__
         self.used_global_vals = {}  # kiln reads globals when it builds the IR, not at launch
         self.cache_key = hashlib.sha256(self.src.encode()).hexdigest()
@@ -42,7 +42,7 @@ class JITFunction(_KilnJITFunction):
     def __getstate__(self):
         # what compiling needs (the source and the signature), not the compiled kernels or the binder
         state = dict(self.__dict__)
-        for name in ("binder", "cache", "_by_specialization", "_tree"):
+        for name in ("binder", "cache", "_by_specialization", "_tree", "__wrapped__"):
             state.pop(name, None)
         state["fn"] = None
         state["__globals__"] = None
@@ -51,6 +51,10 @@ class JITFunction(_KilnJITFunction):
     def __setstate__(self, state):
         self.__dict__.update(state)
         self.cache, self._by_specialization, self._tree = {}, {}, None
+
+
+def _name_repr(jitfn) -> str:
+    return jitfn.__name__
 
 
 def jit(fn=None, *, do_not_specialize=(), debug=None, noinline=False, repr=None, launch_metadata=None, prewarm=(),

@@ -13,7 +13,7 @@ class _Knobs:
 
     def __setattr__(self, name, value):
         if name not in self._names:
-            raise AttributeError(f"kiln has no knob {type(self).__name__.strip('_')}.{name} "
+            raise AttributeError(f"kiln has no knob {type(self).__name__.strip('_').lower()}.{name} "
                                  f"(it has: {', '.join(self._names)})")
         object.__setattr__(self, name, value)
 

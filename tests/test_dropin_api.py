@@ -1,0 +1,74 @@
+"""Triton 3.6's host API in kiln.dropin, as Inductor drives it: ASTSource -> triton.compile ->
+a CompiledKernel that pickles (compile workers) and launches through Triton's `run` signature."""
+import pickle
+
+import numpy as np
+import pytest
+
+import kiln.language as tl
+from kiln.dropin import backends, knobs
+from kiln.dropin.compile import ASTSource, CompiledKernel, compile
+from kiln.dropin.jit import jit
+from kiln.runtime import GPUTarget
+
+
+@jit
+def scale(x_ptr, out_ptr, n, factor, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) * factor, mask=mask)
+
+
+SIGNATURE = {"x_ptr": "*fp32", "out_ptr": "*fp32", "n": "i32", "factor": "fp32", "BLOCK": "constexpr"}
+ATTRS = {(0,): [["tt.divisibility", 16]], (1,): [["tt.divisibility", 16]]}
+
+
+def test_jit_function_has_tritons_params():
+    assert [(p.num, p.name, p.is_constexpr) for p in scale.params][-1] == (4, "BLOCK", True)
+    assert scale.constexprs == [4] and len(scale.cache_key) == 64 and scale.repr(scale) == "scale"
+
+
+def test_compile_for_the_cpu_pickle_and_launch():
+    kernel = compile(ASTSource(scale, SIGNATURE, {"BLOCK": 64}, ATTRS), target=GPUTarget("cpu", 0, 1),
+                     options={"num_warps": 2, "unknown_option": 1})
+    assert kernel.metadata.num_warps == 2 and kernel.metadata.name == "scale"
+    kernel = pickle.loads(pickle.dumps(kernel))  # as from an Inductor compile worker
+    kernel._init_handles()
+    x, out = np.arange(100, dtype=np.float32), np.zeros(100, dtype=np.float32)
+    seen = []
+    kernel.run(2, 1, 1, 0, kernel.function, kernel.packed_metadata, {"name": "m"}, seen.append, None,
+               x, out, 100, 2.5, 64)  # every argument, the constexpr too, as Triton passes them
+    np.testing.assert_array_equal(out, x * 2.5)
+    assert seen == [{"name": "m"}]
+    out[:] = 0
+    kernel[(2,)](x, out, 100, 0.5, 64)
+    np.testing.assert_array_equal(out, x * 0.5)
+
+
+def test_compile_for_a_gpu_target_builds_the_binary_without_a_gpu():
+    kernel = compile(ASTSource(scale, SIGNATURE, {(4,): 128}, ATTRS), target=GPUTarget("cuda", 90, 32),
+                     options={"num_warps": 4})
+    assert ".entry scale" in kernel.asm["ptx"] and kernel.asm["cubin"][:4] == b"\x7fELF"
+    assert isinstance(pickle.loads(pickle.dumps(kernel)), CompiledKernel)
+
+
+def test_bad_input_is_a_clear_error():
+    with pytest.raises(TypeError, match="Signature keys must be string"):
+        ASTSource(scale, {0: "*fp32"})
+    with pytest.raises(ValueError, match="has no parameter 'B'"):
+        ASTSource(scale, SIGNATURE, {"B": 1})
+    with pytest.raises(ValueError, match="BLOCK is constexpr in the signature but has no value"):
+        compile(ASTSource(scale, SIGNATURE), target=GPUTarget("cpu", 0, 1))
+    with pytest.raises(ValueError, match="unknown pointer element type"):
+        compile(ASTSource(scale, {**SIGNATURE, "x_ptr": "*fp99"}, {"BLOCK": 64}), target=GPUTarget("cpu", 0, 1))
+    with pytest.raises(TypeError, match="GPUTarget"):
+        backends.make_backend(("cuda", 90))
+    with pytest.raises(RuntimeError, match="no kiln backend"):
+        backends.make_backend(GPUTarget("hip", "gfx942", 64))
+    with pytest.raises(AttributeError, match="no knob runtime.nonsense"):
+        knobs.runtime.nonsense = 1
+
+
+def test_triton_key_and_backend_hash_are_stable_strings():
+    assert backends.triton_key() == backends.triton_key() and backends.triton_key().startswith("kiln-")
+    assert backends.make_backend(GPUTarget("cuda", 90, 32)).hash() != backends.make_backend(GPUTarget("cpu", 0, 1)).hash()
