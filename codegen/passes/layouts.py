@@ -117,6 +117,20 @@ class _Assigner:
                 loop = v.owner.parent
                 stack += [loop.operands[2 + v.index], v.owner.ops[-1].operands[v.index - 1]]
 
+    def hint_slices(self, fn):
+        """A vector loaded only to be broadcast against accumulators (attention backward's
+        row statistics) is loaded in a slice of the accumulator layout: the broadcast then
+        moves no data, where converting its result would move the whole block through
+        shared memory every time. The vector is small, so the less coalesced load is cheap."""
+        for op in fn.walk():
+            if op.name != "broadcast":
+                continue
+            dims = op.operands[0].defining_op
+            load = dims.operands[0].defining_op if dims is not None and dims.name == "expand_dims" else None
+            got = self.preferred.get(tuple(op.results[0].type.shape))
+            if load is not None and load.name == "load" and got is not None and got[0] >= 1 << 30:
+                self.wanted.setdefault(load.results[0], Slice(dims.attrs["axis"], got[1]))
+
     def prefer(self, shape) -> Blocked:
         got = self.preferred.get(tuple(shape))
         if got is None:
@@ -247,6 +261,7 @@ def apply(fn, ctx) -> None:
             assigner.anchor(op)
         elif op.name in ("dot", "warp_group_dot"):
             assigner.anchor_dot(op)
+    assigner.hint_slices(fn)
     for arg in fn.args:
         if isinstance(arg.type, block_type):
             assigner.set(arg, assigner.prefer_for(arg))
