@@ -13,7 +13,9 @@ import llvmlite.binding as llvm
 
 from .target import Target
 
-DATA_LAYOUT = "e-p6:32:32-i64:64-i128:128-v16:16-v32:32-n16:32:64"
+# Shared (3), constant (4) and local (5) pointers are 32 bits, as the hardware addresses
+# them: with -nvptx-short-ptr a shared address takes one register, not two.
+DATA_LAYOUT = "e-p3:32:32-p4:32:32-p5:32:32-p6:32:32-i64:64-i128:128-v16:16-v32:32-n16:32:64"
 TRIPLE = "nvptx64-nvidia-cuda"
 
 
@@ -21,6 +23,7 @@ TRIPLE = "nvptx64-nvidia-cuda"
 def _init_llvm() -> None:
     llvm.initialize_all_targets()
     llvm.initialize_all_asmprinters()
+    llvm.set_option("", "-nvptx-short-ptr")
 
 
 @functools.lru_cache(maxsize=None)
