@@ -262,3 +262,29 @@ def test_attention_lowers_to_wgmma_with_a_from_registers():
     assert "st.shared" in ptx and "ld.local" not in ptx and "st.local" not in ptx and k.n_spills == 0
     _, info = nvjitlink.link_cubin(ptx, parse_target("sm_90a"))
     assert "C751" not in info
+
+
+@kiln.jit
+def _fp32_matmul(A, B, C, K, sbk, sbn, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, PRECISION: tl.constexpr):
+    rm, rn, rk = tl.arange(0, BM), tl.arange(0, BN), tl.arange(0, BK)
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k in range(0, K, BK):
+        a = tl.load(A + rm[:, None] * K + (k + rk)[None, :])
+        b = tl.load(B + (k + rk)[:, None] * sbk + rn[None, :] * sbn)
+        acc = tl.dot(a, b, acc, input_precision=PRECISION)
+    tl.store(C + rm[:, None] * BN + rn[None, :], acc)
+
+
+@pytest.mark.parametrize("b_k_major,precision,wgmma", [(True, "tf32", True), (False, "tf32", False),
+                                                       (True, "ieee", False), (True, "tf32x3", False)])
+def test_fp32_dots_run_on_wgmma_as_tf32_when_asked_and_k_major(b_k_major, precision, wgmma):
+    """tl.dot's default for fp32 is one tf32 product: wgmma's .tf32 reads K-major tiles
+    only (no transpose flags), so B N-major and the exact precisions keep the FMA path."""
+    x = np.zeros((64, 64), np.float32)
+    strides = (1, 256) if b_k_major else (128, 1)
+    ptx = _fp32_matmul.warmup(x, x, x, 256, *strides, BM=64, BN=128, BK=32, PRECISION=precision, num_warps=4,
+                              num_stages=3, grid=(1,), target="sm_90a").asm["ptx"]
+    assert ("wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32" in ptx) == wgmma
+    if wgmma:
+        assert re.search(r"m64n128k8\.f32\.tf32\.tf32 \{[^}]*\}, %rd\d+, %rd\d+, p, 1, 1;", ptx)
+        assert "cp.async.cg.shared.global" in ptx and "ld.local" not in ptx

@@ -320,20 +320,23 @@ def _tiled_matmul(a_ptr, b_ptr, c_ptr, M, N, K, sam, sak, sbk, sbn, scm, scn,
     ("fp16", (128, 256, 64, 3, 8)), ("fp16", (128, 128, 32, 4, 4)), ("fp16", (64, 256, 32, 4, 4)),
     ("fp16", (128, 64, 64, 2, 4)), ("bf16", (128, 128, 64, 4, 4)), ("bf16", (64, 128, 64, 4, 4)),
     ("fp8", (128, 256, 128, 3, 8)), ("fp8", (128, 64, 64, 4, 4)),
+    ("tf32", (128, 128, 32, 3, 4)), ("tf32", (128, 64, 32, 4, 4)), ("tf32", (64, 256, 32, 3, 8)),
 ])
 @pytest.mark.parametrize("shape", [(208, 336, 272), (200, 328, 300)])
 def test_pipelined_tensor_core_matmul(dtype, cfg, shape):
     """Loops of dots on loads: cp.async rings and wgmma on Hopper (mma.sync elsewhere).
     M, N, K are not multiples of the tile, so the masks and the zero fill of the copies
     matter; where they are not multiples of 16 either, rows cannot be copied in 4-byte
-    pieces and the dot takes the mma.sync path."""
+    pieces and the dot takes the mma.sync path. fp8 and tf32 take B K-major (wgmma reads
+    only K-major tiles of them)."""
     BM, BN, BK, stages, warps = cfg
     M, N, K = shape
-    torch_dtype = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp8": torch.float8_e4m3fn}[dtype]
+    torch_dtype = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp8": torch.float8_e4m3fn,
+                   "tf32": torch.float32}[dtype]
     if dtype == "fp8" and torch.cuda.get_device_capability() < (8, 9):
         pytest.skip("fp8 needs sm_89 or newer")
     a = torch.randn(M, K, device="cuda").to(torch_dtype)
-    b = torch.randn(N, K, device="cuda").to(torch_dtype).T if dtype == "fp8" else \
+    b = torch.randn(N, K, device="cuda").to(torch_dtype).T if dtype in ("fp8", "tf32") else \
         torch.randn(K, N, device="cuda").to(torch_dtype)
     c = poisoned((M, N), torch.float16)
     grid = (kiln.cdiv(M, BM) * kiln.cdiv(N, BN),)

@@ -25,7 +25,7 @@ from .memory import access_width, plain_store
 from .types import F32, GLOBAL_PTR, I8, I32, I64, SHARED_PTR, VOID, reg_type
 
 ALIGN = 1024
-_PTX_TYPE = {"fp16": "f16", "bf16": "bf16", "fp8e4nv": "e4m3", "fp8e5": "e5m2"}
+_PTX_TYPE = {"fp16": "f16", "bf16": "bf16", "fp8e4nv": "e4m3", "fp8e5": "e5m2", "fp32": "tf32"}
 _SWIZZLE_MODE = {0: 0, 128: 1, 64: 2, 32: 3}
 
 
@@ -239,7 +239,8 @@ def _warp_group_dot(lw, op):
                 f"{shape} {{{d}}}, {args}, ${per + 4}, p, 1, 1, {int(not b_k_major)}; }}")
         inputs = ["r"] * 4 + ["l", "r"]
     else:
-        trans = "" if elem.itemsize == 1 else f", {int(not a_k_major)}, {int(not b_k_major)}"
+        # the transpose flags exist for 16-bit types only (fp8 and tf32 read K-major tiles)
+        trans = "" if elem.itemsize != 2 else f", {int(not a_k_major)}, {int(not b_k_major)}"
         text = (f"{{ .reg .pred p; setp.ne.b32 p, ${per + 2}, 0; "
                 f"{shape} {{{d}}}, ${per}, ${per + 1}, p, 1, 1{trans}; }}")
         inputs = ["l", "l", "r"]

@@ -47,7 +47,7 @@ from .rewrite import has_side_effects
 
 name = "smem_pipeline"
 
-WGMMA_INPUTS = ("fp16", "bf16", "fp8e4nv", "fp8e5")
+WGMMA_INPUTS = ("fp16", "bf16", "fp8e4nv", "fp8e5", "fp32")  # fp32 read as tf32 (input_precision="tf32")
 TRANSPOSABLE = ("fp16", "bf16")  # wgmma reads M- or N-major tiles of 16-bit types only
 ALIGN = 1024  # a 128-byte swizzle repeats every 8 rows of 128 bytes
 
@@ -159,6 +159,8 @@ def _wgmma_sources(dot, body, ctx):
     elem = scalar_of(a.type)
     if elem.name not in WGMMA_INPUTS or scalar_of(b.type) != elem:
         return None
+    if elem.name == "fp32" and dot.attrs.get("input_precision") != "tf32":
+        return None  # ieee and tf32x3 keep fp32's precision: not one tf32 product
     K = a.type.shape[1]
     if K * elem.itemsize % 32:  # one instruction reads 32 bytes of k
         return None
