@@ -1,12 +1,14 @@
 """Tensor-core matmul: Triton's tutorial-03 kernel (bench/kernels.py `matmul_kernel`) on
 kiln and on upstream Triton, each autotuned over the tutorial's configs, against cuBLAS.
 
-    python bench/matmul.py [--quick] [--check] [--dtypes fp16,bf16,fp8] [--sizes 2048,4096,8192] [--out DIR]
+    python bench/matmul.py [--quick] [--check] [--dtypes fp16,bf16,fp8,tf32] [--sizes 2048,4096,8192] [--out DIR]
 
 --check first runs every config on odd shapes (K not a multiple of BLOCK_K, M and N not
 multiples of the tile) and compares with torch. Autotuning is done here as Triton's
 autotuner does it: every config timed with do_bench, the fastest kept per library and
-shape. fp8 (e4m3) takes B transposed (K-major), as the tutorial does. Prints a markdown
+shape. fp8 (e4m3) takes B transposed (K-major), as the tutorial does, and so does tf32 (fp32
+inputs at tl.dot's default precision, against cuBLAS with TF32 allowed: nn.Linear's x @ W.T).
+Prints a markdown
 table of TFLOP/s and ratios and writes DIR/<date>-<gpu>-matmul.json when --out is given.
 """
 from __future__ import annotations
@@ -31,13 +33,14 @@ CONFIGS = [
     (128, 128, 128, 4, 4), (128, 64, 64, 4, 4), (64, 128, 64, 4, 4), (128, 32, 64, 4, 4),
 ]
 QUICK = [(128, 256, 64, 3, 8), (128, 128, 64, 4, 4), (128, 128, 32, 4, 4), (64, 256, 32, 4, 4)]
-DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp8": torch.float8_e4m3fn}
+DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp8": torch.float8_e4m3fn, "tf32": torch.float32}
+K_MAJOR_B = ("fp8", "tf32")  # wgmma reads only K-major tiles of these (tf32: fp32 data, tl.dot's default precision)
 
 
 def operands(dtype, M, N, K):
     a = torch.randn(M, K, device="cuda").to(DTYPES[dtype])
-    if dtype == "fp8":
-        b = torch.randn(N, K, device="cuda").to(DTYPES[dtype]).T  # K-major, as the tutorial
+    if dtype in K_MAJOR_B:
+        b = torch.randn(N, K, device="cuda").to(DTYPES[dtype]).T  # K-major, as the tutorial for fp8
     else:
         b = torch.randn(K, N, device="cuda").to(DTYPES[dtype])
     return a, b
@@ -93,6 +96,7 @@ def run(libs, dtypes, sizes, configs, rounds=3):
             picked = {name: fastest(lambda cfg, lib=lib: launcher(lib, a, b, c, cfg), configs)
                       for name, lib in libs.items()}
             fns = {name: launcher(libs[name], a, b, c, got[1]) for name, got in picked.items() if got}
+            torch.backends.cuda.matmul.allow_tf32 = dtype == "tf32"  # cuBLAS's tf32 against tl.dot's
             if dtype != "fp8":
                 out = torch.empty(s, s, device="cuda", dtype=a.dtype)
                 fns["cublas"] = lambda: torch.matmul(a, b, out=out)
@@ -122,7 +126,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--check", action="store_true")
-    ap.add_argument("--dtypes", default="fp16,bf16,fp8")
+    ap.add_argument("--dtypes", default="fp16,bf16,fp8,tf32")
     ap.add_argument("--sizes", default="2048,4096,8192")
     ap.add_argument("--libs", default="kiln,triton")
     ap.add_argument("--out")

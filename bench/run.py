@@ -142,7 +142,7 @@ def layer_norm(libs, cols_list, rows_n=4096):
     return rows
 
 
-def matmul(libs, sizes, dtypes=("fp16", "bf16", "fp8")):
+def matmul(libs, sizes, dtypes=("fp16", "bf16", "fp8", "tf32")):
     """Tutorial 03's kernel autotuned over its configs, against cuBLAS (bench/matmul.py)."""
     import matmul as tutorial
     return tutorial.run(libs, list(dtypes), sizes, tutorial.CONFIGS, rounds=ROUNDS)
