@@ -1,11 +1,14 @@
 """Software pipelining through shared memory, for dots that run on Hopper's wgmma.
 
-In a `for` loop (constant positive step, nothing stored in its body) a `dot` runs on
-wgmma when each operand comes one of three ways:
+In a `for` loop (constant positive step, nothing stored in its body) a `dot` (fp16,
+bf16, fp8, or fp32 at tf32 precision) runs on wgmma when each operand comes one of three ways:
     ring:  a block load in the body (its address a pure function of the induction
-           variable and of carried values that advance by pure ops), copied ahead with
-           cp.async through a ring of S + 1 swizzled tiles, S = the loop's `num_stages`;
-    once:  a value defined before the loop (attention's Q), stored to a tile once;
+           variable and of carried values that advance by pure ops), or tl.trans of one,
+           copied ahead with cp.async through a ring of S + 1 swizzled tiles, S = the
+           loop's `num_stages`; one ring per load, whichever dots read it, as is or
+           transposed (`local_trans`: attention's backward reads Q^T and dO both ways);
+    once:  a value defined before the loop (attention's Q), stored to a tile once (a
+           later loop reading the same value reuses the tile);
     regs:  A only, a 16-bit value computed in the body (attention's P), read from
            registers: wgmma's A fragment is the accumulator layout's register order.
 
