@@ -75,7 +75,8 @@ class _Grid:
 
 
 def _mma(state, kind, out, regs):
-    """The warp-wide m16n8k16 product, from every lane's fragments (PTX ISA layouts)."""
+    """The warp-wide m16n8k16 (m16n8k32 for s8, m16n8k8 for tf32) product, from every
+    lane's fragments (PTX ISA layouts). tf32 keeps the top 19 bits of each fp32 word."""
     import ml_dtypes
     tid = state.local.tid
     warp, lane = tid // 32, tid % 32
@@ -84,14 +85,14 @@ def _mma(state, kind, out, regs):
         bar.wait()
         slots[lane] = regs
         bar.wait()
-        elem = {"f16": np.float16, "bf16": ml_dtypes.bfloat16, "s8": np.int8}[kind]
-        per = 4 if kind == "s8" else 2  # elements in one 32-bit register
+        elem = {"f16": np.float16, "bf16": ml_dtypes.bfloat16, "s8": np.int8, "tf32": np.float32}[kind]
+        per = {"s8": 4, "tf32": 1}.get(kind, 2)  # elements in one 32-bit register
         K = 8 * per
         A, B, C = np.zeros((16, K)), np.zeros((K, 8)), np.zeros((16, 8))
 
         def unpack(word):
-            raw = np.array([word & 0xFFFFFFFF], np.uint32)
-            return raw.view(np.int8 if per == 4 else np.uint16).view(elem).astype(np.float64)
+            raw = np.array([word & (0xFFFFE000 if kind == "tf32" else 0xFFFFFFFF)], np.uint32)
+            return raw.view({4: np.int8, 2: np.uint16, 1: np.uint32}[per]).view(elem).astype(np.float64)
         for ln in range(32):
             a, b, c = slots[ln][:4], slots[ln][4:6], slots[ln][6:]
             g, t = ln // 4, ln % 4
@@ -223,7 +224,7 @@ def run_on_cpu(fn, grid, args, num_warps: int = 4) -> list[str]:
     for name, py in two.items():
         sym(f"__nv_{name}f", f32, [f32, f32], lambda x, y, py=py: _safe(lambda: py(x, y)))
         sym(f"__nv_{name}", f64, [f64, f64], lambda x, y, py=py: _safe(lambda: py(x, y)))
-    for kind, acc in (("f16", f32), ("bf16", f32), ("s8", i32)):
+    for kind, acc in (("f16", f32), ("bf16", f32), ("s8", i32), ("tf32", f32)):
         sym(f"emu_mma_{kind}", None, [ctypes.POINTER(acc)] + [i32] * 6 + [acc] * 4,
             lambda out, *regs, kind=kind: _mma(state, kind, out, regs))
     for count in (2, 4):

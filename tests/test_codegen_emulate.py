@@ -187,11 +187,15 @@ def check_dot(name, dt, acc):
         A, B = rng.standard_normal((32, K)).astype(dt), rng.standard_normal((K, 32)).astype(dt)
     C = np.zeros((32, 32), acc)
     run("dot_" + name, (1,), [A, B, C, K])
+    if name == "tf32":  # the tensor cores read the top 19 bits of each fp32 input
+        A, B = (A.view(np.uint32) & np.uint32(0xFFFFE000)).view(np.float32), \
+            (B.view(np.uint32) & np.uint32(0xFFFFE000)).view(np.float32)
     return float(np.abs(C - A.astype(np.float64) @ B.astype(np.float64)).max())
 
 
 @pytest.mark.parametrize("name,dt,acc", [("f32", np.float32, np.float32), ("f16", np.float16, np.float32),
-                                         ("bf16", ml_dtypes.bfloat16, np.float32), ("i8", np.int8, np.int32)])
+                                         ("bf16", ml_dtypes.bfloat16, np.float32), ("i8", np.int8, np.int32),
+                                         ("tf32", np.float32, np.float32)])
 def test_dot(name, dt, acc):
     assert in_child(check_dot, name, dt, acc) < 1e-4
 

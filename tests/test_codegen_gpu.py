@@ -88,9 +88,9 @@ def test_shapes():
 
 
 @pytest.mark.parametrize("name,dt,acc", [("f32", np.float32, np.float32), ("f16", np.float16, np.float32),
-                                         ("i8", np.int8, np.int32)])
+                                         ("i8", np.int8, np.int32), ("tf32", np.float32, np.float32)])
 def test_dot(name, dt, acc):
-    assert kernels.check_dot(name, dt, acc) < 1e-3
+    assert kernels.check_dot(name, dt, acc) < 1e-3  # tf32: against the inputs' top 19 bits
 
 
 def test_dot_bf16():

@@ -1,13 +1,15 @@
-"""`dot` on tensor cores: `mma.sync.aligned.m16n8k16` for fp16/bf16 operands and
-`m16n8k32` for int8 (int32 accumulators).
+"""`dot` on tensor cores: `mma.sync.aligned.m16n8k16` for fp16/bf16 operands,
+`m16n8k32` for int8 (int32 accumulators) and `m16n8k8` for fp32 at tf32 precision.
 
 A and fp16/bf16 B are staged row-major in shared memory as they come (rows padded by 16
 bytes so the fragment loads of one warp hit different banks), so each thread stores whole
 16-byte vectors; every k-step (32 bytes of k) each thread loads its A fragments
 (`ldmatrix.x4` per 16-row pair) and B fragments (`ldmatrix.x4.trans` per two 8-column
 tiles: the transpose happens in the load) and issues one mma per (row pair, column tile).
-int8 B is transposed while staged instead, since `ldmatrix` transposes 16-bit elements
-only. The accumulator layout is `layout.mma_layout`; its docstring explains the row mapping.
+int8 and fp32 B are transposed while staged instead, since `ldmatrix` transposes 16-bit
+elements only. A k-step is 32 bytes of k for every type, and one `ldmatrix` row 16 bytes:
+an int8 or tf32 fragment word holds the same bytes of the same rows, so both share one
+addressing (tf32's words are whole fp32 elements, which the tensor cores read as tf32). The accumulator layout is `layout.mma_layout`; its docstring explains the row mapping.
 """
 from __future__ import annotations
 
@@ -23,7 +25,8 @@ from .shared import elem_bytes, flats_of, store_elements
 from .types import F32, I8, I32, VOID, GENERIC_PTR, SHARED_PTR, reg_type
 
 PAD_BYTES = 16  # padding per shared-memory row
-_KIND = {"fp16": "f16", "bf16": "bf16", "int8": "s8"}
+_KIND = {"fp16": "f16", "bf16": "bf16", "int8": "s8", "fp32": "tf32"}
+_SHAPE = {"s8": ("m16n8k32", "s32.s8.s8.s32"), "tf32": ("m16n8k8", "f32.tf32.tf32.f32")}
 
 
 def can_use_mma(lw, op) -> bool:
@@ -41,7 +44,7 @@ def lower_mma(lw, op):
     s_acc = int32 if s_in.is_int() else float32
     acc_regs = [cast_value(lw, r, s_out, s_acc) for r in lw.regs(acc, layout)]
     half = reg_type(a.type)
-    size = s_in.itemsize  # 2 for fp16/bf16, 1 for int8
+    size = s_in.itemsize  # 2 for fp16/bf16, 1 for int8, 4 for tf32
     half_step = 16 // size  # elements in 16 bytes: one ldmatrix row, half a k-step
     a_stride, b_stride, trans_b, a_bytes, staged = _staging(op)
     base = _staging_buffer(lw, op, staged)
@@ -223,7 +226,7 @@ def _mma(lw, kind, a, b, c):
         buf.type = GENERIC_PTR
         lw.b.call(fn, [buf] + a + b + c)
         return [lw.b.load(lw.b.gep(buf, [lw.i32(i)], source_etype=acc), typ=acc) for i in range(4)]
-    shape, types = ("m16n8k32", "s32.s8.s8.s32") if kind == "s8" else ("m16n8k16", f"f32.{kind}.{kind}.f32")
+    shape, types = _SHAPE.get(kind, ("m16n8k16", f"f32.{kind}.{kind}.f32"))
     text = (f"mma.sync.aligned.{shape}.row.col.{types} "
             "{$0, $1, $2, $3}, {$4, $5, $6, $7}, {$8, $9}, {$10, $11, $12, $13};")
     con = "r" if kind == "s8" else "f"

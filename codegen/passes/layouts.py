@@ -43,8 +43,8 @@ def memory_width(ctx, op) -> tuple[tuple[int, ...], int]:
 
 
 def mma_eligible(op) -> bool:
-    """fp16/bf16 operands with a float accumulator (16x8x16 steps) or int8 with int32
-    (16x8x32 steps), 2-D."""
+    """fp16/bf16 operands with a float accumulator (16x8x16 steps), int8 with int32
+    (16x8x32 steps) or fp32 at tf32 precision with fp32 (16x8x8 steps), 2-D."""
     a, b, acc = op.operands
     if len(a.type.shape) != 2:
         return False
@@ -52,6 +52,9 @@ def mma_eligible(op) -> bool:
     s, s_acc = scalar_of(a.type), scalar_of(acc.type)
     if s.name == "int8":
         return s_acc.name == "int32" and M % 16 == 0 and N % 8 == 0 and K % 32 == 0
+    if s.name == "fp32":  # tl.dot's default for fp32: one tf32 product (ieee, tf32x3 stay exact)
+        return op.attrs.get("input_precision") == "tf32" and s_acc.name == "fp32" \
+            and M % 16 == 0 and N % 8 == 0 and K % 8 == 0
     return (s.name in ("fp16", "bf16") and s_acc.is_floating()
             and s_acc.name != "fp64" and M % 16 == 0 and N % 8 == 0 and K % 16 == 0)
 
