@@ -93,6 +93,16 @@ class CompiledKernel:
         getter = operator.itemgetter(*positions) if positions else (lambda values: ())
         self.runtime_args = (lambda values: [getter(values)]) if len(positions) == 1 else getter
 
+    def __getitem__(self, grid):
+        """`compiled[grid](*args)`: launch this specialization as Triton's CompiledKernel does, with
+        every argument of the kernel in order (its constexprs included, and left out of the launch).
+        The arguments are not checked against the specialization: that is `kernel[grid]`'s job."""
+        from .binder import grid3
+
+        def runner(*args, stream=None):
+            self.launch(grid3(grid), self.runtime_args(args), stream)
+        return runner
+
     @property
     def asm(self) -> dict:
         if "kir" not in self._asm:  # printed on demand: the launch path never needs it
@@ -208,6 +218,7 @@ def compile(src: ASTSource, target=None, options: dict | None = None) -> Compile
         raise TypeError(f"kiln compiles an ASTSource (a @jit function and its signature), not {type(src).__name__}")
     params, launch = src.declared(options).params_and_options()
     kernel = compile_kernel(src.fn, params, {**(options or {}), **launch})
+    kernel.set_runtime_positions([i for i, name in enumerate(src.fn.arg_names) if isinstance(params[name], tuple)])
     if target is None and not config.interpret() and driver.is_available():
         target = driver.target(driver.device_and_stream()[0])
     if target is not None:

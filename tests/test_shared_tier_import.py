@@ -10,10 +10,10 @@ import pytest
 pytest.importorskip("redis", reason="the shared tier needs redis-py (a dependency of kiln)")
 
 PROBE = r"""
-import json, os, sys, threading
+import json, os, sys
 import kiln
-started = "kiln-redis-import" in [t.name for t in threading.enumerate()]
 from kiln.cache import remote
+started = remote._client_import is not None and remote._client_import.name == "kiln-redis-import"
 remote._client_imported()
 pid = os.fork()  # waits for the import: a child never inherits a half-imported module's lock
 if pid == 0:

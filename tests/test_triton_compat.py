@@ -653,3 +653,36 @@ def test_where_with_a_non_boolean_condition_warns_as_triton(monkeypatch):
     kernel = _exec_patched(_body_template, "tl.where(tl.full((64, ), 0, tl.uint32), 1.0, 2.0)")
     with pytest.warns(UserWarning, match="tl.where with a non-boolean condition is deprecated"):
         _compile(kernel)
+
+
+@triton.jit
+def _twice(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * 2, mask=offs < n)
+
+
+def test_a_compiled_kernel_launches_with_every_argument_as_tritons(monkeypatch):
+    # tutorial 02: kernel = k.warmup(...); kernel[(n, 1, 1)](all arguments, constexprs included)
+    monkeypatch.setenv("KILN_INTERPRET", "1")
+    x, y = np.arange(20, dtype=np.float32), np.zeros(20, np.float32)
+    compiled = _twice.warmup(x, y, 20, BLOCK=8, grid=(1,))
+    compiled[(3, 1, 1)](x, y, 20, 8)
+    assert np.array_equal(y, 2 * x)
+    z = np.zeros(20, np.float32)
+    built = _compile(_twice, {"x_ptr": "*fp32", "y_ptr": "*fp32", "n": "i32", "BLOCK": "constexpr"}, {"BLOCK": 8})
+    built[(3,)](x, z, 20, 8)
+    assert np.array_equal(z, 2 * x)
+
+
+@triton.jit
+def _where_on_ints(x_ptr):
+    offs = tl.arange(0, 16)
+    tl.store(x_ptr + offs, tl.where(offs % 2, 1.0, 2.0))  # W_WHERE
+
+
+def test_tritons_deprecation_warning_points_at_the_kernel_line(monkeypatch):
+    monkeypatch.setenv("KILN_INTERPRET", "1")
+    line = next(i + 1 for i, text in enumerate(open(__file__).read().splitlines()) if text.endswith("# W_WHERE"))
+    with pytest.warns(UserWarning, match="non-boolean condition") as record:
+        _where_on_ints.warmup(np.zeros(16, np.float32), grid=(1,))
+    assert (record[0].filename, record[0].lineno) == (__file__, line)

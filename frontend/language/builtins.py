@@ -1,8 +1,6 @@
 """`tl.*` builtins: Triton's signatures, each handing over to `semantic`."""
 from __future__ import annotations
 
-import warnings
-
 from . import block_pointer, semantic
 from .core import builtin, constexpr, float32, tensor
 from .semantic import unwrap
@@ -132,8 +130,8 @@ def where(condition, x, y):
     boolean is compared with 0, with Triton's deprecation warning."""
     dtype = getattr(unwrap(condition), "dtype", None)
     if dtype is not None and not dtype.is_int1():
-        warnings.warn("tl.where with a non-boolean condition is deprecated and will error out in a future "
-                      f"triton release. Got {dtype}", stacklevel=2)
+        semantic.warn_at_user_line("tl.where with a non-boolean condition is deprecated and will error out in a "
+                                   f"future triton release. Got {dtype}")
     return semantic.where(condition, x, y)
 
 

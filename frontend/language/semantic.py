@@ -12,6 +12,7 @@ import contextlib
 import math
 import numbers
 import threading
+import warnings
 
 import numpy as np
 
@@ -52,6 +53,15 @@ def insertion_block(block: Block):
         yield block
     finally:
         b.block = saved
+
+
+def warn_at_user_line(message: str) -> None:
+    """A UserWarning shown at the kernel line being built (the user's), not inside kiln."""
+    loc = state.builder.loc if state.builder is not None else None
+    if loc is None:
+        warnings.warn(message, stacklevel=3)
+    else:
+        warnings.warn_explicit(message, UserWarning, loc.file, loc.line)
 
 
 def call_jit(fn, args, kwargs=None, elementwise=False):
