@@ -80,32 +80,22 @@ def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk,
 
 
 @triton.jit
-def _attention_block(acc, l_i, m_i, q, k_ptrs, v_ptrs, stride_kn, stride_vn, start_m, qk_scale, lo, hi,
-                     offs_m, offs_n, BLOCK_N: tl.constexpr, DIAGONAL: tl.constexpr):
-    """Columns lo .. hi of one FlashAttention-2 row block: online softmax, P @ V."""
-    k_ptrs += lo * stride_kn
-    v_ptrs += lo * stride_vn
+def _attention_block(acc, row_sum, row_max, q, k_ptrs, v_ptrs, stride_kn, stride_vn, qk_scale, lo, hi, offs_m, offs_n,
+                     BLOCK_N: tl.constexpr, DIAGONAL: tl.constexpr):
+    """Keys lo .. hi for one block of query rows: the rows' running maximum and sum of
+    exp2(scaled score) rescale what the earlier keys gave, and P @ V accumulates."""
     for start_n in range(lo, hi, BLOCK_N):
-        k = tl.load(k_ptrs)
-        qk = tl.dot(q, k)
-        if DIAGONAL:
-            keep = offs_m[:, None] >= start_n + offs_n[None, :]
-            qk = qk * qk_scale + tl.where(keep, 0, -1.0e6)
-            m_ij = tl.maximum(m_i, tl.max(qk, 1))
-            qk -= m_ij[:, None]
-        else:
-            m_ij = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
-            qk = qk * qk_scale - m_ij[:, None]
-        p = tl.math.exp2(qk)
-        alpha = tl.math.exp2(m_i - m_ij)
-        l_i = l_i * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None]
-        v = tl.load(v_ptrs)
-        acc = tl.dot(p.to(v.dtype), v, acc)
-        m_i = m_ij
-        k_ptrs += BLOCK_N * stride_kn
-        v_ptrs += BLOCK_N * stride_vn
-    return acc, l_i, m_i
+        scores = tl.dot(q, tl.load(k_ptrs + start_n * stride_kn))
+        if DIAGONAL:  # a query sees no key after it
+            scores = tl.where(offs_m[:, None] >= start_n + offs_n[None, :], scores, -1.0e6)
+        new_max = tl.maximum(row_max, tl.max(scores, 1) * qk_scale)
+        p = tl.math.exp2(scores * qk_scale - new_max[:, None])
+        rescale = tl.math.exp2(row_max - new_max)
+        row_sum = row_sum * rescale + tl.sum(p, 1)
+        v = tl.load(v_ptrs + start_n * stride_vn)
+        acc = tl.dot(p.to(v.dtype), v, acc * rescale[:, None])
+        row_max = new_max
+    return acc, row_sum, row_max
 
 
 @triton.jit
@@ -117,32 +107,30 @@ def attention_fwd_kernel(Q, K, V, Out, M, sm_scale,
     """FlashAttention-2 forward with pointers: one program per BLOCK_M query rows of one
     (batch, head); N_CTX a multiple of BLOCK_M and BLOCK_N. M[batch, head, row] gets the
     row's log-sum-exp in base 2 of the scaled scores, which the backward kernels read."""
-    start_m = tl.program_id(0)
-    off_z = tl.program_id(1) // H
-    off_h = tl.program_id(1) % H
-    offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    batch, head = tl.program_id(1) // H, tl.program_id(1) % H
+    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, HEAD_DIM)
-    q_ptrs = Q + off_z * stride_qz + off_h * stride_qh + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd
-    k_ptrs = K + off_z * stride_kz + off_h * stride_kh + offs_d[:, None] * stride_kd + offs_n[None, :] * stride_kn
-    v_ptrs = V + off_z * stride_vz + off_h * stride_vh + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd
-    m_i = tl.zeros([BLOCK_M], dtype=tl.float32) - float("inf")
-    l_i = tl.zeros([BLOCK_M], dtype=tl.float32) + 1.0
-    acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+    q = tl.load(Q + batch * stride_qz + head * stride_qh + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd)
+    # K is read transposed (head dim by keys), V as stored (keys by head dim)
+    k_ptrs = K + batch * stride_kz + head * stride_kh + offs_d[:, None] * stride_kd + offs_n[None, :] * stride_kn
+    v_ptrs = V + batch * stride_vz + head * stride_vh + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd
     qk_scale = sm_scale * 1.44269504  # exp(x) = exp2(x * log2(e))
-    q = tl.load(q_ptrs)
+    row_max = tl.full([BLOCK_M], -float("inf"), tl.float32)
+    row_sum = tl.full([BLOCK_M], 1.0, tl.float32)  # the first block's rescale (exp2(-inf)) clears it
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+    first_diagonal = tl.program_id(0) * BLOCK_M
+    # causal: the keys before this block of rows need no mask, the block on the diagonal does
+    unmasked_end = first_diagonal if CAUSAL else N_CTX
+    acc, row_sum, row_max = _attention_block(acc, row_sum, row_max, q, k_ptrs, v_ptrs, stride_kn, stride_vn, qk_scale,
+                                             0, unmasked_end, offs_m, offs_n, BLOCK_N, False)
     if CAUSAL:
-        acc, l_i, m_i = _attention_block(acc, l_i, m_i, q, k_ptrs, v_ptrs, stride_kn, stride_vn, start_m, qk_scale,
-                                         0, start_m * BLOCK_M, offs_m, offs_n, BLOCK_N, False)
-        acc, l_i, m_i = _attention_block(acc, l_i, m_i, q, k_ptrs, v_ptrs, stride_kn, stride_vn, start_m, qk_scale,
-                                         start_m * BLOCK_M, (start_m + 1) * BLOCK_M, offs_m, offs_n, BLOCK_N, True)
-    else:
-        acc, l_i, m_i = _attention_block(acc, l_i, m_i, q, k_ptrs, v_ptrs, stride_kn, stride_vn, start_m, qk_scale,
-                                         0, N_CTX, offs_m, offs_n, BLOCK_N, False)
-    tl.store(M + tl.program_id(1) * N_CTX + offs_m, m_i + tl.math.log2(l_i))
-    acc = acc / l_i[:, None]
-    o_ptrs = Out + off_z * stride_oz + off_h * stride_oh + offs_m[:, None] * stride_om + offs_d[None, :] * stride_od
-    tl.store(o_ptrs, acc.to(Out.dtype.element_ty))
+        acc, row_sum, row_max = _attention_block(acc, row_sum, row_max, q, k_ptrs, v_ptrs, stride_kn, stride_vn,
+                                                 qk_scale, first_diagonal, first_diagonal + BLOCK_M, offs_m, offs_n,
+                                                 BLOCK_N, True)
+    tl.store(M + tl.program_id(1) * N_CTX + offs_m, row_max + tl.math.log2(row_sum))
+    o_ptrs = Out + batch * stride_oz + head * stride_oh + offs_m[:, None] * stride_om + offs_d[None, :] * stride_od
+    tl.store(o_ptrs, (acc / row_sum[:, None]).to(Out.dtype.element_ty))
 
 
 # FlashAttention-2 backward, in three kernels over contiguous [Z, H, N_CTX, HEAD_DIM] tensors:
