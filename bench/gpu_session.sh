@@ -2,6 +2,7 @@
 # One device call on the GPU machine (carry .whl): install, then run the named phases, logs under $OUT.
 #   bash bench/gpu_session.sh tests        # pytest -m gpu, then the conformance suite on the GPU
 #   bash bench/gpu_session.sh bench service   # bench/run.py, bench/service.py (also: probe)
+#   bash bench/gpu_session.sh dropin          # bench/dropin.py: torch.compile with kiln's drop-in vs Triton
 set -uo pipefail
 cd "$(dirname "$0")/.."
 source bench/gpu_env.sh
@@ -20,6 +21,8 @@ for phase in "$@"; do
       (cd bench && python3 occupancy_probe.py) 2>&1 | tee "$OUT/probe.log" | tail -20 ;;
     service)
       python3 bench/service.py --out "$OUT" 2>&1 | tee "$OUT/service.log" | tail -40 ;;
+    dropin)
+      python3 bench/dropin.py --out "$OUT" 2>&1 | tee "$OUT/dropin.log" | tail -60 ;;
     *) echo "unknown phase $phase"; exit 2 ;;
   esac
 done

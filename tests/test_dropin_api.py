@@ -72,3 +72,42 @@ def test_bad_input_is_a_clear_error():
 def test_triton_key_and_backend_hash_are_stable_strings():
     assert backends.triton_key() == backends.triton_key() and backends.triton_key().startswith("kiln-")
     assert backends.make_backend(GPUTarget("cuda", 90, 32)).hash() != backends.make_backend(GPUTarget("cpu", 0, 1)).hash()
+
+
+def test_a_cuda_kernel_from_a_compile_worker_launches_its_own_binary_on_the_given_stream(monkeypatch):
+    """The GPU path without a GPU: a kernel pickled as Inductor's TritonCompileResult pickles it (its
+    metadata a dict, rebuilt as a namedtuple of sorted fields) loads the binary it carries, not a
+    compile of its own, and launches its runtime arguments on the stream Inductor passes."""
+    from collections import namedtuple
+
+    import kiln.compiler
+    from kiln.runtime import cuda_driver
+
+    kernel = compile(ASTSource(scale, SIGNATURE, {"BLOCK": 128}, ATTRS), target=GPUTarget("cuda", 90, 32))
+    state = {**kernel.__dict__, "metadata": kernel.metadata._asdict(), "packed_metadata": kernel.metadata._asdict(),
+             "module": None, "function": None, "run": None}
+    state = pickle.loads(pickle.dumps(state))  # from the worker to the job
+    fields = namedtuple("KernelMetadata", sorted(state["metadata"]))
+    handed = CompiledKernel.__new__(CompiledKernel)
+    handed.__dict__.update({**state, "metadata": fields(**state["metadata"]),
+                            "packed_metadata": fields(**state["packed_metadata"])})
+
+    launches, loaded = [], []
+
+    def prepare(self, device):  # stands for loading the cubin: it must be the one carried
+        binary = self.build("sm_90a")
+        loaded.append(binary.cubin)
+        self.launchers[device] = lambda grid, args, stream: launches.append((grid, list(args), stream))
+        self.metadata["n_regs"] = 32
+        return self.launchers[device]
+
+    monkeypatch.setenv("KILN_INTERPRET", "0")
+    monkeypatch.setattr(kiln.compiler, "compile_binary", lambda *a: pytest.fail("compiled again in the job"))
+    monkeypatch.setattr(kiln.compiler.CompiledKernel, "_prepare", prepare)
+    monkeypatch.setattr(cuda_driver, "device_and_stream", lambda: (0, 7))
+    handed._init_handles()
+    assert loaded == [kernel.asm["cubin"]] and handed.n_regs == 32
+    x, out = object(), object()
+    handed.run(3, 1, 1, 1234, handed.function, handed.packed_metadata, None, None, None, x, out, 100, 2.5, 128)
+    handed.run(3, 1, 1, None, handed.function, handed.packed_metadata, None, None, None, x, out, 100, 2.5, 128)
+    assert launches == [((3, 1, 1), [x, out, 100, 2.5], 1234), ((3, 1, 1), [x, out, 100, 2.5], 7)]

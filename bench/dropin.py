@@ -1,0 +1,525 @@
+"""torch.compile in a training job with kiln's drop-in mode against real Triton (issue 10).
+
+    python bench/dropin.py [--out DIR] [--quick] [--max-autotune] [--device cuda|cpu]
+
+Models: (a) `mlp`, pre-LayerNorm MLP blocks with GELU; (b) `gpt`, GPT-style blocks (RMSNorm, rotary
+embedding, causal SDPA, SwiGLU). A step is forward, backward and an AdamW step, the model and the
+optimizer step each under torch.compile (default mode; `--max-autotune` adds
+`max-autotune-no-cudagraphs`); 20 steps from a fixed seed, fp32.
+
+Each run is a fresh process, once with real Triton and once with KILN_DROPIN=1, with fresh
+TRITON_CACHE_DIR, KILN_CACHE_DIR and TORCHINDUCTOR_CACHE_DIR (cold), then again on the same
+directories (warm). kiln's runs compile through a node daemon of the benchmark's own, started (and
+its workers warmed) before the job, as a node's daemon would be; its stats count kiln's compiles.
+Per run: the compile phase (the first step, from its start to its synchronized end), the step
+time after warm-up (median of steps 10-20), the losses, and whether kiln's equal Triton's.
+Then 8 processes on the one GPU compile the same model at once, released together after their
+imports, sharing the node's cache directories as ranks do (cold, then warm): each one's time to
+its first finished step, kiln's compiles on the node against the kernels Triton compiled.
+
+A run that fails or passes `--timeout` is recorded with the tail of its stderr; later runs go on.
+`--device cpu` (no GPU: Inductor's Triton CPU backend on kiln's interpreter against Inductor's
+C++ backend) checks the benchmark itself, not speed. Writes DIR/<date>-<machine>-dropin.{json,md}.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import glob
+import json
+import os
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+STEPS = 20
+STEADY = slice(9, 20)  # steps 10-20 (1-based) for the step time
+MARK = "DROPIN-RESULT "
+MIN_JOB_S = 15  # a job is not started with less of the time budget left
+MODES = {"default": None, "max-autotune-no-cudagraphs": "max-autotune-no-cudagraphs"}
+# model sizes: modest, so that compiling dominates the first step and the whole bench stays short
+SIZES = {"cuda": {"mlp": dict(d=1024, hidden=4096, layers=4, rows=4096),
+                  "gpt": dict(d=1024, heads=16, layers=2, batch=8, seq=512)},
+         "cpu": {"mlp": dict(d=64, hidden=128, layers=2, rows=64),
+                 "gpt": dict(d=64, heads=4, layers=1, batch=2, seq=16)}}
+
+
+# --- the job: one process, one model, one mode --------------------------------------------------
+
+def build(name: str, size: dict, device: str):
+    """The model and a function giving step i's batch (input, target); seeded by the caller."""
+    import torch
+    import torch.nn.functional as F
+    from torch import nn
+
+    class MLPBlock(nn.Module):
+        def __init__(self, d, hidden):
+            super().__init__()
+            self.norm, self.up, self.down = nn.LayerNorm(d), nn.Linear(d, hidden), nn.Linear(hidden, d)
+
+        def forward(self, x):
+            return x + self.down(F.gelu(self.up(self.norm(x))))
+
+    class RMSNorm(nn.Module):
+        def __init__(self, d, eps=1e-6):
+            super().__init__()
+            self.weight, self.eps = nn.Parameter(torch.ones(d)), eps
+
+        def forward(self, x):
+            return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+    def rotary(x, cos, sin):  # x: (B, H, T, D), rotate-half form
+        x1, x2 = x.chunk(2, dim=-1)
+        return x * cos + torch.cat((-x2, x1), dim=-1) * sin
+
+    class GPTBlock(nn.Module):
+        def __init__(self, d, heads, seq):
+            super().__init__()
+            self.heads, hidden = heads, 4 * d * 2 // 3 // 64 * 64
+            self.norm1, self.norm2 = RMSNorm(d), RMSNorm(d)
+            self.qkv, self.proj = nn.Linear(d, 3 * d, bias=False), nn.Linear(d, d, bias=False)
+            self.w1, self.w3 = nn.Linear(d, hidden, bias=False), nn.Linear(d, hidden, bias=False)
+            self.w2 = nn.Linear(hidden, d, bias=False)
+            head = d // heads
+            freqs = 1.0 / 10000 ** (torch.arange(0, head, 2, dtype=torch.float32) / head)
+            angles = torch.outer(torch.arange(seq, dtype=torch.float32), freqs).repeat(1, 2)
+            self.register_buffer("cos", angles.cos(), persistent=False)
+            self.register_buffer("sin", angles.sin(), persistent=False)
+
+        def forward(self, x):
+            b, t, d = x.shape
+            q, k, v = self.qkv(self.norm1(x)).view(b, t, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
+            q, k = rotary(q, self.cos[:t], self.sin[:t]), rotary(k, self.cos[:t], self.sin[:t])
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            x = x + self.proj(y.transpose(1, 2).reshape(b, t, d))
+            h = self.norm2(x)
+            return x + self.w2(F.silu(self.w1(h)) * self.w3(h))
+
+    if name == "mlp":
+        model = nn.Sequential(*[MLPBlock(size["d"], size["hidden"]) for _ in range(size["layers"])])
+        shape = (size["rows"], size["d"])
+    else:
+        model = nn.Sequential(*[GPTBlock(size["d"], size["heads"], size["seq"]) for _ in range(size["layers"])])
+        shape = (size["batch"], size["seq"], size["d"])
+    model = model.to(device)
+    data = [(torch.randn(shape, device=device), torch.randn(shape, device=device)) for _ in range(STEPS)]
+    return model, data
+
+
+def job(spec: dict) -> dict:
+    """Run the 20 steps of spec's model and mode; the figures as a dict (printed by --worker)."""
+    t0 = time.perf_counter()
+    import torch
+    import torch._inductor.config as inductor_config
+    try:
+        import triton
+    except ImportError:  # the CPU check's baseline needs none
+        triton = None
+    device = spec["device"]
+    if device == "cpu":  # kiln: Inductor's Triton CPU backend on the interpreter; baseline: its C++ backend
+        inductor_config.cpu_backend = "triton" if spec["flavour"] == "kiln" else "cpp"
+    torch.manual_seed(0)
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    model, data = build(spec["model"], spec["size"], device)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
+    mode = MODES[spec["mode"]]
+    compiled = torch.compile(model, mode=mode)
+
+    @torch.compile(mode=mode)
+    def opt_step():
+        opt.step()
+
+    def step(x, target):
+        opt.zero_grad(set_to_none=True)
+        loss = torch.nn.functional.mse_loss(compiled(x), target)
+        loss.backward()
+        opt_step()
+        return loss.detach()
+
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    sync()
+    ready_s = time.perf_counter() - t0
+    if spec.get("barrier"):  # several processes: start compiling together
+        open(os.path.join(spec["barrier"], f"ready-{os.getpid()}"), "w").close()
+        while not os.path.exists(os.path.join(spec["barrier"], "go")):
+            time.sleep(0.005)
+    times, losses = [], []
+    for x, target in data:
+        start = time.perf_counter()
+        loss = step(x, target)
+        sync()
+        times.append(time.perf_counter() - start)
+        losses.append(float(loss))
+        if len(times) == 1:
+            first_step_end = time.time()
+    return {"triton_module": getattr(triton, "__name__", None), "triton_version": getattr(triton, "__version__", None),
+            "ready_s": ready_s, "first_step_s": times[0], "first_step_end": first_step_end,
+            "step_s": statistics.median(times[STEADY]), "step_times_s": times, "losses": losses,
+            "gpu": torch.cuda.get_device_name() if device == "cuda" else None, "torch": torch.__version__}
+
+
+# --- processes ----------------------------------------------------------------------------------
+
+def flavour_env(flavour: str, dirs: dict, daemon_env: dict | None) -> dict:
+    """The environment of a job: Triton's (drop-in off) or kiln's (KILN_DROPIN=1, the daemon's)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("KILN_DROPIN", "KILN_INTERPRET", "KILN_DAEMON")}
+    env.update(PYTHONUNBUFFERED="1", TRITON_CACHE_DIR=dirs["triton"], TORCHINDUCTOR_CACHE_DIR=dirs["inductor"],
+               KILN_CACHE_DIR=dirs["kiln"])
+    if flavour == "kiln":
+        daemon_env = daemon_env or {"KILN_DAEMON": "off"}
+        env.update({k: daemon_env[k] for k in ("KILN_DAEMON", "XDG_RUNTIME_DIR") if k in daemon_env})
+        env.update(KILN_DROPIN="1", KILN_CACHE_DIR=dirs["kiln"])
+    return env
+
+
+class Job:
+    """One job process (its own process group: Inductor's compile workers die with it)."""
+
+    def __init__(self, spec: dict, env: dict, log_dir: str):
+        fd, self.log = tempfile.mkstemp(prefix="job-", suffix=".log", dir=log_dir)
+        self.stdout = os.fdopen(fd, "w")
+        self.stderr = open(self.log + ".err", "w")
+        self.spec, self.started = spec, time.perf_counter()
+        self.proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker", json.dumps(spec)],
+                                     env=env, stdout=self.stdout, stderr=self.stderr, start_new_session=True)
+
+    def finish(self, timeout: float) -> dict:
+        """The job's result, or its failure: exit status or timeout, and the tail of its stderr."""
+        try:
+            rc = self.proc.wait(timeout=max(1.0, timeout))
+        except subprocess.TimeoutExpired:
+            rc = None
+        wall = time.perf_counter() - self.started
+        self.kill()
+        self.stdout.close()
+        self.stderr.close()
+        with open(self.log) as f:
+            lines = [line for line in f.read().splitlines() if line.startswith(MARK)]
+        with open(self.log + ".err", errors="replace") as f:
+            tail = f.read()[-3000:]
+        if rc == 0 and lines:
+            return {"ok": True, "wall_s": wall, **json.loads(lines[-1][len(MARK):])}
+        why = f"timed out after {timeout:.0f} s" if rc is None else f"exit status {rc}"
+        return {"ok": False, "wall_s": wall, "error": why, "stderr_tail": tail}
+
+    def kill(self):
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)  # the group this Job started, workers included
+        except (ProcessLookupError, PermissionError):
+            pass
+        self.proc.wait()
+
+
+def fresh_dirs(root: str, name: str) -> dict:
+    return {kind: tempfile.mkdtemp(prefix=f"{name}-{kind}-", dir=root) for kind in ("triton", "kiln", "inductor")}
+
+
+def node_daemon(dirs: dict, workers: int, target: str):
+    """A kiln daemon of the benchmark's own on `dirs['kiln']`, its workers warm (bench/service.py's)."""
+    sys.path.insert(0, HERE)
+    from service import Daemon
+    daemon = Daemon(workers=workers)
+    daemon.cache_dir = dirs["kiln"]
+    daemon.env["KILN_CACHE_DIR"] = dirs["kiln"]
+    daemon.__enter__()
+    try:
+        daemon.warm_workers(target)
+    except Exception:
+        daemon.__exit__(None, None, None)
+        raise
+    return daemon
+
+
+def daemon_counts(daemon) -> dict | None:
+    try:
+        s = daemon.stats()
+    except Exception as e:  # noqa: BLE001  (a figure missing, not the bench failing)
+        return {"error": f"{type(e).__name__}: {e}"}
+    return {"requests": s.requests, "hits": s.hits, "compiles": s.misses, "merged": s.merged, "errors": s.errors}
+
+
+def counts_between(before: dict | None, after: dict | None) -> dict | None:
+    if not before or not after or "error" in before or "error" in after:
+        return after
+    return {k: after[k] - before[k] for k in after}
+
+
+def triton_kernels(cache_dir: str) -> int:
+    """Kernels Triton compiled into `cache_dir` (one .cubin each; CPU builds leave none)."""
+    return len(glob.glob(os.path.join(cache_dir, "*", "*.cubin")))
+
+
+# --- the measurements ---------------------------------------------------------------------------
+
+class Bench:
+    def __init__(self, args):
+        self.args, self.device = args, args.device
+        self.root = tempfile.mkdtemp(prefix="kiln-dropin-")
+        self.deadline = time.perf_counter() + args.budget
+        self.target = args.target
+        self.skipped = []
+
+    def remaining(self) -> float:
+        return self.deadline - time.perf_counter()
+
+    def timeout(self) -> float:
+        return min(self.args.timeout, max(MIN_JOB_S, self.remaining()))
+
+    def spec(self, flavour: str, model: str, mode: str, barrier: str | None = None) -> dict:
+        return {"flavour": flavour, "model": model, "mode": mode, "device": self.device,
+                "size": SIZES[self.device][model], "barrier": barrier}
+
+    def one_process(self, model: str, mode: str) -> dict:
+        """Triton and kiln, cold then warm, each a fresh process; kiln's compiles from its daemon."""
+        runs, daemon = {}, None
+        dirs = {f: fresh_dirs(self.root, f"{model}-{mode}-{f}") for f in ("triton", "kiln")}
+        try:
+            daemon = node_daemon(dirs["kiln"], self.args.daemon_workers, self.target)
+        except Exception as e:  # noqa: BLE001
+            runs["daemon_error"] = f"{type(e).__name__}: {e}"
+        try:
+            for caches in ("cold", "warm"):
+                for flavour in ("triton", "kiln"):
+                    key = f"{flavour}_{caches}"
+                    if self.remaining() < MIN_JOB_S:
+                        self.skipped.append(f"{model} {mode} {key}")
+                        continue
+                    before = daemon_counts(daemon) if flavour == "kiln" and daemon else None
+                    env = flavour_env(flavour, dirs[flavour], daemon.env if daemon else None)
+                    run = Job(self.spec(flavour, model, mode), env, self.root).finish(self.timeout())
+                    run["checked"] = check_flavour(run, flavour)
+                    if flavour == "kiln" and daemon:
+                        run["daemon"] = counts_between(before, daemon_counts(daemon))
+                    if flavour == "triton":
+                        run["triton_kernels_in_cache"] = triton_kernels(dirs["triton"]["triton"])
+                    runs[key] = run
+                    print(f"  {model} {mode} {key}: {brief(run)}", file=sys.stderr, flush=True)
+        finally:
+            if daemon:
+                daemon.__exit__(None, None, None)
+        for caches in ("cold", "warm"):
+            t, k = runs.get(f"triton_{caches}"), runs.get(f"kiln_{caches}")
+            if t and k and t["ok"] and k["ok"]:
+                runs[f"losses_equal_{caches}"] = losses_equal(k["losses"], t["losses"], self.args.rtol, self.args.atol)
+        return runs
+
+    def eight_processes(self, model: str, mode: str, n: int) -> dict:
+        """n processes at once on the one GPU, sharing the node's cache directories, cold then warm."""
+        runs, daemon = {}, None
+        dirs = {f: fresh_dirs(self.root, f"x{n}-{f}") for f in ("triton", "kiln")}
+        try:
+            daemon = node_daemon(dirs["kiln"], self.args.daemon_workers, self.target)
+        except Exception as e:  # noqa: BLE001
+            runs["daemon_error"] = f"{type(e).__name__}: {e}"
+        try:
+            for caches in ("cold", "warm"):
+                for flavour in ("triton", "kiln"):
+                    key = f"{flavour}_{caches}"
+                    if self.remaining() < MIN_JOB_S:
+                        self.skipped.append(f"{n} processes {key}")
+                        continue
+                    before = daemon_counts(daemon) if flavour == "kiln" and daemon else None
+                    env = flavour_env(flavour, dirs[flavour], daemon.env if daemon else None)
+                    env["TORCHINDUCTOR_COMPILE_THREADS"] = str(self.args.threads_per_process)
+                    runs[key] = together(n, lambda barrier: self.spec(flavour, model, mode, barrier), env,
+                                         self.root, self.timeout())
+                    if flavour == "kiln" and daemon:
+                        runs[key]["daemon"] = counts_between(before, daemon_counts(daemon))
+                    if flavour == "triton":
+                        runs[key]["triton_kernels_in_cache"] = triton_kernels(dirs["triton"]["triton"])
+                    print(f"  {n} processes {key}: {brief(runs[key])}", file=sys.stderr, flush=True)
+        finally:
+            if daemon:
+                daemon.__exit__(None, None, None)
+        return runs
+
+
+def together(n: int, make_spec, env: dict, root: str, timeout: float) -> dict:
+    """Start n jobs, release them together once all have imported and built their models."""
+    barrier = tempfile.mkdtemp(prefix="barrier-", dir=root)
+    jobs = [Job(make_spec(barrier), env, root) for _ in range(n)]
+    start = time.perf_counter()
+    while len(glob.glob(os.path.join(barrier, "ready-*"))) < n and time.perf_counter() - start < timeout:
+        if any(job.proc.poll() is not None for job in jobs):
+            break  # one died before the start: the others would wait for it in vain
+        time.sleep(0.02)
+    open(os.path.join(barrier, "go"), "w").close()
+    go = time.time()
+    each = [job.finish(timeout - (time.perf_counter() - start)) for job in jobs]
+    ok = [r for r in each if r["ok"]]
+    firsts = [r["first_step_s"] for r in ok]
+    return {"ok": len(ok) == n, "processes": n, "each": each,
+            "first_step_s": firsts, "first_step_max_s": max(firsts) if firsts else None,
+            "first_step_median_s": statistics.median(firsts) if firsts else None,
+            "all_done_s": max(r["first_step_end"] for r in ok) - go if ok else None,
+            "errors": [r for r in each if not r["ok"]][:2]}
+
+
+def check_flavour(run: dict, flavour: str) -> str | None:
+    """A run under the wrong `triton` is a failure of the benchmark's setup, said so."""
+    if not run["ok"]:
+        return None
+    is_kiln = run["triton_module"] == "kiln.dropin.facade"
+    if is_kiln != (flavour == "kiln"):
+        run["ok"] = False
+        run["error"] = f"`import triton` was {run['triton_module']} in the {flavour} run"
+    return run["triton_module"]
+
+
+def losses_equal(kiln: list, triton: list, rtol: float, atol: float) -> dict:
+    """Whether kiln's losses equal Triton's step by step within rtol/atol, and the largest gap."""
+    if len(kiln) != len(triton):
+        return {"equal": False, "max_abs": None, "max_rel": None, "why": f"{len(kiln)} vs {len(triton)} steps"}
+    gaps = [abs(a - b) for a, b in zip(kiln, triton)]
+    rel = [g / abs(b) if b else (0.0 if g == 0 else float("inf")) for g, b in zip(gaps, triton)]
+    equal = all(g <= atol + rtol * abs(b) for g, b in zip(gaps, triton))
+    return {"equal": equal, "max_abs": max(gaps, default=0.0), "max_rel": max(rel, default=0.0)}
+
+
+def brief(run: dict) -> str:
+    if not run.get("ok"):
+        return f"FAILED ({run.get('error') or 'see errors'})"
+    if "first_step_max_s" in run:
+        return f"first step max {run['first_step_max_s']:.2f} s"
+    return f"first step {run['first_step_s']:.2f} s, step {1e3 * run['step_s']:.2f} ms"
+
+
+# --- report -------------------------------------------------------------------------------------
+
+def _f(value, spec=".2f", scale=1.0):
+    return "" if value is None else format(value * scale, spec)
+
+
+def _ratio(a, b):
+    return f"{a / b:.2f}" if a is not None and b else ""
+
+
+def _get(run, key):
+    return run.get(key) if run and run.get("ok") else None
+
+
+def _compiles(run) -> str:
+    d = (run or {}).get("daemon")
+    if not d:
+        return ""
+    if "error" in d:
+        return "stats failed"
+    return f"{d['compiles']} ({d['requests']} requests, {d['merged']} merged)"
+
+
+def markdown(results: dict) -> str:
+    base = "Triton" if results["device"] == "cuda" else "C++ backend"
+    out = [f"### torch.compile with kiln's drop-in mode vs {base}, {results['machine']}, {results['date']}", "",
+           f"bench/dropin.py; fp32, {STEPS} steps of forward, backward and AdamW (model and optimizer step "
+           f"compiled); a fresh process per run; first step = compile phase; step = median of steps 10-20; "
+           f"losses equal within rtol {results['rtol']:g}, atol {results['atol']:g}; kiln through a warm node "
+           f"daemon ({results['daemon_workers']} workers). torch {results.get('torch', '?')}.", "",
+           f"| model | mode | caches | {base} first step (s) | kiln first step (s) | kiln / {base} | "
+           f"{base} step (ms) | kiln step (ms) | kiln / {base} | losses equal (max rel gap) | kiln compiles "
+           f"(daemon) | {base} kernels |",
+           "|---|---|---|---:|---:|---:|---:|---:|---:|---|---|---:|"]
+    failures = []
+    for name, runs in results["one_process"].items():
+        model, mode = name.split("/")
+        for caches in ("cold", "warm"):
+            t, k = runs.get(f"triton_{caches}"), runs.get(f"kiln_{caches}")
+            eq = runs.get(f"losses_equal_{caches}")
+            eq_text = "" if eq is None else f"{'yes' if eq['equal'] else 'NO'} ({eq['max_rel']:.1e})"
+            t_first, k_first = _get(t, "first_step_s"), _get(k, "first_step_s")
+            t_step, k_step = _get(t, "step_s"), _get(k, "step_s")
+            out.append(f"| {model} | {mode} | {caches} | {_f(t_first)} | {_f(k_first)} | {_ratio(k_first, t_first)} | "
+                       f"{_f(t_step, scale=1e3)} | {_f(k_step, scale=1e3)} | {_ratio(k_step, t_step)} | {eq_text} | "
+                       f"{_compiles(k)} | {(t or {}).get('triton_kernels_in_cache', '')} |")
+            failures += [(f"{name} {f}_{caches}", r) for f, r in (("triton", t), ("kiln", k)) if r and not r["ok"]]
+        if "daemon_error" in runs:
+            failures.append((f"{name} daemon", {"error": runs["daemon_error"]}))
+    eight = results.get("eight_processes")
+    if eight:
+        n = eight["processes"]
+        out += ["", f"#### {n} processes at once on the one device, {eight['model']} {eight['mode']}, sharing the "
+                f"node's cache directories ({eight['threads_per_process']} compile threads each)", "",
+                f"| caches | {base} first step, max / median (s) | kiln first step, max / median (s) | "
+                f"kiln / {base} (max) | kiln compiles on the node (daemon) | {base} kernels in its cache |",
+                "|---|---:|---:|---:|---|---:|"]
+        for caches in ("cold", "warm"):
+            t, k = eight["runs"].get(f"triton_{caches}"), eight["runs"].get(f"kiln_{caches}")
+            tm, km = (t or {}).get("first_step_max_s"), (k or {}).get("first_step_max_s")
+            out.append(f"| {caches} | {_f(tm)} / {_f((t or {}).get('first_step_median_s'))} | {_f(km)} / "
+                       f"{_f((k or {}).get('first_step_median_s'))} | {_ratio(km, tm)} | {_compiles(k)} | "
+                       f"{(t or {}).get('triton_kernels_in_cache', '')} |")
+            for flavour, r in (("triton", t), ("kiln", k)):
+                failures += [(f"{n} processes {flavour}_{caches}", e) for e in (r or {}).get("errors", [])]
+        if "daemon_error" in eight["runs"]:
+            failures.append((f"{n} processes daemon", {"error": eight["runs"]["daemon_error"]}))
+    if results["skipped"]:
+        out += ["", f"Skipped (past the time budget): {', '.join(results['skipped'])}."]
+    for name, run in failures:
+        out += ["", f"**{name} failed**: {run.get('error')}", "", "```", (run.get("stderr_tail") or "").strip()[-1500:],
+                "```"]
+    return "\n".join(out) + "\n"
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default=os.path.join(HERE, "results"))
+    parser.add_argument("--quick", action="store_true", help="one process, mlp and gpt, default mode only")
+    parser.add_argument("--max-autotune", action="store_true", help="also max-autotune-no-cudagraphs")
+    parser.add_argument("--models", default="mlp,gpt")
+    parser.add_argument("--model8", default="gpt", help="the model of the 8-process part ('' to skip it)")
+    parser.add_argument("--processes", type=int, default=8)
+    parser.add_argument("--threads-per-process", type=int, default=2,
+                        help="Inductor compile threads of each of the 8 processes (for Triton and kiln alike)")
+    parser.add_argument("--daemon-workers", type=int, default=min(8, os.cpu_count() or 1))
+    parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
+                        help="cpu: check the benchmark without a GPU (Triton CPU backend on kiln's interpreter)")
+    parser.add_argument("--target", default="sm_90a", help="the target the daemon's workers are warmed for")
+    parser.add_argument("--timeout", type=float, default=240, help="seconds per job")
+    parser.add_argument("--budget", type=float, default=345, help="seconds for the whole bench; later runs skip")
+    parser.add_argument("--rtol", type=float, default=1e-4)
+    parser.add_argument("--atol", type=float, default=1e-6)
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        print(MARK + json.dumps(job(json.loads(args.worker))), flush=True)
+        return
+
+    bench = Bench(args)
+    date = datetime.date.today().isoformat()
+    results = {"date": date, "device": args.device, "rtol": args.rtol, "atol": args.atol,
+               "daemon_workers": args.daemon_workers, "load_average_before": os.getloadavg(), "one_process": {}}
+    modes = ["default"] + ([] if args.quick or not args.max_autotune else ["max-autotune-no-cudagraphs"])
+    t0 = time.perf_counter()
+    try:
+        for mode in modes:
+            for model in [m for m in args.models.split(",") if m]:
+                results["one_process"][f"{model}/{mode}"] = bench.one_process(model, mode)
+        if args.model8 and not args.quick:
+            results["eight_processes"] = {
+                "model": args.model8, "mode": "default", "processes": args.processes,
+                "threads_per_process": args.threads_per_process,
+                "runs": bench.eight_processes(args.model8, "default", args.processes)}
+    finally:
+        shutil.rmtree(bench.root, ignore_errors=True)
+    results.update(skipped=bench.skipped, total_s=time.perf_counter() - t0, load_average_after=os.getloadavg())
+    first = next((r for runs in results["one_process"].values() for r in runs.values()
+                  if isinstance(r, dict) and r.get("ok")), {})
+    results["torch"], gpu = first.get("torch"), first.get("gpu")
+    results["machine"] = gpu or f"{socket.gethostname()} ({args.device}, {os.cpu_count()} cores)"
+    slug = f"{date}-{(gpu or socket.gethostname()).replace(' ', '_')}-dropin"
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, slug + ".json"), "w") as f:
+        json.dump(results, f, indent=1)
+    text = markdown(results)
+    with open(os.path.join(args.out, slug + ".md"), "w") as f:
+        f.write(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()

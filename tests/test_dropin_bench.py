@@ -1,0 +1,49 @@
+"""bench/dropin.py's own logic, without running a model: comparing losses, telling which `triton` a
+run had, recording a job that fails or overruns (with its stderr) and reporting it."""
+import importlib.util
+import os
+import sys
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+spec = importlib.util.spec_from_file_location("bench_dropin", os.path.join(HERE, "..", "bench", "dropin.py"))
+dropin = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(dropin)
+
+
+def test_losses_equal_within_tolerance():
+    same = dropin.losses_equal([1.0, 0.5], [1.0, 0.5 + 1e-7], rtol=1e-4, atol=0)
+    assert same["equal"] and same["max_abs"] == pytest.approx(1e-7)
+    assert not dropin.losses_equal([1.0, 0.5], [1.0, 0.51], rtol=1e-4, atol=0)["equal"]
+    assert not dropin.losses_equal([1.0], [1.0, 0.5], rtol=1e-4, atol=0)["equal"]
+
+
+def test_a_run_under_the_wrong_triton_fails():
+    run = {"ok": True, "triton_module": "triton"}
+    dropin.check_flavour(run, "kiln")
+    assert not run["ok"] and "the kiln run" in run["error"]
+    run = {"ok": True, "triton_module": "kiln.dropin.facade"}
+    dropin.check_flavour(run, "kiln")
+    assert run["ok"]
+
+
+def test_a_job_past_its_timeout_is_killed_and_recorded(tmp_path):
+    job = dropin.Job({"flavour": "triton"}, {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}, str(tmp_path))
+    run = job.finish(timeout=0)  # at least a second: the worker is still importing
+    assert not run["ok"] and run["error"].startswith("timed out")
+    assert job.proc.returncode is not None
+
+
+def test_report_lists_failures_and_skips():
+    failed = {"ok": False, "error": "exit status 1", "stderr_tail": "Traceback ...\nRuntimeError: boom"}
+    good = {"ok": True, "first_step_s": 2.0, "step_s": 0.004, "losses": [1.0], "triton_kernels_in_cache": 12}
+    results = {"device": "cuda", "machine": "GPU", "date": "2026-11-24", "rtol": 1e-4, "atol": 1e-6,
+               "daemon_workers": 8, "skipped": ["gpt default kiln_warm"],
+               "one_process": {"mlp/default": {"triton_cold": good, "kiln_cold": {
+                   **good, "first_step_s": 1.0, "daemon": {"compiles": 9, "requests": 10, "merged": 0}},
+                   "losses_equal_cold": {"equal": True, "max_rel": 0.0}, "triton_warm": good, "kiln_warm": failed}}}
+    text = dropin.markdown(results)
+    assert "| mlp | default | cold | 2.00 | 1.00 | 0.50 | 4.00 | 4.00 | 1.00 | yes (0.0e+00) | 9 (10 requests" in text
+    assert "**mlp/default kiln_warm failed**: exit status 1" in text and "RuntimeError: boom" in text
+    assert "Skipped (past the time budget): gpt default kiln_warm." in text
