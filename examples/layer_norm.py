@@ -1,163 +1,157 @@
-"""Layer normalization, forward and backward, with fused dW/dB accumulation (Triton tutorial 05)."""
+"""Layer normalization over the last axis, forward and backward.
+
+Forward: one program per row; one sweep over the row gathers its moments, a second writes
+y = (x - mean) * rstd * w + b and keeps mean and rstd for the backward pass.
+
+Backward: dx needs only its own row, but dw and db sum over all rows. Instead of having
+every row add into shared buffers, each program of the first kernel owns a chunk of rows
+and sums their contributions in registers, writing one partial row per chunk; a second
+kernel adds up the partial rows, column block by column block.
+"""
 import numpy as np
 
 import kiln as triton
 import kiln.language as tl
 
+ROWS_PER_PROGRAM = 4  # rows whose dw/db contributions one backward program sums in registers
 
-# Each kernel declares the specialization main() launches (19 x 300 fp32), for `kiln prewarm`.
-@triton.jit(prewarm=[{**{p: "*fp32:16" for p in ("X", "Y", "W", "B", "Mean", "Rstd")}, "stride": "i32", "N": "i32",
-                      "eps": "fp32", "BLOCK_SIZE": 512, "num_warps": 4}])
-def _layer_norm_fwd_fused(X, Y, W, B, Mean, Rstd, stride, N, eps, BLOCK_SIZE: tl.constexpr):
+
+def _fp32_pointers(*names):
+    return {name: "*fp32:16" for name in names}
+
+
+# Every kernel declares main()'s launch (a 19 x 300 fp32 problem) for `kiln prewarm`.
+@triton.jit(prewarm=[{**_fp32_pointers("x_ptr", "y_ptr", "w_ptr", "b_ptr", "mean_ptr", "rstd_ptr"),
+                      "row_stride": "i32", "N": "i32", "eps": "fp32", "BLOCK_SIZE": 256, "num_warps": 4}])
+def _layer_norm_fwd_fused(x_ptr, y_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, row_stride, N, eps,
+                          BLOCK_SIZE: tl.constexpr):
     row = tl.program_id(0)
-    Y += row * stride
-    X += row * stride
-    # Mean, then variance, each in blocks of BLOCK_SIZE columns.
-    _mean = tl.zeros([BLOCK_SIZE], dtype=tl.float32)
-    for off in range(0, N, BLOCK_SIZE):
-        cols = off + tl.arange(0, BLOCK_SIZE)
-        a = tl.load(X + cols, mask=cols < N, other=0.).to(tl.float32)
-        _mean += a
-    mean = tl.sum(_mean, axis=0) / N
-    _var = tl.zeros([BLOCK_SIZE], dtype=tl.float32)
-    for off in range(0, N, BLOCK_SIZE):
-        cols = off + tl.arange(0, BLOCK_SIZE)
-        x = tl.load(X + cols, mask=cols < N, other=0.).to(tl.float32)
-        x = tl.where(cols < N, x - mean, 0.)
-        _var += x * x
-    var = tl.sum(_var, axis=0) / N
-    rstd = 1 / tl.sqrt(var + eps)
-    tl.store(Mean + row, mean)
-    tl.store(Rstd + row, rstd)
-    for off in range(0, N, BLOCK_SIZE):
-        cols = off + tl.arange(0, BLOCK_SIZE)
-        mask = cols < N
-        w = tl.load(W + cols, mask=mask)
-        b = tl.load(B + cols, mask=mask)
-        x = tl.load(X + cols, mask=mask, other=0.).to(tl.float32)
-        x_hat = (x - mean) * rstd
-        y = x_hat * w + b
-        tl.store(Y + cols, y, mask=mask)
+    src = x_ptr + row * row_stride
+    dst = y_ptr + row * row_stride
+    # Moments of d = x - x[0] in one sweep. The shift by a value of the row keeps
+    # E[d^2] - E[d]^2 from cancelling away its digits when |mean| is large next to the spread.
+    pivot = tl.load(src).to(tl.float32)
+    sum_d = tl.zeros([BLOCK_SIZE], dtype=tl.float32)
+    sum_dd = tl.zeros([BLOCK_SIZE], dtype=tl.float32)
+    for start in range(0, N, BLOCK_SIZE):
+        col = start + tl.arange(0, BLOCK_SIZE)
+        inside = col < N
+        d = tl.where(inside, tl.load(src + col, mask=inside).to(tl.float32) - pivot, 0.0)
+        sum_d += d
+        sum_dd += d * d
+    mean_d = tl.sum(sum_d, axis=0) / N
+    variance = tl.maximum(tl.sum(sum_dd, axis=0) / N - mean_d * mean_d, 0.0)
+    mean = pivot + mean_d
+    rstd = tl.rsqrt(variance + eps)
+    for start in range(0, N, BLOCK_SIZE):
+        col = start + tl.arange(0, BLOCK_SIZE)
+        inside = col < N
+        scale = tl.load(w_ptr + col, mask=inside).to(tl.float32) * rstd
+        shift = tl.load(b_ptr + col, mask=inside).to(tl.float32)
+        v = tl.load(src + col, mask=inside, other=0.0).to(tl.float32)
+        tl.store(dst + col, (v - mean) * scale + shift, mask=inside)
+    tl.store(mean_ptr + row, mean)  # kept for the backward pass
+    tl.store(rstd_ptr + row, rstd)
 
 
-@triton.jit(prewarm=[{**{p: "*fp32:16" for p in ("DX", "DY", "DW", "DB", "X", "W", "Mean", "Rstd")}, "Lock": "*i32:16",
-                      "stride": "i32", "N": "i32", "GROUP_SIZE_M": 4, "BLOCK_SIZE_N": 512}])
-def _layer_norm_bwd_dx_fused(DX, DY, DW, DB, X, W, Mean, Rstd, Lock, stride, N, GROUP_SIZE_M: tl.constexpr,
-                             BLOCK_SIZE_N: tl.constexpr):
-    row = tl.program_id(0)
-    cols = tl.arange(0, BLOCK_SIZE_N)
-    mask = cols < N
-    X += row * stride
-    DY += row * stride
-    DX += row * stride
-    # Rows share GROUP_SIZE_M partial dW/dB buffers; a spin lock per buffer serializes the adds.
-    lock_id = row % GROUP_SIZE_M
-    Lock += lock_id
-    Count = Lock + GROUP_SIZE_M
-    DW = DW + lock_id * N + cols
-    DB = DB + lock_id * N + cols
-    x = tl.load(X + cols, mask=mask, other=0).to(tl.float32)
-    dy = tl.load(DY + cols, mask=mask, other=0).to(tl.float32)
-    w = tl.load(W + cols, mask=mask).to(tl.float32)
-    mean = tl.load(Mean + row)
-    rstd = tl.load(Rstd + row)
-    xhat = (x - mean) * rstd
-    wdy = w * dy
-    xhat = tl.where(mask, xhat, 0.)
-    wdy = tl.where(mask, wdy, 0.)
-    c1 = tl.sum(xhat * wdy, axis=0) / N
-    c2 = tl.sum(wdy, axis=0) / N
-    dx = (wdy - (xhat * c1 + c2)) * rstd
-    tl.store(DX + cols, dx, mask=mask)
-    partial_dw = (dy * xhat).to(w.dtype)
-    partial_db = (dy).to(w.dtype)
-    while tl.atomic_cas(Lock, 0, 1) == 1:
-        pass
-    count = tl.load(Count)
-    if count == 0:  # the first row of this group initializes the buffer
-        tl.atomic_xchg(Count, 1)
-    else:
-        partial_dw += tl.load(DW, mask=mask)
-        partial_db += tl.load(DB, mask=mask)
-    tl.store(DW, partial_dw, mask=mask)
-    tl.store(DB, partial_db, mask=mask)
-    tl.debug_barrier()
-    tl.atomic_xchg(Lock, 0)
+@triton.jit(prewarm=[{**_fp32_pointers("dx_ptr", "dy_ptr", "x_ptr", "w_ptr", "mean_ptr", "rstd_ptr", "dw_part",
+                                       "db_part"),
+                      "row_stride": "i32", "M": "i32", "N": "i32", "ROWS": ROWS_PER_PROGRAM, "BLOCK_N": 512}])
+def _layer_norm_bwd_dx(dx_ptr, dy_ptr, x_ptr, w_ptr, mean_ptr, rstd_ptr, dw_part, db_part, row_stride, M, N,
+                       ROWS: tl.constexpr, BLOCK_N: tl.constexpr):
+    """dx for rows [ROWS * p, ROWS * p + ROWS) of program p, and those rows' sums of
+    dy * xhat and of dy as row p of dw_part and db_part. A row is one block (BLOCK_N >= N)."""
+    chunk = tl.program_id(0)
+    col = tl.arange(0, BLOCK_N)
+    inside = col < N
+    w = tl.load(w_ptr + col, mask=inside, other=0.0).to(tl.float32)
+    dw_sum = tl.zeros([BLOCK_N], dtype=tl.float32)
+    db_sum = tl.zeros([BLOCK_N], dtype=tl.float32)
+    first = chunk * ROWS
+    for row in range(first, tl.minimum(first + ROWS, M)):
+        at = row * row_stride + col
+        rstd = tl.load(rstd_ptr + row)
+        x = tl.load(x_ptr + at, mask=inside, other=0.0).to(tl.float32)
+        xhat = tl.where(inside, (x - tl.load(mean_ptr + row)) * rstd, 0.0)
+        dy = tl.load(dy_ptr + at, mask=inside, other=0.0).to(tl.float32)
+        g = dy * w  # the gradient with respect to xhat
+        # xhat has mean 0 and mean square 1 over the row: remove g's components along 1 and xhat.
+        along_one = tl.sum(g, axis=0) / N
+        along_xhat = tl.sum(g * xhat, axis=0) / N
+        tl.store(dx_ptr + at, rstd * (g - along_one - xhat * along_xhat), mask=inside)
+        dw_sum += dy * xhat
+        db_sum += dy
+    tl.store(dw_part + chunk * N + col, dw_sum, mask=inside)
+    tl.store(db_part + chunk * N + col, db_sum, mask=inside)
 
 
-@triton.jit(prewarm=[{**{p: "*fp32:16" for p in ("DW", "DB", "FINAL_DW", "FINAL_DB")}, "M": "i32", "N": "i32",
-                      "BLOCK_SIZE_M": 32, "BLOCK_SIZE_N": 128}])
-def _layer_norm_bwd_dwdb(DW, DB, FINAL_DW, FINAL_DB, M, N, BLOCK_SIZE_M: tl.constexpr, BLOCK_SIZE_N: tl.constexpr):
-    pid = tl.program_id(0)
-    cols = pid * BLOCK_SIZE_N + tl.arange(0, BLOCK_SIZE_N)
-    dw = tl.zeros((BLOCK_SIZE_M, BLOCK_SIZE_N), dtype=tl.float32)
-    db = tl.zeros((BLOCK_SIZE_M, BLOCK_SIZE_N), dtype=tl.float32)
-    for i in range(0, M, BLOCK_SIZE_M):
-        rows = i + tl.arange(0, BLOCK_SIZE_M)
-        mask = (rows[:, None] < M) & (cols[None, :] < N)
-        offs = rows[:, None] * N + cols[None, :]
-        dw += tl.load(DW + offs, mask=mask, other=0.)
-        db += tl.load(DB + offs, mask=mask, other=0.)
-    sum_dw = tl.sum(dw, axis=0)
-    sum_db = tl.sum(db, axis=0)
-    tl.store(FINAL_DW + cols, sum_dw, mask=cols < N)
-    tl.store(FINAL_DB + cols, sum_db, mask=cols < N)
+@triton.jit(prewarm=[{**_fp32_pointers("dw_part", "db_part", "dw_ptr", "db_ptr"), "parts": "i32", "N": "i32",
+                      "BLOCK_N": 128}])
+def _layer_norm_bwd_sum_parts(dw_part, db_part, dw_ptr, db_ptr, parts, N, BLOCK_N: tl.constexpr):
+    """dw and db for BLOCK_N columns: the sums of those columns over the `parts` partial rows."""
+    col = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    inside = col < N
+    dw = tl.zeros([BLOCK_N], dtype=tl.float32)
+    db = tl.zeros([BLOCK_N], dtype=tl.float32)
+    for part in range(0, parts):
+        dw += tl.load(dw_part + part * N + col, mask=inside, other=0.0)
+        db += tl.load(db_part + part * N + col, mask=inside, other=0.0)
+    tl.store(dw_ptr + col, dw.to(dw_ptr.dtype.element_ty), mask=inside)
+    tl.store(db_ptr + col, db.to(db_ptr.dtype.element_ty), mask=inside)
 
 
-def layer_norm_forward(x, weight, bias, eps):
-    M, N = x.shape
+def forward(x, w, b, eps):
+    """Returns y and the per-row mean and rstd that backward() takes."""
+    rows, n = x.shape
     y = np.empty_like(x)
-    mean = np.empty(M, dtype=np.float32)
-    rstd = np.empty(M, dtype=np.float32)
-    BLOCK_SIZE = min(triton.next_power_of_2(N), 1024)
-    _layer_norm_fwd_fused[(M,)](x, y, weight, bias, mean, rstd, x.strides[0] // x.itemsize, N, eps,
-                                BLOCK_SIZE=BLOCK_SIZE, num_warps=4)
+    mean, rstd = np.empty(rows, np.float32), np.empty(rows, np.float32)
+    block = min(triton.next_power_of_2(n), 256)  # N = 300 takes two blocks per sweep
+    _layer_norm_fwd_fused[(rows,)](x, y, w, b, mean, rstd, x.strides[0] // x.itemsize, n, eps,
+                                   BLOCK_SIZE=block, num_warps=4)
     return y, mean, rstd
 
 
-def layer_norm_backward(dy, x, weight, mean, rstd, group_size_m=4):
-    M, N = x.shape
-    dx = np.empty_like(dy)
-    locks = np.zeros(2 * group_size_m, dtype=np.int32)
-    partial_dw = np.zeros((group_size_m, N), dtype=weight.dtype)
-    partial_db = np.zeros((group_size_m, N), dtype=weight.dtype)
-    dw = np.empty(N, dtype=weight.dtype)
-    db = np.empty(N, dtype=weight.dtype)
-    BLOCK_SIZE_N = triton.next_power_of_2(N)
-    _layer_norm_bwd_dx_fused[(M,)](dx, dy, partial_dw, partial_db, x, weight, mean, rstd, locks,
-                                   x.strides[0] // x.itemsize, N, GROUP_SIZE_M=group_size_m,
-                                   BLOCK_SIZE_N=BLOCK_SIZE_N)
-    grid = lambda meta: (triton.cdiv(N, meta["BLOCK_SIZE_N"]),)
-    _layer_norm_bwd_dwdb[grid](partial_dw, partial_db, dw, db, min(group_size_m, M), N, BLOCK_SIZE_M=32,
-                               BLOCK_SIZE_N=128)
+def backward(dy, x, w, mean, rstd):
+    """Returns dx, dw, db."""
+    rows, n = x.shape
+    chunks = triton.cdiv(rows, ROWS_PER_PROGRAM)
+    dx = np.empty_like(x)
+    dw_part = np.empty((chunks, n), np.float32)
+    db_part = np.empty((chunks, n), np.float32)
+    _layer_norm_bwd_dx[(chunks,)](dx, dy, x, w, mean, rstd, dw_part, db_part, x.strides[0] // x.itemsize,
+                                  rows, n, ROWS=ROWS_PER_PROGRAM, BLOCK_N=triton.next_power_of_2(n))
+    dw, db = np.empty_like(w), np.empty_like(w)
+    column_block = 128
+    _layer_norm_bwd_sum_parts[(triton.cdiv(n, column_block),)](dw_part, db_part, dw, db, chunks, n,
+                                                               BLOCK_N=column_block)
     return dx, dw, db
 
 
-def reference(x, w, b, dy, eps):
-    x = x.astype(np.float64)
-    mean = x.mean(axis=1, keepdims=True)
-    rstd = 1 / np.sqrt(((x - mean) ** 2).mean(axis=1, keepdims=True) + eps)
-    xhat = (x - mean) * rstd
-    y = xhat * w + b
-    wdy = w * dy
-    dx = (wdy - xhat * (xhat * wdy).mean(axis=1, keepdims=True) - wdy.mean(axis=1, keepdims=True)) * rstd
-    return y, dx, (dy * xhat).sum(axis=0), dy.sum(axis=0)
+def numpy_layer_norm(x, w, b, dy, eps):
+    """y, dx, dw, db in float64, written as the chain rule through mean and variance."""
+    x, w, b, dy = (a.astype(np.float64) for a in (x, w, b, dy))
+    centered = x - x.mean(axis=1, keepdims=True)
+    variance = (centered ** 2).mean(axis=1, keepdims=True)
+    rstd = (variance + eps) ** -0.5
+    xhat = centered * rstd
+    dxhat = dy * w
+    dvariance = (dxhat * centered).sum(axis=1, keepdims=True) * -0.5 * rstd ** 3
+    dcentered = dxhat * rstd + dvariance * 2 * centered / x.shape[1]
+    dx = dcentered - dcentered.mean(axis=1, keepdims=True)
+    return xhat * w + b, dx, (dy * xhat).sum(axis=0), dy.sum(axis=0)
 
 
 def main():
-    rng = np.random.default_rng(0)
-    M, N, eps = 19, 300, 1e-5
-    x = (-2.3 + 0.5 * rng.standard_normal((M, N))).astype(np.float32)
-    w = rng.random(N, dtype=np.float32)
-    b = rng.random(N, dtype=np.float32)
-    dy = (0.1 * rng.standard_normal((M, N))).astype(np.float32)
-    y, mean, rstd = layer_norm_forward(x, w, b, eps)
-    dx, dw, db = layer_norm_backward(dy, x, w, mean, rstd)
-    y_ref, dx_ref, dw_ref, db_ref = reference(x, w, b, dy, eps)
-    np.testing.assert_allclose(y, y_ref, rtol=1e-4, atol=1e-4)
-    np.testing.assert_allclose(dx, dx_ref, rtol=1e-3, atol=1e-4)
-    np.testing.assert_allclose(dw, dw_ref, rtol=1e-3, atol=1e-4)
-    np.testing.assert_allclose(db, db_ref, rtol=1e-3, atol=1e-4)
+    rng = np.random.default_rng(5)
+    rows, n, eps = 19, 300, 1e-5
+    x = (4.0 + 0.3 * rng.standard_normal((rows, n))).astype(np.float32)  # a mean far from 0
+    w = rng.uniform(0.5, 1.5, n).astype(np.float32)
+    b = rng.standard_normal(n).astype(np.float32)
+    dy = rng.standard_normal((rows, n)).astype(np.float32)
+    y, mean, rstd = forward(x, w, b, eps)
+    dx, dw, db = backward(dy, x, w, mean, rstd)
+    for name, got, want in zip(("y", "dx", "dw", "db"), (y, dx, dw, db), numpy_layer_norm(x, w, b, dy, eps)):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4, err_msg=name)
     print("layer_norm: forward and backward match NumPy")
 
 

@@ -1,4 +1,4 @@
-"""The main job: run every tutorial kernel and build each of its specializations for two GPUs.
+"""The main job: run every example kernel and build each of its specializations for two GPUs.
 
 On a machine without a GPU the kernels run in the NumPy interpreter (KILN_INTERPRET=1)
 and are checked against NumPy; every specialization they compiled is then lowered to

@@ -1,4 +1,4 @@
-"""The tutorial kernels in examples/ run unchanged in the interpreter and match NumPy."""
+"""The example kernels in examples/ run unchanged in the interpreter and match NumPy."""
 import importlib
 import os
 import sys

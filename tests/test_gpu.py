@@ -1,4 +1,4 @@
-"""GPU tier: the tutorial kernels compiled by kiln run on the GPU and match PyTorch.
+"""GPU tier: the example kernels compiled by kiln run on the GPU and match PyTorch.
 
 Skipped without a CUDA GPU. Inputs are fresh random tensors and outputs are poisoned
 with NaN/garbage before each run, so a kernel that writes nothing cannot pass.
