@@ -161,3 +161,21 @@ def test_kiln_name_table():
     with pytest.raises(ValueError, match="use 1"):
         hook.requested({hook.ENV: "2"})
     assert hook.requested({}) is False and hook.requested({hook.ENV: " ON "}) is True
+
+
+def test_importing_triton_leaves_cuda_uninitialized_until_a_driver_is_asked_for():
+    """Inductor's compile workers import triton and then fork the pool that compiles: a parent
+    that has initialized CUDA leaves the forked children unable to use it ("Could not find an
+    active GPU backend"). So the driver is chosen at first use, as Triton's lazy driver is."""
+    out = _python("""
+        from kiln.runtime import cuda_driver
+        asked = []
+        real = cuda_driver.is_available
+        cuda_driver.is_available = lambda: asked.append(1) or real()
+        import triton, triton.runtime, triton.language
+        from triton.compiler.compiler import ASTSource, CompiledKernel
+        print(len(asked))
+        triton.runtime.driver.active.get_current_target()
+        print(len(asked) > 0)
+    """, {hook.ENV: "1"})
+    assert out.stdout.split() == ["0", "True"], out.stderr

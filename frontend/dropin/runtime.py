@@ -29,12 +29,12 @@ def _base32(key: str) -> str:
     return base64.b32encode(bytes.fromhex(key)).decode().rstrip("=")
 
 
-def _choose_active() -> None:
+def _choose_active(drv) -> None:
     """As Triton's driver picks the first backend whose driver is active: the GPU if there is one,
     else the CPU backend (kiln's interpreter)."""
     from .backends import CPUDriver, CudaDriver
-    if driver.active is driver.default and not CudaDriver.is_active():
-        driver.set_active(CPUDriver())
+    if drv._active is drv.default and not CudaDriver.is_active():
+        drv.set_active(CPUDriver())
 
 
-_choose_active()
+driver.choose_on_first_use(_choose_active)

@@ -79,7 +79,25 @@ class _Driver:
     backend's driver this way in kiln's drop-in mode); `reset_active` goes back to it."""
 
     def __init__(self):
-        self.default = self.active = _ActiveDriver()
+        self.default = self._active = _ActiveDriver()
+        self._choose = None
+
+    @property
+    def active(self):
+        if self._choose is not None:  # decided at first use, as Triton's lazy driver
+            choose, self._choose = self._choose, None
+            choose(self)
+        return self._active
+
+    @active.setter
+    def active(self, value) -> None:
+        self._choose, self._active = None, value
+
+    def choose_on_first_use(self, choose) -> None:
+        """`choose(driver)` runs when `active` is first read, not now: asking whether a GPU
+        is there initializes CUDA, and a process that forks workers afterwards (Inductor's
+        compile pool) leaves them unable to use it."""
+        self._choose = choose
 
     def set_active(self, active) -> None:
         self.active = active
