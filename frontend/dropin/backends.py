@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import sys
 from dataclasses import dataclass, fields
 from pathlib import Path
 
@@ -140,6 +141,12 @@ class CudaDriver(_ActiveDriver):
 
     @staticmethod
     def is_active() -> bool:
+        """PyTorch's answer where it is loaded, as Triton's: it holds in the workers that
+        Inductor forks after CUDA came up in their parent, where a new cuInit fails (and
+        they only compile); else the driver's."""
+        torch = sys.modules.get("torch")
+        if torch is not None and hasattr(torch, "cuda"):
+            return bool(torch.cuda.is_available()) and getattr(torch.version, "hip", None) is None
         from kiln.runtime import cuda_driver
         return cuda_driver.is_available()
 
