@@ -449,9 +449,9 @@ def markdown(results: dict) -> str:
                 "|---|---:|---:|---:|---|---:|"]
         for caches in ("cold", "warm"):
             t, k = eight["runs"].get(f"triton_{caches}"), eight["runs"].get(f"kiln_{caches}")
-            tm, km = (t or {}).get("first_step_max_s"), (k or {}).get("first_step_max_s")
-            out.append(f"| {caches} | {_f(tm)} / {_f((t or {}).get('first_step_median_s'))} | {_f(km)} / "
-                       f"{_f((k or {}).get('first_step_median_s'))} | {_ratio(km, tm)} | {_compiles(k)} | "
+            tm, km = _all_done(t, "first_step_max_s"), _all_done(k, "first_step_max_s")
+            out.append(f"| {caches} | {_f(tm)} / {_f(_all_done(t, 'first_step_median_s'))}{_failed(t)} | {_f(km)} / "
+                       f"{_f(_all_done(k, 'first_step_median_s'))}{_failed(k)} | {_ratio(km, tm)} | {_compiles(k)} | "
                        f"{(t or {}).get('triton_kernels_in_cache', '')} |")
             for flavour, r in (("triton", t), ("kiln", k)):
                 failures += [(f"{n} processes {flavour}_{caches}", e) for e in (r or {}).get("errors", [])]
@@ -463,6 +463,17 @@ def markdown(results: dict) -> str:
         out += ["", f"**{name} failed**: {run.get('error')}", "", "```", (run.get("stderr_tail") or "").strip()[-1500:],
                 "```"]
     return "\n".join(out) + "\n"
+
+
+def _all_done(run, key):
+    """A figure of the processes' first steps, only where every process got there (the max of
+    the few that did says nothing about the node)."""
+    return (run or {}).get(key) if (run or {}).get("ok") else None
+
+
+def _failed(run) -> str:
+    bad = [e for e in (run or {}).get("each", []) if not e.get("ok")]
+    return f" ({len(bad)} of {len(run['each'])} failed)" if bad else ""
 
 
 def main():
