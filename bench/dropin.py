@@ -275,10 +275,12 @@ class Bench:
         return {"flavour": flavour, "model": model, "mode": mode, "device": self.device,
                 "size": SIZES[self.device][model], "barrier": barrier}
 
-    def one_process(self, model: str, mode: str) -> dict:
-        """Triton and kiln, cold then warm, each a fresh process; kiln's compiles from its daemon."""
+    def _cold_then_warm(self, label: str, launch) -> dict:
+        """Triton then kiln, cold then warm caches (each flavour its own fresh directories, kept
+        for the warm run), kiln through a node daemon of its own: `launch(flavour, env, dirs)`
+        runs one; each result gets kiln's daemon counts or Triton's cached kernels."""
         runs, daemon = {}, None
-        dirs = {f: fresh_dirs(self.root, f"{model}-{mode}-{f}") for f in ("triton", "kiln")}
+        dirs = {f: fresh_dirs(self.root, f"{label.replace(' ', '-')}-{f}") for f in ("triton", "kiln")}
         try:
             daemon = node_daemon(dirs["kiln"], self.args.daemon_workers, self.target)
         except Exception as e:  # noqa: BLE001
@@ -288,21 +290,28 @@ class Bench:
                 for flavour in ("triton", "kiln"):
                     key = f"{flavour}_{caches}"
                     if self.remaining() < MIN_JOB_S:
-                        self.skipped.append(f"{model} {mode} {key}")
+                        self.skipped.append(f"{label} {key}")
                         continue
                     before = daemon_counts(daemon) if flavour == "kiln" and daemon else None
                     env = flavour_env(flavour, dirs[flavour], daemon.env if daemon else None)
-                    run = Job(self.spec(flavour, model, mode), env, self.root).finish(self.timeout())
-                    run["checked"] = check_flavour(run, flavour)
+                    run = runs[key] = launch(flavour, env)
                     if flavour == "kiln" and daemon:
                         run["daemon"] = counts_between(before, daemon_counts(daemon))
                     if flavour == "triton":
                         run["triton_kernels_in_cache"] = triton_kernels(dirs["triton"]["triton"])
-                    runs[key] = run
-                    print(f"  {model} {mode} {key}: {brief(run)}", file=sys.stderr, flush=True)
+                    print(f"  {label} {key}: {brief(run)}", file=sys.stderr, flush=True)
         finally:
             if daemon:
                 daemon.__exit__(None, None, None)
+        return runs
+
+    def one_process(self, model: str, mode: str) -> dict:
+        """Triton and kiln, cold then warm, each a fresh process; kiln's compiles from its daemon."""
+        def launch(flavour, env):
+            run = Job(self.spec(flavour, model, mode), env, self.root).finish(self.timeout())
+            run["checked"] = check_flavour(run, flavour)
+            return run
+        runs = self._cold_then_warm(f"{model} {mode}", launch)
         for caches in ("cold", "warm"):
             t, k = runs.get(f"triton_{caches}"), runs.get(f"kiln_{caches}")
             if t and k and t["ok"] and k["ok"]:
@@ -311,33 +320,11 @@ class Bench:
 
     def eight_processes(self, model: str, mode: str, n: int) -> dict:
         """n processes at once on the one GPU, sharing the node's cache directories, cold then warm."""
-        runs, daemon = {}, None
-        dirs = {f: fresh_dirs(self.root, f"x{n}-{f}") for f in ("triton", "kiln")}
-        try:
-            daemon = node_daemon(dirs["kiln"], self.args.daemon_workers, self.target)
-        except Exception as e:  # noqa: BLE001
-            runs["daemon_error"] = f"{type(e).__name__}: {e}"
-        try:
-            for caches in ("cold", "warm"):
-                for flavour in ("triton", "kiln"):
-                    key = f"{flavour}_{caches}"
-                    if self.remaining() < MIN_JOB_S:
-                        self.skipped.append(f"{n} processes {key}")
-                        continue
-                    before = daemon_counts(daemon) if flavour == "kiln" and daemon else None
-                    env = flavour_env(flavour, dirs[flavour], daemon.env if daemon else None)
-                    env["TORCHINDUCTOR_COMPILE_THREADS"] = str(self.args.threads_per_process)
-                    runs[key] = together(n, lambda barrier: self.spec(flavour, model, mode, barrier), env,
-                                         self.root, self.timeout())
-                    if flavour == "kiln" and daemon:
-                        runs[key]["daemon"] = counts_between(before, daemon_counts(daemon))
-                    if flavour == "triton":
-                        runs[key]["triton_kernels_in_cache"] = triton_kernels(dirs["triton"]["triton"])
-                    print(f"  {n} processes {key}: {brief(runs[key])}", file=sys.stderr, flush=True)
-        finally:
-            if daemon:
-                daemon.__exit__(None, None, None)
-        return runs
+        def launch(flavour, env):
+            env["TORCHINDUCTOR_COMPILE_THREADS"] = str(self.args.threads_per_process)
+            return together(n, lambda barrier: self.spec(flavour, model, mode, barrier), env, self.root,
+                            self.timeout())
+        return self._cold_then_warm(f"{n} processes", launch)
 
 
 def together(n: int, make_spec, env: dict, root: str, timeout: float) -> dict:
