@@ -8,6 +8,7 @@ import time
 import numpy as np
 
 from . import config
+from .device_peaks import get_dram_gbps, get_max_simd_tflops, get_max_tensorcore_tflops  # noqa: F401 - Triton's API
 
 
 def _cuda_torch():

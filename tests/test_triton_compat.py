@@ -686,3 +686,29 @@ def test_tritons_deprecation_warning_points_at_the_kernel_line(monkeypatch):
     with pytest.warns(UserWarning, match="non-boolean condition") as record:
         _where_on_ints.warmup(np.zeros(16, np.float32), grid=(1,))
     assert (record[0].filename, record[0].lineno) == (__file__, line)
+
+
+def test_device_peaks_as_triton_testing_gives_them(monkeypatch):
+    """Inductor estimates run times from triton.testing's peak figures; kiln computes them from
+    the device's properties the same way (an H100-like device here, no GPU needed)."""
+    from kiln import device_peaks
+    props = {"multiprocessor_count": 132, "mem_clock_rate": 2_619_000, "mem_bus_width": 5120}
+    monkeypatch.setattr(device_peaks, "_properties", lambda device: (props, 9))
+    assert kiln.testing.get_dram_gbps() == pytest.approx(2_619_000 * 5120 * 2 / 8 / 1e6)
+    clock = 1_980_000  # kHz
+    assert kiln.testing.get_max_tensorcore_tflops(tl.float16, clock) == pytest.approx(132 * 4 * clock * 512 * 1e-9)
+    assert kiln.testing.get_max_tensorcore_tflops(tl.float8e4nv, clock) == pytest.approx(132 * 4 * clock * 1024 * 1e-9)
+    assert kiln.testing.get_max_simd_tflops(tl.float32, clock) == pytest.approx(132 * 4 * clock * 32 * 1e-9)
+    with pytest.raises(RuntimeError, match="not supported"):
+        kiln.testing.get_max_tensorcore_tflops(tl.float64, clock)
+    monkeypatch.setattr(device_peaks, "_properties", lambda device: (props, 7))
+    with pytest.raises(RuntimeError, match="fp16 only"):
+        kiln.testing.get_max_tensorcore_tflops(tl.bfloat16, clock)
+
+
+def test_device_peaks_take_pytorch_dtypes(monkeypatch):
+    torch = pytest.importorskip("torch")
+    from kiln import device_peaks
+    monkeypatch.setattr(device_peaks, "_properties", lambda device: ({"multiprocessor_count": 132}, 9))
+    assert kiln.testing.get_max_tensorcore_tflops(torch.bfloat16, 1_980_000) == pytest.approx(132 * 4 * 1.98e6 * 512e-9)
+    assert kiln.testing.get_max_tensorcore_tflops(torch.float32, 1_980_000) == pytest.approx(132 * 4 * 1.98e6 * 256e-9)
