@@ -21,6 +21,7 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import results_file  # noqa: E402
 from run import fastest, interleaved, load_kernels, triton_cdiv  # noqa: E402
 
 # forward: (BLOCK_M, BLOCK_N, num_stages, num_warps)
@@ -191,11 +192,7 @@ def main():
     print(text)
     if args.out:
         gpu = torch.cuda.get_device_name().replace(" ", "_")
-        stem = os.path.join(args.out, f"{datetime.date.today()}-{gpu}-attention")
-        with open(stem + ".json", "w") as f:
-            json.dump(rows, f, indent=1)
-        with open(stem + ".md", "w") as f:
-            f.write(text + "\n")
+        results_file.save(args.out, f"{datetime.date.today()}-{gpu}-attention", rows, text)
 
 
 if __name__ == "__main__":

@@ -38,6 +38,8 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)  # its sibling modules (service, results_file)
+import results_file  # noqa: E402
 STEPS = 20
 STEADY = slice(9, 20)  # steps 10-20 (1-based) for the step time
 MARK = "DROPIN-RESULT "
@@ -222,7 +224,6 @@ def fresh_dirs(root: str, name: str) -> dict:
 
 def node_daemon(dirs: dict, workers: int, target: str):
     """A kiln daemon of the benchmark's own on `dirs['kiln']`, its workers warm (bench/service.py's)."""
-    sys.path.insert(0, HERE)
     from service import Daemon
     daemon = Daemon(workers=workers)
     daemon.cache_dir = dirs["kiln"]
@@ -510,12 +511,8 @@ def main():
     results["torch"], gpu = first.get("torch"), first.get("gpu")
     results["machine"] = gpu or f"{socket.gethostname()} ({args.device}, {os.cpu_count()} cores)"
     slug = f"{date}-{(gpu or socket.gethostname()).replace(' ', '_')}-dropin"
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, slug + ".json"), "w") as f:
-        json.dump(results, f, indent=1)
     text = markdown(results)
-    with open(os.path.join(args.out, slug + ".md"), "w") as f:
-        f.write(text)
+    results_file.save(args.out, slug, results, text)
     print(text)
 
 

@@ -29,6 +29,8 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import results_file  # noqa: E402
 # issue 4's "done when": Triton's time over kiln's (at least), 8 processes over one (at most), 2 workers over 1
 GOALS = {"cold_vs_triton": 1, "warm_vs_triton": 8, "eight_vs_one": 1.5, "two_vs_one_worker": 1.7,
          "shared_vs_warm_cache": 2, "triton_cold_vs_shared": 5}  # issue 11's
@@ -422,12 +424,8 @@ def main():
 
     results["load_average_after"] = os.getloadavg()  # other work on the machine skews every figure
     slug = f"{date}-{(gpu or socket.gethostname()).replace(' ', '_')}-service"
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, slug + ".json"), "w") as f:
-        json.dump(results, f, indent=1)
     text = markdown(results)
-    with open(os.path.join(args.out, slug + ".md"), "w") as f:
-        f.write(text)
+    results_file.save(args.out, slug, results, text)
     print(text)
 
 

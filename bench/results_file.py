@@ -1,0 +1,17 @@
+"""Where and how a benchmark writes its figures: DIR/<stem>.json (the data) and
+DIR/<stem>.md (the table the README quotes)."""
+from __future__ import annotations
+
+import json
+import os
+
+
+def save(out_dir: str, stem: str, data, markdown: str) -> str:
+    """Write `data` and `markdown` beside each other; returns the path without suffix."""
+    os.makedirs(out_dir, exist_ok=True)
+    path = os.path.join(out_dir, stem)
+    with open(path + ".json", "w") as f:
+        json.dump(data, f, indent=1)
+    with open(path + ".md", "w") as f:
+        f.write(markdown if markdown.endswith("\n") else markdown + "\n")
+    return path
