@@ -13,6 +13,15 @@ directories (warm). kiln's runs compile through a node daemon of the benchmark's
 its workers warmed) before the job, as a node's daemon would be; its stats count kiln's compiles.
 Per run: the compile phase (the first step, from its start to its synchronized end), the step
 time after warm-up (median of steps 10-20), the losses, and whether kiln's equal Triton's.
+
+Losses alone cannot tell a numerical bug from rounding: AdamW's first step is nearly a sign step,
+so gradients that differ in their last bits can send two runs apart. So each job also checks its
+first step's gradients against float64: a copy of the model made before compiling, cast to
+float64, runs step 0's batch eagerly (after the timed steps, outside every timed region); the
+figure is the largest over parameters of ||g - g64|| / ||g64||, g being the compiled step 0's
+gradient (still in `p.grad` after that step: AdamW reads gradients and does not change them, and
+`zero_grad` runs at the start of the next step). The same figure for an eager float32 backward
+(`eager_grad_error`) gives the rounding level to hold both flavours against.
 Then 8 processes on the one GPU compile the same model at once, released together after their
 imports, sharing the node's cache directories as ranks do (cold, then warm): each one's time to
 its first finished step, kiln's compiles on the node against the kernels Triton compiled.
@@ -24,6 +33,7 @@ C++ backend) checks the benchmark itself, not speed. Writes DIR/<date>-<machine>
 from __future__ import annotations
 
 import argparse
+import copy
 import datetime
 import glob
 import json
@@ -129,6 +139,7 @@ def job(spec: dict) -> dict:
     torch.manual_seed(0)
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
     model, data = build(spec["model"], spec["size"], device)
+    reference = copy.deepcopy(model)  # for the gradient check, before any step changes the weights
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
     mode = MODES[spec["mode"]]
     compiled = torch.compile(model, mode=mode)
@@ -160,10 +171,37 @@ def job(spec: dict) -> dict:
         losses.append(float(loss))
         if len(times) == 1:
             first_step_end = time.time()
-    return {"triton_module": getattr(triton, "__name__", None), "triton_version": getattr(triton, "__version__", None),
+            first_grads = [p.grad.detach().clone() for p in model.parameters()]
+    grads = grad_errors(reference, data[0], first_grads)
+    return {**grads, "triton_module": getattr(triton, "__name__", None), "triton_version": getattr(triton, "__version__", None),
             "ready_s": ready_s, "first_step_s": times[0], "first_step_end": first_step_end,
             "step_s": statistics.median(times[STEADY]), "step_times_s": times, "losses": losses,
             "gpu": torch.cuda.get_device_name() if device == "cuda" else None, "torch": torch.__version__}
+
+
+def grad_errors(reference, batch, grads: list) -> dict:
+    """How far the compiled first step's gradients `grads` are from float64's, as the largest over
+    parameters of ||g - g64|| / ||g64||; and the same for an eager float32 backward (the rounding
+    level). `reference` is the model as it was before the first step."""
+    import torch
+    import torch.nn.functional as F
+
+    def eager_grads(model, dtype):
+        model = copy.deepcopy(model).to(dtype)
+        model.zero_grad(set_to_none=True)
+        x, target = (t.to(dtype) for t in batch)
+        loss = F.mse_loss(model(x), target)
+        loss.backward()
+        return float(loss), [p.grad.detach().double() for p in model.parameters()]
+
+    def worst(got: list, exact: list):
+        errors = [float((g.double() - e).norm() / e.norm()) if e.norm() > 0 else float((g.double() - e).norm())
+                  for g, e in zip(got, exact)]
+        return max(errors, default=0.0)
+
+    loss64, exact = eager_grads(reference, torch.float64)
+    _, eager32 = eager_grads(reference, torch.float32)
+    return {"grad_error": worst(grads, exact), "eager_grad_error": worst(eager32, exact), "loss0_fp64": loss64}
 
 
 # --- processes ----------------------------------------------------------------------------------
@@ -407,11 +445,13 @@ def markdown(results: dict) -> str:
            f"bench/dropin.py; fp32, {STEPS} steps of forward, backward and AdamW (model and optimizer step "
            f"compiled); a fresh process per run; first step = compile phase; step = median of steps 10-20; "
            f"losses equal within rtol {results['rtol']:g}, atol {results['atol']:g}; kiln through a warm node "
-           f"daemon ({results['daemon_workers']} workers). torch {results.get('torch', '?')}.", "",
+           f"daemon ({results['daemon_workers']} workers); grad error: the largest over parameters of "
+           f"||g - g64|| / ||g64||, g the compiled first step's gradient, g64 float64's in eager mode (in "
+           f"brackets: eager float32's, the rounding level). torch {results.get('torch', '?')}.", "",
            f"| model | mode | caches | {base} first step (s) | kiln first step (s) | kiln / {base} | "
-           f"{base} step (ms) | kiln step (ms) | kiln / {base} | losses equal (max rel gap) | kiln compiles "
-           f"(daemon) | {base} kernels |",
-           "|---|---|---|---:|---:|---:|---:|---:|---:|---|---|---:|"]
+           f"{base} step (ms) | kiln step (ms) | kiln / {base} | losses equal (max rel gap) | first-step grad "
+           f"error vs fp64, {base} / kiln (eager fp32) | kiln compiles (daemon) | {base} kernels |",
+           "|---|---|---|---:|---:|---:|---:|---:|---:|---|---|---|---:|"]
     failures = []
     for name, runs in results["one_process"].items():
         model, mode = name.split("/")
@@ -423,7 +463,7 @@ def markdown(results: dict) -> str:
             t_step, k_step = _get(t, "step_s"), _get(k, "step_s")
             out.append(f"| {model} | {mode} | {caches} | {_f(t_first)} | {_f(k_first)} | {_ratio(k_first, t_first)} | "
                        f"{_f(t_step, scale=1e3)} | {_f(k_step, scale=1e3)} | {_ratio(k_step, t_step)} | {eq_text} | "
-                       f"{_compiles(k)} | {(t or {}).get('triton_kernels_in_cache', '')} |")
+                       f"{_grad_errors(t, k)} | {_compiles(k)} | {(t or {}).get('triton_kernels_in_cache', '')} |")
             failures += [(f"{name} {f}_{caches}", r) for f, r in (("triton", t), ("kiln", k)) if r and not r["ok"]]
         if "daemon_error" in runs:
             failures.append((f"{name} daemon", {"error": runs["daemon_error"]}))
@@ -451,6 +491,15 @@ def markdown(results: dict) -> str:
         out += ["", f"**{name} failed**: {run.get('error')}", "", "```", (run.get("stderr_tail") or "").strip()[-1500:],
                 "```"]
     return "\n".join(out) + "\n"
+
+
+def _grad_errors(triton, kiln) -> str:
+    """`Triton's / kiln's (eager fp32's)` first-step gradient errors against float64."""
+    t, k = _get(triton, "grad_error"), _get(kiln, "grad_error")
+    eager = _get(triton, "eager_grad_error") or _get(kiln, "eager_grad_error")
+    if t is None and k is None:
+        return ""
+    return f"{_f(t, '.1e')} / {_f(k, '.1e')}" + (f" ({eager:.1e})" if eager is not None else "")
 
 
 def _all_done(run, key):

@@ -44,6 +44,29 @@ def test_report_lists_failures_and_skips():
                    **good, "first_step_s": 1.0, "daemon": {"compiles": 9, "requests": 10, "merged": 0}},
                    "losses_equal_cold": {"equal": True, "max_rel": 0.0}, "triton_warm": good, "kiln_warm": failed}}}
     text = dropin.markdown(results)
-    assert "| mlp | default | cold | 2.00 | 1.00 | 0.50 | 4.00 | 4.00 | 1.00 | yes (0.0e+00) | 9 (10 requests" in text
+    assert "| mlp | default | cold | 2.00 | 1.00 | 0.50 | 4.00 | 4.00 | 1.00 | yes (0.0e+00) |  | 9 (10 requests" in text
     assert "**mlp/default kiln_warm failed**: exit status 1" in text and "RuntimeError: boom" in text
     assert "Skipped (past the time budget): gpt default kiln_warm." in text
+
+
+def test_report_shows_first_step_grad_errors():
+    triton = {"ok": True, "first_step_s": 2.0, "step_s": 0.004, "losses": [1.0], "grad_error": 3e-7,
+              "eager_grad_error": 2e-7}
+    kiln = {**triton, "grad_error": 4e-7}
+    results = {"device": "cuda", "machine": "GPU", "date": "2026-11-24", "rtol": 1e-4, "atol": 1e-6,
+               "daemon_workers": 8, "skipped": [], "one_process": {"mlp/default": {"triton_cold": triton,
+                                                                                    "kiln_cold": kiln}}}
+    assert "| 3.0e-07 / 4.0e-07 (2.0e-07) |" in dropin.markdown(results)
+
+
+def test_grad_errors_against_float64():
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 8))
+    batch = (torch.randn(4, 8), torch.randn(4, 8))
+    torch.nn.functional.mse_loss(model(batch[0]), batch[1]).backward()
+    grads = [p.grad.clone() for p in model.parameters()]
+    exact = dropin.grad_errors(model, batch, grads)
+    assert exact["grad_error"] < 1e-5 and exact["eager_grad_error"] == exact["grad_error"]
+    grads[1] = grads[1] * 1.01  # one parameter's gradient 1% off: that is the figure
+    assert dropin.grad_errors(model, batch, grads)["grad_error"] == pytest.approx(0.01, rel=1e-3)
