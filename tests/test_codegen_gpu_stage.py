@@ -288,3 +288,40 @@ def test_fp32_dots_run_on_wgmma_as_tf32_when_asked_and_k_major(b_k_major, precis
     if wgmma:
         assert re.search(r"m64n128k8\.f32\.tf32\.tf32 \{[^}]*\}, %rd\d+, %rd\d+, p, 1, 1;", ptx)
         assert "cp.async.cg.shared.global" in ptx and "ld.local" not in ptx
+
+
+def test_wgmma_descriptors_are_32_bit_words_plus_constant_k_steps():
+    """A descriptor is the tile's address >> 4 with constant fields: per k-step only a
+    constant is added to the low word (no 64-bit mask and shift per instruction)."""
+    k = compile_ir(parse_function(MATMUL), "sm_90a", {"num_warps": 4, "num_stages": 3})
+    loop = k.ptx[k.ptx.index("wgmma.fence.sync.aligned"):k.ptx.index("wgmma.commit_group")]
+    assert "shr.u64" not in loop and "and.b64" not in loop
+    assert loop.count("cvt.u64.u32") == 4  # A and B of each of the two k16 steps
+
+
+def test_async_copies_of_one_thread_share_one_swizzled_base():
+    """Copies whole 8-row swizzle periods apart repeat the XOR pattern: one base per tile
+    plus immediates (each copy computing its own swizzled offset cost ~2 instructions)."""
+    from kiln.codegen.lower.wgmma import constant_step
+    tile = shared_type(float16, (128, 64), 128, (1, 0))
+    assert constant_step(tile, (0, 0), (32, 0)) == 32 * 128  # 4 swizzle periods down
+    assert constant_step(tile, (0, 0), (4, 0)) is None  # half a period: XOR differs
+    assert constant_step(tile, (0, 0), (0, 8)) is None  # within a row: XOR differs
+    k = compile_ir(parse_function(MATMUL), "sm_90a", {"num_warps": 4, "num_stages": 3})
+    copies = re.findall(r"cp\.async\.cg\.shared\.global \[(%r\d+)(?:\+\d+)?\]", k.ptx)
+    assert len(copies) > len(set(copies)) * 2
+
+
+def test_layout_conversions_pad_rows_that_would_conflict_in_shared_memory():
+    """The wgmma accumulator writes 8 rows at once: with 512-byte rows they all start in
+    bank 0 (8-way conflicts); 16 bytes of padding per row makes the writes conflict-free
+    and keeps the reads 16-byte vectors."""
+    from kiln.codegen.layout import blocked_for
+    from kiln.codegen.lower.shared import row_pad, wavefronts
+    shape = (128, 256)
+    acc, coalesced = wgmma_layout(shape, 8), blocked_for(shape, (1, 0), 8, 8)
+    assert row_pad(acc, coalesced, shape, 2, 8) == 8
+    assert wavefronts(acc, coalesced, shape, 2, 8, 8) < wavefronts(acc, coalesced, shape, 2, 0, 8) // 2
+    assert row_pad(acc, coalesced, (128, 48), 2, 8) == 0  # 96-byte rows: banks already rotate
+    row_copy = blocked_for(shape, (1, 0), 4, 8)  # already conflict-free both ways: no padding
+    assert row_pad(row_copy, coalesced, shape, 2, 8) == 0

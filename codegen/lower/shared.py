@@ -7,9 +7,15 @@ an exchange with a different index map.
 """
 from __future__ import annotations
 
+import functools
+
 from kiln.ir.types import scalar_of
 
+from .. import layout as lay
 from .types import reg_type
+
+BANKS, BANK_BYTES = 32, 4
+ROW_PAD_BYTES = 16  # keeps every row 16-byte aligned, so vector accesses stay vectors
 
 
 def store_elements(lw, base, elem_ty, regs, flats, byte_offset=0):
@@ -47,7 +53,50 @@ def flats_of(lw, layout, shape, index_map=None):
 
 
 def convert(lw, regs, src, dst, t):
-    shape = t.shape
+    shape = tuple(t.shape)
     elem_ty = reg_type(scalar_of(t))
-    (out,) = exchange(lw, elem_ty, t.numel, [(regs, flats_of(lw, src, shape))], [flats_of(lw, dst, shape)])
+    pad = row_pad(src, dst, shape, elem_bytes(elem_ty), lw.num_warps)
+    stored = shape[:-1] + (shape[-1] + pad,)  # rows `pad` elements apart beyond their length
+
+    def padded(idx):
+        return idx, stored
+    total = 1
+    for n in stored:
+        total *= n
+    (out,) = exchange(lw, elem_ty, total, [(regs, flats_of(lw, src, shape, padded))],
+                      [flats_of(lw, dst, shape, padded)])
     return out
+
+
+@functools.lru_cache(maxsize=1024)
+def row_pad(src, dst, shape, es: int, num_warps: int) -> int:
+    """Elements of padding after each row of a conversion's scratch tile: 16 bytes where
+    that makes fewer shared-memory wavefronts than none (rows whose length is a multiple
+    of the 128-byte bank period all start in bank 0, so an accumulator layout, writing 8
+    rows at once, conflicts 8 ways), else 0."""
+    if len(shape) < 2 or (shape[-1] * es) % (BANKS * BANK_BYTES) or ROW_PAD_BYTES % es:
+        return 0
+    pad = ROW_PAD_BYTES // es
+    if wavefronts(src, dst, shape, es, pad, num_warps) < wavefronts(src, dst, shape, es, 0, num_warps):
+        return pad
+    return 0
+
+
+def wavefronts(src, dst, shape, es: int, pad: int, num_warps: int) -> int:
+    """Shared-memory wavefronts of warp 0 writing `src` and reading `dst` with rows padded by
+    `pad` elements: per register, the most distinct 4-byte words any one bank serves."""
+    row = shape[-1] + pad
+    total = 0
+    for layout in (src, dst):
+        per_thread = lay.thread_elements(layout, shape, num_warps)[:32]
+        for r in range(len(per_thread[0])):
+            words = {}
+            for regs in per_thread:
+                idx = regs[r]
+                flat = 0
+                for d in range(len(shape) - 1):
+                    flat = flat * shape[d] + idx[d]
+                word = (flat * row + idx[-1]) * es // BANK_BYTES
+                words.setdefault(word % BANKS, set()).add(word)
+            total += max(len(w) for w in words.values())
+    return total

@@ -62,6 +62,22 @@ def tile_offset(lw, t, idx, b=None):
     return off
 
 
+def constant_step(t, frm, to):
+    """Bytes from logical index `frm` to `to` of tile type `t` where that is the same for
+    every thread: whole rows of chunks apart, by a multiple of the swizzle's 8-row period
+    (whose XOR pattern then repeats). Else None. Copies then address one base plus
+    immediates instead of each computing its swizzled offset."""
+    inner, outer = t.order
+    W, C, O = tile_geometry(t)
+    d_inner, d_outer = to[inner] - frm[inner], to[outer] - frm[outer]
+    if d_inner % C:
+        return None
+    step = d_inner // C * O * W + d_outer * W
+    if t.swizzle and step % (8 * t.swizzle):
+        return None
+    return step
+
+
 def _local_alloc(lw, op):
     offset = op.attrs.get("offset")
     if offset is None:
@@ -109,10 +125,17 @@ def _async_copy(lw, op):
     masks = lw.regs(mask, layout) if mask is not None else None
     offsets, indices = layout.offsets(shape), lw.indices(layout, shape)
     base = lw.scalar(tile)
+    first = None  # (logical offset, byte offset) of the thread's first copy
     for i, off in enumerate(offsets):
         if off[inner] % vec:
             continue  # inside a run that an earlier register starts
-        dst = lw.b.gep(base, [tile_offset(lw, t, indices[i])], source_etype=I8)
+        step = None if first is None else constant_step(t, first[0], off)
+        if step is None:
+            where = tile_offset(lw, t, indices[i])
+            first = first or (off, where)
+        else:
+            where = lw.b.add(first[1], lw.i32(step))
+        dst = lw.b.gep(base, [where], source_etype=I8)
         size = lw.i32(nbytes) if masks is None else lw.b.select(masks[i], lw.i32(nbytes), lw.i32(0))
         lw.b.call(copy, [dst, ptrs[i], size])
 
@@ -160,33 +183,36 @@ def _fence_async_shared(lw, op):
     _asm(lw, "fence.proxy.async.shared::cta;")
 
 
-def _descriptor(lw, tile, offset, k_major):
-    """wgmma's 64-bit matrix descriptor of the sub-tile at byte `offset` (i32) of `tile`:
-    start address, leading and stride byte offsets, swizzle mode (PTX ISA, "matrix
-    descriptor"). K-major: rows of W bytes, 8-row groups SBO = 8W apart, LBO unused.
-    M/N-major: the next W-byte chunk along M/N is LBO = (k rows) * W away, the next 8
-    k-rows SBO = 8W."""
+def _descriptor(lw, tile, offset, const, k_major):
+    """wgmma's 64-bit matrix descriptor of the sub-tile at byte `offset` (i32) + `const`
+    (int) of `tile`: start address, leading and stride byte offsets, swizzle mode (PTX
+    ISA, "matrix descriptor"). K-major: rows of W bytes, 8-row groups SBO = 8W apart, LBO
+    unused. M/N-major: the next W-byte chunk along M/N is LBO = (k rows) * W away, the
+    next 8 k-rows SBO = 8W. Built in 32 bits: shared addresses are 16-byte aligned and
+    below 2^18, so the start field is the address >> 4 and a k-step adds a constant to
+    the low word (no 64-bit shift or mask per instruction)."""
     b = lw.b
     t = tile.type
     W, _, O = tile_geometry(t)
     lbo = 16 if k_major else O * W
-    addr = b.add(b.ptrtoint(lw.scalar(tile), I64), b.zext(offset, I64))
-    fields = ((lbo >> 4) << 16) | ((8 * W >> 4) << 32) | (_SWIZZLE_MODE[t.swizzle] << 62)
-    start = b.lshr(b.and_(addr, ir.Constant(I64, 0x3FFFF)), ir.Constant(I64, 4))
-    return b.or_(start, ir.Constant(I64, fields))
+    start = b.lshr(b.add(b.ptrtoint(lw.scalar(tile), I32), offset), lw.i32(4))
+    low = b.add(start, lw.i32((const >> 4) + ((lbo >> 4) << 16)))
+    high = (8 * W >> 4) | (_SWIZZLE_MODE[t.swizzle] << 30)
+    return b.or_(b.zext(low, I64), ir.Constant(I64, high << 32))
 
 
 def _operand_offset(lw, tile, rows_dim, row0, k0):
     """Byte offset of the sub-tile whose `rows_dim` index starts at `row0` (i32) and
-    whose k starts at `k0` (int), in a tile laid out as its type says."""
+    whose k starts at `k0` (int), in a tile laid out as its type says: (the part that
+    depends on row0, an i32; the constant part, an int)."""
     t = tile.type
     es = t.element_ty.itemsize
     W, C, O = tile_geometry(t)
     b = lw.b
     if t.order[0] != rows_dim:  # K-major: k is the inner dim
-        return b.add(b.mul(row0, lw.i32(W)), lw.i32(k0 // C * O * W + k0 % C * es))
+        return b.mul(row0, lw.i32(W)), k0 // C * O * W + k0 % C * es
     chunk = b.mul(b.udiv(row0, lw.i32(C)), lw.i32(O * W))
-    return b.add(b.add(chunk, b.mul(b.urem(row0, lw.i32(C)), lw.i32(es))), lw.i32(k0 * W))
+    return b.add(chunk, b.mul(b.urem(row0, lw.i32(C)), lw.i32(es))), k0 * W
 
 
 def _a_fragments(lw, a, layout, K):
@@ -253,10 +279,10 @@ def _warp_group_dot(lw, op):
                 a_args = fragments[mi][k0 // k_step]
             else:
                 row0 = b.add(row_base, lw.i32(mi * 16 * Wm))
-                a_args = [_descriptor(lw, a, _operand_offset(lw, a, 0, row0, k0), a_k_major)]
+                a_args = [_descriptor(lw, a, *_operand_offset(lw, a, 0, row0, k0), a_k_major)]
             for ni in range(n_n):
                 col0 = b.add(col_base, lw.i32(ni * instr_n * Wn))
-                b_desc = _descriptor(lw, b_op, _operand_offset(lw, b_op, 1, col0, k0), b_k_major)
+                b_desc = _descriptor(lw, b_op, *_operand_offset(lw, b_op, 1, col0, k0), b_k_major)
                 first = (mi * n_n + ni) * per
                 scale_d = lw.i32(0 if fresh and k0 == 0 else 1)
                 got = _asm(lw, text, ret, a_args + [b_desc, scale_d] + values[first:first + per], constraints)
