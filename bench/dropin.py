@@ -192,7 +192,7 @@ def grad_errors(reference, batch, grads: list) -> dict:
         x, target = (t.to(dtype) for t in batch)
         loss = F.mse_loss(model(x), target)
         loss.backward()
-        return float(loss), [p.grad.detach().double() for p in model.parameters()]
+        return float(loss.detach()), [p.grad.detach().double() for p in model.parameters()]
 
     def worst(got: list, exact: list):
         errors = [float((g.double() - e).norm() / e.norm()) if e.norm() > 0 else float((g.double() - e).norm())

@@ -28,6 +28,7 @@ from . import env, paths
 _BLOB = "blob/"
 _ACTION = "action/"
 _COUNTS = "counts/"
+_RECORD = "record/"  # small JSON records keyed by a hash of their inputs (kiln.dropin.warm's source keys)
 _DIGEST = re.compile(r"[0-9a-f]{64}\Z")
 # the only files diskcache names: two levels of two hex digits, then 28 more and `.val`
 _VALUE_FILE = re.compile(r"[0-9a-f]{2}/[0-9a-f]{2}/[0-9a-f]{28}\.val\Z")
@@ -240,6 +241,29 @@ class Cache:
 
     def __contains__(self, key: str) -> bool:
         return _ACTION + key in self._dc
+
+    # --- records: small JSON values bound to their keys -------------------------------------
+    def put_record(self, key: str, record: dict) -> None:
+        """Store `record` (JSON-able) under `key` (a hex SHA-256), with the key and its digest."""
+        if not _DIGEST.match(key):
+            raise ValueError(f"a record's key is a hex SHA-256, not {key!r}")
+        body = _canonical(record)
+        self._dc.set(_RECORD + key, _canonical({"key": key, "record": record, "digest": digest(body.encode())}))
+
+    def get_record(self, key: str) -> dict | None:
+        """The record stored under `key`, or None if absent or not bound to `key` (then deleted)."""
+        raw = self._dc.get(_RECORD + key)
+        if raw is None:
+            return None
+        try:
+            entry = json.loads(raw)
+            if (type(entry) is dict and entry.get("key") == key and type(entry.get("record")) is dict
+                    and entry.get("digest") == digest(_canonical(entry["record"]).encode())):
+                return entry["record"]
+        except (ValueError, TypeError):
+            pass
+        self._dc.delete(_RECORD + key)
+        return None
 
     # --- counters: what this node's processes saw of the shared tier -----------------------
     def add_counts(self, name: str, counts: dict[str, int]) -> None:

@@ -20,7 +20,6 @@ from kiln.cache import Cache
 from kiln.cache.metadata import MetadataError, checked, expected
 from kiln.ir import print_function
 from kiln.ir.core import Function
-from kiln.proto import compile_key
 
 from . import launch
 
@@ -105,15 +104,33 @@ def _user_frame() -> int:
 _state = _State()
 
 
+def node_cache() -> Cache:
+    """This process's handle on the node cache."""
+    return _state.node_cache()
+
+
+def warn_once(what: str, message: str) -> None:
+    """A RuntimeWarning, once per process for each `what`."""
+    _state.warn_once(what, message)
+
+
+def cached_binary(key: str, name: str, target: str, options: dict) -> Binary | None:
+    """The binary stored under compile key `key` (kernel `name` for `target` with `options`) in
+    the node cache or the shared tier, checked as `cached_compile` checks it; None otherwise
+    (the daemon and a local compile need the IR: `cached_compile`)."""
+    return _from_cache(name, target, options, key) or _from_shared(name, target, options, key)
+
+
 def cached_compile(fn: Function, target: str, options: dict, compile_fn=None) -> Binary:
     """The compiled `fn`, from the first tier that has or can make it.
 
     `compile_fn` is the in-process compiler (default `kiln.codegen.compile`)."""
+    from kiln.proto import compile_key  # protobuf: imported when a key is made, not on a warm hit (cached_binary)
     key = compile_key(fn, target, options)
     _record(fn, target, options)
-    binary = _from_cache(fn, target, options, key)
+    binary = _from_cache(fn.name, target, options, key)
     if binary is None:
-        binary = _from_shared(fn, target, options, key)
+        binary = _from_shared(fn.name, target, options, key)
     if binary is None:
         binary = _from_daemon(fn, target, options, key)
     if binary is None:
@@ -133,7 +150,7 @@ def _record(fn: Function, target: str, options: dict) -> None:
         _state.warn_once("manifest", f"kiln: cannot record to the manifest {manifest} ({e})")
 
 
-def _from_cache(fn: Function, target: str, options: dict, key: str) -> Binary | None:
+def _from_cache(name: str, target: str, options: dict, key: str) -> Binary | None:
     try:
         hit = _state.node_cache().get_result(key, ("cubin",) + _TEXT)
     except Exception as e:  # noqa: BLE001 - a broken cache is skipped, not fatal
@@ -143,32 +160,32 @@ def _from_cache(fn: Function, target: str, options: dict, key: str) -> Binary | 
         return None
     artifacts, metadata = hit
     try:
-        checked(metadata, **expected(fn.name, target, options))
+        checked(metadata, **expected(name, target, options))
         kir, llir, ptx = (artifacts[n].decode() for n in ("kir", "llir", "ptx"))
     except (MetadataError, UnicodeDecodeError) as e:  # the compile that follows rewrites the entry
-        _state.warn_once(f"entry:{key}", f"kiln: ignored the node cache's entry for {fn.name} ({e})")
+        _state.warn_once(f"entry:{key}", f"kiln: ignored the node cache's entry for {name} ({e})")
         return None
-    return Binary(fn.name, target, kir, llir, ptx, artifacts["cubin"], metadata, key, "cache")
+    return Binary(name, target, kir, llir, ptx, artifacts["cubin"], metadata, key, "cache")
 
 
-def _from_shared(fn: Function, target: str, options: dict, key: str) -> Binary | None:
+def _from_shared(name: str, target: str, options: dict, key: str) -> Binary | None:
     tier = _state.shared_tier()
     found = tier.get(key) if tier is not None else None
     if found is None:
         return None
     artifacts, metadata, created = found
     try:
-        checked(metadata, **expected(fn.name, target, options))
+        checked(metadata, **expected(name, target, options))
         kir, llir, ptx = (artifacts[n].decode() for n in ("kir", "llir", "ptx"))
         cubin = artifacts["cubin"]
     except (MetadataError, UnicodeDecodeError, KeyError) as e:  # the compile that follows rewrites the entry
-        _state.warn_once(f"shared:{key}", f"kiln: ignored the shared cache's entry for {fn.name} ({e})")
+        _state.warn_once(f"shared:{key}", f"kiln: ignored the shared cache's entry for {name} ({e})")
         return None
     try:
         _state.node_cache().put_result(key, artifacts, metadata, created)
     except Exception as e:  # noqa: BLE001
         _state.warn_once("cache-write", f"kiln: the node cache cannot be written ({e})")
-    return Binary(fn.name, target, kir, llir, ptx, cubin, metadata, key, "shared")
+    return Binary(name, target, kir, llir, ptx, cubin, metadata, key, "shared")
 
 
 def _from_daemon(fn, target, options, key) -> Binary | None:

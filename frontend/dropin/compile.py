@@ -18,6 +18,7 @@ from collections import namedtuple
 from kiln.errors import CompilationError, KilnError, OutOfResources  # noqa: F401  (triton.compiler.errors)
 from kiln.runtime import GPUTarget
 
+from . import warm
 from .backends import PTXASError, make_backend, triton_key  # noqa: F401  (triton.compiler.compiler has them)
 
 _HINT_ATTRS = {"tt.divisibility": 16}
@@ -85,9 +86,11 @@ KernelMetadata = namedtuple("KernelMetadata", (
 
 def compile(src, target=None, options=None, _env_vars=None):
     """Triton's `triton.compile`: a CompiledKernel of `src` (an ASTSource) for `target` (a
-    GPUTarget; default: the active driver's). `options`: num_warps, num_stages, debug, ..."""
-    from kiln import signatures
-    from kiln.compiler import compile_kernel
+    GPUTarget; default: the active driver's). `options`: num_warps, num_stages, debug, ...
+
+    A kernel compiled before is found from its source key without building its IR again
+    (kiln.dropin.warm); otherwise the IR is built and the binary comes through kiln's tiers."""
+    from kiln import config
     from kiln.runtime import driver
 
     if not isinstance(src, ASTSource):
@@ -96,25 +99,70 @@ def compile(src, target=None, options=None, _env_vars=None):
     target = driver.active.get_current_target() if target is None else target
     backend = make_backend(target)
     options = backend.parse_options(dict(options or {}))
+    key = _source_key(src, target, options, config.debug())
+    record = warm.load(key) if key is not None else None
+    found = _from_record(src, target, backend, options, record) if record is not None else None
+    if found is not None:
+        return found
+    kernel, runtime, binary, binary_key = _build(src, backend, options)
+    if key is not None:
+        warm.store(key, {"name": src.name, "kir": kernel.asm["kir"], "runtime": runtime,
+                         "num_warps": kernel.metadata["num_warps"], "num_stages": kernel.metadata["num_stages"],
+                         "debug": kernel.debug, "compile_key": binary_key, "binary_target": backend.binary_target,
+                         "binary_options": kernel.binary_inputs()[1] if binary is not None else {}})
+    return _compiled(src, target, options, kernel.asm["kir"], binary, runtime, kernel.debug,
+                     kernel.metadata["num_warps"], kernel.metadata["num_stages"], kernel)
+
+
+def _source_key(src, target, options, debug) -> str | None:
+    from kiln.cache import env
+    if env.manifest_path() is not None:
+        return None  # KILN_MANIFEST records each kernel's IR: build it
+    return warm.source_key(src, target, options, debug)
+
+
+def _build(src, backend, options):
+    """The full path: the block IR from the AST, the binary through the tiers."""
+    from kiln import signatures
+    from kiln.compiler import compile_kernel
+
     values = src.declared_values(vars(options))
     try:
         params, launch_options = signatures.Declared(src.fn, values).params_and_options()
     except signatures.SignatureError as e:
         raise ValueError(f"{src.name}: {e}") from None
     kernel = compile_kernel(src.fn, params, {**launch_options, "debug": options.debug})
-    ir_text = kernel.asm["kir"]
+    binary = kernel.build(backend.binary_target) if backend.binary_target is not None else None
+    runtime = [i for i, name in enumerate(src.fn.arg_names) if name in params and not _is_constant(params[name])]
+    return kernel, runtime, binary, binary.key if binary is not None else None
+
+
+def _from_record(src, target, backend, options, record):
+    """The CompiledKernel a record describes, with its binary from the node cache or the shared
+    tier; None (the full path) when the record is not this compile's or its binary is gone."""
+    if record["name"] != src.name or record["binary_target"] != backend.binary_target:
+        return None
     binary = None
     if backend.binary_target is not None:
-        binary = kernel.build(backend.binary_target)
+        from kiln.daemon.tiers import cached_binary
+        if record["compile_key"] is None:
+            return None
+        binary = cached_binary(record["compile_key"], src.name, backend.binary_target, record["binary_options"])
+        if binary is None:
+            return None
+    return _compiled(src, target, options, record["kir"], binary, record["runtime"], record["debug"],
+                     record["num_warps"], record["num_stages"], None)
+
+
+def _compiled(src, target, options, ir_text, binary, runtime, debug, num_warps, num_stages, kernel):
     metadata = KernelMetadata(
-        name=src.name, hash=src.hash(), target=target, num_warps=kernel.metadata["num_warps"],
-        num_stages=kernel.metadata["num_stages"], num_ctas=1, cluster_dims=(1, 1, 1), maxnreg=options.maxnreg,
+        name=src.name, hash=src.hash(), target=target, num_warps=num_warps, num_stages=num_stages, num_ctas=1,
+        cluster_dims=(1, 1, 1), maxnreg=options.maxnreg,
         shared=binary.metadata.get("shared", 0) if binary is not None else 0, debug=options.debug,
         enable_fp_fusion=options.enable_fp_fusion, launch_cooperative_grid=options.launch_cooperative_grid,
         launch_pdl=options.launch_pdl, global_scratch_size=0, global_scratch_align=1, profile_scratch_size=0,
         profile_scratch_align=1, tmem_size=0)
-    runtime = [i for i, name in enumerate(src.fn.arg_names) if name in params and not _is_constant(params[name])]
-    return CompiledKernel(src, metadata, ir_text, binary, runtime, kernel.debug)
+    return CompiledKernel(src, metadata, ir_text, binary, runtime, debug, kernel)
 
 
 def _is_constant(param) -> bool:
@@ -131,8 +179,9 @@ class CompiledKernel:
     launch_enter_hook = None
     launch_exit_hook = None
 
-    def __init__(self, src, metadata, ir_text, binary, runtime_positions, debug):
+    def __init__(self, src, metadata, ir_text, binary, runtime_positions, debug, kernel=None):
         self.src = src
+        self._kernel = kernel  # kiln's own compiled kernel, when built in this process (not pickled)
         self.metadata = self.packed_metadata = metadata
         self.name = metadata.name
         self.hash = metadata.hash
@@ -155,10 +204,12 @@ class CompiledKernel:
         """Make `run` (and, for a GPU, load the binary): after a compile, and again after unpickling."""
         if self.run is not None:
             return
-        from kiln.compiler import CompiledKernel as KilnKernel
-        from kiln.ir import parse_function
-        kernel = KilnKernel(self.name, parse_function(self.asm["kir"]), {"num_warps": self.metadata.num_warps,
-                            "num_stages": self.metadata.num_stages}, self.debug)
+        kernel = self._kernel
+        if kernel is None:  # unpickled, or found from its source key: the IR from its text
+            from kiln.compiler import CompiledKernel as KilnKernel
+            from kiln.ir import parse_function
+            kernel = KilnKernel(self.name, parse_function(self.asm["kir"]), {
+                "num_warps": self.metadata.num_warps, "num_stages": self.metadata.num_stages}, self.debug)
         backend = make_backend(self.metadata.target)
         self.run = backend.launcher(kernel, self.binary, self.runtime_positions)
         self.module = kernel
@@ -187,7 +238,7 @@ class CompiledKernel:
 
     def __getstate__(self):
         state = dict(self.__dict__)
-        state.update(module=None, function=None, run=None)
+        state.update(module=None, function=None, run=None, _kernel=None)
         return state
 
     def __repr__(self):
