@@ -174,7 +174,11 @@ class tensor:
     __or__, __ror__ = _binary("or_"), _binary("or_", True)
     __xor__, __rxor__ = _binary("xor_"), _binary("xor_", True)
     __lshift__, __rlshift__ = _binary("shl"), _binary("shl", True)
-    __rshift__, __rrshift__ = _binary("shr"), _binary("shr", True)
+    __rshift__ = _binary("shr")
+
+    def __rrshift__(self, other):  # the shift is arithmetic when this tensor (the right operand) is signed
+        return _semantic().shr(other, self, signed=self.dtype.is_int_signed())
+
     __lt__, __le__ = _binary("less"), _binary("less_equal")
     __gt__, __ge__ = _binary("greater"), _binary("greater_equal")
     __eq__, __ne__ = _binary("equal"), _binary("not_equal")

@@ -114,7 +114,8 @@ def _normalize_constant(value, t: dtype):
     """`value` as stored in a constant attribute of scalar type `t`, exactly as NumPy rounds it."""
     scalar = t.scalar
     if scalar.is_floating():
-        return float(np.array(value, dtype=np.float64).astype(scalar.to_numpy()).astype(np.float64))
+        with np.errstate(over="ignore"):  # a number beyond the type's range is its infinity
+            return float(np.array(value, dtype=np.float64).astype(scalar.to_numpy()).astype(np.float64))
     if scalar == int1:
         return bool(value)
     if scalar.is_ptr():
@@ -318,21 +319,24 @@ def binary_operands(a, b, *, allow_ptr=False, arithmetic=True, div_or_mod=False)
     """
     a_py, b_py = is_python_scalar(a), is_python_scalar(b)
     a_val, b_val = unwrap(a), unwrap(b)
-    a, b = to_tensor(a), to_tensor(b)
-    a, b = broadcast_pair(a, b)
-    sa, sb = a.dtype, b.dtype
+    sa = python_scalar_type(a_val) if a_py else to_tensor(a).dtype
+    sb = python_scalar_type(b_val) if b_py else to_tensor(b).dtype
     if sa.is_ptr() or sb.is_ptr():
         if not allow_ptr:
             raise TypeError(f"invalid operands of types {sa} and {sb}")
-        return a, b
-    if arithmetic:
-        t = computation_type(sa, a_py, sb, b_py, div_or_mod)
-        for is_py, value in ((a_py, a_val), (b_py, b_val)):
-            if is_py:
-                _check_negative_unsigned(value, t)
-                _check_scalar_range(value, t)
-        a, b = cast(a, t), cast(b, t)
-    return a, b
+        return broadcast_pair(to_tensor(a), to_tensor(b))
+    if not arithmetic:
+        return broadcast_pair(to_tensor(a), to_tensor(b))
+    t = computation_type(sa, a_py, sb, b_py, div_or_mod)
+    operands = []
+    for is_py, value in ((a_py, a_val), (b_py, b_val)):
+        if is_py:  # as Triton: the Python number becomes a constant of the computation type directly
+            _check_negative_unsigned(value, t)
+            _check_scalar_range(value, t)
+            operands.append(constant(value, t))
+        else:
+            operands.append(cast(to_tensor(value), t))
+    return broadcast_pair(*operands)
 
 
 # --- arithmetic -------------------------------------------------------------------------
@@ -448,10 +452,13 @@ def shl(a, b):
     return _elementwise("shl", *_bitwise_operands(a, b))
 
 
-def shr(a, b):
+def shr(a, b, signed=None):
     """`a >> b`: arithmetic when `a` is signed, logical when unsigned, whatever type the two
-    promote to (as Triton: int8 >> uint32 shifts the uint32 bit pattern arithmetically)."""
-    signed = to_tensor(a).dtype.is_int_signed()
+    promote to (as Triton: int8 >> uint32 shifts the uint32 bit pattern arithmetically).
+    `signed` overrides: Triton takes the signedness from the tensor whose operator runs, so
+    `200 >> x` with x uint8 shifts logically (`tensor.__rrshift__`)."""
+    if signed is None:
+        signed = to_tensor(a).dtype.is_int_signed()
     a, b = _bitwise_operands(a, b)
     t = a.dtype
     if t.is_int1() or t.is_int_signed() == signed:
@@ -481,6 +488,8 @@ def neg(a):
         raise TypeError("cannot negate a pointer")
     if is_fp8e4b15(a.dtype):  # flip the sign bit
         return cast(xor_(cast(a, dtype("uint8"), bitcast=True), 0x80), a.dtype, bitcast=True)
+    if a.dtype.is_floating():  # Triton's unary minus is 0 - x: -(+0.0) and -(-0.0) are both +0.0
+        return _elementwise("sub", constant(0, a.type), a)
     return _emit("neg", [a], a.type)
 
 
@@ -931,6 +940,10 @@ def load(ptr, mask=None, other=None, cache_modifier="", eviction_policy="", vola
         raise ValueError(f"unknown eviction policy {eviction_policy!r}; expected one of {_EVICTION}")
     elem = ptr.dtype.element_ty
     operands = [ptr]
+    if not ptr.type.shape:
+        for name, t in (("Mask", mask), ("Other", other)):
+            if isinstance(unwrap(t), tensor) and unwrap(t).type.shape:
+                raise ValueError(f"{name} argument cannot be block type if pointer argument is not a block")
     if unwrap(mask) is not None:
         ptr, mask = _mask(mask, ptr)
         operands = [ptr, mask]
@@ -958,11 +971,22 @@ def store(ptr, value, mask=None, cache_modifier="", eviction_policy=""):
     if ptr.dtype.is_const():
         raise ValueError("Cannot store to a constant pointer")
     value = to_tensor(value)
-    if value.type.shape and not ptr.type.shape:
-        raise ValueError("the value to store is a block but the pointer is a scalar")
-    if unwrap(mask) is not None:
-        ptr, mask = _mask(mask, ptr)
-    value = broadcast_to(cast(value, ptr.dtype.element_ty), ptr.type.shape)
+    mask = None if unwrap(mask) is None else cast(to_tensor(mask), int1)
+    if not ptr.type.shape:
+        if value.type.shape:
+            raise ValueError("Value argument cannot be block type if pointer argument is not a block")
+        if mask is not None and mask.type.shape:
+            raise ValueError("Mask argument cannot be block type if pointer argument is not a block")
+    # as Triton: value and mask broadcast with the pointer, which must keep its shape
+    shape = ptr.type.shape
+    for t in (value, mask):
+        if t is not None:
+            shape = broadcast_shapes(shape, t.type.shape)
+    if shape != ptr.type.shape:
+        raise ValueError(f"Expected pointer argument to have shape {list(shape)} but got {list(ptr.type.shape)}")
+    if mask is not None:
+        mask = broadcast_to(mask, shape)
+    value = broadcast_to(cast(value, ptr.dtype.element_ty), shape)
     operands = [ptr, value] + ([mask] if unwrap(mask) is not None else [])
     attrs = {}
     if cache_modifier:

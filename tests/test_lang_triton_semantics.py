@@ -1,0 +1,180 @@
+"""Conformance: corners of Triton 3.6's language semantics where kiln once differed.
+
+Each case was found by running the same small kernel on Triton 3.6 and on kiln and comparing
+result types, values and errors; the expected values are those of Triton's compiled kernels
+(its semantic layer: python/triton/language/semantic.py and core.py's operator methods).
+"""
+import numpy as np
+import pytest
+
+import kiln
+import kiln.language as tl
+
+
+# --- a Python number becomes a constant of the computation type directly ------------------
+
+@kiln.jit
+def _scalar_ops(x_ptr, out_ptr, N: tl.constexpr):
+    offs = tl.arange(0, N)
+    x = tl.load(x_ptr + offs)
+    tl.store(out_ptr + 0 * N + offs, x * 1e20)
+    tl.store(out_ptr + 1 * N + offs, 1e20 - x)
+    tl.store(out_ptr + 2 * N + offs, tl.where(x > 2.0, x, 0.1))
+    tl.store(out_ptr + 3 * N + offs, x + 16777217)
+
+
+def test_python_float_meets_fp64_without_rounding_through_fp32():
+    # Triton materializes 1e20 (and 0.1, and 2**24 + 1) in fp64 when the tensor is fp64;
+    # a detour through fp32 would give 1.0000000200408773e20
+    x = np.array([1.0, 2.0, 3.0, -4.0], np.float64)
+    out = np.zeros(4 * 4, np.float64)
+    _scalar_ops[(1,)](x, out, N=4)
+    out = out.reshape(4, 4)
+    np.testing.assert_array_equal(out[0], x * 1e20)
+    np.testing.assert_array_equal(out[1], 1e20 - x)
+    np.testing.assert_array_equal(out[2], np.where(x > 2.0, x, 0.1))
+    np.testing.assert_array_equal(out[3], x + 16777217.0)
+
+
+def test_python_float_rounds_once_to_fp16():
+    # 1 + 2**-11 + 2**-40 lies just above the midpoint of two halves: rounded once to fp16 it
+    # goes up; rounded to fp32 first it becomes the midpoint and then goes to the even half
+    c = 1.0 + 2.0**-11 + 2.0**-40
+    x = np.zeros(4, np.float16)
+    out = np.zeros(16, np.float16)
+    _scalar_ops[(1,)](x, out, N=4)  # out[8:12] = where(x > 2, x, 0.1): fp16 of 0.1
+    assert out[8] == np.float16(0.1)
+
+    @kiln.jit
+    def add_const(x_ptr, out_ptr, C: tl.constexpr):
+        tl.store(out_ptr, tl.load(x_ptr) + C)
+
+    out1 = np.zeros(1, np.float16)
+    add_const[(1,)](x, out1, C=c)
+    assert out1[0] == np.float16(c) == np.float16(1.0 + 2.0**-10)
+
+
+# --- >> takes its signedness from the tensor whose operator runs --------------------------
+
+@kiln.jit
+def _shifts(x_ptr, out_ptr, N: tl.constexpr, K: tl.constexpr):
+    offs = tl.arange(0, N)
+    x = tl.load(x_ptr + offs)
+    tl.store(out_ptr + offs, 200 >> x)        # x.__rrshift__(200): x is unsigned, so logical
+    tl.store(out_ptr + N + offs, K >> x)      # a constexpr on the left: the same
+    tl.store(out_ptr + 2 * N + offs, x >> 1)  # x.__rshift__
+
+
+def test_reflected_right_shift_is_logical_for_an_unsigned_tensor():
+    x = np.array([1, 2, 3, 7], np.uint8)
+    out = np.zeros(3 * 4, np.uint8)
+    _shifts[(1,)](x, out, N=4, K=255)
+    out = out.reshape(3, 4)
+    np.testing.assert_array_equal(out[0], np.uint8(200) >> x)  # [100, 50, 25, 1], not [228, ...]
+    np.testing.assert_array_equal(out[1], np.uint8(255) >> x)
+    np.testing.assert_array_equal(out[2], x >> 1)
+
+
+@kiln.jit
+def _shift_constexpr(x_ptr, out_ptr, N: tl.constexpr, K: tl.constexpr):
+    offs = tl.arange(0, N)
+    tl.store(out_ptr + offs, K >> tl.load(x_ptr + offs))
+
+
+def test_reflected_right_shift_is_arithmetic_for_a_signed_tensor():
+    x = np.array([1, 2, 3, 7], np.int8)
+    out = np.zeros(4, np.int8)
+    _shift_constexpr[(1,)](x, out, N=4, K=-128)
+    np.testing.assert_array_equal(out, np.int8(-128) >> x)
+
+
+# --- unary minus is 0 - x ------------------------------------------------------------------
+
+@kiln.jit
+def _negate(x_ptr, out_ptr, N: tl.constexpr):
+    offs = tl.arange(0, N)
+    tl.store(out_ptr + offs, -tl.load(x_ptr + offs))
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def test_unary_minus_of_a_zero_is_positive_zero(dtype):
+    x = np.array([0.0, -0.0, 1.5, -2.0], dtype)
+    out = np.zeros(4, dtype)
+    _negate[(1,)](x, out, N=4)
+    np.testing.assert_array_equal(out, [0.0, 0.0, -1.5, 2.0])
+    assert not np.signbit(out[0]) and not np.signbit(out[1])
+
+
+def test_unary_minus_of_integers_wraps():
+    x = np.array([0, 1, -128, 127], np.int8)
+    out = np.zeros(4, np.int8)
+    _negate[(1,)](x, out, N=4)
+    np.testing.assert_array_equal(out, -x)
+
+
+# --- tl.store: the value and mask broadcast to the pointer, which keeps its shape -----------
+
+@kiln.jit
+def _store_lower_rank(out_ptr, N: tl.constexpr):
+    i = tl.arange(0, N)
+    ptrs = out_ptr + i[:, None, None] * N * N + i[None, :, None] * N + i[None, None, :]
+    tl.store(ptrs, i[None, :])  # rank 2 into rank 3: leading axes are added, as for binary ops
+
+
+def test_store_broadcasts_a_lower_rank_value():
+    out = np.zeros((4, 4, 4), np.int32)
+    _store_lower_rank[(1,)](out, N=4)
+    np.testing.assert_array_equal(out, np.broadcast_to(np.arange(4, dtype=np.int32), (4, 4, 4)))
+
+
+@kiln.jit
+def _store_mask_wider_than_ptr(out_ptr, N: tl.constexpr):
+    i = tl.arange(0, N)
+    tl.store(out_ptr + i, i, mask=i[:, None] < 2)
+
+
+@kiln.jit
+def _store_value_wider_than_ptr(out_ptr, N: tl.constexpr):
+    i = tl.arange(0, N)
+    tl.store(out_ptr + i, i[:, None] + i[None, :])
+
+
+@kiln.jit
+def _store_block_mask_scalar_ptr(out_ptr, N: tl.constexpr):
+    i = tl.arange(0, N)
+    tl.store(out_ptr, 1, mask=i < 2)
+
+
+@kiln.jit
+def _load_block_mask_scalar_ptr(x_ptr, out_ptr, N: tl.constexpr):
+    i = tl.arange(0, N)
+    tl.store(out_ptr + i, tl.load(x_ptr, mask=i < 2))
+
+
+@pytest.mark.parametrize("kernel, words", [
+    (_store_mask_wider_than_ptr, "Expected pointer argument to have shape"),
+    (_store_value_wider_than_ptr, "Expected pointer argument to have shape"),
+    (_store_block_mask_scalar_ptr, "Mask argument cannot be block type"),
+    (_load_block_mask_scalar_ptr, "Mask argument cannot be block type"),
+])
+def test_pointer_shape_is_not_widened(kernel, words):
+    out = np.zeros(16, np.int32)
+    args = (out, out) if kernel is _load_block_mask_scalar_ptr else (out,)
+    with pytest.raises(kiln.CompilationError) as info:
+        kernel[(1,)](*args, N=4)
+    assert words in str(info.value.__cause__)
+
+
+@kiln.jit
+def _load_mask_widens_ptr(x_ptr, out_ptr, N: tl.constexpr):
+    i = tl.arange(0, N)
+    v = tl.load(x_ptr + i, mask=i[:, None] < 2, other=-1)  # a load's pointer may widen to the mask
+    tl.store(out_ptr + i[:, None] * N + i[None, :], v)
+
+
+def test_load_pointer_widens_to_its_mask():
+    x = np.arange(4, dtype=np.int32)
+    out = np.zeros((4, 4), np.int32)
+    _load_mask_widens_ptr[(1,)](x, out, N=4)
+    expect = np.where(np.arange(4)[:, None] < 2, x[None, :], -1)
+    np.testing.assert_array_equal(out, expect)
