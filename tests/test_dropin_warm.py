@@ -158,3 +158,14 @@ def test_a_manifest_run_builds_every_kernel(builds, tmp_path, monkeypatch):
     monkeypatch.setenv("KILN_MANIFEST", str(tmp_path / "manifest.jsonl"))
     compile_scale(CUDA)
     assert builds == ["scale"] * 2 and (tmp_path / "manifest.jsonl").exists()
+
+
+def test_the_compiled_kernel_pickles_as_inductor_pickles_it(builds):
+    """Inductor's compile workers pickle the kernel's `__dict__` (module, function and run set to
+    None): what kiln keeps of an in-process build is not in it."""
+    import pickle
+    for kernel in (compile_scale(CPU), compile_scale(CPU)):
+        state = pickle.loads(pickle.dumps({**kernel.__dict__, "module": None, "function": None, "run": None}))
+        again = type(kernel).__new__(type(kernel))
+        again.__dict__.update(state)
+        np.testing.assert_array_equal(run_on_cpu(again), np.arange(100, dtype=np.float32) * 4)

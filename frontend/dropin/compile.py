@@ -13,6 +13,7 @@ carries the block IR as text and the binary's bytes, and `_init_handles()` makes
 from __future__ import annotations
 
 import hashlib
+import weakref
 from collections import namedtuple
 
 from kiln.errors import CompilationError, KilnError, OutOfResources  # noqa: F401  (triton.compiler.errors)
@@ -170,6 +171,11 @@ def _is_constant(param) -> bool:
     return isinstance(param, constexpr) or not isinstance(param, tuple)
 
 
+# kiln's own compiled kernel of a CompiledKernel built in this process, so that `_init_handles`
+# need not parse its IR text again. Kept outside the object: Inductor pickles `__dict__` itself.
+_BUILT_HERE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
 class CompiledKernel:
     """One compiled specialization, with Triton's host interface: `metadata`, `packed_metadata`,
     `asm`, `hash`, `n_regs`, `n_spills`, `shared`, `name`, `src`, `function`, `run(gridX, gridY,
@@ -181,7 +187,8 @@ class CompiledKernel:
 
     def __init__(self, src, metadata, ir_text, binary, runtime_positions, debug, kernel=None):
         self.src = src
-        self._kernel = kernel  # kiln's own compiled kernel, when built in this process (not pickled)
+        if kernel is not None:
+            _BUILT_HERE[self] = kernel
         self.metadata = self.packed_metadata = metadata
         self.name = metadata.name
         self.hash = metadata.hash
@@ -204,7 +211,7 @@ class CompiledKernel:
         """Make `run` (and, for a GPU, load the binary): after a compile, and again after unpickling."""
         if self.run is not None:
             return
-        kernel = self._kernel
+        kernel = _BUILT_HERE.pop(self, None)
         if kernel is None:  # unpickled, or found from its source key: the IR from its text
             from kiln.compiler import CompiledKernel as KilnKernel
             from kiln.ir import parse_function
@@ -238,7 +245,7 @@ class CompiledKernel:
 
     def __getstate__(self):
         state = dict(self.__dict__)
-        state.update(module=None, function=None, run=None, _kernel=None)
+        state.update(module=None, function=None, run=None)
         return state
 
     def __repr__(self):
