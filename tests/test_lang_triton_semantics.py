@@ -178,3 +178,66 @@ def test_load_pointer_widens_to_its_mask():
     _load_mask_widens_ptr[(1,)](x, out, N=4)
     expect = np.where(np.arange(4)[:, None] < 2, x[None, :], -1)
     np.testing.assert_array_equal(out, expect)
+
+
+# --- tl.sort, tl.topk and tl.bitonic_merge run Triton's network --------------------------
+
+@kiln.jit
+def _sorts(x_ptr, asc_ptr, desc_ptr, top_ptr, merge_ptr, N: tl.constexpr, K: tl.constexpr):
+    offs = tl.arange(0, N)
+    x = tl.load(x_ptr + offs)
+    tl.store(asc_ptr + offs, tl.sort(x))
+    tl.store(desc_ptr + offs, tl.sort(x, descending=True))
+    top = tl.topk(x, K)
+    tl.static_assert(top.dtype == (tl.int32 if x.dtype == tl.int8 else x.dtype))  # max widens int8
+    tl.store(top_ptr + tl.arange(0, K), top)
+    tl.store(merge_ptr + offs, tl.bitonic_merge(x))
+
+
+def _run_sorts(x, k):
+    outs = [np.full(len(x), 99, x.dtype) for _ in range(2)] + [np.full(k, 99, x.dtype), np.full(len(x), 99, x.dtype)]
+    _sorts[(1,)](x, *outs, N=len(x), K=k)
+    return outs
+
+
+def test_sort_and_topk_of_distinct_values():
+    x = np.array([5, -3, 12, 0, 7, 1, -8, 4], np.int8)
+    asc, desc, top, _ = _run_sorts(x, 4)
+    np.testing.assert_array_equal(asc, np.sort(x))
+    np.testing.assert_array_equal(desc, np.sort(x)[::-1])
+    np.testing.assert_array_equal(top, np.sort(x)[::-1][:4])
+
+
+def test_sort_moves_nan_and_signed_zeros_as_triton():
+    # Each element of a compare-and-swap pair decides for itself, so a NaN (never greater,
+    # never smaller) is lost and its partner doubled, and +0.0 can replace -0.0: Triton's outputs
+    x = np.array([3, np.nan, -0.0, 0.0, 7, 7, -1, 2], np.float32)
+    asc, desc, top, merged = _run_sorts(x, 4)
+    np.testing.assert_array_equal(asc, [-1, 0, 0, 2, 3, 3, 7, 7])
+    np.testing.assert_array_equal(desc, [7, 7, 3, 3, 2, 0, 0, -1])
+    np.testing.assert_array_equal(top, [7, 7, 3, 3])
+    assert not np.signbit(asc[1:3]).any()  # both zeros come out +0.0
+    np.testing.assert_array_equal(merged, [-1, -1, 3, 3, -0.0, -0.0, 7, 7])
+    assert np.signbit(merged[4]) and np.signbit(merged[5])
+
+
+def test_bitonic_merge_sorts_a_bitonic_row():
+    x = np.array([1, 4, 6, 9, 8, 5, 3, 0], np.float32)
+    *_, merged = _run_sorts(x, 2)
+    np.testing.assert_array_equal(merged, np.sort(x))
+
+
+def test_topk_of_fp16_is_fp32():
+    @kiln.jit
+    def top_dtype(x_ptr, out_ptr):
+        offs = tl.arange(0, 8)
+        top = tl.topk(tl.load(x_ptr + offs), 2)
+        tl.static_assert(top.dtype == tl.float32)
+        full = tl.topk(tl.load(x_ptr + offs), 8)  # k = n: a plain descending sort keeps fp16
+        tl.static_assert(full.dtype == tl.float16)
+        tl.store(out_ptr + tl.arange(0, 2), top)
+
+    x = np.array([0.5, 3, -1, 8, 2, 7, 6, 1], np.float16)
+    out = np.zeros(2, np.float32)
+    top_dtype[(1,)](x, out)
+    np.testing.assert_array_equal(out, [8, 7])

@@ -9,7 +9,7 @@ from .core import (  # noqa: F401
     uint32, uint64, void,
 )
 from .dot_scaled import dot_scaled  # noqa: F401
-from .sorting import flip, sort, topk  # noqa: F401
+from .sorting import bitonic_merge, flip, sort, topk  # noqa: F401
 from .tensor_descriptor import (  # noqa: F401
     load_tensor_descriptor, make_tensor_descriptor, store_tensor_descriptor, tensor_descriptor,
 )
@@ -53,7 +53,7 @@ def _as_in_triton():
             setattr(_core, name, fn)
     for name in ("zeros", "zeros_like", "ravel", "interleave"):
         setattr(_standard, name, getattr(_builtins, name))
-    for name in ("flip", "sort", "topk"):
+    for name in ("flip", "sort", "topk", "bitonic_merge"):
         setattr(_standard, name, getattr(_sorting, name))
 
 

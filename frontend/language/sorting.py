@@ -1,16 +1,16 @@
-"""`tl.flip`, `tl.sort` and `tl.topk`, built from shape ops: no IR op of their own.
+"""`tl.flip`, `tl.sort`, `tl.topk` and `tl.bitonic_merge`, built from shape ops: no IR op of their own.
 
 The sorted dimension (a power of two, 2**m long) is moved last and viewed as m axes of
 size 2. Pairing every element with its partner across one of those axes is then a
 permute that makes that axis last plus a `split`; `join` and the inverse permute put the
-pairs back. flip swaps every pair at every axis; sort runs the bitonic network
-(compare-and-swap of the pairs, the direction alternating by block), and topk keeps the
-first k of a descending sort by halving with the same split.
+pairs back. flip swaps every pair at every axis; sort runs Triton's bitonic network
+(compare-and-swap of the pairs, the direction alternating by block), and topk, as Triton's,
+sorts blocks of k and then halves the row with the larger of two halves, merging again.
 """
 from __future__ import annotations
 
 from . import semantic
-from .core import builtin, int1
+from .core import builtin, float32, int1, int32
 from .semantic import unwrap
 
 
@@ -90,19 +90,54 @@ def _block_bit(view, pair_shape, bit):
     return semantic.broadcast_to(semantic.cast(index, int1), pair_shape)
 
 
-def _bitonic_sort(view, descending):
-    y = view.value
-    for stage in range(1, view.bits + 1):
-        for bit in range(stage - 1, -1, -1):
-            low, high = view.pairs(y, bit)
-            # ascending blocks put the smaller value low; the last stage sorts the whole row
-            swap = semantic.greater(low, high)
-            if stage < view.bits:
-                swap = semantic.xor_(swap, _block_bit(view, low.type.shape, stage))
-            if descending:
-                swap = semantic.logical_not(swap)
-            y = view.unpair(semantic.where(swap, high, low), semantic.where(swap, low, high), bit)
+def _compare_and_swap(view, y, bit, flip):
+    """Triton's compare-and-swap across bit `bit`: each element takes its partner's value where
+    (element > partner) differs from (flip xor element-is-the-right-one), else keeps its own. The
+    two sides decide separately, so NaNs and signed zeros move exactly as in Triton (a NaN can be
+    lost and its partner doubled). `flip` is a bool, or the stage whose index bit alternates it."""
+    low, high = view.pairs(y, bit)
+    low_gt, high_gt = semantic.greater(low, high), semantic.greater(high, low)
+    if isinstance(flip, bool):
+        take_low = semantic.logical_not(low_gt) if flip else low_gt
+        take_high = high_gt if flip else semantic.logical_not(high_gt)
+    else:
+        f = _block_bit(view, low.type.shape, flip)
+        take_low = semantic.xor_(low_gt, f)
+        take_high = semantic.logical_not(semantic.xor_(high_gt, f))
+    return view.unpair(semantic.where(take_low, high, low), semantic.where(take_high, low, high), bit)
+
+
+def _merge(view, y, stage, flip):
+    """One bitonic merge: `stage` rounds of compare-and-swap, from bit stage-1 down to bit 0."""
+    for bit in range(stage - 1, -1, -1):
+        y = _compare_and_swap(view, y, bit, flip)
     return y
+
+
+def _sort_top(x, dim, k, descending):
+    """Triton's sort_impl: the bitonic network on the first log2(k) stages, then each further stage
+    keeps the larger (smaller) of two halves with tl.max (tl.min), which widens types narrower
+    than 32 bits, and merges again; the first k along the last dimension."""
+    view = _PairView(x, dim)
+    log_n = view.bits
+    log_k = log_n if k is None else _log2(k)
+    y = view.value
+    for stage in range(1, log_k + 1):
+        y = _merge(view, y, stage, stage if stage < log_n else descending)
+    for stage in range(log_k + 1, log_n + 1):
+        low, high = view.pairs(y, log_k)
+        pick = semantic.maximum if descending else semantic.minimum
+        y = pick(_widen(low), _widen(high))
+        view.bits -= 1
+        y = _merge(view, y, log_k, log_k if stage < log_n else descending)
+    return view.back(y, 1 << log_k)
+
+
+def _widen(t):
+    """Types narrower than 32 bits as tl.max and tl.min reduce them (bfloat16 included)."""
+    if t.dtype.primitive_bitwidth < 32:
+        return semantic.cast(t, float32 if t.dtype.is_floating() else int32)
+    return t
 
 
 @builtin
@@ -112,13 +147,13 @@ def sort(x, dim=None, descending=False):
     dim = _dim(x, dim, "sort", last_only=True)
     if x.type.shape[dim] == 1:
         return x
-    view = _PairView(x, dim)
-    return view.back(_bitonic_sort(view, bool(unwrap(descending))), x.type.shape[dim])
+    return _sort_top(x, dim, None, bool(unwrap(descending)))
 
 
 @builtin
 def topk(x, k, dim=None):
-    """The `k` largest elements along the last dimension, in descending order."""
+    """The `k` largest elements along the last dimension, in descending order (with k below the
+    dimension's length, types narrower than 32 bits come back widened, as Triton's)."""
     x = semantic.to_tensor(x)
     dim = _dim(x, dim, "topk", last_only=True)
     n, k = x.type.shape[dim], int(unwrap(k))
@@ -126,12 +161,19 @@ def topk(x, k, dim=None):
         raise ValueError(f"topk: k must be a power of two in [1, {n}], not {k}")
     if n == 1:
         return x
+    return _sort_top(x, dim, k, True)
+
+
+@builtin
+def bitonic_merge(x, dim=None, descending=0):
+    """One bitonic merge along the last dimension (Triton's `tl.bitonic_merge`): log2(n) rounds
+    of compare-and-swap, all in one direction; a bitonic row comes out sorted."""
+    x = semantic.to_tensor(x)
+    dim = _dim(x, dim, "bitonic_merge", last_only=True)
+    descending = unwrap(descending)
+    if descending not in (0, 1, False, True):
+        raise ValueError(f"bitonic_merge: descending must be 0 or 1, not {descending!r}")
+    if x.type.shape[dim] == 1:
+        return x
     view = _PairView(x, dim)
-    y = view.back(_bitonic_sort(view, True), n)
-    outer = list(x.type.shape[:-1])
-    keep_outer = list(range(len(outer)))
-    while n > k:  # keep the first half: view the row as [2, n/2] and split off the first row
-        n //= 2
-        halves = semantic.reshape(y, outer + [2, n])
-        y, _ = semantic.split(semantic.permute(halves, keep_outer + [len(outer) + 1, len(outer)]))
-    return y
+    return view.back(_merge(view, view.value, view.bits, bool(descending)), x.type.shape[dim])
