@@ -67,9 +67,12 @@ class CompiledKernel:
     compiled kernels.
     """
 
-    def __init__(self, name: str, ir: Function, options: dict, debug: bool = False):
+    def __init__(self, name: str, ir: Function | str, options: dict, debug: bool = False, arg_types=None):
         self.name = name
-        self.ir = ir  # the interpreter always runs it whole, asserts included
+        # The IR, or its text, parsed on first use: a GPU launch of a kernel whose binary is
+        # built needs only `arg_types` (a warm drop-in hit gives them and never parses the IR).
+        self._ir = ir
+        self._arg_types = list(arg_types) if arg_types is not None else None
         self.options = options
         self.debug = debug
         self._asm: dict = {}
@@ -104,9 +107,23 @@ class CompiledKernel:
         return runner
 
     @property
+    def ir(self) -> Function:
+        """The kernel's block IR (the interpreter always runs it whole, asserts included)."""
+        if isinstance(self._ir, str):
+            self._ir = parse_function(self._ir)
+        return self._ir
+
+    @property
+    def arg_types(self) -> list:
+        """The types of the kernel's arguments, in order: what a launch passes."""
+        if self._arg_types is None:
+            self._arg_types = [a.type for a in self.ir.args]
+        return self._arg_types
+
+    @property
     def asm(self) -> dict:
         if "kir" not in self._asm:  # printed on demand: the launch path never needs it
-            self._asm["kir"] = print_function(self.ir)
+            self._asm["kir"] = self._ir if isinstance(self._ir, str) else print_function(self._ir)
         return self._asm
 
     @property
@@ -170,7 +187,7 @@ class CompiledKernel:
             raise OutOfResources(shared, limit, "shared memory")
         loaded = LoadedKernel(self.name, binary.cubin, binary.ptx, shared)
         self.metadata["n_regs"] = loaded.n_regs  # the driver's count is authoritative
-        launcher = make_launcher(loaded, [a.type for a in self.ir.args], binary.metadata["num_warps"],
+        launcher = make_launcher(loaded, self.arg_types, binary.metadata["num_warps"],
                                  binary.metadata["shared"], self.name)
         self.launchers[device] = launcher
         return launcher

@@ -169,3 +169,29 @@ def test_the_compiled_kernel_pickles_as_inductor_pickles_it(builds):
         again = type(kernel).__new__(type(kernel))
         again.__dict__.update(state)
         np.testing.assert_array_equal(run_on_cpu(again), np.arange(100, dtype=np.float32) * 4)
+
+
+def test_a_warm_hit_loads_on_a_gpu_without_parsing_its_ir(builds, monkeypatch):
+    """The launcher of a kernel found from its source key gets the argument types of its record;
+    the IR text is parsed only if something (the interpreter) needs the IR."""
+    import kiln.runtime.launcher
+    import kiln.runtime.module
+    from kiln.runtime import cuda_driver
+
+    cold = compile_scale(CUDA)
+    warm_hit = compile_scale(CUDA)
+    made = []
+    monkeypatch.setenv("KILN_INTERPRET", "0")
+    monkeypatch.setattr(kiln.compiler, "parse_function", lambda text: pytest.fail("parsed the IR"))
+    monkeypatch.setattr(kiln.compiler, "compile_binary", lambda *a: pytest.fail("compiled again"))
+    monkeypatch.setattr(cuda_driver, "device_and_stream", lambda: (0, 7))
+    monkeypatch.setattr(cuda_driver, "ensure_context", lambda device: None)
+    monkeypatch.setattr(cuda_driver, "target", lambda device: "sm_90a")
+    monkeypatch.setattr(cuda_driver, "max_shared_memory", lambda device: 232448)
+    monkeypatch.setattr(kiln.runtime.module, "LoadedKernel", lambda name, cubin, ptx, shared: type(
+        "Loaded", (), {"n_regs": 32, "cubin": cubin})())
+    monkeypatch.setattr(kiln.runtime.launcher, "make_launcher", lambda loaded, types, *rest: made.append(
+        (loaded.cubin, [str(t) for t in types])) or (lambda grid, args, stream: None))
+    warm_hit._init_handles()
+    assert made == [(cold.asm["cubin"], ["ptr<fp32>", "ptr<fp32>", "int32"])]
+    assert warm_hit.n_regs == 32 and builds == ["scale"]

@@ -106,12 +106,13 @@ def compile(src, target=None, options=None, _env_vars=None):
     if found is not None:
         return found
     kernel, runtime, binary, binary_key = _build(src, backend, options)
+    arg_types = [str(t) for t in kernel.arg_types]
     if key is not None:
-        warm.store(key, {"name": src.name, "kir": kernel.asm["kir"], "runtime": runtime,
+        warm.store(key, {"name": src.name, "kir": kernel.asm["kir"], "runtime": runtime, "arg_types": arg_types,
                          "num_warps": kernel.metadata["num_warps"], "num_stages": kernel.metadata["num_stages"],
                          "debug": kernel.debug, "compile_key": binary_key, "binary_target": backend.binary_target,
                          "binary_options": kernel.binary_inputs()[1] if binary is not None else {}})
-    return _compiled(src, target, options, kernel.asm["kir"], binary, runtime, kernel.debug,
+    return _compiled(src, target, options, kernel.asm["kir"], binary, runtime, kernel.debug, arg_types,
                      kernel.metadata["num_warps"], kernel.metadata["num_stages"], kernel)
 
 
@@ -152,10 +153,10 @@ def _from_record(src, target, backend, options, record):
         if binary is None:
             return None
     return _compiled(src, target, options, record["kir"], binary, record["runtime"], record["debug"],
-                     record["num_warps"], record["num_stages"], None)
+                     record["arg_types"], record["num_warps"], record["num_stages"], None)
 
 
-def _compiled(src, target, options, ir_text, binary, runtime, debug, num_warps, num_stages, kernel):
+def _compiled(src, target, options, ir_text, binary, runtime, debug, arg_types, num_warps, num_stages, kernel):
     metadata = KernelMetadata(
         name=src.name, hash=src.hash(), target=target, num_warps=num_warps, num_stages=num_stages, num_ctas=1,
         cluster_dims=(1, 1, 1), maxnreg=options.maxnreg,
@@ -163,7 +164,7 @@ def _compiled(src, target, options, ir_text, binary, runtime, debug, num_warps, 
         enable_fp_fusion=options.enable_fp_fusion, launch_cooperative_grid=options.launch_cooperative_grid,
         launch_pdl=options.launch_pdl, global_scratch_size=0, global_scratch_align=1, profile_scratch_size=0,
         profile_scratch_align=1, tmem_size=0)
-    return CompiledKernel(src, metadata, ir_text, binary, runtime, debug, kernel)
+    return CompiledKernel(src, metadata, ir_text, binary, runtime, debug, arg_types, kernel)
 
 
 def _is_constant(param) -> bool:
@@ -185,8 +186,9 @@ class CompiledKernel:
     launch_enter_hook = None
     launch_exit_hook = None
 
-    def __init__(self, src, metadata, ir_text, binary, runtime_positions, debug, kernel=None):
+    def __init__(self, src, metadata, ir_text, binary, runtime_positions, debug, arg_types, kernel=None):
         self.src = src
+        self.arg_types = tuple(arg_types)  # as block IR spells them: a launch on a GPU needs no more of the IR
         if kernel is not None:
             _BUILT_HERE[self] = kernel
         self.metadata = self.packed_metadata = metadata
@@ -212,11 +214,13 @@ class CompiledKernel:
         if self.run is not None:
             return
         kernel = _BUILT_HERE.pop(self, None)
-        if kernel is None:  # unpickled, or found from its source key: the IR from its text
+        if kernel is None:  # unpickled, or found from its source key: the IR parsed if a launch needs it
             from kiln.compiler import CompiledKernel as KilnKernel
-            from kiln.ir import parse_function
-            kernel = KilnKernel(self.name, parse_function(self.asm["kir"]), {
-                "num_warps": self.metadata.num_warps, "num_stages": self.metadata.num_stages}, self.debug)
+            from kiln.ir.types import parse_type
+            arg_types = getattr(self, "arg_types", None)  # absent from a kernel pickled by an older kiln
+            kernel = KilnKernel(self.name, self.asm["kir"], {
+                "num_warps": self.metadata.num_warps, "num_stages": self.metadata.num_stages}, self.debug,
+                None if arg_types is None else [parse_type(t) for t in arg_types])
         backend = make_backend(self.metadata.target)
         self.run = backend.launcher(kernel, self.binary, self.runtime_positions)
         self.module = kernel

@@ -168,7 +168,7 @@ def _free_names(tree: ast.AST) -> set[tuple]:
 
 # --- the records -------------------------------------------------------------------------------
 
-_FIELDS = {"name": str, "kir": str, "runtime": list, "num_warps": int, "num_stages": int, "debug": bool,
+_FIELDS = {"name": str, "kir": str, "runtime": list, "arg_types": list, "num_warps": int, "num_stages": int, "debug": bool,
            "compile_key": (str, type(None)), "binary_target": (str, type(None)), "binary_options": dict}
 
 
@@ -187,6 +187,11 @@ def load(key: str) -> dict | None:
     if not all(type(i) is int and i >= 0 for i in record["runtime"]):
         return None
     if not all(type(k) is str and type(v) is int for k, v in record["binary_options"].items()):
+        return None
+    from kiln.ir.types import parse_type
+    try:
+        [parse_type(t) for t in record["arg_types"]]  # a str each, spelling a type
+    except (AttributeError, ValueError):
         return None
     return record
 
