@@ -241,3 +241,37 @@ def test_topk_of_fp16_is_fp32():
     out = np.zeros(2, np.float32)
     top_dtype[(1,)](x, out)
     np.testing.assert_array_equal(out, [8, 7])
+
+
+# --- fp32/fp64 atomic max and min compare the bits, as Triton's --------------------------
+
+@kiln.jit
+def _atomic_min_max(p_ptr, v_ptr, old_ptr, MAX: tl.constexpr):
+    offs = tl.arange(0, 8)
+    v = tl.load(v_ptr + offs)
+    keep = offs != 3
+    if MAX:
+        old = tl.atomic_max(p_ptr + offs, v, mask=keep)
+    else:
+        old = tl.atomic_min(p_ptr + offs, v, mask=keep)
+    tl.store(old_ptr + offs, old, mask=keep)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("is_max", [True, False])
+def test_float_atomic_min_max_orders_signed_zeros_and_nans_by_bits(dtype, is_max):
+    # a value with its sign bit clear goes through a signed integer max (min) of the bits, one
+    # with it set through an unsigned min (max): -0.0 < +0.0, and a positive NaN is above all
+    p = np.array([0.0, -0.0, 1.5, -2.0, np.nan, 3.0, -np.inf, 0.5], dtype)
+    v = np.array([-0.0, 0.0, -1.5, -3.0, 1.0, np.nan, 2.0, 0.25], dtype)
+    old = np.full(8, 7, dtype)
+    start = p.copy()
+    _atomic_min_max[(1,)](p, v, old, MAX=is_max)
+    if is_max:
+        expect = np.array([0.0, 0.0, 1.5, -2.0, np.nan, np.nan, 2.0, 0.5], dtype)
+    else:
+        expect = np.array([-0.0, -0.0, -1.5, -2.0, 1.0, 3.0, -np.inf, 0.25], dtype)
+    np.testing.assert_array_equal(p, expect)
+    np.testing.assert_array_equal(np.signbit(p), np.signbit(expect))
+    np.testing.assert_array_equal(old[[0, 1, 2, 4, 5, 6, 7]], start[[0, 1, 2, 4, 5, 6, 7]])
+    assert old[3] == 7  # masked off

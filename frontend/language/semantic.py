@@ -1021,7 +1021,26 @@ def atomic_rmw(kind, ptr, val, mask=None, sem=None, scope=None):
     ptr, val = broadcast_to(ptr, shape), broadcast_to(cast(val, elem), shape)
     if kind in ("and", "or", "xor") and not elem.is_int():
         raise TypeError(f"atomic_{kind} needs an integer pointer, not {ptr.dtype}")
+    if kind in ("max", "min") and (elem.is_fp32() or elem.is_fp64()):
+        return _float_atomic_min_max(kind, ptr, val, mask, sem, scope)
     return _emit("atomic_rmw", [ptr, val, mask], val.type, kind=kind, sem=sem, scope=scope)
+
+
+def _float_atomic_min_max(kind, ptr, val, mask, sem, scope):
+    """Triton's fp32/fp64 atomic max (min): an integer atomic on the bits, a signed max (min)
+    where the value's sign bit is clear and an unsigned min (max) where it is set. Floats of one
+    sign order as their bits do, so this is the float max, with -0.0 below +0.0 and NaNs placed
+    by their bits (a positive NaN is the largest), exactly as in Triton."""
+    bits = val.dtype.primitive_bitwidth
+    signed, unsigned = dtype(f"int{bits}"), dtype(f"uint{bits}")
+    negative = cast(shr(cast(val, unsigned, bitcast=True), bits - 1), int1)
+    positive = logical_not(negative)
+    results = []
+    for t, rmw, lanes in ((signed, kind, positive), (unsigned, "min" if kind == "max" else "max", negative)):
+        operands = [cast(ptr, pointer_type(t)), cast(val, t, bitcast=True), and_(mask, lanes)]
+        old = _emit("atomic_rmw", operands, with_shape(t, val.type.shape), kind=rmw, sem=sem, scope=scope)
+        results.append(cast(old, signed, bitcast=True))
+    return cast(where(positive, results[0], results[1]), val.dtype, bitcast=True)
 
 
 def atomic_cas(ptr, cmp, val, sem=None, scope=None):
