@@ -126,9 +126,11 @@ class Lowering:
         return got
 
     def _add_const(self, base, off):
+        """An index within its dim: non-negative and below 2**31, so the add wraps neither
+        way (`elementwise.widen` relies on that to cast it to i64 as `ext(base) + off`)."""
         if isinstance(base, ir.Constant):
             return ir.Constant(I32, base.constant + off)
-        return self.entry.add(base, self.i32(off)) if off else base
+        return self.entry.add(base, self.i32(off), flags=["nsw", "nuw"]) if off else base
 
     def id_along(self, axis: lay.Axis, ident, builder=None):
         """Which of the `axis.count` ids along a dim this lane (or warp) is."""

@@ -100,8 +100,31 @@ def _arith(int_op, float_op, uint_op=None):
             return getattr(lw.b, float_op)(a, b, flags=flags)
         if uint_op and not _signed(s):
             return getattr(lw.b, uint_op)(a, b)
+        if int_op == "add":
+            return _add_index_last(lw.b, a, b)
         return getattr(lw.b, int_op)(a, b)
     return fn
+
+
+def _index_plus_constant(x):
+    """(base, c) where `x` is a layout index `base + c` (an `nsw nuw` add of a constant)."""
+    if (isinstance(x, ir.Instruction) and x.opname == "add" and {"nsw", "nuw"} <= set(x.flags)
+            and isinstance(x.operands[1], ir.Constant)):
+        return x.operands
+    return None
+
+
+def _add_index_last(b, x, y):
+    """x + y with a layout index's constant added last: `(y + base) + c` (exact: adds wrap
+    alike in any order). Each register then shares `y + base` and the constant folds
+    into an address immediate, instead of every `base + c` staying alive on its own
+    (a tensor descriptor's 8 row indices per thread, across a whole loop)."""
+    for u, v in ((x, y), (y, x)):
+        parts = _index_plus_constant(u)
+        if parts is not None and _index_plus_constant(v) is None:
+            base, c = parts
+            return b.add(b.add(v, base), c)
+    return b.add(x, y)
 
 
 def _minmax(kind):
@@ -222,6 +245,18 @@ def _select(lw, op, c, a, b):
     return lw.b.select(c, a, b)
 
 
+def widen(b, x, to, signed: bool):
+    """sext/zext of `x`; an index `base + c` that cannot overflow (an `nsw nuw` add, as layout
+    indices are) widens as `ext(base) + c`, so that every register of a block index cast to
+    i64 shares one widened base instead of each keeping its own 64-bit value alive."""
+    ext = b.sext if signed else b.zext
+    parts = _index_plus_constant(x)
+    if parts is not None:
+        base, c = parts
+        return b.add(ext(base, to), ir.Constant(to, c.constant), flags=["nsw", "nuw"])
+    return ext(x, to)
+
+
 def cast_value(lw, x, src, dst, rounding=None):
     """Convert one element from scalar type `src` to `dst` (Triton's value conversion)."""
     b = lw.b
@@ -245,7 +280,7 @@ def cast_value(lw, x, src, dst, rounding=None):
             return x
         if src.primitive_bitwidth > dst.primitive_bitwidth:
             return b.trunc(x, to)
-        return b.sext(x, to) if _signed(src) else b.zext(x, to)
+        return widen(b, x, to, _signed(src))
     if src.is_int():
         return b.sitofp(x, to) if _signed(src) else b.uitofp(x, to)
     if dst.is_int():

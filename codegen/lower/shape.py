@@ -58,8 +58,8 @@ def _expand_dims(lw, op):
            (isinstance(src_layout, lay.Blocked) and src_layout.insert_dim(axis) == layout)
     if free:
         lw.bind(out, lw.regs(src), layout)
-    else:
-        _reshape(lw, op)
+    else:  # the source in the slice of `layout`: index math is recomputed there, no shared memory
+        lw.bind(out, lw.regs(src, lay.Slice(axis, layout)), layout)
 
 
 def _reshape(lw, op):
