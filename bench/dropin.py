@@ -21,7 +21,9 @@ float64, runs step 0's batch eagerly (after the timed steps, outside every timed
 figure is the largest over parameters of ||g - g64|| / ||g64||, g being the compiled step 0's
 gradient (still in `p.grad` after that step: AdamW reads gradients and does not change them, and
 `zero_grad` runs at the start of the next step). The same figure for an eager float32 backward
-(`eager_grad_error`) gives the rounding level to hold both flavours against.
+(`eager_grad_error`) gives the rounding level to hold both flavours against. And where the first
+step's time went in the job's process (`first_step_parts`: `triton.compile`, kernel module loads,
+launchers made, configs benchmarked, with Inductor's cache counters; compile workers not seen).
 Then 8 processes on the one GPU compile the same model at once, released together after their
 imports, sharing the node's cache directories as ranks do (cold, then warm): each one's time to
 its first finished step, kiln's compiles on the node against the kernels Triton compiled.
@@ -158,6 +160,7 @@ def job(spec: dict) -> dict:
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     sync()
     ready_s = time.perf_counter() - t0
+    timers = time_compile_phases()
     if spec.get("barrier"):  # several processes: start compiling together
         open(os.path.join(spec["barrier"], f"ready-{os.getpid()}"), "w").close()
         while not os.path.exists(os.path.join(spec["barrier"], "go")):
@@ -172,11 +175,65 @@ def job(spec: dict) -> dict:
         if len(times) == 1:
             first_step_end = time.time()
             first_grads = [p.grad.detach().clone() for p in model.parameters()]
+            first_step_parts = timers.snapshot()
     grads = grad_errors(reference, data[0], first_grads)
-    return {**grads, "triton_module": getattr(triton, "__name__", None), "triton_version": getattr(triton, "__version__", None),
+    return {**grads, "first_step_parts": first_step_parts, "triton_module": getattr(triton, "__name__", None), "triton_version": getattr(triton, "__version__", None),
             "ready_s": ready_s, "first_step_s": times[0], "first_step_end": first_step_end,
             "step_s": statistics.median(times[STEADY]), "step_times_s": times, "losses": losses,
             "gpu": torch.cuda.get_device_name() if device == "cuda" else None, "torch": torch.__version__}
+
+
+class _Timers:
+    """Time and calls spent in named functions, wrapped in place (this process only)."""
+
+    def __init__(self):
+        self.totals: dict[str, list] = {}
+
+    def wrap(self, owner, attr: str, name: str):
+        real = getattr(owner, attr)
+        total = self.totals.setdefault(name, [0, 0.0])
+
+        def timed(*args, **kwargs):
+            start = time.perf_counter()
+            try:
+                return real(*args, **kwargs)
+            finally:
+                total[0] += 1
+                total[1] += time.perf_counter() - start
+        setattr(owner, attr, timed)
+
+    def snapshot(self) -> dict:
+        from torch._dynamo.utils import counters
+        parts = {name: {"calls": n, "s": round(s, 4)} for name, (n, s) in self.totals.items()}
+        parts["inductor_counters"] = {k: v for k, v in counters["inductor"].items()
+                                      if k.startswith(("async_compile", "fxgraph", "autotune"))}
+        return parts
+
+
+def time_compile_phases() -> _Timers:
+    """Where a first step's time goes, in the job's own process (compile workers not seen):
+    `triton.compile`, loading a kernel's module from its source, making its launchers,
+    benchmarking configs; and Inductor's cache counters. The GPU run says why kiln's warm first
+    step is slower than Triton's (Triton's warm kernels can come back from Inductor's cache as
+    static launchers, with no compile at all)."""
+    timers = _Timers()
+    try:
+        import torch._inductor.async_compile as async_compile
+        import torch._inductor.codecache as codecache
+        from torch._inductor.runtime import triton_heuristics as heuristics
+        import triton
+    except ImportError:
+        return timers
+    timers.wrap(triton, "compile", "triton.compile")  # Inductor calls it by attribute
+    if hasattr(codecache, "_load_triton_kernel_from_source"):
+        timers.wrap(codecache, "_load_triton_kernel_from_source", "kernel module loads")
+    if hasattr(async_compile, "_load_triton_kernel_from_source"):
+        setattr(async_compile, "_load_triton_kernel_from_source", codecache._load_triton_kernel_from_source)
+    for attr, name in (("_make_launchers", "launchers made"), ("benchmark_all_configs", "configs benchmarked"),
+                       ("precompile", "precompile")):
+        if hasattr(heuristics.CachingAutotuner, attr):
+            timers.wrap(heuristics.CachingAutotuner, attr, name)
+    return timers
 
 
 def grad_errors(reference, batch, grads: list) -> dict:

@@ -70,3 +70,13 @@ def test_grad_errors_against_float64():
     assert exact["grad_error"] < 1e-5 and exact["eager_grad_error"] == exact["grad_error"]
     grads[1] = grads[1] * 1.01  # one parameter's gradient 1% off: that is the figure
     assert dropin.grad_errors(model, batch, grads)["grad_error"] == pytest.approx(0.01, rel=1e-3)
+
+
+def test_timers_count_calls_and_time_of_wrapped_functions():
+    pytest.importorskip("torch")
+    owner = type("Owner", (), {"work": staticmethod(lambda x: x + 1)})
+    timers = dropin._Timers()
+    timers.wrap(owner, "work", "work")
+    assert owner.work(1) == 2 and owner.work(2) == 3
+    parts = timers.snapshot()
+    assert parts["work"]["calls"] == 2 and parts["work"]["s"] >= 0 and "inductor_counters" in parts
