@@ -92,6 +92,7 @@ def compile(src, target=None, options=None, _env_vars=None):
     A kernel compiled before is found from its source key without building its IR again
     (kiln.dropin.warm); otherwise the IR is built and the binary comes through kiln's tiers."""
     from kiln import config
+    from kiln.compiler import codegen_options
     from kiln.runtime import driver
 
     if not isinstance(src, ASTSource):
@@ -111,7 +112,7 @@ def compile(src, target=None, options=None, _env_vars=None):
         warm.store(key, {"name": src.name, "kir": kernel.asm["kir"], "runtime": runtime, "arg_types": arg_types,
                          "num_warps": kernel.metadata["num_warps"], "num_stages": kernel.metadata["num_stages"],
                          "debug": kernel.debug, "compile_key": binary_key, "binary_target": backend.binary_target,
-                         "binary_options": kernel.binary_inputs()[1] if binary is not None else {}})
+                         "binary_options": codegen_options(kernel.options) if binary is not None else {}})
     return _compiled(src, target, options, kernel.asm["kir"], binary, runtime, kernel.debug, arg_types,
                      kernel.metadata["num_warps"], kernel.metadata["num_stages"], kernel)
 
