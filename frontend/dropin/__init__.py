@@ -4,6 +4,7 @@
 asked); the other modules are the parts of Triton's host API that have no kiln counterpart of the
 same shape: `compile` (`triton.compile`, `ASTSource`, `CompiledKernel`), `backends` (targets,
 backends and their drivers, the CPU one running kernels in kiln's interpreter), `jit` (the
-`JITFunction` attributes Inductor reads), `knobs`, `runtime`, and `facade` (the `triton` module).
+`JITFunction` attributes Inductor reads), `knobs`, `runtime`, `warm` (a compiled kernel found again from
+its source key, with no IR built) and `facade` (the `triton` module).
 """
 from . import hook  # noqa: F401,E402  (boot.py may have loaded it already, before kiln: bind it here)
