@@ -801,17 +801,18 @@ def build_kernel(jitfn, params, name: str | None = None, options: dict | None = 
     builder = Builder(fn.body)
     scope = {}
     args = iter(fn.args)
-    for n, p in params.items():
-        if isinstance(p, constexpr):
-            scope[n] = p
-        elif isinstance(p, tuple):
-            scope[n] = tensor(next(args), p[0])
-        else:
-            scope[n] = p.build([tensor(next(args), t) for t, _ in p.pieces])
-    gen = CodeGenerator(jitfn, scope, builder)
     saved = (semantic.state.builder, semantic.state.generator, semantic.state.options)
-    semantic.state.builder, semantic.state.generator, semantic.state.options = builder, gen, dict(options or {})
+    semantic.state.builder, semantic.state.options = builder, dict(options or {})
     try:
+        for n, p in params.items():  # a descriptor's pieces may emit constants (its last stride)
+            if isinstance(p, constexpr):
+                scope[n] = p
+            elif isinstance(p, tuple):
+                scope[n] = tensor(next(args), p[0])
+            else:
+                scope[n] = p.build([tensor(next(args), t) for t, _ in p.pieces])
+        gen = CodeGenerator(jitfn, scope, builder)
+        semantic.state.generator = gen
         tree = jitfn.parse()
         gen.visit(tree)
         if gen.returned and gen.ret is not None and not (isinstance(gen.ret, constexpr) and gen.ret.value is None):

@@ -92,7 +92,8 @@ def _param(jitfn, name, value, is_constexpr: bool, specializable: bool):
     elif isinstance(value, (float, np.floating)):
         param = (float32, {})
     elif isinstance(value, TensorDescriptor):  # becomes several runtime arguments
-        param = DescriptorArgument(value._elem, len(value.shape), value.block_shape, value.padding)
+        param = DescriptorArgument(value._elem, len(value.shape), value.block_shape, value.padding,
+                                   value.shape_multiples_of_16())
         return param, ("d",) + value.spec_key()
     elif isinstance(value, tuple) and not hasattr(value, "data_ptr"):
         leaves = [_param(jitfn, name, v, False, specializable) for v in value]

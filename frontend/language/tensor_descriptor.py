@@ -162,16 +162,26 @@ def descriptor(base, shape, strides, block_shape, padding="zero") -> TensorDescr
 
 class DescriptorArgument:
     """How a host TensorDescriptor kernel argument is specialized: its pieces' (type, attrs), in
-    launch order (base, shape..., strides...), and the compile-time block shape and padding."""
+    launch order (base, shape..., strides...), and the compile-time block shape and padding;
+    which sizes are multiples of 16 is part of the specialization (as for integer arguments)."""
 
-    def __init__(self, elem, rank, block_shape, padding):
+    def __init__(self, elem, rank, block_shape, padding, shape_multiples_of_16=()):
         from kiln.ir.types import pointer_type
         self.block_shape, self.padding = tuple(block_shape), padding
-        self.pieces = [(pointer_type(elem), {"divisibility": 16})] + [(int32, {})] * rank + [(int64, {})] * rank
+        # what the host TensorDescriptor guarantees (it refuses anything else), as Triton's TMA
+        # descriptors require: a 16-byte aligned base, every stride but the last a multiple of
+        # 16 bytes, the last stride 1. Known at compile time, they make the block's rows
+        # aligned 16-byte runs: vector loads and cp.async, as for a device-side descriptor.
+        row_align = max(1, 16 // max(1, elem.primitive_bitwidth // 8))
+        sixteens = tuple(shape_multiples_of_16) or (False,) * rank
+        self.pieces = ([(pointer_type(elem), {"divisibility": 16})]
+                       + [(int32, {"divisibility": 16} if m else {}) for m in sixteens]
+                       + [(int64, {"divisibility": row_align})] * (rank - 1) + [(int64, {})])
 
     def build(self, values) -> TensorDescriptor:
         rank = len(self.block_shape)
-        return descriptor(values[0], values[1:1 + rank], values[1 + rank:], self.block_shape, self.padding)
+        strides = list(values[1 + rank:-1]) + [1]  # the last one is 1 (checked on the host)
+        return descriptor(values[0], values[1:1 + rank], strides, self.block_shape, self.padding)
 
 
 @builtin

@@ -63,7 +63,13 @@ class TensorDescriptor:
 
     def spec_key(self):
         """What a kernel's specialization reads of this argument."""
-        return ("tensor_descriptor", self._elem.name, tuple(self.block_shape), self.padding, len(self.shape))
+        return ("tensor_descriptor", self._elem.name, tuple(self.block_shape), self.padding, len(self.shape),
+                self.shape_multiples_of_16())
+
+    def shape_multiples_of_16(self) -> tuple:
+        """Per dimension, whether its size is a multiple of 16: specialized on, as Triton does
+        for integer arguments, so that bounds masks keep whole 16-byte runs together."""
+        return tuple(d % 16 == 0 for d in self.shape)
 
     def launch_pieces(self) -> list:
         """The runtime arguments it becomes: base, shape..., strides..."""
