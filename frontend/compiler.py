@@ -10,6 +10,7 @@ from . import config, errors, profiler  # noqa: F401  (errors: Triton's triton.c
 from .runtime import cuda_driver as driver
 from .ast_to_ir import build_kernel
 from .errors import CompilationError, OutOfResources  # noqa: F401  (triton.compiler.CompilationError)
+from .dropin.compile import ASTSource  # noqa: F401,E402  (triton.compiler.ASTSource: the one there is)
 
 # `from triton.compiler.errors import CompilationError` as in Triton: kiln.errors under that name too.
 sys.modules.setdefault(__name__ + ".errors", errors)
@@ -199,45 +200,14 @@ def compile_kernel(jitfn, params, options) -> CompiledKernel:
     return CompiledKernel(jitfn.__name__, ir, options, debug)
 
 
-class ASTSource:
-    """Triton's `triton.compiler.ASTSource`: a `@jit` function with the signature to compile it
-    for, in Triton's spelling (`{"x_ptr": "*fp32", "n": "i32", "BLOCK": "constexpr"}`), the
-    constexprs' values (keyed by name or by `(index,)`) and `attrs` (`{(index,): [["tt.divisibility",
-    16]]}`: an aligned pointer or an integer divisible by 16)."""
-
-    def __init__(self, fn, signature: dict, constexprs: dict | None = None, attrs: dict | None = None):
-        if any(not isinstance(k, str) for k in signature):
-            raise TypeError("Signature keys must be string")
-        self.fn, self.name = fn, fn.__name__
-        self.signature = dict(signature)
-        self.constexprs = {(fn.arg_names[k[0]] if isinstance(k, tuple) else k): v
-                           for k, v in (constexprs or {}).items()}
-        self.attrs = dict(attrs or {})
-
-    def declared(self, options: dict):
-        """This signature as a kiln.signatures.Declared: what a prewarm of it would compile."""
-        from .signatures import Declared
-        values = {}
-        for index, name in enumerate(self.fn.arg_names):
-            if name in self.constexprs:
-                values[name] = self.constexprs[name]
-            elif name in self.signature and self.signature[name] != "constexpr":
-                hints = {tuple(h)[:2] for h in self.attrs.get((index,), ())}
-                values[name] = self.signature[name] + (":16" if ("tt.divisibility", 16) in hints else "")
-        return Declared(self.fn, {**values, **(options or {})})
-
-
-def compile(src: ASTSource, target=None, options: dict | None = None) -> CompiledKernel:
-    """Triton's `triton.compile`: build `src` without launching it. `target` is Triton's GPUTarget
-    (`driver.active.get_current_target()`) or a name ("sm_90a"); by default the current GPU's,
-    and with no GPU only the block IR is built (as `warmup` does)."""
-    if not isinstance(src, ASTSource):
-        raise TypeError(f"kiln compiles an ASTSource (a @jit function and its signature), not {type(src).__name__}")
-    params, launch = src.declared(options).params_and_options()
-    kernel = compile_kernel(src.fn, params, {**(options or {}), **launch})
-    kernel.set_runtime_positions([i for i, name in enumerate(src.fn.arg_names) if isinstance(params[name], tuple)])
-    if target is None and not config.interpret() and driver.is_available():
-        target = driver.target(driver.device_and_stream()[0])
-    if target is not None:
-        kernel.build(target if isinstance(target, str) else f"sm_{target.arch}" + ("a" if target.arch == 90 else ""))
-    return kernel
+def compile(src, target=None, options: dict | None = None):
+    """Triton's `triton.compile` under `import kiln as triton`: kiln.dropin.compile's (the one
+    implementation; its CompiledKernel is Triton's shape). `target` is a GPUTarget or a name
+    ("sm_90a"); by default the current GPU's, and with no GPU (or under KILN_INTERPRET=1) kiln's
+    interpreter, for which only the block IR is built (as `warmup` does)."""
+    from kiln.dropin.compile import compile as compile_source
+    from kiln.runtime import GPUTarget
+    if target is None:
+        gpu = not config.interpret() and driver.is_available()
+        target = driver.target(driver.device_and_stream()[0]) if gpu else GPUTarget("cpu", 0, 1)
+    return compile_source(src, target, options)

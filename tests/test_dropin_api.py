@@ -111,3 +111,22 @@ def test_a_cuda_kernel_from_a_compile_worker_launches_its_own_binary_on_the_give
     handed.run(3, 1, 1, 1234, handed.function, handed.packed_metadata, None, None, None, x, out, 100, 2.5, 128)
     handed.run(3, 1, 1, None, handed.function, handed.packed_metadata, None, None, None, x, out, 100, 2.5, 128)
     assert launches == [((3, 1, 1), [x, out, 100, 2.5], 1234), ((3, 1, 1), [x, out, 100, 2.5], 7)]
+
+
+def test_import_kiln_as_triton_compiles_with_the_same_ast_source_and_compile():
+    """`kiln.compile` and `triton.compile` under the drop-in are one implementation: kiln's only
+    picks its default target (the current GPU, else the interpreter) and takes target names."""
+    import kiln
+    import kiln.compiler
+    import kiln.dropin.compile
+    assert kiln.compiler.ASTSource is kiln.dropin.compile.ASTSource
+    source = ASTSource(scale, SIGNATURE, {"BLOCK": 64}, ATTRS)
+    named = kiln.compile(source, target="sm_80", options={"num_warps": 2})
+    assert ".target sm_80" in named.asm["ptx"] and named.binary.target == "sm_80"
+    interpreted = kiln.compile(source)  # KILN_INTERPRET=1 in the tests: the interpreter's target
+    assert interpreted.metadata.target == GPUTarget("cpu", 0, 1) and "ptx" not in interpreted.asm
+    x, out = np.arange(100, dtype=np.float32), np.zeros(100, dtype=np.float32)
+    interpreted[(2,)](x, out, 100, 3.0, 64)
+    np.testing.assert_array_equal(out, x * 3.0)
+    with pytest.raises(ValueError, match="sm_XY"):
+        kiln.compile(source, target="hopper")

@@ -113,7 +113,8 @@ def test_what_changes_the_ir_changes_the_key(builds, monkeypatch):
 def test_a_kernel_reading_a_python_function_always_builds(builds):
     src = ASTSource(reads_a_python_function, {"x_ptr": "*fp32", "BLOCK": "constexpr"}, {"BLOCK": 16})
     from kiln.dropin.backends import make_backend
-    assert warm.source_key(src, CPU, make_backend(CPU).parse_options({}), False) is None
+    backend = make_backend(CPU)
+    assert warm.source_key(src, backend, backend.parse_options({}), False) is None
     compile(src, target=CPU)
     compile(src, target=CPU)
     assert builds == ["reads_a_python_function"] * 2

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import re
 import sys
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -100,12 +101,18 @@ def _hooked(launch, positions):
 
 
 class CUDABackend(BaseBackend):
+    def __init__(self, target: GPUTarget, name: str | None = None):
+        super().__init__(target)
+        self.name = name  # the codegen target when given by name ("sm_100a"), else from the arch
+
     @staticmethod
     def supports_target(target) -> bool:
         return target.backend == "cuda"
 
     @property
     def binary_target(self) -> str:
+        if self.name is not None:
+            return self.name
         arch = int(self.target.arch)
         return f"sm_{arch}" + ("a" if arch == 90 else "")
 
@@ -208,9 +215,14 @@ backends = {"nvidia": Backend(CUDABackend, CudaDriver), "cpu": Backend(CPUBacken
 
 
 def make_backend(target) -> BaseBackend:
-    """The backend that compiles for `target` (a GPUTarget)."""
+    """The backend that compiles for `target`: a GPUTarget, or a codegen target's name ("sm_90a")."""
+    if isinstance(target, str):
+        arch = re.fullmatch(r"sm_(\d+)[af]?", target)
+        if arch is None:
+            raise ValueError(f"a target name is sm_XY (sm_80, sm_90a, ...), not {target!r}")
+        return CUDABackend(GPUTarget("cuda", int(arch.group(1)), 32), name=target)
     if not isinstance(target, GPUTarget):
-        raise TypeError(f"a target is a GPUTarget(backend, arch, warp_size), not {target!r}")
+        raise TypeError(f"a target is a GPUTarget(backend, arch, warp_size) or a name (sm_90a), not {target!r}")
     for backend in backends.values():
         if backend.compiler.supports_target(target):
             return backend.compiler(target)

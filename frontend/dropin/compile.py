@@ -1,14 +1,18 @@
-"""`triton.compile`, `ASTSource` and `CompiledKernel`, as Triton 3.6 offers them to Inductor.
+"""`triton.compile`, `ASTSource` and `CompiledKernel`, as Triton 3.6 offers them to Inductor: the one
+implementation, also `kiln.compile` and `kiln.compiler.ASTSource` (`import kiln as triton`).
 
 `compile(ASTSource(fn, signature, constexprs, attrs), target=GPUTarget(...), options={...})`
-builds kiln's block IR for that specialization (kiln.signatures spells it the way Triton does:
-`*fp32:16`, `i32`), then, for a CUDA target, the binary through kiln's tiers (memory, node cache,
-shared tier, node daemon, this process): every rank and compile worker of a node that asks for
-the same kernel gets one compile, and `KILN_MANIFEST` records it. For the `cpu` target
-(Inductor's `cpu_backend = "triton"`) kiln's interpreter runs the block IR.
+finds a kernel compiled before from its source key without building its IR (kiln.dropin.warm);
+otherwise it builds kiln's block IR for that specialization (kiln.signatures spells it the way
+Triton does: `*fp32:16`, `i32`), then, for a CUDA target (a GPUTarget or a name, "sm_90a"), the
+binary through kiln's tiers (memory, node cache, shared tier, node daemon, this process): every
+rank and compile worker of a node that asks for the same kernel gets one compile, and
+`KILN_MANIFEST` records it. For the `cpu` target (Inductor's `cpu_backend = "triton"`, or
+`kiln.compile` with no GPU) kiln's interpreter runs the block IR.
 
 The result pickles (Inductor compiles in worker processes and launches in the parent): it
-carries the block IR as text and the binary's bytes, and `_init_handles()` makes the launcher.
+carries the block IR as text, its argument types and the binary's bytes, and `_init_handles()`
+makes the launcher (parsing the IR only for the interpreter).
 """
 from __future__ import annotations
 
@@ -49,7 +53,9 @@ class ASTSource:
         self.attrs = dict(attrs or {})
 
     def hash(self) -> str:
-        text = f"{self.fn.cache_key}-{sorted(self.signature.items())}-{sorted(self.constants.items(), key=str)}-" \
+        # the drop-in JITFunction's cache_key; a kiln one (`import kiln as triton`) hashes its source the same way
+        cache_key = getattr(self.fn, "cache_key", None) or hashlib.sha256(self.fn.src.encode()).hexdigest()
+        text = f"{cache_key}-{sorted(self.signature.items())}-{sorted(self.constants.items(), key=str)}-" \
                f"{sorted(self.attrs.items(), key=str)}"
         return hashlib.sha256(text.encode()).hexdigest()
 
@@ -101,7 +107,7 @@ def compile(src, target=None, options=None, _env_vars=None):
     target = driver.active.get_current_target() if target is None else target
     backend = make_backend(target)
     options = backend.parse_options(dict(options or {}))
-    key = _source_key(src, target, options, config.debug())
+    key = _source_key(src, backend, options, config.debug())
     record = warm.load(key) if key is not None else None
     found = _from_record(src, target, backend, options, record) if record is not None else None
     if found is not None:
@@ -117,11 +123,11 @@ def compile(src, target=None, options=None, _env_vars=None):
                      kernel.metadata["num_warps"], kernel.metadata["num_stages"], kernel)
 
 
-def _source_key(src, target, options, debug) -> str | None:
+def _source_key(src, backend, options, debug) -> str | None:
     from kiln.cache import env
     if env.manifest_path() is not None:
         return None  # KILN_MANIFEST records each kernel's IR: build it
-    return warm.source_key(src, target, options, debug)
+    return warm.source_key(src, backend, options, debug)
 
 
 def _build(src, backend, options):

@@ -53,15 +53,16 @@ def frontend_identity() -> str:
     return digest.hexdigest()
 
 
-def source_key(src, target, options, debug: bool) -> str | None:
-    """The source key of compiling `src` (an ASTSource) for `target` (a GPUTarget) with `options`
-    (the backend's parsed Options); None when the kernel reads a value that cannot be fingerprinted."""
+def source_key(src, backend, options, debug: bool) -> str | None:
+    """The source key of compiling `src` (an ASTSource) with `backend` (kiln.dropin.backends: the
+    target) and `options` (its parsed Options); None when the kernel reads a value that cannot be
+    fingerprinted."""
     try:
         parts = [_DOMAIN, frontend_identity(), src.name, fingerprint(src.fn), sorted(src.signature.items()),
                  sorted((list(k), _value(v)) for k, v in src.constants.items()),
                  sorted((list(k), _value(v)) for k, v in src.attrs.items()),
                  sorted((k, _value(v)) for k, v in vars(options).items()),
-                 [target.backend, _value(target.arch), target.warp_size], debug]
+                 [backend.hash(), backend.binary_target], debug]
     except _NoKey:
         return None
     return hashlib.sha256(json.dumps(parts, separators=(",", ":")).encode()).hexdigest()
