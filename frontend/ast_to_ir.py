@@ -553,17 +553,27 @@ class CodeGenerator(ast.NodeVisitor):
         return fn(v) if isinstance(v, tensor) else wrap(fn(unwrap(v)))
 
     def visit_BoolOp(self, node):
+        """Triton's rule: operands are visited in order; a constant that decides (a falsy one in
+        `and`, a truthy one in `or`) is the result at once, one that does not is dropped; the
+        tensors left combine logically (right to left), and with none left the last value is it."""
         is_and = isinstance(node.op, ast.And)
-        result = self.visit(node.values[0])
-        for value_node in node.values[1:]:
-            if not isinstance(result, tensor):
-                if bool(unwrap(result)) != is_and:  # short circuit on constexprs
-                    return result
-                result = self.visit(value_node)
+        tensors = []
+        for value_node in node.values:
+            value = self.visit(value_node)
+            if not isinstance(value, tensor):
+                if bool(unwrap(value)) != is_and:
+                    return value
                 continue
-            other = self.visit(value_node)
-            result = semantic.logical_and(result, other) if is_and else semantic.logical_or(result, other)
-        return result
+            if value.type.shape:
+                semantic.warn_at_user_line("Logical operators 'and' and 'or' are deprecated for non-scalar tensors; "
+                                           "please use '&' or '|' instead")
+            tensors.append(value)
+        if not tensors:
+            return value
+        while len(tensors) > 1:
+            rhs, lhs = tensors.pop(), tensors.pop()
+            tensors.append(semantic.logical_and(lhs, rhs) if is_and else semantic.logical_or(lhs, rhs))
+        return tensors[0]
 
     def visit_Compare(self, node):
         left = self.visit(node.left)

@@ -275,3 +275,28 @@ def test_float_atomic_min_max_orders_signed_zeros_and_nans_by_bits(dtype, is_max
     np.testing.assert_array_equal(np.signbit(p), np.signbit(expect))
     np.testing.assert_array_equal(old[[0, 1, 2, 4, 5, 6, 7]], start[[0, 1, 2, 4, 5, 6, 7]])
     assert old[3] == 7  # masked off
+
+
+# --- `and` / `or`: constants decide or drop out, as in Triton's code generator -----------
+
+@kiln.jit
+def _bool_ops(x_ptr, out_ptr, n, FLAG: tl.constexpr):
+    offs = tl.arange(0, 8)
+    x = tl.load(x_ptr + offs)
+    kept = x and FLAG  # FLAG true: dropped, the result is x itself (not converted to bool)
+    tl.static_assert(kept.dtype == tl.float32)
+    tl.static_assert((n > 0 and False) == False)  # noqa: E712  a falsy constant decides `and`
+    tl.static_assert((n > 0 or 5) == 5)  # a truthy constant decides `or`, whatever came before
+    both = (n > 0) and (n < 10) and FLAG
+    tl.static_assert(both.dtype == tl.int1)
+    tl.store(out_ptr + offs, tl.where(both, kept, -1.0))
+
+
+def test_boolean_operators_follow_tritons_constant_rules():
+    x = np.arange(8, dtype=np.float32)
+    out = np.zeros(8, np.float32)
+    with pytest.warns(UserWarning, match="Logical operators 'and' and 'or' are deprecated"):
+        _bool_ops[(1,)](x, out, 3, FLAG=True)
+    np.testing.assert_array_equal(out, x)
+    _bool_ops[(1,)](x, out, 30, FLAG=True)
+    np.testing.assert_array_equal(out, -1.0)
