@@ -13,7 +13,8 @@ from .jit import JITFunction, KernelInterface, constexpr_function, jit  # noqa: 
 from .autotuner import Config, autotune, heuristics  # noqa: F401
 from . import compiler, runtime, testing, tools  # noqa: F401  (triton.runtime.driver, triton.compiler.errors after `import kiln as triton`)
 from .compiler import compile  # noqa: F401,A001  (Triton's triton.compile)
-from .tensor_wrapper import TensorWrapper, reinterpret  # noqa: F401
+from .tensor_wrapper import MockTensor, TensorWrapper, reinterpret  # noqa: F401
+from .language.core import must_use_result  # noqa: F401
 
 __version__ = "0.1.0"
 

@@ -239,6 +239,8 @@ class CodeGenerator(ast.NodeVisitor):
     def visit_Expr(self, node):
         if isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
             return  # docstring
+        if isinstance(node.value, ast.Call):
+            node.value._is_unused = True  # its result is dropped (checked against must_use_result)
         self.visit(node.value)
 
     def visit_Pass(self, node):
@@ -634,6 +636,10 @@ class CodeGenerator(ast.NodeVisitor):
 
     def visit_Call(self, node):
         fn = self.visit(node.func)
+        must_use = getattr(unwrap(fn), "_must_use_result", False)
+        if must_use and getattr(node, "_is_unused", False):
+            reason = f" {must_use}" if isinstance(must_use, str) else ""
+            raise ValueError(f"The result of {ast.unparse(node.func)} is not being used.{reason}")
         args = []
         for a in node.args:
             if isinstance(a, ast.Starred):

@@ -234,6 +234,8 @@ class JITFunction(KernelInterface):
         """Compile without launching. With `target` ("sm_90a"...) the binary is built for
         it, which needs no GPU; otherwise it is built and loaded for the current GPU if
         there is one (in the interpreter only the block IR is built)."""
+        from .tensor_wrapper import MockTensor
+        args = [MockTensor.wrap_dtype(a) for a in args]  # a torch dtype stands for a tensor of it, as in Triton
         kernel = self.run(*args, grid=grid, warmup=True, **kwargs)
         if target is not None:
             kernel.build(target)

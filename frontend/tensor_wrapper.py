@@ -65,3 +65,29 @@ def reinterpret(tensor, dtype: kiln_dtype):
     if not (isinstance(tensor, np.ndarray) or hasattr(tensor, "data_ptr")):
         raise TypeError(f"cannot reinterpret a {type(tensor).__name__}: pass a tensor or an array")
     return TensorWrapper(tensor, dtype)
+
+
+class MockTensor:
+    """A stand-in for a tensor of `dtype` where only its type matters, as Triton's: compiling
+    with `kernel.warmup(torch.float32, ..., grid=...)` passes one for each torch dtype given.
+    Its address is 0 (so it counts as 16-byte aligned)."""
+
+    @staticmethod
+    def wrap_dtype(arg):
+        if arg.__class__.__name__ == "dtype" and arg.__class__.__module__ == "torch":
+            return MockTensor(arg)
+        return arg
+
+    def __init__(self, dtype, shape=None):
+        self.dtype = dtype
+        self.shape = [1] if shape is None else shape
+
+    def stride(self):
+        strides = [1]
+        for size in self.shape[1:]:
+            strides.append(strides[-1] * size)
+        return tuple(reversed(strides))
+
+    @staticmethod
+    def data_ptr():
+        return 0

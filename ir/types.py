@@ -18,7 +18,7 @@ class dtype:
     UNSIGNED_INTS = ("int1", "uint8", "uint16", "uint32", "uint64")
     FLOATS = ("fp8e4nv", "fp8e5", "fp8e4b8", "fp8e5b16", "fp8e4b15", "fp16", "bf16", "fp32", "fp64")
 
-    def __new__(cls, *args):
+    def __new__(cls, *args, **kwargs):  # kwargs: pointer_type(t, const=True)
         if cls is dtype and args and args[0] in _SCALARS:
             return _SCALARS[args[0]]
         return super().__new__(cls)

@@ -300,3 +300,70 @@ def test_boolean_operators_follow_tritons_constant_rules():
     np.testing.assert_array_equal(out, x)
     _bool_ops[(1,)](x, out, 30, FLAG=True)
     np.testing.assert_array_equal(out, -1.0)
+
+
+# --- API pieces of Triton 3.6: must_use_result, MockTensor, tl.target_info, tl.str_to_ty -----
+
+@kiln.must_use_result("the sum is returned, not stored")
+@kiln.jit
+def _plus_one(x):
+    return x + 1
+
+
+@kiln.jit
+def _result_dropped(x_ptr):
+    _plus_one(tl.load(x_ptr))
+
+
+@kiln.jit
+def _result_used(x_ptr, out_ptr):
+    tl.store(out_ptr, _plus_one(tl.load(x_ptr)))
+
+
+def test_must_use_result_rejects_a_dropped_result():
+    x = np.ones(1, np.float32)
+    with pytest.raises(kiln.CompilationError) as info:
+        _result_dropped[(1,)](x)
+    assert "The result of _plus_one is not being used. the sum is returned, not stored" in str(info.value)
+    out = np.zeros(1, np.float32)
+    _result_used[(1,)](x, out)
+    assert out[0] == 2
+
+
+@kiln.jit
+def _guarded(out_ptr):
+    if tl.target_info.cuda_capability_geq(9, 0):
+        value = 90
+    elif tl.target_info.is_cuda():
+        value = 80
+    else:
+        value = -1  # no GPU target: the portable path
+    tl.store(out_ptr, value)
+
+
+def test_target_info_without_a_gpu_has_no_target():
+    out = np.zeros(1, np.int32)
+    _guarded[(1,)](out)
+    assert tl.target_info.current_target() is None and out[0] == -1
+
+
+def test_str_to_ty_reads_signature_strings():
+    assert tl.str_to_ty("fp32", None) == tl.float32 and tl.str_to_ty("u8", None) == tl.uint8
+    assert tl.str_to_ty("i1", None) == tl.int1 and tl.str_to_ty("bf16", None) == tl.bfloat16
+    p = tl.str_to_ty("*kfp16", None)
+    assert p.is_ptr() and p.element_ty == tl.float16 and p.is_const()
+    assert tl.str_to_ty(("i32", "*fp8e5"), None) == (tl.int32, tl.pointer_type(tl.float8e5))
+
+
+@kiln.jit
+def _scaled_copy(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * 2, mask=offs < n)
+
+
+def test_warmup_takes_torch_dtypes_for_tensors():
+    torch = pytest.importorskip("torch")
+    compiled = _scaled_copy.warmup(torch.float16, torch.float16, 1000, BLOCK=128, grid=(8,), target="sm_90a")
+    assert ".target sm_90a" in compiled.asm["ptx"]
+    assert "ptr<fp16>" in compiled.asm["kir"]
+    assert kiln.MockTensor(torch.float32, [4, 8]).stride() == (8, 1)

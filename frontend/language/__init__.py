@@ -1,5 +1,5 @@
 """`kiln.language`, imported as `tl`: Triton's kernel language."""
-from . import extra, math, random  # noqa: F401
+from . import extra, math, random, target_info  # noqa: F401
 from .block_pointer import advance, make_block_ptr  # noqa: F401
 from .builtins import *  # noqa: F401,F403
 from .builtins import PropagateNan, abs, cast, full, static_assert  # noqa: F401
@@ -36,6 +36,21 @@ class tuple(__builtins__["tuple"] if isinstance(__builtins__, dict) else __built
 
     def __new__(cls, args=(), type=None):
         return super().__new__(cls, args)
+
+
+def str_to_ty(name, c=None):
+    """The dtype a signature string names, as Triton's `tl.str_to_ty`: "fp32", "i32", "u8", "i1",
+    "*fp16" (a pointer), "*kfp16" (a pointer to constant data); a tuple of strings gives a tuple."""
+    if isinstance(name, __builtins__["tuple"] if isinstance(__builtins__, dict) else __builtins__.tuple):
+        return tuple(str_to_ty(x, c) for x in name)
+    if name.startswith("*"):
+        const = name.startswith("*k")
+        return pointer_type(str_to_ty(name[2:] if const else name[1:], c), const=const)
+    if name.startswith("constexpr"):
+        return constexpr(c)
+    names = {"i1": "int1", "u1": "int1", "B": "int1", "i8": "int8", "i16": "int16", "i32": "int32", "i64": "int64",
+             "u8": "uint8", "u16": "uint16", "u32": "uint32", "u64": "uint64", "bf16": "bf16"}
+    return dtype(names.get(name, name))
 
 
 TRITON_MAX_TENSOR_NUMEL = 1048576  # Triton's limit on a block's elements; kiln only reports it

@@ -117,6 +117,15 @@ for _name, _fn in [("neg", _op.neg), ("pos", _op.pos), ("invert", _op.invert), (
 constexpr.__hash__ = lambda self: hash(self.value)
 
 
+def must_use_result(fn, message=True):
+    """Triton's mark for a function whose result a kernel must use: calling it as a statement of
+    its own is a compile error (`@must_use_result("why")` adds the reason to the message)."""
+    if isinstance(fn, str):
+        return lambda f: must_use_result(f, fn)
+    fn._must_use_result = message
+    return fn
+
+
 def _semantic():
     from . import semantic
     return semantic
