@@ -12,10 +12,11 @@ class Config:
     """One set of meta-parameters and launch options to try."""
 
     def __init__(self, kwargs, num_warps=env.DEFAULT_NUM_WARPS, num_stages=env.DEFAULT_NUM_STAGES, num_ctas=1,
-                 maxnreg=None, pre_hook=None):
+                 maxnreg=None, pre_hook=None, ir_override=None):
         self.kwargs = dict(kwargs)
         self.num_warps, self.num_stages, self.num_ctas, self.maxnreg = num_warps, num_stages, num_ctas, maxnreg
         self.pre_hook = pre_hook
+        self.ir_override = ir_override  # Triton's path to a TTGIR/PTX file to compile instead; kiln does not read it
 
     def all_kwargs(self) -> dict:
         options = {"num_warps": self.num_warps, "num_stages": self.num_stages, "num_ctas": self.num_ctas}
@@ -23,12 +24,20 @@ class Config:
             options["maxnreg"] = self.maxnreg
         return {**self.kwargs, **options}
 
-    def __str__(self):
+    def __str__(self):  # Triton's order and words (autotune's "best config selected: ..." line prints it)
         items = [f"{k}: {v}" for k, v in self.kwargs.items()]
-        items += [f"num_warps: {self.num_warps}", f"num_stages: {self.num_stages}", f"num_ctas: {self.num_ctas}"]
-        if self.maxnreg is not None:
-            items.append(f"maxnreg: {self.maxnreg}")
+        items += [f"num_warps: {self.num_warps}", f"num_ctas: {self.num_ctas}", f"num_stages: {self.num_stages}",
+                  f"maxnreg: {self.maxnreg}"]
         return ", ".join(items)
+
+    def _identity(self):
+        return (*self.all_kwargs().items(), self.pre_hook)
+
+    def __eq__(self, other):
+        return isinstance(other, Config) and self._identity() == other._identity()
+
+    def __hash__(self):
+        return hash(self._identity())
 
     __repr__ = __str__
 
@@ -178,8 +187,9 @@ class Heuristics(KernelInterface):
 
 
 def autotune(configs, key, prune_configs_by=None, reset_to_zero=None, restore_value=None, pre_hook=None,
-             post_hook=None, warmup=None, rep=None, use_cuda_graph=False, do_bench=None):
-    """Benchmark `configs` the first time each value of `key` is seen and launch the fastest."""
+             post_hook=None, warmup=None, rep=None, use_cuda_graph=False, do_bench=None, cache_results=False):
+    """Benchmark `configs` the first time each value of `key` is seen and launch the fastest.
+    `cache_results` (Triton's on-disk record of the choices) is accepted; kiln keeps them per process."""
     def decorator(fn):
         return Autotuner(fn, _arg_names(fn), configs, key, reset_to_zero, restore_value, pre_hook, post_hook,
                          prune_configs_by, warmup, rep, use_cuda_graph, do_bench)

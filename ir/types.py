@@ -49,6 +49,24 @@ class dtype:
     def is_fp32(self): return self.name == "fp32"
     def is_fp64(self): return self.name == "fp64"
 
+    def is_const(self): return False
+
+    def get_int_max_value(self):
+        """The largest value of an integer type (Triton's; int1 is unsigned: 1)."""
+        bits = self.primitive_bitwidth
+        return (1 << (bits - 1)) - 1 if self.is_int_signed() else (1 << bits) - 1
+
+    def get_int_min_value(self):
+        return -(1 << (self.primitive_bitwidth - 1)) if self.is_int_signed() else 0
+
+    def with_element_ty(self, element_ty):
+        """This type with `element_ty` as its element: a block keeps its shape."""
+        return element_ty
+
+    @staticmethod
+    def is_dtype(type_str):
+        return type_str in _SCALAR_INFO
+
     def __getattr__(self, attr):
         # is_int8, is_uint32, ... as in Triton.
         if attr.startswith("is_") and attr[3:] in _SCALAR_INFO:
@@ -158,6 +176,7 @@ class block_type(dtype):
     def is_block(self): return True
     def is_ptr(self): return False
     def get_block_shapes(self): return self.shape_
+    def with_element_ty(self, element_ty): return block_type(element_ty, self.shape_)
 
     def to_numpy(self) -> np.dtype:
         return self.element_ty_.to_numpy()

@@ -367,3 +367,31 @@ def test_warmup_takes_torch_dtypes_for_tensors():
     assert ".target sm_90a" in compiled.asm["ptx"]
     assert "ptr<fp16>" in compiled.asm["kir"]
     assert kiln.MockTensor(torch.float32, [4, 8]).stride() == (8, 1)
+
+
+@kiln.jit
+def _int_limits(x_ptr, out_ptr):
+    x = tl.load(x_ptr + tl.arange(0, 4))
+    tl.static_assert(x.dtype.is_int16() and not x.dtype.is_uint16())
+    lo: tl.constexpr = x.dtype.get_int_min_value()
+    hi: tl.constexpr = x.dtype.get_int_max_value()
+    tl.store(out_ptr + tl.arange(0, 4), tl.minimum(tl.maximum(x, lo + 1), hi - 1))
+
+
+def test_dtype_limits_and_predicates_in_a_kernel():
+    x = np.array([-32768, 0, 5, 32767], np.int16)
+    out = np.zeros(4, np.int16)
+    _int_limits[(1,)](x, out)
+    np.testing.assert_array_equal(out, [-32767, 0, 5, 32766])
+    assert tl.uint8.get_int_max_value() == 255 and tl.int1.get_int_max_value() == 1
+    assert tl.block_type(tl.int8, [4]).with_element_ty(tl.float32) == tl.block_type(tl.float32, [4])
+    assert not tl.float32.is_const() and tl.pointer_type(tl.float32, const=True).is_const()
+
+
+def test_config_prints_and_compares_as_tritons():
+    c = kiln.Config({"BLOCK": 64}, num_warps=8)
+    assert str(c) == "BLOCK: 64, num_warps: 8, num_ctas: 1, num_stages: 3, maxnreg: None"
+    assert c == kiln.Config({"BLOCK": 64}, num_warps=8) and len({c, kiln.Config({"BLOCK": 64}, num_warps=8)}) == 1
+    assert c != kiln.Config({"BLOCK": 64}, num_warps=4)
+    assert kiln.Config({}, ir_override=None).ir_override is None
+    kiln.autotune(configs=[c], key=[], cache_results=True)(_scaled_copy)  # Triton's keyword is accepted
