@@ -395,3 +395,22 @@ def test_config_prints_and_compares_as_tritons():
     assert c != kiln.Config({"BLOCK": 64}, num_warps=4)
     assert kiln.Config({}, ir_override=None).ir_override is None
     kiln.autotune(configs=[c], key=[], cache_results=True)(_scaled_copy)  # Triton's keyword is accepted
+
+
+@kiln.jit
+def _item_and_advance(x_ptr, out_ptr):
+    one = tl.load(x_ptr + tl.arange(0, 1)[:, None])  # [1, 1]
+    s = one.item()
+    tl.static_assert(len(s.shape) == 0)
+    tl.store(out_ptr, s * 2)
+    p = tl.make_block_ptr(x_ptr, (8, 8), (8, 1), (0, 0), (2, 4), (1, 0))
+    p = p.advance((4, 2))  # the method form of tl.advance
+    tl.store(out_ptr + 1 + tl.arange(0, 2)[:, None] * 4 + tl.arange(0, 4)[None, :], tl.load(p))
+
+
+def test_item_and_the_advance_method():
+    x = np.arange(64, dtype=np.float32) + 1
+    out = np.zeros(9, np.float32)
+    _item_and_advance[(1,)](x, out)
+    assert out[0] == 2
+    np.testing.assert_array_equal(out[1:].reshape(2, 4), x.reshape(8, 8)[4:6, 2:6])

@@ -22,6 +22,10 @@ class BlockPointer:
     def dtype(self):
         return self.base.dtype
 
+    def advance(self, offsets):
+        """`ptr.advance(offsets)`: Triton's method form of tl.advance."""
+        return advance(self, offsets)
+
     def leaves(self) -> list[tensor]:
         return [self.base, *self.shape, *self.strides, *self.offsets]
 

@@ -292,6 +292,12 @@ def split(a):
 
 
 @builtin
+def item(input):
+    """The one element of a single-element block, as a scalar (Triton's `x.item()`)."""
+    return semantic.unsplat(input)
+
+
+@builtin
 def cat(input, other, can_reorder=False):
     """Concatenate two blocks of one shape along dimension 0."""
     return semantic.cat(input, other, can_reorder)

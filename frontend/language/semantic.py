@@ -900,6 +900,18 @@ def split(a):
     return tensor(op.results[0], t), tensor(op.results[1], t)
 
 
+def unsplat(x) -> tensor:
+    """A single-element block's element as a scalar (a scalar stays as it is)."""
+    x = to_tensor(x)
+    if not x.type.shape:
+        return x
+    if x.type.numel != 1:
+        raise ValueError(f"can only unsplat single-element tensors, not {list(x.type.shape)}")
+    x = reshape(x, (1,))
+    first, _ = split(reshape(join(x, x), (2,)))  # join/split are the ops that make a block's elements scalars
+    return first
+
+
 def cat(a, b, can_reorder=False) -> tensor:
     a, b = to_tensor(a), to_tensor(b)
     if a.type != b.type or not a.type.shape:
