@@ -99,6 +99,16 @@ class KernelInterface:
         return functools.partial(self.run, grid=grid)
 
 
+@dataclass(frozen=True)
+class KernelParam:
+    """One parameter of a @jit function, as Triton's `JITFunction.params` describes it."""
+    num: int
+    name: str
+    annotation: object
+    is_constexpr: bool
+    do_not_specialize: bool
+
+
 class JITFunction(KernelInterface):
     def __init__(self, fn, do_not_specialize=(), debug=None, noinline=False, repr=None, launch_metadata=None,
                  prewarm=()):
@@ -107,6 +117,8 @@ class JITFunction(KernelInterface):
         self.arg_names = list(self.signature.parameters)
         self.constexpr_names = {n for n, p in self.signature.parameters.items() if _is_constexpr_annotation(p.annotation, fn)}
         self.do_not_specialize = {self.arg_names[d] if isinstance(d, int) else d for d in do_not_specialize}
+        self.params = [KernelParam(i, name, p.annotation, name in self.constexpr_names, name in self.do_not_specialize)
+                       for i, (name, p) in enumerate(self.signature.parameters.items())]  # Triton's records
         self.debug = debug
         self.noinline = noinline
         self.launch_metadata = launch_metadata  # for kiln.profiler sessions started with hook="triton"
@@ -121,6 +133,15 @@ class JITFunction(KernelInterface):
         if not linecache.getlines(fn.__code__.co_filename):
             self._source = read_source(fn)  # built by exec(): find its text while the exec runs
         functools.update_wrapper(self, fn)
+
+    @property
+    def constexprs(self) -> list:
+        """The positions of the constexpr parameters, as Triton lists them."""
+        return [i for i, name in enumerate(self.arg_names) if name in self.constexpr_names]
+
+    @property
+    def starting_line_number(self) -> int:
+        return self.fn.__code__.co_firstlineno
 
     @property
     def src(self) -> str:

@@ -414,3 +414,11 @@ def test_item_and_the_advance_method():
     _item_and_advance[(1,)](x, out)
     assert out[0] == 2
     np.testing.assert_array_equal(out[1:].reshape(2, 4), x.reshape(8, 8)[4:6, 2:6])
+
+
+def test_jit_function_describes_its_parameters():
+    params = _scaled_copy.params
+    assert [p.name for p in params] == ["x_ptr", "y_ptr", "n", "BLOCK"]
+    assert [p.is_constexpr for p in params] == [False, False, False, True] and params[3].num == 3
+    assert _scaled_copy.constexprs == [3]
+    assert _scaled_copy.starting_line_number > 0
