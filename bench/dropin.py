@@ -22,8 +22,8 @@ figure is the largest over parameters of ||g - g64|| / ||g64||, g being the comp
 gradient (still in `p.grad` after that step: AdamW reads gradients and does not change them, and
 `zero_grad` runs at the start of the next step). The same figure for an eager float32 backward
 (`eager_grad_error`) gives the rounding level to hold both flavours against. And where the first
-step's time went in the job's process (`first_step_parts`: `triton.compile`, kernel module loads,
-launchers made, configs benchmarked, with Inductor's cache counters; compile workers not seen).
+step's time went in the job's process (`first_step_parts`: `triton.compile`, precompile, launchers
+made, configs benchmarked, with Inductor's cache counters; compile workers not seen).
 Then 8 processes on the one GPU compile the same model at once, released together after their
 imports, sharing the node's cache directories as ranks do (cold, then warm): each one's time to
 its first finished step, kiln's compiles on the node against the kernels Triton compiled.
@@ -212,23 +212,18 @@ class _Timers:
 
 def time_compile_phases() -> _Timers:
     """Where a first step's time goes, in the job's own process (compile workers not seen):
-    `triton.compile`, loading a kernel's module from its source, making its launchers,
-    benchmarking configs; and Inductor's cache counters. The GPU run says why kiln's warm first
+    `triton.compile`, precompiling (compile and launchers), making launchers, benchmarking
+    configs; and Inductor's cache counters. (Nothing that Inductor pickles to its compile workers
+    is wrapped: a wrapper does not pickle.) The GPU run says why kiln's warm first
     step is slower than Triton's (Triton's warm kernels can come back from Inductor's cache as
     static launchers, with no compile at all)."""
     timers = _Timers()
     try:
-        import torch._inductor.async_compile as async_compile
-        import torch._inductor.codecache as codecache
         from torch._inductor.runtime import triton_heuristics as heuristics
         import triton
     except ImportError:
         return timers
     timers.wrap(triton, "compile", "triton.compile")  # Inductor calls it by attribute
-    if hasattr(codecache, "_load_triton_kernel_from_source"):
-        timers.wrap(codecache, "_load_triton_kernel_from_source", "kernel module loads")
-    if hasattr(async_compile, "_load_triton_kernel_from_source"):
-        setattr(async_compile, "_load_triton_kernel_from_source", codecache._load_triton_kernel_from_source)
     for attr, name in (("_make_launchers", "launchers made"), ("benchmark_all_configs", "configs benchmarked"),
                        ("precompile", "precompile")):
         if hasattr(heuristics.CachingAutotuner, attr):
