@@ -196,3 +196,26 @@ def test_a_warm_hit_loads_on_a_gpu_without_parsing_its_ir(builds, monkeypatch):
     warm_hit._init_handles()
     assert made == [(cold.asm["cubin"], ["ptr<fp32>", "ptr<fp32>", "int32"])]
     assert warm_hit.n_regs == 32 and builds == ["scale"]
+
+
+@jit
+def asks_the_target(x_ptr, BLOCK: tl.constexpr):
+    if tl.target_info.is_cuda():
+        tl.store(x_ptr + tl.arange(0, BLOCK), 1.0)
+    else:
+        tl.store(x_ptr + tl.arange(0, BLOCK), 2.0)
+
+
+def test_a_kernel_asking_tl_target_info_is_keyed_by_this_processs_gpu(builds, monkeypatch):
+    import kiln.language.target_info as target_info
+    src = ASTSource(asks_the_target, {"x_ptr": "*fp32", "BLOCK": "constexpr"}, {"BLOCK": 16})
+    compile(src, target=CPU)
+    compile(src, target=CPU)
+    assert builds == ["asks_the_target"]
+    monkeypatch.setattr(target_info, "current_target", lambda: GPUTarget("cuda", 90, 32))
+    kernel = compile(src, target=CPU)
+    assert builds == ["asks_the_target"] * 2
+    kernel._init_handles()
+    x = np.zeros(16, dtype=np.float32)
+    kernel[(1,)](x, 16)
+    np.testing.assert_array_equal(x, np.ones(16, dtype=np.float32))

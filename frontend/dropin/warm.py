@@ -13,7 +13,8 @@ reads to build that IR:
   the same for every `@jit` function it reaches through its globals and closure, transitively;
 - the values of the other globals and closure variables it names (the frontend reads them as
   constants), when they are plain values (numbers, strings, tuples of them, kiln's dtypes), or
-  kiln's own objects (modules, builtins, covered by the frontend identity);
+  kiln's own objects (modules, builtins, covered by the frontend identity), and the current GPU's
+  target where it names `tl.target_info` (whose answers come from that GPU);
 - the signature, constexprs, hints, options, target and KILN_DEBUG.
 
 A kernel that names anything else (a plain Python helper, an object of another library) has no
@@ -112,7 +113,12 @@ class _Fingerprint:
         if isinstance(obj, JITFunction):
             return ["jit", self.of(obj)]
         if _is_kiln(obj):
-            return ["kiln", getattr(obj, "__name__", type(obj).__name__), repr(obj) if _is_value(obj) else ""]
+            found = ["kiln", getattr(obj, "__name__", type(obj).__name__), repr(obj) if _is_value(obj) else ""]
+            if "target_info" in chain or getattr(obj, "__module__", None) == "kiln.language.target_info" \
+                    or getattr(obj, "__name__", None) == "kiln.language.target_info":
+                from kiln.language.target_info import current_target
+                found.append(repr(current_target()))  # it answers for the GPU of this process
+            return found
         if isinstance(obj, types.ModuleType):
             return ["module", obj.__name__]
         if obj is getattr(builtins, getattr(obj, "__name__", ""), None):
