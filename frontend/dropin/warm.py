@@ -144,8 +144,8 @@ def _value(v):
     """A JSON form of a plain value that tells different values apart; raises _NoKey otherwise."""
     if isinstance(v, _PLAIN):
         return [type(v).__name__, v.hex() if isinstance(v, bytes) else repr(v)]
-    if isinstance(v, (tuple, list)):
-        return [type(v).__name__, [_value(x) for x in v]]
+    if isinstance(v, (tuple, list)):  # a NamedTuple by its fields too: the kernel reads them by name
+        return [type(v).__module__, type(v).__qualname__, getattr(type(v), "_fields", None), [_value(x) for x in v]]
     if _is_kiln(v) and _is_value(v):
         return ["kiln", type(v).__qualname__, repr(v)]
     raise _NoKey()
