@@ -206,7 +206,7 @@ class _Timers:
         from torch._dynamo.utils import counters
         parts = {name: {"calls": n, "s": round(s, 4)} for name, (n, s) in self.totals.items()}
         parts["inductor_counters"] = {k: v for k, v in counters["inductor"].items()
-                                      if k.startswith(("async_compile", "fxgraph", "autotune"))}
+                                      if k.startswith(("async_compile", "fxgraph", "autotune", "triton_bundler"))}
         return parts
 
 
