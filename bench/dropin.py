@@ -519,6 +519,7 @@ def markdown(results: dict) -> str:
             failures += [(f"{name} {f}_{caches}", r) for f, r in (("triton", t), ("kiln", k)) if r and not r["ok"]]
         if "daemon_error" in runs:
             failures.append((f"{name} daemon", {"error": runs["daemon_error"]}))
+    out += _parts_table(results, base)
     eight = results.get("eight_processes")
     if eight:
         n = eight["processes"]
@@ -543,6 +544,27 @@ def markdown(results: dict) -> str:
         out += ["", f"**{name} failed**: {run.get('error')}", "", "```", (run.get("stderr_tail") or "").strip()[-1500:],
                 "```"]
     return "\n".join(out) + "\n"
+
+
+def _parts_table(results: dict, base: str) -> list:
+    """Where each run's first step went in its own process (`first_step_parts`)."""
+    rows = []
+    for name, runs in results["one_process"].items():
+        for caches in ("cold", "warm"):
+            for flavour, label in (("triton", base), ("kiln", "kiln")):
+                parts = _get(runs.get(f"{flavour}_{caches}"), "first_step_parts")
+                if not parts:
+                    continue
+                cell = lambda key: f"{parts[key]['calls']} / {parts[key]['s']:.2f}" if key in parts else ""  # noqa: E731
+                counters = ", ".join(f"{k} {v}" for k, v in sorted(parts.get("inductor_counters", {}).items()))
+                rows.append(f"| {name.replace('/', ' ')} | {caches} | {label} | {cell('triton.compile')} | "
+                            f"{cell('precompile')} | {cell('launchers made')} | {cell('configs benchmarked')} | "
+                            f"{counters} |")
+    if not rows:
+        return []
+    return ["", "#### The first step in the job's process (calls / s; compile workers not seen)", "",
+            "| model mode | caches | flavour | triton.compile | precompile | launchers made | configs benchmarked | "
+            "Inductor's counters |", "|---|---|---|---:|---:|---:|---:|---|", *rows]
 
 
 def _grad_errors(triton, kiln) -> str:

@@ -80,3 +80,12 @@ def test_timers_count_calls_and_time_of_wrapped_functions():
     assert owner.work(1) == 2 and owner.work(2) == 3
     parts = timers.snapshot()
     assert parts["work"]["calls"] == 2 and parts["work"]["s"] >= 0 and "inductor_counters" in parts
+
+
+def test_report_shows_where_the_first_step_went():
+    parts = {"triton.compile": {"calls": 22, "s": 0.5}, "precompile": {"calls": 22, "s": 0.9},
+             "inductor_counters": {"fxgraph_cache_hit": 3}}
+    run = {"ok": True, "first_step_s": 2.0, "step_s": 0.004, "losses": [1.0], "first_step_parts": parts}
+    results = {"device": "cuda", "machine": "GPU", "date": "2026-11-24", "rtol": 1e-4, "atol": 1e-6,
+               "daemon_workers": 8, "skipped": [], "one_process": {"mlp/default": {"kiln_warm": run}}}
+    assert "| mlp default | warm | kiln | 22 / 0.50 | 22 / 0.90 |  |  | fxgraph_cache_hit 3 |" in dropin.markdown(results)
