@@ -130,7 +130,10 @@ class Lowering:
         way (`elementwise.widen` relies on that to cast it to i64 as `ext(base) + off`)."""
         if isinstance(base, ir.Constant):
             return ir.Constant(I32, base.constant + off)
-        return self.entry.add(base, self.i32(off), flags=["nsw", "nuw"]) if off else base
+        if not off:
+            return base
+        # a negative offset (an arange from a negative start) may not keep the sum >= 0
+        return self.entry.add(base, self.i32(off), flags=["nsw", "nuw"] if off > 0 else [])
 
     def id_along(self, axis: lay.Axis, ident, builder=None):
         """Which of the `axis.count` ids along a dim this lane (or warp) is."""
