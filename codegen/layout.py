@@ -157,11 +157,11 @@ def default_order(rank: int) -> tuple[int, ...]:
     return tuple(reversed(range(rank)))
 
 
-def thread_elements(layout, shape, num_warps: int) -> list[list[tuple[int, ...]]]:
-    """Per thread, the logical indices of its registers (pure Python, for tests and
-    debugging; lowering computes the same `(base + offset) mod shape` in LLVM IR)."""
+def thread_elements(layout, shape, num_warps: int, threads: int | None = None) -> list[list[tuple[int, ...]]]:
+    """Per thread (the first `threads`, default all), the logical indices of its registers
+    (pure Python; lowering computes the same `(base + offset) mod shape` in LLVM IR)."""
     out = []
-    for tid in range(32 * num_warps):
+    for tid in range(32 * num_warps if threads is None else threads):
         lane, warp = tid % 32, tid // 32
         base = []
         for d in range(len(shape)):

@@ -88,7 +88,7 @@ def wavefronts(src, dst, shape, es: int, pad: int, num_warps: int) -> int:
     row = shape[-1] + pad
     total = 0
     for layout in (src, dst):
-        per_thread = lay.thread_elements(layout, shape, num_warps)[:32]
+        per_thread = lay.thread_elements(layout, shape, num_warps, threads=32)
         for r in range(len(per_thread[0])):
             words = {}
             for regs in per_thread:
