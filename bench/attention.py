@@ -191,8 +191,8 @@ def main():
     text = table(rows)
     print(text)
     if args.out:
-        gpu = torch.cuda.get_device_name().replace(" ", "_")
-        results_file.save(args.out, f"{datetime.date.today()}-{gpu}-attention", rows, text)
+        stem = results_file.stem(datetime.date.today(), torch.cuda.get_device_name(), "attention")
+        results_file.save(args.out, stem, rows, text)
 
 
 if __name__ == "__main__":

@@ -633,7 +633,7 @@ def main():
                   if isinstance(r, dict) and r.get("ok")), {})
     results["torch"], gpu = first.get("torch"), first.get("gpu")
     results["machine"] = gpu or f"{socket.gethostname()} ({args.device}, {os.cpu_count()} cores)"
-    slug = f"{date}-{(gpu or socket.gethostname()).replace(' ', '_')}-dropin"
+    slug = results_file.stem(date, gpu or socket.gethostname(), "dropin")
     text = markdown(results)
     results_file.save(args.out, slug, results, text)
     print(text)

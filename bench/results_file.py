@@ -6,6 +6,11 @@ import json
 import os
 
 
+def stem(date, machine: str, kind: str = "") -> str:
+    """`<date>-<machine>[-<kind>]`, spaces in the machine's name as underscores."""
+    return f"{date}-{machine.replace(' ', '_')}" + (f"-{kind}" if kind else "")
+
+
 def save(out_dir: str, stem: str, data, markdown: str) -> str:
     """Write `data` and `markdown` beside each other; returns the path without suffix."""
     os.makedirs(out_dir, exist_ok=True)

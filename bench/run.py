@@ -22,6 +22,8 @@ import time
 
 import torch
 
+import results_file  # bench/'s own (run as a script or from a sibling)
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -331,9 +333,7 @@ def main():
     results["launch_us"] = launch_overhead(libs)
     results["first_call_s"] = first_call({n: os.path.dirname(m.__file__) for n, m in libs.items()})
 
-    slug = f"{date}-{gpu.replace(' ', '_')}"
-    with open(os.path.join(args.out, slug + ".json"), "w") as f:
-        json.dump(results, f, indent=1)
+    slug = results_file.stem(date, gpu)
     md = [f"## kiln vs Triton {results['triton_version']} vs PyTorch {results['torch']} on {gpu}, {date}", "",
           ratio_table("vector add fp32 (GB/s)", "GB/s", results["vector_add"]),
           ratio_table("fused softmax fp32, 4096 rows × N (GB/s)", "GB/s", results["softmax"]),
@@ -354,9 +354,8 @@ def main():
               f"| Triton / kiln | {t['cold_s'] / k['cold_in_process_s']:.1f}x | "
               f"{t['cold_s'] / k['cold_warm_daemon_s']:.1f}x | {t['warm_s'] / k['warm_s']:.1f}x |\n")
     text = "\n".join(md)
-    with open(os.path.join(args.out, slug + ".md"), "w") as f:
-        f.write(text)
-    plot(results, os.path.join(args.out, slug + ".png"))
+    path = results_file.save(args.out, slug, results, text)
+    plot(results, path + ".png")
     print(text)
 
 

@@ -423,7 +423,7 @@ def main():
         print(f"{name}: {time.perf_counter() - t0:.0f} s", file=sys.stderr)
 
     results["load_average_after"] = os.getloadavg()  # other work on the machine skews every figure
-    slug = f"{date}-{(gpu or socket.gethostname()).replace(' ', '_')}-service"
+    slug = results_file.stem(date, gpu or socket.gethostname(), "service")
     text = markdown(results)
     results_file.save(args.out, slug, results, text)
     print(text)
