@@ -164,6 +164,48 @@ def test_smem_alloc_shares_bytes_between_buffers_that_do_not_live_together():
     assert ctx.shared_allocated == 16384 + 2048 and "offset = 16384" in print_function(fn)
 
 
+def test_smem_alloc_puts_a_barrier_where_bytes_change_owner():
+    # b reuses a's bytes: a warp done with a must not copy into b while another reads a
+    text = """kernel @k() {
+  %a = local_alloc : smem<2x64x64xfp16:swizzle128:order1.0>
+  %z = constant {value = 0} : int32
+  %ta = local_index %a, %z : smem<64x64xfp16:swizzle128:order1.0>
+  %b = local_alloc : smem<2x64x64xfp16:swizzle128:order1.0>
+  %c = local_alloc : smem<1x32x32xfp16:swizzle64:order1.0>
+  %tb = local_index %b, %z : smem<64x64xfp16:swizzle128:order1.0>
+  %tc = local_index %c, %z : smem<32x32xfp16:swizzle64:order1.0>
+  return
+}
+"""
+    fn = parse_function(text)
+    smem_alloc.apply(fn, PassContext(parse_target("sm_90a")))
+    order = [op.name for op in fn.body.ops]
+    # one barrier before b (c's bytes are new); none before a, the first owner of its bytes
+    assert order[:5] == ["local_alloc", "constant", "local_index", "barrier", "local_alloc"]
+    assert order.count("barrier") == 1
+    verify(fn)
+
+
+def test_pipelined_loops_one_after_the_other_are_separated_by_a_barrier():
+    # a second K loop after the first (causal attention runs two): its rings take the
+    # first loop's bytes, so its first copies must wait until every warp left the first
+    loop = MATMUL[MATMUL.index("  %pa, %pb, %acc = for"):MATMUL.index("  %m = expand_dims")]
+    inner = r"%(i|qa|qb|s|x|y|d|sa|qa2|sb|qb2)\b"  # the body's own names, renamed in the copy
+    second = re.sub(inner, r"%\1_2", loop).replace("%pa, %pb, %acc = for %lb, %n, %st, %ap, %bp, %acc0",
+                                                    "%pa2, %pb2, %acc2 = for %lb, %n, %st, %pa, %pb, %acc")
+    text = MATMUL.replace("  %m = expand_dims", second + "  %m = expand_dims", 1).replace("store %cp, %acc", "store %cp, %acc2")
+    fn, _ = pipelined(text)
+    top = fn.body.ops
+    loops = [i for i, op in enumerate(top) if op.name == "for"]
+    rings = [op for op in top if op.name == "local_alloc"]
+    assert len(loops) == 2 and len(rings) == 4
+    assert [r.attrs["offset"] for r in rings[:2]] == [r.attrs["offset"] for r in rings[2:]]  # the same bytes
+    between = [op.name for op in top[loops[0] + 1:loops[1]]]
+    assert "barrier" in between
+    assert between.index("barrier") < between.index("async_copy")
+    assert between.index("async_wait") < between.index("barrier")  # the first loop's copies drained first
+
+
 def test_the_wgmma_layout_is_the_instructions_fragment():
     layout = wgmma_layout((128, 64), 8)
     assert layout == Wgmma((8, 1), 64)

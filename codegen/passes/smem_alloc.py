@@ -7,6 +7,12 @@ multiple of 1024 (a 128-byte swizzle repeats every 1024 bytes and is computed fr
 address). The offsets are the `offset` attrs in the IR text; `ctx.shared_allocated` is
 the bytes they span. Lowering puts the transient scratch area after them where a
 buffer is live (`ctx.buffers_live(op)`), and at the start of shared memory elsewhere.
+
+Bytes that change owner need a barrier: a warp done with a loop's ring could otherwise
+copy the next loop's tiles over bytes a slower warp still reads. So a `barrier` goes
+before a buffer's `local_alloc` where the bytes may have held something else earlier
+(a buffer that died before, or the scratch area, used wherever no buffer lives), and
+inside a loop, where the next iteration writes over what the last one read.
 """
 from __future__ import annotations
 
@@ -46,6 +52,45 @@ def apply(fn, ctx) -> None:
     ctx.shared_allocated = top
     spans = [(start, end) for start, end, _, _ in placed]
     ctx.buffers_live = lambda op: any(s <= position.get(id(op), -1) <= e for s, e in spans)
+    scratch_before = _scratch_positions(fn, position, spans)
+    for start, end, offset, size in placed:
+        reused = any(e < start and o < offset + size and offset < o + s for b, e, o, s in placed)
+        alloc = next(a for a in allocs if position[id(a)] == start)
+        if reused or any(p < start for p in scratch_before) or _in_loop(alloc):
+            _barrier_before(alloc)
+
+
+def _in_loop(op) -> bool:
+    owner = op.parent.parent  # the op whose region holds `op` (the Function at the top)
+    while isinstance(owner, Operation):
+        if owner.name in ("for", "while"):
+            return True
+        owner = owner.parent.parent
+    return False
+
+
+def _scratch_positions(fn, position, spans) -> list:
+    """Positions of ops that may use the scratch area at the start of shared memory: any
+    op on blocks where no buffer is live (conversions, reductions, dots stage through it)."""
+    def on_blocks(op):
+        return any(v.type.is_block() for v in list(op.operands) + list(op.results))
+    return [position[id(op)] for op in fn.walk() if op.name != "local_alloc" and on_blocks(op)
+            and not any(s <= position[id(op)] <= e for s, e in spans)]
+
+
+def _barrier_before(alloc) -> None:
+    """Insert a barrier before `alloc`, unless one already precedes it with only other
+    buffers' allocations and first stores between (those bytes are live, not reused)."""
+    ops = alloc.parent.ops
+    at = ops.index(alloc)
+    for op in reversed(ops[:at]):
+        if op.name == "barrier":
+            return
+        if op.name not in ("local_alloc", "local_store", "constant"):
+            break
+    barrier = Operation("barrier", [], [], {}, loc=alloc.loc)
+    barrier.parent = alloc.parent
+    ops.insert(at, barrier)
 
 
 def _number(block, position, loop_end, loops):

@@ -1,0 +1,77 @@
+"""GPU tier: compute-sanitizer's racecheck finds no shared-memory hazard in the kernels
+that use shared buffers the most (pipelined matmul with one and two warpgroups; causal
+attention forward and backward, whose kernels run several pipelined loops one after the
+other over the same bytes). Skipped without a GPU or without compute-sanitizer.
+
+Racecheck runs each kernel once at a small size (it is slow: every shared access is
+tracked); the launches are the ones of test_attention_backward.py and bench/kernels.py.
+"""
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch")
+SANITIZER = shutil.which("compute-sanitizer") or next(
+    (p for p in ("/usr/local/cuda/bin/compute-sanitizer",) if os.access(p, os.X_OK)), None)
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
+              pytest.mark.skipif(SANITIZER is None, reason="needs compute-sanitizer (CUDA toolkit)")]
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+MATMUL = """
+import torch
+from test_attention_backward import kernels
+for bm, bn, warps, stages in ((128, 128, 4, 3), (128, 256, 8, 3)):
+    a = torch.randn(256, 192, device="cuda", dtype=torch.float16)
+    b = torch.randn(192, 256, device="cuda", dtype=torch.float16)
+    c = torch.empty(256, 256, device="cuda", dtype=torch.float16)
+    grid = (256 // bm * (256 // bn),)
+    kernels.matmul_kernel[grid](a, b, c, 256, 256, 192, *a.stride(), *b.stride(), *c.stride(), BLOCK_M=bm,
+                                BLOCK_N=bn, BLOCK_K=64, GROUP_M=8, num_warps=warps, num_stages=stages)
+    torch.testing.assert_close(c.float(), a.float() @ b.float(), atol=0.1, rtol=0.01)
+"""
+
+ATTENTION = """
+import torch
+from test_attention_backward import kernels, run_attention
+shape = (1, 2, 256, {dim})
+q, k, v, do = (torch.randn(shape, device="cuda", dtype=torch.float16) for _ in range(4))
+o, lse = torch.empty_like(q), torch.empty(shape[:3], device="cuda", dtype=torch.float32)
+grads = [torch.empty_like(q) for _ in range(3)]
+run_attention(kernels, q, k, v, do, o, lse, grads, True, fwd=(64, 64), narrow={narrow}, wide={wide},
+              num_warps={warps}, num_stages={stages})
+torch.cuda.synchronize()
+"""
+
+
+def racecheck(script: str, tmp_path) -> str:
+    env = dict(os.environ, KILN_INTERPRET="0", KILN_DAEMON="off", KILN_CACHE_DIR=str(tmp_path / "cache"),
+               PYTHONPATH=os.pathsep.join([HERE, os.environ.get("PYTHONPATH", "")]))
+    run = subprocess.run([SANITIZER, "--tool", "racecheck", "--racecheck-report", "all", "--print-limit", "5",
+                          sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600)
+    out = run.stdout + run.stderr
+    assert run.returncode == 0, out[-4000:]
+    return out
+
+
+def hazards(out: str) -> tuple[int, int]:
+    found = re.search(r"RACECHECK SUMMARY: \d+ hazards? displayed \((\d+) errors?, (\d+) warnings?\)", out)
+    assert found, out[-4000:]
+    return int(found.group(1)), int(found.group(2))
+
+
+def test_pipelined_matmul_has_no_shared_memory_hazard(tmp_path):
+    out = racecheck(MATMUL, tmp_path)
+    assert hazards(out) == (0, 0), out[-4000:]
+
+
+@pytest.mark.parametrize("dim,narrow,wide,warps,stages", [(64, 32, 128, 4, 3), (128, 32, 64, 4, 2),
+                                                          (64, 64, 128, 8, 2)])
+def test_causal_attention_has_no_shared_memory_hazard(dim, narrow, wide, warps, stages, tmp_path):
+    script = ATTENTION.format(dim=dim, narrow=narrow, wide=wide, warps=warps, stages=stages)
+    out = racecheck(script, tmp_path)
+    assert hazards(out) == (0, 0), out[-4000:]
