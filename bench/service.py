@@ -345,40 +345,46 @@ def _x(a, b) -> str:
 
 
 def markdown(r: dict) -> str:
-    c, e, p, t = r["cold_and_warm"], r["eight_processes"], r["prewarm_64"], r.get("two_nodes", {})
+    c, e, p, t = (r.get(k) for k in ("cold_and_warm", "eight_processes", "prewarm_64", "two_nodes"))
     what = "first launch and its completion" if r["gpu"] else f"first build of the binary for {r['target']} (no GPU)"
     load = ", ".join(f"{a:.1f}" for a in r["load_average_before"][:1] + r["load_average_after"][:1])
     lines = [f"## kiln's compile service on {r['machine']}, {r['date']}", "",
              f"bench/service.py; add_kernel of bench/kernels.py; each figure the best of {r['repeat']} rounds "
              f"(the variants take turns), each first call in a fresh process, timed after its imports: {what}. "
-             f"Load average before, after: {load}.", "",
-             "### first call in a fresh process (s)", "",
-             "| | kiln in-process | kiln, warm daemon | Triton | Triton / kiln (daemon) |",
-             "|---|---:|---:|---:|---:|",
-             f"| cold cache | {_s(c['kiln_in_process_cold_s'])} | {_s(c['kiln_daemon_cold_s'])} | "
-             f"{_s(c['triton_cold_s'])} | {_x(c['triton_cold_s'], c['kiln_daemon_cold_s'])} "
-             f"(goal > {GOALS['cold_vs_triton']}x) |",
-             f"| warm cache | | {_s(c['kiln_warm_cache_s'])} | {_s(c['triton_warm_cache_s'])} | "
-             f"{_x(c['triton_warm_cache_s'], c['kiln_warm_cache_s'])} (goal ≥ {GOALS['warm_vs_triton']}x) |", "",
-             "### 8 processes cold on one kernel (empty cache, warm daemon with 2 workers)", "",
-             "| | one process (s) | 8 processes (s) | 8 / one |", "|---|---:|---:|---:|",
-             f"| first call | {_s(e['one_process_wall_s'])} | {_s(e['eight_processes_wall_s'])} | {e['ratio']:.2f} "
-             f"(goal ≤ {GOALS['eight_vs_one']}) |",
-             f"| first call, daemon client imported beforehand | {_s(e['one_process_preimported_wall_s'])} | "
-             f"{_s(e['eight_processes_preimported_wall_s'])} | {e['ratio_preimported']:.2f} |", "",
-             f"Per round of 8 (both rows): compiles {', '.join(map(str, e['compiles_per_round']))} (goal: 1 each); "
-             f"requests that reached the daemon {', '.join(map(str, e['daemon_requests_per_round']))} (the others "
-             f"read the node cache); of those merged into the compile in flight "
-             f"{', '.join(map(str, e['merged_per_round']))}.", "",
-             f"### prewarm of 64 distinct kernels for {r['target']} (real codegen; IR built beforehand in "
-             f"{p['build_ir_s']:.2f} s)", "",
-             "| 1 worker (s) | 2 workers (s) | kernels/s, 1 worker | kernels/s, 2 workers | 2 workers / 1 |",
-             "|---:|---:|---:|---:|---:|",
-             f"| {p['workers_1_s']:.2f} | {p['workers_2_s']:.2f} | {p['workers_1_kernels_per_s']:.1f} | "
-             f"{p['workers_2_kernels_per_s']:.1f} | {p['speedup']:.2f}x (goal ≥ {GOALS['two_vs_one_worker']}x) |", "",
-             "### two nodes on one machine, one Redis as the shared tier (first call in a fresh process, s)", ""]
+             f"Load average before, after: {load}.", ""]
+    if c:
+        lines += ["### first call in a fresh process (s)", "",
+                  "| | kiln in-process | kiln, warm daemon | Triton | Triton / kiln (daemon) |",
+                  "|---|---:|---:|---:|---:|",
+                  f"| cold cache | {_s(c['kiln_in_process_cold_s'])} | {_s(c['kiln_daemon_cold_s'])} | "
+                  f"{_s(c['triton_cold_s'])} | {_x(c['triton_cold_s'], c['kiln_daemon_cold_s'])} "
+                  f"(goal > {GOALS['cold_vs_triton']}x) |",
+                  f"| warm cache | | {_s(c['kiln_warm_cache_s'])} | {_s(c['triton_warm_cache_s'])} | "
+                  f"{_x(c['triton_warm_cache_s'], c['kiln_warm_cache_s'])} (goal ≥ {GOALS['warm_vs_triton']}x) |", ""]
+    if e:
+        lines += ["### 8 processes cold on one kernel (empty cache, warm daemon with 2 workers)", "",
+                  "| | one process (s) | 8 processes (s) | 8 / one |", "|---|---:|---:|---:|",
+                  f"| first call | {_s(e['one_process_wall_s'])} | {_s(e['eight_processes_wall_s'])} | {e['ratio']:.2f} "
+                  f"(goal ≤ {GOALS['eight_vs_one']}) |",
+                  f"| first call, daemon client imported beforehand | {_s(e['one_process_preimported_wall_s'])} | "
+                  f"{_s(e['eight_processes_preimported_wall_s'])} | {e['ratio_preimported']:.2f} |", "",
+                  f"Per round of 8 (both rows): compiles {', '.join(map(str, e['compiles_per_round']))} (goal: 1 each); "
+                  f"requests that reached the daemon {', '.join(map(str, e['daemon_requests_per_round']))} (the others "
+                  f"read the node cache); of those merged into the compile in flight "
+                  f"{', '.join(map(str, e['merged_per_round']))}.", ""]
+    if p:
+        lines += [f"### prewarm of 64 distinct kernels for {r['target']} (real codegen; IR built beforehand in "
+                  f"{p['build_ir_s']:.2f} s)", "",
+                  "| 1 worker (s) | 2 workers (s) | kernels/s, 1 worker | kernels/s, 2 workers | 2 workers / 1 |",
+                  "|---:|---:|---:|---:|---:|",
+                  f"| {p['workers_1_s']:.2f} | {p['workers_2_s']:.2f} | {p['workers_1_kernels_per_s']:.1f} | "
+                  f"{p['workers_2_kernels_per_s']:.1f} | {p['speedup']:.2f}x (goal ≥ {GOALS['two_vs_one_worker']}x) |", ""]
+    if t is None:
+        return "\n".join(lines)
+    lines += ["### two nodes on one machine, one Redis as the shared tier (first call in a fresh process, s)", ""]
     if "skipped" in t:
         return "\n".join(lines + [f"n/a: {t['skipped']}", ""])
+    triton_cold = c["triton_cold_s"] if c else None
     lines += ["| | cold node, warm shared tier | warm node cache | shared / warm cache | Triton cold / shared |",
               "|---|---:|---:|---:|---:|"]
     for label, suffix in (("first call", ""), ("first call, kiln's clients and redis-py imported beforehand",
@@ -386,7 +392,7 @@ def markdown(r: dict) -> str:
         shared = t[f"node_b_shared{suffix}_s"]
         lines.append(f"| {label} | {_s(shared)} | {_s(t[f'node_a_warm_cache{suffix}_s'])} | "
                      f"{t[f'shared{suffix}_over_warm_cache']:.2f} (goal ≤ {GOALS['shared_vs_warm_cache']}) | "
-                     f"{_x(c['triton_cold_s'], shared)} (goal ≥ {GOALS['triton_cold_vs_shared']}x) |")
+                     f"{_x(triton_cold, shared)} (goal ≥ {GOALS['triton_cold_vs_shared']}x) |")
     lines += ["", f"Node B (an empty node cache, no daemon) read the shared tier's entry each time: shared-tier hits "
               f"{', '.join(map(str, t['shared_hits_per_round']))} (goal: 1 each). Redis killed: "
               f"{t['tier_down_calls_ok']} of {t['tier_down_calls']} first calls of fresh nodes succeeded (through "
@@ -399,7 +405,10 @@ def main():
     parser.add_argument("--target", default=None, help="without a GPU: the target to build for (default sm_90a)")
     parser.add_argument("--repeat", type=int, default=3, help="rounds per figure (the best is kept)")
     parser.add_argument("--out", default=os.path.join(HERE, "results"))
+    parser.add_argument("--rows", default=None, help="comma-separated: run only these rows "
+                        "(cold_and_warm, eight_processes, prewarm_64, two_nodes)")
     args = parser.parse_args()
+    only = set(args.rows.split(",")) if args.rows else None
 
     gpu = gpu_name()
     if gpu:
@@ -418,6 +427,8 @@ def main():
                       ("eight_processes", lambda: eight_processes(mode, target, folders["kiln"], args.repeat)),
                       ("prewarm_64", lambda: prewarm_throughput(target, args.repeat)),
                       ("two_nodes", lambda: two_nodes(mode, target, folders["kiln"], args.repeat))):
+        if only is not None and name not in only:
+            continue
         t0 = time.perf_counter()
         results[name] = run()
         print(f"{name}: {time.perf_counter() - t0:.0f} s", file=sys.stderr)
