@@ -53,12 +53,25 @@ ROUNDS = 3  # --rounds
 
 def interleaved(fns: dict, rounds: int | None = None) -> dict:
     """Median ms of each callable over ROUNDS rounds in which they take turns, so that
-    drift in the machine (clocks, temperature) falls on all of them alike."""
+    drift in the machine (clocks, temperature) falls on all of them alike; who goes first
+    changes every round, so that no place in the order favours one of them."""
     times = {name: [] for name in fns}
-    for _ in range(rounds or ROUNDS):
-        for name, fn in fns.items():
-            times[name].append(bench(fn))
+    names = list(fns)
+    for r in range(rounds or ROUNDS):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            times[name].append(bench(fns[name]))
     return {name: statistics.median(t) for name, t in times.items()}
+
+
+def settle_clocks(seconds: float = 3.0) -> None:
+    """Keep the GPU busy for a few seconds before the first figure, so that the first sizes
+    are not timed while an idle GPU's clocks ramp up."""
+    a = torch.randn(4096, 4096, device="cuda", dtype=torch.float16)
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        for _ in range(20):
+            a @ a
+        torch.cuda.synchronize()
 
 
 def fastest(make, configs):
@@ -316,9 +329,11 @@ def main():
     results = {"gpu": gpu, "date": date, "torch": torch.__version__}
     import triton
     results["triton_version"] = triton.__version__
+    settle_clocks()
     if args.only:
-        sections = {"vector_add": lambda: vector_add(libs, [1 << 20, 1 << 27]),
-                    "softmax": lambda: softmax(libs, [1024, 16384]), "layer_norm": lambda: layer_norm(libs, [4096]),
+        sections = {"vector_add": lambda: vector_add(libs, [1 << 20, 1 << 21, 1 << 27]),
+                    "softmax": lambda: softmax(libs, [512, 1024, 16384]),
+                    "layer_norm": lambda: layer_norm(libs, [1024, 2048, 4096]),
                     "matmul": lambda: matmul(libs, [4096], ["fp16"]),
                     "attention": lambda: attention(libs, [64], [4096]), "launch": lambda: launch_overhead(libs),
                     "first_call": lambda: first_call({n: os.path.dirname(m.__file__) for n, m in libs.items()})}
