@@ -1,4 +1,6 @@
 """kiln: a Triton-compatible GPU kernel language (`import kiln as triton`)."""
+import sys as _sys
+
 from . import config as _config
 
 if _config.shared_tier_configured() and not _config.interpret():
@@ -11,6 +13,7 @@ from .errors import CompilationError, InterpreterError, KilnError, OutOfResource
 from .errors import KilnError as TritonError  # noqa: F401  (Triton's name for the base class)
 from .jit import JITFunction, KernelInterface, constexpr_function, jit  # noqa: F401
 from .autotuner import Config, autotune, heuristics  # noqa: F401
+from .dropin import knobs  # noqa: F401  (triton.knobs; `import kiln.knobs` too, below)
 from . import compiler, runtime, testing, tools  # noqa: F401  (triton.runtime.driver, triton.compiler.errors after `import kiln as triton`)
 from .compiler import compile  # noqa: F401,A001  (Triton's triton.compile)
 from .tensor_wrapper import MockTensor, TensorWrapper, reinterpret  # noqa: F401
@@ -33,3 +36,5 @@ def next_power_of_2(n: int) -> int:
 def set_allocator(allocator) -> None:
     """Accepted for Triton's device-side tensor descriptors: kiln lowers them to plain loads and
     stores, so they need no global scratch memory and the allocator is never called."""
+
+_sys.modules[__name__ + ".knobs"] = knobs

@@ -130,3 +130,13 @@ def test_import_kiln_as_triton_compiles_with_the_same_ast_source_and_compile():
     np.testing.assert_array_equal(out, x * 3.0)
     with pytest.raises(ValueError, match="sm_XY"):
         kiln.compile(source, target="hopper")
+
+
+def test_knobs_are_triton_knobs_under_import_kiln_as_triton():
+    import importlib
+
+    import kiln as triton
+    assert importlib.import_module("kiln.knobs") is triton.knobs is knobs
+    # Triton's test helpers read the assembler's version as "major.minor": nvJitLink's here
+    major, minor = (int(p) for p in triton.knobs.nvidia.ptxas.version.split("."))
+    assert major >= 12 and minor >= 0 and triton.knobs.nvidia.ptxas.path is None

@@ -1,8 +1,9 @@
 """`triton.knobs`: the settings Triton groups by area, those that mean something for kiln.
 
 `runtime.launch_enter_hook`/`launch_exit_hook` are called around every launch of a kernel compiled
-by `triton.compile` (with its launch metadata); `cache.dir` is kiln's node cache; and
-`nvidia.libdevice_path` the libdevice kiln links. Setting a knob kiln has no use for is an error
+by `triton.compile` (with its launch metadata); `cache.dir` is kiln's node cache;
+`nvidia.libdevice_path` the libdevice kiln links; and `nvidia.ptxas` the assembler kiln uses, which is
+nvJitLink in-process (its `version` is nvJitLink's, "13.0"; there is no ptxas program, so `path` is None). Setting a knob kiln has no use for is an error
 rather than silently ignored.
 """
 from __future__ import annotations
@@ -36,8 +37,20 @@ class _Cache(_Knobs):
         return str(cache_dir())
 
 
+class _Assembler:
+    """Triton's `knobs.nvidia.ptxas` (a tool with a path and a version), for nvJitLink."""
+    path = None
+
+    @property
+    def version(self) -> str:
+        from cuda.bindings import nvjitlink
+        major, minor = nvjitlink.version()
+        return f"{major}.{minor}"
+
+
 class _Nvidia(_Knobs):
     _names = ("libdevice_path",)
+    ptxas = _Assembler()
 
     @property
     def libdevice_path(self):
