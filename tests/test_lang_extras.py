@@ -258,6 +258,21 @@ def test_fnuz_fp8_casts(f8_dtype, np_f8):
 
 
 @kiln.jit
+def _abs_fp8(x_ptr, out_ptr, N: tl.constexpr):
+    offs = tl.arange(0, N)
+    tl.store(out_ptr + offs, tl.abs(tl.load(x_ptr + offs)))
+
+
+@pytest.mark.parametrize("f8_dtype, np_f8", [(tl.float8e4nv, ml_dtypes.float8_e4m3fn),
+                                            (tl.float8e5, ml_dtypes.float8_e5m2)])
+def test_abs_of_fp8_clears_the_sign_bit(f8_dtype, np_f8):
+    x = np.array([1.0, -2.0, 0.5, -448.0, 0.0, -0.0, -0.125, 3.5], np.float32).astype(np_f8).view(np.uint8)
+    out = np.zeros(8, np.uint8)
+    _abs_fp8[(1,)](kiln.reinterpret(x, f8_dtype), kiln.reinterpret(out, f8_dtype), N=8)
+    np.testing.assert_array_equal(out, x & 0x7F)
+
+
+@kiln.jit
 def _read_only_input(x_ptr: tl.const, out_ptr, N: tl.constexpr):
     offs = tl.arange(0, N)
     tl.store(out_ptr + offs, tl.load(x_ptr + offs) + 1)

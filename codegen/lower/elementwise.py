@@ -170,6 +170,8 @@ def _neg(lw, op, x):
 
 def _abs(lw, op, x):
     s = _s(op)
+    if s.is_fp8():  # held as its byte: every fp8 format keeps the sign in the top bit
+        return lw.b.and_(x, ir.Constant(x.type, 0x7F))
     if s.is_floating():
         return _llvm_float("fabs")(lw, op, x)
     if not _signed(s):
