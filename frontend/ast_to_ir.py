@@ -268,7 +268,7 @@ class CodeGenerator(ast.NodeVisitor):
         if self.elementwise and cond.type.shape:
             self.elementwise_if(semantic.cast(cond, semantic.int1), node.body, node.orelse)
             return
-        cond = self.scalar_condition(cond, "if")
+        cond = self.scalar_condition(cond, "if", node)
         self.runtime_if(cond, node.body, node.orelse, node)
 
     def elementwise_if(self, cond, then_body, else_body):
@@ -291,9 +291,21 @@ class CodeGenerator(ast.NodeVisitor):
         if then_ret:
             self.ret, self.returned = semantic.where(cond, then_val, else_val), True
 
-    def scalar_condition(self, cond: tensor, what: str) -> tensor:
+    def scalar_condition(self, cond: tensor, what: str, node=None) -> tensor:
+        """`cond` as the int1 scalar of a runtime `if` (an if statement is `node`) or `while`."""
+        if cond.type.shape and node is not None and cond.type.numel == 1:
+            # an `if` statement takes a one-element block's element, with Triton's warning
+            semantic.warn_at_user_line("If conditional called with multidimensional Tensor instead of scalar; "
+                                       f"please use \"if ({ast.unparse(node.test)}).item()\" instead")
+            cond = semantic.unsplat(cond)
         if cond.type.shape:
-            raise TypeError(f"the condition of a runtime `{what}` must be a scalar, not a block {cond.type}")
+            ambiguous = "Boolean value of Tensor with more than one value is ambiguous: " if node is not None else ""
+            raise TypeError(f"{ambiguous}the condition of a runtime `{what}` must be a scalar, not a block {cond.type}")
+        if what == "while" and cond.dtype != semantic.int1:
+            # Triton hands it to its loop condition as it is, which its IR rejects
+            raise TypeError(f"the condition of a `while` must be a boolean (int1) scalar, not {cond.dtype}: "
+                            "compare it, e.g. `while x != 0:` (Triton fails on it with 'error encountered "
+                            "during parsing')")
         return semantic.cast(cond, semantic.int1) if cond.dtype != semantic.int1 else cond
 
     def _run_branch(self, statements, before):
@@ -550,7 +562,9 @@ class CodeGenerator(ast.NodeVisitor):
     def visit_UnaryOp(self, node):
         v = self.visit(node.operand)
         if isinstance(node.op, ast.Not):
-            return semantic.logical_not(v) if isinstance(v, tensor) else constexpr(not unwrap(v))
+            if isinstance(v, tensor):
+                return semantic.invert(semantic.logical_operand(v, "not"))
+            return constexpr(not unwrap(v))
         fn = {ast.USub: lambda x: -x, ast.UAdd: lambda x: +x, ast.Invert: lambda x: ~x}[type(node.op)]
         return fn(v) if isinstance(v, tensor) else wrap(fn(unwrap(v)))
 
@@ -572,12 +586,17 @@ class CodeGenerator(ast.NodeVisitor):
             tensors.append(value)
         if not tensors:
             return value
+        word = "and" if is_and else "or"
         while len(tensors) > 1:
             rhs, lhs = tensors.pop(), tensors.pop()
+            lhs, rhs = semantic.logical_operand(lhs, word), semantic.logical_operand(rhs, word)
             tensors.append(semantic.logical_and(lhs, rhs) if is_and else semantic.logical_or(lhs, rhs))
         return tensors[0]
 
     def visit_Compare(self, node):
+        if len(node.ops) != 1:  # Triton's code generator takes one comparison at a time, constexprs too
+            raise _Unsupported("simultaneous multiple comparison is not supported (Triton rejects chained "
+                               "comparisons: write `(a < b) & (b < c)`, or `and` of constexprs)")
         left = self.visit(node.left)
         result = None
         for op, right_node in zip(node.ops, node.comparators):

@@ -11,3 +11,5 @@ METHODS = {name: getattr(mod, name) for mod, names in (
                 "softmax", "cdiv"]),
     (sorting, ["flip", "sort", "topk"]),
 ) for name in names}
+# x.exp(), x.sqrt(), ...: Triton registers these methods before its fp32/fp64 check, so they take fp16 too
+METHODS.update({name: fn.method for name, fn in METHODS.items() if hasattr(fn, "method")})

@@ -182,16 +182,22 @@ def mul(x, y, sanitize_overflow=True):
 
 @builtin
 def fdiv(x, y, ieee_rounding=False):
-    """x / y for floats (ieee_rounding is accepted; the result is correctly rounded either way)."""
-    x, y = semantic.binary_operands(x, y)
-    if not x.dtype.is_floating():
-        raise TypeError(f"fdiv needs floating-point operands, not {x.dtype}")
+    """x / y for floats of one type (ieee_rounding is accepted; the result is correctly rounded
+    either way). As Triton's, no promotion: a Python float is fp32, and an int is rejected."""
+    x, y = semantic.to_tensor(x), semantic.to_tensor(y)
+    if not x.dtype.is_floating() or not y.dtype.is_floating():
+        raise TypeError(f"both operands of fdiv must have floating scalar type (not {x.dtype} and {y.dtype})")
+    if x.dtype != y.dtype:  # Triton builds the division unconverted, which its IR rejects
+        raise TypeError(f"fdiv takes two operands of one floating-point type, not {x.dtype} and {y.dtype}: "
+                        "Triton does not promote them (its IR rejects the division); convert one first")
+    x, y = semantic.broadcast_pair(x, y)
     return semantic._elementwise("div", x, y)
 
 
 @builtin
 def div_rn(x, y):
-    """x / y rounded to nearest."""
+    """x / y rounded to nearest (fp32 tensors only, as Triton)."""
+    _check_dtype("div_rn", ("fp32",), x, y)
     return semantic.math_binary("div_rn", x, y)
 
 
@@ -203,20 +209,41 @@ def fma(x, y, z):
 
 @builtin
 def umulhi(x, y):
-    """The high half of the double-width product of two integers."""
+    """The high half of the double-width product of two 32- or 64-bit integers."""
+    _check_dtype("umulhi", ("int32", "int64", "uint32", "uint64"), x, y)
     return semantic.math_binary("umulhi", x, y)
 
 
-def _unary(name, allow_int=False, doc=""):
+_FP32_FP64 = ("fp32", "fp64")
+
+
+def _check_dtype(name, dtypes, *args):
+    """Triton's check on its libdevice-like math functions: every tensor argument (Python numbers
+    and constexprs are not checked) must have one of `dtypes`, fp16 and bf16 included: Triton
+    rejects them rather than compute in fp32 behind the user's back, and so does kiln."""
+    for a in args:
+        if isinstance(a, tensor) and a.dtype.name not in dtypes:
+            raise ValueError(f"Expected dtype {list(dtypes)} but got {a.dtype.name} (tl.{name} takes "
+                             f"{' or '.join(dtypes)} tensors, as in Triton: convert first, e.g. x.to(tl.float32))")
+
+
+def _unary(name, dtypes=_FP32_FP64, doc=""):
     @builtin
     def fn(x):
-        return semantic.math_unary(name, x, allow_int=allow_int)
+        _check_dtype(name, dtypes, x)
+        return semantic.math_unary(name, x)
+
+    @builtin
+    def method(x):  # Triton's tensor method (x.exp()) is the function before its dtype check
+        return semantic.math_unary(name, x)
     fn.__name__, fn.__doc__ = name, doc or f"Elementwise {name}."
+    method.__name__, method.__doc__ = name, fn.__doc__
+    fn.method = method
     return fn
 
 
 exp, exp2, log, log2 = _unary("exp"), _unary("exp2"), _unary("log"), _unary("log2")
-sqrt, sqrt_rn, rsqrt = _unary("sqrt"), _unary("sqrt_rn"), _unary("rsqrt")
+sqrt, sqrt_rn, rsqrt = _unary("sqrt"), _unary("sqrt_rn", ("fp32",)), _unary("rsqrt")
 sin, cos, erf = _unary("sin"), _unary("cos"), _unary("erf")
 floor, ceil = _unary("floor"), _unary("ceil")
 
@@ -232,6 +259,9 @@ def abs(x):
 @builtin
 def reshape(input, *shape, can_reorder=False):
     """`input` with a new shape of the same number of elements (row-major)."""
+    if not semantic.to_tensor(input).type.shape:  # as Triton, which fails on a scalar's missing shape
+        raise ValueError("cannot reshape a scalar: reshape takes a block (Triton fails on it with "
+                         "'dtype' object has no attribute 'numel')")
     return semantic.reshape(input, _shape_args(shape), can_reorder)
 
 
@@ -262,8 +292,12 @@ def broadcast(input, other):
 
 @builtin
 def broadcast_to(input, *shape):
-    """`input` broadcast to `shape`."""
-    return semantic.broadcast_to(input, _shape_args(shape))
+    """`input` broadcast to `shape`, of the same rank (a scalar broadcasts to any)."""
+    input, shape = semantic.to_tensor(input), _shape_args(shape)
+    if input.type.shape and len(input.type.shape) != len(shape):
+        raise ValueError(f"Cannot broadcast, rank mismatch: {list(input.type.shape)}, {list(shape)} (Triton's "
+                         "broadcast_to keeps the rank: add dimensions with x[None, :] or tl.expand_dims)")
+    return semantic.broadcast_to(input, shape)
 
 
 @builtin
@@ -276,6 +310,9 @@ def expand_dims(input, axis):
 def ravel(x, can_reorder=False):
     """`x` as a 1-D block."""
     x = semantic.to_tensor(x)
+    if not x.type.shape:  # as Triton, which fails on a scalar's missing shape
+        raise ValueError("cannot ravel a scalar: ravel takes a block (Triton fails on it with "
+                         "'dtype' object has no attribute 'numel')")
     return semantic.reshape(x, [x.type.numel], can_reorder=True)
 
 

@@ -161,7 +161,7 @@ class tensor:
 
     @property
     def T(self):
-        return _semantic().permute(self, (1, 0)) if len(self.type.shape) == 2 else self
+        return _semantic().permute(self, (1, 0))  # as Triton: only a 2-D block has one
 
     def __repr__(self):
         return f"tensor({self.type})"
@@ -191,7 +191,16 @@ class tensor:
     __lt__, __le__ = _binary("less"), _binary("less_equal")
     __gt__, __ge__ = _binary("greater"), _binary("greater_equal")
     __eq__, __ne__ = _binary("equal"), _binary("not_equal")
-    __pow__ = _binary("pow")
+
+    # Triton's tensors have no `**` and no unary `+`: its code generator looks the operator up on
+    # the tensor and fails with AttributeError, and so does kiln, in the same words
+    def __pow__(self, other):
+        raise AttributeError("'tensor' object has no attribute '__pow__' (Triton's tensors have no ** operator: "
+                             "multiply, or use tl.extra.cuda.libdevice.pow for floats)")
+
+    def __rpow__(self, other):
+        raise AttributeError("'tensor' object has no attribute '__rpow__' (Triton's tensors have no ** operator: "
+                             "use tl.exp2 or tl.extra.cuda.libdevice.pow for floats)")
 
     def __hash__(self):
         return id(self)
@@ -200,7 +209,8 @@ class tensor:
         return _semantic().neg(self)
 
     def __pos__(self):
-        return self
+        raise AttributeError("'tensor' object has no attribute '__pos__' (Triton's tensors have no unary +: "
+                             "drop it)")
 
     def __invert__(self):
         return _semantic().invert(self)
@@ -215,10 +225,12 @@ class tensor:
         return _semantic().cast(self, dtype, fp_downcast_rounding=fp_downcast_rounding, bitcast=bitcast)
 
     def logical_and(self, other):
-        return _semantic().logical_and(self, other)
+        s = _semantic()
+        return s.logical_and(s.logical_operand(self, "and"), s.logical_operand(s.to_tensor(other), "and"))
 
     def logical_or(self, other):
-        return _semantic().logical_or(self, other)
+        s = _semantic()
+        return s.logical_or(s.logical_operand(self, "or"), s.logical_operand(s.to_tensor(other), "or"))
 
     def __getattr__(self, name):
         # Triton's tensor methods: x.sum(0), x.reshape(...), x.broadcast_to(...), ...

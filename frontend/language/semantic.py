@@ -482,6 +482,19 @@ def logical_not(a):
     return invert(cast(to_tensor(a), int1))
 
 
+def logical_operand(t: tensor, what: str) -> tensor:
+    """An operand of the kernel's `and`, `or` or `not` (or of x.logical_and/or): Triton bitcasts
+    it to int1, which only int1 survives (a pointer is compared with null); any other type is
+    rejected, in Triton's words."""
+    if t.dtype.is_int1():
+        return t
+    if t.dtype.is_ptr():
+        return cast(t, int1)
+    raise ValueError(f"Cannot bitcast data-type of size {t.dtype.primitive_bitwidth} to data-type of size 1 "
+                     f"(Triton's `{what}` takes boolean (int1) tensors only: compare with 0 first, e.g. "
+                     f"`(x != 0)`, or use the bitwise & | ~)")
+
+
 def neg(a):
     a = to_tensor(a)
     if a.dtype.is_ptr():
@@ -502,6 +515,8 @@ def invert(a):
 
 def abs(a):
     a = to_tensor(a)
+    if a.dtype.is_ptr():
+        raise TypeError(f"Unexpected dtype {a.dtype!r} (abs takes numbers, not pointers)")
     if a.dtype.is_int_unsigned():
         return a
     if is_fp8e4b15(a.dtype):  # clear the sign bit, as Triton does
@@ -514,6 +529,9 @@ def _compare(pred, a, b):
     a, b = binary_operands(to_tensor(a), to_tensor(b), allow_ptr=True)
     if a.dtype.is_ptr() != b.dtype.is_ptr():
         raise TypeError(f"cannot compare {a.dtype} with {b.dtype}")
+    if a.dtype.is_ptr():  # Triton's comparisons take no pointers at all
+        raise TypeError(f"invalid operands of type {a.dtype!r} and {b.dtype!r} "
+                        "(Triton does not compare pointers: compare their offsets, or cast them to int64)")
     if is_fp8e4b15(a.dtype):
         a, b = fp8e4b15_to_fp16(a), fp8e4b15_to_fp16(b)
     return _emit("cmp", [a, b], with_shape(int1, a.type.shape), pred=pred)
@@ -801,7 +819,14 @@ def full(shape, value, t) -> tensor:
     shape = check_shape(unwrap(shape) if isinstance(unwrap(shape), (list, tuple)) else [shape])
     t = unwrap(t)
     if is_python_scalar(value):
-        return constant(unwrap(value), with_shape(t, shape))
+        v = unwrap(value)
+        if t.is_int() and not t.is_int1() and isinstance(v, (float, np.floating)):
+            raise TypeError(f"tl.full: a float ({v}) cannot fill a {t.name} block (Triton's builder rejects it: "
+                            f"get_{t.name}(): incompatible function arguments); pass an integer")
+        if t.is_int_unsigned() and not t.is_int1() and not isinstance(v, (bool, np.bool_)) and v < 0:
+            raise TypeError(f"tl.full: a negative value ({v}) cannot fill a {t.name} block (Triton's builder "
+                            f"rejects it: get_{t.name}(): incompatible function arguments)")
+        return constant(v, with_shape(t, shape))
     return splat(cast(to_tensor(value), t), shape)
 
 
@@ -873,6 +898,8 @@ def permute(x, dims) -> tensor:
     x = to_tensor(x)
     dims = [int(unwrap(d)) for d in dims]
     shape = x.type.shape
+    if len(dims) != len(shape):  # Triton's words
+        raise ValueError(f"permute dims must have the same length as input shape, got {dims} for {list(shape)}")
     if sorted(dims) != list(range(len(shape))):
         raise ValueError(f"permute: {dims} is not a permutation of the {len(shape)} dimensions of {list(shape)}")
     if dims == list(range(len(shape))):
@@ -937,8 +964,15 @@ def _pointer(ptr) -> tensor:
     return ptr
 
 
+def _boolean_mask(mask) -> tensor:
+    mask = to_tensor(mask)
+    if not mask.dtype.is_int1():  # Triton's store says so; its load builds IR that its verifier rejects
+        raise ValueError(f"Mask must have boolean scalar type, not {mask.dtype} (compare it, e.g. `mask != 0`)")
+    return mask
+
+
 def _mask(mask, ptr: tensor):
-    mask = cast(to_tensor(mask), int1)
+    mask = _boolean_mask(mask)
     shape = broadcast_shapes(ptr.type.shape, mask.type.shape)
     return broadcast_to(ptr, shape), broadcast_to(mask, shape)
 
@@ -983,7 +1017,7 @@ def store(ptr, value, mask=None, cache_modifier="", eviction_policy=""):
     if ptr.dtype.is_const():
         raise ValueError("Cannot store to a constant pointer")
     value = to_tensor(value)
-    mask = None if unwrap(mask) is None else cast(to_tensor(mask), int1)
+    mask = None if unwrap(mask) is None else _boolean_mask(mask)
     if not ptr.type.shape:
         if value.type.shape:
             raise ValueError("Value argument cannot be block type if pointer argument is not a block")
@@ -1017,12 +1051,23 @@ def _memory_order(sem, scope):
     return sem, scope
 
 
+def _check_atomic_element(kind, elem):
+    """Triton's element types for atomic read-modify-writes: 32 and 64 bits, and fp16/bf16 for add."""
+    if (elem.is_fp16() or elem.is_bf16()) and kind != "add":
+        raise ValueError(f"atomic_{kind} does not support {elem.name} (Triton's atomic_{kind} takes 32- and 64-bit "
+                         "elements)")
+    if elem.name in ("int16", "uint16") or elem.primitive_bitwidth < 16:
+        raise ValueError(f"atomic_{kind} does not support {elem.name} (Triton's atomics take 32- and 64-bit "
+                         "elements, and fp16/bf16 for atomic_add)")
+
+
 def atomic_rmw(kind, ptr, val, mask=None, sem=None, scope=None):
     ptr = _pointer(ptr)
     if ptr.dtype.is_const():
         raise ValueError("Cannot store to a constant pointer")
     sem, scope = _memory_order(sem, scope)
     elem = ptr.dtype.element_ty
+    _check_atomic_element(kind, elem)
     val = to_tensor(val)
     shape = broadcast_shapes(ptr.type.shape, val.type.shape)
     if unwrap(mask) is not None:
@@ -1061,6 +1106,8 @@ def atomic_cas(ptr, cmp, val, sem=None, scope=None):
         raise ValueError("Cannot store to a constant pointer")
     sem, scope = _memory_order(sem, scope)
     elem = ptr.dtype.element_ty
+    if elem.primitive_bitwidth not in (16, 32, 64):
+        raise ValueError(f"atomic_cas only supports elements with width {{16, 32, 64}} (not {elem.name})")
     cmp, val = to_tensor(cmp), to_tensor(val)
     shape = broadcast_shapes(broadcast_shapes(ptr.type.shape, cmp.type.shape), val.type.shape)
     ptr = broadcast_to(ptr, shape)
@@ -1166,6 +1213,9 @@ def reduce(inputs, axis, combine_fn, keep_dims=False):
     single = not isinstance(inputs, (tuple, list))
     inputs = [to_tensor(t) for t in ([inputs] if single else inputs)]
     axis, keep_dims = unwrap(axis), unwrap(keep_dims)
+    if not inputs[0].type.shape:  # Triton fails on a scalar's missing shape ('dtype' has no 'numel')
+        raise ValueError("cannot reduce a scalar: a reduction takes a block (Triton fails on it with "
+                         "'dtype' object has no attribute 'numel')")
     all_axes = None  # reducing everything: keep_dims restores every axis, as size 1 (as Triton)
     if axis is None:
         all_axes = list(range(len(inputs[0].type.shape)))

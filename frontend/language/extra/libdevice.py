@@ -7,9 +7,21 @@ of them); codegen lowers the op to the `__nv_*` function. The predicates (`isnan
 from __future__ import annotations
 
 from .. import core, semantic
-from ..builtins import (abs, ceil, cos, div_rn, erf, exp, exp2, fma, floor, log, log2, rsqrt, sin,  # noqa: F401
-                        sqrt, sqrt_rn, umulhi)
+from ..builtins import (abs, ceil, cos, erf, exp, exp2, fma, floor, log, log2, rsqrt, sin,  # noqa: F401
+                        sqrt, umulhi)
 from ..core import builtin, int64
+
+
+@builtin
+def div_rn(arg0, arg1):
+    """libdevice div_rn: arg0 / arg1 rounded to nearest, fp32 or fp64 (tl.div_rn takes fp32 only)."""
+    return semantic.math_binary("div_rn", arg0, arg1)
+
+
+@builtin
+def sqrt_rn(arg0):
+    """libdevice sqrt_rn: the square root rounded to nearest, fp32 or fp64 (tl.sqrt_rn takes fp32 only)."""
+    return semantic.math_unary("sqrt_rn", arg0)
 
 
 def _unary(name, op=None):
