@@ -307,6 +307,80 @@ def test_attention_lowers_to_wgmma_with_a_from_registers():
 
 
 @kiln.jit
+def _attention_fp8(Q, K, VT, Out, n_ctx, D: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr):
+    """Attention forward on fp8 inputs, V given transposed (VT[d, n]): wgmma reads 8-bit
+    tiles K-major only, and P (8-bit) goes to the second dot through shared memory."""
+    offs_m = tl.program_id(0) * BM + tl.arange(0, BM)
+    offs_n = tl.arange(0, BN)
+    offs_d = tl.arange(0, D)
+    q = tl.load(Q + offs_m[:, None] * D + offs_d[None, :])
+    m_i = tl.zeros([BM], dtype=tl.float32) - float("inf")
+    l_i = tl.zeros([BM], dtype=tl.float32)
+    acc = tl.zeros([BM, D], dtype=tl.float32)
+    for start in range(0, n_ctx, BN):
+        k = tl.load(K + (start + offs_n)[None, :] * D + offs_d[:, None])
+        qk = tl.dot(q, k)
+        m_ij = tl.maximum(m_i, tl.max(qk, 1))
+        p = tl.math.exp2(qk - m_ij[:, None])
+        alpha = tl.math.exp2(m_i - m_ij)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        v = tl.load(VT + offs_d[None, :] * n_ctx + (start + offs_n)[:, None])
+        acc = tl.dot(p.to(Q.dtype.element_ty), v, acc * alpha[:, None])
+        m_i = m_ij
+    tl.store(Out + offs_m[:, None] * D + offs_d[None, :], acc / l_i[:, None])
+
+
+def _attention_fp8_ir():
+    x = kiln.reinterpret(np.zeros(16 * 64, np.uint8), tl.float8e4nv)
+    k = _attention_fp8.warmup(x, x, x, np.zeros((16, 16), np.float32), 256, D=64, BM=64, BN=64,
+                              num_warps=4, num_stages=3, target="sm_90a")
+    return k.asm["kir"]
+
+
+def test_fp8_attention_stages_p_through_shared_memory():
+    fn, ctx = pipelined(_attention_fp8_ir())
+    text = print_function(fn, locs=False)
+    assert print_function(parse_function(text), locs=False) == text
+    loop = next(op for op in fn.walk() if op.name == "for")
+    before = fn.body.ops[:fn.body.ops.index(loop)]
+    staged = [op for op in before if op.name == "local_alloc" and op.results[0].type.shape[0] == 3]
+    assert [str(op.results[0].type) for op in staged] == ["smem<3x64x64xfp8e4nv:swizzle64:order1.0>"]
+    body = loop.regions[0].ops
+    dots = [op for op in body if op.name == "warp_group_dot"]
+    assert len(dots) == 2
+    p_tile = dots[1].operands[0]
+    assert p_tile.defining_op.name == "local_index" and p_tile.defining_op.operands[0] is staged[0].results[0]
+    store = next(op for op in body if op.name == "local_store")
+    between = [op.name for op in body[body.index(store):body.index(dots[1])]]
+    assert between[:3] == ["local_store", "fence_async_shared", "barrier"]  # P lands before wgmma reads it
+    assert store.operands[0].defining_op.name == "cast" and store.operands[1] is p_tile
+    # the slot index is carried and advances 0, 1, 2, 0, ...
+    slot = p_tile.defining_op.operands[1]
+    assert slot in loop.regions[0].args and body[-2].name == "select" and body[-1].operands[-1] is body[-2].results[0]
+    k = compile_ir(parse_function(_attention_fp8_ir()), "sm_90a", {"num_warps": 4, "num_stages": 3}, check=True)
+    assert k.ptx.count("wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3") == 4
+    assert "ld.local" not in k.ptx and k.n_spills == 0
+
+
+@pytest.mark.gpu
+def test_fp8_attention_on_the_gpu_matches_torch():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability() < (8, 9):
+        pytest.skip("needs a GPU with fp8 (sm_89+)")
+    n, d = 512, 64
+    q, k, v = (torch.randn(n, d, device="cuda").to(torch.float8_e4m3fn) for _ in range(3))
+    vt = v.t().contiguous()
+    out = torch.empty(n, d, device="cuda")
+    _attention_fp8[(n // 64,)](q, k, vt, out, n, D=64, BM=64, BN=64, num_warps=4, num_stages=3)
+    s = q.float() @ k.float().t()
+    p = torch.exp2(s - s.max(1, keepdim=True).values)
+    want = (p @ v.float()) / p.sum(1, keepdim=True)
+    # P is rounded to fp8 per block against that block's running max (up to 2^-4 relative
+    # each): the average over 512 keys keeps the error far below a wrong layout's O(1)
+    torch.testing.assert_close(out, want, atol=5e-2, rtol=5e-2)
+
+
+@kiln.jit
 def _fp32_matmul(A, B, C, K, sbk, sbn, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, PRECISION: tl.constexpr):
     rm, rn, rk = tl.arange(0, BM), tl.arange(0, BN), tl.arange(0, BK)
     acc = tl.zeros((BM, BN), dtype=tl.float32)

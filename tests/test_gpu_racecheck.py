@@ -64,6 +64,16 @@ two_phase_matmul[(1,)](a, b, c, 128, 384, BM=128, BN=128, BK1=16, BK2=64, num_wa
 torch.testing.assert_close(c, a.float() @ b.float(), atol=0.05, rtol=0.01)
 """
 
+FP8_ATTENTION = """
+import torch
+from test_codegen_gpu_stage import _attention_fp8
+q, k, v = (torch.randn(256, 64, device="cuda").to(torch.float8_e4m3fn) for _ in range(3))
+out = torch.empty(256, 64, device="cuda")
+for warps in (4, 8):
+    _attention_fp8[(2,)](q, k, v.t().contiguous(), out, 256, D=64, BM=128, BN=64, num_warps=warps, num_stages=3)
+torch.cuda.synchronize()
+"""
+
 ATTENTION = """
 import torch
 from test_attention_backward import kernels, run_attention
@@ -102,6 +112,11 @@ def test_pipelined_matmul_has_no_shared_memory_hazard(tmp_path):
 
 def test_loops_one_after_the_other_have_no_shared_memory_hazard(tmp_path):
     out = racecheck(TWO_LOOPS, tmp_path)
+    assert hazards(out) == (0, 0), out[-4000:]
+
+
+def test_fp8_attention_staging_p_has_no_shared_memory_hazard(tmp_path):
+    out = racecheck(FP8_ATTENTION, tmp_path)
     assert hazards(out) == (0, 0), out[-4000:]
 
 

@@ -10,7 +10,10 @@ bf16, fp8, or fp32 at tf32 precision) runs on wgmma when each operand comes one 
     once:  a value defined before the loop (attention's Q), stored to a tile once (a
            later loop reading the same value reuses the tile);
     regs:  A only, a 16-bit value computed in the body (attention's P), read from
-           registers: wgmma's A fragment is the accumulator layout's register order.
+           registers: wgmma's A fragment is the accumulator layout's register order;
+    staged: A only, any other value computed in the body (fp8 attention's P: an 8-bit
+           A fragment is not the accumulator's register order), stored each iteration
+           into one of STAGED_SLOTS K-major tiles, then a fence and a barrier.
 
 The rewritten loop:
     before the loop:  the `once` tiles stored; the rings; the copies of iterations
@@ -53,6 +56,11 @@ name = "smem_pipeline"
 WGMMA_INPUTS = ("fp16", "bf16", "fp8e4nv", "fp8e5", "fp32")  # fp32 read as tf32 (input_precision="tf32")
 TRANSPOSABLE = ("fp16", "bf16")  # wgmma reads M- or N-major tiles of 16-bit types only
 ALIGN = 1024  # a 128-byte swizzle repeats every 8 rows of 128 bytes
+# A staged tile written in iteration i was last read by the dot of iteration i - STAGED_SLOTS.
+# Two would do for one warpgroup (its wait of iteration i-1 retired the dot of i-2); with
+# two, a warpgroup that splits N writes P columns the other reads, and that one's dot of
+# i-2 is only known retired once it reached the barrier of iteration i-1 (after its wait).
+STAGED_SLOTS = 3
 
 
 def enabled(ctx) -> bool:
@@ -151,6 +159,8 @@ def _operand(v, role, body, instr_extent, ctx):
         return ("once", v, _stored_tile(v.type, role))
     if role == "a" and scalar_of(v.type).itemsize == 2:
         return ("regs", v)
+    if role == "a":
+        return ("staged", v, _stored_tile(v.type, role))
     return None
 
 
@@ -247,6 +257,8 @@ def _plan(loop, stages, ctx):
     budget = max_shared_per_cta(ctx.target.capability) - ALIGN
     once = {(id(src[1]), src[2]): src[2].nbytes for _, sources in dots.values() for src, _ in sources if src[0] == "once"}
     budget -= sum(once.values())
+    staged = {id(src[1]): src[2].nbytes for _, sources in dots.values() for src, _ in sources if src[0] == "staged"}
+    budget -= STAGED_SLOTS * sum(staged.values())
     while stages > 2 and (stages + 1) * stage_bytes > budget:
         stages -= 1
     if (stages + 1) * stage_bytes > budget:
@@ -323,6 +335,13 @@ def _rewrite(loop, dots, copies, stages, step, stored_earlier):
         _op(pre, "barrier", [], (), loc)
     rings = {id(load): _op(pre, "local_alloc", [], [shared_type(t.element_ty, (ring_size,) + t.shape, t.swizzle, t.order)], loc)
              for load, t, *_ in copies}
+    staged = {}  # value id -> its ring of STAGED_SLOTS tiles
+    for op in order:
+        for src in dots[id(op)]:
+            if src[0] == "staged" and id(src[1]) not in staged:
+                t = src[2]
+                staged[id(src[1])] = _op(pre, "local_alloc", [],
+                                         [shared_type(t.element_ty, (STAGED_SLOTS,) + t.shape, t.swizzle, t.order)], loc)
     ring_list = [rings[id(c[0])] for c in copies]
     current = {a: loop.operands[3 + arg_index[a]] for a in used}
     iv_at = lb
@@ -337,6 +356,9 @@ def _rewrite(loop, dots, copies, stages, step, stored_earlier):
         read_slot, write_slot = body.add_arg(int32), body.add_arg(int32)
         loop.operands.extend([current[a] for a in used])
         loop.operands.extend([_const(pre, 0, loc), _const(pre, stages - 1, loc)])
+    if staged:
+        staged_slot = body.add_arg(int32)
+        loop.operands.append(_const(pre, 0, loc))
     _insert(loop.parent, loop.parent.ops.index(loop), pre)
 
     # the body: each dot issued where it was; after the first, the copies of iteration i + S-1
@@ -365,6 +387,12 @@ def _rewrite(loop, dots, copies, stages, step, stored_earlier):
                     tiles[id(ring)] = _op(new, "local_index", [ring, read_slot], [ring.type.tile()], loc)
                 tile = tiles[id(ring)]
                 views.append(_op(new, "local_trans", [tile], [tile.type.transposed()], loc) if src[2] else tile)
+            elif src[0] == "staged":
+                tile = _op(new, "local_index", [staged[id(src[1])], staged_slot], [src[2]], loc)
+                _op(new, "local_store", [v, tile], (), loc)
+                _op(new, "fence_async_shared", [], (), loc)
+                _op(new, "barrier", [], (), loc)
+                views.append(tile)
             else:
                 views.append(stored[(src[1], src[2])] if src[0] == "once" else v)
         acc = op.operands[2]
@@ -385,6 +413,8 @@ def _rewrite(loop, dots, copies, stages, step, stored_earlier):
         replaced[op.results[0]] = wait
         if carried_only:
             deferred.append(wait)
+    if staged:
+        tail = tail + [_next_slot(new, staged_slot, STAGED_SLOTS, loc)]
     terminator = body.ops[-1]
     terminator.operands = [replaced.get(v, v) for v in terminator.operands] + tail
     body.ops[:] = []
@@ -441,12 +471,14 @@ def _issue_ahead(out, copies, rings, body, arg_index, ahead, used, iv, step, sta
     mapping = {iv: iv_ahead, **{args[arg_index[a]]: ahead[a] for a in used}}
     _issue(out, copies, rings, slots[1], iv_ahead, ub, mapping, loc)
     following = _advance(out, copies, body, arg_index, ahead, iv_ahead)
-    next_slots = []
-    for slot in slots:
-        bumped = _op(out, "add", [slot, _const(out, 1, loc)], [int32], loc)
-        wraps = _op(out, "cmp", [bumped, _const(out, ring_size, loc)], [int1], loc, pred="eq")
-        next_slots.append(_op(out, "select", [wraps, _const(out, 0, loc), bumped], [int32], loc))
-    return [following[a] for a in used] + next_slots
+    return [following[a] for a in used] + [_next_slot(out, slot, ring_size, loc) for slot in slots]
+
+
+def _next_slot(out, slot, size, loc):
+    """(slot + 1) % size, as a compare and select."""
+    bumped = _op(out, "add", [slot, _const(out, 1, loc)], [int32], loc)
+    wraps = _op(out, "cmp", [bumped, _const(out, size, loc)], [int1], loc, pred="eq")
+    return _op(out, "select", [wraps, _const(out, 0, loc), bumped], [int32], loc)
 
 
 def _await_before_reads(body, arg):
