@@ -107,6 +107,12 @@ def test_casts():
     assert all(got.values()), got
 
 
+def test_fp8_conversions():
+    # sm_89+: the hardware cvt (e4m3, e5m2); the CPU tier checks the integer path
+    assert kernels.check_fp8() == (True, True, True, True)
+    assert kernels.check_fp8_fnuz() == (True, True, True, True)
+
+
 def test_math():
     err_h, err_d, finite = kernels.check_math()
     assert err_h < 4e-3 and err_d < 1e-12 and finite

@@ -273,6 +273,26 @@ def test_abs_of_fp8_clears_the_sign_bit(f8_dtype, np_f8):
 
 
 @kiln.jit
+def _fp8_both_ways(x_ptr, e4_ptr, e5_ptr, back_ptr, N: tl.constexpr):
+    offs = tl.arange(0, N)
+    x = tl.load(x_ptr + offs)
+    e4, e5 = x.to(tl.float8e4nv), x.to(tl.float8e5)
+    tl.store(e4_ptr + offs, e4)
+    tl.store(e5_ptr + offs, e5)
+    tl.store(back_ptr + offs, e4.to(tl.float32) + e5.to(tl.float32))
+
+
+@pytest.mark.parametrize("target,hardware", [("sm_80", False), ("sm_90a", True)])
+def test_fp8_conversions_use_the_hardware_cvt_from_sm_89(target, hardware):
+    x = np.zeros(64, np.float32)
+    e4, e5 = (kiln.reinterpret(np.zeros(64, np.uint8), t) for t in (tl.float8e4nv, tl.float8e5))
+    ptx = _fp8_both_ways.warmup(x, e4, e5, x, N=64, grid=(1,), target=target).asm["ptx"]
+    for instr in ("cvt.rn.satfinite.e4m3x2.f32", "cvt.rn.satfinite.e5m2x2.f32", "cvt.rn.f16x2.e4m3x2",
+                  "cvt.rn.f16x2.e5m2x2"):
+        assert (instr in ptx) == hardware, instr
+
+
+@kiln.jit
 def _read_only_input(x_ptr: tl.const, out_ptr, N: tl.constexpr):
     offs = tl.arange(0, N)
     tl.store(out_ptr + offs, tl.load(x_ptr + offs) + 1)

@@ -1,9 +1,12 @@
 """fp8 conversions (e4m3fn as `fp8e4nv`, e5m2 as `fp8e5`, and the "fnuz" pair
-e4m3fnuz / e5m2fnuz as `fp8e4b8` / `fp8e5b16`), in integer arithmetic so they run on
-every target (sm_80 has no fp8 `cvt`). Semantics are Triton's `cvt.rn.satfinite`: round
-to nearest even, values beyond the largest finite one (and infinities) clamp to it, NaN
-stays NaN (the fnuz formats have one NaN, 0x80, and no -0). Everything else goes through
-fp32, which holds every fp8 value exactly.
+e4m3fnuz / e5m2fnuz as `fp8e4b8` / `fp8e5b16`). Semantics are Triton's `cvt.rn.satfinite`:
+round to nearest even, values beyond the largest finite one (and infinities) clamp to it,
+NaN stays NaN (the fnuz formats have one NaN, 0x80, and no -0). Everything else goes
+through fp32, which holds every fp8 value exactly.
+
+sm_89 and later convert e4m3 and e5m2 with that very instruction (one `cvt` each way;
+attention's P is 64 conversions per thread per iteration); sm_80 has no fp8 `cvt`, and
+the fnuz formats none anywhere: those run in integer arithmetic.
 """
 from __future__ import annotations
 
@@ -11,12 +14,13 @@ import llvmlite.ir as ir
 
 from kiln.ir.types import float32
 
-from .types import F32, I8, I32
+from .types import F16, F32, I8, I16, I32
 
 # name -> (mantissa bits, exponent bias, largest finite code, NaN code, has infinities)
 _FORMATS = {"fp8e4nv": (3, 7, 0x7E, 0x7F, False), "fp8e5": (2, 15, 0x7B, 0x7E, True),
             "fp8e4b8": (3, 8, 0x7F, 0x80, False), "fp8e5b16": (2, 16, 0x7F, 0x80, False)}
 _FNUZ = ("fp8e4b8", "fp8e5b16")
+_PTX_PAIR = {"fp8e4nv": "e4m3x2", "fp8e5": "e5m2x2"}  # the formats sm_89+ convert in hardware
 
 
 def cast_fp8(lw, x, src, dst):
@@ -26,10 +30,36 @@ def cast_fp8(lw, x, src, dst):
         if t.is_fp8() and t.name not in _FORMATS:
             raise LoweringError(f"{t} values can be loaded, stored and bitcast, not converted")
     if src.is_fp8() and dst.is_fp8():
-        return _from_f32(lw, _to_f32(lw, x, src.name), dst.name)
+        return _encode(lw, _decode(lw, x, src.name), dst.name)
     if src.is_fp8():
-        return cast_value(lw, _to_f32(lw, x, src.name), float32, dst)
-    return _from_f32(lw, cast_value(lw, x, src, float32), dst.name)
+        return cast_value(lw, _decode(lw, x, src.name), float32, dst)
+    return _encode(lw, cast_value(lw, x, src, float32), dst.name)
+
+
+def _in_hardware(lw, fmt) -> bool:
+    # portable lowering (kiln.codegen.emulate runs it on the CPU) has no inline PTX
+    return fmt in _PTX_PAIR and lw.ctx.target.capability >= 89 and not lw.ctx.portable
+
+
+def _decode(lw, code, fmt):
+    """The fp32 value of an fp8 code (i8)."""
+    if not _in_hardware(lw, fmt):
+        return _to_f32(lw, code, fmt)
+    # the pair instruction converts two codes to two halves: the code in the low byte
+    # comes back in the low half (fp16 holds every e4m3 and e5m2 value exactly)
+    cvt = ir.InlineAsm(ir.FunctionType(I32, [I16]), f"cvt.rn.f16x2.{_PTX_PAIR[fmt]} $0, $1;", "=r,h")
+    halves = lw.b.call(cvt, [lw.b.zext(code, I16)])
+    return lw.b.fpext(lw.b.bitcast(lw.b.trunc(halves, I16), F16), F32)
+
+
+def _encode(lw, x, fmt):
+    """The fp8 code (i8) of an fp32 value."""
+    if not _in_hardware(lw, fmt):
+        return _from_f32(lw, x, fmt)
+    # the pair instruction's second source lands in the low byte
+    cvt = ir.InlineAsm(ir.FunctionType(I16, [F32, F32]), f"cvt.rn.satfinite.{_PTX_PAIR[fmt]}.f32 $0, $1, $2;",
+                       "=h,f,f")
+    return lw.b.trunc(lw.b.call(cvt, [ir.Constant(F32, 0.0), x]), I8)
 
 
 def _c(v, ty=I32):
