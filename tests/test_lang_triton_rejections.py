@@ -407,3 +407,28 @@ def test_triton_shapes_still_work():
     np.testing.assert_array_equal(out[:4], x.reshape(2, 2).T.reshape(4) + 1)
     np.testing.assert_array_equal(out[4:6], 2 * (x[:2] + x[0]))
     _rejects(_atomic_kernel("v.T"), torch.int32, words="permute dims must have the same length as input shape")
+
+
+@kiln.jit
+def _float_bitwise_atomics(x_ptr, v_ptr, out_ptr, OP: tl.constexpr):
+    offs = tl.arange(0, 4)
+    v = tl.load(v_ptr + offs)
+    if OP == 0:
+        old = tl.atomic_and(x_ptr + offs, v)
+    elif OP == 1:
+        old = tl.atomic_or(x_ptr + offs, v)
+    else:
+        old = tl.atomic_xor(x_ptr + offs, v)
+    tl.store(out_ptr + offs, old)
+
+
+@pytest.mark.parametrize("dtype,bits", [(np.float32, np.int32), (np.float64, np.int64)])
+def test_bitwise_atomics_of_floats_act_on_their_bits(dtype, bits):
+    # Triton accepts them and compiles atom.and.b32 (.b64): the float's bit pattern is and-ed
+    for op, fn in enumerate([np.bitwise_and, np.bitwise_or, np.bitwise_xor]):
+        x = np.array([1.5, -2.0, 3.25, 0.0], dtype)
+        v = np.array([-1.0, 2.5, 7.0, -0.0], dtype)
+        before, old = x.copy(), np.zeros(4, dtype)
+        _float_bitwise_atomics[(1,)](x, v, old, OP=op)
+        np.testing.assert_array_equal(old.view(bits), before.view(bits))
+        np.testing.assert_array_equal(x.view(bits), fn(before.view(bits), v.view(bits)))

@@ -1076,6 +1076,13 @@ def atomic_rmw(kind, ptr, val, mask=None, sem=None, scope=None):
     else:
         mask = constant(True, with_shape(int1, shape))
     ptr, val = broadcast_to(ptr, shape), broadcast_to(cast(val, elem), shape)
+    if kind in ("and", "or", "xor") and elem.is_floating():
+        # as Triton's compiled code (atom.and.b32): the operation on the bit patterns, the old
+        # value returned as a float
+        bits = dtype(f"int{elem.primitive_bitwidth}")
+        int_ptr, int_val = cast(ptr, pointer_type(bits)), cast(val, bits, bitcast=True)
+        old = _emit("atomic_rmw", [int_ptr, int_val, mask], int_val.type, kind=kind, sem=sem, scope=scope)
+        return cast(old, elem, bitcast=True)
     if kind in ("and", "or", "xor") and not elem.is_int():
         raise TypeError(f"atomic_{kind} needs an integer pointer, not {ptr.dtype}")
     if kind in ("max", "min") and (elem.is_fp32() or elem.is_fp64()):
