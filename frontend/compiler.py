@@ -17,6 +17,10 @@ sys.modules.setdefault(__name__ + ".errors", errors)
 
 # The launch options that change the generated code; the rest only affect the launch.
 CODEGEN_OPTIONS = ("num_warps", "num_stages", "maxnreg", "enable_fp_fusion")
+# The tl.range hints that codegen reads; the others (flatten, warp_specialize, loop_unroll_factor,
+# disallow_acc_multi_buffer) change nothing it generates, so they are left out of what is compiled:
+# kernels that differ only in them share one compile key (tutorial 09 built each config twice).
+CODEGEN_LOOP_HINTS = ("num_stages",)
 
 
 def codegen_options(options: dict) -> dict:
@@ -47,6 +51,21 @@ def without_asserts(ir: Function) -> Function:
         block = blocks.pop()
         block.ops = [op for op in block.ops if op.name != "assert"]
         blocks.extend(region for op in block.ops for region in op.regions)
+    return copy
+
+
+def _has_unread_hints(op) -> bool:
+    return op.name == "for" and any(key not in CODEGEN_LOOP_HINTS for key in op.attrs)
+
+
+def without_unread_loop_hints(ir: Function) -> Function:
+    """A copy of `ir` whose loops keep only the hints codegen reads (CODEGEN_LOOP_HINTS)."""
+    if not any(_has_unread_hints(op) for op in ir.walk()):
+        return ir
+    copy = parse_function(print_function(ir))
+    for op in copy.walk():
+        if op.name == "for":
+            op.attrs = {key: value for key, value in op.attrs.items() if key in CODEGEN_LOOP_HINTS}
     return copy
 
 
@@ -138,7 +157,8 @@ class CompiledKernel:
     def binary_inputs(self) -> tuple[Function, dict]:
         """The IR and codegen options that `build` compiles; `kiln prewarm` compiles the same,
         so that its binaries have the compile keys a launch looks up."""
-        return (self.ir if self.debug else without_asserts(self.ir)), codegen_options(self.options)
+        ir = self.ir if self.debug else without_asserts(self.ir)
+        return without_unread_loop_hints(ir), codegen_options(self.options)
 
     def build(self, target: str):
         """Compile for `target` once; the result also fills `asm` and `metadata`."""

@@ -262,6 +262,52 @@ def test_enable_fp_fusion_reaches_codegen_from_a_launch():
     assert again.binary_inputs()[1] == axpy.warmup(x, x, 2.0, BLOCK=64).binary_inputs()[1]  # one compile key
 
 
+def test_loop_hints_that_codegen_ignores_do_not_split_the_compile_key():
+    """tl.range's flatten and warp_specialize change nothing codegen generates: kernels that
+    differ only in them compile the same IR (one compile key, one binary), num_stages kept."""
+    import numpy as np
+
+    import kiln
+    import kiln.language as tl
+    from kiln.ir import print_function
+
+    @kiln.jit
+    def total(x_ptr, n, HINT: tl.constexpr):
+        acc = 0.0
+        for i in tl.range(0, n, 1, num_stages=2, flatten=HINT, warp_specialize=HINT):
+            acc += tl.load(x_ptr + i)
+        tl.store(x_ptr, acc)
+
+    x = np.zeros(16, np.float32)
+    plain, hinted = (total.warmup(x, 16, HINT=hint) for hint in (False, True))
+    assert "warp_specialize = true" in hinted.asm["kir"]  # the kernel's own IR keeps what it was given
+    compiled = [print_function(k.binary_inputs()[0]) for k in (plain, hinted)]
+    assert compiled[0] == compiled[1] and "num_stages = 2" in compiled[1]
+
+
+def test_lowering_pauses_the_cycle_collector_and_restores_it(monkeypatch):
+    """The cycle collector is off while the passes and lowering build their objects (they
+    live until the LLVM IR is printed), and left after as it was found."""
+    import gc
+
+    import kiln.codegen.compiler as cc
+    seen = []
+
+    def lower(fn, ctx):
+        seen.append(gc.isenabled())
+        return lower_function(fn, ctx)
+    lower_function, was = cc.lower_function, gc.isenabled()
+    monkeypatch.setattr(cc, "lower_function", lower)
+    try:
+        for enabled in (True, False):
+            gc.enable() if enabled else gc.disable()
+            compile(kernel("vector_add"), "sm_80", link=False)
+            assert gc.isenabled() is enabled
+    finally:
+        gc.enable() if was else gc.disable()
+    assert seen == [False, False]
+
+
 def test_dot_in_a_loop_alternates_two_staging_buffers():
     """One barrier per k-step: the next step's operands go to the other buffer."""
     k = compiled("dot_f16", "sm_80")
