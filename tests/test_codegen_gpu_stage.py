@@ -206,6 +206,49 @@ def test_pipelined_loops_one_after_the_other_are_separated_by_a_barrier():
     assert between.index("async_wait") < between.index("barrier")  # the first loop's copies drained first
 
 
+@kiln.jit
+def _wide_matmul(A, B, C, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    rm, rn, rk = tl.arange(0, BM), tl.arange(0, BN), tl.arange(0, BK)
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k in range(0, K, BK):
+        acc = tl.dot(tl.load(A + rm[:, None] * K + (k + rk)[None, :]), tl.load(B + (k + rk)[:, None] * BN + rn[None, :]), acc)
+    tl.store(C + rm[:, None] * BN + rn[None, :], acc)
+
+
+@pytest.mark.parametrize("num_warps", [4, 8])
+def test_a_ring_of_s_tiles_when_s_plus_one_do_not_fit(num_warps):
+    # 128x128 + 128x256 fp16 tiles are 96 KB a stage: three do not fit in 227 KB, two do.
+    # Each copy then waits until the dot that read its tile retired (and, with two
+    # warpgroups, until both did: a barrier)
+    x = np.zeros((64, 64), np.float16)
+    k = _wide_matmul.warmup(x, x, np.zeros((64, 64), np.float32), 1024, BM=128, BN=256, BK=128,
+                            num_warps=num_warps, num_stages=3, grid=(1,), target="sm_90a")
+    fn, _ = pipelined(k.asm["kir"], num_warps=num_warps, num_stages=3)
+    rings = [op.results[0].type for op in fn.walk() if op.name == "local_alloc"]
+    assert [t.shape[0] for t in rings] == [2, 2]
+    body = next(op for op in fn.walk() if op.name == "for").regions[0].ops
+    order = [op.name for op in body]
+    last_wait = len(order) - 1 - order[::-1].index("warp_group_dot_wait")
+    first_copy = order.index("async_copy")
+    assert last_wait < first_copy
+    assert ("barrier" in order[last_wait:first_copy]) == (num_warps == 8)
+    if num_warps == 8:
+        assert "wgmma.mma_async" in k.asm["ptx"] and k.n_spills == 0
+
+
+@pytest.mark.gpu
+def test_a_ring_of_s_tiles_on_the_gpu_matches_torch():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    a = torch.randn(128, 1024, device="cuda", dtype=torch.float16)
+    b = torch.randn(1024, 256, device="cuda", dtype=torch.float16)
+    for warps, stages in ((8, 2), (8, 3), (4, 3)):
+        c = torch.empty(128, 256, device="cuda")
+        _wide_matmul[(1,)](a, b, c, 1024, BM=128, BN=256, BK=128, num_warps=warps, num_stages=stages)
+        torch.testing.assert_close(c, a.float() @ b.float(), atol=0.05, rtol=1e-3)
+
+
 def test_the_wgmma_layout_is_the_instructions_fragment():
     layout = wgmma_layout((128, 64), 8)
     assert layout == Wgmma((8, 1), 64)

@@ -1,5 +1,6 @@
 """GPU tier: compute-sanitizer's racecheck finds no shared-memory hazard in the kernels
-that use shared buffers the most (pipelined matmul with one and two warpgroups; two
+that use shared buffers the most (pipelined matmul with one and two warpgroups, and with
+a ring of S tiles, where each copy waits for the dot that read its tile; two
 pipelined loops one after the other whose rings share bytes but not tile shapes, as in
 Triton's tutorial-06 backward; causal attention forward and backward). Skipped without a
 GPU or without compute-sanitizer.
@@ -26,13 +27,13 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 MATMUL = """
 import torch
 from test_attention_backward import kernels
-for bm, bn, warps, stages in ((128, 128, 4, 3), (128, 256, 8, 3)):
+for bm, bn, bk, warps, stages in ((128, 128, 64, 4, 3), (128, 256, 64, 8, 3), (128, 256, 128, 8, 2)):
     a = torch.randn(256, 192, device="cuda", dtype=torch.float16)
     b = torch.randn(192, 256, device="cuda", dtype=torch.float16)
     c = torch.empty(256, 256, device="cuda", dtype=torch.float16)
     grid = (256 // bm * (256 // bn),)
     kernels.matmul_kernel[grid](a, b, c, 256, 256, 192, *a.stride(), *b.stride(), *c.stride(), BLOCK_M=bm,
-                                BLOCK_N=bn, BLOCK_K=64, GROUP_M=8, num_warps=warps, num_stages=stages)
+                                BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, num_warps=warps, num_stages=stages)
     torch.testing.assert_close(c.float(), a.float() @ b.float(), atol=0.1, rtol=0.01)
 """
 

@@ -32,7 +32,11 @@ with nothing pending (one more operand of it) or a new one.
 
 The copy of iteration i + S-1 overwrites the tile that the dots of iteration i - 2 read:
 every warpgroup finished those before the barrier of iteration i (it waited for them in
-iteration i - 1), which is why the ring has one tile more than there are stages.
+iteration i - 1), which is why the ring has one tile more than there are stages. Where
+S + 1 tiles do not fit even at S = 2 (a 256x128 fp16 matmul tile pair is 96 KB), the ring
+has S tiles ("tight"): the copy of iteration i + S-1 then overwrites what the dots of
+iteration i - 1 read, so it waits until they retired (every dot's wait comes before it,
+and with two warpgroups a barrier, since each waits for its own dots only).
 
 Masked-off elements are copied as zeros, so a load's `other` must be absent or zero.
 Each ring tile is stored with the loaded pointer's contiguous dim innermost, a `once`
@@ -77,7 +81,7 @@ def apply(fn, ctx) -> None:
         if stages >= 2:
             plan = _plan(loop, stages, ctx)
             if plan is not None:
-                _rewrite(loop, *plan, stored)
+                _rewrite(loop, *plan, stored, warpgroups=ctx.num_warps // 4)
 
 
 # --- which loops ---------------------------------------------------------------------
@@ -261,10 +265,13 @@ def _plan(loop, stages, ctx):
     budget -= STAGED_SLOTS * sum(staged.values())
     while stages > 2 and (stages + 1) * stage_bytes > budget:
         stages -= 1
-    if (stages + 1) * stage_bytes > budget:
-        return None
+    ring_size = stages + 1
+    if ring_size * stage_bytes > budget:
+        ring_size = stages  # tight: see the module's docstring
+        if ring_size * stage_bytes > budget:
+            return None
     plan = {key: [src for src, _ in sources] for key, (_, sources) in dots.items()}
-    return plan, rings, stages, step
+    return plan, rings, stages, step, ring_size
 
 
 # --- the rewrite -----------------------------------------------------------------------
@@ -304,14 +311,14 @@ def _advance(out, copies, body, arg_index, current, iv_at):
     return {a: mapping.get(yields[arg_index[a]], yields[arg_index[a]]) for a in used}
 
 
-def _rewrite(loop, dots, copies, stages, step, stored_earlier):
+def _rewrite(loop, dots, copies, stages, step, ring_size, stored_earlier, warpgroups=1):
     body = loop.regions[0]
     iv, args = body.args[0], body.args[1:]
     arg_index = {id(a): i for i, a in enumerate(args)}
     n_yields = len(body.ops[-1].operands)
     lb, ub = loop.operands[0], loop.operands[1]
     loc = loop.loc
-    ring_size = stages + 1
+    tight = ring_size == stages
     order = [op for op in body.ops if id(op) in dots]
     used = sorted({a for c in copies for a in c[3]}, key=arg_index.get)  # by position: deterministic
 
@@ -402,12 +409,14 @@ def _rewrite(loop, dots, copies, stages, step, stored_earlier):
         # copies are issued while the tensor cores work on it
         carried_only = all(u is body.ops[-1] for u in _users(body, op.results[0]))
         wait = Operation("warp_group_dot_wait", [issued], [acc.type], {"pending": int(carried_only)}, loc=op.loc)
-        if carried_only:
+        if carried_only or tight:
             new.append(wait)
         if copies and not tail and op is order[-1]:
+            if tight and warpgroups > 1:
+                _op(new, "barrier", [], (), loc)
             tail = _issue_ahead(new, copies, ring_list, body, arg_index, ahead, used, iv, step, stages,
                                 ub, (read_slot, write_slot), ring_size, loc)
-        if not carried_only:
+        if not carried_only and not tight:
             new.append(wait)
         wait = wait.results[0]
         replaced[op.results[0]] = wait
