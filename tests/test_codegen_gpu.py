@@ -108,8 +108,9 @@ def test_casts():
 
 
 def test_fp8_conversions():
-    # sm_89+: the hardware cvt (e4m3, e5m2); the CPU tier checks the integer path
-    assert kernels.check_fp8() == (True, True, True, True)
+    # sm_89+: the hardware cvt (e4m3, e5m2); the CPU tier checks the integer path. A NaN
+    # may be another NaN code: on the H200 e5m2's came out unlike ml_dtypes' 0x7E
+    assert kernels.check_fp8(nan_bits=False) == (True, True, True, True)
     assert kernels.check_fp8_fnuz() == (True, True, True, True)
 
 
