@@ -10,11 +10,12 @@ from dataclasses import dataclass, field
 
 from kiln.ir import verify
 
-from .passes import axis_info, canonicalize, cse, dce, layouts, prefetch, smem_alloc, smem_pipeline
+from .passes import axis_info, canonicalize, cse, dce, dot_accumulate, layouts, prefetch, smem_alloc, smem_pipeline
 
 PASSES = [
     canonicalize,   # fold constants, drop x+0, x*1, same-type casts
     cse,            # merge identical pure ops
+    dot_accumulate, # acc + dot(a, b) -> dot(a, b, acc)
     dce,            # drop what nothing uses
     smem_pipeline,  # sm_90a: dots fed by loads in loops -> async copies into rings of shared tiles, wgmma
     prefetch,       # loads of iteration i+1 issued during iteration i (num_stages >= 2)

@@ -195,7 +195,7 @@ def check_dot(name, dt, acc):
 
 @pytest.mark.parametrize("name,dt,acc", [("f32", np.float32, np.float32), ("f16", np.float16, np.float32),
                                          ("bf16", ml_dtypes.bfloat16, np.float32), ("i8", np.int8, np.int32),
-                                         ("tf32", np.float32, np.float32)])
+                                         ("tf32", np.float32, np.float32), ("add_f16", np.float16, np.float32)])
 def test_dot(name, dt, acc):
     assert in_child(check_dot, name, dt, acc) < 1e-4
 

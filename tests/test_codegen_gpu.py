@@ -88,7 +88,8 @@ def test_shapes():
 
 
 @pytest.mark.parametrize("name,dt,acc", [("f32", np.float32, np.float32), ("f16", np.float16, np.float32),
-                                         ("i8", np.int8, np.int32), ("tf32", np.float32, np.float32)])
+                                         ("i8", np.int8, np.int32), ("tf32", np.float32, np.float32),
+                                         ("add_f16", np.float16, np.float32)])  # acc + dot(a, b): one dot
 def test_dot(name, dt, acc):
     assert kernels.check_dot(name, dt, acc) < 1e-3  # tf32: against the inputs' top 19 bits
 

@@ -10,7 +10,7 @@ import kiln
 import kiln.language as tl
 from kiln.codegen import compile as compile_ir, nvjitlink
 from kiln.codegen.layout import Wgmma, thread_elements, wgmma_layout
-from kiln.codegen.passes import canonicalize, cse, dce, smem_alloc, smem_pipeline
+from kiln.codegen.passes import canonicalize, cse, dce, dot_accumulate, smem_alloc, smem_pipeline
 from kiln.codegen.pipeline import PassContext
 from kiln.codegen.target import parse_target
 from kiln.ir import parse_function, print_function, verify
@@ -73,7 +73,7 @@ kernel @mm(%a: ptr<fp16> {divisibility = 16, name = "a"}, %b: ptr<fp16> {divisib
 def pipelined(text=MATMUL, target="sm_90a", num_warps=4, num_stages=3):
     fn = parse_function(text)
     ctx = PassContext(parse_target(target), num_warps, num_stages)
-    for p in (canonicalize, cse, dce, smem_pipeline, canonicalize, cse, dce, smem_alloc):
+    for p in (canonicalize, cse, dot_accumulate, dce, smem_pipeline, canonicalize, cse, dce, smem_alloc):
         p.apply(fn, ctx)
         verify(fn)
     return fn, ctx
@@ -247,6 +247,32 @@ def test_a_ring_of_s_tiles_on_the_gpu_matches_torch():
         c = torch.empty(128, 256, device="cuda")
         _wide_matmul[(1,)](a, b, c, 1024, BM=128, BN=256, BK=128, num_warps=warps, num_stages=stages)
         torch.testing.assert_close(c, a.float() @ b.float(), atol=0.05, rtol=1e-3)
+
+
+@kiln.jit
+def _matmul_plus_equals(A, B, C, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    rm, rn, rk = tl.arange(0, BM), tl.arange(0, BN), tl.arange(0, BK)
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k in range(0, K, BK):
+        acc += tl.dot(tl.load(A + rm[:, None] * K + (k + rk)[None, :]), tl.load(B + (k + rk)[:, None] * BN + rn[None, :]))
+    tl.store(C + rm[:, None] * BN + rn[None, :], acc)
+
+
+def test_acc_plus_equals_dot_pipelines_like_a_dot_on_acc():
+    # `acc += tl.dot(a, b)` (tutorial 06's backward) accumulates in place: one carried
+    # accumulator left in flight, as `acc = tl.dot(a, b, acc)`, not a second block + a wait
+    x, c = np.zeros((64, 64), np.float16), np.zeros((64, 64), np.float32)
+    args = dict(BM=128, BN=128, BK=64, num_warps=4, num_stages=3, grid=(1,), target="sm_90a")
+    plus = _matmul_plus_equals.warmup(x, x, c, 1024, **args)
+    inplace = _wide_matmul.warmup(x, x, c, 1024, **args)
+    fn, _ = pipelined(plus.asm["kir"], num_warps=4, num_stages=3)
+    loop = next(op for op in fn.walk() if op.name == "for")
+    body = loop.regions[0]
+    dot = next(op for op in body.ops if op.name == "warp_group_dot")
+    wait = next(op for op in body.ops if op.name == "warp_group_dot_wait")
+    assert dot.operands[2] is body.args[1] and wait.attrs == {"pending": 1}
+    assert "add" not in [op.name for op in body.ops if op.results and op.results[0].type == dot.results[0].type]
+    assert (plus.n_regs, plus.n_spills) == (inplace.n_regs, inplace.n_spills)
 
 
 def test_the_wgmma_layout_is_the_instructions_fragment():

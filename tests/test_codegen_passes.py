@@ -1,6 +1,7 @@
-"""The block IR passes, checked on IR text: folding, CSE, DCE, axis info and layouts."""
+"""The block IR passes, checked on IR text: folding, CSE, DCE, dot accumulation, axis info
+and layouts."""
 from kiln.codegen.layout import Blocked, Slice
-from kiln.codegen.passes import axis_info, canonicalize, cse, dce, layouts
+from kiln.codegen.passes import axis_info, canonicalize, cse, dce, dot_accumulate, layouts
 from kiln.codegen.pipeline import PassContext, run_passes
 from kiln.codegen.target import parse_target
 from kiln.ir import parse_function, print_function, verify
@@ -152,3 +153,35 @@ def test_prefetch_carries_the_next_iterations_loads():
     assert _loop_result_count("dot_f16", 1) == [1]  # num_stages=1: untouched
     # layer norm: no dot and no num_stages on the loops: left alone, as Triton does
     assert _loop_result_count("layer_norm", 3) == [1, 1, 0]
+
+
+DOT_ADD = """
+kernel @k(%a: <16x16xfp16> {name = "a"}, %b: <16x16xfp16> {name = "b"}, %acc: <16x16xfp32> {name = "acc"}, %p: <16x16xptr<fp32>> {name = "p"}) {
+  %z = constant {value = 0.0} : <16x16xfp32>
+  %d = dot %a, %b, %z {input_precision = "tf32"} : <16x16xfp32>
+  %s = add %acc, %d : <16x16xfp32>
+  %e = dot %a, %b, %z {input_precision = "ieee"} : <16x16xfp32>
+  %t = add %e, %s : <16x16xfp32>
+  %f = dot %a, %b, %acc {input_precision = "tf32"} : <16x16xfp32>
+  %u = add %f, %t : <16x16xfp32>
+  %g = dot %a, %b, %z {input_precision = "tf32"} : <16x16xfp32>
+  %v = add %g, %u : <16x16xfp32>
+  store %p, %v
+  store %p, %g
+  return
+}
+"""
+
+
+def test_acc_plus_a_dot_of_zero_accumulates_in_place():
+    fn, _ = run(DOT_ADD, dot_accumulate, dce)
+    a, b, acc, _ = fn.args
+    body = [op for op in fn.body.ops if op.name in ("dot", "add")]
+    assert [op.name for op in body] == ["dot", "dot", "dot", "add", "dot", "add"]
+    s, t, f, u, g, v = body
+    # acc + dot(a, b, 0) and dot(a, b, 0) + acc both become one dot on acc, attrs kept
+    assert s.operands == [a, b, acc] and s.attrs == {"input_precision": "tf32"}
+    assert t.operands == [a, b, s.results[0]] and t.attrs == {"input_precision": "ieee"}
+    # a dot with its own accumulator, or whose product is used twice, stays as it was
+    assert f.operands == [a, b, acc] and u.operands == [f.results[0], t.results[0]]
+    assert g.operands[2].defining_op.name == "constant" and v.operands == [g.results[0], u.results[0]]
