@@ -13,16 +13,29 @@ class Config:
 
     def __init__(self, kwargs, num_warps=env.DEFAULT_NUM_WARPS, num_stages=env.DEFAULT_NUM_STAGES, num_ctas=1,
                  maxnreg=None, pre_hook=None, ir_override=None):
-        self.kwargs = dict(kwargs)
+        self.kwargs = kwargs  # the caller's dict itself, as Triton keeps it (a change to it is the config's)
         self.num_warps, self.num_stages, self.num_ctas, self.maxnreg = num_warps, num_stages, num_ctas, maxnreg
         self.pre_hook = pre_hook
         self.ir_override = ir_override  # Triton's path to a TTGIR/PTX file to compile instead; kiln does not read it
 
+    def __setstate__(self, state):
+        # Triton's defaults for what a pickle lacks (Inductor's caches pickle configs; an older one has fewer fields)
+        self.kwargs = state.get("kwargs", {})
+        self.num_warps = state.get("num_warps", env.DEFAULT_NUM_WARPS)
+        self.num_stages = state.get("num_stages", env.DEFAULT_NUM_STAGES)
+        self.num_ctas = state.get("num_ctas", 1)
+        self.maxnreg = state.get("maxnreg")
+        self.pre_hook = state.get("pre_hook")
+        self.ir_override = state.get("ir_override")
+        for name, value in state.items():  # what a subclass or a caller added (Inductor's found_by_coordesc)
+            self.__dict__.setdefault(name, value)
+
     def all_kwargs(self) -> dict:
-        options = {"num_warps": self.num_warps, "num_stages": self.num_stages, "num_ctas": self.num_ctas}
-        if self.maxnreg is not None:
-            options["maxnreg"] = self.maxnreg
-        return {**self.kwargs, **options}
+        """The meta-parameters and the launch options, in Triton's order; an option set to None is
+        left out (the launch's default applies), as Triton leaves it out."""
+        options = (("num_warps", self.num_warps), ("num_ctas", self.num_ctas), ("num_stages", self.num_stages),
+                   ("maxnreg", self.maxnreg))
+        return {**self.kwargs, **{k: v for k, v in options if v is not None}}
 
     def __str__(self):  # Triton's order and words (autotune's "best config selected: ..." line prints it)
         items = [f"{k}: {v}" for k, v in self.kwargs.items()]
@@ -65,6 +78,8 @@ class Autotuner(KernelInterface):
         self.reset_to_zero = list(reset_to_zero or [])
         self.restore_value = list(restore_value or [])
         self.user_pre_hook, self.user_post_hook = pre_hook, post_hook
+        # Triton's names, which torch.compile reads of a user's autotuned kernel (it refuses the hooks)
+        self.user_defined_pre_hook, self.user_defined_post_hook = pre_hook is not None, post_hook is not None
         prune = prune_configs_by or {}
         self.perf_model = prune.get("perf_model")
         self.top_k = prune.get("top_k", 1.0)
@@ -75,6 +90,11 @@ class Autotuner(KernelInterface):
         self.cache: dict = {}
         self.best_config: Config | None = None
         self.configs_timings: dict | None = None
+
+    @property
+    def configs_top_k(self):
+        """Triton's name of `prune_configs_by["top_k"]` (torch.compile reads it)."""
+        return self.top_k
 
     def prune_configs(self, nargs: dict, kwargs: dict | None = None) -> list:
         """`early_config_prune(configs, nargs, **kwargs)` as in Triton: `nargs` the arguments given

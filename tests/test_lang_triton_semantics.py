@@ -403,6 +403,26 @@ def test_config_prints_and_compares_as_tritons():
     kiln.autotune(configs=[c], key=[], cache_results=True)(_scaled_copy)  # Triton's keyword is accepted
 
 
+def test_config_kwargs_pickle_and_autotuner_names_as_tritons():
+    """What Inductor relies on in max-autotune: all_kwargs in Triton's order without the options set
+    to None, the caller's kwargs dict kept, pickles that lack fields (Triton's __setstate__ defaults)
+    and keep added attributes, and the Autotuner's names torch.compile reads."""
+    import pickle
+    kwargs = {"XBLOCK": 8}
+    c = kiln.Config(kwargs, num_warps=None, maxnreg=64)
+    assert list(c.all_kwargs().items()) == [("XBLOCK", 8), ("num_ctas", 1), ("num_stages", 3), ("maxnreg", 64)]
+    kwargs["XBLOCK"] = 16
+    assert c.kwargs is kwargs and c.all_kwargs()["XBLOCK"] == 16
+    c.found_by_coordesc = True
+    again = pickle.loads(pickle.dumps(c))
+    assert again == c and again.found_by_coordesc
+    old = kiln.Config.__new__(kiln.Config)
+    old.__setstate__({"kwargs": {"R": 2}})
+    assert old == kiln.Config({"R": 2}) and old.maxnreg is None and old.ir_override is None
+    tuned = kiln.autotune(configs=[c], key=[], prune_configs_by={"top_k": 2})(_scaled_copy)
+    assert tuned.configs_top_k == 2 and tuned.user_defined_pre_hook is False and tuned.user_defined_post_hook is False
+
+
 @kiln.jit
 def _item_and_advance(x_ptr, out_ptr):
     one = tl.load(x_ptr + tl.arange(0, 1)[:, None])  # [1, 1]
