@@ -10,7 +10,7 @@ import numpy as np
 import kiln as triton
 import kiln.language as tl
 
-LOG2_E = 1.4426950408889634
+LOG2_E = tl.constexpr(1.4426950408889634)  # kernels read constexpr globals only, as in Triton
 
 
 @triton.jit

@@ -14,16 +14,18 @@ import builtins
 import functools
 import inspect
 import numbers
+import types
 
 import numpy as np
 
 from kiln.ir import Block, Builder, Function, Loc, Operation, verify
 from kiln.ir.types import scalar_of
 from kiln.language import semantic
-from kiln.language.core import constexpr, is_builtin, tensor
+from kiln.language.core import constexpr, dtype, is_builtin, tensor
 from kiln.language.semantic import unwrap
 
 from .aggregates import describe, flatten, is_carriable
+from . import config
 from .errors import CompilationError, CompileTimeAssertionFailure
 
 MAX_INLINE_DEPTH = 64
@@ -169,14 +171,32 @@ class CodeGenerator(ast.NodeVisitor):
         if name in self.scope:
             return self.scope[name]
         if name in self.closure:
-            return wrap(self.closure[name])
+            return wrap(self._captured(name, self.closure[name], None))
         if name in self.globals:
-            return wrap(self.globals[name])
+            value = self._captured(name, self.globals[name], self.globals.get("__annotations__"))
+            if semantic.state.global_reads is not None and _is_data(value):
+                semantic.state.global_reads[(name, id(self.globals))] = (self.globals, value)
+            return wrap(value)
         if name in _BUILTINS:
             return _BUILTINS[name]
         if hasattr(builtins, name):
             return getattr(builtins, name)
         raise NameError(f"name '{name}' is not defined")
+
+    def _captured(self, name: str, value, annotations):
+        """Triton's rule for a name a kernel reads from its module or an enclosing function:
+        constants (`tl.constexpr(...)`, or a module global annotated `tl.constexpr`), dtypes,
+        modules, classes and functions. A plain value is refused: the kernel is compiled with
+        the value it has now and would not see it change (TRITON_ALLOW_NON_CONSTEXPR_GLOBALS=1
+        allows it, as in Triton)."""
+        if _capturable(value) or _annotated_constexpr(annotations, name) or config.allow_non_constexpr_globals() \
+                or self.jitfn.is_internal:  # kiln's own library (tl.random's constant tables)
+            return value
+        raise NameError(f"Cannot access global variable {name} from within @jit'ed function. Triton kernels can "
+                        f"only access global variables that are instanstiated as constexpr (`x = "
+                        f"triton.language.constexpr(42)`). Alternatively, set the envvar "
+                        f"TRITON_ALLOW_NON_CONSTEXPR_GLOBALS=1 (kiln: {name} is a {type(value).__name__}; the "
+                        f"compiled kernel would keep the value it has now)")
 
     def visit_Name(self, node):
         if isinstance(node.ctx, ast.Store):
@@ -808,6 +828,29 @@ _STATIC_BUILTINS = {
 }
 _BUILTINS: dict = {}
 
+def _capturable(value) -> bool:
+    """What a kernel may read from outside itself without it being a constexpr: nothing that
+    holds data which could change after the kernel is compiled."""
+    if value is None or isinstance(value, (constexpr, dtype, types.ModuleType, type)):
+        return True
+    if callable(value) or is_builtin(value):
+        return True
+    return isinstance(value, tuple) and hasattr(type(value), "_fields")  # a namedtuple, as in Triton
+
+
+def _is_data(value) -> bool:
+    """A global read that a launch re-checks (as Triton): a value, not a module, class or function."""
+    return not isinstance(value, (types.ModuleType, type)) and (isinstance(value, constexpr) or not callable(value))
+
+
+def _annotated_constexpr(annotations, name) -> bool:
+    """`X: tl.constexpr = 42` at module level (Triton compiles such reads)."""
+    annotation = (annotations or {}).get(name)
+    if annotation is constexpr:
+        return True
+    return isinstance(annotation, str) and annotation.split(".")[-1] == "constexpr"
+
+
 import operator as _op  # noqa: E402
 
 _BINARY = {
@@ -821,13 +864,15 @@ _COMPARE = {
 }
 
 
-def build_kernel(jitfn, params, name: str | None = None, options: dict | None = None) -> Function:
+def build_kernel(jitfn, params, name: str | None = None, options: dict | None = None,
+                 global_reads: dict | None = None) -> Function:
     """The block IR of kernel `jitfn` for one specialization.
 
     `params` maps every parameter name to either `constexpr(value)` or
     `(dtype, attrs)` for a runtime argument, or a `DescriptorArgument` for a host tensor
     descriptor (several function arguments); runtime arguments become the function's
     arguments in signature order. `options` (num_warps...) are what tl.extra.cuda.num_warps reads.
+    `global_reads`, when given, receives the module globals the kernel and its callees read.
     """
     runtime = [(n, p) for n, p in params.items() if not isinstance(p, constexpr)]
     pieces = [(n, [p]) if isinstance(p, tuple) else (n, p.pieces) for n, p in runtime]  # a descriptor has several
@@ -836,8 +881,9 @@ def build_kernel(jitfn, params, name: str | None = None, options: dict | None = 
     builder = Builder(fn.body)
     scope = {}
     args = iter(fn.args)
-    saved = (semantic.state.builder, semantic.state.generator, semantic.state.options)
+    saved = (semantic.state.builder, semantic.state.generator, semantic.state.options, semantic.state.global_reads)
     semantic.state.builder, semantic.state.options = builder, dict(options or {})
+    semantic.state.global_reads = global_reads
     try:
         for n, p in params.items():  # a descriptor's pieces may emit constants (its last stride)
             if isinstance(p, constexpr):
@@ -855,6 +901,6 @@ def build_kernel(jitfn, params, name: str | None = None, options: dict | None = 
         builder.loc = None
         builder.create("return")
     finally:
-        semantic.state.builder, semantic.state.generator, semantic.state.options = saved
+        semantic.state.builder, semantic.state.generator, semantic.state.options, semantic.state.global_reads = saved
     verify(fn)
     return fn

@@ -5,6 +5,7 @@ import operator
 import sys
 
 from kiln.ir import Function, parse_function, print_function
+from kiln.language.semantic import unwrap
 
 from . import config, errors, profiler  # noqa: F401  (errors: Triton's triton.compiler.errors)
 from .runtime import cuda_driver as driver
@@ -101,6 +102,7 @@ class CompiledKernel:
         self.launchers: dict = {}
         self.runtime_args = lambda values: list(values)
         self.launch_metadata = None  # the @jit(launch_metadata=) function, with the names of its arguments
+        self.global_reads = []  # (name, module dict, value) of the globals its source read (compile_kernel)
         self.arg_names = ((), (), {})  # runtime argument names, how many launch values each takes, constants
 
     def set_runtime_positions(self, positions, expanders=None):
@@ -172,12 +174,23 @@ class CompiledKernel:
         return binary
 
     def launch(self, grid, args, stream=None):
+        if self.global_reads:
+            self._check_global_reads()
         if profiler._active:  # a kiln.profiler session records this launch
             interpreted = config.interpret()
             on = None if interpreted else (driver.device_and_stream()[1] if stream is None else int(stream))
             profiler.measure(self, grid, args, lambda: self._launch(grid, args, on), on, interpreted)
             return
         self._launch(grid, args, stream)
+
+    def _check_global_reads(self):
+        """Triton's check: the kernel was compiled with the values its globals had then."""
+        missing = object()
+        for name, scope, value in self.global_reads:
+            now = scope.get(name, missing)
+            if now is not value and not _same_value(now, value):
+                raise RuntimeError(f"Global variable {name} has changed since we compiled this kernel, "
+                                   f"from {unwrap(value)} to {unwrap(now) if now is not missing else '<deleted>'}")
 
     def _launch(self, grid, args, stream=None):
         if config.interpret():
@@ -215,9 +228,12 @@ class CompiledKernel:
 
 
 def compile_kernel(jitfn, params, options) -> CompiledKernel:
-    ir = build_kernel(jitfn, params, options=codegen_options(options))
+    reads = {}
+    ir = build_kernel(jitfn, params, options=codegen_options(options), global_reads=reads)
     debug = bool(options.get("debug") or jitfn.debug or config.debug())
-    return CompiledKernel(jitfn.__name__, ir, options, debug)
+    kernel = CompiledKernel(jitfn.__name__, ir, options, debug)
+    kernel.global_reads = [(name, scope, value) for (name, _), (scope, value) in reads.items()]
+    return kernel
 
 
 def compile(src, target=None, options: dict | None = None):
@@ -231,3 +247,12 @@ def compile(src, target=None, options: dict | None = None):
         gpu = not config.interpret() and driver.is_available()
         target = driver.target(driver.device_and_stream()[0]) if gpu else GPUTarget("cpu", 0, 1)
     return compile_source(src, target, options)
+
+
+def _same_value(a, b) -> bool:
+    a, b = unwrap(a), unwrap(b)
+    try:
+        return type(a) is type(b) and bool(a == b)
+    except Exception:  # noqa: BLE001  (an array's == is not one truth value: changed unless identical)
+        return a is b
+

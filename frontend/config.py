@@ -44,3 +44,10 @@ def shared_tier_configured() -> bool:
 def debug() -> bool:
     """KILN_DEBUG=1: keep device_assert checks in compiled kernels."""
     return _flag("KILN_DEBUG") or _flag("TRITON_DEBUG")
+
+
+def allow_non_constexpr_globals() -> bool:
+    """KILN_ALLOW_NON_CONSTEXPR_GLOBALS=1 (or Triton's TRITON_ALLOW_NON_CONSTEXPR_GLOBALS=1): kernels may
+    read plain (non-constexpr) globals and captured variables, compiled in with the value they have then."""
+    return _flag("KILN_ALLOW_NON_CONSTEXPR_GLOBALS") or _flag("TRITON_ALLOW_NON_CONSTEXPR_GLOBALS")
+

@@ -136,6 +136,9 @@ def _is_kiln(obj) -> bool:
 
 def _is_value(obj) -> bool:
     """A kiln object compared by value (a dtype, a constexpr), not a function or class."""
+    from kiln.language.core import constexpr
+    if isinstance(obj, constexpr):  # callable (it calls what it holds), but a value: a global one may change
+        return True
     return not isinstance(obj, (types.ModuleType, types.FunctionType, types.BuiltinFunctionType, type)) \
         and not callable(obj)
 

@@ -32,6 +32,7 @@ class _State(threading.local):
     builder: Builder | None = None
     generator = None  # the AST generator, which knows how to inline @jit calls
     options: dict = {}  # the kernel's compile options (num_warps, ...) while it is built
+    global_reads: dict | None = None  # (name, id(module dict)) -> (module dict, value) the kernel read
 
 
 state = _State()
