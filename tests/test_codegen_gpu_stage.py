@@ -308,7 +308,10 @@ def test_the_pipelined_dot_runs_on_wgmma_without_local_memory_or_serialization()
 
 
 @kiln.jit
-def _attention(Q, K, V, Out, n_ctx, D: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr):
+def _attention(Q, K, V, Out, n_ctx, D: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
+               V_TRANSPOSED: tl.constexpr = False):
+    """Attention forward; V_TRANSPOSED: V given as VT[d, n] (fp8: wgmma reads 8-bit tiles
+    K-major only, and P, 8-bit, goes to the second dot through shared memory)."""
     offs_m = tl.program_id(0) * BM + tl.arange(0, BM)
     offs_n = tl.arange(0, BN)
     offs_d = tl.arange(0, D)
@@ -323,8 +326,11 @@ def _attention(Q, K, V, Out, n_ctx, D: tl.constexpr, BM: tl.constexpr, BN: tl.co
         p = tl.math.exp2(qk - m_ij[:, None])
         alpha = tl.math.exp2(m_i - m_ij)
         l_i = l_i * alpha + tl.sum(p, 1)
-        v = tl.load(V + (start + offs_n)[:, None] * D + offs_d[None, :])
-        acc = tl.dot(p.to(tl.float16), v, acc * alpha[:, None])
+        if V_TRANSPOSED:
+            v = tl.load(V + offs_d[None, :] * n_ctx + (start + offs_n)[:, None])
+        else:
+            v = tl.load(V + (start + offs_n)[:, None] * D + offs_d[None, :])
+        acc = tl.dot(p.to(Q.dtype.element_ty), v, acc * alpha[:, None])
         m_i = m_ij
     tl.store(Out + offs_m[:, None] * D + offs_d[None, :], acc / l_i[:, None])
 
@@ -375,33 +381,9 @@ def test_attention_lowers_to_wgmma_with_a_from_registers():
     assert "C751" not in info
 
 
-@kiln.jit
-def _attention_fp8(Q, K, VT, Out, n_ctx, D: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr):
-    """Attention forward on fp8 inputs, V given transposed (VT[d, n]): wgmma reads 8-bit
-    tiles K-major only, and P (8-bit) goes to the second dot through shared memory."""
-    offs_m = tl.program_id(0) * BM + tl.arange(0, BM)
-    offs_n = tl.arange(0, BN)
-    offs_d = tl.arange(0, D)
-    q = tl.load(Q + offs_m[:, None] * D + offs_d[None, :])
-    m_i = tl.zeros([BM], dtype=tl.float32) - float("inf")
-    l_i = tl.zeros([BM], dtype=tl.float32)
-    acc = tl.zeros([BM, D], dtype=tl.float32)
-    for start in range(0, n_ctx, BN):
-        k = tl.load(K + (start + offs_n)[None, :] * D + offs_d[:, None])
-        qk = tl.dot(q, k)
-        m_ij = tl.maximum(m_i, tl.max(qk, 1))
-        p = tl.math.exp2(qk - m_ij[:, None])
-        alpha = tl.math.exp2(m_i - m_ij)
-        l_i = l_i * alpha + tl.sum(p, 1)
-        v = tl.load(VT + offs_d[None, :] * n_ctx + (start + offs_n)[:, None])
-        acc = tl.dot(p.to(Q.dtype.element_ty), v, acc * alpha[:, None])
-        m_i = m_ij
-    tl.store(Out + offs_m[:, None] * D + offs_d[None, :], acc / l_i[:, None])
-
-
 def _attention_fp8_ir():
     x = kiln.reinterpret(np.zeros(16 * 64, np.uint8), tl.float8e4nv)
-    k = _attention_fp8.warmup(x, x, x, np.zeros((16, 16), np.float32), 256, D=64, BM=64, BN=64,
+    k = _attention.warmup(x, x, x, np.zeros((16, 16), np.float32), 256, D=64, BM=64, BN=64, V_TRANSPOSED=True,
                               num_warps=4, num_stages=3, target="sm_90a")
     return k.asm["kir"]
 
@@ -440,7 +422,7 @@ def test_fp8_attention_on_the_gpu_matches_torch():
     q, k, v = (torch.randn(n, d, device="cuda").to(torch.float8_e4m3fn) for _ in range(3))
     vt = v.t().contiguous()
     out = torch.empty(n, d, device="cuda")
-    _attention_fp8[(n // 64,)](q, k, vt, out, n, D=64, BM=64, BN=64, num_warps=4, num_stages=3)
+    _attention[(n // 64,)](q, k, vt, out, n, D=64, BM=64, BN=64, V_TRANSPOSED=True, num_warps=4, num_stages=3)
     s = q.float() @ k.float().t()
     p = torch.exp2(s - s.max(1, keepdim=True).values)
     want = (p @ v.float()) / p.sum(1, keepdim=True)

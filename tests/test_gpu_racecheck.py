@@ -67,11 +67,12 @@ torch.testing.assert_close(c, a.float() @ b.float(), atol=0.05, rtol=0.01)
 
 FP8_ATTENTION = """
 import torch
-from test_codegen_gpu_stage import _attention_fp8
+from test_codegen_gpu_stage import _attention
 q, k, v = (torch.randn(256, 64, device="cuda").to(torch.float8_e4m3fn) for _ in range(3))
 out = torch.empty(256, 64, device="cuda")
 for warps in (4, 8):
-    _attention_fp8[(2,)](q, k, v.t().contiguous(), out, 256, D=64, BM=128, BN=64, num_warps=warps, num_stages=3)
+    _attention[(2,)](q, k, v.t().contiguous(), out, 256, D=64, BM=128, BN=64, V_TRANSPOSED=True,
+                     num_warps=warps, num_stages=3)
 torch.cuda.synchronize()
 """
 

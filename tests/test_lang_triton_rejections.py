@@ -6,6 +6,7 @@ errors: a `CompilationError` at the user's line whose message holds Triton's wor
 match) and then kiln's explanation; the underlying error, of Triton's type where it is a Python
 one, is the `__cause__`. The few where Triton accepted what kiln rejected are here too.
 """
+import linecache
 import warnings
 
 import numpy as np
@@ -14,6 +15,15 @@ import torch
 
 import kiln
 import kiln.language as tl
+
+
+def _jit_source(source: str, label: str):
+    """`kernel` of `source` as a @jit function (its text registered with linecache, as a file's)."""
+    namespace = {}
+    path = f"<{label}>"
+    linecache.cache[path] = (len(source), None, source.splitlines(True), path)
+    exec(compile(source, path, "exec"), {"tl": tl}, namespace)
+    return kiln.jit(namespace["kernel"])
 
 
 def _rejects(kernel, *args, words, cause=None, **kwargs):
@@ -152,17 +162,11 @@ def test_and_or_not_take_boolean_tensors_only():
 # --- math functions take fp32/fp64 (or the few types Triton lists) -------------------------
 
 def _math_kernel(expr):
-    namespace = {}
-    source = (f"def kernel(x_ptr, y_ptr, out_ptr):\n"
-              f"    offs = tl.arange(0, 4)\n"
-              f"    x = tl.load(x_ptr + offs)\n"
-              f"    y = tl.load(y_ptr + offs)\n"
-              f"    tl.store(out_ptr + offs, {expr})\n")
-    path = f"<math_kernel {expr}>"
-    import linecache
-    linecache.cache[path] = (len(source), None, source.splitlines(True), path)
-    exec(compile(source, path, "exec"), {"tl": tl}, namespace)
-    return kiln.jit(namespace["kernel"])
+    return _jit_source(f"def kernel(x_ptr, y_ptr, out_ptr):\n"
+                       f"    offs = tl.arange(0, 4)\n"
+                       f"    x = tl.load(x_ptr + offs)\n"
+                       f"    y = tl.load(y_ptr + offs)\n"
+                       f"    tl.store(out_ptr + offs, {expr})\n", f"math_kernel {expr}")
 
 
 @pytest.mark.parametrize("fn", ["exp", "exp2", "log", "log2", "cos", "sin", "sqrt", "rsqrt", "erf", "floor",
@@ -254,13 +258,9 @@ def test_abs_of_a_pointer_is_a_compilation_error():
 
 @pytest.mark.parametrize("expr", ["tl.sum(x)", "tl.max(x)", "tl.min(x)", "tl.xor_sum(x)", "tl.ravel(x)"])
 def test_reducing_a_scalar_is_rejected(expr):
-    namespace = {}
-    source = f"def kernel(x_ptr, out_ptr):\n    x = tl.load(x_ptr)\n    tl.store(out_ptr, {expr})\n"
-    path = f"<scalar {expr}>"
-    import linecache
-    linecache.cache[path] = (len(source), None, source.splitlines(True), path)
-    exec(compile(source, path, "exec"), {"tl": tl}, namespace)
-    _rejects(kiln.jit(namespace["kernel"]), torch.int32, torch.int32, words="a scalar")
+    kernel = _jit_source(f"def kernel(x_ptr, out_ptr):\n    x = tl.load(x_ptr)\n    tl.store(out_ptr, {expr})\n",
+                         f"scalar {expr}")
+    _rejects(kernel, torch.int32, torch.int32, words="a scalar")
 
 
 # --- conditions --------------------------------------------------------------------------------
@@ -332,16 +332,10 @@ def test_math_method_takes_fp16_as_triton_s_does():
 # --- atomics take Triton's element types ----------------------------------------------------
 
 def _atomic_kernel(expr):
-    namespace = {}
-    source = (f"def kernel(x_ptr):\n"
-              f"    offs = tl.arange(0, 4)\n"
-              f"    v = tl.load(x_ptr + offs)\n"
-              f"    r = {expr}\n")
-    path = f"<atomic_kernel {expr}>"
-    import linecache
-    linecache.cache[path] = (len(source), None, source.splitlines(True), path)
-    exec(compile(source, path, "exec"), {"tl": tl}, namespace)
-    return kiln.jit(namespace["kernel"])
+    return _jit_source(f"def kernel(x_ptr):\n"
+                       f"    offs = tl.arange(0, 4)\n"
+                       f"    v = tl.load(x_ptr + offs)\n"
+                       f"    r = {expr}\n", f"atomic_kernel {expr}")
 
 
 @pytest.mark.parametrize("op,dtype,words", [
@@ -378,16 +372,11 @@ def test_atomic_cas_of_a_byte_is_rejected_and_fp16_add_is_not():
     ("tl.full_like(x, 2)", "has no attribute 'full_like'"),
 ])
 def test_shape_creation_and_mask_errors_of_triton(expr, words):
-    namespace = {}
-    source = (f"def kernel(x_ptr, y_ptr):\n"
-              f"    offs = tl.arange(0, 4)\n"
-              f"    x = tl.load(x_ptr + offs)\n"
-              f"    r = {expr}\n")
-    path = f"<shape_kernel {expr}>"
-    import linecache
-    linecache.cache[path] = (len(source), None, source.splitlines(True), path)
-    exec(compile(source, path, "exec"), {"tl": tl}, namespace)
-    _rejects(kiln.jit(namespace["kernel"]), torch.int32, torch.int32, words=words)
+    kernel = _jit_source(f"def kernel(x_ptr, y_ptr):\n"
+                         f"    offs = tl.arange(0, 4)\n"
+                         f"    x = tl.load(x_ptr + offs)\n"
+                         f"    r = {expr}\n", f"shape_kernel {expr}")
+    _rejects(kernel, torch.int32, torch.int32, words=words)
 
 
 @kiln.jit

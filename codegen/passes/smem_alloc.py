@@ -36,9 +36,10 @@ def apply(fn, ctx) -> None:
                 if op.name in ("local_index", "local_trans"):
                     values.update(op.results)
         lives.append((position[id(alloc)], end, alloc))
-    placed = []  # (start, end of life, offset, size)
+    placed = []  # (start, end of life, offset, size), in the order of `lives`
     top = 0
-    for start, end, alloc in sorted(lives, key=lambda l: l[0]):
+    lives.sort(key=lambda l: l[0])
+    for start, end, alloc in lives:
         size = -(-alloc.results[0].type.nbytes // ALIGN) * ALIGN
         busy = sorted((o, o + s) for b, e, o, s in placed if b <= end and start <= e)
         offset = 0
@@ -52,11 +53,10 @@ def apply(fn, ctx) -> None:
     ctx.shared_allocated = top
     spans = [(start, end) for start, end, _, _ in placed]
     ctx.buffers_live = lambda op: any(s <= position.get(id(op), -1) <= e for s, e in spans)
-    scratch_before = _scratch_positions(fn, position, spans)
-    for start, end, offset, size in placed:
+    first_scratch = min(_scratch_positions(fn, position, spans), default=float("inf"))
+    for (start, _, alloc), (_, _, offset, size) in zip(lives, placed):
         reused = any(e < start and o < offset + size and offset < o + s for b, e, o, s in placed)
-        alloc = next(a for a in allocs if position[id(a)] == start)
-        if reused or any(p < start for p in scratch_before) or _in_loop(alloc):
+        if reused or first_scratch < start or _in_loop(alloc):
             _barrier_before(alloc)
 
 
