@@ -52,11 +52,11 @@ def test_search_keeps_the_fewest_registers_that_do_not_spill(spills_below, expec
 
 
 def test_memory_bound_kernel_is_capped_for_occupancy():
-    free = compile(kernel("layer_norm"), "sm_90a", {"num_warps": 8, "maxnreg": 255})
-    auto = compile(kernel("layer_norm"), "sm_90a", {"num_warps": 8})
-    before = occupancy.ctas_per_sm(free.n_regs, 256, free.shared, 90)
-    after = occupancy.ctas_per_sm(auto.n_regs, 256, auto.shared, 90)
-    assert before < 8 and ".maxnreg" in auto.ptx  # ptxas takes more than 32 registers when free
+    free = compile(kernel("layer_norm"), "sm_90a", {"num_warps": 4, "maxnreg": 255})
+    auto = compile(kernel("layer_norm"), "sm_90a", {"num_warps": 4})
+    before = occupancy.ctas_per_sm(free.n_regs, 128, free.shared, 90)
+    after = occupancy.ctas_per_sm(auto.n_regs, 128, auto.shared, 90)
+    assert before < 16 and ".maxnreg" in auto.ptx  # ptxas takes more than 32 registers when free
     assert after > before and auto.n_spills == 0
 
 

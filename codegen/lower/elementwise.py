@@ -15,6 +15,7 @@ import llvmlite.ir as ir
 
 from kiln.ir.types import block_type, scalar_of
 
+from .. import layout as lay
 from .types import F32, F64, reg_type
 
 LOG2E = 1.4426950408889634
@@ -26,8 +27,32 @@ def elementwise(per_element):
         out = op.results[0]
         layout = lw.layout(out)
         operands = [lw.regs(v, layout) for v in op.operands]
-        lw.bind(out, [per_element(lw, op, *xs) for xs in zip(*operands)], layout)
+        first = equal_registers(lw, out, layout)
+        regs = []
+        for i, xs in enumerate(zip(*operands)):
+            regs.append(regs[first[i]] if first is not None and first[i] != i else per_element(lw, op, *xs))
+        lw.bind(out, regs, layout)
     return rule
+
+
+def equal_registers(lw, v, layout):
+    """Per register of block value `v` in `layout`, the first register of this thread that
+    axis info says holds the same element value (None where none is shared). A mask
+    `cols < N` with N divisible by 8 is one predicate per 8 elements, not 8 compares (as
+    the load it feeds already assumes): layer norm's `tl.where(cols < N, x - mean, 0.)`
+    then selects on the load's predicate."""
+    axis = getattr(lw.ctx, "axis", None)
+    if axis is None or not isinstance(layout, lay.Blocked) or not isinstance(v.type, block_type):
+        return None
+    shape = tuple(v.type.shape)
+    # A thread's base index along each dim is a multiple of its size_per_thread (clipped to
+    # the shape), and constancy is over aligned groups: registers whose offsets fall in the
+    # same aligned group of g (g dividing both) hold equal values.
+    groups = [math.gcd(c, min(spt, n)) for c, spt, n in zip(axis.get(v).constancy, layout.size_per_thread, shape)]
+    if all(g == 1 for g in groups):
+        return None
+    seen = {}
+    return [seen.setdefault(tuple(o // g for o, g in zip(off, groups)), i) for i, off in enumerate(layout.offsets(shape))]
 
 
 def _s(op, i=0):
