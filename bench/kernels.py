@@ -80,6 +80,27 @@ def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk,
 
 
 @triton.jit
+def matmul_descriptor_kernel(a_desc, b_desc, c_desc, M, N, K,
+                             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+    """Tutorial 03's matmul through host TensorDescriptors (Triton 3.6's tutorial 09 without
+    persistence): A [M, K], B [K, N] and C blocks by offsets; on Hopper both libraries copy
+    them with TMA."""
+    pid = tl.program_id(0)
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    group = GROUP_M * num_pid_n
+    first_m = (pid // group) * GROUP_M
+    size_m = min(num_pid_m - first_m, GROUP_M)
+    pid_m = first_m + (pid % group) % size_m
+    pid_n = (pid % group) // size_m
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BLOCK_K)):
+        a = a_desc.load([pid_m * BLOCK_M, k * BLOCK_K])
+        b = b_desc.load([k * BLOCK_K, pid_n * BLOCK_N])
+        acc = tl.dot(a, b, acc)
+    c_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N], acc.to(c_desc.dtype))
+
+@triton.jit
 def _attention_block(acc, row_sum, row_max, q, k_ptrs, v_ptrs, stride_kn, stride_vn, qk_scale, lo, hi, offs_m, offs_n,
                      BLOCK_N: tl.constexpr, DIAGONAL: tl.constexpr):
     """Keys lo .. hi for one block of query rows: the rows' running maximum and sum of

@@ -10,14 +10,16 @@ from dataclasses import dataclass, field
 
 from kiln.ir import verify
 
-from .passes import axis_info, canonicalize, cse, dce, dot_accumulate, layouts, prefetch, smem_alloc, smem_pipeline
+from .passes import (axis_info, canonicalize, cse, dce, descriptor_loads, dot_accumulate, layouts, prefetch, smem_alloc,
+                     smem_pipeline)
 
 PASSES = [
     canonicalize,   # fold constants, drop x+0, x*1, same-type casts
     cse,            # merge identical pure ops
     dot_accumulate, # acc + dot(a, b) -> dot(a, b, acc)
     dce,            # drop what nothing uses
-    smem_pipeline,  # sm_90a: dots fed by loads in loops -> async copies into rings of shared tiles, wgmma
+    smem_pipeline,  # sm_90a: dots fed by loads in loops -> async copies (cp.async, TMA) into rings of shared tiles, wgmma
+    descriptor_loads,  # the descriptor loads no TMA ring took -> their pointer loads
     prefetch,       # loads of iteration i+1 issued during iteration i (num_stages >= 2)
     canonicalize,   # tidy what prefetch cloned
     cse,
@@ -42,6 +44,7 @@ class PassContext:
     layouts: dict = field(default_factory=dict)
     prefer: object = None
     cheap: set = field(default_factory=set)
+    tma_boxes: dict = field(default_factory=dict)  # descriptor argument index -> its TMA box (smem_pipeline)
     shared_allocated: int = 0  # bytes of shared memory that smem_alloc gave to buffers
     buffers_live: object = lambda op: False  # is a shared buffer live at this op (smem_alloc)
 

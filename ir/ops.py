@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-from .types import block_type, dtype, int1, int32, is_power_of_two, pointer_type, scalar_of, shared_type
+from .types import block_type, dtype, int1, int32, int64, is_power_of_two, pointer_type, scalar_of, shared_type, tensormap
 
 # name -> (kinds accepted)
 BINARY_OPS = {
@@ -471,6 +471,51 @@ def _check_async_copy(op):
         return _check_mask(op, ptr, op.operands[2])
 
 
+def _check_descriptor_load(op):
+    tmap, *offsets, fallback = op.operands
+    if tmap.type != tensormap:
+        return "descriptor_load's first operand is the tensormap"
+    t = op.results[0].type
+    if not isinstance(t, block_type) or fallback.type != t:
+        return f"the fallback value must be the result's block type {t}"
+    if len(offsets) != len(t.shape) or any(o.type != int32 for o in offsets):
+        return f"descriptor_load takes one int32 offset per dim ({len(t.shape)})"
+
+
+def _barrier_error(t):
+    if not isinstance(t, shared_type) or t.element_ty != int64 or t.shape[-2:] != (1, 1):
+        return "mbarriers are int64 words of shared memory (smem<Nx1x1xint64>, or one smem<1x1xint64>)"
+
+
+def _check_barriers(op):
+    return _barrier_error(op.operands[0].type)
+
+
+def _check_mbarrier_wait(op):
+    err = _check_barriers(op)
+    if err or op.operands[1].type != int32:
+        return err or "the phase parity is an int32 scalar"
+
+
+def _check_tma_expect(op):
+    err = _check_barriers(op)
+    nbytes = op.attrs.get("bytes")
+    if not err and (not isinstance(nbytes, int) or isinstance(nbytes, bool) or not 0 < nbytes < 1 << 20):
+        err = "bytes must be a positive int below 2**20"
+    return err or (None if op.operands[1].type == int1 else "the predicate is an int1 scalar")
+
+
+def _check_tma_copy(op):
+    tmap, tile, bar, pred, *coords = op.operands
+    if tmap.type != tensormap:
+        return "tma_copy reads through a tensormap"
+    if not isinstance(tile.type, shared_type) or len(tile.type.shape) != 2:
+        return "tma_copy writes one tile of shared memory"
+    if pred.type != int1 or len(coords) != 2 or any(c.type != int32 for c in coords):
+        return "tma_copy takes an int1 predicate and two int32 coordinates (the tile's dims)"
+    return _barrier_error(bar.type)
+
+
 def _check_pending(op):
     pending = op.attrs.get("pending")
     if not isinstance(pending, int) or isinstance(pending, bool) or pending < 0:
@@ -545,6 +590,10 @@ OPS.update({
     "cat": OpDef((2, 2), check=_check_cat),
     "addptr": OpDef((2, 2), check=_check_addptr),
     "load": OpDef((1, 3), check=_check_load, notes="ptr[, mask[, other]]; attrs cache, evict, volatile"),
+    "descriptor_load": OpDef((3, 7), check=_check_descriptor_load,
+                             notes="tensormap, offsets..., fallback: a host TensorDescriptor's block at offsets, "
+                                   "equal to `fallback` (the same block loaded through pointers); codegen may "
+                                   "copy it with TMA instead"),
     "store": OpDef((2, 3), results=(0, 0), check=_check_store, side_effects=True, notes="ptr, value[, mask]"),
     "atomic_rmw": OpDef((3, 3), attrs=("kind", "sem", "scope"), check=_check_atomic_rmw, side_effects=True),
     "atomic_cas": OpDef((3, 3), attrs=("sem", "scope"), check=_check_atomic_cas, side_effects=True),
@@ -583,6 +632,17 @@ OPS.update({
                                 notes="order generic-proxy shared writes before async-proxy reads (wgmma, TMA)"),
     "warp_group_dot": OpDef((3, 3), check=_check_warp_group_dot, side_effects=True,
                             notes="a (tile or registers), b tile, acc: wgmma, issued and committed as one group, not awaited"),
+    "mbarrier_init": OpDef((1, 1), results=(0, 0), attrs=("count",), check=_check_barriers, side_effects=True,
+                           notes="bars: thread 0 initializes every mbarrier of the buffer, arrival count `count`"),
+    "mbarrier_inval": OpDef((1, 1), results=(0, 0), check=_check_barriers, side_effects=True,
+                            notes="bars: thread 0 invalidates them (their bytes may then be reused)"),
+    "mbarrier_wait": OpDef((2, 2), results=(0, 0), check=_check_mbarrier_wait, side_effects=True,
+                           notes="bar, parity: every thread waits until the phase of that parity completed"),
+    "tma_expect": OpDef((2, 2), results=(0, 0), attrs=("bytes",), check=_check_tma_expect, side_effects=True,
+                        notes="bar, pred: thread 0 arrives, expecting `bytes` of bulk copies on bar"),
+    "tma_copy": OpDef((6, 6), results=(0, 0), check=_check_tma_copy, side_effects=True,
+                      notes="tensormap, tile, bar, pred, c0, c1: thread 0's TMA copy of the box at (c0, c1), "
+                            "completing on bar; out-of-bounds elements are zero"),
     "warp_group_dot_wait": OpDef((1, 1 << 16), results=(1, 1 << 16), attrs=("pending",), check=_check_dot_wait,
                                  side_effects=True, notes="wait until at most `pending` dot groups are in flight"),
 })
@@ -591,4 +651,5 @@ SHAPE_CHECK = _check_shape_pow2
 # made by codegen's passes, never by the frontend: the wire refuses them and the
 # interpreter has no use for them
 GPU_STAGE_OPS = frozenset({"local_alloc", "local_index", "local_trans", "local_store", "async_copy", "async_commit", "async_wait",
-                           "fence_async_shared", "warp_group_dot", "warp_group_dot_wait"})
+                           "fence_async_shared", "warp_group_dot", "warp_group_dot_wait",
+                           "mbarrier_init", "mbarrier_inval", "mbarrier_wait", "tma_expect", "tma_copy"})

@@ -250,6 +250,34 @@ class shared_type(dtype):
         return self.name
 
 
+class tensormap_type(dtype):
+    """A TMA tensor map: the 128 bytes that describe a global tensor to Hopper's bulk tensor
+    copies. A kernel receives one per host TensorDescriptor argument (a by-value kernel
+    parameter the launcher encodes); only `descriptor_load` reads it. Printed `tensormap`."""
+
+    __slots__ = ()
+    NBYTES = 128
+
+    def __new__(cls):
+        return _TENSORMAP if "_TENSORMAP" in globals() else object.__new__(cls)
+
+    def __init__(self):
+        self.name, self.kind, self.primitive_bitwidth, self.signed = "tensormap", "tensormap", 8 * self.NBYTES, False
+
+    def __getnewargs__(self):
+        return ()
+
+    def is_floating(self): return False
+    def is_int(self): return False
+
+    def to_numpy(self) -> np.dtype:
+        raise TypeError("a tensormap has no NumPy dtype")
+
+
+_TENSORMAP = tensormap_type()
+tensormap = _TENSORMAP
+
+
 def _key(t):
     if isinstance(t, block_type):
         return ("block", _key(t.element_ty_), t.shape_)
@@ -328,6 +356,8 @@ def parse_type(text: str) -> dtype:
     text = text.strip()
     if text in _SCALARS:
         return _SCALARS[text]
+    if text == "tensormap":
+        return tensormap
     if text.startswith("smem<") and text.endswith(">"):
         return _parse_shared(text[5:-1])
     if text.startswith("ptr<") and text.endswith(">"):

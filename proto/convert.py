@@ -13,7 +13,7 @@ from google.protobuf.message import DecodeError
 
 from kiln.ir.core import Block, Function, Loc, Operation, Value
 from kiln.ir.ops import GPU_STAGE_OPS, OPS
-from kiln.ir.types import SCALAR_TYPES, block_type, dtype, pointer_type
+from kiln.ir.types import SCALAR_TYPES, block_type, dtype, pointer_type, tensormap
 
 from . import ir_pb2
 
@@ -42,6 +42,8 @@ def type_to_proto(t: dtype) -> ir_pb2.Type:
 def type_from_proto(pb: ir_pb2.Type) -> dtype:
     kind = pb.WhichOneof("kind")
     if kind == "scalar":
+        if pb.scalar == tensormap.name:
+            return tensormap
         if pb.scalar not in SCALAR_TYPES:
             raise ConversionError(f"unknown scalar type {pb.scalar!r}")
         return SCALAR_TYPES[pb.scalar]

@@ -10,7 +10,7 @@ import kiln
 import kiln.language as tl
 from kiln.codegen import compile as compile_ir, nvjitlink
 from kiln.codegen.layout import Wgmma, thread_elements, wgmma_layout
-from kiln.codegen.passes import canonicalize, cse, dce, dot_accumulate, smem_alloc, smem_pipeline
+from kiln.codegen.passes import canonicalize, cse, dce, descriptor_loads, dot_accumulate, smem_alloc, smem_pipeline
 from kiln.codegen.pipeline import PassContext
 from kiln.codegen.target import parse_target
 from kiln.ir import parse_function, print_function, verify
@@ -73,7 +73,7 @@ kernel @mm(%a: ptr<fp16> {divisibility = 16, name = "a"}, %b: ptr<fp16> {divisib
 def pipelined(text=MATMUL, target="sm_90a", num_warps=4, num_stages=3):
     fn = parse_function(text)
     ctx = PassContext(parse_target(target), num_warps, num_stages)
-    for p in (canonicalize, cse, dot_accumulate, dce, smem_pipeline, canonicalize, cse, dce, smem_alloc):
+    for p in (canonicalize, cse, dot_accumulate, dce, smem_pipeline, descriptor_loads, canonicalize, cse, dce, smem_alloc):
         p.apply(fn, ctx)
         verify(fn)
     return fn, ctx
@@ -584,10 +584,12 @@ def _host_descriptor_scores(q_desc, k_desc, out_ptr, n_ctx, BM: tl.constexpr, BN
     tl.store(out_ptr + tl.arange(0, BM)[:, None] * BN + tl.arange(0, BN)[None, :], acc)
 
 
-def test_host_tensor_descriptors_pipeline_like_device_ones():
-    """What the host TensorDescriptor guarantees (last stride 1, others and the base 16-byte
-    aligned) and which sizes are multiples of 16 are known when compiling: the loop gets the
-    cp.async ring and wgmma (before: scalar loads and mma.sync, 10x slower in tutorial 06)."""
+def test_host_tensor_descriptors_in_a_pipelined_loop_copy_with_tma():
+    """A host TensorDescriptor's blocks that feed wgmma in a pipelined loop are TMA copies:
+    thread 0 announces each ring slot's bytes on the slot's mbarrier and issues the box,
+    every thread waits on the slot's phase parity. The kernel parameter is the 128-byte map,
+    read in place (cvta.param); the metadata names the box the launcher encodes it with. Q,
+    loaded before the loop, stays a pointer load stored to shared memory once."""
     from kiln.tools.tensor_descriptor import TensorDescriptor
     x = np.zeros((4096, 64), np.float16)
     q_desc, k_desc = TensorDescriptor(x, [4096, 64], [64, 1], [128, 64]), TensorDescriptor(x, [4096, 64], [64, 1], [64, 64])
@@ -595,6 +597,44 @@ def test_host_tensor_descriptors_pipeline_like_device_ones():
     k = _host_descriptor_scores.warmup(q_desc, k_desc, out, 4096, BM=128, BN=64, D=64, num_warps=4, num_stages=3,
                                        grid=(1,), target="sm_90a")
     ptx = k.asm["ptx"]
-    assert "wgmma.mma_async" in ptx and "cp.async.cg.shared.global" in ptx and "mma.sync" not in ptx
+    assert "wgmma.mma_async" in ptx and "mma.sync" not in ptx and "cp.async.cg" not in ptx
+    assert "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes" in ptx
+    assert "mbarrier.arrive.expect_tx.shared::cta.b64" in ptx and "mbarrier.try_wait.parity" in ptx
+    assert ".param .align 64 .b8 _host_descriptor_scores_param_11[128]" in ptx and "cvta.param.u64" in ptx
+    assert ".local" not in ptx  # the map is read where the driver put it, never copied
+    boxes = {arg["name"]: arg.get("tma_box") for arg in k.metadata["args"]}
+    assert boxes["k_desc.5"] == "64x64:swizzle128" and boxes["q_desc.5"] is None
     ragged = TensorDescriptor(x[:4095], [4095, 64], [64, 1], [64, 64])
     assert ragged.spec_key() != k_desc.spec_key()  # a size not a multiple of 16 compiles its own kernel
+
+
+def _host_descriptor_ir(target):
+    from kiln.tools.tensor_descriptor import TensorDescriptor
+    x = np.zeros((4096, 64), np.float16)
+    descs = TensorDescriptor(x, [4096, 64], [64, 1], [128, 64]), TensorDescriptor(x, [4096, 64], [64, 1], [64, 64])
+    k = _host_descriptor_scores.warmup(*descs, np.zeros((128, 64), np.float32), 4096, BM=128, BN=64, D=64,
+                                       num_warps=4, num_stages=3, grid=(1,), target=target)
+    return k.ir if isinstance(k.ir, str) else print_function(k.ir)
+
+
+def test_descriptor_loads_in_a_loop_become_tma_copies_completing_on_mbarriers():
+    text = _host_descriptor_ir("sm_90a")
+    assert text.count("descriptor_load") == 2 and ": tensormap" in text  # the frontend's: Q's and K's
+    fn, ctx = pipelined(text)
+    out = print_function(fn, locs=False)
+    assert print_function(parse_function(out), locs=False) == out
+    assert "descriptor_load" not in out and "async_copy" not in out  # K by TMA, Q through its pointers
+    loop = next(op for op in fn.walk() if op.name == "for")
+    before = [op.name for op in fn.body.ops[:fn.body.ops.index(loop)]]
+    assert before.count("mbarrier_init") == 1 and before.count("tma_expect") == before.count("tma_copy") == 2
+    body = [op.name for op in loop.regions[0].ops]
+    assert body[:4] == ["local_index", "mbarrier_wait", "fence_async_shared", "barrier"]
+    assert body.count("tma_expect") == body.count("tma_copy") == 1 and "async_wait" not in body
+    assert body.index("warp_group_dot") < body.index("tma_copy")
+    after = [op.name for op in fn.body.ops[fn.body.ops.index(loop) + 1:]]
+    assert "mbarrier_inval" in after and "async_wait" not in after
+    assert "local_alloc {offset = 49152} : smem<4x1x1xint64:swizzle0:order1.0>" in out  # an mbarrier per slot
+    assert ctx.tma_boxes == {11: (64, 64, 128)}
+    # elsewhere the descriptor loads are their pointer loads
+    fn, _ = pipelined(_host_descriptor_ir("sm_80"), target="sm_80")
+    assert "descriptor_load" not in names(fn) and "tma_copy" not in names(fn)

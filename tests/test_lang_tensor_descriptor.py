@@ -136,3 +136,38 @@ def test_host_tensor_descriptor_checks_its_layout():
 def test_set_allocator_is_accepted():
     kiln.set_allocator(lambda size, alignment, stream: None)  # kiln's descriptors need no scratch memory
     assert kiln.tools.tensor_descriptor.TensorDescriptor is not None
+
+
+@kiln.jit
+def _matmul_through_host_descriptors(a_desc, b_desc, c_ptr, M, N, K, B_TRANSPOSED: tl.constexpr,
+                                     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    m, n = tl.program_id(0) * BM, tl.program_id(1) * BN
+    acc = tl.zeros([BM, BN], tl.float32)
+    for k in range(0, K, BK):
+        a = a_desc.load([m, k])
+        b = b_desc.load([n, k]).T if B_TRANSPOSED else b_desc.load([k, n])
+        acc = tl.dot(a, b, acc)
+    rows, cols = m + tl.arange(0, BM), n + tl.arange(0, BN)
+    tl.store(c_ptr + rows[:, None] * N + cols[None, :], acc, mask=(rows[:, None] < M) & (cols[None, :] < N))
+
+
+@pytest.mark.parametrize("b_transposed", [False, True])
+def test_matmul_loop_through_host_descriptors_with_ragged_edges(b_transposed):
+    """A pipelined dot loop fed by host descriptors (on Hopper: TMA copies into the wgmma
+    rings, one box per 64 fp16 columns of a 128-wide B tile); M, N and K not multiples of
+    the blocks, so the last boxes reach past the tensor and must read as zeros."""
+    from kiln.tools.tensor_descriptor import TensorDescriptor
+    M, N, K, BM, BN, BK = 200, 136, 72, 64, 128, 32
+    a = RNG.standard_normal((M, K)).astype(np.float16)
+    b = RNG.standard_normal((K, N)).astype(np.float16)
+    b_stored = np.ascontiguousarray(b.T) if b_transposed else b
+    c = np.zeros((M, N), np.float32)
+    b_block = [BN, BK] if b_transposed else [BK, BN]
+    _matmul_through_host_descriptors[(triton_cdiv(M, BM), triton_cdiv(N, BN))](
+        TensorDescriptor.from_tensor(a, [BM, BK]), TensorDescriptor.from_tensor(b_stored, b_block), c, M, N, K,
+        B_TRANSPOSED=b_transposed, BM=BM, BN=BN, BK=BK, num_warps=4, num_stages=3)
+    np.testing.assert_allclose(c, a.astype(np.float32) @ b.astype(np.float32), rtol=1e-2, atol=1e-2)
+
+
+def triton_cdiv(a, b):
+    return -(-a // b)

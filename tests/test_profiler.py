@@ -250,5 +250,5 @@ def test_launch_metadata_sees_arguments_after_a_tensor_descriptor(tmp_path, fake
     proton.finalize()
     np.testing.assert_array_equal(y, 2 * x.ravel())
     tree, _ = _load(tmp_path / "d.hatchet")
-    # the descriptor's launch pieces: its base, 2 sizes and 2 strides
-    assert _child(tree, "scale [n=64]")["metrics"] == {"bytes": 512, "flops32": 5}
+    # the descriptor's launch pieces: its base, 2 sizes, 2 strides and the descriptor (its TMA map)
+    assert _child(tree, "scale [n=64]")["metrics"] == {"bytes": 512, "flops32": 6}

@@ -281,8 +281,28 @@ kernel @extras(%p: ptr<fp32>, %q: ptr<int32>) {
 }
 '''
 
+DESCRIPTORS = r'''
+kernel @descriptors(%p: ptr<fp16> {divisibility = 16}, %map: tensormap) {
+  %r = arange {start = 0, end = 16} : <16xint32>
+  %row = expand_dims %r {axis = 1} : <16x1xint32>
+  %rows = broadcast %row : <16x16xint32>
+  %sixteen = constant {value = 16} : <16x16xint32>
+  %offs = mul %rows, %sixteen : <16x16xint32>
+  %col = expand_dims %r {axis = 0} : <1x16xint32>
+  %cols = broadcast %col : <16x16xint32>
+  %idx = add %offs, %cols : <16x16xint32>
+  %ps = splat %p : <16x16xptr<fp16>>
+  %ptrs = addptr %ps, %idx : <16x16xptr<fp16>>
+  %fallback = load %ptrs : <16x16xfp16>
+  %zero = constant {value = 0} : int32
+  %block = descriptor_load %map, %zero, %zero, %fallback : <16x16xfp16>
+  store %ptrs, %block
+  return
+}
+'''
+
 CORPUS = {"elementwise": ELEMENTWISE, "shapes": SHAPES, "control": CONTROL, "types": TYPES_AND_ATTRS,
-          "extras": EXTRAS}
+          "extras": EXTRAS, "descriptors": DESCRIPTORS}
 
 
 def _roundtrip(fn):

@@ -7,17 +7,17 @@ from __future__ import annotations
 
 import llvmlite.ir as ir
 
-from kiln.ir.types import scalar_of
+from kiln.ir.types import scalar_of, tensormap
 
 from ..backend import DATA_LAYOUT, TRIPLE
-from . import asm, control, debug, dot, elementwise, memory, reduce, shape, wgmma
+from . import asm, control, debug, dot, elementwise, memory, reduce, shape, tma, wgmma
 from .context import Lowering, LoweringError
 from ..occupancy import max_shared_per_cta
 from .mma import plan_dot_buffers
 from .types import I8, reg_type
 
 LOWER: dict = {}
-for _module in (elementwise, shape, memory, control, reduce, dot, debug, asm, wgmma):
+for _module in (elementwise, shape, memory, control, reduce, dot, debug, asm, wgmma, tma):
     LOWER.update(_module.RULES)
 
 _TERMINATORS = ("yield", "condition", "return")
@@ -41,7 +41,10 @@ def lower_block(lw: Lowering, block) -> None:
 
 
 def param_type(t) -> ir.Type:
-    """How a kernel argument is passed: pointers as `ptr addrspace(1)`, bools as i8."""
+    """How a kernel argument is passed: pointers as `ptr addrspace(1)`, bools as i8, a TMA
+    map by value (`ptr byval([128 x i8])`)."""
+    if t == tensormap:
+        return tma.TensormapPointer()
     return I8 if scalar_of(t).is_bool() else reg_type(t)
 
 
@@ -72,6 +75,8 @@ def _lower(fn, ctx, double_buffers: bool):
         lw.reserved = ctx.shared_allocated + wgmma.ALIGN
     for arg, param, name in zip(fn.args, llfn.args, fn.arg_names):
         param.name = name
+        if arg.type == tensormap:
+            tma.tensormap_param(param)
         value = lw.b.icmp_unsigned("!=", param, ir.Constant(I8, 0)) if scalar_of(arg.type).is_bool() else param
         lw.bind(arg, [value])
     if double_buffers:
@@ -80,6 +85,8 @@ def _lower(fn, ctx, double_buffers: bool):
     lw.b.ret_void()
     arg_layout = [{"name": n, "type": str(a.type), "llvm_type": str(p)}
                   for n, a, p in zip(fn.arg_names, fn.args, params)]
+    for i, (inner, rows, swizzle) in ctx.tma_boxes.items():  # the box the launcher encodes the map with
+        arg_layout[i]["tma_box"] = f"{inner}x{rows}:swizzle{swizzle}"
     return str(module), arg_layout, max(lw.smem_bytes, lw.reserved), bool(lw.dot_buffers)
 
 

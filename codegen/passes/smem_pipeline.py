@@ -46,11 +46,11 @@ tile K-major, in rows of up to 128 bytes swizzled as wgmma reads them
 from __future__ import annotations
 
 from kiln.ir.core import Operation, Value
-from kiln.ir.types import block_type, int1, int32, scalar_of, shared_type
+from kiln.ir.types import block_type, int1, int32, int64, scalar_of, shared_type
 
 from ..layout import wgmma_layout
 from ..occupancy import max_shared_per_cta
-from . import axis_info
+from . import axis_info, descriptor_loads
 from .layouts import memory_width
 from .prefetch import _clone, _const_int, address_cone
 from .rewrite import has_side_effects
@@ -79,9 +79,35 @@ def apply(fn, ctx) -> None:
     for loop in [op for op in fn.walk() if op.name == "for"]:
         stages = int(loop.attrs.get("num_stages", ctx.num_stages))
         if stages >= 2:
-            plan = _plan(loop, stages, ctx)
+            body = loop.regions[0]
+            descriptor_loads.strip(fn, [op for op in body.ops if op.name == "descriptor_load" and not _tma_ok(op, fn)])
+            plan = _plan(loop, stages, fn, ctx)
             if plan is not None:
                 _rewrite(loop, *plan, stored, warpgroups=ctx.num_warps // 4)
+
+
+def _tma_ok(op, fn) -> bool:
+    """Can a TMA box copy this descriptor_load's block: a 2-D block of a host descriptor
+    (its map a kernel argument) with at most 256 rows (a box's limit)?"""
+    t = op.results[0].type
+    return op.operands[0] in fn.args and len(t.shape) == 2 and t.shape[0] <= 256
+
+
+def tma_box(t) -> tuple[int, int, int]:
+    """(inner elements, rows, swizzle bytes) of the TMA box that fills tile type `t` one
+    swizzle-wide column chunk at a time (kiln.ir.types.shared_type: a chunk is every row's
+    `swizzle` bytes of the inner dim)."""
+    return t.swizzle // t.element_ty.itemsize, t.shape[t.order[1]], t.swizzle
+
+
+def is_tma(load) -> bool:
+    return load.name == "descriptor_load"
+
+
+def load_address(load) -> list:
+    """The operands a later iteration's copy recomputes: a pointer load's pointers and
+    mask, a descriptor load's offsets."""
+    return load.operands[1:-1] if is_tma(load) else load.operands[:2]
 
 
 # --- which loops ---------------------------------------------------------------------
@@ -99,7 +125,7 @@ def _transposed_load(v, body):
     if op is None or op.parent is not body or op.name != "permute" or list(op.attrs["order"]) != [1, 0]:
         return None
     src = op.operands[0].defining_op
-    return src if src is not None and src.parent is body and src.name == "load" else None
+    return src if src is not None and src.parent is body and src.name in ("load", "descriptor_load") else None
 
 
 def _ring_swizzle(load, role, transposed, instr_extent, ctx):
@@ -111,7 +137,7 @@ def _ring_swizzle(load, role, transposed, instr_extent, ctx):
     swizzle rows no wider than what one instruction reads."""
     t = load.results[0].type
     elem = scalar_of(t)
-    order, vec = memory_width(ctx, load)
+    order, vec = ((1, 0), 16) if is_tma(load) else memory_width(ctx, load)
     if vec * elem.itemsize < 4:  # cp.async moves 4, 8 or 16 bytes
         return None
     inner = order[0] if not transposed else 1 - order[0]  # in the dot's view
@@ -154,6 +180,9 @@ def _operand(v, role, body, instr_extent, ctx):
     transposed = load is not None
     if not transposed:
         load = v.defining_op if v.defining_op is not None and v.defining_op.parent is body else None
+    if load is not None and is_tma(load):
+        swizzle = _ring_swizzle(load, role, transposed, instr_extent, ctx)
+        return ("ring", load, transposed, swizzle) if swizzle else None
     if load is not None and load.name == "load":
         if load.attrs.get("volatile") or (len(load.operands) == 3 and not is_zero_constant(load.operands[2])):
             return None
@@ -213,7 +242,7 @@ def _unshared_loads(dots, uses):
     return bad
 
 
-def _plan(loop, stages, ctx):
+def _plan(loop, stages, fn, ctx):
     body = loop.regions[0]
     step = _const_int(loop.operands[2])
     if step is None or step <= 0:
@@ -236,7 +265,7 @@ def _plan(loop, stages, ctx):
         for _, sources in dots.values():
             for src, _ in sources:
                 if src[0] == "ring" and id(src[1]) not in cones:
-                    cones[id(src[1])] = address_cone(src[1], src[1].operands[:2], body)
+                    cones[id(src[1])] = address_cone(src[1], load_address(src[1]), body)
         bad |= {key for key, cone in cones.items() if cone is None}
         dropped = [key for key, (_, sources) in dots.items()
                    if any(src[0] == "ring" and id(src[1]) in bad for src, _ in sources)]
@@ -255,10 +284,12 @@ def _plan(loop, stages, ctx):
     rings = []
     for key, load in loads.items():
         t = load.results[0].type
-        inner = memory_width(ctx, load)[0][0]
+        inner = 1 if is_tma(load) else memory_width(ctx, load)[0][0]
         rings.append((load, shared_type(scalar_of(t), t.shape, swizzles[key], (inner, 1 - inner)), *cones[key]))
+    if not _agree_on_boxes(rings, fn, ctx):
+        return None
     stage_bytes = sum(ring[1].nbytes for ring in rings)
-    budget = max_shared_per_cta(ctx.target.capability) - ALIGN
+    budget = max_shared_per_cta(ctx.target.capability) - ALIGN * (2 if any(is_tma(r[0]) for r in rings) else 1)
     once = {(id(src[1]), src[2]): src[2].nbytes for _, sources in dots.values() for src, _ in sources if src[0] == "once"}
     budget -= sum(once.values())
     staged = {id(src[1]): src[2].nbytes for _, sources in dots.values() for src, _ in sources if src[0] == "staged"}
@@ -274,6 +305,21 @@ def _plan(loop, stages, ctx):
     return plan, rings, stages, step, ring_size
 
 
+def _agree_on_boxes(rings, fn, ctx) -> bool:
+    """One TMA map per descriptor argument, so every ring it fills must use one box and
+    swizzle; records them (`ctx.tma_boxes`: argument index -> (inner, rows, swizzle)) for
+    the launcher, which encodes the map. False where two disagree."""
+    boxes = dict(ctx.tma_boxes)
+    for load, tile, *_ in rings:
+        if is_tma(load):
+            arg = fn.args.index(load.operands[0])
+            box = tma_box(tile)
+            if boxes.setdefault(arg, box) != box:
+                return False
+    ctx.tma_boxes.update(boxes)
+    return True
+
+
 # --- the rewrite -----------------------------------------------------------------------
 
 def _op(out, name, operands, result_types=(), loc=None, **attrs):
@@ -286,19 +332,28 @@ def _const(out, value, loc, t=int32):
     return _op(out, "constant", [], [t], loc, value=value)
 
 
-def _issue(out, copies, rings, slot, iv_at, ub, mapping, loc):
-    """The copies of one iteration (its cone ops cloned under `mapping`) as one group."""
+def _issue(out, copies, rings, slot, iv_at, ub, mapping, loc, bars=None):
+    """The copies of one iteration (its cone ops cloned under `mapping`): the cp.async ones
+    as one group, the TMA ones completing on the slot's mbarrier of `bars`."""
     inside = _op(out, "cmp", [iv_at, ub], [int1], loc, pred="lt")
+    tma_bytes = sum(tile.nbytes for load, tile, *_ in copies if is_tma(load))
+    if tma_bytes:
+        bar = _op(out, "local_index", [bars, slot], [bars.type.tile()], loc)
+        _op(out, "tma_expect", [bar, inside], (), loc, bytes=tma_bytes)
     for (load, tile, cone_ops, _, _), ring in zip(copies, rings):
         out.extend(_clone(o, mapping) for o in cone_ops)
         operands = [mapping.get(v, v) for v in load.operands]
+        view = _op(out, "local_index", [ring, slot], [tile], loc)
+        if is_tma(load):
+            _op(out, "tma_copy", [operands[0], view, bar, inside, *operands[1:-1]], (), loc)
+            continue
         shape = load.results[0].type.shape
         mask = _op(out, "splat", [inside], [block_type(int1, shape)], loc)
         if len(operands) > 1:
             mask = _op(out, "and", [operands[1], mask], [mask.type], loc)
-        view = _op(out, "local_index", [ring, slot], [tile], loc)
         _op(out, "async_copy", [operands[0], view, mask], (), loc)
-    _op(out, "async_commit", [], (), loc)
+    if tma_bytes < sum(tile.nbytes for _, tile, *_ in copies):
+        _op(out, "async_commit", [], (), loc)
 
 
 def _advance(out, copies, body, arg_index, current, iv_at):
@@ -350,11 +405,19 @@ def _rewrite(loop, dots, copies, stages, step, ring_size, stored_earlier, warpgr
                 staged[id(src[1])] = _op(pre, "local_alloc", [],
                                          [shared_type(t.element_ty, (STAGED_SLOTS,) + t.shape, t.swizzle, t.order)], loc)
     ring_list = [rings[id(c[0])] for c in copies]
+    tma = any(is_tma(c[0]) for c in copies)
+    pointer_copies = not all(is_tma(c[0]) for c in copies)
+    bars = None
+    if tma:  # one mbarrier per ring slot: its TMA copies complete on it
+        bars = _op(pre, "local_alloc", [], [shared_type(int64, (ring_size, 1, 1))], loc)
+        _op(pre, "mbarrier_init", [bars], (), loc, count=1)
+        _op(pre, "fence_async_shared", [], (), loc)
+        _op(pre, "barrier", [], (), loc)
     current = {a: loop.operands[3 + arg_index[a]] for a in used}
     iv_at = lb
     for s in range(stages - 1 if copies else 0):
         mapping = {iv: iv_at, **{args[arg_index[a]]: current[a] for a in used}}
-        _issue(pre, copies, ring_list, _const(pre, s, loc), iv_at, ub, mapping, loc)
+        _issue(pre, copies, ring_list, _const(pre, s, loc), iv_at, ub, mapping, loc, bars)
         current = _advance(pre, copies, body, arg_index, current, iv_at)
         iv_at = _op(pre, "add", [iv_at, _const(pre, step, loc, iv.type)], [iv.type], loc)
     if copies:
@@ -363,6 +426,9 @@ def _rewrite(loop, dots, copies, stages, step, ring_size, stored_earlier, warpgr
         read_slot, write_slot = body.add_arg(int32), body.add_arg(int32)
         loop.operands.extend([current[a] for a in used])
         loop.operands.extend([_const(pre, 0, loc), _const(pre, stages - 1, loc)])
+    if tma:  # the parity of the read slot's barrier phase: flips each time the slots wrap
+        phase = body.add_arg(int32)
+        loop.operands.append(_const(pre, 0, loc))
     if staged:
         staged_slot = body.add_arg(int32)
         loop.operands.append(_const(pre, 0, loc))
@@ -370,13 +436,18 @@ def _rewrite(loop, dots, copies, stages, step, ring_size, stored_earlier, warpgr
 
     # the body: each dot issued where it was; after the first, the copies of iteration i + S-1
     new = []
-    if copies:
+    if pointer_copies:
         _op(new, "async_wait", [], (), loc, pending=stages - 2)
+    if tma:
+        bar = _op(new, "local_index", [bars, read_slot], [bars.type.tile()], loc)
+        _op(new, "mbarrier_wait", [bar, phase], (), loc)
+    if copies:
         _op(new, "fence_async_shared", [], (), loc)
         _op(new, "barrier", [], (), loc)
     ring_loads = {id(c[0]) for c in copies}
     copied = ring_loads | {id(v.defining_op) for op in order for v, src in zip(op.operands[:2], dots[id(op)])
                            if src[0] == "ring" and src[2]}  # the tl.trans of a ring load
+    copied |= {id(c[0].operands[-1].defining_op) for c in copies if is_tma(c[0])}  # their pointer loads
     replaced, deferred, tail, tiles = {}, [], [], {}
     for op in body.ops[:-1]:
         if id(op) in copied:
@@ -415,7 +486,11 @@ def _rewrite(loop, dots, copies, stages, step, ring_size, stored_earlier, warpgr
             if tight and warpgroups > 1:
                 _op(new, "barrier", [], (), loc)
             tail = _issue_ahead(new, copies, ring_list, body, arg_index, ahead, used, iv, step, stages,
-                                ub, (read_slot, write_slot), ring_size, loc)
+                                ub, (read_slot, write_slot), ring_size, loc, bars)
+            if tma:
+                wrapped = _op(new, "cmp", [tail[-2], _const(new, 0, loc)], [int1], loc, pred="eq")
+                flip = _op(new, "cast", [wrapped], [int32], loc)
+                tail.append(_op(new, "xor", [phase, flip], [int32], loc))
         if not carried_only and not tight:
             new.append(wait)
         wait = wait.results[0]
@@ -443,8 +518,10 @@ def _rewrite(loop, dots, copies, stages, step, ring_size, stored_earlier, warpgr
         swap = dict(zip(results, waited.defining_op.results))
     else:
         swap = {}
-    if copies:
+    if pointer_copies:
         _op(after, "async_wait", [], (), loc, pending=0)
+    if tma:  # every copy issued was awaited in the loop; the bytes may go to another buffer
+        _op(after, "mbarrier_inval", [bars], (), loc)
     parent = loop.parent
     at = parent.ops.index(loop) + 1
     for later in parent.ops[at:]:
@@ -472,13 +549,14 @@ def _users(block, v):
     return [op for op in block.walk() if any(u is v for u in op.operands)]
 
 
-def _issue_ahead(out, copies, rings, body, arg_index, ahead, used, iv, step, stages, ub, slots, ring_size, loc):
+def _issue_ahead(out, copies, rings, body, arg_index, ahead, used, iv, step, stages, ub, slots, ring_size, loc,
+                 bars=None):
     """The copies of iteration i + S-1 into the write slot; returns what the yield
     carries on: the look-ahead values one iteration further and the next slots."""
     args = body.args[1:]
     iv_ahead = _op(out, "add", [iv, _const(out, (stages - 1) * step, loc, iv.type)], [iv.type], loc)
     mapping = {iv: iv_ahead, **{args[arg_index[a]]: ahead[a] for a in used}}
-    _issue(out, copies, rings, slots[1], iv_ahead, ub, mapping, loc)
+    _issue(out, copies, rings, slots[1], iv_ahead, ub, mapping, loc, bars)
     following = _advance(out, copies, body, arg_index, ahead, iv_ahead)
     return [following[a] for a in used] + [_next_slot(out, slot, ring_size, loc) for slot in slots]
 

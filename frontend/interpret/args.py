@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from kiln.ir.types import dtype as ir_dtype
+from kiln.ir.types import dtype as ir_dtype, tensormap
 
 from .convert import scalar_to
 from .errors import InterpreterError
@@ -74,6 +74,9 @@ def bind_arguments(fn, args, extra_memory=()) -> tuple[list[np.ndarray], Memory]
         t: ir_dtype = value.type
         if t.is_ptr():
             values.append(np.array(pointer_value(memory, obj, f"argument '{name}'"), np.uint64))
+            continue
+        if t == tensormap:  # a host TensorDescriptor's TMA map: only codegen reads it
+            values.append(None)
             continue
         try:
             values.append(scalar_to(_python_scalar(obj), t))

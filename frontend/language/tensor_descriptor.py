@@ -14,9 +14,10 @@ from .core import block_type, builtin, int1, int32, int64, tensor
 from .semantic import unwrap
 
 class TensorDescriptor:
-    def __init__(self, base: tensor, shape, strides, block_shape, padding):
+    def __init__(self, base: tensor, shape, strides, block_shape, padding, tensormap=None):
         self.base, self.shape, self.strides = base, list(shape), list(strides)
         self.block_shape, self.padding = tuple(block_shape), padding
+        self.tensormap = tensormap  # a host descriptor's TMA map (a kernel argument), else None
 
     @property
     def dtype(self):
@@ -27,11 +28,13 @@ class TensorDescriptor:
         return block_type(self.dtype, self.block_shape)
 
     def leaves(self) -> list[tensor]:
-        return [self.base, *self.shape, *self.strides]
+        return [self.base, *self.shape, *self.strides] + ([self.tensormap] if self.tensormap is not None else [])
 
     def rebuild(self, leaves) -> "TensorDescriptor":
         n = len(self.block_shape)
-        return TensorDescriptor(leaves[0], leaves[1:1 + n], leaves[1 + n:1 + 2 * n], self.block_shape, self.padding)
+        tensormap = leaves[1 + 2 * n] if len(leaves) > 1 + 2 * n else None
+        return TensorDescriptor(leaves[0], leaves[1:1 + n], leaves[1 + n:1 + 2 * n], self.block_shape, self.padding,
+                                tensormap)
 
     def signature(self):
         return ("tensor_descriptor", self.block_shape, self.padding)
@@ -49,8 +52,15 @@ class TensorDescriptor:
 
     @builtin
     def load(self, offsets):
-        """The block at `offsets`; elements outside the tensor read as the padding (zero or NaN)."""
-        return block_load(self._block(offsets), self._all_dims(), self.padding, "", "", False)
+        """The block at `offsets`; elements outside the tensor read as the padding (zero or NaN).
+
+        Loaded through pointers; a host descriptor's load also names its TMA map and
+        offsets (`descriptor_load`), so that codegen can copy the block with TMA instead."""
+        value = block_load(self._block(offsets), self._all_dims(), self.padding, "", "", False)
+        if self.tensormap is None or self.padding != "zero":
+            return value
+        offsets = [semantic.cast(semantic.to_tensor(o), int32) for o in unwrap(offsets)]
+        return semantic._emit("descriptor_load", [self.tensormap, *offsets, value], value.type)
 
     @builtin
     def store(self, offsets, value):
@@ -166,7 +176,7 @@ class DescriptorArgument:
     which sizes are multiples of 16 is part of the specialization (as for integer arguments)."""
 
     def __init__(self, elem, rank, block_shape, padding, shape_multiples_of_16=()):
-        from kiln.ir.types import pointer_type
+        from kiln.ir.types import pointer_type, tensormap
         self.block_shape, self.padding = tuple(block_shape), padding
         # what the host TensorDescriptor guarantees (it refuses anything else), as Triton's TMA
         # descriptors require: a 16-byte aligned base, every stride but the last a multiple of
@@ -174,14 +184,17 @@ class DescriptorArgument:
         # aligned 16-byte runs: vector loads and cp.async, as for a device-side descriptor.
         row_align = max(1, 16 // max(1, elem.primitive_bitwidth // 8))
         sixteens = tuple(shape_multiples_of_16) or (False,) * rank
+        # the last piece is the TMA map the launcher encodes (zeros where the kernel reads none)
         self.pieces = ([(pointer_type(elem), {"divisibility": 16})]
                        + [(int32, {"divisibility": 16} if m else {}) for m in sixteens]
-                       + [(int64, {"divisibility": row_align})] * (rank - 1) + [(int64, {})])
+                       + [(int64, {"divisibility": row_align})] * (rank - 1) + [(int64, {}), (tensormap, {})])
 
     def build(self, values) -> TensorDescriptor:
         rank = len(self.block_shape)
-        strides = list(values[1 + rank:-1]) + [1]  # the last one is 1 (checked on the host)
-        return descriptor(values[0], values[1:1 + rank], strides, self.block_shape, self.padding)
+        strides = list(values[1 + rank:-2]) + [1]  # the last one is 1 (checked on the host)
+        desc = descriptor(values[0], values[1:1 + rank], strides, self.block_shape, self.padding)
+        desc.tensormap = values[-1]
+        return desc
 
 
 @builtin

@@ -10,7 +10,10 @@ import ctypes
 import ctypes.util
 import functools
 
+from kiln.ir.types import tensormap
+
 from .cuda_driver import CudaError, _error_text
+from .tensormap import NBYTES, encoder
 
 _CTYPES = {
     "int1": ctypes.c_uint8, "int8": ctypes.c_int8, "uint8": ctypes.c_uint8, "int16": ctypes.c_int16,
@@ -37,21 +40,30 @@ def _pointer_value(arg) -> int:
     raise TypeError(f"cannot pass {type(arg).__name__} as a GPU pointer")
 
 
-def make_launcher(kernel, arg_types, num_warps: int, shared: int, name: str):
+def make_launcher(kernel, arg_types, num_warps: int, shared: int, name: str, tma_boxes=None):
     """launch(grid, args, stream) for one loaded kernel; `args` are its runtime arguments in order.
 
     The function is generated for the kernel's argument list, so a launch is a few slot
     assignments and one foreign call: no loop, no per-argument dispatch. The generated text
     holds only names made here; every value (block size, shared bytes) is bound in its
     namespace, never written into the source, since metadata comes from the cache or a daemon.
+    `tma_boxes` maps the index of a tensormap argument the kernel reads to its TMA box
+    (kiln.runtime.tensormap); the launch encodes that descriptor's map (zeros for the others).
     """
     if type(num_warps) is not int or not 1 <= num_warps <= 32:
         raise ValueError(f"kernel {name}: num_warps must be an int from 1 to 32, not {num_warps!r:.40}")
     if type(shared) is not int or not 0 <= shared < 1 << 31:
         raise ValueError(f"kernel {name}: shared memory must be a non-negative int, not {shared!r:.40}")
-    slots, pointer_args = [], []
+    slots, pointer_args, fills = [], [], {}
+    tma_boxes = tma_boxes or {}
     for i, t in enumerate(arg_types):
-        if t.is_ptr():
+        if t == tensormap:
+            slots.append((ctypes.c_ubyte * NBYTES)())
+            if i in tma_boxes:
+                if i < 5 or not arg_types[i - 5].is_ptr():
+                    raise ValueError(f"kernel {name}: argument {i} is a TMA map without its 2-D descriptor's pieces")
+                fills[i] = encoder(tma_boxes[i])
+        elif t.is_ptr():
             slots.append(ctypes.c_uint64())
             pointer_args.append(i)
         elif t.name in _CTYPES:
@@ -63,10 +75,14 @@ def make_launcher(kernel, arg_types, num_warps: int, shared: int, name: str):
                  "keep_alive": (slots, params), "pointer_value": _pointer_value, "fail": _failure(name),
                  "block_x": 32 * num_warps, "shared_bytes": shared}
     namespace.update((f"s{i}", slot) for i, slot in enumerate(slots))
+    namespace.update((f"fill{i}", fill) for i, fill in fills.items())
     names = [f"a{i}" for i in range(len(slots))]
     fast = [f"        s{i}.value = a{i}.data_ptr()" for i in pointer_args] or ["        pass"]
     slow = [f"        s{i}.value = pointer_value(a{i})" for i in pointer_args] or ["        pass"]
-    scalars = [f"    s{i}.value = a{i}" for i in range(len(slots)) if i not in pointer_args]
+    scalars = [f"    s{i}.value = a{i}" for i, t in enumerate(arg_types) if i not in pointer_args and t != tensormap]
+    # a map reads the address its descriptor's base slot holds (the first of its 2-D pieces:
+    # base, 2 sizes, 2 strides, map), filled above from whatever array the caller passed
+    scalars += [f"    fill{i}(s{i}, s{i - 5}.value, a{i})" for i in fills]
     src = "\n".join([
         "def launch(grid, args, stream):",
         f"    {', '.join(names)}{',' if len(names) == 1 else ''} = args" if names else "    pass",

@@ -2,8 +2,9 @@
 
 Passed to a kernel, it arrives as a device-side descriptor (what `tl.make_tensor_descriptor`
 returns). kiln specializes it as its pieces: the base pointer (dtype and 16-byte
-alignment), the shape as int32 and the strides as int64 runtime arguments, and the block
-shape and padding as compile-time constants.
+alignment), the shape as int32 and the strides as int64 runtime arguments, a TMA map (128
+bytes, encoded at launch with the box and swizzle the compiled kernel reads), and the
+block shape and padding as compile-time constants.
 """
 from __future__ import annotations
 
@@ -72,5 +73,6 @@ class TensorDescriptor:
         return tuple(d % 16 == 0 for d in self.shape)
 
     def launch_pieces(self) -> list:
-        """The runtime arguments it becomes: base, shape..., strides..."""
-        return [self.base, *self.shape, *self.strides]
+        """The runtime arguments it becomes: base, shape..., strides..., and itself, which
+        the launcher encodes as the TMA map the kernel expects (kiln.runtime.tensormap)."""
+        return [self.base, *self.shape, *self.strides, self]

@@ -1,0 +1,118 @@
+"""Lowering of Hopper's bulk tensor copies (TMA) and the mbarriers they complete on.
+
+A host TensorDescriptor reaches the kernel as a 128-byte by-value parameter (its TMA map,
+`nvvm.grid_constant`, so its generic address is `cvta.param` of the parameter, never a
+local copy). Thread 0 initializes the barriers, announces each slot's bytes
+(`mbarrier.arrive.expect_tx`) and issues the copies; every thread waits on the slot's
+phase parity (`mbarrier.try_wait.parity`). A tile wider than one swizzle row (W bytes) is
+copied as one box per W-byte column chunk, each chunk `O * W` bytes after the last: the
+layout `wgmma.tile_offset` computes, which TMA's swizzle modes write when the tile starts
+on a 1024-byte boundary (the XOR of address bits 4-6 with bits 7-9, for 128 bytes).
+"""
+from __future__ import annotations
+
+import llvmlite.ir as ir
+
+from .types import I32, I64
+from ..passes.smem_pipeline import tma_box
+from .wgmma import _asm
+
+
+def _shared_address(lw, v, byte_offset=0):
+    """The 32-bit shared-memory address of buffer `v` plus `byte_offset`."""
+    address = lw.b.ptrtoint(lw.scalar(v), I32)
+    return lw.b.add(address, lw.i32(byte_offset)) if byte_offset else address
+
+
+def _barriers(lw, op):
+    """The shared addresses of every mbarrier in the buffer operand of `op`."""
+    t = op.operands[0].type
+    count = t.shape[0] if len(t.shape) == 3 else 1
+    return [_shared_address(lw, op.operands[0], 8 * i) for i in range(count)]
+
+
+def _thread0(lw, pred=None):
+    """A context in which only thread 0 (and only where `pred` holds) runs."""
+    first = lw.b.icmp_unsigned("==", lw.tid, lw.i32(0))
+    return lw.if_then(first if pred is None else lw.b.and_(first, pred))
+
+
+def _mbarrier_init(lw, op):
+    with _thread0(lw):
+        for bar in _barriers(lw, op):
+            _asm(lw, "mbarrier.init.shared::cta.b64 [$0], $1;", args=[bar, lw.i32(op.attrs["count"])],
+                 constraints="r,r")
+
+
+def _mbarrier_inval(lw, op):
+    with _thread0(lw):
+        for bar in _barriers(lw, op):
+            _asm(lw, "mbarrier.inval.shared::cta.b64 [$0];", args=[bar], constraints="r")
+
+
+def _mbarrier_wait(lw, op):
+    bar, parity = op.operands
+    # braces scope the label, so every wait may use the same one
+    text = ("{\n.reg .pred ready;\nwait_phase:\n"
+            "mbarrier.try_wait.parity.shared::cta.b64 ready, [$0], $1;\n@!ready bra wait_phase;\n}")
+    _asm(lw, text.replace("\n", "\n\t"), args=[_shared_address(lw, bar), lw.scalar(parity)], constraints="r,r")
+
+
+def _tma_expect(lw, op):
+    bar, pred = op.operands
+    with _thread0(lw, lw.scalar(pred)):
+        _asm(lw, "mbarrier.arrive.expect_tx.shared::cta.b64 _, [$0], $1;",
+             args=[_shared_address(lw, bar), lw.i32(op.attrs["bytes"])], constraints="r,r")
+
+
+def _tma_copy(lw, op):
+    tmap, tile, bar, pred, c0, c1 = op.operands
+    t = tile.type
+    inner, outer = t.order
+    C, O, W = tma_box(t)
+    coords = {0: lw.scalar(c0), 1: lw.scalar(c1)}
+    map_address = lw.b.ptrtoint(lw.scalar(tmap), I64)
+    with _thread0(lw, lw.scalar(pred)):
+        barrier = _shared_address(lw, bar)
+        for j in range(t.shape[inner] // C):
+            x = lw.b.add(coords[inner], lw.i32(j * C)) if j else coords[inner]
+            _asm(lw, "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes "
+                     "[$0], [$1, {$2, $3}], [$4];",
+                 args=[_shared_address(lw, tile, j * O * W), map_address, x, coords[outer], barrier],
+                 constraints="r,l,r,r,r")
+
+
+def tensormap_param(param) -> None:
+    """Make kernel parameter `param` a 128-byte by-value TMA map the kernel reads in place."""
+    param.add_attribute("byval")
+    param.attributes.align = 64
+    set.add(param.attributes, '"nvvm.grid_constant"')  # NVVM's string; llvmlite checks names
+
+
+class TensormapPointer(ir.PointerType):
+    """`ptr` whose by-value pointee is the 128-byte map (llvmlite prints `byval(<pointee>)`)."""
+
+    def __init__(self):
+        super().__init__()
+
+    @property
+    def pointee(self):
+        return ir.ArrayType(ir.IntType(8), 128)
+
+
+def _descriptor_load(lw, op):
+    """A descriptor load no TMA ring took is its fallback pointer load (the
+    `descriptor_loads` pass removes them before lowering; this keeps IR lowered without
+    that pass correct)."""
+    fallback = op.operands[-1]
+    lw.bind(op.results[0], lw.regs(fallback), lw.layout(fallback))
+
+
+RULES = {
+    "descriptor_load": _descriptor_load,
+    "mbarrier_init": _mbarrier_init,
+    "mbarrier_inval": _mbarrier_inval,
+    "mbarrier_wait": _mbarrier_wait,
+    "tma_expect": _tma_expect,
+    "tma_copy": _tma_copy,
+}

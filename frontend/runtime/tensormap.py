@@ -1,0 +1,78 @@
+"""TMA maps for host TensorDescriptor arguments, encoded at launch for the compiled kernel.
+
+A kernel that copies a descriptor's blocks with TMA records, in its metadata's argument
+list, the box it reads (`"tma_box": "64x128:swizzle128"`: inner elements, rows, swizzle
+bytes; codegen's `smem_pipeline.tma_box`). The launcher encodes the descriptor's tensor
+with that box (`cuTensorMapEncodeTiled`) into the kernel's 128-byte by-value parameter.
+Out-of-bounds elements of a box read as zero, as the descriptor's padding="zero" says.
+"""
+from __future__ import annotations
+
+import re
+
+NBYTES = 128
+_BOX = re.compile(r"(\d{1,3})x(\d{1,3}):swizzle(32|64|128)\Z")
+_CACHE_LIMIT = 256
+
+
+def parse_box(text) -> tuple[int, int, int] | None:
+    """(inner, rows, swizzle) from metadata's `tma_box` text, or None for "" (no TMA).
+    Metadata comes from a cache or a daemon: anything else is a ValueError."""
+    if text in (None, ""):
+        return None
+    m = _BOX.match(text) if type(text) is str else None
+    if m is None:
+        raise ValueError(f"not a TMA box: {text!r:.60}")
+    inner, rows, swizzle = (int(g) for g in m.groups())
+    if not (1 <= inner <= 256 and 1 <= rows <= 256):
+        raise ValueError(f"a TMA box has 1 to 256 elements per dim, not {text!r}")
+    return inner, rows, swizzle
+
+
+def encoder(box: tuple[int, int, int]):
+    """fill(slot, address, descriptor): write the TMA map of a 2-D host TensorDescriptor
+    whose base is at device `address`, read in boxes of `box`, into the 128-byte ctypes
+    `slot`. Maps are kept per (address, shape, strides): a training loop passes the same
+    few tensors again and again."""
+    import ctypes
+    from cuda.bindings import driver as cu
+    from .cuda_driver import CudaError, _error_text
+
+    inner, rows, swizzle = box
+    swizzles = {32: cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_32B, 64: cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_64B,
+                128: cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B}
+    cache: dict = {}
+    u32, u64 = cu.cuuint32_t, cu.cuuint64_t
+
+    def encode(address, desc) -> bytes:
+        elem_bytes = desc._elem.primitive_bitwidth // 8
+        if len(desc.shape) != 2 or inner * elem_bytes != swizzle:
+            raise ValueError(f"this kernel reads the descriptor in {inner}x{rows} boxes of "
+                             f"{swizzle} bytes; got a {len(desc.shape)}-D descriptor of {elem_bytes}-byte elements")
+        key = (address, tuple(desc.shape), tuple(desc.strides), desc._elem.name)
+        got = cache.get(key)
+        if got is None:
+            kind = _FLOAT_TYPES.get(desc._elem.name) or _RAW_TYPES[elem_bytes]
+            dtype = getattr(cu.CUtensorMapDataType, f"CU_TENSOR_MAP_DATA_TYPE_{kind}")
+            err, tmap = cu.cuTensorMapEncodeTiled(
+                dtype, 2, address, [u64(desc.shape[1]), u64(desc.shape[0])], [u64(desc.strides[0] * elem_bytes)],
+                [u32(inner), u32(rows)], [u32(1), u32(1)], cu.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE, swizzles[swizzle],
+                cu.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+                cu.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
+            if err != cu.CUresult.CUDA_SUCCESS:
+                raise CudaError(f"encoding a TMA map (shape {desc.shape}, strides {desc.strides}, box "
+                                f"{inner}x{rows}) failed: {_error_text(int(err))}")
+            if len(cache) >= _CACHE_LIMIT:
+                cache.clear()
+            got = cache[key] = ctypes.string_at(tmap.getPtr(), NBYTES)
+        return got
+
+    def fill(slot, address, desc) -> None:
+        ctypes.memmove(slot, encode(address, desc), NBYTES)
+
+    return fill
+
+
+# CUtensorMapDataType names; any other element is moved as raw bytes of its width (fp8 as uint8)
+_FLOAT_TYPES = {"fp16": "FLOAT16", "bf16": "BFLOAT16", "fp32": "FLOAT32"}
+_RAW_TYPES = {1: "UINT8", 2: "UINT16", 4: "UINT32", 8: "UINT64"}
