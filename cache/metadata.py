@@ -36,7 +36,31 @@ def _int(lo: int, hi: int):
 
 def _args(value) -> bool:
     return (type(value) is list and len(value) <= 65536
-            and all(type(a) is dict and all(type(k) is str and _text(v) for k, v in a.items()) for a in value))
+            and all(type(a) is dict and all(type(k) is str and _text(v) for k, v in a.items())
+                    and _tma_box_ok(a.get("tma_box")) for a in value))
+
+
+_TMA_BOX = re.compile(r"(\d{1,3})x(\d{1,3}):swizzle(32|64|128)\Z")
+
+
+def parse_tma_box(text) -> tuple[int, int, int] | None:
+    """(inner elements, rows, swizzle bytes) of an argument's `tma_box` ("64x128:swizzle128":
+    the box the launcher encodes a TMA map with), None for none; MetadataError otherwise."""
+    if text is None or text == "":
+        return None
+    m = _TMA_BOX.match(text) if type(text) is str else None
+    box = tuple(int(g) for g in m.groups()) if m else None
+    if box is None or not (1 <= box[0] <= 256 and 1 <= box[1] <= 256):
+        raise MetadataError(f"not a TMA box (at most 256x256, swizzle 32, 64 or 128): {text!r:.60}")
+    return box
+
+
+def _tma_box_ok(text) -> bool:
+    try:
+        parse_tma_box(text)
+    except MetadataError:
+        return False
+    return True
 
 
 def _options(value) -> bool:
@@ -61,7 +85,7 @@ FIELDS = {
     "num_stages": _int(0, 64), "num_ctas": _int(1, 16), "threads": _int(32, 1024),
     "shared": _int(0, MAX_SHARED_BYTES), "n_regs": _int(0, 255), "n_spills": _int(0, 1 << 30),
     "ptx_version": _int(0, 1000),
-    "args": (_args, "a list of {name, type, llvm_type} strings"),
+    "args": (_args, "a list of {name, type, llvm_type[, tma_box]} strings"),
     "options": (_options, "a dict of plain option values"),
 }
 REQUIRED = ("name", "num_warps", "shared")

@@ -214,7 +214,7 @@ class CompiledKernel:
     def _prepare(self, device: int):
         from .runtime.launcher import make_launcher
         from .runtime.module import LoadedKernel
-        from .runtime.tensormap import parse_box
+        from kiln.cache.metadata import parse_tma_box
         driver.ensure_context(device)
         binary = self.build(driver.target(device))
         shared, limit = binary.metadata["shared"], driver.max_shared_memory(device)
@@ -222,7 +222,7 @@ class CompiledKernel:
             raise OutOfResources(shared, limit, "shared memory")
         loaded = LoadedKernel(self.name, binary.cubin, binary.ptx, shared)
         self.metadata["n_regs"] = loaded.n_regs  # the driver's count is authoritative
-        boxes = {i: parse_box(arg.get("tma_box")) for i, arg in enumerate(binary.metadata.get("args", ()))}
+        boxes = {i: parse_tma_box(arg.get("tma_box")) for i, arg in enumerate(binary.metadata.get("args", ()))}
         launcher = make_launcher(loaded, self.arg_types, binary.metadata["num_warps"],
                                  binary.metadata["shared"], self.name,
                                  {i: box for i, box in boxes.items() if box is not None})

@@ -47,6 +47,8 @@ def _shell(marker):
     {"num_warps": "SHELL"}, {"num_warps": 3}, {"num_warps": True}, {"shared": -1}, {"shared": 1 << 40},
     {"shared": "0"}, {"name": "another_kernel"}, {"n_regs": 1e9}, {"args": "x"}, {"threads": 64},
     {"planted": {"nested": 1}},
+    {"args": [{"name": "d.5", "type": "tensormap", "llvm_type": "ptr", "tma_box": "64x999:swizzle128"}]},
+    {"args": [{"name": "d.5", "type": "tensormap", "llvm_type": "ptr", "tma_box": "64x64:swizzle16"}]},
 ])
 def test_a_planted_cache_entry_is_a_miss(node, bad):
     fn, options = kernel("victim"), {"num_warps": 4}
@@ -118,7 +120,9 @@ def test_the_launcher_takes_only_ints_and_writes_no_value_into_its_source(monkey
 
 def test_checked_accepts_what_codegen_writes():
     metadata = {"name": "k", "target": "sm_90a", "num_warps": 8, "num_stages": 3, "threads": 256, "shared": 4096,
-                "n_regs": 40, "n_spills": 0, "args": [{"name": "x", "type": "ptr<fp32>", "llvm_type": "ptr"}],
+                "n_regs": 40, "n_spills": 0, "args": [{"name": "x", "type": "ptr<fp32>", "llvm_type": "ptr"},
+                                                      {"name": "d.5", "type": "tensormap", "llvm_type": "ptr",
+                                                       "tma_box": "64x128:swizzle128"}],
                 "ptx_version": 80, "options": {"num_warps": 8}}
     assert checked(metadata, name="k", target="sm_90a", num_warps=8) is metadata
     with pytest.raises(MetadataError, match="target"):

@@ -8,25 +8,8 @@ Out-of-bounds elements of a box read as zero, as the descriptor's padding="zero"
 """
 from __future__ import annotations
 
-import re
-
 NBYTES = 128
-_BOX = re.compile(r"(\d{1,3})x(\d{1,3}):swizzle(32|64|128)\Z")
 _CACHE_LIMIT = 256
-
-
-def parse_box(text) -> tuple[int, int, int] | None:
-    """(inner, rows, swizzle) from metadata's `tma_box` text, or None for "" (no TMA).
-    Metadata comes from a cache or a daemon: anything else is a ValueError."""
-    if text in (None, ""):
-        return None
-    m = _BOX.match(text) if type(text) is str else None
-    if m is None:
-        raise ValueError(f"not a TMA box: {text!r:.60}")
-    inner, rows, swizzle = (int(g) for g in m.groups())
-    if not (1 <= inner <= 256 and 1 <= rows <= 256):
-        raise ValueError(f"a TMA box has 1 to 256 elements per dim, not {text!r}")
-    return inner, rows, swizzle
 
 
 def encoder(box: tuple[int, int, int]):
