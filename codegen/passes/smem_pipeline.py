@@ -38,6 +38,14 @@ has S tiles ("tight"): the copy of iteration i + S-1 then overwrites what the do
 iteration i - 1 read, so it waits until they retired (every dot's wait comes before it,
 and with two warpgroups a barrier, since each waits for its own dots only).
 
+A ring load may also be a host TensorDescriptor's `descriptor_load` (2-D, its map a
+kernel argument): its ring is filled by TMA instead, thread 0 announcing each slot's
+bytes on the slot's mbarrier (`tma_expect`) and copying one box per swizzle-wide column
+chunk (`tma_copy`); the top of iteration i then also waits on that mbarrier's phase
+(`mbarrier_wait`, the parity carried by the loop), and the loop's mbarriers are
+invalidated after it. The descriptor loads no ring takes become their pointer loads
+(the `descriptor_loads` pass).
+
 Masked-off elements are copied as zeros, so a load's `other` must be absent or zero.
 Each ring tile is stored with the loaded pointer's contiguous dim innermost, a `once`
 tile K-major, in rows of up to 128 bytes swizzled as wgmma reads them
