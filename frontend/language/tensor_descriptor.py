@@ -1,10 +1,13 @@
-"""Device-side tensor descriptors (`tl.make_tensor_descriptor`), lowered like block pointers.
+"""Tensor descriptors (`tl.make_tensor_descriptor` and host TensorDescriptor arguments).
 
 A descriptor names a strided tensor (base, shape, strides) and the `block_shape` that its
-loads and stores move. On Hopper Triton backs it with TMA; kiln keeps it in the frontend:
-`desc.load(offsets)` is a block-pointer load with every dimension bounds-checked, so
-out-of-bounds elements read as zero (or NaN with padding_option="nan") and out-of-bounds
-stores are dropped, exactly what TMA does. Codegen and the interpreter see plain loads.
+loads and stores move. `desc.load(offsets)` is a block-pointer load with every dimension
+bounds-checked, so out-of-bounds elements read as zero (or NaN with padding_option="nan")
+and out-of-bounds stores are dropped, exactly what TMA does. A host descriptor also
+carries its TMA map (a kernel argument): its loads are `descriptor_load` ops naming the
+map and offsets beside that pointer load, so that codegen can copy the block with TMA on
+Hopper (kiln.codegen's smem_pipeline); the interpreter and other targets use the pointer
+load. Device-side descriptors and all stores stay pointer accesses.
 """
 from __future__ import annotations
 
