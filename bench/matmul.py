@@ -104,13 +104,18 @@ def run(libs, dtypes, sizes, configs, rounds=3):
             else:
                 scale = torch.ones((), device="cuda")
                 fns["cublas"] = lambda: torch._scaled_mm(a, b, scale_a=scale, scale_b=scale, out_dtype=torch.float16)
-            row = {"dtype": dtype, "size": s}
-            for name, ms in interleaved(fns, rounds).items():
-                row[name] = 2 * s ** 3 / (ms * 1e-3) / 1e12
-            row["configs"] = {name: got[1] for name, got in picked.items() if got}
-            rows.append(row)
-            print(json.dumps(row))
+            rows.append(timed_row(dtype, s, fns, picked, rounds))
     return rows
+
+
+def timed_row(dtype, size, fns, picked, rounds):
+    """TFLOP/s of each of `fns` (an N³ matmul) timed in turns, with the configs `picked`."""
+    row = {"dtype": dtype, "size": size}
+    for name, ms in interleaved(fns, rounds).items():
+        row[name] = 2 * size ** 3 / (ms * 1e-3) / 1e12
+    row["configs"] = {name: got[1] for name, got in picked.items() if got}
+    print(json.dumps(row))
+    return row
 
 
 def table(rows) -> str:

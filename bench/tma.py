@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import os
 import sys
 
@@ -20,8 +19,8 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import results_file  # noqa: E402
-from matmul import CONFIGS, DTYPES, launcher  # noqa: E402
-from run import fastest, interleaved, load_kernels, settle_clocks, triton_cdiv  # noqa: E402
+from matmul import CONFIGS, DTYPES, launcher, timed_row  # noqa: E402
+from run import fastest, load_kernels, settle_clocks, triton_cdiv  # noqa: E402
 
 CONFIGS_16 = CONFIGS[:8]  # the tutorial's configs for 16-bit inputs
 
@@ -81,12 +80,7 @@ def run(libs, dtypes, sizes, rounds=3):
                    for name, got in picked.items() if got}
             out = torch.empty_like(c)
             fns["cublas"] = lambda: torch.matmul(a, b, out=out)
-            row = {"dtype": dtype, "size": s}
-            for name, ms in interleaved(fns, rounds).items():
-                row[name] = 2 * s ** 3 / (ms * 1e-3) / 1e12
-            row["configs"] = {name: got[1] for name, got in picked.items() if got}
-            rows.append(row)
-            print(json.dumps(row))
+            rows.append(timed_row(dtype, s, fns, picked, rounds))
     return rows
 
 

@@ -294,7 +294,8 @@ def _plan(loop, stages, fn, ctx):
         t = load.results[0].type
         inner = 1 if is_tma(load) else memory_width(ctx, load)[0][0]
         rings.append((load, shared_type(scalar_of(t), t.shape, swizzles[key], (inner, 1 - inner)), *cones[key]))
-    if not _agree_on_boxes(rings, fn, ctx):
+    boxes = _agreed_boxes(rings, fn, ctx)
+    if boxes is None:
         return None
     stage_bytes = sum(ring[1].nbytes for ring in rings)
     budget = max_shared_per_cta(ctx.target.capability) - ALIGN * (2 if any(is_tma(r[0]) for r in rings) else 1)
@@ -310,22 +311,20 @@ def _plan(loop, stages, fn, ctx):
         if ring_size * stage_bytes > budget:
             return None
     plan = {key: [src for src, _ in sources] for key, (_, sources) in dots.items()}
+    ctx.tma_boxes.update(boxes)
     return plan, rings, stages, step, ring_size
 
 
-def _agree_on_boxes(rings, fn, ctx) -> bool:
+def _agreed_boxes(rings, fn, ctx):
     """One TMA map per descriptor argument, so every ring it fills must use one box and
-    swizzle; records them (`ctx.tma_boxes`: argument index -> (inner, rows, swizzle)) for
-    the launcher, which encodes the map. False where two disagree."""
+    swizzle: the boxes (argument index -> (inner, rows, swizzle)) with those already
+    recorded in `ctx.tma_boxes` (which the launcher encodes the maps with), or None where
+    two disagree."""
     boxes = dict(ctx.tma_boxes)
     for load, tile, *_ in rings:
-        if is_tma(load):
-            arg = fn.args.index(load.operands[0])
-            box = tma_box(tile)
-            if boxes.setdefault(arg, box) != box:
-                return False
-    ctx.tma_boxes.update(boxes)
-    return True
+        if is_tma(load) and boxes.setdefault(fn.args.index(load.operands[0]), tma_box(tile)) != tma_box(tile):
+            return None
+    return boxes
 
 
 # --- the rewrite -----------------------------------------------------------------------
