@@ -232,10 +232,16 @@ def _from_daemon(fn, target, options, key) -> Binary | None:
     return binary
 
 
+# One in-process compile at a time: llvmlite parses into LLVM's global context, which is not
+# safe across threads (an autotuner builds its configs from several when no daemon answers).
+_compile_here_lock = threading.Lock()
+
+
 def _compile_here(fn, target, options, key, compile_fn) -> Binary:
     if compile_fn is None:
         from kiln.codegen import compile as compile_fn
-    kernel = compile_fn(fn, target, options)
+    with _compile_here_lock:
+        kernel = compile_fn(fn, target, options)
     metadata = checked(dict(kernel.metadata), **expected(fn.name, target, options))  # a codegen bug stops here
     binary = Binary(fn.name, target, kernel.kir, kernel.llir, kernel.ptx, bytes(kernel.cubin), metadata, key, "local")
     _store(binary, fn, options)

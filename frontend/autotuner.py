@@ -7,6 +7,10 @@ from . import config as env
 from .errors import CompilationError, OutOfResources, user_facing
 from .jit import KernelInterface
 
+# Builds in flight at once when an autotuner compiles its configs: each is one request to
+# the node daemon, which queues what its workers cannot take yet.
+MAX_PARALLEL_BUILDS = 32
+
 
 class Config:
     """One set of meta-parameters and launch options to try."""
@@ -157,6 +161,39 @@ class Autotuner(KernelInterface):
             for name, value in saved.items():
                 _restore(nargs[name], value)
 
+    def _build_side_by_side(self, args, kwargs, grid, configs, nargs):
+        """Compile every config's binary before timing any: the builds run at once (on the node
+        daemon's worker pool), where timing config after config would wait for each compile in
+        turn. Only the block IR is made here, one config at a time; a config that fails is left
+        to `_bench`, which meets the same error in the usual place."""
+        if env.interpret() or len(configs) < 2:
+            return
+        from concurrent.futures import ThreadPoolExecutor
+
+        from .compiler import CompiledKernel
+        from .runtime import cuda_driver
+        if not cuda_driver.is_available():
+            return
+        kernels = []
+        for c in configs:
+            try:
+                if c.pre_hook:  # it may set what the kernel is specialized on (a descriptor's block shape)
+                    c.pre_hook({**nargs, **c.all_kwargs()})
+                kernel = self.fn.run(*args, grid=grid, warmup=True, **kwargs, **c.all_kwargs())
+            except Exception:  # noqa: BLE001 - reported by _bench
+                continue
+            if isinstance(kernel, CompiledKernel):
+                kernels.append(kernel)
+        target = cuda_driver.target(cuda_driver.device_and_stream()[0])
+
+        def build(kernel):
+            try:
+                kernel.build(target)
+            except Exception:  # noqa: BLE001 - reported by _bench
+                pass
+        with ThreadPoolExecutor(builtins.min(len(kernels), MAX_PARALLEL_BUILDS) or 1) as pool:
+            list(pool.map(build, kernels))
+
     @user_facing
     def run(self, *args, grid, warmup=False, **kwargs):
         nargs = _bind(self.fn, args, kwargs)
@@ -164,6 +201,7 @@ class Autotuner(KernelInterface):
             key = self._key(nargs)
             if key not in self.cache:
                 configs = self.prune_configs(dict(zip(_arg_names(self.fn), args)), kwargs)
+                self._build_side_by_side(args, kwargs, grid, configs, nargs)
                 timings = {c: self._bench(args, kwargs, grid, c, nargs) for c in configs}
                 self.cache[key] = builtins.min(timings, key=timings.get)
                 self.configs_timings = timings

@@ -1,0 +1,102 @@
+"""An autotuner's first call compiles every config at once, then times them one by one.
+
+The GPU is stood in for (driver queries, launches, timings) so that the order of builds and
+timings can be seen on a CPU; the builds themselves go through the real `CompiledKernel.build`.
+"""
+import threading
+import types
+
+import numpy as np
+import pytest
+
+import kiln
+import kiln.compiler as compiler
+import kiln.language as tl
+from kiln.autotuner import Autotuner
+from kiln.errors import CompilationError
+from kiln.runtime import cuda_driver
+
+
+@kiln.jit
+def copy_kernel(src, dst, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(dst + offs, tl.load(src + offs, mask=offs < n), mask=offs < n)
+
+
+@pytest.fixture
+def gpu_stand_in(monkeypatch):
+    """A GPU that is there, launches that are recorded, and timings that favour small blocks."""
+    monkeypatch.delenv("KILN_INTERPRET", raising=False)
+    copy_kernel.cache.clear()  # each test builds its kernels afresh
+    copy_kernel._by_specialization.clear()
+    monkeypatch.setattr(cuda_driver, "is_available", lambda: True)
+    monkeypatch.setattr(cuda_driver, "device_and_stream", lambda: (0, 0))
+    monkeypatch.setattr(cuda_driver, "target", lambda device: "sm_90a")
+    launched, timed = [], []
+    monkeypatch.setattr(compiler.CompiledKernel, "launch", lambda self, grid, args, stream=None: launched.append(self))
+
+    def bench(self, args, kwargs, grid, config, nargs):
+        try:
+            kernel = self.fn.run(*args, grid=grid, warmup=True, **kwargs, **config.all_kwargs())
+        except CompilationError:
+            return float("inf")
+        timed.append((config.kwargs["BLOCK"], "sm_90a" in kernel.binaries))
+        return float(config.kwargs["BLOCK"])
+    monkeypatch.setattr(Autotuner, "_bench", bench)
+    return types.SimpleNamespace(launched=launched, timed=timed)
+
+
+def _binary_after(barrier, fail_for=()):
+    """A stand-in for the compile tiers: each build waits until `barrier` has every build in it,
+    which only happens if they all run at once."""
+    def compile_binary(ir, target, options):
+        barrier.wait()
+        if any(f"arange {{end = {b}" in ir_text(ir) for b in fail_for):
+            raise RuntimeError("this config's compile failed")
+        return types.SimpleNamespace(llir="", ptx="", cubin=b"", metadata={"num_warps": options["num_warps"]})
+    return compile_binary
+
+
+def ir_text(ir):
+    from kiln.ir import print_function
+    return print_function(ir)
+
+
+def test_configs_are_built_side_by_side_before_any_is_timed(gpu_stand_in, monkeypatch):
+    blocks = (32, 64, 128, 256)
+    monkeypatch.setattr(compiler, "compile_binary", _binary_after(threading.Barrier(len(blocks), timeout=60)))
+    tuned = kiln.autotune([kiln.Config({"BLOCK": b}) for b in blocks], key=["n"])(copy_kernel)
+    x = np.zeros(64, np.float32)
+    tuned.run(x, x, 64, grid=(1,))
+    assert gpu_stand_in.timed == [(b, True) for b in blocks]  # every one already built when timed
+    assert tuned.best_config.kwargs == {"BLOCK": 32}
+    assert gpu_stand_in.launched[-1].options["num_warps"] == 4
+
+
+def test_a_config_that_fails_to_build_leaves_the_others_built(gpu_stand_in, monkeypatch):
+    # BLOCK 3 is no power of two: its IR cannot be made, so only the other three build
+    monkeypatch.setattr(compiler, "compile_binary", _binary_after(threading.Barrier(3, timeout=60), fail_for=(64,)))
+    tuned = kiln.autotune([kiln.Config({"BLOCK": b}) for b in (3, 32, 64, 128)], key=["n"])(copy_kernel)
+    x = np.zeros(64, np.float32)
+    tuned.run(x, x, 64, grid=(1,))
+    assert gpu_stand_in.timed == [(32, True), (64, False), (128, True)]
+    assert tuned.best_config.kwargs == {"BLOCK": 32}
+
+
+def test_a_config_pre_hook_runs_before_its_build(gpu_stand_in, monkeypatch):
+    monkeypatch.setattr(compiler, "compile_binary", _binary_after(threading.Barrier(2, timeout=60)))
+    seen = []
+    configs = [kiln.Config({"BLOCK": b}, pre_hook=lambda nargs: seen.append(nargs["BLOCK"])) for b in (32, 64)]
+    tuned = kiln.autotune(configs, key=["n"])(copy_kernel)
+    x = np.zeros(64, np.float32)
+    tuned.run(x, x, 64, grid=(1,))
+    assert seen[:2] == [32, 64]  # once each before the builds; the timings (stood in here) call them again
+
+
+def test_the_interpreter_builds_nothing(monkeypatch):
+    monkeypatch.setenv("KILN_INTERPRET", "1")
+    monkeypatch.setattr(compiler, "compile_binary", lambda *a: pytest.fail("the interpreter compiled a binary"))
+    tuned = kiln.autotune([kiln.Config({"BLOCK": b}) for b in (32, 64)], key=["n"])(copy_kernel)
+    x, y = np.arange(64, dtype=np.float32), np.zeros(64, np.float32)
+    tuned.run(x, y, 64, grid=lambda meta: (64 // meta["BLOCK"],))
+    assert (y == x).all()
