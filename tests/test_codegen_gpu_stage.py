@@ -475,8 +475,9 @@ def test_async_copies_of_one_thread_share_one_swizzled_base():
     assert constant_step(tile, (0, 0), (4, 0)) is None  # half a period: XOR differs
     assert constant_step(tile, (0, 0), (0, 8)) is None  # within a row: XOR differs
     k = compile_ir(parse_function(MATMUL), "sm_90a", {"num_warps": 4, "num_stages": 3})
-    copies = re.findall(r"cp\.async\.cg\.shared\.global \[(%r\d+)(?:\+\d+)?\]", k.ptx)
-    assert len(copies) > len(set(copies)) * 2
+    copies = re.findall(r"cp\.async\.cg\.shared\.global \[(%r\d+)\+\d+\]", k.ptx)
+    # 3 copy sets (2 prologue stages, the loop), each copying a tile with 2 copies from one base
+    assert len(copies) == 12 and len(set(copies)) == 6
 
 
 def test_layout_conversions_pad_rows_that_would_conflict_in_shared_memory():
@@ -638,3 +639,28 @@ def test_descriptor_loads_in_a_loop_become_tma_copies_completing_on_mbarriers():
     # elsewhere the descriptor loads are their pointer loads
     fn, _ = pipelined(_host_descriptor_ir("sm_80"), target="sm_80")
     assert "descriptor_load" not in names(fn) and "tma_copy" not in names(fn)
+
+
+@kiln.jit
+def _masked_k_matmul(A, B, C, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    rm, rn, rk = tl.arange(0, BM), tl.arange(0, BN), tl.arange(0, BK)
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BK)):
+        a = tl.load(A + rm[:, None] * K + (k * BK + rk)[None, :], mask=(k * BK + rk)[None, :] < K, other=0.0)
+        b = tl.load(B + (k * BK + rk)[:, None] * BN + rn[None, :], mask=(k * BK + rk)[:, None] < K, other=0.0)
+        acc = tl.dot(a, b, acc)
+    tl.store(C + rm[:, None] * BN + rn[None, :], acc)
+
+
+def test_masked_ring_copies_zero_fill_through_the_ignore_src_predicate():
+    """A masked cp.async takes its mask as the ignore-src predicate (one compare per copy,
+    folded by ptxas into the copy's predicate), not as a src-size of 0 or 16 picked by a
+    select that ptxas compares back to a predicate."""
+    x = np.zeros((64, 64), np.float16)
+    ptx = _masked_k_matmul.warmup(x, x, x, 256, BM=64, BN=128, BK=32, num_warps=4, num_stages=3, grid=(1,),
+                                  target="sm_90a").asm["ptx"]
+    assert "wgmma.mma_async" in ptx
+    masked = re.findall(r"setp\.eq\.u32 skip, %r\d+, 0; cp\.async\.cg\.shared\.global \[%r\d+\+\d+\], \[%rd\d+\], 16, skip;",
+                        ptx)
+    assert masked and len(masked) == ptx.count("cp.async.cg.shared.global")
+    assert not re.search(r"selp\.b32\s+%r\d+, 16, 0", ptx)

@@ -22,7 +22,7 @@ from ..passes.layouts import memory_width
 from ..passes.smem_pipeline import is_zero_constant
 from .context import LoweringError
 from .memory import access_width, plain_store
-from .types import F32, GLOBAL_PTR, I8, I32, I64, SHARED_PTR, VOID, reg_type
+from .types import F32, I8, I32, I64, SHARED_PTR, VOID, reg_type
 
 ALIGN = 1024
 _PTX_TYPE = {"fp16": "f16", "bf16": "bf16", "fp8e4nv": "e4m3", "fp8e5": "e5m2", "fp32": "tf32"}
@@ -119,25 +119,31 @@ def _async_copy(lw, op):
     if vec * es < 4:
         raise LoweringError(f"async_copy needs runs of 4 bytes or more along the tile's inner dim, got {vec * es}")
     nbytes = vec * es
-    name = f"llvm.nvvm.cp.async.{'cg' if nbytes == 16 else 'ca'}.shared.global.{nbytes}.s"
-    copy = lw.intrinsic(name, VOID, [SHARED_PTR, GLOBAL_PTR, I32])
     ptrs = lw.regs(ptr, layout)
     masks = lw.regs(mask, layout) if mask is not None else None
     offsets, indices = layout.offsets(shape), lw.indices(layout, shape)
     base = lw.scalar(tile)
-    first = None  # (logical offset, byte offset) of the thread's first copy
+    first = None  # (logical offset, shared address) of the thread's first copy
     for i, off in enumerate(offsets):
         if off[inner] % vec:
             continue  # inside a run that an earlier register starts
         step = None if first is None else constant_step(t, first[0], off)
         if step is None:
-            where = tile_offset(lw, t, indices[i])
-            first = first or (off, where)
+            address = lw.b.ptrtoint(lw.b.gep(base, [tile_offset(lw, t, indices[i])], source_etype=I8), I32)
+            first = first or (off, address)
+            step = 0
         else:
-            where = lw.b.add(first[1], lw.i32(step))
-        dst = lw.b.gep(base, [where], source_etype=I8)
-        size = lw.i32(nbytes) if masks is None else lw.b.select(masks[i], lw.i32(nbytes), lw.i32(0))
-        lw.b.call(copy, [dst, ptrs[i], size])
+            address = first[1]
+        # A masked-off copy fills zeros through the ignore-src predicate: ptxas folds the
+        # mask into the copy's own predicate, where a src-size of 0 or N cost a select and
+        # a compare back per copy. The step is an immediate of the address.
+        copy = f"cp.async.{'cg' if nbytes == 16 else 'ca'}.shared.global [$0+{step}], [$1], {nbytes}"
+        src = lw.b.ptrtoint(ptrs[i], I64)
+        if masks is None:
+            _asm(lw, copy + ";", args=[address, src], constraints="r,l")
+        else:
+            _asm(lw, f"{{ .reg .pred skip; setp.eq.u32 skip, $2, 0; {copy}, skip; }}",
+                 args=[address, src, lw.b.zext(masks[i], I32)], constraints="r,l,r")
 
 
 def _run_length(layout, inner, es) -> int:
