@@ -214,7 +214,8 @@ def mma_layout(shape, num_warps: int) -> "Blocked | None":
 
 @dataclass(frozen=True)
 class Wgmma:
-    """The accumulator layout of Hopper's `wgmma.mma_async.m64nNk16` (N = `instr_n`).
+    """The accumulator layout of Hopper's `wgmma.mma_async.m64nNk16` (N = `instr_n`):
+    fp32 accumulators, or int32 for int8 inputs (`.s32`, the same fragment).
 
     Warp w of a warpgroup holds rows 16w .. 16w+15 of the instruction's 64; within the
     warp, lane (g = lane/4, t = lane%4) holds rows g and g + 8 and, in every 8-column
@@ -273,10 +274,16 @@ class Wgmma:
         return f"wgmma(warps={list(self.warps)}, instr_n={self.instr_n})"
 
 
-def wgmma_layout(shape, num_warps: int) -> "Wgmma | None":
+# N of one int8 wgmma (.s32.s8.s8), as the PTX ISA lists them: 8, 16, 24, 32, then
+# multiples of 16 up to 224 (float inputs take every multiple of 8 up to 256)
+INT8_WGMMA_N = (8, 16, 24, 32, *range(48, 225, 16))
+
+
+def wgmma_layout(shape, num_warps: int, int8: bool = False) -> "Wgmma | None":
     """The wgmma accumulator layout for a 2-D `shape`, or None where it does not fit:
     warpgroups (4 warps) take 64-row slabs along M first, the rest split N; one
-    instruction covers up to 256 columns of a warpgroup's share."""
+    instruction covers up to 256 columns of a warpgroup's share (for `int8` inputs the
+    widest of INT8_WGMMA_N that divides it: a 256-wide share is two n128 instructions)."""
     if len(shape) != 2 or num_warps % 4:
         return None
     M, N = shape
@@ -288,6 +295,8 @@ def wgmma_layout(shape, num_warps: int) -> "Wgmma | None":
     if M % (64 * gm) or N % (8 * gn):
         return None
     instr_n = min(256, N // gn)
-    if instr_n % 8:
+    if int8:
+        instr_n = max((n for n in INT8_WGMMA_N if N // gn % n == 0), default=0)
+    if instr_n == 0 or instr_n % 8:
         return None
     return Wgmma((4 * gm, gn), instr_n)

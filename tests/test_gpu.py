@@ -295,7 +295,7 @@ def test_fused_attention(causal):
 
 @kiln.jit
 def _tiled_matmul(a_ptr, b_ptr, c_ptr, M, N, K, sam, sak, sbk, sbn, scm, scn,
-                  BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+                  BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, ACC: tl.constexpr):
     pid = tl.program_id(0)
     pid_m, pid_n = pid // tl.cdiv(N, BN), pid % tl.cdiv(N, BN)
     rm = (pid_m * BM + tl.arange(0, BM)) % M
@@ -303,16 +303,16 @@ def _tiled_matmul(a_ptr, b_ptr, c_ptr, M, N, K, sam, sak, sbk, sbn, scm, scn,
     rk = tl.arange(0, BK)
     a_ptrs = a_ptr + rm[:, None] * sam + rk[None, :] * sak
     b_ptrs = b_ptr + rk[:, None] * sbk + rn[None, :] * sbn
-    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    acc = tl.zeros((BM, BN), dtype=ACC)
     for k in range(0, tl.cdiv(K, BK)):
-        a = tl.load(a_ptrs, mask=rk[None, :] < K - k * BK, other=0.0)
-        b = tl.load(b_ptrs, mask=rk[:, None] < K - k * BK, other=0.0)
+        a = tl.load(a_ptrs, mask=rk[None, :] < K - k * BK, other=0)
+        b = tl.load(b_ptrs, mask=rk[:, None] < K - k * BK, other=0)
         acc = tl.dot(a, b, acc)
         a_ptrs += BK * sak
         b_ptrs += BK * sbk
     cm = pid_m * BM + tl.arange(0, BM)
     cn = pid_n * BN + tl.arange(0, BN)
-    tl.store(c_ptr + cm[:, None] * scm + cn[None, :] * scn, acc.to(tl.float16),
+    tl.store(c_ptr + cm[:, None] * scm + cn[None, :] * scn, acc.to(c_ptr.dtype.element_ty),
              mask=(cm[:, None] < M) & (cn[None, :] < N))
 
 
@@ -321,30 +321,39 @@ def _tiled_matmul(a_ptr, b_ptr, c_ptr, M, N, K, sam, sak, sbk, sbn, scm, scn,
     ("fp16", (128, 64, 64, 2, 4)), ("bf16", (128, 128, 64, 4, 4)), ("bf16", (64, 128, 64, 4, 4)),
     ("fp8", (128, 256, 128, 3, 8)), ("fp8", (128, 64, 64, 4, 4)),
     ("tf32", (128, 128, 32, 3, 4)), ("tf32", (128, 64, 32, 4, 4)), ("tf32", (64, 256, 32, 3, 8)),
+    ("int8", (128, 256, 128, 3, 8)), ("int8", (128, 128, 64, 4, 4)), ("int8", (64, 256, 64, 3, 4)),
 ])
 @pytest.mark.parametrize("shape", [(208, 336, 272), (200, 328, 300)])
 def test_pipelined_tensor_core_matmul(dtype, cfg, shape):
     """Loops of dots on loads: cp.async rings and wgmma on Hopper (mma.sync elsewhere).
     M, N, K are not multiples of the tile, so the masks and the zero fill of the copies
     matter; where they are not multiples of 16 either, rows cannot be copied in 4-byte
-    pieces and the dot takes the mma.sync path. fp8 and tf32 take B K-major (wgmma reads
-    only K-major tiles of them)."""
+    pieces and the dot takes the mma.sync path. fp8, tf32 and int8 take B K-major (wgmma
+    reads only K-major tiles of them); int8 accumulates in int32 (.s32.s8.s8), exactly."""
     BM, BN, BK, stages, warps = cfg
     M, N, K = shape
     torch_dtype = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp8": torch.float8_e4m3fn,
-                   "tf32": torch.float32}[dtype]
+                   "tf32": torch.float32, "int8": torch.int8}[dtype]
     if dtype == "fp8" and torch.cuda.get_device_capability() < (8, 9):
         pytest.skip("fp8 needs sm_89 or newer")
-    a = torch.randn(M, K, device="cuda").to(torch_dtype)
-    b = torch.randn(N, K, device="cuda").to(torch_dtype).T if dtype in ("fp8", "tf32") else \
-        torch.randn(K, N, device="cuda").to(torch_dtype)
-    c = poisoned((M, N), torch.float16)
+
+    def rand(*shape):
+        if dtype == "int8":
+            return torch.randint(-128, 128, shape, dtype=torch.int8, device="cuda")
+        return torch.randn(*shape, device="cuda").to(torch_dtype)
+    a = rand(M, K)
+    b = rand(N, K).T if dtype in ("fp8", "tf32", "int8") else rand(K, N)
+    c = poisoned((M, N), torch.int32 if dtype == "int8" else torch.float16)
     grid = (kiln.cdiv(M, BM) * kiln.cdiv(N, BN),)
     args = (a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1))
-    options = dict(BM=BM, BN=BN, BK=BK, num_warps=warps, num_stages=stages)
+    options = dict(BM=BM, BN=BN, BK=BK, ACC=tl.int32 if dtype == "int8" else tl.float32, num_warps=warps,
+                   num_stages=stages)
     _tiled_matmul[grid](*args, **options)
-    ref = a.float() @ b.float()
-    torch.testing.assert_close(c.float(), ref, rtol=3e-2, atol=0.5 if dtype != "fp8" else 2.0)
+    if dtype == "int8":  # exact: |sums| < 2^53 in float64
+        assert torch.equal(c, (a.double() @ b.double()).to(torch.int32))
+    else:
+        ref = a.float() @ b.float()
+        torch.testing.assert_close(c.float(), ref, rtol=3e-2, atol=0.5 if dtype != "fp8" else 2.0)
     if torch.cuda.get_device_capability() == (9, 0) and warps % 4 == 0 and stages >= 2 and K % 16 == 0:
         assert "wgmma.mma_async" in _tiled_matmul.warmup(*args, grid=grid, **options).asm["ptx"]
 

@@ -8,7 +8,8 @@ describe the same thing to the tensor cores.
 
 `warp_group_dot` issues, per 32 bytes of k, one `wgmma.mma_async.m64nNk*` per (M
 repetition, N repetition) of its warpgroup, all in one committed group; the accumulator
-registers are in the `Wgmma` layout's order, which is the instruction's own.
+registers are in the `Wgmma` layout's order, which is the instruction's own: fp32, or
+int32 for int8 inputs (`.s32.s8.s8`, whose form has no negating scales and no transpose).
 """
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ from .memory import access_width, plain_store
 from .types import F32, I8, I32, I64, SHARED_PTR, VOID, reg_type
 
 ALIGN = 1024
-_PTX_TYPE = {"fp16": "f16", "bf16": "bf16", "fp8e4nv": "e4m3", "fp8e5": "e5m2", "fp32": "tf32"}
+_PTX_TYPE = {"fp16": "f16", "bf16": "bf16", "fp8e4nv": "e4m3", "fp8e5": "e5m2", "fp32": "tf32", "int8": "s8"}
 _SWIZZLE_MODE = {0: 0, 128: 1, 64: 2, 32: 3}
 
 
@@ -247,13 +248,15 @@ def _warp_group_dot(lw, op):
     (M, K), (_, N) = a.type.shape, b_op.type.shape
     elem = a.type.element_ty
     k_step = 32 // elem.itemsize
+    integer = elem.name == "int8"  # int32 accumulators in "r" registers
+    acc_ty, acc_ptx = (I32, "s32") if integer else (F32, "f32")
     (Wm, Wn), instr_n = layout.warps, layout.instr_n
     values = list(lw.regs(acc, layout))
     b = lw.b
     # a zero accumulator is not materialized: the first k-step runs with scale-d = 0
     fresh = is_zero_constant(acc)
     if fresh:
-        values = [ir.Constant(F32, ir.Undefined)] * len(values)
+        values = [ir.Constant(acc_ty, ir.Undefined)] * len(values)
     group = b.udiv(lw.warp, lw.i32(4))
     row_base = b.mul(b.urem(group, lw.i32(Wm // 4)), lw.i32(64))
     col_base = b.mul(b.udiv(group, lw.i32(Wm // 4)), lw.i32(instr_n))
@@ -263,21 +266,23 @@ def _warp_group_dot(lw, op):
     per = instr_n // 2
     ty = _PTX_TYPE[elem.name]
     d = ", ".join(f"${i}" for i in range(per))
-    shape = f"wgmma.mma_async.sync.aligned.m64n{instr_n}k{k_step}.f32.{ty}.{ty}"
-    if a_in_regs:  # d, {a0..a3}, b-desc, scale-d, scale-a, scale-b, trans-b
+    shape = f"wgmma.mma_async.sync.aligned.m64n{instr_n}k{k_step}.{acc_ptx}.{ty}.{ty}"
+    if a_in_regs:  # d, {a0..a3}, b-desc, scale-d, scale-a, scale-b, trans-b (16-bit A only)
         fragments = _a_fragments(lw, a, layout, K)
         args = "{" + ", ".join(f"${per + i}" for i in range(4)) + "}"
         text = (f"{{ .reg .pred p; setp.ne.b32 p, ${per + 5}, 0; "
                 f"{shape} {{{d}}}, {args}, ${per + 4}, p, 1, 1, {int(not b_k_major)}; }}")
         inputs = ["r"] * 4 + ["l", "r"]
     else:
-        # the transpose flags exist for 16-bit types only (fp8 and tf32 read K-major tiles)
+        # the transpose flags exist for 16-bit types only (fp8, tf32 and int8 read K-major
+        # tiles); the negating scales for float types only
         trans = "" if elem.itemsize != 2 else f", {int(not a_k_major)}, {int(not b_k_major)}"
+        scales = "" if integer else ", 1, 1"
         text = (f"{{ .reg .pred p; setp.ne.b32 p, ${per + 2}, 0; "
-                f"{shape} {{{d}}}, ${per}, ${per + 1}, p, 1, 1{trans}; }}")
+                f"{shape} {{{d}}}, ${per}, ${per + 1}, p{scales}{trans}; }}")
         inputs = ["l", "l", "r"]
-    constraints = ",".join(["=f"] * per + inputs + [str(i) for i in range(per)])
-    ret = ir.LiteralStructType([F32] * per)
+    constraints = ",".join(["=r" if integer else "=f"] * per + inputs + [str(i) for i in range(per)])
+    ret = ir.LiteralStructType([acc_ty] * per)
     _asm(lw, "wgmma.fence.sync.aligned;")
     for k0 in range(0, K, k_step):
         for mi in range(n_m):

@@ -76,7 +76,8 @@ class _Assigner:
         the loop-carried accumulator and its zeros)."""
         if op.name == "warp_group_dot":
             shape = op.results[0].type.shape
-            self.preferred[shape] = (1 << 31, wgmma_layout(shape, self.num_warps))
+            int8 = op.operands[1].type.element_ty.name == "int8"  # B is a shared tile
+            self.preferred[shape] = (1 << 31, wgmma_layout(shape, self.num_warps, int8))
         elif mma_eligible(op):
             shape = op.results[0].type.shape
             layout = mma_layout(shape, self.num_warps)

@@ -1,7 +1,8 @@
 """Software pipelining through shared memory, for dots that run on Hopper's wgmma.
 
 In a `for` loop (constant positive step, nothing stored in its body) a `dot` (fp16,
-bf16, fp8, or fp32 at tf32 precision) runs on wgmma when each operand comes one of three ways:
+bf16, fp8 or fp32 at tf32 precision into fp32; int8 into int32) runs on wgmma when each
+operand comes one of three ways:
     ring:  a block load in the body (its address a pure function of the induction
            variable and of carried values that advance by pure ops), or tl.trans of one,
            copied ahead with cp.async through a ring of S + 1 swizzled tiles, S = the
@@ -12,7 +13,7 @@ bf16, fp8, or fp32 at tf32 precision) runs on wgmma when each operand comes one 
     regs:  A only, a 16-bit value computed in the body (attention's P), read from
            registers: wgmma's A fragment is the accumulator layout's register order;
     staged: A only, any other value computed in the body (fp8 attention's P: an 8-bit
-           A fragment is not the accumulator's register order), stored each iteration
+           A fragment is not the accumulator's register order; int8 likewise), stored each iteration
            into one of STAGED_SLOTS K-major tiles, then a fence and a barrier.
 
 The rewritten loop:
@@ -65,7 +66,9 @@ from .rewrite import has_side_effects
 
 name = "smem_pipeline"
 
-WGMMA_INPUTS = ("fp16", "bf16", "fp8e4nv", "fp8e5", "fp32")  # fp32 read as tf32 (input_precision="tf32")
+# input type -> accumulator type; fp32 is read as tf32 (input_precision="tf32"). Triton
+# takes int8 dots only (no uint8), on .s32.s8.s8.
+WGMMA_INPUTS = {"fp16": "fp32", "bf16": "fp32", "fp8e4nv": "fp32", "fp8e5": "fp32", "fp32": "fp32", "int8": "int32"}
 TRANSPOSABLE = ("fp16", "bf16")  # wgmma reads M- or N-major tiles of 16-bit types only
 ALIGN = 1024  # a 128-byte swizzle repeats every 8 rows of 128 bytes
 # A staged tile written in iteration i was last read by the dot of iteration i - STAGED_SLOTS.
@@ -208,17 +211,17 @@ def _operand(v, role, body, instr_extent, ctx):
 def _wgmma_sources(dot, body, ctx):
     """The sources of a and b (see `_operand`) when `dot` can run on wgmma, else None."""
     a, b, acc = dot.operands
-    if len(acc.type.shape) != 2 or scalar_of(acc.type).name != "fp32":
-        return None
     elem = scalar_of(a.type)
     if elem.name not in WGMMA_INPUTS or scalar_of(b.type) != elem:
+        return None
+    if len(acc.type.shape) != 2 or scalar_of(acc.type).name != WGMMA_INPUTS[elem.name]:
         return None
     if elem.name == "fp32" and dot.attrs.get("input_precision") != "tf32":
         return None  # ieee and tf32x3 keep fp32's precision: not one tf32 product
     K = a.type.shape[1]
     if K * elem.itemsize % 32:  # one instruction reads 32 bytes of k
         return None
-    layout = wgmma_layout(acc.type.shape, ctx.num_warps)
+    layout = wgmma_layout(acc.type.shape, ctx.num_warps, int8=elem.name == "int8")
     if layout is None:
         return None
     sources = (_operand(a, "a", body, 64, ctx), _operand(b, "b", body, layout.instr_n, ctx))
