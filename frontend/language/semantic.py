@@ -1289,7 +1289,15 @@ def hint(name, x, values):
     values = [int(unwrap(v)) for v in (values if isinstance(values, (list, tuple)) else [values])]
     if len(values) != max(1, len(x.type.shape)):
         raise ValueError(f"{name} needs one value per dimension of {list(x.type.shape)}")
-    return _emit(name, [x], x.type, values=values)
+    hinted = _emit(name, [x], x.type, values=values)
+    # Triton puts the hint on the value itself, so one whose result is dropped (tutorial 08's
+    # `tl.multiple_of(a_ptrs, [16, 16])` on a line of its own) still holds for the value's later
+    # uses: here they read the hinted value, where the value was made in this same block
+    # (elsewhere, a later use outside this block could not see a value made in it).
+    made_in = x.handle.owner if isinstance(x.handle.owner, Block) else x.handle.owner.parent
+    if made_in is builder().block:
+        x.handle = hinted.handle
+    return hinted
 
 
 def debug_barrier():
