@@ -33,7 +33,7 @@ MODULES = {
     "triton.knobs": "kiln.dropin.knobs",
     "triton.runtime": "kiln.dropin.runtime",
     "triton.runtime.autotuner": "kiln.dropin.runtime",
-    "triton.runtime.cache": "kiln.dropin.runtime",
+    "triton.runtime.cache": "kiln.dropin.file_cache",
     "triton.runtime.driver": "kiln.dropin.runtime",
     "triton.runtime.errors": "kiln.runtime.errors",
     "triton.runtime.jit": "kiln.dropin.jit",

@@ -29,12 +29,26 @@ class _Runtime(_Knobs):
 
 
 class _Cache(_Knobs):
-    _names = ("dir",)
+    """`dir` is kiln's node cache; the others serve `triton.runtime.cache`'s file managers
+    (kiln.dropin.file_cache): set here, or by Triton's environment variables."""
+    _names = ("dir", "dump_dir", "override_dir", "manager_class")
+
+    def __init__(self):
+        for name in self._names[1:]:
+            object.__setattr__(self, name, None)
 
     @property
     def dir(self) -> str:
         from kiln.cache.env import cache_dir
         return str(cache_dir())
+
+    def __getattribute__(self, name):
+        value = object.__getattribute__(self, name)
+        if value is None and name in ("dump_dir", "override_dir"):
+            variable = {"dump_dir": "TRITON_DUMP_DIR", "override_dir": "TRITON_OVERRIDE_DIR"}[name]
+            import os
+            return os.environ.get(variable) or os.path.join(self.dir, name.split("_")[0])
+        return value
 
 
 class _Assembler:

@@ -1,5 +1,6 @@
 """`triton.runtime` in the drop-in mode: kiln.runtime's driver, with Triton's other runtime names
-(`triton.runtime.autotuner`, `triton.runtime.cache` and `triton.runtime.driver` are this module too)."""
+(`triton.runtime.autotuner` and `triton.runtime.driver` are this module too; `triton.runtime.cache`
+is kiln.dropin.file_cache)."""
 from __future__ import annotations
 
 import base64
@@ -9,6 +10,7 @@ from kiln.autotuner import Autotuner, Config, Heuristics, autotune, heuristics  
 from kiln.errors import InterpreterError, OutOfResources  # noqa: F401
 from kiln.runtime import GPUTarget, driver  # noqa: F401
 
+from . import file_cache as cache  # noqa: F401  (triton.runtime.cache)
 from . import knobs  # noqa: F401
 from .backends import PTXASError, triton_key  # noqa: F401
 from .jit import JITFunction  # noqa: F401
@@ -16,8 +18,9 @@ from kiln.jit import KernelInterface  # noqa: F401
 
 # `import triton.runtime.driver` must not replace the `driver` attribute with a module: Triton's
 # own submodule is imported by its package, so the import system finds it and sets nothing.
-for _name in ("driver", "autotuner", "cache"):
+for _name in ("driver", "autotuner"):
     sys.modules.setdefault(f"triton.runtime.{_name}", sys.modules[__name__])
+sys.modules.setdefault("triton.runtime.cache", cache)
 
 
 def _base64(key: str) -> str:

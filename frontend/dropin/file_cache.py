@@ -1,0 +1,131 @@
+"""`triton.runtime.cache` in the drop-in mode: Triton's file cache managers, for the code that
+keeps its own files beside compiled kernels or swaps in its own manager (Liger-Kernel's
+`TRITON_CACHE_MANAGER=module:Class`). kiln's compiles do not go through them: its binaries
+live in the node cache (kiln.cache); these files live under its directory, in `files/KEY/`.
+"""
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import uuid
+from abc import ABC, abstractmethod
+
+from . import knobs
+
+
+class CacheManager(ABC):
+    def __init__(self, key, override=False, dump=False):
+        pass
+
+    @abstractmethod
+    def get_file(self, filename) -> str | None:
+        ...
+
+    @abstractmethod
+    def put(self, data, filename, binary=True) -> str:
+        ...
+
+    @abstractmethod
+    def get_group(self, filename: str) -> dict[str, str] | None:
+        ...
+
+    @abstractmethod
+    def put_group(self, filename: str, group: dict[str, str]):
+        ...
+
+
+class FileCacheManager(CacheManager):
+    """Files of one `key` in one directory: the cache's (or, with `dump`/`override`, the dump or
+    override directory's), with whole-file writes that a reader never sees half done."""
+
+    def __init__(self, key, override=False, dump=False):
+        self.key = key
+        self.lock_path = None
+        if dump:
+            self.cache_dir = os.path.join(knobs.cache.dump_dir, key)
+        elif override:
+            self.cache_dir = os.path.join(knobs.cache.override_dir, key)
+            return  # an override directory is read, never made
+        else:
+            self.cache_dir = os.path.join(knobs.cache.dir, "files", key)
+        self.lock_path = os.path.join(self.cache_dir, "lock")
+        os.makedirs(self.cache_dir, exist_ok=True)
+
+    def _make_path(self, filename) -> str:
+        return os.path.join(self.cache_dir, filename)
+
+    def has_file(self, filename) -> bool:
+        if not self.cache_dir:
+            raise RuntimeError("Could not create or locate cache dir")
+        return os.path.exists(self._make_path(filename))
+
+    def get_file(self, filename) -> str | None:
+        return self._make_path(filename) if self.has_file(filename) else None
+
+    def get_group(self, filename: str) -> dict[str, str] | None:
+        """The files a group names, if the group file and all of them are there."""
+        path = self.get_file(_group_name(filename))
+        if path is None:
+            return None
+        try:
+            with open(path) as f:
+                children = json.load(f)["child_paths"]
+        except (OSError, ValueError, KeyError, TypeError):  # a broken group file is a miss
+            return None
+        if not isinstance(children, dict):
+            return None
+        group = {}
+        for name, child in children.items():
+            if not isinstance(child, str) or not os.path.exists(child):
+                return None
+            group[name] = child
+        return group
+
+    def put_group(self, filename: str, group: dict[str, str]) -> str:
+        if not self.cache_dir:
+            raise RuntimeError("Could not create or locate cache dir")
+        children = {name: self._make_path(name) for name in group}
+        return self.put(json.dumps({"child_paths": children}), _group_name(filename), binary=False)
+
+    def put(self, data, filename, binary=True) -> str:
+        if not self.cache_dir:
+            raise RuntimeError("Could not create or locate cache dir")
+        binary = isinstance(data, bytes)
+        if not binary:
+            data = str(data)
+        path = self._make_path(filename)
+        temp = f"{path}.tmp.pid_{os.getpid()}_{uuid.uuid4().hex}"  # then renamed: readers see all or nothing
+        with open(temp, "wb" if binary else "w") as f:
+            f.write(data)
+        os.replace(temp, path)
+        return path
+
+
+def _group_name(filename: str) -> str:
+    return f"__grp__{filename}"
+
+
+def _manager_class():
+    """`knobs.cache.manager_class`, else TRITON_CACHE_MANAGER ("module:Class"), else FileCacheManager."""
+    chosen = knobs.cache.manager_class or os.environ.get("TRITON_CACHE_MANAGER")
+    if not chosen:
+        return FileCacheManager
+    if isinstance(chosen, type):
+        return chosen
+    module, sep, name = chosen.partition(":")
+    if not sep or not module or not name:
+        raise ValueError(f"TRITON_CACHE_MANAGER={chosen!r}: expected 'module:Class'")
+    return getattr(importlib.import_module(module), name)
+
+
+def get_cache_manager(key) -> CacheManager:
+    return _manager_class()(key)
+
+
+def get_override_manager(key) -> CacheManager:
+    return _manager_class()(key, override=True)
+
+
+def get_dump_manager(key) -> CacheManager:
+    return _manager_class()(key, dump=True)
