@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import builtins
+import inspect
 
 from . import config as env
 from .errors import CompilationError, OutOfResources, user_facing
@@ -59,6 +60,13 @@ class Config:
     __repr__ = __str__
 
 
+def _base_function(fn):
+    """The Python function under autotune/heuristics/jit wrappers (Triton's `base_fn`)."""
+    while not inspect.isfunction(fn):
+        fn = fn.fn
+    return fn
+
+
 def _arg_names(fn):
     while not hasattr(fn, "arg_names"):
         fn = fn.fn
@@ -76,6 +84,7 @@ class Autotuner(KernelInterface):
     def __init__(self, fn, arg_names, configs, key, reset_to_zero=None, restore_value=None, pre_hook=None,
                  post_hook=None, prune_configs_by=None, warmup=None, rep=None, use_cuda_graph=False, do_bench=None):
         self.fn = fn
+        self.base_fn = _base_function(fn)
         self.arg_names = arg_names
         self.configs = list(configs) or [Config({})]
         self.keys = list(key)
@@ -90,6 +99,8 @@ class Autotuner(KernelInterface):
         self.early_config_prune = prune.get("early_config_prune")
         self.warmup_ms = 25 if warmup is None else warmup
         self.rep_ms = 100 if rep is None else rep
+        # Triton's names for them, which torch.compile checks are at their defaults
+        self.num_warmups, self.num_reps, self.use_cuda_graph = warmup, rep, use_cuda_graph
         self.bench_fn = do_bench
         self.cache: dict = {}
         self.best_config: Config | None = None
@@ -227,6 +238,7 @@ class Autotuner(KernelInterface):
 class Heuristics(KernelInterface):
     def __init__(self, fn, arg_names, values: dict):
         self.fn, self.arg_names, self.values = fn, arg_names, values
+        self.base_fn = _base_function(fn)
 
     @user_facing
     def run(self, *args, grid, warmup=False, **kwargs):

@@ -287,12 +287,31 @@ def _is_constexpr_annotation(annotation, fn) -> bool:
     return False
 
 
+class ConstexprFunction:
+    """Triton's `@constexpr_function`: a plain Python function that kernels call on constexpr
+    arguments, at compile time, for a constexpr result; it stays callable from host code. kiln
+    evaluates every callable that is neither `@jit` nor a builtin that way already; the wrapper
+    is what code generators look for (Inductor copies `src` into the kernels it writes)."""
+
+    def __init__(self, fn):
+        self.fn = fn
+        functools.update_wrapper(self, fn)
+
+    def __call__(self, *args, **kwargs):
+        return self.fn(*args, **kwargs)
+
+    @property
+    def src(self) -> str:
+        """The function's source from its `def` (decorators left out)."""
+        text = textwrap.dedent(inspect.getsource(self.fn))
+        return text[text.index("def "):]
+
+    def __repr__(self):
+        return f"ConstexprFunction({self.fn.__qualname__})"
+
+
 def constexpr_function(fn):
-    """Triton's mark for a plain Python function that kernels call on constexpr arguments,
-    at compile time, for a constexpr result. kiln evaluates every callable that is neither
-    `@jit` nor a builtin that way already, so the function is returned as it is and stays
-    callable from host code."""
-    return fn
+    return ConstexprFunction(fn)
 
 
 def jit(fn=None, *, do_not_specialize=(), debug=None, noinline=False, repr=None, launch_metadata=None, prewarm=(),

@@ -79,3 +79,52 @@ def test_mlp_forward_backward_equals_eager(tmp_path, compile_threads):
     assert any("layer_norm" in k and "backward" not in k for k in launched), launched  # forward kernels
     assert any("gelu_backward" in k for k in launched) and any("layer_norm_backward" in k for k in launched)
     assert result["err"] <= 1e-5 * max(1.0, result["scale"]), result
+
+
+USER_KERNEL_JOB = textwrap.dedent("""
+    import json
+    import torch
+    import torch._inductor.config as inductor_config
+    import triton
+    import triton.language as tl
+
+    inductor_config.cpu_backend = "triton"
+
+
+    @triton.constexpr_function
+    def doubled(x):
+        return 2 * x
+
+
+    @triton.autotune(configs=[triton.Config({"BLOCK": 32}), triton.Config({"BLOCK": 64})], key=["n"])
+    @triton.jit
+    def scale_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * doubled(3), mask=offs < n)
+
+
+    def f(x):
+        y = torch.empty_like(x)
+        n = x.numel()
+        scale_kernel[lambda meta: (triton.cdiv(n, meta["BLOCK"]),)](x, y, n)
+        return y + 1
+
+
+    x = torch.arange(100, dtype=torch.float32)
+    out = torch.compile(f)(x)
+    print(json.dumps({"triton": triton.__name__, "equal": bool(torch.equal(out, x * 6 + 1)),
+                      "constexpr_src": scale_kernel.base_fn.__globals__["doubled"].src.split("(")[0]}))
+""")
+
+
+def test_a_users_autotuned_kernel_inside_torch_compile(tmp_path):
+    """Dynamo wraps a user's `@triton.autotune` kernel (it reads Triton's Autotuner attributes)
+    and Inductor copies its source, and the source of the constexpr functions it calls, into
+    the module it generates."""
+    script = tmp_path / "job.py"
+    script.write_text(USER_KERNEL_JOB)
+    env = {**os.environ, hook.ENV: "1", "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"), "KILN_INTERPRET": "1"}
+    out = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-4000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result == {"triton": "kiln.dropin.facade", "equal": True, "constexpr_src": "def doubled"}, out.stderr[-2000:]

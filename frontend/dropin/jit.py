@@ -10,7 +10,7 @@ import hashlib
 from dataclasses import dataclass
 
 from kiln.jit import JITFunction as _KilnJITFunction
-from kiln.jit import KernelInterface, constexpr_function  # noqa: F401  (triton.runtime.jit has them)
+from kiln.jit import ConstexprFunction, KernelInterface, constexpr_function  # noqa: F401  (triton.runtime.jit has them)
 from kiln.tensor_wrapper import TensorWrapper, reinterpret  # noqa: F401
 
 
