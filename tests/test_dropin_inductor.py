@@ -91,6 +91,9 @@ USER_KERNEL_JOB = textwrap.dedent("""
     inductor_config.cpu_backend = "triton"
 
 
+    THREE: tl.constexpr = tl.constexpr(3)  # Inductor writes it out with its annotation's module
+
+
     @triton.constexpr_function
     def doubled(x):
         return 2 * x
@@ -100,7 +103,7 @@ USER_KERNEL_JOB = textwrap.dedent("""
     @triton.jit
     def scale_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
         offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-        tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * doubled(3), mask=offs < n)
+        tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * doubled(THREE), mask=offs < n)
 
 
     def f(x):

@@ -18,3 +18,14 @@ from .jit import JITFunction, jit  # noqa: F401
 
 __version__ = "3.6.0"
 DROPIN = True  # `kiln doctor` and tests tell kiln's `triton` from Triton's by it
+
+
+def _answer_to_tritons_module_names():
+    """Code that writes Triton code names classes by their module: Inductor re-emits a kernel's
+    `X: tl.constexpr = ...` globals as `X: triton.language.core.constexpr = ...` in the module it
+    generates, which imports triton, not kiln. In this mode that name is kiln's own class."""
+    from kiln.language.core import constexpr
+    constexpr.__module__ = "triton.language.core"
+
+
+_answer_to_tritons_module_names()
