@@ -27,8 +27,13 @@ from .autotuner import Autotuner, Heuristics
 from .jit import JITFunction
 from .specialize import specialize
 
-# The scalar types a call specializes a runtime scalar to; nothing else can be launched.
-_SCALARS = {"i1": int1, "i32": int32, "i64": int64, "u64": uint64, "fp32": float32}
+# The scalar types a call specializes a runtime scalar to, and the others a signature may
+# declare (Inductor declares a Python float `fp64`, as Triton takes); the launcher passes each
+# at its width. 16-bit floats are not among them: no launch packs one.
+_SCALARS = {"i1": int1, "i32": int32, "i64": int64, "u64": uint64, "fp32": float32,
+            **{name: SCALAR_TYPES[kiln_name] for name, kiln_name in (
+                ("i8", "int8"), ("i16", "int16"), ("u8", "uint8"), ("u16", "uint16"), ("u32", "uint32"),
+                ("fp64", "fp64"))}}
 # Pointer element types in Triton's short names, and in kiln's own (`*int8` as well as `*i8`).
 _ELEMENTS = {**SCALAR_TYPES, "i1": int1, **{f"i{b}": SCALAR_TYPES[f"int{b}"] for b in (8, 16, 32, 64)},
              **{f"u{b}": SCALAR_TYPES[f"uint{b}"] for b in (8, 16, 32, 64)}}
@@ -54,7 +59,8 @@ def parse_arg(text: str):
     scalar = _SCALARS.get(spelling)
     if scalar is None:
         raise SignatureError(f"{text!r}: a runtime scalar is one of {', '.join(_SCALARS)} "
-                             "(what a call specializes Python ints, floats and bools to), or a pointer *TYPE")
+                             "(what a call specializes Python ints, floats and bools to, and the other widths a "
+                             "signature may declare), or a pointer *TYPE")
     if hint and (scalar is int1 or not scalar.is_int()):
         raise SignatureError(f"{text!r}: only integers take the hints :1 and :16")
     if hint == "1":

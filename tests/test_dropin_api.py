@@ -1,6 +1,7 @@
 """Triton 3.6's host API in kiln.dropin, as Inductor drives it: ASTSource -> triton.compile ->
 a CompiledKernel that pickles (compile workers) and launches through Triton's `run` signature."""
 import pickle
+import re
 
 import numpy as np
 import pytest
@@ -140,3 +141,25 @@ def test_knobs_are_triton_knobs_under_import_kiln_as_triton():
     # Triton's test helpers read the assembler's version as "major.minor": nvJitLink's here
     major, minor = (int(p) for p in triton.knobs.nvidia.ptxas.version.split("."))
     assert major >= 12 and minor >= 0 and triton.knobs.nvidia.ptxas.path is None
+
+
+@jit
+def axpy(x_ptr, out_ptr, n, alpha, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) * alpha.to(tl.float32), mask=mask)
+
+
+@pytest.mark.parametrize("scalar", ["fp64", "i8", "i16", "u8", "u16", "u32"])
+def test_signatures_take_tritons_other_scalar_widths(scalar):
+    """Inductor declares a Python float argument `fp64` (Liger-Kernel's KL divergence under
+    torch.compile); Triton's signatures also name 8- and 16-bit integers."""
+    signature = {"x_ptr": "*fp32", "out_ptr": "*fp32", "n": "i32", "alpha": scalar, "BLOCK": "constexpr"}
+    gpu = compile(ASTSource(axpy, signature, {"BLOCK": 64}, ATTRS), target=GPUTarget("cuda", 90, 32))
+    width = {"fp64": "f64", "i8": "u8", "i16": "u16", "u8": "u8", "u16": "u16", "u32": "u32"}[scalar]
+    assert f".param .{width} axpy_param_3" in gpu.asm["ptx"]  # passed at its own width
+    cpu = compile(ASTSource(axpy, signature, {"BLOCK": 64}, ATTRS), target=GPUTarget("cpu", 0, 1))
+    cpu._init_handles()
+    x, out = np.arange(10, dtype=np.float32), np.zeros(10, dtype=np.float32)
+    cpu[(1,)](x, out, 10, 3, 64)
+    np.testing.assert_array_equal(out, x * 3)
