@@ -171,7 +171,7 @@ class CodeGenerator(ast.NodeVisitor):
         if name in self.scope:
             return self.scope[name]
         if name in self.closure:
-            return wrap(self._captured(name, self.closure[name], None))
+            return wrap(self._captured(name, self.closure[name], None, captured=True))
         if name in self.globals:
             value = self._captured(name, self.globals[name], self.globals.get("__annotations__"))
             if semantic.state.global_reads is not None and _is_data(value):
@@ -183,7 +183,7 @@ class CodeGenerator(ast.NodeVisitor):
             return getattr(builtins, name)
         raise NameError(f"name '{name}' is not defined")
 
-    def _captured(self, name: str, value, annotations):
+    def _captured(self, name: str, value, annotations, captured=False):
         """Triton's rule for a name a kernel reads from its module or an enclosing function:
         constants (`tl.constexpr(...)`, or a module global annotated `tl.constexpr`), dtypes,
         modules, classes and functions. A plain value is refused: the kernel is compiled with
@@ -192,6 +192,10 @@ class CodeGenerator(ast.NodeVisitor):
         if _capturable(value) or _annotated_constexpr(annotations, name) or config.allow_non_constexpr_globals() \
                 or self.jitfn.is_internal:  # kiln's own library (tl.random's constant tables)
             return value
+        if captured:  # Triton does not see an enclosing function's plain values at all
+            raise NameError(f"{name} is not defined (kiln: a value of type {type(value).__name__} from an enclosing "
+                            "function; a kernel reads constexprs, dtypes, modules and functions from there, "
+                            "and TRITON_ALLOW_NON_CONSTEXPR_GLOBALS=1 allows other values)")
         raise NameError(f"Cannot access global variable {name} from within @jit'ed function. Triton kernels can "
                         f"only access global variables that are instanstiated as constexpr (`x = "
                         f"triton.language.constexpr(42)`). Alternatively, set the envvar "
