@@ -665,3 +665,50 @@ def test_masked_ring_copies_zero_fill_through_the_ignore_src_predicate():
                         ptx)
     assert masked and len(masked) == ptx.count("cp.async.cg.shared.global")
     assert not re.search(r"selp\.b32\s+%r\d+, 16, 0", ptx)
+
+
+@kiln.jit
+def _k_edge_from_memory(A, B, C, sizes, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    k_size = tl.load(sizes)  # nothing known of it: K's edge mask changes at any element
+    rm, rn, rk = tl.arange(0, BM), tl.arange(0, BN), tl.arange(0, BK)
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k in range(0, tl.cdiv(k_size, BK)):
+        cols = k * BK + rk
+        a = tl.load(A + rm[:, None] * 256 + cols[None, :], mask=cols[None, :] < k_size, other=0.0)
+        b = tl.load(B + cols[:, None] * BN + rn[None, :], mask=cols[:, None] < k_size, other=0.0)
+        acc = tl.dot(a, b, acc)
+    tl.store(C + rm[:, None] * BN + rn[None, :], acc)
+
+
+def test_a_ring_needs_masks_constant_over_a_copy():
+    """Aligned pointers with a mask that may change at any element: a copy of 4+ bytes would
+    take one mask bit for several elements, so the loop stays off the cp.async rings (it did
+    not, and the lowering then refused its 2-byte copies)."""
+    x, i = np.zeros((64, 64), np.float16), np.zeros(1, np.int32)
+    k = _k_edge_from_memory.warmup(x, x, x, i, BM=64, BN=128, BK=32, num_warps=4, num_stages=3, grid=(1,),
+                                   target="sm_90a")
+    assert "cp.async" not in k.asm["ptx"] and "mma.sync" in k.asm["ptx"]
+
+
+@kiln.jit
+def _descriptor_of_loaded_pointer(q_ptr, k_ptrs, k_strides, out_ptr, n_rows, n_ctx, D: tl.constexpr,
+                                  BM: tl.constexpr, BN: tl.constexpr):
+    # base and row stride read from memory: only the descriptor's own promise says they are aligned
+    keys = tl.make_tensor_descriptor(tl.load(k_ptrs).to(tl.pointer_type(tl.float16)), [n_rows, D],
+                                     [tl.load(k_strides), 1], [BN, D])
+    q = tl.load(q_ptr + tl.arange(0, BM)[:, None] * D + tl.arange(0, D)[None, :])
+    acc = tl.zeros([BM, BN], tl.float32)
+    for start in range(0, n_ctx, BN):
+        acc += tl.dot(q, keys.load([start, 0]).T)
+    tl.store(out_ptr + tl.arange(0, BM)[:, None] * BN + tl.arange(0, BN)[None, :], acc)
+
+
+def test_a_device_descriptor_promises_an_aligned_base_and_strides():
+    """TMA needs a 16-byte aligned base and strides of 16-byte multiples (Triton documents it):
+    the pointer loads standing in for a device-side descriptor are 16-byte runs, so its loop
+    runs on cp.async rings and wgmma even where base and stride come from memory."""
+    x, p = np.zeros((64, 64), np.float16), np.zeros(1, np.int64)
+    k = _descriptor_of_loaded_pointer.warmup(x, p, p, x, 4096, 4096, D=64, BM=128, BN=64, num_warps=4,
+                                             num_stages=3, grid=(1,), target="sm_90a")
+    ptx = k.asm["ptx"]
+    assert "cp.async.cg.shared.global" in ptx and "wgmma.mma_async" in ptx and "ld.local" not in ptx

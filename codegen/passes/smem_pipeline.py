@@ -149,6 +149,8 @@ def _ring_swizzle(load, role, transposed, instr_extent, ctx):
     t = load.results[0].type
     elem = scalar_of(t)
     order, vec = ((1, 0), 16) if is_tma(load) else memory_width(ctx, load)
+    if not is_tma(load) and len(load.operands) > 1:  # one mask bit per copy, as the copy's lowering reads it
+        vec = min(vec, ctx.axis.get(load.operands[1]).constancy[order[0]])
     if vec * elem.itemsize < 4:  # cp.async moves 4, 8 or 16 bytes
         return None
     inner = order[0] if not transposed else 1 - order[0]  # in the dot's view

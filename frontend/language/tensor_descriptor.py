@@ -159,7 +159,13 @@ def make_tensor_descriptor(base, shape, strides, block_shape, padding_option="ze
     if not isinstance(last_stride, tensor) and last_stride != 1:
         raise ValueError(f"a tensor descriptor's last dimension must be contiguous (stride 1), not {last_stride}")
     padding = unwrap(padding_option)
-    return descriptor(base, shape, strides, block_shape, padding)
+    desc = descriptor(base, shape, strides, block_shape, padding)
+    # What a descriptor promises (TMA needs it, Triton documents it): a 16-byte aligned base and
+    # every stride but the last a multiple of 16 bytes. Known here, the block's rows are aligned
+    # 16-byte runs for the pointer loads that stand in for TMA (vector loads, cp.async rings).
+    desc.base = semantic.hint("multiple_of", desc.base, [16])
+    desc.strides[:-1] = [semantic.hint("multiple_of", s, [max(1, 16 // elem_bytes)]) for s in desc.strides[:-1]]
+    return desc
 
 
 def descriptor(base, shape, strides, block_shape, padding="zero") -> TensorDescriptor:
