@@ -11,7 +11,9 @@ Every launch while a session is active becomes a frame named after the kernel, u
 frames of the scopes open at the time, with proton's kernel metrics: `time (ns)`, `count`,
 `device_id`, `device_type`. Kernel time comes from CUDA events recorded on the launch's
 stream around it (read when the session is deactivated or finalized); under KILN_INTERPRET
-it is the host time of the interpreted run (device type "CPU"). The file is the hatchet JSON
+it is the host time of the interpreted run (device type "CPU"). A scope in which no kiln kernel
+ran (a cuBLAS call beside kiln's kernels, which proton would see through CUPTI) gets its own
+time, between events on the current stream, in a child frame "(outside kiln)". The file is the hatchet JSON
 proton writes: `[tree, devices]`, each node `{"frame": {"name", "type"}, "metrics", "children"}`,
 the root carrying a zero of every inclusive metric, then the devices' properties.
 """
@@ -166,10 +168,45 @@ def profile(func=None, *, name=None, context="shadow", data="tree", backend=None
 
 # --- scopes -------------------------------------------------------------------------
 
+# The frame under a scope that holds the GPU time of a scope in which no kiln kernel ran (a
+# cuBLAS call proton would see through CUPTI): its whole time, between events on the stream.
+OUTSIDE_KILN = "(outside kiln)"
+
+
+def _measured() -> int:
+    """How many launches and scope timings this thread has filed (a scope with none inside
+    files its own time)."""
+    return getattr(_local, "measured", 0)
+
+
+def _count_measured() -> None:
+    _local.measured = _measured() + 1
+
+
+def _scope_timers() -> list:
+    timers = getattr(_local, "scope_timers", None)
+    if timers is None:
+        timers = _local.scope_timers = []
+    return timers
+
+
+def _start_scope_timer():
+    if not _active:
+        return None
+    from . import config
+    if config.interpret():
+        return _HostTiming()
+    from .runtime import cuda_driver as drv
+    if not drv.is_available():
+        return None
+    return _EventTiming(drv.device_and_stream()[1])
+
+
 def enter_scope(name: str, *, metrics: dict | None = None) -> int | None:
     """Open a scope: launches until `exit_scope` become its children; `metrics` are added to it."""
     stack = _scope_stack()
     stack.append((name, metrics))
+    _scope_timers().append((_start_scope_timer(), _measured()))
     for session in _active:
         node = _node(session)
         if metrics:
@@ -188,6 +225,13 @@ def exit_scope(name: str | None = None, *, metrics: dict | None = None) -> int |
         for session in _active:
             _node(session).add(metrics)
             session.metric_names.update(metrics)
+    timers = _scope_timers()
+    timer, measured = timers.pop() if timers else (None, 0)
+    if timer is not None and _measured() == measured and _active:
+        timer.stop()
+        for session in _active:
+            session.pending.append((_node(session, OUTSIDE_KILN), timer))
+        _count_measured()
     depth = len(stack)
     stack.pop()
     return depth
@@ -236,36 +280,42 @@ class cpu_timed_scope(scope):
 # --- measuring launches (called by kiln.compiler.CompiledKernel.launch) --------------
 
 class _HostTiming:
-    """An interpreted launch, timed on the host clock."""
+    """An interpreted launch (or a scope under the interpreter), timed on the host clock."""
 
-    def __init__(self, run):
-        begin = time.perf_counter_ns()
-        run()
-        self.ns = time.perf_counter_ns() - begin
+    def __init__(self):
+        self.begin = time.perf_counter_ns()
+
+    def stop(self):
+        self.ns = time.perf_counter_ns() - self.begin
 
     def result(self):
         return "CPU", 0, self.ns
 
 
 class _EventTiming:
-    """A GPU launch between two CUDA events on its stream; read once the end event completes."""
+    """GPU work between two CUDA events on a stream; read once the end event completes."""
 
-    def __init__(self, run, stream: int):
+    def __init__(self, stream: int):
         from .runtime import cuda_driver as drv
-        cu, self.device = drv.cuda(), drv.device_and_stream()[0]
+        cu, self.device, self.stream = drv.cuda(), drv.device_and_stream()[0], stream
         self.start, self.end = (drv.check(cu.cuEventCreate(0), "cuEventCreate") for _ in range(2))
+        self.read = None
         drv.check(cu.cuEventRecord(self.start, stream), "cuEventRecord")
-        run()
-        drv.check(cu.cuEventRecord(self.end, stream), "cuEventRecord")
+
+    def stop(self):
+        from .runtime import cuda_driver as drv
+        drv.check(drv.cuda().cuEventRecord(self.end, self.stream), "cuEventRecord")
 
     def result(self):
-        from .runtime import cuda_driver as drv
-        cu = drv.cuda()
-        drv.check(cu.cuEventSynchronize(self.end), "cuEventSynchronize")
-        ms = drv.check(cu.cuEventElapsedTime(self.start, self.end), "cuEventElapsedTime")
-        for event in (self.start, self.end):
-            drv.check(cu.cuEventDestroy(event), "cuEventDestroy")
-        return "CUDA", self.device, int(round(ms * 1e6))
+        if self.read is None:  # one timing may be filed in several sessions
+            from .runtime import cuda_driver as drv
+            cu = drv.cuda()
+            drv.check(cu.cuEventSynchronize(self.end), "cuEventSynchronize")
+            ms = drv.check(cu.cuEventElapsedTime(self.start, self.end), "cuEventElapsedTime")
+            for event in (self.start, self.end):
+                drv.check(cu.cuEventDestroy(event), "cuEventDestroy")
+            self.read = ("CUDA", self.device, int(round(ms * 1e6)))
+        return self.read
 
 
 _HOOK_METRICS = ("flops8", "flops16", "flops32", "flops64", "bytes", "flops")  # what proton's launch hook keeps
@@ -286,7 +336,10 @@ def measure(kernel, grid, args, run, stream: int | None, interpreted: bool) -> N
         metadata = kernel.launch_metadata(grid, kernel, bound)
         op_name = metadata.get("name", kernel.name)
         op_metrics = {k: metadata[k] for k in _HOOK_METRICS if k in metadata}
-    timing = _HostTiming(run) if interpreted else _EventTiming(run, stream or 0)
+    timing = _HostTiming() if interpreted else _EventTiming(stream or 0)
+    run()
+    timing.stop()
+    _count_measured()
     for session in _active:
         if session.hook == "triton":
             op = _node(session, op_name)

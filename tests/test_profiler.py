@@ -34,12 +34,12 @@ def no_session_left():
 
 @pytest.fixture
 def fake_clock(monkeypatch):
-    """Interpreted launches timed by a clock the test drives: each launch takes the next duration."""
+    """Interpreted launches (and scopes with none inside) timed by a clock the test drives: each
+    takes the next duration."""
     durations = []
 
     class Timing:
-        def __init__(self, run):
-            run()
+        def stop(self):
             self.ns = durations.pop(0)
 
         def result(self):
@@ -125,7 +125,7 @@ def test_enter_and_exit_scope_profile_decorator_and_cpu_timed_scope(tmp_path, fa
 
 
 def test_scope_as_decorator_and_scope_errors(tmp_path, fake_clock):
-    fake_clock.append(1)
+    fake_clock.extend([1, 2])  # the launch in "step", then "a", which has none inside
 
     @proton.scope("step")
     def step(x):
@@ -140,6 +140,7 @@ def test_scope_as_decorator_and_scope_errors(tmp_path, fake_clock):
     proton.finalize()
     tree, _ = _load(tmp_path / "s.hatchet")
     assert _child(_child(tree, "step"), "_fill")["metrics"]["count"] == 1
+    assert _child(_child(tree, "a"), proton.OUTSIDE_KILN)["metrics"]["time (ns)"] == 2
     with pytest.raises(ValueError, match="hatchet"):
         proton.finalize(proton.start(str(tmp_path / "t")), output_format="chrome_trace")
     proton.finalize()
@@ -252,3 +253,61 @@ def test_launch_metadata_sees_arguments_after_a_tensor_descriptor(tmp_path, fake
     tree, _ = _load(tmp_path / "d.hatchet")
     # the descriptor's launch pieces: its base, 2 sizes, 2 strides and the descriptor (its TMA map)
     assert _child(tree, "scale [n=64]")["metrics"] == {"bytes": 512, "flops32": 6}
+
+
+def test_a_scope_with_no_kiln_launch_files_its_own_time(tmp_path, fake_clock):
+    """Tutorial 09 times cuBLAS in a scope beside kiln's kernels: proton sees its kernels through
+    CUPTI; kiln times the scope itself, on the stream, in an "(outside kiln)" frame."""
+    x = np.zeros(16, np.float32)
+    fake_clock.extend([500, 40])
+    session = proton.start(str(tmp_path / "run"))
+    with proton.scope("cublas", {"flops16": 10}):
+        with proton.scope("inner"):
+            np.dot(x, x)  # work kiln does not launch
+    with proton.scope("kiln"):
+        _fill[(1,)](x, 1.0, N=16)
+    proton.finalize(session)
+    assert fake_clock == []
+    tree, _ = _load(tmp_path / "run.hatchet")
+    inner = _child(_child(tree, "cublas"), "inner")
+    assert _child(inner, proton.OUTSIDE_KILN)["metrics"]["time (ns)"] == 500
+    assert [c["frame"]["name"] for c in _child(tree, "cublas")["children"]] == ["inner"]  # counted once
+    assert [c["frame"]["name"] for c in _child(tree, "kiln")["children"]] == ["_fill"]
+
+
+def test_a_scope_without_launches_on_the_gpu_is_timed_on_the_current_stream(tmp_path, monkeypatch):
+    recorded = []
+
+    class FakeDriver:
+        class CUdevice_attribute:
+            pass
+
+        def cuEventCreate(self, flags):
+            return 0, f"event{len(recorded)}-{id(object())}"
+
+        def cuEventRecord(self, event, stream):
+            recorded.append(stream)
+            return (0,)
+
+        def cuEventSynchronize(self, event):
+            return (0,)
+
+        def cuEventElapsedTime(self, start, end):
+            return 0, 0.5
+
+        def cuEventDestroy(self, event):
+            return (0,)
+
+    monkeypatch.setenv("KILN_INTERPRET", "0")
+    monkeypatch.setattr(cuda_driver, "cuda", lambda: FakeDriver())
+    monkeypatch.setattr(cuda_driver, "is_available", lambda: True)
+    monkeypatch.setattr(cuda_driver, "device_and_stream", lambda: (0, 9))
+    monkeypatch.setattr(cuda_driver, "_device_attribute", lambda device, name: len(name))
+    monkeypatch.setattr(cuda_driver, "target", lambda device: "sm_90a")
+    session = proton.start(str(tmp_path / "gpu"))
+    with proton.scope("cublas"):
+        pass  # a library's kernels would run here, on the current stream
+    proton.finalize(session)
+    tree, _ = _load(tmp_path / "gpu.hatchet")
+    assert recorded == [9, 9]
+    assert _child(_child(tree, "cublas"), proton.OUTSIDE_KILN)["metrics"]["time (ns)"] == 500000
