@@ -8,6 +8,8 @@ rather than silently ignored.
 """
 from __future__ import annotations
 
+import os
+
 
 class _Knobs:
     _names: tuple = ()
@@ -30,25 +32,34 @@ class _Runtime(_Knobs):
 
 class _Cache(_Knobs):
     """`dir` is kiln's node cache; the others serve `triton.runtime.cache`'s file managers
-    (kiln.dropin.file_cache): set here, or by Triton's environment variables."""
+    (kiln.dropin.file_cache): set here, else Triton's environment variables say."""
     _names = ("dir", "dump_dir", "override_dir", "manager_class")
 
     def __init__(self):
-        for name in self._names[1:]:
-            object.__setattr__(self, name, None)
+        object.__setattr__(self, "manager_class", None)  # None: TRITON_CACHE_MANAGER, else Triton's default
+        object.__setattr__(self, "_set", {})
 
     @property
     def dir(self) -> str:
         from kiln.cache.env import cache_dir
         return str(cache_dir())
 
-    def __getattribute__(self, name):
-        value = object.__getattribute__(self, name)
-        if value is None and name in ("dump_dir", "override_dir"):
-            variable = {"dump_dir": "TRITON_DUMP_DIR", "override_dir": "TRITON_OVERRIDE_DIR"}[name]
-            import os
-            return os.environ.get(variable) or os.path.join(self.dir, name.split("_")[0])
-        return value
+    @property
+    def dump_dir(self) -> str:
+        return self._set.get("dump_dir") or os.environ.get("TRITON_DUMP_DIR") or os.path.join(self.dir, "dump")
+
+    @dump_dir.setter
+    def dump_dir(self, value):
+        self._set["dump_dir"] = value
+
+    @property
+    def override_dir(self) -> str:
+        return (self._set.get("override_dir") or os.environ.get("TRITON_OVERRIDE_DIR")
+                or os.path.join(self.dir, "override"))
+
+    @override_dir.setter
+    def override_dir(self, value):
+        self._set["override_dir"] = value
 
 
 class _Assembler:
