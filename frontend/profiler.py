@@ -232,6 +232,8 @@ def exit_scope(name: str | None = None, *, metrics: dict | None = None) -> int |
         for session in _active:
             session.pending.append((_node(session, OUTSIDE_KILN), timer))
         _count_measured()
+    elif timer is not None:
+        timer.discard()  # its launches carry the time
     depth = len(stack)
     stack.pop()
     return depth
@@ -288,6 +290,9 @@ class _HostTiming:
     def stop(self):
         self.ns = time.perf_counter_ns() - self.begin
 
+    def discard(self):
+        pass
+
     def result(self):
         return "CPU", 0, self.ns
 
@@ -305,6 +310,11 @@ class _EventTiming:
     def stop(self):
         from .runtime import cuda_driver as drv
         drv.check(drv.cuda().cuEventRecord(self.end, self.stream), "cuEventRecord")
+
+    def discard(self):
+        from .runtime import cuda_driver as drv
+        for event in (self.start, self.end):
+            drv.check(drv.cuda().cuEventDestroy(event), "cuEventDestroy")
 
     def result(self):
         if self.read is None:  # one timing may be filed in several sessions

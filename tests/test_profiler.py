@@ -30,6 +30,7 @@ def no_session_left():
     proton._sessions.clear()
     proton._active.clear()
     proton._scope_stack().clear()
+    proton._scope_timers().clear()
 
 
 @pytest.fixture
@@ -41,6 +42,9 @@ def fake_clock(monkeypatch):
     class Timing:
         def stop(self):
             self.ns = durations.pop(0)
+
+        def discard(self):
+            pass
 
         def result(self):
             return "CPU", 0, self.ns
@@ -296,8 +300,11 @@ def test_a_scope_without_launches_on_the_gpu_is_timed_on_the_current_stream(tmp_
             return 0, 0.5
 
         def cuEventDestroy(self, event):
+            nonlocal destroyed
+            destroyed += 1
             return (0,)
 
+    destroyed = 0
     monkeypatch.setenv("KILN_INTERPRET", "0")
     monkeypatch.setattr(cuda_driver, "cuda", lambda: FakeDriver())
     monkeypatch.setattr(cuda_driver, "is_available", lambda: True)
@@ -307,7 +314,11 @@ def test_a_scope_without_launches_on_the_gpu_is_timed_on_the_current_stream(tmp_
     session = proton.start(str(tmp_path / "gpu"))
     with proton.scope("cublas"):
         pass  # a library's kernels would run here, on the current stream
+    with proton.scope("kiln"):
+        proton.measure(types.SimpleNamespace(name="k", launch_metadata=None), (1, 1, 1), [], lambda: None, 9,
+                       interpreted=False)
     proton.finalize(session)
+    assert destroyed == 6  # the scope's unused events too
     tree, _ = _load(tmp_path / "gpu.hatchet")
-    assert recorded == [9, 9]
+    assert recorded[:2] == [9, 9]
     assert _child(_child(tree, "cublas"), proton.OUTSIDE_KILN)["metrics"]["time (ns)"] == 500000
