@@ -164,6 +164,43 @@ def test_smem_alloc_shares_bytes_between_buffers_that_do_not_live_together():
     assert ctx.shared_allocated == 16384 + 2048 and "offset = 16384" in print_function(fn)
 
 
+def test_a_buffer_allocated_in_a_loop_dies_within_each_iteration():
+    # a persistent matmul's ring lives in its tile loop: the buffer after the K loop (the
+    # epilogue's) may take its bytes, and only a buffer allocated before the tile loop
+    # stays alive across it
+    text = """kernel @k(%n: int32) {
+  %z = constant {value = 0} : int32
+  %one = constant {value = 1} : int32
+  %kept = local_alloc : smem<1x64x64xfp16:swizzle128:order1.0>
+  for %z, %n, %one {
+  ^(%t: int32):
+    %ring = local_alloc : smem<2x64x64xfp16:swizzle128:order1.0>
+    for %z, %n, %one {
+    ^(%k: int32):
+      %slot = local_index %ring, %k : smem<64x64xfp16:swizzle128:order1.0>
+      yield
+    }
+    %epi = local_alloc : smem<1x64x64xfp16:swizzle128:order1.0>
+    %e = local_index %epi, %z : smem<64x64xfp16:swizzle128:order1.0>
+    %kv = local_index %kept, %z : smem<64x64xfp16:swizzle128:order1.0>
+    yield
+  }
+  return
+}
+"""
+    fn = parse_function(text)
+    ctx = PassContext(parse_target("sm_90a"))
+    smem_alloc.apply(fn, ctx)
+    offsets = {op.results[0]: op.attrs["offset"] for op in fn.walk() if op.name == "local_alloc"}
+    kept, ring, epi = offsets.values()
+    assert kept == 0 and ring == 8192 and epi == 8192  # the ring is dead once its K loop ended
+    assert ctx.shared_allocated == 8192 + 16384
+    tile_loop = next(op for op in fn.body.ops if op.name == "for").regions[0].ops
+    order = [op.name for op in tile_loop]
+    assert order[0] == "barrier" and order[order.index("for") + 1] == "barrier"  # both allocations reuse bytes
+    verify(fn)
+
+
 def test_smem_alloc_puts_a_barrier_where_bytes_change_owner():
     # b reuses a's bytes: a warp done with a must not copy into b while another reads a
     text = """kernel @k() {

@@ -1,8 +1,10 @@
 """Shared-memory allocation: a byte offset for every `local_alloc`, by liveness.
 
 A buffer lives from its `local_alloc` to its last use (through `local_index` and `local_trans` views); a
-use inside a loop keeps it alive to the end of that loop, since the next iteration
-comes back to it. Buffers whose lives do not overlap may share bytes; each starts at a
+use inside a loop that the `local_alloc` is not in keeps it alive to the end of that loop, since
+the next iteration comes back to it. A buffer allocated inside a loop is allocated anew each
+iteration (a persistent matmul's ring in its tile loop): its life ends with its last use in
+the iteration, and the epilogue after the K loop may take its bytes. Buffers whose lives do not overlap may share bytes; each starts at a
 multiple of 1024 (a 128-byte swizzle repeats every 1024 bytes and is computed from the
 address). The offsets are the `offset` attrs in the IR text; `ctx.shared_allocated` is
 the bytes they span. Lowering puts the transient scratch area after them where a
@@ -23,16 +25,15 @@ ALIGN = 1024
 
 
 def apply(fn, ctx) -> None:
-    position, loop_end = {}, {}
-    _number(fn.body, position, loop_end, [])
-    loop_end = {key: position[("end", id(loop))] for key, loop in loop_end.items()}
+    position, loops = {}, {}
+    _number(fn.body, position, loops, [])
     allocs = [op for op in fn.walk() if op.name == "local_alloc"]
     lives = []
     for alloc in allocs:
         values, end = {alloc.results[0]}, position[id(alloc)]
         for op in fn.walk():
             if any(v in values for v in op.operands):
-                end = max(end, loop_end.get(id(op), position[id(op)]))
+                end = max(end, _last_position(op, alloc, position, loops))
                 if op.name in ("local_index", "local_trans"):
                     values.update(op.results)
         lives.append((position[id(alloc)], end, alloc))
@@ -58,6 +59,16 @@ def apply(fn, ctx) -> None:
         reused = any(e < start and o < offset + size and offset < o + s for b, e, o, s in placed)
         if reused or first_scratch < start or _in_loop(alloc):
             _barrier_before(alloc)
+
+
+def _last_position(use, alloc, position, loops) -> int:
+    """Where a use keeps its buffer alive to: the end of the outermost loop around the use
+    that is not also around the allocation (whose next iteration allocates it again)."""
+    around_alloc = {id(loop) for loop in loops.get(id(alloc), ())}
+    for loop in loops.get(id(use), ()):
+        if id(loop) not in around_alloc:
+            return position[("end", id(loop))]
+    return position[id(use)]
 
 
 def _in_loop(op) -> bool:
@@ -93,15 +104,15 @@ def _barrier_before(alloc) -> None:
     ops.insert(at, barrier)
 
 
-def _number(block, position, loop_end, loops):
+def _number(block, position, loops, around):
     """Program-order positions of every op (a loop's end counts as one more), and for
-    ops inside loops the position where their outermost enclosing loop ends."""
+    ops inside loops the loops around them, outermost first."""
     for op in block.ops:
         position[id(op)] = len(position)
-        if loops:
-            loop_end[id(op)] = loops[0]
-        inner = loops + [op] if op.name in ("for", "while") else loops
+        if around:
+            loops[id(op)] = around
+        inner = around + [op] if op.name in ("for", "while") else around
         for region in op.regions:
-            _number(region, position, loop_end, inner)
+            _number(region, position, loops, inner)
         if op.name in ("for", "while"):
             position[("end", id(op))] = len(position)
