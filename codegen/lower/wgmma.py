@@ -135,16 +135,16 @@ def _async_copy(lw, op):
             step = 0
         else:
             address = first[1]
-        # A masked-off copy fills zeros through the ignore-src predicate: ptxas folds the
-        # mask into the copy's own predicate, where a src-size of 0 or N cost a select and
-        # a compare back per copy. The step is an immediate of the address.
+        # A masked-off copy fills zeros through the ignore-src predicate (a .pred operand,
+        # "b"): ptxas folds the mask into the copy's own predicate, where a src-size of 0
+        # or N cost a select and a compare back per copy. The step is an immediate of the address.
         copy = f"cp.async.{'cg' if nbytes == 16 else 'ca'}.shared.global [$0+{step}], [$1], {nbytes}"
         src = lw.b.ptrtoint(ptrs[i], I64)
         if masks is None:
             _asm(lw, copy + ";", args=[address, src], constraints="r,l")
         else:
-            _asm(lw, f"{{ .reg .pred skip; setp.eq.u32 skip, $2, 0; {copy}, skip; }}",
-                 args=[address, src, lw.b.zext(masks[i], I32)], constraints="r,l,r")
+            skip = lw.b.not_(masks[i])
+            _asm(lw, f"{copy}, $2;", args=[address, src, skip], constraints="r,l,b")
 
 
 def _run_length(layout, inner, es) -> int:
