@@ -7,8 +7,10 @@ otherwise it builds kiln's block IR for that specialization (kiln.signatures spe
 Triton does: `*fp32:16`, `i32`), then, for a CUDA target (a GPUTarget or a name, "sm_90a"), the
 binary through kiln's tiers (memory, node cache, shared tier, node daemon, this process): every
 rank and compile worker of a node that asks for the same kernel gets one compile, and
-`KILN_MANIFEST` records it. For the `cpu` target (Inductor's `cpu_backend = "triton"`, or
-`kiln.compile` with no GPU) kiln's interpreter runs the block IR.
+`KILN_MANIFEST` records it; the cubin is also left in Triton's cache layout, where Inductor's
+static launcher and Triton bundler look, when that launcher would launch it as kiln does
+(kiln.dropin.triton_files, kiln.dropin.static_abi). For the `cpu` target (Inductor's
+`cpu_backend = "triton"`, or `kiln.compile` with no GPU) kiln's interpreter runs the block IR.
 
 The result pickles (Inductor compiles in worker processes and launches in the parent): it
 carries the block IR as text, its argument types and the binary's bytes, and `_init_handles()`
@@ -111,7 +113,7 @@ def compile(src, target=None, options=None, _env_vars=None):
     record = warm.load(key) if key is not None else None
     found = _from_record(src, target, backend, options, record) if record is not None else None
     if found is not None:
-        return found
+        return _published(found)
     kernel, runtime, binary, binary_key = _build(src, backend, options)
     arg_types = [str(t) for t in kernel.arg_types]
     if key is not None:
@@ -119,8 +121,17 @@ def compile(src, target=None, options=None, _env_vars=None):
                          "num_warps": kernel.metadata["num_warps"], "num_stages": kernel.metadata["num_stages"],
                          "debug": kernel.debug, "compile_key": binary_key, "binary_target": backend.binary_target,
                          "binary_options": codegen_options(kernel.options) if binary is not None else {}})
-    return _compiled(src, target, options, kernel.asm["kir"], binary, runtime, kernel.debug, arg_types,
-                     kernel.metadata["num_warps"], kernel.metadata["num_stages"], kernel)
+    return _published(_compiled(src, target, options, kernel.asm["kir"], binary, runtime, kernel.debug, arg_types,
+                                kernel.metadata["num_warps"], kernel.metadata["num_stages"], kernel))
+
+
+def _published(compiled):
+    """A CUDA kernel's cubin is also left in Triton's cache layout when Inductor's static launcher
+    can launch it as kiln does (kiln.dropin.triton_files); a warm hit rewrites what is missing."""
+    if compiled.binary is not None:
+        from . import triton_files
+        triton_files.publish(compiled)
+    return compiled
 
 
 def _source_key(src, backend, options, debug) -> str | None:
@@ -165,13 +176,23 @@ def _from_record(src, target, backend, options, record):
 
 def _compiled(src, target, options, ir_text, binary, runtime, debug, arg_types, num_warps, num_stages, kernel):
     metadata = KernelMetadata(
-        name=src.name, hash=src.hash(), target=target, num_warps=num_warps, num_stages=num_stages, num_ctas=1,
-        cluster_dims=(1, 1, 1), maxnreg=options.maxnreg,
+        name=src.name, hash=_kernel_hash(src, target, options, binary), target=target, num_warps=num_warps,
+        num_stages=num_stages, num_ctas=1, cluster_dims=(1, 1, 1), maxnreg=options.maxnreg,
         shared=binary.metadata.get("shared", 0) if binary is not None else 0, debug=options.debug,
         enable_fp_fusion=options.enable_fp_fusion, launch_cooperative_grid=options.launch_cooperative_grid,
         launch_pdl=options.launch_pdl, global_scratch_size=0, global_scratch_align=1, profile_scratch_size=0,
         profile_scratch_align=1, tmem_size=0)
     return CompiledKernel(src, metadata, ir_text, binary, runtime, debug, arg_types, kernel)
+
+
+def _kernel_hash(src, target, options, binary) -> str:
+    """The kernel's `hash`, which names its directory in Triton's cache layout (kiln.dropin.
+    triton_files): one per source specialization, target, options and binary, as Triton's covers
+    its options. The binary's compile key covers the block IR, codegen options and kiln's
+    compiler; the source's hash alone would give two configs of one kernel one directory."""
+    binary_id = None if binary is None else (binary.key or hashlib.sha256(binary.cubin).hexdigest())
+    parts = [src.hash(), str(target), sorted((k, repr(v)) for k, v in vars(options).items()), binary_id]
+    return hashlib.sha256(repr(parts).encode()).hexdigest()
 
 
 def _is_constant(param) -> bool:

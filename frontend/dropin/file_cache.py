@@ -5,6 +5,7 @@ live in the node cache (kiln.cache); these files live under its directory, in `f
 """
 from __future__ import annotations
 
+import base64
 import importlib
 import json
 import os
@@ -100,6 +101,12 @@ class FileCacheManager(CacheManager):
             f.write(data)
         os.replace(temp, path)
         return path
+
+
+def _base32(key: str) -> str:
+    """Triton's spelling of a hex digest in cache paths. Inductor spells a kernel's directory with
+    this module's `_base32` (kiln.dropin.triton_files writes there), as with Triton 3.6's."""
+    return base64.b32encode(bytes.fromhex(key)).decode().rstrip("=")
 
 
 def _group_name(filename: str) -> str:
