@@ -596,6 +596,7 @@ def main():
     parser.add_argument("--quick", action="store_true", help="one process, mlp and gpt, default mode only")
     parser.add_argument("--max-autotune", action="store_true", help="also max-autotune-no-cudagraphs")
     parser.add_argument("--models", default="mlp,gpt")
+    parser.add_argument("--modes", help=f"instead of the above: modes to run, of {','.join(MODES)}")
     parser.add_argument("--model8", default="gpt", help="the model of the 8-process part ('' to skip it)")
     parser.add_argument("--processes", type=int, default=8)
     parser.add_argument("--threads-per-process", type=int, default=2,
@@ -619,6 +620,10 @@ def main():
     results = {"date": date, "device": args.device, "rtol": args.rtol, "atol": args.atol,
                "daemon_workers": args.daemon_workers, "load_average_before": os.getloadavg(), "one_process": {}}
     modes = ["default"] + ([] if args.quick or not args.max_autotune else ["max-autotune-no-cudagraphs"])
+    if args.modes:
+        modes = args.modes.split(",")
+        if unknown := set(modes) - set(MODES):
+            parser.error(f"unknown modes {sorted(unknown)}")
     t0 = time.perf_counter()
     try:
         for mode in modes:
