@@ -374,14 +374,16 @@ class Bench:
         for the warm run), kiln through a node daemon of its own: `launch(flavour, env, dirs)`
         runs one; each result gets kiln's daemon counts or Triton's cached kernels."""
         runs, daemon = {}, None
-        dirs = {f: fresh_dirs(self.root, f"{label.replace(' ', '-')}-{f}") for f in ("triton", "kiln")}
+        flavours = self.args.flavours.split(",")
+        dirs = {f: fresh_dirs(self.root, f"{label.replace(' ', '-')}-{f}") for f in flavours}
         try:
-            daemon = node_daemon(dirs["kiln"], self.args.daemon_workers, self.target)
+            if "kiln" in flavours:
+                daemon = node_daemon(dirs["kiln"], self.args.daemon_workers, self.target)
         except Exception as e:  # noqa: BLE001
             runs["daemon_error"] = f"{type(e).__name__}: {e}"
         try:
             for caches in ("cold", "warm"):
-                for flavour in ("triton", "kiln"):
+                for flavour in flavours:
                     key = f"{flavour}_{caches}"
                     if self.remaining() < MIN_JOB_S:
                         self.skipped.append(f"{label} {key}")
@@ -406,10 +408,7 @@ class Bench:
             run["checked"] = check_flavour(run, flavour)
             return run
         runs = self._cold_then_warm(f"{model} {mode}", launch)
-        for caches in ("cold", "warm"):
-            t, k = runs.get(f"triton_{caches}"), runs.get(f"kiln_{caches}")
-            if t and k and t["ok"] and k["ok"]:
-                runs[f"losses_equal_{caches}"] = losses_equal(k["losses"], t["losses"], self.args.rtol, self.args.atol)
+        compare_losses(runs, self.args.rtol, self.args.atol)
         return runs
 
     def eight_processes(self, model: str, mode: str, n: int) -> dict:
@@ -419,6 +418,29 @@ class Bench:
             return together(n, lambda barrier: self.spec(flavour, model, mode, barrier), env, self.root,
                             self.timeout())
         return self._cold_then_warm(f"{n} processes", launch)
+
+
+def compare_losses(runs: dict, rtol: float, atol: float) -> None:
+    for caches in ("cold", "warm"):
+        t, k = runs.get(f"triton_{caches}"), runs.get(f"kiln_{caches}")
+        if t and k and t["ok"] and k["ok"]:
+            runs[f"losses_equal_{caches}"] = losses_equal(k["losses"], t["losses"], rtol, atol)
+
+
+def merged(paths: list, rtol: float, atol: float) -> dict:
+    """One result of several runs' JSON files (--flavours split across calls: a compile phase longer
+    than one call allows), their single-process runs joined per model/mode, losses compared again."""
+    parts = [json.load(open(p)) for p in paths]
+    results = dict(parts[0], one_process={}, merged_from=[os.path.basename(p) for p in paths])
+    for part in parts:
+        for key, runs in part.get("one_process", {}).items():
+            results["one_process"].setdefault(key, {}).update(
+                {k: v for k, v in runs.items() if not k.startswith("losses_equal")})
+        for field in ("torch", "machine", "skipped"):
+            results[field] = results.get(field) or part.get(field)
+    for runs in results["one_process"].values():
+        compare_losses(runs, rtol, atol)
+    return results
 
 
 def together(n: int, make_spec, env: dict, root: str, timeout: float) -> dict:
@@ -609,11 +631,22 @@ def main():
     parser.add_argument("--budget", type=float, default=345, help="seconds for the whole bench; later runs skip")
     parser.add_argument("--rtol", type=float, default=1e-4)
     parser.add_argument("--atol", type=float, default=1e-6)
+    parser.add_argument("--flavours", default="triton,kiln", help="run only these (the rest in another call; --merge)")
+    parser.add_argument("--name", default="dropin", help="the results file's kind (<date>-<gpu>-<name>.json)")
+    parser.add_argument("--merge", nargs="+", metavar="JSON", help="join earlier calls' results files and print the table")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         print(MARK + json.dumps(job(json.loads(args.worker))), flush=True)
         return
+    if args.merge:
+        results = merged(args.merge, args.rtol, args.atol)
+        text = markdown(results)
+        results_file.save(args.out, results_file.stem(results["date"], results["machine"], args.name), results, text)
+        print(text)
+        return
+    if unknown := set(args.flavours.split(",")) - {"triton", "kiln"}:
+        parser.error(f"unknown flavours {sorted(unknown)}")
 
     bench = Bench(args)
     date = datetime.date.today().isoformat()
@@ -641,7 +674,7 @@ def main():
                   if isinstance(r, dict) and r.get("ok")), {})
     results["torch"], gpu = first.get("torch"), first.get("gpu")
     results["machine"] = gpu or f"{socket.gethostname()} ({args.device}, {os.cpu_count()} cores)"
-    slug = results_file.stem(date, gpu or socket.gethostname(), "dropin")
+    slug = results_file.stem(date, gpu or socket.gethostname(), args.name)
     text = markdown(results)
     results_file.save(args.out, slug, results, text)
     print(text)
