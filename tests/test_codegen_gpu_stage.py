@@ -164,6 +164,41 @@ def test_smem_alloc_shares_bytes_between_buffers_that_do_not_live_together():
     assert ctx.shared_allocated == 16384 + 2048 and "offset = 16384" in print_function(fn)
 
 
+@kiln.jit
+def _persistent_matmul(A, B, C, tiles, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    rm, rn, rk = tl.arange(0, BM), tl.arange(0, BN), tl.arange(0, BK)
+    for t in range(tl.program_id(0), tiles, 2):
+        acc = tl.zeros((BM, BN), dtype=tl.float32)
+        for k in range(0, K, BK):
+            a = tl.load(A + t * BM * K + rm[:, None] * K + (k + rk)[None, :], mask=(k + rk)[None, :] < K, other=0.0)
+            b = tl.load(B + (k + rk)[:, None] * BN + rn[None, :], mask=(k + rk)[:, None] < K, other=0.0)
+            acc = tl.dot(a, b, acc)
+        tl.store(C + t * BM * BN + rm[:, None] * BN + rn[None, :], acc)
+
+
+def test_a_k_loop_inside_a_tile_loop_counts_its_prologue_from_an_opaque_start():
+    # hoisted out of the tile loop, the prologue's copy masks would be predicates live across
+    # the K loop (more than a thread has); a tile-independent K loop keeps its plain start
+    x = np.zeros((64, 64), np.float16)
+    k = _persistent_matmul.warmup(x, x, np.zeros((64, 64), np.float32), 4, 256, BM=64, BN=64, BK=32,
+                                  num_warps=4, num_stages=3, grid=(1,), target="sm_90a")
+    fn, _ = pipelined(k.asm["kir"], num_warps=4, num_stages=3)
+    tile_loop = next(op for op in fn.body.ops if op.name == "for").regions[0].ops
+    moves = [op for op in tile_loop if op.name == "inline_asm"]
+    assert len(moves) == 1 and moves[0].attrs["volatile"] and moves[0].attrs["asm"] == "mov.b32 $0, $1;"
+    first_copy = next(i for i, op in enumerate(tile_loop) if op.name == "async_copy")
+    assert tile_loop.index(moves[0]) < first_copy and "warp_group_dot" in names(fn)
+    assert "mov.b32" in k.asm["ptx"] and k.n_spills == 0
+    plain, _ = pipelined(_wide_matmul_text(), num_warps=4, num_stages=3)
+    assert "inline_asm" not in names(plain)
+
+
+def _wide_matmul_text():
+    x = np.zeros((64, 64), np.float16)
+    return _wide_matmul.warmup(x, x, np.zeros((64, 64), np.float32), 256, BM=64, BN=64, BK=32, num_warps=4,
+                               num_stages=3, grid=(1,), target="sm_90a").asm["kir"]
+
+
 def test_a_buffer_allocated_in_a_loop_dies_within_each_iteration():
     # a persistent matmul's ring lives in its tile loop: the buffer after the K loop (the
     # epilogue's) may take its bytes, and only a buffer allocated before the tile loop

@@ -41,3 +41,13 @@ def blocks(fn_or_block) -> list[Block]:
     for op in root.walk():
         out.extend(op.regions)
     return out
+
+
+def in_loop(op: Operation) -> bool:
+    """Whether `op` sits in the body of a `for` or `while`, at any depth."""
+    owner = op.parent.parent  # the op whose region holds `op` (the Function at the top)
+    while isinstance(owner, Operation):
+        if owner.name in ("for", "while"):
+            return True
+        owner = owner.parent.parent
+    return False

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from kiln.ir.core import Operation
 
+from .rewrite import in_loop
+
 name = "smem_alloc"
 ALIGN = 1024
 
@@ -57,7 +59,7 @@ def apply(fn, ctx) -> None:
     first_scratch = min(_scratch_positions(fn, position, spans), default=float("inf"))
     for (start, _, alloc), (_, _, offset, size) in zip(lives, placed):
         reused = any(e < start and o < offset + size and offset < o + s for b, e, o, s in placed)
-        if reused or first_scratch < start or _in_loop(alloc):
+        if reused or first_scratch < start or in_loop(alloc):
             _barrier_before(alloc)
 
 
@@ -69,15 +71,6 @@ def _last_position(use, alloc, position, loops) -> int:
         if id(loop) not in around_alloc:
             return position[("end", id(loop))]
     return position[id(use)]
-
-
-def _in_loop(op) -> bool:
-    owner = op.parent.parent  # the op whose region holds `op` (the Function at the top)
-    while isinstance(owner, Operation):
-        if owner.name in ("for", "while"):
-            return True
-        owner = owner.parent.parent
-    return False
 
 
 def _scratch_positions(fn, position, spans) -> list:

@@ -24,6 +24,10 @@ The rewritten loop:
                       each dot issued where it was (`warp_group_dot`); after the last one,
                       the copies of iteration i + S-1 into tile (i + S-1) % (S+1)
     after the loop:   wait for the dots still in flight and drain the copies.
+In a loop nested in another (a persistent matmul's K loop in its tile loop) the prologue counts
+its iterations from the (constant) lower bound passed through a volatile move, its divisibility kept
+by a `multiple_of`, so LLVM keeps the prologue's
+copy masks inside the outer loop instead of hoisting them into predicates live across it.
 
 A dot whose result is only carried to the next iteration (matmul's accumulator) is left
 in flight: its wait leaves one group pending. Any other result is awaited at once. A
@@ -62,7 +66,7 @@ from ..occupancy import max_shared_per_cta
 from . import axis_info, descriptor_loads
 from .layouts import memory_width
 from .prefetch import _clone, _const_int, address_cone
-from .rewrite import has_side_effects
+from .rewrite import has_side_effects, in_loop
 
 name = "smem_pipeline"
 
@@ -426,7 +430,7 @@ def _rewrite(loop, dots, copies, stages, step, ring_size, stored_earlier, warpgr
         _op(pre, "fence_async_shared", [], (), loc)
         _op(pre, "barrier", [], (), loc)
     current = {a: loop.operands[3 + arg_index[a]] for a in used}
-    iv_at = lb
+    iv_at = _opaque(pre, lb, loc) if in_loop(loop) and copies and _const_int(lb) is not None else lb
     for s in range(stages - 1 if copies else 0):
         mapping = {iv: iv_at, **{args[arg_index[a]]: current[a] for a in used}}
         _issue(pre, copies, ring_list, _const(pre, s, loc), iv_at, ub, mapping, loc, bars)
@@ -540,6 +544,18 @@ def _rewrite(loop, dots, copies, stages, step, ring_size, stored_earlier, warpgr
         for op in later.walk():
             op.operands = [swap.get(v, v) for v in op.operands]
     _insert(parent, at, after)
+
+
+def _opaque(out, v, loc):
+    """`v` through a volatile move: LLVM cannot hoist what the prologue computes from it out of
+    an enclosing loop (a persistent matmul's tile loop). Hoisted, the prologue's copy masks are
+    predicates live across the whole K loop, more than a thread's seven; ptxas then rebuilds one
+    per copy inside the K loop, a chain of dependent instructions per copy."""
+    bits, reg = ("64", "l") if v.type.itemsize == 8 else ("32", "r")
+    moved = _op(out, "inline_asm", [v], [v.type], loc, asm=f"mov.b{bits} $0, $1;", constraints=f"={reg},{reg}",
+                pack=1, volatile=True)
+    # what axis info knew of the constant (the copies' widths depend on it)
+    return _op(out, "multiple_of", [moved], [v.type], loc, values=[axis_info.pow2_divisor(_const_int(v))])
 
 
 def _dominates(op, later) -> bool:
