@@ -2,13 +2,10 @@
 compiled by kiln in Inductor's compile workers, handed to the job pickled (block IR and cubin),
 loaded there and launched through kiln's runtime on the stream Inductor passes (PyTorch's current
 one: the default stream, then a side stream)."""
-import json
-import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
+from dropin_jobs import run_on_gpu
 
 pytestmark = pytest.mark.gpu
 
@@ -65,19 +62,7 @@ JOB = textwrap.dedent("""
 
 
 def test_torch_compile_on_the_gpu_equals_eager(tmp_path):
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("no GPU")
-    from kiln.dropin import doctor, hook
-    if doctor.installed_hook() is None:
-        pytest.skip("kiln's drop-in hook is not installed here: reinstall with pip install -e .")
-    script = tmp_path / "job.py"
-    script.write_text(JOB)
-    env = {**os.environ, hook.ENV: "1", "KILN_INTERPRET": "0", "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"),
-           "TRITON_CACHE_DIR": str(tmp_path / "triton")}
-    out = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr[-4000:]
-    result = json.loads(out.stdout.strip().splitlines()[-1])
+    result, = run_on_gpu(tmp_path, JOB)
     assert result["triton"] == "kiln.dropin.facade"
     launched = result["launched"]
     assert any("layer_norm" in k for k in launched) and any("gelu_backward" in k for k in launched), launched

@@ -427,21 +427,8 @@ GPU_JOB = textwrap.dedent("""
 
 @pytest.mark.gpu
 def test_torch_compile_launches_kilns_cubins_statically_cold_and_warm(tmp_path):
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("no GPU")
-    from kiln.dropin import doctor, hook
-    if doctor.installed_hook() is None:
-        pytest.skip("kiln's drop-in hook is not installed here: reinstall with pip install -e .")
-    script = tmp_path / "job.py"
-    script.write_text(GPU_JOB)
-    env = {**os.environ, hook.ENV: "1", "KILN_INTERPRET": "0", "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"),
-           "TRITON_CACHE_DIR": str(tmp_path / "triton")}
-    runs = []
-    for _ in ("cold", "warm"):
-        out = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=600)
-        assert out.returncode == 0, out.stderr[-4000:]
-        runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    from dropin_jobs import run_on_gpu  # here: job scripts of this file's other tests import it without tests/
+    runs = run_on_gpu(tmp_path, GPU_JOB, runs=2, timeout=600)  # cold, then warm
     cold, warm = runs
     assert cold["triton"] == "kiln.dropin.facade"
     assert cold["gap"] <= 1e-4 and warm["gap"] <= 1e-4, (cold["gap"], warm["gap"])

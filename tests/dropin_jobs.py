@@ -1,0 +1,28 @@
+"""Runs a torch.compile job script under the drop-in on the GPU, in a fresh process with its own
+Inductor and Triton cache directories (the GPU tier's drop-in tests)."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+
+def run_on_gpu(tmp_path, text: str, runs: int = 1, timeout: float = 300) -> list:
+    """The JSON line each run of the job prints last; skips without a GPU or the drop-in hook."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no GPU")
+    from kiln.dropin import doctor, hook
+    if doctor.installed_hook() is None:
+        pytest.skip("kiln's drop-in hook is not installed here: reinstall with pip install -e .")
+    script = tmp_path / "job.py"
+    script.write_text(text)
+    env = {**os.environ, hook.ENV: "1", "KILN_INTERPRET": "0", "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"),
+           "TRITON_CACHE_DIR": str(tmp_path / "triton")}
+    results = []
+    for _ in range(runs):  # later runs find the caches the first one filled
+        out = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=timeout)
+        assert out.returncode == 0, out.stderr[-4000:]
+        results.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    return results
