@@ -7,6 +7,28 @@ import sys
 
 import pytest
 
+# A job script's model and step (its forward and backward, the loss and every gradient), at the
+# script's top level: a small MLP with LayerNorm and GELU, as Inductor fuses them.
+MLP_AND_STEP = """
+class MLP(torch.nn.Module):
+    def __init__(self, d, hidden):
+        super().__init__()
+        self.norm = torch.nn.LayerNorm(d)
+        self.up = torch.nn.Linear(d, hidden)
+        self.down = torch.nn.Linear(hidden, d)
+
+    def forward(self, x):
+        return x + self.down(torch.nn.functional.gelu(self.up(self.norm(x))))
+
+
+def step(model, x):
+    model.zero_grad()
+    loss = model(x).pow(2).mean()
+    loss.backward()
+    return [loss.detach()] + [p.grad.clone() for p in model.parameters()]
+
+"""
+
 
 def run_on_gpu(tmp_path, text: str, runs: int = 1, timeout: float = 300) -> list:
     """The JSON line each run of the job prints last; skips without a GPU or the drop-in hook."""

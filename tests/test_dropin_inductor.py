@@ -9,6 +9,7 @@ import sys
 import textwrap
 
 import pytest
+from dropin_jobs import MLP_AND_STEP
 
 pytest.importorskip("torch")
 from kiln.dropin import doctor, hook  # noqa: E402
@@ -29,25 +30,8 @@ JOB = textwrap.dedent("""
     torch.manual_seed(0)
 
 
-    class MLP(torch.nn.Module):
-        def __init__(self, d=32, hidden=64):
-            super().__init__()
-            self.norm = torch.nn.LayerNorm(d)
-            self.up = torch.nn.Linear(d, hidden)
-            self.down = torch.nn.Linear(hidden, d)
-
-        def forward(self, x):
-            return x + self.down(torch.nn.functional.gelu(self.up(self.norm(x))))
-
-
-    def step(model, x):
-        model.zero_grad()
-        loss = model(x).pow(2).mean()
-        loss.backward()
-        return [loss.detach()] + [p.grad.clone() for p in model.parameters()]
-
-
-    model = MLP()
+""") + MLP_AND_STEP + textwrap.dedent("""
+    model = MLP(32, 64)
     x = torch.randn(16, 32)
     compiled = step(torch.compile(model), x)
     eager = step(model, x)

@@ -387,7 +387,7 @@ def test_the_bundler_saves_and_restores_kilns_files(inductor_view):
 
 # --- on a GPU: torch.compile with the static launcher, cold and warm ----------------------------
 
-GPU_JOB = textwrap.dedent("""
+GPU_PREAMBLE = textwrap.dedent("""
     import json
     import torch
     import triton
@@ -395,27 +395,9 @@ GPU_JOB = textwrap.dedent("""
 
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
     torch.manual_seed(0)
-
-
-    class Block(torch.nn.Module):
-        def __init__(self, d=256, hidden=1024):
-            super().__init__()
-            self.norm = torch.nn.LayerNorm(d)
-            self.up = torch.nn.Linear(d, hidden)
-            self.down = torch.nn.Linear(hidden, d)
-
-        def forward(self, x):
-            return x + self.down(torch.nn.functional.gelu(self.up(self.norm(x))))
-
-
-    def step(model, x):
-        model.zero_grad()
-        loss = model(x).pow(2).mean()
-        loss.backward()
-        return [loss.detach()] + [p.grad.clone() for p in model.parameters()]
-
-
-    model = Block().cuda()
+""")
+GPU_RUN = textwrap.dedent("""
+    model = MLP(256, 1024).cuda()
     x = torch.randn(512, 256, device="cuda")
     eager = step(model, x)
     compiled = step(torch.compile(model), x)
@@ -427,8 +409,8 @@ GPU_JOB = textwrap.dedent("""
 
 @pytest.mark.gpu
 def test_torch_compile_launches_kilns_cubins_statically_cold_and_warm(tmp_path):
-    from dropin_jobs import run_on_gpu  # here: job scripts of this file's other tests import it without tests/
-    runs = run_on_gpu(tmp_path, GPU_JOB, runs=2, timeout=600)  # cold, then warm
+    from dropin_jobs import MLP_AND_STEP, run_on_gpu  # here: this file's CPU job scripts import it without tests/
+    runs = run_on_gpu(tmp_path, GPU_PREAMBLE + MLP_AND_STEP + GPU_RUN, runs=2, timeout=600)  # cold, then warm
     cold, warm = runs
     assert cold["triton"] == "kiln.dropin.facade"
     assert cold["gap"] <= 1e-4 and warm["gap"] <= 1e-4, (cold["gap"], warm["gap"])

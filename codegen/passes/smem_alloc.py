@@ -6,8 +6,8 @@ loop, since the next iteration comes back to it. A buffer allocated inside a loo
 anew each iteration (a persistent matmul's ring in its tile loop): its life ends with its last
 use in the iteration, and the epilogue after the K loop may take its bytes. Buffers whose lives
 do not overlap may share bytes; each starts at a multiple of 1024 (a 128-byte swizzle repeats
-every 1024 bytes and is computed from the address). The offsets are the `offset` attrs in the IR text; `ctx.shared_allocated` is
-the bytes they span. Lowering puts the transient scratch area after them where a
+every 1024 bytes and is computed from the address). The offsets are the `offset` attrs in the
+IR text; `ctx.shared_allocated` is the bytes they span. Lowering puts the transient scratch area after them where a
 buffer is live (`ctx.buffers_live(op)`), and at the start of shared memory elsewhere.
 
 Bytes that change owner need a barrier: a warp done with a loop's ring could otherwise
