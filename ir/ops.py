@@ -467,7 +467,14 @@ def _check_async_copy(op):
         return "async_copy reads a block of pointers"
     if ptr.type.shape != dst.type.shape or scalar_of(ptr.type).element_ty != dst.type.element_ty:
         return f"{ptr.type} does not match the tile {dst.type}"
-    if len(op.operands) == 3:
+    run = op.attrs.get("prefix_run")
+    if (run is not None) != (len(op.operands) == 4):
+        return "a copy with a count (its fourth operand) has the attr prefix_run, and only then"
+    if run is not None and (type(run) is not int or run < 1 or run & (run - 1)):
+        return f"prefix_run must be a power of two, not {run!r}"
+    if len(op.operands) == 4 and op.operands[3].type != _with_elem(ptr.type, int32):
+        return f"the count must be {_with_elem(ptr.type, int32)}, not {op.operands[3].type}"
+    if len(op.operands) >= 3:
         return _check_mask(op, ptr, op.operands[2])
 
 
@@ -621,8 +628,10 @@ OPS.update({
     "local_index": OpDef((2, 2), check=_check_local_index, notes="buffer, slot: one tile of a ring"),
     "local_trans": OpDef((1, 1), check=_check_local_trans,
                          notes="the same bytes read as the transposed tile (for a dot's operand)"),
-    "async_copy": OpDef((2, 3), results=(0, 0), check=_check_async_copy, side_effects=True,
-                        notes="ptr, tile[, mask]: cp.async global -> shared; masked-off elements are zero"),
+    "async_copy": OpDef((2, 4), results=(0, 0), check=_check_async_copy, side_effects=True,
+                        notes="ptr, tile[, mask[, count]]: cp.async global -> shared; masked-off elements are zero; "
+                              "with count (int32) and attr prefix_run = w, the mask is a prefix of every aligned "
+                              "run of v <= w elements along the tile's inner dim, min(count, v) long at its start"),
     "local_store": OpDef((2, 2), results=(0, 0), check=_check_local_store, side_effects=True,
                          notes="value, tile: registers -> shared memory"),
     "async_commit": OpDef((0, 0), results=(0, 0), side_effects=True, notes="close a group of async copies"),

@@ -751,14 +751,28 @@ def _k_edge_from_memory(A, B, C, sizes, BM: tl.constexpr, BN: tl.constexpr, BK: 
     tl.store(C + rm[:, None] * BN + rn[None, :], acc)
 
 
-def test_a_ring_needs_masks_constant_over_a_copy():
-    """Aligned pointers with a mask that may change at any element: a copy of 4+ bytes would
-    take one mask bit for several elements, so the loop stays off the cp.async rings (it did
-    not, and the lowering then refused its 2-byte copies)."""
+SRC_SIZE = r"cp\.async\.(cg|ca)\.shared\.global \[%r\d+(\+\d+)?\], \[%rd\d+\], (\d+), %r\d+;"
+IGNORE_SRC = r"cp\.async\.(cg|ca)\.shared\.global \[%r\d+(\+\d+)?\], \[%rd\d+\], (\d+), %p\d+;"
+
+
+@pytest.mark.parametrize("BM, BN, BK, num_warps, width", [(64, 128, 32, 4, 16), (128, 128, 64, 4, 16),
+                                                           (64, 64, 16, 8, 8)])
+def test_a_k_edge_read_from_memory_keeps_wide_copies_with_a_src_size(BM, BN, BK, num_warps, width):
+    """Aligned pointers with a mask that may change at any element along A's rows, but only
+    from true to false (`cols < k_size`, a prefix of each run: mask_prefix): A's copies keep
+    their width, the src-size the bytes of the run inside K, the rest zero-filled; B's mask
+    is constant along B's rows: the ignore-src predicate. Before, a copy took one mask bit,
+    so the loop fell off the rings onto mma.sync. At 8 warps a thread's 64x16 share is 4
+    elements: 8-byte copies, their counts clamped to 4."""
     x, i = np.zeros((64, 64), np.float16), np.zeros(1, np.int32)
-    k = _k_edge_from_memory.warmup(x, x, x, i, BM=64, BN=128, BK=32, num_warps=4, num_stages=3, grid=(1,),
+    k = _k_edge_from_memory.warmup(x, x, x, i, BM=BM, BN=BN, BK=BK, num_warps=num_warps, num_stages=3, grid=(1,),
                                    target="sm_90a")
-    assert "cp.async" not in k.asm["ptx"] and "mma.sync" in k.asm["ptx"]
+    ptx = k.asm["ptx"]
+    assert "wgmma.mma_async" in ptx and "mma.sync" not in ptx
+    a_copies, b_copies = re.findall(SRC_SIZE, ptx), re.findall(IGNORE_SRC, ptx)
+    assert a_copies and b_copies and len(a_copies) + len(b_copies) == len(re.findall(r"cp\.async\.c[ag]\.shared", ptx))
+    assert {int(c[2]) for c in a_copies} == {width}
+    assert ".local" not in ptx and k.metadata["n_spills"] == 0
 
 
 @kiln.jit

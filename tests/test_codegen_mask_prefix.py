@@ -1,17 +1,25 @@
-"""Prefix-shaped masks (kiln.codegen.passes.mask_prefix): which masks are proved a prefix
-of every aligned run along the inner dim, and the counts built for them, both checked
-against the interpreter's values on every run."""
+"""Prefix-shaped masks (kiln.codegen.passes.mask_prefix) and the ring copies made of them.
+
+Which masks are proved a prefix of every aligned run along the inner dim, and the counts
+built for them, both checked against the interpreter's values on every run; then the
+smem_pipeline pass on IR text (a count beside the mask of a prefix-shaped copy) and the
+PTX: 16-byte cp.async with a src-size where the mask is a prefix, the ignore-src predicate
+where it is constant over the copy, and no ring where neither is proved."""
+import re
 from itertools import product
 
 import numpy as np
 import pytest
 
+from kiln.codegen import compile as compile_ir
 from kiln.codegen.passes import mask_prefix
 from kiln.codegen.passes.axis_info import AxisAnalysis
 from kiln.interpret.args import bind_arguments
 from kiln.interpret.run import Program
-from kiln.ir import parse_function, verify
+from kiln.ir import parse_function, print_function, verify
 from kiln.ir.core import Operation
+
+from test_codegen_gpu_stage import MATMUL, pipelined
 
 # A 4 x 32 mask over columns %c = %lo + arange(32) (%lo a multiple of 16, so aligned runs of
 # 16 never wrap), %u = %odd + arange(32) (no alignment known), rows 0..3; %hi a bound known
@@ -137,3 +145,111 @@ def test_counts_are_each_runs_true_elements_which_come_first(case):
             assert ((0 <= n) & (n <= run)).all()  # a src-size of at most the run's bytes
             checked += true.size
     assert checked > 1000
+
+
+# --- the pass and the PTX: C = A B with A's K edge masked by a bound known nowhere -------
+
+# A's load in the loop of MATMUL masked by column (i * 32 + k) PRED %kb, %kb an argument
+# of unknown divisibility; B's by the loop's own rows (constant along B's inner dim N).
+EDGE = """
+    %k0 = mul %i, %c32 : int32
+    %k0s = splat %k0 : <1x32xint32>
+    %kcol = add %kc, %k0s : <1x32xint32>
+    %kbs = splat %kb : <1x32xint32>
+    MASK
+    %inb = broadcast %in : <64x32xint1>
+    %za = constant {value = 0.0} : <64x32xfp16>
+    %x = load %qa, %inb, %za : <64x32xfp16>
+    %k0r = splat %k0 : <32x1xint32>
+    %kin = add %kr, %k0r : <32x1xint32>
+    %kbr = splat %kb : <32x1xint32>
+    %rin = cmp %kin, %kbr {pred = "lt"} : <32x1xint1>
+    %rinb = broadcast %rin : <32x64xint1>
+    %zb = constant {value = 0.0} : <32x64xfp16>
+    %y = load %qb, %rinb, %zb : <32x64xfp16>"""
+K_MASKS = {
+    "prefix": '%in = cmp %kcol, %kbs {pred = "lt"} : <1x32xint1>',
+    "prefix, as bound > column": '%in = cmp %kbs, %kcol {pred = "gt"} : <1x32xint1>',
+    "suffix": '%in = cmp %kcol, %kbs {pred = "gt"} : <1x32xint1>',
+    "every third": ('%three = constant {value = 3} : <1x32xint32>\n    %m3 = rem %kcol, %three : <1x32xint32>\n'
+                    '    %zk = constant {value = 0} : <1x32xint32>\n    %in = cmp %m3, %zk {pred = "eq"} : <1x32xint1>'),
+}
+
+
+def k_edge_matmul(case):
+    text = MATMUL.replace('%lda: int32 {divisibility = 16, name = "lda"}',
+                          '%lda: int32 {divisibility = 16, name = "lda"}, %kb: int32 {name = "kb"}')
+    text = text.replace("    %x = load %qa : <64x32xfp16>\n    %y = load %qb : <32x64xfp16>",
+                        EDGE.replace("MASK", K_MASKS[case]).lstrip("\n"))
+    text = text.replace("  %acc0 = constant", "  %c32 = constant {value = 32} : int32\n  %acc0 = constant")
+    fn = parse_function(text)
+    verify(fn)
+    return fn
+
+
+def copies(fn):
+    return [op for op in fn.walk() if op.name == "async_copy"]
+
+
+def chain(v, depth):
+    """The names of the ops defining `v`, following each op's last operand `depth` times."""
+    names = []
+    for _ in range(depth):
+        names.append(v.defining_op.name)
+        v = v.defining_op.operands[-1] if v.defining_op.name in ("cast", "broadcast") else v.defining_op.operands[1]
+    return names
+
+
+@pytest.mark.parametrize("case", ["prefix", "prefix, as bound > column"])
+def test_a_prefix_masked_load_becomes_a_copy_with_its_counts(case):
+    fn, _ = pipelined(print_function(k_edge_matmul(case)))
+    text = print_function(fn, locs=False)
+    assert print_function(parse_function(text), locs=False) == text
+    a_copies = [op for op in copies(fn) if op.operands[1].type.shape == (64, 32)]
+    b_copies = [op for op in copies(fn) if op.operands[1].type.shape == (32, 64)]
+    assert len(a_copies) == len(b_copies) == 3  # iterations 0 and 1 before the loop, i + 2 in it
+    for op in a_copies:  # 16-byte copies: runs of 8 fp16
+        assert len(op.operands) == 4 and op.attrs == {"prefix_run": 8}
+        # the loop's in-range predicate picks the column's count: min(kb - column, 8) where column < kb
+        assert chain(op.operands[3], 2) == ["select", "broadcast"]
+        assert chain(op.operands[3].defining_op.operands[1].defining_op.operands[0], 2) == ["select", "cast"]
+    assert re.search(r"= min %\d+, %\d+ : <1x32xuint32>", text) and re.search(r"= sub %\d+, %\d+ : <1x32xint32>", text)
+    assert re.search(r"async_copy %\d+, %\d+, %\d+, %\d+ \{prefix_run = 8\}", text)
+    for op in b_copies:  # B's mask is constant along its rows: a mask bit per copy, as before
+        assert len(op.operands) == 3 and not op.attrs
+
+
+@pytest.mark.parametrize("case", ["suffix", "every third"])
+def test_a_mask_not_proved_a_prefix_keeps_the_loop_off_the_rings(case):
+    fn, _ = pipelined(print_function(k_edge_matmul(case)))
+    assert not copies(fn) and "dot" in [op.name for op in fn.walk()]
+
+
+def test_the_verifier_checks_a_copys_count():
+    fn, _ = pipelined(print_function(k_edge_matmul("prefix")))
+    text = print_function(fn, locs=False)
+    with pytest.raises(Exception, match="prefix_run"):
+        verify(parse_function(text.replace("{prefix_run = 8}", "", 1)))
+    with pytest.raises(Exception, match="power of two"):
+        verify(parse_function(text.replace("{prefix_run = 8}", "{prefix_run = 6}", 1)))
+
+
+SRC_SIZE = r"cp\.async\.cg\.shared\.global \[%r\d+(\+\d+)?\], \[%rd\d+\], 16, %r\d+;"
+IGNORE_SRC = r"cp\.async\.cg\.shared\.global \[%r\d+(\+\d+)?\], \[%rd\d+\], 16, %p\d+;"
+
+
+def test_prefix_masked_copies_are_16_bytes_with_a_src_size():
+    """A's K edge: 16-byte copies whose src-size is the run's bytes inside K (the rest zero-
+    filled); B's: the ignore-src predicate, which ptxas folds into the copy's own."""
+    k = compile_ir(k_edge_matmul("prefix"), "sm_90a", {"num_warps": 4, "num_stages": 3}, check=True)
+    ptx = k.ptx
+    assert "wgmma.mma_async" in ptx and "cp.async.ca" not in ptx
+    src_size, ignore_src = len(re.findall(SRC_SIZE, ptx)), len(re.findall(IGNORE_SRC, ptx))
+    assert src_size and ignore_src and src_size + ignore_src == ptx.count("cp.async.cg.shared.global")
+    assert ".local" not in ptx and k.n_spills == 0
+
+
+@pytest.mark.parametrize("case", ["suffix", "every third"])
+def test_a_mask_not_proved_a_prefix_keeps_its_narrow_loads(case):
+    k = compile_ir(k_edge_matmul(case), "sm_90a", {"num_warps": 4, "num_stages": 3}, check=True)
+    assert "cp.async" not in k.ptx and "wgmma" not in k.ptx and "mma.sync" in k.ptx

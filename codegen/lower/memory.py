@@ -28,7 +28,10 @@ def access_width(lw, op, layout, shape, elem_bits) -> int:
     vec = min(vec, layout.size_per_thread[d], shape[d], max(1, 128 // elem_bits))
     mask_index = 1 if op.name == "load" else 2
     if len(op.operands) > mask_index and op.name in ("load", "store", "async_copy"):
-        vec = min(vec, lw.ctx.axis.get(op.operands[mask_index]).constancy[d])
+        # one mask bit per access; a copy whose mask is a prefix of each run (it carries
+        # the runs' counts, smem_pipeline) may take the run: a src-size
+        run = lw.ctx.axis.get(op.operands[mask_index]).constancy[d]
+        vec = min(vec, max(run, op.attrs.get("prefix_run", 1)))
     while vec & (vec - 1):
         vec -= 1
     return max(1, vec)

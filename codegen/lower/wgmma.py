@@ -112,7 +112,8 @@ def _copy_layout(lw, op):
 
 def _async_copy(lw, op):
     ptr, tile = op.operands[:2]
-    mask = op.operands[2] if len(op.operands) == 3 else None
+    mask = op.operands[2] if len(op.operands) >= 3 else None
+    count = op.operands[3] if len(op.operands) == 4 else None
     t, shape = tile.type, ptr.type.shape
     es, inner = t.element_ty.itemsize, t.order[0]
     layout = _copy_layout(lw, op)
@@ -121,7 +122,12 @@ def _async_copy(lw, op):
         raise LoweringError(f"async_copy needs runs of 4 bytes or more along the tile's inner dim, got {vec * es}")
     nbytes = vec * es
     ptrs = lw.regs(ptr, layout)
-    masks = lw.regs(mask, layout) if mask is not None else None
+    # a mask bit per copy where the mask is constant over it, else (a prefix of it, as
+    # smem_pipeline proved) a src-size: the bytes of its true elements, the rest zero-filled
+    if count is not None and vec <= op.attrs["prefix_run"] and lw.ctx.axis.get(mask).constancy[inner] % vec:
+        counts, masks = lw.regs(count, layout), None
+    else:
+        counts, masks = None, lw.regs(mask, layout) if mask is not None else None
     offsets, indices = layout.offsets(shape), lw.indices(layout, shape)
     base = lw.scalar(tile)
     first = None  # (logical offset, shared address) of the thread's first copy
@@ -140,11 +146,21 @@ def _async_copy(lw, op):
         # or N cost a select and a compare back per copy. The step is an immediate of the address.
         copy = f"cp.async.{'cg' if nbytes == 16 else 'ca'}.shared.global [$0+{step}], [$1], {nbytes}"
         src = lw.b.ptrtoint(ptrs[i], I64)
-        if masks is None:
+        if counts is not None:
+            _asm(lw, f"{copy}, $2;", args=[address, src, _src_bytes(lw, counts[i], vec, op, es)], constraints="r,l,r")
+        elif masks is None:
             _asm(lw, copy + ";", args=[address, src], constraints="r,l")
         else:
             skip = lw.b.not_(masks[i])
             _asm(lw, f"{copy}, $2;", args=[address, src, skip], constraints="r,l,b")
+
+
+def _src_bytes(lw, count, vec, op, es):
+    """A copy's src-size: its run's count of true elements (a run of `prefix_run` holds
+    `count` of them from its start, so one of `vec` <= that holds min(count, vec)) in bytes."""
+    if vec < op.attrs["prefix_run"]:
+        count = lw.b.select(lw.b.icmp_unsigned("<", count, lw.i32(vec)), count, lw.i32(vec))
+    return lw.b.mul(count, lw.i32(es))
 
 
 def _run_length(layout, inner, es) -> int:

@@ -52,6 +52,10 @@ invalidated after it. The descriptor loads no ring takes become their pointer lo
 (the `descriptor_loads` pass).
 
 Masked-off elements are copied as zeros, so a load's `other` must be absent or zero.
+A copy of up to 16 bytes takes one mask bit where the mask is constant over them; where
+the mask is only proved a prefix of each such run (a K edge read from memory, `cols <
+k`: mask_prefix), the copy keeps its width and carries each run's count of true
+elements (`async_copy ptrs, tile, mask, count {prefix_run = w}`), its src-size.
 Each ring tile is stored with the loaded pointer's contiguous dim innermost, a `once`
 tile K-major, in rows of up to 128 bytes swizzled as wgmma reads them
 (kiln.ir.types.shared_type).
@@ -63,7 +67,7 @@ from kiln.ir.types import block_type, int1, int32, int64, scalar_of, shared_type
 
 from ..layout import wgmma_layout
 from ..occupancy import max_shared_per_cta
-from . import axis_info, descriptor_loads
+from . import axis_info, descriptor_loads, mask_prefix
 from .layouts import memory_width
 from .prefetch import _clone, _const_int, address_cone
 from .rewrite import has_side_effects, in_loop
@@ -153,8 +157,8 @@ def _ring_swizzle(load, role, transposed, instr_extent, ctx):
     t = load.results[0].type
     elem = scalar_of(t)
     order, vec = ((1, 0), 16) if is_tma(load) else memory_width(ctx, load)
-    if not is_tma(load) and len(load.operands) > 1:  # one mask bit per copy, as the copy's lowering reads it
-        vec = min(vec, ctx.axis.get(load.operands[1]).constancy[order[0]])
+    if not is_tma(load) and len(load.operands) > 1:  # one mask bit, or one prefix's length, per copy
+        vec = min(vec, mask_prefix.prefix_run(load.operands[1], order[0], ctx.axis))
     if vec * elem.itemsize < 4:  # cp.async moves 4, 8 or 16 bytes
         return None
     inner = order[0] if not transposed else 1 - order[0]  # in the dot's view
@@ -302,7 +306,8 @@ def _plan(loop, stages, fn, ctx):
     for key, load in loads.items():
         t = load.results[0].type
         inner = 1 if is_tma(load) else memory_width(ctx, load)[0][0]
-        rings.append((load, shared_type(scalar_of(t), t.shape, swizzles[key], (inner, 1 - inner)), *cones[key]))
+        rings.append((load, shared_type(scalar_of(t), t.shape, swizzles[key], (inner, 1 - inner)), *cones[key],
+                      _prefix_copy(load, inner, ctx)))
     boxes = _agreed_boxes(rings, fn, ctx)
     if boxes is None:
         return None
@@ -322,6 +327,21 @@ def _plan(loop, stages, fn, ctx):
     plan = {key: [src for src, _ in sources] for key, (_, sources) in dots.items()}
     ctx.tma_boxes.update(boxes)
     return plan, rings, stages, step, ring_size
+
+
+def _prefix_copy(load, inner, ctx):
+    """(w, count) where a pointer load's mask is proved a prefix of every aligned run of
+    w elements along the tile's inner dim (w: the copy's width) but not constant over
+    them: its copies then zero-fill each run's tail through cp.async's src-size, and
+    `count(emit, value)` builds the runs' true-element counts (mask_prefix.count_true).
+    Else None: a mask bit per copy."""
+    if is_tma(load) or len(load.operands) < 2:
+        return None
+    mask = load.operands[1]
+    run = min(memory_width(ctx, load)[1], mask_prefix.prefix_run(mask, inner, ctx.axis))
+    if ctx.axis.get(mask).constancy[inner] % run == 0:
+        return None
+    return run, lambda emit, value: mask_prefix.count_true(mask, inner, run, ctx.axis, emit, value)
 
 
 def _agreed_boxes(rings, fn, ctx):
@@ -356,7 +376,7 @@ def _issue(out, copies, rings, slot, iv_at, ub, mapping, loc, bars=None):
     if tma_bytes:
         bar = _op(out, "local_index", [bars, slot], [bars.type.tile()], loc)
         _op(out, "tma_expect", [bar, inside], (), loc, bytes=tma_bytes)
-    for (load, tile, cone_ops, _, _), ring in zip(copies, rings):
+    for (load, tile, cone_ops, _, _, prefix), ring in zip(copies, rings):
         out.extend(_clone(o, mapping) for o in cone_ops)
         operands = [mapping.get(v, v) for v in load.operands]
         view = _op(out, "local_index", [ring, slot], [tile], loc)
@@ -364,10 +384,16 @@ def _issue(out, copies, rings, slot, iv_at, ub, mapping, loc, bars=None):
             _op(out, "tma_copy", [operands[0], view, bar, inside, *operands[1:-1]], (), loc)
             continue
         shape = load.results[0].type.shape
-        mask = _op(out, "splat", [inside], [block_type(int1, shape)], loc)
-        if len(operands) > 1:
-            mask = _op(out, "and", [operands[1], mask], [mask.type], loc)
-        _op(out, "async_copy", [operands[0], view, mask], (), loc)
+        inside_all = _op(out, "splat", [inside], [block_type(int1, shape)], loc)
+        mask = _op(out, "and", [operands[1], inside_all], [inside_all.type], loc) if len(operands) > 1 else inside_all
+        if prefix is None:
+            _op(out, "async_copy", [operands[0], view, mask], (), loc)
+            continue
+        run, build = prefix
+        count = build(lambda name, args, t, **attrs: _op(out, name, args, [t], loc, **attrs),
+                      lambda v: mapping.get(v, v))
+        count = _op(out, "select", [inside_all, count, _const(out, 0, loc, count.type)], [count.type], loc)
+        _op(out, "async_copy", [operands[0], view, mask, count], (), loc, prefix_run=run)
     if tma_bytes < sum(tile.nbytes for _, tile, *_ in copies):
         _op(out, "async_commit", [], (), loc)
 
