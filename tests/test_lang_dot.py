@@ -89,6 +89,39 @@ def test_tiled_matmul_with_acc_and_masks():
 
 
 @kiln.jit
+def _matmul_k_from_memory(a_ptr, b_ptr, c_ptr, sizes, M, N, lda, BM: tl.constexpr, BN: tl.constexpr,
+                          BK: tl.constexpr):
+    k_size = tl.load(sizes)  # nothing is known of K: its edge may fall on any element
+    rm = tl.program_id(0) * BM + tl.arange(0, BM)
+    rn = tl.program_id(1) * BN + tl.arange(0, BN)
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k in range(0, tl.cdiv(k_size, BK)):
+        rk = k * BK + tl.arange(0, BK)
+        a = tl.load(a_ptr + rm[:, None] * lda + rk[None, :], mask=(rm[:, None] < M) & (rk[None, :] < k_size), other=0.0)
+        b = tl.load(b_ptr + rk[:, None] * N + rn[None, :], mask=rk[:, None] < k_size, other=0.0)
+        acc = tl.dot(a, b, acc)
+    tl.store(c_ptr + rm[:, None] * N + rn[None, :], acc, mask=rm[:, None] < M)
+
+
+@pytest.mark.parametrize("K", [100, 77])
+@pytest.mark.parametrize("BM, BN, BK, warps", [(128, 128, 64, 4), (64, 64, 16, 8)])
+def test_matmul_with_k_read_from_memory(K, BM, BN, BK, warps):
+    """A K edge known only at run time: on Hopper, A's edge columns come by cp.async copies
+    of 16 bytes (8 at 8 warps and BK=16) that zero-fill past K (src-size), B's edge rows by
+    copies skipped whole. What lies past K in memory is NaN, so a copy that read it would show."""
+    rng = np.random.default_rng(K)
+    M, N, lda = 150, 128, 128
+    a = np.full((M, lda), np.nan, np.float16)
+    a[:, :K] = rng.standard_normal((M, K))
+    b = np.full((128, N), np.nan, np.float16)
+    b[:K] = rng.standard_normal((K, N))
+    c = np.zeros((M, N), np.float32)
+    _matmul_k_from_memory[(kiln.cdiv(M, BM), kiln.cdiv(N, BN))](a, b, c, np.array([K], np.int32), M, N, lda, BM=BM,
+                                                                BN=BN, BK=BK, num_warps=warps, num_stages=3)
+    np.testing.assert_allclose(c, a[:, :K].astype(np.float32) @ b[:K].astype(np.float32), rtol=1e-2, atol=5e-2)
+
+
+@kiln.jit
 def _dot_acc_kw(a_ptr, b_ptr, c_ptr, N: tl.constexpr):
     r = tl.arange(0, N)
     offs = r[:, None] * N + r[None, :]

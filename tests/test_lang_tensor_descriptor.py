@@ -171,3 +171,73 @@ def test_matmul_loop_through_host_descriptors_with_ragged_edges(b_transposed):
 
 def triton_cdiv(a, b):
     return -(-a // b)
+
+
+@kiln.jit
+def _grouped_matmul_device_descriptors(pool, offsets, sizes, n_groups, NUM_PROGRAMS: tl.constexpr,
+                                       BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    """C_g = A_g @ B_g^T for each group g, every size, leading dim and matrix offset read from
+    memory (the shape of Triton's tutorial 08 TMA kernel): the programs walk the groups' tiles
+    in turn, each tile's K loop loading through descriptors made in the kernel."""
+    tile = tl.program_id(0)
+    first = 0  # the first tile of group g
+    for g in range(n_groups):
+        gm, gn, gk = tl.load(sizes + 6 * g), tl.load(sizes + 6 * g + 1), tl.load(sizes + 6 * g + 2)
+        n_tiles_n = tl.cdiv(gn, BN)
+        n_tiles = tl.cdiv(gm, BM) * n_tiles_n
+        if tile >= first and tile < first + n_tiles:
+            lda, ldb, ldc = tl.load(sizes + 6 * g + 3), tl.load(sizes + 6 * g + 4), tl.load(sizes + 6 * g + 5)
+            a = tl.make_tensor_descriptor(pool + tl.load(offsets + 3 * g), shape=[gm, gk], strides=[lda, 1],
+                                          block_shape=[BM, BK])
+            b = tl.make_tensor_descriptor(pool + tl.load(offsets + 3 * g + 1), shape=[gn, gk], strides=[ldb, 1],
+                                          block_shape=[BN, BK])
+            c = tl.make_tensor_descriptor(pool + tl.load(offsets + 3 * g + 2), shape=[gm, gn], strides=[ldc, 1],
+                                          block_shape=[BM, BN])
+            while tile >= first and tile < first + n_tiles:
+                m = (tile - first) // n_tiles_n * BM
+                n = (tile - first) % n_tiles_n * BN
+                acc = tl.zeros((BM, BN), dtype=tl.float32)
+                for kk in range(0, tl.cdiv(gk, BK)):
+                    acc += tl.dot(a.load([m, kk * BK]), b.load([n, kk * BK]).T)
+                c.store([m, n], acc.to(tl.float16))
+                tile += NUM_PROGRAMS
+        first += n_tiles
+
+
+def grouped_problems(shapes, rng):
+    """The (M, N, K) problems' A (M x K), B (N x K) and C (M x N) in one fp16 pool, as
+    `_grouped_matmul_device_descriptors` reads them: (pool, offsets, sizes, [(a, b, c)]).
+    Rows are padded to 16 bytes (a descriptor's strides must be) and the padding is NaN: a
+    K edge that read past K would show."""
+    def padded(n):
+        return -(-n // 8) * 8
+
+    blocks, offsets, sizes, at = [], [], [], 0
+    for M, N, K in shapes:
+        for rows, cols, random in ((M, K, True), (N, K, True), (M, N, False)):
+            block = np.full((rows, padded(cols)), np.nan, np.float16)
+            block[:, :cols] = rng.standard_normal((rows, cols)) if random else 0
+            blocks.append((at, block, cols))
+            offsets.append(at)
+            at += padded(block.size)  # each matrix 16-byte aligned
+        sizes += [M, N, K, padded(K), padded(K), padded(N)]
+    pool = np.zeros(at, np.float16)
+    views = []
+    for start, block, cols in blocks:
+        view = pool[start:start + block.size].reshape(block.shape)
+        view[...] = block
+        views.append(view[:, :cols])
+    return pool, np.array(offsets, np.int64), np.array(sizes, np.int32), [views[i:i + 3] for i in range(0, len(views), 3)]
+
+
+def test_grouped_matmul_through_device_descriptors_with_ragged_k():
+    """K = 100 and 77 (not multiples of the 64-wide K block, nor of 16 bytes): on Hopper the K
+    edge's columns come by 16-byte cp.async copies that zero-fill past K (src-size), the
+    columns past K being NaN in memory; M and N ragged too."""
+    shapes = [(200, 136, 100), (64, 256, 77), (130, 70, 64)]
+    pool, offsets, sizes, views = grouped_problems(shapes, np.random.default_rng(8))
+    _grouped_matmul_device_descriptors[(4,)](pool, offsets, sizes, len(shapes), NUM_PROGRAMS=4, BM=128, BN=128,
+                                             BK=64, num_warps=4, num_stages=3)
+    for a, b, c in views:
+        np.testing.assert_allclose(c.astype(np.float32), a.astype(np.float32) @ b.astype(np.float32).T,
+                                   rtol=1e-2, atol=5e-2)
