@@ -37,7 +37,7 @@ def _int(lo: int, hi: int):
 def _args(value) -> bool:
     return (type(value) is list and len(value) <= 65536
             and all(type(a) is dict and all(type(k) is str and _text(v) for k, v in a.items())
-                    and _tma_box_ok(a.get("tma_box")) for a in value))
+                    and _tma_box_ok(a.get("tma_box")) and _tma_of_ok(a.get("tma_of")) for a in value))
 
 
 _TMA_BOX = re.compile(r"(\d{1,3})x(\d{1,3}):swizzle(32|64|128)\Z")
@@ -53,6 +53,29 @@ def parse_tma_box(text) -> tuple[int, int, int] | None:
     if box is None or not (1 <= box[0] <= 256 and 1 <= box[1] <= 256):
         raise MetadataError(f"not a TMA box (at most 256x256, swizzle 32, 64 or 128): {text!r:.60}")
     return box
+
+
+_TMA_OF = re.compile(r"(\d{1,5}),(\d{1,5}),(\d{1,5}),(\d{1,5})\Z")
+
+
+def parse_tma_of(text) -> tuple[int, int, int, int] | None:
+    """(base, inner extent, outer extent, outer stride): the indices of the arguments a
+    derived TMA map is encoded from (`"tma_of": "0,5,3,6"`, kiln.codegen.passes.pointer_tma),
+    None for none; MetadataError otherwise."""
+    if text is None or text == "":
+        return None
+    m = _TMA_OF.match(text) if type(text) is str else None
+    if m is None:
+        raise MetadataError(f"not the argument indices of a derived TMA map: {text!r:.60}")
+    return tuple(int(g) for g in m.groups())
+
+
+def _tma_of_ok(text) -> bool:
+    try:
+        parse_tma_of(text)
+    except MetadataError:
+        return False
+    return True
 
 
 def _tma_box_ok(text) -> bool:

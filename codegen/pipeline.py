@@ -10,16 +10,17 @@ from dataclasses import dataclass, field
 
 from kiln.ir import verify
 
-from .passes import (axis_info, canonicalize, cse, dce, descriptor_loads, dot_accumulate, layouts, prefetch, smem_alloc,
-                     smem_pipeline)
+from .passes import (axis_info, canonicalize, cse, dce, descriptor_loads, dot_accumulate, layouts, pointer_tma, prefetch,
+                     smem_alloc, smem_pipeline)
 
 PASSES = [
     canonicalize,   # fold constants, drop x+0, x*1, same-type casts
     cse,            # merge identical pure ops
     dot_accumulate, # acc + dot(a, b) -> dot(a, b, acc)
     dce,            # drop what nothing uses
+    pointer_tma,    # sm_90a: pointer loads of a dot's operands that read a TMA box -> descriptor_loads on derived maps
     smem_pipeline,  # sm_90a: dots fed by loads in loops -> async copies (cp.async, TMA) into rings of shared tiles, wgmma
-    descriptor_loads,  # the descriptor loads no TMA ring took -> their pointer loads
+    descriptor_loads,  # the descriptor loads no TMA ring took -> their pointer loads; unread derived maps dropped
     prefetch,       # loads of iteration i+1 issued during iteration i (num_stages >= 2)
     canonicalize,   # tidy what prefetch cloned
     cse,

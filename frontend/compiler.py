@@ -9,6 +9,7 @@ from kiln.language.semantic import unwrap
 
 from . import config, errors, profiler  # noqa: F401  (errors: Triton's triton.compiler.errors)
 from .runtime import cuda_driver as driver
+from .runtime.tensormap import DerivedMapUnusable
 from .ast_to_ir import build_kernel
 from .errors import CompilationError, OutOfResources  # noqa: F401  (triton.compiler.CompilationError)
 from .dropin.compile import ASTSource  # noqa: F401,E402  (triton.compiler.ASTSource: the one there is)
@@ -100,6 +101,8 @@ class CompiledKernel:
         self.metadata = Metadata(name=name, **codegen_options(options))
         self.binaries: dict = {}
         self.launchers: dict = {}
+        self.pointer_launchers: dict = {}  # device -> launcher of the build without derived TMA maps
+        self.pointer_binaries: dict = {}  # target -> that build
         self.runtime_args = lambda values: list(values)
         self.launch_metadata = None  # the @jit(launch_metadata=) function, with the names of its arguments
         self.global_reads = []  # (name, module dict, value) of the globals its source read (compile_kernel)
@@ -202,7 +205,12 @@ class CompiledKernel:
         launcher = self.launchers.get(device)
         if launcher is None:
             launcher = self._prepare(device)
-        launcher(grid, args, current if stream is None else int(stream))
+        try:
+            launcher(grid, args, current if stream is None else int(stream))
+        except DerivedMapUnusable:
+            # these arguments make no TMA map for a load the compiler turned into TMA copies:
+            # the build that reads through the pointers as written
+            self._prepare(device, derived_maps=False)(grid, args, current if stream is None else int(stream))
 
     def _init_handles(self):
         """Load the kernel on the current device now (Triton's name), so n_regs and friends are known."""
@@ -211,23 +219,45 @@ class CompiledKernel:
             if device not in self.launchers:
                 self._prepare(device)
 
-    def _prepare(self, device: int):
+    def _prepare(self, device: int, derived_maps: bool = True):
+        """The launcher of this kernel on `device`; `derived_maps=False`: of the build whose
+        loads all read through their pointers (kiln.codegen.passes.pointer_tma off)."""
         from .runtime.launcher import make_launcher
         from .runtime.module import LoadedKernel
-        from kiln.cache.metadata import parse_tma_box
+        from kiln.cache.metadata import parse_tma_box, parse_tma_of
+        launchers = self.launchers if derived_maps else self.pointer_launchers
+        if device in launchers:
+            return launchers[device]
         driver.ensure_context(device)
-        binary = self.build(driver.target(device))
+        binary = self.build(driver.target(device)) if derived_maps else self._pointer_build(driver.target(device))
         shared, limit = binary.metadata["shared"], driver.max_shared_memory(device)
         if shared > limit:
             raise OutOfResources(shared, limit, "shared memory")
         loaded = LoadedKernel(self.name, binary.cubin, binary.ptx, shared)
-        self.metadata["n_regs"] = loaded.n_regs  # the driver's count is authoritative
-        boxes = {i: parse_tma_box(arg.get("tma_box")) for i, arg in enumerate(binary.metadata.get("args", ()))}
+        if derived_maps:
+            self.metadata["n_regs"] = loaded.n_regs  # the driver's count is authoritative
+        args = binary.metadata.get("args", ())
+        boxes = {i: parse_tma_box(arg.get("tma_box")) for i, arg in enumerate(args)}
+        derived = [(boxes[i], parse_tma_of(arg.get("tma_of"))) for i, arg in enumerate(args) if i >= len(self.arg_types)]
+        if any(box is None or of is None for box, of in derived):
+            raise ValueError(f"kernel {self.name}: its binary has arguments past its own that are not derived TMA maps")
         launcher = make_launcher(loaded, self.arg_types, binary.metadata["num_warps"],
                                  binary.metadata["shared"], self.name,
-                                 {i: box for i, box in boxes.items() if box is not None})
-        self.launchers[device] = launcher
+                                 {i: box for i, box in boxes.items() if box is not None and i < len(self.arg_types)},
+                                 derived)
+        launchers[device] = launcher
         return launcher
+
+    def _pointer_build(self, target: str):
+        """The binary with every load as written (no derived TMA maps), for launches whose
+        arguments make none."""
+        binary = self.pointer_binaries.get(target)
+        if binary is None:
+            ir, options = self.binary_inputs()
+            ir = parse_function(print_function(ir))
+            ir.attrs["pointer_tma"] = 0
+            binary = self.pointer_binaries[target] = compile_binary(ir, target, options)
+        return binary
 
 
 def compile_kernel(jitfn, params, options) -> CompiledKernel:

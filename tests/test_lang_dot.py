@@ -225,3 +225,58 @@ def test_dot_k_below_the_mma_minimum(K, dtype):
     c = np.zeros((16, 16), np.int32 if dtype == np.int8 else np.float32)
     _small_dot[(1,)](a, b, c, M=16, N=16, K=K)
     np.testing.assert_allclose(c, a.astype(np.float64) @ b.astype(np.float64), rtol=1e-2, atol=1e-1)
+
+
+@kiln.jit
+def _tiled_matmul(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_bk, stride_cm, BM: tl.constexpr, BN: tl.constexpr,
+                  BK: tl.constexpr):
+    """Tutorial 03's loop: rows and columns wrapped (`% M`, `% N`), the K edge masked."""
+    offs_m = (tl.program_id(0) * BM + tl.arange(0, BM)) % M
+    offs_n = (tl.program_id(1) * BN + tl.arange(0, BN)) % N
+    offs_k = tl.arange(0, BK)
+    a_ptrs = a_ptr + offs_m[:, None] * stride_am + offs_k[None, :]
+    b_ptrs = b_ptr + offs_k[:, None] * stride_bk + offs_n[None, :]
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BK)):
+        a = tl.load(a_ptrs, mask=offs_k[None, :] < K - k * BK, other=0.0)
+        b = tl.load(b_ptrs, mask=offs_k[:, None] < K - k * BK, other=0.0)
+        acc = tl.dot(a, b, acc)
+        a_ptrs += BK
+        b_ptrs += BK * stride_bk
+    rm = tl.program_id(0) * BM + tl.arange(0, BM)
+    rn = tl.program_id(1) * BN + tl.arange(0, BN)
+    tl.store(c_ptr + rm[:, None] * stride_cm + rn[None, :], acc, mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+@pytest.mark.parametrize("M, N, K", [(150, 200, 100), (64, 48, 77), (130, 257, 64)])
+def test_tiled_matmul_with_wrapped_rows_and_a_ragged_k(M, N, K):
+    """On Hopper these loads are TMA boxes of maps the launcher derives from the arguments
+    (kiln.codegen.passes.pointer_tma): past K and past N what memory holds is NaN, which TMA
+    must read as zeros where the pointers are masked; past M the pointers wrap to row 0
+    where TMA reads zeros, rows the store's mask drops. The grid has one row of programs
+    too many: all its rows wrap."""
+    rng = np.random.default_rng(M + N + K)
+    lda, ldb = 128 * kiln.cdiv(K, 128), 16 * kiln.cdiv(N + 5, 16)
+    a = np.full((M, lda), np.nan, np.float16)
+    a[:, :K] = rng.standard_normal((M, K))
+    b = np.full((128 * kiln.cdiv(K, 128), ldb), np.nan, np.float16)
+    b[:K, :N] = rng.standard_normal((K, N))
+    c = np.full((M, N), -7.0, np.float32)
+    BM, BN, BK = 64, 128, 64
+    _tiled_matmul[(kiln.cdiv(M, BM) + 1, kiln.cdiv(N, BN))](a, b, c, M, N, K, lda, ldb, N, BM=BM, BN=BN, BK=BK,
+                                                             num_warps=4, num_stages=3)
+    np.testing.assert_allclose(c, a[:, :K].astype(np.float32) @ b[:K, :N].astype(np.float32), rtol=1e-2, atol=5e-2)
+
+
+def test_tiled_matmul_over_overlapping_rows_reads_through_its_pointers():
+    """Rows 16 elements apart, 64 long: no TMA map describes them (they overlap), so on
+    Hopper the launch takes the build without derived maps; the result is the same."""
+    rng = np.random.default_rng(3)
+    M, N, K, step = 96, 64, 64, 16
+    flat = rng.standard_normal(step * (M - 1) + K).astype(np.float16)
+    a = np.lib.stride_tricks.as_strided(flat, (M, K), (2 * step, 2))
+    b = rng.standard_normal((K, N)).astype(np.float16)
+    c = np.zeros((M, N), np.float32)
+    _tiled_matmul[(kiln.cdiv(M, 64), kiln.cdiv(N, 64))](flat, b, c, M, N, K, step, N, N, BM=64, BN=64, BK=32,
+                                                         num_warps=4, num_stages=3)
+    np.testing.assert_allclose(c, a.astype(np.float32) @ b.astype(np.float32), rtol=1e-2, atol=5e-2)

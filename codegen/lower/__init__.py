@@ -87,6 +87,9 @@ def _lower(fn, ctx, double_buffers: bool):
                   for n, a, p in zip(fn.arg_names, fn.args, params)]
     for i, (inner, rows, swizzle) in ctx.tma_boxes.items():  # the box the launcher encodes the map with
         arg_layout[i]["tma_box"] = f"{inner}x{rows}:swizzle{swizzle}"
+    for layout, attrs in zip(arg_layout, fn.arg_attrs):  # a map the launcher derives from other arguments
+        if "tma_of" in attrs:
+            layout["tma_of"] = ",".join(str(i) for i in attrs["tma_of"])
     return str(module), arg_layout, max(lw.smem_bytes, lw.reserved), bool(lw.dot_buffers)
 
 

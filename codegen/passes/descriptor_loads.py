@@ -14,6 +14,20 @@ name = "descriptor_loads"
 
 def apply(fn, ctx=None) -> None:
     strip(fn, [op for op in fn.walk() if op.name == "descriptor_load"])
+    drop_unread_derived_maps(fn, ctx)
+
+
+def drop_unread_derived_maps(fn, ctx=None) -> None:
+    """Remove the maps `pointer_tma` added (`tma_of`) that no TMA ring reads; the TMA boxes
+    recorded for later arguments move down with them."""
+    read = {v for op in fn.walk() for v in op.operands}
+    for i in reversed(range(len(fn.args))):
+        if "tma_of" in fn.arg_attrs[i] and fn.args[i] not in read:
+            del fn.body.args[i], fn.arg_names[i], fn.arg_attrs[i]
+            for j, arg in enumerate(fn.body.args):
+                arg.index = j
+            if ctx is not None:
+                ctx.tma_boxes = {k - (k > i): box for k, box in ctx.tma_boxes.items() if k != i}
 
 
 def strip(fn, ops) -> None:

@@ -13,7 +13,7 @@ import functools
 from kiln.ir.types import tensormap
 
 from .cuda_driver import CudaError, _error_text
-from .tensormap import NBYTES, encoder
+from .tensormap import NBYTES, derived_encoder, encoder
 
 _CTYPES = {
     "int1": ctypes.c_uint8, "int8": ctypes.c_int8, "uint8": ctypes.c_uint8, "int16": ctypes.c_int16,
@@ -40,7 +40,7 @@ def _pointer_value(arg) -> int:
     raise TypeError(f"cannot pass {type(arg).__name__} as a GPU pointer")
 
 
-def make_launcher(kernel, arg_types, num_warps: int, shared: int, name: str, tma_boxes=None):
+def make_launcher(kernel, arg_types, num_warps: int, shared: int, name: str, tma_boxes=None, derived=()):
     """launch(grid, args, stream) for one loaded kernel; `args` are its runtime arguments in order.
 
     The function is generated for the kernel's argument list, so a launch is a few slot
@@ -49,6 +49,9 @@ def make_launcher(kernel, arg_types, num_warps: int, shared: int, name: str, tma
     namespace, never written into the source, since metadata comes from the cache or a daemon.
     `tma_boxes` maps the index of a tensormap argument the kernel reads to its TMA box
     (kiln.runtime.tensormap); the launch encodes that descriptor's map (zeros for the others).
+    `derived` lists the maps the compiler appended after the kernel's arguments, each
+    (box, (base, inner, outer, stride)): encoded from those arguments at each launch, or
+    DerivedMapUnusable where they make no map.
     """
     if type(num_warps) is not int or not 1 <= num_warps <= 32:
         raise ValueError(f"kernel {name}: num_warps must be an int from 1 to 32, not {num_warps!r:.40}")
@@ -70,19 +73,26 @@ def make_launcher(kernel, arg_types, num_warps: int, shared: int, name: str, tma
             slots.append(_CTYPES[t.name]())
         else:
             raise TypeError(f"kernel {name}: cannot pass an argument of type {t}")
+    for box, (base, inner, outer, stride) in derived:
+        if not (arg_types[base].is_ptr() and all(arg_types[j].name == "int32" for j in (inner, outer, stride))):
+            raise ValueError(f"kernel {name}: a derived TMA map's arguments are not a pointer and three int32s")
+        fills[len(slots)] = derived_encoder(box, arg_types[base].element_ty)
+        slots.append((ctypes.c_ubyte * NBYTES)())
     params = (ctypes.c_void_p * max(1, len(slots)))(*[ctypes.addressof(s) for s in slots])
     namespace = {"cu_launch": _cu_launch_kernel(), "handle": kernel.handle, "params": ctypes.addressof(params),
                  "keep_alive": (slots, params), "pointer_value": _pointer_value, "fail": _failure(name),
                  "block_x": 32 * num_warps, "shared_bytes": shared}
     namespace.update((f"s{i}", slot) for i, slot in enumerate(slots))
     namespace.update((f"fill{i}", fill) for i, fill in fills.items())
-    names = [f"a{i}" for i in range(len(slots))]
+    names = [f"a{i}" for i in range(len(arg_types))]
     fast = [f"        s{i}.value = a{i}.data_ptr()" for i in pointer_args] or ["        pass"]
     slow = [f"        s{i}.value = pointer_value(a{i})" for i in pointer_args] or ["        pass"]
     scalars = [f"    s{i}.value = a{i}" for i, t in enumerate(arg_types) if i not in pointer_args and t != tensormap]
     # a map reads the address its descriptor's base slot holds (the first of its 2-D pieces:
     # base, 2 sizes, 2 strides, map), filled above from whatever array the caller passed
-    scalars += [f"    fill{i}(s{i}, s{i - 5}.value, a{i})" for i in fills]
+    scalars += [f"    fill{i}(s{i}, s{i - 5}.value, a{i})" for i in fills if i < len(arg_types)]
+    scalars += [f"    fill{len(arg_types) + k}(s{len(arg_types) + k}, " + ", ".join(f"s{j}.value" for j in of) + ")"
+                for k, (_, of) in enumerate(derived)]
     src = "\n".join([
         "def launch(grid, args, stream):",
         f"    {', '.join(names)}{',' if len(names) == 1 else ''} = args" if names else "    pass",

@@ -56,6 +56,56 @@ def encoder(box: tuple[int, int, int]):
     return fill
 
 
+class DerivedMapUnusable(ValueError):
+    """This launch's arguments do not make a TMA map the kernel can read (an extent below
+    one, a stride TMA cannot take): the caller launches the build without derived maps."""
+
+
+def derived_encoder(box: tuple[int, int, int], elem):
+    """fill(slot, address, inner, outer, stride): the TMA map of the 2-D row-major tensor
+    at `address` (`outer` rows of `inner` elements of `elem`, rows `stride` elements
+    apart) that a kernel reads through pointers and kiln.codegen.passes.pointer_tma
+    proved a TMA box (metadata `tma_of`). Raises DerivedMapUnusable where no map reads
+    what the pointers would."""
+    import ctypes
+    from cuda.bindings import driver as cu
+
+    inner_box, rows, swizzle = box
+    elem_bytes = elem.itemsize
+    kind = _FLOAT_TYPES.get(elem.name) or _RAW_TYPES[elem_bytes]
+    dtype = getattr(cu.CUtensorMapDataType, f"CU_TENSOR_MAP_DATA_TYPE_{kind}")
+    swizzles = {32: cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_32B, 64: cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_64B,
+                128: cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B}
+    cache: dict = {}
+    u32, u64 = cu.cuuint32_t, cu.cuuint64_t
+
+    def encode(address, inner, outer, stride) -> bytes:
+        # an empty extent would read nothing where a map reads at least element 0; a row
+        # stride under a row (overlapping rows) or past 2^40 bytes has no map
+        if inner < 1 or outer < 1 or stride < inner or (stride * elem_bytes) % 16 or stride * elem_bytes >= 1 << 40 \
+                or address % 16:
+            raise DerivedMapUnusable(f"no TMA map for {outer}x{inner} elements, rows {stride} apart")
+        err, tmap = cu.cuTensorMapEncodeTiled(
+            dtype, 2, address, [u64(inner), u64(outer)], [u64(stride * elem_bytes)], [u32(inner_box), u32(rows)],
+            [u32(1), u32(1)], cu.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE, swizzles[swizzle],
+            cu.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+            cu.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
+        if err != cu.CUresult.CUDA_SUCCESS:
+            raise DerivedMapUnusable(f"encoding a TMA map of {outer}x{inner} elements failed ({int(err)})")
+        return ctypes.string_at(tmap.getPtr(), NBYTES)
+
+    def fill(slot, address, inner, outer, stride) -> None:
+        key = (address, inner, outer, stride)
+        got = cache.get(key)
+        if got is None:
+            if len(cache) >= _CACHE_LIMIT:
+                cache.clear()
+            got = cache[key] = encode(address, inner, outer, stride)
+        ctypes.memmove(slot, got, NBYTES)
+
+    return fill
+
+
 # CUtensorMapDataType names; any other element is moved as raw bytes of its width (fp8 as uint8)
 _FLOAT_TYPES = {"fp16": "FLOAT16", "bf16": "BFLOAT16", "fp32": "FLOAT32"}
 _RAW_TYPES = {1: "UINT8", 2: "UINT16", 4: "UINT32", 8: "UINT64"}

@@ -1,0 +1,383 @@
+"""sm_90a: pointer loads of a dot's operands that read a box of a kernel-argument matrix
+become TMA copies, on a map the launcher encodes from the kernel's own arguments.
+
+Tutorial 03's matmul reads A and B through pointer blocks; through host TensorDescriptors
+(TMA) the same loop runs 4-6% faster (bench/tma.py): one thread issues a box copy instead
+of every thread computing addresses and masks for a dozen cp.async. This pass proves that
+a load in a pipelined loop reads what a TMA box of a 2-D tensor reads, and puts a
+`descriptor_load` on a new kernel argument (a `tensormap`, attribute
+`tma_of = [base, inner extent, outer extent, outer stride]`: the indices of the kernel
+arguments the launcher encodes it from) beside it, with the pointer load as its fallback:
+`smem_pipeline` fills a ring by TMA from it where it can, `descriptor_loads` puts the
+pointer load back everywhere else and drops the argument.
+
+What is proved, with the index forms of kiln.codegen.passes.affine (`iter` = the loop's
+iteration count, `idx_d` = the element's index along dim d):
+  address   base + X_1 + s * X_0: base a pointer argument (16-byte aligned), s an int32
+            argument whose byte stride is a multiple of 16, X_1 the contiguous dim;
+  coords    X_d = a_d + delta_d * iter + idx_d (a_d loop-invariant, delta_d constant: the
+            pointer advances by a constant number of rows or columns per iteration), or
+            X_d = (a_d + idx_d) % E_d with E_d an argument ("wraps", tutorial 03's `% M`);
+  extents   every other dim has a mask term `X_d < E_d` with E_d an argument (tutorial
+            03's K edge); terms `X_d >= 0` are allowed (TMA reads those as zeros too);
+            `other` is absent or zero, so that masked-off elements read zero as out-of-box ones do.
+A wrapped dim reads row (a + i) % E where TMA reads zeros past E. The load must then only
+feed one dot, along its M (A's rows) or N (B's columns), whose accumulator is carried by
+the loop and after it only goes through elementwise ops into stores masked by
+`a + idx < E` on that dim: the rows that differ are never stored.
+"""
+from __future__ import annotations
+
+from kiln.ir.core import Function, Operation
+from kiln.ir.types import block_type, int32, pointer_type, tensormap
+
+from . import affine
+from .prefetch import _const_int
+from .smem_pipeline import enabled as pipelines
+
+name = "pointer_tma"
+ITER = ("iter",)  # the iteration-count atom
+
+# ops that map each element to the element at the same index (the accumulator's rows stay its rows)
+ELEMENTWISE = {"cast", "add", "sub", "mul", "div", "rem", "neg", "max", "min", "maximum", "minimum", "fma", "exp",
+               "exp2", "log", "log2", "sqrt", "rsqrt", "abs", "sigmoid", "tanh", "erf", "sin", "cos", "floor", "ceil",
+               "cvt_r", "precise_div", "precise_sqrt", "clamp", "umulhi", "and", "or", "xor", "not", "cmp",
+               "select", "fp_to_fp"}
+
+
+def apply(fn, ctx) -> None:
+    if not pipelines(ctx) or fn.attrs.get("pointer_tma", 1) == 0:  # 0: the launcher's fallback build
+        return
+    for loop in [op for op in fn.walk() if op.name == "for"]:
+        if int(loop.attrs.get("num_stages", ctx.num_stages)) < 2:
+            continue
+        forms = affine.Forms()
+        for load in [op for op in loop.regions[0].ops if op.name == "load"]:
+            box = _Box.prove(load, loop, fn, forms)
+            if box is not None:
+                box.rewrite(fn)
+
+
+class _Box:
+    """What a proved load reads: base argument, per-dim coordinate forms and extents."""
+
+    def __init__(self, load, loop, forms, base, stride, coords, extents):
+        self.load, self.loop, self.forms, self.base, self.stride = load, loop, forms, base, stride
+        self.coords, self.extents = coords, extents  # per block dim: poly in `iter` and invariants; an argument
+
+    @classmethod
+    def prove(cls, load, loop, fn, forms):
+        t = load.results[0].type
+        if not isinstance(t, block_type) or len(t.shape) != 2:
+            return None
+        ptr, mask, other = (load.operands + [None, None])[:3]
+        if other is not None and not _zero(other):
+            return None
+        iteration = _iteration(loop, forms)
+        if iteration is None:
+            return None
+        found = _address(ptr, loop, forms, iteration)
+        if found is None:
+            return None
+        base, poly = found
+        split = _split(poly, fn, base, forms)
+        if split is None:
+            return None
+        stride, coords, wraps = split
+        extents = [forms.wraps[wraps[d]][1] if d in wraps else None for d in range(2)]
+        terms = [] if mask is None else _terms(mask, forms)
+        if terms is None:
+            return None
+        for term in terms:
+            term = affine.substitute(term, forms.atom(loop.regions[0].args[0]), iteration)
+            d = _bound_dim(term, coords, wraps, extents, forms, fn)
+            if d is None:
+                return None
+        starts = {d: forms.wraps[wraps[d]][0] if d in wraps else coords[d] for d in range(2)}
+        if any(e is None for e in extents) or not all(_invariant(forms, c, loop) for c in starts.values()):
+            return None
+        if any(a[0] == "v" and forms.values[a[1]].type != int32 for c in starts.values() for a in affine.atoms_of(c)):
+            return None
+        if wraps and not _wrapped_rows_unseen(fn, load, loop, wraps, forms):
+            return None
+        return cls(load, loop, forms, base, stride, starts, extents)
+
+    def rewrite(self, fn) -> None:
+        body = self.loop.regions[0]
+        at = body.ops.index(self.load) + 1
+        emitted: list[Operation] = []
+
+        def emit(op_name, operands, t, **attrs):
+            op = Operation(op_name, operands, [t], attrs, loc=self.load.loc)
+            op.parent = body
+            emitted.append(op)
+            return op.results[0]
+
+        iteration = _emit_iteration(self.loop, emit)
+        offsets = [_emit_poly(self.coords[d], iteration, self.forms, emit) for d in range(2)]
+        index = lambda v: fn.args.index(v)  # noqa: E731
+        tmap = fn.body.add_arg(tensormap)
+        fn.arg_names.append(f"{fn.arg_names[index(self.base)]}.tma")
+        fn.arg_attrs.append({"tma_of": [index(self.base), index(self.extents[1]), index(self.extents[0]),
+                                        index(self.stride)]})
+        value = self.load.results[0]
+        uses = [op for op in fn.walk() if value in op.operands]
+        got = emit("descriptor_load", [tmap, *offsets, value], value.type)
+        for op in uses:
+            op.operands = [got if v is value else v for v in op.operands]
+        body.ops[at:at] = emitted
+
+
+def _zero(v) -> bool:
+    op = v.defining_op
+    return op is not None and op.name == "constant" and op.attrs.get("value") in (0, 0.0) \
+        and not isinstance(op.attrs.get("value"), bool)
+
+
+def _iteration(loop, forms):
+    """The induction variable as a polynomial in the iteration count: lb + step * iter
+    (a constant step, lb loop-invariant)."""
+    lb, _, step = loop.operands[:3]
+    s = _const_int(step)
+    start = forms.of(lb)
+    if not s or s <= 0 or start is None or lb.type != int32:
+        return None
+    return affine.add(start, {(ITER,): s})
+
+
+def _address(ptr, loop, forms, iteration):
+    """(base argument, offset polynomial in `iter`) of a block of pointers read in `loop`'s
+    body: computed there from the induction variable, or carried and advanced by a
+    loop-invariant scalar each iteration."""
+    body = loop.regions[0]
+    if ptr.owner is body and ptr is not body.args[0]:
+        j = ptr.index - 1
+        found = _pointer(loop.operands[3 + j], forms)
+        step = body.terminator.operands[j].defining_op
+        if found is None or step is None or step.name != "addptr" or step.operands[0] is not ptr:
+            return None
+        advance = forms.of(step.operands[1])
+        if advance is None or affine.atoms_of(advance) & {("idx", 0), ("idx", 1)} \
+                or not _invariant(forms, advance, loop):
+            return None
+        base, poly = found
+        poly = affine.add(poly, affine.mul(advance, {(ITER,): 1}) or {})
+        return base, poly
+    found = _pointer(ptr, forms)
+    if found is None:
+        return None
+    base, poly = found
+    poly = affine.substitute(poly, forms.atom(body.args[0]), iteration)
+    return None if poly is None else (base, poly)
+
+
+def _pointer(p, forms):
+    """(base argument, offset polynomial) of a block of pointers: a splat argument moved
+    by addptr, broadcast and expand_dims."""
+    op = p.defining_op
+    if op is None:
+        return None
+    if op.name == "splat":
+        base = op.operands[0]
+        return (base, {}) if base.owner is not None and base.defining_op is None and isinstance(base.type, pointer_type) \
+            else None
+    if op.name == "broadcast":
+        return _pointer(op.operands[0], forms)
+    if op.name == "expand_dims":
+        got = _pointer(op.operands[0], forms)
+        return None if got is None else (got[0], affine._shift(got[1], op.attrs["axis"]))
+    if op.name == "addptr":
+        got, offset = _pointer(op.operands[0], forms), forms.of(op.operands[1])
+        if got is None or offset is None:
+            return None
+        return got[0], affine.add(got[1], offset)
+    return None
+
+
+def _split(poly, fn, base, forms):
+    """Read `poly` as X_1 + s * X_0: (s, {dim: coordinate poly for plain dims}, {dim: wrap
+    index for wrapped dims}), or None."""
+    if base not in fn.args or fn.arg_attrs[fn.args.index(base)].get("divisibility", 1) % 16:
+        return None
+    outer = [m for m in poly if any(a[0] in ("idx", "wrap") and a[1] == 0 for a in m)]
+    inner = [m for m in poly if any(a[0] in ("idx", "wrap") and a[1] == 1 for a in m)]
+    if len(outer) != 1 or len(inner) != 1 or poly[outer[0]] != 1 or poly[inner[0]] != 1:
+        return None
+    (m_out,), (m_in,) = outer, inner
+    if len(m_in) != 1:  # the contiguous dim moves by one element
+        return None
+    dim_atom = [a for a in m_out if a[0] in ("idx", "wrap")][0]
+    rest = [a for a in m_out if a is not dim_atom]
+    if len(rest) != 1 or rest[0][0] != "v":
+        return None
+    stride = forms.values[rest[0][1]]
+    itemsize = base.type.element_ty.itemsize
+    if stride not in fn.args or stride.type != int32 \
+            or (fn.arg_attrs[fn.args.index(stride)].get("divisibility", 1) * itemsize) % 16:
+        return None
+    s = rest[0]
+    starts = {0: {}, 1: {}}
+    for m, c in poly.items():
+        if m in (m_out, m_in):
+            continue
+        if any(a[0] in ("idx", "wrap") for a in m):
+            return None
+        if m.count(s) == 1:
+            starts[0] = affine.add(starts[0], {tuple(a for a in m if a != s): c})
+        elif s not in m:
+            starts[1] = affine.add(starts[1], {m: c})
+        else:
+            return None
+    coords, wraps = {}, {}
+    for d, atom in ((0, dim_atom), (1, m_in[0])):
+        if atom[0] == "wrap":
+            if starts[d]:
+                return None
+            wraps[d] = atom[2]
+        else:
+            coords[d] = affine.add(starts[d], {(("idx", d),): 1})
+    return stride, {d: affine.add(c, {(("idx", d),): 1}, -1) for d, c in coords.items()}, wraps
+
+
+def _terms(mask, forms, strict=True):
+    """The and-ed comparisons of a mask as polynomials L (term true <=> L < 0, in the
+    mask's dims). Strict: None where the mask is anything else; else other and-ed terms
+    are skipped (they only clear more elements)."""
+    op = mask.defining_op
+    skip = None if strict else []
+    if op is None:
+        return skip
+    if op.name == "and":
+        a, b = (_terms(x, forms, strict) for x in op.operands)
+        return None if a is None or b is None else a + b
+    if op.name == "broadcast":
+        return _terms(op.operands[0], forms, strict)
+    if op.name == "expand_dims":
+        got = _terms(op.operands[0], forms, strict)
+        return None if got is None else [affine._shift(t, op.attrs["axis"]) for t in got]
+    if op.name == "cmp":
+        x, y = (forms.of(v) for v in op.operands)
+        if x is None or y is None:
+            return None
+        pred = op.attrs["pred"]
+        if pred == "lt":
+            return [affine.add(x, y, -1)]
+        if pred == "le":
+            return [affine.add(affine.add(x, y, -1), affine.constant(-1))]
+        if pred == "gt":
+            return [affine.add(y, x, -1)]
+        if pred == "ge":
+            return [affine.add(affine.add(y, x, -1), affine.constant(-1))]
+    return skip
+
+
+def _bound_dim(term, coords, wraps, extents, forms, fn):
+    """The dim whose bound `term` is (`X_d < E` records E; `X_d >= 0` is free), or None."""
+    for d, start in coords.items():
+        x = affine.add(start, {(("idx", d),): 1})
+        if affine.add(term, x, 1) == affine.constant(-1):  # -X_d - 1 < 0
+            return d
+        rest = affine.add(term, x, -1)  # -E
+        if len(rest) == 1:
+            (m, c), = rest.items()
+            if c == -1 and len(m) == 1 and m[0][0] == "v":
+                e = forms.values[m[0][1]]
+                if e in fn.args and e.type == int32 and extents[d] in (None, e):
+                    extents[d] = e
+                    return d
+    return None
+
+
+def _invariant(forms, poly, loop) -> bool:
+    """Are all of `poly`'s scalar atoms defined outside `loop`?"""
+    for a in affine.atoms_of(poly):
+        if a[0] == "v" and _inside(forms.values[a[1]], loop):
+            return False
+    return True
+
+
+def _inside(v, loop) -> bool:
+    node = v.owner
+    while node is not None and not isinstance(node, Function):
+        if node is loop:
+            return True
+        node = node.parent
+    return False
+
+
+def _wrapped_rows_unseen(fn, load, loop, wraps, forms) -> bool:
+    """Is the wrapped dim of this load one whose rows past E are never stored: the load
+    is A (rows wrapped) or B (columns wrapped) of one dot whose accumulator the loop
+    carries, and after the loop only elementwise ops take it to stores masked on that dim?"""
+    body = loop.regions[0]
+    value = load.results[0]
+    users = _users(fn, value)
+    if len(users) != 1 or users[0].name != "dot" or users[0].parent is not body or len(users[0].operands) != 3:
+        return False
+    dot = users[0]
+    a, b, acc = dot.operands
+    side = 0 if a is value and b is not value else 1 if b is value and a is not value else None
+    if side is None or set(wraps) != {side} or acc.owner is not body or acc is body.args[0]:
+        return False
+    j = acc.index - 1
+    result = dot.results[0]
+    if _users(fn, acc) != [dot] or _users(fn, result) != [body.terminator] \
+            or body.terminator.operands.count(result) != 1 or body.terminator.operands[j] is not result:
+        return False
+    start, extent = forms.wraps[wraps[side]]
+    return _stored_masked(fn, loop.results[j], side, start, extent, forms)
+
+
+def _users(fn, v) -> list:
+    return [op for op in fn.walk() if v in op.operands]
+
+
+def _stored_masked(fn, v, dim, start, extent, forms) -> bool:
+    """Does every path from `v` go through elementwise ops into the value of a store whose
+    mask has the term `start + idx_dim < extent`?"""
+    row = affine.add(start, {(("idx", dim),): 1})
+    want = affine.add(row, forms.scalar(extent), -1)
+    frontier, seen = [v], set()
+    while frontier:
+        x = frontier.pop()
+        if x in seen:
+            continue
+        seen.add(x)
+        for op in _users(fn, x):
+            if op.name == "store":
+                if len(op.operands) < 3 or op.operands[1] is not x or x in (op.operands[0], op.operands[2]):
+                    return False
+                terms = _terms(op.operands[2], forms, strict=False)
+                if not terms or want not in terms:
+                    return False
+            elif op.name in ELEMENTWISE and not op.regions and len(op.results) == 1 \
+                    and getattr(op.results[0].type, "shape", None) == x.type.shape:
+                frontier.append(op.results[0])
+            else:
+                return False
+    return True
+
+
+def _emit_iteration(loop, emit):
+    """The iteration count (iv - lb) / step as an int32 value in the body."""
+    iv = loop.regions[0].args[0]
+    lb, _, step = loop.operands[:3]
+    s = _const_int(step)
+    x = iv if _const_int(lb) == 0 else emit("sub", [iv, lb], int32)
+    return x if s == 1 else emit("div", [x, emit("constant", [], int32, value=s)], int32)
+
+
+def _emit_poly(poly, iteration, forms, emit):
+    """`poly` (int32 atoms and `iter`) as ops."""
+    total = None
+    for m, c in sorted(poly.items()):
+        term = None
+        for a in m:
+            factor = iteration if a == ITER else forms.values[a[1]]
+            term = factor if term is None else emit("mul", [term, factor], int32)
+        if term is None:
+            term = emit("constant", [], int32, value=c)
+        elif c != 1:
+            term = emit("mul", [term, emit("constant", [], int32, value=c)], int32)
+        total = term if total is None else emit("add", [total, term], int32)
+    return total if total is not None else emit("constant", [], int32, value=0)

@@ -1,0 +1,142 @@
+"""kiln.codegen.passes.pointer_tma on a CPU: which pointer loads of a dot's operands become
+TMA copies on maps derived from the kernel's arguments, the IR and PTX they give on
+sm_90a, and the metadata the launcher encodes the maps from. The GPU results are in
+tests/test_lang_dot.py (conformance) and tests/test_pointer_tma_gpu.py."""
+import numpy as np
+import pytest
+
+import kiln
+import kiln.language as tl
+from kiln.cache.metadata import MetadataError, checked, parse_tma_of
+from kiln.codegen.passes import descriptor_loads, pointer_tma
+from kiln.codegen.pipeline import PassContext
+from kiln.codegen.target import parse_target
+from kiln.ir import parse_function, print_function, verify
+
+
+@kiln.jit
+def _mm(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_bk, stride_cm, BM: tl.constexpr, BN: tl.constexpr,
+        BK: tl.constexpr, OTHER: tl.constexpr, ROW_MASK: tl.constexpr, MIX_ROWS: tl.constexpr, SHIFT: tl.constexpr):
+    """Tutorial 03's loop: rows and columns wrapped (`% M`, `% N`), a K edge masked."""
+    pid_m, pid_n = tl.program_id(0), tl.program_id(1)
+    offs_m = (pid_m * BM + tl.arange(0, BM)) % M
+    offs_n = (pid_n * BN + tl.arange(0, BN)) % N
+    offs_k = tl.arange(0, BK)
+    a_ptrs = a_ptr + offs_m[:, None] * stride_am + offs_k[None, :]
+    b_ptrs = b_ptr + offs_k[:, None] * stride_bk + offs_n[None, :]
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BK)):
+        a = tl.load(a_ptrs, mask=offs_k[None, :] < K - k * BK - SHIFT, other=OTHER)
+        b = tl.load(b_ptrs, mask=offs_k[:, None] < K - k * BK, other=0.0)
+        acc = tl.dot(a, b, acc)
+        a_ptrs += BK
+        b_ptrs += BK * stride_bk
+    rm = pid_m * BM + tl.arange(0, BM)
+    rn = pid_n * BN + tl.arange(0, BN)
+    mask = rn[None, :] < N
+    if ROW_MASK:
+        mask = mask & (rm[:, None] < M)
+    if MIX_ROWS:
+        acc = acc + tl.sum(acc, axis=0)[None, :]
+    tl.store(c_ptr + rm[:, None] * stride_cm + rn[None, :], acc.to(tl.float16), mask=mask)
+
+
+def _build(target="sm_90a", other=0.0, row_mask=True, mix_rows=False, shift=0):
+    x = np.zeros((64, 64), np.float16)
+    return _mm.warmup(x, x, x, 4096, 4096, 4096, 4096, 4096, 4096, BM=128, BN=256, BK=64, OTHER=other,
+                      ROW_MASK=row_mask, MIX_ROWS=mix_rows, SHIFT=shift, num_warps=8, num_stages=3, grid=(1,),
+                      target=target)
+
+
+def _derived(k) -> dict:
+    return {a["name"]: (a.get("tma_of"), a.get("tma_box")) for a in k.metadata["args"] if "tma_of" in a}
+
+
+def test_tutorial_03s_loads_become_tma_copies_on_maps_derived_from_the_arguments():
+    k = _build()
+    # a_ptr's map: inner extent K (index 5), outer extent M (3), rows stride_am (6) apart;
+    # b_ptr's: inner N (4), outer K (5), rows stride_bk (7) apart
+    assert _derived(k) == {"a_ptr.tma": ("0,5,3,6", "64x128:swizzle128"), "b_ptr.tma": ("1,4,5,7", "64x64:swizzle128")}
+    ptx = k.asm["ptx"]
+    assert "cp.async.bulk.tensor.2d" in ptx and "cp.async.cg" not in ptx and "cp.async.ca" not in ptx
+    assert "wgmma.mma_async" in ptx and ".local" not in ptx
+    assert k.n_spills == 0
+
+
+def test_a_row_wrap_whose_rows_are_stored_unmasked_keeps_its_pointers():
+    """Without `rm < M` in the store's mask the rows past M (read wrapped through the
+    pointers, as zeros by TMA) would be stored: A keeps cp.async, B (columns masked) is TMA."""
+    assert set(_derived(_build(row_mask=False))) == {"b_ptr.tma"}
+
+
+def test_a_reduction_over_the_accumulators_rows_keeps_both_pointer_loads():
+    assert _derived(_build(mix_rows=True)) == {}
+
+
+def test_masked_off_elements_that_are_not_zero_keep_their_pointers():
+    """A's `other=1.0` is not what TMA reads out of bounds; then no ring takes the loop (a
+    cp.async ring zero-fills too), and B's map, read by no ring, is dropped."""
+    k = _build(other=1.0)
+    assert _derived(k) == {} and "cp.async.bulk.tensor" not in k.asm["ptx"]
+
+
+def test_a_k_edge_that_is_no_argument_keeps_its_pointers():
+    """`cols < K - k * BK - 1`: the extent K - 1 is no kernel argument the launcher could
+    encode a map with; A's ring stays cp.async (src-size zero-fill), B's is TMA."""
+    k = _build(shift=1)
+    assert set(_derived(k)) == {"b_ptr.tma"} and "cp.async.cg" in k.asm["ptx"]
+
+
+def test_other_targets_get_no_derived_maps():
+    k = _build(target="sm_80")
+    assert _derived(k) == {} and all(a["type"] != "tensormap" for a in k.metadata["args"])
+
+
+def test_a_map_no_ring_reads_is_dropped_with_its_argument():
+    """pointer_tma alone, then descriptor_loads (no smem_pipeline between): every
+    descriptor_load goes back to its pointer load and the maps leave the signature."""
+    fn = parse_function(_source_ir())
+    ctx = PassContext(parse_target("sm_90a"), num_warps=8, num_stages=3)
+    pointer_tma.apply(fn, ctx)
+    text = print_function(fn, locs=False)
+    assert text.count("descriptor_load") == 2 and 'tma_of = [0, 5, 3, 6]' in text and 'tma_of = [1, 4, 5, 7]' in text
+    verify(parse_function(text))
+    descriptor_loads.apply(fn, ctx)
+    out = print_function(fn, locs=False)
+    assert "descriptor_load" not in out and "tensormap" not in out
+    assert len(fn.args) == len(fn.arg_names) == len(fn.arg_attrs) == 9
+    verify(fn)
+
+
+def test_the_launchers_fallback_build_has_no_derived_maps():
+    fn = parse_function(_source_ir())
+    fn.attrs["pointer_tma"] = 0
+    pointer_tma.apply(fn, PassContext(parse_target("sm_90a"), num_warps=8, num_stages=3))
+    assert "descriptor_load" not in print_function(fn)
+
+
+def _source_ir() -> str:
+    """The frontend's IR of `_mm` (before codegen's passes)."""
+    x = np.zeros((64, 64), np.float16)
+    kernel = _mm.warmup(x, x, x, 4096, 4096, 4096, 4096, 4096, 4096, BM=128, BN=256, BK=64, OTHER=0.0,
+                        ROW_MASK=True, MIX_ROWS=False, SHIFT=0, num_warps=8, num_stages=3, grid=(1,), target="sm_90a")
+    return kernel.ir if isinstance(kernel.ir, str) else print_function(kernel.ir)
+
+
+def test_tma_of_names_four_argument_indices():
+    assert parse_tma_of("0,5,3,6") == (0, 5, 3, 6) and parse_tma_of(None) is None
+    for bad in ("0,5,3", "0,5,3,6,7", "a,b,c,d", "-1,5,3,6", 7):
+        with pytest.raises(MetadataError):
+            parse_tma_of(bad)
+
+
+def test_metadata_with_a_bad_derived_map_is_refused():
+    metadata = {"name": "k", "target": "sm_90a", "num_warps": 8, "num_stages": 3, "threads": 256, "shared": 4096,
+                "n_regs": 40, "n_spills": 0, "ptx_version": 80,
+                "args": [{"name": "x", "type": "ptr<fp16>", "llvm_type": "ptr"},
+                         {"name": "x.tma", "type": "tensormap", "llvm_type": "ptr", "tma_box": "64x128:swizzle128",
+                          "tma_of": "0,1,1,1"}]}
+    assert checked(metadata, name="k") is metadata
+    metadata["args"][1]["tma_of"] = "__import__('os')"
+    with pytest.raises(MetadataError):
+        checked(metadata, name="k")
