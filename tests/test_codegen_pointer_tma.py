@@ -140,3 +140,31 @@ def test_metadata_with_a_bad_derived_map_is_refused():
     metadata["args"][1]["tma_of"] = "__import__('os')"
     with pytest.raises(MetadataError):
         checked(metadata, name="k")
+
+
+@kiln.jit
+def _shifted_rows(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, SHIFT: tl.constexpr, FLOOR: tl.constexpr):
+    """Rows start SHIFT before the program's block, masked `< M` (and `>= 0` when FLOOR)."""
+    rm = tl.program_id(0) * 128 - SHIFT + tl.arange(0, 128)
+    rn = tl.arange(0, 128)
+    acc = tl.zeros((128, 128), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, 64)):
+        rk = k * 64 + tl.arange(0, 64)
+        row_ok = rm[:, None] < M
+        if FLOOR:
+            row_ok = row_ok & (rm[:, None] >= 0)
+        a = tl.load(a_ptr + rm[:, None] * stride_am + rk[None, :], mask=row_ok & (rk[None, :] < K), other=0.0)
+        b = tl.load(b_ptr + rk[:, None] * N + rn[None, :], mask=rk[:, None] < K, other=0.0)
+        acc = tl.dot(a, b, acc)
+    tl.store(c_ptr + rm[:, None] * N + rn[None, :], acc, mask=(rm[:, None] < M) & (rm[:, None] >= 0))
+
+
+@pytest.mark.parametrize("shift, floor, tma", [(0, False, True), (1, False, False), (1, True, True)])
+def test_rows_that_may_start_before_the_base_need_a_mask_for_it(shift, floor, tma):
+    """TMA reads zeros before the base where pointers read the memory there: a block that
+    may start before row 0 becomes a box only when its mask clears those rows."""
+    x = np.zeros((64, 64), np.float16)
+    k = _shifted_rows.warmup(x, x, np.zeros((64, 64), np.float32), 4096, 4096, 4096, 4096, SHIFT=shift, FLOOR=floor,
+                             num_warps=4, num_stages=3, grid=(1,), target="sm_90a")
+    assert ("a_ptr.tma" in _derived(k)) == tma
+    assert "b_ptr.tma" not in _derived(k)  # B's columns have no extent: neither masked nor wrapped

@@ -21,7 +21,10 @@ iteration count, `idx_d` = the element's index along dim d):
   extents   every other dim has a mask term `X_d < E_d` with E_d an argument (tutorial
             03's K edge); terms `X_d >= 0` are allowed (TMA reads those as zeros too);
             `other` is absent or zero, so that masked-off elements read zero as out-of-box ones do.
-A wrapped dim reads row (a + i) % E where TMA reads zeros past E. The load must then only
+A plain dim's start must be proved non-negative (or masked by `X_d >= 0`): TMA reads
+nothing before the base. A wrapped dim reads row (a + i) % E where TMA reads zeros past E;
+for a >= 0 the rows before E are the same (a negative `a` would read before the base,
+out of the tensor the map describes). The load must then only
 feed one dot, along its M (A's rows) or N (B's columns), whose accumulator is carried by
 the loop and after it only goes through elementwise ops into stores masked by
 `a + idx < E` on that dim: the rows that differ are never stored.
@@ -88,13 +91,19 @@ class _Box:
         terms = [] if mask is None else _terms(mask, forms)
         if terms is None:
             return None
+        floored = set()  # dims with a mask term X_d >= 0
         for term in terms:
             term = affine.substitute(term, forms.atom(loop.regions[0].args[0]), iteration)
-            d = _bound_dim(term, coords, wraps, extents, forms, fn)
+            d = _bound_dim(term, coords, wraps, extents, forms, fn, floored)
             if d is None:
                 return None
         starts = {d: forms.wraps[wraps[d]][0] if d in wraps else coords[d] for d in range(2)}
         if any(e is None for e in extents) or not all(_invariant(forms, c, loop) for c in starts.values()):
+            return None
+        # TMA reads nothing before the base: an unmasked plain dim must start at 0 or after
+        # (the launcher checks that the map's extents and stride are at least 1)
+        known = {*extents, stride}
+        if not all(d in floored or _nonnegative(coords[d], forms, known) for d in coords):
             return None
         if any(a[0] == "v" and forms.values[a[1]].type != int32 for c in starts.values() for a in affine.atoms_of(c)):
             return None
@@ -271,11 +280,12 @@ def _terms(mask, forms, strict=True):
     return skip
 
 
-def _bound_dim(term, coords, wraps, extents, forms, fn):
-    """The dim whose bound `term` is (`X_d < E` records E; `X_d >= 0` is free), or None."""
+def _bound_dim(term, coords, wraps, extents, forms, fn, floored):
+    """The dim whose bound `term` is (`X_d < E` records E, `X_d >= 0` the dim in `floored`), or None."""
     for d, start in coords.items():
         x = affine.add(start, {(("idx", d),): 1})
         if affine.add(term, x, 1) == affine.constant(-1):  # -X_d - 1 < 0
+            floored.add(d)
             return d
         rest = affine.add(term, x, -1)  # -E
         if len(rest) == 1:
@@ -286,6 +296,46 @@ def _bound_dim(term, coords, wraps, extents, forms, fn):
                     extents[d] = e
                     return d
     return None
+
+
+def _nonnegative(poly, forms, known) -> bool:
+    """Is `poly` (in `iter` >= 0 and scalar atoms) at least 0: every coefficient positive
+    and every atom at least 0? `known`: arguments the launcher checks are at least 1."""
+    memo: dict = {}
+    return all(c > 0 and all(a == ITER or _lowest(forms.values[a[1]], known, memo) >= 0 for a in m)
+               for m, c in poly.items())
+
+
+def _lowest(v, known, memo, depth=0) -> float:
+    """A lower bound of int scalar `v` (-inf where none is known): program ids and
+    non-negative constants are at least 0, `known` arguments at least 1, and bounds go
+    through add, sub of a constant, mul, div, rem, min and max."""
+    if v in memo:
+        return memo[v]
+    low = float("-inf")
+    op = v.defining_op
+    if v in known:
+        low = 1
+    elif op is not None and depth < 64:
+        args = [_lowest(x, known, memo, depth + 1) for x in op.operands]
+        if op.name in ("program_id", "num_programs"):
+            low = 0
+        elif op.name == "constant" and isinstance(op.attrs.get("value"), int):
+            low = op.attrs["value"]
+        elif op.name == "add":
+            low = args[0] + args[1]
+        elif op.name == "sub" and _const_int(op.operands[1]) is not None:
+            low = args[0] - _const_int(op.operands[1])
+        elif op.name == "mul" and min(args) >= 0:
+            low = args[0] * args[1]
+        elif op.name == "div" and args[0] >= 0 and args[1] >= 1:
+            low = 0
+        elif op.name == "rem" and args[0] >= 0:  # the remainder takes the dividend's sign
+            low = 0
+        elif op.name in ("min", "max"):
+            low = min(args) if op.name == "min" else max(args)
+    memo[v] = low
+    return low
 
 
 def _invariant(forms, poly, loop) -> bool:
