@@ -37,7 +37,8 @@ def _int(lo: int, hi: int):
 def _args(value) -> bool:
     return (type(value) is list and len(value) <= 65536
             and all(type(a) is dict and all(type(k) is str and _text(v) for k, v in a.items())
-                    and _tma_box_ok(a.get("tma_box")) and _tma_of_ok(a.get("tma_of")) for a in value))
+                    and _tma_box_ok(a.get("tma_box")) and _tma_of_ok(a.get("tma_of"))
+                    and a.get("launch_grid") in (None, "0", "1", "2") for a in value))
 
 
 _TMA_BOX = re.compile(r"(\d{1,3})x(\d{1,3}):swizzle(32|64|128)\Z")

@@ -10,14 +10,15 @@ from dataclasses import dataclass, field
 
 from kiln.ir import verify
 
-from .passes import (axis_info, canonicalize, cse, dce, descriptor_loads, dot_accumulate, layouts, pointer_tma, prefetch,
-                     smem_alloc, smem_pipeline)
+from .passes import (axis_info, canonicalize, cse, dce, descriptor_loads, dot_accumulate, layouts, persistent, pointer_tma,
+                     prefetch, smem_alloc, smem_pipeline)
 
 PASSES = [
     canonicalize,   # fold constants, drop x+0, x*1, same-type casts
     cse,            # merge identical pure ops
     dot_accumulate, # acc + dot(a, b) -> dot(a, b, acc)
     dce,            # drop what nothing uses
+    persistent,     # sm_90a: a tile kernel whose loop runs wgmma -> each CTA loops over the launch grid's programs
     pointer_tma,    # sm_90a: pointer loads of a dot's operands that read a TMA box -> descriptor_loads on derived maps
     smem_pipeline,  # sm_90a: dots fed by loads in loops -> async copies (cp.async, TMA) into rings of shared tiles, wgmma
     descriptor_loads,  # the descriptor loads no TMA ring took -> their pointer loads; unread derived maps dropped

@@ -238,24 +238,32 @@ class CompiledKernel:
             self.metadata["n_regs"] = loaded.n_regs  # the driver's count is authoritative
         args = binary.metadata.get("args", ())
         boxes = {i: parse_tma_box(arg.get("tma_box")) for i, arg in enumerate(args)}
-        derived = [(boxes[i], parse_tma_of(arg.get("tma_of"))) for i, arg in enumerate(args) if i >= len(self.arg_types)]
-        if any(box is None or of is None for box, of in derived):
-            raise ValueError(f"kernel {self.name}: its binary has arguments past its own that are not derived TMA maps")
+        derived = []  # what the compiler appended after the kernel's own arguments
+        for i, arg in enumerate(args[len(self.arg_types):], len(self.arg_types)):
+            if arg.get("launch_grid") is not None:
+                derived.append(("grid", int(arg["launch_grid"])))
+            elif boxes[i] is not None and parse_tma_of(arg.get("tma_of")) is not None:
+                derived.append(("map", boxes[i], parse_tma_of(arg["tma_of"])))
+            else:
+                raise ValueError(f"kernel {self.name}: its binary's argument {i} is neither a derived map nor a grid size")
+        resident = None
+        if any(kind == "grid" for kind, *_ in derived):
+            resident = loaded.resident_ctas(32 * binary.metadata["num_warps"], shared) * driver.sm_count(device)
         launcher = make_launcher(loaded, self.arg_types, binary.metadata["num_warps"],
                                  binary.metadata["shared"], self.name,
                                  {i: box for i, box in boxes.items() if box is not None and i < len(self.arg_types)},
-                                 derived)
+                                 derived, resident)
         launchers[device] = launcher
         return launcher
 
     def _pointer_build(self, target: str):
-        """The binary with every load as written (no derived TMA maps), for launches whose
-        arguments make none."""
+        """The binary of the kernel as written (no derived TMA maps, not persistent), for
+        launches whose arguments make no map or too many programs."""
         binary = self.pointer_binaries.get(target)
         if binary is None:
             ir, options = self.binary_inputs()
             ir = parse_function(print_function(ir))
-            ir.attrs["pointer_tma"] = 0
+            ir.attrs["derived_args"] = 0
             binary = self.pointer_binaries[target] = compile_binary(ir, target, options)
         return binary
 

@@ -110,7 +110,7 @@ def test_a_map_no_ring_reads_is_dropped_with_its_argument():
 
 def test_the_launchers_fallback_build_has_no_derived_maps():
     fn = parse_function(_source_ir())
-    fn.attrs["pointer_tma"] = 0
+    fn.attrs["derived_args"] = 0
     pointer_tma.apply(fn, PassContext(parse_target("sm_90a"), num_warps=8, num_stages=3))
     assert "descriptor_load" not in print_function(fn)
 

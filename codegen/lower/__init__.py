@@ -90,6 +90,8 @@ def _lower(fn, ctx, double_buffers: bool):
     for layout, attrs in zip(arg_layout, fn.arg_attrs):  # a map the launcher derives from other arguments
         if "tma_of" in attrs:
             layout["tma_of"] = ",".join(str(i) for i in attrs["tma_of"])
+        if "launch_grid" in attrs:  # the launch grid's size along an axis (kiln.codegen.passes.persistent)
+            layout["launch_grid"] = str(attrs["launch_grid"])
     return str(module), arg_layout, max(lw.smem_bytes, lw.reserved), bool(lw.dot_buffers)
 
 

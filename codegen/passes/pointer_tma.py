@@ -31,7 +31,7 @@ the loop and after it only goes through elementwise ops into stores masked by
 """
 from __future__ import annotations
 
-from kiln.ir.core import Function, Operation
+from kiln.ir.core import Block, Function, Operation
 from kiln.ir.types import block_type, int32, pointer_type, tensormap
 
 from . import affine
@@ -49,7 +49,7 @@ ELEMENTWISE = {"cast", "add", "sub", "mul", "div", "rem", "neg", "max", "min", "
 
 
 def apply(fn, ctx) -> None:
-    if not pipelines(ctx) or fn.attrs.get("pointer_tma", 1) == 0:  # 0: the launcher's fallback build
+    if not pipelines(ctx) or fn.attrs.get("derived_args", 1) == 0:  # 0: the launcher's fallback build
         return
     for loop in [op for op in fn.walk() if op.name == "for"]:
         if int(loop.attrs.get("num_stages", ctx.num_stages)) < 2:
@@ -308,14 +308,21 @@ def _nonnegative(poly, forms, known) -> bool:
 
 def _lowest(v, known, memo, depth=0) -> float:
     """A lower bound of int scalar `v` (-inf where none is known): program ids and
-    non-negative constants are at least 0, `known` arguments at least 1, and bounds go
-    through add, sub of a constant, mul, div, rem, min and max."""
+    non-negative constants are at least 0, `known` arguments at least 1, a loop's induction
+    variable its start when its step is at least 0, and bounds go through add, sub of a
+    constant, mul, div, rem, min and max."""
     if v in memo:
         return memo[v]
     low = float("-inf")
     op = v.defining_op
+    owner = v.owner
     if v in known:
         low = 1
+    elif op is None and isinstance(owner, Block) and v.index == 0 and isinstance(owner.parent, Operation) \
+            and owner.parent.name == "for" and depth < 64:  # an induction variable: from lb, by a step >= 0
+        lb, _, step = owner.parent.operands[:3]
+        if _lowest(step, known, memo, depth + 1) >= 0:
+            low = _lowest(lb, known, memo, depth + 1)
     elif op is not None and depth < 64:
         args = [_lowest(x, known, memo, depth + 1) for x in op.operands]
         if op.name in ("program_id", "num_programs"):

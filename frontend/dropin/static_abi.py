@@ -176,6 +176,8 @@ def _launch_refusal(kernel, binary) -> str | None:
         return "scratch memory"
     if any(arg.get("tma_box") for arg in binary.metadata.get("args", ()) if isinstance(arg, dict)):
         return "a tensormap encoded at launch"
+    if any(arg.get("launch_grid") is not None for arg in binary.metadata.get("args", ()) if isinstance(arg, dict)):
+        return "a persistent kernel (its grid sizes are arguments, its CTAs fewer than its programs)"
     return None
 
 

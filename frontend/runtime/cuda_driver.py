@@ -103,6 +103,11 @@ def max_shared_memory(device: int) -> int:
 
 
 @functools.lru_cache(maxsize=None)
+def sm_count(device: int) -> int:
+    return _device_attribute(device, "CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT")
+
+
+@functools.lru_cache(maxsize=None)
 def target(device: int) -> str:
     """The PTX target for a device: sm_90a on Hopper (wgmma/TMA need the `a`), sm_XY elsewhere."""
     major = _device_attribute(device, "CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR")

@@ -13,7 +13,7 @@ import functools
 from kiln.ir.types import tensormap
 
 from .cuda_driver import CudaError, _error_text
-from .tensormap import NBYTES, derived_encoder, encoder
+from .tensormap import NBYTES, DerivedMapUnusable, derived_encoder, encoder
 
 _CTYPES = {
     "int1": ctypes.c_uint8, "int8": ctypes.c_int8, "uint8": ctypes.c_uint8, "int16": ctypes.c_int16,
@@ -40,7 +40,8 @@ def _pointer_value(arg) -> int:
     raise TypeError(f"cannot pass {type(arg).__name__} as a GPU pointer")
 
 
-def make_launcher(kernel, arg_types, num_warps: int, shared: int, name: str, tma_boxes=None, derived=()):
+def make_launcher(kernel, arg_types, num_warps: int, shared: int, name: str, tma_boxes=None, derived=(),
+                  resident=None):
     """launch(grid, args, stream) for one loaded kernel; `args` are its runtime arguments in order.
 
     The function is generated for the kernel's argument list, so a launch is a few slot
@@ -49,9 +50,11 @@ def make_launcher(kernel, arg_types, num_warps: int, shared: int, name: str, tma
     namespace, never written into the source, since metadata comes from the cache or a daemon.
     `tma_boxes` maps the index of a tensormap argument the kernel reads to its TMA box
     (kiln.runtime.tensormap); the launch encodes that descriptor's map (zeros for the others).
-    `derived` lists the maps the compiler appended after the kernel's arguments, each
-    (box, (base, inner, outer, stride)): encoded from those arguments at each launch, or
-    DerivedMapUnusable where they make no map.
+    `derived` lists the arguments the compiler appended after the kernel's own, in order:
+    ("map", box, (base, inner, outer, stride)), a TMA map encoded from those arguments at
+    each launch (DerivedMapUnusable where they make none), or ("grid", axis), the launch
+    grid's size along that axis. A kernel with grid arguments is persistent: it is launched
+    on min(programs, `resident`) CTAs, which loop over the programs.
     """
     if type(num_warps) is not int or not 1 <= num_warps <= 32:
         raise ValueError(f"kernel {name}: num_warps must be an int from 1 to 32, not {num_warps!r:.40}")
@@ -73,15 +76,24 @@ def make_launcher(kernel, arg_types, num_warps: int, shared: int, name: str, tma
             slots.append(_CTYPES[t.name]())
         else:
             raise TypeError(f"kernel {name}: cannot pass an argument of type {t}")
-    for box, (base, inner, outer, stride) in derived:
+    grid_slots = {}
+    for kind, *what in derived:
+        if kind == "grid":
+            grid_slots[len(slots)] = what[0]
+            slots.append(ctypes.c_int32())
+            continue
+        box, (base, inner, outer, stride) = what
         if not (arg_types[base].is_ptr() and all(arg_types[j].name == "int32" for j in (inner, outer, stride))):
             raise ValueError(f"kernel {name}: a derived TMA map's arguments are not a pointer and three int32s")
         fills[len(slots)] = derived_encoder(box, arg_types[base].element_ty)
         slots.append((ctypes.c_ubyte * NBYTES)())
+    if grid_slots and (sorted(grid_slots.values()) != [0, 1, 2] or not resident or resident < 1):
+        raise ValueError(f"kernel {name}: a persistent kernel needs all three grid sizes and a CTA count")
     params = (ctypes.c_void_p * max(1, len(slots)))(*[ctypes.addressof(s) for s in slots])
     namespace = {"cu_launch": _cu_launch_kernel(), "handle": kernel.handle, "params": ctypes.addressof(params),
                  "keep_alive": (slots, params), "pointer_value": _pointer_value, "fail": _failure(name),
-                 "block_x": 32 * num_warps, "shared_bytes": shared}
+                 "block_x": 32 * num_warps, "shared_bytes": shared, "resident": resident,
+                 "unusable": DerivedMapUnusable}
     namespace.update((f"s{i}", slot) for i, slot in enumerate(slots))
     namespace.update((f"fill{i}", fill) for i, fill in fills.items())
     names = [f"a{i}" for i in range(len(arg_types))]
@@ -91,15 +103,24 @@ def make_launcher(kernel, arg_types, num_warps: int, shared: int, name: str, tma
     # a map reads the address its descriptor's base slot holds (the first of its 2-D pieces:
     # base, 2 sizes, 2 strides, map), filled above from whatever array the caller passed
     scalars += [f"    fill{i}(s{i}, s{i - 5}.value, a{i})" for i in fills if i < len(arg_types)]
-    scalars += [f"    fill{len(arg_types) + k}(s{len(arg_types) + k}, " + ", ".join(f"s{j}.value" for j in of) + ")"
-                for k, (_, of) in enumerate(derived)]
+    scalars += [f"    fill{i}(s{i}, " + ", ".join(f"s{j}.value" for j in entry[2]) + ")"
+                for i, entry in enumerate(derived, len(arg_types)) if entry[0] == "map"]
+    launch_grid = ["    ctas = gx"]
+    if grid_slots:
+        by_axis = {axis: i for i, axis in grid_slots.items()}
+        launch_grid = [f"    s{by_axis[0]}.value, s{by_axis[1]}.value, s{by_axis[2]}.value = gx, gy, gz",
+                       "    programs = gx * gy * gz",
+                       "    if programs >= 2147483648:",
+                       "        raise unusable('more programs than a persistent loop counts in int32')",
+                       "    ctas, gy, gz = min(programs, resident), 1, 1"]
     src = "\n".join([
         "def launch(grid, args, stream):",
         f"    {', '.join(names)}{',' if len(names) == 1 else ''} = args" if names else "    pass",
         "    try:", *fast, "    except AttributeError:", *slow, *scalars,
         "    gx, gy, gz = grid",
         "    if gx and gy and gz:",
-        "        err = cu_launch(handle, gx, gy, gz, block_x, 1, 1, shared_bytes, stream, params, None)",
+        *["    " + line for line in launch_grid],
+        "        err = cu_launch(handle, ctas, gy, gz, block_x, 1, 1, shared_bytes, stream, params, None)",
         "        if err:",
         "            fail(err)",
     ]) + "\n"

@@ -25,3 +25,8 @@ class LoadedKernel:
                   f"allowing {shared} bytes of shared memory for {name}")
         self.n_regs = check(drv.cuFuncGetAttribute(attr.CU_FUNC_ATTRIBUTE_NUM_REGS, self.function), "cuFuncGetAttribute")
         self.handle = int(self.function)
+
+    def resident_ctas(self, threads: int, shared: int) -> int:
+        """How many CTAs of `threads` threads and `shared` bytes fit on one SM at once."""
+        return check(cuda().cuOccupancyMaxActiveBlocksPerMultiprocessor(self.function, threads, shared),
+                     "cuOccupancyMaxActiveBlocksPerMultiprocessor")

@@ -1,0 +1,94 @@
+"""kiln.codegen.passes.persistent on a CPU: which kernels run persistent on sm_90a, the loop
+they get, and the metadata the launcher fills the grid sizes from. On the GPU every
+conformance kernel it applies to runs that way (tests/test_lang_dot.py's tiled matmuls:
+2-D grids, a row of programs past the matrix)."""
+import numpy as np
+import pytest
+
+import kiln
+import kiln.language as tl
+from kiln.cache.metadata import MetadataError, checked
+from kiln.codegen import compile as compile_ir
+from kiln.codegen.passes import persistent
+from kiln.codegen.pipeline import PassContext
+from kiln.codegen.target import parse_target
+from kiln.ir import parse_function, print_function, verify
+
+
+@kiln.jit
+def _tiles(a_ptr, b_ptr, c_ptr, K, VARIANT: tl.constexpr):
+    pid_m, pid_n = tl.program_id(0), tl.program_id(1)
+    rm = pid_m * 64 + tl.arange(0, 64)
+    rn = pid_n * 64 + tl.arange(0, 64)
+    acc = tl.zeros((64, 64), dtype=tl.float32)
+    for k in range(0, K, 32):
+        rk = k + tl.arange(0, 32)
+        a = tl.load(a_ptr + rm[:, None] * K + rk[None, :])
+        b = tl.load(b_ptr + rk[:, None] * 64 * tl.num_programs(1) + rn[None, :]) if VARIANT == "grid" else \
+            tl.load(b_ptr + rk[:, None] * 1024 + rn[None, :])
+        acc = tl.dot(a, b, acc)
+    if VARIANT == "atomic":
+        tl.atomic_add(c_ptr + rm[:, None] * 1024 + rn[None, :], acc)
+    else:
+        tl.store(c_ptr + rm[:, None] * 1024 + rn[None, :], acc)
+
+
+def _build(variant="plain", target="sm_90a"):
+    x = np.zeros((64, 64), np.float16)
+    return _tiles.warmup(x, x, np.zeros((64, 64), np.float32), 1024, VARIANT=variant, num_warps=4, num_stages=3,
+                         grid=(1,), target=target)
+
+
+def _grid_args(k):
+    return [(a["name"], a["launch_grid"]) for a in k.metadata["args"] if "launch_grid" in a]
+
+
+def test_a_tile_kernel_with_a_wgmma_loop_loops_over_the_launch_grid():
+    k = _build()
+    assert _grid_args(k) == [("launch_grid.0", "0"), ("launch_grid.1", "1"), ("launch_grid.2", "2")]
+    fn = parse_function(compile_ir(_source(), "sm_90a", {"num_warps": 4, "num_stages": 3}, link=False).kir)
+    top = [op.name for op in fn.body.ops]
+    assert top.count("for") == 1 and top[-2:] == ["for", "return"]
+    outer = next(op for op in fn.body.ops if op.name == "for")
+    assert outer.attrs["num_stages"] == 1
+    assert [op.name for op in fn.walk()].count("program_id") == 1  # the CTA's, before the loop
+    assert any(op.name == "for" for op in outer.regions[0].walk() if op is not outer)  # the K loop inside
+    assert "wgmma.mma_async" in k.asm["ptx"] and k.n_spills == 0
+
+
+@pytest.mark.parametrize("variant", ["grid", "atomic"])
+def test_kernels_that_read_the_grid_size_or_use_atomics_keep_one_program_per_cta(variant):
+    assert _grid_args(_build(variant)) == []
+
+
+def test_other_targets_keep_one_program_per_cta():
+    assert _grid_args(_build(target="sm_80")) == []
+
+
+def _source():
+    """The frontend's IR of `_tiles` (before codegen's passes)."""
+    ir = _build().ir
+    return parse_function(ir if isinstance(ir, str) else print_function(ir))
+
+
+def test_the_pass_maps_program_ids_to_the_loops_program():
+    fn = _source()
+    persistent.apply(fn, PassContext(parse_target("sm_90a"), num_warps=4, num_stages=3))
+    verify(fn)
+    text = print_function(fn, locs=False)
+    assert text.count("program_id") == 1 and text.count("num_programs") == 1
+    assert 'launch_grid = 0' in text and 'launch_grid = 2' in text
+    again = _source()
+    again.attrs["derived_args"] = 0  # the build the launcher falls back to is the kernel as written
+    persistent.apply(again, PassContext(parse_target("sm_90a"), num_warps=4, num_stages=3))
+    assert "launch_grid" not in print_function(again)
+
+
+def test_metadata_with_a_bad_grid_axis_is_refused():
+    metadata = {"name": "k", "target": "sm_90a", "num_warps": 4, "num_stages": 3, "threads": 128, "shared": 0,
+                "n_regs": 40, "n_spills": 0, "ptx_version": 80,
+                "args": [{"name": "launch_grid.0", "type": "int32", "llvm_type": "i32", "launch_grid": "0"}]}
+    assert checked(metadata, name="k") is metadata
+    metadata["args"][0]["launch_grid"] = "3"
+    with pytest.raises(MetadataError):
+        checked(metadata, name="k")
