@@ -208,8 +208,8 @@ class CompiledKernel:
         try:
             launcher(grid, args, current if stream is None else int(stream))
         except DerivedMapUnusable:
-            # these arguments make no TMA map for a load the compiler turned into TMA copies:
-            # the build that reads through the pointers as written
+            # these arguments make no TMA map for a load the compiler turned into TMA copies
+            # (or too many programs for a persistent loop): the build of the kernel as written
             self._prepare(device, derived_maps=False)(grid, args, current if stream is None else int(stream))
 
     def _init_handles(self):
@@ -220,11 +220,10 @@ class CompiledKernel:
                 self._prepare(device)
 
     def _prepare(self, device: int, derived_maps: bool = True):
-        """The launcher of this kernel on `device`; `derived_maps=False`: of the build whose
-        loads all read through their pointers (kiln.codegen.passes.pointer_tma off)."""
-        from .runtime.launcher import make_launcher
+        """The launcher of this kernel on `device`; `derived_maps=False`: of the build as
+        written (no arguments derived by the compiler: no TMA maps for pointer loads, not persistent)."""
+        from .runtime.launcher import launcher_for
         from .runtime.module import LoadedKernel
-        from kiln.cache.metadata import parse_tma_box, parse_tma_of
         launchers = self.launchers if derived_maps else self.pointer_launchers
         if device in launchers:
             return launchers[device]
@@ -236,23 +235,7 @@ class CompiledKernel:
         loaded = LoadedKernel(self.name, binary.cubin, binary.ptx, shared)
         if derived_maps:
             self.metadata["n_regs"] = loaded.n_regs  # the driver's count is authoritative
-        args = binary.metadata.get("args", ())
-        boxes = {i: parse_tma_box(arg.get("tma_box")) for i, arg in enumerate(args)}
-        derived = []  # what the compiler appended after the kernel's own arguments
-        for i, arg in enumerate(args[len(self.arg_types):], len(self.arg_types)):
-            if arg.get("launch_grid") is not None:
-                derived.append(("grid", int(arg["launch_grid"])))
-            elif boxes[i] is not None and parse_tma_of(arg.get("tma_of")) is not None:
-                derived.append(("map", boxes[i], parse_tma_of(arg["tma_of"])))
-            else:
-                raise ValueError(f"kernel {self.name}: its binary's argument {i} is neither a derived map nor a grid size")
-        resident = None
-        if any(kind == "grid" for kind, *_ in derived):
-            resident = loaded.resident_ctas(32 * binary.metadata["num_warps"], shared) * driver.sm_count(device)
-        launcher = make_launcher(loaded, self.arg_types, binary.metadata["num_warps"],
-                                 binary.metadata["shared"], self.name,
-                                 {i: box for i, box in boxes.items() if box is not None and i < len(self.arg_types)},
-                                 derived, resident)
+        launcher = launcher_for(loaded, self.arg_types, binary.metadata, self.name, device)
         launchers[device] = launcher
         return launcher
 

@@ -40,6 +40,29 @@ def _pointer_value(arg) -> int:
     raise TypeError(f"cannot pass {type(arg).__name__} as a GPU pointer")
 
 
+def launcher_for(loaded, arg_types, metadata: dict, name: str, device: int):
+    """make_launcher for a kernel loaded on `device` from a binary with `metadata` (checked,
+    kiln.cache.metadata): its TMA boxes, and what the compiler appended after the kernel's
+    own `arg_types` (derived maps, grid sizes), with the CTAs a persistent kernel takes."""
+    from kiln.cache.metadata import parse_tma_box, parse_tma_of
+    from .cuda_driver import sm_count
+    args, own = metadata.get("args", ()), len(arg_types)
+    boxes = {i: parse_tma_box(arg.get("tma_box")) for i, arg in enumerate(args)}
+    derived = []
+    for i, arg in enumerate(args[own:], own):
+        if arg.get("launch_grid") is not None:
+            derived.append(("grid", int(arg["launch_grid"])))
+        elif boxes[i] is not None and parse_tma_of(arg.get("tma_of")) is not None:
+            derived.append(("map", boxes[i], parse_tma_of(arg["tma_of"])))
+        else:
+            raise ValueError(f"kernel {name}: its binary's argument {i} is neither a derived map nor a grid size")
+    resident = None
+    if any(entry[0] == "grid" for entry in derived):
+        resident = loaded.resident_ctas(32 * metadata["num_warps"], metadata["shared"]) * sm_count(device)
+    return make_launcher(loaded, arg_types, metadata["num_warps"], metadata["shared"], name,
+                         {i: box for i, box in boxes.items() if box is not None and i < own}, derived, resident)
+
+
 def make_launcher(kernel, arg_types, num_warps: int, shared: int, name: str, tma_boxes=None, derived=(),
                   resident=None):
     """launch(grid, args, stream) for one loaded kernel; `args` are its runtime arguments in order.
