@@ -92,3 +92,25 @@ def test_metadata_with_a_bad_grid_axis_is_refused():
     metadata["args"][0]["launch_grid"] = "3"
     with pytest.raises(MetadataError):
         checked(metadata, name="k")
+
+
+@kiln.jit
+def _causal(a_ptr, b_ptr, c_ptr, K):
+    """A loop up to the program's diagonal: programs of unequal work."""
+    pid = tl.program_id(0)
+    rm = pid * 64 + tl.arange(0, 64)
+    rn = tl.arange(0, 64)
+    acc = tl.zeros((64, 64), dtype=tl.float32)
+    for k in range(0, (pid + 1) * 64, 32):
+        rk = k + tl.arange(0, 32)
+        a = tl.load(a_ptr + rm[:, None] * K + rk[None, :])
+        b = tl.load(b_ptr + rk[:, None] * 64 + rn[None, :])
+        acc = tl.dot(a, b, acc)
+    tl.store(c_ptr + rm[:, None] * 64 + rn[None, :], acc)
+
+
+def test_programs_of_unequal_work_keep_one_program_per_cta():
+    x = np.zeros((64, 64), np.float16)
+    k = _causal.warmup(x, x, np.zeros((64, 64), np.float32), 1024, num_warps=4, num_stages=3, grid=(1,),
+                       target="sm_90a")
+    assert _grid_args(k) == [] and "wgmma.mma_async" in k.asm["ptx"]
