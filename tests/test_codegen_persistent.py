@@ -114,3 +114,25 @@ def test_programs_of_unequal_work_keep_one_program_per_cta():
     k = _causal.warmup(x, x, np.zeros((64, 64), np.float32), 1024, num_warps=4, num_stages=3, grid=(1,),
                        target="sm_90a")
     assert _grid_args(k) == [] and "wgmma.mma_async" in k.asm["ptx"]
+
+
+def test_the_launcher_runs_a_persistent_kernel_on_the_resident_ctas(monkeypatch):
+    """Grid sizes go to the appended arguments, the launch takes min(programs, resident)
+    CTAs in x; derived maps are encoded only for a launch that runs."""
+    from kiln.ir.types import parse_type
+    from kiln.runtime import launcher
+    calls, fills = [], []
+    monkeypatch.setattr(launcher, "_cu_launch_kernel", lambda: lambda *args: calls.append(args) or 0)
+    monkeypatch.setattr(launcher, "derived_encoder", lambda box, elem: lambda slot, *values: fills.append(values))
+    types = [parse_type(t) for t in ("ptr<fp16>", "int32", "int32", "int32")]
+    derived = [("grid", 0), ("grid", 1), ("grid", 2), ("map", (64, 64, 128), (0, 1, 2, 3))]
+    run = launcher.make_launcher(type("Loaded", (), {"handle": 0})(), types, 8, 1024, "k", {}, derived, resident=132)
+    run((0, 4, 1), [4096, 64, 32, 64], 0)
+    assert calls == [] and fills == []
+    run((16, 32, 1), [4096, 64, 32, 64], 0)
+    assert calls[0][1:8] == (132, 1, 1, 256, 1, 1, 1024) and fills == [(4096, 64, 32, 64)]
+    run((100, 1, 1), [4096, 64, 32, 64], 0)
+    assert calls[1][1:4] == (100, 1, 1)
+    with pytest.raises(ValueError, match="neither|three int32s"):
+        launcher.make_launcher(type("Loaded", (), {"handle": 0})(), types, 8, 0, "k", {},
+                               [("map", (64, 64, 128), (0, 1, 2, 9))])

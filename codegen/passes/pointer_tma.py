@@ -15,8 +15,8 @@ What is proved, with the index forms of kiln.codegen.passes.affine (`iter` = the
 iteration count, `idx_d` = the element's index along dim d):
   address   base + X_1 + s * X_0: base a pointer argument (16-byte aligned), s an int32
             argument whose byte stride is a multiple of 16, X_1 the contiguous dim;
-  coords    X_d = a_d + delta_d * iter + idx_d (a_d loop-invariant, delta_d constant: the
-            pointer advances by a constant number of rows or columns per iteration), or
+  coords    X_d = a_d + delta_d * iter + idx_d (a_d and delta_d loop-invariant: the
+            pointer advances by as many rows or columns every iteration), or
             X_d = (a_d + idx_d) % E_d with E_d an argument ("wraps", tutorial 03's `% M`);
   extents   every other dim has a mask term `X_d < E_d` with E_d an argument (tutorial
             03's K edge); terms `X_d >= 0` are allowed (TMA reads those as zeros too);
@@ -166,12 +166,12 @@ def _address(ptr, loop, forms, iteration):
         if found is None or step is None or step.name != "addptr" or step.operands[0] is not ptr:
             return None
         advance = forms.of(step.operands[1])
-        if advance is None or affine.atoms_of(advance) & {("idx", 0), ("idx", 1)} \
+        if advance is None or any(a[0] in ("idx", "wrap") for a in affine.atoms_of(advance)) \
                 or not _invariant(forms, advance, loop):
             return None
+        moved = affine.mul(advance, {(ITER,): 1})
         base, poly = found
-        poly = affine.add(poly, affine.mul(advance, {(ITER,): 1}) or {})
-        return base, poly
+        return None if moved is None else (base, affine.add(poly, moved))
     found = _pointer(ptr, forms)
     if found is None:
         return None
@@ -210,7 +210,7 @@ def _split(poly, fn, base, forms):
         return None
     outer = [m for m in poly if any(a[0] in ("idx", "wrap") and a[1] == 0 for a in m)]
     inner = [m for m in poly if any(a[0] in ("idx", "wrap") and a[1] == 1 for a in m)]
-    if len(outer) != 1 or len(inner) != 1 or poly[outer[0]] != 1 or poly[inner[0]] != 1:
+    if len(outer) != 1 or len(inner) != 1 or outer == inner or poly[outer[0]] != 1 or poly[inner[0]] != 1:
         return None
     (m_out,), (m_in,) = outer, inner
     if len(m_in) != 1:  # the contiguous dim moves by one element

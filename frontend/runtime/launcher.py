@@ -106,7 +106,8 @@ def make_launcher(kernel, arg_types, num_warps: int, shared: int, name: str, tma
             slots.append(ctypes.c_int32())
             continue
         box, (base, inner, outer, stride) = what
-        if not (arg_types[base].is_ptr() and all(arg_types[j].name == "int32" for j in (inner, outer, stride))):
+        if not (max(base, inner, outer, stride) < len(arg_types) and arg_types[base].is_ptr()
+                and all(arg_types[j].name == "int32" for j in (inner, outer, stride))):
             raise ValueError(f"kernel {name}: a derived TMA map's arguments are not a pointer and three int32s")
         fills[len(slots)] = derived_encoder(box, arg_types[base].element_ty)
         slots.append((ctypes.c_ubyte * NBYTES)())
@@ -126,12 +127,14 @@ def make_launcher(kernel, arg_types, num_warps: int, shared: int, name: str, tma
     # a map reads the address its descriptor's base slot holds (the first of its 2-D pieces:
     # base, 2 sizes, 2 strides, map), filled above from whatever array the caller passed
     scalars += [f"    fill{i}(s{i}, s{i - 5}.value, a{i})" for i in fills if i < len(arg_types)]
-    scalars += [f"    fill{i}(s{i}, " + ", ".join(f"s{j}.value" for j in entry[2]) + ")"
-                for i, entry in enumerate(derived, len(arg_types)) if entry[0] == "map"]
-    launch_grid = ["    ctas = gx"]
+    # derived maps only for a launch that runs: an empty grid's sizes may make no map
+    derived_fills = [f"    fill{i}(s{i}, " + ", ".join(f"s{j}.value" for j in entry[2]) + ")"
+                     for i, entry in enumerate(derived, len(arg_types)) if entry[0] == "map"]
+    launch_grid = [*derived_fills, "    ctas = gx"]
     if grid_slots:
         by_axis = {axis: i for i, axis in grid_slots.items()}
-        launch_grid = [f"    s{by_axis[0]}.value, s{by_axis[1]}.value, s{by_axis[2]}.value = gx, gy, gz",
+        launch_grid = [*derived_fills,
+                       f"    s{by_axis[0]}.value, s{by_axis[1]}.value, s{by_axis[2]}.value = gx, gy, gz",
                        "    programs = gx * gy * gz",
                        "    if programs >= 2147483648:",
                        "        raise unusable('more programs than a persistent loop counts in int32')",
