@@ -34,6 +34,7 @@ def main():
     text = "\n".join(lines)
     print(text)
     if args.out:
+        os.makedirs(args.out, exist_ok=True)
         with open(os.path.join(args.out, "matmul-sass.txt"), "w") as f:
             f.write(text + "\n\n" + sass)
 
