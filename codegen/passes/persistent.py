@@ -71,7 +71,7 @@ def apply(fn, ctx) -> None:
         body.append(op)
     body.append(loop)
     body.append(ret)
-    replace_uses(fn, {old: new for old, new in mapping.items()})
+    replace_uses(fn, mapping)
     for op in [op for op in fn.walk() if op.name == "program_id" and op.results[0] in mapping]:
         op.parent.ops.remove(op)
 
