@@ -136,3 +136,26 @@ def test_the_launcher_runs_a_persistent_kernel_on_the_resident_ctas(monkeypatch)
     with pytest.raises(ValueError, match="neither|three int32s"):
         launcher.make_launcher(type("Loaded", (), {"handle": 0})(), types, 8, 0, "k", {},
                                [("map", (64, 64, 128), (0, 1, 2, 9))])
+
+
+@kiln.jit
+def _two_dots(q_ptr, k_ptr, v_ptr, o_ptr, N):
+    """Attention's loop: two dots per iteration."""
+    rm = tl.program_id(0) * 64 + tl.arange(0, 64)
+    rd = tl.arange(0, 64)
+    q = tl.load(q_ptr + rm[:, None] * 64 + rd[None, :])
+    acc = tl.zeros((64, 64), dtype=tl.float32)
+    for start in range(0, N, 64):
+        rn = start + tl.arange(0, 64)
+        k = tl.load(k_ptr + rd[:, None] + rn[None, :] * 64)
+        v = tl.load(v_ptr + rn[:, None] * 64 + rd[None, :])
+        p = tl.dot(q, k).to(tl.float16)
+        acc = tl.dot(p, v, acc)
+    tl.store(o_ptr + rm[:, None] * 64 + rd[None, :], acc)
+
+
+def test_loops_of_two_dots_keep_one_program_per_cta():
+    x = np.zeros((64, 64), np.float16)
+    k = _two_dots.warmup(x, x, x, np.zeros((64, 64), np.float32), 4096, num_warps=4, num_stages=3, grid=(1,),
+                         target="sm_90a")
+    assert _grid_args(k) == [] and "wgmma.mma_async" in k.asm["ptx"]
