@@ -13,7 +13,6 @@ a markdown table and writes DIR/<date>-<gpu>-attention.{json,md} when --out is g
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
 import sys
@@ -191,8 +190,7 @@ def main():
     text = table(rows)
     print(text)
     if args.out:
-        stem = results_file.stem(datetime.date.today(), torch.cuda.get_device_name(), "attention")
-        results_file.save(args.out, stem, rows, text)
+        results_file.save_today(args.out, "attention", rows, text)
 
 
 if __name__ == "__main__":

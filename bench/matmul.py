@@ -14,7 +14,6 @@ table of TFLOP/s and ratios and writes DIR/<date>-<gpu>-matmul.json when --out i
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
 import sys
@@ -146,8 +145,7 @@ def main():
     text = table(rows)
     print(text)
     if args.out:
-        stem = results_file.stem(datetime.date.today(), torch.cuda.get_device_name(), "matmul")
-        results_file.save(args.out, stem, rows, text)
+        results_file.save_today(args.out, "matmul", rows, text)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,6 @@ over tutorial 03's 16-bit configs, beside both libraries' tutorial-03 kernel and
 from __future__ import annotations
 
 import argparse
-import datetime
 import os
 import sys
 
@@ -119,8 +118,7 @@ def main():
             f"tiles = tutorial 03's kernel)\n\n{table(rows)}\n")
     print(text)
     if args.out:
-        name = results_file.stem(datetime.date.today().isoformat(), torch.cuda.get_device_name(), "persistent")
-        results_file.save(args.out, name, rows, text)
+        results_file.save_today(args.out, "persistent", rows, text)
 
 
 if __name__ == "__main__":

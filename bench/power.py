@@ -12,7 +12,6 @@ host TensorDescriptors (TMA), tutorial 09's persistent form, each on kiln and Tr
 from __future__ import annotations
 
 import argparse
-import datetime
 import os
 import subprocess
 import sys
@@ -112,8 +111,7 @@ def main():
     text = table(rows, args.size, cfg)
     print(text)
     if args.out:
-        name = results_file.stem(datetime.date.today().isoformat(), torch.cuda.get_device_name(), "power")
-        results_file.save(args.out, name, rows, text)
+        results_file.save_today(args.out, "power", rows, text)
 
 
 if __name__ == "__main__":

@@ -20,3 +20,11 @@ def save(out_dir: str, stem: str, data, markdown: str) -> str:
     with open(path + ".md", "w") as f:
         f.write(markdown if markdown.endswith("\n") else markdown + "\n")
     return path
+
+
+def save_today(out_dir: str, kind: str, data, markdown: str) -> str:
+    """`save` under today's stem for this process's GPU (the benchmarks that run on one)."""
+    import datetime
+
+    import torch
+    return save(out_dir, stem(datetime.date.today().isoformat(), torch.cuda.get_device_name(), kind), data, markdown)

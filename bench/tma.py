@@ -11,7 +11,6 @@ reach past the tensors: TMA must read zeros there and drop the stores).
 from __future__ import annotations
 
 import argparse
-import datetime
 import os
 import sys
 
@@ -110,8 +109,7 @@ def main():
     text = f"## matmul through host TensorDescriptors on {torch.cuda.get_device_name()} (TFLOP/s)\n\n{table(rows)}\n"
     print(text)
     if args.out:
-        name = results_file.stem(datetime.date.today().isoformat(), torch.cuda.get_device_name(), "tma")
-        results_file.save(args.out, name, rows, text)
+        results_file.save_today(args.out, "tma", rows, text)
 
 
 if __name__ == "__main__":

@@ -168,3 +168,27 @@ def test_rows_that_may_start_before_the_base_need_a_mask_for_it(shift, floor, tm
                              num_warps=4, num_stages=3, grid=(1,), target="sm_90a")
     assert ("a_ptr.tma" in _derived(k)) == tma
     assert "b_ptr.tma" not in _derived(k)  # B's columns have no extent: neither masked nor wrapped
+
+
+def test_a_derived_map_asks_the_driver_for_the_matrix_the_pointers_read(monkeypatch):
+    """Inner extent first, rows' byte stride, the box and swizzle of the ring; arguments
+    that make no map raise DerivedMapUnusable before the driver is asked."""
+    import ctypes
+    cu = pytest.importorskip("cuda.bindings.driver")
+    from kiln.ir.types import parse_type
+    from kiln.runtime.tensormap import DerivedMapUnusable, derived_encoder
+    calls, made = [], (ctypes.c_ubyte * 128)(*range(128))
+    fake_map = type("Map", (), {"getPtr": lambda self: ctypes.addressof(made)})()
+    monkeypatch.setattr(cu, "cuTensorMapEncodeTiled", lambda *a: calls.append(a) or (cu.CUresult.CUDA_SUCCESS, fake_map))
+    fill, slot = derived_encoder((64, 128, 128), parse_type("bf16")), (ctypes.c_ubyte * 128)()
+    fill(slot, 1 << 20, 100, 4096, 128)
+    fill(slot, 1 << 20, 100, 4096, 128)  # kept: the driver is asked once
+    (dtype, rank, address, dims, strides, box, steps, _, swizzle, _, _), = calls
+    assert (dtype, rank, address) == (cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, 1 << 20)
+    assert [int(x) for x in dims] == [100, 4096] and [int(x) for x in strides] == [256]
+    assert [int(x) for x in box] == [64, 128] and swizzle == cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B
+    assert bytes(slot) == bytes(made)
+    for inner, outer, stride in ((0, 4096, 128), (100, 4096, 64), (100, 4096, 100)):  # empty; overlapping; 200 B rows
+        with pytest.raises(DerivedMapUnusable):
+            fill(slot, 1 << 20, inner, outer, stride)
+    assert len(calls) == 1

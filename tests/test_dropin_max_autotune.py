@@ -28,6 +28,7 @@ import textwrap
 import pytest
 
 pytest.importorskip("torch")
+from dropin_jobs import MLP_AND_STEP  # noqa: E402
 from kiln.dropin import doctor, hook  # noqa: E402
 
 if doctor.installed_hook() is None:
@@ -61,19 +62,7 @@ JOB = textwrap.dedent("""
         return kernel
     triton.compile = recording_compile
     torch.manual_seed(0)
-
-
-    class MLP(torch.nn.Module):
-        def __init__(self, d=32, hidden=64):
-            super().__init__()
-            self.norm = torch.nn.LayerNorm(d)
-            self.up = torch.nn.Linear(d, hidden)
-            self.down = torch.nn.Linear(hidden, d)
-
-        def forward(self, x):
-            return x + self.down(torch.nn.functional.gelu(self.up(self.norm(x))))
-
-
+""") + MLP_AND_STEP + textwrap.dedent("""
     def train_step(model, forward, optimizer_step, optimizer, x):
         optimizer.zero_grad(set_to_none=True)
         loss = forward(x).pow(2).mean()
@@ -83,7 +72,7 @@ JOB = textwrap.dedent("""
         return [loss.detach()] + grads + [p.detach().clone() for p in model.parameters()]
 
 
-    model = MLP()
+    model = MLP(32, 64)
     reference = copy.deepcopy(model)
     x = torch.randn(16, 32)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)

@@ -59,7 +59,7 @@ def substitute(poly: dict, atom, by: dict) -> dict | None:
     return out
 
 
-def _shift(poly: dict, axis: int) -> dict:
+def shift(poly: dict, axis: int) -> dict:
     """Forms of an expand_dims at `axis`: dims from `axis` on move one up."""
     def moved(a):
         if a[0] in ("idx", "wrap") and a[1] >= axis:
@@ -114,7 +114,7 @@ class Forms:
             return self.of(args[0])
         if name == "expand_dims":
             inner = self.of(args[0])
-            return None if inner is None else _shift(inner, op.attrs["axis"])
+            return None if inner is None else shift(inner, op.attrs["axis"])
         if name in ("add", "sub", "mul"):
             a, b = self.of(args[0]), self.of(args[1])
             if a is None or b is None:

@@ -194,7 +194,7 @@ def _pointer(p, forms):
         return _pointer(op.operands[0], forms)
     if op.name == "expand_dims":
         got = _pointer(op.operands[0], forms)
-        return None if got is None else (got[0], affine._shift(got[1], op.attrs["axis"]))
+        return None if got is None else (got[0], affine.shift(got[1], op.attrs["axis"]))
     if op.name == "addptr":
         got, offset = _pointer(op.operands[0], forms), forms.of(op.operands[1])
         if got is None or offset is None:
@@ -263,7 +263,7 @@ def _terms(mask, forms, strict=True):
         return _terms(op.operands[0], forms, strict)
     if op.name == "expand_dims":
         got = _terms(op.operands[0], forms, strict)
-        return None if got is None else [affine._shift(t, op.attrs["axis"]) for t in got]
+        return None if got is None else [affine.shift(t, op.attrs["axis"]) for t in got]
     if op.name == "cmp":
         x, y = (forms.of(v) for v in op.operands)
         if x is None or y is None:
@@ -368,7 +368,8 @@ def _wrapped_rows_unseen(fn, load, loop, wraps, forms) -> bool:
     carries, and after the loop only elementwise ops take it to stores masked on that dim?"""
     body = loop.regions[0]
     value = load.results[0]
-    users = _users(fn, value)
+    uses = _uses(fn)
+    users = uses.get(value, [])
     if len(users) != 1 or users[0].name != "dot" or users[0].parent is not body or len(users[0].operands) != 3:
         return False
     dot = users[0]
@@ -378,18 +379,23 @@ def _wrapped_rows_unseen(fn, load, loop, wraps, forms) -> bool:
         return False
     j = acc.index - 1
     result = dot.results[0]
-    if _users(fn, acc) != [dot] or _users(fn, result) != [body.terminator] \
+    if uses.get(acc) != [dot] or uses.get(result) != [body.terminator] \
             or body.terminator.operands.count(result) != 1 or body.terminator.operands[j] is not result:
         return False
     start, extent = forms.wraps[wraps[side]]
-    return _stored_masked(fn, loop.results[j], side, start, extent, forms)
+    return _stored_masked(uses, loop.results[j], side, start, extent, forms)
 
 
-def _users(fn, v) -> list:
-    return [op for op in fn.walk() if v in op.operands]
+def _uses(fn) -> dict:
+    """value -> the ops of `fn` that read it, in program order."""
+    uses: dict = {}
+    for op in fn.walk():
+        for v in dict.fromkeys(op.operands):
+            uses.setdefault(v, []).append(op)
+    return uses
 
 
-def _stored_masked(fn, v, dim, start, extent, forms) -> bool:
+def _stored_masked(uses, v, dim, start, extent, forms) -> bool:
     """Does every path from `v` go through elementwise ops into the value of a store whose
     mask has the term `start + idx_dim < extent`?"""
     row = affine.add(start, {(("idx", dim),): 1})
@@ -400,7 +406,7 @@ def _stored_masked(fn, v, dim, start, extent, forms) -> bool:
         if x in seen:
             continue
         seen.add(x)
-        for op in _users(fn, x):
+        for op in uses.get(x, []):
             if op.name == "store":
                 if len(op.operands) < 3 or op.operands[1] is not x or x in (op.operands[0], op.operands[2]):
                     return False

@@ -52,8 +52,8 @@ def launcher_for(loaded, arg_types, metadata: dict, name: str, device: int):
     for i, arg in enumerate(args[own:], own):
         if arg.get("launch_grid") is not None:
             derived.append(("grid", int(arg["launch_grid"])))
-        elif boxes[i] is not None and parse_tma_of(arg.get("tma_of")) is not None:
-            derived.append(("map", boxes[i], parse_tma_of(arg["tma_of"])))
+        elif boxes[i] is not None and (of := parse_tma_of(arg.get("tma_of"))) is not None:
+            derived.append(("map", boxes[i], of))
         else:
             raise ValueError(f"kernel {name}: its binary's argument {i} is neither a derived map nor a grid size")
     resident = None

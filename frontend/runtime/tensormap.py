@@ -18,40 +18,26 @@ def encoder(box: tuple[int, int, int]):
     `slot`. Maps are kept per (address, shape, strides): a training loop passes the same
     few tensors again and again."""
     import ctypes
-    from cuda.bindings import driver as cu
     from .cuda_driver import CudaError, _error_text
 
     inner, rows, swizzle = box
-    swizzles = {32: cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_32B, 64: cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_64B,
-                128: cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B}
     cache: dict = {}
-    u32, u64 = cu.cuuint32_t, cu.cuuint64_t
 
     def encode(address, desc) -> bytes:
         elem_bytes = desc._elem.primitive_bitwidth // 8
         if len(desc.shape) != 2 or inner * elem_bytes != swizzle:
             raise ValueError(f"this kernel reads the descriptor in {inner}x{rows} boxes of "
                              f"{swizzle} bytes; got a {len(desc.shape)}-D descriptor of {elem_bytes}-byte elements")
-        key = (address, tuple(desc.shape), tuple(desc.strides), desc._elem.name)
-        got = cache.get(key)
+        err, got = _encode_2d(desc._elem.name, elem_bytes, address, desc.shape[1], desc.shape[0],
+                              desc.strides[0] * elem_bytes, box)
         if got is None:
-            kind = _FLOAT_TYPES.get(desc._elem.name) or _RAW_TYPES[elem_bytes]
-            dtype = getattr(cu.CUtensorMapDataType, f"CU_TENSOR_MAP_DATA_TYPE_{kind}")
-            err, tmap = cu.cuTensorMapEncodeTiled(
-                dtype, 2, address, [u64(desc.shape[1]), u64(desc.shape[0])], [u64(desc.strides[0] * elem_bytes)],
-                [u32(inner), u32(rows)], [u32(1), u32(1)], cu.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE, swizzles[swizzle],
-                cu.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
-                cu.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
-            if err != cu.CUresult.CUDA_SUCCESS:
-                raise CudaError(f"encoding a TMA map (shape {desc.shape}, strides {desc.strides}, box "
-                                f"{inner}x{rows}) failed: {_error_text(int(err))}")
-            if len(cache) >= _CACHE_LIMIT:
-                cache.clear()
-            got = cache[key] = ctypes.string_at(tmap.getPtr(), NBYTES)
+            raise CudaError(f"encoding a TMA map (shape {desc.shape}, strides {desc.strides}, box "
+                            f"{inner}x{rows}) failed: {_error_text(err)}")
         return got
 
     def fill(slot, address, desc) -> None:
-        ctypes.memmove(slot, encode(address, desc), NBYTES)
+        key = (address, tuple(desc.shape), tuple(desc.strides), desc._elem.name)
+        ctypes.memmove(slot, _kept(cache, key, lambda: encode(address, desc)), NBYTES)
 
     return fill
 
@@ -68,16 +54,9 @@ def derived_encoder(box: tuple[int, int, int], elem):
     proved a TMA box (metadata `tma_of`). Raises DerivedMapUnusable where no map reads
     what the pointers would."""
     import ctypes
-    from cuda.bindings import driver as cu
 
-    inner_box, rows, swizzle = box
     elem_bytes = elem.itemsize
-    kind = _FLOAT_TYPES.get(elem.name) or _RAW_TYPES[elem_bytes]
-    dtype = getattr(cu.CUtensorMapDataType, f"CU_TENSOR_MAP_DATA_TYPE_{kind}")
-    swizzles = {32: cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_32B, 64: cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_64B,
-                128: cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B}
     cache: dict = {}
-    u32, u64 = cu.cuuint32_t, cu.cuuint64_t
 
     def encode(address, inner, outer, stride) -> bytes:
         # an empty extent would read nothing where a map reads at least element 0; a row
@@ -85,25 +64,47 @@ def derived_encoder(box: tuple[int, int, int], elem):
         if inner < 1 or outer < 1 or stride < inner or (stride * elem_bytes) % 16 or stride * elem_bytes >= 1 << 40 \
                 or address % 16:
             raise DerivedMapUnusable(f"no TMA map for {outer}x{inner} elements, rows {stride} apart")
-        err, tmap = cu.cuTensorMapEncodeTiled(
-            dtype, 2, address, [u64(inner), u64(outer)], [u64(stride * elem_bytes)], [u32(inner_box), u32(rows)],
-            [u32(1), u32(1)], cu.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE, swizzles[swizzle],
-            cu.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
-            cu.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
-        if err != cu.CUresult.CUDA_SUCCESS:
-            raise DerivedMapUnusable(f"encoding a TMA map of {outer}x{inner} elements failed ({int(err)})")
-        return ctypes.string_at(tmap.getPtr(), NBYTES)
+        err, got = _encode_2d(elem.name, elem_bytes, address, inner, outer, stride * elem_bytes, box)
+        if got is None:
+            raise DerivedMapUnusable(f"encoding a TMA map of {outer}x{inner} elements failed ({err})")
+        return got
 
     def fill(slot, address, inner, outer, stride) -> None:
         key = (address, inner, outer, stride)
-        got = cache.get(key)
-        if got is None:
-            if len(cache) >= _CACHE_LIMIT:
-                cache.clear()
-            got = cache[key] = encode(address, inner, outer, stride)
-        ctypes.memmove(slot, got, NBYTES)
+        ctypes.memmove(slot, _kept(cache, key, lambda: encode(address, inner, outer, stride)), NBYTES)
 
     return fill
+
+
+def _encode_2d(elem_name: str, elem_bytes: int, address: int, inner: int, outer: int, row_bytes: int, box):
+    """cuTensorMapEncodeTiled of `outer` rows of `inner` elements, rows `row_bytes` apart,
+    read in `box`es (inner elements, rows, swizzle bytes), out-of-box elements zero:
+    (the CUresult code, the map's 128 bytes or None where it failed)."""
+    import ctypes
+    from cuda.bindings import driver as cu
+
+    inner_box, rows, swizzle = box
+    kind = _FLOAT_TYPES.get(elem_name) or _RAW_TYPES[elem_bytes]
+    u32, u64 = cu.cuuint32_t, cu.cuuint64_t
+    err, tmap = cu.cuTensorMapEncodeTiled(
+        getattr(cu.CUtensorMapDataType, f"CU_TENSOR_MAP_DATA_TYPE_{kind}"), 2, address, [u64(inner), u64(outer)],
+        [u64(row_bytes)], [u32(inner_box), u32(rows)], [u32(1), u32(1)],
+        cu.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
+        getattr(cu.CUtensorMapSwizzle, f"CU_TENSOR_MAP_SWIZZLE_{swizzle}B"),
+        cu.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+        cu.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
+    ok = err == cu.CUresult.CUDA_SUCCESS
+    return int(err), ctypes.string_at(tmap.getPtr(), NBYTES) if ok else None
+
+
+def _kept(cache: dict, key, make) -> bytes:
+    """cache[key], made once; the cache is emptied when it reaches _CACHE_LIMIT maps."""
+    got = cache.get(key)
+    if got is None:
+        if len(cache) >= _CACHE_LIMIT:
+            cache.clear()
+        got = cache[key] = make()
+    return got
 
 
 # CUtensorMapDataType names; any other element is moved as raw bytes of its width (fp8 as uint8)
