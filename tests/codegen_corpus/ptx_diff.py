@@ -1,0 +1,113 @@
+"""The PTX of a fixed set of kernels, written to a folder, so that a refactor of codegen can
+show what it changed (or that it changed nothing) between two commits:
+
+    python tests/codegen_corpus/ptx_diff.py --out /tmp/before          # on the old commit
+    python tests/codegen_corpus/ptx_diff.py --out /tmp/after --against /tmp/before
+
+The set: every kernel of this folder and of `lang/` for sm_80 and sm_90a, and bench/'s
+tensor-core kernels (tutorial 03's matmul, tile and persistent; the FlashAttention-2 forward,
+causal and not, and its backward) for sm_90a at the configs the benchmarks pick. `.loc`
+and `.file` lines are dropped (a moved source line is not a change). `--against` lists the
+files that differ, are new or are gone, and exits 1 if any do.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import pathlib
+import os
+import sys
+import tempfile
+
+import numpy as np
+
+HERE = pathlib.Path(__file__).resolve().parent
+BENCH = HERE.parent.parent / "bench"
+TARGETS = ("sm_80", "sm_90a")
+
+
+def corpus_kernels():
+    """(name, target, ptx) for every .kir kernel of the corpus."""
+    from kiln.codegen import compile
+    from kiln.ir import parse_function
+    for path in sorted(HERE.glob("*.kir")) + sorted((HERE / "lang").glob("*.kir")):
+        name = path.stem if path.parent == HERE else f"lang.{path.stem}"
+        for target in TARGETS:
+            yield name, target, compile(parse_function(path.read_text()), target).ptx
+
+
+def _bench_module():
+    spec = importlib.util.spec_from_file_location("kiln_bench_kernels", BENCH / "kernels.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def bench_kernels():
+    """(name, "sm_90a", ptx) for bench/'s tensor-core kernels, built with `warmup` (no GPU)."""
+    k = _bench_module()
+    n, z, h = 4096, 4, 32
+    half = np.zeros((64, 64), np.float16)
+    f32 = np.zeros(64, np.float32)
+    mm = dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=8, num_warps=8, num_stages=3, grid=(1,), target="sm_90a")
+    yield "bench.matmul", k.matmul_kernel.warmup(half, half, half, n, n, n, n, 1, n, 1, n, 1, **mm)
+    yield "bench.persistent_matmul", k.persistent_matmul_kernel.warmup(half, half, half, n, n, n, n, 1, n, 1, n, 1,
+                                                                       NUM_SMS=132, **mm)
+    for dim in (64, 128):
+        strides = (h * n * dim, n * dim, dim, 1) * 4
+        for causal in (False, True):
+            yield f"bench.attention_fwd.d{dim}{'.causal' if causal else ''}", k.attention_fwd_kernel.warmup(
+                half, half, half, half, f32, 0.125, *strides, h, n, HEAD_DIM=dim, BLOCK_M=128, BLOCK_N=64,
+                CAUSAL=causal, num_warps=8, num_stages=3, grid=(1,), target="sm_90a")
+        tuning = dict(HEAD_DIM=dim, CAUSAL=True, num_warps=4, num_stages=3, grid=(1,), target="sm_90a")
+        yield f"bench.attention_bwd_dkdv.d{dim}", k.attention_bwd_dkdv_kernel.warmup(
+            half, half, half, half, half, half, f32, f32, 0.125, n, BLOCK_M=32, BLOCK_N=128, **tuning)
+        yield f"bench.attention_bwd_dq.d{dim}", k.attention_bwd_dq_kernel.warmup(
+            half, half, half, half, half, f32, f32, 0.125, n, BLOCK_M=128, BLOCK_N=32, **tuning)
+
+
+def without_locations(ptx: str) -> str:
+    return "".join(line for line in ptx.splitlines(keepends=True)
+                   if not line.lstrip().startswith((".loc", ".file")))
+
+
+def write(out: pathlib.Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    for name, target, ptx in corpus_kernels():
+        (out / f"{name}.{target}.ptx").write_text(without_locations(ptx))
+    for name, kernel in bench_kernels():
+        (out / f"{name}.sm_90a.ptx").write_text(without_locations(kernel.asm["ptx"]))
+
+
+def compare(new: pathlib.Path, old: pathlib.Path) -> list[str]:
+    names = {p.name for p in new.glob("*.ptx")} | {p.name for p in old.glob("*.ptx")}
+    changed = []
+    for name in sorted(names):
+        a, b = new / name, old / name
+        if not b.exists():
+            changed.append(f"new: {name}")
+        elif not a.exists():
+            changed.append(f"gone: {name}")
+        elif a.read_text() != b.read_text():
+            changed.append(f"changed: {name}")
+    return changed
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", required=True, type=pathlib.Path)
+    parser.add_argument("--against", type=pathlib.Path, help="a folder written by an earlier run")
+    args = parser.parse_args()
+    # compiled here and now: not from a cache that an older compiler filled, nor by a daemon
+    os.environ["KILN_CACHE_DIR"] = tempfile.mkdtemp(prefix="kiln-ptx-diff-")
+    os.environ["KILN_DAEMON"] = "off"
+    write(args.out)
+    if args.against is None:
+        return 0
+    changed = compare(args.out, args.against)
+    print("\n".join(changed) if changed else f"no PTX changed ({len(list(args.out.glob('*.ptx')))} files)")
+    return 1 if changed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
