@@ -451,6 +451,12 @@ def _check_local_index(op):
         return f"result must be {buf.type.tile()}"
 
 
+def _check_convert_layout(op):
+    src, out = op.operands[0].type, op.results[0].type
+    if not isinstance(src, block_type) or out != src:
+        return "convert_layout takes a block and gives the same block (its layout aside)"
+
+
 def _check_local_trans(op):
     src, t = op.operands[0].type, op.results[0].type
     if not isinstance(src, shared_type) or len(src.shape) != 2:
@@ -623,6 +629,8 @@ OPS.update({
                        notes="values[, mask]; values outside [0, num_bins) are not counted"),
     "inline_asm": OpDef((0, 1 << 16), results=(1, 1 << 16), attrs=("asm", "constraints", "pack"),
                         check=_check_inline_asm, notes="elementwise PTX; attr volatile when not pure"),
+    "convert_layout": OpDef((1, 1), check=_check_convert_layout,
+                            notes="the same block in the result type's layout (codegen's layout passes)"),
     "local_alloc": OpDef((0, 0), check=_check_local_alloc, side_effects=True,
                          notes="a shared buffer; attr offset (bytes) set by the allocation pass"),
     "local_index": OpDef((2, 2), check=_check_local_index, notes="buffer, slot: one tile of a ring"),
@@ -659,6 +667,6 @@ OPS.update({
 SHAPE_CHECK = _check_shape_pow2
 # made by codegen's passes, never by the frontend: the wire refuses them and the
 # interpreter has no use for them
-GPU_STAGE_OPS = frozenset({"local_alloc", "local_index", "local_trans", "local_store", "async_copy", "async_commit", "async_wait",
+GPU_STAGE_OPS = frozenset({"convert_layout", "local_alloc", "local_index", "local_trans", "local_store", "async_copy", "async_commit", "async_wait",
                            "fence_async_shared", "warp_group_dot", "warp_group_dot_wait",
                            "mbarrier_init", "mbarrier_inval", "mbarrier_wait", "tma_expect", "tma_copy"})

@@ -9,6 +9,8 @@ from __future__ import annotations
 import numpy as np
 import ml_dtypes
 
+from .layout import parse_layout
+
 
 class dtype:
     """A scalar type: a signed, unsigned or boolean integer or a floating-point number."""
@@ -144,22 +146,34 @@ class pointer_type(dtype):
 
 
 class block_type(dtype):
-    """A block of `element_ty` with a static shape of powers of two."""
+    """A block of `element_ty` with a static shape of powers of two.
 
-    __slots__ = ("element_ty_", "shape_")
+    In the GPU stage a block type also carries an `encoding`: how the block's elements are
+    spread over the CTA's threads (a `kiln.ir.layout` layout, printed after the element
+    type: `<64x32xfp16:blocked:spt1.8:tpw4.8:wpc4.1:order1.0>`). Type equality ignores it
+    (the ops' type rules are about shapes and elements); `kiln.ir.layout_check` checks
+    that the encodings of an op's operands are the ones the op reads them in.
+    """
 
-    def __init__(self, element_ty: dtype, shape):
+    __slots__ = ("element_ty_", "shape_", "encoding")
+
+    def __init__(self, element_ty: dtype, shape, encoding=None):
         if isinstance(element_ty, block_type) or not isinstance(element_ty, dtype):
             raise TypeError(f"block element must be a scalar or pointer type, not {element_ty!r}")
         shape = tuple(int(getattr(d, "value", d)) for d in shape)
         if not shape:
             raise TypeError("a block needs at least one dimension")
-        self.element_ty_, self.shape_ = element_ty, shape
-        self.name = "<" + "x".join(map(str, shape)) + f"x{element_ty}>"
+        if encoding is not None and getattr(encoding, "rank", None) != len(shape):
+            raise TypeError(f"encoding {encoding} does not fit a block of rank {len(shape)}")
+        self.element_ty_, self.shape_, self.encoding = element_ty, shape, encoding
+        self.name = "<" + "x".join(map(str, shape)) + f"x{element_ty}" + (f":{encoding}" if encoding else "") + ">"
         self.kind, self.primitive_bitwidth, self.signed = element_ty.kind, element_ty.primitive_bitwidth, element_ty.signed
 
     def __getnewargs__(self):
-        return (self.element_ty_, self.shape_)
+        return (self.element_ty_, self.shape_, self.encoding)
+
+    def with_encoding(self, encoding) -> "block_type":
+        return block_type(self.element_ty_, self.shape_, encoding)
 
     @property
     def element_ty(self): return self.element_ty_
@@ -176,7 +190,7 @@ class block_type(dtype):
     def is_block(self): return True
     def is_ptr(self): return False
     def get_block_shapes(self): return self.shape_
-    def with_element_ty(self, element_ty): return block_type(element_ty, self.shape_)
+    def with_element_ty(self, element_ty): return block_type(element_ty, self.shape_, self.encoding)
 
     def to_numpy(self) -> np.dtype:
         return self.element_ty_.to_numpy()
@@ -372,8 +386,19 @@ def parse_type(text: str) -> dtype:
             dims.append(int(head))
             inner = rest
         if dims:
-            return block_type(parse_type(inner), dims)
+            element, _, encoding = _split_encoding(inner)
+            return block_type(parse_type(element), dims, parse_layout(encoding) if encoding else None)
     raise ValueError(f"not a type: {text!r}")
+
+
+def _split_encoding(inner: str) -> tuple[str, str, str]:
+    """`ptr<fp16>:blocked:...` -> (`ptr<fp16>`, ":", `blocked:...`): the first colon outside <>."""
+    depth = 0
+    for i, ch in enumerate(inner):
+        depth += (ch == "<") - (ch == ">")
+        if ch == ":" and depth == 0:
+            return inner[:i], ":", inner[i + 1:]
+    return inner, "", ""
 
 
 def _parse_shared(inner: str) -> shared_type:

@@ -30,6 +30,8 @@ class ConversionError(ValueError):
 
 def type_to_proto(t: dtype) -> ir_pb2.Type:
     if isinstance(t, block_type):
+        if t.encoding is not None:
+            raise ConversionError(f"{t} has a layout: a GPU-stage type, codegen's own")
         return ir_pb2.Type(block=ir_pb2.BlockType(element=type_to_proto(t.element_ty), shape=t.shape))
     if isinstance(t, pointer_type):
         return ir_pb2.Type(pointer=ir_pb2.PointerType(

@@ -9,7 +9,7 @@ import pytest
 import kiln
 import kiln.language as tl
 from kiln.codegen import compile as compile_ir, nvjitlink
-from kiln.codegen.layout import Wgmma, thread_elements, wgmma_layout
+from kiln.ir.layout import Wgmma, thread_elements, wgmma_layout
 from kiln.codegen.passes import canonicalize, cse, dce, descriptor_loads, dot_accumulate, smem_alloc, smem_pipeline
 from kiln.codegen.pipeline import PassContext
 from kiln.codegen.target import parse_target
@@ -557,7 +557,7 @@ def test_layout_conversions_pad_rows_that_would_conflict_in_shared_memory():
     """The wgmma accumulator writes 8 rows at once: with 512-byte rows they all start in
     bank 0 (8-way conflicts); 16 bytes of padding per row makes the writes conflict-free
     and keeps the reads 16-byte vectors."""
-    from kiln.codegen.layout import blocked_for
+    from kiln.ir.layout import blocked_for
     from kiln.codegen.lower.shared import row_pad, wavefronts
     shape = (128, 256)
     acc, coalesced = wgmma_layout(shape, 8), blocked_for(shape, (1, 0), 8, 8)

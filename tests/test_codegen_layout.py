@@ -4,7 +4,7 @@ import itertools
 
 import pytest
 
-from kiln.codegen.layout import Blocked, Slice, blocked_for, thread_elements
+from kiln.ir.layout import Blocked, Slice, blocked_for, thread_elements
 
 SHAPES = [(16,), (128,), (1024,), (4096,), (4, 256), (32, 32), (1, 64), (64, 1), (2, 8), (16, 4, 8)]
 

@@ -1,6 +1,6 @@
 """The block IR passes, checked on IR text: folding, CSE, DCE, dot accumulation, axis info
 and layouts."""
-from kiln.codegen.layout import Blocked, Slice
+from kiln.ir.layout import Blocked, Slice
 from kiln.codegen.passes import axis_info, canonicalize, cse, dce, dot_accumulate, layouts
 from kiln.codegen.pipeline import PassContext, run_passes
 from kiln.codegen.target import parse_target

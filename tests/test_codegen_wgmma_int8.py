@@ -10,7 +10,7 @@ import pytest
 import kiln
 import kiln.language as tl
 from kiln.codegen import nvjitlink
-from kiln.codegen.layout import Wgmma, wgmma_layout
+from kiln.ir.layout import Wgmma, wgmma_layout
 from kiln.codegen.passes import canonicalize, cse, dce, descriptor_loads, dot_accumulate, smem_alloc, smem_pipeline
 from kiln.codegen.pipeline import PassContext
 from kiln.codegen.target import parse_target

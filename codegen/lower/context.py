@@ -13,7 +13,7 @@ import llvmlite.ir as ir
 
 from kiln.ir.types import block_type
 
-from .. import layout as lay
+from kiln.ir import layout as lay
 from .types import I8, I32, SHARED_PTR, VOID, reg_type
 
 

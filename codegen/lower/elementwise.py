@@ -15,7 +15,7 @@ import llvmlite.ir as ir
 
 from kiln.ir.types import block_type, scalar_of
 
-from .. import layout as lay
+from kiln.ir import layout as lay
 from .types import F32, F64, reg_type
 
 LOG2E = 1.4426950408889634

@@ -12,29 +12,8 @@ import llvmlite.ir as ir
 
 from kiln.ir.types import block_type, scalar_of
 
-from .. import layout as lay
-from ..passes.layouts import memory_width
+from ..passes.layouts import access_width, store_layout
 from .types import GLOBAL_PTR, I1, I8, I16, I32, I64, mem_type, reg_type
-
-
-def access_width(lw, op, layout, shape, elem_bits) -> int:
-    """Elements per vector access for `op` in `layout`."""
-    if not isinstance(layout, lay.Blocked):
-        return 1
-    order, vec = memory_width(lw.ctx, op)
-    d = layout.order[0]
-    if order[0] != d:
-        return 1
-    vec = min(vec, layout.size_per_thread[d], shape[d], max(1, 128 // elem_bits))
-    mask_index = 1 if op.name == "load" else 2
-    if len(op.operands) > mask_index and op.name in ("load", "store", "async_copy"):
-        # one mask bit per access; a copy whose mask is a prefix of each run (it carries
-        # the runs' counts, smem_pipeline) may take the run: a src-size
-        run = lw.ctx.axis.get(op.operands[mask_index]).constancy[d]
-        vec = min(vec, max(run, op.attrs.get("prefix_run", 1)))
-    while vec & (vec - 1):
-        vec -= 1
-    return max(1, vec)
 
 
 def _to_mem(lw, x, t):
@@ -205,7 +184,7 @@ def _load(lw, op):
     ptrs = lw.regs(ptr, layout)
     masks = lw.regs(op.operands[1], layout) if len(op.operands) > 1 else None
     others = [_to_mem(lw, x, out.type) for x in lw.regs(op.operands[2], layout)] if len(op.operands) > 2 else None
-    n = access_width(lw, op, layout, out.type.shape, _bits(elem_ty) if elem_ty != GLOBAL_PTR else 64)
+    n = access_width(lw.ctx, op, layout, out.type.shape, _bits(elem_ty) if elem_ty != GLOBAL_PTR else 64)
     zero = ir.Constant(elem_ty, 0 if isinstance(elem_ty, ir.IntType) else 0.0) if elem_ty != GLOBAL_PTR else \
         ir.Constant(GLOBAL_PTR, None)
     quals = qualifiers(op, lw)
@@ -239,20 +218,6 @@ def _scalar_load(lw, op, elem_ty):
     lw.bind(out, [_from_mem(lw, v, out.type)])
 
 
-def _store_layout(lw, op, layout, elem_bits):
-    """The value's layout, or a coalesced one when that one would store in pieces of
-    less than 16 bytes that the pointers allow (a tensor-core accumulator, say): one
-    trip through shared memory buys full-width, coalesced stores."""
-    shape = op.operands[1].type.shape
-    have = access_width(lw, op, layout, shape, elem_bits)
-    order, vec = memory_width(lw.ctx, op)
-    vec = min(vec, max(1, op.operands[1].type.numel // (32 * lw.num_warps)))
-    if vec <= have or have * elem_bits >= 128:
-        return layout
-    better = lay.blocked_for(shape, order, vec, lw.num_warps)
-    return better if access_width(lw, op, better, shape, elem_bits) > have else layout
-
-
 def _store(lw, op):
     ptr, val = op.operands[:2]
     elem_ty = mem_type(val.type)
@@ -264,7 +229,7 @@ def _store(lw, op):
         mask = lw.b.and_(lw.scalar(op.operands[2]), first) if len(op.operands) > 2 else first
         _masked_store(lw, lw.scalar(ptr), mask, [v], elem_ty, qualifiers(op, lw))
         return
-    layout = _store_layout(lw, op, lw.layout(val), _bits(elem_ty) if elem_ty != GLOBAL_PTR else 64)
+    layout = store_layout(lw.ctx, op, lw.layout(val), _bits(elem_ty) if elem_ty != GLOBAL_PTR else 64)
     ptrs = lw.regs(ptr, layout)
     vals = [_to_mem(lw, x, val.type) for x in lw.regs(val, layout)]
     masks = lw.regs(op.operands[2], layout) if len(op.operands) > 2 else None
@@ -274,7 +239,7 @@ def _store(lw, op):
     quals = qualifiers(op, lw)
     if masks is None and quals != ".global":
         masks = [ir.Constant(I1, 1)] * len(ptrs)
-    n = access_width(lw, op, layout, val.type.shape, _bits(elem_ty) if elem_ty != GLOBAL_PTR else 64)
+    n = access_width(lw.ctx, op, layout, val.type.shape, _bits(elem_ty) if elem_ty != GLOBAL_PTR else 64)
     for g in range(0, len(ptrs), n):
         chunk = vals[g:g + n]
         if masks is None:

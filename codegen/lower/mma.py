@@ -18,7 +18,7 @@ import llvmlite.ir as ir
 from kiln.ir.core import Operation
 from kiln.ir.types import float32, int32, scalar_of
 
-from ..layout import Blocked, mma_layout
+from kiln.ir.layout import Blocked, mma_layout
 from .elementwise import cast_value
 from .memory import plain_store
 from .shared import elem_bytes, flats_of, store_elements

@@ -16,7 +16,7 @@ import llvmlite.ir as ir
 
 from kiln.ir.types import block_type
 
-from .. import layout as lay
+from kiln.ir import layout as lay
 from .shared import elem_bytes, load_elements, store_elements
 from .types import GLOBAL_PTR, I32, I64
 

@@ -10,7 +10,7 @@ import llvmlite.ir as ir
 
 from kiln.ir.types import block_type, scalar_of
 
-from .. import layout as lay
+from kiln.ir import layout as lay
 from .shared import exchange, flats_of
 from .types import reg_type
 

@@ -11,7 +11,7 @@ import functools
 
 from kiln.ir.types import scalar_of
 
-from .. import layout as lay
+from kiln.ir import layout as lay
 from .types import reg_type
 
 BANKS, BANK_BYTES = 32, 4

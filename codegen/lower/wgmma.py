@@ -18,11 +18,11 @@ import llvmlite.ir as ir
 from kiln.ir.core import Operation
 from kiln.ir.types import shared_type
 
-from .. import layout as lay
-from ..passes.layouts import memory_width
+from kiln.ir import layout as lay
+from ..passes.layouts import access_width, copy_layout
 from ..passes.smem_pipeline import is_zero_constant
 from .context import LoweringError
-from .memory import access_width, plain_store
+from .memory import plain_store
 from .types import F32, I8, I32, I64, SHARED_PTR, VOID, reg_type
 
 ALIGN = 1024
@@ -96,28 +96,14 @@ def _local_trans(lw, op):
     lw.bind(op.results[0], [lw.scalar(op.operands[0])])  # the type says how to read it
 
 
-def _copy_layout(lw, op):
-    """The pointer's own layout if its threads hold runs along the tile's inner dim,
-    else a coalesced one (the pointer math is then recomputed in it)."""
-    ptr, tile = op.operands[:2]
-    inner = tile.type.order[0]
-    have = lw.layout(ptr)
-    if isinstance(have, lay.Blocked) and have.order[0] == inner:
-        return have
-    order, vec = memory_width(lw.ctx, op)
-    threads = 32 * lw.num_warps
-    vec = max(1, min(vec, ptr.type.numel // threads))
-    return lay.blocked_for(ptr.type.shape, (inner, 1 - inner), vec, lw.num_warps)
-
-
 def _async_copy(lw, op):
     ptr, tile = op.operands[:2]
     mask = op.operands[2] if len(op.operands) >= 3 else None
     count = op.operands[3] if len(op.operands) == 4 else None
     t, shape = tile.type, ptr.type.shape
     es, inner = t.element_ty.itemsize, t.order[0]
-    layout = _copy_layout(lw, op)
-    vec = access_width(lw, op, layout, shape, 8 * es)
+    layout = copy_layout(lw.ctx, op, lw.layout(op.operands[0]))
+    vec = access_width(lw.ctx, op, layout, shape, 8 * es)
     if vec * es < 4:
         raise LoweringError(f"async_copy needs runs of 4 bytes or more along the tile's inner dim, got {vec * es}")
     nbytes = vec * es

@@ -14,7 +14,7 @@ from __future__ import annotations
 from kiln.ir.core import Block, Operation
 from kiln.ir.types import block_type, scalar_of
 
-from ..layout import Blocked, Slice, blocked_for, default_order, mma_layout, same_distribution, wgmma_layout
+from kiln.ir.layout import Blocked, Slice, blocked_for, default_order, mma_layout, same_distribution, wgmma_layout
 
 name = "layouts"
 
@@ -40,6 +40,54 @@ def memory_width(ctx, op) -> tuple[tuple[int, ...], int]:
     align = max(1, info.divisibility[d] // elem)
     vec = min(info.contiguity[d], align, max(1, 16 // elem))
     return order, max(1, vec)
+
+
+def access_width(ctx, op, layout, shape, elem_bits) -> int:
+    """Elements per vector access for memory op `op` reading or writing in `layout`."""
+    if not isinstance(layout, Blocked):
+        return 1
+    order, vec = memory_width(ctx, op)
+    d = layout.order[0]
+    if order[0] != d:
+        return 1
+    vec = min(vec, layout.size_per_thread[d], shape[d], max(1, 128 // elem_bits))
+    mask_index = 1 if op.name == "load" else 2
+    if len(op.operands) > mask_index and op.name in ("load", "store", "async_copy"):
+        # one mask bit per access; a copy whose mask is a prefix of each run (it carries
+        # the runs' counts, smem_pipeline) may take the run: a src-size
+        run = ctx.axis.get(op.operands[mask_index]).constancy[d]
+        vec = min(vec, max(run, op.attrs.get("prefix_run", 1)))
+    while vec & (vec - 1):
+        vec -= 1
+    return max(1, vec)
+
+
+def store_layout(ctx, op, layout, elem_bits):
+    """The layout a block store writes in: the value's `layout`, or a coalesced one when
+    that one would store in pieces of less than 16 bytes that the pointers allow (a
+    tensor-core accumulator, say): one trip through shared memory buys full-width,
+    coalesced stores."""
+    shape = op.operands[1].type.shape
+    have = access_width(ctx, op, layout, shape, elem_bits)
+    order, vec = memory_width(ctx, op)
+    vec = min(vec, max(1, op.operands[1].type.numel // (32 * ctx.num_warps)))
+    if vec <= have or have * elem_bits >= 128:
+        return layout
+    better = blocked_for(shape, order, vec, ctx.num_warps)
+    return better if access_width(ctx, op, better, shape, elem_bits) > have else layout
+
+
+def copy_layout(ctx, op, have):
+    """The layout an `async_copy` reads its pointers in: theirs (`have`) if its threads
+    hold runs along the tile's inner dim, else a coalesced one (the pointer math is then
+    recomputed in it)."""
+    ptr, tile = op.operands[:2]
+    inner = tile.type.order[0]
+    if isinstance(have, Blocked) and have.order[0] == inner:
+        return have
+    order, vec = memory_width(ctx, op)
+    vec = max(1, min(vec, ptr.type.numel // (32 * ctx.num_warps)))
+    return blocked_for(ptr.type.shape, (inner, 1 - inner), vec, ctx.num_warps)
 
 
 def mma_eligible(op) -> bool:

@@ -65,7 +65,7 @@ from __future__ import annotations
 from kiln.ir.core import Operation, Value
 from kiln.ir.types import block_type, int1, int32, int64, scalar_of, shared_type
 
-from ..layout import wgmma_layout
+from kiln.ir.layout import wgmma_layout
 from ..occupancy import max_shared_per_cta
 from . import axis_info, descriptor_loads, mask_prefix
 from .layouts import memory_width

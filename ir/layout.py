@@ -7,6 +7,10 @@ and warps numbered fastest along `order[0]`. A shape larger than that tile repea
 element. `Slice(dim, parent)` is what remains of `parent` after a reduction along
 `dim`: the threads that differed only along `dim` now hold the same elements.
 
+A layout is part of a block type in the GPU stage of block IR, printed as the type's
+encoding: `<64x32xfp16:blocked:spt1.8:tpw4.8:wpc4.1:order1.0>`, `<64xfp32:slice1:blocked:...>`,
+`<128x256xfp32:wgmma:warps4.2:n256>` (`str(layout)`, read back by `parse_layout`).
+
 Both answer the same questions for a given shape, which is all that lowering asks:
 `offsets` (each register's index, relative to the thread's base), `lane_axis`/`warp_axis`
 (which lane/warp id bits move along a dim, for shuffles) and `base_terms` (how the
@@ -92,8 +96,8 @@ class Blocked:
         return Blocked(ins(self.size_per_thread, 1), ins(self.threads_per_warp, 1), ins(self.warps_per_cta, 1), order)
 
     def __str__(self):
-        return (f"blocked(spt={list(self.size_per_thread)}, tpw={list(self.threads_per_warp)}, "
-                f"wpc={list(self.warps_per_cta)}, order={list(self.order)})")
+        return (f"blocked:spt{_dotted(self.size_per_thread)}:tpw{_dotted(self.threads_per_warp)}"
+                f":wpc{_dotted(self.warps_per_cta)}:order{_dotted(self.order)}")
 
 
 @dataclass(frozen=True)
@@ -128,7 +132,7 @@ class Slice:
         return pd - (pd > self.dim) if pd != self.dim else -1
 
     def __str__(self):
-        return f"slice(dim={self.dim}, {self.parent})"
+        return f"slice{self.dim}:{self.parent}"
 
 
 Layout = "Blocked | Slice"
@@ -271,7 +275,7 @@ class Wgmma:
         return 1
 
     def __str__(self):
-        return f"wgmma(warps={list(self.warps)}, instr_n={self.instr_n})"
+        return f"wgmma:warps{_dotted(self.warps)}:n{self.instr_n}"
 
 
 # N of one int8 wgmma (.s32.s8.s8), as the PTX ISA lists them: 8, 16, 24, 32, then
@@ -300,3 +304,46 @@ def wgmma_layout(shape, num_warps: int, int8: bool = False) -> "Wgmma | None":
     if instr_n == 0 or instr_n % 8:
         return None
     return Wgmma((4 * gm, gn), instr_n)
+
+
+def _dotted(values) -> str:
+    return ".".join(str(v) for v in values)
+
+
+def _ints(field: str, prefix: str, text: str) -> tuple[int, ...]:
+    parts = field[len(prefix):].split(".") if field.startswith(prefix) else []
+    if not parts or not all(p.isdigit() for p in parts):
+        raise ValueError(f"not a layout: {text!r} (expected {prefix}N.N...)")
+    return tuple(int(p) for p in parts)
+
+
+def parse_layout(text: str) -> "Blocked | Slice | Wgmma":
+    """The layout that `str(layout)` printed; ValueError for anything else (a distribution
+    that no CTA of a power-of-two warp count could hold included)."""
+    fields = text.split(":")
+    kind = fields[0]
+    if kind.startswith("slice") and kind[5:].isdigit() and len(fields) > 1:
+        parent = parse_layout(":".join(fields[1:]))
+        dim = int(kind[5:])
+        if isinstance(parent, Wgmma) or dim >= parent.rank or parent.rank < 2:
+            raise ValueError(f"not a layout: {text!r} (a slice needs a blocked or slice parent of higher rank)")
+        return Slice(dim, parent)
+    if kind == "blocked" and len(fields) == 5:
+        spt, tpw, wpc, order = (_ints(f, p, text) for f, p in zip(fields[1:], ("spt", "tpw", "wpc", "order")))
+        rank = len(order)
+        lanes = wpc_total = 1
+        for t in tpw:
+            lanes *= t
+        for w in wpc:
+            wpc_total *= w
+        if len({len(spt), len(tpw), len(wpc), rank}) != 1 or sorted(order) != list(range(rank)) \
+                or lanes != 32 or wpc_total & (wpc_total - 1) or min(spt) < 1:
+            raise ValueError(f"not a layout: {text!r} (32 lanes, a power-of-two warp count, order a permutation)")
+        return Blocked(spt, tpw, wpc, order)
+    if kind == "wgmma" and len(fields) == 3:
+        warps = _ints(fields[1], "warps", text)
+        (n,) = _ints(fields[2], "n", text)
+        if len(warps) != 2 or warps[0] % 4 or n % 8 or not 8 <= n <= 256:
+            raise ValueError(f"not a layout: {text!r} (warps along M a multiple of 4, n a multiple of 8 up to 256)")
+        return Wgmma(warps, n)
+    raise ValueError(f"not a layout: {text!r}")
