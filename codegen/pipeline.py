@@ -9,8 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from kiln.ir import verify
+from kiln.ir.layout_check import check_layouts
 
-from .passes import (axis_info, canonicalize, cse, dce, descriptor_loads, dot_accumulate, layouts, persistent, pointer_tma,
+from .passes import (axis_info, canonicalize, convert_layouts, cse, dce, descriptor_loads, dot_accumulate, layouts, persistent, pointer_tma,
                      prefetch, smem_alloc, smem_pipeline)
 
 PASSES = [
@@ -28,9 +29,11 @@ PASSES = [
     dce,
     axis_info,      # contiguity / divisibility / constancy per dim
     layouts,        # a thread distribution for every block value
+    convert_layouts,  # convert_layout ops where an op reads a value in another layout; layouts into the types
     smem_alloc,     # byte offsets of the shared buffers, by liveness
 ]
 ANALYSES = {axis_info.name, layouts.name}
+LAYOUTS_IN_TYPES = PASSES.index(convert_layouts)  # from here on every block type has its layout
 
 
 @dataclass
@@ -49,11 +52,14 @@ class PassContext:
     tma_boxes: dict = field(default_factory=dict)  # descriptor argument index -> its TMA box (smem_pipeline)
     shared_allocated: int = 0  # bytes of shared memory that smem_alloc gave to buffers
     buffers_live: object = lambda op: False  # is a shared buffer live at this op (smem_alloc)
+    check: bool = False  # tests: verify after every pass; lowering refuses to convert layouts itself
 
 
 def run_passes(fn, ctx: PassContext, check: bool = False) -> None:
-    ctx.function = fn
-    for p in PASSES:
+    ctx.function, ctx.check = fn, check
+    for i, p in enumerate(PASSES):
         p.apply(fn, ctx)
         if check and p.name not in ANALYSES:
             verify(fn)
+            if i >= LAYOUTS_IN_TYPES:
+                check_layouts(fn, ctx.num_warps)

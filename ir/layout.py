@@ -325,8 +325,8 @@ def parse_layout(text: str) -> "Blocked | Slice | Wgmma":
     if kind.startswith("slice") and kind[5:].isdigit() and len(fields) > 1:
         parent = parse_layout(":".join(fields[1:]))
         dim = int(kind[5:])
-        if isinstance(parent, Wgmma) or dim >= parent.rank or parent.rank < 2:
-            raise ValueError(f"not a layout: {text!r} (a slice needs a blocked or slice parent of higher rank)")
+        if dim >= parent.rank or parent.rank < 2:
+            raise ValueError(f"not a layout: {text!r} (a slice drops one dim of a parent of rank 2 or more)")
         return Slice(dim, parent)
     if kind == "blocked" and len(fields) == 5:
         spt, tpw, wpc, order = (_ints(f, p, text) for f, p in zip(fields[1:], ("spt", "tpw", "wpc", "order")))

@@ -27,7 +27,8 @@ class Lowering:
         self.num_warps = ctx.num_warps
         self.values: dict = {}
         self.converted: dict = {}
-        self.layouts: dict = dict(ctx.layouts)
+        self.converting = False  # lowering a convert_layout (the only op that moves data between layouts)
+        self.layouts: dict = _encodings(ctx.function) if ctx.function is not None else {}
         entry = llfn.append_basic_block("entry")
         body = llfn.append_basic_block("body")
         self.entry = ir.IRBuilder(entry)
@@ -64,6 +65,8 @@ class Lowering:
             return have
         if lay.same_distribution(self.layouts.get(v), layout, tuple(v.type.shape), self.num_warps):
             return have
+        if self.ctx.check and not self.converting:
+            raise LoweringError(f"{v.type} read in {layout}: the convert_layouts pass gave no convert_layout for it")
         key = (v, layout, self.b.block)  # a conversion made in one branch must not leak to another
         if key not in self.converted:
             if v in self.ctx.cheap and v.defining_op is not None:
@@ -227,6 +230,16 @@ class Lowering:
             self.bind(a, regs)
         lower_block(self, block)
         return block.ops[-1]
+
+
+def _encodings(fn) -> dict:
+    """Each block value's layout, as its type spells it (the convert_layouts pass wrote them)."""
+    out = {}
+    for op in fn.walk():
+        for v in list(op.results) + [a for region in op.regions for a in region.args]:
+            if isinstance(v.type, block_type) and v.type.encoding is not None:
+                out[v] = v.type.encoding
+    return out
 
 
 def _slices(layout):

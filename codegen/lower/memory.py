@@ -12,7 +12,7 @@ import llvmlite.ir as ir
 
 from kiln.ir.types import block_type, scalar_of
 
-from ..passes.layouts import access_width, store_layout
+from ..passes.layouts import access_width
 from .types import GLOBAL_PTR, I1, I8, I16, I32, I64, mem_type, reg_type
 
 
@@ -229,7 +229,7 @@ def _store(lw, op):
         mask = lw.b.and_(lw.scalar(op.operands[2]), first) if len(op.operands) > 2 else first
         _masked_store(lw, lw.scalar(ptr), mask, [v], elem_ty, qualifiers(op, lw))
         return
-    layout = store_layout(lw.ctx, op, lw.layout(val), _bits(elem_ty) if elem_ty != GLOBAL_PTR else 64)
+    layout = lw.layout(ptr)  # the convert_layouts pass chose it for the pointers, the value and the mask
     ptrs = lw.regs(ptr, layout)
     vals = [_to_mem(lw, x, val.type) for x in lw.regs(val, layout)]
     masks = lw.regs(op.operands[2], layout) if len(op.operands) > 2 else None

@@ -62,6 +62,17 @@ def _expand_dims(lw, op):
         lw.bind(out, lw.regs(src, lay.Slice(axis, layout)), layout)
 
 
+def _convert_layout(lw, op):
+    """Through shared memory, or for index math recomputed in the new layout (Lowering.regs)."""
+    out = op.results[0]
+    layout = lw.layout(out)
+    outer, lw.converting = lw.converting, True
+    try:
+        lw.bind(out, lw.regs(op.operands[0], layout), layout)
+    finally:
+        lw.converting = outer
+
+
 def _reshape(lw, op):
     """Row-major reshape: the flat index of each element is unchanged."""
     src, out = op.operands[0], op.results[0]
@@ -186,5 +197,5 @@ RULES = {
     "gather": _gather, "histogram": _histogram,
     "program_id": _program_id, "num_programs": _num_programs, "arange": _arange,
     "splat": _splat, "broadcast": _broadcast, "expand_dims": _expand_dims,
-    "reshape": _reshape, "permute": _permute, "join": _join, "split": _split, "cat": _cat,
+    "convert_layout": _convert_layout, "reshape": _reshape, "permute": _permute, "join": _join, "split": _split, "cat": _cat,
 }

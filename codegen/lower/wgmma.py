@@ -19,7 +19,7 @@ from kiln.ir.core import Operation
 from kiln.ir.types import shared_type
 
 from kiln.ir import layout as lay
-from ..passes.layouts import access_width, copy_layout
+from ..passes.layouts import access_width
 from ..passes.smem_pipeline import is_zero_constant
 from .context import LoweringError
 from .memory import plain_store
@@ -102,7 +102,7 @@ def _async_copy(lw, op):
     count = op.operands[3] if len(op.operands) == 4 else None
     t, shape = tile.type, ptr.type.shape
     es, inner = t.element_ty.itemsize, t.order[0]
-    layout = copy_layout(lw.ctx, op, lw.layout(op.operands[0]))
+    layout = lw.layout(ptr)  # the convert_layouts pass chose it (passes.layouts.copy_layout)
     vec = access_width(lw.ctx, op, layout, shape, 8 * es)
     if vec * es < 4:
         raise LoweringError(f"async_copy needs runs of 4 bytes or more along the tile's inner dim, got {vec * es}")

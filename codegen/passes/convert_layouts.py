@@ -1,0 +1,86 @@
+"""Explicit layout conversions, and every block type given its layout.
+
+After `layouts` chose a distribution for every block value, an op may still read an
+operand in another one (an elementwise op of a loaded value and index math, a store of a
+tensor-core accumulator, the carried value of a loop). For each such operand this pass puts
+a `convert_layout` right before the op (one per value, layout and block: the ops after it
+in the block share it) and then writes each block value's layout into its type, so that
+the IR text says where every element lives:
+
+    %acc = warp_group_dot_wait %d {pending = 0} : <128x256xfp32:wgmma:warps8.1:n256>
+    %out = cast %acc : <128x256xfp16:wgmma:warps8.1:n256>
+    %c = convert_layout %out : <128x256xfp16:blocked:spt1.8:tpw1.32:wpc8.1:order1.0>
+    store %ptrs, %c, %mask
+
+The layout an op reads each operand in is `kiln.ir.layout_check.reads_in`, except the two
+choices that need the axis analysis: the layout a store writes in (a coalesced one for a
+value whose own layout would store in pieces narrower than 16 bytes) and the one an
+`async_copy` reads its pointers in (`layouts.store_layout`, `layouts.copy_layout`).
+Converting index math (`layouts`' cheap values) costs no shared memory: lowering recomputes
+it in the new layout.
+"""
+from __future__ import annotations
+
+from kiln.ir.core import Block, Operation
+from kiln.ir.layout import same_distribution
+from kiln.ir.layout_check import reads_in
+from kiln.ir.types import block_type, scalar_of
+
+from .layouts import copy_layout, store_layout
+
+name = "convert_layouts"
+
+
+def _memory_bits(t) -> int:
+    s = scalar_of(t)
+    if s.is_ptr():
+        return 64
+    return 8 if s.is_bool() else s.primitive_bitwidth
+
+
+def wanted(ctx, op, layout_of) -> list:
+    """Per operand of `op`, the layout it is read in (None: its own)."""
+    if op.name == "store" and isinstance(op.operands[1].type, block_type):
+        chosen = store_layout(ctx, op, layout_of(op.operands[1]), _memory_bits(op.operands[1].type))
+        return [chosen] * len(op.operands)
+    if op.name == "async_copy":
+        chosen = copy_layout(ctx, op, layout_of(op.operands[0]))
+        return [chosen, None] + [chosen] * (len(op.operands) - 2)
+    return reads_in(op, layout_of)
+
+
+def apply(fn, ctx) -> None:
+    made: dict = {}  # (value, layout, block) -> the convert_layout's result
+    _convert_block(fn.body, ctx, made)
+    for op in fn.walk():
+        for v in list(op.results) + [a for region in op.regions for a in region.args]:
+            layout = ctx.layouts.get(v)
+            if isinstance(v.type, block_type) and layout is not None:
+                v.type = v.type.with_encoding(layout)
+
+
+def _convert_block(block: Block, ctx, made: dict) -> None:
+    layout_of = ctx.layouts.get
+    i = 0
+    while i < len(block.ops):
+        op = block.ops[i]
+        for region in op.regions:
+            _convert_block(region, ctx, made)
+        for k, (v, want) in enumerate(zip(op.operands, wanted(ctx, op, layout_of))):
+            have = layout_of(v)
+            if want is None or have is None or not isinstance(v.type, block_type) \
+                    or same_distribution(have, want, tuple(v.type.shape), ctx.num_warps):
+                continue
+            key = (v, want, id(block))
+            if key not in made:
+                conv = Operation("convert_layout", [v], [v.type], loc=op.loc)
+                conv.parent = block
+                block.ops.insert(i, conv)
+                i += 1
+                made[key] = conv.results[0]
+                ctx.layouts[conv.results[0]] = want
+                ctx.axis.info[conv.results[0]] = ctx.axis.get(v)  # the same values, elsewhere
+                if v in ctx.cheap:  # index math: recomputed in the new layout, so is its conversion
+                    ctx.cheap.add(conv.results[0])
+            op.operands[k] = made[key]
+        i += 1
