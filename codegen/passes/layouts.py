@@ -7,7 +7,7 @@ up to 16 bytes in a row (Triton's rule). Each shape gets the widest anchor's lay
 its preferred layout, and layouts then flow forward through the ops: elementwise ops keep
 their operands' layout, a reduction gives a `Slice` of its operand's, `expand_dims` of a
 slice gives its parent back (so `x - max(x, 1)[:, None]` needs no data movement).
-Where two layouts still meet, lowering converts through shared memory.
+Where two layouts still meet, `convert_layouts` puts a `convert_layout` op.
 """
 from __future__ import annotations
 
