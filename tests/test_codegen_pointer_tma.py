@@ -63,6 +63,35 @@ def test_tutorial_03s_loads_become_tma_copies_on_maps_derived_from_the_arguments
     assert k.n_spills == 0
 
 
+@kiln.jit
+def _device_descriptors(a_ptr, b_ptr, c_ptr, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    """Tutorial 09's descriptor kernel: descriptors made from the arguments, B read [N, K] and transposed."""
+    a_desc = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[K, 1], block_shape=[BM, BK])
+    b_desc = tl.make_tensor_descriptor(b_ptr, shape=[N, K], strides=[K, 1], block_shape=[BN, BK])
+    m, n = tl.program_id(0) * BM, tl.program_id(1) * BN
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k in range(tl.cdiv(K, BK)):
+        acc = tl.dot(a_desc.load([m, k * BK]), b_desc.load([n, k * BK]).T, acc)
+    c_desc = tl.make_tensor_descriptor(c_ptr, shape=[M, N], strides=[N, 1], block_shape=[BM, BN])
+    c_desc.store([m, n], acc.to(tl.float16))
+
+
+@pytest.mark.parametrize("K, tma", [(4096, True), (4100, False)])
+def test_device_descriptors_made_from_the_arguments_become_tma_copies(K, tma):
+    """The descriptor's loads are pointer loads with `0 <= X < extent` masks in int64 index
+    math on `multiple_of` hints: the same proof takes them (K = 4100 puts rows 8200 bytes
+    apart, which no map takes)."""
+    x = np.zeros((64, 64), np.float16)
+    k = _device_descriptors.warmup(x, x, x, 4096, 4096, K, BM=128, BN=256, BK=64, num_warps=8, num_stages=3,
+                                   grid=(1,), target="sm_90a")
+    if tma:
+        assert _derived(k) == {"a_ptr.tma": ("0,5,3,5", "64x128:swizzle128"), "b_ptr.tma": ("1,5,4,5", "64x256:swizzle128")}
+        assert "cp.async.bulk.tensor.2d" in k.asm["ptx"] and "cp.async.cg" not in k.asm["ptx"]
+    else:
+        assert _derived(k) == {} and "cp.async.bulk.tensor" not in k.asm["ptx"]
+    assert k.n_spills == 0
+
+
 def test_a_row_wrap_whose_rows_are_stored_unmasked_keeps_its_pointers():
     """Without `rm < M` in the store's mask the rows past M (read wrapped through the
     pointers, as zeros by TMA) would be stored: A keeps cp.async, B (columns masked) is TMA."""

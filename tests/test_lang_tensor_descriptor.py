@@ -169,6 +169,50 @@ def test_matmul_loop_through_host_descriptors_with_ragged_edges(b_transposed):
     np.testing.assert_allclose(c, a.astype(np.float32) @ b.astype(np.float32), rtol=1e-2, atol=1e-2)
 
 
+@kiln.jit
+def _matmul_through_device_descriptors(a_ptr, b_ptr, c_ptr, M, N, K, B_TRANSPOSED: tl.constexpr, PERSISTENT: tl.constexpr,
+                                       BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    """Tutorial 09's descriptor matmul: descriptors made in the kernel from its arguments
+    (on Hopper kiln proves their loads read TMA boxes of the argument matrices and copies
+    them so), over the tiles one per program or, persistent, every program striding them."""
+    a_desc = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[K, 1], block_shape=[BM, BK])
+    if B_TRANSPOSED:
+        b_desc = tl.make_tensor_descriptor(b_ptr, shape=[N, K], strides=[K, 1], block_shape=[BN, BK])
+    else:
+        b_desc = tl.make_tensor_descriptor(b_ptr, shape=[K, N], strides=[N, 1], block_shape=[BK, BN])
+    c_desc = tl.make_tensor_descriptor(c_ptr, shape=[M, N], strides=[N, 1], block_shape=[BM, BN])
+    tiles_n = tl.cdiv(N, BN)
+    tiles = tl.cdiv(M, BM) * tiles_n
+    first, step = (tl.program_id(0), tl.num_programs(0)) if PERSISTENT else (tl.program_id(0), tiles)
+    for tile in range(first, tiles, step):
+        m, n = tile // tiles_n * BM, tile % tiles_n * BN
+        acc = tl.zeros([BM, BN], tl.float32)
+        for k in range(0, tl.cdiv(K, BK)):
+            a = a_desc.load([m, k * BK])
+            b = b_desc.load([n, k * BK]).T if B_TRANSPOSED else b_desc.load([k * BK, n])
+            acc = tl.dot(a, b, acc)
+        c_desc.store([m, n], acc)
+
+
+@pytest.mark.parametrize("b_transposed", [False, True])
+@pytest.mark.parametrize("persistent", [False, True])
+@pytest.mark.parametrize("M, N, K", [(200, 136, 72), (128, 256, 100), (64, 128, 64)])
+def test_matmul_loop_through_device_descriptors(M, N, K, persistent, b_transposed):
+    """M, N and K not multiples of the blocks (the last boxes read zeros past the tensor);
+    K = 100 gives rows 200 bytes apart, which no TMA map takes (the loads stay pointer
+    copies); the persistent form runs fewer programs than tiles."""
+    BM, BN, BK = 64, 128, 32
+    a = RNG.standard_normal((M, K)).astype(np.float16)
+    b = RNG.standard_normal((K, N)).astype(np.float16)
+    b_stored = np.ascontiguousarray(b.T) if b_transposed else b
+    c = np.zeros((M, N), np.float32)
+    tiles = triton_cdiv(M, BM) * triton_cdiv(N, BN)
+    _matmul_through_device_descriptors[(max(1, tiles // 2) if persistent else tiles,)](
+        a, b_stored, c, M, N, K, B_TRANSPOSED=b_transposed, PERSISTENT=persistent, BM=BM, BN=BN, BK=BK,
+        num_warps=4, num_stages=3)
+    np.testing.assert_allclose(c, a.astype(np.float32) @ b.astype(np.float32), rtol=1e-2, atol=1e-2)
+
+
 def triton_cdiv(a, b):
     return -(-a // b)
 

@@ -188,6 +188,8 @@ def _pointer(p, forms):
         return None
     if op.name == "splat":
         base = op.operands[0]
+        while base.defining_op is not None and base.defining_op.name in affine.HINTS:
+            base = base.defining_op.operands[0]  # tl.make_tensor_descriptor's multiple_of on its base
         return (base, {}) if base.owner is not None and base.defining_op is None and isinstance(base.type, pointer_type) \
             else None
     if op.name == "broadcast":
