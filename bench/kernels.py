@@ -119,6 +119,21 @@ def matmul_descriptor_kernel(a_desc, b_desc, c_desc, M, N, K,
     c_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N], acc.to(c_desc.dtype))
 
 @triton.jit
+def matmul_device_descriptor_kernel(a_ptr, b_ptr, c_ptr, M, N, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                                    BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+    """The same matmul through descriptors the kernel makes (`tl.make_tensor_descriptor`, as
+    Triton 3.6's tutorial 09 does): A [M, K], B [K, N] and C, row-major."""
+    a_desc = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[K, 1], block_shape=[BLOCK_M, BLOCK_K])
+    b_desc = tl.make_tensor_descriptor(b_ptr, shape=[K, N], strides=[N, 1], block_shape=[BLOCK_K, BLOCK_N])
+    c_desc = tl.make_tensor_descriptor(c_ptr, shape=[M, N], strides=[N, 1], block_shape=[BLOCK_M, BLOCK_N])
+    pid_m, pid_n = _grouped_tile(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BLOCK_K)):
+        acc = tl.dot(a_desc.load([pid_m * BLOCK_M, k * BLOCK_K]), b_desc.load([k * BLOCK_K, pid_n * BLOCK_N]), acc)
+    c_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N], acc.to(c_desc.dtype))
+
+
+@triton.jit
 def _attention_block(acc, row_sum, row_max, q, k_ptrs, v_ptrs, stride_kn, stride_vn, qk_scale, lo, hi, offs_m, offs_n,
                      BLOCK_N: tl.constexpr, DIAGONAL: tl.constexpr):
     """Keys lo .. hi for one block of query rows: the rows' running maximum and sum of

@@ -1,7 +1,8 @@
-"""Matmul through host TensorDescriptors (bench/kernels.py `matmul_descriptor_kernel`): kiln
-(TMA copies on Hopper) against upstream Triton on the same source, each autotuned over
-tutorial 03's 16-bit configs, with kiln's pointer kernel (`matmul_kernel`, cp.async) and
-cuBLAS beside them.
+"""Matmul through host TensorDescriptors (bench/kernels.py `matmul_descriptor_kernel`) and
+through descriptors the kernel makes (`matmul_device_descriptor_kernel`, tutorial 09's
+`tl.make_tensor_descriptor`): kiln (TMA copies on Hopper) against upstream Triton on the same
+sources, each autotuned over tutorial 03's 16-bit configs, with kiln's pointer kernel
+(`matmul_kernel`) and cuBLAS beside them.
 
     python bench/tma.py [--check] [--dtypes fp16,bf16] [--sizes 4096,8192] [--out DIR]
 
@@ -46,6 +47,27 @@ def descriptor_launcher(lib, flavour, a, b, c, cfg):
     return go
 
 
+def device_launcher(lib, flavour, a, b, c, cfg):
+    bm, bn, bk, stages, warps = cfg
+    M, K = a.shape
+    N = b.shape[1]
+    grid = (triton_cdiv(M, bm) * triton_cdiv(N, bn),)
+
+    def go():
+        lib.matmul_device_descriptor_kernel[grid](a, b, c, M, N, K, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8,
+                                                  num_warps=warps, num_stages=stages)
+    return go
+
+
+LAUNCHERS = {"tma": descriptor_launcher, "device": device_launcher}
+
+
+def give_triton_an_allocator():
+    """Triton writes the descriptors a kernel makes to global scratch from this allocator."""
+    import triton
+    triton.set_allocator(lambda size, align, stream: torch.empty(size, dtype=torch.int8, device="cuda"))
+
+
 def check(libs, dtypes):
     failures = 0
     for dtype in dtypes:
@@ -54,13 +76,14 @@ def check(libs, dtypes):
         b = torch.randn(K, N, device="cuda").to(DTYPES[dtype])
         ref = (a.float() @ b.float()).to(DTYPES[dtype])
         for flavour, lib in libs.items():
-            for cfg in CONFIGS_16:
-                c = torch.full((M, N), float("nan"), device="cuda", dtype=DTYPES[dtype])
-                descriptor_launcher(lib, flavour, a, b, c, cfg)()
-                err = (c.float() - ref.float()).abs().max().item()
-                ok = err <= 0.05 * ref.float().abs().max().item()
-                failures += not ok
-                print(f"check {flavour} {dtype} {cfg}: max error {err:.3g} {'ok' if ok else 'WRONG'}")
+            for kind, make in LAUNCHERS.items():
+                for cfg in CONFIGS_16:
+                    c = torch.full((M, N), float("nan"), device="cuda", dtype=DTYPES[dtype])
+                    make(lib, flavour, a, b, c, cfg)()
+                    err = (c.float() - ref.float()).abs().max().item()
+                    ok = err <= 0.05 * ref.float().abs().max().item()
+                    failures += not ok
+                    print(f"check {flavour} {kind} {dtype} {cfg}: max error {err:.3g} {'ok' if ok else 'WRONG'}")
     return failures
 
 
@@ -71,11 +94,12 @@ def run(libs, dtypes, sizes, rounds=3):
             a = torch.randn(s, s, device="cuda").to(DTYPES[dtype])
             b = torch.randn(s, s, device="cuda").to(DTYPES[dtype])
             c = torch.empty(s, s, device="cuda", dtype=DTYPES[dtype])
-            picked = {f"{name} tma": fastest(lambda cfg, lib=lib, name=name: descriptor_launcher(lib, name, a, b, c, cfg),
-                                             CONFIGS_16) for name, lib in libs.items()}
+            picked = {f"{name} {kind}": fastest(lambda cfg, lib=lib, name=name, make=make: make(lib, name, a, b, c, cfg),
+                                                CONFIGS_16)
+                      for name, lib in libs.items() for kind, make in LAUNCHERS.items()}
             picked["kiln pointers"] = fastest(lambda cfg: launcher(libs["kiln"], a, b, c, cfg), CONFIGS_16)
-            fns = {name: (descriptor_launcher(libs[name.split()[0]], name.split()[0], a, b, c, got[1])
-                          if name.endswith("tma") else launcher(libs["kiln"], a, b, c, got[1]))
+            fns = {name: (LAUNCHERS[name.split()[1]](libs[name.split()[0]], name.split()[0], a, b, c, got[1])
+                          if name.split()[1] in LAUNCHERS else launcher(libs["kiln"], a, b, c, got[1]))
                    for name, got in picked.items() if got}
             out = torch.empty_like(c)
             fns["cublas"] = lambda: torch.matmul(a, b, out=out)
@@ -84,12 +108,15 @@ def run(libs, dtypes, sizes, rounds=3):
 
 
 def table(rows) -> str:
-    lines = ["| dtype | size | kiln TMA | Triton TMA | kiln pointers | cuBLAS | kiln TMA / Triton TMA | "
-             "kiln TMA / cuBLAS | kiln TMA / kiln pointers |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = ["| dtype | size | kiln TMA | Triton TMA | kiln device | Triton device | kiln pointers | cuBLAS | "
+             "kiln TMA / Triton TMA | kiln device / Triton device | kiln TMA / cuBLAS | kiln device / cuBLAS |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    ratio = lambda x, y: f"{x / y if y else 0:.2f}"  # noqa: E731
     for r in rows:
-        k, t, p, c = (r.get(n, 0) for n in ("kiln tma", "triton tma", "kiln pointers", "cublas"))
-        lines.append(f"| {r['dtype']} | {r['size']} | {k:.0f} | {t:.0f} | {p:.0f} | {c:.0f} | "
-                     f"{k / t if t else 0:.2f} | {k / c if c else 0:.2f} | {k / p if p else 0:.2f} |")
+        k, t, kd, td, p, c = (r.get(n, 0) for n in ("kiln tma", "triton tma", "kiln device", "triton device",
+                                                    "kiln pointers", "cublas"))
+        lines.append(f"| {r['dtype']} | {r['size']} | {k:.0f} | {t:.0f} | {kd:.0f} | {td:.0f} | {p:.0f} | {c:.0f} | "
+                     f"{ratio(k, t)} | {ratio(kd, td)} | {ratio(k, c)} | {ratio(kd, c)} |")
     return "\n".join(lines)
 
 
@@ -101,12 +128,13 @@ def main():
     parser.add_argument("--out")
     args = parser.parse_args()
     libs = {"kiln": load_kernels("kiln"), "triton": load_kernels("triton")}
+    give_triton_an_allocator()
     dtypes = args.dtypes.split(",")
     if args.check and check(libs, dtypes):
         sys.exit("some configs computed wrong results")
     settle_clocks()
     rows = run(libs, dtypes, [int(s) for s in args.sizes.split(",")])
-    text = f"## matmul through host TensorDescriptors on {torch.cuda.get_device_name()} (TFLOP/s)\n\n{table(rows)}\n"
+    text = f"## matmul through host TensorDescriptors (TMA) and descriptors made in the kernel (device) on {torch.cuda.get_device_name()} (TFLOP/s)\n\n{table(rows)}\n"
     print(text)
     if args.out:
         results_file.save_today(args.out, "tma", rows, text)
