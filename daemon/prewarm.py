@@ -251,7 +251,7 @@ def from_module(module_or_path, targets: Iterable[str]) -> ModuleKernels:
 def local_target() -> str | None:
     """The local GPU's target, or None on a machine without one."""
     from kiln.runtime import cuda_driver
-    return cuda_driver.target(0) if cuda_driver.is_available() else None
+    return cuda_driver.compile_target(0) if cuda_driver.is_available() else None
 
 
 def prewarm_module(module_or_path, targets: Iterable[str] = (), *, address: str | None = None,

@@ -228,7 +228,8 @@ class CompiledKernel:
         if device in launchers:
             return launchers[device]
         driver.ensure_context(device)
-        binary = self.build(driver.target(device)) if derived_maps else self._pointer_build(driver.target(device))
+        target = driver.compile_target(device)
+        binary = self.build(target) if derived_maps else self._pointer_build(target)
         shared, limit = binary.metadata["shared"], driver.max_shared_memory(device)
         if shared > limit:
             raise OutOfResources(shared, limit, "shared memory")
@@ -269,7 +270,7 @@ def compile(src, target=None, options: dict | None = None):
     from kiln.runtime import GPUTarget
     if target is None:
         gpu = not config.interpret() and driver.is_available()
-        target = driver.target(driver.device_and_stream()[0]) if gpu else GPUTarget("cpu", 0, 1)
+        target = driver.compile_target(driver.device_and_stream()[0]) if gpu else GPUTarget("cpu", 0, 1)
     return compile_source(src, target, options)
 
 

@@ -17,13 +17,13 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(),
 def run_on_gpu(name, grid, args, num_warps=4):
     """Launch corpus kernel `name`; NumPy arrays go to the GPU and are copied back in place."""
     from kiln.codegen import compile
-    from kiln.runtime.cuda_driver import ensure_context, target
+    from kiln.runtime.cuda_driver import compile_target, ensure_context
     from kiln.runtime.launcher import launcher_for
     from kiln.runtime.module import LoadedKernel
     fn = kernels._kernel(name)
     torch.cuda.init()
     ensure_context(torch.cuda.current_device())
-    ck = compile(fn, target(torch.cuda.current_device()), {"num_warps": num_warps})
+    ck = compile(fn, compile_target(torch.cuda.current_device()), {"num_warps": num_warps})
     loaded = LoadedKernel(fn.name, ck.cubin, ck.ptx, ck.metadata["shared"])
     launch = launcher_for(loaded, [a.type for a in fn.args], ck.metadata, fn.name, torch.cuda.current_device())
     device_args, copies = [], []

@@ -6,6 +6,7 @@ import kiln, compile and interpret.
 from __future__ import annotations
 
 import functools
+import os
 import sys
 
 from ..errors import NoGPUError
@@ -105,6 +106,18 @@ def max_shared_memory(device: int) -> int:
 @functools.lru_cache(maxsize=None)
 def sm_count(device: int) -> int:
     return _device_attribute(device, "CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT")
+
+
+def compile_target(device: int) -> str:
+    """The target kiln compiles the device's kernels for: the device's own, or `KILN_TARGET`
+    where set to an older one (sm_80 on a Hopper, to run the code an A100 would get: the
+    cubin then does not load and the driver JIT-compiles its PTX)."""
+    forced = os.environ.get("KILN_TARGET", "").strip()
+    if not forced:
+        return target(device)
+    from kiln.codegen.target import parse_target
+    parse_target(forced)  # an unknown name is an error here, not a failed compile later
+    return forced
 
 
 @functools.lru_cache(maxsize=None)
