@@ -58,3 +58,8 @@ def resource_usage(info_log: str) -> tuple[int, int]:
     spilled = [int(spills.group(1)) + int(spills.group(2))] if spills else []
     spilled += [int(m.group(1)) for pattern in (_LOCAL, _STACK) for m in pattern.finditer(info_log)]
     return int(regs.group(1)), max(spilled, default=0)
+
+
+def wgmma_serialized(info_log: str) -> bool:
+    """Did ptxas serialize the kernel's wgmmas (C7514: each one then waits for the last)?"""
+    return "(C7514)" in info_log

@@ -31,7 +31,8 @@ UNSAFE = {"atomic_rmw", "atomic_cas", "inline_asm", "num_programs"}
 
 
 def apply(fn, ctx) -> None:
-    if not pipelines(ctx) or fn.attrs.get("derived_args", 1) == 0 or not _tile_kernel(fn):
+    if not pipelines(ctx) or fn.attrs.get("derived_args", 1) == 0 or fn.attrs.get("persistent", 1) == 0 \
+            or not _tile_kernel(fn):
         return
     body = fn.body
     grid = []
