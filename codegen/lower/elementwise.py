@@ -357,6 +357,30 @@ def _cast(lw, op, x):
     return cast_value(lw, x, op.operands[0].type, op.results[0].type, op.attrs.get("rounding"))
 
 
+def _paired_cast(lw, op):
+    """fp32 -> fp16/bf16 (round to nearest even) two registers at a time, `cvt.rn.f16x2.f32`
+    (sm_80+): ptxas serializes a loop's wgmmas when an epilogue reads the accumulators
+    through single `cvt.rn.f16.f32` (C7514; tutorial 08's tile loop), not through the pairs."""
+    out = op.results[0]
+    src, dst = scalar_of(op.operands[0].type), scalar_of(out.type)
+    layout = lw.layout(out)
+    pairs = isinstance(out.type, block_type) and src.name == "fp32" and dst.name in ("fp16", "bf16") \
+        and op.attrs.get("rounding") in (None, "rtne") and not lw.ctx.portable and lw.ctx.target.capability >= 80
+    xs = lw.regs(op.operands[0], layout) if pairs else None
+    if not pairs or len(xs) % 2:
+        return RULES_BY_ELEMENT["cast"](lw, op)
+    kind = "f16x2" if dst.name == "fp16" else "bf16x2"
+    asm = ir.InlineAsm(ir.FunctionType(ir.IntType(32), [F32, F32]), f"cvt.rn.{kind}.f32 $0, $1, $2;", "=r,f,f")
+    half = reg_type(dst)
+    regs = []
+    for lo, hi in zip(xs[0::2], xs[1::2]):
+        both = lw.b.call(asm, [hi, lo])  # the first source goes to the upper half
+        for word in (both, lw.b.lshr(both, ir.Constant(ir.IntType(32), 16))):
+            bits = lw.b.trunc(word, ir.IntType(16))
+            regs.append(bits if half == bits.type else lw.b.bitcast(bits, half))
+    lw.bind(out, regs, layout)
+
+
 def _bitcast(lw, op, x):
     src, dst = scalar_of(op.operands[0].type), scalar_of(op.results[0].type)
     to = reg_type(dst)
@@ -440,6 +464,8 @@ for _name in ("expm1", "exp10", "log10", "cbrt", "rint", "sinh", "cosh", "asin",
     _PER_ELEMENT[_name] = _libdevice(f"__nv_{_name}f", f"__nv_{_name}")
 
 RULES = {name: elementwise(fn) for name, fn in _PER_ELEMENT.items()}
+RULES_BY_ELEMENT = {"cast": RULES["cast"]}
+RULES["cast"] = _paired_cast
 RULES.update({"constant": _constant, "multiple_of": _identity, "max_contiguous": _identity})
 
 # libdevice's explicitly rounded arithmetic: `__nv_f<op>_<rounding>` (fp32), `__nv_d<op>_<rounding>` (fp64)
