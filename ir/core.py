@@ -63,6 +63,10 @@ class Operation:
             raise ValueError(f"{self.name} has {len(self.results)} results, not one")
         return self.results[0]
 
+    def defined_values(self) -> list[Value]:
+        """The values this op defines: its results and its regions' block arguments."""
+        return list(self.results) + [a for region in self.regions for a in region.args]
+
     def walk(self) -> Iterator["Operation"]:
         """This op and every op nested in its regions, in program order."""
         yield self

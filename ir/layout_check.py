@@ -91,8 +91,7 @@ def check_layouts(fn: Function, num_warps: int) -> None:
     elements in the same threads' registers)."""
     for op in fn.walk():
         where = f"'{op.name}'" + (f" at {op.loc}" if op.loc else "")
-        defined = list(op.results) + [a for region in op.regions for a in region.args]
-        for v in defined:
+        for v in op.defined_values():
             if isinstance(v.type, block_type) and v.type.encoding is None:
                 raise LayoutError(f"{where}: {_describe(v)} of type {v.type} has no layout")
         for i, (v, want) in enumerate(zip(op.operands, reads_in(op))):

@@ -236,7 +236,7 @@ def _encodings(fn) -> dict:
     """Each block value's layout, as its type spells it (the convert_layouts pass wrote them)."""
     out = {}
     for op in fn.walk():
-        for v in list(op.results) + [a for region in op.regions for a in region.args]:
+        for v in op.defined_values():
             if isinstance(v.type, block_type) and v.type.encoding is not None:
                 out[v] = v.type.encoding
     return out

@@ -368,7 +368,7 @@ def _paired_cast(lw, op):
         and op.attrs.get("rounding") in (None, "rtne") and not lw.ctx.portable and lw.ctx.target.capability >= 80
     xs = lw.regs(op.operands[0], layout) if pairs else None
     if not pairs or len(xs) % 2:
-        return RULES_BY_ELEMENT["cast"](lw, op)
+        return _cast_each(lw, op)
     kind = "f16x2" if dst.name == "fp16" else "bf16x2"
     asm = ir.InlineAsm(ir.FunctionType(ir.IntType(32), [F32, F32]), f"cvt.rn.{kind}.f32 $0, $1, $2;", "=r,f,f")
     half = reg_type(dst)
@@ -464,7 +464,7 @@ for _name in ("expm1", "exp10", "log10", "cbrt", "rint", "sinh", "cosh", "asin",
     _PER_ELEMENT[_name] = _libdevice(f"__nv_{_name}f", f"__nv_{_name}")
 
 RULES = {name: elementwise(fn) for name, fn in _PER_ELEMENT.items()}
-RULES_BY_ELEMENT = {"cast": RULES["cast"]}
+_cast_each = RULES["cast"]
 RULES["cast"] = _paired_cast
 RULES.update({"constant": _constant, "multiple_of": _identity, "max_contiguous": _identity})
 

@@ -53,7 +53,7 @@ def apply(fn, ctx) -> None:
     made: dict = {}  # (value, layout, block) -> the convert_layout's result
     _convert_block(fn.body, ctx, made)
     for op in fn.walk():
-        for v in list(op.results) + [a for region in op.regions for a in region.args]:
+        for v in op.defined_values():
             layout = ctx.layouts.get(v)
             if isinstance(v.type, block_type) and layout is not None:
                 v.type = v.type.with_encoding(layout)
