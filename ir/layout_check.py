@@ -44,7 +44,7 @@ def reads_in(op, layout_of=_encoding) -> list:
         return [Slice(op.attrs["axis"], out) if out is not None else None]
     if name == "gather":
         return [None, layout_of(op.results[0])]
-    if name in ("dot", "warp_group_dot"):
+    if name in ("dot", "warp_group_dot", "mma_dot"):
         out = layout_of(op.results[0])
         a = op.operands[0]
         if name == "warp_group_dot" and isinstance(a.type, block_type) and isinstance(out, Wgmma):

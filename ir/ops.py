@@ -556,6 +556,18 @@ def _check_warp_group_dot(op):
         return "operands must share an element type"
 
 
+def _check_mma_dot(op):
+    a, b, acc = op.operands
+    if not (isinstance(a.type, shared_type) and isinstance(b.type, shared_type)) or len(a.type.shape) != 2 \
+            or len(b.type.shape) != 2:
+        return "mma_dot reads a and b from shared tiles"
+    (M, K), (K2, N) = a.type.shape, b.type.shape
+    if K != K2 or _shape(acc.type) != (M, N) or op.results[0].type != acc.type:
+        return f"shapes do not agree: {a.type} x {b.type} -> {acc.type}"
+    if a.type.element_ty != b.type.element_ty:
+        return "operands must share an element type"
+
+
 def _check_dot_wait(op):
     if [r.type for r in op.results] != [v.type for v in op.operands]:
         return "warp_group_dot_wait returns its operands"
@@ -649,6 +661,8 @@ OPS.update({
                                 notes="order generic-proxy shared writes before async-proxy reads (wgmma, TMA)"),
     "warp_group_dot": OpDef((3, 3), check=_check_warp_group_dot, side_effects=True,
                             notes="a (tile or registers), b tile, acc: wgmma, issued and committed as one group, not awaited"),
+    "mma_dot": OpDef((3, 3), check=_check_mma_dot, side_effects=True,
+                     notes="a tile, b tile, acc: mma.sync on fragments loaded from the tiles by ldmatrix"),
     "mbarrier_init": OpDef((1, 1), results=(0, 0), attrs=("count",), check=_check_barriers, side_effects=True,
                            notes="bars: thread 0 initializes every mbarrier of the buffer, arrival count `count`"),
     "mbarrier_inval": OpDef((1, 1), results=(0, 0), check=_check_barriers, side_effects=True,
@@ -668,5 +682,5 @@ SHAPE_CHECK = _check_shape_pow2
 # made by codegen's passes, never by the frontend: the wire refuses them and the
 # interpreter has no use for them
 GPU_STAGE_OPS = frozenset({"convert_layout", "local_alloc", "local_index", "local_trans", "local_store", "async_copy", "async_commit", "async_wait",
-                           "fence_async_shared", "warp_group_dot", "warp_group_dot_wait",
+                           "fence_async_shared", "warp_group_dot", "warp_group_dot_wait", "mma_dot",
                            "mbarrier_init", "mbarrier_inval", "mbarrier_wait", "tma_expect", "tma_copy"})

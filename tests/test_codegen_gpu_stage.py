@@ -128,18 +128,31 @@ def test_a_dot_fed_by_loads_becomes_a_ring_of_async_copies_and_wgmma():
     assert ctx.shared_allocated == 16384 + 16384
 
 
-@pytest.mark.parametrize("change", [
-    ("sm_90a", 2, None),                    # no warpgroup: 2 warps
-    ("sm_80", 4, None),                     # no wgmma
-    ("sm_90a", 4, ("%x = load %qa : <64x32xfp16>",
-                   "%one = constant {value = 1.0} : <64x32xfp16>\n    %t = constant {value = 1} : <64x32xint1>\n"
-                   "    %x = load %qa, %t, %one : <64x32xfp16>")),  # masked-off elements would not be zero
-])
-def test_loops_that_cannot_use_the_ring_are_left_alone(change):
-    target, warps, edit = change
-    text = MATMUL.replace(*edit) if edit else MATMUL
-    fn, _ = pipelined(text, target, warps)
-    assert "warp_group_dot" not in names(fn) and "dot" in names(fn)
+@pytest.mark.parametrize("target", ["sm_80", "sm_90a"])
+def test_loops_that_cannot_use_the_ring_are_left_alone(target):
+    # masked-off elements would not be zero
+    text = MATMUL.replace("%x = load %qa : <64x32xfp16>",
+                          "%one = constant {value = 1.0} : <64x32xfp16>\n    %t = constant {value = 1} : <64x32xint1>\n"
+                          "    %x = load %qa, %t, %one : <64x32xfp16>")
+    fn, _ = pipelined(text, target)
+    assert "warp_group_dot" not in names(fn) and "mma_dot" not in names(fn) and "dot" in names(fn)
+
+
+@pytest.mark.parametrize("target,warps", [("sm_80", 4), ("sm_86", 4), ("sm_90a", 2)])  # no wgmma, or no warpgroup
+def test_without_wgmma_the_ring_feeds_mma_sync_and_copies_ahead_first(target, warps):
+    fn, ctx = pipelined(MATMUL, target, warps)
+    assert "warp_group_dot" not in names(fn) and "fence_async_shared" not in names(fn)
+    # three stages, three tiles: the dots of iteration i are done before the barrier of i + 1
+    text = print_function(fn, locs=False)
+    assert "local_alloc {offset = 0} : smem<3x64x32xfp16:swizzle64:order1.0>" in text
+    assert "local_alloc {offset = 12288} : smem<3x32x64xfp16:swizzle128:order1.0>" in text
+    assert print_function(parse_function(text), locs=False) == text
+    loop = next(op for op in fn.walk() if op.name == "for")
+    body = [op.name for op in loop.regions[0].ops]
+    # iteration i + 2's copies go into the slot iteration i - 1 read, right after the barrier
+    assert body[:2] == ["async_wait", "barrier"] and loop.regions[0].ops[0].attrs == {"pending": 1}
+    assert body.index("async_commit") < body.index("mma_dot") and body.count("mma_dot") == 1
+    assert "dot" not in body and "load" not in names(fn)
 
 
 def test_smem_alloc_shares_bytes_between_buffers_that_do_not_live_together():

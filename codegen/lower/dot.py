@@ -84,4 +84,9 @@ def _dot(lw, op):
     lw.bind(out, [cast_value(lw, v, s_acc, s_out) for v in new], layout)  # K >= 1, so the loop ran and its last values are the result
 
 
-RULES = {"dot": _dot}
+def _mma_dot(lw, op):
+    from .mma import lower_mma_dot
+    return lower_mma_dot(lw, op)
+
+
+RULES = {"dot": _dot, "mma_dot": _mma_dot}

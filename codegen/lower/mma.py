@@ -19,6 +19,7 @@ from kiln.ir.core import Operation
 from kiln.ir.types import float32, int32, scalar_of
 
 from kiln.ir.layout import Blocked, mma_layout
+from .context import LoweringError
 from .elementwise import cast_value
 from .memory import plain_store
 from .shared import elem_bytes, flats_of, store_elements
@@ -35,17 +36,23 @@ def can_use_mma(lw, op) -> bool:
     return mma_eligible(op) and lw.layout(out) == mma_layout(out.type.shape, lw.num_warps)
 
 
+class _Operand:
+    """Where a dot operand's fragments come from: shared memory at `base` (an i8 pointer),
+    element (i, j) of the operand ([M, K] for A, [K, N] for B) `offset((i, j))` bytes in
+    (an i32), stored in 16-byte runs along K (`k_inner`) or along M / N."""
+
+    def __init__(self, base, offset, k_inner):
+        self.base, self.offset, self.k_inner = base, offset, k_inner
+
+    def ptr(self, lw, idx):
+        return lw.b.gep(self.base, [self.offset(idx)], source_etype=I8)
+
+
 def lower_mma(lw, op):
+    """A dot whose operands are in registers: both are staged to shared memory first."""
     a, b, acc = op.operands
-    out = op.results[0]
-    (M, K), (_, N) = a.type.shape, b.type.shape
-    layout = lw.layout(out)
-    s_in, s_out = scalar_of(a.type), scalar_of(out.type)
-    s_acc = int32 if s_in.is_int() else float32
-    acc_regs = [cast_value(lw, r, s_out, s_acc) for r in lw.regs(acc, layout)]
     half = reg_type(a.type)
-    size = s_in.itemsize  # 2 for fp16/bf16, 1 for int8, 4 for tf32
-    half_step = 16 // size  # elements in 16 bytes: one ldmatrix row, half a k-step
+    size = scalar_of(a.type).itemsize
     a_stride, b_stride, trans_b, a_bytes, staged = _staging(op)
     base = _staging_buffer(lw, op, staged)
 
@@ -57,6 +64,42 @@ def lower_mma(lw, op):
     else:
         store_elements(lw, base, half, lw.regs(b), flats_of(lw, lw.layout(b), b.type.shape, transposed), a_bytes)
     lw.barrier()
+
+    def padded(stride, at=0, swap=False):
+        def offset(idx):
+            row, col = (idx[1], idx[0]) if swap else idx
+            return lw.b.add(lw.b.mul(lw.b.add(lw.b.mul(row, lw.i32(stride)), col), lw.i32(size)), lw.i32(at))
+        return offset
+    a_src = _Operand(base, padded(a_stride), k_inner=True)
+    b_src = _Operand(base, padded(b_stride, a_bytes, swap=not trans_b), k_inner=not trans_b)  # B^T: rows are columns
+    _run(lw, op, a_src, b_src)
+
+
+def lower_mma_dot(lw, op):
+    """`mma_dot`: A and B read from shared tiles (smem_pipeline's rings) as they are stored."""
+    from .wgmma import tile_offset
+    a, b = op.operands[:2]
+    a_src = _Operand(lw.scalar(a), lambda idx: tile_offset(lw, a.type, idx), k_inner=a.type.order[0] == 1)
+    b_src = _Operand(lw.scalar(b), lambda idx: tile_offset(lw, b.type, idx), k_inner=b.type.order[0] == 0)
+    if a.type.scalar.itemsize != 2 and not (a_src.k_inner and b_src.k_inner):
+        raise LoweringError("ldmatrix transposes 16-bit elements only: 8- and 32-bit tiles must be K-major")
+    if lw.layout(op.results[0]) != mma_layout(op.results[0].type.shape, lw.num_warps):
+        raise LoweringError(f"mma_dot needs the mma.sync accumulator layout, not {lw.layout(op.results[0])}")
+    _run(lw, op, a_src, b_src)
+
+
+def _run(lw, op, a_src, b_src):
+    """Per 32 bytes of k, each thread's A fragments (`ldmatrix.x4` per 16-row pair) and B
+    fragments (`ldmatrix.x4` per two 8-column tiles; `.trans` where the operand is not
+    stored K-major), then one mma per (row pair, column tile)."""
+    a, b, acc = op.operands
+    out = op.results[0]
+    K = a.type.shape[1]
+    layout = lw.layout(out)
+    s_in, s_out = a.type.scalar, out.type.scalar  # a is a block or a shared tile
+    s_acc = int32 if s_in.is_int() else float32
+    acc_regs = [cast_value(lw, r, s_out, s_acc) for r in lw.regs(acc, layout)]
+    half_step = 16 // s_in.itemsize  # elements in 16 bytes: one ldmatrix row, half a k-step
 
     # group the accumulator registers into mma tiles: (row pair, column tile) -> 4 registers
     offsets = layout.offsets(out.type.shape)
@@ -71,38 +114,61 @@ def lower_mma(lw, op):
             tiles.append((p // 2, c, regs))
     row_of = {o[0]: idx[0] for o, idx in zip(offsets, indices)}
     col_of = {o[1]: idx[1] for o, idx in zip(offsets, indices)}
-    # B's column for this lane is the tile's column index g (= lane / 4), not 2t
     g = lw.b.udiv(lw.lane, lw.i32(4))
     t = lw.b.urem(lw.lane, lw.i32(4))
-    b_cols = {c: lw.b.add(lw.b.sub(col_of[c], lw.b.mul(t, lw.i32(2))), g) for c in col_tiles}
+    # the first row of each 8-row half of a pair (this lane's row is that + g), and the
+    # first column of each 8-column tile (this lane's columns are that + 2t, + 2t + 1)
+    pair_rows = [(lw.b.sub(row_of[rows[p]], g), lw.b.sub(row_of[rows[p + 1]], g)) for p in range(0, len(rows), 2)]
+    first_cols = {c: lw.b.sub(col_of[c], lw.b.mul(t, lw.i32(2))) for c in col_tiles}
 
     q = lw.b.and_(lw.lane, lw.i32(7))  # ldmatrix: lane i gives row i % 8 of matrix i // 8
     j = lw.b.lshr(lw.lane, lw.i32(3))
-    upper_rows = lw.b.trunc(lw.b.and_(j, lw.i32(1)), ir.IntType(1))
-    upper_cols = lw.b.mul(lw.b.lshr(j, lw.i32(1)), lw.i32(half_step))
+    low_bit = lw.b.and_(j, lw.i32(1))
+    high_bit = lw.b.lshr(j, lw.i32(1))
     values = list(acc_regs)
     for k0 in range(0, K, 2 * half_step):
-        a_frag = {}
-        for pair in range(len(rows) // 2):
-            r0, r1 = row_of[rows[2 * pair]], row_of[rows[2 * pair + 1]]
-            row = lw.b.add(lw.b.sub(lw.b.select(upper_rows, r1, r0), g), q)  # r(g) is r(0) + g
-            col = lw.b.add(upper_cols, lw.i32(k0))
-            flat = lw.b.add(lw.b.mul(row, lw.i32(a_stride)), col)
-            a_frag[pair] = _ldmatrix(lw, lw.smem_ptr(base, half, flat), 4)
-        if trans_b:
-            b_frag = _b_fragments_trans(lw, base, half, a_bytes, b_stride, k0, b_cols, col_tiles, half_step)
-        else:  # B^T staged: its rows are B's columns
-            b_frag = {}
-            for c in col_tiles:
-                n = lw.b.add(lw.b.sub(b_cols[c], g), q)
-                col = lw.b.add(lw.b.mul(lw.b.and_(j, lw.i32(1)), lw.i32(half_step)), lw.i32(k0))
-                flat = lw.b.add(lw.b.mul(n, lw.i32(b_stride)), col)
-                b_frag[c] = _ldmatrix(lw, lw.smem_ptr(base, half, flat, a_bytes), 2)
+        a_frag = {pair: _a_fragment(lw, a_src, r0, r1, k0, half_step, q, low_bit, high_bit)
+                  for pair, (r0, r1) in enumerate(pair_rows)}
+        b_frag = _b_fragments(lw, b_src, k0, first_cols, col_tiles, half_step, q, low_bit, high_bit)
         for pair, c, regs in tiles:
             got = _mma(lw, _KIND[s_in.name], a_frag[pair], b_frag[c], [values[i] for i in regs])
             for i, v in zip(regs, got):
                 values[i] = v
     lw.bind(out, [cast_value(lw, v, s_acc, s_out) for v in values], layout)
+
+
+def _a_fragment(lw, src, r0, r1, k0, half_step, q, low_bit, high_bit):
+    """A's four registers for the row pair whose halves start at rows r0 and r1: matrix i
+    of the `ldmatrix.x4` is rows (r0, r1)[i % 2] + 0..7, k k0 + half_step * (i // 2) + 0..7;
+    lane (g, t) then holds row g, k 2t and 2t + 1 of each (the mma's A fragment). Stored
+    M-major, lanes address k rows and `.trans` transposes."""
+    b = lw.b
+    first = b.select(b.trunc(low_bit, ir.IntType(1)), r1, r0)
+    k = b.add(b.mul(high_bit, lw.i32(half_step)), lw.i32(k0))
+    if src.k_inner:
+        return _ldmatrix(lw, src.ptr(lw, (b.add(first, q), k)), 4)
+    return _ldmatrix(lw, src.ptr(lw, (first, b.add(k, q))), 4, trans=True)
+
+
+def _b_fragments(lw, src, k0, first_cols, col_tiles, half_step, q, low_bit, high_bit):
+    """B's two registers per 8-column tile, two tiles per `ldmatrix.x4`: matrix i is k
+    k0 + half_step * (i % 2) + 0..7 of column tile i // 2 of the pair; lane (g, t) gets
+    B[k 2t, 2t + 1][column g] of each (the mma's B fragment). Stored N-major ([k][n]),
+    lanes address k rows and `.trans` transposes; stored K-major, they address columns."""
+    b = lw.b
+    k = b.add(b.mul(low_bit, lw.i32(half_step)), lw.i32(k0))
+    second = b.trunc(high_bit, ir.IntType(1))
+    frags = {}
+    for i in range(0, len(col_tiles), 2):
+        pair = col_tiles[i:i + 2]
+        n = b.select(second, first_cols[pair[1]], first_cols[pair[0]]) if len(pair) == 2 else first_cols[pair[0]]
+        if src.k_inner:
+            regs = _ldmatrix(lw, src.ptr(lw, (k, b.add(n, q))), 2 * len(pair))
+        else:
+            regs = _ldmatrix(lw, src.ptr(lw, (b.add(k, q), n)), 2 * len(pair), trans=True)
+        for m, c in enumerate(pair):
+            frags[c] = regs[2 * m:2 * m + 2]
+    return frags
 
 
 def _staging(op):
@@ -175,29 +241,6 @@ def _store_rows(lw, base, elem_ty, value, stride, byte_offset=0):
         flat = lw.b.add(lw.b.mul(row, lw.i32(stride)), col)
         plain_store(lw, lw.smem_ptr(base, elem_ty, flat, byte_offset), regs[i:i + n], elem_ty, size)
         i += n
-
-
-def _b_fragments_trans(lw, base, half, b_offset, b_stride, k0, b_cols, col_tiles, half_step):
-    """B fragments of k-step `k0` from row-major B ([k][n]): column tile -> 2 registers.
-
-    Matrix i of `ldmatrix.x4.trans` is rows k0 + 8 * (i % 2) .. + 7 of column tile i // 2
-    of a pair; transposed, lane (g, t) gets B[k0 + 2t, 2t + 1][n + g] (and + 8): the
-    mma's B operand."""
-    g = lw.b.udiv(lw.lane, lw.i32(4))
-    q = lw.b.and_(lw.lane, lw.i32(7))
-    j = lw.b.lshr(lw.lane, lw.i32(3))
-    k = lw.b.add(lw.b.add(lw.b.mul(lw.b.and_(j, lw.i32(1)), lw.i32(half_step)), q), lw.i32(k0))
-    second = lw.b.trunc(lw.b.lshr(j, lw.i32(1)), ir.IntType(1))
-    frags = {}
-    for i in range(0, len(col_tiles), 2):
-        pair = col_tiles[i:i + 2]
-        first_cols = [lw.b.sub(b_cols[c], g) for c in pair]  # the tile's first column
-        n = lw.b.select(second, first_cols[1], first_cols[0]) if len(pair) == 2 else first_cols[0]
-        flat = lw.b.add(lw.b.mul(k, lw.i32(b_stride)), n)
-        regs = _ldmatrix(lw, lw.smem_ptr(base, half, flat, b_offset), 2 * len(pair), trans=True)
-        for m, c in enumerate(pair):
-            frags[c] = regs[2 * m:2 * m + 2]
-    return frags
 
 
 def _ldmatrix(lw, ptr, count, trans=False):

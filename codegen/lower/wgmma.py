@@ -120,6 +120,11 @@ def _async_copy(lw, op):
     for i, off in enumerate(offsets):
         if off[inner] % vec:
             continue  # inside a run that an earlier register starts
+        if lw.ctx.portable:
+            dst = lw.b.gep(base, [tile_offset(lw, t, indices[i])], source_etype=I8)
+            _copy_now(lw, ptrs[i], dst, vec, es, masks[i] if masks is not None else None,
+                      _src_bytes(lw, counts[i], vec, op, es) if counts is not None else None)
+            continue
         step = None if first is None else constant_step(t, first[0], off)
         if step is None:
             address = lw.b.ptrtoint(lw.b.gep(base, [tile_offset(lw, t, indices[i])], source_etype=I8), I32)
@@ -136,9 +141,31 @@ def _async_copy(lw, op):
             _asm(lw, f"{copy}, $2;", args=[address, src, _src_bytes(lw, counts[i], vec, op, es)], constraints="r,l,r")
         elif masks is None:
             _asm(lw, copy + ";", args=[address, src], constraints="r,l")
+        elif lw.ctx.target.ptx_version < 75:  # no ignore-src operand before PTX 7.5: a src-size of 0 or all
+            size = lw.b.select(masks[i], lw.i32(nbytes), lw.i32(0))
+            _asm(lw, f"{copy}, $2;", args=[address, src, size], constraints="r,l,r")
         else:
             skip = lw.b.not_(masks[i])
             _asm(lw, f"{copy}, $2;", args=[address, src, skip], constraints="r,l,b")
+
+
+def _copy_now(lw, src, dst, vec, es, mask, nbytes):
+    """The portable form of one copy (the CPU emulator has no cp.async): element by
+    element, each loaded under a branch where the mask or the src-size takes it, else 0."""
+    elem = ir.IntType(8 * es)
+    for e in range(vec):
+        take = mask if nbytes is None else lw.b.icmp_unsigned(">", nbytes, lw.i32(e * es))
+        before = lw.b.block
+        if take is not None:
+            with lw.b.if_then(take):
+                got = lw.b.load(lw.b.gep(src, [lw.i32(e)], source_etype=elem), typ=elem, align=es)
+                inside = lw.b.block
+            value = lw.b.phi(elem)
+            value.add_incoming(got, inside)
+            value.add_incoming(ir.Constant(elem, 0), before)
+        else:
+            value = lw.b.load(lw.b.gep(src, [lw.i32(e)], source_etype=elem), typ=elem, align=es)
+        lw.b.store(value, lw.b.gep(dst, [lw.i32(e * es)], source_etype=I8), align=es)
 
 
 def _src_bytes(lw, count, vec, op, es):
@@ -176,11 +203,13 @@ def _local_store(lw, op):
 
 
 def _async_commit(lw, op):
-    lw.b.call(lw.intrinsic("llvm.nvvm.cp.async.commit.group", VOID, []), [])
+    if not lw.ctx.portable:  # portable copies are done when issued
+        lw.b.call(lw.intrinsic("llvm.nvvm.cp.async.commit.group", VOID, []), [])
 
 
 def _async_wait(lw, op):
-    lw.b.call(lw.intrinsic("llvm.nvvm.cp.async.wait.group", VOID, [I32]), [lw.i32(op.attrs["pending"])])
+    if not lw.ctx.portable:
+        lw.b.call(lw.intrinsic("llvm.nvvm.cp.async.wait.group", VOID, [I32]), [lw.i32(op.attrs["pending"])])
 
 
 def _asm(lw, text, ret=VOID, args=(), constraints=""):

@@ -97,11 +97,11 @@ def mma_eligible(op) -> bool:
     if len(a.type.shape) != 2:
         return False
     (M, K), (_, N) = a.type.shape, b.type.shape
-    s, s_acc = scalar_of(a.type), scalar_of(acc.type)
+    s, s_acc = a.type.scalar, acc.type.scalar  # a may be a shared tile (mma_dot)
     if s.name == "int8":
         return s_acc.name == "int32" and M % 16 == 0 and N % 8 == 0 and K % 32 == 0
     if s.name == "fp32":  # tl.dot's default for fp32: one tf32 product (ieee, tf32x3 stay exact)
-        return op.attrs.get("input_precision") == "tf32" and s_acc.name == "fp32" \
+        return (op.name == "mma_dot" or op.attrs.get("input_precision") == "tf32") and s_acc.name == "fp32" \
             and M % 16 == 0 and N % 8 == 0 and K % 8 == 0
     return (s.name in ("fp16", "bf16") and s_acc.is_floating()
             and s_acc.name != "fp64" and M % 16 == 0 and N % 8 == 0 and K % 16 == 0)
@@ -242,6 +242,8 @@ class _Assigner:
     def op_dot(self, op):
         self.set(op.results[0], self.prefer(op.results[0].type.shape))
 
+    op_mma_dot = op_dot
+
     def op_reduce(self, op):
         self.block(op.regions[0])
         src = self.of(op.operands[0])
@@ -311,7 +313,7 @@ def apply(fn, ctx) -> None:
     for op in fn.walk():
         if op.name in MEMORY_OPS:
             assigner.anchor(op)
-        elif op.name in ("dot", "warp_group_dot"):
+        elif op.name in ("dot", "warp_group_dot", "mma_dot"):
             assigner.anchor_dot(op)
     assigner.hint_slices(fn)
     for arg in fn.args:

@@ -65,10 +65,10 @@ from __future__ import annotations
 from kiln.ir.core import Operation, Value
 from kiln.ir.types import block_type, int1, int32, int64, scalar_of, shared_type
 
-from kiln.ir.layout import wgmma_layout
+from kiln.ir.layout import mma_layout, wgmma_layout
 from ..occupancy import max_shared_per_cta
 from . import axis_info, descriptor_loads, mask_prefix
-from .layouts import memory_width
+from .layouts import memory_width, mma_eligible
 from .prefetch import _clone, _const_int, address_cone
 from .rewrite import has_side_effects, in_loop
 
@@ -79,19 +79,37 @@ name = "smem_pipeline"
 WGMMA_INPUTS = {"fp16": "fp32", "bf16": "fp32", "fp8e4nv": "fp32", "fp8e5": "fp32", "fp32": "fp32", "int8": "int32"}
 TRANSPOSABLE = ("fp16", "bf16")  # wgmma reads M- or N-major tiles of 16-bit types only
 ALIGN = 1024  # a 128-byte swizzle repeats every 8 rows of 128 bytes
-# A staged tile written in iteration i was last read by the dot of iteration i - STAGED_SLOTS.
+# A staged tile written in iteration i was last read by the wgmma of iteration i - STAGED_SLOTS.
 # Two would do for one warpgroup (its wait of iteration i-1 retired the dot of i-2); with
 # two, a warpgroup that splits N writes P columns the other reads, and that one's dot of
 # i-2 is only known retired once it reached the barrier of iteration i-1 (after its wait).
 STAGED_SLOTS = 3
 
 
+def staged_slots(kind) -> int:
+    """Tiles of a staged operand's ring. An mma.sync dot has read its tile once its
+    ldmatrix loads returned, so a slot is free again after the next iteration's barrier,
+    which comes after its store: two slots."""
+    return STAGED_SLOTS if kind == "wgmma" else 2
+
+
 def enabled(ctx) -> bool:
+    """Do pipelined dots run on wgmma (sm_90a, whole warpgroups)?"""
     return ctx.target.name == "sm_90a" and not ctx.portable and ctx.num_warps % 4 == 0
 
 
+def ring_kind(ctx):
+    """"wgmma" where `enabled`; "mma" (mma.sync fed by ldmatrix from the ring tiles) on
+    every other target from sm_80 on, and in portable builds, whose CPU emulator runs
+    mma.sync and ldmatrix but not wgmma; else None."""
+    if enabled(ctx):
+        return "wgmma"
+    return "mma" if ctx.target.capability >= 80 else None
+
+
 def apply(fn, ctx) -> None:
-    if not enabled(ctx):
+    kind = ring_kind(ctx)
+    if kind is None:
         return
     axis_info.apply(fn, ctx)
     stored = {}  # (value, tile) -> its tile, for later loops that read the same value
@@ -99,10 +117,11 @@ def apply(fn, ctx) -> None:
         stages = int(loop.attrs.get("num_stages", ctx.num_stages))
         if stages >= 2:
             body = loop.regions[0]
-            descriptor_loads.strip(fn, [op for op in body.ops if op.name == "descriptor_load" and not _tma_ok(op, fn)])
-            plan = _plan(loop, stages, fn, ctx)
+            descriptor_loads.strip(fn, [op for op in body.ops
+                                        if op.name == "descriptor_load" and not (kind == "wgmma" and _tma_ok(op, fn))])
+            plan = _plan(loop, stages, fn, ctx, kind)
             if plan is not None:
-                _rewrite(loop, *plan, stored, warpgroups=ctx.num_warps // 4)
+                _rewrite(loop, *plan, stored, warpgroups=ctx.num_warps // 4, kind=kind, portable=ctx.portable)
 
 
 def _tma_ok(op, fn) -> bool:
@@ -191,12 +210,15 @@ def _inside(v, block) -> bool:
     return False
 
 
-def _operand(v, role, body, instr_extent, ctx):
-    """How operand `v` (role "a" or "b") of a dot in loop `body` reaches wgmma, or None:
+def _operand(v, role, body, instr_extent, ctx, regs=True):
+    """How operand `v` (role "a" or "b") of a dot in loop `body` reaches the tensor cores,
+    or None:
     ("ring", load, transposed, swizzle): a load in the body (or tl.trans of one), copied
         ahead through a ring;
     ("once", v, tile): defined before the loop, stored to shared memory once;
-    ("regs", v): computed in the body, read from registers (A of 16-bit types only)."""
+    ("regs", v): computed in the body, read from registers (wgmma's A of 16-bit types only,
+        where `regs`);
+    ("staged", v, tile): A computed in the body otherwise, stored each iteration."""
     load = _transposed_load(v, body)
     transposed = load is not None
     if not transposed:
@@ -211,7 +233,7 @@ def _operand(v, role, body, instr_extent, ctx):
         return ("ring", load, transposed, swizzle) if swizzle else None
     if not _inside(v, body):
         return ("once", v, _stored_tile(v.type, role))
-    if role == "a" and scalar_of(v.type).itemsize == 2:
+    if role == "a" and regs and scalar_of(v.type).itemsize == 2:
         return ("regs", v)
     if role == "a":
         return ("staged", v, _stored_tile(v.type, role))
@@ -236,6 +258,19 @@ def _wgmma_sources(dot, body, ctx):
         return None
     sources = (_operand(a, "a", body, 64, ctx), _operand(b, "b", body, layout.instr_n, ctx))
     return sources if None not in sources and sources[1][0] != "regs" else None
+
+
+def _mma_sources(dot, body, ctx):
+    """The sources of a and b when `dot` can run on mma.sync reading its operands from
+    shared tiles by ldmatrix, else None. Every tile is read 16 bytes per row at a time, so
+    any swizzle serves: no instruction extent limits it."""
+    acc = dot.operands[2]
+    if not mma_eligible(dot) or mma_layout(acc.type.shape, ctx.num_warps) is None:
+        return None
+    a, b = dot.operands[:2]
+    anywhere = 1 << 30
+    sources = (_operand(a, "a", body, anywhere, ctx, regs=False), _operand(b, "b", body, anywhere, ctx, regs=False))
+    return sources if None not in sources else None
 
 
 def _unshared_loads(dots, uses):
@@ -263,7 +298,7 @@ def _unshared_loads(dots, uses):
     return bad
 
 
-def _plan(loop, stages, fn, ctx):
+def _plan(loop, stages, fn, ctx, kind):
     body = loop.regions[0]
     step = _const_int(loop.operands[2])
     if step is None or step <= 0:
@@ -277,7 +312,7 @@ def _plan(loop, stages, fn, ctx):
     dots = {}
     for dot in body.ops:
         if dot.name == "dot":
-            sources = _wgmma_sources(dot, body, ctx)
+            sources = (_wgmma_sources if kind == "wgmma" else _mma_sources)(dot, body, ctx)
             if sources is not None:
                 dots[id(dot)] = (dot, list(zip(sources, dot.operands[:2])))
     cones = {}
@@ -316,10 +351,11 @@ def _plan(loop, stages, fn, ctx):
     once = {(id(src[1]), src[2]): src[2].nbytes for _, sources in dots.values() for src, _ in sources if src[0] == "once"}
     budget -= sum(once.values())
     staged = {id(src[1]): src[2].nbytes for _, sources in dots.values() for src, _ in sources if src[0] == "staged"}
-    budget -= STAGED_SLOTS * sum(staged.values())
-    while stages > 2 and (stages + 1) * stage_bytes > budget:
+    budget -= staged_slots(kind) * sum(staged.values())
+    spare = 1 if kind == "wgmma" else 0  # mma.sync dots are done when their loads are: no spare tile
+    while stages > 2 and (stages + spare) * stage_bytes > budget:
         stages -= 1
-    ring_size = stages + 1
+    ring_size = stages + spare
     if ring_size * stage_bytes > budget:
         ring_size = stages  # tight: see the module's docstring
         if ring_size * stage_bytes > budget:
@@ -408,7 +444,7 @@ def _advance(out, copies, body, arg_index, current, iv_at):
     return {a: mapping.get(yields[arg_index[a]], yields[arg_index[a]]) for a in used}
 
 
-def _rewrite(loop, dots, copies, stages, step, ring_size, stored_earlier, warpgroups=1):
+def _rewrite(loop, dots, copies, stages, step, ring_size, stored_earlier, warpgroups=1, kind="wgmma", portable=False):
     body = loop.regions[0]
     iv, args = body.args[0], body.args[1:]
     arg_index = {id(a): i for i, a in enumerate(args)}
@@ -434,8 +470,10 @@ def _rewrite(loop, dots, copies, stages, step, ring_size, stored_earlier, warpgr
             tile = stored[key] = stored_earlier[key] = _op(pre, "local_alloc", [], [src[2]], loc)
             _op(pre, "local_store", [src[1], tile], (), loc)
             fresh = True
+    hopper = kind == "wgmma"  # wgmma reads shared memory through the async proxy: fences
     if fresh and not copies:  # else the barrier at the top of the body orders them
-        _op(pre, "fence_async_shared", [], (), loc)
+        if hopper:
+            _op(pre, "fence_async_shared", [], (), loc)
         _op(pre, "barrier", [], (), loc)
     rings = {id(load): _op(pre, "local_alloc", [], [shared_type(t.element_ty, (ring_size,) + t.shape, t.swizzle, t.order)], loc)
              for load, t, *_ in copies}
@@ -445,7 +483,8 @@ def _rewrite(loop, dots, copies, stages, step, ring_size, stored_earlier, warpgr
             if src[0] == "staged" and id(src[1]) not in staged:
                 t = src[2]
                 staged[id(src[1])] = _op(pre, "local_alloc", [],
-                                         [shared_type(t.element_ty, (STAGED_SLOTS,) + t.shape, t.swizzle, t.order)], loc)
+                                         [shared_type(t.element_ty, (staged_slots(kind),) + t.shape, t.swizzle, t.order)],
+                                         loc)
     ring_list = [rings[id(c[0])] for c in copies]
     tma = any(is_tma(c[0]) for c in copies)
     pointer_copies = not all(is_tma(c[0]) for c in copies)
@@ -456,7 +495,8 @@ def _rewrite(loop, dots, copies, stages, step, ring_size, stored_earlier, warpgr
         _op(pre, "fence_async_shared", [], (), loc)
         _op(pre, "barrier", [], (), loc)
     current = {a: loop.operands[3 + arg_index[a]] for a in used}
-    iv_at = _opaque(pre, lb, loc) if in_loop(loop) and copies and _const_int(lb) is not None else lb
+    nested = in_loop(loop) and copies and _const_int(lb) is not None and not portable  # (no inline PTX)
+    iv_at = _opaque(pre, lb, loc) if nested else lb
     for s in range(stages - 1 if copies else 0):
         mapping = {iv: iv_at, **{args[arg_index[a]]: current[a] for a in used}}
         _issue(pre, copies, ring_list, _const(pre, s, loc), iv_at, ub, mapping, loc, bars)
@@ -484,13 +524,18 @@ def _rewrite(loop, dots, copies, stages, step, ring_size, stored_earlier, warpgr
         bar = _op(new, "local_index", [bars, read_slot], [bars.type.tile()], loc)
         _op(new, "mbarrier_wait", [bar, phase], (), loc)
     if copies:
-        _op(new, "fence_async_shared", [], (), loc)
+        if hopper:
+            _op(new, "fence_async_shared", [], (), loc)
         _op(new, "barrier", [], (), loc)
+    tail = []  # what the yield carries on for the copies: look-ahead values, slots, phase
+    if copies and not hopper:  # the slot iteration i - 1 read is free: every warp passed the barrier
+        tail = _issue_ahead(new, copies, ring_list, body, arg_index, ahead, used, iv, step, stages,
+                            ub, (read_slot, write_slot), ring_size, loc)
     ring_loads = {id(c[0]) for c in copies}
     copied = ring_loads | {id(v.defining_op) for op in order for v, src in zip(op.operands[:2], dots[id(op)])
                            if src[0] == "ring" and src[2]}  # the tl.trans of a ring load
     copied |= {id(c[0].operands[-1].defining_op) for c in copies if is_tma(c[0])}  # their pointer loads
-    replaced, deferred, tail, tiles = {}, [], [], {}
+    replaced, deferred, tiles = {}, [], {}
     for op in body.ops[:-1]:
         if id(op) in copied:
             continue
@@ -510,12 +555,16 @@ def _rewrite(loop, dots, copies, stages, step, ring_size, stored_earlier, warpgr
             elif src[0] == "staged":
                 tile = _op(new, "local_index", [staged[id(src[1])], staged_slot], [src[2]], loc)
                 _op(new, "local_store", [v, tile], (), loc)
-                _op(new, "fence_async_shared", [], (), loc)
+                if hopper:
+                    _op(new, "fence_async_shared", [], (), loc)
                 _op(new, "barrier", [], (), loc)
                 views.append(tile)
             else:
                 views.append(stored[(src[1], src[2])] if src[0] == "once" else v)
         acc = op.operands[2]
+        if not hopper:  # done when it returns
+            replaced[op.results[0]] = _op(new, "mma_dot", views + [acc], [acc.type], op.loc)
+            continue
         issued = _op(new, "warp_group_dot", views + [acc], [acc.type], op.loc)
         # a result only carried to the next iteration may stay in flight (that dot's wait
         # leaves one group pending); one read in this iteration is awaited here, and the
@@ -540,7 +589,7 @@ def _rewrite(loop, dots, copies, stages, step, ring_size, stored_earlier, warpgr
         if carried_only:
             deferred.append(wait)
     if staged:
-        tail = tail + [_next_slot(new, staged_slot, STAGED_SLOTS, loc)]
+        tail = tail + [_next_slot(new, staged_slot, staged_slots(kind), loc)]
     terminator = body.ops[-1]
     terminator.operands = [replaced.get(v, v) for v in terminator.operands] + tail
     body.ops[:] = []

@@ -1,0 +1,166 @@
+"""Pipelined dots without wgmma (sm_80-sm_89, and Hopper kernels of fewer than 4 warps):
+cp.async rings of swizzled tiles that `mma_dot` reads by ldmatrix. The kernels run on the
+CPU emulator (the portable build takes the same rings, copying at once) against NumPy, and
+their sm_80 PTX is checked as text and assembled."""
+import re
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import kiln
+import kiln.language as tl
+from kiln.codegen import compile as compile_ir, nvjitlink
+from kiln.codegen.target import parse_target
+from kiln.ir import parse_function
+
+from test_codegen_emulate import in_child
+
+
+@kiln.jit
+def _ring_matmul(A, B, C, K, lda, ldb, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+                 A_T: tl.constexpr, B_T: tl.constexpr):
+    """C[BM, BN] = A[BM, K] @ B[K, BN], K read up to its edge. A_T: A given as AT[K, BM]
+    (M contiguous); B_T: B given as BT[BN, K] (K contiguous). Rows lda / ldb apart."""
+    rm, rn, rk = tl.arange(0, BM), tl.arange(0, BN), tl.arange(0, BK)
+    acc = tl.zeros((BM, BN), dtype=C.dtype.element_ty)
+    for k in range(0, K, BK):
+        kk = k + rk
+        if A_T:
+            a = tl.load(A + kk[None, :] * lda + rm[:, None], mask=kk[None, :] < K, other=0)
+        else:
+            a = tl.load(A + rm[:, None] * lda + kk[None, :], mask=kk[None, :] < K, other=0)
+        if B_T:
+            b = tl.load(B + rn[None, :] * ldb + kk[:, None], mask=kk[:, None] < K, other=0)
+        else:
+            b = tl.load(B + kk[:, None] * ldb + rn[None, :], mask=kk[:, None] < K, other=0)
+        acc = tl.dot(a, b, acc)
+    tl.store(C + rm[:, None] * BN + rn[None, :], acc)
+
+
+@kiln.jit
+def _ring_attention(Q, K, V, Out, n_ctx, D: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr):
+    offs_m, offs_n, offs_d = tl.arange(0, BM), tl.arange(0, BN), tl.arange(0, D)
+    q = tl.load(Q + offs_m[:, None] * D + offs_d[None, :])
+    m_i = tl.zeros([BM], dtype=tl.float32) - float("inf")
+    l_i = tl.zeros([BM], dtype=tl.float32)
+    acc = tl.zeros([BM, D], dtype=tl.float32)
+    for start in range(0, n_ctx, BN):
+        k = tl.load(K + (start + offs_n)[:, None] * D + offs_d[None, :])
+        qk = tl.dot(q, tl.trans(k))
+        m_ij = tl.maximum(m_i, tl.max(qk, 1))
+        p = tl.math.exp2(qk - m_ij[:, None])
+        alpha = tl.math.exp2(m_i - m_ij)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        v = tl.load(V + (start + offs_n)[:, None] * D + offs_d[None, :])
+        acc = tl.dot(p.to(tl.float16), v, acc * alpha[:, None])
+        m_i = m_ij
+    tl.store(Out + offs_m[:, None] * D + offs_d[None, :], acc / l_i[:, None])
+
+
+# name -> (input dtype, accumulator dtype, BK): 32 bytes of k per step for every type
+TYPES = {"fp16": (np.float16, np.float32, 32), "bf16": (ml_dtypes.bfloat16, np.float32, 32),
+         "int8": (np.int8, np.int32, 64), "tf32": (np.float32, np.float32, 16)}
+BM, BN, K, LD = 64, 32, 88, 128  # K: a masked edge in the last step, not a multiple of 16
+
+
+def _operands(dtype, a_t, b_t):
+    rng = np.random.default_rng(3)
+    make = (lambda s: rng.integers(-4, 4, s)) if dtype == np.int8 else rng.standard_normal
+    A, B = make((BM, K)).astype(dtype), make((K, BN)).astype(dtype)
+    a_mem = np.zeros((K, LD) if a_t else (BM, LD), dtype)
+    b_mem = np.zeros((BN, LD) if b_t else (K, LD), dtype)
+    if a_t:
+        a_mem[:, :BM] = A.T
+    else:
+        a_mem[:, :K] = A
+    if b_t:
+        b_mem[:, :K] = B.T
+    else:
+        b_mem[:, :BN] = B
+    return A, B, a_mem, b_mem
+
+
+def _matmul_ir(name, a_t, b_t, num_warps=4, num_stages=3):
+    dtype, acc, bk = TYPES[name]
+    _, _, a_mem, b_mem = _operands(dtype, a_t, b_t)
+    k = _ring_matmul.warmup(a_mem, b_mem, np.zeros((BM, BN), acc), K, LD, LD, BM=BM, BN=BN, BK=bk, A_T=a_t, B_T=b_t,
+                            num_warps=num_warps, num_stages=num_stages, target="sm_80")
+    return k.asm["kir"]
+
+
+def check_matmul(kir, name, a_t, b_t, num_warps):
+    from kiln.codegen.emulate import run_on_cpu
+    dtype, acc, _ = TYPES[name]
+    A, B, a_mem, b_mem = _operands(dtype, a_t, b_t)
+    C = np.zeros((BM, BN), acc)
+    run_on_cpu(parse_function(kir), (1,), [a_mem, b_mem, C, K, LD, LD], num_warps=num_warps)
+    if name == "tf32":  # the tensor cores read the top 19 bits of each fp32 input
+        A, B = ((X.view(np.uint32) & np.uint32(0xFFFFE000)).view(np.float32) for X in (A, B))
+    return float(np.abs(C - A.astype(np.float64) @ B.astype(np.float64)).max())
+
+
+def _optimized(kir, target="sm_80", **opts):
+    return compile_ir(parse_function(kir), target, opts, link=False).kir
+
+
+@pytest.mark.parametrize("name,a_t,b_t", [("fp16", False, False), ("fp16", True, False), ("fp16", False, True),
+                                          ("bf16", True, True), ("int8", False, True), ("tf32", False, True)])
+def test_ring_matmul_on_the_emulator_matches_numpy(name, a_t, b_t):
+    kir = _matmul_ir(name, a_t, b_t)
+    assert "mma_dot" in _optimized(kir, num_warps=4, num_stages=3)
+    assert in_child(check_matmul, kir, name, a_t, b_t, 4) < 1e-3
+
+
+@pytest.mark.parametrize("num_warps", [1, 2, 8])
+def test_ring_matmul_with_other_warp_counts(num_warps):
+    kir = _matmul_ir("fp16", False, False, num_warps=num_warps)
+    assert in_child(check_matmul, kir, "fp16", False, False, num_warps) < 1e-3
+
+
+def test_8_and_32_bit_tiles_stored_m_or_n_major_stay_off_the_ring():
+    """ldmatrix transposes 16-bit elements only."""
+    optimized = _optimized(_matmul_ir("int8", False, False), num_warps=4, num_stages=3)
+    assert "mma_dot" not in optimized and "dot" in optimized
+
+
+def check_attention(kir):
+    from kiln.codegen.emulate import run_on_cpu
+    rng = np.random.default_rng(5)
+    n, d = 128, 32
+    q, k, v = (rng.standard_normal((n if i else 64, d)).astype(np.float16) for i in range(3))
+    out = np.zeros((64, d), np.float32)
+    run_on_cpu(parse_function(kir), (1,), [q, k, v, out, n], num_warps=4)
+    s = q.astype(np.float64) @ k.astype(np.float64).T
+    p = np.exp2(s - s.max(1, keepdims=True))
+    ref = (p / p.sum(1, keepdims=True)) @ v.astype(np.float64)
+    return float(np.abs(out - ref).max())
+
+
+def _attention_ir():
+    x = np.zeros((128, 32), np.float16)
+    return _ring_attention.warmup(x, x, x, np.zeros((64, 32), np.float32), 128, D=32, BM=64, BN=32,
+                                  num_warps=4, num_stages=2, target="sm_80").asm["kir"]
+
+
+def test_attention_on_the_ring_keeps_q_in_shared_memory_and_stages_p():
+    kir = _attention_ir()
+    text = _optimized(kir, num_warps=4, num_stages=2)
+    loop = text[text.index(" = for "):]
+    assert text.count("mma_dot") == 2 and loop.count("local_store") == 1  # P, each iteration
+    assert text.index("local_store") < text.index(" = for ")  # Q, once
+    assert in_child(check_attention, kir) < 2e-2  # P rounded to fp16
+
+
+def test_ring_matmul_ptx_for_sm_80():
+    kir = _matmul_ir("fp16", True, False)
+    k = compile_ir(parse_function(kir), "sm_80", {"num_warps": 4, "num_stages": 3}, check=True)
+    ptx = k.ptx
+    assert "cp.async.cg.shared.global" in ptx and re.search(r"cp\.async\.wait_group\s+1;", ptx)
+    assert "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16" in ptx  # A stored M-major, B N-major
+    assert "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in ptx
+    assert "fence.proxy" not in ptx and "wgmma" not in ptx  # neither exists before sm_90
+    assert "ld.local" not in ptx and "st.local" not in ptx and k.n_spills == 0
+    loop = re.search(r"^\$L__BB0_(\d+):\n(.*?)bra\s+\$L__BB0_\1;", ptx, re.S | re.M)
+    assert loop is not None and loop.group(2).count("bar.sync") == 1  # one barrier per k-step
+    nvjitlink.link_cubin(ptx, parse_target("sm_80"))  # PTX 7.0: masks as src-sizes, not ignore-src
