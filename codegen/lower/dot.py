@@ -1,7 +1,9 @@
-"""`dot(a, b, acc)`: a and b are staged in shared memory (row-major), then each thread
+"""`dot(a, b, acc)`: on tensor cores (`mma.sync`, kiln.codegen.lower.mma) where the types
+and shapes allow, else a and b are staged in shared memory (row-major) and each thread
 runs a loop over k doing FMAs for its accumulator registers, loading the a-rows and
 b-columns it needs once per k. Inputs are widened to the accumulator's type (fp16/bf16
--> fp32, int8 -> int32). Correct for every dtype; tensor cores (`mma.sync`) come next.
+-> fp32, int8 -> int32). Correct for every dtype. `mma_dot` (operands in ring tiles) is
+lowered by kiln.codegen.lower.mma too.
 """
 from __future__ import annotations
 

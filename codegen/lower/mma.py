@@ -10,6 +10,10 @@ int8 and fp32 B are transposed while staged instead, since `ldmatrix` transposes
 elements only. A k-step is 32 bytes of k for every type, and one `ldmatrix` row 16 bytes:
 an int8 or tf32 fragment word holds the same bytes of the same rows, so both share one
 addressing (tf32's words are whole fp32 elements, which the tensor cores read as tf32). The accumulator layout is `layout.mma_layout`; its docstring explains the row mapping.
+
+`mma_dot` reads A and B from the swizzled ring tiles of smem_pipeline instead, with the
+same fragment loads: only the byte offset of an element differs (`wgmma.tile_offset`), and
+a tile stored with M or N innermost is read by `ldmatrix.trans` (16-bit types only).
 """
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Software pipelining through shared memory, for dots that run on Hopper's wgmma.
+"""Software pipelining through shared memory, for dots that run on Hopper's wgmma and,
+on the other targets from sm_80 on, on mma.sync (`mma_dot`, see the end).
 
 In a `for` loop (constant positive step, nothing stored in its body) a `dot` (fp16,
 bf16, fp8 or fp32 at tf32 precision into fp32; int8 into int32) runs on wgmma when each
@@ -59,6 +60,14 @@ elements (`async_copy ptrs, tile, mask, count {prefix_run = w}`), its src-size.
 Each ring tile is stored with the loaded pointer's contiguous dim innermost, a `once`
 tile K-major, in rows of up to 128 bytes swizzled as wgmma reads them
 (kiln.ir.types.shared_type).
+
+Without wgmma (`ring_kind` "mma": targets sm_80 - sm_89 and later non-Hopper ones, kernels of
+fewer than 4 warps, portable builds) the same rings feed `mma_dot`, which loads each thread's
+fragments from the tiles by ldmatrix and is done when it returns. So the ring has S tiles:
+at the top of iteration i, after the wait and the barrier, the copies of iteration i + S-1
+go into the slot iteration i-1 read (every warp is past it), ahead of the dots. A value
+computed in the body is staged for A (two slots), never kept in registers, and there are
+no fences: the async proxy exists from sm_90 on.
 """
 from __future__ import annotations
 
