@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call on the GPU machine (carry .whl): install, then run the named phases, logs under $OUT.
 #   bash bench/gpu_session.sh tests        # pytest -m gpu, then the conformance suite on the GPU
-#   bash bench/gpu_session.sh tests80      # both again on sm_80 code (KILN_TARGET=sm_80; on a Hopper)
+#   bash bench/gpu_session.sh tests80      # both again on sm_80 code (KILN_TARGET=sm_80; on a Hopper); tests89 likewise
 #   bash bench/gpu_session.sh bench service   # bench/run.py, bench/service.py (also: probe)
 #   bash bench/gpu_session.sh dropin          # bench/dropin.py: torch.compile with kiln's drop-in vs Triton
 set -uo pipefail
@@ -16,10 +16,11 @@ for phase in "$@"; do
       python3 -m pytest -q -m gpu -p no:cacheprovider 2>&1 | tee "$OUT/gpu-tier.log" | tail -25
       KILN_TEST_GPU_CONFORMANCE=1 python3 -m pytest -q -p no:cacheprovider tests/test_lang_*.py 2>&1 \
         | tee "$OUT/gpu-conformance.log" | tail -25 ;;
-    tests80)  # the same on the code an A100 gets (KILN_TARGET: the driver JIT-compiles the sm_80 PTX)
-      KILN_TARGET=sm_80 python3 -m pytest -q -m gpu -p no:cacheprovider 2>&1 | tee "$OUT/gpu-tier-sm80.log" | tail -5
-      KILN_TARGET=sm_80 KILN_TEST_GPU_CONFORMANCE=1 python3 -m pytest -q -p no:cacheprovider tests/test_lang_*.py 2>&1 \
-        | tee "$OUT/gpu-conformance-sm80.log" | tail -5 ;;
+    tests80|tests86|tests89)  # the same on an older GPU's code (KILN_TARGET: the driver JIT-compiles its PTX)
+      sm=sm_${phase#tests}
+      KILN_TARGET=$sm python3 -m pytest -q -m gpu -p no:cacheprovider 2>&1 | tee "$OUT/gpu-tier-$sm.log" | tail -5
+      KILN_TARGET=$sm KILN_TEST_GPU_CONFORMANCE=1 python3 -m pytest -q -p no:cacheprovider tests/test_lang_*.py 2>&1 \
+        | tee "$OUT/gpu-conformance-$sm.log" | tail -5 ;;
     bench)
       python3 bench/run.py --out "$OUT" 2>&1 | tee "$OUT/bench.log" | tail -60 ;;
     probe)

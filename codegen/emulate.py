@@ -75,8 +75,8 @@ class _Grid:
 
 
 def _mma(state, kind, out, regs):
-    """The warp-wide m16n8k16 (m16n8k32 for s8, m16n8k8 for tf32) product, from every
-    lane's fragments (PTX ISA layouts). tf32 keeps the top 19 bits of each fp32 word."""
+    """The warp-wide m16n8k16 (m16n8k32 for s8 and fp8, m16n8k8 for tf32) product, from
+    every lane's fragments (PTX ISA layouts). tf32 keeps the top 19 bits of each fp32 word."""
     import ml_dtypes
     tid = state.local.tid
     warp, lane = tid // 32, tid % 32
@@ -85,8 +85,9 @@ def _mma(state, kind, out, regs):
         bar.wait()
         slots[lane] = regs
         bar.wait()
-        elem = {"f16": np.float16, "bf16": ml_dtypes.bfloat16, "s8": np.int8, "tf32": np.float32}[kind]
-        per = {"s8": 4, "tf32": 1}.get(kind, 2)  # elements in one 32-bit register
+        elem = {"f16": np.float16, "bf16": ml_dtypes.bfloat16, "s8": np.int8, "tf32": np.float32,
+                "e4m3": ml_dtypes.float8_e4m3fn, "e5m2": ml_dtypes.float8_e5m2}[kind]
+        per = {"s8": 4, "e4m3": 4, "e5m2": 4, "tf32": 1}.get(kind, 2)  # elements in one 32-bit register
         K = 8 * per
         A, B, C = np.zeros((16, K)), np.zeros((K, 8)), np.zeros((16, 8))
 
@@ -224,7 +225,7 @@ def run_on_cpu(fn, grid, args, num_warps: int = 4) -> list[str]:
     for name, py in two.items():
         sym(f"__nv_{name}f", f32, [f32, f32], lambda x, y, py=py: _safe(lambda: py(x, y)))
         sym(f"__nv_{name}", f64, [f64, f64], lambda x, y, py=py: _safe(lambda: py(x, y)))
-    for kind, acc in (("f16", f32), ("bf16", f32), ("s8", i32), ("tf32", f32)):
+    for kind, acc in (("f16", f32), ("bf16", f32), ("s8", i32), ("tf32", f32), ("e4m3", f32), ("e5m2", f32)):
         sym(f"emu_mma_{kind}", None, [ctypes.POINTER(acc)] + [i32] * 6 + [acc] * 4,
             lambda out, *regs, kind=kind: _mma(state, kind, out, regs))
     for count in (2, 4):

@@ -9,9 +9,10 @@ from dataclasses import dataclass
 
 # target name -> the lowest PTX ISA version (x10) that has it; LLVM's NVPTX backend
 # emits `.version` from the `+ptxNN` feature.
+# sm_89 and sm_90 take PTX 8.4, the first with mma.sync on fp8 (CUDA 12.4 drivers).
 _PTX_FOR_TARGET = {
-    "sm_80": 70, "sm_86": 71, "sm_87": 74, "sm_89": 78,
-    "sm_90": 78, "sm_90a": 80,
+    "sm_80": 70, "sm_86": 71, "sm_87": 74, "sm_89": 84,
+    "sm_90": 84, "sm_90a": 80,
     "sm_100": 86, "sm_100a": 86, "sm_101": 86, "sm_101a": 86,
     "sm_103": 88, "sm_103a": 88,
     "sm_120": 87, "sm_120a": 87, "sm_121": 88, "sm_121a": 88,

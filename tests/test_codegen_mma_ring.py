@@ -60,13 +60,14 @@ def _ring_attention(Q, K, V, Out, n_ctx, D: tl.constexpr, BM: tl.constexpr, BN: 
 
 # name -> (input dtype, accumulator dtype, BK): 32 bytes of k per step for every type
 TYPES = {"fp16": (np.float16, np.float32, 32), "bf16": (ml_dtypes.bfloat16, np.float32, 32),
-         "int8": (np.int8, np.int32, 64), "tf32": (np.float32, np.float32, 16)}
+         "int8": (np.int8, np.int32, 64), "tf32": (np.float32, np.float32, 16),
+         "fp8e4nv": (ml_dtypes.float8_e4m3fn, np.float32, 64), "fp8e5": (ml_dtypes.float8_e5m2, np.float32, 64)}
 BM, BN, K, LD = 64, 32, 88, 128  # K: a masked edge in the last step, not a multiple of 16
 
 
 def _operands(dtype, a_t, b_t):
     rng = np.random.default_rng(3)
-    make = (lambda s: rng.integers(-4, 4, s)) if dtype == np.int8 else rng.standard_normal
+    make = (lambda s: rng.integers(-4, 4, s)) if np.dtype(dtype).itemsize == 1 else rng.standard_normal
     A, B = make((BM, K)).astype(dtype), make((K, BN)).astype(dtype)
     a_mem = np.zeros((K, LD) if a_t else (BM, LD), dtype)
     b_mem = np.zeros((BN, LD) if b_t else (K, LD), dtype)
@@ -81,11 +82,11 @@ def _operands(dtype, a_t, b_t):
     return A, B, a_mem, b_mem
 
 
-def _matmul_ir(name, a_t, b_t, num_warps=4, num_stages=3):
+def _matmul_ir(name, a_t, b_t, num_warps=4, num_stages=3, target="sm_80"):
     dtype, acc, bk = TYPES[name]
     _, _, a_mem, b_mem = _operands(dtype, a_t, b_t)
     k = _ring_matmul.warmup(a_mem, b_mem, np.zeros((BM, BN), acc), K, LD, LD, BM=BM, BN=BN, BK=bk, A_T=a_t, B_T=b_t,
-                            num_warps=num_warps, num_stages=num_stages, target="sm_80")
+                            num_warps=num_warps, num_stages=num_stages, target=target)
     return k.asm["kir"]
 
 
@@ -110,6 +111,18 @@ def test_ring_matmul_on_the_emulator_matches_numpy(name, a_t, b_t):
     kir = _matmul_ir(name, a_t, b_t)
     assert "mma_dot" in _optimized(kir, num_warps=4, num_stages=3)
     assert in_child(check_matmul, kir, name, a_t, b_t, 4) < 1e-3
+
+
+@pytest.mark.parametrize("name", ["fp8e4nv", "fp8e5"])
+def test_fp8_dots_run_on_mma_sync_from_sm_89(name):
+    kir = _matmul_ir(name, False, True, target="sm_89")
+    assert "mma_dot" not in _optimized(kir, num_warps=4, num_stages=3)  # sm_80: no fp8 mma
+    assert "mma_dot" in _optimized(kir, "sm_89", num_warps=4, num_stages=3)
+    assert in_child(check_matmul, kir, name, False, True, 4) < 1e-3  # small integers: exact in fp8
+    kind = {"fp8e4nv": "e4m3", "fp8e5": "e5m2"}[name]
+    for stages in (1, 3):  # operands staged from registers; the ring
+        k = compile_ir(parse_function(kir), "sm_89", {"num_warps": 4, "num_stages": stages}, check=True)
+        assert f"mma.sync.aligned.m16n8k32.row.col.f32.{kind}.{kind}.f32" in k.ptx and k.n_spills == 0
 
 
 @pytest.mark.parametrize("num_warps", [1, 2, 8])

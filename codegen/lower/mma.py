@@ -1,14 +1,15 @@
 """`dot` on tensor cores: `mma.sync.aligned.m16n8k16` for fp16/bf16 operands,
-`m16n8k32` for int8 (int32 accumulators) and `m16n8k8` for fp32 at tf32 precision.
+`m16n8k32` for int8 (int32 accumulators) and, from sm_89 on, fp8 (e4m3, e5m2), and
+`m16n8k8` for fp32 at tf32 precision.
 
 A and fp16/bf16 B are staged row-major in shared memory as they come (rows padded by 16
 bytes so the fragment loads of one warp hit different banks), so each thread stores whole
 16-byte vectors; every k-step (32 bytes of k) each thread loads its A fragments
 (`ldmatrix.x4` per 16-row pair) and B fragments (`ldmatrix.x4.trans` per two 8-column
 tiles: the transpose happens in the load) and issues one mma per (row pair, column tile).
-int8 and fp32 B are transposed while staged instead, since `ldmatrix` transposes 16-bit
+int8, fp8 and fp32 B are transposed while staged instead, since `ldmatrix` transposes 16-bit
 elements only. A k-step is 32 bytes of k for every type, and one `ldmatrix` row 16 bytes:
-an int8 or tf32 fragment word holds the same bytes of the same rows, so both share one
+an 8-bit or tf32 fragment word holds the same bytes of the same rows, so all share one
 addressing (tf32's words are whole fp32 elements, which the tensor cores read as tf32). The accumulator layout is `layout.mma_layout`; its docstring explains the row mapping.
 
 `mma_dot` reads A and B from the swizzled ring tiles of smem_pipeline instead, with the
@@ -30,14 +31,15 @@ from .shared import elem_bytes, flats_of, store_elements
 from .types import F32, I8, I32, VOID, GENERIC_PTR, SHARED_PTR, reg_type
 
 PAD_BYTES = 16  # padding per shared-memory row
-_KIND = {"fp16": "f16", "bf16": "bf16", "int8": "s8", "fp32": "tf32"}
-_SHAPE = {"s8": ("m16n8k32", "s32.s8.s8.s32"), "tf32": ("m16n8k8", "f32.tf32.tf32.f32")}
+_KIND = {"fp16": "f16", "bf16": "bf16", "int8": "s8", "fp32": "tf32", "fp8e4nv": "e4m3", "fp8e5": "e5m2"}
+_SHAPE = {"s8": ("m16n8k32", "s32.s8.s8.s32"), "tf32": ("m16n8k8", "f32.tf32.tf32.f32"),
+          "e4m3": ("m16n8k32", "f32.e4m3.e4m3.f32"), "e5m2": ("m16n8k32", "f32.e5m2.e5m2.f32")}
 
 
 def can_use_mma(lw, op) -> bool:
     from ..passes.layouts import mma_eligible
     out = op.results[0]
-    return mma_eligible(op) and lw.layout(out) == mma_layout(out.type.shape, lw.num_warps)
+    return mma_eligible(op, lw.ctx) and lw.layout(out) == mma_layout(out.type.shape, lw.num_warps)
 
 
 class _Operand:

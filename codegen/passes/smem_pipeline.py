@@ -274,7 +274,7 @@ def _mma_sources(dot, body, ctx):
     shared tiles by ldmatrix, else None. Every tile is read 16 bytes per row at a time, so
     any swizzle serves: no instruction extent limits it."""
     acc = dot.operands[2]
-    if not mma_eligible(dot) or mma_layout(acc.type.shape, ctx.num_warps) is None:
+    if not mma_eligible(dot, ctx) or mma_layout(acc.type.shape, ctx.num_warps) is None:
         return None
     a, b = dot.operands[:2]
     anywhere = 1 << 30
