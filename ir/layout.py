@@ -189,7 +189,7 @@ def same_distribution(a, b, shape, num_warps: int) -> bool:
     return thread_elements(a, shape, num_warps) == thread_elements(b, shape, num_warps)
 
 
-def mma_layout(shape, num_warps: int) -> "Blocked | None":
+def mma_layout(shape, num_warps: int, rows_only: bool = False) -> "Blocked | None":
     """The accumulator layout of `mma.sync.m16n8k16` tiles, or None if `shape` does not fit.
 
     Within a warp, lane (g = lane/4, t = lane%4) holds columns 2t, 2t+1 of rows g and
@@ -197,12 +197,16 @@ def mma_layout(shape, num_warps: int) -> "Blocked | None":
     [Wm, Wn]; a thread's row pairs (i, i+1) of the 8-row repetition play the tile's rows
     g and g+8, which is fine because the dot loads A and B through shared memory with
     the same row and column mapping.
+
+    `rows_only`: every warp holds whole rows (Wn = 1). Then a 16-bit value in this layout
+    is the A operand of a next dot as mma.sync reads it from registers: the columns of two
+    adjacent 8-column tiles are one 16-wide k-step's fragment (attention's P).
     """
     if len(shape) != 2:
         return None
     M, N = shape
     best = None
-    wm = 1
+    wm = num_warps if rows_only else 1
     while wm <= num_warps:
         wn = num_warps // wm
         if M % (16 * wm) == 0 and N % (8 * wn) == 0:
@@ -214,6 +218,15 @@ def mma_layout(shape, num_warps: int) -> "Blocked | None":
         return None
     _, wm, wn = best
     return Blocked((1, 2), (8, 4), (wm, wn), (1, 0))
+
+
+def is_mma_layout(layout, shape, num_warps: int) -> bool:
+    """Is `layout` an mma.sync accumulator layout of `shape`, whichever way the warps split?"""
+    if not isinstance(layout, Blocked) or len(shape) != 2 or layout.size_per_thread != (1, 2) \
+            or layout.threads_per_warp != (8, 4) or layout.order != (1, 0):
+        return False
+    wm, wn = layout.warps_per_cta
+    return wm * wn == num_warps and shape[0] % (16 * wm) == 0 and shape[1] % (8 * wn) == 0
 
 
 @dataclass(frozen=True)

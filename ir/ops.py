@@ -558,9 +558,9 @@ def _check_warp_group_dot(op):
 
 def _check_mma_dot(op):
     a, b, acc = op.operands
-    if not (isinstance(a.type, shared_type) and isinstance(b.type, shared_type)) or len(a.type.shape) != 2 \
-            or len(b.type.shape) != 2:
-        return "mma_dot reads a and b from shared tiles"
+    a_ok = isinstance(a.type, shared_type) or (isinstance(a.type, block_type) and a.type.element_ty.itemsize == 2)
+    if not (a_ok and isinstance(b.type, shared_type)) or len(a.type.shape) != 2 or len(b.type.shape) != 2:
+        return "mma_dot reads b from a shared tile, a from a shared tile or (16-bit types) registers"
     (M, K), (K2, N) = a.type.shape, b.type.shape
     if K != K2 or _shape(acc.type) != (M, N) or op.results[0].type != acc.type:
         return f"shapes do not agree: {a.type} x {b.type} -> {acc.type}"
@@ -662,7 +662,7 @@ OPS.update({
     "warp_group_dot": OpDef((3, 3), check=_check_warp_group_dot, side_effects=True,
                             notes="a (tile or registers), b tile, acc: wgmma, issued and committed as one group, not awaited"),
     "mma_dot": OpDef((3, 3), check=_check_mma_dot, side_effects=True,
-                     notes="a tile, b tile, acc: mma.sync on fragments loaded from the tiles by ldmatrix"),
+                     notes="a (tile or registers), b tile, acc: mma.sync on fragments loaded from the tiles by ldmatrix"),
     "mbarrier_init": OpDef((1, 1), results=(0, 0), attrs=("count",), check=_check_barriers, side_effects=True,
                            notes="bars: thread 0 initializes every mbarrier of the buffer, arrival count `count`"),
     "mbarrier_inval": OpDef((1, 1), results=(0, 0), check=_check_barriers, side_effects=True,

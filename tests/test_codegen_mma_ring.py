@@ -156,13 +156,26 @@ def _attention_ir():
                                   num_warps=4, num_stages=2, target="sm_80").asm["kir"]
 
 
-def test_attention_on_the_ring_keeps_q_in_shared_memory_and_stages_p():
+def test_attention_on_the_ring_keeps_q_in_shared_memory_and_p_in_registers():
     kir = _attention_ir()
     text = _optimized(kir, num_warps=4, num_stages=2)
     loop = text[text.index(" = for "):]
-    assert text.count("mma_dot") == 2 and loop.count("local_store") == 1  # P, each iteration
+    assert text.count("mma_dot") == 2 and "local_store" not in loop
     assert text.index("local_store") < text.index(" = for ")  # Q, once
+    # both accumulators hold whole rows per warp, so P is the second dot's A as it is
+    assert loop.count(":blocked:spt1.2:tpw8.4:wpc4.1:order1.0>") >= 2
+    assert not [line for line in loop.splitlines() if "= convert_layout" in line and "xfp16:" in line]
     assert in_child(check_attention, kir) < 2e-2  # P rounded to fp16
+
+
+def test_p_is_staged_where_a_warp_cannot_hold_whole_rows():
+    """BM = 64 over 8 warps: 8 rows per warp, less than an m16 tile."""
+    x = np.zeros((128, 32), np.float16)
+    kir = _ring_attention.warmup(x, x, x, np.zeros((64, 32), np.float32), 128, D=32, BM=64, BN=32,
+                                 num_warps=8, num_stages=2, target="sm_80").asm["kir"]
+    loop = _optimized(kir, num_warps=8, num_stages=2)
+    loop = loop[loop.index(" = for "):]
+    assert loop.count("mma_dot") == 2 and loop.count("local_store") == 1
 
 
 def test_ring_matmul_ptx_for_sm_80():

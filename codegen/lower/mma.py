@@ -21,9 +21,9 @@ from __future__ import annotations
 import llvmlite.ir as ir
 
 from kiln.ir.core import Operation
-from kiln.ir.types import float32, int32, scalar_of
+from kiln.ir.types import block_type, float32, int32, scalar_of
 
-from kiln.ir.layout import Blocked, mma_layout
+from kiln.ir.layout import Blocked, is_mma_layout, mma_layout
 from .context import LoweringError
 from .elementwise import cast_value
 from .memory import plain_store
@@ -39,7 +39,7 @@ _SHAPE = {"s8": ("m16n8k32", "s32.s8.s8.s32"), "tf32": ("m16n8k8", "f32.tf32.tf3
 def can_use_mma(lw, op) -> bool:
     from ..passes.layouts import mma_eligible
     out = op.results[0]
-    return mma_eligible(op, lw.ctx) and lw.layout(out) == mma_layout(out.type.shape, lw.num_warps)
+    return mma_eligible(op, lw.ctx) and is_mma_layout(lw.layout(out), out.type.shape, lw.num_warps)
 
 
 class _Operand:
@@ -82,22 +82,31 @@ def lower_mma(lw, op):
 
 
 def lower_mma_dot(lw, op):
-    """`mma_dot`: A and B read from shared tiles (smem_pipeline's rings) as they are stored."""
+    """`mma_dot`: B read from a shared tile (smem_pipeline's rings) as it is stored, A from
+    one too or from registers."""
     from .wgmma import tile_offset
     a, b = op.operands[:2]
-    a_src = _Operand(lw.scalar(a), lambda idx: tile_offset(lw, a.type, idx), k_inner=a.type.order[0] == 1)
+    out = op.results[0]
+    layout = lw.layout(out)
+    if not is_mma_layout(layout, out.type.shape, lw.num_warps):
+        raise LoweringError(f"mma_dot needs an mma.sync accumulator layout, not {layout}")
     b_src = _Operand(lw.scalar(b), lambda idx: tile_offset(lw, b.type, idx), k_inner=b.type.order[0] == 0)
+    if isinstance(a.type, block_type):
+        if layout.warps_per_cta[1] != 1 or lw.layout(a) != layout:
+            raise LoweringError("mma_dot reads A from registers in its accumulator's layout, whole rows per warp")
+        a_src = None
+    else:
+        a_src = _Operand(lw.scalar(a), lambda idx: tile_offset(lw, a.type, idx), k_inner=a.type.order[0] == 1)
     if a.type.scalar.itemsize != 2 and not (a_src.k_inner and b_src.k_inner):
         raise LoweringError("ldmatrix transposes 16-bit elements only: 8- and 32-bit tiles must be K-major")
-    if lw.layout(op.results[0]) != mma_layout(op.results[0].type.shape, lw.num_warps):
-        raise LoweringError(f"mma_dot needs the mma.sync accumulator layout, not {lw.layout(op.results[0])}")
     _run(lw, op, a_src, b_src)
 
 
 def _run(lw, op, a_src, b_src):
-    """Per 32 bytes of k, each thread's A fragments (`ldmatrix.x4` per 16-row pair) and B
-    fragments (`ldmatrix.x4` per two 8-column tiles; `.trans` where the operand is not
-    stored K-major), then one mma per (row pair, column tile)."""
+    """Per 32 bytes of k, each thread's A fragments (`ldmatrix.x4` per 16-row pair, or its
+    own registers where `a_src` is None) and B fragments (`ldmatrix.x4` per two 8-column
+    tiles; `.trans` where the operand is not stored K-major), then one mma per (row pair,
+    column tile)."""
     a, b, acc = op.operands
     out = op.results[0]
     K = a.type.shape[1]
@@ -132,15 +141,39 @@ def _run(lw, op, a_src, b_src):
     low_bit = lw.b.and_(j, lw.i32(1))
     high_bit = lw.b.lshr(j, lw.i32(1))
     values = list(acc_regs)
+    in_registers = _a_in_registers(lw, a, rows) if a_src is None else None
     for k0 in range(0, K, 2 * half_step):
-        a_frag = {pair: _a_fragment(lw, a_src, r0, r1, k0, half_step, q, low_bit, high_bit)
-                  for pair, (r0, r1) in enumerate(pair_rows)}
+        if in_registers is not None:
+            a_frag = {pair: in_registers(pair, k0) for pair in range(len(pair_rows))}
+        else:
+            a_frag = {pair: _a_fragment(lw, a_src, r0, r1, k0, half_step, q, low_bit, high_bit)
+                      for pair, (r0, r1) in enumerate(pair_rows)}
         b_frag = _b_fragments(lw, b_src, k0, first_cols, col_tiles, half_step, q, low_bit, high_bit)
         for pair, c, regs in tiles:
             got = _mma(lw, _KIND[s_in.name], a_frag[pair], b_frag[c], [values[i] for i in regs])
             for i, v in zip(regs, got):
                 values[i] = v
     lw.bind(out, [cast_value(lw, v, s_acc, s_out) for v in values], layout)
+
+
+def _a_in_registers(lw, a, rows):
+    """A 16-bit A held in an mma layout with whole rows per warp (its columns k = 2t, 2t+1
+    of every 8-column tile): `(pair, k0) -> ` the four fragment words of that row pair and
+    k-step, each two of its own registers (rows g and g + 8, k k0 + 2t and k0 + 8 + 2t)."""
+    layout = lw.layout(a)
+    regs = lw.regs(a, layout)
+    where = {o: i for i, o in enumerate(layout.offsets(a.type.shape))}
+
+    def word(row, col):
+        pair = ir.Constant(ir.VectorType(regs[0].type, 2), ir.Undefined)
+        pair = lw.b.insert_element(pair, regs[where[(row, col)]], lw.i32(0))
+        pair = lw.b.insert_element(pair, regs[where[(row, col + 1)]], lw.i32(1))
+        return lw.b.bitcast(pair, I32)
+
+    def fragment(p, k0):
+        r0, r1 = rows[2 * p], rows[2 * p + 1]
+        return [word(r0, k0), word(r1, k0), word(r0, k0 + 8), word(r1, k0 + 8)]
+    return fragment
 
 
 def _a_fragment(lw, src, r0, r1, k0, half_step, q, low_bit, high_bit):

@@ -116,6 +116,9 @@ def mma_eligible(op, ctx) -> bool:
             and s_acc.name != "fp64" and M % 16 == 0 and N % 8 == 0 and K % 16 == 0)
 
 
+MMA_ROWS = (1 << 30) + 1  # the priority of whole-row mma layouts (a dot's A from registers)
+
+
 class _Assigner:
     def __init__(self, ctx):
         self.ctx = ctx
@@ -135,10 +138,15 @@ class _Assigner:
             shape = op.results[0].type.shape
             int8 = op.operands[1].type.element_ty.name == "int8"  # B is a shared tile
             self.preferred[shape] = (1 << 31, wgmma_layout(shape, self.num_warps, int8))
+        elif op.name == "mma_dot" and isinstance(op.operands[0].type, block_type):
+            # A in registers (smem_pipeline checked that both fit): A, and so the dot that
+            # made it, and the accumulator in whole rows per warp
+            for shape in (op.results[0].type.shape, op.operands[0].type.shape):
+                self.preferred[shape] = (MMA_ROWS, mma_layout(shape, self.num_warps, rows_only=True))
         elif mma_eligible(op, self.ctx):
             shape = op.results[0].type.shape
             layout = mma_layout(shape, self.num_warps)
-            if layout is not None:
+            if layout is not None and self.preferred.get(shape, (0,))[0] != MMA_ROWS:
                 self.preferred[shape] = (1 << 30, layout)
 
     def anchor(self, op):

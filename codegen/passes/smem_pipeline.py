@@ -225,8 +225,8 @@ def _operand(v, role, body, instr_extent, ctx, regs=True):
     ("ring", load, transposed, swizzle): a load in the body (or tl.trans of one), copied
         ahead through a ring;
     ("once", v, tile): defined before the loop, stored to shared memory once;
-    ("regs", v): computed in the body, read from registers (wgmma's A of 16-bit types only,
-        where `regs`);
+    ("regs", v): computed in the body, read from registers (A of 16-bit types only, where
+        `regs`);
     ("staged", v, tile): A computed in the body otherwise, stored each iteration."""
     load = _transposed_load(v, body)
     transposed = load is not None
@@ -272,13 +272,17 @@ def _wgmma_sources(dot, body, ctx):
 def _mma_sources(dot, body, ctx):
     """The sources of a and b when `dot` can run on mma.sync reading its operands from
     shared tiles by ldmatrix, else None. Every tile is read 16 bytes per row at a time, so
-    any swizzle serves: no instruction extent limits it."""
-    acc = dot.operands[2]
-    if not mma_eligible(dot, ctx) or mma_layout(acc.type.shape, ctx.num_warps) is None:
+    any swizzle serves: no instruction extent limits it. A 16-bit A computed in the loop
+    stays in registers where every warp can hold whole rows of it and of the accumulator
+    (`mma_layout(rows_only=True)`: attention's P)."""
+    a, b, acc = dot.operands
+    warps = ctx.num_warps
+    if not mma_eligible(dot, ctx) or mma_layout(acc.type.shape, warps) is None:
         return None
-    a, b = dot.operands[:2]
+    regs = a.type.scalar.itemsize == 2 and None not in (mma_layout(acc.type.shape, warps, rows_only=True),
+                                                        mma_layout(a.type.shape, warps, rows_only=True))
     anywhere = 1 << 30
-    sources = (_operand(a, "a", body, anywhere, ctx, regs=False), _operand(b, "b", body, anywhere, ctx, regs=False))
+    sources = (_operand(a, "a", body, anywhere, ctx, regs=regs), _operand(b, "b", body, anywhere, ctx, regs=False))
     return sources if None not in sources else None
 
 
