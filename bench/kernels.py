@@ -92,6 +92,32 @@ def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk,
 
 
 @triton.jit
+def dequant_matmul_kernel(a_ptr, w_ptr, s_ptr, c_ptr, M, N, K, stride_am, stride_wk, stride_sk, stride_cm,
+                          GROUP_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                          BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+    """C = A @ (W * S), fp16 activations A [M, K], int8 weights W [K, N] and fp16 scales S
+    [K / GROUP_K, N]: the weights are converted in the loop (a B operand computed there)."""
+    pid_m, pid_n = _grouped_tile(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    offs_m = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)) % M
+    offs_n = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N
+    offs_k = tl.arange(0, BLOCK_K)
+    a_ptrs = a_ptr + offs_m[:, None] * stride_am + offs_k[None, :]
+    w_ptrs = w_ptr + offs_k[:, None] * stride_wk + offs_n[None, :]
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BLOCK_K)):
+        a = tl.load(a_ptrs, mask=offs_k[None, :] < K - k * BLOCK_K, other=0.0)
+        w = tl.load(w_ptrs, mask=offs_k[:, None] < K - k * BLOCK_K, other=0)
+        s = tl.load(s_ptr + (k * BLOCK_K // GROUP_K) * stride_sk + offs_n)
+        acc = tl.dot(a, w.to(tl.float16) * s[None, :], acc)
+        a_ptrs += BLOCK_K
+        w_ptrs += BLOCK_K * stride_wk
+    offs_cm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_cn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    tl.store(c_ptr + stride_cm * offs_cm[:, None] + offs_cn[None, :], acc.to(tl.float16),
+             mask=(offs_cm[:, None] < M) & (offs_cn[None, :] < N))
+
+
+@triton.jit
 def persistent_matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm,
                              stride_cn, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                              GROUP_M: tl.constexpr, NUM_SMS: tl.constexpr):

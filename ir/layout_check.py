@@ -14,7 +14,7 @@ from .layout import Blocked, Slice, Wgmma, same_distribution
 from .types import block_type
 
 # read in whatever layout they come in (through shared memory, or not at all)
-ANY_LAYOUT = frozenset({"reshape", "permute", "join", "split", "cat", "local_store", "warp_group_dot_wait",
+ANY_LAYOUT = frozenset({"reshape", "permute", "join", "split", "cat", "local_store", "local_load", "warp_group_dot_wait",
                         "descriptor_load", "convert_layout", "assert", "return"})
 # every block operand in the first operand's layout (the result follows from it)
 FIRST_OPERANDS = frozenset({"reduce", "print", "histogram"})

@@ -535,6 +535,15 @@ def _check_pending(op):
         return "pending must be a non-negative int"
 
 
+def _check_local_load(op):
+    (tile,) = op.operands
+    if not isinstance(tile.type, shared_type) or len(tile.type.shape) != 2:
+        return "local_load reads one tile of shared memory"
+    t = op.results[0].type
+    if not isinstance(t, block_type) or t.shape != tile.type.shape or t.element_ty != tile.type.element_ty:
+        return f"{t} does not match the tile {tile.type}"
+
+
 def _check_local_store(op):
     value, dst = op.operands
     if not isinstance(dst.type, shared_type) or len(dst.type.shape) != 2:
@@ -654,6 +663,8 @@ OPS.update({
                               "run of v <= w elements along the tile's inner dim, min(count, v) long at its start"),
     "local_store": OpDef((2, 2), results=(0, 0), check=_check_local_store, side_effects=True,
                          notes="value, tile: registers -> shared memory"),
+    "local_load": OpDef((1, 1), check=_check_local_load, side_effects=True,
+                        notes="tile: shared memory -> registers (a ring tile that cp.async filled)"),
     "async_commit": OpDef((0, 0), results=(0, 0), side_effects=True, notes="close a group of async copies"),
     "async_wait": OpDef((0, 0), results=(0, 0), attrs=("pending",), check=_check_pending, side_effects=True,
                         notes="wait until at most `pending` copy groups are in flight (this thread's)"),
@@ -681,6 +692,6 @@ OPS.update({
 SHAPE_CHECK = _check_shape_pow2
 # made by codegen's passes, never by the frontend: the wire refuses them and the
 # interpreter has no use for them
-GPU_STAGE_OPS = frozenset({"convert_layout", "local_alloc", "local_index", "local_trans", "local_store", "async_copy", "async_commit", "async_wait",
+GPU_STAGE_OPS = frozenset({"convert_layout", "local_alloc", "local_index", "local_trans", "local_store", "local_load", "async_copy", "async_commit", "async_wait",
                            "fence_async_shared", "warp_group_dot", "warp_group_dot_wait", "mma_dot",
                            "mbarrier_init", "mbarrier_inval", "mbarrier_wait", "tma_expect", "tma_copy"})

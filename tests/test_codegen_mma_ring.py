@@ -190,3 +190,76 @@ def test_ring_matmul_ptx_for_sm_80():
     loop = re.search(r"^\$L__BB0_(\d+):\n(.*?)bra\s+\$L__BB0_\1;", ptx, re.S | re.M)
     assert loop is not None and loop.group(2).count("bar.sync") == 1  # one barrier per k-step
     nvjitlink.link_cubin(ptx, parse_target("sm_80"))  # PTX 7.0: masks as src-sizes, not ignore-src
+
+
+@kiln.jit
+def _dequant_matmul(A, W, S, C, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    """C = A @ (W * S): int8 weights W [K, BN] scaled per column and per k-block by S
+    [K // BK, BN], converted to fp16 in the loop (a B operand computed in the loop)."""
+    rm, rn, rk = tl.arange(0, BM), tl.arange(0, BN), tl.arange(0, BK)
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k in range(0, K, BK):
+        a = tl.load(A + rm[:, None] * K + (k + rk)[None, :])
+        w = tl.load(W + (k + rk)[:, None] * BN + rn[None, :])
+        s = tl.load(S + (k // BK) * BN + rn)
+        acc = tl.dot(a, w.to(tl.float16) * s[None, :], acc)
+    tl.store(C + rm[:, None] * BN + rn[None, :], acc)
+
+
+def _dequant_operands(BMx=64, BNx=64, Kx=256, BKx=64):
+    rng = np.random.default_rng(11)
+    a = rng.standard_normal((BMx, Kx)).astype(np.float16)
+    w = rng.integers(-100, 100, (Kx, BNx)).astype(np.int8)
+    s = (rng.random((Kx // BKx, BNx)) / 64).astype(np.float16)
+    return a, w, s
+
+
+def _dequant_ir(num_warps=4, target="sm_90a"):
+    a, w, s = _dequant_operands()
+    return _dequant_matmul.warmup(a, w, s, np.zeros((64, 64), np.float32), 256, BM=64, BN=64, BK=64,
+                                  num_warps=num_warps, num_stages=3, target=target).asm["kir"]
+
+
+def _dequant_reference(a, w, s, bk):
+    b = w.astype(np.float16) * np.repeat(s, bk, axis=0)  # rounded to fp16 as the kernel does
+    return a.astype(np.float64) @ b.astype(np.float64)
+
+
+def check_dequant(kir, num_warps):
+    from kiln.codegen.emulate import run_on_cpu
+    a, w, s = _dequant_operands()
+    c = np.zeros((64, 64), np.float32)
+    run_on_cpu(parse_function(kir), (1,), [a, w, s, c, 256], num_warps=num_warps)
+    return float(np.abs(c - _dequant_reference(a, w, s, 64)).max())
+
+
+@pytest.mark.parametrize("target", ["sm_80", "sm_90a"])
+def test_a_b_computed_in_the_loop_is_staged_and_its_loads_come_through_a_ring(target):
+    """The raw weights are copied ahead like any ring load and read back (`local_load`);
+    the converted B is stored each iteration into a tile, N-major, that the dot reads."""
+    text = _optimized(_dequant_ir(target=target), target, num_warps=4, num_stages=3)
+    loop = text[text.index(" = for "):]
+    dot = "warp_group_dot" if target == "sm_90a" else "mma_dot"
+    assert dot in loop and " dot " not in loop
+    assert loop.count("local_load") == 1 and loop.count("local_store") == 1
+    assert "smem<64x64xint8:swizzle0:order1.0>" in text  # the weights' ring tile
+    assert re.search(r"local_alloc \{offset = \d+\} : smem<\d+x64x64xfp16:swizzle128:order1.0>", text)  # B, N-major
+    k = compile_ir(parse_function(_dequant_ir(target=target)), target, {"num_warps": 4, "num_stages": 3}, check=True)
+    assert k.n_spills == 0 and ("wgmma.mma_async" in k.ptx) == (target == "sm_90a")
+
+
+def test_a_b_computed_in_the_loop_on_the_emulator_matches_numpy():
+    assert in_child(check_dequant, _dequant_ir(), 4) < 1e-2
+
+
+@pytest.mark.gpu
+def test_a_b_computed_in_the_loop_on_the_gpu_matches_numpy():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    a, w, s = _dequant_operands(128, 128, 1024, 64)
+    got = torch.zeros((128, 128), device="cuda")
+    for warps in (4, 8):
+        _dequant_matmul[(1,)](*(torch.from_numpy(x).cuda() for x in (a, w, s)), got, 1024, BM=128, BN=128, BK=64,
+                              num_warps=warps, num_stages=3)
+        np.testing.assert_allclose(got.cpu().numpy(), _dequant_reference(a, w, s, 64), atol=0.05, rtol=1e-3)

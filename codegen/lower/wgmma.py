@@ -202,6 +202,22 @@ def _local_store(lw, op):
         plain_store(lw, dst, regs[i:i + run], elem_ty, es)
 
 
+def _local_load(lw, op):
+    tile, out = op.operands[0], op.results[0]
+    t, shape = tile.type, out.type.shape
+    es, inner = t.element_ty.itemsize, t.order[0]
+    layout = lw.layout(out)
+    run = min(_run_length(layout, inner, es), shape[inner])
+    indices = lw.indices(layout, shape)
+    base, elem_ty = lw.scalar(tile), reg_type(out.type)
+    regs = []
+    for i in range(0, len(indices), run):
+        src = lw.b.gep(base, [tile_offset(lw, t, indices[i])], source_etype=I8)
+        vec = lw.b.load(src, typ=elem_ty if run == 1 else ir.VectorType(elem_ty, run), align=run * es)
+        regs += [vec] if run == 1 else [lw.b.extract_element(vec, lw.i32(e)) for e in range(run)]
+    lw.bind(out, regs, layout)
+
+
 def _async_commit(lw, op):
     if not lw.ctx.portable:  # portable copies are done when issued
         lw.b.call(lw.intrinsic("llvm.nvvm.cp.async.commit.group", VOID, []), [])
@@ -399,6 +415,7 @@ RULES = {
     "local_trans": _local_trans,
     "async_copy": _async_copy,
     "local_store": _local_store,
+    "local_load": _local_load,
     "async_commit": _async_commit,
     "async_wait": _async_wait,
     "fence_async_shared": _fence_async_shared,

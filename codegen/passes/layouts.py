@@ -117,6 +117,7 @@ def mma_eligible(op, ctx) -> bool:
 
 
 MMA_ROWS = (1 << 30) + 1  # the priority of whole-row mma layouts (a dot's A from registers)
+LOCAL_LOAD = 1 << 29  # a tile read back from shared memory: above memory anchors, below dots
 
 
 class _Assigner:
@@ -188,16 +189,17 @@ class _Assigner:
 
     def hint_slices(self, fn):
         """A vector loaded only to be broadcast against accumulators (attention backward's
-        row statistics) is loaded in a slice of the accumulator layout: the broadcast then
-        moves no data, where converting its result would move the whole block through
-        shared memory every time. The vector is small, so the less coalesced load is cheap."""
+        row statistics) or a tile read back from shared memory (a dequantized weight's
+        scales) is loaded in a slice of that layout: the broadcast then moves no data,
+        where converting its result would move the whole block through shared memory
+        every time. The vector is small, so the less coalesced load is cheap."""
         for op in fn.walk():
             if op.name != "broadcast":
                 continue
             dims = op.operands[0].defining_op
             load = dims.operands[0].defining_op if dims is not None and dims.name == "expand_dims" else None
             got = self.preferred.get(tuple(op.results[0].type.shape))
-            if load is not None and load.name == "load" and got is not None and got[0] >= 1 << 30:
+            if load is not None and load.name == "load" and got is not None and got[0] >= LOCAL_LOAD:
                 self.wanted.setdefault(load.results[0], Slice(dims.attrs["axis"], got[1]))
 
     def prefer(self, shape) -> Blocked:
@@ -260,6 +262,22 @@ class _Assigner:
         self.set(op.results[0], self.prefer(op.results[0].type.shape))
 
     op_mma_dot = op_dot
+
+    def local_load_layout(self, op):
+        """Runs of 16 bytes along the tile's inner dim, lanes side by side: whole rows of
+        shared memory per warp access."""
+        r, inner = op.results[0], op.operands[0].type.order[0]
+        vec = max(1, min(16 // r.type.element_ty.itemsize, r.type.numel // (32 * self.num_warps)))
+        return blocked_for(r.type.shape, (inner, 1 - inner), vec, self.num_warps)
+
+    def anchor_local_load(self, op):
+        """What is computed from a tile read back (a dequantized weight) stays in its layout."""
+        shape = op.results[0].type.shape
+        if self.preferred.get(shape, (0,))[0] < LOCAL_LOAD:
+            self.preferred[shape] = (LOCAL_LOAD, self.local_load_layout(op))
+
+    def op_local_load(self, op):
+        self.set(op.results[0], self.local_load_layout(op))
 
     def op_reduce(self, op):
         self.block(op.regions[0])
@@ -332,6 +350,8 @@ def apply(fn, ctx) -> None:
             assigner.anchor(op)
         elif op.name in ("dot", "warp_group_dot", "mma_dot"):
             assigner.anchor_dot(op)
+        elif op.name == "local_load":
+            assigner.anchor_local_load(op)
     assigner.hint_slices(fn)
     for arg in fn.args:
         if isinstance(arg.type, block_type):

@@ -207,6 +207,55 @@ def _stored_tile(t, role):
     return shared_type(elem, t.shape, min(128, t.shape[inner] * elem.itemsize), (inner, 1 - inner))
 
 
+def _staged_tile(t, role, instr_extent):
+    """The tile that an operand computed in the loop is stored into each iteration: K-major,
+    but a 16-bit B N-major, as it usually comes (a dequantized weight: whole 16-byte runs of
+    a row per store), in rows no wider than one instruction reads; None where those rows
+    would be narrower than the smallest swizzle."""
+    elem = scalar_of(t)
+    if role == "a" or elem.name not in TRANSPOSABLE:
+        return _stored_tile(t, role)
+    swizzle = min(128, t.shape[1] * elem.itemsize, instr_extent * elem.itemsize)
+    return shared_type(elem, t.shape, swizzle, (1, 0)) if swizzle >= 32 else None
+
+
+def _fetched_loads(dots, body, ring_loads, ctx):
+    """The loads in the body that staged operands are computed from (a dequantized B's raw
+    weights and scales) and that a cp.async ring can copy ahead too: {id: (load, tile)}.
+    The body then reads them from the ring's tile (`local_load`) instead of from memory."""
+    found, seen = {}, set()
+    stack = [src[1] for _, sources in dots.values() for src, _ in sources if src[0] == "staged"]
+    while stack:
+        op = stack.pop().defining_op
+        if op is None or op.parent is not body or id(op) in seen:
+            continue
+        seen.add(id(op))
+        if op.name == "load":
+            tile = _fetch_tile(op, ctx)
+            if id(op) not in ring_loads and tile is not None:
+                found[id(op)] = (op, tile)
+        elif op.name != "dot":  # a dot's operands are its own business
+            stack.extend(op.operands)
+    return found
+
+
+def _fetch_tile(load, ctx):
+    """The ring tile for a load the body reads back into registers (unswizzled: its
+    threads read whole rows of 16-byte runs), or None where cp.async cannot copy it."""
+    t = load.results[0].type
+    if not isinstance(t, block_type) or len(t.shape) != 2 or load.attrs.get("volatile") \
+            or scalar_of(t).is_ptr() or scalar_of(t).name == "int1":
+        return None
+    if len(load.operands) == 3 and not is_zero_constant(load.operands[2]):
+        return None
+    order, vec = memory_width(ctx, load)
+    if len(load.operands) > 1:
+        vec = min(vec, mask_prefix.prefix_run(load.operands[1], order[0], ctx.axis))
+    if vec * scalar_of(t).itemsize < 4:
+        return None
+    return shared_type(scalar_of(t), t.shape, 0, (order[0], 1 - order[0]))
+
+
 def _inside(v, block) -> bool:
     """Is `v` defined in `block` or in a region nested in it?"""
     op = v.defining_op
@@ -244,9 +293,8 @@ def _operand(v, role, body, instr_extent, ctx, regs=True):
         return ("once", v, _stored_tile(v.type, role))
     if role == "a" and regs and scalar_of(v.type).itemsize == 2:
         return ("regs", v)
-    if role == "a":
-        return ("staged", v, _stored_tile(v.type, role))
-    return None
+    tile = _staged_tile(v.type, role, instr_extent)
+    return ("staged", v, tile) if tile is not None else None
 
 
 def _wgmma_sources(dot, body, ctx):
@@ -356,6 +404,12 @@ def _plan(loop, stages, fn, ctx, kind):
         inner = 1 if is_tma(load) else memory_width(ctx, load)[0][0]
         rings.append((load, shared_type(scalar_of(t), t.shape, swizzles[key], (inner, 1 - inner)), *cones[key],
                       _prefix_copy(load, inner, ctx)))
+    fetched = {}
+    for key, (load, tile) in _fetched_loads(dots, body, loads, ctx).items():
+        cone = address_cone(load, load_address(load), body)
+        if cone is not None:
+            fetched[key] = load
+            rings.append((load, tile, *cone, _prefix_copy(load, tile.order[0], ctx)))
     boxes = _agreed_boxes(rings, fn, ctx)
     if boxes is None:
         return None
@@ -375,7 +429,7 @@ def _plan(loop, stages, fn, ctx, kind):
             return None
     plan = {key: [src for src, _ in sources] for key, (_, sources) in dots.items()}
     ctx.tma_boxes.update(boxes)
-    return plan, rings, stages, step, ring_size
+    return plan, rings, stages, step, ring_size, set(fetched)
 
 
 def _prefix_copy(load, inner, ctx):
@@ -457,7 +511,8 @@ def _advance(out, copies, body, arg_index, current, iv_at):
     return {a: mapping.get(yields[arg_index[a]], yields[arg_index[a]]) for a in used}
 
 
-def _rewrite(loop, dots, copies, stages, step, ring_size, stored_earlier, warpgroups=1, kind="wgmma", portable=False):
+def _rewrite(loop, dots, copies, stages, step, ring_size, fetched, stored_earlier, warpgroups=1, kind="wgmma",
+             portable=False):
     body = loop.regions[0]
     iv, args = body.args[0], body.args[1:]
     arg_index = {id(a): i for i, a in enumerate(args)}
@@ -550,6 +605,12 @@ def _rewrite(loop, dots, copies, stages, step, ring_size, stored_earlier, warpgr
     copied |= {id(c[0].operands[-1].defining_op) for c in copies if is_tma(c[0])}  # their pointer loads
     replaced, deferred, tiles = {}, [], {}
     for op in body.ops[:-1]:
+        if id(op) in fetched:  # read back from its ring's tile
+            ring = rings[id(op)]
+            if id(ring) not in tiles:
+                tiles[id(ring)] = _op(new, "local_index", [ring, read_slot], [ring.type.tile()], loc)
+            replaced[op.results[0]] = _op(new, "local_load", [tiles[id(ring)]], [op.results[0].type], op.loc)
+            continue
         if id(op) in copied:
             continue
         for inner in op.walk():

@@ -5,7 +5,7 @@ show what it changed (or that it changed nothing) between two commits:
     python tests/codegen_corpus/ptx_diff.py --out /tmp/after --against /tmp/before
 
 The set: every kernel of this folder and of `lang/` for sm_80 and sm_90a, and bench/'s
-tensor-core kernels (tutorial 03's matmul, tile and persistent; the FlashAttention-2 forward,
+tensor-core kernels (tutorial 03's matmul, tile and persistent; the W8A16 matmul; the FlashAttention-2 forward,
 causal and not, and its backward) for sm_90a at the configs the benchmarks pick. `.loc`
 and `.file` lines are dropped (a moved source line is not a change). `--against` lists the
 files that differ, are new or are gone, and exits 1 if any do.
@@ -53,6 +53,9 @@ def bench_kernels():
     yield "bench.matmul", k.matmul_kernel.warmup(half, half, half, n, n, n, n, 1, n, 1, n, 1, **mm)
     yield "bench.persistent_matmul", k.persistent_matmul_kernel.warmup(half, half, half, n, n, n, n, 1, n, 1, n, 1,
                                                                        NUM_SMS=132, **mm)
+    int8 = np.zeros((64, 64), np.int8)
+    yield "bench.dequant_matmul", k.dequant_matmul_kernel.warmup(half, int8, half, half, n, n, n, n, n, n, n,
+                                                                 GROUP_K=128, **mm)
     for dim in (64, 128):
         strides = (h * n * dim, n * dim, dim, 1) * 4
         for causal in (False, True):
