@@ -116,6 +116,19 @@ def mma_eligible(op, ctx) -> bool:
             and s_acc.name != "fp64" and M % 16 == 0 and N % 8 == 0 and K % 16 == 0)
 
 
+def _loads_behind(v) -> list:
+    """The loads `v` is: its own, or those of a loop-carried value (prefetched: the first
+    before the loop, the next in the body), else none."""
+    op = v.defining_op
+    if op is not None:
+        return [op] if op.name == "load" else []
+    loop = v.owner.parent if isinstance(v.owner, Block) else None
+    if not isinstance(loop, Operation) or loop.name != "for" or v.index == 0:
+        return []
+    sources = [loop.operands[2 + v.index].defining_op, v.owner.ops[-1].operands[v.index - 1].defining_op]
+    return sources if all(s is not None and s.name == "load" for s in sources) else []
+
+
 MMA_ROWS = (1 << 30) + 1  # the priority of whole-row mma layouts (a dot's A from registers)
 LOCAL_LOAD = 1 << 29  # a tile read back from shared memory: above memory anchors, below dots
 
@@ -192,15 +205,18 @@ class _Assigner:
         row statistics) or a tile read back from shared memory (a dequantized weight's
         scales) is loaded in a slice of that layout: the broadcast then moves no data,
         where converting its result would move the whole block through shared memory
-        every time. The vector is small, so the less coalesced load is cheap."""
+        every time. The vector is small, so the less coalesced load is cheap. A vector
+        loaded one iteration ahead (carried by its loop) counts as loaded."""
         for op in fn.walk():
             if op.name != "broadcast":
                 continue
             dims = op.operands[0].defining_op
-            load = dims.operands[0].defining_op if dims is not None and dims.name == "expand_dims" else None
+            if dims is None or dims.name != "expand_dims":
+                continue
             got = self.preferred.get(tuple(op.results[0].type.shape))
-            if load is not None and load.name == "load" and got is not None and got[0] >= LOCAL_LOAD:
-                self.wanted.setdefault(load.results[0], Slice(dims.attrs["axis"], got[1]))
+            if got is not None and got[0] >= LOCAL_LOAD:
+                for load in _loads_behind(dims.operands[0]):
+                    self.wanted.setdefault(load.results[0], Slice(dims.attrs["axis"], got[1]))
 
     def prefer(self, shape) -> Blocked:
         got = self.preferred.get(tuple(shape))

@@ -16,17 +16,19 @@ pipeliner; shared-memory stages (`cp.async`) would be the next step.
 from __future__ import annotations
 
 from kiln.ir.core import Operation, Value
+from kiln.ir.ops import GPU_STAGE_OPS
 from kiln.ir.types import block_type, int1
 
 from .rewrite import has_side_effects, is_pure
 
 name = "prefetch"
+SHARED_ONLY = GPU_STAGE_OPS | {"barrier"}  # side effects on shared memory and barriers only
 
 
 def apply(fn, ctx) -> None:
     for op in list(fn.walk()):
         if op.name == "for" and _wanted(op, ctx):
-            _pipeline(op)
+            pipeline(op)
 
 
 def _const_int(v):
@@ -101,10 +103,14 @@ def _wanted(loop, ctx) -> bool:
     return ctx.num_stages >= 2 and any(op.name == "dot" for op in loop.regions[0].ops)
 
 
-def _pipeline(loop):
+def pipeline(loop, shared_ok=False):
+    """Carry loop `loop`'s loads one iteration ahead (see the module's docstring). With
+    `shared_ok` the body may hold the GPU stage's shared-memory ops (a loop that
+    smem_pipeline rewrote): they write no global memory that a load could read."""
     body = loop.regions[0]
     step = _const_int(loop.operands[2])
-    if step is None or step <= 0 or any(has_side_effects(o) for o in body.ops):
+    if step is None or step <= 0 or any(has_side_effects(o) and not (shared_ok and o.name in SHARED_ONLY)
+                                        for o in body.ops):
         return
     iv, args = body.args[0], body.args[1:]
     yields = body.ops[-1].operands

@@ -76,9 +76,9 @@ from kiln.ir.types import block_type, int1, int32, int64, scalar_of, shared_type
 
 from kiln.ir.layout import mma_layout, wgmma_layout
 from ..occupancy import max_shared_per_cta
-from . import axis_info, descriptor_loads, mask_prefix
+from . import axis_info, descriptor_loads, mask_prefix, prefetch
 from .layouts import memory_width, mma_eligible
-from .prefetch import _clone, _const_int, address_cone
+from .prefetch import _clone, _const_int, address_cone  # noqa: E402 (prefetch, the module, too)
 from .rewrite import has_side_effects, in_loop
 
 name = "smem_pipeline"
@@ -131,6 +131,8 @@ def apply(fn, ctx) -> None:
             plan = _plan(loop, stages, fn, ctx, kind)
             if plan is not None:
                 _rewrite(loop, *plan, stored, warpgroups=ctx.num_warps // 4, kind=kind, portable=ctx.portable)
+                if plan[-1]:  # a dequantized operand: its other loads (1-D scales) one iteration ahead
+                    prefetch.pipeline(loop, shared_ok=True)
 
 
 def _tma_ok(op, fn) -> bool:
