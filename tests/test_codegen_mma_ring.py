@@ -263,3 +263,14 @@ def test_a_b_computed_in_the_loop_on_the_gpu_matches_numpy():
         _dequant_matmul[(1,)](*(torch.from_numpy(x).cuda() for x in (a, w, s)), got, 1024, BM=128, BN=128, BK=64,
                               num_warps=warps, num_stages=3)
         np.testing.assert_allclose(got.cpu().numpy(), _dequant_reference(a, w, s, 64), atol=0.05, rtol=1e-3)
+
+
+@pytest.mark.parametrize("target", ["sm_80", "sm_90a"])
+def test_a_tile_too_small_for_4_byte_copies_per_thread_stays_off_the_ring(target):
+    """64x8 int8 B over 8 warps: 2 bytes per thread, and cp.async moves 4 at least."""
+    dtype, acc, bk = TYPES["int8"]
+    x = np.zeros((128, 128), dtype)
+    kir = _ring_matmul.warmup(x, x, np.zeros((128, 8), acc), 128, 128, 128, BM=128, BN=8, BK=bk, A_T=False, B_T=True,
+                              num_warps=8, num_stages=2, target=target).asm["kir"]
+    k = compile_ir(parse_function(kir), target, {"num_warps": 8, "num_stages": 2}, check=True)
+    assert "mma.sync" in k.ptx

@@ -186,9 +186,7 @@ def _ring_swizzle(load, role, transposed, instr_extent, ctx):
     swizzle rows no wider than what one instruction reads."""
     t = load.results[0].type
     elem = scalar_of(t)
-    order, vec = ((1, 0), 16) if is_tma(load) else memory_width(ctx, load)
-    if not is_tma(load) and len(load.operands) > 1:  # one mask bit, or one prefix's length, per copy
-        vec = min(vec, mask_prefix.prefix_run(load.operands[1], order[0], ctx.axis))
+    order, vec = ((1, 0), 16) if is_tma(load) else _copy_width(load, ctx)
     if vec * elem.itemsize < 4:  # cp.async moves 4, 8 or 16 bytes
         return None
     inner = order[0] if not transposed else 1 - order[0]  # in the dot's view
@@ -250,12 +248,19 @@ def _fetch_tile(load, ctx):
         return None
     if len(load.operands) == 3 and not is_zero_constant(load.operands[2]):
         return None
-    order, vec = memory_width(ctx, load)
-    if len(load.operands) > 1:
-        vec = min(vec, mask_prefix.prefix_run(load.operands[1], order[0], ctx.axis))
+    order, vec = _copy_width(load, ctx)
     if vec * scalar_of(t).itemsize < 4:
         return None
     return shared_type(scalar_of(t), t.shape, 0, (order[0], 1 - order[0]))
+
+
+def _copy_width(load, ctx):
+    """(order, elements per cp.async) of a pointer load's copies: contiguous, under one mask
+    bit or one prefix's length, and no more than each thread's share of the block."""
+    order, vec = memory_width(ctx, load)
+    if len(load.operands) > 1:
+        vec = min(vec, mask_prefix.prefix_run(load.operands[1], order[0], ctx.axis))
+    return order, min(vec, max(1, load.results[0].type.numel // (32 * ctx.num_warps)))
 
 
 def _inside(v, block) -> bool:
