@@ -553,23 +553,12 @@ def _check_local_store(op):
         return f"{value.type} does not match the tile {dst.type}"
 
 
-def _check_warp_group_dot(op):
-    a, b, acc = op.operands
-    a_ok = isinstance(a.type, shared_type) or (isinstance(a.type, block_type) and a.type.element_ty.itemsize == 2)
-    if not (a_ok and isinstance(b.type, shared_type)) or len(a.type.shape) != 2:
-        return "warp_group_dot reads b from a shared tile, a from a shared tile or (16-bit types) registers"
-    (M, K), (K2, N) = a.type.shape, b.type.shape
-    if K != K2 or _shape(acc.type) != (M, N) or op.results[0].type != acc.type:
-        return f"shapes do not agree: {a.type} x {b.type} -> {acc.type}"
-    if a.type.element_ty != b.type.element_ty:
-        return "operands must share an element type"
-
-
-def _check_mma_dot(op):
+def _check_tile_dot(op):
+    """warp_group_dot and mma_dot: B a shared tile, A one too or (16-bit types) registers."""
     a, b, acc = op.operands
     a_ok = isinstance(a.type, shared_type) or (isinstance(a.type, block_type) and a.type.element_ty.itemsize == 2)
     if not (a_ok and isinstance(b.type, shared_type)) or len(a.type.shape) != 2 or len(b.type.shape) != 2:
-        return "mma_dot reads b from a shared tile, a from a shared tile or (16-bit types) registers"
+        return f"{op.name} reads b from a shared tile, a from a shared tile or (16-bit types) registers"
     (M, K), (K2, N) = a.type.shape, b.type.shape
     if K != K2 or _shape(acc.type) != (M, N) or op.results[0].type != acc.type:
         return f"shapes do not agree: {a.type} x {b.type} -> {acc.type}"
@@ -670,9 +659,9 @@ OPS.update({
                         notes="wait until at most `pending` copy groups are in flight (this thread's)"),
     "fence_async_shared": OpDef((0, 0), results=(0, 0), side_effects=True,
                                 notes="order generic-proxy shared writes before async-proxy reads (wgmma, TMA)"),
-    "warp_group_dot": OpDef((3, 3), check=_check_warp_group_dot, side_effects=True,
+    "warp_group_dot": OpDef((3, 3), check=_check_tile_dot, side_effects=True,
                             notes="a (tile or registers), b tile, acc: wgmma, issued and committed as one group, not awaited"),
-    "mma_dot": OpDef((3, 3), check=_check_mma_dot, side_effects=True,
+    "mma_dot": OpDef((3, 3), check=_check_tile_dot, side_effects=True,
                      notes="a (tile or registers), b tile, acc: mma.sync on fragments loaded from the tiles by ldmatrix"),
     "mbarrier_init": OpDef((1, 1), results=(0, 0), attrs=("count",), check=_check_barriers, side_effects=True,
                            notes="bars: thread 0 initializes every mbarrier of the buffer, arrival count `count`"),

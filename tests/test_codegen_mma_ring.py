@@ -274,3 +274,20 @@ def test_a_tile_too_small_for_4_byte_copies_per_thread_stays_off_the_ring(target
                               num_warps=8, num_stages=2, target=target).asm["kir"]
     k = compile_ir(parse_function(kir), target, {"num_warps": 8, "num_stages": 2}, check=True)
     assert "mma.sync" in k.ptx
+
+
+def test_the_verifier_checks_mma_dot():
+    from kiln.ir import verify
+    from kiln.ir.verifier import VerificationError
+    text = """kernel @k() {
+  %r = local_alloc : smem<32x16xint8:swizzle0:order0.1>
+  %a = constant {value = 1} : <16x32xint8>
+  %c = constant {value = 0} : <16x16xint32>
+  %d = mma_dot %a, %r, %c : <16x16xint32>
+  return
+}
+"""
+    with pytest.raises(VerificationError, match="mma_dot reads b from a shared tile, a from a shared tile or"):
+        verify(parse_function(text))  # an 8-bit A is not read from registers
+    verify(parse_function(text.replace("%a = constant {value = 1} : <16x32xint8>",
+                                       "%a = local_alloc : smem<16x32xint8:swizzle32:order1.0>")))

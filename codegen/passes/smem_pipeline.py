@@ -3,7 +3,7 @@ on the other targets from sm_80 on, on mma.sync (`mma_dot`, see the end).
 
 In a `for` loop (constant positive step, nothing stored in its body) a `dot` (fp16,
 bf16, fp8 or fp32 at tf32 precision into fp32; int8 into int32) runs on wgmma when each
-operand comes one of three ways:
+operand comes one of four ways:
     ring:  a block load in the body (its address a pure function of the induction
            variable and of carried values that advance by pure ops), or tl.trans of one,
            copied ahead with cp.async through a ring of S + 1 swizzled tiles, S = the
@@ -13,9 +13,12 @@ operand comes one of three ways:
            later loop reading the same value reuses the tile);
     regs:  A only, a 16-bit value computed in the body (attention's P), read from
            registers: wgmma's A fragment is the accumulator layout's register order;
-    staged: A only, any other value computed in the body (fp8 attention's P: an 8-bit
-           A fragment is not the accumulator's register order; int8 likewise), stored each iteration
-           into one of STAGED_SLOTS K-major tiles, then a fence and a barrier.
+    staged: any other value computed in the body (fp8 attention's P: an 8-bit A fragment
+           is not the accumulator's register order; int8 likewise; a dequantized B),
+           stored each iteration into one of STAGED_SLOTS tiles (K-major; a 16-bit B
+           N-major), then a fence and a barrier. The 2-D loads it is computed from come
+           through rings too and are read back from their tiles (`local_load`); the loop's
+           other loads are then carried one iteration ahead in registers (prefetch).
 
 The rewritten loop:
     before the loop:  the `once` tiles stored; the rings; the copies of iterations
@@ -65,9 +68,10 @@ Without wgmma (`ring_kind` "mma": targets sm_80 - sm_89 and later non-Hopper one
 fewer than 4 warps, portable builds) the same rings feed `mma_dot`, which loads each thread's
 fragments from the tiles by ldmatrix and is done when it returns. So the ring has S tiles:
 at the top of iteration i, after the wait and the barrier, the copies of iteration i + S-1
-go into the slot iteration i-1 read (every warp is past it), ahead of the dots. A value
-computed in the body is staged for A (two slots), never kept in registers, and there are
-no fences: the async proxy exists from sm_90 on.
+go into the slot iteration i-1 read (every warp is past it), ahead of the dots. A 16-bit A
+computed in the body stays in registers where every warp holds whole rows of it and of the
+accumulator (`mma_layout(rows_only=True)`); other values computed there are staged (two
+slots). There are no fences: the async proxy exists from sm_90 on.
 """
 from __future__ import annotations
 
@@ -78,7 +82,7 @@ from kiln.ir.layout import mma_layout, wgmma_layout
 from ..occupancy import max_shared_per_cta
 from . import axis_info, descriptor_loads, mask_prefix, prefetch
 from .layouts import memory_width, mma_eligible
-from .prefetch import _clone, _const_int, address_cone  # noqa: E402 (prefetch, the module, too)
+from .prefetch import _clone, _const_int, address_cone
 from .rewrite import has_side_effects, in_loop
 
 name = "smem_pipeline"
