@@ -243,6 +243,11 @@ def test_a_b_computed_in_the_loop_is_staged_and_its_loads_come_through_a_ring(ta
     assert dot in loop and " dot " not in loop
     assert loop.count("local_load") == 1 and loop.count("local_store") == 1
     assert "smem<64x64xint8:swizzle0:order1.0>" in text  # the weights' ring tile
+    # the scales: loaded one iteration ahead (first before the loop), in a slice of the
+    # weights' layout, so scaling the tile converts nothing
+    scales = [line for line in text.splitlines() if re.search(r"= load .* : <64xfp16:slice0:", line)]
+    assert len(scales) == 2 and text.index(scales[0]) < text.index(" = for ") < text.index(scales[1])
+    assert not [line for line in loop.splitlines() if "= convert_layout" in line and "xfp16:" in line]
     assert re.search(r"local_alloc \{offset = \d+\} : smem<\d+x64x64xfp16:swizzle128:order1.0>", text)  # B, N-major
     k = compile_ir(parse_function(_dequant_ir(target=target)), target, {"num_warps": 4, "num_stages": 3}, check=True)
     assert k.n_spills == 0 and ("wgmma.mma_async" in k.ptx) == (target == "sm_90a")

@@ -206,17 +206,38 @@ class _Assigner:
         scales) is loaded in a slice of that layout: the broadcast then moves no data,
         where converting its result would move the whole block through shared memory
         every time. The vector is small, so the less coalesced load is cheap. A vector
-        loaded one iteration ahead (carried by its loop) counts as loaded."""
+        loaded one iteration ahead (carried by its loop) counts as loaded. Where the
+        broadcast meets a tile read back (a scale times converted weights) that tile's
+        layout wins over the shape's preference (an accumulator of the same shape)."""
+        users = {}
+        for op in fn.walk():
+            for v in op.operands:
+                users.setdefault(v, []).append(op)
         for op in fn.walk():
             if op.name != "broadcast":
                 continue
             dims = op.operands[0].defining_op
             if dims is None or dims.name != "expand_dims":
                 continue
-            got = self.preferred.get(tuple(op.results[0].type.shape))
-            if got is not None and got[0] >= LOCAL_LOAD:
+            target = self.read_back_beside(op.results[0], users)
+            if target is None:
+                got = self.preferred.get(tuple(op.results[0].type.shape))
+                target = got[1] if got is not None and got[0] >= LOCAL_LOAD else None
+            if target is not None:
                 for load in _loads_behind(dims.operands[0]):
-                    self.wanted.setdefault(load.results[0], Slice(dims.attrs["axis"], got[1]))
+                    self.wanted.setdefault(load.results[0], Slice(dims.attrs["axis"], target))
+
+    def read_back_beside(self, v, users):
+        """The layout of a tile read back (`local_load`) that an elementwise user of `v`
+        combines it with, through casts; else None."""
+        for user in users.get(v, []):
+            for other in user.operands:
+                src = other.defining_op
+                while src is not None and src.name == "cast":
+                    src = src.operands[0].defining_op
+                if other is not v and src is not None and src.name == "local_load":
+                    return self.local_load_layout(src)
+        return None
 
     def prefer(self, shape) -> Blocked:
         got = self.preferred.get(tuple(shape))
