@@ -108,7 +108,7 @@ def _masked_load(lw, ptr, mask, others, elem_ty, n, quals=".global"):
     fty = ir.FunctionType(ret, [I1, GLOBAL_PTR] + [wty] * nwords)
     other_words = _pack(lw, others, elem_ty, word_bits, nwords)
     if lw.ctx.portable:  # the same words, loaded under a branch (CPU emulation)
-        words = _branchy_load(lw, ptr, mask, other_words, wty, nwords, max(1, word_bits // 8))
+        words = branchy_load(lw, ptr, mask, other_words, wty, nwords, max(1, word_bits // 8))
         if word_bits == 8:
             words = [lw.b.zext(lw.b.trunc(w, I8), I16) for w in words]
         return _unpack(lw, words, elem_ty, n, word_bits)
@@ -139,7 +139,7 @@ def _masked_store(lw, ptr, mask, values, elem_ty, quals=".global"):
     lw.b.call(ir.InlineAsm(fty, text, cons, side_effect=True), [mask, ptr] + words)
 
 
-def _branchy_load(lw, ptr, mask, others, ty, n, elem_bytes):
+def branchy_load(lw, ptr, mask, others, ty, n, elem_bytes):
     """The portable form of a predicated load: a branch around a plain load."""
     before = lw.b.block
     with lw.b.if_then(mask):

@@ -29,6 +29,7 @@ from .elementwise import cast_value
 from .memory import plain_store
 from .shared import elem_bytes, flats_of, store_elements
 from .types import F32, I8, I32, VOID, GENERIC_PTR, SHARED_PTR, reg_type
+from .wgmma import tile_offset
 
 PAD_BYTES = 16  # padding per shared-memory row
 _KIND = {"fp16": "f16", "bf16": "bf16", "int8": "s8", "fp32": "tf32", "fp8e4nv": "e4m3", "fp8e5": "e5m2"}
@@ -84,7 +85,6 @@ def lower_mma(lw, op):
 def lower_mma_dot(lw, op):
     """`mma_dot`: B read from a shared tile (smem_pipeline's rings) as it is stored, A from
     one too or from registers."""
-    from .wgmma import tile_offset
     a, b = op.operands[:2]
     out = op.results[0]
     layout = lw.layout(out)

@@ -22,7 +22,7 @@ from kiln.ir import layout as lay
 from ..passes.layouts import access_width
 from ..passes.smem_pipeline import is_zero_constant
 from .context import LoweringError
-from .memory import plain_store
+from .memory import branchy_load, plain_store
 from .types import F32, I8, I32, I64, SHARED_PTR, VOID, reg_type
 
 ALIGN = 1024
@@ -154,17 +154,12 @@ def _copy_now(lw, src, dst, vec, es, mask, nbytes):
     element, each loaded under a branch where the mask or the src-size takes it, else 0."""
     elem = ir.IntType(8 * es)
     for e in range(vec):
+        at = lw.b.gep(src, [lw.i32(e)], source_etype=elem)
         take = mask if nbytes is None else lw.b.icmp_unsigned(">", nbytes, lw.i32(e * es))
-        before = lw.b.block
-        if take is not None:
-            with lw.b.if_then(take):
-                got = lw.b.load(lw.b.gep(src, [lw.i32(e)], source_etype=elem), typ=elem, align=es)
-                inside = lw.b.block
-            value = lw.b.phi(elem)
-            value.add_incoming(got, inside)
-            value.add_incoming(ir.Constant(elem, 0), before)
+        if take is None:
+            value = lw.b.load(at, typ=elem, align=es)
         else:
-            value = lw.b.load(lw.b.gep(src, [lw.i32(e)], source_etype=elem), typ=elem, align=es)
+            (value,) = branchy_load(lw, at, take, [ir.Constant(elem, 0)], elem, 1, es)
         lw.b.store(value, lw.b.gep(dst, [lw.i32(e * es)], source_etype=I8), align=es)
 
 

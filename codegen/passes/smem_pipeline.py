@@ -135,7 +135,8 @@ def apply(fn, ctx) -> None:
             plan = _plan(loop, stages, fn, ctx, kind)
             if plan is not None:
                 _rewrite(loop, *plan, stored, warpgroups=ctx.num_warps // 4, kind=kind, portable=ctx.portable)
-                if plan[-1]:  # a dequantized operand: its other loads (1-D scales) one iteration ahead
+                fetched = plan[-1]
+                if fetched:  # a dequantized operand: the loop's other loads (1-D scales) one iteration ahead
                     prefetch.pipeline(loop, shared_ok=True)
 
 
