@@ -55,6 +55,27 @@ def test_vectorized_layout_gives_each_thread_contiguous_runs():
     assert held[1][0] == (4,)  # lanes are 16 bytes apart: a warp reads 512 contiguous bytes
 
 
+@pytest.mark.parametrize("shape", [(4, 256), (32, 32), (16, 4, 8), (64, 128)])
+def test_register_runs_are_consecutive_and_aligned(shape):
+    """What vector loads rely on: each thread's registers, in order, come in runs of n
+    consecutive elements along one dim, each starting at a multiple of n; a slice keeps
+    its parent's runs along the dims it keeps."""
+    from kiln.codegen.passes.layouts import register_run
+    for parent in _layouts(shape, 4):
+        for layout, small in [(parent, shape)] + [(Slice(d, parent), shape[:d] + shape[d + 1:]) for d in range(len(shape))]:
+            d, n = register_run(layout)
+            if d < 0:
+                continue
+            n = min(n, small[d])
+            for held in thread_elements(layout, small, 4):
+                for g in range(0, len(held), n):
+                    run = held[g:g + n]
+                    assert run[0][d] % n == 0
+                    assert run == [run[0][:d] + (run[0][d] + i,) + run[0][d + 1:] for i in range(n)]
+    assert register_run(Slice(0, Blocked((1, 16), (4, 8), (8, 1), (1, 0)))) == (0, 16)  # a W8A16 scale row
+    assert register_run(Slice(1, Blocked((1, 16), (4, 8), (8, 1), (1, 0)))) == (-1, 1)
+
+
 @pytest.mark.parametrize("shape", SHAPES)
 def test_butterfly_partners_hold_the_same_rows(shape):
     """Reduce shuffles with lane ^ (k * stride) for k < distinct: each partner must hold

@@ -251,6 +251,8 @@ def test_a_b_computed_in_the_loop_is_staged_and_its_loads_come_through_a_ring(ta
     assert re.search(r"local_alloc \{offset = \d+\} : smem<\d+x64x64xfp16:swizzle128:order1.0>", text)  # B, N-major
     k = compile_ir(parse_function(_dequant_ir(target=target)), target, {"num_warps": 4, "num_stages": 3}, check=True)
     assert k.n_spills == 0 and ("wgmma.mma_async" in k.ptx) == (target == "sm_90a")
+    # each thread's 64 / 8 = 8 scales are contiguous: one 16-byte load, not 8 of 2 bytes
+    assert "ld.global.b16" not in k.ptx and re.search(r"ld\.global\.v4\.b32", k.ptx)
 
 
 def test_a_b_computed_in_the_loop_on_the_emulator_matches_numpy():

@@ -42,15 +42,26 @@ def memory_width(ctx, op) -> tuple[tuple[int, ...], int]:
     return order, max(1, vec)
 
 
+def register_run(layout) -> tuple[int, int]:
+    """(dim, n): a thread's registers come in runs of n consecutive elements along dim,
+    each run starting at a multiple of n; (-1, 1) where none does. A slice keeps its
+    parent's runs (a 1-D scale row in a slice of the weights' layout loads as vectors)."""
+    if isinstance(layout, Blocked):
+        return layout.order[0], layout.size_per_thread[layout.order[0]]
+    if isinstance(layout, Slice):
+        d = layout.vector_dim()
+        if d >= 0:
+            return d, register_run(layout.parent)[1]
+    return -1, 1
+
+
 def access_width(ctx, op, layout, shape, elem_bits) -> int:
     """Elements per vector access for memory op `op` reading or writing in `layout`."""
-    if not isinstance(layout, Blocked):
-        return 1
+    d, run = register_run(layout)
     order, vec = memory_width(ctx, op)
-    d = layout.order[0]
-    if order[0] != d:
+    if d < 0 or order[0] != d:
         return 1
-    vec = min(vec, layout.size_per_thread[d], shape[d], max(1, 128 // elem_bits))
+    vec = min(vec, run, shape[d], max(1, 128 // elem_bits))
     mask_index = 1 if op.name == "load" else 2
     if len(op.operands) > mask_index and op.name in ("load", "store", "async_copy"):
         # one mask bit per access; a copy whose mask is a prefix of each run (it carries
