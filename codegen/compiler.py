@@ -116,20 +116,25 @@ def _without_persistence(fn):
     return plain
 
 
-def _has_dot(fn) -> bool:
-    return any(op.name in ("dot", "dot_scaled") for op in fn.walk())
+def _persistent(arg_layout) -> bool:
+    """Did the persistent pass rewrite the kernel (it adds the launch grid's arguments)?"""
+    return any("launch_grid" in a for a in arg_layout)
 
 
 def _occupancy_link(ptx: str, tgt, n_regs: int, threads: int, shared: int):
     """(ptx, cubin, regs, spills) relinked under the register cap that fits the most CTAs
-    per SM without spilling (kiln.codegen.occupancy), or None when no cap helps."""
+    per SM without spilling or serializing wgmmas (kiln.codegen.occupancy), or None when
+    no cap helps."""
     caps = occupancy.tighter_caps(n_regs, threads, shared, tgt.capability)
 
     def link(cap):
         capped = occupancy.with_register_cap(ptx, cap)
-        cubin, info = nvjitlink.link_cubin(capped, tgt)
+        try:
+            cubin, info = nvjitlink.link_cubin(capped, tgt)
+        except nvjitlink.PTXAssembleError:  # too few registers for one instruction (a wide wgmma)
+            return None, True
         regs, spills = nvjitlink.resource_usage(info)
-        return (capped, cubin, regs, spills), spills
+        return (capped, cubin, regs, spills), spills or nvjitlink.wgmma_serialized(info)
     return occupancy.best_capped_link(link, caps) if caps else None
 
 
@@ -147,15 +152,23 @@ def compile(fn, target: str = "sm_90a", options: dict | None = None, check: bool
     cubin, n_regs, n_spills = b"", 0, 0
     if link:
         cubin, info = nvjitlink.link_cubin(ptx, tgt)
-        if nvjitlink.wgmma_serialized(info) and any("launch_grid" in a for a in arg_layout):
+        if nvjitlink.wgmma_serialized(info) and _persistent(arg_layout):
             # ptxas serialized the wgmmas of the persistent form (seen with an fp16 result
             # stored to a bf16 tensor: 0.8x); the tile kernel as written keeps them async
             return compile(_without_persistence(fn), target, options, check, link)
         n_regs, n_spills = nvjitlink.resource_usage(info)
-        if "maxnreg" not in opts and not n_spills and not _has_dot(fn):
-            capped = _occupancy_link(ptx, tgt, n_regs, 32 * opts["num_warps"], shared)
+        threads = 32 * opts["num_warps"]
+        if "maxnreg" not in opts and not n_spills:
+            capped = _occupancy_link(ptx, tgt, n_regs, threads, shared)
             if capped is not None:
                 ptx, cubin, n_regs, n_spills = capped
+            elif _persistent(arg_layout) and occupancy.tighter_caps(n_regs, threads, shared, tgt.capability):
+                # no cap fits another CTA without spilling: the tile loop of the persistent
+                # form keeps registers live that the tile kernel as written may not need
+                plain = compile(_without_persistence(fn), target, options, check, link)
+                if occupancy.ctas_per_sm(plain.n_regs, threads, plain.metadata["shared"], tgt.capability) > \
+                        occupancy.ctas_per_sm(n_regs, threads, shared, tgt.capability):
+                    return plain
     metadata = {
         "name": fn.name, "target": tgt.name, "num_warps": opts["num_warps"], "num_stages": opts["num_stages"],
         "threads": 32 * opts["num_warps"], "shared": shared, "n_regs": n_regs, "n_spills": n_spills,

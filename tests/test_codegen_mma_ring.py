@@ -255,6 +255,28 @@ def test_a_b_computed_in_the_loop_is_staged_and_its_loads_come_through_a_ring(ta
     assert "ld.global.b16" not in k.ptx and re.search(r"ld\.global\.v4\.b32", k.ptx)
 
 
+def test_a_staged_b_over_two_warpgroups_takes_a_tight_ring_where_it_fits_two_ctas():
+    """W8A16 at 128x128x64, 3 stages, 8 warps: S + 1 = 4 ring tiles of 24 KB and the staged B
+    leave room for one CTA per SM, 3 tiles for two. The B tile has 2 slots (the barrier at
+    the top of each iteration follows every warpgroup's wait for the dot two back)."""
+    a, w, s = _dequant_operands(128, 128, 1024, 64)
+    kir = _dequant_matmul.warmup(a, w, s, np.zeros((128, 128), np.float32), 1024, BM=128, BN=128, BK=64,
+                                 num_warps=8, num_stages=3, target="sm_90a").asm["kir"]
+    text = _optimized(kir, "sm_90a", num_warps=8, num_stages=3)
+    allocs = re.findall(r"local_alloc \{offset = \d+\} : (smem<[^>]*>)", text)
+    assert "smem<3x128x64xfp16:swizzle128:order1.0>" in allocs  # A: 3 tiles, no spare
+    assert "smem<3x64x128xint8:swizzle0:order1.0>" in allocs  # the raw weights
+    assert "smem<2x64x128xfp16:swizzle128:order1.0>" in allocs  # the converted B
+    loop = text[text.index(" = for "):]
+    body = loop[:loop.index("yield")]
+    # tight: both warpgroups retired the dots of i - 1 (a barrier after the waits) before
+    # the copies of i + 2 overwrite their tiles
+    after_wait = body[body.index("warp_group_dot_wait"):]
+    assert after_wait.index("barrier") < after_wait.index("async_copy")
+    k = compile_ir(parse_function(kir), "sm_90a", {"num_warps": 8, "num_stages": 3})
+    assert k.metadata["shared"] <= 113 * 1024 and k.n_spills == 0
+
+
 def test_a_b_computed_in_the_loop_on_the_emulator_matches_numpy():
     assert in_child(check_dequant, _dequant_ir(), 4) < 1e-2
 

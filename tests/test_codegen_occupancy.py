@@ -60,8 +60,36 @@ def test_memory_bound_kernel_is_capped_for_occupancy():
     assert after > before and auto.n_spills == 0
 
 
-def test_dot_kernels_keep_the_assemblers_choice():
-    assert ".maxnreg" not in compile(kernel("dot_f16"), "sm_90a", {"num_warps": 4}).ptx
+def test_dot_kernel_is_capped_where_shared_memory_leaves_room():
+    from kiln.codegen import nvjitlink
+    from kiln.codegen.target import parse_target
+    free = compile(kernel("dot_f16"), "sm_90a", {"num_warps": 4, "maxnreg": 255})
+    auto = compile(kernel("dot_f16"), "sm_90a", {"num_warps": 4})
+    before = occupancy.ctas_per_sm(free.n_regs, 128, free.shared, 90)
+    after = occupancy.ctas_per_sm(auto.n_regs, 128, auto.shared, 90)
+    assert ".maxnreg" in auto.ptx and after > before and auto.n_spills == 0
+    _, info = nvjitlink.link_cubin(auto.ptx, parse_target("sm_90a"))
+    assert not nvjitlink.wgmma_serialized(info)
+
+
+def test_a_cap_ptxas_refuses_counts_as_one_that_spills(monkeypatch):
+    """ptxas refuses (C7602) a cap below what one instruction needs (a wide wgmma's
+    accumulator): the search then moves up to a cap it takes."""
+    from kiln.codegen import compiler, nvjitlink
+    from kiln.codegen.target import parse_target
+    tried = []
+
+    def link_cubin(ptx, tgt):
+        cap = int(ptx.split(".maxnreg ")[1].split()[0])
+        tried.append(cap)
+        if cap < 64:
+            raise nvjitlink.PTXAssembleError("ptxas fatal   : (C7602) Insufficient registers")
+        return b"cubin", f"info    : used {cap} registers, used 1 barriers, 0 stack, 0 bytes smem, 0 bytes lmem\n"
+    monkeypatch.setattr(nvjitlink, "link_cubin", link_cubin)
+    ptx = ".visible .entry k(\n)\n.maxntid 128, 1, 1\n{\nret;\n}\n"
+    got = compiler._occupancy_link(ptx, parse_target("sm_90a"), 200, 128, 0)
+    assert got is not None and got[2] == 64 and ".maxnreg 64" in got[0]
+    assert min(tried) < 64
 
 
 @pytest.mark.parametrize("log, usage", [

@@ -15,8 +15,8 @@ operand comes one of four ways:
            registers: wgmma's A fragment is the accumulator layout's register order;
     staged: any other value computed in the body (fp8 attention's P: an 8-bit A fragment
            is not the accumulator's register order; int8 likewise; a dequantized B),
-           stored each iteration into one of STAGED_SLOTS tiles (K-major; a 16-bit B
-           N-major), then a fence and a barrier. The 2-D loads it is computed from come
+           stored each iteration into a ring of 2 or 3 tiles (`staged_slots`; K-major, a
+           16-bit B N-major), then a fence and a barrier. The 2-D loads it is computed from come
            through rings too and are read back from their tiles (`local_load`); the loop's
            other loads are then carried one iteration ahead in registers (prefetch).
 
@@ -42,7 +42,8 @@ with nothing pending (one more operand of it) or a new one.
 The copy of iteration i + S-1 overwrites the tile that the dots of iteration i - 2 read:
 every warpgroup finished those before the barrier of iteration i (it waited for them in
 iteration i - 1), which is why the ring has one tile more than there are stages. Where
-S + 1 tiles do not fit even at S = 2 (a 256x128 fp16 matmul tile pair is 96 KB), the ring
+S + 1 tiles do not fit even at S = 2 (a 256x128 fp16 matmul tile pair is 96 KB), or where
+a loop that stages an operand fits one more CTA per SM with S tiles than with S + 1, the ring
 has S tiles ("tight"): the copy of iteration i + S-1 then overwrites what the dots of
 iteration i - 1 read, so it waits until they retired (every dot's wait comes before it,
 and with two warpgroups a barrier, since each waits for its own dots only).
@@ -79,7 +80,7 @@ from kiln.ir.core import Operation, Value
 from kiln.ir.types import block_type, int1, int32, int64, scalar_of, shared_type
 
 from kiln.ir.layout import mma_layout, wgmma_layout
-from ..occupancy import max_shared_per_cta
+from ..occupancy import ctas_by_shared, max_shared_per_cta
 from . import axis_info, descriptor_loads, mask_prefix, prefetch
 from .layouts import memory_width, mma_eligible
 from .prefetch import _clone, _const_int, address_cone
@@ -92,18 +93,15 @@ name = "smem_pipeline"
 WGMMA_INPUTS = {"fp16": "fp32", "bf16": "fp32", "fp8e4nv": "fp32", "fp8e5": "fp32", "fp32": "fp32", "int8": "int32"}
 TRANSPOSABLE = ("fp16", "bf16")  # wgmma reads M- or N-major tiles of 16-bit types only
 ALIGN = 1024  # a 128-byte swizzle repeats every 8 rows of 128 bytes
-# A staged tile written in iteration i was last read by the wgmma of iteration i - STAGED_SLOTS.
-# Two would do for one warpgroup (its wait of iteration i-1 retired the dot of i-2); with
-# two, a warpgroup that splits N writes P columns the other reads, and that one's dot of
-# i-2 is only known retired once it reached the barrier of iteration i-1 (after its wait).
-STAGED_SLOTS = 3
-
-
-def staged_slots(kind) -> int:
-    """Tiles of a staged operand's ring. An mma.sync dot has read its tile once its
-    ldmatrix loads returned, so a slot is free again after the next iteration's barrier,
-    which comes after its store: two slots."""
-    return STAGED_SLOTS if kind == "wgmma" else 2
+def staged_slots(kind, warpgroups: int, ringed: bool) -> int:
+    """Tiles of a staged operand's ring; the store of iteration i reuses the tile of
+    iteration i - slots. An mma.sync dot has read its tile once its ldmatrix loads
+    returned, and a wgmma dot left in flight is retired by its warpgroup's wait in the next
+    iteration: two slots, where one warpgroup runs the dots or where the loop has rings
+    (the barrier at the top of iteration i then follows every warpgroup's wait of iteration
+    i-1). Else three: two warpgroups splitting N write columns the other one reads, and
+    that one's dot of i-2 is only known retired at the staging barrier of iteration i-1."""
+    return 3 if kind == "wgmma" and warpgroups > 1 and not ringed else 2
 
 
 def enabled(ctx) -> bool:
@@ -426,11 +424,13 @@ def _plan(loop, stages, fn, ctx, kind):
     if boxes is None:
         return None
     stage_bytes = sum(ring[1].nbytes for ring in rings)
-    budget = max_shared_per_cta(ctx.target.capability) - ALIGN * (2 if any(is_tma(r[0]) for r in rings) else 1)
+    reserve = ALIGN * (2 if any(is_tma(r[0]) for r in rings) else 1)  # alignment; the mbarriers
+    budget = max_shared_per_cta(ctx.target.capability) - reserve
     once = {(id(src[1]), src[2]): src[2].nbytes for _, sources in dots.values() for src, _ in sources if src[0] == "once"}
     budget -= sum(once.values())
     staged = {id(src[1]): src[2].nbytes for _, sources in dots.values() for src, _ in sources if src[0] == "staged"}
-    budget -= staged_slots(kind) * sum(staged.values())
+    slots = staged_slots(kind, ctx.num_warps // 4, ringed=bool(rings))
+    budget -= slots * sum(staged.values())
     spare = 1 if kind == "wgmma" else 0  # mma.sync dots are done when their loads are: no spare tile
     while stages > 2 and (stages + spare) * stage_bytes > budget:
         stages -= 1
@@ -439,9 +439,18 @@ def _plan(loop, stages, fn, ctx, kind):
         ring_size = stages  # tight: see the module's docstring
         if ring_size * stage_bytes > budget:
             return None
+    elif staged and spare:
+        # a dot of a staged operand: a CTA's warps already meet at a barrier between its
+        # stores and its dots, so a tight ring's barrier costs little where it lets one
+        # more CTA share the SM (W8A16, 128x128 tiles over 8 warps: 2 CTAs, 1.2x)
+        fixed = sum(once.values()) + slots * sum(staged.values()) + reserve
+        capability = ctx.target.capability
+        if ctas_by_shared(fixed + stages * stage_bytes, capability) > ctas_by_shared(fixed + ring_size * stage_bytes,
+                                                                                     capability):
+            ring_size = stages
     plan = {key: [src for src, _ in sources] for key, (_, sources) in dots.items()}
     ctx.tma_boxes.update(boxes)
-    return plan, rings, stages, step, ring_size, set(fetched)
+    return plan, rings, stages, step, ring_size, slots, set(fetched)
 
 
 def _prefix_copy(load, inner, ctx):
@@ -523,7 +532,7 @@ def _advance(out, copies, body, arg_index, current, iv_at):
     return {a: mapping.get(yields[arg_index[a]], yields[arg_index[a]]) for a in used}
 
 
-def _rewrite(loop, dots, copies, stages, step, ring_size, fetched, stored_earlier, warpgroups=1, kind="wgmma",
+def _rewrite(loop, dots, copies, stages, step, ring_size, slots, fetched, stored_earlier, warpgroups=1, kind="wgmma",
              portable=False):
     body = loop.regions[0]
     iv, args = body.args[0], body.args[1:]
@@ -557,13 +566,13 @@ def _rewrite(loop, dots, copies, stages, step, ring_size, fetched, stored_earlie
         _op(pre, "barrier", [], (), loc)
     rings = {id(load): _op(pre, "local_alloc", [], [shared_type(t.element_ty, (ring_size,) + t.shape, t.swizzle, t.order)], loc)
              for load, t, *_ in copies}
-    staged = {}  # value id -> its ring of STAGED_SLOTS tiles
+    staged = {}  # value id -> its ring of `slots` tiles
     for op in order:
         for src in dots[id(op)]:
             if src[0] == "staged" and id(src[1]) not in staged:
                 t = src[2]
                 staged[id(src[1])] = _op(pre, "local_alloc", [],
-                                         [shared_type(t.element_ty, (staged_slots(kind),) + t.shape, t.swizzle, t.order)],
+                                         [shared_type(t.element_ty, (slots,) + t.shape, t.swizzle, t.order)],
                                          loc)
     ring_list = [rings[id(c[0])] for c in copies]
     tma = any(is_tma(c[0]) for c in copies)
@@ -675,7 +684,7 @@ def _rewrite(loop, dots, copies, stages, step, ring_size, fetched, stored_earlie
         if carried_only:
             deferred.append(wait)
     if staged:
-        tail = tail + [_next_slot(new, staged_slot, staged_slots(kind), loc)]
+        tail = tail + [_next_slot(new, staged_slot, slots, loc)]
     terminator = body.ops[-1]
     terminator.operands = [replaced.get(v, v) for v in terminator.operands] + tail
     body.ops[:] = []

@@ -55,18 +55,20 @@ def bench_kernels():
                                                                        NUM_SMS=132, **mm)
     int8 = np.zeros((64, 64), np.int8)
     yield "bench.dequant_matmul", k.dequant_matmul_kernel.warmup(half, int8, half, half, n, n, n, n, n, n, n,
-                                                                 GROUP_K=128, **mm)
+                                                                 GROUP_K=128, **{**mm, "BLOCK_N": 128})
     for dim in (64, 128):
         strides = (h * n * dim, n * dim, dim, 1) * 4
         for causal in (False, True):
             yield f"bench.attention_fwd.d{dim}{'.causal' if causal else ''}", k.attention_fwd_kernel.warmup(
                 half, half, half, half, f32, 0.125, *strides, h, n, HEAD_DIM=dim, BLOCK_M=128, BLOCK_N=64,
                 CAUSAL=causal, num_warps=8, num_stages=3, grid=(1,), target="sm_90a")
-        tuning = dict(HEAD_DIM=dim, CAUSAL=True, num_warps=4, num_stages=3, grid=(1,), target="sm_90a")
+        # (narrow, wide, warps) as bench/attention.py's autotuning picks them on the H200
+        narrow, wide, warps = (32, 128, 4) if dim == 64 else (64, 128, 8)
+        tuning = dict(HEAD_DIM=dim, CAUSAL=True, num_warps=warps, num_stages=3, grid=(1,), target="sm_90a")
         yield f"bench.attention_bwd_dkdv.d{dim}", k.attention_bwd_dkdv_kernel.warmup(
-            half, half, half, half, half, half, f32, f32, 0.125, n, BLOCK_M=32, BLOCK_N=128, **tuning)
+            half, half, half, half, half, half, f32, f32, 0.125, n, BLOCK_M=narrow, BLOCK_N=wide, **tuning)
         yield f"bench.attention_bwd_dq.d{dim}", k.attention_bwd_dq_kernel.warmup(
-            half, half, half, half, half, f32, f32, 0.125, n, BLOCK_M=128, BLOCK_N=32, **tuning)
+            half, half, half, half, half, f32, f32, 0.125, n, BLOCK_M=wide, BLOCK_N=narrow, **tuning)
 
 
 def without_locations(ptx: str) -> str:
