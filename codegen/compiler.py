@@ -121,11 +121,20 @@ def _persistent(arg_layout) -> bool:
     return any("launch_grid" in a for a in arg_layout)
 
 
-def _occupancy_link(ptx: str, tgt, n_regs: int, threads: int, shared: int):
-    """(ptx, cubin, regs, spills) relinked under the register cap that fits the most CTAs
-    per SM without spilling or serializing wgmmas (kiln.codegen.occupancy), or None when
-    no cap helps."""
-    caps = occupancy.tighter_caps(n_regs, threads, shared, tgt.capability)
+def _has_dot(fn) -> bool:
+    return any(op.name in ("dot", "dot_scaled") for op in fn.walk())
+
+
+def _caps(fn, tgt, n_regs: int, threads: int, shared: int) -> list[int]:
+    """The register caps worth a relink (kiln.codegen.occupancy)."""
+    if _has_dot(fn):
+        return occupancy.second_cta_cap(n_regs, threads, shared, tgt.capability)
+    return occupancy.tighter_caps(n_regs, threads, shared, tgt.capability)
+
+
+def _occupancy_link(ptx: str, tgt, caps: list[int]):
+    """(ptx, cubin, regs, spills) relinked under the fewest-register cap of `caps` that
+    neither spills nor serializes wgmmas, or None when none does."""
 
     def link(cap):
         capped = occupancy.with_register_cap(ptx, cap)
@@ -159,10 +168,11 @@ def compile(fn, target: str = "sm_90a", options: dict | None = None, check: bool
         n_regs, n_spills = nvjitlink.resource_usage(info)
         threads = 32 * opts["num_warps"]
         if "maxnreg" not in opts and not n_spills:
-            capped = _occupancy_link(ptx, tgt, n_regs, threads, shared)
+            caps = _caps(fn, tgt, n_regs, threads, shared)
+            capped = _occupancy_link(ptx, tgt, caps)
             if capped is not None:
                 ptx, cubin, n_regs, n_spills = capped
-            elif _persistent(arg_layout) and occupancy.tighter_caps(n_regs, threads, shared, tgt.capability):
+            elif caps and _persistent(arg_layout):
                 # no cap fits another CTA without spilling: the tile loop of the persistent
                 # form keeps registers live that the tile kernel as written may not need
                 plain = compile(_without_persistence(fn), target, options, check, link)

@@ -6,10 +6,11 @@ layer norm of bench/kernels.py gets 47 registers per thread where Triton's bundl
 kernel hides latency with resident warps, and on the H200 capping that kernel to reach
 more CTAs per SM gained 3-8% (bench/occupancy_probe.py). So after the first link a kernel
 is relinked with the smallest cap that raises its CTAs per SM (as far as its shared memory
-allows) and neither spills nor makes ptxas serialize wgmmas. Tensor-core kernels too: the
-W8A16 matmul at 128x128 tiles over 8 warps went from 147 registers to 128 and from one
-CTA per SM to two, 1.25x; attention's backward kernels moved by under 1% (H200,
-2026-11-24). A kernel given `maxnreg` keeps it.
+allows) and neither spills nor makes ptxas serialize wgmmas. A tensor-core kernel is capped
+only where that gives a lone CTA a second one: the W8A16 matmul at 128x128 tiles over 8 warps
+went from 147 registers to 128 and from one CTA per SM to two, 1.25x, while attention's
+backward dQ kernel capped from 2 CTAs to 3 ran ~1% slower (H200, 2026-11-24). A kernel given
+`maxnreg` keeps it.
 """
 from __future__ import annotations
 
@@ -60,6 +61,15 @@ def tighter_caps(registers: int, threads: int, shared: int, capability: int) -> 
         if MIN_CAP <= cap < registers:
             caps.add(cap)
     return sorted(caps)
+
+
+def second_cta_cap(registers: int, threads: int, shared: int, capability: int) -> list[int]:
+    """[the cap that lets a second CTA join a lone one], or [] where the kernel already has
+    company or shared memory leaves no room."""
+    if ctas_per_sm(registers, threads, shared, capability) != 1:
+        return []
+    return [cap for cap in tighter_caps(registers, threads, shared, capability)
+            if ctas_per_sm(cap, threads, shared, capability) == 2][-1:]
 
 
 def with_register_cap(ptx: str, cap: int) -> str:

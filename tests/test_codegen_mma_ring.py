@@ -10,7 +10,7 @@ import pytest
 
 import kiln
 import kiln.language as tl
-from kiln.codegen import compile as compile_ir, nvjitlink
+from kiln.codegen import compile as compile_ir, nvjitlink, occupancy
 from kiln.codegen.target import parse_target
 from kiln.ir import parse_function
 
@@ -275,6 +275,7 @@ def test_a_staged_b_over_two_warpgroups_takes_a_tight_ring_where_it_fits_two_cta
     assert after_wait.index("barrier") < after_wait.index("async_copy")
     k = compile_ir(parse_function(kir), "sm_90a", {"num_warps": 8, "num_stages": 3})
     assert k.metadata["shared"] <= 113 * 1024 and k.n_spills == 0
+    assert occupancy.ctas_per_sm(k.n_regs, 256, k.metadata["shared"], 90) == 2  # registers capped to 128
 
 
 def test_a_b_computed_in_the_loop_on_the_emulator_matches_numpy():

@@ -60,16 +60,16 @@ def test_memory_bound_kernel_is_capped_for_occupancy():
     assert after > before and auto.n_spills == 0
 
 
-def test_dot_kernel_is_capped_where_shared_memory_leaves_room():
-    from kiln.codegen import nvjitlink
-    from kiln.codegen.target import parse_target
-    free = compile(kernel("dot_f16"), "sm_90a", {"num_warps": 4, "maxnreg": 255})
-    auto = compile(kernel("dot_f16"), "sm_90a", {"num_warps": 4})
-    before = occupancy.ctas_per_sm(free.n_regs, 128, free.shared, 90)
-    after = occupancy.ctas_per_sm(auto.n_regs, 128, auto.shared, 90)
-    assert ".maxnreg" in auto.ptx and after > before and auto.n_spills == 0
-    _, info = nvjitlink.link_cubin(auto.ptx, parse_target("sm_90a"))
-    assert not nvjitlink.wgmma_serialized(info)
+def test_a_tensor_core_kernel_is_capped_only_to_give_a_lone_cta_a_second():
+    assert occupancy.second_cta_cap(147, 256, 108544, 90) == [128]       # W8A16 128x128 over 8 warps
+    assert occupancy.second_cta_cap(180, 128, 66560, 90) == []           # 2 CTAs already: ILP first
+    assert occupancy.second_cta_cap(155, 256, 198656, 90) == []          # shared memory holds one only
+    assert occupancy.second_cta_cap(200, 256, 0, 90) == [128]            # not [80, 96]: 3 or 4 CTAs
+
+
+def test_dot_kernel_with_company_keeps_the_assemblers_choice():
+    k = compile(kernel("dot_f16"), "sm_90a", {"num_warps": 4})
+    assert occupancy.ctas_per_sm(k.n_regs, 128, k.shared, 90) > 1 and ".maxnreg" not in k.ptx
 
 
 def test_a_cap_ptxas_refuses_counts_as_one_that_spills(monkeypatch):
@@ -87,7 +87,7 @@ def test_a_cap_ptxas_refuses_counts_as_one_that_spills(monkeypatch):
         return b"cubin", f"info    : used {cap} registers, used 1 barriers, 0 stack, 0 bytes smem, 0 bytes lmem\n"
     monkeypatch.setattr(nvjitlink, "link_cubin", link_cubin)
     ptx = ".visible .entry k(\n)\n.maxntid 128, 1, 1\n{\nret;\n}\n"
-    got = compiler._occupancy_link(ptx, parse_target("sm_90a"), 200, 128, 0)
+    got = compiler._occupancy_link(ptx, parse_target("sm_90a"), occupancy.tighter_caps(200, 128, 0, 90))
     assert got is not None and got[2] == 64 and ".maxnreg 64" in got[0]
     assert min(tried) < 64
 
