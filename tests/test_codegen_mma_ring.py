@@ -295,6 +295,67 @@ def test_a_b_computed_in_the_loop_on_the_gpu_matches_numpy():
         np.testing.assert_allclose(got.cpu().numpy(), _dequant_reference(a, w, s, 64), atol=0.05, rtol=1e-3)
 
 
+@kiln.jit
+def _int4_matmul(A, B, S, C, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP: tl.constexpr):
+    """GPTQ-style W4A16: eight int4 weights per int32 along K (B is [K // 8, BN]), each row of
+    the loaded tile repeated for the eight rows it packs and shifted to its own nibble."""
+    rm, rn, rk = tl.arange(0, BM), tl.arange(0, BN), tl.arange(0, BK)
+    a_ptrs = A + rm[:, None] * K + rk[None, :]
+    b_ptrs = B + (rk[:, None] // 8) * BN + rn[None, :]
+    shifter = (rk % 8) * 4
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k in range(0, K // BK):
+        b = (tl.load(b_ptrs) >> shifter[:, None]) & 0xF
+        s = tl.load(S + ((k * BK) // GROUP) * BN + rn)
+        acc += tl.dot(tl.load(a_ptrs), (b - 8).to(tl.float16) * s[None, :])
+        a_ptrs += BK
+        b_ptrs += (BK // 8) * BN
+    tl.store(C + rm[:, None] * BN + rn[None, :], acc)
+
+
+def _int4_operands(M=64, N=64, K=256, group=64):
+    rng = np.random.default_rng(3)
+    a = (rng.standard_normal((M, K)) / 4).astype(np.float16)
+    q = rng.integers(0, 16, (K, N)).astype(np.uint32)
+    packed = np.zeros((K // 8, N), np.uint32)
+    for i in range(8):
+        packed |= q[i::8] << (4 * i)
+    s = (rng.random((K // group, N)) / 8 + 0.01).astype(np.float16)
+    want = a.astype(np.float64) @ ((q.astype(np.float16) - np.float16(8)) * np.repeat(s, group, 0)).astype(np.float64)
+    return a, packed.view(np.int32), s, want
+
+
+def check_int4(kir, num_warps):
+    from kiln.codegen.emulate import run_on_cpu
+    a, b, s, want = _int4_operands()
+    c = np.zeros((64, 64), np.float32)
+    run_on_cpu(parse_function(kir), (1,), [a, b, s, c, 256], num_warps=num_warps)
+    return float(np.abs(c - want).max())
+
+
+def test_int4_weights_unpacked_in_the_loop_come_through_a_ring_and_match_numpy():
+    a, b, s, _ = _int4_operands()
+    kir = _int4_matmul.warmup(a, b, s, np.zeros((64, 64), np.float32), 256, BM=64, BN=64, BK=64, GROUP=64,
+                              num_warps=4, num_stages=3, target="sm_90a").asm["kir"]
+    text = _optimized(kir, "sm_90a", num_warps=4, num_stages=3)
+    loop = text[text.index(" = for "):]
+    assert "warp_group_dot" in loop and "local_load" in loop and "smem<64x64xint32:" in loop
+    assert in_child(check_int4, kir, 4) < 1e-4
+
+
+@pytest.mark.gpu
+def test_int4_weights_on_the_gpu_match_numpy():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    a, b, s, want = _int4_operands()
+    got = torch.zeros((64, 64), device="cuda")
+    for warps in (4, 8):
+        _int4_matmul[(1,)](*(torch.from_numpy(x).cuda() for x in (a, b, s)), got, 256, BM=64, BN=64, BK=64, GROUP=64,
+                           num_warps=warps, num_stages=3)
+        np.testing.assert_allclose(got.cpu().numpy(), want, atol=2e-3, rtol=1e-3)
+
+
 @pytest.mark.parametrize("target", ["sm_80", "sm_90a"])
 def test_a_tile_too_small_for_4_byte_copies_per_thread_stays_off_the_ring(target):
     """64x8 int8 B over 8 warps: 2 bytes per thread, and cp.async moves 4 at least."""
