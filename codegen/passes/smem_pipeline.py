@@ -45,8 +45,8 @@ iteration i - 1), which is why the ring has one tile more than there are stages.
 S + 1 tiles do not fit even at S = 2 (a 256x128 fp16 matmul tile pair is 96 KB), or where
 a loop that stages an operand fits one more CTA per SM with S tiles than with S + 1, the ring
 has S tiles ("tight"): the copy of iteration i + S-1 then overwrites what the dots of
-iteration i - 1 read, so it waits until they retired (every dot's wait comes before it,
-and with two warpgroups a barrier, since each waits for its own dots only).
+iteration i - 1 read, so it waits until they retired: every dot's wait comes before it,
+then a barrier, since each warp waits for its own part only.
 
 A ring load may also be a host TensorDescriptor's `descriptor_load` (2-D, its map a
 kernel argument): its ring is filled by TMA instead, thread 0 announcing each slot's
@@ -93,15 +93,15 @@ name = "smem_pipeline"
 WGMMA_INPUTS = {"fp16": "fp32", "bf16": "fp32", "fp8e4nv": "fp32", "fp8e5": "fp32", "fp32": "fp32", "int8": "int32"}
 TRANSPOSABLE = ("fp16", "bf16")  # wgmma reads M- or N-major tiles of 16-bit types only
 ALIGN = 1024  # a 128-byte swizzle repeats every 8 rows of 128 bytes
-def staged_slots(kind, warpgroups: int, ringed: bool) -> int:
+def staged_slots(kind, ringed: bool) -> int:
     """Tiles of a staged operand's ring; the store of iteration i reuses the tile of
     iteration i - slots. An mma.sync dot has read its tile once its ldmatrix loads
-    returned, and a wgmma dot left in flight is retired by its warpgroup's wait in the next
-    iteration: two slots, where one warpgroup runs the dots or where the loop has rings
-    (the barrier at the top of iteration i then follows every warpgroup's wait of iteration
-    i-1). Else three: two warpgroups splitting N write columns the other one reads, and
-    that one's dot of i-2 is only known retired at the staging barrier of iteration i-1."""
-    return 3 if kind == "wgmma" and warpgroups > 1 and not ringed else 2
+    returned: two slots. A wgmma dot left in flight is retired by each warp's wait in the
+    next iteration, and a warp knows the other warps' parts retired (each warp of a
+    warpgroup runs its rows on its own tensor core) only after a barrier that follows their
+    waits: two slots where the loop has rings (the barrier at the top of iteration i follows
+    the waits of iteration i-1), else three (the staging barrier of iteration i-1)."""
+    return 3 if kind == "wgmma" and not ringed else 2
 
 
 def enabled(ctx) -> bool:
@@ -132,7 +132,7 @@ def apply(fn, ctx) -> None:
                                         if op.name == "descriptor_load" and not (kind == "wgmma" and _tma_ok(op, fn))])
             plan = _plan(loop, stages, fn, ctx, kind)
             if plan is not None:
-                _rewrite(loop, *plan, stored, warpgroups=ctx.num_warps // 4, kind=kind, portable=ctx.portable)
+                _rewrite(loop, *plan, stored, kind=kind, portable=ctx.portable)
                 fetched = plan[-1]
                 if fetched:  # a dequantized operand: the loop's other loads (1-D scales) one iteration ahead
                     prefetch.pipeline(loop, shared_ok=True)
@@ -429,7 +429,7 @@ def _plan(loop, stages, fn, ctx, kind):
     once = {(id(src[1]), src[2]): src[2].nbytes for _, sources in dots.values() for src, _ in sources if src[0] == "once"}
     budget -= sum(once.values())
     staged = {id(src[1]): src[2].nbytes for _, sources in dots.values() for src, _ in sources if src[0] == "staged"}
-    slots = staged_slots(kind, ctx.num_warps // 4, ringed=bool(rings))
+    slots = staged_slots(kind, ringed=bool(rings))
     budget -= slots * sum(staged.values())
     spare = 1 if kind == "wgmma" else 0  # mma.sync dots are done when their loads are: no spare tile
     while stages > 2 and (stages + spare) * stage_bytes > budget:
@@ -532,7 +532,7 @@ def _advance(out, copies, body, arg_index, current, iv_at):
     return {a: mapping.get(yields[arg_index[a]], yields[arg_index[a]]) for a in used}
 
 
-def _rewrite(loop, dots, copies, stages, step, ring_size, slots, fetched, stored_earlier, warpgroups=1, kind="wgmma",
+def _rewrite(loop, dots, copies, stages, step, ring_size, slots, fetched, stored_earlier, kind="wgmma",
              portable=False):
     body = loop.regions[0]
     iv, args = body.args[0], body.args[1:]
@@ -669,7 +669,7 @@ def _rewrite(loop, dots, copies, stages, step, ring_size, slots, fetched, stored
         if carried_only or tight:
             new.append(wait)
         if copies and not tail and op is order[-1]:
-            if tight and warpgroups > 1:
+            if tight:  # every warp's part of the dots of i - 1 retired
                 _op(new, "barrier", [], (), loc)
             tail = _issue_ahead(new, copies, ring_list, body, arg_index, ahead, used, iv, step, stages,
                                 ub, (read_slot, write_slot), ring_size, loc, bars)
