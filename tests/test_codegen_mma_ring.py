@@ -296,6 +296,46 @@ def test_a_b_computed_in_the_loop_on_the_gpu_matches_numpy():
 
 
 @kiln.jit
+def _zero_point_matmul(A, W, Z, S, C, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    """C = A @ ((W - Z) * S) with the product in fp32: int8 weights with a zero point and
+    fp32 scale per column and k-block."""
+    rm, rn, rk = tl.arange(0, BM), tl.arange(0, BN), tl.arange(0, BK)
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k in range(0, K, BK):
+        a = tl.load(A + rm[:, None] * K + (k + rk)[None, :])
+        w = tl.load(W + (k + rk)[:, None] * BN + rn[None, :])
+        z = tl.load(Z + (k // BK) * BN + rn)
+        s = tl.load(S + (k // BK) * BN + rn)
+        acc = tl.dot(a, ((w - z[None, :]).to(tl.float32) * s[None, :]).to(tl.float16), acc)
+    tl.store(C + rm[:, None] * BN + rn[None, :], acc)
+
+
+def check_zero_point(kir, num_warps):
+    from kiln.codegen.emulate import run_on_cpu
+    a, w, s = _dequant_operands()
+    z = np.random.default_rng(5).integers(-3, 4, (4, 64)).astype(np.int8)
+    c = np.zeros((64, 64), np.float32)
+    run_on_cpu(parse_function(kir), (1,), [a, w, z, s.astype(np.float32), c, 256], num_warps=num_warps)
+    b = ((w.astype(np.int32) - np.repeat(z, 64, 0)).astype(np.float32) * np.repeat(s.astype(np.float32), 64, 0))
+    return float(np.abs(c - a.astype(np.float64) @ b.astype(np.float16).astype(np.float64)).max())
+
+
+def test_a_scale_beside_converted_weights_takes_their_layout_through_a_zero_point():
+    """The scale multiplies (w - z).to(fp32), not the tile read back itself: its load still
+    takes a slice of the read-back tile's layout, so the 64x64 fp32 product (the
+    accumulator's shape) is not converted through shared memory every iteration."""
+    a, w, s = _dequant_operands()
+    z = np.zeros((4, 64), np.int8)
+    kir = _zero_point_matmul.warmup(a, w, z, s.astype(np.float32), np.zeros((64, 64), np.float32), 256, BM=64, BN=64,
+                                    BK=64, num_warps=4, num_stages=3, target="sm_90a").asm["kir"]
+    for target in ("sm_90a", "sm_80"):
+        text = _optimized(kir, target, num_warps=4, num_stages=3)
+        loop = text[text.index(" = for "):text.index("yield")]
+        assert not [line for line in loop.splitlines() if "= convert_layout" in line and "64x64xfp" in line]
+    assert in_child(check_zero_point, kir, 4) < 1e-2
+
+
+@kiln.jit
 def _int4_matmul(A, B, S, C, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP: tl.constexpr):
     """GPTQ-style W4A16: eight int4 weights per int32 along K (B is [K // 8, BN]), each row of
     the loaded tile repeated for the eight rows it packs and shifted to its own nibble."""

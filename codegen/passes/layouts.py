@@ -127,6 +127,28 @@ def mma_eligible(op, ctx) -> bool:
             and s_acc.name != "fp64" and M % 16 == 0 and N % 8 == 0 and K % 16 == 0)
 
 
+ELEMENTWISE_BETWEEN = {"cast", "bitcast", "add", "sub", "mul", "div", "and", "or", "xor", "shl", "shr", "min", "max",
+                       "select"}
+
+
+def _read_back_under(v, depth: int = 6):
+    """The `local_load` that block value `v` is computed from through elementwise ops of
+    its shape (casts, a zero point subtracted, a nibble shifted out), or None."""
+    op = v.defining_op
+    if op is None or depth == 0:
+        return None
+    if op.name == "local_load":
+        return op
+    if op.name not in ELEMENTWISE_BETWEEN:
+        return None
+    for x in op.operands:
+        if isinstance(x.type, block_type) and tuple(x.type.shape) == tuple(v.type.shape):
+            found = _read_back_under(x, depth - 1)
+            if found is not None:
+                return found
+    return None
+
+
 def _loads_behind(v) -> list:
     """The loads `v` is: its own, or those of a loop-carried value (prefetched: the first
     before the loop, the next in the body), else none."""
@@ -240,13 +262,12 @@ class _Assigner:
 
     def read_back_beside(self, v, users):
         """The layout of a tile read back (`local_load`) that an elementwise user of `v`
-        combines it with, through casts; else None."""
+        combines it with, through elementwise ops of its shape (`(w - zero).to(f32) * scale`);
+        else None."""
         for user in users.get(v, []):
             for other in user.operands:
-                src = other.defining_op
-                while src is not None and src.name == "cast":
-                    src = src.operands[0].defining_op
-                if other is not v and src is not None and src.name == "local_load":
+                src = _read_back_under(other) if other is not v else None
+                if src is not None:
                     return self.local_load_layout(src)
         return None
 
