@@ -98,16 +98,24 @@ def lower_to_llvm(fn, tgt, opts: dict, check: bool = False, portable: bool = Fal
 
 def _lower_to_llvm(fn, tgt, opts: dict, check: bool, portable: bool):
     verify(fn)
-    work = parse_function(print_function(fn))  # a private copy for the passes to rewrite
-    ctx = PassContext(tgt, opts["num_warps"], opts["num_stages"], maxnreg=opts.get("maxnreg"),
-                      fp_fusion=bool(opts.get("enable_fp_fusion", 1)), portable=portable)
-    run_passes(work, ctx, check=check)
-    kir = print_function(work)
-    try:
-        llir, arg_layout, shared = lower_function(work, ctx)
-    except LoweringError as e:
-        raise CompileError(f"{fn.name}: {e}") from None
-    return kir, llir, arg_layout, shared
+    text = print_function(fn)
+    limit = occupancy.max_shared_per_cta(tgt.capability) if tgt.capability in occupancy.SM_CAPABILITIES else None
+    reserve = 0
+    for _ in range(3):
+        work = parse_function(text)  # a private copy for the passes to rewrite
+        ctx = PassContext(tgt, opts["num_warps"], opts["num_stages"], maxnreg=opts.get("maxnreg"),
+                          fp_fusion=bool(opts.get("enable_fp_fusion", 1)), portable=portable, shared_reserve=reserve)
+        run_passes(work, ctx, check=check)
+        try:
+            llir, arg_layout, shared = lower_function(work, ctx)
+        except LoweringError as e:
+            raise CompileError(f"{fn.name}: {e}") from None
+        if limit is None or portable or shared <= limit or not ctx.shared_allocated:
+            break
+        # the rings were planned without the transient scratch (layout conversions), which
+        # lowering sized: plan them again with that much less room (fewer stages, a tight ring)
+        reserve += shared - limit
+    return print_function(work), llir, arg_layout, shared
 
 
 def _without_persistence(fn):

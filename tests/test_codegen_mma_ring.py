@@ -336,6 +336,34 @@ def test_a_scale_beside_converted_weights_takes_their_layout_through_a_zero_poin
 
 
 @kiln.jit
+def _linear_dequant(A, W, S, C, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    """C = A @ (W * S)^T with W int8 as nn.Linear keeps it, [BN, K]: each tile is read
+    transposed, and its transpose moves through shared memory (scratch beside the rings)."""
+    rm, rn, rk = tl.arange(0, BM), tl.arange(0, BN), tl.arange(0, BK)
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k in range(0, K, BK):
+        a = tl.load(A + rm[:, None] * K + (k + rk)[None, :])
+        w = tl.trans(tl.load(W + rn[:, None] * K + (k + rk)[None, :]))
+        s = tl.load(S + (k // BK) * BN + rn)
+        acc = tl.dot(a, w.to(tl.float16) * s[None, :], acc)
+    tl.store(C + rm[:, None] * BN + rn[None, :], acc)
+
+
+def test_rings_are_planned_again_when_lowering_scratch_overflows_shared_memory():
+    """64x128x128 over 4 stages: 5 ring tiles of 32 KB and the staged B fit the budget the
+    ring planner sees, but the transpose's scratch does not fit beside them; the compile
+    plans the rings again with that much less room and the kernel fits."""
+    from kiln.codegen import occupancy
+    a = np.zeros((64, 512), np.float16)
+    w = np.zeros((128, 512), np.int8)
+    s = np.zeros((4, 128), np.float16)
+    kir = _linear_dequant.warmup(a, w, s, np.zeros((64, 128), np.float32), 512, BM=64, BN=128, BK=128,
+                                 num_warps=4, num_stages=4, target="sm_90a").asm["kir"]
+    k = compile_ir(parse_function(kir), "sm_90a", {"num_warps": 4, "num_stages": 4}, check=True)
+    assert k.metadata["shared"] <= occupancy.max_shared_per_cta(90) and "wgmma.mma_async" in k.ptx
+
+
+@kiln.jit
 def _int4_matmul(A, B, S, C, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP: tl.constexpr):
     """GPTQ-style W4A16: eight int4 weights per int32 along K (B is [K // 8, BN]), each row of
     the loaded tile repeated for the eight rows it packs and shifted to its own nibble."""

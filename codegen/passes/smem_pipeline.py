@@ -425,7 +425,7 @@ def _plan(loop, stages, fn, ctx, kind):
         return None
     stage_bytes = sum(ring[1].nbytes for ring in rings)
     reserve = ALIGN * (2 if any(is_tma(r[0]) for r in rings) else 1)  # alignment; the mbarriers
-    budget = max_shared_per_cta(ctx.target.capability) - reserve
+    budget = max_shared_per_cta(ctx.target.capability) - reserve - ctx.shared_reserve
     once = {(id(src[1]), src[2]): src[2].nbytes for _, sources in dots.values() for src, _ in sources if src[0] == "once"}
     budget -= sum(once.values())
     staged = {id(src[1]): src[2].nbytes for _, sources in dots.values() for src, _ in sources if src[0] == "staged"}
