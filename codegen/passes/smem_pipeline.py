@@ -97,9 +97,8 @@ def staged_slots(kind, ringed: bool) -> int:
     """Tiles of a staged operand's ring; the store of iteration i reuses the tile of
     iteration i - slots. An mma.sync dot has read its tile once its ldmatrix loads
     returned: two slots. A wgmma dot left in flight is retired by each warp's wait in the
-    next iteration, and a warp knows the other warps' parts retired (each warp of a
-    warpgroup runs its rows on its own tensor core) only after a barrier that follows their
-    waits: two slots where the loop has rings (the barrier at the top of iteration i follows
+    next iteration, and a warp knows the other warps' parts retired (the ISA promises a
+    warp's wait no more than its own part) only after a barrier that follows their waits: two slots where the loop has rings (the barrier at the top of iteration i follows
     the waits of iteration i-1), else three (the staging barrier of iteration i-1)."""
     return 3 if kind == "wgmma" and not ringed else 2
 
@@ -442,7 +441,7 @@ def _plan(loop, stages, fn, ctx, kind):
     elif staged and spare:
         # a dot of a staged operand: a CTA's warps already meet at a barrier between its
         # stores and its dots, so a tight ring's barrier costs little where it lets one
-        # more CTA share the SM (W8A16, 128x128 tiles over 8 warps: 2 CTAs, 1.2x)
+        # more CTA share the SM (W8A16, 128x128 tiles over 8 warps: 2 CTAs, 1.25x)
         fixed = sum(once.values()) + slots * sum(staged.values()) + reserve
         capability = ctx.target.capability
         if ctas_by_shared(fixed + stages * stage_bytes, capability) > ctas_by_shared(fixed + ring_size * stage_bytes,
