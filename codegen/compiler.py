@@ -99,7 +99,7 @@ def lower_to_llvm(fn, tgt, opts: dict, check: bool = False, portable: bool = Fal
 def _lower_to_llvm(fn, tgt, opts: dict, check: bool, portable: bool):
     verify(fn)
     text = print_function(fn)
-    limit = occupancy.max_shared_per_cta(tgt.capability) if tgt.capability in occupancy.SM_CAPABILITIES else None
+    limit = occupancy.max_shared_per_cta(tgt.capability)
     reserve = 0
     for _ in range(3):
         work = parse_function(text)  # a private copy for the passes to rewrite
@@ -110,7 +110,7 @@ def _lower_to_llvm(fn, tgt, opts: dict, check: bool, portable: bool):
             llir, arg_layout, shared = lower_function(work, ctx)
         except LoweringError as e:
             raise CompileError(f"{fn.name}: {e}") from None
-        if limit is None or portable or shared <= limit or not ctx.shared_allocated:
+        if portable or shared <= limit or not ctx.shared_allocated:
             break
         # the rings were planned without the transient scratch (layout conversions), which
         # lowering sized: plan them again with that much less room (fewer stages, a tight ring)

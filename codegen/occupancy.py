@@ -27,7 +27,6 @@ _SM_LIMITS = {
     90: (64, 32, 228 * 1024), 100: (64, 32, 228 * 1024), 101: (48, 24, 228 * 1024), 103: (64, 32, 228 * 1024),
     120: (48, 24, 100 * 1024), 121: (48, 24, 100 * 1024),
 }
-SM_CAPABILITIES = frozenset(_SM_LIMITS)
 _RESERVED_SHARED_PER_CTA = 1024  # the driver's own shared memory per CTA (sm_80 and newer)
 
 
