@@ -160,6 +160,40 @@ def matmul_device_descriptor_kernel(a_ptr, b_ptr, c_ptr, M, N, K, BLOCK_M: tl.co
 
 
 @triton.jit
+def grouped_matmul_kernel(a_ptrs, b_ptrs, c_ptrs, sizes, n_groups, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                          BLOCK_K: tl.constexpr):
+    """C_g = A_g @ B_g^T for n_groups fp16 problems whose addresses (int64 arrays) and sizes
+    (M, N, K per group) are read from memory, through descriptors made in the kernel (the
+    shape of Triton 3.6's tutorial 08 TMA kernel); the programs walk all groups' tiles."""
+    tile = tl.program_id(0)
+    first = 0
+    for g in range(n_groups):
+        M = tl.load(sizes + 3 * g)
+        N = tl.load(sizes + 3 * g + 1)
+        K = tl.load(sizes + 3 * g + 2)
+        tiles_n = tl.cdiv(N, BLOCK_N)
+        tiles = tl.cdiv(M, BLOCK_M) * tiles_n
+        if tile >= first and tile < first + tiles:
+            a_desc = tl.make_tensor_descriptor(tl.load(a_ptrs + g).to(tl.pointer_type(tl.float16)), shape=[M, K],
+                                               strides=[K, 1], block_shape=[BLOCK_M, BLOCK_K])
+            b_desc = tl.make_tensor_descriptor(tl.load(b_ptrs + g).to(tl.pointer_type(tl.float16)), shape=[N, K],
+                                               strides=[K, 1], block_shape=[BLOCK_N, BLOCK_K])
+            c_desc = tl.make_tensor_descriptor(tl.load(c_ptrs + g).to(tl.pointer_type(tl.float16)), shape=[M, N],
+                                               strides=[N, 1], block_shape=[BLOCK_M, BLOCK_N])
+            while tile >= first and tile < first + tiles:
+                pid_m = (tile - first) // tiles_n
+                pid_n = (tile - first) % tiles_n
+                acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+                for k in range(0, tl.cdiv(K, BLOCK_K)):
+                    a = a_desc.load([pid_m * BLOCK_M, k * BLOCK_K])
+                    b = b_desc.load([pid_n * BLOCK_N, k * BLOCK_K])
+                    acc = tl.dot(a, b.T, acc)
+                c_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N], acc.to(tl.float16))
+                tile += tl.num_programs(0)
+        first += tiles
+
+
+@triton.jit
 def _attention_block(acc, row_sum, row_max, q, k_ptrs, v_ptrs, stride_kn, stride_vn, qk_scale, lo, hi, offs_m, offs_n,
                      BLOCK_N: tl.constexpr, DIAGONAL: tl.constexpr):
     """Keys lo .. hi for one block of query rows: the rows' running maximum and sum of

@@ -38,7 +38,27 @@ def _args(value) -> bool:
     return (type(value) is list and len(value) <= 65536
             and all(type(a) is dict and all(type(k) is str and _text(v) for k, v in a.items())
                     and _tma_box_ok(a.get("tma_box")) and _tma_of_ok(a.get("tma_of"))
-                    and a.get("launch_grid") in (None, "0", "1", "2") for a in value))
+                    and a.get("launch_grid") in (None, "0", "1", "2") and _scratch_ok(a.get("global_scratch"))
+                    for a in value))
+
+
+def parse_global_scratch(text) -> int | None:
+    """Bytes of global scratch each CTA takes through this argument (`"global_scratch":
+    "256"`: two TMA maps the kernel makes, kiln.codegen.lower.tma), None for none;
+    MetadataError otherwise."""
+    if text is None:
+        return None
+    if type(text) is not str or not text.isdigit() or len(text) > 6 or int(text) % 128:
+        raise MetadataError(f"not a global scratch size (a multiple of 128 bytes): {text!r:.60}")
+    return int(text)
+
+
+def _scratch_ok(text) -> bool:
+    try:
+        parse_global_scratch(text)
+    except MetadataError:
+        return False
+    return True
 
 
 _TMA_BOX = re.compile(r"(\d{1,3})x(\d{1,3}):swizzle(32|64|128)\Z")

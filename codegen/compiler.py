@@ -6,6 +6,7 @@ process and ship back `CompiledKernel.to_dict()`.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import gc
 from dataclasses import dataclass, field
 
@@ -164,6 +165,8 @@ def compile(fn, target: str = "sm_90a", options: dict | None = None, check: bool
     tgt = parse_target(target)
     opts = _options(options)
     kir, llir, arg_layout, shared = lower_to_llvm(fn, tgt, opts, check=check)
+    if any("global_scratch" in a for a in arg_layout):  # tensormap.replace came with PTX ISA 8.3
+        tgt = dataclasses.replace(tgt, ptx_version=max(tgt.ptx_version, 83))
     mod = backend.optimize(llir, tgt, fn.name)
     ptx = backend.emit_ptx(mod, tgt)
     cubin, n_regs, n_spills = b"", 0, 0

@@ -34,7 +34,10 @@ def next_power_of_2(n: int) -> int:
 
 
 def set_allocator(allocator) -> None:
-    """Accepted for Triton's device-side tensor descriptors: kiln lowers them to plain loads and
-    stores, so they need no global scratch memory and the allocator is never called."""
+    """Triton's: who provides the global scratch in which kernels write the TMA maps of their
+    device-side tensor descriptors, `allocator(size, alignment, stream)`; without one kiln
+    takes it from the driver's stream-ordered pool (kiln.runtime.scratch)."""
+    from .runtime.scratch import set_allocator as set_scratch_allocator
+    set_scratch_allocator(allocator)
 
 _sys.modules[__name__ + ".knobs"] = knobs

@@ -166,14 +166,15 @@ class CompiledKernel:
         return without_unread_loop_hints(ir), codegen_options(self.options)
 
     def build(self, target: str):
-        """Compile for `target` once; the result also fills `asm` and `metadata`."""
+        """Compile for `target` once; `asm` and `metadata` then show that target's binary
+        (also when it was built before another target's)."""
         binary = self.binaries.get(target)
         if binary is None:
             ir, options = self.binary_inputs()
             binary = compile_binary(ir, target, options)
             self.binaries[target] = binary
-            self._asm.update(llir=binary.llir, ptx=binary.ptx, cubin=binary.cubin)
-            self.metadata.update(binary.metadata)
+        self._asm.update(llir=binary.llir, ptx=binary.ptx, cubin=binary.cubin)
+        self.metadata.update(binary.metadata)
         return binary
 
     def launch(self, grid, args, stream=None):

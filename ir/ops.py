@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-from .types import block_type, dtype, int1, int32, int64, is_power_of_two, pointer_type, scalar_of, shared_type, tensormap
+from .types import block_type, dtype, int1, int8, int32, int64, is_power_of_two, pointer_type, scalar_of, shared_type, tensormap
 
 # name -> (kinds accepted)
 BINARY_OPS = {
@@ -518,6 +518,22 @@ def _check_tma_expect(op):
     return err or (None if op.operands[1].type == int1 else "the predicate is an int1 scalar")
 
 
+def _check_tensormap_create(op):
+    scratch, base, *sizes = op.operands
+    if not isinstance(scratch.type, pointer_type) or scratch.type.element_ty != int8 or _shape(scratch.type):
+        return "the first operand is the global scratch (a scalar int8 pointer)"
+    if not isinstance(base.type, pointer_type) or _shape(base.type):
+        return "the base is a scalar pointer"
+    if len(sizes) != 3 or any(s.type != int32 for s in sizes):
+        return "tensormap_create takes the inner extent, outer extent and outer stride as int32 scalars"
+    if op.results[0].type != tensormap:
+        return "tensormap_create makes a tensormap"
+    box = op.attrs.get("box")
+    if box is not None and (not isinstance(box, list) or len(box) != 3
+                            or not all(isinstance(b, int) and not isinstance(b, bool) and 0 < b <= 256 for b in box)):
+        return "box is [inner elements, rows, swizzle bytes], each from 1 to 256"
+
+
 def _check_tma_copy(op):
     tmap, tile, bar, pred, *coords = op.operands
     if tmap.type != tensormap:
@@ -671,6 +687,10 @@ OPS.update({
                            notes="bar, parity: every thread waits until the phase of that parity completed"),
     "tma_expect": OpDef((2, 2), results=(0, 0), attrs=("bytes",), check=_check_tma_expect, side_effects=True,
                         notes="bar, pred: thread 0 arrives, expecting `bytes` of bulk copies on bar"),
+    "tensormap_create": OpDef((5, 5), check=_check_tensormap_create, side_effects=True,
+                              notes="scratch, base, inner extent, outer extent, outer stride (elements): thread 0 "
+                                    "writes a 2-D TMA map of `base` into this CTA's slot of the global scratch; "
+                                    "attr box = [inner, rows, swizzle] (smem_pipeline)"),
     "tma_copy": OpDef((6, 6), results=(0, 0), check=_check_tma_copy, side_effects=True,
                       notes="tensormap, tile, bar, pred, c0, c1: thread 0's TMA copy of the box at (c0, c1), "
                             "completing on bar; out-of-bounds elements are zero"),
@@ -683,4 +703,5 @@ SHAPE_CHECK = _check_shape_pow2
 # interpreter has no use for them
 GPU_STAGE_OPS = frozenset({"convert_layout", "local_alloc", "local_index", "local_trans", "local_store", "local_load", "async_copy", "async_commit", "async_wait",
                            "fence_async_shared", "warp_group_dot", "warp_group_dot_wait", "mma_dot",
-                           "mbarrier_init", "mbarrier_inval", "mbarrier_wait", "tma_expect", "tma_copy"})
+                           "mbarrier_init", "mbarrier_inval", "mbarrier_wait", "tma_expect", "tma_copy",
+                           "tensormap_create"})

@@ -43,6 +43,17 @@ def test_warmup_with_a_target_builds_without_a_gpu(tmp_path, monkeypatch):
     assert ".target sm_80" in kernel.asm["ptx"] and kernel.asm["cubin"]
 
 
+def test_warmup_for_a_target_built_before_shows_that_targets_code(tmp_path, monkeypatch):
+    """One kernel object per specialization holds a binary per target: asking again for a
+    target built earlier shows its code, not the last one built."""
+    monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path))
+    x = np.zeros(64, np.float32)
+    copy_kernel.warmup(x, x, 64, BLOCK=64, target="sm_90a")
+    copy_kernel.warmup(x, x, 64, BLOCK=64, target="sm_80")
+    kernel = copy_kernel.warmup(x, x, 64, BLOCK=64, target="sm_90a")
+    assert ".target sm_90a" in kernel.asm["ptx"] and kernel.metadata["target"] == "sm_90a"
+
+
 def test_autotuned_and_heuristic_warmup_build_every_config(tmp_path, monkeypatch):
     monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path))
     tuned = kiln.autotune([kiln.Config({"BLOCK": 32}), kiln.Config({"BLOCK": 64}, num_warps=2)], key=["n"])(

@@ -133,9 +133,20 @@ def test_host_tensor_descriptor_checks_its_layout():
         TensorDescriptor.from_tensor(np.zeros((8, 8), np.float32), [8, 6])
 
 
-def test_set_allocator_is_accepted():
-    kiln.set_allocator(lambda size, alignment, stream: None)  # kiln's descriptors need no scratch memory
-    assert kiln.tools.tensor_descriptor.TensorDescriptor is not None
+def test_set_allocator_names_who_provides_global_scratch():
+    """Triton's API: the allocator provides the global scratch in which a kernel writes the TMA
+    maps of its descriptors (kiln.runtime.scratch); None goes back to kiln's own; memory that
+    is not GPU memory is refused with the allocator named."""
+    from kiln.runtime import scratch
+    kiln.set_allocator(lambda size, alignment, stream: None)
+    try:
+        with pytest.raises(ValueError, match="kiln.set_allocator"):
+            scratch.take(256, None)
+    finally:
+        kiln.set_allocator(None)
+    assert scratch._allocator is None
+    with pytest.raises(TypeError):
+        kiln.set_allocator(42)
 
 
 @kiln.jit

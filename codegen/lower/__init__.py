@@ -79,6 +79,8 @@ def _lower(fn, ctx, double_buffers: bool):
             tma.tensormap_param(param)
         value = lw.b.icmp_unsigned("!=", param, ir.Constant(I8, 0)) if scalar_of(arg.type).is_bool() else param
         lw.bind(arg, [value])
+    created = [op for op in fn.walk() if op.name == "tensormap_create"]
+    lw.map_slots = (len(created), {op: i for i, op in enumerate(created)})  # (maps per CTA, each one's slot)
     if double_buffers:
         plan_dot_buffers(lw, fn)
     lower_block(lw, fn.body)
@@ -90,6 +92,8 @@ def _lower(fn, ctx, double_buffers: bool):
     for layout, attrs in zip(arg_layout, fn.arg_attrs):  # a map the launcher derives from other arguments
         if "tma_of" in attrs:
             layout["tma_of"] = ",".join(str(i) for i in attrs["tma_of"])
+        if "global_scratch" in attrs:  # bytes of global scratch per CTA: its maps (tensormap_create)
+            layout["global_scratch"] = str(tensormap.NBYTES * len(created))
         if "launch_grid" in attrs:  # the launch grid's size along an axis (kiln.codegen.passes.persistent)
             layout["launch_grid"] = str(attrs["launch_grid"])
     return str(module), arg_layout, max(lw.smem_bytes, lw.reserved), bool(lw.dot_buffers)

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import llvmlite.ir as ir
 
-from .types import I32, I64
+from kiln.ir.types import tensormap
+
+from .types import GENERIC_PTR, I32, I64
 from ..passes.smem_pipeline import tma_box
 from .wgmma import _asm
 
@@ -82,6 +84,43 @@ def _tma_copy(lw, op):
                  constraints="r,l,r,r,r")
 
 
+# tensormap.replace's enumerations (PTX ISA): element types as the host encoder picks them
+# (kiln.runtime.tensormap: fp16, bf16, fp32 by name, anything else as raw bytes of its width)
+_ELEMTYPE = {"fp16": 6, "bf16": 10, "fp32": 7}
+_RAW_ELEMTYPE = {1: 0, 2: 1, 4: 2, 8: 4}
+_SWIZZLE = {0: 0, 32: 1, 64: 2, 128: 3}
+
+
+def _tensormap_create(lw, op):
+    """Thread 0 writes the map into this CTA's 128 bytes of its slot in the global scratch
+    (zeros, then each field by `tensormap.replace`), then makes the write visible to its
+    own later TMA copies (the tensormap proxy's release, then acquire)."""
+    scratch, base, inner, outer, stride = op.operands
+    inner_box, rows, swizzle = op.attrs["box"]
+    elem = base.type.element_ty
+    b = lw.b
+    cta = b.add(lw.sreg("ctaid.x"), b.mul(lw.sreg("nctaid.x"),
+                                          b.add(lw.sreg("ctaid.y"), b.mul(lw.sreg("nctaid.y"), lw.sreg("ctaid.z")))))
+    slot = b.add(b.mul(b.zext(cta, I64), ir.Constant(I64, lw.map_slots[0])), ir.Constant(I64, lw.map_slots[1][op]))
+    address = b.add(b.ptrtoint(lw.scalar(scratch), I64), b.mul(slot, ir.Constant(I64, tensormap.NBYTES)))
+    row_bytes = b.mul(b.sext(lw.scalar(stride), I64), ir.Constant(I64, elem.itemsize))
+    elemtype = _ELEMTYPE.get(elem.name, _RAW_ELEMTYPE.get(elem.itemsize))
+    replace = "tensormap.replace.tile.{}.global.b1024.{} [$0], {};"
+    text = [f"st.global.v4.b32 [$0+{16 * i}], {{$5, $5, $5, $5}};" for i in range(8)] + [
+        replace.format("global_address", "b64", "$1"), replace.format("rank", "b32", 1),
+        replace.format("box_dim", "b32", f"0, {inner_box}"), replace.format("box_dim", "b32", f"1, {rows}"),
+        replace.format("global_dim", "b32", "0, $2"), replace.format("global_dim", "b32", "1, $3"),
+        replace.format("global_stride", "b64", "0, $4"),
+        replace.format("element_stride", "b32", "0, 1"), replace.format("element_stride", "b32", "1, 1"),
+        replace.format("elemtype", "b32", elemtype), replace.format("interleave_layout", "b32", 0),
+        replace.format("swizzle_mode", "b32", _SWIZZLE[swizzle]), replace.format("fill_mode", "b32", 0),
+        "fence.proxy.tensormap::generic.release.gpu;", "fence.proxy.tensormap::generic.acquire.gpu [$0], 128;"]
+    with _thread0(lw):
+        _asm(lw, "\n\t".join(text), args=[address, b.ptrtoint(lw.scalar(base), I64), lw.scalar(inner),
+                                          lw.scalar(outer), row_bytes, lw.i32(0)], constraints="l,l,r,r,l,r,~{memory}")
+    lw.bind(op.results[0], [b.inttoptr(address, GENERIC_PTR)])
+
+
 def tensormap_param(param) -> None:
     """Make kernel parameter `param` a 128-byte by-value TMA map the kernel reads in place."""
     param.add_attribute("byval")
@@ -115,4 +154,5 @@ RULES = {
     "mbarrier_wait": _mbarrier_wait,
     "tma_expect": _tma_expect,
     "tma_copy": _tma_copy,
+    "tensormap_create": _tensormap_create,
 }

@@ -1,5 +1,6 @@
 """Every `descriptor_load` that no TMA ring took becomes its fallback (the same block
-loaded through pointers, which the frontend emitted beside it).
+loaded through pointers, which the frontend emitted beside it); the maps no ring reads
+go with them (derived map arguments, `tensormap_create` ops and their global scratch).
 
 `smem_pipeline` (sm_90a) copies a host TensorDescriptor's blocks with TMA where they feed
 wgmma in a pipelined loop; everywhere else, and on every other target, the pointer load
@@ -15,6 +16,7 @@ name = "descriptor_loads"
 def apply(fn, ctx=None) -> None:
     strip(fn, [op for op in fn.walk() if op.name == "descriptor_load"])
     drop_unread_derived_maps(fn, ctx)
+    drop_unread_created_maps(fn)
 
 
 def drop_unread_derived_maps(fn, ctx=None) -> None:
@@ -28,6 +30,21 @@ def drop_unread_derived_maps(fn, ctx=None) -> None:
                 arg.index = j
             if ctx is not None:
                 ctx.tma_boxes = {k - (k > i): box for k, box in ctx.tma_boxes.items() if k != i}
+
+
+def drop_unread_created_maps(fn) -> None:
+    """Remove the `tensormap_create` ops whose map no TMA copy reads, and the global
+    scratch argument once no map is made in it."""
+    read = {v for op in fn.walk() for v in op.operands}
+    for op in [op for op in fn.walk() if op.name == "tensormap_create" and op.results[0] not in read]:
+        op.parent.ops.remove(op)
+    if any(op.name == "tensormap_create" for op in fn.walk()):
+        return
+    for i in reversed(range(len(fn.args))):
+        if "global_scratch" in fn.arg_attrs[i]:
+            del fn.body.args[i], fn.arg_names[i], fn.arg_attrs[i]
+            for j, arg in enumerate(fn.body.args):
+                arg.index = j
 
 
 def strip(fn, ops) -> None:

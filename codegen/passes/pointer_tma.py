@@ -32,7 +32,7 @@ the loop and after it only goes through elementwise ops into stores masked by
 from __future__ import annotations
 
 from kiln.ir.core import Block, Function, Operation
-from kiln.ir.types import block_type, int32, pointer_type, tensormap
+from kiln.ir.types import block_type, int8, int32, pointer_type, tensormap
 
 from . import affine
 from .prefetch import _const_int
@@ -51,12 +51,13 @@ ELEMENTWISE = {"cast", "add", "sub", "mul", "div", "rem", "neg", "max", "min", "
 def apply(fn, ctx) -> None:
     if not pipelines(ctx) or fn.attrs.get("derived_args", 1) == 0:  # 0: the launcher's fallback build
         return
+    divisors = _hinted_divisors(fn)
     for loop in [op for op in fn.walk() if op.name == "for"]:
         if int(loop.attrs.get("num_stages", ctx.num_stages)) < 2:
             continue
         forms = affine.Forms()
         for load in [op for op in loop.regions[0].ops if op.name == "load"]:
-            box = _Box.prove(load, loop, fn, forms)
+            box = _Box.prove(load, loop, fn, forms, divisors)
             if box is not None:
                 box.rewrite(fn)
 
@@ -69,7 +70,7 @@ class _Box:
         self.coords, self.extents = coords, extents  # per block dim: poly in `iter` and invariants; an argument
 
     @classmethod
-    def prove(cls, load, loop, fn, forms):
+    def prove(cls, load, loop, fn, forms, divisors):
         t = load.results[0].type
         if not isinstance(t, block_type) or len(t.shape) != 2:
             return None
@@ -83,8 +84,8 @@ class _Box:
         if found is None:
             return None
         base, poly = found
-        split = _split(poly, fn, base, forms)
-        if split is None:
+        split = _split(poly, fn, base, forms, divisors)
+        if split is None or _inside(base, loop) or _inside(split[0], loop):
             return None
         stride, coords, wraps = split
         extents = [forms.wraps[wraps[d]][1] if d in wraps else None for d in range(2)]
@@ -94,15 +95,15 @@ class _Box:
         floored = set()  # dims with a mask term X_d >= 0
         for term in terms:
             term = affine.substitute(term, forms.atom(loop.regions[0].args[0]), iteration)
-            d = _bound_dim(term, coords, wraps, extents, forms, fn, floored)
+            d = _bound_dim(term, coords, wraps, extents, forms, loop, floored)
             if d is None:
                 return None
         starts = {d: forms.wraps[wraps[d]][0] if d in wraps else coords[d] for d in range(2)}
-        if any(e is None for e in extents) or not all(_invariant(forms, c, loop) for c in starts.values()):
+        if any(e is None or _inside(e, loop) for e in extents) or not all(_invariant(forms, c, loop) for c in starts.values()):
             return None
         # TMA reads nothing before the base: an unmasked plain dim must start at 0 or after
         # (the launcher checks that the map's extents and stride are at least 1)
-        known = {*extents, stride}
+        known = {*extents, stride} if _from_arguments(fn, base, stride, extents) else set()
         if not all(d in floored or _nonnegative(coords[d], forms, known) for d in coords):
             return None
         if any(a[0] == "v" and forms.values[a[1]].type != int32 for c in starts.values() for a in affine.atoms_of(c)):
@@ -124,17 +125,86 @@ class _Box:
 
         iteration = _emit_iteration(self.loop, emit)
         offsets = [_emit_poly(self.coords[d], iteration, self.forms, emit) for d in range(2)]
-        index = lambda v: fn.args.index(v)  # noqa: E731
-        tmap = fn.body.add_arg(tensormap)
-        fn.arg_names.append(f"{fn.arg_names[index(self.base)]}.tma")
-        fn.arg_attrs.append({"tma_of": [index(self.base), index(self.extents[1]), index(self.extents[0]),
-                                        index(self.stride)]})
+        if _from_arguments(fn, self.base, self.stride, self.extents):
+            index = lambda v: fn.args.index(v)  # noqa: E731
+            tmap = fn.body.add_arg(tensormap)
+            fn.arg_names.append(f"{fn.arg_names[index(self.base)]}.tma")
+            fn.arg_attrs.append({"tma_of": [index(self.base), index(self.extents[1]), index(self.extents[0]),
+                                            index(self.stride)]})
+        else:
+            tmap = self._create_map(fn)
         value = self.load.results[0]
         uses = [op for op in fn.walk() if value in op.operands]
         got = emit("descriptor_load", [tmap, *offsets, value], value.type)
         for op in uses:
             op.operands = [got if v is value else v for v in op.operands]
         body.ops[at:at] = emitted
+
+
+    def _create_map(self, fn):
+        """A `tensormap_create` of this box's matrix, as early as its operands allow: before
+        the loop, and out of every enclosing region whose ops do not define them."""
+        operands = [global_scratch(fn), self.base, self.extents[1], self.extents[0], self.stride]
+        at = self.loop
+        while isinstance(at.parent.parent, Operation) and not any(_inside(v, at.parent.parent) for v in operands[1:]):
+            at = at.parent.parent
+        block = at.parent
+        op = Operation("tensormap_create", operands, [tensormap], {}, loc=self.load.loc)
+        op.parent = block
+        block.ops.insert(block.ops.index(at), op)
+        return op.results[0]
+
+
+def global_scratch(fn):
+    """The kernel's global scratch argument (int8 pointer; the launcher passes each CTA
+    `bytes` of it, attribute `global_scratch` set by lowering), added on first use."""
+    for arg, attrs in zip(fn.args, fn.arg_attrs):
+        if "global_scratch" in attrs:
+            return arg
+    arg = fn.body.add_arg(pointer_type(int8))
+    fn.arg_names.append("global_scratch")
+    fn.arg_attrs.append({"global_scratch": 0})
+    return arg
+
+
+def _from_arguments(fn, base, stride, extents) -> bool:
+    """Can the launcher encode the map (base, stride and extents all kernel arguments)?"""
+    return all(v in fn.args for v in (base, stride, *extents))
+
+
+def _hinted_divisors(fn) -> dict:
+    """value -> the largest divisor a `multiple_of` hint gives it (through widening int
+    casts and other hints: the same integer): how the alignment of a base or stride that
+    is no argument is known (tl.make_tensor_descriptor hints its base and strides)."""
+    found: dict = {}
+    for op in fn.walk():
+        if op.name != "multiple_of" or op.operands[0].type != op.results[0].type or _shaped(op.results[0]):
+            continue
+        v = op.operands[0]
+        while v.defining_op is not None and (v.defining_op.name in affine.HINTS or _widening(v.defining_op)):
+            v = v.defining_op.operands[0]
+        found[v] = max(found.get(v, 1), int(op.attrs["values"][0]))
+    return found
+
+
+def _shaped(v) -> bool:
+    return isinstance(v.type, block_type)
+
+
+def _widening(op) -> bool:
+    if op.name != "cast":
+        return False
+    src, dst = op.operands[0].type, op.results[0].type
+    return all(getattr(t, "is_int", lambda: False)() for t in (src, dst)) \
+        and dst.primitive_bitwidth >= src.primitive_bitwidth and dst.signed == src.signed
+
+
+def _divisor(v, fn, divisors) -> int:
+    """A known divisor of scalar `v`: an argument's specialization (what the launcher's map
+    is encoded from), else a hint."""
+    if v in fn.args:
+        return fn.arg_attrs[fn.args.index(v)].get("divisibility", 1)
+    return divisors.get(v, 1)
 
 
 def _zero(v) -> bool:
@@ -190,8 +260,7 @@ def _pointer(p, forms):
         base = op.operands[0]
         while base.defining_op is not None and base.defining_op.name in affine.HINTS:
             base = base.defining_op.operands[0]  # tl.make_tensor_descriptor's multiple_of on its base
-        return (base, {}) if base.owner is not None and base.defining_op is None and isinstance(base.type, pointer_type) \
-            else None
+        return (base, {}) if isinstance(base.type, pointer_type) and not _shaped(base) else None
     if op.name == "broadcast":
         return _pointer(op.operands[0], forms)
     if op.name == "expand_dims":
@@ -205,10 +274,10 @@ def _pointer(p, forms):
     return None
 
 
-def _split(poly, fn, base, forms):
+def _split(poly, fn, base, forms, divisors):
     """Read `poly` as X_1 + s * X_0: (s, {dim: coordinate poly for plain dims}, {dim: wrap
     index for wrapped dims}), or None."""
-    if base not in fn.args or fn.arg_attrs[fn.args.index(base)].get("divisibility", 1) % 16:
+    if _divisor(base, fn, divisors) % 16:
         return None
     outer = [m for m in poly if any(a[0] in ("idx", "wrap") and a[1] == 0 for a in m)]
     inner = [m for m in poly if any(a[0] in ("idx", "wrap") and a[1] == 1 for a in m)]
@@ -223,8 +292,7 @@ def _split(poly, fn, base, forms):
         return None
     stride = forms.values[rest[0][1]]
     itemsize = base.type.element_ty.itemsize
-    if stride not in fn.args or stride.type != int32 \
-            or (fn.arg_attrs[fn.args.index(stride)].get("divisibility", 1) * itemsize) % 16:
+    if stride.type != int32 or (_divisor(stride, fn, divisors) * itemsize) % 16:
         return None
     s = rest[0]
     starts = {0: {}, 1: {}}
@@ -282,7 +350,7 @@ def _terms(mask, forms, strict=True):
     return skip
 
 
-def _bound_dim(term, coords, wraps, extents, forms, fn, floored):
+def _bound_dim(term, coords, wraps, extents, forms, loop, floored):
     """The dim whose bound `term` is (`X_d < E` records E, `X_d >= 0` the dim in `floored`), or None."""
     for d, start in coords.items():
         x = affine.add(start, {(("idx", d),): 1})
@@ -294,7 +362,7 @@ def _bound_dim(term, coords, wraps, extents, forms, fn, floored):
             (m, c), = rest.items()
             if c == -1 and len(m) == 1 and m[0][0] == "v":
                 e = forms.values[m[0][1]]
-                if e in fn.args and e.type == int32 and extents[d] in (None, e):
+                if e.type == int32 and not _inside(e, loop) and extents[d] in (None, e):
                     extents[d] = e
                     return d
     return None

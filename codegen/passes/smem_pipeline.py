@@ -48,8 +48,8 @@ has S tiles ("tight"): the copy of iteration i + S-1 then overwrites what the do
 iteration i - 1 read, so it waits until they retired: every dot's wait comes before it,
 then a barrier, since each warp waits for its own part only.
 
-A ring load may also be a host TensorDescriptor's `descriptor_load` (2-D, its map a
-kernel argument): its ring is filled by TMA instead, thread 0 announcing each slot's
+A ring load may also be a `descriptor_load` (2-D, its map a kernel argument or made by
+the kernel, `tensormap_create`, whose `box` this pass sets): its ring is filled by TMA instead, thread 0 announcing each slot's
 bytes on the slot's mbarrier (`tma_expect`) and copying one box per swizzle-wide column
 chunk (`tma_copy`); the top of iteration i then also waits on that mbarrier's phase
 (`mbarrier_wait`, the parity carried by the loop), and the loop's mbarriers are
@@ -139,9 +139,16 @@ def apply(fn, ctx) -> None:
 
 def _tma_ok(op, fn) -> bool:
     """Can a TMA box copy this descriptor_load's block: a 2-D block of a host descriptor
-    (its map a kernel argument) with at most 256 rows (a box's limit)?"""
+    (its map a kernel argument) or of a map the kernel makes (`tensormap_create`), with at
+    most 256 rows (a box's limit)?"""
     t = op.results[0].type
-    return op.operands[0] in fn.args and len(t.shape) == 2 and t.shape[0] <= 256
+    return (op.operands[0] in fn.args or _created_map(op.operands[0]) is not None) \
+        and len(t.shape) == 2 and t.shape[0] <= 256
+
+
+def _created_map(tmap):
+    op = tmap.defining_op
+    return op if op is not None and op.name == "tensormap_create" else None
 
 
 def tma_box(t) -> tuple[int, int, int]:
@@ -448,7 +455,11 @@ def _plan(loop, stages, fn, ctx, kind):
                                                                                      capability):
             ring_size = stages
     plan = {key: [src for src, _ in sources] for key, (_, sources) in dots.items()}
-    ctx.tma_boxes.update(boxes)
+    for key, box in boxes.items():
+        if isinstance(key, Operation):
+            key.attrs["box"] = list(box)
+        else:
+            ctx.tma_boxes[key] = box
     return plan, rings, stages, step, ring_size, slots, set(fetched)
 
 
@@ -468,13 +479,22 @@ def _prefix_copy(load, inner, ctx):
 
 
 def _agreed_boxes(rings, fn, ctx):
-    """One TMA map per descriptor argument, so every ring it fills must use one box and
-    swizzle: the boxes (argument index -> (inner, rows, swizzle)) with those already
-    recorded in `ctx.tma_boxes` (which the launcher encodes the maps with), or None where
-    two disagree."""
+    """One TMA map per descriptor argument or `tensormap_create`, so every ring it fills
+    must use one box and swizzle: the boxes (argument index or the create op -> (inner,
+    rows, swizzle)) with those already recorded in `ctx.tma_boxes` (which the launcher
+    encodes the maps with) or in a create's `box`, or None where two disagree."""
     boxes = dict(ctx.tma_boxes)
     for load, tile, *_ in rings:
-        if is_tma(load) and boxes.setdefault(fn.args.index(load.operands[0]), tma_box(tile)) != tma_box(tile):
+        if not is_tma(load):
+            continue
+        made = _created_map(load.operands[0])
+        if made is not None:  # a map the kernel makes: keyed by its op, the box in its attrs
+            key, known = made, made.attrs.get("box")
+            boxes.setdefault(key, tuple(known) if known else tma_box(tile))
+        else:
+            key = fn.args.index(load.operands[0])
+            boxes.setdefault(key, tma_box(tile))
+        if boxes[key] != tma_box(tile):
             return None
     return boxes
 

@@ -13,6 +13,7 @@ import functools
 from kiln.ir.types import tensormap
 
 from .cuda_driver import CudaError, _error_text
+from .scratch import give_back as scratch_give_back, take as scratch_take
 from .tensormap import NBYTES, DerivedMapUnusable, derived_encoder, encoder
 
 _CTYPES = {
@@ -44,7 +45,7 @@ def launcher_for(loaded, arg_types, metadata: dict, name: str, device: int):
     """make_launcher for a kernel loaded on `device` from a binary with `metadata` (checked,
     kiln.cache.metadata): its TMA boxes, and what the compiler appended after the kernel's
     own `arg_types` (derived maps, grid sizes), with the CTAs a persistent kernel takes."""
-    from kiln.cache.metadata import parse_tma_box, parse_tma_of
+    from kiln.cache.metadata import parse_global_scratch, parse_tma_box, parse_tma_of
     from .cuda_driver import sm_count
     args, own = metadata.get("args", ()), len(arg_types)
     boxes = {i: parse_tma_box(arg.get("tma_box")) for i, arg in enumerate(args)}
@@ -54,8 +55,10 @@ def launcher_for(loaded, arg_types, metadata: dict, name: str, device: int):
             derived.append(("grid", int(arg["launch_grid"])))
         elif boxes[i] is not None and (of := parse_tma_of(arg.get("tma_of"))) is not None:
             derived.append(("map", boxes[i], of))
+        elif (scratch := parse_global_scratch(arg.get("global_scratch"))) is not None:
+            derived.append(("scratch", scratch))
         else:
-            raise ValueError(f"kernel {name}: its binary's argument {i} is neither a derived map nor a grid size")
+            raise ValueError(f"kernel {name}: its binary's argument {i} is no derived map, grid size or scratch")
     resident = None
     if any(entry[0] == "grid" for entry in derived):
         resident = loaded.resident_ctas(32 * metadata["num_warps"], metadata["shared"]) * sm_count(device)
@@ -75,8 +78,9 @@ def make_launcher(kernel, arg_types, num_warps: int, shared: int, name: str, tma
     (kiln.runtime.tensormap); the launch encodes that descriptor's map (zeros for the others).
     `derived` lists the arguments the compiler appended after the kernel's own, in order:
     ("map", box, (base, inner, outer, stride)), a TMA map encoded from those arguments at
-    each launch (DerivedMapUnusable where they make none), or ("grid", axis), the launch
-    grid's size along that axis. A kernel with grid arguments is persistent: it is launched
+    each launch (DerivedMapUnusable where they make none), ("grid", axis), the launch
+    grid's size along that axis, or ("scratch", bytes), global scratch of `bytes` per CTA
+    (kiln.runtime.scratch). A kernel with grid arguments is persistent: it is launched
     on min(programs, `resident`) CTAs, which loop over the programs.
     """
     if type(num_warps) is not int or not 1 <= num_warps <= 32:
@@ -99,11 +103,17 @@ def make_launcher(kernel, arg_types, num_warps: int, shared: int, name: str, tma
             slots.append(_CTYPES[t.name]())
         else:
             raise TypeError(f"kernel {name}: cannot pass an argument of type {t}")
-    grid_slots = {}
+    grid_slots, scratch = {}, None
     for kind, *what in derived:
         if kind == "grid":
             grid_slots[len(slots)] = what[0]
             slots.append(ctypes.c_int32())
+            continue
+        if kind == "scratch":
+            if scratch is not None or type(what[0]) is not int or what[0] < 1:
+                raise ValueError(f"kernel {name}: one global scratch argument of a positive size, not {what!r:.40}")
+            scratch = (len(slots), what[0])
+            slots.append(ctypes.c_uint64())
             continue
         box, (base, inner, outer, stride) = what
         if not (max(base, inner, outer, stride) < len(arg_types) and arg_types[base].is_ptr()
@@ -117,7 +127,7 @@ def make_launcher(kernel, arg_types, num_warps: int, shared: int, name: str, tma
     namespace = {"cu_launch": _cu_launch_kernel(), "handle": kernel.handle, "params": ctypes.addressof(params),
                  "keep_alive": (slots, params), "pointer_value": _pointer_value, "fail": _failure(name),
                  "block_x": 32 * num_warps, "shared_bytes": shared, "resident": resident,
-                 "unusable": DerivedMapUnusable}
+                 "unusable": DerivedMapUnusable, "take_scratch": scratch_take, "give_back": scratch_give_back}
     namespace.update((f"s{i}", slot) for i, slot in enumerate(slots))
     namespace.update((f"fill{i}", fill) for i, fill in fills.items())
     names = [f"a{i}" for i in range(len(arg_types))]
@@ -139,6 +149,10 @@ def make_launcher(kernel, arg_types, num_warps: int, shared: int, name: str, tma
                        "    if programs >= 2147483648:",
                        "        raise unusable('more programs than a persistent loop counts in int32')",
                        "    ctas, gy, gz = min(programs, resident), 1, 1"]
+    launch_call = ["err = cu_launch(handle, ctas, gy, gz, block_x, 1, 1, shared_bytes, stream, params, None)"]
+    if scratch is not None:  # the maps the kernel makes: 128 bytes each per CTA, only for this launch
+        launch_call = [f"s{scratch[0]}.value, held = take_scratch(ctas * gy * gz * {scratch[1]}, stream)",
+                       "try:", "    " + launch_call[0], "finally:", "    give_back(held, stream)"]
     src = "\n".join([
         "def launch(grid, args, stream):",
         f"    {', '.join(names)}{',' if len(names) == 1 else ''} = args" if names else "    pass",
@@ -146,7 +160,7 @@ def make_launcher(kernel, arg_types, num_warps: int, shared: int, name: str, tma
         "    gx, gy, gz = grid",
         "    if gx and gy and gz:",
         *["    " + line for line in launch_grid],
-        "        err = cu_launch(handle, ctas, gy, gz, block_x, 1, 1, shared_bytes, stream, params, None)",
+        *["        " + line for line in launch_call],
         "        if err:",
         "            fail(err)",
     ]) + "\n"
@@ -161,12 +175,16 @@ def _failure(name):
 
 
 @functools.lru_cache(maxsize=None)
-def _cu_launch_kernel():
+def _libcuda():
     try:
-        lib = ctypes.CDLL("libcuda.so.1")
+        return ctypes.CDLL("libcuda.so.1")
     except OSError:  # an unusual install: let the loader's search find it
-        lib = ctypes.CDLL(ctypes.util.find_library("cuda"))
-    fn = lib.cuLaunchKernel
+        return ctypes.CDLL(ctypes.util.find_library("cuda"))
+
+
+@functools.lru_cache(maxsize=None)
+def _cu_launch_kernel():
+    fn = _libcuda().cuLaunchKernel
     fn.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 7 + [ctypes.c_void_p] * 3
     fn.restype = ctypes.c_int
     return fn

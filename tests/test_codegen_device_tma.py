@@ -1,0 +1,209 @@
+"""TMA maps a kernel makes itself (`tensormap_create`): device-side tensor descriptors whose
+base, extents or stride are no kernel arguments (tutorial 08 reads them from memory), on
+a CPU (IR, PTX, metadata, launcher) and on the GPU against PyTorch."""
+import numpy as np
+import pytest
+
+import kiln
+import kiln.language as tl
+from kiln.cache.metadata import MetadataError, checked, parse_global_scratch
+from kiln.codegen import compile as compile_ir
+from kiln.codegen.passes import descriptor_loads, pointer_tma
+from kiln.codegen.pipeline import PassContext
+from kiln.codegen.target import parse_target
+from kiln.ir import parse_function, print_function, verify
+
+
+@kiln.jit
+def _grouped_matmul(a_ptrs, b_ptrs, c_ptrs, sizes, n_groups, BM: tl.constexpr, BN: tl.constexpr,
+                    BK: tl.constexpr):
+    """C_g = A_g @ B_g^T for every group g, the groups' matrices and sizes read from memory;
+    the programs walk all groups' tiles, NUM_PROGRAMS apart (tutorial 08's shape)."""
+    tile = tl.program_id(0)
+    seen = 0
+    for g in range(n_groups):
+        M = tl.load(sizes + 3 * g)
+        N = tl.load(sizes + 3 * g + 1)
+        K = tl.load(sizes + 3 * g + 2)
+        tiles_n = tl.cdiv(N, BN)
+        tiles = tl.cdiv(M, BM) * tiles_n
+        if tile >= seen and tile < seen + tiles:
+            a = tl.make_tensor_descriptor(tl.load(a_ptrs + g).to(tl.pointer_type(tl.float16)), [M, K], [K, 1],
+                                          [BM, BK])
+            b = tl.make_tensor_descriptor(tl.load(b_ptrs + g).to(tl.pointer_type(tl.float16)), [N, K], [K, 1],
+                                          [BN, BK])
+            c = tl.make_tensor_descriptor(tl.load(c_ptrs + g).to(tl.pointer_type(tl.float16)), [M, N], [N, 1],
+                                          [BM, BN])
+            while tile >= seen and tile < seen + tiles:
+                m = (tile - seen) // tiles_n * BM
+                n = (tile - seen) % tiles_n * BN
+                acc = tl.zeros((BM, BN), dtype=tl.float32)
+                for k in range(tl.cdiv(K, BK)):
+                    acc = tl.dot(a.load([m, k * BK]), b.load([n, k * BK]).T, acc)
+                c.store([m, n], acc.to(tl.float16))
+                tile += tl.num_programs(0)
+        seen += tiles
+
+
+def _build(target="sm_90a", num_warps=8):
+    p, s = np.zeros(4, np.int64), np.zeros(12, np.int32)
+    return _grouped_matmul.warmup(p, p, p, s, 4, BM=128, BN=128, BK=64, num_warps=num_warps, num_stages=3,
+                                  grid=(1,), target=target)
+
+
+def _source_ir():
+    """The frontend's IR of `_grouped_matmul` (before codegen's passes)."""
+    ir = _build().ir
+    return parse_function(ir if isinstance(ir, str) else print_function(ir))
+
+
+def test_descriptors_read_from_memory_are_copied_by_tma_on_maps_the_kernel_makes():
+    k = _build()
+    ptx = k.asm["ptx"]
+    assert "cp.async.bulk.tensor.2d" in ptx and "cp.async.cg" not in ptx and "wgmma.mma_async" in ptx
+    # A's map and B's, each zero-filled and written field by field, then released to TMA
+    assert ptx.count("tensormap.replace.tile.global_address.global") == 2
+    assert ptx.count("fence.proxy.tensormap::generic.acquire.gpu") == 2
+    assert ".version 8.3" in ptx  # tensormap.replace's PTX ISA
+    assert k.n_spills == 0
+    scratch = [a for a in k.metadata["args"] if "global_scratch" in a]
+    assert len(scratch) == 1 and scratch[0]["global_scratch"] == "256" and scratch[0]["type"] == "ptr<int8>"
+
+
+def test_the_maps_are_made_once_per_group_not_once_per_tile():
+    """The creates go as far out as their operands allow: out of the tile loop (`while`),
+    not out of the `if` whose ops load the matrices' addresses."""
+    kir = compile_ir(_source_ir(), "sm_90a", {"num_warps": 8, "num_stages": 3}, link=False).kir
+    creates = [i for i, line in enumerate(kir.splitlines()) if "tensormap_create" in line]
+    loop = next(i for i, line in enumerate(kir.splitlines()) if " while " in f" {line} " or "= while" in line)
+    assert len(creates) == 2 and max(creates) < loop
+    assert 'box = [64, 128, 128]' in kir  # inner elements, rows, swizzle bytes (smem_pipeline's)
+
+
+def test_other_targets_keep_the_pointer_loads():
+    k = _build(target="sm_80")
+    assert "tensormap" not in k.asm["ptx"] and all("global_scratch" not in a for a in k.metadata["args"])
+
+
+def test_a_map_no_ring_reads_is_dropped_with_the_scratch():
+    """pointer_tma alone makes the maps; descriptor_loads (no ring between) drops them and
+    the scratch argument."""
+    fn = _source_ir()
+    ctx = PassContext(parse_target("sm_90a"), num_warps=8, num_stages=3)
+    pointer_tma.apply(fn, ctx)
+    text = print_function(fn, locs=False)
+    assert text.count("tensormap_create") == 2 and "global_scratch" in text
+    verify(parse_function(text))
+    descriptor_loads.apply(fn, ctx)
+    out = print_function(fn, locs=False)
+    assert "tensormap" not in out and "global_scratch" not in out
+    verify(fn)
+
+
+def test_an_unhinted_stride_read_from_memory_keeps_its_pointers():
+    """Only a descriptor promises a 16-byte multiple stride; a pointer load whose row stride
+    is read from memory (no hint) gets no map."""
+    x = np.zeros((64, 64), np.float16)
+    k = _loaded_stride.warmup(x, np.zeros(1, np.int32), x, np.zeros((64, 64), np.float32), 4096, BM=128, BN=64,
+                              BK=64, num_warps=4, num_stages=3, grid=(1,), target="sm_90a")
+    assert "tensormap.replace" not in k.asm["ptx"] and "cp.async.bulk" not in k.asm["ptx"]
+    assert all("global_scratch" not in a for a in k.metadata["args"])
+
+
+@kiln.jit
+def _loaded_stride(a_ptr, strides, b_ptr, c_ptr, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    stride = tl.load(strides)
+    rows, cols, ks = tl.arange(0, BM), tl.arange(0, BN), tl.arange(0, BK)
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k in range(0, K, BK):
+        a = tl.load(a_ptr + rows[:, None] * stride + (k + ks)[None, :], mask=(k + ks)[None, :] < K, other=0.0)
+        b = tl.load(b_ptr + (k + ks)[:, None] * BN + cols[None, :])
+        acc = tl.dot(a, b, acc)
+    tl.store(c_ptr + rows[:, None] * BN + cols[None, :], acc)
+
+
+def test_metadata_names_the_scratch_in_whole_maps():
+    assert parse_global_scratch("256") == 256 and parse_global_scratch(None) is None
+    for bad in ("100", "-128", "x", "1" * 9, 128):
+        with pytest.raises(MetadataError):
+            parse_global_scratch(bad)
+    meta = dict(_build().metadata)
+    meta["args"] = [dict(a, global_scratch="130") if "global_scratch" in a else a for a in meta["args"]]
+    with pytest.raises(MetadataError):
+        checked(meta)
+
+
+def test_the_launcher_asks_for_scratch_per_cta_and_hands_it_back(monkeypatch):
+    """Without a GPU: the generated launch takes ctas x 256 bytes for the launch and gives
+    them back after it, through the allocator set with kiln.set_allocator."""
+    from kiln.runtime import launcher, scratch
+    calls = []
+
+    class Buffer:
+        def __init__(self, n):
+            self.n = n
+
+        def data_ptr(self):
+            return 4096 * 128
+
+    def allocator(size, alignment, stream):
+        calls.append((size, alignment, stream))
+        return Buffer(size)
+
+    monkeypatch.setattr(launcher, "_cu_launch_kernel", lambda: (lambda *a: calls.append(("launch", a[1])) or 0))
+
+    class Kernel:
+        handle = 1
+    from kiln.ir.types import int32, int64, pointer_type
+    kiln.set_allocator(allocator)
+    try:
+        launch = launcher.make_launcher(Kernel(), [pointer_type(int64), int32], 8, 1024, "k", derived=[("scratch", 256)])
+        launch((6, 2, 1), [0, 3], 7)
+    finally:
+        kiln.set_allocator(None)
+    assert calls == [(6 * 2 * 256, 128, 7), ("launch", 6)]
+    assert scratch._allocator is None
+
+
+# --- on the GPU ---------------------------------------------------------------------------
+
+torch = None
+
+
+def _gpu():
+    global torch
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    if torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("maps made in the kernel are sm_90a code")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("allocator", ["torch", "kiln"])
+def test_grouped_matmul_on_maps_the_kernel_makes_matches_torch(allocator, monkeypatch):
+    _gpu()
+    monkeypatch.setenv("KILN_INTERPRET", "0")
+    # edges on every dim, K not a multiple of BK, and an empty K (a map made, never read)
+    shapes = [(256, 256, 512), (200, 72, 136), (128, 384, 64), (64, 64, 0)]
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    A = [torch.randn(m, k, device="cuda", dtype=torch.float16, generator=gen) for m, _, k in shapes]
+    B = [torch.randn(n, k, device="cuda", dtype=torch.float16, generator=gen) for _, n, k in shapes]
+    C = [torch.full((m, n), 7.0, device="cuda", dtype=torch.float16) for m, n, _ in shapes]
+    ptrs = [torch.tensor([t.data_ptr() for t in ts], device="cuda", dtype=torch.int64) for ts in (A, B, C)]
+    sizes = torch.tensor([v for s in shapes for v in s], device="cuda", dtype=torch.int32)
+    if allocator == "torch":
+        kiln.set_allocator(lambda size, alignment, stream: torch.empty(size, device="cuda", dtype=torch.int8))
+    try:
+        tiles = sum(-(-m // 128) * -(-n // 128) for m, n, _ in shapes)
+        for programs in (tiles, 5):  # a program per tile; five programs walking them all
+            for c in C:
+                c.fill_(7.0)
+            _grouped_matmul[(programs,)](*ptrs, sizes, len(shapes), BM=128, BN=128, BK=64, num_warps=8, num_stages=3)
+            torch.cuda.synchronize()
+            for a, b, c in zip(A, B, C):
+                torch.testing.assert_close(c, (a.float() @ b.float().T).half(), atol=0.05, rtol=0.01)
+    finally:
+        kiln.set_allocator(None)
+    assert "tensormap.replace" in _grouped_matmul.warmup(*ptrs, sizes, len(shapes), BM=128, BN=128, BK=64,
+                                                         num_warps=8, num_stages=3, grid=(1,)).asm["ptx"]
