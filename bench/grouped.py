@@ -6,6 +6,8 @@ upstream Triton on the same source, and PyTorch running the group's matmuls one 
     python bench/grouped.py [--check] [--sizes 1024,2048,4096] [--out DIR]
 
 Each group is four N x N x N fp16 problems; the programs (one per SM) walk all their tiles.
+Both libraries take the maps' global scratch from the same allocator (torch.empty) unless
+--kiln-scratch pool.
 """
 from __future__ import annotations
 
@@ -94,9 +96,14 @@ def main():
     ap.add_argument("--check", action="store_true")
     ap.add_argument("--sizes", default="1024,2048,4096")
     ap.add_argument("--out")
+    ap.add_argument("--kiln-scratch", choices=("torch", "pool"), default="torch",
+                    help="kiln's global scratch: the allocator Triton gets (torch.empty), or kiln's own (the driver's pool)")
     args = ap.parse_args()
     libs = {"kiln": load_kernels("kiln"), "triton": load_kernels("triton")}
     give_triton_an_allocator()
+    if args.kiln_scratch == "torch":
+        import kiln
+        kiln.set_allocator(lambda size, align, stream: torch.empty(size, dtype=torch.int8, device="cuda"))
     if args.check and check(libs):
         sys.exit("grouped GEMM results differ from torch")
     settle_clocks()

@@ -12,7 +12,7 @@ from kiln.ir import verify
 from kiln.ir.layout_check import check_layouts
 
 from .passes import (axis_info, canonicalize, convert_layouts, cse, dce, descriptor_loads, dot_accumulate, layouts, persistent, pointer_tma,
-                     prefetch, smem_alloc, smem_pipeline)
+                     prefetch, smem_alloc, smem_pipeline, tma_store)
 
 PASSES = [
     canonicalize,   # fold constants, drop x+0, x*1, same-type casts
@@ -23,6 +23,7 @@ PASSES = [
     pointer_tma,    # sm_90a: pointer loads of a dot's operands that read a TMA box -> descriptor_loads on derived maps
     smem_pipeline,  # sm_90a: dots fed by loads in loops -> async copies (cp.async, TMA) into rings of shared tiles, wgmma
     descriptor_loads,  # the descriptor loads no TMA ring took -> their pointer loads; unread derived maps dropped
+    tma_store,      # sm_90a: descriptor stores of 2-D blocks -> shared tile + TMA store
     prefetch,       # loads of iteration i+1 issued during iteration i (num_stages >= 2)
     canonicalize,   # tidy what prefetch cloned
     cse,

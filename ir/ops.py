@@ -534,6 +534,16 @@ def _check_tensormap_create(op):
         return "box is [inner elements, rows, swizzle bytes], each from 1 to 256"
 
 
+def _check_tma_store(op):
+    tmap, tile, *coords = op.operands
+    if tmap.type != tensormap:
+        return "tma_store writes through a tensormap"
+    if not isinstance(tile.type, shared_type) or len(tile.type.shape) != 2:
+        return "tma_store reads one tile of shared memory"
+    if len(coords) != 2 or any(c.type != int32 for c in coords):
+        return "tma_store takes two int32 coordinates (the tile's dims)"
+
+
 def _check_tma_copy(op):
     tmap, tile, bar, pred, *coords = op.operands
     if tmap.type != tensormap:
@@ -687,6 +697,9 @@ OPS.update({
                            notes="bar, parity: every thread waits until the phase of that parity completed"),
     "tma_expect": OpDef((2, 2), results=(0, 0), attrs=("bytes",), check=_check_tma_expect, side_effects=True,
                         notes="bar, pred: thread 0 arrives, expecting `bytes` of bulk copies on bar"),
+    "tma_store": OpDef((4, 4), results=(0, 0), check=_check_tma_store, side_effects=True,
+                       notes="tensormap, tile, c0, c1: thread 0 copies the tile to the box at (c0, c1) by TMA "
+                             "(past the extents nothing is written) and waits until the tile has been read"),
     "tensormap_create": OpDef((5, 5), check=_check_tensormap_create, side_effects=True,
                               notes="scratch, base, inner extent, outer extent, outer stride (elements): thread 0 "
                                     "writes a 2-D TMA map of `base` into this CTA's slot of the global scratch; "
@@ -704,4 +717,4 @@ SHAPE_CHECK = _check_shape_pow2
 GPU_STAGE_OPS = frozenset({"convert_layout", "local_alloc", "local_index", "local_trans", "local_store", "local_load", "async_copy", "async_commit", "async_wait",
                            "fence_async_shared", "warp_group_dot", "warp_group_dot_wait", "mma_dot",
                            "mbarrier_init", "mbarrier_inval", "mbarrier_wait", "tma_expect", "tma_copy",
-                           "tensormap_create"})
+                           "tensormap_create", "tma_store"})

@@ -61,13 +61,16 @@ def test_descriptors_read_from_memory_are_copied_by_tma_on_maps_the_kernel_makes
     k = _build()
     ptx = k.asm["ptx"]
     assert "cp.async.bulk.tensor.2d" in ptx and "cp.async.cg" not in ptx and "wgmma.mma_async" in ptx
-    # A's map and B's, each zero-filled and written field by field, then released to TMA
-    assert ptx.count("tensormap.replace.tile.global_address.global") == 2
-    assert ptx.count("fence.proxy.tensormap::generic.acquire.gpu") == 2
+    # A's map, B's and C's, each zero-filled and written field by field, then released to TMA
+    assert ptx.count("tensormap.replace.tile.global_address.global") == 3
+    assert ptx.count("fence.proxy.tensormap::generic.acquire.gpu") == 3
     assert ".version 8.3" in ptx  # tensormap.replace's PTX ISA
+    # C's tile leaves by TMA stores (two 64-column boxes), the pointer store kept for negative starts
+    assert ptx.count("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group") == 2
+    assert "cp.async.bulk.wait_group.read 0" in ptx
     assert k.n_spills == 0
     scratch = [a for a in k.metadata["args"] if "global_scratch" in a]
-    assert len(scratch) == 1 and scratch[0]["global_scratch"] == "256" and scratch[0]["type"] == "ptr<int8>"
+    assert len(scratch) == 1 and scratch[0]["global_scratch"] == "384" and scratch[0]["type"] == "ptr<int8>"
 
 
 def test_the_maps_are_made_once_per_group_not_once_per_tile():
@@ -76,7 +79,7 @@ def test_the_maps_are_made_once_per_group_not_once_per_tile():
     kir = compile_ir(_source_ir(), "sm_90a", {"num_warps": 8, "num_stages": 3}, link=False).kir
     creates = [i for i, line in enumerate(kir.splitlines()) if "tensormap_create" in line]
     loop = next(i for i, line in enumerate(kir.splitlines()) if " while " in f" {line} " or "= while" in line)
-    assert len(creates) == 2 and max(creates) < loop
+    assert len(creates) == 3 and max(creates) < loop
     assert 'box = [64, 128, 128]' in kir  # inner elements, rows, swizzle bytes (smem_pipeline's)
 
 
@@ -207,3 +210,80 @@ def test_grouped_matmul_on_maps_the_kernel_makes_matches_torch(allocator, monkey
         kiln.set_allocator(None)
     assert "tensormap.replace" in _grouped_matmul.warmup(*ptrs, sizes, len(shapes), BM=128, BN=128, BK=64,
                                                          num_warps=8, num_stages=3, grid=(1,)).asm["ptx"]
+
+
+# --- descriptor stores: tma_store ---------------------------------------------------------
+
+@kiln.jit
+def _store_tiles(x_ptr, y_ptrs, M, N, SHIFT: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr):
+    """Copies a block from x to y through descriptors; y's base read from memory when SHIFT < 0
+    (then its rows start SHIFT rows before the program's: a start that may be negative)."""
+    x = tl.make_tensor_descriptor(x_ptr, shape=[M, N], strides=[N, 1], block_shape=[BM, BN])
+    m, n = tl.program_id(0) * BM, tl.program_id(1) * BN
+    block = x.load([m, n])
+    if SHIFT < 0:
+        y = tl.make_tensor_descriptor(tl.load(y_ptrs).to(tl.pointer_type(tl.float16)), shape=[M, N], strides=[N, 1],
+                                      block_shape=[BM, BN])
+        y.store([m + SHIFT, n], block)
+    else:
+        y = tl.make_tensor_descriptor(y_ptrs, shape=[M, N], strides=[N, 1], block_shape=[BM, BN])
+        y.store([m, n], block)
+
+
+def _store_ir(shift):
+    x = np.zeros((64, 64), np.float16)
+    y = np.zeros(1, np.int64) if shift < 0 else x
+    k = _store_tiles.warmup(x, y, 4096, 4096, SHIFT=shift, BM=64, BN=128, num_warps=4, grid=(1,), target="sm_90a")
+    return k, parse_function(k.ir if isinstance(k.ir, str) else print_function(k.ir))
+
+
+def test_a_descriptor_store_becomes_a_tma_store_on_a_map_derived_from_the_arguments():
+    """IR in, IR out: the block goes to a swizzled tile, thread 0 copies it by TMA; starts made
+    of program ids are never negative, so no pointer store is kept."""
+    from kiln.codegen.passes import tma_store
+    _, fn = _store_ir(0)
+    ctx = PassContext(parse_target("sm_90a"), num_warps=4, num_stages=3)
+    tma_store.apply(fn, ctx)
+    text = print_function(fn, locs=False)
+    verify(parse_function(text))
+    assert "local_alloc : smem<64x128xfp16:swizzle128:order1.0>" in text
+    assert text.count("tma_store ") == 1 and " store " not in text and " if " not in text
+    assert 'tma_of = [1, 3, 2, 3]' in text and ctx.tma_boxes == {len(fn.args) - 1: (64, 64, 128)}
+
+
+def test_a_store_that_may_start_before_the_tensor_keeps_its_pointer_store_for_those_programs():
+    from kiln.codegen.passes import tma_store
+    _, fn = _store_ir(-8)
+    ctx = PassContext(parse_target("sm_90a"), num_warps=4, num_stages=3)
+    tma_store.apply(fn, ctx)
+    text = print_function(fn, locs=False)
+    verify(parse_function(text))
+    assert "tensormap_create" in text and " = if " not in text and "if %" in text
+    assert text.count("tma_store ") == 1 and text.count(" store ") == 1 and 'box = [64, 64, 128]' in text
+
+
+def test_stores_without_both_bounds_keep_their_pointers():
+    """Tutorial 03's C store (`rm < M & rn < N`, no lower bounds) is a pointer store."""
+    from test_codegen_pointer_tma import _build as build_mm
+    k = build_mm()
+    assert "cp.async.bulk.tensor.2d.global.shared" not in k.asm["ptx"]
+    assert not any("tma_store" in a["name"] for a in k.metadata["args"])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shift", [0, -8])
+def test_tma_stores_match_the_pointer_stores_on_the_gpu(shift, monkeypatch):
+    """Ragged M and N (the last boxes reach past the tensor: TMA drops those elements) and,
+    with shift -8, the first programs' rows before the tensor (their pointer stores)."""
+    _gpu()
+    monkeypatch.setenv("KILN_INTERPRET", "0")
+    M, N = 200, 312
+    x = torch.randn(M, N, device="cuda").half()
+    y = torch.full((M, N), 7.0, device="cuda", dtype=torch.float16)
+    target = torch.tensor([y.data_ptr()], device="cuda", dtype=torch.int64) if shift < 0 else y
+    _store_tiles[(-(-M // 64), -(-N // 128))](x, target, M, N, SHIFT=shift, BM=64, BN=128, num_warps=4)
+    torch.cuda.synchronize()
+    # y's row r comes from x's row r - shift, zeros where that is past x (read as zeros)
+    want = torch.zeros_like(y)
+    want[:M + shift] = x[-shift:]
+    torch.testing.assert_close(y, want)

@@ -795,8 +795,8 @@ def test_a_k_edge_read_from_memory_keeps_wide_copies_with_a_src_size(BM, BN, BK,
 def test_tutorial_08s_device_descriptors_with_sizes_from_memory_run_on_wgmma():
     """Triton's tutorial 08 TMA kernel, its shape: descriptors made in the kernel, sizes and
     leading dims read from memory, `b.T`. The kernel writes their TMA maps itself
-    (`tensormap_create`: base, sizes and stride known only in the kernel), copies by TMA and
-    runs wgmma, no spills. (Their stand-in pointer loads, masked `(i >= 0) & (i < size)`,
+    (`tensormap_create`: base, sizes and stride known only in the kernel; C's too, for its
+    TMA store), copies by TMA and runs wgmma, no spills. (Their stand-in pointer loads, masked `(i >= 0) & (i < size)`,
     would take 16-byte cp.async copies with a src-size: test_a_k_edge_read_from_memory_...)"""
     from test_lang_tensor_descriptor import _grouped_matmul_device_descriptors, grouped_problems
     pool, offsets, sizes, _ = grouped_problems([(200, 136, 100)], np.random.default_rng(0))
@@ -805,7 +805,7 @@ def test_tutorial_08s_device_descriptors_with_sizes_from_memory_run_on_wgmma():
                                                       num_warps=num_warps, num_stages=3, grid=(4,), target="sm_90a")
         ptx = k.asm["ptx"]
         assert "wgmma.mma_async" in ptx and "mma.sync" not in ptx
-        assert "cp.async.bulk.tensor.2d" in ptx and ptx.count("tensormap.replace.tile.global_address") == 2
+        assert "cp.async.bulk.tensor.2d" in ptx and ptx.count("tensormap.replace.tile.global_address") == 3
         assert not re.findall(r"cp\.async\.c[ag]\.shared", ptx)
         assert ".local" not in ptx and k.metadata["n_spills"] == 0
 

@@ -84,11 +84,13 @@ def test_device_descriptors_made_from_the_arguments_become_tma_copies(K, tma):
     x = np.zeros((64, 64), np.float16)
     k = _device_descriptors.warmup(x, x, x, 4096, 4096, K, BM=128, BN=256, BK=64, num_warps=8, num_stages=3,
                                    grid=(1,), target="sm_90a")
+    stored = {"c_ptr.tma_store": ("2,4,3,4", "64x128:swizzle128")}  # C's rows N apart: by TMA (tma_store)
     if tma:
-        assert _derived(k) == {"a_ptr.tma": ("0,5,3,5", "64x128:swizzle128"), "b_ptr.tma": ("1,5,4,5", "64x256:swizzle128")}
-        assert "cp.async.bulk.tensor.2d" in k.asm["ptx"] and "cp.async.cg" not in k.asm["ptx"]
+        assert _derived(k) == {"a_ptr.tma": ("0,5,3,5", "64x128:swizzle128"), "b_ptr.tma": ("1,5,4,5", "64x256:swizzle128"),
+                               **stored}
+        assert "cp.async.bulk.tensor.2d.shared" in k.asm["ptx"] and "cp.async.cg" not in k.asm["ptx"]
     else:
-        assert _derived(k) == {} and "cp.async.bulk.tensor" not in k.asm["ptx"]
+        assert _derived(k) == stored and "cp.async.bulk.tensor.2d.shared" not in k.asm["ptx"]
     assert k.n_spills == 0
 
 

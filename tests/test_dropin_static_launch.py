@@ -206,6 +206,8 @@ DIFFERENCES = {
     "programmatic dependent launch": lambda k: setattr(k, "metadata", k.metadata._replace(launch_pdl=True)),
     "scratch memory": lambda k: setattr(k, "metadata", k.metadata._replace(global_scratch_size=64)),
     "two CTAs": lambda k: setattr(k, "metadata", k.metadata._replace(num_ctas=2)),
+    "global scratch for maps the kernel makes": lambda k: k.binary.metadata.update(
+        args=[*k.binary.metadata["args"][:-1], dict(k.binary.metadata["args"][-1], global_scratch="128")]),
     "a driver older than nvJitLink": lambda k: setattr(static_abi, "driver_version", lambda: 12080),
 }
 

@@ -121,6 +121,22 @@ def _tensormap_create(lw, op):
     lw.bind(op.results[0], [b.inttoptr(address, GENERIC_PTR)])
 
 
+def _tma_store(lw, op):
+    tmap, tile, c0, c1 = op.operands
+    t = tile.type
+    inner, outer = t.order
+    C, O, W = tma_box(t)
+    coords = {0: lw.scalar(c0), 1: lw.scalar(c1)}
+    map_address = lw.b.ptrtoint(lw.scalar(tmap), I64)
+    with _thread0(lw):
+        for j in range(t.shape[inner] // C):
+            x = lw.b.add(coords[inner], lw.i32(j * C)) if j else coords[inner]
+            _asm(lw, "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [$0, {$1, $2}], [$3];",
+                 args=[map_address, x, coords[outer], _shared_address(lw, tile, j * O * W)], constraints="l,r,r,r")
+        # the tile's bytes may be reused once read; the writes complete with the kernel
+        _asm(lw, "cp.async.bulk.commit_group;\n\tcp.async.bulk.wait_group.read 0;")
+
+
 def tensormap_param(param) -> None:
     """Make kernel parameter `param` a 128-byte by-value TMA map the kernel reads in place."""
     param.add_attribute("byval")
@@ -155,4 +171,5 @@ RULES = {
     "tma_expect": _tma_expect,
     "tma_copy": _tma_copy,
     "tensormap_create": _tensormap_create,
+    "tma_store": _tma_store,
 }

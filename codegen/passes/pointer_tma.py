@@ -142,17 +142,21 @@ class _Box:
 
 
     def _create_map(self, fn):
-        """A `tensormap_create` of this box's matrix, as early as its operands allow: before
-        the loop, and out of every enclosing region whose ops do not define them."""
-        operands = [global_scratch(fn), self.base, self.extents[1], self.extents[0], self.stride]
-        at = self.loop
-        while isinstance(at.parent.parent, Operation) and not any(_inside(v, at.parent.parent) for v in operands[1:]):
-            at = at.parent.parent
-        block = at.parent
-        op = Operation("tensormap_create", operands, [tensormap], {}, loc=self.load.loc)
-        op.parent = block
-        block.ops.insert(block.ops.index(at), op)
-        return op.results[0]
+        return create_map(fn, self.loop, self.base, self.extents, self.stride, self.load.loc)
+
+
+def create_map(fn, at, base, extents, stride, loc, box=None):
+    """A `tensormap_create` of the matrix (base, extents [outer, inner], stride), as early as
+    its operands allow: before op `at`, and out of every enclosing region whose ops do not
+    define them."""
+    operands = [global_scratch(fn), base, extents[1], extents[0], stride]
+    while isinstance(at.parent.parent, Operation) and not any(_inside(v, at.parent.parent) for v in operands[1:]):
+        at = at.parent.parent
+    block = at.parent
+    op = Operation("tensormap_create", operands, [tensormap], {} if box is None else {"box": list(box)}, loc=loc)
+    op.parent = block
+    block.ops.insert(block.ops.index(at), op)
+    return op.results[0]
 
 
 def global_scratch(fn):

@@ -178,6 +178,8 @@ def _launch_refusal(kernel, binary) -> str | None:
         return "a tensormap encoded at launch"
     if any(arg.get("launch_grid") is not None for arg in binary.metadata.get("args", ()) if isinstance(arg, dict)):
         return "a persistent kernel (its grid sizes are arguments, its CTAs fewer than its programs)"
+    if any(arg.get("global_scratch") for arg in binary.metadata.get("args", ()) if isinstance(arg, dict)):
+        return "global scratch for the TMA maps the kernel makes"
     return None
 
 
