@@ -5,7 +5,8 @@
 Writes DIR/<date>-<gpu>.json, a markdown table next to it and a PNG plot, and prints the
 table. Bandwidth figures count bytes read plus bytes written; every timing is the median
 of `do_bench` (Triton's: CUDA events, L2 flushed before each run), the same for all three,
-and each size reports the median over rounds in which the three take turns.
+and each size reports the median over rounds in which the three take turns (3; 9 for the
+memory-bound kernels, whose few-microsecond timings are bimodal between calls).
 """
 from __future__ import annotations
 
@@ -49,6 +50,11 @@ def bench(fn):
 
 
 ROUNDS = 3  # --rounds
+# Kernels of a few microseconds (vector add at 1-2M elements, softmax and layer norm at small
+# N) time in two modes ~8% apart from one do_bench call to the next, for every library alike
+# (H200, 2026-11-24: 9 turns of each at 1M elements, 1473-1632 GB/s kiln, 1478-1628 Triton):
+# a median of 3 turns lands in either, so the memory-bound sections take 9.
+MEMORY_ROUNDS = 9  # --memory-rounds
 
 
 def interleaved(fns: dict, rounds: int | None = None) -> dict:
@@ -107,7 +113,7 @@ def vector_add(libs, sizes):
             fns[name]()
             torch.testing.assert_close(out, x + y)
         fns["torch"] = lambda: torch.add(x, y, out=out)
-        rows.append({"size": n, **{name: gbps(3 * 4 * n, ms) for name, ms in interleaved(fns).items()}})
+        rows.append({"size": n, **{name: gbps(3 * 4 * n, ms) for name, ms in interleaved(fns, MEMORY_ROUNDS).items()}})
     return rows
 
 
@@ -126,7 +132,7 @@ def softmax(libs, cols_list, rows_n=4096):
             torch.testing.assert_close(out, torch.softmax(x, 1), rtol=1e-5, atol=1e-6)
             fns[name] = go
         fns["torch"] = lambda: torch.softmax(x, 1)
-        rows.append({"size": n, **{name: gbps(2 * 4 * x.numel(), ms) for name, ms in interleaved(fns).items()},
+        rows.append({"size": n, **{name: gbps(2 * 4 * x.numel(), ms) for name, ms in interleaved(fns, MEMORY_ROUNDS).items()},
                      "regs": regs})
     return rows
 
@@ -152,7 +158,7 @@ def layer_norm(libs, cols_list, rows_n=4096):
             torch.testing.assert_close(y, ref, rtol=1e-2, atol=1e-2)
             fns[name] = go
         fns["torch"] = lambda: torch.nn.functional.layer_norm(x, (n,), w, b, 1e-5)
-        rows.append({"size": n, **{name: gbps(2 * 2 * x.numel(), ms) for name, ms in interleaved(fns).items()},
+        rows.append({"size": n, **{name: gbps(2 * 2 * x.numel(), ms) for name, ms in interleaved(fns, MEMORY_ROUNDS).items()},
                      "regs": regs})
     return rows
 
@@ -314,11 +320,13 @@ def main():
     parser.add_argument("--quick", action="store_true", help="fewer sizes")
     parser.add_argument("--out", default=os.path.join(HERE, "results"))
     parser.add_argument("--rounds", type=int, default=3, help="turns each library takes per size (median)")
+    parser.add_argument("--memory-rounds", type=int, default=MEMORY_ROUNDS,
+                        help="the same for vector add, softmax and layer norm")
     parser.add_argument("--only", nargs="*", help="run only these sections (vector_add softmax layer_norm "
                                                    "matmul attention launch first_call); writes no files")
     args = parser.parse_args()
-    global ROUNDS
-    ROUNDS = args.rounds
+    global ROUNDS, MEMORY_ROUNDS
+    ROUNDS, MEMORY_ROUNDS = args.rounds, args.memory_rounds
     os.makedirs(args.out, exist_ok=True)
 
     kiln_k, triton_k = load_kernels("kiln"), load_kernels("triton")
