@@ -170,22 +170,20 @@ def test_the_launcher_asks_for_scratch_per_cta_and_hands_it_back(monkeypatch):
 
 # --- on the GPU ---------------------------------------------------------------------------
 
-torch = None
-
-
-def _gpu():
-    global torch
+def _gpu_torch():
+    """torch, where a Hopper GPU runs these tests (maps made in the kernel are sm_90a code)."""
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
     if torch.cuda.get_device_capability()[0] != 9:
         pytest.skip("maps made in the kernel are sm_90a code")
+    return torch
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("allocator", ["torch", "kiln"])
 def test_grouped_matmul_on_maps_the_kernel_makes_matches_torch(allocator, monkeypatch):
-    _gpu()
+    torch = _gpu_torch()
     monkeypatch.setenv("KILN_INTERPRET", "0")
     # edges on every dim, K not a multiple of BK, and an empty K (a map made, never read)
     shapes = [(256, 256, 512), (200, 72, 136), (128, 384, 64), (64, 64, 0)]
@@ -275,7 +273,7 @@ def test_stores_without_both_bounds_keep_their_pointers():
 def test_tma_stores_match_the_pointer_stores_on_the_gpu(shift, monkeypatch):
     """Ragged M and N (the last boxes reach past the tensor: TMA drops those elements) and,
     with shift -8, the first programs' rows before the tensor (their pointer stores)."""
-    _gpu()
+    torch = _gpu_torch()
     monkeypatch.setenv("KILN_INTERPRET", "0")
     M, N = 200, 312
     x = torch.randn(M, N, device="cuda").half()

@@ -1,5 +1,7 @@
-"""sm_90a: pointer loads of a dot's operands that read a box of a kernel-argument matrix
-become TMA copies, on a map the launcher encodes from the kernel's own arguments.
+"""sm_90a: pointer loads of a dot's operands that read a box of a matrix become TMA copies,
+on a map the launcher encodes from the kernel's own arguments, or, where the matrix's base,
+extents or stride are values the kernel computes or reads (tutorial 08's descriptors), on a
+map the kernel writes itself (`tensormap_create`, before the loop).
 
 Tutorial 03's matmul reads A and B through pointer blocks; through host TensorDescriptors
 (TMA) the same loop runs 4-6% faster (bench/tma.py): one thread issues a box copy instead
@@ -13,13 +15,15 @@ pointer load back everywhere else and drops the argument.
 
 What is proved, with the index forms of kiln.codegen.passes.affine (`iter` = the loop's
 iteration count, `idx_d` = the element's index along dim d):
-  address   base + X_1 + s * X_0: base a pointer argument (16-byte aligned), s an int32
-            argument whose byte stride is a multiple of 16, X_1 the contiguous dim;
+  address   base + X_1 + s * X_0: base a 16-byte aligned pointer, s an int32 whose byte
+            stride is a multiple of 16 (an argument's specialization says so, or, for
+            values that are no arguments, a `multiple_of` hint: what a descriptor
+            promises), both loop-invariant, X_1 the contiguous dim;
   coords    X_d = a_d + delta_d * iter + idx_d (a_d and delta_d loop-invariant: the
             pointer advances by as many rows or columns every iteration), or
-            X_d = (a_d + idx_d) % E_d with E_d an argument ("wraps", tutorial 03's `% M`);
-  extents   every other dim has a mask term `X_d < E_d` with E_d an argument (tutorial
-            03's K edge); terms `X_d >= 0` are allowed (TMA reads those as zeros too);
+            X_d = (a_d + idx_d) % E_d ("wraps", tutorial 03's `% M`);
+  extents   every other dim has a mask term `X_d < E_d` (tutorial 03's K edge), E_d an
+            int32 loop-invariant; terms `X_d >= 0` are allowed (TMA reads those as zeros too);
             `other` is absent or zero, so that masked-off elements read zero as out-of-box ones do.
 A plain dim's start must be proved non-negative (or masked by `X_d >= 0`): TMA reads
 nothing before the base. A wrapped dim reads row (a + i) % E where TMA reads zeros past E;
@@ -132,17 +136,13 @@ class _Box:
             fn.arg_attrs.append({"tma_of": [index(self.base), index(self.extents[1]), index(self.extents[0]),
                                             index(self.stride)]})
         else:
-            tmap = self._create_map(fn)
+            tmap = create_map(fn, self.loop, self.base, self.extents, self.stride, self.load.loc)
         value = self.load.results[0]
         uses = [op for op in fn.walk() if value in op.operands]
         got = emit("descriptor_load", [tmap, *offsets, value], value.type)
         for op in uses:
             op.operands = [got if v is value else v for v in op.operands]
         body.ops[at:at] = emitted
-
-
-    def _create_map(self, fn):
-        return create_map(fn, self.loop, self.base, self.extents, self.stride, self.load.loc)
 
 
 def create_map(fn, at, base, extents, stride, loc, box=None):

@@ -151,7 +151,8 @@ def make_launcher(kernel, arg_types, num_warps: int, shared: int, name: str, tma
                        "    ctas, gy, gz = min(programs, resident), 1, 1"]
     launch_call = ["err = cu_launch(handle, ctas, gy, gz, block_x, 1, 1, shared_bytes, stream, params, None)"]
     if scratch is not None:  # the maps the kernel makes: 128 bytes each per CTA, only for this launch
-        launch_call = [f"s{scratch[0]}.value, held = take_scratch(ctas * gy * gz * {scratch[1]}, stream)",
+        namespace["scratch_bytes"] = scratch[1]
+        launch_call = [f"s{scratch[0]}.value, held = take_scratch(ctas * gy * gz * scratch_bytes, stream)",
                        "try:", "    " + launch_call[0], "finally:", "    give_back(held, stream)"]
     src = "\n".join([
         "def launch(grid, args, stream):",
