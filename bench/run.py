@@ -320,7 +320,7 @@ def main():
     parser.add_argument("--quick", action="store_true", help="fewer sizes")
     parser.add_argument("--out", default=os.path.join(HERE, "results"))
     parser.add_argument("--rounds", type=int, default=3, help="turns each library takes per size (median)")
-    parser.add_argument("--memory-rounds", type=int, default=MEMORY_ROUNDS,
+    parser.add_argument("--memory-rounds", type=int, default=9,
                         help="the same for vector add, softmax and layer norm")
     parser.add_argument("--only", nargs="*", help="run only these sections (vector_add softmax layer_norm "
                                                    "matmul attention launch first_call); writes no files")
