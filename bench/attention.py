@@ -2,11 +2,13 @@
 `attention_bwd_*` kernels, one kernel source) on kiln and on upstream Triton, each autotuned
 over the same configs, against PyTorch SDPA (its backward through autograd).
 
-    python bench/attention.py [--quick] [--check] [--modes fwd,bwd] [--dims 64,128] [--ctx 1024,4096,16384] [--out DIR]
+    python bench/attention.py [--quick] [--check] [--modes fwd,bwd,desc] [--dims 64,128] [--ctx 1024,4096,16384] [--out DIR]
 
 Z=4, H=32, fp16, causal and not. Forward TFLOP/s count its two matmuls (4 Z H N^2 D), the
 backward 2.5 times that (its five; the kernels recompute P, as FlashAttention-2 does),
 halved when causal. The backward is three launches: Delta = rowsum(O dO), dK and dV, dQ.
+Mode `desc` is the forward through descriptors the kernel makes
+(`attention_descriptor_fwd_kernel`, tutorial 06's way: Z * H * N_CTX rows).
 --check first compares every config with SDPA (and its gradients) on small shapes. Prints
 a markdown table and writes DIR/<date>-<gpu>-attention.{json,md} when --out is given.
 """
@@ -48,6 +50,23 @@ def launcher(lib, q, k, v, o, causal, cfg, lse=None):
                                        *o.stride(), h, n_ctx, HEAD_DIM=dim, BLOCK_M=bm, BLOCK_N=bn, CAUSAL=causal,
                                        num_warps=warps, num_stages=stages)
     return go
+
+
+def descriptor_launcher(lib, q, k, v, o, causal, cfg):
+    """`attention_descriptor_fwd_kernel`: the forward through descriptors made in the kernel."""
+    bm, bn, stages, warps = cfg
+    z, h, n_ctx, dim = q.shape
+    grid = (triton_cdiv(n_ctx, bm), z * h)
+    lse = torch.empty(z, h, n_ctx, device=q.device, dtype=torch.float32)
+
+    def go():
+        lib.attention_descriptor_fwd_kernel[grid](q, k, v, o, lse, 1 / dim ** 0.5, z, h, n_ctx, HEAD_DIM=dim,
+                                                  BLOCK_M=bm, BLOCK_N=bn, CAUSAL=causal, num_warps=warps,
+                                                  num_stages=stages)
+    return go
+
+
+FORWARDS = {"fwd": launcher, "desc": descriptor_launcher}
 
 
 def bwd_launcher(lib, q, k, v, o, lse, do, grads, causal, cfg):
@@ -96,10 +115,11 @@ def check(libs, dims, configs, bwd_configs):
             want_grads = torch.autograd.grad(sdpa(qr, kr, vr, causal), (qr, kr, vr), do.float())
             for name, lib in libs.items():
                 for cfg in configs:
-                    o = torch.full_like(q, float("nan"))
-                    got = _attempt(name, dim, causal, cfg, launcher(lib, q, k, v, o, causal, cfg))
-                    if got and not torch.allclose(o.float(), want.float(), atol=2e-2, rtol=2e-2):
-                        failures.append(_mismatch(name, "fwd", dim, causal, cfg, o, want))
+                    for kind, make in FORWARDS.items():
+                        o = torch.full_like(q, float("nan"))
+                        got = _attempt(name, dim, causal, cfg, make(lib, q, k, v, o, causal, cfg))
+                        if got and not torch.allclose(o.float(), want.float(), atol=2e-2, rtol=2e-2):
+                            failures.append(_mismatch(name, kind, dim, causal, cfg, o, want))
                 o, lse = forward_for_backward(lib, q, k, v, causal)
                 for cfg in bwd_configs:
                     grads = [torch.full_like(q, float("nan")) for _ in range(3)]
@@ -134,9 +154,10 @@ def run(libs, dims, contexts, configs, rounds=3, mode="fwd"):
         for causal in (False, True):
             for n_ctx in contexts:
                 q, k, v = operands(n_ctx, dim)
-                if mode == "fwd":
+                if mode in FORWARDS:
                     o = torch.empty_like(q)
-                    make = {name: lambda cfg, lib=lib: launcher(lib, q, k, v, o, causal, cfg) for name, lib in libs.items()}
+                    make = {name: lambda cfg, lib=lib: FORWARDS[mode](lib, q, k, v, o, causal, cfg)
+                            for name, lib in libs.items()}
                     reference = lambda: sdpa(q, k, v, causal)  # noqa: E731
                 else:
                     do = torch.randn_like(q)
@@ -181,8 +202,14 @@ def main():
     ap.add_argument("--out")
     args = ap.parse_args()
     libs = {name: load_kernels(name) for name in args.libs.split(",")}
+    if "desc" in args.modes.split(","):  # both write the descriptors' TMA maps to global scratch from torch
+        from tma import give_triton_an_allocator
+        import kiln
+        give_triton_an_allocator()
+        kiln.set_allocator(lambda size, align, stream: torch.empty(size, dtype=torch.int8, device="cuda"))
     dims = [int(d) for d in args.dims.split(",")]
     configs = {"fwd": QUICK if args.quick else CONFIGS, "bwd": BWD_QUICK if args.quick else BWD_CONFIGS}
+    configs["desc"] = configs["fwd"]
     if args.check:
         check(libs, dims, configs["fwd"], configs["bwd"])
     rows = [row for mode in args.modes.split(",")

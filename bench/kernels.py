@@ -247,6 +247,56 @@ def attention_fwd_kernel(Q, K, V, Out, M, sm_scale,
     tl.store(o_ptrs, (acc / row_sum[:, None]).to(Out.dtype.element_ty))
 
 
+@triton.jit
+def _attention_descriptor_block(acc, row_sum, row_max, q, k_desc, v_desc, first_row, qk_scale, lo, hi, offs_m,
+                                offs_n, BLOCK_N: tl.constexpr, DIAGONAL: tl.constexpr):
+    """`_attention_block` with K and V read through descriptors over all heads' rows."""
+    for start_n in range(lo, hi, BLOCK_N):
+        scores = tl.dot(q, k_desc.load([first_row + start_n, 0]).T)
+        if DIAGONAL:
+            scores = tl.where(offs_m[:, None] >= start_n + offs_n[None, :], scores, -1.0e6)
+        new_max = tl.maximum(row_max, tl.max(scores, 1) * qk_scale)
+        p = tl.math.exp2(scores * qk_scale - new_max[:, None])
+        rescale = tl.math.exp2(row_max - new_max)
+        row_sum = row_sum * rescale + tl.sum(p, 1)
+        v = v_desc.load([first_row + start_n, 0])
+        acc = tl.dot(p.to(v.dtype), v, acc * rescale[:, None])
+        row_max = new_max
+    return acc, row_sum, row_max
+
+
+@triton.jit
+def attention_descriptor_fwd_kernel(Q, K, V, Out, M, sm_scale, Z, H, N_CTX, HEAD_DIM: tl.constexpr,
+                                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr):
+    """The same forward through descriptors the kernel makes over contiguous [Z, H, N_CTX,
+    HEAD_DIM] tensors seen as Z * H * N_CTX rows (as Triton 3.6's tutorial 06 does): their
+    row count is computed in the kernel, so no launcher can encode their TMA maps."""
+    rows = Z * H * N_CTX
+    q_desc = tl.make_tensor_descriptor(Q, shape=[rows, HEAD_DIM], strides=[HEAD_DIM, 1], block_shape=[BLOCK_M, HEAD_DIM])
+    k_desc = tl.make_tensor_descriptor(K, shape=[rows, HEAD_DIM], strides=[HEAD_DIM, 1], block_shape=[BLOCK_N, HEAD_DIM])
+    v_desc = tl.make_tensor_descriptor(V, shape=[rows, HEAD_DIM], strides=[HEAD_DIM, 1], block_shape=[BLOCK_N, HEAD_DIM])
+    o_desc = tl.make_tensor_descriptor(Out, shape=[rows, HEAD_DIM], strides=[HEAD_DIM, 1],
+                                       block_shape=[BLOCK_M, HEAD_DIM])
+    first_row = tl.program_id(1) * N_CTX
+    start_m = tl.program_id(0) * BLOCK_M
+    offs_m = start_m + tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    q = q_desc.load([first_row + start_m, 0])
+    qk_scale = sm_scale * 1.44269504
+    row_max = tl.full([BLOCK_M], -float("inf"), tl.float32)
+    row_sum = tl.full([BLOCK_M], 1.0, tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+    unmasked_end = start_m if CAUSAL else N_CTX
+    acc, row_sum, row_max = _attention_descriptor_block(acc, row_sum, row_max, q, k_desc, v_desc, first_row, qk_scale,
+                                                        0, unmasked_end, offs_m, offs_n, BLOCK_N, False)
+    if CAUSAL:
+        acc, row_sum, row_max = _attention_descriptor_block(acc, row_sum, row_max, q, k_desc, v_desc, first_row,
+                                                            qk_scale, start_m, start_m + BLOCK_M, offs_m, offs_n,
+                                                            BLOCK_N, True)
+    tl.store(M + tl.program_id(1) * N_CTX + offs_m, row_max + tl.math.log2(row_sum))
+    o_desc.store([first_row + start_m, 0], (acc / row_sum[:, None]).to(tl.float16))
+
+
 # FlashAttention-2 backward, in three kernels over contiguous [Z, H, N_CTX, HEAD_DIM] tensors:
 # Delta = rowsum(O * dO); dK and dV per block of keys (a loop over query blocks); dQ per
 # block of queries (a loop over key blocks). P is recomputed from the forward's M.

@@ -599,12 +599,16 @@ def test_descriptor_rows_in_a_pipelined_loop_share_one_widened_index():
     """A thread's rows of a descriptor block are `base + 8j`: widened to i64 as `ext(base) + 8j`
     and added to the block offset before the constant, they are one 64-bit value per
     iteration plus constants, not eight loop-invariant registers (this kernel at D=128 and
-    4 warps spilled ~100 bytes more per thread before)."""
+    4 warps spilled ~100 bytes more per thread before). On sm_80's cp.async rings: on sm_90a
+    the kernel now writes the descriptor's TMA map itself (its rows D apart, a constant)."""
     x = np.zeros((64, 64), np.float16)
     k = _descriptor_scores.warmup(x, x, x, 4096, 4096, D=128, BM=128, BN=64, num_warps=4, num_stages=2,
-                                  grid=(1,), target="sm_90a")
+                                  grid=(1,), target="sm_80")
     ptx = k.asm["ptx"]
-    assert "cp.async.cg.shared.global" in ptx and "wgmma.mma_async" in ptx
+    assert "cp.async.cg.shared.global" in ptx and "mma.sync" in ptx
+    hopper = _descriptor_scores.warmup(x, x, x, 4096, 4096, D=128, BM=128, BN=64, num_warps=4, num_stages=2,
+                                       grid=(1,), target="sm_90a").asm["ptx"]
+    assert "cp.async.bulk.tensor.2d" in hopper and "tensormap.replace" in hopper
     steps = re.findall(r"(?:or\.b64|add\.s64)\s+%rd\d+, (%rd\d+), (8|16|24|32|40|48|56);", ptx)
     rows_of = {}
     for reg, c in steps:

@@ -55,7 +55,7 @@ ELEMENTWISE = {"cast", "add", "sub", "mul", "div", "rem", "neg", "max", "min", "
 def apply(fn, ctx) -> None:
     if not pipelines(ctx) or fn.attrs.get("derived_args", 1) == 0:  # 0: the launcher's fallback build
         return
-    divisors = _hinted_divisors(fn)
+    divisors, made_before = _hinted_divisors(fn), {}
     for loop in [op for op in fn.walk() if op.name == "for"]:
         if int(loop.attrs.get("num_stages", ctx.num_stages)) < 2:
             continue
@@ -63,7 +63,7 @@ def apply(fn, ctx) -> None:
         for load in [op for op in loop.regions[0].ops if op.name == "load"]:
             box = _Box.prove(load, loop, fn, forms, divisors)
             if box is not None:
-                box.rewrite(fn)
+                box.rewrite(fn, made_before)
 
 
 class _Box:
@@ -103,7 +103,8 @@ class _Box:
             if d is None:
                 return None
         starts = {d: forms.wraps[wraps[d]][0] if d in wraps else coords[d] for d in range(2)}
-        if any(e is None or _inside(e, loop) for e in extents) or not all(_invariant(forms, c, loop) for c in starts.values()):
+        if any(e is None or any(_inside(f, loop) for f in _factors(e)) for e in extents) \
+                or not all(_invariant(forms, c, loop) for c in starts.values()):
             return None
         # TMA reads nothing before the base: an unmasked plain dim must start at 0 or after
         # (the launcher checks that the map's extents and stride are at least 1)
@@ -116,7 +117,7 @@ class _Box:
             return None
         return cls(load, loop, forms, base, stride, starts, extents)
 
-    def rewrite(self, fn) -> None:
+    def rewrite(self, fn, made_before) -> None:
         body = self.loop.regions[0]
         at = body.ops.index(self.load) + 1
         emitted: list[Operation] = []
@@ -136,7 +137,8 @@ class _Box:
             fn.arg_attrs.append({"tma_of": [index(self.base), index(self.extents[1]), index(self.extents[0]),
                                             index(self.stride)]})
         else:
-            tmap = create_map(fn, self.loop, self.base, self.extents, self.stride, self.load.loc)
+            tmap = create_map(fn, self.loop, self.base, self.extents, self.stride, self.load.loc,
+                              made_before=made_before)
         value = self.load.results[0]
         uses = [op for op in fn.walk() if value in op.operands]
         got = emit("descriptor_load", [tmap, *offsets, value], value.type)
@@ -145,18 +147,55 @@ class _Box:
         body.ops[at:at] = emitted
 
 
-def create_map(fn, at, base, extents, stride, loc, box=None):
+def create_map(fn, at, base, extents, stride, loc, box=None, made_before=None):
     """A `tensormap_create` of the matrix (base, extents [outer, inner], stride), as early as
     its operands allow: before op `at`, and out of every enclosing region whose ops do not
-    define them."""
-    operands = [global_scratch(fn), base, extents[1], extents[0], stride]
-    while isinstance(at.parent.parent, Operation) and not any(_inside(v, at.parent.parent) for v in operands[1:]):
+    define them. `made_before` (a dict) remembers the maps made: a second load of the same
+    matrix whose map lands in the same block takes the first one's (causal attention's two
+    loops over K)."""
+    values = [base, *_factors(extents[0]), *_factors(extents[1])] + ([] if isinstance(stride, Constant) else [stride])
+    while isinstance(at.parent.parent, Operation) and not any(_inside(v, at.parent.parent) for v in values):
         at = at.parent.parent
     block = at.parent
-    op = Operation("tensormap_create", operands, [tensormap], {} if box is None else {"box": list(box)}, loc=loc)
-    op.parent = block
-    block.ops.insert(block.ops.index(at), op)
-    return op.results[0]
+    key = (id(block), box and tuple(box), *(_key(v) for v in (base, stride, *extents)))
+    if made_before is not None and key in made_before:
+        return made_before[key]
+    made = []
+
+    def extent(e):
+        if isinstance(e, Constant):
+            made.append(Operation("constant", [], [int32], {"value": int(e)}, loc=loc))
+            return made[-1].results[0]
+        if not isinstance(e, Product):
+            return e
+        total = e[0]
+        for f in e[1:]:
+            made.append(Operation("mul", [total, f], [int32], loc=loc))
+            total = made[-1].results[0]
+        return total
+
+    inner, outer = extent(extents[1]), extent(extents[0])
+    if isinstance(stride, Constant):
+        made.append(Operation("constant", [], [int32], {"value": int(stride)}, loc=loc))
+        stride = made[-1].results[0]
+    made.append(Operation("tensormap_create", [global_scratch(fn), base, inner, outer, stride], [tensormap],
+                          {} if box is None else {"box": list(box)}, loc=loc))
+    where = block.ops.index(at)
+    for op in made:
+        op.parent = block
+    block.ops[where:where] = made
+    if made_before is not None:
+        made_before[key] = made[-1].results[0]
+    return made[-1].results[0]
+
+
+def _key(v):
+    """What identifies a map's operand: a value itself, a constant's number, a product's factors."""
+    if isinstance(v, Constant):
+        return ("constant", int(v))
+    if isinstance(v, Product):
+        return ("product", *map(id, v))
+    return id(v)
 
 
 def global_scratch(fn):
@@ -173,7 +212,7 @@ def global_scratch(fn):
 
 def _from_arguments(fn, base, stride, extents) -> bool:
     """Can the launcher encode the map (base, stride and extents all kernel arguments)?"""
-    return all(v in fn.args for v in (base, stride, *extents))
+    return all(not isinstance(v, (Product, Constant)) and v in fn.args for v in (base, stride, *extents))
 
 
 def _hinted_divisors(fn) -> dict:
@@ -285,17 +324,19 @@ def _split(poly, fn, base, forms, divisors):
         return None
     outer = [m for m in poly if any(a[0] in ("idx", "wrap") and a[1] == 0 for a in m)]
     inner = [m for m in poly if any(a[0] in ("idx", "wrap") and a[1] == 1 for a in m)]
-    if len(outer) != 1 or len(inner) != 1 or outer == inner or poly[outer[0]] != 1 or poly[inner[0]] != 1:
+    if len(outer) != 1 or len(inner) != 1 or outer == inner or poly[inner[0]] != 1:
         return None
     (m_out,), (m_in,) = outer, inner
     if len(m_in) != 1:  # the contiguous dim moves by one element
         return None
     dim_atom = [a for a in m_out if a[0] in ("idx", "wrap")][0]
     rest = [a for a in m_out if a is not dim_atom]
-    if len(rest) != 1 or rest[0][0] != "v":
+    itemsize = base.type.element_ty.itemsize
+    if not rest:  # a constant stride (a head dim: rows HEAD_DIM apart), folded into the coefficients
+        return _split_constant(poly, m_out, m_in, dim_atom, poly[m_out], itemsize)
+    if len(rest) != 1 or rest[0][0] != "v" or poly[m_out] != 1:
         return None
     stride = forms.values[rest[0][1]]
-    itemsize = base.type.element_ty.itemsize
     if stride.type != int32 or (_divisor(stride, fn, divisors) * itemsize) % 16:
         return None
     s = rest[0]
@@ -311,6 +352,36 @@ def _split(poly, fn, base, forms, divisors):
             starts[1] = affine.add(starts[1], {m: c})
         else:
             return None
+    return _coords(starts, dim_atom, m_in, stride)
+
+
+def _split_constant(poly, m_out, m_in, dim_atom, stride, itemsize):
+    """`_split` where the rows are a constant `stride` elements apart: the terms whose
+    coefficient it divides are rows (divided by it), the others columns. (A column offset
+    that is a multiple of the stride would count as rows; its mask then matches no dim.)"""
+    if stride <= 1 or (stride * itemsize) % 16:
+        return None
+    starts = {0: {}, 1: {}}
+    for m, c in poly.items():
+        if m in (m_out, m_in):
+            continue
+        if any(a[0] in ("idx", "wrap") for a in m):
+            return None
+        if c % stride == 0:
+            starts[0] = affine.add(starts[0], {m: c // stride})
+        else:
+            starts[1] = affine.add(starts[1], {m: c})
+    return _coords(starts, dim_atom, m_in, Constant(stride))
+
+
+class Constant(int):
+    """A row stride known at compile time; `create_map` makes it a constant op."""
+
+    type = int32
+
+
+def _coords(starts, dim_atom, m_in, stride):
+    """(stride, plain dims' start polys, wrapped dims' wrap indices) from the dims' offsets."""
     coords, wraps = {}, {}
     for d, atom in ((0, dim_atom), (1, m_in[0])):
         if atom[0] == "wrap":
@@ -364,12 +435,33 @@ def _bound_dim(term, coords, wraps, extents, forms, loop, floored):
         rest = affine.add(term, x, -1)  # -E
         if len(rest) == 1:
             (m, c), = rest.items()
-            if c == -1 and len(m) == 1 and m[0][0] == "v":
-                e = forms.values[m[0][1]]
-                if e.type == int32 and not _inside(e, loop) and extents[d] in (None, e):
+            if not m and c < 0 and extents[d] in (None, -c):  # a constant extent (a head dim)
+                extents[d] = Constant(-c)
+                return d
+            if c == -1 and m and all(a[0] == "v" for a in m):
+                # E one value, or a product of values (tutorial 06's Z * H * N_CTX rows): a Product
+                factors = [forms.values[a[1]] for a in m]
+                e = factors[0] if len(factors) == 1 else Product(factors)
+                if all(f.type == int32 and not _inside(f, loop) for f in factors) and extents[d] in (None, e):
                     extents[d] = e
                     return d
     return None
+
+
+class Product(tuple):
+    """An extent that is a product of int32 values; `create_map` multiplies them out."""
+
+    def __new__(cls, factors):
+        return super().__new__(cls, factors)
+
+    @property
+    def type(self):
+        return int32
+
+
+def _factors(e) -> list:
+    """The values an extent is made of (none for a constant)."""
+    return list(e) if isinstance(e, Product) else [] if isinstance(e, Constant) else [e]
 
 
 def _nonnegative(poly, forms, known) -> bool:
@@ -428,7 +520,7 @@ def _invariant(forms, poly, loop) -> bool:
 
 
 def _inside(v, loop) -> bool:
-    node = v.owner
+    node = getattr(v, "owner", None)  # a Constant stride is nowhere
     while node is not None and not isinstance(node, Function):
         if node is loop:
             return True
