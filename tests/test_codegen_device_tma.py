@@ -285,3 +285,79 @@ def test_tma_stores_match_the_pointer_stores_on_the_gpu(shift, monkeypatch):
     want = torch.zeros_like(y)
     want[:M + shift] = x[-shift:]
     torch.testing.assert_close(y, want)
+
+
+# --- maps of matrices whose stride or extents are constants or products -------------------
+
+@kiln.jit
+def _keys(acc, row_sum, row_max, q, k_desc, v_desc, first, start, lo, hi, BM: tl.constexpr, BN: tl.constexpr,
+          DIAGONAL: tl.constexpr):
+    for n in range(lo, hi, BN):
+        s = tl.dot(q, k_desc.load([first + n, 0]).T) * 0.125
+        if DIAGONAL:
+            s = tl.where((start + tl.arange(0, BM))[:, None] >= (n + tl.arange(0, BN))[None, :], s, -1.0e6)
+        new_max = tl.maximum(row_max, tl.max(s, 1))
+        p = tl.exp(s - new_max[:, None])
+        scale = tl.exp(row_max - new_max)
+        row_sum = row_sum * scale + tl.sum(p, 1)
+        acc = tl.dot(p.to(tl.float16), v_desc.load([first + n, 0]), acc * scale[:, None])
+        row_max = new_max
+    return acc, row_sum, row_max
+
+
+@kiln.jit
+def _heads_attention(Q, K, V, Out, Z, H, N_CTX, D: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
+                     CAUSAL: tl.constexpr):
+    """Tutorial 06's way of reading [Z, H, N_CTX, D] tensors: descriptors over Z * H * N_CTX
+    rows of D (a product of arguments; a constant stride); causal runs two loops over K and V."""
+    rows = Z * H * N_CTX
+    q_desc = tl.make_tensor_descriptor(Q, shape=[rows, D], strides=[D, 1], block_shape=[BM, D])
+    k_desc = tl.make_tensor_descriptor(K, shape=[rows, D], strides=[D, 1], block_shape=[BN, D])
+    v_desc = tl.make_tensor_descriptor(V, shape=[rows, D], strides=[D, 1], block_shape=[BN, D])
+    o_desc = tl.make_tensor_descriptor(Out, shape=[rows, D], strides=[D, 1], block_shape=[BM, D])
+    first = tl.program_id(1) * N_CTX
+    start = tl.program_id(0) * BM
+    q = q_desc.load([first + start, 0])
+    row_max = tl.full([BM], -float("inf"), tl.float32)
+    row_sum = tl.zeros([BM], tl.float32)
+    acc = tl.zeros([BM, D], tl.float32)
+    acc, row_sum, row_max = _keys(acc, row_sum, row_max, q, k_desc, v_desc, first, start, 0,
+                                  start if CAUSAL else N_CTX, BM, BN, False)
+    if CAUSAL:
+        acc, row_sum, row_max = _keys(acc, row_sum, row_max, q, k_desc, v_desc, first, start, start, start + BM,
+                                      BM, BN, True)
+    o_desc.store([first + start, 0], (acc / row_sum[:, None]).to(tl.float16))
+
+
+def test_rows_a_constant_apart_with_a_product_of_extents_get_one_map_per_matrix():
+    """K and V: Z * H * N_CTX rows (multiplied out before the map) of D = 64 elements, D apart
+    (a constant); the causal kernel's two loops over K and V share their maps; O is stored by TMA."""
+    x = np.zeros((64, 64), np.float16)
+    k = _heads_attention.warmup(x, x, x, x, 2, 4, 1024, D=64, BM=128, BN=64, CAUSAL=True, num_warps=8,
+                                num_stages=3, grid=(1,), target="sm_90a")
+    ptx = k.asm["ptx"]
+    assert ptx.count("tensormap.replace.tile.global_address") == 3  # K, V, O
+    assert "cp.async.bulk.tensor.2d.shared" in ptx and "cp.async.cg" not in ptx and k.n_spills == 0
+    kir = compile_ir(parse_function(k.ir if isinstance(k.ir, str) else print_function(k.ir)), "sm_90a",
+                     {"num_warps": 8, "num_stages": 3}, link=False).kir
+    defined = {line.split(" = ")[0].strip(): line.split(" = ", 1)[1] for line in kir.splitlines() if " = " in line}
+    creates = [line for line in kir.splitlines() if "tensormap_create" in line]
+    assert len(creates) == 3
+    # scratch, base, inner extent D, outer extent Z * H * N_CTX, stride D
+    operands = creates[0].split("tensormap_create ")[1].split(" {")[0].split(", ")
+    assert defined[operands[2]].startswith("constant {value = 64}") and defined[operands[3]].startswith("mul ")
+    assert defined[operands[4]].startswith("constant {value = 64}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("causal", [False, True])
+def test_attention_through_maps_the_kernel_makes_matches_torch(causal, monkeypatch):
+    torch = _gpu_torch()
+    monkeypatch.setenv("KILN_INTERPRET", "0")
+    Z, H, N, D = 2, 3, 512, 64
+    q, k, v = (torch.randn(Z, H, N, D, device="cuda", dtype=torch.float16) for _ in range(3))
+    out = torch.full_like(q, float("nan"))
+    _heads_attention[(N // 128, Z * H)](q, k, v, out, Z, H, N, D=D, BM=128, BN=64, CAUSAL=causal, num_warps=8,
+                                        num_stages=3)
+    want = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=0.125)
+    torch.testing.assert_close(out, want, atol=2e-2, rtol=2e-2)
