@@ -260,6 +260,17 @@ def test_a_store_that_may_start_before_the_tensor_keeps_its_pointer_store_for_th
     assert text.count("tma_store ") == 1 and text.count(" store ") == 1 and 'box = [64, 64, 128]' in text
 
 
+def test_tiles_a_tma_store_takes():
+    from kiln.codegen.passes.tma_store import tile_type
+    from kiln.ir.types import block_type, float16, float32, int1, pointer_type
+    assert str(tile_type(block_type(float16, (64, 128)))) == "smem<64x128xfp16:swizzle128:order1.0>"
+    assert str(tile_type(block_type(float32, (128, 8)))) == "smem<128x8xfp32:swizzle32:order1.0>"
+    # rows under 32 bytes, more than 256 rows, bools (stored as bytes) and pointers keep their stores
+    for t in (block_type(float16, (64, 8)), block_type(float16, (512, 64)), block_type(int1, (64, 128)),
+              block_type(pointer_type(float16), (64, 64))):
+        assert tile_type(t) is None
+
+
 def test_stores_without_both_bounds_keep_their_pointers():
     """Tutorial 03's C store (`rm < M & rn < N`, no lower bounds) is a pointer store."""
     from test_codegen_pointer_tma import _build as build_mm

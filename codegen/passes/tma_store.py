@@ -47,8 +47,10 @@ def apply(fn, ctx) -> None:
 
 def tile_type(t):
     """The swizzled shared tile a TMA store copies block type `t` from, or None where TMA
-    takes no such box (rows under 32 bytes, more than 256 rows)."""
+    takes no such box (rows under 32 bytes, more than 256 rows, bools, pointers)."""
     elem = scalar_of(t)
+    if elem.name == "int1" or elem.is_ptr():  # bools are stored as bytes; TMA moves no pointers
+        return None
     swizzle = min(128, t.shape[1] * elem.itemsize)
     if swizzle < 32 or t.shape[0] > 256:
         return None
