@@ -230,14 +230,27 @@ def _stop(args) -> int:
         return 1
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        try:
-            os.kill(info["pid"], 0)
-        except ProcessLookupError:
+        if not _running(info["pid"]):
             print(f"kiln daemon {info['pid']} stopped")
             return 0
         time.sleep(0.1)
     print(f"kiln daemon {info['pid']} did not stop within 60 s", file=sys.stderr)
     return 1
+
+
+def _running(pid: int) -> bool:
+    """Is process `pid` still running? One that exited but that its parent (the process
+    that spawned the daemon, kiln.daemon.launch) has not waited for yet is a zombie: it has
+    stopped, though signal 0 still reaches it."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"  # the state follows the command name
+    except (OSError, IndexError):
+        return True  # no /proc (not Linux): signal 0 is all there is
 
 
 def _others() -> str:
