@@ -1,6 +1,7 @@
 """TMA maps a kernel makes itself (`tensormap_create`): device-side tensor descriptors whose
-base, extents or stride are no kernel arguments (tutorial 08 reads them from memory), on
-a CPU (IR, PTX, metadata, launcher) and on the GPU against PyTorch."""
+base, extents or stride are no kernel arguments (tutorial 08 reads them from memory, tutorial
+06 multiplies its rows out), and descriptor stores by TMA (`tma_store`), on a CPU (IR, PTX,
+metadata, launcher) and on the GPU against PyTorch."""
 import numpy as np
 import pytest
 
