@@ -333,45 +333,42 @@ def _split(poly, fn, base, forms, divisors):
     rest = [a for a in m_out if a is not dim_atom]
     itemsize = base.type.element_ty.itemsize
     if not rest:  # a constant stride (a head dim: rows HEAD_DIM apart), folded into the coefficients
-        return _split_constant(poly, m_out, m_in, dim_atom, poly[m_out], itemsize)
+        stride = poly[m_out]
+        if stride <= 1 or (stride * itemsize) % 16:
+            return None
+        # the terms whose coefficient the stride divides are rows (divided by it), the others
+        # columns (a column offset that is a multiple of the stride would count as rows: its
+        # mask then matches no dim)
+        starts = _offsets(poly, (m_out, m_in), lambda m, c: (0, m, c // stride) if c % stride == 0 else (1, m, c))
+        return None if starts is None else _coords(starts, dim_atom, m_in, Constant(stride))
     if len(rest) != 1 or rest[0][0] != "v" or poly[m_out] != 1:
         return None
     stride = forms.values[rest[0][1]]
     if stride.type != int32 or (_divisor(stride, fn, divisors) * itemsize) % 16:
         return None
     s = rest[0]
-    starts = {0: {}, 1: {}}
-    for m, c in poly.items():
-        if m in (m_out, m_in):
-            continue
-        if any(a[0] in ("idx", "wrap") for a in m):
-            return None
+
+    def dim_of(m, c):  # rows carry the stride atom once, columns not at all
         if m.count(s) == 1:
-            starts[0] = affine.add(starts[0], {tuple(a for a in m if a != s): c})
-        elif s not in m:
-            starts[1] = affine.add(starts[1], {m: c})
-        else:
-            return None
-    return _coords(starts, dim_atom, m_in, stride)
+            return 0, tuple(a for a in m if a != s), c
+        return (1, m, c) if s not in m else None
+    starts = _offsets(poly, (m_out, m_in), dim_of)
+    return None if starts is None else _coords(starts, dim_atom, m_in, stride)
 
 
-def _split_constant(poly, m_out, m_in, dim_atom, stride, itemsize):
-    """`_split` where the rows are a constant `stride` elements apart: the terms whose
-    coefficient it divides are rows (divided by it), the others columns. (A column offset
-    that is a multiple of the stride would count as rows; its mask then matches no dim.)"""
-    if stride <= 1 or (stride * itemsize) % 16:
-        return None
+def _offsets(poly, index_terms, dim_of):
+    """{dim: offset poly}: every term of `poly` but the index terms, placed by `dim_of(m, c)`
+    -> (dim, monomial, coefficient), or None where a term is neither."""
     starts = {0: {}, 1: {}}
     for m, c in poly.items():
-        if m in (m_out, m_in):
+        if m in index_terms:
             continue
-        if any(a[0] in ("idx", "wrap") for a in m):
+        placed = None if any(a[0] in ("idx", "wrap") for a in m) else dim_of(m, c)
+        if placed is None:
             return None
-        if c % stride == 0:
-            starts[0] = affine.add(starts[0], {m: c // stride})
-        else:
-            starts[1] = affine.add(starts[1], {m: c})
-    return _coords(starts, dim_atom, m_in, Constant(stride))
+        d, monomial, coefficient = placed
+        starts[d] = affine.add(starts[d], {monomial: coefficient})
+    return starts
 
 
 class Constant(int):

@@ -107,7 +107,8 @@ class _StoreBox:
 
         starts = [_emit_poly(self.starts[d], None, self.forms, emit) for d in range(2)]
         box = tma_box(self.tile)
-        if self.host(fn):
+        host = self.host(fn)
+        if host:
             index = fn.args.index
             tmap = fn.body.add_arg(tensormap)
             fn.arg_names.append(f"{fn.arg_names[index(self.base)]}.tma_store")
@@ -116,7 +117,7 @@ class _StoreBox:
             ctx.tma_boxes[len(fn.args) - 1] = box
         else:
             tmap = create_map(fn, store, self.base, self.extents, self.stride, loc, box)
-        known = {*self.extents, self.stride} if self.host(fn) else set()
+        known = {*self.extents, self.stride} if host else set()
         copy = Block()
         tile = Operation("local_alloc", [], [self.tile], loc=loc)
         for op in (tile, Operation("local_store", [store.operands[1], tile.results[0]], loc=loc),
