@@ -12,7 +12,7 @@ from kiln.ir import verify
 from kiln.ir.layout_check import check_layouts
 
 from .passes import (axis_info, canonicalize, convert_layouts, cse, dce, descriptor_loads, dot_accumulate, layouts, persistent, pointer_tma,
-                     prefetch, smem_alloc, smem_pipeline, tma_store)
+                     prefetch, scratch_barriers, smem_alloc, smem_pipeline, tma_store)
 
 PASSES = [
     canonicalize,   # fold constants, drop x+0, x*1, same-type casts
@@ -32,6 +32,7 @@ PASSES = [
     layouts,        # a thread distribution for every block value
     convert_layouts,  # convert_layout ops where an op reads a value in another layout; layouts into the types
     smem_alloc,     # byte offsets of the shared buffers, by liveness
+    scratch_barriers,  # scratch bytes of reductions and conversions; barriers only where bytes may be in use
 ]
 ANALYSES = {axis_info.name, layouts.name}
 LAYOUTS_IN_TYPES = PASSES.index(convert_layouts)  # from here on every block type has its layout
@@ -54,6 +55,7 @@ class PassContext:
     shared_allocated: int = 0  # bytes of shared memory that smem_alloc gave to buffers
     shared_reserve: int = 0  # bytes smem_pipeline leaves free (the scratch a first lowering needed beyond the limit)
     buffers_live: object = lambda op: False  # is a shared buffer live at this op (smem_alloc)
+    no_shared: set = field(default_factory=set)  # ops scratch_barriers took for ones touching no shared memory
     check: bool = False  # tests: verify after every pass; lowering refuses to convert layouts itself
 
 

@@ -85,8 +85,9 @@ def test_reductions_use_warp_shuffles_and_exp2():
 
 def test_2d_softmax_needs_no_layout_conversion():
     ck = compiled("softmax_2d")
-    # only the cross-warp step of the two reductions uses shared memory: 2 x 4 rows x 2 warps
-    assert ck.metadata["shared"] <= 64
+    # only the cross-warp step of the two reductions uses shared memory: 4 rows x 2 warps x 8 bytes
+    # each, side by side (scratch_barriers: no barrier between them)
+    assert ck.metadata["shared"] <= 2 * 64
     assert ck.metadata["n_regs"] < 64
 
 

@@ -2,7 +2,8 @@
 that use shared buffers the most (pipelined matmul with one and two warpgroups, and with
 a ring of S tiles, where each copy waits for the dot that read its tile; two
 pipelined loops one after the other whose rings share bytes but not tile shapes, as in
-Triton's tutorial-06 backward; causal attention forward and backward). Skipped without a
+Triton's tutorial-06 backward; causal attention forward and backward; reductions and
+conversions that scratch_barriers left without a barrier before them). Skipped without a
 GPU or without compute-sanitizer.
 
 Racecheck runs each kernel once at a small size (it is slow: every shared access is
@@ -88,6 +89,57 @@ run_attention(kernels, q, k, v, do, o, lse, grads, True, fwd=(64, 64), narrow={n
 torch.cuda.synchronize()
 """
 
+# Reductions and conversions one after the other with no barrier before each (scratch_barriers
+# gives neighbours disjoint bytes): softmax, layer norm's sums around loops, two reductions in
+# a loop, row and column sums of one tile added (a conversion), argmax (two values per slot)
+REDUCTIONS = """
+import torch
+import kiln
+import kiln.language as tl
+
+@kiln.jit
+def chains(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + row * n + cols, mask=cols < n, other=-float("inf"))
+    x = x - tl.max(x, axis=0)
+    e = tl.exp(x)
+    p = e / tl.sum(e, axis=0)
+    acc = tl.zeros([BLOCK], dtype=tl.float32)
+    for i in range(3):
+        acc += p * tl.sum(p, axis=0)
+        acc -= tl.min(acc, axis=0)
+    idx = tl.argmax(acc, axis=0)
+    tl.store(out_ptr + row * n + cols, acc + idx, mask=cols < n)
+
+@kiln.jit
+def rows_and_cols(x_ptr, out_ptr, N: tl.constexpr):
+    r = tl.arange(0, N)
+    t = tl.load(x_ptr + r[:, None] * N + r[None, :])
+    s = tl.sum(t, axis=0) + tl.sum(t, axis=1)
+    s = s + tl.max(s, axis=0)
+    tl.store(out_ptr + r, s)
+
+x = torch.randn(8, 1000, device="cuda")
+out = torch.empty_like(x)
+p = torch.softmax(torch.nn.functional.pad(x, (0, 24), value=-float("inf")), dim=1)
+acc = torch.zeros_like(p)
+for i in range(3):
+    acc += p * p.sum(1, keepdim=True)
+    acc -= acc.min(1, keepdim=True).values
+want = (acc + acc.argmax(1, keepdim=True))[:, :1000]
+for warps in (4, 8):
+    chains[(8,)](x, out, 1000, BLOCK=1024, num_warps=warps)
+    torch.testing.assert_close(out, want, atol=1e-4, rtol=1e-4)
+t = torch.randn(64, 64, device="cuda")
+o = torch.empty(64, device="cuda")
+for warps in (4, 8):
+    rows_and_cols[(1,)](t, o, N=64, num_warps=warps)
+    want = t.sum(0) + t.sum(1)
+    torch.testing.assert_close(o, want + want.max(), atol=1e-4, rtol=1e-4)
+torch.cuda.synchronize()
+"""
+
 
 def racecheck(script: str, tmp_path) -> str:
     path = tmp_path / "kernels_under_racecheck.py"  # a file: kiln reads a kernel's source from it
@@ -114,6 +166,11 @@ def test_pipelined_matmul_has_no_shared_memory_hazard(tmp_path):
 
 def test_loops_one_after_the_other_have_no_shared_memory_hazard(tmp_path):
     out = racecheck(TWO_LOOPS, tmp_path)
+    assert hazards(out) == (0, 0), out[-4000:]
+
+
+def test_reductions_and_conversions_without_barriers_between_have_no_shared_memory_hazard(tmp_path):
+    out = racecheck(REDUCTIONS, tmp_path)
     assert hazards(out) == (0, 0), out[-4000:]
 
 

@@ -11,7 +11,7 @@ from kiln.ir.types import scalar_of, tensormap
 
 from ..backend import DATA_LAYOUT, TRIPLE
 from . import asm, control, debug, dot, elementwise, memory, reduce, shape, tma, wgmma
-from .context import Lowering, LoweringError
+from .context import Lowering, LoweringError, ScratchUse
 from ..occupancy import max_shared_per_cta
 from .mma import plan_dot_buffers
 from .types import I8, reg_type
@@ -32,12 +32,17 @@ def lower_block(lw: Lowering, block) -> None:
         if rule is None:
             raise LoweringError(f"kiln cannot lower '{op.name}' to LLVM IR yet{where}")
         lw.buffers_live = lw.ctx.buffers_live(op)
+        outer, lw.scratch = lw.scratch, ScratchUse(op.attrs.get("scratch"))
         try:
             rule(lw, op)
         except LoweringError as e:
             if where and where not in str(e):
                 raise LoweringError(f"{e}{where}") from None
             raise
+        finally:
+            use, lw.scratch = lw.scratch, outer
+        if use.needs_barrier_after(op in lw.ctx.no_shared):
+            lw.barrier()
 
 
 def param_type(t) -> ir.Type:

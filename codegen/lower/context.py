@@ -48,6 +48,7 @@ class Lowering:
         self.reserved = 0
         self.dot_buffers: dict = {}  # dot op -> (byte offset, bytes per buffer)
         self.buffers_live = False  # a shared buffer (kiln.codegen.passes.smem_alloc) is live here
+        self.scratch = ScratchUse(None)  # the op being lowered: its planned scratch bytes, what it used
 
     # --- values ---------------------------------------------------------------------
     def bind(self, v, regs, layout=None):
@@ -194,12 +195,16 @@ class Lowering:
         return self._smem
 
     def smem(self, nbytes: int):
-        """The scratch area's base (shared pointer) after a barrier; at least `nbytes` big."""
+        """`nbytes` of the scratch area (a shared pointer): the bytes the scratch_barriers pass
+        planned for the op being lowered, or else the area's start after a barrier."""
         g = self.smem_array()
         # where no shared buffer or dot staging buffer is live, the scratch may use their bytes
         start = self.reserved if self.buffers_live or self.dot_buffers else 0
+        if self.scratch.take(nbytes):
+            start += self.scratch.plan[0]
+        else:
+            self.barrier()
         self.smem_bytes = max(self.smem_bytes, start + (nbytes + 15) // 16 * 16)
-        self.barrier()
         return self.b.gep(g, [self.i32(start)], source_etype=I8) if start else g
 
     def smem_ptr(self, base, elem_ty, index, byte_offset=0):
@@ -247,3 +252,34 @@ def _slices(layout):
         yield layout
         layout = layout.parent
 
+
+class ScratchUse:
+    """One op's use of the scratch area against its plan (`scratch = [offset, bytes]`,
+    kiln.codegen.passes.scratch_barriers), which let the op before it skip its barrier."""
+
+    def __init__(self, plan):
+        self.plan = plan if _valid_plan(plan) else None
+        self.used = self.kept = False
+        self.broken = False
+
+    def take(self, nbytes: int) -> bool:
+        """Whether this use may have the planned bytes (no barrier before it): the op's first
+        use, no bigger than planned."""
+        first, self.used = not self.used, True
+        if self.plan is not None and first and nbytes <= self.plan[1]:
+            self.kept = True
+            return True
+        self.broken = self.plan is not None
+        return False
+
+    def needs_barrier_after(self, taken_for_none: bool) -> bool:
+        """A plan not kept (no use, or another) or an op the pass took for one touching no
+        shared memory that used it: the ops after it were planned on a barrier here."""
+        if self.plan is not None:
+            return self.broken or not self.kept
+        return self.used and taken_for_none
+
+
+def _valid_plan(plan) -> bool:
+    return (isinstance(plan, list) and len(plan) == 2 and all(type(x) is int and x >= 0 for x in plan)
+            and plan[0] % 16 == 0)

@@ -14,11 +14,11 @@ from collections import OrderedDict
 
 import llvmlite.ir as ir
 
-from kiln.ir.types import block_type
+from kiln.ir.types import block_type, scalar_of
 
 from kiln.ir import layout as lay
 from .shared import elem_bytes, load_elements, store_elements
-from .types import GLOBAL_PTR, I32, I64
+from .types import GLOBAL_PTR, I32, I64, reg_type
 
 
 def combine(lw, op, lhs, rhs):
@@ -91,13 +91,32 @@ def _reduce(lw, op):
     _bind_results(lw, op, layout, axis, partial)
 
 
+def cross_warp_sizes(warps: int, out_numel: int, elem_sizes) -> list[int]:
+    """Scratch bytes per reduced value: a slot for each warp's partial result of each output
+    element, 8 bytes at least (so that 64-bit values stay aligned)."""
+    return [warps * out_numel * max(8, n) for n in elem_sizes]
+
+
+def scratch_bytes(op) -> int:
+    """Bytes a `reduce` writes to the scratch area: 0 where its axis stays inside each warp."""
+    src = op.operands[0]
+    layout, shape, axis = src.type.encoding, tuple(src.type.shape), op.attrs["axis"]
+    warps = layout.warp_axis(shape, axis).distinct
+    if warps == 1:
+        return 0
+    numel = 1
+    for d in shape[:axis] + shape[axis + 1:]:
+        numel *= d
+    return sum(cross_warp_sizes(warps, numel, [elem_bytes(reg_type(scalar_of(v.type))) for v in op.operands]))
+
+
 def _across_warps(lw, op, layout, shape, axis, groups, partial, warps):
     out_shape = shape[:axis] + shape[axis + 1:]
     numel = 1
     for d in out_shape:
         numel *= d
     types = [v.type for v in next(iter(partial.values()))]
-    sizes = [warps.distinct * numel * max(8, elem_bytes(t)) for t in types]
+    sizes = cross_warp_sizes(warps.distinct, numel, [elem_bytes(t) for t in types])
     base = lw.smem(sum(sizes))
     indices = lw.indices(layout, shape)
     warp_id = lw.id_along(warps, lw.warp, lw.b)

@@ -55,8 +55,7 @@ def flats_of(lw, layout, shape, index_map=None):
 def convert(lw, regs, src, dst, t):
     shape = tuple(t.shape)
     elem_ty = reg_type(scalar_of(t))
-    pad = row_pad(src, dst, shape, elem_bytes(elem_ty), lw.num_warps)
-    stored = shape[:-1] + (shape[-1] + pad,)  # rows `pad` elements apart beyond their length
+    stored = stored_shape(src, dst, shape, elem_bytes(elem_ty), lw.num_warps)
 
     def padded(idx):
         return idx, stored
@@ -66,6 +65,20 @@ def convert(lw, regs, src, dst, t):
     (out,) = exchange(lw, elem_ty, total, [(regs, flats_of(lw, src, shape, padded))],
                       [flats_of(lw, dst, shape, padded)])
     return out
+
+
+def stored_shape(src, dst, shape, es: int, num_warps: int) -> tuple:
+    """The scratch tile of a conversion: rows `row_pad` elements apart beyond their length."""
+    return shape[:-1] + (shape[-1] + row_pad(src, dst, shape, es, num_warps),)
+
+
+def conversion_bytes(t, dst, num_warps: int) -> int:
+    """Scratch bytes of converting a block of type `t` (its encoding) to layout `dst`."""
+    es = elem_bytes(reg_type(scalar_of(t)))
+    total = es
+    for n in stored_shape(t.encoding, dst, tuple(t.shape), es, num_warps):
+        total *= n
+    return total
 
 
 @functools.lru_cache(maxsize=1024)

@@ -1,0 +1,143 @@
+"""Bytes of the transient scratch area for reductions and conversions, and barriers only where
+an earlier access to those bytes may still be in flight.
+
+A reduction across warps and a layout conversion through shared memory write the scratch
+area, wait at a barrier, then read it back (that barrier is part of the op's lowering).
+Before one writes, no warp may still be reading what an earlier op left in those bytes. This
+pass gives each such op its bytes (`scratch = [offset, bytes]`, from the start of the scratch
+area) and puts a `barrier` before it only where that may happen; neighbours take disjoint
+bytes and need none:
+
+    %m = reduce %x {axis = 0, scratch = [0, 32]}    // write, barrier, read
+    %s = reduce %e {axis = 0, scratch = [32, 32]}   // %m's reads may be in flight: other bytes
+
+Walking back from such an op over ops that touch no shared memory, the pass stops at
+- the kernel's start or a `barrier`: nothing is in flight, the op takes bytes from 0;
+- an earlier op P that it planned, with shared buffers live at both or at neither (the area
+  starts after the buffers or at byte 0): everything before P's own barrier has finished and
+  only P's reads may be in flight, so the op takes bytes beside P's (or below them, where it
+  fits), unless that grows the area by more than GROWTH beyond what its largest user needs;
+- anything else (shared buffers, async copies, dots, ops it does not model): a barrier first.
+At the top of a `for` body, the way in from before the loop and the way round from the end
+of the body must both stop at a `barrier`, the start, or the same P.
+
+Lowering keeps to the plan, or where it cannot (an op that needed more bytes than planned, or
+none) ends the op with a barrier; an op taken here for one touching no shared memory
+(`ctx.no_shared`) that used the scratch area after all does the same. A plan that guessed wrong
+costs a barrier, never a race.
+"""
+from __future__ import annotations
+
+from kiln.ir import layout as lay
+from kiln.ir.core import Function, Operation
+from kiln.ir.types import block_type
+
+from ..lower import elementwise
+from ..lower.reduce import scratch_bytes as reduce_bytes
+from ..lower.shared import conversion_bytes
+
+name = "scratch_barriers"
+ALIGN = 16
+GROWTH = 1024  # bytes the area may grow by (beyond its largest user) so that neighbours need no barrier
+
+# Ops whose lowering touches no shared memory (their operands arrive in the layouts they read).
+_NO_SHARED = frozenset(elementwise.RULES) | {
+    "program_id", "num_programs", "arange", "splat", "broadcast", "expand_dims",
+    "load", "store", "inline_asm", "print", "assert", "yield", "condition"}
+_CLEAR = "clear"  # nothing in flight
+_HAZARD = "hazard"  # something may be: a barrier goes first
+
+
+def apply(fn, ctx) -> None:
+    ctx.no_shared = set()
+    for op in fn.walk():
+        op.attrs.pop("scratch", None)  # only this pass's plans count, never an incoming attr
+    sizes = {}
+    for op in fn.walk():
+        n = scratch_bytes(op, ctx)
+        if n:
+            sizes[op] = -(-n // ALIGN) * ALIGN
+    if not sizes:
+        return
+    cap = max(sizes.values()) + GROWTH
+    for op in [op for op in fn.walk() if op in sizes]:  # program order: an op's predecessors first
+        _plan(op, sizes[op], cap, ctx)
+
+
+def scratch_bytes(op, ctx) -> int:
+    """Bytes of the scratch area `op` writes: 0 for ops this pass does not plan."""
+    if op.name == "reduce" and _encoded(op.operands[0]):
+        return reduce_bytes(op)
+    if op.name == "convert_layout" and _encoded(op.operands[0]) and _encoded(op.results[0]):
+        src, dst = op.operands[0], op.results[0].type.encoding
+        if src.type.encoding == dst or lay.same_distribution(src.type.encoding, dst, tuple(src.type.shape), ctx.num_warps):
+            return 0
+        if src in ctx.cheap and src.defining_op is not None:
+            return 0  # index math recomputed in the new layout
+        return conversion_bytes(src.type, dst, ctx.num_warps)
+    return 0
+
+
+def _encoded(v) -> bool:
+    return isinstance(v.type, block_type) and v.type.encoding is not None
+
+
+def _plan(op, size, cap, ctx) -> None:
+    before = _sync_before(op, ctx)
+    offset = 0
+    if isinstance(before, Operation) and ctx.buffers_live(before) == ctx.buffers_live(op):
+        p_offset, p_size = before.attrs["scratch"]
+        if size > p_offset:
+            offset = p_offset + p_size
+        if offset + size > cap:
+            before, offset = _HAZARD, 0
+    elif before != _CLEAR:
+        before = _HAZARD
+    if before == _HAZARD:
+        barrier = Operation("barrier", [], [], {}, loc=op.loc)
+        barrier.parent = op.parent
+        op.parent.ops.insert(op.parent.ops.index(op), barrier)
+    op.attrs["scratch"] = [offset, size]
+
+
+def _sync_before(op, ctx):
+    """What every path to `op` last passed that orders shared memory: _CLEAR, a planned op,
+    or _HAZARD where some path passed an access that may still be in flight."""
+    block = op.parent
+    return _walk_back(block.ops[:block.ops.index(op)], block, ctx)
+
+
+def _walk_back(ops, block, ctx):
+    for prev in reversed(ops):
+        if prev.name == "barrier":
+            return _CLEAR
+        if "scratch" in prev.attrs:
+            return prev
+        if not _touches_no_shared(prev, ctx):
+            return _HAZARD
+    owner = block.parent
+    if isinstance(owner, Function):
+        return _CLEAR
+    if owner.name == "if":  # a branch is entered from just before the `if`
+        return _sync_before(owner, ctx)
+    if owner.name == "for":  # entered from before the loop and from the end of the body
+        return _meet(_sync_before(owner, ctx), _walk_back(block.ops, block, ctx))
+    return _HAZARD
+
+
+def _meet(a, b):
+    if _HAZARD in (a, b):
+        return _HAZARD
+    if a == _CLEAR:
+        return b
+    if b == _CLEAR or a is b:
+        return a
+    return _HAZARD
+
+
+def _touches_no_shared(op, ctx) -> bool:
+    if op.name in _NO_SHARED or (op.name in ("reduce", "convert_layout") and not scratch_bytes(op, ctx)) \
+            or (op.name in ("for", "if") and all(_touches_no_shared(inner, ctx) for region in op.regions for inner in region.ops)):
+        ctx.no_shared.add(op)
+        return True
+    return False
