@@ -188,3 +188,29 @@ def test_softmax_has_one_barrier_per_reduction(target):
     k = softmax.warmup(x, x, 512, 500, BLOCK=512, num_warps=4, grid=(1,), target=target)
     # each reduction's barrier between its writes and reads; none before them (was 4)
     assert _bar_syncs(k.asm["ptx"]) == 2
+
+
+def test_exchanges_and_histograms_are_planned_like_reductions():
+    import kiln
+    import kiln.language as tl
+
+    @kiln.jit
+    def exchanges(x_ptr, out_ptr, h_ptr, N: tl.constexpr):
+        r = tl.arange(0, N)
+        t = tl.load(x_ptr + r[:, None] * N + r[None, :])
+        a, b = tl.split(tl.reshape(tl.trans(t), [N, N // 2, 2]))
+        v = tl.reshape(tl.join(b, a), [N, N])
+        tl.store(out_ptr + r[:, None] * N + r[None, :], v + tl.sum(v, axis=0)[None, :])
+        tl.store(h_ptr + tl.arange(0, 8), tl.histogram(r % 7, 8))
+
+    x = np.zeros(4, np.float32)
+    k = exchanges.warmup(x, x, np.zeros(4, np.int32), N=32, num_warps=4, grid=(1,), target="sm_90a")
+    fn = parse_function(k.ir if isinstance(k.ir, str) else print_function(k.ir))
+    kir = parse_function(compile_ir(fn, "sm_90a", {"num_warps": 4}, link=False).kir)
+    got = [(op.name, op.attrs.get("scratch")) for op in kir.walk() if "scratch" in op.attrs or op.name == "barrier"]
+    tile = 32 * 32 * 4  # each exchange holds the whole fp32 tile: side by side two would grow the area 4 KB
+    assert got == [("permute", [0, tile]), ("barrier", None), ("reshape", [0, tile]), ("barrier", None),
+                   ("split", [0, tile]), ("barrier", None), ("join", [0, tile]), ("barrier", None),
+                   ("reshape", [0, tile]),
+                   ("reduce", [tile, 32 * 4 * 8]),  # column sums across 4 warps, beside the reshape's bytes
+                   ("histogram", [0, 32])]  # 8 counters, below the sums' bytes

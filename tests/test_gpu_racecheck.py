@@ -89,9 +89,10 @@ run_attention(kernels, q, k, v, do, o, lse, grads, True, fwd=(64, 64), narrow={n
 torch.cuda.synchronize()
 """
 
-# Reductions and conversions one after the other with no barrier before each (scratch_barriers
-# gives neighbours disjoint bytes): softmax, layer norm's sums around loops, two reductions in
-# a loop, row and column sums of one tile added (a conversion), argmax (two values per slot)
+# Reductions, conversions and exchanges one after the other with no barrier before each
+# (scratch_barriers gives neighbours disjoint bytes): softmax, layer norm's sums around loops, two
+# reductions in a loop, row and column sums of one tile added (a conversion), argmax (two values
+# per slot), trans / reshape / split / join / histogram in a row
 REDUCTIONS = """
 import torch
 import kiln
@@ -120,6 +121,15 @@ def rows_and_cols(x_ptr, out_ptr, N: tl.constexpr):
     s = s + tl.max(s, axis=0)
     tl.store(out_ptr + r, s)
 
+@kiln.jit
+def exchanges(x_ptr, out_ptr, h_ptr, N: tl.constexpr):
+    r = tl.arange(0, N)
+    t = tl.load(x_ptr + r[:, None] * N + r[None, :])
+    a, b = tl.split(tl.reshape(tl.trans(t), [N, N // 2, 2]))
+    v = tl.reshape(tl.join(b, a), [N, N])
+    tl.store(out_ptr + r[:, None] * N + r[None, :], v + tl.sum(v, axis=0)[None, :])
+    tl.store(h_ptr + tl.arange(0, 8), tl.histogram(r % 7, 8))
+
 x = torch.randn(8, 1000, device="cuda")
 out = torch.empty_like(x)
 p = torch.softmax(torch.nn.functional.pad(x, (0, 24), value=-float("inf")), dim=1)
@@ -137,6 +147,15 @@ for warps in (4, 8):
     rows_and_cols[(1,)](t, o, N=64, num_warps=warps)
     want = t.sum(0) + t.sum(1)
     torch.testing.assert_close(o, want + want.max(), atol=1e-4, rtol=1e-4)
+t = torch.randn(32, 32, device="cuda")
+o = torch.empty_like(t)
+h = torch.empty(8, device="cuda", dtype=torch.int32)
+u = t.T.reshape(32, 16, 2)
+v = torch.stack((u[..., 1], u[..., 0]), -1).reshape(32, 32)
+for warps in (4, 8):
+    exchanges[(1,)](t, o, h, N=32, num_warps=warps)
+    torch.testing.assert_close(o, v + v.sum(0), atol=1e-4, rtol=1e-4)
+    assert h.tolist() == torch.bincount(torch.arange(32) % 7, minlength=8).tolist()
 torch.cuda.synchronize()
 """
 

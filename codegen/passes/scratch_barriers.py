@@ -1,7 +1,8 @@
-"""Bytes of the transient scratch area for reductions and conversions, and barriers only where
-an earlier access to those bytes may still be in flight.
+"""Bytes of the transient scratch area for reductions, conversions and exchanges, and barriers
+only where an earlier access to those bytes may still be in flight.
 
-A reduction across warps and a layout conversion through shared memory write the scratch
+A reduction across warps, a layout conversion through shared memory, an exchange of elements
+between threads (reshape, permute, join, split, cat, gather) and a histogram write the scratch
 area, wait at a barrier, then read it back (that barrier is part of the op's lowering).
 Before one writes, no warp may still be reading what an earlier op left in those bytes. This
 pass gives each such op its bytes (`scratch = [offset, bytes]`, from the start of the scratch
@@ -30,11 +31,12 @@ from __future__ import annotations
 
 from kiln.ir import layout as lay
 from kiln.ir.core import Function, Operation
-from kiln.ir.types import block_type
+from kiln.ir.types import block_type, scalar_of
 
 from ..lower import elementwise
 from ..lower.reduce import scratch_bytes as reduce_bytes
-from ..lower.shared import conversion_bytes
+from ..lower.shared import conversion_bytes, elem_bytes
+from ..lower.types import reg_type
 
 name = "scratch_barriers"
 ALIGN = 16
@@ -44,6 +46,10 @@ GROWTH = 1024  # bytes the area may grow by (beyond its largest user) so that ne
 _NO_SHARED = frozenset(elementwise.RULES) | {
     "program_id", "num_programs", "arange", "splat", "broadcast", "expand_dims",
     "load", "store", "inline_asm", "print", "assert", "yield", "condition"}
+# Ops that move every element through the scratch area, and the block whose elements it holds.
+_EXCHANGED = {"reshape": lambda op: op.operands[0], "permute": lambda op: op.operands[0],
+              "split": lambda op: op.operands[0], "gather": lambda op: op.operands[0],
+              "join": lambda op: op.results[0], "cat": lambda op: op.results[0]}
 _CLEAR = "clear"  # nothing in flight
 _HAZARD = "hazard"  # something may be: a barrier goes first
 
@@ -68,6 +74,10 @@ def scratch_bytes(op, ctx) -> int:
     """Bytes of the scratch area `op` writes: 0 for ops this pass does not plan."""
     if op.name == "reduce" and _encoded(op.operands[0]):
         return reduce_bytes(op)
+    if op.name in _EXCHANGED:  # every element once, at its flat position (kiln.codegen.lower.shared.exchange)
+        return _EXCHANGED[op.name](op).type.numel * elem_bytes(reg_type(scalar_of(op.operands[0].type)))
+    if op.name == "histogram":
+        return 4 * op.attrs["num_bins"]  # an int32 counter per bin
     if op.name == "convert_layout" and _encoded(op.operands[0]) and _encoded(op.results[0]):
         src, dst = op.operands[0], op.results[0].type.encoding
         if src.type.encoding == dst or lay.same_distribution(src.type.encoding, dst, tuple(src.type.shape), ctx.num_warps):
