@@ -214,3 +214,24 @@ def test_exchanges_and_histograms_are_planned_like_reductions():
                    ("reshape", [0, tile]),
                    ("reduce", [tile, 32 * 4 * 8]),  # column sums across 4 warps, beside the reshape's bytes
                    ("histogram", [0, 32])]  # 8 counters, below the sums' bytes
+
+
+def test_scans_across_warps_are_planned_like_reductions():
+    import kiln
+    import kiln.language as tl
+
+    @kiln.jit
+    def scans(x_ptr, out_ptr, N: tl.constexpr):
+        r = tl.arange(0, N)
+        c = tl.cumsum(tl.load(x_ptr + r), axis=0)
+        m = tl.cumsum(c * 0.5, axis=0, reverse=True)
+        tl.store(out_ptr + r, m + tl.sum(c, axis=0))
+
+    x = np.zeros(4, np.float32)
+    k = scans.warmup(x, x, N=256, num_warps=4, grid=(1,), target="sm_90a")
+    fn = parse_function(k.ir if isinstance(k.ir, str) else print_function(k.ir))
+    kir = parse_function(compile_ir(fn, "sm_90a", {"num_warps": 4}, link=False).kir)
+    got = [(op.name, op.attrs.get("scratch")) for op in kir.walk() if "scratch" in op.attrs or op.name == "barrier"]
+    # each warp's total (8 bytes) for the 4 warps; one repetition of the layout tile along the axis
+    assert got == [("scan", [0, 32]), ("scan", [32, 32]), ("reduce", [0, 32])]
+    assert _bar_syncs(k.asm["ptx"]) == 3

@@ -92,7 +92,7 @@ torch.cuda.synchronize()
 # Reductions, conversions and exchanges one after the other with no barrier before each
 # (scratch_barriers gives neighbours disjoint bytes): softmax, layer norm's sums around loops, two
 # reductions in a loop, row and column sums of one tile added (a conversion), argmax (two values
-# per slot), trans / reshape / split / join / histogram in a row
+# per slot), trans / reshape / split / join / histogram in a row, two scans and a sum
 REDUCTIONS = """
 import torch
 import kiln
@@ -130,6 +130,14 @@ def exchanges(x_ptr, out_ptr, h_ptr, N: tl.constexpr):
     tl.store(out_ptr + r[:, None] * N + r[None, :], v + tl.sum(v, axis=0)[None, :])
     tl.store(h_ptr + tl.arange(0, 8), tl.histogram(r % 7, 8))
 
+@kiln.jit
+def scans(x_ptr, out_ptr, N: tl.constexpr):
+    r = tl.arange(0, N)
+    x = tl.load(x_ptr + r)
+    c = tl.cumsum(x, axis=0)
+    m = tl.cumsum(c * 0.5, axis=0, reverse=True)
+    tl.store(out_ptr + r, m + tl.sum(c, axis=0))
+
 x = torch.randn(8, 1000, device="cuda")
 out = torch.empty_like(x)
 p = torch.softmax(torch.nn.functional.pad(x, (0, 24), value=-float("inf")), dim=1)
@@ -156,6 +164,11 @@ for warps in (4, 8):
     exchanges[(1,)](t, o, h, N=32, num_warps=warps)
     torch.testing.assert_close(o, v + v.sum(0), atol=1e-4, rtol=1e-4)
     assert h.tolist() == torch.bincount(torch.arange(32) % 7, minlength=8).tolist()
+s = torch.randn(256, device="cuda")
+c = s.cumsum(0)
+for warps in (4, 8):
+    scans[(1,)](s, o := torch.empty_like(s), N=256, num_warps=warps)
+    torch.testing.assert_close(o, (c * 0.5).flip(0).cumsum(0).flip(0) + c.sum(), atol=1e-3, rtol=1e-4)
 torch.cuda.synchronize()
 """
 

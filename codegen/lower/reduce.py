@@ -198,9 +198,7 @@ def _scan(lw, op):
     src = op.operands[0]
     axis, shape = op.attrs["axis"], src.type.shape
     reverse = bool(op.attrs.get("reverse"))
-    layout = lw.layout(src)
-    if not isinstance(layout, (lay.Blocked, lay.Slice)):
-        layout = lw.ctx.prefer(shape)
+    layout = _scan_layout(lw.layout(src), shape, lw.ctx)
     inputs = [lw.regs(v, layout) for v in op.operands]
     offsets = layout.offsets(shape)
     tile = _tile(layout, shape, axis)
@@ -257,6 +255,30 @@ def _scan(lw, op):
         lw.bind(r, regs, layout)
 
 
+def _scan_layout(layout, shape, ctx):
+    """The layout a scan runs in: its operand's, where that is blocked (or a slice of one)."""
+    return layout if isinstance(layout, (lay.Blocked, lay.Slice)) else ctx.prefer(shape)
+
+
+def scan_scratch_bytes(op, ctx) -> int:
+    """Bytes a `scan` writes to the scratch area: each warp's total per repetition of the
+    layout tile along the axis and output element; 0 where the axis stays inside each warp."""
+    src = op.operands[0]
+    axis, shape = op.attrs["axis"], tuple(src.type.shape)
+    if ctx.prefer is None and not isinstance(src.type.encoding, (lay.Blocked, lay.Slice)):
+        return 0  # no layout to run in chosen yet: not planned
+    layout = _scan_layout(src.type.encoding, shape, ctx)
+    warps = layout.warp_axis(shape, axis).distinct
+    if warps == 1:
+        return 0
+    tile = _tile(layout, shape, axis)
+    reps = len({off[axis] // tile for off in layout.offsets(shape)})
+    numel = 1
+    for d in shape[:axis] + shape[axis + 1:]:
+        numel *= d
+    return sum(cross_warp_sizes(reps * warps, numel, [elem_bytes(reg_type(scalar_of(v.type))) for v in op.operands]))
+
+
 def _tile(layout, shape, axis):
     lanes, warps = layout.lane_axis(shape, axis), layout.warp_axis(shape, axis)
     spt = len({o[axis] for o in layout.offsets(shape)}) // max(1, _reps(layout, shape, axis))
@@ -300,7 +322,7 @@ def _warp_totals(lw, op, layout, shape, axis, chunks, lane_incl, lanes, warps, l
         numel *= d
     types = [v.type for v in next(iter(lane_incl.values()))]
     n_reps = len(reps)
-    sizes = [n_reps * warps.distinct * numel * max(8, elem_bytes(t)) for t in types]
+    sizes = cross_warp_sizes(n_reps * warps.distinct, numel, [elem_bytes(t) for t in types])
     base = lw.smem(sum(sizes))
     indices = lw.indices(layout, shape)
     flat = {}

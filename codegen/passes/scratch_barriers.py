@@ -1,7 +1,7 @@
 """Bytes of the transient scratch area for reductions, conversions and exchanges, and barriers
 only where an earlier access to those bytes may still be in flight.
 
-A reduction across warps, a layout conversion through shared memory, an exchange of elements
+A reduction or scan across warps, a layout conversion through shared memory, an exchange of elements
 between threads (reshape, permute, join, split, cat, gather) and a histogram write the scratch
 area, wait at a barrier, then read it back (that barrier is part of the op's lowering).
 Before one writes, no warp may still be reading what an earlier op left in those bytes. This
@@ -34,7 +34,7 @@ from kiln.ir.core import Function, Operation
 from kiln.ir.types import block_type, scalar_of
 
 from ..lower import elementwise
-from ..lower.reduce import scratch_bytes as reduce_bytes
+from ..lower.reduce import scan_scratch_bytes as scan_bytes, scratch_bytes as reduce_bytes
 from ..lower.shared import conversion_bytes, elem_bytes
 from ..lower.types import reg_type
 
@@ -74,6 +74,8 @@ def scratch_bytes(op, ctx) -> int:
     """Bytes of the scratch area `op` writes: 0 for ops this pass does not plan."""
     if op.name == "reduce" and _encoded(op.operands[0]):
         return reduce_bytes(op)
+    if op.name == "scan" and _encoded(op.operands[0]):
+        return scan_bytes(op, ctx)
     if op.name in _EXCHANGED:  # every element once, at its flat position (kiln.codegen.lower.shared.exchange)
         return _EXCHANGED[op.name](op).type.numel * elem_bytes(reg_type(scalar_of(op.operands[0].type)))
     if op.name == "histogram":
@@ -146,7 +148,7 @@ def _meet(a, b):
 
 
 def _touches_no_shared(op, ctx) -> bool:
-    if op.name in _NO_SHARED or (op.name in ("reduce", "convert_layout") and not scratch_bytes(op, ctx)) \
+    if op.name in _NO_SHARED or (op.name in ("reduce", "scan", "convert_layout") and not scratch_bytes(op, ctx)) \
             or (op.name in ("for", "if") and all(_touches_no_shared(inner, ctx) for region in op.regions for inner in region.ops)):
         ctx.no_shared.add(op)
         return True
