@@ -97,17 +97,20 @@ def cross_warp_sizes(warps: int, out_numel: int, elem_sizes) -> list[int]:
     return [warps * out_numel * max(8, n) for n in elem_sizes]
 
 
-def scratch_bytes(op) -> int:
+def reduce_scratch_bytes(op) -> int:
     """Bytes a `reduce` writes to the scratch area: 0 where its axis stays inside each warp."""
     src = op.operands[0]
     layout, shape, axis = src.type.encoding, tuple(src.type.shape), op.attrs["axis"]
     warps = layout.warp_axis(shape, axis).distinct
-    if warps == 1:
-        return 0
+    return _slots_bytes(op, shape, axis, warps) if warps > 1 else 0
+
+
+def _slots_bytes(op, shape, axis, slots: int) -> int:
+    """cross_warp_sizes of all of `op`'s values, `slots` per element of the result."""
     numel = 1
     for d in shape[:axis] + shape[axis + 1:]:
         numel *= d
-    return sum(cross_warp_sizes(warps, numel, [elem_bytes(reg_type(scalar_of(v.type))) for v in op.operands]))
+    return sum(cross_warp_sizes(slots, numel, [elem_bytes(reg_type(scalar_of(v.type))) for v in op.operands]))
 
 
 def _across_warps(lw, op, layout, shape, axis, groups, partial, warps):
@@ -273,10 +276,7 @@ def scan_scratch_bytes(op, ctx) -> int:
         return 0
     tile = _tile(layout, shape, axis)
     reps = len({off[axis] // tile for off in layout.offsets(shape)})
-    numel = 1
-    for d in shape[:axis] + shape[axis + 1:]:
-        numel *= d
-    return sum(cross_warp_sizes(reps * warps, numel, [elem_bytes(reg_type(scalar_of(v.type))) for v in op.operands]))
+    return _slots_bytes(op, shape, axis, reps * warps)
 
 
 def _tile(layout, shape, axis):

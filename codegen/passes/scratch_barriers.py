@@ -1,5 +1,5 @@
-"""Bytes of the transient scratch area for reductions, conversions and exchanges, and barriers
-only where an earlier access to those bytes may still be in flight.
+"""Bytes of the transient scratch area for reductions, scans, conversions, exchanges and
+histograms, and barriers only where an earlier access to those bytes may still be in flight.
 
 A reduction or scan across warps, a layout conversion through shared memory, an exchange of elements
 between threads (reshape, permute, join, split, cat, gather) and a histogram write the scratch
@@ -34,7 +34,7 @@ from kiln.ir.core import Function, Operation
 from kiln.ir.types import block_type, scalar_of
 
 from ..lower import elementwise
-from ..lower.reduce import scan_scratch_bytes as scan_bytes, scratch_bytes as reduce_bytes
+from ..lower.reduce import reduce_scratch_bytes, scan_scratch_bytes
 from ..lower.shared import conversion_bytes, elem_bytes
 from ..lower.types import reg_type
 
@@ -73,9 +73,9 @@ def apply(fn, ctx) -> None:
 def scratch_bytes(op, ctx) -> int:
     """Bytes of the scratch area `op` writes: 0 for ops this pass does not plan."""
     if op.name == "reduce" and _encoded(op.operands[0]):
-        return reduce_bytes(op)
+        return reduce_scratch_bytes(op)
     if op.name == "scan" and _encoded(op.operands[0]):
-        return scan_bytes(op, ctx)
+        return scan_scratch_bytes(op, ctx)
     if op.name in _EXCHANGED:  # every element once, at its flat position (kiln.codegen.lower.shared.exchange)
         return _EXCHANGED[op.name](op).type.numel * elem_bytes(reg_type(scalar_of(op.operands[0].type)))
     if op.name == "histogram":
