@@ -1,6 +1,7 @@
-"""The scratch_barriers pass: scratch bytes for reductions across warps and layout
-conversions, and a barrier before one only where an earlier access to shared memory may
-still be in flight (IR text in, IR text out), and what lowering makes of the plans."""
+"""The scratch_barriers pass: scratch bytes for reductions and scans across warps, layout
+conversions, exchanges and histograms, and a barrier before one only where an earlier access
+to shared memory may still be in flight (IR text in, IR text out), and what lowering makes of
+the plans."""
 import numpy as np
 import pytest
 
@@ -87,7 +88,8 @@ def test_a_reduction_after_shared_buffers_waits_at_a_barrier():
     # the buffer's bytes are dead at the reduction, which writes from byte 0: a slow warp may still use them
     # (the first barrier is smem_alloc's, before the buffer)
     assert plans(fn) == [("barrier", None), ("barrier", None), ("reduce", [0, 32])]
-    assert [op.name for op in fn.body.ops].index("local_index") < [op.name for op in fn.body.ops].index("reduce") - 1
+    ops = [op.name for op in fn.body.ops]
+    assert ops[ops.index("reduce") - 1] == "barrier" and ops.index("local_index") < ops.index("reduce") - 1
 
 
 def loop(body_ops: str, carried: str = "%v") -> str:
