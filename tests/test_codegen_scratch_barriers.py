@@ -11,6 +11,7 @@ from kiln.codegen.passes import scratch_barriers, smem_alloc
 from kiln.codegen.pipeline import PassContext
 from kiln.codegen.target import parse_target
 from kiln.ir import parse_function, print_function, verify
+from scratch_chains import exchanges, scans  # the kernels racecheck runs
 
 V = "<512xfp32:blocked:spt4:tpw32:wpc4:order0>"  # 4 warps along the only axis: reductions cross warps
 T = "<64x64xfp32:blocked:spt1.4:tpw2.16:wpc4.1:order1.0>"  # rows across warps
@@ -192,24 +193,17 @@ def test_softmax_has_one_barrier_per_reduction(target):
     assert _bar_syncs(k.asm["ptx"]) == 2
 
 
+def kernel_plans(k, num_warps=4):
+    """The planned ops and barriers of a built kernel's block IR after the passes (sm_90a)."""
+    fn = parse_function(k.ir if isinstance(k.ir, str) else print_function(k.ir))
+    kir = parse_function(compile_ir(fn, "sm_90a", {"num_warps": num_warps}, link=False).kir)
+    return [(op.name, op.attrs.get("scratch")) for op in kir.walk() if "scratch" in op.attrs or op.name == "barrier"]
+
+
 def test_exchanges_and_histograms_are_planned_like_reductions():
-    import kiln
-    import kiln.language as tl
-
-    @kiln.jit
-    def exchanges(x_ptr, out_ptr, h_ptr, N: tl.constexpr):
-        r = tl.arange(0, N)
-        t = tl.load(x_ptr + r[:, None] * N + r[None, :])
-        a, b = tl.split(tl.reshape(tl.trans(t), [N, N // 2, 2]))
-        v = tl.reshape(tl.join(b, a), [N, N])
-        tl.store(out_ptr + r[:, None] * N + r[None, :], v + tl.sum(v, axis=0)[None, :])
-        tl.store(h_ptr + tl.arange(0, 8), tl.histogram(r % 7, 8))
-
     x = np.zeros(4, np.float32)
     k = exchanges.warmup(x, x, np.zeros(4, np.int32), N=32, num_warps=4, grid=(1,), target="sm_90a")
-    fn = parse_function(k.ir if isinstance(k.ir, str) else print_function(k.ir))
-    kir = parse_function(compile_ir(fn, "sm_90a", {"num_warps": 4}, link=False).kir)
-    got = [(op.name, op.attrs.get("scratch")) for op in kir.walk() if "scratch" in op.attrs or op.name == "barrier"]
+    got = kernel_plans(k)
     tile = 32 * 32 * 4  # each exchange holds the whole fp32 tile: side by side two would grow the area 4 KB
     assert got == [("permute", [0, tile]), ("barrier", None), ("reshape", [0, tile]), ("barrier", None),
                    ("split", [0, tile]), ("barrier", None), ("join", [0, tile]), ("barrier", None),
@@ -219,21 +213,9 @@ def test_exchanges_and_histograms_are_planned_like_reductions():
 
 
 def test_scans_across_warps_are_planned_like_reductions():
-    import kiln
-    import kiln.language as tl
-
-    @kiln.jit
-    def scans(x_ptr, out_ptr, N: tl.constexpr):
-        r = tl.arange(0, N)
-        c = tl.cumsum(tl.load(x_ptr + r), axis=0)
-        m = tl.cumsum(c * 0.5, axis=0, reverse=True)
-        tl.store(out_ptr + r, m + tl.sum(c, axis=0))
-
     x = np.zeros(4, np.float32)
     k = scans.warmup(x, x, N=256, num_warps=4, grid=(1,), target="sm_90a")
-    fn = parse_function(k.ir if isinstance(k.ir, str) else print_function(k.ir))
-    kir = parse_function(compile_ir(fn, "sm_90a", {"num_warps": 4}, link=False).kir)
-    got = [(op.name, op.attrs.get("scratch")) for op in kir.walk() if "scratch" in op.attrs or op.name == "barrier"]
+    got = kernel_plans(k)
     # each warp's total (8 bytes) for the 4 warps; one repetition of the layout tile along the axis
     assert got == [("scan", [0, 32]), ("scan", [32, 32]), ("reduce", [0, 32])]
     assert _bar_syncs(k.asm["ptx"]) == 3
