@@ -12,7 +12,7 @@ from kiln.ir import verify
 from kiln.ir.layout_check import check_layouts
 
 from .passes import (axis_info, canonicalize, convert_layouts, cse, dce, descriptor_loads, dot_accumulate, layouts, persistent, pointer_tma,
-                     prefetch, scratch_barriers, smem_alloc, smem_pipeline, tma_store)
+                     prefetch, scratch_barriers, smem_alloc, smem_pipeline, tile_overlap, tma_store)
 
 PASSES = [
     canonicalize,   # fold constants, drop x+0, x*1, same-type casts
@@ -24,6 +24,7 @@ PASSES = [
     smem_pipeline,  # sm_90a: dots fed by loads in loops -> async copies (cp.async, TMA) into rings of shared tiles, wgmma
     descriptor_loads,  # the descriptor loads no TMA ring took -> their pointer loads; unread derived maps dropped
     tma_store,      # sm_90a: descriptor stores of 2-D blocks -> shared tile + TMA store
+    tile_overlap,   # sm_90a, persistent: the next tile's first copies issued before this tile's epilogue
     prefetch,       # loads of iteration i+1 issued during iteration i (num_stages >= 2)
     canonicalize,   # tidy what prefetch cloned
     cse,
@@ -56,6 +57,8 @@ class PassContext:
     shared_reserve: int = 0  # bytes smem_pipeline leaves free (the scratch a first lowering needed beyond the limit)
     buffers_live: object = lambda op: False  # is a shared buffer live at this op (smem_alloc)
     no_shared: set = field(default_factory=set)  # ops scratch_barriers took for ones touching no shared memory
+    tile_overlap: bool = True  # may tile_overlap keep a persistent GEMM's rings live through its epilogue
+    tiles_overlapped: bool = False  # it did
     check: bool = False  # tests: verify after every pass; lowering refuses to convert layouts itself
 
 

@@ -1,0 +1,214 @@
+"""sm_90a: a persistent GEMM issues its next tile's first copies before this tile's epilogue.
+
+After `persistent` and `smem_pipeline`, each iteration of the tile loop allocates the K
+loop's TMA rings and mbarriers, copies the first S-1 k-steps, runs the K loop, waits for its
+dots, invalidates the mbarriers and only then runs the epilogue (conversion, stores): the
+tensor cores idle through the epilogue and until the next tile's first copies land. Here the
+rings and mbarriers live across the tile loop and the next tile's first copies follow this
+tile's last dots, so they land while the epilogue runs:
+
+    rings, mbarriers (init)                         // once
+    <the first S-1 copies of tile lb>              // slots 0 .. S-2, predicated lb < ub
+    for %v = lb to ub step st, %base = 0, %parity = 0 {
+      <the K loop, reading from slot %base with parity %parity>  -> %read, %phase after it
+      warp_group_dot_wait {pending = 0}
+      barrier                                       // every warp's part of the dots retired
+      <the first S-1 copies of tile %v + st>       // slots %read .., predicated %v + st < ub
+      <the epilogue of tile %v>
+      yield %read, %phase
+    }
+    mbarrier_inval
+
+Slots and parities count k-steps across tiles. A K loop of n steps reads n slots in turn
+from %base; its last S-1 copies, past its end, were predicated off, so the next tile's
+first copy takes the slot the K loop would have read next and each mbarrier still
+completes one phase per slot read. The epilogue's scratch can no longer take the rings'
+bytes (`smem_alloc` sees them live across the tile loop); where both do not fit, or only at
+a CTA per SM less, `compile` builds the kernel again without this pass (tutorial 03's 128x256
+fp16 tile: a 192 KB ring and a 66 KB conversion; see codegen/README for what making room cost).
+
+Only the form tutorial 03 and 09's GEMMs take: one K loop in the tile loop, its operands
+all from TMA rings (no tile stored once or staged, no look-ahead values carried), the
+prologue's addresses pure arithmetic on the tile index.
+"""
+from __future__ import annotations
+
+from kiln.ir.core import Operation, Value
+from kiln.ir.types import int1, int32
+
+from .rewrite import has_side_effects, tile_loop
+from .smem_pipeline import _const_int, enabled
+
+name = "tile_overlap"
+ISSUES = ("tma_expect", "tma_copy")  # what the prologue does; its predicate operand's index below
+PREDICATE = {"tma_expect": 1, "tma_copy": 3}
+
+
+def apply(fn, ctx) -> None:
+    if not enabled(ctx) or not ctx.tile_overlap:
+        return
+    tiles = tile_loop(fn)
+    found = _match(tiles) if tiles is not None else None
+    if found is not None:
+        _rewrite(tiles, *found)
+        ctx.tiles_overlapped = True
+
+
+def _match(tiles):
+    """(K loop, ops hoisted before the tile loop, the prologue's ops it no longer needs, the
+    prologue as computed from the tile index, the wait after the K loop, the mbarriers' inval,
+    ring size, the K loop's first write slot), or None."""
+    body = tiles.regions[0]
+    ops = body.ops
+    loops = [op for op in ops if op.name == "for"]
+    if len(loops) != 1:
+        return None
+    k_loop = loops[0]
+    at = ops.index(k_loop)
+    if at + 2 >= len(ops):
+        return None
+    wait, inval = ops[at + 1], ops[at + 2]
+    if wait.name != "warp_group_dot_wait" or wait.attrs.get("pending") != 0 or inval.name != "mbarrier_inval":
+        return None
+    bars = inval.operands[0]
+    inits = [i for i, op in enumerate(ops[:at]) if op.name == "mbarrier_init"]
+    if len(inits) != 1 or ops[inits[0]].operands[0] is not bars:
+        return None
+    init = inits[0]
+    if [op.name for op in ops[init + 1:init + 3]] != ["fence_async_shared", "barrier"]:
+        return None
+    allocs = [op for op in ops[:at] if op.name == "local_alloc"]
+    if any(ops.index(a) > init for a in allocs) or bars.defining_op not in allocs:
+        return None
+    if any(op.name in ("local_store", "async_copy", "local_load") for op in body.walk()):
+        return None  # a tile stored once or staged, a cp.async ring, a read-back: not this form
+    ring_size = bars.type.shape[0]
+    if any(a.results[0].type.shape[0] != ring_size for a in allocs):
+        return None
+    starts = [_const_int(v) for v in k_loop.operands[-3:]]  # read slot, write slot, parity
+    if None in starts or starts[0] != 0 or starts[2] != 0:
+        return None
+    prologue = ops[init + 3:at]
+    issuing = [op for op in prologue if has_side_effects(op)]
+    if any(op.name not in ISSUES and op.name != "inline_asm" for op in issuing):
+        return None
+    used_later = {id(v) for op in ops[at:] for inner in op.walk() for v in inner.operands}
+    if any(id(r) in used_later for op in issuing for r in op.results):
+        return None
+    if any(v.defining_op in prologue for v in k_loop.operands[3:-3]):
+        return None  # look-ahead values carried into the K loop
+    cone = _cone(issuing, ops[:at])
+    if cone is None:
+        return None
+    hoisted = allocs + ops[init:init + 3]
+    return k_loop, hoisted, _unneeded(prologue, ops), cone, wait, inval, ring_size, starts[1]
+
+
+def _unneeded(prologue, ops):
+    """The prologue's ops that nothing outside it needs (its copies and what they alone use)."""
+    inside = {id(op) for op in prologue}
+    keep = set()
+    todo = [v.defining_op for op in ops if id(op) not in inside for inner in op.walk() for v in inner.operands]
+    while todo:
+        op = todo.pop()
+        if op is not None and id(op) in inside and id(op) not in keep:
+            keep.add(id(op))
+            todo.extend(v.defining_op for v in op.operands)
+    return [op for op in prologue if id(op) not in keep]
+
+
+def _cone(issuing, before):
+    """The ops of `before` that `issuing` needs, in order, or None where one is not plain
+    arithmetic (a load, a region) that may be computed again for another tile."""
+    where = {id(op): op for op in before}
+    need, todo = set(), list(issuing)
+    while todo:
+        op = todo.pop()
+        for v in op.operands:
+            d = v.defining_op
+            if d is not None and id(d) in where and id(d) not in need and d.name != "local_alloc":
+                if d.regions or d.name == "load" or (has_side_effects(d) and d.name != "inline_asm"):
+                    return None
+                need.add(id(d))
+                todo.append(d)
+    need |= {id(op) for op in issuing}
+    return [op for op in before if id(op) in need]
+
+
+def _rewrite(tiles, k_loop, hoisted, unneeded, cone, wait, inval, ring_size, ahead):
+    body = tiles.regions[0]
+    loc = tiles.loc
+    iv = body.args[0]
+    lb, ub, step = tiles.operands[:3]
+    rings = {id(op.results[0]) for op in hoisted if op.name == "local_alloc"}
+    outer = tiles.parent
+    removed = {id(op) for op in hoisted + unneeded + [inval]}
+    body.ops[:] = [op for op in body.ops if id(op) not in removed]
+
+    before = list(hoisted)
+    zero = _op(before, "constant", [], int32, loc, value=0)
+    first = _op(before, "cmp", [lb, ub], int1, loc, pred="lt")
+    _issue_for(before, cone, rings, ring_size, {iv: lb}, None, first, loc)
+    base, parity = body.add_arg(int32), body.add_arg(int32)
+    tiles.operands.extend([zero, zero])
+    _insert(outer, outer.ops.index(tiles), before)
+    _insert(outer, outer.ops.index(tiles) + 1, [inval])
+
+    # the K loop starts where the last one stopped
+    start = []
+    k_loop.operands[-3] = base
+    k_loop.operands[-2] = _slot(start, base, ahead, ring_size, loc)
+    k_loop.operands[-1] = parity
+    _insert(body, body.ops.index(k_loop), start)
+
+    after = []
+    _op(after, "barrier", [], None, loc)
+    following = _op(after, "add", [iv, step], int32, loc)
+    exists = _op(after, "cmp", [following, ub], int1, loc, pred="lt")
+    read, phase = k_loop.results[-3], k_loop.results[-1]
+    _issue_for(after, cone, rings, ring_size, {iv: following}, read, exists, loc)
+    _insert(body, body.ops.index(wait) + 1, after)
+    body.ops[-1].operands.extend([read, phase])
+    for v in (read, phase):
+        tiles.results.append(Value(v.type, tiles, len(tiles.results)))
+
+
+def _issue_for(out, cone, rings, ring_size, mapping, base, exists, loc):
+    """`cone` cloned under `mapping`: a ring slot s becomes (base + s) % ring_size, and each
+    copy is also predicated on `exists` (the tile is one of this CTA's)."""
+    mapping = dict(mapping)
+    predicates = {}
+    for op in cone:
+        operands = [mapping.get(v, v) for v in op.operands]
+        if op.name == "local_index" and id(op.operands[0]) in rings and base is not None:
+            operands[1] = _slot(out, base, _const_int(op.operands[1]), ring_size, loc)
+        if op.name in PREDICATE:
+            i = PREDICATE[op.name]
+            if id(operands[i]) not in predicates:
+                predicates[id(operands[i])] = _op(out, "and", [operands[i], exists], int1, loc)
+            operands[i] = predicates[id(operands[i])]
+        clone = Operation(op.name, operands, [r.type for r in op.results], dict(op.attrs), loc=op.loc)
+        out.append(clone)
+        mapping.update(zip(op.results, clone.results))
+
+
+def _slot(out, base, offset, ring_size, loc):
+    """(base + offset) % ring_size for 0 <= base, offset < ring_size: an add, a compare, a select."""
+    if offset == 0:
+        return base
+    bumped = _op(out, "add", [base, _op(out, "constant", [], int32, loc, value=offset)], int32, loc)
+    wraps = _op(out, "cmp", [bumped, _op(out, "constant", [], int32, loc, value=ring_size)], int1, loc, pred="ge")
+    less = _op(out, "sub", [bumped, _op(out, "constant", [], int32, loc, value=ring_size)], int32, loc)
+    return _op(out, "select", [wraps, less, bumped], int32, loc)
+
+
+def _op(out, name, operands, result_type, loc, **attrs):
+    op = Operation(name, operands, [result_type] if result_type is not None else [], attrs, loc=loc)
+    out.append(op)
+    return op.results[0] if op.results else op
+
+
+def _insert(block, at, ops):
+    for i, op in enumerate(ops):
+        op.parent = block
+        block.ops.insert(at + i, op)

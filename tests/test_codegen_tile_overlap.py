@@ -1,0 +1,170 @@
+"""kiln.codegen.passes.tile_overlap: a persistent GEMM's next tile's first TMA copies issued
+before this tile's epilogue, on a CPU (IR text, and which builds keep it), and on the GPU
+(more tiles than CTAs, so that every CTA carries ring slots and parities across tiles)."""
+import numpy as np
+import pytest
+
+import kiln
+import kiln.language as tl
+from kiln.codegen import compile as compile_ir
+from kiln.codegen import pipeline
+from kiln.codegen.passes import tile_overlap
+from kiln.codegen.target import parse_target
+from kiln.ir import parse_function, print_function, verify
+
+
+@kiln.jit
+def _gemm(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_bk, stride_cm,
+          BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    """C = A @ B in BM x BN tiles, rows of tiles first; A, B and C row-major."""
+    tiles_n = tl.cdiv(N, BN)
+    pid = tl.program_id(0)
+    rows = (pid // tiles_n) * BM + tl.arange(0, BM)
+    cols = (pid % tiles_n) * BN + tl.arange(0, BN)
+    ks = tl.arange(0, BK)
+    a_ptrs = a_ptr + (rows % M)[:, None] * stride_am + ks[None, :]
+    b_ptrs = b_ptr + ks[:, None] * stride_bk + (cols % N)[None, :]
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BK)):
+        a = tl.load(a_ptrs, mask=ks[None, :] < K - k * BK, other=0.0)
+        b = tl.load(b_ptrs, mask=ks[:, None] < K - k * BK, other=0.0)
+        acc = tl.dot(a, b, acc)
+        a_ptrs += BK
+        b_ptrs += BK * stride_bk
+    c_ptrs = c_ptr + rows[:, None] * stride_cm + cols[None, :]
+    tl.store(c_ptrs, acc.to(tl.float16), mask=(rows[:, None] < M) & (cols[None, :] < N))
+
+
+# (BM, BN, BK, warps, stages): the ring and the epilogue's scratch fit side by side at one CTA
+# per SM; the 128x256 fp16 tile's 192 KB ring and 66 KB conversion do not
+FITS, TOO_BIG = (128, 64, 64, 4, 4), (128, 256, 64, 8, 3)
+
+
+def _source(cfg):
+    bm, bn, bk, warps, stages = cfg
+    x = np.zeros((64, 64), np.float16)
+    ir = _gemm.warmup(x, x, x, 4096, 4096, 4096, 4096, 4096, 4096, BM=bm, BN=bn, BK=bk, num_warps=warps,
+                      num_stages=stages, grid=(1,)).ir
+    return parse_function(ir if isinstance(ir, str) else print_function(ir))
+
+
+def _before_the_pass(cfg):
+    """The IR as tile_overlap receives it (the passes before it, run on `_gemm`)."""
+    fn, (_, _, _, warps, stages) = _source(cfg), cfg
+    ctx = pipeline.PassContext(parse_target("sm_90a"), warps, stages)
+    ctx.function = fn
+    for p in pipeline.PASSES[:pipeline.PASSES.index(tile_overlap)]:
+        p.apply(fn, ctx)
+    return parse_function(print_function(fn)), ctx
+
+
+def _names(block):
+    return [op.name for op in block.ops]
+
+
+def test_the_rings_live_across_the_tile_loop_and_the_next_tiles_copies_precede_the_epilogue():
+    fn, ctx = _before_the_pass(FITS)
+    tiles = next(op for op in fn.body.ops if op.name == "for")
+    body = _names(tiles.regions[0])
+    assert "mbarrier_init" in body and "mbarrier_inval" in body and not tiles.results
+    copies = [op.name for op in tiles.regions[0].ops if op.name == "tma_copy"]
+
+    tile_overlap.apply(fn, ctx)
+    verify(fn)
+    assert ctx.tiles_overlapped
+    top = _names(fn.body)
+    at = top.index("for")
+    assert top[at:] == ["for", "mbarrier_inval", "return"]
+    assert "mbarrier_init" in top[:at] and top[:at].count("tma_copy") == len(copies)  # tile lb's first copies
+    body = tiles.regions[0]
+    names = _names(body)
+    assert "mbarrier_init" not in names and "mbarrier_inval" not in names
+    k_loop = next(op for op in body.ops if op.name == "for")
+    wait = names.index("warp_group_dot_wait")
+    assert names[wait - 1] == "for" and names[wait + 1] == "barrier"
+    assert names[wait:].count("tma_copy") == len(copies)  # the next tile's, after this tile's dots
+    assert names.index("store") > max(i for i, n in enumerate(names) if n == "tma_copy")
+    # the K loop starts at the slot and parity the tile loop carries, and hands back its own
+    base, parity = body.args[1:]
+    assert k_loop.operands[-3] is base and k_loop.operands[-1] is parity
+    assert body.ops[-1].operands == [k_loop.results[-3], k_loop.results[-1]]
+    assert len(tiles.results) == 2
+    # every copy of the next tile is predicated on the tile being one of this CTA's
+    after = body.ops[wait + 1:]
+    exists = next(op for op in after if op.name == "cmp").results[0]
+    preds = [op.operands[3] for op in after if op.name == "tma_copy"]
+    assert all(exists in p.defining_op.operands for p in preds)
+
+
+@kiln.jit
+def _a_once(a_ptr, b_ptr, c_ptr, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    """Each tile's A block, loaded once before the loop, times every BK rows of B."""
+    pid = tl.program_id(0)
+    rows = pid * BM + tl.arange(0, BM)
+    ks = tl.arange(0, BK)
+    a = tl.load(a_ptr + rows[:, None] * BK + ks[None, :])
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k in range(0, K, BK):
+        b = tl.load(b_ptr + (k + ks)[:, None] * BN + tl.arange(0, BN)[None, :])
+        acc = tl.dot(a, b, acc)
+    tl.store(c_ptr + rows[:, None] * BN + tl.arange(0, BN)[None, :], acc.to(tl.float16))
+
+
+def test_kernels_not_of_that_form_are_left_alone():
+    fn, ctx = _before_the_pass(FITS)
+    ctx.tile_overlap = False  # compile's second build
+    text = print_function(fn)
+    tile_overlap.apply(fn, ctx)
+    assert print_function(fn) == text and not ctx.tiles_overlapped
+    # a tile stored once before the K loop (its local_store would race the next tile's)
+    x = np.zeros((64, 64), np.float16)
+    ir = _a_once.warmup(x, x, x, 4096, BM=128, BN=64, BK=64, num_warps=4, num_stages=3, grid=(1,)).ir
+    once = parse_function(ir if isinstance(ir, str) else print_function(ir))
+    ctx = pipeline.PassContext(parse_target("sm_90a"), 4, 3)
+    ctx.function = once
+    for p in pipeline.PASSES[:pipeline.PASSES.index(tile_overlap)]:
+        p.apply(once, ctx)
+    assert any(a.get("launch_grid") is not None for a in once.arg_attrs)  # persistent, ...
+    assert "local_store" in print_function(once)  # ... A stored once per tile
+    text = print_function(once)
+    tile_overlap.apply(once, ctx)
+    assert print_function(once) == text and not ctx.tiles_overlapped
+
+
+def _tile_loop_allocates(kir: str) -> bool:
+    fn = parse_function(kir)
+    tiles = next(op for op in fn.body.ops if op.name == "for")
+    return any(op.name == "mbarrier_init" for op in tiles.regions[0].ops)
+
+
+def test_compile_keeps_the_overlap_only_where_the_epilogue_fits_beside_the_rings():
+    fits = compile_ir(_source(FITS), "sm_90a", {"num_warps": 4, "num_stages": 4}, link=False)
+    assert not _tile_loop_allocates(fits.kir)
+    big = compile_ir(_source(TOO_BIG), "sm_90a", {"num_warps": 8, "num_stages": 3}, link=False)
+    assert _tile_loop_allocates(big.kir)  # built again without the pass: the scratch takes the rings' bytes
+    assert big.metadata["shared"] <= 232448 and "smem<4x" in big.kir  # and the ring keeps its S + 1 tiles
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("cfg", [FITS, (64, 128, 64, 4, 4), (128, 32, 64, 4, 4)])
+@pytest.mark.parametrize("shape", [(2000, 3000, 136), (4096, 4096, 200), (1000, 1000, 1000), (1024, 2048, 0)])
+def test_overlapped_tiles_match_torch(cfg, shape, monkeypatch):
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("needs a Hopper GPU")
+    from kiln.runtime.cuda_driver import compile_target
+    if compile_target(torch.cuda.current_device()) != "sm_90a":
+        pytest.skip("the pass is sm_90a's")
+    monkeypatch.setenv("KILN_INTERPRET", "0")
+    bm, bn, bk, warps, stages = cfg
+    M, N, K = shape
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    a = torch.randn(M, K, device="cuda", generator=gen).half()
+    b = torch.randn(K, N, device="cuda", generator=gen).half()
+    c = torch.full((M, N), 7.0, device="cuda", dtype=torch.float16)
+    grid = (-(-M // bm) * -(-N // bn),)
+    kernel = _gemm[grid](a, b, c, M, N, K, a.stride(0), b.stride(0), c.stride(0), BM=bm, BN=bn, BK=bk,
+                         num_warps=warps, num_stages=stages)
+    torch.cuda.synchronize()
+    torch.testing.assert_close(c.float(), a.float() @ b.float(), atol=0.5, rtol=3e-2)
+    assert not _tile_loop_allocates(kernel.asm["kir"])  # it ran overlapped
