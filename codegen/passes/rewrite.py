@@ -51,16 +51,3 @@ def in_loop(op: Operation) -> bool:
             return True
         owner = owner.parent.parent
     return False
-
-
-def tile_loop(fn):
-    """The tile loop the `persistent` pass made (`for program_id to ... step num_programs`), or None."""
-    if not any("launch_grid" in attrs for attrs in fn.arg_attrs):
-        return None
-    loops = [op for op in fn.body.ops if op.name == "for"]
-    if len(loops) != 1:
-        return None
-    lb, step = loops[0].operands[0].defining_op, loops[0].operands[2].defining_op
-    if lb is None or step is None or (lb.name, step.name) != ("program_id", "num_programs"):
-        return None
-    return loops[0]

@@ -36,12 +36,25 @@ from __future__ import annotations
 from kiln.ir.core import Operation, Value
 from kiln.ir.types import int1, int32
 
-from .rewrite import has_side_effects, tile_loop
+from .rewrite import has_side_effects
 from .smem_pipeline import _const_int, enabled
 
 name = "tile_overlap"
-ISSUES = ("tma_expect", "tma_copy")  # what the prologue does; its predicate operand's index below
-PREDICATE = {"tma_expect": 1, "tma_copy": 3}
+ISSUES = ("tma_expect", "tma_copy")  # the ops a prologue issues its copies with
+PREDICATE = {"tma_expect": 1, "tma_copy": 3}  # the index of each one's predicate operand
+
+
+def tile_loop(fn):
+    """The tile loop the `persistent` pass made (`for program_id to ... step num_programs`), or None."""
+    if not any("launch_grid" in attrs for attrs in fn.arg_attrs):
+        return None
+    loops = [op for op in fn.body.ops if op.name == "for"]
+    if len(loops) != 1:
+        return None
+    lb, step = loops[0].operands[0].defining_op, loops[0].operands[2].defining_op
+    if lb is None or step is None or (lb.name, step.name) != ("program_id", "num_programs"):
+        return None
+    return loops[0]
 
 
 def apply(fn, ctx) -> None:
