@@ -33,11 +33,12 @@ prologue's addresses pure arithmetic on the tile index.
 """
 from __future__ import annotations
 
-from kiln.ir.core import Operation, Value
+from kiln.ir.core import Value
 from kiln.ir.types import int1, int32
 
+from .prefetch import _clone, _const_int
 from .rewrite import has_side_effects
-from .smem_pipeline import _const_int, enabled
+from .smem_pipeline import _insert, _op, enabled
 
 name = "tile_overlap"
 ISSUES = ("tma_expect", "tma_copy")  # the ops a prologue issues its copies with
@@ -148,7 +149,7 @@ def _cone(issuing, before):
     return [op for op in before if id(op) in need]
 
 
-def _rewrite(tiles, k_loop, hoisted, unneeded, cone, wait, inval, ring_size, ahead):
+def _rewrite(tiles, k_loop, hoisted, unneeded, cone, wait, inval, ring_size, first_write):
     body = tiles.regions[0]
     loc = tiles.loc
     iv = body.args[0]
@@ -159,8 +160,8 @@ def _rewrite(tiles, k_loop, hoisted, unneeded, cone, wait, inval, ring_size, ahe
     body.ops[:] = [op for op in body.ops if id(op) not in removed]
 
     before = list(hoisted)
-    zero = _op(before, "constant", [], int32, loc, value=0)
-    first = _op(before, "cmp", [lb, ub], int1, loc, pred="lt")
+    zero = _op(before, "constant", [], [int32], loc, value=0)
+    first = _op(before, "cmp", [lb, ub], [int1], loc, pred="lt")
     _issue_for(before, cone, rings, ring_size, {iv: lb}, None, first, loc)
     base, parity = body.add_arg(int32), body.add_arg(int32)
     tiles.operands.extend([zero, zero])
@@ -170,14 +171,14 @@ def _rewrite(tiles, k_loop, hoisted, unneeded, cone, wait, inval, ring_size, ahe
     # the K loop starts where the last one stopped
     start = []
     k_loop.operands[-3] = base
-    k_loop.operands[-2] = _slot(start, base, ahead, ring_size, loc)
+    k_loop.operands[-2] = _slot(start, base, first_write, ring_size, loc)
     k_loop.operands[-1] = parity
     _insert(body, body.ops.index(k_loop), start)
 
     after = []
-    _op(after, "barrier", [], None, loc)
-    following = _op(after, "add", [iv, step], int32, loc)
-    exists = _op(after, "cmp", [following, ub], int1, loc, pred="lt")
+    _op(after, "barrier", [], (), loc)
+    following = _op(after, "add", [iv, step], [int32], loc)
+    exists = _op(after, "cmp", [following, ub], [int1], loc, pred="lt")
     read, phase = k_loop.results[-3], k_loop.results[-1]
     _issue_for(after, cone, rings, ring_size, {iv: following}, read, exists, loc)
     _insert(body, body.ops.index(wait) + 1, after)
@@ -192,36 +193,23 @@ def _issue_for(out, cone, rings, ring_size, mapping, base, exists, loc):
     mapping = dict(mapping)
     predicates = {}
     for op in cone:
-        operands = [mapping.get(v, v) for v in op.operands]
+        clone = _clone(op, mapping)
         if op.name == "local_index" and id(op.operands[0]) in rings and base is not None:
-            operands[1] = _slot(out, base, _const_int(op.operands[1]), ring_size, loc)
+            clone.operands[1] = _slot(out, base, _const_int(op.operands[1]), ring_size, loc)
         if op.name in PREDICATE:
             i = PREDICATE[op.name]
-            if id(operands[i]) not in predicates:
-                predicates[id(operands[i])] = _op(out, "and", [operands[i], exists], int1, loc)
-            operands[i] = predicates[id(operands[i])]
-        clone = Operation(op.name, operands, [r.type for r in op.results], dict(op.attrs), loc=op.loc)
+            if id(clone.operands[i]) not in predicates:
+                predicates[id(clone.operands[i])] = _op(out, "and", [clone.operands[i], exists], [int1], loc)
+            clone.operands[i] = predicates[id(clone.operands[i])]
         out.append(clone)
-        mapping.update(zip(op.results, clone.results))
 
 
 def _slot(out, base, offset, ring_size, loc):
     """(base + offset) % ring_size for 0 <= base, offset < ring_size: an add, a compare, a select."""
     if offset == 0:
         return base
-    bumped = _op(out, "add", [base, _op(out, "constant", [], int32, loc, value=offset)], int32, loc)
-    wraps = _op(out, "cmp", [bumped, _op(out, "constant", [], int32, loc, value=ring_size)], int1, loc, pred="ge")
-    less = _op(out, "sub", [bumped, _op(out, "constant", [], int32, loc, value=ring_size)], int32, loc)
-    return _op(out, "select", [wraps, less, bumped], int32, loc)
+    bumped = _op(out, "add", [base, _op(out, "constant", [], [int32], loc, value=offset)], [int32], loc)
+    wraps = _op(out, "cmp", [bumped, _op(out, "constant", [], [int32], loc, value=ring_size)], [int1], loc, pred="ge")
+    less = _op(out, "sub", [bumped, _op(out, "constant", [], [int32], loc, value=ring_size)], [int32], loc)
+    return _op(out, "select", [wraps, less, bumped], [int32], loc)
 
-
-def _op(out, name, operands, result_type, loc, **attrs):
-    op = Operation(name, operands, [result_type] if result_type is not None else [], attrs, loc=loc)
-    out.append(op)
-    return op.results[0] if op.results else op
-
-
-def _insert(block, at, ops):
-    for i, op in enumerate(ops):
-        op.parent = block
-        block.ops.insert(at + i, op)
