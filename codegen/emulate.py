@@ -189,9 +189,21 @@ def _portable_text(llir: str) -> str:
     return text
 
 
+def _device_copy(array: np.ndarray, alignment: int = 256) -> np.ndarray:
+    """`array` copied to a buffer aligned as CUDA allocations are. The kernel's vector accesses
+    assume its pointers' divisibility (16 bytes), and on the host an aligned vector store to a
+    lesser address is a segfault; NumPy promises only the element's alignment."""
+    raw = np.empty(array.nbytes + alignment, np.uint8)
+    start = -raw.ctypes.data % alignment
+    out = raw[start:start + array.nbytes].view(array.dtype).reshape(array.shape)
+    out[...] = array
+    return out
+
+
 def run_on_cpu(fn, grid, args, num_warps: int = 4) -> list[str]:
     """Run block IR `fn` over `grid` with `args` (NumPy arrays for pointers, Python
-    numbers for scalars; arrays are written in place). Returns the device_print lines."""
+    numbers for scalars). Arrays are copied to aligned "device" buffers and back, so they are
+    written in place as on a GPU. Returns the device_print lines."""
     import llvmlite.binding as llvm
     opts = _options({"num_warps": num_warps})
     _, llir, arg_layout, shared = lower_to_llvm(fn, parse_target("sm_90a"), opts, portable=True)
@@ -245,8 +257,9 @@ def run_on_cpu(fn, grid, args, num_warps: int = 4) -> list[str]:
         cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(), opt=1)
     engine = llvm.create_mcjit_compiler(mod, tm)
     engine.finalize_object()
+    device = [_device_copy(a) if isinstance(a, np.ndarray) else a for a in args]
     ctypes_args, values = [], []
-    for spec, value in zip(arg_layout, args):
+    for spec, value in zip(arg_layout, device):
         ty = spec["llvm_type"].split()[0]
         ctypes_args.append(_C[ty])
         values.append(value.ctypes.data if isinstance(value, np.ndarray) else value)
@@ -268,4 +281,7 @@ def run_on_cpu(fn, grid, args, num_warps: int = 4) -> list[str]:
                     w.join()
                 if state.errors:
                     raise EmulationError("; ".join(sorted(set(state.errors))))
+    for array, copy in zip(args, device):
+        if isinstance(array, np.ndarray):
+            array[...] = copy
     return state.printed

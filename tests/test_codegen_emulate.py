@@ -1,8 +1,11 @@
 """Semantics of the lowering, checked on the CPU: each corpus kernel's LLVM IR (portable
 form) runs on host threads standing in for GPU threads (`kiln.codegen.emulate`) and must
 match NumPy. Every run is in a forked child, so a crashing kernel fails one test."""
+import faulthandler
 import multiprocessing as mp
+import os
 import pathlib
+import signal
 
 import ml_dtypes
 import numpy as np
@@ -19,6 +22,7 @@ def _kernel(name):
 
 
 def _child(conn, check, args):
+    faulthandler.disable()  # a crash is reported once, by the parent, not as pytest's thread dump
     try:
         conn.send(("ok", check(*args)))
     except Exception as e:
@@ -30,12 +34,16 @@ def in_child(check, *args, timeout=120):
     parent, child = ctx.Pipe(duplex=False)
     proc = ctx.Process(target=_child, args=(child, check, args))
     proc.start()
+    child.close()  # the child holds the only write end: a crash shows here as EOF at once
     try:
         if not parent.poll(timeout):
             pytest.fail("emulated kernel timed out")
         status, out = parent.recv()
     except EOFError:
-        pytest.fail(f"emulated kernel crashed the process (exit code {proc.join(5) or proc.exitcode})")
+        proc.join(5)
+        code = proc.exitcode
+        how = f"signal {signal.Signals(-code).name}" if code is not None and code < 0 else f"exit code {code}"
+        pytest.fail(f"emulated kernel crashed the process ({how})")
     finally:
         if proc.is_alive():
             proc.kill()
@@ -200,11 +208,18 @@ def test_dot(name, dt, acc):
     assert in_child(check_dot, name, dt, acc) < 1e-4
 
 
-def check_casts():
+def off_alignment(n, dtype, offset=8):
+    """Zeros whose address is `offset` past a multiple of 64 (NumPy may hand out such arrays)."""
+    raw = np.zeros(n * np.dtype(dtype).itemsize + 64 + offset, np.uint8)
+    start = -raw.ctypes.data % 64 + offset
+    return raw[start:start + n * np.dtype(dtype).itemsize].view(dtype)
+
+
+def check_casts(zeros=np.zeros):
     rng = np.random.default_rng(8)
     x = (rng.standard_normal(256) * 100).astype(np.float32)
-    h, bf = np.zeros(256, np.float16), np.zeros(256, ml_dtypes.bfloat16)
-    i, i64, b, d = np.zeros(256, np.int32), np.zeros(256, np.int64), np.zeros(256, np.bool_), np.zeros(256, np.float64)
+    h, bf = zeros(256, np.float16), zeros(256, ml_dtypes.bfloat16)
+    i, i64, b, d = zeros(256, np.int32), zeros(256, np.int64), zeros(256, np.bool_), zeros(256, np.float64)
     u8 = rng.integers(0, 255, 256).astype(np.uint8)
     u8_in = u8.copy()
     run("casts", (1,), [x.copy(), h, bf, i, u8, i64, b, d])
@@ -224,6 +239,23 @@ def check_casts():
 def test_casts():
     got = in_child(check_casts)
     assert all(got.values()), got
+
+
+def test_arrays_only_element_aligned_run_as_on_a_gpu():
+    """The int64 and fp64 stores are 16-byte vector stores: arrays 8 bytes off a 16-byte boundary
+    crashed the emulator (the host's aligned store faults) before it staged arrays as a GPU does."""
+    got = in_child(check_casts, off_alignment)
+    assert all(got.values()), got
+
+
+def crash():
+    os.kill(os.getpid(), signal.SIGSEGV)
+
+
+def test_a_crashed_child_is_reported_as_a_crash():
+    """Not as a time-out: the parent holds no write end of the pipe, so the crash is an EOF."""
+    with pytest.raises(pytest.fail.Exception, match=r"crashed the process \(signal SIGSEGV\)"):
+        in_child(crash, timeout=60)
 
 
 def check_math():
