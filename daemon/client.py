@@ -76,6 +76,20 @@ class Client:
                                  metadata=self._metadata)
         return reply.result if reply.found else None
 
+    def claim(self, key: str, holder: str, wait: float, timeout: float | None = None) -> pb.ClaimResponse:
+        """STORED (read `key` from the node cache) or YOURS (compute it, store it, `release`)."""
+        return self.stub.Claim(pb.ClaimRequest(key=key, holder=holder, pid=os.getpid(), wait_seconds=wait),
+                               timeout=timeout or wait + 10.0, metadata=self._metadata)
+
+    def renew(self, holder: str, keys: list[str], timeout: float = 5.0) -> list[str]:
+        """Keep `holder`'s leases; the keys it lost."""
+        return list(self.stub.Renew(pb.RenewRequest(holder=holder, keys=keys), timeout=timeout,
+                                    metadata=self._metadata).lost)
+
+    def release(self, holder: str, keys: list[str], stored: bool, timeout: float = 5.0) -> None:
+        self.stub.Release(pb.ReleaseRequest(holder=holder, keys=keys, stored=stored), timeout=timeout,
+                          metadata=self._metadata)
+
     def stats(self, timeout: float = 10.0) -> pb.StatsResponse:
         return self.stub.Stats(pb.StatsRequest(), timeout=timeout, metadata=self._metadata)
 

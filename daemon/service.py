@@ -35,8 +35,9 @@ from kiln.proto.messages import metadata_to_proto, options_from_proto
 from . import shared_tier
 from . import limits
 from .flight import SingleFlight
+from .leases import STORED, Leases
 from .pool import CompileError, WorkerPool
-from .rpc import Undecodable, completed, gone
+from .rpc import Undecodable, completed, gone, time_left
 from .stats import ServiceStats
 
 log = logging.getLogger("kiln.daemon")
@@ -66,6 +67,7 @@ class CompilerService(compiler_pb2_grpc.CompilerServicer):
         self.pool, self.cache, self.remote = pool, cache, remote  # remote: the shared tier (cache.remote), or None
         self.identity = identity if identity is not None else compiler_identity()
         self.flights = SingleFlight()
+        self.leases = Leases(stored=lambda key: key in self.cache)
         self.stats = ServiceStats()
         self.last_request = time.monotonic()
         self._decoded: OrderedDict[bytes, tuple[_Request, int]] = OrderedDict()  # -> (request, its bytes)
@@ -74,7 +76,7 @@ class CompilerService(compiler_pb2_grpc.CompilerServicer):
 
     def idle_for(self) -> float:
         """Seconds since the last request, or 0 while any work is in flight."""
-        if self.pool.busy or self.pool.queue_depth or len(self.flights):
+        if self.pool.busy or self.pool.queue_depth or len(self.flights) or self.leases.stats()["held"]:
             return 0.0
         return time.monotonic() - self.last_request
 
@@ -144,6 +146,30 @@ class CompilerService(compiler_pb2_grpc.CompilerServicer):
         return pb.LookupResponse(found=True, result=_response_message(request.key, result, pb.CACHE_HIT,
                                                                       request.include_ir_dumps))
 
+    def Claim(self, request, context):
+        self.last_request = time.monotonic()
+        self._refuse_undecodable(request, context)
+        _check_lease_request(context, request.holder, [request.key])
+        pid = request.pid or None if context.peer().startswith("unix:") else None  # a TCP peer's pid is not ours to see
+        wait = min(max(0.0, request.wait_seconds), time_left(context))
+        outcome, waited = self.leases.claim(request.key, request.holder, pid, wait,
+                                            cancelled=lambda: not context.is_active())
+        return pb.ClaimResponse(outcome=pb.ClaimResponse.STORED if outcome == STORED else pb.ClaimResponse.YOURS,
+                                waited_s=waited)
+
+    def Renew(self, request, context):
+        self.last_request = time.monotonic()
+        self._refuse_undecodable(request, context)
+        _check_lease_request(context, request.holder, request.keys)
+        return pb.RenewResponse(lost=self.leases.renew(request.holder, request.keys))
+
+    def Release(self, request, context):
+        self.last_request = time.monotonic()
+        self._refuse_undecodable(request, context)
+        _check_lease_request(context, request.holder, request.keys)
+        self.leases.release(request.holder, request.keys, request.stored)
+        return pb.ReleaseResponse()
+
     def Stats(self, request, context):
         self._refuse_undecodable(request, context)
         snap = self.stats.snapshot()
@@ -158,7 +184,7 @@ class CompilerService(compiler_pb2_grpc.CompilerServicer):
                                                   max_ms=lat["max"]),
             cache=pb.CacheStats(path=cache["path"], entries=cache["entries"], volume_bytes=cache["volume_bytes"],
                                 size_limit_bytes=cache["size_limit_bytes"]),
-            remote_cache=shared_tier.stats_message(self.remote))
+            remote_cache=shared_tier.stats_message(self.remote), claims=pb.ClaimStats(**self.leases.stats()))
 
     # --- the work ----------------------------------------------------------------------------
     def _decode(self, request) -> _Request:
@@ -335,3 +361,19 @@ def _response_message(key: str, result: dict, status, dumps: bool) -> pb.Compile
     if dumps:
         response.llir, response.kir = result.get("llir", ""), result.get("kir", "")
     return response
+
+
+_HEX_KEY = re.compile(r"[0-9a-f]{64}\Z")
+_MAX_LEASE_KEYS = 1024
+_MAX_HOLDER_CHARS = 256
+
+
+def _check_lease_request(context, holder: str, keys) -> None:
+    """Lease keys are node-cache keys (hex SHA-256); a holder names one process, briefly."""
+    if not holder or len(holder) > _MAX_HOLDER_CHARS:
+        context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"holder: 1 to {_MAX_HOLDER_CHARS} characters")
+    if len(keys) > _MAX_LEASE_KEYS:
+        context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{len(keys)} keys; at most {_MAX_LEASE_KEYS}")
+    for key in keys:
+        if not _HEX_KEY.match(key):
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"key {key[:80]!r} is not a hex SHA-256")

@@ -109,6 +109,11 @@ def node_cache() -> Cache:
     return _state.node_cache()
 
 
+def daemon_client(address: str):
+    """This process's client of the daemon at `address`."""
+    return _state.client(address)
+
+
 def warn_once(what: str, message: str) -> None:
     """A RuntimeWarning, once per process for each `what`."""
     _state.warn_once(what, message)

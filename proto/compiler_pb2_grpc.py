@@ -54,6 +54,21 @@ class CompilerStub:
                 request_serializer=kiln_dot_v1_dot_compiler__pb2.StatsRequest.SerializeToString,
                 response_deserializer=kiln_dot_v1_dot_compiler__pb2.StatsResponse.FromString,
                 _registered_method=True)
+        self.Claim = channel.unary_unary(
+                '/kiln.v1.Compiler/Claim',
+                request_serializer=kiln_dot_v1_dot_compiler__pb2.ClaimRequest.SerializeToString,
+                response_deserializer=kiln_dot_v1_dot_compiler__pb2.ClaimResponse.FromString,
+                _registered_method=True)
+        self.Renew = channel.unary_unary(
+                '/kiln.v1.Compiler/Renew',
+                request_serializer=kiln_dot_v1_dot_compiler__pb2.RenewRequest.SerializeToString,
+                response_deserializer=kiln_dot_v1_dot_compiler__pb2.RenewResponse.FromString,
+                _registered_method=True)
+        self.Release = channel.unary_unary(
+                '/kiln.v1.Compiler/Release',
+                request_serializer=kiln_dot_v1_dot_compiler__pb2.ReleaseRequest.SerializeToString,
+                response_deserializer=kiln_dot_v1_dot_compiler__pb2.ReleaseResponse.FromString,
+                _registered_method=True)
 
 
 class CompilerServicer:
@@ -90,6 +105,31 @@ class CompilerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Claim(self, request, context):
+        """Single flight for torch.compile's own caches (FX graphs, AOTAutograd entries), whose
+        values ranks read and write in the node cache themselves. A rank that misses claims the
+        key: the first claimant gets the lease (YOURS: it compiles and stores the value, then
+        releases); later ones wait until the value is STORED, or take the lease over when its
+        holder released without storing, died, stopped renewing, or they waited wait_seconds.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Renew(self, request, context):
+        """The holder's heartbeat: its leases stay valid while it renews them.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Release(self, request, context):
+        """End leases: `stored` says the value is in the node cache now (waiters read it).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_CompilerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -112,6 +152,21 @@ def add_CompilerServicer_to_server(servicer, server):
                     servicer.Stats,
                     request_deserializer=kiln_dot_v1_dot_compiler__pb2.StatsRequest.FromString,
                     response_serializer=kiln_dot_v1_dot_compiler__pb2.StatsResponse.SerializeToString,
+            ),
+            'Claim': grpc.unary_unary_rpc_method_handler(
+                    servicer.Claim,
+                    request_deserializer=kiln_dot_v1_dot_compiler__pb2.ClaimRequest.FromString,
+                    response_serializer=kiln_dot_v1_dot_compiler__pb2.ClaimResponse.SerializeToString,
+            ),
+            'Renew': grpc.unary_unary_rpc_method_handler(
+                    servicer.Renew,
+                    request_deserializer=kiln_dot_v1_dot_compiler__pb2.RenewRequest.FromString,
+                    response_serializer=kiln_dot_v1_dot_compiler__pb2.RenewResponse.SerializeToString,
+            ),
+            'Release': grpc.unary_unary_rpc_method_handler(
+                    servicer.Release,
+                    request_deserializer=kiln_dot_v1_dot_compiler__pb2.ReleaseRequest.FromString,
+                    response_serializer=kiln_dot_v1_dot_compiler__pb2.ReleaseResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -222,6 +277,87 @@ class Compiler:
             '/kiln.v1.Compiler/Stats',
             kiln_dot_v1_dot_compiler__pb2.StatsRequest.SerializeToString,
             kiln_dot_v1_dot_compiler__pb2.StatsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Claim(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/kiln.v1.Compiler/Claim',
+            kiln_dot_v1_dot_compiler__pb2.ClaimRequest.SerializeToString,
+            kiln_dot_v1_dot_compiler__pb2.ClaimResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Renew(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/kiln.v1.Compiler/Renew',
+            kiln_dot_v1_dot_compiler__pb2.RenewRequest.SerializeToString,
+            kiln_dot_v1_dot_compiler__pb2.RenewResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Release(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/kiln.v1.Compiler/Release',
+            kiln_dot_v1_dot_compiler__pb2.ReleaseRequest.SerializeToString,
+            kiln_dot_v1_dot_compiler__pb2.ReleaseResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -38,6 +38,12 @@ MODULES = {
     "triton.runtime.errors": "kiln.runtime.errors",
     "triton.runtime.jit": "kiln.dropin.jit",
 }
+# torch modules that kiln adjusts once they have run, when graph sharing is on (dropin/inductor.py)
+AFTER_IMPORT = {"torch._inductor.remote_cache": "serve_caches",
+                "torch._inductor.async_compile": "use_node_pool"}
+# ...and the caches it serves, turned on before torch reads its configuration (a user's 0 stays)
+TORCH_CACHES = ("TORCHINDUCTOR_FX_GRAPH_REMOTE_CACHE", "TORCHINDUCTOR_AUTOGRAD_REMOTE_CACHE",
+                "TORCHINDUCTOR_AUTOTUNE_REMOTE_CACHE")
 PREFIXES = {"triton.language": "kiln.language", "triton.tools": "kiln.tools", "triton.testing": "kiln.testing",
             "triton.profiler": "kiln.profiler"}
 
@@ -82,15 +88,53 @@ class _Alias(importlib.abc.Loader):
         module.__spec__ = self.spec  # the kiln module itself ran when it was imported
 
 
+class _ThenAdjust(importlib.abc.Loader):
+    """Runs a torch module as its own loader would, then kiln's adjustment of it."""
+
+    def __init__(self, loader, adjust: str):
+        self.loader, self.adjust = loader, adjust
+
+    def create_module(self, spec):
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module):
+        self.loader.exec_module(module)
+        try:
+            getattr(importlib.import_module("kiln.dropin.inductor"), self.adjust)(module)
+        except Exception as error:  # noqa: BLE001 - torch then works as it would without kiln
+            print(f"kiln: {module.__name__} left as it is: {type(error).__name__}: {error}", file=sys.stderr)
+
+
+def share_graphs(environ=os.environ) -> bool:
+    """KILN_SHARE_GRAPHS: on unless 0/false/no/off (kiln.cache.env reads it too; this module imports no kiln)."""
+    return environ.get("KILN_SHARE_GRAPHS", "1").strip().lower() not in ("0", "false", "no", "off")
+
+
 class TritonFinder(importlib.abc.MetaPathFinder):
-    """Finds `triton` and `triton.*` as kiln's modules."""
+    """Finds `triton` and `triton.*` as kiln's modules (and the torch modules kiln adjusts)."""
+
+    def __init__(self, adjust_torch: bool = False):
+        self.adjust_torch = adjust_torch
 
     def find_spec(self, name, path=None, target=None):
+        if self.adjust_torch and name in AFTER_IMPORT:
+            return self._adjusted(name, path, target)
         target_name = kiln_name(name)
         if target_name is None:
             return None
         is_package = True  # every alias may have children: `triton.X.Y` is found by name, not by path
         return importlib.machinery.ModuleSpec(name, _Alias(target_name), is_package=is_package)
+
+    def _adjusted(self, name, path, target):
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(name, path, target)
+            if spec is not None:
+                if spec.loader is not None:
+                    spec.loader = _ThenAdjust(spec.loader, AFTER_IMPORT[name])
+                return spec
+        return None
 
     def __repr__(self):
         return "kiln.dropin.hook.TritonFinder()"
@@ -107,7 +151,11 @@ def activate() -> None:
     if "triton" in sys.modules and not _is_kiln(sys.modules["triton"]):
         raise RuntimeError(f"{ENV}=1 but the real Triton was imported before kiln's drop-in hook ran "
                            f"({getattr(sys.modules['triton'], '__file__', '?')})")
-    sys.meta_path.insert(0, TritonFinder())
+    adjust_torch = share_graphs()
+    if adjust_torch:
+        for name in TORCH_CACHES:
+            os.environ.setdefault(name, "1")
+    sys.meta_path.insert(0, TritonFinder(adjust_torch))
 
 
 def _is_kiln(module) -> bool:

@@ -1,0 +1,189 @@
+"""Values that every process of the node computes alike and shares through the node cache
+(torch.compile's FX graphs and AOTAutograd entries, autotuning results), with single flight
+through the node daemon: of the ranks that miss the same key at once, one computes it and
+the others wait for it (see `leases`).
+
+The values are bytes to kiln: they are stored content-addressed and bound to their key as
+compile results are, read back only under the same key, and never interpreted here. Their
+key is the caller's (PyTorch's, which covers its version, configuration, the graph, its
+inputs' devices and the device's properties); kiln hashes it with a namespace of its own.
+"""
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+
+from kiln.cache import env
+
+from . import launch, tiers
+
+log = logging.getLogger("kiln.artifacts")
+
+RENEW_EVERY_S = 5.0  # the daemon takes a lease over after 15 s without a renewal
+
+
+def artifact_key(name: str) -> str:
+    return hashlib.sha256(b"kiln-artifact\0" + name.encode()).hexdigest()
+
+
+class NodeArtifacts:
+    """This process's view of the shared values: `get` (which may wait for another process
+    computing the same key, and otherwise makes this one the computer) and `put`."""
+
+    def __init__(self, wait: float | None = None):
+        self.wait = env.graph_wait_seconds() if wait is None else wait
+        self._lock = threading.Lock()
+        self._pid, self._id, self._heartbeat = None, None, None
+        self._held: dict[str, str] = {}  # namespace -> the artifact key this process computes
+        self.counts = dict.fromkeys(("hits", "waited", "led", "misses", "puts"), 0)
+
+    def get(self, namespace: str, name: str, single_flight: bool = True) -> bytes | None:
+        key = artifact_key(name)
+        value = self._read(key)
+        if value is not None:
+            self._count("hits")
+            return value
+        address = self._address() if single_flight else None
+        if address is None:
+            self._count("misses")
+            return None
+        self._release_other(namespace, key, address)
+        try:
+            reply = tiers.daemon_client(address).claim(key, self._holder(), self.wait)
+        except Exception as e:  # noqa: BLE001 - a daemon that is down makes this a plain miss
+            tiers.warn_once("artifacts-daemon", f"kiln: graph sharing through the daemon at {address} failed "
+                                                f"({_describe(e)}); this process compiles its own graphs")
+            self._count("misses")
+            return None
+        from kiln.proto import compiler_pb2 as pb
+        if reply.outcome == pb.ClaimResponse.STORED:
+            value = self._read(key)
+            if value is not None:
+                self._count("waited" if reply.waited_s > 0.05 else "hits")
+                return value
+            self._count("misses")  # stored, then evicted or unreadable: compile without a lease
+            return None
+        with self._lock:
+            self._held[namespace] = key
+        self._ensure_heartbeat(address)
+        self._count("led")
+        return None
+
+    def put(self, namespace: str, name: str, value: bytes) -> None:
+        key = artifact_key(name)
+        try:
+            tiers.node_cache().put_result(key, {"value": bytes(value)},
+                                          {"name": name[:200], "kind": "torch-artifact", "namespace": namespace})
+            stored = True
+            self._count("puts")
+        except Exception as e:  # noqa: BLE001 - a cache that cannot be written loses sharing, not the job
+            tiers.warn_once("artifacts-write", f"kiln: the node cache cannot be written ({e})")
+            stored = False
+        with self._lock:
+            held = self._held.get(namespace) == key
+            if held:
+                del self._held[namespace]
+        if held:
+            self._release([key], stored)
+
+    def release_all(self) -> None:
+        with self._lock:
+            keys, self._held = list(self._held.values()), {}
+        if keys:
+            self._release(keys, False)
+
+    # --- the rest ---------------------------------------------------------------------------
+    def _read(self, key: str) -> bytes | None:
+        try:
+            result = tiers.node_cache().get_result(key, names=("value",))
+        except Exception as e:  # noqa: BLE001 - a cache that cannot be read is a miss
+            tiers.warn_once("artifacts-read", f"kiln: the node cache cannot be read ({e})")
+            return None
+        return None if result is None else result[0]["value"]
+
+    def _address(self) -> str | None:
+        address = launch.configured_address()
+        if address is None:
+            return None
+        try:
+            if address == launch.default_address():
+                launch.ensure_daemon()
+        except Exception as e:  # noqa: BLE001
+            tiers.warn_once("artifacts-daemon", f"kiln: no compile daemon for graph sharing ({e})")
+            return None
+        return address
+
+    def _holder(self) -> str:
+        with self._lock:
+            if self._pid != os.getpid():  # a forked child is another holder, with no leases
+                self._pid, self._held = os.getpid(), {}
+                self._id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+                self._heartbeat = None
+            return self._id
+
+    def _release_other(self, namespace: str, key: str, address: str) -> None:
+        """A process compiles one graph at a time: asking for another key of the same namespace
+        means the one it held was not stored (its compile failed or it was not cacheable)."""
+        with self._lock:
+            old = self._held.get(namespace)
+            if old is None or old == key:
+                return
+            del self._held[namespace]
+        self._release([old], False)
+
+    def _release(self, keys: list[str], stored: bool) -> None:
+        address = launch.configured_address()
+        if address is None:
+            return
+        try:
+            tiers.daemon_client(address).release(self._holder(), keys, stored)
+        except Exception as e:  # noqa: BLE001 - the lease then runs out on the daemon
+            log.info("release failed: %s", _describe(e))
+
+    def _ensure_heartbeat(self, address: str) -> None:
+        with self._lock:
+            if self._heartbeat is not None:
+                return
+            self._heartbeat = threading.Thread(target=self._renew_forever, args=(address, os.getpid()),
+                                               name="kiln-lease-renewal", daemon=True)
+            self._heartbeat.start()
+
+    def _renew_forever(self, address: str, pid: int) -> None:
+        while os.getpid() == pid:
+            time.sleep(RENEW_EVERY_S)
+            with self._lock:
+                keys = list(self._held.values())
+            if keys:
+                try:
+                    tiers.daemon_client(address).renew(self._holder(), keys)
+                except Exception as e:  # noqa: BLE001
+                    log.info("renewal failed: %s", _describe(e))
+
+    def _count(self, name: str) -> None:
+        with self._lock:
+            self.counts[name] += 1
+
+
+def _describe(error: Exception) -> str:
+    code = getattr(error, "code", None)
+    if callable(code):
+        return f"{code().name}: {error.details()}"
+    return f"{type(error).__name__}: {error}"
+
+
+_process = None
+
+
+def node_artifacts() -> NodeArtifacts:
+    """This process's NodeArtifacts (its leases are released when it exits)."""
+    global _process
+    if _process is None:
+        import atexit
+        _process = NodeArtifacts()
+        atexit.register(_process.release_all)
+    return _process

@@ -1,0 +1,79 @@
+"""torch.compile's rank-local work, served by the node (drop-in mode, KILN_SHARE_GRAPHS on).
+
+Two things every rank of a job otherwise does for itself:
+- Its caches. Inductor's FX graph cache, the AOTAutograd cache and the autotuning caches get
+  a backend on the node cache through PyTorch's own remote-cache interface
+  (`RemoteCache.backend_override_cls`); the hook turns those caches on before torch reads its
+  configuration. A rank that misses a graph another rank is compiling waits for it
+  (`kiln.daemon.artifacts`): one compile per graph on the node.
+- Its compile-worker pool (one process per core, in every rank). Inductor's kernel compiles
+  go to threads of the rank instead, which hand each kernel to the node daemon's pool; the
+  Python part left in the rank (loading the kernel's module, building kiln's IR) is small.
+
+PyTorch's own keys decide what is shared: they cover its version and configuration, the
+graph, its inputs (devices included) and the GPU, so a rank only gets what it would have
+compiled itself.
+"""
+from __future__ import annotations
+
+import re
+from concurrent.futures import ThreadPoolExecutor
+
+from kiln.daemon.artifacts import node_artifacts
+
+# graph caches: single flight across ranks; autotuning results: shared, each rank may benchmark
+SINGLE_FLIGHT = ("fx-graph-v1", "autograd-experimental")
+SERVED = ("RemoteFxGraphCache", "RemoteAOTAutogradCache", "RemoteAutotuneCache", "RemoteBundledAutotuneCache")
+_NAMESPACE = re.compile(r"pt2:([^:]+)::")
+
+
+def namespace_of(key: str) -> str:
+    """The cache a key is of: PyTorch formats them as `pt2:<cache id>::<key>:c<version>`."""
+    match = _NAMESPACE.match(key)
+    return match.group(1) if match else "other"
+
+
+def serve_caches(remote_cache) -> None:
+    """Run when `torch._inductor.remote_cache` is imported: its remote caches use the node cache."""
+
+    class NodeCacheBackend(remote_cache.RemoteCacheBackend):
+        def _get(self, key):
+            namespace = namespace_of(key)
+            return node_artifacts().get(namespace, key, single_flight=namespace in SINGLE_FLIGHT)
+
+        def _put(self, key, data):
+            node_artifacts().put(namespace_of(key), key, data)
+
+    for name in SERVED:
+        cache_class = getattr(remote_cache, name, None)
+        if cache_class is not None:
+            cache_class.backend_override_cls = NodeCacheBackend
+
+
+class _RankThreads(ThreadPoolExecutor):
+    """What Inductor takes for its process pool: threads whose compiles the daemon does."""
+
+    def wakeup(self) -> None:  # a SubprocPool's: nothing to start
+        pass
+
+    def quiesce(self) -> None:
+        pass
+
+
+def use_node_pool(async_compile) -> None:
+    """Run when `torch._inductor.async_compile` is imported: its pool becomes threads of this rank,
+    where a daemon compiles (KILN_DAEMON=off keeps Inductor's processes: they compile in parallel)."""
+    import functools
+
+    from kiln.daemon import launch
+    from kiln.daemon.server import default_workers
+
+    if launch.configured_address() is None:
+        return
+
+    def process_pool():
+        pool = _RankThreads(default_workers(), thread_name_prefix="kiln-inductor-compile")
+        getattr(async_compile, "_pool_set", set()).add(pool)
+        return pool
+
+    async_compile.AsyncCompile.process_pool = staticmethod(functools.lru_cache(1)(process_pool))
