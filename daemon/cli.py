@@ -287,7 +287,7 @@ def _status(args) -> int:
             return 1
     if args.json:
         doc = MessageToDict(s, preserving_proto_field_name=True, always_print_fields_with_no_presence=True)
-        for part in (doc, doc["cache"], doc["remote_cache"]):  # protobuf's JSON spells 64-bit integers as strings
+        for part in (doc, doc["cache"], doc["remote_cache"], doc["claims"]):  # protobuf's JSON spells 64-bit integers as strings
             part.update({k: int(v) for k, v in part.items() if isinstance(v, str) and v.isdigit()})
         print(json.dumps({"address": address, **doc}, indent=1))
         return 0
@@ -296,8 +296,12 @@ def _status(args) -> int:
           f"  workers {s.workers} ({s.busy_workers} busy), queue {s.queue_depth}, restarts {s.worker_restarts}\n"
           f"  requests {s.requests}: hits {s.hits}, misses {s.misses}, merged {s.merged}, errors {s.errors}\n"
           f"  compile ms: p50 {lat.p50_ms:.1f}, p90 {lat.p90_ms:.1f}, p99 {lat.p99_ms:.1f}, max {lat.max_ms:.1f}\n"
-          f"  cache {s.cache.path}: {s.cache.entries} kernels, {_size(s.cache.volume_bytes)} of "
+          f"  cache {s.cache.path}: {s.cache.entries} entries, {_size(s.cache.volume_bytes)} of "
           f"{_size(s.cache.size_limit_bytes)}")
+    c = s.claims
+    if c.led or c.stored or c.waited or c.taken_over:
+        print(f"  torch.compile graphs: compiled here {c.led + c.taken_over} (taken over {c.taken_over}), "
+              f"served {c.stored + c.waited} (after waiting {c.waited}), compiling now {c.held}")
     if s.remote_cache.url:
         r = s.remote_cache
         print(f"  shared tier {r.url} ({'up' if r.up else 'down, skipped'}): hits {r.hits}, misses {r.misses}, "

@@ -1,0 +1,126 @@
+"""torch.compile's graphs shared across processes of a node (drop-in mode, CPU tier: Inductor's
+Triton CPU backend on kiln's interpreter): processes that compile the same model at once pay
+for one compile per graph, a leader killed mid-compile leaves the others to compile it
+themselves, and every process gets eager's results."""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+from dropin_jobs import MLP_AND_STEP
+
+pytest.importorskip("torch")
+from kiln.dropin import doctor, hook  # noqa: E402
+
+if doctor.installed_hook() is None:
+    pytest.skip("kiln's drop-in hook is not installed here: reinstall with pip install -e .", allow_module_level=True)
+
+JOB = textwrap.dedent("""
+    import json, os, sys, time
+    import torch
+    import torch._inductor.config as inductor_config
+    from torch._dynamo.utils import counters
+
+    inductor_config.cpu_backend = "triton"
+    if sys.argv[1] == "die-leading":  # this process dies two seconds into the first graph it leads
+        from kiln.daemon import artifacts
+        claim = artifacts.NodeArtifacts.get
+
+        def get(self, *args, **kwargs):
+            value = claim(self, *args, **kwargs)
+            if self.counts["led"]:
+                time.sleep(2)
+                os._exit(9)
+            return value
+        artifacts.NodeArtifacts.get = get
+    torch.manual_seed(0)
+""") + MLP_AND_STEP + textwrap.dedent("""
+    model = MLP(32, 64)
+    x = torch.randn(16, 32)
+    compiled = step(torch.compile(model), x)
+    eager = step(model, x)
+    err = max(float((a - b).abs().max()) for a, b in zip(compiled, eager))
+    scale = max(float(b.abs().max()) for b in eager)
+    from kiln.daemon.artifacts import node_artifacts
+    print(json.dumps({"err": err, "scale": scale, "kiln": node_artifacts().counts,
+                      "fx_hits": counters["inductor"]["fxgraph_cache_hit"],
+                      "aot_hits": counters["aot_autograd"]["autograd_cache_hit"]}))
+""")
+GRAPHS = 3  # the AOTAutograd entry, and Inductor's forward and backward graphs
+
+
+@pytest.fixture
+def node(tmp_path):
+    """A node of its own: cache, runtime directory (the daemon the jobs start lives there)."""
+    env = {k: v for k, v in os.environ.items() if k != "KILN_DAEMON"}
+    env.update({hook.ENV: "1", "KILN_CACHE_DIR": str(tmp_path / "cache"), "XDG_RUNTIME_DIR": str(tmp_path / "run"),
+                "KILN_SHARE_GRAPHS": "1"})
+    (tmp_path / "job.py").write_text(JOB)
+    yield tmp_path, env
+    subprocess.run([sys.executable, "-m", "kiln.daemon", "daemon", "stop"], env=env, capture_output=True, timeout=60)
+
+
+def start(tmp_path, env, name, how="normal"):
+    """A rank: the job in a fresh process, with an Inductor cache directory of its own."""
+    env = {**env, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / f"inductor-{name}")}
+    return subprocess.Popen([sys.executable, str(tmp_path / "job.py"), how], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def result(proc, timeout=600):
+    out, err = proc.communicate(timeout=timeout)
+    assert proc.returncode == 0, err[-4000:]
+    got = json.loads(out.strip().splitlines()[-1])
+    assert got["err"] <= 1e-5 * max(1.0, got["scale"]), got
+    return got
+
+
+def claims(env):
+    from kiln.daemon.client import Client
+    from kiln.daemon.launch import default_address
+    old = os.environ.get("XDG_RUNTIME_DIR")
+    os.environ["XDG_RUNTIME_DIR"] = env["XDG_RUNTIME_DIR"]
+    try:
+        address = default_address()
+    finally:
+        if old is None:
+            del os.environ["XDG_RUNTIME_DIR"]
+        else:
+            os.environ["XDG_RUNTIME_DIR"] = old
+    with Client(address) as client:
+        return client.stats(timeout=10).claims
+
+
+def test_three_processes_compile_each_graph_once(node):
+    tmp_path, env = node
+    ranks = [start(tmp_path, env, str(i)) for i in range(3)]
+    results = [result(rank) for rank in ranks]
+    stats = claims(env)
+    assert stats.led == GRAPHS and stats.taken_over == 0, stats
+    leaders = [r for r in results if r["kiln"]["led"]]
+    assert len(leaders) == 1 and leaders[0]["kiln"]["led"] == GRAPHS, results
+    for follower in (r for r in results if not r["kiln"]["led"]):
+        assert follower["aot_hits"] == 1 or follower["fx_hits"] == 2, follower  # compiled nothing itself
+
+
+def test_a_leader_killed_mid_compile_leaves_the_others_to_compile(node):
+    tmp_path, env = node
+    doomed = start(tmp_path, env, "doomed", "die-leading")
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and doomed.poll() is None:
+        try:
+            if claims(env).held:
+                break
+        except Exception:  # noqa: BLE001 - the daemon it starts is not up yet
+            pass
+        time.sleep(0.1)
+    others = [start(tmp_path, env, str(i)) for i in range(2)]
+    doomed.communicate(timeout=300)
+    assert doomed.returncode == 9
+    results = [result(rank) for rank in others]
+    stats = claims(env)
+    assert stats.taken_over >= 1 and stats.held == 0, stats
+    assert sum(r["kiln"]["led"] for r in results) >= 1
