@@ -23,10 +23,19 @@ gradient (still in `p.grad` after that step: AdamW reads gradients and does not 
 `zero_grad` runs at the start of the next step). The same figure for an eager float32 backward
 (`eager_grad_error`) gives the rounding level to hold both flavours against. And where the first
 step's time went in the job's process (`first_step_parts`: `triton.compile`, precompile, launchers
-made, configs benchmarked, with Inductor's cache counters; compile workers not seen).
+made, configs benchmarked, with Inductor's cache counters; compile workers not seen), and by
+PyTorch's own accounting (`first_step_breakdown`: every `torch._dynamo.utils.compilation_time_metrics`
+entry summed over the first step's calls, headline stages drawn from them (Dynamo, AOTAutograd+Inductor,
+the lazy backward compile, codegen, the wait for kernel compiles, autotuning), the process's CPU
+seconds, Inductor's and AOTAutograd's cache counters, and CUDA's start-up, timed apart before the
+first step so that it is not counted in it).
 Then 8 processes on the one GPU compile the same model at once, released together after their
 imports, sharing the node's cache directories as ranks do (cold, then warm): each one's time to
-its first finished step, kiln's compiles on the node against the kernels Triton compiled.
+its first finished step and its breakdown, the node's busy CPU seconds from the release to the last
+rank's exit (/proc/stat: compile workers and kiln's daemon included), kiln's compiles on the node
+against the kernels Triton compiled. The ranks run with PyTorch's defaults: the bench sets
+TORCHINDUCTOR_COMPILE_THREADS only where `--threads-per-process` is given (tuning the baseline's
+compile threads down would flatter kiln).
 
 A run that fails or passes `--timeout` is recorded with the tail of its stderr; later runs go on.
 `--device cpu` (no GPU: Inductor's Triton CPU backend on kiln's interpreter against Inductor's
@@ -40,6 +49,7 @@ import datetime
 import glob
 import json
 import os
+import resource
 import shutil
 import signal
 import socket
@@ -139,6 +149,7 @@ def job(spec: dict) -> dict:
     device = spec["device"]
     if device == "cpu":  # kiln: Inductor's Triton CPU backend on the interpreter; baseline: its C++ backend
         inductor_config.cpu_backend = "triton" if spec["flavour"] == "kiln" else "cpp"
+    cuda_init = init_cuda() if device == "cuda" else None
     torch.manual_seed(0)
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
     model, data = build(spec["model"], spec["size"], device)
@@ -168,6 +179,7 @@ def job(spec: dict) -> dict:
         open(os.path.join(spec["barrier"], f"ready-{os.getpid()}"), "w").close()
         while not os.path.exists(os.path.join(spec["barrier"], "go")):
             time.sleep(0.005)
+    accounting = compile_accounting()
     times, losses = [], []
     for x, target in data:
         start = time.perf_counter()
@@ -179,8 +191,10 @@ def job(spec: dict) -> dict:
             first_step_end = time.time()
             first_grads = [p.grad.detach().clone() for p in model.parameters()]
             first_step_parts = timers.snapshot()
+            breakdown = first_step_breakdown(accounting, cuda_init)
     grads = grad_errors(reference, data[0], first_grads)
-    return {**grads, "first_step_parts": first_step_parts, "triton_module": getattr(triton, "__name__", None), "triton_version": getattr(triton, "__version__", None),
+    return {**grads, "first_step_parts": first_step_parts, "first_step_breakdown": breakdown,
+            "triton_module": getattr(triton, "__name__", None), "triton_version": getattr(triton, "__version__", None),
             "ready_s": ready_s, "first_step_s": times[0], "first_step_end": first_step_end,
             "step_s": statistics.median(times[STEADY]), "step_times_s": times, "losses": losses,
             "gpu": torch.cuda.get_device_name() if device == "cuda" else None, "torch": torch.__version__}
@@ -232,6 +246,109 @@ def time_compile_phases() -> _Timers:
         if hasattr(heuristics.CachingAutotuner, attr):
             timers.wrap(heuristics.CachingAutotuner, attr, name)
     return timers
+
+
+def init_cuda() -> float:
+    """Seconds to bring CUDA up (driver, context, a first allocation): done before the barrier and
+    timed apart, so that a rank's first step holds compiling, not CUDA's start-up."""
+    import torch
+    start = time.perf_counter()
+    torch.cuda.init()
+    torch.empty(1, device="cuda")
+    torch.cuda.synchronize()
+    return time.perf_counter() - start
+
+
+# --- where a first step went, by PyTorch's own accounting -----------------------------------------
+
+# Headline stages drawn from torch._dynamo.utils.compilation_time_metrics (its dynamo_timed names).
+# They nest rather than add up: Dynamo's `_compile.compile_inner` holds the backend call
+# (`OutputGraph.call_user_compiler`: AOTAutograd and Inductor on the forward graphs), which holds
+# Inductor's codegen and the wait for kernel compiles; the backward graph compiles lazily, in
+# loss.backward() (`backward._backward_impl`), outside Dynamo; Triton's autotuning runs at a
+# kernel's first launch.
+STAGES = ("dynamo_s", "aot_inductor_s", "backward_compile_s", "inductor_codegen_s", "kernel_compile_wait_s",
+          "autotune_s")
+AUTOTUNE_METRICS = ("CachingAutotuner.benchmark_all_configs", "CachingAutotuner.coordinate_descent_tuning")
+
+
+def compile_time_totals(metrics: dict, since: dict | None = None) -> dict:
+    """compilation_time_metrics (name -> seconds of each call) summed per name, rounded to ms; with
+    `since` (name -> calls already counted), only the calls made after it. Names with no calls are left out."""
+    since = since or {}
+    return {name: round(sum(times[since.get(name, 0):]), 3) for name, times in metrics.items()
+            if len(times) > since.get(name, 0)}
+
+
+def headline_stages(totals: dict) -> dict:
+    """The headline stages (STAGES) of `compile_time_totals`' figures; a stage with no entry is absent."""
+    stages = {}
+
+    def add(stage, names):
+        found = [totals[name] for name in names if name in totals]
+        if found:
+            stages[stage] = round(sum(found), 3)
+
+    if "_compile.compile_inner" in totals:  # Dynamo's own share: its frame compiles less the backend's
+        backend = totals.get("OutputGraph.call_user_compiler", 0.0)
+        stages["dynamo_s"] = round(totals["_compile.compile_inner"] - backend, 3)
+    add("aot_inductor_s", ["OutputGraph.call_user_compiler"])
+    add("backward_compile_s", ["backward._backward_impl"])
+    add("inductor_codegen_s", ["GraphLowering.codegen"])
+    # wait: kernels compiled by the worker pool; precompile: compiled in this process (one compile thread)
+    add("kernel_compile_wait_s", ["async_compile.wait", "async_compile.precompile"])
+    add("autotune_s", [*AUTOTUNE_METRICS, *(name for name in totals if name.endswith("_template_autotuning"))])
+    return stages
+
+
+def _cache_counters() -> dict:
+    """Inductor's and AOTAutograd's cache counters (their names hold "cache") as counted so far."""
+    from torch._dynamo.utils import counters
+    return {group: {k: v for k, v in counters[group].items() if "cache" in k} for group in ("inductor", "aot_autograd")}
+
+
+def _children_cpu_s() -> float:
+    # counts only children that have exited and been reaped: Inductor's compile workers live on, so
+    # their CPU is missing here (the node's /proc/stat figure of the N-process part has it)
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def compile_accounting() -> dict:
+    """What this process and PyTorch have counted so far: a first step's breakdown is the change from it."""
+    snapshot = {"cpu_s": time.process_time(), "children_cpu_s": _children_cpu_s(), "metric_calls": {},
+                "cache_counters": {}}
+    try:
+        from torch._dynamo.utils import compilation_time_metrics
+        snapshot["metric_calls"] = {name: len(times) for name, times in compilation_time_metrics.items()}
+        snapshot["cache_counters"] = _cache_counters()
+    except Exception:  # noqa: BLE001  (a torch without them: those figures absent, not the job failing)
+        pass
+    return snapshot
+
+
+def first_step_breakdown(before: dict, cuda_init: float | None) -> dict:
+    """Where the first step went, from `before` (compile_accounting() at its start) to now: CPU
+    seconds of this process and of its reaped children, every compilation_time_metrics entry
+    summed, the headline stages, the cache counters that moved; and `cuda_init`, timed before it."""
+    now = compile_accounting()
+    breakdown = {"cuda_init": None if cuda_init is None else round(cuda_init, 3),
+                 "cpu_s": round(now["cpu_s"] - before["cpu_s"], 3),
+                 "children_cpu_s": round(now["children_cpu_s"] - before["children_cpu_s"], 3)}
+    try:
+        from torch._dynamo.utils import compilation_time_metrics
+        totals = compile_time_totals(compilation_time_metrics, before["metric_calls"])
+        breakdown.update(headline_stages(totals), compilation_time_metrics=totals)
+    except Exception:  # noqa: BLE001
+        pass
+    breakdown["cache_counters"] = {group: _moved(before["cache_counters"].get(group, {}), counts)
+                                   for group, counts in now["cache_counters"].items()}
+    return breakdown
+
+
+def _moved(before: dict, after: dict) -> dict:
+    """The counters that changed between two snapshots, by how much."""
+    return {k: v - before.get(k, 0) for k, v in after.items() if v != before.get(k, 0)}
 
 
 def grad_errors(reference, batch, grads: list) -> dict:
@@ -335,7 +452,9 @@ def daemon_counts(daemon) -> dict | None:
         s = daemon.stats()
     except Exception as e:  # noqa: BLE001  (a figure missing, not the bench failing)
         return {"error": f"{type(e).__name__}: {e}"}
-    return {"requests": s.requests, "hits": s.hits, "compiles": s.misses, "merged": s.merged, "errors": s.errors}
+    return {"requests": s.requests, "hits": s.hits, "compiles": s.misses, "merged": s.merged, "errors": s.errors,
+            # torch.compile graphs (FX graphs, AOTAutograd entries) compiled on the node, and served to the others
+            "graphs_compiled": s.claims.led + s.claims.taken_over, "graphs_waited_for": s.claims.waited}
 
 
 def counts_between(before: dict | None, after: dict | None) -> dict | None:
@@ -414,10 +533,16 @@ class Bench:
     def eight_processes(self, model: str, mode: str, n: int) -> dict:
         """n processes at once on the one GPU, sharing the node's cache directories, cold then warm."""
         def launch(flavour, env):
-            env["TORCHINDUCTOR_COMPILE_THREADS"] = str(self.args.threads_per_process)
+            env.update(compile_threads_env(self.args.threads_per_process))
             return together(n, lambda barrier: self.spec(flavour, model, mode, barrier), env, self.root,
                             self.timeout())
         return self._cold_then_warm(f"{n} processes", launch)
+
+
+def compile_threads_env(threads: int | None) -> dict:
+    """Inductor's compile threads for every rank, only where asked: by default PyTorch picks them
+    (setting fewer would tune the baseline down)."""
+    return {} if threads is None else {"TORCHINDUCTOR_COMPILE_THREADS": str(threads)}
 
 
 def compare_losses(runs: dict, rtol: float, atol: float) -> None:
@@ -452,16 +577,36 @@ def together(n: int, make_spec, env: dict, root: str, timeout: float) -> dict:
         if any(job.proc.poll() is not None for job in jobs):
             break  # one died before the start: the others would wait for it in vain
         time.sleep(0.02)
+    cpu_before = node_busy_cpu_s()
     open(os.path.join(barrier, "go"), "w").close()
     go = time.time()
     each = [job.finish(timeout - (time.perf_counter() - start)) for job in jobs]
+    cpu_after = node_busy_cpu_s()
     ok = [r for r in each if r["ok"]]
     firsts = [r["first_step_s"] for r in ok]
     return {"ok": len(ok) == n, "processes": n, "each": each,
+            "node_cpu_s": None if cpu_before is None or cpu_after is None else round(cpu_after - cpu_before, 2),
             "first_step_s": firsts, "first_step_max_s": max(firsts) if firsts else None,
             "first_step_median_s": statistics.median(firsts) if firsts else None,
             "all_done_s": max(r["first_step_end"] for r in ok) - go if ok else None,
             "errors": [r for r in each if not r["ok"]][:2]}
+
+
+def busy_cpu_seconds(stat_line: str) -> float:
+    """The busy time in /proc/stat's aggregate `cpu` line, in seconds: user + nice + system + irq +
+    softirq jiffies (idle, iowait and steal are not work; guest is already within user)."""
+    user, nice, system, _idle, _iowait, irq, softirq = (int(v) for v in stat_line.split()[1:8])
+    return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
+
+
+def node_busy_cpu_s() -> float | None:
+    """All the node's CPUs' busy seconds so far (every process: ranks, their compile workers, kiln's
+    daemon); None where /proc/stat cannot be read (not Linux)."""
+    try:
+        with open("/proc/stat") as f:
+            return busy_cpu_seconds(f.readline())
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def check_flavour(run: dict, flavour: str) -> str | None:
@@ -549,7 +694,7 @@ def markdown(results: dict) -> str:
     if eight:
         n = eight["processes"]
         out += ["", f"#### {n} processes at once on the one device, {eight['model']} {eight['mode']}, sharing the "
-                f"node's cache directories ({eight['threads_per_process']} compile threads each)", "",
+                f"node's cache directories ({_threads_text(eight.get('threads_per_process'))})", "",
                 f"| caches | {base} first step, max / median (s) | kiln first step, max / median (s) | "
                 f"kiln / {base} (max) | kiln compiles on the node (daemon) | {base} kernels in its cache |",
                 "|---|---:|---:|---:|---|---:|"]
@@ -563,6 +708,7 @@ def markdown(results: dict) -> str:
                 failures += [(f"{n} processes {flavour}_{caches}", e) for e in (r or {}).get("errors", [])]
         if "daemon_error" in eight["runs"]:
             failures.append((f"{n} processes daemon", {"error": eight["runs"]["daemon_error"]}))
+        out += _n_process_breakdown_table(eight, base)
     if results["skipped"]:
         out += ["", f"Skipped (past the time budget): {', '.join(results['skipped'])}."]
     for name, run in failures:
@@ -590,6 +736,52 @@ def _parts_table(results: dict, base: str) -> list:
     return ["", "#### The first step in the job's process (calls / s; compile workers not seen)", "",
             "| model mode | caches | flavour | triton.compile | precompile | launchers made | configs benchmarked | "
             "Inductor's counters |", "|---|---|---|---:|---:|---:|---:|---|", *rows]
+
+
+def _threads_text(threads) -> str:
+    return "PyTorch's default compile threads" if threads is None else f"{threads} compile threads each"
+
+
+STAGE_LABELS = {"dynamo_s": "Dynamo", "aot_inductor_s": "AOTAutograd + Inductor",
+                "backward_compile_s": "backward compile", "inductor_codegen_s": "Inductor codegen",
+                "kernel_compile_wait_s": "kernel compile wait",
+                "autotune_s": "autotune", "cpu_s": "rank CPU", "cuda_init": "CUDA init"}
+
+
+def _rank_median(run, key):
+    """The median over the ranks that finished of their first step's `key` (first_step_breakdown)."""
+    values = [r["first_step_breakdown"][key] for r in (run or {}).get("each", [])
+              if r.get("ok") and (r.get("first_step_breakdown") or {}).get(key) is not None]
+    return statistics.median(values) if values else None
+
+
+def _n_process_breakdown_table(eight: dict, base: str) -> list:
+    """Per flavour and caches: the worst and median rank's first step, the node's busy CPU seconds,
+    and the median over ranks of each headline stage of the first step."""
+    keys = [*STAGES, "cpu_s", "cuda_init"]
+    rows = []
+    for caches in ("cold", "warm"):
+        for flavour, label in (("triton", base), ("kiln", "kiln")):
+            run = eight["runs"].get(f"{flavour}_{caches}")
+            if not run:
+                continue
+            stages = " | ".join(_f(_rank_median(run, key)) for key in keys)
+            worst, median = _all_done(run, "first_step_max_s"), _all_done(run, "first_step_median_s")
+            rows.append(f"| {label} | {caches} | {_f(worst)} / {_f(median)}{_failed(run)} | "
+                        f"{_f(run.get('node_cpu_s'), '.1f')} | {stages} |")
+    if not rows:
+        return []
+    return ["", f"#### {eight['processes']} processes: where the first step went (s; stages: medians over ranks)", "",
+            "Stages by PyTorch's compilation_time_metrics, nested, not adding up: Dynamo = `_compile.compile_inner` "
+            "less `OutputGraph.call_user_compiler` (AOTAutograd + Inductor on the forward graphs); backward compile = "
+            "`backward._backward_impl` (lazy, in loss.backward()); codegen (`GraphLowering.codegen`) and kernel compile "
+            "wait (`async_compile.wait` + `.precompile`) lie within those two; autotune = Triton's config benchmarks at "
+            "first launch (and template autotuning). Node CPU: all CPUs' busy seconds (/proc/stat) from the release to "
+            "the last rank's exit, compile workers and kiln's daemon included; rank CPU: the rank's own process over "
+            "its first step; CUDA init: timed before the release, not in the first step.", "",
+            f"| flavour | caches | first step, worst / median (s) | node CPU (s) | "
+            + " | ".join(STAGE_LABELS[key] for key in keys) + " |",
+            "|---|---|---:|---:|" + "---:|" * len(keys), *rows]
 
 
 def _grad_errors(triton, kiln) -> str:
@@ -621,9 +813,11 @@ def main():
     parser.add_argument("--modes", help=f"instead of the above: modes to run, of {','.join(MODES)}")
     parser.add_argument("--model8", default="gpt", help="the model of the 8-process part ('' to skip it)")
     parser.add_argument("--processes", type=int, default=8)
-    parser.add_argument("--threads-per-process", type=int, default=2,
-                        help="Inductor compile threads of each of the 8 processes (for Triton and kiln alike)")
-    parser.add_argument("--daemon-workers", type=int, default=min(8, os.cpu_count() or 1))
+    parser.add_argument("--threads-per-process", type=int, default=None,
+                        help="Inductor compile threads of each of the 8 processes (for Triton and kiln alike); "
+                             "default: not set, PyTorch's own choice")
+    parser.add_argument("--daemon-workers", type=int, default=min(16, os.cpu_count() or 1),
+                        help="the node daemon's compile workers (default: one per core, up to 16, as kiln's own)")
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
                         help="cpu: check the benchmark without a GPU (Triton CPU backend on kiln's interpreter)")
     parser.add_argument("--target", default="sm_90a", help="the target the daemon's workers are warmed for")

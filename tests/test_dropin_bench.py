@@ -89,3 +89,54 @@ def test_report_shows_where_the_first_step_went():
     results = {"device": "cuda", "machine": "GPU", "date": "2026-11-24", "rtol": 1e-4, "atol": 1e-6,
                "daemon_workers": 8, "skipped": [], "one_process": {"mlp/default": {"kiln_warm": run}}}
     assert "| mlp default | warm | kiln | 22 / 0.50 | 22 / 0.90 |  |  | fxgraph_cache_hit 3 |" in dropin.markdown(results)
+
+
+def test_first_step_stages_from_compilation_time_metrics():
+    metrics = {"_compile.compile_inner": [3.0, 1.0], "OutputGraph.call_user_compiler": [2.5, 0.5],
+               "backward._backward_impl": [1.2], "GraphLowering.codegen": [0.4, 0.2, 0.1],
+               "async_compile.wait": [0.9], "async_compile.precompile": [0.1],
+               "CachingAutotuner.benchmark_all_configs": [0.05, 0.05], "mm_template_autotuning": [0.2],
+               "some_new_entry": [0.0004, 0.0004], "never_called": []}
+    totals = dropin.compile_time_totals(metrics)
+    assert totals["some_new_entry"] == 0.001 and "never_called" not in totals  # every entry, summed to ms
+    assert dropin.headline_stages(totals) == {
+        "dynamo_s": 1.0, "aot_inductor_s": 3.0, "backward_compile_s": 1.2, "inductor_codegen_s": 0.7,
+        "kernel_compile_wait_s": 1.0, "autotune_s": 0.3}
+    # only the calls after a snapshot (the first step's), and a stage with no entry is absent
+    since = dropin.compile_time_totals(metrics, since={"_compile.compile_inner": 1, "GraphLowering.codegen": 3})
+    assert since["_compile.compile_inner"] == 1.0 and "GraphLowering.codegen" not in since
+    assert dropin.headline_stages({"async_compile.wait": 0.5}) == {"kernel_compile_wait_s": 0.5}
+
+
+def test_first_step_breakdown_in_this_process():
+    pytest.importorskip("torch")
+    before = dropin.compile_accounting()
+    breakdown = dropin.first_step_breakdown(before, cuda_init=None)
+    assert breakdown["cuda_init"] is None and breakdown["cpu_s"] >= 0 and breakdown["children_cpu_s"] >= 0
+    assert set(breakdown["cache_counters"]) == {"inductor", "aot_autograd"}
+
+
+def test_node_cpu_from_proc_stat_line():
+    tick = os.sysconf("SC_CLK_TCK")
+    line = f"cpu  {3 * tick} {tick} {2 * tick} 999999 5000 {tick} {tick} 700 0 0"  # idle, iowait, steal not counted
+    assert dropin.busy_cpu_seconds(line) == pytest.approx(8.0)
+
+
+def test_ranks_keep_pytorchs_compile_threads_unless_asked():
+    assert dropin.compile_threads_env(None) == {}
+    assert dropin.compile_threads_env(4) == {"TORCHINDUCTOR_COMPILE_THREADS": "4"}
+
+
+def test_report_shows_where_the_n_processes_first_steps_went():
+    def rank(first, dynamo):
+        return {"ok": True, "first_step_s": first, "first_step_breakdown": {
+            "dynamo_s": dynamo, "aot_inductor_s": 2.0, "kernel_compile_wait_s": 1.5, "cpu_s": 3.0, "cuda_init": 0.25}}
+    run = {"ok": True, "processes": 3, "each": [rank(4.0, 1.0), rank(5.0, 2.0), rank(6.0, 3.0)],
+           "first_step_max_s": 6.0, "first_step_median_s": 5.0, "node_cpu_s": 40.0}
+    results = {"device": "cuda", "machine": "GPU", "date": "2026-11-24", "rtol": 1e-4, "atol": 1e-6,
+               "daemon_workers": 8, "skipped": [], "one_process": {},
+               "eight_processes": {"model": "gpt", "mode": "default", "processes": 3, "threads_per_process": None,
+                                   "runs": {"kiln_cold": run}}}
+    text = dropin.markdown(results)
+    assert "(PyTorch's default compile threads)" in text
+    assert "| kiln | cold | 6.00 / 5.00 | 40.0 | 2.00 | 2.00 |  |  | 1.50 |  | 3.00 | 0.25 |" in text
