@@ -813,6 +813,7 @@ def main():
     parser.add_argument("--modes", help=f"instead of the above: modes to run, of {','.join(MODES)}")
     parser.add_argument("--model8", default="gpt", help="the model of the 8-process part ('' to skip it)")
     parser.add_argument("--processes", type=int, default=8)
+    parser.add_argument("--mode8", default="default", choices=list(MODES), help="the mode of the 8-process part")
     parser.add_argument("--threads-per-process", type=int, default=None,
                         help="Inductor compile threads of each of the 8 processes (for Triton and kiln alike); "
                              "default: not set, PyTorch's own choice")
@@ -858,9 +859,9 @@ def main():
                 results["one_process"][f"{model}/{mode}"] = bench.one_process(model, mode)
         if args.model8 and not args.quick:
             results["eight_processes"] = {
-                "model": args.model8, "mode": "default", "processes": args.processes,
+                "model": args.model8, "mode": args.mode8, "processes": args.processes,
                 "threads_per_process": args.threads_per_process,
-                "runs": bench.eight_processes(args.model8, "default", args.processes)}
+                "runs": bench.eight_processes(args.model8, args.mode8, args.processes)}
     finally:
         shutil.rmtree(bench.root, ignore_errors=True)
     results.update(skipped=bench.skipped, total_s=time.perf_counter() - t0, load_average_after=os.getloadavg())
