@@ -865,8 +865,10 @@ def main():
     finally:
         shutil.rmtree(bench.root, ignore_errors=True)
     results.update(skipped=bench.skipped, total_s=time.perf_counter() - t0, load_average_after=os.getloadavg())
+    eight_runs = results.get("eight_processes", {}).get("runs", {}).values()
     first = next((r for runs in results["one_process"].values() for r in runs.values()
-                  if isinstance(r, dict) and r.get("ok")), {})
+                  if isinstance(r, dict) and r.get("ok")), None) or next(
+        (job for run in eight_runs if isinstance(run, dict) for job in run.get("each", []) if job.get("ok")), {})
     results["torch"], gpu = first.get("torch"), first.get("gpu")
     results["machine"] = gpu or f"{socket.gethostname()} ({args.device}, {os.cpu_count()} cores)"
     slug = results_file.stem(date, gpu or socket.gethostname(), args.name)
