@@ -29,6 +29,7 @@ def test_a_run_under_the_wrong_triton_fails():
 
 
 def test_a_job_past_its_timeout_is_killed_and_recorded(tmp_path):
+    pytest.importorskip("torch", reason="the job imports torch before it can outlast its timeout")
     job = dropin.Job({"flavour": "triton"}, {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}, str(tmp_path))
     run = job.finish(timeout=0)  # at least a second: the worker is still importing
     assert not run["ok"] and run["error"].startswith("timed out")

@@ -53,11 +53,28 @@ def serve_caches(remote_cache) -> None:
 class _RankThreads(ThreadPoolExecutor):
     """What Inductor takes for its process pool: threads whose compiles the daemon does."""
 
+    def submit(self, fn, /, *args, **kwargs):
+        if getattr(fn, "__name__", "") == "_worker_compile_triton":
+            fn = _compile_triton_here
+        return super().submit(fn, *args, **kwargs)
+
     def wakeup(self) -> None:  # a SubprocPool's: nothing to start
         pass
 
     def quiesce(self) -> None:
         pass
+
+
+def _compile_triton_here(load_kernel, extra_env, extra_config):
+    """Inductor's worker task, for a thread of the rank: the kernel's compile, without what a worker
+    process does for its own sake. It does not strip the kernel for pickling, as the kernel object
+    is the rank's own (a worker's is a copy: stripping the shared one broke the rank's next compile
+    of it), nor set the environment and configuration, which are the rank's already."""
+    import time
+    start = time.time_ns()
+    kernel = load_kernel()
+    kernel.precompile(warm_cache_only=True)
+    return kernel, (time.time_ns() - start) // 1000
 
 
 def use_node_pool(async_compile) -> None:
