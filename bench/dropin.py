@@ -33,9 +33,9 @@ Then 8 processes on the one GPU compile the same model at once, released togethe
 imports, sharing the node's cache directories as ranks do (cold, then warm): each one's time to
 its first finished step and its breakdown, the node's busy CPU seconds from the release to the last
 rank's exit (/proc/stat: compile workers and kiln's daemon included), kiln's compiles on the node
-against the kernels Triton compiled. The ranks run with PyTorch's defaults: the bench sets
-TORCHINDUCTOR_COMPILE_THREADS only where `--threads-per-process` is given (tuning the baseline's
-compile threads down would flatter kiln).
+against the kernels Triton compiled. Every job runs with PyTorch's defaults, as a user's would: the
+bench sets no Inductor setting, and clears TORCHINDUCTOR_COMPILE_THREADS from the environment it
+passes on (fewer compile threads would tune the baseline down and flatter kiln).
 
 A run that fails or passes `--timeout` is recorded with the tail of its stderr; later runs go on.
 `--device cpu` (no GPU: Inductor's Triton CPU backend on kiln's interpreter against Inductor's
@@ -380,7 +380,8 @@ def grad_errors(reference, batch, grads: list) -> dict:
 
 def flavour_env(flavour: str, dirs: dict, daemon_env: dict | None) -> dict:
     """The environment of a job: Triton's (drop-in off) or kiln's (KILN_DROPIN=1, the daemon's)."""
-    env = {k: v for k, v in os.environ.items() if k not in ("KILN_DROPIN", "KILN_INTERPRET", "KILN_DAEMON")}
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("KILN_DROPIN", "KILN_INTERPRET", "KILN_DAEMON", "TORCHINDUCTOR_COMPILE_THREADS")}
     env.update(PYTHONUNBUFFERED="1", TRITON_CACHE_DIR=dirs["triton"], TORCHINDUCTOR_CACHE_DIR=dirs["inductor"],
                KILN_CACHE_DIR=dirs["kiln"])
     if flavour == "kiln":
@@ -533,16 +534,9 @@ class Bench:
     def eight_processes(self, model: str, mode: str, n: int) -> dict:
         """n processes at once on the one GPU, sharing the node's cache directories, cold then warm."""
         def launch(flavour, env):
-            env.update(compile_threads_env(self.args.threads_per_process))
             return together(n, lambda barrier: self.spec(flavour, model, mode, barrier), env, self.root,
                             self.timeout())
         return self._cold_then_warm(f"{n} processes", launch)
-
-
-def compile_threads_env(threads: int | None) -> dict:
-    """Inductor's compile threads for every rank, only where asked: by default PyTorch picks them
-    (setting fewer would tune the baseline down)."""
-    return {} if threads is None else {"TORCHINDUCTOR_COMPILE_THREADS": str(threads)}
 
 
 def compare_losses(runs: dict, rtol: float, atol: float) -> None:
@@ -694,7 +688,7 @@ def markdown(results: dict) -> str:
     if eight:
         n = eight["processes"]
         out += ["", f"#### {n} processes at once on the one device, {eight['model']} {eight['mode']}, sharing the "
-                f"node's cache directories ({_threads_text(eight.get('threads_per_process'))})", "",
+                f"node's cache directories (PyTorch's default compile threads)", "",
                 f"| caches | {base} first step, max / median (s) | kiln first step, max / median (s) | "
                 f"kiln / {base} (max) | kiln compiles on the node (daemon) | {base} kernels in its cache |",
                 "|---|---:|---:|---:|---|---:|"]
@@ -736,10 +730,6 @@ def _parts_table(results: dict, base: str) -> list:
     return ["", "#### The first step in the job's process (calls / s; compile workers not seen)", "",
             "| model mode | caches | flavour | triton.compile | precompile | launchers made | configs benchmarked | "
             "Inductor's counters |", "|---|---|---|---:|---:|---:|---:|---|", *rows]
-
-
-def _threads_text(threads) -> str:
-    return "PyTorch's default compile threads" if threads is None else f"{threads} compile threads each"
 
 
 STAGE_LABELS = {"dynamo_s": "Dynamo", "aot_inductor_s": "AOTAutograd + Inductor",
@@ -814,9 +804,6 @@ def main():
     parser.add_argument("--model8", default="gpt", help="the model of the 8-process part ('' to skip it)")
     parser.add_argument("--processes", type=int, default=8)
     parser.add_argument("--mode8", default="default", choices=list(MODES), help="the mode of the 8-process part")
-    parser.add_argument("--threads-per-process", type=int, default=None,
-                        help="Inductor compile threads of each of the 8 processes (for Triton and kiln alike); "
-                             "default: not set, PyTorch's own choice")
     parser.add_argument("--daemon-workers", type=int, default=min(16, os.cpu_count() or 1),
                         help="the node daemon's compile workers (default: one per core, up to 16, as kiln's own)")
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
@@ -860,7 +847,6 @@ def main():
         if args.model8 and not args.quick:
             results["eight_processes"] = {
                 "model": args.model8, "mode": args.mode8, "processes": args.processes,
-                "threads_per_process": args.threads_per_process,
                 "runs": bench.eight_processes(args.model8, args.mode8, args.processes)}
     finally:
         shutil.rmtree(bench.root, ignore_errors=True)

@@ -123,9 +123,11 @@ def test_node_cpu_from_proc_stat_line():
     assert dropin.busy_cpu_seconds(line) == pytest.approx(8.0)
 
 
-def test_ranks_keep_pytorchs_compile_threads_unless_asked():
-    assert dropin.compile_threads_env(None) == {}
-    assert dropin.compile_threads_env(4) == {"TORCHINDUCTOR_COMPILE_THREADS": "4"}
+def test_jobs_run_at_pytorchs_compile_threads(monkeypatch):
+    monkeypatch.setenv("TORCHINDUCTOR_COMPILE_THREADS", "2")
+    dirs = {"triton": "t", "inductor": "i", "kiln": "k"}
+    for flavour in ("triton", "kiln"):
+        assert "TORCHINDUCTOR_COMPILE_THREADS" not in dropin.flavour_env(flavour, dirs, None)
 
 
 def test_report_shows_where_the_n_processes_first_steps_went():
@@ -136,7 +138,7 @@ def test_report_shows_where_the_n_processes_first_steps_went():
            "first_step_max_s": 6.0, "first_step_median_s": 5.0, "node_cpu_s": 40.0}
     results = {"device": "cuda", "machine": "GPU", "date": "2026-11-24", "rtol": 1e-4, "atol": 1e-6,
                "daemon_workers": 8, "skipped": [], "one_process": {},
-               "eight_processes": {"model": "gpt", "mode": "default", "processes": 3, "threads_per_process": None,
+               "eight_processes": {"model": "gpt", "mode": "default", "processes": 3,
                                    "runs": {"kiln_cold": run}}}
     text = dropin.markdown(results)
     assert "(PyTorch's default compile threads)" in text
