@@ -11,7 +11,7 @@
     KILN_MANIFEST       a file to which every kernel a run uses is appended (for `kiln prewarm`)
     KILN_REMOTE_CACHE   the shared tier: redis://[user:pass@]host:port/db, or rediss:// for TLS;
                         unset: none
-    KILN_SHARE_GRAPHS   under the drop-in: 1 (default) serves torch.compile's FX graph, AOTAutograd
+    KILN_SHARE_GRAPHS   (read by kiln.dropin.hook, which imports no kiln) under the drop-in: 1 (default) serves torch.compile's FX graph, AOTAutograd
                         and autotuning caches from the node cache with single flight through the
                         daemon, and compiles Inductor's kernels on the daemon's pool; 0: off
     KILN_GRAPH_WAIT_S   how long a rank waits for another's graph before compiling it itself
@@ -57,15 +57,6 @@ def daemon_tls_ca() -> Path | None:
 
 def remote_cache_url() -> str | None:
     return os.environ.get("KILN_REMOTE_CACHE", "").strip() or None
-
-
-def share_graphs() -> bool:
-    value = os.environ.get("KILN_SHARE_GRAPHS", "1").strip().lower()
-    if value in ("1", "true", "yes", "on", ""):
-        return True
-    if value in ("0", "false", "no", "off"):
-        return False
-    raise ValueError(f"KILN_SHARE_GRAPHS={value!r}: use 1 or 0")
 
 
 def graph_wait_seconds() -> float:

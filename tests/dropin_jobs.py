@@ -29,6 +29,16 @@ def step(model, x):
 
 """
 
+# ...and the job's check of it: the compiled step against eager, as `err` within `scale`.
+COMPILED_VS_EAGER = """
+model = MLP(32, 64)
+x = torch.randn(16, 32)
+compiled = step(torch.compile(model), x)
+eager = step(model, x)
+err = max(float((a - b).abs().max()) for a, b in zip(compiled, eager))
+scale = max(float(b.abs().max()) for b in eager)
+"""
+
 
 def run_on_gpu(tmp_path, text: str, runs: int = 1, timeout: float = 300) -> list:
     """The JSON line each run of the job prints last; skips without a GPU or the drop-in hook."""

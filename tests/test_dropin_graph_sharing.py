@@ -10,7 +10,7 @@ import textwrap
 import time
 
 import pytest
-from dropin_jobs import MLP_AND_STEP
+from dropin_jobs import COMPILED_VS_EAGER, MLP_AND_STEP
 
 pytest.importorskip("torch")
 from kiln.dropin import doctor, hook  # noqa: E402
@@ -37,13 +37,7 @@ JOB = textwrap.dedent("""
             return value
         artifacts.NodeArtifacts.get = get
     torch.manual_seed(0)
-""") + MLP_AND_STEP + textwrap.dedent("""
-    model = MLP(32, 64)
-    x = torch.randn(16, 32)
-    compiled = step(torch.compile(model), x)
-    eager = step(model, x)
-    err = max(float((a - b).abs().max()) for a, b in zip(compiled, eager))
-    scale = max(float(b.abs().max()) for b in eager)
+""") + MLP_AND_STEP + COMPILED_VS_EAGER + textwrap.dedent("""
     from kiln.daemon.artifacts import node_artifacts
     print(json.dumps({"err": err, "scale": scale, "kiln": node_artifacts().counts,
                       "fx_hits": counters["inductor"]["fxgraph_cache_hit"],
@@ -53,11 +47,12 @@ GRAPHS = 3  # the AOTAutograd entry, and Inductor's forward and backward graphs
 
 
 @pytest.fixture
-def node(tmp_path):
+def node(tmp_path, monkeypatch):
     """A node of its own: cache, runtime directory (the daemon the jobs start lives there)."""
     env = {k: v for k, v in os.environ.items() if k != "KILN_DAEMON"}
     env.update({hook.ENV: "1", "KILN_CACHE_DIR": str(tmp_path / "cache"), "XDG_RUNTIME_DIR": str(tmp_path / "run"),
                 "KILN_SHARE_GRAPHS": "1"})
+    monkeypatch.setenv("XDG_RUNTIME_DIR", env["XDG_RUNTIME_DIR"])  # where this test finds the jobs' daemon
     (tmp_path / "job.py").write_text(JOB)
     yield tmp_path, env
     subprocess.run([sys.executable, "-m", "kiln.daemon", "daemon", "stop"], env=env, capture_output=True, timeout=60)
@@ -78,19 +73,11 @@ def result(proc, timeout=600):
     return got
 
 
-def claims(env):
+def claims():
+    """The graph claims of the node daemon that the jobs started."""
     from kiln.daemon.client import Client
     from kiln.daemon.launch import default_address
-    old = os.environ.get("XDG_RUNTIME_DIR")
-    os.environ["XDG_RUNTIME_DIR"] = env["XDG_RUNTIME_DIR"]
-    try:
-        address = default_address()
-    finally:
-        if old is None:
-            del os.environ["XDG_RUNTIME_DIR"]
-        else:
-            os.environ["XDG_RUNTIME_DIR"] = old
-    with Client(address) as client:
+    with Client(default_address()) as client:
         return client.stats(timeout=10).claims
 
 
@@ -98,7 +85,7 @@ def test_three_processes_compile_each_graph_once(node):
     tmp_path, env = node
     ranks = [start(tmp_path, env, str(i)) for i in range(3)]
     results = [result(rank) for rank in ranks]
-    stats = claims(env)
+    stats = claims()
     assert stats.led == GRAPHS and stats.taken_over == 0, stats
     leaders = [r for r in results if r["kiln"]["led"]]
     assert len(leaders) == 1 and leaders[0]["kiln"]["led"] == GRAPHS, results
@@ -112,7 +99,7 @@ def test_a_leader_killed_mid_compile_leaves_the_others_to_compile(node):
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and doomed.poll() is None:
         try:
-            if claims(env).held:
+            if claims().held:
                 break
         except Exception:  # noqa: BLE001 - the daemon it starts is not up yet
             pass
@@ -121,6 +108,6 @@ def test_a_leader_killed_mid_compile_leaves_the_others_to_compile(node):
     doomed.communicate(timeout=300)
     assert doomed.returncode == 9
     results = [result(rank) for rank in others]
-    stats = claims(env)
+    stats = claims()
     assert stats.taken_over >= 1 and stats.held == 0, stats
     assert sum(r["kiln"]["led"] for r in results) >= 1

@@ -9,7 +9,7 @@ import sys
 import textwrap
 
 import pytest
-from dropin_jobs import MLP_AND_STEP
+from dropin_jobs import COMPILED_VS_EAGER, MLP_AND_STEP
 
 pytest.importorskip("torch")
 from kiln.dropin import doctor, hook  # noqa: E402
@@ -30,13 +30,7 @@ JOB = textwrap.dedent("""
     torch.manual_seed(0)
 
 
-""") + MLP_AND_STEP + textwrap.dedent("""
-    model = MLP(32, 64)
-    x = torch.randn(16, 32)
-    compiled = step(torch.compile(model), x)
-    eager = step(model, x)
-    err = max(float((a - b).abs().max()) for a, b in zip(compiled, eager))
-    scale = max(float(b.abs().max()) for b in eager)
+""") + MLP_AND_STEP + COMPILED_VS_EAGER + textwrap.dedent("""
     def cmdline(pid):
         try:
             return open(f"/proc/{pid}/cmdline", "rb").read().decode(errors="replace")

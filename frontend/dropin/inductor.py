@@ -58,12 +58,6 @@ class _RankThreads(ThreadPoolExecutor):
             fn = _compile_triton_here
         return super().submit(fn, *args, **kwargs)
 
-    def wakeup(self) -> None:  # a SubprocPool's: nothing to start
-        pass
-
-    def quiesce(self) -> None:
-        pass
-
 
 def _compile_triton_here(load_kernel, extra_env, extra_config):
     """Inductor's worker task, for a thread of the rank: the kernel's compile, without what a worker
