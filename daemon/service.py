@@ -28,7 +28,7 @@ from kiln.ir import print_function
 from kiln.ir.core import Function
 from kiln.proto import compiler_pb2 as pb
 from kiln.proto import compiler_pb2_grpc
-from kiln.proto.convert import ConversionError, canonical_bytes, function_from_proto
+from kiln.proto.convert import ConversionError, canonical_forms, function_from_proto
 from kiln.proto.key import compiler_identity, key_from_canonical
 from kiln.proto.messages import metadata_to_proto, options_from_proto
 
@@ -219,8 +219,8 @@ class CompilerService(compiler_pb2_grpc.CompilerServicer):
             raise ConversionError(f"unknown target {request.target!r}: expected sm_80 ... sm_121a")
         fn = function_from_proto(request.ir, verify=True)
         options = _checked_options(options_from_proto(request.options))
-        ir = canonical_bytes(fn)
-        key = key_from_canonical(ir, request.target, options, self.identity)
+        ir, ir_for_key = canonical_forms(fn)
+        key = key_from_canonical(ir_for_key, request.target, options, self.identity)
         return _Request(fn, ir, request.target, options, key, request.include_ir_dumps)
 
     def _start(self, req: _Request) -> tuple[Future, int]:

@@ -7,6 +7,7 @@ encoding of a function depends only on the function, and `canonical_bytes` can b
 from __future__ import annotations
 
 import numbers
+import os
 import re
 
 from google.protobuf.message import DecodeError
@@ -284,5 +285,23 @@ def function_from_bytes(data: bytes, verify: bool = False) -> Function:
 
 
 def canonical_bytes(fn: Function) -> bytes:
-    """The deterministic serialization of `fn`: what the compile key hashes."""
+    """The deterministic serialization of `fn`: what a compile worker receives."""
     return function_to_proto(fn).SerializeToString(deterministic=True)
+
+
+def key_bytes(fn: Function) -> bytes:
+    """What the compile key hashes: `canonical_bytes(fn)` with each source file named by its base
+    name, so that a kernel's key does not change with the directory its file lives in (another
+    node's checkout, another user's home, a container's mount). The full paths stay in what is
+    compiled: they are only line info."""
+    return canonical_forms(fn)[1]
+
+
+def canonical_forms(fn: Function) -> tuple[bytes, bytes]:
+    """`(canonical_bytes(fn), key_bytes(fn))`, from one encoding."""
+    pb = function_to_proto(fn)
+    canonical = pb.SerializeToString(deterministic=True)
+    names = [os.path.basename(path) for path in pb.files]
+    del pb.files[:]
+    pb.files.extend(names)
+    return canonical, pb.SerializeToString(deterministic=True)

@@ -1,6 +1,6 @@
 """The compile key: what a compiled kernel is stored under, on every process of the node.
 
-SHA-256 over the canonical IR bytes, the target, the options (keys sorted) and the
+SHA-256 over the canonical IR bytes (source files by base name: `convert.key_bytes`), the target, the options (keys sorted) and the
 compiler's identity (kiln version, a hash of codegen's sources, the LLVM and nvJitLink
 versions), each part length-prefixed so that no two different inputs run together.
 Nothing else enters it: two processes that build the same kernel get the same key.
@@ -17,7 +17,7 @@ from pathlib import Path
 
 from kiln.ir.core import Function
 
-from .convert import canonical_bytes
+from .convert import key_bytes
 
 _DOMAIN = b"kiln.compile_key.v1"
 
@@ -27,7 +27,7 @@ def compile_key(fn: Function, target: str, options: dict, compiler_identity: dic
 
     `compiler_identity` defaults to this process's `compiler_identity()`.
     """
-    return key_from_canonical(canonical_bytes(fn), target, options, compiler_identity)
+    return key_from_canonical(key_bytes(fn), target, options, compiler_identity)
 
 
 def key_from_canonical(ir_bytes: bytes, target: str, options: dict, compiler_identity: dict | None = None) -> str:

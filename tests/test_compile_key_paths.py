@@ -1,0 +1,63 @@
+"""The compile key does not depend on where a kernel's file lives: the same file in two
+directories (two checkouts, two homes, a container's mount) gives one key and one compile,
+while its block IR keeps each copy's full path for line info."""
+import importlib.util
+
+import numpy as np
+import pytest
+
+from kiln.cache import Cache
+from kiln.daemon import create_server
+from kiln.daemon.client import Client
+from kiln.proto import canonical_bytes, compile_key
+from kiln.proto import compiler_pb2 as pb
+
+KERNEL = '''
+import kiln
+import kiln.language as tl
+
+
+@kiln.jit
+def copy_kernel(src, dst, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(dst + offs, tl.load(src + offs, mask=offs < n), mask=offs < n)
+'''
+
+
+def kernel_ir(directory, module_name):
+    """The block IR kiln builds for the kernel file copied into `directory`."""
+    directory.mkdir()  # the kernel's file name is the same in both: only the directory differs
+    path = directory / "kernels.py"
+    path.write_text(KERNEL)
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    x = np.zeros(128, np.float32)
+    return module.copy_kernel.warmup(x, x, 100, BLOCK=128).ir
+
+
+@pytest.fixture
+def two_copies(tmp_path):
+    (tmp_path / "home").mkdir()
+    return kernel_ir(tmp_path / "checkout-a", "kernels_a"), kernel_ir(tmp_path / "home" / "b", "kernels_b")
+
+
+def test_two_paths_one_key(two_copies, tmp_path):
+    a, b = two_copies
+    assert canonical_bytes(a) != canonical_bytes(b)  # each keeps its own path for line info
+    assert str(tmp_path / "checkout-a") in str(canonical_bytes(a))
+    assert compile_key(a, "sm_90a", {"num_warps": 4}) == compile_key(b, "sm_90a", {"num_warps": 4})
+
+
+def test_two_paths_one_compile_on_the_daemon(two_copies, tmp_path):
+    cache = Cache(tmp_path / "cache", size_limit=1 << 30)
+    server, _ = create_server(f"unix:{tmp_path / 'd.sock'}", "kiln.daemon.fake:compile", workers=1, cache=cache)
+    server.start()
+    try:
+        with Client(f"unix:{tmp_path / 'd.sock'}") as client:
+            first, second = (client.compile(fn, "sm_90a", {"num_warps": 4}) for fn in two_copies)
+            assert (first.cache_status, second.cache_status) == (pb.CACHE_MISS, pb.CACHE_HIT)
+            assert first.key == second.key and client.stats().misses == 1
+    finally:
+        server.stop(1)
+        cache.close()
