@@ -22,6 +22,7 @@ import argparse
 import datetime
 import json
 import os
+import secrets
 import socket
 import subprocess
 import sys
@@ -297,7 +298,9 @@ def two_nodes(mode: str, target: str, folder: str, repeat: int) -> dict:
     runs = {"node_b_shared_s": [], "node_b_shared_preimported_s": [], "node_a_warm_cache_s": [],
             "node_a_warm_cache_preimported_s": [], "tier_down_s": []}
     shared_hits, down_ok = [], 0
-    with RedisServer() as server, Daemon(workers=2, env={"KILN_REMOTE_CACHE": server.url}) as a:
+    cluster_key = secrets.token_hex(32)  # the nodes' shared secret that authenticates the tier's entries
+    with RedisServer() as server, Daemon(workers=2, env={"KILN_REMOTE_CACHE": server.url,
+                                                         "KILN_REMOTE_CACHE_KEY": cluster_key}) as a:
         a.warm_workers(target)
         for _ in range(repeat):
             redis.Redis.from_url(server.url).flushall()
@@ -305,7 +308,8 @@ def two_nodes(mode: str, target: str, folder: str, repeat: int) -> dict:
             first_calls(mode, "kiln", folder, a.env)  # node A cold: its daemon compiles and writes through
             for suffix, preimport in (("", False), ("_preimported", True)):
                 b_cache = tempfile.mkdtemp(prefix="kiln-service-node-b-")
-                b_env = dict(os.environ, KILN_CACHE_DIR=b_cache, KILN_DAEMON="off", KILN_REMOTE_CACHE=server.url)
+                b_env = dict(os.environ, KILN_CACHE_DIR=b_cache, KILN_DAEMON="off", KILN_REMOTE_CACHE=server.url,
+                             KILN_REMOTE_CACHE_KEY=cluster_key)
                 runs[f"node_b_shared{suffix}_s"].append(first_calls(mode, "kiln", folder, b_env,
                                                                     preimport=preimport)["each_s"][0])
                 with Cache(b_cache) as cache:

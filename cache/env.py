@@ -11,12 +11,19 @@
     KILN_MANIFEST       a file to which every kernel a run uses is appended (for `kiln prewarm`)
     KILN_REMOTE_CACHE   the shared tier: redis://[user:pass@]host:port/db, or rediss:// for TLS;
                         unset: none
+    KILN_REMOTE_CACHE_KEY       the cluster key that authenticates the shared tier's entries (a
+                        secret the nodes share and Redis never sees; at least 16 characters);
+    KILN_REMOTE_CACHE_KEY_FILE  or a file holding it, readable by its owner alone. Without one
+                        the shared tier is off
     KILN_SHARE_GRAPHS   (read by kiln.dropin.hook, which imports no kiln) under the drop-in: 1 (default) serves torch.compile's FX graph, AOTAutograd
                         and autotuning caches from the node cache with single flight through the
                         daemon, and compiles Inductor's kernels on the daemon's pool; 0: off
     KILN_GRAPH_WAIT_S   how long a rank waits for another's graph before compiling it itself
                         (default 600)
-    XDG_RUNTIME_DIR     where the node daemon's socket lives (else the cache directory)
+    KILN_RUNTIME_DIR    where the node daemon keeps its socket, pid file, log and token
+                        (default: the cache directory's run/, run-<uid>/ for a shared cache).
+                        XDG_RUNTIME_DIR is not read: an ssh shell has it and a batch job may
+                        not, and both must find the same daemon
 """
 from __future__ import annotations
 
@@ -67,6 +74,29 @@ def graph_wait_seconds() -> float:
         raise ValueError(f"KILN_GRAPH_WAIT_S={text!r}: a number of seconds") from None
 
 
+MIN_CLUSTER_KEY_CHARS = 16
+
+
+def remote_cache_key() -> bytes | None:
+    """The cluster key: KILN_REMOTE_CACHE_KEY, or the contents of KILN_REMOTE_CACHE_KEY_FILE; None if
+    neither is set. A key too short to guess hard, or a file others may read, is a ValueError."""
+    value = os.environ.get("KILN_REMOTE_CACHE_KEY", "").strip()
+    path = os.environ.get("KILN_REMOTE_CACHE_KEY_FILE", "").strip()
+    if not value and path:
+        try:
+            if os.stat(path).st_mode & 0o077:
+                raise ValueError(f"KILN_REMOTE_CACHE_KEY_FILE={path} may be read by others: chmod 600 it")
+            value = Path(path).read_text().strip()
+        except OSError as e:
+            raise ValueError(f"KILN_REMOTE_CACHE_KEY_FILE={path}: {e.strerror}") from None
+    if not value:
+        return None
+    if len(value) < MIN_CLUSTER_KEY_CHARS:
+        raise ValueError(f"the cluster key has {len(value)} characters; use at least {MIN_CLUSTER_KEY_CHARS} "
+                         "(e.g. python -c 'import secrets; print(secrets.token_hex(32))')")
+    return value.encode()
+
+
 def manifest_path() -> Path | None:
     value = os.environ.get("KILN_MANIFEST", "").strip()
     return Path(value) if value else None
@@ -74,10 +104,11 @@ def manifest_path() -> Path | None:
 
 def runtime_dir() -> Path:
     """Where the node daemon keeps its socket, pid file and log: this user's alone, also
-    when the cache is shared."""
-    base = os.environ.get("XDG_RUNTIME_DIR")
-    if base:
-        return Path(base) / "kiln"
+    when the cache is shared. The same in every shell and job of the user's that shares
+    the cache directory, so that `kiln daemon status` sees the daemon the job started."""
+    explicit = os.environ.get("KILN_RUNTIME_DIR", "").strip()
+    if explicit:
+        return Path(explicit)
     return cache_dir() / (f"run-{os.geteuid()}" if cache_shared() else "run")
 
 

@@ -7,15 +7,20 @@ compile through, and a hit is copied into the node cache.
 
 An entry is one Redis hash, `kiln:v1:<compile key>`: field `entry` holds the JSON of the
 node cache's action map (the key, each artifact's digest and size, the metadata and its
-digest), and `a:<name>` each artifact's bytes. The tier is untrusted storage: a read checks
-all of it as the node cache does, and an entry that names another key, an artifact whose
-bytes do not hash to its digest or have another size, or anything else out of shape is a
-miss (`refused`) and is deleted, so the compile that follows writes it again. Entries
-larger than `max_entry_bytes` are not written. Eviction is Redis's: give it a `maxmemory`
-and `maxmemory-policy allkeys-lru`.
+digest), `a:<name>` each artifact's bytes, and `mac` an HMAC-SHA256 of the key and the
+entry under the cluster key (`KILN_REMOTE_CACHE_KEY` or `_FILE`), which the nodes share and
+Redis never sees. The tier is untrusted storage: a read first checks the MAC, then all the
+rest as the node cache does; an entry without this cluster's MAC, that names another key, an
+artifact whose bytes do not hash to its digest or have another size, or anything else out of
+shape is a miss (`refused`), is deleted, and never reaches the node cache. Entries larger than
+`max_entry_bytes` are not written. Eviction is Redis's: give it a `maxmemory` and
+`maxmemory-policy allkeys-lru`.
 
-Integrity, not authenticity: whoever can write to the Redis can plant a cubin under a key.
-Give the Redis a password (or an ACL user) that only the cluster's nodes know.
+What a Redis writer without the cluster key can do: delete or damage entries (misses: the
+nodes compile), fill the server, slow it down. What it cannot: have a node serve a binary or
+metadata that no node of the cluster stored, or move one entry under another key. A node that
+holds the key can store anything; the key is as secret as the nodes. Without a cluster key the
+tier is off.
 
 A tier that is down or slow costs one warning and at most a short connect or read timeout;
 it is then left alone (every call a miss, `skipped`) for `retry_after` seconds. Nothing
@@ -27,6 +32,8 @@ Importing redis-py takes ~100 ms, most of a cold node's first call that the tier
 """
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import logging
 import os
@@ -35,6 +42,7 @@ import time
 import warnings
 from urllib.parse import urlsplit
 
+from . import env
 from .store import _canonical, digest, is_bound, make_entry
 
 log = logging.getLogger("kiln.cache")
@@ -76,14 +84,24 @@ def _client_imported() -> None:
         _client_import.join()
 
 
+class NoClusterKey(ValueError):
+    """The shared tier was asked for without a cluster key to authenticate its entries."""
+
+
 class RemoteCache:
     """The shared tier at `url`. `counts_to` (a node `Cache`) also keeps this process's
     counts, so that `kiln cache stats` shows what every process of the node saw."""
 
-    def __init__(self, url: str, *, counts_to=None, connect_timeout: float = CONNECT_TIMEOUT_S,
-                 timeout: float = READ_TIMEOUT_S, retry_after: float = RETRY_AFTER_S,
-                 max_entry_bytes: int = MAX_ENTRY_BYTES):
+    def __init__(self, url: str, *, cluster_key: bytes | None = None, counts_to=None,
+                 connect_timeout: float = CONNECT_TIMEOUT_S, timeout: float = READ_TIMEOUT_S,
+                 retry_after: float = RETRY_AFTER_S, max_entry_bytes: int = MAX_ENTRY_BYTES):
+        """`cluster_key` defaults to the environment's (`env.remote_cache_key`); without one, NoClusterKey."""
         import inspect
+
+        self._cluster_key = cluster_key if cluster_key is not None else env.remote_cache_key()
+        if not self._cluster_key:
+            raise NoClusterKey("the shared tier needs a cluster key to authenticate its entries: set "
+                               "KILN_REMOTE_CACHE_KEY (or KILN_REMOTE_CACHE_KEY_FILE) on every node")
 
         _client_imported()  # a background import under way: import redis below must not race it
         import redis
@@ -123,7 +141,7 @@ class RemoteCache:
         if not fields:
             self._add(misses=1, **counts)
             return None
-        found = _decode(fields, key, self.max_entry_bytes)
+        found = _decode(fields, key, self.max_entry_bytes, self._cluster_key)
         if isinstance(found, str):
             self._add(**counts)
             return self._refuse(key, found)
@@ -135,7 +153,9 @@ class RemoteCache:
         if self._skipping():
             return False
         entry, data = make_entry(key, artifacts, metadata, created)
-        fields = {"entry": _canonical(entry).encode(), **{f"a:{name}": blob for name, blob in data.items()}}
+        entry_bytes = _canonical(entry).encode()
+        fields = {"entry": entry_bytes, "mac": _mac(self._cluster_key, key, entry_bytes),
+                  **{f"a:{name}": blob for name, blob in data.items()}}
         if sum(map(len, fields.values())) > self.max_entry_bytes:
             self._add(oversize=1)
             log.info("key=%s event=remote_entry_too_large bytes=%d", key[:16], sum(map(len, fields.values())))
@@ -244,10 +264,19 @@ def redacted(url: str) -> str:
     return f"{parts.scheme}://{host}{port}{parts.path}"
 
 
-def _decode(fields: dict, key: str, max_bytes: int):
-    """`(artifacts, metadata, created)` if `fields` are `key`'s entry, whole and intact; else why not."""
+def _mac(cluster_key: bytes, key: str, entry_bytes: bytes) -> bytes:
+    """The entry's authenticator: it binds the entry (and through its digests every artifact) to `key`."""
+    return hmac.new(cluster_key, PREFIX.encode() + key.encode() + b"\0" + entry_bytes, hashlib.sha256).hexdigest().encode()
+
+
+def _decode(fields: dict, key: str, max_bytes: int, cluster_key: bytes):
+    """`(artifacts, metadata, created)` if `fields` are `key`'s entry, stored by a node of this
+    cluster, whole and intact; else why not."""
     if sum(len(v) for v in fields.values()) > max_bytes:
         return "larger than the size cap"
+    mac, entry_bytes = fields.get(b"mac"), fields.get(b"entry")
+    if mac is None or entry_bytes is None or not hmac.compare_digest(mac, _mac(cluster_key, key, entry_bytes)):
+        return "not authenticated by this cluster's key"
     try:
         entry = json.loads(fields[b"entry"])
         if not is_bound(entry, key):
@@ -260,7 +289,7 @@ def _decode(fields: dict, key: str, max_bytes: int):
         if data is None or len(data) != entry["sizes"][name] or digest(data) != name_digest:
             return f"artifact {name!r:.40} missing or damaged"
         artifacts[name] = data
-    if len(fields) != len(artifacts) + 1:
+    if len(fields) != len(artifacts) + 2:
         return "fields that the entry does not name"
     return artifacts, entry["metadata"], entry["created"]
 

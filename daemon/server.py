@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import socket
+import warnings
 from concurrent import futures
 from pathlib import Path
 
@@ -64,7 +65,7 @@ def create_server(address: str, compile_fn: str = DEFAULT_COMPILE_FN, *, workers
     port (0 for a Unix socket).
     """
     cache = cache if cache is not None else Cache()
-    remote = RemoteCache(remote_cache, counts_to=cache) if remote_cache else None
+    remote = _shared_tier(remote_cache, cache) if remote_cache else None
     pool = WorkerPool(compile_fn, workers or default_workers(), compile_timeout)
     service = CompilerService(pool, cache, remote=remote)
     server = grpc.server(
@@ -86,6 +87,16 @@ def create_server(address: str, compile_fn: str = DEFAULT_COMPILE_FN, *, workers
         pool.close()
         raise
     return Server(server, service, health_servicer, address), port
+
+
+def _shared_tier(url: str, cache: Cache) -> RemoteCache | None:
+    """The shared tier at `url`, or None (with one warning) where it cannot be had, such as
+    without a cluster key: the daemon then serves from its node cache alone."""
+    try:
+        return RemoteCache(url, counts_to=cache)
+    except ValueError as e:  # NoClusterKey, a bad key file
+        warnings.warn(f"kiln daemon: no shared tier ({e})", RuntimeWarning, stacklevel=3)
+        return None
 
 
 def default_workers() -> int:

@@ -10,7 +10,8 @@ import warnings
 import pytest
 
 from kiln.cache import Cache
-from kiln.cache.remote import PREFIX, RemoteCache, summary
+from kiln.cache.remote import PREFIX, NoClusterKey, RemoteCache, summary
+from kiln.cache.store import make_entry
 from kiln.daemon import cli, create_server, fake, prewarm, tiers
 from kiln.daemon.client import Client
 from kiln.daemon.metrics import exposition
@@ -30,6 +31,13 @@ kernel @{name}(%x: ptr<fp32>) {{
 }}
 '''
 OPTIONS = {"num_warps": 4}
+CLUSTER_KEY = "this-clusters-key-0123456789abcdef"
+
+
+@pytest.fixture(autouse=True)
+def cluster_key(monkeypatch):
+    """Every node of these tests shares the cluster key that authenticates the tier's entries."""
+    monkeypatch.setenv("KILN_REMOTE_CACHE_KEY", CLUSTER_KEY)
 
 
 def kernel(name):
@@ -184,6 +192,61 @@ def test_an_entry_bound_to_its_key_but_of_another_kernel_is_refused(nodes, url):
         binary = b.compile("mine")
     assert binary.source == "local" and binary.metadata["name"] == "mine"
     assert RemoteCache(url).get(key_of("mine"))[1]["name"] == "mine"
+
+
+def test_entries_without_this_clusters_mac_are_refused_and_never_reach_the_node_cache(nodes, url):
+    """A Redis writer without the cluster key: its own kernel's entry under the victim's key,
+    valid in every digest; a cubin with flipped bytes and recomputed digests; launch metadata
+    altered in range with its digest recomputed. Each is a miss, deleted, and compiled again."""
+    a, b = nodes
+    a.enter(daemon=False)
+    made = {name: a.compile(name) for name in ("victim", "flipped", "resized")}
+    theirs = fake.compile(kernel("attackers"), "sm_90a", OPTIONS)
+    attacker = RemoteCache(url, cluster_key=b"not-this-clusters-key-0123456789")
+    attacker.put(key_of("victim"), {"cubin": theirs.cubin, "ptx": theirs.ptx, "llir": theirs.llir, "kir": theirs.kir},
+                 {**theirs.metadata, "name": "victim", "target": "sm_90a"})
+    r = redis.Redis.from_url(url)
+    for name, change in (("flipped", lambda art, meta: art.update(cubin=bytes(x ^ 0xFF for x in art["cubin"]))),
+                         ("resized", lambda art, meta: meta.update(shared=16 << 20))):
+        fields = r.hgetall(PREFIX + key_of(name))
+        entry = json.loads(fields[b"entry"])
+        artifacts = {n[2:].decode(): v for n, v in fields.items() if n.startswith(b"a:")}
+        change(artifacts, entry["metadata"])
+        forged, _ = make_entry(key_of(name), artifacts, entry["metadata"], entry["created"])
+        r.hset(PREFIX + key_of(name), mapping={"entry": json.dumps(forged, sort_keys=True, separators=(",", ":")),
+                                                **{f"a:{n}": v for n, v in artifacts.items()}})  # the old MAC stays
+    b.enter(daemon=False)
+    for name in ("victim", "flipped", "resized"):
+        binary = b.compile(name)
+        assert binary.source == "local" and binary.cubin == made[name].cubin and binary.metadata == made[name].metadata
+    assert summary(tiers._state.shared_tier().counts())["refused"] == 3
+    node_b = Cache(b.cache_dir)
+    for name in ("victim", "flipped", "resized"):  # what b stored is its own compile
+        assert node_b.get_result(key_of(name))[0]["cubin"] == made[name].cubin
+
+
+def test_without_a_cluster_key_the_tier_is_off(nodes, url, monkeypatch, tmp_path):
+    monkeypatch.delenv("KILN_REMOTE_CACHE_KEY")
+    with pytest.raises(NoClusterKey):
+        RemoteCache(url)
+    a = nodes[0].enter(daemon=False)
+    with pytest.warns(RuntimeWarning, match="needs a cluster key"):
+        assert a.compile("k").source == "local"
+    with pytest.warns(RuntimeWarning, match="no shared tier"):
+        server, _ = create_server(f"unix:{tmp_path / 'd.sock'}", "kiln.daemon.fake:compile", workers=1,
+                                  cache=Cache(str(tmp_path / "c")), remote_cache=url)
+    server.stop(0)
+    key_file = tmp_path / "cluster.key"
+    key_file.write_text(CLUSTER_KEY + "\n")
+    monkeypatch.setenv("KILN_REMOTE_CACHE_KEY_FILE", str(key_file))
+    key_file.chmod(0o644)
+    with pytest.raises(ValueError, match="chmod 600"):
+        RemoteCache(url)
+    key_file.chmod(0o600)
+    assert RemoteCache(url)._cluster_key == CLUSTER_KEY.encode()
+    monkeypatch.setenv("KILN_REMOTE_CACHE_KEY", "short")
+    with pytest.raises(ValueError, match="at least 16"):
+        RemoteCache(url)
 
 
 def test_entry_checks(url):
