@@ -4,7 +4,10 @@ through the node daemon: of the ranks that miss the same key at once, one comput
 the others wait for it (see `leases`).
 
 The values are bytes to kiln: they are stored content-addressed and bound to their key as
-compile results are, read back only under the same key, and never interpreted here. Their
+compile results are, read back only under the same key, and never interpreted here. With a
+shared tier (KILN_REMOTE_CACHE) they are written through to it and read from it on a node
+miss, authenticated by the cluster key as kernels are (`kiln.cache.remote`), so a new node's
+ranks load the graphs another node compiled. Their
 key is the caller's (PyTorch's, which covers its version, configuration, the graph, its
 inputs' devices and the device's properties); kiln hashes it with a namespace of its own.
 """
@@ -76,9 +79,12 @@ class NodeArtifacts:
 
     def put(self, namespace: str, name: str, value: bytes) -> None:
         key = artifact_key(name)
+        metadata = {"name": name[:200], "kind": "torch-artifact", "namespace": namespace}
+        tier = tiers.shared_tier()
+        if tier is not None:  # never raises; a tier that is down was warned of
+            tier.put(key, {"value": bytes(value)}, metadata)
         try:
-            tiers.node_cache().put_result(key, {"value": bytes(value)},
-                                          {"name": name[:200], "kind": "torch-artifact", "namespace": namespace})
+            tiers.node_cache().put_result(key, {"value": bytes(value)}, metadata)
             stored = True
             self._count("puts")
         except Exception as e:  # noqa: BLE001 - a cache that cannot be written loses sharing, not the job
@@ -99,12 +105,24 @@ class NodeArtifacts:
 
     # --- the rest ---------------------------------------------------------------------------
     def _read(self, key: str) -> bytes | None:
+        """The value from the node cache, else from the shared tier (then kept in the node cache)."""
         try:
             result = tiers.node_cache().get_result(key, names=("value",))
         except Exception as e:  # noqa: BLE001 - a cache that cannot be read is a miss
             tiers.warn_once("artifacts-read", f"kiln: the node cache cannot be read ({e})")
+            result = None
+        if result is not None:
+            return result[0]["value"]
+        tier = tiers.shared_tier()
+        found = tier.get(key) if tier is not None else None
+        if found is None or set(found[0]) != {"value"}:
             return None
-        return None if result is None else result[0]["value"]
+        artifacts, metadata, created = found
+        try:
+            tiers.node_cache().put_result(key, artifacts, metadata, created)
+        except Exception as e:  # noqa: BLE001
+            tiers.warn_once("artifacts-write", f"kiln: the node cache cannot be written ({e})")
+        return artifacts["value"]
 
     def _address(self) -> str | None:
         address = launch.configured_address()

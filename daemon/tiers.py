@@ -109,6 +109,11 @@ def node_cache() -> Cache:
     return _state.node_cache()
 
 
+def shared_tier():
+    """This process's shared tier (KILN_REMOTE_CACHE), or None."""
+    return _state.shared_tier()
+
+
 def daemon_client(address: str):
     """This process's client of the daemon at `address`."""
     return _state.client(address)

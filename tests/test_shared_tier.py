@@ -13,6 +13,7 @@ from kiln.cache import Cache
 from kiln.cache.remote import PREFIX, NoClusterKey, RemoteCache, summary
 from kiln.cache.store import make_entry
 from kiln.daemon import cli, create_server, fake, prewarm, tiers
+from kiln.daemon.artifacts import NodeArtifacts, artifact_key
 from kiln.daemon.client import Client
 from kiln.daemon.metrics import exposition
 from kiln.ir import parse_function
@@ -156,6 +157,19 @@ def test_prewarm_fills_the_shared_tier_also_with_what_the_node_had(nodes, url):
     redis.Redis.from_url(url).flushall()  # the tier lost them; the node cache still has them
     report = prewarm.through_daemon(kernels, f"unix:{a.socket}")
     assert report.statuses["CACHE_HIT"] == 3 and report.shared[1] == 3
+
+
+def test_torch_compile_graphs_reach_a_new_node_through_the_tier(nodes):
+    """What one node's ranks compiled (an FX graph's bytes, to kiln) a new node's first rank loads."""
+    a, b = nodes
+    a.enter(daemon=False)
+    NodeArtifacts(wait=1.0).put("fx-graph-v1", "pt2:fx-graph-v1::graph:c1", b"\x80\x04 a pickled graph")
+    b.enter(daemon=False)
+    artifacts = NodeArtifacts(wait=1.0)
+    assert artifacts.get("fx-graph-v1", "pt2:fx-graph-v1::graph:c1") == b"\x80\x04 a pickled graph"
+    assert artifacts.get("fx-graph-v1", "pt2:fx-graph-v1::other:c1") is None
+    stored = Cache(b.cache_dir).get_result(artifact_key("pt2:fx-graph-v1::graph:c1"))  # kept on node b
+    assert stored[0]["value"] == b"\x80\x04 a pickled graph"
 
 
 # --- entries that must not be served ---------------------------------------------------------
