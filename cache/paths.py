@@ -59,7 +59,7 @@ def check_dir(path: Path, shared: bool = False) -> None:
         raise UnsafePathError(
             f"kiln: refusing {path}: it is owned by uid {st.st_uid}, group {st.st_gid}, mode {mode:o}, but must be "
             f"owned by {what}, or another user could serve or plant kernels there; remove it, fix it "
-            f"(chmod go-w), or point KILN_CACHE_DIR / XDG_RUNTIME_DIR elsewhere")
+            f"(chmod go-w), or point KILN_CACHE_DIR / KILN_RUNTIME_DIR elsewhere")
 
 
 def check_socket(path: str | os.PathLike) -> None:

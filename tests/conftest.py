@@ -17,6 +17,7 @@ os.environ.setdefault("KILN_INTERPRET", "0" if GPU_CONFORMANCE else "1")
 # no test starts a node daemon unless it asks for one.
 os.environ["KILN_CACHE_DIR"] = tempfile.mkdtemp(prefix="kiln-test-cache-")
 os.environ["KILN_DAEMON"] = "off"
+os.environ.pop("KILN_RUNTIME_DIR", None)  # the node daemon's directory follows the test cache's
 
 CODEGEN_TARGETS = ("sm_80", "sm_90a")
 

@@ -26,13 +26,13 @@ IR = "kernel @{name}(%x: ptr<int32>) {{\n  %v = load %x : int32\n  store %x, %v\
 def node(tmp_path, monkeypatch):
     """Runtime and cache directories of a node of its own (the socket path kept short)."""
     runtime = tempfile.mkdtemp(prefix="kc-", dir="/tmp")
-    env = {"XDG_RUNTIME_DIR": runtime, "KILN_CACHE_DIR": str(tmp_path / "cache")}
+    env = {"KILN_RUNTIME_DIR": runtime, "KILN_CACHE_DIR": str(tmp_path / "cache")}
     for k, v in env.items():
         monkeypatch.setenv(k, v)
     monkeypatch.delenv("KILN_DAEMON", raising=False)
     monkeypatch.delenv("KILN_DAEMON_TOKEN", raising=False)
     yield dict(os.environ)
-    for pid_file in pathlib.Path(runtime, "kiln").glob("daemon*.pid"):
+    for pid_file in pathlib.Path(runtime).glob("daemon*.pid"):
         try:
             os.kill(json.loads(pid_file.read_text())["pid"], 15)
         except (OSError, ValueError):

@@ -50,7 +50,7 @@ def _ensure(_):
 def node(tmp_path_factory):
     """A private node: runtime and cache directories of its own (short: socket paths are limited)."""
     runtime = tempfile.mkdtemp(prefix="kr-", dir="/tmp")
-    env = {"XDG_RUNTIME_DIR": runtime, "KILN_CACHE_DIR": str(tmp_path_factory.mktemp("node-cache"))}
+    env = {"KILN_RUNTIME_DIR": runtime, "KILN_CACHE_DIR": str(tmp_path_factory.mktemp("node-cache"))}
     saved = {k: os.environ.get(k) for k in [*env, "KILN_DAEMON"]}
     os.environ.update(env)
     os.environ.pop("KILN_DAEMON", None)  # the node daemon, not the test run's default of off
@@ -67,8 +67,8 @@ def node(tmp_path_factory):
 def test_many_processes_start_one_daemon(node):
     with multiprocessing.get_context("spawn").Pool(4) as pool:
         addresses = pool.map(_ensure, range(4))
-    assert len(set(addresses)) == 1 and addresses[0].endswith("/kiln/daemon.sock")
-    log = open(os.path.join(node["XDG_RUNTIME_DIR"], "kiln", "daemon.log")).read()
+    assert len(set(addresses)) == 1 and addresses[0] == f"unix:{node['KILN_RUNTIME_DIR']}/daemon.sock"
+    log = open(os.path.join(node["KILN_RUNTIME_DIR"], "daemon.log")).read()
     assert log.count("event=serving") == 1, log
     path = addresses[0][len("unix:"):]
     assert oct(os.stat(path).st_mode & 0o777) == "0o600"
@@ -181,7 +181,7 @@ def test_stale_socket_is_replaced_and_live_one_refused(tmp_path):
 
 def test_idle_daemon_exits(tmp_path):
     path = os.path.join(tempfile.mkdtemp(prefix="ki-", dir="/tmp"), "d.sock")
-    env = {**os.environ, "KILN_CACHE_DIR": str(tmp_path / "c"), "XDG_RUNTIME_DIR": str(tmp_path / "run")}
+    env = {**os.environ, "KILN_CACHE_DIR": str(tmp_path / "c"), "KILN_RUNTIME_DIR": str(tmp_path / "run")}
     proc = subprocess.Popen([sys.executable, "-m", "kiln.daemon", "daemon", "start", "--foreground", "--socket", path,
                              "--idle-exit", "1", *FAKE_ARGS], env=env, stderr=subprocess.PIPE, text=True)
     try:
@@ -193,10 +193,10 @@ def test_idle_daemon_exits(tmp_path):
 
 def test_a_daemon_on_its_own_socket_keeps_its_own_pid_file(tmp_path):
     path = os.path.join(tempfile.mkdtemp(prefix="ko-", dir="/tmp"), "d.sock")
-    env = {**os.environ, "KILN_CACHE_DIR": str(tmp_path / "c"), "XDG_RUNTIME_DIR": str(tmp_path / "run")}
+    env = {**os.environ, "KILN_CACHE_DIR": str(tmp_path / "c"), "KILN_RUNTIME_DIR": str(tmp_path / "run")}
     kiln("daemon", "start", "--socket", path, *FAKE_ARGS, env=env)
     assert Client(f"unix:{path}").healthy() and os.path.exists(path + ".pid")
-    assert not (tmp_path / "run" / "kiln" / "daemon.pid").exists()  # the node daemon's is not touched
+    assert not (tmp_path / "run" / "daemon.pid").exists()  # the node daemon's is not touched
     assert kiln("daemon", "stop", env=env, check=False).returncode == 1  # no node daemon to stop
     assert "stopped" in kiln("daemon", "stop", "--socket", path, env=env).stdout
     assert not os.path.exists(path + ".pid")

@@ -118,7 +118,7 @@ def rss_bytes(pid: int) -> int:
 def daemon_process(tmp_path):
     folder = tempfile.mkdtemp(prefix="kf-", dir="/tmp")  # socket paths are short
     socket_path = os.path.join(folder, "d.sock")
-    env = {**os.environ, "KILN_CACHE_DIR": str(tmp_path / "cache"), "XDG_RUNTIME_DIR": folder}
+    env = {**os.environ, "KILN_CACHE_DIR": str(tmp_path / "cache"), "KILN_RUNTIME_DIR": folder}
     log = open(tmp_path / "daemon.log", "w")
     proc = subprocess.Popen([sys.executable, "-m", "kiln.daemon", "daemon", "start", "--foreground",
                              "--socket", socket_path, "--workers", "1", "--compile-fn", "kiln.daemon.fake:compile"],

@@ -27,7 +27,7 @@ def kernel(name):
 @pytest.fixture
 def node(monkeypatch, tmp_path):
     monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "node-cache"))
-    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path / "run"))
+    monkeypatch.setenv("KILN_RUNTIME_DIR", str(tmp_path / "run"))
     monkeypatch.setattr(tiers, "_state", tiers._State())  # a fresh process, as far as tiers knows
     return tmp_path
 

@@ -103,7 +103,7 @@ def test_cli_serves_tls_and_status_needs_the_ca(pki, tmp_path):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    env = dict(os.environ, KILN_CACHE_DIR=str(tmp_path / "cache"), XDG_RUNTIME_DIR=str(tmp_path / "run"),
+    env = dict(os.environ, KILN_CACHE_DIR=str(tmp_path / "cache"), KILN_RUNTIME_DIR=str(tmp_path / "run"),
                KILN_DAEMON_TOKEN=TOKEN)
     env.pop("KILN_DAEMON_TLS_CA", None)
     kiln = [sys.executable, "-m", "kiln.daemon"]

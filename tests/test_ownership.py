@@ -29,7 +29,7 @@ def base(monkeypatch):
     """A directory everyone may traverse (as a home or /scratch is), so modes below it decide."""
     path = tempfile.mkdtemp(prefix="kiln-own-", dir="/tmp")
     os.chmod(path, 0o755)
-    monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
+    monkeypatch.delenv("KILN_RUNTIME_DIR", raising=False)
     monkeypatch.delenv("KILN_CACHE_SHARED", raising=False)
     monkeypatch.delenv("KILN_DAEMON", raising=False)
     monkeypatch.setattr(tiers, "_state", tiers._State())
@@ -75,7 +75,7 @@ def test_a_socket_planted_under_a_shared_cache_dir_is_not_used(base, monkeypatch
 @pytest.mark.parametrize("how", ["socket of another user", "runtime dir of another user", "runtime dir 0777",
                                  "runtime dir 0770"])
 def test_the_daemon_socket_must_be_ours(base, monkeypatch, how):
-    runtime = os.path.join(base, "xdg", "kiln")
+    runtime = os.path.join(base, "run")
     os.makedirs(runtime, mode=0o700)
     sock = os.path.join(runtime, "daemon.sock")
     server, servicer = _planted_server(sock)
@@ -85,7 +85,7 @@ def test_the_daemon_socket_must_be_ours(base, monkeypatch, how):
         os.chown(runtime, OTHER, OTHER)
     else:
         os.chmod(runtime, int(how[-4:], 8))
-    monkeypatch.setenv("XDG_RUNTIME_DIR", os.path.join(base, "xdg"))
+    monkeypatch.setenv("KILN_RUNTIME_DIR", runtime)
     monkeypatch.setenv("KILN_CACHE_DIR", os.path.join(base, "cache"))
     try:
         with pytest.raises(paths.UnsafePathError, match="refusing"):
