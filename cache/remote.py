@@ -22,9 +22,11 @@ metadata that no node of the cluster stored, or move one entry under another key
 holds the key can store anything; the key is as secret as the nodes. Without a cluster key the
 tier is off.
 
-A tier that is down or slow costs one warning and at most a short connect or read timeout;
-it is then left alone (every call a miss, `skipped`) for `retry_after` seconds. Nothing
-here raises on the tier's account.
+A tier that is down or slow costs one warning and at most a short connect timeout or the
+call's total deadline (`deadline`: a reply trickled a byte at a time ends there, not after
+many per-read timeouts); it is then left alone (every call a miss, `skipped`) for
+`retry_after` seconds. Any error at all from the tier or its replies is a miss: nothing here
+raises on the tier's account.
 
 Importing redis-py takes ~100 ms, most of a cold node's first call that the tier serves:
 `import kiln` starts that import in a thread where KILN_REMOTE_CACHE is set
@@ -40,6 +42,8 @@ import os
 import threading
 import time
 import warnings
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from urllib.parse import urlsplit
 
 from . import env
@@ -50,6 +54,7 @@ log = logging.getLogger("kiln.cache")
 PREFIX = "kiln:v1:"
 CONNECT_TIMEOUT_S = 0.5
 READ_TIMEOUT_S = 2.0  # a few MB of one entry, over a busy link
+DEADLINE_S = 5.0  # a whole call: connect, request, every read of the reply
 RETRY_AFTER_S = 30.0
 MAX_ENTRY_BYTES = 64 << 20
 COUNTS = "remote"  # the node cache's name for this node's counters of the tier
@@ -94,7 +99,8 @@ class RemoteCache:
 
     def __init__(self, url: str, *, cluster_key: bytes | None = None, counts_to=None,
                  connect_timeout: float = CONNECT_TIMEOUT_S, timeout: float = READ_TIMEOUT_S,
-                 retry_after: float = RETRY_AFTER_S, max_entry_bytes: int = MAX_ENTRY_BYTES):
+                 retry_after: float = RETRY_AFTER_S, max_entry_bytes: int = MAX_ENTRY_BYTES,
+                 deadline: float = DEADLINE_S):
         """`cluster_key` defaults to the environment's (`env.remote_cache_key`); without one, NoClusterKey."""
         import inspect
 
@@ -109,7 +115,7 @@ class RemoteCache:
         from redis.retry import Retry
 
         self.where = redacted(url)
-        self.retry_after, self.max_entry_bytes = retry_after, max_entry_bytes
+        self.retry_after, self.max_entry_bytes, self.deadline = retry_after, max_entry_bytes, deadline
         # no CLIENT SETINFO, no maintenance-notification handshake where this redis-py has them: each is
         # a round trip on a new connection, and a cold node's first call makes one (11 ms of 13 here)
         accepted = inspect.signature(redis.Redis.__init__).parameters
@@ -132,16 +138,21 @@ class RemoteCache:
             return None
         t0 = time.perf_counter()
         try:
-            fields = self._client.hgetall(PREFIX + key)
+            fields = self._call(self._client.hgetall, PREFIX + key)
         except self._data_error as e:
             return self._refuse(key, f"not an entry ({e})")
-        except self._errors as e:
+        except Exception as e:  # noqa: BLE001 - down, past the deadline, or a reply out of shape: a miss
             return self._failed(e)
+        if type(fields) is not dict:
+            return self._failed(TypeError(f"HGETALL answered a {type(fields).__name__}"))
         counts = _latency(time.perf_counter() - t0)
         if not fields:
             self._add(misses=1, **counts)
             return None
-        found = _decode(fields, key, self.max_entry_bytes, self._cluster_key)
+        try:
+            found = _decode(fields, key, self.max_entry_bytes, self._cluster_key)
+        except Exception as e:  # noqa: BLE001 - fields of no shape _decode foresaw: the entry's fault
+            found = f"unreadable ({type(e).__name__})"
         if isinstance(found, str):
             self._add(**counts)
             return self._refuse(key, found)
@@ -160,12 +171,14 @@ class RemoteCache:
             self._add(oversize=1)
             log.info("key=%s event=remote_entry_too_large bytes=%d", key[:16], sum(map(len, fields.values())))
             return False
-        try:
+        def write():
             with self._client.pipeline(transaction=True) as pipe:  # no reader sees half an entry
                 pipe.delete(PREFIX + key)
                 pipe.hset(PREFIX + key, mapping=fields)
                 pipe.execute()
-        except self._errors as e:
+        try:
+            self._call(write)
+        except Exception as e:  # noqa: BLE001
             self._failed(e)
             return False
         self._add(writes=1)
@@ -175,12 +188,14 @@ class RemoteCache:
         """Which of `keys` the tier holds (not checked), or None when it is down."""
         if not keys or self._skipping():
             return None if keys else []
-        try:
+        def exist():
             with self._client.pipeline(transaction=False) as pipe:
                 for key in keys:
                     pipe.exists(PREFIX + key)
                 return [bool(n) for n in pipe.execute()]
-        except self._errors as e:
+        try:
+            return self._call(exist)
+        except Exception as e:  # noqa: BLE001
             return self._failed(e)
 
     # --- the tier's health and numbers ---------------------------------------------------
@@ -232,10 +247,20 @@ class RemoteCache:
         self._add(refused=1)
         log.warning("key=%s event=remote_entry_refused url=%s why=%r", key[:16], self.where, why)
         try:
-            self._client.delete(PREFIX + key)
-        except self._errors as e:
+            self._call(self._client.delete, PREFIX + key)
+        except Exception as e:  # noqa: BLE001
             self._failed(e)
         return None
+
+    def _call(self, fn, *args):
+        """`fn(*args)` on the tier, within the total deadline (TimeoutError past it). redis-py's
+        timeouts are per read, so the call runs on a thread this one stops waiting for; a thread
+        left behind ends with its connection's next read timeout or the server's next byte."""
+        future = _tier_calls().submit(fn, *args)
+        try:
+            return future.result(timeout=self.deadline)
+        except FutureTimeout:
+            raise TimeoutError(f"no whole reply within {self.deadline:g} s") from None
 
     def _add(self, **counts: int) -> None:
         with self._lock:
@@ -264,6 +289,19 @@ def redacted(url: str) -> str:
     return f"{parts.scheme}://{host}{port}{parts.path}"
 
 
+_calls = None
+_calls_lock = threading.Lock()
+
+
+def _tier_calls() -> ThreadPoolExecutor:
+    """The threads tier calls run on (made again in a forked child: a parent's threads are not its)."""
+    global _calls
+    with _calls_lock:
+        if _calls is None or _calls[0] != os.getpid():
+            _calls = (os.getpid(), ThreadPoolExecutor(8, thread_name_prefix="kiln-shared-tier"))
+        return _calls[1]
+
+
 def _mac(cluster_key: bytes, key: str, entry_bytes: bytes) -> bytes:
     """The entry's authenticator: it binds the entry (and through its digests every artifact) to `key`."""
     return hmac.new(cluster_key, PREFIX.encode() + key.encode() + b"\0" + entry_bytes, hashlib.sha256).hexdigest().encode()
@@ -281,8 +319,8 @@ def _decode(fields: dict, key: str, max_bytes: int, cluster_key: bytes):
         entry = json.loads(fields[b"entry"])
         if not is_bound(entry, key):
             return "not this key's entry"
-    except (KeyError, ValueError, TypeError, AttributeError):
-        return "no readable entry"
+    except Exception as e:  # noqa: BLE001 - not JSON, not an entry, too deep (RecursionError): its fault
+        return f"no readable entry ({type(e).__name__})"
     artifacts = {}
     for name, name_digest in entry["artifacts"].items():
         data = fields.get(f"a:{name}".encode())
