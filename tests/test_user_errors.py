@@ -86,7 +86,7 @@ def test_a_launch_without_a_gpu_says_so_in_a_few_lines(tmp_path):
 
 
 def test_the_readme_shows_asm_where_warmup_puts_it(tmp_path):
-    readme = (REPO / "README.md").read_text()
+    readme = (REPO / "README.md").read_text() + (REPO / "docs" / "usage.md").read_text()  # the user's docs
     assert "kernel.asm" not in readme  # a JITFunction has no asm: what warmup returns has
     out = run_script(tmp_path, "print(sorted(good.warmup(x, N=16, grid=(1,), target='sm_90a').asm))", "0")
     assert out.returncode == 0, out.stderr
