@@ -6,6 +6,9 @@ import hmac
 import grpc
 
 HEADER = "authorization"
+# The standard health service answers without the token: Kubernetes' gRPC probes (and
+# grpc_health_probe) present none, and it tells only whether the daemon serves.
+OPEN_PREFIX = "/grpc.health.v1.Health/"
 
 
 def bearer(token: str) -> tuple[tuple[str, str]]:
@@ -14,7 +17,7 @@ def bearer(token: str) -> tuple[tuple[str, str]]:
 
 
 class TokenInterceptor(grpc.ServerInterceptor):
-    """Refuses every call that does not present the token, with UNAUTHENTICATED."""
+    """Refuses every call but the health check that does not present the token, with UNAUTHENTICATED."""
 
     def __init__(self, token: str):
         self._expected = f"Bearer {token}".encode()
@@ -24,6 +27,8 @@ class TokenInterceptor(grpc.ServerInterceptor):
         self._refuse = refuse
 
     def intercept_service(self, continuation, details):
+        if details.method.startswith(OPEN_PREFIX):
+            return continuation(details)
         presented = dict(details.invocation_metadata or ()).get(HEADER, "")
         if hmac.compare_digest(presented.encode(), self._expected):
             return continuation(details)

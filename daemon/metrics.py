@@ -1,9 +1,16 @@
 """An optional Prometheus endpoint: the numbers of `kiln daemon status`, through
-prometheus-client (its text format and its HTTP server), read from the service at each scrape."""
+prometheus-client (its text format and its HTTP server), read from the service at each scrape,
+with every compile's latency as a histogram in seconds and `kiln_build_info`."""
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, generate_latest, start_http_server
+import threading
+import weakref
+
+from prometheus_client import CollectorRegistry, Histogram, generate_latest, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+# From a small kernel's compile to the default compile timeout (300 s).
+COMPILE_BUCKETS_S = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
 
 
 def families(stats) -> list:
@@ -25,9 +32,9 @@ def families(stats) -> list:
     ):
         family = CounterMetricFamily if kind == "counter" else GaugeMetricFamily
         out.append(family(name, help_text, value=value))
-    lat = stats.compile_latency
-    out.append(_quantiles("kiln_daemon_compile_ms", "recent compile latency",
-                          (("0.5", lat.p50_ms), ("0.9", lat.p90_ms), ("0.99", lat.p99_ms), ("1", lat.max_ms))))
+    info = GaugeMetricFamily("kiln_build_info", "the kiln the daemon runs (always 1)", labels=["version"])
+    info.add_metric([stats.version], 1)
+    out.append(info)
     if stats.remote_cache.url:
         lat = stats.remote_cache.read_latency
         out.append(_quantiles("kiln_remote_cache_read_ms", "shared-tier read latency (bucket bounds)",
@@ -59,11 +66,36 @@ class _Collector:
 
     def __init__(self, service):
         self.service = service
+        self.compile_seconds = compile_seconds(service.stats)
 
     def collect(self):
         yield from families(self.service.Stats(None, None))
         yield CounterMetricFamily("kiln_daemon_cancelled", "compiles abandoned: every request for them had gone",
                                   value=self.service.stats.snapshot()["cancelled"])
+        yield from self.compile_seconds.collect()
+
+
+_histograms: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_histograms_lock = threading.Lock()
+
+
+def compile_seconds(stats) -> Histogram:
+    """The histogram of every compile `stats` (the service's ServiceStats) records from now on,
+    in seconds: the service keeps only recent compiles' percentiles in ms (for `kiln daemon
+    status`), which a scraper can sum neither over time nor over daemons. Made once per stats."""
+    with _histograms_lock:
+        histogram = _histograms.get(stats)
+        if histogram is None:
+            histogram = Histogram("kiln_compile_seconds", "compile latency of the kernels compiled (cache misses)",
+                                  buckets=COMPILE_BUCKETS_S, registry=None)
+            recent = stats.compiled
+
+            def compiled(ms: float) -> None:
+                recent(ms)
+                histogram.observe(ms / 1e3)
+            stats.compiled = compiled  # the service reports each compile here
+            _histograms[stats] = histogram
+        return histogram
 
 
 def exposition(stats) -> str:
@@ -74,7 +106,8 @@ def exposition(stats) -> str:
 
 
 def serve_metrics(service, host: str, port: int):
-    """Serve /metrics for `service` on a daemon thread; returns the HTTP server (`.server_address`, `.shutdown()`)."""
+    """Serve /metrics for `service` on a daemon thread; returns the HTTP server (`.server_address`, `.shutdown()`).
+    Call it before the service's first compile, which the latency histogram would miss."""
     registry = CollectorRegistry()
     registry.register(_Collector(service))
     httpd, _ = start_http_server(port, host, registry=registry)

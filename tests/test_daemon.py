@@ -301,5 +301,6 @@ def test_prometheus_metrics(stub, daemon):
     finally:
         httpd.shutdown()
     assert "# TYPE kiln_daemon_requests_total counter" in text and "\nkiln_daemon_requests_total " in text
-    assert 'kiln_daemon_compile_ms{quantile="0.5"}' in text and "\nkiln_daemon_cancelled_total " in text
+    assert 'kiln_compile_seconds_bucket{le="+Inf"}' in text and "\nkiln_daemon_cancelled_total " in text
+    assert 'kiln_build_info{version="' in text
     assert "kiln_daemon_workers 2.0" in text
