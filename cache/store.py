@@ -11,6 +11,7 @@ it uses, so a kernel in use stays.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import hashlib
 import json
 import os
@@ -81,6 +82,85 @@ class _SharedNoPickles(_NoPickles):
         return size, mode, filename, db_value
 
 
+def _is_damage(error: sqlite3.DatabaseError) -> bool:
+    """Whether SQLite says the database itself is damaged (not: the disk is full, an I/O error)."""
+    name = getattr(error, "sqlite_errorname", "")  # Python 3.11+
+    if name:
+        return name in ("SQLITE_CORRUPT", "SQLITE_NOTADB")
+    text = str(error)
+    return "malformed" in text or "not a database" in text
+
+
+class CacheNotWritable(OSError):
+    """A write to a node cache opened read-only (its disk full when it was opened)."""
+
+
+class _ReadOnlyStore:
+    """What `Cache` uses of diskcache, reading diskcache's database in place without writing a byte:
+    for a disk too full for SQLite to open it as usual. Writes raise CacheNotWritable, which every
+    writer takes as "not stored"."""
+
+    def __init__(self, path: Path):
+        self._disk = _NoPickles(str(path))  # its fetch: no pickles, no files outside the cache
+        self._db = None
+        # read-only as usual; else as a file that will not change (no -shm to create: the disk is full)
+        for mode in ("mode=ro", "immutable=1"):
+            if self._db is None and (path / "cache.db").exists():
+                db = sqlite3.connect(f"file:{path / 'cache.db'}?{mode}", uri=True, check_same_thread=False)
+                try:
+                    db.execute("SELECT count(*) FROM Cache").fetchall()
+                    self._db = db
+                except sqlite3.Error:
+                    db.close()
+
+    def _rows(self, sql: str, *args) -> list:
+        if self._db is None:
+            return []
+        try:
+            return self._db.execute(sql, args).fetchall()
+        except sqlite3.Error:
+            return []
+
+    def get(self, key, default=None):
+        rows = self._rows("SELECT mode, filename, value FROM Cache WHERE key = ? AND raw = 1", key)
+        if not rows:
+            return default
+        try:
+            return self._disk.fetch(*rows[0], False)
+        except OSError:
+            return default
+
+    def __contains__(self, key) -> bool:
+        return bool(self._rows("SELECT 1 FROM Cache WHERE key = ? AND raw = 1", key))
+
+    def iterkeys(self):
+        return iter([key for (key,) in self._rows("SELECT key FROM Cache WHERE raw = 1 ORDER BY rowid")])
+
+    def volume(self) -> int:
+        rows = self._rows("SELECT value FROM Settings WHERE key = 'size'")
+        return int(rows[0][0]) if rows else 0
+
+    @property
+    def size_limit(self) -> int:
+        rows = self._rows("SELECT value FROM Settings WHERE key = 'size_limit'")
+        return int(rows[0][0]) if rows else 0
+
+    def transact(self):
+        return contextlib.nullcontext()
+
+    def set(self, *args, **kwargs):
+        raise CacheNotWritable("the node cache was opened read-only (its disk was full)")
+
+    clear = cull = set
+
+    def delete(self, key) -> bool:  # a bad entry stays until the cache can be written again
+        return False
+
+    def close(self):
+        if self._db is not None:
+            self._db.close()
+
+
 def digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
@@ -134,7 +214,13 @@ class Cache:
         (paths.shared_dir if self.shared else paths.private_dir)(self.path)
         try:
             self._store = self._diskcache()
-        except sqlite3.DatabaseError as e:  # a damaged cache.db: a cache is worth less than a start
+        except sqlite3.DatabaseError as e:
+            if not _is_damage(e):  # full, or an I/O error: the entries are fine, only writing is not
+                warnings.warn(f"kiln: the node cache at {self.path} cannot be written ({e}): serving what it "
+                              "holds, storing nothing new", RuntimeWarning, stacklevel=3)
+                self._store = _ReadOnlyStore(self.path)
+                return
+            # a damaged cache.db: a cache is worth less than a start
             aside = self.path / f"cache.db.damaged-{int(time.time())}"
             for suffix in ("", "-wal", "-shm"):
                 if (self.path / f"cache.db{suffix}").exists():
@@ -273,6 +359,14 @@ class Cache:
             for field, n in counts.items():
                 total[field] = total.get(field, 0) + n
             self._dc.set(_COUNTS + name, _canonical(total))
+
+    def zero_counts(self) -> None:
+        """Zero every counter kept here (the node's reads, what its processes saw of the shared
+        tier), as `ccache -z`; this process's uncounted reads are counted first, and zeroed too."""
+        self.add_read_counts()
+        with self._dc.transact():
+            for key in [k for k in self._dc.iterkeys() if k.startswith(_COUNTS)]:
+                self._dc.delete(key)
 
     def counts(self, name: str) -> dict[str, int]:
         try:
