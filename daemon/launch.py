@@ -102,14 +102,14 @@ def ensure_daemon(args=(), idle_exit: float = 900.0, address: str | None = None,
 def _answers(address: str, timeout: float) -> bool:
     from .client import Client  # gRPC is loaded only when a daemon is really wanted
 
-    if address.startswith("unix:") and not _listening(address[len("unix:"):]):
+    if address.startswith("unix:") and not listening(address[len("unix:"):]):
         return False  # nobody there (or a crashed daemon's socket): no need to wait for an answer
 
     with Client(address) as client:  # a fresh channel: no reconnect backoff left from earlier tries
         return client.healthy(timeout)
 
 
-def _listening(path: str) -> bool:
+def listening(path: str) -> bool:
     """Whether something accepts connections on the Unix socket `path` (a connect, not a gRPC call)."""
     probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
@@ -121,10 +121,11 @@ def _listening(path: str) -> bool:
         probe.close()
 
 
-def spawn_daemon(args) -> subprocess.Popen:
-    """`python -m kiln.daemon daemon start --foreground ARGS`, detached, logging to log_file()."""
+def spawn_daemon(args, pass_fds=()) -> subprocess.Popen:
+    """`python -m kiln.daemon daemon start --foreground ARGS`, detached, logging to log_file();
+    `pass_fds` stay open in it (the pipe on which it says that it serves)."""
     paths.private_dir(log_file().parent)
     with open(log_file(), "ab") as log:
         return subprocess.Popen([sys.executable, "-m", "kiln.daemon", "daemon", "start", "--foreground", *args],
                                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True, close_fds=True, env=dict(os.environ))
+                                start_new_session=True, close_fds=True, pass_fds=pass_fds, env=dict(os.environ))

@@ -123,7 +123,7 @@ def test_command_line(fake_daemon, kernels_file):
     out = subprocess.run([sys.executable, "-m", "kiln.daemon", "prewarm", str(path), "--target", "sm_80",
                           "--address", fake_daemon[0]], capture_output=True, text=True, timeout=60)
     assert out.returncode == 1, out.stderr
-    assert "prewarmed 5 kernels: miss 5" in out.stdout
+    assert "prewarmed 5 kernels: compiled 5" in out.stdout
     assert "skipped needs_tensor(x_ptr=*fp32)" in out.stderr and "broken(x_ptr=*fp32, n=i32) for sm_80" in out.stderr
     missing = subprocess.run([sys.executable, "-m", "kiln.daemon", "prewarm", "no_such_module_here", "--target",
                               "sm_80", "--address", fake_daemon[0]], capture_output=True, text=True, timeout=60)
