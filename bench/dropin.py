@@ -386,7 +386,7 @@ def flavour_env(flavour: str, dirs: dict, daemon_env: dict | None) -> dict:
                KILN_CACHE_DIR=dirs["kiln"])
     if flavour == "kiln":
         daemon_env = daemon_env or {"KILN_DAEMON": "off"}
-        env.update({k: daemon_env[k] for k in ("KILN_DAEMON", "XDG_RUNTIME_DIR") if k in daemon_env})
+        env.update({k: daemon_env[k] for k in ("KILN_DAEMON", "KILN_RUNTIME_DIR") if k in daemon_env})
         env.update(KILN_DROPIN="1", KILN_CACHE_DIR=dirs["kiln"])
     return env
 

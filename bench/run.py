@@ -253,7 +253,7 @@ def first_call(kernel_dirs):
     kiln = {"cold_in_process_s": _first_call("kiln", kernel_dirs["kiln"], env)}
     cache = tempfile.mkdtemp(prefix="kiln-bench-cache-daemon-")
     runtime = tempfile.mkdtemp(prefix="kr-", dir="/tmp")
-    env = dict(os.environ, KILN_CACHE_DIR=cache, XDG_RUNTIME_DIR=runtime)
+    env = dict(os.environ, KILN_CACHE_DIR=cache, KILN_RUNTIME_DIR=runtime)
     env.pop("KILN_DAEMON", None)
     daemon = [sys.executable, "-m", "kiln.daemon", "daemon"]
     subprocess.run(daemon + ["start"], env=env, check=True, capture_output=True, timeout=120)

@@ -159,7 +159,7 @@ class Daemon:
         self.folder = tempfile.mkdtemp(prefix="kb-", dir="/tmp")  # short: socket paths are limited
         self.cache_dir = os.path.join(self.folder, "cache")
         self.address = f"unix:{self.folder}/d.sock"
-        self.env = dict(os.environ, KILN_CACHE_DIR=self.cache_dir, XDG_RUNTIME_DIR=os.path.join(self.folder, "run"),
+        self.env = dict(os.environ, KILN_CACHE_DIR=self.cache_dir, KILN_RUNTIME_DIR=os.path.join(self.folder, "run"),
                         KILN_DAEMON=self.address, **(env or {}))
         self.workers, self.compile_fn = workers, compile_fn
 

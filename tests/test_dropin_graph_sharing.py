@@ -50,9 +50,9 @@ GRAPHS = 3  # the AOTAutograd entry, and Inductor's forward and backward graphs
 def node(tmp_path, monkeypatch):
     """A node of its own: cache, runtime directory (the daemon the jobs start lives there)."""
     env = {k: v for k, v in os.environ.items() if k != "KILN_DAEMON"}
-    env.update({hook.ENV: "1", "KILN_CACHE_DIR": str(tmp_path / "cache"), "XDG_RUNTIME_DIR": str(tmp_path / "run"),
+    env.update({hook.ENV: "1", "KILN_CACHE_DIR": str(tmp_path / "cache"), "KILN_RUNTIME_DIR": str(tmp_path / "run"),
                 "KILN_SHARE_GRAPHS": "1"})
-    monkeypatch.setenv("XDG_RUNTIME_DIR", env["XDG_RUNTIME_DIR"])  # where this test finds the jobs' daemon
+    monkeypatch.setenv("KILN_RUNTIME_DIR", env["KILN_RUNTIME_DIR"])  # where this test finds the jobs' daemon
     (tmp_path / "job.py").write_text(JOB)
     yield tmp_path, env
     subprocess.run([sys.executable, "-m", "kiln.daemon", "daemon", "stop"], env=env, capture_output=True, timeout=60)

@@ -80,7 +80,7 @@ class Node:
         """Make this process one of the node's: its cache, its daemon (or none), the shared tier."""
         mp = self.monkeypatch
         mp.setenv("KILN_CACHE_DIR", self.cache_dir)
-        mp.setenv("XDG_RUNTIME_DIR", os.path.join(self.folder, "run"))
+        mp.setenv("KILN_RUNTIME_DIR", os.path.join(self.folder, "run"))
         mp.setenv("KILN_DAEMON", f"unix:{self.socket}" if daemon else "off")
         if shared:
             mp.setenv("KILN_REMOTE_CACHE", self.url)
