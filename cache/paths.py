@@ -13,6 +13,7 @@ import stat
 from pathlib import Path
 
 PRIVATE_DIR_MODE = 0o700
+PRIVATE_FILE_MODE = 0o600
 SHARED_DIR_MODE = 0o2770  # setgid: what members of the group make stays the group's
 SHARED_FILE_MODE = 0o660
 
@@ -26,6 +27,8 @@ def private_dir(path: str | os.PathLike) -> Path:
     path = Path(path)
     path.mkdir(mode=PRIVATE_DIR_MODE, parents=True, exist_ok=True)
     check_dir(path)
+    if stat.S_IMODE(os.stat(path).st_mode) != PRIVATE_DIR_MODE:  # made by an older kiln, or under a umask
+        os.chmod(path, PRIVATE_DIR_MODE)
     return path
 
 
@@ -92,6 +95,16 @@ def socket_dir(path: str | os.PathLike) -> Path:
         return private_dir(path)
     check_socket_dir(path)
     return path
+
+
+def private_file(path: str | os.PathLike, dirs=()) -> None:
+    """Make a file of a private cache, and `dirs` (those made for it), this user's alone (a file is
+    born with the umask's mode)."""
+    for p, mode in ((path, PRIVATE_FILE_MODE), *((d, PRIVATE_DIR_MODE) for d in dirs)):
+        try:
+            os.chmod(p, mode)
+        except OSError:
+            pass  # gone meanwhile
 
 
 def share_file(path: str | os.PathLike, dirs=()) -> None:

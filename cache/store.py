@@ -71,6 +71,17 @@ class _NoPickles(diskcache.Disk):
         return super().get(key, raw)
 
 
+class _PrivateNoPickles(_NoPickles):
+    """For a cache of this user's: every file it writes is theirs alone (0600 in 0700 directories)."""
+
+    def store(self, value, read, key=diskcache.core.UNKNOWN):
+        size, mode, filename, db_value = super().store(value, read, key)
+        if filename is not None:  # diskcache's two levels of directories, then the file
+            file = Path(self._directory, filename)
+            paths.private_file(file, (file.parent, file.parent.parent))
+        return size, mode, filename, db_value
+
+
 class _SharedNoPickles(_NoPickles):
     """For a cache shared by a group: every file it writes is the group's to read and replace."""
 
@@ -228,12 +239,12 @@ class Cache:
             warnings.warn(f"kiln: the node cache's database was damaged ({e}); moved it to {aside} and "
                           "started an empty one", RuntimeWarning, stacklevel=3)
             self._store = self._diskcache()
-        if self.shared:  # SQLite gives its -wal and -shm files the database's mode
-            paths.share_file(self.path / "cache.db")
+        # SQLite gives its -wal and -shm files the database's mode
+        (paths.share_file if self.shared else paths.private_file)(self.path / "cache.db")
 
     def _diskcache(self) -> diskcache.Cache:
         return diskcache.Cache(str(self.path), size_limit=self._size_limit,
-                               disk=_SharedNoPickles if self.shared else _NoPickles,
+                               disk=_SharedNoPickles if self.shared else _PrivateNoPickles,
                                eviction_policy="least-recently-used")
 
     @property

@@ -61,7 +61,8 @@ def _toolchain_versions() -> dict[str, str]:
     """The LLVM and nvJitLink versions. Asking the libraries costs ~50 ms of imports, too
     much for a warm-cache first call, so the answer is remembered on disk next to the
     cache, keyed by the size and mtime of the library files it came from."""
-    from kiln.cache.env import cache_dir
+    from kiln.cache import paths
+    from kiln.cache.env import cache_dir, cache_shared
 
     fingerprint = _toolchain_fingerprint()
     memo = cache_dir() / "toolchain.json"
@@ -73,9 +74,10 @@ def _toolchain_versions() -> dict[str, str]:
         pass
     versions = {"llvm": _llvm_version(), "nvjitlink": _nvjitlink_version()}
     try:
-        memo.parent.mkdir(parents=True, exist_ok=True)
+        (paths.shared_dir if cache_shared() else paths.private_dir)(memo.parent)  # the cache's, made as the cache makes it
         tmp = memo.with_name(f"{memo.name}.{os.getpid()}")
         tmp.write_text(json.dumps({"fingerprint": fingerprint, **versions}))
+        (paths.share_file if cache_shared() else paths.private_file)(tmp)
         os.replace(tmp, memo)
     except OSError:
         pass  # a read-only cache directory: ask the libraries again next time
