@@ -142,10 +142,27 @@ def cached_compile(fn: Function, target: str, options: dict, compile_fn=None) ->
     if binary is None:
         binary = _from_shared(fn.name, target, options, key)
     if binary is None:
+        _check_limits(fn)
         binary = _from_daemon(fn, target, options, key)
     if binary is None:
         binary = _compile_here(fn, target, options, key, compile_fn)
     return binary
+
+
+class KernelTooLarge(ValueError):
+    """A kernel over the daemon's limits (`kiln.daemon.limits`): refused here too, not compiled in this
+    process instead, where it would take minutes and gigabytes (a 100,000-step static_range, a block of
+    2^24 elements)."""
+
+
+def _check_limits(fn: Function) -> None:
+    from kiln.proto.convert import function_to_proto
+
+    from . import limits
+    try:
+        limits.check_function(function_to_proto(fn))
+    except limits.TooMuchWork as e:
+        raise KernelTooLarge(f"kernel {fn.name}: {e}; no GPU runs such a kernel well (the daemon refuses it too)") from None
 
 
 def _record(fn: Function, target: str, options: dict) -> None:
