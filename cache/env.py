@@ -8,6 +8,8 @@
     KILN_DAEMON_TOKEN   the token a daemon listening on TCP demands, and clients present
     KILN_DAEMON_TLS_CA  a PEM file of the CA that signed a TCP daemon's certificate: clients
                         then speak TLS to it and verify it
+    KILN_DAEMON_PLAINTEXT_TOKEN  1: send the token to a TCP daemon without TLS beyond loopback
+                        (by default a client refuses: the token would cross the network in clear)
     KILN_MANIFEST       a file to which every kernel a run uses is appended (for `kiln prewarm`)
     KILN_REMOTE_CACHE   the shared tier: redis://[user:pass@]host:port/db, or rediss:// for TLS;
                         unset: none
@@ -55,6 +57,10 @@ def daemon_setting() -> str | None:
 
 def daemon_token() -> str | None:
     return os.environ.get("KILN_DAEMON_TOKEN") or None
+
+
+def daemon_plaintext_token_ok() -> bool:
+    return os.environ.get("KILN_DAEMON_PLAINTEXT_TOKEN", "").strip().lower() in ("1", "true", "yes", "on")
 
 
 def daemon_tls_ca() -> Path | None:

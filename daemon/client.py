@@ -34,11 +34,34 @@ _CHANNEL_OPTIONS = [
 ]
 
 
+class PlaintextToken(ValueError):
+    """A token about to cross a network in the clear."""
+
+
+def _check_plaintext_token(address: str) -> None:
+    import ipaddress
+
+    from kiln.cache import env
+    if address.startswith("unix:") or env.daemon_plaintext_token_ok():
+        return
+    host = address.rsplit(":", 1)[0].strip("[]")
+    try:
+        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = False
+    if not loopback:
+        raise PlaintextToken(f"kiln: not sending the daemon token to {address} in the clear: set KILN_DAEMON_TLS_CA "
+                             "(the daemon's CA) to speak TLS, or KILN_DAEMON_PLAINTEXT_TOKEN=1 on a network you trust")
+
+
 class Client:
     """Talks to the daemon at `address` ("unix:/path" or "host:port")."""
 
     def __init__(self, address: str, token: str | None = None, timeout: float = 600.0, tls_ca=None):
-        """`tls_ca`: a PEM file of the CA that signed the daemon's certificate: speak TLS and verify it."""
+        """`tls_ca`: a PEM file of the CA that signed the daemon's certificate: speak TLS and verify it.
+        A token goes only over TLS, a Unix socket or loopback, unless KILN_DAEMON_PLAINTEXT_TOKEN=1."""
+        if token and not tls_ca:
+            _check_plaintext_token(address)
         self.address, self.timeout, self.tls_ca = address, timeout, tls_ca
         self._metadata = bearer(token) if token else None
         self._pid, self._channel, self._stub = None, None, None
