@@ -206,10 +206,16 @@ def _run(args) -> int:
 
 
 def _doctor(args) -> int:
+    """0 when nothing is broken (warnings allowed: no driver is a compile-only node), else 1."""
     from kiln.dropin import doctor
     report = doctor.report()
-    print(json.dumps(report, indent=2) if args.json else doctor.format_report(report))
-    return 0
+    checks = [*doctor.node_checks(), doctor.dropin_check(report)]
+    broken = any(c["status"] == doctor.FAIL for c in checks)
+    if args.json:
+        print(json.dumps({**report, "checks": checks, "ok": not broken}, indent=2))
+    else:
+        print(f"{doctor.format_report(report)}\n\n{doctor.format_checks(checks)}")
+    return 1 if broken else 0
 
 
 # --- daemon -------------------------------------------------------------------------------

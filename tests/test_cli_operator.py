@@ -12,6 +12,8 @@ import tempfile
 import pytest
 
 FAKE_ARGS = ["--workers", "1", "--compile-fn", "kiln.daemon.fake:compile"]
+UNSET = ("KILN_DAEMON", "KILN_DAEMON_TOKEN", "KILN_DAEMON_TLS_CA", "KILN_RUNTIME_DIR", "XDG_RUNTIME_DIR",
+         "KILN_REMOTE_CACHE", "KILN_REMOTE_CACHE_KEY", "KILN_REMOTE_CACHE_KEY_FILE", "KILN_DROPIN", "KILN_SHARE_GRAPHS")
 
 
 def kiln(*args, env=None, **kwargs):
@@ -22,10 +24,10 @@ def kiln(*args, env=None, **kwargs):
 @pytest.fixture
 def node():
     """The environment of a node of its own: a cache directory short enough for the socket
-    beneath it, no KILN_DAEMON (the node daemon), no token, no runtime directory named."""
+    beneath it, no KILN_DAEMON (the node daemon), no token, no runtime directory named, no
+    shared tier, no drop-in."""
     folder = tempfile.mkdtemp(prefix="ko-", dir="/tmp")
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("KILN_DAEMON", "KILN_DAEMON_TOKEN", "KILN_RUNTIME_DIR", "XDG_RUNTIME_DIR")}
+    env = {k: v for k, v in os.environ.items() if k not in UNSET}
     env["KILN_CACHE_DIR"] = os.path.join(folder, "c")
     yield env
     kiln("daemon", "stop", env=env)
@@ -275,3 +277,84 @@ def test_metrics_have_a_compile_histogram_in_seconds_and_build_info(tmp_path):
     [info] = families["kiln_build_info"].samples
     assert info.labels == {"version": kiln_package.__version__} and info.value == 1
     assert "kiln_daemon_compile_ms" not in families
+
+
+def doctor(env):
+    out = subprocess.run([sys.executable, "-m", "kiln", "doctor", "--json"], capture_output=True, text=True,
+                         timeout=300, env=env)
+    doc = json.loads(out.stdout)
+    return out.returncode, doc, {c["name"]: c for c in doc["checks"]}
+
+
+def test_doctor_passes_on_this_machine_or_names_each_fix(node):
+    code, doc, checks = doctor(node)
+    assert list(checks) == ["driver", "nvJitLink", "libdevice", "llvmlite", "cache", "daemon", "shared tier",
+                            "sharing", "drop-in"]
+    broken = [c for c in doc["checks"] if c["status"] == "fail"]
+    assert code == (1 if broken else 0) and doc["ok"] is not broken
+    assert all(c["fix"] for c in doc["checks"] if c["status"] != "ok"), doc["checks"]
+    assert not broken, broken  # this machine: a GPU host, or a CPU host that compiles only
+    driver = checks["driver"]  # no driver: a warning, a compile-only node
+    assert driver["status"] == "ok" or driver["detail"].startswith(("no driver: compile-only", "CUDA ")), driver
+    assert checks["daemon"]["status"] == "warn" and "not running" in checks["daemon"]["detail"]
+    assert checks["sharing"]["detail"] == ("KILN_DROPIN off, KILN_SHARE_GRAPHS on (with the drop-in only), "
+                                           "KILN_REMOTE_CACHE off, KILN_DAEMON the node daemon")
+    text = subprocess.run([sys.executable, "-m", "kiln", "doctor"], capture_output=True, text=True, timeout=300,
+                          env=node).stdout
+    assert "\nwarn  daemon: none answers at unix:" in text and "\n      fix: kiln daemon start" in text
+    assert text.rstrip().splitlines()[-1].startswith("0 broken")
+
+
+def test_doctor_sees_the_daemon_and_its_version(node):
+    import kiln as kiln_package
+    assert kiln("daemon", "start", *FAKE_ARGS, env=node).returncode == 0
+    _, _, checks = doctor(node)
+    assert checks["daemon"]["status"] == "ok"
+    assert f"kiln {kiln_package.__version__}, 1 workers" in checks["daemon"]["detail"]
+
+
+def test_doctor_fails_with_a_fix_for_what_is_broken(node, tmp_path):
+    open_dir = tmp_path / "open"
+    open_dir.mkdir()
+    os.chmod(open_dir, 0o777)  # anyone could plant kernels here
+    with socket_free_port() as port:
+        env = {**node, "KILN_CACHE_DIR": str(open_dir), "KILN_DAEMON": "unix:/nonexistent/kiln.sock",
+               "KILN_REMOTE_CACHE": f"redis://127.0.0.1:{port}/0", "KILN_REMOTE_CACHE_KEY": "k" * 32,
+               "KILN_DROPIN": "perhaps"}
+        code, doc, checks = doctor(env)
+    assert code == 1 and doc["ok"] is False
+    for name, says, fix in (("cache", "refusing", "chmod go-w"), ("daemon", "does not answer", "unset KILN_DAEMON"),
+                            ("shared tier", "not reachable", "start Redis"), ("sharing", "'perhaps'", "KILN_DROPIN=1")):
+        assert checks[name]["status"] == "fail" and says in checks[name]["detail"] and fix in checks[name]["fix"], \
+            checks[name]
+
+
+def test_doctor_reaches_redis_and_names_the_sharing_paths(node):
+    redis_server = pytest.importorskip("redis_server")
+    if redis_server.find() is None:
+        pytest.skip(redis_server.MISSING)
+    with redis_server.RedisServer() as srv:
+        env = {**node, "KILN_REMOTE_CACHE": srv.url, "KILN_REMOTE_CACHE_KEY": "k" * 32, "KILN_DROPIN": "1",
+               "KILN_SHARE_GRAPHS": "0", "KILN_DAEMON": "off"}
+        code, _, checks = doctor(env)
+    assert checks["shared tier"]["status"] == "ok" and "Redis answers" in checks["shared tier"]["detail"]
+    assert checks["sharing"]["detail"] == "KILN_DROPIN on, KILN_SHARE_GRAPHS off, KILN_REMOTE_CACHE on, KILN_DAEMON off"
+    assert checks["daemon"]["status"] == "ok" and "KILN_DAEMON=off" in checks["daemon"]["detail"]
+    from kiln.dropin.doctor import installed_hook
+    if installed_hook() is not None:  # else the drop-in check fails, saying to reinstall kiln
+        assert checks["drop-in"]["status"] == "ok" and checks["drop-in"]["detail"] == \
+            "import triton -> kiln (KILN_DROPIN on)"
+        assert code == 0
+
+
+class socket_free_port:
+    """A loopback port that nothing listens on, while the block runs (held bound, not listening)."""
+
+    def __enter__(self):
+        import socket
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        return self.sock.getsockname()[1]
+
+    def __exit__(self, *exc):
+        self.sock.close()
