@@ -97,6 +97,13 @@ class NodeArtifacts:
         if held:
             self._release([key], stored)
 
+    def abandon(self, namespace: str) -> None:
+        """Release, unstored, the key this process claimed in `namespace` (it will not compute it)."""
+        with self._lock:
+            key = self._held.pop(namespace, None)
+        if key is not None:
+            self._release([key], False)
+
     def release_all(self) -> None:
         with self._lock:
             keys, self._held = list(self._held.values()), {}

@@ -5,6 +5,7 @@ import builtins
 import inspect
 
 from . import config as env
+from . import tuning_results
 from .errors import CompilationError, OutOfResources, user_facing
 from .jit import KernelInterface
 
@@ -82,7 +83,8 @@ def _bind(fn, args, kwargs) -> dict:
 
 class Autotuner(KernelInterface):
     def __init__(self, fn, arg_names, configs, key, reset_to_zero=None, restore_value=None, pre_hook=None,
-                 post_hook=None, prune_configs_by=None, warmup=None, rep=None, use_cuda_graph=False, do_bench=None):
+                 post_hook=None, prune_configs_by=None, warmup=None, rep=None, use_cuda_graph=False, do_bench=None,
+                 cache_results=False):
         self.fn = fn
         self.base_fn = _base_function(fn)
         self.arg_names = arg_names
@@ -102,6 +104,7 @@ class Autotuner(KernelInterface):
         # Triton's names for them, which torch.compile checks are at their defaults
         self.num_warmups, self.num_reps, self.use_cuda_graph = warmup, rep, use_cuda_graph
         self.bench_fn = do_bench
+        self.cache_results = tuning_results.requested(cache_results)
         self.cache: dict = {}
         self.best_config: Config | None = None
         self.configs_timings: dict | None = None
@@ -212,13 +215,12 @@ class Autotuner(KernelInterface):
             key = self._key(nargs)
             if key not in self.cache:
                 configs = self.prune_configs(dict(zip(_arg_names(self.fn), args)), kwargs)
-                self._build_side_by_side(args, kwargs, grid, configs, nargs)
-                timings = {c: self._bench(args, kwargs, grid, c, nargs) for c in configs}
-                self.cache[key] = builtins.min(timings, key=timings.get)
-                self.configs_timings = timings
-                for name in self.reset_to_zero:  # the benchmark runs leave no trace in the real launch
-                    if nargs.get(name) is not None:
-                        _zero(nargs[name])
+                shared = tuning_results.name(self.fn, key, configs) if self.cache_results else None
+                chosen = tuning_results.shared_choice(shared, configs) if shared else None
+                if chosen is not None:
+                    self.cache[key] = chosen
+                else:
+                    self.cache[key] = self._tune(args, kwargs, grid, configs, nargs, shared)
             config = self.cache[key]
         else:
             config = self.configs[0]
@@ -226,6 +228,24 @@ class Autotuner(KernelInterface):
         if config.pre_hook and not warmup:
             config.pre_hook({**nargs, **config.all_kwargs()})
         return self.fn.run(*args, grid=grid, warmup=warmup, **kwargs, **config.all_kwargs())
+
+    def _tune(self, args, kwargs, grid, configs, nargs, shared: str | None):
+        """Benchmark `configs` and return the fastest (published under `shared` when it is given)."""
+        try:
+            self._build_side_by_side(args, kwargs, grid, configs, nargs)
+            timings = {c: self._bench(args, kwargs, grid, c, nargs) for c in configs}
+        except BaseException:
+            if shared:
+                tuning_results.abandon()
+            raise
+        best = builtins.min(timings, key=timings.get)
+        self.configs_timings = timings
+        if shared:
+            tuning_results.publish(shared, configs, best, timings)
+        for name in self.reset_to_zero:  # the benchmark runs leave no trace in the real launch
+            if nargs.get(name) is not None:
+                _zero(nargs[name])
+        return best
 
     def warmup(self, *args, grid=(1,), **kwargs):
         """Compile every (pruned) config without benchmarking or launching."""
@@ -258,11 +278,12 @@ class Heuristics(KernelInterface):
 
 def autotune(configs, key, prune_configs_by=None, reset_to_zero=None, restore_value=None, pre_hook=None,
              post_hook=None, warmup=None, rep=None, use_cuda_graph=False, do_bench=None, cache_results=False):
-    """Benchmark `configs` the first time each value of `key` is seen and launch the fastest.
-    `cache_results` (Triton's on-disk record of the choices) is accepted; kiln keeps them per process."""
+    """Benchmark `configs` the first time each value of `key` is seen and launch the fastest. With
+    `cache_results` (or TRITON_CACHE_AUTOTUNING=1) the choice is shared by the node's processes and the
+    cluster's nodes: the first to need it benchmarks, the others launch its choice (`tuning_results`)."""
     def decorator(fn):
         return Autotuner(fn, _arg_names(fn), configs, key, reset_to_zero, restore_value, pre_hook, post_hook,
-                         prune_configs_by, warmup, rep, use_cuda_graph, do_bench)
+                         prune_configs_by, warmup, rep, use_cuda_graph, do_bench, cache_results)
     return decorator
 
 
