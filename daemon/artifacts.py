@@ -55,7 +55,7 @@ class NodeArtifacts:
         if address is None:
             self._count("misses")
             return None
-        self._release_other(namespace, key, address)
+        self._release_other(namespace, key)
         try:
             reply = tiers.daemon_client(address).claim(key, self._holder(), self.wait)
         except Exception as e:  # noqa: BLE001 - a daemon that is down makes this a plain miss
@@ -151,7 +151,7 @@ class NodeArtifacts:
                 self._heartbeat = None
             return self._id
 
-    def _release_other(self, namespace: str, key: str, address: str) -> None:
+    def _release_other(self, namespace: str, key: str) -> None:
         """A process compiles one graph at a time: asking for another key of the same namespace
         means the one it held was not stored (its compile failed or it was not cacheable)."""
         with self._lock:
