@@ -11,6 +11,7 @@ Integer signedness lives in the type (`int32` vs `uint32`): `div`, `rem`, `shr`,
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -166,6 +167,9 @@ def _check_order_op(op):
 def _check_constant(op):
     if "value" not in op.attrs:
         return "constant needs a value"
+    value = op.attrs["value"]
+    if scalar_of(op.results[0].type).is_int() and isinstance(value, float) and not math.isfinite(value):
+        return f"an integer constant cannot be {value}"
 
 
 def _check_arange(op):
