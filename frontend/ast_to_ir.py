@@ -868,6 +868,31 @@ _COMPARE = {
 }
 
 
+class _BoundedBuilder(Builder):
+    """The kernel's builder. It refuses, while the kernel is built (an error at the user's line, at
+    once), what the daemon would refuse (`kiln.daemon.limits`): more operations than a kernel may have
+    (a static_range that unrolls 100,000 steps would take minutes to build) and blocks of more elements
+    than Triton's TRITON_MAX_TENSOR_NUMEL (a tl.arange(0, 2**24))."""
+
+    def __init__(self, block):
+        from kiln.daemon.limits import MAX_BLOCK_ELEMENTS, MAX_OPS
+        super().__init__(block)
+        self.created, self.max_ops, self.max_numel = 0, MAX_OPS, MAX_BLOCK_ELEMENTS
+
+    def create(self, name, operands=(), result_types=(), attrs=None, regions=()):
+        self.created += 1
+        if self.created > self.max_ops:
+            raise ValueError(f"the kernel has more than {self.max_ops} operations (a static_range unrolled too "
+                             "far?): no GPU runs such a kernel well; use tl.range for long loops")
+        for t in result_types:
+            numel = 1
+            for d in getattr(t, "shape", None) or ():
+                numel *= d
+            if numel > self.max_numel:
+                raise ValueError(f"numel ({numel}) exceeds triton maximum tensor numel ({self.max_numel})")
+        return super().create(name, operands, result_types, attrs, regions)
+
+
 def build_kernel(jitfn, params, name: str | None = None, options: dict | None = None,
                  global_reads: dict | None = None) -> Function:
     """The block IR of kernel `jitfn` for one specialization.
@@ -882,7 +907,7 @@ def build_kernel(jitfn, params, name: str | None = None, options: dict | None = 
     pieces = [(n, [p]) if isinstance(p, tuple) else (n, p.pieces) for n, p in runtime]  # a descriptor has several
     flat = [(f"{n}.{i}" if len(ps) > 1 else n, p) for n, ps in pieces for i, p in enumerate(ps)]
     fn = Function(name or jitfn.__name__, [p[0] for _, p in flat], [n for n, _ in flat], [p[1] for _, p in flat])
-    builder = Builder(fn.body)
+    builder = _BoundedBuilder(fn.body)
     scope = {}
     args = iter(fn.args)
     saved = (semantic.state.builder, semantic.state.generator, semantic.state.options, semantic.state.global_reads)

@@ -1,0 +1,48 @@
+"""Kernels no GPU runs well are refused while they are built, with a CompilationError at the
+user's line, as the daemon would refuse them: a static_range that unrolls 100,000 steps (or
+three nested ones of 100), a block of 2^24 elements. They once took minutes and gigabytes."""
+import numpy as np
+import pytest
+
+import kiln
+import kiln.language as tl
+from kiln.errors import CompilationError
+
+
+@kiln.jit
+def unrolled(x_ptr, N: tl.constexpr):
+    acc = tl.zeros((16,), tl.float32)
+    for i in tl.static_range(N):
+        acc += i
+    tl.store(x_ptr + tl.arange(0, 16), acc)
+
+
+@kiln.jit
+def nested(x_ptr):
+    acc = tl.zeros((16,), tl.float32)
+    for i in tl.static_range(100):
+        for j in tl.static_range(100):
+            for k in tl.static_range(100):
+                acc += i + j + k
+    tl.store(x_ptr + tl.arange(0, 16), acc)
+
+
+@kiln.jit
+def huge(x_ptr):
+    tl.store(x_ptr + tl.arange(0, 2**24), 1.0)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("kernel,kwargs,words", [
+    (unrolled, {"N": 100_000}, "more than 65536 operations"),
+    (nested, {}, "more than 65536 operations"),
+    (huge, {}, "numel (16777216) exceeds triton maximum tensor numel (1048576)"),
+])
+def test_oversized_kernels_are_refused_at_the_users_line(kernel, kwargs, words):
+    with pytest.raises(CompilationError) as error:
+        kernel.warmup(np.zeros(16, np.float32), **kwargs, target="sm_90a")
+    assert words in str(error.value) and __file__ in str(error.value)
+
+
+def test_a_long_static_range_within_the_limits_builds():
+    unrolled.warmup(np.zeros(16, np.float32), N=1000, target="sm_90a")
