@@ -42,7 +42,7 @@ import os
 import threading
 import time
 import warnings
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from urllib.parse import urlsplit
 
@@ -254,12 +254,13 @@ class RemoteCache:
 
     def _call(self, fn, *args):
         """`fn(*args)` on the tier, within the total deadline (TimeoutError past it). redis-py's
-        timeouts are per read, so the call runs on a thread this one stops waiting for; a thread
-        left behind ends with its connection's next read timeout or the server's next byte."""
-        future = _tier_calls().submit(fn, *args)
+        timeouts are per read, so the call runs on a thread of its own; past the deadline its
+        connections are shut, which ends the read that a trickling server would keep alive."""
+        future = _on_daemon_thread(fn, *args)
         try:
             return future.result(timeout=self.deadline)
         except FutureTimeout:
+            self._client.connection_pool.disconnect()
             raise TimeoutError(f"no whole reply within {self.deadline:g} s") from None
 
     def _add(self, **counts: int) -> None:
@@ -289,17 +290,20 @@ def redacted(url: str) -> str:
     return f"{parts.scheme}://{host}{port}{parts.path}"
 
 
-_calls = None
-_calls_lock = threading.Lock()
+def _on_daemon_thread(fn, *args) -> Future:
+    """`fn(*args)` on a new daemon thread. Not a ThreadPoolExecutor: it joins its threads when the
+    interpreter exits, so one call stuck on a hostile server would keep the user's process alive."""
+    future = Future()
 
+    def run():
+        if future.set_running_or_notify_cancel():
+            try:
+                future.set_result(fn(*args))
+            except BaseException as e:  # noqa: BLE001 - handed to the caller, who may have stopped waiting
+                future.set_exception(e)
 
-def _tier_calls() -> ThreadPoolExecutor:
-    """The threads tier calls run on (made again in a forked child: a parent's threads are not its)."""
-    global _calls
-    with _calls_lock:
-        if _calls is None or _calls[0] != os.getpid():
-            _calls = (os.getpid(), ThreadPoolExecutor(8, thread_name_prefix="kiln-shared-tier"))
-        return _calls[1]
+    threading.Thread(target=run, name="kiln-shared-tier", daemon=True).start()
+    return future
 
 
 def _mac(cluster_key: bytes, key: str, entry_bytes: bytes) -> bytes:

@@ -2,6 +2,9 @@
 an entry that is a JSON bomb (carrying a valid MAC: a node with the key wrote it), a server
 that answers with the wrong shapes, and one that trickles its reply a byte at a time."""
 import socket
+import subprocess
+import sys
+import textwrap
 import threading
 import time
 import warnings
@@ -63,18 +66,52 @@ def test_a_server_that_answers_in_the_wrong_shape_is_a_miss():
         server.close()
 
 
+def trickling_server():
+    """A server that sends its reply a byte every 0.2 s (each well within a read timeout) until the
+    client hangs up, which sets `hung_up`."""
+    hung_up = threading.Event()
+
+    def trickle(conn):
+        try:
+            for byte in b"*2\r\n$5\r\nentry\r\n$100000\r\n" + b"x" * 100000:
+                time.sleep(0.2)
+                conn.sendall(bytes([byte]))
+        except OSError:
+            hung_up.set()
+    server = FakeServer(trickle)
+    server.hung_up = hung_up
+    return server
+
+
 @pytest.mark.timeout(60)
 def test_a_reply_trickled_a_byte_at_a_time_ends_at_the_deadline():
-    """Each byte comes well within the per-read timeout: only the call's total deadline ends it."""
-    def trickle(conn):
-        for byte in b"*2\r\n$5\r\nentry\r\n$100000\r\n" + b"x" * 100000:
-            time.sleep(0.2)
-            conn.sendall(bytes([byte]))
-    server = FakeServer(trickle)
+    """Only the call's total deadline ends it; the connection is shut then, not left reading."""
+    server = trickling_server()
     try:
         tier = RemoteCache(server.url, cluster_key=CLUSTER_KEY, timeout=2.0, deadline=1.0)
         one_warning(tier, lambda t: t.get(KEY))
         assert summary(tier.counts())["errors"] == 1
+        assert server.hung_up.wait(30), "the call's connection is still open after its deadline"
+    finally:
+        server.close()
+
+
+@pytest.mark.timeout(120)
+def test_a_process_exits_while_a_tier_call_is_stuck():
+    """A call the user stopped waiting for must not keep the process alive at exit (a thread pool's
+    threads are joined there: CI once hung for 90 minutes after its last test on this)."""
+    server = trickling_server()
+    stuck = textwrap.dedent(f"""
+        import threading, time
+        from kiln.cache import remote
+        tier = remote.RemoteCache({server.url!r}, cluster_key={CLUSTER_KEY!r}, timeout=2.0, deadline=600)
+        threading.Thread(target=tier.get, args=({KEY!r},), daemon=True).start()
+        time.sleep(1.0)  # the reply is trickling in now
+        print("leaving", flush=True)
+    """)
+    try:
+        done = subprocess.run([sys.executable, "-c", stuck], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0 and "leaving" in done.stdout, done.stderr
     finally:
         server.close()
 
