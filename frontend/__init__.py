@@ -37,7 +37,7 @@ def set_allocator(allocator) -> None:
     """Triton's: who provides the global scratch in which kernels write the TMA maps of their
     device-side tensor descriptors, `allocator(size, alignment, stream)`; without one kiln
     takes it from the driver's stream-ordered pool (kiln.runtime.scratch)."""
-    from .runtime.scratch import set_allocator as set_scratch_allocator
-    set_scratch_allocator(allocator)
+    from .runtime._allocation import set_allocator as set_any_allocator
+    set_any_allocator(allocator)
 
 _sys.modules[__name__ + ".knobs"] = knobs

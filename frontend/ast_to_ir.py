@@ -26,7 +26,7 @@ from kiln.language.semantic import unwrap
 
 from .aggregates import describe, flatten, is_carriable
 from . import config
-from .errors import CompilationError, CompileTimeAssertionFailure
+from .errors import CompilationError, CompileTimeAssertionFailure, UnsupportedLanguageConstruct
 
 MAX_INLINE_DEPTH = 64
 
@@ -158,8 +158,9 @@ class CodeGenerator(ast.NodeVisitor):
         except AssertionError as e:  # static_assert: its message says it all (Triton gives no __cause__)
             raise self.error(node, str(e) or "static assertion failed", CompileTimeAssertionFailure) from None
         except Exception as e:
-            reason = f"{type(e).__name__}: {e}" if not isinstance(e, _Unsupported) else str(e)
-            raise _caused_by(self.error(node, reason), e)
+            if isinstance(e, _Unsupported):
+                raise _caused_by(self.error(node, str(e), UnsupportedLanguageConstruct), e)
+            raise _caused_by(self.error(node, f"{type(e).__name__}: {e}"), e)
         finally:
             self.builder.loc = saved
 

@@ -14,6 +14,9 @@ class KilnError(Exception):
     """The base of every error kiln raises on purpose (Triton's `TritonError`)."""
 
 
+TritonError = KilnError  # Triton's name (triton.compiler.errors is this module in the drop-in mode)
+
+
 class OutOfResources(KilnError):
     """A compiled kernel needs more of a resource than the GPU has (Triton's signature)."""
 
@@ -59,6 +62,10 @@ class CompilationError(KilnError):
 
 class CompileTimeAssertionFailure(CompilationError):
     """A `tl.static_assert` that failed (Triton's name); the message is the whole story, so it has no `__cause__`."""
+
+
+class UnsupportedLanguageConstruct(CompilationError):
+    """Python that kernels cannot use (`for ... else`, `break`, a lambda, ...; Triton's name)."""
 
 
 class InterpretedCompilationError(CompilationError, InterpreterError):

@@ -274,9 +274,20 @@ def _expander(param):
 
 
 def _as_interpreter_error(e: CompilationError) -> InterpretedCompilationError:
-    error = InterpretedCompilationError(e.file, e.line, e.col, e.source_line, e.reason, e.at)
+    kind = InterpretedCompilationError if type(e) is CompilationError else _interpreted_kind(type(e))
+    error = kind(e.file, e.line, e.col, e.source_line, e.reason, e.at)
     error.__suppress_context__ = True
     return error
+
+
+@functools.lru_cache(maxsize=None)
+def _interpreted_kind(kind: type) -> type:
+    """InterpretedCompilationError that is also `kind` (a CompileTimeAssertionFailure stays one)."""
+    from . import errors
+    name = f"Interpreted{kind.__name__}"
+    made = type(name, (kind, InterpretedCompilationError), {"__module__": errors.__name__})
+    setattr(errors, name, made)  # found by name, so it pickles
+    return made
 
 
 def _is_constexpr_annotation(annotation, fn) -> bool:

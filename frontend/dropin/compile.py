@@ -19,10 +19,12 @@ makes the launcher (parsing the IR only for the interpreter).
 from __future__ import annotations
 
 import hashlib
+import sys
 import weakref
 from collections import namedtuple
 
-from kiln.errors import CompilationError, KilnError, OutOfResources  # noqa: F401  (triton.compiler.errors)
+from kiln import errors  # noqa: F401  (triton.compiler.errors, an attribute after `import triton` as in Triton)
+from kiln.errors import CompilationError, CompileTimeAssertionFailure, KilnError, OutOfResources  # noqa: F401
 from kiln.runtime import GPUTarget
 
 from . import warm
@@ -260,7 +262,7 @@ class CompiledKernel:
         """What a launch hook receives (Triton's LazyDict of name, grid, stream and the kernel's
         own `launch_metadata` values); None when no hook is set."""
         from .knobs import runtime
-        if runtime.launch_enter_hook is None:
+        if not runtime.launch_enter_hook:
             return None
         return {"name": self.name, "grid": grid, "stream": stream, "function": self.function}
 
@@ -282,3 +284,6 @@ class CompiledKernel:
 
     def __repr__(self):
         return f"CompiledKernel({self.name}, target={self.metadata.target})"
+
+
+compiler = sys.modules[__name__]  # triton.compiler.compiler is this module too (an attribute, as in Triton)

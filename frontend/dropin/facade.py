@@ -6,7 +6,7 @@
 """
 from kiln import (  # noqa: F401
     CompilationError, InterpreterError, KernelInterface, OutOfResources, TensorWrapper, TritonError, cdiv,
-    constexpr_function, language, next_power_of_2, reinterpret, set_allocator, testing, tools,
+    constexpr_function, language, must_use_result, next_power_of_2, reinterpret, set_allocator, testing, tools,
 )
 from kiln import __version__ as kiln_version  # noqa: F401
 from kiln.autotuner import Config, autotune, heuristics  # noqa: F401

@@ -26,7 +26,7 @@ MODULES = {
     "triton": "kiln.dropin.facade",
     "triton.compiler": "kiln.dropin.compile",
     "triton.compiler.compiler": "kiln.dropin.compile",
-    "triton.compiler.errors": "kiln.dropin.compile",
+    "triton.compiler.errors": "kiln.errors",
     "triton.backends": "kiln.dropin.backends",
     "triton.backends.compiler": "kiln.dropin.backends",
     "triton.backends.driver": "kiln.dropin.backends",
@@ -37,6 +37,7 @@ MODULES = {
     "triton.runtime.driver": "kiln.dropin.runtime",
     "triton.runtime.errors": "kiln.runtime.errors",
     "triton.runtime.jit": "kiln.dropin.jit",
+    "triton.runtime._allocation": "kiln.runtime._allocation",
 }
 # torch modules that kiln adjusts once they have run, when graph sharing is on (dropin/inductor.py)
 AFTER_IMPORT = {"torch._inductor.remote_cache": "serve_caches",
@@ -78,14 +79,23 @@ class _Alias(importlib.abc.Loader):
 
     def create_module(self, spec):
         if self.target == "kiln.dropin.missing":
-            raise ModuleNotFoundError(f"No module named {spec.name!r} (kiln's drop-in mode, {ENV}=1, has no "
-                                      f"counterpart of it)", name=spec.name)
-        module = importlib.import_module(self.target)
+            raise _missing(spec.name)
+        try:
+            module = importlib.import_module(self.target)
+        except ModuleNotFoundError as error:
+            if error.name == self.target or self.target.startswith(f"{error.name}."):
+                raise _missing(spec.name) from None  # the user asked for triton.X: name that, not kiln's module
+            raise
         self.spec = module.__spec__  # the import system sets __spec__ to triton's: kept as kiln's below
         return module
 
     def exec_module(self, module):
         module.__spec__ = self.spec  # the kiln module itself ran when it was imported
+
+
+def _missing(name: str) -> ModuleNotFoundError:
+    return ModuleNotFoundError(f"No module named {name!r} (kiln's drop-in mode, {ENV}=1, has no counterpart of it)",
+                               name=name)
 
 
 class _ThenAdjust(importlib.abc.Loader):

@@ -11,7 +11,71 @@ from dataclasses import dataclass
 
 from kiln.jit import JITFunction as _KilnJITFunction
 from kiln.jit import ConstexprFunction, KernelInterface, constexpr_function  # noqa: F401  (triton.runtime.jit has them)
-from kiln.tensor_wrapper import TensorWrapper, reinterpret  # noqa: F401
+from kiln.tensor_wrapper import MockTensor, TensorWrapper, reinterpret  # noqa: F401
+
+TRITON_MODULE = "triton.language"
+
+
+def _canonical_names() -> dict:
+    """Every spelling of a scalar type a signature or a test may use -> Triton's short name
+    (`float32` and `float` -> `fp32`, `int` -> `i32`, every bool -> `u1`, torch's fp8 names ->
+    Triton's); each short name maps to itself."""
+    names = {"void": "void", "bool": "u1", "int1": "u1", "uint1": "u1", "i1": "u1", "int": "i32",
+             "half": "fp16", "float": "fp32", "double": "fp64", "bfloat16": "bf16"}
+    names.update({f"int{b}": f"i{b}" for b in (8, 16, 32, 64)})
+    names.update({f"uint{b}": f"u{b}" for b in (8, 16, 32, 64)})
+    names.update({f"float{b}": f"fp{b}" for b in (16, 32, 64)})
+    for fp8 in ("e4nv", "e5", "e4b15", "e4b8", "e5b16"):
+        names[f"float8{fp8}"] = f"fp8{fp8}"
+    names.update({"float8_e4m3fn": "fp8e4nv", "float8_e5m2": "fp8e5", "float8_e4m3fnuz": "fp8e4b8",
+                  "float8_e5m2fnuz": "fp8e5b16"})
+    names.update({short: short for short in list(names.values())})
+    return names
+
+
+type_canonicalisation_dict = _canonical_names()
+
+
+def canonicalize_dtype(dtype) -> str:
+    """Triton's short name of a dtype (a kiln/Triton dtype, a torch dtype or a name)."""
+    name = str(dtype).split(".")[-1]
+    if name not in type_canonicalisation_dict:
+        raise ValueError(f"{dtype!r} names no scalar type a kernel takes "
+                         f"(known: {', '.join(sorted(type_canonicalisation_dict))})")
+    return type_canonicalisation_dict[name]
+
+
+def mangle_type(arg, specialize: bool = False) -> str:
+    """The signature string of one argument as Triton writes it: `*fp32` for a tensor of
+    float32, `i32`/`i64`/`u64` for an int by its range, `fp32` for a float, `u1` for a bool,
+    `constexpr` for None; `specialize` adds nothing kiln needs (hints are kept apart)."""
+    if arg is None:
+        return "constexpr"
+    if isinstance(arg, bool):
+        return "u1"
+    if isinstance(arg, int):
+        if -2**31 <= arg < 2**31:
+            return "i32"
+        return "i64" if -2**63 <= arg < 2**63 else "u64"
+    if isinstance(arg, float):
+        return "fp32"
+    if hasattr(arg, "data_ptr") and hasattr(arg, "dtype"):
+        return "*" + canonicalize_dtype(arg.dtype)
+    if hasattr(arg, "dtype"):
+        return canonicalize_dtype(arg.dtype)
+    raise TypeError(f"a kernel argument cannot be a {type(arg).__name__} ({arg!r:.60})")
+
+
+def get_jit_fn_file_line(fn) -> tuple[str, int]:
+    """The file of a kernel (or an autotuner or heuristics around one) and the line of its `def`."""
+    while not hasattr(fn, "src"):
+        if not hasattr(fn, "fn"):
+            raise TypeError(f"{fn!r:.60} is no @jit function nor a wrapper of one")
+        fn = fn.fn
+    import inspect
+    lines, first = inspect.getsourcelines(fn.fn)
+    offset = next((i for i, line in enumerate(lines) if line.lstrip().startswith("def ")), 0)
+    return fn.fn.__code__.co_filename, first + offset
 
 
 @dataclass(frozen=True)

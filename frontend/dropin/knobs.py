@@ -1,65 +1,334 @@
-"""`triton.knobs`: the settings Triton groups by area, those that mean something for kiln.
+"""`triton.knobs`: Triton 3.6's settings, grouped by area, with its semantics.
 
-`runtime.launch_enter_hook`/`launch_exit_hook` are called around every launch of a kernel compiled
-by `triton.compile` (with its launch metadata); `cache.dir` is kiln's node cache;
-`nvidia.libdevice_path` the libdevice kiln links; and `nvidia.ptxas` the assembler kiln uses, which is
-nvJitLink in-process (its `version` is nvJitLink's, "13.0"; there is no ptxas program, so `path` is None). Setting a knob kiln has no use for is an error
+A knob is a class-level descriptor bound to an environment variable: reading it gives the value
+set in Python, else the variable's, else a default; setting it also sets the variable (unless
+`propagate_env` is False), so kiln's own readers and child processes see it; setting it to
+`knobs.env` (or deleting it) goes back to the variable. Each group is a `base_knobs`: `knobs`
+(name -> value), `knob_descriptors`, `copy()`, `reset()`, and `scope()`, a context in which
+changes to the group and to its variables are undone on exit.
+
+What the knobs mean for kiln: `runtime.interpret` is TRITON_INTERPRET (the interpreter);
+`runtime.launch_enter_hook`/`launch_exit_hook` (a `HookChain`, or a callable set in its place)
+are called around every launch of a kernel compiled by `triton.compile`; `autotuning.print`
+prints each autotuning's choice and `autotuning.cache` shares it (kiln.tuning_results);
+`compilation.allow_non_constexpr_globals` lets kernels read plain globals; `cache.dir` is kiln's
+node cache unless set (`triton.runtime.cache`'s file managers use it); `nvidia.libdevice_path`
+the libdevice kiln links; `nvidia.ptxas` the assembler kiln uses, which is nvJitLink in-process
+(its `version` is nvJitLink's; there is no ptxas program, so `path` is None). The other knobs are
+kept and read back as Triton's are. Setting a name that is no knob of a group is an error
 rather than silently ignored.
 """
 from __future__ import annotations
 
+import importlib
 import os
+from contextlib import contextmanager
+
+_TRUE = ("1", "true", "yes", "on", "y")
+_FALSE = ("0", "false", "no", "off", "n", "")
 
 
-class _Knobs:
-    _names: tuple = ()
+class Env:
+    """The value that sends a knob back to its environment variable (`knobs.runtime.debug = knobs.env`)."""
+
+
+env = Env()
+propagate_env = True  # setting a knob also sets its environment variable
+
+
+def _environ_value(value):
+    """A Python value as its environment variable's text; None for a value with no text form."""
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, int):
+        return str(value)
+    return _NO_TEXT
+
+
+_NO_TEXT = object()
+_UNSET = object()
+
+
+class env_base:
+    """A knob read from environment variable `key` unless set in Python."""
+
+    def __init__(self, key: str):
+        self.key = key
+
+    def __set_name__(self, owner, name):
+        self.name = name
+
+    def __get__(self, obj, owner=None):
+        if obj is None:
+            return self
+        value = obj.__dict__.get(self.name, _UNSET)
+        return self.get() if value is _UNSET else self.transform(value)
+
+    def __set__(self, obj, value):
+        if isinstance(value, Env):
+            obj.__dict__.pop(self.name, None)
+            return
+        obj.__dict__[self.name] = value
+        text = _environ_value(value)
+        if propagate_env and text is not _NO_TEXT:
+            if text is None:
+                os.environ.pop(self.key, None)
+            else:
+                os.environ[self.key] = text
+
+    def __delete__(self, obj):
+        obj.__dict__.pop(self.name, None)
+
+    def get(self):
+        raise NotImplementedError
+
+    def transform(self, value):
+        return value
+
+
+class env_str(env_base):
+    def __init__(self, key: str, default: str):
+        super().__init__(key)
+        self.default = default
+
+    def get(self):
+        return os.environ.get(self.key, self.default)
+
+
+class env_str_callable_default(env_base):
+    def __init__(self, key: str, default_factory):
+        super().__init__(key)
+        self.default_factory = default_factory
+
+    def get(self):
+        value = os.environ.get(self.key)
+        return self.default_factory() if value is None else value
+
+
+class env_opt_str(env_base):
+    def get(self):
+        return os.environ.get(self.key)
+
+
+def _parse_bool(key: str, text: str | None, default):
+    if text is None:
+        return default
+    lowered = text.strip().lower()
+    if lowered in _TRUE:
+        return True
+    if lowered in _FALSE:
+        return False
+    raise RuntimeError(f"{key}={text!r}: expected a boolean (1/0, true/false, yes/no, on/off)")
+
+
+class env_bool(env_base):
+    def __init__(self, key: str, default: bool = False):
+        super().__init__(key)
+        self.default = default
+
+    def get(self):
+        return _parse_bool(self.key, os.environ.get(self.key), self.default)
+
+
+class env_opt_bool(env_base):
+    def get(self):
+        return _parse_bool(self.key, os.environ.get(self.key), None)
+
+
+class env_int(env_base):
+    def __init__(self, key: str, default: int = 0):
+        super().__init__(key)
+        self.default = default
+
+    def get(self):
+        text = os.environ.get(self.key)
+        if text is None:
+            return self.default
+        try:
+            return int(text)
+        except ValueError:
+            raise RuntimeError(f"{self.key}={text!r}: expected an int") from None
+
+
+class env_class(env_base):
+    """A class named `module:Class` in the variable, which must derive from a class named `type`."""
+
+    def __init__(self, key: str, type: str):
+        super().__init__(key)
+        self.type = type
+
+    def get(self):
+        text = os.environ.get(self.key)
+        if text is None:
+            return None
+        module, _, name = text.partition(":")
+        if not module or not name:
+            raise RuntimeError(f"{self.key}={text!r}: expected MODULE:CLASS")
+        cls = getattr(importlib.import_module(module), name)
+        if not any(base.__name__ == self.type for base in cls.mro()):
+            raise RuntimeError(f"{self.key}={text!r}: {name} is not a {self.type}")
+        return cls
+
+
+class HookChain:
+    """Hooks called in order (or in reverse, for the exit hooks): `add`, `remove`, and a call
+    calls each. It is false while it holds none, so a launcher can skip building the metadata."""
+
+    def __init__(self, reversed: bool = False):
+        self.calls: list = []
+        self.reversed = reversed
+
+    def add(self, func) -> None:
+        if not callable(func):
+            raise TypeError(f"a hook is a callable, not a {type(func).__name__}")
+        if func not in self.calls:
+            self.calls.append(func)
+
+    def remove(self, func) -> None:
+        if func in self.calls:
+            self.calls.remove(func)
+
+    def __call__(self, *args, **kwargs):
+        for call in (self.calls[::-1] if self.reversed else self.calls):
+            call(*args, **kwargs)
+
+    def __bool__(self):
+        return bool(self.calls)
+
+
+class base_knobs:
+    """A group of knobs (Triton's class of the same name)."""
+
+    _plain: tuple = ()  # the group's settings that are not environment-backed knobs
 
     def __setattr__(self, name, value):
-        if name not in self._names:
-            raise AttributeError(f"kiln has no knob {type(self).__name__.strip('_').lower()}.{name} "
-                                 f"(it has: {', '.join(self._names)})")
+        if name not in self.knob_descriptors and name not in self._plain:
+            group = type(self).__name__.removesuffix("_knobs")
+            raise AttributeError(f"kiln has no knob {group}.{name} (it has: "
+                                 f"{', '.join(sorted([*self.knob_descriptors, *self._plain]))})")
         object.__setattr__(self, name, value)
 
-
-class _Runtime(_Knobs):
-    _names = ("launch_enter_hook", "launch_exit_hook", "jit_post_compile_hook", "jit_cache_hook", "interpret",
-              "debug")
-
-    def __init__(self):
-        for name in self._names:
-            object.__setattr__(self, name, None)
-
-
-class _Cache(_Knobs):
-    """`dir` is kiln's node cache; the others serve `triton.runtime.cache`'s file managers
-    (kiln.dropin.file_cache): set here, else Triton's environment variables say."""
-    _names = ("dir", "dump_dir", "override_dir", "manager_class")
-
-    def __init__(self):
-        object.__setattr__(self, "manager_class", None)  # None: TRITON_CACHE_MANAGER, else Triton's default
-        object.__setattr__(self, "_set", {})
+    @property
+    def knob_descriptors(self) -> dict:
+        return {name: value for cls in reversed(type(self).__mro__) for name, value in vars(cls).items()
+                if isinstance(value, env_base)}
 
     @property
-    def dir(self) -> str:
+    def knobs(self) -> dict:
+        return {name: getattr(self, name) for name in self.knob_descriptors}
+
+    def copy(self):
+        clone = type(self)()
+        clone.__dict__.update(self.__dict__)
+        return clone
+
+    def reset(self):
+        for name in self.knob_descriptors:
+            delattr(self, name)
+        return self
+
+    @contextmanager
+    def scope(self):
+        saved_env = {knob.key: os.environ.get(knob.key) for knob in self.knob_descriptors.values()}
+        saved = dict(self.__dict__)
+        try:
+            yield
+        finally:
+            self.__dict__.clear()
+            self.__dict__.update(saved)
+            for key, value in saved_env.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
+
+
+class _KilnCacheDir(env_base):
+    """`cache.dir`: kiln's node cache whatever TRITON_CACHE_DIR says (Inductor sets that variable
+    for the cubins it reads in Triton's layout, kiln.dropin.triton_files); set in Python, the value set."""
+
+    def get(self):
         from kiln.cache.env import cache_dir
         return str(cache_dir())
 
+
+class build_knobs(base_knobs):
+    cc = env_opt_str("CC")
+    cudacrt_path = env_opt_str("TRITON_CUDACRT_PATH")
+    cudart_path = env_opt_str("TRITON_CUDART_PATH")
+    impl = None
+    _plain = ("impl",)
+
     @property
-    def dump_dir(self) -> str:
-        return self._set.get("dump_dir") or os.environ.get("TRITON_DUMP_DIR") or os.path.join(self.dir, "dump")
+    def backend_dirs(self) -> set:
+        return {path for path in (self.cudacrt_path, self.cudart_path) if path is not None}
 
-    @dump_dir.setter
-    def dump_dir(self, value):
-        self._set["dump_dir"] = value
 
-    @property
-    def override_dir(self) -> str:
-        return (self._set.get("override_dir") or os.environ.get("TRITON_OVERRIDE_DIR")
-                or os.path.join(self.dir, "override"))
+class redis_knobs(base_knobs):
+    key_format = env_str("TRITON_REDIS_KEY_FORMAT", "triton:{key}:{filename}")
+    host = env_str("TRITON_REDIS_HOST", "localhost")
+    port = env_int("TRITON_REDIS_PORT", 6379)
 
-    @override_dir.setter
-    def override_dir(self, value):
-        self._set["override_dir"] = value
+
+class cache_knobs(base_knobs):
+    """`dir` is kiln's node cache unless set here; `dump_dir` and `override_dir` lie under it
+    unless TRITON_DUMP_DIR / TRITON_OVERRIDE_DIR say otherwise. `manager_class`: None means
+    TRITON_CACHE_MANAGER, else Triton's file manager (kiln.dropin.file_cache decides)."""
+    home_dir = env_str("TRITON_HOME", os.path.expanduser("~/"))
+    dir = _KilnCacheDir("TRITON_CACHE_DIR")
+    dump_dir = env_str_callable_default("TRITON_DUMP_DIR", lambda: os.path.join(cache.dir, "dump"))
+    override_dir = env_str_callable_default("TRITON_OVERRIDE_DIR", lambda: os.path.join(cache.dir, "override"))
+    remote_manager_class = env_class("TRITON_REMOTE_CACHE_BACKEND", "RemoteCacheBackend")
+    manager_class = None
+    _plain = ("manager_class",)
+
+    def get_triton_dir(self, dirname: str) -> str:
+        return os.path.join(self.home_dir, ".triton", dirname)
+
+
+class compilation_knobs(base_knobs):
+    override = env_bool("TRITON_KERNEL_OVERRIDE")
+    dump_ir = env_bool("TRITON_KERNEL_DUMP")
+    dump_ir_extract_di_local_variables = env_bool("LLVM_EXTRACT_DI_LOCAL_VARIABLES")
+    store_binary_only = env_bool("TRITON_STORE_BINARY_ONLY")
+    always_compile = env_bool("TRITON_ALWAYS_COMPILE")
+    use_ir_loc = env_opt_str("USE_IR_LOC")
+    enable_asan = env_bool("TRITON_ENABLE_ASAN")
+    disable_line_info = env_bool("TRITON_DISABLE_LINE_INFO")
+    front_end_debugging = env_bool("TRITON_FRONT_END_DEBUGGING")
+    allow_non_constexpr_globals = env_bool("TRITON_ALLOW_NON_CONSTEXPR_GLOBALS")
+    instrumentation_mode = os.environ.get("TRITON_INSTRUMENTATION_MODE", "")
+    listener = None
+    _plain = ("instrumentation_mode", "listener")
+
+
+class autotuning_knobs(base_knobs):
+    """`cache`: share each autotuning's choice (as `@autotune(cache_results=True)`); `print`: print
+    the config chosen, with the key and the time the tuning took, as Triton does."""
+    cache = env_bool("TRITON_CACHE_AUTOTUNING")
+    print = env_bool("TRITON_PRINT_AUTOTUNING")
+
+
+class runtime_knobs(base_knobs):
+    interpret = env_bool("TRITON_INTERPRET")
+    debug = env_bool("TRITON_DEBUG")
+    override_arch = env_opt_str("TRITON_OVERRIDE_ARCH")
+    launch_enter_hook = HookChain()
+    launch_exit_hook = HookChain(reversed=True)
+    kernel_load_start_hook = HookChain()
+    kernel_load_end_hook = HookChain(reversed=True)
+    jit_cache_hook = None
+    jit_post_compile_hook = None
+    add_stages_inspection_hook = None
+    _plain = ("launch_enter_hook", "launch_exit_hook", "kernel_load_start_hook", "kernel_load_end_hook",
+              "jit_cache_hook", "jit_post_compile_hook", "add_stages_inspection_hook")
+
+
+class language_knobs(base_knobs):
+    fp32_default = env_opt_str("TRITON_F32_DEFAULT")
+    default_fp_fusion = env_bool("TRITON_DEFAULT_FP_FUSION", True)
 
 
 class _Assembler:
@@ -73,19 +342,64 @@ class _Assembler:
         return f"{major}.{minor}"
 
 
-class _Nvidia(_Knobs):
-    _names = ("libdevice_path",)
+def _libdevice() -> str | None:
+    try:
+        from cuda import pathfinder
+        return str(pathfinder.find_bitcode_lib("device"))
+    except Exception:  # noqa: BLE001  (no CUDA libdevice here: Inductor then skips what needs it)
+        return None
+
+
+class _OptionalDefault(env_base):
+    def __init__(self, key: str, default_factory):
+        super().__init__(key)
+        self.default_factory = default_factory
+
+    def get(self):
+        return os.environ.get(self.key) or self.default_factory()
+
+
+class nvidia_knobs(base_knobs):
     ptxas = _Assembler()
+    dump_nvptx = env_bool("NVPTX_ENABLE_DUMP")
+    disable_ptxas_opt = env_bool("DISABLE_PTXAS_OPT")
+    ptxas_options = env_opt_str("PTXAS_OPTIONS")
+    mock_ptx_version = env_opt_str("TRITON_MOCK_PTX_VERSION")
+    dump_ptxas_log = env_bool("TRITON_DUMP_PTXAS_LOG")
+    libdevice_path = _OptionalDefault("TRITON_LIBDEVICE_PATH", _libdevice)
+    libcuda_path = env_opt_str("TRITON_LIBCUDA_PATH")
 
-    @property
-    def libdevice_path(self):
-        try:
-            from cuda import pathfinder
-            return str(pathfinder.find_bitcode_lib("device"))
-        except Exception:  # noqa: BLE001  (no CUDA libdevice here: Inductor then skips what needs it)
-            return None
+
+class amd_knobs(base_knobs):
+    use_buffer_ops = env_bool("AMDGCN_USE_BUFFER_OPS", True)
+    use_buffer_atomics = env_bool("AMDGCN_USE_BUFFER_ATOMICS", True)
+    buffer_ops_analyze_small_tensor_range = env_bool("AMDGCN_ANALYZE_SMALL_TENSOR_RANGE", False)
+    dump_amdgcn = env_bool("AMDGCN_ENABLE_DUMP")
+    libhip_path = env_opt_str("TRITON_LIBHIP_PATH")
+    use_block_pingpong = env_opt_bool("TRITON_HIP_USE_BLOCK_PINGPONG")
+    use_in_thread_transpose = env_opt_bool("TRITON_HIP_USE_IN_THREAD_TRANSPOSE")
+    use_async_copy = env_bool("TRITON_HIP_USE_ASYNC_COPY")
+    scalarize_packed_fops = env_bool("AMDGCN_SCALARIZE_PACKED_FOPS")
 
 
-runtime = _Runtime()
-cache = _Cache()
-nvidia = _Nvidia()
+class proton_knobs(base_knobs):
+    disable = env_bool("TRITON_PROTON_DISABLE", False)
+    cupti_lib_dir = env_opt_str("TRITON_CUPTI_LIB_PATH")
+    enable_nvtx = env_bool("TRITON_ENABLE_NVTX", True)
+
+
+build = build_knobs()
+redis = redis_knobs()
+cache = cache_knobs()
+compilation = compilation_knobs()
+autotuning = autotuning_knobs()
+runtime = runtime_knobs()
+language = language_knobs()
+nvidia = nvidia_knobs()
+amd = amd_knobs()
+proton = proton_knobs()
+
+
+def refresh_knobs() -> None:
+    """Read again the knobs Triton reads once (kiln reads every knob when it is used)."""
+    compilation.instrumentation_mode = os.environ.get("TRITON_INSTRUMENTATION_MODE", "")
