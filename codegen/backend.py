@@ -58,13 +58,33 @@ def _libdevice_bytes() -> bytes:
         return f.read()
 
 
+@functools.lru_cache(maxsize=256)
+def _libdevice_subset(names: frozenset[str], target: Target) -> bytes:
+    """The bitcode of libdevice's functions `names` and of what they use, nothing else. Linking
+    all of libdevice (575 functions) and letting O3 drop the rest cost a pointwise kernel that
+    calls erf and tanh 130 of its 250 ms; a process (a daemon worker) meets the same few sets again."""
+    lib = llvm.parse_bitcode(_libdevice_bytes())
+    for f in lib.functions:
+        if not f.is_declaration and f.name not in names:
+            f.linkage = llvm.Linkage.internal
+    for g in lib.global_variables:
+        if not g.is_declaration:
+            g.linkage = llvm.Linkage.internal
+    pb = llvm.create_pass_builder(_target_machine(target), llvm.create_pipeline_tuning_options())
+    pm = llvm.create_new_module_pass_manager()
+    pm.add_global_dead_code_eliminate_pass()
+    pm.run(lib, pb)
+    return lib.as_bitcode()
+
+
 def optimize(llir: str, target: Target, kernel_name: str) -> llvm.ModuleRef:
-    """Parse `llir`, link libdevice if any `__nv_` function is called, internalize, run O3."""
+    """Parse `llir`, link the libdevice functions it calls (`__nv_*`), internalize, run O3."""
     _init_llvm()
     mod = llvm.parse_assembly(llir)
     mod.verify()
-    if any(f.is_declaration and f.name.startswith("__nv_") for f in mod.functions):
-        lib = llvm.parse_bitcode(_libdevice_bytes())
+    called = frozenset(f.name for f in mod.functions if f.is_declaration and f.name.startswith("__nv_"))
+    if called:
+        lib = llvm.parse_bitcode(_libdevice_subset(called, target))
         lib.triple, lib.data_layout = mod.triple, mod.data_layout
         mod.link_in(lib)
         # Everything but the kernel becomes internal so O3 drops the unused libdevice.

@@ -216,13 +216,12 @@ def _from_shared(name: str, target: str, options: dict, key: str) -> Binary | No
 
 
 def _from_daemon(fn, target, options, key) -> Binary | None:
-    import grpc
-
-    from kiln.proto.messages import metadata_from_proto
-
     address = launch.configured_address()
     if address is None or time.monotonic() < _state.down_until.get(address, 0.0):
         return None
+    import grpc  # not before: 60 ms of a cold process that compiles on its own (KILN_DAEMON=off)
+
+    from kiln.proto.messages import metadata_from_proto
     try:
         if address == launch.default_address():
             launch.ensure_daemon()

@@ -26,14 +26,15 @@ class IRParseError(ValueError):
 class _Parser:
     def __init__(self, text: str):
         self.tokens = []
-        pos = 0
+        pos, line, counted = 0, 1, 0  # newlines counted up to `counted` (from the start each time: quadratic)
         while pos < len(text):
+            line += text.count("\n", counted, pos)
+            counted = pos
             m = _TOKEN.match(text, pos)
             if not m:
-                line = text.count("\n", 0, pos) + 1
                 raise IRParseError(f"line {line}: unexpected character {text[pos]!r}")
             if m.lastgroup != "ws":
-                self.tokens.append((m.lastgroup, m.group(), text.count("\n", 0, pos) + 1))
+                self.tokens.append((m.lastgroup, m.group(), line))
             pos = m.end()
         self.i = 0
         self.values: dict[str, object] = {}
