@@ -91,13 +91,14 @@ def _gc_paused():
             gc.enable()
 
 
-def lower_to_llvm(fn, tgt, opts: dict, check: bool = False, portable: bool = False):
-    """Passes and lowering: (optimized block IR text, LLVM IR text, arg layout, shared bytes)."""
+def lower_to_llvm(fn, tgt, opts: dict, check: bool = False, portable: bool = False, counts: dict | None = None):
+    """Passes and lowering: (optimized block IR text, LLVM IR text, arg layout, shared bytes).
+    `counts["pass_runs"]` (when given) is raised by each run of the pass list."""
     with _gc_paused():
-        return _lower_to_llvm(fn, tgt, opts, check, portable)
+        return _lower_to_llvm(fn, tgt, opts, check, portable, counts if counts is not None else {})
 
 
-def _lower_to_llvm(fn, tgt, opts: dict, check: bool, portable: bool):
+def _lower_to_llvm(fn, tgt, opts: dict, check: bool, portable: bool, counts: dict):
     verify(fn)
     text = print_function(fn)
     limit = occupancy.max_shared_per_cta(tgt.capability)
@@ -108,6 +109,7 @@ def _lower_to_llvm(fn, tgt, opts: dict, check: bool, portable: bool):
                           fp_fusion=bool(opts.get("enable_fp_fusion", 1)), portable=portable, shared_reserve=reserve,
                           tile_overlap=overlap)
         run_passes(work, ctx, check=check)
+        counts["pass_runs"] = counts.get("pass_runs", 0) + 1
         try:
             llir, arg_layout, shared = lower_function(work, ctx)
         except LoweringError as e:
@@ -155,14 +157,14 @@ def _caps(fn, tgt, n_regs: int, threads: int, shared: int) -> list[int]:
     return occupancy.tighter_caps(n_regs, threads, shared, tgt.capability)
 
 
-def _occupancy_link(ptx: str, tgt, caps: list[int]):
-    """(ptx, cubin, regs, spills) relinked under the fewest-register cap of `caps` that
-    neither spills nor serializes wgmmas, or None when none does."""
+def _occupancy_link(ptx: str, caps: list[int], link_cubin):
+    """(ptx, cubin, regs, spills) relinked (`link_cubin(ptx)`) under the fewest-register cap of
+    `caps` that neither spills nor serializes wgmmas, or None when none does."""
 
     def link(cap):
         capped = occupancy.with_register_cap(ptx, cap)
         try:
-            cubin, info = nvjitlink.link_cubin(capped, tgt)
+            cubin, info = link_cubin(capped)
         except nvjitlink.PTXAssembleError:  # too few registers for one instruction (a wide wgmma)
             return None, True
         regs, spills = nvjitlink.resource_usage(info)
@@ -175,39 +177,48 @@ def compile(fn, target: str = "sm_90a", options: dict | None = None, check: bool
     """Compile block IR `fn` for `target`; `fn` itself is not modified.
 
     `check=True` verifies the IR after every rewriting pass (tests); `link=False` stops at
-    PTX (no cubin, no register counts)."""
+    PTX (no cubin, no register counts). `metadata["pass_runs"]` and `["links"]` count the runs
+    of the pass list and of nvJitLink that the compile took, retries included."""
+    return _compile(fn, target, options, check, link, {"pass_runs": 0, "links": 0})
+
+
+def _compile(fn, target: str, options: dict | None, check: bool, link: bool, counts: dict) -> CompiledKernel:
     tgt = parse_target(target)
     opts = _options(options)
-    kir, llir, arg_layout, shared = lower_to_llvm(fn, tgt, opts, check=check)
+    kir, llir, arg_layout, shared = lower_to_llvm(fn, tgt, opts, check=check, counts=counts)
     if any("global_scratch" in a for a in arg_layout):  # tensormap.replace came with PTX ISA 8.3
         tgt = dataclasses.replace(tgt, ptx_version=max(tgt.ptx_version, 83))
     mod = backend.optimize(llir, tgt, fn.name)
     ptx = backend.emit_ptx(mod, tgt)
     cubin, n_regs, n_spills = b"", 0, 0
+
+    def link_cubin(text: str):
+        counts["links"] += 1
+        return nvjitlink.link_cubin(text, tgt)
     if link:
-        cubin, info = nvjitlink.link_cubin(ptx, tgt)
+        cubin, info = link_cubin(ptx)
         if nvjitlink.wgmma_serialized(info) and _persistent(arg_layout):
             # ptxas serialized the wgmmas of the persistent form (seen with an fp16 result
             # stored to a bf16 tensor: 0.8x); the tile kernel as written keeps them async
-            return compile(_without_persistence(fn), target, options, check, link)
+            return _compile(_without_persistence(fn), target, options, check, link, counts)
         n_regs, n_spills = nvjitlink.resource_usage(info)
         threads = 32 * opts["num_warps"]
         if "maxnreg" not in opts and not n_spills:
             caps = _caps(fn, tgt, n_regs, threads, shared)
-            capped = _occupancy_link(ptx, tgt, caps)
+            capped = _occupancy_link(ptx, caps, link_cubin)
             if capped is not None:
                 ptx, cubin, n_regs, n_spills = capped
             elif caps and _persistent(arg_layout):
                 # no cap fits another CTA without spilling: the tile loop of the persistent
                 # form keeps registers live that the tile kernel as written may not need
-                plain = compile(_without_persistence(fn), target, options, check, link)
+                plain = _compile(_without_persistence(fn), target, options, check, link, counts)
                 if occupancy.ctas_per_sm(plain.n_regs, threads, plain.metadata["shared"], tgt.capability) > \
                         occupancy.ctas_per_sm(n_regs, threads, shared, tgt.capability):
                     return plain
     metadata = {
         "name": fn.name, "target": tgt.name, "num_warps": opts["num_warps"], "num_stages": opts["num_stages"],
         "threads": 32 * opts["num_warps"], "shared": shared, "n_regs": n_regs, "n_spills": n_spills,
-        "args": arg_layout, "ptx_version": tgt.ptx_version,
+        "args": arg_layout, "ptx_version": tgt.ptx_version, **counts,
     }
     # `llir` is the optimized module (as Triton's asm["llir"]); lower_to_llvm gives the raw one
     return CompiledKernel(fn.name, tgt.name, kir, str(mod), ptx, cubin, metadata)

@@ -58,6 +58,7 @@ def test_memory_bound_kernel_is_capped_for_occupancy():
     after = occupancy.ctas_per_sm(auto.n_regs, 128, auto.shared, 90)
     assert before < 16 and ".maxnreg" in auto.ptx  # ptxas takes more than 32 registers when free
     assert after > before and auto.n_spills == 0
+    assert free.metadata["links"] == 1 and auto.metadata["links"] >= 2  # the first link, then the capped one(s)
 
 
 def test_a_tensor_core_kernel_is_capped_only_to_give_a_lone_cta_a_second():
@@ -72,22 +73,20 @@ def test_dot_kernel_with_company_keeps_the_assemblers_choice():
     assert occupancy.ctas_per_sm(k.n_regs, 128, k.shared, 90) > 1 and ".maxnreg" not in k.ptx
 
 
-def test_a_cap_ptxas_refuses_counts_as_one_that_spills(monkeypatch):
+def test_a_cap_ptxas_refuses_counts_as_one_that_spills():
     """ptxas refuses (C7602) a cap below what one instruction needs (a wide wgmma's
     accumulator): the search then moves up to a cap it takes."""
     from kiln.codegen import compiler, nvjitlink
-    from kiln.codegen.target import parse_target
     tried = []
 
-    def link_cubin(ptx, tgt):
+    def link_cubin(ptx):
         cap = int(ptx.split(".maxnreg ")[1].split()[0])
         tried.append(cap)
         if cap < 64:
             raise nvjitlink.PTXAssembleError("ptxas fatal   : (C7602) Insufficient registers")
         return b"cubin", f"info    : used {cap} registers, used 1 barriers, 0 stack, 0 bytes smem, 0 bytes lmem\n"
-    monkeypatch.setattr(nvjitlink, "link_cubin", link_cubin)
     ptx = ".visible .entry k(\n)\n.maxntid 128, 1, 1\n{\nret;\n}\n"
-    got = compiler._occupancy_link(ptx, parse_target("sm_90a"), occupancy.tighter_caps(200, 128, 0, 90))
+    got = compiler._occupancy_link(ptx, occupancy.tighter_caps(200, 128, 0, 90), link_cubin)
     assert got is not None and got[2] == 64 and ".maxnreg 64" in got[0]
     assert min(tried) < 64
 
@@ -130,3 +129,9 @@ def test_the_cap_is_the_same_in_a_worker_process_as_here():
         pool.close()
     assert there["metadata"]["n_regs"] == here.n_regs and there["metadata"]["n_spills"] == here.n_spills
     assert there["cubin"] == here.cubin
+
+
+def test_the_metadata_counts_the_pass_runs_and_links_a_compile_took():
+    plain = compile(kernel("dot_f16"), "sm_90a", {"num_warps": 4})
+    assert plain.metadata["pass_runs"] == 1 and plain.metadata["links"] == 1
+    assert compile(kernel("dot_f16"), "sm_90a", {"num_warps": 4}, link=False).metadata["links"] == 0
