@@ -45,9 +45,15 @@ def _along(axis: int, index) -> tuple:
     return (slice(None),) * axis + (index,)
 
 
+def _axis(op, values) -> int:
+    """The op's axis in the arrays: past the lanes of an enclosing combine region, if any."""
+    values[:] = np.broadcast_arrays(*values)
+    return op.attrs["axis"] + values[0].ndim - len(op.operands[0].type.shape)
+
+
 def reduce(ctx, op, *operands):
-    axis, region = op.attrs["axis"], op.regions[0]
-    values = list(operands)
+    region, values = op.regions[0], list(operands)
+    axis = _axis(op, values)
     while values[0].shape[axis] > 1:
         n = values[0].shape[axis]
         even = [v[_along(axis, slice(0, n - n % 2, 2))] for v in values]
@@ -60,9 +66,10 @@ def reduce(ctx, op, *operands):
 
 
 def scan(ctx, op, *operands):
-    axis, region = op.attrs["axis"], op.regions[0]
+    region, values = op.regions[0], list(operands)
+    axis = _axis(op, values)
     reverse = bool(op.attrs.get("reverse", False))
-    values = [np.flip(v, axis) if reverse else v for v in operands]
+    values = [np.flip(v, axis) if reverse else v for v in values]
     n, shift = values[0].shape[axis], 1
     while shift < n:
         earlier = [v[_along(axis, slice(0, n - shift))] for v in values]

@@ -27,27 +27,38 @@ def num_programs(ctx, op):
     return np.array(ctx.grid[op.attrs["axis"]], np.int32)
 
 
+def _lanes(op, x, operand: int = 0) -> tuple:
+    """The leading dimensions of `x` beyond its type's: inside a combine region, the lanes that
+    one run of the region evaluates at once (empty elsewhere, or for a value the same in every lane)."""
+    return np.shape(x)[:np.ndim(x) - len(op.operands[operand].type.shape)]
+
+
 def splat(ctx, op, x):
-    return np.broadcast_to(x, op.results[0].type.shape)
+    shape, lanes = op.results[0].type.shape, _lanes(op, x)
+    return np.broadcast_to(np.reshape(x, lanes + (1,) * len(shape)), lanes + shape)
 
 
 def broadcast(ctx, op, x):
-    return np.broadcast_to(x, op.results[0].type.shape)
+    shape, lanes = op.results[0].type.shape, _lanes(op, x)
+    ones = (1,) * (len(shape) - len(op.operands[0].type.shape))  # a lower-rank operand's leading dims
+    return np.broadcast_to(np.reshape(x, lanes + ones + np.shape(x)[len(lanes):]), lanes + shape)
 
 
 def expand_dims(ctx, op, x):
-    return np.expand_dims(x, op.attrs["axis"])
+    return np.expand_dims(x, op.attrs["axis"] - len(op.results[0].type.shape))  # counted from the end: past any lanes
 
 
 def reshape(ctx, op, x):
-    return np.reshape(x, op.results[0].type.shape)  # row-major
+    return np.reshape(x, _lanes(op, x) + op.results[0].type.shape)  # row-major
 
 
 def permute(ctx, op, x):
-    return np.transpose(x, op.attrs["order"])
+    lanes = len(_lanes(op, x))
+    return np.transpose(x, tuple(range(lanes)) + tuple(lanes + d for d in op.attrs["order"]))
 
 
 def join(ctx, op, a, b):
+    a, b = np.broadcast_arrays(a, b)
     return np.stack([a, b], axis=-1)
 
 
@@ -56,7 +67,10 @@ def split(ctx, op, x):
 
 
 def cat(ctx, op, a, b):
-    return np.concatenate([a, b], axis=0)
+    rank = len(op.operands[0].type.shape)
+    lanes = np.broadcast_shapes(_lanes(op, a), _lanes(op, b, 1))
+    a, b = (np.broadcast_to(v, lanes + np.shape(v)[np.ndim(v) - rank:]) for v in (a, b))
+    return np.concatenate([a, b], axis=len(lanes))
 
 
 def cast(ctx, op, x):
