@@ -3,10 +3,12 @@ from __future__ import annotations
 
 import builtins
 import inspect
+import time
 
 from . import config as env
 from . import tuning_results
 from .errors import CompilationError, OutOfResources, user_facing
+from .dropin import knobs
 from .jit import KernelInterface
 
 # Builds in flight at once when an autotuner compiles its configs: each is one request to
@@ -146,6 +148,9 @@ class Autotuner(KernelInterface):
             raise ValueError(f"conflicting meta-parameters: {', '.join(sorted(conflicts))}; "
                              "they are given both at the launch and by the autotuner's configs")
         full = {**nargs, **config.all_kwargs()}
+        verbose = knobs.autotuning.print
+        if verbose:
+            print(f"Autotuning kernel {self.base_fn.__name__} with config {config}")
         saved = {name: _copy(nargs[name]) for name in self.restore_value if nargs.get(name) is not None}
 
         def launch():  # Triton's order: the config's hook, then reset/restore, the run, the post hook
@@ -169,6 +174,8 @@ class Autotuner(KernelInterface):
             return result[0] if isinstance(result, (list, tuple)) else result
         except Exception as e:
             if isinstance(e, (OutOfResources, CompilationError)):  # the config cannot run: never chosen
+                if verbose:
+                    print(f"Autotuning failed with {e}")
                 return float("inf")
             raise
         finally:
@@ -220,7 +227,12 @@ class Autotuner(KernelInterface):
                 if chosen is not None:
                     self.cache[key] = chosen
                 else:
+                    started = time.perf_counter()
                     self.cache[key] = self._tune(args, kwargs, grid, configs, nargs, shared)
+                    self.bench_time = time.perf_counter() - started
+                    if knobs.autotuning.print:  # Triton's words, printed when this process tuned
+                        print(f"Triton autotuning for function {self.base_fn.__name__},\nwith key as {key},\n"
+                              f"finished after {self.bench_time:.2f}s,\nbest config selected: {self.cache[key]};")
             config = self.cache[key]
         else:
             config = self.configs[0]

@@ -13,13 +13,14 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import os
 
 NAMESPACE = "kiln-autotune"
 
 
 def requested(cache_results: bool) -> bool:
-    return cache_results or os.environ.get("TRITON_CACHE_AUTOTUNING", "").strip().lower() in ("1", "true", "yes", "on")
+    """`cache_results=True`, or `triton.knobs.autotuning.cache` (TRITON_CACHE_AUTOTUNING=1)."""
+    from .dropin.knobs import autotuning
+    return bool(cache_results or autotuning.cache)
 
 
 def name(fn, key: tuple, configs: list) -> str | None:
