@@ -825,8 +825,35 @@ def _isinstance(gen, args, kwargs):
     return constexpr(isinstance(value if isinstance(value, tensor) else unwrap(value), classes))
 
 
+def _attribute_name(name, builtin: str) -> str:
+    name = unwrap(name)
+    if not isinstance(name, str):
+        raise TypeError(f"{builtin}(): attribute name must be string, not {type(name).__name__}")
+    return name
+
+
+def _hasattr(gen, args, kwargs):
+    """hasattr() on a kernel value, as Triton allows it: a tensor's attributes are its type's
+    (`dtype`, `shape`, ...), a constexpr's those of its Python value."""
+    if len(args) != 2 or kwargs:
+        raise TypeError("hasattr expected 2 arguments")
+    value = args[0] if isinstance(args[0], tensor) else unwrap(args[0])
+    return constexpr(hasattr(value, _attribute_name(args[1], "hasattr")))
+
+
+def _getattr(gen, args, kwargs):
+    """getattr(value, name[, default]) on a kernel value (a tensor's own attributes, or a Python value's)."""
+    if len(args) not in (2, 3) or kwargs:
+        raise TypeError("getattr expected 2 or 3 arguments")
+    value = args[0] if isinstance(args[0], tensor) else unwrap(args[0])
+    name = _attribute_name(args[1], "getattr")
+    return wrap(getattr(value, name, args[2]) if len(args) == 3 else getattr(value, name))
+
+
 _STATIC_BUILTINS = {
     builtins.isinstance: _isinstance,
+    builtins.hasattr: _hasattr,
+    builtins.getattr: _getattr,
     builtins.min: _minmax(builtins.min, "min"),
     builtins.max: _minmax(builtins.max, "max"),
     builtins.print: _print,

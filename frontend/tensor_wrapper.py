@@ -17,6 +17,31 @@ class TensorWrapper:
         self.shape = tuple(base.shape)
         self.device = getattr(base, "device", "cpu")
 
+    @property
+    def data(self):
+        """The memory seen through the wrapper (torch's `.data` of the base; a NumPy base itself).
+        Setting it wraps the tensor given instead, as `t.data = view` does for a torch tensor."""
+        return self.base if isinstance(self.base, np.ndarray) else self.base.data
+
+    @data.setter
+    def data(self, value):
+        if not (isinstance(value, np.ndarray) or hasattr(value, "data_ptr")):
+            raise TypeError(f"a TensorWrapper's data is a tensor or an array, not a {type(value).__name__}")
+        self.base = value
+        self.shape = tuple(value.shape)
+        self.device = getattr(value, "device", "cpu")
+
+    def new_empty(self, sizes):
+        """An uninitialized tensor of `sizes` like the base (its torch dtype and device), seen as this dtype."""
+        if isinstance(self.base, np.ndarray):
+            return TensorWrapper(np.empty(sizes, self.base.dtype), self.dtype)
+        return TensorWrapper(self.base.new_empty(sizes), self.dtype)
+
+    def new_zeros(self, sizes):
+        if isinstance(self.base, np.ndarray):
+            return TensorWrapper(np.zeros(sizes, self.base.dtype), self.dtype)
+        return TensorWrapper(self.base.new_zeros(sizes), self.dtype)
+
     def data_ptr(self) -> int:
         return self.base.ctypes.data if isinstance(self.base, np.ndarray) else self.base.data_ptr()
 
@@ -56,6 +81,8 @@ class TensorWrapper:
 
     def __repr__(self):
         return f"TensorWrapper[{self.dtype}]({self.base!r})"
+
+    __str__ = __repr__
 
 
 def reinterpret(tensor, dtype: kiln_dtype):

@@ -19,7 +19,7 @@ from .semantic import unwrap
 class TensorDescriptor:
     def __init__(self, base: tensor, shape, strides, block_shape, padding, tensormap=None):
         self.base, self.shape, self.strides = base, list(shape), list(strides)
-        self.block_shape, self.padding = tuple(block_shape), padding
+        self._block_shape, self.padding = tuple(block_shape), padding
         self.tensormap = tensormap  # a host descriptor's TMA map (a kernel argument), else None
 
     @property
@@ -27,31 +27,36 @@ class TensorDescriptor:
         return self.base.dtype.element_ty
 
     @property
+    def block_shape(self) -> list:
+        """The block's shape as a list, as Triton's (`desc.block_shape == [M, N]` holds in a kernel)."""
+        return list(self._block_shape)
+
+    @property
     def block_type(self):
-        return block_type(self.dtype, self.block_shape)
+        return block_type(self.dtype, self._block_shape)
 
     def leaves(self) -> list[tensor]:
         return [self.base, *self.shape, *self.strides] + ([self.tensormap] if self.tensormap is not None else [])
 
     def rebuild(self, leaves) -> "TensorDescriptor":
-        n = len(self.block_shape)
+        n = len(self._block_shape)
         tensormap = leaves[1 + 2 * n] if len(leaves) > 1 + 2 * n else None
-        return TensorDescriptor(leaves[0], leaves[1:1 + n], leaves[1 + n:1 + 2 * n], self.block_shape, self.padding,
+        return TensorDescriptor(leaves[0], leaves[1:1 + n], leaves[1 + n:1 + 2 * n], self._block_shape, self.padding,
                                 tensormap)
 
     def signature(self):
-        return ("tensor_descriptor", self.block_shape, self.padding)
+        return ("tensor_descriptor", self._block_shape, self.padding)
 
     def _block(self, offsets) -> BlockPointer:
         offsets = unwrap(offsets)
-        if not isinstance(offsets, (list, tuple)) or len(offsets) != len(self.block_shape):
-            raise ValueError(f"a {len(self.block_shape)}-D tensor descriptor needs {len(self.block_shape)} offsets")
+        if not isinstance(offsets, (list, tuple)) or len(offsets) != len(self._block_shape):
+            raise ValueError(f"a {len(self._block_shape)}-D tensor descriptor needs {len(self._block_shape)} offsets")
         offsets = [semantic.cast(semantic.to_tensor(o), int32) for o in offsets]
-        order = tuple(range(len(self.block_shape) - 1, -1, -1))
-        return BlockPointer(self.base, self.shape, self.strides, offsets, self.block_shape, order)
+        order = tuple(range(len(self._block_shape) - 1, -1, -1))
+        return BlockPointer(self.base, self.shape, self.strides, offsets, self._block_shape, order)
 
     def _all_dims(self):
-        return tuple(range(len(self.block_shape)))
+        return tuple(range(len(self._block_shape)))
 
     @builtin
     def load(self, offsets):
@@ -102,13 +107,13 @@ class TensorDescriptor:
 
     def _rows(self, x_offsets, y_offset):
         """Pointers and in-bounds mask of the rows `x_offsets`, columns y_offset .. + block_shape[1]."""
-        if len(self.block_shape) != 2 or self.block_shape[0] != 1:
-            raise ValueError(f"gather/scatter need a 2-D descriptor with block_shape [1, N], not {list(self.block_shape)}")
+        if len(self._block_shape) != 2 or self._block_shape[0] != 1:
+            raise ValueError(f"gather/scatter need a 2-D descriptor with block_shape [1, N], not {list(self._block_shape)}")
         rows = semantic.to_tensor(x_offsets)
         if len(rows.type.shape) != 1 or not rows.dtype.is_int():
             raise ValueError("gather/scatter need a 1-D integer block of row offsets")
         rows = semantic.expand_dims(semantic.cast(rows, int64), 1)
-        cols = semantic.add(semantic.cast(semantic.arange(0, self.block_shape[1]), int64),
+        cols = semantic.add(semantic.cast(semantic.arange(0, self._block_shape[1]), int64),
                             semantic.cast(semantic.to_tensor(y_offset), int64))
         cols = semantic.expand_dims(cols, 0)
         inside = semantic.logical_and(_within(rows, self.shape[0]), _within(cols, self.shape[1]))
@@ -186,7 +191,7 @@ class DescriptorArgument:
 
     def __init__(self, elem, rank, block_shape, padding, shape_multiples_of_16=()):
         from kiln.ir.types import pointer_type, tensormap
-        self.block_shape, self.padding = tuple(block_shape), padding
+        self._block_shape, self.padding = tuple(block_shape), padding
         # what the host TensorDescriptor guarantees (it refuses anything else), as Triton's TMA
         # descriptors require: a 16-byte aligned base, every stride but the last a multiple of
         # 16 bytes, the last stride 1. Known at compile time, they make the block's rows
@@ -199,9 +204,9 @@ class DescriptorArgument:
                        + [(int64, {"divisibility": row_align})] * (rank - 1) + [(int64, {}), (tensormap, {})])
 
     def build(self, values) -> TensorDescriptor:
-        rank = len(self.block_shape)
+        rank = len(self._block_shape)
         strides = list(values[1 + rank:-2]) + [1]  # the last one is 1 (checked on the host)
-        desc = descriptor(values[0], values[1:1 + rank], strides, self.block_shape, self.padding)
+        desc = descriptor(values[0], values[1:1 + rank], strides, self._block_shape, self.padding)
         desc.tensormap = values[-1]
         return desc
 
