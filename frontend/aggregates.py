@@ -17,7 +17,7 @@ from kiln.language.tensor_descriptor import TensorDescriptor
 
 _STRUCTURED = (BlockPointer, TensorDescriptor)  # values with leaves(), signature() and rebuild()
 from kiln.ir.types import scalar_of
-from kiln.language.core import constexpr, tensor
+from kiln.language.core import constexpr, is_aggregate, tensor
 
 
 def is_carriable(value) -> bool:
@@ -26,6 +26,8 @@ def is_carriable(value) -> bool:
         return True
     if isinstance(value, (bool, numbers.Number, np.generic)):
         return True
+    if is_aggregate(value):
+        return all(is_carriable(getattr(value, n)) for n in type(value).__kiln_aggregate_fields__)
     return isinstance(value, tuple) and bool(value) and all(is_carriable(v) for v in value)
 
 
@@ -34,6 +36,13 @@ def flatten(value):
     value = value.value if isinstance(value, constexpr) else value
     if isinstance(value, _STRUCTURED):
         return value.leaves(), value.signature(), value.rebuild
+    if is_aggregate(value):  # a @tl.core._aggregate instance: its fields, in their order
+        names = type(value).__kiln_aggregate_fields__
+        leaves, signature, rebuild_fields = flatten(tuple(getattr(value, n) for n in names))
+
+        def rebuild_aggregate(new_leaves):
+            return value._rebuild(dict(zip(names, rebuild_fields(new_leaves))))
+        return leaves, (type(value).__qualname__, signature), rebuild_aggregate
     if isinstance(value, tuple):
         parts = [flatten(v) for v in value]
         counts = [len(p[0]) for p in parts]

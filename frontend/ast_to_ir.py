@@ -21,7 +21,7 @@ import numpy as np
 from kiln.ir import Block, Builder, Function, Loc, Operation, verify
 from kiln.ir.types import scalar_of
 from kiln.language import semantic
-from kiln.language.core import constexpr, dtype, is_builtin, tensor
+from kiln.language.core import constexpr, dtype, is_aggregate, is_builtin, tensor
 from kiln.language.semantic import unwrap
 
 from .aggregates import describe, flatten, is_carriable
@@ -557,6 +557,8 @@ class CodeGenerator(ast.NodeVisitor):
     def visit_Attribute(self, node):
         value = self.visit(node.value)
         obj = value if isinstance(value, tensor) else unwrap(value)
+        if is_aggregate(obj):
+            return _aggregate_member(obj, node.attr)
         return wrap(getattr(obj, node.attr))
 
     def visit_Subscript(self, node):
@@ -564,6 +566,8 @@ class CodeGenerator(ast.NodeVisitor):
         index = self.visit(node.slice)
         if isinstance(value, tensor):
             return value[index]
+        if is_aggregate(unwrap(value)):
+            return self.call(_aggregate_member(unwrap(value), "__getitem__"), [index], {})
         index = unwrap(index)
         if isinstance(index, tuple):
             index = tuple(unwrap(i) for i in index)
@@ -712,6 +716,12 @@ class CodeGenerator(ast.NodeVisitor):
             return wrap(fn(*args, **kwargs))
         if isinstance(fn, type) and issubclass(fn, tuple):  # a NamedTuple (or tl.tuple) of values
             return fn(*args, **kwargs)
+        if isinstance(fn, type) and is_aggregate_class(fn):  # its __init__ takes the values as they are
+            return fn(*args, **kwargs)
+        if is_aggregate(getattr(fn, "__self__", None)):  # a plain method of an aggregate runs as Python
+            if "_semantic" in inspect.signature(fn).parameters:
+                kwargs = {"_semantic": None, **kwargs}
+            return wrap(fn(*args, **kwargs))
         if any(isinstance(a, tensor) for a in list(args) + list(kwargs.values())):
             name = getattr(fn, "__name__", repr(fn))
             raise TypeError(f"'{name}' is not a @jit function or a kiln builtin, so it cannot take tensors")
@@ -804,6 +814,19 @@ def _minmax(reducer, name):
             result = (semantic.minimum if name == "min" else semantic.maximum)(result, v)
         return result
     return call
+
+
+def _aggregate_member(obj, name: str):
+    """An attribute of an aggregate in a kernel: a @jit method bound to the instance (its `self`)."""
+    from .jit import JITFunction
+    method = getattr(type(obj), name, None)
+    if isinstance(method, JITFunction):
+        return functools.partial(method, obj)
+    return wrap(getattr(obj, name))
+
+
+def is_aggregate_class(cls) -> bool:
+    return hasattr(cls, "__kiln_aggregate_fields__")
 
 
 def _print(gen, args, kwargs):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import builtins
 import functools
+import inspect
 from typing import Any
 
 from kiln.ir.types import (  # noqa: F401  (re-exported as tl.*)
@@ -265,3 +266,39 @@ def get_int_dtype(bitwidth: int, signed: bool) -> dtype:
     """The integer dtype of `bitwidth` bits (Triton's core.get_int_dtype)."""
     name = ("int" if signed or bitwidth == 1 else "uint") + str(int(bitwidth))
     return dtype(name)
+
+
+def _aggregate(cls):
+    """Triton's `@tl.core._aggregate`: a class whose instances, made inside a kernel, hold tensors
+    and constexprs in the fields its annotations name. Its `__init__` runs as Python (given
+    `_semantic=None` if it asks for it) and must set every field; in a kernel the fields read as
+    attributes, `@jit` methods take the instance as `self`, plain methods run as Python, and the
+    instance goes into @jit calls and through loops and branches field by field. A field cannot be
+    assigned in a kernel: an aggregate is a value."""
+    if not isinstance(cls, type):
+        raise TypeError(f"@_aggregate decorates a class, not a {type(cls).__name__}")
+    fields = tuple(getattr(cls, "__annotations__", {}))
+    init = cls.__init__
+    takes_semantic = "_semantic" in inspect.signature(init).parameters
+
+    def __init__(self, *args, **kwargs):
+        if takes_semantic:
+            kwargs.setdefault("_semantic", None)
+        init(self, *args, **kwargs)
+        missing = [name for name in fields if name not in self.__dict__]
+        if missing:
+            raise TypeError(f"{cls.__name__}.__init__ left {', '.join(missing)} unset (every annotated field needs a value)")
+
+    def rebuild(self, values: dict):
+        made = object.__new__(type(self))
+        made.__dict__.update(values)
+        return made
+
+    namespace = {"__init__": functools.wraps(init)(__init__), "__kiln_aggregate_fields__": fields,
+                 "_rebuild": rebuild, "__module__": cls.__module__, "__qualname__": cls.__qualname__,
+                 "__doc__": cls.__doc__}
+    return type(cls.__name__, (cls,), namespace)
+
+
+def is_aggregate(value) -> bool:
+    return hasattr(type(value), "__kiln_aggregate_fields__")
