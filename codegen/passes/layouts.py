@@ -177,6 +177,7 @@ class _Assigner:
         self.layouts: dict = {}
         self.cheap: set = set()
         self.stored: set = set()  # values that `local_store` writes to shared memory
+        self.wgmma_results: dict = {}  # each warp_group_dot's result -> its accumulator layout
 
     def anchor_dot(self, op):
         """A dot that can use tensor cores fixes its accumulator's layout (and so that of
@@ -184,7 +185,8 @@ class _Assigner:
         if op.name == "warp_group_dot":
             shape = op.results[0].type.shape
             int8 = op.operands[1].type.element_ty.name == "int8"  # B is a shared tile
-            self.preferred[shape] = (1 << 31, wgmma_layout(shape, self.num_warps, int8))
+            self.wgmma_results[op.results[0]] = wgmma_layout(shape, self.num_warps, int8)
+            self.preferred[shape] = (1 << 31, self.wgmma_results[op.results[0]])
         elif op.name == "mma_dot" and isinstance(op.operands[0].type, block_type):
             # A in registers (smem_pipeline checked that both fit): A, and so the dot that
             # made it, and the accumulator in whole rows per warp
@@ -331,6 +333,12 @@ class _Assigner:
         self.set(op.results[0], self.prefer(op.results[0].type.shape))
 
     op_mma_dot = op_dot
+
+    def op_warp_group_dot(self, op):
+        """wgmma writes its accumulator in wgmma's layout, whatever another dot of the same shape
+        asks of that shape (attention whose V rows are not 16-byte aligned: QK^T on wgmma, P @ V
+        on mma.sync, both accumulators BLOCK_M x HEAD_DIM)."""
+        self.set(op.results[0], self.wgmma_results[op.results[0]])
 
     def local_load_layout(self, op):
         """Runs of 16 bytes along the tile's inner dim, lanes side by side: whole rows of
