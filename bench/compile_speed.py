@@ -116,8 +116,11 @@ def compile_one(compiler: str, file: str, function: str, params: dict, options: 
     import triton  # kiln's drop-in or Triton, as the worker's environment says
     from triton.backends.compiler import GPUTarget
     fn = getattr(load(file, compiler), function)
+    if sorted(params) != sorted(fn.arg_names):
+        raise SystemExit(f"{function}: the spec names {sorted(params)}, the kernel {fn.arg_names}")
     signature, constexprs, attrs = {}, {}, {}
-    for i, (name, kind) in enumerate(params.items()):
+    for i, name in enumerate(fn.arg_names):  # in the kernel's order: attrs are keyed by position
+        kind = params[name]
         if isinstance(kind, str):
             signature[name] = kind
             if kind.startswith("*") or kind == "i32":
