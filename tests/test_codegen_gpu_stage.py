@@ -585,6 +585,39 @@ def test_layout_conversions_pad_rows_that_would_conflict_in_shared_memory():
     assert row_pad(row_copy, coalesced, shape, 2, 8) == 0
 
 
+def _wavefronts_one_by_one(src, dst, shape, es, pad, num_warps):
+    """The count as its definition says it, one register and one thread at a time."""
+    from kiln.ir.layout import thread_elements
+    total = 0
+    for layout in (src, dst):
+        per_thread = thread_elements(layout, shape, num_warps, threads=32)
+        for r in range(len(per_thread[0])):
+            banks = {}
+            for regs in per_thread:
+                *outer, inner = regs[r]
+                flat = 0
+                for d, i in enumerate(outer):
+                    flat = flat * shape[d] + i
+                word = (flat * (shape[-1] + pad) + inner) * es // 4
+                banks.setdefault(word % 32, set()).add(word)
+            total += max(len(words) for words in banks.values())
+    return total
+
+
+@pytest.mark.parametrize("shape", [(64, 64), (128, 64), (64, 256), (128, 256)])
+def test_the_bank_conflict_count_matches_its_definition(shape):
+    from kiln.ir.layout import blocked_for
+    from kiln.codegen.lower.shared import wavefronts
+    for warps in (4, 8):
+        acc = wgmma_layout(shape, warps)
+        for order, vec in (((1, 0), 8), ((1, 0), 1), ((0, 1), 8)):
+            other = blocked_for(shape, order, vec, warps)
+            for es in (2, 4):
+                for pad in (0, 16 // es):
+                    assert wavefronts(acc, other, shape, es, pad, warps) == \
+                        _wavefronts_one_by_one(acc, other, shape, es, pad, warps)
+
+
 @kiln.jit
 def _descriptor_scores(q_ptr, k_ptr, out_ptr, n_rows, n_ctx, D: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr):
     keys = tl.make_tensor_descriptor(k_ptr, [n_rows, D], [D, 1], [BN, D])

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import functools
 
+import numpy as np
+
 from kiln.ir.types import scalar_of
 
 from kiln.ir import layout as lay
@@ -101,15 +103,22 @@ def wavefronts(src, dst, shape, es: int, pad: int, num_warps: int) -> int:
     row = shape[-1] + pad
     total = 0
     for layout in (src, dst):
-        per_thread = lay.thread_elements(layout, shape, num_warps, threads=32)
-        for r in range(len(per_thread[0])):
-            words = {}
-            for regs in per_thread:
-                idx = regs[r]
-                flat = 0
-                for d in range(len(shape) - 1):
-                    flat = flat * shape[d] + idx[d]
-                word = (flat * row + idx[-1]) * es // BANK_BYTES
-                words.setdefault(word % BANKS, set()).add(word)
-            total += max(len(w) for w in words.values())
+        idx = _warp0_indices(layout, shape, num_warps)  # [thread, register, dim]
+        flat = np.zeros(idx.shape[:2], np.int64)
+        for d in range(len(shape) - 1):
+            flat = flat * shape[d] + idx[:, :, d]
+        words = np.sort((flat * row + idx[:, :, -1]) * es // BANK_BYTES, axis=0)  # each register's column
+        distinct = np.ones(words.shape, bool)
+        distinct[1:] = words[1:] != words[:-1]
+        registers = np.broadcast_to(np.arange(words.shape[1]), words.shape)
+        served = np.bincount((registers * BANKS + words % BANKS)[distinct], minlength=words.shape[1] * BANKS)
+        total += int(served.reshape(words.shape[1], BANKS).max(axis=1).sum())
     return total
+
+
+@functools.lru_cache(maxsize=256)
+def _warp0_indices(layout, shape, num_warps: int) -> np.ndarray:
+    """The logical indices of warp 0's registers, [thread, register, dim] (read-only: cached)."""
+    idx = np.array(lay.thread_elements(layout, shape, num_warps, threads=32), np.int64)
+    idx.flags.writeable = False
+    return idx
