@@ -14,6 +14,7 @@ from kiln.ir import parse_function, print_function, verify
 
 from . import backend, nvjitlink, occupancy
 from .lower import LoweringError, lower_function
+from .passes import scratch_barriers
 from .pipeline import PassContext, run_passes
 from .target import parse_target
 
@@ -110,6 +111,10 @@ def _lower_to_llvm(fn, tgt, opts: dict, check: bool, portable: bool, counts: dic
                           tile_overlap=overlap)
         run_passes(work, ctx, check=check)
         counts["pass_runs"] = counts.get("pass_runs", 0) + 1
+        if ctx.tiles_overlapped and not portable and scratch_barriers.planned_shared_bytes(work, ctx) > limit:
+            overlap = False  # past the SM's shared memory already by the passes' plan: no lowering needed to see it
+            continue
+        counts["lowerings"] = counts.get("lowerings", 0) + 1
         try:
             llir, arg_layout, shared = lower_function(work, ctx)
         except LoweringError as e:
@@ -177,9 +182,9 @@ def compile(fn, target: str = "sm_90a", options: dict | None = None, check: bool
     """Compile block IR `fn` for `target`; `fn` itself is not modified.
 
     `check=True` verifies the IR after every rewriting pass (tests); `link=False` stops at
-    PTX (no cubin, no register counts). `metadata["pass_runs"]` and `["links"]` count the runs
-    of the pass list and of nvJitLink that the compile took, retries included."""
-    return _compile(fn, target, options, check, link, {"pass_runs": 0, "links": 0})
+    PTX (no cubin, no register counts). `metadata["pass_runs"]`, `["lowerings"]` and `["links"]`
+    count the runs of the pass list, of lowering and of nvJitLink the compile took, retries included."""
+    return _compile(fn, target, options, check, link, {"pass_runs": 0, "lowerings": 0, "links": 0})
 
 
 def _compile(fn, target: str, options: dict | None, check: bool, link: bool, counts: dict) -> CompiledKernel:

@@ -33,7 +33,7 @@ from kiln.ir import layout as lay
 from kiln.ir.core import Function, Operation
 from kiln.ir.types import block_type, scalar_of
 
-from ..lower import elementwise
+from ..lower import elementwise, wgmma
 from ..lower.reduce import reduce_scratch_bytes, scan_scratch_bytes
 from ..lower.shared import conversion_bytes, elem_bytes
 from ..lower.types import reg_type
@@ -68,6 +68,19 @@ def apply(fn, ctx) -> None:
     cap = max(sizes.values()) + GROWTH
     for op in [op for op in fn.walk() if op in sizes]:  # program order: an op's predecessors first
         _plan(op, sizes[op], cap, ctx)
+
+
+def planned_shared_bytes(fn, ctx) -> int:
+    """A lower bound of the shared memory lowering will give the kernel: the buffers smem_alloc
+    placed (from a 1024-aligned base, as lowering reserves them) and the scratch this pass planned
+    beside them. Lowering may add more (mma.sync staging buffers, unplanned uses), never less."""
+    reserved = ctx.shared_allocated + wgmma.ALIGN if ctx.shared_allocated else 0
+    most = reserved
+    for op in fn.walk():
+        plan = op.attrs.get("scratch")
+        if plan:
+            most = max(most, (reserved if ctx.buffers_live(op) else 0) + plan[0] + plan[1])
+    return most
 
 
 def scratch_bytes(op, ctx) -> int:

@@ -1,0 +1,51 @@
+"""How often a compile runs the pass list and lowering. A persistent GEMM first tries keeping its
+rings live through the epilogue (tile_overlap); where the scratch the passes planned already takes
+it past the SM's shared memory, the compile drops that variant without lowering it."""
+import importlib.util
+import pathlib
+
+import numpy as np
+import pytest
+
+from kiln.codegen.passes.scratch_barriers import planned_shared_bytes
+from kiln.codegen.pipeline import PassContext, run_passes
+from kiln.codegen.lower import lower_function
+from kiln.codegen.target import parse_target
+from kiln.ir import parse_function
+
+CORPUS = pathlib.Path(__file__).parent / "codegen_corpus"
+BENCH = pathlib.Path(__file__).parent.parent / "bench"
+
+
+def bench_matmul(bm, bn, bk, warps):
+    """bench/kernels.py's tutorial-03 matmul (grouped tiles, masks) at 4096^3, as ptx_diff builds it."""
+    spec = importlib.util.spec_from_file_location("kiln_bench_kernels", BENCH / "kernels.py")
+    kernels = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(kernels)
+    x, n = np.zeros((64, 64), np.float16), 4096
+    return kernels.matmul_kernel.warmup(x, x, x, n, n, n, n, 1, n, 1, n, 1, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk,
+                                        GROUP_M=8, num_warps=warps, num_stages=3, grid=(1,), target="sm_90a")
+
+
+def test_a_gemm_whose_overlap_cannot_fit_is_lowered_once():
+    kernel = bench_matmul(128, 256, 64, 8)
+    assert "wgmma.mma_async" in kernel.asm["ptx"]
+    assert kernel.metadata["pass_runs"] == 2 and kernel.metadata["lowerings"] == 1
+
+
+def test_a_gemm_whose_overlap_costs_a_cta_is_lowered_to_see_it():
+    kernel = bench_matmul(64, 64, 32, 4)
+    assert kernel.metadata["pass_runs"] == 2  # the overlap costs it a CTA per SM: lowering shows it
+    assert kernel.metadata["lowerings"] == 2
+
+
+
+
+@pytest.mark.parametrize("path", sorted(CORPUS.glob("*.kir")), ids=lambda p: p.stem)
+def test_the_planned_shared_bytes_never_exceed_what_lowering_uses(path):
+    for target in ("sm_80", "sm_90a"):
+        fn = parse_function(path.read_text())
+        ctx = PassContext(parse_target(target), 4, 3)
+        run_passes(fn, ctx)
+        _, _, shared = lower_function(fn, ctx)
+        assert planned_shared_bytes(fn, ctx) <= shared
