@@ -9,6 +9,10 @@ scalars by value, int1 as one byte), grid = programs, block = 32 * num_warps thr
 """
 from __future__ import annotations
 
+from . import toolchain
+
+toolchain.warn_if_too_old()  # before the imports below fail, or compile wrong, on an old library
+
 from .compiler import CompiledKernel, CompileError, compile
 from .target import TargetError, known_targets, parse_target
 

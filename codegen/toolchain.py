@@ -1,0 +1,50 @@
+"""One clear line when a library kiln compiles with is older than the floor it needs.
+
+pip honours pyproject's floors, but an environment can still hold older builds (another
+package pinned them, `pip install --no-deps`, a system package), and those fail far from the
+cause: llvmlite 0.45-0.47 silently drop `.maxntid` / `.maxnreg` from the PTX, cuda-bindings
+12.9.2 and older fail nvJitLink on a host without a driver. Checked from the installed
+distributions' metadata, without importing them."""
+from __future__ import annotations
+
+import re
+import warnings
+from importlib import metadata
+
+# distribution -> (the oldest that works, what goes wrong before it)
+FLOORS = {
+    "llvmlite": ((0, 48), "0.45-0.47 drop .maxntid/.maxnreg from the PTX; older ones fail"),
+    "cuda-bindings": ((12, 9, 3), "12.9.2 and older fail nvJitLink on a host without a driver"),
+}
+
+
+def _release(version: str) -> tuple[int, ...]:
+    """The leading numbers of a version string ("0.50.0rc1" -> (0, 50, 0))."""
+    numbers = []
+    for part in version.split("."):
+        digits = re.match(r"\d+", part)
+        if digits is None:
+            break
+        numbers.append(int(digits.group()))
+        if digits.group() != part:
+            break
+    return tuple(numbers)
+
+
+def too_old(installed=metadata.version) -> list[str]:
+    """One line per installed distribution below its floor; absent ones are not this check's to report."""
+    lines = []
+    for name, (floor, why) in FLOORS.items():
+        try:
+            version = installed(name)
+        except metadata.PackageNotFoundError:
+            continue
+        if _release(version) < floor:
+            wanted = ".".join(map(str, floor))
+            lines.append(f"kiln: {name} {version} is older than {wanted} ({why}); pip install -U '{name}>={wanted}'")
+    return lines
+
+
+def warn_if_too_old() -> None:
+    for line in too_old():
+        warnings.warn(line, RuntimeWarning, stacklevel=3)
