@@ -24,7 +24,6 @@ import sys
 import threading
 import time
 
-import kiln
 from kiln.cache import Cache, env, paths
 
 from . import launch
@@ -54,6 +53,7 @@ def main(argv=None) -> int:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kiln", description="kiln's compile daemon and node cache")
+    import kiln  # the package's version; the daemon's modules import nothing of the frontend's at load
     parser.add_argument("--version", action="version", version=f"kiln {kiln.__version__}")
     groups = _commands(parser, "group")
 
