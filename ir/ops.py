@@ -664,6 +664,12 @@ OPS.update({
     "multiple_of": OpDef((1, 1), attrs=("values",), check=_check_hint),
     "max_contiguous": OpDef((1, 1), attrs=("values",), check=_check_hint),
     "barrier": OpDef((0, 0), results=(0, 0), side_effects=True),
+    "gdc_wait": OpDef((0, 0), results=(0, 0), side_effects=True,
+                      notes="griddepcontrol.wait (sm_90+): wait until the grids this one depends on (a "
+                            "programmatic dependent launch) have completed and their writes are visible"),
+    "gdc_launch_dependents": OpDef((0, 0), results=(0, 0), side_effects=True,
+                                   notes="griddepcontrol.launch_dependents (sm_90+): dependent grids may start "
+                                         "once every CTA has issued it or exited"),
     "gather": OpDef((2, 2), attrs=("axis",), check=_check_gather, notes="src, index: src[.., index, ..] along axis"),
     "histogram": OpDef((1, 2), attrs=("num_bins",), check=_check_histogram,
                        notes="values[, mask]; values outside [0, num_bins) are not counted"),

@@ -215,6 +215,7 @@ kernel @types(%a: int1, %b: int8, %c: int16, %d: int32 {divisibility = 16, equal
 
 EXTRAS = r'''
 kernel @extras(%p: ptr<fp32>, %q: ptr<int32>) {
+  gdc_wait
   %r = arange {end = 16, start = 0} : <16xint32>
   %ps = splat %p : <16xptr<fp32>>
   %xp = addptr %ps, %r : <16xptr<fp32>>
@@ -274,6 +275,7 @@ kernel @extras(%p: ptr<fp32>, %q: ptr<int32>) {
   %h = histogram %v, %fin {num_bins = 16} : <16xint32>
   %a0, %a1 = inline_asm %h, %g {asm = "mov.b32 $0, $2; mov.b32 $1, $3;", constraints = "=r,=r,r,r", pack = 1, volatile = true} : <16xint32>, <16xfp32>
   store %xp, %a1, %neg
+  gdc_launch_dependents
   %qs = splat %q : <16xptr<int32>>
   %qp = addptr %qs, %r : <16xptr<int32>>
   store %qp, %a0

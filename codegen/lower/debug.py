@@ -1,11 +1,13 @@
 """`print` (vprintf, one line per element a thread holds), `assert` (__assertfail where
-the condition is false) and `barrier`."""
+the condition is false), `barrier`, and grid dependency control (`gdc_wait`,
+`gdc_launch_dependents`: PTX `griddepcontrol`, sm_90 and newer)."""
 from __future__ import annotations
 
 import llvmlite.ir as ir
 
 from kiln.ir.types import block_type, scalar_of
 
+from .context import LoweringError
 from .types import F64, GENERIC_PTR, I8, I32, I64, VOID
 
 
@@ -86,4 +88,20 @@ def _barrier(lw, op):
     lw.barrier()
 
 
-RULES = {"print": _print, "assert": _assert, "barrier": _barrier}
+def _griddepcontrol(action: str):
+    """`griddepcontrol.<action>;` as volatile asm that clobbers memory, so neither LLVM nor ptxas
+    moves a load or store across it. Portable lowering (the CPU emulator) runs one grid at a
+    time and leaves it out, as the interpreter does; before sm_90 it is an error, as in Triton
+    (whose ptxas refuses the instruction there)."""
+    def lower(lw, op):
+        if lw.ctx.portable:
+            return
+        if lw.ctx.target.capability < 90:
+            raise LoweringError(f"{op.name} (griddepcontrol.{action}) needs sm_90 or newer, not {lw.ctx.target.name}")
+        lw.b.call(ir.InlineAsm(ir.FunctionType(VOID, []), f"griddepcontrol.{action};", "~{memory}",
+                               side_effect=True), [])
+    return lower
+
+
+RULES = {"print": _print, "assert": _assert, "barrier": _barrier,
+         "gdc_wait": _griddepcontrol("wait"), "gdc_launch_dependents": _griddepcontrol("launch_dependents")}

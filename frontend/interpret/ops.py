@@ -43,6 +43,9 @@ IMPLS.update({
     "for": control.for_loop, "if": control.if_else, "while": control.while_loop,
     "reduce": control.reduce, "scan": control.scan,
     "print": debug.print_values, "assert": debug.assert_true, "barrier": _noop,
+    # grid dependency control orders this grid after the one before it on the GPU: the
+    # interpreter runs grids one after another already
+    "gdc_wait": _noop, "gdc_launch_dependents": _noop,
 })
 
 TERMINATORS = frozenset({"yield", "condition", "return"})

@@ -1302,3 +1302,8 @@ def hint(name, x, values):
 
 def debug_barrier():
     builder().create("barrier", [], [])
+
+
+def grid_dependency_control(action: str):
+    """`griddepcontrol.<action>`: `wait` or `launch_dependents` (tl.extra.cuda.gdc_*)."""
+    builder().create(f"gdc_{action}", [], [])
