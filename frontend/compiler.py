@@ -98,7 +98,7 @@ class CompiledKernel:
         self.options = options
         self.debug = debug
         self._asm: dict = {}
-        self.metadata = Metadata(name=name, **codegen_options(options))
+        self.metadata = Metadata(name=name, **codegen_options(options), launch_pdl=bool(options.get("launch_pdl")))
         self.binaries: dict = {}
         self.launchers: dict = {}
         self.pointer_launchers: dict = {}  # device -> launcher of the build without derived TMA maps
@@ -154,6 +154,12 @@ class CompiledKernel:
     @property
     def num_warps(self):
         return self.metadata["num_warps"]
+
+    @property
+    def launch_pdl(self) -> bool:
+        """Whether launches are programmatic dependent launches (the `launch_pdl` option): the
+        binary is the same, only the launch differs."""
+        return bool(self.options.get("launch_pdl"))
 
     n_regs = property(lambda self: self.metadata.get("n_regs"))
     n_spills = property(lambda self: self.metadata.get("n_spills"))
@@ -237,7 +243,7 @@ class CompiledKernel:
         loaded = LoadedKernel(self.name, binary.cubin, binary.ptx, shared)
         if derived_maps:
             self.metadata["n_regs"] = loaded.n_regs  # the driver's count is authoritative
-        launcher = launcher_for(loaded, self.arg_types, binary.metadata, self.name, device)
+        launcher = launcher_for(loaded, self.arg_types, binary.metadata, self.name, device, self.launch_pdl)
         launchers[device] = launcher
         return launcher
 

@@ -5,7 +5,7 @@ import os
 
 # Keyword arguments of a launch that are options, not kernel arguments.
 LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg", "enable_fp_fusion", "debug", "stream",
-                  "launch_cooperative_grid", "waves_per_eu", "matrix_instr_nonkdim", "kpack")
+                  "launch_cooperative_grid", "launch_pdl", "waves_per_eu", "matrix_instr_nonkdim", "kpack")
 DEFAULT_NUM_WARPS = 4
 DEFAULT_NUM_STAGES = 3
 

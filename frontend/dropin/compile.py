@@ -153,7 +153,8 @@ def _build(src, backend, options):
         params, launch_options = signatures.Declared(src.fn, values).params_and_options()
     except signatures.SignatureError as e:
         raise ValueError(f"{src.name}: {e}") from None
-    kernel = compile_kernel(src.fn, params, {**launch_options, "debug": options.debug})
+    kernel = compile_kernel(src.fn, params,
+                            {**launch_options, "debug": options.debug, "launch_pdl": options.launch_pdl})
     binary = kernel.build(backend.binary_target) if backend.binary_target is not None else None
     runtime = [i for i, name in enumerate(src.fn.arg_names) if name in params and not _is_constant(params[name])]
     return kernel, runtime, binary, binary.key if binary is not None else None
@@ -249,7 +250,8 @@ class CompiledKernel:
             from kiln.ir.types import parse_type
             arg_types = getattr(self, "arg_types", None)  # absent from a kernel pickled by an older kiln
             kernel = KilnKernel(self.name, self.asm["kir"], {
-                "num_warps": self.metadata.num_warps, "num_stages": self.metadata.num_stages}, self.debug,
+                "num_warps": self.metadata.num_warps, "num_stages": self.metadata.num_stages,
+                "launch_pdl": self.metadata.launch_pdl}, self.debug,
                 None if arg_types is None else [parse_type(t) for t in arg_types])
         backend = make_backend(self.metadata.target)
         self.run = backend.launcher(kernel, self.binary, self.runtime_positions)

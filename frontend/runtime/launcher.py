@@ -2,7 +2,9 @@
 
 The launch itself calls `cuLaunchKernel` in libcuda through ctypes: the same driver
 entry point cuda-python wraps, without the wrapper's per-call argument conversion, which
-costs microseconds on every launch.
+costs microseconds on every launch. A programmatic dependent launch (`launch_pdl=True`)
+calls `cuLaunchKernelEx` instead, with a `CUlaunchConfig` built once and the
+programmatic-stream-serialization attribute set.
 """
 from __future__ import annotations
 
@@ -41,10 +43,11 @@ def _pointer_value(arg) -> int:
     raise TypeError(f"cannot pass {type(arg).__name__} as a GPU pointer")
 
 
-def launcher_for(loaded, arg_types, metadata: dict, name: str, device: int):
+def launcher_for(loaded, arg_types, metadata: dict, name: str, device: int, pdl: bool = False):
     """make_launcher for a kernel loaded on `device` from a binary with `metadata` (checked,
     kiln.cache.metadata): its TMA boxes, and what the compiler appended after the kernel's
-    own `arg_types` (derived maps, grid sizes), with the CTAs a persistent kernel takes."""
+    own `arg_types` (derived maps, grid sizes), with the CTAs a persistent kernel takes;
+    `pdl`: every launch is a programmatic dependent launch (the `launch_pdl` option)."""
     from kiln.cache.metadata import parse_global_scratch, parse_tma_box, parse_tma_of
     from .cuda_driver import sm_count
     args, own = metadata.get("args", ()), len(arg_types)
@@ -63,11 +66,12 @@ def launcher_for(loaded, arg_types, metadata: dict, name: str, device: int):
     if any(entry[0] == "grid" for entry in derived):
         resident = loaded.resident_ctas(32 * metadata["num_warps"], metadata["shared"]) * sm_count(device)
     return make_launcher(loaded, arg_types, metadata["num_warps"], metadata["shared"], name,
-                         {i: box for i, box in boxes.items() if box is not None and i < own}, derived, resident)
+                         {i: box for i, box in boxes.items() if box is not None and i < own}, derived, resident,
+                         pdl)
 
 
 def make_launcher(kernel, arg_types, num_warps: int, shared: int, name: str, tma_boxes=None, derived=(),
-                  resident=None):
+                  resident=None, pdl: bool = False):
     """launch(grid, args, stream) for one loaded kernel; `args` are its runtime arguments in order.
 
     The function is generated for the kernel's argument list, so a launch is a few slot
@@ -81,7 +85,9 @@ def make_launcher(kernel, arg_types, num_warps: int, shared: int, name: str, tma
     each launch (DerivedMapUnusable where they make none), ("grid", axis), the launch
     grid's size along that axis, or ("scratch", bytes), global scratch of `bytes` per CTA
     (kiln.runtime.scratch). A kernel with grid arguments is persistent: it is launched
-    on min(programs, `resident`) CTAs, which loop over the programs.
+    on min(programs, `resident`) CTAs, which loop over the programs. With `pdl` the launch
+    lets this kernel start before the one before it on the stream has finished (Hopper's
+    programmatic dependent launch: the kernel's `gdc_wait` waits for that one).
     """
     if type(num_warps) is not int or not 1 <= num_warps <= 32:
         raise ValueError(f"kernel {name}: num_warps must be an int from 1 to 32, not {num_warps!r:.40}")
@@ -150,6 +156,13 @@ def make_launcher(kernel, arg_types, num_warps: int, shared: int, name: str, tma
                        "        raise unusable('more programs than a persistent loop counts in int32')",
                        "    ctas, gy, gz = min(programs, resident), 1, 1"]
     launch_call = ["err = cu_launch(handle, ctas, gy, gz, block_x, 1, 1, shared_bytes, stream, params, None)"]
+    if pdl:
+        config, attrs = pdl_config(32 * num_warps, shared)
+        namespace.update(cu_launch_ex=_cu_launch_kernel_ex(), config=config, config_ptr=ctypes.addressof(config))
+        namespace["keep_alive"] += (config, attrs)
+        launch_grid.append("    config.gridDimX, config.gridDimY, config.gridDimZ = ctas, gy, gz")
+        launch_grid.append("    config.hStream = stream")
+        launch_call = ["err = cu_launch_ex(config_ptr, handle, params, None)"]
     if scratch is not None:  # the maps the kernel makes: 128 bytes each per CTA, only for this launch
         namespace["scratch_bytes"] = scratch[1]
         launch_call = [f"s{scratch[0]}.value, held = take_scratch(ctas * gy * gz * scratch_bytes, stream)",
@@ -189,3 +202,43 @@ def _cu_launch_kernel():
     fn.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 7 + [ctypes.c_void_p] * 3
     fn.restype = ctypes.c_int
     return fn
+
+
+@functools.lru_cache(maxsize=None)
+def _cu_launch_kernel_ex():
+    fn = _libcuda().cuLaunchKernelEx
+    fn.argtypes = [ctypes.c_void_p] * 4  # config, function, kernelParams, extra
+    fn.restype = ctypes.c_int
+    return fn
+
+
+# cuda.h's launch attribute and configuration (CUlaunchAttribute, CUlaunchConfig), as ctypes lays
+# them out: the attribute's value is a 64-byte union, 8-aligned (it holds pointers), after the id.
+CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6
+
+
+class LaunchAttributeValue(ctypes.Union):
+    _fields_ = [("pad", ctypes.c_char * 64), ("programmaticStreamSerializationAllowed", ctypes.c_int),
+                ("_align", ctypes.c_void_p)]
+
+
+class LaunchAttribute(ctypes.Structure):
+    _fields_ = [("id", ctypes.c_int), ("value", LaunchAttributeValue)]
+
+
+class LaunchConfig(ctypes.Structure):
+    _fields_ = [("gridDimX", ctypes.c_uint), ("gridDimY", ctypes.c_uint), ("gridDimZ", ctypes.c_uint),
+                ("blockDimX", ctypes.c_uint), ("blockDimY", ctypes.c_uint), ("blockDimZ", ctypes.c_uint),
+                ("sharedMemBytes", ctypes.c_uint), ("hStream", ctypes.c_void_p),
+                ("attrs", ctypes.POINTER(LaunchAttribute)), ("numAttrs", ctypes.c_uint)]
+
+
+def pdl_config(block_x: int, shared: int):
+    """(config, attributes) of a programmatic dependent launch of `block_x` threads and `shared`
+    bytes of dynamic shared memory; a launch fills in the grid and the stream. Keep both alive."""
+    attrs = (LaunchAttribute * 1)()
+    attrs[0].id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+    attrs[0].value.programmaticStreamSerializationAllowed = 1
+    config = LaunchConfig(blockDimX=block_x, blockDimY=1, blockDimZ=1, sharedMemBytes=shared,
+                          attrs=ctypes.cast(attrs, ctypes.POINTER(LaunchAttribute)), numAttrs=1)
+    return config, attrs
