@@ -45,7 +45,7 @@ GROWTH = 1024  # bytes the area may grow by (beyond its largest user) so that ne
 # Ops whose lowering touches no shared memory (their operands arrive in the layouts they read).
 _NO_SHARED = frozenset(elementwise.RULES) | {
     "program_id", "num_programs", "arange", "splat", "broadcast", "expand_dims",
-    "load", "store", "inline_asm", "print", "assert", "yield", "condition"}
+    "load", "store", "inline_asm", "print", "assert", "yield", "condition", "gdc_wait", "gdc_launch_dependents"}
 # Ops that move every element through the scratch area, and the block whose elements it holds.
 _EXCHANGED = {"reshape": lambda op: op.operands[0], "permute": lambda op: op.operands[0],
               "split": lambda op: op.operands[0], "gather": lambda op: op.operands[0],
