@@ -975,6 +975,9 @@ def build_kernel(jitfn, params, name: str | None = None, options: dict | None = 
         gen = CodeGenerator(jitfn, scope, builder)
         semantic.state.generator = gen
         tree = jitfn.parse()
+        both = [n for n in jitfn.arg_names if n in jitfn.constexpr_names and n in jitfn.do_not_specialize]
+        if both:  # Triton refuses it when compiling, not when decorating
+            raise gen.error(tree.body[0], f"{both[0]} marked as constexpr and listed in do_not_specialize")
         gen.visit(tree)
         if gen.returned and gen.ret is not None and not (isinstance(gen.ret, constexpr) and gen.ret.value is None):
             raise gen.error(gen.ret_node or tree, "a kernel launched from the host cannot return a value")

@@ -171,3 +171,16 @@ def test_tensor_wrapper_has_tensor_methods():
         wrapped.data = [1, 2]
     on_numpy = kiln.reinterpret(np.zeros(4, np.int8), tl.uint8)
     assert on_numpy.data is on_numpy.base and on_numpy.new_empty((3,)).base.dtype == np.int8
+
+
+def test_a_constexpr_listed_in_do_not_specialize_is_refused_when_compiled():
+    import kiln
+    import kiln.language as tl
+    from kiln.errors import CompilationError
+
+    @kiln.jit(do_not_specialize=["N"])  # decorating is fine, as in Triton
+    def both(N: tl.constexpr):
+        pass
+
+    with pytest.raises(CompilationError, match="N marked as constexpr and listed in do_not_specialize"):
+        both[(1,)](5)
