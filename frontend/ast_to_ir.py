@@ -172,9 +172,9 @@ class CodeGenerator(ast.NodeVisitor):
         if name in self.scope:
             return self.scope[name]
         if name in self.closure:
-            return wrap(self._captured(name, self.closure[name], None, captured=True))
+            return wrap(self._captured(name, self.closure[name], captured=True))
         if name in self.globals:
-            value = self._captured(name, self.globals[name], self.globals.get("__annotations__"))
+            value = self._captured(name, self.globals[name])
             if semantic.state.global_reads is not None and _is_data(value):
                 semantic.state.global_reads[(name, id(self.globals))] = (self.globals, value)
             return wrap(value)
@@ -184,13 +184,14 @@ class CodeGenerator(ast.NodeVisitor):
             return getattr(builtins, name)
         raise NameError(f"name '{name}' is not defined")
 
-    def _captured(self, name: str, value, annotations, captured=False):
-        """Triton's rule for a name a kernel reads from its module or an enclosing function:
-        constants (`tl.constexpr(...)`, or a module global annotated `tl.constexpr`), dtypes,
-        modules, classes and functions. A plain value is refused: the kernel is compiled with
-        the value it has now and would not see it change (TRITON_ALLOW_NON_CONSTEXPR_GLOBALS=1
+    def _captured(self, name: str, value, captured=False):
+        """Triton 3.6's rule for a name a kernel reads from its module or an enclosing function:
+        constants (`tl.constexpr(...)`), dtypes, modules, classes and functions. A plain value is
+        refused, also one whose global is annotated `X: tl.constexpr = 42` (the annotation makes
+        nothing constant in Python; Triton 3.6 refuses it too): the kernel is compiled with the
+        value it has now and would not see it change (TRITON_ALLOW_NON_CONSTEXPR_GLOBALS=1
         allows it, as in Triton)."""
-        if _capturable(value) or _annotated_constexpr(annotations, name) or config.allow_non_constexpr_globals() \
+        if _capturable(value) or config.allow_non_constexpr_globals() \
                 or self.jitfn.is_internal:  # kiln's own library (tl.random's constant tables)
             return value
         if captured:  # Triton does not see an enclosing function's plain values at all
@@ -896,14 +897,6 @@ def _capturable(value) -> bool:
 def _is_data(value) -> bool:
     """A global read that a launch re-checks (as Triton): a value, not a module, class or function."""
     return not isinstance(value, (types.ModuleType, type)) and (isinstance(value, constexpr) or not callable(value))
-
-
-def _annotated_constexpr(annotations, name) -> bool:
-    """`X: tl.constexpr = 42` at module level (Triton compiles such reads)."""
-    annotation = (annotations or {}).get(name)
-    if annotation is constexpr:
-        return True
-    return isinstance(annotation, str) and annotation.split(".")[-1] == "constexpr"
 
 
 import operator as _op  # noqa: E402

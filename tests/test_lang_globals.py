@@ -20,7 +20,12 @@ def _reads_plain(out):
 
 @kiln.jit
 def _reads_constexprs(out):
-    tl.store(out, CONST + ANNOTATED)
+    tl.store(out, CONST + 7)
+
+
+@kiln.jit
+def _reads_annotated(out):
+    tl.store(out, ANNOTATED)
 
 
 def test_a_plain_global_is_refused_unless_allowed(monkeypatch):
@@ -31,6 +36,11 @@ def test_a_plain_global_is_refused_unless_allowed(monkeypatch):
     _reads_plain.cache.clear()
     _reads_plain[(1,)](out)
     assert out[0] == 3
+
+
+def test_a_global_annotated_constexpr_is_a_plain_value_as_in_triton_3_6():
+    with pytest.raises(kiln.CompilationError, match="Cannot access global variable ANNOTATED"):
+        _reads_annotated[(1,)](np.zeros(1, np.int32))
 
 
 def test_constexpr_globals_are_read():
