@@ -560,6 +560,8 @@ class CodeGenerator(ast.NodeVisitor):
         obj = value if isinstance(value, tensor) else unwrap(value)
         if is_aggregate(obj):
             return _aggregate_member(obj, node.attr)
+        if isinstance(value, constexpr) and node.attr == "type" and not hasattr(obj, "type"):
+            return value.type  # tl.constexpr_type, as Triton's constexpr has it
         return wrap(getattr(obj, node.attr))
 
     def visit_Subscript(self, node):

@@ -184,3 +184,24 @@ def test_a_constexpr_listed_in_do_not_specialize_is_refused_when_compiled():
 
     with pytest.raises(CompilationError, match="N marked as constexpr and listed in do_not_specialize"):
         both[(1,)](5)
+
+
+def test_a_constexprs_type_is_a_constexpr_type_in_kernels_and_out():
+    import numpy as np
+
+    import kiln
+    import kiln.language as tl
+
+    assert tl.constexpr(1).type == tl.constexpr_type(1) != tl.constexpr_type(2)
+    assert repr(tl.constexpr(4).type) == "constexpr_type[4]"
+
+    @kiln.jit
+    def strided(x, strides, out):
+        tl.static_assert(isinstance(strides[1].type, tl.constexpr_type))  # a specialized 1 in a tuple
+        tl.store(out, tl.load(x + strides[0]))
+
+    x = np.arange(16, dtype=np.float32)
+    out = np.zeros(1, np.float32)
+    strided[(1,)](x, (4, 1), out)
+    assert out[0] == 4.0
+    assert "ld.global" in strided.warmup(x, (4, 1), out, grid=(1,), target="sm_90a").asm["ptx"]

@@ -43,11 +43,32 @@ def is_builtin(fn) -> bool:
     return getattr(fn, "__kiln_builtin__", False) or isinstance(getattr(fn, "__self__", None), tensor)
 
 
+class constexpr_type:
+    """The type of a compile-time constant (Triton's `tl.constexpr_type`): its value is part of it."""
+
+    def __init__(self, value):
+        self.value = value
+
+    def __eq__(self, other):
+        return isinstance(other, constexpr_type) and type(self.value) is type(other.value) and \
+            bool(self.value == other.value)
+
+    def __hash__(self):
+        return hash((constexpr_type, self.value))
+
+    def __repr__(self):
+        return f"constexpr_type[{self.value!r}]"
+
+
 class constexpr:
     """A compile-time constant. Used as an annotation (`BLOCK: tl.constexpr`) and as a value."""
 
     def __init__(self, value):
         self.value = value.value if isinstance(value, constexpr) else value
+
+    @property
+    def type(self) -> constexpr_type:
+        return constexpr_type(self.value)
 
     def __repr__(self):
         return f"constexpr[{self.value!r}]"
