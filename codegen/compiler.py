@@ -94,7 +94,7 @@ def _gc_paused():
 
 def lower_to_llvm(fn, tgt, opts: dict, check: bool = False, portable: bool = False, counts: dict | None = None):
     """Passes and lowering: (optimized block IR text, LLVM IR text, arg layout, shared bytes).
-    `counts["pass_runs"]` (when given) is raised by each run of the pass list."""
+    `counts["pass_runs"]` and `counts["lowerings"]` (when given) count the runs of each."""
     with _gc_paused():
         return _lower_to_llvm(fn, tgt, opts, check, portable, counts if counts is not None else {})
 
