@@ -1,0 +1,130 @@
+"""scripts/upstream_tests.py, the harness that runs upstream Triton's language tests under the drop-in,
+against a throwaway git repository laid out as upstream is: no upstream code and no network needed."""
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "upstream_tests.py"
+_spec = importlib.util.spec_from_file_location("upstream_tests", SCRIPT)
+harness = importlib.util.module_from_spec(_spec)
+sys.modules["upstream_tests"] = harness  # dataclasses look their module up
+_spec.loader.exec_module(harness)
+
+FAKE = {
+    "python/test/conftest.py": """
+        import pytest
+
+        def pytest_addoption(parser):
+            parser.addoption("--device", action="store", default="cuda")
+
+        @pytest.fixture
+        def device(request):
+            return request.config.getoption("--device")
+        """,
+    "python/triton/_internal_testing.py": "MARK = 'stand-in'\n",
+    "python/test/unit/language/helper.py": "VALUE = 2\n",
+    "python/test/unit/language/test_x.py": """
+        import os
+        import pytest
+        from triton._internal_testing import MARK
+        from helper import VALUE
+
+        def test_device_and_env(device):
+            env = os.environ["KILN_DROPIN"], os.environ["TRITON_INTERPRET"]
+            assert (device, env, MARK) == ("cpu", ("1", "1"), "stand-in")
+
+        @pytest.mark.parametrize("n", [2])
+        def test_helper(n):
+            assert VALUE == n
+
+        def test_wrong():
+            assert VALUE == 3, "two is not three"
+
+        def test_setup_error(no_such_fixture):
+            pass
+
+        @pytest.mark.skip(reason="not here")
+        def test_skipped():
+            pass
+        """,
+    "python/test/unit/language/test_broken.py": "import no_such_module_anywhere\n",
+}
+
+
+def _git(repo, *args):
+    subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True)
+
+
+@pytest.fixture(scope="module")
+def fake_triton(tmp_path_factory):
+    repo = tmp_path_factory.mktemp("triton")
+    for path, text in FAKE.items():
+        (repo / path).parent.mkdir(parents=True, exist_ok=True)
+        (repo / path).write_text("\n".join(line[8:] if line.startswith(" " * 8) else line
+                                           for line in text.strip("\n").splitlines()) + "\n")
+    _git(repo, "init", "-q")
+    _git(repo, "add", ".")
+    _git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "fake upstream")
+    sha = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    return repo, sha
+
+
+def test_report_counts_each_file_and_lists_failures(fake_triton, tmp_path, capsys):
+    repo, sha = fake_triton
+    out = tmp_path / "out"
+    assert harness.main(["--triton-git", str(repo), "--commit", sha[:8], "--out", str(out), "--jobs", "2",
+                         "--timeout", "30"]) == 0
+    report = json.loads(next(out.glob("*-cpu-upstream-language-tests.json")).read_text())
+    assert report["commit"] == sha
+    files = {f["file"]: f for f in report["files"]}
+    assert set(files) == {"test_x.py", "test_broken.py"}  # helper.py is copied, not run
+    x = files["test_x.py"]
+    assert (x["collected"], x["passed"], x["failed"], x["errors"], x["skipped"]) == (5, 2, 1, 1, 1)
+    assert x["collection_error"] is None
+    assert x["failures"] == [{"test": "test_x.py::test_wrong", "outcome": "failed",
+                              "reason": "AssertionError: two is not three"},
+                             {"test": "test_x.py::test_setup_error", "outcome": "error",
+                              "reason": "fixture 'no_such_fixture' not found"}]
+    broken = files["test_broken.py"]
+    assert broken["collected"] == 0
+    assert "No module named 'no_such_module_anywhere'" in broken["collection_error"]
+    assert {k: report["total"][k] for k in ("files", "files_collected", "collected", "passed", "failed")} == \
+        {"files": 2, "files_collected": 1, "collected": 5, "passed": 2, "failed": 1}
+
+    md = next(out.glob("*-cpu-upstream-language-tests.md")).read_text()
+    assert md == capsys.readouterr().out
+    assert "| test_x.py | 5 | 2 | 1 | 1 | 1 | 50.0% |" in md
+    assert "| test_broken.py | 0 | 0 | 0 | 0 | 0 | collection error |" in md
+    assert "`test_x.py::test_wrong` (failed): AssertionError: two is not three" in md
+    assert "1 of 2 files collected" in md and "50.0% of those that ran" in md
+
+
+def test_files_and_k_select_what_runs(fake_triton, tmp_path, capsys):
+    repo, sha = fake_triton
+    scratch = tmp_path / "scratch"
+    assert harness.main(["--triton-git", str(repo / ".git"), "--commit", sha, "--files", "test_x.py",
+                         "-k", "helper or wrong or skipped", "--scratch", str(scratch)]) == 0
+    md = capsys.readouterr().out
+    assert "| test_x.py | 3 | 1 | 1 | 0 | 1 | 50.0% |" in md and "test_broken" not in md
+    # laid out flat as a user would: upstream's conftest and _internal_testing beside a shim conftest
+    assert {"conftest.py", "conftest_upstream.py", "_internal_testing_upstream.py", "helper.py",
+            "test_x.py", "test_broken.py"} <= {p.name for p in scratch.iterdir()}
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--triton-git", "/no/such/dir"], "no such directory"),
+    (["--triton-git", "."], "not a git repository"),
+    (["--commit", "deadbeef"], "no such commit"),
+    (["--commit", "HEAD", "--files", "test_nothing*.py"], "matches nothing"),
+])
+def test_bad_arguments_exit_2_with_a_message(fake_triton, tmp_path, monkeypatch, capsys, args, message):
+    repo, _ = fake_triton
+    monkeypatch.chdir(tmp_path)  # "." is no git repository
+    argv = args if args[0] == "--triton-git" else ["--triton-git", str(repo), *args]
+    assert harness.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("upstream_tests: ") and message in err
