@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import importlib.util
 import json
 import os
 import platform
@@ -29,6 +28,8 @@ import statistics
 import subprocess
 import sys
 import tempfile
+
+import kernel_source  # bench/'s own: the worker runs as a script from bench/
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -96,26 +97,10 @@ def cpu_ms() -> float:
 
 # ---- the worker: one process, one measured compile --------------------------------------------------
 
-def load(file: str, compiler: str):
-    """bench/`file` as kiln's drop-in sees it, or with its imports pointed at Triton."""
-    src = open(os.path.join(HERE, file)).read()
-    if compiler == "triton":
-        src = src.replace("import kiln as triton", "import triton").replace("import kiln.", "import triton.")
-        src = src.replace("from kiln.", "from triton.")
-    folder = tempfile.mkdtemp(prefix=f"kiln-compile-speed-{compiler}-")
-    path = os.path.join(folder, f"{compiler}_{file}")
-    with open(path, "w") as f:
-        f.write(src)
-    spec = importlib.util.spec_from_file_location(f"{compiler}_{file[:-3]}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def compile_one(compiler: str, file: str, function: str, params: dict, options: dict):
     import triton  # kiln's drop-in or Triton, as the worker's environment says
     from triton.backends.compiler import GPUTarget
-    fn = getattr(load(file, compiler), function)
+    fn = getattr(kernel_source.load(file, compiler), function)
     if sorted(params) != sorted(fn.arg_names):
         raise SystemExit(f"{function}: the spec names {sorted(params)}, the kernel {fn.arg_names}")
     signature, constexprs, attrs = {}, {}, {}

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import importlib.util
 import json
 import os
 import statistics
@@ -24,25 +23,15 @@ import time
 
 import torch
 
-import results_file  # bench/'s own (run as a script or from a sibling)
+import kernel_source  # bench/'s own (run as a script or from a sibling)
+import results_file
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def load_kernels(flavour: str):
     """bench/kernels.py compiled by kiln, or by Triton with its imports rewritten."""
-    src = open(os.path.join(HERE, "kernels.py")).read()
-    if flavour == "triton":
-        src = src.replace("import kiln as triton", "import triton").replace("import kiln.language as tl",
-                                                                             "import triton.language as tl")
-    folder = tempfile.mkdtemp(prefix=f"kiln-bench-{flavour}-")
-    path = os.path.join(folder, f"{flavour}_kernels.py")
-    with open(path, "w") as f:
-        f.write(src)
-    spec = importlib.util.spec_from_file_location(f"{flavour}_kernels", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return kernel_source.load("kernels.py", flavour)
 
 
 def bench(fn):
