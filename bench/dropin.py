@@ -149,6 +149,8 @@ def job(spec: dict) -> dict:
     device = spec["device"]
     if device == "cpu":  # kiln: Inductor's Triton CPU backend on the interpreter; baseline: its C++ backend
         inductor_config.cpu_backend = "triton" if spec["flavour"] == "kiln" else "cpp"
+    if spec.get("device_index") is not None:  # a rank on its own GPU, as torchrun's LOCAL_RANK places it
+        torch.cuda.set_device(spec["device_index"])
     cuda_init = init_cuda() if device == "cuda" else None
     torch.manual_seed(0)
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
@@ -532,11 +534,30 @@ class Bench:
         return runs
 
     def eight_processes(self, model: str, mode: str, n: int) -> dict:
-        """n processes at once on the one GPU, sharing the node's cache directories, cold then warm."""
+        """n processes at once, sharing the node's cache directories, cold then warm; placed by
+        --spread: all on the one GPU, or rank i on GPU i % count as torchrun places ranks (`index`:
+        torch.cuda.set_device(i), the default; `visible`: CUDA_VISIBLE_DEVICES=i, what
+        `torchrun --virtual-local-rank` does, so that every rank's device is cuda:0)."""
+        gpus = gpu_count() if self.args.spread != "one" else 1
+
+        def place(flavour, env, barrier, rank):
+            spec = self.spec(flavour, model, mode, barrier)
+            if self.args.spread == "index":
+                spec["device_index"] = rank % gpus
+            elif self.args.spread == "visible":
+                env = dict(env, CUDA_VISIBLE_DEVICES=str(rank % gpus))
+            return spec, env
+
         def launch(flavour, env):
-            return together(n, lambda barrier: self.spec(flavour, model, mode, barrier), env, self.root,
-                            self.timeout())
+            return together(n, lambda barrier, rank: place(flavour, env, barrier, rank), self.root, self.timeout())
         return self._cold_then_warm(f"{n} processes", launch)
+
+
+def gpu_count() -> int:
+    """The node's GPUs, asked of a child process: CUDA is not initialized in the bench's own."""
+    out = subprocess.run([sys.executable, "-c", "import torch; print(torch.cuda.device_count())"],
+                         capture_output=True, text=True, check=True).stdout
+    return max(1, int(out.strip().splitlines()[-1]))
 
 
 def compare_losses(runs: dict, rtol: float, atol: float) -> None:
@@ -562,10 +583,11 @@ def merged(paths: list, rtol: float, atol: float) -> dict:
     return results
 
 
-def together(n: int, make_spec, env: dict, root: str, timeout: float) -> dict:
-    """Start n jobs, release them together once all have imported and built their models."""
+def together(n: int, place, root: str, timeout: float) -> dict:
+    """Start n jobs, `place(barrier, rank)` giving each its spec and environment; release them
+    together once all have imported and built their models."""
     barrier = tempfile.mkdtemp(prefix="barrier-", dir=root)
-    jobs = [Job(make_spec(barrier), env, root) for _ in range(n)]
+    jobs = [Job(*place(barrier, rank), root) for rank in range(n)]
     start = time.perf_counter()
     while len(glob.glob(os.path.join(barrier, "ready-*"))) < n and time.perf_counter() - start < timeout:
         if any(job.proc.poll() is not None for job in jobs):
@@ -687,7 +709,9 @@ def markdown(results: dict) -> str:
     eight = results.get("eight_processes")
     if eight:
         n = eight["processes"]
-        out += ["", f"#### {n} processes at once on the one device, {eight['model']} {eight['mode']}, sharing the "
+        where = {"one": "on the one device", "index": "one per GPU (torch.cuda.set_device(rank))",
+                 "visible": "one per GPU (CUDA_VISIBLE_DEVICES=rank, as torchrun --virtual-local-rank)"}
+        out += ["", f"#### {n} processes at once {where[eight.get('spread', 'one')]}, {eight['model']} {eight['mode']}, sharing the "
                 f"node's cache directories (PyTorch's default compile threads)", "",
                 f"| caches | {base} first step, max / median (s) | kiln first step, max / median (s) | "
                 f"kiln / {base} (max) | kiln compiles on the node (daemon) | {base} kernels in its cache |",
@@ -803,6 +827,10 @@ def main():
     parser.add_argument("--modes", help=f"instead of the above: modes to run, of {','.join(MODES)}")
     parser.add_argument("--model8", default="gpt", help="the model of the 8-process part ('' to skip it)")
     parser.add_argument("--processes", type=int, default=8)
+    parser.add_argument("--spread", choices=("one", "index", "visible"), default="one",
+                        help="the n processes all on one GPU (default), or rank i on GPU i %% count: by "
+                             "torch.cuda.set_device (index) or CUDA_VISIBLE_DEVICES (visible, as torchrun "
+                             "--virtual-local-rank)")
     parser.add_argument("--mode8", default="default", choices=list(MODES), help="the mode of the 8-process part")
     parser.add_argument("--daemon-workers", type=int, default=min(16, os.cpu_count() or 1),
                         help="the node daemon's compile workers (default: one per core, up to 16, as kiln's own)")
@@ -846,7 +874,7 @@ def main():
                 results["one_process"][f"{model}/{mode}"] = bench.one_process(model, mode)
         if args.model8 and not args.quick:
             results["eight_processes"] = {
-                "model": args.model8, "mode": args.mode8, "processes": args.processes,
+                "model": args.model8, "mode": args.mode8, "processes": args.processes, "spread": args.spread,
                 "runs": bench.eight_processes(args.model8, args.mode8, args.processes)}
     finally:
         shutil.rmtree(bench.root, ignore_errors=True)

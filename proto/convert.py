@@ -7,7 +7,6 @@ encoding of a function depends only on the function, and `canonical_bytes` can b
 from __future__ import annotations
 
 import numbers
-import os
 import re
 
 from google.protobuf.message import DecodeError
@@ -290,10 +289,12 @@ def canonical_bytes(fn: Function) -> bytes:
 
 
 def key_bytes(fn: Function) -> bytes:
-    """What the compile key hashes: `canonical_bytes(fn)` with each source file named by its base
-    name, so that a kernel's key does not change with the directory its file lives in (another
-    node's checkout, another user's home, a container's mount). The full paths stay in what is
-    compiled: they are only line info."""
+    """What the compile key hashes: `canonical_bytes(fn)` with each source file named by its place
+    in the file table, so that a kernel's key does not change with where its file lives or what it
+    is called (another node's checkout, another user's home, a container's mount; Inductor names
+    its files by a hash of their whole text, so one kernel gets a file per device index). Triton
+    keys on the source, not its file, alike. The paths stay in what is compiled: they are only
+    line info, and a kernel found under its key carries the first compile's."""
     return canonical_forms(fn)[1]
 
 
@@ -301,7 +302,7 @@ def canonical_forms(fn: Function) -> tuple[bytes, bytes]:
     """`(canonical_bytes(fn), key_bytes(fn))`, from one encoding."""
     pb = function_to_proto(fn)
     canonical = pb.SerializeToString(deterministic=True)
-    names = [os.path.basename(path) for path in pb.files]
+    places = [str(i) for i in range(len(pb.files))]
     del pb.files[:]
-    pb.files.extend(names)
+    pb.files.extend(places)
     return canonical, pb.SerializeToString(deterministic=True)

@@ -1,6 +1,6 @@
 """The compile key: what a compiled kernel is stored under, on every process of the node.
 
-SHA-256 over the canonical IR bytes (source files by base name: `convert.key_bytes`), the target, the options (keys sorted) and the
+SHA-256 over the canonical IR bytes (source files by their place in its file table, not their paths: `convert.key_bytes`), the target, the options (keys sorted) and the
 compiler's identity (kiln version, a hash of codegen's sources, the LLVM and nvJitLink
 versions), each part length-prefixed so that no two different inputs run together.
 Nothing else enters it: two processes that build the same kernel get the same key.

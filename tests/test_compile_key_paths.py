@@ -1,6 +1,7 @@
-"""The compile key does not depend on where a kernel's file lives: the same file in two
-directories (two checkouts, two homes, a container's mount) gives one key and one compile,
-while its block IR keeps each copy's full path for line info."""
+"""The compile key does not depend on where a kernel's file lives or what it is called: the same
+kernel in two directories (two checkouts, two homes, a container's mount) or in two files of
+other names (Inductor names each file by a hash of its whole text, which holds the device index)
+gives one key and one compile, while its block IR keeps each copy's full path for line info."""
 import importlib.util
 
 import numpy as np
@@ -24,11 +25,11 @@ def copy_kernel(src, dst, n, BLOCK: tl.constexpr):
 '''
 
 
-def kernel_ir(directory, module_name):
-    """The block IR kiln builds for the kernel file copied into `directory`."""
-    directory.mkdir()  # the kernel's file name is the same in both: only the directory differs
-    path = directory / "kernels.py"
-    path.write_text(KERNEL)
+def kernel_ir(directory, module_name, file_name="kernels.py", header=""):
+    """The block IR kiln builds for the kernel file copied into `directory` as `file_name`."""
+    directory.mkdir()
+    path = directory / file_name
+    path.write_text(header + KERNEL)
     spec = importlib.util.spec_from_file_location(module_name, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -40,6 +41,23 @@ def kernel_ir(directory, module_name):
 def two_copies(tmp_path):
     (tmp_path / "home").mkdir()
     return kernel_ir(tmp_path / "checkout-a", "kernels_a"), kernel_ir(tmp_path / "home" / "b", "kernels_b")
+
+
+def test_two_file_names_one_key(tmp_path):
+    """As Inductor writes one kernel for two ranks on cuda:0 and cuda:1: the files differ in name
+    and in a line outside the kernel, the kernel's text and lines are the same."""
+    a = kernel_ir(tmp_path / "rank0", "c4f1_rank0", "c4f1e2.py", "META = {'device': 0}\n")
+    b = kernel_ir(tmp_path / "rank1", "c9b3_rank1", "c9b37a.py", "META = {'device': 1}\n")
+    assert "c4f1e2.py" in str(canonical_bytes(a)) and "c9b37a.py" in str(canonical_bytes(b))
+    assert compile_key(a, "sm_90a", {"num_warps": 4}) == compile_key(b, "sm_90a", {"num_warps": 4})
+
+
+def test_the_same_kernel_on_other_lines_is_another_key(tmp_path):
+    """Line numbers stay in the key (the binary's line info is theirs), as Triton's key holds the
+    kernel's first line."""
+    a = kernel_ir(tmp_path / "a", "moved_a")
+    b = kernel_ir(tmp_path / "b", "moved_b", header="\n\n")
+    assert compile_key(a, "sm_90a", {"num_warps": 4}) != compile_key(b, "sm_90a", {"num_warps": 4})
 
 
 def test_two_paths_one_key(two_copies, tmp_path):
