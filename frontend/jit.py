@@ -38,8 +38,8 @@ def read_source(fn) -> SourceInfo:
     from a string) the string the caller handed to `exec`, recognised by compiling it."""
     file = fn.__code__.co_filename
     try:
-        lines, first = inspect.getsourcelines(fn)
-        return _source_info(inspect.getsourcefile(fn) or file, first, lines)
+        lines, first = inspect.findsource(fn)  # the file's lines; `first` the first decorator's (0-based)
+        return _source_info(inspect.getsourcefile(fn) or file, first + 1, lines[first:], fn.__name__)
     except (OSError, TypeError):
         pass
     text = _exec_source(fn)
@@ -49,14 +49,21 @@ def read_source(fn) -> SourceInfo:
                          f"exec() or give it with JITFunction(fn)._unsafe_update_src(text)")
     lines = text.splitlines(keepends=True)
     first_def = fn.__code__.co_firstlineno  # the line of its first decorator, in the exec'd text
-    return _source_info(file, first_def, lines[first_def - 1:])
+    return _source_info(file, first_def, lines[first_def - 1:], fn.__name__)
 
 
-def _source_info(file, first, lines) -> SourceInfo:
-    """The function from its `def` line on (decorators dropped, as Triton's `.src`)."""
-    block = inspect.getblock(lines)  # the function only, as inspect reads it from a file
-    start = next((i for i, text in enumerate(block) if re.match(r"\s*(async\s+)?def\s", text)), 0)
-    block = block[start:]
+def _source_info(file, first, lines, name) -> SourceInfo:
+    """The function from its `def` line on (decorators dropped, as Triton's `.src`). `lines` start
+    at its first decorator; the block is read from the `def` line, so that a long decorator (Inductor
+    writes one per kernel, with all its metadata) is not tokenized."""
+    def_line = re.compile(rf"\s*(async\s+)?def\s+{re.escape(name)}\b")
+    start = next((i for i, text in enumerate(lines) if def_line.match(text)), None)
+    if start is None:  # not found by name: the first `def` of the decorated block, as inspect reads it
+        block = inspect.getblock(lines)
+        start = next((i for i, text in enumerate(block) if re.match(r"\s*(async\s+)?def\s", text)), 0)
+        block = block[start:]
+    else:
+        block = inspect.getblock(lines[start:])
     indent = len(block[0]) - len(block[0].lstrip())
     return SourceInfo(file, first + start, indent, tuple(block))
 

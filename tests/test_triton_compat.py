@@ -1,5 +1,6 @@
 """Triton programs that run unchanged: the host-side and frontend behaviour that Triton's own
 tests and tutorials rely on (issue 9)."""
+import importlib.util
 import inspect
 from typing import NamedTuple
 import textwrap
@@ -56,6 +57,30 @@ def test_jit_source_patched_with_unsafe_update_src():
 
 def test_src_is_the_dedented_function_without_decorators():
     assert _template.src.splitlines()[0] == "def _template(Z, X, SIZE: tl.constexpr):"
+
+
+def test_src_and_line_numbers_under_a_long_decorator(tmp_path):
+    """Inductor's kernels carry a decorator of several long lines; its text may even hold a `def`.
+    `src` starts at the kernel's own `def`, and errors point at the file's real lines."""
+    path = tmp_path / "inductor_like.py"
+    path.write_text(
+        "import kiln\nimport kiln.language as tl\n\n\n"
+        "def heuristics(**meta):\n    return lambda fn: fn\n\n\n"
+        "@heuristics(\n    note='''\ndef other(x):\n    pass\n''',\n    meta={'a': [1, 2, 3]},\n)\n"
+        "@kiln.jit\n"
+        "def kernel(Z, X, SIZE: tl.constexpr):\n"
+        "    offs = tl.arange(0, SIZE)\n"
+        "    tl.store(Z + offs, tl.load(X + offs) * undefined_name)\n"
+        "\n\n# a comment after the kernel\nAFTER = 1\n")
+    spec = importlib.util.spec_from_file_location("inductor_like", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    src = module.kernel.src
+    assert src.startswith("def kernel(Z, X, SIZE: tl.constexpr):") and "AFTER" not in src and "other" not in src
+    assert module.kernel.source_info().first_line == 17
+    with pytest.raises(kiln.CompilationError, match="undefined_name") as info:
+        _run(module.kernel, X)
+    assert "inductor_like.py:19" in str(info.value)
 
 
 def test_error_in_patched_source_shows_the_patched_line():
