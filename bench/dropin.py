@@ -844,6 +844,8 @@ def main():
     parser.add_argument("--flavours", default="triton,kiln", help="run only these (the rest in another call; --merge)")
     parser.add_argument("--name", default="dropin", help="the results file's kind (<date>-<gpu>-<name>.json)")
     parser.add_argument("--merge", nargs="+", metavar="JSON", help="join earlier calls' results files and print the table")
+    parser.add_argument("--timeline", metavar="DIR", help="record each job's compile stages per thread into DIR "
+                        "(bench/timeline; summarize with bench/timeline_report.py DIR)")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -858,6 +860,11 @@ def main():
     if unknown := set(args.flavours.split(",")) - {"triton", "kiln"}:
         parser.error(f"unknown flavours {sorted(unknown)}")
 
+    if args.timeline:  # the jobs (and the bench's daemon) inherit the environment
+        os.makedirs(args.timeline, exist_ok=True)
+        os.environ["KILN_TIMELINE_DIR"] = os.path.abspath(args.timeline)
+        os.environ["PYTHONPATH"] = os.pathsep.join(
+            p for p in (os.path.join(HERE, "timeline"), os.environ.get("PYTHONPATH")) if p)
     bench = Bench(args)
     date = datetime.date.today().isoformat()
     results = {"date": date, "device": args.device, "rtol": args.rtol, "atol": args.atol,

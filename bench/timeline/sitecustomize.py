@@ -1,0 +1,90 @@
+"""A per-thread timeline of a process's kernel compiles, for bench/dropin.py --timeline.
+
+Python imports `sitecustomize` at start-up from the path; bench/dropin.py puts this directory
+first on the jobs' PYTHONPATH and sets KILN_TIMELINE_DIR. Each function named in STAGES is
+wrapped as its module is first imported, and every call is recorded as (stage, thread, start,
+end) in seconds since the process started; at exit the list goes to
+KILN_TIMELINE_DIR/timeline-<pid>.json. bench/timeline_report.py summarizes the files.
+Without KILN_TIMELINE_DIR nothing is wrapped.
+"""
+import atexit
+import functools
+import importlib.abc
+import json
+import os
+import sys
+import threading
+import time
+
+# module -> the functions (or Class.method) whose calls are recorded
+STAGES = {
+    "torch._inductor.async_compile": ["_load_triton_kernel_from_source"],
+    "torch._inductor.codecache": ["PyCodeCache.load_by_key_path"],
+    "torch._inductor.runtime.triton_heuristics": ["CachingAutotuner.precompile", "CachingAutotuner._precompile_config",
+                                                  "CachingAutotuner._make_launchers"],
+    "kiln.dropin.inductor": ["_compile_triton_here"],
+    "kiln.dropin.compile": ["_source_key", "_from_record", "_build", "_published"],
+    "kiln.dropin.warm": ["load", "store"],
+    "kiln.compiler": ["compile_kernel"],
+    "kiln.daemon.tiers": ["cached_compile", "_from_cache", "_from_shared", "_from_daemon", "_compile_here"],
+    "kiln.daemon.client": ["Client.compile"],
+}
+
+
+def _install(directory: str) -> None:
+    start = time.time()
+    events = []
+
+    def timed(fn, stage):
+        @functools.wraps(fn)
+        def call(*args, **kwargs):
+            begin = time.time()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                events.append((stage, threading.current_thread().name, begin - start, time.time() - start))
+        return call
+
+    def wrap(module):
+        for name in STAGES[module.__name__]:
+            owner, attr = module, name
+            if "." in name:
+                owner, attr = getattr(module, name.split(".")[0], None), name.split(".")[1]
+            if owner is not None and hasattr(owner, attr):
+                setattr(owner, attr, timed(getattr(owner, attr), f"{module.__name__}.{name}"))
+
+    class WrapOnImport(importlib.abc.MetaPathFinder):
+        """Finds STAGES' modules through the other finders and wraps them once executed. kiln's
+        drop-in hook also asks the other finders, itself among them: a nested call is not ours."""
+        inside = threading.local()
+
+        def find_spec(self, name, path, target=None):
+            if name not in STAGES or getattr(self.inside, "on", False):
+                return None
+            self.inside.on = True
+            try:
+                spec = next((s for f in sys.meta_path if f is not self and hasattr(f, "find_spec")
+                             for s in [f.find_spec(name, path, target)] if s is not None), None)
+            finally:
+                self.inside.on = False
+            if spec is None or spec.loader is None:
+                return spec
+            execute = spec.loader.exec_module
+
+            def exec_module(module):
+                execute(module)
+                wrap(module)
+            spec.loader.exec_module = exec_module
+            return spec
+
+    sys.meta_path.insert(0, WrapOnImport())
+
+    @atexit.register
+    def write():
+        if events:
+            with open(os.path.join(directory, f"timeline-{os.getpid()}.json"), "w") as f:
+                json.dump({"argv": sys.argv[:2], "events": events}, f)
+
+
+if os.environ.get("KILN_TIMELINE_DIR"):
+    _install(os.environ["KILN_TIMELINE_DIR"])

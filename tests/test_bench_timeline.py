@@ -1,0 +1,54 @@
+"""bench/timeline: the compile-stage recorder bench/dropin.py --timeline puts in its jobs, and
+its report. Real processes: the recorder is a sitecustomize found on PYTHONPATH."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parent.parent / "bench"
+sys.path.insert(0, str(BENCH))
+import timeline_report  # noqa: E402
+
+TASK = timeline_report.TASK
+
+
+def _run(tmp_path, code, **env):
+    out = tmp_path / "timeline"
+    out.mkdir(exist_ok=True)
+    env = dict(os.environ, KILN_TIMELINE_DIR=str(out), KILN_CACHE_DIR=str(tmp_path / "cache"), KILN_DAEMON="off",
+               PYTHONPATH=os.pathsep.join([str(BENCH / "timeline"), os.environ.get("PYTHONPATH", "")]), **env)
+    subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=120)
+    return [json.loads(p.read_text()) for p in out.glob("timeline-*.json")]
+
+
+@pytest.mark.parametrize("dropin", ["0", "1"])  # under the drop-in, kiln's import hook asks the recorder too
+def test_a_process_records_the_calls_of_its_stages(tmp_path, dropin):
+    files = _run(tmp_path, "from kiln.dropin import warm\nassert warm.load('0' * 64) is None\n"
+                           "assert warm.load.__wrapped__ is not None", KILN_DROPIN=dropin)
+    [timeline] = files
+    [(stage, thread, start, end)] = timeline["events"]
+    assert (stage, thread) == ("kiln.dropin.warm.load", "MainThread") and 0 <= start <= end
+
+
+def test_without_the_directory_nothing_is_wrapped(tmp_path):
+    env = dict(os.environ, PYTHONPATH=str(BENCH / "timeline"), KILN_CACHE_DIR=str(tmp_path / "cache"))
+    env.pop("KILN_TIMELINE_DIR", None)
+    code = "from kiln.dropin import warm\nassert not hasattr(warm.load, '__wrapped__')"
+    subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=120)
+
+
+def test_the_report_groups_compiles_into_bursts(tmp_path):
+    events = [(TASK, "t0", 1.0, 1.4), (TASK, "t1", 1.1, 1.9), (TASK, "t0", 1.5, 1.6),  # one burst
+              ("kiln.daemon.client.Client.compile", "t1", 1.2, 1.8),
+              (TASK, "t2", 5.0, 5.3)]  # a second, after a pause
+    (tmp_path / "timeline-7.json").write_text(json.dumps({"argv": ["job"], "events": events}))
+    (tmp_path / "timeline-8.json").write_text(json.dumps({"argv": ["job"], "events": [["other", "t", 0, 1]]}))
+    assert [(b["kernels"], b["first_start"], b["last_end"]) for b in timeline_report.bursts(events, 0.3)] == \
+        [(3, 1.0, 1.9), (1, 5.0, 5.3)]
+    text = timeline_report.report(str(tmp_path), 0.3)
+    assert "timeline-7.json" in text and "timeline-8.json" not in text  # it compiled nothing
+    assert f"| {TASK} | 4 | 1.600 | 0.800 |" in text
+    assert "| 1 | 3 | 1.00 | 1.90 | 0.90 | 0.80 |" in text
