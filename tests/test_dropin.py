@@ -142,6 +142,45 @@ def test_kiln_run_without_a_command_or_with_a_missing_one():
     assert out.returncode == 127 and "cannot run 'no-such-command-kiln-test'" in out.stderr
 
 
+@pytest.mark.parametrize("command, advised", [
+    (["torchrun", "--nproc-per-node", "8", "train.py"], True),
+    (["torchrun", "--nnodes", "2", "--nproc_per_node=4", "train.py", "--lr", "1"], True),
+    (["python3", "-m", "torch.distributed.run", "--nproc-per-node=gpu", "train.py"], True),
+    (["torchrun", "--nproc-per-node", "8", "--virtual-local-rank", "train.py"], False),
+    (["torchrun", "--nproc-per-node", "1", "train.py"], False),
+    (["torchrun", "train.py", "--nproc-per-node", "8"], False),  # the script's own flag
+    (["python3", "train.py"], False),
+])
+def test_kiln_run_advises_virtual_local_rank_to_share_graphs(command, advised, monkeypatch):
+    monkeypatch.setattr(doctor, "_torchrun_has_virtual_local_rank", lambda: True)
+    assert (doctor.torchrun_advice(command, {}) is not None) == advised
+    assert doctor.torchrun_advice(command, {"KILN_SHARE_GRAPHS": "0"}) is None  # graphs not shared anyway
+    monkeypatch.setattr(doctor, "_torchrun_has_virtual_local_rank", lambda: False)
+    assert doctor.torchrun_advice(command, {}) is None  # an older torchrun: nothing to advise
+
+
+def test_the_torchrun_probe_reads_the_installed_torch_without_importing_it():
+    has = doctor._torchrun_has_virtual_local_rank()
+    try:
+        import torch.distributed.run as run
+    except ImportError:
+        assert has is False
+        return
+    assert has == ("--virtual-local-rank" in open(run.__file__, encoding="utf-8").read())
+
+
+def test_kiln_run_prints_the_advice_and_runs_torchrun(tmp_path):
+    if not doctor._torchrun_has_virtual_local_rank():
+        pytest.skip("the installed PyTorch's torchrun has no --virtual-local-rank")
+    fake = tmp_path / "torchrun"
+    fake.write_text("#!/bin/sh\necho ran \"$@\"\n")
+    fake.chmod(0o755)
+    out = _kiln("run", "--", "torchrun", "--nproc-per-node", "2", "train.py",
+                env_extra={"PATH": f"{tmp_path}{os.pathsep}{os.environ['PATH']}"})
+    assert out.returncode == 0 and out.stdout.strip() == "ran --nproc-per-node 2 train.py"
+    assert "--virtual-local-rank" in out.stderr
+
+
 def test_doctor_says_which_triton_and_why(fake_triton):
     off = json.loads(_kiln("doctor", "--json", env_extra=fake_triton).stdout)
     assert off["import_triton"] == "triton" and "not set" in off["why"]

@@ -337,3 +337,52 @@ def format_checks(checks: list[dict]) -> str:
     lines.append(f"{broken} broken, {warned} {'warning' if warned == 1 else 'warnings'}" if broken or warned
                  else "all well")
     return "\n".join(lines)
+
+
+def torchrun_advice(command: list[str], environ: dict) -> str | None:
+    """For `kiln run -- torchrun ...` with several ranks: torchrun puts rank i on cuda:i unless told
+    `--virtual-local-rank`, and PyTorch's graph keys hold the device index, so the node's ranks
+    would share kiln's kernels but each compile its own graphs. None when that does not apply."""
+    launcher = os.path.basename(command[0]) if command else ""
+    args = command[1:]
+    if launcher.startswith("python") and args[:2] in (["-m", "torch.distributed.run"], ["-m", "torch.distributed.launch"]):
+        args = args[2:]
+    elif launcher != "torchrun":
+        return None
+    if not hook.share_graphs(environ) or any(a == "--virtual-local-rank" or a == "--virtual_local_rank" for a in args):
+        return None
+    if _nproc_per_node(args) in ("1", None) or not _torchrun_has_virtual_local_rank():
+        return None
+    return ("kiln run: torchrun puts rank i on cuda:i, and PyTorch's graph keys hold the device index: the ranks "
+            "will share kiln's kernels but each compile its own graphs. Add --virtual-local-rank (every rank's "
+            "GPU is then cuda:0) and the node compiles each graph once.")
+
+
+def _nproc_per_node(args: list[str]) -> str | None:
+    """torchrun's --nproc-per-node (either spelling, `=` or a separate value), up to the script."""
+    for i, arg in enumerate(args):
+        if arg.endswith(".py") or arg in ("-m", "--module", "--"):
+            return None  # the training script: what follows is its own
+        for flag in ("--nproc-per-node", "--nproc_per_node"):
+            if arg == flag and i + 1 < len(args):
+                return args[i + 1]
+            if arg.startswith(flag + "="):
+                return arg.split("=", 1)[1]
+    return None
+
+
+def _torchrun_has_virtual_local_rank() -> bool:
+    """Whether the installed PyTorch's torchrun has --virtual-local-rank (added late in 2025), read
+    from its source without importing torch (seconds, for a launcher)."""
+    import importlib.util
+    try:
+        spec = importlib.util.find_spec("torch")
+    except (ImportError, ValueError):
+        return False
+    for directory in (spec.submodule_search_locations or []) if spec else []:
+        try:
+            with open(os.path.join(directory, "distributed", "run.py"), encoding="utf-8") as f:
+                return "--virtual-local-rank" in f.read()
+        except OSError:
+            continue
+    return False
