@@ -120,11 +120,13 @@ def test_no_gpu_and_no_target_is_an_error(fake_daemon, kernels_file, monkeypatch
 
 def test_command_line(fake_daemon, kernels_file):
     path = kernels_file(BROKEN, "prewarm_cli")
-    out = subprocess.run([sys.executable, "-m", "kiln.daemon", "prewarm", str(path), "--target", "sm_80",
+    # sm_86: the module's kernels are test_every_signature_and_config_for_every_target's, whose sm_80 builds
+    # the key finds whatever file they came from
+    out = subprocess.run([sys.executable, "-m", "kiln.daemon", "prewarm", str(path), "--target", "sm_86",
                           "--address", fake_daemon[0]], capture_output=True, text=True, timeout=60)
     assert out.returncode == 1, out.stderr
     assert "prewarmed 5 kernels: compiled 5" in out.stdout
-    assert "skipped needs_tensor(x_ptr=*fp32)" in out.stderr and "broken(x_ptr=*fp32, n=i32) for sm_80" in out.stderr
+    assert "skipped needs_tensor(x_ptr=*fp32)" in out.stderr and "broken(x_ptr=*fp32, n=i32) for sm_86" in out.stderr
     missing = subprocess.run([sys.executable, "-m", "kiln.daemon", "prewarm", "no_such_module_here", "--target",
                               "sm_80", "--address", fake_daemon[0]], capture_output=True, text=True, timeout=60)
     assert missing.returncode == 2 and "No module named 'no_such_module_here'" in missing.stderr
