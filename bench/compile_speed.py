@@ -77,6 +77,9 @@ KERNELS = {
     "inductor_rotary": ("inductor_kernels.py", "triton_poi_fused_add_cat_mul_3",
                         {"in_ptr0": "*bf16", "in_ptr1": "*bf16", "in_ptr2": "*bf16", "out_ptr0": "*bf16",
                          "xnumel": "i32", "XBLOCK": 1024}, {"num_warps": 4, "num_stages": 1}),
+    "inductor_foreach_adamw": ("inductor_kernels.py", "triton_for_fused_addcdiv_lerp_pow_sqrt_0",
+                               {**{f"in_ptr{i}": "*fp32" for i in range(20)}, **{f"out_ptr{i}": "*fp32" for i in range(12)}},
+                               {"num_warps": 4, "num_stages": 1}),
 }
 # compiled before a steady measurement: specializations no measured kernel has
 WARMUP = [

@@ -135,3 +135,210 @@ def triton_poi_fused_add_cat_mul_3(in_ptr0, in_ptr1, in_ptr2, out_ptr0, xnumel, 
     tmp18 = tmp16 * tmp17
     tmp19 = tmp2 + tmp18
     tl.store(out_ptr0 + (x3), tmp19, xmask)
+
+
+@triton.jit
+def triton_for_fused_addcdiv_lerp_pow_sqrt_0(in_ptr0, in_ptr1, in_ptr2, in_ptr3, in_ptr4, in_ptr5, in_ptr6, in_ptr7, in_ptr8, in_ptr9, in_ptr10, in_ptr11, in_ptr12, in_ptr13, in_ptr14, in_ptr15, in_ptr16, in_ptr17, in_ptr18, in_ptr19, out_ptr0, out_ptr1, out_ptr2, out_ptr3, out_ptr4, out_ptr5, out_ptr6, out_ptr7, out_ptr8, out_ptr9, out_ptr10, out_ptr11):
+    """A foreach AdamW step as Inductor fuses it for torch.compile'd `opt.step()`: one program
+    range per parameter (branch on the program id), each the 4-tensor AdamW update with its step
+    count's two `pow`s. Four parameters here; a model's has one branch per parameter."""
+    pid = tl.program_id(0)
+    XBLOCK: tl.constexpr = 1024
+    num_xblocks_0 = tl.cdiv(1048576, XBLOCK)
+    num_xblocks_1 = num_xblocks_0 + tl.cdiv(1024, XBLOCK)
+    num_xblocks_2 = num_xblocks_1 + tl.cdiv(3145728, XBLOCK)
+    num_xblocks_3 = num_xblocks_2 + tl.cdiv(4096, XBLOCK)
+    if pid < num_xblocks_0:
+        pid_offset = pid
+        xnumel = 1048576
+        xoffset = pid_offset * XBLOCK
+        xindex = xoffset + tl.arange(0, XBLOCK)[:]
+        xmask = xindex < xnumel
+        x0 = xindex
+        tmp0 = tl.load(in_ptr0 + (x0), xmask)
+        tmp3 = tl.load(in_ptr1 + (x0), xmask)
+        tmp4 = tl.load(in_ptr2 + (x0), xmask)
+        tmp10 = tl.load(in_ptr3 + (x0), xmask)
+        tmp16 = tl.load(in_ptr4 + (0))
+        tmp17 = tl.broadcast_to(tmp16, [XBLOCK])
+        tmp1 = tl.full([1], 0.999999, tl.float32)
+        tmp2 = tmp0 * tmp1
+        tmp5 = tmp4 - tmp3
+        tmp6 = tl.full([1], 0.09999999999999998, tl.float32)
+        tmp7 = tmp5 * tmp6
+        tmp8 = tmp3 + tmp7
+        tmp9 = tmp4 * tmp4
+        tmp11 = tl.full([1], 0.999, tl.float32)
+        tmp12 = tmp10 * tmp11
+        tmp13 = tl.full([1], 0.0010000000000000009, tl.float32)
+        tmp14 = tl.fma(tmp9, tmp13, tmp12)
+        tmp15 = tl.sqrt_rn(tmp14)
+        tmp18 = tl.full([1], 1.0, tl.float32)
+        tmp19 = tmp17 + tmp18
+        tmp20 = libdevice.pow(tmp11, tmp19)
+        tmp21 = tmp18 - tmp20
+        tmp22 = tl.sqrt_rn(tmp21)
+        tmp23 = tl.full([1], 0.9, tl.float32)
+        tmp24 = libdevice.pow(tmp23, tmp19)
+        tmp25 = tmp18 - tmp24
+        tmp26 = (tmp18 / tmp25)
+        tmp27 = tl.full([1], 0.0001, tl.float32)
+        tmp28 = tmp26 * tmp27
+        tmp29 = -tmp28
+        tmp30 = tmp22 * tmp29
+        tmp31 = (tmp15 / tmp30)
+        tmp32 = (tmp18 / tmp29)
+        tmp33 = tl.full([1], 1e-08, tl.float32)
+        tmp34 = tmp32 * tmp33
+        tmp35 = tmp31 + tmp34
+        tmp36 = (tmp8 / tmp35)
+        tmp37 = tmp2 + tmp36
+        tl.store(out_ptr0 + (x0), tmp37, xmask)
+        tl.store(out_ptr1 + (x0), tmp8, xmask)
+        tl.store(out_ptr2 + (x0), tmp14, xmask)
+    elif pid < num_xblocks_1:
+        pid_offset = pid - num_xblocks_0
+        xnumel = 1024
+        xoffset = pid_offset * XBLOCK
+        xindex = xoffset + tl.arange(0, XBLOCK)[:]
+        xmask = xindex < xnumel
+        x0 = xindex
+        tmp0 = tl.load(in_ptr5 + (x0), xmask)
+        tmp3 = tl.load(in_ptr6 + (x0), xmask)
+        tmp4 = tl.load(in_ptr7 + (x0), xmask)
+        tmp10 = tl.load(in_ptr8 + (x0), xmask)
+        tmp16 = tl.load(in_ptr9 + (0))
+        tmp17 = tl.broadcast_to(tmp16, [XBLOCK])
+        tmp1 = tl.full([1], 0.999999, tl.float32)
+        tmp2 = tmp0 * tmp1
+        tmp5 = tmp4 - tmp3
+        tmp6 = tl.full([1], 0.09999999999999998, tl.float32)
+        tmp7 = tmp5 * tmp6
+        tmp8 = tmp3 + tmp7
+        tmp9 = tmp4 * tmp4
+        tmp11 = tl.full([1], 0.999, tl.float32)
+        tmp12 = tmp10 * tmp11
+        tmp13 = tl.full([1], 0.0010000000000000009, tl.float32)
+        tmp14 = tl.fma(tmp9, tmp13, tmp12)
+        tmp15 = tl.sqrt_rn(tmp14)
+        tmp18 = tl.full([1], 1.0, tl.float32)
+        tmp19 = tmp17 + tmp18
+        tmp20 = libdevice.pow(tmp11, tmp19)
+        tmp21 = tmp18 - tmp20
+        tmp22 = tl.sqrt_rn(tmp21)
+        tmp23 = tl.full([1], 0.9, tl.float32)
+        tmp24 = libdevice.pow(tmp23, tmp19)
+        tmp25 = tmp18 - tmp24
+        tmp26 = (tmp18 / tmp25)
+        tmp27 = tl.full([1], 0.0001, tl.float32)
+        tmp28 = tmp26 * tmp27
+        tmp29 = -tmp28
+        tmp30 = tmp22 * tmp29
+        tmp31 = (tmp15 / tmp30)
+        tmp32 = (tmp18 / tmp29)
+        tmp33 = tl.full([1], 1e-08, tl.float32)
+        tmp34 = tmp32 * tmp33
+        tmp35 = tmp31 + tmp34
+        tmp36 = (tmp8 / tmp35)
+        tmp37 = tmp2 + tmp36
+        tl.store(out_ptr3 + (x0), tmp37, xmask)
+        tl.store(out_ptr4 + (x0), tmp8, xmask)
+        tl.store(out_ptr5 + (x0), tmp14, xmask)
+    elif pid < num_xblocks_2:
+        pid_offset = pid - num_xblocks_1
+        xnumel = 3145728
+        xoffset = pid_offset * XBLOCK
+        xindex = xoffset + tl.arange(0, XBLOCK)[:]
+        xmask = xindex < xnumel
+        x0 = xindex
+        tmp0 = tl.load(in_ptr10 + (x0), xmask)
+        tmp3 = tl.load(in_ptr11 + (x0), xmask)
+        tmp4 = tl.load(in_ptr12 + (x0), xmask)
+        tmp10 = tl.load(in_ptr13 + (x0), xmask)
+        tmp16 = tl.load(in_ptr14 + (0))
+        tmp17 = tl.broadcast_to(tmp16, [XBLOCK])
+        tmp1 = tl.full([1], 0.999999, tl.float32)
+        tmp2 = tmp0 * tmp1
+        tmp5 = tmp4 - tmp3
+        tmp6 = tl.full([1], 0.09999999999999998, tl.float32)
+        tmp7 = tmp5 * tmp6
+        tmp8 = tmp3 + tmp7
+        tmp9 = tmp4 * tmp4
+        tmp11 = tl.full([1], 0.999, tl.float32)
+        tmp12 = tmp10 * tmp11
+        tmp13 = tl.full([1], 0.0010000000000000009, tl.float32)
+        tmp14 = tl.fma(tmp9, tmp13, tmp12)
+        tmp15 = tl.sqrt_rn(tmp14)
+        tmp18 = tl.full([1], 1.0, tl.float32)
+        tmp19 = tmp17 + tmp18
+        tmp20 = libdevice.pow(tmp11, tmp19)
+        tmp21 = tmp18 - tmp20
+        tmp22 = tl.sqrt_rn(tmp21)
+        tmp23 = tl.full([1], 0.9, tl.float32)
+        tmp24 = libdevice.pow(tmp23, tmp19)
+        tmp25 = tmp18 - tmp24
+        tmp26 = (tmp18 / tmp25)
+        tmp27 = tl.full([1], 0.0001, tl.float32)
+        tmp28 = tmp26 * tmp27
+        tmp29 = -tmp28
+        tmp30 = tmp22 * tmp29
+        tmp31 = (tmp15 / tmp30)
+        tmp32 = (tmp18 / tmp29)
+        tmp33 = tl.full([1], 1e-08, tl.float32)
+        tmp34 = tmp32 * tmp33
+        tmp35 = tmp31 + tmp34
+        tmp36 = (tmp8 / tmp35)
+        tmp37 = tmp2 + tmp36
+        tl.store(out_ptr6 + (x0), tmp37, xmask)
+        tl.store(out_ptr7 + (x0), tmp8, xmask)
+        tl.store(out_ptr8 + (x0), tmp14, xmask)
+    elif pid < num_xblocks_3:
+        pid_offset = pid - num_xblocks_2
+        xnumel = 4096
+        xoffset = pid_offset * XBLOCK
+        xindex = xoffset + tl.arange(0, XBLOCK)[:]
+        xmask = xindex < xnumel
+        x0 = xindex
+        tmp0 = tl.load(in_ptr15 + (x0), xmask)
+        tmp3 = tl.load(in_ptr16 + (x0), xmask)
+        tmp4 = tl.load(in_ptr17 + (x0), xmask)
+        tmp10 = tl.load(in_ptr18 + (x0), xmask)
+        tmp16 = tl.load(in_ptr19 + (0))
+        tmp17 = tl.broadcast_to(tmp16, [XBLOCK])
+        tmp1 = tl.full([1], 0.999999, tl.float32)
+        tmp2 = tmp0 * tmp1
+        tmp5 = tmp4 - tmp3
+        tmp6 = tl.full([1], 0.09999999999999998, tl.float32)
+        tmp7 = tmp5 * tmp6
+        tmp8 = tmp3 + tmp7
+        tmp9 = tmp4 * tmp4
+        tmp11 = tl.full([1], 0.999, tl.float32)
+        tmp12 = tmp10 * tmp11
+        tmp13 = tl.full([1], 0.0010000000000000009, tl.float32)
+        tmp14 = tl.fma(tmp9, tmp13, tmp12)
+        tmp15 = tl.sqrt_rn(tmp14)
+        tmp18 = tl.full([1], 1.0, tl.float32)
+        tmp19 = tmp17 + tmp18
+        tmp20 = libdevice.pow(tmp11, tmp19)
+        tmp21 = tmp18 - tmp20
+        tmp22 = tl.sqrt_rn(tmp21)
+        tmp23 = tl.full([1], 0.9, tl.float32)
+        tmp24 = libdevice.pow(tmp23, tmp19)
+        tmp25 = tmp18 - tmp24
+        tmp26 = (tmp18 / tmp25)
+        tmp27 = tl.full([1], 0.0001, tl.float32)
+        tmp28 = tmp26 * tmp27
+        tmp29 = -tmp28
+        tmp30 = tmp22 * tmp29
+        tmp31 = (tmp15 / tmp30)
+        tmp32 = (tmp18 / tmp29)
+        tmp33 = tl.full([1], 1e-08, tl.float32)
+        tmp34 = tmp32 * tmp33
+        tmp35 = tmp31 + tmp34
+        tmp36 = (tmp8 / tmp35)
+        tmp37 = tmp2 + tmp36
+        tl.store(out_ptr9 + (x0), tmp37, xmask)
+        tl.store(out_ptr10 + (x0), tmp8, xmask)
+        tl.store(out_ptr11 + (x0), tmp14, xmask)
+    else:
+        pass

@@ -162,6 +162,12 @@ def _caps(fn, tgt, n_regs: int, threads: int, shared: int) -> list[int]:
     return occupancy.tighter_caps(n_regs, threads, shared, tgt.capability)
 
 
+# PTX this long takes nvJitLink ~0.1 s, and kernels this big are the ones that need
+# their registers: Inductor's foreach AdamW step (48 KB, 60 registers at 4 warps) spilled at every
+# cap, 4 links and 0.45 s where Triton links once. Their cap search starts at the highest cap.
+BIG_KERNEL_PTX = 32 * 1024
+
+
 def _occupancy_link(ptx: str, caps: list[int], link_cubin):
     """(ptx, cubin, regs, spills) relinked (`link_cubin(ptx)`) under the fewest-register cap of
     `caps` that neither spills nor serializes wgmmas, or None when none does."""
@@ -174,7 +180,7 @@ def _occupancy_link(ptx: str, caps: list[int], link_cubin):
             return None, True
         regs, spills = nvjitlink.resource_usage(info)
         return (capped, cubin, regs, spills), spills or nvjitlink.wgmma_serialized(info)
-    return occupancy.best_capped_link(link, caps) if caps else None
+    return occupancy.best_capped_link(link, caps, highest_first=len(ptx) > BIG_KERNEL_PTX) if caps else None
 
 
 def compile(fn, target: str = "sm_90a", options: dict | None = None, check: bool = False,

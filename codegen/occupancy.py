@@ -80,13 +80,20 @@ def with_register_cap(ptx: str, cap: int) -> str:
     return text
 
 
-def best_capped_link(link, caps: list[int]):
+def best_capped_link(link, caps: list[int], highest_first: bool = False):
     """The link of the fewest-register cap among `caps` (ascending) that does not spill, or None.
 
     `link(cap)` -> (result, spilled bytes). Spilling grows as the cap shrinks, so the
-    search halves the list: about log2(len(caps)) + 1 links.
+    search halves the list: about log2(len(caps)) + 1 links. `highest_first` links the
+    highest cap first and stops if it spills, as every lower one would: one link for a
+    kernel that needs nearly all its registers, one more than the halving where a cap fits.
     """
     best, lo, hi = None, 0, len(caps) - 1
+    if highest_first and caps:
+        result, spilled = link(caps[hi])
+        if spilled:
+            return None
+        best, hi = result, hi - 1
     while lo <= hi:
         mid = (lo + hi) // 2
         result, spilled = link(caps[mid])

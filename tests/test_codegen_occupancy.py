@@ -49,6 +49,11 @@ def test_search_keeps_the_fewest_registers_that_do_not_spill(spills_below, expec
         return cap, (cap < spills_below)
     assert occupancy.best_capped_link(link, [32, 40, 48, 64]) == expected
     assert len(tried) <= 3
+    tried.clear()
+    assert occupancy.best_capped_link(link, [32, 40, 48, 64], highest_first=True) == expected
+    assert tried[0] == 64 and len(tried) <= 4
+    if expected is None:
+        assert tried == [64]  # the highest spilled: no lower cap is linked
 
 
 def test_memory_bound_kernel_is_capped_for_occupancy():
