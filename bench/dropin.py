@@ -37,6 +37,9 @@ against the kernels Triton compiled. Every job runs with PyTorch's defaults, as 
 bench sets no Inductor setting, and clears TORCHINDUCTOR_COMPILE_THREADS from the environment it
 passes on (fewer compile threads would tune the baseline down and flatter kiln).
 
+`--spread index|visible` puts the processes one per GPU (see `Bench.eight_processes`); `--timeline DIR`
+records each job's compile stages per thread (bench/timeline; `bench/timeline_report.py DIR`).
+
 A run that fails or passes `--timeout` is recorded with the tail of its stderr; later runs go on.
 `--device cpu` (no GPU: Inductor's Triton CPU backend on kiln's interpreter against Inductor's
 C++ backend) checks the benchmark itself, not speed. Writes DIR/<date>-<machine>-dropin.{json,md}.
@@ -536,7 +539,7 @@ class Bench:
     def eight_processes(self, model: str, mode: str, n: int) -> dict:
         """n processes at once, sharing the node's cache directories, cold then warm; placed by
         --spread: all on the one GPU, or rank i on GPU i % count as torchrun places ranks (`index`:
-        torch.cuda.set_device(i), the default; `visible`: CUDA_VISIBLE_DEVICES=i, what
+        torch.cuda.set_device(i), torchrun's usual placing; `visible`: CUDA_VISIBLE_DEVICES=i, what
         `torchrun --virtual-local-rank` does, so that every rank's device is cuda:0)."""
         gpus = gpu_count() if self.args.spread != "one" else 1
 
