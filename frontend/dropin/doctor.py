@@ -349,7 +349,7 @@ def torchrun_advice(command: list[str], environ: dict) -> str | None:
         args = args[2:]
     elif launcher != "torchrun":
         return None
-    if not hook.share_graphs(environ) or any(a == "--virtual-local-rank" or a == "--virtual_local_rank" for a in args):
+    if not hook.share_graphs(environ) or {"--virtual-local-rank", "--virtual_local_rank"} & set(args):
         return None
     if _nproc_per_node(args) in ("1", None) or not _torchrun_has_virtual_local_rank():
         return None
