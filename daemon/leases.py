@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-STORED, YOURS = "stored", "yours"
+STORED, YOURS, BUSY = "stored", "yours", "busy"
 
 
 @dataclass
@@ -26,6 +26,7 @@ class _Lease:
     pid: int | None  # None: the holder is not a process of this node (its death cannot be seen)
     granted: float
     renewed: float
+    busy_answers: int = 0  # if_free claims told BUSY while this lease was held
 
 
 def pid_alive(pid: int) -> bool:
@@ -48,26 +49,32 @@ class Leases:
         self._cond = threading.Condition()
         self._leases: dict[str, _Lease] = {}
         self.counts = dict.fromkeys(("led", "stored", "waited", "taken_over", "released_stored",
-                                     "released_unstored"), 0)
+                                     "released_unstored", "busy"), 0)
 
     def claim(self, key: str, holder: str, pid: int | None, wait: float,
-              cancelled: Callable[[], bool] = lambda: False) -> tuple[str, float]:
-        """STORED or YOURS for `holder`, and the seconds it waited for another holder first."""
+              cancelled: Callable[[], bool] = lambda: False, if_free: bool = False) -> tuple[str, float, int]:
+        """STORED or YOURS for `holder`, the seconds it waited for another holder first, and 0.
+        `if_free`: BUSY at once while another holder's lease is valid (no wait, no taking over),
+        with how many were told BUSY before during that lease (0: the first to ask after the holder)."""
         start = self._clock()
         waited = False
         while True:
             if self._stored(key):
                 self._count("waited" if waited else "stored")
-                return STORED, self._clock() - start
+                return STORED, self._clock() - start, 0
             with self._cond:
                 lease = self._leases.get(key)
                 now = self._clock()
+                if if_free and lease is not None and lease.holder != holder and self._valid(lease, now):
+                    self.counts["busy"] += 1
+                    lease.busy_answers += 1
+                    return BUSY, 0.0, lease.busy_answers - 1
                 out_of_time = now - start >= wait or cancelled()
                 if lease is None or lease.holder == holder or not self._valid(lease, now) or out_of_time:
                     taken = lease is not None and lease.holder != holder
                     self._leases[key] = _Lease(holder, pid, now, now)
                     self.counts["taken_over" if taken or waited else "led"] += 1
-                    return YOURS, now - start
+                    return YOURS, now - start, 0
                 waited = True
                 self._cond.wait(min(1.0, max(0.01, wait - (now - start))))
 

@@ -35,7 +35,7 @@ from kiln.proto.messages import metadata_to_proto, options_from_proto
 from . import shared_tier
 from . import limits
 from .flight import SingleFlight
-from .leases import STORED, Leases
+from .leases import BUSY, STORED, YOURS, Leases
 from .pool import CompileError, WorkerPool
 from .rpc import Undecodable, completed, gone, time_left
 from .stats import ServiceStats
@@ -50,6 +50,9 @@ _MESSAGE_CHARS = 200  # an error echoes at most this much of the request back
 # the options codegen reads, and the values it accepts; any other option is the compile function's to judge
 _OPTION_RANGES = {"num_warps": (1, 32), "num_stages": (0, 16), "num_ctas": (1, 16), "maxnreg": (16, 255),
                   "enable_fp_fusion": (0, 1)}
+
+
+_OUTCOMES = {STORED: pb.ClaimResponse.STORED, YOURS: pb.ClaimResponse.YOURS, BUSY: pb.ClaimResponse.BUSY}
 
 
 @dataclass
@@ -152,10 +155,9 @@ class CompilerService(compiler_pb2_grpc.CompilerServicer):
         _check_lease_request(context, request.holder, [request.key])
         pid = request.pid or None if context.peer().startswith("unix:") else None  # a TCP peer's pid is not ours to see
         wait = min(max(0.0, request.wait_seconds), time_left(context))
-        outcome, waited = self.leases.claim(request.key, request.holder, pid, wait,
-                                            cancelled=lambda: not context.is_active())
-        return pb.ClaimResponse(outcome=pb.ClaimResponse.STORED if outcome == STORED else pb.ClaimResponse.YOURS,
-                                waited_s=waited)
+        outcome, waited, busy_before = self.leases.claim(request.key, request.holder, pid, wait,
+                                            cancelled=lambda: not context.is_active(), if_free=request.if_free)
+        return pb.ClaimResponse(outcome=_OUTCOMES[outcome], waited_s=waited, busy_before=busy_before)
 
     def Renew(self, request, context):
         self.last_request = time.monotonic()

@@ -12,7 +12,7 @@ from kiln.cache import Cache
 from kiln.daemon import create_server
 from kiln.daemon.artifacts import NodeArtifacts, artifact_key
 from kiln.daemon.client import Client
-from kiln.daemon.leases import STORED, YOURS, Leases
+from kiln.daemon.leases import BUSY, STORED, YOURS, Leases
 from kiln.proto import compiler_pb2 as pb
 
 KEY = "ab" * 32
@@ -45,8 +45,23 @@ def test_first_claim_leads_and_a_second_waits_for_the_stored_value():
     thread.join(10)
     assert result["out"][0] == STORED
     assert leases.stats() == {"led": 1, "stored": 0, "waited": 1, "taken_over": 0, "released_stored": 1,
-                              "released_unstored": 0, "held": 0}
+                              "released_unstored": 0, "busy": 0, "held": 0}
     assert leases.claim(KEY, "c", None, 30.0)[0] == STORED
+
+
+def test_an_if_free_claim_neither_waits_nor_takes_over_and_says_who_asked_first():
+    store = Store()
+    leases = Leases(store)
+    assert leases.claim(KEY, "a", None, 30.0, if_free=True)[0] == YOURS  # free: the lease as any claim
+    assert leases.claim(KEY, "b", None, 30.0, if_free=True) == (BUSY, 0.0, 0)
+    assert leases.claim(KEY, "c", None, 0.0, if_free=True) == (BUSY, 0.0, 1)  # no wait left: still a's
+    assert leases.claim(KEY, "a", None, 0.0, if_free=True)[0] == YOURS  # its own lease
+    leases.release("a", [KEY], stored=False)
+    assert leases.claim(KEY, "b", None, 30.0, if_free=True)[0] == YOURS
+    assert leases.claim(KEY, "c", None, 30.0, if_free=True) == (BUSY, 0.0, 0)  # a new lease counts anew
+    store.keys.add(KEY)
+    assert leases.claim(KEY, "d", None, 30.0, if_free=True)[0] == STORED
+    assert leases.stats()["busy"] == 3
 
 
 def test_a_holder_that_releases_unstored_hands_the_lease_to_one_waiter():
@@ -92,7 +107,7 @@ def test_a_holder_that_stops_renewing_goes_stale():
 def test_a_waiter_that_waited_long_enough_takes_over():
     leases = Leases(Store())
     leases.claim(KEY, "a", None, 30.0)
-    outcome, waited = leases.claim(KEY, "b", None, 0.3)
+    outcome, waited, _ = leases.claim(KEY, "b", None, 0.3)
     assert outcome == YOURS and waited >= 0.3
 
 
@@ -125,6 +140,17 @@ def test_claims_over_grpc(daemon):
         assert got["reply"].outcome == pb.ClaimResponse.STORED and got["reply"].waited_s > 0.2
         claims = a.stats().claims
         assert (claims.led, claims.waited, claims.released_stored, claims.held) == (1, 1, 1, 0)
+
+
+def test_an_if_free_claim_over_grpc(daemon):
+    server, address, cache = daemon
+    key = artifact_key("test_an_if_free_claim_over_grpc")
+    with Client(address) as a, Client(address) as b:
+        assert a.claim(key, "a", 5.0, if_free=True).outcome == pb.ClaimResponse.YOURS
+        first, second = (b.claim(key, holder, 0.5, if_free=True) for holder in ("b", "c"))
+        assert (first.outcome, first.busy_before, second.outcome, second.busy_before) == \
+            (pb.ClaimResponse.BUSY, 0, pb.ClaimResponse.BUSY, 1)
+        a.release("a", [key], stored=False)
 
 
 def test_a_unix_peer_that_exits_loses_its_lease(daemon, tmp_path):
