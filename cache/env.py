@@ -20,6 +20,8 @@
     KILN_SHARE_GRAPHS   (read by kiln.dropin.hook, which imports no kiln) under the drop-in: 1 (default) serves torch.compile's FX graph, AOTAutograd
                         and autotuning caches from the node cache with single flight through the
                         daemon, and compiles Inductor's kernels on the daemon's pool; 0: off
+    KILN_BACKWARD_AHEAD under graph sharing: 1 (default) has the first rank to wait for a training
+                        graph compile its backward while the leader compiles the forward; 0: off
     KILN_GRAPH_WAIT_S   how long a rank waits for another's graph before compiling it itself
                         (default 600)
     KILN_RUNTIME_DIR    where the node daemon keeps its socket, pid file, log and token
@@ -70,6 +72,10 @@ def daemon_tls_ca() -> Path | None:
 
 def remote_cache_url() -> str | None:
     return os.environ.get("KILN_REMOTE_CACHE", "").strip() or None
+
+
+def backward_ahead(environ=os.environ) -> bool:
+    return environ.get("KILN_BACKWARD_AHEAD", "1").strip().lower() not in ("0", "false", "no", "off")
 
 
 def graph_wait_seconds() -> float:

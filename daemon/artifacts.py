@@ -28,6 +28,7 @@ from . import launch, tiers
 log = logging.getLogger("kiln.artifacts")
 
 RENEW_EVERY_S = 5.0  # the daemon takes a lease over after 15 s without a renewal
+HIT, WAITED, LEADER, FIRST_FOLLOWER, MISS = "hit", "waited", "leader", "first follower", "miss"
 
 
 def artifact_key(name: str) -> str:
@@ -43,39 +44,55 @@ class NodeArtifacts:
         self._lock = threading.Lock()
         self._pid, self._id, self._heartbeat = None, None, None
         self._held: dict[str, str] = {}  # namespace -> the artifact key this process computes
-        self.counts = dict.fromkeys(("hits", "waited", "led", "misses", "puts"), 0)
+        self.counts = dict.fromkeys(("hits", "waited", "led", "first_followers", "misses", "puts"), 0)
 
     def get(self, namespace: str, name: str, single_flight: bool = True) -> bytes | None:
+        return self.lookup(namespace, name, single_flight)[0]
+
+    def lookup(self, namespace: str, name: str, single_flight: bool = True,
+               first_follower_goes_on: bool = False) -> tuple[bytes | None, str]:
+        """The value, if stored, and this process's part: HIT, WAITED (for another process's
+        value), LEADER (none stored: compute it, `put` it), MISS (none stored, no lease), or
+        FIRST_FOLLOWER (`first_follower_goes_on`: another process computes it and this one was
+        the first to ask since: a miss at once, without the lease, to do work of its own that
+        the wait would hold up; the others wait as ever)."""
         key = artifact_key(name)
         value = self._read(key)
         if value is not None:
             self._count("hits")
-            return value
+            return value, HIT
         address = self._address() if single_flight else None
         if address is None:
             self._count("misses")
-            return None
+            return None, MISS
         self._release_other(namespace, key)
+        from kiln.proto import compiler_pb2 as pb
         try:
-            reply = tiers.daemon_client(address).claim(key, self._holder(), self.wait)
+            client = tiers.daemon_client(address)
+            reply = client.claim(key, self._holder(), self.wait, if_free=first_follower_goes_on)
+            if reply.outcome == pb.ClaimResponse.BUSY:
+                if reply.busy_before == 0:
+                    self._count("first_followers")
+                    return None, FIRST_FOLLOWER
+                reply = client.claim(key, self._holder(), self.wait)
         except Exception as e:  # noqa: BLE001 - a daemon that is down makes this a plain miss
             tiers.warn_once("artifacts-daemon", f"kiln: graph sharing through the daemon at {address} failed "
                                                 f"({_describe(e)}); this process compiles its own graphs")
             self._count("misses")
-            return None
-        from kiln.proto import compiler_pb2 as pb
+            return None, MISS
         if reply.outcome == pb.ClaimResponse.STORED:
             value = self._read(key)
             if value is not None:
-                self._count("waited" if reply.waited_s > 0.05 else "hits")
-                return value
+                waited = reply.waited_s > 0.05
+                self._count("waited" if waited else "hits")
+                return value, WAITED if waited else HIT
             self._count("misses")  # stored, then evicted or unreadable: compile without a lease
-            return None
+            return None, MISS
         with self._lock:
             self._held[namespace] = key
         self._ensure_heartbeat(address)
         self._count("led")
-        return None
+        return None, LEADER
 
     def put(self, namespace: str, name: str, value: bytes) -> None:
         key = artifact_key(name)

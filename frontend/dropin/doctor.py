@@ -298,6 +298,7 @@ def check_shared_tier() -> dict:
 
 def check_sharing(environ: dict) -> dict:
     """Which sharing paths this environment turns on."""
+    from kiln.cache import env
     try:
         dropin = hook.requested(environ)
     except ValueError as e:
@@ -306,6 +307,7 @@ def check_sharing(environ: dict) -> dict:
     daemon = environ.get("KILN_DAEMON", "").strip() or "the node daemon"
     paths_on = [f"{hook.ENV} {'on' if dropin else 'off'}",
                 f"KILN_SHARE_GRAPHS {'on' if graphs else 'off'}" + ("" if dropin else " (with the drop-in only)"),
+                f"KILN_BACKWARD_AHEAD {'on' if graphs and env.backward_ahead(environ) else 'off'}",
                 f"KILN_REMOTE_CACHE {'on' if environ.get('KILN_REMOTE_CACHE', '').strip() else 'off'}",
                 f"KILN_DAEMON {daemon}"]
     if dropin and graphs and daemon == "off":

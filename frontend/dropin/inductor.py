@@ -6,6 +6,8 @@ Two things every rank of a job otherwise does for itself:
   (`RemoteCache.backend_override_cls`); the hook turns those caches on before torch reads its
   configuration. A rank that misses a graph another rank is compiling waits for it
   (`kiln.daemon.artifacts`): one compile per graph on the node.
+- Its backward graphs. The first rank to wait for a training graph compiles its backward
+  while the leader compiles the forward (`kiln.dropin.backward_ahead`, KILN_BACKWARD_AHEAD).
 - Its compile-worker pool (one process per core, in every rank). Inductor's kernel compiles
   go to threads of the rank instead, which hand each kernel to the node daemon's pool; the
   Python part left in the rank (loading the kernel's module, building kiln's IR) is small.
@@ -19,10 +21,13 @@ from __future__ import annotations
 import re
 from concurrent.futures import ThreadPoolExecutor
 
-from kiln.daemon.artifacts import node_artifacts
+from kiln.daemon.artifacts import FIRST_FOLLOWER, node_artifacts
+
+from . import backward_ahead
 
 # graph caches: single flight across ranks; autotuning results: shared, each rank may benchmark
-SINGLE_FLIGHT = ("fx-graph-v1", "autograd-experimental")
+AOTAUTOGRAD = "autograd-experimental"
+SINGLE_FLIGHT = ("fx-graph-v1", AOTAUTOGRAD)
 SERVED = ("RemoteFxGraphCache", "RemoteAOTAutogradCache", "RemoteAutotuneCache", "RemoteBundledAutotuneCache")
 _NAMESPACE = re.compile(r"pt2:([^:]+)::")
 
@@ -39,7 +44,11 @@ def serve_caches(remote_cache) -> None:
     class NodeCacheBackend(remote_cache.RemoteCacheBackend):
         def _get(self, key):
             namespace = namespace_of(key)
-            return node_artifacts().get(namespace, key, single_flight=namespace in SINGLE_FLIGHT)
+            if namespace != AOTAUTOGRAD or backward_ahead.installed != "on":
+                return node_artifacts().get(namespace, key, single_flight=namespace in SINGLE_FLIGHT)
+            value, part = node_artifacts().lookup(namespace, key, first_follower_goes_on=True)
+            backward_ahead.arm(part == FIRST_FOLLOWER)
+            return value
 
         def _put(self, key, data):
             node_artifacts().put(namespace_of(key), key, data)
@@ -48,6 +57,15 @@ def serve_caches(remote_cache) -> None:
         cache_class = getattr(remote_cache, name, None)
         if cache_class is not None:
             cache_class.backend_override_cls = NodeCacheBackend
+
+
+def compile_backward_ahead(graph_compile) -> None:
+    """Run when `torch._functorch._aot_autograd.graph_compile` is imported (KILN_BACKWARD_AHEAD)."""
+    from kiln.cache import env
+    if env.backward_ahead():
+        backward_ahead.install(graph_compile)
+    else:
+        backward_ahead.installed = "off (KILN_BACKWARD_AHEAD=0)"
 
 
 class _RankThreads(ThreadPoolExecutor):
