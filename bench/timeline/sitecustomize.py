@@ -50,8 +50,14 @@ def _install(directory: str) -> None:
             owner, attr = module, name
             if "." in name:
                 owner, attr = getattr(module, name.split(".")[0], None), name.split(".")[1]
-            if owner is not None and hasattr(owner, attr):
-                setattr(owner, attr, timed(getattr(owner, attr), f"{module.__name__}.{name}"))
+            if owner is None or not hasattr(owner, attr):
+                continue
+            original = getattr(owner, attr)
+            wrapped = timed(original, f"{module.__name__}.{name}")
+            setattr(owner, attr, wrapped)
+            home = sys.modules.get(getattr(original, "__module__", None) or "")
+            if owner is module and home is not None and getattr(home, attr, None) is original:
+                setattr(home, attr, wrapped)  # imported from there: pickle finds a function by its home's name
 
     class WrapOnImport(importlib.abc.MetaPathFinder):
         """Finds STAGES' modules through the other finders and wraps them once executed. kiln's
