@@ -158,3 +158,52 @@ def test_backward_ahead_is_on_in_a_dropin_process_of_this_pytorch(node):
         out = subprocess.run([sys.executable, "-c", probe], env={**env, "KILN_BACKWARD_AHEAD": value},
                              capture_output=True, text=True, timeout=300)
         assert out.stdout.strip() == expected, out.stderr[-2000:]
+
+
+OLD_AOTAUTOGRAD = textwrap.dedent("""
+    import dataclasses
+    calls = []
+
+    @dataclasses.dataclass
+    class AOTConfig:
+        bw_compiler: object
+        force_non_lazy_backward_lowering: bool = False
+
+    def aot_stage2_autograd(aot_state, aot_graph_capture):
+        _fw, bw, _saved, symints, *_ = _aot_stage2a_partition("joint", [], None, "meta", aot_state)
+        _aot_stage2b_fw_compile("fw")
+        return _aot_stage2b_bw_compile(bw, None, "meta", "strides", symints, aot_state)
+
+    def _aot_stage2a_partition(fx_g, joint_inputs, maybe_subclass_meta, fw_metadata, aot_config):
+        return "fw", "bw", 1, 0, [], []
+
+    def _aot_stage2b_fw_compile(fw_module, adjusted_flat_args=None):
+        calls.append(("forward", fw_module))
+
+    def _aot_stage2b_bw_compile(bw_module, maybe_subclass_meta, fw_metadata, fwd_output_strides,
+                                num_symints_saved_for_bw, aot_config):
+        calls.append(("backward", bw_module, fwd_output_strides, aot_config.force_non_lazy_backward_lowering))
+""")
+
+
+def test_backward_ahead_on_pytorch_2_11s_aotautograd():
+    """2.11 reads the backward compiler from aot_config; the first follower's backward comes first,
+    compiled at once with the traced strides, and the lazy one still follows the forward."""
+    import types
+
+    from kiln.dropin import backward_ahead
+    module = types.ModuleType("old_graph_compile")
+    exec(OLD_AOTAUTOGRAD, module.__dict__)
+    was = backward_ahead.installed
+    try:
+        backward_ahead.install(module)
+        assert backward_ahead.installed == "on"
+        config = module.AOTConfig(bw_compiler="inductor's")
+        module.aot_stage2_autograd(config, None)  # a leader's compile: as PyTorch's own
+        assert module.calls == [("forward", "fw"), ("backward", "bw", "strides", False)]
+        module.calls.clear()
+        backward_ahead.arm(True)
+        module.aot_stage2_autograd(config, None)  # the first follower's
+        assert module.calls == [("backward", "bw", None, True), ("forward", "fw"), ("backward", "bw", "strides", False)]
+    finally:
+        backward_ahead.installed = was

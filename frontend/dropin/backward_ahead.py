@@ -27,12 +27,13 @@ import threading
 log = logging.getLogger("kiln.dropin")
 
 # what the hook wraps in torch._functorch._aot_autograd.graph_compile, and the parameters it reads
+# (PyTorch 2.11 and 2.13 alike; 2.13 also passes the compilers as arguments, not in aot_config)
 WRAPPED = {
-    "aot_stage2_autograd": ("aot_state", "aot_graph_capture", "partition_fn", "fw_compiler", "bw_compiler"),
+    "aot_stage2_autograd": ("aot_state", "aot_graph_capture"),
     "_aot_stage2a_partition": ("fx_g", "joint_inputs", "maybe_subclass_meta", "fw_metadata", "aot_config"),
     "_aot_stage2b_fw_compile": ("fw_module",),
     "_aot_stage2b_bw_compile": ("bw_module", "maybe_subclass_meta", "fw_metadata", "fwd_output_strides",
-                                "num_symints_saved_for_bw", "aot_config", "bw_compiler"),
+                                "num_symints_saved_for_bw", "aot_config"),
 }
 counts = dict.fromkeys(("armed", "compiled", "skipped", "failed"), 0)
 installed: str | None = None  # None, or why the hook left PyTorch as it is
@@ -41,7 +42,7 @@ _state = threading.local()
 
 @dataclasses.dataclass
 class _Plan:
-    bw_compiler: object
+    bw_compiler: object  # None where AOTAutograd reads it from aot_config
     partition: tuple | None = None  # (bw_module, num_symints_saved_for_bw, maybe_subclass_meta, fw_metadata, aot_config)
     done: bool = False
 
@@ -86,7 +87,7 @@ def _planning(stage2):
         armed, _state.armed = getattr(_state, "armed", False), False
         if not armed or _cudagraphs():
             return stage2(*args, **kwargs)
-        _state.plan = _Plan(signature.bind(*args, **kwargs).arguments["bw_compiler"])
+        _state.plan = _Plan(signature.bind(*args, **kwargs).arguments.get("bw_compiler"))
         try:
             return stage2(*args, **kwargs)
         finally:
@@ -128,7 +129,8 @@ def _compile_backward(bw_compile, plan: _Plan) -> None:
         return
     try:
         at_once = dataclasses.replace(aot_config, force_non_lazy_backward_lowering=True)
-        bw_compile(bw_module, subclass_meta, fw_metadata, None, num_symints, at_once, plan.bw_compiler)
+        compilers = () if plan.bw_compiler is None else (plan.bw_compiler,)
+        bw_compile(bw_module, subclass_meta, fw_metadata, None, num_symints, at_once, *compilers)
     except Exception as error:  # noqa: BLE001 - the lazy compile then does it, as without kiln
         counts["failed"] += 1
         log.info("kiln: the backward compiled ahead failed (%s: %s); it compiles lazily", type(error).__name__, error)
