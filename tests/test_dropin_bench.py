@@ -143,3 +143,25 @@ def test_report_shows_where_the_n_processes_first_steps_went():
     text = dropin.markdown(results)
     assert "(PyTorch's default compile threads)" in text
     assert "| kiln | cold | 6.00 / 5.00 | 40.0 | 2.00 | 2.00 |  |  | 1.50 |  | 3.00 | 0.25 |" in text
+
+
+def test_report_holds_a_new_nodes_first_step_against_the_warm_one():
+    def run(worst):
+        return {"ok": True, "processes": 2, "each": [{"ok": True, "first_step_s": worst}], "first_step_max_s": worst,
+                "first_step_median_s": worst, "node_cpu_s": 10.0}
+    new_node = dict(run(3.3), shared_tier_hits=52)
+    results = {"device": "cuda", "machine": "GPU", "date": "2026-11-28", "rtol": 1e-4, "atol": 1e-6,
+               "daemon_workers": 8, "skipped": [], "one_process": {},
+               "eight_processes": {"model": "gpt", "mode": "default", "processes": 2,
+                                   "runs": {"triton_cold": run(18.0), "kiln_cold": run(10.0), "kiln_warm": run(3.0),
+                                            "kiln_new_node": new_node}}}
+    text = dropin.markdown(results)
+    assert "| new node (warm Redis) |  /  | 3.30 / 3.30 |  |" in text
+    assert "worst first step 3.30 s, 1.10 of its warm run's; 52 shared-tier hits" in text
+
+
+def test_without_redis_the_new_node_is_skipped_saying_why(monkeypatch):
+    sys.path.insert(0, HERE)
+    import redis_server
+    monkeypatch.setattr(redis_server, "find", lambda: None)
+    assert dropin.shared_tier().startswith("no redis-server here")
