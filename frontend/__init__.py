@@ -18,6 +18,7 @@ from . import compiler, runtime, testing, tools  # noqa: F401  (triton.runtime.d
 from .compiler import compile  # noqa: F401,A001  (Triton's triton.compile)
 from .tensor_wrapper import MockTensor, TensorWrapper, reinterpret  # noqa: F401
 from .language.core import must_use_result  # noqa: F401
+from .language.core import _aggregate as aggregate  # noqa: F401  (Triton 3.9's triton.aggregate)
 
 __version__ = "0.1.0"
 

@@ -224,8 +224,9 @@ class Autotuner(KernelInterface):
                 configs = self.prune_configs(dict(zip(_arg_names(self.fn), args)), kwargs)
                 shared = tuning_results.name(self.fn, key, configs) if self.cache_results else None
                 chosen = tuning_results.shared_choice(shared, configs) if shared else None
-                if chosen is not None:
-                    self.cache[key] = chosen
+                tuned = chosen is None and len(configs) > 1  # one config left after pruning: nothing to time
+                if chosen is not None or not tuned:
+                    self.cache[key] = chosen if chosen is not None else configs[0]
                 else:
                     started = time.perf_counter()
                     self.cache[key] = self._tune(args, kwargs, grid, configs, nargs, shared)
@@ -233,6 +234,10 @@ class Autotuner(KernelInterface):
                     if knobs.autotuning.print:  # Triton's words, printed when this process tuned
                         print(f"Triton autotuning for function {self.base_fn.__name__},\nwith key as {key},\n"
                               f"finished after {self.bench_time:.2f}s,\nbest config selected: {self.cache[key]};")
+                if knobs.autotuning.listener is not None:
+                    knobs.autotuning.listener(fn=self.base_fn, key=key, best_config=self.cache[key],
+                                              configs_timings=self.configs_timings if tuned else None,
+                                              duration=self.bench_time if tuned else None, cache_hit=not tuned)
             config = self.cache[key]
         else:
             config = self.configs[0]

@@ -12,7 +12,7 @@ from .runtime import cuda_driver as driver
 from .runtime.tensormap import DerivedMapUnusable
 from .ast_to_ir import build_kernel
 from .errors import CompilationError, OutOfResources  # noqa: F401  (triton.compiler.CompilationError)
-from .dropin.compile import ASTSource  # noqa: F401,E402  (triton.compiler.ASTSource: the one there is)
+from .dropin.compile import ASTSource, max_shared_mem  # noqa: F401,E402  (triton.compiler's: the ones there are)
 
 # `from triton.compiler.errors import CompilationError` as in Triton: kiln.errors under that name too.
 sys.modules.setdefault(__name__ + ".errors", errors)

@@ -1,6 +1,7 @@
 """`kiln.testing`: benchmarking and comparison helpers with Triton's signatures."""
 from __future__ import annotations
 
+import contextlib
 import os
 import statistics
 import time
@@ -30,6 +31,23 @@ def do_bench(fn, warmup=25, rep=100, grad_to_none=None, quantiles=None, return_m
     torch = _cuda_torch()
     times = _bench_cuda(torch, fn, warmup, rep, grad_to_none) if torch else _bench_wall(fn, warmup, rep)
     return _summarize(times, quantiles, return_mode)
+
+
+@contextlib.contextmanager
+def cuda_graph_without_gc(*args, **kwargs):
+    """Triton 3.9's: `torch.cuda.graph(*args, **kwargs)` with Python's garbage collector off while it
+    captures, so that no kernel object is collected (its module unloaded) in the middle of a capture."""
+    import gc
+
+    import torch
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        with torch.cuda.graph(*args, **kwargs) as graph:
+            yield graph
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def do_bench_cudagraph(fn, rep=20, grad_to_none=None, quantiles=None, return_mode="mean"):

@@ -169,7 +169,8 @@ def _dot_acc_mismatch(a_ptr, N: tl.constexpr):
     r = tl.arange(0, N)
     a = tl.load(a_ptr + r[:, None] * N + r[None, :])
     acc = tl.zeros((N, N), tl.float16)
-    tl.store(a_ptr + r[:, None] * N + r[None, :], tl.dot(a, a, acc))
+    # without out_dtype the result takes acc's type (Triton 3.9; 3.6 refused this call)
+    tl.store(a_ptr + r[:, None] * N + r[None, :], tl.dot(a, a, acc, out_dtype=tl.float32))
 
 
 def test_dot_acc_must_have_the_result_dtype():

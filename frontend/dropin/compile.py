@@ -127,6 +127,12 @@ def compile(src, target=None, options=None, _env_vars=None):
                                 kernel.metadata["num_warps"], kernel.metadata["num_stages"], kernel))
 
 
+def max_shared_mem(device) -> int:
+    """Triton 3.9's `triton.compiler.max_shared_mem`: the shared memory a block of `device` may opt in to."""
+    from kiln.runtime import driver
+    return driver.active.utils.get_device_properties(device)["max_shared_mem"]
+
+
 def _published(compiled):
     """A CUDA kernel's cubin is also left in Triton's cache layout when Inductor's static launcher
     can launch it as kiln does (kiln.dropin.triton_files); a warm hit rewrites what is missing."""

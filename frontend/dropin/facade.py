@@ -5,7 +5,7 @@
 `kiln_version` is kiln's own.
 """
 from kiln import (  # noqa: F401
-    CompilationError, InterpreterError, KernelInterface, OutOfResources, TensorWrapper, TritonError, cdiv,
+    CompilationError, InterpreterError, KernelInterface, OutOfResources, TensorWrapper, TritonError, aggregate, cdiv,
     constexpr_function, language, must_use_result, next_power_of_2, reinterpret, set_allocator, testing, tools,
 )
 from kiln import __version__ as kiln_version  # noqa: F401

@@ -304,11 +304,23 @@ class compilation_knobs(base_knobs):
     _plain = ("instrumentation_mode", "listener")
 
 
+class AutotuneListener:
+    """Triton 3.9's protocol of `knobs.autotuning.listener`: called once per autotuning of a key,
+    `listener(fn=, key=, best_config=, configs_timings=, duration=, cache_hit=)` (`duration` None
+    and `configs_timings` None where the choice came from the shared results, `cache_hit` True)."""
+
+    def __call__(self, *, fn, key, best_config, configs_timings, duration, cache_hit) -> None:
+        ...
+
+
 class autotuning_knobs(base_knobs):
     """`cache`: share each autotuning's choice (as `@autotune(cache_results=True)`); `print`: print
-    the config chosen, with the key and the time the tuning took, as Triton does."""
+    the config chosen, with the key and the time the tuning took, as Triton does; `listener`: an
+    AutotuneListener (Triton 3.9)."""
     cache = env_bool("TRITON_CACHE_AUTOTUNING")
     print = env_bool("TRITON_PRINT_AUTOTUNING")
+    listener = None
+    _plain = ("listener",)
 
 
 class runtime_knobs(base_knobs):

@@ -4,7 +4,8 @@ from .block_pointer import advance, make_block_ptr  # noqa: F401
 from .builtins import *  # noqa: F401,F403
 from .builtins import PropagateNan, abs, cast, full, static_assert  # noqa: F401
 
-del full_like, item, to_tensor  # noqa: F821  (kiln's builtins, not names of Triton's tl: x.item() is)
+del full_like, item  # noqa: F821  (kiln's builtins, not names of Triton's tl: x.item() is)
+from .core import aggregate_replace  # noqa: F401  (Triton 3.9)
 from .core import (  # noqa: F401
     bfloat16, block_type, builtin, constexpr, constexpr_type, dtype, float8e4b8, float8e4b15, float8e4nv, float8e5, float8e5b16, float16,
     float32, float64, int1, int8, int16, int32, int64, pointer_type, range, static_range, tensor, uint8, uint16,
@@ -20,8 +21,8 @@ from .random import (  # noqa: F401
     uint_to_uniform_float,
 )
 from .standard import (  # noqa: F401
-    argmax, argmin, cdiv, cumprod, cumsum, map_elementwise, max, min, reduce_or, sigmoid, softmax, sum, swizzle2d,
-    xor_sum,
+    argmax, argmin, cdiv, cumprod, cumsum, map_elementwise, max, min, reduce_or, sigmoid, softmax, squeeze, sum,
+    swizzle2d, unsqueeze, xor_sum,
 )
 
 dtype_t = dtype

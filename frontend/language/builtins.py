@@ -181,9 +181,10 @@ def mul(x, y, sanitize_overflow=True):
 
 
 @builtin
-def fdiv(x, y, ieee_rounding=False):
-    """x / y for floats of one type (ieee_rounding is accepted; the result is correctly rounded
-    either way). As Triton's, no promotion: a Python float is fp32, and an int is rejected."""
+def fdiv(x, y, ieee_rounding=False, approx=False):
+    """x / y for floats of one type (ieee_rounding and Triton 3.9's approx are accepted; the
+    result is correctly rounded either way, which an approximate division may also return).
+    As Triton's, no promotion: a Python float is fp32, and an int is rejected."""
     x, y = semantic.to_tensor(x), semantic.to_tensor(y)
     if not x.dtype.is_floating() or not y.dtype.is_floating():
         raise TypeError(f"both operands of fdiv must have floating scalar type (not {x.dtype} and {y.dtype})")
@@ -329,15 +330,38 @@ def split(a):
 
 
 @builtin
+def expect_zero(x, mask):
+    """Triton 3.9's mark for values expected to have underflowed to zero where `mask` is true:
+    `x` itself, with a device assertion that they are (kept, as every one, under KILN_DEBUG or a
+    kernel's debug=True)."""
+    x = semantic.to_tensor(x)
+    zero = semantic.equal(x, semantic.to_tensor(0))
+    semantic.device_assert(semantic.logical_or(zero, semantic.logical_not(semantic.to_tensor(mask))),
+                           "expect_zero expected x == 0 where mask is true")
+    return x
+
+
+@builtin
 def item(input):
     """The one element of a single-element block, as a scalar (Triton's `x.item()`)."""
     return semantic.unsplat(input)
 
 
 @builtin
-def cat(input, other, can_reorder=False):
-    """Concatenate two blocks of one shape along dimension 0."""
-    return semantic.cat(input, other, can_reorder)
+def cat(input, other, can_reorder=False, dim=0):
+    """Concatenate two blocks of one shape along `dim` (Triton 3.9's; 3.6's joined them along
+    dimension 0). The order of elements is kept whatever `can_reorder` says."""
+    a, b = semantic.to_tensor(input), semantic.to_tensor(other)
+    rank = len(a.type.shape)
+    axis = unwrap(dim)
+    if rank and not -rank <= axis < rank:
+        raise ValueError(f"cat: dim {axis} is out of range for blocks of rank {rank}")
+    axis = axis + rank if axis < 0 else axis
+    if axis == 0:
+        return semantic.cat(a, b, can_reorder)
+    front = [axis] + [d for d in range(rank) if d != axis]  # the dimension to join first, then back
+    joined = semantic.cat(semantic.permute(a, front), semantic.permute(b, front), can_reorder)
+    return semantic.permute(joined, [front.index(d) for d in range(rank)])
 
 
 @builtin
@@ -375,8 +399,10 @@ def inline_asm_elementwise(asm, constraints, args, dtype, is_pure, pack):
 
 @builtin
 def dot(input, other, acc=None, input_precision=None, allow_tf32=None, max_num_imprecise_acc=None,
-        out_dtype=float32):
-    """The matrix product of two blocks, added to `acc`."""
+        out_dtype=None):
+    """The matrix product of two blocks, added to `acc`; of type `out_dtype` (by default the type of
+    `acc`, fp32 without one: Triton 3.9's default, 3.6's fp32 wherever 3.6 accepted the call);
+    blocks of rank 4 or more multiply batch by batch."""
     return semantic.dot(input, other, acc, input_precision, allow_tf32, max_num_imprecise_acc, out_dtype)
 
 

@@ -161,6 +161,29 @@ def _binary(name, reflected=False):
     return method
 
 
+class Shape(list):
+    """A block's shape in a kernel: a list of constexprs whose slices are shapes too, and which
+    adds and compares with a tuple or a list alike."""
+
+    def __getitem__(self, index):
+        got = super().__getitem__(index)
+        return Shape(got) if isinstance(index, slice) else got
+
+    def __add__(self, other):
+        return Shape([*self, *other])
+
+    def __radd__(self, other):
+        return Shape([*other, *self])
+
+    def __eq__(self, other):
+        return isinstance(other, (list, tuple)) and list(self) == list(other)
+
+    def __ne__(self, other):
+        return not self == other
+
+    __hash__ = None
+
+
 class tensor:
     """A value in a kernel: a scalar, pointer or block held by one block-IR value."""
 
@@ -174,8 +197,9 @@ class tensor:
 
     @property
     def shape(self):
-        """A list of constexprs, as Triton's (`x.shape == [1, N]` holds)."""
-        return [constexpr(d) for d in self.type.shape]
+        """A list of constexprs, as Triton's (`x.shape == [1, N]` holds), that also adds and compares
+        with tuples (`x.shape[:1] + (1,)`), as Triton's tuple of them does."""
+        return Shape(constexpr(d) for d in self.type.shape)
 
     @property
     def numel(self):
@@ -323,3 +347,16 @@ def _aggregate(cls):
 
 def is_aggregate(value) -> bool:
     return hasattr(type(value), "__kiln_aggregate_fields__")
+
+
+@builtin
+def aggregate_replace(instance, **changes):
+    """Triton 3.9's `tl.aggregate_replace`: a new aggregate of `instance`'s class made with its
+    fields, `changes` replacing some (as `dataclasses.replace`: the class's `__init__` runs)."""
+    if not is_aggregate(instance):
+        raise TypeError(f"aggregate_replace() expects an aggregate instance, got {type(instance).__name__}")
+    fields = type(instance).__kiln_aggregate_fields__
+    unknown = [name for name in changes if name not in fields]
+    if unknown:
+        raise TypeError(f"{type(instance).__name__} has no field {unknown[0]!r}")
+    return type(instance)(**{**{name: getattr(instance, name) for name in fields}, **changes})

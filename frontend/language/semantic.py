@@ -1128,9 +1128,13 @@ def atomic_cas(ptr, cmp, val, sem=None, scope=None):
 _PRECISIONS = ("tf32", "tf32x3", "ieee")
 
 
-def dot(a, b, acc=None, input_precision=None, allow_tf32=None, max_num_imprecise_acc=None, out_dtype=float32):
+def dot(a, b, acc=None, input_precision=None, allow_tf32=None, max_num_imprecise_acc=None, out_dtype=None):
     a, b = to_tensor(a), to_tensor(b)
     out_dtype = unwrap(out_dtype)
+    if out_dtype is None:  # Triton 3.9's default: the accumulator's type, fp32 without one (3.6 said fp32)
+        out_dtype = float32 if unwrap(acc) is None else to_tensor(acc).dtype
+    if len(a.type.shape) >= 4 and len(a.type.shape) == len(b.type.shape):
+        return _batched_dot(a, b, acc, input_precision, allow_tf32, max_num_imprecise_acc, out_dtype)
     input_precision, allow_tf32 = unwrap(input_precision), unwrap(allow_tf32)
     if input_precision is not None and allow_tf32 is not None:
         raise ValueError("give only one of input_precision and allow_tf32")
@@ -1183,6 +1187,22 @@ def dot(a, b, acc=None, input_precision=None, allow_tf32=None, max_num_imprecise
         if a.dtype.is_fp8() and b.dtype.is_fp8() and attrs["max_num_imprecise_acc"] > sa[-1]:
             raise ValueError(f"max_num_imprecise_acc ({attrs['max_num_imprecise_acc']}) must be <= K ({sa[-1]})")
     return _emit("dot", [a, b, acc], acc.type, **attrs)
+
+
+def _batched_dot(a, b, acc, input_precision, allow_tf32, max_num_imprecise_acc, out_dtype):
+    """A dot of rank 4 or more (Triton 3.9): its batch dimensions flattened into one, a batched
+    3-D dot, and the result shaped back."""
+    sa, sb = list(a.type.shape), list(b.type.shape)
+    if sa[:-2] != sb[:-2]:
+        raise ValueError(f"dot: the batch dimensions must agree, got {sa} and {sb}")
+    batch = 1
+    for n in sa[:-2]:
+        batch *= n
+    out_shape = sa[:-1] + [sb[-1]]
+    flat_acc = None if unwrap(acc) is None else reshape(to_tensor(acc), [batch] + out_shape[-2:])
+    flat = dot(reshape(a, [batch] + sa[-2:]), reshape(b, [batch] + sb[-2:]), flat_acc, input_precision, allow_tf32,
+               max_num_imprecise_acc, out_dtype)
+    return reshape(flat, out_shape)
 
 
 def _pad_k(a: tensor, b: tensor):

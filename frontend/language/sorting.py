@@ -151,9 +151,10 @@ def sort(x, dim=None, descending=False):
 
 
 @builtin
-def topk(x, k, dim=None):
-    """The `k` largest elements along the last dimension, in descending order (with k below the
-    dimension's length, types narrower than 32 bits come back widened, as Triton's)."""
+def topk(x, k, dim=None, descending=True):
+    """The `k` largest elements along the last dimension, in descending order, or with Triton 3.9's
+    descending=False the `k` smallest in ascending order (with k below the dimension's length,
+    types narrower than 32 bits come back widened, as Triton's)."""
     x = semantic.to_tensor(x)
     dim = _dim(x, dim, "topk", last_only=True)
     n, k = x.type.shape[dim], int(unwrap(k))
@@ -161,7 +162,7 @@ def topk(x, k, dim=None):
         raise ValueError(f"topk: k must be a power of two in [1, {n}], not {k}")
     if n == 1:
         return x
-    return _sort_top(x, dim, k, True)
+    return _sort_top(x, dim, k, bool(unwrap(descending)))
 
 
 @builtin

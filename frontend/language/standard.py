@@ -4,7 +4,7 @@ from __future__ import annotations
 from kiln.jit import jit
 
 from . import semantic
-from .builtins import arange, broadcast_to, exp, expand_dims, fdiv, maximum, minimum, where
+from .builtins import arange, broadcast_to, exp, expand_dims, fdiv, maximum, minimum, static_assert, where
 from .core import builtin, constexpr, float32, int32, uint32
 from .semantic import unwrap
 
@@ -29,6 +29,24 @@ def softmax(x, dim=None, keep_dims=False, ieee_rounding=False):
     numerator = exp(shifted)
     denominator = sum(numerator, axis, keep_dims=keep_dims)
     return fdiv(numerator, denominator, ieee_rounding)
+
+
+@jit
+def squeeze(x, dim: constexpr):
+    """`x` without its dimension `dim`, which must have length 1 (Triton 3.9)."""
+    static_assert(-len(x.shape) <= dim and dim < len(x.shape), "squeeze: dim out of range")
+    axis: constexpr = dim + len(x.shape) if dim < 0 else dim
+    static_assert(x.shape[axis] == 1, "squeeze: the dimension must have length 1")
+    return x.reshape(x.shape[:axis] + x.shape[axis + 1:])
+
+
+@jit
+def unsqueeze(x, dim: constexpr):
+    """`x` with a new dimension of length 1 at `dim` (Triton 3.9; as expand_dims)."""
+    rank: constexpr = len(x.shape) + 1
+    static_assert(-rank <= dim and dim < rank, "unsqueeze: dim out of range")
+    axis: constexpr = dim + rank if dim < 0 else dim
+    return x.reshape(x.shape[:axis] + (1,) + x.shape[axis:])
 
 
 @jit
