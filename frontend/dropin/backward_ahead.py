@@ -4,7 +4,7 @@ KILN_SHARE_GRAPHS on, KILN_BACKWARD_AHEAD not 0).
 PyTorch compiles a training graph's backward lazily, in the first `loss.backward()`, after its
 forward compiled and ran. With single flight one rank, the leader, compiles both in turn while
 the others wait for its AOTAutograd entry. Instead, the first rank to find the leader busy on
-that entry (`kiln.daemon.artifacts`: `first_follower`) traces the graph too (AOTAutograd's joint
+that entry (`kiln.daemon.artifacts`: FIRST_FOLLOWER) traces the graph too (AOTAutograd's joint
 graph and partition) and compiles the backward at once, while the leader compiles the forward.
 The result lands in the node cache under Inductor's own FX graph key, where the leader's lazy
 backward compile finds it; this rank then takes the leader's forward and goes on as a follower.
