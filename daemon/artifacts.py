@@ -111,7 +111,7 @@ class NodeArtifacts:
             held = self._held.get(namespace) == key
             if held:
                 del self._held[namespace]
-        if held:
+        if held or stored:  # stored without the lease: the release wakes those waiting on its holder
             self._release([key], stored)
 
     def abandon(self, namespace: str) -> None:

@@ -43,9 +43,11 @@ class Leases:
     """`stored(key)` says whether the value is in the store (read outside the table's lock)."""
 
     def __init__(self, stored: Callable[[str], bool], stale_after: float = 15.0, max_age: float = 3600.0,
-                 alive: Callable[[int], bool] = pid_alive, clock: Callable[[], float] = time.monotonic):
+                 alive: Callable[[int], bool] = pid_alive, clock: Callable[[], float] = time.monotonic,
+                 recheck_s: float = 1.0):
         self._stored, self._alive, self._clock = stored, alive, clock
         self.stale_after, self.max_age = stale_after, max_age
+        self.recheck_s = recheck_s  # a waiter looks at the store this often, and whenever a release wakes it
         self._cond = threading.Condition()
         self._leases: dict[str, _Lease] = {}
         self.counts = dict.fromkeys(("led", "stored", "waited", "taken_over", "released_stored",
@@ -76,7 +78,7 @@ class Leases:
                     self.counts["taken_over" if taken or waited else "led"] += 1
                     return YOURS, now - start, 0
                 waited = True
-                self._cond.wait(min(1.0, max(0.01, wait - (now - start))))
+                self._cond.wait(min(self.recheck_s, max(0.01, wait - (now - start))))
 
     def renew(self, holder: str, keys) -> list[str]:
         """Keep `holder`'s leases on `keys`; returns those it no longer holds."""
@@ -92,6 +94,9 @@ class Leases:
         return lost
 
     def release(self, holder: str, keys, stored: bool) -> None:
+        """End `holder`'s leases on `keys`, and wake every waiter to look at the store again: a
+        process that stored a key it did not hold (a rank that computed it without the lease)
+        releases it too, so that those waiting on the holder take its value at once."""
         with self._cond:
             for key in keys:
                 lease = self._leases.get(key)

@@ -64,6 +64,21 @@ def test_an_if_free_claim_neither_waits_nor_takes_over_and_says_who_asked_first(
     assert leases.stats()["busy"] == 3
 
 
+def test_a_release_by_another_wakes_the_waiters_to_look_at_the_store():
+    """A rank that stored a key it did not hold releases it: those waiting on the holder look
+    again at once (here they would otherwise look only after an hour)."""
+    store = Store()
+    leases = Leases(store, recheck_s=3600.0)
+    leases.claim(KEY, "a", None, 30.0)
+    thread, result = claim_in_thread(leases, "b", wait=7200.0)
+    time.sleep(0.2)
+    store.keys.add(KEY)  # "c" computed it without the lease
+    leases.release("c", [KEY], stored=True)
+    thread.join(30)
+    assert not thread.is_alive() and result["out"][0] == STORED
+    assert leases.stats()["held"] == 1  # a's lease is a's to end
+
+
 def test_a_holder_that_releases_unstored_hands_the_lease_to_one_waiter():
     leases = Leases(Store())
     leases.claim(KEY, "a", None, 30.0)
@@ -181,6 +196,30 @@ def test_malformed_claims_are_invalid_argument(daemon, call):
             call(client)
         assert error.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert client.healthy()
+
+
+def test_node_artifacts_that_store_a_key_they_do_not_hold_release_it(daemon, monkeypatch):
+    server, address, cache = daemon
+    monkeypatch.setenv("KILN_CACHE_DIR", str(cache.path))
+    monkeypatch.setenv("KILN_DAEMON", address)
+    from kiln.daemon import tiers
+    monkeypatch.setattr(tiers._state, "cache", None)
+    monkeypatch.setattr(server.service.leases, "recheck_s", 3600.0)
+    name = "pt2:autograd-experimental::test_node_artifacts_that_store:c1"
+    leader, first, other = NodeArtifacts(wait=7200.0), NodeArtifacts(wait=7200.0), NodeArtifacts(wait=7200.0)
+    assert leader.lookup("autograd-experimental", name)[1] == "leader"
+    assert first.lookup("autograd-experimental", name, first_follower_goes_on=True)[1] == "first follower"
+    got = {}
+    thread = threading.Thread(target=lambda: got.update(out=other.lookup("autograd-experimental", name)))
+    thread.start()
+    time.sleep(0.3)
+    first.put("autograd-experimental", name, b"entry")  # the first follower's entry, before the leader's
+    thread.join(30)
+    assert not thread.is_alive() and got["out"] == (b"entry", "waited"), got
+    with Client(address) as client:
+        held = client.stats().claims.held
+        leader.put("autograd-experimental", name, b"entry")
+        assert client.stats().claims.held == held - 1  # the leader's lease ends with its put
 
 
 def test_node_artifacts_without_a_daemon_are_the_node_cache(tmp_path, monkeypatch):
