@@ -358,3 +358,14 @@ class socket_free_port:
 
     def __exit__(self, *exc):
         self.sock.close()
+
+
+def test_doctor_warns_when_the_jobs_pytorch_does_not_take_the_backward_ahead(monkeypatch):
+    from kiln.dropin import doctor
+    env = {"KILN_DROPIN": "1", "PATH": os.environ.get("PATH", "")}
+    monkeypatch.setattr(doctor, "_backward_ahead_probe", lambda environ: "this PyTorch's AOTAutograd differs (x)")
+    check = doctor.check_sharing(env)
+    assert check["status"] == doctor.WARN and "the leader compiles each backward itself" in check["detail"]
+    assert "KILN_BACKWARD_AHEAD on, but this PyTorch's AOTAutograd differs (x)" in check["detail"]
+    monkeypatch.setattr(doctor, "_backward_ahead_probe", lambda environ: pytest.fail("probed with the hook off"))
+    assert doctor.check_sharing({**env, "KILN_BACKWARD_AHEAD": "0"})["status"] == doctor.OK

@@ -310,11 +310,40 @@ def check_sharing(environ: dict) -> dict:
                 f"KILN_BACKWARD_AHEAD {'on' if graphs and env.backward_ahead(environ) else 'off'}",
                 f"KILN_REMOTE_CACHE {'on' if environ.get('KILN_REMOTE_CACHE', '').strip() else 'off'}",
                 f"KILN_DAEMON {daemon}"]
+    ahead = _backward_ahead_probe(environ) if dropin and graphs and env.backward_ahead(environ) else "on"
+    if ahead != "on":
+        paths_on[2] = f"KILN_BACKWARD_AHEAD on, but {ahead}"
     if dropin and graphs and daemon == "off":
         return _check("sharing", WARN, f"{', '.join(paths_on)}: torch.compile's graphs are read from the node cache, "
                       "but every rank compiles a graph none has stored (single flight needs the daemon)",
                       "unset KILN_DAEMON (the node daemon), or KILN_SHARE_GRAPHS=0")
+    if ahead != "on":
+        return _check("sharing", WARN, f"{', '.join(paths_on)}: the leader compiles each backward itself, as "
+                      "without kiln", "KILN_BACKWARD_AHEAD=0 to silence this; a PyTorch kiln knows takes the hook")
     return _check("sharing", OK, ", ".join(paths_on))
+
+
+_AHEAD_PROBE = """
+import importlib.util
+if importlib.util.find_spec("torch") is None:
+    print("on")  # nothing to compile ahead without torch
+else:
+    import torch._functorch._aot_autograd.graph_compile
+    from kiln.dropin import backward_ahead
+    print(backward_ahead.installed or "not installed: graph_compile was imported without kiln's hook")
+"""
+
+
+def _backward_ahead_probe(environ: dict) -> str:
+    """Whether a job's PyTorch takes the backward-ahead hook ("on"), or why not (its AOTAutograd
+    differs, ...): asked of a fresh interpreter with the job's environment, as the probe above."""
+    try:
+        probe = subprocess.run([sys.executable, "-c", _AHEAD_PROBE], env=environ, capture_output=True, text=True,
+                               timeout=300)
+    except subprocess.TimeoutExpired:
+        return "importing PyTorch took over 300 s"
+    lines = probe.stdout.strip().splitlines()
+    return lines[-1] if probe.returncode == 0 and lines else f"the probe failed: {probe.stderr.strip()[-300:]}"
 
 
 def dropin_check(r: dict) -> dict:
