@@ -23,6 +23,8 @@ STAGES = {
     "torch._inductor.runtime.triton_heuristics": ["CachingAutotuner.precompile", "CachingAutotuner._precompile_config",
                                                   "CachingAutotuner._make_launchers"],
     "kiln.dropin.inductor": ["_compile_triton_here"],
+    "kiln.dropin.backward_ahead": ["_compile_backward"],
+    "kiln.daemon.artifacts": ["NodeArtifacts.lookup", "NodeArtifacts.put"],
     "kiln.dropin.compile": ["_source_key", "_from_record", "_build", "_published"],
     "kiln.dropin.warm": ["load", "store"],
     "kiln.compiler": ["compile_kernel"],
