@@ -296,6 +296,15 @@ def _check_load(op):
             return err
     if len(op.operands) == 3 and op.operands[2].type != want:
         return f"load's other must be {want}"
+    return _check_ordering(op, ("acquire", "relaxed"))
+
+
+def _check_ordering(op, sems):
+    """An atomic load's or store's `sem` and `scope` (both or neither)."""
+    if "sem" not in op.attrs and "scope" not in op.attrs:
+        return None
+    if op.attrs.get("sem") not in sems or op.attrs.get("scope") not in MEM_SCOPES:
+        return f"{op.name}: sem must be one of {sems} and scope one of {MEM_SCOPES}"
 
 
 def _check_store(op):
@@ -305,7 +314,10 @@ def _check_store(op):
     if val.type != _with_elem(ptr.type, scalar_of(ptr.type).element_ty):
         return f"stored value {val.type} does not match pointer {ptr.type}"
     if len(op.operands) == 3:
-        return _check_mask(op, ptr, op.operands[2])
+        err = _check_mask(op, ptr, op.operands[2])
+        if err:
+            return err
+    return _check_ordering(op, ("release", "relaxed"))
 
 
 def _check_atomic_rmw(op):
@@ -642,7 +654,7 @@ OPS.update({
     "split": OpDef((1, 1), results=(2, 2), check=_check_split),
     "cat": OpDef((2, 2), check=_check_cat),
     "addptr": OpDef((2, 2), check=_check_addptr),
-    "load": OpDef((1, 3), check=_check_load, notes="ptr[, mask[, other]]; attrs cache, evict, volatile"),
+    "load": OpDef((1, 3), check=_check_load, notes="ptr[, mask[, other]]; attrs cache, evict, volatile, sem+scope"),
     "descriptor_load": OpDef((3, 7), check=_check_descriptor_load,
                              notes="tensormap, offsets..., fallback: a host TensorDescriptor's block at offsets, "
                                    "equal to `fallback` (the same block loaded through pointers); codegen may "

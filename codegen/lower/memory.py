@@ -84,6 +84,8 @@ def qualifiers(op, lw=None) -> str:
     """PTX qualifiers after `ld`/`st` for the op's cache/evict/volatile attributes
     (a cache operator and an eviction priority exclude each other in PTX)."""
     cache, evict = op.attrs.get("cache") or "", op.attrs.get("evict") or ""
+    if op.attrs.get("sem"):  # an atomic load or store (ld.acquire.gpu.global, st.release.sys.global, ...)
+        return f".{op.attrs['sem']}.{op.attrs['scope']}.global"
     if op.attrs.get("volatile"):
         return ".volatile.global"
     if cache in (_LOAD_CACHE if op.name == "load" else _STORE_CACHE):

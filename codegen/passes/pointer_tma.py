@@ -76,8 +76,8 @@ class _Box:
     @classmethod
     def prove(cls, load, loop, fn, forms, divisors):
         t = load.results[0].type
-        if not isinstance(t, block_type) or len(t.shape) != 2:
-            return None
+        if not isinstance(t, block_type) or len(t.shape) != 2 or load.attrs.get("volatile"):
+            return None  # a volatile or atomic load reads memory where and when the kernel says
         ptr, mask, other = (load.operands + [None, None])[:3]
         if other is not None and not _zero(other):
             return None

@@ -39,7 +39,7 @@ def apply(fn, ctx) -> None:
         return
     divisors = _hinted_divisors(fn)
     forms = affine.Forms()
-    for store in [op for op in fn.walk() if op.name == "store" and len(op.operands) == 3]:
+    for store in [op for op in fn.walk() if op.name == "store" and len(op.operands) == 3 and "sem" not in op.attrs]:
         box = _StoreBox.prove(store, fn, forms, divisors)
         if box is not None and (fn.attrs.get("derived_args", 1) != 0 or not box.host(fn)):
             box.rewrite(fn, ctx)

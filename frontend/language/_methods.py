@@ -6,6 +6,7 @@ METHODS = {name: getattr(mod, name) for mod, names in (
                 "reduce", "associative_scan", "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sin", "cos",
                 "erf", "floor", "ceil", "abs", "cast", "store", "load", "fma", "sqrt_rn", "atomic_add",
                 "atomic_max", "atomic_min", "atomic_and", "atomic_or", "atomic_xor", "atomic_xchg", "atomic_cas",
+                "atomic_load", "atomic_store",
                 "gather", "histogram", "item"]),
     (standard, ["sum", "max", "min", "argmax", "argmin", "xor_sum", "reduce_or", "cumsum", "cumprod", "sigmoid",
                 "softmax", "cdiv"]),

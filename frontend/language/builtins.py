@@ -117,6 +117,22 @@ atomic_and, atomic_or, atomic_xor, atomic_xchg = _atomic("and"), _atomic("or"), 
 
 
 @builtin
+def atomic_load(pointer, mask=None, sem=None, scope=None):
+    """Triton 3.9's: load `pointer` atomically, with `sem` "acquire" (default) or "relaxed" at
+    `scope` "gpu" (default), "cta" or "sys"; where `mask` is false the value is unspecified (0 here)."""
+    order = semantic.ordering(sem, scope, ("acquire", "relaxed"), "acquire", "atomic_load")
+    return semantic.load(pointer, mask, None, ordering=order)
+
+
+@builtin
+def atomic_store(pointer, val, mask=None, sem=None, scope=None):
+    """Triton 3.9's: store `val` at `pointer` atomically, with `sem` "release" (default) or
+    "relaxed" at `scope` "gpu" (default), "cta" or "sys"; not where `mask` is false."""
+    order = semantic.ordering(sem, scope, ("release", "relaxed"), "release", "atomic_store")
+    return semantic.store(pointer, val, mask, ordering=order)
+
+
+@builtin
 def atomic_cas(pointer, cmp, val, sem=None, scope=None):
     """Atomically store `val` where the memory equals `cmp`; returns the old values."""
     return semantic.atomic_cas(pointer, cmp, val, sem, scope)

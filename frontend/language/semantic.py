@@ -978,7 +978,9 @@ def _mask(mask, ptr: tensor):
     return broadcast_to(ptr, shape), broadcast_to(mask, shape)
 
 
-def load(ptr, mask=None, other=None, cache_modifier="", eviction_policy="", volatile=False):
+def load(ptr, mask=None, other=None, cache_modifier="", eviction_policy="", volatile=False, ordering=None):
+    """`ordering`: (sem, scope) of an atomic load (Triton 3.9's tl.atomic_load), kept in place as a
+    volatile one is."""
     ptr = _pointer(ptr)
     cache_modifier, eviction_policy = unwrap(cache_modifier) or "", unwrap(eviction_policy) or ""
     if cache_modifier not in _LOAD_CACHE:
@@ -1005,10 +1007,13 @@ def load(ptr, mask=None, other=None, cache_modifier="", eviction_policy="", vola
         attrs["evict"] = eviction_policy
     if unwrap(volatile):
         attrs["volatile"] = True
+    if ordering is not None:
+        attrs.update(volatile=True, sem=ordering[0], scope=ordering[1])
     return _emit("load", operands, with_shape(elem, ptr.type.shape), **attrs)
 
 
-def store(ptr, value, mask=None, cache_modifier="", eviction_policy=""):
+def store(ptr, value, mask=None, cache_modifier="", eviction_policy="", ordering=None):
+    """`ordering`: (sem, scope) of an atomic store (Triton 3.9's tl.atomic_store)."""
     ptr = _pointer(ptr)
     cache_modifier, eviction_policy = unwrap(cache_modifier) or "", unwrap(eviction_policy) or ""
     if cache_modifier not in _STORE_CACHE:
@@ -1040,6 +1045,8 @@ def store(ptr, value, mask=None, cache_modifier="", eviction_policy=""):
         attrs["cache"] = cache_modifier
     if eviction_policy:
         attrs["evict"] = eviction_policy
+    if ordering is not None:
+        attrs.update(sem=ordering[0], scope=ordering[1])
     builder().create("store", [t.handle for t in operands], [], attrs)
 
 
@@ -1060,6 +1067,17 @@ def _check_atomic_element(kind, elem):
     if elem.name in ("int16", "uint16") or elem.primitive_bitwidth < 16:
         raise ValueError(f"atomic_{kind} does not support {elem.name} (Triton's atomics take 32- and 64-bit "
                          "elements, and fp16/bf16 for atomic_add)")
+
+
+def ordering(sem, scope, allowed: tuple, default: str, what: str) -> tuple:
+    """(sem, scope) of an atomic load or store: `sem` one of `allowed` (`default` when None), scope
+    gpu (default), cta or sys."""
+    sem, scope = unwrap(sem) or default, unwrap(scope) or "gpu"
+    if sem not in allowed:
+        raise ValueError(f"{what}: sem must be one of {allowed}, not {sem!r}")
+    if scope not in _SCOPES:
+        raise ValueError(f"{what}: scope must be one of {sorted(_SCOPES)}, not {scope!r}")
+    return sem, scope
 
 
 def atomic_rmw(kind, ptr, val, mask=None, sem=None, scope=None):

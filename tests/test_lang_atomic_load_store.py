@@ -1,0 +1,81 @@
+"""Triton 3.9's tl.atomic_load and tl.atomic_store: values on the interpreter against NumPy, their
+orderings in the block IR and in the PTX for sm_80 and sm_90a (assembled by nvJitLink), and the
+passes leaving them where the kernel put them."""
+import numpy as np
+import pytest
+
+import kiln
+import kiln.language as tl
+from kiln.compiler import ASTSource, compile as triton_compile
+from kiln.runtime import GPUTarget
+
+
+@kiln.jit
+def _publish(data_ptr, flag_ptr, out_ptr, N: tl.constexpr):
+    offs = tl.arange(0, N)
+    tl.atomic_store(data_ptr + offs, tl.load(out_ptr + offs) * 2, sem="relaxed")
+    tl.atomic_store(flag_ptr, 1)  # release, gpu
+    seen = tl.atomic_load(flag_ptr)  # acquire, gpu
+    got = tl.atomic_load(data_ptr + offs, mask=offs < N - 1, sem="relaxed", scope="sys")
+    tl.store(out_ptr + offs, tl.where(offs < N - 1, got, -1.0) + seen)
+
+
+def test_atomic_store_then_load_round_trips():
+    data, flag = np.zeros(16, np.float32), np.zeros(1, np.int32)
+    out = np.arange(16, dtype=np.float32)
+    _publish[(1,)](data, flag, out, N=16)
+    np.testing.assert_array_equal(data, np.arange(16) * 2)
+    assert flag[0] == 1
+    want = np.where(np.arange(16) < 15, np.arange(16) * 2.0, -1.0) + 1
+    np.testing.assert_array_equal(out, want)
+
+
+@kiln.jit
+def _bad_sem(p):
+    tl.atomic_load(p, sem="release")
+
+
+@kiln.jit
+def _bad_scope(p):
+    tl.atomic_store(p, 1, scope="cluster")
+
+
+def test_orderings_a_load_or_store_cannot_take_are_compile_errors():
+    with pytest.raises(kiln.CompilationError, match="atomic_load: sem must be one of"):
+        _bad_sem[(1,)](np.zeros(1, np.int32))
+    with pytest.raises(kiln.CompilationError, match="atomic_store: scope must be one of"):
+        _bad_scope[(1,)](np.zeros(1, np.int32))
+
+
+@kiln.jit
+def _spin(flag_ptr, data_ptr, out_ptr, N: tl.constexpr):
+    while tl.atomic_load(flag_ptr, sem="acquire") == 0:
+        pass
+    offs = tl.arange(0, N)
+    tl.store(out_ptr + offs, tl.atomic_load(data_ptr + offs, sem="relaxed", scope="cta"))
+    tl.atomic_store(flag_ptr, 0, sem="relaxed", scope="sys")
+
+
+def _compile(fn, signature, constants, arch):
+    return triton_compile(ASTSource(fn, signature, constants), target=GPUTarget("cuda", arch, 32))
+
+
+@pytest.mark.parametrize("arch", [80, 90])
+def test_the_ptx_carries_each_ordering_and_assembles(arch):
+    kernel = _compile(_spin, {"flag_ptr": "*i32", "data_ptr": "*fp32", "out_ptr": "*fp32", "N": "constexpr"},
+                      {"N": 128}, arch)
+    ptx, kir = kernel.asm["ptx"], kernel.asm["kir"]
+    assert "ld.acquire.gpu.global" in ptx and "ld.relaxed.cta.global" in ptx and "st.relaxed.sys.global" in ptx
+    assert kernel.asm["cubin"][:4] == b"\x7fELF"
+    assert 'sem = "acquire"' in kir and 'scope = "cta"' in kir
+    # the spin loop's load stays in the loop: a hoisted one would spin forever on a stale value
+    loop = kir[kir.index("while"):]
+    assert 'sem = "acquire"' in loop
+
+
+def test_the_verifier_refuses_an_ordering_a_load_cannot_have():
+    from kiln.ir import parse_function, verify
+    text = ('kernel @k(%0: ptr<int32>) {\n  %1 = load %0 {scope = "gpu", sem = "release", volatile = true} : int32\n'
+            '  return\n}\n')
+    with pytest.raises(Exception, match="sem must be one of"):
+        verify(parse_function(text))
