@@ -79,3 +79,49 @@ def test_the_verifier_refuses_an_ordering_a_load_cannot_have():
             '  return\n}\n')
     with pytest.raises(Exception, match="sem must be one of"):
         verify(parse_function(text))
+
+
+@kiln.jit
+def _poll_ready(flags_ptr, out_ptr, N: tl.constexpr):
+    offs = tl.arange(0, N)
+    ok = tl.atomic_poll(flags_ptr + offs, 7)
+    tl.store(out_ptr + offs, ok.to(tl.int32))
+    tl.store(out_ptr + N, tl.atomic_poll(flags_ptr, 7, sem="relaxed", scope="sys").to(tl.int32))
+
+
+def test_atomic_poll_returns_at_once_where_every_value_is_there():
+    flags = np.full(32, 7, np.int32)
+    out = np.zeros(33, np.int32)
+    _poll_ready[(1,)](flags, out, N=32)
+    np.testing.assert_array_equal(out, 1)
+
+
+@kiln.jit
+def _poll_timed(flags_ptr, out_ptr, N: tl.constexpr):
+    offs = tl.arange(0, N)
+    tl.store(out_ptr + offs, tl.atomic_poll(flags_ptr + offs, 1, timeout_ns=1000).to(tl.int32))
+
+
+def test_atomic_poll_with_a_timeout_reads_the_global_timer_in_a_spin_loop():
+    kernel = _compile(_poll_timed, {"flags_ptr": "*i64", "out_ptr": "*i32", "N": "constexpr"}, {"N": 64}, 90)
+    ptx = kernel.asm["ptx"]
+    assert "%globaltimer" in ptx and "ld.acquire.gpu.global" in ptx
+    assert ptx.count("ld.acquire.gpu.global") >= 2  # the first read of every value, and the loop's
+    with pytest.raises(kiln.CompilationError, match="16-, 32- or 64-bit integers"):
+        _compile(_poll_timed, {"flags_ptr": "*fp32", "out_ptr": "*i32", "N": "constexpr"}, {"N": 64}, 90)
+
+
+@kiln.jit
+def _wide(p_ptr, q_ptr, N: tl.constexpr):
+    offs = tl.arange(0, N)
+    tl.atomic_store(q_ptr + offs, tl.atomic_load(p_ptr + offs) + 1)
+
+
+@pytest.mark.parametrize("dtype", ["*i64", "*fp64", "*u64"])
+def test_a_64_bit_atomic_access_reads_and_writes_each_element_whole(dtype):
+    """Plain loads move 64-bit elements as pairs of 32-bit words; an atomic one must not tear them."""
+    ptx = _compile(_wide, {"p_ptr": dtype, "q_ptr": dtype, "N": "constexpr"}, {"N": 256}, 90).asm["ptx"]
+    loads = [line for line in ptx.splitlines() if "ld.acquire.gpu.global" in line]
+    stores = [line for line in ptx.splitlines() if "st.release.gpu.global" in line]
+    assert loads and stores
+    assert all(".b64" in line and ".b32" not in line for line in loads + stores), loads + stores

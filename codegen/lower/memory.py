@@ -24,15 +24,26 @@ def _from_mem(lw, x, t):
     return lw.b.icmp_unsigned("!=", x, ir.Constant(I8, 0)) if scalar_of(t).is_bool() else x
 
 
-def _words(total_bits):
-    """(word bits, count, PTX type) for one access of `total_bits`."""
+def _words(total_bits, whole_bits=0):
+    """(word bits, count, PTX type) for one access of `total_bits`; `whole_bits` 64: words of 64
+    bits, so that an atomic load or store reads or writes each 64-bit element at once."""
+    if whole_bits == 64:
+        return 64, total_bits // 64, "b64"
     if total_bits >= 32:
         return 32, total_bits // 32, "b32"
     return total_bits, 1, ("b16" if total_bits == 16 else "u8")
 
 
 def _word_type(bits):
-    return I32 if bits == 32 else I16
+    return {64: I64, 32: I32}.get(bits, I16)
+
+
+_CONSTRAINT = {64: "l", 32: "r", 16: "h", 8: "h"}  # an inline asm operand of a word of these bits
+
+
+def _ordered(quals: str) -> bool:
+    """An atomic load's or store's qualifiers (`.acquire.gpu.global`, ...): it must not tear an element."""
+    return quals.startswith((".acquire", ".relaxed", ".release"))
 
 
 def _pack(lw, values, elem_ty, word_bits, nwords):
@@ -97,11 +108,11 @@ def qualifiers(op, lw=None) -> str:
 
 def _masked_load(lw, ptr, mask, others, elem_ty, n, quals=".global"):
     ebits = 64 if elem_ty == GLOBAL_PTR else _bits(elem_ty)
-    word_bits, nwords, ptx_ty = _words(ebits * n)
-    wty = _word_type(word_bits) if word_bits != 8 else I16
-    con = "r" if wty == I32 else "h"
+    word_bits, nwords, ptx_ty = _words(ebits * n, ebits if _ordered(quals) else 0)
+    wty = _word_type(word_bits)
+    con = _CONSTRAINT[word_bits]
     outs = ", ".join(f"${i}" for i in range(nwords))
-    mov = "".join(f"mov.b{16 if con == 'h' else 32} ${i}, ${nwords + 2 + i}; " for i in range(nwords))
+    mov = "".join(f"mov.b{max(16, word_bits)} ${i}, ${nwords + 2 + i}; " for i in range(nwords))
     vec = f".v{nwords}" if nwords > 1 else ""
     dst = f"{{{outs}}}" if nwords > 1 else outs
     text = f"{mov}@${nwords} ld{quals}{vec}.{ptx_ty} {dst}, [${nwords + 1}];"
@@ -121,9 +132,9 @@ def _masked_load(lw, ptr, mask, others, elem_ty, n, quals=".global"):
 
 def _masked_store(lw, ptr, mask, values, elem_ty, quals=".global"):
     ebits = 64 if elem_ty == GLOBAL_PTR else _bits(elem_ty)
-    word_bits, nwords, ptx_ty = _words(ebits * len(values))
-    wty = _word_type(word_bits) if word_bits != 8 else I16
-    con = "r" if wty == I32 else "h"
+    word_bits, nwords, ptx_ty = _words(ebits * len(values), ebits if _ordered(quals) else 0)
+    wty = _word_type(word_bits)
+    con = _CONSTRAINT[word_bits]
     words = _pack(lw, values, elem_ty, word_bits, nwords)
     if lw.ctx.portable:  # the same words, stored under a branch (CPU emulation)
         with lw.b.if_then(mask):

@@ -21,8 +21,8 @@ from .random import (  # noqa: F401
     uint_to_uniform_float,
 )
 from .standard import (  # noqa: F401
-    argmax, argmin, cdiv, cumprod, cumsum, map_elementwise, max, min, reduce_or, sigmoid, softmax, squeeze, sum,
-    swizzle2d, unsqueeze, xor_sum,
+    argmax, argmin, atomic_poll, cdiv, cumprod, cumsum, map_elementwise, max, min, reduce_or, sigmoid, softmax,
+    squeeze, sum, swizzle2d, unsqueeze, xor_sum,
 )
 
 dtype_t = dtype

@@ -4,7 +4,7 @@ from __future__ import annotations
 from kiln.jit import jit
 
 from . import semantic
-from .builtins import arange, broadcast_to, exp, expand_dims, fdiv, maximum, minimum, static_assert, where
+from .builtins import arange, atomic_load, broadcast_to, exp, expand_dims, fdiv, maximum, minimum, static_assert, where
 from .core import builtin, constexpr, float32, int32, uint32
 from .semantic import unwrap
 
@@ -47,6 +47,40 @@ def unsqueeze(x, dim: constexpr):
     static_assert(-rank <= dim and dim < rank, "unsqueeze: dim out of range")
     axis: constexpr = dim + rank if dim < 0 else dim
     return x.reshape(x.shape[:axis] + (1,) + x.shape[axis:])
+
+
+@jit
+def atomic_poll(pointer, expected_value, sem=None, scope=None, timeout_ns=None):
+    """Triton 3.9's: spin until the value at each of `pointer` (16-, 32- or 64-bit integers) equals
+    `expected_value`, or until `timeout_ns` nanoseconds of the GPU's global timer have passed for
+    the whole block (each value is read at least once); true where the value was seen. Each read
+    has `sem` "acquire" (default) or "relaxed" at `scope` "gpu" (default), "cta" or "sys"."""
+    static_assert(pointer.dtype.element_ty.is_int() and pointer.dtype.element_ty.primitive_bitwidth >= 16,
+                  "atomic_poll polls 16-, 32- or 64-bit integers")
+    order: constexpr = "acquire" if sem is None else sem
+    seen = atomic_load(pointer, sem=order, scope=scope) == expected_value
+    if timeout_ns is None:
+        while _all_true(seen) == 0:
+            seen = seen | (atomic_load(pointer, mask=seen == 0, sem=order, scope=scope) == expected_value)
+    else:
+        start = _globaltimer()
+        while (_all_true(seen) == 0) & (_globaltimer() - start < timeout_ns):
+            seen = seen | (atomic_load(pointer, mask=seen == 0, sem=order, scope=scope) == expected_value)
+    return seen
+
+
+@jit
+def _all_true(x):
+    if len(x.shape) == 0:
+        return x.to(int32)
+    else:
+        return min(x.to(int32))
+
+
+@builtin
+def _globaltimer():
+    from .extra.cuda.utils import globaltimer
+    return globaltimer()
 
 
 @jit
