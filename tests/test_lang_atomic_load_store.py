@@ -125,3 +125,34 @@ def test_a_64_bit_atomic_access_reads_and_writes_each_element_whole(dtype):
     stores = [line for line in ptx.splitlines() if "st.release.gpu.global" in line]
     assert loads and stores
     assert all(".b64" in line and ".b32" not in line for line in loads + stores), loads + stores
+
+
+@kiln.jit
+def _handoff(data_ptr, flag_ptr, out_ptr, ok_ptr, N: tl.constexpr):
+    """Program 1 publishes a block and raises a flag with release; program 0 polls the flag with
+    acquire and must then see the whole block."""
+    offs = tl.arange(0, N)
+    if tl.program_id(0) == 1:
+        tl.store(data_ptr + offs, offs.to(tl.float32) + 1)
+        tl.debug_barrier()  # every thread's stores before the one thread's release (as in Triton)
+        tl.atomic_store(flag_ptr, 1)
+    else:
+        seen = tl.atomic_poll(flag_ptr, 1, timeout_ns=2_000_000_000)
+        tl.store(ok_ptr, seen.to(tl.int32))
+        tl.store(out_ptr + offs, tl.load(data_ptr + offs))
+
+
+@pytest.mark.gpu
+def test_a_release_store_and_an_acquire_poll_hand_a_block_over_on_the_gpu(monkeypatch):
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    monkeypatch.setenv("KILN_INTERPRET", "0")
+    for _ in range(20):
+        data = torch.zeros(1024, device="cuda")
+        flag, ok = torch.zeros(1, dtype=torch.int32, device="cuda"), torch.zeros(1, dtype=torch.int32, device="cuda")
+        out = torch.full((1024,), -1.0, device="cuda")
+        _handoff[(2,)](data, flag, out, ok, N=1024)
+        torch.cuda.synchronize()
+        assert ok.item() == 1
+        torch.testing.assert_close(out, torch.arange(1024, device="cuda", dtype=torch.float32) + 1, rtol=0, atol=0)
