@@ -690,7 +690,7 @@ class CodeGenerator(ast.NodeVisitor):
         must_use = getattr(unwrap(fn), "_must_use_result", False)
         if must_use and getattr(node, "_is_unused", False):
             reason = f" {must_use}" if isinstance(must_use, str) else ""
-            raise ValueError(f"The result of {ast.unparse(node.func)} is not being used.{reason}")
+            raise self.error(node, f"The result of {ast.unparse(node.func)} is not being used.{reason}")
         args = []
         for a in node.args:
             if isinstance(a, ast.Starred):

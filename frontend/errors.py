@@ -37,10 +37,10 @@ class InterpreterError(KilnError, RuntimeError):
 class CompilationError(KilnError):
     """A kernel could not be turned into block IR.
 
-    The message shows `file:line:col`, the offending source line and a caret under the
-    column, then the reason, and nothing from inside kiln. `at` is Triton's locator, the line
-    and column within the function (its `def` line is 1) and the function's name: the
-    message ends with `at LINE:COL: in NAME`, the words Triton's users match.
+    The message shows `file:line:col` with Triton's locator `at LINE:COL: in NAME` (the line and
+    column within the function, its `def` line 1), the offending source line and a caret under
+    the column, and last the reason, as Triton's messages end with it (its users match
+    `at LINE:COL:` and take the last line); nothing from inside kiln.
     """
 
     def __init__(self, file: str, line: int, col: int, source_line: str | None, reason: str,
@@ -48,13 +48,11 @@ class CompilationError(KilnError):
         self.file, self.line, self.col, self.reason, self.at = file, line, col, reason, at
         self.error_message = reason  # Triton's name for it
         self.source_line = source_line
-        text = f"{file}:{line}:{col}: error: {reason}"
+        text = f"{file}:{line}:{col}: error:" + (f" at {at[0]}:{at[1]}: in {at[2]}" if at is not None else "")
         if source_line is not None:
             stripped = source_line.rstrip()
             text += f"\n    {stripped}\n    {' ' * col}^"
-        if at is not None:
-            text += f"\n    at {at[0]}:{at[1]}: in {at[2]}"
-        super().__init__(text)
+        super().__init__(f"{text}\n{reason}")
 
     def __reduce__(self):
         return (type(self), (self.file, self.line, self.col, self.source_line, self.reason, self.at))

@@ -47,7 +47,8 @@ def test_a_kernel_error_shows_the_users_frames_not_kilns(tmp_path, interpret, ca
     out = run_script(tmp_path, call, interpret)
     assert out.returncode == 1
     lines = out.stderr.splitlines()
-    assert "CompilationError: " in out.stderr and "user_script.py:9:43: error: NameError" in out.stderr
+    assert "CompilationError: " in out.stderr and "user_script.py:9:43: error: at 3:43: in bad" in out.stderr
+    assert lines[-1].startswith("NameError"), out.stderr  # the reason last, as Triton's
     caret = next(i for i, line in enumerate(lines) if line.strip() == "^")
     assert lines[caret - 1][lines[caret].index("^"):].startswith("undefined_name")
     assert str(REPO) not in out.stderr, out.stderr  # no frame of kiln's own files
