@@ -1,6 +1,8 @@
 """From a specialization to something that can be launched."""
 from __future__ import annotations
 
+import hashlib
+import json
 import operator
 import sys
 
@@ -150,6 +152,12 @@ class CompiledKernel:
         if "kir" not in self._asm:  # printed on demand: the launch path never needs it
             self._asm["kir"] = self._ir if isinstance(self._ir, str) else print_function(self._ir)
         return self._asm
+
+    @property
+    def hash(self) -> str:
+        """Triton's `CompiledKernel.hash`: one per specialization (its block IR and options)."""
+        text = json.dumps([self.name, self.asm["kir"], sorted((k, repr(v)) for k, v in self.options.items())])
+        return hashlib.sha256(text.encode()).hexdigest()
 
     @property
     def num_warps(self):

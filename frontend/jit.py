@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from kiln.language.core import constexpr
 
-from . import config
+from . import config, jit_hooks
 from .binder import grid3, make_binder
 from .errors import CompilationError, InterpretedCompilationError, InterpreterError, user_facing
 from .specialize import specialize
@@ -213,12 +213,14 @@ class JITFunction(KernelInterface):
         except TypeError as e:
             raise TypeError(f"{self.__name__}: {e}") from None
         if warmup:
-            return self._cached_or_compiled(key, values)
+            return self._cached_or_compiled(key, values, warmup=True)
         return self.slow_launch(grid, key, values, stream)
 
     def slow_launch(self, grid, key, values, stream):
         """A launch that may compile first or call a grid function."""
         kernel = self._cached_or_compiled(key, values)
+        if kernel is None:  # knobs.runtime.jit_cache_hook said not to compile
+            return None
         if callable(grid):
             meta = dict(zip(self.arg_names, values))
             meta.update((k, v) for k, v in self.binder.options(key, values).items() if v is not None and k not in meta)
@@ -226,11 +228,31 @@ class JITFunction(KernelInterface):
         kernel.launch(grid3(grid), kernel.runtime_args(values), stream)
         return kernel
 
-    def _cached_or_compiled(self, key, values):
+    def _cached_or_compiled(self, key, values, warmup=False):
         kernel = self.cache.get(key)
         if kernel is None:
-            kernel = self.cache[key] = self._compile(values, self.binder.options(key, values))
+            from .dropin.knobs import runtime as hooks
+            options = self.binder.options(key, values)
+            if hooks.jit_cache_hook is not None and jit_hooks.call(hooks.jit_cache_hook, self, key, values, options,
+                                                                   warmup, compiled=False):
+                return None
+            kernel = self.cache[key] = self._compile(values, options)
+            if hooks.jit_post_compile_hook is not None:
+                jit_hooks.call(hooks.jit_post_compile_hook, self, key, values, options, warmup, compiled=True)
         return kernel
+
+    @property
+    def device_caches(self) -> dict:
+        """Triton's per-device caches, `device_caches[device][0]` the compiled kernels by launch key:
+        kiln's one cache serves every device (clearing it makes the next launch ask the hooks again)."""
+        return _EveryDevice((self.cache, self.binder, None, None, None))
+
+    @user_facing
+    def preload(self, specialization_data: str):
+        """Compile the specialization a jit hook's `compile["specialization_data"]` describes
+        (Triton's), without its arguments; the compiled kernel, as `warmup` returns it."""
+        args, options = jit_hooks.preload_arguments(self, specialization_data)
+        return self.warmup(*args, grid=(1,), **options)
 
     def _compile(self, values, options):
         """The slow path of a first call: specialize, build IR (or reuse an equal specialization)."""
@@ -272,6 +294,17 @@ class JITFunction(KernelInterface):
             if cuda_driver.is_available():
                 kernel._init_handles()
         return kernel
+
+
+class _EveryDevice(dict):
+    """A mapping whose every key (a device) holds the same value."""
+
+    def __init__(self, value):
+        super().__init__()
+        self.value = value
+
+    def __missing__(self, device):
+        return self.value
 
 
 def _expander(param):

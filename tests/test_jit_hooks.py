@@ -1,0 +1,92 @@
+"""Triton's JIT hooks and preload: `knobs.runtime.jit_cache_hook` before a compile (a true answer
+skips it), `jit_post_compile_hook` after, their `specialization_data`, `JITFunction.preload`, and
+`device_caches` (interpreter; the upstream test_tuple's hook test under the drop-in)."""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import kiln
+import kiln.language as tl
+from kiln.dropin import hook, knobs
+
+
+@kiln.jit
+def _add_pair(x_ptr, pair, N: tl.constexpr):
+    offs = tl.arange(0, N)
+    tl.store(x_ptr + offs, tl.load(x_ptr + offs) + pair[0] + pair[1])
+
+
+def _hooked(hook_name, answer=None):
+    heard = []
+
+    def listen(**kwargs):
+        heard.append(kwargs)
+        return answer
+    setattr(knobs.runtime, hook_name, listen)
+    return heard
+
+
+def test_the_cache_hook_hears_each_compile_and_preload_makes_the_same_kernel():
+    _add_pair.device_caches[0][0].clear()
+    with knobs.runtime.scope():
+        before, after = _hooked("jit_cache_hook"), _hooked("jit_post_compile_hook")
+        x = np.zeros(16, np.float32)
+        warm = _add_pair.warmup(x, (1, tl.constexpr(2)), N=16, grid=(1,))
+        _add_pair.warmup(x, (1, tl.constexpr(2)), N=16, grid=(1,))  # cached: no hook
+    assert len(before) == len(after) == 1
+    heard = before[0]
+    assert heard["fn"].jit_function is _add_pair and heard["fn"].name == "_add_pair"
+    assert heard["is_manual_warmup"] is True and heard["already_compiled"] is False and after[0]["already_compiled"]
+    data = heard["compile"]["specialization_data"]
+    assert json.loads(data)["args"][1] == {"tuple": [{"int": 1}, {"constexpr": {"int": 2}}]}
+    _add_pair.device_caches[3][0].clear()  # any device: kiln's one cache
+    again = _add_pair.preload(data)
+    assert again.hash == warm.hash
+
+
+def test_a_true_answer_from_the_cache_hook_skips_the_compile():
+    _add_pair.device_caches[0][0].clear()
+    with knobs.runtime.scope():
+        _hooked("jit_cache_hook", answer=True)
+        x = np.zeros(16, np.float32)
+        assert _add_pair.warmup(x, (5, tl.constexpr(6)), N=16, grid=(1,)) is None
+        assert _add_pair[(1,)](x, (5, tl.constexpr(6)), N=16) is None
+    np.testing.assert_array_equal(x, 0)  # nothing ran
+
+
+def test_preload_refuses_another_kernels_data_and_garbage():
+    other = json.dumps({"kernel": "elsewhere.k", "args": [], "options": {}})
+    with pytest.raises(ValueError, match="the data is of elsewhere.k"):
+        _add_pair.preload(other)
+    with pytest.raises(ValueError, match="not specialization data"):
+        _add_pair.preload("{")
+
+
+def test_upstream_shape_of_the_hook_test_under_the_dropin(tmp_path):
+    code = textwrap.dedent("""
+        import triton, triton.language as tl
+        data = None
+        @triton.jit
+        def k(tup):
+            tl.static_assert(tup[1][0] == 2)
+
+        def cache_hook(*args, **kwargs):
+            global data
+            data = kwargs["compile"]["specialization_data"]
+        triton.knobs.runtime.jit_cache_hook = cache_hook
+        k.device_caches[0][0].clear()
+        warm = k.warmup(((1,), (tl.constexpr(2),)), grid=(1,))
+        again = k.preload(data)
+        assert warm is not None and again is not None and warm.hash == again.hash
+        print("ok")
+    """)
+    (tmp_path / "job.py").write_text(code)
+    env = {**os.environ, hook.ENV: "1", "TRITON_INTERPRET": "1"}
+    out = subprocess.run([sys.executable, str(tmp_path / "job.py")], env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert out.stdout.strip() == "ok", out.stderr[-3000:]
