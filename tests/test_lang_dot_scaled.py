@@ -54,3 +54,18 @@ def test_dot_scaled_matches_the_scaled_product(a_fmt, b_fmt):
     lhs = (a_values * a_factor).astype(ml_dtypes.bfloat16).astype(np.float64)  # the bf16 dot Triton emulates with
     rhs = (b_values * b_factor).astype(ml_dtypes.bfloat16).astype(np.float64)
     np.testing.assert_allclose(out, lhs @ rhs, rtol=1e-5, atol=1e-5)
+
+
+@kiln.jit
+def _wrong_lhs_scale():
+    a = tl.full((32, 64), 0, tl.uint8)
+    b = tl.full((64, 32), 0, tl.uint8)
+    lhs_scale = tl.full((32, 4), 0, tl.uint8)
+    rhs_scale = tl.full((32, 2), 0, tl.uint8)
+    tl.dot_scaled(a, lhs_scale, "e5m2", b, rhs_scale, "e5m2", tl.full((32, 32), 0.0, tl.float32))
+
+
+def test_a_scale_of_the_wrong_shape_is_named_in_tritons_words():
+    with pytest.raises(kiln.CompilationError) as info:
+        _wrong_lhs_scale[(1,)]()
+    assert str(info.value.__cause__) == "lhs_scale must be a tensor of shape [32, 2]. Got ['32', '4']"

@@ -55,11 +55,12 @@ def _decode(x, fmt: str, k_last: bool) -> tensor:
     return semantic.cast(x, float32)
 
 
-def _scale_factors(scale, rows: int, k: int, fast_math: bool) -> tensor:
+def _scale_factors(scale, rows: int, k: int, fast_math: bool, name: str) -> tensor:
     """e8m0 scales [rows, k/32] as fp32 factors [rows, k]: 2**(s - 127), NaN for 0xFF."""
     scale = semantic.to_tensor(scale)
-    if list(scale.type.shape) != [rows, k // _GROUP]:
-        raise ValueError(f"dot_scaled: a scale must have shape {[rows, k // _GROUP]}, not {list(scale.type.shape)}")
+    if list(scale.type.shape) != [rows, k // _GROUP]:  # Triton's words (its shape as strings too)
+        raise ValueError(f"{name} must be a tensor of shape {[rows, k // _GROUP]}. "
+                         f"Got {[str(d) for d in scale.type.shape]}")
     s = semantic.cast(semantic.cast(scale, uint8, bitcast=True), int32)
     factor = semantic.cast(_shift(s, 23), float32, bitcast=True)
     if not fast_math:
@@ -85,9 +86,9 @@ def dot_scaled(lhs, lhs_scale, lhs_format, rhs, rhs_scale, rhs_format, acc=None,
     if k != k2:
         raise ValueError(f"dot_scaled: K differs between lhs ({k}) and rhs ({k2}) after unpacking")
     if unwrap(lhs_scale) is not None:
-        a = semantic.mul(a, _scale_factors(lhs_scale, m, k, fast_math))
+        a = semantic.mul(a, _scale_factors(lhs_scale, m, k, fast_math, "lhs_scale"))
     if unwrap(rhs_scale) is not None:
-        b = semantic.mul(b, semantic.permute(_scale_factors(rhs_scale, n, k, fast_math), [1, 0]))
+        b = semantic.mul(b, semantic.permute(_scale_factors(rhs_scale, n, k, fast_math, "rhs_scale"), [1, 0]))
     compute = float32 if "fp16" in (lhs_format, rhs_format) else bfloat16
     precision = "ieee" if compute == float32 else None
     a, b = semantic.cast(a, compute), semantic.cast(b, compute)
