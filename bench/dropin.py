@@ -845,6 +845,12 @@ def _rank_median(run, key):
     return statistics.median(values) if values else None
 
 
+def _worst_rank(run) -> dict | None:
+    """The finished rank whose first step took longest: the one the job waits for."""
+    done = [r for r in (run or {}).get("each", []) if r.get("ok") and r.get("first_step_breakdown")]
+    return max(done, key=lambda r: r["first_step_s"]) if done else None
+
+
 def _n_process_breakdown_table(eight: dict, base: str) -> list:
     """Per flavour and caches: the worst and median rank's first step, the node's busy CPU seconds,
     and the median over ranks of each headline stage of the first step."""
@@ -859,6 +865,10 @@ def _n_process_breakdown_table(eight: dict, base: str) -> list:
             worst, median = _all_done(run, "first_step_max_s"), _all_done(run, "first_step_median_s")
             rows.append(f"| {label} | {_caches(caches)} | {_f(worst)} / {_f(median)}{_failed(run)} | "
                         f"{_f(run.get('node_cpu_s'), '.1f')} | {stages} |")
+            slowest = _worst_rank(run)
+            if slowest is not None and len(run.get("each", [])) > 1:  # the critical path, not a median
+                own = " | ".join(_f(slowest["first_step_breakdown"].get(key)) for key in keys)
+                rows.append(f"| {label}, its slowest rank | {_caches(caches)} | {_f(slowest['first_step_s'])} | | {own} |")
     if not rows:
         return []
     return ["", f"#### {eight['processes']} processes: where the first step went (s; stages: medians over ranks)", "",
@@ -868,7 +878,8 @@ def _n_process_breakdown_table(eight: dict, base: str) -> list:
             "wait (`async_compile.wait` + `.precompile`) lie within those two; autotune = Triton's config benchmarks at "
             "first launch (and template autotuning). Node CPU: all CPUs' busy seconds (/proc/stat) from the release to "
             "the last rank's exit, compile workers and kiln's daemon included; rank CPU: the rank's own process over "
-            "its first step; CUDA init: timed before the release, not in the first step.", "",
+            "its first step; CUDA init: timed before the release, not in the first step. A flavour's slowest rank "
+            "(the one the job waits for) has a row of its own stages.", "",
             f"| flavour | caches | first step, worst / median (s) | node CPU (s) | "
             + " | ".join(STAGE_LABELS[key] for key in keys) + " |",
             "|---|---|---:|---:|" + "---:|" * len(keys), *rows]

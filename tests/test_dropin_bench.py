@@ -143,6 +143,7 @@ def test_report_shows_where_the_n_processes_first_steps_went():
     text = dropin.markdown(results)
     assert "(PyTorch's default compile threads)" in text
     assert "| kiln | cold | 6.00 / 5.00 | 40.0 | 2.00 | 2.00 |  |  | 1.50 |  | 3.00 | 0.25 |" in text
+    assert "| kiln, its slowest rank | cold | 6.00 | | 3.00 | 2.00 |  |  | 1.50 |  | 3.00 | 0.25 |" in text
 
 
 def test_report_holds_a_new_nodes_first_step_against_the_warm_one():
