@@ -22,6 +22,9 @@
                         daemon, and compiles Inductor's kernels on the daemon's pool; 0: off
     KILN_BACKWARD_AHEAD under graph sharing: 1 (default) has the first rank to wait for a training
                         graph compile its backward while the leader compiles the forward; 0: off
+    KILN_FOLLOWERS_TRACE  with the backward ahead: 1 has every waiting rank trace a training graph
+                        itself and take its compiled forward and backward from the node cache
+                        (more CPU, no wait for the leader's backward); 0 (default): they wait
     KILN_GRAPH_WAIT_S   how long a rank waits for another's graph before compiling it itself
                         (default 600)
     KILN_RUNTIME_DIR    where the node daemon keeps its socket, pid file, log and token
@@ -76,6 +79,10 @@ def remote_cache_url() -> str | None:
 
 def backward_ahead(environ=os.environ) -> bool:
     return environ.get("KILN_BACKWARD_AHEAD", "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def followers_trace(environ=os.environ) -> bool:
+    return environ.get("KILN_FOLLOWERS_TRACE", "0").strip().lower() in ("1", "true", "yes", "on")
 
 
 def graph_wait_seconds() -> float:

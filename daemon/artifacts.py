@@ -28,7 +28,7 @@ from . import launch, tiers
 log = logging.getLogger("kiln.artifacts")
 
 RENEW_EVERY_S = 5.0  # the daemon takes a lease over after 15 s without a renewal
-HIT, WAITED, LEADER, FIRST_FOLLOWER, MISS = "hit", "waited", "leader", "first follower", "miss"
+HIT, WAITED, LEADER, FIRST_FOLLOWER, FOLLOWER, MISS = "hit", "waited", "leader", "first follower", "follower", "miss"
 
 
 def artifact_key(name: str) -> str:
@@ -50,12 +50,13 @@ class NodeArtifacts:
         return self.lookup(namespace, name, single_flight)[0]
 
     def lookup(self, namespace: str, name: str, single_flight: bool = True,
-               first_follower_goes_on: bool = False) -> tuple[bytes | None, str]:
+               first_follower_goes_on: bool = False, followers_go_on: bool = False) -> tuple[bytes | None, str]:
         """The value, if stored, and this process's part: HIT, WAITED (for another process's
         value), LEADER (none stored: compute it, `put` it), MISS (none stored, no lease), or
         FIRST_FOLLOWER (`first_follower_goes_on`: another process computes it and this one was
         the first to ask since: a miss at once, without the lease, to do work of its own that
-        the wait would hold up; the others wait as ever)."""
+        the wait would hold up; the others wait as ever, or with `followers_go_on` go on too,
+        FOLLOWER)."""
         key = artifact_key(name)
         value = self._read(key)
         if value is not None:
@@ -74,6 +75,9 @@ class NodeArtifacts:
                 if reply.busy_before == 0:
                     self._count("first_followers")
                     return None, FIRST_FOLLOWER
+                if followers_go_on:
+                    self._count("misses")
+                    return None, FOLLOWER
                 reply = client.claim(key, self._holder(), self.wait)
         except Exception as e:  # noqa: BLE001 - a daemon that is down makes this a plain miss
             tiers.warn_once("artifacts-daemon", f"kiln: graph sharing through the daemon at {address} failed "

@@ -132,6 +132,22 @@ def test_a_leader_killed_mid_compile_leaves_the_others_to_compile(node):
     assert sum(r["kiln"]["led"] for r in results) >= 1
 
 
+def test_with_followers_trace_no_rank_waits_for_the_leaders_aotautograd_entry(node):
+    """KILN_FOLLOWERS_TRACE=1: every follower traces the graph and takes its forward (the leader's)
+    and backward (the first follower's) from the node cache; still one compile per graph."""
+    tmp_path, env = node
+    env = {**env, "KILN_FOLLOWERS_TRACE": "1"}
+    leader = start(tmp_path, env, "leader", "slow-leading")
+    wait_for_a_lease(leader)
+    followers = [start(tmp_path, env, str(i)) for i in range(2)]
+    led, *rest = [result(rank) for rank in [leader, *followers]]
+    second = [r for r in rest if not r["kiln"]["first_followers"]]
+    assert len(second) == 1 and second[0]["aot_hits"] == 0 and second[0]["fx_hits"] == 2, rest
+    assert second[0]["kiln"]["led"] == 0  # compiled nothing itself
+    stats = claims()
+    assert stats.led == GRAPHS and stats.taken_over == 0, stats
+
+
 def test_backward_ahead_leaves_an_aotautograd_it_does_not_know_as_it_is():
     import types
 
