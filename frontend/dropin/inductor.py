@@ -1,6 +1,6 @@
 """torch.compile's rank-local work, served by the node (drop-in mode, KILN_SHARE_GRAPHS on).
 
-Two things every rank of a job otherwise does for itself:
+What every rank of a job otherwise does for itself:
 - Its caches. Inductor's FX graph cache, the AOTAutograd cache and the autotuning caches get
   a backend on the node cache through PyTorch's own remote-cache interface
   (`RemoteCache.backend_override_cls`); the hook turns those caches on before torch reads its
