@@ -22,9 +22,10 @@
                         daemon, and compiles Inductor's kernels on the daemon's pool; 0: off
     KILN_BACKWARD_AHEAD under graph sharing: 1 (default) has the first rank to wait for a training
                         graph compile its backward while the leader compiles the forward; 0: off
-    KILN_FOLLOWERS_TRACE  with the backward ahead: 1 has every waiting rank trace a training graph
-                        itself and take its compiled forward and backward from the node cache
-                        (more CPU, no wait for the leader's backward); 0 (default): they wait
+    KILN_FOLLOWERS_TRACE  with the backward ahead: 1 (default) has every waiting rank trace a
+                        training graph itself and take its compiled forward and backward from the
+                        node cache (no wait for the leader's backward); 0: they wait for the
+                        leader's AOTAutograd entry
     KILN_GRAPH_WAIT_S   how long a rank waits for another's graph before compiling it itself
                         (default 600)
     KILN_RUNTIME_DIR    where the node daemon keeps its socket, pid file, log and token
@@ -90,7 +91,7 @@ def backward_ahead(environ=os.environ) -> bool:
 
 
 def followers_trace(environ=os.environ) -> bool:
-    return _switch("KILN_FOLLOWERS_TRACE", False, environ)
+    return _switch("KILN_FOLLOWERS_TRACE", True, environ)
 
 
 def graph_wait_seconds() -> float:

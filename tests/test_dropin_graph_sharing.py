@@ -107,6 +107,7 @@ def wait_for_a_lease(proc):
 
 def test_the_first_follower_compiles_the_backward_while_the_leader_compiles_the_forward(node):
     tmp_path, env = node
+    env = {**env, "KILN_FOLLOWERS_TRACE": "0"}  # the others wait for the leader's AOTAutograd entry
     leader = start(tmp_path, env, "leader", "slow-leading")
     wait_for_a_lease(leader)  # the leader holds the AOTAutograd entry's lease: the others follow
     followers = [start(tmp_path, env, str(i)) for i in range(2)]
@@ -133,10 +134,10 @@ def test_a_leader_killed_mid_compile_leaves_the_others_to_compile(node):
 
 
 def test_with_followers_trace_no_rank_waits_for_the_leaders_aotautograd_entry(node):
-    """KILN_FOLLOWERS_TRACE=1: every follower traces the graph and takes its forward (the leader's)
-    and backward (the first follower's) from the node cache; still one compile per graph."""
+    """By default (KILN_FOLLOWERS_TRACE unset) every follower traces the graph and takes its forward
+    (the leader's) and backward (the first follower's) from the node cache; still one compile per graph."""
     tmp_path, env = node
-    env = {**env, "KILN_FOLLOWERS_TRACE": "1"}
+    env = {k: v for k, v in env.items() if k != "KILN_FOLLOWERS_TRACE"}
     leader = start(tmp_path, env, "leader", "slow-leading")
     wait_for_a_lease(leader)
     followers = [start(tmp_path, env, str(i)) for i in range(2)]

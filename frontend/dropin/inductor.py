@@ -60,12 +60,12 @@ def serve_caches(remote_cache) -> None:
             cache_class.backend_override_cls = NodeCacheBackend
 
 
-_FOLLOWERS_TRACE = False  # KILN_FOLLOWERS_TRACE, read with KILN_BACKWARD_AHEAD below
+_FOLLOWERS_TRACE = True  # KILN_FOLLOWERS_TRACE, read with KILN_BACKWARD_AHEAD below
 
 
 def compile_backward_ahead(graph_compile) -> None:
     """Run when `torch._functorch._aot_autograd.graph_compile` is imported (KILN_BACKWARD_AHEAD;
-    with KILN_FOLLOWERS_TRACE=1 every follower traces a training graph itself and takes its
+    unless KILN_FOLLOWERS_TRACE=0 every follower traces a training graph itself and takes its
     forward and backward from the node cache, instead of waiting for the leader's AOTAutograd
     entry, which comes only after the leader's first backward)."""
     global _FOLLOWERS_TRACE
