@@ -298,7 +298,7 @@ def test_doctor_passes_on_this_machine_or_names_each_fix(node):
     assert driver["status"] == "ok" or driver["detail"].startswith(("no driver: compile-only", "CUDA ")), driver
     assert checks["daemon"]["status"] == "warn" and "not running" in checks["daemon"]["detail"]
     assert checks["sharing"]["detail"] == ("KILN_DROPIN off, KILN_SHARE_GRAPHS on (with the drop-in only), KILN_BACKWARD_AHEAD on, "
-                                           "KILN_REMOTE_CACHE off, KILN_DAEMON the node daemon")
+                                           "KILN_FOLLOWERS_TRACE on, KILN_REMOTE_CACHE off, KILN_DAEMON the node daemon")
     text = subprocess.run([sys.executable, "-m", "kiln", "doctor"], capture_output=True, text=True, timeout=300,
                           env=node).stdout
     assert "\nwarn  daemon: none answers at unix:" in text and "\n      fix: kiln daemon start" in text
@@ -338,7 +338,8 @@ def test_doctor_reaches_redis_and_names_the_sharing_paths(node):
                "KILN_SHARE_GRAPHS": "0", "KILN_DAEMON": "off"}
         code, _, checks = doctor(env)
     assert checks["shared tier"]["status"] == "ok" and "Redis answers" in checks["shared tier"]["detail"]
-    assert checks["sharing"]["detail"] == "KILN_DROPIN on, KILN_SHARE_GRAPHS off, KILN_BACKWARD_AHEAD off, KILN_REMOTE_CACHE on, KILN_DAEMON off"
+    assert checks["sharing"]["detail"] == ("KILN_DROPIN on, KILN_SHARE_GRAPHS off, KILN_BACKWARD_AHEAD off, "
+                                           "KILN_FOLLOWERS_TRACE off, KILN_REMOTE_CACHE on, KILN_DAEMON off")
     assert checks["daemon"]["status"] == "ok" and "KILN_DAEMON=off" in checks["daemon"]["detail"]
     from kiln.dropin.doctor import installed_hook
     if installed_hook() is not None:  # else the drop-in check fails, saying to reinstall kiln
@@ -369,3 +370,12 @@ def test_doctor_warns_when_the_jobs_pytorch_does_not_take_the_backward_ahead(mon
     assert "KILN_BACKWARD_AHEAD on, but this PyTorch's AOTAutograd differs (x)" in check["detail"]
     monkeypatch.setattr(doctor, "_backward_ahead_probe", lambda environ: pytest.fail("probed with the hook off"))
     assert doctor.check_sharing({**env, "KILN_BACKWARD_AHEAD": "0"})["status"] == doctor.OK
+
+
+def test_doctor_says_whether_waiting_ranks_trace_graphs_themselves(monkeypatch):
+    from kiln.dropin import doctor
+    monkeypatch.setattr(doctor, "_backward_ahead_probe", lambda environ: "on")
+    env = {"KILN_DROPIN": "1", "KILN_DAEMON": "unix:/run/kiln.sock", "PATH": os.environ.get("PATH", "")}
+    assert "KILN_FOLLOWERS_TRACE on" in doctor.check_sharing(env)["detail"]  # the default
+    assert "KILN_FOLLOWERS_TRACE off" in doctor.check_sharing({**env, "KILN_FOLLOWERS_TRACE": "0"})["detail"]
+    assert "KILN_FOLLOWERS_TRACE off" in doctor.check_sharing({**env, "KILN_BACKWARD_AHEAD": "0"})["detail"]

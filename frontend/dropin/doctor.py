@@ -308,6 +308,7 @@ def check_sharing(environ: dict) -> dict:
     paths_on = [f"{hook.ENV} {'on' if dropin else 'off'}",
                 f"KILN_SHARE_GRAPHS {'on' if graphs else 'off'}" + ("" if dropin else " (with the drop-in only)"),
                 f"KILN_BACKWARD_AHEAD {'on' if graphs and env.backward_ahead(environ) else 'off'}",
+                f"KILN_FOLLOWERS_TRACE {'on' if graphs and env.backward_ahead(environ) and env.followers_trace(environ) else 'off'}",
                 f"KILN_REMOTE_CACHE {'on' if environ.get('KILN_REMOTE_CACHE', '').strip() else 'off'}",
                 f"KILN_DAEMON {daemon}"]
     ahead = _backward_ahead_probe(environ) if dropin and graphs and env.backward_ahead(environ) else "on"
