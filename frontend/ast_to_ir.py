@@ -593,6 +593,9 @@ class CodeGenerator(ast.NodeVisitor):
 
     def visit_UnaryOp(self, node):
         v = self.visit(node.operand)
+        if isinstance(v, tuple):  # as in Triton: a tuple has no unary operators, not even `not`
+            symbol = {ast.Not: "not", ast.USub: "-", ast.UAdd: "+", ast.Invert: "~"}[type(node.op)]
+            raise self.error(node, f"unary operator '{symbol}' is not defined for tuples", UnsupportedLanguageConstruct)
         if isinstance(node.op, ast.Not):
             if isinstance(v, tensor):
                 return semantic.invert(semantic.logical_operand(v, "not"))

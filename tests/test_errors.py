@@ -140,6 +140,20 @@ def test_continue_is_unsupported():
 
 
 @kiln.jit
+def _negates_a_tuple(x_ptr):
+    flag = not (0, 0)  # E_NOT_TUPLE
+    tl.store(x_ptr, flag)
+
+
+def test_not_of_a_tuple_is_an_error_at_the_not():
+    """As in Triton: a tuple has no unary operators (Python would say `not (0, 0)` is False)."""
+    msg = compile_error(lambda: _negates_a_tuple[(1,)](X), "E_NOT_TUPLE", "not (0, 0)", "not", "tuple")
+    with pytest.raises(kiln.CompilationError) as info:
+        _negates_a_tuple[(1,)](X)
+    assert info.value.__cause__ is None, msg
+
+
+@kiln.jit
 def _uses_lambda(x_ptr):
     f = lambda v: v + 1  # noqa: E731  # E_LAMBDA
     tl.store(x_ptr, f(1.0))

@@ -9,11 +9,19 @@ tensor-core kernels (tutorial 03's matmul, tile and persistent; the W8A16 matmul
 causal and not, and its backward) for sm_90a at the configs the benchmarks pick. `.loc`
 and `.file` lines are dropped (a moved source line is not a change). `--against` lists the
 files that differ, are new or are gone, and exits 1 if any do.
+
+`--digests` writes instead the sha256 of each kernel's PTX to `ptx_digests.json`, with the
+LLVM version that made it; tests/test_codegen_ptx_golden.py fails when a kernel's PTX no
+longer matches its digest. After a codegen change that is meant (and measured), rewrite it:
+
+    python tests/codegen_corpus/ptx_diff.py --digests
 """
 from __future__ import annotations
 
 import argparse
+import hashlib
 import importlib.util
+import json
 import pathlib
 import os
 import sys
@@ -24,6 +32,8 @@ import numpy as np
 HERE = pathlib.Path(__file__).resolve().parent
 BENCH = HERE.parent.parent / "bench"
 TARGETS = ("sm_80", "sm_90a")
+DIGESTS = HERE / "ptx_digests.json"
+REGENERATE = "python tests/codegen_corpus/ptx_diff.py --digests"
 
 
 def corpus_kernels():
@@ -76,12 +86,48 @@ def without_locations(ptx: str) -> str:
                    if not line.lstrip().startswith((".loc", ".file")))
 
 
+def all_ptx() -> dict[str, str]:
+    """{"<name>.<target>": PTX without locations} for the whole set."""
+    ptx = {f"{name}.{target}": without_locations(text) for name, target, text in corpus_kernels()}
+    ptx.update((f"{name}.sm_90a", without_locations(kernel.asm["ptx"])) for name, kernel in bench_kernels())
+    return ptx
+
+
 def write(out: pathlib.Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    for name, target, ptx in corpus_kernels():
-        (out / f"{name}.{target}.ptx").write_text(without_locations(ptx))
-    for name, kernel in bench_kernels():
-        (out / f"{name}.sm_90a.ptx").write_text(without_locations(kernel.asm["ptx"]))
+    for name, ptx in all_ptx().items():
+        (out / f"{name}.ptx").write_text(ptx)
+
+
+def llvm_version() -> str:
+    import llvmlite.binding
+    return ".".join(map(str, llvmlite.binding.llvm_version_info))
+
+
+def ptx_digests() -> dict[str, str]:
+    """{"<name>.<target>": sha256 of its PTX}: a few kilobytes that stand for megabytes of PTX."""
+    return {name: hashlib.sha256(ptx.encode()).hexdigest() for name, ptx in sorted(all_ptx().items())}
+
+
+def write_digests(path: pathlib.Path) -> int:
+    digests = ptx_digests()
+    record = {"llvm": llvm_version(), "note": f"PTX sha256 per kernel; regenerate: {REGENERATE}", "ptx": digests}
+    # one entry a line, sorted, so that a regenerated file diffs kernel by kernel
+    path.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
+    return len(digests)
+
+
+def compare_digests(new: dict[str, str], old: dict[str, str]) -> list[str]:
+    """`compare`'s answer for two {name: digest} maps."""
+    changed = []
+    for name in sorted(new.keys() | old.keys()):
+        if name not in old:
+            changed.append(f"new: {name}")
+        elif name not in new:
+            changed.append(f"gone: {name}")
+        elif new[name] != old[name]:
+            changed.append(f"changed: {name}")
+    return changed
 
 
 def compare(new: pathlib.Path, old: pathlib.Path) -> list[str]:
@@ -100,12 +146,20 @@ def compare(new: pathlib.Path, old: pathlib.Path) -> list[str]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", required=True, type=pathlib.Path)
+    mode = parser.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--out", type=pathlib.Path, help="the folder to write the PTX to")
+    mode.add_argument("--digests", nargs="?", const=DIGESTS, type=pathlib.Path,
+                      help=f"write the PTX's digests to this file (default {DIGESTS.relative_to(HERE.parent.parent)})")
     parser.add_argument("--against", type=pathlib.Path, help="a folder written by an earlier run")
     args = parser.parse_args()
+    if args.digests is not None and args.against is not None:
+        parser.error("--against compares folders: use it with --out")
     # compiled here and now: not from a cache that an older compiler filled, nor by a daemon
     os.environ["KILN_CACHE_DIR"] = tempfile.mkdtemp(prefix="kiln-ptx-diff-")
     os.environ["KILN_DAEMON"] = "off"
+    if args.digests is not None:
+        print(f"{write_digests(args.digests)} digests written to {args.digests}")
+        return 0
     write(args.out)
     if args.against is None:
         return 0
