@@ -9,7 +9,7 @@ import sys
 from kiln.ir import Function, parse_function, print_function
 from kiln.language.semantic import unwrap
 
-from . import config, errors, profiler  # noqa: F401  (errors: Triton's triton.compiler.errors)
+from . import config, errors, fp8_targets, profiler  # noqa: F401  (errors: Triton's triton.compiler.errors)
 from .runtime import cuda_driver as driver
 from .runtime.tensormap import DerivedMapUnusable
 from .ast_to_ir import build_kernel
@@ -109,6 +109,7 @@ class CompiledKernel:
         self.launch_metadata = None  # the @jit(launch_metadata=) function, with the names of its arguments
         self.global_reads = []  # (name, module dict, value) of the globals its source read (compile_kernel)
         self.arg_names = ((), (), {})  # runtime argument names, how many launch values each takes, constants
+        self.source = None  # the @jit function's SourceInfo, for errors found when a binary is built
 
     def set_runtime_positions(self, positions, expanders=None):
         """Which of a call's argument values the kernel takes, in order; `expanders` maps the
@@ -185,6 +186,7 @@ class CompiledKernel:
         binary = self.binaries.get(target)
         if binary is None:
             ir, options = self.binary_inputs()
+            self._check_formats(ir, target)
             binary = compile_binary(ir, target, options)
             self.binaries[target] = binary
         self._asm.update(llir=binary.llir, ptx=binary.ptx, cubin=binary.cubin)
@@ -255,12 +257,18 @@ class CompiledKernel:
         launchers[device] = launcher
         return launcher
 
+    def _check_formats(self, ir, target: str) -> None:
+        """The fp8 formats `target` takes, as Triton decides (kiln.fp8_targets)."""
+        from kiln.codegen.target import parse_target
+        fp8_targets.check(ir, parse_target(target).capability, self.source)
+
     def _pointer_build(self, target: str):
         """The binary of the kernel as written (no derived TMA maps, not persistent), for
         launches whose arguments make no map or too many programs."""
         binary = self.pointer_binaries.get(target)
         if binary is None:
             ir, options = self.binary_inputs()
+            self._check_formats(ir, target)
             ir = parse_function(print_function(ir))
             ir.attrs["derived_args"] = 0
             binary = self.pointer_binaries[target] = compile_binary(ir, target, options)
@@ -273,6 +281,7 @@ def compile_kernel(jitfn, params, options) -> CompiledKernel:
     debug = bool(options.get("debug") or jitfn.debug or config.debug())
     kernel = CompiledKernel(jitfn.__name__, ir, options, debug)
     kernel.global_reads = [(name, scope, value) for (name, _), (scope, value) in reads.items()]
+    kernel.source = jitfn.source_info()
     return kernel
 
 

@@ -1,5 +1,6 @@
 """Conformance: flip, sort, topk, gather, histogram, clamp and inline asm (interpreter vs NumPy)."""
 import os
+import warnings
 
 import ml_dtypes
 import numpy as np
@@ -251,6 +252,7 @@ def test_fp8_casts_round_to_nearest_and_saturate(f8_dtype, np_f8):
     _fp8_case(f8_dtype, np_f8)
 
 
+@pytest.mark.interpreter_only  # a CUDA target refuses AMD's formats (below)
 @pytest.mark.parametrize("f8_dtype, np_f8", [(tl.float8e4b8, ml_dtypes.float8_e4m3fnuz),
                                             (tl.float8e5b16, ml_dtypes.float8_e5m2fnuz)])
 def test_fnuz_fp8_casts(f8_dtype, np_f8):
@@ -282,14 +284,50 @@ def _fp8_both_ways(x_ptr, e4_ptr, e5_ptr, back_ptr, N: tl.constexpr):
     tl.store(back_ptr + offs, e4.to(tl.float32) + e5.to(tl.float32))
 
 
-@pytest.mark.parametrize("target,hardware", [("sm_80", False), ("sm_90a", True)])
-def test_fp8_conversions_use_the_hardware_cvt_from_sm_89(target, hardware):
+@kiln.jit
+def _e5_both_ways(x_ptr, e5_ptr, back_ptr, N: tl.constexpr):
+    offs = tl.arange(0, N)
+    e5 = tl.load(x_ptr + offs).to(tl.float8e5)
+    tl.store(e5_ptr + offs, e5)
+    tl.store(back_ptr + offs, e5.to(tl.float32))
+
+
+def test_fp8_conversions_use_the_hardware_cvt_from_sm_89():
     x = np.zeros(64, np.float32)
     e4, e5 = (kiln.reinterpret(np.zeros(64, np.uint8), t) for t in (tl.float8e4nv, tl.float8e5))
-    ptx = _fp8_both_ways.warmup(x, e4, e5, x, N=64, grid=(1,), target=target).asm["ptx"]
+    ptx = _fp8_both_ways.warmup(x, e4, e5, x, N=64, grid=(1,), target="sm_90a").asm["ptx"]
     for instr in ("cvt.rn.satfinite.e4m3x2.f32", "cvt.rn.satfinite.e5m2x2.f32", "cvt.rn.f16x2.e4m3x2",
                   "cvt.rn.f16x2.e5m2x2"):
-        assert (instr in ptx) == hardware, instr
+        assert instr in ptx, instr
+    ptx = _e5_both_ways.warmup(x, e5, x, N=64, grid=(1,), target="sm_80").asm["ptx"]  # converted in software
+    assert "e5m2x2" not in ptx and "cvt.rn.f16x2" not in ptx
+
+
+@pytest.mark.parametrize("f8_dtype, targets", [(tl.float8e4nv, ("sm_80",)),  # from sm_89, as in Triton
+                                              (tl.float8e4b8, ("sm_80", "sm_90a")),  # AMD's formats
+                                              (tl.float8e5b16, ("sm_80", "sm_90a"))])
+def test_fp8_formats_a_target_lacks_are_a_compilation_error(f8_dtype, targets):
+    x = np.zeros(16, np.float32)
+    f8 = kiln.reinterpret(np.zeros(16, np.uint8), f8_dtype)
+    for target in targets:
+        with pytest.raises(kiln.CompilationError, match="not supported in this architecture") as info:
+            _fp8_round_trip.warmup(x, f8, x, N=16, F8=f8_dtype, grid=(1,), target=target)
+        assert "not supported in this architecture" in str(info.value.__cause__)
+        assert "The supported fp8 dtypes are ('fp8e4b15', " in str(info.value)
+
+
+def test_an_fp8e4b15_dot_warns_on_hopper_only():
+    @kiln.jit
+    def dot_of(x_ptr, F8: tl.constexpr):
+        a = tl.full((16, 16), 0.0, F8)
+        tl.store(x_ptr + tl.arange(0, 16)[:, None] * 16 + tl.arange(0, 16)[None, :], tl.dot(a, a))
+    out = np.zeros((16, 16), np.float32)
+    with pytest.warns(UserWarning, match="the use of fp8e4b15 is deprecated on Hopper and later architectures"):
+        dot_of.warmup(out, F8=tl.float8e4b15, grid=(1,), target="sm_90a")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        dot_of.warmup(out, F8=tl.float8e4b15, grid=(1,), target="sm_80")
+        dot_of.warmup(out, F8=tl.float8e5, grid=(1,), target="sm_90a")
 
 
 @kiln.jit
