@@ -1,5 +1,14 @@
-"""The environment variables that the cache and the compile service read, all in one place.
+"""Every KILN_ environment variable kiln reads, read here and nowhere else (tests/test_settings_one_place.py).
 
+Two are read before kiln loads, by the `import triton` hook (kiln.dropin.hook, which imports no
+kiln): KILN_DROPIN and KILN_SHARE_GRAPHS; Triton's own TRITON_* variables are its knobs'
+(kiln.knobs). The rest:
+
+    KILN_INTERPRET      1 (or Triton's TRITON_INTERPRET=1): run kernels in the NumPy interpreter
+    KILN_DEBUG          1 (or TRITON_DEBUG=1): keep device_assert checks in compiled kernels
+    KILN_ALLOW_NON_CONSTEXPR_GLOBALS  1 (or Triton's TRITON_ALLOW_NON_CONSTEXPR_GLOBALS=1): kernels
+                        may read plain globals, compiled in with the value they have then
+    KILN_TARGET         compile a device's kernels for this older target (sm_80 on a Hopper)
     KILN_CACHE_DIR      the node cache's directory (default ~/.cache/kiln)
     KILN_CACHE_SIZE     its size limit: bytes, or with a K/M/G/T suffix (default 8G)
     KILN_CACHE_SHARED   1: the cache is shared by a group (made 2770, files 0660); else 0700
@@ -43,11 +52,39 @@ _ON, _OFF = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 _SUFFIXES = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 
+# os.environ keeps the variables in `_data` with encoded names and values; assigning through
+# os.environ (monkeypatch.setenv, too) updates it.
+_RAW_ENVIRON = os.environ._data
+_INTERPRET_KEYS = tuple(os.environ.encodekey(k) for k in ("KILN_INTERPRET", "TRITON_INTERPRET"))
+_ON_RAW = tuple(os.environ.encodevalue(v) for v in _ON)
+
+
 def _switch(name: str, default: bool, environ=None) -> bool:
     """A yes/no variable: off by default unless set to 1/true/yes/on, or on by default unless set
     to 0/false/no/off."""
     value = (os.environ if environ is None else environ).get(name, "").strip().lower()
     return value not in _OFF if default else value in _ON
+
+
+def interpret() -> bool:
+    """KILN_INTERPRET=1 (or TRITON_INTERPRET=1). Read on every launch (tests switch it), so it looks
+    in os.environ's own dictionary: `os.environ.get` encodes the name and raises KeyError inside for
+    a missing variable, which costs a microsecond or two of every launch."""
+    raw = _RAW_ENVIRON.get
+    value = raw(_INTERPRET_KEYS[0]) or raw(_INTERPRET_KEYS[1])
+    return value is not None and value.strip().lower() in _ON_RAW
+
+
+def debug() -> bool:
+    return _switch("KILN_DEBUG", False) or _switch("TRITON_DEBUG", False)
+
+
+def allow_non_constexpr_globals() -> bool:
+    return _switch("KILN_ALLOW_NON_CONSTEXPR_GLOBALS", False) or _switch("TRITON_ALLOW_NON_CONSTEXPR_GLOBALS", False)
+
+
+def forced_target() -> str | None:
+    return os.environ.get("KILN_TARGET", "").strip() or None
 
 
 def cache_dir() -> Path:
@@ -63,9 +100,9 @@ def cache_size_limit() -> int:
     return parse_size(text) if text else DEFAULT_SIZE_LIMIT
 
 
-def daemon_setting() -> str | None:
+def daemon_setting(environ=None) -> str | None:
     """KILN_DAEMON as given: None when unset (use the node daemon), "off", or an address."""
-    value = os.environ.get("KILN_DAEMON", "").strip()
+    value = (os.environ if environ is None else environ).get("KILN_DAEMON", "").strip()
     return value or None
 
 
@@ -82,8 +119,8 @@ def daemon_tls_ca() -> Path | None:
     return Path(value) if value else None
 
 
-def remote_cache_url() -> str | None:
-    return os.environ.get("KILN_REMOTE_CACHE", "").strip() or None
+def remote_cache_url(environ=None) -> str | None:
+    return (os.environ if environ is None else environ).get("KILN_REMOTE_CACHE", "").strip() or None
 
 
 def backward_ahead(environ=os.environ) -> bool:

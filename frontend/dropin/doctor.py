@@ -304,12 +304,12 @@ def check_sharing(environ: dict) -> dict:
     except ValueError as e:
         return _check("sharing", FAIL, str(e), f"export {hook.ENV}=1 (or 0)")
     graphs = hook.share_graphs(environ)
-    daemon = environ.get("KILN_DAEMON", "").strip() or "the node daemon"
+    daemon = env.daemon_setting(environ) or "the node daemon"
     paths_on = [f"{hook.ENV} {'on' if dropin else 'off'}",
                 f"KILN_SHARE_GRAPHS {'on' if graphs else 'off'}" + ("" if dropin else " (with the drop-in only)"),
                 f"KILN_BACKWARD_AHEAD {'on' if graphs and env.backward_ahead(environ) else 'off'}",
                 f"KILN_FOLLOWERS_TRACE {'on' if graphs and env.backward_ahead(environ) and env.followers_trace(environ) else 'off'}",
-                f"KILN_REMOTE_CACHE {'on' if environ.get('KILN_REMOTE_CACHE', '').strip() else 'off'}",
+                f"KILN_REMOTE_CACHE {'on' if env.remote_cache_url(environ) else 'off'}",
                 f"KILN_DAEMON {daemon}"]
     ahead = _backward_ahead_probe(environ) if dropin and graphs and env.backward_ahead(environ) else "on"
     if ahead != "on":

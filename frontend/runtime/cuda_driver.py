@@ -112,7 +112,8 @@ def compile_target(device: int) -> str:
     """The target kiln compiles the device's kernels for: the device's own, or `KILN_TARGET`
     where set to an older one (sm_80 on a Hopper, to run the code an A100 would get: the
     cubin then does not load and the driver JIT-compiles its PTX)."""
-    forced = os.environ.get("KILN_TARGET", "").strip()
+    from kiln.cache import env
+    forced = env.forced_target()
     if not forced:
         return target(device)
     from kiln.codegen.target import parse_target
