@@ -7,7 +7,8 @@ show what it changed (or that it changed nothing) between two commits:
 The set: every kernel of this folder and of `lang/` for sm_80 and sm_90a, and bench/'s
 tensor-core kernels (tutorial 03's matmul, tile and persistent; the W8A16 matmul; the FlashAttention-2 forward,
 causal and not, and its backward) for sm_90a at the configs the benchmarks pick. `.loc`
-and `.file` lines are dropped (a moved source line is not a change). `--against` lists the
+and `.file` lines are dropped (a moved source line is not a change), and so are LLVM's
+call-sequence numbers (they count the process's earlier calls). `--against` lists the
 files that differ, are new or are gone, and exits 1 if any do.
 
 `--digests` writes instead the sha256 of each kernel's PTX to `ptx_digests.json`, with the
@@ -22,8 +23,9 @@ import argparse
 import hashlib
 import importlib.util
 import json
-import pathlib
 import os
+import pathlib
+import re
 import sys
 import tempfile
 
@@ -81,8 +83,13 @@ def bench_kernels():
             half, half, half, half, half, f32, f32, 0.125, n, BLOCK_M=wide, BLOCK_N=narrow, **tuning)
 
 
+# LLVM numbers its call sequences per process ("{ // callseq 3, 0"): the comment says how many
+# calls the process compiled before, not what this kernel is
+_CALLSEQ = re.compile(r"// callseq \d+(, \d+)?")
+
+
 def without_locations(ptx: str) -> str:
-    return "".join(line for line in ptx.splitlines(keepends=True)
+    return "".join(_CALLSEQ.sub("// callseq", line) for line in ptx.splitlines(keepends=True)
                    if not line.lstrip().startswith((".loc", ".file")))
 
 
