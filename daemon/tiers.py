@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from kiln.cache import Cache
 from kiln.cache.metadata import MetadataError, checked, expected
-from kiln.ir import print_function
+from kiln.ir import print_function, verify
 from kiln.ir.core import Function
 
 from . import launch
@@ -234,6 +234,10 @@ def _from_daemon(fn, target, options, key) -> Binary | None:
                                       f"{e.details()}); compiling in this process")
         else:  # a compile error: the local compile raises it with its own type and traceback
             log.info("daemon refused %s: %s %s", fn.name, e.code().name, e.details())
+            if e.code() == grpc.StatusCode.INVALID_ARGUMENT:
+                verify(fn)  # malformed IR is the user's error, raised here without a compile; what passes is
+                # the daemon's lowering refusing it (the local compile gives that error its own type) or a
+                # daemon of another kiln build refusing an op this one knows
         return None
     except Exception as e:  # noqa: BLE001 - the daemon could not be started
         _state.down_until[address] = time.monotonic() + RETRY_DAEMON_S

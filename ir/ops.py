@@ -12,6 +12,7 @@ Integer signedness lives in the type (`int32` vs `uint32`): `div`, `rem`, `shr`,
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -168,6 +169,8 @@ def _check_constant(op):
     if "value" not in op.attrs:
         return "constant needs a value"
     value = op.attrs["value"]
+    if not isinstance(value, numbers.Real):  # a string or a list would reach codegen's arithmetic
+        return f"a constant's value is a number, not {type(value).__name__} {value!r}"[:200]
     if scalar_of(op.results[0].type).is_int() and isinstance(value, float) and not math.isfinite(value):
         return f"an integer constant cannot be {value}"
 
