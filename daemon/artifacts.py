@@ -109,7 +109,7 @@ class NodeArtifacts:
             stored = True
             self._count("puts")
         except Exception as e:  # noqa: BLE001 - a cache that cannot be written loses sharing, not the job
-            tiers.warn_once("artifacts-write", f"kiln: the node cache cannot be written ({e})")
+            tiers.cache_write_failed(e, "artifacts-write")
             stored = False
         with self._lock:
             held = self._held.get(namespace) == key
@@ -149,7 +149,7 @@ class NodeArtifacts:
         try:
             tiers.node_cache().put_result(key, artifacts, metadata, created)
         except Exception as e:  # noqa: BLE001
-            tiers.warn_once("artifacts-write", f"kiln: the node cache cannot be written ({e})")
+            tiers.cache_write_failed(e, "artifacts-write")
         return artifacts["value"]
 
     def _address(self) -> str | None:

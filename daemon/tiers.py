@@ -17,6 +17,7 @@ import warnings
 from dataclasses import dataclass, field
 
 from kiln.cache import Cache
+from kiln.cache.store import CacheNotWritable
 from kiln.cache.metadata import MetadataError, checked, expected
 from kiln.ir import print_function, verify
 from kiln.ir.core import Function
@@ -124,6 +125,13 @@ def warn_once(what: str, message: str) -> None:
     _state.warn_once(what, message)
 
 
+def cache_write_failed(error: Exception, what: str = "cache-write") -> None:
+    """Warn, once, that the node cache cannot be written; a cache opened read-only (its disk full)
+    warned so when it opened, and a store into it says nothing more."""
+    if not isinstance(error, CacheNotWritable):
+        warn_once(what, f"kiln: the node cache cannot be written ({error})")
+
+
 def cached_binary(key: str, name: str, target: str, options: dict) -> Binary | None:
     """The binary stored under compile key `key` (kernel `name` for `target` with `options`) in
     the node cache or the shared tier, checked as `cached_compile` checks it; None otherwise
@@ -211,7 +219,7 @@ def _from_shared(name: str, target: str, options: dict, key: str) -> Binary | No
     try:
         _state.node_cache().put_result(key, artifacts, metadata, created)
     except Exception as e:  # noqa: BLE001
-        _state.warn_once("cache-write", f"kiln: the node cache cannot be written ({e})")
+        cache_write_failed(e)
     return Binary(name, target, kir, llir, ptx, cubin, metadata, key, "shared")
 
 
@@ -286,7 +294,7 @@ def _store(binary: Binary, fn: Function, options: dict) -> None:
     try:
         _state.node_cache().put_result(binary.key, artifacts, metadata)
     except Exception as e:  # noqa: BLE001
-        _state.warn_once("cache-write", f"kiln: the node cache cannot be written ({e})")
+        cache_write_failed(e)
     tier = _state.shared_tier()
     if tier is not None:  # never raises; a tier that is down was warned of when it failed
         tier.put(binary.key, artifacts, metadata)

@@ -13,6 +13,7 @@ from kiln.daemon.client import Client
 from kiln.ir import parse_function
 
 KEYS = [f"{i:064x}" for i in range(8)]
+KERNEL = "kernel @k(%x: ptr<fp32>) {\n  %v = load %x : fp32\n  store %x, %v\n  return\n}\n"
 
 
 def sqlite_error(message, name):
@@ -73,10 +74,25 @@ def test_a_daemon_starts_on_a_full_disk_and_compiles(filled, disk_full, tmp_path
     server, _ = create_server(f"unix:{tmp_path / 'd.sock'}", "kiln.daemon.fake:compile", workers=1, cache=cache)
     server.start()
     try:
-        fn = parse_function("kernel @k(%x: ptr<fp32>) {\n  %v = load %x : fp32\n  store %x, %v\n  return\n}\n")
+        fn = parse_function(KERNEL)
         with Client(f"unix:{tmp_path / 'd.sock'}") as client:
             assert client.compile(fn, "sm_90a", {"num_warps": 4}).cubin  # compiled, not stored
             assert client.stats().cache.entries == 8
     finally:
         server.stop(1)
         cache.close()
+
+
+def test_a_process_on_a_full_disk_warns_once(filled, disk_full, monkeypatch):
+    """Opening the cache read-only warns; the compiles that then cannot store say nothing more."""
+    from kiln.daemon import tiers
+    monkeypatch.setenv("KILN_CACHE_DIR", str(filled))
+    monkeypatch.setenv("KILN_DAEMON", "off")
+    monkeypatch.setattr(tiers, "_state", tiers._State())
+    fn = parse_function(KERNEL)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for options in ({"num_warps": 4}, {"num_warps": 8}):
+            assert tiers.cached_compile(fn, "sm_90a", options).cubin
+    said = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
+    assert len(said) == 1 and "cannot be written" in said[0], said

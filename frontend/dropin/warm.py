@@ -207,8 +207,8 @@ def load(key: str) -> dict | None:
 
 
 def store(key: str, record: dict) -> None:
-    from kiln.daemon.tiers import node_cache, warn_once
+    from kiln.daemon.tiers import cache_write_failed, node_cache
     try:
         node_cache().put_record(key, record)
     except Exception as e:  # noqa: BLE001 - the next compile builds the IR again
-        warn_once("cache-write", f"kiln: the node cache cannot be written ({e})")
+        cache_write_failed(e)
