@@ -20,6 +20,7 @@ from . import ir_pb2
 IR_VERSION = ir_pb2.IR_VERSION_1
 _INT64 = (-(1 << 63), (1 << 63) - 1)
 _SYMBOL = re.compile(r"[A-Za-z_][A-Za-z0-9_.$]*\Z")
+_ATTR_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")  # what the IR text's parser reads back as a name
 
 
 class ConversionError(ValueError):
@@ -124,8 +125,9 @@ def attrs_to_proto(attrs: dict, out) -> None:
 def attrs_from_proto(items) -> dict:
     attrs = {}
     for item in items:
-        if not item.name or item.name in attrs:
-            raise ConversionError(f"attribute name {item.name!r} is empty or repeated")
+        if not _ATTR_NAME.match(item.name) or item.name in attrs:
+            raise ConversionError(f"attribute name {item.name[:64]!r} is not a word of letters, digits and _, "
+                                  "or is repeated")
         attrs[item.name] = attr_from_proto(item.name, item.value)
     return attrs
 

@@ -460,6 +460,15 @@ def test_attribute_without_value_or_repeated():
     _fails(pb, "repeated")
 
 
+@pytest.mark.parametrize("name", ["", "we?ird", "a.b", "1st", "x y"])
+def test_an_attribute_name_is_a_word(name):
+    """The IR text prints an attribute's name as it is, and its parser reads back only words: any other
+    name made the compile worker's parse fail (INTERNAL)."""
+    pb = _pb()
+    pb.body[0].attrs[0].name = name
+    _fails(pb, "attribute name")
+
+
 def test_location_file_out_of_range():
     pb = _pb()
     del pb.files[:]
