@@ -489,11 +489,18 @@ class CodeGenerator(ast.NodeVisitor):
         if any(isinstance(v, tensor) for v in values):
             raise TypeError("static_range bounds must be constexprs")
         start, end, step = (0, values[0], 1) if values[1] is None else (values[0], values[1], values[2])
-        for i in range(start, end, 1 if step is None else step):
+        steps = range(start, end, 1 if step is None else step)
+        made = []  # ops each of the first two steps made
+        for n, i in enumerate(steps):
+            before = self.builder.created
             self.assign(node.target, constexpr(i), node)
             self.visit_body(node.body)
             if self.returned:
                 raise _Unsupported("`return` inside a loop is not supported")
+            if n < 2:
+                made.append(self.builder.created - before)
+                if n == 1:
+                    self.builder.expect(min(made) * (len(steps) - 2))
 
     def visit_While(self, node):
         if node.orelse:
@@ -930,9 +937,7 @@ class _BoundedBuilder(Builder):
 
     def create(self, name, operands=(), result_types=(), attrs=None, regions=()):
         self.created += 1
-        if self.created > self.max_ops:
-            raise ValueError(f"the kernel has more than {self.max_ops} operations (a static_range unrolled too "
-                             "far?): no GPU runs such a kernel well; use tl.range for long loops")
+        self.expect(0)
         for t in result_types:
             numel = 1
             for d in getattr(t, "shape", None) or ():
@@ -940,6 +945,14 @@ class _BoundedBuilder(Builder):
             if numel > self.max_numel:
                 raise ValueError(f"numel ({numel}) exceeds triton maximum tensor numel ({self.max_numel})")
         return super().create(name, operands, result_types, attrs, regions)
+
+    def expect(self, more: int) -> None:
+        """Refuse now a kernel that will have more operations than a kernel may, with `more` still to
+        come: a static_range whose first two steps made k operations each makes k in each step left,
+        so its 100,000 steps are refused after two, not after 65,536 operations."""
+        if self.created + more > self.max_ops:
+            raise ValueError(f"the kernel has more than {self.max_ops} operations (a static_range unrolled too "
+                             "far?): no GPU runs such a kernel well; use tl.range for long loops")
 
 
 def build_kernel(jitfn, params, name: str | None = None, options: dict | None = None,

@@ -46,3 +46,15 @@ def test_oversized_kernels_are_refused_at_the_users_line(kernel, kwargs, words):
 
 def test_a_long_static_range_within_the_limits_builds():
     unrolled.warmup(np.zeros(16, np.float32), N=1000, target="sm_90a")
+
+
+def test_a_long_static_range_is_refused_after_two_steps(monkeypatch):
+    """Its first two steps tell how many operations every step makes: 100,000 steps are refused then,
+    not after 65,536 operations were built (seconds of Python)."""
+    from kiln import ast_to_ir
+    made = []
+    create = ast_to_ir._BoundedBuilder.create
+    monkeypatch.setattr(ast_to_ir._BoundedBuilder, "create", lambda self, *a, **k: made.append(1) or create(self, *a, **k))
+    with pytest.raises(CompilationError, match="more than 65536 operations"):
+        unrolled.warmup(np.zeros(16, np.float32), N=100_000, target="sm_90a")
+    assert len(made) < 100, len(made)
