@@ -12,7 +12,7 @@ entry under the cluster key (`KILN_REMOTE_CACHE_KEY` or `_FILE`), which the node
 Redis never sees. The tier is untrusted storage: a read first checks the MAC, then all the
 rest as the node cache does; an entry without this cluster's MAC, that names another key, an
 artifact whose bytes do not hash to its digest or have another size, or anything else out of
-shape is a miss (`refused`), is deleted, and never reaches the node cache. Entries larger than
+shape is a miss (`refused`, one warning a process), is deleted, and never reaches the node cache. Entries larger than
 `max_entry_bytes` are not written. Eviction is Redis's: give it a `maxmemory` and
 `maxmemory-policy allkeys-lru`.
 
@@ -129,7 +129,7 @@ class RemoteCache:
         self._lock = threading.Lock()
         self._counts: dict[str, int] = {}
         self._down_until = 0.0
-        self._warned = False
+        self._warned = self._warned_refused = False
 
     # --- entries ---------------------------------------------------------------------------
     def get(self, key: str) -> tuple[dict[str, bytes], dict, float] | None:
@@ -246,6 +246,10 @@ class RemoteCache:
     def _refuse(self, key: str, why: str) -> None:
         self._add(refused=1)
         log.warning("key=%s event=remote_entry_refused url=%s why=%r", key[:16], self.where, why)
+        if not self._warned_refused:  # once: a forger could otherwise fill the job's log
+            self._warned_refused = True
+            warnings.warn(f"kiln: refused an entry of the shared cache at {self.where} ({why[:200]}); compiling "
+                          "instead (entries refused later are only logged)", RuntimeWarning, stacklevel=4)
         try:
             self._call(self._client.delete, PREFIX + key)
         except Exception as e:  # noqa: BLE001

@@ -123,5 +123,11 @@ def test_a_json_bomb_with_a_valid_mac_is_refused_and_deleted():
         r = redis.Redis.from_url(srv.url)
         r.hset(PREFIX + KEY, mapping={"entry": bomb, "mac": _mac(CLUSTER_KEY, KEY, bomb)})
         tier = RemoteCache(srv.url, cluster_key=CLUSTER_KEY)
-        assert tier.get(KEY) is None and not r.exists(PREFIX + KEY)
-        assert summary(tier.counts())["refused"] == 1
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            assert tier.get(KEY) is None and not r.exists(PREFIX + KEY)
+            r.hset(PREFIX + KEY, mapping={"entry": bomb, "mac": _mac(CLUSTER_KEY, KEY, bomb)})
+            assert tier.get(KEY) is None  # refused again, said once
+        assert summary(tier.counts())["refused"] == 2
+        said = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
+        assert len(said) == 1 and "refused an entry of the shared cache" in said[0], said
