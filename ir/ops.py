@@ -623,6 +623,35 @@ def _check_shape_pow2(op):
             return f"block shape {_shape(r.type)} is not made of powers of two"
 
 
+# The type of each attribute, by name (every op that has one gives it the same type): a request's
+# attribute of another type would reach codegen's string and list handling (found by fuzzing).
+_STR, _INT, _FLAG, _INTS = "a string", "an integer", "a bool", "a list of integers"
+ATTR_TYPES = {
+    **dict.fromkeys(("asm", "cache", "constraints", "evict", "input_precision", "kind", "message", "pred", "prefix",
+                     "rounding", "scope", "sem"), _STR),
+    **dict.fromkeys(("axis", "bytes", "count", "end", "loop_unroll_factor", "num_bins", "num_stages", "pack",
+                     "pending", "start"), _INT),
+    **dict.fromkeys(("can_reorder", "flatten", "hex", "propagate_nan", "reverse", "volatile"), _FLAG),
+    **dict.fromkeys(("order", "values"), _INTS),
+}
+
+
+def attr_type_error(name: str, value) -> str | None:
+    """Why attribute `name` cannot have `value` (ATTR_TYPES), or None."""
+    want = ATTR_TYPES.get(name)
+    if want is None:
+        return None
+    if want == _STR:
+        ok = isinstance(value, str)
+    elif want == _INT:
+        ok = isinstance(value, int)
+    elif want == _FLAG:
+        ok = isinstance(value, bool) or value in (0, 1) and isinstance(value, int)
+    else:
+        ok = isinstance(value, (list, tuple)) and all(isinstance(v, int) for v in value)
+    return None if ok else f"attribute '{name}' must be {want}, not {type(value).__name__}"
+
+
 OPS: dict[str, OpDef] = {}
 for _name, _kind in BINARY_OPS.items():
     OPS[_name] = OpDef((2, 2), attrs=(), check=_elementwise(_kind))

@@ -9,7 +9,7 @@ around it.
 from __future__ import annotations
 
 from .core import Block, Function, Operation
-from .ops import OPS, SHAPE_CHECK
+from .ops import OPS, SHAPE_CHECK, attr_type_error
 from .printer import _Printer
 from .types import int1
 
@@ -72,6 +72,10 @@ class _Verifier:
         for attr in spec.attrs:
             if attr not in op.attrs:
                 self.fail(op, block, f"missing attribute '{attr}'")
+        for attr, value in op.attrs.items():
+            wrong = attr_type_error(attr, value)
+            if wrong:
+                self.fail(op, block, wrong)
         err = SHAPE_CHECK(op) or (spec.check(op) if spec.check else None)
         if err:
             self.fail(op, block, err)

@@ -64,3 +64,15 @@ def test_a_client_does_not_compile_what_the_daemon_refused_as_malformed(tmp_path
     finally:
         server.stop(1)
         cache.close()
+
+
+@pytest.mark.parametrize("text, words", [
+    ('  print %c {prefix = [1, 2], hex = false}\n', "attribute 'prefix' must be a string"),
+    ('  print %c {prefix = "x", hex = "no"}\n', "attribute 'hex' must be a bool"),
+])
+def test_an_attribute_of_the_wrong_type_is_malformed(text, words):
+    """Each attribute name has one type in every op that takes it: a request's attribute of another type
+    reached codegen (`'list' object has no attribute 'encode'`: INTERNAL, found by fuzzing the real compiler)."""
+    source = KERNEL.replace("T", "int32").replace("V", "1").replace("  store %x, %c\n", text)
+    with pytest.raises(VerificationError, match=words):
+        verify(parse_function(source))
