@@ -17,8 +17,8 @@ import warnings
 from dataclasses import dataclass, field
 
 from kiln.cache import Cache
-from kiln.cache.store import CacheNotWritable
 from kiln.cache.metadata import MetadataError, checked, expected
+from kiln.cache.store import CacheNotWritable
 from kiln.ir import print_function, verify
 from kiln.ir.core import Function
 
