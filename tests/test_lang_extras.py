@@ -246,7 +246,7 @@ def _fp8_case(f8_dtype, np_f8):
     np.testing.assert_array_equal(back[:9], want[:9].astype(np.float32))
 
 
-@pytest.mark.parametrize("f8_dtype, np_f8", [(tl.float8e4nv, ml_dtypes.float8_e4m3fn),
+@pytest.mark.parametrize("f8_dtype, np_f8", [pytest.param(tl.float8e4nv, ml_dtypes.float8_e4m3fn, marks=pytest.mark.fp8e4nv),
                                             (tl.float8e5, ml_dtypes.float8_e5m2)])
 def test_fp8_casts_round_to_nearest_and_saturate(f8_dtype, np_f8):
     _fp8_case(f8_dtype, np_f8)
@@ -265,7 +265,7 @@ def _abs_fp8(x_ptr, out_ptr, N: tl.constexpr):
     tl.store(out_ptr + offs, tl.abs(tl.load(x_ptr + offs)))
 
 
-@pytest.mark.parametrize("f8_dtype, np_f8", [(tl.float8e4nv, ml_dtypes.float8_e4m3fn),
+@pytest.mark.parametrize("f8_dtype, np_f8", [pytest.param(tl.float8e4nv, ml_dtypes.float8_e4m3fn, marks=pytest.mark.fp8e4nv),
                                             (tl.float8e5, ml_dtypes.float8_e5m2)])
 def test_abs_of_fp8_clears_the_sign_bit(f8_dtype, np_f8):
     x = np.array([1.0, -2.0, 0.5, -448.0, 0.0, -0.0, -0.125, 3.5], np.float32).astype(np_f8).view(np.uint8)
@@ -348,6 +348,7 @@ def _widen(x_ptr, out_ptr, N: tl.constexpr):
     tl.store(out_ptr + offs, tl.load(x_ptr + offs).to(tl.float32))
 
 
+@pytest.mark.fp8e4nv
 def test_reinterpret_gives_a_pointer_of_the_named_dtype():
     raw = np.array([1.0, -2.0, 0.5, 448.0, 0.0, -0.125, 3.5, 96.0], ml_dtypes.float8_e4m3fn).view(np.uint8)
     out = np.zeros(8, np.float32)
