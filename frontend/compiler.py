@@ -275,11 +275,14 @@ class CompiledKernel:
         return binary
 
 
-def compile_kernel(jitfn, params, options) -> CompiledKernel:
+def compile_kernel(jitfn, params, options, name: str | None = None) -> CompiledKernel:
+    """The kernel of one specialization, named `name` or as the @jit function names it (its `repr=`)."""
     reads = {}
-    ir = build_kernel(jitfn, params, options=codegen_options(options), global_reads=reads)
+    if name is None and hasattr(jitfn, "kernel_name"):
+        name = jitfn.kernel_name(params)
+    ir = build_kernel(jitfn, params, name=name, options=codegen_options(options), global_reads=reads)
     debug = bool(options.get("debug") or jitfn.debug or config.debug())
-    kernel = CompiledKernel(jitfn.__name__, ir, options, debug)
+    kernel = CompiledKernel(ir.name, ir, options, debug)
     kernel.global_reads = [(name, scope, value) for (name, _), (scope, value) in reads.items()]
     kernel.source = jitfn.source_info()
     return kernel

@@ -129,6 +129,7 @@ class JITFunction(KernelInterface):
         self.debug = debug
         self.noinline = noinline
         self.launch_metadata = launch_metadata  # for kiln.profiler sessions started with hook="triton"
+        self._repr = repr  # names each compiled specialization (kernel_name)
         if isinstance(prewarm, dict):
             raise TypeError(f"{fn.__name__}: prewarm= takes a list of signatures (dicts), not one dict")
         self.prewarm = tuple(dict(signature) for signature in prewarm)  # see kiln.signatures
@@ -145,6 +146,26 @@ class JITFunction(KernelInterface):
     def constexprs(self) -> list:
         """The positions of the constexpr parameters, as Triton lists them."""
         return [i for i, name in enumerate(self.arg_names) if name in self.constexpr_names]
+
+    def kernel_name(self, params: dict) -> str:
+        """The name a specialization's kernel compiles under: the function's, or what `@jit(repr=fn)`
+        makes of it, as Triton's: `fn` gets an object with `signature` (each runtime parameter's type,
+        `*fp32`, `i32`) and `constants` (each constant parameter's value, a runtime int of 1 included)."""
+        if self._repr is None:
+            return self.__name__
+        from types import SimpleNamespace
+        signature, constants = {}, {}
+        for name, param in params.items():
+            if isinstance(param, constexpr):
+                constants[name] = param.value
+                signature[name] = "constexpr"
+            else:
+                signature[name] = _type_spelling(param)
+        name = self._repr(SimpleNamespace(name=self.__name__, fn=self, signature=signature, constants=constants))
+        if not isinstance(name, str) or not _KERNEL_NAME.match(name):
+            raise ValueError(f"{self.__name__}: its repr= gave {name!r}, which cannot name a kernel "
+                             "(letters, digits and _, not starting with a digit)")
+        return name
 
     @property
     def starting_line_number(self) -> int:
@@ -307,6 +328,22 @@ class _EveryDevice(dict):
         return self.value
 
 
+_KERNEL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+def _type_spelling(param) -> str:
+    """Triton's spelling of a runtime parameter's type: `*fp32`, `i32`, `fp32`; a descriptor or a
+    tuple by its kind."""
+    from kiln.ir.types import pointer_type
+    from .dropin.jit import canonicalize_dtype
+    if not isinstance(param, tuple):
+        return type(param).__name__
+    dtype = param[0]
+    if isinstance(dtype, pointer_type):
+        return "*" + canonicalize_dtype(dtype.element_ty_)
+    return canonicalize_dtype(dtype)
+
+
 def _expander(param):
     """The launch values of an argument that the kernel takes as several (kiln.specialize)."""
     from .specialize import TupleArgument
@@ -372,5 +409,5 @@ def jit(fn=None, *, do_not_specialize=(), debug=None, noinline=False, repr=None,
     `prewarm` declares signatures to compile before any launch (`kiln prewarm`; see kiln.signatures)."""
     def decorate(f):
         return JITFunction(f, do_not_specialize=do_not_specialize, debug=debug, noinline=noinline, prewarm=prewarm,
-                           launch_metadata=launch_metadata)
+                           launch_metadata=launch_metadata, repr=repr)
     return decorate(fn) if fn is not None else decorate

@@ -90,3 +90,30 @@ def test_upstream_shape_of_the_hook_test_under_the_dropin(tmp_path):
     out = subprocess.run([sys.executable, str(tmp_path / "job.py")], env=env, capture_output=True, text=True,
                          timeout=120)
     assert out.stdout.strip() == "ok", out.stderr[-3000:]
+
+
+def _named_by_specialization(spec):
+    ones = "_".join(name for name, value in spec.constants.items() if value == 1)
+    return f"scale_{spec.signature['x_ptr'][1:]}_{spec.signature['factor']}_{ones}"
+
+
+@kiln.jit(repr=_named_by_specialization)
+def _scale_named(x_ptr, factor, unit, N: tl.constexpr):
+    offs = tl.arange(0, N)
+    tl.store(x_ptr + offs, tl.load(x_ptr + offs) * factor * unit)
+
+
+def test_repr_names_each_specialization_as_triton_does():
+    """`@jit(repr=fn)`: the compiled kernel (its PTX entry too) is named by `fn` of the specialization,
+    whose `signature` spells runtime types as Triton does and whose `constants` hold the constexprs and
+    the ints specialized as 1."""
+    x = np.zeros(16, np.float32)
+    assert _scale_named.warmup(x, 3, 1, N=16, grid=(1,)).name == "scale_fp32_i32_unit"
+    compiled = _scale_named.warmup(x, 2**40, 2, N=16, grid=(1,), target="sm_90a")
+    assert compiled.name == "scale_fp32_i64_" and ".entry scale_fp32_i64_(" in compiled.asm["ptx"]
+
+
+def test_a_repr_that_cannot_name_a_kernel_is_refused():
+    bad = kiln.jit(repr=lambda spec: "not a name")(_scale_named.fn)
+    with pytest.raises(ValueError, match="cannot name a kernel"):
+        bad.warmup(np.zeros(16, np.float32), 3, 1, N=16, grid=(1,))

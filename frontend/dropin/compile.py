@@ -159,8 +159,8 @@ def _build(src, backend, options):
         params, launch_options = signatures.Declared(src.fn, values).params_and_options()
     except signatures.SignatureError as e:
         raise ValueError(f"{src.name}: {e}") from None
-    kernel = compile_kernel(src.fn, params,
-                            {**launch_options, "debug": options.debug, "launch_pdl": options.launch_pdl})
+    kernel = compile_kernel(src.fn, params,  # named as the ASTSource is: its records and binaries say src.name
+                            {**launch_options, "debug": options.debug, "launch_pdl": options.launch_pdl}, name=src.name)
     binary = kernel.build(backend.binary_target) if backend.binary_target is not None else None
     runtime = [i for i, name in enumerate(src.fn.arg_names) if name in params and not _is_constant(params[name])]
     return kernel, runtime, binary, binary.key if binary is not None else None

@@ -90,7 +90,7 @@ class KernelParam:
 
 class JITFunction(_KilnJITFunction):
     def __init__(self, fn, *, repr=None, **kwargs):
-        super().__init__(fn, **kwargs)
+        super().__init__(fn, repr=repr, **kwargs)
         self.params = [KernelParam(i, name, name in self.constexpr_names, name in self.do_not_specialize,
                                    None if p.default is p.empty else p.default)
                        for i, (name, p) in enumerate(self.signature.parameters.items())]
