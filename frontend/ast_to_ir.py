@@ -379,9 +379,11 @@ class CodeGenerator(ast.NodeVisitor):
         for n, (a_leaves, a_sig, _), (b_leaves, b_sig, _) in zip(merged, then_flat, else_flat):
             if a_sig != b_sig or [_exact(t.type) for t in a_leaves] != [_exact(t.type) for t in b_leaves]:
                 # Triton's words first (users match them), then which value and its two types
+                # (a return: the words of Triton 3.6's release, then those of its branch point)
                 words = ("Ternary expression with dynamic condition has inconsistent type"
                          if isinstance(node, ast.IfExp) else
-                         f"Mismatched type for {n}" if n else "Inconsistent return types")
+                         f"Mismatched type for {n}" if n else
+                         f"Inconsistent return types (Return type mismatch: {describe(a_leaves)} and {describe(b_leaves)})")
                 what = f"'{n}'" if n else "the returned value"
                 error = TypeError(f"{words}: {what} is ({describe(a_leaves)}) in the then-branch but "
                                   f"({describe(b_leaves)}) in the else-branch")
