@@ -348,8 +348,9 @@ class CodeGenerator(ast.NodeVisitor):
         self.scope = before
         if then_ret != else_ret:  # the other branch falls off the end of the function: it returns None
             if unwrap(then_val if then_ret else else_val) is not None:
-                raise _Unsupported("a `return` with a value inside a runtime `if` needs a `return` of the same "
-                                   "type on every path out of the function")
+                # ... an undefined value of the returned type, as in Triton (its poison); zeros here
+                filler = self._zeros_like(then_val if then_ret else else_val, else_block if then_ret else then_block)
+                then_val, else_val = (then_val, filler) if then_ret else (filler, else_val)
             then_ret = else_ret = True
         if then_ret and unwrap(then_val) is None and unwrap(else_val) is None:
             then_ret = False  # both return nothing: nothing to merge, the function returns after the if
@@ -402,6 +403,17 @@ class CodeGenerator(ast.NodeVisitor):
         for n in set(then_scope) ^ set(else_scope):
             if n not in before:
                 self.scope.pop(n, None)
+
+    def _zeros_like(self, value, block):
+        """A value of `value`'s structure and types, zeros, made in `block`: what a path that returns
+        nothing gives where the others return `value` (Triton's poison may be any value)."""
+        leaves, _, rebuild = flatten(value)
+        if any(scalar_of(t.type).is_ptr() for t in leaves):
+            raise _Unsupported("a `return` of a pointer inside a runtime `if` needs a `return` on every path out "
+                               "of the function")
+        with semantic.insertion_block(block):
+            return rebuild([semantic.full(list(t.type.shape) if t.type.shape else [], 0, scalar_of(t.type))
+                            for t in leaves])
 
     def _yield_values(self, block, values):
         """Flatten `values` inside `block` and end it with a yield of their tensors."""

@@ -503,3 +503,25 @@ def test_constexpr_function_result_is_a_compile_time_constant():
     _arange_of_a_constexpr_function[(1,)](out, BLOCK=8)
     assert out.tolist() == list(range(16))
     assert _doubled_block(3) == 6  # still an ordinary function on the host
+
+
+@kiln.jit
+def _plus_one_if_positive(x, c):
+    if c > 0:
+        return x + 1
+
+
+@kiln.jit
+def _returns_on_one_path(out_ptr, c):
+    offs = tl.arange(0, 4)
+    tl.store(out_ptr + offs, _plus_one_if_positive(offs, c))
+
+
+def test_a_path_that_returns_nothing_gives_an_undefined_value_of_the_returned_type():
+    """As in Triton (its poison): where one path of a runtime `if` returns a value and the other falls off
+    the end of the function, that path's value is undefined; kiln gives zeros."""
+    out = np.full(4, 7, np.int32)
+    _returns_on_one_path[(1,)](out, 1)
+    np.testing.assert_array_equal(out, [1, 2, 3, 4])
+    _returns_on_one_path[(1,)](out, -1)
+    np.testing.assert_array_equal(out, [0, 0, 0, 0])
