@@ -526,3 +526,30 @@ def test_num_warps_and_num_threads_are_the_launch_options(warps):
     else:
         _launch_shape[(1,)](out, num_warps=warps)
     assert list(out) == [warps or 4, (warps or 4) * 32]
+
+
+@kiln.jit
+def _pairwise(a0, a1, a2, a3, b0, b1, b2, b3):
+    # the first result mixes a group's elements, so the test pins which elements form a group
+    return a0 + a3, a1 * b1, a2 - b2, a3, a0 - b0, a1, a2, a3 + b3
+
+
+@kiln.jit
+def _packed(a_ptr, b_ptr, c_ptr, d_ptr, M: tl.constexpr, N: tl.constexpr):
+    offs = tl.arange(0, M)[:, None] * N + tl.arange(0, N)[None, :]
+    c, d = tl.map_elementwise(_pairwise, tl.load(a_ptr + offs), tl.load(b_ptr + offs), pack=4)
+    tl.store(c_ptr + offs, c)
+    tl.store(d_ptr + offs, d)
+
+
+def test_map_elementwise_packs_consecutive_elements():
+    """pack=4: the function takes 4 consecutive elements (row-major) of each argument and gives 4 values
+    of each result in turn, as Triton's map_elementwise does."""
+    a, b = RNG.integers(-50, 50, (4, 8)).astype(np.int32), RNG.integers(-50, 50, (4, 8)).astype(np.int32)
+    c, d = np.zeros_like(a), np.zeros_like(a)
+    _packed[(1,)](a, b, c, d, M=4, N=8)
+    g, h = a.reshape(-1, 4), b.reshape(-1, 4)
+    want_c = np.stack([g[:, 0] + g[:, 3], g[:, 1] * h[:, 1], g[:, 2] - h[:, 2], g[:, 3]], 1).reshape(4, 8)
+    want_d = np.stack([g[:, 0] - h[:, 0], g[:, 1], g[:, 2], g[:, 3] + h[:, 3]], 1).reshape(4, 8)
+    np.testing.assert_array_equal(c, want_c)
+    np.testing.assert_array_equal(d, want_d)

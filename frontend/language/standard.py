@@ -250,13 +250,52 @@ def reduce_or(input, axis, keep_dims=False):
 def map_elementwise(scalar_fn, *args, pack=1):
     """`scalar_fn` (a @jit function) applied to every element of the broadcast `args`.
     kiln runs it on whole blocks: an `if` on an element's value runs both branches and
-    selects per element (so neither branch may store or loop on it); `pack` is accepted."""
+    selects per element (so neither branch may store or loop on it). With `pack=p` it takes p
+    consecutive elements (in row-major order) of each argument, `fn(a0, .., a_p-1, b0, ..)`, and
+    gives p values of each result in turn, `(c0, .., c_p-1, d0, ..)`, as Triton's does."""
     tensors = [semantic.to_tensor(a) for a in args]
     shape = ()
     for t in tensors:
         shape = semantic.broadcast_shapes(shape, t.type.shape)
     args = [semantic.broadcast_to(t, shape) for t in tensors]
-    return semantic.call_jit(unwrap(scalar_fn), args, elementwise=True)
+    pack = int(unwrap(pack))
+    if pack == 1:
+        return semantic.call_jit(unwrap(scalar_fn), args, elementwise=True)
+    numel = 1
+    for d in shape:
+        numel *= d
+    if pack < 1 or pack & (pack - 1) or numel % pack:
+        raise ValueError(f"map_elementwise: pack must be a power of two dividing the {numel} elements, not {pack}")
+    rows = [numel // pack, pack]
+    pieces = [piece for a in args for piece in _pack_pieces(semantic.reshape(a, rows), pack)]
+    results = semantic.call_jit(unwrap(scalar_fn), pieces, elementwise=True)
+    results = list(results) if isinstance(results, tuple) else [results]
+    if len(results) % pack:
+        raise ValueError(f"map_elementwise: with pack={pack} the function returns {pack} values of each "
+                         f"result, not {len(results)} values")
+    outputs = [semantic.reshape(_joined(results[i:i + pack]), list(shape))
+               for i in range(0, len(results), pack)]
+    return outputs[0] if len(outputs) == 1 else tuple(outputs)
+
+
+def _pack_pieces(x, pack):
+    """The `pack` columns of `x` (..., m, pack) as blocks (..., m): column k holds elements k, k+pack, .."""
+    *lead, m, _ = x.type.shape
+    if pack == 1:
+        return [semantic.reshape(x, [*lead, m])]
+    even, odd = semantic.split(semantic.reshape(x, [*lead, m, pack // 2, 2]))
+    evens, odds = _pack_pieces(even, pack // 2), _pack_pieces(odd, pack // 2)
+    return [piece for pair in zip(evens, odds) for piece in pair]  # column 2j is even's j, 2j+1 odd's j
+
+
+def _joined(pieces):
+    """`_pack_pieces` undone: blocks (..., m) -> (..., m, len(pieces))."""
+    if len(pieces) == 1:
+        return semantic.reshape(pieces[0], [*pieces[0].type.shape, 1])
+    even, odd = _joined(pieces[0::2]), _joined(pieces[1::2])
+    joined = semantic.join(even, odd)  # (..., m, p/2, 2)
+    *lead, half, two = joined.type.shape
+    return semantic.reshape(joined, [*lead, half * two])
 
 
 @builtin
