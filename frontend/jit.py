@@ -15,7 +15,7 @@ from kiln.language.core import constexpr
 from . import config, jit_hooks
 from .binder import grid3, make_binder
 from .errors import CompilationError, InterpretedCompilationError, InterpreterError, user_facing
-from .specialize import specialize
+from .specialize import COMPILE_ONLY, specialize
 
 
 @dataclass(frozen=True)
@@ -234,7 +234,11 @@ class JITFunction(KernelInterface):
         except TypeError as e:
             raise TypeError(f"{self.__name__}: {e}") from None
         if warmup:
-            return self._cached_or_compiled(key, values, warmup=True)
+            token = COMPILE_ONLY.set(True)
+            try:
+                return self._cached_or_compiled(key, values, warmup=True)
+            finally:
+                COMPILE_ONLY.reset(token)
         return self.slow_launch(grid, key, values, stream)
 
     def slow_launch(self, grid, key, values, stream):

@@ -9,6 +9,8 @@ None and dtypes are compile-time constants. A host TensorDescriptor becomes its 
 """
 from __future__ import annotations
 
+import contextvars
+
 import numpy as np
 
 from kiln.ir.types import dtype, float32, from_numpy, int1, int32, int64, pointer_type, uint64
@@ -55,6 +57,10 @@ def integer_type(value: int) -> dtype:
     if -2**63 <= value < 2**63:
         return int64
     raise OverflowError(f"integer argument {value} does not fit in 64 bits")
+
+
+# Set while `warmup` compiles: host tensors are fine then, as in Triton, which checks pointers at launch
+COMPILE_ONLY = contextvars.ContextVar("kiln_compile_only", default=False)
 
 
 def specialize(jitfn, bound: dict, options: dict):
@@ -106,7 +112,8 @@ def _param(jitfn, name, value, is_constexpr: bool, specializable: bool):
         if info is None:
             raise TypeError(f"{jitfn.__name__}: unsupported argument {name} of type {type(value).__name__}")
         elem, address = info
-        if getattr(value, "is_cuda", True) is False and not value.is_pinned() and not config.interpret():
+        if getattr(value, "is_cuda", True) is False and not value.is_pinned() and not config.interpret() \
+                and not COMPILE_ONLY.get():
             raise ValueError(f"Pointer argument (at {jitfn.arg_names.index(name)}) cannot be accessed from Triton "
                              f"(cpu tensor?): '{name}' is in host memory that the GPU cannot read; move it to the "
                              "GPU, pin it, or run with KILN_INTERPRET=1")
