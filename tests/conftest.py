@@ -63,8 +63,8 @@ def compile_conformance_kernels(request, monkeypatch):
     built = []
     original = kiln.compiler.compile_kernel
 
-    def recording(jitfn, params, options):
-        kernel = original(jitfn, params, options)
+    def recording(jitfn, params, options, **named):
+        kernel = original(jitfn, params, options, **named)
         built.append(kernel)
         return kernel
     monkeypatch.setattr(kiln.compiler, "compile_kernel", recording)
