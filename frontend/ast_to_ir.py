@@ -412,8 +412,7 @@ class CodeGenerator(ast.NodeVisitor):
             raise _Unsupported("a `return` of a pointer inside a runtime `if` needs a `return` on every path out "
                                "of the function")
         with semantic.insertion_block(block):
-            return rebuild([semantic.full(list(t.type.shape) if t.type.shape else [], 0, scalar_of(t.type))
-                            for t in leaves])
+            return rebuild([semantic.full(list(t.type.shape or ()), 0, scalar_of(t.type)) for t in leaves])
 
     def _yield_values(self, block, values):
         """Flatten `values` inside `block` and end it with a yield of their tensors."""

@@ -278,7 +278,7 @@ class CompiledKernel:
 def compile_kernel(jitfn, params, options, name: str | None = None) -> CompiledKernel:
     """The kernel of one specialization, named `name` or as the @jit function names it (its `repr=`)."""
     reads = {}
-    if name is None and hasattr(jitfn, "kernel_name"):
+    if name is None:
         name = jitfn.kernel_name(params)
     ir = build_kernel(jitfn, params, name=name, options=codegen_options(options), global_reads=reads)
     debug = bool(options.get("debug") or jitfn.debug or config.debug())

@@ -305,13 +305,14 @@ def check_sharing(environ: dict) -> dict:
         return _check("sharing", FAIL, str(e), f"export {hook.ENV}=1 (or 0)")
     graphs = hook.share_graphs(environ)
     daemon = env.daemon_setting(environ) or "the node daemon"
+    ahead_on = graphs and env.backward_ahead(environ)
     paths_on = [f"{hook.ENV} {'on' if dropin else 'off'}",
                 f"KILN_SHARE_GRAPHS {'on' if graphs else 'off'}" + ("" if dropin else " (with the drop-in only)"),
-                f"KILN_BACKWARD_AHEAD {'on' if graphs and env.backward_ahead(environ) else 'off'}",
-                f"KILN_FOLLOWERS_TRACE {'on' if graphs and env.backward_ahead(environ) and env.followers_trace(environ) else 'off'}",
+                f"KILN_BACKWARD_AHEAD {'on' if ahead_on else 'off'}",
+                f"KILN_FOLLOWERS_TRACE {'on' if ahead_on and env.followers_trace(environ) else 'off'}",
                 f"KILN_REMOTE_CACHE {'on' if env.remote_cache_url(environ) else 'off'}",
                 f"KILN_DAEMON {daemon}"]
-    ahead = _backward_ahead_probe(environ) if dropin and graphs and env.backward_ahead(environ) else "on"
+    ahead = _backward_ahead_probe(environ) if dropin and ahead_on else "on"
     if ahead != "on":
         paths_on[2] = f"KILN_BACKWARD_AHEAD on, but {ahead}"
     if dropin and graphs and daemon == "off":

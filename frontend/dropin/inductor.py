@@ -21,6 +21,7 @@ from __future__ import annotations
 import re
 from concurrent.futures import ThreadPoolExecutor
 
+from kiln.cache import env
 from kiln.daemon.artifacts import FIRST_FOLLOWER, node_artifacts
 
 from . import backward_ahead
@@ -47,7 +48,7 @@ def serve_caches(remote_cache) -> None:
             if namespace != AOTAUTOGRAD or backward_ahead.installed != "on":
                 return node_artifacts().get(namespace, key, single_flight=namespace in SINGLE_FLIGHT)
             value, part = node_artifacts().lookup(namespace, key, first_follower_goes_on=True,
-                                                  followers_go_on=_FOLLOWERS_TRACE)
+                                                  followers_go_on=env.followers_trace())
             backward_ahead.arm(part == FIRST_FOLLOWER)
             return value
 
@@ -60,17 +61,11 @@ def serve_caches(remote_cache) -> None:
             cache_class.backend_override_cls = NodeCacheBackend
 
 
-_FOLLOWERS_TRACE = True  # KILN_FOLLOWERS_TRACE, read with KILN_BACKWARD_AHEAD below
-
-
 def compile_backward_ahead(graph_compile) -> None:
     """Run when `torch._functorch._aot_autograd.graph_compile` is imported (KILN_BACKWARD_AHEAD;
     unless KILN_FOLLOWERS_TRACE=0 every follower traces a training graph itself and takes its
     forward and backward from the node cache, instead of waiting for the leader's AOTAutograd
     entry, which comes only after the leader's first backward)."""
-    global _FOLLOWERS_TRACE
-    from kiln.cache import env
-    _FOLLOWERS_TRACE = env.followers_trace()
     if env.backward_ahead():
         backward_ahead.install(graph_compile)
     else:

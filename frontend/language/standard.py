@@ -1,6 +1,8 @@
 """Library functions of `kiln.language` built from the builtins: reductions, scans and friends."""
 from __future__ import annotations
 
+import math
+
 from kiln.jit import jit
 
 from . import semantic
@@ -261,9 +263,7 @@ def map_elementwise(scalar_fn, *args, pack=1):
     pack = int(unwrap(pack))
     if pack == 1:
         return semantic.call_jit(unwrap(scalar_fn), args, elementwise=True)
-    numel = 1
-    for d in shape:
-        numel *= d
+    numel = math.prod(shape)
     if pack < 1 or pack & (pack - 1) or numel % pack:
         raise ValueError(f"map_elementwise: pack must be a power of two dividing the {numel} elements, not {pack}")
     rows = [numel // pack, pack]
