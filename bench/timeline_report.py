@@ -2,10 +2,14 @@
 
     python bench/timeline_report.py DIR [--gap 0.3]
 
+    python bench/timeline_report.py DIR --chain [--min 0.05]
+
 Per process that compiled: each stage's calls, total and longest seconds (calls on several
 threads overlap, so totals may exceed the wall time), and the bursts of kernel compiles that
 Inductor handed its pool (a pause longer than --gap seconds starts a new one), each with its
 kernels, its span from the first start to the last end, and the longest single compile.
+With --chain: each process's main-thread stages in time order, on one clock for all of them
+(seconds since the first process began compiling), to follow the critical path across ranks.
 """
 from __future__ import annotations
 
@@ -58,12 +62,36 @@ def report(directory: str, gap: float) -> str:
     return "\n".join(out) if out else "no process compiled a kernel"
 
 
+def chain(directory: str, shortest: float) -> str:
+    """Each process's main-thread calls of at least `shortest` seconds, on the clock of the first
+    compile any process began (Dynamo's `_compile`)."""
+    runs = []
+    for path in sorted(glob.glob(os.path.join(directory, "timeline-*.json"))):
+        with open(path) as f:
+            data = json.load(f)
+        if "start" in data:
+            runs.append((os.path.basename(path), data["start"], data["events"]))
+    starts = [t0 + begin for _name, t0, events in runs for stage, _t, begin, _e in events if stage.endswith("._compile")]
+    if not starts:
+        return "no process compiled a graph"
+    zero, out = min(starts), []
+    for name, t0, events in runs:
+        own = sorted((begin, end, stage) for stage, thread, begin, end in events
+                     if thread == "MainThread" and end - begin >= shortest)
+        out += [f"### {name}", "", "| from (s) | to (s) | span (s) | stage |", "|---:|---:|---:|---|"]
+        out += [f"| {t0 + b - zero:.2f} | {t0 + e - zero:.2f} | {e - b:.2f} | {stage} |" for b, e, stage in own]
+        out.append("")
+    return "\n".join(out)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("directory")
     parser.add_argument("--gap", type=float, default=0.3, help="seconds without a compile that end a burst")
+    parser.add_argument("--chain", action="store_true", help="each process's main-thread stages on one clock")
+    parser.add_argument("--min", type=float, default=0.05, help="--chain: leave out calls shorter than this (s)")
     args = parser.parse_args()
-    print(report(args.directory, args.gap))
+    print(chain(args.directory, args.min) if args.chain else report(args.directory, args.gap))
 
 
 if __name__ == "__main__":

@@ -52,3 +52,22 @@ def test_the_report_groups_compiles_into_bursts(tmp_path):
     assert "timeline-7.json" in text and "timeline-8.json" not in text  # it compiled nothing
     assert f"| {TASK} | 4 | 1.600 | 0.800 |" in text
     assert "| 1 | 3 | 1.00 | 1.90 | 0.90 | 0.80 |" in text
+
+
+def test_the_chain_puts_every_process_on_one_clock(tmp_path):
+    compile_ = "torch._dynamo.convert_frame._compile"
+    leader = [(compile_, "MainThread", 2.0, 6.0), ("short", "MainThread", 3.0, 3.01), (TASK, "pool", 3.0, 4.0)]
+    follower = [(compile_, "MainThread", 0.5, 6.5), ("kiln.daemon.artifacts.NodeArtifacts.get fx-graph-v1", "MainThread", 1.0, 5.0)]
+    (tmp_path / "timeline-1.json").write_text(json.dumps({"argv": ["job"], "start": 100.0, "events": leader}))
+    (tmp_path / "timeline-2.json").write_text(json.dumps({"argv": ["job"], "start": 101.0, "events": follower}))
+    text = timeline_report.chain(str(tmp_path), 0.05)
+    # the leader's compile began at 102, the follower's at 101.5: the clock starts there
+    assert f"| 0.50 | 4.50 | 4.00 | {compile_} |" in text and f"| 0.00 | 6.00 | 6.00 | {compile_} |" in text
+    assert "| 0.50 | 4.50 | 4.00 | kiln.daemon.artifacts.NodeArtifacts.get fx-graph-v1 |" in text
+    assert "short" not in text and TASK not in text  # too short; not the main thread
+
+
+def test_a_cache_lookup_is_recorded_with_its_namespace(tmp_path):
+    code = "from kiln.daemon.artifacts import NodeArtifacts\nNodeArtifacts(wait=0).put('fx-graph-v1', 'k', b'v')"
+    [timeline] = _run(tmp_path, code)
+    assert [stage for stage, *_ in timeline["events"]] == ["kiln.daemon.artifacts.NodeArtifacts.put fx-graph-v1"]

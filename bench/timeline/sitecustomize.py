@@ -18,19 +18,27 @@ import time
 
 # module -> the functions (or Class.method) whose calls are recorded
 STAGES = {
-    "torch._inductor.async_compile": ["_load_triton_kernel_from_source"],
     "torch._inductor.codecache": ["PyCodeCache.load_by_key_path"],
-    "torch._inductor.runtime.triton_heuristics": ["CachingAutotuner.precompile", "CachingAutotuner._precompile_config",
-                                                  "CachingAutotuner._make_launchers"],
     "kiln.dropin.inductor": ["_compile_triton_here"],
     "kiln.dropin.backward_ahead": ["_compile_backward"],
-    "kiln.daemon.artifacts": ["NodeArtifacts.lookup", "NodeArtifacts.put"],
+    "kiln.daemon.artifacts": ["NodeArtifacts.lookup", "NodeArtifacts.get", "NodeArtifacts.put"],
     "kiln.dropin.compile": ["_source_key", "_from_record", "_build", "_published"],
     "kiln.dropin.warm": ["load", "store"],
     "kiln.compiler": ["compile_kernel"],
     "kiln.daemon.tiers": ["cached_compile", "_from_cache", "_from_shared", "_from_daemon", "_compile_here"],
     "kiln.daemon.client": ["Client.compile"],
+    # the rank's own pipeline, for the critical path across ranks (timeline_report.py --chain)
+    "torch._dynamo.convert_frame": ["_compile"],
+    "torch._dynamo.output_graph": ["OutputGraph.call_user_compiler"],
+    "torch._inductor.compile_fx": ["compile_fx_inner"],
+    "torch._inductor.graph": ["GraphLowering.run", "GraphLowering.codegen"],
+    "torch._inductor.async_compile": ["_load_triton_kernel_from_source", "AsyncCompile.wait"],
+    "torch._inductor.runtime.triton_heuristics": ["CachingAutotuner.precompile", "CachingAutotuner._precompile_config",
+                                                  "CachingAutotuner._make_launchers",
+                                                  "CachingAutotuner.benchmark_all_configs"],
 }
+# stages whose first argument after self names what they did (a cache's namespace): part of the stage's name
+LABELLED = {f"kiln.daemon.artifacts.NodeArtifacts.{name}" for name in ("lookup", "get", "put")}
 
 
 def _install(directory: str) -> None:
@@ -44,7 +52,8 @@ def _install(directory: str) -> None:
             try:
                 return fn(*args, **kwargs)
             finally:
-                events.append((stage, threading.current_thread().name, begin - start, time.time() - start))
+                label = f"{stage} {args[1]}" if stage in LABELLED and len(args) > 1 and isinstance(args[1], str) else stage
+                events.append((label, threading.current_thread().name, begin - start, time.time() - start))
         return call
 
     def wrap(module):
@@ -91,7 +100,7 @@ def _install(directory: str) -> None:
     def write():
         if events:
             with open(os.path.join(directory, f"timeline-{os.getpid()}.json"), "w") as f:
-                json.dump({"argv": sys.argv[:2], "events": events}, f)
+                json.dump({"argv": sys.argv[:2], "start": start, "events": events}, f)
 
 
 if os.environ.get("KILN_TIMELINE_DIR"):
