@@ -504,16 +504,22 @@ class CodeGenerator(ast.NodeVisitor):
         start, end, step = (0, values[0], 1) if values[1] is None else (values[0], values[1], values[2])
         steps = range(start, end, 1 if step is None else step)
         made = []  # ops each of the first two steps made
-        for n, i in enumerate(steps):
-            before = self.builder.created
-            self.assign(node.target, constexpr(i), node)
-            self.visit_body(node.body)
-            if self.returned:
-                raise _Unsupported("`return` inside a loop is not supported")
-            if n < 2:
-                made.append(self.builder.created - before)
-                if n == 1:
-                    self.builder.expect(min(made) * (len(steps) - 2))
+        position = [len(steps), 0]  # this loop among the static_ranges being unrolled: steps, the current one
+        self.builder.unrolling.append(position)
+        try:
+            for n, i in enumerate(steps):
+                position[1] = n
+                before = self.builder.created
+                self.assign(node.target, constexpr(i), node)
+                self.visit_body(node.body)
+                if self.returned:
+                    raise _Unsupported("`return` inside a loop is not supported")
+                if n < 2:
+                    made.append(self.builder.created - before)
+                    if n == 1:
+                        self.builder.expect_unrolled(min(made), len(steps))
+        finally:
+            self.builder.unrolling.pop()
 
     def visit_While(self, node):
         if node.orelse:
@@ -947,6 +953,7 @@ class _BoundedBuilder(Builder):
         from kiln.daemon.limits import MAX_BLOCK_ELEMENTS, MAX_OPS
         super().__init__(block)
         self.created, self.max_ops, self.max_numel = 0, MAX_OPS, MAX_BLOCK_ELEMENTS
+        self.unrolling: list[list[int]] = []  # the static_ranges being unrolled, outermost first: [steps, current]
 
     def create(self, name, operands=(), result_types=(), attrs=None, regions=()):
         self.created += 1
@@ -958,6 +965,18 @@ class _BoundedBuilder(Builder):
             if numel > self.max_numel:
                 raise ValueError(f"numel ({numel}) exceeds triton maximum tensor numel ({self.max_numel})")
         return super().create(name, operands, result_types, attrs, regions)
+
+    def expect_unrolled(self, per_step: int, steps: int) -> None:
+        """The innermost static_range being unrolled made `per_step` operations in each of its first
+        two steps, of `steps`: refuse now what its other steps, and its runs in the steps left of the
+        static_ranges around it, will add. That counts at half, as later steps may be lighter (a
+        triangular nest, `if j >= i`, makes half on average); still, 100,000 steps, or three nested
+        ranges of 100, are refused after a few operations, not after 65,536 (seconds of Python)."""
+        later_runs, scale = 0, 1
+        for total, current in reversed(self.unrolling[:-1]):
+            later_runs += (total - current - 1) * scale
+            scale *= total
+        self.expect((per_step * (steps - 2) + per_step * steps * later_runs) // 2)
 
     def expect(self, more: int) -> None:
         """Refuse now a kernel that will have more operations than a kernel may, with `more` still to
