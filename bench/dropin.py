@@ -619,6 +619,20 @@ class Bench:
         return self._cold_then_warm(f"{n} processes", launch)
 
 
+def keep_kernel_sources(root: str, into: str) -> int:
+    """Copy the kernel modules in the runs' Inductor caches under `root` into `into` (one file per
+    kernel source: the caches name them by their hash); how many."""
+    os.makedirs(into, exist_ok=True)
+    kept = set()
+    for path in glob.glob(os.path.join(root, "*-inductor-*", "**", "*.py"), recursive=True):
+        with open(path) as f:
+            text = f.read()
+        if "@triton.jit" in text and os.path.basename(path) not in kept:
+            kept.add(os.path.basename(path))
+            shutil.copy(path, os.path.join(into, os.path.basename(path)))
+    return len(kept)
+
+
 def gpu_count() -> int:
     """The node's GPUs, asked of a child process: CUDA is not initialized in the bench's own."""
     out = subprocess.run([sys.executable, "-c", "import torch; print(torch.cuda.device_count())"],
@@ -945,6 +959,8 @@ def main():
     parser.add_argument("--merge", nargs="+", metavar="JSON", help="join earlier calls' results files and print the table")
     parser.add_argument("--timeline", metavar="DIR", help="record each job's compile stages per thread into DIR "
                         "(bench/timeline; summarize with bench/timeline_report.py DIR)")
+    parser.add_argument("--keep-kernels", metavar="DIR", help="copy the Triton kernels Inductor generated (its caches' "
+                        "sources) into DIR, to compile them again elsewhere (bench/compile_speed.py)")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -983,6 +999,8 @@ def main():
                 "model": args.model8, "mode": args.mode8, "processes": args.processes, "spread": args.spread,
                 "runs": bench.eight_processes(args.model8, args.mode8, args.processes)}
     finally:
+        if args.keep_kernels:
+            keep_kernel_sources(bench.root, args.keep_kernels)
         shutil.rmtree(bench.root, ignore_errors=True)
     results.update(skipped=bench.skipped, total_s=time.perf_counter() - t0, load_average_after=os.getloadavg())
     eight_runs = results.get("eight_processes", {}).get("runs", {}).values()

@@ -166,3 +166,14 @@ def test_without_redis_the_new_node_is_skipped_saying_why(monkeypatch):
     import redis_server
     monkeypatch.setattr(redis_server, "find", lambda: None)
     assert dropin.shared_tier().startswith("no redis-server here")
+
+
+def test_the_kernels_inductor_generated_are_kept(tmp_path):
+    cache = tmp_path / "root" / "cold-kiln-inductor-x1" / "ab"
+    cache.mkdir(parents=True)
+    (cache / "cabc.py").write_text("@triton.jit\ndef triton_poi_0(x): pass\n")
+    (cache / "cwrapper.py").write_text("async_compile.wait(globals())\n")  # a graph's wrapper: not a kernel
+    (tmp_path / "root" / "cold-kiln-kiln-x2").mkdir()
+    (tmp_path / "root" / "cold-kiln-kiln-x2" / "other.py").write_text("@triton.jit\n")  # not Inductor's cache
+    assert dropin.keep_kernel_sources(str(tmp_path / "root"), str(tmp_path / "kept")) == 1
+    assert sorted(p.name for p in (tmp_path / "kept").iterdir()) == ["cabc.py"]
