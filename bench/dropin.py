@@ -469,7 +469,9 @@ def daemon_counts(daemon) -> dict | None:
         return {"error": f"{type(e).__name__}: {e}"}
     return {"requests": s.requests, "hits": s.hits, "compiles": s.misses, "merged": s.merged, "errors": s.errors,
             # torch.compile graphs (FX graphs, AOTAutograd entries) compiled on the node, and served to the others
-            "graphs_compiled": s.claims.led + s.claims.taken_over, "graphs_waited_for": s.claims.waited}
+            "graphs_compiled": s.claims.led + s.claims.taken_over, "graphs_waited_for": s.claims.waited,
+            # kernels whose configs one rank timed (KILN_AUTOTUNE_ONCE), and choices the others took
+            "autotune_timed": s.claims.autotune_led, "autotune_taken": s.claims.autotune_waited + s.claims.autotune_stored}
 
 
 def counts_between(before: dict | None, after: dict | None) -> dict | None:
@@ -754,7 +756,12 @@ def _compiles(run) -> str:
         return ""
     if "error" in d:
         return "stats failed"
-    return f"{d['compiles']} ({d['requests']} requests, {d['merged']} merged)"
+    text = f"{d['compiles']} ({d['requests']} requests, {d['merged']} merged)"
+    if d.get("graphs_compiled") or d.get("autotune_timed"):
+        text += f"; graphs {d['graphs_compiled']}, {d['graphs_waited_for']} waited for"
+        if "autotune_timed" in d:
+            text += f"; autotuned {d['autotune_timed']}, {d['autotune_taken']} taken"
+    return text
 
 
 def markdown(results: dict) -> str:

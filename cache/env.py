@@ -35,6 +35,10 @@ kiln): KILN_DROPIN and KILN_SHARE_GRAPHS; Triton's own TRITON_* variables are it
                         training graph itself and take its compiled forward and backward from the
                         node cache (no wait for the leader's backward); 0: they wait for the
                         leader's AOTAutograd entry
+    KILN_AUTOTUNE_ONCE  under graph sharing: 1 (default) has the first rank to launch an Inductor
+                        kernel of several configs benchmark them on its GPU while the node's
+                        other ranks wait for its choice (they launch that config); 0: each
+                        benchmarks for itself
     KILN_GRAPH_WAIT_S   how long a rank waits for another's graph before compiling it itself
                         (default 600)
     KILN_RUNTIME_DIR    where the node daemon keeps its socket, pid file, log and token
@@ -129,6 +133,10 @@ def backward_ahead(environ=os.environ) -> bool:
 
 def followers_trace(environ=os.environ) -> bool:
     return _switch("KILN_FOLLOWERS_TRACE", True, environ)
+
+
+def autotune_once(environ=os.environ) -> bool:
+    return _switch("KILN_AUTOTUNE_ONCE", True, environ)
 
 
 def graph_wait_seconds() -> float:

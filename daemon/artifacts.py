@@ -44,58 +44,61 @@ class NodeArtifacts:
         self._lock = threading.Lock()
         self._pid, self._id, self._heartbeat = None, None, None
         self._held: dict[str, str] = {}  # namespace -> the artifact key this process computes
-        self.counts = dict.fromkeys(("hits", "waited", "led", "first_followers", "misses", "puts"), 0)
+        self.counts = dict.fromkeys(("hits", "waited", "led", "first_followers", "misses", "puts", "autotune_hits",
+                                     "autotune_waited", "autotune_led", "autotune_misses"), 0)
 
-    def get(self, namespace: str, name: str, single_flight: bool = True) -> bytes | None:
-        return self.lookup(namespace, name, single_flight)[0]
+    def get(self, namespace: str, name: str, single_flight: bool = True, kind: str = "") -> bytes | None:
+        return self.lookup(namespace, name, single_flight, kind=kind)[0]
 
     def lookup(self, namespace: str, name: str, single_flight: bool = True,
-               first_follower_goes_on: bool = False, followers_go_on: bool = False) -> tuple[bytes | None, str]:
+               first_follower_goes_on: bool = False, followers_go_on: bool = False,
+               kind: str = "") -> tuple[bytes | None, str]:
         """The value, if stored, and this process's part: HIT, WAITED (for another process's
         value), LEADER (none stored: compute it, `put` it), MISS (none stored, no lease), or
         FIRST_FOLLOWER (`first_follower_goes_on`: another process computes it and this one was
         the first to ask since: a miss at once, without the lease, to do work of its own that
         the wait would hold up; the others wait as ever, or with `followers_go_on` go on too,
-        FOLLOWER)."""
+        FOLLOWER). `kind` is what the daemon counts the claim as (`kiln.daemon.leases.KINDS`)."""
+        count = self._count if not kind else (lambda what: self._count(f"{kind}_{what}"))
         key = artifact_key(name)
         value = self._read(key)
         if value is not None:
-            self._count("hits")
+            count("hits")
             return value, HIT
         address = self._address() if single_flight else None
         if address is None:
-            self._count("misses")
+            count("misses")
             return None, MISS
         self._release_other(namespace, key)
         from kiln.proto import compiler_pb2 as pb
         try:
             client = tiers.daemon_client(address)
-            reply = client.claim(key, self._holder(), self.wait, if_free=first_follower_goes_on)
+            reply = client.claim(key, self._holder(), self.wait, if_free=first_follower_goes_on, kind=kind)
             if reply.outcome == pb.ClaimResponse.BUSY:
                 if reply.busy_before == 0:
-                    self._count("first_followers")
+                    count("first_followers")
                     return None, FIRST_FOLLOWER
                 if followers_go_on:
-                    self._count("misses")
+                    count("misses")
                     return None, FOLLOWER
-                reply = client.claim(key, self._holder(), self.wait)
+                reply = client.claim(key, self._holder(), self.wait, kind=kind)
         except Exception as e:  # noqa: BLE001 - a daemon that is down makes this a plain miss
             tiers.warn_once("artifacts-daemon", f"kiln: graph sharing through the daemon at {address} failed "
                                                 f"({_describe(e)}); this process compiles its own graphs")
-            self._count("misses")
+            count("misses")
             return None, MISS
         if reply.outcome == pb.ClaimResponse.STORED:
             value = self._read(key)
             if value is not None:
                 waited = reply.waited_s > 0.05
-                self._count("waited" if waited else "hits")
+                count("waited" if waited else "hits")
                 return value, WAITED if waited else HIT
-            self._count("misses")  # stored, then evicted or unreadable: compile without a lease
+            count("misses")  # stored, then evicted or unreadable: compile without a lease
             return None, MISS
         with self._lock:
             self._held[namespace] = key
         self._ensure_heartbeat(address)
-        self._count("led")
+        count("led")
         return None, LEADER
 
     def put(self, namespace: str, name: str, value: bytes) -> None:

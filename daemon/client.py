@@ -100,11 +100,11 @@ class Client:
         return reply.result if reply.found else None
 
     def claim(self, key: str, holder: str, wait: float, timeout: float | None = None,
-              if_free: bool = False) -> pb.ClaimResponse:
+              if_free: bool = False, kind: str = "") -> pb.ClaimResponse:
         """STORED (read `key` from the node cache) or YOURS (compute it, store it, `release`);
-        `if_free`: BUSY at once while another holder computes it."""
+        `if_free`: BUSY at once while another holder computes it; `kind`: "" a graph, "autotune"."""
         return self.stub.Claim(pb.ClaimRequest(key=key, holder=holder, pid=os.getpid(), wait_seconds=wait,
-                                               if_free=if_free),
+                                               if_free=if_free, kind=kind),
                                timeout=timeout or wait + 10.0, metadata=self._metadata)
 
     def renew(self, holder: str, keys: list[str], timeout: float = 5.0) -> list[str]:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 STORED, YOURS, BUSY = "stored", "yours", "busy"
+KINDS = ("", "autotune")  # what a claim is for: a compiled graph, or a kernel's autotuning choice
 
 
 @dataclass
@@ -51,18 +52,22 @@ class Leases:
         self._cond = threading.Condition()
         self._leases: dict[str, _Lease] = {}
         self.counts = dict.fromkeys(("led", "stored", "waited", "taken_over", "released_stored",
-                                     "released_unstored", "busy"), 0)
+                                     "released_unstored", "busy", "autotune_led", "autotune_stored",
+                                     "autotune_waited"), 0)
 
     def claim(self, key: str, holder: str, pid: int | None, wait: float,
-              cancelled: Callable[[], bool] = lambda: False, if_free: bool = False) -> tuple[str, float, int]:
+              cancelled: Callable[[], bool] = lambda: False, if_free: bool = False,
+              kind: str = "") -> tuple[str, float, int]:
         """STORED or YOURS for `holder`, the seconds it waited for another holder first, and 0.
         `if_free`: BUSY at once while another holder's lease is valid (no wait, no taking over),
-        with how many were told BUSY before during that lease (0: the first to ask after the holder)."""
+        with how many were told BUSY before during that lease (0: the first to ask after the holder).
+        `kind` (KINDS) says which counts the claim goes to: led, stored and waited count graphs."""
+        prefix = f"{kind}_" if kind else ""
         start = self._clock()
         waited = False
         while True:
             if self._stored(key):
-                self._count("waited" if waited else "stored")
+                self._count(prefix + ("waited" if waited else "stored"))
                 return STORED, self._clock() - start, 0
             with self._cond:
                 lease = self._leases.get(key)
@@ -75,7 +80,7 @@ class Leases:
                 if lease is None or lease.holder == holder or not self._valid(lease, now) or out_of_time:
                     taken = lease is not None and lease.holder != holder
                     self._leases[key] = _Lease(holder, pid, now, now)
-                    self.counts["taken_over" if taken or waited else "led"] += 1
+                    self.counts["taken_over" if taken or waited else prefix + "led"] += 1
                     return YOURS, now - start, 0
                 waited = True
                 self._cond.wait(min(self.recheck_s, max(0.01, wait - (now - start))))

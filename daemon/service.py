@@ -35,7 +35,7 @@ from kiln.proto.messages import metadata_to_proto, options_from_proto
 from . import shared_tier
 from . import limits
 from .flight import SingleFlight
-from .leases import BUSY, STORED, YOURS, Leases
+from .leases import BUSY, KINDS, STORED, YOURS, Leases
 from .pool import CompileError, WorkerPool
 from .rpc import Undecodable, completed, gone, time_left
 from .stats import ServiceStats
@@ -155,8 +155,11 @@ class CompilerService(compiler_pb2_grpc.CompilerServicer):
         _check_lease_request(context, request.holder, [request.key])
         pid = request.pid or None if context.peer().startswith("unix:") else None  # a TCP peer's pid is not ours to see
         wait = min(max(0.0, request.wait_seconds), time_left(context))
+        if request.kind not in KINDS:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"unknown claim kind {request.kind[:40]!r}")
         outcome, waited, busy_before = self.leases.claim(request.key, request.holder, pid, wait,
-                                            cancelled=lambda: not context.is_active(), if_free=request.if_free)
+                                            cancelled=lambda: not context.is_active(), if_free=request.if_free,
+                                            kind=request.kind)
         return pb.ClaimResponse(outcome=_OUTCOMES[outcome], waited_s=waited, busy_before=busy_before)
 
     def Renew(self, request, context):

@@ -298,7 +298,8 @@ def test_doctor_passes_on_this_machine_or_names_each_fix(node):
     assert driver["status"] == "ok" or driver["detail"].startswith(("no driver: compile-only", "CUDA ")), driver
     assert checks["daemon"]["status"] == "warn" and "not running" in checks["daemon"]["detail"]
     assert checks["sharing"]["detail"] == ("KILN_DROPIN off, KILN_SHARE_GRAPHS on (with the drop-in only), KILN_BACKWARD_AHEAD on, "
-                                           "KILN_FOLLOWERS_TRACE on, KILN_REMOTE_CACHE off, KILN_DAEMON the node daemon")
+                                           "KILN_FOLLOWERS_TRACE on, KILN_AUTOTUNE_ONCE on, KILN_REMOTE_CACHE off, "
+                                           "KILN_DAEMON the node daemon")
     text = subprocess.run([sys.executable, "-m", "kiln", "doctor"], capture_output=True, text=True, timeout=300,
                           env=node).stdout
     assert "\nwarn  daemon: none answers at unix:" in text and "\n      fix: kiln daemon start" in text
@@ -339,7 +340,8 @@ def test_doctor_reaches_redis_and_names_the_sharing_paths(node):
         code, _, checks = doctor(env)
     assert checks["shared tier"]["status"] == "ok" and "Redis answers" in checks["shared tier"]["detail"]
     assert checks["sharing"]["detail"] == ("KILN_DROPIN on, KILN_SHARE_GRAPHS off, KILN_BACKWARD_AHEAD off, "
-                                           "KILN_FOLLOWERS_TRACE off, KILN_REMOTE_CACHE on, KILN_DAEMON off")
+                                           "KILN_FOLLOWERS_TRACE off, KILN_AUTOTUNE_ONCE off, KILN_REMOTE_CACHE on, "
+                                           "KILN_DAEMON off")
     assert checks["daemon"]["status"] == "ok" and "KILN_DAEMON=off" in checks["daemon"]["detail"]
     from kiln.dropin.doctor import installed_hook
     if installed_hook() is not None:  # else the drop-in check fails, saying to reinstall kiln
@@ -379,3 +381,5 @@ def test_doctor_says_whether_waiting_ranks_trace_graphs_themselves(monkeypatch):
     assert "KILN_FOLLOWERS_TRACE on" in doctor.check_sharing(env)["detail"]  # the default
     assert "KILN_FOLLOWERS_TRACE off" in doctor.check_sharing({**env, "KILN_FOLLOWERS_TRACE": "0"})["detail"]
     assert "KILN_FOLLOWERS_TRACE off" in doctor.check_sharing({**env, "KILN_BACKWARD_AHEAD": "0"})["detail"]
+    assert "KILN_AUTOTUNE_ONCE on" in doctor.check_sharing(env)["detail"]  # the default
+    assert "KILN_AUTOTUNE_ONCE off" in doctor.check_sharing({**env, "KILN_AUTOTUNE_ONCE": "0"})["detail"]

@@ -45,8 +45,20 @@ def test_first_claim_leads_and_a_second_waits_for_the_stored_value():
     thread.join(10)
     assert result["out"][0] == STORED
     assert leases.stats() == {"led": 1, "stored": 0, "waited": 1, "taken_over": 0, "released_stored": 1,
-                              "released_unstored": 0, "busy": 0, "held": 0}
+                              "released_unstored": 0, "busy": 0, "held": 0, "autotune_led": 0, "autotune_stored": 0,
+                              "autotune_waited": 0}
     assert leases.claim(KEY, "c", None, 30.0)[0] == STORED
+
+
+def test_autotuning_claims_are_counted_apart_from_graphs():
+    store = Store()
+    leases = Leases(store)
+    assert leases.claim(KEY, "a", None, 30.0, kind="autotune")[0] == YOURS
+    store.keys.add(KEY)
+    leases.release("a", [KEY], stored=True)
+    assert leases.claim(KEY, "b", None, 30.0, kind="autotune")[0] == STORED
+    counts = leases.stats()
+    assert (counts["led"], counts["stored"], counts["autotune_led"], counts["autotune_stored"]) == (0, 0, 1, 1)
 
 
 def test_an_if_free_claim_neither_waits_nor_takes_over_and_says_who_asked_first():
@@ -189,6 +201,7 @@ def test_a_unix_peer_that_exits_loses_its_lease(daemon, tmp_path):
     lambda c: c.claim(KEY, "", 1.0),
     lambda c: c.release("x" * 300, [KEY], False),
     lambda c: c.renew("a", [KEY] * 2000),
+    lambda c: c.claim(KEY, "a", 1.0, kind="graph-or-whatever"),
 ])
 def test_malformed_claims_are_invalid_argument(daemon, call):
     with Client(daemon[1]) as client:

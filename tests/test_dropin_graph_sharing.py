@@ -37,11 +37,21 @@ JOB = textwrap.dedent("""
                     os._exit(9)
             return value, part
         artifacts.NodeArtifacts.lookup = lookup
+    from torch._inductor.runtime import triton_heuristics
+    time_config, timed = triton_heuristics.CachingAutotuner.bench, []
+
+    def bench(self, *args, **kwargs):  # the kernels whose configs this process timed (slowly, if asked)
+        timed.append(self.fn.__name__)
+        if sys.argv[1] == "slow-timing":
+            time.sleep(0.3)
+        return time_config(self, *args, **kwargs)
+    triton_heuristics.CachingAutotuner.bench = bench
     torch.manual_seed(0)
 """) + MLP_AND_STEP + COMPILED_VS_EAGER + textwrap.dedent("""
     from kiln.daemon.artifacts import node_artifacts
     from kiln.dropin import backward_ahead
     print(json.dumps({"err": err, "scale": scale, "kiln": node_artifacts().counts, "ahead": backward_ahead.counts,
+                      "timed": sorted(set(timed)),
                       "fx_hits": counters["inductor"]["fxgraph_cache_hit"],
                       "aot_hits": counters["aot_autograd"]["autograd_cache_hit"]}))
 """)
@@ -149,6 +159,27 @@ def test_with_followers_trace_no_rank_waits_for_the_leaders_aotautograd_entry(no
     assert second[0]["fx_hits"] + second[0]["kiln"]["led"] == 2, second
     stats = claims()
     assert stats.led == GRAPHS and stats.taken_over == 0, stats
+
+
+def test_each_kernels_configs_are_timed_once_on_the_node(node):
+    """The ranks launch the same kernels at once; the first to launch one times its configs, the
+    others wait for its choice (KILN_AUTOTUNE_ONCE): no kernel is timed by two processes."""
+    tmp_path, env = node
+    results = [result(rank) for rank in [start(tmp_path, env, str(i), "slow-timing") for i in range(3)]]
+    timed = [name for r in results for name in r["timed"]]
+    assert timed and len(timed) == len(set(timed)), timed
+    stats = claims()
+    assert stats.autotune_led == len(timed) and stats.autotune_waited + stats.autotune_stored >= 1, stats
+    assert stats.led == GRAPHS, stats  # graphs are counted apart
+
+
+def test_with_autotune_once_off_each_rank_times_for_itself(node):
+    tmp_path, env = node
+    env = {**env, "KILN_AUTOTUNE_ONCE": "0"}
+    results = [result(rank) for rank in [start(tmp_path, env, str(i), "slow-timing") for i in range(3)]]
+    timed = [name for r in results for name in r["timed"]]
+    assert len(timed) > len(set(timed)), timed
+    assert claims().autotune_led == 0
 
 
 def test_backward_ahead_leaves_an_aotautograd_it_does_not_know_as_it_is():

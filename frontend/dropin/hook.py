@@ -42,7 +42,8 @@ MODULES = {
 # torch modules that kiln adjusts once they have run, when graph sharing is on (dropin/inductor.py)
 AFTER_IMPORT = {"torch._inductor.remote_cache": "serve_caches",
                 "torch._inductor.async_compile": "use_node_pool",
-                "torch._functorch._aot_autograd.graph_compile": "compile_backward_ahead"}
+                "torch._functorch._aot_autograd.graph_compile": "compile_backward_ahead",
+                "torch._inductor.runtime.triton_heuristics": "benchmark_once"}
 # ...and the caches it serves, turned on before torch reads its configuration (a user's 0 stays)
 TORCH_CACHES = ("TORCHINDUCTOR_FX_GRAPH_REMOTE_CACHE", "TORCHINDUCTOR_AUTOGRAD_REMOTE_CACHE",
                 "TORCHINDUCTOR_AUTOTUNE_REMOTE_CACHE")
