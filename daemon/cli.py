@@ -502,6 +502,9 @@ def _status_text(address: str, s) -> str:
     if c.led or c.stored or c.waited or c.taken_over:
         lines.append(f"  torch.compile graphs: compiled here {c.led + c.taken_over} (taken over {c.taken_over}), "
                      f"served {c.stored + c.waited} (after waiting {c.waited}), compiling now {c.held}")
+    if c.autotune_led or c.autotune_stored or c.autotune_waited:
+        lines.append(f"  autotuning: configs timed here for {c.autotune_led} kernels, choices served "
+                     f"{c.autotune_stored + c.autotune_waited} (after waiting {c.autotune_waited})")
     if s.remote_cache.url:
         r = s.remote_cache
         lines.append(f"  shared tier {r.url} ({'up' if r.up else 'down, skipped'}): hits {r.hits}, misses {r.misses}, "

@@ -246,3 +246,11 @@ def test_node_artifacts_without_a_daemon_are_the_node_cache(tmp_path, monkeypatc
     assert artifacts.get("fx-graph-v1", "pt2:fx-graph-v1::k:c1") == b"\x00bytes"
     assert artifacts.get("fx-graph-v1", "pt2:fx-graph-v1::other:c1") is None
     assert artifacts.counts == {"hits": 1, "waited": 0, "led": 0, "first_followers": 0, "misses": 2, "puts": 1}
+
+
+def test_the_status_text_counts_graphs_and_autotuning_choices_apart():
+    from kiln.daemon.cli import _status_text
+    stats = pb.StatsResponse(claims=pb.ClaimStats(led=2, waited=5, autotune_led=3, autotune_waited=4, autotune_stored=1))
+    text = _status_text("unix:/run/kiln.sock", stats)
+    assert "torch.compile graphs: compiled here 2 (taken over 0), served 5 (after waiting 5)" in text
+    assert "autotuning: configs timed here for 3 kernels, choices served 5 (after waiting 4)" in text
