@@ -4,6 +4,7 @@ smem_pipeline pass no longer loads through, still advanced every iteration)."""
 from __future__ import annotations
 
 from kiln.ir import OPS
+from kiln.ir.core import Operation
 
 from .rewrite import has_side_effects
 
@@ -70,21 +71,59 @@ def _used(block, out):
 
 
 def _sweep(root) -> bool:
-    used = _used(root, set())
-    changed = False
+    """Drop every removable op (no terminator, no side effects within) whose results nothing
+    kept uses, and then what only they used, in one walk: a use count per value, lowered as
+    ops die, an op in a dead op's regions dying with it. (The fixpoint of sweeping unused ops
+    again and again, which cost a sweep of the whole function per link of a dead chain.)"""
+    uses, removable, order = {}, {}, []
 
-    def visit(block):
-        nonlocal changed
-        keep = []
+    def count(block) -> bool:
+        """Count the uses in `block`; does anything in it have side effects?"""
+        any_effects = False
+        for op in block.ops:
+            for v in op.operands:
+                uses[id(v)] = uses.get(id(v), 0) + 1
+            spec = OPS[op.name]
+            effects = bool(spec.side_effects or op.attrs.get("volatile"))
+            for region in op.regions:
+                effects = count(region) or effects
+            removable[id(op)] = not effects and not spec.terminator
+            any_effects = any_effects or effects
+            order.append(op)
+        return any_effects
+
+    count(root)
+    dead = set()
+
+    def unused(op) -> bool:
+        return removable[id(op)] and id(op) not in dead and not any(uses.get(id(r)) for r in op.results)
+
+    def kill(op, work) -> None:
+        stack = [op]
+        while stack:
+            inner = stack.pop()
+            dead.add(id(inner))
+            for v in inner.operands:
+                uses[id(v)] -= 1
+                if not uses[id(v)] and isinstance(v.owner, Operation) and unused(v.owner):
+                    work.append(v.owner)
+            for region in inner.regions:
+                stack.extend(o for o in region.ops if id(o) not in dead)
+
+    for op in reversed(order):  # users before what they use
+        work = [op] if unused(op) else []
+        while work:
+            victim = work.pop()
+            if id(victim) not in dead:
+                kill(victim, work)
+    if not dead:
+        return False
+
+    def drop(block) -> None:
+        block.ops[:] = [op for op in block.ops if id(op) not in dead]
         for op in block.ops:
             for region in op.regions:
-                visit(region)
-            removable = not OPS[op.name].terminator and not has_side_effects(op)
-            if removable and not any(id(r) in used for r in op.results):
-                changed = True
-                continue
-            keep.append(op)
-        block.ops[:] = keep
+                drop(region)
 
-    visit(root)
-    return changed
+    drop(root)
+    return True
