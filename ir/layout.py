@@ -164,16 +164,17 @@ def default_order(rank: int) -> tuple[int, ...]:
 def thread_elements(layout, shape, num_warps: int, threads: int | None = None) -> list[list[tuple[int, ...]]]:
     """Per thread (the first `threads`, default all), the logical indices of its registers
     (pure Python; lowering computes the same `(base + offset) mod shape` in LLVM IR)."""
+    terms = [layout.base_terms(shape, d) for d in range(len(shape))]  # the same for every thread
+    offsets = layout.offsets(shape)
     out = []
     for tid in range(32 * num_warps if threads is None else threads):
         lane, warp = tid % 32, tid // 32
         base = []
-        for d in range(len(shape)):
-            lane_axis, lane_scale, warp_axis, warp_scale, wraps = layout.base_terms(shape, d)
+        for size, (lane_axis, lane_scale, warp_axis, warp_scale, wraps) in zip(shape, terms):
             b = (lane // lane_axis.stride) % lane_axis.count * lane_scale
             b += (warp // warp_axis.stride) % warp_axis.count * warp_scale
-            base.append(b % shape[d] if wraps else b)
-        out.append([tuple(b + o for b, o in zip(base, off)) for off in layout.offsets(shape)])
+            base.append(b % size if wraps else b)
+        out.append([tuple(b + o for b, o in zip(base, off)) for off in offsets])
     return out
 
 
