@@ -25,15 +25,15 @@ _TERMINATORS = {"for": ("yield",), "if": ("yield",), "reduce": ("yield",), "scan
 class _Verifier:
     def __init__(self, fn: Function):
         self.fn = fn
-        self.printer = _Printer(locs=True)
-        self.printer.function(fn)  # names every value, for messages
 
     def fail(self, op: Operation, block: Block, msg: str):
+        names = _Printer(locs=True)
+        names.function(self.fn)  # names every value as the text form does, for the message
         index = block.ops.index(op) if op in block.ops else 0
         lines = []
         for i in range(max(0, index - 3), min(len(block.ops), index + 3)):
             p = _Printer(locs=False)
-            p.names = self.printer.names
+            p.names = names.names
             p.op(block.ops[i], "")
             marker = ">> " if i == index else "   "
             lines.extend(marker + line for line in p.lines[:1])
