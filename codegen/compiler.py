@@ -10,7 +10,7 @@ import dataclasses
 import gc
 from dataclasses import dataclass, field
 
-from kiln.ir import parse_function, print_function, verify
+from kiln.ir import copy_function, print_function, verify
 
 from . import backend, nvjitlink, occupancy
 from .lower import LoweringError, lower_function
@@ -101,11 +101,10 @@ def lower_to_llvm(fn, tgt, opts: dict, check: bool = False, portable: bool = Fal
 
 def _lower_to_llvm(fn, tgt, opts: dict, check: bool, portable: bool, counts: dict):
     verify(fn)
-    text = print_function(fn)
     limit = occupancy.max_shared_per_cta(tgt.capability)
     reserve, overlap = 0, True
     for _ in range(4):
-        work = parse_function(text)  # a private copy for the passes to rewrite
+        work = copy_function(fn)  # a private copy for the passes to rewrite (as its text would parse)
         ctx = PassContext(tgt, opts["num_warps"], opts["num_stages"], maxnreg=opts.get("maxnreg"),
                           fp_fusion=bool(opts.get("enable_fp_fusion", 1)), portable=portable, shared_reserve=reserve,
                           tile_overlap=overlap)
@@ -141,7 +140,7 @@ def _overlap_costs(shared: int, ctx, tgt) -> bool:
 
 
 def _without_persistence(fn):
-    plain = parse_function(print_function(fn))
+    plain = copy_function(fn)
     plain.attrs["persistent"] = 0
     return plain
 

@@ -1,6 +1,7 @@
 """Parse the text form printed by `kiln.ir.printer` back into a `Function`."""
 from __future__ import annotations
 
+import functools
 import json
 import re
 
@@ -234,3 +235,65 @@ class _Parser:
 def parse_function(text: str) -> Function:
     """The `Function` printed as `text`; raises `IRParseError` naming the line."""
     return _Parser(text).function()
+
+
+def copy_function(fn: Function) -> Function:
+    """`parse_function(print_function(fn))` without the text: a new `Function` with new values
+    and ops, whose types are those their printed names parse to, whose attributes are the
+    values the text reads back (tuples become lists) and whose attribute dicts are in printed
+    (sorted) order. A pass rewrites the copy, not `fn`. Values `fn` uses before defining them
+    raise `IRParseError`, as their text does."""
+    values: dict[int, object] = {}
+
+    def block(src: Block) -> Block:
+        out = Block([_type(a.type) for a in src.args])
+        values.update(zip(map(id, src.args), out.args))
+        for op in src.ops:
+            out.append(operation(op))
+        return out
+
+    def operation(op: Operation) -> Operation:
+        try:
+            operands = [values[id(v)] for v in op.operands]
+        except KeyError:
+            raise IRParseError(f"{op.name}: use of an undefined value") from None
+        regions = [block(region) for region in op.regions]
+        new = Operation(op.name, operands, [_type(r.type) for r in op.results], _attrs(op.attrs), regions, op.loc)
+        values.update(zip(map(id, op.results), new.results))
+        return new
+
+    arg_attrs = [_attrs({k: v for k, v in attrs.items() if k != "name"}) for attrs in fn.arg_attrs]
+    copy = Function(fn.name, [_type(a.type) for a in fn.args], fn.arg_names, arg_attrs, _attrs(fn.attrs))
+    values.update(zip(map(id, fn.args), copy.args))
+    for op in fn.body.ops:
+        copy.body.append(operation(op))
+    return copy
+
+
+@functools.lru_cache(maxsize=4096)
+def _parsed_type(name: str):
+    return parse_type(name)
+
+
+def _type(t):
+    """The type that `t`'s text parses to (a pointer's address space and const-ness are not printed)."""
+    return _parsed_type(str(t))
+
+
+def _attrs(attrs: dict) -> dict:
+    return {key: _attr(value) for key, value in sorted(attrs.items())}
+
+
+def _attr(value):
+    """An attribute value as the text reads it back (the printer's `format_attr` cases)."""
+    if isinstance(value, bool):
+        return bool(value)
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return float(value)
+    if isinstance(value, str):
+        return str(value)
+    if isinstance(value, (list, tuple)):
+        return [_attr(v) for v in value]
+    raise TypeError(f"cannot print attribute value {value!r}")
