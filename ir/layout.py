@@ -164,8 +164,14 @@ def default_order(rank: int) -> tuple[int, ...]:
 def thread_elements(layout, shape, num_warps: int, threads: int | None = None) -> list[list[tuple[int, ...]]]:
     """Per thread (the first `threads`, default all), the logical indices of its registers
     (pure Python; lowering computes the same `(base + offset) mod shape` in LLVM IR)."""
-    terms = [layout.base_terms(shape, d) for d in range(len(shape))]  # the same for every thread
     offsets = layout.offsets(shape)
+    return [[tuple(b + o for b, o in zip(base, off)) for off in offsets]
+            for base in thread_bases(layout, shape, num_warps, threads)]
+
+
+def thread_bases(layout, shape, num_warps: int, threads: int | None = None) -> list[tuple[int, ...]]:
+    """Per thread, the index its register offsets (`layout.offsets`) are added to."""
+    terms = [layout.base_terms(shape, d) for d in range(len(shape))]  # the same for every thread
     out = []
     for tid in range(32 * num_warps if threads is None else threads):
         lane, warp = tid % 32, tid // 32
@@ -174,7 +180,7 @@ def thread_elements(layout, shape, num_warps: int, threads: int | None = None) -
             b = (lane // lane_axis.stride) % lane_axis.count * lane_scale
             b += (warp // warp_axis.stride) % warp_axis.count * warp_scale
             base.append(b % size if wraps else b)
-        out.append([tuple(b + o for b, o in zip(base, off)) for off in offsets])
+        out.append(tuple(base))
     return out
 
 
@@ -187,7 +193,8 @@ def same_distribution(a, b, shape, num_warps: int) -> bool:
         return True
     if a is None or b is None or a.rank != b.rank or a.offsets(shape) != b.offsets(shape):
         return False
-    return thread_elements(a, shape, num_warps) == thread_elements(b, shape, num_warps)
+    # with the same (never empty) offsets, each thread holds the same elements where it has the same base
+    return thread_bases(a, shape, num_warps) == thread_bases(b, shape, num_warps)
 
 
 def mma_layout(shape, num_warps: int, rows_only: bool = False) -> "Blocked | None":
