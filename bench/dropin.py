@@ -561,6 +561,7 @@ class Bench:
                     if flavour == "triton":
                         run["triton_kernels_in_cache"] = triton_kernels(dirs["triton"]["triton"])
                     print(f"  {label} {key}: {brief(run)}", file=sys.stderr, flush=True)
+                    self.checkpoint(label, runs)
         finally:
             if daemon:
                 daemon.__exit__(None, None, None)
@@ -574,6 +575,20 @@ class Bench:
             finally:
                 tier.stop()
         return runs
+
+    def checkpoint(self, label: str, runs: dict) -> None:
+        """The runs so far, in OUT/<name>-partial.json: a bench stopped from outside (a device
+        call's limit) leaves what it measured."""
+        path = os.path.join(self.args.out, f"{self.args.name}-partial.json")
+        try:
+            with open(path) as f:
+                done = json.load(f)
+        except (OSError, ValueError):
+            done = {}
+        done[label] = runs
+        os.makedirs(self.args.out, exist_ok=True)
+        with open(path, "w") as f:
+            json.dump(done, f, default=str)
 
     def _new_node(self, label: str, launch, tier) -> dict:
         """kiln on a node that joins late: fresh directories (node cache, Inductor's), a daemon of
@@ -730,7 +745,9 @@ def losses_equal(kiln: list, triton: list, rtol: float, atol: float) -> dict:
 
 def brief(run: dict) -> str:
     if not run.get("ok"):
-        return f"FAILED ({run.get('error') or 'see errors'})"
+        failed = run.get("errors") or []
+        why = run.get("error") or (f"{len(failed)}+ jobs failed: {failed[0].get('error')}" if failed else "see errors")
+        return f"FAILED ({why})"
     if "first_step_max_s" in run:
         return f"first step max {run['first_step_max_s']:.2f} s"
     return f"first step {run['first_step_s']:.2f} s, step {1e3 * run['step_s']:.2f} ms"

@@ -177,3 +177,19 @@ def test_the_kernels_inductor_generated_are_kept(tmp_path):
     (tmp_path / "root" / "cold-kiln-kiln-x2" / "other.py").write_text("@triton.jit\n")  # not Inductor's cache
     assert dropin.keep_kernel_sources(str(tmp_path / "root"), str(tmp_path / "kept")) == 1
     assert sorted(p.name for p in (tmp_path / "kept").iterdir()) == ["cabc.py"]
+
+
+def test_a_failed_run_of_several_jobs_says_why():
+    run = {"ok": False, "processes": 8, "errors": [{"ok": False, "error": "timed out after 440 s"}]}
+    assert dropin.brief(run) == "FAILED (1+ jobs failed: timed out after 440 s)"
+
+
+def test_each_run_is_kept_as_it_ends(tmp_path):
+    import types
+    bench = types.SimpleNamespace(args=types.SimpleNamespace(out=str(tmp_path), name="dropin-x"))
+    checkpoint = dropin.Bench.checkpoint
+    checkpoint(bench, "8 processes", {"triton_cold": {"ok": False}})
+    checkpoint(bench, "gpt/default", {"kiln_cold": {"ok": True}})
+    import json
+    assert json.loads((tmp_path / "dropin-x-partial.json").read_text()) == {
+        "8 processes": {"triton_cold": {"ok": False}}, "gpt/default": {"kiln_cold": {"ok": True}}}
