@@ -245,7 +245,8 @@ def test_node_artifacts_without_a_daemon_are_the_node_cache(tmp_path, monkeypatc
     artifacts.put("fx-graph-v1", "pt2:fx-graph-v1::k:c1", b"\x00bytes")
     assert artifacts.get("fx-graph-v1", "pt2:fx-graph-v1::k:c1") == b"\x00bytes"
     assert artifacts.get("fx-graph-v1", "pt2:fx-graph-v1::other:c1") is None
-    assert artifacts.counts == {"hits": 1, "waited": 0, "led": 0, "first_followers": 0, "misses": 2, "puts": 1}
+    assert artifacts.counts == {"hits": 1, "waited": 0, "led": 0, "first_followers": 0, "misses": 2, "puts": 1,
+                                "autotune_hits": 0, "autotune_waited": 0, "autotune_led": 0, "autotune_misses": 0}
 
 
 def test_the_status_text_counts_graphs_and_autotuning_choices_apart():
