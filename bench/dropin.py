@@ -471,7 +471,8 @@ def daemon_counts(daemon) -> dict | None:
             # torch.compile graphs (FX graphs, AOTAutograd entries) compiled on the node, and served to the others
             "graphs_compiled": s.claims.led + s.claims.taken_over, "graphs_waited_for": s.claims.waited,
             # kernels whose configs one rank timed (KILN_AUTOTUNE_ONCE), and choices the others took
-            "autotune_timed": s.claims.autotune_led, "autotune_taken": s.claims.autotune_waited + s.claims.autotune_stored}
+            "autotune_timed": s.claims.autotune_led,
+            "autotune_taken": s.claims.autotune_waited + s.claims.autotune_stored}
 
 
 def counts_between(before: dict | None, after: dict | None) -> dict | None:

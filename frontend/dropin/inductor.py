@@ -138,8 +138,8 @@ def _node_choice(autotuner):
         _benchmark_flight.on = False
     if not isinstance(best, dict):
         return None
-    config = _load_cached_autotuning(dict(best), cache.configs_hash, [launcher.config for launcher in autotuner.launchers],
-                                     autotuner.inductor_meta)
+    configs = [launcher.config for launcher in autotuner.launchers]
+    config = _load_cached_autotuning(dict(best), cache.configs_hash, configs, autotuner.inductor_meta)
     return next((launcher for launcher in autotuner.launchers if launcher.config is config), None)
 
 
