@@ -8,6 +8,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import gc
+import threading
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 from kiln.ir import copy_function, print_function, verify
@@ -166,20 +168,65 @@ def _caps(fn, tgt, n_regs: int, threads: int, shared: int) -> list[int]:
 # cap, 4 links and 0.45 s where Triton links once. Their cap search starts at the highest cap.
 BIG_KERNEL_PTX = 32 * 1024
 
+# A big kernel's first cap probe is a link as long as the first one (0.8 s for a foreach AdamW step
+# of 24 parameters, on a job's critical path), and which cap it tries depends on the registers the
+# first link reports. So it starts beside the first link, on a guess: the cap the last big kernel
+# of as many threads probed first (at first, the one for 64 registers). Where the guess is the cap
+# the first link calls for, its link is that probe (the same link: the same cubin); otherwise it is
+# dropped and the probe links as before. One link's latency instead of two, for a link's CPU on a miss.
+_first_probes: dict[int, int] = {}  # threads -> the cap a big kernel's search tried first
 
-def _occupancy_link(ptx: str, caps: list[int], link_cubin):
+
+def _capped_link(ptx: str, cap: int, link_cubin):
+    """((capped ptx, cubin, regs, spills), too tight?) of `ptx` linked under register cap `cap`."""
+    capped = occupancy.with_register_cap(ptx, cap)
+    try:
+        cubin, info = link_cubin(capped)
+    except nvjitlink.PTXAssembleError:  # too few registers for one instruction (a wide wgmma)
+        return None, True
+    regs, spills = nvjitlink.resource_usage(info)
+    return (capped, cubin, regs, spills), spills or nvjitlink.wgmma_serialized(info)
+
+
+def _probe_ahead(fn, ptx: str, opts: dict, threads: int, shared: int, tgt, link_cubin):
+    """(cap, future of its `_capped_link`) started now for a big kernel whose caps are searched
+    highest first, or None."""
+    if "maxnreg" in opts or len(ptx) <= BIG_KERNEL_PTX or _has_dot(fn):
+        return None
+    guess = _first_probes.get(threads)
+    if guess is None:
+        caps = occupancy.tighter_caps(64, threads, shared, tgt.capability)
+        guess = caps[-1] if caps else None
+    return None if guess is None else (guess, _in_thread(_capped_link, ptx, guess, link_cubin))
+
+
+def _in_thread(fn, *args) -> Future:
+    """`fn(*args)` on a thread of its own (nvJitLink lets go of the GIL); a thread per call, not a
+    pool, as the daemon's workers and the emulator fork."""
+    future = Future()
+
+    def run():
+        try:
+            future.set_result(fn(*args))
+        except BaseException as error:  # noqa: BLE001 - the caller's .result() raises it
+            future.set_exception(error)
+    threading.Thread(target=run, name="kiln-probe-link", daemon=True).start()
+    return future
+
+
+def _occupancy_link(ptx: str, caps: list[int], link_cubin, ahead=None, threads: int = 0):
     """(ptx, cubin, regs, spills) relinked (`link_cubin(ptx)`) under the fewest-register cap of
-    `caps` that neither spills nor serializes wgmmas, or None when none does."""
+    `caps` that neither spills nor serializes wgmmas, or None when none does. `ahead`: a link
+    under one cap started before the caps were known (`_probe_ahead`)."""
+    highest_first = len(ptx) > BIG_KERNEL_PTX
+    if highest_first and caps:
+        _first_probes[threads] = caps[-1]
 
     def link(cap):
-        capped = occupancy.with_register_cap(ptx, cap)
-        try:
-            cubin, info = link_cubin(capped)
-        except nvjitlink.PTXAssembleError:  # too few registers for one instruction (a wide wgmma)
-            return None, True
-        regs, spills = nvjitlink.resource_usage(info)
-        return (capped, cubin, regs, spills), spills or nvjitlink.wgmma_serialized(info)
-    return occupancy.best_capped_link(link, caps, highest_first=len(ptx) > BIG_KERNEL_PTX) if caps else None
+        if ahead is not None and ahead[0] == cap:
+            return ahead[1].result()
+        return _capped_link(ptx, cap, link_cubin)
+    return occupancy.best_capped_link(link, caps, highest_first=highest_first) if caps else None
 
 
 def compile(fn, target: str = "sm_90a", options: dict | None = None, check: bool = False,
@@ -206,6 +253,7 @@ def _compile(fn, target: str, options: dict | None, check: bool, link: bool, cou
         counts["links"] += 1
         return nvjitlink.link_cubin(text, tgt)
     if link:
+        ahead = _probe_ahead(fn, ptx, opts, 32 * opts["num_warps"], shared, tgt, link_cubin)
         cubin, info = link_cubin(ptx)
         if nvjitlink.wgmma_serialized(info) and _persistent(arg_layout):
             # ptxas serialized the wgmmas of the persistent form (seen with an fp16 result
@@ -215,7 +263,7 @@ def _compile(fn, target: str, options: dict | None, check: bool, link: bool, cou
         threads = 32 * opts["num_warps"]
         if "maxnreg" not in opts and not n_spills:
             caps = _caps(fn, tgt, n_regs, threads, shared)
-            capped = _occupancy_link(ptx, caps, link_cubin)
+            capped = _occupancy_link(ptx, caps, link_cubin, ahead, threads)
             if capped is not None:
                 ptx, cubin, n_regs, n_spills = capped
             elif caps and _persistent(arg_layout):

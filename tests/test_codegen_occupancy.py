@@ -140,3 +140,47 @@ def test_the_metadata_counts_the_pass_runs_and_links_a_compile_took():
     plain = compile(kernel("dot_f16"), "sm_90a", {"num_warps": 4})
     assert plain.metadata["pass_runs"] == 1 and plain.metadata["links"] == 1
     assert compile(kernel("dot_f16"), "sm_90a", {"num_warps": 4}, link=False).metadata["links"] == 0
+
+
+def _timed_links(monkeypatch):
+    """The nvJitLink links a compile makes: (start, end, register cap or None, thread name)."""
+    import re
+    import threading
+    import time
+
+    from kiln.codegen import nvjitlink
+    link, calls = nvjitlink.link_cubin, []
+
+    def timed(ptx, target):
+        start = time.perf_counter()
+        try:
+            return link(ptx, target)
+        finally:
+            cap = re.search(r"^\.maxnreg (\d+)", ptx, re.M)
+            calls.append((start, time.perf_counter(), cap and int(cap.group(1)), threading.current_thread().name))
+    monkeypatch.setattr(nvjitlink, "link_cubin", timed)
+    return calls
+
+
+@pytest.mark.parametrize("guess", ["right", "wrong"])
+def test_a_big_kernels_first_cap_probe_links_beside_the_first_link(monkeypatch, guess):
+    """math_more (36 KB of PTX, capped without spilling): the probe of the cap its first link calls
+    for starts with that link, on the last big kernel's first probe as the guess; a wrong guess is
+    dropped and the probe links after, as without the guess. Same PTX and cubin either way."""
+    from kiln.codegen import compiler
+    fn = kernel("math_more")
+    with monkeypatch.context() as alone_patch:
+        alone_patch.setattr(compiler, "_probe_ahead", lambda *args: None)
+        sequential = _timed_links(alone_patch)
+        alone = compile(fn, "sm_90a", {"num_warps": 4})
+    first = sequential[1][2]  # the search's first probe (highest first, for a big kernel)
+    assert sequential[0][2] is None and first is not None and ".maxnreg" in alone.ptx
+    monkeypatch.setitem(compiler._first_probes, 128, first if guess == "right" else first + 8)
+    calls = _timed_links(monkeypatch)
+    ahead = compile(fn, "sm_90a", {"num_warps": 4})
+    assert (ahead.ptx, ahead.cubin) == (alone.ptx, alone.cubin)
+    plain = [c for c in calls if c[2] is None]
+    speculative = [c for c in calls if c[3] == "kiln-probe-link"]
+    assert len(plain) == 1 and len(speculative) == 1 and speculative[0][0] < plain[0][1]  # beside the first link
+    assert ahead.metadata["links"] == len(calls) == len(sequential) + (guess == "wrong")
+    assert compiler._first_probes[128] == first  # the next big kernel's guess
