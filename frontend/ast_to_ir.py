@@ -957,7 +957,8 @@ class _BoundedBuilder(Builder):
 
     def create(self, name, operands=(), result_types=(), attrs=None, regions=()):
         self.created += 1
-        self.expect(0)
+        if self.created > self.max_ops:
+            self.expect(0)
         for t in result_types:
             numel = 1
             for d in getattr(t, "shape", None) or ():
@@ -980,8 +981,7 @@ class _BoundedBuilder(Builder):
 
     def expect(self, more: int) -> None:
         """Refuse now a kernel that will have more operations than a kernel may, with `more` still to
-        come: a static_range whose first two steps made k operations each makes k in each step left,
-        so its 100,000 steps are refused after two, not after 65,536 operations."""
+        come (`expect_unrolled` estimates what a static_range's steps left will make)."""
         if self.created + more > self.max_ops:
             raise ValueError(f"the kernel has more than {self.max_ops} operations (a static_range unrolled too "
                              "far?): no GPU runs such a kernel well; use tl.range for long loops")

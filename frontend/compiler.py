@@ -6,7 +6,7 @@ import json
 import operator
 import sys
 
-from kiln.ir import Function, parse_function, print_function
+from kiln.ir import Function, copy_function, parse_function, print_function
 from kiln.language.semantic import unwrap
 
 from . import config, errors, fp8_targets, profiler  # noqa: F401  (errors: Triton's triton.compiler.errors)
@@ -49,7 +49,7 @@ def without_asserts(ir: Function) -> Function:
     """A copy of `ir` with its device_assert checks removed (Triton keeps them only in debug mode)."""
     if not any(op.name == "assert" for op in ir.walk()):
         return ir
-    copy = parse_function(print_function(ir))
+    copy = copy_function(ir)
     blocks = [copy.body]
     while blocks:
         block = blocks.pop()
@@ -66,7 +66,7 @@ def without_unread_loop_hints(ir: Function) -> Function:
     """A copy of `ir` whose loops keep only the hints codegen reads (CODEGEN_LOOP_HINTS)."""
     if not any(_has_unread_hints(op) for op in ir.walk()):
         return ir
-    copy = parse_function(print_function(ir))
+    copy = copy_function(ir)
     for op in copy.walk():
         if op.name == "for":
             op.attrs = {key: value for key, value in op.attrs.items() if key in CODEGEN_LOOP_HINTS}
@@ -269,7 +269,7 @@ class CompiledKernel:
         if binary is None:
             ir, options = self.binary_inputs()
             self._check_formats(ir, target)
-            ir = parse_function(print_function(ir))
+            ir = copy_function(ir)
             ir.attrs["derived_args"] = 0
             binary = self.pointer_binaries[target] = compile_binary(ir, target, options)
         return binary

@@ -14,6 +14,7 @@ from kiln.ir.types import pointer_type, scalar_of
 
 from .errors import CompilationError
 
+
 def supported(capability: int) -> tuple[str, ...]:
     return tuple(sorted({"fp8e5", "fp8e4b15"} | ({"fp8e4nv"} if capability >= 89 else set())))
 
