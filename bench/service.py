@@ -23,6 +23,7 @@ import datetime
 import json
 import os
 import secrets
+import shutil
 import socket
 import subprocess
 import sys
@@ -174,6 +175,10 @@ class Daemon:
 
     def __exit__(self, *exc):
         self._cli("stop", "--socket", self.address[len("unix:"):])
+        timeline = os.environ.get("KILN_TIMELINE_DIR")  # bench/dropin.py --timeline: its compiles, timed, beside
+        log = os.path.join(self.env["KILN_RUNTIME_DIR"], "daemon.log")
+        if timeline and os.path.exists(log):
+            shutil.copy(log, os.path.join(timeline, f"daemon-{os.path.basename(self.folder)}.log"))
 
     def stats(self):
         from kiln.daemon.client import Client
