@@ -283,6 +283,9 @@ def compile_kernel(jitfn, params, options, name: str | None = None) -> CompiledK
     ir = build_kernel(jitfn, params, name=name, options=codegen_options(options), global_reads=reads)
     debug = bool(options.get("debug") or jitfn.debug or config.debug())
     kernel = CompiledKernel(ir.name, ir, options, debug)
+    if config.interpret():  # no binary: the resources the interpreter's CPU device reports
+        from .dropin.backends import interpreted_resources
+        kernel.metadata.update(interpreted_resources(kernel.num_warps))
     kernel.global_reads = [(name, scope, value) for (name, _), (scope, value) in reads.items()]
     kernel.source = jitfn.source_info()
     return kernel

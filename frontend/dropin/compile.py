@@ -28,6 +28,7 @@ from kiln.errors import CompilationError, CompileTimeAssertionFailure, KilnError
 from kiln.runtime import GPUTarget
 
 from . import warm
+from .backends import interpreted_resources
 from .backends import PTXASError, make_backend, triton_key  # noqa: F401  (triton.compiler.compiler has them)
 
 _HINT_ATTRS = {"tt.divisibility": 16}
@@ -187,7 +188,8 @@ def _compiled(src, target, options, ir_text, binary, runtime, debug, arg_types, 
     metadata = KernelMetadata(
         name=src.name, hash=_kernel_hash(src, target, options, binary), target=target, num_warps=num_warps,
         num_stages=num_stages, num_ctas=1, cluster_dims=(1, 1, 1), maxnreg=options.maxnreg,
-        shared=binary.metadata.get("shared", 0) if binary is not None else 0, debug=options.debug,
+        shared=binary.metadata.get("shared", 0) if binary is not None else interpreted_resources(num_warps)["shared"],
+        debug=options.debug,
         enable_fp_fusion=options.enable_fp_fusion, launch_cooperative_grid=options.launch_cooperative_grid,
         launch_pdl=options.launch_pdl, global_scratch_size=0, global_scratch_align=1, profile_scratch_size=0,
         profile_scratch_align=1, tmem_size=0)
@@ -238,8 +240,9 @@ class CompiledKernel:
         self.runtime_positions = tuple(runtime_positions)
         self.debug = debug
         self.shared = metadata.shared
-        self.n_regs = None if binary is not None else 0  # known once loaded on a GPU
-        self.n_spills = binary.metadata.get("n_spills", 0) if binary is not None else 0
+        interpreted = interpreted_resources(metadata.num_warps)  # the CPU device's, without a binary
+        self.n_regs = None if binary is not None else interpreted["n_regs"]  # known once loaded on a GPU
+        self.n_spills = binary.metadata.get("n_spills", 0) if binary is not None else interpreted["n_spills"]
         self.module = self.function = self.run = None
 
     @property
