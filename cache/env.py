@@ -41,6 +41,9 @@ kiln): KILN_DROPIN and KILN_SHARE_GRAPHS; Triton's own TRITON_* variables are it
                         benchmarks for itself
     KILN_GRAPH_WAIT_S   how long a rank waits for another's graph before compiling it itself
                         (default 600)
+    KILN_LIBDEVICE      the libdevice.10.bc that kernels' math functions link (default: the first
+                        found in the CUDA wheels, a conda environment, the CUDA toolkit or
+                        Triton's wheel: kiln.codegen.backend.libdevice_path)
     KILN_RUNTIME_DIR    where the node daemon keeps its socket, pid file, log and token
                         (default: the cache directory's run/, run-<uid>/ for a shared cache).
                         XDG_RUNTIME_DIR is not read: an ssh shell has it and a batch job may
@@ -173,6 +176,11 @@ def remote_cache_key() -> bytes | None:
 def manifest_path() -> Path | None:
     value = os.environ.get("KILN_MANIFEST", "").strip()
     return Path(value) if value else None
+
+
+def libdevice_setting() -> Path | None:
+    value = os.environ.get("KILN_LIBDEVICE", "").strip()
+    return Path(value).expanduser() if value else None
 
 
 def runtime_dir() -> Path:
