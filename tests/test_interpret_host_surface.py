@@ -3,11 +3,15 @@
 Tutorial 02 sizes a persistent launch from `kernel.n_regs` and `kernel.metadata.shared` of a kernel
 built with `warmup` and from the CPU driver's device properties; the interpreter's CPU device is one
 multiprocessor that runs one program at a time, so that arithmetic must find room for one program.
+Tutorial 08 passes a table of `tensor.data_ptr()` values and not the tensors: the pointers the
+kernel loads from it must reach those tensors' memory (kiln.interpret.live_buffers).
 """
 import numpy as np
+import pytest
 
 import kiln
 import kiln.language as tl
+from kiln.errors import InterpreterError
 from kiln.dropin.backends import CPUDriver
 from kiln.dropin.compile import ASTSource, compile
 from kiln.runtime import GPUTarget
@@ -52,3 +56,63 @@ def test_triton_compile_for_the_cpu_reports_the_same_resources():
                                grid=(1,))
     assert (kernel.n_regs, kernel.n_spills, kernel.shared) == (warm.n_regs, warm.n_spills, warm.shared)
     assert kernel.metadata.shared == warm.metadata.shared
+
+
+# --- pointers loaded from memory (tutorial 08's table of `data_ptr()` values) -----------------------
+@kiln.jit
+def scale_each(table_ptr, sizes_ptr, count, factor, BLOCK: tl.constexpr):
+    """out_i = x_i * factor for each pair (x_i, out_i) of pointers in the table."""
+    for g in range(count):
+        x = tl.load(table_ptr + 2 * g).to(tl.pointer_type(tl.float32))
+        out = tl.load(table_ptr + 2 * g + 1).to(tl.pointer_type(tl.float32))
+        n = tl.load(sizes_ptr + g)
+        offs = tl.arange(0, BLOCK)
+        tl.store(out + offs, tl.load(x + offs, mask=offs < n) * factor, mask=offs < n)
+
+
+def _table(torch, pairs):
+    return torch.tensor([t.data_ptr() for pair in pairs for t in pair], dtype=torch.int64)
+
+
+def test_pointers_loaded_from_a_table_reach_live_tensors_not_passed():
+    torch = pytest.importorskip("torch")
+    base = torch.arange(40, dtype=torch.float32)
+    xs = [torch.arange(5, dtype=torch.float32) + 1, base[8:20]]  # a view: the storage's middle
+    outs = [torch.zeros(5), torch.zeros(12)]
+    sizes = torch.tensor([5, 12], dtype=torch.int32)
+    scale_each[(1,)](_table(torch, zip(xs, outs)), sizes, 2, 3.0, BLOCK=16)
+    for x, out in zip(xs, outs):
+        torch.testing.assert_close(out, x * 3)
+
+
+def test_a_second_launch_on_the_same_table_finds_the_tensors_without_a_scan(monkeypatch):
+    torch = pytest.importorskip("torch")
+    from kiln.interpret import live_buffers
+    x, out = torch.ones(4), torch.zeros(4)
+    table, sizes = _table(torch, [(x, out)]), torch.tensor([4], dtype=torch.int32)
+    scale_each[(1,)](table, sizes, 1, 2.0, BLOCK=4)
+    scans = []
+    monkeypatch.setattr(live_buffers, "_scan", lambda: scans.append(1))
+    scale_each[(1,)](table, sizes, 1, 5.0, BLOCK=4)
+    assert scans == [] and out.tolist() == [5.0] * 4
+
+
+def test_an_address_past_a_live_tensors_storage_still_faults():
+    torch = pytest.importorskip("torch")
+    x, out = torch.ones(4), torch.zeros(4)
+    table = torch.tensor([x.data_ptr(), out.data_ptr() + out.untyped_storage().nbytes()], dtype=torch.int64)
+    with pytest.raises(InterpreterError, match="outside every argument's memory"):
+        scale_each[(1,)](table, torch.tensor([4], dtype=torch.int32), 1, 2.0, BLOCK=4)
+
+
+@kiln.jit
+def copy(x_ptr, out_ptr, BLOCK: tl.constexpr):
+    tl.store(out_ptr + tl.arange(0, BLOCK), tl.load(x_ptr + tl.arange(0, BLOCK)))
+
+
+def test_an_argument_is_still_checked_against_its_own_bytes():
+    """Its storage is live and larger, but reading past the view passed is a fault, as before."""
+    torch = pytest.importorskip("torch")
+    base = torch.arange(40, dtype=torch.float32)
+    with pytest.raises(InterpreterError, match="past the end of argument 'x_ptr'"):
+        copy[(1,)](base[8:12], torch.zeros(8), BLOCK=8)

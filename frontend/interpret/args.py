@@ -15,6 +15,7 @@ from kiln.ir.types import dtype as ir_dtype, tensormap
 
 from .convert import scalar_to
 from .errors import InterpreterError
+from .live_buffers import buffers_holding
 from .memory import Memory, byte_span
 
 
@@ -68,7 +69,7 @@ def bind_arguments(fn, args, extra_memory=()) -> tuple[list[np.ndarray], Memory]
     """The kernel's argument values, aligned with `fn.args`, and the sealed memory map."""
     if len(args) != len(fn.args):
         raise InterpreterError(f"kernel '{fn.name}' takes {len(fn.args)} arguments, got {len(args)}")
-    memory = Memory()
+    memory = Memory(find=buffers_holding)
     values = []
     for value, name, obj in zip(fn.args, fn.arg_names, args):
         t: ir_dtype = value.type

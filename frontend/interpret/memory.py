@@ -5,7 +5,8 @@ overlapping or touching spans (one storage passed twice, views of one buffer) me
 one. An access maps each address to its span with one `searchsorted`, checks that the
 whole element lies inside and is naturally aligned, and reads or writes through a dtype
 view of that span, so kernels write straight into the caller's memory and can never
-touch bytes outside what they were given.
+touch bytes outside what they were given, or outside the live tensors that addresses they
+loaded from memory point into (kiln.interpret.live_buffers).
 """
 from __future__ import annotations
 
@@ -41,9 +42,14 @@ class Span:
 
 
 class Memory:
-    """The registered spans of one launch; `read`/`write` take 1-D arrays of uint64 addresses."""
+    """The registered spans of one launch; `read`/`write` take 1-D arrays of uint64 addresses.
 
-    def __init__(self):
+    `find` (addresses -> [(lo, hi, owner)]) names live buffers outside the registered spans that
+    hold addresses a kernel uses (pointers it loaded from memory); they join the spans on first use.
+    """
+
+    def __init__(self, find=None):
+        self._find = find
         self._pending: list[Span] = []
         self.spans: list[Span] = []
         self._starts = np.zeros(0, np.uint64)
@@ -66,7 +72,7 @@ class Memory:
                 last.owners += span.owners
                 last.writable &= span.writable
             else:
-                merged.append(span)
+                merged.append(Span(span.lo, span.hi, list(span.labels), list(span.owners), span.writable))
         self.spans = merged
         self._starts = np.array([s.lo for s in merged], np.uint64)
         self._ends = np.array([s.hi for s in merged], np.uint64)
@@ -79,13 +85,9 @@ class Memory:
         """The span index of each address; faults on the first address that is out of
         bounds or misaligned."""
         addrs = np.asarray(addrs, np.uint64)
-        index = np.searchsorted(self._starts, addrs, side="right").astype(np.int64) - 1
-        inside = index >= 0
-        safe = np.where(inside, index, 0)
-        if len(self.spans):
-            inside &= addrs <= self._ends[safe] - np.uint64(itemsize)
-        else:
-            inside[:] = False
+        inside, safe = self._inside(addrs, itemsize)
+        if not inside.all() and self._admit(addrs[~inside]):
+            inside, safe = self._inside(addrs, itemsize)
         if not inside.all():
             k = int(np.argmin(inside))
             bad = int(addrs[k])
@@ -96,6 +98,28 @@ class Memory:
             k = int(np.argmin(aligned))
             raise OpFault(f"misaligned {access} of {itemsize} byte(s) at address {int(addrs[k]):#x}", k)
         return safe
+
+    def _inside(self, addrs: np.ndarray, itemsize: int) -> tuple[np.ndarray, np.ndarray]:
+        """Whether each whole element lies in a span, and that span's index (0 where none)."""
+        index = np.searchsorted(self._starts, addrs, side="right").astype(np.int64) - 1
+        inside = index >= 0
+        safe = np.where(inside, index, 0)
+        if len(self.spans):
+            inside &= addrs <= self._ends[safe] - np.uint64(itemsize)
+        else:
+            inside[:] = False
+        return inside, safe
+
+    def _admit(self, addrs: np.ndarray) -> bool:
+        """Register the live buffers that `find` says hold some of `addrs`; whether there were any.
+        One that overlaps a registered span is left out: an argument is checked against its own bytes."""
+        found = [(lo, hi, owner) for lo, hi, owner in (self._find(addrs) if self._find is not None else [])
+                 if not any(span.lo < hi and lo < span.hi for span in self.spans)]
+        for lo, hi, owner in found:
+            self.add(lo, hi, f"live {type(owner).__name__} at {lo:#x}", owner)
+        if found:
+            self.seal()
+        return bool(found)
 
     def _nearest(self, addr: int) -> str:
         if addr < 4096:
