@@ -3,8 +3,8 @@
 pip honours pyproject's floors, but an environment can still hold older builds (another
 package pinned them, `pip install --no-deps`, a system package), and those fail far from the
 cause: llvmlite 0.45-0.47 silently drop `.maxntid` / `.maxnreg` from the PTX, cuda-bindings
-12.9.2 and older fail nvJitLink on a host without a driver. Checked from the installed
-distributions' metadata, without importing them."""
+12.9.2 and older (and 13.0.0-13.0.1) fail nvJitLink on a host without a driver. Checked from the
+installed distributions' metadata, without importing them."""
 from __future__ import annotations
 
 import re
@@ -15,6 +15,10 @@ from importlib import metadata
 FLOORS = {
     "llvmlite": ((0, 48), "0.45-0.47 drop .maxntid/.maxnreg from the PTX; older ones fail"),
     "cuda-bindings": ((12, 9, 3), "12.9.2 and older fail nvJitLink on a host without a driver"),
+}
+# distribution -> (releases above the floor that do not work, what goes wrong, the first that works after them)
+BROKEN = {
+    "cuda-bindings": ({(13, 0, 0), (13, 0, 1)}, "they fail nvJitLink on a host without a driver", "13.0.2"),
 }
 
 
@@ -42,6 +46,9 @@ def too_old(installed=metadata.version) -> list[str]:
         if _release(version) < floor:
             wanted = ".".join(map(str, floor))
             lines.append(f"kiln: {name} {version} is older than {wanted} ({why}); pip install -U '{name}>={wanted}'")
+        elif name in BROKEN and _release(version)[:3] in BROKEN[name][0]:
+            releases, why, fixed = BROKEN[name]
+            lines.append(f"kiln: {name} {version} is a broken release ({why}); pip install -U '{name}>={fixed}'")
     return lines
 
 

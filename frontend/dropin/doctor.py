@@ -106,8 +106,7 @@ def format_report(r: dict) -> str:
 
 OK, WARN, FAIL = "ok", "warn", "fail"
 LLVMLITE_FLOOR = (0, 48)  # 0.43-0.44 fail to compile; 0.45-0.47 drop .maxntid/.maxnreg from the PTX
-NVJITLINK_FIX = ("pip install nvidia-nvjitlink (CUDA 13 drivers, >= 580) or nvidia-nvjitlink-cu12 (CUDA 12 drivers), "
-                 "and cuda-bindings")
+NVJITLINK_FIX = "pip install 'kiln[cu13]' (CUDA 13 drivers, >= 580) or 'kiln[cu12]' (CUDA 12 drivers)"
 
 
 def _check(name: str, status: str, detail: str, fix: str | None = None) -> dict:
@@ -151,7 +150,7 @@ def check_driver() -> dict:
     if linker and version // 1000 < linker[0]:  # the driver cannot load the cubins this nvJitLink links
         return _check("driver", WARN, f"CUDA {_cuda_version(version)} is older than nvJitLink {linker[0]}.{linker[1]}: "
                       "kiln loads its kernels' PTX instead of their cubins (JIT at each first launch)",
-                      f"update the driver to CUDA {linker[0]}, or install nvidia-nvjitlink-cu{version // 1000}")
+                      f"update the driver to CUDA {linker[0]}, or pip install 'kiln[cu{version // 1000}]'")
     return _check("driver", OK, f"CUDA {_cuda_version(version)} (cuDriverGetVersion {version})")
 
 
@@ -178,7 +177,7 @@ def check_libdevice() -> dict:
         path = libdevice_path()
     except Exception as e:  # noqa: BLE001 - FileNotFoundError (its message names the package), a broken install
         return _check("libdevice", FAIL, f"not found: kernels that call math functions cannot compile ({e})",
-                      "pip install nvidia-nvvm, or install the CUDA toolkit")
+                      "pip install 'kiln[cu13]' or 'kiln[cu12]', install the CUDA toolkit, or set KILN_LIBDEVICE")
     return _check("libdevice", OK, path)
 
 

@@ -355,9 +355,9 @@ class _Assembler:
 
 
 def _libdevice() -> str | None:
+    from kiln.codegen.backend import libdevice_path  # the libdevice kiln's compiles link
     try:
-        from cuda import pathfinder
-        return str(pathfinder.find_bitcode_lib("device"))
+        return libdevice_path()
     except Exception:  # noqa: BLE001  (no CUDA libdevice here: Inductor then skips what needs it)
         return None
 
