@@ -18,8 +18,10 @@ import weakref
 
 import numpy as np
 
-# storage start -> (weak reference to a tensor over that storage, the storage's end)
+# storage start -> (weak reference to a tensor over that storage, the storage's end), and the
+# starts sorted; storages are distinct allocations, so an address can only be in the one below it
 _found: dict[int, tuple[weakref.ref, int]] = {}
+_starts = np.zeros(0, np.uint64)
 
 
 def _storage_span(tensor) -> tuple[int, int] | None:
@@ -34,18 +36,9 @@ def _storage_span(tensor) -> tuple[int, int] | None:
         return None
 
 
-def _live(entries) -> list[tuple[int, int, object]]:
-    """The entries (lo, weak reference, hi) whose tensor is alive and still over those bytes."""
-    out = []
-    for lo, (ref, hi) in entries:
-        tensor = ref()
-        if tensor is not None and _storage_span(tensor) == (lo, hi):
-            out.append((lo, hi, tensor))
-    return out
-
-
 def _scan() -> None:
     """Index the storages of every live CPU tensor (replacing what an earlier scan found)."""
+    global _starts
     torch = sys.modules.get("torch")
     if torch is None:
         return
@@ -55,12 +48,19 @@ def _scan() -> None:
             span = _storage_span(obj)
             if span is not None and span[1] > span[0]:  # one entry per storage
                 _found.setdefault(span[0], (weakref.ref(obj), span[1]))
+    _starts = np.array(sorted(_found), np.uint64)
 
 
-def _holding(spans, addrs: np.ndarray) -> tuple[list, np.ndarray]:
-    """The spans that hold any of `addrs`, and the addresses none holds."""
+def _lookup(addrs: np.ndarray) -> tuple[list, np.ndarray]:
+    """(lo, hi, tensor) of the indexed storages that hold any of `addrs` (their tensor alive and
+    still over those bytes), and the addresses none holds."""
     held, missing = [], np.ones(len(addrs), bool)
-    for lo, hi, tensor in spans:
+    below = np.searchsorted(_starts, addrs, side="right").astype(np.int64) - 1
+    for lo in _starts[np.unique(below[below >= 0])].tolist():
+        ref, hi = _found[lo]
+        tensor = ref()
+        if tensor is None or _storage_span(tensor) != (lo, hi):
+            continue
         inside = (addrs >= np.uint64(lo)) & (addrs < np.uint64(hi))
         if inside.any():
             held.append((lo, hi, tensor))
@@ -71,9 +71,8 @@ def _holding(spans, addrs: np.ndarray) -> tuple[list, np.ndarray]:
 def buffers_holding(addrs: np.ndarray) -> list[tuple[int, int, object]]:
     """(lo, hi, tensor) of the storages of live CPU tensors that hold any of `addrs`."""
     addrs = np.unique(np.asarray(addrs, np.uint64))
-    held, missing = _holding(_live(list(_found.items())), addrs)
+    held, missing = _lookup(addrs)
     if len(missing):
         _scan()
-        more, _ = _holding(_live(list(_found.items())), missing)
-        held += more
+        held += _lookup(missing)[0]
     return held
