@@ -180,8 +180,8 @@ def test_the_kernels_inductor_generated_are_kept(tmp_path):
 
 
 def test_a_failed_run_of_several_jobs_says_why():
-    run = {"ok": False, "processes": 8, "errors": [{"ok": False, "error": "timed out after 440 s"}]}
-    assert dropin.brief(run) == "FAILED (1+ jobs failed: timed out after 440 s)"
+    run = {"ok": False, "processes": 8, "errors": [{"ok": False, "error": "timed out at 440 s"}]}
+    assert dropin.brief(run) == "FAILED (1+ jobs failed: timed out at 440 s)"
 
 
 def test_each_run_is_kept_as_it_ends(tmp_path):
