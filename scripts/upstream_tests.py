@@ -151,10 +151,10 @@ def extract(git_dir: Path, sha: str, tests: list[str], helpers: list[str], scrat
 
 # ---- running and reading JUnit XML --------------------------------------------------------------
 
-def pytest_command(name: str, xml: Path, timeout: float, keyword: str | None) -> list[str]:
+def pytest_command(name: str, xml: Path, timeout: float, keyword: str | None, marker: str | None = None) -> list[str]:
     cmd = [sys.executable, "-m", "pytest", name, "-q", "-p", "no:cacheprovider", "--device", "cpu",
            f"--junitxml={xml}", f"--timeout={timeout:g}"]
-    return cmd + (["-k", keyword] if keyword else [])
+    return cmd + (["-k", keyword] if keyword else []) + (["-m", marker] if marker else [])
 
 
 def _one_line(text: str | None) -> str:
@@ -197,14 +197,14 @@ def parse_junit(path: Path, result: FileResult) -> None:
             result.failures.append(Failure(test, outcome, reason))
 
 
-def run_file(name: str, scratch: Path, timeout: float, keyword: str | None) -> FileResult:
+def run_file(name: str, scratch: Path, timeout: float, keyword: str | None, marker: str | None = None) -> FileResult:
     result = FileResult(name)
     xml = scratch / "junit" / (name + ".xml")
     xml.parent.mkdir(exist_ok=True)
     xml.unlink(missing_ok=True)  # a kept --scratch may hold an earlier run's report
     env = dict(os.environ, KILN_DROPIN="1", TRITON_INTERPRET="1", PYTHONDONTWRITEBYTECODE="1")
     start = time.monotonic()
-    done = subprocess.run(pytest_command(name, xml, timeout, keyword), cwd=scratch, env=env,
+    done = subprocess.run(pytest_command(name, xml, timeout, keyword, marker), cwd=scratch, env=env,
                           capture_output=True, text=True)
     result.seconds = round(time.monotonic() - start, 1)
     result.returncode = done.returncode
@@ -236,6 +236,7 @@ def markdown(report: dict) -> str:
              f"on {report['machine']}. Each file: `KILN_DROPIN=1 TRITON_INTERPRET=1 python -m pytest FILE -q "
              f"-p no:cacheprovider --device cpu --timeout {report['timeout']:g}`"
              + (f" `-k {report['keyword']!r}`" if report["keyword"] else "")
+             + (f" `-m {report['marker']}`" if report.get("marker") else "")
              + ", upstream's conftest and `_internal_testing.py` unedited. Pass rate: passed / (passed + failed + "
              "errors).", "", f"Made with `{report['command']}`.", "",
              "| file | collected | passed | failed | errors | skipped | pass rate | seconds |",
@@ -269,7 +270,7 @@ def build_report(results: list[FileResult], sha: str, args: argparse.Namespace) 
     return {"date": datetime.date.today().isoformat(), "commit": sha, "kiln": _kiln_revision(),
             "python": platform.python_version(), "machine": f"{platform.machine()} {platform.system()}",
             "command": " ".join(["python", "scripts/upstream_tests.py", *args.argv]),
-            "timeout": args.timeout, "keyword": args.k, "total": total,
+            "timeout": args.timeout, "keyword": args.k, "marker": args.m, "total": total,
             "files": [asdict(r) for r in results]}
 
 
@@ -286,6 +287,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--out", help="directory for the report: DATE-cpu-upstream-language-tests.{json,md}")
     p.add_argument("--timeout", type=float, default=120, help="seconds per test (pytest-timeout; default 120)")
     p.add_argument("-k", help="passed to pytest's -k")
+    p.add_argument("-m", help="passed to pytest's -m: `-m interpreter` is the subset upstream runs in its interpreter")
     p.add_argument("--jobs", type=int, default=1, help="files run at once (default 1)")
     p.add_argument("--scratch", help="directory to extract into and keep (default: a temporary one, removed)")
     args = p.parse_args(argv)
@@ -310,7 +312,7 @@ def main(argv: list[str] | None = None) -> int:
     names = [p.rsplit("/", 1)[-1] for p in tests]
     try:
         with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
-            futures = [pool.submit(run_file, n, scratch, args.timeout, args.k) for n in names]
+            futures = [pool.submit(run_file, n, scratch, args.timeout, args.k, args.m) for n in names]
             for fut in concurrent.futures.as_completed(futures):
                 r = fut.result()
                 print(f"  {r.file}: {r.passed} passed, {r.failed} failed, {r.errors} errors, {r.skipped} skipped"

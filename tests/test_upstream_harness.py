@@ -37,6 +37,7 @@ FAKE = {
             env = os.environ["KILN_DROPIN"], os.environ["TRITON_INTERPRET"]
             assert (device, env, MARK) == ("cpu", ("1", "1"), "stand-in")
 
+        @pytest.mark.interpreter
         @pytest.mark.parametrize("n", [2])
         def test_helper(n):
             assert VALUE == n
@@ -113,6 +114,14 @@ def test_files_and_k_select_what_runs(fake_triton, tmp_path, capsys):
     # laid out flat as a user would: upstream's conftest and _internal_testing beside a shim conftest
     assert {"conftest.py", "conftest_upstream.py", "_internal_testing_upstream.py", "helper.py",
             "test_x.py", "test_broken.py"} <= {p.name for p in scratch.iterdir()}
+
+
+def test_m_runs_the_marked_subset(fake_triton, tmp_path, capsys):
+    repo, sha = fake_triton
+    assert harness.main(["--triton-git", str(repo / ".git"), "--commit", sha, "--files", "test_x.py",
+                         "-m", "interpreter", "--scratch", str(tmp_path / "scratch")]) == 0
+    md = capsys.readouterr().out
+    assert "| test_x.py | 1 | 1 | 0 | 0 | 0 | 100.0% |" in md and "`-m interpreter`" in md
 
 
 @pytest.mark.parametrize("args, message", [
