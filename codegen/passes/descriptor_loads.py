@@ -14,6 +14,10 @@ name = "descriptor_loads"
 
 
 def apply(fn, ctx=None) -> None:
+    names = {op.name for op in fn.walk()}
+    if not names & {"descriptor_load", "tensormap_create"} and \
+            not any("tma_of" in attrs or "global_scratch" in attrs for attrs in fn.arg_attrs):
+        return  # nothing of TMA here (most kernels): five walks of the function saved
     strip(fn, [op for op in fn.walk() if op.name == "descriptor_load"])
     drop_unread_derived_maps(fn, ctx)
     drop_unread_created_maps(fn)
