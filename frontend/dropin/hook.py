@@ -38,6 +38,7 @@ MODULES = {
     "triton.runtime.errors": "kiln.runtime.errors",
     "triton.runtime.jit": "kiln.dropin.jit",
     "triton.runtime._allocation": "kiln.runtime._allocation",
+    "triton._filecheck": "kiln.dropin.filecheck",
 }
 # torch modules that kiln adjusts once they have run, when graph sharing is on (dropin/inductor.py)
 AFTER_IMPORT = {"torch._inductor.remote_cache": "serve_caches",
