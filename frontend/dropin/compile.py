@@ -240,9 +240,11 @@ class CompiledKernel:
         self.runtime_positions = tuple(runtime_positions)
         self.debug = debug
         self.shared = metadata.shared
-        interpreted = interpreted_resources(metadata.num_warps)  # the CPU device's, without a binary
-        self.n_regs = None if binary is not None else interpreted["n_regs"]  # known once loaded on a GPU
-        self.n_spills = binary.metadata.get("n_spills", 0) if binary is not None else interpreted["n_spills"]
+        if binary is not None:
+            self.n_regs, self.n_spills = None, binary.metadata.get("n_spills", 0)  # n_regs: known once loaded
+        else:  # interpreted: the CPU device's resources
+            interpreted = interpreted_resources(metadata.num_warps)
+            self.n_regs, self.n_spills = interpreted["n_regs"], interpreted["n_spills"]
         self.module = self.function = self.run = None
 
     @property
