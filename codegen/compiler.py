@@ -9,6 +9,7 @@ import contextlib
 import dataclasses
 import gc
 import threading
+import time
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
@@ -229,6 +230,25 @@ def _occupancy_link(ptx: str, caps: list[int], link_cubin, ahead=None, threads: 
     return occupancy.best_capped_link(link, caps, highest_first=highest_first) if caps else None
 
 
+# wall ms of each stage of this thread's last compile (`last_stage_ms`): a daemon's log says
+# where a slow compile went without a profiler; kept out of the metadata, which is deterministic
+_stages = threading.local()
+
+
+def last_stage_ms() -> dict[str, float]:
+    """{stage: wall ms} of this thread's last `compile`: lower (passes and lowering), llvm (O3),
+    ptx (NVPTX's emission) and link (nvJitLink, register-cap relinks included)."""
+    return dict(getattr(_stages, "ms", {}))
+
+
+def _stage_done(name: str, started: float) -> float:
+    """Adds the ms since `started` to stage `name`; the time now, for the next stage."""
+    now = time.perf_counter()
+    ms = _stages.__dict__.setdefault("ms", {})
+    ms[name] = ms.get(name, 0.0) + (now - started) * 1e3
+    return now
+
+
 def compile(fn, target: str = "sm_90a", options: dict | None = None, check: bool = False,
             link: bool = True) -> CompiledKernel:
     """Compile block IR `fn` for `target`; `fn` itself is not modified.
@@ -236,17 +256,22 @@ def compile(fn, target: str = "sm_90a", options: dict | None = None, check: bool
     `check=True` verifies the IR after every rewriting pass (tests); `link=False` stops at
     PTX (no cubin, no register counts). `metadata["pass_runs"]`, `["lowerings"]` and `["links"]`
     count the runs of the pass list, of lowering and of nvJitLink the compile took, retries included."""
+    _stages.ms = {}
     return _compile(fn, target, options, check, link, {"pass_runs": 0, "lowerings": 0, "links": 0})
 
 
 def _compile(fn, target: str, options: dict | None, check: bool, link: bool, counts: dict) -> CompiledKernel:
     tgt = parse_target(target)
     opts = _options(options)
+    started = time.perf_counter()
     kir, llir, arg_layout, shared = lower_to_llvm(fn, tgt, opts, check=check, counts=counts)
+    started = _stage_done("lower", started)
     if any("global_scratch" in a for a in arg_layout):  # tensormap.replace came with PTX ISA 8.3
         tgt = dataclasses.replace(tgt, ptx_version=max(tgt.ptx_version, 83))
     mod = backend.optimize(llir, tgt, fn.name)
+    started = _stage_done("llvm", started)
     ptx = backend.emit_ptx(mod, tgt)
+    started = _stage_done("ptx", started)
     cubin, n_regs, n_spills = b"", 0, 0
 
     def link_cubin(text: str):
@@ -255,6 +280,7 @@ def _compile(fn, target: str, options: dict | None, check: bool, link: bool, cou
     if link:
         ahead = _probe_ahead(fn, ptx, opts, 32 * opts["num_warps"], shared, tgt, link_cubin)
         cubin, info = link_cubin(ptx)
+        started = _stage_done("link", started)
         if nvjitlink.wgmma_serialized(info) and _persistent(arg_layout):
             # ptxas serialized the wgmmas of the persistent form (seen with an fp16 result
             # stored to a bf16 tensor: 0.8x); the tile kernel as written keeps them async
@@ -266,7 +292,8 @@ def _compile(fn, target: str, options: dict | None, check: bool, link: bool, cou
             capped = _occupancy_link(ptx, caps, link_cubin, ahead, threads)
             if capped is not None:
                 ptx, cubin, n_regs, n_spills = capped
-            elif caps and _persistent(arg_layout):
+            _stage_done("link", started)  # the relinks under register caps, after the first link
+            if capped is None and caps and _persistent(arg_layout):
                 # no cap fits another CTA without spilling: the tile loop of the persistent
                 # form keeps registers live that the tile kernel as written may not need
                 plain = _compile(_without_persistence(fn), target, options, check, link, counts)

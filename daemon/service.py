@@ -305,13 +305,19 @@ class CompilerService(compiler_pb2_grpc.CompilerServicer):
             self.cache.put_result(req.key, artifacts, metadata)
         except Exception as e:  # noqa: BLE001 - a full disk must not fail the compile
             log.error("key=%s event=cache_write_failed error=%r", req.key[:16], str(e))
-        log.info("key=%s kernel=%s event=compiled ms=%.1f", req.key[:16], req.fn.name, result["compile_ms"])
+        log.info("key=%s kernel=%s event=compiled ms=%.1f cpu_ms=%.0f stages=%s", req.key[:16], req.fn.name,
+                 result["compile_ms"], result.get("cpu_ms", 0.0), _stages_text(result.get("stage_ms") or {}))
         if self.remote is not None:  # before the waiters hear: a prewarm that ends finds every kernel there
             self.remote.put(req.key, artifacts, metadata)  # (a tier that fails is skipped for a while after)
         self.flights.land(req.key, future, result)
 
     def _response(self, req: _Request, result: dict, status) -> pb.CompileResponse:
         return _response_message(req.key, result, status, req.dumps)
+
+
+def _stages_text(stage_ms: dict) -> str:
+    """`decode:3,lower:310,llvm:240,ptx:60,link:520`: where a compile's wall time went."""
+    return ",".join(f"{name}:{ms:.0f}" for name, ms in stage_ms.items()) or "-"
 
 
 def _status_of(error: ConversionError) -> grpc.StatusCode:

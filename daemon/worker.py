@@ -38,14 +38,24 @@ def _plain(value):
     return str(value)
 
 
-def _result(kernel, started: float) -> dict:
+def _result(kernel, started: float, cpu_started: float, stage_ms: dict) -> dict:
     text = lambda name: getattr(kernel, name, "") or ""  # noqa: E731
     return {
         "cubin": bytes(getattr(kernel, "cubin", b"") or b""),
         "ptx": text("ptx"), "llir": text("llir"), "kir": text("kir"),
         "metadata": json.loads(json.dumps(dict(getattr(kernel, "metadata", {}) or {}), default=_plain)),
         "compile_ms": (time.perf_counter() - started) * 1e3,
+        # for the log: the worker's CPU (its threads' too) and each stage's wall time; a compile
+        # much slower than its CPU says the worker waited for a core
+        "cpu_ms": (time.process_time() - cpu_started) * 1e3, "stage_ms": stage_ms,
     }
+
+
+def _stage_ms_of(compile_fn):
+    """A function giving the stage times of the last compile, where the compile function keeps them
+    (kiln's codegen does); else one giving none."""
+    module = importlib.import_module(compile_fn.__module__) if getattr(compile_fn, "__module__", None) else None
+    return getattr(module, "last_stage_ms", None) or dict
 
 
 # Kernels compiled once at start, so that LLVM's targets, the NVPTX backend and nvJitLink are
@@ -126,6 +136,7 @@ def worker_main(conn, compile_fn_path: str) -> None:
         conn.send(("failed", f"cannot load compile function {compile_fn_path}: {type(e).__name__}: {e}"))
         return
     _warm_up(compile_fn)
+    stage_ms = _stage_ms_of(compile_fn)
     conn.send(("ready", os.getpid()))
     while True:
         try:
@@ -135,10 +146,12 @@ def worker_main(conn, compile_fn_path: str) -> None:
         if job is None:
             return
         job_id, ir_bytes, target, options = job
-        started = time.perf_counter()
+        started, cpu_started = time.perf_counter(), time.process_time()
         try:
-            kernel = compile_fn(function_from_bytes(ir_bytes), target, options)
-            reply = (job_id, "ok", _result(kernel, started))
+            fn = function_from_bytes(ir_bytes)
+            decode_ms = (time.perf_counter() - started) * 1e3
+            kernel = compile_fn(fn, target, options)
+            reply = (job_id, "ok", _result(kernel, started, cpu_started, {"decode": decode_ms, **stage_ms()}))
         except Exception as e:  # noqa: BLE001 - a failed compile is an answer, not a crash
             reply = (job_id, "error", (type(e).__name__, str(e), traceback.format_exc()))
         conn.send(reply)

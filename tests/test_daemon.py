@@ -1,5 +1,6 @@
 """The compile daemon with real servers, sockets and worker processes (spawned), running the
 fake compile function `kiln.daemon.fake:compile` in place of codegen."""
+import logging
 import os
 import stat
 import tempfile
@@ -260,12 +261,13 @@ def test_compile_function_that_cannot_load(tmp_path):
         server.stop(0)
 
 
-def test_real_codegen_through_the_daemon(tmp_path):
+def test_real_codegen_through_the_daemon(tmp_path, caplog):
     pytest.importorskip("llvmlite")
     try:
         from kiln.codegen import compile as _  # noqa: F401
     except ImportError as e:
         pytest.skip(f"kiln.codegen is not importable: {e}")
+    caplog.set_level(logging.INFO, logger="kiln.daemon")
     server, port = create_server("127.0.0.1:0", workers=1, cache=Cache(tmp_path / "c"))
     server.start()
     try:
@@ -280,6 +282,12 @@ def test_real_codegen_through_the_daemon(tmp_path):
             assert stub.Compile(req, timeout=30).cache_status == pb.CACHE_HIT
     finally:
         server.stop(0)
+    # the log says where the compile's time went: the worker's CPU and each stage of codegen
+    compiled = [r.getMessage() for r in caplog.records if "event=compiled" in r.getMessage()]
+    assert len(compiled) == 1 and "kernel=real" in compiled[0] and "cpu_ms=" in compiled[0]
+    stages = dict(part.split(":") for part in compiled[0].split("stages=")[1].split(","))
+    assert list(stages) == ["decode", "lower", "llvm", "ptx", "link"]
+    assert all(float(ms) >= 0 for ms in stages.values())
 
 
 def test_identical_requests_are_decoded_once(daemon):
