@@ -20,9 +20,11 @@ from kiln.proto.messages import options_to_proto
 from .auth import bearer
 
 
-def compile_request(fn: Function, target: str, options: dict, include_ir_dumps: bool = False) -> pb.CompileRequest:
-    return pb.CompileRequest(ir=function_to_proto(fn), target=target, options=options_to_proto(options),
-                             include_ir_dumps=include_ir_dumps)
+def compile_request(fn: Function, target: str, options: dict, include_ir_dumps: bool = False,
+                    encoded=None) -> pb.CompileRequest:
+    """`encoded`: fn's `function_to_proto`, where the caller made it already."""
+    return pb.CompileRequest(ir=function_to_proto(fn) if encoded is None else encoded, target=target,
+                             options=options_to_proto(options), include_ir_dumps=include_ir_dumps)
 
 
 _CHANNEL_OPTIONS = [
@@ -83,9 +85,10 @@ class Client:
         return self._stub
 
     def compile(self, fn: Function, target: str, options: dict, include_ir_dumps: bool = False,
-                timeout: float | None = None) -> pb.CompileResponse:
-        """Compile (or fetch from the node cache); raises grpc.RpcError with the daemon's status."""
-        return self.stub.Compile(compile_request(fn, target, options, include_ir_dumps),
+                timeout: float | None = None, encoded=None) -> pb.CompileResponse:
+        """Compile (or fetch from the node cache); raises grpc.RpcError with the daemon's status.
+        `encoded`: fn's `function_to_proto`, where the caller made it already."""
+        return self.stub.Compile(compile_request(fn, target, options, include_ir_dumps, encoded),
                                  timeout=timeout or self.timeout, metadata=self._metadata)
 
     def compile_many(self, kernels: Iterable[tuple[Function, str, dict]],

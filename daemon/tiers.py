@@ -143,15 +143,17 @@ def cached_compile(fn: Function, target: str, options: dict, compile_fn=None) ->
     """The compiled `fn`, from the first tier that has or can make it.
 
     `compile_fn` is the in-process compiler (default `kiln.codegen.compile`)."""
-    from kiln.proto import compile_key  # protobuf: imported when a key is made, not on a warm hit (cached_binary)
-    key = compile_key(fn, target, options)
+    # protobuf: imported when a key is made, not on a warm hit (cached_binary)
+    from kiln.proto import compile_key, function_to_proto
+    encoded = function_to_proto(fn)  # one encoding for the key, the limits and the request (each took 0.03 s
+    key = compile_key(fn, target, options, encoded=encoded)  # for a foreach AdamW step: on the rank's GIL)
     _record(fn, target, options)
     binary = _from_cache(fn.name, target, options, key)
     if binary is None:
         binary = _from_shared(fn.name, target, options, key)
     if binary is None:
-        _check_limits(fn)
-        binary = _from_daemon(fn, target, options, key)
+        _check_limits(fn.name, encoded)
+        binary = _from_daemon(fn, target, options, key, encoded)
     if binary is None:
         binary = _compile_here(fn, target, options, key, compile_fn)
     return binary
@@ -163,14 +165,12 @@ class KernelTooLarge(ValueError):
     2^24 elements)."""
 
 
-def _check_limits(fn: Function) -> None:
-    from kiln.proto.convert import function_to_proto
-
+def _check_limits(name: str, encoded) -> None:
     from . import limits
     try:
-        limits.check_function(function_to_proto(fn))
+        limits.check_function(encoded)
     except limits.TooMuchWork as e:
-        raise KernelTooLarge(f"kernel {fn.name}: {e}; no GPU runs such a kernel well (the daemon refuses it too)") from None
+        raise KernelTooLarge(f"kernel {name}: {e}; no GPU runs such a kernel well (the daemon refuses it too)") from None
 
 
 def _record(fn: Function, target: str, options: dict) -> None:
@@ -223,7 +223,7 @@ def _from_shared(name: str, target: str, options: dict, key: str) -> Binary | No
     return Binary(name, target, kir, llir, ptx, cubin, metadata, key, "shared")
 
 
-def _from_daemon(fn, target, options, key) -> Binary | None:
+def _from_daemon(fn, target, options, key, encoded=None) -> Binary | None:
     address = launch.configured_address()
     if address is None or time.monotonic() < _state.down_until.get(address, 0.0):
         return None
@@ -233,7 +233,7 @@ def _from_daemon(fn, target, options, key) -> Binary | None:
     try:
         if address == launch.default_address():
             launch.ensure_daemon()
-        reply = _state.client(address).compile(fn, target, options, include_ir_dumps=True)
+        reply = _state.client(address).compile(fn, target, options, include_ir_dumps=True, encoded=encoded)
     except grpc.RpcError as e:
         if e.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
                         grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.RESOURCE_EXHAUSTED):

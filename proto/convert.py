@@ -300,11 +300,15 @@ def key_bytes(fn: Function) -> bytes:
     return canonical_forms(fn)[1]
 
 
-def canonical_forms(fn: Function) -> tuple[bytes, bytes]:
-    """`(canonical_bytes(fn), key_bytes(fn))`, from one encoding."""
-    pb = function_to_proto(fn)
+def canonical_forms(fn: Function, encoded: ir_pb2.Function | None = None) -> tuple[bytes, bytes]:
+    """`(canonical_bytes(fn), key_bytes(fn))`, from one encoding: `encoded`, fn's own made already
+    (`function_to_proto(fn)`, left as it was), or a new one."""
+    pb = function_to_proto(fn) if encoded is None else encoded
     canonical = pb.SerializeToString(deterministic=True)
-    places = [str(i) for i in range(len(pb.files))]
+    files = list(pb.files)
     del pb.files[:]
-    pb.files.extend(places)
-    return canonical, pb.SerializeToString(deterministic=True)
+    pb.files.extend(str(i) for i in range(len(files)))
+    keyed = pb.SerializeToString(deterministic=True)
+    del pb.files[:]
+    pb.files.extend(files)
+    return canonical, keyed

@@ -17,17 +17,19 @@ from pathlib import Path
 
 from kiln.ir.core import Function
 
-from .convert import key_bytes
+from .convert import canonical_forms
 
 _DOMAIN = b"kiln.compile_key.v1"
 
 
-def compile_key(fn: Function, target: str, options: dict, compiler_identity: dict | None = None) -> str:
+def compile_key(fn: Function, target: str, options: dict, compiler_identity: dict | None = None,
+                encoded=None) -> str:
     """The hex SHA-256 compile key of `fn` built for `target` with `options`.
 
-    `compiler_identity` defaults to this process's `compiler_identity()`.
+    `compiler_identity` defaults to this process's `compiler_identity()`; `encoded`: fn's
+    `function_to_proto`, where the caller made it already (a miss sends it to the daemon).
     """
-    return key_from_canonical(key_bytes(fn), target, options, compiler_identity)
+    return key_from_canonical(canonical_forms(fn, encoded)[1], target, options, compiler_identity)
 
 
 def key_from_canonical(ir_bytes: bytes, target: str, options: dict, compiler_identity: dict | None = None) -> str:
