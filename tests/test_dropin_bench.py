@@ -125,9 +125,17 @@ def test_node_cpu_from_proc_stat_line():
 
 def test_jobs_run_at_pytorchs_compile_threads(monkeypatch):
     monkeypatch.setenv("TORCHINDUCTOR_COMPILE_THREADS", "2")
-    dirs = {"triton": "t", "inductor": "i", "kiln": "k"}
+    dirs = {"triton": "t", "inductor": "i", "kiln": "k", "cuda": "c"}
     for flavour in ("triton", "kiln"):
         assert "TORCHINDUCTOR_COMPILE_THREADS" not in dropin.flavour_env(flavour, dirs, None)
+
+
+def test_each_run_has_its_own_driver_jit_cache(tmp_path):
+    # nvJitLink relinks a PTX from the driver's JIT cache in 2 ms: a cold run must not find an earlier run's links
+    dirs = dropin.fresh_dirs(str(tmp_path), "cold")
+    for flavour in ("triton", "kiln"):
+        assert dropin.flavour_env(flavour, dirs, None)["CUDA_CACHE_PATH"] == dirs["cuda"]
+    assert dirs["cuda"] != dropin.fresh_dirs(str(tmp_path), "new-node")["cuda"]
 
 
 def test_report_shows_where_the_n_processes_first_steps_went():

@@ -9,6 +9,7 @@ Without KILN_TIMELINE_DIR nothing is wrapped.
 """
 import atexit
 import functools
+import gc
 import importlib.abc
 import json
 import os
@@ -30,6 +31,7 @@ STAGES = {
     # the rank's own pipeline, for the critical path across ranks (timeline_report.py --chain)
     "torch._dynamo.convert_frame": ["_compile"],
     "torch._dynamo.output_graph": ["OutputGraph.call_user_compiler"],
+    "torch._dynamo.guards": ["CheckFunctionManager.__init__"],  # a graph's guards, built after its compile
     "torch._inductor.compile_fx": ["compile_fx_inner"],
     "torch._inductor.graph": ["GraphLowering.run", "GraphLowering.codegen"],
     "torch._inductor.async_compile": ["_load_triton_kernel_from_source", "AsyncCompile.wait"],
@@ -95,6 +97,21 @@ def _install(directory: str) -> None:
             return spec
 
     sys.meta_path.insert(0, WrapOnImport())
+
+    collecting = {}
+
+    def gc_pause(phase, info):
+        """The cycle collector's full passes as stages ("gc gen2"): a full pass over a
+        heap holding PyTorch and Dynamo's objects can take a good part of a second."""
+        if info.get("generation") != 2:  # the younger ones are many and short
+            return
+        if phase == "start":
+            collecting[threading.get_ident()] = time.time()
+        elif threading.get_ident() in collecting:
+            begin = collecting.pop(threading.get_ident())
+            events.append(("gc gen2", threading.current_thread().name, begin - start,
+                           time.time() - start))
+    gc.callbacks.append(gc_pause)
 
     @atexit.register
     def write():
