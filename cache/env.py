@@ -41,6 +41,9 @@ kiln): KILN_DROPIN and KILN_SHARE_GRAPHS; Triton's own TRITON_* variables are it
                         benchmarks for itself
     KILN_GRAPH_WAIT_S   how long a rank waits for another's graph before compiling it itself
                         (default 600)
+    KILN_DEFER_FULL_GC  under graph sharing: 1 (default) keeps the cycle collector's full passes
+                        out of Dynamo's frame compiles (the young generations are still collected;
+                        the full pass comes after); 0: Python's default, a full pass whenever due
     KILN_LIBDEVICE      the libdevice.10.bc that kernels' math functions link (default: the first
                         found in the CUDA wheels, a conda environment, the CUDA toolkit or
                         Triton's wheel: kiln.codegen.backend.libdevice_path)
@@ -140,6 +143,10 @@ def followers_trace(environ=os.environ) -> bool:
 
 def autotune_once(environ=os.environ) -> bool:
     return _switch("KILN_AUTOTUNE_ONCE", True, environ)
+
+
+def defer_full_gc(environ=os.environ) -> bool:
+    return _switch("KILN_DEFER_FULL_GC", True, environ)
 
 
 def graph_wait_seconds() -> float:

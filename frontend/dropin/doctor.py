@@ -310,6 +310,7 @@ def check_sharing(environ: dict) -> dict:
                 f"KILN_BACKWARD_AHEAD {'on' if ahead_on else 'off'}",
                 f"KILN_FOLLOWERS_TRACE {'on' if ahead_on and env.followers_trace(environ) else 'off'}",
                 f"KILN_AUTOTUNE_ONCE {'on' if graphs and env.autotune_once(environ) else 'off'}",
+                f"KILN_DEFER_FULL_GC {'on' if graphs and env.defer_full_gc(environ) else 'off'}",
                 f"KILN_REMOTE_CACHE {'on' if env.remote_cache_url(environ) else 'off'}",
                 f"KILN_DAEMON {daemon}"]
     ahead = _backward_ahead_probe(environ) if dropin and ahead_on else "on"

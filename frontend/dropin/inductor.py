@@ -12,6 +12,8 @@ What every rank of a job otherwise does for itself:
   GPU; the others, launching it at the same moment, wait for its choice and launch that
   (KILN_AUTOTUNE_ONCE): the node's GPUs are of one model (PyTorch's key covers the device), and
   eight ranks timing the same configs at once on one GPU only slow each other.
+- Its collector. The full passes of Python's cycle collector, which walk the whole heap, wait until
+  a frame compile ends (`kiln.dropin.collector`, KILN_DEFER_FULL_GC).
 - Its compile-worker pool (one process per core, in every rank). Inductor's kernel compiles
   go to threads of the rank instead, which hand each kernel to the node daemon's pool; the
   Python part left in the rank (loading the kernel's module, building kiln's IR) is small.
@@ -46,6 +48,15 @@ def namespace_of(key: str) -> str:
     """The cache a key is of: PyTorch formats them as `pt2:<cache id>::<key>:c<version>`."""
     match = _NAMESPACE.match(key)
     return match.group(1) if match else "other"
+
+
+def defer_full_collections(convert_frame) -> None:
+    """Run when `torch._dynamo.convert_frame` is imported (KILN_DEFER_FULL_GC): each frame compile
+    (Dynamo, AOTAutograd, Inductor and the kernel waits) runs without the collector's full passes
+    (`kiln.dropin.collector`)."""
+    if env.defer_full_gc():
+        from . import collector
+        convert_frame._compile = collector.around(convert_frame._compile)
 
 
 def serve_caches(remote_cache) -> None:
