@@ -41,6 +41,10 @@ kiln): KILN_DROPIN and KILN_SHARE_GRAPHS; Triton's own TRITON_* variables are it
                         benchmarks for itself
     KILN_GRAPH_WAIT_S   how long a rank waits for another's graph before compiling it itself
                         (default 600)
+    KILN_FOREACH_ARGS   under graph sharing, with the node daemon: the most arguments of one of
+                        Inductor's foreach kernels (default 64; 0: PyTorch's own, 250), so that an
+                        optimizer step is several kernels the daemon's workers compile at once
+                        instead of one that takes several times as long
     KILN_DEFER_FULL_GC  under graph sharing: 1 (default) keeps the cycle collector's full passes
                         out of Dynamo's frame compiles (the young generations are still collected;
                         the full pass comes after); 0: Python's default, a full pass whenever due
@@ -143,6 +147,18 @@ def followers_trace(environ=os.environ) -> bool:
 
 def autotune_once(environ=os.environ) -> bool:
     return _switch("KILN_AUTOTUNE_ONCE", True, environ)
+
+
+def foreach_args(environ=os.environ) -> int | None:
+    """KILN_FOREACH_ARGS (default 64), None for PyTorch's own limit (0)."""
+    text = environ.get("KILN_FOREACH_ARGS", "").strip()
+    try:
+        value = int(text) if text else 64
+    except ValueError:
+        raise ValueError(f"KILN_FOREACH_ARGS={text!r}: expected a number of arguments (0: PyTorch's own)") from None
+    if value < 0:
+        raise ValueError(f"KILN_FOREACH_ARGS={text!r}: expected a number of arguments (0: PyTorch's own)")
+    return value or None
 
 
 def defer_full_gc(environ=os.environ) -> bool:

@@ -295,6 +295,15 @@ def check_shared_tier() -> dict:
     return _check("shared tier", OK, detail)
 
 
+def _foreach_args(graphs: bool, daemon: str, environ: dict) -> str:
+    from kiln.cache import env
+    try:
+        limit = env.foreach_args(environ)
+    except ValueError as e:
+        return f"not understood ({e})"
+    return str(limit) if graphs and daemon != "off" and limit is not None else "PyTorch's own"
+
+
 def check_sharing(environ: dict) -> dict:
     """Which sharing paths this environment turns on."""
     from kiln.cache import env
@@ -311,6 +320,7 @@ def check_sharing(environ: dict) -> dict:
                 f"KILN_FOLLOWERS_TRACE {'on' if ahead_on and env.followers_trace(environ) else 'off'}",
                 f"KILN_AUTOTUNE_ONCE {'on' if graphs and env.autotune_once(environ) else 'off'}",
                 f"KILN_DEFER_FULL_GC {'on' if graphs and env.defer_full_gc(environ) else 'off'}",
+                f"KILN_FOREACH_ARGS {_foreach_args(graphs, daemon, environ)}",
                 f"KILN_REMOTE_CACHE {'on' if env.remote_cache_url(environ) else 'off'}",
                 f"KILN_DAEMON {daemon}"]
     ahead = _backward_ahead_probe(environ) if dropin and ahead_on else "on"

@@ -42,6 +42,7 @@ MODULES = {
 }
 # torch modules that kiln adjusts once they have run, when graph sharing is on (dropin/inductor.py)
 AFTER_IMPORT = {"torch._dynamo.convert_frame": "defer_full_collections",
+                "torch._inductor.config": "split_foreach_kernels",
                 "torch._inductor.remote_cache": "serve_caches",
                 "torch._inductor.async_compile": "use_node_pool",
                 "torch._functorch._aot_autograd.graph_compile": "compile_backward_ahead",

@@ -12,6 +12,7 @@ What every rank of a job otherwise does for itself:
   GPU; the others, launching it at the same moment, wait for its choice and launch that
   (KILN_AUTOTUNE_ONCE): the node's GPUs are of one model (PyTorch's key covers the device), and
   eight ranks timing the same configs at once on one GPU only slow each other.
+- Its foreach kernels, split into groups the daemon's workers compile at once (KILN_FOREACH_ARGS).
 - Its collector. The full passes of Python's cycle collector, which walk the whole heap, wait until
   a frame compile ends (`kiln.dropin.collector`, KILN_DEFER_FULL_GC).
 - Its compile-worker pool (one process per core, in every rank). Inductor's kernel compiles
@@ -57,6 +58,20 @@ def defer_full_collections(convert_frame) -> None:
     if env.defer_full_gc():
         from . import collector
         convert_frame._compile = collector.around(convert_frame._compile)
+
+
+def split_foreach_kernels(config) -> None:
+    """Run when `torch._inductor.config` is imported (KILN_FOREACH_ARGS, with the node daemon): Inductor's
+    foreach kernels take at most that many arguments. An AdamW step over a model's parameters is
+    otherwise one kernel of up to 250 (19 parameters of the MLP: 1.3-1.5 s to compile on an H200 host,
+    two thirds of it ptxas, on the critical path of the first step); in kernels of ~4 parameters the
+    daemon's workers compile them at once. The arithmetic per element is the same: so are the
+    results. A value the user sets after the import is theirs."""
+    from kiln.daemon import launch
+
+    limit = env.foreach_args()
+    if limit is not None and launch.configured_address() is not None and hasattr(config, "combo_kernel_max_num_args"):
+        config.combo_kernel_max_num_args = min(limit, config.combo_kernel_max_num_args)
 
 
 def serve_caches(remote_cache) -> None:
