@@ -145,8 +145,10 @@ def cached_compile(fn: Function, target: str, options: dict, compile_fn=None) ->
     `compile_fn` is the in-process compiler (default `kiln.codegen.compile`)."""
     # protobuf: imported when a key is made, not on a warm hit (cached_binary)
     from kiln.proto import compile_key, function_to_proto
-    encoded = function_to_proto(fn)  # one encoding for the key, the limits and the request (each took 0.03 s
-    key = compile_key(fn, target, options, encoded=encoded)  # for a foreach AdamW step: on the rank's GIL)
+    # one encoding for the key, the limits and the request: each took 0.03 s of the rank's GIL for
+    # a foreach AdamW step
+    encoded = function_to_proto(fn)
+    key = compile_key(fn, target, options, encoded=encoded)
     _record(fn, target, options)
     binary = _from_cache(fn.name, target, options, key)
     if binary is None:
