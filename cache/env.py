@@ -17,8 +17,9 @@ kiln): KILN_DROPIN and KILN_SHARE_GRAPHS; Triton's own TRITON_* variables are it
     KILN_DAEMON_TOKEN   the token a daemon listening on TCP demands, and clients present
     KILN_DAEMON_TLS_CA  a PEM file of the CA that signed a TCP daemon's certificate: clients
                         then speak TLS to it and verify it
-    KILN_DAEMON_PLAINTEXT_TOKEN  1: send the token to a TCP daemon without TLS beyond loopback
-                        (by default a client refuses: the token would cross the network in clear)
+    KILN_DAEMON_PLAINTEXT_TOKEN  1: send the token to a TCP daemon without TLS, loopback included
+                        (by default a client refuses: the token would cross the network in clear,
+                        and on loopback reach whoever holds the port; TLS or a Unix socket only)
     KILN_MANIFEST       a file to which every kernel a run uses is appended (for `kiln prewarm`)
     KILN_REMOTE_CACHE   the shared tier: redis://[user:pass@]host:port/db, or rediss:// for TLS;
                         unset: none

@@ -286,7 +286,8 @@ def _start_in_background(forwarded: list[str]) -> int:
               f"(more in {launch.log_file()})", file=sys.stderr)
         return 1
     where = "KILN_DAEMON_TOKEN" if env.daemon_token() else launch.token_file()
-    print(f"kiln daemon serving at {address} (clients present the token in {where})")
+    clear = "" if "--tls-cert" in forwarded else ", over plaintext only with KILN_DAEMON_PLAINTEXT_TOKEN=1"
+    print(f"kiln daemon serving at {address} (clients present the token in {where}{clear})")
     return 0
 
 
@@ -459,7 +460,7 @@ def _daemon_stats(address: str, tls_ca):
     """(the daemon's StatsResponse, None, RUNNING), or (None, why not, its LSB status code)."""
     import grpc
 
-    from .client import Client
+    from .client import Client, PlaintextToken
     from .tls import TLSError
 
     hint = _others() if address == launch.default_address() else ""
@@ -474,7 +475,7 @@ def _daemon_stats(address: str, tls_ca):
             return None, (f"UNAUTHENTICATED; it wants its token in KILN_DAEMON_TOKEN (a daemon of yours started "
                           f"with --listen leaves it in {launch.token_file()})"), UNKNOWN
         return None, f"{e.code().name}{hint}", _silent_code(address)
-    except paths.UnsafePathError as e:
+    except (paths.UnsafePathError, PlaintextToken) as e:
         return None, str(e), UNKNOWN
     except TLSError as e:
         raise UsageError(str(e)) from None

@@ -37,23 +37,19 @@ _CHANNEL_OPTIONS = [
 
 
 class PlaintextToken(ValueError):
-    """A token about to cross a network in the clear."""
+    """A token about to leave over plaintext TCP."""
 
 
 def _check_plaintext_token(address: str) -> None:
-    import ipaddress
-
+    """A token goes over TLS or a Unix socket (mode 0600). Plaintext TCP carries it in the clear, and
+    on loopback too it goes to whoever holds the port: any user of the host can bind one the daemon
+    is not bound to (it stopped, or never started). KILN_DAEMON_PLAINTEXT_TOKEN=1 sends it all the same."""
     from kiln.cache import env
     if address.startswith("unix:") or env.daemon_plaintext_token_ok():
         return
-    host = address.rsplit(":", 1)[0].strip("[]")
-    try:
-        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        loopback = False
-    if not loopback:
-        raise PlaintextToken(f"kiln: not sending the daemon token to {address} in the clear: set KILN_DAEMON_TLS_CA "
-                             "(the daemon's CA) to speak TLS, or KILN_DAEMON_PLAINTEXT_TOKEN=1 on a network you trust")
+    raise PlaintextToken(f"not sending the daemon token to {address} over plaintext TCP (whoever holds the "
+                         "port gets it, loopback too): set KILN_DAEMON_TLS_CA to the daemon's CA to speak TLS, use "
+                         "its Unix socket, or set KILN_DAEMON_PLAINTEXT_TOKEN=1 to send it anyway")
 
 
 class Client:
@@ -61,7 +57,7 @@ class Client:
 
     def __init__(self, address: str, token: str | None = None, timeout: float = 600.0, tls_ca=None):
         """`tls_ca`: a PEM file of the CA that signed the daemon's certificate: speak TLS and verify it.
-        A token goes only over TLS, a Unix socket or loopback, unless KILN_DAEMON_PLAINTEXT_TOKEN=1."""
+        A token goes only over TLS or a Unix socket, unless KILN_DAEMON_PLAINTEXT_TOKEN=1 (PlaintextToken)."""
         if token and not tls_ca:
             _check_plaintext_token(address)
         self.address, self.timeout, self.tls_ca = address, timeout, tls_ca

@@ -115,13 +115,19 @@ def test_prewarm_of_one_kernel_says_kernel(tmp_path, unix_daemon):
     assert out.stdout.startswith("prewarmed 1 kernel: compiled 1"), out.stdout + out.stderr
 
 
-def test_status_and_stop_reach_a_daemon_started_with_listen(node):
-    kiln_cmd("daemon", "start", "--listen", "127.0.0.1:0", *FAKE_ARGS, env=node, check=True)
+def test_status_and_stop_reach_a_daemon_started_with_listen(node, monkeypatch):
+    started = kiln_cmd("daemon", "start", "--listen", "127.0.0.1:0", *FAKE_ARGS, env=node, check=True)
+    assert "KILN_DAEMON_PLAINTEXT_TOKEN=1" in started.stdout  # it serves plaintext: how its clients may reach it
     deadline = time.monotonic() + 120
     while not launch.other_daemons():
         assert time.monotonic() < deadline, "the daemon never wrote its pid file"
         time.sleep(0.05)
     [(address, pid)] = launch.other_daemons()
+    refused = kiln_cmd("daemon", "status", "--address", address, env=node)  # its token, not over plaintext unasked
+    assert refused.returncode == 4 and "KILN_DAEMON_PLAINTEXT_TOKEN=1" in refused.stderr, refused.stderr
+    assert "Traceback" not in refused.stderr
+    monkeypatch.setenv("KILN_DAEMON_PLAINTEXT_TOKEN", "1")
+    node = {**node, "KILN_DAEMON_PLAINTEXT_TOKEN": "1"}
     while not Client(address, token=launch.own_token(address)).healthy(1.0):
         assert time.monotonic() < deadline
     status = kiln_cmd("daemon", "status", "--json", "--address", address, env=node)

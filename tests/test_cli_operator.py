@@ -101,8 +101,9 @@ def test_version_python_m_kiln_and_bare_kiln(node):
     assert group.returncode == 2 and "kiln cache: error: name a command" in group.stderr and "export" in group.stderr
 
 
-def test_start_on_port_0_prints_the_port_it_serves(node):
+def test_start_on_port_0_prints_the_port_it_serves(node, monkeypatch):
     from kiln.daemon.client import Client
+    monkeypatch.setenv("KILN_DAEMON_PLAINTEXT_TOKEN", "1")  # its token over plaintext loopback: the user's say-so
     out = kiln("daemon", "start", "--listen", "127.0.0.1:0", *FAKE_ARGS, env=node)
     assert out.returncode == 0, out.stderr
     head, _, rest = out.stdout.partition("kiln daemon serving at 127.0.0.1:")

@@ -143,7 +143,8 @@ def test_a_daemon_that_exited_unwaited_counts_as_stopped():
     assert _running(os.getpid())
 
 
-def test_tcp_needs_the_token(tmp_path):
+def test_tcp_needs_the_token(tmp_path, monkeypatch):
+    monkeypatch.setenv("KILN_DAEMON_PLAINTEXT_TOKEN", "1")  # plaintext TCP carries a token only when told to
     server, port = create_server("127.0.0.1:0", "kiln.daemon.fake:compile", workers=1,
                                  cache=Cache(tmp_path / "c"), token="s3cret")
     server.start()

@@ -13,7 +13,7 @@ import pytest
 
 from kiln.cache import Cache
 from kiln.daemon import cli, create_server, tiers
-from kiln.daemon.client import Client
+from kiln.daemon.client import Client, PlaintextToken
 from kiln.daemon.tls import TLSError, channel_credentials, server_credentials
 from kiln.ir import parse_function
 
@@ -51,8 +51,12 @@ def test_a_client_with_the_ca_and_the_token_compiles(daemon, pki):
     assert reply.cubin and "remote_k" in reply.ptx
 
 
-def test_clients_without_the_ca_or_the_token_are_refused(daemon, pki):
-    for refused in (Client(daemon, token=TOKEN),                       # plaintext to a TLS port
+def test_clients_without_the_ca_or_the_token_are_refused(daemon, pki, monkeypatch):
+    monkeypatch.delenv("KILN_DAEMON_PLAINTEXT_TOKEN", raising=False)
+    with pytest.raises(PlaintextToken):  # a token and no CA: the client sends nothing
+        Client(daemon, token=TOKEN)
+    monkeypatch.setenv("KILN_DAEMON_PLAINTEXT_TOKEN", "1")
+    for refused in (Client(daemon, token=TOKEN),                       # plaintext to a TLS port, told to
                     Client(daemon, token=TOKEN, tls_ca=pki["other_ca"])):  # a server it cannot verify
         with refused:
             assert _code(lambda: refused.stats(timeout=10)) == grpc.StatusCode.UNAVAILABLE
@@ -78,15 +82,18 @@ def test_a_host_without_a_toolkit_compiles_through_the_remote_daemon(daemon, pki
 
 def test_a_client_without_the_ca_warns_once_and_compiles_here(daemon, monkeypatch, tmp_path):
     from kiln.daemon import fake
-    monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("KILN_DAEMON", daemon)
     monkeypatch.setenv("KILN_DAEMON_TOKEN", TOKEN)
     monkeypatch.delenv("KILN_DAEMON_TLS_CA", raising=False)
-    monkeypatch.setattr(tiers, "_state", tiers._State())
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        assert tiers.cached_compile(FN, "sm_80", {}, compile_fn=fake.compile).source == "local"
-    assert len(caught) == 1 and "UNAVAILABLE" in str(caught[0].message)
+    for plaintext_ok, said in (("0", "KILN_DAEMON_PLAINTEXT_TOKEN=1"), ("1", "UNAVAILABLE")):
+        monkeypatch.setenv("KILN_DAEMON_PLAINTEXT_TOKEN", plaintext_ok)  # "0": the token stays here; "1": TLS refuses
+        monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / f"cache{plaintext_ok}"))
+        monkeypatch.setattr(tiers, "_state", tiers._State())
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            assert tiers.cached_compile(FN, "sm_80", {}, compile_fn=fake.compile).source == "local"
+            assert tiers.cached_compile(FN, "sm_80", {}, compile_fn=fake.compile).source == "cache"
+        assert len(caught) == 1 and said in str(caught[0].message), [str(w.message) for w in caught]
 
 
 def test_bad_tls_files_are_one_line_errors(pki, tmp_path):
@@ -121,8 +128,10 @@ def test_cli_serves_tls_and_status_needs_the_ca(pki, tmp_path):
             time.sleep(0.2)
         assert with_ca.returncode == 0, with_ca.stderr
         assert f"kiln daemon at 127.0.0.1:{port}" in with_ca.stdout
-        without = subprocess.run(status, env=env, capture_output=True, text=True)
-        assert without.returncode == 4 and "UNAVAILABLE" in without.stderr  # LSB: running (its pid lives), status unknown
+        without = subprocess.run(status, env=env, capture_output=True, text=True)  # the token stays here
+        assert without.returncode == 4 and "KILN_DAEMON_TLS_CA" in without.stderr  # LSB: status unknown
+        told = subprocess.run(status, env={**env, "KILN_DAEMON_PLAINTEXT_TOKEN": "1"}, capture_output=True, text=True)
+        assert told.returncode == 4 and "UNAVAILABLE" in told.stderr  # LSB: running (its pid lives), status unknown
     finally:
         proc.terminate()
         _, err = proc.communicate(timeout=60)
