@@ -33,6 +33,14 @@ class SourceInfo:
         return linecache.getline(self.file, line) or None
 
 
+@dataclass(frozen=True)
+class SourceRecord:
+    """`JITFunction.rewriter`: the function, its file and the file's line of its `def` (Triton's names)."""
+    fn: object
+    filename: str
+    def_file_lineno: int
+
+
 def read_source(fn) -> SourceInfo:
     """The source of `fn`: from its file through `inspect`, else (a function built by `exec()`
     from a string) the string the caller handed to `exec`, recognised by compiling it."""
@@ -170,6 +178,20 @@ class JITFunction(KernelInterface):
     @property
     def starting_line_number(self) -> int:
         return self.fn.__code__.co_firstlineno
+
+    @property
+    def rewriter(self) -> SourceRecord:
+        """Where the interpreter reads this function from (Triton's `kernel.rewriter`): its file and the
+        file's line of its `def` (`def_file_lineno`), which errors and line info count from."""
+        info = self.source_info()
+        return SourceRecord(self.fn, info.file, info.first_line)
+
+    def rewrite(self) -> ast.Module:
+        """The function as the interpreter reads it: the AST that kiln builds block IR from (Triton's
+        interpreter rewrites it into a Python function instead), numbered by the file's lines."""
+        tree = ast.parse(self.src)
+        ast.increment_lineno(tree, self.source_info().first_line - 1)
+        return tree
 
     @property
     def src(self) -> str:

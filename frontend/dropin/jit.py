@@ -68,14 +68,11 @@ def mangle_type(arg, specialize: bool = False) -> str:
 
 def get_jit_fn_file_line(fn) -> tuple[str, int]:
     """The file of a kernel (or an autotuner or heuristics around one) and the line of its `def`."""
-    while not hasattr(fn, "src"):
+    while not hasattr(fn, "rewriter"):
         if not hasattr(fn, "fn"):
             raise TypeError(f"{fn!r:.60} is no @jit function nor a wrapper of one")
         fn = fn.fn
-    import inspect
-    lines, first = inspect.getsourcelines(fn.fn)
-    offset = next((i for i, line in enumerate(lines) if line.lstrip().startswith("def ")), 0)
-    return fn.fn.__code__.co_filename, first + offset
+    return fn.rewriter.filename, fn.rewriter.def_file_lineno
 
 
 @dataclass(frozen=True)
