@@ -322,3 +322,60 @@ def test_a_scope_without_launches_on_the_gpu_is_timed_on_the_current_stream(tmp_
     tree, _ = _load(tmp_path / "gpu.hatchet")
     assert recorded[:2] == [9, 9]
     assert _child(_child(tree, "cublas"), proton.OUTSIDE_KILN)["metrics"]["time (ns)"] == 500000
+
+
+def _profile_for_the_viewer(tmp_path, fake_clock):
+    """fp16 scope of 2 launches (2 ms, 4e9 flops16, 1e6 bytes) and a copy of 1 launch (0.5 ms)."""
+    x, y = np.zeros(16, np.float32), np.zeros(16, np.float32)
+    fake_clock.extend([1_500_000, 500_000, 500_000])
+    proton.start(str(tmp_path / "v"))
+    with proton.scope("matmul fp16", {"flops16": 4e9, "bytes": 1e6}):
+        _fill[(1,)](x, 1.0, N=16)
+        _fill[(1,)](x, 2.0, N=16)
+    with proton.scope("copy"):
+        _copy[(1,)](x, y, N=16)
+    proton.finalize()
+    return str(tmp_path / "v.hatchet")
+
+
+def test_viewer_derives_proton_metrics_inclusively(tmp_path, fake_clock):
+    from kiln.profiler import viewer
+    tree, metrics = viewer.parse(["tflop16/s", "time/ms", "avg_time/us", "gbyte/s", "count"],
+                                 _profile_for_the_viewer(tmp_path, fake_clock))
+    assert metrics == ["tflop16/s", "time/ms", "avg_time/us", "gbyte/s", "count"]
+    names = {c.name: c for c in tree.children}
+    fp16 = names["matmul fp16"]
+    assert fp16.values["time/ms"] == pytest.approx(2.0) and fp16.values["count"] == 2
+    assert fp16.values["tflop16/s"] == pytest.approx(4e9 / 2e-3 / 1e12)  # 2 TFLOP/s
+    assert fp16.values["gbyte/s"] == pytest.approx(1e6 / 2e-3 / 1e9)
+    assert fp16.values["avg_time/us"] == pytest.approx(1000.0)
+    assert tree.values["time/ms"] == pytest.approx(2.5)  # the root holds the whole profile
+    assert names["copy"].values["time/ms"] == pytest.approx(0.5)
+    import math
+    assert math.isnan(names["copy"].values["tflop16/s"])  # no flops measured there
+
+
+def test_viewer_prints_a_tree_and_filters_it(tmp_path, fake_clock, capsys):
+    from kiln.profiler import viewer
+    path = _profile_for_the_viewer(tmp_path, fake_clock)
+    tree, metrics = viewer.parse(["time/ms"], path, exclude="^copy$")
+    viewer.print_tree(tree, metrics)
+    out = capsys.readouterr().out.splitlines()
+    assert out[:3] == ["2.000 ROOT", "└─ 2.000 matmul fp16", "   └─ 2.000 _fill"]  # the excluded scope is gone
+    tree, metrics = viewer.parse(["time/ms"], path, threshold=0.5)  # copy is 0.5 of 2.5: below half
+    assert [c.name for c in tree.children] == ["matmul fp16"]
+    assert viewer.main(["-m", "time/us", "--print-sorted", path]) == 0
+    printed = capsys.readouterr().out
+    assert printed.index("matmul fp16") < printed.index("copy") and "2500.000 ROOT" in printed
+
+
+def test_viewer_refuses_what_the_file_cannot_give(tmp_path, fake_clock, capsys):
+    from kiln.profiler import viewer
+    path = _profile_for_the_viewer(tmp_path, fake_clock)
+    with pytest.raises(ValueError, match="'flops8' is not in"):
+        viewer.parse(["flops8"], path)
+    with pytest.raises(ValueError, match="util"):
+        viewer.parse(["util"], path)
+    (tmp_path / "bad.hatchet").write_text('{"not": "a profile"}')
+    assert viewer.main(["-m", "time/ms", str(tmp_path / "bad.hatchet")]) == 2
+    assert "not a profile" in capsys.readouterr().err

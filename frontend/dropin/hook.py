@@ -39,6 +39,8 @@ MODULES = {
     "triton.runtime.jit": "kiln.dropin.jit",
     "triton.runtime._allocation": "kiln.runtime._allocation",
     "triton._filecheck": "kiln.dropin.filecheck",
+    "triton._C": "kiln.dropin.libtriton",  # the C++ extension: only what tutorials take from it
+    "triton._C.libtriton": "kiln.dropin.libtriton",
 }
 # torch modules that kiln adjusts once they have run, when graph sharing is on (dropin/inductor.py)
 AFTER_IMPORT = {"torch._dynamo.convert_frame": "defer_full_collections",

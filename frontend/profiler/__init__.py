@@ -193,10 +193,10 @@ def _scope_timers() -> list:
 def _start_scope_timer():
     if not _active:
         return None
-    from . import config
+    from kiln import config
     if config.interpret():
         return _HostTiming()
-    from .runtime import cuda_driver as drv
+    from kiln.runtime import cuda_driver as drv
     if not drv.is_available():
         return None
     return _EventTiming(drv.device_and_stream()[1])
@@ -301,24 +301,24 @@ class _EventTiming:
     """GPU work between two CUDA events on a stream; read once the end event completes."""
 
     def __init__(self, stream: int):
-        from .runtime import cuda_driver as drv
+        from kiln.runtime import cuda_driver as drv
         cu, self.device, self.stream = drv.cuda(), drv.device_and_stream()[0], stream
         self.start, self.end = (drv.check(cu.cuEventCreate(0), "cuEventCreate") for _ in range(2))
         self.read = None
         drv.check(cu.cuEventRecord(self.start, stream), "cuEventRecord")
 
     def stop(self):
-        from .runtime import cuda_driver as drv
+        from kiln.runtime import cuda_driver as drv
         drv.check(drv.cuda().cuEventRecord(self.end, self.stream), "cuEventRecord")
 
     def discard(self):
-        from .runtime import cuda_driver as drv
+        from kiln.runtime import cuda_driver as drv
         for event in (self.start, self.end):
             drv.check(drv.cuda().cuEventDestroy(event), "cuEventDestroy")
 
     def result(self):
         if self.read is None:  # one timing may be filed in several sessions
-            from .runtime import cuda_driver as drv
+            from kiln.runtime import cuda_driver as drv
             cu = drv.cuda()
             drv.check(cu.cuEventSynchronize(self.end), "cuEventSynchronize")
             ms = drv.check(cu.cuEventElapsedTime(self.start, self.end), "cuEventElapsedTime")
@@ -365,7 +365,7 @@ def _device_info(device_type: str, device_id: int) -> dict:
     """The properties proton's viewer reads for its utilization metrics."""
     if device_type != "CUDA":
         return {}
-    from .runtime import cuda_driver as drv
+    from kiln.runtime import cuda_driver as drv
     props = {key: drv._device_attribute(device_id, f"CU_DEVICE_ATTRIBUTE_{attr}") for key, attr in (
         ("clock_rate", "CLOCK_RATE"), ("memory_clock_rate", "MEMORY_CLOCK_RATE"),
         ("bus_width", "GLOBAL_MEMORY_BUS_WIDTH"), ("num_sms", "MULTIPROCESSOR_COUNT"))}
