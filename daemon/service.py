@@ -292,6 +292,7 @@ class CompilerService(compiler_pb2_grpc.CompilerServicer):
             result = job.result()
         except Exception as e:  # noqa: BLE001 - whatever it is, the waiters must hear of it
             error = e if isinstance(e, CompileError) else CompileError("INTERNAL", f"{type(e).__name__}: {e}")
+            error = _asm_refused(error, req.fn)
             self.stats.count("errors")
             log.warning("key=%s event=compile_failed code=%s error=%r", req.key[:16], error.code, error.message)
             self.flights.land(req.key, future, error=error)
@@ -313,6 +314,17 @@ class CompilerService(compiler_pb2_grpc.CompilerServicer):
 
     def _response(self, req: _Request, result: dict, status) -> pb.CompileResponse:
         return _response_message(req.key, result, status, req.dumps)
+
+
+def _asm_refused(error: CompileError, fn: Function) -> CompileError:
+    """ptxas refusing the PTX of a kernel that holds inline assembly: the request's PTX text, which kiln
+    passes on unread (the verifier checks its operands and constraints), so INVALID_ARGUMENT, not INTERNAL."""
+    if error.code != "INTERNAL" or not error.message.startswith("PTXAssembleError"):
+        return error
+    if not any(op.name == "inline_asm" for op in fn.walk()):
+        return error  # kiln's own PTX: kiln's bug
+    return CompileError("INVALID_ARGUMENT", f"ptxas refused the PTX of a kernel with inline assembly: {error.message}",
+                        error.details)
 
 
 def _stages_text(stage_ms: dict) -> str:

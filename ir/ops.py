@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import re
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -133,6 +134,9 @@ def _check_cast(op):
     src, dst = op.operands[0].type, op.results[0].type
     if _shape(src) != _shape(dst):
         return f"cast cannot change the shape ({src} -> {dst})"
+    s, d = scalar_of(src), scalar_of(dst)
+    if (s.is_ptr() or d.is_ptr()) and not ((s.is_ptr() or s.is_int()) and (d.is_ptr() or d.is_int())):
+        return f"a pointer converts only to and from a pointer or an integer ({s} -> {d})"
     if op.name == "bitcast":
         s, d = scalar_of(src), scalar_of(dst)
         if s.primitive_bitwidth != d.primitive_bitwidth:
@@ -338,6 +342,8 @@ def _check_atomic_rmw(op):
 
 def _check_atomic_cas(op):
     ptr, cmp, val = op.operands
+    if op.attrs.get("sem") not in MEM_SEMANTICS or op.attrs.get("scope") not in MEM_SCOPES:
+        return f"sem must be one of {MEM_SEMANTICS} and scope one of {MEM_SCOPES}"
     want = _with_elem(ptr.type, scalar_of(ptr.type).element_ty) if scalar_of(ptr.type).is_ptr() else None
     if want is None or cmp.type != want or val.type != want or op.results[0].type != want:
         return f"atomic_cas operands must match pointer {ptr.type}"
@@ -436,14 +442,85 @@ def _check_histogram(op):
         return "histogram result must be <num_bins x int32>"
 
 
+def _check_assert(op):
+    if scalar_of(op.operands[0].type) != int1:
+        return f"the condition must be int1, not {op.operands[0].type}"
+
+
+# An inline_asm constraint: an output (=r, =&r), an input (r, or 0: tied to output 0, of its element
+# type) or a clobber (~{memory}); the registers are NVPTX's: b (pred), c and h (16 bits), r (32), l (64),
+# f (f32), d (f64); spaces as Triton's own tests write them ("=r,r, r"). Anything else ('q', 'n', 'i',
+# '{%r1}', a tie across types) LLVM refuses or aborts the whole process on.
+_ASM_CONSTRAINT = re.compile(r"(?P<out>=&? *[bchrlfd][ bchrlfd]*)|(?P<in> *[bchrlfd][ bchrlfd]*)|(?P<tied> *\d+ *)"
+                             r"|(?P<clobber>~\{[\w.%]+\})", re.ASCII)
+# in the asm text: $$ (a dollar sign), $N or ${N} (operand N); LLVM aborts on any other $
+_ASM_OPERAND = re.compile(r"\$(?:\$|(\d+)|\{(\d+)\})", re.ASCII)
+
+
+def _asm_slots(t, pack: int) -> int:
+    """How many asm operands carry `pack` elements of type `t`: codegen's rule (kiln.codegen.lower.asm._slots;
+    tests/test_ir_fuzzed_requests.py holds them equal): narrow elements packed in 32-bit words, wide ones one each."""
+    s = scalar_of(t)
+    bits = 1 if s.is_bool() else s.primitive_bitwidth
+    if pack == 1:
+        return 1
+    if bits < 32:
+        return bits * pack // 32 if bits * pack % 32 == 0 else 1
+    return pack
+
+
 def _check_inline_asm(op):
     shapes = {_shape(v.type) for v in [*op.operands, *op.results]}
     if len(shapes) > 1:
         return "inline_asm operands and results must share one shape"
     if not isinstance(op.attrs.get("asm"), str) or not isinstance(op.attrs.get("constraints"), str):
         return "inline_asm needs string attrs asm and constraints"
-    if not isinstance(op.attrs.get("pack"), int) or op.attrs["pack"] < 1:
-        return "inline_asm needs a positive pack"
+    pack = op.attrs.get("pack")
+    if not isinstance(pack, int) or not 1 <= pack <= 1 << 16:
+        return "inline_asm needs a pack from 1 to 65536"
+    err = _check_asm_constraints(op, pack)
+    if err:
+        return err
+    slots = sum(_asm_slots(v.type, pack) for v in [*op.results, *op.operands])  # the constraints' outputs and inputs
+    return _check_asm_text(op.attrs["asm"], slots)
+
+
+def _check_asm_constraints(op, pack):
+    outs, ins, clobbers, ties = 0, 0, 0, {}
+    for entry in op.attrs["constraints"].split(","):
+        m = _ASM_CONSTRAINT.fullmatch(entry)
+        if m is None:
+            return (f"constraint {entry[:40]!r} is none of =r (an output), r (an input), 0 (an input tied to "
+                    "output 0), ~{memory} (a clobber); registers: b c h r l f d")
+        if (m["out"] and (ins or clobbers)) or (m["clobber"] is None and clobbers):
+            return "constraints go outputs, then inputs, then clobbers"
+        if m["tied"] is not None:
+            tied = int(m["tied"])
+            if tied >= outs or tied in ties.values():
+                return f"an input tied to output {m['tied'].strip()[:10]}: of {outs} outputs, each tied once at most"
+            ties[ins] = tied
+        outs, ins, clobbers = outs + bool(m["out"]), ins + bool(m["in"] or m["tied"]), clobbers + bool(m["clobber"])
+    want_out = sum(_asm_slots(r.type, pack) for r in op.results)
+    want_in = sum(_asm_slots(v.type, pack) for v in op.operands)
+    if (outs, ins) != (want_out, want_in):
+        return (f"the constraints name {outs} outputs and {ins} inputs, but {len(op.results)} results and "
+                f"{len(op.operands)} operands, {pack} elements a call, are {want_out} and {want_in}")
+    if ties:  # outs and ins are at most the constraints' length here
+        out_types = [scalar_of(r.type) for r in op.results for _ in range(_asm_slots(r.type, pack))]
+        in_types = [scalar_of(v.type) for v in op.operands for _ in range(_asm_slots(v.type, pack))]
+        for i, o in ties.items():
+            if in_types[i] != out_types[o]:
+                return f"input {i} is tied to output {o}: a {in_types[i]} to a {out_types[o]}"
+
+
+def _check_asm_text(asm, operands):
+    at = 0
+    while (at := asm.find("$", at)) >= 0:
+        m = _ASM_OPERAND.match(asm, at)
+        number = m and (m[1] or m[2])
+        if m is None or (number is not None and int(number) >= operands):
+            return f"{asm[at:at + 12]!r} in the asm: its operands are $0 to ${operands - 1} ($$ for a dollar sign)"
+        at = m.end()
 
 
 # --- the GPU stage: shared-memory buffers, async copies, warpgroup dots ---------------
@@ -704,7 +781,7 @@ OPS.update({
     "condition": OpDef((1, 1 << 16), results=(0, 0), terminator=True),
     "return": OpDef((0, 0), results=(0, 0), terminator=True),
     "print": OpDef((0, 1 << 16), results=(0, 0), attrs=("prefix",), side_effects=True),
-    "assert": OpDef((1, 1), results=(0, 0), attrs=("message",), side_effects=True),
+    "assert": OpDef((1, 1), results=(0, 0), attrs=("message",), check=_check_assert, side_effects=True),
     "multiple_of": OpDef((1, 1), attrs=("values",), check=_check_hint),
     "max_contiguous": OpDef((1, 1), attrs=("values",), check=_check_hint),
     "barrier": OpDef((0, 0), results=(0, 0), side_effects=True),

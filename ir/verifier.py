@@ -8,6 +8,8 @@ around it.
 """
 from __future__ import annotations
 
+import re
+
 from .core import Block, Function, Operation
 from .ops import OPS, SHAPE_CHECK, attr_type_error
 from .printer import _Printer
@@ -104,7 +106,13 @@ class _Verifier:
                                  f"but ({', '.join(map(str, want))}) is expected")
 
 
+# a kernel's name as PTX takes it (letters, digits, _; not a digit first, nor a lone _), without PTX's $
+_KERNEL_NAME = re.compile(r"(?:[A-Za-z]|_[A-Za-z0-9_])[A-Za-z0-9_]*", re.ASCII)
+
+
 def verify(fn: Function) -> None:
     """Raise `VerificationError` if `fn` is not well-formed."""
+    if not isinstance(fn.name, str) or not _KERNEL_NAME.fullmatch(fn.name):
+        raise VerificationError(f"kernel name {str(fn.name)[:60]!r} is not an identifier (ASCII letters, digits and _)")
     v = _Verifier(fn)
     v.block(fn.body, set(), ("return",))

@@ -30,6 +30,7 @@ COMPILE_FN = os.environ.get("KILN_FUZZ_COMPILE_FN", "kiln.daemon.fake:compile") 
 IN_FLIGHT = 32
 RSS_GROWTH_LIMIT = 256 << 20  # bytes the daemon may grow by after warming up: a leak of ~30 kB a request fails
 CALL_TIMEOUT_S = 60  # a hang guard only
+BAD_KEPT = 20  # INTERNAL/UNKNOWN answers reported in full
 CODES = {code.value[0]: code for code in grpc.StatusCode}
 
 
@@ -112,6 +113,16 @@ def hostile(rng: random.Random, valid: list[pb.CompileRequest]) -> tuple[str, by
     return "Compile", mutate_fields(rng, base).SerializeToString()
 
 
+def request_at(seed: int, n: int) -> tuple[str, bytes]:
+    """The `n`th request `hammer(..., seed)` sends: a failure it reports as (n, ...) replays alone."""
+    rng = random.Random(seed)
+    random.seed(seed)
+    valid = seeds()
+    for _ in range(n):
+        hostile(rng, valid)
+    return hostile(rng, valid)
+
+
 def rss_bytes(pid: int) -> int:
     for line in open(f"/proc/{pid}/status"):
         if line.startswith("VmRSS:"):
@@ -158,9 +169,13 @@ def hammer(proc, address, requests: int, seed: int) -> None:
     channel = grpc.insecure_channel(address)
     calls = {name: channel.unary_unary(f"/kiln.v1.Compiler/{name}") for name in ("Compile", "Lookup", "Stats")}
     batch = channel.unary_stream("/kiln.v1.Compiler/CompileBatch")
-    bad = []
+    bad = []  # the first BAD_KEPT, with their indices; `failed` counts them all
+    failed = 0
+    started = time.monotonic()
 
-    def settle(method, future):
+    def settle(n, method, future):
+        """`n`: the request's index in the seeded sequence (`request_at` rebuilds it)."""
+        nonlocal failed
         try:
             if method == "CompileBatch":
                 for data in future:  # a stream: the codes of its items count as well
@@ -168,15 +183,19 @@ def hammer(proc, address, requests: int, seed: int) -> None:
                     if item.HasField("error"):
                         code = CODES[item.error.code]
                         statuses[code] = statuses.get(code, 0) + 1
-                        if code in (grpc.StatusCode.UNKNOWN, grpc.StatusCode.INTERNAL) and len(bad) < 5:
-                            bad.append((method, code, item.error.message))
+                        if code in (grpc.StatusCode.UNKNOWN, grpc.StatusCode.INTERNAL):
+                            failed += 1
+                            if len(bad) < BAD_KEPT:
+                                bad.append((n, method, code, item.error.message))
             else:
                 future.result()
             code = grpc.StatusCode.OK
         except grpc.RpcError as e:
             code = e.code()
-            if code in (grpc.StatusCode.UNKNOWN, grpc.StatusCode.INTERNAL) and len(bad) < 5:
-                bad.append((method, code, e.details()))
+            if code in (grpc.StatusCode.UNKNOWN, grpc.StatusCode.INTERNAL):
+                failed += 1
+                if len(bad) < BAD_KEPT:
+                    bad.append((n, method, code, e.details()))
         statuses[code] = statuses.get(code, 0) + 1
 
     rss_warm = None
@@ -184,9 +203,9 @@ def hammer(proc, address, requests: int, seed: int) -> None:
     for n in range(requests):
         method, data = hostile(rng, valid)
         if method == "CompileBatch":
-            settle(method, batch(data, timeout=CALL_TIMEOUT_S))
+            settle(n, method, batch(data, timeout=CALL_TIMEOUT_S))
         else:
-            pending.append((method, calls[method].future(data, timeout=CALL_TIMEOUT_S)))
+            pending.append((n, method, calls[method].future(data, timeout=CALL_TIMEOUT_S)))
         if len(pending) >= IN_FLIGHT:
             for item in pending:
                 settle(*item)
@@ -196,12 +215,16 @@ def hammer(proc, address, requests: int, seed: int) -> None:
     for item in pending:
         settle(*item)
     channel.close()
+    rss_growth = rss_bytes(proc.pid) - rss_warm
+    print(f"\nfuzz: seed {seed}, {requests} requests, {time.monotonic() - started:.0f} s, "
+          f"{failed} INTERNAL/UNKNOWN, daemon RSS +{rss_growth >> 20} MiB after warm-up; statuses: "
+          + ", ".join(f"{code.name} {count}" for code, count in sorted(statuses.items(), key=lambda kv: -kv[1])))
 
     assert proc.poll() is None, "the daemon died"
     assert Client(address).healthy(5.0)
-    assert not bad, bad
+    assert not bad, (failed, bad)
     assert not {grpc.StatusCode.UNKNOWN, grpc.StatusCode.INTERNAL} & set(statuses), statuses
     assert sum(statuses.values()) >= requests
     assert statuses.get(grpc.StatusCode.OK, 0) > requests // 100
     assert statuses.get(grpc.StatusCode.INVALID_ARGUMENT, 0) > requests // 10
-    assert rss_bytes(proc.pid) - rss_warm < RSS_GROWTH_LIMIT
+    assert rss_growth < RSS_GROWTH_LIMIT
