@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import ast
 import builtins
+import dataclasses
 import functools
 import inspect
+import math
 import numbers
 import types
 
@@ -21,7 +23,7 @@ import numpy as np
 from kiln.ir import Block, Builder, Function, Loc, Operation, verify
 from kiln.ir.types import scalar_of
 from kiln.language import semantic
-from kiln.language.core import constexpr, dtype, is_aggregate, is_builtin, tensor
+from kiln.language.core import constexpr, dtype, is_aggregate, is_builtin, tensor, tuple_type
 from kiln.language.semantic import unwrap
 
 from .aggregates import describe, flatten, is_carriable
@@ -69,6 +71,9 @@ def _same_constant(a, b) -> bool:
     a, b = unwrap(a), unwrap(b)
     scalar = (bool, numbers.Number, np.generic)
     return isinstance(a, scalar) and isinstance(b, scalar) and type(a) is type(b) and a == b
+
+
+_RETURN_IN_LOOP = "Cannot have `return` statements inside `while` or `for` statements in triton."  # Triton's words
 
 
 def _contains_return(node) -> bool:
@@ -465,7 +470,7 @@ class CodeGenerator(ast.NodeVisitor):
         with semantic.insertion_block(block):
             self.visit_body(statements)
             if self.returned:
-                raise _Unsupported("`return` inside a loop is not supported")
+                raise _Unsupported(_RETURN_IN_LOOP)
             yields = self.loop_values(carried, inits)
             self.builder.create("yield", [t.handle for t in yields], [])
 
@@ -513,7 +518,7 @@ class CodeGenerator(ast.NodeVisitor):
                 self.assign(node.target, constexpr(i), node)
                 self.visit_body(node.body)
                 if self.returned:
-                    raise _Unsupported("`return` inside a loop is not supported")
+                    raise _Unsupported(_RETURN_IN_LOOP)
                 if n < 2:
                     made.append(self.builder.created - before)
                     if n == 1:
@@ -586,8 +591,12 @@ class CodeGenerator(ast.NodeVisitor):
         obj = value if isinstance(value, tensor) else unwrap(value)
         if is_aggregate(obj):
             return _aggregate_member(obj, node.attr)
+        if isinstance(obj, type) and is_aggregate_class(obj):
+            return _aggregate_class_member(obj, node.attr)
         if isinstance(value, constexpr) and node.attr == "type" and not hasattr(obj, "type"):
             return value.type  # tl.constexpr_type, as Triton's constexpr has it
+        if isinstance(obj, tuple) and node.attr == "type" and not hasattr(obj, "type"):
+            return tuple_type.of(obj)
         return wrap(getattr(obj, node.attr))
 
     def visit_Subscript(self, node):
@@ -750,7 +759,9 @@ class CodeGenerator(ast.NodeVisitor):
             return fn(*args, **kwargs)
         if isinstance(fn, type) and is_aggregate_class(fn):  # its __init__ takes the values as they are
             return fn(*args, **kwargs)
-        if is_aggregate(getattr(fn, "__self__", None)):  # a plain method of an aggregate runs as Python
+        static = isinstance(fn, _StaticMethod)
+        if static or is_aggregate(getattr(fn, "__self__", None)):  # a plain method of an aggregate runs as Python
+            fn = fn.fn if static else fn
             if "_semantic" in inspect.signature(fn).parameters:
                 kwargs = {"_semantic": None, **kwargs}
             return wrap(fn(*args, **kwargs))
@@ -840,7 +851,12 @@ def _minmax(reducer, name):
             kwargs = dict(kwargs)
         values = list(args[0]) if len(args) == 1 and isinstance(unwrap(args[0]), (tuple, list)) else list(args)
         if not any(isinstance(v, tensor) for v in values):
-            return wrap(reducer(*[unwrap(v) for v in values]))
+            values = [unwrap(v) for v in values]
+            for v in values:  # Python's answer would hang on the order of the arguments; refused, as in Triton
+                if isinstance(v, (float, np.floating)) and (math.isnan(v) or (v == 0.0 and math.copysign(1.0, v) < 0)):
+                    raise ValueError(f"{name}() of constexprs cannot take {v} (NaN or -0.0): its result "
+                                     f"would depend on the order of the arguments; use tl.{name}imum on tensors")
+            return wrap(reducer(*values))
         result = values[0]
         for v in values[1:]:
             result = (semantic.minimum if name == "min" else semantic.maximum)(result, v)
@@ -855,6 +871,20 @@ def _aggregate_member(obj, name: str):
     if isinstance(method, JITFunction):
         return functools.partial(method, obj)
     return wrap(getattr(obj, name))
+
+
+@dataclasses.dataclass(frozen=True)
+class _StaticMethod:
+    """A plain `@staticmethod` of an aggregate class, met in a kernel: it runs as Python on the
+    kernel's values as they are, as the class's `__init__` and plain methods do."""
+    fn: object
+
+
+def _aggregate_class_member(cls, name: str):
+    member = inspect.getattr_static(cls, name)
+    if isinstance(member, staticmethod) and inspect.isfunction(member.__func__):
+        return _StaticMethod(member.__func__)
+    return wrap(getattr(cls, name))
 
 
 def is_aggregate_class(cls) -> bool:

@@ -8,6 +8,7 @@ import inspect
 import linecache
 import re
 import textwrap
+import types
 from dataclasses import dataclass
 
 from kiln.language.core import constexpr
@@ -412,7 +413,13 @@ class ConstexprFunction:
         functools.update_wrapper(self, fn)
 
     def __call__(self, *args, **kwargs):
-        return self.fn(*args, **kwargs)
+        """The function's value, given its arguments' values (a constexpr passes its Python value)."""
+        return self.fn(*[_value_of(a) for a in args], **{k: _value_of(v) for k, v in kwargs.items()})
+
+    def __get__(self, instance, owner=None):
+        """A method of a class (an aggregate's, called on an instance in `__init__` or in a kernel):
+        bound to the instance, as a plain function is."""
+        return self if instance is None else types.MethodType(self, instance)
 
     @property
     def src(self) -> str:
@@ -422,6 +429,10 @@ class ConstexprFunction:
 
     def __repr__(self):
         return f"ConstexprFunction({self.fn.__qualname__})"
+
+
+def _value_of(value):
+    return value.value if isinstance(value, constexpr) else value
 
 
 def constexpr_function(fn):

@@ -32,9 +32,21 @@ dtype.exponent_bias = property(lambda self: _EXPONENT_BIAS.get(self.name))
 
 
 def builtin(fn):
-    """Mark `fn` as a kiln builtin: the AST frontend calls it with tensors and constexprs as they are."""
-    fn.__kiln_builtin__ = True
-    return fn
+    """Mark `fn` as a kiln builtin: the AST frontend calls it with tensors and constexprs as they are.
+
+    Triton's builtins take the code generator's state as `_semantic=` (some also `_generator=`), and
+    Python code that a kernel runs (an aggregate's `__init__`, a user's `@builtin`) hands it on:
+    `tl.arange(0, 4, _semantic=_semantic)`. kiln's state is the builder's, so a builtin that does
+    not name them gets a wrapper that drops them."""
+    if "_semantic" in inspect.signature(fn).parameters:
+        fn.__kiln_builtin__ = True
+        return fn
+
+    @functools.wraps(fn)
+    def call(*args, _semantic=None, _generator=None, **kwargs):
+        return fn(*args, **kwargs)
+    call.__kiln_builtin__ = True
+    return call
 
 
 def is_builtin(fn) -> bool:
@@ -58,6 +70,36 @@ class constexpr_type:
 
     def __repr__(self):
         return f"constexpr_type[{self.value!r}]"
+
+
+class tuple_type:
+    """The type of a kernel's tuple (Triton's `tl.tuple_type`): its elements' types, and the field
+    names of a named tuple ("" each otherwise)."""
+
+    def __init__(self, types, fields=None):
+        self.types = list(types)
+        self.fields = list(fields) if fields else [""] * len(self.types)
+
+    @classmethod
+    def of(cls, values: tuple) -> "tuple_type":
+        types = [cls.of(v) if isinstance(v, builtins.tuple) else
+                 constexpr_type(v) if not hasattr(v, "type") else v.type for v in values]
+        return cls(types, getattr(type(values), "_fields", None))
+
+    def __iter__(self):
+        return iter(self.types)
+
+    def __getitem__(self, index):
+        return self.types[index]
+
+    def __eq__(self, other):
+        return type(self) is type(other) and self.types == other.types and self.fields == other.fields
+
+    def __hash__(self):
+        return hash((builtins.tuple(map(str, self.types)), builtins.tuple(self.fields)))
+
+    def __repr__(self):
+        return "[" + ",".join(f"{k}:{v}" for k, v in zip(self.fields, self.types)) + "]"
 
 
 class constexpr:
