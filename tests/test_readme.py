@@ -79,3 +79,13 @@ def test_link_anchors_exist():
             if not linked.exists() or anchor not in _anchors(linked):
                 broken.append(f"{page.relative_to(ROOT)}: {target}#{anchor}")
     assert not broken, f"links to missing headings: {broken}"
+
+
+def test_the_cluster_section_says_what_the_shared_tier_trusts_and_how_to_set_its_key():
+    """Issue 34: a Redis writer without the key cannot plant binaries; the key's holders and the node
+    cache's writers can; how to make and set the key."""
+    cluster = " ".join(_section(_readme(), "A cluster").split())
+    for words in ("KILN_REMOTE_CACHE_KEY_FILE", "chmod 600", "secrets.token_hex(32)", "HMAC",
+                  "a Redis writer without it", "cannot have a node serve anything no node stored",
+                  "without a key the tier is off", "can plant binaries"):
+        assert words in cluster, f"README's cluster section no longer says {words!r}"
