@@ -63,6 +63,33 @@ def test_descriptor_in_a_loop_and_atomic_add():
 
 
 @kiln.jit
+def _reduce_into(out_ptr, x_ptr, KIND: tl.constexpr):
+    desc = tl.make_tensor_descriptor(out_ptr, [2, 8], [8, 1], [2, 8])
+    x = tl.load(x_ptr + tl.arange(0, 2)[:, None] * 8 + tl.arange(0, 8)[None, :])
+    if KIND == "min":
+        desc.atomic_min([0, 0], x)
+    elif KIND == "xor":
+        desc.atomic_xor([0, 0], x)
+    else:
+        desc.atomic_add([0, 0], x)
+
+
+@pytest.mark.parametrize("kind, dtype, takes", [("min", np.int64, True), ("xor", np.uint32, True), ("add", np.int32, True),
+                                                ("min", np.float32, False), ("xor", np.float32, False),
+                                                ("add", np.int64, False)])
+def test_descriptor_reductions_take_the_elements_tritons_take(kind, dtype, takes):
+    x = np.arange(16, dtype=dtype).reshape(2, 8)
+    out = np.full((2, 8), 5, dtype)
+    if not takes:
+        with pytest.raises(CompilationError, match=f"atomic_{kind} does not take"):
+            _reduce_into[(1,)](out, x, KIND=kind)
+        return
+    _reduce_into[(1,)](out, x, KIND=kind)
+    want = {"min": np.minimum(x, 5), "xor": x ^ dtype(5), "add": x + 5}[kind]
+    np.testing.assert_array_equal(out, want)
+
+
+@kiln.jit
 def _gather_rows(x_ptr, rows_ptr, out_ptr, M, N):
     desc = tl.make_tensor_descriptor(x_ptr, [M, N], [N, 1], [1, 8])
     rows = tl.load(rows_ptr + tl.arange(0, 4))

@@ -16,6 +16,19 @@ from .block_pointer import BlockPointer, load as block_load, store as block_stor
 from .core import block_type, builtin, int1, int32, int64, tensor
 from .semantic import unwrap
 
+# The elements Triton's descriptor reductions take (those of TMA's reductions): no 64-bit integer add,
+# no fp32 min or max, bitwise operations on integers only. (fp16/bf16 min and max need Hopper's TMA in
+# Triton; kiln's atomics refuse them anywhere, as they do on pointers.)
+_REDUCE_ELEMENTS = {
+    "add": ("uint32", "int32", "uint64", "fp32", "fp16", "bf16"),
+    "min": ("uint32", "int32", "uint64", "int64", "fp16", "bf16"),
+    "max": ("uint32", "int32", "uint64", "int64", "fp16", "bf16"),
+    "and": ("uint32", "int32", "uint64", "int64"),
+    "or": ("uint32", "int32", "uint64", "int64"),
+    "xor": ("uint32", "int32", "uint64", "int64"),
+}
+
+
 class TensorDescriptor:
     def __init__(self, base: tensor, shape, strides, block_shape, padding, tensormap=None):
         self.base, self.shape, self.strides = base, list(shape), list(strides)
@@ -77,6 +90,9 @@ class TensorDescriptor:
         return block_store(self._block(offsets), value, self._all_dims(), "", "")
 
     def _atomic(self, kind, offsets, value):
+        if self.dtype.name not in _REDUCE_ELEMENTS[kind]:
+            raise TypeError(f"a tensor descriptor's atomic_{kind} does not take {self.dtype.name} "
+                            f"(it takes {', '.join(_REDUCE_ELEMENTS[kind])}, as Triton's)")
         ptrs, mask = self._block(offsets).pointers_and_mask(self._all_dims())
         semantic.atomic_rmw(kind, ptrs, value, mask)
 
