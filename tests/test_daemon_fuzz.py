@@ -5,7 +5,9 @@ answer every one with a status of the request's own (never UNKNOWN or INTERNAL),
 and hold its memory. Seeded: a failure replays.
 
 A soak outside CI's 15 minutes: `KILN_FUZZ_REQUESTS=100000 KILN_FUZZ_SEED=7 pytest tests/test_daemon_fuzz.py`;
-with `KILN_FUZZ_COMPILE_FN=kiln.codegen:compile` the requests that decode reach the real compiler."""
+with `KILN_FUZZ_COMPILE_FN=kiln.codegen:compile` the requests that decode reach the real compiler (seeds 7-11,
+100,000 each: 0 INTERNAL/UNKNOWN, bench/results/2026-11-28-cpu-fuzz-soak-100k.md). A failure names the
+request's index in its seed's sequence: `request_at(seed, index)` rebuilds it alone."""
 import os
 import pathlib
 import random
