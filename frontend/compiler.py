@@ -284,7 +284,7 @@ def compile_kernel(jitfn, params, options, name: str | None = None) -> CompiledK
     debug = bool(options.get("debug") or jitfn.debug or config.debug())
     kernel = CompiledKernel(ir.name, ir, options, debug)
     if config.interpret():  # no binary: the resources the interpreter's CPU device reports
-        from .dropin.backends import interpreted_resources
+        from .interpret.device import interpreted_resources
         kernel.metadata.update(interpreted_resources(kernel.num_warps))
     kernel.global_reads = [(name, scope, value) for (name, _), (scope, value) in reads.items()]
     kernel.source = jitfn.source_info()

@@ -25,10 +25,10 @@ from collections import namedtuple
 
 from kiln import errors  # noqa: F401  (triton.compiler.errors, an attribute after `import triton` as in Triton)
 from kiln.errors import CompilationError, CompileTimeAssertionFailure, KilnError, OutOfResources  # noqa: F401
+from kiln.interpret.device import interpreted_resources
 from kiln.runtime import GPUTarget
 
 from . import warm
-from .backends import interpreted_resources
 from .backends import PTXASError, make_backend, triton_key  # noqa: F401  (triton.compiler.compiler has them)
 
 _HINT_ATTRS = {"tt.divisibility": 16}
