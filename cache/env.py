@@ -152,14 +152,10 @@ def autotune_once(environ=os.environ) -> bool:
 
 def foreach_args(environ=os.environ) -> int | None:
     """KILN_FOREACH_ARGS (default 64), None for PyTorch's own limit (0)."""
-    text = environ.get("KILN_FOREACH_ARGS", "").strip()
-    try:
-        value = int(text) if text else 64
-    except ValueError:
-        raise ValueError(f"KILN_FOREACH_ARGS={text!r}: expected a number of arguments (0: PyTorch's own)") from None
-    if value < 0:
+    text = environ.get("KILN_FOREACH_ARGS", "").strip() or "64"
+    if not text.isdigit():
         raise ValueError(f"KILN_FOREACH_ARGS={text!r}: expected a number of arguments (0: PyTorch's own)")
-    return value or None
+    return int(text) or None
 
 
 def defer_full_gc(environ=os.environ) -> bool:

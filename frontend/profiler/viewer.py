@@ -95,18 +95,6 @@ def derive(frame: Frame, metric: str) -> float:
     return float(m.get(metric, math.nan))
 
 
-def _known(frame: Frame, metric: str) -> bool:
-    if _TIME.match(metric) or _RATE.match(metric):
-        return True
-    stack = [frame]
-    while stack:
-        node = stack.pop()
-        if metric in node.metrics:
-            return True
-        stack.extend(node.children)
-    return False
-
-
 def parse(metrics, filename: str, include: str | None = None, exclude: str | None = None,
           threshold: float | None = None) -> tuple[Frame, list]:
     """(the tree with each frame's `metrics` in `values`, the metric names). `include` / `exclude`:
@@ -117,7 +105,7 @@ def parse(metrics, filename: str, include: str | None = None, exclude: str | Non
     metrics = list(metrics)
     for metric in metrics:
         derive(root, metric)  # a malformed name raises here
-        if not _known(root, metric):
+        if not (_TIME.match(metric) or _RATE.match(metric) or metric in _measured(root)):
             raise ValueError(f"metric {metric!r} is not in {filename}: it has {sorted(_measured(root))}; "
                              "derived: time/<s|ms|us|ns>, avg_time/..., [g|t]flop[<width>]/s, [g|t]byte/s")
     root = _filtered(root, include and re.compile(include), exclude and re.compile(exclude)) or Frame("ROOT")
