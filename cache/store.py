@@ -7,6 +7,12 @@ compile rewrites it. The action map takes a compile key to the digests of its ar
 diskcache directory (SQLite plus files), so any number of processes can share it, and
 one size limit with least-recently-used eviction covers both; a read touches every entry
 it uses, so a kernel in use stays.
+
+Reads take no lock. diskcache's own `get` under that policy writes the entry's access time in
+a write transaction, so every read, a miss too, queues on SQLite's one write lock: eight ranks
+of sixteen compile threads each waited up to half a second to learn of a miss. A read here is
+one SELECT (in WAL mode a reader never waits for the writer), and the access times of what a
+process read are written later, in one transaction with its read counts.
 """
 from __future__ import annotations
 
@@ -17,6 +23,7 @@ import json
 import os
 import re
 import sqlite3
+import threading
 import time
 import warnings
 import weakref
@@ -34,7 +41,9 @@ _DIGEST = re.compile(r"[0-9a-f]{64}\Z")
 # the only files diskcache names: two levels of two hex digits, then 28 more and `.val`
 _VALUE_FILE = re.compile(r"[0-9a-f]{2}/[0-9a-f]{2}/[0-9a-f]{28}\.val\Z")
 _NODE_COUNTS = "node"  # the node cache's own hits and misses, of every process
-_COUNT_EVERY = 64      # reads a process counts before it adds them to the node's counters
+_COUNT_EVERY = 64      # reads a process counts (and entries it touches) before it writes them to the node cache
+_SELECT = ("SELECT mode, filename, value FROM Cache WHERE key = ? AND raw = ?"
+           " AND (expire_time IS NULL OR expire_time > ?)")
 _open_caches: weakref.WeakSet = weakref.WeakSet()  # their counts are added at exit
 
 
@@ -222,6 +231,8 @@ class Cache:
     def _open(self):
         self._pid = os.getpid()
         self._uncounted = {"hits": 0, "misses": 0}  # not yet added to the node's counters (a forked child starts at 0)
+        self._touched: dict[str, float] = {}  # key -> when this process last read it, not yet written
+        self._pending_lock = threading.Lock()
         (paths.shared_dir if self.shared else paths.private_dir)(self.path)
         try:
             self._store = self._diskcache()
@@ -262,6 +273,29 @@ class Cache:
         self.add_read_counts()
         self._store.close()
 
+    def _get(self, key: str, touch: bool = True):
+        """The value stored under `key`, or None; see the module's doc for why not diskcache's `get`."""
+        store = self._dc
+        sql = getattr(store, "_sql", None)
+        if sql is None:  # not diskcache's Cache (the read-only store), or one without its cursor
+            return store.get(key)
+        db_key, raw = store.disk.put(key)
+        rows = sql(_SELECT, (db_key, raw, time.time())).fetchall()
+        if not rows:
+            return None
+        try:
+            value = store.disk.fetch(*rows[0], False)
+        except OSError:  # deleted since the SELECT, or a row we refuse: a miss
+            return None
+        if not touch:
+            return value
+        with self._pending_lock:
+            self._touched[key] = time.time()
+            full = len(self._touched) >= _COUNT_EVERY
+        if full:
+            self.add_read_counts()
+        return value
+
     def __enter__(self):
         return self
 
@@ -269,14 +303,20 @@ class Cache:
         self.close()
 
     # --- blobs ---------------------------------------------------------------------------
+    def _write_touches(self) -> None:
+        """Before this process writes (a write may evict): the access times of what it read."""
+        if self._touched:
+            self.add_read_counts()
+
     def put_blob(self, data: bytes) -> str:
+        self._write_touches()
         name = digest(data)
         self._dc.set(_BLOB + name, bytes(data))
         return name
 
     def get_blob(self, name: str) -> bytes | None:
         """The blob whose SHA-256 is `name`, or None if it is absent or corrupt (then deleted)."""
-        data = self._dc.get(_BLOB + name)
+        data = self._get(_BLOB + name)
         if data is None:
             return None
         if type(data) is not bytes or digest(data) != name:
@@ -290,6 +330,7 @@ class Cache:
         """Store a compile result: `artifacts` by name (str is stored as UTF-8) and
         JSON-able `metadata`. Blobs are written before the entry that names them."""
         entry, data = make_entry(key, artifacts, metadata, created)
+        self._write_touches()
         for blob in data.values():
             self.put_blob(blob)
         self._dc.set(_ACTION + key, _canonical(entry))
@@ -305,26 +346,45 @@ class Cache:
             if all(v is not None and len(v) == entry["sizes"].get(name) for name, v in artifacts.items()):
                 result = artifacts, entry["metadata"]
         outcome = "misses" if result is None else "hits"
-        setattr(self, outcome, getattr(self, outcome) + 1)
-        self._uncounted[outcome] += 1
-        if sum(self._uncounted.values()) >= _COUNT_EVERY:
+        with self._pending_lock:
+            setattr(self, outcome, getattr(self, outcome) + 1)
+            self._uncounted[outcome] += 1
+            full = sum(self._uncounted.values()) >= _COUNT_EVERY
+        if full:
             self.add_read_counts()
         return result
 
     def add_read_counts(self) -> None:
-        """Add this process's uncounted reads to the node's hit and miss counters."""
-        if os.getpid() != self._pid or not any(self._uncounted.values()):
+        """Add this process's uncounted reads to the node's hit and miss counters, and write the
+        access times of the entries it read (least-recently-used eviction keeps those), in one
+        transaction."""
+        if os.getpid() != self._pid:
             return
-        uncounted, self._uncounted = self._uncounted, {"hits": 0, "misses": 0}
+        with self._pending_lock:
+            uncounted, self._uncounted = self._uncounted, {"hits": 0, "misses": 0}
+            touched, self._touched = self._touched, {}
+        if not any(uncounted.values()) and not touched:
+            return
         try:
-            self.add_counts(_NODE_COUNTS, uncounted)
-        except Exception:  # noqa: BLE001 - counters are worth less than the read they count
+            with self._dc.transact():
+                if any(uncounted.values()):
+                    self.add_counts(_NODE_COUNTS, uncounted)
+                self._touch(touched)
+        except Exception:  # noqa: BLE001 - counters and access times are worth less than the reads
             pass
+
+    def _touch(self, touched: dict[str, float]) -> None:
+        sql = getattr(self._dc, "_sql", None)
+        if sql is None or not touched:
+            return
+        for key, when in touched.items():  # an entry deleted since is simply not there
+            db_key, raw = self._dc.disk.put(key)
+            sql("UPDATE Cache SET access_time = max(access_time, ?) WHERE key = ? AND raw = ?", (when, db_key, raw))
 
     def entry(self, key: str) -> dict | None:
         """The action-map entry of `key` ({key, artifacts: digests, sizes, metadata,
         metadata_digest, created}), if it is well formed and bound to `key`."""
-        raw = self._dc.get(_ACTION + key)
+        raw = self._get(_ACTION + key)
         if raw is None:
             return None
         try:
@@ -345,11 +405,12 @@ class Cache:
         if not _DIGEST.match(key):
             raise ValueError(f"a record's key is a hex SHA-256, not {key!r}")
         body = _canonical(record)
+        self._write_touches()
         self._dc.set(_RECORD + key, _canonical({"key": key, "record": record, "digest": digest(body.encode())}))
 
     def get_record(self, key: str) -> dict | None:
         """The record stored under `key`, or None if absent or not bound to `key` (then deleted)."""
-        raw = self._dc.get(_RECORD + key)
+        raw = self._get(_RECORD + key)
         if raw is None:
             return None
         try:
@@ -381,7 +442,7 @@ class Cache:
 
     def counts(self, name: str) -> dict[str, int]:
         try:
-            total = json.loads(self._dc.get(_COUNTS + name) or "{}")
+            total = json.loads(self._get(_COUNTS + name, touch=False) or "{}")
         except ValueError:
             return {}
         ok = type(total) is dict and all(type(v) is int for v in total.values())

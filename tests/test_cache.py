@@ -148,6 +148,30 @@ def test_pickled_values_are_refused(cache):
         cache._dc.set("x", {"a": 1})
 
 
+def test_a_read_does_not_wait_for_a_writer(cache):
+    """diskcache's own get writes the access time, so it queues behind any writer; ours reads at once
+    and writes the access times later, in one transaction with its read counts."""
+    import threading
+    cache.put_result(KEY, _artifacts(1), {"name": "k1"})
+    before = sqlite3.connect(cache.path / "cache.db").execute(
+        "SELECT access_time FROM Cache WHERE key = ?", ("action/" + KEY,)).fetchone()[0]
+    writer = sqlite3.connect(cache.path / "cache.db", isolation_level=None)
+    writer.execute("BEGIN IMMEDIATE")  # holds the write lock until the reads are done
+    found = []
+    reader = threading.Thread(target=lambda: found.extend([cache.get_result(KEY), cache.get_result("cd" * 32)]))
+    reader.start()
+    reader.join(timeout=30)  # diskcache's get would wait out its 60 s timeout, then raise
+    alive = reader.is_alive()
+    writer.execute("COMMIT")
+    reader.join()
+    assert not alive and found[0] is not None and found[1] is None
+    cache.add_read_counts()
+    after = sqlite3.connect(cache.path / "cache.db").execute(
+        "SELECT access_time FROM Cache WHERE key = ?", ("action/" + KEY,)).fetchone()[0]
+    assert after > before
+    assert cache.stats()["hits"] == 1 and cache.stats()["misses"] == 1
+
+
 def test_size_limit_evicts_least_recently_used(tmp_path):
     with Cache(tmp_path / "c", size_limit=1_000_000) as cache:
         keys = [f"{i:064x}" for i in range(40)]
