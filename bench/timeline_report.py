@@ -4,12 +4,16 @@
 
     python bench/timeline_report.py DIR --chain [--min 0.05]
 
+    python bench/timeline_report.py DIR --samples [--top 12 --depth 10]
+
 Per process that compiled: each stage's calls, total and longest seconds (calls on several
 threads overlap, so totals may exceed the wall time), and the bursts of kernel compiles that
 Inductor handed its pool (a pause longer than --gap seconds starts a new one), each with its
 kernels, its span from the first start to the last end, and the longest single compile.
 With --chain: each process's main-thread stages in time order, on one clock for all of them
 (seconds since the first process began compiling), to follow the critical path across ranks.
+With --samples: the stacks sampled in the stages KILN_TIMELINE_SAMPLE named, per process and stage,
+the most frequent first, each cut to its innermost --depth frames (a sample is 5 ms).
 """
 from __future__ import annotations
 
@@ -84,14 +88,35 @@ def chain(directory: str, shortest: float) -> str:
     return "\n".join(out)
 
 
+def sampled(directory: str, top: int, depth: int) -> str:
+    out = []
+    for path in sorted(glob.glob(os.path.join(directory, "timeline-*.json"))):
+        with open(path) as f:
+            samples = json.load(f).get("samples") or {}
+        for stage, stacks in sorted(samples.items()):
+            cut = collections.Counter()
+            for stack, n in stacks.items():
+                cut[" ; ".join(stack.split(";")[-depth:])] += n
+            out += [f"### {os.path.basename(path)}: {stage}, {sum(cut.values())} samples", ""]
+            out += [f"- {n}: {stack}" for stack, n in cut.most_common(top)]
+            out.append("")
+    return "\n".join(out) if out else "no samples (KILN_TIMELINE_SAMPLE)"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("directory")
     parser.add_argument("--gap", type=float, default=0.3, help="seconds without a compile that end a burst")
     parser.add_argument("--chain", action="store_true", help="each process's main-thread stages on one clock")
     parser.add_argument("--min", type=float, default=0.05, help="--chain: leave out calls shorter than this (s)")
+    parser.add_argument("--samples", action="store_true", help="the sampled stages' most frequent stacks")
+    parser.add_argument("--top", type=int, default=12, help="--samples: stacks per stage")
+    parser.add_argument("--depth", type=int, default=10, help="--samples: innermost frames kept of each")
     args = parser.parse_args()
-    print(chain(args.directory, args.min) if args.chain else report(args.directory, args.gap))
+    if args.samples:
+        print(sampled(args.directory, args.top, args.depth))
+    else:
+        print(chain(args.directory, args.min) if args.chain else report(args.directory, args.gap))
 
 
 if __name__ == "__main__":

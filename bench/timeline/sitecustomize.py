@@ -6,6 +6,11 @@ wrapped as its module is first imported, and every call is recorded as (stage, t
 end) in seconds since the process started; at exit the list goes to
 KILN_TIMELINE_DIR/timeline-<pid>.json. bench/timeline_report.py summarizes the files.
 Without KILN_TIMELINE_DIR nothing is wrapped.
+
+KILN_TIMELINE_SAMPLE names stages (comma-separated, as in the timeline) whose calls are also
+sampled: while one runs, a thread reads the calling thread's stack every 5 ms, and the file gets
+`samples`, {stage: {"frame;frame;...": count}} (innermost last, as flame graphs take them): what a
+stage that takes longer on one rank than another spends its time on.
 """
 import atexit
 import functools
@@ -47,13 +52,40 @@ def _install(directory: str) -> None:
     start = time.time()
     events = []
 
+    sampled = set(filter(None, os.environ.get("KILN_TIMELINE_SAMPLE", "").split(",")))
+    samples = {}
+    watched = {}  # thread ident -> the sampled stage it is in
+
+    def sample():
+        while True:
+            time.sleep(0.005)
+            frames = sys._current_frames()
+            for ident, stage in list(watched.items()):
+                frame, stack = frames.get(ident), []
+                while frame is not None and len(stack) < 60:
+                    code = frame.f_code
+                    stack.append(f"{os.path.basename(code.co_filename)}:{code.co_name}:{frame.f_lineno}")
+                    frame = frame.f_back
+                key = ";".join(reversed(stack))
+                counts = samples.setdefault(stage, {})
+                counts[key] = counts.get(key, 0) + 1
+
+    if sampled:
+        threading.Thread(target=sample, name="timeline-sampler", daemon=True).start()
+
     def timed(fn, stage):
         @functools.wraps(fn)
         def call(*args, **kwargs):
             begin = time.time()
+            ident = threading.get_ident()
+            outer = ident in watched
+            if stage in sampled and not outer:
+                watched[ident] = stage
             try:
                 return fn(*args, **kwargs)
             finally:
+                if stage in sampled and not outer:
+                    watched.pop(ident, None)
                 label = f"{stage} {args[1]}" if stage in LABELLED and len(args) > 1 and isinstance(args[1], str) else stage
                 events.append((label, threading.current_thread().name, begin - start, time.time() - start))
         return call
@@ -117,7 +149,7 @@ def _install(directory: str) -> None:
     def write():
         if events:
             with open(os.path.join(directory, f"timeline-{os.getpid()}.json"), "w") as f:
-                json.dump({"argv": sys.argv[:2], "start": start, "events": events}, f)
+                json.dump({"argv": sys.argv[:2], "start": start, "events": events, "samples": samples}, f)
 
 
 if os.environ.get("KILN_TIMELINE_DIR"):
