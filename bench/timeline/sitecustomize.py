@@ -56,9 +56,10 @@ def _install(directory: str) -> None:
     samples = {}
     watched = {}  # thread ident -> the sampled stage it is in
 
+    stop = threading.Event()
+
     def sample():
-        while True:
-            time.sleep(0.005)
+        while not stop.wait(0.005):
             frames = sys._current_frames()
             for ident, stage in list(watched.items()):
                 frame, stack = frames.get(ident), []
@@ -70,8 +71,9 @@ def _install(directory: str) -> None:
                 counts = samples.setdefault(stage, {})
                 counts[key] = counts.get(key, 0) + 1
 
+    sampler = threading.Thread(target=sample, name="timeline-sampler", daemon=True)
     if sampled:
-        threading.Thread(target=sample, name="timeline-sampler", daemon=True).start()
+        sampler.start()
 
     def timed(fn, stage):
         @functools.wraps(fn)
@@ -150,6 +152,14 @@ def _install(directory: str) -> None:
         if events:
             with open(os.path.join(directory, f"timeline-{os.getpid()}.json"), "w") as f:
                 json.dump({"argv": sys.argv[:2], "start": start, "events": events, "samples": samples}, f)
+
+    @atexit.register  # runs before `write` (last registered, first run)
+    def stop_sampling():
+        # a daemon thread still running at finalization aborted kiln's ranks on the H200
+        # ("terminate called without an active exception"): stopped and joined first
+        if sampler.is_alive():
+            stop.set()
+            sampler.join()
 
 
 if os.environ.get("KILN_TIMELINE_DIR"):
