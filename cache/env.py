@@ -49,6 +49,9 @@ kiln): KILN_DROPIN and KILN_SHARE_GRAPHS; Triton's own TRITON_* variables are it
     KILN_DEFER_FULL_GC  under graph sharing: 1 (default) keeps the cycle collector's full passes
                         out of Dynamo's frame compiles (the young generations are still collected;
                         the full pass comes after); 0: Python's default, a full pass whenever due
+    KILN_BRIEF_GUARD_TEXT  under graph sharing: 1 (default) has Dynamo's identity guards describe a
+                        tensor by kind, shape, dtype and device (PyTorch 2.10-2.12 print its values,
+                        which waits for the GPU); 0: PyTorch's own text. The guards are the same
     KILN_LIBDEVICE      the libdevice.10.bc that kernels' math functions link (default: the first
                         found in the CUDA wheels, a conda environment, the CUDA toolkit or
                         Triton's wheel: kiln.codegen.backend.libdevice_path)
@@ -160,6 +163,10 @@ def foreach_args(environ=os.environ) -> int | None:
 
 def defer_full_gc(environ=os.environ) -> bool:
     return _switch("KILN_DEFER_FULL_GC", True, environ)
+
+
+def brief_guard_text(environ=os.environ) -> bool:
+    return _switch("KILN_BRIEF_GUARD_TEXT", True, environ)
 
 
 def graph_wait_seconds() -> float:

@@ -15,6 +15,8 @@ What every rank of a job otherwise does for itself:
 - Its foreach kernels, split into groups the daemon's workers compile at once (KILN_FOREACH_ARGS).
 - Its collector. The full passes of Python's cycle collector, which walk the whole heap, wait until
   a frame compile ends (`kiln.dropin.collector`, KILN_DEFER_FULL_GC).
+- Its guards' text. Dynamo's identity guards describe a parameter without printing its values,
+  which waits for the GPU (`kiln.dropin.guard_text`, KILN_BRIEF_GUARD_TEXT).
 - Its compile-worker pool (one process per core, in every rank). Inductor's kernel compiles
   go to threads of the rank instead, which hand each kernel to the node daemon's pool; the
   Python part left in the rank (loading the kernel's module, building kiln's IR) is small.
@@ -58,6 +60,14 @@ def defer_full_collections(convert_frame) -> None:
     if env.defer_full_gc():
         from . import collector
         convert_frame._compile = collector.around(convert_frame._compile)
+
+
+def describe_guards_briefly(guards) -> None:
+    """Run when `torch._dynamo.guards` is imported (KILN_BRIEF_GUARD_TEXT): its identity guards describe
+    tensors by kind, shape, dtype and device, not by their values (`kiln.dropin.guard_text`)."""
+    if env.brief_guard_text():
+        from . import guard_text
+        guard_text.install(guards)
 
 
 def split_foreach_kernels(config) -> None:
