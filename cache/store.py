@@ -233,6 +233,8 @@ class Cache:
         self._uncounted = {"hits": 0, "misses": 0}  # not yet added to the node's counters (a forked child starts at 0)
         self._touched: dict[str, float] = {}  # key -> when this process last read it, not yet written
         self._pending_lock = threading.Lock()
+        self._reader_lock = threading.Lock()
+        self._read_db, self._read_pid = None, None
         (paths.shared_dir if self.shared else paths.private_dir)(self.path)
         try:
             self._store = self._diskcache()
@@ -272,23 +274,36 @@ class Cache:
     def close(self):
         self.add_read_counts()
         self._store.close()
+        with self._reader_lock:
+            if self._read_db is not None:
+                self._read_db.close()
+                self._read_db = None
 
-    def _get(self, key: str, touch: bool = True):
+    def _reader(self) -> sqlite3.Connection:
+        """This process's one connection for reads, shared by its threads under `_reader_lock`:
+        diskcache opens one per thread, and a rank's sixteen compile threads each opening theirs
+        (connect, then its settings' pragmas) at their first kernel cost them a good part of the
+        miss they were asking about."""
+        if self._read_db is None or self._read_pid != os.getpid():
+            self._read_db = sqlite3.connect(self.path / "cache.db", timeout=60, isolation_level=None,
+                                            check_same_thread=False)
+            self._read_pid = os.getpid()
+        return self._read_db
+
+    def _get(self, key: str):
         """The value stored under `key`, or None; see the module's doc for why not diskcache's `get`."""
         store = self._dc
-        sql = getattr(store, "_sql", None)
-        if sql is None:  # not diskcache's Cache (the read-only store), or one without its cursor
+        if not isinstance(store, diskcache.Cache):  # the read-only store of a full disk
             return store.get(key)
         db_key, raw = store.disk.put(key)
-        rows = sql(_SELECT, (db_key, raw, time.time())).fetchall()
+        with self._reader_lock:
+            rows = self._reader().execute(_SELECT, (db_key, raw, time.time())).fetchall()
         if not rows:
             return None
         try:
             value = store.disk.fetch(*rows[0], False)
         except OSError:  # deleted since the SELECT, or a row we refuse: a miss
             return None
-        if not touch:
-            return value
         with self._pending_lock:
             self._touched[key] = time.time()
             full = len(self._touched) >= _COUNT_EVERY
@@ -442,7 +457,8 @@ class Cache:
 
     def counts(self, name: str) -> dict[str, int]:
         try:
-            total = json.loads(self._get(_COUNTS + name, touch=False) or "{}")
+            # diskcache's own read: inside add_counts' transaction it sees what that transaction holds
+            total = json.loads(self._dc.get(_COUNTS + name) or "{}")
         except ValueError:
             return {}
         ok = type(total) is dict and all(type(v) is int for v in total.values())

@@ -13,7 +13,17 @@ from . import toolchain
 
 toolchain.warn_if_too_old()  # before the imports below fail, or compile wrong, on an old library
 
-from .compiler import CompiledKernel, CompileError, compile
 from .target import TargetError, known_targets, parse_target
 
 __all__ = ["compile", "CompiledKernel", "CompileError", "TargetError", "known_targets", "parse_target"]
+_FROM_COMPILER = ("compile", "CompiledKernel", "CompileError")
+
+
+def __getattr__(name: str):
+    # the compiler (llvmlite, LLVM, the passes) loads on first use: a rank of a training job that only
+    # checks a target name (its compiles run in the node daemon) does not import it, on its compile
+    # threads' critical path, behind Python's import lock
+    if name in _FROM_COMPILER:
+        from . import compiler
+        return getattr(compiler, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

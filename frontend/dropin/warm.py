@@ -30,6 +30,7 @@ import builtins
 import functools
 import hashlib
 import json
+import threading
 import types
 from pathlib import Path
 
@@ -41,10 +42,19 @@ class _NoKey(Exception):
     """The kernel reads something whose value cannot be fingerprinted."""
 
 
-@functools.lru_cache(maxsize=1)
+_identity_lock = threading.Lock()
+
+
 def frontend_identity() -> str:
     """What decides the IR kiln's frontend builds from a source: `triton_key()` (kiln's compiler
-    identity, the frontend's sources) and the block IR package's sources."""
+    identity, the frontend's sources) and the block IR package's sources. Read once per process:
+    a rank's compile threads all ask at their first kernel, and one of them reads the files."""
+    with _identity_lock:
+        return _frontend_identity()
+
+
+@functools.lru_cache(maxsize=1)
+def _frontend_identity() -> str:
     from kiln import ir
     from .backends import triton_key
     digest = hashlib.sha256(triton_key().encode())
