@@ -18,7 +18,8 @@ from kiln.ir import copy_function, print_function, verify
 from . import backend, nvjitlink, occupancy
 from .lower import LoweringError, lower_function
 from .passes import scratch_barriers
-from .pipeline import PassContext, run_passes
+from .passes.tile_overlap import tile_loop
+from .pipeline import TILE_OVERLAP, PassContext, run_passes
 from .target import parse_target
 
 DEFAULT_OPTIONS = {"num_warps": 4, "num_stages": 3}
@@ -106,13 +107,24 @@ def _lower_to_llvm(fn, tgt, opts: dict, check: bool, portable: bool, counts: dic
     verify(fn)
     limit = occupancy.max_shared_per_cta(tgt.capability)
     reserve, overlap = 0, True
+    before_overlap = None  # (IR, TMA boxes) after the passes before tile_overlap, for this `reserve`
     for _ in range(4):
-        work = copy_function(fn)  # a private copy for the passes to rewrite (as its text would parse)
         ctx = PassContext(tgt, opts["num_warps"], opts["num_stages"], maxnreg=opts.get("maxnreg"),
                           fp_fusion=bool(opts.get("enable_fp_fusion", 1)), portable=portable, shared_reserve=reserve,
                           tile_overlap=overlap)
-        run_passes(work, ctx, check=check)
-        counts["pass_runs"] = counts.get("pass_runs", 0) + 1
+        if before_overlap is not None and not overlap:
+            # the overlap variant dropped, the rings as planned: on from where tile_overlap ran
+            work, boxes = copy_function(before_overlap[0]), before_overlap[1]
+            ctx.tma_boxes = dict(boxes)
+            run_passes(work, ctx, check=check, start=TILE_OVERLAP)
+            counts["pass_resumes"] = counts.get("pass_resumes", 0) + 1
+        else:
+            work = copy_function(fn)  # a private copy for the passes to rewrite (as its text would parse)
+            run_passes(work, ctx, check=check, stop=TILE_OVERLAP)
+            if overlap and tile_loop(work) is not None:  # a persistent GEMM: it may try the overlap variant
+                before_overlap = copy_function(work), dict(ctx.tma_boxes)
+            run_passes(work, ctx, check=check, start=TILE_OVERLAP)
+            counts["pass_runs"] = counts.get("pass_runs", 0) + 1
         if ctx.tiles_overlapped and not portable and scratch_barriers.planned_shared_bytes(work, ctx) > limit:
             overlap = False  # past the SM's shared memory already by the passes' plan: no lowering needed to see it
             continue
@@ -129,6 +141,7 @@ def _lower_to_llvm(fn, tgt, opts: dict, check: bool, portable: bool, counts: dic
         # the rings were planned without the transient scratch (layout conversions), which
         # lowering sized: plan them again with that much less room (fewer stages, a tight ring)
         reserve += shared - limit
+        before_overlap = None
     return print_function(work), llir, arg_layout, shared
 
 
@@ -255,9 +268,11 @@ def compile(fn, target: str = "sm_90a", options: dict | None = None, check: bool
 
     `check=True` verifies the IR after every rewriting pass (tests); `link=False` stops at
     PTX (no cubin, no register counts). `metadata["pass_runs"]`, `["lowerings"]` and `["links"]`
-    count the runs of the pass list, of lowering and of nvJitLink the compile took, retries included."""
+    count the runs of the pass list, of lowering and of nvJitLink the compile took, retries included;
+    `["pass_resumes"]` the runs of its tail from tile_overlap on, for a persistent GEMM whose overlap
+    variant did not pay (the passes before it ran once, for both variants)."""
     _stages.ms = {}
-    return _compile(fn, target, options, check, link, {"pass_runs": 0, "lowerings": 0, "links": 0})
+    return _compile(fn, target, options, check, link, {"pass_runs": 0, "pass_resumes": 0, "lowerings": 0, "links": 0})
 
 
 def _compile(fn, target: str, options: dict | None, check: bool, link: bool, counts: dict) -> CompiledKernel:

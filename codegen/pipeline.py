@@ -37,6 +37,7 @@ PASSES = [
 ]
 ANALYSES = {axis_info.name, layouts.name}
 LAYOUTS_IN_TYPES = PASSES.index(convert_layouts)  # from here on every block type has its layout
+TILE_OVERLAP = PASSES.index(tile_overlap)  # where a compile that drops the overlap variant resumes
 
 
 @dataclass
@@ -62,9 +63,12 @@ class PassContext:
     check: bool = False  # tests: verify after every pass; lowering refuses to convert layouts itself
 
 
-def run_passes(fn, ctx: PassContext, check: bool = False) -> None:
+def run_passes(fn, ctx: PassContext, check: bool = False, start: int = 0, stop: int | None = None) -> None:
+    """PASSES[start:stop] over `fn` (all of them by default)."""
     ctx.function, ctx.check = fn, check
-    for i, p in enumerate(PASSES):
+    for i, p in enumerate(PASSES[:stop]):
+        if i < start:
+            continue
         p.apply(fn, ctx)
         if check and p.name not in ANALYSES:
             verify(fn)
