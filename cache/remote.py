@@ -273,7 +273,7 @@ class RemoteCache:
                 self._counts[name] = self._counts.get(name, 0) + n
         if self._counts_to is not None:
             try:
-                self._counts_to.add_counts(COUNTS, counts)
+                self._counts_to.add_counts_later(COUNTS, counts)
             except Exception as e:  # noqa: BLE001 - a counter is not worth a failed call
                 log.debug("event=remote_counts_not_kept error=%r", str(e))
 

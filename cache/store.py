@@ -232,6 +232,8 @@ class Cache:
         self._pid = os.getpid()
         self._uncounted = {"hits": 0, "misses": 0}  # not yet added to the node's counters (a forked child starts at 0)
         self._touched: dict[str, float] = {}  # key -> when this process last read it, not yet written
+        self._later: dict[str, dict[str, int]] = {}  # counts `add_counts_later` holds: name -> field -> n
+        self._later_since = 0.0  # when the oldest of them came
         self._pending_lock = threading.Lock()
         self._reader_lock = threading.Lock()
         self._read_db, self._read_pid = None, None
@@ -378,12 +380,15 @@ class Cache:
         with self._pending_lock:
             uncounted, self._uncounted = self._uncounted, {"hits": 0, "misses": 0}
             touched, self._touched = self._touched, {}
-        if not any(uncounted.values()) and not touched:
+            later, self._later = self._later, {}
+        if not any(uncounted.values()) and not touched and not later:
             return
         try:
             with self._dc.transact():
                 if any(uncounted.values()):
                     self.add_counts(_NODE_COUNTS, uncounted)
+                for name, counts in later.items():
+                    self.add_counts(name, counts)
                 self._touch(touched)
         except Exception:  # noqa: BLE001 - counters and access times are worth less than the reads
             pass
@@ -447,10 +452,24 @@ class Cache:
                 total[field] = total.get(field, 0) + n
             self._dc.set(_COUNTS + name, _canonical(total))
 
+    def add_counts_later(self, name: str, counts: dict[str, int]) -> None:
+        """`add_counts`, written with this process's read counts (every 64 events, at 5 s old, at exit,
+        before `stats`): a counter is not worth a write transaction on the call it counts."""
+        now = time.monotonic()
+        with self._pending_lock:
+            if not self._later:
+                self._later_since = now
+            held = self._later.setdefault(name, {})
+            for field, n in counts.items():
+                held[field] = held.get(field, 0) + n
+            due = sum(sum(c.values()) for c in self._later.values()) >= _COUNT_EVERY or now - self._later_since > 5.0
+        if due:
+            self.add_read_counts()
+
     def zero_counts(self) -> None:
         """Zero every counter kept here (the node's reads, what its processes saw of the shared
         tier), as `ccache -z`; this process's uncounted reads are counted first, and zeroed too."""
-        self.add_read_counts()
+        write_pending_counts()
         with self._dc.transact():
             for key in [k for k in self._dc.iterkeys() if k.startswith(_COUNTS)]:
                 self._dc.delete(key)
@@ -482,7 +501,7 @@ class Cache:
         """Size and counts; `hits` and `misses` are the reads of every process on the node."""
         keys = list(self._dc.iterkeys())
         entries = sum(k.startswith(_ACTION) for k in keys)
-        self.add_read_counts()
+        write_pending_counts()
         reads = self.counts(_NODE_COUNTS)
         return {"path": str(self.path), "entries": entries, "blobs": sum(k.startswith(_BLOB) for k in keys),
                 "volume_bytes": self._dc.volume(), "size_limit_bytes": self.size_limit,
@@ -524,6 +543,7 @@ class Cache:
 
 
 @atexit.register
-def _count_reads_at_exit():
+def write_pending_counts():
+    """Write what every node cache this process opened still holds of its counts and access times."""
     for cache in list(_open_caches):
         cache.add_read_counts()

@@ -172,6 +172,16 @@ def test_a_read_does_not_wait_for_a_writer(cache):
     assert cache.stats()["hits"] == 1 and cache.stats()["misses"] == 1
 
 
+def test_counts_added_later_are_written_in_one_transaction_with_the_reads(cache):
+    cache.add_counts_later("remote", {"hits": 1, "misses": 2})
+    assert cache.counts("remote") == {}  # held: no write transaction on the call it counts
+    cache.stats()  # what stats shows includes what this process holds
+    assert cache.counts("remote") == {"hits": 1, "misses": 2}
+    for _ in range(64):  # enough events: written without being asked
+        cache.add_counts_later("remote", {"misses": 1})
+    assert cache.counts("remote") == {"hits": 1, "misses": 66}
+
+
 def test_size_limit_evicts_least_recently_used(tmp_path):
     with Cache(tmp_path / "c", size_limit=1_000_000) as cache:
         keys = [f"{i:064x}" for i in range(40)]
