@@ -8,7 +8,7 @@ diskcache directory (SQLite plus files), so any number of processes can share it
 one size limit with least-recently-used eviction covers both; a read touches every entry
 it uses, so a kernel in use stays.
 
-Reads take no lock. diskcache's own `get` under that policy writes the entry's access time in
+Reads take no write lock. diskcache's own `get` under that policy writes the entry's access time in
 a write transaction, so every read, a miss too, queues on SQLite's one write lock: eight ranks
 of sixteen compile threads each waited up to half a second to learn of a miss. A read here is
 one SELECT (in WAL mode a reader never waits for the writer), and the access times of what a

@@ -114,8 +114,8 @@ def _lower_to_llvm(fn, tgt, opts: dict, check: bool, portable: bool, counts: dic
                           tile_overlap=overlap)
         if before_overlap is not None and not overlap:
             # the overlap variant dropped, the rings as planned: on from where tile_overlap ran
-            work, boxes = copy_function(before_overlap[0]), before_overlap[1]
-            ctx.tma_boxes = dict(boxes)
+            work, ctx.tma_boxes = before_overlap  # the copy's own: it resumes once at most
+            before_overlap = None
             run_passes(work, ctx, check=check, start=TILE_OVERLAP)
             counts["pass_resumes"] = counts.get("pass_resumes", 0) + 1
         else:
