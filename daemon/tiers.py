@@ -49,6 +49,7 @@ class _State:
 
     def __init__(self):
         self.lock = threading.Lock()
+        self.tier_lock = threading.Lock()  # not `lock`: making the tier opens the node cache under `lock`
         self.cache: Cache | None = None
         self.remote = None  # the shared tier, made on first use (False: none configured)
         self.clients: dict = {}
@@ -62,21 +63,28 @@ class _State:
             return self.cache
 
     def shared_tier(self):
-        """The shared tier that KILN_REMOTE_CACHE names, or None."""
+        """The shared tier that KILN_REMOTE_CACHE names, or None. Made once: a rank's compile threads
+        ask at their first kernels all at once, and each would otherwise make a client of its own."""
         if self.remote is None:
-            from kiln.cache import env, remote
-            url, tier = env.remote_cache_url(), False
-            if url:
-                try:
-                    counts = self.node_cache()
-                except Exception:  # noqa: BLE001 - then this node keeps no counts of it
-                    counts = None
-                try:
-                    tier = remote.RemoteCache(url, counts_to=counts)
-                except Exception as e:  # noqa: BLE001 - a bad URL, or no redis package: a warning, not a failure
-                    self.warn_once("remote", f"kiln: no shared cache ({type(e).__name__}: {e})")
-            self.remote = tier
+            with self.tier_lock:
+                if self.remote is None:
+                    self.remote = self._make_shared_tier()
         return self.remote or None
+
+    def _make_shared_tier(self):
+        from kiln.cache import env, remote
+        url = env.remote_cache_url()
+        if not url:
+            return False
+        try:
+            counts = self.node_cache()
+        except Exception:  # noqa: BLE001 - then this node keeps no counts of it
+            counts = None
+        try:
+            return remote.RemoteCache(url, counts_to=counts)
+        except Exception as e:  # noqa: BLE001 - a bad URL, or no redis package: a warning, not a failure
+            self.warn_once("remote", f"kiln: no shared cache ({type(e).__name__}: {e})")
+            return False
 
     def client(self, address: str):
         from kiln.cache import env

@@ -358,3 +358,23 @@ def test_a_bad_url_is_a_warning_not_a_failure(monkeypatch, tmp_path):
     node = Node(monkeypatch, str(tmp_path / "n"), "http://not-redis").enter(daemon=False)
     with pytest.warns(RuntimeWarning, match="no shared cache"):
         assert node.compile("bad_url").source == "local"
+
+
+def test_a_process_makes_one_tier_client_however_many_threads_ask_at_once(monkeypatch, tmp_path):
+    import threading
+    Node(monkeypatch, str(tmp_path / "n"), "redis://127.0.0.1:1/0").enter(daemon=False)  # no server needed to make it
+    made = []
+    original = tiers._State._make_shared_tier
+
+    def slow_make(self):
+        made.append(1)
+        threading.Event().wait(0.05)  # the others ask meanwhile
+        return original(self)
+    monkeypatch.setattr(tiers._State, "_make_shared_tier", slow_make)
+    got = []
+    threads = [threading.Thread(target=lambda: got.append(tiers.shared_tier())) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(made) == 1 and len({id(tier) for tier in got}) == 1 and got[0] is not None
