@@ -107,22 +107,21 @@ def _lower_to_llvm(fn, tgt, opts: dict, check: bool, portable: bool, counts: dic
     verify(fn)
     limit = occupancy.max_shared_per_cta(tgt.capability)
     reserve, overlap = 0, True
-    before_overlap = None  # (IR, TMA boxes) after the passes before tile_overlap, for this `reserve`
+    before_overlap = None  # the IR after the passes before tile_overlap, for this `reserve`
     for _ in range(4):
         ctx = PassContext(tgt, opts["num_warps"], opts["num_stages"], maxnreg=opts.get("maxnreg"),
                           fp_fusion=bool(opts.get("enable_fp_fusion", 1)), portable=portable, shared_reserve=reserve,
                           tile_overlap=overlap)
         if before_overlap is not None and not overlap:
             # the overlap variant dropped, the rings as planned: on from where tile_overlap ran
-            work, ctx.tma_boxes = before_overlap  # the copy's own: it resumes once at most
-            before_overlap = None
+            work, before_overlap = before_overlap, None  # the copy's own: it resumes once at most
             run_passes(work, ctx, check=check, start=TILE_OVERLAP)
             counts["pass_resumes"] = counts.get("pass_resumes", 0) + 1
         else:
             work = copy_function(fn)  # a private copy for the passes to rewrite (as its text would parse)
             run_passes(work, ctx, check=check, stop=TILE_OVERLAP)
             if overlap and tile_loop(work) is not None:  # a persistent GEMM: it may try the overlap variant
-                before_overlap = copy_function(work), dict(ctx.tma_boxes)
+                before_overlap = copy_function(work)
             run_passes(work, ctx, check=check, start=TILE_OVERLAP)
             counts["pass_runs"] = counts.get("pass_runs", 0) + 1
         if ctx.tiles_overlapped and not portable and scratch_barriers.planned_shared_bytes(work, ctx) > limit:

@@ -92,9 +92,10 @@ def _lower(fn, ctx, double_buffers: bool):
     lw.b.ret_void()
     arg_layout = [{"name": n, "type": str(a.type), "llvm_type": str(p)}
                   for n, a, p in zip(fn.arg_names, fn.args, params)]
-    for i, (inner, rows, swizzle) in ctx.tma_boxes.items():  # the box the launcher encodes the map with
-        arg_layout[i]["tma_box"] = f"{inner}x{rows}:swizzle{swizzle}"
     for layout, attrs in zip(arg_layout, fn.arg_attrs):  # a map the launcher derives from other arguments
+        if "tma_box" in attrs:  # the box the launcher encodes the map with (smem_pipeline, tma_store)
+            inner, rows, swizzle = attrs["tma_box"]
+            layout["tma_box"] = f"{inner}x{rows}:swizzle{swizzle}"
         if "tma_of" in attrs:
             layout["tma_of"] = ",".join(str(i) for i in attrs["tma_of"])
         if "global_scratch" in attrs:  # bytes of global scratch per CTA: its maps (tensormap_create)

@@ -19,21 +19,19 @@ def apply(fn, ctx=None) -> None:
             not any("tma_of" in attrs or "global_scratch" in attrs for attrs in fn.arg_attrs):
         return  # nothing of TMA here (most kernels): five walks of the function saved
     strip(fn, [op for op in fn.walk() if op.name == "descriptor_load"])
-    drop_unread_derived_maps(fn, ctx)
+    drop_unread_derived_maps(fn)
     drop_unread_created_maps(fn)
 
 
-def drop_unread_derived_maps(fn, ctx=None) -> None:
-    """Remove the maps `pointer_tma` added (`tma_of`) that no TMA ring reads; the TMA boxes
-    recorded for later arguments move down with them."""
+def drop_unread_derived_maps(fn) -> None:
+    """Remove the maps `pointer_tma` added (`tma_of`) that no TMA ring reads (their `tma_box`
+    attributes go with them)."""
     read = {v for op in fn.walk() for v in op.operands}
     for i in reversed(range(len(fn.args))):
         if "tma_of" in fn.arg_attrs[i] and fn.args[i] not in read:
             del fn.body.args[i], fn.arg_names[i], fn.arg_attrs[i]
             for j, arg in enumerate(fn.body.args):
                 arg.index = j
-            if ctx is not None:
-                ctx.tma_boxes = {k - (k > i): box for k, box in ctx.tma_boxes.items() if k != i}
 
 
 def drop_unread_created_maps(fn) -> None:

@@ -459,7 +459,7 @@ def _plan(loop, stages, fn, ctx, kind):
         if isinstance(key, Operation):
             key.attrs["box"] = list(box)
         else:
-            ctx.tma_boxes[key] = box
+            fn.arg_attrs[key]["tma_box"] = list(box)
     return plan, rings, stages, step, ring_size, slots, set(fetched)
 
 
@@ -478,12 +478,18 @@ def _prefix_copy(load, inner, ctx):
     return run, lambda emit, value: mask_prefix.count_true(mask, inner, run, ctx.axis, emit, value)
 
 
+def tma_boxes(fn) -> dict[int, tuple[int, int, int]]:
+    """{argument index: (inner, rows, swizzle)} of the tensormap arguments whose TMA box a pass
+    chose (their `tma_box` attribute): what the launcher encodes each map with."""
+    return {i: tuple(attrs["tma_box"]) for i, attrs in enumerate(fn.arg_attrs) if "tma_box" in attrs}
+
+
 def _agreed_boxes(rings, fn, ctx):
     """One TMA map per descriptor argument or `tensormap_create`, so every ring it fills
     must use one box and swizzle: the boxes (argument index or the create op -> (inner,
-    rows, swizzle)) with those already recorded in `ctx.tma_boxes` (which the launcher
+    rows, swizzle)) with those already recorded in an argument's `tma_box` (which the launcher
     encodes the maps with) or in a create's `box`, or None where two disagree."""
-    boxes = dict(ctx.tma_boxes)
+    boxes = tma_boxes(fn)
     for load, tile, *_ in rings:
         if not is_tma(load):
             continue

@@ -113,8 +113,7 @@ class _StoreBox:
             tmap = fn.body.add_arg(tensormap)
             fn.arg_names.append(f"{fn.arg_names[index(self.base)]}.tma_store")
             fn.arg_attrs.append({"tma_of": [index(self.base), index(self.extents[1]), index(self.extents[0]),
-                                            index(self.stride)]})
-            ctx.tma_boxes[len(fn.args) - 1] = box
+                                            index(self.stride)], "tma_box": list(box)})
         else:
             tmap = create_map(fn, store, self.base, self.extents, self.stride, loc, box)
         known = {*self.extents, self.stride} if host else set()
