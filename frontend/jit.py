@@ -16,7 +16,7 @@ from kiln.language.core import constexpr
 from . import config, jit_hooks
 from .binder import grid3, make_binder
 from .errors import CompilationError, InterpretedCompilationError, InterpreterError, user_facing
-from .specialize import COMPILE_ONLY, specialize
+from .specialize import COMPILE_ONLY, annotation_type, specialize
 
 
 @dataclass(frozen=True)
@@ -123,6 +123,7 @@ class KernelParam:
     annotation: object
     is_constexpr: bool
     do_not_specialize: bool
+    annotation_type: str = ""  # the type an annotation gives it (`fp16`, `*fp16`), or ""
 
 
 class JITFunction(KernelInterface):
@@ -133,7 +134,11 @@ class JITFunction(KernelInterface):
         self.arg_names = list(self.signature.parameters)
         self.constexpr_names = {n for n, p in self.signature.parameters.items() if _is_constexpr_annotation(p.annotation, fn)}
         self.do_not_specialize = {self.arg_names[d] if isinstance(d, int) else d for d in do_not_specialize}
-        self.params = [KernelParam(i, name, p.annotation, name in self.constexpr_names, name in self.do_not_specialize)
+        # a runtime parameter annotated with a type takes it, whatever its value's (kiln.specialize)
+        self.annotation_types = {name: t for name, p in self.signature.parameters.items()
+                                 if name not in self.constexpr_names and (t := annotation_type(p.annotation))}
+        self.params = [KernelParam(i, name, p.annotation, name in self.constexpr_names, name in self.do_not_specialize,
+                                   self.annotation_types.get(name, ""))
                        for i, (name, p) in enumerate(self.signature.parameters.items())]  # Triton's records
         self.debug = debug
         self.noinline = noinline

@@ -27,13 +27,13 @@ from .autotuner import Autotuner, Heuristics
 from .jit import JITFunction
 from .specialize import specialize
 
-# The scalar types a call specializes a runtime scalar to, and the others a signature may
-# declare (Inductor declares a Python float `fp64`, as Triton takes); the launcher passes each
-# at its width. 16-bit floats are not among them: no launch packs one.
+# The scalar types a call specializes a runtime scalar to, and the others a signature (or a
+# parameter's annotation) may declare (Inductor declares a Python float `fp64`, as Triton takes);
+# the launcher passes each at its width (fp16 and bf16 as Triton packs them).
 _SCALARS = {"i1": int1, "i32": int32, "i64": int64, "u64": uint64, "fp32": float32,
             **{name: SCALAR_TYPES[kiln_name] for name, kiln_name in (
                 ("i8", "int8"), ("i16", "int16"), ("u8", "uint8"), ("u16", "uint16"), ("u32", "uint32"),
-                ("fp64", "fp64"))}}
+                ("fp16", "fp16"), ("bf16", "bf16"), ("fp64", "fp64"))}}
 # Pointer element types in Triton's short names, and in kiln's own (`*int8` as well as `*i8`).
 _ELEMENTS = {**SCALAR_TYPES, "i1": int1, **{f"i{b}": SCALAR_TYPES[f"int{b}"] for b in (8, 16, 32, 64)},
              **{f"u{b}": SCALAR_TYPES[f"uint{b}"] for b in (8, 16, 32, 64)}}

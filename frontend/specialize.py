@@ -5,15 +5,17 @@ aligned; integers become int32/int64/uint64 by value, are folded to a constexpr 
 equal to 1 and marked `divisibility = 16` when divisible by 16 (neither for
 `do_not_specialize` arguments); floats are fp32, bools int1; constexpr parameters,
 None and dtypes are compile-time constants. A host TensorDescriptor becomes its pieces
-(`DescriptorArgument`).
+(`DescriptorArgument`). A parameter annotated with a type (`x: tl.float16`, `n: "u8"`,
+`p: "*fp16"`) takes that type whatever the value's, as Triton's JIT does (`annotation_type`).
 """
 from __future__ import annotations
 
 import contextvars
+import inspect
 
 import numpy as np
 
-from kiln.ir.types import dtype, float32, from_numpy, int1, int32, int64, pointer_type, uint64
+from kiln.ir.types import SCALAR_TYPES, dtype, float32, from_numpy, int1, int32, int64, pointer_type, uint64
 from kiln.language.core import constexpr
 from kiln.language.tensor_descriptor import DescriptorArgument
 from kiln.tools.tensor_descriptor import TensorDescriptor
@@ -69,9 +71,10 @@ def specialize(jitfn, bound: dict, options: dict):
     num_warps = options.get("num_warps")
     if num_warps is not None and (int(num_warps) <= 0 or int(num_warps) & (int(num_warps) - 1)):
         raise AssertionError("num_warps must be a power of 2")  # Triton's exception and words
+    annotated = getattr(jitfn, "annotation_types", {})
     for name, value in bound.items():
         param, leaf_key = _param(jitfn, name, value, name in jitfn.constexpr_names,
-                                 name not in jitfn.do_not_specialize)
+                                 name not in jitfn.do_not_specialize, annotated.get(name, ""))
         params[name] = param
         key.append((name,) + leaf_key)
         if not isinstance(param, constexpr):
@@ -80,14 +83,18 @@ def specialize(jitfn, bound: dict, options: dict):
     return tuple(key), params, runtime
 
 
-def _param(jitfn, name, value, is_constexpr: bool, specializable: bool):
+def _param(jitfn, name, value, is_constexpr: bool, specializable: bool, annotated: str = ""):
     """(param, key) of one argument: `constexpr(value)`, `(dtype, attrs)` of a runtime
-    value, or a DescriptorArgument / TupleArgument that becomes several runtime values."""
+    value, or a DescriptorArgument / TupleArgument that becomes several runtime values;
+    `annotated`: the parameter's annotation_type, if any."""
     if isinstance(value, constexpr):  # tl.constexpr(4) given for any parameter is a constant
         value, is_constexpr = value.value, True
     if is_constexpr or value is None or isinstance(value, (dtype, str)) or (callable(value) and
                                                                           not hasattr(value, "data_ptr")):
         return constexpr(value), ("c", _hashable(value))
+    if annotated:
+        param = _annotated(jitfn, name, value, annotated, specializable)
+        return param, ("a", str(param[0]), tuple(sorted(param[1].items())))
     if isinstance(value, (bool, np.bool_)):
         param = (int1, {})
     elif isinstance(value, (int, np.integer)):
@@ -112,14 +119,87 @@ def _param(jitfn, name, value, is_constexpr: bool, specializable: bool):
         if info is None:
             raise TypeError(f"{jitfn.__name__}: unsupported argument {name} of type {type(value).__name__}")
         elem, address = info
-        if getattr(value, "is_cuda", True) is False and not value.is_pinned() and not config.interpret() \
-                and not COMPILE_ONLY.get():
-            raise ValueError(f"Pointer argument (at {jitfn.arg_names.index(name)}) cannot be accessed from Triton "
-                             f"(cpu tensor?): '{name}' is in host memory that the GPU cannot read; move it to the "
-                             "GPU, pin it, or run with KILN_INTERPRET=1")
+        _check_reachable(jitfn, name, value)
         attrs = {"divisibility": 16} if specializable and address % 16 == 0 else {}
         param = (pointer_type(elem, 1, _is_const(jitfn, name)), attrs)
     return param, ("a", str(param[0]), tuple(sorted(param[1].items())))
+
+
+def _check_reachable(jitfn, name, value) -> None:
+    """A host tensor passed for a pointer is refused where the kernel runs on the GPU."""
+    if getattr(value, "is_cuda", True) is False and not value.is_pinned() and not config.interpret() \
+            and not COMPILE_ONLY.get():
+        raise ValueError(f"Pointer argument (at {jitfn.arg_names.index(name)}) cannot be accessed from Triton "
+                         f"(cpu tensor?): '{name}' is in host memory that the GPU cannot read; move it to the "
+                         "GPU, pin it, or run with KILN_INTERPRET=1")
+
+
+# Triton's short names of the types an annotation may give a parameter -> kiln's scalar types
+_SHORT_TYPES = {"u1": int1, **{f"i{b}": SCALAR_TYPES[f"int{b}"] for b in (8, 16, 32, 64)},
+                **{f"u{b}": SCALAR_TYPES[f"uint{b}"] for b in (8, 16, 32, 64)},
+                **{name: SCALAR_TYPES[name] for name in ("fp8e4nv", "fp8e5", "fp8e4b15", "fp8e4b8", "fp8e5b16",
+                                                         "fp16", "bf16", "fp32", "fp64")}}
+
+
+def normalize_annotation(annotation) -> str:
+    """Triton's normal form of a parameter's annotation (its JIT's `_normalize_ty`): a type's short
+    name where it names one (`tl.float16`, `"fp16"`, `"tl.uint8"`, `int` -> `fp16`, `fp16`, `u8`,
+    `i32`), `*T` for a pointer (`"*fp16"`, `"fp16*"`, `tl.pointer_type(tl.float16)`), `*kT` for a
+    pointer to constant data (`"const *fp16"`); anything else as text (`Tensor`, `constexpr`)."""
+    from .dropin.jit import type_canonicalisation_dict as short_names
+    if annotation is None or annotation is inspect.Parameter.empty:
+        return ""
+    if isinstance(annotation, str):
+        text = annotation.strip()
+        if text.startswith("const "):
+            inner = normalize_annotation(text.removeprefix("const"))
+            return "*k" + inner[1:] if inner.startswith("*") else text
+        if text.endswith("*"):
+            return "*" + normalize_annotation(text[:-1])
+        if text.startswith("*"):
+            return "*" + normalize_annotation(text[1:])
+        if text.startswith("tl."):
+            return normalize_annotation(text.removeprefix("tl."))
+    elif isinstance(annotation, pointer_type):
+        return "*" + normalize_annotation(annotation.element_ty_)
+    elif isinstance(annotation, dtype):
+        text = annotation.name
+    elif isinstance(annotation, type):
+        text = annotation.__name__
+    else:
+        text = str(annotation)
+    return short_names.get(text.replace("_t", ""), text)
+
+
+def annotation_type(annotation) -> str:
+    """The type a parameter's annotation gives it (Triton's `KernelParam.annotation_type`): the
+    normal form where it names a scalar type or a pointer to one (`fp16`, `u8`, `*fp16`, `*kfp16`),
+    else "" (no annotation, `tl.constexpr`, `torch.Tensor`: the value's type decides)."""
+    text = normalize_annotation(annotation)
+    element = text[2:] if text.startswith("*k") else text[1:] if text.startswith("*") else text
+    return text if element in _SHORT_TYPES else ""
+
+
+def _annotated(jitfn, name, value, annotated: str, specializable: bool):
+    """(dtype, attrs) of a runtime argument whose parameter is annotated with a type: Triton's JIT
+    types it by the annotation, whatever the value's type. An integer type keeps the value's
+    divisibility by 16 but never folds a 1 into a constant; a float or bool type takes no hint."""
+    where = f"{jitfn.__name__}: argument {name} (annotated {annotated})"
+    is_number = isinstance(value, (bool, int, float, np.bool_, np.integer, np.floating))
+    if annotated.startswith("*"):
+        info = None if is_number else pointer_info(value)
+        if info is None:
+            raise TypeError(f"{where} is a pointer, not a {type(value).__name__}")
+        _check_reachable(jitfn, name, value)
+        const = annotated.startswith("*k")
+        attrs = {"divisibility": 16} if specializable and info[1] % 16 == 0 else {}
+        return pointer_type(_SHORT_TYPES[annotated[2 if const else 1:]], 1, const or _is_const(jitfn, name)), attrs
+    if not is_number:
+        raise TypeError(f"{where} is a scalar, not a {type(value).__name__}")
+    t = _SHORT_TYPES[annotated]
+    integral = isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+    divisible = specializable and integral and t.is_int() and t is not int1 and int(value) % 16 == 0
+    return t, ({"divisibility": 16} if divisible else {})
 
 
 class TupleArgument:

@@ -351,6 +351,18 @@ def from_numpy(np_dtype) -> dtype:
     raise TypeError(f"no kiln dtype for NumPy dtype {np_dtype}")
 
 
+def half_float_bits(value, name: str) -> int:
+    """The 16 bits a host passes for a number given to an `fp16` or `bf16` scalar argument, as
+    Triton's launcher packs them: fp16 rounded to nearest even (infinity past its range), bf16
+    the upper half of the value rounded to fp32 (truncated, not rounded)."""
+    with np.errstate(over="ignore"):
+        if name == "fp16":
+            return int(np.array(float(value), np.float16).view(np.uint16))
+        if name == "bf16":
+            return int(np.array(float(value), np.float32).view(np.uint32)) >> 16
+    raise TypeError(f"{name} is no 16-bit float type")
+
+
 def scalar_of(t: dtype) -> dtype:
     return t.element_ty_ if isinstance(t, block_type) else t
 

@@ -38,7 +38,8 @@ def test_arg_types_in_triton_spelling():
     assert parse_arg("i32:16") == (int32, {"divisibility": 16})
     assert parse_arg("i64") == (int64, {})
     assert parse_arg("i32:1") == constexpr(1)
-    for bad, message in (("fp16", "runtime scalar"), ("*fp99", "unknown pointer"), ("fp32:16", "only integers"),
+    assert parse_arg("fp16") == (float16, {}) and parse_arg("bf16") == (kiln.language.bfloat16, {})
+    for bad, message in (("fp8e5", "runtime scalar"), ("*fp99", "unknown pointer"), ("fp32:16", "only integers"),
                          ("i32:8", "only hints"), ("*fp32:1", "equal to 1")):
         with pytest.raises(SignatureError, match=message):
             parse_arg(bad)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from kiln.ir.types import dtype as ir_dtype, tensormap
+from kiln.ir.types import dtype as ir_dtype, half_float_bits, tensormap
 
 from .convert import scalar_to
 from .errors import InterpreterError
@@ -80,6 +80,9 @@ def bind_arguments(fn, args, extra_memory=()) -> tuple[list[np.ndarray], Memory]
             values.append(None)
             continue
         try:
+            if t.name in ("fp16", "bf16"):  # the bits a GPU launch packs (an annotated parameter)
+                values.append(np.array(half_float_bits(_python_scalar(obj), t.name), np.uint16).view(t.to_numpy()))
+                continue
             values.append(scalar_to(_python_scalar(obj), t))
         except (TypeError, ValueError, OverflowError) as e:
             raise InterpreterError(f"argument '{name}': cannot pass {obj!r} as {t}: {e}") from None

@@ -12,7 +12,7 @@ import ctypes
 import ctypes.util
 import functools
 
-from kiln.ir.types import tensormap
+from kiln.ir.types import half_float_bits, tensormap
 
 from .cuda_driver import CudaError, _error_text
 from .scratch import give_back as scratch_give_back, take as scratch_take
@@ -22,6 +22,7 @@ _CTYPES = {
     "int1": ctypes.c_uint8, "int8": ctypes.c_int8, "uint8": ctypes.c_uint8, "int16": ctypes.c_int16,
     "uint16": ctypes.c_uint16, "int32": ctypes.c_int32, "uint32": ctypes.c_uint32, "int64": ctypes.c_int64,
     "uint64": ctypes.c_uint64, "fp32": ctypes.c_float, "fp64": ctypes.c_double,
+    "fp16": ctypes.c_uint16, "bf16": ctypes.c_uint16,  # their bits, packed as Triton packs them
 }
 
 
@@ -132,6 +133,7 @@ def make_launcher(kernel, arg_types, num_warps: int, shared: int, name: str, tma
     params = (ctypes.c_void_p * max(1, len(slots)))(*[ctypes.addressof(s) for s in slots])
     namespace = {"cu_launch": _cu_launch_kernel(), "handle": kernel.handle, "params": ctypes.addressof(params),
                  "keep_alive": (slots, params), "pointer_value": _pointer_value, "fail": _failure(name),
+                 "half_float_bits": half_float_bits,
                  "block_x": 32 * num_warps, "shared_bytes": shared, "resident": resident,
                  "unusable": DerivedMapUnusable, "take_scratch": scratch_take, "give_back": scratch_give_back}
     namespace.update((f"s{i}", slot) for i, slot in enumerate(slots))
@@ -139,7 +141,8 @@ def make_launcher(kernel, arg_types, num_warps: int, shared: int, name: str, tma
     names = [f"a{i}" for i in range(len(arg_types))]
     fast = [f"        s{i}.value = a{i}.data_ptr()" for i in pointer_args] or ["        pass"]
     slow = [f"        s{i}.value = pointer_value(a{i})" for i in pointer_args] or ["        pass"]
-    scalars = [f"    s{i}.value = a{i}" for i, t in enumerate(arg_types) if i not in pointer_args and t != tensormap]
+    scalars = [f"    s{i}.value = half_float_bits(a{i}, '{t.name}')" if t.name in ("fp16", "bf16") else
+               f"    s{i}.value = a{i}" for i, t in enumerate(arg_types) if i not in pointer_args and t != tensormap]
     # a map reads the address its descriptor's base slot holds (the first of its 2-D pieces:
     # base, 2 sizes, 2 strides, map), filled above from whatever array the caller passed
     scalars += [f"    fill{i}(s{i}, s{i - 5}.value, a{i})" for i in fills if i < len(arg_types)]
