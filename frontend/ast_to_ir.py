@@ -134,6 +134,7 @@ class CodeGenerator(ast.NodeVisitor):
         self.ret = None
         self.returned = False
         self.ret_node = None  # the last `return` visited, for errors about it
+        self.def_node = None  # the function's `def`, where Triton points when its returns' types differ
         self.elementwise = False  # inside tl.map_elementwise: a block condition selects per element
         self.globals = jitfn.fn.__globals__
         self.closure = jitfn.closure_vars()
@@ -244,6 +245,7 @@ class CodeGenerator(ast.NodeVisitor):
             self.visit(stmt)
 
     def visit_FunctionDef(self, node):
+        self.def_node = node
         self.visit_body(hoist_returns(node.body))
 
     def visit_Assign(self, node):
@@ -393,8 +395,13 @@ class CodeGenerator(ast.NodeVisitor):
                 what = f"'{n}'" if n else "the returned value"
                 error = TypeError(f"{words}: {what} is ({describe(a_leaves)}) in the then-branch but "
                                   f"({describe(b_leaves)}) in the else-branch")
-                if n is None and self.ret_node is not None:  # at the last return, as Triton points
-                    raise _caused_by(self.error(self.ret_node, f"TypeError: {error}"), error)
+                if n is None and self.def_node is not None:  # Triton decides the return type after the
+                    # whole body and points at the `def`; the message names the last return
+                    if self.ret_node is not None:
+                        loc = self._loc(self.ret_node)
+                        where = f"{loc.line - self.source.first_line + 1}:{loc.col - self.source.indent}"
+                        error = TypeError(f"{error} (the return at {where})")
+                    raise _caused_by(self.error(self.def_node, f"TypeError: {error}"), error)
                 raise error
         types = [t.type for leaves, _, _ in then_flat for t in leaves]
         op = self.builder.create("if", [cond.handle], types, regions=[then_block, else_block])

@@ -640,10 +640,11 @@ def _two_shapes(N):
     if N == 0:
         return tl.arange(0, 4)
     else:
-        return tl.arange(0, 8)  # the return Triton points at
+        return tl.arange(0, 8)  # the return the message names
 
 
-def test_inconsistent_returns_point_at_the_last_return_and_the_call(monkeypatch):
+def test_inconsistent_returns_point_at_the_def_and_the_call(monkeypatch):
+    """Triton 3.6 decides a function's return type after its whole body: the error is at the `def`."""
     monkeypatch.setenv("KILN_INTERPRET", "1")
 
     @triton.jit
@@ -653,8 +654,10 @@ def test_inconsistent_returns_point_at_the_last_return_and_the_call(monkeypatch)
     with pytest.raises(triton.CompilationError) as info:
         _compile(kernel, {"N": "i32"})
     assert "at 2:4: in kernel" in str(info.value)
-    assert "at 5:8: in _two_shapes" in str(info.value.__cause__)
+    assert "at 1:0: in _two_shapes" in str(info.value.__cause__)
+    assert "def _two_shapes(N):" in str(info.value.__cause__)
     assert "Inconsistent return types" in str(info.value.__cause__)
+    assert "(the return at 5:8)" in str(info.value.__cause__)
 
 
 @pytest.mark.parametrize("body, words", [
