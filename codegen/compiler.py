@@ -18,6 +18,7 @@ from kiln.ir import copy_function, print_function, verify
 from . import backend, nvjitlink, occupancy
 from .lower import LoweringError, lower_function
 from .passes import scratch_barriers
+from .passes.smem_alloc import allocated_bytes
 from .passes.tile_overlap import tile_loop
 from .pipeline import TILE_OVERLAP, PassContext, run_passes
 from .target import parse_target
@@ -132,10 +133,10 @@ def _lower_to_llvm(fn, tgt, opts: dict, check: bool, portable: bool, counts: dic
             llir, arg_layout, shared = lower_function(work, ctx)
         except LoweringError as e:
             raise CompileError(f"{fn.name}: {e}") from None
-        if ctx.tiles_overlapped and not portable and _overlap_costs(shared, ctx, tgt):
+        if ctx.tiles_overlapped and not portable and _overlap_costs(shared, allocated_bytes(work), tgt):
             overlap = False
             continue
-        if portable or shared <= limit or not ctx.shared_allocated:
+        if portable or shared <= limit or not allocated_bytes(work):
             break
         # the rings were planned without the transient scratch (layout conversions), which
         # lowering sized: plan them again with that much less room (fewer stages, a tight ring)
@@ -144,12 +145,12 @@ def _lower_to_llvm(fn, tgt, opts: dict, check: bool, portable: bool, counts: dic
     return print_function(work), llir, arg_layout, shared
 
 
-def _overlap_costs(shared: int, ctx, tgt) -> bool:
+def _overlap_costs(shared: int, allocated: int, tgt) -> bool:
     """Does keeping the rings live through the epilogue (tile_overlap) take the kernel past the
     SM's shared memory or cost it a CTA per SM? The scratch would otherwise reuse the rings'
     bytes. (A tight ring that made room for tutorial 03's 128x256 fp16 epilogue ran 3% slower
     at 8192³; a second CTA per SM overlaps one CTA's epilogue with another's dots anyway.)"""
-    alone = max(ctx.shared_allocated, shared - ctx.shared_allocated)
+    alone = max(allocated, shared - allocated)
     return shared > occupancy.max_shared_per_cta(tgt.capability) or \
         occupancy.ctas_by_shared(shared, tgt.capability) < occupancy.ctas_by_shared(alone, tgt.capability)
 

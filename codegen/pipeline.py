@@ -53,7 +53,6 @@ class PassContext:
     layouts: dict = field(default_factory=dict)
     prefer: object = None
     cheap: set = field(default_factory=set)
-    shared_allocated: int = 0  # bytes of shared memory that smem_alloc gave to buffers
     shared_reserve: int = 0  # bytes smem_pipeline leaves free (the scratch a first lowering needed beyond the limit)
     buffers_live: object = lambda op: False  # is a shared buffer live at this op (smem_alloc)
     no_shared: set = field(default_factory=set)  # ops scratch_barriers took for ones touching no shared memory

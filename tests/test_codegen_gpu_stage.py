@@ -125,7 +125,7 @@ def test_a_dot_fed_by_loads_becomes_a_ring_of_async_copies_and_wgmma():
     assert "load" not in names(fn) and "dot" not in names(fn)
     # the loop no longer carries the pointers it stopped loading through
     assert [str(t) for t in (r.type for r in loop.results)].count("<64x32xptr<fp16>>") == 1
-    assert ctx.shared_allocated == 16384 + 16384
+    assert smem_alloc.allocated_bytes(fn) == 16384 + 16384
 
 
 @pytest.mark.parametrize("target", ["sm_80", "sm_90a"])
@@ -174,7 +174,7 @@ def test_smem_alloc_shares_bytes_between_buffers_that_do_not_live_together():
     smem_alloc.apply(fn, ctx)
     offsets = [op.attrs["offset"] for op in fn.walk() if op.name == "local_alloc"]
     assert offsets == [0, 0, 16384]  # a is dead before b; c lives while b does
-    assert ctx.shared_allocated == 16384 + 2048 and "offset = 16384" in print_function(fn)
+    assert smem_alloc.allocated_bytes(fn) == 16384 + 2048 and "offset = 16384" in print_function(fn)
 
 
 @kiln.jit
@@ -242,7 +242,7 @@ def test_a_buffer_allocated_in_a_loop_dies_within_each_iteration():
     offsets = {op.results[0]: op.attrs["offset"] for op in fn.walk() if op.name == "local_alloc"}
     kept, ring, epi = offsets.values()
     assert kept == 0 and ring == 8192 and epi == 8192  # the ring is dead once its K loop ended
-    assert ctx.shared_allocated == 8192 + 16384
+    assert smem_alloc.allocated_bytes(fn) == 8192 + 16384
     tile_loop = next(op for op in fn.body.ops if op.name == "for").regions[0].ops
     order = [op.name for op in tile_loop]
     assert order[0] == "barrier" and order[order.index("for") + 1] == "barrier"  # both allocations reuse bytes

@@ -14,6 +14,7 @@ from . import asm, control, debug, dot, elementwise, memory, reduce, shape, tma,
 from .context import Lowering, LoweringError, ScratchUse
 from ..occupancy import max_shared_per_cta
 from .mma import plan_dot_buffers
+from ..passes.smem_alloc import allocated_bytes
 from .types import I8, reg_type
 
 LOWER: dict = {}
@@ -76,8 +77,9 @@ def _lower(fn, ctx, double_buffers: bool):
     if ctx.maxnreg is not None:
         set.add(llfn.attributes, f'"nvvm.maxnreg"="{ctx.maxnreg}"')
     lw = Lowering(module, llfn, ctx)
-    if ctx.shared_allocated:  # the buffers smem_alloc placed, from a 1024-aligned base
-        lw.reserved = ctx.shared_allocated + wgmma.ALIGN
+    allocated = allocated_bytes(fn)
+    if allocated:  # the buffers smem_alloc placed, from a 1024-aligned base
+        lw.reserved = allocated + wgmma.ALIGN
     for arg, param, name in zip(fn.args, llfn.args, fn.arg_names):
         param.name = name
         if arg.type == tensormap:

@@ -36,6 +36,7 @@ from kiln.ir.types import block_type, scalar_of
 from ..lower import elementwise, wgmma
 from ..lower.reduce import reduce_scratch_bytes, scan_scratch_bytes
 from ..lower.shared import conversion_bytes, elem_bytes
+from .smem_alloc import allocated_bytes
 from ..lower.types import reg_type
 
 name = "scratch_barriers"
@@ -74,7 +75,8 @@ def planned_shared_bytes(fn, ctx) -> int:
     """A lower bound of the shared memory lowering will give the kernel: the buffers smem_alloc
     placed (from a 1024-aligned base, as lowering reserves them) and the scratch this pass planned
     beside them. Lowering may add more (mma.sync staging buffers, unplanned uses), never less."""
-    reserved = ctx.shared_allocated + wgmma.ALIGN if ctx.shared_allocated else 0
+    allocated = allocated_bytes(fn)
+    reserved = allocated + wgmma.ALIGN if allocated else 0
     most = reserved
     for op in fn.walk():
         plan = op.attrs.get("scratch")

@@ -7,7 +7,7 @@ anew each iteration (a persistent matmul's ring in its tile loop): its life ends
 use in the iteration, and the epilogue after the K loop may take its bytes. Buffers whose lives
 do not overlap may share bytes; each starts at a multiple of 1024 (a 128-byte swizzle repeats
 every 1024 bytes and is computed from the address). The offsets are the `offset` attrs in the
-IR text; `ctx.shared_allocated` is the bytes they span. Lowering puts the transient scratch area after them where a
+IR text, and `allocated_bytes(fn)` reads the bytes they span from them. Lowering puts the transient scratch area after them where a
 buffer is live (`ctx.buffers_live(op)`), and at the start of shared memory elsewhere.
 
 Bytes that change owner need a barrier: a warp done with a loop's ring could otherwise
@@ -24,6 +24,13 @@ from .rewrite import in_loop
 
 name = "smem_alloc"
 ALIGN = 1024
+
+
+def allocated_bytes(fn) -> int:
+    """The shared memory the buffers this pass placed span: the end of the highest, from their
+    `offset` attrs (0 before this pass, and where it placed none)."""
+    return max((op.attrs["offset"] + -(-op.results[0].type.nbytes // ALIGN) * ALIGN
+                for op in fn.walk() if op.name == "local_alloc" and "offset" in op.attrs), default=0)
 
 
 def apply(fn, ctx) -> None:
@@ -53,7 +60,6 @@ def apply(fn, ctx) -> None:
         alloc.attrs["offset"] = offset
         placed.append((start, end, offset, size))
         top = max(top, offset + size)
-    ctx.shared_allocated = top
     spans = [(start, end) for start, end, _, _ in placed]
     ctx.buffers_live = lambda op: any(s <= position.get(id(op), -1) <= e for s, e in spans)
     first_scratch = min(_scratch_positions(fn, position, spans), default=float("inf"))
