@@ -7,8 +7,9 @@ anew each iteration (a persistent matmul's ring in its tile loop): its life ends
 use in the iteration, and the epilogue after the K loop may take its bytes. Buffers whose lives
 do not overlap may share bytes; each starts at a multiple of 1024 (a 128-byte swizzle repeats
 every 1024 bytes and is computed from the address). The offsets are the `offset` attrs in the
-IR text, and `allocated_bytes(fn)` reads the bytes they span from them. Lowering puts the transient scratch area after them where a
-buffer is live (`ctx.buffers_live(op)`), and at the start of shared memory elsewhere.
+IR text, and `allocated_bytes(fn)` reads the bytes they span from them. Lowering puts the
+transient scratch area after them where a buffer is live (`ctx.buffers_live(op)`), and at the
+start of shared memory elsewhere.
 
 Bytes that change owner need a barrier: a warp done with a loop's ring could otherwise
 copy the next loop's tiles over bytes a slower warp still reads. So a `barrier` goes
@@ -47,7 +48,6 @@ def apply(fn, ctx) -> None:
                     values.update(op.results)
         lives.append((position[id(alloc)], end, alloc))
     placed = []  # (start, end of life, offset, size), in the order of `lives`
-    top = 0
     lives.sort(key=lambda l: l[0])
     for start, end, alloc in lives:
         size = -(-alloc.results[0].type.nbytes // ALIGN) * ALIGN
@@ -59,7 +59,6 @@ def apply(fn, ctx) -> None:
             offset = max(offset, hi)
         alloc.attrs["offset"] = offset
         placed.append((start, end, offset, size))
-        top = max(top, offset + size)
     spans = [(start, end) for start, end, _, _ in placed]
     ctx.buffers_live = lambda op: any(s <= position.get(id(op), -1) <= e for s, e in spans)
     first_scratch = min(_scratch_positions(fn, position, spans), default=float("inf"))
