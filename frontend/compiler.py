@@ -13,6 +13,7 @@ from . import config, errors, fp8_targets, profiler  # noqa: F401  (errors: Trit
 from .runtime import cuda_driver as driver
 from .runtime.tensormap import DerivedMapUnusable
 from .ast_to_ir import build_kernel
+from .ttir import render_ttir
 from .errors import CompilationError, OutOfResources  # noqa: F401  (triton.compiler.CompilationError)
 from .dropin.compile import ASTSource, max_shared_mem  # noqa: F401,E402  (triton.compiler's: the ones there are)
 
@@ -83,6 +84,24 @@ class Metadata(dict):
             raise AttributeError(name) from None
 
 
+class _Asm(dict):
+    """A compiled kernel's `asm`: `'ttir'` is rendered when first read (a drop-in compile reads
+    `'kir'` only) and is listed among the keys as soon as it is."""
+
+    def __init__(self, kernel, items):
+        super().__init__(items)
+        self._kernel = kernel
+
+    def __missing__(self, key):
+        if key != "ttir":
+            raise KeyError(key)
+        self["ttir"] = text = render_ttir(self._kernel.ir)
+        return text
+
+    def get(self, key, default=None):
+        return self[key] if key in self or key == "ttir" else default
+
+
 class CompiledKernel:
     """One specialization of a kernel: its block IR and, once built for a GPU, its binary.
 
@@ -150,7 +169,11 @@ class CompiledKernel:
 
     @property
     def asm(self) -> dict:
-        if "kir" not in self._asm:  # printed on demand: the launch path never needs it
+        """By name: `'kir'` (block IR), `'ttir'` (the same in Triton's spelling, kiln.ttir), and
+        once built, `'llir'`, `'ptx'`, `'cubin'`. The IR texts are printed on first use: the
+        launch path never needs them."""
+        if "kir" not in self._asm:
+            self._asm = _Asm(self, self._asm)
             self._asm["kir"] = self._ir if isinstance(self._ir, str) else print_function(self._ir)
         return self._asm
 
