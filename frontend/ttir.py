@@ -121,7 +121,7 @@ _ELEMENTWISE = {
     "shl": {"*": "arith.shli"}, "shr": {"s": "arith.shrsi", "u": "arith.shrui"},
     "umulhi": {"*": "tt.mulhiui"}, "div_rn": {"f": "tt.precise_divf"}, "sqrt_rn": {"f": "tt.precise_sqrt"},
     "pow": {"f": "math.powf"}, "atan2": {"f": "math.atan2"}, "copysign": {"f": "math.copysign"},
-    "neg": {"f": "arith.negf"}, "abs": {"f": "math.absf", "s": "math.absi"},
+    "abs": {"f": "math.absf", "s": "math.absi"},
     "exp": {"f": "math.exp"}, "exp2": {"f": "math.exp2"}, "log": {"f": "math.log"},
     "log2": {"f": "math.log2"}, "log1p": {"f": "math.log1p"}, "sqrt": {"f": "math.sqrt"},
     "rsqrt": {"f": "math.rsqrt"}, "sin": {"f": "math.sin"}, "cos": {"f": "math.cos"},
@@ -283,6 +283,26 @@ class _Renderer:
     def op_constant(self, op, indent, parent):
         name, literal = _constant(op.attrs["value"], op.results[0].type)
         self.emit(indent, f"{self.define(op, name)}arith.constant {literal}", op)
+
+    def _synthesized_constant(self, value, t, indent, op) -> str:
+        """A constant that TTIR spells where kiln's op implies it (`not` is `xori` with -1)."""
+        base, literal = _constant(value, t)
+        name = self.fresh(base)
+        self.emit(indent, f"{name} = arith.constant {literal}", op)
+        return name
+
+    def op_not(self, op, indent, parent):
+        t = op.results[0].type
+        ones = self._synthesized_constant(-1, t, indent, op)
+        self.emit(indent, f"{self.define(op)}arith.xori {self.use(op.operands[0])}, {ones} : {ttir_type(t)}", op)
+
+    def op_neg(self, op, indent, parent):
+        t = op.results[0].type
+        if _kind(t) == "f":
+            self.emit(indent, f"{self.define(op)}arith.negf {self.use(op.operands[0])} : {ttir_type(t)}", op)
+            return
+        zero = self._synthesized_constant(0, t, indent, op)
+        self.emit(indent, f"{self.define(op)}arith.subi {zero}, {self.use(op.operands[0])} : {ttir_type(t)}", op)
 
     def op_cast(self, op, indent, parent):
         src, dst = op.operands[0].type, op.results[0].type

@@ -153,3 +153,20 @@ def test_types():
     assert ttir_type(tl.float8e4nv) == "f8E4M3FN" and ttir_type(tl.uint16) == "i16"
     assert ttir_type(block_type(pointer_type(tl.float16), [4, 8])) == "tensor<4x8x!tt.ptr<f16>>"
     assert ttir_type(pointer_type(tl.int8, 3)) == "!tt.ptr<i8, 3>"
+
+
+def test_integer_not_and_neg_take_the_constant_ttir_spells():
+    def kernel(x_ptr, y_ptr):
+        x = tl.load(x_ptr + tl.arange(0, 4))
+        tl.store(x_ptr + tl.arange(0, 4), ~x)
+        y = tl.load(y_ptr)
+        tl.store(y_ptr, -y)
+    text = _ttir(kernel, np.zeros(4, np.int32), np.zeros(1, np.int8))
+    check(text, """
+    CHECK: %[[X:[0-9]+]] = tt.load
+    CHECK: %[[ONES:cst.*]] = arith.constant dense<-1> : tensor<4xi32>
+    CHECK-NEXT: arith.xori %[[X]], %[[ONES]] : tensor<4xi32>
+    CHECK: %[[Y:[0-9]+]] = tt.load {{.*}} : !tt.ptr<i8>
+    CHECK-NEXT: %c0_i8 = arith.constant 0 : i8
+    CHECK-NEXT: arith.subi %c0_i8, %[[Y]] : i8
+    """)
