@@ -790,6 +790,35 @@ class CodeGenerator(ast.NodeVisitor):
             # a constexpr parameter given a runtime value takes it as it is, as in Triton
             constant = name in fn.constexpr_names and not _holds_runtime_values(value)
             scope[name] = constexpr(unwrap(value)) if constant else wrap(value)
+        if semantic.state.keep_calls and not fn.is_internal and not (self.elementwise or elementwise):
+            return self.kept_call(fn, bound.arguments, scope)
+        return self.inline(fn, scope, elementwise).ret
+
+    def kept_call(self, fn, arguments, scope):
+        """A `call` op whose region is the callee's body, built on block arguments (the tensors of
+        the arguments): for TTIR's text only (kiln.ttir), never run or compiled."""
+        from .ttir import call_leaves, mangle_call
+        leaves, pieces, inner = [], [], {}
+        for name, value in scope.items():
+            if isinstance(value, constexpr):
+                inner[name] = value
+                continue
+            found, rebuild = call_leaves(value)
+            pieces.append((name, len(leaves), len(found), rebuild))
+            leaves += found
+        block = Block([t.type for t in leaves])
+        for name, start, n, rebuild in pieces:
+            inner[name] = rebuild([tensor(a, a.type) for a in block.args[start:start + n]])
+        with semantic.insertion_block(block):
+            ret = self.inline(fn, inner, False).ret
+            results, rebuild_ret = call_leaves(ret)
+            self.builder.create("yield", [t.handle for t in results])
+        op = self.builder.create("call", [t.handle for t in leaves], [t.type for t in results],
+                                 {"callee": mangle_call(fn, arguments)}, [block])
+        return rebuild_ret([tensor(r, r.type) for r in op.results])
+
+    def inline(self, fn, scope, elementwise):
+        """Build the body of @jit function `fn` here, its parameters bound as `scope`; the generator."""
         fixed = self.builder.loc if fn.is_internal else self.fixed_loc
         gen = CodeGenerator(fn, scope, self.builder, self.depth + 1, fixed_loc=fixed)
         gen.elementwise = self.elementwise or elementwise
@@ -807,7 +836,7 @@ class CodeGenerator(ast.NodeVisitor):
             raise outer from e.__cause__
         finally:
             semantic.state.generator = saved
-        return gen.ret
+        return gen
 
 
 _STATIC_RANGE_SIGNATURE = inspect.Signature([inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=d)
@@ -1025,7 +1054,7 @@ class _BoundedBuilder(Builder):
 
 
 def build_kernel(jitfn, params, name: str | None = None, options: dict | None = None,
-                 global_reads: dict | None = None) -> Function:
+                 global_reads: dict | None = None, keep_calls: bool = False) -> Function:
     """The block IR of kernel `jitfn` for one specialization.
 
     `params` maps every parameter name to either `constexpr(value)` or
@@ -1033,6 +1062,8 @@ def build_kernel(jitfn, params, name: str | None = None, options: dict | None = 
     descriptor (several function arguments); runtime arguments become the function's
     arguments in signature order. `options` (num_warps...) are what tl.extra.cuda.num_warps reads.
     `global_reads`, when given, receives the module globals the kernel and its callees read.
+    `keep_calls`: each call of a user's @jit function is a `call` op holding the callee's body
+    (Triton's `tt.call` for kiln.ttir's text), not inlined; such IR is only printed, never run.
     """
     runtime = [(n, p) for n, p in params.items() if not isinstance(p, constexpr)]
     pieces = [(n, [p]) if isinstance(p, tuple) else (n, p.pieces) for n, p in runtime]  # a descriptor has several
@@ -1041,9 +1072,10 @@ def build_kernel(jitfn, params, name: str | None = None, options: dict | None = 
     builder = _BoundedBuilder(fn.body)
     scope = {}
     args = iter(fn.args)
-    saved = (semantic.state.builder, semantic.state.generator, semantic.state.options, semantic.state.global_reads)
+    saved = (semantic.state.builder, semantic.state.generator, semantic.state.options, semantic.state.global_reads,
+             semantic.state.keep_calls)
     semantic.state.builder, semantic.state.options = builder, dict(options or {})
-    semantic.state.global_reads = global_reads
+    semantic.state.global_reads, semantic.state.keep_calls = global_reads, keep_calls
     try:
         for n, p in params.items():  # a descriptor's pieces may emit constants (its last stride)
             if isinstance(p, constexpr):
@@ -1064,6 +1096,8 @@ def build_kernel(jitfn, params, name: str | None = None, options: dict | None = 
         builder.loc = None
         builder.create("return")
     finally:
-        semantic.state.builder, semantic.state.generator, semantic.state.options, semantic.state.global_reads = saved
-    verify(fn)
+        (semantic.state.builder, semantic.state.generator, semantic.state.options, semantic.state.global_reads,
+         semantic.state.keep_calls) = saved
+    if not keep_calls:  # block IR has no call op: the one that keeps them is text for TTIR only
+        verify(fn)
     return fn

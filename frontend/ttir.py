@@ -14,7 +14,8 @@ the same program as `asm["kir"]`, op for op, each op spelled as the TTIR op that
     }
 
 It is a rendering for reading, not an input: kiln never parses it. What differs from Triton's:
-`@jit` calls are inlined (no `tt.call`), nothing is optimized (no CSE, canonicalization or
+`@jit` calls are inlined (no `tt.call`; `parse_to_ttir` keeps them, as Triton's frontend
+does, under Triton's symbol names), nothing is optimized (no CSE, canonicalization or
 unrolling: Triton's `ttir` is after its TTIR passes), results are numbered (`%0`, and MLIR's
 `%c1_i32`, `%cst`, `%true` for constants) where Triton names them after the variables, and an
 op with no TTIR counterpart prints in MLIR's generic form under kiln's name (`"kiln.erfinv"(%0)
@@ -32,7 +33,7 @@ import numpy as np
 from kiln.ir.core import Block, Function, Operation, Value
 from kiln.ir.types import block_type, dtype, pointer_type
 
-__all__ = ["render_ttir", "ttir_type"]
+__all__ = ["call_leaves", "mangle_call", "parse_to_ttir", "render_ttir", "ttir_type"]
 
 _SCALARS = {
     "int1": "i1", "int8": "i8", "int16": "i16", "int32": "i32", "int64": "i64",
@@ -104,6 +105,101 @@ def _constant(value, t: dtype) -> tuple[str, str]:
     if isinstance(t, block_type):
         return "cst", f"dense<{literal}> : {ttir_type(t)}"
     return name, f"{literal} : {ttir_type(t)}"
+
+
+# --- calls: Triton's symbol names --------------------------------------------------------------
+
+def call_leaves(value):
+    """(tensors, rebuild) of a @jit call's argument or result: the tensors that the call passes
+    (a tuple's, an aggregate's, a block pointer's), and `rebuild(tensors)` giving the value back
+    with everything else (constexprs, functions, Python values) as it was."""
+    from kiln.aggregates import _STRUCTURED
+    from kiln.language.core import is_aggregate, tensor
+    if isinstance(value, tensor):
+        return [value], lambda leaves: leaves[0]
+    if isinstance(value, _STRUCTURED):
+        return value.leaves(), value.rebuild
+    if is_aggregate(value):
+        names = type(value).__kiln_aggregate_fields__
+        leaves, rebuild_fields = call_leaves(tuple(getattr(value, n) for n in names))
+        return leaves, lambda new: value._rebuild(dict(zip(names, rebuild_fields(new))))
+    if isinstance(value, tuple):
+        parts = [call_leaves(v) for v in value]
+
+        def rebuild(leaves):
+            out, start = [], 0
+            for found, sub in parts:
+                out.append(sub(leaves[start:start + len(found)]))
+                start += len(found)
+            return type(value)(*out) if hasattr(type(value), "_fields") else tuple(out)
+        return [leaf for found, _ in parts for leaf in found], rebuild
+    return [], lambda leaves: value
+
+
+def _mangle_type(value) -> str:
+    """Triton's `type.mangle()` of a value passed to a @jit function."""
+    from kiln.language.core import constexpr, is_aggregate, tensor
+    if isinstance(value, constexpr):
+        return f"constexpr_type[{value.value}]"
+    if isinstance(value, tensor):
+        return _mangle_dtype(value.type)
+    if is_aggregate(value):
+        cls = type(value)
+        fields = ", ".join(_mangle_type(getattr(value, n)) for n in cls.__kiln_aggregate_fields__)
+        return f"{cls.__module__}.{cls.__qualname__}<{fields}>"
+    if isinstance(value, tuple):
+        return "T" + "_".join(_mangle_type(v) for v in value) + "T"
+    return f"constexpr_type[{value}]"
+
+
+def _mangle_dtype(t: dtype) -> str:
+    if isinstance(t, block_type):
+        return f"{_mangle_dtype(t.element_ty)}S{'_'.join(str(d) for d in t.shape)}S"
+    if isinstance(t, pointer_type):
+        return "P" + _mangle_dtype(t.element_ty)
+    if t.is_int():
+        return ("i" if t.is_int_signed() or t.primitive_bitwidth == 1 else "u") + str(t.primitive_bitwidth)
+    return str(t)
+
+
+def mangle_call(fn, arguments: dict) -> str:
+    """The symbol Triton gives `fn` called with these arguments (name -> value, in order):
+    `module.qualname__<types of the runtime arguments>__<constants by path>`, as its
+    `code_generator.mangle_fn` spells them."""
+    from kiln.jit import JITFunction
+    from kiln.language.core import constexpr, dtype as tl_dtype, tensor
+    from kiln.language.semantic import unwrap
+    constants, values = [], []
+
+    def visit(path, value):
+        if isinstance(value, constexpr) and isinstance(value.value, (list, tuple)) \
+                and not hasattr(type(value.value), "_fields"):
+            value = value.value
+        if isinstance(value, (list, tuple)) and not isinstance(value, tensor):
+            for i, item in enumerate(value):
+                visit(path + (i,), item)
+        elif isinstance(value, (bool, int, float, tl_dtype, JITFunction)) and not path[1:]:
+            constants.append((path, constexpr(value)))  # Triton wraps these when they are arguments
+        elif value is None or isinstance(value, (constexpr, tl_dtype, JITFunction)):
+            constants.append((path, value))
+        else:
+            values.append(value)
+
+    for i, value in enumerate(arguments.values()):
+        visit((i,), value if not isinstance(unwrap(value), (list, tuple)) else unwrap(value))
+
+    def text(value):
+        return f"constexpr[{value.value}]" if isinstance(value, constexpr) else repr(value)
+    consts = "_".join(f"{path}c{text(v)}" for path, v in sorted(constants, key=lambda c: c[0]))
+    consts = consts.replace(".", "_d_").replace("'", "_sq_").replace("[", "_").replace("]", "_")
+    types = "_".join(_mangle_type(v) for v in values)
+    return f"{fn.fn.__module__}.{fn.fn.__qualname__}__{types}__{consts}"
+
+
+def _symbol(name: str) -> str:
+    """`@name`, quoted where MLIR needs it (`@"f__T<i32S4S>__"`)."""
+    bare = name[:1].isalpha() or name[:1] == "_"
+    return "@" + (name if bare and all(c.isalnum() or c in "_$." for c in name) else json.dumps(name))
 
 
 # --- ops ------------------------------------------------------------------------------------
@@ -183,14 +279,15 @@ def _attrs(attrs: dict) -> str:
 
 
 class _Renderer:
-    def __init__(self, fn: Function, locs: bool):
+    def __init__(self, args, names, locs: bool, lines: list, callees: dict):
         self.locs = locs
         self.names: dict[int, str] = {}
         self.taken: set[str] = set()
         self.counter = 0
-        self.block_args = len(fn.args)
-        self.lines: list[str] = []
-        for value, name in zip(fn.args, fn.arg_names):
+        self.block_args = len(args)
+        self.lines = lines
+        self.callees = callees  # symbol -> the body of its first call, for `tt.func private`
+        for value, name in zip(args, names):
             self.names[id(value)] = self.fresh(name if name.isidentifier() else "arg")
 
     # -- names --
@@ -478,8 +575,17 @@ class _Renderer:
         self.region(after, indent, "scf.while", header=True)
         self.emit(indent, "}", op)
 
+    def op_call(self, op, indent, parent):
+        callee = op.attrs["callee"]
+        self.callees.setdefault(callee, op.regions[0])
+        ins = ", ".join(ttir_type(v.type) for v in op.operands)
+        outs = ", ".join(ttir_type(r.type) for r in op.results)
+        self.emit(indent, f"{self.define(op)}tt.call {_symbol(callee)}({self.uses(op.operands)}) : ({ins}) -> "
+                          f"{outs if len(op.results) == 1 else '(' + outs + ')'}", op)
+
     def op_yield(self, op, indent, parent):
-        name = {"tt.reduce": "tt.reduce.return", "tt.scan": "tt.scan.return"}.get(parent, "scf.yield")
+        name = {"tt.reduce": "tt.reduce.return", "tt.scan": "tt.scan.return", "tt.func": "tt.return"}.get(
+            parent, "scf.yield")
         types = ", ".join(ttir_type(v.type) for v in op.operands)
         self.emit(indent, f"{name} {self.uses(op.operands)} : {types}" if op.operands else name, op)
 
@@ -516,22 +622,53 @@ class _Renderer:
     def op_histogram(self, op, indent, parent):
         self._shape_op(op, indent, "tt.histogram")
 
-    # -- the function --
-    def function(self, fn: Function) -> str:
+    # -- functions --
+    def kernel(self, fn: Function):
         args = []
         for value, attrs in zip(fn.args, fn.arg_attrs):
             text = f"{self.use(value)}: {ttir_type(value.type)}"
             if "divisibility" in attrs:
                 text += f" {{tt.divisibility = {attrs['divisibility']} : i32}}"
             args.append(text)
-        self.lines.append("module {")
-        self.lines.append(f"  tt.func public @{fn.name}({', '.join(args)}) attributes {{noinline = false}} {{")
+        self.lines.append(f"  tt.func public {_symbol(fn.name)}({', '.join(args)}) attributes {{noinline = false}} {{")
         self.region(fn.body, "  ", "tt.func", header=False)
         self.lines.append("  }")
-        self.lines.append("}")
-        return "\n".join(self.lines) + "\n"
+
+    def callee(self, symbol: str, body: Block):
+        args = ", ".join(f"{self.use(a)}: {ttir_type(a.type)}" for a in body.args)
+        results = [ttir_type(v.type) for v in body.ops[-1].operands]
+        ret = "" if not results else f" -> {results[0]}" if len(results) == 1 else f" -> ({', '.join(results)})"
+        self.lines.append(f"  tt.func private {_symbol(symbol)}({args}){ret} attributes {{noinline = false}} {{")
+        self.region(body, "  ", "tt.func", header=False)
+        self.lines.append("  }")
 
 
 def render_ttir(fn: Function, locs: bool = True) -> str:
-    """`fn` in Triton's TTIR spelling (the module docstring says how it differs from Triton's)."""
-    return _Renderer(fn, locs).function(fn)
+    """`fn` in Triton's TTIR spelling (the module docstring says how it differs from Triton's);
+    the bodies of its `call` ops (`build_kernel(keep_calls=True)`) follow as `tt.func private`,
+    one per symbol."""
+    lines, callees = ["module {"], {}
+    _Renderer(fn.args, fn.arg_names, locs, lines, callees).kernel(fn)
+    done = set()
+    while len(done) < len(callees):  # a body may call more
+        symbol = next(s for s in callees if s not in done)
+        done.add(symbol)
+        body = callees[symbol]
+        _Renderer(body.args, [f"arg{i}" for i in range(len(body.args))], locs, lines, callees).callee(symbol, body)
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def parse_to_ttir(jitfn, args=(), kwargs=None, locs: bool = False) -> str:
+    """The TTIR text of kernel `jitfn` specialized for `args` and `kwargs`, with its calls of
+    other @jit functions kept (`tt.call`, a `tt.func private` per specialization), as Triton's
+    frontend builds it: what upstream's `triton._filecheck.run_parser` checks."""
+    from .ast_to_ir import build_kernel
+    from .compiler import codegen_options
+    from .specialize import specialize
+    key, values, _ = jitfn.binder(*args, **(kwargs or {}))
+    options = {k: v for k, v in jitfn.binder.options(key, values).items() if v is not None}
+    _, params, _ = specialize(jitfn, dict(zip(jitfn.arg_names, values)), options)
+    fn = build_kernel(jitfn, params, name=jitfn.kernel_name(params), options=codegen_options(options),
+                      keep_calls=True)
+    return render_ttir(fn, locs=locs)

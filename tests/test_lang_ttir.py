@@ -170,3 +170,100 @@ def test_integer_not_and_neg_take_the_constant_ttir_spells():
     CHECK-NEXT: %c0_i8 = arith.constant 0 : i8
     CHECK-NEXT: arith.subi %c0_i8, %[[Y]] : i8
     """)
+
+
+# --- parse_to_ttir: @jit calls kept as tt.call, under Triton's symbol names ---------------------
+
+from kiln.ttir import parse_to_ttir  # noqa: E402
+
+
+@kiln.jit
+def _anchor(v):
+    pass
+
+
+@kiln.jit
+def _twice(x):
+    return x + x, x
+
+
+@tl.core._aggregate
+class _Box:
+    value: tl.tensor
+    scale: tl.constexpr
+
+    def __init__(self, value, scale):
+        self.value = value
+        self.scale = tl.constexpr(scale)
+
+    @kiln.jit
+    def scaled(self):
+        return self.value * self.scale
+
+
+@kiln.jit
+def _halves(x):
+    if x.shape[0] == 1:
+        return x
+    a, b = x.reshape((x.shape[0] // 2, 2)).split()
+    return _halves(a) + _halves(b)
+
+
+def test_calls_are_kept_with_results_and_one_private_function_per_specialization():
+    @kiln.jit
+    def kernel(n):
+        r = tl.arange(0, 4)
+        a, b = _twice(r)
+        _anchor(a)
+        _anchor(b)
+        _anchor(n)
+        _anchor(3)
+        _anchor(tl.float16)
+    text = parse_to_ttir(kernel, (7,))
+    mod = __name__
+    check(text, f"""
+    CHECK-LABEL: tt.func public @kernel(%n: i32)
+    CHECK: %[[R:[0-9]+]] = tt.make_range
+    CHECK-NEXT: %[[V:[0-9]+]]:2 = tt.call @{mod}._twice__i32S4S__(%[[R]]) : (tensor<4xi32>) -> (tensor<4xi32>, tensor<4xi32>)
+    CHECK-NEXT: tt.call @{mod}._anchor__i32S4S__(%[[V]]#0) : (tensor<4xi32>) -> ()
+    CHECK-NEXT: tt.call @{mod}._anchor__i32S4S__(%[[V]]#1)
+    CHECK-NEXT: tt.call @{mod}._anchor__i32__(%n) : (i32) -> ()
+    CHECK-NEXT: tt.call @"{mod}._anchor____(0,)cconstexpr_3_"() : () -> ()
+    CHECK-NEXT: tt.call @"{mod}._anchor____(0,)cconstexpr_fp16_"() : () -> ()
+    CHECK-NEXT: tt.return
+    CHECK: tt.func private @{mod}._twice__i32S4S__(%arg0: tensor<4xi32>) -> (tensor<4xi32>, tensor<4xi32>)
+    CHECK-NEXT: %[[S:[0-9]+]] = arith.addi %arg0, %arg0 : tensor<4xi32>
+    CHECK-NEXT: tt.return %[[S]], %arg0 : tensor<4xi32>, tensor<4xi32>
+    """)
+    assert text.count(f"tt.func private @{mod}._anchor__i32S4S__(") == 1
+
+
+def test_aggregate_arguments_pass_their_tensors_and_name_their_constexprs():
+    @kiln.jit
+    def kernel():
+        box = _Box(tl.arange(0, 8), 2.5)
+        _anchor(box.scaled())
+    text = parse_to_ttir(kernel)
+    sym = f"{__name__}._Box.scaled__{__name__}._Box<i32S8S, constexpr_type[2.5]>__"
+    assert f'tt.call @"{sym}"(%0) : (tensor<8xi32>) -> tensor<8xf32>' in text, text
+    assert f'tt.func private @"{sym}"(%arg0: tensor<8xi32>) -> tensor<8xf32>' in text
+
+
+def test_recursion_specializes_by_shape():
+    @kiln.jit
+    def kernel():
+        _halves(tl.arange(0, 8))
+    text = parse_to_ttir(kernel)
+    for n in (8, 4, 2):
+        body = text.split(f"tt.func private @{__name__}._halves__i32S{n}S__(")[1].split("tt.func")[0]
+        assert body.count(f"tt.call @{__name__}._halves__i32S{n // 2}S__(") == 2, text
+
+
+def test_kept_calls_leave_the_compiled_kernel_inlined():
+    @kiln.jit
+    def kernel(x_ptr):
+        a, b = _twice(tl.load(x_ptr))
+        tl.store(x_ptr, a + b)
+    compiled = kernel.warmup(np.zeros(1, np.float32), grid=(1,))
+    assert "tt.call" not in compiled.asm["ttir"] and "call" not in compiled.asm["kir"]
+    assert "tt.call" in parse_to_ttir(kernel, (np.zeros(1, np.float32),))

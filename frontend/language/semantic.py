@@ -33,6 +33,7 @@ class _State(threading.local):
     generator = None  # the AST generator, which knows how to inline @jit calls
     options: dict = {}  # the kernel's compile options (num_warps, ...) while it is built
     global_reads: dict | None = None  # (name, id(module dict)) -> (module dict, value) the kernel read
+    keep_calls: bool = False  # @jit calls become `call` ops, not inlined (kiln.ttir's text only)
 
 
 state = _State()
