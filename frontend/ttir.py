@@ -278,6 +278,15 @@ def _attrs(attrs: dict) -> str:
     return " {" + ", ".join(k if v is True else f"{k} = {_attr(v)}" for k, v in sorted(attrs.items())) + "}"
 
 
+def _print_prefix(prefix: str, has_values: bool) -> str:
+    """The prefix as Triton's frontend stores it: ending in ": " when values follow, and a
+    longer one starting with a space (`device_print("x", v)` prints " x: ")."""
+    if has_values:
+        prefix = prefix if prefix.endswith(" ") else prefix + " "
+        prefix = prefix if prefix.endswith(": ") else prefix[:-1] + ": "
+    return " " + prefix if len(prefix) > 2 and not prefix.startswith(" ") else prefix
+
+
 class _Renderer:
     def __init__(self, args, names, locs: bool, lines: list, callees: dict):
         self.locs = locs
@@ -602,7 +611,7 @@ class _Renderer:
         signed = ", ".join("1" if _kind(v.type) == "s" else "0" for v in op.operands)
         operands = "".join(f" : {self.use(v)} : {ttir_type(v.type)}" for v in op.operands)
         hex_ = "true" if op.attrs.get("hex") else "false"
-        self.emit(indent, f"tt.print {json.dumps(op.attrs.get('prefix', ''))} "
+        self.emit(indent, f"tt.print {json.dumps(_print_prefix(op.attrs.get('prefix', ''), bool(op.operands)))} "
                           f"{{hex = {hex_}, isSigned = array<i32{': ' + signed if signed else ''}>}}{operands}", op)
 
     def op_assert(self, op, indent, parent):

@@ -267,3 +267,12 @@ def test_kept_calls_leave_the_compiled_kernel_inlined():
     compiled = kernel.warmup(np.zeros(1, np.float32), grid=(1,))
     assert "tt.call" not in compiled.asm["ttir"] and "call" not in compiled.asm["kir"]
     assert "tt.call" in parse_to_ttir(kernel, (np.zeros(1, np.float32),))
+
+
+@pytest.mark.parametrize("prefix, stored", [("", ": "), ("x", " x: "), ("x:", " x: "), ("val = ", " val =: ")])
+def test_print_prefix_as_triton_stores_it(prefix, stored):
+    def kernel(x_ptr, PREFIX: tl.constexpr):
+        x = tl.load(x_ptr + tl.arange(0, 4))
+        tl.device_print(PREFIX, x)
+    text = _ttir(kernel, np.zeros(4, np.int32), prefix)
+    assert f'tt.print "{stored}" {{hex = false, isSigned = array<i32: 1>}} : %' in text, text
