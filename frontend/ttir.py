@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import json
 import math
-import struct
 
 import numpy as np
 
