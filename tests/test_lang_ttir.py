@@ -278,3 +278,20 @@ def test_print_prefix_as_triton_stores_it(prefix, stored):
         tl.device_print(PREFIX, x)
     text = _ttir(kernel, np.zeros(4, np.int32), prefix)
     assert f'tt.print "{stored}" {{hex = false, isSigned = array<i32: 1>}} : %' in text, text
+
+
+def test_integer_casts_extend_by_the_source_signedness():
+    def kernel(u_ptr, s_ptr, out_ptr):
+        u = tl.load(u_ptr)
+        s = tl.load(s_ptr)
+        tl.store(out_ptr, u.to(tl.int32) + s.to(tl.int32) + (u > 0).to(tl.int32))
+        tl.store(u_ptr, s.to(tl.int64).to(tl.uint8))
+    text = _ttir(kernel, np.zeros(1, np.uint8), np.zeros(1, np.int8), np.zeros(1, np.int32))
+    check(text, """
+    CHECK: arith.extui %0 : i8 to i32
+    CHECK-NEXT: arith.extsi %1 : i8 to i32
+    CHECK: %[[C:[0-9]+]] = arith.cmpi sgt
+    CHECK-NEXT: arith.extui %[[C]] : i1 to i32
+    CHECK: %[[W:[0-9]+]] = arith.extsi %1 : i8 to i64
+    CHECK-NEXT: arith.trunci %[[W]] : i64 to i8
+    """)
