@@ -405,6 +405,16 @@ def flavour_env(flavour: str, dirs: dict, daemon_env: dict | None) -> dict:
     return env
 
 
+def timeline_dir(env: dict, run: str) -> dict:
+    """With --timeline: each run's processes write their timelines to a folder of the run's own
+    (the daemon's stay in the top folder), so timeline_report.py reads one run at a time."""
+    if top := env.get("KILN_TIMELINE_DIR"):
+        folder = os.path.join(top, run.replace(" ", "-"))
+        os.makedirs(folder, exist_ok=True)
+        env = {**env, "KILN_TIMELINE_DIR": folder}
+    return env
+
+
 class Job:
     """One job process (its own process group: Inductor's compile workers die with it)."""
 
@@ -557,7 +567,8 @@ class Bench:
                         self.skipped.append(f"{label} {key}")
                         continue
                     before = daemon_counts(daemon) if flavour == "kiln" and daemon else None
-                    env = flavour_env(flavour, dirs[flavour], daemon.env if daemon else None)
+                    env = timeline_dir(flavour_env(flavour, dirs[flavour], daemon.env if daemon else None),
+                                       f"{label}-{key}")
                     run = runs[key] = launch(flavour, env)
                     if flavour == "kiln" and daemon:
                         run["daemon"] = counts_between(before, daemon_counts(daemon))
@@ -601,7 +612,7 @@ class Bench:
         daemon = node_daemon(dirs, self.args.daemon_workers, self.target, tier.env)
         try:
             before = daemon_counts(daemon)
-            run = launch("kiln", flavour_env("kiln", dirs, daemon.env))
+            run = launch("kiln", timeline_dir(flavour_env("kiln", dirs, daemon.env), f"{label}-kiln_new_node"))
             run["daemon"] = counts_between(before, daemon_counts(daemon))
         finally:
             daemon.__exit__(None, None, None)
