@@ -25,6 +25,7 @@ JOB = textwrap.dedent("""
     from torch._dynamo.utils import counters
 
     inductor_config.cpu_backend = "triton"
+    inductor_config.coordinate_descent_tuning = sys.argv[1].endswith("-descent")  # as max-autotune has it
     if sys.argv[1] in ("die-leading", "slow-leading"):  # this process dies two seconds into the first
         from kiln.daemon import artifacts                   # graph it leads, or takes 4 s longer on each
         claim = artifacts.NodeArtifacts.lookup
@@ -42,7 +43,7 @@ JOB = textwrap.dedent("""
 
     def bench(self, *args, **kwargs):  # the kernels whose configs this process timed (slowly, if asked)
         timed.append(self.fn.__name__)
-        if sys.argv[1] == "slow-timing":
+        if sys.argv[1].startswith("slow-timing"):
             time.sleep(0.3)
         return time_config(self, *args, **kwargs)
     triton_heuristics.CachingAutotuner.bench = bench
@@ -51,7 +52,7 @@ JOB = textwrap.dedent("""
     from kiln.daemon.artifacts import node_artifacts
     from kiln.dropin import backward_ahead
     print(json.dumps({"err": err, "scale": scale, "kiln": node_artifacts().counts, "ahead": backward_ahead.counts,
-                      "timed": sorted(set(timed)),
+                      "timed": sorted(set(timed)), "descent_timings": counters["inductor"]["coordesc_tuning_bench"],
                       "fx_hits": counters["inductor"]["fxgraph_cache_hit"],
                       "aot_hits": counters["aot_autograd"]["autograd_cache_hit"]}))
 """)
@@ -171,6 +172,18 @@ def test_each_kernels_configs_are_timed_once_on_the_node(node):
     stats = claims()
     assert stats.autotune_led == len(timed) and stats.autotune_waited + stats.autotune_stored >= 1, stats
     assert stats.led == GRAPHS, stats  # graphs are counted apart
+
+
+def test_under_coordinate_descent_each_kernel_is_tuned_once_on_the_node(node):
+    """max-autotune's coordinate descent: the rank that times a kernel's configs also descends from
+    the fastest, and the others wait for the descent's end and launch its config."""
+    tmp_path, env = node
+    results = [result(rank) for rank in [start(tmp_path, env, str(i), "slow-timing-descent") for i in range(3)]]
+    timed = [name for r in results for name in r["timed"]]
+    assert timed and len(timed) == len(set(timed)), timed
+    assert sum(r["descent_timings"] for r in results) > 0, results
+    stats = claims()
+    assert stats.autotune_led == len(timed) and stats.autotune_waited + stats.autotune_stored >= 1, stats
 
 
 def test_with_autotune_once_off_each_rank_times_for_itself(node):

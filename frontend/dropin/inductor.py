@@ -8,10 +8,9 @@ What every rank of a job otherwise does for itself:
   (`kiln.daemon.artifacts`): one compile per graph on the node.
 - Its backward graphs. The first rank to wait for a training graph compiles its backward
   while the leader compiles the forward (`kiln.dropin.backward_ahead`, KILN_BACKWARD_AHEAD).
-- Its autotuning. The first rank to launch a kernel of several configs benchmarks them on its
-  GPU; the others, launching it at the same moment, wait for its choice and launch that
-  (KILN_AUTOTUNE_ONCE): the node's GPUs are of one model (PyTorch's key covers the device), and
-  eight ranks timing the same configs at once on one GPU only slow each other.
+- Its autotuning. The first rank to launch a kernel of several configs times them, and under
+  max-autotune descends from the fastest; the others, launching it at the same moment, wait for
+  its choice and launch that (`kiln.dropin.autotune_once`, KILN_AUTOTUNE_ONCE).
 - Its foreach kernels, split into groups the daemon's workers compile at once (KILN_FOREACH_ARGS).
 - Its collector. The full passes of Python's cycle collector, which walk the whole heap, wait until
   a frame compile ends (`kiln.dropin.collector`, KILN_DEFER_FULL_GC).
@@ -28,23 +27,19 @@ compiled itself.
 from __future__ import annotations
 
 import functools
-import logging
 import re
-import threading
 from concurrent.futures import ThreadPoolExecutor
 
 from kiln.cache import env
 from kiln.daemon.artifacts import FIRST_FOLLOWER, node_artifacts
 
-from . import backward_ahead
+from . import autotune_once, backward_ahead
 
 # graph caches: single flight across ranks; autotuning results: shared, each rank may benchmark
 AOTAUTOGRAD = "autograd-experimental"
 SINGLE_FLIGHT = ("fx-graph-v1", AOTAUTOGRAD)
 SERVED = ("RemoteFxGraphCache", "RemoteAOTAutogradCache", "RemoteAutotuneCache", "RemoteBundledAutotuneCache")
 _NAMESPACE = re.compile(r"pt2:([^:]+)::")
-log = logging.getLogger("kiln.dropin")
-_benchmark_flight = threading.local()  # `on` while this thread asks the node for a kernel's autotuning choice
 
 
 def namespace_of(key: str) -> str:
@@ -90,8 +85,8 @@ def serve_caches(remote_cache) -> None:
     class NodeCacheBackend(remote_cache.RemoteCacheBackend):
         def _get(self, key):
             namespace = namespace_of(key)
-            if getattr(_benchmark_flight, "on", False):  # a launch about to benchmark: single flight
-                _benchmark_flight.namespace = namespace
+            if autotune_once.asking():  # a launch about to tune: single flight
+                autotune_once.asked(namespace)
                 return node_artifacts().get(namespace, key, single_flight=True, kind="autotune")
             if namespace != AOTAUTOGRAD or backward_ahead.installed != "on":
                 return node_artifacts().get(namespace, key, single_flight=namespace in SINGLE_FLIGHT)
@@ -101,7 +96,8 @@ def serve_caches(remote_cache) -> None:
             return value
 
         def _put(self, key, data):
-            node_artifacts().put(namespace_of(key), key, data)
+            if autotune_once.store_now(key, data):
+                node_artifacts().put(namespace_of(key), key, data)
 
     for name in SERVED:
         cache_class = getattr(remote_cache, name, None)
@@ -121,62 +117,11 @@ def compile_backward_ahead(graph_compile) -> None:
 
 
 def benchmark_once(triton_heuristics) -> None:
-    """Run when `torch._inductor.runtime.triton_heuristics` is imported (KILN_AUTOTUNE_ONCE): a
-    kernel's first launch asks the node for its autotuning choice with single flight before
-    timing its configs. The first rank to ask times them and stores the best through Inductor's
-    own remote autotune cache (which releases the others); the others get that entry and launch
-    its config without timing any. Kernels Inductor tunes by coordinate descent (max-autotune),
-    and kernels without the remote autotune cache, are timed as ever."""
-    if not env.autotune_once():
-        return
-    autotuner = triton_heuristics.CachingAutotuner
-    benchmark, autotune = autotuner.benchmark_all_configs, autotuner.autotune_to_one_config
-
-    @functools.wraps(benchmark)
-    def benchmark_all_configs(self, *args, **kwargs):
-        try:
-            chosen = _node_choice(self)
-        except Exception as error:  # noqa: BLE001 - an Inductor kiln does not know: time the configs here
-            chosen = None
-            log.info("kiln: no node-wide autotuning choice for %s (%s: %s)", getattr(self.fn, "__name__", "?"),
-                     type(error).__name__, error)
-        if chosen is not None:  # the timings Inductor picks the least of: the node's choice
-            return {launcher: 0.0 if launcher is chosen else 1.0 for launcher in self.launchers}
-        return benchmark(self, *args, **kwargs)
-
-    @functools.wraps(autotune)
-    def autotune_to_one_config(self, *args, **kwargs):
-        _benchmark_flight.namespace = None
-        try:
-            return autotune(self, *args, **kwargs)
-        finally:  # led and not stored (the timing failed): the others time it themselves
-            if _benchmark_flight.namespace is not None:
-                node_artifacts().abandon(_benchmark_flight.namespace)
-
-    autotuner.benchmark_all_configs = benchmark_all_configs
-    autotuner.autotune_to_one_config = autotune_to_one_config
-
-
-def _node_choice(autotuner):
-    """The launcher of the config another rank of the node chose for this kernel (waiting while it
-    times them), or None: this rank times them (it leads, or the choice is not shareable)."""
-    from torch._inductor.runtime.autotune_cache import _load_cached_autotuning
-
-    cache = getattr(getattr(autotuner, "save_cache_hook", None), "__self__", None)
-    remote = getattr(cache, "remote_cache", None)
-    if not remote or autotuner.inductor_meta.get("coordinate_descent_tuning"):
-        return None
-    remote_cache, key = remote
-    _benchmark_flight.on = True
-    try:
-        best = remote_cache.get(key)
-    finally:
-        _benchmark_flight.on = False
-    if not isinstance(best, dict):
-        return None
-    configs = [launcher.config for launcher in autotuner.launchers]
-    config = _load_cached_autotuning(dict(best), cache.configs_hash, configs, autotuner.inductor_meta)
-    return next((launcher for launcher in autotuner.launchers if launcher.config is config), None)
+    """Run when `torch._inductor.runtime.triton_heuristics` is imported (KILN_AUTOTUNE_ONCE): each
+    kernel's configs are timed, and under max-autotune descended from, by one rank of the node; the
+    others launch its choice (`kiln.dropin.autotune_once`)."""
+    if env.autotune_once():
+        autotune_once.install(triton_heuristics, lambda key, data: node_artifacts().put(namespace_of(key), key, data))
 
 
 class _RankThreads(ThreadPoolExecutor):
