@@ -125,8 +125,11 @@ def test_the_first_follower_compiles_the_backward_while_the_leader_compiles_the_
     led, *rest = [result(rank) for rank in [leader, *followers]]
     first = [r for r in rest if r["kiln"]["first_followers"]]
     assert len(first) == 1, rest
-    assert first[0]["ahead"]["compiled"] == 1 and first[0]["kiln"]["led"] == 1, first  # the backward
-    assert led["kiln"]["led"] == GRAPHS - 1 and led["fx_hits"] == 1, led  # its backward came from the follower
+    assert first[0]["ahead"]["compiled"] == 1, first  # the backward
+    # the leader's AOTAutograd entry; the forward graph is the first asker's (the leader sleeps at each lead,
+    # and on a fast host the first follower gets there first); the leader's backward came from the follower
+    assert led["kiln"]["led"] >= 1 and led["kiln"]["led"] + first[0]["kiln"]["led"] == GRAPHS, (led, first)
+    assert led["fx_hits"] >= 1, led
     stats = claims()
     assert stats.led == GRAPHS and stats.taken_over == 0 and stats.busy >= 1, stats
 
