@@ -673,10 +673,14 @@ def parse_to_ttir(jitfn, args=(), kwargs=None, locs: bool = False) -> str:
     frontend builds it: what upstream's `triton._filecheck.run_parser` checks."""
     from .ast_to_ir import build_kernel
     from .compiler import codegen_options
-    from .specialize import specialize
+    from .specialize import COMPILE_ONLY, specialize
     key, values, _ = jitfn.binder(*args, **(kwargs or {}))
     options = {k: v for k, v in jitfn.binder.options(key, values).items() if v is not None}
-    _, params, _ = specialize(jitfn, dict(zip(jitfn.arg_names, values)), options)
+    compile_only = COMPILE_ONLY.set(True)  # nothing runs: host tensors are fine, as in Triton's frontend
+    try:
+        _, params, _ = specialize(jitfn, dict(zip(jitfn.arg_names, values)), options)
+    finally:
+        COMPILE_ONLY.reset(compile_only)
     fn = build_kernel(jitfn, params, name=jitfn.kernel_name(params), options=codegen_options(options),
                       keep_calls=True)
     return render_ttir(fn, locs=locs)

@@ -1,4 +1,4 @@
-"""`triton._filecheck` under the drop-in (kiln.dropin.filecheck): kiln's block IR checked with CHECK lines."""
+"""`triton._filecheck` under the drop-in (kiln.dropin.filecheck): the kernel's TTIR checked with CHECK lines."""
 import inspect
 import os
 import subprocess
@@ -17,23 +17,35 @@ from kiln.filecheck import FileCheckError
 
 @kiln.jit
 def scaled_range(X, N: tl.constexpr):
-    # CHECK-LABEL: kernel @scaled_range
-    # CHECK: [[R:%[0-9]+]] = arange {end = 8, start = 0}
+    # CHECK-LABEL: tt.func public @scaled_range
+    # CHECK: [[R:%[0-9]+]] = tt.make_range {end = 8 : i32, start = 0 : i32}
     # CHECK-NOT: loc(
-    # CHECK: [[P:%[0-9]+]] = addptr {{%[0-9]+}}, [[R]]
-    # CHECK: store [[P]],
+    # CHECK: [[P:%[0-9]+]] = tt.addptr {{%[0-9]+}}, [[R]]
+    # CHECK: tt.store [[P]],
     tl.store(X + tl.arange(0, N), tl.arange(0, N))
 
 
 @kiln.jit
 def counted_loop():
-    # CHECK-LABEL: kernel @counted_loop
-    # CHECK: for
-    # CHECK-NEXT: ^([[I:%[0-9]+]]: int32, [[ACC:%[0-9]+]]: int32):
-    # CHECK-NEXT: = add [[ACC]], [[I]] : int32
+    # CHECK-LABEL: tt.func public @counted_loop
+    # CHECK: scf.for [[I:%arg[0-9]+]] = {{.*}} iter_args([[ACC:%arg[0-9]+]] = {{.*}}) -> (i32)
+    # CHECK-NEXT: = arith.addi [[ACC]], [[I]] : i32
     acc = 0
     for i in range(4):
         acc += i
+
+
+@kiln.jit
+def doubled(x):
+    return x * 2
+
+
+@kiln.jit
+def calls_a_helper(X):
+    # CHECK-LABEL: tt.func public @calls_a_helper
+    # CHECK: tt.call @{{.*}}doubled{{.*}}(
+    # CHECK: tt.func private @{{.*}}doubled
+    tl.store(X, doubled(tl.load(X)))
 
 
 @kiln.jit
@@ -62,11 +74,16 @@ def test_upstream_imports_resolve_under_the_drop_in():
     assert out.stdout.strip() == "True"
 
 
-def test_run_parser_is_block_ir_without_locations():
+def test_run_parser_is_ttir_without_locations():
     text = run_parser(scaled_range, args=(torch.empty(8, dtype=torch.int32), 8), kwargs={"sanitize_overflow": False})
-    assert text.startswith("kernel @scaled_range(")
+    assert text.startswith("module {\n  tt.func public @scaled_range(")
     assert "loc(" not in text
     run_filecheck("scaled_range", text, inspect.getsource(scaled_range.fn))  # its own CHECK comments
+
+
+def test_run_parser_keeps_calls_of_jit_functions():
+    text = run_parser(calls_a_helper, args=(torch.empty(1, dtype=torch.float32),))
+    run_filecheck("calls_a_helper", text, inspect.getsource(calls_a_helper.fn))
 
 
 def test_run_filecheck_fails_with_the_input_after_the_message():

@@ -4,12 +4,12 @@
   against `module_str` with kiln.filecheck (FileCheck's rules, in Python; no FileCheck binary);
   a failure is a `FileCheckError` (a ValueError) that ends with the input it was matched against.
 - `run_parser(kernel_fn, args=(), kwargs={})`: kiln's frontend builds the kernel for those
-  arguments; the result is the text of its **block IR**, without source locations. That is kiln's
-  IR, not Triton's TTIR: `@jit` calls are inlined (no `tt.call`/`tt.func`), ops are kiln's
-  (`arange`, `for`, `constant`), so a test whose CHECK lines spell TTIR fails, as expected; what
-  these tests can use is that it raises `CompilationError` where Triton's frontend does. kiln
-  never inserts overflow checks, so `sanitize_overflow` is accepted and has no effect; `target`
-  is accepted and unused (the block IR is the same for every target).
+  arguments; the result is its **TTIR** text as Triton's frontend writes it, without source locations
+  (`kiln.ttir.parse_to_ttir`: `tt.func`, `tt.make_range`, `scf.for`, `arith` ops, and the calls of
+  other `@jit` functions kept as `tt.call` to a `tt.func private` per specialization), and it raises
+  `CompilationError` where Triton's frontend does. kiln never inserts overflow checks, so
+  `sanitize_overflow` is accepted and has no effect; `target` is accepted and unused (the frontend's
+  IR is the same for every target).
 - `run_filecheck_test(kernel_fn)`: the kernel's own source (its `# CHECK` comments) checked
   against `run_parser(kernel_fn)`; `filecheck_test(kernel_fn)` makes that a test function of
   the kernel's name, as upstream's `@filecheck_test @triton.jit def test_x(): ...` is.
@@ -20,7 +20,7 @@ import functools
 import inspect
 
 from kiln.filecheck import FileCheckError, check
-from kiln.ir.printer import print_function
+from kiln.ttir import parse_to_ttir
 
 __all__ = ["FileCheckError", "filecheck_test", "run_filecheck", "run_filecheck_test", "run_parser"]
 
@@ -34,11 +34,9 @@ def run_filecheck(name: str, module_str: str, check_template: str) -> None:
 
 
 def run_parser(kernel_fn, args=(), kwargs=None, target=None) -> str:
-    """kiln's block IR text (no locations) of `kernel_fn` specialized for `args` and `kwargs`."""
+    """The TTIR text (no locations) of `kernel_fn` specialized for `args` and `kwargs`."""
     kwargs = {k: v for k, v in (kwargs or {}).items() if k != "sanitize_overflow"}
-    key, values, _ = kernel_fn.binder(*args, **kwargs)
-    kernel = kernel_fn._compile(values, kernel_fn.binder.options(key, values))
-    return print_function(kernel.ir, locs=False)
+    return parse_to_ttir(kernel_fn, args, kwargs)
 
 
 def run_filecheck_test(kernel_fn) -> None:
