@@ -234,6 +234,8 @@ class Cache:
         self._touched: dict[str, float] = {}  # key -> when this process last read it, not yet written
         self._later: dict[str, dict[str, int]] = {}  # counts `add_counts_later` holds: name -> field -> n
         self._later_since = 0.0  # when the oldest of them came
+        self._copies: dict[str, tuple] = {}  # entries of the shared tier `copy_result` holds: key -> put_result's args
+        self._copier: threading.Thread | None = None
         self._pending_lock = threading.Lock()
         self._reader_lock = threading.Lock()
         self._read_db, self._read_pid = None, None
@@ -351,6 +353,50 @@ class Cache:
         for blob in data.values():
             self.put_blob(blob)
         self._dc.set(_ACTION + key, _canonical(entry))
+
+    def copy_result(self, key: str, artifacts: dict[str, bytes | str], metadata: dict,
+                    created: float | None = None) -> None:
+        """`put_result` of an entry read from the shared tier, written soon after on a thread of its
+        own, with the others copied meanwhile, in one transaction, and only where the node lacks it:
+        on a new node every rank reads the same entries at once, and their copies, each blob a write
+        transaction, queued on the node's one write lock on the ranks' critical path."""
+        with self._pending_lock:
+            self._copies[key] = (artifacts, metadata, created)
+            if self._copier is not None:
+                return
+            self._copier = threading.Thread(target=self._write_copies, name="kiln-cache-copies", daemon=True)
+        self._copier.start()
+
+    def _write_copies(self, gather_s: float = 0.05) -> None:
+        time.sleep(gather_s)
+        while True:
+            with self._pending_lock:
+                copies, self._copies = self._copies, {}
+                if not copies:
+                    self._copier = None
+                    return
+            self.write_copies(copies)
+
+    def write_copies(self, copies: dict[str, tuple] | None = None) -> None:
+        """Write `copies` (default: those `copy_result` still holds) that the node lacks."""
+        if copies is None:
+            with self._pending_lock:
+                copies, self._copies = self._copies, {}
+        if not copies or os.getpid() != self._pid:
+            return
+        try:
+            self._write_touches()
+            with self._dc.transact():
+                for key, (artifacts, metadata, created) in copies.items():
+                    if _ACTION + key in self._dc:
+                        continue
+                    entry, data = make_entry(key, artifacts, metadata, created)
+                    for blob in data.values():
+                        if _BLOB + digest(blob) not in self._dc:
+                            self._dc.set(_BLOB + digest(blob), blob)
+                    self._dc.set(_ACTION + key, _canonical(entry))
+        except Exception:  # noqa: BLE001 - a copy lost is a later read of the shared tier
+            pass
 
     def get_result(self, key: str, names=None) -> tuple[dict[str, bytes], dict] | None:
         """`(artifacts, metadata)` stored under `key`, or None on a miss. With `names`,
@@ -544,6 +590,7 @@ class Cache:
 
 @atexit.register
 def write_pending_counts():
-    """Write what every node cache this process opened still holds of its counts and access times."""
+    """Write what every node cache this process opened still holds: copies, counts and access times."""
     for cache in list(_open_caches):
+        cache.write_copies()
         cache.add_read_counts()

@@ -150,7 +150,7 @@ class NodeArtifacts:
             return None
         artifacts, metadata, created = found
         try:
-            tiers.node_cache().put_result(key, artifacts, metadata, created)
+            tiers.node_cache().copy_result(key, artifacts, metadata, created)
         except Exception as e:  # noqa: BLE001
             tiers.cache_write_failed(e, "artifacts-write")
         return artifacts["value"]

@@ -30,7 +30,7 @@ def fetch(service, req) -> dict | None:
         log.warning("key=%s event=remote_entry_refused error=%r", req.key[:16], str(e))
         return None
     try:
-        service.cache.put_result(req.key, artifacts, metadata, created)
+        service.cache.copy_result(req.key, artifacts, metadata, created)
     except Exception as e:  # noqa: BLE001 - a full disk must not fail the request
         log.error("key=%s event=cache_write_failed error=%r", req.key[:16], str(e))
     log.info("key=%s kernel=%s event=remote_hit", req.key[:16], req.fn.name)

@@ -227,7 +227,7 @@ def _from_shared(name: str, target: str, options: dict, key: str) -> Binary | No
         _state.warn_once(f"shared:{key}", f"kiln: ignored the shared cache's entry for {name} ({e})")
         return None
     try:
-        _state.node_cache().put_result(key, artifacts, metadata, created)
+        _state.node_cache().copy_result(key, artifacts, metadata, created)
     except Exception as e:  # noqa: BLE001
         cache_write_failed(e)
     return Binary(name, target, kir, llir, ptx, cubin, metadata, key, "shared")

@@ -5,6 +5,7 @@ import json
 import multiprocessing
 import os
 import sqlite3
+import time
 import zipfile
 
 import diskcache
@@ -49,6 +50,22 @@ def test_identical_artifacts_share_a_blob(cache):
     cache.put_result("a" * 64, _artifacts(1), {})
     cache.put_result("b" * 64, _artifacts(1), {})
     assert cache.stats()["blobs"] == 3
+
+
+def test_copies_of_shared_entries_are_written_soon_after_and_only_where_absent(cache):
+    """An entry read from the shared tier is copied on a thread of the cache's own, a moment later;
+    an entry the node has meanwhile is left as it is."""
+    cache.put_result("a" * 64, {"value": b"the node's"}, {"n": 1})
+    cache.copy_result("a" * 64, {"value": b"the tier's"}, {"n": 2})
+    cache.copy_result("b" * 64, {"value": b"copied"}, {"n": 3})
+    deadline = time.monotonic() + 10
+    while "b" * 64 not in cache and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert cache.get_result("b" * 64) == ({"value": b"copied"}, {"n": 3})
+    assert cache.get_result("a" * 64) == ({"value": b"the node's"}, {"n": 1})
+    cache.copy_result("c" * 64, {"value": b"at exit"}, {})
+    cache.write_copies()  # what exit (or a test) writes at once
+    assert cache.get_result("c" * 64)[0]["value"] == b"at exit"
 
 
 def test_metadata_must_be_json(cache):
