@@ -42,11 +42,9 @@ import os
 import threading
 import time
 import warnings
-from concurrent.futures import Future
-from concurrent.futures import TimeoutError as FutureTimeout
 from urllib.parse import urlsplit
 
-from . import env
+from . import deadlines, env
 from .store import _canonical, digest, is_bound, make_entry
 
 log = logging.getLogger("kiln.cache")
@@ -258,14 +256,17 @@ class RemoteCache:
 
     def _call(self, fn, *args):
         """`fn(*args)` on the tier, within the total deadline (TimeoutError past it). redis-py's
-        timeouts are per read, so the call runs on a thread of its own; past the deadline its
-        connections are shut, which ends the read that a trickling server would keep alive."""
-        future = _on_daemon_thread(fn, *args)
+        timeouts are per read, so past the deadline the watcher (`deadlines`) shuts the client's
+        connections, which ends the read that a trickling server would keep alive."""
+        token = deadlines.start(self.deadline, self._client.connection_pool.disconnect)
         try:
-            return future.result(timeout=self.deadline)
-        except FutureTimeout:
-            self._client.connection_pool.disconnect()
-            raise TimeoutError(f"no whole reply within {self.deadline:g} s") from None
+            result = fn(*args)
+        except BaseException:
+            if not deadlines.stop(token):
+                raise TimeoutError(f"no whole reply within {self.deadline:g} s") from None
+            raise
+        deadlines.stop(token)  # a reply that came as its connection was shut is whole all the same
+        return result
 
     def _add(self, **counts: int) -> None:
         with self._lock:
@@ -280,7 +281,7 @@ class RemoteCache:
 
 def from_env(counts_to=None) -> RemoteCache | None:
     """The tier that KILN_REMOTE_CACHE names, or None."""
-    from . import env
+    from . import deadlines, env
     url = env.remote_cache_url()
     return RemoteCache(url, counts_to=counts_to) if url else None
 
@@ -292,22 +293,6 @@ def redacted(url: str) -> str:
     host = f"[{host}]" if ":" in host else host
     port = f":{parts.port}" if parts.port else ""
     return f"{parts.scheme}://{host}{port}{parts.path}"
-
-
-def _on_daemon_thread(fn, *args) -> Future:
-    """`fn(*args)` on a new daemon thread. Not a ThreadPoolExecutor: it joins its threads when the
-    interpreter exits, so one call stuck on a hostile server would keep the user's process alive."""
-    future = Future()
-
-    def run():
-        if future.set_running_or_notify_cancel():
-            try:
-                future.set_result(fn(*args))
-            except BaseException as e:  # noqa: BLE001 - handed to the caller, who may have stopped waiting
-                future.set_exception(e)
-
-    threading.Thread(target=run, name="kiln-shared-tier", daemon=True).start()
-    return future
 
 
 def _mac(cluster_key: bytes, key: str, entry_bytes: bytes) -> bytes:
