@@ -37,9 +37,9 @@ kiln): KILN_DROPIN and KILN_SHARE_GRAPHS; Triton's own TRITON_* variables are it
                         node cache (no wait for the leader's backward); 0: they wait for the
                         leader's AOTAutograd entry
     KILN_AUTOTUNE_ONCE  under graph sharing: 1 (default) has the first rank to launch an Inductor
-                        kernel of several configs benchmark them on its GPU while the node's
-                        other ranks wait for its choice (they launch that config); 0: each
-                        benchmarks for itself
+                        kernel tune it on its GPU (its configs timed; under max-autotune, the
+                        coordinate descent too) while the node's other ranks wait for its choice
+                        (they launch that config); 0: each tunes for itself
     KILN_GRAPH_WAIT_S   how long a rank waits for another's graph before compiling it itself
                         (default 600)
     KILN_FOREACH_ARGS   under graph sharing, with the node daemon: the most arguments of one of
