@@ -88,7 +88,8 @@ def _parser() -> argparse.ArgumentParser:
     source.add_argument("source", nargs="?", metavar="MODULE_OR_FILE",
                         help="a module (dotted name) or .py file: its kernels' declared signatures x autotune configs")
     source.add_argument("--from-manifest", metavar="FILE", help="the JSON lines a run recorded")
-    source.add_argument("--from-cache", action="store_true", help="every kernel the node cache keeps the IR of")
+    source.add_argument("--from-cache", action="store_true", help="every kernel the node cache keeps the IR of; with a "
+                        "shared tier, its torch.compile graphs and autotuning choices go there too")
     prewarm.add_argument("--target", action="append", default=[],
                          help="compile for this target (repeatable; default: the local GPU's, or each kernel's own)")
     prewarm.add_argument("--address", help="the daemon (default: KILN_DAEMON or the node daemon)")
@@ -531,6 +532,8 @@ def _prewarm(args) -> int:
                 with Cache() as cache:
                     kernels = prewarm.from_cache(cache, args.target)
             report = prewarm.through_daemon(kernels, args.address, progress=progress, tls_ca=args.tls_ca)
+            if not args.from_manifest:
+                report.artifacts = _share_artifacts()
     except (prewarm.NoDaemon, ValueError, ImportError, OSError, SyntaxError) as e:
         print(f"kiln prewarm: {e}", file=sys.stderr)
         return 2
@@ -550,7 +553,25 @@ def _prewarm(args) -> int:
         print(f"  {name} for {target}: {message}", file=sys.stderr)
     if report.shared is not None:
         print(f"  in the shared tier {report.shared[0]}: {report.shared[1]} of {len(report.keys)}")
+    if report.artifacts is not None:
+        written, held = report.artifacts
+        print(f"  torch.compile's graphs and autotuning: {written} written to the shared tier, {held} there already")
     return 0 if report.ok else 1
+
+
+def _share_artifacts() -> tuple[int, int] | None:
+    """--from-cache with a shared tier: the node cache's torch.compile artifacts the tier lacks go there."""
+    from kiln.cache import remote
+
+    from . import prewarm
+    tier = remote.from_env()
+    if tier is None:
+        return None
+    try:
+        with Cache() as cache:
+            return prewarm.share_artifacts(cache, tier)
+    finally:
+        tier.close()
 
 
 # The daemon's answer for each kernel, as the prewarm summary words it.
@@ -566,7 +587,8 @@ def _prewarm_doc(report, outcomes: dict) -> dict:
             "errors": [{"kernel": name, "target": target, "message": message}
                        for name, target, message in report.errors],
             "skipped": [{"kernel": label, "reason": reason} for label, reason in report.skipped],
-            "shared": shared}
+            "shared": shared,
+            "artifacts": None if report.artifacts is None else dict(zip(("written", "there"), report.artifacts))}
 
 
 # --- cache --------------------------------------------------------------------------------

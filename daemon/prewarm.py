@@ -65,6 +65,29 @@ def from_cache(cache, targets: Iterable[str] = ()) -> list[Kernel]:
     return kernels
 
 
+def share_artifacts(cache, tier) -> tuple[int, int]:
+    """Write the node cache's torch.compile artifacts (Inductor's graphs, AOTAutograd's entries,
+    autotuning choices: `kiln.daemon.artifacts`) that the shared tier lacks; (written, held there
+    before). A node that ran a job without the tier so fills it, and a new node's first step
+    finds its graphs there, as it finds the kernels the daemon writes through."""
+    keys, created = [], {}
+    for key in cache.keys():
+        entry = cache.entry(key)
+        if entry is not None and entry["metadata"].get("kind") == "torch-artifact":
+            keys.append(key)
+            created[key] = entry["created"]
+    present = tier.has(keys) if keys else []
+    written = held = 0
+    for key, there in zip(keys, present or [False] * len(keys)):
+        if there:
+            held += 1
+            continue
+        hit = cache.get_result(key)
+        if hit is not None and tier.put(key, *hit, created[key]):
+            written += 1
+    return written, held
+
+
 def _add(kernels: list, seen: set, fn_text: str, target: str, options: dict) -> None:
     marker = (fn_text, target, json.dumps(options, sort_keys=True))
     if marker not in seen:
@@ -80,6 +103,7 @@ class Report:
     skipped: list = field(default_factory=list)          # (kernel, reason): declared, but not buildable here
     keys: list = field(default_factory=list)             # compile keys of the kernels that compiled
     shared: tuple | None = None                          # (shared tier, how many of `keys` it holds), if one is set
+    artifacts: tuple | None = None                       # --from-cache: torch.compile's, (written to the tier, there already)
 
     @property
     def ok(self) -> bool:

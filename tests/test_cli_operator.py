@@ -161,7 +161,8 @@ def test_json_on_prewarm_and_cache_clear_export_import(node, unix_daemon, tmp_pa
     first = kiln("prewarm", "--from-manifest", str(manifest), "--address", unix_daemon, "--json", env=node)
     assert first.returncode == 0, first.stderr
     assert json.loads(first.stdout) == {"kernels": 2, "compiled": 2, "cached": 0, "merged": 0, "failed": 0,
-                                        "errors": [], "skipped": [], "shared": None}
+                                        "errors": [], "skipped": [], "shared": None,
+                                        "artifacts": None}
     again = kiln("prewarm", "--from-manifest", str(manifest), "--address", unix_daemon, env=node)
     assert again.stdout.startswith("prewarmed 2 kernels: cached 2"), again.stdout  # was "hit 2"
     daemon_cache = str(tmp_path / "dc")

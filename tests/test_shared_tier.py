@@ -173,6 +173,21 @@ def test_torch_compile_graphs_reach_a_new_node_through_the_tier(nodes):
     assert stored[0]["value"] == b"\x80\x04 a pickled graph"
 
 
+def test_prewarm_from_cache_fills_the_tier_with_torch_compiles_graphs(nodes, capsys):
+    """A node that ran a job without the tier: `kiln prewarm --from-cache` with one writes its graphs
+    there, and a new node's first rank loads them."""
+    a, b = nodes
+    a.start_daemon().enter(shared=False)
+    NodeArtifacts(wait=1.0).put("fx-graph-v1", "pt2:fx-graph-v1::graph:c1", b"\x80\x04 a pickled graph")
+    a.enter(shared=True)
+    assert cli.main(["prewarm", "--from-cache", "--address", f"unix:{a.socket}"]) == 0
+    assert "torch.compile's graphs and autotuning: 1 written to the shared tier, 0 there already" in capsys.readouterr().out
+    assert cli.main(["prewarm", "--from-cache", "--json", "--address", f"unix:{a.socket}"]) == 0
+    assert json.loads(capsys.readouterr().out)["artifacts"] == {"written": 0, "there": 1}
+    b.enter(daemon=False)
+    assert NodeArtifacts(wait=1.0).get("fx-graph-v1", "pt2:fx-graph-v1::graph:c1") == b"\x80\x04 a pickled graph"
+
+
 # --- entries that must not be served ---------------------------------------------------------
 
 def test_foreign_and_corrupt_entries_are_misses_and_are_rewritten(nodes, url):
