@@ -281,7 +281,7 @@ class RemoteCache:
 
 def from_env(counts_to=None) -> RemoteCache | None:
     """The tier that KILN_REMOTE_CACHE names, or None."""
-    from . import deadlines, env
+    from . import env
     url = env.remote_cache_url()
     return RemoteCache(url, counts_to=counts_to) if url else None
 

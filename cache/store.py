@@ -360,6 +360,8 @@ class Cache:
         own, with the others copied meanwhile, in one transaction, and only where the node lacks it:
         on a new node every rank reads the same entries at once, and their copies, each blob a write
         transaction, queued on the node's one write lock on the ranks' critical path."""
+        if os.getpid() != self._pid:  # a forked child: its parent's copier is not its own
+            return self.put_result(key, artifacts, metadata, created)
         with self._pending_lock:
             self._copies[key] = (artifacts, metadata, created)
             if self._copier is not None:
@@ -391,9 +393,9 @@ class Cache:
                     if _ACTION + key in self._dc:
                         continue
                     entry, data = make_entry(key, artifacts, metadata, created)
-                    for blob in data.values():
-                        if _BLOB + digest(blob) not in self._dc:
-                            self._dc.set(_BLOB + digest(blob), blob)
+                    for name, blob in data.items():
+                        if _BLOB + entry["artifacts"][name] not in self._dc:
+                            self._dc.set(_BLOB + entry["artifacts"][name], blob)
                     self._dc.set(_ACTION + key, _canonical(entry))
         except Exception:  # noqa: BLE001 - a copy lost is a later read of the shared tier
             pass
