@@ -53,6 +53,15 @@ def test_compile_for_a_gpu_target_builds_the_binary_without_a_gpu():
     assert isinstance(pickle.loads(pickle.dumps(kernel)), CompiledKernel)
 
 
+@pytest.mark.parametrize("arch, name", [(80, "sm_80"), (89, "sm_89"), (90, "sm_90a"), (100, "sm_100a"), (120, "sm_120a")])
+def test_a_cuda_target_is_compiled_for_tritons_arch_name(arch, name):
+    """As Triton names it: the architecture-specific variant (`a`) from capability 9.0 on."""
+    assert backends.make_backend(GPUTarget("cuda", arch, 32)).binary_target == name
+    if arch == 100:
+        kernel = compile(ASTSource(scale, SIGNATURE, {(4,): 128}, ATTRS), target=GPUTarget("cuda", 100, 32))
+        assert ".target sm_100a" in kernel.asm["ptx"] and kernel.asm["cubin"][:4] == b"\x7fELF"
+
+
 def test_bad_input_is_a_clear_error():
     with pytest.raises(TypeError, match="Signature keys must be string"):
         ASTSource(scale, {0: "*fp32"})
