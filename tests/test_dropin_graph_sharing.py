@@ -26,6 +26,8 @@ JOB = textwrap.dedent("""
 
     inductor_config.cpu_backend = "triton"
     inductor_config.coordinate_descent_tuning = sys.argv[1].endswith("-descent")  # as max-autotune has it
+    # under descent, pointwise kernels get one config: no timing comes first, the descent asks the node
+    inductor_config.triton.autotune_pointwise = not sys.argv[1].endswith("-descent")
     if sys.argv[1] in ("die-leading", "slow-leading"):  # this process dies two seconds into the first
         from kiln.daemon import artifacts                   # graph it leads, or takes 4 s longer on each
         claim = artifacts.NodeArtifacts.lookup
