@@ -348,10 +348,14 @@ class Cache:
                    created: float | None = None) -> None:
         """Store a compile result: `artifacts` by name (str is stored as UTF-8) and
         JSON-able `metadata`. Blobs are written before the entry that names them."""
-        entry, data = make_entry(key, artifacts, metadata, created)
         self._write_touches()
-        for blob in data.values():
-            self.put_blob(blob)
+        self._write_entry(key, *make_entry(key, artifacts, metadata, created))
+
+    def _write_entry(self, key: str, entry: dict, data: dict[str, bytes], blobs_present_kept: bool = False) -> None:
+        """The entry's blobs (with `blobs_present_kept`, those the cache lacks), then the entry."""
+        for name, blob in data.items():
+            if not (blobs_present_kept and _BLOB + entry["artifacts"][name] in self._dc):
+                self._dc.set(_BLOB + entry["artifacts"][name], blob)
         self._dc.set(_ACTION + key, _canonical(entry))
 
     def copy_result(self, key: str, artifacts: dict[str, bytes | str], metadata: dict,
@@ -390,13 +394,8 @@ class Cache:
             self._write_touches()
             with self._dc.transact():
                 for key, (artifacts, metadata, created) in copies.items():
-                    if _ACTION + key in self._dc:
-                        continue
-                    entry, data = make_entry(key, artifacts, metadata, created)
-                    for name, blob in data.items():
-                        if _BLOB + entry["artifacts"][name] not in self._dc:
-                            self._dc.set(_BLOB + entry["artifacts"][name], blob)
-                    self._dc.set(_ACTION + key, _canonical(entry))
+                    if _ACTION + key not in self._dc:
+                        self._write_entry(key, *make_entry(key, artifacts, metadata, created), blobs_present_kept=True)
         except Exception:  # noqa: BLE001 - a copy lost is a later read of the shared tier
             pass
 

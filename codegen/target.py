@@ -43,5 +43,11 @@ def parse_target(name: str) -> Target:
     return Target(name, capability, _PTX_FOR_TARGET[name])
 
 
+def target_name(capability: int) -> str:
+    """The target kiln compiles for on a GPU of `capability` (90 for 9.0), as Triton names it: the
+    architecture-specific sm_XYa from Hopper on (Hopper's wgmma and TMA need the `a`), sm_XY before."""
+    return f"sm_{capability}" + ("a" if capability >= 90 else "")
+
+
 def known_targets() -> list[str]:
     return list(_PTX_FOR_TARGET)

@@ -114,8 +114,8 @@ class CUDABackend(BaseBackend):
     def binary_target(self) -> str:
         if self.name is not None:
             return self.name
-        arch = int(self.target.arch)  # Triton's: the architecture-specific variant from Hopper on
-        return f"sm_{arch}" + ("a" if arch >= 90 else "")
+        from kiln.codegen.target import target_name
+        return target_name(int(self.target.arch))
 
     def launcher(self, kernel, binary, positions):
         kernel.binaries[binary.target] = binary  # loaded as kiln loads its own, no compile again

@@ -123,9 +123,9 @@ def compile_target(device: int) -> str:
 
 @functools.lru_cache(maxsize=None)
 def target(device: int) -> str:
-    """The PTX target for a device, as Triton names it: the architecture-specific sm_XYa from Hopper
-    on (Hopper's wgmma and TMA need the `a`), sm_XY before."""
+    """The PTX target for a device (`kiln.codegen.target.target_name`: sm_90a on Hopper)."""
+    from kiln.codegen.target import target_name
     major = _device_attribute(device, "CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR")
     minor = _device_attribute(device, "CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR")
-    return f"sm_{major}{minor}" + ("a" if major >= 9 else "")
+    return target_name(10 * major + minor)
 
