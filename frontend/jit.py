@@ -8,6 +8,7 @@ import inspect
 import linecache
 import re
 import textwrap
+import threading
 import types
 from dataclasses import dataclass
 
@@ -40,6 +41,23 @@ class SourceRecord:
     fn: object
     filename: str
     def_file_lineno: int
+
+
+_PARSE_LOCK = threading.Lock()
+
+
+def parse_source(text: str) -> ast.Module:
+    """`ast.parse`, one thread at a time: CPython 3.11 keeps the AST builder's recursion depth in
+    interpreter-wide state, so two threads building ASTs at once (the drop-in compiles kernels on
+    several threads) can fail with "AST constructor recursion depth mismatch" (CPython gh-106905).
+    A parse that still trips on it, raced by a thread outside kiln, is done again: parsing is pure."""
+    with _PARSE_LOCK:
+        try:
+            return ast.parse(text)
+        except SystemError as error:
+            if "recursion depth mismatch" not in str(error):
+                raise
+            return ast.parse(text)
 
 
 def read_source(fn) -> SourceInfo:
@@ -195,7 +213,7 @@ class JITFunction(KernelInterface):
     def rewrite(self) -> ast.Module:
         """The function as the interpreter reads it: the AST that kiln builds block IR from (Triton's
         interpreter rewrites it into a Python function instead), numbered by the file's lines."""
-        tree = ast.parse(self.src)
+        tree = parse_source(self.src)
         ast.increment_lineno(tree, self.source_info().first_line - 1)
         return tree
 
@@ -225,7 +243,7 @@ class JITFunction(KernelInterface):
 
     def parse(self) -> ast.FunctionDef:
         if self._tree is None:
-            module = ast.parse(self.src)
+            module = parse_source(self.src)
             self._tree = next(n for n in module.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)))
         return self._tree
 
