@@ -125,7 +125,7 @@ def _lower_to_llvm(fn, tgt, opts: dict, check: bool, portable: bool, counts: dic
                 before_overlap = copy_function(work)
             run_passes(work, ctx, check=check, start=TILE_OVERLAP)
             counts["pass_runs"] = counts.get("pass_runs", 0) + 1
-        if ctx.tiles_overlapped and not portable and scratch_barriers.planned_shared_bytes(work, ctx) > limit:
+        if ctx.tiles_overlapped and not portable and scratch_barriers.planned_shared_bytes(work) > limit:
             overlap = False  # past the SM's shared memory already by the passes' plan: no lowering needed to see it
             continue
         counts["lowerings"] = counts.get("lowerings", 0) + 1

@@ -52,10 +52,7 @@ class PassContext:
     axis: object = None
     layouts: dict = field(default_factory=dict)
     prefer: object = None
-    cheap: set = field(default_factory=set)
     shared_reserve: int = 0  # bytes smem_pipeline leaves free (the scratch a first lowering needed beyond the limit)
-    buffers_live: object = lambda op: False  # is a shared buffer live at this op (smem_alloc)
-    no_shared: set = field(default_factory=set)  # ops scratch_barriers took for ones touching no shared memory
     tile_overlap: bool = True  # may tile_overlap keep a persistent GEMM's rings live through its epilogue
     tiles_overlapped: bool = False  # it did
     check: bool = False  # tests: verify after every pass; lowering refuses to convert layouts itself

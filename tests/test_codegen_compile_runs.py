@@ -67,4 +67,4 @@ def test_the_planned_shared_bytes_never_exceed_what_lowering_uses(path):
         ctx = PassContext(parse_target(target), 4, 3)
         run_passes(fn, ctx)
         _, _, shared = lower_function(fn, ctx)
-        assert planned_shared_bytes(fn, ctx) <= shared
+        assert planned_shared_bytes(fn) <= shared

@@ -22,8 +22,9 @@ class LoweringError(NotImplementedError):
 
 
 class Lowering:
-    def __init__(self, module: ir.Module, llfn: ir.Function, ctx):
+    def __init__(self, module: ir.Module, llfn: ir.Function, ctx, facts):
         self.module, self.llfn, self.ctx = module, llfn, ctx
+        self.facts = facts  # the function's index math and live buffers (kiln.codegen.passes.scratch_barriers.Model)
         self.num_warps = ctx.num_warps
         self.values: dict = {}
         self.converted: dict = {}
@@ -70,7 +71,7 @@ class Lowering:
             raise LoweringError(f"{v.type} read in {layout}: the convert_layouts pass gave no convert_layout for it")
         key = (v, layout, self.b.block)  # a conversion made in one branch must not leak to another
         if key not in self.converted:
-            if v in self.ctx.cheap and v.defining_op is not None:
+            if v in self.facts.index:
                 self.converted[key] = self.rematerialize(v, layout)
             else:
                 from .shared import convert
@@ -272,12 +273,13 @@ class ScratchUse:
         self.broken = self.plan is not None
         return False
 
-    def needs_barrier_after(self, taken_for_none: bool) -> bool:
-        """A plan not kept (no use, or another) or an op the pass took for one touching no
-        shared memory that used it: the ops after it were planned on a barrier here."""
+    def needs_barrier_after(self, taken_for_none) -> bool:
+        """A plan not kept (no use, or another) or an op the pass takes for one touching no
+        shared memory (`taken_for_none()`) that used it: the ops after it were planned on a
+        barrier here."""
         if self.plan is not None:
             return self.broken or not self.kept
-        return self.used and taken_for_none
+        return self.used and taken_for_none()
 
 
 def _valid_plan(plan) -> bool:

@@ -16,8 +16,8 @@ The layout an op reads each operand in is `kiln.ir.layout_check.reads_in`, excep
 choices that need the axis analysis: the layout a store writes in (a coalesced one for a
 value whose own layout would store in pieces narrower than 16 bytes) and the one an
 `async_copy` reads its pointers in (`layouts.store_layout`, `layouts.copy_layout`).
-Converting index math (`layouts`' cheap values) costs no shared memory: lowering recomputes
-it in the new layout.
+Converting index math (kiln.ir.index_math) costs no shared memory: lowering recomputes it in
+the new layout.
 """
 from __future__ import annotations
 
@@ -80,7 +80,5 @@ def _convert_block(block: Block, ctx, made: dict) -> None:
                 made[key] = conv.results[0]
                 ctx.layouts[conv.results[0]] = want
                 ctx.axis.info[conv.results[0]] = ctx.axis.get(v)  # the same values, elsewhere
-                if v in ctx.cheap:  # index math: recomputed in the new layout, so is its conversion
-                    ctx.cheap.add(conv.results[0])
             op.operands[k] = made[key]
         i += 1

@@ -12,6 +12,7 @@ Where two layouts still meet, `convert_layouts` puts a `convert_layout` op.
 from __future__ import annotations
 
 from kiln.ir.core import Block, Operation
+from kiln.ir.index_math import computes_index_math
 from kiln.ir.types import block_type, scalar_of
 
 from kiln.ir.layout import Blocked, Slice, blocked_for, default_order, mma_layout, same_distribution, wgmma_layout
@@ -19,11 +20,6 @@ from kiln.ir.layout import Blocked, Slice, blocked_for, default_order, mma_layou
 name = "layouts"
 
 MEMORY_OPS = ("load", "store", "atomic_rmw", "atomic_cas", "async_copy")
-# Ops that are cheaper to recompute in another layout than to move through shared
-# memory: index arithmetic built from arange, splat and constants.
-CHEAP_OPS = {"constant", "arange", "splat", "broadcast", "expand_dims", "add", "sub", "mul", "div", "rem",
-             "and", "or", "xor", "shl", "shr", "min", "max", "cmp", "select", "cast", "addptr",
-             "multiple_of", "max_contiguous"}
 
 
 def memory_width(ctx, op) -> tuple[tuple[int, ...], int]:
@@ -297,7 +293,7 @@ class _Assigner:
             self.op(op)
 
     def op(self, op):
-        if op.name in CHEAP_OPS and all(v in self.cheap or not isinstance(v.type, block_type) for v in op.operands):
+        if computes_index_math(op, self.cheap):
             self.cheap.update(op.results)
         handler = getattr(self, "op_" + op.name, None)
         if handler is not None:
@@ -436,4 +432,3 @@ def apply(fn, ctx) -> None:
     assigner.block(fn.body)
     ctx.layouts = assigner.layouts
     ctx.prefer = assigner.prefer
-    ctx.cheap = assigner.cheap

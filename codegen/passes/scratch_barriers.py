@@ -23,20 +23,22 @@ At the top of a `for` body, the way in from before the loop and the way round fr
 of the body must both stop at a `barrier`, the start, or the same P.
 
 Lowering keeps to the plan, or where it cannot (an op that needed more bytes than planned, or
-none) ends the op with a barrier; an op taken here for one touching no shared memory
-(`ctx.no_shared`) that used the scratch area after all does the same. A plan that guessed wrong
-costs a barrier, never a race.
+none) ends the op with a barrier; an op this pass's model takes for one touching no shared memory
+(`touches_no_shared`) that used the scratch area after all does the same. A plan that guessed wrong
+costs a barrier, never a race. Everything lowering needs of the plan is in the IR: the `scratch`
+attrs, the barriers, and what the model reads (op names, layouts, index math, live buffers).
 """
 from __future__ import annotations
 
 from kiln.ir import layout as lay
 from kiln.ir.core import Function, Operation
+from kiln.ir.index_math import index_values
 from kiln.ir.types import block_type, scalar_of
 
 from ..lower import elementwise, wgmma
 from ..lower.reduce import reduce_scratch_bytes, scan_scratch_bytes
 from ..lower.shared import conversion_bytes, elem_bytes
-from .smem_alloc import allocated_bytes
+from .smem_alloc import allocated_bytes, buffers_live_at
 from ..lower.types import reg_type
 
 name = "scratch_barriers"
@@ -55,53 +57,63 @@ _CLEAR = "clear"  # nothing in flight
 _HAZARD = "hazard"  # something may be: a barrier goes first
 
 
+class Model:
+    """What the pass reads of a function: the options (a scan's layout reads the layouts pass's
+    preference), its index math and where buffers live."""
+
+    def __init__(self, fn, ctx):
+        self.ctx, self.num_warps = ctx, ctx.num_warps
+        self.index = index_values(fn)
+        self.buffers_live = buffers_live_at(fn)
+
+
 def apply(fn, ctx) -> None:
-    ctx.no_shared = set()
     for op in fn.walk():
         op.attrs.pop("scratch", None)  # only this pass's plans count, never an incoming attr
+    model = Model(fn, ctx)
     sizes = {}
     for op in fn.walk():
-        n = scratch_bytes(op, ctx)
+        n = scratch_bytes(op, model)
         if n:
             sizes[op] = -(-n // ALIGN) * ALIGN
     if not sizes:
         return
     cap = max(sizes.values()) + GROWTH
     for op in [op for op in fn.walk() if op in sizes]:  # program order: an op's predecessors first
-        _plan(op, sizes[op], cap, ctx)
+        _plan(op, sizes[op], cap, model)
 
 
-def planned_shared_bytes(fn, ctx) -> int:
+def planned_shared_bytes(fn) -> int:
     """A lower bound of the shared memory lowering will give the kernel: the buffers smem_alloc
     placed (from a 1024-aligned base, as lowering reserves them) and the scratch this pass planned
     beside them. Lowering may add more (mma.sync staging buffers, unplanned uses), never less."""
     allocated = allocated_bytes(fn)
     reserved = allocated + wgmma.ALIGN if allocated else 0
-    most = reserved
+    most, buffers_live = reserved, buffers_live_at(fn)
     for op in fn.walk():
         plan = op.attrs.get("scratch")
         if plan:
-            most = max(most, (reserved if ctx.buffers_live(op) else 0) + plan[0] + plan[1])
+            most = max(most, (reserved if buffers_live(op) else 0) + plan[0] + plan[1])
     return most
 
 
-def scratch_bytes(op, ctx) -> int:
+def scratch_bytes(op, model: Model) -> int:
     """Bytes of the scratch area `op` writes: 0 for ops this pass does not plan."""
     if op.name == "reduce" and _encoded(op.operands[0]):
         return reduce_scratch_bytes(op)
     if op.name == "scan" and _encoded(op.operands[0]):
-        return scan_scratch_bytes(op, ctx)
+        return scan_scratch_bytes(op, model.ctx)
     if op.name in _EXCHANGED:  # every element once, at its flat position (kiln.codegen.lower.shared.exchange)
         return _EXCHANGED[op.name](op).type.numel * elem_bytes(reg_type(scalar_of(op.operands[0].type)))
     if op.name == "histogram":
         return 4 * op.attrs["num_bins"]  # an int32 counter per bin
     if op.name == "convert_layout" and _encoded(op.operands[0]) and _encoded(op.results[0]):
         src, dst = op.operands[0], op.results[0].type.encoding
-        if src.type.encoding == dst or lay.same_distribution(src.type.encoding, dst, tuple(src.type.shape), ctx.num_warps):
+        if src.type.encoding == dst or lay.same_distribution(src.type.encoding, dst, tuple(src.type.shape), model.num_warps):
             return 0
-        if src in ctx.cheap and src.defining_op is not None:
+        if src in model.index:
             return 0  # index math recomputed in the new layout
-        return conversion_bytes(src.type, dst, ctx.num_warps)
+        return conversion_bytes(src.type, dst, model.num_warps)
     return 0
 
 
@@ -109,10 +121,10 @@ def _encoded(v) -> bool:
     return isinstance(v.type, block_type) and v.type.encoding is not None
 
 
-def _plan(op, size, cap, ctx) -> None:
-    before = _sync_before(op, ctx)
+def _plan(op, size, cap, model) -> None:
+    before = _sync_before(op, model)
     offset = 0
-    if isinstance(before, Operation) and ctx.buffers_live(before) == ctx.buffers_live(op):
+    if isinstance(before, Operation) and model.buffers_live(before) == model.buffers_live(op):
         p_offset, p_size = before.attrs["scratch"]
         if size > p_offset:
             offset = p_offset + p_size
@@ -127,28 +139,28 @@ def _plan(op, size, cap, ctx) -> None:
     op.attrs["scratch"] = [offset, size]
 
 
-def _sync_before(op, ctx):
+def _sync_before(op, model):
     """What every path to `op` last passed that orders shared memory: _CLEAR, a planned op,
     or _HAZARD where some path passed an access that may still be in flight."""
     block = op.parent
-    return _walk_back(block.ops[:block.ops.index(op)], block, ctx)
+    return _walk_back(block.ops[:block.ops.index(op)], block, model)
 
 
-def _walk_back(ops, block, ctx):
+def _walk_back(ops, block, model):
     for prev in reversed(ops):
         if prev.name == "barrier":
             return _CLEAR
         if "scratch" in prev.attrs:
             return prev
-        if not _touches_no_shared(prev, ctx):
+        if not touches_no_shared(prev, model):
             return _HAZARD
     owner = block.parent
     if isinstance(owner, Function):
         return _CLEAR
     if owner.name == "if":  # a branch is entered from just before the `if`
-        return _sync_before(owner, ctx)
+        return _sync_before(owner, model)
     if owner.name == "for":  # entered from before the loop and from the end of the body
-        return _meet(_sync_before(owner, ctx), _walk_back(block.ops, block, ctx))
+        return _meet(_sync_before(owner, model), _walk_back(block.ops, block, model))
     return _HAZARD
 
 
@@ -162,9 +174,7 @@ def _meet(a, b):
     return _HAZARD
 
 
-def _touches_no_shared(op, ctx) -> bool:
-    if op.name in _NO_SHARED or (op.name in ("reduce", "scan", "convert_layout") and not scratch_bytes(op, ctx)) \
-            or (op.name in ("for", "if") and all(_touches_no_shared(inner, ctx) for region in op.regions for inner in region.ops)):
-        ctx.no_shared.add(op)
-        return True
-    return False
+def touches_no_shared(op, model: Model) -> bool:
+    """Does the model take `op` for one whose lowering touches no shared memory?"""
+    return op.name in _NO_SHARED or (op.name in ("reduce", "scan", "convert_layout") and not scratch_bytes(op, model)) \
+        or (op.name in ("for", "if") and all(touches_no_shared(inner, model) for region in op.regions for inner in region.ops))

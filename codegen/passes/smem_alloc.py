@@ -8,7 +8,7 @@ use in the iteration, and the epilogue after the K loop may take its bytes. Buff
 do not overlap may share bytes; each starts at a multiple of 1024 (a 128-byte swizzle repeats
 every 1024 bytes and is computed from the address). The offsets are the `offset` attrs in the
 IR text, and `allocated_bytes(fn)` reads the bytes they span from them. Lowering puts the
-transient scratch area after them where a buffer is live (`ctx.buffers_live(op)`), and at the
+transient scratch area after them where a buffer is live (`buffers_live_at(fn)`), and at the
 start of shared memory elsewhere.
 
 Bytes that change owner need a barrier: a warp done with a loop's ring could otherwise
@@ -34,12 +34,21 @@ def allocated_bytes(fn) -> int:
                 for op in fn.walk() if op.name == "local_alloc" and "offset" in op.attrs), default=0)
 
 
-def apply(fn, ctx) -> None:
+def buffers_live_at(fn):
+    """`live(op)`: is a buffer live at `op`? Read from the IR (the `local_alloc`s and their uses),
+    so lowering, which puts the scratch area after the buffers there, and scratch_barriers ask
+    the function itself, before or after this pass's barriers went in."""
+    position, lives = _lives(fn)
+    spans = [(start, end) for start, end, _ in lives]
+    return lambda op: any(s <= position.get(id(op), -1) <= e for s, e in spans)
+
+
+def _lives(fn):
+    """(program-order positions, [(first position, last position, local_alloc)])."""
     position, loops = {}, {}
     _number(fn.body, position, loops, [])
-    allocs = [op for op in fn.walk() if op.name == "local_alloc"]
     lives = []
-    for alloc in allocs:
+    for alloc in [op for op in fn.walk() if op.name == "local_alloc"]:
         values, end = {alloc.results[0]}, position[id(alloc)]
         for op in fn.walk():
             if any(v in values for v in op.operands):
@@ -47,6 +56,11 @@ def apply(fn, ctx) -> None:
                 if op.name in ("local_index", "local_trans"):
                     values.update(op.results)
         lives.append((position[id(alloc)], end, alloc))
+    return position, lives
+
+
+def apply(fn, ctx) -> None:
+    position, lives = _lives(fn)
     placed = []  # (start, end of life, offset, size), in the order of `lives`
     lives.sort(key=lambda l: l[0])
     for start, end, alloc in lives:
@@ -60,7 +74,6 @@ def apply(fn, ctx) -> None:
         alloc.attrs["offset"] = offset
         placed.append((start, end, offset, size))
     spans = [(start, end) for start, end, _, _ in placed]
-    ctx.buffers_live = lambda op: any(s <= position.get(id(op), -1) <= e for s, e in spans)
     first_scratch = min(_scratch_positions(fn, position, spans), default=float("inf"))
     for (start, _, alloc), (_, _, offset, size) in zip(lives, placed):
         reused = any(e < start and o < offset + size and offset < o + s for b, e, o, s in placed)
