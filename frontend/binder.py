@@ -19,6 +19,8 @@ from kiln.tools.tensor_descriptor import TensorDescriptor
 from . import config
 from .errors import KilnError
 
+JITCallable = type("JITCallable", (), {})  # kiln.jit's, set by the first make_binder (kiln.jit imports this module)
+
 _INT32_MIN, _INT32_MAX = -2**31, 2**31 - 1
 IGNORED_LAUNCH_OPTIONS = ("extern_libs",)
 
@@ -74,6 +76,8 @@ def spec_key_unspecialized(value):
 
 def constexpr_key(value):
     value = value.value if isinstance(value, constexpr) else value
+    if isinstance(value, JITCallable):  # a function argument: a change of its source is a new kernel
+        return ("c", value, value.hash or value._dependency_key())
     try:
         hash(value)
         return ("c", value)
@@ -88,6 +92,8 @@ def make_binder(jitfn):
     them back as a dict for the slow paths (a compile, a grid callable), so that a cached
     launch builds no dictionary.
     """
+    global JITCallable
+    from .jit import JITCallable
     params = jitfn.signature.parameters
     names = list(params)
     options = [o for o in config.LAUNCH_OPTIONS if o not in params]

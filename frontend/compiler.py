@@ -233,7 +233,7 @@ class CompiledKernel:
             now = scope.get(name, missing)
             if now is not value and not _same_value(now, value):
                 raise RuntimeError(f"Global variable {name} has changed since we compiled this kernel, "
-                                   f"from {unwrap(value)} to {unwrap(now) if now is not missing else '<deleted>'}")
+                                   f"from {value} to {now if now is not missing else '<deleted>'}")
 
     def _launch(self, grid, args, stream=None):
         if config.interpret():

@@ -126,6 +126,61 @@ def _compiles_to(text: str, module_code) -> bool:
     return compiled.co_code == module_code.co_code and compiled.co_names == module_code.co_names
 
 
+class JITCallable:
+    """What @jit functions and `@constexpr_function`s share (Triton's class of this name): `cache_key`,
+    a hash of the source and of everything it calls (kiln.dependencies), kept in `hash` until
+    that is set to None, and `used_global_vals`, the globals it and its callees name."""
+
+    hash = None
+    used_global_vals: dict = {}
+    _unsupported_reference = None
+
+    def _dependency_key(self) -> str:
+        """`cache_key`, also for a function that names a plain Python function (kiln calls those)."""
+        key = self.hash
+        if key is not None:
+            return key
+        with _HASH_LOCK:
+            if self.hash is not None:
+                return self.hash
+            from .dependencies import compute_key
+            self.hash = f"recursion:{self.__module__}.{self.__qualname__}"  # a function that calls itself
+            try:
+                key, used, unsupported = compute_key(self)
+            except BaseException:
+                self.hash = None
+                raise
+            self.used_global_vals, self._unsupported_reference = used, unsupported
+            self.hash = key
+            return key
+
+    @property
+    def cache_key(self) -> str:
+        """Triton's: changes with the source of this function or of any function it calls."""
+        key = self._dependency_key()
+        if self._unsupported_reference is not None:
+            raise RuntimeError(f"Unsupported function referenced: {self._unsupported_reference}")
+        return key
+
+    @property
+    def starting_line_number(self) -> int:
+        """The line of the function's first decorator (Triton's: where its source starts)."""
+        return self.fn.__code__.co_firstlineno
+
+    def closure_vars(self) -> dict:
+        code, cells = self.fn.__code__, self.fn.__closure__ or ()
+        out = {}
+        for name, cell in zip(code.co_freevars, cells):
+            try:
+                out[name] = cell.cell_contents
+            except ValueError:
+                pass
+        return out
+
+
+_HASH_LOCK = threading.RLock()  # one for every function: keys are computed once each, callees within
+
+
 class KernelInterface:
     """`kernel[grid](*args)` launches `kernel.run(*args, grid=grid)`."""
 
@@ -144,7 +199,7 @@ class KernelParam:
     annotation_type: str = ""  # the type an annotation gives it (`fp16`, `*fp16`), or ""
 
 
-class JITFunction(KernelInterface):
+class JITFunction(JITCallable, KernelInterface):
     def __init__(self, fn, do_not_specialize=(), debug=None, noinline=False, repr=None, launch_metadata=None,
                  prewarm=()):
         self.fn = fn
@@ -166,6 +221,7 @@ class JITFunction(KernelInterface):
             raise TypeError(f"{fn.__name__}: prewarm= takes a list of signatures (dicts), not one dict")
         self.prewarm = tuple(dict(signature) for signature in prewarm)  # see kiln.signatures
         self.is_internal = (fn.__module__ or "").startswith("kiln.")
+        self.__globals__ = fn.__globals__
         self.cache: dict = {}              # binder key -> CompiledKernel
         self._by_specialization: dict = {}  # specialization key -> CompiledKernel
         self._tree = None
@@ -200,10 +256,6 @@ class JITFunction(KernelInterface):
         return name
 
     @property
-    def starting_line_number(self) -> int:
-        return self.fn.__code__.co_firstlineno
-
-    @property
     def rewriter(self) -> SourceRecord:
         """Where the interpreter reads this function from (Triton's `kernel.rewriter`): its file and the
         file's line of its `def` (`def_file_lineno`), which errors and line info count from."""
@@ -233,6 +285,7 @@ class JITFunction(KernelInterface):
         old = self.source_info()
         self._source = SourceInfo(old.file, old.first_line, 0, tuple(new_src.splitlines(keepends=True)))
         self._tree = None
+        self.hash = None  # its callers keep theirs: resetting them is the caller's job, as in Triton
         self.cache.clear()  # the binder holds this dict: clear it, never replace it
         self._by_specialization.clear()
 
@@ -246,16 +299,6 @@ class JITFunction(KernelInterface):
             module = parse_source(self.src)
             self._tree = next(n for n in module.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)))
         return self._tree
-
-    def closure_vars(self) -> dict:
-        code, cells = self.fn.__code__, self.fn.__closure__ or ()
-        out = {}
-        for name, cell in zip(code.co_freevars, cells):
-            try:
-                out[name] = cell.cell_contents
-            except ValueError:
-                pass
-        return out
 
     def __call__(self, *args, **kwargs):
         raise RuntimeError(f"@jit function {self.__name__} can only be called inside a kernel; "
@@ -329,7 +372,11 @@ class JITFunction(KernelInterface):
         """The slow path of a first call: specialize, build IR (or reuse an equal specialization)."""
         bound = dict(zip(self.arg_names, values))
         options = {k: v for k, v in options.items() if v is not None}
+        # the source of this function and of all it calls (Triton's cache_key; a conflict between two
+        # functions' views of one global is Triton's error, raised here)
+        source_key = self._dependency_key()
         key, params, runtime_names = specialize(self, bound, options)
+        key = (key, source_key)
         kernel = self._by_specialization.get(key)
         if kernel is None:
             from .compiler import compile_kernel
@@ -347,6 +394,7 @@ class JITFunction(KernelInterface):
                 kernel.launch_metadata = self.launch_metadata
                 widths = [1 if isinstance(params[n], tuple) else len(params[n].pieces) for n in runtime_names]
                 kernel.arg_names = (runtime_names, widths, {n: v for n, v in bound.items() if n not in runtime_names})
+            _check_globals_too(kernel, self.used_global_vals)
             self._by_specialization[key] = kernel
         return kernel
 
@@ -365,6 +413,19 @@ class JITFunction(KernelInterface):
             if cuda_driver.is_available():
                 kernel._init_handles()
         return kernel
+
+
+def _check_globals_too(kernel, used_global_vals: dict) -> None:
+    """The launch checks (kiln.compiler) the globals and closure values the source names as well as
+    those compiling read, each against a copy of its value then: a constexpr changed in place (a
+    closure's `c.value = 43`) is a change, as in Triton."""
+    reads = {(name, id(scope)): i for i, (name, scope, _) in enumerate(kernel.global_reads)}
+    for (name, _), (value, scope) in used_global_vals.items():
+        at = reads.get((name, id(scope)))
+        if at is None:
+            kernel.global_reads.append((name, scope, value))
+        else:
+            kernel.global_reads[at] = (name, scope, value)
 
 
 class _EveryDevice(dict):
@@ -425,7 +486,7 @@ def _is_constexpr_annotation(annotation, fn) -> bool:
     return False
 
 
-class ConstexprFunction:
+class ConstexprFunction(JITCallable):
     """Triton's `@constexpr_function`: a plain Python function that kernels call on constexpr
     arguments, at compile time, for a constexpr result; it stays callable from host code. kiln
     evaluates every callable that is neither `@jit` nor a builtin that way already; the wrapper
@@ -433,6 +494,8 @@ class ConstexprFunction:
 
     def __init__(self, fn):
         self.fn = fn
+        self.__globals__ = fn.__globals__
+        self._src = None
         functools.update_wrapper(self, fn)
 
     def __call__(self, *args, **kwargs):
@@ -447,8 +510,16 @@ class ConstexprFunction:
     @property
     def src(self) -> str:
         """The function's source from its `def` (decorators left out)."""
-        text = textwrap.dedent(inspect.getsource(self.fn))
-        return text[text.index("def "):]
+        if self._src is None:
+            text = textwrap.dedent(inspect.getsource(self.fn))
+            self._src = text[text.index("def "):]
+        return self._src
+
+    def _unsafe_update_src(self, new_src: str) -> None:
+        """Replace the source `cache_key` hashes (Triton's: the function called stays the one
+        defined, and its callers' keys are theirs to reset)."""
+        self._src = new_src
+        self.hash = None
 
     def __repr__(self):
         return f"ConstexprFunction({self.fn.__qualname__})"

@@ -91,6 +91,9 @@ def _param(jitfn, name, value, is_constexpr: bool, specializable: bool, annotate
         value, is_constexpr = value.value, True
     if is_constexpr or value is None or isinstance(value, (dtype, str)) or (callable(value) and
                                                                           not hasattr(value, "data_ptr")):
+        from .jit import JITCallable
+        if isinstance(value, JITCallable):  # a function argument: by its source too
+            return constexpr(value), ("c", value, value._dependency_key())
         return constexpr(value), ("c", _hashable(value))
     if annotated:
         param = _annotated(jitfn, name, value, annotated, specializable)

@@ -6,7 +6,6 @@ one, and compile it with `triton.compile(ASTSource(fn, ...))` (kiln.dropin.compi
 """
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 
 from kiln.jit import JITFunction as _KilnJITFunction
@@ -92,9 +91,6 @@ class JITFunction(_KilnJITFunction):
                                    None if p.default is p.empty else p.default)
                        for i, (name, p) in enumerate(self.signature.parameters.items())]
         self.repr = repr if repr is not None else _name_repr
-        self.__globals__ = fn.__globals__
-        self.used_global_vals = {}  # kiln reads globals when it builds the IR, not at launch
-        self.cache_key = hashlib.sha256(self.src.encode()).hexdigest()
 
     @property
     def constexprs(self) -> list:
@@ -102,7 +98,12 @@ class JITFunction(_KilnJITFunction):
 
     def __getstate__(self):
         # what compiling needs (the source and the signature), not the compiled kernels or the binder
+        try:
+            self._dependency_key()  # computed here: the copy has no function to read its callees from
+        except Exception:  # noqa: BLE001  (the copy computes it again, from its source alone)
+            pass
         state = dict(self.__dict__)
+        state.pop("used_global_vals", None)  # the values seen, with the module dicts they came from
         for name in ("binder", "cache", "_by_specialization", "_tree", "__wrapped__"):
             state.pop(name, None)
         state["fn"] = None
