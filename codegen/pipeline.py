@@ -51,15 +51,16 @@ class PassContext:
     portable: bool = False  # no inline PTX: the LLVM IR can also run on a CPU (kiln.codegen.emulate)
     axis: object = None
     layouts: dict = field(default_factory=dict)
-    prefer: object = None
     shared_reserve: int = 0  # bytes smem_pipeline leaves free (the scratch a first lowering needed beyond the limit)
     tile_overlap: bool = True  # may tile_overlap keep a persistent GEMM's rings live through its epilogue
     tiles_overlapped: bool = False  # it did
-    check: bool = False  # tests: verify after every pass; lowering refuses to convert layouts itself
+    check: bool = False  # tests: verify after every pass (every compile verifies after the last)
 
 
 def run_passes(fn, ctx: PassContext, check: bool = False, start: int = 0, stop: int | None = None) -> None:
-    """PASSES[start:stop] over `fn` (all of them by default)."""
+    """PASSES[start:stop] over `fn` (all of them by default). A run that reaches the end checks
+    what lowering takes on trust: the IR verifies and every op reads its operands in the layouts
+    it needs (lowering never moves data between layouts but for a `convert_layout`)."""
     ctx.function, ctx.check = fn, check
     for i, p in enumerate(PASSES[:stop]):
         if i < start:
@@ -69,3 +70,6 @@ def run_passes(fn, ctx: PassContext, check: bool = False, start: int = 0, stop: 
             verify(fn)
             if i >= LAYOUTS_IN_TYPES:
                 check_layouts(fn, ctx.num_warps)
+    if stop is None and not check:
+        verify(fn)
+        check_layouts(fn, ctx.num_warps)

@@ -65,7 +65,7 @@ def lower_function(fn, ctx) -> tuple[str, list[dict], int]:
     """
     # What the passes decided from, read from the IR as they read it: lowering takes nothing else
     # from them, so a function dumped after the passes lowers as its compile lowered it.
-    facts = scratch_barriers.Model(fn, ctx)
+    facts = scratch_barriers.Model(fn, ctx.num_warps)
     ctx = dataclasses.replace(ctx, axis=axis_info.AxisAnalysis(fn))
     llir, arg_layout, shared, doubled = _lower(fn, ctx, facts, double_buffers=True)
     if doubled and shared > max_shared_per_cta(ctx.target.capability):

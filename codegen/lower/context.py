@@ -67,7 +67,7 @@ class Lowering:
             return have
         if lay.same_distribution(self.layouts.get(v), layout, tuple(v.type.shape), self.num_warps):
             return have
-        if self.ctx.check and not self.converting:
+        if not self.converting:
             raise LoweringError(f"{v.type} read in {layout}: the convert_layouts pass gave no convert_layout for it")
         key = (v, layout, self.b.block)  # a conversion made in one branch must not leak to another
         if key not in self.converted:

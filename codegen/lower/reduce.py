@@ -201,7 +201,7 @@ def _scan(lw, op):
     src = op.operands[0]
     axis, shape = op.attrs["axis"], src.type.shape
     reverse = bool(op.attrs.get("reverse"))
-    layout = _scan_layout(lw.layout(src), shape, lw.ctx)
+    layout = lw.layout(src)
     inputs = [lw.regs(v, layout) for v in op.operands]
     offsets = layout.offsets(shape)
     tile = _tile(layout, shape, axis)
@@ -258,19 +258,15 @@ def _scan(lw, op):
         lw.bind(r, regs, layout)
 
 
-def _scan_layout(layout, shape, ctx):
-    """The layout a scan runs in: its operand's, where that is blocked (or a slice of one)."""
-    return layout if isinstance(layout, (lay.Blocked, lay.Slice)) else ctx.prefer(shape)
-
-
-def scan_scratch_bytes(op, ctx) -> int:
+def scan_scratch_bytes(op) -> int:
     """Bytes a `scan` writes to the scratch area: each warp's total per repetition of the
-    layout tile along the axis and output element; 0 where the axis stays inside each warp."""
+    layout tile along the axis and output element; 0 where the axis stays inside each warp.
+    A scan runs in its operand's layout (the layouts pass gives it the shape's preferred one)."""
     src = op.operands[0]
     axis, shape = op.attrs["axis"], tuple(src.type.shape)
-    if ctx.prefer is None and not isinstance(src.type.encoding, (lay.Blocked, lay.Slice)):
-        return 0  # no layout to run in chosen yet: not planned
-    layout = _scan_layout(src.type.encoding, shape, ctx)
+    layout = src.type.encoding
+    if layout is None:
+        return 0  # no layout chosen yet: not planned
     warps = layout.warp_axis(shape, axis).distinct
     if warps == 1:
         return 0

@@ -431,4 +431,3 @@ def apply(fn, ctx) -> None:
             assigner.set(arg, assigner.prefer_for(arg))
     assigner.block(fn.body)
     ctx.layouts = assigner.layouts
-    ctx.prefer = assigner.prefer

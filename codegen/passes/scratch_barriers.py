@@ -58,11 +58,10 @@ _HAZARD = "hazard"  # something may be: a barrier goes first
 
 
 class Model:
-    """What the pass reads of a function: the options (a scan's layout reads the layouts pass's
-    preference), its index math and where buffers live."""
+    """What the pass reads of a function: its warps, its index math and where buffers live."""
 
-    def __init__(self, fn, ctx):
-        self.ctx, self.num_warps = ctx, ctx.num_warps
+    def __init__(self, fn, num_warps: int):
+        self.num_warps = num_warps
         self.index = index_values(fn)
         self.buffers_live = buffers_live_at(fn)
 
@@ -70,7 +69,7 @@ class Model:
 def apply(fn, ctx) -> None:
     for op in fn.walk():
         op.attrs.pop("scratch", None)  # only this pass's plans count, never an incoming attr
-    model = Model(fn, ctx)
+    model = Model(fn, ctx.num_warps)
     sizes = {}
     for op in fn.walk():
         n = scratch_bytes(op, model)
@@ -102,7 +101,7 @@ def scratch_bytes(op, model: Model) -> int:
     if op.name == "reduce" and _encoded(op.operands[0]):
         return reduce_scratch_bytes(op)
     if op.name == "scan" and _encoded(op.operands[0]):
-        return scan_scratch_bytes(op, model.ctx)
+        return scan_scratch_bytes(op)
     if op.name in _EXCHANGED:  # every element once, at its flat position (kiln.codegen.lower.shared.exchange)
         return _EXCHANGED[op.name](op).type.numel * elem_bytes(reg_type(scalar_of(op.operands[0].type)))
     if op.name == "histogram":
