@@ -58,8 +58,10 @@ class ASTSource:
         self.attrs = dict(attrs or {})
 
     def hash(self) -> str:
-        # the drop-in JITFunction's cache_key; a kiln one (`import kiln as triton`) hashes its source the same way
-        cache_key = getattr(self.fn, "cache_key", None) or hashlib.sha256(self.fn.src.encode()).hexdigest()
+        # the function's cache_key (its source and its callees'), also for one that calls a plain
+        # Python function (which Triton's cache_key refuses and kiln evaluates)
+        key_of = getattr(self.fn, "_dependency_key", None)
+        cache_key = key_of() if key_of is not None else hashlib.sha256(self.fn.src.encode()).hexdigest()
         text = f"{cache_key}-{sorted(self.signature.items())}-{sorted(self.constants.items(), key=str)}-" \
                f"{sorted(self.attrs.items(), key=str)}"
         return hashlib.sha256(text.encode()).hexdigest()
