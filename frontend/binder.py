@@ -74,6 +74,16 @@ def spec_key_unspecialized(value):
     return (key[0],) if isinstance(key, tuple) and key and key[0] in ("i32", "i64", "u64") else key
 
 
+def spec_key_unaligned(value):
+    """spec_key for do_not_specialize_on_alignment arguments: equality to 1, no divisibility or alignment."""
+    key = spec_key(value)
+    if not isinstance(key, tuple) or not key:
+        return key
+    if key[0] in ("i32", "i64", "u64"):
+        return key[:2]
+    return (key[0], None) + key[2:] if len(key) >= 2 and isinstance(key[1], bool) else key
+
+
 def constexpr_key(value):
     value = value.value if isinstance(value, constexpr) else value
     if isinstance(value, JITCallable):  # a function argument: a change of its source is a new kernel
@@ -103,6 +113,7 @@ def make_binder(jitfn):
     # Every name of the generated code other than the kernel's parameters starts with
     # `_kiln_`, so that a parameter called `grid` or `key` shadows nothing.
     namespace = {"_kiln_spec_key": spec_key, "_kiln_spec_key_unspecialized": spec_key_unspecialized,
+                 "_kiln_spec_key_unaligned": spec_key_unaligned,
                  "_kiln_constexpr_key": constexpr_key, "_kiln_cache_get": jitfn.cache.get,
                  "_kiln_slow_launch": jitfn.slow_launch, "_kiln_grid3": grid3, "_kiln_callable": callable,
                  "_kiln_KilnError": KilnError}
@@ -117,6 +128,8 @@ def make_binder(jitfn):
             keys.append(f"_kiln_constexpr_key({name})")
         elif name in jitfn.do_not_specialize:
             keys.append(f"_kiln_spec_key_unspecialized({name})")
+        elif name in getattr(jitfn, "do_not_specialize_on_alignment", ()):
+            keys.append(f"_kiln_spec_key_unaligned({name})")
         else:
             keys.append(f"_kiln_spec_key({name})")
     sig.append("*")

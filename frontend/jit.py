@@ -201,12 +201,15 @@ class KernelParam:
 
 class JITFunction(JITCallable, KernelInterface):
     def __init__(self, fn, do_not_specialize=(), debug=None, noinline=False, repr=None, launch_metadata=None,
-                 prewarm=()):
+                 prewarm=(), do_not_specialize_on_alignment=()):
         self.fn = fn
         self.signature = inspect.signature(fn)
         self.arg_names = list(self.signature.parameters)
         self.constexpr_names = {n for n, p in self.signature.parameters.items() if _is_constexpr_annotation(p.annotation, fn)}
-        self.do_not_specialize = {self.arg_names[d] if isinstance(d, int) else d for d in do_not_specialize}
+        self.do_not_specialize = {self.arg_names[d] if isinstance(d, int) else d for d in do_not_specialize or ()}
+        # Triton's: these keep the specialization of a 1, not that of an address or int divisible by 16
+        self.do_not_specialize_on_alignment = {self.arg_names[d] if isinstance(d, int) else d
+                                               for d in do_not_specialize_on_alignment or ()}
         # a runtime parameter annotated with a type takes it, whatever its value's (kiln.specialize)
         self.annotation_types = {name: t for name, p in self.signature.parameters.items()
                                  if name not in self.constexpr_names and (t := annotation_type(p.annotation))}
@@ -534,11 +537,12 @@ def constexpr_function(fn):
 
 
 def jit(fn=None, *, do_not_specialize=(), debug=None, noinline=False, repr=None, launch_metadata=None, prewarm=(),
-        **unused):
+        do_not_specialize_on_alignment=(), **unused):
     """Turn a Python function into a kernel (or a device function callable from one).
 
     `prewarm` declares signatures to compile before any launch (`kiln prewarm`; see kiln.signatures)."""
     def decorate(f):
         return JITFunction(f, do_not_specialize=do_not_specialize, debug=debug, noinline=noinline, prewarm=prewarm,
-                           launch_metadata=launch_metadata, repr=repr)
+                           launch_metadata=launch_metadata, repr=repr,
+                           do_not_specialize_on_alignment=do_not_specialize_on_alignment)
     return decorate(fn) if fn is not None else decorate

@@ -74,7 +74,8 @@ def specialize(jitfn, bound: dict, options: dict):
     annotated = getattr(jitfn, "annotation_types", {})
     for name, value in bound.items():
         param, leaf_key = _param(jitfn, name, value, name in jitfn.constexpr_names,
-                                 name not in jitfn.do_not_specialize, annotated.get(name, ""))
+                                 name not in jitfn.do_not_specialize, annotated.get(name, ""),
+                                 name not in getattr(jitfn, "do_not_specialize_on_alignment", ()))
         params[name] = param
         key.append((name,) + leaf_key)
         if not isinstance(param, constexpr):
@@ -83,10 +84,11 @@ def specialize(jitfn, bound: dict, options: dict):
     return tuple(key), params, runtime
 
 
-def _param(jitfn, name, value, is_constexpr: bool, specializable: bool, annotated: str = ""):
+def _param(jitfn, name, value, is_constexpr: bool, specializable: bool, annotated: str = "", align: bool = True):
     """(param, key) of one argument: `constexpr(value)`, `(dtype, attrs)` of a runtime
     value, or a DescriptorArgument / TupleArgument that becomes several runtime values;
-    `annotated`: the parameter's annotation_type, if any."""
+    `annotated`: the parameter's annotation_type, if any; `align` False: no divisibility by 16
+    (do_not_specialize_on_alignment)."""
     if isinstance(value, constexpr):  # tl.constexpr(4) given for any parameter is a constant
         value, is_constexpr = value.value, True
     if is_constexpr or value is None or isinstance(value, (dtype, str)) or (callable(value) and
@@ -96,7 +98,7 @@ def _param(jitfn, name, value, is_constexpr: bool, specializable: bool, annotate
             return constexpr(value), ("c", value, value._dependency_key())
         return constexpr(value), ("c", _hashable(value))
     if annotated:
-        param = _annotated(jitfn, name, value, annotated, specializable)
+        param = _annotated(jitfn, name, value, annotated, specializable and align)
         return param, ("a", str(param[0]), tuple(sorted(param[1].items())))
     if isinstance(value, (bool, np.bool_)):
         param = (int1, {})
@@ -104,7 +106,7 @@ def _param(jitfn, name, value, is_constexpr: bool, specializable: bool, annotate
         value = int(value)
         if specializable and value == 1:
             return constexpr(1), ("c", 1)
-        param = (integer_type(value), {"divisibility": 16} if specializable and value % 16 == 0 else {})
+        param = (integer_type(value), {"divisibility": 16} if specializable and align and value % 16 == 0 else {})
     elif isinstance(value, (float, np.floating)):
         param = (float32, {})
     elif isinstance(value, TensorDescriptor):  # becomes several runtime arguments
@@ -123,7 +125,7 @@ def _param(jitfn, name, value, is_constexpr: bool, specializable: bool, annotate
             raise TypeError(f"{jitfn.__name__}: unsupported argument {name} of type {type(value).__name__}")
         elem, address = info
         _check_reachable(jitfn, name, value)
-        attrs = {"divisibility": 16} if specializable and address % 16 == 0 else {}
+        attrs = {"divisibility": 16} if specializable and align and address % 16 == 0 else {}
         param = (pointer_type(elem, 1, _is_const(jitfn, name)), attrs)
     return param, ("a", str(param[0]), tuple(sorted(param[1].items())))
 

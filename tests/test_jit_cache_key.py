@@ -188,3 +188,34 @@ def test_a_pickled_kernel_keeps_its_key():
     import pickle
     key = _top.cache_key
     assert pickle.loads(pickle.dumps(_top)).cache_key == key
+
+
+def test_do_not_specialize_on_alignment_keeps_the_one_but_not_divisibility():
+    compiled = []
+
+    def heard(**kwargs):
+        compiled.append(kwargs["key"])
+
+    @jit(do_not_specialize_on_alignment=["n"])
+    def unaligned(out, n):
+        tl.store(out, n)
+
+    @jit(do_not_specialize_on_alignment=[0])
+    def unaligned_pointer(out, n):
+        tl.store(out, n)
+
+    from kiln.dropin import knobs
+    out = np.zeros(2, np.int32)
+    with knobs.runtime.scope():
+        knobs.runtime.jit_cache_hook = heard
+        for n in (1, 2, 4, 16, 32):
+            unaligned[(1,)](out, n)
+        assert len(compiled) == 2  # 1 (a constant), then every other value alike
+        assert unaligned.params[1].do_not_specialize_on_alignment
+        kernel = unaligned[(1,)](out, 16)
+        assert "tt.divisibility" not in kernel.asm["ttir"].split("\n")[1].split("%n")[1]
+        compiled.clear()
+        unaligned_pointer[(1,)](out, 3)
+        unaligned_pointer[(1,)](out[1:], 3)  # 4 bytes off: the same kernel
+        assert len(compiled) == 1
+        assert "tt.divisibility" not in unaligned_pointer[(1,)](out, 3).asm["ttir"].split("\n")[1]

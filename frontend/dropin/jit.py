@@ -82,13 +82,15 @@ class KernelParam:
     is_constexpr: bool
     do_not_specialize: bool
     default: object = None
+    do_not_specialize_on_alignment: bool = False
 
 
 class JITFunction(_KilnJITFunction):
     def __init__(self, fn, *, repr=None, **kwargs):
         super().__init__(fn, repr=repr, **kwargs)
         self.params = [KernelParam(i, name, name in self.constexpr_names, name in self.do_not_specialize,
-                                   None if p.default is p.empty else p.default)
+                                   None if p.default is p.empty else p.default,
+                                   name in self.do_not_specialize_on_alignment)
                        for i, (name, p) in enumerate(self.signature.parameters.items())]
         self.repr = repr if repr is not None else _name_repr
 
@@ -120,9 +122,10 @@ def _name_repr(jitfn) -> str:
 
 
 def jit(fn=None, *, do_not_specialize=(), debug=None, noinline=False, repr=None, launch_metadata=None, prewarm=(),
-        **unused):
+        do_not_specialize_on_alignment=(), **unused):
     """Triton's `@jit`, giving the drop-in JITFunction."""
     def decorate(f):
         return JITFunction(f, do_not_specialize=do_not_specialize, debug=debug, noinline=noinline, repr=repr,
-                           launch_metadata=launch_metadata, prewarm=prewarm)
+                           launch_metadata=launch_metadata, prewarm=prewarm,
+                           do_not_specialize_on_alignment=do_not_specialize_on_alignment)
     return decorate(fn) if fn is not None else decorate
