@@ -7,7 +7,7 @@ import time
 
 from . import config as env
 from . import tuning_results
-from .errors import CompilationError, OutOfResources, user_facing
+from .errors import AutotunerError, CompilationError, OutOfResources, user_facing
 from .dropin import knobs
 from .jit import KernelInterface
 
@@ -124,8 +124,8 @@ class Autotuner(KernelInterface):
         if self.early_config_prune:
             configs = list(self.early_config_prune(configs, nargs, **(kwargs or {})))
             if not configs:
-                raise ValueError("No valid autotuner configs after pruning: early_config_prune must return "
-                                 "at least one config")
+                raise AutotunerError("No valid autotuner configs after pruning. `early_config_prune` should return "
+                                     "at least one config.")
         if self.perf_model:
             top_k = self.top_k
             if isinstance(top_k, float) and top_k <= 1.0:

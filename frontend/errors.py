@@ -17,6 +17,20 @@ class KilnError(Exception):
 TritonError = KilnError  # Triton's name (triton.compiler.errors is this module in the drop-in mode)
 
 
+class AutotunerError(KilnError):
+    """An autotuner that cannot tune (Triton's, with its `Autotuner error: ` prefix)."""
+
+    def __init__(self, error_message: str | None = None):
+        self.error_message = error_message
+        super().__init__(error_message)
+
+    def __str__(self) -> str:
+        return f"Autotuner error: {self.error_message or ''}"
+
+    def __reduce__(self):
+        return (type(self), (self.error_message,))
+
+
 class OutOfResources(KilnError):
     """A compiled kernel needs more of a resource than the GPU has (Triton's signature)."""
 
