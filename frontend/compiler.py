@@ -86,7 +86,8 @@ class Metadata(dict):
 
 class _Asm(dict):
     """A compiled kernel's `asm`: `'ttir'` is rendered when first read (a drop-in compile reads
-    `'kir'` only) and is listed among the keys as soon as it is."""
+    `'kir'` only) and is listed among the keys as soon as it is; as the binary, it has the kernel's
+    device_asserts only in debug mode."""
 
     def __init__(self, kernel, items):
         super().__init__(items)
@@ -95,7 +96,8 @@ class _Asm(dict):
     def __missing__(self, key):
         if key != "ttir":
             raise KeyError(key)
-        self["ttir"] = text = render_ttir(self._kernel.ir)
+        ir = self._kernel.ir  # as Triton's: device_assert is there only in debug mode
+        self["ttir"] = text = render_ttir(ir if self._kernel.debug else without_asserts(ir))
         return text
 
     def get(self, key, default=None):

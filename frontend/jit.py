@@ -225,7 +225,7 @@ class JITFunction(JITCallable, KernelInterface):
         self.prewarm = tuple(dict(signature) for signature in prewarm)  # see kiln.signatures
         self.is_internal = (fn.__module__ or "").startswith("kiln.")
         self.__globals__ = fn.__globals__
-        self.cache: dict = {}              # binder key -> CompiledKernel
+        self.cache: dict = LaunchCache()   # binder key -> CompiledKernel
         self._by_specialization: dict = {}  # specialization key -> CompiledKernel
         self._tree = None
         self._source = None
@@ -429,6 +429,22 @@ def _check_globals_too(kernel, used_global_vals: dict) -> None:
             kernel.global_reads.append((name, scope, value))
         else:
             kernel.global_reads[at] = (name, scope, value)
+
+
+class LaunchCache(dict):
+    """A kernel's compiled specializations by launch key (Triton's `device_caches[device][0]`). The
+    `key` Triton's jit hooks are given is text, so a key's text finds its kernel too (`key in cache`,
+    `cache[key]`); a launch looks up the key itself."""
+
+    def __missing__(self, key):
+        if isinstance(key, str):
+            for known, kernel in list(self.items()):
+                if str(known) == key:
+                    return kernel
+        raise KeyError(key)
+
+    def __contains__(self, key):
+        return dict.__contains__(self, key) or (isinstance(key, str) and any(str(k) == key for k in list(self)))
 
 
 class _EveryDevice(dict):

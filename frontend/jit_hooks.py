@@ -15,6 +15,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+from .tensor_wrapper import MockTensor
+
 
 @dataclass
 class JitFunctionInfo:
@@ -32,7 +34,7 @@ def call(hook, jitfn, key, values, options: dict, warmup: bool, compiled: bool):
                **{k: v for k, v in options.items() if v is not None},
                "specialization_data": specialization_data(jitfn, values, options), "is_warmup": warmup}
     return hook(key=str(key), repr=f"{jitfn.__name__}[{str(key)[:200]}]",
-                fn=JitFunctionInfo(jitfn.fn.__module__, jitfn.__name__, jitfn), compile=compile,
+                fn=JitFunctionInfo(jitfn.fn.__module__, jitfn.__qualname__, jitfn), compile=compile,
                 is_manual_warmup=warmup, already_compiled=compiled)
 
 
@@ -42,7 +44,11 @@ def specialization_data(jitfn, values, options: dict) -> str | None:
         kept = {k: v for k, v in options.items() if v is not None and isinstance(v, (bool, int, float, str))}
     except _NotData:
         return None
-    return json.dumps({"kernel": f"{jitfn.fn.__module__}.{jitfn.__name__}", "args": encoded, "options": kept})
+    return json.dumps({"kernel": _full_name(jitfn), "args": encoded, "options": kept})
+
+
+def _full_name(jitfn) -> str:
+    return f"{jitfn.fn.__module__}.{jitfn.__qualname__}"
 
 
 def preload_arguments(jitfn, data: str) -> tuple[list, dict]:
@@ -52,8 +58,8 @@ def preload_arguments(jitfn, data: str) -> tuple[list, dict]:
         name, args, options = parsed["kernel"], parsed["args"], parsed["options"]
     except (ValueError, TypeError, KeyError) as e:
         raise ValueError(f"{jitfn.__name__}.preload: not specialization data ({e})") from None
-    if name != f"{jitfn.fn.__module__}.{jitfn.__name__}":
-        raise ValueError(f"{jitfn.__name__}.preload: the data is of {name}")
+    if name != _full_name(jitfn):
+        raise RuntimeError(f"Specialization data is for {name} but trying to preload for {_full_name(jitfn)}")
     return [_decode(a) for a in args], dict(options)
 
 
@@ -90,7 +96,11 @@ def _encode(value):
         tensor = None
     if tensor is None:
         raise _NotData()
-    return {"tensor": tensor[0].name, "aligned": tensor[1] % 16 == 0}
+    encoded = {"tensor": tensor[0].name, "aligned": tensor[1] % 16 == 0}
+    torch_dtype = str(getattr(value, "dtype", ""))
+    if torch_dtype.startswith("torch."):  # preloaded, it stands for a tensor of the same torch dtype
+        encoded["torch"] = torch_dtype.removeprefix("torch.")
+    return encoded
 
 
 def _decode(item):
@@ -109,18 +119,28 @@ def _decode(item):
     if tag == "tuple":
         return tuple(_decode(v) for v in value)
     if tag == "tensor":
-        return _StandIn(dtype(value), item.get("aligned", True))
+        return _StandIn(_torch_dtype(item.get("torch")) or dtype(value), item.get("aligned", True))
     raise ValueError(f"preload: unknown argument {item!r}")
 
 
-class _StandIn:
-    """A tensor where only its element type and alignment matter (as MockTensor, with an address)."""
+def _torch_dtype(name):
+    """torch's dtype `name` (the launch key of a warmup with it is the same), or None."""
+    if not name:
+        return None
+    try:
+        import torch
+    except ImportError:
+        return None
+    found = getattr(torch, name, None)
+    return found if isinstance(found, torch.dtype) else None
+
+
+class _StandIn(MockTensor):
+    """A tensor where only its element type and alignment matter: a MockTensor with an address."""
 
     def __init__(self, dt, aligned: bool):
-        self.dtype, self.shape, self._address = dt, [1], 0 if aligned else 4
+        super().__init__(dt)
+        self._address = 0 if aligned else 4
 
     def data_ptr(self):
         return self._address
-
-    def stride(self):
-        return (1,)

@@ -118,3 +118,14 @@ class MockTensor:
     @staticmethod
     def data_ptr():
         return 0
+
+    @property
+    def is_cuda(self) -> bool:
+        """Where the kernels run: the GPU's memory, or the host's under the interpreter (so a warmup
+        with a dtype and a launch with a tensor there make one specialization, as in Triton)."""
+        from . import config
+        return not config.interpret()
+
+    @staticmethod
+    def is_pinned() -> bool:
+        return False

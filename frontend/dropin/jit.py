@@ -9,7 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kiln.jit import JITFunction as _KilnJITFunction
-from kiln.jit import ConstexprFunction, KernelInterface, constexpr_function  # noqa: F401  (triton.runtime.jit has them)
+from kiln.jit import ConstexprFunction, JITCallable, KernelInterface, constexpr_function  # noqa: F401
+from kiln.jit import LaunchCache  # (triton.runtime.jit has those names)
 from kiln.tensor_wrapper import MockTensor, TensorWrapper, reinterpret  # noqa: F401
 
 TRITON_MODULE = "triton.language"
@@ -114,7 +115,7 @@ class JITFunction(_KilnJITFunction):
 
     def __setstate__(self, state):
         self.__dict__.update(state)
-        self.cache, self._by_specialization, self._tree = {}, {}, None
+        self.cache, self._by_specialization, self._tree = LaunchCache(), {}, None
 
 
 def _name_repr(jitfn) -> str:
