@@ -373,6 +373,9 @@ class JITFunction(JITCallable, KernelInterface):
 
     def _compile(self, values, options):
         """The slow path of a first call: specialize, build IR (or reuse an equal specialization)."""
+        from .compile_listener import CompileTimer, listener
+        listening = listener()
+        timer = CompileTimer() if listening is not None else None
         bound = dict(zip(self.arg_names, values))
         options = {k: v for k, v in options.items() if v is not None}
         # the source of this function and of all it calls (Triton's cache_key; a conflict between two
@@ -389,6 +392,9 @@ class JITFunction(JITCallable, KernelInterface):
                 if not config.interpret() or isinstance(e, InterpreterError):
                     raise
                 raise _as_interpreter_error(e) from e.__cause__
+            if timer is not None:
+                timer.ir_initialized()
+                _lower_for_listener(kernel, timer)
             # a host TensorDescriptor or a tuple argument is several values of the kernel's
             expanders = {self.arg_names.index(n): _expander(params[n])
                          for n in runtime_names if not isinstance(params[n], tuple)}
@@ -399,6 +405,10 @@ class JITFunction(JITCallable, KernelInterface):
                 kernel.arg_names = (runtime_names, widths, {n: v for n, v in bound.items() if n not in runtime_names})
             _check_globals_too(kernel, self.used_global_vals)
             self._by_specialization[key] = kernel
+            if timer is not None:
+                _tell_listener(listening, timer, self, params, kernel, cache_hit=False)
+        elif timer is not None:
+            _tell_listener(listening, timer, self, params, kernel, cache_hit=True)
         return kernel
 
     @user_facing
@@ -416,6 +426,45 @@ class JITFunction(JITCallable, KernelInterface):
             if cuda_driver.is_available():
                 kernel._init_handles()
         return kernel
+
+
+def _lower_for_listener(kernel, timer) -> None:
+    """What the compile makes of the block IR when a compilation listener wants its times: the
+    binary for the current GPU (otherwise built at the first launch), or the IR's text."""
+    if config.interpret():
+        kernel.asm["kir"]
+        timer.stage("kir")
+        return
+    from .runtime import cuda_driver
+    if cuda_driver.is_available():
+        kernel.build(cuda_driver.compile_target(cuda_driver.device_and_stream()[0]))
+        timer.stage("cubin")
+
+
+def _listener_target():
+    from kiln.runtime import GPUTarget
+    if config.interpret():
+        return GPUTarget("cpu", 0, 1)
+    from kiln.runtime import driver
+    return driver.active.get_current_target()
+
+
+def _tell_listener(listening, timer, jitfn, params, kernel, cache_hit: bool) -> None:
+    """knobs.compilation.listener(src=ASTSource, metadata=, metadata_group=, times=, cache_hit=)."""
+    from .compile_listener import notify
+    from .dropin.compile import ASTSource
+    signature, constants, attrs = {}, {}, {}
+    for i, name in enumerate(jitfn.arg_names):
+        param = params[name]
+        if isinstance(param, constexpr):
+            signature[name], constants[(i,)] = "constexpr", param.value
+        else:
+            signature[name] = _type_spelling(param) if isinstance(param, tuple) else type(param).__name__
+            if isinstance(param, tuple) and param[1].get("divisibility"):
+                attrs[(i,)] = [["tt.divisibility", param[1]["divisibility"]]]
+    metadata = {"hash": kernel.hash, "target": _listener_target(), "name": kernel.name, **kernel.metadata,
+                **{k: v for k, v in kernel.options.items() if k not in ("stream",)}}
+    notify(listening, timer, ASTSource(jitfn, signature, constants, attrs), metadata, cache_hit)
 
 
 def _check_globals_too(kernel, used_global_vals: dict) -> None:
@@ -456,6 +505,11 @@ class _EveryDevice(dict):
 
     def __missing__(self, device):
         return self.value
+
+    def clear(self):
+        """Triton's `device_caches.clear()`: the launches compile again (kiln finds the kernels it
+        compiled before, as Triton finds them in its cache directory)."""
+        self.value[0].clear()
 
 
 _KERNEL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")

@@ -91,6 +91,15 @@ def _hints(pairs):
         yield key, value
 
 
+class IRSource:
+    """Triton's source of a compile from an IR file (`.ttir`, `.ttgir`, `.ptx`): kiln compiles
+    kernels from their Python source only (an ASTSource)."""
+
+    def __init__(self, path, context=None, backend=None):
+        raise NotImplementedError(f"kiln compiles kernels from their Python source (ASTSource), not from IR files "
+                                  f"such as {path!r}: those are Triton's own IR")
+
+
 # Triton's CompiledKernel.metadata is a namedtuple of the compile's options and results.
 KernelMetadata = namedtuple("KernelMetadata", (
     "name", "hash", "target", "num_warps", "num_stages", "num_ctas", "cluster_dims", "maxnreg", "shared", "debug",
@@ -111,6 +120,9 @@ def compile(src, target=None, options=None, _env_vars=None):
     if not isinstance(src, ASTSource):
         raise TypeError(f"kiln compiles Triton kernels from an ASTSource, not {type(src).__name__} "
                         "(IR files are Triton's own)")
+    from kiln.compile_listener import CompileTimer, listener, notify
+    listening = listener()
+    timer = CompileTimer() if listening is not None else None
     target = driver.active.get_current_target() if target is None else target
     backend = make_backend(target)
     options = backend.parse_options(dict(options or {}))
@@ -118,16 +130,22 @@ def compile(src, target=None, options=None, _env_vars=None):
     record = warm.load(key) if key is not None else None
     found = _from_record(src, target, backend, options, record) if record is not None else None
     if found is not None:
-        return _published(found)
-    kernel, runtime, binary, binary_key = _build(src, backend, options)
+        found = _published(found)
+        if timer is not None:
+            notify(listening, timer, src, found.metadata._asdict(), cache_hit=True)
+        return found
+    kernel, runtime, binary, binary_key = _build(src, backend, options, timer)
     arg_types = [str(t) for t in kernel.arg_types]
     if key is not None:
         warm.store(key, {"name": src.name, "kir": kernel.asm["kir"], "runtime": runtime, "arg_types": arg_types,
                          "num_warps": kernel.metadata["num_warps"], "num_stages": kernel.metadata["num_stages"],
                          "debug": kernel.debug, "compile_key": binary_key, "binary_target": backend.binary_target,
                          "binary_options": codegen_options(kernel.options) if binary is not None else {}})
-    return _published(_compiled(src, target, options, kernel.asm["kir"], binary, runtime, kernel.debug, arg_types,
-                                kernel.metadata["num_warps"], kernel.metadata["num_stages"], kernel))
+    compiled = _published(_compiled(src, target, options, kernel.asm["kir"], binary, runtime, kernel.debug,
+                                    arg_types, kernel.metadata["num_warps"], kernel.metadata["num_stages"], kernel))
+    if timer is not None:
+        notify(listening, timer, src, compiled.metadata._asdict(), cache_hit=False)
+    return compiled
 
 
 def max_shared_mem(device) -> int:
@@ -152,8 +170,9 @@ def _source_key(src, backend, options, debug) -> str | None:
     return warm.source_key(src, backend, options, debug)
 
 
-def _build(src, backend, options):
-    """The full path: the block IR from the AST, the binary through the tiers."""
+def _build(src, backend, options, timer=None):
+    """The full path: the block IR from the AST, the binary through the tiers (`timer`: a compilation
+    listener's, told where the stages end)."""
     from kiln import signatures
     from kiln.compiler import compile_kernel
 
@@ -164,7 +183,15 @@ def _build(src, backend, options):
         raise ValueError(f"{src.name}: {e}") from None
     kernel = compile_kernel(src.fn, params,  # named as the ASTSource is: its records and binaries say src.name
                             {**launch_options, "debug": options.debug, "launch_pdl": options.launch_pdl}, name=src.name)
+    if timer is not None:
+        timer.ir_initialized()
     binary = kernel.build(backend.binary_target) if backend.binary_target is not None else None
+    if timer is not None:
+        if binary is not None:
+            timer.stage("cubin")
+        else:
+            kernel.asm["kir"]
+            timer.stage("kir")
     runtime = [i for i, name in enumerate(src.fn.arg_names) if name in params and not _is_constant(params[name])]
     return kernel, runtime, binary, binary.key if binary is not None else None
 

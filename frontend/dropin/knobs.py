@@ -23,6 +23,7 @@ from __future__ import annotations
 import importlib
 import os
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 _TRUE = ("1", "true", "yes", "on", "y")
 _FALSE = ("0", "false", "no", "off", "n", "")
@@ -302,6 +303,35 @@ class compilation_knobs(base_knobs):
     instrumentation_mode = os.environ.get("TRITON_INSTRUMENTATION_MODE", "")
     listener = None
     _plain = ("instrumentation_mode", "listener")
+
+
+@dataclass
+class CompileTimes:
+    """Triton's timing of one compile, in microseconds: `ir_initialization` (the source to IR, or
+    the lookup of a cached kernel), `lowering_stages` ((stage, duration) in order; none for a
+    cached kernel) and `store_results` (keeping what was compiled). A stage that ran counts at
+    least 1."""
+    ir_initialization: int
+    lowering_stages: list
+    store_results: int
+
+    @property
+    def total_lowering(self) -> int:
+        return sum(duration for _, duration in self.lowering_stages)
+
+    @property
+    def total(self) -> int:
+        return self.ir_initialization + self.total_lowering + self.store_results
+
+
+class CompilationListener:
+    """Triton's protocol of `knobs.compilation.listener`: called after each compile, a kernel's JIT
+    specialization or `triton.compile`, hit or miss, as `listener(src=, metadata=, metadata_group=,
+    times=, cache_hit=)` (`src` an ASTSource, `metadata` a dict with `hash` and `target`, `times` a
+    CompileTimes)."""
+
+    def __call__(self, *, src, metadata, metadata_group, times, cache_hit) -> None:
+        ...
 
 
 class AutotuneListener:
