@@ -313,7 +313,26 @@ class JITFunction(JITCallable, KernelInterface):
     # --- compile and launch -----------------------------------------------------------
     def __getitem__(self, grid):
         """`kernel[grid]`: a launcher generated for this kernel's signature (kiln.binder)."""
-        return self.binder.bind_grid(grid)
+        launcher = self.binder.bind_grid(grid)
+        if not self.pre_run_hooks:
+            return launcher
+
+        def with_hooks(*args, **kwargs):
+            for hook in self.pre_run_hooks:
+                hook(*args, **kwargs)
+            return launcher(*args, **kwargs)
+        return with_hooks
+
+    pre_run_hooks: list = []  # each instance's own list once a hook is added
+
+    def add_pre_run_hook(self, hook) -> None:
+        """Triton's: `hook(*args, **kwargs)` is called with a launch's arguments before each launch
+        (`kernel[grid](...)` or `kernel.run(...)`), e.g. to zero an output."""
+        if not callable(hook):
+            raise TypeError(f"a pre-run hook is a callable, not a {type(hook).__name__}")
+        if "pre_run_hooks" not in self.__dict__:
+            self.pre_run_hooks = []
+        self.pre_run_hooks.append(hook)
 
     @functools.cached_property
     def binder(self):
@@ -321,6 +340,8 @@ class JITFunction(JITCallable, KernelInterface):
 
     @user_facing
     def run(self, *args, grid, warmup=False, **kwargs):
+        for hook in self.pre_run_hooks:
+            hook(*args, **kwargs)
         try:
             key, values, stream = self.binder(*args, **kwargs)
         except TypeError as e:

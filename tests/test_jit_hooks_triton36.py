@@ -82,3 +82,26 @@ def test_device_asserts_are_in_the_ttir_only_in_debug_mode():
     t = np.ones(1, np.int32)
     plain, debug = check[(1,)](t, debug=False), check[(1,)](t, debug=True)
     assert "tt.assert" not in plain.asm["ttir"] and "tt.assert" in debug.asm["ttir"]
+
+
+def test_pre_run_hooks_see_each_launchs_arguments_first():
+    @jit
+    def add_two(a, N: tl.constexpr):
+        offs = tl.arange(0, N)
+        tl.store(a + offs, tl.load(a + offs) + 2)
+
+    seen = []
+
+    def zero(*args, **kwargs):
+        seen.append(len(args))
+        args[0].zero_()
+
+    add_two.add_pre_run_hook(zero)
+    a = torch.ones(4, dtype=torch.int32)
+    add_two[(1,)](a, 4)
+    assert a.tolist() == [2] * 4
+    a = torch.ones(4, dtype=torch.int32)
+    add_two.run(a, 4, grid=(1,), warmup=False)
+    assert a.tolist() == [2] * 4 and seen == [2, 2]
+    with pytest.raises(TypeError):
+        add_two.add_pre_run_hook(3)
