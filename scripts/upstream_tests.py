@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Run upstream Triton's language tests under kiln's drop-in on the CPU tier and report per file.
+"""Run upstream Triton's tests (language, runtime) under kiln's drop-in on the CPU tier and report per file.
 
     python scripts/upstream_tests.py --triton-git ~/src/triton --out bench/results \\
         --files test_standard.py test_random.py --timeout 60
@@ -231,7 +231,8 @@ def _kiln_revision() -> str:
 
 def markdown(report: dict) -> str:
     results = [FileResult(**{**r, "failures": [Failure(**f) for f in r["failures"]]}) for r in report["files"]]
-    lines = [f"# Upstream Triton language tests under kiln's drop-in (CPU, {report['date']})", "",
+    suite = report.get("suite", "language")
+    lines = [f"# Upstream Triton {suite} tests under kiln's drop-in (CPU, {report['date']})", "",
              f"Upstream commit `{report['commit']}`; kiln `{report['kiln']}`; Python {report['python']} "
              f"on {report['machine']}. Each file: `KILN_DROPIN=1 TRITON_INTERPRET=1 python -m pytest FILE -q "
              f"-p no:cacheprovider --device cpu --timeout {report['timeout']:g}`"
@@ -270,7 +271,7 @@ def build_report(results: list[FileResult], sha: str, args: argparse.Namespace) 
     return {"date": datetime.date.today().isoformat(), "commit": sha, "kiln": _kiln_revision(),
             "python": platform.python_version(), "machine": f"{platform.machine()} {platform.system()}",
             "command": " ".join(["python", "scripts/upstream_tests.py", *args.argv]),
-            "timeout": args.timeout, "keyword": args.k, "marker": args.m, "total": total,
+            "timeout": args.timeout, "keyword": args.k, "marker": args.m, "suite": args.suite, "total": total,
             "files": [asdict(r) for r in results]}
 
 
@@ -284,7 +285,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--files", nargs="+", default=list(DEFAULT_FILES),
                    help=f"test files or globs, upstream paths; a bare name is in {LANGUAGE_DIR} "
                         "(default: all test_*.py there)")
-    p.add_argument("--out", help="directory for the report: DATE-cpu-upstream-language-tests.{json,md}")
+    p.add_argument("--out", help="directory for the report: DATE-cpu-upstream-SUITE-tests[-TAG].{json,md}")
+    p.add_argument("--suite", default="language",
+                   help="what the files are, for the report's title and name (default: language; e.g. runtime)")
+    p.add_argument("--tag", help="appended to the report's name: DATE-cpu-upstream-SUITE-tests-TAG")
     p.add_argument("--timeout", type=float, default=120, help="seconds per test (pytest-timeout; default 120)")
     p.add_argument("-k", help="passed to pytest's -k")
     p.add_argument("-m", help="passed to pytest's -m: `-m interpreter` is the subset upstream runs in its interpreter")
@@ -328,7 +332,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.out:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
-        stem = out / f"{report['date']}-cpu-upstream-language-tests"
+        stem = out / (f"{report['date']}-cpu-upstream-{args.suite}-tests" + (f"-{args.tag}" if args.tag else ""))
         stem.with_suffix(".json").write_text(json.dumps(report, indent=1) + "\n")
         stem.with_suffix(".md").write_text(text)
     return 0

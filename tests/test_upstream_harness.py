@@ -124,6 +124,16 @@ def test_m_runs_the_marked_subset(fake_triton, tmp_path, capsys):
     assert "| test_x.py | 1 | 1 | 0 | 0 | 0 | 100.0% |" in md and "`-m interpreter`" in md
 
 
+def test_suite_and_tag_name_the_report(fake_triton, tmp_path, capsys):
+    repo, sha = fake_triton
+    out = tmp_path / "out"
+    assert harness.main(["--triton-git", str(repo), "--commit", sha, "--files", "test_x.py", "-k", "helper",
+                         "--suite", "runtime", "--tag", "session9", "--out", str(out)]) == 0
+    assert json.loads((out / next(out.glob("*-cpu-upstream-runtime-tests-session9.json")).name).read_text())[
+        "suite"] == "runtime"
+    assert capsys.readouterr().out.startswith("# Upstream Triton runtime tests under kiln's drop-in")
+
+
 @pytest.mark.parametrize("args, message", [
     (["--triton-git", "/no/such/dir"], "no such directory"),
     (["--triton-git", "."], "not a git repository"),
