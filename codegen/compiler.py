@@ -17,9 +17,8 @@ from kiln.ir import copy_function, print_function, verify
 
 from . import backend, nvjitlink, occupancy
 from .lower import LoweringError, lower_function
-from .passes import scratch_barriers
+from .passes import scratch_barriers, tile_overlap
 from .passes.smem_alloc import allocated_bytes
-from .passes.tile_overlap import tile_loop
 from .pipeline import TILE_OVERLAP, PassContext, run_passes
 from .target import parse_target
 
@@ -121,11 +120,12 @@ def _lower_to_llvm(fn, tgt, opts: dict, check: bool, portable: bool, counts: dic
         else:
             work = copy_function(fn)  # a private copy for the passes to rewrite (as its text would parse)
             run_passes(work, ctx, check=check, stop=TILE_OVERLAP)
-            if overlap and tile_loop(work) is not None:  # a persistent GEMM: it may try the overlap variant
+            if overlap and tile_overlap.tile_loop(work) is not None:  # a persistent GEMM: it may try the overlap variant
                 before_overlap = copy_function(work)
             run_passes(work, ctx, check=check, start=TILE_OVERLAP)
             counts["pass_runs"] = counts.get("pass_runs", 0) + 1
-        if ctx.tiles_overlapped and not portable and scratch_barriers.planned_shared_bytes(work) > limit:
+        tiles_overlapped = tile_overlap.overlapped(work)
+        if tiles_overlapped and not portable and scratch_barriers.planned_shared_bytes(work) > limit:
             overlap = False  # past the SM's shared memory already by the passes' plan: no lowering needed to see it
             continue
         counts["lowerings"] = counts.get("lowerings", 0) + 1
@@ -133,7 +133,7 @@ def _lower_to_llvm(fn, tgt, opts: dict, check: bool, portable: bool, counts: dic
             llir, arg_layout, shared = lower_function(work, ctx)
         except LoweringError as e:
             raise CompileError(f"{fn.name}: {e}") from None
-        if ctx.tiles_overlapped and not portable and _overlap_costs(shared, allocated_bytes(work), tgt):
+        if tiles_overlapped and not portable and _overlap_costs(shared, allocated_bytes(work), tgt):
             overlap = False
             continue
         if portable or shared <= limit or not allocated_bytes(work):

@@ -1,18 +1,19 @@
 """The codegen pipeline: one list of named passes over block IR, then lowering.
 
-Each pass is a module with `name` and `apply(fn, ctx)`; rewriting passes change `fn`
-in place, analyses record their result on `ctx`. With `verify=True` (tests) the
-verifier runs after every rewriting pass.
+Each pass is a module with `name` and `apply(fn, ctx)` that rewrites `fn` in place; `ctx` holds
+the compile's options only, and what a pass needs to know of the function besides (contiguity,
+index math, live buffers) it reads from the IR (kiln.codegen.passes.analysis). With `check=True`
+(tests) the verifier runs after every pass; every compile runs it after the last.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from kiln.ir import verify
 from kiln.ir.layout_check import check_layouts
 
-from .passes import (axis_info, canonicalize, convert_layouts, cse, dce, descriptor_loads, dot_accumulate, layouts, persistent, pointer_tma,
-                     prefetch, scratch_barriers, smem_alloc, smem_pipeline, tile_overlap, tma_store)
+from .passes import (canonicalize, cse, dce, descriptor_loads, dot_accumulate, layouts, persistent, pointer_tma, prefetch,
+                     scratch_barriers, smem_alloc, smem_pipeline, tile_overlap, tma_store)
 
 PASSES = [
     canonicalize,   # fold constants, drop x+0, x*1, same-type casts
@@ -29,14 +30,12 @@ PASSES = [
     canonicalize,   # tidy what prefetch cloned
     cse,
     dce,
-    axis_info,      # contiguity / divisibility / constancy per dim
-    layouts,        # a thread distribution for every block value
-    convert_layouts,  # convert_layout ops where an op reads a value in another layout; layouts into the types
+    layouts,        # a thread distribution for every block value (by the pointers' contiguity), convert_layout
+                    # ops where an op reads a value in another; the layouts into the types
     smem_alloc,     # byte offsets of the shared buffers, by liveness
     scratch_barriers,  # scratch bytes of reductions and conversions; barriers only where bytes may be in use
 ]
-ANALYSES = {axis_info.name, layouts.name}
-LAYOUTS_IN_TYPES = PASSES.index(convert_layouts)  # from here on every block type has its layout
+LAYOUTS_IN_TYPES = PASSES.index(layouts)  # from here on every block type has its layout
 TILE_OVERLAP = PASSES.index(tile_overlap)  # where a compile that drops the overlap variant resumes
 
 
@@ -47,13 +46,9 @@ class PassContext:
     num_stages: int = 3
     maxnreg: int | None = None  # a register cap per thread (Triton's Config(maxnreg=...))
     fp_fusion: bool = True  # a*b+c may become one fma (Triton's enable_fp_fusion)
-    function: object = None  # the block IR being compiled
     portable: bool = False  # no inline PTX: the LLVM IR can also run on a CPU (kiln.codegen.emulate)
-    axis: object = None
-    layouts: dict = field(default_factory=dict)
     shared_reserve: int = 0  # bytes smem_pipeline leaves free (the scratch a first lowering needed beyond the limit)
     tile_overlap: bool = True  # may tile_overlap keep a persistent GEMM's rings live through its epilogue
-    tiles_overlapped: bool = False  # it did
     check: bool = False  # tests: verify after every pass (every compile verifies after the last)
 
 
@@ -61,12 +56,12 @@ def run_passes(fn, ctx: PassContext, check: bool = False, start: int = 0, stop: 
     """PASSES[start:stop] over `fn` (all of them by default). A run that reaches the end checks
     what lowering takes on trust: the IR verifies and every op reads its operands in the layouts
     it needs (lowering never moves data between layouts but for a `convert_layout`)."""
-    ctx.function, ctx.check = fn, check
+    ctx.check = check
     for i, p in enumerate(PASSES[:stop]):
         if i < start:
             continue
         p.apply(fn, ctx)
-        if check and p.name not in ANALYSES:
+        if check:
             verify(fn)
             if i >= LAYOUTS_IN_TYPES:
                 check_layouts(fn, ctx.num_warps)

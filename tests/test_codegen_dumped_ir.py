@@ -24,7 +24,6 @@ def lowered_alone(kir: str, target: str, num_warps: int) -> str:
     tgt = parse_target(target)
     fn = parse_function(kir)
     ctx = PassContext(tgt, num_warps)
-    ctx.function = fn
     llir, arg_layout, _ = lower_function(fn, ctx)
     if any("global_scratch" in a for a in arg_layout):  # as the compile raises it for tensormap.replace
         tgt = dataclasses.replace(tgt, ptx_version=max(tgt.ptx_version, 83))

@@ -1,7 +1,8 @@
 """The block IR passes, checked on IR text: folding, CSE, DCE, dot accumulation, axis info
 and layouts."""
 from kiln.ir.layout import Blocked, Slice
-from kiln.codegen.passes import axis_info, canonicalize, cse, dce, dot_accumulate, layouts
+from kiln.codegen.passes import canonicalize, cse, dce, dot_accumulate, layouts
+from kiln.codegen.passes.axis_info import AxisAnalysis
 from kiln.codegen.pipeline import PassContext, run_passes
 from kiln.codegen.target import parse_target
 from kiln.ir import parse_function, print_function, verify
@@ -75,12 +76,12 @@ def _value(fn, index):
 
 
 def test_axis_info_of_vector_add():
-    fn, ctx = run(VADD, axis_info)
-    by_name = {op.name + str(i): op for i, op in enumerate(fn.walk())}
+    fn, _ = run(VADD)
+    axis = AxisAnalysis(fn)
     loads = [op for op in fn.walk() if op.name == "load"]
-    info = ctx.axis.get(loads[0].operands[0])
+    info = axis.get(loads[0].operands[0])
     assert info.contiguity == (1024,) and info.divisibility == (16,)
-    mask = ctx.axis.get(loads[0].operands[1])
+    mask = axis.get(loads[0].operands[1])
     assert mask.constancy == (16,)
 
 
@@ -105,31 +106,32 @@ kernel @k(%p: ptr<fp32> {name = "p"}, %n: int32 {name = "n"}) {
   }
   return
 }
-""", axis_info)
+""")
+    axis = AxisAnalysis(fn)
     named = {}
     for op in fn.walk():
         for r in op.results:
             named.setdefault(op.name, []).append(r)
-    assert ctx.axis.get(named["multiple_of"][0]).divisibility == (8,)
-    assert ctx.axis.get(named["max_contiguous"][0]).contiguity == (64,)
+    assert axis.get(named["multiple_of"][0]).divisibility == (8,)
+    assert axis.get(named["max_contiguous"][0]).contiguity == (64,)
     iv = [op for op in fn.walk() if op.name == "for"][0].regions[0].args[0]
-    assert ctx.axis.get(iv).divisibility[0] == 64
+    assert axis.get(iv).divisibility[0] == 64
     load = [op for op in fn.walk() if op.name == "load"][0]
-    assert ctx.axis.get(load.operands[0]).contiguity == (64,)
+    assert axis.get(load.operands[0]).contiguity == (64,)
 
 
 def test_layouts_vectorize_and_slice():
     text = (VADD.replace("1024", "1024"))
-    fn, ctx = run(text, axis_info, layouts)
+    fn, _ = run(text, layouts)
     load = [op for op in fn.walk() if op.name == "load"][0]
-    assert ctx.layouts[load.results[0]] == Blocked((4,), (32,), (4,), (0,))
-    fn2, ctx2 = run((VADD.__class__((__import__("pathlib").Path(__file__).parent / "codegen_corpus" / "softmax_2d.kir").read_text())),
-                    axis_info, layouts)
+    assert load.results[0].type.encoding == Blocked((4,), (32,), (4,), (0,))
+    fn2, _ = run((VADD.__class__((__import__("pathlib").Path(__file__).parent / "codegen_corpus" / "softmax_2d.kir").read_text())),
+                 layouts)
     red = [op for op in fn2.walk() if op.name == "reduce"][0]
-    src = ctx2.layouts[red.operands[0]]
-    assert ctx2.layouts[red.results[0]] == Slice(1, src)
+    src = red.operands[0].type.encoding
+    assert red.results[0].type.encoding == Slice(1, src)
     expand = [op for op in fn2.walk() if op.name == "expand_dims" and op.operands[0] is red.results[0]][0]
-    assert ctx2.layouts[expand.results[0]] == src  # x - max(x)[:, None] moves no data
+    assert expand.results[0].type.encoding == src  # x - max(x)[:, None] moves no data
 
 
 def test_pipeline_keeps_ir_valid():

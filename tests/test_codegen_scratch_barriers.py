@@ -8,6 +8,7 @@ import pytest
 from kiln.codegen import compile as compile_ir
 from kiln.codegen.lower.context import ScratchUse
 from kiln.codegen.passes import scratch_barriers, smem_alloc
+from kiln.codegen.passes.analysis import Analysis
 from kiln.codegen.pipeline import PassContext
 from kiln.codegen.target import parse_target
 from kiln.ir import parse_function, print_function, verify
@@ -78,7 +79,7 @@ def test_a_reduction_inside_a_warp_touches_no_shared_memory():
     # rows stay in their warp (shuffles only); columns cross the 4 warps: 64 outputs x 4 warps x 8 bytes
     assert plans(fn) == [("reduce", None), ("reduce", [0, 2048]), ("reduce", [2048, 32])]  # 1 KB more at most
     row = next(op for op in fn.walk() if op.name == "reduce")
-    assert scratch_barriers.touches_no_shared(row, scratch_barriers.Model(fn, ctx.num_warps))
+    assert scratch_barriers.touches_no_shared(row, Analysis(fn, ctx))
 
 
 def test_a_reduction_after_shared_buffers_waits_at_a_barrier():

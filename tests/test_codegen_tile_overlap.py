@@ -52,7 +52,6 @@ def _before_the_pass(cfg):
     """The IR as tile_overlap receives it (the passes before it, run on `_gemm`)."""
     fn, (_, _, _, warps, stages) = _source(cfg), cfg
     ctx = pipeline.PassContext(parse_target("sm_90a"), warps, stages)
-    ctx.function = fn
     for p in pipeline.PASSES[:pipeline.PASSES.index(tile_overlap)]:
         p.apply(fn, ctx)
     return parse_function(print_function(fn)), ctx
@@ -71,7 +70,7 @@ def test_the_rings_live_across_the_tile_loop_and_the_next_tiles_copies_precede_t
 
     tile_overlap.apply(fn, ctx)
     verify(fn)
-    assert ctx.tiles_overlapped
+    assert tile_overlap.overlapped(fn)
     top = _names(fn.body)
     at = top.index("for")
     assert top[at:] == ["for", "mbarrier_inval", "return"]
@@ -115,20 +114,19 @@ def test_kernels_not_of_that_form_are_left_alone():
     ctx.tile_overlap = False  # compile's second build
     text = print_function(fn)
     tile_overlap.apply(fn, ctx)
-    assert print_function(fn) == text and not ctx.tiles_overlapped
+    assert print_function(fn) == text and not tile_overlap.overlapped(fn)
     # a tile stored once before the K loop (its local_store would race the next tile's)
     x = np.zeros((64, 64), np.float16)
     ir = _a_once.warmup(x, x, x, 4096, BM=128, BN=64, BK=64, num_warps=4, num_stages=3, grid=(1,)).ir
     once = parse_function(ir if isinstance(ir, str) else print_function(ir))
     ctx = pipeline.PassContext(parse_target("sm_90a"), 4, 3)
-    ctx.function = once
     for p in pipeline.PASSES[:pipeline.PASSES.index(tile_overlap)]:
         p.apply(once, ctx)
     assert any(a.get("launch_grid") is not None for a in once.arg_attrs)  # persistent, ...
     assert "local_store" in print_function(once)  # ... A stored once per tile
     text = print_function(once)
     tile_overlap.apply(once, ctx)
-    assert print_function(once) == text and not ctx.tiles_overlapped
+    assert print_function(once) == text and not tile_overlap.overlapped(once)
 
 
 def _tile_loop_allocates(kir: str) -> bool:

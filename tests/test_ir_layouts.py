@@ -6,7 +6,7 @@ import pathlib
 import pytest
 
 from kiln.codegen import compile
-from kiln.codegen.passes import axis_info, canonicalize, convert_layouts, cse, dce, layouts
+from kiln.codegen.passes import canonicalize, cse, dce, layouts
 from kiln.codegen.pipeline import PassContext
 from kiln.codegen.target import parse_target
 from kiln.ir import parse_function, print_function, verify
@@ -160,7 +160,7 @@ kernel @k(%x: ptr<fp32> {divisibility = 16, name = "x"}, %y: ptr<fp32> {divisibi
 def _laid_out(text, num_warps=4):
     fn = parse_function(text)
     ctx = PassContext(parse_target("sm_90a"), num_warps)
-    for p in (canonicalize, cse, dce, axis_info, layouts, convert_layouts):
+    for p in (canonicalize, cse, dce, layouts):
         p.apply(fn, ctx)
     verify(fn)
     check_layouts(fn, num_warps)

@@ -25,7 +25,6 @@ def run_file(path: pathlib.Path) -> str:
     ir = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("//"))
     fn = parse_function(ir)
     ctx = PassContext(parse_target(header(text, "TARGET", "sm_90a")), int(header(text, "WARPS", "4")))
-    ctx.function = fn
     for name in header(text, "RUN", "").split(","):
         importlib.import_module(f"kiln.codegen.passes.{name.strip()}").apply(fn, ctx)
         verify(fn)

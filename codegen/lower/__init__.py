@@ -5,8 +5,6 @@ dot, debug); `LOWER` merges them, and a missing op is a clear `LoweringError`.
 """
 from __future__ import annotations
 
-import dataclasses
-
 import llvmlite.ir as ir
 
 from kiln.ir.types import scalar_of, tensormap
@@ -14,7 +12,8 @@ from kiln.ir.types import scalar_of, tensormap
 from ..backend import DATA_LAYOUT, TRIPLE
 from . import asm, control, debug, dot, elementwise, memory, reduce, shape, tma, wgmma
 from .context import Lowering, LoweringError, ScratchUse
-from ..passes import axis_info, scratch_barriers  # (after this package's rules, which they read)
+from ..passes import scratch_barriers  # (after this package's rules, which it reads)
+from ..passes.analysis import Analysis
 from ..occupancy import max_shared_per_cta
 from .mma import plan_dot_buffers
 from ..passes.smem_alloc import allocated_bytes
@@ -35,7 +34,7 @@ def lower_block(lw: Lowering, block) -> None:
         where = f" (at {op.loc})" if op.loc else ""
         if rule is None:
             raise LoweringError(f"kiln cannot lower '{op.name}' to LLVM IR yet{where}")
-        lw.buffers_live = lw.facts.buffers_live(op)
+        lw.buffers_live = lw.ctx.buffers_live(op)
         outer, lw.scratch = lw.scratch, ScratchUse(op.attrs.get("scratch"))
         try:
             rule(lw, op)
@@ -45,7 +44,7 @@ def lower_block(lw: Lowering, block) -> None:
             raise
         finally:
             use, lw.scratch = lw.scratch, outer
-        if use.needs_barrier_after(lambda: scratch_barriers.touches_no_shared(op, lw.facts)):
+        if use.needs_barrier_after(lambda: scratch_barriers.touches_no_shared(op, lw.ctx)):
             lw.barrier()
 
 
@@ -63,17 +62,17 @@ def lower_function(fn, ctx) -> tuple[str, list[dict], int]:
     Dots in loops get double staging buffers (kiln.codegen.lower.mma) unless the kernel
     then needs more shared memory than the GPU has: it is lowered again without them.
     """
-    # What the passes decided from, read from the IR as they read it: lowering takes nothing else
-    # from them, so a function dumped after the passes lowers as its compile lowered it.
-    facts = scratch_barriers.Model(fn, ctx.num_warps)
-    ctx = dataclasses.replace(ctx, axis=axis_info.AxisAnalysis(fn))
-    llir, arg_layout, shared, doubled = _lower(fn, ctx, facts, double_buffers=True)
+    # The options, and what the passes decided from read from the IR as they read it (contiguity,
+    # index math, live buffers): lowering takes nothing else from them, so a function dumped after
+    # the passes lowers as its compile lowered it.
+    ctx = Analysis(fn, ctx)
+    llir, arg_layout, shared, doubled = _lower(fn, ctx, double_buffers=True)
     if doubled and shared > max_shared_per_cta(ctx.target.capability):
-        llir, arg_layout, shared, _ = _lower(fn, ctx, facts, double_buffers=False)
+        llir, arg_layout, shared, _ = _lower(fn, ctx, double_buffers=False)
     return llir, arg_layout, shared
 
 
-def _lower(fn, ctx, facts, double_buffers: bool):
+def _lower(fn, ctx, double_buffers: bool):
     module = ir.Module(name=fn.name)
     module.triple, module.data_layout = TRIPLE, DATA_LAYOUT
     params = [param_type(a.type) for a in fn.args]
@@ -83,7 +82,7 @@ def _lower(fn, ctx, facts, double_buffers: bool):
     set.add(llfn.attributes, f'"nvvm.maxntid"="{32 * ctx.num_warps}"')
     if ctx.maxnreg is not None:
         set.add(llfn.attributes, f'"nvvm.maxnreg"="{ctx.maxnreg}"')
-    lw = Lowering(module, llfn, ctx, facts)
+    lw = Lowering(module, llfn, ctx)
     allocated = allocated_bytes(fn)
     if allocated:  # the buffers smem_alloc placed, from a 1024-aligned base
         lw.reserved = allocated + wgmma.ALIGN

@@ -22,9 +22,8 @@ class LoweringError(NotImplementedError):
 
 
 class Lowering:
-    def __init__(self, module: ir.Module, llfn: ir.Function, ctx, facts):
-        self.module, self.llfn, self.ctx = module, llfn, ctx
-        self.facts = facts  # the function's index math and live buffers (kiln.codegen.passes.scratch_barriers.Model)
+    def __init__(self, module: ir.Module, llfn: ir.Function, ctx):
+        self.module, self.llfn, self.ctx = module, llfn, ctx  # ctx: options and the IR's facts (passes.analysis)
         self.num_warps = ctx.num_warps
         self.values: dict = {}
         self.converted: dict = {}
@@ -71,7 +70,7 @@ class Lowering:
             raise LoweringError(f"{v.type} read in {layout}: the convert_layouts pass gave no convert_layout for it")
         key = (v, layout, self.b.block)  # a conversion made in one branch must not leak to another
         if key not in self.converted:
-            if v in self.facts.index:
+            if v in self.ctx.index:
                 self.converted[key] = self.rematerialize(v, layout)
             else:
                 from .shared import convert

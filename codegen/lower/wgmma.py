@@ -19,7 +19,7 @@ from kiln.ir.core import Operation
 from kiln.ir.types import shared_type
 
 from kiln.ir import layout as lay
-from ..passes.layouts import access_width
+from ..passes.access import access_width
 from ..passes.smem_pipeline import is_zero_constant
 from .context import LoweringError
 from .memory import branchy_load, plain_store

@@ -6,7 +6,8 @@ consecutive elements are equal (`constancy`).
 It feeds the layout pass: a load whose pointer is contiguous over 4 fp32 and 16-byte
 divisible, with a mask constant over 4, becomes one `ld.global.v4.b32`. Sources are the
 runtime's `divisibility` arg attrs, `arange`, constants, `splat`/`broadcast` and the
-`multiple_of`/`max_contiguous` hints; loops are iterated to a fixed point.
+`multiple_of`/`max_contiguous` hints; loops are iterated to a fixed point. It is an analysis,
+not a pass: whoever needs it computes it from the IR (kiln.codegen.passes.analysis).
 """
 from __future__ import annotations
 
@@ -15,7 +16,6 @@ from math import gcd
 
 from kiln.ir.types import block_type, scalar_of
 
-name = "axis_info"
 MAX_DIV = 1 << 30
 
 
@@ -251,7 +251,3 @@ _RULES = {
     "cast": _cast, "bitcast": _cast, "multiple_of": _multiple_of, "max_contiguous": _max_contiguous,
     "program_id": _program_id, "num_programs": _program_id, "convert_layout": _moved,
 }
-
-
-def apply(fn, ctx) -> None:
-    ctx.axis = AxisAnalysis(fn)

@@ -1,8 +1,9 @@
-"""Explicit layout conversions, and every block type given its layout.
+"""Explicit layout conversions, and every block type given its layout: the second half of the
+layouts pass.
 
 After `layouts` chose a distribution for every block value, an op may still read an
 operand in another one (an elementwise op of a loaded value and index math, a store of a
-tensor-core accumulator, the carried value of a loop). For each such operand this pass puts
+tensor-core accumulator, the carried value of a loop). For each such operand `convert` puts
 a `convert_layout` right before the op (one per value, layout and block: the ops after it
 in the block share it) and then writes each block value's layout into its type, so that
 the IR text says where every element lives:
@@ -15,7 +16,7 @@ the IR text says where every element lives:
 The layout an op reads each operand in is `kiln.ir.layout_check.reads_in`, except the two
 choices that need the axis analysis: the layout a store writes in (a coalesced one for a
 value whose own layout would store in pieces narrower than 16 bytes) and the one an
-`async_copy` reads its pointers in (`layouts.store_layout`, `layouts.copy_layout`).
+`async_copy` reads its pointers in (`access.store_layout`, `access.copy_layout`).
 Converting index math (kiln.ir.index_math) costs no shared memory: lowering recomputes it in
 the new layout.
 """
@@ -26,9 +27,7 @@ from kiln.ir.layout import same_distribution
 from kiln.ir.layout_check import reads_in
 from kiln.ir.types import block_type, scalar_of
 
-from .layouts import copy_layout, store_layout
-
-name = "convert_layouts"
+from .access import copy_layout, store_layout
 
 
 def _memory_bits(t) -> int:
@@ -49,23 +48,25 @@ def wanted(ctx, op, layout_of) -> list:
     return reads_in(op, layout_of)
 
 
-def apply(fn, ctx) -> None:
+def convert(fn, ctx, layouts: dict) -> None:
+    """The convert_layout ops that `layouts` (value -> layout, the layouts pass's choice) calls
+    for, then every block value's layout into its type. `ctx`: options and axis (passes.analysis)."""
     made: dict = {}  # (value, layout, block) -> the convert_layout's result
-    _convert_block(fn.body, ctx, made)
+    _convert_block(fn.body, ctx, layouts, made)
     for op in fn.walk():
         for v in op.defined_values():
-            layout = ctx.layouts.get(v)
+            layout = layouts.get(v)
             if isinstance(v.type, block_type) and layout is not None:
                 v.type = v.type.with_encoding(layout)
 
 
-def _convert_block(block: Block, ctx, made: dict) -> None:
-    layout_of = ctx.layouts.get
+def _convert_block(block: Block, ctx, layouts: dict, made: dict) -> None:
+    layout_of = layouts.get
     i = 0
     while i < len(block.ops):
         op = block.ops[i]
         for region in op.regions:
-            _convert_block(region, ctx, made)
+            _convert_block(region, ctx, layouts, made)
         for k, (v, want) in enumerate(zip(op.operands, wanted(ctx, op, layout_of))):
             have = layout_of(v)
             if want is None or have is None or not isinstance(v.type, block_type) \
@@ -78,7 +79,7 @@ def _convert_block(block: Block, ctx, made: dict) -> None:
                 block.ops.insert(i, conv)
                 i += 1
                 made[key] = conv.results[0]
-                ctx.layouts[conv.results[0]] = want
+                layouts[conv.results[0]] = want
                 ctx.axis.info[conv.results[0]] = ctx.axis.get(v)  # the same values, elsewhere
             op.operands[k] = made[key]
         i += 1

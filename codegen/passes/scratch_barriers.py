@@ -32,12 +32,12 @@ from __future__ import annotations
 
 from kiln.ir import layout as lay
 from kiln.ir.core import Function, Operation
-from kiln.ir.index_math import index_values
 from kiln.ir.types import block_type, scalar_of
 
 from ..lower import elementwise, wgmma
 from ..lower.reduce import reduce_scratch_bytes, scan_scratch_bytes
 from ..lower.shared import conversion_bytes, elem_bytes
+from .analysis import Analysis
 from .smem_alloc import allocated_bytes, buffers_live_at
 from ..lower.types import reg_type
 
@@ -57,19 +57,10 @@ _CLEAR = "clear"  # nothing in flight
 _HAZARD = "hazard"  # something may be: a barrier goes first
 
 
-class Model:
-    """What the pass reads of a function: its warps, its index math and where buffers live."""
-
-    def __init__(self, fn, num_warps: int):
-        self.num_warps = num_warps
-        self.index = index_values(fn)
-        self.buffers_live = buffers_live_at(fn)
-
-
 def apply(fn, ctx) -> None:
     for op in fn.walk():
         op.attrs.pop("scratch", None)  # only this pass's plans count, never an incoming attr
-    model = Model(fn, ctx.num_warps)
+    model = Analysis(fn, ctx)  # the options, the function's index math and live buffers
     sizes = {}
     for op in fn.walk():
         n = scratch_bytes(op, model)
@@ -96,7 +87,7 @@ def planned_shared_bytes(fn) -> int:
     return most
 
 
-def scratch_bytes(op, model: Model) -> int:
+def scratch_bytes(op, model) -> int:
     """Bytes of the scratch area `op` writes: 0 for ops this pass does not plan."""
     if op.name == "reduce" and _encoded(op.operands[0]):
         return reduce_scratch_bytes(op)
@@ -173,7 +164,7 @@ def _meet(a, b):
     return _HAZARD
 
 
-def touches_no_shared(op, model: Model) -> bool:
+def touches_no_shared(op, model) -> bool:
     """Does the model take `op` for one whose lowering touches no shared memory?"""
     return op.name in _NO_SHARED or (op.name in ("reduce", "scan", "convert_layout") and not scratch_bytes(op, model)) \
         or (op.name in ("for", "if") and all(touches_no_shared(inner, model) for region in op.regions for inner in region.ops))

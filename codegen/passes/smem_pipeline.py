@@ -82,7 +82,9 @@ from kiln.ir.types import block_type, int1, int32, int64, scalar_of, shared_type
 from kiln.ir.layout import mma_layout, wgmma_layout
 from ..occupancy import ctas_by_shared, max_shared_per_cta
 from . import axis_info, descriptor_loads, mask_prefix, prefetch
-from .layouts import memory_width, mma_eligible
+from .access import memory_width
+from .analysis import Analysis
+from .layouts import mma_eligible
 from .prefetch import _clone, _const_int, address_cone
 from .rewrite import has_side_effects, in_loop
 
@@ -121,7 +123,7 @@ def apply(fn, ctx) -> None:
     kind = ring_kind(ctx)
     if kind is None:
         return
-    axis_info.apply(fn, ctx)
+    ctx = Analysis(fn, ctx)  # the options, and the pointers' contiguity before the rewrite
     stored = {}  # (value, tile) -> its tile, for later loops that read the same value
     for loop in [op for op in fn.walk() if op.name == "for"]:
         stages = int(loop.attrs.get("num_stages", ctx.num_stages))

@@ -65,7 +65,16 @@ def apply(fn, ctx) -> None:
     found = _match(tiles) if tiles is not None else None
     if found is not None:
         _rewrite(tiles, *found)
-        ctx.tiles_overlapped = True
+
+
+def overlapped(fn) -> bool:
+    """Did this pass rewrite `fn` (read from the IR: the mbarriers are invalidated after the tile
+    loop, not in each tile)? `compile` then weighs the variant against the plain one."""
+    tiles = tile_loop(fn)
+    if tiles is None:
+        return False
+    after = tiles.parent.ops[tiles.parent.ops.index(tiles) + 1:]
+    return any(op.name == "mbarrier_inval" for op in after)
 
 
 def _match(tiles):

@@ -1,0 +1,85 @@
+"""How wide a memory op's accesses are: from its pointers' contiguity and alignment (the axis
+analysis) and the layout its threads hold them in. The layouts pass chooses layouts by it,
+smem_pipeline sizes its copies by it and lowering emits the vector accesses it allows.
+
+Each function takes `ctx`, the compile's options with the function's `axis` (passes.analysis).
+"""
+from __future__ import annotations
+
+from kiln.ir.layout import Blocked, Slice, blocked_for, default_order
+from kiln.ir.types import scalar_of
+
+
+def memory_width(ctx, op) -> tuple[tuple[int, ...], int]:
+    """(order, elements per thread in a row) that the axis info allows for `op`'s pointer."""
+    ptr = op.operands[0]
+    shape = ptr.type.shape
+    info = ctx.axis.get(ptr)
+    rank = len(shape)
+    order = tuple(sorted(range(rank), key=lambda d: (-info.contiguity[d], -d)))
+    if info.contiguity[order[0]] == 1:
+        order = default_order(rank)
+    d = order[0]
+    elem = max(1, scalar_of(ptr.type).element_ty.itemsize)
+    align = max(1, info.divisibility[d] // elem)
+    vec = min(info.contiguity[d], align, max(1, 16 // elem))
+    return order, max(1, vec)
+
+
+def register_run(layout) -> tuple[int, int]:
+    """(dim, n): a thread's registers come in runs of n consecutive elements along dim,
+    each run starting at a multiple of n; (-1, 1) where none does. A slice keeps its
+    parent's runs (a 1-D scale row in a slice of the weights' layout loads as vectors)."""
+    if isinstance(layout, Blocked):
+        return layout.order[0], layout.size_per_thread[layout.order[0]]
+    if isinstance(layout, Slice):
+        d = layout.vector_dim()
+        if d >= 0:
+            return d, register_run(layout.parent)[1]
+    return -1, 1
+
+
+def access_width(ctx, op, layout, shape, elem_bits) -> int:
+    """Elements per vector access for memory op `op` reading or writing in `layout`."""
+    d, run = register_run(layout)
+    order, vec = memory_width(ctx, op)
+    if d < 0 or order[0] != d:
+        return 1
+    vec = min(vec, run, shape[d], max(1, 128 // elem_bits))
+    mask_index = 1 if op.name == "load" else 2
+    if len(op.operands) > mask_index and op.name in ("load", "store", "async_copy"):
+        # one mask bit per access; a copy whose mask is a prefix of each run (it carries
+        # the runs' counts, smem_pipeline) may take the run: a src-size
+        run = ctx.axis.get(op.operands[mask_index]).constancy[d]
+        vec = min(vec, max(run, op.attrs.get("prefix_run", 1)))
+    while vec & (vec - 1):
+        vec -= 1
+    return max(1, vec)
+
+
+def store_layout(ctx, op, layout, elem_bits):
+    """The layout a block store writes in: the value's `layout`, or a coalesced one when
+    that one would store in pieces of less than 16 bytes that the pointers allow (a
+    tensor-core accumulator, say): one trip through shared memory buys full-width,
+    coalesced stores."""
+    shape = op.operands[1].type.shape
+    have = access_width(ctx, op, layout, shape, elem_bits)
+    order, vec = memory_width(ctx, op)
+    vec = min(vec, max(1, op.operands[1].type.numel // (32 * ctx.num_warps)))
+    if vec <= have or have * elem_bits >= 128:
+        return layout
+    better = blocked_for(shape, order, vec, ctx.num_warps)
+    return better if access_width(ctx, op, better, shape, elem_bits) > have else layout
+
+
+def copy_layout(ctx, op, have):
+    """The layout an `async_copy` reads its pointers in: theirs (`have`) if its threads
+    hold runs along the tile's inner dim, else a coalesced one (the pointer math is then
+    recomputed in it)."""
+    ptr, tile = op.operands[:2]
+    inner = tile.type.order[0]
+    if isinstance(have, Blocked) and have.order[0] == inner:
+        return have
+    order, vec = memory_width(ctx, op)
+    vec = max(1, min(vec, ptr.type.numel // (32 * ctx.num_warps)))
+    return blocked_for(ptr.type.shape, (inner, 1 - inner), vec, ctx.num_warps)
