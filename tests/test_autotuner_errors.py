@@ -7,8 +7,10 @@ import pytest
 
 import kiln
 import kiln.language as tl
-from kiln.errors import TritonError  # triton.TritonError under the drop-in (importing the facade here would
-from kiln.runtime.errors import AutotunerError  # make this process's kiln types pickle as triton's)
+# triton.TritonError under the drop-in; importing the facade itself here would make this process's
+# kiln types pickle as triton's for every later test
+from kiln.errors import TritonError
+from kiln.runtime.errors import AutotunerError
 
 
 def test_pruning_every_config_is_an_autotuner_error():
