@@ -39,7 +39,7 @@ from kiln.ir.core import Block, Function, Operation
 from kiln.ir.types import block_type, int8, int32, pointer_type, tensormap
 
 from . import affine
-from .prefetch import _const_int
+from .rewrite import const_int
 from .smem_pipeline import enabled as pipelines
 
 name = "pointer_tma"
@@ -55,7 +55,7 @@ ELEMENTWISE = {"cast", "add", "sub", "mul", "div", "rem", "neg", "max", "min", "
 def apply(fn, ctx) -> None:
     if not pipelines(ctx) or fn.attrs.get("derived_args", 1) == 0:  # 0: the launcher's fallback build
         return
-    divisors, made_before = _hinted_divisors(fn), {}
+    divisors, made_before = hinted_divisors(fn), {}
     for loop in [op for op in fn.walk() if op.name == "for"]:
         if int(loop.attrs.get("num_stages", ctx.num_stages)) < 2:
             continue
@@ -88,18 +88,18 @@ class _Box:
         if found is None:
             return None
         base, poly = found
-        split = _split(poly, fn, base, forms, divisors)
+        split = split_strided(poly, fn, base, forms, divisors)
         if split is None or _inside(base, loop) or _inside(split[0], loop):
             return None
         stride, coords, wraps = split
         extents = [forms.wraps[wraps[d]][1] if d in wraps else None for d in range(2)]
-        terms = [] if mask is None else _terms(mask, forms)
+        terms = [] if mask is None else mask_terms(mask, forms)
         if terms is None:
             return None
         floored = set()  # dims with a mask term X_d >= 0
         for term in terms:
             term = affine.substitute(term, forms.atom(loop.regions[0].args[0]), iteration)
-            d = _bound_dim(term, coords, wraps, extents, forms, loop, floored)
+            d = bound_dim(term, coords, wraps, extents, forms, loop, floored)
             if d is None:
                 return None
         starts = {d: forms.wraps[wraps[d]][0] if d in wraps else coords[d] for d in range(2)}
@@ -108,8 +108,8 @@ class _Box:
             return None
         # TMA reads nothing before the base: an unmasked plain dim must start at 0 or after
         # (the launcher checks that the map's extents and stride are at least 1)
-        known = {*extents, stride} if _from_arguments(fn, base, stride, extents) else set()
-        if not all(d in floored or _nonnegative(coords[d], forms, known) for d in coords):
+        known = {*extents, stride} if from_arguments(fn, base, stride, extents) else set()
+        if not all(d in floored or nonnegative(coords[d], forms, known) for d in coords):
             return None
         if any(a[0] == "v" and forms.values[a[1]].type != int32 for c in starts.values() for a in affine.atoms_of(c)):
             return None
@@ -129,8 +129,8 @@ class _Box:
             return op.results[0]
 
         iteration = _emit_iteration(self.loop, emit)
-        offsets = [_emit_poly(self.coords[d], iteration, self.forms, emit) for d in range(2)]
-        if _from_arguments(fn, self.base, self.stride, self.extents):
+        offsets = [emit_poly(self.coords[d], iteration, self.forms, emit) for d in range(2)]
+        if from_arguments(fn, self.base, self.stride, self.extents):
             index = lambda v: fn.args.index(v)  # noqa: E731
             tmap = fn.body.add_arg(tensormap)
             fn.arg_names.append(f"{fn.arg_names[index(self.base)]}.tma")
@@ -210,12 +210,12 @@ def global_scratch(fn):
     return arg
 
 
-def _from_arguments(fn, base, stride, extents) -> bool:
+def from_arguments(fn, base, stride, extents) -> bool:
     """Can the launcher encode the map (base, stride and extents all kernel arguments)?"""
     return all(not isinstance(v, (Product, Constant)) and v in fn.args for v in (base, stride, *extents))
 
 
-def _hinted_divisors(fn) -> dict:
+def hinted_divisors(fn) -> dict:
     """value -> the largest divisor a `multiple_of` hint gives it (through widening int
     casts and other hints: the same integer): how the alignment of a base or stride that
     is no argument is known (tl.make_tensor_descriptor hints its base and strides)."""
@@ -260,7 +260,7 @@ def _iteration(loop, forms):
     """The induction variable as a polynomial in the iteration count: lb + step * iter
     (a constant step, lb loop-invariant)."""
     lb, _, step = loop.operands[:3]
-    s = _const_int(step)
+    s = const_int(step)
     start = forms.of(lb)
     if not s or s <= 0 or start is None or lb.type != int32:
         return None
@@ -274,7 +274,7 @@ def _address(ptr, loop, forms, iteration):
     body = loop.regions[0]
     if ptr.owner is body and ptr is not body.args[0]:
         j = ptr.index - 1
-        found = _pointer(loop.operands[3 + j], forms)
+        found = base_and_offset(loop.operands[3 + j], forms)
         step = body.terminator.operands[j].defining_op
         if found is None or step is None or step.name != "addptr" or step.operands[0] is not ptr:
             return None
@@ -285,7 +285,7 @@ def _address(ptr, loop, forms, iteration):
         moved = affine.mul(advance, {(ITER,): 1})
         base, poly = found
         return None if moved is None else (base, affine.add(poly, moved))
-    found = _pointer(ptr, forms)
+    found = base_and_offset(ptr, forms)
     if found is None:
         return None
     base, poly = found
@@ -293,7 +293,7 @@ def _address(ptr, loop, forms, iteration):
     return None if poly is None else (base, poly)
 
 
-def _pointer(p, forms):
+def base_and_offset(p, forms):
     """(base argument, offset polynomial) of a block of pointers: a splat argument moved
     by addptr, broadcast and expand_dims."""
     op = p.defining_op
@@ -305,19 +305,19 @@ def _pointer(p, forms):
             base = base.defining_op.operands[0]  # tl.make_tensor_descriptor's multiple_of on its base
         return (base, {}) if isinstance(base.type, pointer_type) and not _shaped(base) else None
     if op.name == "broadcast":
-        return _pointer(op.operands[0], forms)
+        return base_and_offset(op.operands[0], forms)
     if op.name == "expand_dims":
-        got = _pointer(op.operands[0], forms)
+        got = base_and_offset(op.operands[0], forms)
         return None if got is None else (got[0], affine.shift(got[1], op.attrs["axis"]))
     if op.name == "addptr":
-        got, offset = _pointer(op.operands[0], forms), forms.of(op.operands[1])
+        got, offset = base_and_offset(op.operands[0], forms), forms.of(op.operands[1])
         if got is None or offset is None:
             return None
         return got[0], affine.add(got[1], offset)
     return None
 
 
-def _split(poly, fn, base, forms, divisors):
+def split_strided(poly, fn, base, forms, divisors):
     """Read `poly` as X_1 + s * X_0: (s, {dim: coordinate poly for plain dims}, {dim: wrap
     index for wrapped dims}), or None."""
     if _divisor(base, fn, divisors) % 16:
@@ -390,7 +390,7 @@ def _coords(starts, dim_atom, m_in, stride):
     return stride, {d: affine.add(c, {(("idx", d),): 1}, -1) for d, c in coords.items()}, wraps
 
 
-def _terms(mask, forms, strict=True):
+def mask_terms(mask, forms, strict=True):
     """The and-ed comparisons of a mask as polynomials L (term true <=> L < 0, in the
     mask's dims). Strict: None where the mask is anything else; else other and-ed terms
     are skipped (they only clear more elements)."""
@@ -399,12 +399,12 @@ def _terms(mask, forms, strict=True):
     if op is None:
         return skip
     if op.name == "and":
-        a, b = (_terms(x, forms, strict) for x in op.operands)
+        a, b = (mask_terms(x, forms, strict) for x in op.operands)
         return None if a is None or b is None else a + b
     if op.name == "broadcast":
-        return _terms(op.operands[0], forms, strict)
+        return mask_terms(op.operands[0], forms, strict)
     if op.name == "expand_dims":
-        got = _terms(op.operands[0], forms, strict)
+        got = mask_terms(op.operands[0], forms, strict)
         return None if got is None else [affine.shift(t, op.attrs["axis"]) for t in got]
     if op.name == "cmp":
         x, y = (forms.of(v) for v in op.operands)
@@ -422,7 +422,7 @@ def _terms(mask, forms, strict=True):
     return skip
 
 
-def _bound_dim(term, coords, wraps, extents, forms, loop, floored):
+def bound_dim(term, coords, wraps, extents, forms, loop, floored):
     """The dim whose bound `term` is (`X_d < E` records E, `X_d >= 0` the dim in `floored`), or None."""
     for d, start in coords.items():
         x = affine.add(start, {(("idx", d),): 1})
@@ -461,7 +461,7 @@ def _factors(e) -> list:
     return list(e) if isinstance(e, Product) else [] if isinstance(e, Constant) else [e]
 
 
-def _nonnegative(poly, forms, known) -> bool:
+def nonnegative(poly, forms, known) -> bool:
     """Is `poly` (in `iter` >= 0 and scalar atoms) at least 0: every coefficient positive
     and every atom at least 0? `known`: arguments the launcher checks are at least 1."""
     memo: dict = {}
@@ -494,8 +494,8 @@ def _lowest(v, known, memo, depth=0) -> float:
             low = op.attrs["value"]
         elif op.name == "add":
             low = args[0] + args[1]
-        elif op.name == "sub" and _const_int(op.operands[1]) is not None:
-            low = args[0] - _const_int(op.operands[1])
+        elif op.name == "sub" and const_int(op.operands[1]) is not None:
+            low = args[0] - const_int(op.operands[1])
         elif op.name == "mul" and min(args) >= 0:
             low = args[0] * args[1]
         elif op.name == "div" and args[0] >= 0 and args[1] >= 1:
@@ -573,7 +573,7 @@ def _stored_masked(uses, v, dim, start, extent, forms) -> bool:
             if op.name == "store":
                 if len(op.operands) < 3 or op.operands[1] is not x or x in (op.operands[0], op.operands[2]):
                     return False
-                terms = _terms(op.operands[2], forms, strict=False)
+                terms = mask_terms(op.operands[2], forms, strict=False)
                 if not terms or want not in terms:
                     return False
             elif op.name in ELEMENTWISE and not op.regions and len(op.results) == 1 \
@@ -588,12 +588,12 @@ def _emit_iteration(loop, emit):
     """The iteration count (iv - lb) / step as an int32 value in the body."""
     iv = loop.regions[0].args[0]
     lb, _, step = loop.operands[:3]
-    s = _const_int(step)
-    x = iv if _const_int(lb) == 0 else emit("sub", [iv, lb], int32)
+    s = const_int(step)
+    x = iv if const_int(lb) == 0 else emit("sub", [iv, lb], int32)
     return x if s == 1 else emit("div", [x, emit("constant", [], int32, value=s)], int32)
 
 
-def _emit_poly(poly, iteration, forms, emit):
+def emit_poly(poly, iteration, forms, emit):
     """`poly` (int32 atoms and `iter`) as ops."""
     total = None
     for m, c in sorted(poly.items()):

@@ -19,7 +19,7 @@ from kiln.ir.core import Operation, Value
 from kiln.ir.ops import GPU_STAGE_OPS
 from kiln.ir.types import block_type, int1
 
-from .rewrite import has_side_effects, is_pure
+from .rewrite import clone_op, const_int, has_side_effects, is_pure
 
 name = "prefetch"
 SHARED_ONLY = GPU_STAGE_OPS | {"barrier"}  # side effects on shared memory and barriers only
@@ -29,14 +29,6 @@ def apply(fn, ctx) -> None:
     for op in list(fn.walk()):
         if op.name == "for" and _wanted(op, ctx):
             pipeline(op)
-
-
-def _const_int(v):
-    op = v.defining_op
-    if op is not None and op.name == "constant" and isinstance(op.attrs["value"], int) \
-            and not isinstance(op.attrs["value"], bool):
-        return op.attrs["value"]
-    return None
 
 
 def _cone(value, local_ops):
@@ -57,14 +49,6 @@ def _cone(value, local_ops):
 def _args_used(ops, body):
     args = {id(a): a for a in body.args}
     return {id(v) for op in ops for v in op.operands if id(v) in args}
-
-
-def _clone(op, mapping):
-    new = Operation(op.name, [mapping.get(v, v) for v in op.operands], [r.type for r in op.results],
-                    dict(op.attrs), loc=op.loc)
-    for old, res in zip(op.results, new.results):
-        mapping[old] = res
-    return new
 
 
 def address_cone(load, operands, body):
@@ -108,7 +92,7 @@ def pipeline(loop, shared_ok=False):
     `shared_ok` the body may hold the GPU stage's shared-memory ops (a loop that
     smem_pipeline rewrote): they write no global memory that a load could read."""
     body = loop.regions[0]
-    step = _const_int(loop.operands[2])
+    step = const_int(loop.operands[2])
     if step is None or step <= 0 or any(has_side_effects(o) and not (shared_ok and o.name in SHARED_ONLY)
                                         for o in body.ops):
         return
@@ -135,16 +119,16 @@ def pipeline(loop, shared_ok=False):
         # before the loop: iteration lb's values
         pre_map = {iv: lb}
         pre_map.update({args[arg_index[a]]: loop.operands[3 + arg_index[a]] for a in used})
-        prologue += [_clone(o, pre_map) for o in cone_ops]
+        prologue += [clone_op(o, pre_map) for o in cone_ops]
         first = _guarded_load(load, pre_map, lb, ub, prologue)
         # top of the body: advance the carried values, then load the next iteration
         advanced = {}
-        top += [_clone(o, advanced) for o in advance]
+        top += [clone_op(o, advanced) for o in advance]
         next_map = {iv: iv_next.results[0]}
         for a in used:
             y = yields[arg_index[a]]
             next_map[args[arg_index[a]]] = advanced.get(y, y)
-        top += [_clone(o, next_map) for o in cone_ops]
+        top += [clone_op(o, next_map) for o in cone_ops]
         following = _guarded_load(load, next_map, iv_next.results[0], ub, top)
         # carry it: a new loop operand, body argument, yield operand and result
         carried = body.add_arg(load.results[0].type)

@@ -1,8 +1,10 @@
-"""Small helpers the rewriting passes share: purity of ops and use replacement."""
+"""Small helpers the rewriting passes share: purity of ops, use replacement, and building ops
+(appended to a list, inserted into a block, cloned under a value mapping)."""
 from __future__ import annotations
 
 from kiln.ir import OPS, Function
 from kiln.ir.core import Block, Operation, Value
+from kiln.ir.types import int32
 
 # Ops that read memory: they can be removed when unused but must not be merged (a store
 # in between may change what they read).
@@ -51,3 +53,39 @@ def in_loop(op: Operation) -> bool:
             return True
         owner = owner.parent.parent
     return False
+
+
+def const_int(v):
+    """The int a `constant` op gives `v`, or None."""
+    op = v.defining_op
+    if op is not None and op.name == "constant" and isinstance(op.attrs["value"], int) \
+            and not isinstance(op.attrs["value"], bool):
+        return op.attrs["value"]
+    return None
+
+
+def append_op(out, name, operands, result_types=(), loc=None, **attrs):
+    """A new op appended to `out` (a list of ops): its one result, or the op where it has none."""
+    op = Operation(name, operands, result_types, attrs, loc=loc)
+    out.append(op)
+    return op.results[0] if op.results else op
+
+
+def append_const(out, value, loc, t=int32):
+    return append_op(out, "constant", [], [t], loc, value=value)
+
+
+def insert_ops(block, at, ops):
+    """`ops` into `block` from index `at` on, in order."""
+    for i, op in enumerate(ops):
+        op.parent = block
+        block.ops.insert(at + i, op)
+
+
+def clone_op(op, mapping):
+    """A copy of `op` reading `mapping`'s values where it has them; its results join `mapping`."""
+    new = Operation(op.name, [mapping.get(v, v) for v in op.operands], [r.type for r in op.results],
+                    dict(op.attrs), loc=op.loc)
+    for old, res in zip(op.results, new.results):
+        mapping[old] = res
+    return new

@@ -76,6 +76,8 @@ slots). There are no fences: the async proxy exists from sm_90 on.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from kiln.ir.core import Operation, Value
 from kiln.ir.types import block_type, int1, int32, int64, scalar_of, shared_type
 
@@ -85,8 +87,33 @@ from . import axis_info, descriptor_loads, mask_prefix, prefetch
 from .access import memory_width
 from .analysis import Analysis
 from .layouts import mma_eligible
-from .prefetch import _clone, _const_int, address_cone
-from .rewrite import has_side_effects, in_loop
+from .prefetch import address_cone
+from .rewrite import append_const, append_op, clone_op, const_int, has_side_effects, in_loop, insert_ops
+
+
+@dataclass(slots=True)
+class Copy:
+    """What one ring is filled with each iteration: the load it replaces, the shared tile it fills,
+    how its address is computed (the pure body ops, the ids of the carried args they read, the ops
+    that advance those args: prefetch.address_cone) and a pointer copy's mask prefix or None."""
+    load: Operation
+    tile: object
+    cone: list
+    args: set
+    advance: list
+    prefix: object
+
+
+@dataclass(slots=True)
+class Plan:
+    """How `_rewrite` pipelines one loop."""
+    sources: dict  # dot id -> [its operands' sources: ("ring" | "once" | "staged" | "regs", ...)]
+    copies: list  # [Copy], one per ring, in the order the dots first read them
+    stages: int
+    step: int
+    ring_size: int  # stages, plus a spare slot where wgmma keeps a group in flight
+    slots: int  # tiles per staged operand
+    fetched: set  # ids of the loads fetched for dequantized operands
 
 name = "smem_pipeline"
 
@@ -133,8 +160,8 @@ def apply(fn, ctx) -> None:
                                         if op.name == "descriptor_load" and not (kind == "wgmma" and _tma_ok(op, fn))])
             plan = _plan(loop, stages, fn, ctx, kind)
             if plan is not None:
-                _rewrite(loop, *plan, stored, kind=kind, portable=ctx.portable)
-                fetched = plan[-1]
+                _rewrite(loop, plan, stored, kind=kind, portable=ctx.portable)
+                fetched = plan.fetched
                 if fetched:  # a dequantized operand: the loop's other loads (1-D scales) one iteration ahead
                     prefetch.pipeline(loop, shared_ok=True)
 
@@ -379,7 +406,7 @@ def _unshared_loads(dots, uses):
 
 def _plan(loop, stages, fn, ctx, kind):
     body = loop.regions[0]
-    step = _const_int(loop.operands[2])
+    step = const_int(loop.operands[2])
     if step is None or step <= 0:
         return None
     if any(has_side_effects(o) for o in body.ops):
@@ -420,19 +447,19 @@ def _plan(loop, stages, fn, ctx, kind):
     for key, load in loads.items():
         t = load.results[0].type
         inner = 1 if is_tma(load) else memory_width(ctx, load)[0][0]
-        rings.append((load, shared_type(scalar_of(t), t.shape, swizzles[key], (inner, 1 - inner)), *cones[key],
-                      _prefix_copy(load, inner, ctx)))
+        rings.append(Copy(load, shared_type(scalar_of(t), t.shape, swizzles[key], (inner, 1 - inner)), *cones[key],
+                          _prefix_copy(load, inner, ctx)))
     fetched = {}
     for key, (load, tile) in _fetched_loads(dots, body, loads, ctx).items():
         cone = address_cone(load, load_address(load), body)
         if cone is not None:
             fetched[key] = load
-            rings.append((load, tile, *cone, _prefix_copy(load, tile.order[0], ctx)))
+            rings.append(Copy(load, tile, *cone, _prefix_copy(load, tile.order[0], ctx)))
     boxes = _agreed_boxes(rings, fn, ctx)
     if boxes is None:
         return None
-    stage_bytes = sum(ring[1].nbytes for ring in rings)
-    reserve = ALIGN * (2 if any(is_tma(r[0]) for r in rings) else 1)  # alignment; the mbarriers
+    stage_bytes = sum(ring.tile.nbytes for ring in rings)
+    reserve = ALIGN * (2 if any(is_tma(r.load) for r in rings) else 1)  # alignment; the mbarriers
     budget = max_shared_per_cta(ctx.target.capability) - reserve - ctx.shared_reserve
     once = {(id(src[1]), src[2]): src[2].nbytes for _, sources in dots.values() for src, _ in sources if src[0] == "once"}
     budget -= sum(once.values())
@@ -462,7 +489,7 @@ def _plan(loop, stages, fn, ctx, kind):
             key.attrs["box"] = list(box)
         else:
             fn.arg_attrs[key]["tma_box"] = list(box)
-    return plan, rings, stages, step, ring_size, slots, set(fetched)
+    return Plan(plan, rings, stages, step, ring_size, slots, set(fetched))
 
 
 def _prefix_copy(load, inner, ctx):
@@ -492,7 +519,8 @@ def _agreed_boxes(rings, fn, ctx):
     rows, swizzle)) with those already recorded in an argument's `tma_box` (which the launcher
     encodes the maps with) or in a create's `box`, or None where two disagree."""
     boxes = tma_boxes(fn)
-    for load, tile, *_ in rings:
+    for ring in rings:
+        load, tile = ring.load, ring.tile
         if not is_tma(load):
             continue
         made = _created_map(load.operands[0])
@@ -509,58 +537,50 @@ def _agreed_boxes(rings, fn, ctx):
 
 # --- the rewrite -----------------------------------------------------------------------
 
-def _op(out, name, operands, result_types=(), loc=None, **attrs):
-    op = Operation(name, operands, result_types, attrs, loc=loc)
-    out.append(op)
-    return op.results[0] if op.results else op
-
-
-def _const(out, value, loc, t=int32):
-    return _op(out, "constant", [], [t], loc, value=value)
-
-
 def _issue(out, copies, rings, slot, iv_at, ub, mapping, loc, bars=None):
     """The copies of one iteration (its cone ops cloned under `mapping`): the cp.async ones
     as one group, the TMA ones completing on the slot's mbarrier of `bars`."""
-    inside = _op(out, "cmp", [iv_at, ub], [int1], loc, pred="lt")
-    tma_bytes = sum(tile.nbytes for load, tile, *_ in copies if is_tma(load))
+    inside = append_op(out, "cmp", [iv_at, ub], [int1], loc, pred="lt")
+    tma_bytes = sum(c.tile.nbytes for c in copies if is_tma(c.load))
     if tma_bytes:
-        bar = _op(out, "local_index", [bars, slot], [bars.type.tile()], loc)
-        _op(out, "tma_expect", [bar, inside], (), loc, bytes=tma_bytes)
-    for (load, tile, cone_ops, _, _, prefix), ring in zip(copies, rings):
-        out.extend(_clone(o, mapping) for o in cone_ops)
+        bar = append_op(out, "local_index", [bars, slot], [bars.type.tile()], loc)
+        append_op(out, "tma_expect", [bar, inside], (), loc, bytes=tma_bytes)
+    for copy, ring in zip(copies, rings):
+        load, tile, prefix = copy.load, copy.tile, copy.prefix
+        out.extend(clone_op(o, mapping) for o in copy.cone)
         operands = [mapping.get(v, v) for v in load.operands]
-        view = _op(out, "local_index", [ring, slot], [tile], loc)
+        view = append_op(out, "local_index", [ring, slot], [tile], loc)
         if is_tma(load):
-            _op(out, "tma_copy", [operands[0], view, bar, inside, *operands[1:-1]], (), loc)
+            append_op(out, "tma_copy", [operands[0], view, bar, inside, *operands[1:-1]], (), loc)
             continue
         shape = load.results[0].type.shape
-        inside_all = _op(out, "splat", [inside], [block_type(int1, shape)], loc)
-        mask = _op(out, "and", [operands[1], inside_all], [inside_all.type], loc) if len(operands) > 1 else inside_all
+        inside_all = append_op(out, "splat", [inside], [block_type(int1, shape)], loc)
+        mask = append_op(out, "and", [operands[1], inside_all], [inside_all.type], loc) if len(operands) > 1 else inside_all
         if prefix is None:
-            _op(out, "async_copy", [operands[0], view, mask], (), loc)
+            append_op(out, "async_copy", [operands[0], view, mask], (), loc)
             continue
         run, build = prefix
-        count = build(lambda name, args, t, **attrs: _op(out, name, args, [t], loc, **attrs),
+        count = build(lambda name, args, t, **attrs: append_op(out, name, args, [t], loc, **attrs),
                       lambda v: mapping.get(v, v))
-        count = _op(out, "select", [inside_all, count, _const(out, 0, loc, count.type)], [count.type], loc)
-        _op(out, "async_copy", [operands[0], view, mask, count], (), loc, prefix_run=run)
-    if tma_bytes < sum(tile.nbytes for _, tile, *_ in copies):
-        _op(out, "async_commit", [], (), loc)
+        count = append_op(out, "select", [inside_all, count, append_const(out, 0, loc, count.type)], [count.type], loc)
+        append_op(out, "async_copy", [operands[0], view, mask, count], (), loc, prefix_run=run)
+    if tma_bytes < sum(c.tile.nbytes for c in copies):
+        append_op(out, "async_commit", [], (), loc)
 
 
 def _advance(out, copies, body, arg_index, current, iv_at):
     """The carried values the copies use, one iteration further: {arg id: value}."""
-    used = sorted({a for c in copies for a in c[3]}, key=arg_index.get)  # by position: deterministic
-    advance_ops = {id(o) for c in copies for o in c[4]}
+    used = sorted({a for c in copies for a in c.args}, key=arg_index.get)  # by position: deterministic
+    advance_ops = {id(o) for c in copies for o in c.advance}
     args, yields = body.args[1:], body.ops[-1].operands
     mapping = {body.args[0]: iv_at, **{args[arg_index[a]]: current[a] for a in used}}
-    out.extend(_clone(o, mapping) for o in body.ops if id(o) in advance_ops)
+    out.extend(clone_op(o, mapping) for o in body.ops if id(o) in advance_ops)
     return {a: mapping.get(yields[arg_index[a]], yields[arg_index[a]]) for a in used}
 
 
-def _rewrite(loop, dots, copies, stages, step, ring_size, slots, fetched, stored_earlier, kind="wgmma",
-             portable=False):
+def _rewrite(loop, plan, stored_earlier, kind="wgmma", portable=False):
+    dots, copies, stages, step, ring_size, slots = plan.sources, plan.copies, plan.stages, plan.step, plan.ring_size, plan.slots
+    fetched = plan.fetched
     body = loop.regions[0]
     iv, args = body.args[0], body.args[1:]
     arg_index = {id(a): i for i, a in enumerate(args)}
@@ -569,7 +589,7 @@ def _rewrite(loop, dots, copies, stages, step, ring_size, slots, fetched, stored
     loc = loop.loc
     tight = ring_size == stages
     order = [op for op in body.ops if id(op) in dots]
-    used = sorted({a for c in copies for a in c[3]}, key=arg_index.get)  # by position: deterministic
+    used = sorted({a for c in copies for a in c.args}, key=arg_index.get)  # by position: deterministic
 
     # before the loop: operands from outside stored once (or by an earlier loop: the two
     # loops of causal attention read the same Q), the rings, iterations 0 .. S-2 in flight
@@ -583,81 +603,81 @@ def _rewrite(loop, dots, copies, stages, step, ring_size, slots, fetched, stored
             if earlier is not None and _dominates(earlier.defining_op, loop):
                 stored[key] = earlier
                 continue
-            tile = stored[key] = stored_earlier[key] = _op(pre, "local_alloc", [], [src[2]], loc)
-            _op(pre, "local_store", [src[1], tile], (), loc)
+            tile = stored[key] = stored_earlier[key] = append_op(pre, "local_alloc", [], [src[2]], loc)
+            append_op(pre, "local_store", [src[1], tile], (), loc)
             fresh = True
     hopper = kind == "wgmma"  # wgmma reads shared memory through the async proxy: fences
     if fresh and not copies:  # else the barrier at the top of the body orders them
         if hopper:
-            _op(pre, "fence_async_shared", [], (), loc)
-        _op(pre, "barrier", [], (), loc)
-    rings = {id(load): _op(pre, "local_alloc", [], [shared_type(t.element_ty, (ring_size,) + t.shape, t.swizzle, t.order)], loc)
-             for load, t, *_ in copies}
+            append_op(pre, "fence_async_shared", [], (), loc)
+        append_op(pre, "barrier", [], (), loc)
+    rings = {id(load): append_op(pre, "local_alloc", [], [shared_type(t.element_ty, (ring_size,) + t.shape, t.swizzle, t.order)], loc)
+             for load, t in ((c.load, c.tile) for c in copies)}
     staged = {}  # value id -> its ring of `slots` tiles
     for op in order:
         for src in dots[id(op)]:
             if src[0] == "staged" and id(src[1]) not in staged:
                 t = src[2]
-                staged[id(src[1])] = _op(pre, "local_alloc", [],
+                staged[id(src[1])] = append_op(pre, "local_alloc", [],
                                          [shared_type(t.element_ty, (slots,) + t.shape, t.swizzle, t.order)],
                                          loc)
-    ring_list = [rings[id(c[0])] for c in copies]
-    tma = any(is_tma(c[0]) for c in copies)
-    pointer_copies = not all(is_tma(c[0]) for c in copies)
+    ring_list = [rings[id(c.load)] for c in copies]
+    tma = any(is_tma(c.load) for c in copies)
+    pointer_copies = not all(is_tma(c.load) for c in copies)
     bars = None
     if tma:  # one mbarrier per ring slot: its TMA copies complete on it
-        bars = _op(pre, "local_alloc", [], [shared_type(int64, (ring_size, 1, 1))], loc)
-        _op(pre, "mbarrier_init", [bars], (), loc, count=1)
-        _op(pre, "fence_async_shared", [], (), loc)
-        _op(pre, "barrier", [], (), loc)
+        bars = append_op(pre, "local_alloc", [], [shared_type(int64, (ring_size, 1, 1))], loc)
+        append_op(pre, "mbarrier_init", [bars], (), loc, count=1)
+        append_op(pre, "fence_async_shared", [], (), loc)
+        append_op(pre, "barrier", [], (), loc)
     current = {a: loop.operands[3 + arg_index[a]] for a in used}
-    nested = in_loop(loop) and copies and _const_int(lb) is not None and not portable  # (no inline PTX)
+    nested = in_loop(loop) and copies and const_int(lb) is not None and not portable  # (no inline PTX)
     iv_at = _opaque(pre, lb, loc) if nested else lb
     for s in range(stages - 1 if copies else 0):
         mapping = {iv: iv_at, **{args[arg_index[a]]: current[a] for a in used}}
-        _issue(pre, copies, ring_list, _const(pre, s, loc), iv_at, ub, mapping, loc, bars)
+        _issue(pre, copies, ring_list, append_const(pre, s, loc), iv_at, ub, mapping, loc, bars)
         current = _advance(pre, copies, body, arg_index, current, iv_at)
-        iv_at = _op(pre, "add", [iv_at, _const(pre, step, loc, iv.type)], [iv.type], loc)
+        iv_at = append_op(pre, "add", [iv_at, append_const(pre, step, loc, iv.type)], [iv.type], loc)
     if copies:
         # carried: the look-ahead values, the slot read and the slot written
         ahead = {a: body.add_arg(current[a].type) for a in used}
         read_slot, write_slot = body.add_arg(int32), body.add_arg(int32)
         loop.operands.extend([current[a] for a in used])
-        loop.operands.extend([_const(pre, 0, loc), _const(pre, stages - 1, loc)])
+        loop.operands.extend([append_const(pre, 0, loc), append_const(pre, stages - 1, loc)])
     if tma:  # the parity of the read slot's barrier phase: flips each time the slots wrap
         phase = body.add_arg(int32)
-        loop.operands.append(_const(pre, 0, loc))
+        loop.operands.append(append_const(pre, 0, loc))
     if staged:
         staged_slot = body.add_arg(int32)
-        loop.operands.append(_const(pre, 0, loc))
-    _insert(loop.parent, loop.parent.ops.index(loop), pre)
+        loop.operands.append(append_const(pre, 0, loc))
+    insert_ops(loop.parent, loop.parent.ops.index(loop), pre)
 
     # the body: each dot issued where it was; after the first, the copies of iteration i + S-1
     new = []
     if pointer_copies:
-        _op(new, "async_wait", [], (), loc, pending=stages - 2)
+        append_op(new, "async_wait", [], (), loc, pending=stages - 2)
     if tma:
-        bar = _op(new, "local_index", [bars, read_slot], [bars.type.tile()], loc)
-        _op(new, "mbarrier_wait", [bar, phase], (), loc)
+        bar = append_op(new, "local_index", [bars, read_slot], [bars.type.tile()], loc)
+        append_op(new, "mbarrier_wait", [bar, phase], (), loc)
     if copies:
         if hopper:
-            _op(new, "fence_async_shared", [], (), loc)
-        _op(new, "barrier", [], (), loc)
+            append_op(new, "fence_async_shared", [], (), loc)
+        append_op(new, "barrier", [], (), loc)
     tail = []  # what the yield carries on for the copies: look-ahead values, slots, phase
     if copies and not hopper:  # the slot iteration i - 1 read is free: every warp passed the barrier
         tail = _issue_ahead(new, copies, ring_list, body, arg_index, ahead, used, iv, step, stages,
                             ub, (read_slot, write_slot), ring_size, loc)
-    ring_loads = {id(c[0]) for c in copies}
+    ring_loads = {id(c.load) for c in copies}
     copied = ring_loads | {id(v.defining_op) for op in order for v, src in zip(op.operands[:2], dots[id(op)])
                            if src[0] == "ring" and src[2]}  # the tl.trans of a ring load
-    copied |= {id(c[0].operands[-1].defining_op) for c in copies if is_tma(c[0])}  # their pointer loads
+    copied |= {id(c.load.operands[-1].defining_op) for c in copies if is_tma(c.load)}  # their pointer loads
     replaced, deferred, tiles = {}, [], {}
     for op in body.ops[:-1]:
         if id(op) in fetched:  # read back from its ring's tile
             ring = rings[id(op)]
             if id(ring) not in tiles:
-                tiles[id(ring)] = _op(new, "local_index", [ring, read_slot], [ring.type.tile()], loc)
-            replaced[op.results[0]] = _op(new, "local_load", [tiles[id(ring)]], [op.results[0].type], op.loc)
+                tiles[id(ring)] = append_op(new, "local_index", [ring, read_slot], [ring.type.tile()], loc)
+            replaced[op.results[0]] = append_op(new, "local_load", [tiles[id(ring)]], [op.results[0].type], op.loc)
             continue
         if id(op) in copied:
             continue
@@ -671,23 +691,23 @@ def _rewrite(loop, dots, copies, stages, step, ring_size, slots, fetched, stored
             if src[0] == "ring":
                 ring = rings[id(src[1])]
                 if id(ring) not in tiles:
-                    tiles[id(ring)] = _op(new, "local_index", [ring, read_slot], [ring.type.tile()], loc)
+                    tiles[id(ring)] = append_op(new, "local_index", [ring, read_slot], [ring.type.tile()], loc)
                 tile = tiles[id(ring)]
-                views.append(_op(new, "local_trans", [tile], [tile.type.transposed()], loc) if src[2] else tile)
+                views.append(append_op(new, "local_trans", [tile], [tile.type.transposed()], loc) if src[2] else tile)
             elif src[0] == "staged":
-                tile = _op(new, "local_index", [staged[id(src[1])], staged_slot], [src[2]], loc)
-                _op(new, "local_store", [v, tile], (), loc)
+                tile = append_op(new, "local_index", [staged[id(src[1])], staged_slot], [src[2]], loc)
+                append_op(new, "local_store", [v, tile], (), loc)
                 if hopper:
-                    _op(new, "fence_async_shared", [], (), loc)
-                _op(new, "barrier", [], (), loc)
+                    append_op(new, "fence_async_shared", [], (), loc)
+                append_op(new, "barrier", [], (), loc)
                 views.append(tile)
             else:
                 views.append(stored[(src[1], src[2])] if src[0] == "once" else v)
         acc = op.operands[2]
         if not hopper:  # done when it returns
-            replaced[op.results[0]] = _op(new, "mma_dot", views + [acc], [acc.type], op.loc)
+            replaced[op.results[0]] = append_op(new, "mma_dot", views + [acc], [acc.type], op.loc)
             continue
-        issued = _op(new, "warp_group_dot", views + [acc], [acc.type], op.loc)
+        issued = append_op(new, "warp_group_dot", views + [acc], [acc.type], op.loc)
         # a result only carried to the next iteration may stay in flight (that dot's wait
         # leaves one group pending); one read in this iteration is awaited here, and the
         # copies are issued while the tensor cores work on it
@@ -697,13 +717,13 @@ def _rewrite(loop, dots, copies, stages, step, ring_size, slots, fetched, stored
             new.append(wait)
         if copies and not tail and op is order[-1]:
             if tight:  # every warp's part of the dots of i - 1 retired
-                _op(new, "barrier", [], (), loc)
+                append_op(new, "barrier", [], (), loc)
             tail = _issue_ahead(new, copies, ring_list, body, arg_index, ahead, used, iv, step, stages,
                                 ub, (read_slot, write_slot), ring_size, loc, bars)
             if tma:
-                wrapped = _op(new, "cmp", [tail[-2], _const(new, 0, loc)], [int1], loc, pred="eq")
-                flip = _op(new, "cast", [wrapped], [int32], loc)
-                tail.append(_op(new, "xor", [phase, flip], [int32], loc))
+                wrapped = append_op(new, "cmp", [tail[-2], append_const(new, 0, loc)], [int1], loc, pred="eq")
+                flip = append_op(new, "cast", [wrapped], [int32], loc)
+                tail.append(append_op(new, "xor", [phase, flip], [int32], loc))
         if not carried_only and not tight:
             new.append(wait)
         wait = wait.results[0]
@@ -727,20 +747,20 @@ def _rewrite(loop, dots, copies, stages, step, ring_size, slots, fetched, stored
     after = []
     if in_flight:
         results = [loop.results[i] for i in in_flight]
-        waited = _op(after, "warp_group_dot_wait", results, [v.type for v in results], loc, pending=0)
+        waited = append_op(after, "warp_group_dot_wait", results, [v.type for v in results], loc, pending=0)
         swap = dict(zip(results, waited.defining_op.results))
     else:
         swap = {}
     if pointer_copies:
-        _op(after, "async_wait", [], (), loc, pending=0)
+        append_op(after, "async_wait", [], (), loc, pending=0)
     if tma:  # every copy issued was awaited in the loop; the bytes may go to another buffer
-        _op(after, "mbarrier_inval", [bars], (), loc)
+        append_op(after, "mbarrier_inval", [bars], (), loc)
     parent = loop.parent
     at = parent.ops.index(loop) + 1
     for later in parent.ops[at:]:
         for op in later.walk():
             op.operands = [swap.get(v, v) for v in op.operands]
-    _insert(parent, at, after)
+    insert_ops(parent, at, after)
 
 
 def _opaque(out, v, loc):
@@ -749,10 +769,10 @@ def _opaque(out, v, loc):
     predicates live across the whole K loop, more than a thread's seven; ptxas then rebuilds one
     per copy inside the K loop, a chain of dependent instructions per copy."""
     bits, reg = ("64", "l") if v.type.itemsize == 8 else ("32", "r")
-    moved = _op(out, "inline_asm", [v], [v.type], loc, asm=f"mov.b{bits} $0, $1;", constraints=f"={reg},{reg}",
+    moved = append_op(out, "inline_asm", [v], [v.type], loc, asm=f"mov.b{bits} $0, $1;", constraints=f"={reg},{reg}",
                 pack=1, volatile=True)
     # what axis info knew of the constant (the copies' widths depend on it)
-    return _op(out, "multiple_of", [moved], [v.type], loc, values=[axis_info.pow2_divisor(_const_int(v))])
+    return append_op(out, "multiple_of", [moved], [v.type], loc, values=[axis_info.pow2_divisor(const_int(v))])
 
 
 def _dominates(op, later) -> bool:
@@ -764,12 +784,6 @@ def _dominates(op, later) -> bool:
     return later is not None and block.ops.index(op) < block.ops.index(later)
 
 
-def _insert(block, at, ops):
-    for i, op in enumerate(ops):
-        op.parent = block
-        block.ops.insert(at + i, op)
-
-
 def _users(block, v):
     return [op for op in block.walk() if any(u is v for u in op.operands)]
 
@@ -779,7 +793,7 @@ def _issue_ahead(out, copies, rings, body, arg_index, ahead, used, iv, step, sta
     """The copies of iteration i + S-1 into the write slot; returns what the yield
     carries on: the look-ahead values one iteration further and the next slots."""
     args = body.args[1:]
-    iv_ahead = _op(out, "add", [iv, _const(out, (stages - 1) * step, loc, iv.type)], [iv.type], loc)
+    iv_ahead = append_op(out, "add", [iv, append_const(out, (stages - 1) * step, loc, iv.type)], [iv.type], loc)
     mapping = {iv: iv_ahead, **{args[arg_index[a]]: ahead[a] for a in used}}
     _issue(out, copies, rings, slots[1], iv_ahead, ub, mapping, loc, bars)
     following = _advance(out, copies, body, arg_index, ahead, iv_ahead)
@@ -788,9 +802,9 @@ def _issue_ahead(out, copies, rings, body, arg_index, ahead, used, iv, step, sta
 
 def _next_slot(out, slot, size, loc):
     """(slot + 1) % size, as a compare and select."""
-    bumped = _op(out, "add", [slot, _const(out, 1, loc)], [int32], loc)
-    wraps = _op(out, "cmp", [bumped, _const(out, size, loc)], [int1], loc, pred="eq")
-    return _op(out, "select", [wraps, _const(out, 0, loc), bumped], [int32], loc)
+    bumped = append_op(out, "add", [slot, append_const(out, 1, loc)], [int32], loc)
+    wraps = append_op(out, "cmp", [bumped, append_const(out, size, loc)], [int1], loc, pred="eq")
+    return append_op(out, "select", [wraps, append_const(out, 0, loc), bumped], [int32], loc)
 
 
 def _await_before_reads(body, arg):

@@ -36,9 +36,8 @@ from __future__ import annotations
 from kiln.ir.core import Value
 from kiln.ir.types import int1, int32
 
-from .prefetch import _clone, _const_int
-from .rewrite import has_side_effects
-from .smem_pipeline import _insert, _op, enabled
+from .rewrite import append_op, clone_op, const_int, has_side_effects, insert_ops
+from .smem_pipeline import enabled
 
 name = "tile_overlap"
 ISSUES = ("tma_expect", "tma_copy")  # the ops a prologue issues its copies with
@@ -108,7 +107,7 @@ def _match(tiles):
     ring_size = bars.type.shape[0]
     if any(a.results[0].type.shape[0] != ring_size for a in allocs):
         return None
-    starts = [_const_int(v) for v in k_loop.operands[-3:]]  # read slot, write slot, parity
+    starts = [const_int(v) for v in k_loop.operands[-3:]]  # read slot, write slot, parity
     if None in starts or starts[0] != 0 or starts[2] != 0:
         return None
     prologue = ops[init + 3:at]
@@ -169,28 +168,28 @@ def _rewrite(tiles, k_loop, hoisted, unneeded, cone, wait, inval, ring_size, fir
     body.ops[:] = [op for op in body.ops if id(op) not in removed]
 
     before = list(hoisted)
-    zero = _op(before, "constant", [], [int32], loc, value=0)
-    first = _op(before, "cmp", [lb, ub], [int1], loc, pred="lt")
+    zero = append_op(before, "constant", [], [int32], loc, value=0)
+    first = append_op(before, "cmp", [lb, ub], [int1], loc, pred="lt")
     _issue_for(before, cone, rings, ring_size, {iv: lb}, None, first, loc)
     base, parity = body.add_arg(int32), body.add_arg(int32)
     tiles.operands.extend([zero, zero])
-    _insert(outer, outer.ops.index(tiles), before)
-    _insert(outer, outer.ops.index(tiles) + 1, [inval])
+    insert_ops(outer, outer.ops.index(tiles), before)
+    insert_ops(outer, outer.ops.index(tiles) + 1, [inval])
 
     # the K loop starts where the last one stopped
     start = []
     k_loop.operands[-3] = base
     k_loop.operands[-2] = _slot(start, base, first_write, ring_size, loc)
     k_loop.operands[-1] = parity
-    _insert(body, body.ops.index(k_loop), start)
+    insert_ops(body, body.ops.index(k_loop), start)
 
     after = []
-    _op(after, "barrier", [], (), loc)
-    following = _op(after, "add", [iv, step], [int32], loc)
-    exists = _op(after, "cmp", [following, ub], [int1], loc, pred="lt")
+    append_op(after, "barrier", [], (), loc)
+    following = append_op(after, "add", [iv, step], [int32], loc)
+    exists = append_op(after, "cmp", [following, ub], [int1], loc, pred="lt")
     read, phase = k_loop.results[-3], k_loop.results[-1]
     _issue_for(after, cone, rings, ring_size, {iv: following}, read, exists, loc)
-    _insert(body, body.ops.index(wait) + 1, after)
+    insert_ops(body, body.ops.index(wait) + 1, after)
     body.ops[-1].operands.extend([read, phase])
     for v in (read, phase):
         tiles.results.append(Value(v.type, tiles, len(tiles.results)))
@@ -202,13 +201,13 @@ def _issue_for(out, cone, rings, ring_size, mapping, base, exists, loc):
     mapping = dict(mapping)
     predicates = {}
     for op in cone:
-        clone = _clone(op, mapping)
+        clone = clone_op(op, mapping)
         if op.name == "local_index" and id(op.operands[0]) in rings and base is not None:
-            clone.operands[1] = _slot(out, base, _const_int(op.operands[1]), ring_size, loc)
+            clone.operands[1] = _slot(out, base, const_int(op.operands[1]), ring_size, loc)
         if op.name in PREDICATE:
             i = PREDICATE[op.name]
             if id(clone.operands[i]) not in predicates:
-                predicates[id(clone.operands[i])] = _op(out, "and", [clone.operands[i], exists], [int1], loc)
+                predicates[id(clone.operands[i])] = append_op(out, "and", [clone.operands[i], exists], [int1], loc)
             clone.operands[i] = predicates[id(clone.operands[i])]
         out.append(clone)
 
@@ -217,8 +216,8 @@ def _slot(out, base, offset, ring_size, loc):
     """(base + offset) % ring_size for 0 <= base, offset < ring_size: an add, a compare, a select."""
     if offset == 0:
         return base
-    bumped = _op(out, "add", [base, _op(out, "constant", [], [int32], loc, value=offset)], [int32], loc)
-    wraps = _op(out, "cmp", [bumped, _op(out, "constant", [], [int32], loc, value=ring_size)], [int1], loc, pred="ge")
-    less = _op(out, "sub", [bumped, _op(out, "constant", [], [int32], loc, value=ring_size)], [int32], loc)
-    return _op(out, "select", [wraps, less, bumped], [int32], loc)
+    bumped = append_op(out, "add", [base, append_op(out, "constant", [], [int32], loc, value=offset)], [int32], loc)
+    wraps = append_op(out, "cmp", [bumped, append_op(out, "constant", [], [int32], loc, value=ring_size)], [int1], loc, pred="ge")
+    less = append_op(out, "sub", [bumped, append_op(out, "constant", [], [int32], loc, value=ring_size)], [int32], loc)
+    return append_op(out, "select", [wraps, less, bumped], [int32], loc)
 

@@ -27,8 +27,8 @@ from kiln.ir.core import Block, Operation
 from kiln.ir.types import block_type, int1, int32, scalar_of, shared_type, tensormap
 
 from . import affine
-from .pointer_tma import (_bound_dim, _emit_poly, _from_arguments, _hinted_divisors, _nonnegative, _pointer, _split,
-                          _terms, create_map)
+from .pointer_tma import (base_and_offset, bound_dim, create_map, emit_poly, from_arguments, hinted_divisors, mask_terms,
+                          nonnegative, split_strided)
 from .smem_pipeline import enabled, tma_box
 
 name = "tma_store"
@@ -37,7 +37,7 @@ name = "tma_store"
 def apply(fn, ctx) -> None:
     if not enabled(ctx):
         return
-    divisors = _hinted_divisors(fn)
+    divisors = hinted_divisors(fn)
     forms = affine.Forms()
     for store in [op for op in fn.walk() if op.name == "store" and len(op.operands) == 3 and "sem" not in op.attrs]:
         box = _StoreBox.prove(store, fn, forms, divisors)
@@ -71,20 +71,20 @@ class _StoreBox:
         tile = tile_type(t)
         if tile is None:
             return None
-        found = _pointer(ptr, forms)
+        found = base_and_offset(ptr, forms)
         if found is None:
             return None
         base, poly = found
-        split = _split(poly, fn, base, forms, divisors)
+        split = split_strided(poly, fn, base, forms, divisors)
         if split is None or split[2]:  # no wrapped dims
             return None
         stride, starts, _ = split
-        terms = _terms(mask, forms)
+        terms = mask_terms(mask, forms)
         if not terms:
             return None
         extents, floored = [None, None], set()
         for term in terms:
-            if _bound_dim(term, starts, {}, extents, forms, store, floored) is None:
+            if bound_dim(term, starts, {}, extents, forms, store, floored) is None:
                 return None
         if floored != {0, 1} or None in extents:
             return None
@@ -93,7 +93,7 @@ class _StoreBox:
         return cls(store, base, stride, starts, extents, tile, forms)
 
     def host(self, fn) -> bool:
-        return _from_arguments(fn, self.base, self.stride, self.extents)
+        return from_arguments(fn, self.base, self.stride, self.extents)
 
     def rewrite(self, fn, ctx) -> None:
         store, loc = self.store, self.store.loc
@@ -105,7 +105,7 @@ class _StoreBox:
             before.append(op)
             return op.results[0]
 
-        starts = [_emit_poly(self.starts[d], None, self.forms, emit) for d in range(2)]
+        starts = [emit_poly(self.starts[d], None, self.forms, emit) for d in range(2)]
         box = tma_box(self.tile)
         host = self.host(fn)
         if host:
@@ -124,7 +124,7 @@ class _StoreBox:
                    Operation("tma_store", [tmap, tile.results[0], *starts], loc=loc), Operation("barrier", loc=loc)):
             copy.append(op)
         at = block.ops.index(store)
-        if all(_nonnegative(self.starts[d], self.forms, known) for d in range(2)):
+        if all(nonnegative(self.starts[d], self.forms, known) for d in range(2)):
             block.ops[at:at + 1] = before + copy.ops
             for op in before + copy.ops:
                 op.parent = block
