@@ -54,7 +54,7 @@ kiln): KILN_DROPIN and KILN_SHARE_GRAPHS; Triton's own TRITON_* variables are it
                         which waits for the GPU); 0: PyTorch's own text. The guards are the same
     KILN_LIBDEVICE      the libdevice.10.bc that kernels' math functions link (default: the first
                         found in the CUDA wheels, a conda environment, the CUDA toolkit or
-                        Triton's wheel: kiln.codegen.backend.libdevice_path)
+                        Triton's wheel: kiln.codegen.libdevice.libdevice_path)
     KILN_RUNTIME_DIR    where the node daemon keeps its socket, pid file, log and token
                         (default: the cache directory's run/, run-<uid>/ for a shared cache).
                         XDG_RUNTIME_DIR is not read: an ssh shell has it and a batch job may

@@ -1,4 +1,5 @@
-"""LLVM IR text -> optimized module -> PTX, with libdevice linked when the kernel uses it.
+"""LLVM IR text -> optimized module -> PTX, with libdevice linked when the kernel uses it
+(kiln.codegen.libdevice finds it).
 
 llvmlite's targets are initialized once per process (a warm worker pays it once); a
 parsed libdevice is kept as bitcode bytes and re-parsed per compile because `link_in`
@@ -7,13 +8,10 @@ consumes the module it links.
 from __future__ import annotations
 
 import functools
-import os
-import re
-import sys
-from pathlib import Path
 
 import llvmlite.binding as llvm
 
+from .libdevice import libdevice_path
 from .target import Target
 
 # Shared (3), constant (4) and local (5) pointers are 32 bits, as the hardware addresses
@@ -34,62 +32,6 @@ def _target_machine(target: Target):
     _init_llvm()
     tgt = llvm.Target.from_triple(TRIPLE)
     return tgt.create_target_machine(cpu=target.name, features=target.llvm_features, opt=3)
-
-
-LIBDEVICE = "libdevice.10.bc"
-LIBDEVICE_FIX = ("pip install 'kiln[cu13]' (CUDA 13 drivers) or 'kiln[cu12]' (CUDA 12 drivers), "
-                 "or install the CUDA toolkit, or set KILN_LIBDEVICE to a libdevice.10.bc")
-
-
-@functools.lru_cache(maxsize=None)
-def libdevice_path() -> str:
-    """Where libdevice.10.bc is: KILN_LIBDEVICE if set, else where cuda.pathfinder finds it, else
-    the first of `libdevice_candidates` that exists; none is a FileNotFoundError naming the fix."""
-    from kiln.cache.env import libdevice_setting  # (a layer above codegen: imported on use)
-    setting = libdevice_setting()
-    if setting is not None:
-        if not setting.is_file():
-            raise FileNotFoundError(f"KILN_LIBDEVICE={setting}: no such file")
-        return str(setting)
-    found = _pathfinder_libdevice()
-    if found:
-        return found
-    for path in libdevice_candidates(sys.path, os.environ):
-        if path.is_file():
-            return str(path)
-    raise FileNotFoundError(
-        f"{LIBDEVICE} not found: kernels that call math functions (erf, pow, tanh, ...) need it. "
-        f"{LIBDEVICE_FIX}. Looked in the nvidia-nvvm, nvidia-cuda-nvcc-cu12 and Triton wheels on sys.path, "
-        "$CONDA_PREFIX, $CUDA_HOME, $CUDA_PATH and /usr/local/cuda*")
-
-
-def _pathfinder_libdevice() -> str | None:
-    """cuda.pathfinder's answer (the CUDA wheels, conda, CUDA_HOME; it knows layouts kiln does not),
-    or None: not found, or a cuda-pathfinder too old to look for bitcode."""
-    try:
-        from cuda import pathfinder
-        path = pathfinder.find_bitcode_lib("device")
-    except Exception:  # noqa: BLE001 - absent, too old, or not found there: kiln's own list follows
-        return None
-    return path if path and os.path.isfile(path) else None
-
-
-def libdevice_candidates(path_entries, environ, local: Path = Path("/usr/local")) -> list[Path]:
-    """The places libdevice.10.bc may be, in the order searched: the CUDA wheels under each
-    `path_entries` folder (13's nvidia-nvvm, then 12's nvidia-cuda-nvcc-cu12), a conda environment,
-    CUDA_HOME, CUDA_PATH, /usr/local/cuda, the newest /usr/local/cuda-X.Y first, then Triton's wheel
-    (found by its path: importing triton may import kiln)."""
-    entries = [Path(e) for e in path_entries if e]
-    wheels = [e / "nvidia" / sub / "nvvm" / "libdevice" for e in entries for sub in ("cu13", "cuda_nvcc")]
-    toolkits = [Path(environ[k]) for k in ("CONDA_PREFIX", "CUDA_HOME", "CUDA_PATH") if environ.get(k)]
-    toolkits += [local / "cuda", *sorted(local.glob("cuda-*"), key=_version_key, reverse=True)]
-    triton = [e / "triton" / "backends" / "nvidia" / "lib" for e in entries]
-    return [folder / LIBDEVICE for folder in (*wheels, *(t / "nvvm" / "libdevice" for t in toolkits), *triton)]
-
-
-def _version_key(path: Path) -> tuple[int, ...]:
-    """/usr/local/cuda-12.9 -> (12, 9)."""
-    return tuple(int(n) for n in re.findall(r"\d+", path.name))
 
 
 @functools.lru_cache(maxsize=None)

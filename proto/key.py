@@ -2,7 +2,8 @@
 
 SHA-256 over the canonical IR bytes (source files by their place in its file table, not their paths: `convert.key_bytes`), the target, the options (keys sorted) and the
 compiler's identity (kiln version, a hash of codegen's sources, the LLVM and nvJitLink
-versions), each part length-prefixed so that no two different inputs run together.
+versions, a digest of the libdevice it links), each part length-prefixed so that no two
+different inputs run together.
 Nothing else enters it: two processes that build the same kernel get the same key.
 """
 from __future__ import annotations
@@ -60,9 +61,10 @@ def _identity() -> dict[str, str]:
 
 
 def _toolchain_versions() -> dict[str, str]:
-    """The LLVM and nvJitLink versions. Asking the libraries costs ~50 ms of imports, too
-    much for a warm-cache first call, so the answer is remembered on disk next to the
-    cache, keyed by the size and mtime of the library files it came from."""
+    """The LLVM and nvJitLink versions and the libdevice's digest (its contents: a path says
+    nothing of them, and differs between nodes). Asking costs ~50 ms of imports and a lookup,
+    too much for a warm-cache first call, so the answer is remembered on disk next to the
+    cache, keyed by the size and mtime of the files it came from."""
     from kiln.cache import paths
     from kiln.cache.env import cache_dir, cache_shared
 
@@ -71,10 +73,11 @@ def _toolchain_versions() -> dict[str, str]:
     try:
         saved = json.loads(memo.read_text())
         if saved["fingerprint"] == fingerprint:
-            return {"llvm": saved["llvm"], "nvjitlink": saved["nvjitlink"]}
+            return {"llvm": saved["llvm"], "nvjitlink": saved["nvjitlink"], "libdevice": saved["libdevice"]}
     except (OSError, ValueError, KeyError, TypeError):
         pass
-    versions = {"llvm": _llvm_version(), "nvjitlink": _nvjitlink_version()}
+    from kiln.codegen.libdevice import libdevice_digest
+    versions = {"llvm": _llvm_version(), "nvjitlink": _nvjitlink_version(), "libdevice": libdevice_digest()}
     try:
         (paths.shared_dir if cache_shared() else paths.private_dir)(memo.parent)  # the cache's, made as the cache makes it
         tmp = memo.with_name(f"{memo.name}.{os.getpid()}")
@@ -93,8 +96,10 @@ def _toolchain_fingerprint() -> str:
         spec = importlib.util.find_spec(package)
         for root in (spec.submodule_search_locations or []) if spec else []:
             files += sorted(Path(root).glob(pattern))
+    from kiln.codegen.libdevice import libdevice_fingerprint
     stats = [(str(f), f.stat().st_size, f.stat().st_mtime_ns) for f in files if f.is_file()]
-    return hashlib.sha256(json.dumps([sys.version, os.environ.get("LD_LIBRARY_PATH", ""), stats]).encode()).hexdigest()
+    return hashlib.sha256(json.dumps([sys.version, os.environ.get("LD_LIBRARY_PATH", ""), stats,
+                                      libdevice_fingerprint()]).encode()).hexdigest()
 
 
 def codegen_source_hash() -> str:

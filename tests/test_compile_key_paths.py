@@ -79,3 +79,32 @@ def test_two_paths_one_compile_on_the_daemon(two_copies, tmp_path):
     finally:
         server.stop(1)
         cache.close()
+
+
+@pytest.fixture
+def fresh_identity(tmp_path, monkeypatch):
+    """The compiler identity asked afresh: no memo of an earlier answer, in memory or on disk."""
+    from kiln.codegen import libdevice
+    from kiln.proto import key
+    monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "cache"))
+
+    def identity():
+        libdevice.libdevice_path.cache_clear()
+        key._identity.cache_clear()
+        return key.compiler_identity()
+    yield identity
+    libdevice.libdevice_path.cache_clear()
+    key._identity.cache_clear()
+
+
+def test_the_libdevice_linked_is_part_of_the_key_by_its_contents_not_its_path(fresh_identity, tmp_path, monkeypatch):
+    fn = kernel_ir(tmp_path / "k", "kiln_key_libdevice")
+    keys = {}
+    for name, contents in (("a/libdevice.10.bc", b"BC\xc0\xde one"), ("b/libdevice.10.bc", b"BC\xc0\xde one"),
+                           ("c/libdevice.10.bc", b"BC\xc0\xde two")):
+        path = tmp_path / name
+        path.parent.mkdir()
+        path.write_bytes(contents)
+        monkeypatch.setenv("KILN_LIBDEVICE", str(path))
+        keys[name[0]] = compile_key(fn, "sm_90a", {"num_warps": 4}, fresh_identity())
+    assert keys["a"] == keys["b"] != keys["c"]  # the same file in two places is one key; another file, another

@@ -1,4 +1,4 @@
-"""Where kiln finds libdevice.10.bc (kiln.codegen.backend.libdevice_path), on fake folders: the
+"""Where kiln finds libdevice.10.bc (kiln.codegen.libdevice.libdevice_path), on fake folders: the
 KILN_LIBDEVICE setting, then cuda.pathfinder, then the CUDA wheels, a conda environment, CUDA_HOME,
 CUDA_PATH, /usr/local/cuda*, Triton's wheel; none found is one error that says what to install."""
 import functools
@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from kiln.codegen import backend
+from kiln.codegen import libdevice
 
 
 @pytest.fixture
@@ -15,13 +15,13 @@ def lookup(tmp_path, monkeypatch):
     tmp/local, no CUDA variables; its memo cleared before and after."""
     for name in ("KILN_LIBDEVICE", "CONDA_PREFIX", "CUDA_HOME", "CUDA_PATH"):
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.setattr(backend, "_pathfinder_libdevice", lambda: None)
+    monkeypatch.setattr(libdevice, "_pathfinder_libdevice", lambda: None)
     monkeypatch.setattr(sys, "path", [str(tmp_path / "site")])
-    monkeypatch.setattr(backend, "libdevice_candidates",
-                        functools.partial(backend.libdevice_candidates, local=tmp_path / "local"))
-    backend.libdevice_path.cache_clear()
-    yield lambda: (backend.libdevice_path.cache_clear(), backend.libdevice_path())[1]
-    backend.libdevice_path.cache_clear()
+    monkeypatch.setattr(libdevice, "libdevice_candidates",
+                        functools.partial(libdevice.libdevice_candidates, local=tmp_path / "local"))
+    libdevice.libdevice_path.cache_clear()
+    yield lambda: (libdevice.libdevice_path.cache_clear(), libdevice.libdevice_path())[1]
+    libdevice.libdevice_path.cache_clear()
 
 
 def bitcode(path):
@@ -46,7 +46,7 @@ def test_the_candidates_in_order(tmp_path):
     ]
     environ = {"CONDA_PREFIX": str(tmp_path / "conda"), "CUDA_HOME": str(tmp_path / "home"),
                "CUDA_PATH": str(tmp_path / "path")}
-    found = [p for p in backend.libdevice_candidates(["", str(site)], environ, local=local) if p.is_file()]
+    found = [p for p in libdevice.libdevice_candidates(["", str(site)], environ, local=local) if p.is_file()]
     assert found == expected
 
 
@@ -63,12 +63,12 @@ def test_the_first_that_exists_is_taken(tmp_path, monkeypatch, lookup):
 def test_pathfinder_comes_before_kilns_own_list(tmp_path, monkeypatch, lookup):
     bitcode(tmp_path / "site/nvidia/cu13/nvvm/libdevice/libdevice.10.bc")
     elsewhere = bitcode(tmp_path / "pathfinder/libdevice.10.bc")
-    monkeypatch.setattr(backend, "_pathfinder_libdevice", lambda: str(elsewhere))
+    monkeypatch.setattr(libdevice, "_pathfinder_libdevice", lambda: str(elsewhere))
     assert lookup() == str(elsewhere)
 
 
 def test_the_setting_comes_first_and_must_exist(tmp_path, monkeypatch, lookup):
-    monkeypatch.setattr(backend, "_pathfinder_libdevice", lambda: str(bitcode(tmp_path / "pf/libdevice.10.bc")))
+    monkeypatch.setattr(libdevice, "_pathfinder_libdevice", lambda: str(bitcode(tmp_path / "pf/libdevice.10.bc")))
     mine = bitcode(tmp_path / "mine/custom.bc")
     monkeypatch.setenv("KILN_LIBDEVICE", str(mine))
     assert lookup() == str(mine)
@@ -93,6 +93,6 @@ def test_a_pathfinder_that_cannot_find_it_is_passed_over(monkeypatch):
     def not_found(name):
         raise RuntimeError(f"Failure finding {name}")
     monkeypatch.setattr(pathfinder, "find_bitcode_lib", not_found)
-    assert backend._pathfinder_libdevice() is None
+    assert libdevice._pathfinder_libdevice() is None
     monkeypatch.delattr(pathfinder, "find_bitcode_lib")  # a cuda-pathfinder older than bitcode lookups
-    assert backend._pathfinder_libdevice() is None
+    assert libdevice._pathfinder_libdevice() is None

@@ -50,16 +50,17 @@ def test_key_depends_on_target_options_identity_and_ir():
     base = compile_key(fn, "sm_90a", OPTIONS)
     identity = compiler_identity()
     assert compile_key(fn, "sm_90a", OPTIONS, identity) == base
-    assert set(identity) == {"kiln", "codegen", "llvm", "nvjitlink"}
+    assert set(identity) == {"kiln", "codegen", "llvm", "nvjitlink", "libdevice"}
     others = {
         compile_key(fn, "sm_80", OPTIONS),
         compile_key(fn, "sm_90a", {**OPTIONS, "num_warps": 8}),
         compile_key(fn, "sm_90a", {**OPTIONS, "debug": True}),
         compile_key(fn, "sm_90a", OPTIONS, {**identity, "codegen": "0" * 64}),
         compile_key(fn, "sm_90a", OPTIONS, {**identity, "nvjitlink": "none"}),
+        compile_key(fn, "sm_90a", OPTIONS, {**identity, "libdevice": "none"}),
         compile_key(parse_function(IR.replace("mul", "add")), "sm_90a", OPTIONS),
     }
-    assert base not in others and len(others) == 6
+    assert base not in others and len(others) == 7
 
 
 def test_parts_do_not_run_together():

@@ -172,7 +172,7 @@ def check_nvjitlink() -> dict:
 
 
 def check_libdevice() -> dict:
-    from kiln.codegen.backend import libdevice_path
+    from kiln.codegen.libdevice import libdevice_path
     try:
         path = libdevice_path()
     except Exception as e:  # noqa: BLE001 - FileNotFoundError (its message names the package), a broken install

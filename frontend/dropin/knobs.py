@@ -385,7 +385,7 @@ class _Assembler:
 
 
 def _libdevice() -> str | None:
-    from kiln.codegen.backend import libdevice_path  # the libdevice kiln's compiles link
+    from kiln.codegen.libdevice import libdevice_path  # the libdevice kiln's compiles link
     try:
         return libdevice_path()
     except Exception:  # noqa: BLE001  (no CUDA libdevice here: Inductor then skips what needs it)
