@@ -10,7 +10,7 @@ import kiln
 import kiln.language as tl
 from kiln.codegen import compile as compile_ir, nvjitlink
 from kiln.ir.layout import Wgmma, thread_elements, wgmma_layout
-from kiln.codegen.passes import canonicalize, cse, dce, descriptor_loads, dot_accumulate, smem_alloc, smem_pipeline
+from kiln.codegen.passes import canonicalize, cse, dce, descriptor_loads, dot_accumulate, smem_alloc, smem_pipeline, smem_plan
 from kiln.codegen.pipeline import PassContext
 from kiln.codegen.target import parse_target
 from kiln.ir import parse_function, print_function, verify
@@ -762,7 +762,7 @@ def test_descriptor_loads_in_a_loop_become_tma_copies_completing_on_mbarriers():
     after = [op.name for op in fn.body.ops[fn.body.ops.index(loop) + 1:]]
     assert "mbarrier_inval" in after and "async_wait" not in after
     assert "local_alloc {offset = 49152} : smem<4x1x1xint64:swizzle0:order1.0>" in out  # an mbarrier per slot
-    assert smem_pipeline.tma_boxes(fn) == {11: (64, 64, 128)}  # an attribute of the argument: in the IR
+    assert smem_plan.tma_boxes(fn) == {11: (64, 64, 128)}  # an attribute of the argument: in the IR
     # elsewhere the descriptor loads are their pointer loads
     fn, _ = pipelined(_host_descriptor_ir("sm_80"), target="sm_80")
     assert "descriptor_load" not in names(fn) and "tma_copy" not in names(fn)

@@ -16,7 +16,7 @@ import llvmlite.ir as ir
 from kiln.ir.types import tensormap
 
 from .types import GENERIC_PTR, I32, I64
-from ..passes.smem_pipeline import tma_box
+from ..passes.smem_plan import tma_box
 from .wgmma import _asm
 
 

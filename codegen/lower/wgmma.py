@@ -20,7 +20,7 @@ from kiln.ir.types import shared_type
 
 from kiln.ir import layout as lay
 from ..passes.access import access_width
-from ..passes.smem_pipeline import is_zero_constant
+from ..passes.smem_plan import is_zero_constant
 from .context import LoweringError
 from .memory import branchy_load, plain_store
 from .types import F32, I8, I32, I64, SHARED_PTR, VOID, reg_type

@@ -24,7 +24,7 @@ from kiln.ir.core import Block, Operation
 from kiln.ir.types import int32
 
 from .rewrite import replace_uses
-from .smem_pipeline import enabled as pipelines
+from .smem_plan import enabled as pipelines
 
 name = "persistent"
 UNSAFE = {"atomic_rmw", "atomic_cas", "inline_asm", "num_programs"}

@@ -40,7 +40,7 @@ from kiln.ir.types import block_type, int8, int32, pointer_type, tensormap
 
 from . import affine
 from .rewrite import const_int
-from .smem_pipeline import enabled as pipelines
+from .smem_plan import enabled as pipelines
 
 name = "pointer_tma"
 ITER = ("iter",)  # the iteration-count atom

@@ -37,7 +37,7 @@ from kiln.ir.core import Value
 from kiln.ir.types import int1, int32
 
 from .rewrite import append_op, clone_op, const_int, has_side_effects, insert_ops
-from .smem_pipeline import enabled
+from .smem_plan import enabled
 
 name = "tile_overlap"
 ISSUES = ("tma_expect", "tma_copy")  # the ops a prologue issues its copies with

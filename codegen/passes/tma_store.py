@@ -29,7 +29,7 @@ from kiln.ir.types import block_type, int1, int32, scalar_of, shared_type, tenso
 from . import affine
 from .pointer_tma import (base_and_offset, bound_dim, create_map, emit_poly, from_arguments, hinted_divisors, mask_terms,
                           nonnegative, split_strided)
-from .smem_pipeline import enabled, tma_box
+from .smem_plan import enabled, tma_box
 
 name = "tma_store"
 

@@ -1,0 +1,444 @@
+"""Which loops smem_pipeline rewrites and how (kiln.codegen.passes.smem_pipeline says what the
+rewritten loop is): how each dot operand reaches the tensor cores (a ring, once, registers or
+staged), the rings' tiles and swizzles, each ring's copy (its address's cone, a prefix mask), the
+TMA boxes the maps are encoded with, and the stages and ring size the shared memory allows.
+`plan_loop` gives a `Plan`, or None where the loop stays as it is.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kiln.ir.core import Operation
+from kiln.ir.types import block_type, scalar_of, shared_type
+
+from kiln.ir.layout import mma_layout, wgmma_layout
+from ..occupancy import ctas_by_shared, max_shared_per_cta
+from . import mask_prefix
+from .access import memory_width
+from .layouts import mma_eligible
+from .prefetch import address_cone
+from .rewrite import const_int, has_side_effects
+
+
+@dataclass(slots=True)
+class Copy:
+    """What one ring is filled with each iteration: the load it replaces, the shared tile it fills,
+    how its address is computed (the pure body ops, the ids of the carried args they read, the ops
+    that advance those args: prefetch.address_cone) and a pointer copy's mask prefix or None."""
+    load: Operation
+    tile: object
+    cone: list
+    args: set
+    advance: list
+    prefix: object
+
+
+@dataclass(slots=True)
+class Plan:
+    """How `_rewrite` pipelines one loop."""
+    sources: dict  # dot id -> [its operands' sources: ("ring" | "once" | "staged" | "regs", ...)]
+    copies: list  # [Copy], one per ring, in the order the dots first read them
+    stages: int
+    step: int
+    ring_size: int  # stages, plus a spare slot where wgmma keeps a group in flight
+    slots: int  # tiles per staged operand
+    fetched: set  # ids of the loads fetched for dequantized operands
+
+name = "smem_pipeline"
+
+# input type -> accumulator type; fp32 is read as tf32 (input_precision="tf32"). Triton
+# takes int8 dots only (no uint8), on .s32.s8.s8.
+WGMMA_INPUTS = {"fp16": "fp32", "bf16": "fp32", "fp8e4nv": "fp32", "fp8e5": "fp32", "fp32": "fp32", "int8": "int32"}
+TRANSPOSABLE = ("fp16", "bf16")  # wgmma reads M- or N-major tiles of 16-bit types only
+ALIGN = 1024  # a 128-byte swizzle repeats every 8 rows of 128 bytes
+def staged_slots(kind, ringed: bool) -> int:
+    """Tiles of a staged operand's ring; the store of iteration i reuses the tile of
+    iteration i - slots. An mma.sync dot has read its tile once its ldmatrix loads
+    returned: two slots. A wgmma dot left in flight is retired by each warp's wait in the
+    next iteration, and a warp knows the other warps' parts retired (the ISA promises a
+    warp's wait no more than its own part) only after a barrier that follows their waits: two slots where the loop has rings (the barrier at the top of iteration i follows
+    the waits of iteration i-1), else three (the staging barrier of iteration i-1)."""
+    return 3 if kind == "wgmma" and not ringed else 2
+
+
+def enabled(ctx) -> bool:
+    """Do pipelined dots run on wgmma (sm_90a, whole warpgroups)?"""
+    return ctx.target.name == "sm_90a" and not ctx.portable and ctx.num_warps % 4 == 0
+
+
+def ring_kind(ctx):
+    """"wgmma" where `enabled`; "mma" (mma.sync fed by ldmatrix from the ring tiles) on
+    every other target from sm_80 on, and in portable builds, whose CPU emulator runs
+    mma.sync and ldmatrix but not wgmma; else None."""
+    if enabled(ctx):
+        return "wgmma"
+    return "mma" if ctx.target.capability >= 80 else None
+
+
+def tma_ok(op, fn) -> bool:
+    """Can a TMA box copy this descriptor_load's block: a 2-D block of a host descriptor
+    (its map a kernel argument) or of a map the kernel makes (`tensormap_create`), with at
+    most 256 rows (a box's limit)?"""
+    t = op.results[0].type
+    return (op.operands[0] in fn.args or _created_map(op.operands[0]) is not None) \
+        and len(t.shape) == 2 and t.shape[0] <= 256
+
+
+def _created_map(tmap):
+    op = tmap.defining_op
+    return op if op is not None and op.name == "tensormap_create" else None
+
+
+def tma_box(t) -> tuple[int, int, int]:
+    """(inner elements, rows, swizzle bytes) of the TMA box that fills tile type `t` one
+    swizzle-wide column chunk at a time (kiln.ir.types.shared_type: a chunk is every row's
+    `swizzle` bytes of the inner dim)."""
+    return t.swizzle // t.element_ty.itemsize, t.shape[t.order[1]], t.swizzle
+
+
+def is_tma(load) -> bool:
+    return load.name == "descriptor_load"
+
+
+def load_address(load) -> list:
+    """The operands a later iteration's copy recomputes: a pointer load's pointers and
+    mask, a descriptor load's offsets."""
+    return load.operands[1:-1] if is_tma(load) else load.operands[:2]
+
+
+# --- which loops ---------------------------------------------------------------------
+
+def is_zero_constant(v) -> bool:
+    """Is `v` a constant zero (a number, not False)?"""
+    op = v.defining_op
+    return op is not None and op.name == "constant" and op.attrs["value"] in (0, 0.0) \
+        and not isinstance(op.attrs["value"], bool)
+
+
+def _transposed_load(v, body):
+    """The load in `body` whose tile `v` is read transposed (`tl.trans(load)`), or None."""
+    op = v.defining_op
+    if op is None or op.parent is not body or op.name != "permute" or list(op.attrs["order"]) != [1, 0]:
+        return None
+    src = op.operands[0].defining_op
+    return src if src is not None and src.parent is body and src.name in ("load", "descriptor_load") else None
+
+
+def _ring_swizzle(load, role, transposed, instr_extent, ctx):
+    """The widest swizzle with which a dot can read the loaded tile as its `role` ("a" is
+    [M, K], "b" is [K, N]; `transposed` when it reads tl.trans of the load), or None.
+
+    The tile is stored with the pointer's contiguous dim inner. K-major reads (the read
+    view's K inner) work for every input type; M/N-major ones for 16-bit types, with
+    swizzle rows no wider than what one instruction reads."""
+    t = load.results[0].type
+    elem = scalar_of(t)
+    order, vec = ((1, 0), 16) if is_tma(load) else _copy_width(load, ctx)
+    if vec * elem.itemsize < 4:  # cp.async moves 4, 8 or 16 bytes
+        return None
+    inner = order[0] if not transposed else 1 - order[0]  # in the dot's view
+    k_inner = (role == "a" and inner == 1) or (role == "b" and inner == 0)
+    if not k_inner and elem.name not in TRANSPOSABLE:
+        return None
+    row_bytes = t.shape[order[0]] * elem.itemsize
+    if not k_inner:
+        row_bytes = min(row_bytes, instr_extent * elem.itemsize)
+    swizzle = min(128, row_bytes)
+    return swizzle if swizzle >= 32 else None
+
+
+def _stored_tile(t, role):
+    """The K-major shared tile that a register operand of type `t` is stored into."""
+    elem = scalar_of(t)
+    inner = 1 if role == "a" else 0
+    return shared_type(elem, t.shape, min(128, t.shape[inner] * elem.itemsize), (inner, 1 - inner))
+
+
+def _staged_tile(t, role, instr_extent):
+    """The tile that an operand computed in the loop is stored into each iteration: K-major,
+    but a 16-bit B N-major, as it usually comes (a dequantized weight: whole 16-byte runs of
+    a row per store), in rows no wider than one instruction reads; None where those rows
+    would be narrower than the smallest swizzle."""
+    elem = scalar_of(t)
+    if role == "a" or elem.name not in TRANSPOSABLE:
+        return _stored_tile(t, role)
+    swizzle = min(128, t.shape[1] * elem.itemsize, instr_extent * elem.itemsize)
+    return shared_type(elem, t.shape, swizzle, (1, 0)) if swizzle >= 32 else None
+
+
+def _fetched_loads(dots, body, ring_loads, ctx):
+    """The loads in the body that staged operands are computed from (a dequantized B's raw
+    weights and scales) and that a cp.async ring can copy ahead too: {id: (load, tile)}.
+    The body then reads them from the ring's tile (`local_load`) instead of from memory."""
+    found, seen = {}, set()
+    stack = [src[1] for _, sources in dots.values() for src, _ in sources if src[0] == "staged"]
+    while stack:
+        op = stack.pop().defining_op
+        if op is None or op.parent is not body or id(op) in seen:
+            continue
+        seen.add(id(op))
+        if op.name == "load":
+            tile = _fetch_tile(op, ctx)
+            if id(op) not in ring_loads and tile is not None:
+                found[id(op)] = (op, tile)
+        elif op.name != "dot":  # a dot's operands are its own business
+            stack.extend(op.operands)
+    return found
+
+
+def _fetch_tile(load, ctx):
+    """The ring tile for a load the body reads back into registers (unswizzled: its
+    threads read whole rows of 16-byte runs), or None where cp.async cannot copy it."""
+    t = load.results[0].type
+    if not isinstance(t, block_type) or len(t.shape) != 2 or load.attrs.get("volatile") \
+            or scalar_of(t).is_ptr() or scalar_of(t).name == "int1":
+        return None
+    if len(load.operands) == 3 and not is_zero_constant(load.operands[2]):
+        return None
+    order, vec = _copy_width(load, ctx)
+    if vec * scalar_of(t).itemsize < 4:
+        return None
+    return shared_type(scalar_of(t), t.shape, 0, (order[0], 1 - order[0]))
+
+
+def _copy_width(load, ctx):
+    """(order, elements per cp.async) of a pointer load's copies: contiguous, under one mask
+    bit or one prefix's length, and no more than each thread's share of the block."""
+    order, vec = memory_width(ctx, load)
+    if len(load.operands) > 1:
+        vec = min(vec, mask_prefix.prefix_run(load.operands[1], order[0], ctx.axis))
+    return order, min(vec, max(1, load.results[0].type.numel // (32 * ctx.num_warps)))
+
+
+def _inside(v, block) -> bool:
+    """Is `v` defined in `block` or in a region nested in it?"""
+    op = v.defining_op
+    where = op.parent if op is not None else v.owner
+    while where is not None:
+        if where is block:
+            return True
+        owner = where.parent
+        where = owner.parent if isinstance(owner, Operation) else None
+    return False
+
+
+def _operand(v, role, body, instr_extent, ctx, regs=True):
+    """How operand `v` (role "a" or "b") of a dot in loop `body` reaches the tensor cores,
+    or None:
+    ("ring", load, transposed, swizzle): a load in the body (or tl.trans of one), copied
+        ahead through a ring;
+    ("once", v, tile): defined before the loop, stored to shared memory once;
+    ("regs", v): computed in the body, read from registers (A of 16-bit types only, where
+        `regs`);
+    ("staged", v, tile): A computed in the body otherwise, stored each iteration."""
+    load = _transposed_load(v, body)
+    transposed = load is not None
+    if not transposed:
+        load = v.defining_op if v.defining_op is not None and v.defining_op.parent is body else None
+    if load is not None and is_tma(load):
+        swizzle = _ring_swizzle(load, role, transposed, instr_extent, ctx)
+        return ("ring", load, transposed, swizzle) if swizzle else None
+    if load is not None and load.name == "load":
+        if load.attrs.get("volatile") or (len(load.operands) == 3 and not is_zero_constant(load.operands[2])):
+            return None
+        swizzle = _ring_swizzle(load, role, transposed, instr_extent, ctx)
+        return ("ring", load, transposed, swizzle) if swizzle else None
+    if not _inside(v, body):
+        return ("once", v, _stored_tile(v.type, role))
+    if role == "a" and regs and scalar_of(v.type).itemsize == 2:
+        return ("regs", v)
+    tile = _staged_tile(v.type, role, instr_extent)
+    return ("staged", v, tile) if tile is not None else None
+
+
+def _wgmma_sources(dot, body, ctx):
+    """The sources of a and b (see `_operand`) when `dot` can run on wgmma, else None."""
+    a, b, acc = dot.operands
+    elem = scalar_of(a.type)
+    if elem.name not in WGMMA_INPUTS or scalar_of(b.type) != elem:
+        return None
+    if len(acc.type.shape) != 2 or scalar_of(acc.type).name != WGMMA_INPUTS[elem.name]:
+        return None
+    if elem.name == "fp32" and dot.attrs.get("input_precision") != "tf32":
+        return None  # ieee and tf32x3 keep fp32's precision: not one tf32 product
+    K = a.type.shape[1]
+    if K * elem.itemsize % 32:  # one instruction reads 32 bytes of k
+        return None
+    layout = wgmma_layout(acc.type.shape, ctx.num_warps, int8=elem.name == "int8")
+    if layout is None:
+        return None
+    sources = (_operand(a, "a", body, 64, ctx), _operand(b, "b", body, layout.instr_n, ctx))
+    return sources if None not in sources and sources[1][0] != "regs" else None
+
+
+def _mma_sources(dot, body, ctx):
+    """The sources of a and b when `dot` can run on mma.sync reading its operands from
+    shared tiles by ldmatrix, else None. Every tile is read 16 bytes per row at a time, so
+    any swizzle serves: no instruction extent limits it. A 16-bit A computed in the loop
+    stays in registers where every warp can hold whole rows of it and of the accumulator
+    (`mma_layout(rows_only=True)`: attention's P)."""
+    a, b, acc = dot.operands
+    warps = ctx.num_warps
+    if not mma_eligible(dot, ctx) or mma_layout(acc.type.shape, warps) is None:
+        return None
+    regs = a.type.scalar.itemsize == 2 and None not in (mma_layout(acc.type.shape, warps, rows_only=True),
+                                                        mma_layout(a.type.shape, warps, rows_only=True))
+    anywhere = 1 << 30
+    sources = (_operand(a, "a", body, anywhere, ctx, regs=regs), _operand(b, "b", body, anywhere, ctx, regs=False))
+    return sources if None not in sources else None
+
+
+def _unshared_loads(dots, uses):
+    """The ring loads that something other than the planned dots reads (then the load
+    must stay in registers): a ring load may feed several dots, directly or through
+    tl.trans, and nothing else."""
+    direct, via = {}, {}  # load id -> operand uses; trans op id -> operand uses
+    loads, transposes = {}, {}
+    for _, sources in dots.values():
+        for src, v in sources:
+            if src[0] == "ring":
+                load = src[1]
+                loads[id(load)] = load
+                if src[2]:
+                    transposes.setdefault(id(load), set()).add(v.defining_op)
+                    via[id(v.defining_op)] = via.get(id(v.defining_op), 0) + 1
+                else:
+                    direct[id(load)] = direct.get(id(load), 0) + 1
+    bad = set()
+    for key, load in loads.items():
+        trans_ops = transposes.get(key, set())
+        if uses.get(load.results[0], 0) != direct.get(key, 0) + len(trans_ops) \
+                or any(uses.get(t.results[0], 0) != via[id(t)] for t in trans_ops):
+            bad.add(key)
+    return bad
+
+
+def plan_loop(loop, stages, fn, ctx, kind):
+    body = loop.regions[0]
+    step = const_int(loop.operands[2])
+    if step is None or step <= 0:
+        return None
+    if any(has_side_effects(o) for o in body.ops):
+        return None
+    uses = {}
+    for op in body.walk():
+        for v in op.operands:
+            uses[v] = uses.get(v, 0) + 1
+    dots = {}
+    for dot in body.ops:
+        if dot.name == "dot":
+            sources = (_wgmma_sources if kind == "wgmma" else _mma_sources)(dot, body, ctx)
+            if sources is not None:
+                dots[id(dot)] = (dot, list(zip(sources, dot.operands[:2])))
+    cones = {}
+    while True:  # drop the dots that read a load which cannot be a ring, until none does
+        bad = _unshared_loads(dots, uses)
+        for _, sources in dots.values():
+            for src, _ in sources:
+                if src[0] == "ring" and id(src[1]) not in cones:
+                    cones[id(src[1])] = address_cone(src[1], load_address(src[1]), body)
+        bad |= {key for key, cone in cones.items() if cone is None}
+        dropped = [key for key, (_, sources) in dots.items()
+                   if any(src[0] == "ring" and id(src[1]) in bad for src, _ in sources)]
+        if not dropped:
+            break
+        for key in dropped:
+            del dots[key]
+    if not dots:
+        return None
+    loads, swizzles = {}, {}  # in the order the dots first read them
+    for _, sources in dots.values():
+        for src, _ in sources:
+            if src[0] == "ring":
+                swizzles[id(src[1])] = min(swizzles.get(id(src[1]), 128), src[3])
+                loads.setdefault(id(src[1]), src[1])
+    rings = []
+    for key, load in loads.items():
+        t = load.results[0].type
+        inner = 1 if is_tma(load) else memory_width(ctx, load)[0][0]
+        rings.append(Copy(load, shared_type(scalar_of(t), t.shape, swizzles[key], (inner, 1 - inner)), *cones[key],
+                          _prefix_copy(load, inner, ctx)))
+    fetched = {}
+    for key, (load, tile) in _fetched_loads(dots, body, loads, ctx).items():
+        cone = address_cone(load, load_address(load), body)
+        if cone is not None:
+            fetched[key] = load
+            rings.append(Copy(load, tile, *cone, _prefix_copy(load, tile.order[0], ctx)))
+    boxes = _agreed_boxes(rings, fn, ctx)
+    if boxes is None:
+        return None
+    stage_bytes = sum(ring.tile.nbytes for ring in rings)
+    reserve = ALIGN * (2 if any(is_tma(r.load) for r in rings) else 1)  # alignment; the mbarriers
+    budget = max_shared_per_cta(ctx.target.capability) - reserve - ctx.shared_reserve
+    once = {(id(src[1]), src[2]): src[2].nbytes for _, sources in dots.values() for src, _ in sources if src[0] == "once"}
+    budget -= sum(once.values())
+    staged = {id(src[1]): src[2].nbytes for _, sources in dots.values() for src, _ in sources if src[0] == "staged"}
+    slots = staged_slots(kind, ringed=bool(rings))
+    budget -= slots * sum(staged.values())
+    spare = 1 if kind == "wgmma" else 0  # mma.sync dots are done when their loads are: no spare tile
+    while stages > 2 and (stages + spare) * stage_bytes > budget:
+        stages -= 1
+    ring_size = stages + spare
+    if ring_size * stage_bytes > budget:
+        ring_size = stages  # tight: see the module's docstring
+        if ring_size * stage_bytes > budget:
+            return None
+    elif staged and spare:
+        # a dot of a staged operand: a CTA's warps already meet at a barrier between its
+        # stores and its dots, so a tight ring's barrier costs little where it lets one
+        # more CTA share the SM (W8A16, 128x128 tiles over 8 warps: 2 CTAs, 1.25x)
+        fixed = sum(once.values()) + slots * sum(staged.values()) + reserve
+        capability = ctx.target.capability
+        if ctas_by_shared(fixed + stages * stage_bytes, capability) > ctas_by_shared(fixed + ring_size * stage_bytes,
+                                                                                     capability):
+            ring_size = stages
+    plan = {key: [src for src, _ in sources] for key, (_, sources) in dots.items()}
+    for key, box in boxes.items():
+        if isinstance(key, Operation):
+            key.attrs["box"] = list(box)
+        else:
+            fn.arg_attrs[key]["tma_box"] = list(box)
+    return Plan(plan, rings, stages, step, ring_size, slots, set(fetched))
+
+
+def _prefix_copy(load, inner, ctx):
+    """(w, count) where a pointer load's mask is proved a prefix of every aligned run of
+    w elements along the tile's inner dim (w: the copy's width) but not constant over
+    them: its copies then zero-fill each run's tail through cp.async's src-size, and
+    `count(emit, value)` builds the runs' true-element counts (mask_prefix.count_true).
+    Else None: a mask bit per copy."""
+    if is_tma(load) or len(load.operands) < 2:
+        return None
+    mask = load.operands[1]
+    run = min(memory_width(ctx, load)[1], mask_prefix.prefix_run(mask, inner, ctx.axis))
+    if ctx.axis.get(mask).constancy[inner] % run == 0:
+        return None
+    return run, lambda emit, value: mask_prefix.count_true(mask, inner, run, ctx.axis, emit, value)
+
+
+def tma_boxes(fn) -> dict[int, tuple[int, int, int]]:
+    """{argument index: (inner, rows, swizzle)} of the tensormap arguments whose TMA box a pass
+    chose (their `tma_box` attribute): what the launcher encodes each map with."""
+    return {i: tuple(attrs["tma_box"]) for i, attrs in enumerate(fn.arg_attrs) if "tma_box" in attrs}
+
+
+def _agreed_boxes(rings, fn, ctx):
+    """One TMA map per descriptor argument or `tensormap_create`, so every ring it fills
+    must use one box and swizzle: the boxes (argument index or the create op -> (inner,
+    rows, swizzle)) with those already recorded in an argument's `tma_box` (which the launcher
+    encodes the maps with) or in a create's `box`, or None where two disagree."""
+    boxes = tma_boxes(fn)
+    for ring in rings:
+        load, tile = ring.load, ring.tile
+        if not is_tma(load):
+            continue
+        made = _created_map(load.operands[0])
+        if made is not None:  # a map the kernel makes: keyed by its op, the box in its attrs
+            key, known = made, made.attrs.get("box")
+            boxes.setdefault(key, tuple(known) if known else tma_box(tile))
+        else:
+            key = fn.args.index(load.operands[0])
+            boxes.setdefault(key, tma_box(tile))
+        if boxes[key] != tma_box(tile):
+            return None
+    return boxes
