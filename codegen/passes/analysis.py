@@ -20,6 +20,8 @@ class Analysis:
         self.function, self.options = fn, options
 
     def __getattr__(self, name):  # num_warps, target, portable, ...: the options'
+        if name in ("function", "options"):  # not set yet (a copy being made): no recursion
+            raise AttributeError(name)
         return getattr(self.options, name)
 
     @functools.cached_property
