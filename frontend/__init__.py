@@ -12,6 +12,7 @@ from . import language  # noqa: F401
 from .errors import CompilationError, InterpreterError, KilnError, OutOfResources  # noqa: F401
 from .errors import KilnError as TritonError  # noqa: F401  (Triton's name for the base class)
 from .jit import JITFunction, KernelInterface, constexpr_function, jit  # noqa: F401
+from .runtime._async_compile import AsyncCompileMode, FutureKernel  # noqa: F401  (Triton 3.6's names)
 from .autotuner import Config, autotune, heuristics  # noqa: F401
 from .dropin import knobs  # noqa: F401  (triton.knobs; `import kiln.knobs` too, below)
 from . import compiler, runtime, testing, tools  # noqa: F401  (triton.runtime.driver, triton.compiler.errors after `import kiln as triton`)

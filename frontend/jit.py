@@ -17,6 +17,7 @@ from kiln.language.core import constexpr
 from . import config, jit_hooks
 from .binder import grid3, make_binder
 from .errors import CompilationError, InterpretedCompilationError, InterpreterError, user_facing
+from .runtime import _async_compile
 from .specialize import COMPILE_ONLY, annotation_type, specialize
 
 
@@ -374,9 +375,18 @@ class JITFunction(JITCallable, KernelInterface):
             if hooks.jit_cache_hook is not None and jit_hooks.call(hooks.jit_cache_hook, self, key, values, options,
                                                                    warmup, compiled=False):
                 return None
-            kernel = self.cache[key] = self._compile(values, options)
-            if hooks.jit_post_compile_hook is not None:
-                jit_hooks.call(hooks.jit_post_compile_hook, self, key, values, options, warmup, compiled=True)
+            mode = _async_compile.active_mode.get()
+            if mode is not None:  # in `AsyncCompileMode`: compiled by its executor
+                return _async_compile.compile_in(mode, self, key, values, options, warmup)
+            kernel = self._compiled(key, values, options, warmup, self._compile(values, options))
+        return kernel
+
+    def _compiled(self, key, values, options, warmup, kernel):
+        """A compile is done: its kernel is cached under launch key `key`, and the post-compile hook told."""
+        from .dropin.knobs import runtime as hooks
+        self.cache[key] = kernel
+        if hooks.jit_post_compile_hook is not None:
+            jit_hooks.call(hooks.jit_post_compile_hook, self, key, values, options, warmup, compiled=True)
         return kernel
 
     @property
@@ -439,7 +449,16 @@ class JITFunction(JITCallable, KernelInterface):
         there is one (in the interpreter only the block IR is built)."""
         from .tensor_wrapper import MockTensor
         args = [MockTensor.wrap_dtype(a) for a in args]  # a torch dtype stands for a tensor of it, as in Triton
-        kernel = self.run(*args, grid=grid, warmup=True, **kwargs)
+        if _async_compile.active_mode.get() is not None:  # a compile submitted builds for `target` too
+            token = _async_compile.BUILD_TARGET.set(target)
+            try:
+                kernel = self.run(*args, grid=grid, warmup=True, **kwargs)
+            finally:
+                _async_compile.BUILD_TARGET.reset(token)
+            if isinstance(kernel, _async_compile.FutureKernel) or kernel is None:
+                return kernel
+        else:
+            kernel = self.run(*args, grid=grid, warmup=True, **kwargs)
         if target is not None:
             kernel.build(target)
         elif not config.interpret():
