@@ -575,7 +575,7 @@ def test_layout_conversions_pad_rows_that_would_conflict_in_shared_memory():
     bank 0 (8-way conflicts); 16 bytes of padding per row makes the writes conflict-free
     and keeps the reads 16-byte vectors."""
     from kiln.ir.layout import blocked_for
-    from kiln.codegen.lower.shared import row_pad, wavefronts
+    from kiln.codegen.scratch_bytes import row_pad, wavefronts
     shape = (128, 256)
     acc, coalesced = wgmma_layout(shape, 8), blocked_for(shape, (1, 0), 8, 8)
     assert row_pad(acc, coalesced, shape, 2, 8) == 8
@@ -607,7 +607,7 @@ def _wavefronts_one_by_one(src, dst, shape, es, pad, num_warps):
 @pytest.mark.parametrize("shape", [(64, 64), (128, 64), (64, 256), (128, 256)])
 def test_the_bank_conflict_count_matches_its_definition(shape):
     from kiln.ir.layout import blocked_for
-    from kiln.codegen.lower.shared import wavefronts
+    from kiln.codegen.scratch_bytes import wavefronts
     for warps in (4, 8):
         acc = wgmma_layout(shape, warps)
         for order, vec in (((1, 0), 8), ((1, 0), 1), ((0, 1), 8)):

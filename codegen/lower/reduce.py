@@ -14,11 +14,12 @@ from collections import OrderedDict
 
 import llvmlite.ir as ir
 
-from kiln.ir.types import block_type, scalar_of
+from kiln.ir.types import block_type
 
 from kiln.ir import layout as lay
 from .shared import elem_bytes, load_elements, store_elements
-from .types import GLOBAL_PTR, I32, I64, reg_type
+from .types import GLOBAL_PTR, I32, I64
+from ..scratch_bytes import cross_warp_sizes, scan_tile
 
 
 def combine(lw, op, lhs, rhs):
@@ -89,28 +90,6 @@ def _reduce(lw, op):
     if warps.distinct > 1:
         partial = _across_warps(lw, op, layout, shape, axis, groups, partial, warps)
     _bind_results(lw, op, layout, axis, partial)
-
-
-def cross_warp_sizes(warps: int, out_numel: int, elem_sizes) -> list[int]:
-    """Scratch bytes per reduced value: a slot for each warp's partial result of each output
-    element, 8 bytes at least (so that 64-bit values stay aligned)."""
-    return [warps * out_numel * max(8, n) for n in elem_sizes]
-
-
-def reduce_scratch_bytes(op) -> int:
-    """Bytes a `reduce` writes to the scratch area: 0 where its axis stays inside each warp."""
-    src = op.operands[0]
-    layout, shape, axis = src.type.encoding, tuple(src.type.shape), op.attrs["axis"]
-    warps = layout.warp_axis(shape, axis).distinct
-    return _slots_bytes(op, shape, axis, warps) if warps > 1 else 0
-
-
-def _slots_bytes(op, shape, axis, slots: int) -> int:
-    """cross_warp_sizes of all of `op`'s values, `slots` per element of the result."""
-    numel = 1
-    for d in shape[:axis] + shape[axis + 1:]:
-        numel *= d
-    return sum(cross_warp_sizes(slots, numel, [elem_bytes(reg_type(scalar_of(v.type))) for v in op.operands]))
 
 
 def _across_warps(lw, op, layout, shape, axis, groups, partial, warps):
@@ -204,7 +183,7 @@ def _scan(lw, op):
     layout = lw.layout(src)
     inputs = [lw.regs(v, layout) for v in op.operands]
     offsets = layout.offsets(shape)
-    tile = _tile(layout, shape, axis)
+    tile = scan_tile(layout, shape, axis)
     chunks: OrderedDict = OrderedDict()  # (other coords, repetition) -> register ids in scan order
     for i, off in enumerate(offsets):
         key = off[:axis] + off[axis + 1:]
@@ -256,37 +235,6 @@ def _scan(lw, op):
             carry = carry.then(lw, op, rep_totals[ck], True)
     for r, regs in zip(op.results, outs):
         lw.bind(r, regs, layout)
-
-
-def scan_scratch_bytes(op) -> int:
-    """Bytes a `scan` writes to the scratch area: each warp's total per repetition of the
-    layout tile along the axis and output element; 0 where the axis stays inside each warp.
-    A scan runs in its operand's layout (the layouts pass gives it the shape's preferred one)."""
-    src = op.operands[0]
-    axis, shape = op.attrs["axis"], tuple(src.type.shape)
-    layout = src.type.encoding
-    if layout is None:
-        return 0  # no layout chosen yet: not planned
-    warps = layout.warp_axis(shape, axis).distinct
-    if warps == 1:
-        return 0
-    tile = _tile(layout, shape, axis)
-    reps = len({off[axis] // tile for off in layout.offsets(shape)})
-    return _slots_bytes(op, shape, axis, reps * warps)
-
-
-def _tile(layout, shape, axis):
-    lanes, warps = layout.lane_axis(shape, axis), layout.warp_axis(shape, axis)
-    spt = len({o[axis] for o in layout.offsets(shape)}) // max(1, _reps(layout, shape, axis))
-    return spt * lanes.count * warps.count
-
-
-def _reps(layout, shape, axis):
-    parent, d = layout, axis
-    while isinstance(parent, lay.Slice):
-        shape, d = parent.parent_shape(shape), parent.parent_dim(d)
-        parent = parent.parent
-    return max(1, shape[d] // parent.tile(d))
 
 
 def _lane_scan(lw, op, vals, lanes, lane_pos, reverse):

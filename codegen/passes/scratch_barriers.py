@@ -32,14 +32,12 @@ from __future__ import annotations
 
 from kiln.ir import layout as lay
 from kiln.ir.core import Function, Operation
-from kiln.ir.types import block_type, scalar_of
+from kiln.ir.types import block_type
 
 from ..lower import elementwise, wgmma
-from ..lower.reduce import reduce_scratch_bytes, scan_scratch_bytes
-from ..lower.shared import conversion_bytes, elem_bytes
 from .analysis import Analysis
 from .smem_alloc import allocated_bytes, buffers_live_at
-from ..lower.types import reg_type
+from ..scratch_bytes import conversion_bytes, reduce_scratch_bytes, scalar_bytes, scan_scratch_bytes
 
 name = "scratch_barriers"
 ALIGN = 16
@@ -94,7 +92,7 @@ def scratch_bytes(op, model) -> int:
     if op.name == "scan" and _encoded(op.operands[0]):
         return scan_scratch_bytes(op)
     if op.name in _EXCHANGED:  # every element once, at its flat position (kiln.codegen.lower.shared.exchange)
-        return _EXCHANGED[op.name](op).type.numel * elem_bytes(reg_type(scalar_of(op.operands[0].type)))
+        return _EXCHANGED[op.name](op).type.numel * scalar_bytes(op.operands[0].type)
     if op.name == "histogram":
         return 4 * op.attrs["num_bins"]  # an int32 counter per bin
     if op.name == "convert_layout" and _encoded(op.operands[0]) and _encoded(op.results[0]):
