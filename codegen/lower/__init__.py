@@ -16,7 +16,7 @@ from ..passes import scratch_barriers  # (after this package's rules, which it r
 from ..passes.analysis import Analysis
 from ..occupancy import max_shared_per_cta
 from .mma import plan_dot_buffers
-from ..passes.smem_alloc import allocated_bytes
+from ..passes.smem_alloc import reserved_bytes
 from .types import I8, reg_type
 
 LOWER: dict = {}
@@ -83,9 +83,7 @@ def _lower(fn, ctx, double_buffers: bool):
     if ctx.maxnreg is not None:
         set.add(llfn.attributes, f'"nvvm.maxnreg"="{ctx.maxnreg}"')
     lw = Lowering(module, llfn, ctx)
-    allocated = allocated_bytes(fn)
-    if allocated:  # the buffers smem_alloc placed, from a 1024-aligned base
-        lw.reserved = allocated + wgmma.ALIGN
+    lw.reserved = reserved_bytes(fn)  # the buffers smem_alloc placed, from a base aligned at run time (wgmma.shared_base)
     for arg, param, name in zip(fn.args, llfn.args, fn.arg_names):
         param.name = name
         if arg.type == tensormap:

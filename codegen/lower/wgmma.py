@@ -20,12 +20,12 @@ from kiln.ir.types import shared_type
 
 from kiln.ir import layout as lay
 from ..passes.access import access_width
+from ..passes.smem_alloc import ALIGN  # the buffers' base: a 128-byte swizzle repeats every 1024 bytes
 from ..passes.smem_plan import is_zero_constant
 from .context import LoweringError
 from .memory import branchy_load, plain_store
 from .types import F32, I8, I32, I64, SHARED_PTR, VOID, reg_type
 
-ALIGN = 1024
 _PTX_TYPE = {"fp16": "f16", "bf16": "bf16", "fp8e4nv": "e4m3", "fp8e5": "e5m2", "fp32": "tf32", "int8": "s8"}
 _SWIZZLE_MODE = {0: 0, 128: 1, 64: 2, 32: 3}
 

@@ -34,9 +34,9 @@ from kiln.ir import layout as lay
 from kiln.ir.core import Function, Operation
 from kiln.ir.types import block_type
 
-from ..lower import elementwise, wgmma
+from ..lower import elementwise
 from .analysis import Analysis
-from .smem_alloc import allocated_bytes, buffers_live_at
+from .smem_alloc import buffers_live_at, reserved_bytes
 from ..scratch_bytes import conversion_bytes, reduce_scratch_bytes, scalar_bytes, scan_scratch_bytes
 
 name = "scratch_barriers"
@@ -75,8 +75,7 @@ def planned_shared_bytes(fn) -> int:
     """A lower bound of the shared memory lowering will give the kernel: the buffers smem_alloc
     placed (from a 1024-aligned base, as lowering reserves them) and the scratch this pass planned
     beside them. Lowering may add more (mma.sync staging buffers, unplanned uses), never less."""
-    allocated = allocated_bytes(fn)
-    reserved = allocated + wgmma.ALIGN if allocated else 0
+    reserved = reserved_bytes(fn)
     most, buffers_live = reserved, buffers_live_at(fn)
     for op in fn.walk():
         plan = op.attrs.get("scratch")

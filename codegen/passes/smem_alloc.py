@@ -34,6 +34,13 @@ def allocated_bytes(fn) -> int:
                 for op in fn.walk() if op.name == "local_alloc" and "offset" in op.attrs), default=0)
 
 
+def reserved_bytes(fn) -> int:
+    """The shared memory lowering reserves for these buffers: their span, from a base it rounds up
+    to ALIGN at run time (so ALIGN more, for the bytes that rounding may skip); 0 without buffers."""
+    allocated = allocated_bytes(fn)
+    return allocated + ALIGN if allocated else 0
+
+
 def buffers_live_at(fn):
     """`live(op)`: is a buffer live at `op`? Read from the IR (the `local_alloc`s and their uses),
     so lowering, which puts the scratch area after the buffers there, and scratch_barriers ask
