@@ -205,7 +205,7 @@ class Autotuner(KernelInterface):
                 continue
             if isinstance(kernel, CompiledKernel):
                 kernels.append(kernel)
-        target = cuda_driver.compile_target(cuda_driver.device_and_stream()[0])
+        target = cuda_driver.current_compile_target()
 
         def build(kernel):
             try:

@@ -18,8 +18,7 @@ from kiln.tools.tensor_descriptor import TensorDescriptor
 
 from . import config
 from .errors import KilnError
-
-JITCallable = type("JITCallable", (), {})  # kiln.jit's, set by the first make_binder (kiln.jit imports this module)
+from .jit_callable import JITCallable
 
 _INT32_MIN, _INT32_MAX = -2**31, 2**31 - 1
 IGNORED_LAUNCH_OPTIONS = ("extern_libs",)
@@ -102,8 +101,6 @@ def make_binder(jitfn):
     them back as a dict for the slow paths (a compile, a grid callable), so that a cached
     launch builds no dictionary.
     """
-    global JITCallable
-    from .jit import JITCallable
     params = jitfn.signature.parameters
     names = list(params)
     options = [o for o in config.LAUNCH_OPTIONS if o not in params]

@@ -325,7 +325,7 @@ def compile(src, target=None, options: dict | None = None):
     from kiln.runtime import GPUTarget
     if target is None:
         gpu = not config.interpret() and driver.is_available()
-        target = driver.compile_target(driver.device_and_stream()[0]) if gpu else GPUTarget("cpu", 0, 1)
+        target = driver.current_compile_target() if gpu else GPUTarget("cpu", 0, 1)
     return compile_source(src, target, options)
 
 

@@ -19,6 +19,8 @@ import copy
 import hashlib
 import types
 
+from .jit_callable import JITCallable
+
 # names of Python builtins a kernel may use: not globals worth checking
 _PYTHON_BUILTINS = frozenset({"float", "getattr", "int", "isinstance", "len", "list", "max", "min", "print",
                               "range"})
@@ -28,7 +30,6 @@ _PLAIN_MODULES = frozenset({"copy", "math"})
 
 
 def is_jit_callable(value) -> bool:
-    from .jit import JITCallable
     return isinstance(value, JITCallable)
 
 
@@ -186,7 +187,8 @@ def compute_key(fn) -> tuple[str, dict, object]:
         return hashlib.sha256(fn.src.encode("utf-8")).hexdigest(), {}, None
     finder = DependencyFinder(f"{fn.__module__}.{fn.__qualname__}", fn.__globals__ or {}, fn.closure_vars(),
                               fn.src)
-    finder.visit(parse_source(fn.src))
+    parse = getattr(fn, "parse", None)  # a @jit function keeps its parsed source; parse a constexpr function's
+    finder.visit(parse() if parse is not None else parse_source(fn.src))
     used = dict(sorted(finder.used_global_vals.items(), key=lambda item: (item[0][0], item[0][1])))
     text = finder.digest + str(fn.starting_line_number)
     text += str([(name, value) for (name, _), (value, _) in used.items() if isinstance(value, constexpr)])

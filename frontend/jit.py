@@ -17,6 +17,7 @@ from kiln.language.core import constexpr
 from . import config, jit_hooks
 from .binder import grid3, make_binder
 from .errors import CompilationError, InterpretedCompilationError, InterpreterError, user_facing
+from .jit_callable import JITCallable
 from .runtime import _async_compile
 from .specialize import COMPILE_ONLY, annotation_type, specialize
 
@@ -125,61 +126,6 @@ def _compiles_to(text: str, module_code) -> bool:
     except (SyntaxError, ValueError):
         return False
     return compiled.co_code == module_code.co_code and compiled.co_names == module_code.co_names
-
-
-class JITCallable:
-    """What @jit functions and `@constexpr_function`s share (Triton's class of this name): `cache_key`,
-    a hash of the source and of everything it calls (kiln.dependencies), kept in `hash` until
-    that is set to None, and `used_global_vals`, the globals it and its callees name."""
-
-    hash = None
-    used_global_vals: dict = {}
-    _unsupported_reference = None
-
-    def _dependency_key(self) -> str:
-        """`cache_key`, also for a function that names a plain Python function (kiln calls those)."""
-        key = self.hash
-        if key is not None:
-            return key
-        with _HASH_LOCK:
-            if self.hash is not None:
-                return self.hash
-            from .dependencies import compute_key
-            self.hash = f"recursion:{self.__module__}.{self.__qualname__}"  # a function that calls itself
-            try:
-                key, used, unsupported = compute_key(self)
-            except BaseException:
-                self.hash = None
-                raise
-            self.used_global_vals, self._unsupported_reference = used, unsupported
-            self.hash = key
-            return key
-
-    @property
-    def cache_key(self) -> str:
-        """Triton's: changes with the source of this function or of any function it calls."""
-        key = self._dependency_key()
-        if self._unsupported_reference is not None:
-            raise RuntimeError(f"Unsupported function referenced: {self._unsupported_reference}")
-        return key
-
-    @property
-    def starting_line_number(self) -> int:
-        """The line of the function's first decorator (Triton's: where its source starts)."""
-        return self.fn.__code__.co_firstlineno
-
-    def closure_vars(self) -> dict:
-        code, cells = self.fn.__code__, self.fn.__closure__ or ()
-        out = {}
-        for name, cell in zip(code.co_freevars, cells):
-            try:
-                out[name] = cell.cell_contents
-            except ValueError:
-                pass
-        return out
-
-
-_HASH_LOCK = threading.RLock()  # one for every function: keys are computed once each, callees within
 
 
 class KernelInterface:
@@ -477,7 +423,7 @@ def _lower_for_listener(kernel, timer) -> None:
         return
     from .runtime import cuda_driver
     if cuda_driver.is_available():
-        kernel.build(cuda_driver.compile_target(cuda_driver.device_and_stream()[0]))
+        kernel.build(cuda_driver.current_compile_target())
         timer.stage("cubin")
 
 

@@ -21,6 +21,7 @@ from kiln.language.tensor_descriptor import DescriptorArgument
 from kiln.tools.tensor_descriptor import TensorDescriptor
 
 from . import config
+from .jit_callable import JITCallable
 
 _TORCH_DTYPES = {
     "torch.float32": "fp32", "torch.float16": "fp16", "torch.bfloat16": "bf16", "torch.float64": "fp64",
@@ -93,7 +94,6 @@ def _param(jitfn, name, value, is_constexpr: bool, specializable: bool, annotate
         value, is_constexpr = value.value, True
     if is_constexpr or value is None or isinstance(value, (dtype, str)) or (callable(value) and
                                                                           not hasattr(value, "data_ptr")):
-        from .jit import JITCallable
         if isinstance(value, JITCallable):  # a function argument: by its source too
             return constexpr(value), ("c", value, value._dependency_key())
         return constexpr(value), ("c", _hashable(value))

@@ -121,4 +121,4 @@ def _current_target() -> Optional[str]:
     from . import cuda_driver
     if not cuda_driver.is_available():
         return None
-    return cuda_driver.compile_target(cuda_driver.device_and_stream()[0])
+    return cuda_driver.current_compile_target()

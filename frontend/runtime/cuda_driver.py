@@ -121,6 +121,11 @@ def compile_target(device: int) -> str:
     return forced
 
 
+def current_compile_target() -> str:
+    """compile_target of the current device (the one a launch here would use)."""
+    return compile_target(device_and_stream()[0])
+
+
 @functools.lru_cache(maxsize=None)
 def target(device: int) -> str:
     """The PTX target for a device (`kiln.codegen.target.target_name`: sm_90a on Hopper)."""
