@@ -142,7 +142,7 @@ def test_an_op_without_a_ttir_spelling_prints_in_generic_form():
 
 def test_asm_renders_ttir_on_first_read_and_keeps_kir():
     compiled = kiln.jit(_store).warmup(np.zeros(1, np.float32), 2.0, grid=(1,))
-    assert "ttir" not in compiled.asm and compiled.asm.get("ptx") is None
+    assert "ttir" not in compiled.asm  # (a GPU build also holds ptx and cubin here)
     before = compiled.hash
     assert compiled.asm.get("ttir").startswith("module {")
     assert "ttir" in compiled.asm and compiled.asm["kir"].startswith("kernel @_store")
