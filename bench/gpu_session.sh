@@ -4,7 +4,7 @@
 #   bash bench/gpu_session.sh tests80      # both again on sm_80 code (KILN_TARGET=sm_80; on a Hopper); tests89 likewise
 #   bash bench/gpu_session.sh bench service   # bench/run.py, bench/service.py (also: probe)
 #   bash bench/gpu_session.sh dropin          # bench/dropin.py: torch.compile with kiln's drop-in vs Triton
-#   bash bench/gpu_session.sh firststep       # 8 ranks, GPT and MLP: cold, warm, new node (~380 s; Redis below)
+#   bash bench/gpu_session.sh firststep       # 8 ranks, GPT and MLP: cold, warm, new node (~330-470 s; Redis below)
 #   bash bench/gpu_session.sh firststep-max   # 8 ranks, max-autotune-no-cudagraphs, kiln then Triton, cold (~550 s;
 #                                             # MODEL=mlp|gpt, default gpt; Triton's 8 ranks take 390 s and more)
 #   bash bench/gpu_session.sh newnode         # 8 ranks, kiln alone: cold, warm, new node (~150 s; MODEL as above)
@@ -47,7 +47,7 @@ for phase in "$@"; do
         continue
       fi
       for model in gpt mlp; do
-        python3 bench/dropin.py --models '' --model8 $model --processes 8 --new-node --budget 175 --timeout 70 \
+        python3 bench/dropin.py --models '' --model8 $model --processes 8 --new-node --budget 235 --timeout 70 \
           --name dropin-8ranks-$model --out "$OUT" 2>&1 | tee "$OUT/firststep-$model.log" | grep -A6 "processes at once"
       done ;;
     firststep-max)  # kiln first: Triton's 8 cold ranks take 390 s and more, and get what the budget leaves
