@@ -55,6 +55,10 @@ ROUNDED_OPS = {"add_r": 2, "mul_r": 2, "div_r": 2, "fma_r": 3, "sqrt_r": 1}
 ROUNDINGS = ("rn", "rz", "rd", "ru")
 # Bessel functions of integer order n: (int32 n, float x) -> float
 ORDER_OPS = frozenset({"jn", "yn"})
+# Ops that compute each element from the same elements of their operands, in the thread that holds
+# them: no element moves between threads, nothing goes through shared memory.
+ELEMENTWISE_OPS = frozenset({*BINARY_OPS, *UNARY_OPS, *TERNARY_OPS, *QUATERNARY_OPS, *ROUNDED_OPS, *ORDER_OPS,
+                             "addptr", "bitcast", "cast", "cvt_r", "cmp", "constant", "select", "multiple_of", "max_contiguous"})
 CMP_PREDICATES = ("eq", "ne", "lt", "le", "gt", "ge")
 ATOMIC_KINDS = ("add", "max", "min", "and", "or", "xor", "xchg")
 MEM_SEMANTICS = ("relaxed", "acquire", "release", "acq_rel")

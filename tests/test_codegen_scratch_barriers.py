@@ -220,3 +220,11 @@ def test_scans_across_warps_are_planned_like_reductions():
     # each warp's total (8 bytes) for the 4 warps; one repetition of the layout tile along the axis
     assert got == [("scan", [0, 32]), ("scan", [32, 32]), ("reduce", [0, 32])]
     assert _bar_syncs(k.asm["ptx"]) == 3
+
+
+def test_the_ops_it_knows_touch_no_shared_memory_are_the_ones_lowering_computes_in_registers():
+    # scratch_barriers takes the elementwise ops from the IR's op table, not from lowering's rules:
+    # the two lists must name the same ops
+    from kiln.codegen.lower import elementwise
+    from kiln.ir.ops import ELEMENTWISE_OPS
+    assert set(elementwise.RULES) == ELEMENTWISE_OPS

@@ -12,7 +12,7 @@ from kiln.ir.types import scalar_of, tensormap
 from ..backend import DATA_LAYOUT, TRIPLE
 from . import asm, control, debug, dot, elementwise, memory, reduce, shape, tma, wgmma
 from .context import Lowering, LoweringError, ScratchUse
-from ..passes import scratch_barriers  # (after this package's rules, which it reads)
+from ..passes import scratch_barriers
 from ..passes.analysis import Analysis
 from ..occupancy import max_shared_per_cta
 from .mma import plan_dot_buffers

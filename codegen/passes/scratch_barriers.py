@@ -32,9 +32,9 @@ from __future__ import annotations
 
 from kiln.ir import layout as lay
 from kiln.ir.core import Function, Operation
+from kiln.ir.ops import ELEMENTWISE_OPS
 from kiln.ir.types import block_type
 
-from ..lower import elementwise
 from .analysis import Analysis
 from .smem_alloc import buffers_live_at, reserved_bytes
 from ..scratch_bytes import conversion_bytes, reduce_scratch_bytes, scalar_bytes, scan_scratch_bytes
@@ -44,7 +44,7 @@ ALIGN = 16
 GROWTH = 1024  # bytes the area may grow by (beyond its largest user) so that neighbours need no barrier
 
 # Ops whose lowering touches no shared memory (their operands arrive in the layouts they read).
-_NO_SHARED = frozenset(elementwise.RULES) | {
+_NO_SHARED = ELEMENTWISE_OPS | {
     "program_id", "num_programs", "arange", "splat", "broadcast", "expand_dims",
     "load", "store", "inline_asm", "print", "assert", "yield", "condition", "gdc_wait", "gdc_launch_dependents"}
 # Ops that move every element through the scratch area, and the block whose elements it holds.

@@ -18,6 +18,7 @@ from .access import memory_width
 from .layouts import mma_eligible
 from .prefetch import address_cone
 from .rewrite import const_int, has_side_effects
+from .smem_alloc import ALIGN  # the buffers' base: a 128-byte swizzle repeats every 1024 bytes
 
 
 @dataclass(slots=True)
@@ -50,7 +51,6 @@ name = "smem_pipeline"
 # takes int8 dots only (no uint8), on .s32.s8.s8.
 WGMMA_INPUTS = {"fp16": "fp32", "bf16": "fp32", "fp8e4nv": "fp32", "fp8e5": "fp32", "fp32": "fp32", "int8": "int32"}
 TRANSPOSABLE = ("fp16", "bf16")  # wgmma reads M- or N-major tiles of 16-bit types only
-ALIGN = 1024  # a 128-byte swizzle repeats every 8 rows of 128 bytes
 def staged_slots(kind, ringed: bool) -> int:
     """Tiles of a staged operand's ring; the store of iteration i reuses the tile of
     iteration i - slots. An mma.sync dot has read its tile once its ldmatrix loads
