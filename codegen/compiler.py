@@ -17,8 +17,9 @@ from kiln.ir import copy_function, print_function, verify
 
 from . import backend, nvjitlink, occupancy
 from .lower import LoweringError, lower_function
-from .passes import scratch_barriers, tile_overlap
-from .passes.smem_alloc import allocated_bytes
+from .passes import tile_overlap
+from .analysis.scratch_use import planned_shared_bytes
+from .analysis.shared_buffers import allocated_bytes
 from .pipeline import TILE_OVERLAP, PassContext, run_passes
 from .target import parse_target
 
@@ -125,7 +126,7 @@ def _lower_to_llvm(fn, tgt, opts: dict, check: bool, portable: bool, counts: dic
             run_passes(work, ctx, check=check, start=TILE_OVERLAP)
             counts["pass_runs"] = counts.get("pass_runs", 0) + 1
         tiles_overlapped = tile_overlap.overlapped(work)
-        if tiles_overlapped and not portable and scratch_barriers.planned_shared_bytes(work) > limit:
+        if tiles_overlapped and not portable and planned_shared_bytes(work) > limit:
             overlap = False  # past the SM's shared memory already by the passes' plan: no lowering needed to see it
             continue
         counts["lowerings"] = counts.get("lowerings", 0) + 1

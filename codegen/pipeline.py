@@ -2,7 +2,7 @@
 
 Each pass is a module with `name` and `apply(fn, ctx)` that rewrites `fn` in place; `ctx` holds
 the compile's options only, and what a pass needs to know of the function besides (contiguity,
-index math, live buffers) it reads from the IR (kiln.codegen.passes.analysis). With `check=True`
+index math, live buffers) it reads from the IR (kiln.codegen.analysis). With `check=True`
 (tests) the verifier runs after every pass; every compile runs it after the last.
 """
 from __future__ import annotations

@@ -43,6 +43,13 @@ class Value:
         return f"Value({self.type})"
 
 
+def is_zero_constant(v: Value) -> bool:
+    """Is `v` a constant zero (a number, not False)?"""
+    op = v.defining_op
+    return op is not None and op.name == "constant" and op.attrs["value"] in (0, 0.0) \
+        and not isinstance(op.attrs["value"], bool)
+
+
 class Operation:
     __slots__ = ("name", "operands", "results", "attrs", "regions", "loc", "parent")
 

@@ -254,6 +254,11 @@ class shared_type(dtype):
         """One tile of the ring: the type of `local_index`."""
         return shared_type(self.element_ty_, self.shape_[-2:], self.swizzle, self.order)
 
+    def tma_box(self) -> tuple[int, int, int]:
+        """(inner elements, rows, swizzle bytes) of the TMA box that fills this tile one swizzle-wide
+        column chunk at a time (a chunk is every row's `swizzle` bytes of the inner dim)."""
+        return self.swizzle // self.element_ty.itemsize, self.shape[self.order[1]], self.swizzle
+
     def transposed(self) -> "shared_type":
         """The same tile read with its two dims swapped: element (j, i) of the result is
         element (i, j) of this one, at the same byte."""

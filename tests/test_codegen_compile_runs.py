@@ -8,7 +8,7 @@ import pathlib
 import numpy as np
 import pytest
 
-from kiln.codegen.passes.scratch_barriers import planned_shared_bytes
+from kiln.codegen.analysis.scratch_use import planned_shared_bytes
 from kiln.codegen.pipeline import PassContext, run_passes
 from kiln.codegen.lower import lower_function
 from kiln.codegen.target import parse_target

@@ -10,6 +10,7 @@ import kiln
 import kiln.language as tl
 from kiln.codegen import compile as compile_ir, nvjitlink
 from kiln.ir.layout import Wgmma, thread_elements, wgmma_layout
+from kiln.codegen.analysis.shared_buffers import allocated_bytes
 from kiln.codegen.passes import canonicalize, cse, dce, descriptor_loads, dot_accumulate, smem_alloc, smem_pipeline, smem_plan
 from kiln.codegen.pipeline import PassContext
 from kiln.codegen.target import parse_target
@@ -125,7 +126,7 @@ def test_a_dot_fed_by_loads_becomes_a_ring_of_async_copies_and_wgmma():
     assert "load" not in names(fn) and "dot" not in names(fn)
     # the loop no longer carries the pointers it stopped loading through
     assert [str(t) for t in (r.type for r in loop.results)].count("<64x32xptr<fp16>>") == 1
-    assert smem_alloc.allocated_bytes(fn) == 16384 + 16384
+    assert allocated_bytes(fn) == 16384 + 16384
 
 
 @pytest.mark.parametrize("target", ["sm_80", "sm_90a"])
@@ -174,7 +175,7 @@ def test_smem_alloc_shares_bytes_between_buffers_that_do_not_live_together():
     smem_alloc.apply(fn, ctx)
     offsets = [op.attrs["offset"] for op in fn.walk() if op.name == "local_alloc"]
     assert offsets == [0, 0, 16384]  # a is dead before b; c lives while b does
-    assert smem_alloc.allocated_bytes(fn) == 16384 + 2048 and "offset = 16384" in print_function(fn)
+    assert allocated_bytes(fn) == 16384 + 2048 and "offset = 16384" in print_function(fn)
 
 
 @kiln.jit
@@ -242,7 +243,7 @@ def test_a_buffer_allocated_in_a_loop_dies_within_each_iteration():
     offsets = {op.results[0]: op.attrs["offset"] for op in fn.walk() if op.name == "local_alloc"}
     kept, ring, epi = offsets.values()
     assert kept == 0 and ring == 8192 and epi == 8192  # the ring is dead once its K loop ended
-    assert smem_alloc.allocated_bytes(fn) == 8192 + 16384
+    assert allocated_bytes(fn) == 8192 + 16384
     tile_loop = next(op for op in fn.body.ops if op.name == "for").regions[0].ops
     order = [op.name for op in tile_loop]
     assert order[0] == "barrier" and order[order.index("for") + 1] == "barrier"  # both allocations reuse bytes

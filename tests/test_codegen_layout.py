@@ -60,7 +60,7 @@ def test_register_runs_are_consecutive_and_aligned(shape):
     """What vector loads rely on: each thread's registers, in order, come in runs of n
     consecutive elements along one dim, each starting at a multiple of n; a slice keeps
     its parent's runs along the dims it keeps."""
-    from kiln.codegen.passes.access import register_run
+    from kiln.codegen.analysis.access import register_run
     for parent in _layouts(shape, 4):
         for layout, small in [(parent, shape)] + [(Slice(d, parent), shape[:d] + shape[d + 1:]) for d in range(len(shape))]:
             d, n = register_run(layout)

@@ -13,7 +13,7 @@ import pytest
 
 from kiln.codegen import compile as compile_ir
 from kiln.codegen.passes import mask_prefix
-from kiln.codegen.passes.axis_info import AxisAnalysis
+from kiln.codegen.analysis.axis_info import AxisAnalysis
 from kiln.interpret.args import bind_arguments
 from kiln.interpret.run import Program
 from kiln.ir import parse_function, print_function, verify

@@ -2,7 +2,7 @@
 and layouts."""
 from kiln.ir.layout import Blocked, Slice
 from kiln.codegen.passes import canonicalize, cse, dce, dot_accumulate, layouts
-from kiln.codegen.passes.axis_info import AxisAnalysis
+from kiln.codegen.analysis.axis_info import AxisAnalysis
 from kiln.codegen.pipeline import PassContext, run_passes
 from kiln.codegen.target import parse_target
 from kiln.ir import parse_function, print_function, verify

@@ -8,7 +8,8 @@ import pytest
 from kiln.codegen import compile as compile_ir
 from kiln.codegen.lower.context import ScratchUse
 from kiln.codegen.passes import scratch_barriers, smem_alloc
-from kiln.codegen.passes.analysis import Analysis
+from kiln.codegen.analysis import Analysis
+from kiln.codegen.analysis.scratch_use import touches_no_shared
 from kiln.codegen.pipeline import PassContext
 from kiln.codegen.target import parse_target
 from kiln.ir import parse_function, print_function, verify
@@ -79,7 +80,7 @@ def test_a_reduction_inside_a_warp_touches_no_shared_memory():
     # rows stay in their warp (shuffles only); columns cross the 4 warps: 64 outputs x 4 warps x 8 bytes
     assert plans(fn) == [("reduce", None), ("reduce", [0, 2048]), ("reduce", [2048, 32])]  # 1 KB more at most
     row = next(op for op in fn.walk() if op.name == "reduce")
-    assert scratch_barriers.touches_no_shared(row, Analysis(fn, ctx))
+    assert touches_no_shared(row, Analysis(fn, ctx))
 
 
 def test_a_reduction_after_shared_buffers_waits_at_a_barrier():
@@ -223,7 +224,7 @@ def test_scans_across_warps_are_planned_like_reductions():
 
 
 def test_the_ops_it_knows_touch_no_shared_memory_are_the_ones_lowering_computes_in_registers():
-    # scratch_barriers takes the elementwise ops from the IR's op table, not from lowering's rules:
+    # the scratch model takes the elementwise ops from the IR's op table, not from lowering's rules:
     # the two lists must name the same ops
     from kiln.codegen.lower import elementwise
     from kiln.ir.ops import ELEMENTWISE_OPS

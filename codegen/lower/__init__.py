@@ -12,11 +12,11 @@ from kiln.ir.types import scalar_of, tensormap
 from ..backend import DATA_LAYOUT, TRIPLE
 from . import asm, control, debug, dot, elementwise, memory, reduce, shape, tma, wgmma
 from .context import Lowering, LoweringError, ScratchUse
-from ..passes import scratch_barriers
-from ..passes.analysis import Analysis
+from ..analysis import Analysis
+from ..analysis.scratch_use import touches_no_shared
 from ..occupancy import max_shared_per_cta
 from .mma import plan_dot_buffers
-from ..passes.smem_alloc import reserved_bytes
+from ..analysis.shared_buffers import reserved_bytes
 from .types import I8, reg_type
 
 LOWER: dict = {}
@@ -44,7 +44,7 @@ def lower_block(lw: Lowering, block) -> None:
             raise
         finally:
             use, lw.scratch = lw.scratch, outer
-        if use.needs_barrier_after(lambda: scratch_barriers.touches_no_shared(op, lw.ctx)):
+        if use.needs_barrier_after(lambda: touches_no_shared(op, lw.ctx)):
             lw.barrier()
 
 

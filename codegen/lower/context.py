@@ -23,7 +23,7 @@ class LoweringError(NotImplementedError):
 
 class Lowering:
     def __init__(self, module: ir.Module, llfn: ir.Function, ctx):
-        self.module, self.llfn, self.ctx = module, llfn, ctx  # ctx: options and the IR's facts (passes.analysis)
+        self.module, self.llfn, self.ctx = module, llfn, ctx  # ctx: options and the IR's facts (kiln.codegen.analysis)
         self.num_warps = ctx.num_warps
         self.values: dict = {}
         self.converted: dict = {}

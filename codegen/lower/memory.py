@@ -12,7 +12,7 @@ import llvmlite.ir as ir
 
 from kiln.ir.types import block_type, scalar_of
 
-from ..passes.access import access_width
+from ..analysis.access import access_width
 from .types import GLOBAL_PTR, I1, I8, I16, I32, I64, mem_type, reg_type
 
 

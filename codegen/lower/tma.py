@@ -16,7 +16,6 @@ import llvmlite.ir as ir
 from kiln.ir.types import tensormap
 
 from .types import GENERIC_PTR, I32, I64
-from ..passes.smem_plan import tma_box
 from .wgmma import _asm
 
 
@@ -71,7 +70,7 @@ def _tma_copy(lw, op):
     tmap, tile, bar, pred, c0, c1 = op.operands
     t = tile.type
     inner, outer = t.order
-    C, O, W = tma_box(t)
+    C, O, W = t.tma_box()
     coords = {0: lw.scalar(c0), 1: lw.scalar(c1)}
     map_address = lw.b.ptrtoint(lw.scalar(tmap), I64)
     with _thread0(lw, lw.scalar(pred)):
@@ -125,7 +124,7 @@ def _tma_store(lw, op):
     tmap, tile, c0, c1 = op.operands
     t = tile.type
     inner, outer = t.order
-    C, O, W = tma_box(t)
+    C, O, W = t.tma_box()
     coords = {0: lw.scalar(c0), 1: lw.scalar(c1)}
     map_address = lw.b.ptrtoint(lw.scalar(tmap), I64)
     with _thread0(lw):

@@ -15,13 +15,12 @@ from __future__ import annotations
 
 import llvmlite.ir as ir
 
-from kiln.ir.core import Operation
+from kiln.ir.core import Operation, is_zero_constant
 from kiln.ir.types import shared_type
 
 from kiln.ir import layout as lay
-from ..passes.access import access_width
-from ..passes.smem_alloc import ALIGN  # the buffers' base: a 128-byte swizzle repeats every 1024 bytes
-from ..passes.smem_plan import is_zero_constant
+from ..analysis.access import access_width
+from ..analysis.shared_buffers import ALIGN  # the buffers' base: a 128-byte swizzle repeats every 1024 bytes
 from .context import LoweringError
 from .memory import branchy_load, plain_store
 from .types import F32, I8, I32, I64, SHARED_PTR, VOID, reg_type

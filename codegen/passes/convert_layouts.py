@@ -27,7 +27,7 @@ from kiln.ir.layout import same_distribution
 from kiln.ir.layout_check import reads_in
 from kiln.ir.types import block_type, scalar_of
 
-from .access import copy_layout, store_layout
+from ..analysis.access import copy_layout, store_layout
 
 
 def _memory_bits(t) -> int:
@@ -50,7 +50,7 @@ def wanted(ctx, op, layout_of) -> list:
 
 def convert(fn, ctx, layouts: dict) -> None:
     """The convert_layout ops that `layouts` (value -> layout, the layouts pass's choice) calls
-    for, then every block value's layout into its type. `ctx`: options and axis (passes.analysis)."""
+    for, then every block value's layout into its type. `ctx`: options and axis (kiln.codegen.analysis)."""
     made: dict = {}  # (value, layout, block) -> the convert_layout's result
     _convert_block(fn.body, ctx, layouts, made)
     for op in fn.walk():

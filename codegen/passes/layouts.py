@@ -17,8 +17,8 @@ from kiln.ir.types import block_type
 
 from kiln.ir.layout import Blocked, Slice, blocked_for, default_order, mma_layout, same_distribution, wgmma_layout
 
-from .access import memory_width
-from .analysis import Analysis
+from ..analysis.access import memory_width
+from ..analysis import Analysis
 from .convert_layouts import convert
 
 name = "layouts"

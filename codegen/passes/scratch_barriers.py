@@ -30,27 +30,15 @@ attrs, the barriers, and what the model reads (op names, layouts, index math, li
 """
 from __future__ import annotations
 
-from kiln.ir import layout as lay
 from kiln.ir.core import Function, Operation
-from kiln.ir.ops import ELEMENTWISE_OPS
-from kiln.ir.types import block_type
 
-from .analysis import Analysis
-from .smem_alloc import buffers_live_at, reserved_bytes
-from ..scratch_bytes import conversion_bytes, reduce_scratch_bytes, scalar_bytes, scan_scratch_bytes
+from ..analysis import Analysis
+from ..analysis.scratch_use import scratch_bytes, touches_no_shared
 
 name = "scratch_barriers"
 ALIGN = 16
 GROWTH = 1024  # bytes the area may grow by (beyond its largest user) so that neighbours need no barrier
 
-# Ops whose lowering touches no shared memory (their operands arrive in the layouts they read).
-_NO_SHARED = ELEMENTWISE_OPS | {
-    "program_id", "num_programs", "arange", "splat", "broadcast", "expand_dims",
-    "load", "store", "inline_asm", "print", "assert", "yield", "condition", "gdc_wait", "gdc_launch_dependents"}
-# Ops that move every element through the scratch area, and the block whose elements it holds.
-_EXCHANGED = {"reshape": lambda op: op.operands[0], "permute": lambda op: op.operands[0],
-              "split": lambda op: op.operands[0], "gather": lambda op: op.operands[0],
-              "join": lambda op: op.results[0], "cat": lambda op: op.results[0]}
 _CLEAR = "clear"  # nothing in flight
 _HAZARD = "hazard"  # something may be: a barrier goes first
 
@@ -69,43 +57,6 @@ def apply(fn, ctx) -> None:
     cap = max(sizes.values()) + GROWTH
     for op in [op for op in fn.walk() if op in sizes]:  # program order: an op's predecessors first
         _plan(op, sizes[op], cap, model)
-
-
-def planned_shared_bytes(fn) -> int:
-    """A lower bound of the shared memory lowering will give the kernel: the buffers smem_alloc
-    placed (from a 1024-aligned base, as lowering reserves them) and the scratch this pass planned
-    beside them. Lowering may add more (mma.sync staging buffers, unplanned uses), never less."""
-    reserved = reserved_bytes(fn)
-    most, buffers_live = reserved, buffers_live_at(fn)
-    for op in fn.walk():
-        plan = op.attrs.get("scratch")
-        if plan:
-            most = max(most, (reserved if buffers_live(op) else 0) + plan[0] + plan[1])
-    return most
-
-
-def scratch_bytes(op, model) -> int:
-    """Bytes of the scratch area `op` writes: 0 for ops this pass does not plan."""
-    if op.name == "reduce" and _encoded(op.operands[0]):
-        return reduce_scratch_bytes(op)
-    if op.name == "scan" and _encoded(op.operands[0]):
-        return scan_scratch_bytes(op)
-    if op.name in _EXCHANGED:  # every element once, at its flat position (kiln.codegen.lower.shared.exchange)
-        return _EXCHANGED[op.name](op).type.numel * scalar_bytes(op.operands[0].type)
-    if op.name == "histogram":
-        return 4 * op.attrs["num_bins"]  # an int32 counter per bin
-    if op.name == "convert_layout" and _encoded(op.operands[0]) and _encoded(op.results[0]):
-        src, dst = op.operands[0], op.results[0].type.encoding
-        if src.type.encoding == dst or lay.same_distribution(src.type.encoding, dst, tuple(src.type.shape), model.num_warps):
-            return 0
-        if src in model.index:
-            return 0  # index math recomputed in the new layout
-        return conversion_bytes(src.type, dst, model.num_warps)
-    return 0
-
-
-def _encoded(v) -> bool:
-    return isinstance(v.type, block_type) and v.type.encoding is not None
 
 
 def _plan(op, size, cap, model) -> None:
@@ -159,9 +110,3 @@ def _meet(a, b):
     if b == _CLEAR or a is b:
         return a
     return _HAZARD
-
-
-def touches_no_shared(op, model) -> bool:
-    """Does the model take `op` for one whose lowering touches no shared memory?"""
-    return op.name in _NO_SHARED or (op.name in ("reduce", "scan", "convert_layout") and not scratch_bytes(op, model)) \
-        or (op.name in ("for", "if") and all(touches_no_shared(inner, model) for region in op.regions for inner in region.ops))

@@ -79,8 +79,9 @@ from __future__ import annotations
 from kiln.ir.core import Operation, Value
 from kiln.ir.types import block_type, int1, int32, int64, shared_type
 
-from . import axis_info, descriptor_loads, prefetch
-from .analysis import Analysis
+from ..analysis import axis_info
+from . import descriptor_loads, prefetch
+from ..analysis import Analysis
 from .rewrite import append_const, append_op, clone_op, const_int, in_loop, insert_ops
 from .smem_plan import is_tma, plan_loop, ring_kind, tma_ok
 

@@ -8,17 +8,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kiln.ir.core import Operation
+from kiln.ir.core import Operation, is_zero_constant
 from kiln.ir.types import block_type, scalar_of, shared_type
 
 from kiln.ir.layout import mma_layout, wgmma_layout
 from ..occupancy import ctas_by_shared, max_shared_per_cta
 from . import mask_prefix
-from .access import memory_width
+from ..analysis.access import memory_width
 from .layouts import mma_eligible
 from .prefetch import address_cone
 from .rewrite import const_int, has_side_effects
-from .smem_alloc import ALIGN  # the buffers' base: a 128-byte swizzle repeats every 1024 bytes
+from ..analysis.shared_buffers import ALIGN
 
 
 @dataclass(slots=True)
@@ -89,13 +89,6 @@ def _created_map(tmap):
     return op if op is not None and op.name == "tensormap_create" else None
 
 
-def tma_box(t) -> tuple[int, int, int]:
-    """(inner elements, rows, swizzle bytes) of the TMA box that fills tile type `t` one
-    swizzle-wide column chunk at a time (kiln.ir.types.shared_type: a chunk is every row's
-    `swizzle` bytes of the inner dim)."""
-    return t.swizzle // t.element_ty.itemsize, t.shape[t.order[1]], t.swizzle
-
-
 def is_tma(load) -> bool:
     return load.name == "descriptor_load"
 
@@ -107,13 +100,6 @@ def load_address(load) -> list:
 
 
 # --- which loops ---------------------------------------------------------------------
-
-def is_zero_constant(v) -> bool:
-    """Is `v` a constant zero (a number, not False)?"""
-    op = v.defining_op
-    return op is not None and op.name == "constant" and op.attrs["value"] in (0, 0.0) \
-        and not isinstance(op.attrs["value"], bool)
-
 
 def _transposed_load(v, body):
     """The load in `body` whose tile `v` is read transposed (`tl.trans(load)`), or None."""
@@ -435,10 +421,10 @@ def _agreed_boxes(rings, fn, ctx):
         made = _created_map(load.operands[0])
         if made is not None:  # a map the kernel makes: keyed by its op, the box in its attrs
             key, known = made, made.attrs.get("box")
-            boxes.setdefault(key, tuple(known) if known else tma_box(tile))
+            boxes.setdefault(key, tuple(known) if known else tile.tma_box())
         else:
             key = fn.args.index(load.operands[0])
-            boxes.setdefault(key, tma_box(tile))
-        if boxes[key] != tma_box(tile):
+            boxes.setdefault(key, tile.tma_box())
+        if boxes[key] != tile.tma_box():
             return None
     return boxes

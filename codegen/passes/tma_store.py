@@ -29,7 +29,7 @@ from kiln.ir.types import block_type, int1, int32, scalar_of, shared_type, tenso
 from . import affine
 from .pointer_tma import (base_and_offset, bound_dim, create_map, emit_poly, from_arguments, hinted_divisors, mask_terms,
                           nonnegative, split_strided)
-from .smem_plan import enabled, tma_box
+from .smem_plan import enabled
 
 name = "tma_store"
 
@@ -106,7 +106,7 @@ class _StoreBox:
             return op.results[0]
 
         starts = [emit_poly(self.starts[d], None, self.forms, emit) for d in range(2)]
-        box = tma_box(self.tile)
+        box = self.tile.tma_box()
         host = self.host(fn)
         if host:
             index = fn.args.index

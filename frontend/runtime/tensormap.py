@@ -2,7 +2,7 @@
 
 A kernel that copies a descriptor's blocks with TMA records, in its metadata's argument
 list, the box it reads (`"tma_box": "64x128:swizzle128"`: inner elements, rows, swizzle
-bytes; codegen's `smem_plan.tma_box`). The launcher encodes the descriptor's tensor
+bytes; kiln.ir.types' `shared_type.tma_box`). The launcher encodes the descriptor's tensor
 with that box (`cuTensorMapEncodeTiled`) into the kernel's 128-byte by-value parameter.
 Out-of-bounds elements of a box read as zero, as the descriptor's padding="zero" says.
 """

@@ -7,7 +7,7 @@ It feeds the layout pass: a load whose pointer is contiguous over 4 fp32 and 16-
 divisible, with a mask constant over 4, becomes one `ld.global.v4.b32`. Sources are the
 runtime's `divisibility` arg attrs, `arange`, constants, `splat`/`broadcast` and the
 `multiple_of`/`max_contiguous` hints; loops are iterated to a fixed point. It is an analysis,
-not a pass: whoever needs it computes it from the IR (kiln.codegen.passes.analysis).
+not a pass: whoever needs it computes it from the IR (kiln.codegen.analysis).
 """
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ import functools
 from kiln.ir.index_math import index_values
 
 from .axis_info import AxisAnalysis
-from .smem_alloc import buffers_live_at
+from .shared_buffers import buffers_live_at
 
 
 class Analysis:

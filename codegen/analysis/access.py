@@ -2,7 +2,7 @@
 analysis) and the layout its threads hold them in. The layouts pass chooses layouts by it,
 smem_pipeline sizes its copies by it and lowering emits the vector accesses it allows.
 
-Each function takes `ctx`, the compile's options with the function's `axis` (passes.analysis).
+Each function takes `ctx`, the compile's options with the function's `axis` (kiln.codegen.analysis).
 """
 from __future__ import annotations
 
