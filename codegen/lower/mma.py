@@ -23,7 +23,9 @@ import llvmlite.ir as ir
 from kiln.ir.core import Operation
 from kiln.ir.types import block_type, float32, int32, scalar_of
 
-from kiln.ir.layout import Blocked, is_mma_layout, mma_layout
+from kiln.ir.layout import Blocked, is_mma_layout
+
+from ..analysis.dots import mma_eligible
 from .context import LoweringError
 from .elementwise import cast_value
 from .memory import plain_store
@@ -38,7 +40,6 @@ _SHAPE = {"s8": ("m16n8k32", "s32.s8.s8.s32"), "tf32": ("m16n8k8", "f32.tf32.tf3
 
 
 def can_use_mma(lw, op) -> bool:
-    from ..passes.layouts import mma_eligible
     out = op.results[0]
     return mma_eligible(op, lw.ctx) and is_mma_layout(lw.layout(out), out.type.shape, lw.num_warps)
 

@@ -18,38 +18,13 @@ from kiln.ir.types import block_type
 from kiln.ir.layout import Blocked, Slice, blocked_for, default_order, mma_layout, same_distribution, wgmma_layout
 
 from ..analysis.access import memory_width
+from ..analysis.dots import mma_eligible
 from ..analysis import Analysis
 from .convert_layouts import convert
 
 name = "layouts"
 
 MEMORY_OPS = ("load", "store", "atomic_rmw", "atomic_cas", "async_copy")
-
-
-def fp8_mma(ctx) -> bool:
-    """Does the target have mma.sync on fp8 (e4m3, e5m2; sm_89 on, PTX 8.4)? The CPU
-    emulator has it too."""
-    return ctx.portable or (ctx.target.capability >= 89 and ctx.target.ptx_version >= 84)
-
-
-def mma_eligible(op, ctx) -> bool:
-    """fp16/bf16 operands with a float accumulator (16x8x16 steps), int8 with int32 or,
-    where the target has it, fp8 with fp32 (16x8x32 steps), fp32 at tf32 precision with
-    fp32 (16x8x8 steps), 2-D."""
-    a, b, acc = op.operands
-    if len(a.type.shape) != 2:
-        return False
-    (M, K), (_, N) = a.type.shape, b.type.shape
-    s, s_acc = a.type.scalar, acc.type.scalar  # a may be a shared tile (mma_dot)
-    if s.name == "int8":
-        return s_acc.name == "int32" and M % 16 == 0 and N % 8 == 0 and K % 32 == 0
-    if s.name in ("fp8e4nv", "fp8e5"):
-        return fp8_mma(ctx) and s_acc.name == "fp32" and M % 16 == 0 and N % 8 == 0 and K % 32 == 0
-    if s.name == "fp32":  # tl.dot's default for fp32: one tf32 product (ieee, tf32x3 stay exact)
-        return (op.name == "mma_dot" or op.attrs.get("input_precision") == "tf32") and s_acc.name == "fp32" \
-            and M % 16 == 0 and N % 8 == 0 and K % 8 == 0
-    return (s.name in ("fp16", "bf16") and s_acc.is_floating()
-            and s_acc.name != "fp64" and M % 16 == 0 and N % 8 == 0 and K % 16 == 0)
 
 
 ELEMENTWISE_BETWEEN = {"cast", "bitcast", "add", "sub", "mul", "div", "and", "or", "xor", "shl", "shr", "min", "max",

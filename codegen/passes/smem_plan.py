@@ -15,7 +15,7 @@ from kiln.ir.layout import mma_layout, wgmma_layout
 from ..occupancy import ctas_by_shared, max_shared_per_cta
 from . import mask_prefix
 from ..analysis.access import memory_width
-from .layouts import mma_eligible
+from ..analysis.dots import mma_eligible
 from .prefetch import address_cone
 from .rewrite import const_int, has_side_effects
 from ..analysis.shared_buffers import ALIGN
