@@ -55,8 +55,8 @@ def _encoded(v) -> bool:
 
 def planned_shared_bytes(fn) -> int:
     """A lower bound of the shared memory lowering will give the kernel: the buffers smem_alloc
-    placed (from a 1024-aligned base, as lowering reserves them) and the scratch this pass planned
-    beside them. Lowering may add more (mma.sync staging buffers, unplanned uses), never less."""
+    placed (from a 1024-aligned base, as lowering reserves them) and the scratch scratch_barriers
+    planned beside them. Lowering may add more (mma.sync staging buffers, unplanned uses), never less."""
     reserved = reserved_bytes(fn)
     most, buffers_live = reserved, buffers_live_at(fn)
     for op in fn.walk():

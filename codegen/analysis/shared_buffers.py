@@ -10,8 +10,8 @@ ALIGN = 1024  # each buffer's offset and their base: a 128-byte swizzle repeats 
 
 
 def allocated_bytes(fn) -> int:
-    """The shared memory the buffers this pass placed span: the end of the highest, from their
-    `offset` attrs (0 before this pass, and where it placed none)."""
+    """The shared memory the buffers smem_alloc placed span: the end of the highest, from their
+    `offset` attrs (0 before smem_alloc ran, and where it placed none)."""
     return max((op.attrs["offset"] + -(-op.results[0].type.nbytes // ALIGN) * ALIGN
                 for op in fn.walk() if op.name == "local_alloc" and "offset" in op.attrs), default=0)
 
@@ -26,7 +26,7 @@ def reserved_bytes(fn) -> int:
 def buffers_live_at(fn):
     """`live(op)`: is a buffer live at `op`? Read from the IR (the `local_alloc`s and their uses),
     so lowering, which puts the scratch area after the buffers there, and scratch_barriers ask
-    the function itself, before or after this pass's barriers went in."""
+    the function itself, before or after smem_alloc's barriers went in."""
     position, lives = buffer_lives(fn)
     spans = [(start, end) for start, end, _ in lives]
     return lambda op: any(s <= position.get(id(op), -1) <= e for s, e in spans)
@@ -35,20 +35,20 @@ def buffers_live_at(fn):
 def buffer_lives(fn):
     """(program-order positions, [(first position, last position, local_alloc)])."""
     position, loops = {}, {}
-    number(fn.body, position, loops, [])
+    _number(fn.body, position, loops, [])
     lives = []
     for alloc in [op for op in fn.walk() if op.name == "local_alloc"]:
         values, end = {alloc.results[0]}, position[id(alloc)]
         for op in fn.walk():
             if any(v in values for v in op.operands):
-                end = max(end, last_position(op, alloc, position, loops))
+                end = max(end, _last_position(op, alloc, position, loops))
                 if op.name in ("local_index", "local_trans"):
                     values.update(op.results)
         lives.append((position[id(alloc)], end, alloc))
     return position, lives
 
 
-def last_position(use, alloc, position, loops) -> int:
+def _last_position(use, alloc, position, loops) -> int:
     """Where a use keeps its buffer alive to: the end of the outermost loop around the use
     that is not also around the allocation (whose next iteration allocates it again)."""
     around_alloc = {id(loop) for loop in loops.get(id(alloc), ())}
@@ -58,7 +58,7 @@ def last_position(use, alloc, position, loops) -> int:
     return position[id(use)]
 
 
-def number(block, position, loops, around):
+def _number(block, position, loops, around):
     """Program-order positions of every op (a loop's end counts as one more), and for
     ops inside loops the loops around them, outermost first."""
     for op in block.ops:
@@ -67,6 +67,6 @@ def number(block, position, loops, around):
             loops[id(op)] = around
         inner = around + [op] if op.name in ("for", "while") else around
         for region in op.regions:
-            number(region, position, loops, inner)
+            _number(region, position, loops, inner)
         if op.name in ("for", "while"):
             position[("end", id(op))] = len(position)
