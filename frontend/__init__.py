@@ -1,25 +1,73 @@
-"""kiln: a Triton-compatible GPU kernel language (`import kiln as triton`)."""
+"""kiln: a Triton-compatible GPU kernel language (`import kiln as triton`).
+
+The package loads its user API when one of its names is first asked for (PEP 562): a process that
+imports only `kiln.codegen` or `kiln.daemon` (a compile worker, the CLI) loads neither the language
+nor the JIT; `kiln.jit`, `kiln.language`, `from kiln import autotune` load what they name.
+"""
+import importlib as _importlib
 import sys as _sys
+import types as _types
 
-from . import config as _config
+from kiln.cache import env as _env
 
-if _config.shared_tier_configured() and not _config.interpret():
+if _env.remote_cache_url() is not None and not _env.interpret():
     # redis-py takes ~100 ms to import: started first, in the background, off the first call's path
     from kiln.cache.remote import import_client_in_background
     import_client_in_background()
 
-from . import language  # noqa: F401
-from .errors import CompilationError, InterpreterError, KilnError, OutOfResources  # noqa: F401
-from .errors import KilnError as TritonError  # noqa: F401  (Triton's name for the base class)
-from .jit import JITFunction, KernelInterface, constexpr_function, jit  # noqa: F401
-from .runtime._async_compile import AsyncCompileMode, FutureKernel  # noqa: F401  (Triton 3.6's names)
-from .autotuner import Config, autotune, heuristics  # noqa: F401
-from .dropin import knobs  # noqa: F401  (triton.knobs; `import kiln.knobs` too, below)
-from . import compiler, runtime, testing, tools  # noqa: F401  (triton.runtime.driver, triton.compiler.errors after `import kiln as triton`)
-from .compiler import compile  # noqa: F401,A001  (Triton's triton.compile)
-from .tensor_wrapper import MockTensor, TensorWrapper, reinterpret  # noqa: F401
-from .language.core import must_use_result  # noqa: F401
-from .language.core import _aggregate as aggregate  # noqa: F401  (Triton 3.9's triton.aggregate)
+# the package's names: (the module, its attribute), or (the module, None) for a submodule
+_NAMES = {
+    "language": ("kiln.language", None), "compiler": ("kiln.compiler", None), "runtime": ("kiln.runtime", None),
+    "testing": ("kiln.testing", None), "tools": ("kiln.tools", None), "knobs": ("kiln.knobs", None),
+    "CompilationError": ("kiln.errors", "CompilationError"), "InterpreterError": ("kiln.errors", "InterpreterError"),
+    "KilnError": ("kiln.errors", "KilnError"), "OutOfResources": ("kiln.errors", "OutOfResources"),
+    "TritonError": ("kiln.errors", "KilnError"),  # Triton's name for the base class
+    "JITFunction": ("kiln.jit", "JITFunction"), "KernelInterface": ("kiln.jit", "KernelInterface"),
+    "constexpr_function": ("kiln.jit", "constexpr_function"), "jit": ("kiln.jit", "jit"),
+    "AsyncCompileMode": ("kiln.runtime._async_compile", "AsyncCompileMode"),  # Triton 3.6's names
+    "FutureKernel": ("kiln.runtime._async_compile", "FutureKernel"),
+    "Config": ("kiln.autotuner", "Config"), "autotune": ("kiln.autotuner", "autotune"),
+    "heuristics": ("kiln.autotuner", "heuristics"),
+    "compile": ("kiln.compiler", "compile"),  # Triton's triton.compile
+    "MockTensor": ("kiln.tensor_wrapper", "MockTensor"), "TensorWrapper": ("kiln.tensor_wrapper", "TensorWrapper"),
+    "reinterpret": ("kiln.tensor_wrapper", "reinterpret"),
+    "must_use_result": ("kiln.language.core", "must_use_result"),
+    "aggregate": ("kiln.language.core", "_aggregate"),  # Triton 3.9's triton.aggregate
+}
+
+
+def __getattr__(name: str):
+    where = _NAMES.get(name)
+    if where is None:
+        raise AttributeError(f"module 'kiln' has no attribute {name!r}")
+    module, attribute = where
+    value = _importlib.import_module(module)
+    if attribute is not None:
+        value = getattr(value, attribute)
+    globals()[name] = value  # found once
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_NAMES))
+
+
+class _Package(_types.ModuleType):
+    """`kiln.jit` is the decorator, though a module `kiln.jit` defines it: importing that module binds
+    its name in the package to the module, which the package keeps to the decorator."""
+
+    @property
+    def jit(self):
+        return __getattr__("jit") if "jit" not in self.__dict__ else self.__dict__["jit"]
+
+    @jit.setter
+    def jit(self, value):
+        if not isinstance(value, _types.ModuleType):
+            self.__dict__["jit"] = value
+
+
+_sys.modules[__name__].__class__ = _Package
+
 
 __version__ = "0.1.0"
 
@@ -41,5 +89,3 @@ def set_allocator(allocator) -> None:
     takes it from the driver's stream-ordered pool (kiln.runtime.scratch)."""
     from .runtime._allocation import set_allocator as set_any_allocator
     set_any_allocator(allocator)
-
-_sys.modules[__name__ + ".knobs"] = knobs

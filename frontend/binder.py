@@ -13,7 +13,7 @@ import types
 
 import numpy as np
 
-from kiln.language.core import constexpr
+from kiln.constexpr import constexpr
 from kiln.tools.tensor_descriptor import TensorDescriptor
 
 from . import config

@@ -12,7 +12,7 @@ import threading
 import types
 from dataclasses import dataclass
 
-from kiln.language.core import constexpr
+from kiln.constexpr import constexpr
 
 from . import config, jit_hooks
 from .binder import grid3, make_binder

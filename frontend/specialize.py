@@ -16,8 +16,7 @@ import inspect
 import numpy as np
 
 from kiln.ir.types import SCALAR_TYPES, dtype, float32, from_numpy, int1, int32, int64, pointer_type, uint64
-from kiln.language.core import constexpr
-from kiln.language.tensor_descriptor import DescriptorArgument
+from kiln.constexpr import constexpr
 from kiln.tools.tensor_descriptor import TensorDescriptor
 
 from . import config
@@ -110,6 +109,7 @@ def _param(jitfn, name, value, is_constexpr: bool, specializable: bool, annotate
     elif isinstance(value, (float, np.floating)):
         param = (float32, {})
     elif isinstance(value, TensorDescriptor):  # becomes several runtime arguments
+        from kiln.language.tensor_descriptor import DescriptorArgument
         param = DescriptorArgument(value._elem, len(value.shape), value.block_shape, value.padding,
                                    value.shape_multiples_of_16())
         return param, ("d",) + value.spec_key()

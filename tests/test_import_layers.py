@@ -3,7 +3,10 @@ daemon, then the frontend (the `kiln` package itself: language, runtime, drop-in
 imports itself back through others when loaded. An import inside a function (a CLI command that
 builds the user's kernels with the frontend) is not a load-time edge and is not checked."""
 import ast
+import os
 import pathlib
+import subprocess
+import sys
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 # folder -> (its package's name, its layer): a module may import, at load, its own layer or lower ones
@@ -128,3 +131,26 @@ def test_the_checks_see_an_upward_import():
     assert "kiln.daemon.client" in found and "kiln.ir" in found and not any("dropin" in t for t in found)
     assert PACKAGES[folder_of("kiln.daemon.client")][1] > PACKAGES["codegen"][1]
     assert folder_of("kiln.language.core") == "frontend" and folder_of("kiln.ir.types") == "ir"
+
+
+def test_a_compile_worker_and_the_cli_load_no_frontend():
+    # the package `kiln` loads its user API (language, JIT, autotuner) when a name of it is first asked
+    # for, so a process of the compiler, the daemon and its CLI starts without them
+    code = ("import sys, kiln.codegen.compiler, kiln.daemon.server, kiln.daemon.cli\n"
+            "print(' '.join(sorted(m for m in sys.modules if m.startswith('kiln'))))")
+    env = {k: v for k, v in os.environ.items() if k not in ("KILN_DROPIN", "KILN_REMOTE_CACHE")}
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env,
+                            cwd=ROOT / "tests").stdout.split()
+    assert "kiln.codegen.compiler" in loaded
+    assert [m for m in loaded if folder_of(m) == "frontend" and m != "kiln"] == []
+
+
+def test_the_packages_names_load_in_any_order():
+    # the JIT builds the language's own @jit functions and imports none of the language at load
+    # (kiln.constexpr): whichever a program imports first, both load
+    for first in ("kiln.jit", "kiln.language", "kiln.autotuner", "kiln.language.core", "kiln.knobs"):
+        code = (f"import {first}, kiln\nimport kiln.language as tl\n"
+                "import kiln.jit\n"  # the module: kiln.jit stays the decorator
+                "assert callable(kiln.jit) and callable(kiln.autotune) and tl.rand\n"
+                "assert kiln.knobs is __import__('kiln.dropin.knobs').dropin.knobs")
+        subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT / "tests")

@@ -12,6 +12,7 @@ import functools
 import inspect
 from typing import Any
 
+from kiln.constexpr import _unwrap, constexpr, constexpr_type  # noqa: F401  (tl.constexpr, tl.constexpr_type)
 from kiln.ir.types import (  # noqa: F401  (re-exported as tl.*)
     bfloat16, block_type, dtype, float8e4b8, float8e4b15, float8e4nv, float8e5, float8e5b16, float16, float32, float64,
     int1, int8, int16, int32, int64, pointer_type, uint8, uint16, uint32, uint64,
@@ -55,23 +56,6 @@ def is_builtin(fn) -> bool:
     return getattr(fn, "__kiln_builtin__", False) or isinstance(getattr(fn, "__self__", None), tensor)
 
 
-class constexpr_type:
-    """The type of a compile-time constant (Triton's `tl.constexpr_type`): its value is part of it."""
-
-    def __init__(self, value):
-        self.value = value
-
-    def __eq__(self, other):
-        return isinstance(other, constexpr_type) and type(self.value) is type(other.value) and \
-            bool(self.value == other.value)
-
-    def __hash__(self):
-        return hash((constexpr_type, self.value))
-
-    def __repr__(self):
-        return f"constexpr_type[{self.value!r}]"
-
-
 class tuple_type:
     """The type of a kernel's tuple (Triton's `tl.tuple_type`): its elements' types, and the field
     names of a named tuple ("" each otherwise)."""
@@ -100,85 +84,6 @@ class tuple_type:
 
     def __repr__(self):
         return "[" + ",".join(f"{k}:{v}" for k, v in zip(self.fields, self.types)) + "]"
-
-
-class constexpr:
-    """A compile-time constant. Used as an annotation (`BLOCK: tl.constexpr`) and as a value."""
-
-    def __init__(self, value):
-        self.value = value.value if isinstance(value, constexpr) else value
-
-    @property
-    def type(self) -> constexpr_type:
-        return constexpr_type(self.value)
-
-    def __repr__(self):
-        return f"constexpr[{self.value!r}]"
-
-    def __index__(self):
-        return self.value.__index__()
-
-    def __int__(self):
-        return int(self.value)
-
-    def __float__(self):
-        return float(self.value)
-
-    def __bool__(self):
-        return bool(self.value)
-
-    def __hash__(self):
-        return hash(self.value)
-
-    def __call__(self, *args, **kwargs):
-        return self.value(*args, **kwargs)
-
-    def __getattr__(self, name):
-        if name == "value":
-            raise AttributeError(name)
-        return getattr(self.value, name)
-
-    def __iter__(self):
-        return iter(self.value)
-
-    def __len__(self):
-        return len(self.value)
-
-    def __getitem__(self, i):
-        return constexpr(self.value[_unwrap(i)])
-
-
-def _unwrap(v):
-    return v.value if isinstance(v, constexpr) else v
-
-
-def _constexpr_binary(op, reflected=False):
-    def method(self, other):
-        if isinstance(other, tensor):
-            return NotImplemented  # Python then calls the tensor's (reflected) operator
-        a, b = self.value, _unwrap(other)
-        return constexpr(op(b, a) if reflected else op(a, b))
-    return method
-
-
-def _constexpr_unary(op):
-    def method(self):
-        return constexpr(op(self.value))
-    return method
-
-
-import operator as _op  # noqa: E402
-
-for _name, _fn in [("add", _op.add), ("sub", _op.sub), ("mul", _op.mul), ("truediv", _op.truediv),
-                   ("floordiv", _op.floordiv), ("mod", _op.mod), ("pow", _op.pow), ("and", _op.and_),
-                   ("or", _op.or_), ("xor", _op.xor), ("lshift", _op.lshift), ("rshift", _op.rshift)]:
-    setattr(constexpr, f"__{_name}__", _constexpr_binary(_fn))
-    setattr(constexpr, f"__r{_name}__", _constexpr_binary(_fn, reflected=True))
-for _name, _fn in [("eq", _op.eq), ("ne", _op.ne), ("lt", _op.lt), ("le", _op.le), ("gt", _op.gt), ("ge", _op.ge)]:
-    setattr(constexpr, f"__{_name}__", _constexpr_binary(_fn))
-for _name, _fn in [("neg", _op.neg), ("pos", _op.pos), ("invert", _op.invert), ("abs", builtins.abs)]:
-    setattr(constexpr, f"__{_name}__", _constexpr_unary(_fn))
-constexpr.__hash__ = lambda self: hash(self.value)
 
 
 def must_use_result(fn, message=True):
@@ -402,3 +307,11 @@ def aggregate_replace(instance, **changes):
     if unknown:
         raise TypeError(f"{type(instance).__name__} has no field {unknown[0]!r}")
     return type(instance)(**{**{name: getattr(instance, name) for name in fields}, **changes})
+
+
+# constexpr lives in kiln.constexpr (the JIT imports it without the language); this module is its
+# public home (tl.constexpr), by which it is named and pickled, and tells it what a tensor is
+import kiln.constexpr as _constexpr_module  # noqa: E402
+
+constexpr.__module__ = constexpr_type.__module__ = __name__
+_constexpr_module._TENSOR = tensor
