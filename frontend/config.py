@@ -2,7 +2,6 @@
 switches the frontend asks through the names here."""
 from __future__ import annotations
 
-from kiln.cache import env
 from kiln.cache.env import allow_non_constexpr_globals, debug, interpret  # noqa: F401  (config.interpret() on every launch)
 
 # Keyword arguments of a launch that are options, not kernel arguments.
@@ -10,8 +9,3 @@ LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg", "enable_fp_f
                   "launch_cooperative_grid", "launch_pdl", "waves_per_eu", "matrix_instr_nonkdim", "kpack")
 DEFAULT_NUM_WARPS = 4
 DEFAULT_NUM_STAGES = 3
-
-
-def shared_tier_configured() -> bool:
-    """KILN_REMOTE_CACHE is set: a shared tier."""
-    return env.remote_cache_url() is not None

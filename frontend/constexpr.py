@@ -30,7 +30,6 @@ class constexpr_type:
         return f"constexpr_type[{self.value!r}]"
 
 
-
 class constexpr:
     """A compile-time constant. Used as an annotation (`BLOCK: tl.constexpr`) and as a value."""
 
