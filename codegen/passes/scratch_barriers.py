@@ -25,8 +25,9 @@ of the body must both stop at a `barrier`, the start, or the same P.
 Lowering keeps to the plan, or where it cannot (an op that needed more bytes than planned, or
 none) ends the op with a barrier; an op this pass's model (kiln.codegen.analysis.scratch_use) takes
 for one touching no shared memory (`touches_no_shared`) that used the scratch area after all does the
-same. A plan that guessed wrong costs a barrier, never a race. Everything lowering needs of the plan is in the IR: the `scratch`
-attrs, the barriers, and what the model reads (op names, layouts, index math, live buffers).
+same. A plan that guessed wrong costs a barrier, never a race. Everything lowering needs of the plan
+is in the IR: the `scratch` attrs, the barriers, and what the model reads (op names, layouts, index
+math, live buffers).
 """
 from __future__ import annotations
 
