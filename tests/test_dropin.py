@@ -202,6 +202,21 @@ def test_kiln_name_table():
     assert hook.requested({}) is False and hook.requested({hook.ENV: " ON "}) is True
 
 
+def test_the_driver_is_made_when_first_asked_for_and_is_tritons_driver_type():
+    """Triton's DriverConfig makes its drivers at first use (`_active` and `_default` are None until
+    then), and they are `triton.backends.driver.DriverBase`s, which code checks and subclasses."""
+    out = _python("""
+        import triton
+        drv = triton.runtime.driver
+        print(drv._active is None, drv._default is None)
+        base = triton.backends.driver.DriverBase
+        print(isinstance(drv.active, base), isinstance(drv.default, base), drv.active is not None)
+        print(issubclass(triton.backends.backends["nvidia"].driver, triton.backends.driver.GPUDriver))
+        print(callable(drv.default.get_benchmarker()), triton.backends.compiler is triton.backends)
+    """, {hook.ENV: "1"})
+    assert out.stdout.split() == ["True"] * 8, out.stdout + out.stderr
+
+
 def test_importing_triton_leaves_cuda_uninitialized_until_a_driver_is_asked_for():
     """Inductor's compile workers import triton and then fork the pool that compiles: a parent
     that has initialized CUDA leaves the forked children unable to use it ("Could not find an

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from kiln.errors import KilnError
 from kiln.interpret.device import CPU_DEVICE_PROPERTIES
-from kiln.runtime import GPUTarget, _ActiveDriver
+from kiln.runtime import DriverBase, GPUDriver, GPUTarget, _ActiveDriver  # noqa: F401  (triton.backends.driver's)
 
 
 class PTXASError(KilnError):
@@ -159,7 +159,7 @@ class CudaDriver(_ActiveDriver):
         return cuda_driver.is_available()
 
 
-class CPUDriver:
+class CPUDriver(DriverBase):
     """The driver of the CPU backend: one device, no streams."""
 
     def __init__(self):
@@ -213,6 +213,10 @@ class Backend:
 
 
 backends = {"nvidia": Backend(CUDABackend, CudaDriver), "cpu": Backend(CPUBackend, CPUDriver)}
+
+# triton.backends.compiler and triton.backends.driver are this module too; as attributes of the
+# package `triton.backends` they are found without an import of their own, as Triton's are
+compiler = driver = sys.modules[__name__]
 
 
 def make_backend(target) -> BaseBackend:

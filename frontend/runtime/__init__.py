@@ -40,7 +40,35 @@ class _Utils:
         }
 
 
-class _ActiveDriver:
+class DriverBase:
+    """What every driver answers (Triton's `triton.backends.driver.DriverBase`): whether its device is
+    there, the target it compiles for, PyTorch's device for it and how to time a kernel on it."""
+
+    @classmethod
+    def is_active(cls) -> bool:
+        raise NotImplementedError
+
+    def get_current_target(self) -> GPUTarget:
+        raise NotImplementedError
+
+    def get_active_torch_device(self):
+        raise NotImplementedError
+
+    def get_benchmarker(self):
+        raise NotImplementedError
+
+
+class GPUDriver(DriverBase):
+    """A driver of GPUs (Triton's `triton.backends.driver.GPUDriver`): devices and streams."""
+
+    def get_current_device(self) -> int:
+        raise NotImplementedError
+
+    def get_current_stream(self, device: int | None = None) -> int:
+        raise NotImplementedError
+
+
+class _ActiveDriver(GPUDriver):
     utils = _Utils()
 
     def get_current_device(self) -> int:
@@ -69,6 +97,10 @@ class _ActiveDriver:
         import torch
         return torch.cuda
 
+    def get_benchmarker(self):
+        from kiln.testing import do_bench
+        return do_bench
+
     def is_active(self) -> bool:
         from . import cuda_driver as drv
         return drv.is_available()
@@ -79,11 +111,19 @@ class _Driver:
     backend's driver this way in kiln's drop-in mode); `reset_active` goes back to it."""
 
     def __init__(self):
-        self.default = self._active = _ActiveDriver()
+        self._default = self._active = None  # made when first asked for, as Triton's
         self._choose = None
 
     @property
+    def default(self):
+        if self._default is None:
+            self._default = _ActiveDriver()
+        return self._default
+
+    @property
     def active(self):
+        if self._active is None:
+            self._active = self.default
         if self._choose is not None:  # decided at first use, as Triton's lazy driver
             choose, self._choose = self._choose, None
             choose(self)
