@@ -50,9 +50,17 @@ class Server:
         self.pool.close()
 
 
+# An RPC holds one of these threads while it runs, and a compile or a rank's wait for another rank's
+# graph or autotuning runs for seconds: a node's ranks (each with Inductor's compile threads, one
+# per core) and their waits can hold more than a few dozen at once, and an RPC that would answer at
+# once (a hit, a claim) then queued behind them (with 64 threads and 70 waiting claims a Stats call
+# took 2.5 s, CPU, 2026-11-29). The pool starts threads only as RPCs need them.
+RPC_THREADS = 1024
+
+
 def create_server(address: str, compile_fn: str = DEFAULT_COMPILE_FN, *, workers: int | None = None,
                   cache: Cache | None = None, compile_timeout: float = 300.0,
-                  max_request_bytes: int = 16 << 20, rpc_threads: int = 64,
+                  max_request_bytes: int = 16 << 20, rpc_threads: int | None = None,
                   token: str | None = None, tls: grpc.ServerCredentials | None = None,
                   remote_cache: str | None = None) -> tuple[Server, int]:
     """A compile server bound to `address` ("unix:/path", or "host:port" with port 0 for any).
@@ -69,7 +77,7 @@ def create_server(address: str, compile_fn: str = DEFAULT_COMPILE_FN, *, workers
     pool = WorkerPool(compile_fn, workers or default_workers(), compile_timeout)
     service = CompilerService(pool, cache, remote=remote)
     server = grpc.server(
-        futures.ThreadPoolExecutor(rpc_threads, thread_name_prefix="kiln-rpc"),
+        futures.ThreadPoolExecutor(rpc_threads or RPC_THREADS, thread_name_prefix="kiln-rpc"),
         options=[("grpc.max_receive_message_length", max_request_bytes),
                  ("grpc.max_send_message_length", -1),
                  ("grpc.so_reuseport", 0)],

@@ -255,3 +255,35 @@ def test_the_status_text_counts_graphs_and_autotuning_choices_apart():
     text = _status_text("unix:/run/kiln.sock", stats)
     assert "torch.compile graphs: compiled here 2 (taken over 0), served 5 (after waiting 5)" in text
     assert "autotuning: configs timed here for 3 kernels, choices served 5 (after waiting 4)" in text
+
+
+def test_ranks_waiting_for_a_graph_leave_the_daemon_answering_others(tmp_path):
+    # each waiting claim holds an RPC thread of the daemon until the leader stores or lets go: more
+    # waiters than the old 64 threads must not keep a quick RPC (here Stats) from an answer
+    path = tmp_path / "d.sock"
+    server, _ = create_server(f"unix:{path}", "kiln.daemon.fake:compile", workers=1, cache=Cache(tmp_path / "c"))
+    server.start()
+    address = f"unix:{path}"
+    ended = []
+
+    def wait_for_the_graph(rank):
+        try:
+            Client(address).claim(KEY, f"rank-{rank}", 120.0)
+        except grpc.RpcError:
+            pass  # the daemon stopped under it (below)
+        ended.append(rank)
+    waiters = [threading.Thread(target=wait_for_the_graph, args=(i,)) for i in range(80)]
+    try:
+        leader = Client(address)
+        assert leader.claim(KEY, "leader", 0.0).outcome == pb.ClaimResponse.YOURS
+        for waiter in waiters:
+            waiter.start()
+        deadline = time.monotonic() + 30
+        while sum(t.name.startswith("kiln-rpc") for t in threading.enumerate()) < 80 and time.monotonic() < deadline:
+            time.sleep(0.01)  # each waiting claim holds a thread of the (in-process) daemon
+        assert leader.stats(timeout=30.0) is not None  # with every thread held this waited for the claims (120 s)
+    finally:
+        server.stop(0)  # ends the waits
+        for waiter in waiters:
+            waiter.join(timeout=60)
+    assert sorted(ended) == list(range(80))
