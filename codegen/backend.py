@@ -11,7 +11,7 @@ import functools
 
 import llvmlite.binding as llvm
 
-from .libdevice import libdevice_path
+from .libdevice import libdevice_bytes
 from .target import Target
 
 # Shared (3), constant (4) and local (5) pointers are 32 bits, as the hardware addresses
@@ -34,18 +34,12 @@ def _target_machine(target: Target):
     return tgt.create_target_machine(cpu=target.name, features=target.llvm_features, opt=3)
 
 
-@functools.lru_cache(maxsize=None)
-def _libdevice_bytes() -> bytes:
-    with open(libdevice_path(), "rb") as f:
-        return f.read()
-
-
 @functools.lru_cache(maxsize=256)
 def _libdevice_subset(names: frozenset[str], target: Target) -> bytes:
     """The bitcode of libdevice's functions `names` and of what they use, nothing else. Linking
     all of libdevice (575 functions) and letting O3 drop the rest cost a pointwise kernel that
     calls erf and tanh 130 of its 250 ms; a process (a daemon worker) meets the same few sets again."""
-    lib = llvm.parse_bitcode(_libdevice_bytes())
+    lib = llvm.parse_bitcode(libdevice_bytes())
     for f in lib.functions:
         if not f.is_declaration and f.name not in names:
             f.linkage = llvm.Linkage.internal

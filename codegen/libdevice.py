@@ -67,15 +67,24 @@ def _version_key(path: Path) -> tuple[int, ...]:
     return tuple(int(n) for n in re.findall(r"\d+", path.name))
 
 
+def libdevice_bytes() -> bytes:
+    """The bitcode of the libdevice kiln links here, read once per process."""
+    return _read(libdevice_path())
+
+
+@functools.lru_cache(maxsize=None)
+def _read(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
 def libdevice_digest() -> str:
     """SHA-256 of the libdevice kiln links here, or "none" where there is none: part of the
     compiler's identity, since another file (KILN_LIBDEVICE, a toolkit) may compile another kernel."""
     try:
-        path = libdevice_path()
+        return hashlib.sha256(libdevice_bytes()).hexdigest()
     except FileNotFoundError:
         return "none"
-    with open(path, "rb") as f:
-        return hashlib.sha256(f.read()).hexdigest()
 
 
 def libdevice_fingerprint() -> list:

@@ -20,7 +20,7 @@ CHECK = textwrap.dedent("""
     import kiln, kiln.language as tl
     import sys
     from importlib.metadata import version
-    from kiln.codegen.backend import libdevice_path
+    from kiln.codegen.libdevice import libdevice_path
 
     @kiln.jit
     def scale(x_ptr, out_ptr, n, BLOCK: tl.constexpr):

@@ -193,10 +193,6 @@ class CPUDriver(DriverBase):
     def get_device_properties(self, device) -> dict:
         return dict(CPU_DEVICE_PROPERTIES)
 
-    def get_benchmarker(self):
-        from kiln.testing import do_bench
-        return do_bench
-
     def get_empty_cache_for_benchmark(self):
         import torch
         return torch.empty(0)
