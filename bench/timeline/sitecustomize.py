@@ -3,7 +3,8 @@
 Python imports `sitecustomize` at start-up from the path; bench/dropin.py puts this directory
 first on the jobs' PYTHONPATH and sets KILN_TIMELINE_DIR. Each function named in STAGES is
 wrapped as its module is first imported, and every call is recorded as (stage, thread, start,
-end) in seconds since the process started; at exit the list goes to
+end, cpu): start and end in seconds since the process started, cpu the calling thread's own CPU
+seconds in the call (less than end - start by what it waited for: the GIL, the disk, an RPC); at exit the list goes to
 KILN_TIMELINE_DIR/timeline-<pid>.json. bench/timeline_report.py summarizes the files.
 Without KILN_TIMELINE_DIR nothing is wrapped.
 
@@ -78,7 +79,7 @@ def _install(directory: str) -> None:
     def timed(fn, stage):
         @functools.wraps(fn)
         def call(*args, **kwargs):
-            begin = time.time()
+            begin, cpu = time.time(), time.thread_time()
             ident = threading.get_ident()
             outer = ident in watched
             if stage in sampled and not outer:
@@ -89,7 +90,8 @@ def _install(directory: str) -> None:
                 if stage in sampled and not outer:
                     watched.pop(ident, None)
                 label = f"{stage} {args[1]}" if stage in LABELLED and len(args) > 1 and isinstance(args[1], str) else stage
-                events.append((label, threading.current_thread().name, begin - start, time.time() - start))
+                events.append((label, threading.current_thread().name, begin - start, time.time() - start,
+                               time.thread_time() - cpu))
         return call
 
     def wrap(module):
@@ -140,11 +142,11 @@ def _install(directory: str) -> None:
         if info.get("generation") != 2:  # the younger ones are many and short
             return
         if phase == "start":
-            collecting[threading.get_ident()] = time.time()
+            collecting[threading.get_ident()] = time.time(), time.thread_time()
         elif threading.get_ident() in collecting:
-            begin = collecting.pop(threading.get_ident())
+            begin, cpu = collecting.pop(threading.get_ident())
             events.append(("gc gen2", threading.current_thread().name, begin - start,
-                           time.time() - start))
+                           time.time() - start, time.thread_time() - cpu))
     gc.callbacks.append(gc_pause)
 
     @atexit.register
