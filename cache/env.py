@@ -52,6 +52,9 @@ kiln): KILN_DROPIN and KILN_SHARE_GRAPHS; Triton's own TRITON_* variables are it
     KILN_BRIEF_GUARD_TEXT  under graph sharing: 1 (default) has Dynamo's identity guards describe a
                         tensor by kind, shape, dtype and device (PyTorch 2.10-2.12 print its values,
                         which waits for the GPU); 0: PyTorch's own text. The guards are the same
+    KILN_SHARE_TORCH_KEY  under graph sharing: 1 (default) has a process take PyTorch's torch_key (a hash
+                        of its source, part of every cache key) from the node cache when PyTorch's
+                        files have the sizes and times they had when it was stored; 0: each hashes them
     KILN_LIBDEVICE      the libdevice.10.bc that kernels' math functions link (default: the first
                         found in the CUDA wheels, a conda environment, the CUDA toolkit or
                         Triton's wheel: kiln.codegen.libdevice.libdevice_path)
@@ -167,6 +170,10 @@ def defer_full_gc(environ=os.environ) -> bool:
 
 def brief_guard_text(environ=os.environ) -> bool:
     return _switch("KILN_BRIEF_GUARD_TEXT", True, environ)
+
+
+def share_torch_key(environ=os.environ) -> bool:
+    return _switch("KILN_SHARE_TORCH_KEY", True, environ)
 
 
 def graph_wait_seconds() -> float:

@@ -301,7 +301,7 @@ def test_doctor_passes_on_this_machine_or_names_each_fix(node):
     assert checks["daemon"]["status"] == "warn" and "not running" in checks["daemon"]["detail"]
     assert checks["sharing"]["detail"] == ("KILN_DROPIN off, KILN_SHARE_GRAPHS on (with the drop-in only), KILN_BACKWARD_AHEAD on, "
                                            "KILN_FOLLOWERS_TRACE on, KILN_AUTOTUNE_ONCE on, KILN_DEFER_FULL_GC on, KILN_BRIEF_GUARD_TEXT on, "
-                                           "KILN_FOREACH_ARGS 64, "
+                                           "KILN_SHARE_TORCH_KEY on, KILN_FOREACH_ARGS 64, "
                                            "KILN_REMOTE_CACHE off, "
                                            "KILN_DAEMON the node daemon")
     text = subprocess.run([sys.executable, "-m", "kiln", "doctor"], capture_output=True, text=True, timeout=300,
@@ -345,7 +345,8 @@ def test_doctor_reaches_redis_and_names_the_sharing_paths(node):
     assert checks["shared tier"]["status"] == "ok" and "Redis answers" in checks["shared tier"]["detail"]
     assert checks["sharing"]["detail"] == ("KILN_DROPIN on, KILN_SHARE_GRAPHS off, KILN_BACKWARD_AHEAD off, "
                                            "KILN_FOLLOWERS_TRACE off, KILN_AUTOTUNE_ONCE off, KILN_DEFER_FULL_GC off, "
-                                           "KILN_BRIEF_GUARD_TEXT off, KILN_FOREACH_ARGS PyTorch's own, KILN_REMOTE_CACHE on, "
+                                           "KILN_BRIEF_GUARD_TEXT off, KILN_SHARE_TORCH_KEY off, KILN_FOREACH_ARGS PyTorch's own, "
+                                           "KILN_REMOTE_CACHE on, "
                                            "KILN_DAEMON off")
     assert checks["daemon"]["status"] == "ok" and "KILN_DAEMON=off" in checks["daemon"]["detail"]
     from kiln.dropin.doctor import installed_hook

@@ -321,6 +321,7 @@ def check_sharing(environ: dict) -> dict:
                 f"KILN_AUTOTUNE_ONCE {'on' if graphs and env.autotune_once(environ) else 'off'}",
                 f"KILN_DEFER_FULL_GC {'on' if graphs and env.defer_full_gc(environ) else 'off'}",
                 f"KILN_BRIEF_GUARD_TEXT {'on' if graphs and env.brief_guard_text(environ) else 'off'}",
+                f"KILN_SHARE_TORCH_KEY {'on' if graphs and env.share_torch_key(environ) else 'off'}",
                 f"KILN_FOREACH_ARGS {_foreach_args(graphs, daemon, environ)}",
                 f"KILN_REMOTE_CACHE {'on' if env.remote_cache_url(environ) else 'off'}",
                 f"KILN_DAEMON {daemon}"]

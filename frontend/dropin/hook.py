@@ -46,6 +46,7 @@ MODULES = {
 # torch modules that kiln adjusts once they have run, when graph sharing is on (dropin/inductor.py)
 AFTER_IMPORT = {"torch._dynamo.convert_frame": "defer_full_collections",
                 "torch._dynamo.guards": "describe_guards_briefly",
+                "torch._inductor.codecache": "share_torch_key",
                 "torch._inductor.config": "split_foreach_kernels",
                 "torch._inductor.remote_cache": "serve_caches",
                 "torch._inductor.async_compile": "use_node_pool",

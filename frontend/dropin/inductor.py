@@ -14,6 +14,8 @@ What every rank of a job otherwise does for itself:
 - Its foreach kernels, split into groups the daemon's workers compile at once (KILN_FOREACH_ARGS).
 - Its collector. The full passes of Python's cycle collector, which walk the whole heap, wait until
   a frame compile ends (`kiln.dropin.collector`, KILN_DEFER_FULL_GC).
+- Its torch_key, the hash of PyTorch's own source in every cache key, read from the node cache under
+  a fingerprint of those files instead of hashed afresh (`kiln.dropin.torch_key`, KILN_SHARE_TORCH_KEY).
 - Its guards' text. Dynamo's identity guards describe a parameter without printing its values,
   which waits for the GPU (`kiln.dropin.guard_text`, KILN_BRIEF_GUARD_TEXT).
 - Its compile-worker pool (one process per core, in every rank). Inductor's kernel compiles
@@ -63,6 +65,14 @@ def describe_guards_briefly(guards) -> None:
     if env.brief_guard_text():
         from . import guard_text
         guard_text.install(guards)
+
+
+def share_torch_key(codecache) -> None:
+    """Run when `torch._inductor.codecache` is imported (KILN_SHARE_TORCH_KEY): `torch_key()` comes
+    from the node cache when PyTorch's files are as they were when a process stored it."""
+    if env.share_torch_key():
+        from . import torch_key
+        torch_key.install(codecache)
 
 
 def split_foreach_kernels(config) -> None:
@@ -148,8 +158,6 @@ def _compile_triton_here(load_kernel, extra_env, extra_config):
 def use_node_pool(async_compile) -> None:
     """Run when `torch._inductor.async_compile` is imported: its pool becomes threads of this rank,
     where a daemon compiles (KILN_DAEMON=off keeps Inductor's processes: they compile in parallel)."""
-    import functools
-
     from kiln.daemon import launch
     from kiln.daemon.server import default_workers
 
