@@ -62,6 +62,13 @@ kiln): KILN_DROPIN and KILN_SHARE_GRAPHS; Triton's own TRITON_* variables are it
                         (default: the cache directory's run/, run-<uid>/ for a shared cache).
                         XDG_RUNTIME_DIR is not read: an ssh shell has it and a batch job may
                         not, and both must find the same daemon
+
+Read here too, as others define them: CONDA_PREFIX, CUDA_HOME and CUDA_PATH (where libdevice may
+be), LD_LIBRARY_PATH (part of the toolchain's identity in the compile key), TRITON_CACHE_DIR and
+TRITON_CACHE_MANAGER (Triton's file cache, for the drop-in). Triton's own knobs (`triton.knobs`,
+kiln.dropin.knobs) read their variables themselves, on every access, as Triton's do; and the drop-in's
+start-up hook (kiln.dropin.hook) reads KILN_DROPIN and KILN_SHARE_GRAPHS before kiln can be imported.
+This module is otherwise the only one that reads the environment (tests/test_settings_module.py).
 """
 from __future__ import annotations
 
@@ -215,6 +222,33 @@ def manifest_path() -> Path | None:
 def libdevice_setting() -> Path | None:
     value = os.environ.get("KILN_LIBDEVICE", "").strip()
     return Path(value).expanduser() if value else None
+
+
+def environment() -> dict[str, str]:
+    """A copy of this process's environment: what a child process it starts inherits, and what a
+    report of the settings (`kiln doctor`) reads."""
+    return dict(os.environ)
+
+
+def toolkit_environ() -> dict[str, str]:
+    """CONDA_PREFIX, CUDA_HOME and CUDA_PATH, where set: where a CUDA toolkit's files may be."""
+    return {k: os.environ[k] for k in ("CONDA_PREFIX", "CUDA_HOME", "CUDA_PATH") if os.environ.get(k)}
+
+
+def library_path() -> str:
+    """LD_LIBRARY_PATH: it decides which shared libraries (nvJitLink) a process loads."""
+    return os.environ.get("LD_LIBRARY_PATH", "")
+
+
+def triton_cache_dir() -> str | None:
+    """TRITON_CACHE_DIR as set: Inductor sets it to its per-device folder before its first compile,
+    and reads cubins there in Triton's layout (kiln.dropin.triton_files)."""
+    return os.environ.get("TRITON_CACHE_DIR") or None
+
+
+def triton_cache_manager() -> str | None:
+    """TRITON_CACHE_MANAGER ("module:Class"): a file cache manager in place of Triton's."""
+    return os.environ.get("TRITON_CACHE_MANAGER") or None
 
 
 def runtime_dir() -> Path:

@@ -20,7 +20,7 @@ LIBDEVICE_FIX = ("pip install 'kiln[cu13]' (CUDA 13 drivers) or 'kiln[cu12]' (CU
 def libdevice_path() -> str:
     """Where libdevice.10.bc is: KILN_LIBDEVICE if set, else where cuda.pathfinder finds it, else
     the first of `libdevice_candidates` that exists; none is a FileNotFoundError naming the fix."""
-    from kiln.cache.env import libdevice_setting  # (a layer above codegen: imported on use)
+    from kiln.cache.env import libdevice_setting, toolkit_environ  # (a layer above codegen: imported on use)
     setting = libdevice_setting()
     if setting is not None:
         if not setting.is_file():
@@ -29,7 +29,7 @@ def libdevice_path() -> str:
     found = _pathfinder_libdevice()
     if found:
         return found
-    for path in libdevice_candidates(sys.path, os.environ):
+    for path in libdevice_candidates(sys.path, toolkit_environ()):
         if path.is_file():
             return str(path)
     raise FileNotFoundError(
@@ -90,9 +90,9 @@ def libdevice_digest() -> str:
 def libdevice_fingerprint() -> list:
     """What decides which libdevice is found, and its contents, without looking it up: the setting
     and every candidate's size and mtime (cuda.pathfinder looks in the same wheels and toolkits)."""
-    from kiln.cache.env import libdevice_setting  # (a layer above codegen: imported on use)
+    from kiln.cache.env import libdevice_setting, toolkit_environ  # (a layer above codegen: imported on use)
     setting = libdevice_setting()
-    files = ([setting] if setting is not None else []) + libdevice_candidates(sys.path, os.environ)
+    files = ([setting] if setting is not None else []) + libdevice_candidates(sys.path, toolkit_environ())
     return [str(setting)] + [(str(f), *_stat(f)) for f in files if f.is_file()]
 
 

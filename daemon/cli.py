@@ -199,7 +199,7 @@ def _run(args) -> int:
               "kiln (pip install -e . in a checkout)", file=sys.stderr)
         return 2
     os.environ[hook.ENV] = "1"  # the job and every process it starts (they inherit it)
-    advice = doctor.torchrun_advice(command, os.environ)
+    advice = doctor.torchrun_advice(command, env.environment())
     if advice:
         print(advice, file=sys.stderr)
     try:

@@ -128,4 +128,4 @@ def spawn_daemon(args, pass_fds=()) -> subprocess.Popen:
     with open(log_file(), "ab") as log:
         return subprocess.Popen([sys.executable, "-m", "kiln.daemon", "daemon", "start", "--foreground", *args],
                                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True, close_fds=True, pass_fds=pass_fds, env=dict(os.environ))
+                                start_new_session=True, close_fds=True, pass_fds=pass_fds, env=env.environment())

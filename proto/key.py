@@ -96,9 +96,10 @@ def _toolchain_fingerprint() -> str:
         spec = importlib.util.find_spec(package)
         for root in (spec.submodule_search_locations or []) if spec else []:
             files += sorted(Path(root).glob(pattern))
+    from kiln.cache.env import library_path  # (a layer above proto: imported on use)
     from kiln.codegen.libdevice import libdevice_fingerprint
     stats = [(str(f), f.stat().st_size, f.stat().st_mtime_ns) for f in files if f.is_file()]
-    return hashlib.sha256(json.dumps([sys.version, os.environ.get("LD_LIBRARY_PATH", ""), stats,
+    return hashlib.sha256(json.dumps([sys.version, library_path(), stats,
                                       libdevice_fingerprint()]).encode()).hexdigest()
 
 

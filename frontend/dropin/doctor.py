@@ -53,7 +53,8 @@ def installed_triton() -> dict | None:
 
 
 def report(environ=None) -> dict:
-    environ = dict(os.environ if environ is None else environ)
+    from kiln.cache import env
+    environ = env.environment() if environ is None else dict(environ)
     value = environ.get(hook.ENV)
     try:
         asked, problem = hook.requested(environ), None
@@ -115,7 +116,8 @@ def _check(name: str, status: str, detail: str, fix: str | None = None) -> dict:
 
 def node_checks(environ=None) -> list[dict]:
     """The node's checks, in the order a compile meets them; a check that raises is a failure."""
-    environ = dict(os.environ if environ is None else environ)
+    from kiln.cache import env
+    environ = env.environment() if environ is None else dict(environ)
     out = []
     for name, check in (("driver", check_driver), ("nvJitLink", check_nvjitlink), ("libdevice", check_libdevice),
                         ("llvmlite", check_llvmlite), ("cache", check_cache_dir), ("daemon", check_daemon),

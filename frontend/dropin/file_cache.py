@@ -115,7 +115,8 @@ def _group_name(filename: str) -> str:
 
 def _manager_class():
     """`knobs.cache.manager_class`, else TRITON_CACHE_MANAGER ("module:Class"), else FileCacheManager."""
-    chosen = knobs.cache.manager_class or os.environ.get("TRITON_CACHE_MANAGER")
+    from kiln.cache.env import triton_cache_manager
+    chosen = knobs.cache.manager_class or triton_cache_manager()
     if not chosen:
         return FileCacheManager
     if isinstance(chosen, type):
