@@ -7,6 +7,8 @@
 #   bash bench/gpu_session.sh firststep       # 8 ranks, GPT and MLP: cold, warm, new node (~330-470 s; Redis below)
 #   bash bench/gpu_session.sh firststep-max   # 8 ranks, max-autotune-no-cudagraphs, kiln then Triton, cold (~550 s;
 #                                             # MODEL=mlp|gpt, default gpt; Triton's 8 ranks take 390 s and more)
+#   bash bench/gpu_session.sh firststep-max-triton  # Triton's 8 ranks alone, the call's whole time (~570 s; MODEL as
+#                                             # above): merge with kiln's alone (dropin.py --merge A.json B.json)
 #   bash bench/gpu_session.sh newnode         # 8 ranks, kiln alone: cold, warm, new node (~150 s; MODEL as above)
 #   bash bench/gpu_session.sh timeline        # 8 ranks, kiln alone, cold then warm, each rank's compile stages on one
 #                                             # clock with its frame compiles sampled (~150 s; MODEL as above; one
@@ -66,6 +68,10 @@ for phase in "$@"; do
       python3 bench/dropin.py --models '' --model8 "${MODEL:-gpt}" --mode8 max-autotune-no-cudagraphs --processes 8 \
         --flavours kiln,triton --budget 545 --timeout 470 --name dropin-8ranks-max-autotune-${MODEL:-gpt} --out "$OUT" \
         2>&1 | tee "$OUT/firststep-max.log" | grep -A6 "processes at once" ;;
+    firststep-max-triton)  # GPT's 8 Triton ranks outlast firststep-max's share; kiln's ran in another call
+      python3 bench/dropin.py --models '' --model8 "${MODEL:-gpt}" --mode8 max-autotune-no-cudagraphs --processes 8 \
+        --flavours triton --budget 545 --timeout 530 --name dropin-8ranks-max-autotune-${MODEL:-gpt}-triton \
+        --out "$OUT" 2>&1 | tee "$OUT/firststep-max-triton.log" | grep -A6 "processes at once" ;;
     dropin)
       python3 bench/dropin.py --out "$OUT" 2>&1 | tee "$OUT/dropin.log" | tail -60 ;;
     tutorials)  # scripts/upstream_tutorials.py extract wrote .scratch/tutorials/{3.6,3.9dev}; 3.6's 01-09 and 11, each
