@@ -12,6 +12,8 @@ import os
 import uuid
 from abc import ABC, abstractmethod
 
+from kiln.cache.env import triton_cache_manager
+
 from . import knobs
 
 
@@ -115,7 +117,6 @@ def _group_name(filename: str) -> str:
 
 def _manager_class():
     """`knobs.cache.manager_class`, else TRITON_CACHE_MANAGER ("module:Class"), else FileCacheManager."""
-    from kiln.cache.env import triton_cache_manager
     chosen = knobs.cache.manager_class or triton_cache_manager()
     if not chosen:
         return FileCacheManager

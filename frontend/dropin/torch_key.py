@@ -5,7 +5,7 @@ the source of every module of the torch package, which each process computes afr
 them all (2,300 files; 0.1-0.25 s on a rank's first compile, warm caches included, every rank of
 the node at the same moment). Here a process asks the node cache for it instead, under a
 fingerprint of the files it would read: each one's path, size and modification time, as Python
-checks a `.pyc` against its source. Walking the package's directories for that costs ~10 ms; a
+checks a `.pyc` against its source. Walking the package's folders for that costs ~0.02 s; a
 file edited, added or removed makes another fingerprint, and the key is computed again (and
 stored). The value is PyTorch's own, so every key built from it is the one PyTorch would build.
 """
@@ -102,7 +102,7 @@ def _value_of(record: dict | None) -> bytes | None:
     if record is None or set(record) != {"torch_key"} or not isinstance(record["torch_key"], str):
         return None
     text = record["torch_key"]
-    if len(text) != 64 or text.strip("0123456789abcdef"):
+    if len(text) != 64 or not set(text) <= set("0123456789abcdef"):
         return None
     return bytes.fromhex(text)
 

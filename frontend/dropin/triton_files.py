@@ -20,6 +20,8 @@ import logging
 import os
 import uuid
 
+from kiln.cache.env import triton_cache_dir
+
 from . import static_abi
 from .file_cache import _base32
 
@@ -30,7 +32,6 @@ _warned = False  # an unwritable directory is said once per process, not once pe
 def kernel_dir(kernel) -> str | None:
     """The directory Inductor reads for `kernel`, or None when TRITON_CACHE_DIR is unset (Inductor
     sets it, to its per-device directory, before its first compile)."""
-    from kiln.cache.env import triton_cache_dir
     root = triton_cache_dir()
     return os.path.join(root, _base32(kernel.hash)) if root else None
 
