@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import re
 
+from kiln.ir import options as options_record
+
 # far above any GPU's shared memory per CTA: a kernel that needs more than its GPU has
 # is refused at launch (OutOfResources), not here
 MAX_SHARED_BYTES = 16 << 20
@@ -18,7 +20,7 @@ _SCALARS = (bool, int, float, str, type(None))
 _MAX_TEXT = 4096
 
 
-DEFAULT_NUM_WARPS = 4  # codegen's, for options that name none
+DEFAULT_NUM_WARPS = options_record.DEFAULT_NUM_WARPS  # codegen's, for options that name none
 
 
 class MetadataError(ValueError):

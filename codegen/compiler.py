@@ -14,6 +14,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 from kiln.ir import copy_function, print_function, verify
+from kiln.ir import options as options_record
 
 from . import backend, nvjitlink, occupancy
 from .lower import LoweringError, lower_function
@@ -23,9 +24,9 @@ from .analysis.shared_buffers import allocated_bytes
 from .pipeline import TILE_OVERLAP, PassContext, run_passes
 from .target import parse_target
 
-DEFAULT_OPTIONS = {"num_warps": 4, "num_stages": 3}
+DEFAULT_OPTIONS = options_record.DEFAULTS  # num_warps, num_stages
 # absent unless asked for: no default value enters the compile key (enable_fp_fusion: 0 turns it off)
-OPTIONAL_OPTIONS = ("maxnreg", "enable_fp_fusion")
+OPTIONAL_OPTIONS = options_record.OPTIONAL
 
 
 class CompileError(RuntimeError):
@@ -73,11 +74,11 @@ def _options(options: dict | None) -> dict:
         if value is not None:
             opts[key] = int(value)
     nw = opts["num_warps"]
-    if nw < 1 or nw > 32 or nw & (nw - 1):
+    if not options_record.in_range("num_warps", nw):
         raise CompileError(f"num_warps must be a power of two from 1 to 32, not {nw}")
-    if "maxnreg" in opts and not 16 <= opts["maxnreg"] <= 255:
+    if "maxnreg" in opts and not options_record.in_range("maxnreg", opts["maxnreg"]):
         raise CompileError(f"maxnreg must be from 16 to 255 registers, not {opts['maxnreg']}")
-    if opts.get("enable_fp_fusion", 1) not in (0, 1):
+    if not options_record.in_range("enable_fp_fusion", opts.get("enable_fp_fusion", 1)):
         raise CompileError(f"enable_fp_fusion must be 0 or 1, not {opts['enable_fp_fusion']}")
     return opts
 

@@ -24,6 +24,7 @@ import grpc
 
 from kiln.cache import Cache
 from kiln.cache.metadata import MetadataError, checked, expected
+from kiln.ir import options as options_record
 from kiln.ir import print_function
 from kiln.ir.core import Function
 from kiln.proto import compiler_pb2 as pb
@@ -47,9 +48,9 @@ _TEXT_ARTIFACTS = ("ptx", "llir", "kir")
 _DECODED_KEPT = 256  # recent requests kept decoded
 _DECODED_BYTES = 16 << 20  # ...of at most this many request bytes in all (decoded, a few times more memory)
 _MESSAGE_CHARS = 200  # an error echoes at most this much of the request back
-# the options codegen reads, and the values it accepts; any other option is the compile function's to judge
-_OPTION_RANGES = {"num_warps": (1, 32), "num_stages": (0, 16), "num_ctas": (1, 16), "maxnreg": (16, 255),
-                  "enable_fp_fusion": (0, 1)}
+# the options codegen reads (and num_ctas), and the values each accepts (kiln.ir.options); any other
+# option is the compile function's to judge
+_OPTION_RANGES = options_record.RANGES
 
 
 _OUTCOMES = {STORED: pb.ClaimResponse.STORED, YOURS: pb.ClaimResponse.YOURS, BUSY: pb.ClaimResponse.BUSY}
@@ -353,7 +354,7 @@ def _checked_options(options: dict) -> dict:
         limits = _OPTION_RANGES.get(name)
         if limits and (type(value) not in (int, bool) or not limits[0] <= value <= limits[1]):
             raise ConversionError(f"option {name} = {value!r:.40} is not an int from {limits[0]} to {limits[1]}")
-    warps = options.get("num_warps", 4)
+    warps = options.get("num_warps", options_record.DEFAULT_NUM_WARPS)
     if warps & (warps - 1):
         raise ConversionError(f"option num_warps = {warps} is not a power of two")
     return options

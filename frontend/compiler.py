@@ -7,6 +7,7 @@ import operator
 import sys
 
 from kiln.ir import Function, copy_function, parse_function, print_function
+from kiln.ir import options as options_record
 from kiln.language.semantic import unwrap
 
 from . import config, errors, fp8_targets, profiler  # noqa: F401  (errors: Triton's triton.compiler.errors)
@@ -21,7 +22,7 @@ from .dropin.compile import ASTSource, max_shared_mem  # noqa: F401,E402  (trito
 sys.modules.setdefault(__name__ + ".errors", errors)
 
 # The launch options that change the generated code; the rest only affect the launch.
-CODEGEN_OPTIONS = ("num_warps", "num_stages", "maxnreg", "enable_fp_fusion")
+CODEGEN_OPTIONS = options_record.CODEGEN_OPTIONS
 # The tl.range hints that codegen reads; the others (flatten, warp_specialize, loop_unroll_factor,
 # disallow_acc_multi_buffer) change nothing it generates, so they are left out of what is compiled:
 # kernels that differ only in them share one compile key (tutorial 09 built each config twice).

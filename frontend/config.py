@@ -3,9 +3,10 @@ switches the frontend asks through the names here."""
 from __future__ import annotations
 
 from kiln.cache.env import allow_non_constexpr_globals, debug, interpret  # noqa: F401  (config.interpret() on every launch)
+from kiln.ir import options
 
 # Keyword arguments of a launch that are options, not kernel arguments.
 LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg", "enable_fp_fusion", "debug", "stream",
                   "launch_cooperative_grid", "launch_pdl", "waves_per_eu", "matrix_instr_nonkdim", "kpack")
-DEFAULT_NUM_WARPS = 4
-DEFAULT_NUM_STAGES = 3
+DEFAULT_NUM_WARPS = options.DEFAULT_NUM_WARPS
+DEFAULT_NUM_STAGES = options.DEFAULT_NUM_STAGES
