@@ -18,6 +18,7 @@ from pathlib import Path
 
 from kiln.errors import KilnError
 from kiln.interpret.device import CPU_DEVICE_PROPERTIES
+from kiln.ir import options as options_record
 from kiln.runtime import DriverBase, GPUDriver, GPUTarget, _ActiveDriver  # noqa: F401  (triton.backends.driver's)
 
 
@@ -40,8 +41,8 @@ def triton_key() -> str:
 @dataclass(frozen=True)
 class Options:
     """The compile options a backend knows (Triton's CUDAOptions, the ones that apply to kiln)."""
-    num_warps: int = 4
-    num_stages: int = 3
+    num_warps: int = options_record.DEFAULT_NUM_WARPS
+    num_stages: int = options_record.DEFAULT_NUM_STAGES
     num_ctas: int = 1
     maxnreg: int | None = None
     debug: bool = False
@@ -77,7 +78,8 @@ class BaseBackend:
         for name in ("num_warps", "num_stages", "num_ctas"):
             if name in values and (not isinstance(values[name], int) or values[name] < 1):
                 raise ValueError(f"{name} must be a positive int, not {values[name]!r}")
-        if values.get("num_warps", 4) & (values.get("num_warps", 4) - 1):
+        warps = values.get("num_warps", options_record.DEFAULT_NUM_WARPS)
+        if warps & (warps - 1):
             raise AssertionError("num_warps must be a power of 2")
         return Options(**values)
 
