@@ -11,12 +11,12 @@ import gc
 import threading
 import time
 from concurrent.futures import Future
-from dataclasses import dataclass, field
 
 from kiln.ir import copy_function, print_function, verify
 from kiln.ir import options as options_record
 
 from . import backend, nvjitlink, occupancy
+from .artifact import CompiledKernel  # noqa: F401  (kiln.codegen.CompiledKernel)
 from .lower import LoweringError, lower_function
 from .passes import tile_overlap
 from .analysis.scratch_use import planned_shared_bytes
@@ -31,38 +31,6 @@ OPTIONAL_OPTIONS = options_record.OPTIONAL
 
 class CompileError(RuntimeError):
     pass
-
-
-@dataclass
-class CompiledKernel:
-    name: str
-    target: str
-    kir: str
-    llir: str
-    ptx: str
-    cubin: bytes
-    metadata: dict = field(default_factory=dict)
-
-    @property
-    def asm(self) -> dict:
-        """Triton's `kernel.asm`: the text (and binary) of every stage."""
-        return {"kir": self.kir, "llir": self.llir, "ptx": self.ptx, "cubin": self.cubin}
-
-    @property
-    def n_regs(self):
-        return self.metadata["n_regs"]
-
-    @property
-    def n_spills(self):
-        return self.metadata["n_spills"]
-
-    @property
-    def shared(self):
-        return self.metadata["shared"]
-
-    def to_dict(self) -> dict:
-        return {"name": self.name, "target": self.target, "kir": self.kir, "llir": self.llir,
-                "ptx": self.ptx, "cubin": self.cubin, "metadata": dict(self.metadata)}
 
 
 def _options(options: dict | None) -> dict:

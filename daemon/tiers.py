@@ -1,8 +1,8 @@
 """Compile through the tiers: node cache (read directly) -> shared tier (Redis, when
 KILN_REMOTE_CACHE names one; see kiln.cache.remote) -> compile daemon -> this process.
 
-`cached_compile` is what the runtime calls on an in-memory miss. It returns the same
-attributes as `kiln.codegen.CompiledKernel`. A daemon that is down or refuses costs one
+`cached_compile` is what the runtime calls on an in-memory miss. It returns a
+`kiln.codegen.CompiledKernel` (kiln.codegen.artifact) with its key and the tier it came from. A daemon that is down or refuses costs one
 warning and a local compile, never a failed step; a cache that cannot be read or written
 is skipped the same way. A shared-tier hit is copied into the node cache; a binary made
 here or by a daemon on another host is written to both.
@@ -14,11 +14,11 @@ import sys
 import threading
 import time
 import warnings
-from dataclasses import dataclass, field
 
 from kiln.cache import Cache
 from kiln.cache.metadata import MetadataError, checked, expected
 from kiln.cache.store import CacheNotWritable
+from kiln.codegen.artifact import CompiledKernel
 from kiln.ir import print_function, verify
 from kiln.ir.core import Function
 
@@ -29,19 +29,8 @@ _TEXT = ("ptx", "llir", "kir")
 RETRY_DAEMON_S = 60.0  # after a daemon failed, compile here for this long before asking it again
 
 
-@dataclass
-class Binary:
-    """A compiled kernel, wherever it came from (`source`: cache, shared, daemon or local)."""
-
-    name: str
-    target: str
-    kir: str
-    llir: str
-    ptx: str
-    cubin: bytes
-    metadata: dict = field(default_factory=dict)
-    key: str = ""
-    source: str = ""
+# a compiled kernel, wherever it came from (`source`: cache, shared, daemon or local): codegen's record
+Binary = CompiledKernel
 
 
 class _State:
