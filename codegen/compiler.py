@@ -41,11 +41,12 @@ def _options(options: dict | None) -> dict:
             raise CompileError(f"unknown compile option {key!r}; kiln knows {known}")
         if value is not None:
             opts[key] = int(value)
+    ranges = options_record.RANGES
     nw = opts["num_warps"]
     if not options_record.in_range("num_warps", nw):
-        raise CompileError(f"num_warps must be a power of two from 1 to 32, not {nw}")
+        raise CompileError("num_warps must be a power of two from {} to {}, not {}".format(*ranges["num_warps"], nw))
     if "maxnreg" in opts and not options_record.in_range("maxnreg", opts["maxnreg"]):
-        raise CompileError(f"maxnreg must be from 16 to 255 registers, not {opts['maxnreg']}")
+        raise CompileError("maxnreg must be from {} to {} registers, not {}".format(*ranges["maxnreg"], opts["maxnreg"]))
     if not options_record.in_range("enable_fp_fusion", opts.get("enable_fp_fusion", 1)):
         raise CompileError(f"enable_fp_fusion must be 0 or 1, not {opts['enable_fp_fusion']}")
     return opts
