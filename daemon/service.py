@@ -355,7 +355,7 @@ def _checked_options(options: dict) -> dict:
         if limits and (type(value) not in (int, bool) or not limits[0] <= value <= limits[1]):
             raise ConversionError(f"option {name} = {value!r:.40} is not an int from {limits[0]} to {limits[1]}")
     warps = options.get("num_warps", options_record.DEFAULT_NUM_WARPS)
-    if warps & (warps - 1):
+    if not options_record.in_range("num_warps", warps):
         raise ConversionError(f"option num_warps = {warps} is not a power of two")
     return options
 

@@ -16,10 +16,11 @@ class Option:
     low: int
     high: int
     codegen: bool = True  # read by codegen; the others ride along on the wire (num_ctas, Triton's)
+    power_of_two: bool = False
 
 
 OPTIONS = (
-    Option("num_warps", 4, 1, 32),  # and a power of two
+    Option("num_warps", 4, 1, 32, power_of_two=True),
     Option("num_stages", 3, 0, 16),
     Option("maxnreg", None, 16, 255),  # registers per thread (Triton's Config(maxnreg=...))
     Option("enable_fp_fusion", None, 0, 1),  # 0: a*b+c stays two roundings
@@ -35,5 +36,5 @@ RANGES = {o.name: (o.low, o.high) for o in OPTIONS}
 
 
 def in_range(name: str, value: int) -> bool:
-    low, high = RANGES[name]
-    return low <= value <= high and (name != "num_warps" or value & (value - 1) == 0)
+    option = BY_NAME[name]
+    return option.low <= value <= option.high and not (option.power_of_two and value & (value - 1))
