@@ -683,12 +683,18 @@ def merged(paths: list, rtol: float, atol: float) -> dict:
     than one call allows), their single-process runs joined per model/mode, losses compared again."""
     parts = [json.load(open(p)) for p in paths]
     results = dict(parts[0], one_process={}, merged_from=[os.path.basename(p) for p in paths])
-    for part in parts:
+    for path, part in zip(paths, parts):
         for key, runs in part.get("one_process", {}).items():
             results["one_process"].setdefault(key, {}).update(
                 {k: v for k, v in runs.items() if not k.startswith("losses_equal")})
         for field in ("torch", "machine", "skipped"):
             results[field] = results.get(field) or part.get(field)
+        eight = part.get("eight_processes")
+        if eight and part is not parts[0]:
+            mine = results.setdefault("eight_processes", eight)
+            if (mine["model"], mine["mode"], mine["processes"]) != (eight["model"], eight["mode"], eight["processes"]):
+                raise SystemExit(f"{path}: another 8-process job, not merged")
+            mine["runs"] = {**mine["runs"], **eight["runs"]}
     for runs in results["one_process"].values():
         compare_losses(runs, rtol, atol)
     return results
@@ -706,12 +712,12 @@ def together(n: int, place, root: str, timeout: float) -> dict:
         time.sleep(0.02)
     cpu_before = node_busy_cpu_s()
     open(os.path.join(barrier, "go"), "w").close()
-    go = time.time()
+    go, go_after = time.time(), time.perf_counter() - start
     each = [job.finish(timeout - (time.perf_counter() - start)) for job in jobs]
     cpu_after = node_busy_cpu_s()
     ok = [r for r in each if r["ok"]]
     firsts = [r["first_step_s"] for r in ok]
-    return {"ok": len(ok) == n, "processes": n, "each": each,
+    return {"ok": len(ok) == n, "processes": n, "each": each, "released_after_s": go_after,
             "node_cpu_s": None if cpu_before is None or cpu_after is None else round(cpu_after - cpu_before, 2),
             "first_step_s": firsts, "first_step_max_s": max(firsts) if firsts else None,
             "first_step_median_s": statistics.median(firsts) if firsts else None,
@@ -841,8 +847,12 @@ def markdown(results: dict) -> str:
             if t is None and k is None:
                 continue
             tm, km = _all_done(t, "first_step_max_s"), _all_done(k, "first_step_max_s")
-            out.append(f"| {_caches(caches)} | {_f(tm)} / {_f(_all_done(t, 'first_step_median_s'))}{_failed(t)} | {_f(km)} / "
-                       f"{_f(_all_done(k, 'first_step_median_s'))}{_failed(k)} | {_ratio(km, tm)} | {_compiles(k)} | "
+            t_bound = _timed_out_bound(t)
+            ratio = _ratio(km, tm) or (f"< {km / t_bound:.3f}" if km is not None and t_bound else "")
+            t_cell = f"> {t_bound:.0f} (every rank timed out)" if t_bound else \
+                f"{_f(tm)} / {_f(_all_done(t, 'first_step_median_s'))}{_failed(t)}"
+            out.append(f"| {_caches(caches)} | {t_cell} | {_f(km)} / "
+                       f"{_f(_all_done(k, 'first_step_median_s'))}{_failed(k)} | {ratio} | {_compiles(k)} | "
                        f"{(t or {}).get('triton_kernels_in_cache', '')} |")
             for flavour, r in (("triton", t), ("kiln", k)):
                 failures += [(f"{n} processes {flavour}_{caches}", e) for e in (r or {}).get("errors", [])]
@@ -960,6 +970,16 @@ def _all_done(run, key):
     """A figure of the processes' first steps, only where every process got there (the max of
     the few that did says nothing about the node)."""
     return (run or {}).get(key) if (run or {}).get("ok") else None
+
+
+def _timed_out_bound(run) -> float | None:
+    """Where every process was killed still in its first step: the time they had had since the
+    release, a lower bound of the worst first step (None where one finished or another failure)."""
+    each = (run or {}).get("each", [])
+    if not each or any(e.get("ok") or not str(e.get("error", "")).startswith("timed out") for e in each):
+        return None
+    released = run.get("released_after_s")
+    return min(e["wall_s"] for e in each) - released if released is not None else None
 
 
 def _failed(run) -> str:

@@ -201,3 +201,42 @@ def test_each_run_is_kept_as_it_ends(tmp_path):
     import json
     assert json.loads((tmp_path / "dropin-x-partial.json").read_text()) == {
         "8 processes": {"triton_cold": {"ok": False}}, "gpt/default": {"kiln_cold": {"ok": True}}}
+
+
+def _eight(runs, processes=2):
+    return {"device": "cuda", "machine": "GPU", "date": "2026-11-29", "rtol": 1e-4, "atol": 1e-6, "daemon_workers": 8,
+            "skipped": [], "one_process": {},
+            "eight_processes": {"model": "gpt", "mode": "max-autotune-no-cudagraphs", "processes": processes,
+                                "runs": runs}}
+
+
+def test_calls_of_one_flavour_each_merge_into_one_eight_process_table(tmp_path):
+    kiln = {"ok": True, "processes": 2, "each": [{"ok": True, "first_step_s": 50.0}] * 2, "first_step_max_s": 50.0,
+            "first_step_median_s": 50.0}
+    timed_out = {"ok": False, "wall_s": 530.0, "error": "timed out at 530 s"}
+    triton = {"ok": False, "processes": 2, "each": [timed_out, dict(timed_out, wall_s=531.0)],
+              "released_after_s": 12.0}
+    paths = []
+    for name, runs in (("kiln", {"kiln_cold": kiln}), ("triton", {"triton_cold": triton})):
+        paths.append(tmp_path / f"{name}.json")
+        paths[-1].write_text(dropin.json.dumps(_eight(runs)))
+    text = dropin.markdown(dropin.merged([str(p) for p in paths], 1e-4, 1e-6))
+    # every Triton rank was still compiling when killed: its worst first step is at least 530 - 12 s
+    assert "| cold | > 518 (every rank timed out) | 50.00 / 50.00 | < 0.097 |" in text
+
+
+def test_a_timeout_bound_needs_every_rank_timed_out_and_the_release_time():
+    timed_out = {"ok": False, "wall_s": 100.0, "error": "timed out at 100 s"}
+    assert dropin._timed_out_bound({"each": [timed_out], "released_after_s": 10.0}) == 90.0
+    assert dropin._timed_out_bound({"each": [timed_out]}) is None
+    assert dropin._timed_out_bound({"each": [timed_out, {"ok": True, "first_step_s": 5.0}],
+                                    "released_after_s": 10.0}) is None
+    assert dropin._timed_out_bound({"each": [{"ok": False, "error": "exit status 1"}], "released_after_s": 1.0}) is None
+
+
+def test_merging_another_models_eight_process_job_is_refused(tmp_path):
+    paths = [tmp_path / "a.json", tmp_path / "b.json"]
+    paths[0].write_text(dropin.json.dumps(_eight({})))
+    paths[1].write_text(dropin.json.dumps(_eight({}, processes=4)))
+    with pytest.raises(SystemExit, match="another 8-process job"):
+        dropin.merged([str(p) for p in paths], 1e-4, 1e-6)
