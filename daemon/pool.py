@@ -3,7 +3,7 @@
 One thread per slot owns one worker process (started with `spawn`, so it shares nothing
 with the parent's gRPC threads) and feeds it jobs from a shared queue, one at a time. A
 worker that dies mid-compile, or outlives `compile_timeout`, is killed and replaced, and
-its job fails with a `CompileError` whose code names the gRPC status to answer with, so
+its job fails with a `JobFailed` whose code names the gRPC status to answer with, so
 no request is ever lost silently. A job nobody waits for any more is `abandon`ed: never
 started if it is still queued, its worker replaced if it is running.
 """
@@ -23,7 +23,7 @@ from .worker import worker_main
 log = logging.getLogger("kiln.daemon")
 
 
-class CompileError(Exception):
+class JobFailed(Exception):
     """A compile that produced no kernel. `code` is a grpc.StatusCode name."""
 
     def __init__(self, code: str, message: str, details: str = ""):
@@ -70,7 +70,7 @@ class WorkerPool:
         """Queue a compile; the job's result is the worker's result dict."""
         job = Job(ir, target, options)
         if self._closed:
-            job.set_exception(CompileError("UNAVAILABLE", "the compile service is shutting down"))
+            job.set_exception(JobFailed("UNAVAILABLE", "the compile service is shutting down"))
         else:
             self._queue.put(job)
         return job
@@ -132,7 +132,7 @@ class _Slot:
                     self.pool._queue.put(job)  # a live worker takes it; this slot waits to restart
                     self._wait_for_retry()
                 else:
-                    job.set_exception(CompileError("UNAVAILABLE", self.start_error))
+                    job.set_exception(JobFailed("UNAVAILABLE", self.start_error))
                 continue
             if not job.set_running_or_notify_cancel():  # abandoned just now
                 self.pool.cancelled += 1
@@ -143,7 +143,7 @@ class _Slot:
             except Exception as e:  # noqa: BLE001 - a slot thread must outlive any one job
                 log.exception("worker=%d event=slot_error", self.index)
                 if not job.done():
-                    job.set_exception(CompileError("INTERNAL", f"compile pool error: {type(e).__name__}: {e}"))
+                    job.set_exception(JobFailed("INTERNAL", f"compile pool error: {type(e).__name__}: {e}"))
             finally:
                 self.job = None
 
@@ -193,16 +193,16 @@ class _Slot:
                 else:
                     name, message, details = payload
                     code = _STATUS_OF_ERROR.get(name, "INTERNAL")
-                    job.set_exception(CompileError(code, f"{name}: {message}", details))
+                    job.set_exception(JobFailed(code, f"{name}: {message}", details))
                 return
             if job.abandoned.is_set():
                 self._replace("abandoned: nobody waits for its compile")
                 self.pool.cancelled += 1
-                job.set_exception(CompileError("CANCELLED", "every request for this compile has gone"))
+                job.set_exception(JobFailed("CANCELLED", "every request for this compile has gone"))
                 return
             if not ready:
                 self._replace("timeout")
-                job.set_exception(CompileError(
+                job.set_exception(JobFailed(
                     "DEADLINE_EXCEEDED", f"compile ran past {self.pool.compile_timeout:g} s; its worker was replaced"))
                 return
         except (EOFError, OSError):
@@ -210,7 +210,7 @@ class _Slot:
         self.proc.join(1.0)
         how = _exit_description(self.proc.exitcode)
         self._replace(how)
-        job.set_exception(CompileError("INTERNAL", f"the compile worker died ({how}); it was replaced"))
+        job.set_exception(JobFailed("INTERNAL", f"the compile worker died ({how}); it was replaced"))
 
     def _wait_for_reply(self, job: Job) -> list:
         """The worker's pipe or sentinel once either is ready; [] after compile_timeout, or once

@@ -37,7 +37,7 @@ from . import shared_tier
 from . import limits
 from .flight import SingleFlight
 from .leases import BUSY, KINDS, STORED, YOURS, Leases
-from .pool import CompileError, WorkerPool
+from .pool import JobFailed, WorkerPool
 from .rpc import Undecodable, completed, gone, time_left
 from .stats import ServiceStats
 
@@ -102,7 +102,7 @@ class CompilerService(compiler_pb2_grpc.CompilerServicer):
             context.abort(*gone(context, "compile"))
         try:
             result = future.result()
-        except CompileError as e:
+        except JobFailed as e:
             context.abort(grpc.StatusCode[e.code], _short(e.message))
         return self._response(req, result, status)
 
@@ -131,7 +131,7 @@ class CompilerService(compiler_pb2_grpc.CompilerServicer):
                 for index, req, status in waiting[future]:
                     try:
                         yield pb.CompileBatchItem(index=index, result=self._response(req, future.result(), status))
-                    except CompileError as e:
+                    except JobFailed as e:
                         yield pb.CompileBatchItem(index=index, error=pb.Error(
                             code=grpc.StatusCode[e.code].value[0], message=_short(e.message)))
         finally:
@@ -292,7 +292,7 @@ class CompilerService(compiler_pb2_grpc.CompilerServicer):
         try:
             result = job.result()
         except Exception as e:  # noqa: BLE001 - whatever it is, the waiters must hear of it
-            error = e if isinstance(e, CompileError) else CompileError("INTERNAL", f"{type(e).__name__}: {e}")
+            error = e if isinstance(e, JobFailed) else JobFailed("INTERNAL", f"{type(e).__name__}: {e}")
             error = _asm_refused(error, req.fn)
             self.stats.count("errors")
             log.warning("key=%s event=compile_failed code=%s error=%r", req.key[:16], error.code, error.message)
@@ -317,14 +317,14 @@ class CompilerService(compiler_pb2_grpc.CompilerServicer):
         return _response_message(req.key, result, status, req.dumps)
 
 
-def _asm_refused(error: CompileError, fn: Function) -> CompileError:
+def _asm_refused(error: JobFailed, fn: Function) -> JobFailed:
     """ptxas refusing the PTX of a kernel that holds inline assembly: the request's PTX text, which kiln
     passes on unread (the verifier checks its operands and constraints), so INVALID_ARGUMENT, not INTERNAL."""
     if error.code != "INTERNAL" or not error.message.startswith("PTXAssembleError"):
         return error
     if not any(op.name == "inline_asm" for op in fn.walk()):
         return error  # kiln's own PTX: kiln's bug
-    return CompileError("INVALID_ARGUMENT", f"ptxas refused the PTX of a kernel with inline assembly: {error.message}",
+    return JobFailed("INVALID_ARGUMENT", f"ptxas refused the PTX of a kernel with inline assembly: {error.message}",
                         error.details)
 
 

@@ -7,7 +7,7 @@ import time
 
 from . import config as env
 from . import tuning_results
-from .errors import AutotunerError, CompilationError, OutOfResources, user_facing
+from .errors import AutotunerError, CompilationError, OutOfResources, PTXASError, user_facing
 from .dropin import knobs
 from .jit import KernelInterface
 
@@ -173,7 +173,7 @@ class Autotuner(KernelInterface):
             result = bench(launch, quantiles=(0.5, 0.2, 0.8))  # a user's do_bench gets Triton's arguments
             return result[0] if isinstance(result, (list, tuple)) else result
         except Exception as e:
-            if isinstance(e, (OutOfResources, CompilationError)):  # the config cannot run: never chosen
+            if isinstance(e, (OutOfResources, CompilationError, PTXASError)):  # the config cannot run: never chosen
                 if verbose:
                     print(f"Autotuning failed with {e}")
                 return float("inf")

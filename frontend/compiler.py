@@ -15,7 +15,7 @@ from .runtime import cuda_driver as driver
 from .runtime.tensormap import DerivedMapUnusable
 from .ast_to_ir import build_kernel
 from .ttir import render_ttir
-from .errors import CompilationError, OutOfResources  # noqa: F401  (triton.compiler.CompilationError)
+from .errors import CompilationError, OutOfResources, PTXASError  # noqa: F401  (triton.compiler.CompilationError)
 from .dropin.compile import ASTSource, max_shared_mem  # noqa: F401,E402  (triton.compiler's: the ones there are)
 
 # `from triton.compiler.errors import CompilationError` as in Triton: kiln.errors under that name too.
@@ -213,7 +213,11 @@ class CompiledKernel:
         if binary is None:
             ir, options = self.binary_inputs()
             self._check_formats(ir, target)
-            binary = compile_binary(ir, target, options)
+            from kiln.codegen.nvjitlink import PTXAssembleError
+            try:
+                binary = compile_binary(ir, target, options)
+            except PTXAssembleError as e:  # Triton's type: autotuners skip such a config
+                raise PTXASError(str(e)) from None
             self.binaries[target] = binary
         self._asm.update(llir=binary.llir, ptx=binary.ptx, cubin=binary.cubin)
         self.metadata.update(binary.metadata)

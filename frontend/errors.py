@@ -43,6 +43,18 @@ class OutOfResources(KilnError):
         return (type(self), (self.required, self.limit, self.name))
 
 
+class PTXASError(KilnError):
+    """PTX the assembler refused (Triton's signature): kiln assembles with nvJitLink, whose failures
+    are this, so that Triton's and Inductor's autotuners skip the config as they do for ptxas's."""
+
+    def __init__(self, error_message: str | None = None):
+        self.error_message = error_message
+        super().__init__(f"PTXAS error: {error_message or ''}")
+
+    def __reduce__(self):
+        return (type(self), (self.error_message,))
+
+
 class InterpreterError(KilnError, RuntimeError):
     """A kernel failed under the interpreter: bad memory access, failed assert, or an op
     that could not be evaluated. The message names the kernel and the op's source line."""

@@ -13,8 +13,12 @@ import kiln
 import kiln.compiler as compiler
 import kiln.language as tl
 from kiln.autotuner import Autotuner
-from kiln.errors import CompilationError
+from kiln.codegen.nvjitlink import PTXAssembleError
+from kiln.errors import CompilationError, PTXASError
 from kiln.runtime import cuda_driver
+
+
+TIMED_FOR_REAL = Autotuner._bench  # the stand-in below replaces it
 
 
 @kiln.jit
@@ -81,6 +85,24 @@ def test_a_config_that_fails_to_build_leaves_the_others_built(gpu_stand_in, monk
     tuned.run(x, x, 64, grid=(1,))
     assert gpu_stand_in.timed == [(32, True), (64, False), (128, True)]
     assert tuned.best_config.kwargs == {"BLOCK": 32}
+
+
+def test_a_config_the_assembler_refuses_is_never_chosen(gpu_stand_in, monkeypatch):
+    # as Triton's ptxas failures: PTXASError at the build, and the config timed as infinitely slow
+    def compile_binary(ir, target, options):
+        if "arange {end = 32" in ir_text(ir):
+            raise PTXAssembleError("nvJitLink failed: ERROR_PTX_COMPILE ptxas fatal: too many resources")
+        return types.SimpleNamespace(llir="", ptx="", cubin=b"", metadata={"num_warps": options["num_warps"]})
+    monkeypatch.setattr(compiler, "compile_binary", compile_binary)
+    monkeypatch.setattr(Autotuner, "_bench", TIMED_FOR_REAL)
+    monkeypatch.setattr(compiler.CompiledKernel, "launch", lambda self, grid, args, stream=None: self.build("sm_90a"))
+    tuned = kiln.autotune([kiln.Config({"BLOCK": b}) for b in (32, 64)], key=["n"],
+                          do_bench=lambda launch, quantiles: (launch(), 1.0)[1])(copy_kernel)
+    x = np.zeros(64, np.float32)
+    tuned.run(x, x, 64, grid=(1,))
+    assert tuned.best_config.kwargs == {"BLOCK": 64}
+    with pytest.raises(PTXASError, match="PTXAS error: nvJitLink failed"):
+        copy_kernel.warmup(x, x, 64, BLOCK=32, grid=(1,), target="sm_90a")
 
 
 def test_a_config_pre_hook_runs_before_its_build(gpu_stand_in, monkeypatch):

@@ -69,6 +69,8 @@ def test_submodules_inductor_imports_resolve_to_kiln():
         assert tl is kiln.language and triton.runtime.driver is driver and triton.jit is triton.runtime.jit.jit
         assert libdevice is kiln.language.extra.libdevice and triton.__version__ == "3.6.0"
         assert "cpu" in triton.backends.backends and callable(triton.compile)
+        import kiln.errors, triton.runtime.errors  # the error kiln's builds raise is the one Inductor catches
+        assert PTXASError is kiln.errors.PTXASError is triton.runtime.errors.PTXASError
         print("ok")
     """, {hook.ENV: "1"})
     assert out.stdout.strip() == "ok", out.stderr

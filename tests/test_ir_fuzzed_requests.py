@@ -9,7 +9,7 @@ import pytest
 from kiln.cache import Cache
 from kiln.daemon import create_server
 from kiln.daemon.client import Client
-from kiln.daemon.pool import CompileError
+from kiln.daemon.pool import JobFailed
 from kiln.daemon.service import _asm_refused
 from kiln.ir import parse_function
 from kiln.ir.ops import _asm_slots
@@ -82,11 +82,11 @@ def test_the_verifier_counts_asm_operands_as_codegen_lowers_them(dtype, pack):
 def test_ptxas_refusing_inline_asm_is_the_requests_error():
     """The soak's `sub.b32` on f32 registers: ptxas's error, answered INVALID_ARGUMENT; the same error
     from a kernel without inline asm stays INTERNAL (kiln's PTX)."""
-    ptxas = CompileError("INTERNAL", "PTXAssembleError: nvJitLink failed: ERROR_PTX_COMPILE (4) ptxas ...")
+    ptxas = JobFailed("INTERNAL", "PTXAssembleError: nvJitLink failed: ERROR_PTX_COMPILE (4) ptxas ...")
     with_asm = parse_function(asm("=r,r"))
     assert _asm_refused(ptxas, with_asm).code == "INVALID_ARGUMENT"
     assert _asm_refused(ptxas, parse_function(HEAD + TAIL)).code == "INTERNAL"
-    died = CompileError("INTERNAL", "the compile worker died (SIGSEGV); it was replaced")
+    died = JobFailed("INTERNAL", "the compile worker died (SIGSEGV); it was replaced")
     assert _asm_refused(died, with_asm).code == "INTERNAL"
 
 

@@ -16,14 +16,10 @@ import sys
 from dataclasses import dataclass, fields
 from pathlib import Path
 
-from kiln.errors import KilnError
+from kiln.errors import PTXASError  # noqa: F401  (triton.compiler.compiler's)
 from kiln.interpret.device import CPU_DEVICE_PROPERTIES
 from kiln.ir import options as options_record
 from kiln.runtime import DriverBase, GPUDriver, GPUTarget, _ActiveDriver  # noqa: F401  (triton.backends.driver's)
-
-
-class PTXASError(KilnError):
-    """Triton's error for a failed ptxas run; kiln links with nvJitLink, whose failures are this."""
 
 
 @functools.lru_cache(maxsize=1)

@@ -1,2 +1,2 @@
 """`triton.runtime.errors` under kiln's names: the errors a launch can raise."""
-from ..errors import AutotunerError, InterpreterError, KilnError as TritonError, OutOfResources  # noqa: F401
+from ..errors import AutotunerError, InterpreterError, KilnError as TritonError, OutOfResources, PTXASError  # noqa: F401
