@@ -10,7 +10,7 @@ from kiln.ir import Function, copy_function, parse_function, print_function
 from kiln.ir import options as options_record
 from kiln.language.semantic import unwrap
 
-from . import config, errors, fp8_targets, profiler  # noqa: F401  (errors: Triton's triton.compiler.errors)
+from . import config, errors, fp8_targets, launch_hooks, profiler  # noqa: F401  (errors: Triton's triton.compiler.errors)
 from .runtime import cuda_driver as driver
 from .runtime.tensormap import DerivedMapUnusable
 from .ast_to_ir import build_kernel
@@ -124,6 +124,8 @@ class CompiledKernel:
         self._asm: dict = {}
         self.metadata = Metadata(name=name, **codegen_options(options), launch_pdl=bool(options.get("launch_pdl")))
         self.binaries: dict = {}
+        self.functions: dict = {}  # device -> the loaded kernel's CUfunction handle, as an int
+        self.loaded_in_interpreter = False  # the kernel-load hooks have run for the interpreter
         self.launchers: dict = {}
         self.pointer_launchers: dict = {}  # device -> launcher of the build without derived TMA maps
         self.pointer_binaries: dict = {}  # target -> that build
@@ -226,6 +228,36 @@ class CompiledKernel:
     def launch(self, grid, args, stream=None):
         if self.global_reads:
             self._check_global_reads()
+        if launch_hooks.launching():
+            stream, metadata = self._hook_metadata(grid, args, stream)
+            launch_hooks.around_launch(lambda: self._measured_launch(grid, args, stream), metadata)
+            return
+        self._measured_launch(grid, args, stream)
+
+    def _hook_metadata(self, grid, args, stream):
+        """The stream of a launch, and what Triton's launch hooks get for it (`launch_hooks`)."""
+        function = None
+        if not config.interpret():
+            device, current = driver.device_and_stream()
+            stream = current if stream is None else int(stream)
+            if device not in self.launchers:
+                self._prepare(device)
+            function = self.functions[device]
+        user = self.launch_metadata
+        arguments = self.arguments_by_name(args) if user is not None else None
+        return stream, launch_hooks.metadata_of(self.name, function, stream, user, grid, self.metadata, arguments)
+
+    def arguments_by_name(self, args) -> dict:
+        """A launch's runtime values (a tensor descriptor's pieces as a tuple) and the constexprs, by
+        argument name: what a `@jit(launch_metadata=)` function is given."""
+        names, widths, constants = self.arg_names
+        bound, at = dict(constants), 0
+        for name, width in zip(names, widths):
+            bound[name] = args[at] if width == 1 else tuple(args[at:at + width])
+            at += width
+        return bound
+
+    def _measured_launch(self, grid, args, stream):
         if profiler._active:  # a kiln.profiler session records this launch
             interpreted = config.interpret()
             on = None if interpreted else (driver.device_and_stream()[1] if stream is None else int(stream))
@@ -246,6 +278,9 @@ class CompiledKernel:
         if config.interpret():
             from kiln.interpret import run
             from .host_copies import run_on_host
+            if not self.loaded_in_interpreter:
+                launch_hooks.around_load(lambda: None, self.name, lambda: self.hash)
+                self.loaded_in_interpreter = True
             run_on_host(lambda host_args: run(self.ir, grid, host_args, name=self.name), args)
             return
         device, current = driver.device_and_stream()
@@ -280,9 +315,11 @@ class CompiledKernel:
         shared, limit = binary.metadata["shared"], driver.max_shared_memory(device)
         if shared > limit:
             raise OutOfResources(shared, limit, "shared memory")
-        loaded = LoadedKernel(self.name, binary.cubin, binary.ptx, shared)
+        loaded = launch_hooks.around_load(lambda: LoadedKernel(self.name, binary.cubin, binary.ptx, shared), self.name,
+                                          lambda: self.hash, lambda k: (int(k.module), k.handle))
         if derived_maps:
             self.metadata["n_regs"] = loaded.n_regs  # the driver's count is authoritative
+            self.functions[device] = loaded.handle
         launcher = launcher_for(loaded, self.arg_types, binary.metadata, self.name, device, self.launch_pdl)
         launchers[device] = launcher
         return launcher

@@ -18,7 +18,7 @@ JOB = textwrap.dedent("""
     inductor_config.compile_threads = 2  # compile workers: the binaries cross a process boundary
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
     launched = set()
-    triton.knobs.runtime.launch_enter_hook = lambda meta: launched.add(meta["name"])
+    triton.knobs.runtime.launch_enter_hook = lambda meta: launched.add(meta.get()["name"])
     torch.manual_seed(0)
 
 

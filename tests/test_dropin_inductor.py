@@ -26,7 +26,7 @@ JOB = textwrap.dedent("""
     inductor_config.cpu_backend = "triton"
     inductor_config.compile_threads = int(sys.argv[1])
     launched = set()
-    triton.knobs.runtime.launch_enter_hook = lambda meta: launched.add(meta["name"])
+    triton.knobs.runtime.launch_enter_hook = lambda meta: launched.add(meta.get()["name"])
     torch.manual_seed(0)
 
 

@@ -190,7 +190,7 @@ def test_a_warm_hit_loads_on_a_gpu_without_parsing_its_ir(builds, monkeypatch):
     monkeypatch.setattr(cuda_driver, "target", lambda device: "sm_90a")
     monkeypatch.setattr(cuda_driver, "max_shared_memory", lambda device: 232448)
     monkeypatch.setattr(kiln.runtime.module, "LoadedKernel", lambda name, cubin, ptx, shared: type(
-        "Loaded", (), {"n_regs": 32, "cubin": cubin})())
+        "Loaded", (), {"n_regs": 32, "cubin": cubin, "handle": 1})())
     monkeypatch.setattr(kiln.runtime.launcher, "make_launcher", lambda loaded, types, *rest: made.append(
         (loaded.cubin, [str(t) for t in types])) or (lambda grid, args, stream: None))
     warm_hit._init_handles()

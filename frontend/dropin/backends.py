@@ -121,8 +121,10 @@ class CUDABackend(BaseBackend):
         return _hooked(kernel._launch, positions)
 
     def function_handle(self, kernel):
+        """The CUfunction handle (an int) of the kernel loaded on the current device."""
+        from kiln.runtime import cuda_driver
         kernel._init_handles()
-        return kernel.name
+        return kernel.functions.get(cuda_driver.device_and_stream()[0])
 
 
 class CPUBackend(BaseBackend):

@@ -301,12 +301,16 @@ class CompiledKernel:
             self.n_regs = kernel.metadata.get("n_regs")
 
     def launch_metadata(self, grid, stream, *args):
-        """What a launch hook receives (Triton's LazyDict of name, grid, stream and the kernel's
-        own `launch_metadata` values); None when no hook is set."""
-        from .knobs import runtime
-        if not runtime.launch_enter_hook:
+        """What a launch hook receives (Triton's LazyDict: name, function and stream, and the values
+        of the kernel's `@jit(launch_metadata=)` function once read); None when no hook is set."""
+        from kiln import launch_hooks
+        if not launch_hooks.launching():
             return None
-        return {"name": self.name, "grid": grid, "stream": stream, "function": self.function}
+        self._init_handles()
+        fn = getattr(self.src, "fn", None)
+        user = getattr(fn, "launch_metadata", None)
+        arguments = dict(zip(fn.arg_names, args)) if user is not None else None
+        return launch_hooks.metadata_of(self.name, self.function, stream, user, grid, self.metadata, arguments)
 
     def __getitem__(self, grid):
         self._init_handles()

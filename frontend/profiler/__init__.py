@@ -338,12 +338,7 @@ def measure(kernel, grid, args, run, stream: int | None, interpreted: bool) -> N
     function's flops and bytes metrics, as proton's launch hook does."""
     op_name, op_metrics = kernel.name, {}
     if any(s.hook == "triton" for s in _active) and kernel.launch_metadata is not None:
-        names, widths, constants = kernel.arg_names
-        bound, at = dict(constants), 0
-        for name, width in zip(names, widths):  # a tensor descriptor arrives as its pieces
-            bound[name] = args[at] if width == 1 else tuple(args[at:at + width])
-            at += width
-        metadata = kernel.launch_metadata(grid, kernel, bound)
+        metadata = kernel.launch_metadata(grid, kernel, kernel.arguments_by_name(args))
         op_name = metadata.get("name", kernel.name)
         op_metrics = {k: metadata[k] for k in _HOOK_METRICS if k in metadata}
     timing = _HostTiming() if interpreted else _EventTiming(stream or 0)
