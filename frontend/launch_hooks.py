@@ -10,6 +10,7 @@ loaded at its first launch.
 """
 from __future__ import annotations
 
+from .dropin import knobs
 from .dropin.knobs import runtime
 
 
@@ -31,8 +32,9 @@ class LaunchMetadata:
 
 
 def launching() -> bool:
-    """Whether a launch hook is set: else a launch builds no metadata."""
-    return bool(runtime.launch_enter_hook or runtime.launch_exit_hook)
+    """Whether a launch hook is set: else a launch builds no metadata (a hot path's callers read
+    `knobs.launch_hooked` themselves)."""
+    return knobs.launch_hooked
 
 
 def around_launch(launch, metadata) -> None:

@@ -66,6 +66,21 @@ def test_a_kernels_metadata_function_runs_only_when_a_hook_reads_it():
     assert calls == [(1, 1, 1)]  # kiln gives the grid as three sizes
 
 
+def test_a_launch_knows_at_once_when_hooks_come_and_go():
+    hook = lambda meta: None  # noqa: E731
+    assert not knobs.launch_hooked
+    knobs.runtime.launch_exit_hook.add(hook)
+    assert knobs.launch_hooked
+    knobs.runtime.launch_exit_hook.remove(hook)
+    assert not knobs.launch_hooked
+    with knobs.runtime.scope():
+        knobs.runtime.launch_enter_hook = hook
+        assert knobs.launch_hooked
+    assert not knobs.launch_hooked  # the scope gave the empty chain back
+    knobs.runtime.launch_enter_hook = None
+    assert not knobs.launch_hooked
+
+
 def test_exit_hooks_run_in_reverse_order_of_adding():
     order = []
     for name in ("first", "second"):

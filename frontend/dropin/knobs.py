@@ -186,10 +186,12 @@ class HookChain:
             raise TypeError(f"a hook is a callable, not a {type(func).__name__}")
         if func not in self.calls:
             self.calls.append(func)
+        _launch_hooks_changed()
 
     def remove(self, func) -> None:
         if func in self.calls:
             self.calls.remove(func)
+        _launch_hooks_changed()
 
     def __call__(self, *args, **kwargs):
         for call in (self.calls[::-1] if self.reversed else self.calls):
@@ -210,6 +212,14 @@ class base_knobs:
             raise AttributeError(f"kiln has no knob {group}.{name} (it has: "
                                  f"{', '.join(sorted([*self.knob_descriptors, *self._plain]))})")
         object.__setattr__(self, name, value)
+        self._changed()
+
+    def __delattr__(self, name):
+        object.__delattr__(self, name)
+        self._changed()
+
+    def _changed(self) -> None:
+        """A setting of this group was set, deleted or restored."""
 
     @property
     def knob_descriptors(self) -> dict:
@@ -228,6 +238,7 @@ class base_knobs:
     def reset(self):
         for name in self.knob_descriptors:
             delattr(self, name)
+        self._changed()
         return self
 
     @contextmanager
@@ -239,6 +250,7 @@ class base_knobs:
         finally:
             self.__dict__.clear()
             self.__dict__.update(saved)
+            self._changed()
             for key, value in saved_env.items():
                 if value is None:
                     os.environ.pop(key, None)
@@ -367,6 +379,10 @@ class runtime_knobs(base_knobs):
     _plain = ("launch_enter_hook", "launch_exit_hook", "kernel_load_start_hook", "kernel_load_end_hook",
               "jit_cache_hook", "jit_post_compile_hook", "add_stages_inspection_hook")
 
+    def _changed(self) -> None:
+        if self is runtime:
+            _launch_hooks_changed()
+
 
 class language_knobs(base_knobs):
     fp32_default = env_opt_str("TRITON_F32_DEFAULT")
@@ -436,6 +452,15 @@ cache = cache_knobs()
 compilation = compilation_knobs()
 autotuning = autotuning_knobs()
 runtime = runtime_knobs()
+# Whether a launch hook is set on `runtime`: kept as the hooks change, so that a launch reads one
+# flag (kiln.launch_hooks) rather than asking two chains
+launch_hooked = False
+
+
+def _launch_hooks_changed() -> None:
+    global launch_hooked
+    hooks = globals().get("runtime")  # None while the module is loading
+    launch_hooked = hooks is not None and bool(hooks.launch_enter_hook or hooks.launch_exit_hook)
 language = language_knobs()
 nvidia = nvidia_knobs()
 amd = amd_knobs()
