@@ -725,6 +725,29 @@ def together(n: int, place, root: str, timeout: float) -> dict:
             "errors": [r for r in each if not r["ok"]][:2]}
 
 
+def host_probe() -> dict:
+    """The host's CPU model and the seconds one core takes for a fixed piece of plain Python (best
+    of 3): a leader rank's compile is serial Python (Dynamo, Inductor), so first steps measured on
+    different hosts compare only with this beside them."""
+    def work():
+        table = {}
+        for i in range(200_000):
+            table[f"buf{i % 5000}"] = table.get(f"buf{i % 5000}", 0) + len(str(i))
+        return table
+    times = []
+    for _ in range(3):
+        start = time.perf_counter()
+        work()
+        times.append(time.perf_counter() - start)
+    model = None
+    try:
+        with open("/proc/cpuinfo") as f:
+            model = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), None)
+    except OSError:
+        pass
+    return {"cpu": model, "python_probe_s": round(min(times), 4)}
+
+
 def busy_cpu_seconds(stat_line: str) -> float:
     """The busy time in /proc/stat's aggregate `cpu` line, in seconds: user + nice + system + irq +
     softirq jiffies (idle, iowait and steal are not work; guest is already within user)."""
@@ -809,7 +832,8 @@ def markdown(results: dict) -> str:
            f"losses equal within rtol {results['rtol']:g}, atol {results['atol']:g}; kiln through a warm node "
            f"daemon ({results['daemon_workers']} workers); grad error: the largest over parameters of "
            f"||g - g64|| / ||g64||, g the compiled first step's gradient, g64 float64's in eager mode (in "
-           f"brackets: eager float32's, the rounding level). torch {results.get('torch', '?')}.", "",
+           f"brackets: eager float32's, the rounding level). torch {results.get('torch', '?')}.{_host_text(results)}",
+           "",
            f"| model | mode | caches | {base} first step (s) | kiln first step (s) | kiln / {base} | "
            f"{base} step (ms) | kiln step (ms) | kiln / {base} | losses equal (max rel gap) | first-step grad "
            f"error vs fp64, {base} / kiln (eager fp32) | kiln compiles (daemon) | {base} kernels |",
@@ -942,6 +966,13 @@ def _n_process_breakdown_table(eight: dict, base: str) -> list:
             "|---|---|---:|---:|" + "---:|" * len(keys), *rows]
 
 
+def _host_text(results: dict) -> str:
+    host = results.get("host")
+    if not host:
+        return ""
+    return f" Host: {host.get('cpu') or 'CPU unknown'}, Python probe {host['python_probe_s']:.3f} s (host_probe)."
+
+
 def _caches(caches: str) -> str:
     return "new node (warm Redis)" if caches == "new_node" else caches
 
@@ -1041,7 +1072,8 @@ def main():
     bench = Bench(args)
     date = datetime.date.today().isoformat()
     results = {"date": date, "device": args.device, "rtol": args.rtol, "atol": args.atol,
-               "daemon_workers": args.daemon_workers, "load_average_before": os.getloadavg(), "one_process": {}}
+               "daemon_workers": args.daemon_workers, "load_average_before": os.getloadavg(), "host": host_probe(),
+               "one_process": {}}
     modes = ["default"] + ([] if args.quick or not args.max_autotune else ["max-autotune-no-cudagraphs"])
     if args.modes:
         modes = args.modes.split(",")

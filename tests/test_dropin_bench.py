@@ -240,3 +240,10 @@ def test_merging_another_models_eight_process_job_is_refused(tmp_path):
     paths[1].write_text(dropin.json.dumps(_eight({}, processes=4)))
     with pytest.raises(SystemExit, match="another 8-process job"):
         dropin.merged([str(p) for p in paths], 1e-4, 1e-6)
+
+
+def test_each_run_records_the_hosts_python_speed_beside_its_figures():
+    host = dropin.host_probe()
+    assert host["python_probe_s"] > 0 and set(host) == {"cpu", "python_probe_s"}
+    results = dict(_eight({}), host={"cpu": "Some CPU", "python_probe_s": 0.0512})
+    assert "Host: Some CPU, Python probe 0.051 s (host_probe)." in dropin.markdown(results)
