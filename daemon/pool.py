@@ -67,7 +67,7 @@ class WorkerPool:
             slot.thread.start()
 
     def submit(self, ir: bytes, target: str, options: dict) -> Job:
-        """Queue a compile; the job's result is the worker's result dict."""
+        """Queue a compile; the job's result is the worker's answer (a worker.Compiled)."""
         job = Job(ir, target, options)
         if self._closed:
             job.set_exception(JobFailed("UNAVAILABLE", "the compile service is shutting down"))

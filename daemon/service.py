@@ -24,6 +24,7 @@ import grpc
 
 from kiln.cache import Cache
 from kiln.cache.metadata import MetadataError, checked, expected
+from kiln.codegen.artifact import CompiledKernel
 from kiln.ir import options as options_record
 from kiln.ir import print_function
 from kiln.ir.core import Function
@@ -38,6 +39,7 @@ from . import limits
 from .flight import SingleFlight
 from .leases import BUSY, KINDS, STORED, YOURS, Leases
 from .pool import JobFailed, WorkerPool
+from .worker import Compiled
 from .rpc import Undecodable, completed, gone, time_left
 from .stats import ServiceStats
 
@@ -230,7 +232,7 @@ class CompilerService(compiler_pb2_grpc.CompilerServicer):
         return _Request(fn, ir, request.target, options, key, request.include_ir_dumps)
 
     def _start(self, req: _Request) -> tuple[Future, int]:
-        """A future of the result dict, and the cache status to report with it."""
+        """A future of the Compiled answer, and the cache status to report with it."""
         hit = self._cached(req.key, req.dumps, req)
         if hit is not None:
             return _resolved(hit), pb.CACHE_HIT
@@ -267,7 +269,7 @@ class CompilerService(compiler_pb2_grpc.CompilerServicer):
         log.info("event=bad_request error=%r", message)
         return message
 
-    def _cached(self, key: str, dumps: bool, req: _Request | None = None) -> dict | None:
+    def _cached(self, key: str, dumps: bool, req: _Request | None = None) -> Compiled | None:
         """The node cache's result for `key` (checked against `req`, when there is one), or None."""
         names = ("cubin",) + (_TEXT_ARTIFACTS if dumps else ("ptx",))
         try:
@@ -299,21 +301,22 @@ class CompilerService(compiler_pb2_grpc.CompilerServicer):
             self.flights.land(req.key, future, error=error)
             return
         self.stats.count("misses")
-        self.stats.compiled(result["compile_ms"])
-        artifacts = {"cubin": result["cubin"], "ptx": result["ptx"], "llir": result["llir"], "kir": result["kir"],
+        self.stats.compiled(result.compile_ms)
+        kernel = result.kernel
+        artifacts = {"cubin": kernel.cubin, "ptx": kernel.ptx, "llir": kernel.llir, "kir": kernel.kir,
                      "ir": print_function(req.fn)}
-        metadata = {**result["metadata"], "target": req.target, "options": req.options}
+        metadata = {**kernel.metadata, "target": req.target, "options": req.options}
         try:
             self.cache.put_result(req.key, artifacts, metadata)
         except Exception as e:  # noqa: BLE001 - a full disk must not fail the compile
             log.error("key=%s event=cache_write_failed error=%r", req.key[:16], str(e))
         log.info("key=%s kernel=%s event=compiled ms=%.1f cpu_ms=%.0f stages=%s", req.key[:16], req.fn.name,
-                 result["compile_ms"], result.get("cpu_ms", 0.0), _stages_text(result.get("stage_ms") or {}))
+                 result.compile_ms, result.cpu_ms, _stages_text(result.stage_ms))
         if self.remote is not None:  # before the waiters hear: a prewarm that ends finds every kernel there
             self.remote.put(req.key, artifacts, metadata)  # (a tier that fails is skipped for a while after)
         self.flights.land(req.key, future, result)
 
-    def _response(self, req: _Request, result: dict, status) -> pb.CompileResponse:
+    def _response(self, req: _Request, result: Compiled, status) -> pb.CompileResponse:
         return _response_message(req.key, result, status, req.dumps)
 
 
@@ -372,18 +375,21 @@ def _resolved(value) -> Future:
     return future
 
 
-def _result_from_cache(artifacts: dict, metadata: dict) -> dict:
-    result = {name: data.decode() for name, data in artifacts.items() if name in _TEXT_ARTIFACTS}
-    return {**result, "cubin": artifacts["cubin"], "metadata": metadata, "compile_ms": 0.0}
+def _result_from_cache(artifacts: dict, metadata: dict) -> Compiled:
+    """A node-cache entry (checked) as the daemon's answer; the texts not read are empty."""
+    text = {name: artifacts[name].decode() if name in artifacts else "" for name in _TEXT_ARTIFACTS}
+    return Compiled(CompiledKernel(metadata.get("name", ""), metadata.get("target", ""), text["kir"], text["llir"],
+                                   text["ptx"], artifacts["cubin"], metadata))
 
 
-def _response_message(key: str, result: dict, status, dumps: bool) -> pb.CompileResponse:
-    metadata = {k: v for k, v in result["metadata"].items() if k != "options"}
-    response = pb.CompileResponse(key=key, cache_status=status, cubin=result["cubin"], ptx=result.get("ptx", ""),
+def _response_message(key: str, result: Compiled, status, dumps: bool) -> pb.CompileResponse:
+    kernel = result.kernel
+    metadata = {k: v for k, v in kernel.metadata.items() if k != "options"}
+    response = pb.CompileResponse(key=key, cache_status=status, cubin=kernel.cubin, ptx=kernel.ptx,
                                   metadata=metadata_to_proto(metadata),
-                                  compile_ms=result["compile_ms"] if status == pb.CACHE_MISS else 0.0)
+                                  compile_ms=result.compile_ms if status == pb.CACHE_MISS else 0.0)
     if dumps:
-        response.llir, response.kir = result.get("llir", ""), result.get("kir", "")
+        response.llir, response.kir = kernel.llir, kernel.kir
     return response
 
 

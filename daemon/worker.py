@@ -5,7 +5,7 @@ or hangs costs only this process.
 Protocol over a multiprocessing pipe, parent and worker being the same kiln:
     worker -> ("ready", pid) once warm, or ("failed", message) and exit
     parent -> (job_id, ir_bytes, target, options); None to stop
-    worker -> (job_id, "ok", result_dict) or (job_id, "error", (type_name, message, traceback))
+    worker -> (job_id, "ok", Compiled) or (job_id, "error", (type_name, message, traceback))
 """
 from __future__ import annotations
 
@@ -14,6 +14,21 @@ import json
 import os
 import time
 import traceback
+from dataclasses import dataclass, field
+
+from kiln.codegen.artifact import CompiledKernel
+
+
+@dataclass
+class Compiled:
+    """The daemon's answer for a compile key: the kernel (codegen's record, which the tiers hand
+    out too) and what its compile cost, for the stats and the log (0 for a node-cache hit)."""
+    kernel: CompiledKernel
+    compile_ms: float = 0.0
+    # the worker's CPU (its threads' too) and each stage's wall time; a compile much slower
+    # than its CPU says the worker waited for a core
+    cpu_ms: float = 0.0
+    stage_ms: dict = field(default_factory=dict)
 
 
 def load_function(path: str):
@@ -38,17 +53,15 @@ def _plain(value):
     return str(value)
 
 
-def _result(kernel, started: float, cpu_started: float, stage_ms: dict) -> dict:
-    text = lambda name: getattr(kernel, name, "") or ""  # noqa: E731
-    return {
-        "cubin": bytes(getattr(kernel, "cubin", b"") or b""),
-        "ptx": text("ptx"), "llir": text("llir"), "kir": text("kir"),
-        "metadata": json.loads(json.dumps(dict(getattr(kernel, "metadata", {}) or {}), default=_plain)),
-        "compile_ms": (time.perf_counter() - started) * 1e3,
-        # for the log: the worker's CPU (its threads' too) and each stage's wall time; a compile
-        # much slower than its CPU says the worker waited for a core
-        "cpu_ms": (time.process_time() - cpu_started) * 1e3, "stage_ms": stage_ms,
-    }
+def _result(kernel, name: str, target: str, started: float, cpu_started: float, stage_ms: dict) -> Compiled:
+    """The compile function's kernel as the record (a compile function of a test may give fewer fields)."""
+    text = lambda field_name: getattr(kernel, field_name, "") or ""  # noqa: E731
+    record = CompiledKernel(
+        text("name") or name, text("target") or target, text("kir"), text("llir"), text("ptx"),
+        bytes(getattr(kernel, "cubin", b"") or b""),
+        json.loads(json.dumps(dict(getattr(kernel, "metadata", {}) or {}), default=_plain)))
+    return Compiled(record, (time.perf_counter() - started) * 1e3, (time.process_time() - cpu_started) * 1e3,
+                    stage_ms)
 
 
 def _stage_ms_of(compile_fn):
@@ -151,7 +164,8 @@ def worker_main(conn, compile_fn_path: str) -> None:
             fn = function_from_bytes(ir_bytes)
             decode_ms = (time.perf_counter() - started) * 1e3
             kernel = compile_fn(fn, target, options)
-            reply = (job_id, "ok", _result(kernel, started, cpu_started, {"decode": decode_ms, **stage_ms()}))
+            reply = (job_id, "ok", _result(kernel, fn.name, target, started, cpu_started,
+                                           {"decode": decode_ms, **stage_ms()}))
         except Exception as e:  # noqa: BLE001 - a failed compile is an answer, not a crash
             reply = (job_id, "error", (type(e).__name__, str(e), traceback.format_exc()))
         conn.send(reply)

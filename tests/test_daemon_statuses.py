@@ -99,7 +99,7 @@ def test_a_slot_waiting_to_restart_leaves_its_jobs_to_the_live_workers():
         down.proc = None  # as a failed restart leaves it
         jobs = [pool.submit(canonical_bytes(parse_function(IR.format(name=f"k{i}"))), "sm_90a", {}) for i in range(6)]
         results = [job.result(timeout=60) for job in jobs]
-        assert {r["metadata"]["worker_pid"] for r in results} == {pool._slots[1].proc.pid}
+        assert {r.kernel.metadata["worker_pid"] for r in results} == {pool._slots[1].proc.pid}
     finally:
         pool.close()
 
