@@ -129,11 +129,11 @@ def test_the_cap_is_the_same_in_a_worker_process_as_here():
     here = compile(fn, "sm_90a", options)
     pool = WorkerPool("kiln.codegen:compile", 1)
     try:
-        there = pool.submit(canonical_bytes(fn), "sm_90a", options).result(timeout=300)
+        there = pool.submit(canonical_bytes(fn), "sm_90a", options).result(timeout=300).kernel
     finally:
         pool.close()
-    assert there["metadata"]["n_regs"] == here.n_regs and there["metadata"]["n_spills"] == here.n_spills
-    assert there["cubin"] == here.cubin
+    assert there.n_regs == here.n_regs and there.n_spills == here.n_spills
+    assert there.cubin == here.cubin
 
 
 def test_the_metadata_counts_the_pass_runs_and_links_a_compile_took():
