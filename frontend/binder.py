@@ -21,7 +21,12 @@ from .errors import KilnError
 from .jit_callable import JITCallable
 
 _INT32_MIN, _INT32_MAX = -2**31, 2**31 - 1
-IGNORED_LAUNCH_OPTIONS = ("extern_libs",)
+
+
+def _items(libraries):
+    """`extern_libs` as a launch key holds it, and as Triton's options do: (name, path) pairs. kiln
+    links libdevice itself, so a kernel launched with them is another specialization of the same code."""
+    return tuple(libraries.items()) if isinstance(libraries, dict) else libraries
 
 
 def _int_key(value: int):
@@ -113,7 +118,7 @@ def make_binder(jitfn):
                  "_kiln_spec_key_unaligned": spec_key_unaligned,
                  "_kiln_constexpr_key": constexpr_key, "_kiln_cache_get": jitfn.cache.get,
                  "_kiln_slow_launch": jitfn.slow_launch, "_kiln_grid3": grid3, "_kiln_callable": callable,
-                 "_kiln_KilnError": KilnError}
+                 "_kiln_KilnError": KilnError, "_kiln_items": _items}
     sig, keys = [], []
     for i, (name, p) in enumerate(params.items()):
         if p.default is not p.empty:
@@ -131,11 +136,9 @@ def make_binder(jitfn):
             keys.append(f"_kiln_spec_key({name})")
     sig.append("*")
     sig.extend(f"{o}=None" for o in options)
-    # Launch keywords Triton takes that change nothing in kiln: extern_libs names bitcode
-    # libraries to link, and kiln links libdevice for the math functions already.
-    sig.extend(f"{o}=None" for o in IGNORED_LAUNCH_OPTIONS if o not in params)
     stream = "stream" if "stream" in options else "None"
-    key = f"({', '.join(keys + keyed_options)}{',' if keys or keyed_options else ''})"
+    key_options = [f"_kiln_items({o})" if o == "extern_libs" else o for o in keyed_options]
+    key = f"({', '.join(keys + key_options)}{',' if keys or key_options else ''})"
     values = f"({', '.join(names)}{',' if names else ''})"
     src = (f"def _kiln_binder({', '.join(sig)}):\n"
            f"    return {key}, {values}, {stream}\n"

@@ -389,10 +389,20 @@ def test_isinstance_tensor_descriptor_and_constexpr_parameter_given_a_tensor():
     np.testing.assert_array_equal(y[32:], 7.0)
 
 
-def test_extern_libs_launch_keyword_is_accepted():
+def test_extern_libs_launch_keyword_is_an_option_as_in_triton():
+    # kiln links its own libdevice, but as in Triton the keyword makes its own specialization and
+    # the compile hook sees it as (name, path) pairs
+    from kiln.dropin import knobs
+    compiles = []
     z = np.zeros(8, np.int32)
-    _static_steps[(1,)](z, 8, extern_libs={"libdevice": "/path/to/libdevice.10.bc"})
-    assert z[2] == 2
+    libraries = {"libdevice": "/path/to/libdevice.10.bc"}
+    with knobs.runtime.scope():
+        knobs.runtime.jit_post_compile_hook = lambda **kw: compiles.append(kw["compile"].get("extern_libs"))
+        _static_steps.cache.clear()
+        _static_steps[(1,)](z, 8)
+        _static_steps[(1,)](z, 8, extern_libs=libraries)
+        _static_steps[(1,)](z, 8, extern_libs=dict(libraries))  # an equal dict: the same one
+    assert z[2] == 2 and compiles == [None, (("libdevice", "/path/to/libdevice.10.bc"),)]
 
 
 def test_dtype_class_attributes_and_exponent_bias():
