@@ -228,7 +228,8 @@ class CompiledKernel:
     def launch(self, grid, args, stream=None):
         if self.global_reads:
             self._check_global_reads()
-        if launch_hooks.knobs.launch_hooked:
+        hooks = launch_hooks.knobs
+        if (hooks.launch_hooked or hooks.runtime is not hooks.hooked_runtime) and launch_hooks.launching():
             stream, metadata = self._hook_metadata(grid, args, stream)
             launch_hooks.around_launch(lambda: self._measured_launch(grid, args, stream), metadata)
             return

@@ -11,7 +11,6 @@ loaded at its first launch.
 from __future__ import annotations
 
 from .dropin import knobs
-from .dropin.knobs import runtime
 
 
 class LaunchMetadata:
@@ -32,14 +31,16 @@ class LaunchMetadata:
 
 
 def launching() -> bool:
-    """Whether a launch hook is set: else a launch builds no metadata (a hot path's callers read
-    `knobs.launch_hooked` themselves)."""
+    """Whether a launch hook is set: else a launch builds no metadata. A hot path asks
+    `knobs.launch_hooked or knobs.runtime is not knobs.hooked_runtime` first (no call)."""
+    if knobs.runtime is not knobs.hooked_runtime:
+        return knobs._launch_hooks_changed()
     return knobs.launch_hooked
 
 
 def around_launch(launch, metadata) -> None:
     """`launch()` between the enter and exit hooks (a callable set in place of a chain, or None)."""
-    enter, exit_ = runtime.launch_enter_hook, runtime.launch_exit_hook
+    enter, exit_ = knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook
     if enter:
         enter(metadata)
     launch()
@@ -60,7 +61,7 @@ def metadata_of(name: str, function, stream, user_fn=None, grid=None, kernel_met
 def around_load(load, name: str, hash_of, handles=lambda loaded: (None, None), metadata_group=None):
     """`load()` between the kernel-load hooks, which the end hook gets as `handles(loaded)`, its
     (module, function); `hash_of()` is asked only when a hook is set (a kernel's hash prints its IR)."""
-    start, end = runtime.kernel_load_start_hook, runtime.kernel_load_end_hook
+    start, end = knobs.runtime.kernel_load_start_hook, knobs.runtime.kernel_load_end_hook
     if not (start or end):
         return load()
     group, digest = metadata_group or {}, hash_of()

@@ -81,6 +81,17 @@ def test_a_launch_knows_at_once_when_hooks_come_and_go():
     assert not knobs.launch_hooked
 
 
+def test_a_runtime_group_put_in_place_of_the_knobs_own_is_read(monkeypatch):
+    # Triton's test fixtures replace `knobs.runtime` with a reset copy and set hooks on that
+    seen = []
+    fresh = knobs.runtime.copy()
+    fresh.launch_enter_hook = lambda meta: seen.append(meta.get()["name"])
+    plain[(1,)](np.zeros(8, np.float32), 8, BLOCK=8)  # the knobs' own group: no hook
+    monkeypatch.setattr(knobs, "runtime", fresh)  # no knob set after this: the launch must notice
+    plain[(1,)](np.zeros(8, np.float32), 8, BLOCK=8)
+    assert seen == ["plain"]
+
+
 def test_exit_hooks_run_in_reverse_order_of_adding():
     order = []
     for name in ("first", "second"):

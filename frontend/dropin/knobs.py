@@ -452,15 +452,19 @@ cache = cache_knobs()
 compilation = compilation_knobs()
 autotuning = autotuning_knobs()
 runtime = runtime_knobs()
-# Whether a launch hook is set on `runtime`: kept as the hooks change, so that a launch reads one
-# flag (kiln.launch_hooks) rather than asking two chains
+# Whether a launch hook is set on `runtime`, and the `runtime` that answer is for: kept as the hooks
+# change, so that a launch reads a flag (kiln.launch_hooks) rather than asking two chains; a
+# `runtime` put in its place (as Triton's test fixtures do, a copy) is asked again
 launch_hooked = False
+hooked_runtime = None
 
 
-def _launch_hooks_changed() -> None:
-    global launch_hooked
-    hooks = globals().get("runtime")  # None while the module is loading
-    launch_hooked = hooks is not None and bool(hooks.launch_enter_hook or hooks.launch_exit_hook)
+def _launch_hooks_changed() -> bool:
+    global launch_hooked, hooked_runtime
+    hooked_runtime = globals().get("runtime")  # None while the module is loading
+    launch_hooked = hooked_runtime is not None and bool(hooked_runtime.launch_enter_hook
+                                                        or hooked_runtime.launch_exit_hook)
+    return launch_hooked
 language = language_knobs()
 nvidia = nvidia_knobs()
 amd = amd_knobs()
