@@ -328,7 +328,7 @@ def _asm_refused(error: JobFailed, fn: Function) -> JobFailed:
     if not any(op.name == "inline_asm" for op in fn.walk()):
         return error  # kiln's own PTX: kiln's bug
     return JobFailed("INVALID_ARGUMENT", f"ptxas refused the PTX of a kernel with inline assembly: {error.message}",
-                        error.details)
+                     error.details)
 
 
 def _stages_text(stage_ms: dict) -> str:

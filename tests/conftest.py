@@ -87,3 +87,13 @@ def compile_conformance_kernels(request, monkeypatch):
         pytest.fail("marked codegen_gap but every kernel compiled: remove the mark")
     if failures:
         pytest.fail("\n".join(failures))
+
+
+@pytest.fixture
+def cuda_torch(monkeypatch):
+    """torch, with kiln launching on its CUDA GPU rather than in the interpreter; skips without one."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    monkeypatch.setenv("KILN_INTERPRET", "0")
+    return torch

@@ -143,11 +143,8 @@ def _handoff(data_ptr, flag_ptr, out_ptr, ok_ptr, N: tl.constexpr):
 
 
 @pytest.mark.gpu
-def test_a_release_store_and_an_acquire_poll_hand_a_block_over_on_the_gpu(monkeypatch):
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("no CUDA device")
-    monkeypatch.setenv("KILN_INTERPRET", "0")
+def test_a_release_store_and_an_acquire_poll_hand_a_block_over_on_the_gpu(cuda_torch):
+    torch = cuda_torch
     for _ in range(20):
         data = torch.zeros(1024, device="cuda")
         flag, ok = torch.zeros(1, dtype=torch.int32, device="cuda"), torch.zeros(1, dtype=torch.int32, device="cuda")

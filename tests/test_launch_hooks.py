@@ -134,11 +134,8 @@ def test_the_dropins_compiled_kernel_gives_the_hooks_tritons_metadata():
 
 
 @pytest.mark.gpu
-def test_on_a_gpu_the_hooks_get_the_loaded_handles_and_the_stream(monkeypatch):
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("needs a CUDA GPU")
-    monkeypatch.setenv("KILN_INTERPRET", "0")
+def test_on_a_gpu_the_hooks_get_the_loaded_handles_and_the_stream(cuda_torch):
+    torch = cuda_torch
     loads, launches = [], []
     knobs.runtime.kernel_load_end_hook.add(lambda module, function, name, group, digest: loads.append((module, function)))
     knobs.runtime.launch_enter_hook.add(lambda meta: launches.append(meta.get()))
