@@ -725,6 +725,17 @@ def together(n: int, place, root: str, timeout: float) -> dict:
             "errors": [r for r in each if not r["ok"]][:2]}
 
 
+def gpu_name() -> str | None:
+    """The first GPU's name as torch names it, from nvidia-smi: for a run whose every job failed
+    before saying (its file is still named after the GPU)."""
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                             text=True, timeout=30).stdout.strip().splitlines()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out[0].strip() if out else None
+
+
 def host_probe() -> dict:
     """The host's CPU model and the seconds one core takes for a fixed piece of plain Python (best
     of 3): a leader rank's compile is serial Python (Dynamo, Inductor), so first steps measured on
@@ -1058,7 +1069,8 @@ def main():
     if args.merge:
         results = merged(args.merge, args.rtol, args.atol)
         text = markdown(results)
-        results_file.save(args.out, results_file.stem(results["date"], results["machine"], args.name), results, text)
+        name = "dropin-merged" if args.name == "dropin" else args.name  # not over a run's own file of that day
+        results_file.save(args.out, results_file.stem(results["date"], results["machine"], name), results, text)
         print(text)
         return
     if unknown := set(args.flavours.split(",")) - {"triton", "kiln"}:
@@ -1097,7 +1109,7 @@ def main():
     first = next((r for runs in results["one_process"].values() for r in runs.values()
                   if isinstance(r, dict) and r.get("ok")), None) or next(
         (job for run in eight_runs if isinstance(run, dict) for job in run.get("each", []) if job.get("ok")), {})
-    results["torch"], gpu = first.get("torch"), first.get("gpu")
+    results["torch"], gpu = first.get("torch"), first.get("gpu") or (gpu_name() if args.device == "cuda" else None)
     results["machine"] = gpu or f"{socket.gethostname()} ({args.device}, {os.cpu_count()} cores)"
     slug = results_file.stem(date, gpu or socket.gethostname(), args.name)
     text = markdown(results)
