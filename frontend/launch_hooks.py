@@ -34,7 +34,7 @@ def launching() -> bool:
     """Whether a launch hook is set: else a launch builds no metadata. A hot path asks
     `knobs.launch_hooked or knobs.runtime is not knobs.hooked_runtime` first (no call)."""
     if knobs.runtime is not knobs.hooked_runtime:
-        return knobs._launch_hooks_changed()
+        return knobs.recount_launch_hooks()
     return knobs.launch_hooked
 
 

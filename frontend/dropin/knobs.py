@@ -186,12 +186,12 @@ class HookChain:
             raise TypeError(f"a hook is a callable, not a {type(func).__name__}")
         if func not in self.calls:
             self.calls.append(func)
-        _launch_hooks_changed()
+        recount_launch_hooks()
 
     def remove(self, func) -> None:
         if func in self.calls:
             self.calls.remove(func)
-        _launch_hooks_changed()
+        recount_launch_hooks()
 
     def __call__(self, *args, **kwargs):
         for call in (self.calls[::-1] if self.reversed else self.calls):
@@ -381,7 +381,7 @@ class runtime_knobs(base_knobs):
 
     def _changed(self) -> None:
         if self is runtime:
-            _launch_hooks_changed()
+            recount_launch_hooks()
 
 
 class language_knobs(base_knobs):
@@ -459,7 +459,7 @@ launch_hooked = False
 hooked_runtime = None
 
 
-def _launch_hooks_changed() -> bool:
+def recount_launch_hooks() -> bool:
     global launch_hooked, hooked_runtime
     hooked_runtime = globals().get("runtime")  # None while the module is loading
     launch_hooked = hooked_runtime is not None and bool(hooked_runtime.launch_enter_hook
