@@ -452,6 +452,11 @@ cache = cache_knobs()
 compilation = compilation_knobs()
 autotuning = autotuning_knobs()
 runtime = runtime_knobs()
+language = language_knobs()
+nvidia = nvidia_knobs()
+amd = amd_knobs()
+proton = proton_knobs()
+
 # Whether a launch hook is set on `runtime`, and the `runtime` that answer is for: kept as the hooks
 # change, so that a launch reads a flag (kiln.launch_hooks) rather than asking two chains; a
 # `runtime` put in its place (as Triton's test fixtures do, a copy) is asked again
@@ -465,10 +470,6 @@ def recount_launch_hooks() -> bool:
     launch_hooked = hooked_runtime is not None and bool(hooked_runtime.launch_enter_hook
                                                         or hooked_runtime.launch_exit_hook)
     return launch_hooked
-language = language_knobs()
-nvidia = nvidia_knobs()
-amd = amd_knobs()
-proton = proton_knobs()
 
 
 def refresh_knobs() -> None:
