@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from kiln.ir import verify
 from kiln.ir.layout_check import check_layouts
 
-from .passes import (canonicalize, cse, dce, descriptor_loads, dot_accumulate, layouts, persistent, pointer_tma, prefetch,
-                     scratch_barriers, smem_alloc, smem_pipeline, tile_overlap, tma_store)
+from .passes import (canonicalize, cse, dce, descriptor_loads, dot_accumulate, dot_staging, layouts, persistent, pointer_tma,
+                     prefetch, scratch_barriers, smem_alloc, smem_pipeline, tile_overlap, tma_store)
 
 PASSES = [
     canonicalize,   # fold constants, drop x+0, x*1, same-type casts
@@ -34,6 +34,7 @@ PASSES = [
                     # ops where an op reads a value in another; the layouts into the types
     smem_alloc,     # byte offsets of the shared buffers, by liveness
     scratch_barriers,  # scratch bytes of reductions and conversions; barriers only where bytes may be in use
+    dot_staging,    # which engine runs each dot (mma.sync or FMAs); staging buffers of their own for mma dots in loops
 ]
 LAYOUTS_IN_TYPES = PASSES.index(layouts)  # from here on every block type has its layout
 TILE_OVERLAP = PASSES.index(tile_overlap)  # where a compile that drops the overlap variant resumes

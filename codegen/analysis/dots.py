@@ -1,6 +1,7 @@
 """Which dots the tensor cores' mma.sync can run: by their operand and accumulator types, shapes and
 the target. The layouts pass gives such a dot's result an mma layout, smem_pipeline stages its
-operands for it, and lowering emits mma.sync for it (where its result has that layout) or FMAs.
+operands for it, the dot_staging pass writes down which engine runs each dot and where its operands
+are staged, and lowering emits mma.sync or FMAs as that says.
 """
 from __future__ import annotations
 
@@ -29,3 +30,27 @@ def mma_eligible(op, ctx) -> bool:
             and M % 16 == 0 and N % 8 == 0 and K % 8 == 0
     return (s.name in ("fp16", "bf16") and s_acc.is_floating()
             and s_acc.name != "fp64" and M % 16 == 0 and N % 8 == 0 and K % 16 == 0)
+
+
+PAD_BYTES = 16  # padding per staged row: one warp's fragment loads of a k-step hit different banks
+
+
+def mma_staging(op) -> tuple[int, int, bool, int, int]:
+    """How an mma.sync dot with operands in registers stages them in shared memory: (A row stride,
+    B row stride, B kept row-major, A bytes, A + B bytes). A is row-major with padded rows; 16-bit
+    B too (ldmatrix transposes it as it loads), 8- and 32-bit B transposed (K innermost)."""
+    a, b = op.operands[:2]
+    (M, K), (_, N) = a.type.shape, b.type.shape
+    size = a.type.scalar.itemsize
+    a_stride = K + PAD_BYTES // size
+    b_row_major = size == 2
+    b_stride = (N if b_row_major else K) + PAD_BYTES // size
+    a_bytes = M * a_stride * size
+    return a_stride, b_stride, b_row_major, a_bytes, a_bytes + (K if b_row_major else N) * b_stride * size
+
+
+def staging_end(fn) -> int:
+    """Where the dots' staging buffers of their own end (the dot_staging pass's `staging` attrs: two
+    buffers each, from their offset), 0 without: the scratch area starts after them."""
+    return max((offset + 2 * size for op in fn.walk() if op.name == "dot" and "staging" in op.attrs
+                for offset, size in [op.attrs["staging"]]), default=0)

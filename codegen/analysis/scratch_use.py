@@ -11,6 +11,7 @@ from kiln.ir.ops import ELEMENTWISE_OPS
 from kiln.ir.types import block_type
 
 from ..scratch_bytes import conversion_bytes, reduce_scratch_bytes, scalar_bytes, scan_scratch_bytes
+from .dots import mma_staging, staging_end
 from .shared_buffers import buffers_live_at, reserved_bytes
 
 # Ops whose lowering touches no shared memory (their operands arrive in the layouts they read).
@@ -53,14 +54,46 @@ def _encoded(v) -> bool:
     return isinstance(v.type, block_type) and v.type.encoding is not None
 
 
+def fma_staging_bytes(op) -> int:
+    """Bytes a dot run on FMAs stages A and B in (row-major, elements as registers hold them)."""
+    a, b = op.operands[:2]
+    return a.type.numel * scalar_bytes(a.type) + b.type.numel * scalar_bytes(b.type)
+
+
+def scratch_extent(fn) -> int:
+    """How far past the scratch area's start lowering's transient uses reach: each planned one to
+    the end of its plan (scratch_barriers' `scratch` attrs), and from the start, those it does not
+    plan: dots staging their operands for one use (FMA dots, and mma.sync dots without buffers of
+    their own: the dot_staging pass's `engine` and `staging` attrs), and atomics whose result is
+    read (an element's owner passes it to the threads that share it: counted wherever it may)."""
+    used = {v for op in fn.walk() for v in op.operands}
+    extent = 0
+    for op in fn.walk():
+        plan = op.attrs.get("scratch")
+        if plan:
+            nbytes = plan[0] + plan[1]
+        elif op.name == "dot" and op.attrs.get("engine") == "fma":
+            nbytes = fma_staging_bytes(op)
+        elif op.name == "dot" and op.attrs.get("engine") == "mma" and "staging" not in op.attrs:
+            nbytes = mma_staging(op)[-1]
+        elif op.name in ("atomic_rmw", "atomic_cas") and op.results[0] in used:
+            out = op.results[0].type
+            nbytes = (out.numel if isinstance(out, block_type) else 1) * scalar_bytes(out)
+        else:
+            continue
+        extent = max(extent, -(-nbytes // 16) * 16)
+    return extent
+
+
 def planned_shared_bytes(fn) -> int:
     """A lower bound of the shared memory lowering will give the kernel: the buffers smem_alloc
-    placed (from a 1024-aligned base, as lowering reserves them) and the scratch scratch_barriers
-    planned beside them. Lowering may add more (mma.sync staging buffers, unplanned uses), never less."""
-    reserved = reserved_bytes(fn)
+    placed (from a 1024-aligned base, as lowering reserves them), the dots' staging buffers after them,
+    and the scratch scratch_barriers planned beside them. Lowering may add more (unplanned uses), never less."""
+    staged = staging_end(fn)
+    reserved = staged or reserved_bytes(fn)
     most, buffers_live = reserved, buffers_live_at(fn)
     for op in fn.walk():
         plan = op.attrs.get("scratch")
         if plan:
-            most = max(most, (reserved if buffers_live(op) else 0) + plan[0] + plan[1])
+            most = max(most, (reserved if staged or buffers_live(op) else 0) + plan[0] + plan[1])
     return most

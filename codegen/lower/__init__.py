@@ -13,9 +13,8 @@ from ..backend import DATA_LAYOUT, TRIPLE
 from . import asm, control, debug, dot, elementwise, memory, reduce, shape, tma, wgmma
 from .context import Lowering, LoweringError, ScratchUse
 from ..analysis import Analysis
+from ..analysis.dots import staging_end
 from ..analysis.scratch_use import touches_no_shared
-from ..occupancy import max_shared_per_cta
-from .mma import plan_dot_buffers
 from ..analysis.shared_buffers import reserved_bytes
 from .types import I8, reg_type
 
@@ -59,20 +58,12 @@ def param_type(t) -> ir.Type:
 def lower_function(fn, ctx) -> tuple[str, list[dict], int]:
     """LLVM IR text of the kernel, its argument layout and the dynamic shared bytes it needs.
 
-    Dots in loops get double staging buffers (kiln.codegen.lower.mma) unless the kernel
-    then needs more shared memory than the GPU has: it is lowered again without them.
+    What runs each dot and where it stages its operands is the dot_staging pass's (its attrs).
     """
     # The options, and what the passes decided from read from the IR as they read it (contiguity,
     # index math, live buffers): lowering takes nothing else from them, so a function dumped after
     # the passes lowers as its compile lowered it.
     ctx = Analysis(fn, ctx)
-    llir, arg_layout, shared, doubled = _lower(fn, ctx, double_buffers=True)
-    if doubled and shared > max_shared_per_cta(ctx.target.capability):
-        llir, arg_layout, shared, _ = _lower(fn, ctx, double_buffers=False)
-    return llir, arg_layout, shared
-
-
-def _lower(fn, ctx, double_buffers: bool):
     module = ir.Module(name=fn.name)
     module.triple, module.data_layout = TRIPLE, DATA_LAYOUT
     params = [param_type(a.type) for a in fn.args]
@@ -84,6 +75,8 @@ def _lower(fn, ctx, double_buffers: bool):
         set.add(llfn.attributes, f'"nvvm.maxnreg"="{ctx.maxnreg}"')
     lw = Lowering(module, llfn, ctx)
     lw.reserved = reserved_bytes(fn)  # the buffers smem_alloc placed, from a base aligned at run time (wgmma.shared_base)
+    if staging_end(fn):  # dots' staging buffers of their own (the dot_staging pass), after those
+        lw.reserved, lw.staged_dots = staging_end(fn), True
     for arg, param, name in zip(fn.args, llfn.args, fn.arg_names):
         param.name = name
         if arg.type == tensormap:
@@ -92,8 +85,6 @@ def _lower(fn, ctx, double_buffers: bool):
         lw.bind(arg, [value])
     created = [op for op in fn.walk() if op.name == "tensormap_create"]
     lw.map_slots = (len(created), {op: i for i, op in enumerate(created)})  # (maps per CTA, each one's slot)
-    if double_buffers:
-        plan_dot_buffers(lw, fn)
     lower_block(lw, fn.body)
     lw.b.ret_void()
     arg_layout = [{"name": n, "type": str(a.type), "llvm_type": str(p)}
@@ -108,7 +99,7 @@ def _lower(fn, ctx, double_buffers: bool):
             layout["global_scratch"] = str(tensormap.NBYTES * len(created))
         if "launch_grid" in attrs:  # the launch grid's size along an axis (kiln.codegen.passes.persistent)
             layout["launch_grid"] = str(attrs["launch_grid"])
-    return str(module), arg_layout, max(lw.smem_bytes, lw.reserved), bool(lw.dot_buffers)
+    return str(module), arg_layout, max(lw.smem_bytes, lw.reserved)
 
 
 __all__ = ["LOWER", "LoweringError", "lower_block", "lower_function"]

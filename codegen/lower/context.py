@@ -42,11 +42,11 @@ class Lowering:
         self.used = {v for op in ctx.function.walk() for v in op.operands} if ctx.function else set()
         self.smem_bytes = 0
         self._smem = None
-        # Shared memory is one dynamic array: the first `reserved` bytes hold the staging
-        # buffers that dots in loops keep for themselves (kiln.codegen.lower.mma), the
-        # transient uses share what follows.
+        # Shared memory is one dynamic array: the first `reserved` bytes hold smem_alloc's buffers
+        # and the staging buffers that dots in loops keep for themselves (the dot_staging pass),
+        # the transient uses share what follows.
         self.reserved = 0
-        self.dot_buffers: dict = {}  # dot op -> (byte offset, bytes per buffer)
+        self.staged_dots = False  # some dot has staging buffers of its own: the scratch area always follows them
         self.buffers_live = False  # a shared buffer (kiln.codegen.passes.smem_alloc) is live here
         self.scratch = ScratchUse(None)  # the op being lowered: its planned scratch bytes, what it used
 
@@ -199,7 +199,7 @@ class Lowering:
         planned for the op being lowered, or else the area's start after a barrier."""
         g = self.smem_array()
         # where no shared buffer or dot staging buffer is live, the scratch may use their bytes
-        start = self.reserved if self.buffers_live or self.dot_buffers else 0
+        start = self.reserved if self.buffers_live or self.staged_dots else 0
         if self.scratch.take(nbytes):
             start += self.scratch.plan[0]
         else:

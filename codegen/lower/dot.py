@@ -1,5 +1,5 @@
-"""`dot(a, b, acc)`: on tensor cores (`mma.sync`, kiln.codegen.lower.mma) where the types
-and shapes allow, else a and b are staged in shared memory (row-major) and each thread
+"""`dot(a, b, acc)`: on tensor cores (`mma.sync`, kiln.codegen.lower.mma) where the dot_staging
+pass said `engine = "mma"`, else a and b are staged in shared memory (row-major) and each thread
 runs a loop over k doing FMAs for its accumulator registers, loading the a-rows and
 b-columns it needs once per k. Inputs are widened to the accumulator's type (fp16/bf16
 -> fp32, int8 -> int32). Correct for every dtype. `mma_dot` (operands in ring tiles) is
@@ -13,6 +13,7 @@ import llvmlite.ir as ir
 
 from kiln.ir.types import float32, scalar_of
 
+from .context import LoweringError
 from .elementwise import cast_value
 from .shared import elem_bytes, flats_of, load_elements, store_elements
 from .types import reg_type
@@ -21,9 +22,12 @@ from .types import reg_type
 def _dot(lw, op):
     a, b, acc = op.operands
     out = op.results[0]
-    from .mma import can_use_mma, lower_mma
-    if len(out.type.shape) == 2 and can_use_mma(lw, op):
+    engine = op.attrs.get("engine")
+    if engine == "mma":
+        from .mma import lower_mma
         return lower_mma(lw, op)
+    if engine != "fma":
+        raise LoweringError(f"dot without an engine ({engine!r}): the dot_staging pass says mma or fma")
     batched = len(out.type.shape) == 3  # [B, M, K] x [B, K, N]: batch index leads every key
     (M, K), (_, N) = a.type.shape[-2:], b.type.shape[-2:]
     layout = lw.layout(out)

@@ -20,12 +20,11 @@ from __future__ import annotations
 
 import llvmlite.ir as ir
 
-from kiln.ir.core import Operation
 from kiln.ir.types import block_type, float32, int32, scalar_of
 
 from kiln.ir.layout import Blocked, is_mma_layout
 
-from ..analysis.dots import mma_eligible
+from ..analysis.dots import mma_staging
 from .context import LoweringError
 from .elementwise import cast_value
 from .memory import plain_store
@@ -33,15 +32,9 @@ from .shared import elem_bytes, flats_of, store_elements
 from .types import F32, I8, I32, VOID, GENERIC_PTR, SHARED_PTR, reg_type
 from .wgmma import tile_offset
 
-PAD_BYTES = 16  # padding per shared-memory row
 _KIND = {"fp16": "f16", "bf16": "bf16", "int8": "s8", "fp32": "tf32", "fp8e4nv": "e4m3", "fp8e5": "e5m2"}
 _SHAPE = {"s8": ("m16n8k32", "s32.s8.s8.s32"), "tf32": ("m16n8k8", "f32.tf32.tf32.f32"),
           "e4m3": ("m16n8k32", "f32.e4m3.e4m3.f32"), "e5m2": ("m16n8k32", "f32.e5m2.e5m2.f32")}
-
-
-def can_use_mma(lw, op) -> bool:
-    out = op.results[0]
-    return mma_eligible(op, lw.ctx) and is_mma_layout(lw.layout(out), out.type.shape, lw.num_warps)
 
 
 class _Operand:
@@ -57,11 +50,15 @@ class _Operand:
 
 
 def lower_mma(lw, op):
-    """A dot whose operands are in registers: both are staged to shared memory first."""
+    """A dot whose operands are in registers: both are staged to shared memory first (where the
+    dot_staging pass put them: `staging`, or the scratch area)."""
     a, b, acc = op.operands
+    out = op.results[0]
+    if not is_mma_layout(lw.layout(out), out.type.shape, lw.num_warps):
+        raise LoweringError(f"an mma dot needs an mma.sync accumulator layout, not {lw.layout(out)}")
     half = reg_type(a.type)
     size = scalar_of(a.type).itemsize
-    a_stride, b_stride, trans_b, a_bytes, staged = _staging(op)
+    a_stride, b_stride, trans_b, a_bytes, staged = mma_staging(op)
     base = _staging_buffer(lw, op, staged)
 
     def transposed(idx):
@@ -211,46 +208,12 @@ def _b_fragments(lw, src, k0, first_cols, col_tiles, half_step, q, low_bit, high
     return frags
 
 
-def _staging(op):
-    """(A row stride, B row stride, B kept row-major, A bytes, A + B bytes) in shared memory."""
-    a, b = op.operands[:2]
-    (M, K), (_, N) = a.type.shape, b.type.shape
-    size = scalar_of(a.type).itemsize
-    a_stride = K + PAD_BYTES // size
-    trans_b = size == 2
-    b_stride = (N if trans_b else K) + PAD_BYTES // size
-    a_bytes = M * a_stride * size
-    return a_stride, b_stride, trans_b, a_bytes, a_bytes + (K if trans_b else N) * b_stride * size
-
-
-def plan_dot_buffers(lw, fn):
-    """Two staging buffers of its own for each tensor-core dot inside a loop, taken in
-    turns: a thread may then write the next k-step's operands while slower warps still
-    read the last ones, so the barrier before the writes goes (one barrier per k-step,
-    not two). `lower_function` lowers again without them if the kernel then needs more
-    shared memory than the GPU has."""
-    for op in fn.walk():
-        if op.name == "dot" and _in_loop(op) and len(op.results[0].type.shape) == 2 and can_use_mma(lw, op):
-            staged = (_staging(op)[-1] + 15) // 16 * 16
-            lw.dot_buffers[op] = (lw.reserved, staged)
-            lw.reserved += 2 * staged
-
-
-def _in_loop(op) -> bool:
-    owner = op.parent.parent  # the op (or the function) whose region holds `op`
-    while isinstance(owner, Operation):
-        if owner.name in ("for", "while"):
-            return True
-        owner = owner.parent.parent
-    return False
-
-
 def _staging_buffer(lw, op, staged):
-    """Where this dot stages its operands: its own buffer of the two, alternating per
+    """Where this dot stages its operands: its own buffer of the two (`staging`), alternating per
     execution, or the transient scratch area (after a barrier)."""
-    if op not in lw.dot_buffers:
+    if "staging" not in op.attrs:
         return lw.smem(staged)
-    offset, size = lw.dot_buffers[op]
+    offset, size = op.attrs["staging"]
     turn = lw.entry.alloca(I32)
     lw.entry.store(lw.i32(0), turn)
     now = lw.b.load(turn, typ=I32)
