@@ -258,6 +258,46 @@ def _cast_name(src: dtype, dst: dtype) -> str:
     return "arith.trunci" if d.primitive_bitwidth < s.primitive_bitwidth else "arith.bitcast"
 
 
+# ops that are one TTIR op of a fixed name (besides those the renderer spells by their operands' kinds)
+_FIXED = {
+    "constant": "arith.constant", "select": "arith.select", "bitcast": "tt.bitcast",
+    "program_id": "tt.get_program_id", "num_programs": "tt.get_num_programs", "arange": "tt.make_range",
+    "splat": "tt.splat", "broadcast": "tt.broadcast", "expand_dims": "tt.expand_dims", "reshape": "tt.reshape",
+    "permute": "tt.trans", "join": "tt.join", "cat": "tt.cat", "split": "tt.split", "addptr": "tt.addptr",
+    "load": "tt.load", "store": "tt.store", "atomic_rmw": "tt.atomic_rmw", "atomic_cas": "tt.atomic_cas",
+    "dot": "tt.dot", "reduce": "tt.reduce", "scan": "tt.scan", "for": "scf.for", "if": "scf.if",
+    "while": "scf.while", "call": "tt.call", "condition": "scf.condition", "return": "tt.return",
+    "print": "tt.print", "assert": "tt.assert", "barrier": "gpu.barrier", "gather": "tt.gather",
+    "histogram": "tt.histogram", "inline_asm": "tt.elementwise_inline_asm",
+}
+_YIELDS = {"tt.reduce": "tt.reduce.return", "tt.scan": "tt.scan.return", "tt.func": "tt.return"}
+
+
+def op_name(op: Operation, parent: str) -> str:
+    """The name of the TTIR op kiln's `op` is (inside an op named `parent`: a `yield` is that op's
+    terminator), or `kiln.NAME` where TTIR has none. Of the ops the renderer writes as two (`not`,
+    an integer `neg`, an `addptr` of an unsigned offset), the second: the one with `op`'s result."""
+    if op.name in _FIXED:
+        return _FIXED[op.name]
+    if op.name == "yield":
+        return _YIELDS.get(parent, "scf.yield")
+    if op.name == "cast":
+        return _cast_name(op.operands[0].type, op.results[0].type)
+    if op.name == "cmp":
+        return "arith.cmpf" if _kind(op.operands[0].type) == "f" else "arith.cmpi"
+    if op.name == "not":
+        return "arith.xori"
+    if op.name == "neg":
+        return "arith.negf" if _kind(op.operands[0].type) == "f" else "arith.subi"
+    table = _ELEMENTWISE.get(op.name)
+    if table is not None and op.operands:
+        kind = _kind(op.operands[0].type)
+        name = table.get(kind) or table.get("*") or (table.get("s") if kind == "u" else None)
+        if name is not None:
+            return name
+    return "kiln." + op.name
+
+
 def _attr(value) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
@@ -671,6 +711,12 @@ def parse_to_ttir(jitfn, args=(), kwargs=None, locs: bool = False) -> str:
     """The TTIR text of kernel `jitfn` specialized for `args` and `kwargs`, with its calls of
     other @jit functions kept (`tt.call`, a `tt.func private` per specialization), as Triton's
     frontend builds it: what upstream's `triton._filecheck.run_parser` checks."""
+    return render_ttir(kernel_with_calls(jitfn, args, kwargs), locs=locs)
+
+
+def kernel_with_calls(jitfn, args=(), kwargs=None) -> Function:
+    """The block IR of kernel `jitfn` specialized for `args` and `kwargs` as `parse_to_ttir` renders
+    it: its calls of other @jit functions kept as `call` ops (printed, walked, never run)."""
     from .ast_to_ir import build_kernel
     from .compiler import codegen_options
     from .specialize import COMPILE_ONLY, specialize
@@ -681,6 +727,5 @@ def parse_to_ttir(jitfn, args=(), kwargs=None, locs: bool = False) -> str:
         _, params, _ = specialize(jitfn, dict(zip(jitfn.arg_names, values)), options)
     finally:
         COMPILE_ONLY.reset(compile_only)
-    fn = build_kernel(jitfn, params, name=jitfn.kernel_name(params), options=codegen_options(options),
-                      keep_calls=True)
-    return render_ttir(fn, locs=locs)
+    return build_kernel(jitfn, params, name=jitfn.kernel_name(params), options=codegen_options(options),
+                        keep_calls=True)

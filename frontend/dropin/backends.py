@@ -85,6 +85,33 @@ class BaseBackend:
     def function_handle(self, kernel):
         return None
 
+    # How an argument's specialization reads (runtime.jit.native_specialize_impl), as in Triton:
+    # "D" is a value or address divisible by 16, which becomes the divisibility hint
+    @staticmethod
+    def parse_attr(desc: str) -> list:
+        if not isinstance(desc, str):
+            raise TypeError(f"a specialization is a string such as 'D', not {desc!r}")
+        return [["tt.divisibility", 16]] if "D" in desc else []
+
+    @staticmethod
+    def get_int_specialization(arg, **kwargs) -> str:
+        return "D" if arg % 16 == 0 and kwargs.get("align", False) else ""
+
+    @staticmethod
+    def get_tensor_specialization(arg, **kwargs) -> str:
+        return "D" if arg.data_ptr() % 16 == 0 and kwargs.get("align", False) else ""
+
+    # What `ASTSource.make_ir` takes besides the options, as Triton's backends give it: kiln's
+    # frontend needs no dialects loaded, no codegen functions and no module map of its own.
+    def load_dialects(self, context) -> None:
+        pass
+
+    def get_codegen_implementation(self, options) -> dict:
+        return {}
+
+    def get_module_map(self) -> dict:
+        return {}
+
 
 def _hooked(launch, positions):
     """Triton's launcher signature around kiln's `launch(grid, values, stream)`."""

@@ -66,6 +66,34 @@ class ASTSource:
                f"{sorted(self.attrs.items(), key=str)}"
         return hashlib.sha256(text.encode()).hexdigest()
 
+    def make_ir(self, target, options, codegen_fns, module_map, context):
+        """The kernel's TTIR as a module to walk (kiln.ttir_module), its @jit calls kept as `tt.call`s.
+        Its `tt.func`'s arguments are the kernel's runtime arguments in order, as Triton's are (constexprs
+        and None left out); a kernel taking a host tensor descriptor is refused, since kiln passes one
+        as other arguments than Triton does."""
+        from kiln import signatures
+        from kiln.ast_to_ir import build_kernel
+        from kiln.compiler import codegen_options
+        from kiln.language.tensor_descriptor import DescriptorArgument
+        from kiln.specialize import COMPILE_ONLY
+        from kiln.ttir_module import Module
+
+        try:
+            params, launch_options = signatures.Declared(self.fn, self.declared_values(vars(options))).params_and_options()
+        except signatures.SignatureError as e:
+            raise ValueError(f"{self.name}: {e}") from None
+        if any(isinstance(p, DescriptorArgument) for p in params.values()):
+            raise NotImplementedError(f"{self.name}: kiln's TTIR module of a kernel taking a tensor descriptor")
+        compile_only = COMPILE_ONLY.set(True)  # nothing runs: host tensors are fine, as in Triton's frontend
+        try:
+            fn = build_kernel(self.fn, params, name=self.name, options=codegen_options(launch_options), keep_calls=True)
+        finally:
+            COMPILE_ONLY.reset(compile_only)
+        runtime = [name for name in self.fn.arg_names if name in params and not _is_constant(params[name])]
+        if fn.arg_names != runtime:
+            raise RuntimeError(f"{self.name}: the IR's arguments {fn.arg_names} are not the runtime ones {runtime}")
+        return Module(fn)
+
     def declared_values(self, options: dict) -> dict:
         """kiln.signatures' spelling of this specialization, with the launch options."""
         values = {}

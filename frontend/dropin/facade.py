@@ -13,6 +13,7 @@ from kiln import __version__ as kiln_version  # noqa: F401
 from kiln.autotuner import Config, autotune, heuristics  # noqa: F401
 
 from . import backends, knobs, runtime  # noqa: F401
+from . import libtriton as _C  # noqa: F401  (triton._C and triton._C.libtriton, one module)
 from . import compile as compiler  # noqa: F401
 from .compile import compile  # noqa: F401,A004
 from .jit import JITFunction, jit  # noqa: F401

@@ -41,6 +41,7 @@ MODULES = {
     "triton.runtime._async_compile": "kiln.runtime._async_compile",
     "triton.runtime.build": "kiln.runtime.build",
     "triton._filecheck": "kiln.dropin.filecheck",
+    "triton._utils": "kiln.dropin.utils",
     "triton._C": "kiln.dropin.libtriton",  # the C++ extension: only what tutorials take from it
     "triton._C.libtriton": "kiln.dropin.libtriton",
 }

@@ -6,6 +6,8 @@ one, and compile it with `triton.compile(ASTSource(fn, ...))` (kiln.dropin.compi
 """
 from __future__ import annotations
 
+import inspect
+
 from dataclasses import dataclass
 
 from kiln.jit import JITFunction as _KilnJITFunction
@@ -66,6 +68,43 @@ def mangle_type(arg, specialize: bool = False) -> str:
     raise TypeError(f"a kernel argument cannot be a {type(arg).__name__} ({arg!r:.60})")
 
 
+def native_specialize_impl(backend, arg, is_const: bool = False, specialize_value: bool = True, align: bool = True):
+    """(type, specialization) of one argument, as Triton's launcher keys it: a tensor `*fp32` (`*kfp32`
+    when const) with "D" where its address is 16-aligned (`backend.get_tensor_specialization`), an int
+    `i32` / `i64` / `u64` by its range with "D" where it is a multiple of 16, an int 1 a constexpr, a float
+    `fp32`, a bool `u1`, None and constexprs `constexpr`, a tuple the tuples of its items'; without
+    `specialize_value` no value is looked at (specialization None)."""
+    from kiln.language.core import constexpr
+    if arg is None:
+        return "constexpr", None
+    if isinstance(arg, constexpr):
+        return "constexpr", arg
+    if isinstance(arg, bool):
+        return "u1", None
+    if isinstance(arg, int):
+        if specialize_value and arg == 1:
+            return "constexpr", arg
+        if not -2**63 <= arg < 2**64:
+            raise OverflowError("integer to be specialized too large to represent")
+        kind = "i32" if -2**31 <= arg < 2**31 else "i64" if arg < 2**63 else "u64"
+        return kind, (("D" if align and arg % 16 == 0 else "") if specialize_value else None)
+    if isinstance(arg, float):
+        return "fp32", None
+    if isinstance(arg, tuple):
+        if not arg:
+            return arg, arg
+        pairs = [native_specialize_impl(backend, item) for item in arg]
+        make = type(arg) if hasattr(arg, "_fields") else tuple
+        kinds, keys = [p[0] for p in pairs], [p[1] for p in pairs]
+        return (make(*kinds), make(*keys)) if make is not tuple else (tuple(kinds), tuple(keys))
+    if hasattr(arg, "data_ptr") and hasattr(arg, "dtype"):
+        kind = ("*k" if is_const else "*") + canonicalize_dtype(arg.dtype)
+        return kind, (backend.get_tensor_specialization(arg, align=align) if specialize_value else None)
+    if hasattr(arg, "cache_key") and callable(arg):  # a @jit function passed as an argument
+        return "constexpr", arg.cache_key
+    raise TypeError(f"a kernel argument cannot be a {type(arg).__name__} ({arg!r:.60})")
+
+
 def get_jit_fn_file_line(fn) -> tuple[str, int]:
     """The file of a kernel (or an autotuner or heuristics around one) and the line of its `def`."""
     while not hasattr(fn, "rewriter"):
@@ -84,6 +123,16 @@ class KernelParam:
     do_not_specialize: bool
     default: object = None
     do_not_specialize_on_alignment: bool = False
+    is_const: bool = False  # annotated as a pointer to constant data (`*kfp32`, `tl.const`)
+
+
+def _is_const_annotation(annotation) -> bool:
+    """Triton's rule: an annotation that says `const`, or a pointer type spelled `*k...`."""
+    if annotation is inspect.Parameter.empty or not annotation:
+        return False
+    text = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", str(annotation))
+    text = text.strip()
+    return "constexpr" not in text and ("const" in text or text.startswith("*k"))
 
 
 class JITFunction(_KilnJITFunction):
@@ -91,7 +140,8 @@ class JITFunction(_KilnJITFunction):
         super().__init__(fn, repr=repr, **kwargs)
         self.params = [KernelParam(i, name, name in self.constexpr_names, name in self.do_not_specialize,
                                    None if p.default is p.empty else p.default,
-                                   name in self.do_not_specialize_on_alignment)
+                                   name in self.do_not_specialize_on_alignment,
+                                   name not in self.constexpr_names and _is_const_annotation(p.annotation))
                        for i, (name, p) in enumerate(self.signature.parameters.items())]
         self.repr = repr if repr is not None else _name_repr
 

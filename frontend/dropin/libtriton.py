@@ -1,5 +1,7 @@
 """`triton._C.libtriton` under the drop-in: what Triton's tutorials and benchmarks take from its C++
-extension, which is the cuBLAS baseline they compare against.
+extension, which is the cuBLAS baseline they compare against, and the IR context that
+`ASTSource.make_ir` takes (its module is kiln.ttir_module's tree: PyTorch walks it to learn which
+tensors a user's kernel writes).
 
     from triton._C.libtriton import nvidia
     cublas = nvidia.cublas.CublasLt(torch.empty(32 << 20, device="cuda", dtype=torch.uint8))
@@ -13,6 +15,7 @@ matmuls are Blackwell's, which kiln does not target.)
 """
 from __future__ import annotations
 
+import sys
 import types
 
 
@@ -53,3 +56,16 @@ def _check(a, b, c) -> None:
 
 
 nvidia = types.SimpleNamespace(cublas=types.SimpleNamespace(CublasLt=CublasLt))
+
+
+class context:  # noqa: N801 - the binding's name
+    """An MLIR context as `make_ir` takes one: kiln builds its IR without one."""
+
+
+def load_dialects(context) -> None:
+    """Triton registers its MLIR dialects in the context; kiln's IR needs none."""
+
+
+ir = types.SimpleNamespace(context=context, load_dialects=load_dialects)
+
+libtriton = sys.modules[__name__]  # `triton._C` and `triton._C.libtriton` are this one module
