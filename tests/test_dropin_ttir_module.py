@@ -221,3 +221,11 @@ def test_pytorch_learns_which_tensors_a_user_kernel_reads_and_writes(tmp_path):
         "no_bias": [["x"], ["out"]],
         "bias": [["bias", "x"], ["out"]],
     }
+
+
+def test_a_jit_function_and_a_tensor_descriptor_specialize_as_in_triton():
+    torch = pytest.importorskip("torch")
+    from kiln.tools.tensor_descriptor import TensorDescriptor
+    assert native_specialize_impl(BaseBackend, _steps, False, True, True) == ("constexpr", _steps.cache_key)
+    desc = TensorDescriptor(torch.zeros(64, 32, dtype=torch.float16), [64, 32], [32, 1], [16, 32])
+    assert native_specialize_impl(BaseBackend, desc, False, True, True) == ("tensordesc<fp16[16, 32]>", None)

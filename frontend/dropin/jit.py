@@ -72,7 +72,8 @@ def native_specialize_impl(backend, arg, is_const: bool = False, specialize_valu
     """(type, specialization) of one argument, as Triton's launcher keys it: a tensor `*fp32` (`*kfp32`
     when const) with "D" where its address is 16-aligned (`backend.get_tensor_specialization`), an int
     `i32` / `i64` / `u64` by its range with "D" where it is a multiple of 16, an int 1 a constexpr, a float
-    `fp32`, a bool `u1`, None and constexprs `constexpr`, a tuple the tuples of its items'; without
+    `fp32`, a bool `u1`, None and constexprs `constexpr`, a @jit function `constexpr` with its cache key,
+    a host tensor descriptor `tensordesc<fp16[64, 64]>`, a tuple the tuples of its items'; without
     `specialize_value` no value is looked at (specialization None)."""
     from kiln.language.core import constexpr
     if arg is None:
@@ -87,7 +88,7 @@ def native_specialize_impl(backend, arg, is_const: bool = False, specialize_valu
         if not -2**63 <= arg < 2**64:
             raise OverflowError("integer to be specialized too large to represent")
         kind = "i32" if -2**31 <= arg < 2**31 else "i64" if arg < 2**63 else "u64"
-        return kind, (("D" if align and arg % 16 == 0 else "") if specialize_value else None)
+        return kind, (backend.get_int_specialization(arg, align=align) if specialize_value else None)
     if isinstance(arg, float):
         return "fp32", None
     if isinstance(arg, tuple):
@@ -100,8 +101,10 @@ def native_specialize_impl(backend, arg, is_const: bool = False, specialize_valu
     if hasattr(arg, "data_ptr") and hasattr(arg, "dtype"):
         kind = ("*k" if is_const else "*") + canonicalize_dtype(arg.dtype)
         return kind, (backend.get_tensor_specialization(arg, align=align) if specialize_value else None)
-    if hasattr(arg, "cache_key") and callable(arg):  # a @jit function passed as an argument
+    if isinstance(arg, JITCallable):  # a @jit function passed as an argument
         return "constexpr", arg.cache_key
+    if hasattr(arg, "block_shape") and hasattr(getattr(arg, "base", None), "data_ptr"):  # a host tensor descriptor
+        return f"tensordesc<{canonicalize_dtype(arg.base.dtype)}{list(arg.block_shape)}>", None
     raise TypeError(f"a kernel argument cannot be a {type(arg).__name__} ({arg!r:.60})")
 
 

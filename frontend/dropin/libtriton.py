@@ -18,6 +18,8 @@ from __future__ import annotations
 import sys
 import types
 
+from .jit import native_specialize_impl  # noqa: F401  (Triton's launcher keys arguments with it)
+
 
 class CublasLt:
     """cuBLASLt's matmul, as Triton's `nvidia.cublas.CublasLt` offers it."""

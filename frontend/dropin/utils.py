@@ -6,6 +6,8 @@ import functools
 
 from kiln.language import TRITON_MAX_TENSOR_NUMEL  # noqa: F401  (Triton's limit, under its name here too)
 
+from .jit import canonicalize_dtype  # noqa: F401  (Triton keeps it here)
+
 
 def _nested(value) -> bool:
     """A list, a tuple (tl.tuple is one) or a tuple's type: what a path indexes into."""
