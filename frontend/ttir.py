@@ -289,13 +289,16 @@ def op_name(op: Operation, parent: str) -> str:
         return "arith.xori"
     if op.name == "neg":
         return "arith.negf" if _kind(op.operands[0].type) == "f" else "arith.subi"
+    return _elementwise_name(op) or "kiln." + op.name
+
+
+def _elementwise_name(op: Operation) -> str | None:
+    """The TTIR op of an elementwise kiln op by its operands' kind (`_ELEMENTWISE`), or None."""
     table = _ELEMENTWISE.get(op.name)
-    if table is not None and op.operands:
-        kind = _kind(op.operands[0].type)
-        name = table.get(kind) or table.get("*") or (table.get("s") if kind == "u" else None)
-        if name is not None:
-            return name
-    return "kiln." + op.name
+    if table is None or not op.operands:
+        return None
+    kind = _kind(op.operands[0].type)
+    return table.get(kind) or table.get("*") or (table.get("s") if kind == "u" else None)
 
 
 def _attr(value) -> str:
@@ -392,14 +395,11 @@ class _Renderer:
         if special is not None:
             special(op, indent, parent)
             return
-        table = _ELEMENTWISE.get(op.name)
-        if table is not None and op.operands:
-            kind = _kind(op.operands[0].type)
-            name = table.get(kind) or table.get("*") or (table.get("s") if kind == "u" else None)
-            if name is not None:
-                t = ttir_type(op.results[0].type)
-                self.emit(indent, f"{self.define(op)}{name} {self.uses(op.operands)} : {t}", op)
-                return
+        name = _elementwise_name(op)
+        if name is not None:
+            t = ttir_type(op.results[0].type)
+            self.emit(indent, f"{self.define(op)}{name} {self.uses(op.operands)} : {t}", op)
+            return
         self.generic(op, indent, "kiln." + op.name)
 
     def generic(self, op: Operation, indent: str, name: str):
