@@ -613,9 +613,9 @@ class CodeGenerator(ast.NodeVisitor):
             return value[index]
         if is_aggregate(unwrap(value)):
             return self.call(_aggregate_member(unwrap(value), "__getitem__"), [index], {})
-        index = unwrap(index)
+        index = semantic.python_index(index)
         if isinstance(index, tuple):
-            index = tuple(unwrap(i) for i in index)
+            index = tuple(semantic.python_index(i) for i in index)
         return wrap(unwrap(value)[index])
 
     def visit_Slice(self, node):

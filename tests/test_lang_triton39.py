@@ -178,3 +178,30 @@ def test_a_dot_of_rank_four_multiplies_batch_by_batch():
     out = np.zeros((2, 2, 16, 16), np.float32)
     _dot_rank4[(1,)](a, b, out)
     np.testing.assert_allclose(out, a @ b, rtol=2e-2, atol=2e-2)
+
+
+@kiln.jit
+def _sliced(x_ptr, out_ptr):
+    every = tl.slice(None, None, None)
+    rows = tl.arange(0, 4)[every, None] * 8 + tl.arange(0, 8)[None, every]  # as [:, None] and [None, :]
+    pair = (x_ptr, out_ptr, rows)
+    dst, offs = pair[tl.slice(1, 3, None)]                                  # as pair[1:3]
+    tl.store(dst + offs, tl.load(pair[0] + offs) + 1)
+
+
+def test_slices_as_values_index_as_python_s():
+    x = np.arange(32, dtype=np.int32).reshape(4, 8)
+    out = np.zeros((4, 8), np.int32)
+    _sliced[(1,)](x, out)
+    np.testing.assert_array_equal(out, x + 1)
+    assert tl.slice(1, None, 2).type == tl.slice_type() and tl.slice(1, None, 2).as_python() == slice(1, None, 2)
+
+
+@kiln.jit
+def _bad_slice(x_ptr):
+    tl.store(x_ptr + tl.arange(0, 4)[tl.slice(0, 2, None)], 1)
+
+
+def test_a_block_takes_no_slice_but_all():
+    with pytest.raises(kiln.CompilationError, match="only `:` and `None`"):
+        _bad_slice[(1,)](np.zeros(4, np.int32))

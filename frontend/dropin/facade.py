@@ -5,9 +5,9 @@
 `kiln_version` is kiln's own.
 """
 from kiln import (  # noqa: F401
-    AsyncCompileMode, CompilationError, FutureKernel, InterpreterError, KernelInterface, OutOfResources, TensorWrapper,
-    TritonError, aggregate, cdiv, constexpr_function, language, must_use_result, next_power_of_2, reinterpret,
-    set_allocator, testing, tools,
+    AsyncCompileMode, CompilationError, FutureKernel, InterpreterError, KernelInterface, MockTensor, OutOfResources,
+    TensorWrapper, TritonError, aggregate, cdiv, constexpr_function, language, must_use_result, next_power_of_2,
+    reinterpret, set_allocator, testing, tools,
 )
 from kiln import __version__ as kiln_version  # noqa: F401
 from kiln.autotuner import Config, autotune, heuristics  # noqa: F401

@@ -6,6 +6,7 @@ from .builtins import PropagateNan, abs, cast, full, static_assert  # noqa: F401
 
 del full_like, item  # noqa: F821  (kiln's builtins, not names of Triton's tl: x.item() is)
 from .core import aggregate_replace  # noqa: F401  (Triton 3.9)
+from .core import Slice as slice, slice_type  # noqa: F401,A001  (Triton 3.9)
 from .core import (  # noqa: F401
     bfloat16, block_type, builtin, constexpr, constexpr_type, dtype, float8e4b8, float8e4b15, float8e4nv, float8e5, float8e5b16, float16,
     float32, float64, int1, int8, int16, int32, int64, pointer_type, range, static_range, tensor, tuple_type, uint8, uint16,

@@ -315,3 +315,27 @@ import kiln.constexpr as _constexpr_module  # noqa: E402
 
 constexpr.__module__ = constexpr_type.__module__ = __name__
 _constexpr_module._TENSOR = tensor
+
+
+class slice_type:
+    """The type of a `tl.slice` (Triton 3.9's `slice_type`)."""
+    name = "slice_type"
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, slice_type)
+
+    def __hash__(self) -> int:
+        return hash(self.name)
+
+
+class Slice:
+    """Triton 3.9's `tl.slice(start, stop, step)`, exported under that name: a slice as a kernel's value.
+    Indexing takes it as Python's `start:stop:step` (a block takes `:` alone, a tuple any slice)."""
+
+    def __init__(self, start, stop, step):
+        self.start, self.stop, self.step = start, stop, step
+        self.type = slice_type()
+
+    def as_python(self):
+        """Python's slice of the same (constexpr) bounds."""
+        return builtins.slice(_unwrap(self.start), _unwrap(self.stop), _unwrap(self.step))

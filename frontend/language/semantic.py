@@ -867,7 +867,7 @@ def subscript(x: tensor, slices):
         slices = (slices,)
     out, dim = x, 0
     for s in slices:
-        s = unwrap(s)
+        s = python_index(s)
         if s is None:
             out = expand_dims(out, dim)
             dim += 1
@@ -879,6 +879,13 @@ def subscript(x: tensor, slices):
     if x.type.shape and dim > len(x.type.shape) + sum(1 for s in slices if unwrap(s) is None):
         raise IndexError("too many indices for the tensor")
     return out
+
+
+def python_index(index):
+    """An index as Python takes it: a constexpr's value, a `tl.slice` as Python's slice."""
+    from .core import Slice
+    index = unwrap(index)
+    return index.as_python() if isinstance(index, Slice) else index
 
 
 def reshape(x, shape, can_reorder=False) -> tensor:
