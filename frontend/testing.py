@@ -2,8 +2,11 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import statistics
+import subprocess
+import sys
 import time
 
 import numpy as np
@@ -303,3 +306,72 @@ def _plot(bench, rows, labels, show_plots, save_path):
     if save_path:
         plt.savefig(os.path.join(save_path, f"{bench.plot_name}.png"))
     plt.close()
+
+
+# --- the GPU's own settings, through nvidia-smi (Triton's helpers: GPU 0, as nvidia-smi numbers them) ---
+
+def nvsmi(attrs) -> list[int]:
+    """GPU 0's `nvidia-smi --query-gpu` fields `attrs` (e.g. ["clocks.max.sm"]) as integers, without units.
+    PyTorch's Inductor reads the maximal SM clock this way for its flop estimates."""
+    out = subprocess.run(["nvidia-smi", "-i", "0", "--query-gpu=" + ",".join(attrs), "--format=csv,noheader,nounits"],
+                         capture_output=True, text=True, check=True).stdout
+    fields = [f.strip() for f in out.strip().splitlines()[0].split(",")] if out.strip() else []
+    if len(fields) != len(attrs) or not all(f.lstrip("-").isdigit() for f in fields):
+        raise ValueError(f"nvidia-smi gave {out.strip()!r} for {list(attrs)}: not one integer per field")
+    return [int(f) for f in fields]
+
+
+def _smi(*args) -> None:
+    subprocess.run(["nvidia-smi", "-i", "0", *args], capture_output=True, check=True)
+
+
+@contextlib.contextmanager
+def set_gpu_clock(ref_sm_clock=1350, ref_mem_clock=1215):
+    """Lock GPU 0's SM and memory clocks (MHz) for the block, as Triton's benchmarks do (it needs the rights
+    to change them), and give back (peak fp16 tensor-core TFLOP/s, peak DRAM GB/s) at those clocks, from
+    the device's own properties; the clocks are unlocked after, whatever happens."""
+    try:
+        _smi("-pm", "1")
+        _smi(f"--lock-gpu-clocks={ref_sm_clock},{ref_sm_clock}")
+        _smi(f"--lock-memory-clocks={ref_mem_clock},{ref_mem_clock}")
+        sm_clock, mem_clock = nvsmi(["clocks.current.sm", "clocks.current.memory"])
+        if abs(sm_clock - ref_sm_clock) >= 10 or abs(mem_clock - ref_mem_clock) >= 10:
+            raise RuntimeError(f"GPU clocks are {sm_clock} / {mem_clock} MHz after locking them at "
+                               f"{ref_sm_clock} / {ref_mem_clock}")
+        yield _peaks_at(ref_sm_clock, ref_mem_clock)
+    finally:
+        _smi("-pm", "0")
+        _smi("-rgc")
+        _smi("-rmc")
+
+
+def _peaks_at(sm_clock: int, mem_clock: int) -> tuple[float, float]:
+    """(fp16 tensor-core TFLOP/s, DRAM GB/s) of the current device at these clocks (MHz)."""
+    tflops = get_max_tensorcore_tflops("fp16", sm_clock * 1000)
+    gbps = get_dram_gbps() * mem_clock / max(1, nvsmi(["clocks.max.memory"])[0])
+    return tflops, gbps
+
+
+SANITIZER_ENV = "KILN_UNDER_SANITIZER"  # set in the run the sanitizer watches, so it does not start another
+
+
+def cuda_memcheck(**target_kwargs):
+    """A pytest test decorator (Triton's): where the test's parameters include `target_kwargs`, the test runs
+    again in a child pytest under compute-sanitizer's memcheck, which must finish with no error; elsewhere, and
+    inside that child, it runs as it is. The test takes pytest's `request` fixture (to name its case)."""
+    def decorator(test):
+        @functools.wraps(test)
+        def wrapper(*args, **kwargs):
+            if os.environ.get(SANITIZER_ENV) or not target_kwargs.items() <= kwargs.items():
+                return test(*args, **kwargs)
+            request = kwargs.get("request")
+            if request is None:
+                raise TypeError(f"{test.__name__}: a memcheck'd test takes the `request` fixture")
+            case = f"{request.node.path}::{test.__name__}[{request.node.callspec.id}]"
+            out = subprocess.run(["compute-sanitizer", "--tool", "memcheck", sys.executable, "-m", "pytest", "-q", case],
+                                 capture_output=True, text=True,
+                                 env={**os.environ, SANITIZER_ENV: "1", "PYTORCH_NO_CUDA_MEMORY_CACHING": "1"})
+            if out.returncode != 0 or "ERROR SUMMARY: 0 errors" not in out.stdout:
+                raise AssertionError(f"compute-sanitizer found errors in {case}:\n{out.stdout[-3000:]}")
+        return wrapper
+    return decorator

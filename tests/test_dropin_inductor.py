@@ -109,3 +109,34 @@ def test_a_users_autotuned_kernel_inside_torch_compile(tmp_path):
     assert out.returncode == 0, out.stderr[-4000:]
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result == {"triton": "kiln.dropin.facade", "equal": True, "constexpr_src": "def doubled"}, out.stderr[-2000:]
+
+
+TRITON_INTERPRET_JOB = textwrap.dedent("""
+    import json
+    import torch
+    import torch._inductor.config as inductor_config
+    import triton
+    from triton.runtime.interpreter import InterpretedFunction
+    inductor_config.cpu_backend = "triton"
+
+    @triton.jit
+    def kernel(x):
+        pass
+
+    def f(x, y):
+        return torch.relu(x * y + 1).sum(0)
+    x, y = torch.randn(64, 32), torch.randn(64, 32)
+    print(json.dumps({"close": bool(torch.allclose(torch.compile(f)(x, y), f(x, y), atol=1e-5)),
+                      "kiln_kernel_is_interpreted_function": isinstance(kernel, InterpretedFunction)}))
+""")
+
+
+def test_torch_compile_under_tritons_interpreter_switch(tmp_path):
+    """TRITON_INTERPRET=1: Inductor asks for Triton's interpreter's function class while it launches
+    (triton.runtime.interpreter); kiln's kernels interpret themselves and are not of it."""
+    script = tmp_path / "job.py"
+    script.write_text(TRITON_INTERPRET_JOB)
+    env = {**os.environ, hook.ENV: "1", "TRITON_INTERPRET": "1", "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
+    out = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-4000:]
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == {"close": True, "kiln_kernel_is_interpreted_function": False}

@@ -37,6 +37,7 @@ MODULES = {
     "triton.runtime.driver": "kiln.dropin.runtime",
     "triton.runtime.errors": "kiln.runtime.errors",
     "triton.runtime.jit": "kiln.dropin.jit",
+    "triton.runtime.interpreter": "kiln.dropin.interpreter",
     "triton.runtime._allocation": "kiln.runtime._allocation",
     "triton.runtime._async_compile": "kiln.runtime._async_compile",
     "triton.runtime.build": "kiln.runtime.build",
