@@ -224,6 +224,14 @@ def libdevice_setting() -> Path | None:
     return Path(value).expanduser() if value else None
 
 
+UNDER_SANITIZER = "KILN_UNDER_SANITIZER"  # set for the run kiln.testing.cuda_memcheck starts under compute-sanitizer
+
+
+def under_sanitizer() -> bool:
+    """Is this the run `cuda_memcheck` started under compute-sanitizer (so it starts no other)?"""
+    return bool(os.environ.get(UNDER_SANITIZER))
+
+
 def environment() -> dict[str, str]:
     """A copy of this process's environment: what a child process it starts inherits, and what a
     report of the settings (`kiln doctor`) reads."""

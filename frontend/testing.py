@@ -11,6 +11,8 @@ import time
 
 import numpy as np
 
+from kiln.cache import env
+
 from . import config
 from .device_peaks import get_dram_gbps, get_max_simd_tflops, get_max_tensorcore_tflops  # noqa: F401 - Triton's API
 
@@ -352,9 +354,6 @@ def _peaks_at(sm_clock: int, mem_clock: int) -> tuple[float, float]:
     return tflops, gbps
 
 
-SANITIZER_ENV = "KILN_UNDER_SANITIZER"  # set in the run the sanitizer watches, so it does not start another
-
-
 def cuda_memcheck(**target_kwargs):
     """A pytest test decorator (Triton's): where the test's parameters include `target_kwargs`, the test runs
     again in a child pytest under compute-sanitizer's memcheck, which must finish with no error; elsewhere, and
@@ -362,7 +361,7 @@ def cuda_memcheck(**target_kwargs):
     def decorator(test):
         @functools.wraps(test)
         def wrapper(*args, **kwargs):
-            if os.environ.get(SANITIZER_ENV) or not target_kwargs.items() <= kwargs.items():
+            if env.under_sanitizer() or not target_kwargs.items() <= kwargs.items():
                 return test(*args, **kwargs)
             request = kwargs.get("request")
             if request is None:
@@ -370,7 +369,8 @@ def cuda_memcheck(**target_kwargs):
             case = f"{request.node.path}::{test.__name__}[{request.node.callspec.id}]"
             out = subprocess.run(["compute-sanitizer", "--tool", "memcheck", sys.executable, "-m", "pytest", "-q", case],
                                  capture_output=True, text=True,
-                                 env={**os.environ, SANITIZER_ENV: "1", "PYTORCH_NO_CUDA_MEMORY_CACHING": "1"})
+                                 env={**env.environment(), env.UNDER_SANITIZER: "1",
+                                      "PYTORCH_NO_CUDA_MEMORY_CACHING": "1"})
             if out.returncode != 0 or "ERROR SUMMARY: 0 errors" not in out.stdout:
                 raise AssertionError(f"compute-sanitizer found errors in {case}:\n{out.stdout[-3000:]}")
         return wrapper

@@ -24,6 +24,7 @@ import importlib
 import os
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Protocol, TypedDict
 
 _TRUE = ("1", "true", "yes", "on", "y")
 _FALSE = ("0", "false", "no", "off", "n", "")
@@ -37,18 +38,31 @@ env = Env()
 propagate_env = True  # setting a knob also sets its environment variable
 
 
-def _environ_value(value):
-    """A Python value as its environment variable's text; None for a value with no text form."""
-    if value is None or isinstance(value, str):
-        return value
-    if isinstance(value, bool):
-        return "1" if value else "0"
-    if isinstance(value, int):
-        return str(value)
-    return _NO_TEXT
+def setenv(key: str, value: str | None) -> None:
+    """Set environment variable `key` to `value` (None: unset it), unless `propagate_env` is off."""
+    if not propagate_env:
+        return
+    if value is not None:
+        os.environ[key] = value
+    else:
+        os.environ.pop(key, None)
 
 
-_NO_TEXT = object()
+def toenv(value) -> tuple | None:
+    """A knob's value as its variable's text, in a 1-tuple (`(None,)`: unset); None for a value with no
+    text form (a class, a function), which leaves the variable as it is. Exact types, as Triton's."""
+    kind = type(value)
+    if value is None:
+        return (None,)
+    if kind is bool:
+        return ("1" if value else "0",)
+    if kind is str:
+        return (value,)
+    if kind is int:
+        return (str(value),)
+    return None
+
+
 _UNSET = object()
 
 
@@ -72,12 +86,9 @@ class env_base:
             obj.__dict__.pop(self.name, None)
             return
         obj.__dict__[self.name] = value
-        text = _environ_value(value)
-        if propagate_env and text is not _NO_TEXT:
-            if text is None:
-                os.environ.pop(self.key, None)
-            else:
-                os.environ[self.key] = text
+        text = toenv(value)
+        if text is not None:
+            setenv(self.key, text[0])
 
     def __delete__(self, obj):
         obj.__dict__.pop(self.name, None)
@@ -171,6 +182,57 @@ class env_class(env_base):
         if not any(base.__name__ == self.type for base in cls.mro()):
             raise RuntimeError(f"{self.key}={text!r}: {name} is not a {self.type}")
         return cls
+
+
+class LaunchHook(Protocol):
+    """A launch hook (`runtime.launch_enter_hook` / `launch_exit_hook`): called with the launch's lazy
+    metadata (`metadata.get()`: the kernel's name, function handle, stream, and its launch_metadata's)."""
+
+    def __call__(self, metadata) -> None: ...
+
+
+class InitHandleHook(Protocol):
+    """A kernel-load hook (`runtime.kernel_load_start_hook` / `_end_hook`); module and function are None
+    before the load."""
+
+    def __call__(self, module, function, name: str, metadata_group: dict, hash: str) -> None: ...
+
+
+class JITHookCompileInfo(TypedDict):
+    """What a JIT hook learns of the compile it is asked about (`compile=`)."""
+    key: str
+    signature: dict
+    device: int
+    constants: None
+    num_warps: int
+    num_ctas: int
+    num_stages: int
+    enable_fp_fusion: bool
+    launch_cooperative_grid: bool
+    extern_libs: tuple
+    configs: list
+    specialization_data: str
+    is_warmup: bool
+
+
+class JITHook(Protocol):
+    """`runtime.jit_cache_hook` / `jit_post_compile_hook`: a falsy answer to the cache hook skips the compile."""
+
+    def __call__(self, *, key: str, repr: str, fn, compile: JITHookCompileInfo, is_manual_warmup: bool,
+                 already_compiled: bool) -> bool | None: ...
+
+
+class PipelineStagesHook(Protocol):
+    """`runtime.add_stages_inspection_hook`: sees (and may edit) a backend's compile stages."""
+
+    def __call__(self, stages, options, language, capability): ...
+
+
+class BuildImpl(Protocol):
+    """`build.impl`: builds C source `src` as module `name` in `srcdir`, giving the built file's path."""
+
+    def __call__(self, name: str, src: str, srcdir: str, library_dirs: list, include_dirs: list,
+                 libraries: list, /) -> str: ...
 
 
 class HookChain:
