@@ -172,3 +172,27 @@ def test_signatures_take_tritons_other_scalar_widths(scalar):
     x, out = np.arange(10, dtype=np.float32), np.zeros(10, dtype=np.float32)
     cpu[(1,)](x, out, 10, 3, 64)
     np.testing.assert_array_equal(out, x * 3)
+
+
+def test_a_compile_s_cache_key_names_source_backend_options_and_environment():
+    from kiln.dropin.compile import get_cache_key
+    backend = backends.make_backend(GPUTarget("cuda", 90, 32))
+    src = ASTSource(scale, SIGNATURE, {"BLOCK": 64}, ATTRS)
+    options = backend.parse_options({})
+    key = get_cache_key(src, backend, options, {"TRITON_X": "1"})
+    assert key.startswith(backends.triton_key()) and src.hash() in key and options.hash() in key
+    assert key.endswith("[('TRITON_X', '1')]")
+    assert options.hash() != backend.parse_options({"num_warps": 8}).hash()
+    assert get_cache_key(ASTSource(scale, SIGNATURE, {"BLOCK": 32}, ATTRS), backend, options, {}) != \
+        get_cache_key(src, backend, options, {})
+
+
+def test_the_runtime_and_compiler_modules_have_tritons_other_names():
+    from kiln.dropin import compile as compiler, runtime
+    from kiln.tensor_wrapper import MockTensor, TensorWrapper, reinterpret
+    assert (runtime.MockTensor, runtime.TensorWrapper, runtime.reinterpret) == (MockTensor, TensorWrapper, reinterpret)
+    lazy = compiler.LazyDict({"name": "k"})
+    lazy.add(lambda grid: {"grid": grid}, ((4, 1, 1),))
+    assert lazy.get() == {"name": "k", "grid": (4, 1, 1)}
+    assert knobs.toenv(True) == ("1",) and knobs.toenv(7) == ("7",) and knobs.toenv(None) == (None,)
+    assert knobs.toenv(1.5) is None  # no text form: the variable is left as it is

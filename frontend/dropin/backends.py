@@ -49,6 +49,11 @@ class Options:
     extern_libs: tuple | None = None
     cluster_dims: tuple = (1, 1, 1)
 
+    def hash(self) -> str:
+        """A digest of every option's value (Triton's `options.hash()`, part of its cache keys)."""
+        text = "_".join(f"{name}-{value}" for name, value in sorted(vars(self).items()))
+        return hashlib.sha256(text.encode()).hexdigest()
+
 
 class BaseBackend:
     """A compiler backend for one target (Triton's `BaseBackend`)."""

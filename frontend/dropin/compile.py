@@ -26,6 +26,7 @@ from collections import namedtuple
 from kiln import errors  # noqa: F401  (triton.compiler.errors, an attribute after `import triton` as in Triton)
 from kiln.errors import CompilationError, CompileTimeAssertionFailure, KilnError, OutOfResources  # noqa: F401
 from kiln.interpret.device import interpreted_resources
+from kiln.launch_hooks import LaunchMetadata as LazyDict  # noqa: F401  (Triton's name for the hooks' lazy dict)
 from kiln.runtime import GPUTarget
 
 from . import warm
@@ -174,6 +175,12 @@ def compile(src, target=None, options=None, _env_vars=None):
     if timer is not None:
         notify(listening, timer, src, compiled.metadata._asdict(), cache_hit=False)
     return compiled
+
+
+def get_cache_key(src, backend, backend_options, env_vars) -> str:
+    """Triton's key of a compile in its file cache: the compiler (`triton_key`), the source and its
+    specialization, the backend, its options and the environment variables that change the output."""
+    return f"{triton_key()}-{src.hash()}-{backend.hash()}-{backend_options.hash()}-{sorted(env_vars.items())}"
 
 
 def max_shared_mem(device) -> int:

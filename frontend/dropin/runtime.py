@@ -15,6 +15,7 @@ from . import jit, knobs  # noqa: F401  (triton.runtime.jit is an attribute afte
 from kiln.runtime import _allocation, _async_compile, errors  # noqa: F401
 from .backends import PTXASError, triton_key  # noqa: F401
 from .jit import JITFunction  # noqa: F401
+from kiln.tensor_wrapper import MockTensor, TensorWrapper, reinterpret  # noqa: F401  (triton.runtime has them)
 from kiln.jit import KernelInterface  # noqa: F401
 
 # `import triton.runtime.driver` must not replace the `driver` attribute with a module: Triton's
