@@ -196,3 +196,13 @@ def test_the_runtime_and_compiler_modules_have_tritons_other_names():
     assert lazy.get() == {"name": "k", "grid": (4, 1, 1)}
     assert knobs.toenv(True) == ("1",) and knobs.toenv(7) == ("7",) and knobs.toenv(None) == (None,)
     assert knobs.toenv(1.5) is None  # no text form: the variable is left as it is
+
+
+def test_launcher_module_keys_as_tritons_cache_spells_them():
+    from kiln.dropin import file_cache
+    key = file_cache.make_so_cache_key("v1", {"x": "*fp32", "n": "i32"}, {(2,): 64}, [(0,)])
+    assert key == file_cache.make_so_cache_key("v1", {"x": "*fp16", "n": "i32"}, {(2,): 64}, [(0,)])  # any pointer
+    assert key != file_cache.make_so_cache_key("v1", {"x": "*fp32", "n": "i64"}, {(2,): 64}, [(0,)])
+    assert key != file_cache.make_so_cache_key("v1", {"x": "*fp32", "n": "i32"}, {(2,): 64}, [(0,)], shared=1024)
+    assert len(key) == 52 and set(key) <= set("ABCDEFGHIJKLMNOPQRSTUVWXYZ234567")
+    assert file_cache.triton_key() == backends.triton_key()

@@ -6,6 +6,7 @@ live in the node cache (kiln.cache); these files live under its directory, in `f
 from __future__ import annotations
 
 import base64
+import hashlib
 import importlib
 import json
 import os
@@ -138,3 +139,23 @@ def get_override_manager(key) -> CacheManager:
 
 def get_dump_manager(key) -> CacheManager:
     return _manager_class()(key, dump=True)
+
+
+def make_so_cache_key(version_hash, signature, constants, ids, **kwargs) -> str:
+    """Triton's key of a compiled launcher module (base32 of a SHA-256): the version, the signature with
+    every pointer spelled `ptr`, the constants, the argument ids and any further values, in order."""
+    kinds = "".join("ptr" if str(kind).startswith("*") else str(kind) for kind in signature.values())
+    text = "-".join([f"{version_hash}-{kinds}-{constants}-{ids}", *(str(value) for value in kwargs.values())])
+    return _base32(hashlib.sha256(text.encode()).hexdigest())
+
+
+def triton_key() -> str:
+    """`triton.runtime.cache.triton_key`: kiln's (kiln.dropin.backends), where Triton keeps it."""
+    from .backends import triton_key as key
+    return key()
+
+
+def get_cache_key(src, backend, backend_options, env_vars) -> str:
+    """`triton.runtime.cache.get_cache_key`: the compile's key (kiln.dropin.compile), where Triton keeps it."""
+    from .compile import get_cache_key as key
+    return key(src, backend, backend_options, env_vars)
