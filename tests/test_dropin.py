@@ -71,6 +71,9 @@ def test_submodules_inductor_imports_resolve_to_kiln():
         assert "cpu" in triton.backends.backends and callable(triton.compile)
         import kiln.errors, triton.runtime.errors  # the error kiln's builds raise is the one Inductor catches
         assert PTXASError is kiln.errors.PTXASError is triton.runtime.errors.PTXASError
+        from kiln.tensor_wrapper import MockTensor, TensorWrapper, reinterpret
+        from triton.runtime import MockTensor as M, TensorWrapper as T, reinterpret as r
+        assert (M, T, r) == (MockTensor, TensorWrapper, reinterpret) and triton.MockTensor is MockTensor
         print("ok")
     """, {hook.ENV: "1"})
     assert out.stdout.strip() == "ok", out.stderr

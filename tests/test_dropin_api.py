@@ -187,10 +187,8 @@ def test_a_compile_s_cache_key_names_source_backend_options_and_environment():
         get_cache_key(src, backend, options, {})
 
 
-def test_the_runtime_and_compiler_modules_have_tritons_other_names():
-    from kiln.dropin import compile as compiler, runtime
-    from kiln.tensor_wrapper import MockTensor, TensorWrapper, reinterpret
-    assert (runtime.MockTensor, runtime.TensorWrapper, runtime.reinterpret) == (MockTensor, TensorWrapper, reinterpret)
+def test_the_compiler_module_has_tritons_lazy_dict_and_knobs_their_env_spelling():
+    from kiln.dropin import compile as compiler  # (kiln.dropin.runtime is never imported here: it claims triton's names)
     lazy = compiler.LazyDict({"name": "k"})
     lazy.add(lambda grid: {"grid": grid}, ((4, 1, 1),))
     assert lazy.get() == {"name": "k", "grid": (4, 1, 1)}
