@@ -81,3 +81,47 @@ def test_under_the_drop_in_triton_runtime_cache_is_this_module(cache_dir, tmp_pa
     env = {**os.environ, "KILN_DROPIN": "1", "PYTHONPATH": str(tmp_path)}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert out.stdout.split() == ["kiln.dropin.file_cache", "Mine"], out.stderr
+
+
+@pytest.fixture
+def redis_store(monkeypatch):
+    from redis_server import MISSING, RedisServer, find
+    if find() is None:
+        pytest.skip(MISSING)
+    pytest.importorskip("redis")
+    with RedisServer() as server:
+        monkeypatch.setenv("TRITON_REDIS_HOST", "127.0.0.1")
+        monkeypatch.setenv("TRITON_REDIS_PORT", str(server.port))
+        monkeypatch.setenv("TRITON_REMOTE_CACHE_BACKEND", "kiln.dropin.file_cache:RedisRemoteCacheBackend")
+        yield server
+
+
+def test_the_remote_manager_shares_files_and_groups_through_redis(cache_dir, redis_store, tmp_path, monkeypatch):
+    writer = file_cache.RemoteCacheManager("ef56")
+    cubin = writer.put(b"\x7fELF", "k.cubin")
+    meta = writer.put({"a": 1}, "k.json")
+    writer.put_group("k.json", {"k.json": meta, "k.cubin": cubin})
+    import redis
+    stored = redis.Redis(port=redis_store.port).get("triton:ef56:k.cubin")
+    assert stored == b"\x7fELF"  # Triton's key format
+    monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "other-node"))  # another machine: nothing local
+    reader = file_cache.RemoteCacheManager("ef56")
+    group = reader.get_group("k.json")
+    assert sorted(group) == ["k.cubin", "k.json"] and open(group["k.cubin"], "rb").read() == b"\x7fELF"
+    assert group["k.cubin"].startswith(str(tmp_path / "other-node"))
+    assert reader.get_file("missing") is None and reader.get_group("missing") is None
+
+
+def test_a_remote_group_naming_paths_outside_the_cache_is_a_miss(cache_dir, redis_store):
+    import redis
+    store = redis.Redis(port=redis_store.port)  # what another writer (or a damaged store) left there
+    store.set("triton:ab78:../escape", b"x")
+    store.set("triton:ab78:__grp__g", json.dumps({"child_paths": ["../escape"]}))
+    assert file_cache.RemoteCacheManager("ab78").get_group("g") is None
+    assert not (cache_dir / "files" / "escape").exists()
+
+
+def test_the_remote_manager_needs_a_store(cache_dir, monkeypatch):
+    monkeypatch.delenv("TRITON_REMOTE_CACHE_BACKEND", raising=False)
+    with pytest.raises(RuntimeError, match="TRITON_REMOTE_CACHE_BACKEND"):
+        file_cache.RemoteCacheManager("ab90")

@@ -1,7 +1,9 @@
 """`triton.runtime.cache` in the drop-in mode: Triton's file cache managers, for the code that
 keeps its own files beside compiled kernels or swaps in its own manager (Liger-Kernel's
-`TRITON_CACHE_MANAGER=module:Class`). kiln's compiles do not go through them: its binaries
-live in the node cache (kiln.cache); these files live under its directory, in `files/KEY/`.
+`TRITON_CACHE_MANAGER=module:Class`), and Triton's remote manager over a store such as Redis
+(`RemoteCacheManager`, `RedisRemoteCacheBackend`). kiln's compiles do not go through them: its
+binaries live in the node cache (kiln.cache) and its own shared tier; these files live under its
+directory, in `files/KEY/`.
 """
 from __future__ import annotations
 
@@ -104,6 +106,105 @@ class FileCacheManager(CacheManager):
             f.write(data)
         os.replace(temp, path)
         return path
+
+
+class RemoteCacheBackend(ABC):
+    """A store of cache files outside the machine, for one cache key (Triton's interface): `get` gives
+    the ones it has of `filenames`, `put` stores one."""
+
+    def __init__(self, key: str):
+        pass
+
+    @abstractmethod
+    def get(self, filenames: list[str]) -> dict[str, bytes]:
+        ...
+
+    @abstractmethod
+    def put(self, filename: str, data: bytes):
+        ...
+
+
+class RedisRemoteCacheBackend(RemoteCacheBackend):
+    """Cache files in Redis (`knobs.redis`: TRITON_REDIS_HOST, TRITON_REDIS_PORT and the key format, by default
+    `triton:{key}:{filename}`), as Triton's."""
+
+    def __init__(self, key: str):
+        import redis
+        self.key = key
+        self.key_format = knobs.redis.key_format
+        self.redis = redis.Redis(host=knobs.redis.host, port=knobs.redis.port)
+
+    def _name(self, filename: str) -> str:
+        return self.key_format.format(key=self.key, filename=filename)
+
+    def get(self, filenames: list[str]) -> dict[str, bytes]:
+        found = self.redis.mget([self._name(f) for f in filenames])
+        return {f: data for f, data in zip(filenames, found) if data is not None}
+
+    def put(self, filename: str, data: bytes):
+        self.redis.set(self._name(filename), data)
+
+
+class RemoteCacheManager(CacheManager):
+    """Triton's manager over a remote store (`knobs.cache.remote_manager_class`, TRITON_REMOTE_CACHE_BACKEND):
+    files are put there and read from there, and kept as local files (the key's FileCacheManager) so callers get
+    paths; dump and override directories stay local. Select it with TRITON_CACHE_MANAGER=
+    `triton.runtime.cache:RemoteCacheManager`."""
+
+    def __init__(self, key, override=False, dump=False):
+        backend = knobs.cache.remote_manager_class
+        if backend is None:
+            raise RuntimeError("RemoteCacheManager needs a store: set TRITON_REMOTE_CACHE_BACKEND=module:Class "
+                               "(e.g. triton.runtime.cache:RedisRemoteCacheBackend)")
+        self.local = FileCacheManager(key, override=override, dump=dump)
+        self.remote = None if (override or dump) else backend(key)
+
+    def _kept(self, filename: str, data) -> str:
+        return self.local.put(data, filename)
+
+    def get_file(self, filename) -> str | None:
+        if self.remote is None:
+            return self.local.get_file(filename)
+        found = self.remote.get([filename])
+        return self._kept(filename, found[filename]) if filename in found else None
+
+    def put(self, data, filename, binary=True) -> str:
+        if self.remote is None:
+            return self.local.put(data, filename, binary=binary)
+        if not isinstance(data, bytes):
+            data = str(data).encode()
+        self.remote.put(filename, data)
+        return self._kept(filename, data)
+
+    def get_group(self, filename: str) -> dict[str, str] | None:
+        """The files a group names, fetched from the store together; None unless the group and all its
+        files are there."""
+        if self.remote is None:
+            return self.local.get_group(filename)
+        path = self.get_file(_group_name(filename))
+        if path is None:
+            return None
+        try:
+            with open(path) as f:
+                children = json.load(f)["child_paths"]
+        except (OSError, ValueError, KeyError, TypeError):  # a broken group file is a miss
+            return None
+        if not isinstance(children, list) or not all(_plain_name(c) for c in children):
+            return None  # names from the store become local paths: a file name, nothing else
+        found = self.remote.get(children)
+        if len(found) != len(children):
+            return None
+        return {name: self._kept(name, data) for name, data in found.items()}
+
+    def put_group(self, filename: str, group: dict[str, str]) -> str:
+        if self.remote is None:
+            return self.local.put_group(filename, group)
+        return self.put(json.dumps({"child_paths": sorted(group)}), _group_name(filename))
+
+
+def _plain_name(name) -> bool:
+    return isinstance(name, str) and name not in ("", ".", "..") and os.path.basename(name) == name \
+        and "\\" not in name and "\0" not in name
 
 
 def _base32(key: str) -> str:

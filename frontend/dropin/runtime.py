@@ -11,6 +11,7 @@ from kiln.errors import InterpreterError, OutOfResources  # noqa: F401
 from kiln.runtime import GPUTarget, driver  # noqa: F401
 
 from . import file_cache as cache  # noqa: F401  (triton.runtime.cache)
+from .file_cache import RedisRemoteCacheBackend, RemoteCacheBackend  # noqa: F401  (triton.runtime has them)
 from . import jit, knobs  # noqa: F401  (triton.runtime.jit is an attribute after `import triton`, as in Triton)
 from kiln.runtime import _allocation, _async_compile, errors  # noqa: F401
 from .backends import PTXASError, triton_key  # noqa: F401
