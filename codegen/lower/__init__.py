@@ -75,8 +75,9 @@ def lower_function(fn, ctx) -> tuple[str, list[dict], int]:
         set.add(llfn.attributes, f'"nvvm.maxnreg"="{ctx.maxnreg}"')
     lw = Lowering(module, llfn, ctx)
     lw.reserved = reserved_bytes(fn)  # the buffers smem_alloc placed, from a base aligned at run time (wgmma.shared_base)
-    if staging_end(fn):  # dots' staging buffers of their own (the dot_staging pass), after those
-        lw.reserved, lw.staged_dots = staging_end(fn), True
+    staged = staging_end(fn)
+    if staged:  # dots' staging buffers of their own (the dot_staging pass), after those
+        lw.reserved, lw.staged_dots = staged, True
     for arg, param, name in zip(fn.args, llfn.args, fn.arg_names):
         param.name = name
         if arg.type == tensormap:

@@ -71,14 +71,7 @@ class FileCacheManager(CacheManager):
 
     def get_group(self, filename: str) -> dict[str, str] | None:
         """The files a group names, if the group file and all of them are there."""
-        path = self.get_file(_group_name(filename))
-        if path is None:
-            return None
-        try:
-            with open(path) as f:
-                children = json.load(f)["child_paths"]
-        except (OSError, ValueError, KeyError, TypeError):  # a broken group file is a miss
-            return None
+        children = _group_children(self.get_file(_group_name(filename)))
         if not isinstance(children, dict):
             return None
         group = {}
@@ -181,14 +174,7 @@ class RemoteCacheManager(CacheManager):
         files are there."""
         if self.remote is None:
             return self.local.get_group(filename)
-        path = self.get_file(_group_name(filename))
-        if path is None:
-            return None
-        try:
-            with open(path) as f:
-                children = json.load(f)["child_paths"]
-        except (OSError, ValueError, KeyError, TypeError):  # a broken group file is a miss
-            return None
+        children = _group_children(self.get_file(_group_name(filename)))
         if not isinstance(children, list) or not all(_plain_name(c) for c in children):
             return None  # names from the store become local paths: a file name, nothing else
         found = self.remote.get(children)
@@ -200,6 +186,18 @@ class RemoteCacheManager(CacheManager):
         if self.remote is None:
             return self.local.put_group(filename, group)
         return self.put(json.dumps({"child_paths": sorted(group)}), _group_name(filename))
+
+
+def _group_children(path: str | None):
+    """The `child_paths` a group file holds (a dict of paths locally, a list of names in a remote
+    store), or None where the file is missing or broken (a miss)."""
+    if path is None:
+        return None
+    try:
+        with open(path) as f:
+            return json.load(f)["child_paths"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def _plain_name(name) -> bool:

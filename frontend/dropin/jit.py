@@ -94,10 +94,8 @@ def native_specialize_impl(backend, arg, is_const: bool = False, specialize_valu
     if isinstance(arg, tuple):
         if not arg:
             return arg, arg
-        pairs = [native_specialize_impl(backend, item) for item in arg]
-        make = type(arg) if hasattr(arg, "_fields") else tuple
-        kinds, keys = [p[0] for p in pairs], [p[1] for p in pairs]
-        return (make(*kinds), make(*keys)) if make is not tuple else (tuple(kinds), tuple(keys))
+        kinds, keys = zip(*(native_specialize_impl(backend, item) for item in arg))
+        return (type(arg)(*kinds), type(arg)(*keys)) if hasattr(arg, "_fields") else (kinds, keys)
     if hasattr(arg, "data_ptr") and hasattr(arg, "dtype"):
         kind = ("*k" if is_const else "*") + canonicalize_dtype(arg.dtype)
         return kind, (backend.get_tensor_specialization(arg, align=align) if specialize_value else None)
