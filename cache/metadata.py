@@ -153,7 +153,9 @@ def checked(metadata, *, name: str | None = None, target: str | None = None, num
                 raise MetadataError(f"metadata {field} = {value!r:.80} is not {expected}")
         elif type(field) is not str or not _plain(value):
             raise MetadataError(f"metadata {field!r:.80} holds a {type(value).__name__}, not a plain value")
-    if "threads" in metadata and metadata["threads"] != 32 * metadata["num_warps"]:
+    # a warp-specialized kernel runs whole warpgroups more than its num_warps
+    if "threads" in metadata and (metadata["threads"] < 32 * metadata["num_warps"]
+                                  or (metadata["threads"] - 32 * metadata["num_warps"]) % 128):
         raise MetadataError(f"metadata threads = {metadata['threads']} with num_warps = {metadata['num_warps']}")
     for field, wanted in (("name", name), ("target", target), ("num_warps", num_warps)):
         if wanted is not None and field in metadata and metadata[field] != wanted:

@@ -21,6 +21,7 @@ from .lower import LoweringError, lower_function
 from .passes import tile_overlap
 from .analysis.scratch_use import planned_shared_bytes
 from .analysis.shared_buffers import allocated_bytes
+from .analysis.partitions import cta_warps
 from .pipeline import TILE_OVERLAP, PassContext, run_passes
 from .target import parse_target
 
@@ -67,14 +68,17 @@ def _gc_paused():
             gc.enable()
 
 
-def lower_to_llvm(fn, tgt, opts: dict, check: bool = False, portable: bool = False, counts: dict | None = None):
+def lower_to_llvm(fn, tgt, opts: dict, check: bool = False, portable: bool = False, counts: dict | None = None,
+                  facts: dict | None = None):
     """Passes and lowering: (optimized block IR text, LLVM IR text, arg layout, shared bytes).
-    `counts["pass_runs"]` and `counts["lowerings"]` (when given) count the runs of each."""
+    `counts["pass_runs"]` and `counts["lowerings"]` (when given) count the runs of each;
+    `facts["warps"]` (when given) is the warps a CTA runs (a warp_specialize partition's too)."""
     with _gc_paused():
-        return _lower_to_llvm(fn, tgt, opts, check, portable, counts if counts is not None else {})
+        return _lower_to_llvm(fn, tgt, opts, check, portable, counts if counts is not None else {},
+                              facts if facts is not None else {})
 
 
-def _lower_to_llvm(fn, tgt, opts: dict, check: bool, portable: bool, counts: dict):
+def _lower_to_llvm(fn, tgt, opts: dict, check: bool, portable: bool, counts: dict, facts: dict):
     verify(fn)
     limit = occupancy.max_shared_per_cta(tgt.capability)
     reserve, overlap = 0, True
@@ -113,6 +117,7 @@ def _lower_to_llvm(fn, tgt, opts: dict, check: bool, portable: bool, counts: dic
         # lowering sized: plan them again with that much less room (fewer stages, a tight ring)
         reserve += shared - limit
         before_overlap = None
+    facts["warps"] = cta_warps(work, opts["num_warps"])
     return print_function(work), llir, arg_layout, shared
 
 
@@ -250,7 +255,9 @@ def _compile(fn, target: str, options: dict | None, check: bool, link: bool, cou
     tgt = parse_target(target)
     opts = _options(options)
     started = time.perf_counter()
-    kir, llir, arg_layout, shared = lower_to_llvm(fn, tgt, opts, check=check, counts=counts)
+    facts = {}
+    kir, llir, arg_layout, shared = lower_to_llvm(fn, tgt, opts, check=check, counts=counts, facts=facts)
+    warps = facts["warps"]  # a warp-specialized kernel's fix their registers themselves (setmaxnreg)
     started = _stage_done("lower", started)
     if any("global_scratch" in a for a in arg_layout):  # tensormap.replace came with PTX ISA 8.3
         tgt = dataclasses.replace(tgt, ptx_version=max(tgt.ptx_version, 83))
@@ -264,7 +271,7 @@ def _compile(fn, target: str, options: dict | None, check: bool, link: bool, cou
         counts["links"] += 1
         return nvjitlink.link_cubin(text, tgt)
     if link:
-        ahead = _probe_ahead(fn, ptx, opts, 32 * opts["num_warps"], shared, tgt, link_cubin)
+        ahead = None if warps != opts["num_warps"] else _probe_ahead(fn, ptx, opts, 32 * warps, shared, tgt, link_cubin)
         cubin, info = link_cubin(ptx)
         started = _stage_done("link", started)
         if nvjitlink.wgmma_serialized(info) and _persistent(arg_layout):
@@ -272,8 +279,8 @@ def _compile(fn, target: str, options: dict | None, check: bool, link: bool, cou
             # stored to a bf16 tensor: 0.8x); the tile kernel as written keeps them async
             return _compile(_without_persistence(fn), target, options, check, link, counts)
         n_regs, n_spills = nvjitlink.resource_usage(info)
-        threads = 32 * opts["num_warps"]
-        if "maxnreg" not in opts and not n_spills:
+        threads = 32 * warps
+        if "maxnreg" not in opts and not n_spills and warps == opts["num_warps"]:
             caps = _caps(fn, tgt, n_regs, threads, shared)
             capped = _occupancy_link(ptx, caps, link_cubin, ahead, threads)
             if capped is not None:
@@ -288,7 +295,7 @@ def _compile(fn, target: str, options: dict | None, check: bool, link: bool, cou
                     return plain
     metadata = {
         "name": fn.name, "target": tgt.name, "num_warps": opts["num_warps"], "num_stages": opts["num_stages"],
-        "threads": 32 * opts["num_warps"], "shared": shared, "n_regs": n_regs, "n_spills": n_spills,
+        "threads": 32 * warps, "shared": shared, "n_regs": n_regs, "n_spills": n_spills,
         "args": arg_layout, "ptx_version": tgt.ptx_version, **counts,
     }
     # `llir` is the optimized module (as Triton's asm["llir"]); lower_to_llvm gives the raw one

@@ -13,7 +13,7 @@ from kiln.ir import verify
 from kiln.ir.layout_check import check_layouts
 
 from .passes import (canonicalize, cse, dce, descriptor_loads, dot_accumulate, dot_staging, layouts, persistent, pointer_tma,
-                     prefetch, scratch_barriers, smem_alloc, smem_pipeline, tile_overlap, tma_store)
+                     prefetch, scratch_barriers, smem_alloc, smem_pipeline, tile_overlap, tma_store, warp_specialize)
 
 PASSES = [
     canonicalize,   # fold constants, drop x+0, x*1, same-type casts
@@ -25,6 +25,7 @@ PASSES = [
     smem_pipeline,  # sm_90a: dots fed by loads in loops -> async copies (cp.async, TMA) into rings of shared tiles, wgmma
     descriptor_loads,  # the descriptor loads no TMA ring took -> their pointer loads; unread derived maps dropped
     tma_store,      # sm_90a: descriptor stores of 2-D blocks -> shared tile + TMA store
+    warp_specialize,  # sm_90a, persistent, where the K loop asks: the copies on a producer warpgroup of their own
     tile_overlap,   # sm_90a, persistent: the next tile's first copies issued before this tile's epilogue
     prefetch,       # loads of iteration i+1 issued during iteration i (num_stages >= 2)
     canonicalize,   # tidy what prefetch cloned

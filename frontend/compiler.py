@@ -23,10 +23,10 @@ sys.modules.setdefault(__name__ + ".errors", errors)
 
 # The launch options that change the generated code; the rest only affect the launch.
 CODEGEN_OPTIONS = options_record.CODEGEN_OPTIONS
-# The tl.range hints that codegen reads; the others (flatten, warp_specialize, loop_unroll_factor,
+# The tl.range hints that codegen reads; the others (flatten, loop_unroll_factor,
 # disallow_acc_multi_buffer) change nothing it generates, so they are left out of what is compiled:
 # kernels that differ only in them share one compile key (tutorial 09 built each config twice).
-CODEGEN_LOOP_HINTS = ("num_stages",)
+CODEGEN_LOOP_HINTS = ("num_stages", "warp_specialize")
 
 
 def codegen_options(options: dict) -> dict:

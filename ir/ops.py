@@ -610,6 +610,22 @@ def _check_mbarrier_wait(op):
         return err or "the phase parity is an int32 scalar"
 
 
+def _check_mbarrier_arrive(op):
+    err = _check_barriers(op)
+    return err or (None if op.operands[1].type == int1 else "the predicate is an int1 scalar")
+
+
+def _check_warp_specialize(op):
+    if any(r.args for r in op.regions):
+        return "warp_specialize's regions take no arguments"
+    warps, regs = op.attrs.get("warps"), op.attrs.get("regs")
+    if not isinstance(warps, int) or isinstance(warps, bool) or warps < 1 or warps % 4:
+        return "warps (the producer partition's) must be a positive multiple of 4 (whole warpgroups)"
+    if not (isinstance(regs, list) and len(regs) == 2
+            and all(type(r) is int and 24 <= r <= 256 and r % 8 == 0 for r in regs)):
+        return "regs are [the kernel's warps' registers, the partition's]: multiples of 8 from 24 to 256"
+
+
 def _check_tma_expect(op):
     err = _check_barriers(op)
     nbytes = op.attrs.get("bytes")
@@ -711,9 +727,9 @@ ATTR_TYPES = {
     **dict.fromkeys(("asm", "cache", "constraints", "evict", "input_precision", "kind", "message", "pred", "prefix",
                      "rounding", "scope", "sem"), _STR),
     **dict.fromkeys(("axis", "bytes", "count", "end", "loop_unroll_factor", "num_bins", "num_stages", "pack",
-                     "pending", "start"), _INT),
+                     "pending", "start", "warps"), _INT),
     **dict.fromkeys(("can_reorder", "flatten", "hex", "propagate_nan", "reverse", "volatile"), _FLAG),
-    **dict.fromkeys(("order", "values"), _INTS),
+    **dict.fromkeys(("order", "regs", "values"), _INTS),
 }
 
 
@@ -830,6 +846,13 @@ OPS.update({
                             notes="bars: thread 0 invalidates them (their bytes may then be reused)"),
     "mbarrier_wait": OpDef((2, 2), results=(0, 0), check=_check_mbarrier_wait, side_effects=True,
                            notes="bar, parity: every thread waits until the phase of that parity completed"),
+    "mbarrier_arrive": OpDef((2, 2), results=(0, 0), check=_check_mbarrier_arrive, side_effects=True,
+                             notes="bar, pred: every thread (where pred holds) arrives on bar"),
+    "warp_specialize": OpDef((0, 0), results=(0, 0), regions=2, attrs=("warps", "regs"), check=_check_warp_specialize,
+                             side_effects=True,
+                             notes="region 0 runs on the kernel's num_warps warps, region 1 on `warps` more (a "
+                                   "producer partition); attr regs = [registers per thread of the first, of the "
+                                   "second] (setmaxnreg); barriers in a region sync that region's warps only"),
     "tma_expect": OpDef((2, 2), results=(0, 0), attrs=("bytes",), check=_check_tma_expect, side_effects=True,
                         notes="bar, pred: thread 0 arrives, expecting `bytes` of bulk copies on bar"),
     "tma_store": OpDef((4, 4), results=(0, 0), check=_check_tma_store, side_effects=True,
@@ -851,5 +874,6 @@ SHAPE_CHECK = _check_shape_pow2
 # interpreter has no use for them
 GPU_STAGE_OPS = frozenset({"convert_layout", "local_alloc", "local_index", "local_trans", "local_store", "local_load", "async_copy", "async_commit", "async_wait",
                            "fence_async_shared", "warp_group_dot", "warp_group_dot_wait", "mma_dot",
-                           "mbarrier_init", "mbarrier_inval", "mbarrier_wait", "tma_expect", "tma_copy",
+                           "mbarrier_init", "mbarrier_inval", "mbarrier_wait", "mbarrier_arrive", "tma_expect", "tma_copy",
+                           "warp_specialize",
                            "tensormap_create", "tma_store"})

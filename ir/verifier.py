@@ -21,7 +21,7 @@ class VerificationError(ValueError):
 
 
 _TERMINATORS = {"for": ("yield",), "if": ("yield",), "reduce": ("yield",), "scan": ("yield",),
-                "while": ("condition", "yield")}
+                "while": ("condition", "yield"), "warp_specialize": ("yield",)}
 
 
 class _Verifier:
@@ -93,6 +93,8 @@ class _Verifier:
         got = [v.type for v in term.operands]
         if op.name in ("for", "if"):
             want = [r.type for r in op.results]
+        elif op.name == "warp_specialize":
+            want = []
         elif op.name in ("reduce", "scan"):
             want = [a.type for a in region.args[: len(op.results)]]
         elif i == 0:  # while: condition %c, values passed to the after region

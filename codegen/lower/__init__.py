@@ -14,6 +14,7 @@ from . import asm, control, debug, dot, elementwise, memory, reduce, shape, tma,
 from .context import Lowering, LoweringError, ScratchUse
 from ..analysis import Analysis
 from ..analysis.dots import staging_end
+from ..analysis.partitions import cta_warps
 from ..analysis.scratch_use import touches_no_shared
 from ..analysis.shared_buffers import reserved_bytes
 from .types import I8, reg_type
@@ -70,9 +71,13 @@ def lower_function(fn, ctx) -> tuple[str, list[dict], int]:
     llfn = ir.Function(module, ir.FunctionType(ir.VoidType(), params), fn.name)
     llfn.calling_convention = "ptx_kernel"
     # llvmlite checks attribute names against its own list; these are NVVM's strings.
-    set.add(llfn.attributes, f'"nvvm.maxntid"="{32 * ctx.num_warps}"')
-    if ctx.maxnreg is not None:
-        set.add(llfn.attributes, f'"nvvm.maxnreg"="{ctx.maxnreg}"')
+    threads = 32 * cta_warps(fn, ctx.num_warps)
+    set.add(llfn.attributes, f'"nvvm.maxntid"="{threads}"')
+    maxnreg = ctx.maxnreg
+    if threads > 32 * ctx.num_warps:  # setmaxnreg moves registers only under a cap at entry: the CTA's share
+        maxnreg = min(maxnreg or 248, 65536 // threads // 8 * 8)  # a multiple of 8, or ptxas ignores setmaxnreg
+    if maxnreg is not None:
+        set.add(llfn.attributes, f'"nvvm.maxnreg"="{maxnreg}"')
     lw = Lowering(module, llfn, ctx)
     lw.reserved = reserved_bytes(fn)  # the buffers smem_alloc placed, from a base aligned at run time (wgmma.shared_base)
     staged = staging_end(fn)

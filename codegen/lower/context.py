@@ -49,6 +49,7 @@ class Lowering:
         self.staged_dots = False  # some dot has staging buffers of its own: the scratch area always follows them
         self.buffers_live = False  # a shared buffer (kiln.codegen.passes.smem_alloc) is live here
         self.scratch = ScratchUse(None)  # the op being lowered: its planned scratch bytes, what it used
+        self.partition = Partition(0, 32 * self.num_warps, 0)  # the threads running the ops being lowered
 
     # --- values ---------------------------------------------------------------------
     def bind(self, v, regs, layout=None):
@@ -114,8 +115,15 @@ class Lowering:
         return ir.Constant(I32, v)
 
     def barrier(self, builder=None):
+        """A barrier of the threads running this code: the CTA's, or a warp_specialize partition's
+        (a named barrier of its own, which the other partition's warps never reach)."""
         b = builder or self.b
-        b.call(self.intrinsic("llvm.nvvm.barrier0", VOID, []), [])
+        if self.partition.barrier_id == 0:
+            b.call(self.intrinsic("llvm.nvvm.barrier0", VOID, []), [])
+            return
+        sync = ir.InlineAsm(ir.FunctionType(VOID, []), f"bar.sync {self.partition.barrier_id}, {self.partition.threads};",
+                            "~{memory}", side_effect=True)
+        b.call(sync, [])
 
     # --- layout index math --------------------------------------------------------------
     def indices(self, layout, shape) -> list[tuple]:
@@ -251,6 +259,15 @@ def _slices(layout):
     while isinstance(layout, lay.Slice):
         yield layout
         layout = layout.parent
+
+
+class Partition:
+    """The threads that run the ops being lowered: `threads` from thread `first` on, synced by
+    named barrier `barrier_id` (0: the whole CTA's)."""
+    __slots__ = ("first", "threads", "barrier_id")
+
+    def __init__(self, first: int, threads: int, barrier_id: int):
+        self.first, self.threads, self.barrier_id = first, threads, barrier_id
 
 
 class ScratchUse:

@@ -1,7 +1,8 @@
 """Structured control flow -> LLVM basic blocks and phis.
 
 Conditions and loop bounds are scalars, uniform over the CTA, so every thread takes the
-same path and barriers inside loops and branches are safe. Carried block values keep
+same path and barriers inside loops and branches are safe; `warp_specialize` alone splits
+the CTA, each region's barriers syncing its own warps. Carried block values keep
 the layout of their initial value; a yielded value in another layout is converted.
 """
 from __future__ import annotations
@@ -122,4 +123,28 @@ def _if(lw, op):
         lw.bind(r, regs, l)
 
 
-RULES = {"for": _for, "while": _while, "if": _if}
+def _warp_specialize(lw, op):
+    """Warps 0 .. num_warps-1 run region 0, the `warps` after them region 1: one branch each on
+    the warp index (uniform in a warp), which takes its share of the registers first
+    (`setmaxnreg`, the whole warpgroup at once) and syncs its barriers by a named barrier."""
+    from . import lower_block
+    from .context import Partition
+    from .wgmma import _asm
+    ours = 32 * lw.num_warps
+    regions = ((op.regions[0], Partition(0, ours, 1), "inc", op.attrs["regs"][0]),
+               (op.regions[1], Partition(ours, 32 * op.attrs["warps"], 2), "dec", op.attrs["regs"][1]))
+    blocks = [lw.llfn.append_basic_block("ws.default"), lw.llfn.append_basic_block("ws.partition")]
+    merge = lw.llfn.append_basic_block("ws.end")
+    lw.b.cbranch(lw.b.icmp_unsigned("<", lw.warp, lw.i32(lw.num_warps)), *blocks)
+    outer = lw.partition
+    for (region, partition, way, regs), block in zip(regions, blocks):
+        lw.b.position_at_end(block)
+        _asm(lw, f"setmaxnreg.{way}.sync.aligned.u32 {regs};")
+        lw.partition = partition
+        lower_block(lw, region)
+        lw.b.branch(merge)
+    lw.partition = outer
+    lw.b.position_at_end(merge)
+
+
+RULES = {"for": _for, "while": _while, "if": _if, "warp_specialize": _warp_specialize}

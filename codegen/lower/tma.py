@@ -33,8 +33,9 @@ def _barriers(lw, op):
 
 
 def _thread0(lw, pred=None):
-    """A context in which only thread 0 (and only where `pred` holds) runs."""
-    first = lw.b.icmp_unsigned("==", lw.tid, lw.i32(0))
+    """A context in which only the first thread of the threads running this code (thread 0,
+    or a warp_specialize partition's first) runs, and only where `pred` holds."""
+    first = lw.b.icmp_unsigned("==", lw.tid, lw.i32(lw.partition.first))
     return lw.if_then(first if pred is None else lw.b.and_(first, pred))
 
 
@@ -57,6 +58,12 @@ def _mbarrier_wait(lw, op):
     text = ("{\n.reg .pred ready;\nwait_phase:\n"
             "mbarrier.try_wait.parity.shared::cta.b64 ready, [$0], $1;\n@!ready bra wait_phase;\n}")
     _asm(lw, text.replace("\n", "\n\t"), args=[_shared_address(lw, bar), lw.scalar(parity)], constraints="r,r")
+
+
+def _mbarrier_arrive(lw, op):
+    bar, pred = op.operands
+    with lw.if_then(lw.scalar(pred)):
+        _asm(lw, "mbarrier.arrive.shared::cta.b64 _, [$0];", args=[_shared_address(lw, bar)], constraints="r")
 
 
 def _tma_expect(lw, op):
@@ -167,6 +174,7 @@ RULES = {
     "mbarrier_init": _mbarrier_init,
     "mbarrier_inval": _mbarrier_inval,
     "mbarrier_wait": _mbarrier_wait,
+    "mbarrier_arrive": _mbarrier_arrive,
     "tma_expect": _tma_expect,
     "tma_copy": _tma_copy,
     "tensormap_create": _tensormap_create,

@@ -96,7 +96,7 @@ def _walk_back(ops, block, model):
     owner = block.parent
     if isinstance(owner, Function):
         return _CLEAR
-    if owner.name == "if":  # a branch is entered from just before the `if`
+    if owner.name in ("if", "warp_specialize"):  # a branch (a partition) is entered from just before the op
         return _sync_before(owner, model)
     if owner.name == "for":  # entered from before the loop and from the end of the body
         return _meet(_sync_before(owner, model), _walk_back(block.ops, block, model))

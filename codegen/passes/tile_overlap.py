@@ -61,9 +61,9 @@ def apply(fn, ctx) -> None:
     if not enabled(ctx) or not ctx.tile_overlap:
         return
     tiles = tile_loop(fn)
-    found = _match(tiles) if tiles is not None else None
-    if found is not None:
-        _rewrite(tiles, *found)
+    gemm = match_tile_gemm(tiles) if tiles is not None else None
+    if gemm is not None:
+        _rewrite(tiles, gemm)
 
 
 def overlapped(fn) -> bool:
@@ -76,10 +76,30 @@ def overlapped(fn) -> bool:
     return any(op.name == "mbarrier_inval" for op in after)
 
 
-def _match(tiles):
-    """(K loop, ops hoisted before the tile loop, the prologue's ops it no longer needs, the
-    prologue as computed from the tile index, the wait after the K loop, the mbarriers' inval,
-    ring size, the K loop's first write slot), or None."""
+class TileGemm:
+    """The parts of a persistent GEMM's tile loop in the form this pass (and warp_specialize) take."""
+    __slots__ = ("tiles", "k_loop", "hoisted", "prologue_only", "cone", "wait", "inval", "ring_size", "first_write")
+
+    def __init__(self, tiles, k_loop, hoisted, prologue_only, cone, wait, inval, ring_size, first_write):
+        self.tiles, self.k_loop = tiles, k_loop
+        self.hoisted = hoisted              # the rings, the mbarriers and their init, fence and barrier
+        self.prologue_only = prologue_only  # the prologue's ops nothing but its copies needs
+        self.cone = cone                    # the prologue's copies as computed from the tile index
+        self.wait, self.inval = wait, inval  # the dots' wait after the K loop, the mbarriers' inval
+        self.ring_size, self.first_write = ring_size, first_write  # the K loop's first write slot
+
+    @property
+    def bars(self):
+        return self.inval.operands[0]
+
+    def outer_after(self) -> list[str]:
+        """The names of the ops after the tile loop in its block."""
+        ops = self.tiles.parent.ops
+        return [op.name for op in ops[ops.index(self.tiles) + 1:]]
+
+
+def match_tile_gemm(tiles):
+    """The TileGemm of tile loop `tiles`, or None where it is not of that form."""
     body = tiles.regions[0]
     ops = body.ops
     loops = [op for op in ops if op.name == "for"]
@@ -123,7 +143,7 @@ def _match(tiles):
     if cone is None:
         return None
     hoisted = allocs + ops[init:init + 3]
-    return k_loop, hoisted, _unneeded(prologue, ops), cone, wait, inval, ring_size, starts[1]
+    return TileGemm(tiles, k_loop, hoisted, _unneeded(prologue, ops), cone, wait, inval, ring_size, starts[1])
 
 
 def _unneeded(prologue, ops):
@@ -157,7 +177,9 @@ def _cone(issuing, before):
     return [op for op in before if id(op) in need]
 
 
-def _rewrite(tiles, k_loop, hoisted, unneeded, cone, wait, inval, ring_size, first_write):
+def _rewrite(tiles, gemm):
+    k_loop, hoisted, cone, wait, inval = gemm.k_loop, gemm.hoisted, gemm.cone, gemm.wait, gemm.inval
+    ring_size, unneeded = gemm.ring_size, gemm.prologue_only
     body = tiles.regions[0]
     loc = tiles.loc
     iv = body.args[0]
@@ -179,7 +201,7 @@ def _rewrite(tiles, k_loop, hoisted, unneeded, cone, wait, inval, ring_size, fir
     # the K loop starts where the last one stopped
     start = []
     k_loop.operands[-3] = base
-    k_loop.operands[-2] = _slot(start, base, first_write, ring_size, loc)
+    k_loop.operands[-2] = slot_after(start, base, gemm.first_write, ring_size, loc)
     k_loop.operands[-1] = parity
     insert_ops(body, body.ops.index(k_loop), start)
 
@@ -203,7 +225,7 @@ def _issue_for(out, cone, rings, ring_size, mapping, base, exists, loc):
     for op in cone:
         clone = clone_op(op, mapping)
         if op.name == "local_index" and id(op.operands[0]) in rings and base is not None:
-            clone.operands[1] = _slot(out, base, const_int(op.operands[1]), ring_size, loc)
+            clone.operands[1] = slot_after(out, base, const_int(op.operands[1]), ring_size, loc)
         if op.name in PREDICATE:
             i = PREDICATE[op.name]
             if id(clone.operands[i]) not in predicates:
@@ -212,7 +234,7 @@ def _issue_for(out, cone, rings, ring_size, mapping, base, exists, loc):
         out.append(clone)
 
 
-def _slot(out, base, offset, ring_size, loc):
+def slot_after(out, base, offset, ring_size, loc):
     """(base + offset) % ring_size for 0 <= base, offset < ring_size: an add, a compare, a select."""
     if offset == 0:
         return base

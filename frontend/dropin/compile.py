@@ -249,6 +249,8 @@ def _from_record(src, target, backend, options, record):
 
 
 def _compiled(src, target, options, ir_text, binary, runtime, debug, arg_types, num_warps, num_stages, kernel):
+    if binary is not None:  # as Triton: the warps a CTA runs, a warp-specialized kernel's producer warps too
+        num_warps = binary.metadata.get("threads", 32 * num_warps) // 32
     metadata = KernelMetadata(
         name=src.name, hash=_kernel_hash(src, target, options, binary), target=target, num_warps=num_warps,
         num_stages=num_stages, num_ctas=1, cluster_dims=(1, 1, 1), maxnreg=options.maxnreg,

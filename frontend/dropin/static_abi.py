@@ -161,8 +161,9 @@ def _reads_the_same(ty: str, value, param) -> bool:
 def _launch_refusal(kernel, binary) -> str | None:
     """What kiln's launcher does that the static launcher would not do the same way."""
     meta = kernel.metadata
-    if meta.num_warps != binary.metadata.get("num_warps"):
-        return f"num_warps {meta.num_warps}, the binary's {binary.metadata.get('num_warps')}"
+    warps = binary.metadata.get("threads", 32 * binary.metadata.get("num_warps", 0)) // 32  # a producer's too
+    if meta.num_warps != warps:
+        return f"num_warps {meta.num_warps}, the binary's {warps}"
     shared = binary.metadata.get("shared")
     if meta.shared != shared or kernel.shared != shared:
         return f"shared {meta.shared}, the binary's {shared}"

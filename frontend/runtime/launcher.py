@@ -63,10 +63,11 @@ def launcher_for(loaded, arg_types, metadata: dict, name: str, device: int, pdl:
             derived.append(("scratch", scratch))
         else:
             raise ValueError(f"kernel {name}: its binary's argument {i} is no derived map, grid size or scratch")
+    warps = metadata.get("threads", 32 * metadata["num_warps"]) // 32  # a producer partition's warps too
     resident = None
     if any(entry[0] == "grid" for entry in derived):
-        resident = loaded.resident_ctas(32 * metadata["num_warps"], metadata["shared"]) * sm_count(device)
-    return make_launcher(loaded, arg_types, metadata["num_warps"], metadata["shared"], name,
+        resident = loaded.resident_ctas(32 * warps, metadata["shared"]) * sm_count(device)
+    return make_launcher(loaded, arg_types, warps, metadata["shared"], name,
                          {i: box for i, box in boxes.items() if box is not None and i < own}, derived, resident,
                          pdl)
 

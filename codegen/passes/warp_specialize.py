@@ -1,0 +1,236 @@
+"""sm_90a: a persistent GEMM whose K loop asks for it (`tl.range(..., warp_specialize=True)`)
+becomes a producer warpgroup issuing the TMA copies and the kernel's warps running the dots.
+
+After `persistent` and `smem_pipeline` every warp of a tile-loop iteration waits for a ring
+slot, runs its part of the dots and then, after a barrier, has thread 0 refill the slot the
+dots before last read. Here the copies move to 4 warps of their own, running ahead of the
+dots by as many slots as the ring has, through the tile loop's epilogues too:
+
+    rings, full mbarriers (count 1), empty mbarriers (count = the dot warps' threads), init
+    warp_specialize {warps = 4, regs = [R, 40]} {
+      for tile (slot, parity carried) {             // the kernel's warps
+        <tile math>
+        for k { wait full[slot], parity; dots; wait for the dots before;
+                arrive on empty[the slot they read]  (not in the first iteration) }
+        wait for the last dots; arrive on empty[their slot]
+        <epilogue>
+      }
+    } {
+      for tile (slot, parity carried) {             // the producer warpgroup
+        <the tile math the copies need>
+        for k { wait empty[slot], parity ^ 1; expect and copy into slot; next slot }
+      }
+    }
+
+Both sides walk the same (tile, k) sequence, so slot and parity agree without being passed.
+A fresh mbarrier passes a wait for parity 1, which lets the producer fill every slot once
+before it waits for the dots. The epilogue's scratch no longer takes the rings' bytes (they are
+live throughout); where both do not fit, `compile`'s reserve makes smem_pipeline plan a
+smaller ring.
+
+Only the form tile_overlap takes (one K loop of TMA rings in the tile loop the persistent
+pass made), with one wgmma per iteration, on two warpgroups or more. nvJitLink assembles PTX
+as a separately compiled unit, where ptxas ignores `setmaxnreg` (C7504): the registers stay the
+entry cap for every warp (168 at 8 + 4 warps, enough for a 128x256 fp32 accumulator).
+"""
+from __future__ import annotations
+
+from kiln.ir.core import Block, Operation, Value
+from kiln.ir.types import int1, int32
+
+from .rewrite import append_op, clone_op, has_side_effects, insert_ops
+from .smem_plan import enabled
+from .tile_overlap import ISSUES, match_tile_gemm, slot_after, tile_loop
+
+name = "warp_specialize"
+PRODUCER_WARPS = 4
+PRODUCER_REGS = 40  # the copies' loop needs few; the rest go to the dots' accumulators
+REGISTER_FILE = 65536  # 32-bit registers per SM (and so per CTA, at one CTA per SM)
+
+
+def apply(fn, ctx) -> None:
+    # two warpgroups of dots at least: with one, ptxas serializes its wgmmas in the branch
+    # (C7519, "WG.AR in divergent path"), and the kernel ran at 0.65x of the one without the hint
+    if not enabled(ctx) or ctx.num_warps < 8 or ctx.num_warps % 4:
+        return
+    tiles = tile_loop(fn)
+    gemm = match_tile_gemm(tiles) if tiles is not None else None
+    if gemm is None or not gemm.k_loop.attrs.get("warp_specialize"):
+        return
+    plan = _plan(tiles, gemm)
+    if plan is not None:
+        _rewrite(fn, tiles, gemm, plan, ctx.num_warps)
+
+
+def consumer_regs(num_warps: int) -> int:
+    """Registers per thread the kernel's warps may take, the producer's 40 given."""
+    spare = REGISTER_FILE - 32 * PRODUCER_WARPS * PRODUCER_REGS
+    return min(256, spare // (32 * num_warps) // 8 * 8)
+
+
+class _Plan:
+    __slots__ = ("dot_wait", "copies", "tile_cone", "distance")
+
+    def __init__(self, dot_wait, copies, tile_cone, distance):
+        self.dot_wait = dot_wait    # the wait after the K loop's one wgmma
+        self.copies = copies        # the K body's ops that issue the copies and compute their operands
+        self.tile_cone = tile_cone  # the tile body's ops those and the K loop's bounds need
+        self.distance = distance    # the copies are of iteration iv + distance * step
+
+
+def _plan(tiles, gemm):
+    body = gemm.k_loop.regions[0]
+    if gemm.outer_after() != ["return"] or len(tiles.operands) != 3:
+        return None
+    dots = [op for op in body.ops if op.name == "warp_group_dot"]
+    waits = [op for op in body.ops if op.name == "warp_group_dot_wait"]
+    if len(dots) != 1 or len(waits) != 1 or waits[0].attrs["pending"] > 1 or waits[0].operands[0] is not dots[0].results[0]:
+        return None
+    if body.ops.index(waits[0]) < body.ops.index(dots[0]):
+        return None
+    # the copies of iteration k + D: what they need of the body, computed from the iv and the write slot only
+    args = body.args
+    allowed = {id(args[0]), id(args[-2])}
+    inside = {id(op) for op in body.ops}
+    copies, todo = set(), [op for op in body.ops if op.name in ISSUES]
+    while todo:
+        op = todo.pop()
+        if id(op) in copies:
+            continue
+        if op.regions or op.name == "load" or (has_side_effects(op) and op.name not in ISSUES):
+            return None
+        copies.add(id(op))
+        for v in op.operands:
+            d = v.defining_op
+            if d is not None and id(d) in inside:
+                todo.append(d)
+            elif d is None and v.owner is body and id(v) not in allowed:
+                return None  # a carried value (a look-ahead address): not computed from k alone
+    issue_ops = [op for op in body.ops if id(op) in copies]
+    outside = [v for op in issue_ops for v in op.operands] + gemm.k_loop.operands[:3]
+    cone = _tile_cone(tiles.regions[0], gemm.k_loop, outside)
+    if cone is None:
+        return None
+    return _Plan(waits[0], issue_ops, cone, gemm.first_write)
+
+
+def _tile_cone(tile_body, k_loop, values):
+    """The ops of the tile body before the K loop that `values` need, in order, or None where
+    one is not plain arithmetic that the producer may compute again."""
+    before = tile_body.ops[:tile_body.ops.index(k_loop)]
+    where = {id(op) for op in before}
+    need, todo = set(), [v.defining_op for v in values]
+    while todo:
+        op = todo.pop()
+        if op is None or id(op) not in where or id(op) in need or op.name == "local_alloc":
+            continue
+        if op.regions or op.name == "load" or (has_side_effects(op) and op.name != "inline_asm"):
+            return None
+        need.add(id(op))
+        todo.extend(v.defining_op for v in op.operands)
+    return [op for op in before if id(op) in need]
+
+
+def _rewrite(fn, tiles, gemm, plan, num_warps):
+    loc = tiles.loc
+    outer = tiles.parent
+    k_loop = gemm.k_loop
+    bars = gemm.bars
+    ring_size = gemm.ring_size
+
+    init = next(i for i, op in enumerate(gemm.hoisted) if op.name == "mbarrier_init")
+    before = gemm.hoisted[:init]
+    empty = append_op(before, "local_alloc", [], [bars.type], loc)
+    before.append(gemm.hoisted[init])
+    append_op(before, "mbarrier_init", [empty], (), loc, count=32 * num_warps)
+    before.extend(gemm.hoisted[init + 1:])  # the fence and the barrier after both inits
+    zero = append_op(before, "constant", [], [int32], loc, value=0)
+    one = append_op(before, "constant", [], [int32], loc, value=1)
+
+    producer = _producer(tiles, k_loop, plan, bars, empty, ring_size, zero, one, loc)
+    _consumer(tiles, gemm, plan, empty, ring_size, zero, loc)
+
+    default, partition = Block(), Block()
+    for block, loop in ((default, tiles), (partition, producer)):
+        block.append(loop)
+        block.append(Operation("yield", [], [], loc=loc))
+    ws = Operation("warp_specialize", [], [], {"warps": PRODUCER_WARPS, "regs": [consumer_regs(num_warps), PRODUCER_REGS]},
+                   regions=[default, partition], loc=loc)
+    at = outer.ops.index(tiles)
+    ws.parent = outer
+    outer.ops[at] = ws
+    insert_ops(outer, at, before)
+
+
+def _consumer(tiles, gemm, plan, empty, ring_size, zero, loc):
+    """The tile loop as the dot warps run it: no copies, each slot released once its dots retired."""
+    body, k_loop = tiles.regions[0], gemm.k_loop
+    removed = {id(op) for op in gemm.hoisted + gemm.prologue_only + [gemm.inval]}
+    body.ops[:] = [op for op in body.ops if id(op) not in removed]
+    read, parity = body.add_arg(int32), body.add_arg(int32)
+    tiles.operands.extend([zero, zero])
+    k_loop.operands[-3], k_loop.operands[-2], k_loop.operands[-1] = read, read, parity
+
+    k_body = k_loop.regions[0]
+    iv, slot = k_body.args[0], k_body.args[-3]
+    dropped = {id(op) for op in plan.copies if op.name in ISSUES}
+    k_body.ops[:] = [op for op in k_body.ops if id(op) not in dropped and op.name != "barrier"]
+    release = []
+    if plan.dot_wait.attrs["pending"] == 1:  # the dots of the iteration before retired: their slot is free
+        done = slot_after(release, slot, ring_size - 1, ring_size, loc)
+        when = append_op(release, "cmp", [iv, k_loop.operands[0]], [int1], loc, pred="ne")
+    else:
+        done = slot
+        when = append_op(release, "constant", [], [int1], loc, value=True)
+    append_op(release, "mbarrier_arrive", [append_op(release, "local_index", [empty, done], [empty.type.tile()], loc), when], (), loc)
+    insert_ops(k_body, k_body.ops.index(plan.dot_wait) + 1, release)
+
+    last = []
+    if plan.dot_wait.attrs["pending"] == 1:  # the last iteration's dots, waited for after the loop
+        done = slot_after(last, k_loop.results[-3], ring_size - 1, ring_size, loc)
+        ran = append_op(last, "cmp", [k_loop.operands[0], k_loop.operands[1]], [int1], loc, pred="lt")
+        append_op(last, "mbarrier_arrive", [append_op(last, "local_index", [empty, done], [empty.type.tile()], loc), ran],
+                  (), loc)
+    insert_ops(body, body.ops.index(gemm.wait) + 1, last)
+    body.ops[-1].operands.extend([k_loop.results[-3], k_loop.results[-1]])
+    for v in (k_loop.results[-3], k_loop.results[-1]):
+        tiles.results.append(Value(v.type, tiles, len(tiles.results)))
+
+
+def _producer(tiles, k_loop, plan, bars, empty, ring_size, zero, one, loc):
+    """The tile loop as the producer warpgroup runs it: the K loop's copies, each into a slot
+    the dots have released."""
+    mapping = {}
+    body = Block([tiles.regions[0].args[0].type, int32, int32])
+    mapping[tiles.regions[0].args[0]] = body.args[0]
+    ops = [clone_op(op, mapping) for op in plan.tile_cone]
+    lb, ub, step = (mapping.get(v, v) for v in k_loop.operands[:3])
+
+    k_body = Block([k_loop.regions[0].args[0].type, int32, int32])
+    k, slot, parity = k_body.args
+    inner = []
+    flipped = append_op(inner, "xor", [parity, one], [int32], loc)
+    append_op(inner, "mbarrier_wait", [append_op(inner, "local_index", [empty, slot], [empty.type.tile()], loc), flipped],
+              (), loc)
+    # the body's copies are of iteration iv + D * step (D = the write slot's start): iv = k - D * step
+    ahead = append_op(inner, "mul", [append_op(inner, "constant", [], [step.type], loc, value=plan.distance), step],
+                      [step.type], loc)
+    iv = append_op(inner, "sub", [k, ahead], [k.type], loc)
+    k_mapping = dict(mapping)
+    k_mapping[k_loop.regions[0].args[0]] = iv
+    k_mapping[k_loop.regions[0].args[-2]] = slot
+    inner.extend(clone_op(op, k_mapping) for op in plan.copies)
+    following = slot_after(inner, slot, 1, ring_size, loc)
+    wrapped = append_op(inner, "cast", [append_op(inner, "cmp", [following, zero], [int1], loc, pred="eq")], [int32], loc)
+    inner.append(Operation("yield", [following, append_op(inner, "xor", [parity, wrapped], [int32], loc)], [], loc=loc))
+    for op in inner:
+        k_body.append(op)
+    copies = Operation("for", [lb, ub, step, body.args[1], body.args[2]], [int32, int32], dict(k_loop.attrs),
+                       regions=[k_body], loc=k_loop.loc)
+    ops.append(copies)
+    ops.append(Operation("yield", list(copies.results), [], loc=loc))
+    for op in ops:
+        body.append(op)
+    return Operation("for", list(tiles.operands[:3]) + [zero, zero], [int32, int32], dict(tiles.attrs),
+                     regions=[body], loc=loc)
+
