@@ -116,6 +116,10 @@ def _lower_to_llvm(fn, tgt, opts: dict, check: bool, portable: bool, counts: dic
         # the rings were planned without the transient scratch (layout conversions), which
         # lowering sized: plan them again with that much less room (fewer stages, a tight ring)
         reserve += shared - limit
+        if cta_warps(work, opts["num_warps"]) > opts["num_warps"]:
+            # warp-specialized: the scratch follows the rings, live throughout, instead of taking
+            # their bytes, so the rings leave room for all of it
+            reserve = max(reserve, shared - allocated_bytes(work))
         before_overlap = None
     facts["warps"] = cta_warps(work, opts["num_warps"])
     return print_function(work), llir, arg_layout, shared

@@ -624,6 +624,19 @@ def _check_warp_specialize(op):
     if not (isinstance(regs, list) and len(regs) == 2
             and all(type(r) is int and 24 <= r <= 256 and r % 8 == 0 for r in regs)):
         return "regs are [the kernel's warps' registers, the partition's]: multiples of 8 from 24 to 256"
+    replicas = op.attrs.get("replicas", 1)
+    if type(replicas) is not int or not 1 <= replicas <= 4:
+        return "replicas (of the first region, num_warps warps each) must be 1 to 4"
+
+
+def _check_turn(op):
+    if op.operands[0].type != int1:
+        return "the predicate is an int1 scalar"
+    owner = op.parent.parent if op.parent is not None else None
+    while isinstance(getattr(owner, "name", None), str) and owner.name != "warp_specialize":
+        owner = owner.parent.parent if owner.parent is not None else None
+    if getattr(owner, "name", None) != "warp_specialize" or owner.attrs.get("replicas", 1) < 2:
+        return f"{op.name} belongs in the first region of a warp_specialize with replicas"
 
 
 def _check_tma_expect(op):
@@ -727,7 +740,7 @@ ATTR_TYPES = {
     **dict.fromkeys(("asm", "cache", "constraints", "evict", "input_precision", "kind", "message", "pred", "prefix",
                      "rounding", "scope", "sem"), _STR),
     **dict.fromkeys(("axis", "bytes", "count", "end", "loop_unroll_factor", "num_bins", "num_stages", "pack",
-                     "pending", "start", "warps"), _INT),
+                     "pending", "replicas", "start", "warps"), _INT),
     **dict.fromkeys(("can_reorder", "flatten", "hex", "propagate_nan", "reverse", "volatile"), _FLAG),
     **dict.fromkeys(("order", "regs", "values"), _INTS),
 }
@@ -850,9 +863,17 @@ OPS.update({
                              notes="bar, pred: every thread (where pred holds) arrives on bar"),
     "warp_specialize": OpDef((0, 0), results=(0, 0), regions=2, attrs=("warps", "regs"), check=_check_warp_specialize,
                              side_effects=True,
-                             notes="region 0 runs on the kernel's num_warps warps, region 1 on `warps` more (a "
-                                   "producer partition); attr regs = [registers per thread of the first, of the "
-                                   "second] (setmaxnreg); barriers in a region sync that region's warps only"),
+                             notes="region 0 runs on the kernel's num_warps warps (`replicas` times over, "
+                                   "num_warps warps each, default 1), region 1 on `warps` more (a producer "
+                                   "partition); attr regs = [registers per thread of the first, of the second] "
+                                   "(setmaxnreg); barriers in a region sync that region's (replica's) warps only"),
+    "partition_index": OpDef((0, 0), check=lambda op: None if op.results[0].type == int32 else "the index is an int32",
+                             side_effects=True,  # not to be moved out of its region
+                             notes="which replica of its warp_specialize region runs this (int32; 0 outside one)"),
+    "turn_wait": OpDef((1, 1), results=(0, 0), check=_check_turn, side_effects=True,
+                       notes="pred: in a replica, wait until the replica before it passed the turn (ping-pong)"),
+    "turn_pass": OpDef((1, 1), results=(0, 0), check=_check_turn, side_effects=True,
+                       notes="pred: in a replica, pass the turn to the next replica"),
     "tma_expect": OpDef((2, 2), results=(0, 0), attrs=("bytes",), check=_check_tma_expect, side_effects=True,
                         notes="bar, pred: thread 0 arrives, expecting `bytes` of bulk copies on bar"),
     "tma_store": OpDef((4, 4), results=(0, 0), check=_check_tma_store, side_effects=True,
@@ -875,5 +896,5 @@ SHAPE_CHECK = _check_shape_pow2
 GPU_STAGE_OPS = frozenset({"convert_layout", "local_alloc", "local_index", "local_trans", "local_store", "local_load", "async_copy", "async_commit", "async_wait",
                            "fence_async_shared", "warp_group_dot", "warp_group_dot_wait", "mma_dot",
                            "mbarrier_init", "mbarrier_inval", "mbarrier_wait", "mbarrier_arrive", "tma_expect", "tma_copy",
-                           "warp_specialize",
+                           "warp_specialize", "partition_index", "turn_wait", "turn_pass",
                            "tensormap_create", "tma_store"})

@@ -266,8 +266,9 @@ def test_enable_fp_fusion_reaches_codegen_from_a_launch():
 
 
 def test_loop_hints_that_codegen_ignores_do_not_split_the_compile_key():
-    """tl.range's flatten and warp_specialize change nothing codegen generates: kernels that
-    differ only in them compile the same IR (one compile key, one binary), num_stages kept."""
+    """tl.range's flatten changes nothing codegen generates: kernels that differ only in it
+    compile the same IR (one compile key, one binary); num_stages and warp_specialize (the
+    warp_specialize pass reads it) are kept."""
     import numpy as np
 
     import kiln
@@ -275,17 +276,19 @@ def test_loop_hints_that_codegen_ignores_do_not_split_the_compile_key():
     from kiln.ir import print_function
 
     @kiln.jit
-    def total(x_ptr, n, HINT: tl.constexpr):
+    def total(x_ptr, n, HINT: tl.constexpr, WS: tl.constexpr):
         acc = 0.0
-        for i in tl.range(0, n, 1, num_stages=2, flatten=HINT, warp_specialize=HINT):
+        for i in tl.range(0, n, 1, num_stages=2, flatten=HINT, warp_specialize=WS):
             acc += tl.load(x_ptr + i)
         tl.store(x_ptr, acc)
 
     x = np.zeros(16, np.float32)
-    plain, hinted = (total.warmup(x, 16, HINT=hint) for hint in (False, True))
-    assert "warp_specialize = true" in hinted.asm["kir"]  # the kernel's own IR keeps what it was given
-    compiled = [print_function(k.binary_inputs()[0]) for k in (plain, hinted)]
+    plain, hinted, specialized = (total.warmup(x, 16, HINT=hint, WS=ws) for hint, ws in ((False, False), (True, False),
+                                                                                         (False, True)))
+    assert "flatten = true" in hinted.asm["kir"]  # the kernel's own IR keeps what it was given
+    compiled = [print_function(k.binary_inputs()[0]) for k in (plain, hinted, specialized)]
     assert compiled[0] == compiled[1] and "num_stages = 2" in compiled[1]
+    assert "warp_specialize = true" in compiled[2]
 
 
 def test_lowering_pauses_the_cycle_collector_and_restores_it(monkeypatch):

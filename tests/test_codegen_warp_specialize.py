@@ -89,10 +89,25 @@ def test_the_producer_issues_its_copies_from_its_first_thread():
     assert elected.count("0") == 2 and elected.count("256") >= 1 and set(elected) == {"0", "256"}
 
 
-@pytest.mark.parametrize("ws, warps", [(False, 8), (True, 4)])
-def test_without_the_hint_or_with_one_warpgroup_of_dots_nothing_is_specialized(ws, warps):
-    k = _compiled(ws=ws, warps=warps, tile=(128, 128, 64), stages=4)
-    assert "warp_specialize {" not in k.kir and k.metadata["threads"] == 32 * warps
+def test_without_the_hint_nothing_is_specialized():
+    k = _compiled(ws=False, warps=8, tile=(128, 128, 64), stages=4)
+    assert "warp_specialize {" not in k.kir and k.metadata["threads"] == 256
+
+
+def test_one_warpgroup_of_dots_is_replicated_and_the_replicas_take_turns():
+    """Ping-pong: two replicas of the 4 dot warps run alternate tiles, each with its own named
+    barrier and scratch area, handing each other the turn around their K loops."""
+    k = _compiled(ws=True, warps=4, tile=(128, 128, 64), stages=4, link=True)
+    assert "warp_specialize {regs = [232, 40], replicas = 2, warps = 4}" in k.kir
+    assert k.metadata["num_warps"] == 4 and k.metadata["threads"] == 384 and k.n_spills == 0
+    assert k.kir.count("turn_wait") == 1 and k.kir.count("turn_pass") == 1 and "partition_index" in k.kir
+    ptx = k.ptx
+    assert re.search(r"@p bar\.sync %r\d+, 256;", ptx) and re.search(r"@p bar\.arrive %r\d+, 256;", ptx)
+    assert re.search(r"bar\.sync %r\d+, 128;", ptx)  # a replica's own barrier (its epilogue's scratch)
+    _, info = nvjitlink.link_cubin(ptx, parse_target("sm_90a"))
+    assert not nvjitlink.wgmma_serialized(info)
+    # the rings (4 x 32 KB and the mbarriers) and a conversion's scratch per replica fit beside each other
+    assert 131072 + 2 * 32768 < k.metadata["shared"] <= 227 * 1024
 
 
 def test_the_verifier_checks_the_new_ops():
@@ -141,8 +156,9 @@ def test_the_launcher_launches_the_threads_the_binary_runs(monkeypatch):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("warps, tile", [(8, (128, 256, 64)), (4, (128, 128, 64))])
 @pytest.mark.parametrize("shape", [(256, 512, 192), (200, 328, 100), (300, 700, 64), (130, 260, 40), (1000, 3000, 500)])
-def test_the_specialized_gemm_on_the_gpu_matches_torch(shape):
+def test_the_specialized_gemm_on_the_gpu_matches_torch(shape, warps, tile):
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available() or torch.cuda.get_device_capability() < (9, 0):
         pytest.skip("needs a Hopper GPU")
@@ -150,11 +166,11 @@ def test_the_specialized_gemm_on_the_gpu_matches_torch(shape):
     a = torch.randn(M, K, device="cuda", dtype=torch.float16)
     b = torch.randn(K, N, device="cuda", dtype=torch.float16)
     c = torch.full((M, N), 7.0, device="cuda", dtype=torch.float16)
-    grid = (triton_cdiv(M, 128) * triton_cdiv(N, 256),)
-    k = _matmul[grid](a, b, c, M, N, K, a.stride(0), b.stride(0), c.stride(0), BM=128, BN=256, BK=64, WS=True,
-                      num_warps=8, num_stages=3)
+    bm, bn, bk = tile
+    grid = (triton_cdiv(M, bm) * triton_cdiv(N, bn),)
+    _matmul[grid](a, b, c, M, N, K, a.stride(0), b.stride(0), c.stride(0), BM=bm, BN=bn, BK=bk, WS=True,
+                  num_warps=warps, num_stages=3)
     torch.cuda.synchronize()
-    assert k.metadata["threads"] == 384  # the producer warpgroup ran too
     torch.testing.assert_close(c.float(), (a.float() @ b.float()), atol=0.05 * K ** 0.5, rtol=0.01)
 
 

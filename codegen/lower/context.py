@@ -13,6 +13,7 @@ import llvmlite.ir as ir
 
 from kiln.ir.types import block_type
 
+from ..analysis.partitions import replicated
 from kiln.ir import layout as lay
 from .types import I8, I32, SHARED_PTR, VOID, reg_type
 
@@ -37,7 +38,13 @@ class Lowering:
         self.b = ir.IRBuilder(body)
         self.tid = self.sreg("tid.x")
         self.lane = self.entry.and_(self.tid, ir.Constant(I32, 31), "lane")
-        self.warp = self.entry.lshr(self.tid, ir.Constant(I32, 5), "warp")
+        self.cta_warp = self.entry.lshr(self.tid, ir.Constant(I32, 5), "cta_warp")
+        # the warp and thread within the kernel's num_warps: where replicas of a warp_specialize
+        # region run the same code on warps num_warps.., each computes its layouts as warps 0..
+        self.warp, self.thread = self.cta_warp, self.tid
+        if ctx.function is not None and replicated(ctx.function):
+            self.warp = self.entry.and_(self.cta_warp, ir.Constant(I32, self.num_warps - 1), "warp")
+            self.thread = self.entry.and_(self.tid, ir.Constant(I32, 32 * self.num_warps - 1), "thread")
         self._index_cache: dict = {}
         self.used = {v for op in ctx.function.walk() for v in op.operands} if ctx.function else set()
         self.smem_bytes = 0
@@ -50,6 +57,7 @@ class Lowering:
         self.buffers_live = False  # a shared buffer (kiln.codegen.passes.smem_alloc) is live here
         self.scratch = ScratchUse(None)  # the op being lowered: its planned scratch bytes, what it used
         self.partition = Partition(0, 32 * self.num_warps, 0)  # the threads running the ops being lowered
+        self.replica_scratch = 0  # bytes of scratch each replica of a warp_specialize region takes
 
     # --- values ---------------------------------------------------------------------
     def bind(self, v, regs, layout=None):
@@ -118,12 +126,15 @@ class Lowering:
         """A barrier of the threads running this code: the CTA's, or a warp_specialize partition's
         (a named barrier of its own, which the other partition's warps never reach)."""
         b = builder or self.b
-        if self.partition.barrier_id == 0:
+        bar_id = self.partition.barrier_id
+        if isinstance(bar_id, int) and bar_id == 0:
             b.call(self.intrinsic("llvm.nvvm.barrier0", VOID, []), [])
             return
-        sync = ir.InlineAsm(ir.FunctionType(VOID, []), f"bar.sync {self.partition.barrier_id}, {self.partition.threads};",
-                            "~{memory}", side_effect=True)
-        b.call(sync, [])
+        if isinstance(bar_id, int):
+            bar_id = self.i32(bar_id)
+        sync = ir.InlineAsm(ir.FunctionType(VOID, [I32]), f"bar.sync $0, {self.partition.threads};", "r,~{memory}",
+                            side_effect=True)
+        b.call(sync, [bar_id])
 
     # --- layout index math --------------------------------------------------------------
     def indices(self, layout, shape) -> list[tuple]:
@@ -212,8 +223,17 @@ class Lowering:
             start += self.scratch.plan[0]
         else:
             self.barrier()
-        self.smem_bytes = max(self.smem_bytes, start + (nbytes + 15) // 16 * 16)
-        return self.b.gep(g, [self.i32(start)], source_etype=I8) if start else g
+        replica = self.partition.replica
+        if replica is None:
+            self.smem_bytes = max(self.smem_bytes, start + (nbytes + 15) // 16 * 16)
+            return self.b.gep(g, [self.i32(start)], source_etype=I8) if start else g
+        # replicas run their epilogues at once: each has the scratch area's bytes of its own
+        # (the rings, allocated before the split, are live throughout: the area starts after them)
+        own = self.replica_scratch
+        if start < self.reserved or start - self.reserved + nbytes > own:
+            raise LoweringError(f"a scratch use of {nbytes} bytes past the {own} each warp_specialize replica has")
+        self.smem_bytes = max(self.smem_bytes, self.reserved + self.partition.replicas * own)
+        return self.b.gep(g, [self.b.add(self.i32(start), self.b.mul(replica, self.i32(own)))], source_etype=I8)
 
     def smem_ptr(self, base, elem_ty, index, byte_offset=0):
         p = base
@@ -263,11 +283,13 @@ def _slices(layout):
 
 class Partition:
     """The threads that run the ops being lowered: `threads` from thread `first` on, synced by
-    named barrier `barrier_id` (0: the whole CTA's)."""
-    __slots__ = ("first", "threads", "barrier_id")
+    named barrier `barrier_id` (0: the whole CTA's); in a replica of a warp_specialize region,
+    `replica` is its index (an LLVM value; `first` and `barrier_id` then are too) of `replicas`."""
+    __slots__ = ("first", "threads", "barrier_id", "replica", "replicas")
 
-    def __init__(self, first: int, threads: int, barrier_id: int):
+    def __init__(self, first, threads: int, barrier_id, replica=None, replicas: int = 1):
         self.first, self.threads, self.barrier_id = first, threads, barrier_id
+        self.replica, self.replicas = replica, replicas
 
 
 class ScratchUse:

@@ -11,6 +11,9 @@ import llvmlite.ir as ir
 
 from kiln.ir.types import scalar_of
 
+from .context import LoweringError
+from .types import I32
+
 
 def _carried(lw, values, layouts):
     return [lw.regs(v, l) for v, l in zip(values, layouts)]
@@ -124,27 +127,58 @@ def _if(lw, op):
 
 
 def _warp_specialize(lw, op):
-    """Warps 0 .. num_warps-1 run region 0, the `warps` after them region 1: one branch each on
-    the warp index (uniform in a warp), which takes its share of the registers first
-    (`setmaxnreg`, the whole warpgroup at once) and syncs its barriers by a named barrier."""
+    """Warps 0 .. R*num_warps-1 run region 0 (R = `replicas`, each group of num_warps warps a
+    replica of its own), the `warps` after them region 1: one branch each on the warp index
+    (uniform in a warp), which takes its share of the registers first (`setmaxnreg`, the whole
+    warpgroup at once) and syncs its barriers by a named barrier of its own."""
     from . import lower_block
     from .context import Partition
     from .wgmma import _asm
-    ours = 32 * lw.num_warps
-    regions = ((op.regions[0], Partition(0, ours, 1), "inc", op.attrs["regs"][0]),
-               (op.regions[1], Partition(ours, 32 * op.attrs["warps"], 2), "dec", op.attrs["regs"][1]))
+    ours, replicas = 32 * lw.num_warps, op.attrs.get("replicas", 1)
     blocks = [lw.llfn.append_basic_block("ws.default"), lw.llfn.append_basic_block("ws.partition")]
     merge = lw.llfn.append_basic_block("ws.end")
-    lw.b.cbranch(lw.b.icmp_unsigned("<", lw.warp, lw.i32(lw.num_warps)), *blocks)
+    lw.b.cbranch(lw.b.icmp_unsigned("<", lw.cta_warp, lw.i32(replicas * lw.num_warps)), *blocks)
     outer = lw.partition
-    for (region, partition, way, regs), block in zip(regions, blocks):
+    for i, (region, block) in enumerate(zip(op.regions, blocks)):
         lw.b.position_at_end(block)
-        _asm(lw, f"setmaxnreg.{way}.sync.aligned.u32 {regs};")
-        lw.partition = partition
+        _asm(lw, f"setmaxnreg.{'inc' if i == 0 else 'dec'}.sync.aligned.u32 {op.attrs['regs'][i]};")
+        if i == 1:
+            lw.partition = Partition(replicas * ours, 32 * op.attrs["warps"], 1 + replicas)
+        elif replicas == 1:
+            lw.partition = Partition(0, ours, 1)
+        else:
+            replica = lw.b.udiv(lw.cta_warp, lw.i32(lw.num_warps))
+            lw.partition = Partition(lw.b.mul(replica, lw.i32(ours)), ours, lw.b.add(replica, lw.i32(1)), replica,
+                                     replicas)
         lower_block(lw, region)
         lw.b.branch(merge)
     lw.partition = outer
     lw.b.position_at_end(merge)
 
 
-RULES = {"for": _for, "while": _while, "if": _if, "warp_specialize": _warp_specialize}
+def _partition_index(lw, op):
+    replica = lw.partition.replica
+    lw.bind(op.results[0], [replica if replica is not None else lw.i32(0)])
+
+
+def _turn(passing: bool):
+    """Replicas of a warp_specialize region take turns (ping-pong): `turn_wait` blocks until the
+    replica before this one passed it the turn, `turn_pass` hands it to the next, each where its
+    predicate holds. A named barrier per replica (after the regions' own), counted over the
+    waiting replica's threads and the passing one's: `bar.arrive` passes without waiting."""
+    def lower(lw, op):
+        from .wgmma import _asm
+        p = lw.partition
+        if p.replica is None:
+            raise LoweringError(f"{op.name} outside a replicated warp_specialize region")
+        me = p.replica
+        target = lw.b.urem(lw.b.add(me, lw.i32(1)), lw.i32(p.replicas)) if passing else me
+        bar_id = lw.b.add(target, lw.i32(2 + p.replicas))
+        verb = "bar.arrive" if passing else "bar.sync"
+        _asm(lw, f"{{ .reg .pred p; setp.ne.b32 p, $1, 0; @p {verb} $0, {2 * p.threads}; }}",
+             args=[bar_id, lw.b.zext(lw.scalar(op.operands[0]), I32)], constraints="r,r,~{memory}")
+    return lower
+
+
+RULES = {"for": _for, "while": _while, "if": _if, "warp_specialize": _warp_specialize,
+         "partition_index": _partition_index, "turn_wait": _turn(False), "turn_pass": _turn(True)}

@@ -238,7 +238,7 @@ def _store(lw, op):
         # every thread holds the scalar; thread 0 alone writes it, so a thread that
         # loads it later in the kernel cannot see (and re-store) a newer value
         v = _to_mem(lw, lw.scalar(val), val.type)
-        first = lw.entry.icmp_unsigned("==", lw.tid, lw.i32(0))
+        first = lw.entry.icmp_unsigned("==", lw.thread, lw.i32(0))
         mask = lw.b.and_(lw.scalar(op.operands[2]), first) if len(op.operands) > 2 else first
         _masked_store(lw, lw.scalar(ptr), mask, [v], elem_ty, qualifiers(op, lw))
         return
@@ -291,7 +291,7 @@ def _atomic_each(lw, op, emit):
     layout = lw.layout(out) if is_block else None
     n = len(layout.offsets(out.type.shape)) if is_block else 1
     owner = lw.owner_mask(layout, out.type.shape) if is_block else \
-        lw.entry.icmp_unsigned("==", lw.tid, lw.i32(0))
+        lw.entry.icmp_unsigned("==", lw.thread, lw.i32(0))
     masks = (lw.regs(op.operands[2], layout) if is_block else [lw.scalar(op.operands[2])]) \
         if op.name == "atomic_rmw" else None
     results = []

@@ -173,7 +173,7 @@ def _histogram(lw, op):
     base = lw.smem(bins * 4)
     threads = 32 * lw.num_warps
     for start in range(0, bins, threads):  # zero the counters
-        i = lw.b.add(lw.tid, lw.i32(start))
+        i = lw.b.add(lw.thread, lw.i32(start))
         with lw.b.if_then(lw.b.icmp_unsigned("<", i, lw.i32(bins))):
             lw.b.store(ir.Constant(I32, 0), lw.smem_ptr(base, I32, i))
     lw.barrier()

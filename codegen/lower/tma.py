@@ -35,7 +35,8 @@ def _barriers(lw, op):
 def _thread0(lw, pred=None):
     """A context in which only the first thread of the threads running this code (thread 0,
     or a warp_specialize partition's first) runs, and only where `pred` holds."""
-    first = lw.b.icmp_unsigned("==", lw.tid, lw.i32(lw.partition.first))
+    first = lw.partition.first
+    first = lw.b.icmp_unsigned("==", lw.tid, lw.i32(first) if isinstance(first, int) else first)
     return lw.if_then(first if pred is None else lw.b.and_(first, pred))
 
 
@@ -61,9 +62,11 @@ def _mbarrier_wait(lw, op):
 
 
 def _mbarrier_arrive(lw, op):
+    """A predicated arrive, not a branch around one: a branch between a warpgroup's wgmmas is a
+    divergent path to ptxas, which then serializes them (C7519)."""
     bar, pred = op.operands
-    with lw.if_then(lw.scalar(pred)):
-        _asm(lw, "mbarrier.arrive.shared::cta.b64 _, [$0];", args=[_shared_address(lw, bar)], constraints="r")
+    _asm(lw, "{ .reg .pred p; setp.ne.b32 p, $1, 0; @p mbarrier.arrive.shared::cta.b64 _, [$0]; }",
+         args=[_shared_address(lw, bar), lw.b.zext(lw.scalar(pred), I32)], constraints="r,r")
 
 
 def _tma_expect(lw, op):

@@ -51,7 +51,7 @@ REGISTER_FILE = 65536  # 32-bit registers per SM (and so per CTA, at one CTA per
 def apply(fn, ctx) -> None:
     # two warpgroups of dots at least: with one, ptxas serializes its wgmmas in the branch
     # (C7519, "WG.AR in divergent path"), and the kernel ran at 0.65x of the one without the hint
-    if not enabled(ctx) or ctx.num_warps < 8 or ctx.num_warps % 4:
+    if not enabled(ctx) or ctx.num_warps < 4 or ctx.num_warps % 4:
         return
     tiles = tile_loop(fn)
     gemm = match_tile_gemm(tiles) if tiles is not None else None
@@ -148,14 +148,22 @@ def _rewrite(fn, tiles, gemm, plan, num_warps):
     one = append_op(before, "constant", [], [int32], loc, value=1)
 
     producer = _producer(tiles, k_loop, plan, bars, empty, ring_size, zero, one, loc)
+    tile_lb, tile_step = tiles.operands[0], tiles.operands[2]
     _consumer(tiles, gemm, plan, empty, ring_size, zero, loc)
+    # one warpgroup of dots: two replicas take turns (ping-pong), where the ring keeps 4 slots
+    # beside their two scratch areas (64x256x64 tiles with 3 slots ran at 0.78x, H200)
+    replicas = 2 if num_warps == 4 and ring_size >= 4 else 1
 
     default, partition = Block(), Block()
+    if replicas > 1:
+        _take_turns(tiles, gemm, tile_lb, tile_step, replicas, ring_size, zero, default, loc)
     for block, loop in ((default, tiles), (partition, producer)):
         block.append(loop)
         block.append(Operation("yield", [], [], loc=loc))
-    ws = Operation("warp_specialize", [], [], {"warps": PRODUCER_WARPS, "regs": [consumer_regs(num_warps), PRODUCER_REGS]},
-                   regions=[default, partition], loc=loc)
+    attrs = {"warps": PRODUCER_WARPS, "regs": [consumer_regs(num_warps * replicas), PRODUCER_REGS]}
+    if replicas > 1:
+        attrs["replicas"] = replicas
+    ws = Operation("warp_specialize", [], [], attrs, regions=[default, partition], loc=loc)
     at = outer.ops.index(tiles)
     ws.parent = outer
     outer.ops[at] = ws
@@ -195,6 +203,54 @@ def _consumer(tiles, gemm, plan, empty, ring_size, zero, loc):
     body.ops[-1].operands.extend([k_loop.results[-3], k_loop.results[-1]])
     for v in (k_loop.results[-3], k_loop.results[-1]):
         tiles.results.append(Value(v.type, tiles, len(tiles.results)))
+
+
+def _take_turns(tiles, gemm, lb, step, replicas, ring_size, zero, default, loc):
+    """Ping-pong: replica r of the dot warps runs tiles lb + r * step, lb + (r + R) * step, ...; its
+    K loops wait for their turn and pass it on after their dots retired, so one replica's epilogue
+    runs under the next one's dots. Slots count the k-steps of the tiles in between too."""
+    body, k_loop = tiles.regions[0], gemm.k_loop
+    r = append_op(default.ops, "partition_index", [], [int32], loc)
+    for op in default.ops:
+        op.parent = default
+    first = []
+    mine = append_op(first, "add", [lb, append_op(first, "mul", [r, step], [int32], loc)], [int32], loc)
+    stride = append_op(first, "mul", [step, append_op(first, "constant", [], [int32], loc, value=replicas)], [int32], loc)
+    for op in first:
+        default.append(op)
+    tiles.operands[0], tiles.operands[2] = mine, stride
+
+    iv = body.args[0]
+    klb, kub, kstep = k_loop.operands[:3]
+    before = []
+    # the K loop's trips (a positive constant step, smem_pipeline's)
+    span = append_op(before, "add", [append_op(before, "sub", [kub, klb], [int32], loc),
+                                     append_op(before, "sub", [kstep, append_op(before, "constant", [], [int32], loc, value=1)],
+                                               [int32], loc)], [int32], loc)
+    trips = append_op(before, "max", [append_op(before, "div", [span, kstep], [int32], loc), zero], [int32], loc)
+    others = append_op(before, "mul", [trips, append_op(before, "constant", [], [int32], loc, value=replicas - 1)],
+                       [int32], loc)
+    ahead = append_op(before, "mul", [trips, r], [int32], loc)
+    my_first = append_op(before, "cmp", [iv, mine], [int1], loc, pred="eq")
+    skip = append_op(before, "select", [my_first, ahead, others], [int32], loc)
+    slot, parity = k_loop.operands[-3], k_loop.operands[-1]
+    moved = append_op(before, "add", [slot, skip], [int32], loc)
+    size = append_op(before, "constant", [], [int32], loc, value=ring_size)
+    new_slot = append_op(before, "rem", [moved, size], [int32], loc)
+    wraps = append_op(before, "and", [append_op(before, "div", [moved, size], [int32], loc),
+                                      append_op(before, "constant", [], [int32], loc, value=1)], [int32], loc)
+    new_parity = append_op(before, "xor", [parity, wraps], [int32], loc)
+    k_loop.operands[-3], k_loop.operands[-2], k_loop.operands[-1] = new_slot, new_slot, new_parity
+    not_first = append_op(before, "cmp", [iv, lb], [int1], loc, pred="ne")
+    append_op(before, "turn_wait", [not_first], (), loc)
+    insert_ops(body, body.ops.index(k_loop), before)
+
+    after = []
+    following = append_op(after, "add", [iv, step], [int32], loc)
+    exists = append_op(after, "cmp", [following, tiles.operands[1]], [int1], loc, pred="lt")
+    append_op(after, "turn_pass", [exists], (), loc)
+    released = [i for i, op in enumerate(body.ops) if op.name == "mbarrier_arrive"]  # the last dots' slot
+    insert_ops(body, (released[-1] if released else body.ops.index(gemm.wait)) + 1, after)
 
 
 def _producer(tiles, k_loop, plan, bars, empty, ring_size, zero, one, loc):
