@@ -207,8 +207,8 @@ def _consumer(tiles, gemm, plan, empty, ring_size, zero, loc):
 
 def _take_turns(tiles, gemm, lb, step, replicas, ring_size, zero, default, loc):
     """Ping-pong: replica r of the dot warps runs tiles lb + r * step, lb + (r + R) * step, ...; its
-    K loops wait for their turn and pass it on after their dots retired, so one replica's epilogue
-    runs under the next one's dots. Slots count the k-steps of the tiles in between too."""
+    K loops wait for their turn and pass it on once their last dots are issued, so one replica's
+    epilogue runs under the next one's dots. Slots count the k-steps of the tiles in between too."""
     body, k_loop = tiles.regions[0], gemm.k_loop
     r = append_op(default.ops, "partition_index", [], [int32], loc)
     for op in default.ops:
@@ -249,8 +249,9 @@ def _take_turns(tiles, gemm, lb, step, replicas, ring_size, zero, default, loc):
     following = append_op(after, "add", [iv, step], [int32], loc)
     exists = append_op(after, "cmp", [following, tiles.operands[1]], [int1], loc, pred="lt")
     append_op(after, "turn_pass", [exists], (), loc)
-    released = [i for i, op in enumerate(body.ops) if op.name == "mbarrier_arrive"]  # the last dots' slot
-    insert_ops(body, (released[-1] if released else body.ops.index(gemm.wait)) + 1, after)
+    # passed once the last dots are issued, before waiting for them: the next replica's dots queue
+    # behind them on the tensor cores
+    insert_ops(body, body.ops.index(gemm.wait), after)
 
 
 def _producer(tiles, k_loop, plan, bars, empty, ring_size, zero, one, loc):
