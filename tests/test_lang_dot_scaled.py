@@ -69,3 +69,27 @@ def test_a_scale_of_the_wrong_shape_is_named_in_tritons_words():
     with pytest.raises(kiln.CompilationError) as info:
         _wrong_lhs_scale[(1,)]()
     assert str(info.value.__cause__) == "lhs_scale must be a tensor of shape [32, 2]. Got ['32', '4']"
+
+
+@kiln.jit
+def _scaled_by_fp16(a_ptr, a_scale_ptr, b_ptr, out_ptr, M: tl.constexpr, N: tl.constexpr, K: tl.constexpr):
+    rm, rn, rk = tl.arange(0, M), tl.arange(0, N), tl.arange(0, K)
+    a = tl.load(a_ptr + rm[:, None] * K + rk[None, :])
+    b = tl.load(b_ptr + rk[:, None] * N + rn[None, :])
+    a_scale = tl.load(a_scale_ptr + rm[:, None] * (K // 32) + tl.arange(0, K // 32)[None, :])
+    tl.store(out_ptr + rm[:, None] * N + rn[None, :], tl.dot_scaled(a, a_scale, "e4m3", b, None, "fp16"))
+
+
+@pytest.mark.parametrize("value, scale, expect", [
+    (448.0, 127 + 8, np.inf),   # 448 * 2**8 is past fp16's largest finite value
+    (1.0, 127 - 26, 0.0),       # 2**-26 is below half of fp16's smallest subnormal
+    (1.5, 127 - 3, 64 * 1.5 / 8),
+])
+def test_an_fp16_operand_makes_the_scaled_operand_fp16(value, scale, expect):
+    # as Triton's GPUs without MX instructions do: both operands and the scale in fp16, not fp32
+    a = np.full((M, K), value, ml_dtypes.float8_e4m3fn).view(np.uint8)
+    a_scale = np.full((M, K // 32), scale, np.uint8)
+    b = np.ones((K, N), np.float16)
+    out = np.zeros((M, N), np.float32)
+    _scaled_by_fp16[(1,)](a, a_scale, b, out, M=M, N=N, K=K)
+    np.testing.assert_array_equal(out, np.full((M, N), expect, np.float32))

@@ -1,10 +1,11 @@
 """`tl.dot_scaled`: a matrix product of microscaled (MX) operands, built from existing ops.
 
-Each operand is decoded to fp32 (fp4 e2m1 unpacked from bytes, fp8 bitcast from bytes),
-multiplied by its e8m0 scale (one power of two per 32 elements along K), and the product
-is an ordinary `dot` in bfloat16 with an fp32 accumulator: what Triton does on GPUs
-without native MX instructions (Hopper and older). An fp16 operand makes it an fp32 dot,
-since bfloat16 would round fp16's mantissa.
+Each operand is decoded (fp4 e2m1 unpacked from bytes, fp8 bitcast from bytes) to the compute
+type, multiplied there by its e8m0 scale (one power of two per 32 elements along K), and the
+product is an ordinary `dot` of the compute type with an fp32 accumulator: what Triton does on
+GPUs without native MX instructions (Hopper and older). The compute type is bfloat16, or float16
+where an operand is fp16 (bfloat16 would round its mantissa); the scale is then an fp16 too, so
+as on those GPUs a factor below fp16's range is 0 and a scaled value above it is inf.
 """
 from __future__ import annotations
 
@@ -80,16 +81,15 @@ def dot_scaled(lhs, lhs_scale, lhs_format, rhs, rhs_scale, rhs_format, acc=None,
     if not (unwrap(lhs_k_pack) and unwrap(rhs_k_pack)):
         raise ValueError("dot_scaled: kiln supports fp4 packed along K only (lhs_k_pack=rhs_k_pack=True)")
     fast_math = bool(unwrap(fast_math))
-    a = _decode(lhs, lhs_format, k_last=True)      # [M, K]
-    b = _decode(rhs, rhs_format, k_last=False)     # [K, N]
+    compute = float16 if "fp16" in (lhs_format, rhs_format) else bfloat16
+    a = semantic.cast(_decode(lhs, lhs_format, k_last=True), compute)    # [M, K]
+    b = semantic.cast(_decode(rhs, rhs_format, k_last=False), compute)   # [K, N]
     (m, k), (k2, n) = a.type.shape, b.type.shape
     if k != k2:
         raise ValueError(f"dot_scaled: K differs between lhs ({k}) and rhs ({k2}) after unpacking")
     if unwrap(lhs_scale) is not None:
-        a = semantic.mul(a, _scale_factors(lhs_scale, m, k, fast_math, "lhs_scale"))
+        a = semantic.mul(a, semantic.cast(_scale_factors(lhs_scale, m, k, fast_math, "lhs_scale"), compute))
     if unwrap(rhs_scale) is not None:
-        b = semantic.mul(b, semantic.permute(_scale_factors(rhs_scale, n, k, fast_math, "rhs_scale"), [1, 0]))
-    compute = float32 if "fp16" in (lhs_format, rhs_format) else bfloat16
-    precision = "ieee" if compute == float32 else None
-    a, b = semantic.cast(a, compute), semantic.cast(b, compute)
-    return semantic.dot(a, b, acc, precision, None, None, unwrap(out_dtype))
+        factors = _scale_factors(rhs_scale, n, k, fast_math, "rhs_scale")
+        b = semantic.mul(b, semantic.cast(semantic.permute(factors, [1, 0]), compute))
+    return semantic.dot(a, b, acc, None, None, None, unwrap(out_dtype))
