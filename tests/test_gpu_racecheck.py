@@ -1,6 +1,7 @@
 """GPU tier: compute-sanitizer's racecheck finds no shared-memory hazard in the kernels
 that use shared buffers the most (pipelined matmul with one and two warpgroups, and with
-a ring of S tiles, where each copy waits for the dot that read its tile; two
+a ring of S tiles, where each copy waits for the dot that read its tile; the warp-specialized
+matmul, cooperative and ping-pong; two
 pipelined loops one after the other whose rings share bytes but not tile shapes, as in
 Triton's tutorial-06 backward; causal attention forward and backward; reductions and
 conversions that scratch_barriers left without a barrier before them). Skipped without a
@@ -35,6 +36,23 @@ for bm, bn, bk, warps, stages in ((128, 128, 64, 4, 3), (128, 256, 64, 8, 3), (1
     grid = (256 // bm * (256 // bn),)
     kernels.matmul_kernel[grid](a, b, c, 256, 256, 192, *a.stride(), *b.stride(), *c.stride(), BLOCK_M=bm,
                                 BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, num_warps=warps, num_stages=stages)
+    torch.testing.assert_close(c.float(), a.float() @ b.float(), atol=0.1, rtol=0.01)
+"""
+
+# tutorial 03's kernel with its K loop asking for warp specialization: a producer warpgroup filling
+# the rings behind empty mbarriers, with two warpgroups of dots (8 warps) and with two replicas of
+# one taking turns (4 warps, ping-pong); more tiles than CTAs, so slots and turns wrap across tiles
+WARP_SPECIALIZED = """
+import torch
+from test_attention_backward import kernels
+for bm, bn, bk, warps, stages in ((128, 256, 64, 8, 3), (128, 128, 64, 4, 4)):
+    M, N, K = 2048, 2048, 320
+    a = torch.randn(M, K, device="cuda", dtype=torch.float16)
+    b = torch.randn(K, N, device="cuda", dtype=torch.float16)
+    c = torch.empty(M, N, device="cuda", dtype=torch.float16)
+    grid = (M // bm * (N // bn),)
+    kernels.matmul_kernel_ws[grid](a, b, c, M, N, K, *a.stride(), *b.stride(), *c.stride(), BLOCK_M=bm,
+                                   BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, num_warps=warps, num_stages=stages)
     torch.testing.assert_close(c.float(), a.float() @ b.float(), atol=0.1, rtol=0.01)
 """
 
@@ -152,6 +170,11 @@ def hazards(out: str) -> tuple[int, int]:
 
 def test_pipelined_matmul_has_no_shared_memory_hazard(tmp_path):
     out = racecheck(MATMUL, tmp_path)
+    assert hazards(out) == (0, 0), out[-4000:]
+
+
+def test_warp_specialized_matmul_has_no_shared_memory_hazard(tmp_path):
+    out = racecheck(WARP_SPECIALIZED, tmp_path)
     assert hazards(out) == (0, 0), out[-4000:]
 
 
