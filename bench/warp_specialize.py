@@ -110,6 +110,14 @@ def main():
         ratio = lambda x, y: f"{t[x] / t[y]:.3f}" if x in t and y in t else "-"
         lines.append(f"| {r['size']} | {cell('kiln')} | {cell('kiln ws')} | {cell('triton')} | {cell('triton ws')} | "
                      f"{cell('cuBLAS')} | {ratio('kiln ws', 'kiln')} | {ratio('kiln ws', 'cuBLAS')} |")
+    names = ["x".join(map(str, cfg)) for cfg in CONFIGS]
+    lines += ["", "Per config (BMxBNxBKxstagesxwarps; TFLOP/s of one do_bench, kiln without / with the hint):", "",
+              "| size | " + " | ".join(names) + " |", "|---|" + "---:|" * len(names)]
+    for r in rows:
+        M, N, K = (int(x) for x in r["size"].split("x"))
+        shown = lambda v: f"{2 * M * N * K / v / 1e9:.0f}" if isinstance(v, float) else str(v)
+        lines.append(f"| {r['size']} | " + " | ".join(
+            f"{shown(r['per_config_ms'].get('kiln ' + n))} / {shown(r['per_config_ms'].get('kiln ws ' + n))}" for n in names) + " |")
     print("\n".join(lines))
     print("check failures:", bad or "none")
     if args.out:
