@@ -140,3 +140,53 @@ def test_torch_compile_under_tritons_interpreter_switch(tmp_path):
     out = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-4000:]
     assert json.loads(out.stdout.strip().splitlines()[-1]) == {"close": True, "kiln_kernel_is_interpreted_function": False}
+
+
+USER_KERNELS_UNDER_TRITON_INTERPRET_JOB = textwrap.dedent("""
+    import json
+    import torch
+    import triton
+    import triton.language as tl
+
+
+    @triton.jit
+    def axpy(x_ptr, A: tl.constexpr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        mask = offs < n
+        tl.store(out_ptr + offs, A * tl.load(x_ptr + offs, mask=mask) + tl.load(y_ptr + offs, mask=mask), mask=mask)
+
+
+    @triton.autotune(configs=[triton.Config({"BLOCK": 16}), triton.Config({"BLOCK": 64})], key=["n"])
+    @triton.jit
+    def shifted(x_ptr, out_ptr, n, SHIFT: tl.constexpr, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) + SHIFT, mask=offs < n)
+
+
+    def f(x, y):
+        out = torch.empty_like(x)
+        n = x.numel()
+        axpy[(triton.cdiv(n, 32),)](x, 3.0, y, out, n, BLOCK=32)
+        again = torch.empty_like(x)
+        shifted[lambda meta: (triton.cdiv(n, meta["BLOCK"]),)](out * 2, again, n, SHIFT=5)
+        return again + 1
+
+
+    x, y = torch.randn(100), torch.randn(100)
+    print(json.dumps({"equal": bool(torch.equal(torch.compile(f)(x, y), f(x, y)))}))
+""")
+
+
+@pytest.mark.parametrize("share_graphs", ["1", "0"])
+def test_users_kernels_inside_torch_compile_under_tritons_interpreter_switch(tmp_path, share_graphs):
+    """TRITON_INTERPRET=1: Dynamo traces a user's kiln kernel (a JITFunction), and Inductor's
+    interpreter launch would call it with its config's constexprs only (TypeError: missing `A`);
+    Inductor launches it compiled instead, so constexprs given at the call, one of them between
+    tensors, and an autotuned one's config reach it, graph sharing on or off."""
+    script = tmp_path / "job.py"
+    script.write_text(USER_KERNELS_UNDER_TRITON_INTERPRET_JOB)
+    env = {**os.environ, hook.ENV: "1", "TRITON_INTERPRET": "1", "KILN_SHARE_GRAPHS": share_graphs,
+           "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
+    out = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-4000:]
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == {"equal": True}, out.stderr[-2000:]

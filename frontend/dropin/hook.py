@@ -46,7 +46,10 @@ MODULES = {
     "triton._C": "kiln.dropin.libtriton",  # the C++ extension: only what tutorials take from it
     "triton._C.libtriton": "kiln.dropin.libtriton",
 }
-# torch modules that kiln adjusts once they have run, when graph sharing is on (dropin/inductor.py)
+# torch modules that kiln adjusts once they have run (functions of dropin/inductor.py): in every
+# drop-in process...
+ALWAYS_AFTER_IMPORT = {"torch._inductor.runtime.triton_heuristics": "launch_compiled_when_interpreting"}
+# ...and when graph sharing is on
 AFTER_IMPORT = {"torch._dynamo.convert_frame": "defer_full_collections",
                 "torch._dynamo.guards": "describe_guards_briefly",
                 "torch._inductor.codecache": "share_torch_key",
@@ -112,20 +115,22 @@ def _missing(name: str) -> ModuleNotFoundError:
 
 
 class _ThenAdjust(importlib.abc.Loader):
-    """Runs a torch module as its own loader would, then kiln's adjustment of it."""
+    """Runs a torch module as its own loader would, then kiln's adjustments of it."""
 
-    def __init__(self, loader, adjust: str):
-        self.loader, self.adjust = loader, adjust
+    def __init__(self, loader, adjustments: tuple):
+        self.loader, self.adjustments = loader, adjustments
 
     def create_module(self, spec):
         return self.loader.create_module(spec)
 
     def exec_module(self, module):
         self.loader.exec_module(module)
-        try:
-            getattr(importlib.import_module("kiln.dropin.inductor"), self.adjust)(module)
-        except Exception as error:  # noqa: BLE001 - torch then works as it would without kiln
-            print(f"kiln: {module.__name__} left as it is: {type(error).__name__}: {error}", file=sys.stderr)
+        for adjust in self.adjustments:
+            try:
+                getattr(importlib.import_module("kiln.dropin.inductor"), adjust)(module)
+            except Exception as error:  # noqa: BLE001 - torch then works as it would without kiln
+                print(f"kiln: {module.__name__} left as it is ({adjust}): {type(error).__name__}: {error}",
+                      file=sys.stderr)
 
 
 def share_graphs(environ=os.environ) -> bool:
@@ -140,22 +145,27 @@ class TritonFinder(importlib.abc.MetaPathFinder):
         self.adjust_torch = adjust_torch
 
     def find_spec(self, name, path=None, target=None):
-        if self.adjust_torch and name in AFTER_IMPORT:
-            return self._adjusted(name, path, target)
+        adjustments = self._adjustments(name)
+        if adjustments:
+            return self._adjusted(name, path, target, adjustments)
         target_name = kiln_name(name)
         if target_name is None:
             return None
         is_package = True  # every alias may have children: `triton.X.Y` is found by name, not by path
         return importlib.machinery.ModuleSpec(name, _Alias(target_name), is_package=is_package)
 
-    def _adjusted(self, name, path, target):
+    def _adjustments(self, name) -> tuple:
+        always = (ALWAYS_AFTER_IMPORT[name],) if name in ALWAYS_AFTER_IMPORT else ()
+        return always + ((AFTER_IMPORT[name],) if self.adjust_torch and name in AFTER_IMPORT else ())
+
+    def _adjusted(self, name, path, target, adjustments):
         for finder in sys.meta_path:
             if finder is self or not hasattr(finder, "find_spec"):
                 continue
             spec = finder.find_spec(name, path, target)
             if spec is not None:
                 if spec.loader is not None:
-                    spec.loader = _ThenAdjust(spec.loader, AFTER_IMPORT[name])
+                    spec.loader = _ThenAdjust(spec.loader, adjustments)
                 return spec
         return None
 

@@ -22,6 +22,9 @@ What every rank of a job otherwise does for itself:
   go to threads of the rank instead, which hand each kernel to the node daemon's pool; the
   Python part left in the rank (loading the kernel's module, building kiln's IR) is small.
 
+And in every drop-in process, sharing or not, Inductor launches kiln's kernels as compiled ones
+under TRITON_INTERPRET=1 too (`launch_compiled_when_interpreting`).
+
 PyTorch's own keys decide what is shared: they cover its version and configuration, the
 graph, its inputs (devices included) and the GPU, so a rank only gets what it would have
 compiled itself.
@@ -132,6 +135,17 @@ def benchmark_once(triton_heuristics) -> None:
     others launch its choice (`kiln.dropin.autotune_once`)."""
     if env.autotune_once():
         autotune_once.install(triton_heuristics, lambda key, data: node_artifacts().put(namespace_of(key), key, data))
+
+
+def launch_compiled_when_interpreting(triton_heuristics) -> None:
+    """Run when `torch._inductor.runtime.triton_heuristics` is imported, in every drop-in process.
+    Under TRITON_INTERPRET=1 Inductor calls a kernel itself, passing only the constexprs of its
+    config: enough for Triton's interpreted functions, which Dynamo never traces from user code,
+    but a user's kiln kernel (a JITFunction, traced) lost the constexprs given at its call. kiln's
+    compiled kernels already run in the interpreter in that mode, so Inductor takes its compiled
+    path, as under KILN_INTERPRET=1, with every constant the compile recorded. (Inductor's
+    `__init__` sets the flag from the environment; the property ignores that.)"""
+    triton_heuristics.CachingAutotuner.triton_interpret = property(lambda self: False, lambda self, value: None)
 
 
 class _RankThreads(ThreadPoolExecutor):
