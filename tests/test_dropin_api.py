@@ -147,9 +147,9 @@ def test_knobs_are_triton_knobs_under_import_kiln_as_triton():
 
     import kiln as triton
     assert importlib.import_module("kiln.knobs") is triton.knobs is knobs
-    # Triton's test helpers read the assembler's version as "major.minor": nvJitLink's here
+    # Triton's test helpers read the assembler's version as "major.minor" (a ptxas program's or nvJitLink's)
     major, minor = (int(p) for p in triton.knobs.nvidia.ptxas.version.split("."))
-    assert major >= 12 and minor >= 0 and triton.knobs.nvidia.ptxas.path is None
+    assert major >= 12 and minor >= 0
 
 
 @jit

@@ -115,6 +115,50 @@ def test_knob_groups_copy_reset_and_refuse_unknown_names(monkeypatch):
     assert knobs.cache.dir == str(__import__("kiln.cache.env", fromlist=["x"]).cache_dir())
 
 
+def _fake_tool(path, release: str) -> str:
+    path.write_text(f"#!/bin/sh\necho 'Cuda compilation tools, release {release}, V{release}.1'\n")
+    path.chmod(0o755)
+    return str(path)
+
+
+def test_nvidia_tool_knobs_name_the_program_of_their_variable_else_of_path(tmp_path, monkeypatch):
+    """`knobs.nvidia.ptxas` (and cuobjdump, nvdisasm, ptxas_blackwell) is an NvidiaTool: the program
+    TRITON_PTXAS_PATH names if it runs, else the one on PATH, its release read from `--version`."""
+    (tmp_path / "bin").mkdir()
+    on_path = _fake_tool(tmp_path / "bin" / "ptxas", "12.4")
+    named = _fake_tool(tmp_path / "ptxas-named", "12.8")
+    monkeypatch.setenv("PATH", str(tmp_path / "bin"))
+    for key in ("TRITON_PTXAS_PATH", "TRITON_CUOBJDUMP_PATH"):
+        monkeypatch.delenv(key, raising=False)
+    assert knobs.nvidia.ptxas == knobs.NvidiaTool(on_path, "12.4")
+    monkeypatch.setenv("TRITON_PTXAS_PATH", named)
+    assert knobs.nvidia.ptxas == knobs.NvidiaTool(named, "12.8")
+    monkeypatch.setenv("TRITON_PTXAS_PATH", str(tmp_path / "missing"))
+    assert knobs.nvidia.ptxas.path == on_path  # a variable naming no program falls back, as Triton's
+    with knobs.nvidia.scope():
+        knobs.nvidia.ptxas = named
+        assert os.environ["TRITON_PTXAS_PATH"] == named and knobs.nvidia.ptxas.version == "12.8"
+    assert knobs.nvidia.ptxas.path == on_path
+    monkeypatch.setenv("TRITON_CUOBJDUMP_PATH", _fake_tool(tmp_path / "cuobjdump", "13.0"))
+    assert knobs.nvidia.cuobjdump.version == "13.0"
+    assert knobs.nvidia_knobs.ptxas_blackwell.key == "TRITON_PTXAS_BLACKWELL_PATH"
+    assert knobs.NvidiaTool.from_path(str(tmp_path / "missing")) is None
+
+
+def test_without_the_programs_ptxas_is_nvjitlink_and_cuobjdump_is_tritons_error(tmp_path, monkeypatch):
+    """kiln assembles with nvJitLink: with no ptxas program the assembler knobs say so (no path, its
+    release, which Triton's test helpers compare); a missing cuobjdump or nvdisasm raises as in Triton."""
+    from cuda.bindings import nvjitlink
+    monkeypatch.setenv("PATH", str(tmp_path))
+    for key in ("TRITON_PTXAS_PATH", "TRITON_PTXAS_BLACKWELL_PATH", "TRITON_CUOBJDUMP_PATH", "TRITON_NVDISASM_PATH"):
+        monkeypatch.delenv(key, raising=False)
+    release = "{}.{}".format(*nvjitlink.version())
+    assert knobs.nvidia.ptxas == knobs.nvidia.ptxas_blackwell == knobs.NvidiaTool(None, release)
+    for name in ("cuobjdump", "nvdisasm"):
+        with pytest.raises(RuntimeError, match=f"Cannot find {name}: no TRITON_{name.upper()}_PATH and none on PATH"):
+            getattr(knobs.nvidia, name)
+
+
 def test_launch_hooks_are_chains_that_are_false_while_empty():
     chain = knobs.HookChain(reversed=True)
     assert not chain

@@ -13,8 +13,11 @@ are called around every launch of a kernel compiled by `triton.compile`; `autotu
 prints each autotuning's choice and `autotuning.cache` shares it (kiln.tuning_results);
 `compilation.allow_non_constexpr_globals` lets kernels read plain globals; `cache.dir` is kiln's
 node cache unless set (`triton.runtime.cache`'s file managers use it); `nvidia.libdevice_path`
-the libdevice kiln links; `nvidia.ptxas` the assembler kiln uses, which is nvJitLink in-process
-(its `version` is nvJitLink's; there is no ptxas program, so `path` is None). The other knobs are
+the libdevice kiln links; `nvidia.ptxas`, `ptxas_blackwell`, `cuobjdump` and `nvdisasm` are
+`NvidiaTool`s (a path and a CUDA release) for tools that run those programs: the one
+`TRITON_<NAME>_PATH` names, else the one on PATH; kiln runs none of them, and with no ptxas program
+the assemblers are kiln's own, nvJitLink's ptxas (`path` None, nvJitLink's `version`); a missing
+cuobjdump or nvdisasm is Triton's RuntimeError. The other knobs are
 kept and read back as Triton's are. Setting a name that is no knob of a group is an error
 rather than silently ignored.
 """
@@ -25,6 +28,9 @@ import os
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Protocol, TypedDict
+
+from . import nvidia_tools
+from .nvidia_tools import NvidiaTool  # noqa: F401  (triton.knobs has it)
 
 _TRUE = ("1", "true", "yes", "on", "y")
 _FALSE = ("0", "false", "no", "off", "n", "")
@@ -451,15 +457,23 @@ class language_knobs(base_knobs):
     default_fp_fusion = env_bool("TRITON_DEFAULT_FP_FUSION", True)
 
 
-class _Assembler:
-    """Triton's `knobs.nvidia.ptxas` (a tool with a path and a version), for nvJitLink."""
-    path = None
+class env_nvidia_tool(env_base):
+    """An NVIDIA program, read as an `NvidiaTool`: the one the variable (or the path set in Python)
+    names, else the one on PATH, else `fallback()`'s; RuntimeError if none, as Triton's."""
 
-    @property
-    def version(self) -> str:
-        from cuda.bindings import nvjitlink
-        major, minor = nvjitlink.version()
-        return f"{major}.{minor}"
+    def __init__(self, binary: str, fallback=None):
+        super().__init__(f"TRITON_{binary.upper().replace('-', '_')}_PATH")
+        self.binary, self.fallback = binary, fallback
+
+    def get(self):
+        return self.transform(os.environ.get(self.key))
+
+    def transform(self, value):
+        tool = nvidia_tools.find(self.binary, value) or (self.fallback and self.fallback())
+        if tool is None:
+            raise RuntimeError(f"Cannot find {self.binary}: no {self.key} and none on PATH "
+                               f"(kiln itself runs no {self.binary}; a tool that does needs one)")
+        return tool
 
 
 def _libdevice() -> str | None:
@@ -480,7 +494,10 @@ class _OptionalDefault(env_base):
 
 
 class nvidia_knobs(base_knobs):
-    ptxas = _Assembler()
+    cuobjdump = env_nvidia_tool("cuobjdump")
+    nvdisasm = env_nvidia_tool("nvdisasm")
+    ptxas = env_nvidia_tool("ptxas", nvidia_tools.nvjitlink_assembler)
+    ptxas_blackwell = env_nvidia_tool("ptxas-blackwell", nvidia_tools.nvjitlink_assembler)
     dump_nvptx = env_bool("NVPTX_ENABLE_DUMP")
     disable_ptxas_opt = env_bool("DISABLE_PTXAS_OPT")
     ptxas_options = env_opt_str("PTXAS_OPTIONS")
