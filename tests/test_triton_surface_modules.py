@@ -203,3 +203,40 @@ def test_cache_autotuning_knob_asks_for_shared_choices(monkeypatch):
         knobs.autotuning.cache = True
         assert tuning_results.requested(False)
     assert not tuning_results.requested(False)
+
+
+# Triton 3.6's public names of `triton.language.core` defined in other modules of kiln.language
+CORE_NAMES_FROM_ELSEWHERE = ("PropagateNan", "TRITON_MAX_TENSOR_NUMEL", "advance", "const", "dot_scaled",
+                             "load_tensor_descriptor", "make_block_ptr", "make_tensor_descriptor", "map_elementwise",
+                             "pi32_t", "slice", "store_tensor_descriptor", "tensor_descriptor", "tuple")
+
+
+def test_language_core_and_standard_have_tritons_names():
+    """`triton.language.core.X` is `tl.X` for the names Triton's core.py defines, and
+    `triton.language.standard` has `sort_impl` (what its sort and topk call)."""
+    from kiln.jit import JITCallable, constexpr_function
+    from kiln.language import core, standard
+    assert [name for name in CORE_NAMES_FROM_ELSEWHERE if getattr(core, name, None) is not getattr(tl, name)] == []
+    assert core.JITCallable is JITCallable and core.CONSTEXPR_0 == 0 and isinstance(core.CONSTEXPR_0, tl.constexpr)
+    assert core._unwrap_if_constexpr(tl.constexpr(tl.uint16)) is tl.uint16 and core._unwrap_if_constexpr(3) == 3
+    assert standard.core is core and standard.constexpr_function is constexpr_function
+    assert core.Shape([2, 3]) == (2, 3) and core.Shape([2, 3])[:1] == [2]  # builtins.tuple / slice inside core.py
+
+
+@kiln.jit
+def _packed_and_sorted(x_ptr, packed_ptr, sorted_ptr, top_ptr, N: tl.constexpr, AS_UINT: tl.constexpr):
+    offs = tl.arange(0, N)
+    x = tl.load(x_ptr + offs)
+    as_uint = tl.core._unwrap_if_constexpr(AS_UINT)  # as Inductor's pack_value_flag spells it
+    tl.store(packed_ptr + offs, x.to(as_uint, bitcast=True).to(tl.uint32) << as_uint.primitive_bitwidth)
+    tl.store(sorted_ptr + offs, tl.standard.sort_impl(x, descending=tl.core.CONSTEXPR_0))
+    tl.store(top_ptr + tl.arange(0, N // 4), tl.standard.sort_impl(x, k=N // 4, descending=True))
+
+
+def test_kernels_call_core_and_standard_names_as_tritons_do():
+    x = np.random.default_rng(0).standard_normal(32).astype(np.float16)
+    packed, ordered, top = np.zeros(32, np.uint32), np.zeros(32, np.float16), np.zeros(8, np.float16)
+    _packed_and_sorted[(1,)](x, packed, ordered, top, N=32, AS_UINT=tl.uint16)
+    np.testing.assert_array_equal(packed, x.view(np.uint16).astype(np.uint32) << 16)
+    np.testing.assert_array_equal(ordered, np.sort(x))
+    np.testing.assert_array_equal(top, np.sort(x)[::-1][:8])

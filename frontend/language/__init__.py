@@ -66,14 +66,22 @@ _methods = _m.METHODS
 def _as_in_triton():
     """Triton defines its builtins in `triton.language.core` and its library functions in
     `triton.language.standard`; kernels that import them from there find them here too."""
+    from kiln.jit import JITCallable, constexpr_function
     from . import builtins as _builtins, core as _core, sorting as _sorting, standard as _standard
     for name, fn in vars(_builtins).items():
         if getattr(fn, "__kiln_builtin__", False) and not hasattr(_core, name):
             setattr(_core, name, fn)
+    # defined in Triton's core.py, in other modules of this package here
+    for name in ("PropagateNan", "TRITON_MAX_TENSOR_NUMEL", "advance", "const", "dot_scaled", "load_tensor_descriptor",
+                 "make_block_ptr", "make_tensor_descriptor", "map_elementwise", "pi32_t", "slice",
+                 "store_tensor_descriptor", "tensor_descriptor", "tuple"):
+        setattr(_core, name, globals()[name])
+    _core.JITCallable = JITCallable
     for name in ("zeros", "zeros_like", "ravel", "interleave"):
         setattr(_standard, name, getattr(_builtins, name))
-    for name in ("flip", "sort", "topk", "bitonic_merge"):
+    for name in ("flip", "sort", "topk", "bitonic_merge", "sort_impl"):
         setattr(_standard, name, getattr(_sorting, name))
+    _standard.core, _standard.constexpr_function = _core, constexpr_function
 
 
 _as_in_triton()

@@ -19,6 +19,8 @@ from kiln.ir.types import (  # noqa: F401  (re-exported as tl.*)
 )
 
 void = None  # Triton exposes tl.void; kernels only compare against it.
+CONSTEXPR_0 = constexpr(0)  # Triton's default for `descending` parameters
+_unwrap_if_constexpr = _unwrap  # Triton's name, which Inductor's helper kernels call
 
 # Triton's dtype class attributes and exponent_bias, which Triton's tests and users read
 # (`tl.dtype.SINT_TYPES`, `tl.float16.exponent_bias`).
@@ -114,7 +116,7 @@ class Shape(list):
 
     def __getitem__(self, index):
         got = super().__getitem__(index)
-        return Shape(got) if isinstance(index, slice) else got
+        return Shape(got) if isinstance(index, builtins.slice) else got
 
     def __add__(self, other):
         return Shape([*self, *other])
@@ -123,7 +125,7 @@ class Shape(list):
         return Shape([*other, *self])
 
     def __eq__(self, other):
-        return isinstance(other, (list, tuple)) and list(self) == list(other)
+        return isinstance(other, (list, builtins.tuple)) and list(self) == list(other)
 
     def __ne__(self, other):
         return not self == other
@@ -269,7 +271,7 @@ def _aggregate(cls):
     assigned in a kernel: an aggregate is a value."""
     if not isinstance(cls, type):
         raise TypeError(f"@_aggregate decorates a class, not a {type(cls).__name__}")
-    fields = tuple(getattr(cls, "__annotations__", {}))
+    fields = builtins.tuple(getattr(cls, "__annotations__", {}))
     init = cls.__init__
     takes_semantic = "_semantic" in inspect.signature(init).parameters
 

@@ -140,14 +140,24 @@ def _widen(t):
     return t
 
 
+def _sorted(what, x, k, dim, descending):
+    """The first `k` (all with k None) of `x` sorted along its last dimension."""
+    x = semantic.to_tensor(x)
+    dim = _dim(x, dim, what, last_only=True)
+    n, k = x.type.shape[dim], unwrap(k)
+    if k is not None:
+        k = int(k)
+        if k < 1 or k > n or k & (k - 1):
+            raise ValueError(f"{what}: k must be a power of two in [1, {n}], not {k}")
+    if n == 1:
+        return x
+    return _sort_top(x, dim, k, bool(unwrap(descending)))
+
+
 @builtin
 def sort(x, dim=None, descending=False):
     """`x` sorted along its last dimension (ascending unless `descending`)."""
-    x = semantic.to_tensor(x)
-    dim = _dim(x, dim, "sort", last_only=True)
-    if x.type.shape[dim] == 1:
-        return x
-    return _sort_top(x, dim, None, bool(unwrap(descending)))
+    return _sorted("sort", x, None, dim, descending)
 
 
 @builtin
@@ -155,14 +165,14 @@ def topk(x, k, dim=None, descending=True):
     """The `k` largest elements along the last dimension, in descending order, or with Triton 3.9's
     descending=False the `k` smallest in ascending order (with k below the dimension's length,
     types narrower than 32 bits come back widened, as Triton's)."""
-    x = semantic.to_tensor(x)
-    dim = _dim(x, dim, "topk", last_only=True)
-    n, k = x.type.shape[dim], int(unwrap(k))
-    if k < 1 or k > n or k & (k - 1):
-        raise ValueError(f"topk: k must be a power of two in [1, {n}], not {k}")
-    if n == 1:
-        return x
-    return _sort_top(x, dim, k, bool(unwrap(descending)))
+    return _sorted("topk", x, k, dim, descending)
+
+
+@builtin
+def sort_impl(x, k=None, dim=None, descending=0):
+    """Triton's `tl.standard.sort_impl`, which its `sort` and `topk` call: with `k` None `x` sorted,
+    else the first `k` of that order (ascending unless `descending`)."""
+    return _sorted("sort_impl", x, k, dim, descending)
 
 
 @builtin
