@@ -68,6 +68,16 @@ def test_the_hinted_gemm_runs_a_producer_warpgroup_of_its_own():
     assert "mbarrier.arrive.shared::cta.b64" in ptx and "mbarrier.arrive.expect_tx" in ptx
 
 
+@pytest.mark.parametrize("warps, tile, stages", [(8, (128, 256, 64), 3), (4, (128, 128, 64), 4), (8, (128, 128, 64), 4)])
+def test_the_rings_are_planned_beside_the_epilogues_scratch_in_one_run(warps, tile, stages):
+    """smem_plan leaves room for what the specialized kernel keeps beside its rings (the epilogue's
+    conversion, per replica): the pass list runs once and the kernel fits the SM."""
+    k = _compiled(warps=warps, tile=tile, stages=stages)
+    assert "warp_specialize {" in k.kir
+    assert k.metadata["pass_runs"] == 1 and k.metadata["lowerings"] == 1
+    assert k.metadata["shared"] <= 227 * 1024
+
+
 def test_its_wgmmas_stay_asynchronous_and_it_fits_the_sm():
     k = _compiled(link=True)
     _, info = nvjitlink.link_cubin(k.ptx, parse_target("sm_90a"))

@@ -355,6 +355,8 @@ def plan_loop(loop, stages, fn, ctx, kind):
         return None
     stage_bytes = sum(ring.tile.nbytes for ring in rings)
     reserve = ALIGN * (2 if any(is_tma(r.load) for r in rings) else 1)  # alignment; the mbarriers
+    if kind == "wgmma" and loop.attrs.get("warp_specialize"):
+        reserve += specialized_scratch(loop, ctx.num_warps)
     budget = max_shared_per_cta(ctx.target.capability) - reserve - ctx.shared_reserve
     once = {(id(src[1]), src[2]): src[2].nbytes for _, sources in dots.values() for src, _ in sources if src[0] == "once"}
     budget -= sum(once.values())
@@ -385,6 +387,19 @@ def plan_loop(loop, stages, fn, ctx, kind):
         else:
             fn.arg_attrs[key]["tma_box"] = list(box)
     return Plan(plan, rings, stages, step, ring_size, slots, set(fetched))
+
+
+def specialized_scratch(loop, num_warps: int) -> int:
+    """Shared bytes a warp-specialized loop's kernel needs beside its rings (kiln.codegen.passes.
+    warp_specialize): the empty mbarriers, and the epilogue's conversion of the block it stores
+    after the loop, which can no longer take the rings' bytes (at 4 warps, one per replica).
+    An estimate made before layouts (a conversion pads its rows: a sixteenth at most), so that
+    one run of the pass list plans rings that fit."""
+    after = loop.parent.ops[loop.parent.ops.index(loop) + 1:]
+    stored = [op.operands[1].type for op in after if op.name == "store" and isinstance(op.operands[1].type, block_type)]
+    largest = max((t.numel * scalar_of(t).itemsize for t in stored), default=0)
+    areas = 2 if num_warps == 4 else 1
+    return ALIGN + areas * (largest * 17 // 16 + 15) // 16 * 16
 
 
 def _prefix_copy(load, inner, ctx):
