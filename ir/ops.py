@@ -860,7 +860,7 @@ OPS.update({
     "mbarrier_wait": OpDef((2, 2), results=(0, 0), check=_check_mbarrier_wait, side_effects=True,
                            notes="bar, parity: every thread waits until the phase of that parity completed"),
     "mbarrier_arrive": OpDef((2, 2), results=(0, 0), check=_check_mbarrier_arrive, side_effects=True,
-                             notes="bar, pred: every thread (where pred holds) arrives on bar"),
+                             notes="bar, pred: the first thread of each warpgroup (where pred holds) arrives on bar"),
     "warp_specialize": OpDef((0, 0), results=(0, 0), regions=2, attrs=("warps", "regs"), check=_check_warp_specialize,
                              side_effects=True,
                              notes="region 0 runs on the kernel's num_warps warps (`replicas` times over, "

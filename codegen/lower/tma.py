@@ -62,11 +62,14 @@ def _mbarrier_wait(lw, op):
 
 
 def _mbarrier_arrive(lw, op):
-    """A predicated arrive, not a branch around one: a branch between a warpgroup's wgmmas is a
-    divergent path to ptxas, which then serializes them (C7519)."""
+    """The first thread of each warpgroup arrives (its wgmmas' waits are the warpgroup's: one
+    arrival says the group's dots are done; every thread arriving cost FA3 speed). A predicated
+    arrive, not a branch around one: a branch between a warpgroup's wgmmas is a divergent path
+    to ptxas, which then serializes them (C7519)."""
     bar, pred = op.operands
+    first = lw.b.icmp_unsigned("==", lw.b.and_(lw.tid, lw.i32(127)), lw.i32(0))
     _asm(lw, "{ .reg .pred p; setp.ne.b32 p, $1, 0; @p mbarrier.arrive.shared::cta.b64 _, [$0]; }",
-         args=[_shared_address(lw, bar), lw.b.zext(lw.scalar(pred), I32)], constraints="r,r")
+         args=[_shared_address(lw, bar), lw.b.zext(lw.b.and_(lw.scalar(pred), first), I32)], constraints="r,r")
 
 
 def _tma_expect(lw, op):

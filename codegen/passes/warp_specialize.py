@@ -6,7 +6,7 @@ slot, runs its part of the dots and then, after a barrier, has thread 0 refill t
 dots before last read. Here the copies move to 4 warps of their own, running ahead of the
 dots by as many slots as the ring has, through the tile loop's epilogues too:
 
-    rings, full mbarriers (count 1), empty mbarriers (count = the dot warps' threads), init
+    rings, full mbarriers (count 1), empty mbarriers (count = the dot warpgroups), init
     warp_specialize {warps = 4, regs = [R, 40]} {
       for tile (slot, parity carried) {             // the kernel's warps
         <tile math>
@@ -142,7 +142,7 @@ def _rewrite(fn, tiles, gemm, plan, num_warps):
     before = gemm.hoisted[:init]
     empty = append_op(before, "local_alloc", [], [bars.type], loc)
     before.append(gemm.hoisted[init])
-    append_op(before, "mbarrier_init", [empty], (), loc, count=32 * num_warps)
+    append_op(before, "mbarrier_init", [empty], (), loc, count=num_warps // 4)  # an arrival per dot warpgroup
     before.extend(gemm.hoisted[init + 1:])  # the fence and the barrier after both inits
     zero = append_op(before, "constant", [], [int32], loc, value=0)
     one = append_op(before, "constant", [], [int32], loc, value=1)
@@ -181,8 +181,10 @@ def _consumer(tiles, gemm, plan, empty, ring_size, zero, loc):
 
     k_body = k_loop.regions[0]
     iv, slot = k_body.args[0], k_body.args[-3]
+    # no barrier (the empty mbarriers order the slots' reuse) and no proxy fence: only TMA (the
+    # async proxy) writes the tiles the dots read
     dropped = {id(op) for op in plan.copies if op.name in ISSUES}
-    k_body.ops[:] = [op for op in k_body.ops if id(op) not in dropped and op.name != "barrier"]
+    k_body.ops[:] = [op for op in k_body.ops if id(op) not in dropped and op.name not in ("barrier", "fence_async_shared")]
     release = []
     if plan.dot_wait.attrs["pending"] == 1:  # the dots of the iteration before retired: their slot is free
         done = slot_after(release, slot, ring_size - 1, ring_size, loc)
