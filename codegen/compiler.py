@@ -261,7 +261,7 @@ def _compile(fn, target: str, options: dict | None, check: bool, link: bool, cou
     started = time.perf_counter()
     facts = {}
     kir, llir, arg_layout, shared = lower_to_llvm(fn, tgt, opts, check=check, counts=counts, facts=facts)
-    warps = facts["warps"]  # a warp-specialized kernel's fix their registers themselves (setmaxnreg)
+    warps = facts["warps"]  # a warp-specialized kernel fixes its registers itself (setmaxnreg): no cap search
     started = _stage_done("lower", started)
     if any("global_scratch" in a for a in arg_layout):  # tensormap.replace came with PTX ISA 8.3
         tgt = dataclasses.replace(tgt, ptx_version=max(tgt.ptx_version, 83))

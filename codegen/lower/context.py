@@ -13,8 +13,8 @@ import llvmlite.ir as ir
 
 from kiln.ir.types import block_type
 
-from ..analysis.partitions import replicated
 from kiln.ir import layout as lay
+from ..analysis.partitions import replicated
 from .types import I8, I32, SHARED_PTR, VOID, reg_type
 
 

@@ -11,7 +11,7 @@ import llvmlite.ir as ir
 
 from kiln.ir.types import scalar_of
 
-from .context import LoweringError
+from .context import LoweringError, Partition
 from .types import I32
 
 
@@ -132,7 +132,6 @@ def _warp_specialize(lw, op):
     (uniform in a warp), which takes its share of the registers first (`setmaxnreg`, the whole
     warpgroup at once) and syncs its barriers by a named barrier of its own."""
     from . import lower_block
-    from .context import Partition
     from .wgmma import _asm
     ours, replicas = 32 * lw.num_warps, op.attrs.get("replicas", 1)
     blocks = [lw.llfn.append_basic_block("ws.default"), lw.llfn.append_basic_block("ws.partition")]
