@@ -117,7 +117,7 @@ def make_binder(jitfn):
     namespace = {"_kiln_spec_key": spec_key, "_kiln_spec_key_unspecialized": spec_key_unspecialized,
                  "_kiln_spec_key_unaligned": spec_key_unaligned,
                  "_kiln_constexpr_key": constexpr_key, "_kiln_cache_get": jitfn.cache.get,
-                 "_kiln_slow_launch": jitfn.slow_launch, "_kiln_grid3": grid3, "_kiln_callable": callable,
+                 "_kiln_slow_launch": jitfn.slow_launch, "_kiln_callable": callable,
                  "_kiln_KilnError": KilnError, "_kiln_items": _items}
     sig, keys = [], []
     for i, (name, p) in enumerate(params.items()):
@@ -152,7 +152,7 @@ def make_binder(jitfn):
            f"            _kiln_kernel = _kiln_cache_get(_kiln_key)\n"
            f"            if _kiln_kernel is None or _kiln_callable(_kiln_grid):\n"
            f"                return _kiln_slow_launch(_kiln_grid, _kiln_key, _kiln_values, {stream})\n"
-           f"            _kiln_kernel.launch(_kiln_grid3(_kiln_grid), _kiln_kernel.runtime_args(_kiln_values), {stream})\n"
+           f"            _kiln_kernel.launch(_kiln_grid, _kiln_kernel.runtime_args(_kiln_values), {stream})\n"
            f"        except _kiln_KilnError as _kiln_error:\n"
            f"            raise _kiln_error.with_traceback(None)\n"
            f"        return _kiln_kernel\n"

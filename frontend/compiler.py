@@ -14,6 +14,7 @@ from . import config, errors, fp8_targets, launch_hooks, profiler  # noqa: F401 
 from .runtime import cuda_driver as driver
 from .runtime.tensormap import DerivedMapUnusable
 from .ast_to_ir import build_kernel
+from .binder import grid3
 from .ttir import render_ttir
 from .errors import CompilationError, OutOfResources, PTXASError  # noqa: F401  (triton.compiler.CompilationError)
 from .dropin.compile import ASTSource, max_shared_mem  # noqa: F401,E402  (triton.compiler's: the ones there are)
@@ -152,10 +153,8 @@ class CompiledKernel:
         """`compiled[grid](*args)`: launch this specialization as Triton's CompiledKernel does, with
         every argument of the kernel in order (its constexprs included, and left out of the launch).
         The arguments are not checked against the specialization: that is `kernel[grid]`'s job."""
-        from .binder import grid3
-
         def runner(*args, stream=None):
-            self.launch(grid3(grid), self.runtime_args(args), stream)
+            self.launch(grid, self.runtime_args(args), stream)
         return runner
 
     @property
@@ -226,14 +225,17 @@ class CompiledKernel:
         return binary
 
     def launch(self, grid, args, stream=None):
+        """Launch on `grid` as the caller gave it: a `@jit(launch_metadata=)` function sees it so,
+        as Triton's does (`(4,)` stays one size); the launch itself pads it to (x, y, z)."""
         if self.global_reads:
             self._check_global_reads()
+        sizes = grid3(grid)
         hooks = launch_hooks.knobs
         if (hooks.launch_hooked or hooks.runtime is not hooks.hooked_runtime) and launch_hooks.launching():
             stream, metadata = self._hook_metadata(grid, args, stream)
-            launch_hooks.around_launch(lambda: self._measured_launch(grid, args, stream), metadata)
+            launch_hooks.around_launch(lambda: self._measured_launch(grid, sizes, args, stream), metadata)
             return
-        self._measured_launch(grid, args, stream)
+        self._measured_launch(grid, sizes, args, stream)
 
     def _hook_metadata(self, grid, args, stream):
         """The stream of a launch, and what Triton's launch hooks get for it (`launch_hooks`)."""
@@ -258,13 +260,13 @@ class CompiledKernel:
             at += width
         return bound
 
-    def _measured_launch(self, grid, args, stream):
+    def _measured_launch(self, grid, sizes, args, stream):
         if profiler._active:  # a kiln.profiler session records this launch
             interpreted = config.interpret()
             on = None if interpreted else (driver.device_and_stream()[1] if stream is None else int(stream))
-            profiler.measure(self, grid, args, lambda: self._launch(grid, args, on), on, interpreted)
+            profiler.measure(self, grid, args, lambda: self._launch(sizes, args, on), on, interpreted)
             return
-        self._launch(grid, args, stream)
+        self._launch(sizes, args, stream)
 
     def _check_global_reads(self):
         """Triton's check: the kernel was compiled with the values its globals had then."""

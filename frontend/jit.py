@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from kiln.constexpr import constexpr
 
 from . import config, jit_hooks
-from .binder import grid3, make_binder
+from .binder import make_binder
 from .errors import CompilationError, InterpretedCompilationError, InterpreterError, user_facing
 from .jit_callable import JITCallable
 from .runtime import _async_compile
@@ -310,7 +310,7 @@ class JITFunction(JITCallable, KernelInterface):
             meta = dict(zip(self.arg_names, values))
             meta.update((k, v) for k, v in self.binder.options(key, values).items() if v is not None and k not in meta)
             grid = grid(meta)
-        kernel.launch(grid3(grid), kernel.runtime_args(values), stream)
+        kernel.launch(grid, kernel.runtime_args(values), stream)
         return kernel
 
     def _cached_or_compiled(self, key, values, warmup=False):

@@ -63,7 +63,21 @@ def test_a_kernels_metadata_function_runs_only_when_a_hook_reads_it():
     assert calls == []
     knobs.runtime.launch_enter_hook = lambda meta: meta.get()  # a callable set in place of the chain
     touched[(1,)](x)
-    assert calls == [(1, 1, 1)]  # kiln gives the grid as three sizes
+    assert calls == [(1,)]
+
+
+def test_the_metadata_function_sees_the_grid_as_launched():
+    # Triton hands it the grid as given (a grid function's answer), not padded to three sizes
+    grids = []
+    knobs.runtime.launch_enter_hook.add(lambda meta: grids.append(meta.get()["grid"]))
+    x, out = np.arange(40, dtype=np.float32), np.zeros(40, np.float32)
+    scaled[(3,)](x, out, 40, BLOCK=16)
+    scaled[[3, 1]](x, out, 40, BLOCK=16)
+    scaled[lambda meta: (meta["n"] // meta["BLOCK"] + 1,)](x, out, 40, BLOCK=16)  # compiled already
+    scaled.run(x, out, 40, BLOCK=8, grid=lambda meta: (5,))  # a grid function before a compile
+    scaled.warmup(x, out, 40, BLOCK=16, grid=(3,))[(3, 1)](x, out, 40, 16)  # kiln's compiled kernel
+    assert grids == [(3,), [3, 1], (3,), (5,), (3, 1)]
+    np.testing.assert_array_equal(out, 2 * x)
 
 
 def test_a_launch_knows_at_once_when_hooks_come_and_go():
@@ -129,7 +143,7 @@ def test_the_dropins_compiled_kernel_gives_the_hooks_tritons_metadata():
     x, out = np.arange(50, dtype=np.float32), np.zeros(50, np.float32)
     kernel[(2,)](x, out, 50, 32)
     np.testing.assert_array_equal(out, 2 * x)
-    assert seen == [{"name": "doubled [n=50, BLOCK=32]", "function": None, "stream": None, "grid": (2, 1, 1),
+    assert seen == [{"name": "doubled [n=50, BLOCK=32]", "function": None, "stream": None, "grid": (2,),
                      "flops": 100}]
 
 
@@ -148,4 +162,4 @@ def test_on_a_gpu_the_hooks_get_the_loaded_handles_and_the_stream(cuda_torch):
     (module, function), = loads
     assert isinstance(module, int) and module and isinstance(function, int) and function
     assert launches == [{"name": "scaled [n=40, BLOCK=16]", "function": function, "stream": stream.cuda_stream,
-                         "grid": (3, 1, 1), "flops": 80}]
+                         "grid": (3,), "flops": 80}]

@@ -354,9 +354,9 @@ class CompiledKernel:
 
         def runner(*args, stream=None):
             from .knobs import runtime
-            grid3 = tuple(grid) + (1,) * (3 - len(grid))
-            meta = self.launch_metadata(grid3, stream, *args)
-            self.run(*grid3, stream, self.function, self.packed_metadata, meta,
+            sizes = tuple(grid) + (1,) * (3 - len(grid))
+            meta = self.launch_metadata(grid, stream, *args)  # the grid as given, as Triton's hooks see it
+            self.run(*sizes, stream, self.function, self.packed_metadata, meta,
                      runtime.launch_enter_hook, runtime.launch_exit_hook, *args)
         return runner
 
