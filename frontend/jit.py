@@ -551,12 +551,6 @@ class ConstexprFunction(JITCallable):
     evaluates every callable that is neither `@jit` nor a builtin that way already; the wrapper
     is what code generators look for (Inductor copies `src` into the kernels it writes)."""
 
-    def __init__(self, fn):
-        self.fn = fn
-        self.__globals__ = fn.__globals__
-        self._src = None
-        functools.update_wrapper(self, fn)
-
     def __call__(self, *args, **kwargs):
         """The function's value, given its arguments' values (a constexpr passes its Python value)."""
         return self.fn(*[_value_of(a) for a in args], **{k: _value_of(v) for k, v in kwargs.items()})
@@ -565,23 +559,6 @@ class ConstexprFunction(JITCallable):
         """A method of a class (an aggregate's, called on an instance in `__init__` or in a kernel):
         bound to the instance, as a plain function is."""
         return self if instance is None else types.MethodType(self, instance)
-
-    @property
-    def src(self) -> str:
-        """The function's source from its `def` (decorators left out)."""
-        if self._src is None:
-            text = textwrap.dedent(inspect.getsource(self.fn))
-            self._src = text[text.index("def "):]
-        return self._src
-
-    def _unsafe_update_src(self, new_src: str) -> None:
-        """Replace the source `cache_key` hashes (Triton's: the function called stays the one
-        defined, and its callers' keys are theirs to reset)."""
-        self._src = new_src
-        self.hash = None
-
-    def __repr__(self):
-        return f"ConstexprFunction({self.fn.__qualname__})"
 
 
 def _value_of(value):

@@ -4,6 +4,9 @@ so that the binder and specialization can tell a function argument by its class 
 """
 from __future__ import annotations
 
+import functools
+import inspect
+import textwrap
 import threading
 
 
@@ -15,6 +18,28 @@ class JITCallable:
     hash = None
     used_global_vals: dict = {}
     _unsupported_reference = None
+
+    def __init__(self, fn):
+        """Made from a plain Python function, as Triton's is (tools hash one so); @jit functions
+        are made by their own class."""
+        self.fn = fn
+        self.__globals__ = fn.__globals__
+        self._src = None
+        functools.update_wrapper(self, fn)
+
+    @property
+    def src(self) -> str:
+        """The function's source from its `def` (decorators left out)."""
+        if self._src is None:
+            text = textwrap.dedent(inspect.getsource(self.fn))
+            self._src = text[text.index("def "):]
+        return self._src
+
+    def _unsafe_update_src(self, new_src: str) -> None:
+        """Replace the source `cache_key` hashes (Triton's: the function called stays the one
+        defined, and its callers' keys are theirs to reset)."""
+        self._src = new_src
+        self.hash = None
 
     def _dependency_key(self) -> str:
         """`cache_key`, also for a function that names a plain Python function (kiln calls those)."""
@@ -47,6 +72,9 @@ class JITCallable:
     def starting_line_number(self) -> int:
         """The line of the function's first decorator (Triton's: where its source starts)."""
         return self.fn.__code__.co_firstlineno
+
+    def __repr__(self):
+        return f"{type(self).__name__}({self.fn.__qualname__})"
 
     def closure_vars(self) -> dict:
         code, cells = self.fn.__code__, self.fn.__closure__ or ()

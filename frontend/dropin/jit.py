@@ -107,12 +107,22 @@ def native_specialize_impl(backend, arg, is_const: bool = False, specialize_valu
 
 
 def get_jit_fn_file_line(fn) -> tuple[str, int]:
-    """The file of a kernel (or an autotuner or heuristics around one) and the line of its `def`."""
-    while not hasattr(fn, "rewriter"):
+    """The file of a kernel, a JITCallable, or an autotuner or heuristics around one, and the line of its `def`."""
+    while not isinstance(fn, JITCallable):
         if not hasattr(fn, "fn"):
             raise TypeError(f"{fn!r:.60} is no @jit function nor a wrapper of one")
         fn = fn.fn
-    return fn.rewriter.filename, fn.rewriter.def_file_lineno
+    rewriter = getattr(fn, "rewriter", None)  # a @jit function's: also for one built by exec()
+    if rewriter is not None:
+        return rewriter.filename, rewriter.def_file_lineno
+    lines, first = inspect.getsourcelines(fn.fn)
+    return fn.fn.__code__.co_filename, first + next((i for i, line in enumerate(lines)
+                                                      if line.lstrip().startswith("def ")), 0)
+
+
+def get_full_name(fn) -> str:
+    """`module.qualname` of a function (or a @jit one), as Triton names kernels in its hooks' data."""
+    return f"{fn.__module__}.{fn.__qualname__}"
 
 
 @dataclass(frozen=True)
