@@ -169,6 +169,24 @@ class DependencyFinder(ast.NodeVisitor):
         self.generic_visit(node)
 
 
+class DependenciesFinder(DependencyFinder):
+    """Triton's `triton.runtime.jit.DependenciesFinder`, for tools that hash a function as Triton
+    does: `ret` is the digest, `record_reference(value, scope, name)` names one value, and a plain
+    Python function named is refused at once, as Triton's finder refuses it (kiln's own records it)."""
+
+    @property
+    def ret(self) -> str:
+        return self.digest
+
+    def record_reference(self, val, var_dict=None, name=None) -> None:
+        self.refer(val, var_dict, name)
+
+    def refer(self, value, scope=None, name=None) -> None:
+        super().refer(value, scope, name)
+        if self.unsupported is not None:
+            raise RuntimeError(f"Unsupported function referenced: {self.unsupported}")
+
+
 def _equal(a, b) -> bool:
     from kiln.language.core import constexpr
     a = a.value if isinstance(a, constexpr) else a

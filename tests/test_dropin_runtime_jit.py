@@ -1,9 +1,12 @@
 """Names of Triton 3.6's `triton.runtime.jit` that tools import, in the drop-in (kiln.dropin.jit)."""
+import hashlib
 import inspect
+
+import pytest
 
 import kiln
 import kiln.language as tl
-from kiln.dropin.jit import get_full_name, get_jit_fn_file_line, jit
+from kiln.dropin.jit import DependenciesFinder, get_full_name, get_jit_fn_file_line, jit
 from kiln.jit import JITCallable
 
 
@@ -19,6 +22,24 @@ def twice(x):
 @jit
 def store_one(x_ptr):
     tl.store(x_ptr, 1.0)
+
+
+SCALE = 3
+
+
+@jit
+def scaled_one(x_ptr):
+    tl.store(x_ptr, store_one_value() * SCALE)
+
+
+@jit
+def store_one_value():
+    return 1.0
+
+
+@jit
+def calls_twice(x_ptr):
+    tl.store(x_ptr, twice(1.0))
 
 
 def _def_line(fn) -> int:
@@ -45,3 +66,35 @@ def test_file_line_of_a_kernel_and_of_wrappers_around_it():
 def test_full_name_is_module_and_qualified_name():
     assert get_full_name(twice) == f"{__name__}.twice"
     assert get_full_name(store_one) == f"{__name__}.store_one"
+
+
+def _finder(kernel, scope) -> DependenciesFinder:
+    finder = DependenciesFinder(kernel.__name__, scope, {}, kernel.src)
+    finder.visit(kernel.parse())
+    return finder
+
+
+def test_dependencies_finder_hashes_the_source_and_its_callees():
+    alone = _finder(scaled_one, {})  # no globals to look in: the source alone
+    assert alone.ret == hashlib.sha256(scaled_one.src.encode()).hexdigest()
+    found = _finder(scaled_one, globals())
+    assert found.ret != alone.ret
+    (name, scope_id), = found.used_global_vals
+    assert name == "SCALE" and scope_id == id(globals()) and found.used_global_vals[name, scope_id][0] == 3
+    store_one_value._unsafe_update_src("def store_one_value():\n    return 2.0\n")
+    try:
+        assert _finder(scaled_one, globals()).ret != found.ret  # a callee's source is part of it
+    finally:
+        store_one_value._unsafe_update_src(inspect.getsource(store_one_value.fn).split("\n", 1)[1])
+
+
+def test_dependencies_finder_records_one_reference_and_refuses_plain_functions():
+    finder = DependenciesFinder("k", {}, {}, "def k():\n    pass\n")
+    before = finder.ret
+    finder.record_reference(store_one_value, {}, "store_one_value")
+    assert finder.ret != before
+    scope = {"SCALE": 5}
+    finder.record_reference(5, scope, "SCALE")
+    assert finder.used_global_vals[("SCALE", id(scope))] == (5, scope)
+    with pytest.raises(RuntimeError, match="Unsupported function referenced"):
+        _finder(calls_twice, globals())  # kiln compiles such a call; Triton's finder refuses it

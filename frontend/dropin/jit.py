@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from kiln.jit import JITFunction as _KilnJITFunction
 from kiln.jit import ConstexprFunction, JITCallable, KernelInterface, constexpr_function  # noqa: F401
 from kiln.jit import LaunchCache  # (triton.runtime.jit has those names)
+from kiln.dependencies import DependenciesFinder  # noqa: F401
 from kiln.tensor_wrapper import MockTensor, TensorWrapper, reinterpret  # noqa: F401
 
 TRITON_MODULE = "triton.language"
