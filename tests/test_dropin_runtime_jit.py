@@ -1,12 +1,19 @@
 """Names of Triton 3.6's `triton.runtime.jit` that tools import, in the drop-in (kiln.dropin.jit)."""
 import hashlib
 import inspect
+import os
+import subprocess
+import sys
 
 import pytest
 
 import kiln
 import kiln.language as tl
-from kiln.dropin.jit import DependenciesFinder, get_full_name, get_jit_fn_file_line, jit
+from kiln.dropin.backends import make_backend
+from kiln.dropin.jit import (DependenciesFinder, JitFunctionInfo, convert_to_tuple_if_list,
+                             create_function_from_signature, get_full_name, get_jit_fn_file_line, jit)
+from kiln.runtime import GPUTarget
+from kiln.tensor_wrapper import MockTensor
 from kiln.jit import JITCallable
 
 
@@ -98,3 +105,40 @@ def test_dependencies_finder_records_one_reference_and_refuses_plain_functions()
     assert finder.used_global_vals[("SCALE", id(scope))] == (5, scope)
     with pytest.raises(RuntimeError, match="Unsupported function referenced"):
         _finder(calls_twice, globals())  # kiln compiles such a call; Triton's finder refuses it
+
+
+@jit(do_not_specialize=["m"])
+def bound_kernel(x_ptr, n, m, f: tl.float32, k: "i64", flag, B: tl.constexpr, extra=16):
+    pass
+
+
+def test_binder_from_a_signature_specializes_as_triton_does():
+    bind = create_function_from_signature(bound_kernel.signature, bound_kernel.params,
+                                          make_backend(GPUTarget("cuda", 90, 32)))
+    x = MockTensor(tl.float32)  # address 0: 16-byte aligned
+    args, specialization, options = bind(x, 32, 32, 1.0, 7, True, 4, num_warps=4)
+    assert args == {"x_ptr": x, "n": 32, "m": 32, "f": 1.0, "k": 7, "flag": True, "B": 4, "extra": 16}
+    assert specialization == [("*fp32", "D"), ("i32", "D"), ("i32", None), ("fp32", None), ("i64", ""),
+                              ("u1", None), ("constexpr", 4), ("i32", "D")]
+    assert options == {"num_warps": 4}
+    _, specialization, options = bind(x, 1, 1, 2.5, 1, False, 4, 17)
+    assert specialization[1:5] == [("constexpr", 1), ("i32", None), ("fp32", None), ("i64", 1)]
+    assert specialization[-1] == ("i32", "") and options == {}
+    with pytest.raises(TypeError):
+        bind(x)
+
+
+def test_small_helpers_of_the_module():
+    assert convert_to_tuple_if_list([1, [2, [3]], (4, [5])]) == (1, (2, (3,)), (4, [5]))
+    assert convert_to_tuple_if_list("text") == "text"
+    info = JitFunctionInfo(__name__, "store_one", store_one)
+    assert (info.module, info.name, info.jit_function) == (__name__, "store_one", store_one)
+
+
+def test_the_names_import_from_triton_runtime_jit_under_the_dropin():
+    names = ("DependenciesFinder", "JITCallable", "JitFunctionInfo", "KernelInterface", "MockTensor", "TensorWrapper",
+             "convert_to_tuple_if_list", "create_function_from_signature", "get_full_name", "get_jit_fn_file_line")
+    code = f"from triton.runtime.jit import {', '.join(names)}; print('ok')"
+    done = subprocess.run([sys.executable, "-c", code], env={**os.environ, "KILN_DROPIN": "1"},
+                          capture_output=True, text=True, timeout=120)
+    assert done.stdout.strip() == "ok", done.stderr

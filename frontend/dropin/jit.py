@@ -14,6 +14,7 @@ from kiln.jit import JITFunction as _KilnJITFunction
 from kiln.jit import ConstexprFunction, JITCallable, KernelInterface, constexpr_function  # noqa: F401
 from kiln.jit import LaunchCache  # (triton.runtime.jit has those names)
 from kiln.dependencies import DependenciesFinder  # noqa: F401
+from kiln.jit_hooks import JitFunctionInfo  # noqa: F401  (a JIT hook's `fn`)
 from kiln.tensor_wrapper import MockTensor, TensorWrapper, reinterpret  # noqa: F401
 
 TRITON_MODULE = "triton.language"
@@ -126,6 +127,41 @@ def get_full_name(fn) -> str:
     return f"{fn.__module__}.{fn.__qualname__}"
 
 
+def create_function_from_signature(sig: inspect.Signature, kparams, backend):
+    """Triton's binder of a kernel's call: `f(*args, **options)` gives (every argument by name, defaults
+    applied; each one's (type, specialization) as `native_specialize_impl` reads it with `backend`; the
+    other keywords). A type annotation names the type; an annotated float or bool, or an argument not
+    specialized, gets no specialization. kiln's own launches bind with kiln.binder; this serves tools."""
+    if len(sig.parameters) != len(kparams):
+        raise ValueError(f"{len(kparams)} kernel parameters for a signature of {len(sig.parameters)}")
+    options = inspect.Parameter("_kiln_options", inspect.Parameter.VAR_KEYWORD)
+    with_options = sig.replace(parameters=[*sig.parameters.values(), options])
+
+    def specialize(param, value):
+        if param.is_constexpr:
+            return "constexpr", value
+        annotated, values_read = getattr(param, "annotation_type", ""), not param.do_not_specialize
+        if annotated and (annotated == "u1" or annotated[:2] in ("fp", "bf")):
+            values_read = False  # a float or bool is never specialized on its value
+        if annotated and not values_read:
+            return annotated, None
+        kind, key = native_specialize_impl(backend, value, param.is_const, values_read,
+                                           not param.do_not_specialize_on_alignment)
+        return annotated or kind, key
+
+    def bind(*args, **kwargs):
+        bound = with_options.bind(*args, **kwargs)
+        bound.apply_defaults()
+        extra = bound.arguments.pop("_kiln_options")
+        return bound.arguments, [specialize(p, v) for p, v in zip(kparams, bound.arguments.values())], extra
+    return bind
+
+
+def convert_to_tuple_if_list(item):
+    """A list as a tuple, its nested lists too (a tuple's items are left as they are, as in Triton)."""
+    return tuple(convert_to_tuple_if_list(x) for x in item) if isinstance(item, list) else item
+
+
 @dataclass(frozen=True)
 class KernelParam:
     """One parameter of a kernel, as Triton's `JITFunction.params` lists them."""
@@ -136,6 +172,7 @@ class KernelParam:
     default: object = None
     do_not_specialize_on_alignment: bool = False
     is_const: bool = False  # annotated as a pointer to constant data (`*kfp32`, `tl.const`)
+    annotation_type: str = ""  # the type an annotation gives it (`fp32`, `i64`, `*fp16`), or ""
 
 
 def _is_const_annotation(annotation) -> bool:
@@ -153,7 +190,8 @@ class JITFunction(_KilnJITFunction):
         self.params = [KernelParam(i, name, name in self.constexpr_names, name in self.do_not_specialize,
                                    None if p.default is p.empty else p.default,
                                    name in self.do_not_specialize_on_alignment,
-                                   name not in self.constexpr_names and _is_const_annotation(p.annotation))
+                                   name not in self.constexpr_names and _is_const_annotation(p.annotation),
+                                   self.annotation_types.get(name, ""))
                        for i, (name, p) in enumerate(self.signature.parameters.items())]
         self.repr = repr if repr is not None else _name_repr
 
