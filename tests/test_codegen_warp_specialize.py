@@ -186,3 +186,39 @@ def test_the_specialized_gemm_on_the_gpu_matches_torch(shape, warps, tile):
 
 def triton_cdiv(a, b):
     return (a + b - 1) // b
+
+
+
+def test_a_k_loop_whose_trips_depend_on_the_tile_is_not_replicated():
+    """Ping-pong's replicas count each other's k-steps from their own tile's trips, so a K loop
+    whose trips vary with the tile keeps one group of dot warps (slots then agree tile by tile).
+    The persistent pass makes no such tile loop from a kernel's source (programs of unequal work
+    keep a CTA each), so the K loop's bound is made to depend on the tile here."""
+    from kiln.codegen.passes import tile_overlap, warp_specialize
+    from kiln.codegen.pipeline import PASSES
+    from kiln.ir.core import Operation
+    from kiln.ir.types import int32
+
+    def planned(ragged):
+        fn = parse_function(_built(warps=4, tile=(128, 128, 64), stages=4).asm["kir"])
+        ctx = PassContext(parse_target("sm_90a"), 4, 4)
+        run_passes(fn, ctx, stop=PASSES.index(warp_specialize))
+        tiles = tile_overlap.tile_loop(fn)
+        k_loop = tile_overlap.match_tile_gemm(tiles).k_loop
+        if ragged:  # K steps less the tile's parity
+            body = tiles.regions[0]
+            two = Operation("constant", [], [int32], {"value": 2})
+            parity = Operation("rem", [body.args[0], two.results[0]], [int32])
+            fewer = Operation("sub", [k_loop.operands[1], parity.results[0]], [int32])
+            at = body.ops.index(k_loop)
+            for i, op in enumerate((two, parity, fewer)):
+                op.parent = body
+                body.ops.insert(at + i, op)
+            k_loop.operands[1] = fewer.results[0]
+        verify(fn)
+        warp_specialize.apply(fn, ctx)
+        verify(fn)
+        return [op for op in fn.walk() if op.name == "warp_specialize"][0]
+
+    assert planned(ragged=False).attrs.get("replicas") == 2
+    assert planned(ragged=True).attrs.get("replicas", 1) == 1

@@ -131,6 +131,21 @@ def _tile_cone(tile_body, k_loop, values):
     return [op for op in before if id(op) in need]
 
 
+def _tile_invariant(tiles, values) -> bool:
+    """Are `values` the same in every iteration of the tile loop (none computed from its iv)?"""
+    iv, inside = tiles.regions[0].args[0], {id(op) for op in tiles.regions[0].walk()}
+    todo, seen = list(values), set()
+    while todo:
+        v = todo.pop()
+        if v is iv:
+            return False
+        op = v.defining_op
+        if op is not None and id(op) in inside and id(op) not in seen:
+            seen.add(id(op))
+            todo.extend(op.operands)
+    return True
+
+
 def _rewrite(fn, tiles, gemm, plan, num_warps):
     loc = tiles.loc
     outer = tiles.parent
@@ -152,7 +167,9 @@ def _rewrite(fn, tiles, gemm, plan, num_warps):
     _consumer(tiles, gemm, plan, empty, ring_size, zero, loc)
     # one warpgroup of dots: two replicas take turns (ping-pong), where the ring keeps 4 slots
     # beside their two scratch areas (64x256x64 tiles with 3 slots ran at 0.78x, H200)
-    replicas = 2 if num_warps == 4 and ring_size >= 4 else 1
+    # Each replica counts the other's k-steps as its own tile's: the K loop's trips must not
+    # depend on the tile.
+    replicas = 2 if num_warps == 4 and ring_size >= 4 and _tile_invariant(tiles, k_loop.operands[:3]) else 1
 
     default, partition = Block(), Block()
     if replicas > 1:
