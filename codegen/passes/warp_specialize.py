@@ -25,11 +25,15 @@ dots by as many slots as the ring has, through the tile loop's epilogues too:
 Both sides walk the same (tile, k) sequence, so slot and parity agree without being passed.
 A fresh mbarrier passes a wait for parity 1, which lets the producer fill every slot once
 before it waits for the dots. The epilogue's scratch no longer takes the rings' bytes (they are
-live throughout); where both do not fit, `compile`'s reserve makes smem_pipeline plan a
-smaller ring.
+live throughout): smem_plan leaves them room (`specialized_scratch`).
+
+With one warpgroup of dots (4 warps), a ring of 4 slots or more and K loops of the same trips in
+every tile, the first region runs twice over (`replicas = 2`, ping-pong): replica r takes tiles
+lb + r * step, lb + (r + 2) * step, ..., counts the other's k-steps in its slots, and the two take
+turns around their K loops (`turn_wait`, `turn_pass`), so one's epilogue runs under the other's dots.
 
 Only the form tile_overlap takes (one K loop of TMA rings in the tile loop the persistent
-pass made), with one wgmma per iteration, on two warpgroups or more. nvJitLink assembles PTX
+pass made), with one wgmma per iteration, on whole warpgroups. nvJitLink assembles PTX
 as a separately compiled unit, where ptxas ignores `setmaxnreg` (C7504): the registers stay the
 entry cap for every warp (168 at 8 + 4 warps, enough for a 128x256 fp32 accumulator).
 """
@@ -49,9 +53,7 @@ REGISTER_FILE = 65536  # 32-bit registers per SM (and so per CTA, at one CTA per
 
 
 def apply(fn, ctx) -> None:
-    # two warpgroups of dots at least: with one, ptxas serializes its wgmmas in the branch
-    # (C7519, "WG.AR in divergent path"), and the kernel ran at 0.65x of the one without the hint
-    if not enabled(ctx) or ctx.num_warps < 4 or ctx.num_warps % 4:
+    if not enabled(ctx) or ctx.num_warps % 4:  # wgmma's warpgroups
         return
     tiles = tile_loop(fn)
     gemm = match_tile_gemm(tiles) if tiles is not None else None
@@ -59,7 +61,7 @@ def apply(fn, ctx) -> None:
         return
     plan = _plan(tiles, gemm)
     if plan is not None:
-        _rewrite(fn, tiles, gemm, plan, ctx.num_warps)
+        _rewrite(tiles, gemm, plan, ctx.num_warps)
 
 
 def consumer_regs(num_warps: int) -> int:
@@ -146,7 +148,7 @@ def _tile_invariant(tiles, values) -> bool:
     return True
 
 
-def _rewrite(fn, tiles, gemm, plan, num_warps):
+def _rewrite(tiles, gemm, plan, num_warps):
     loc = tiles.loc
     outer = tiles.parent
     k_loop = gemm.k_loop
