@@ -137,6 +137,12 @@ FIELDS = {
 REQUIRED = ("name", "num_warps", "shared")
 
 
+def launched_warps(metadata: dict) -> int:
+    """The warps a binary's CTA runs: its `threads` (a warp-specialized kernel's producer and
+    replicated warps too), else its num_warps."""
+    return metadata.get("threads", 32 * metadata.get("num_warps", 0)) // 32
+
+
 def checked(metadata, *, name: str | None = None, target: str | None = None, num_warps: int | None = None) -> dict:
     """`metadata` if every field has its type and range and, for each of `name`, `target`
     and `num_warps` given, it is the metadata of that kernel, target and warp count;

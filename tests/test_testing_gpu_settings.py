@@ -28,13 +28,19 @@ FAKE_SMI = textwrap.dedent('''\
 ''')
 
 
+def fake_tool(tmp_path, name: str, script: str):
+    """`script` as the program `name` in tmp_path/bin (made once): that folder."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    tool = bin_dir / name
+    tool.write_text(script.format(python=sys.executable))
+    tool.chmod(tool.stat().st_mode | stat.S_IEXEC)
+    return bin_dir
+
+
 @pytest.fixture
 def fake_smi(tmp_path, monkeypatch):
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    smi = bin_dir / "nvidia-smi"
-    smi.write_text(FAKE_SMI.format(python=sys.executable))
-    smi.chmod(smi.stat().st_mode | stat.S_IEXEC)
+    bin_dir = fake_tool(tmp_path, "nvidia-smi", FAKE_SMI)
     state = tmp_path / "state.json"
     state.write_text(json.dumps({"clocks.max.sm": 1980, "clocks.max.memory": 3201, "clocks.current.sm": 1980,
                                  "clocks.current.memory": 3201, "name": 7}))
@@ -101,11 +107,7 @@ MEMCHECKED = textwrap.dedent('''\
 
 @pytest.mark.parametrize("errors", [0, 3])
 def test_cuda_memcheck_runs_the_matching_case_again_under_the_sanitizer(tmp_path, errors):
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    sanitizer = bin_dir / "compute-sanitizer"
-    sanitizer.write_text(FAKE_SANITIZER.format(python=sys.executable))
-    sanitizer.chmod(sanitizer.stat().st_mode | stat.S_IEXEC)
+    bin_dir = fake_tool(tmp_path, "compute-sanitizer", FAKE_SANITIZER)
     (tmp_path / "test_memchecked.py").write_text(MEMCHECKED)
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "RUN_LOG": str(tmp_path / "runs.log"),
            "FAKE_SANITIZER_LOG": str(tmp_path / "sanitizer.log"), "FAKE_SANITIZER_ERRORS": str(errors)}

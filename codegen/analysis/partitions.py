@@ -17,3 +17,9 @@ def cta_warps(fn, num_warps: int) -> int:
 def replicated(fn) -> bool:
     """Does a warp_specialize op run its first region on more than one group of num_warps warps?"""
     return any(op.attrs.get("replicas", 1) > 1 for op in _ops(fn))
+
+
+def dot_replicas(num_warps: int) -> int:
+    """How many groups of num_warps warps a warp-specialized GEMM runs its dots on at most: one
+    warpgroup of dots is replicated to take turns with another (ping-pong), more are not."""
+    return 2 if num_warps == 4 else 1

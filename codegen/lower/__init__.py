@@ -14,7 +14,7 @@ from . import asm, control, debug, dot, elementwise, memory, reduce, shape, tma,
 from .context import Lowering, LoweringError, ScratchUse
 from ..analysis import Analysis
 from ..analysis.dots import staging_end
-from ..analysis.partitions import cta_warps, replicated
+from ..analysis.partitions import cta_warps
 from ..analysis.scratch_use import scratch_extent, touches_no_shared
 from ..analysis.shared_buffers import reserved_bytes
 from .types import I8, reg_type
@@ -80,7 +80,7 @@ def lower_function(fn, ctx) -> tuple[str, list[dict], int]:
         set.add(llfn.attributes, f'"nvvm.maxnreg"="{maxnreg}"')
     lw = Lowering(module, llfn, ctx)
     lw.reserved = reserved_bytes(fn)  # the buffers smem_alloc placed, from a base aligned at run time (wgmma.shared_base)
-    if replicated(fn):  # each replica of a warp_specialize region has a scratch area of its own
+    if lw.replicated:  # each replica of a warp_specialize region has a scratch area of its own
         lw.replica_scratch = scratch_extent(fn)
     staged = staging_end(fn)
     if staged:  # dots' staging buffers of their own (the dot_staging pass), after those

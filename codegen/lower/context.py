@@ -42,7 +42,8 @@ class Lowering:
         # the warp and thread within the kernel's num_warps: where replicas of a warp_specialize
         # region run the same code on warps num_warps.., each computes its layouts as warps 0..
         self.warp, self.thread = self.cta_warp, self.tid
-        if ctx.function is not None and replicated(ctx.function):
+        self.replicated = ctx.function is not None and replicated(ctx.function)
+        if self.replicated:
             self.warp = self.entry.and_(self.cta_warp, ir.Constant(I32, self.num_warps - 1), "warp")
             self.thread = self.entry.and_(self.tid, ir.Constant(I32, 32 * self.num_warps - 1), "thread")
         self._index_cache: dict = {}

@@ -89,3 +89,20 @@ def clone_op(op, mapping):
     for old, res in zip(op.results, new.results):
         mapping[old] = res
     return new
+
+
+def recomputable_cone(values, before):
+    """The ops of `before` that `values` need, in order (shared buffers not followed), or None
+    where one is not plain arithmetic that may be computed again elsewhere: a region, a load, a
+    side effect other than a volatile move (`inline_asm`)."""
+    where = {id(op) for op in before}
+    need, todo = set(), [v.defining_op for v in values]
+    while todo:
+        op = todo.pop()
+        if op is None or id(op) not in where or id(op) in need or op.name == "local_alloc":
+            continue
+        if op.regions or op.name == "load" or (has_side_effects(op) and op.name != "inline_asm"):
+            return None
+        need.add(id(op))
+        todo.extend(v.defining_op for v in op.operands)
+    return [op for op in before if id(op) in need]

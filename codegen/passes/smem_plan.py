@@ -18,6 +18,7 @@ from ..analysis.access import memory_width
 from ..analysis.dots import mma_eligible
 from .prefetch import address_cone
 from .rewrite import const_int, has_side_effects
+from ..analysis.partitions import dot_replicas
 from ..analysis.shared_buffers import ALIGN
 
 
@@ -398,7 +399,7 @@ def specialized_scratch(loop, num_warps: int) -> int:
     after = loop.parent.ops[loop.parent.ops.index(loop) + 1:]
     stored = [op.operands[1].type for op in after if op.name == "store" and isinstance(op.operands[1].type, block_type)]
     largest = max((t.numel * scalar_of(t).itemsize for t in stored), default=0)
-    areas = 2 if num_warps == 4 else 1
+    areas = dot_replicas(num_warps)
     return ALIGN + areas * (largest * 17 // 16 + 15) // 16 * 16
 
 

@@ -36,7 +36,7 @@ from __future__ import annotations
 from kiln.ir.core import Value
 from kiln.ir.types import int1, int32
 
-from .rewrite import append_op, clone_op, const_int, has_side_effects, insert_ops
+from .rewrite import append_op, clone_op, const_int, has_side_effects, insert_ops, recomputable_cone
 from .smem_plan import enabled
 
 name = "tile_overlap"
@@ -160,20 +160,12 @@ def _unneeded(prologue, ops):
 
 
 def _cone(issuing, before):
-    """The ops of `before` that `issuing` needs, in order, or None where one is not plain
+    """`issuing` and the ops of `before` they need, in order, or None where one is not plain
     arithmetic (a load, a region) that may be computed again for another tile."""
-    where = {id(op): op for op in before}
-    need, todo = set(), list(issuing)
-    while todo:
-        op = todo.pop()
-        for v in op.operands:
-            d = v.defining_op
-            if d is not None and id(d) in where and id(d) not in need and d.name != "local_alloc":
-                if d.regions or d.name == "load" or (has_side_effects(d) and d.name != "inline_asm"):
-                    return None
-                need.add(id(d))
-                todo.append(d)
-    need |= {id(op) for op in issuing}
+    cone = recomputable_cone([v for op in issuing for v in op.operands], before)
+    if cone is None:
+        return None
+    need = {id(op) for op in cone} | {id(op) for op in issuing}
     return [op for op in before if id(op) in need]
 
 

@@ -42,7 +42,8 @@ from __future__ import annotations
 from kiln.ir.core import Block, Operation, Value
 from kiln.ir.types import int1, int32
 
-from .rewrite import append_op, clone_op, has_side_effects, insert_ops
+from .rewrite import append_op, clone_op, has_side_effects, insert_ops, recomputable_cone
+from ..analysis.partitions import dot_replicas
 from .smem_plan import enabled
 from .tile_overlap import ISSUES, match_tile_gemm, slot_after, tile_loop
 
@@ -110,27 +111,11 @@ def _plan(tiles, gemm):
                 return None  # a carried value (a look-ahead address): not computed from k alone
     issue_ops = [op for op in body.ops if id(op) in copies]
     outside = [v for op in issue_ops for v in op.operands] + gemm.k_loop.operands[:3]
-    cone = _tile_cone(tiles.regions[0], gemm.k_loop, outside)
+    tile_body = tiles.regions[0]
+    cone = recomputable_cone(outside, tile_body.ops[:tile_body.ops.index(gemm.k_loop)])
     if cone is None:
         return None
     return _Plan(waits[0], issue_ops, cone, gemm.first_write)
-
-
-def _tile_cone(tile_body, k_loop, values):
-    """The ops of the tile body before the K loop that `values` need, in order, or None where
-    one is not plain arithmetic that the producer may compute again."""
-    before = tile_body.ops[:tile_body.ops.index(k_loop)]
-    where = {id(op) for op in before}
-    need, todo = set(), [v.defining_op for v in values]
-    while todo:
-        op = todo.pop()
-        if op is None or id(op) not in where or id(op) in need or op.name == "local_alloc":
-            continue
-        if op.regions or op.name == "load" or (has_side_effects(op) and op.name != "inline_asm"):
-            return None
-        need.add(id(op))
-        todo.extend(v.defining_op for v in op.operands)
-    return [op for op in before if id(op) in need]
 
 
 def _tile_invariant(tiles, values) -> bool:
@@ -171,7 +156,7 @@ def _rewrite(tiles, gemm, plan, num_warps):
     # beside their two scratch areas (64x256x64 tiles with 3 slots ran at 0.78x, H200)
     # Each replica counts the other's k-steps as its own tile's: the K loop's trips must not
     # depend on the tile.
-    replicas = 2 if num_warps == 4 and ring_size >= 4 and _tile_invariant(tiles, k_loop.operands[:3]) else 1
+    replicas = dot_replicas(num_warps) if ring_size >= 4 and _tile_invariant(tiles, k_loop.operands[:3]) else 1
 
     default, partition = Block(), Block()
     if replicas > 1:

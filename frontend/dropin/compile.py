@@ -25,6 +25,7 @@ from collections import namedtuple
 
 from kiln import errors  # noqa: F401  (triton.compiler.errors, an attribute after `import triton` as in Triton)
 from kiln.errors import CompilationError, CompileTimeAssertionFailure, KilnError, OutOfResources  # noqa: F401
+from kiln.cache.metadata import launched_warps
 from kiln.interpret.device import interpreted_resources
 from kiln.launch_hooks import LaunchMetadata as LazyDict  # noqa: F401  (Triton's name for the hooks' lazy dict)
 from kiln.runtime import GPUTarget
@@ -250,7 +251,7 @@ def _from_record(src, target, backend, options, record):
 
 def _compiled(src, target, options, ir_text, binary, runtime, debug, arg_types, num_warps, num_stages, kernel):
     if binary is not None:  # as Triton: the warps a CTA runs, a warp-specialized kernel's producer warps too
-        num_warps = binary.metadata.get("threads", 32 * num_warps) // 32
+            num_warps = launched_warps(binary.metadata)
     metadata = KernelMetadata(
         name=src.name, hash=_kernel_hash(src, target, options, binary), target=target, num_warps=num_warps,
         num_stages=num_stages, num_ctas=1, cluster_dims=(1, 1, 1), maxnreg=options.maxnreg,

@@ -18,6 +18,8 @@ import ctypes
 import functools
 import re
 
+from kiln.cache.metadata import launched_warps
+
 # What the static launcher writes for each Triton scalar type of a signature: (kind, bytes).
 # Read from its type table and its C++ argument packer; a type missing here is refused.
 LAUNCHER_VALUES = {
@@ -161,7 +163,7 @@ def _reads_the_same(ty: str, value, param) -> bool:
 def _launch_refusal(kernel, binary) -> str | None:
     """What kiln's launcher does that the static launcher would not do the same way."""
     meta = kernel.metadata
-    warps = binary.metadata.get("threads", 32 * binary.metadata.get("num_warps", 0)) // 32  # a producer's too
+    warps = launched_warps(binary.metadata)
     if meta.num_warps != warps:
         return f"num_warps {meta.num_warps}, the binary's {warps}"
     shared = binary.metadata.get("shared")

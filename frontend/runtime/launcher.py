@@ -49,7 +49,7 @@ def launcher_for(loaded, arg_types, metadata: dict, name: str, device: int, pdl:
     kiln.cache.metadata): its TMA boxes, and what the compiler appended after the kernel's
     own `arg_types` (derived maps, grid sizes), with the CTAs a persistent kernel takes;
     `pdl`: every launch is a programmatic dependent launch (the `launch_pdl` option)."""
-    from kiln.cache.metadata import parse_global_scratch, parse_tma_box, parse_tma_of
+    from kiln.cache.metadata import launched_warps, parse_global_scratch, parse_tma_box, parse_tma_of
     from .cuda_driver import sm_count
     args, own = metadata.get("args", ()), len(arg_types)
     boxes = {i: parse_tma_box(arg.get("tma_box")) for i, arg in enumerate(args)}
@@ -63,7 +63,7 @@ def launcher_for(loaded, arg_types, metadata: dict, name: str, device: int, pdl:
             derived.append(("scratch", scratch))
         else:
             raise ValueError(f"kernel {name}: its binary's argument {i} is no derived map, grid size or scratch")
-    warps = metadata.get("threads", 32 * metadata["num_warps"]) // 32  # a producer partition's warps too
+    warps = launched_warps(metadata)
     resident = None
     if any(entry[0] == "grid" for entry in derived):
         resident = loaded.resident_ctas(32 * warps, metadata["shared"]) * sm_count(device)
