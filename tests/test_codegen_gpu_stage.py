@@ -769,6 +769,51 @@ def test_descriptor_loads_in_a_loop_become_tma_copies_completing_on_mbarriers():
     assert "descriptor_load" not in names(fn) and "tma_copy" not in names(fn)
 
 
+def test_two_warpgroups_hand_tma_ring_slots_back_through_mbarriers():
+    """At 8 warps the loop body has no barrier: a second mbarrier per slot counts one arrival per
+    warpgroup, made after the wait that retired the dots of the iteration before (but in the first
+    iteration), and every thread waits for the write slot's release before its copies are issued.
+    A barrier after the loop comes before the mbarriers are invalidated. At 4 warps the barrier per
+    iteration stays."""
+    fn, _ = pipelined(_host_descriptor_ir("sm_90a"), num_warps=8)
+    loop = next(op for op in fn.walk() if op.name == "for")
+    before = [op for op in fn.body.ops[:fn.body.ops.index(loop)] if op.name == "mbarrier_init"]
+    assert [op.attrs["count"] for op in before] == [1, 2]
+    full, empty = (op.operands[0] for op in before)
+    body = loop.regions[0].ops
+    kinds = [op.name for op in body]
+    assert "barrier" not in kinds and kinds[:3] == ["local_index", "mbarrier_wait", "fence_async_shared"]
+    arrive = next(op for op in body if op.name == "mbarrier_arrive")
+    assert arrive.operands[0].defining_op.operands[0] is empty
+    first_wait = kinds.index("warp_group_dot_wait")
+    assert body[first_wait].attrs["pending"] == 1 and first_wait < kinds.index("mbarrier_arrive")
+    later = arrive.operands[1].defining_op  # not in the first iteration: no slot was read before it
+    assert later.attrs["pred"] == "gt" and later.operands == [loop.regions[0].args[0], loop.operands[0]]
+    waits = [op for op in body if op.name == "mbarrier_wait"]
+    assert [w.operands[0].defining_op.operands[0] for w in waits] == [full, empty]
+    assert body.index(waits[1]) < kinds.index("tma_expect")
+    after = [op.name for op in fn.body.ops[fn.body.ops.index(loop) + 1:]]
+    assert after[after.index("barrier") + 1:][:2] == ["mbarrier_inval", "mbarrier_inval"]
+    fn, _ = pipelined(_host_descriptor_ir("sm_90a"), num_warps=4)
+    loop = next(op for op in fn.walk() if op.name == "for")
+    assert "barrier" in names(loop) and "mbarrier_arrive" not in names(fn)
+
+
+def test_released_rings_keep_attentions_wgmmas_asynchronous():
+    """Tutorial 06's forward through descriptors at 8 warps, causal (two loops, each with its own
+    rings and mbarriers): each warpgroup's first thread arrives, predicated, and ptxas keeps every
+    wgmma asynchronous."""
+    from test_attention_backward import kernels
+    h, f = np.zeros((1, 2, 512, 64), np.float16), np.zeros(64, np.float32)
+    k = kernels.attention_descriptor_fwd_kernel.warmup(h, h, h, h, f, 0.125, 1, 2, 512, HEAD_DIM=64, BLOCK_M=128,
+                                                       BLOCK_N=64, CAUSAL=True, num_warps=8, num_stages=3, grid=(1,),
+                                                       target="sm_90a")
+    ptx = k.asm["ptx"]
+    assert ptx.count("@p mbarrier.arrive.shared::cta.b64") == 2  # one per loop
+    _, info = nvjitlink.link_cubin(ptx, parse_target("sm_90a"))
+    assert not nvjitlink.wgmma_serialized(info) and k.metadata["n_spills"] == 0
+
+
 @kiln.jit
 def _masked_k_matmul(A, B, C, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
     rm, rn, rk = tl.arange(0, BM), tl.arange(0, BN), tl.arange(0, BK)
