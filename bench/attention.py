@@ -2,13 +2,14 @@
 `attention_bwd_*` kernels, one kernel source) on kiln and on upstream Triton, each autotuned
 over the same configs, against PyTorch SDPA (its backward through autograd).
 
-    python bench/attention.py [--quick] [--check] [--modes fwd,bwd,desc] [--dims 64,128] [--ctx 1024,4096,16384] [--out DIR]
+    python bench/attention.py [--quick] [--check] [--modes fwd,bwd,desc,host] [--dims 64,128] [--ctx 1024,4096,16384] [--out DIR]
 
 Z=4, H=32, fp16, causal and not. Forward TFLOP/s count its two matmuls (4 Z H N^2 D), the
 backward 2.5 times that (its five; the kernels recompute P, as FlashAttention-2 does),
 halved when causal. The backward is three launches: Delta = rowsum(O dO), dK and dV, dQ.
 Mode `desc` is the forward through descriptors the kernel makes
-(`attention_descriptor_fwd_kernel`, tutorial 06's way: Z * H * N_CTX rows).
+(`attention_descriptor_fwd_kernel`, tutorial 06's way: Z * H * N_CTX rows), mode `host` through host
+TensorDescriptors (`attention_host_descriptor_fwd_kernel`, tutorial 06's way on Hopper).
 --check first compares every config with SDPA (and its gradients) on small shapes. Prints
 a markdown table and writes DIR/<date>-<gpu>-attention.{json,md} when --out is given.
 """
@@ -66,7 +67,26 @@ def descriptor_launcher(lib, q, k, v, o, causal, cfg):
     return go
 
 
-FORWARDS = {"fwd": launcher, "desc": descriptor_launcher}
+def host_descriptor_launcher(lib, q, k, v, o, causal, cfg):
+    """`attention_host_descriptor_fwd_kernel`: host TensorDescriptors of the library's own kind over
+    Z * H * N_CTX rows (tutorial 06's forward on Hopper)."""
+    from tma import descriptor_class
+    bm, bn, stages, warps = cfg
+    z, h, n_ctx, dim = q.shape
+    D = descriptor_class(lib.__name__.split("_")[0])  # bench/kernel_source names the module <flavour>_kernels
+    rows = lambda t: t.view(z * h * n_ctx, dim)  # noqa: E731
+    descs = D.from_tensor(rows(q), [bm, dim]), D.from_tensor(rows(k), [bn, dim]), D.from_tensor(rows(v), [bn, dim]), \
+        D.from_tensor(rows(o), [bm, dim])
+    grid = (triton_cdiv(n_ctx, bm), z * h)
+    lse = torch.empty(z, h, n_ctx, device=q.device, dtype=torch.float32)
+
+    def go():
+        lib.attention_host_descriptor_fwd_kernel[grid](*descs, lse, 1 / dim ** 0.5, n_ctx, HEAD_DIM=dim, BLOCK_M=bm,
+                                                       BLOCK_N=bn, CAUSAL=causal, num_warps=warps, num_stages=stages)
+    return go
+
+
+FORWARDS = {"fwd": launcher, "desc": descriptor_launcher, "host": host_descriptor_launcher}
 
 
 def bwd_launcher(lib, q, k, v, o, lse, do, grads, causal, cfg):
@@ -209,7 +229,7 @@ def main():
         kiln.set_allocator(lambda size, align, stream: torch.empty(size, dtype=torch.int8, device="cuda"))
     dims = [int(d) for d in args.dims.split(",")]
     configs = {"fwd": QUICK if args.quick else CONFIGS, "bwd": BWD_QUICK if args.quick else BWD_CONFIGS}
-    configs["desc"] = configs["fwd"]
+    configs["desc"] = configs["host"] = configs["fwd"]
     if args.check:
         check(libs, dims, configs["fwd"], configs["bwd"])
     rows = [row for mode in args.modes.split(",")

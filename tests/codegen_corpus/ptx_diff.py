@@ -57,6 +57,7 @@ def _bench_module():
 
 def bench_kernels():
     """(name, "sm_90a", ptx) for bench/'s tensor-core kernels, built with `warmup` (no GPU)."""
+    from kiln.tools.tensor_descriptor import TensorDescriptor
     k = _bench_module()
     n, z, h = 4096, 4, 32
     half = np.zeros((64, 64), np.float16)
@@ -74,6 +75,13 @@ def bench_kernels():
             yield f"bench.attention_fwd.d{dim}{'.causal' if causal else ''}", k.attention_fwd_kernel.warmup(
                 half, half, half, half, f32, 0.125, *strides, h, n, HEAD_DIM=dim, BLOCK_M=128, BLOCK_N=64,
                 CAUSAL=causal, num_warps=8, num_stages=3, grid=(1,), target="sm_90a")
+        rows = np.zeros((z * h * n, dim), np.float16)  # tutorial 06's forward on Hopper: host descriptors, TMA rings
+        descs = [TensorDescriptor.from_tensor(rows, [block, dim]) for block in (128, 64, 64, 128)]
+        for causal in (False, True):
+            yield f"bench.attention_host_fwd.d{dim}{'.causal' if causal else ''}", \
+                k.attention_host_descriptor_fwd_kernel.warmup(*descs, f32, 0.125, n, HEAD_DIM=dim, BLOCK_M=128,
+                                                               BLOCK_N=64, CAUSAL=causal, num_warps=8, num_stages=3,
+                                                               grid=(1,), target="sm_90a")
         # (narrow, wide, warps) as bench/attention.py's autotuning picks them on the H200
         narrow, wide, warps = (32, 128, 4) if dim == 64 else (64, 128, 8)
         tuning = dict(HEAD_DIM=dim, CAUSAL=True, num_warps=warps, num_stages=3, grid=(1,), target="sm_90a")
