@@ -287,24 +287,7 @@ def attention_descriptor_fwd_kernel(Q, K, V, Out, M, sm_scale, Z, H, N_CTX, HEAD
     v_desc = tl.make_tensor_descriptor(V, shape=[rows, HEAD_DIM], strides=[HEAD_DIM, 1], block_shape=[BLOCK_N, HEAD_DIM])
     o_desc = tl.make_tensor_descriptor(Out, shape=[rows, HEAD_DIM], strides=[HEAD_DIM, 1],
                                        block_shape=[BLOCK_M, HEAD_DIM])
-    first_row = tl.program_id(1) * N_CTX
-    start_m = tl.program_id(0) * BLOCK_M
-    offs_m = start_m + tl.arange(0, BLOCK_M)
-    offs_n = tl.arange(0, BLOCK_N)
-    q = q_desc.load([first_row + start_m, 0])
-    qk_scale = sm_scale * 1.44269504
-    row_max = tl.full([BLOCK_M], -float("inf"), tl.float32)
-    row_sum = tl.full([BLOCK_M], 1.0, tl.float32)
-    acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
-    unmasked_end = start_m if CAUSAL else N_CTX
-    acc, row_sum, row_max = _attention_descriptor_block(acc, row_sum, row_max, q, k_desc, v_desc, first_row, qk_scale,
-                                                        0, unmasked_end, offs_m, offs_n, BLOCK_N, False)
-    if CAUSAL:
-        acc, row_sum, row_max = _attention_descriptor_block(acc, row_sum, row_max, q, k_desc, v_desc, first_row,
-                                                            qk_scale, start_m, start_m + BLOCK_M, offs_m, offs_n,
-                                                            BLOCK_N, True)
-    tl.store(M + tl.program_id(1) * N_CTX + offs_m, row_max + tl.math.log2(row_sum))
-    o_desc.store([first_row + start_m, 0], (acc / row_sum[:, None]).to(tl.float16))
+    _attention_rows_fwd(q_desc, k_desc, v_desc, o_desc, M, sm_scale, N_CTX, HEAD_DIM, BLOCK_M, BLOCK_N, CAUSAL)
 
 
 @triton.jit
@@ -312,6 +295,13 @@ def attention_host_descriptor_fwd_kernel(q_desc, k_desc, v_desc, o_desc, M, sm_s
                                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr):
     """The same forward through host TensorDescriptors over Z * H * N_CTX rows of HEAD_DIM (tutorial
     06's way on Hopper in Triton 3.6): the launcher encodes the maps, K and V come by TMA."""
+    _attention_rows_fwd(q_desc, k_desc, v_desc, o_desc, M, sm_scale, N_CTX, HEAD_DIM, BLOCK_M, BLOCK_N, CAUSAL)
+
+
+@triton.jit
+def _attention_rows_fwd(q_desc, k_desc, v_desc, o_desc, M, sm_scale, N_CTX, HEAD_DIM: tl.constexpr,
+                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr):
+    """One program's BLOCK_M query rows of one (batch, head) through descriptors over all heads' rows."""
     first_row = tl.program_id(1) * N_CTX
     start_m = tl.program_id(0) * BLOCK_M
     offs_m = start_m + tl.arange(0, BLOCK_M)
