@@ -3,7 +3,8 @@ that use shared buffers the most (pipelined matmul with one and two warpgroups, 
 a ring of S tiles, where each copy waits for the dot that read its tile; the warp-specialized
 matmul, cooperative and ping-pong; two
 pipelined loops one after the other whose rings share bytes but not tile shapes, as in
-Triton's tutorial-06 backward; causal attention forward and backward; reductions and
+Triton's tutorial-06 backward; causal attention forward and backward, and its forward through
+descriptors, whose TMA rings two warpgroups hand back through mbarriers; reductions and
 conversions that scratch_barriers left without a barrier before them). Skipped without a
 GPU or without compute-sanitizer.
 

@@ -403,10 +403,11 @@ def released_ring(hopper, tma_only, tight, staged, num_warps, nested) -> bool:
 
 
 def _await_release(out, empty, read_slot, write_slot, phase, loc):
-    """Wait until the write slot's last reads were released. Its fill n waits for release n - 1:
-    phase parity (n - 1) & 1, where n & 1 is the read phase the slot will be read in, the
-    current one flipped when the write slot has wrapped past the end (write slot < read slot).
-    A fresh mbarrier passes a wait for parity 1, so the first fills go at once."""
+    """Wait until the write slot's last reads were released. Its fill n waits for release n - 1,
+    phase parity (n - 1) & 1; n & 1 is the phase the slot will be read in: the current read phase,
+    flipped where the write slot has wrapped past the end (write slot < read slot). So the parity
+    is the read phase flipped where the write slot is ahead. A fresh mbarrier passes a wait for
+    parity 1, so the first fills go at once."""
     ahead = append_op(out, "cmp", [write_slot, read_slot], [int1], loc, pred="gt")
     parity = append_op(out, "xor", [phase, append_op(out, "cast", [ahead], [int32], loc)], [int32], loc)
     bar = append_op(out, "local_index", [empty, write_slot], [empty.type.tile()], loc)
