@@ -3,6 +3,7 @@
 #   bash bench/gpu_session.sh tests        # pytest -m gpu, then the conformance suite on the GPU
 #   bash bench/gpu_session.sh tests80      # both again on sm_80 code (KILN_TARGET=sm_80; on a Hopper); tests89 likewise
 #   bash bench/gpu_session.sh bench service   # bench/run.py, bench/service.py (also: probe)
+#   bash bench/gpu_session.sh attention       # bench/attention.py: tutorial 06's descriptor forwards vs Triton, SDPA
 #   bash bench/gpu_session.sh dropin          # bench/dropin.py: torch.compile with kiln's drop-in vs Triton
 #   bash bench/gpu_session.sh firststep       # 8 ranks, GPT and MLP: cold, warm, new node (~330-470 s; Redis below)
 #   bash bench/gpu_session.sh firststep-max   # 8 ranks, max-autotune-no-cudagraphs, kiln then Triton, cold (~550 s;
@@ -35,6 +36,9 @@ for phase in "$@"; do
         | tee "$OUT/gpu-conformance-$sm.log" | tail -5 ;;
     bench)
       python3 bench/run.py --out "$OUT" 2>&1 | tee "$OUT/bench.log" | tail -60 ;;
+    attention)  # tutorial 06's forward on Hopper (host TensorDescriptors) and through in-kernel descriptors, against
+      # Triton and SDPA, N_CTX 4096 and 16384, D64 and D128, causal and not (~300 s)
+      python3 bench/attention.py --modes host,desc --ctx 4096,16384 --out "$OUT" 2>&1 | tee "$OUT/attention.log" | tail -40 ;;
     probe)
       (cd bench && python3 occupancy_probe.py) 2>&1 | tee "$OUT/probe.log" | tail -20 ;;
     service)
