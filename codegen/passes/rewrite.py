@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from kiln.ir import OPS, Function
 from kiln.ir.core import Block, Operation, Value
-from kiln.ir.types import int32
+from kiln.ir.types import int1, int32
 
 # Ops that read memory: they can be removed when unused but must not be merged (a store
 # in between may change what they read).
@@ -106,3 +106,13 @@ def recomputable_cone(values, before):
         need.add(id(op))
         todo.extend(v.defining_op for v in op.operands)
     return [op for op in before if id(op) in need]
+
+
+def slot_after(out, base, offset, ring_size, loc):
+    """(base + offset) % ring_size for 0 <= base, offset < ring_size: an add, a compare, a select."""
+    if offset == 0:
+        return base
+    bumped = append_op(out, "add", [base, append_op(out, "constant", [], [int32], loc, value=offset)], [int32], loc)
+    wraps = append_op(out, "cmp", [bumped, append_op(out, "constant", [], [int32], loc, value=ring_size)], [int1], loc, pred="ge")
+    less = append_op(out, "sub", [bumped, append_op(out, "constant", [], [int32], loc, value=ring_size)], [int32], loc)
+    return append_op(out, "select", [wraps, less, bumped], [int32], loc)

@@ -91,7 +91,7 @@ from kiln.ir.types import block_type, int1, int32, int64, shared_type
 from ..analysis import axis_info
 from . import descriptor_loads, prefetch
 from ..analysis import Analysis
-from .rewrite import append_const, append_op, clone_op, const_int, in_loop, insert_ops
+from .rewrite import append_const, append_op, clone_op, const_int, in_loop, insert_ops, slot_after
 from .smem_plan import is_tma, plan_loop, ring_kind, tma_ok
 
 
@@ -423,9 +423,7 @@ def _release_previous_slot(body, empty, read_slot, iv, lb, ring_size, loc):
             issued += 1
         elif op.name == "warp_group_dot_wait" and op.attrs["pending"] <= issued:
             out = []
-            at_start = append_op(out, "cmp", [read_slot, append_const(out, 0, loc)], [int1], loc, pred="eq")
-            before = append_op(out, "sub", [read_slot, append_const(out, 1, loc)], [int32], loc)
-            previous = append_op(out, "select", [at_start, append_const(out, ring_size - 1, loc), before], [int32], loc)
+            previous = slot_after(out, read_slot, ring_size - 1, ring_size, loc)
             later = append_op(out, "cmp", [iv, lb], [int1], loc, pred="gt")
             bar = append_op(out, "local_index", [empty, previous], [empty.type.tile()], loc)
             append_op(out, "mbarrier_arrive", [bar, later], (), loc)

@@ -36,7 +36,7 @@ from __future__ import annotations
 from kiln.ir.core import Value
 from kiln.ir.types import int1, int32
 
-from .rewrite import append_op, clone_op, const_int, has_side_effects, insert_ops, recomputable_cone
+from .rewrite import append_op, clone_op, const_int, has_side_effects, insert_ops, recomputable_cone, slot_after
 from .smem_plan import enabled
 
 name = "tile_overlap"
@@ -225,13 +225,4 @@ def _issue_for(out, cone, rings, ring_size, mapping, base, exists, loc):
             clone.operands[i] = predicates[id(clone.operands[i])]
         out.append(clone)
 
-
-def slot_after(out, base, offset, ring_size, loc):
-    """(base + offset) % ring_size for 0 <= base, offset < ring_size: an add, a compare, a select."""
-    if offset == 0:
-        return base
-    bumped = append_op(out, "add", [base, append_op(out, "constant", [], [int32], loc, value=offset)], [int32], loc)
-    wraps = append_op(out, "cmp", [bumped, append_op(out, "constant", [], [int32], loc, value=ring_size)], [int1], loc, pred="ge")
-    less = append_op(out, "sub", [bumped, append_op(out, "constant", [], [int32], loc, value=ring_size)], [int32], loc)
-    return append_op(out, "select", [wraps, less, bumped], [int32], loc)
 

@@ -42,10 +42,10 @@ from __future__ import annotations
 from kiln.ir.core import Block, Operation, Value
 from kiln.ir.types import int1, int32
 
-from .rewrite import append_op, clone_op, has_side_effects, insert_ops, recomputable_cone
+from .rewrite import append_op, clone_op, has_side_effects, insert_ops, recomputable_cone, slot_after
 from ..analysis.partitions import dot_replicas
 from .smem_plan import enabled
-from .tile_overlap import ISSUES, match_tile_gemm, slot_after, tile_loop
+from .tile_overlap import ISSUES, match_tile_gemm, tile_loop
 
 name = "warp_specialize"
 PRODUCER_WARPS = 4
