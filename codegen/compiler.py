@@ -150,16 +150,19 @@ def _has_dot(fn) -> bool:
     return any(op.name in ("dot", "dot_scaled") for op in fn.walk())
 
 
-def _caps(fn, tgt, n_regs: int, threads: int, shared: int) -> list[int]:
+def _caps(fn, ptx: str, tgt, n_regs: int, threads: int, shared: int) -> list[int]:
     """The register caps worth a relink (kiln.codegen.occupancy)."""
     if _has_dot(fn):
         return occupancy.second_cta_cap(n_regs, threads, shared, tgt.capability)
+    if occupancy.registers_pinned(ptx, threads):  # measured on memory-bound kernels only
+        return []
     return occupancy.tighter_caps(n_regs, threads, shared, tgt.capability)
 
 
 # PTX this long takes nvJitLink ~0.1 s, and kernels this big are the ones that need
 # their registers: Inductor's foreach AdamW step (48 KB, 60 registers at 4 warps) spilled at every
-# cap, 4 links and 0.45 s where Triton links once. Their cap search starts at the highest cap.
+# cap, 4 links and 0.45 s where Triton links once (now none: occupancy.registers_pinned). Their cap
+# search starts at the highest cap.
 BIG_KERNEL_PTX = 32 * 1024
 
 # A big kernel's first cap probe is a link as long as the first one (0.8 s for a foreach AdamW step
@@ -185,7 +188,7 @@ def _capped_link(ptx: str, cap: int, link_cubin):
 def _probe_ahead(fn, ptx: str, opts: dict, threads: int, shared: int, tgt, link_cubin):
     """(cap, future of its `_capped_link`) started now for a big kernel whose caps are searched
     highest first, or None."""
-    if "maxnreg" in opts or len(ptx) <= BIG_KERNEL_PTX or _has_dot(fn):
+    if "maxnreg" in opts or len(ptx) <= BIG_KERNEL_PTX or _has_dot(fn) or occupancy.registers_pinned(ptx, threads):
         return None
     guess = _first_probes.get(threads)
     if guess is None:
@@ -285,7 +288,7 @@ def _compile(fn, target: str, options: dict | None, check: bool, link: bool, cou
         n_regs, n_spills = nvjitlink.resource_usage(info)
         threads = 32 * warps
         if "maxnreg" not in opts and not n_spills and warps == opts["num_warps"]:
-            caps = _caps(fn, tgt, n_regs, threads, shared)
+            caps = _caps(fn, ptx, tgt, n_regs, threads, shared)
             capped = _occupancy_link(ptx, caps, link_cubin, ahead, threads)
             if capped is not None:
                 ptx, cubin, n_regs, n_spills = capped

@@ -72,6 +72,21 @@ def second_cta_cap(registers: int, threads: int, shared: int, capability: int) -
             if ctas_per_sm(cap, threads, shared, capability) == 2][-1:]
 
 
+# ptxas keeps registers for the slow paths of IEEE-rounded fp32 square roots and divisions
+# (`sqrt.rn.f32`, `div.rn.f32`: tl.sqrt, sqrt_rn, div_rn). Over 728 memory-bound kernels compiled
+# for sm_90a (2026-11-29), no cap gained a CTA for a kernel of 4 warps or more with 4 of them or more:
+# 57 such kernels (Inductor's foreach AdamW among them), 97 relinks, every one spilling; the same
+# bodies with `sqrt.approx` capped from 60 registers to 40 without a spill. At 2 warps some did gain.
+_IEEE_SLOW_PATH = re.compile(r"\b(?:sqrt|div)\.rn(?:\.ftz)?\.f32\b")
+IEEE_SLOW_PATHS_THAT_PIN = 4
+
+
+def registers_pinned(ptx: str, threads: int) -> bool:
+    """Would no register cap fit without spilling (IEEE fp32 sqrt / div slow paths, above)? Then the
+    relinks that search for one are skipped: each is as long as the first link."""
+    return threads >= 128 and len(_IEEE_SLOW_PATH.findall(ptx)) >= IEEE_SLOW_PATHS_THAT_PIN
+
+
 def with_register_cap(ptx: str, cap: int) -> str:
     """`ptx` with `.maxnreg cap` on its kernel entry (the PTX form of Triton's `maxnreg`)."""
     text, count = re.subn(r"^(\.maxntid [^\n]*)$", rf"\1\n.maxnreg {cap}", ptx, count=1, flags=re.M)

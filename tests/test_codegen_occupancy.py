@@ -184,3 +184,51 @@ def test_a_big_kernels_first_cap_probe_links_beside_the_first_link(monkeypatch, 
     assert len(plain) == 1 and len(speculative) == 1 and speculative[0][0] < plain[0][1]  # beside the first link
     assert ahead.metadata["links"] == len(calls) == len(sequential) + (guess == "wrong")
     assert compiler._first_probes[128] == first  # the next big kernel's guess
+
+
+# An optimizer step's shape: per element an IEEE square root and division (Inductor's AdamW writes
+# tl.sqrt_rn and div_rn), 16 elements per thread at 4 warps
+IEEE_STEP = """\
+kernel @ieee_step(%0: ptr<fp32> {divisibility = 16, name = "p"}, %1: ptr<fp32> {divisibility = 16, name = "g"}, %2: ptr<fp32> {divisibility = 16, name = "v"}, %3: int32 {divisibility = 16, name = "n"}) {
+  %4 = program_id {axis = 0} : int32
+  %5 = constant {value = 2048} : int32
+  %6 = mul %4, %5 : int32
+  %7 = arange {end = 2048, start = 0} : <2048xint32>
+  %8 = splat %6 : <2048xint32>
+  %9 = add %8, %7 : <2048xint32>
+  %10 = splat %3 : <2048xint32>
+  %11 = cmp %9, %10 {pred = "lt"} : <2048xint1>
+  %12 = splat %0 : <2048xptr<fp32>>
+  %13 = addptr %12, %9 : <2048xptr<fp32>>
+  %14 = load %13, %11 : <2048xfp32>
+  %15 = splat %1 : <2048xptr<fp32>>
+  %16 = addptr %15, %9 : <2048xptr<fp32>>
+  %17 = load %16, %11 : <2048xfp32>
+  %18 = splat %2 : <2048xptr<fp32>>
+  %19 = addptr %18, %9 : <2048xptr<fp32>>
+  %20 = load %19, %11 : <2048xfp32>
+  %21 = mul %17, %17 : <2048xfp32>
+  %22 = add %20, %21 : <2048xfp32>
+  %23 = sqrt_rn %22 : <2048xfp32>
+  %24 = constant {value = 1.0e-08} : fp32
+  %25 = splat %24 : <2048xfp32>
+  %26 = add %23, %25 : <2048xfp32>
+  %27 = div_rn %17, %26 : <2048xfp32>
+  %28 = sub %14, %27 : <2048xfp32>
+  store %13, %28, %11
+  store %19, %22, %11
+  return
+}
+"""
+
+
+def test_ieee_slow_paths_skip_the_cap_search_that_never_pays(monkeypatch):
+    """ptxas holds registers for sqrt.rn / div.rn slow paths: every cap spills (the search links 3
+    more times for nothing), so a kernel of 4 warps with 4 of them or more links once."""
+    fn = parse_function(IEEE_STEP)
+    pinned = compile(fn, "sm_90a", {"num_warps": 4})
+    assert pinned.metadata["links"] == 1 and ".maxnreg" not in pinned.ptx
+    assert occupancy.registers_pinned(pinned.ptx, 128) and not occupancy.registers_pinned(pinned.ptx, 64)
+    monkeypatch.setattr(occupancy, "registers_pinned", lambda ptx, threads: False)
+    searched = compile(fn, "sm_90a", {"num_warps": 4})
+    assert searched.metadata["links"] >= 2 and (searched.cubin, searched.n_regs) == (pinned.cubin, pinned.n_regs)
