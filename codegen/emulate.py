@@ -142,6 +142,8 @@ def _host_math():
         "ex2_approx_f": lambda x: _safe(lambda: 2.0 ** x), "lg2_approx_f": lambda x: _safe(lambda: math.log2(x)),
         "ex2_approx_ftz_f": lambda x: _safe(lambda: _flush(2.0 ** _flush(x))),
         "rsqrt_approx_f": lambda x: _safe(lambda: 1 / math.sqrt(x)), "sqrt_approx_f": lambda x: _safe(lambda: math.sqrt(x)),
+        "rsqrt_approx_ftz_f": lambda x: _safe(lambda: _flush(1 / math.sqrt(_flush(x)))),
+        "sqrt_approx_ftz_f": lambda x: _safe(lambda: _flush(math.sqrt(_flush(x)))),
     }
     one = {"exp": math.exp, "exp2": lambda x: 2.0 ** x, "log": math.log, "log2": math.log2, "log1p": math.log1p,
            "sin": math.sin, "cos": math.cos, "tan": math.tan, "tanh": math.tanh, "erf": math.erf,

@@ -96,8 +96,42 @@ def test_math_never_uses_aborting_intrinsics():
     for bad in ("llvm.exp.f", "llvm.log.f", "llvm.sin.", "llvm.cos.", "llvm.tanh."):
         assert bad not in llir
     ptx = compiled("math").ptx
-    assert "ex2.approx" in ptx and "lg2.approx" in ptx and "rsqrt.approx" in ptx
+    assert "ex2.approx" in ptx and "rsqrt.approx.ftz" in ptx
     assert ".func" not in ptx.split(".entry")[0] or "__nv_" not in ptx  # libdevice inlined
+
+
+def _unary_kernel(op: str, result: str = "fp32") -> str:
+    return f"""kernel @{op}_kernel(%0: ptr<fp32> {{divisibility = 16}}, %1: ptr<{result}> {{divisibility = 16}}) {{
+  %2 = arange {{end = 128, start = 0}} : <128xint32>
+  %3 = splat %0 : <128xptr<fp32>>
+  %4 = addptr %3, %2 : <128xptr<fp32>>
+  %5 = load %4 : <128xfp32>
+  %6 = {op} %5 : <128x{result}>
+  %7 = splat %1 : <128xptr<{result}>>
+  %8 = addptr %7, %2 : <128xptr<{result}>>
+  store %8, %6
+  return
+}}
+"""
+
+
+# What Triton 3.6 emits for sm_90 (its math.sqrt and math.rsqrt become libdevice's __nv_sqrtf and
+# __nv_rsqrtf, which its reflect settings resolve to the approximate roots with flush-to-zero; log and
+# sin are libdevice's on their flush-to-zero paths), read from its PTX for the same one-op kernels
+@pytest.mark.parametrize("op, present, absent", [
+    ("sqrt", ["sqrt.approx.ftz.f32"], ["sqrt.rn"]),
+    ("sqrt_rn", ["sqrt.rn.f32"], ["sqrt.approx"]),
+    ("rsqrt", ["rsqrt.approx.ftz.f32"], []),
+    ("exp", ["ex2.approx.f32"], ["ex2.approx.ftz"]),
+    ("exp2", ["ex2.approx.ftz.f32"], []),
+    ("log", ["fma.rn.ftz.f32"], ["lg2.approx"]),
+    ("log2", ["fma.rn.ftz.f32"], ["lg2.approx"]),
+    ("sin", ["abs.ftz.f32", "mul.rn.ftz.f32"], ["abs.f32"]),
+])
+def test_fp32_math_takes_tritons_instructions(op, present, absent):
+    ptx = compile(parse_function(_unary_kernel(op)), "sm_90a", {"num_warps": 4}, link=False).ptx
+    body = ptx.split(".entry")[1]
+    assert all(form in body for form in present) and not any(form in body for form in absent)
 
 
 def test_atomics_have_scopes_and_fences():

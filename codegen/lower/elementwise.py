@@ -1,11 +1,13 @@
 """Elementwise ops, casts, comparisons, constants and math.
 
 Each rule maps one element (LLVM scalars) to one element; `elementwise` applies it to
-every register of the result's layout. Math follows Triton: fp32 `exp`/`exp2`/`log`/
-`log2` use the PTX approximations (`ex2.approx`, `lg2.approx`), `rsqrt` the approximate
-reciprocal root, everything else libdevice (`__nv_sinf`, ...); fp16/bf16 math runs in
-fp32. `llvm.exp`/`llvm.log`/`llvm.sin` abort NVPTX instruction selection, so they are
-never emitted.
+every register of the result's layout. Math follows Triton 3.6's PTX for sm_90 instruction for
+instruction: fp32 `exp` is `ex2.approx` of x*log2(e), `exp2` `ex2.approx.ftz`, `sqrt` and `rsqrt`
+the approximate roots with flush-to-zero (libdevice's `__nv_sqrtf` / `__nv_rsqrtf` as Triton's
+reflect settings resolve them; `sqrt_rn` is the IEEE root), everything else libdevice (`__nv_logf`,
+`__nv_sinf`, ...) on its flush-to-zero paths (the module's nvvm-reflect-ftz); fp16/bf16 math runs
+in fp32. `llvm.exp`/`llvm.log`/`llvm.sin` abort NVPTX instruction selection, so they are never
+emitted.
 """
 from __future__ import annotations
 
@@ -19,7 +21,6 @@ from kiln.ir import layout as lay
 from .types import F32, F64, reg_type
 
 LOG2E = 1.4426950408889634
-LN2 = 0.6931471805599453
 
 
 def elementwise(per_element):
@@ -239,6 +240,12 @@ def _bit_count(name):
 
 
 def _sqrt(lw, op, x):
+    if _s(op).name == "fp32":  # tl.sqrt: Triton's "fast square root"
+        return _float_call(lw, "llvm.nvvm.sqrt.approx.ftz.f", F32, x)
+    return _sqrt_rn(lw, op, x)
+
+
+def _sqrt_rn(lw, op, x):
     return _llvm_float("sqrt")(lw, op, x)
 
 
@@ -441,11 +448,10 @@ _PER_ELEMENT = {
     "neg": _neg, "abs": _abs, "not": _not,
     "exp": _approx("llvm.nvvm.ex2.approx.f", scale_in=LOG2E, f64="__nv_exp"),
     "exp2": _approx("llvm.nvvm.ex2.approx.ftz.f", f64="__nv_exp2"),  # as Triton (libdevice with ftz)
-    "log": _approx("llvm.nvvm.lg2.approx.f", scale_out=LN2, f64="__nv_log"),
-    "log2": _approx("llvm.nvvm.lg2.approx.f", f64="__nv_log2"),
+    "log": _libdevice("__nv_logf", "__nv_log"), "log2": _libdevice("__nv_log2f", "__nv_log2"),
     "log1p": _libdevice("__nv_log1pf", "__nv_log1p"),
-    "sqrt": _sqrt, "sqrt_rn": _sqrt,
-    "rsqrt": _approx("llvm.nvvm.rsqrt.approx.f", f64="__nv_rsqrt"),
+    "sqrt": _sqrt, "sqrt_rn": _sqrt_rn,
+    "rsqrt": _approx("llvm.nvvm.rsqrt.approx.ftz.f", f64="__nv_rsqrt"),
     "sin": _libdevice("__nv_sinf", "__nv_sin"), "cos": _libdevice("__nv_cosf", "__nv_cos"),
     "tan": _libdevice("__nv_tanf", "__nv_tan"), "tanh": _libdevice("__nv_tanhf", "__nv_tanh"),
     "erf": _libdevice("__nv_erff", "__nv_erf"),
