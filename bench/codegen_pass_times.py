@@ -27,8 +27,8 @@ def optimized_ir(kernel: str) -> str:
     file, function, params, options = compile_speed.KERNELS[kernel]
     captured, optimize = [], backend.optimize
 
-    def keep(llir, target, name):
-        module = optimize(llir, target, name)
+    def keep(llir, target, name, **options):
+        module = optimize(llir, target, name, **options)
         captured.append(str(module))
         return module
     backend.optimize = keep

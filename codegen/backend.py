@@ -8,6 +8,7 @@ consumes the module it links.
 from __future__ import annotations
 
 import functools
+import re
 
 import llvmlite.binding as llvm
 
@@ -34,11 +35,18 @@ def _target_machine(target: Target):
     return tgt.create_target_machine(cpu=target.name, features=target.llvm_features, opt=3)
 
 
+# libdevice's own float arithmetic carries no fast-math flags; Triton compiles it with fp-contract=fast
+# (its enable_fp_fusion), so its adds and multiplies may fuse into fma, in LLVM and in ptxas
+# (`mul.f32`, not `mul.rn.f32`). The flag on each gives kiln's the same instructions.
+_CONTRACTIBLE = re.compile(r"(= f(?:add|sub|mul)) ")
+
+
 @functools.lru_cache(maxsize=256)
-def _libdevice_subset(names: frozenset[str], target: Target) -> bytes:
+def _libdevice_subset(names: frozenset[str], target: Target, contract: bool = True) -> bytes:
     """The bitcode of libdevice's functions `names` and of what they use, nothing else. Linking
     all of libdevice (575 functions) and letting O3 drop the rest cost a pointwise kernel that
-    calls erf and tanh 130 of its 250 ms; a process (a daemon worker) meets the same few sets again."""
+    calls erf and tanh 130 of its 250 ms; a process (a daemon worker) meets the same few sets again.
+    `contract`: their float adds and multiplies may fuse (above)."""
     lib = llvm.parse_bitcode(libdevice_bytes())
     for f in lib.functions:
         if not f.is_declaration and f.name not in names:
@@ -50,17 +58,20 @@ def _libdevice_subset(names: frozenset[str], target: Target) -> bytes:
     pm = llvm.create_new_module_pass_manager()
     pm.add_global_dead_code_eliminate_pass()
     pm.run(lib, pb)
+    if contract:
+        lib = llvm.parse_assembly(_CONTRACTIBLE.sub(r"\1 contract ", str(lib)))
     return lib.as_bitcode()
 
 
-def optimize(llir: str, target: Target, kernel_name: str) -> llvm.ModuleRef:
-    """Parse `llir`, link the libdevice functions it calls (`__nv_*`), internalize, run O3."""
+def optimize(llir: str, target: Target, kernel_name: str, fp_fusion: bool = True) -> llvm.ModuleRef:
+    """Parse `llir`, link the libdevice functions it calls (`__nv_*`), internalize, run O3.
+    `fp_fusion`: libdevice's adds and multiplies may fuse into fma, as the kernel's own do."""
     _init_llvm()
     mod = llvm.parse_assembly(llir)
     mod.verify()
     called = frozenset(f.name for f in mod.functions if f.is_declaration and f.name.startswith("__nv_"))
     if called:
-        lib = llvm.parse_bitcode(_libdevice_subset(called, target))
+        lib = llvm.parse_bitcode(_libdevice_subset(called, target, fp_fusion))
         lib.triple, lib.data_layout = mod.triple, mod.data_layout
         mod.link_in(lib)
         # Everything but the kernel becomes internal so O3 drops the unused libdevice.

@@ -268,7 +268,7 @@ def _compile(fn, target: str, options: dict | None, check: bool, link: bool, cou
     started = _stage_done("lower", started)
     if any("global_scratch" in a for a in arg_layout):  # tensormap.replace came with PTX ISA 8.3
         tgt = dataclasses.replace(tgt, ptx_version=max(tgt.ptx_version, 83))
-    mod = backend.optimize(llir, tgt, fn.name)
+    mod = backend.optimize(llir, tgt, fn.name, fp_fusion=bool(opts.get("enable_fp_fusion", 1)))
     started = _stage_done("llvm", started)
     ptx = backend.emit_ptx(mod, tgt)
     started = _stage_done("ptx", started)

@@ -134,6 +134,24 @@ def test_fp32_math_takes_tritons_instructions(op, present, absent):
     assert all(form in body for form in present) and not any(form in body for form in absent)
 
 
+@pytest.mark.parametrize("fusion", [1, 0])
+def test_libdevice_arithmetic_fuses_as_the_kernels_own(fusion):
+    """Triton compiles libdevice with fp-contract=fast: its multiplies may fuse (`mul.f32`, which
+    ptxas may contract); with enable_fp_fusion=0 neither libdevice's nor the kernel's do (`mul.rn.f32`)."""
+    options = {"num_warps": 4} if fusion else {"num_warps": 4, "enable_fp_fusion": 0}
+    body = compile(parse_function(_unary_kernel("log")), "sm_90a", options, link=False).ptx.split(".entry")[1]
+    assert ("mul.rn.f32" in body) != bool(fusion) and ("mul.f32" in body) == bool(fusion)
+
+
+@pytest.mark.parametrize("target", ["sm_80", "sm_90a"])
+def test_bf16_fma_rounds_once(target):
+    """tl.fma of bf16 is one bf16 fma (Triton's fma.rn.bf16), not an fp32 fma rounded again."""
+    text = _unary_kernel("fma", "bf16").replace("ptr<fp32>", "ptr<bf16>").replace("<128xfp32>", "<128xbf16>")
+    text = text.replace("fma %5 :", "fma %5, %5, %5 :")
+    body = compile(parse_function(text), target, {"num_warps": 4}, link=False).ptx.split(".entry")[1]
+    assert "fma.rn.bf16" in body and "fma.rn.f32" not in body
+
+
 def test_atomics_have_scopes_and_fences():
     ptx = compiled("atomics").ptx
     assert "atom.global.add.f32" in ptx

@@ -94,12 +94,14 @@ def _approx(intrinsic, scale_in=None, scale_out=None, f64=None):
         if s.name == "fp64":
             return _float_call(lw, f64, s, x)
 
+        flags = ("contract",) if lw.ctx.fp_fusion else ()  # as every fp32 multiply (_arith)
+
         def f32(v):
             if scale_in is not None:
-                v = lw.b.fmul(v, ir.Constant(F32, scale_in))
+                v = lw.b.fmul(v, ir.Constant(F32, scale_in), flags=flags)
             v = lw.b.call(lw.intrinsic(intrinsic, F32, [F32]), [v])
             if scale_out is not None:
-                v = lw.b.fmul(v, ir.Constant(F32, scale_out))
+                v = lw.b.fmul(v, ir.Constant(F32, scale_out), flags=flags)
             return v
         return _via_f32(lw, op, [x], f32)
     return fn
@@ -254,6 +256,9 @@ def _copysign(lw, op, a, b):
 
 
 def _fma(lw, op, a, b, c):
+    if _s(op).name == "bf16" and not lw.ctx.portable and lw.ctx.target.capability >= 80:
+        # one rounding, to bf16 (fma.rn.bf16), as Triton; through fp32 it would round twice
+        return _float_call(lw, "llvm.fma.bf16", _s(op), a, b, c)
     return _llvm_float("fma")(lw, op, a, b, c)
 
 
