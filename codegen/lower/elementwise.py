@@ -88,7 +88,7 @@ def _libdevice(name32, name64):
     return fn
 
 
-def _approx(intrinsic, scale_in=None, scale_out=None, f64=None):
+def _approx(intrinsic, scale_in=None, f64=None):
     def fn(lw, op, x):
         s = _s(op)
         if s.name == "fp64":
@@ -99,10 +99,7 @@ def _approx(intrinsic, scale_in=None, scale_out=None, f64=None):
         def f32(v):
             if scale_in is not None:
                 v = lw.b.fmul(v, ir.Constant(F32, scale_in), flags=flags)
-            v = lw.b.call(lw.intrinsic(intrinsic, F32, [F32]), [v])
-            if scale_out is not None:
-                v = lw.b.fmul(v, ir.Constant(F32, scale_out), flags=flags)
-            return v
+            return lw.b.call(lw.intrinsic(intrinsic, F32, [F32]), [v])
         return _via_f32(lw, op, [x], f32)
     return fn
 
