@@ -28,6 +28,7 @@ from kiln.language.semantic import unwrap
 
 from .aggregates import describe, flatten, is_carriable
 from . import config
+from .loop_unroll import unroll_loops
 from .errors import CompilationError, CompileTimeAssertionFailure, UnsupportedLanguageConstruct
 
 MAX_INLINE_DEPTH = 64
@@ -1098,6 +1099,7 @@ def build_kernel(jitfn, params, name: str | None = None, options: dict | None = 
     finally:
         (semantic.state.builder, semantic.state.generator, semantic.state.options, semantic.state.global_reads,
          semantic.state.keep_calls) = saved
+    unroll_loops(fn)  # where Triton's frontend ends, its LoopUnroll runs (asm["ttir"] shows it)
     if not keep_calls:  # block IR has no call op: the one that keeps them is text for TTIR only
         verify(fn)
     return fn

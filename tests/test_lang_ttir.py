@@ -88,11 +88,17 @@ def test_control_flow_and_regions():
     text = _ttir(_loops, 10, np.zeros(16, np.int32), 5, 16)
     check(text, """
     CHECK-LABEL: tt.func public @_loops(%ub: i32, %out_ptr: !tt.ptr<i32> {tt.divisibility = 16 : i32}, %N: i32)
-    CHECK: %[[K:.*]] = scf.for %[[IV:arg[0-9]+]] = %c0_i32 to %ub step %c1_i32{{[_0-9]*}}
+    CHECK: %[[END:[0-9]+]] = arith.addi %c0_i32, %{{[0-9]+}} : i32
+    CHECK: %[[MAIN:[0-9]+]] = scf.for %[[IV:arg[0-9]+]] = %c0_i32 to %[[END]] step %c2_i32{{[_0-9]*}}
     CHECK-SAME: iter_args(%[[ACC:arg[0-9]+]] = %c1_i32) -> (i32) : i32 {
     CHECK: tt.atomic_rmw add, acq_rel, gpu, {{.*}} : (!tt.ptr<i32>, i32, i1) -> i32
+    CHECK: tt.atomic_rmw add, acq_rel, gpu, {{.*}} : (!tt.ptr<i32>, i32, i1) -> i32
     CHECK: scf.yield {{.*}} : i32
-    CHECK-NEXT: } {tt.flatten, tt.loop_unroll_factor = 2 : i32}
+    CHECK-NEXT: } {tt.flatten}
+    CHECK: scf.for %{{arg[0-9]+}} = %[[END]] to %ub step %c1_i32{{[_0-9]*}} iter_args(%{{arg[0-9]+}} = %[[MAIN]])
+    CHECK: tt.atomic_rmw add
+    CHECK: scf.yield {{.*}} : i32
+    CHECK-NEXT: } {tt.flatten, tt.num_stages = 1 : i32}
     CHECK: tt.make_range {end = 16 : i32, start = 0 : i32} : tensor<16xi32>
     CHECK: %[[W:[0-9]+]]:2 = scf.while (%[[A:arg[0-9]+]] = %c0_i32{{[_0-9]*}}, %[[B:arg[0-9]+]] = %{{[0-9]+}})
     CHECK-SAME: : (i32, tensor<16xi32>) -> (i32, tensor<16xi32>) {
