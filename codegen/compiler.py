@@ -48,8 +48,9 @@ def _options(options: dict | None) -> dict:
         raise CompileError("num_warps must be a power of two from {} to {}, not {}".format(*ranges["num_warps"], nw))
     if "maxnreg" in opts and not options_record.in_range("maxnreg", opts["maxnreg"]):
         raise CompileError("maxnreg must be from {} to {} registers, not {}".format(*ranges["maxnreg"], opts["maxnreg"]))
-    if not options_record.in_range("enable_fp_fusion", opts.get("enable_fp_fusion", 1)):
-        raise CompileError(f"enable_fp_fusion must be 0 or 1, not {opts['enable_fp_fusion']}")
+    for flag in ("enable_fp_fusion", "enable_reflect_ftz"):
+        if not options_record.in_range(flag, opts.get(flag, 1)):
+            raise CompileError(f"{flag} must be 0 or 1, not {opts[flag]}")
     return opts
 
 
@@ -85,7 +86,8 @@ def _lower_to_llvm(fn, tgt, opts: dict, check: bool, portable: bool, counts: dic
     before_overlap = None  # the IR after the passes before tile_overlap, for this `reserve`
     for _ in range(4):
         ctx = PassContext(tgt, opts["num_warps"], opts["num_stages"], maxnreg=opts.get("maxnreg"),
-                          fp_fusion=bool(opts.get("enable_fp_fusion", 1)), portable=portable, shared_reserve=reserve,
+                          fp_fusion=bool(opts.get("enable_fp_fusion", 1)),
+                          reflect_ftz=bool(opts.get("enable_reflect_ftz", 1)), portable=portable, shared_reserve=reserve,
                           tile_overlap=overlap)
         if before_overlap is not None and not overlap:
             # the overlap variant dropped, the rings as planned: on from where tile_overlap ran

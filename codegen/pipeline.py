@@ -48,6 +48,7 @@ class PassContext:
     num_stages: int = 3
     maxnreg: int | None = None  # a register cap per thread (Triton's Config(maxnreg=...))
     fp_fusion: bool = True  # a*b+c may become one fma (Triton's enable_fp_fusion)
+    reflect_ftz: bool = True  # libdevice and the approximate roots flush fp32 subnormals (Triton's enable_reflect_ftz)
     portable: bool = False  # no inline PTX: the LLVM IR can also run on a CPU (kiln.codegen.emulate)
     shared_reserve: int = 0  # bytes smem_pipeline leaves free (the scratch a first lowering needed beyond the limit)
     tile_overlap: bool = True  # may tile_overlap keep a persistent GEMM's rings live through its epilogue

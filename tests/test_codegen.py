@@ -134,6 +134,20 @@ def test_fp32_math_takes_tritons_instructions(op, present, absent):
     assert all(form in body for form in present) and not any(form in body for form in absent)
 
 
+@pytest.mark.parametrize("op, flushed, kept", [
+    ("exp2", "ex2.approx.ftz.f32", "ex2.approx.f32"), ("sqrt", "sqrt.approx.ftz.f32", "sqrt.approx.f32"),
+    ("rsqrt", "rsqrt.approx.ftz.f32", "rsqrt.approx.f32"), ("sin", "abs.ftz.f32", "abs.f32"),
+])
+def test_enable_reflect_ftz_0_keeps_subnormals(op, flushed, kept):
+    """Triton's enable_reflect_ftz=False: libdevice's non-flushing paths, the roots without .ftz."""
+    fn = parse_function(_unary_kernel(op))
+    on = compile(fn, "sm_90a", {"num_warps": 4}, link=False).ptx.split(".entry")[1]
+    off = compile(fn, "sm_90a", {"num_warps": 4, "enable_reflect_ftz": 0}, link=False).ptx.split(".entry")[1]
+    assert flushed in on and flushed not in off and kept in off
+    with pytest.raises(CompileError, match="enable_reflect_ftz must be 0 or 1"):
+        compile(fn, "sm_90a", {"enable_reflect_ftz": 2}, link=False)
+
+
 @pytest.mark.parametrize("fusion", [1, 0])
 def test_libdevice_arithmetic_fuses_as_the_kernels_own(fusion):
     """Triton compiles libdevice with fp-contract=fast: its multiplies may fuse (`mul.f32`, which

@@ -69,8 +69,9 @@ def lower_function(fn, ctx) -> tuple[str, list[dict], int]:
     module.triple, module.data_layout = TRIPLE, DATA_LAYOUT
     # libdevice's flush-to-zero paths, as Triton asks for them (its enable_reflect_ftz, on by
     # default): NVVMReflect answers __nvvm_reflect("__CUDA_FTZ") with 1
-    module.add_named_metadata("llvm.module.flags", [ir.Constant(ir.IntType(32), 4), "nvvm-reflect-ftz",
-                                                    ir.Constant(ir.IntType(32), 1)])
+    if ctx.reflect_ftz:
+        module.add_named_metadata("llvm.module.flags", [ir.Constant(ir.IntType(32), 4), "nvvm-reflect-ftz",
+                                                        ir.Constant(ir.IntType(32), 1)])
     params = [param_type(a.type) for a in fn.args]
     llfn = ir.Function(module, ir.FunctionType(ir.VoidType(), params), fn.name)
     llfn.calling_convention = "ptx_kernel"

@@ -5,8 +5,8 @@ every register of the result's layout. Math follows Triton 3.6's PTX for sm_90 i
 instruction: fp32 `exp` is `ex2.approx` of x*log2(e), `exp2` `ex2.approx.ftz`, `sqrt` and `rsqrt`
 the approximate roots with flush-to-zero (libdevice's `__nv_sqrtf` / `__nv_rsqrtf` as Triton's
 reflect settings resolve them; `sqrt_rn` is the IEEE root), everything else libdevice (`__nv_logf`,
-`__nv_sinf`, ...) on its flush-to-zero paths (the module's nvvm-reflect-ftz); fp16/bf16 math runs
-in fp32. `llvm.exp`/`llvm.log`/`llvm.sin` abort NVPTX instruction selection, so they are never
+`__nv_sinf`, ...) on its flush-to-zero paths (the module's nvvm-reflect-ftz); with Triton's
+enable_reflect_ftz=0 none of them flushes. fp16/bf16 math runs in fp32. `llvm.exp`/`llvm.log`/`llvm.sin` abort NVPTX instruction selection, so they are never
 emitted.
 """
 from __future__ import annotations
@@ -88,18 +88,21 @@ def _libdevice(name32, name64):
     return fn
 
 
-def _approx(intrinsic, scale_in=None, f64=None):
+def _approx(intrinsic, scale_in=None, f64=None, ftz=False):
+    """fp32 through the approximate PTX instruction `intrinsic`; `ftz`: its flush-to-zero form when the
+    compile flushes as libdevice does (enable_reflect_ftz), as Triton's libdevice calls resolve."""
     def fn(lw, op, x):
         s = _s(op)
         if s.name == "fp64":
             return _float_call(lw, f64, s, x)
 
         flags = ("contract",) if lw.ctx.fp_fusion else ()  # as every fp32 multiply (_arith)
+        name = intrinsic.replace(".approx.", ".approx.ftz.") if ftz and lw.ctx.reflect_ftz else intrinsic
 
         def f32(v):
             if scale_in is not None:
                 v = lw.b.fmul(v, ir.Constant(F32, scale_in), flags=flags)
-            return lw.b.call(lw.intrinsic(intrinsic, F32, [F32]), [v])
+            return lw.b.call(lw.intrinsic(name, F32, [F32]), [v])
         return _via_f32(lw, op, [x], f32)
     return fn
 
@@ -240,7 +243,7 @@ def _bit_count(name):
 
 def _sqrt(lw, op, x):
     if _s(op).name == "fp32":  # tl.sqrt: Triton's "fast square root"
-        return _float_call(lw, "llvm.nvvm.sqrt.approx.ftz.f", F32, x)
+        return _float_call(lw, "llvm.nvvm.sqrt.approx.ftz.f" if lw.ctx.reflect_ftz else "llvm.nvvm.sqrt.approx.f", F32, x)
     return _sqrt_rn(lw, op, x)
 
 
@@ -449,11 +452,11 @@ _PER_ELEMENT = {
     "copysign": _copysign,
     "neg": _neg, "abs": _abs, "not": _not,
     "exp": _approx("llvm.nvvm.ex2.approx.f", scale_in=LOG2E, f64="__nv_exp"),
-    "exp2": _approx("llvm.nvvm.ex2.approx.ftz.f", f64="__nv_exp2"),  # as Triton (libdevice with ftz)
+    "exp2": _approx("llvm.nvvm.ex2.approx.f", f64="__nv_exp2", ftz=True),  # as Triton (libdevice's)
     "log": _libdevice("__nv_logf", "__nv_log"), "log2": _libdevice("__nv_log2f", "__nv_log2"),
     "log1p": _libdevice("__nv_log1pf", "__nv_log1p"),
     "sqrt": _sqrt, "sqrt_rn": _sqrt_rn,
-    "rsqrt": _approx("llvm.nvvm.rsqrt.approx.ftz.f", f64="__nv_rsqrt"),
+    "rsqrt": _approx("llvm.nvvm.rsqrt.approx.f", f64="__nv_rsqrt", ftz=True),
     "sin": _libdevice("__nv_sinf", "__nv_sin"), "cos": _libdevice("__nv_cosf", "__nv_cos"),
     "tan": _libdevice("__nv_tanf", "__nv_tan"), "tanh": _libdevice("__nv_tanhf", "__nv_tanh"),
     "erf": _libdevice("__nv_erff", "__nv_erf"),

@@ -42,7 +42,8 @@ class Options:
     num_ctas: int = 1
     maxnreg: int | None = None
     debug: bool = False
-    enable_fp_fusion: bool = True
+    enable_fp_fusion: bool = True  # where not given: knobs.language.default_fp_fusion (parse_options)
+    enable_reflect_ftz: bool = True
     launch_cooperative_grid: bool = False
     launch_pdl: bool = False
     sanitize_overflow: bool = False
@@ -82,6 +83,9 @@ class BaseBackend:
         warps = values.get("num_warps", options_record.DEFAULT_NUM_WARPS)
         if warps & (warps - 1):
             raise AssertionError("num_warps must be a power of 2")
+        if "enable_fp_fusion" not in values:  # as Triton's CUDA backend
+            from .knobs import language
+            values["enable_fp_fusion"] = bool(language.default_fp_fusion)
         return Options(**values)
 
     def launcher(self, kernel, binary, positions):

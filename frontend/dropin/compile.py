@@ -110,8 +110,8 @@ class ASTSource:
             else:
                 hints = {key for (key, value) in _hints(self.attrs.get((i,), ())) if _HINT_ATTRS.get(key) == value}
                 values[name] = f"{kind}:16" if hints else kind
-        values.update({k: options[k] for k in ("num_warps", "num_stages", "maxnreg", "enable_fp_fusion")
-                       if options.get(k) is not None})
+        values.update({k: options[k] for k in ("num_warps", "num_stages", "maxnreg", "enable_fp_fusion",
+                                               "enable_reflect_ftz") if options.get(k) is not None})
         return values
 
 

@@ -34,6 +34,8 @@ import threading
 import types
 from pathlib import Path
 
+from kiln.language.semantic import fp32_default  # a dot's default precision is in the IR the key stands for
+
 _DOMAIN = "kiln.dropin.source_key.v1"
 _PLAIN = (bool, int, float, str, bytes, type(None))
 
@@ -73,7 +75,7 @@ def source_key(src, backend, options, debug: bool) -> str | None:
                  sorted((list(k), _value(v)) for k, v in src.constants.items()),
                  sorted((list(k), _value(v)) for k, v in src.attrs.items()),
                  sorted((k, _value(v)) for k, v in vars(options).items()),
-                 [backend.hash(), backend.binary_target], debug]
+                 [backend.hash(), backend.binary_target], debug, fp32_default()]
     except _NoKey:
         return None
     return hashlib.sha256(json.dumps(parts, separators=(",", ":")).encode()).hexdigest()

@@ -1154,6 +1154,13 @@ def atomic_cas(ptr, cmp, val, sem=None, scope=None):
 _PRECISIONS = ("tf32", "tf32x3", "ieee")
 
 
+def fp32_default() -> str | None:
+    """`triton.knobs.language.fp32_default` (TRITON_F32_DEFAULT): the input precision of a dot that
+    names none, ahead of allow_tf32, as Triton's tl.dot takes it."""
+    from kiln.dropin.knobs import language
+    return language.fp32_default
+
+
 def dot(a, b, acc=None, input_precision=None, allow_tf32=None, max_num_imprecise_acc=None, out_dtype=None):
     a, b = to_tensor(a), to_tensor(b)
     out_dtype = unwrap(out_dtype)
@@ -1165,7 +1172,7 @@ def dot(a, b, acc=None, input_precision=None, allow_tf32=None, max_num_imprecise
     if input_precision is not None and allow_tf32 is not None:
         raise ValueError("give only one of input_precision and allow_tf32")
     if input_precision is None:
-        input_precision = "tf32" if allow_tf32 in (None, True) else "ieee"
+        input_precision = fp32_default() or ("tf32" if allow_tf32 in (None, True) else "ieee")
     if input_precision not in _PRECISIONS:
         raise ValueError(f"input_precision must be one of {_PRECISIONS}, not {input_precision!r}")
     if is_fp8e4b15(a.dtype) or is_fp8e4b15(b.dtype):  # upcast, as Triton does
