@@ -268,7 +268,10 @@ def test_language_conformance_kernels_compile(name):
 
 def test_cache_hints_and_volatile_loads():
     ptx = compiled("cache_hints").ptx
-    assert "ld.global.cg.v4.b32" in ptx and "ld.global.L1::evict_first.v4.b32" in ptx
+    assert "ld.global.cg.v4.b32" in ptx
+    # the eviction priority for L1 and, as Triton's, an L2 policy made beside the access
+    assert re.search(r"createpolicy\.fractional\.L2::evict_first\.b64 (%\w+), 1\.0; .*"
+                     r"ld\.global\.L1::evict_first\.L2::cache_hint\.v4\.b32 \{[^}]*\}, \[%\w+\], \1;", ptx)
     assert "st.global.cs.v4.b32" in ptx
     loop = ptx[ptx.index("$L__BB0_1:"):]  # the spin loop re-reads the flag every time round
     assert "ld.volatile.global.b32" in loop

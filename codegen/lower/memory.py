@@ -102,8 +102,23 @@ def qualifiers(op, lw=None) -> str:
     if cache in (_LOAD_CACHE if op.name == "load" else _STORE_CACHE):
         return ".global" + cache
     if evict in _EVICT and (lw is None or lw.ctx.target.ptx_version >= 74):  # PTX 7.4 added them
-        return ".global.L1::" + evict
+        return ".global.L1::" + evict + _L2_HINT
     return ".global"
+
+
+# Triton's eviction_policy also tells L2 (sm_80+): a policy made where the access is (createpolicy,
+# scoped to the access's own asm block) and passed to it as `.L2::cache_hint`
+_L2_HINT = ".L2::cache_hint"
+
+
+def _with_l2_policy(quals: str, access: str) -> tuple[str, str]:
+    """(PTX to put before the access, the access ended) for `access` (an ld or st, no `;`): the
+    policy as its last operand where `quals` asks for an L2 hint, ("", access;) otherwise."""
+    if _L2_HINT not in quals:
+        return "", access + ";"
+    evict = quals.split("L1::")[1].split(".")[0]
+    return (f".reg .b64 %l2policy; createpolicy.fractional.L2::{evict}.b64 %l2policy, 1.0; ",
+            access + ", %l2policy;")
 
 
 def _masked_load(lw, ptr, mask, others, elem_ty, n, quals=".global"):
@@ -115,7 +130,8 @@ def _masked_load(lw, ptr, mask, others, elem_ty, n, quals=".global"):
     mov = "".join(f"mov.b{max(16, word_bits)} ${i}, ${nwords + 2 + i}; " for i in range(nwords))
     vec = f".v{nwords}" if nwords > 1 else ""
     dst = f"{{{outs}}}" if nwords > 1 else outs
-    text = f"{mov}@${nwords} ld{quals}{vec}.{ptx_ty} {dst}, [${nwords + 1}];"
+    policy, access = _with_l2_policy(quals, f"@${nwords} ld{quals}{vec}.{ptx_ty} {dst}, [${nwords + 1}]")
+    text = f"{{ {policy}{mov}{access} }}" if policy else f"{mov}{access}"
     cons = ",".join([f"={con}"] * nwords + ["b", "l"] + [con] * nwords)
     ret = wty if nwords == 1 else ir.LiteralStructType([wty] * nwords)
     fty = ir.FunctionType(ret, [I1, GLOBAL_PTR] + [wty] * nwords)
@@ -146,7 +162,8 @@ def _masked_store(lw, ptr, mask, values, elem_ty, quals=".global"):
     srcs = ", ".join(f"${i + 2}" for i in range(nwords))
     vec = f".v{nwords}" if nwords > 1 else ""
     src = f"{{{srcs}}}" if nwords > 1 else srcs
-    text = f"@$0 st{quals}{vec}.{ptx_ty} [$1], {src};"
+    policy, access = _with_l2_policy(quals, f"@$0 st{quals}{vec}.{ptx_ty} [$1], {src}")
+    text = f"{{ {policy}{access} }}" if policy else access
     cons = ",".join(["b", "l"] + [con] * nwords)
     fty = ir.FunctionType(ir.VoidType(), [I1, GLOBAL_PTR] + [wty] * nwords)
     lw.b.call(ir.InlineAsm(fty, text, cons, side_effect=True), [mask, ptr] + words)
