@@ -13,7 +13,7 @@ keeps its single body (the factor is a hint; the rewrite above assumes the loop 
 """
 from __future__ import annotations
 
-from kiln.ir.core import Block, Function, Operation, Value
+from kiln.ir.core import Block, Function, Operation, Value, const_int
 
 HINT = "loop_unroll_factor"
 
@@ -39,18 +39,10 @@ def _unroll_in(block: Block) -> None:
         i += len(made)
 
 
-def _constant(v: Value):
-    op = v.defining_op
-    if op is not None and op.name == "constant" and isinstance(op.attrs["value"], int) \
-            and not isinstance(op.attrs["value"], bool):
-        return op.attrs["value"]
-    return None
-
-
 def _unrolled(loop: Operation) -> list[Operation] | None:
     """The ops that replace `loop`, or None where it stays as it is."""
     factor = loop.attrs.get(HINT)
-    step = _constant(loop.operands[2])
+    step = const_int(loop.operands[2])
     if not isinstance(factor, int) or factor <= 1 or step is None or step <= 0:
         return None
     lb, ub = loop.operands[:2]
@@ -64,7 +56,7 @@ def _unrolled(loop: Operation) -> list[Operation] | None:
         return op.results[0]
 
     stride = factor * step
-    first, last = _constant(lb), _constant(ub)
+    first, last = const_int(lb), const_int(ub)
     if first is not None and last is not None:
         main_end = emit("constant", [], value=first + max(last - first, 0) // stride * stride)
         remainder = (max(last - first, 0) + step - 1) // step % factor != 0

@@ -43,6 +43,15 @@ class Value:
         return f"Value({self.type})"
 
 
+def const_int(v: Value) -> int | None:
+    """The int a `constant` op gives `v` (not a bool), or None."""
+    op = v.defining_op
+    if op is not None and op.name == "constant" and isinstance(op.attrs["value"], int) \
+            and not isinstance(op.attrs["value"], bool):
+        return op.attrs["value"]
+    return None
+
+
 def is_zero_constant(v: Value) -> bool:
     """Is `v` a constant zero (a number, not False)?"""
     op = v.defining_op

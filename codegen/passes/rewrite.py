@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from kiln.ir import OPS, Function
-from kiln.ir.core import Block, Operation, Value
+from kiln.ir.core import Block, Operation, Value, const_int  # noqa: F401  (the passes take it from here)
 from kiln.ir.types import int1, int32
 
 # Ops that read memory: they can be removed when unused but must not be merged (a store
@@ -53,15 +53,6 @@ def in_loop(op: Operation) -> bool:
             return True
         owner = owner.parent.parent
     return False
-
-
-def const_int(v):
-    """The int a `constant` op gives `v`, or None."""
-    op = v.defining_op
-    if op is not None and op.name == "constant" and isinstance(op.attrs["value"], int) \
-            and not isinstance(op.attrs["value"], bool):
-        return op.attrs["value"]
-    return None
 
 
 def append_op(out, name, operands, result_types=(), loc=None, **attrs):
