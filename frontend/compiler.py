@@ -245,7 +245,7 @@ class CompiledKernel:
             self._check_global_reads()
         sizes = grid3(grid)
         hooks = launch_hooks.knobs
-        if (hooks.launch_hooked or hooks.runtime is not hooks.hooked_runtime) and launch_hooks.launching():
+        if (hooks.launch_hooked or hooks.runtime is not hooks.hooked.runtime) and launch_hooks.launching():
             stream, metadata = self._hook_metadata(grid, args, stream)
             launch_hooks.around_launch(lambda: self._measured_launch(grid, sizes, args, stream), metadata)
             return

@@ -32,8 +32,8 @@ class LaunchMetadata:
 
 def launching() -> bool:
     """Whether a launch hook is set: else a launch builds no metadata. A hot path asks
-    `knobs.launch_hooked or knobs.runtime is not knobs.hooked_runtime` first (no call)."""
-    if knobs.runtime is not knobs.hooked_runtime:
+    `knobs.launch_hooked or knobs.runtime is not knobs.hooked.runtime` first (no call)."""
+    if knobs.runtime is not knobs.hooked.runtime:
         return knobs.recount_launch_hooks()
     return knobs.launch_hooked
 

@@ -1,5 +1,6 @@
 """Triton 3.6's host API in kiln.dropin, as Inductor drives it: ASTSource -> triton.compile ->
 a CompiledKernel that pickles (compile workers) and launches through Triton's `run` signature."""
+import os
 import pickle
 import re
 
@@ -185,6 +186,27 @@ def test_a_compile_s_cache_key_names_source_backend_options_and_environment():
     assert options.hash() != backend.parse_options({"num_warps": 8}).hash()
     assert get_cache_key(ASTSource(scale, SIGNATURE, {"BLOCK": 32}, ATTRS), backend, options, {}) != \
         get_cache_key(src, backend, options, {})
+
+
+def test_every_knob_set_is_one_module_global(monkeypatch):
+    """Triton's fresh_knobs fixture swaps every knob set among `triton.knobs`' globals for a fresh
+    copy, deleting their variables from the environment and putting them back after: a knob set
+    held under two names (kiln's launch-hook bookkeeping once held `runtime` so) made it delete
+    TRITON_INTERPRET for good."""
+    sets = {name: value for name, value in vars(knobs).items()
+            if isinstance(value, knobs.base_knobs) and value is not knobs.base_knobs}
+    assert len({id(v) for v in sets.values()}) == len(sets)
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    knobs.recount_launch_hooks()
+    env_to_unset = []
+    with monkeypatch.context() as fresh:  # what fresh_knobs does to the environment, then undoes
+        for knobset in sets.values():
+            for knob in knobset.knob_descriptors.values():
+                if knob.key in os.environ:
+                    fresh.delenv(knob.key)
+                else:
+                    env_to_unset.append(knob.key)
+    assert "TRITON_INTERPRET" not in env_to_unset and os.environ["TRITON_INTERPRET"] == "1"
 
 
 def test_the_compiler_module_has_tritons_lazy_dict_and_knobs_their_env_spelling():

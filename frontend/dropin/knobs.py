@@ -536,18 +536,27 @@ nvidia = nvidia_knobs()
 amd = amd_knobs()
 proton = proton_knobs()
 
+class _Counted:
+    """The `runtime` the launch_hooked flag was counted for. Held in an object of its own, not as a
+    module global: Triton's fresh_knobs fixture takes every knob set among the module's globals, and a
+    second `runtime` there made it drop TRITON_INTERPRET from the environment when it restored it."""
+    __slots__ = ("runtime",)
+
+    def __init__(self):
+        self.runtime = None
+
+
 # Whether a launch hook is set on `runtime`, and the `runtime` that answer is for: kept as the hooks
 # change, so that a launch reads a flag (kiln.launch_hooks) rather than asking two chains; a
 # `runtime` put in its place (as Triton's test fixtures do, a copy) is asked again
 launch_hooked = False
-hooked_runtime = None
+hooked = _Counted()
 
 
 def recount_launch_hooks() -> bool:
-    global launch_hooked, hooked_runtime
-    hooked_runtime = globals().get("runtime")  # None while the module is loading
-    launch_hooked = hooked_runtime is not None and bool(hooked_runtime.launch_enter_hook
-                                                        or hooked_runtime.launch_exit_hook)
+    global launch_hooked
+    counted = hooked.runtime = globals().get("runtime")  # None while the module is loading
+    launch_hooked = counted is not None and bool(counted.launch_enter_hook or counted.launch_exit_hook)
     return launch_hooked
 
 
