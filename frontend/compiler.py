@@ -34,7 +34,7 @@ CODEGEN_LOOP_HINTS = ("num_stages", "warp_specialize")
 def codegen_options(options: dict) -> dict:
     out = {"num_warps": config.DEFAULT_NUM_WARPS, "num_stages": config.DEFAULT_NUM_STAGES}
     out.update({k: int(v) for k, v in options.items() if k in CODEGEN_OPTIONS and v is not None})
-    fusion_default = _knobs_default_fp_fusion()
+    fusion_default = default_fp_fusion()
     out.setdefault("enable_fp_fusion", int(fusion_default))
     # the defaults leave: one compile key whether or not they were said (a 1 the knob's default does not
     # give stays, so that the options given again give the same: this runs on its own output too)
@@ -45,7 +45,7 @@ def codegen_options(options: dict) -> dict:
     return out
 
 
-def _knobs_default_fp_fusion() -> bool:
+def default_fp_fusion() -> bool:
     """`triton.knobs.language.default_fp_fusion` (TRITON_DEFAULT_FP_FUSION): enable_fp_fusion where a
     launch does not say it, as Triton's CUDA backend takes it."""
     from .dropin.knobs import language

@@ -6,8 +6,8 @@ instruction: fp32 `exp` is `ex2.approx` of x*log2(e), `exp2` `ex2.approx.ftz`, `
 the approximate roots with flush-to-zero (libdevice's `__nv_sqrtf` / `__nv_rsqrtf` as Triton's
 reflect settings resolve them; `sqrt_rn` is the IEEE root), everything else libdevice (`__nv_logf`,
 `__nv_sinf`, ...) on its flush-to-zero paths (the module's nvvm-reflect-ftz); with Triton's
-enable_reflect_ftz=0 none of them flushes. fp16/bf16 math runs in fp32. `llvm.exp`/`llvm.log`/`llvm.sin` abort NVPTX instruction selection, so they are never
-emitted.
+enable_reflect_ftz=0 none of them flushes. fp16/bf16 math runs in fp32. `llvm.exp`/`llvm.log`/
+`llvm.sin` abort NVPTX instruction selection, so they are never emitted.
 """
 from __future__ import annotations
 
@@ -241,9 +241,12 @@ def _bit_count(name):
     return fn
 
 
+_FAST_SQRT = _approx("llvm.nvvm.sqrt.approx.f", ftz=True)
+
+
 def _sqrt(lw, op, x):
     if _s(op).name == "fp32":  # tl.sqrt: Triton's "fast square root"
-        return _float_call(lw, "llvm.nvvm.sqrt.approx.ftz.f" if lw.ctx.reflect_ftz else "llvm.nvvm.sqrt.approx.f", F32, x)
+        return _FAST_SQRT(lw, op, x)
     return _sqrt_rn(lw, op, x)
 
 

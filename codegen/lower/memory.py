@@ -111,14 +111,14 @@ def qualifiers(op, lw=None) -> str:
 _L2_HINT = ".L2::cache_hint"
 
 
-def _with_l2_policy(quals: str, access: str) -> tuple[str, str]:
-    """(PTX to put before the access, the access ended) for `access` (an ld or st, no `;`): the
-    policy as its last operand where `quals` asks for an L2 hint, ("", access;) otherwise."""
+def _access_asm(quals: str, before: str, access: str) -> str:
+    """The inline asm of `before` (movs) and `access` (an ld or st, no `;`); where `quals` asks for
+    an L2 hint, in a block of its own that makes the policy and passes it as the access's last operand."""
     if _L2_HINT not in quals:
-        return "", access + ";"
+        return f"{before}{access};"
     evict = quals.split("L1::")[1].split(".")[0]
-    return (f".reg .b64 %l2policy; createpolicy.fractional.L2::{evict}.b64 %l2policy, 1.0; ",
-            access + ", %l2policy;")
+    return (f"{{ .reg .b64 %l2policy; createpolicy.fractional.L2::{evict}.b64 %l2policy, 1.0; "
+            f"{before}{access}, %l2policy; }}")
 
 
 def _masked_load(lw, ptr, mask, others, elem_ty, n, quals=".global"):
@@ -130,8 +130,7 @@ def _masked_load(lw, ptr, mask, others, elem_ty, n, quals=".global"):
     mov = "".join(f"mov.b{max(16, word_bits)} ${i}, ${nwords + 2 + i}; " for i in range(nwords))
     vec = f".v{nwords}" if nwords > 1 else ""
     dst = f"{{{outs}}}" if nwords > 1 else outs
-    policy, access = _with_l2_policy(quals, f"@${nwords} ld{quals}{vec}.{ptx_ty} {dst}, [${nwords + 1}]")
-    text = f"{{ {policy}{mov}{access} }}" if policy else f"{mov}{access}"
+    text = _access_asm(quals, mov, f"@${nwords} ld{quals}{vec}.{ptx_ty} {dst}, [${nwords + 1}]")
     cons = ",".join([f"={con}"] * nwords + ["b", "l"] + [con] * nwords)
     ret = wty if nwords == 1 else ir.LiteralStructType([wty] * nwords)
     fty = ir.FunctionType(ret, [I1, GLOBAL_PTR] + [wty] * nwords)
@@ -162,8 +161,7 @@ def _masked_store(lw, ptr, mask, values, elem_ty, quals=".global"):
     srcs = ", ".join(f"${i + 2}" for i in range(nwords))
     vec = f".v{nwords}" if nwords > 1 else ""
     src = f"{{{srcs}}}" if nwords > 1 else srcs
-    policy, access = _with_l2_policy(quals, f"@$0 st{quals}{vec}.{ptx_ty} [$1], {src}")
-    text = f"{{ {policy}{access} }}" if policy else access
+    text = _access_asm(quals, "", f"@$0 st{quals}{vec}.{ptx_ty} [$1], {src}")
     cons = ",".join(["b", "l"] + [con] * nwords)
     fty = ir.FunctionType(ir.VoidType(), [I1, GLOBAL_PTR] + [wty] * nwords)
     lw.b.call(ir.InlineAsm(fty, text, cons, side_effect=True), [mask, ptr] + words)

@@ -84,8 +84,8 @@ class BaseBackend:
         if warps & (warps - 1):
             raise AssertionError("num_warps must be a power of 2")
         if "enable_fp_fusion" not in values:  # as Triton's CUDA backend
-            from .knobs import language
-            values["enable_fp_fusion"] = bool(language.default_fp_fusion)
+            from kiln.compiler import default_fp_fusion
+            values["enable_fp_fusion"] = default_fp_fusion()
         return Options(**values)
 
     def launcher(self, kernel, binary, positions):
