@@ -157,7 +157,8 @@ def time_kiln_stages(timers: StageTimers) -> None:
     from kiln.codegen.pipeline import run_passes
     from kiln.ast_to_ir import build_kernel
     for function, stage in ((build_kernel, "frontend"), (run_passes, "passes"), (lower_function, "lowering"),
-                            (backend.optimize, "llvm_o3"), (backend.emit_ptx, "ptx"),
+                            (backend.optimize, "llvm_o3"), (backend.for_emission, "llir_text"),
+                            (backend.emit_ptx, "ptx"),
                             (nvjitlink.link_cubin, "nvjitlink")):
         timers.wrap_everywhere("kiln", function, stage)
 

@@ -271,6 +271,7 @@ def _compile(fn, target: str, options: dict | None, check: bool, link: bool, cou
     if any("global_scratch" in a for a in arg_layout):  # tensormap.replace came with PTX ISA 8.3
         tgt = dataclasses.replace(tgt, ptx_version=max(tgt.ptx_version, 83))
     mod = backend.optimize(llir, tgt, fn.name, fp_fusion=bool(opts.get("enable_fp_fusion", 1)))
+    mod, llir = backend.for_emission(mod)
     started = _stage_done("llvm", started)
     ptx = backend.emit_ptx(mod, tgt)
     started = _stage_done("ptx", started)
@@ -307,5 +308,5 @@ def _compile(fn, target: str, options: dict | None, check: bool, link: bool, cou
         "threads": 32 * warps, "shared": shared, "n_regs": n_regs, "n_spills": n_spills,
         "args": arg_layout, "ptx_version": tgt.ptx_version, **counts,
     }
-    # `llir` is the optimized module (as Triton's asm["llir"]); lower_to_llvm gives the raw one
-    return CompiledKernel(fn.name, tgt.name, kir, str(mod), ptx, cubin, metadata)
+    # `llir` is the optimized module (as Triton's asm["llir"]), as emitted; lower_to_llvm gives the raw one
+    return CompiledKernel(fn.name, tgt.name, kir, llir, ptx, cubin, metadata)

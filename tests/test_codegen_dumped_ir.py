@@ -27,7 +27,8 @@ def lowered_alone(kir: str, target: str, num_warps: int) -> str:
     llir, arg_layout, _ = lower_function(fn, ctx)
     if any("global_scratch" in a for a in arg_layout):  # as the compile raises it for tensormap.replace
         tgt = dataclasses.replace(tgt, ptx_version=max(tgt.ptx_version, 83))
-    return backend.emit_ptx(backend.optimize(llir, tgt, fn.name), tgt)
+    module, _ = backend.for_emission(backend.optimize(llir, tgt, fn.name))
+    return backend.emit_ptx(module, tgt)
 
 
 @pytest.mark.parametrize("target", ["sm_80", "sm_90a"])
