@@ -102,8 +102,8 @@ def _lower_to_llvm(fn, tgt, opts: dict, check: bool, portable: bool, counts: dic
             run_passes(work, ctx, check=check, start=TILE_OVERLAP)
             counts["pass_runs"] = counts.get("pass_runs", 0) + 1
         tiles_overlapped = tile_overlap.overlapped(work)
-        if tiles_overlapped and not portable and planned_shared_bytes(work) > limit:
-            overlap = False  # past the SM's shared memory already by the passes' plan: no lowering needed to see it
+        if tiles_overlapped and not portable and _overlap_costs(planned_shared_bytes(work), allocated_bytes(work), tgt):
+            overlap = False  # the passes' plan (what lowering will take at least) already costs: no lowering needed to see it
             continue
         counts["lowerings"] = counts.get("lowerings", 0) + 1
         try:
