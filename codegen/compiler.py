@@ -84,18 +84,19 @@ def _lower_to_llvm(fn, tgt, opts: dict, check: bool, portable: bool, counts: dic
     limit = occupancy.max_shared_per_cta(tgt.capability)
     reserve, overlap = 0, True
     before_overlap = None  # the IR after the passes before tile_overlap, for this `reserve`
+    ctx = PassContext(tgt, opts["num_warps"], opts["num_stages"], maxnreg=opts.get("maxnreg"),
+                      fp_fusion=bool(opts.get("enable_fp_fusion", 1)),
+                      reflect_ftz=bool(opts.get("enable_reflect_ftz", 1)), portable=portable)
     for _ in range(4):
-        ctx = PassContext(tgt, opts["num_warps"], opts["num_stages"], maxnreg=opts.get("maxnreg"),
-                          fp_fusion=bool(opts.get("enable_fp_fusion", 1)),
-                          reflect_ftz=bool(opts.get("enable_reflect_ftz", 1)), portable=portable, shared_reserve=reserve,
-                          tile_overlap=overlap)
         if before_overlap is not None and not overlap:
             # the overlap variant dropped, the rings as planned: on from where tile_overlap ran
             work, before_overlap = before_overlap, None  # the copy's own: it resumes once at most
+            _choose_variant(work, reserve, overlap)
             run_passes(work, ctx, check=check, start=TILE_OVERLAP)
             counts["pass_resumes"] = counts.get("pass_resumes", 0) + 1
         else:
             work = copy_function(fn)  # a private copy for the passes to rewrite (as its text would parse)
+            _choose_variant(work, reserve, overlap)
             run_passes(work, ctx, check=check, stop=TILE_OVERLAP)
             if overlap and tile_overlap.tile_loop(work) is not None:  # a persistent GEMM: it may try the overlap variant
                 before_overlap = copy_function(work)
@@ -125,6 +126,15 @@ def _lower_to_llvm(fn, tgt, opts: dict, check: bool, portable: bool, counts: dic
         before_overlap = None
     facts["warps"] = cta_warps(work, opts["num_warps"])
     return print_function(work), llir, arg_layout, shared
+
+
+def _choose_variant(work, reserve: int, overlap: bool) -> None:
+    """Mark on the kernel which variant its passes build (kiln.codegen.pipeline): the shared memory
+    its rings leave free, and whether a persistent GEMM keeps them live through its epilogue."""
+    if reserve:
+        work.attrs["shared_reserve"] = reserve
+    if not overlap:
+        work.attrs["tile_overlap"] = 0
 
 
 def _overlap_costs(shared: int, allocated: int, tgt) -> bool:

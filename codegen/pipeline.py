@@ -50,9 +50,13 @@ class PassContext:
     fp_fusion: bool = True  # a*b+c may become one fma (Triton's enable_fp_fusion)
     reflect_ftz: bool = True  # libdevice and the approximate roots flush fp32 subnormals (Triton's enable_reflect_ftz)
     portable: bool = False  # no inline PTX: the LLVM IR can also run on a CPU (kiln.codegen.emulate)
-    shared_reserve: int = 0  # bytes smem_pipeline leaves free (the scratch a first lowering needed beyond the limit)
-    tile_overlap: bool = True  # may tile_overlap keep a persistent GEMM's rings live through its epilogue
     check: bool = False  # tests: verify after every pass (every compile verifies after the last)
+
+
+# The variants a compile tries are attributes of the kernel, in its IR (so its dump says which it is):
+# `persistent = 0` (the tile kernel as written), `tile_overlap = 0` (a persistent GEMM's rings not kept
+# live through its epilogue), `shared_reserve = N` (bytes smem_pipeline leaves free for the scratch a
+# first lowering needed beyond the SM's shared memory).
 
 
 def run_passes(fn, ctx: PassContext, check: bool = False, start: int = 0, stop: int | None = None) -> None:

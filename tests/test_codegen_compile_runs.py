@@ -53,7 +53,8 @@ def test_a_resumed_variant_compiles_as_a_whole_run_of_its_passes():
     resumed, llir, _, shared = lower_to_llvm(fn, tgt, opts, counts=(counts := {}))
     assert counts == {"pass_runs": 1, "pass_resumes": 1, "lowerings": 1}
     work = parse_function(kernel.asm["kir"])
-    ctx = PassContext(tgt, 8, 3, tile_overlap=False)
+    work.attrs["tile_overlap"] = 0
+    ctx = PassContext(tgt, 8, 3)
     run_passes(work, ctx)
     whole, _, whole_shared = lower_function(work, ctx)
     assert (llir, shared) == (whole, whole_shared)

@@ -358,7 +358,7 @@ def plan_loop(loop, stages, fn, ctx, kind):
     reserve = ALIGN * (2 if any(is_tma(r.load) for r in rings) else 1)  # alignment; the mbarriers
     if kind == "wgmma" and loop.attrs.get("warp_specialize"):
         reserve += specialized_scratch(loop, ctx.num_warps)
-    budget = max_shared_per_cta(ctx.target.capability) - reserve - ctx.shared_reserve
+    budget = max_shared_per_cta(ctx.target.capability) - reserve - fn.attrs.get("shared_reserve", 0)
     once = {(id(src[1]), src[2]): src[2].nbytes for _, sources in dots.values() for src, _ in sources if src[0] == "once"}
     budget -= sum(once.values())
     staged = {id(src[1]): src[2].nbytes for _, sources in dots.values() for src, _ in sources if src[0] == "staged"}

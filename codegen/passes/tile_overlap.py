@@ -58,7 +58,7 @@ def tile_loop(fn):
 
 
 def apply(fn, ctx) -> None:
-    if not enabled(ctx) or not ctx.tile_overlap:
+    if not enabled(ctx) or fn.attrs.get("tile_overlap", 1) == 0:
         return
     tiles = tile_loop(fn)
     gemm = match_tile_gemm(tiles) if tiles is not None else None
