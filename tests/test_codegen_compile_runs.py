@@ -42,6 +42,14 @@ def test_a_gemm_whose_overlap_costs_a_cta_by_its_plan_is_lowered_once():
     assert kernel.metadata["lowerings"] == 1  # the plan shows the overlap costs it a CTA per SM
 
 
+def test_the_dumped_ir_says_which_variant_it_is():
+    from kiln.codegen import compile as compile_ir
+    kernel = bench_matmul(64, 64, 32, 4)
+    compiled = compile_ir(parse_function(kernel.asm["kir"]), "sm_90a", {"num_warps": 4, "num_stages": 3}, link=False)
+    assert compiled.kir.splitlines()[0].endswith("attributes {tile_overlap = 0} {")
+    assert parse_function(compiled.kir).attrs["tile_overlap"] == 0
+
+
 def test_a_resumed_variant_compiles_as_a_whole_run_of_its_passes():
     """The variant without the overlap, resumed after tile_overlap, is the kernel the whole pass
     list makes with the overlap off."""
