@@ -1,7 +1,9 @@
 """Tensor-core matmul: Triton's tutorial-03 kernel (bench/kernels.py `matmul_kernel`) on
 kiln and on upstream Triton, each autotuned over the tutorial's configs, against cuBLAS.
 
-    python bench/matmul.py [--quick] [--check] [--dtypes fp16,bf16,fp8,tf32] [--sizes 2048,4096,8192] [--out DIR]
+    python bench/matmul.py [--quick] [--check] [--dtypes fp16,bf16,fp8,tf32] [--sizes 2048,4096,3000x5000x1000] [--out DIR]
+
+A size is N (an N³ matmul) or MxNxK.
 
 --check first runs every config on odd shapes (K not a multiple of BLOCK_K, M and N not
 multiples of the tile) and compares with torch. Autotuning is done here as Triton's
@@ -66,7 +68,7 @@ def reference(a, b):
 def check(libs, dtypes, configs):
     failures = []
     for dtype in dtypes:
-        for (M, N, K) in [(256, 512, 192), (200, 328, 100), (512, 256, 1024)]:
+        for (M, N, K) in [(256, 512, 192), (200, 328, 100), (512, 256, 1024), (200, 328, 296)]:
             a, b = operands(dtype, M, N, K)
             want = reference(a, b)
             for cfg in configs:
@@ -87,18 +89,31 @@ def check(libs, dtypes, configs):
     return failures
 
 
+def shape_of(size) -> tuple[int, int, int]:
+    """(M, N, K) of a size: N for N³, or "MxNxK"."""
+    if isinstance(size, int):
+        return size, size, size
+    m, n, k = (int(d) for d in size.split("x"))
+    return m, n, k
+
+
+def parse_sizes(text: str) -> list:
+    return [int(s) if s.isdigit() else s for s in text.split(",")]
+
+
 def run(libs, dtypes, sizes, configs, rounds=3):
     rows = []
     for dtype in dtypes:
         for s in sizes:
-            a, b = operands(dtype, s, s, s)
-            c = torch.empty(s, s, device="cuda", dtype=torch.float16)
+            M, N, K = shape_of(s)
+            a, b = operands(dtype, M, N, K)
+            c = torch.empty(M, N, device="cuda", dtype=torch.float16)
             picked = {name: fastest(lambda cfg, lib=lib: launcher(lib, a, b, c, cfg), configs)
                       for name, lib in libs.items()}
             fns = {name: launcher(libs[name], a, b, c, got[1]) for name, got in picked.items() if got}
             torch.backends.cuda.matmul.allow_tf32 = dtype == "tf32"  # cuBLAS's tf32 against tl.dot's
             if dtype != "fp8":
-                out = torch.empty(s, s, device="cuda", dtype=a.dtype)
+                out = torch.empty(M, N, device="cuda", dtype=a.dtype)
                 fns["cublas"] = lambda: torch.matmul(a, b, out=out)
             else:
                 scale = torch.ones((), device="cuda")
@@ -108,10 +123,11 @@ def run(libs, dtypes, sizes, configs, rounds=3):
 
 
 def timed_row(dtype, size, fns, picked, rounds):
-    """TFLOP/s of each of `fns` (an N³ matmul) timed in turns, with the configs `picked`."""
+    """TFLOP/s of each of `fns` (a matmul of `size`, shape_of) timed in turns, with the configs `picked`."""
     row = {"dtype": dtype, "size": size}
+    M, N, K = shape_of(size)
     for name, ms in interleaved(fns, rounds).items():
-        row[name] = 2 * size ** 3 / (ms * 1e-3) / 1e12
+        row[name] = 2 * M * N * K / (ms * 1e-3) / 1e12
     row["configs"] = {name: got[1] for name, got in picked.items() if got}
     print(json.dumps(row))
     return row
@@ -141,7 +157,7 @@ def main():
     configs = QUICK if args.quick else CONFIGS
     if args.check:
         check(libs, dtypes, configs)
-    rows = run(libs, dtypes, [int(s) for s in args.sizes.split(",")], configs)
+    rows = run(libs, dtypes, parse_sizes(args.sizes), configs)
     text = table(rows)
     print(text)
     if args.out:

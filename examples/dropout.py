@@ -12,8 +12,9 @@ import kiln.language as tl
 BLOCK = 1024
 
 
-# main()'s launches, for `kiln prewarm`: a seed divisible by 16 specializes differently.
-@triton.jit(prewarm=[{"x": "*fp32:16", "out": "*fp32:16", "n": "i32", "p": "fp32", "seed": seed,
+# main()'s launches, for `kiln prewarm` (3000 elements: a multiple of 8, not of 16): a seed
+# divisible by 16 specializes differently.
+@triton.jit(prewarm=[{"x": "*fp32:16", "out": "*fp32:16", "n": "i32:8", "p": "fp32", "seed": seed,
                       "BLOCK_SIZE": BLOCK} for seed in ("i32", "i32:16")])
 def _seeded_dropout(x, out, n, p, seed, BLOCK_SIZE: tl.constexpr):
     """out = x / (1 - p) where the element survives (probability 1 - p), else 0."""

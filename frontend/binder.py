@@ -5,7 +5,7 @@ writes a Python function with the kernel's own parameters (and defaults) plus th
 launch options as keyword-only parameters; it returns the specialization key and the
 argument values without `inspect.signature.bind`. The key holds, per argument, only
 what specialization reads: the pointer dtype and 16-byte alignment, the integer kind,
-equality to 1 and divisibility by 16, or the constexpr's value.
+equality to 1 and divisibility by 16 or 8, or the constexpr's value.
 """
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from kiln.tools.tensor_descriptor import TensorDescriptor
 
 from . import config
 from .errors import KilnError
+from .specialize import int_divisibility
 from .jit_callable import JITCallable
 
 _INT32_MIN, _INT32_MAX = -2**31, 2**31 - 1
@@ -31,7 +32,7 @@ def _items(libraries):
 
 def _int_key(value: int):
     kind = "i32" if _INT32_MIN <= value <= _INT32_MAX else ("u64" if value >= 2**63 else "i64")
-    return (kind, value == 1, value % 16 == 0)
+    return (kind, value == 1, int_divisibility(value))
 
 
 def spec_key(value):

@@ -4,7 +4,8 @@
 
 Each dict is one specialization, spelt as Triton's ahead-of-time compiler spells them:
 `*fp32` a pointer (`*fp32:16`: 16-byte aligned), `i1 i32 i64 u64 fp32` a scalar
-(`i32:16`: divisible by 16; `i32:1` or the plain value 1: equal to 1), and plain Python
+(`i32:16`: divisible by 16; `i32:8`: by 8, not 16, which kiln specializes on as well;
+`i32:1` or the plain value 1: equal to 1), and plain Python
 values for constexpr parameters (a plain value for any other parameter is specialized as
 a call would specialize it). `num_warps`, `num_stages` and the other launch options may be
 given too; a parameter left out takes its default. The IR is built exactly as a launch
@@ -45,16 +46,18 @@ class SignatureError(ValueError):
 
 
 def parse_arg(text: str):
-    """`"*fp16:16"` -> (ptr<fp16>, {"divisibility": 16}); `"i32:1"` -> constexpr(1)."""
+    """`"*fp16:16"` -> (ptr<fp16>, {"divisibility": 16}); `"i32:8"` -> (int32, {"divisibility": 8});
+    `"i32:1"` -> constexpr(1)."""
     spelling, _, hint = text.strip().partition(":")
-    if hint not in ("", "1", "16"):
-        raise SignatureError(f"{text!r}: the only hints are :16 (aligned or divisible by 16) and :1 (equal to 1)")
+    if hint not in ("", "1", "8", "16"):
+        raise SignatureError(f"{text!r}: the only hints are :16 (aligned or divisible by 16), :8 (an integer "
+                             "divisible by 8) and :1 (equal to 1)")
     if spelling.startswith("*"):
         element = _ELEMENTS.get(spelling[1:])
         if element is None:
             raise SignatureError(f"{text!r}: unknown pointer element type {spelling[1:]!r}")
-        if hint == "1":
-            raise SignatureError(f"{text!r}: a pointer cannot be equal to 1")
+        if hint in ("1", "8"):
+            raise SignatureError(f"{text!r}: a pointer is 16-byte aligned (:16) or not")
         return pointer_type(element), ({"divisibility": 16} if hint == "16" else {})
     scalar = _SCALARS.get(spelling)
     if scalar is None:
@@ -62,10 +65,10 @@ def parse_arg(text: str):
                              "(what a call specializes Python ints, floats and bools to, and the other widths a "
                              "signature may declare), or a pointer *TYPE")
     if hint and (scalar is int1 or not scalar.is_int()):
-        raise SignatureError(f"{text!r}: only integers take the hints :1 and :16")
+        raise SignatureError(f"{text!r}: only integers take the hints :1, :8 and :16")
     if hint == "1":
         return constexpr(1)
-    return scalar, ({"divisibility": 16} if hint == "16" else {})
+    return scalar, ({"divisibility": int(hint)} if hint in ("8", "16") else {})
 
 
 @dataclass(frozen=True)

@@ -54,6 +54,16 @@ def test_compile_for_a_gpu_target_builds_the_binary_without_a_gpu():
     assert isinstance(pickle.loads(pickle.dumps(kernel)), CompiledKernel)
 
 
+def test_divisibility_attrs_of_16_and_8_are_the_signatures_hints():
+    attrs = {**ATTRS, (2,): [["tt.divisibility", 8]]}
+    kernel = compile(ASTSource(scale, SIGNATURE, {"BLOCK": 64}, attrs), target=GPUTarget("cuda", 90, 32))
+    header = kernel.asm["kir"].splitlines()[0]
+    assert '%2: int32 {divisibility = 8, name = "n"}' in header and header.count("divisibility = 16") == 2
+    odd = compile(ASTSource(scale, SIGNATURE, {"BLOCK": 64}, {(0,): [["tt.divisibility", 8]]}),
+                  target=GPUTarget("cuda", 90, 32))
+    assert "divisibility" not in odd.asm["kir"].splitlines()[0]  # a pointer is 16-byte aligned or not
+
+
 @pytest.mark.parametrize("arch, name", [(80, "sm_80"), (89, "sm_89"), (90, "sm_90a"), (100, "sm_100a"), (120, "sm_120a")])
 def test_a_cuda_target_is_compiled_for_tritons_arch_name(arch, name):
     """As Triton names it: the architecture-specific variant (`a`) from capability 9.0 on."""

@@ -37,10 +37,11 @@ def test_arg_types_in_triton_spelling():
     assert parse_arg("*i8") == (pointer_type(kiln.language.int8), {})
     assert parse_arg("i32:16") == (int32, {"divisibility": 16})
     assert parse_arg("i64") == (int64, {})
+    assert parse_arg("i32:8") == (int32, {"divisibility": 8})  # kiln specializes on 8 as well
     assert parse_arg("i32:1") == constexpr(1)
     assert parse_arg("fp16") == (float16, {}) and parse_arg("bf16") == (kiln.language.bfloat16, {})
     for bad, message in (("fp8e5", "runtime scalar"), ("*fp99", "unknown pointer"), ("fp32:16", "only integers"),
-                         ("i32:8", "only hints"), ("*fp32:1", "equal to 1")):
+                         ("i32:4", "only hints"), ("*fp32:1", "16-byte aligned"), ("*fp16:8", "16-byte aligned")):
         with pytest.raises(SignatureError, match=message):
             parse_arg(bad)
 
@@ -56,6 +57,20 @@ def test_declared_signatures_have_the_keys_of_real_launches():
     assert declared_key(declared[1]) == launched_key(copy.warmup(x16, y16, 1, BLOCK=64, num_warps=8))
     assert declared_key(declared[2]) == launched_key(copy.warmup(x, y, 2**33 + 1, BLOCK=32, scale=0.5))
     assert declared_key(declared[0]) != declared_key(declared[2])
+
+
+@kiln.jit(prewarm=[{"x_ptr": "*fp32:16", "y_ptr": "*fp32:16", "n": "i32:8", "BLOCK": 128}])
+def copy_eights(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=offs < n), mask=offs < n)
+
+
+def test_a_declared_multiple_of_8_is_the_key_of_a_launch_with_one():
+    x, y = np.ones(128, np.float32), np.zeros(128, np.float32)
+    declared = expand(copy_eights).declared[0]
+    assert declared_key(declared) == launched_key(copy_eights.warmup(x, y, 1000, BLOCK=128))
+    assert declared_key(declared) != launched_key(copy_eights.warmup(x, y, 1001, BLOCK=128))
+    assert declared_key(declared) != launched_key(copy_eights.warmup(x, y, 1008, BLOCK=128))
 
 
 def test_the_ir_keeps_asserts_only_in_debug_mode():

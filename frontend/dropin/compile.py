@@ -33,7 +33,8 @@ from kiln.runtime import GPUTarget
 from . import warm
 from .backends import PTXASError, make_backend, triton_key  # noqa: F401  (triton.compiler.compiler has them)
 
-_HINT_ATTRS = {"tt.divisibility": 16}
+# the divisibilities a signature can state (kiln.signatures): 16, and 8 for an integer (kiln specializes on it)
+_DIVISIBILITY_HINTS = {16: ":16", 8: ":8"}
 
 
 class ASTSource:
@@ -108,11 +109,18 @@ class ASTSource:
             elif kind == "constexpr":
                 raise ValueError(f"{self.name}: {name} is constexpr in the signature but has no value in constexprs")
             else:
-                hints = {key for (key, value) in _hints(self.attrs.get((i,), ())) if _HINT_ATTRS.get(key) == value}
-                values[name] = f"{kind}:16" if hints else kind
+                values[name] = kind + _divisibility_hint(kind, self.attrs.get((i,), ()))
         values.update({k: options[k] for k in ("num_warps", "num_stages", "maxnreg", "enable_fp_fusion",
                                                "enable_reflect_ftz") if options.get(k) is not None})
         return values
+
+
+def _divisibility_hint(kind: str, pairs) -> str:
+    """The signature's hint for an argument's `tt.divisibility` attrs: the largest it can state."""
+    stated = [value for key, value in _hints(pairs) if key == "tt.divisibility" and value in _DIVISIBILITY_HINTS]
+    if kind.startswith("*"):  # a pointer is 16-byte aligned or not
+        stated = [value for value in stated if value == 16]
+    return _DIVISIBILITY_HINTS[max(stated)] if stated else ""
 
 
 def _hints(pairs):
