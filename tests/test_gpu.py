@@ -4,6 +4,7 @@ Skipped without a CUDA GPU. Inputs are fresh random tensors and outputs are pois
 with NaN/garbage before each run, so a kernel that writes nothing cannot pass.
 """
 import importlib
+import importlib.util
 import os
 import sys
 
@@ -72,6 +73,30 @@ def test_matmul_fp16():
     mm.matmul_kernel[grid](a, b, c, 256, 128, 192, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
                            c.stride(0), c.stride(1), ACTIVATION="")
     torch.testing.assert_close(c.float(), (a.float() @ b.float()), rtol=2e-2, atol=5e-2)
+
+
+@pytest.mark.parametrize("shape", [(1000, 600, 200), (3000, 5000, 1000)])
+@pytest.mark.parametrize("cfg", [(128, 256, 64, 3, 8), (128, 128, 32, 4, 4)])
+def test_tutorial_matmul_at_multiples_of_8(shape, cfg):
+    """Tutorial 03's kernel (bench/kernels.py: rows wrapped with `% M`, grouped tiles) where M, N, K
+    are multiples of 8 and not of 16: kiln knows its rows 16-byte aligned (divisibility 8) and reads
+    them with TMA into wgmma on Hopper; the edges of every dimension are partial tiles."""
+    spec = importlib.util.spec_from_file_location("kiln_bench_kernels", os.path.join(
+        os.path.dirname(__file__), "..", "bench", "kernels.py"))
+    kernels = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(kernels)
+    (M, N, K), (bm, bn, bk, stages, warps) = shape, cfg
+    a = torch.randn(M, K, device="cuda", dtype=torch.float16)
+    b = torch.randn(K, N, device="cuda", dtype=torch.float16)
+    c = poisoned((M, N), torch.float16)
+    args = (a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1))
+    options = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, num_warps=warps, num_stages=stages)
+    grid = (kiln.cdiv(M, bm) * kiln.cdiv(N, bn),)
+    kernels.matmul_kernel[grid](*args, **options)
+    torch.testing.assert_close(c.float(), a.float() @ b.float(), rtol=2e-2, atol=0.5)
+    if _compiles_for_hopper():
+        ptx = kernels.matmul_kernel.warmup(*args, grid=grid, **options).asm["ptx"]
+        assert "cp.async.bulk.tensor.2d" in ptx and "wgmma.mma_async" in ptx
 
 
 def test_dropout_matches_interpreter_stream():
