@@ -331,6 +331,10 @@ def cast_value(lw, x, src, dst, rounding=None):
         return b.fptrunc(b.fpext(x, F32), to)
     if src.primitive_bitwidth < dst.primitive_bitwidth:
         return b.fpext(x, to)
+    if lw.ctx.portable and x.type == F64 and to != F32:
+        # the emulator's JIT has no routine for double -> half (a call to nowhere): narrow through fp32,
+        # toward zero for rtz, to odd otherwise (inexact marked in the last bit), so that it rounds once
+        x = _round_toward_zero(lw, x, F32) if rounding == "rtz" else _round_to_odd_f32(lw, x)
     if rounding == "rtz":
         return _round_toward_zero(lw, x, to) if lw.ctx.portable else _cvt_rz(lw, x, src, dst)
     return b.fptrunc(x, to)
@@ -357,6 +361,15 @@ def _round_toward_zero(lw, x, to):
     bits_type = ir.IntType(32 if to == F32 else 16)
     bits = b.bitcast(nearest, bits_type)
     return b.bitcast(b.select(overshoot, b.sub(bits, ir.Constant(bits_type, 1)), bits), to)
+
+
+def _round_to_odd_f32(lw, x):
+    """fp64 -> fp32 rounded to odd: toward zero, the lowest bit set where that was inexact. Rounded
+    again to a type of 13 or fewer significand bits, it gives what one rounding of `x` would."""
+    b = lw.b
+    toward_zero = _round_toward_zero(lw, x, F32)
+    inexact = b.zext(b.fcmp_ordered("!=", b.fpext(toward_zero, F64), x), ir.IntType(32))
+    return b.bitcast(b.or_(b.bitcast(toward_zero, ir.IntType(32)), inexact), F32)
 
 
 def _cvt_rz(lw, x, src, dst):
