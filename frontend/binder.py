@@ -18,8 +18,8 @@ from kiln.tools.tensor_descriptor import TensorDescriptor
 
 from . import config
 from .errors import KilnError
-from .specialize import int_divisibility
 from .jit_callable import JITCallable
+from .specialize import int_divisibility
 
 _INT32_MIN, _INT32_MAX = -2**31, 2**31 - 1
 

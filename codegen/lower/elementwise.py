@@ -365,7 +365,7 @@ def _round_toward_zero(lw, x, to):
 
 def _round_to_odd_f32(lw, x):
     """fp64 -> fp32 rounded to odd: toward zero, the lowest bit set where that was inexact. Rounded
-    again to a type of 13 or fewer significand bits, it gives what one rounding of `x` would."""
+    again to a type of 22 or fewer significand bits (fp16, bf16), it gives what one rounding of `x` would."""
     b = lw.b
     toward_zero = _round_toward_zero(lw, x, F32)
     inexact = b.zext(b.fcmp_ordered("!=", b.fpext(toward_zero, F64), x), ir.IntType(32))
