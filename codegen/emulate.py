@@ -159,6 +159,36 @@ def _host_math():
     return f, one, two
 
 
+# libdevice's explicitly rounded arithmetic (kiln.codegen.lower.elementwise's _ROUNDED_NAMES): op, arity,
+# fp32 and fp64 names; and its directed conversions to float (_CVT_NAMES): name, source, result
+_ROUNDED_OPS = (("add", 2, "fadd", "dadd"), ("mul", 2, "fmul", "dmul"), ("div", 2, "fdiv", "ddiv"),
+                ("fma", 3, "fmaf", "fma"), ("sqrt", 1, "fsqrt", "dsqrt"))
+_ROUNDED_CONVERSIONS = (("double2float", np.float64, np.float32), ("int2float", np.int32, np.float32),
+                        ("uint2float", np.uint32, np.float32), ("ll2float", np.int64, np.float32),
+                        ("ull2float", np.uint64, np.float32), ("ll2double", np.int64, np.float64),
+                        ("ull2double", np.uint64, np.float64))
+_CTYPES = {np.float32: ctypes.c_float, np.float64: ctypes.c_double, np.int32: ctypes.c_int32,
+           np.uint32: ctypes.c_uint32, np.int64: ctypes.c_int64, np.uint64: ctypes.c_uint64}
+_MODES = ("rn", "rz", "rd", "ru")
+
+
+def _directed_rounding(sym) -> None:
+    """Host versions of those libdevice functions: the interpreter's exact rounding (kiln.interpret,
+    a layer above codegen, imported on use), so an emulated kernel gives the interpreter's numbers."""
+    from kiln.interpret import rounding
+    for op, arity, f32_name, f64_name in _ROUNDED_OPS:
+        fn = getattr(rounding, op)
+        for mode in _MODES:
+            for name, t in ((f32_name, np.float32), (f64_name, np.float64)):
+                sym(f"__nv_{name}_{mode}", _CTYPES[t], [_CTYPES[t]] * arity,
+                    lambda *xs, fn=fn, mode=mode, t=t: float(fn(*(t(x) for x in xs), mode)))
+    for name, source, result in _ROUNDED_CONVERSIONS:
+        for mode in _MODES:
+            sym(f"__nv_{name}_{mode}", _CTYPES[result], [_CTYPES[source]],
+                lambda x, mode=mode, source=source, result=result:
+                    float(rounding.convert(np.asarray(x, source), np.dtype(result), mode)))
+
+
 def _flush(x):
     """fp32 subnormals become zero (the `.ftz` instruction forms)."""
     return math.copysign(0.0, x) if abs(x) < 1.1754943508222875e-38 else x
@@ -191,6 +221,15 @@ def _portable_text(llir: str) -> str:
     return text
 
 
+def _refuse_unprovided(name: str, text: str, provided: set) -> None:
+    """A call to a function the host has no version of would jump to address 0 (a crash, not an
+    error): refuse the kernel first. LLVM's own intrinsics are the host backend's to lower."""
+    declared = re.findall(r'^declare [^@]*@"?([\w.$]+)"?\(', text, flags=re.M)
+    missing = sorted(d for d in declared if not d.startswith("llvm.") and d not in provided)
+    if missing:
+        raise EmulationError(f"{name}: the CPU emulator has no host version of {', '.join(missing)}")
+
+
 def _device_copy(array: np.ndarray, alignment: int = 256) -> np.ndarray:
     """`array` copied to a buffer aligned as CUDA allocations are. The kernel's vector accesses
     assume its pointers' divisibility (16 bytes), and on the host an aligned vector store to a
@@ -216,9 +255,12 @@ def run_on_cpu(fn, grid, args, num_warps: int = 4) -> list[str]:
     state = _Grid(32 * num_warps)
     keep = []  # callbacks must outlive the run
 
+    provided = set()
+
     def sym(name, restype, argtypes, py):
         cb = ctypes.CFUNCTYPE(restype, *argtypes)(py)
         keep.append(cb)
+        provided.add(name)
         llvm.add_symbol(name, ctypes.cast(cb, ctypes.c_void_p).value)
 
     i32, f32, f64 = ctypes.c_int32, ctypes.c_float, ctypes.c_double
@@ -239,6 +281,7 @@ def run_on_cpu(fn, grid, args, num_warps: int = 4) -> list[str]:
     for name, py in two.items():
         sym(f"__nv_{name}f", f32, [f32, f32], lambda x, y, py=py: _safe(lambda: py(x, y)))
         sym(f"__nv_{name}", f64, [f64, f64], lambda x, y, py=py: _safe(lambda: py(x, y)))
+    _directed_rounding(sym)
     for kind, acc in (("f16", f32), ("bf16", f32), ("s8", i32), ("tf32", f32), ("e4m3", f32), ("e5m2", f32)):
         sym(f"emu_mma_{kind}", None, [ctypes.POINTER(acc)] + [i32] * 6 + [acc] * 4,
             lambda out, *regs, kind=kind: _mma(state, kind, out, regs))
@@ -252,6 +295,7 @@ def run_on_cpu(fn, grid, args, num_warps: int = 4) -> list[str]:
         lambda msg, file, line, func, size: state.errors.append("assert: " + msg.decode()))
     smem = (ctypes.c_char * max(16, shared))()
     llvm.add_symbol("kiln_smem", ctypes.addressof(smem))
+    _refuse_unprovided(fn.name, text, provided)
 
     mod = llvm.parse_assembly(text)
     mod.verify()

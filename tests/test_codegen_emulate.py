@@ -288,6 +288,48 @@ def test_narrowing_doubles_to_16_bits_rounds_once():
     assert in_child(check_narrowing_doubles) == [True] * 4
 
 
+def check_directed_rounding(dt):
+    import test_lang_libdevice as lib
+    from kiln.codegen.emulate import run_on_cpu
+    a, b, c = lib._operands(np.dtype(dt))
+    want = np.zeros((26, 32), dt)
+    kernel = lib._rounded_arith.warmup(a, b, c, want, N=32, grid=(1,), target="sm_90a")
+    lib._rounded_arith[(1,)](a, b, c, want, N=32)  # the interpreter's numbers (the tests' KILN_INTERPRET=1)
+    got = np.zeros_like(want)
+    run_on_cpu(kernel.ir, (1,), [a, b, c, got])
+    return int((got.view(np.uint8) != want.view(np.uint8)).sum())
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.float64])
+def test_libdevice_directed_rounding_runs_as_the_interpreter_does(dt):
+    """add/sub/mul/div/fma/sqrt/rcp in rn, rz, rd, ru: the host versions are the interpreter's exact
+    rounding (a call the host had no version of jumped to address 0 and crashed the emulator)."""
+    assert in_child(check_directed_rounding, dt) == 0
+
+
+def check_a_call_with_no_host_version():
+    import kiln
+    import kiln.language as tl
+    from kiln.codegen.emulate import EmulationError, run_on_cpu
+    from kiln.language.extra import libdevice
+
+    @kiln.jit
+    def bessel(x_ptr, y_ptr):
+        offs = tl.arange(0, 32)
+        tl.store(y_ptr + offs, libdevice.y1(tl.load(x_ptr + offs)))
+    x = np.ones(32, np.float32)
+    kernel = bessel.warmup(x, x, grid=(1,), target="sm_90a")
+    try:
+        run_on_cpu(kernel.ir, (1,), [x, np.zeros_like(x)])
+    except EmulationError as e:
+        return str(e)
+    return "ran"
+
+
+def test_a_call_the_host_has_no_version_of_is_refused_not_a_crash():
+    assert "no host version of __nv_y1f" in in_child(check_a_call_with_no_host_version)
+
+
 def test_arrays_only_element_aligned_run_as_on_a_gpu():
     """The int64 and fp64 stores are 16-byte vector stores: arrays 8 bytes off a 16-byte boundary
     crashed the emulator (the host's aligned store faults) before it staged arrays as a GPU does."""
