@@ -221,6 +221,23 @@ def _portable_text(llir: str) -> str:
     return text
 
 
+def _bf16_bits(value) -> int:
+    """fp32 -> bf16 bits, rounded to nearest even (NaN kept a NaN)."""
+    bits = int(np.float32(value).view(np.uint32))
+    if value != value:
+        return (bits >> 16) | 0x40
+    return (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
+
+
+# fp16 / bf16 scalar arguments: their bits
+_HALVES = {"half": lambda value: int(np.float16(value).view(np.uint16)), "bfloat": _bf16_bits}
+
+
+def _low_half(bits: int) -> float:
+    """The fp32 whose bit pattern is `bits` (16 bits): a subnormal, exact through a Python float."""
+    return float(np.uint32(bits).view(np.float32))
+
+
 def _refuse_unprovided(name: str, text: str, provided: set) -> None:
     """A call to a function the host has no version of would jump to address 0 (a crash, not an
     error): refuse the kernel first. LLVM's own intrinsics are the host backend's to lower."""
@@ -307,6 +324,10 @@ def run_on_cpu(fn, grid, args, num_warps: int = 4) -> list[str]:
     ctypes_args, values = [], []
     for spec, value in zip(arg_layout, device):
         ty = spec["llvm_type"].split()[0]
+        if ty in _HALVES:  # passed in an XMM register as a float is: its 16 bits the low half of one
+            ctypes_args.append(ctypes.c_float)
+            values.append(_low_half(_HALVES[ty](value)))
+            continue
         ctypes_args.append(_C[ty])
         values.append(value.ctypes.data if isinstance(value, np.ndarray) else value)
     kernel = ctypes.CFUNCTYPE(None, *ctypes_args)(engine.get_function_address(fn.name))

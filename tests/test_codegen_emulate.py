@@ -330,6 +330,32 @@ def test_a_call_the_host_has_no_version_of_is_refused_not_a_crash():
     assert "no host version of __nv_y1f" in in_child(check_a_call_with_no_host_version)
 
 
+def check_half_scalar_arguments():
+    import kiln
+    import kiln.language as tl
+    from kiln.codegen.emulate import run_on_cpu
+
+    def fill(ptr, val):
+        tl.store(ptr + tl.arange(0, 4), tl.zeros((4,), val.dtype) + val)
+    wrong = []
+    for annotation, dtype in (("fp16", np.float16), ("bf16", ml_dtypes.bfloat16)):
+        fill.__annotations__ = {"val": annotation}
+        kernel = kiln.jit(fill)
+        for value in (0.0, 42.0, -2.5, 1e-3, float("inf"), float("nan")):
+            out = np.zeros(4, dtype)
+            run_on_cpu(kernel.warmup(out, value, grid=(1,), target="sm_90a").ir, (1,), [out, value], num_warps=1)
+            if out.view(np.uint16).tolist() != [np.array(value, np.float32).astype(dtype).view(np.uint16)] * 4 \
+                    and not (value != value and np.isnan(out.astype(np.float32)).all()):
+                wrong.append((annotation, value, out.tolist()))
+    return wrong
+
+
+def test_fp16_and_bf16_scalar_arguments():
+    """A `half` / `bfloat` argument travels in an XMM register as a float does (its bits the low 16),
+    which ctypes has no type for: it was a KeyError."""
+    assert in_child(check_half_scalar_arguments) == []
+
+
 def test_arrays_only_element_aligned_run_as_on_a_gpu():
     """The int64 and fp64 stores are 16-byte vector stores: arrays 8 bytes off a 16-byte boundary
     crashed the emulator (the host's aligned store faults) before it staged arrays as a GPU does."""
