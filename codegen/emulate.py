@@ -147,10 +147,10 @@ def _host_math():
     }
     one = {"exp": math.exp, "exp2": lambda x: 2.0 ** x, "log": math.log, "log2": math.log2, "log1p": math.log1p,
            "sin": math.sin, "cos": math.cos, "tan": math.tan, "tanh": math.tanh, "erf": math.erf,
-           "floor": math.floor, "ceil": math.ceil, "trunc": math.trunc, "rsqrt": lambda x: 1 / math.sqrt(x),
-           "round": lambda x: math.floor(x + 0.5) if x >= 0 else -math.floor(-x + 0.5)}
+           "floor": np.floor, "ceil": np.ceil, "trunc": np.trunc, "rsqrt": lambda x: 1 / math.sqrt(x),
+           "round": lambda x: np.copysign(np.floor(abs(x) + 0.5), x)}  # NumPy's: infinities stay infinite
     one.update({"expm1": math.expm1, "exp10": lambda x: 10.0 ** x, "log10": math.log10,
-                "cbrt": lambda x: math.copysign(abs(x) ** (1 / 3), x), "rint": lambda x: float(round(x)),
+                "cbrt": lambda x: math.copysign(abs(x) ** (1 / 3), x), "rint": np.rint,
                 "sinh": math.sinh, "cosh": math.cosh, "asin": math.asin, "acos": math.acos, "atan": math.atan,
                 "asinh": math.asinh, "acosh": math.acosh, "atanh": math.atanh, "erfc": math.erfc,
                 "erfinv": _erfinv, "lgamma": math.lgamma, "tgamma": math.gamma})

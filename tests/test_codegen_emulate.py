@@ -307,6 +307,28 @@ def test_libdevice_directed_rounding_runs_as_the_interpreter_does(dt):
     assert in_child(check_directed_rounding, dt) == 0
 
 
+def check_conversions_at_infinities():
+    import test_lang_libdevice as lib
+    from kiln.codegen.emulate import run_on_cpu
+    f = np.array([2.5, -2.5, np.inf, -np.inf, np.nan, 3e9, -3e9, 0.5] * 2, np.float32)
+    d, i, ll = f.astype(np.float64), np.arange(-8, 8, dtype=np.int32), np.arange(-8, 8, dtype=np.int64) * 2**40
+    want = (np.zeros((7, 16), np.int32), np.zeros((4, 16), np.int64), np.zeros((10, 16), np.float32),
+            np.zeros((5, 16), np.float64))
+    with np.errstate(all="ignore"):
+        lib._conversions[(1,)](f, d, i, ll, *want, N=16)  # the interpreter's numbers
+    kernel = lib._conversions.warmup(f, d, i, ll, *want, N=16, grid=(1,), target="sm_90a")
+    got = tuple(np.zeros_like(w) for w in want)
+    run_on_cpu(kernel.ir, (1,), [f, d, i, ll, *got])
+    return [int((g != w).sum()) if g.dtype.kind == "i" else int((~np.isclose(g, w, equal_nan=True)).sum())
+            for g, w in zip(got, want)]
+
+
+def test_float_to_int_conversions_of_infinities():
+    """floor/ceil/rint of an infinity on the host stay infinite (Python's math.floor raised, and the
+    emulator took that for +inf): float2int_rd(-inf) saturates to INT_MIN, as on the GPU."""
+    assert in_child(check_conversions_at_infinities) == [0, 0, 0, 0]
+
+
 def check_a_call_with_no_host_version():
     import kiln
     import kiln.language as tl
