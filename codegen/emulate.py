@@ -18,7 +18,10 @@ import threading
 
 import numpy as np
 
+from kiln.ir.types import SCALAR_TYPES, half_float_bits
+
 from .compiler import _options, lower_to_llvm
+from .lower.elementwise import CVT_NAMES, ROUNDED_NAMES
 from .target import parse_target
 
 _C = {"i1": ctypes.c_bool, "i8": ctypes.c_int8, "i16": ctypes.c_int16, "i32": ctypes.c_int32,
@@ -159,30 +162,25 @@ def _host_math():
     return f, one, two
 
 
-# libdevice's explicitly rounded arithmetic (kiln.codegen.lower.elementwise's _ROUNDED_NAMES): op, arity,
-# fp32 and fp64 names; and its directed conversions to float (_CVT_NAMES): name, source, result
-_ROUNDED_OPS = (("add", 2, "fadd", "dadd"), ("mul", 2, "fmul", "dmul"), ("div", 2, "fdiv", "ddiv"),
-                ("fma", 3, "fmaf", "fma"), ("sqrt", 1, "fsqrt", "dsqrt"))
-_ROUNDED_CONVERSIONS = (("double2float", np.float64, np.float32), ("int2float", np.int32, np.float32),
-                        ("uint2float", np.uint32, np.float32), ("ll2float", np.int64, np.float32),
-                        ("ull2float", np.uint64, np.float32), ("ll2double", np.int64, np.float64),
-                        ("ull2double", np.uint64, np.float64))
+_ARITY = {"add_r": 2, "mul_r": 2, "div_r": 2, "fma_r": 3, "sqrt_r": 1}
 _CTYPES = {np.float32: ctypes.c_float, np.float64: ctypes.c_double, np.int32: ctypes.c_int32,
            np.uint32: ctypes.c_uint32, np.int64: ctypes.c_int64, np.uint64: ctypes.c_uint64}
 _MODES = ("rn", "rz", "rd", "ru")
 
 
 def _directed_rounding(sym) -> None:
-    """Host versions of those libdevice functions: the interpreter's exact rounding (kiln.interpret,
-    a layer above codegen, imported on use), so an emulated kernel gives the interpreter's numbers."""
+    """Host versions of libdevice's explicitly rounded arithmetic and directed conversions to float,
+    under the names lowering calls (ROUNDED_NAMES, CVT_NAMES): the interpreter's exact rounding
+    (kiln.interpret, a layer above codegen, imported on use), so an emulated kernel gives its numbers."""
     from kiln.interpret import rounding
-    for op, arity, f32_name, f64_name in _ROUNDED_OPS:
-        fn = getattr(rounding, op)
+    for op, (f32_name, f64_name) in ROUNDED_NAMES.items():
+        fn = getattr(rounding, op.removesuffix("_r"))  # add_r -> rounding.add
         for mode in _MODES:
             for name, t in ((f32_name, np.float32), (f64_name, np.float64)):
-                sym(f"__nv_{name}_{mode}", _CTYPES[t], [_CTYPES[t]] * arity,
+                sym(f"__nv_{name}_{mode}", _CTYPES[t], [_CTYPES[t]] * _ARITY[op],
                     lambda *xs, fn=fn, mode=mode, t=t: float(fn(*(t(x) for x in xs), mode)))
-    for name, source, result in _ROUNDED_CONVERSIONS:
+    for (source_name, result_name), name in CVT_NAMES.items():
+        source, result = (SCALAR_TYPES[n].to_numpy().type for n in (source_name, result_name))
         for mode in _MODES:
             sym(f"__nv_{name}_{mode}", _CTYPES[result], [_CTYPES[source]],
                 lambda x, mode=mode, source=source, result=result:
@@ -221,16 +219,8 @@ def _portable_text(llir: str) -> str:
     return text
 
 
-def _bf16_bits(value) -> int:
-    """fp32 -> bf16 bits, rounded to nearest even (NaN kept a NaN)."""
-    bits = int(np.float32(value).view(np.uint32))
-    if value != value:
-        return (bits >> 16) | 0x40
-    return (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
-
-
-# fp16 / bf16 scalar arguments: their bits
-_HALVES = {"half": lambda value: int(np.float16(value).view(np.uint16)), "bfloat": _bf16_bits}
+# fp16 / bf16 scalar arguments: LLVM's type -> kiln's (their bits as the launcher packs them)
+_HALVES = {"half": "fp16", "bfloat": "bf16"}
 
 
 def _low_half(bits: int) -> float:
@@ -326,7 +316,7 @@ def run_on_cpu(fn, grid, args, num_warps: int = 4) -> list[str]:
         ty = spec["llvm_type"].split()[0]
         if ty in _HALVES:  # passed in an XMM register as a float is: its 16 bits the low half of one
             ctypes_args.append(ctypes.c_float)
-            values.append(_low_half(_HALVES[ty](value)))
+            values.append(_low_half(half_float_bits(value, _HALVES[ty])))
             continue
         ctypes_args.append(_C[ty])
         values.append(value.ctypes.data if isinstance(value, np.ndarray) else value)

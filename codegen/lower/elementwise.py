@@ -496,18 +496,18 @@ RULES["cast"] = _paired_cast
 RULES.update({"constant": _constant, "multiple_of": _identity, "max_contiguous": _identity})
 
 # libdevice's explicitly rounded arithmetic: `__nv_f<op>_<rounding>` (fp32), `__nv_d<op>_<rounding>` (fp64)
-_ROUNDED_NAMES = {"add_r": ("fadd", "dadd"), "mul_r": ("fmul", "dmul"), "div_r": ("fdiv", "ddiv"),
+ROUNDED_NAMES = {"add_r": ("fadd", "dadd"), "mul_r": ("fmul", "dmul"), "div_r": ("fdiv", "ddiv"),
                   "fma_r": ("fmaf", "fma"), "sqrt_r": ("fsqrt", "dsqrt")}
 
 
 def _rounded(lw, op, *xs):
-    f32_name, f64_name = _ROUNDED_NAMES[op.name]
+    f32_name, f64_name = ROUNDED_NAMES[op.name]
     name = f64_name if _s(op).name == "fp64" else f32_name
     return _float_call(lw, f"__nv_{name}_{op.attrs['rounding']}", _s(op), *xs)
 
 
 # number -> float with a directed rounding: libdevice's `__nv_<src>2<dst>_<rounding>`
-_CVT_NAMES = {("fp64", "fp32"): "double2float", ("int32", "fp32"): "int2float",
+CVT_NAMES = {("fp64", "fp32"): "double2float", ("int32", "fp32"): "int2float",
               ("uint32", "fp32"): "uint2float", ("int64", "fp32"): "ll2float",
               ("uint64", "fp32"): "ull2float", ("int64", "fp64"): "ll2double",
               ("uint64", "fp64"): "ull2double"}
@@ -515,7 +515,7 @@ _CVT_NAMES = {("fp64", "fp32"): "double2float", ("int32", "fp32"): "int2float",
 
 def _cvt_r(lw, op, x):
     src, dst = _s(op), scalar_of(op.results[0].type)
-    name = f"__nv_{_CVT_NAMES[src.name, dst.name]}_{op.attrs['rounding']}"
+    name = f"__nv_{CVT_NAMES[src.name, dst.name]}_{op.attrs['rounding']}"
     to = reg_type(dst)
     return lw.b.call(lw.intrinsic(name, to, [x.type]), [x])
 
@@ -533,7 +533,7 @@ def _single(name):
     return fn
 
 
-_LIBDEVICE_ADDITIONS = {name: elementwise(_rounded) for name in _ROUNDED_NAMES}
+_LIBDEVICE_ADDITIONS = {name: elementwise(_rounded) for name in ROUNDED_NAMES}
 _LIBDEVICE_ADDITIONS.update({
     "cvt_r": elementwise(_cvt_r), "jn": elementwise(_bessel_of_order), "yn": elementwise(_bessel_of_order),
     "rsqrt_rn": elementwise(_single("__nv_frsqrt_rn")), "rcp64h": elementwise(_single("__nv_rcp64h")),
