@@ -5,7 +5,8 @@
 Each dict is one specialization, spelt as Triton's ahead-of-time compiler spells them:
 `*fp32` a pointer (`*fp32:16`: 16-byte aligned), `i1 i32 i64 u64 fp32` a scalar
 (`i32:16`: divisible by 16; `i32:8`: by 8, not 16, which kiln specializes on as well;
-`i32:1` or the plain value 1: equal to 1), and plain Python
+`i32:1` or the plain value 1: equal to 1), `tensordesc<fp16[64, 64]>` a host TensorDescriptor
+with that block (no size taken for a multiple of 16), and plain Python
 values for constexpr parameters (a plain value for any other parameter is specialized as
 a call would specialize it). `num_warps`, `num_stages` and the other launch options may be
 given too; a parameter left out takes its default. The IR is built exactly as a launch
@@ -17,6 +18,7 @@ signature is skipped (with the reason) when they need a runtime argument.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from kiln.ir.core import Function
@@ -47,7 +49,9 @@ class SignatureError(ValueError):
 
 def parse_arg(text: str):
     """`"*fp16:16"` -> (ptr<fp16>, {"divisibility": 16}); `"i32:8"` -> (int32, {"divisibility": 8});
-    `"i32:1"` -> constexpr(1)."""
+    `"i32:1"` -> constexpr(1); `"tensordesc<fp16[64, 64]>"` -> a host TensorDescriptor's argument."""
+    if text.strip().startswith("tensordesc"):
+        return _descriptor(text)
     spelling, _, hint = text.strip().partition(":")
     if hint not in ("", "1", "8", "16"):
         raise SignatureError(f"{text!r}: the only hints are :16 (aligned or divisible by 16), :8 (an integer "
@@ -69,6 +73,29 @@ def parse_arg(text: str):
     if hint == "1":
         return constexpr(1)
     return scalar, ({"divisibility": int(hint)} if hint in ("8", "16") else {})
+
+
+_DESCRIPTOR = re.compile(r"tensordesc<\s*(\w+)\s*\[([\d,\s]+)\]\s*(,.*)?>")
+
+
+def _descriptor(text: str):
+    """`tensordesc<fp16[64, 64]>` (Triton's spelling of a host TensorDescriptor argument; Inductor
+    declares one so): its pieces as a call with such a descriptor passes them. The spelling says
+    nothing of the sizes, so none is taken for a multiple of 16, nor of the padding: zeros, the
+    TensorDescriptor's default."""
+    match = _DESCRIPTOR.fullmatch(text.strip())
+    if match is None:
+        raise SignatureError(f"{text!r}: a tensor descriptor is spelt tensordesc<DTYPE[B0, B1, ...]>")
+    element, block, layout = match.groups()
+    if layout:
+        raise SignatureError(f"{text!r}: a shared-memory layout in a descriptor's type is Gluon's; kiln has none")
+    if element not in _ELEMENTS:
+        raise SignatureError(f"{text!r}: unknown element type {element!r}")
+    block_shape = [int(b) for b in block.split(",") if b.strip()]
+    if not 1 <= len(block_shape) <= 5:
+        raise SignatureError(f"{text!r}: a descriptor's block has 1 to 5 dimensions")
+    from kiln.language.tensor_descriptor import DescriptorArgument
+    return DescriptorArgument(_ELEMENTS[element], len(block_shape), block_shape, "zero")
 
 
 @dataclass(frozen=True)
@@ -106,7 +133,7 @@ class Declared:
         fn = self.jitfn
         if isinstance(value, str) and name not in fn.constexpr_names:
             param = parse_arg(value)
-            if name in fn.do_not_specialize and (isinstance(param, constexpr) or param[1]):
+            if name in fn.do_not_specialize and (isinstance(param, constexpr) or isinstance(param, tuple) and param[1]):
                 raise SignatureError(f"{name} is do_not_specialize: a call never specializes it as {value!r}")
             return param
         # a plain value: specialized as a call with that argument would specialize it

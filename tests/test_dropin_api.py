@@ -236,3 +236,40 @@ def test_launcher_module_keys_as_tritons_cache_spells_them():
     assert key != file_cache.make_so_cache_key("v1", {"x": "*fp32", "n": "i32"}, {(2,): 64}, [(0,)], shared=1024)
     assert len(key) == 52 and set(key) <= set("ABCDEFGHIJKLMNOPQRSTUVWXYZ234567")
     assert file_cache.triton_key() == backends.triton_key()
+
+
+@jit
+def _copy_tiles(in_desc, out_desc, BLOCK: tl.constexpr):
+    row = tl.program_id(0) * BLOCK
+    out_desc.store([row, 0], in_desc.load([row, 0]) * 2)
+
+
+DESC_SIGNATURE = {"in_desc": "tensordesc<fp32[16, 32]>", "out_desc": "tensordesc<fp32[16, 32]>", "BLOCK": "constexpr"}
+
+
+def test_a_host_descriptor_declared_as_triton_spells_it_compiles_and_launches():
+    """`tensordesc<fp32[16, 32]>` in an ASTSource's signature (Inductor declares a user kernel's host
+    TensorDescriptor so): the kernel launches with TensorDescriptors, as a JIT call passes them."""
+    from kiln.tools.tensor_descriptor import TensorDescriptor
+    kernel = compile(ASTSource(_copy_tiles, DESC_SIGNATURE, {"BLOCK": 16}), target=GPUTarget("cpu", 0, 1))
+    x = np.arange(40 * 32, dtype=np.float32).reshape(40, 32)
+    out = np.zeros_like(x)
+    descs = [TensorDescriptor.from_tensor(t, [16, 32]) for t in (x, out)]
+    kernel[(3,)](*descs, 16)
+    np.testing.assert_array_equal(out, x * 2)  # the last tile's rows past 40 neither read nor written
+    # for a GPU: the binary a JIT call with such descriptors builds (sizes not multiples of 16, as
+    # the spelling says nothing of them)
+    declared = compile(ASTSource(_copy_tiles, DESC_SIGNATURE, {"BLOCK": 16}), target=GPUTarget("cuda", 90, 32))
+    odd = TensorDescriptor.from_tensor(np.zeros((40, 40), np.float32), [16, 32])
+    assert declared.asm["ptx"] == _copy_tiles.warmup(odd, odd, BLOCK=16, grid=(1,), target="sm_90a").asm["ptx"]
+
+
+@pytest.mark.parametrize("spelling, message", [
+    ("tensordesc<fp32[16, 32],NVMMASharedLayout(swizzle_byte_width=128)>", "Gluon"),
+    ("tensordesc<fp13[16, 32]>", "unknown element type"),
+    ("tensordesc<fp32>", "spelt tensordesc<DTYPE"),
+    ("tensordesc<fp32[1, 2, 3, 4, 5, 6]>", "1 to 5 dimensions")])
+def test_a_host_descriptor_spelt_wrong_is_a_clear_error(spelling, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        compile(ASTSource(_copy_tiles, {**DESC_SIGNATURE, "in_desc": spelling}, {"BLOCK": 16}),
+                target=GPUTarget("cpu", 0, 1))

@@ -20,6 +20,7 @@ from kiln.errors import PTXASError  # noqa: F401  (triton.compiler.compiler's)
 from kiln.interpret.device import CPU_DEVICE_PROPERTIES
 from kiln.ir import options as options_record
 from kiln.runtime import DriverBase, GPUDriver, GPUTarget, _ActiveDriver  # noqa: F401  (triton.backends.driver's)
+from kiln.tools.tensor_descriptor import TensorDescriptor
 
 
 @functools.lru_cache(maxsize=1)
@@ -122,17 +123,27 @@ class BaseBackend:
         return {}
 
 
-def _hooked(launch, positions):
-    """Triton's launcher signature around kiln's `launch(grid, values, stream)`."""
+def _hooked(launch, positions, kernel):
+    """Triton's launcher signature around kiln's `launch(grid, values, stream)`. A kernel that takes
+    more values than the launch's runtime arguments takes a host TensorDescriptor as its pieces."""
+    expands = len(kernel.arg_types) > len(positions)
+
     def run(grid_x, grid_y, grid_z, stream, function, metadata, launch_metadata, enter_hook, exit_hook, *args):
         if enter_hook is not None:
             enter_hook(launch_metadata)
         if len(args) <= max(positions, default=-1):
             raise TypeError(f"the kernel takes {max(positions) + 1} arguments or more, the launch gave {len(args)}")
-        launch((grid_x, grid_y, grid_z), [args[i] for i in positions], stream)
+        values = [args[i] for i in positions]
+        if expands:
+            values = [piece for value in values for piece in _launch_pieces(value)]
+        launch((grid_x, grid_y, grid_z), values, stream)
         if exit_hook is not None:
             exit_hook(launch_metadata)
     return run
+
+
+def _launch_pieces(value) -> list:
+    return value.launch_pieces() if isinstance(value, TensorDescriptor) else [value]
 
 
 class CUDABackend(BaseBackend):
@@ -154,7 +165,7 @@ class CUDABackend(BaseBackend):
     def launcher(self, kernel, binary, positions):
         kernel.binaries[binary.target] = binary  # loaded as kiln loads its own, no compile again
         kernel.metadata.update(binary.metadata)
-        return _hooked(kernel._launch, positions)
+        return _hooked(kernel._launch, positions, kernel)
 
     def function_handle(self, kernel):
         """The CUfunction handle (an int) of the kernel loaded on the current device."""
@@ -177,7 +188,7 @@ class CPUBackend(BaseBackend):
 
         def launch(grid, values, stream):
             run_on_host(lambda host_values: run(kernel.ir, grid, host_values, name=kernel.name), values)
-        return _hooked(launch, positions)
+        return _hooked(launch, positions, kernel)
 
 
 class CudaDriver(_ActiveDriver):

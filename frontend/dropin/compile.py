@@ -283,7 +283,8 @@ def _kernel_hash(src, target, options, binary) -> str:
 
 def _is_constant(param) -> bool:
     from kiln.language.core import constexpr
-    return isinstance(param, constexpr) or not isinstance(param, tuple)
+    from kiln.language.tensor_descriptor import DescriptorArgument
+    return isinstance(param, constexpr) or not isinstance(param, (tuple, DescriptorArgument))
 
 
 # kiln's own compiled kernel of a CompiledKernel built in this process, so that `_init_handles`
