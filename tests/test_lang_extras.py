@@ -303,6 +303,43 @@ def test_fp8_conversions_use_the_hardware_cvt_from_sm_89():
     assert "e5m2x2" not in ptx and "cvt.rn.f16x2" not in ptx
 
 
+@kiln.jit
+def _fp8_every_code(codes_ptr, x_ptr, f8_ptr, back_ptr, N: tl.constexpr, F8: tl.constexpr):
+    offs = tl.arange(0, N)
+    tl.store(back_ptr + offs, tl.load(codes_ptr + offs).to(tl.float32))
+    tl.store(f8_ptr + offs, tl.load(x_ptr + offs).to(F8))
+
+
+@pytest.mark.parametrize("f8_dtype, np_f8", [pytest.param(tl.float8e4nv, ml_dtypes.float8_e4m3fn, marks=pytest.mark.fp8e4nv),
+                                            (tl.float8e5, ml_dtypes.float8_e5m2)])
+def test_fp8_conversions_of_every_code_and_their_midpoints(f8_dtype, np_f8):
+    """Every code decoded, and values halfway between neighbouring codes (ties to even), just off
+    them and past the largest encoded, at 2 warps: 4 values a thread, converted in pairs on sm_89+."""
+    codes = np.arange(256, dtype=np.uint8)
+    finite = np.sort(np.unique(codes.view(np_f8).astype(np.float32)[np.isfinite(codes.view(np_f8).astype(np.float32))]))
+    mids = (finite[:-1] + finite[1:]) / 2
+    limit = float(ml_dtypes.finfo(np_f8).max)
+    x = np.concatenate([mids, np.nextafter(mids, np.float32(np.inf)), [limit * 1.5, -limit * 3, np.inf, -np.inf]])
+    x = np.resize(x.astype(np.float32), 256)
+    f8, back = np.zeros(256, np.uint8), np.zeros(256, np.float32)
+    _fp8_every_code[(1,)](kiln.reinterpret(codes, f8_dtype), x, kiln.reinterpret(f8, f8_dtype), back, N=256, F8=f8_dtype,
+                          num_warps=2)
+    want = codes.view(np_f8).astype(np.float32)
+    np.testing.assert_array_equal(np.isnan(back), np.isnan(want))
+    np.testing.assert_array_equal(back[~np.isnan(want)], want[~np.isnan(want)])
+    np.testing.assert_array_equal(f8, np.clip(x, -limit, limit).astype(np_f8).view(np.uint8))
+
+
+def test_fp8_conversions_go_two_registers_a_cvt():
+    """As Triton's: a thread's 8 values of a 256-element block at one warp are 4 `cvt`s each way."""
+    x = np.zeros(256, np.float32)
+    e5 = kiln.reinterpret(np.zeros(256, np.uint8), tl.float8e5)
+    ptx = _e5_both_ways.warmup(x, e5, x, N=256, grid=(1,), target="sm_90a", num_warps=1).asm["ptx"]
+    encodes = [line for line in ptx.splitlines() if "cvt.rn.satfinite.e5m2x2.f32" in line]
+    assert len(encodes) == 4 and not any("0f00000000" in line for line in encodes), encodes
+    assert ptx.count("cvt.rn.f16x2.e5m2x2") == 4
+
+
 @pytest.mark.parametrize("f8_dtype, targets", [(tl.float8e4nv, ("sm_80",)),  # from sm_89, as in Triton
                                               (tl.float8e4b8, ("sm_80", "sm_90a")),  # AMD's formats
                                               (tl.float8e5b16, ("sm_80", "sm_90a"))])

@@ -18,6 +18,8 @@ import llvmlite.ir as ir
 from kiln.ir.types import block_type, scalar_of
 
 from kiln.ir import layout as lay
+
+from . import fp8
 from .types import F32, F64, reg_type
 
 LOG2E = 1.4426950408889634
@@ -388,12 +390,17 @@ def _cast(lw, op, x):
 def _paired_cast(lw, op):
     """fp32 -> fp16/bf16 (round to nearest even) two registers at a time, `cvt.rn.f16x2.f32`
     (sm_80+): ptxas serializes a loop's wgmmas when an epilogue reads the accumulators
-    through single `cvt.rn.f16.f32` (C7514; tutorial 08's tile loop), not through the pairs."""
+    through single `cvt.rn.f16.f32` (C7514; tutorial 08's tile loop), not through the pairs.
+    fp8 from and to fp32 likewise, where the target converts them in pairs (lower.fp8)."""
     out = op.results[0]
     src, dst = scalar_of(op.operands[0].type), scalar_of(out.type)
     layout = lw.layout(out)
-    pairs = isinstance(out.type, block_type) and src.name == "fp32" and dst.name in ("fp16", "bf16") \
-        and op.attrs.get("rounding") in (None, "rtne") and not lw.ctx.portable and lw.ctx.target.capability >= 80
+    if not isinstance(out.type, block_type) or op.attrs.get("rounding") not in (None, "rtne") or lw.ctx.portable:
+        return _cast_each(lw, op)
+    fmt = next((t.name for t in (src, dst) if t.is_fp8()), None)
+    if fmt is not None and {src.name, dst.name} == {"fp32", fmt} and fp8.in_hardware(lw, fmt):
+        return _fp8_pairs(lw, op, src, dst, layout)
+    pairs = src.name == "fp32" and dst.name in ("fp16", "bf16") and lw.ctx.target.capability >= 80
     xs = lw.regs(op.operands[0], layout) if pairs else None
     if not pairs or len(xs) % 2:
         return _cast_each(lw, op)
@@ -407,6 +414,18 @@ def _paired_cast(lw, op):
             bits = lw.b.trunc(word, ir.IntType(16))
             regs.append(bits if half == bits.type else lw.b.bitcast(bits, half))
     lw.bind(out, regs, layout)
+
+
+def _fp8_pairs(lw, op, src, dst, layout):
+    """fp32 <-> e4m3 / e5m2 two registers per `cvt`."""
+    xs = lw.regs(op.operands[0], layout)
+    if len(xs) % 2:
+        return _cast_each(lw, op)
+    pair, fmt = (fp8.encode_pair, dst.name) if dst.is_fp8() else (fp8.decode_pair, src.name)
+    regs = []
+    for lo, hi in zip(xs[0::2], xs[1::2]):
+        regs.extend(pair(lw, lo, hi, fmt))
+    lw.bind(op.results[0], regs, layout)
 
 
 def _bitcast(lw, op, x):

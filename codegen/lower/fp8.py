@@ -4,9 +4,10 @@ round to nearest even, values beyond the largest finite one (and infinities) cla
 NaN stays NaN (the fnuz formats have one NaN, 0x80, and no -0). Everything else goes
 through fp32, which holds every fp8 value exactly.
 
-sm_89 and later convert e4m3 and e5m2 with that very instruction (one `cvt` each way;
-attention's P is 64 conversions per thread per iteration); sm_80 has no fp8 `cvt`, and
-the fnuz formats none anywhere: those run in integer arithmetic.
+sm_89 and later convert e4m3 and e5m2 with that very instruction, two values at a time
+(`encode_pair`, `decode_pair`: a block's registers go in pairs, as Triton converts them;
+fp8 attention's P is 32 conversions per thread per iteration, not 64); sm_80 has no fp8
+`cvt`, and the fnuz formats none anywhere: those run in integer arithmetic.
 """
 from __future__ import annotations
 
@@ -36,30 +37,51 @@ def cast_fp8(lw, x, src, dst):
     return _encode(lw, cast_value(lw, x, src, float32), dst.name)
 
 
-def _in_hardware(lw, fmt) -> bool:
+def in_hardware(lw, fmt) -> bool:
+    """Does the target convert fp32 to and from `fmt` with one `cvt` (a pair of values)?"""
     # portable lowering (kiln.codegen.emulate runs it on the CPU) has no inline PTX
     return fmt in _PTX_PAIR and lw.ctx.target.capability >= 89 and not lw.ctx.portable
 
 
+def encode_pair(lw, lo, hi, fmt):
+    """The fp8 codes (i8, i8) of two fp32 values, in one `cvt` (`in_hardware` formats)."""
+    both = lw.b.call(_encoder(fmt), [hi, lo])  # the second source lands in the low byte
+    return lw.b.trunc(both, I8), lw.b.trunc(lw.b.lshr(both, ir.Constant(I16, 8)), I8)
+
+
+def decode_pair(lw, lo, hi, fmt):
+    """The fp32 values of two fp8 codes (i8), in one `cvt` (`in_hardware` formats)."""
+    b = lw.b
+    codes = b.or_(b.zext(lo, I16), b.shl(b.zext(hi, I16), ir.Constant(I16, 8)))
+    halves = b.call(_decoder(fmt), [codes])  # the low byte's value in the low half
+    return tuple(b.fpext(b.bitcast(b.trunc(word, I16), F16), F32)
+                 for word in (halves, b.lshr(halves, ir.Constant(I32, 16))))
+
+
+def _encoder(fmt):
+    return ir.InlineAsm(ir.FunctionType(I16, [F32, F32]), f"cvt.rn.satfinite.{_PTX_PAIR[fmt]}.f32 $0, $1, $2;",
+                        "=h,f,f")
+
+
+def _decoder(fmt):
+    return ir.InlineAsm(ir.FunctionType(I32, [I16]), f"cvt.rn.f16x2.{_PTX_PAIR[fmt]} $0, $1;", "=r,h")
+
+
 def _decode(lw, code, fmt):
     """The fp32 value of an fp8 code (i8)."""
-    if not _in_hardware(lw, fmt):
+    if not in_hardware(lw, fmt):
         return _to_f32(lw, code, fmt)
-    # the pair instruction converts two codes to two halves: the code in the low byte
-    # comes back in the low half (fp16 holds every e4m3 and e5m2 value exactly)
-    cvt = ir.InlineAsm(ir.FunctionType(I32, [I16]), f"cvt.rn.f16x2.{_PTX_PAIR[fmt]} $0, $1;", "=r,h")
-    halves = lw.b.call(cvt, [lw.b.zext(code, I16)])
+    # the code in the low byte comes back in the low half (fp16 holds every e4m3 and e5m2 value exactly)
+    halves = lw.b.call(_decoder(fmt), [lw.b.zext(code, I16)])
     return lw.b.fpext(lw.b.bitcast(lw.b.trunc(halves, I16), F16), F32)
 
 
 def _encode(lw, x, fmt):
     """The fp8 code (i8) of an fp32 value."""
-    if not _in_hardware(lw, fmt):
+    if not in_hardware(lw, fmt):
         return _from_f32(lw, x, fmt)
-    # the pair instruction's second source lands in the low byte
-    cvt = ir.InlineAsm(ir.FunctionType(I16, [F32, F32]), f"cvt.rn.satfinite.{_PTX_PAIR[fmt]}.f32 $0, $1, $2;",
-                       "=h,f,f")
-    return lw.b.trunc(lw.b.call(cvt, [ir.Constant(F32, 0.0), x]), I8)
+    # the second source lands in the low byte
+    return lw.b.trunc(lw.b.call(_encoder(fmt), [ir.Constant(F32, 0.0), x]), I8)
 
 
 def _c(v, ty=I32):
