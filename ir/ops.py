@@ -709,11 +709,14 @@ def _check_local_store(op):
 
 
 def _check_tile_dot(op):
-    """warp_group_dot and mma_dot: B a shared tile, A one too or (16-bit types) registers."""
+    """warp_group_dot and mma_dot: B a shared tile, A one too or registers (16-bit types; fp8 too
+    for warp_group_dot)."""
     a, b, acc = op.operands
-    a_ok = isinstance(a.type, shared_type) or (isinstance(a.type, block_type) and a.type.element_ty.itemsize == 2)
-    if not (a_ok and isinstance(b.type, shared_type)) or len(a.type.shape) != 2 or len(b.type.shape) != 2:
-        return f"{op.name} reads b from a shared tile, a from a shared tile or (16-bit types) registers"
+    in_registers = isinstance(a.type, block_type) and (
+        a.type.element_ty.itemsize == 2 or (op.name == "warp_group_dot" and a.type.element_ty.is_fp8()))
+    if not ((isinstance(a.type, shared_type) or in_registers) and isinstance(b.type, shared_type)) \
+            or len(a.type.shape) != 2 or len(b.type.shape) != 2:
+        return f"{op.name} reads b from a shared tile, a from a shared tile or registers (16-bit types, fp8 on wgmma)"
     (M, K), (K2, N) = a.type.shape, b.type.shape
     if K != K2 or _shape(acc.type) != (M, N) or op.results[0].type != acc.type:
         return f"shapes do not agree: {a.type} x {b.type} -> {acc.type}"

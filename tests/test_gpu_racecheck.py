@@ -215,7 +215,7 @@ def test_rings_released_through_mbarriers_have_no_shared_memory_hazard(tmp_path)
     assert hazards(out) == (0, 0), out[-4000:]
 
 
-def test_fp8_attention_staging_p_has_no_shared_memory_hazard(tmp_path):
+def test_fp8_attention_has_no_shared_memory_hazard(tmp_path):
     out = racecheck(FP8_ATTENTION, tmp_path)
     assert hazards(out) == (0, 0), out[-4000:]
 

@@ -23,6 +23,7 @@ from ..analysis.access import access_width
 from ..analysis.shared_buffers import ALIGN  # the buffers' base: a 128-byte swizzle repeats every 1024 bytes
 from .context import LoweringError
 from .memory import branchy_load, plain_store
+from .reduce import shuffle
 from .types import F32, I8, I32, I64, SHARED_PTR, VOID, reg_type
 
 _PTX_TYPE = {"fp16": "f16", "bf16": "bf16", "fp8e4nv": "e4m3", "fp8e5": "e5m2", "fp32": "tf32", "int8": "s8"}
@@ -264,20 +265,57 @@ def _operand_offset(lw, tile, rows_dim, row0, k0):
 
 
 def _a_fragments(lw, a, layout, K):
-    """A in registers: per M repetition, per 16 k, the four 32-bit words of wgmma's A
-    fragment. That fragment holds the same elements as the accumulator layout with one
-    instruction as wide as K (rows g and g + 8, columns 2t, 2t + 1 of each 8-column
-    chunk), so a value computed in that layout (attention's P) needs no data movement."""
+    """A in registers: per M repetition, per 32 bytes of k, the four 32-bit words of wgmma's A
+    fragment. For 16-bit types that fragment holds the same elements as the accumulator
+    layout with one instruction as wide as K (rows g and g + 8, columns 2t, 2t + 1 of each
+    8-column chunk), so a value computed in that layout (attention's P) needs no data
+    movement; for 8-bit types see `_fp8_fragment`."""
     regs = lw.regs(a, lay.Wgmma(layout.warps, K))
     elem = regs[0].type
+    per_word = 4 // a.type.element_ty.itemsize
     words = []
-    for i in range(0, len(regs), 2):
-        pair = ir.Constant(ir.VectorType(elem, 2), ir.Undefined)
-        pair = lw.b.insert_element(pair, regs[i], lw.i32(0))
-        pair = lw.b.insert_element(pair, regs[i + 1], lw.i32(1))
-        words.append(lw.b.bitcast(pair, I32))
-    per_m = K // 4  # words per M repetition
-    return [[words[m * per_m + k: m * per_m + k + 4] for k in range(0, per_m, 4)] for m in range(len(words) // per_m)]
+    for i in range(0, len(regs), per_word):
+        packed = ir.Constant(ir.VectorType(elem, per_word), ir.Undefined)
+        for j in range(per_word):
+            packed = lw.b.insert_element(packed, regs[i + j], lw.i32(j))
+        words.append(lw.b.bitcast(packed, I32))
+    per_m = K * a.type.element_ty.itemsize // 8  # words per M repetition: two rows of K over four lanes
+    fragments = [[words[m * per_m + k: m * per_m + k + 4] for k in range(0, per_m, 4)]
+                 for m in range(len(words) // per_m)]
+    if per_word == 4:
+        fragments = [[_fp8_fragment(lw, chunk) for chunk in m] for m in fragments]
+    return fragments
+
+
+def _fp8_fragment(lw, words):
+    """The fragment of one 32-column k-step of an 8-bit A from the four words the
+    accumulator layout gives (word j: this lane's two bytes of rows g and g + 8 in 8-column
+    chunk j, at columns 8j + 2t, 8j + 2t + 1). The instruction wants columns 4t .. 4t + 3 and
+    16 + 4t .. 16 + 4t + 3: chunk t // 2 (and 2 + t // 2) of lanes 2(t % 2) and 2(t % 2) + 1 of
+    the quad. Each lane sends one word a round and each receiver takes all of it (its two
+    rows), so two shuffles give a word pair: in round one lane s sends chunk s % 2 and lane
+    t reads lane 2(t % 2) + t // 2, in round two the other chunk and the other lane."""
+    b = lw.b
+    t = b.and_(lw.lane, lw.i32(3))
+    quad = b.sub(lw.lane, t)
+    even = b.icmp_unsigned("==", b.and_(t, lw.i32(1)), lw.i32(0))
+    low_half = b.icmp_unsigned("<", t, lw.i32(2))  # this lane's first source is round one's
+    half = b.lshr(t, lw.i32(1))
+    odd = b.and_(t, lw.i32(1))
+    first_source = b.add(quad, b.add(b.shl(odd, lw.i32(1)), half))
+    second_source = b.add(quad, b.add(b.shl(odd, lw.i32(1)), b.sub(lw.i32(1), half)))
+    out = []
+    for chunk_a, chunk_b in ((words[0], words[1]), (words[2], words[3])):
+        sent_first, sent_second = b.select(even, chunk_a, chunk_b), b.select(even, chunk_b, chunk_a)
+        got_first = shuffle(lw, sent_first, "idx", first_source, 0x1f)
+        got_second = shuffle(lw, sent_second, "idx", second_source, 0x1f)
+        left, right = b.select(low_half, got_first, got_second), b.select(low_half, got_second, got_first)
+        # row g: the low halves (left's bytes first); row g + 8: the high halves
+        row_g = b.or_(b.and_(left, lw.i32(0xFFFF)), b.shl(right, lw.i32(16)))
+        row_g8 = b.or_(b.lshr(left, lw.i32(16)), b.and_(right, lw.i32(-0x10000)))
+        out.append((row_g, row_g8))
+    (lo_g, lo_g8), (hi_g, hi_g8) = out
+    return [lo_g, lo_g8, hi_g, hi_g8]
 
 
 def _warp_group_dot(lw, op):
@@ -308,11 +346,12 @@ def _warp_group_dot(lw, op):
     ty = _PTX_TYPE[elem.name]
     d = ", ".join(f"${i}" for i in range(per))
     shape = f"wgmma.mma_async.sync.aligned.m64n{instr_n}k{k_step}.{acc_ptx}.{ty}.{ty}"
-    if a_in_regs:  # d, {a0..a3}, b-desc, scale-d, scale-a, scale-b, trans-b (16-bit A only)
+    if a_in_regs:  # d, {a0..a3}, b-desc, scale-d, scale-a, scale-b, trans-b (16-bit types only)
         fragments = _a_fragments(lw, a, layout, K)
         args = "{" + ", ".join(f"${per + i}" for i in range(4)) + "}"
+        trans = f", {int(not b_k_major)}" if elem.itemsize == 2 else ""
         text = (f"{{ .reg .pred p; setp.ne.b32 p, ${per + 5}, 0; "
-                f"{shape} {{{d}}}, {args}, ${per + 4}, p, 1, 1, {int(not b_k_major)}; }}")
+                f"{shape} {{{d}}}, {args}, ${per + 4}, p, 1, 1{trans}; }}")
         inputs = ["r"] * 4 + ["l", "r"]
     else:
         # the transpose flags exist for 16-bit types only (fp8, tf32 and int8 read K-major

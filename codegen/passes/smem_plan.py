@@ -215,8 +215,7 @@ def _operand(v, role, body, instr_extent, ctx, regs=True):
     ("ring", load, transposed, swizzle): a load in the body (or tl.trans of one), copied
         ahead through a ring;
     ("once", v, tile): defined before the loop, stored to shared memory once;
-    ("regs", v): computed in the body, read from registers (A of 16-bit types only, where
-        `regs`);
+    ("regs", v): computed in the body, read from registers (A, where `regs`);
     ("staged", v, tile): A computed in the body otherwise, stored each iteration."""
     load = _transposed_load(v, body)
     transposed = load is not None
@@ -232,7 +231,7 @@ def _operand(v, role, body, instr_extent, ctx, regs=True):
         return ("ring", load, transposed, swizzle) if swizzle else None
     if not _inside(v, body):
         return ("once", v, _stored_tile(v.type, role))
-    if role == "a" and regs and scalar_of(v.type).itemsize == 2:
+    if role == "a" and regs:
         return ("regs", v)
     tile = _staged_tile(v.type, role, instr_extent)
     return ("staged", v, tile) if tile is not None else None
@@ -254,8 +253,10 @@ def _wgmma_sources(dot, body, ctx):
     layout = wgmma_layout(acc.type.shape, ctx.num_warps, int8=elem.name == "int8")
     if layout is None:
         return None
-    sources = (_operand(a, "a", body, 64, ctx), _operand(b, "b", body, layout.instr_n, ctx))
-    return sources if None not in sources and sources[1][0] != "regs" else None
+    # A from registers: 16-bit types, and fp8 (lowering exchanges its bytes within each quad of lanes)
+    regs = elem.itemsize == 2 or elem.is_fp8()
+    sources = (_operand(a, "a", body, 64, ctx, regs=regs), _operand(b, "b", body, layout.instr_n, ctx, regs=False))
+    return sources if None not in sources else None
 
 
 def _mma_sources(dot, body, ctx):
