@@ -7,7 +7,8 @@ over the same configs, against PyTorch SDPA (its backward through autograd).
 Z=4, H=32, fp16, causal and not. Forward TFLOP/s count its two matmuls (4 Z H N^2 D), the
 backward 2.5 times that (its five; the kernels recompute P, as FlashAttention-2 does),
 halved when causal. The backward is three launches: Delta = rowsum(O dO), dK and dV, dQ.
-Mode `desc` is the forward through descriptors the kernel makes
+Mode `fp8` is mode `host` on float8_e5m2 operands (V transposed, O in fp8: tutorial 06's fp8
+forward; its SDPA column is fp16's). Mode `desc` is the forward through descriptors the kernel makes
 (`attention_descriptor_fwd_kernel`, tutorial 06's way: Z * H * N_CTX rows), mode `host` through host
 TensorDescriptors (`attention_host_descriptor_fwd_kernel`, tutorial 06's way on Hopper).
 --check first compares every config with SDPA (and its gradients) on small shapes. Prints
@@ -86,7 +87,31 @@ def host_descriptor_launcher(lib, q, k, v, o, causal, cfg):
     return go
 
 
-FORWARDS = {"fwd": launcher, "desc": descriptor_launcher, "host": host_descriptor_launcher}
+def host_descriptor_fp8_launcher(lib, q, k, v, o, causal, cfg):
+    """`attention_host_descriptor_fp8_fwd_kernel`: the host-descriptor forward on float8_e5m2 copies
+    of the operands, V transposed per head (tutorial 06's fp8 forward on Hopper); O in fp8."""
+    from tma import descriptor_class
+    bm, bn, stages, warps = cfg
+    z, h, n_ctx, dim = q.shape
+    D = descriptor_class(lib.__name__.split("_")[0])
+    q8, k8 = (t.to(torch.float8_e5m2).view(z * h * n_ctx, dim) for t in (q, k))
+    vt8 = v.transpose(2, 3).contiguous().to(torch.float8_e5m2).view(z * h * dim, n_ctx)
+    o8 = torch.empty(z * h * n_ctx, dim, device=q.device, dtype=torch.float8_e5m2)
+    descs = D.from_tensor(q8, [bm, dim]), D.from_tensor(k8, [bn, dim]), D.from_tensor(vt8, [dim, bn]), \
+        D.from_tensor(o8, [bm, dim])
+    grid = (triton_cdiv(n_ctx, bm), z * h)
+    lse = torch.empty(z, h, n_ctx, device=q.device, dtype=torch.float32)
+
+    def go():
+        lib.attention_host_descriptor_fp8_fwd_kernel[grid](*descs, lse, 1 / dim ** 0.5, n_ctx, HEAD_DIM=dim,
+                                                           BLOCK_M=bm, BLOCK_N=bn, CAUSAL=causal, num_warps=warps,
+                                                           num_stages=stages)
+    go.output = lambda: o8.view(o.shape)  # what --check compares (fp8: not written to `o`)
+    return go
+
+
+FORWARDS = {"fwd": launcher, "desc": descriptor_launcher, "host": host_descriptor_launcher,
+            "fp8": host_descriptor_fp8_launcher}
 
 
 def bwd_launcher(lib, q, k, v, o, lse, do, grads, causal, cfg):
@@ -137,8 +162,14 @@ def check(libs, dims, configs, bwd_configs):
                 for cfg in configs:
                     for kind, make in FORWARDS.items():
                         o = torch.full_like(q, float("nan"))
-                        got = _attempt(name, dim, causal, cfg, make(lib, q, k, v, o, causal, cfg))
-                        if got and not torch.allclose(o.float(), want.float(), atol=2e-2, rtol=2e-2):
+                        go = make(lib, q, k, v, o, causal, cfg)
+                        got = _attempt(name, dim, causal, cfg, go)
+                        if got and kind == "fp8":  # e5m2 keeps 2 bits of mantissa: the error's size, not each element
+                            out, want8 = go.output().float(), sdpa(*(x.to(torch.float8_e5m2).float()
+                                                                     for x in (q, k, v)), causal)
+                            if not (out - want8).norm() < 0.1 * want8.norm():
+                                failures.append(_mismatch(name, kind, dim, causal, cfg, out, want8))
+                        elif got and not torch.allclose(o.float(), want.float(), atol=2e-2, rtol=2e-2):
                             failures.append(_mismatch(name, kind, dim, causal, cfg, o, want))
                 o, lse = forward_for_backward(lib, q, k, v, causal)
                 for cfg in bwd_configs:
@@ -229,7 +260,7 @@ def main():
         kiln.set_allocator(lambda size, align, stream: torch.empty(size, dtype=torch.int8, device="cuda"))
     dims = [int(d) for d in args.dims.split(",")]
     configs = {"fwd": QUICK if args.quick else CONFIGS, "bwd": BWD_QUICK if args.quick else BWD_CONFIGS}
-    configs["desc"] = configs["host"] = configs["fwd"]
+    configs["desc"] = configs["host"] = configs["fp8"] = configs["fwd"]
     if args.check:
         check(libs, dims, configs["fwd"], configs["bwd"])
     rows = [row for mode in args.modes.split(",")

@@ -259,8 +259,10 @@ def attention_fwd_kernel(Q, K, V, Out, M, sm_scale,
 
 @triton.jit
 def _attention_descriptor_block(acc, row_sum, row_max, q, k_desc, v_desc, first_row, qk_scale, lo, hi, offs_m,
-                                offs_n, BLOCK_N: tl.constexpr, DIAGONAL: tl.constexpr):
-    """`_attention_block` with K and V read through descriptors over all heads' rows."""
+                                offs_n, BLOCK_N: tl.constexpr, DIAGONAL: tl.constexpr, V_ROWS: tl.constexpr = False):
+    """`_attention_block` with K and V read through descriptors over all heads' rows; V_ROWS:
+    V's descriptor is over V^T ([Z * H * HEAD_DIM, N_CTX], this head's rows from V_ROWS's
+    multiple of the program's head), as fp8 needs it (wgmma reads 8-bit tiles K-major only)."""
     for start_n in range(lo, hi, BLOCK_N):
         scores = tl.dot(q, k_desc.load([first_row + start_n, 0]).T)
         if DIAGONAL:
@@ -269,7 +271,10 @@ def _attention_descriptor_block(acc, row_sum, row_max, q, k_desc, v_desc, first_
         p = tl.math.exp2(scores * qk_scale - new_max[:, None])
         rescale = tl.math.exp2(row_max - new_max)
         row_sum = row_sum * rescale + tl.sum(p, 1)
-        v = v_desc.load([first_row + start_n, 0])
+        if V_ROWS:
+            v = v_desc.load([tl.program_id(1) * V_ROWS, start_n]).T
+        else:
+            v = v_desc.load([first_row + start_n, 0])
         acc = tl.dot(p.to(v.dtype), v, acc * rescale[:, None])
         row_max = new_max
     return acc, row_sum, row_max
@@ -299,8 +304,19 @@ def attention_host_descriptor_fwd_kernel(q_desc, k_desc, v_desc, o_desc, M, sm_s
 
 
 @triton.jit
+def attention_host_descriptor_fp8_fwd_kernel(q_desc, k_desc, vt_desc, o_desc, M, sm_scale, N_CTX,
+                                             HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                                             CAUSAL: tl.constexpr):
+    """The host-descriptor forward in fp8 (tutorial 06's fp8 path on Hopper): Q, K and O over
+    Z * H * N_CTX rows, V transposed over Z * H * HEAD_DIM rows of N_CTX."""
+    _attention_rows_fwd(q_desc, k_desc, vt_desc, o_desc, M, sm_scale, N_CTX, HEAD_DIM, BLOCK_M, BLOCK_N, CAUSAL,
+                        HEAD_DIM)
+
+
+@triton.jit
 def _attention_rows_fwd(q_desc, k_desc, v_desc, o_desc, M, sm_scale, N_CTX, HEAD_DIM: tl.constexpr,
-                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr):
+                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
+                        V_ROWS: tl.constexpr = False):
     """One program's BLOCK_M query rows of one (batch, head) through descriptors over all heads' rows."""
     first_row = tl.program_id(1) * N_CTX
     start_m = tl.program_id(0) * BLOCK_M
@@ -313,13 +329,13 @@ def _attention_rows_fwd(q_desc, k_desc, v_desc, o_desc, M, sm_scale, N_CTX, HEAD
     acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
     unmasked_end = start_m if CAUSAL else N_CTX
     acc, row_sum, row_max = _attention_descriptor_block(acc, row_sum, row_max, q, k_desc, v_desc, first_row, qk_scale,
-                                                        0, unmasked_end, offs_m, offs_n, BLOCK_N, False)
+                                                        0, unmasked_end, offs_m, offs_n, BLOCK_N, False, V_ROWS)
     if CAUSAL:
         acc, row_sum, row_max = _attention_descriptor_block(acc, row_sum, row_max, q, k_desc, v_desc, first_row,
                                                             qk_scale, start_m, start_m + BLOCK_M, offs_m, offs_n,
-                                                            BLOCK_N, True)
+                                                            BLOCK_N, True, V_ROWS)
     tl.store(M + tl.program_id(1) * N_CTX + offs_m, row_max + tl.math.log2(row_sum))
-    o_desc.store([first_row + start_m, 0], (acc / row_sum[:, None]).to(tl.float16))
+    o_desc.store([first_row + start_m, 0], (acc / row_sum[:, None]).to(q.dtype))
 
 
 # FlashAttention-2 backward, in three kernels over contiguous [Z, H, N_CTX, HEAD_DIM] tensors:
