@@ -518,8 +518,11 @@ def test_fp8_attention_on_the_gpu_matches_torch(dtype, d, bm, warps):
     p = torch.exp2(s - s.max(1, keepdim=True).values)
     want = (p @ v.float()) / p.sum(1, keepdim=True)
     # P is rounded to fp8 per block against that block's running max (up to 2^-4 relative
-    # each): the average over 512 keys keeps the error far below a wrong layout's O(1)
-    torch.testing.assert_close(out, want, atol=5e-2, rtol=5e-2)
+    # each in e4m3, 2^-3 in e5m2): the average over 512 keys keeps the error far below a wrong
+    # layout's O(1) (H200: 0.6-1.4% of the norm, at most 0.108 in one element of e5m2's)
+    assert (out - want).norm() < 0.03 * want.norm()
+    tolerance = 5e-2 if dtype == "float8_e4m3fn" else 0.15
+    torch.testing.assert_close(out, want, atol=tolerance, rtol=tolerance)
 
 
 @kiln.jit
