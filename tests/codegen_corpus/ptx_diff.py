@@ -55,6 +55,12 @@ def _bench_module():
     return module
 
 
+def _reinterpret(array, dtype: str):
+    import kiln
+    import kiln.language as tl
+    return kiln.reinterpret(array, getattr(tl, dtype))
+
+
 def bench_kernels():
     """(name, "sm_90a", ptx) for bench/'s tensor-core kernels, built with `warmup` (no GPU)."""
     from kiln.tools.tensor_descriptor import TensorDescriptor
@@ -82,6 +88,17 @@ def bench_kernels():
                 k.attention_host_descriptor_fwd_kernel.warmup(*descs, f32, 0.125, n, HEAD_DIM=dim, BLOCK_M=128,
                                                                BLOCK_N=64, CAUSAL=causal, num_warps=8, num_stages=3,
                                                                grid=(1,), target="sm_90a")
+        # tutorial 06's fp8 forward: V transposed per head, P to the second wgmma from registers, at the
+        # config bench/attention.py's autotuning picked on the H200 (2026-11-30)
+        fp8 = np.zeros((z * h * n, dim), np.uint8)
+        vt = np.zeros((z * h * dim, n), np.uint8)
+        e5 = [_reinterpret(a, "float8e5") for a in (fp8, vt)]
+        bm, bn = 128, (64 if dim == 64 else 128)
+        fp8_descs = [TensorDescriptor.from_tensor(e5[0], [bm, dim]), TensorDescriptor.from_tensor(e5[0], [bn, dim]),
+                     TensorDescriptor.from_tensor(e5[1], [dim, bn]), TensorDescriptor.from_tensor(e5[0], [bm, dim])]
+        yield f"bench.attention_host_fp8_fwd.d{dim}", k.attention_host_descriptor_fp8_fwd_kernel.warmup(
+            *fp8_descs, f32, 0.125, n, HEAD_DIM=dim, BLOCK_M=bm, BLOCK_N=bn, CAUSAL=False, num_warps=8, num_stages=3,
+            grid=(1,), target="sm_90a")
         # (narrow, wide, warps) as bench/attention.py's autotuning picks them on the H200
         narrow, wide, warps = (32, 128, 4) if dim == 64 else (64, 128, 8)
         tuning = dict(HEAD_DIM=dim, CAUSAL=True, num_warps=warps, num_stages=3, grid=(1,), target="sm_90a")
