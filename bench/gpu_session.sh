@@ -35,7 +35,8 @@ for phase in "$@"; do
       KILN_TARGET=$sm KILN_TEST_GPU_CONFORMANCE=1 python3 -m pytest -q -p no:cacheprovider tests/test_lang_*.py 2>&1 \
         | tee "$OUT/gpu-conformance-$sm.log" | tail -5 ;;
     bench)
-      python3 bench/run.py --out "$OUT" 2>&1 | tee "$OUT/bench.log" | tail -60 ;;
+      # no plot: a fresh machine's first matplotlib import took the call past its 600 s (session 37)
+      python3 bench/run.py --no-plot --out "$OUT" 2>&1 | tee "$OUT/bench.log" | tail -60 ;;
     attention)  # tutorial 06's forward on Hopper (host TensorDescriptors) and through in-kernel descriptors, against
       # Triton and SDPA, N_CTX 4096 and 16384, D64 and D128, causal and not (~300 s)
       python3 bench/attention.py --modes host,desc --ctx 4096,16384 --out "$OUT" 2>&1 | tee "$OUT/attention.log" | tail -40 ;;

@@ -327,6 +327,7 @@ def main():
     parser.add_argument("--rounds", type=int, default=3, help="turns each library takes per size (median)")
     parser.add_argument("--memory-rounds", type=int, default=9,
                         help="the same for vector add, softmax and layer norm")
+    parser.add_argument("--no-plot", action="store_true", help="no .png beside the tables")
     parser.add_argument("--only", nargs="*", help="run only these sections (vector_add softmax layer_norm "
                                                    "softmax_odd matmul matmul_shapes attention launch first_call); writes no files")
     args = parser.parse_args()
@@ -390,8 +391,9 @@ def main():
               f"{t['cold_s'] / k['cold_warm_daemon_s']:.1f}x | {t['warm_s'] / k['warm_s']:.1f}x |\n")
     text = "\n".join(md)
     path = results_file.save(args.out, slug, results, text)
-    plot(results, path + ".png")
-    print(text)
+    print(text, flush=True)
+    if not args.no_plot:  # last: matplotlib's first import on a fresh machine builds its font cache (minutes)
+        plot(results, path + ".png")
 
 
 if __name__ == "__main__":
