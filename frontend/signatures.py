@@ -3,11 +3,11 @@
     @kiln.jit(prewarm=[{"x_ptr": "*fp32:16", "n": "i32", "BLOCK": 1024, "num_warps": 4}])
 
 Each dict is one specialization, spelt as Triton's ahead-of-time compiler spells them:
-`*fp32` a pointer (`*fp32:16`: 16-byte aligned), `i1 i32 i64 u64 fp32` a scalar
-(`i32:16`: divisible by 16; `i32:8`: by 8, not 16, which kiln specializes on as well;
-`i32:1` or the plain value 1: equal to 1), `tensordesc<fp16[64, 64]>` a host TensorDescriptor
-with that block (no size taken for a multiple of 16), and plain Python
-values for constexpr parameters (a plain value for any other parameter is specialized as
+`*fp32` a pointer (`*fp32:16`: 16-byte aligned; `*kfp32`: to `tl.const` data), `i1 i32 i64
+u64 fp32` a scalar (`u1` and `B` are i1 too, as Triton reads them; `i32:16`: divisible by 16;
+`i32:8`: by 8, not 16, which kiln specializes on as well; `i32:1` or the plain value 1: equal
+to 1), `tensordesc<fp16[64, 64]>` a host TensorDescriptor with that block (no size taken for a
+multiple of 16), and plain Python values for constexpr parameters (a plain value for any other parameter is specialized as
 a call would specialize it). `num_warps`, `num_stages` and the other launch options may be
 given too; a parameter left out takes its default. The IR is built exactly as a launch
 with such arguments builds it, so a prewarmed binary has the compile key a launch looks up.
@@ -33,12 +33,12 @@ from .specialize import specialize
 # The scalar types a call specializes a runtime scalar to, and the others a signature (or a
 # parameter's annotation) may declare (Inductor declares a Python float `fp64`, as Triton takes);
 # the launcher passes each at its width (fp16 and bf16 as Triton packs them).
-_SCALARS = {"i1": int1, "i32": int32, "i64": int64, "u64": uint64, "fp32": float32,
+_SCALARS = {"i1": int1, "u1": int1, "B": int1, "i32": int32, "i64": int64, "u64": uint64, "fp32": float32,
             **{name: SCALAR_TYPES[kiln_name] for name, kiln_name in (
                 ("i8", "int8"), ("i16", "int16"), ("u8", "uint8"), ("u16", "uint16"), ("u32", "uint32"),
                 ("fp16", "fp16"), ("bf16", "bf16"), ("fp64", "fp64"))}}
 # Pointer element types in Triton's short names, and in kiln's own (`*int8` as well as `*i8`).
-_ELEMENTS = {**SCALAR_TYPES, "i1": int1, **{f"i{b}": SCALAR_TYPES[f"int{b}"] for b in (8, 16, 32, 64)},
+_ELEMENTS = {**SCALAR_TYPES, "i1": int1, "u1": int1, "B": int1, **{f"i{b}": SCALAR_TYPES[f"int{b}"] for b in (8, 16, 32, 64)},
              **{f"u{b}": SCALAR_TYPES[f"uint{b}"] for b in (8, 16, 32, 64)}}
 _OPTIONS = tuple(o for o in config.LAUNCH_OPTIONS if o != "stream")
 
@@ -57,12 +57,14 @@ def parse_arg(text: str):
         raise SignatureError(f"{text!r}: the only hints are :16 (aligned or divisible by 16), :8 (an integer "
                              "divisible by 8) and :1 (equal to 1)")
     if spelling.startswith("*"):
-        element = _ELEMENTS.get(spelling[1:])
+        const = spelling.startswith("*k") and spelling[2:] in _ELEMENTS  # `*kfp32`: to tl.const data
+        name = spelling[2:] if const else spelling[1:]
+        element = _ELEMENTS.get(name)
         if element is None:
-            raise SignatureError(f"{text!r}: unknown pointer element type {spelling[1:]!r}")
+            raise SignatureError(f"{text!r}: unknown pointer element type {name!r}")
         if hint in ("1", "8"):
             raise SignatureError(f"{text!r}: a pointer is 16-byte aligned (:16) or not")
-        return pointer_type(element), ({"divisibility": 16} if hint == "16" else {})
+        return pointer_type(element, 1, const), ({"divisibility": 16} if hint == "16" else {})
     scalar = _SCALARS.get(spelling)
     if scalar is None:
         raise SignatureError(f"{text!r}: a runtime scalar is one of {', '.join(_SCALARS)} "

@@ -273,3 +273,16 @@ def test_a_host_descriptor_spelt_wrong_is_a_clear_error(spelling, message):
     with pytest.raises(ValueError, match=re.escape(message)):
         compile(ASTSource(_copy_tiles, {**DESC_SIGNATURE, "in_desc": spelling}, {"BLOCK": 16}),
                 target=GPUTarget("cpu", 0, 1))
+
+
+def test_a_const_pointer_declared_as_triton_spells_it_is_read_only():
+    """`*kfp32` (Triton's spelling of a `tl.const` pointer): loads through it compile and run; a
+    store through it is Triton's CompilationError."""
+    kernel = compile(ASTSource(scale, {**SIGNATURE, "x_ptr": "*kfp32"}, {"BLOCK": 64}, ATTRS),
+                     target=GPUTarget("cpu", 0, 1))
+    x, out = np.arange(100, dtype=np.float32), np.zeros(100, dtype=np.float32)
+    kernel[(2,)](x, out, 100, 3.0, 64)
+    np.testing.assert_array_equal(out, x * 3.0)
+    from kiln.errors import CompilationError
+    with pytest.raises(CompilationError, match="Cannot store to a constant pointer"):
+        compile(ASTSource(scale, {**SIGNATURE, "out_ptr": "*kfp32"}, {"BLOCK": 64}, ATTRS), target=GPUTarget("cpu", 0, 1))

@@ -40,7 +40,13 @@ def test_arg_types_in_triton_spelling():
     assert parse_arg("i32:8") == (int32, {"divisibility": 8})  # kiln specializes on 8 as well
     assert parse_arg("i32:1") == constexpr(1)
     assert parse_arg("fp16") == (float16, {}) and parse_arg("bf16") == (kiln.language.bfloat16, {})
-    for bad, message in (("fp8e5", "runtime scalar"), ("*fp99", "unknown pointer"), ("fp32:16", "only integers"),
+    # Triton's other spellings: a const pointer (`tl.const` data; launches spell it so), bools as u1 and B
+    const, attrs = parse_arg("*kfp16:16")
+    assert const.const and const.element_ty == float16 and attrs == {"divisibility": 16}
+    assert not parse_arg("*fp16")[0].const
+    assert parse_arg("u1") == parse_arg("B") == (kiln.language.int1, {}) and parse_arg("*u1")[0].element_ty == kiln.language.int1
+    for bad, message in (("fp8e5", "runtime scalar"), ("*fp99", "unknown pointer"), ("*kx", "unknown pointer"),
+                         ("fp32:16", "only integers"),
                          ("i32:4", "only hints"), ("*fp32:1", "16-byte aligned"), ("*fp16:8", "16-byte aligned")):
         with pytest.raises(SignatureError, match=message):
             parse_arg(bad)
