@@ -3,6 +3,9 @@
 #   bash bench/gpu_session.sh tests        # pytest -m gpu, then the conformance suite on the GPU
 #   bash bench/gpu_session.sh tests80      # both again on sm_80 code (KILN_TARGET=sm_80; on a Hopper); tests89 likewise
 #   bash bench/gpu_session.sh bench service   # bench/run.py, bench/service.py (also: probe)
+#   bash bench/gpu_session.sh bench1          # bench/run.py in two calls where the whole nears 600 s: memory-bound
+#   bash bench/gpu_session.sh bench2          # and matmul, then attention (fp16, fp8), launch and first call;
+#                                             # then here: python3 bench/run.py --merge A.json B.json
 #   bash bench/gpu_session.sh attention       # bench/attention.py: tutorial 06's descriptor forwards vs Triton, SDPA
 #   bash bench/gpu_session.sh dropin          # bench/dropin.py: torch.compile with kiln's drop-in vs Triton
 #   bash bench/gpu_session.sh firststep       # 8 ranks, GPT and MLP: cold, warm, new node (~330-470 s; Redis below)
@@ -37,6 +40,8 @@ for phase in "$@"; do
     bench)
       # no plot: a fresh machine's first matplotlib import took the call past its 600 s (session 37)
       python3 bench/run.py --no-plot --out "$OUT" 2>&1 | tee "$OUT/bench.log" | tail -60 ;;
+    bench1|bench2)
+      python3 bench/run.py --part "${phase#bench}" --out "$OUT" 2>&1 | tee "$OUT/$phase.log" | tail -60 ;;
     attention)  # tutorial 06's forward on Hopper (host TensorDescriptors) and through in-kernel descriptors, against
       # Triton and SDPA, N_CTX 4096 and 16384, D64 and D128, causal and not (~300 s)
       python3 bench/attention.py --modes host,desc --ctx 4096,16384 --out "$OUT" 2>&1 | tee "$OUT/attention.log" | tail -40 ;;

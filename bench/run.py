@@ -1,6 +1,8 @@
 """kiln against PyTorch and upstream Triton, in one run on one GPU.
 
     python bench/run.py [--quick] [--out DIR]
+    python bench/run.py --part 1 --out DIR; python bench/run.py --part 2 --out DIR   # two calls
+    python bench/run.py --merge DIR/<date>-<gpu>-part1.json DIR/<date>-<gpu>-part2.json --out DIR
 
 Writes DIR/<date>-<gpu>.json, a markdown table next to it and a PNG plot, and prints the
 table. Bandwidth figures count bytes read plus bytes written; every timing is the median
@@ -320,6 +322,89 @@ def plot(results, path):
     fig.savefig(path, dpi=110)
 
 
+def attention_fp8(libs, dims, contexts):
+    """Tutorial 06's fp8 forward (host descriptors, e5m2, V transposed) beside the same forward in
+    fp16, each autotuned by each library (bench/attention.py's modes `host` and `fp8`)."""
+    import attention as fa
+    return fa.run(libs, dims, contexts, fa.CONFIGS, rounds=ROUNDS, mode="host") + \
+        fa.run(libs, dims, contexts, fa.CONFIGS, rounds=ROUNDS, mode="fp8")
+
+
+def sections(libs, quick: bool) -> dict:
+    """name -> the measurement it makes, in the order the tables print."""
+    q = quick
+    return {
+        "vector_add": lambda: vector_add(libs, [1 << p for p in ((20, 24, 27) if q else range(20, 28))]),
+        "softmax": lambda: softmax(libs, [256, 1024, 4096, 16384] if q else [256, 512, 1024, 2048, 4096, 8192, 16384]),
+        "layer_norm": lambda: layer_norm(libs, [1024, 4096, 8192] if q else [1024, 2048, 4096, 8192]),
+        "softmax_odd": lambda: softmax(libs, ODD_COLUMNS[:1] if q else ODD_COLUMNS),
+        "matmul": lambda: matmul(libs, [4096] if q else [2048, 4096, 8192]),
+        "matmul_shapes": lambda: matmul(libs, ODD_SHAPES[:1] if q else ODD_SHAPES, ["fp16"]),
+        "attention": lambda: attention(libs, [64, 128], [4096] if q else [1024, 4096, 16384]),
+        "attention_fp8": lambda: attention_fp8(libs, [64, 128], [4096] if q else [4096, 16384]),
+        "launch_us": lambda: launch_overhead(libs),
+        "first_call_s": lambda: first_call({n: os.path.dirname(m.__file__) for n, m in libs.items()}),
+    }
+
+
+# what `--part 1` and `--part 2` measure: two device calls of about 300 s each where the whole run
+# is one of about 600 s
+PARTS = {1: ["vector_add", "softmax", "layer_norm", "softmax_odd", "matmul", "matmul_shapes"],
+         2: ["attention", "attention_fp8", "launch_us", "first_call_s"]}
+
+
+def markdown(results: dict) -> str:
+    """The tables of whichever sections `results` holds."""
+    md = [f"## kiln vs Triton {results['triton_version']} vs PyTorch {results['torch']} on {results['gpu']}, "
+          f"{results['date']}", ""]
+    memory = [("vector_add", "vector add fp32 (GB/s)"), ("softmax", "fused softmax fp32, 4096 rows × N (GB/s)"),
+              ("layer_norm", "layer norm forward fp16, 4096 rows × N (GB/s)"),
+              ("softmax_odd", "fused softmax fp32, 4096 rows × N, N not a multiple of 16 (GB/s)")]
+    md += [ratio_table(title, "GB/s", results[key]) for key, title in memory if key in results]
+    tables = [("matmul", "matmul, N³, tutorial 03's kernel autotuned over its configs (TFLOP/s)", matmul_table),
+              ("matmul_shapes", "matmul, shapes that are not multiples of 16, tutorial 03's kernel autotuned over its "
+                                "configs (TFLOP/s)", matmul_table),
+              ("attention", "attention forward and backward fp16, Z=4 H=32, one FlashAttention-2 kernel source "
+                            "autotuned by each library (TFLOP/s)", attention_table),
+              ("attention_fp8", "attention forward on host descriptors, fp16 (`host`) and fp8 e5m2 (`fp8`; its SDPA "
+                                "column is fp16's), Z=4 H=32, one kernel source autotuned by each library (TFLOP/s)",
+               attention_table)]
+    md += [f"#### {title}\n\n{table(results[key])}\n" for key, title, table in tables if key in results]
+    if "launch_us" in results:
+        lu = results["launch_us"]
+        md.append(f"### launch of a tiny kernel (host µs per launch)\n\nkiln {lu['kiln']:.1f} · Triton "
+                  f"{lu['triton']:.1f} · PyTorch {lu['torch']:.1f} · kiln / Triton {lu['kiln'] / lu['triton']:.2f}\n")
+    if "first_call_s" in results:
+        k, t = results["first_call_s"]["kiln"], results["first_call_s"]["triton"]
+        md.append("### first call in a fresh process (s, after imports)\n\n"
+                  "| | cold cache | cold cache, warm daemon | warm cache |\n|---|---:|---:|---:|\n"
+                  f"| kiln | {k['cold_in_process_s']:.3f} | {k['cold_warm_daemon_s']:.3f} | {k['warm_s']:.3f} |\n"
+                  f"| Triton | {t['cold_s']:.3f} | | {t['warm_s']:.3f} |\n"
+                  f"| Triton / kiln | {t['cold_s'] / k['cold_in_process_s']:.1f}x | "
+                  f"{t['cold_s'] / k['cold_warm_daemon_s']:.1f}x | {t['warm_s'] / k['warm_s']:.1f}x |\n")
+    return "\n".join(md)
+
+
+def merge(paths: list[str]) -> dict:
+    """One result from the JSON of several partial runs (`--part`) of one GPU and library versions."""
+    parts = []
+    for path in paths:
+        with open(path) as f:
+            parts.append(json.load(f))
+    for key in ("gpu", "triton_version", "torch"):
+        if len({p[key] for p in parts}) != 1:
+            raise SystemExit(f"the runs differ in {key}: {[p[key] for p in parts]}")
+    merged = {}
+    for part in parts:
+        merged.update(part)
+    for rows in merged.values():  # a config is a tuple in the tables, a list in JSON
+        for row in rows if isinstance(rows, list) else ():
+            if isinstance(row, dict) and isinstance(row.get("configs"), dict):
+                row["configs"] = {lib: tuple(c) if isinstance(c, list) else c for lib, c in row["configs"].items()}
+    merged["date"] = max(p["date"] for p in parts)
+    return merged
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", help="fewer sizes")
@@ -328,71 +413,42 @@ def main():
     parser.add_argument("--memory-rounds", type=int, default=9,
                         help="the same for vector add, softmax and layer norm")
     parser.add_argument("--no-plot", action="store_true", help="no .png beside the tables")
-    parser.add_argument("--only", nargs="*", help="run only these sections (vector_add softmax layer_norm "
-                                                   "softmax_odd matmul matmul_shapes attention launch first_call); writes no files")
+    parser.add_argument("--part", type=int, choices=sorted(PARTS),
+                        help="only these sections, written as <date>-<gpu>-part<N>: the whole run in two calls")
+    parser.add_argument("--merge", nargs="+", metavar="JSON",
+                        help="write the tables of these partial runs' JSON as one run (no GPU needed)")
+    parser.add_argument("--only", nargs="*", help="run only these sections, with fewer sizes (vector_add softmax "
+                                                   "layer_norm softmax_odd matmul matmul_shapes attention "
+                                                   "attention_fp8 launch_us first_call_s); writes no files")
     args = parser.parse_args()
+    if args.merge:
+        results = merge(args.merge)
+        text = markdown(results)
+        results_file.save(args.out, results_file.stem(results["date"], results["gpu"]), results, text)
+        print(text)
+        return
     global ROUNDS, MEMORY_ROUNDS
     ROUNDS, MEMORY_ROUNDS = args.rounds, args.memory_rounds
     os.makedirs(args.out, exist_ok=True)
 
-    kiln_k, triton_k = load_kernels("kiln"), load_kernels("triton")
-    libs = {"kiln": kiln_k, "triton": triton_k}
+    libs = {"kiln": load_kernels("kiln"), "triton": load_kernels("triton")}
     gpu = torch.cuda.get_device_name()
     date = datetime.date.today().isoformat()
-    q = args.quick
-    results = {"gpu": gpu, "date": date, "torch": torch.__version__}
     import triton
-    results["triton_version"] = triton.__version__
+    results = {"gpu": gpu, "date": date, "torch": torch.__version__, "triton_version": triton.__version__}
     settle_clocks()
+    measure = sections(libs, args.quick or bool(args.only))
     if args.only:
-        sections = {"vector_add": lambda: vector_add(libs, [1 << 20, 1 << 21, 1 << 27]),
-                    "softmax": lambda: softmax(libs, [512, 1024, 16384]),
-                    "layer_norm": lambda: layer_norm(libs, [1024, 2048, 4096]),
-                    "matmul": lambda: matmul(libs, [4096], ["fp16"]),
-                    "matmul_shapes": lambda: matmul(libs, ODD_SHAPES, ["fp16"]),
-                    "softmax_odd": lambda: softmax(libs, ODD_COLUMNS),
-                    "attention": lambda: attention(libs, [64], [4096]), "launch": lambda: launch_overhead(libs),
-                    "first_call": lambda: first_call({n: os.path.dirname(m.__file__) for n, m in libs.items()})}
         for name in args.only:
-            print(name, json.dumps(sections[name](), indent=1))
+            print(name, json.dumps(measure[name](), indent=1))
         return
-    results["vector_add"] = vector_add(libs, [1 << p for p in ((20, 24, 27) if q else range(20, 28))])
-    results["softmax"] = softmax(libs, [256, 1024, 4096, 16384] if q else [256, 512, 1024, 2048, 4096, 8192, 16384])
-    results["layer_norm"] = layer_norm(libs, [1024, 4096, 8192] if q else [1024, 2048, 4096, 8192])
-    results["matmul"] = matmul(libs, [4096] if q else [2048, 4096, 8192])
-    results["softmax_odd"] = softmax(libs, ODD_COLUMNS[:1] if q else ODD_COLUMNS)
-    results["matmul_shapes"] = matmul(libs, ODD_SHAPES[:1] if q else ODD_SHAPES, ["fp16"])
-    results["attention"] = attention(libs, [64, 128], [4096] if q else [1024, 4096, 16384])
-    results["launch_us"] = launch_overhead(libs)
-    results["first_call_s"] = first_call({n: os.path.dirname(m.__file__) for n, m in libs.items()})
-
-    slug = results_file.stem(date, gpu)
-    md = [f"## kiln vs Triton {results['triton_version']} vs PyTorch {results['torch']} on {gpu}, {date}", "",
-          ratio_table("vector add fp32 (GB/s)", "GB/s", results["vector_add"]),
-          ratio_table("fused softmax fp32, 4096 rows × N (GB/s)", "GB/s", results["softmax"]),
-          ratio_table("layer norm forward fp16, 4096 rows × N (GB/s)", "GB/s", results["layer_norm"]),
-          ratio_table("fused softmax fp32, 4096 rows × N, N not a multiple of 16 (GB/s)", "GB/s", results["softmax_odd"]),
-          "#### matmul, N³, tutorial 03's kernel autotuned over its configs (TFLOP/s)\n",
-          matmul_table(results["matmul"]) + "\n",
-          "#### matmul, shapes that are not multiples of 16, tutorial 03's kernel autotuned over its configs (TFLOP/s)\n",
-          matmul_table(results["matmul_shapes"]) + "\n",
-          "#### attention forward and backward fp16, Z=4 H=32, one FlashAttention-2 kernel source autotuned by each library "
-          "(TFLOP/s)\n", attention_table(results["attention"]) + "\n"]
-    lu = results["launch_us"]
-    md.append(f"### launch of a tiny kernel (host µs per launch)\n\nkiln {lu['kiln']:.1f} · Triton "
-              f"{lu['triton']:.1f} · PyTorch {lu['torch']:.1f} · kiln / Triton {lu['kiln'] / lu['triton']:.2f}\n")
-    fc = results["first_call_s"]
-    k, t = fc["kiln"], fc["triton"]
-    md.append("### first call in a fresh process (s, after imports)\n\n"
-              "| | cold cache | cold cache, warm daemon | warm cache |\n|---|---:|---:|---:|\n"
-              f"| kiln | {k['cold_in_process_s']:.3f} | {k['cold_warm_daemon_s']:.3f} | {k['warm_s']:.3f} |\n"
-              f"| Triton | {t['cold_s']:.3f} | | {t['warm_s']:.3f} |\n"
-              f"| Triton / kiln | {t['cold_s'] / k['cold_in_process_s']:.1f}x | "
-              f"{t['cold_s'] / k['cold_warm_daemon_s']:.1f}x | {t['warm_s'] / k['warm_s']:.1f}x |\n")
-    text = "\n".join(md)
+    for name in PARTS[args.part] if args.part else measure:
+        results[name] = measure[name]()
+    slug = results_file.stem(date, gpu, f"part{args.part}" if args.part else "")
+    text = markdown(results)
     path = results_file.save(args.out, slug, results, text)
     print(text, flush=True)
-    if not args.no_plot:  # last: matplotlib's first import on a fresh machine builds its font cache (minutes)
+    if not args.no_plot and not args.part:  # last: matplotlib's first import on a fresh machine builds its font cache
         plot(results, path + ".png")
 
 
