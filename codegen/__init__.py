@@ -9,10 +9,6 @@ scalars by value, int1 as one byte), grid = programs, block = 32 * num_warps thr
 """
 from __future__ import annotations
 
-from . import toolchain
-
-toolchain.warn_if_too_old()  # before the imports below fail, or compile wrong, on an old library
-
 from .target import TargetError, known_targets, parse_target
 
 __all__ = ["compile", "CompiledKernel", "CompileError", "TargetError", "known_targets", "parse_target"]

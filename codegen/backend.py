@@ -10,7 +10,11 @@ from __future__ import annotations
 import functools
 import re
 
-import llvmlite.binding as llvm
+from . import toolchain
+
+toolchain.warn_if_too_old()  # before an old llvmlite fails here, or drops launch bounds from the PTX
+
+import llvmlite.binding as llvm  # noqa: E402
 
 from .libdevice import libdevice_bytes
 from .target import Target

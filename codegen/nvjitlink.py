@@ -3,7 +3,10 @@ from __future__ import annotations
 
 import re
 
+from . import toolchain
 from .target import Target
+
+toolchain.warn_if_too_old()  # before an old cuda-bindings fails nvJitLink on a host without a driver
 
 
 class PTXAssembleError(RuntimeError):

@@ -7,6 +7,7 @@ cause: llvmlite 0.45-0.47 silently drop `.maxntid` / `.maxnreg` from the PTX, cu
 installed distributions' metadata, without importing them."""
 from __future__ import annotations
 
+import functools
 import re
 import warnings
 from importlib import metadata
@@ -52,6 +53,7 @@ def too_old(installed=metadata.version) -> list[str]:
     return lines
 
 
+@functools.cache  # once a process: the modules that load llvmlite's binding and nvJitLink ask first
 def warn_if_too_old() -> None:
     for line in too_old():
         warnings.warn(line, RuntimeWarning, stacklevel=3)

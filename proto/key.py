@@ -18,8 +18,6 @@ from pathlib import Path
 
 from kiln.ir.core import Function
 
-from .convert import canonical_forms
-
 _DOMAIN = b"kiln.compile_key.v1"
 
 
@@ -30,6 +28,7 @@ def compile_key(fn: Function, target: str, options: dict, compiler_identity: dic
     `compiler_identity` defaults to this process's `compiler_identity()`; `encoded`: fn's
     `function_to_proto`, where the caller made it already (a miss sends it to the daemon).
     """
+    from .convert import canonical_forms  # protobuf: not for the identity alone (a warm first call)
     return key_from_canonical(canonical_forms(fn, encoded)[1], target, options, compiler_identity)
 
 
