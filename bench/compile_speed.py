@@ -6,7 +6,9 @@ TRITON_CACHE_DIR), so nothing is found, only compiled:
 - cold: the process's whole CPU time (its children's too: Triton's ptxas) when its first compile ends,
   interpreter start and `import triton` included: what a fresh compile worker pays;
 - steady: the CPU time of the compile alone, in a process that compiled two other kernels first
-  (a pointwise one and a small dot): what a warm worker pays.
+  (a pointwise one and a small dot): what a warm worker pays;
+- warm: the CPU time of the first compile call of a fresh process whose cache already holds the
+  kernel (a process before it compiled it): what a rank's first kernel costs on a warm node.
 Each compile also reports its stages (kiln: frontend, passes, lowering, LLVM O3, PTX, nvJitLink
 links; Triton: frontend, ttir, ttgir, llir, ptx, cubin) and how often kiln ran its pass list and
 linked. The median of --reps processes is reported.
@@ -81,6 +83,8 @@ KERNELS = {
                                {**{f"in_ptr{i}": "*fp32" for i in range(20)}, **{f"out_ptr{i}": "*fp32" for i in range(12)}},
                                {"num_warps": 4, "num_stages": 1}),
 }
+MODES = ("steady", "cold", "warm")
+
 # compiled before a steady measurement: specializations no measured kernel has
 WARMUP = [
     ("kernels.py", "add_kernel", {"x_ptr": "*fp32", "y_ptr": "*fp32", "out_ptr": "*fp32", "n": "i32", "BLOCK": 256},
@@ -205,11 +209,18 @@ def measure(compiler: str, python: str, kernel: str, mode: str) -> dict:
                        KILN_RUNTIME_DIR=os.path.join(scratch, "run"))
         else:
             env.update(TRITON_CACHE_DIR=os.path.join(scratch, "triton"), TRITON_HOME=scratch)
-        done = subprocess.run([python, os.path.abspath(__file__), "--worker", compiler, "--kernel", kernel,
-                               "--mode", mode], env=env, capture_output=True, text=True, timeout=600)
+        if mode == "warm":  # a process before this one compiled the kernel into the same cache
+            _worker(python, compiler, kernel, "cold", env)
+        done = _worker(python, compiler, kernel, mode, env)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _worker(python: str, compiler: str, kernel: str, mode: str, env: dict):
+    done = subprocess.run([python, os.path.abspath(__file__), "--worker", compiler, "--kernel", kernel,
+                           "--mode", mode], env=env, capture_output=True, text=True, timeout=600)
     if done.returncode != 0:
         raise RuntimeError(f"{compiler} {kernel} {mode}: exit {done.returncode}\n{done.stderr[-3000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return done
 
 
 def median_run(runs: list[dict]) -> dict:
@@ -220,7 +231,7 @@ def median_run(runs: list[dict]) -> dict:
 
 def table(results: dict, compilers: list[str]) -> str:
     lines = []
-    for mode in ("steady", "cold"):
+    for mode in MODES:
         lines += [f"\n### {mode}: CPU ms per compile (median of the runs)\n",
                   "| kernel | " + " | ".join(compilers) + (" | kiln / Triton |" if len(compilers) == 2 else " |"),
                   "|---|" + "---:|" * (len(compilers) + (len(compilers) == 2))]
@@ -247,7 +258,7 @@ def main(argv=None) -> None:
     parser.add_argument("--out", default=os.path.join(HERE, "results"), help="where the dated figures go")
     parser.add_argument("--worker", choices=("kiln", "triton"), help=argparse.SUPPRESS)
     parser.add_argument("--kernel", help=argparse.SUPPRESS)
-    parser.add_argument("--mode", choices=("cold", "steady"), help=argparse.SUPPRESS)
+    parser.add_argument("--mode", choices=MODES, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
         args.compiler = args.worker
@@ -262,13 +273,13 @@ def main(argv=None) -> None:
     results = {}
     for kernel in kernels:
         results[kernel] = {c: {mode: median_run([measure(c, py, kernel, mode) for _ in range(args.reps)])
-                               for mode in ("steady", "cold")} for c, py in pythons.items()}
+                               for mode in MODES} for c, py in pythons.items()}
         print(kernel, {c: {m: round(r["cpu_ms"]) for m, r in by.items()} for c, by in results[kernel].items()},
               flush=True)
     machine = f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores"
     heading = (f"# Compile CPU time, kiln vs Triton (sm_90a, no GPU), {datetime.date.today()}\n\n"
                f"{machine}; `python bench/compile_speed.py --reps {args.reps}`; fresh process and empty cache "
-               "per compile; cold includes interpreter start and imports.\n")
+               "per compile (warm: the cache one earlier process filled); cold includes interpreter start and imports.\n")
     markdown = heading + table(results, list(pythons))
     print(markdown)
     sys.path.insert(0, HERE)
