@@ -108,6 +108,10 @@ class ASTSource:
                 continue  # left to the parameter's default
             elif kind == "constexpr":
                 raise ValueError(f"{self.name}: {name} is constexpr in the signature but has no value in constexprs")
+            elif not isinstance(kind, str):
+                raise NotImplementedError(f"{self.name}: {name}'s type in the signature is {kind!r}: kiln's ASTSource "
+                                          "takes one type string per parameter, not a tuple's (a launch of the @jit "
+                                          "function with a tuple argument compiles it)")
             else:
                 values[name] = kind + _divisibility_hint(kind, self.attrs.get((i,), ()))
         values.update({k: options[k] for k in ("num_warps", "num_stages", "maxnreg", "enable_fp_fusion",
