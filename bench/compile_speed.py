@@ -279,7 +279,8 @@ def main(argv=None) -> None:
     machine = f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores"
     heading = (f"# Compile CPU time, kiln vs Triton (sm_90a, no GPU), {datetime.date.today()}\n\n"
                f"{machine}; `python bench/compile_speed.py --reps {args.reps}`; fresh process and empty cache "
-               "per compile (warm: the cache one earlier process filled); cold includes interpreter start and imports.\n")
+               "per compile (warm: the cache one earlier process filled); cold includes interpreter start and "
+               "imports.\n")
     markdown = heading + table(results, list(pythons))
     print(markdown)
     sys.path.insert(0, HERE)

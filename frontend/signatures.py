@@ -7,9 +7,9 @@ Each dict is one specialization, spelt as Triton's ahead-of-time compiler spells
 u64 fp32` a scalar (`u1` and `B` are i1 too, as Triton reads them; `i32:16`: divisible by 16;
 `i32:8`: by 8, not 16, which kiln specializes on as well; `i32:1` or the plain value 1: equal
 to 1), `tensordesc<fp16[64, 64]>` a host TensorDescriptor with that block (no size taken for a
-multiple of 16), and plain Python values for constexpr parameters (a plain value for any other parameter is specialized as
-a call would specialize it). `num_warps`, `num_stages` and the other launch options may be
-given too; a parameter left out takes its default. The IR is built exactly as a launch
+multiple of 16), and plain Python values for constexpr parameters (a plain value for any other
+parameter is specialized as a call would specialize it). `num_warps`, `num_stages` and the other
+launch options may be given too; a parameter left out takes its default. The IR is built exactly as a launch
 with such arguments builds it, so a prewarmed binary has the compile key a launch looks up.
 
 An `@autotune` kernel's signatures are expanded over every Config; an `@heuristics`
@@ -38,7 +38,8 @@ _SCALARS = {"i1": int1, "u1": int1, "B": int1, "i32": int32, "i64": int64, "u64"
                 ("i8", "int8"), ("i16", "int16"), ("u8", "uint8"), ("u16", "uint16"), ("u32", "uint32"),
                 ("fp16", "fp16"), ("bf16", "bf16"), ("fp64", "fp64"))}}
 # Pointer element types in Triton's short names, and in kiln's own (`*int8` as well as `*i8`).
-_ELEMENTS = {**SCALAR_TYPES, "i1": int1, "u1": int1, "B": int1, **{f"i{b}": SCALAR_TYPES[f"int{b}"] for b in (8, 16, 32, 64)},
+_ELEMENTS = {**SCALAR_TYPES, "i1": int1, "u1": int1, "B": int1,
+             **{f"i{b}": SCALAR_TYPES[f"int{b}"] for b in (8, 16, 32, 64)},
              **{f"u{b}": SCALAR_TYPES[f"uint{b}"] for b in (8, 16, 32, 64)}}
 _OPTIONS = tuple(o for o in config.LAUNCH_OPTIONS if o != "stream")
 

@@ -285,9 +285,11 @@ def test_a_const_pointer_declared_as_triton_spells_it_is_read_only():
     np.testing.assert_array_equal(out, x * 3.0)
     from kiln.errors import CompilationError
     with pytest.raises(CompilationError, match="Cannot store to a constant pointer"):
-        compile(ASTSource(scale, {**SIGNATURE, "out_ptr": "*kfp32"}, {"BLOCK": 64}, ATTRS), target=GPUTarget("cpu", 0, 1))
+        compile(ASTSource(scale, {**SIGNATURE, "out_ptr": "*kfp32"}, {"BLOCK": 64}, ATTRS),
+                target=GPUTarget("cpu", 0, 1))
 
 
 def test_a_tuple_parameter_in_an_ast_source_signature_is_a_clear_refusal():
     with pytest.raises(NotImplementedError, match="not a tuple's"):
-        compile(ASTSource(scale, {**SIGNATURE, "x_ptr": ("*fp32", "i32")}, {"BLOCK": 64}), target=GPUTarget("cpu", 0, 1))
+        compile(ASTSource(scale, {**SIGNATURE, "x_ptr": ("*fp32", "i32")}, {"BLOCK": 64}),
+                target=GPUTarget("cpu", 0, 1))

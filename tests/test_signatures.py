@@ -44,7 +44,8 @@ def test_arg_types_in_triton_spelling():
     const, attrs = parse_arg("*kfp16:16")
     assert const.const and const.element_ty == float16 and attrs == {"divisibility": 16}
     assert not parse_arg("*fp16")[0].const
-    assert parse_arg("u1") == parse_arg("B") == (kiln.language.int1, {}) and parse_arg("*u1")[0].element_ty == kiln.language.int1
+    assert parse_arg("u1") == parse_arg("B") == (kiln.language.int1, {})
+    assert parse_arg("*u1")[0].element_ty == kiln.language.int1
     for bad, message in (("fp8e5", "runtime scalar"), ("*fp99", "unknown pointer"), ("*kx", "unknown pointer"),
                          ("fp32:16", "only integers"),
                          ("i32:4", "only hints"), ("*fp32:1", "16-byte aligned"), ("*fp16:8", "16-byte aligned")):
