@@ -2,7 +2,7 @@
 `attention_bwd_*` kernels, one kernel source) on kiln and on upstream Triton, each autotuned
 over the same configs, against PyTorch SDPA (its backward through autograd).
 
-    python bench/attention.py [--quick] [--check] [--modes fwd,bwd,desc,host] [--dims 64,128] [--ctx 1024,4096,16384] [--out DIR]
+    python bench/attention.py [--quick] [--check] [--modes fwd,bwd,desc,host,fp8] [--dims 64,128] [--ctx 1024,4096,16384] [--out DIR]
 
 Z=4, H=32, fp16, causal and not. Forward TFLOP/s count its two matmuls (4 Z H N^2 D), the
 backward 2.5 times that (its five; the kernels recompute P, as FlashAttention-2 does),
