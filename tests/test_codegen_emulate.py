@@ -329,6 +329,28 @@ def test_float_to_int_conversions_of_infinities():
     assert in_child(check_conversions_at_infinities) == [0, 0, 0, 0]
 
 
+def check_fp8_toward_zero(fmt):
+    import kiln
+    import kiln.language as tl
+    import test_lang_extras as extras
+    from kiln.codegen.emulate import run_on_cpu
+    np_f8 = {"float8e5": ml_dtypes.float8_e5m2, "float8e4nv": ml_dtypes.float8_e4m3fn}[fmt]
+    x, want = extras.fp8_toward_zero_case(np_f8)
+    got = np.zeros(1024, np.uint8)
+    kernel = extras._fp8_toward_zero.warmup(x, kiln.reinterpret(got, getattr(tl, fmt)), N=1024, F8=getattr(tl, fmt),
+                                            grid=(1,), target="sm_90a")
+    run_on_cpu(kernel.ir, (1,), [x, got])
+    nan = np.isnan(want.astype(np.float32))
+    return int((np.isnan(got.view(np_f8).astype(np.float32)) != nan).sum() + (got[~nan] != want.view(np.uint8)[~nan]).sum())
+
+
+@pytest.mark.parametrize("fmt", ["float8e5", "float8e4nv"])
+def test_fp8_toward_zero_as_lowered(fmt):
+    """The lowering of `rtz` to fp8 (integer arithmetic on the bits, the same on every target)
+    against the largest code no farther from zero, for every code and its neighbours."""
+    assert in_child(check_fp8_toward_zero, fmt) == 0
+
+
 def check_a_call_with_no_host_version():
     import kiln
     import kiln.language as tl

@@ -330,6 +330,44 @@ def test_fp8_conversions_of_every_code_and_their_midpoints(f8_dtype, np_f8):
     np.testing.assert_array_equal(f8, np.clip(x, -limit, limit).astype(np_f8).view(np.uint8))
 
 
+@kiln.jit
+def _fp8_toward_zero(x_ptr, f8_ptr, N: tl.constexpr, F8: tl.constexpr):
+    offs = tl.arange(0, N)
+    tl.store(f8_ptr + offs, tl.load(x_ptr + offs).to(F8, fp_downcast_rounding="rtz"))
+
+
+def fp8_toward_zero_case(np_f8):
+    """(inputs, the codes rounding toward zero gives them): every code's value, values just
+    above and below each, past the largest, the infinities (kept by e5m2, clamped by e4m3fn,
+    which has none) and NaN; the reference is the largest code no farther from zero."""
+    codes = np.arange(256, dtype=np.uint8)
+    values = codes.view(np_f8).astype(np.float32)
+    finite = np.sort(np.unique(np.abs(values[np.isfinite(values)])))
+    x = np.concatenate([finite, np.nextafter(finite, np.float32(np.inf)), np.nextafter(finite[1:], np.float32(0))])
+    x = np.concatenate([x, -x, [finite[-1] * 1.5, -finite[-1] * 3, np.inf, -np.inf, np.nan]]).astype(np.float32)
+    x = np.resize(x, 1024)
+    magnitude = finite[np.searchsorted(finite, np.abs(x), side="right").clip(1) - 1]
+    has_inf = np.isinf(np.array(np.inf, np.float32).astype(np_f8))
+    want = np.where(np.isinf(x) & has_inf, np.abs(x), magnitude) * np.sign(x)
+    want = np.where(np.isnan(x), np.nan, np.where(x == 0, x, want)).astype(np_f8)
+    return x, want
+
+
+@pytest.mark.parametrize("f8_dtype, np_f8", [pytest.param(tl.float8e4nv, ml_dtypes.float8_e4m3fn, marks=pytest.mark.fp8e4nv),
+                                            (tl.float8e5, ml_dtypes.float8_e5m2)])
+def test_fp8_casts_toward_zero(f8_dtype, np_f8):
+    """`fp_downcast_rounding="rtz"` to fp8 truncates (it went to nearest on the GPU before)."""
+    x, want = fp8_toward_zero_case(np_f8)
+    got = np.zeros(1024, np.uint8)
+    _fp8_toward_zero[(1,)](x, kiln.reinterpret(got, f8_dtype), N=1024, F8=f8_dtype)
+    nan = np.isnan(want.astype(np.float32))
+    np.testing.assert_array_equal(np.isnan(got.view(np_f8).astype(np.float32)), nan)
+    np.testing.assert_array_equal(got[~nan], want.view(np.uint8)[~nan])
+    ptx = _fp8_toward_zero.warmup(x, kiln.reinterpret(got, f8_dtype), N=1024, F8=f8_dtype, grid=(1,),
+                                  target="sm_90a").asm["ptx"]
+    assert "satfinite" not in ptx  # no cvt rounds to fp8 toward zero
+
+
 def test_fp8_conversions_go_two_registers_a_cvt():
     """As Triton's: a thread's 8 values of a 256-element block at one warp are 4 `cvt`s each way."""
     x = np.zeros(256, np.float32)

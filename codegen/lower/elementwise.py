@@ -309,8 +309,7 @@ def cast_value(lw, x, src, dst, rounding=None):
     if src == dst:
         return x
     if src.is_fp8() or dst.is_fp8():
-        from .fp8 import cast_fp8
-        return cast_fp8(lw, x, src, dst)
+        return fp8.cast_fp8(lw, x, src, dst, rounding)
     if dst.is_ptr():
         return x if src.is_ptr() else b.inttoptr(x, to)
     if src.is_ptr():

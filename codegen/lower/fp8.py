@@ -24,17 +24,21 @@ _FNUZ = ("fp8e4b8", "fp8e5b16")
 _PTX_PAIR = {"fp8e4nv": "e4m3x2", "fp8e5": "e5m2x2"}  # the formats sm_89+ convert in hardware
 
 
-def cast_fp8(lw, x, src, dst):
+def cast_fp8(lw, x, src, dst, rounding=None):
+    """`x` from `src` to `dst`, one of them fp8; `rounding="rtz"` narrows toward zero (Triton's
+    fp_downcast_rounding)."""
     from .context import LoweringError
     from .elementwise import cast_value
     for t in (src, dst):
         if t.is_fp8() and t.name not in _FORMATS:
             raise LoweringError(f"{t} values can be loaded, stored and bitcast, not converted")
+    encode = _encode_toward_zero if rounding == "rtz" else _encode
     if src.is_fp8() and dst.is_fp8():
-        return _encode(lw, _decode(lw, x, src.name), dst.name)
+        return encode(lw, _decode(lw, x, src.name), dst.name)
     if src.is_fp8():
         return cast_value(lw, _decode(lw, x, src.name), float32, dst)
-    return _encode(lw, cast_value(lw, x, src, float32), dst.name)
+    # fp64 goes to fp32 toward zero as well: both steps truncate, so together they truncate once
+    return encode(lw, cast_value(lw, x, src, float32, rounding), dst.name)
 
 
 def in_hardware(lw, fmt) -> bool:
@@ -84,6 +88,39 @@ def _encode(lw, x, fmt):
     return lw.b.trunc(lw.b.call(_encoder(fmt), [ir.Constant(F32, 0.0), x]), I8)
 
 
+def _encode_toward_zero(lw, x, fmt):
+    """The fp8 code (i8) of an fp32 value rounded toward zero, as Triton narrows with `rtz` (to
+    e5m2: fp32 -> fp16 `cvt.rz`, then the fp16's high byte): finite values past the largest
+    clamp to it, infinities stay infinite where the format has them (e5m2), NaN stays NaN. No
+    `cvt` rounds to fp8 toward zero: integer arithmetic on the bits, on every target."""
+    mbits, bias, max_code, nan_code, has_inf = _FORMATS[fmt]
+    b = lw.b
+    bits = b.bitcast(x, I32)
+    sign = b.and_(b.lshr(bits, _c(24)), _c(0x80))
+    mag = b.and_(bits, _c(0x7FFFFFFF))
+    absx = b.bitcast(mag, F32)
+    normal = b.sub(b.lshr(mag, _c(23 - mbits)), _c((127 - bias) << mbits))  # dropped bits: truncated
+    scaled = b.fmul(absx, ir.Constant(F32, 2.0 ** (bias - 1 + mbits)))
+    sub = b.fptoui(b.select(b.fcmp_ordered("<", scaled, ir.Constant(F32, 256.0)), scaled, ir.Constant(F32, 0.0)),
+                   I32)  # below the smallest normal: fptoui truncates (out-of-range inputs never reach it)
+    code = b.select(b.fcmp_ordered(">=", absx, ir.Constant(F32, 2.0 ** (1 - bias))), normal, sub)
+    code = b.select(b.fcmp_ordered(">", absx, ir.Constant(F32, _largest(fmt))), _c(max_code), code)
+    if has_inf:
+        inf_code = ((1 << (7 - mbits)) - 1) << mbits
+        code = b.select(b.icmp_unsigned("==", mag, _c(0x7F800000)), _c(inf_code), code)
+    signed = b.or_(code, sign)
+    if fmt in _FNUZ:  # no negative zero
+        signed = b.select(b.icmp_unsigned("==", code, _c(0)), _c(0), signed)
+    nan = _c(nan_code) if fmt in _FNUZ else b.or_(_c(nan_code), sign)
+    return b.trunc(b.select(b.icmp_unsigned(">", mag, _c(0x7F800000)), nan, signed), I8)
+
+
+def _largest(fmt) -> float:
+    """The largest finite value of `fmt`."""
+    mbits, bias, max_code, _, _ = _FORMATS[fmt]
+    return (1 + ((max_code & ((1 << mbits) - 1)) / (1 << mbits))) * 2.0 ** ((max_code >> mbits) - bias)
+
+
 def _c(v, ty=I32):
     return ir.Constant(ty, v)
 
@@ -125,8 +162,7 @@ def _from_f32(lw, x, fmt):
     sub = b.fptoui(scaled, I32)
     is_normal = b.fcmp_ordered(">=", absx, ir.Constant(F32, 2.0 ** (1 - bias)))
     code = b.select(is_normal, normal, sub)
-    largest = (1 + ((max_code & ((1 << mbits) - 1)) / (1 << mbits))) * 2.0 ** ((max_code >> mbits) - bias)
-    code = b.select(b.fcmp_ordered(">", absx, ir.Constant(F32, largest)), _c(max_code), code)
+    code = b.select(b.fcmp_ordered(">", absx, ir.Constant(F32, _largest(fmt))), _c(max_code), code)
     signed = b.or_(code, sign)
     if fmt in _FNUZ:  # no negative zero
         signed = b.select(b.icmp_unsigned("==", code, _c(0)), _c(0), signed)

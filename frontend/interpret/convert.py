@@ -84,11 +84,19 @@ def float_to_int(x: np.ndarray, out: np.dtype) -> np.ndarray:
     return np.where(too_big, out.type(info.max), np.where(too_small, out.type(info.min), result))
 
 
-def _saturate_fp8(x: np.ndarray, out: np.dtype) -> np.ndarray:
+def _saturate_fp8(x: np.ndarray, out: np.dtype, keep_infinities: bool = False) -> np.ndarray:
     # Triton converts to fp8 with cvt.rn.satfinite: out-of-range values clamp to the
-    # largest finite value (NaN stays NaN).
+    # largest finite value (NaN stays NaN). Toward zero (fp32 -> fp16 cvt.rz, then e5m2's
+    # byte of it) only finite values clamp: an infinity stays one where the format has it.
     limit = float(ml_dtypes.finfo(out).max)
-    return np.clip(x, -limit, limit)
+    clamped = np.clip(x, -limit, limit)
+    if keep_infinities and _has_infinity(out):
+        return np.where(np.isinf(x), x, clamped)
+    return clamped
+
+
+def _has_infinity(dt: np.dtype) -> bool:
+    return bool(np.isinf(np.array(np.inf).astype(dt)))
 
 
 def _round_to_odd_fp32(x: np.ndarray) -> np.ndarray:
@@ -107,7 +115,7 @@ def narrow_float(x: np.ndarray, out: np.dtype, rounding: str = "rtne") -> np.nda
     if x.dtype == out or (out.itemsize > x.dtype.itemsize and out in _NUMPY_NATIVE_FLOATS):
         return x.astype(out)  # exact widening
     if out in _FP8:
-        x = _saturate_fp8(x.astype(np.float64), out)
+        x = _saturate_fp8(x.astype(np.float64), out, keep_infinities=rounding == "rtz")
     if x.dtype == np.float64 and out not in _NUMPY_NATIVE_FLOATS:
         x = _round_to_odd_fp32(x)  # ml_dtypes narrows float64 through float32
     y = x.astype(out)
