@@ -48,6 +48,26 @@ class SignatureError(ValueError):
     """A declared signature that no launch could have."""
 
 
+class SpelledTuple(tuple):
+    """A tuple parameter spelt leaf by leaf (an ASTSource's signature: Triton spells a tuple
+    argument's type as a tuple of its leaves' types): strings are parsed as `parse_arg` parses
+    a parameter, nested SpelledTuples likewise, other values are constant leaves. `kind` is
+    the tuple's type (a NamedTuple's class, or tuple)."""
+
+    def __new__(cls, leaves, kind=tuple):
+        spelled = super().__new__(cls, leaves)
+        spelled.kind = kind
+        return spelled
+
+
+def _tuple_param(spelled: SpelledTuple):
+    from .specialize import TupleArgument
+    leaves = [_tuple_param(leaf) if isinstance(leaf, SpelledTuple) else parse_arg(leaf) if isinstance(leaf, str)
+              else constexpr(leaf) for leaf in spelled]
+    param = TupleArgument(spelled.kind, leaves)
+    return param if param.pieces else constexpr(param.build([]))  # every leaf constant: the tuple is one
+
+
 def parse_arg(text: str):
     """`"*fp16:16"` -> (ptr<fp16>, {"divisibility": 16}); `"i32:8"` -> (int32, {"divisibility": 8});
     `"i32:1"` -> constexpr(1); `"tensordesc<fp16[64, 64]>"` -> a host TensorDescriptor's argument."""
@@ -134,6 +154,8 @@ class Declared:
 
     def _param(self, name: str, value):
         fn = self.jitfn
+        if isinstance(value, SpelledTuple) and name not in fn.constexpr_names:
+            return _tuple_param(value)
         if isinstance(value, str) and name not in fn.constexpr_names:
             param = parse_arg(value)
             if name in fn.do_not_specialize and (isinstance(param, constexpr) or isinstance(param, tuple) and param[1]):

@@ -289,7 +289,23 @@ def test_a_const_pointer_declared_as_triton_spells_it_is_read_only():
                 target=GPUTarget("cpu", 0, 1))
 
 
-def test_a_tuple_parameter_in_an_ast_source_signature_is_a_clear_refusal():
-    with pytest.raises(NotImplementedError, match="not a tuple's"):
-        compile(ASTSource(scale, {**SIGNATURE, "x_ptr": ("*fp32", "i32")}, {"BLOCK": 64}),
-                target=GPUTarget("cpu", 0, 1))
+@jit
+def _scaled_pair(pair, out_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    x_ptr, (factor, shift), bias = pair
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs) * factor + shift + bias)
+
+
+def test_a_tuple_parameter_declared_as_triton_spells_it():
+    """A tuple argument's type as Triton's ASTSource has it: a tuple of its leaves' types, nested
+    alike, a constant leaf given in constexprs under its path ((0, 2) here); the kernel launches
+    with the tuple, as a JIT call takes it."""
+    signature = {"pair": ("*fp32", ("fp32", "i32"), "constexpr"), "out_ptr": "*fp32", "BLOCK": "constexpr"}
+    kernel = compile(ASTSource(_scaled_pair, signature, {"BLOCK": 16, (0, 2): 100}), target=GPUTarget("cpu", 0, 1))
+    x, out = np.arange(16, dtype=np.float32), np.zeros(16, np.float32)
+    kernel[(1,)]((x, (2.0, 3), 100), out, 16)
+    np.testing.assert_array_equal(out, x * 2 + 3 + 100)
+    header = kernel.asm["kir"].splitlines()[0]  # the runtime leaves are the kernel's arguments; the constant is not
+    assert re.findall(r"%\d+: ([^ ]+) ", header) == ["ptr<fp32>", "fp32", "int32", "ptr<fp32>"]
+    with pytest.raises(ValueError, match=r"leaf \(0, 2\) is constexpr"):
+        compile(ASTSource(_scaled_pair, signature, {"BLOCK": 16}), target=GPUTarget("cpu", 0, 1))

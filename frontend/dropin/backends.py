@@ -20,7 +20,6 @@ from kiln.errors import PTXASError  # noqa: F401  (triton.compiler.compiler's)
 from kiln.interpret.device import CPU_DEVICE_PROPERTIES
 from kiln.ir import options as options_record
 from kiln.runtime import DriverBase, GPUDriver, GPUTarget, _ActiveDriver  # noqa: F401  (triton.backends.driver's)
-from kiln.tools.tensor_descriptor import TensorDescriptor
 
 
 @functools.lru_cache(maxsize=1)
@@ -89,7 +88,7 @@ class BaseBackend:
             values["enable_fp_fusion"] = default_fp_fusion()
         return Options(**values)
 
-    def launcher(self, kernel, binary, positions):
+    def launcher(self, kernel, binary, positions, expanders=None):
         raise NotImplementedError
 
     def function_handle(self, kernel):
@@ -123,27 +122,23 @@ class BaseBackend:
         return {}
 
 
-def _hooked(launch, positions, kernel):
-    """Triton's launcher signature around kiln's `launch(grid, values, stream)`. A kernel that takes
-    more values than the launch's runtime arguments takes a host TensorDescriptor as its pieces."""
-    expands = len(kernel.arg_types) > len(positions)
-
+def _hooked(launch, positions, expanders):
+    """Triton's launcher signature around kiln's `launch(grid, values, stream)`; `expanders` maps the
+    positions of arguments the kernel takes as several values (host TensorDescriptors, tuples) to
+    the function that gives them."""
     def run(grid_x, grid_y, grid_z, stream, function, metadata, launch_metadata, enter_hook, exit_hook, *args):
         if enter_hook is not None:
             enter_hook(launch_metadata)
         if len(args) <= max(positions, default=-1):
             raise TypeError(f"the kernel takes {max(positions) + 1} arguments or more, the launch gave {len(args)}")
-        values = [args[i] for i in positions]
-        if expands:
-            values = [piece for value in values for piece in _launch_pieces(value)]
+        if expanders:
+            values = [piece for i in positions for piece in (expanders[i](args[i]) if i in expanders else (args[i],))]
+        else:
+            values = [args[i] for i in positions]
         launch((grid_x, grid_y, grid_z), values, stream)
         if exit_hook is not None:
             exit_hook(launch_metadata)
     return run
-
-
-def _launch_pieces(value) -> list:
-    return value.launch_pieces() if isinstance(value, TensorDescriptor) else [value]
 
 
 class CUDABackend(BaseBackend):
@@ -162,10 +157,10 @@ class CUDABackend(BaseBackend):
         from kiln.codegen.target import target_name
         return target_name(int(self.target.arch))
 
-    def launcher(self, kernel, binary, positions):
+    def launcher(self, kernel, binary, positions, expanders=None):
         kernel.binaries[binary.target] = binary  # loaded as kiln loads its own, no compile again
         kernel.metadata.update(binary.metadata)
-        return _hooked(kernel._launch, positions, kernel)
+        return _hooked(kernel._launch, positions, expanders or {})
 
     def function_handle(self, kernel):
         """The CUfunction handle (an int) of the kernel loaded on the current device."""
@@ -182,13 +177,13 @@ class CPUBackend(BaseBackend):
     def hash(self) -> str:
         return "kiln-cpu-interpreter"
 
-    def launcher(self, kernel, binary, positions):
+    def launcher(self, kernel, binary, positions, expanders=None):
         from kiln.host_copies import run_on_host
         from kiln.interpret import run
 
         def launch(grid, values, stream):
             run_on_host(lambda host_values: run(kernel.ir, grid, host_values, name=kernel.name), values)
-        return _hooked(launch, positions, kernel)
+        return _hooked(launch, positions, expanders or {})
 
 
 class CudaDriver(_ActiveDriver):

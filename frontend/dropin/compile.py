@@ -78,15 +78,16 @@ class ASTSource:
         from kiln.ast_to_ir import build_kernel
         from kiln.compiler import codegen_options
         from kiln.language.tensor_descriptor import DescriptorArgument
-        from kiln.specialize import COMPILE_ONLY
+        from kiln.specialize import COMPILE_ONLY, TupleArgument
         from kiln.ttir_module import Module
 
         try:
             params, launch_options = signatures.Declared(self.fn, self.declared_values(vars(options))).params_and_options()
         except signatures.SignatureError as e:
             raise ValueError(f"{self.name}: {e}") from None
-        if any(isinstance(p, DescriptorArgument) for p in params.values()):
-            raise NotImplementedError(f"{self.name}: kiln's TTIR module of a kernel taking a tensor descriptor")
+        if any(isinstance(p, (DescriptorArgument, TupleArgument)) for p in params.values()):
+            raise NotImplementedError(f"{self.name}: kiln's TTIR module of a kernel taking a tensor descriptor or "
+                                      "a tuple")
         compile_only = COMPILE_ONLY.set(True)  # nothing runs: host tensors are fine, as in Triton's frontend
         try:
             fn = build_kernel(self.fn, params, name=self.name, options=codegen_options(launch_options), keep_calls=True)
@@ -96,6 +97,35 @@ class ASTSource:
         if fn.arg_names != runtime:
             raise RuntimeError(f"{self.name}: the IR's arguments {fn.arg_names} are not the runtime ones {runtime}")
         return Module(fn)
+
+    def _spelled(self, kind: tuple, path: tuple):
+        """kiln.signatures' spelling of a tuple parameter: its leaves' types (with their hints) or,
+        for constant leaves, the values constexprs give them under their paths (`(i, j, ...)`)."""
+        from kiln.signatures import SpelledTuple
+        leaves = []
+        for j, leaf in enumerate(kind):
+            at = path + (j,)
+            if at in self.constants:
+                leaves.append(self.constants[at])
+            elif isinstance(leaf, tuple):
+                leaves.append(self._spelled(leaf, at))
+            elif leaf == "constexpr":
+                raise ValueError(f"{self.name}: the leaf {at} is constexpr in the signature but has no value in "
+                                 "constexprs")
+            else:
+                leaves.append(leaf + _divisibility_hint(leaf, self.attrs.get(at, ())))
+        return SpelledTuple(leaves, type(kind) if hasattr(kind, "_fields") else tuple)
+
+    def launch_expanders(self, positions) -> dict:
+        """position -> the launch values of an argument the kernel takes as several (a host
+        TensorDescriptor, a tuple), as this signature spells them."""
+        names = self.fn.arg_names
+        out = {}
+        for i in positions:
+            expand = _expander(self.signature.get(names[i]), (i,), self.constants)
+            if expand is not None:
+                out[i] = expand
+        return out
 
     def declared_values(self, options: dict) -> dict:
         """kiln.signatures' spelling of this specialization, with the launch options."""
@@ -108,15 +138,30 @@ class ASTSource:
                 continue  # left to the parameter's default
             elif kind == "constexpr":
                 raise ValueError(f"{self.name}: {name} is constexpr in the signature but has no value in constexprs")
-            elif not isinstance(kind, str):
-                raise NotImplementedError(f"{self.name}: {name}'s type in the signature is {kind!r}: kiln's ASTSource "
-                                          "takes one type string per parameter, not a tuple's (a launch of the @jit "
-                                          "function with a tuple argument compiles it)")
+            elif isinstance(kind, tuple):
+                values[name] = self._spelled(kind, (i,))
             else:
                 values[name] = kind + _divisibility_hint(kind, self.attrs.get((i,), ()))
         values.update({k: options[k] for k in ("num_warps", "num_stages", "maxnreg", "enable_fp_fusion",
                                                "enable_reflect_ftz") if options.get(k) is not None})
         return values
+
+
+def _expander(kind, path: tuple, constants: dict):
+    """The launch values of an argument of type `kind` (the signature's spelling), or None where
+    the argument is one value."""
+    if isinstance(kind, str):
+        return (lambda value: value.launch_pieces()) if kind.startswith("tensordesc") else None
+    if not isinstance(kind, tuple):
+        return None
+    leaves = []  # (index, expander or None) of the leaves the kernel takes
+    for j, leaf in enumerate(kind):
+        if path + (j,) not in constants and leaf != "constexpr":
+            leaves.append((j, _expander(leaf, path + (j,), constants)))
+
+    def expand(value):
+        return [piece for j, sub in leaves for piece in (sub(value[j]) if sub is not None else (value[j],))]
+    return expand
 
 
 def _divisibility_hint(kind: str, pairs) -> str:
@@ -288,7 +333,8 @@ def _kernel_hash(src, target, options, binary) -> str:
 def _is_constant(param) -> bool:
     from kiln.language.core import constexpr
     from kiln.language.tensor_descriptor import DescriptorArgument
-    return isinstance(param, constexpr) or not isinstance(param, (tuple, DescriptorArgument))
+    from kiln.specialize import TupleArgument
+    return isinstance(param, constexpr) or not isinstance(param, (tuple, DescriptorArgument, TupleArgument))
 
 
 # kiln's own compiled kernel of a CompiledKernel built in this process, so that `_init_handles`
@@ -345,7 +391,8 @@ class CompiledKernel:
                 "launch_pdl": self.metadata.launch_pdl}, self.debug,
                 None if arg_types is None else [parse_type(t) for t in arg_types])
         backend = make_backend(self.metadata.target)
-        self.run = backend.launcher(kernel, self.binary, self.runtime_positions)
+        self.run = backend.launcher(kernel, self.binary, self.runtime_positions,
+                                    self.src.launch_expanders(self.runtime_positions))
         self.module = kernel
         self.function = backend.function_handle(kernel)
         if self.binary is not None:
