@@ -4,8 +4,8 @@ Pointers become `ptr<dtype>` with `divisibility = 16` when the address is 16-byt
 aligned; integers become int32/int64/uint64 by value, are folded to a constexpr when
 equal to 1 and marked `divisibility = 16` when divisible by 16, `divisibility = 8` when
 divisible by 8 only (`int_divisibility`; neither for `do_not_specialize` arguments); floats
-are fp32, bools int1; constexpr parameters, None and dtypes are compile-time constants. A host TensorDescriptor becomes its pieces
-(`DescriptorArgument`). A parameter annotated with a type (`x: tl.float16`, `n: "u8"`,
+are fp32, bools int1; constexpr parameters, None and dtypes are compile-time constants. A
+host TensorDescriptor becomes its pieces (`DescriptorArgument`). A parameter annotated with a type (`x: tl.float16`, `n: "u8"`,
 `p: "*fp16"`) takes that type whatever the value's, as Triton's JIT does (`annotation_type`).
 """
 from __future__ import annotations

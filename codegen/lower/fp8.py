@@ -32,13 +32,13 @@ def cast_fp8(lw, x, src, dst, rounding=None):
     for t in (src, dst):
         if t.is_fp8() and t.name not in _FORMATS:
             raise LoweringError(f"{t} values can be loaded, stored and bitcast, not converted")
-    encode = _encode_toward_zero if rounding == "rtz" else _encode
+    toward_zero = rounding == "rtz"
     if src.is_fp8() and dst.is_fp8():
-        return encode(lw, _decode(lw, x, src.name), dst.name)
+        return _encode(lw, _decode(lw, x, src.name), dst.name, toward_zero)
     if src.is_fp8():
         return cast_value(lw, _decode(lw, x, src.name), float32, dst)
     # fp64 goes to fp32 toward zero as well: both steps truncate, so together they truncate once
-    return encode(lw, cast_value(lw, x, src, float32, rounding), dst.name)
+    return _encode(lw, cast_value(lw, x, src, float32, rounding), dst.name, toward_zero)
 
 
 def in_hardware(lw, fmt) -> bool:
@@ -80,39 +80,13 @@ def _decode(lw, code, fmt):
     return lw.b.fpext(lw.b.bitcast(lw.b.trunc(halves, I16), F16), F32)
 
 
-def _encode(lw, x, fmt):
-    """The fp8 code (i8) of an fp32 value."""
-    if not in_hardware(lw, fmt):
-        return _from_f32(lw, x, fmt)
+def _encode(lw, x, fmt, toward_zero: bool = False):
+    """The fp8 code (i8) of an fp32 value, rounded to nearest or toward zero (no `cvt` rounds to fp8
+    toward zero: that is integer arithmetic on every target)."""
+    if toward_zero or not in_hardware(lw, fmt):
+        return _from_f32(lw, x, fmt, toward_zero)
     # the second source lands in the low byte
     return lw.b.trunc(lw.b.call(_encoder(fmt), [ir.Constant(F32, 0.0), x]), I8)
-
-
-def _encode_toward_zero(lw, x, fmt):
-    """The fp8 code (i8) of an fp32 value rounded toward zero, as Triton narrows with `rtz` (to
-    e5m2: fp32 -> fp16 `cvt.rz`, then the fp16's high byte): finite values past the largest
-    clamp to it, infinities stay infinite where the format has them (e5m2), NaN stays NaN. No
-    `cvt` rounds to fp8 toward zero: integer arithmetic on the bits, on every target."""
-    mbits, bias, max_code, nan_code, has_inf = _FORMATS[fmt]
-    b = lw.b
-    bits = b.bitcast(x, I32)
-    sign = b.and_(b.lshr(bits, _c(24)), _c(0x80))
-    mag = b.and_(bits, _c(0x7FFFFFFF))
-    absx = b.bitcast(mag, F32)
-    normal = b.sub(b.lshr(mag, _c(23 - mbits)), _c((127 - bias) << mbits))  # dropped bits: truncated
-    scaled = b.fmul(absx, ir.Constant(F32, 2.0 ** (bias - 1 + mbits)))
-    sub = b.fptoui(b.select(b.fcmp_ordered("<", scaled, ir.Constant(F32, 256.0)), scaled, ir.Constant(F32, 0.0)),
-                   I32)  # below the smallest normal: fptoui truncates (out-of-range inputs never reach it)
-    code = b.select(b.fcmp_ordered(">=", absx, ir.Constant(F32, 2.0 ** (1 - bias))), normal, sub)
-    code = b.select(b.fcmp_ordered(">", absx, ir.Constant(F32, _largest(fmt))), _c(max_code), code)
-    if has_inf:
-        inf_code = ((1 << (7 - mbits)) - 1) << mbits
-        code = b.select(b.icmp_unsigned("==", mag, _c(0x7F800000)), _c(inf_code), code)
-    signed = b.or_(code, sign)
-    if fmt in _FNUZ:  # no negative zero
-        signed = b.select(b.icmp_unsigned("==", code, _c(0)), _c(0), signed)
-    nan = _c(nan_code) if fmt in _FNUZ else b.or_(_c(nan_code), sign)
-    return b.trunc(b.select(b.icmp_unsigned(">", mag, _c(0x7F800000)), nan, signed), I8)
 
 
 def _largest(fmt) -> float:
@@ -147,22 +121,31 @@ def _to_f32(lw, code, fmt):
     return b.select(nan, ir.Constant(F32, float("nan")), value)
 
 
-def _from_f32(lw, x, fmt):
-    mbits, bias, max_code, nan_code, _ = _FORMATS[fmt]
+def _from_f32(lw, x, fmt, toward_zero: bool = False):
+    """The fp8 code of an fp32 value in integer arithmetic: rounded to nearest even, values past the
+    largest finite one clamped to it (`cvt.rn.satfinite`'s meaning); or `toward_zero`, as Triton
+    narrows to e5m2 with `rtz` (fp32 -> fp16 `cvt.rz`, then the fp16's high byte), where finite values
+    clamp and infinities stay infinite in a format that has them. NaN stays NaN."""
+    mbits, bias, max_code, nan_code, has_inf = _FORMATS[fmt]
     b = lw.b
     bits = b.bitcast(x, I32)
     sign = b.and_(b.lshr(bits, _c(24)), _c(0x80))
     mag = b.and_(bits, _c(0x7FFFFFFF))
     shift = 23 - mbits
-    rounded = b.add(b.add(mag, _c((1 << (shift - 1)) - 1)), b.and_(b.lshr(mag, _c(shift)), _c(1)))
+    rounded = mag if toward_zero else \
+        b.add(b.add(mag, _c((1 << (shift - 1)) - 1)), b.and_(b.lshr(mag, _c(shift)), _c(1)))
     normal = b.sub(b.lshr(rounded, _c(shift)), _c((127 - bias) << mbits))
     absx = b.bitcast(mag, F32)
-    rint = lw.intrinsic("llvm.rint.f32", F32, [F32])
-    scaled = b.call(rint, [b.fmul(absx, ir.Constant(F32, 2.0 ** (bias - 1 + mbits)))])
-    sub = b.fptoui(scaled, I32)
+    scaled = b.fmul(absx, ir.Constant(F32, 2.0 ** (bias - 1 + mbits)))
+    if not toward_zero:  # fptoui itself truncates
+        scaled = b.call(lw.intrinsic("llvm.rint.f32", F32, [F32]), [scaled])
+    sub = b.fptoui(scaled, I32)  # below the smallest normal; out-of-range values never take it
     is_normal = b.fcmp_ordered(">=", absx, ir.Constant(F32, 2.0 ** (1 - bias)))
     code = b.select(is_normal, normal, sub)
     code = b.select(b.fcmp_ordered(">", absx, ir.Constant(F32, _largest(fmt))), _c(max_code), code)
+    if toward_zero and has_inf:
+        inf_code = ((1 << (7 - mbits)) - 1) << mbits
+        code = b.select(b.icmp_unsigned("==", mag, _c(0x7F800000)), _c(inf_code), code)
     signed = b.or_(code, sign)
     if fmt in _FNUZ:  # no negative zero
         signed = b.select(b.icmp_unsigned("==", code, _c(0)), _c(0), signed)

@@ -283,11 +283,25 @@ def _a_fragments(lw, a, layout, K):
     fragments = [[words[m * per_m + k: m * per_m + k + 4] for k in range(0, per_m, 4)]
                  for m in range(len(words) // per_m)]
     if per_word == 4:
-        fragments = [[_fp8_fragment(lw, chunk) for chunk in m] for m in fragments]
+        lanes = _quad_sources(lw)
+        fragments = [[_fp8_fragment(lw, chunk, lanes) for chunk in m] for m in fragments]
     return fragments
 
 
-def _fp8_fragment(lw, words):
+def _quad_sources(lw):
+    """What `_fp8_fragment` asks of this lane, once per dot: (lane t even, t < 2, the lane it reads
+    in round one, in round two)."""
+    b = lw.b
+    t = b.and_(lw.lane, lw.i32(3))
+    quad = b.sub(lw.lane, t)
+    odd = b.and_(t, lw.i32(1))
+    half = b.lshr(t, lw.i32(1))
+    return (b.icmp_unsigned("==", odd, lw.i32(0)), b.icmp_unsigned("<", t, lw.i32(2)),
+            b.add(quad, b.add(b.shl(odd, lw.i32(1)), half)),
+            b.add(quad, b.add(b.shl(odd, lw.i32(1)), b.sub(lw.i32(1), half))))
+
+
+def _fp8_fragment(lw, words, lanes):
     """The fragment of one 32-column k-step of an 8-bit A from the four words the
     accumulator layout gives (word j: this lane's two bytes of rows g and g + 8 in 8-column
     chunk j, at columns 8j + 2t, 8j + 2t + 1). The instruction wants columns 4t .. 4t + 3 and
@@ -296,14 +310,7 @@ def _fp8_fragment(lw, words):
     rows), so two shuffles give a word pair: in round one lane s sends chunk s % 2 and lane
     t reads lane 2(t % 2) + t // 2, in round two the other chunk and the other lane."""
     b = lw.b
-    t = b.and_(lw.lane, lw.i32(3))
-    quad = b.sub(lw.lane, t)
-    even = b.icmp_unsigned("==", b.and_(t, lw.i32(1)), lw.i32(0))
-    low_half = b.icmp_unsigned("<", t, lw.i32(2))  # this lane's first source is round one's
-    half = b.lshr(t, lw.i32(1))
-    odd = b.and_(t, lw.i32(1))
-    first_source = b.add(quad, b.add(b.shl(odd, lw.i32(1)), half))
-    second_source = b.add(quad, b.add(b.shl(odd, lw.i32(1)), b.sub(lw.i32(1), half)))
+    even, low_half, first_source, second_source = lanes  # low_half: this lane's first source is round one's
     out = []
     for chunk_a, chunk_b in ((words[0], words[1]), (words[2], words[3])):
         sent_first, sent_second = b.select(even, chunk_a, chunk_b), b.select(even, chunk_b, chunk_a)
