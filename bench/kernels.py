@@ -51,6 +51,21 @@ def layer_norm_kernel(X, Y, W, B, Mean, Rstd, stride, N, eps, BLOCK: tl.constexp
 
 
 @triton.jit
+def rotary_interleaved_kernel(x_ptr, cos_ptr, sin_ptr, out_ptr, n_rows, HEADS: tl.constexpr, D: tl.constexpr,
+                              ROWS: tl.constexpr):
+    """Rotary embedding on interleaved pairs (x[2i], x[2i+1]) as complex numbers (LLaMA's form):
+    ROWS rows of D of x [tokens * HEADS, D], each token's cos and sin [tokens, D / 2] for all its heads."""
+    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)[:, None]
+    mask = rows < n_rows
+    whole = rows * D + tl.arange(0, D)[None, :]
+    freqs = (rows // HEADS) * (D // 2) + tl.arange(0, D // 2)[None, :]
+    real, imag = tl.split(tl.reshape(tl.load(x_ptr + whole, mask=mask).to(tl.float32), [ROWS, D // 2, 2]))
+    c, s = tl.load(cos_ptr + freqs, mask=mask), tl.load(sin_ptr + freqs, mask=mask)
+    rotated = tl.join(real * c - imag * s, real * s + imag * c)
+    tl.store(out_ptr + whole, tl.reshape(rotated, [ROWS, D]).to(out_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
 def _grouped_tile(pid, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
     """Tutorial 03's tile order: GROUP_M rows of tiles at a time, so their A and B stay in L2."""
     num_pid_m = tl.cdiv(M, BLOCK_M)

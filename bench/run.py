@@ -164,6 +164,34 @@ def layer_norm(libs, cols_list, rows_n=4096):
     return rows
 
 
+def rotary(libs, tokens_list, heads=32, dim=128, rows_per_program=32):
+    """Rotary embedding of interleaved pairs (bench/kernels.py), fp16 x [tokens, heads, dim] with fp32
+    cos and sin per token, against LLaMA's reference form in PyTorch (complex multiply)."""
+    rows = []
+    for tokens in tokens_list:
+        x = torch.randn(tokens, heads, dim, device="cuda", dtype=torch.float16)
+        angles = torch.rand(tokens, dim // 2, device="cuda") * 6.3
+        cos, sin = torch.cos(angles), torch.sin(angles)
+        freqs = torch.polar(torch.ones_like(angles), angles)[:, None, :]
+        out = torch.empty_like(x)
+
+        def reference():
+            pairs = torch.view_as_complex(x.float().reshape(tokens, heads, dim // 2, 2))
+            return torch.view_as_real(pairs * freqs).flatten(2).to(x.dtype)
+        n_rows = tokens * heads
+        grid = (triton_cdiv(n_rows, rows_per_program),)
+        fns = {}
+        for name, k in libs.items():
+            fns[name] = lambda k=k: k.rotary_interleaved_kernel[grid](x, cos, sin, out, n_rows, HEADS=heads, D=dim,
+                                                                     ROWS=rows_per_program)
+            fns[name]()
+            torch.testing.assert_close(out, reference(), rtol=1e-2, atol=1e-2)
+        fns["torch"] = reference
+        moved = 2 * x.numel() * 2 + 2 * cos.numel() * 4
+        rows.append({"size": tokens, **{name: gbps(moved, ms) for name, ms in memory_bound(fns).items()}})
+    return rows
+
+
 def matmul(libs, sizes, dtypes=("fp16", "bf16", "fp8", "tf32")):
     """Tutorial 03's kernel autotuned over its configs, against cuBLAS (bench/matmul.py)."""
     import matmul as tutorial
@@ -338,6 +366,7 @@ def sections(libs, quick: bool) -> dict:
         "softmax": lambda: softmax(libs, [256, 1024, 4096, 16384] if q else [256, 512, 1024, 2048, 4096, 8192, 16384]),
         "layer_norm": lambda: layer_norm(libs, [1024, 4096, 8192] if q else [1024, 2048, 4096, 8192]),
         "softmax_odd": lambda: softmax(libs, ODD_COLUMNS[:1] if q else ODD_COLUMNS),
+        "rotary": lambda: rotary(libs, [16384] if q else [4096, 16384, 65536]),
         "matmul": lambda: matmul(libs, [4096] if q else [2048, 4096, 8192]),
         "matmul_shapes": lambda: matmul(libs, ODD_SHAPES[:1] if q else ODD_SHAPES, ["fp16"]),
         "attention": lambda: attention(libs, [64, 128], [4096] if q else [1024, 4096, 16384]),
@@ -349,7 +378,7 @@ def sections(libs, quick: bool) -> dict:
 
 # what `--part 1` and `--part 2` measure: two device calls of about 300 s each where the whole run
 # is one of about 600 s
-PARTS = {1: ["vector_add", "softmax", "layer_norm", "softmax_odd", "matmul", "matmul_shapes"],
+PARTS = {1: ["vector_add", "softmax", "layer_norm", "softmax_odd", "rotary", "matmul", "matmul_shapes"],
          2: ["attention", "attention_fp8", "launch_us", "first_call_s"]}
 
 
@@ -359,7 +388,8 @@ def markdown(results: dict) -> str:
           f"{results['date']}", ""]
     memory = [("vector_add", "vector add fp32 (GB/s)"), ("softmax", "fused softmax fp32, 4096 rows × N (GB/s)"),
               ("layer_norm", "layer norm forward fp16, 4096 rows × N (GB/s)"),
-              ("softmax_odd", "fused softmax fp32, 4096 rows × N, N not a multiple of 16 (GB/s)")]
+              ("softmax_odd", "fused softmax fp32, 4096 rows × N, N not a multiple of 16 (GB/s)"),
+              ("rotary", "rotary embedding of interleaved pairs, fp16, N tokens × 32 heads × 128 (GB/s)")]
     md += [ratio_table(title, "GB/s", results[key]) for key, title in memory if key in results]
     tables = [("matmul", "matmul, N³, tutorial 03's kernel autotuned over its configs (TFLOP/s)", matmul_table),
               ("matmul_shapes", "matmul, shapes that are not multiples of 16, tutorial 03's kernel autotuned over its "
@@ -418,7 +448,7 @@ def main():
     parser.add_argument("--merge", nargs="+", metavar="JSON",
                         help="write the tables of these partial runs' JSON as one run (no GPU needed)")
     parser.add_argument("--only", nargs="*", help="run only these sections, with fewer sizes (vector_add softmax "
-                                                   "layer_norm softmax_odd matmul matmul_shapes attention "
+                                                   "layer_norm softmax_odd rotary matmul matmul_shapes attention "
                                                    "attention_fp8 launch_us first_call_s); writes no files")
     args = parser.parse_args()
     if args.merge:

@@ -206,12 +206,13 @@ def test_exchanges_and_histograms_are_planned_like_reductions():
     x = np.zeros(4, np.float32)
     k = exchanges.warmup(x, x, np.zeros(4, np.int32), N=32, num_warps=4, grid=(1,), target="sm_90a")
     got = kernel_plans(k)
-    tile = 32 * 32 * 4  # each exchange holds the whole fp32 tile: side by side two would grow the area 4 KB
-    assert got == [("permute", [0, tile]), ("barrier", None), ("reshape", [0, tile]), ("barrier", None),
-                   ("split", [0, tile]), ("barrier", None), ("join", [0, tile]), ("barrier", None),
-                   ("reshape", [0, tile]),
-                   ("reduce", [tile, 32 * 4 * 8]),  # column sums across 4 warps, beside the reshape's bytes
-                   ("histogram", [0, 32])]  # 8 counters, below the sums' bytes
+    tile = 32 * 32 * 4  # an exchange holds the whole fp32 tile
+    # the transpose, both reshapes and the join rename registers (kiln.ir.layout_moves); the split
+    # exchanges (after the transpose a pair is on two lanes), and the store takes a conversion
+    assert got == [("split", [0, tile]),
+                   ("reduce", [tile, 32 * 4 * 8]),  # column sums across 4 warps, beside the split's bytes
+                   ("convert_layout", [0, tile]),  # after the sums' barrier: no barrier of its own before it
+                   ("histogram", [tile, 32])]  # 8 counters where the sums were, after the conversion's barrier
 
 
 def test_scans_across_warps_are_planned_like_reductions():

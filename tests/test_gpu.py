@@ -274,7 +274,8 @@ def test_more_shared_memory_than_the_gpu_has_is_out_of_resources():
     x = torch.randn(256, 256, device="cuda")
     with pytest.raises(kiln.OutOfResources, match="shared memory") as info:
         transpose_kernel[(1,)](x, x, N=256, num_warps=8)
-    assert info.value.required == 256 * 256 * 4 > info.value.limit
+    # the transpose renames registers; the store's conversion takes the tile with a bank-conflict pad
+    assert info.value.required == 256 * (256 + 4) * 4 > info.value.limit
 
 
 def test_autotune_skips_a_config_that_is_out_of_resources():

@@ -7,6 +7,7 @@ took for one touching no shared memory that used the scratch area after all).
 from __future__ import annotations
 
 from kiln.ir import layout as lay
+from kiln.ir.layout_moves import RENAMING_OPS, moves_no_data
 from kiln.ir.ops import ELEMENTWISE_OPS
 from kiln.ir.types import block_type
 
@@ -26,7 +27,8 @@ _EXCHANGED = {"reshape": lambda op: op.operands[0], "permute": lambda op: op.ope
 
 def touches_no_shared(op, model) -> bool:
     """Does the model take `op` for one whose lowering touches no shared memory?"""
-    return op.name in _NO_SHARED or (op.name in ("reduce", "scan", "convert_layout") and not scratch_bytes(op, model)) \
+    return op.name in _NO_SHARED or (op.name in ("reduce", "scan", "convert_layout", *RENAMING_OPS)
+                                     and not scratch_bytes(op, model)) \
         or (op.name in ("for", "if") and all(touches_no_shared(inner, model) for region in op.regions for inner in region.ops))
 
 
@@ -37,6 +39,8 @@ def scratch_bytes(op, model) -> int:
     if op.name == "scan" and _encoded(op.operands[0]):
         return scan_scratch_bytes(op)
     if op.name in _EXCHANGED:  # every element once, at its flat position (kiln.codegen.lower.shared.exchange)
+        if moves_no_data(op, model.num_warps):
+            return 0  # its layouts keep every element in its thread: registers renamed
         return _EXCHANGED[op.name](op).type.numel * scalar_bytes(op.operands[0].type)
     if op.name == "histogram":
         return 4 * op.attrs["num_bins"]  # an int32 counter per bin

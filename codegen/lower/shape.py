@@ -1,8 +1,9 @@
 """Creation, grid queries and shape ops.
 
 `splat`, `broadcast` and `expand_dims` move no data when the layouts line up (the layout
-pass arranges that); `reshape`, `permute`, `join`, `split`, `cat` exchange elements
-through shared memory with the index map of the op.
+pass arranges that); so do `reshape`, `permute`, `join` and `split` where their layouts keep
+every element in its thread, and `cat` where both halves do (kiln.ir.layout_moves: a renaming of
+registers). Otherwise they exchange elements through shared memory with the index map of the op.
 """
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import llvmlite.ir as ir
 from kiln.ir.types import block_type, scalar_of
 
 from kiln.ir import layout as lay
+from kiln.ir.layout_moves import register_moves
 from .shared import exchange, flats_of
 from .types import reg_type
 
@@ -73,8 +75,30 @@ def _convert_layout(lw, op):
         lw.converting = outer
 
 
+def _renamed(lw, op, which: int = 0):
+    """Result `which` of a shape op as its operands' registers, where its layouts keep every
+    element in its thread; else None."""
+    moves = register_moves(op, lw.num_warps, which)
+    if moves is None:
+        return None
+    regs = [lw.regs(v) for v in op.operands]
+    return [regs[k][i] for k, i in moves]
+
+
+def _bind_renamed(lw, op) -> bool:
+    """Binds every result of `op` renamed (True), or nothing (False)."""
+    renamed = [_renamed(lw, op, i) for i in range(len(op.results))]
+    if any(r is None for r in renamed):
+        return False
+    for r, regs in zip(op.results, renamed):
+        lw.bind(r, regs, lw.layout(r))
+    return True
+
+
 def _reshape(lw, op):
     """Row-major reshape: the flat index of each element is unchanged."""
+    if _bind_renamed(lw, op):
+        return
     src, out = op.operands[0], op.results[0]
     layout = lw.layout(out)
     (regs,) = exchange(lw, reg_type(scalar_of(src.type)), src.type.numel,
@@ -84,6 +108,8 @@ def _reshape(lw, op):
 
 
 def _permute(lw, op):
+    if _bind_renamed(lw, op):
+        return
     src, out = op.operands[0], op.results[0]
     order = op.attrs["order"]
     layout = lw.layout(out)
@@ -108,6 +134,8 @@ def _scaled(lw, flats, scale, plus):
 
 
 def _join(lw, op):
+    if _bind_renamed(lw, op):
+        return
     a, b = op.operands
     out = op.results[0]
     layout = lw.layout(out)
@@ -117,6 +145,8 @@ def _join(lw, op):
 
 
 def _split(lw, op):
+    if _bind_renamed(lw, op):
+        return
     src = op.operands[0]
     writes = [(lw.regs(src), flats_of(lw, lw.layout(src), src.type.shape))]
     reads = []
@@ -131,6 +161,8 @@ def _split(lw, op):
 
 
 def _cat(lw, op):
+    if _bind_renamed(lw, op):
+        return
     a, b = op.operands
     out = op.results[0]
     layout = lw.layout(out)

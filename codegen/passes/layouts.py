@@ -16,6 +16,7 @@ from kiln.ir.index_math import computes_index_math
 from kiln.ir.types import block_type
 
 from kiln.ir.layout import Blocked, Slice, blocked_for, default_order, mma_layout, same_distribution, wgmma_layout
+from kiln.ir.layout_moves import derived_layout
 
 from ..analysis.access import memory_width
 from ..analysis.dots import mma_eligible
@@ -277,6 +278,20 @@ class _Assigner:
         src, r = self.of(op.operands[0]), op.results[0]
         pref = self.prefer_for(r)
         self.set(r, pref if src is None or same_distribution(src, pref, tuple(op.operands[0].type.shape), self.num_warps) else src)
+
+    def op_reshape(self, op):
+        """A shape op's result in the layout that keeps every element in its thread (no data
+        moves: kiln.ir.layout_moves), where the operand's layout has one; a join's two operands
+        alike. Otherwise as an elementwise op (its elements go through shared memory)."""
+        src = self.of(op.operands[0])
+        derived = derived_layout(op, src, self.num_warps)
+        if derived is None or any(self.of(v) != src for v in op.operands[1:]):
+            self.elementwise(op)
+            return
+        for r in op.results:
+            self.set(r, derived)
+
+    op_permute = op_join = op_split = op_cat = op_reshape
 
     def op_for(self, op):
         """A carried value takes the layout its yield arrives in (the initial value is

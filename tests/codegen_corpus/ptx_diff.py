@@ -62,7 +62,8 @@ def _reinterpret(array, dtype: str):
 
 
 def bench_kernels():
-    """(name, "sm_90a", ptx) for bench/'s tensor-core kernels, built with `warmup` (no GPU)."""
+    """(name, "sm_90a", ptx) for bench/'s tensor-core kernels and its rotary embedding (pairs split and
+    joined in registers), built with `warmup` (no GPU)."""
     from kiln.tools.tensor_descriptor import TensorDescriptor
     k = _bench_module()
     n, z, h = 4096, 4, 32
@@ -106,6 +107,8 @@ def bench_kernels():
             half, half, half, half, half, half, f32, f32, 0.125, n, BLOCK_M=narrow, BLOCK_N=wide, **tuning)
         yield f"bench.attention_bwd_dq.d{dim}", k.attention_bwd_dq_kernel.warmup(
             half, half, half, half, half, f32, f32, 0.125, n, BLOCK_M=wide, BLOCK_N=narrow, **tuning)
+    yield "bench.rotary_interleaved", k.rotary_interleaved_kernel.warmup(half, f32, f32, half, n, HEADS=32, D=128,
+                                                                         ROWS=32, grid=(1,), target="sm_90a")
 
 
 # LLVM numbers its call sequences per process ("{ // callseq 3, 0"): the comment says how many
