@@ -10,6 +10,9 @@ describe the same thing to the tensor cores.
 repetition, N repetition) of its warpgroup, all in one committed group; the accumulator
 registers are in the `Wgmma` layout's order, which is the instruction's own: fp32, or
 int32 for int8 inputs (`.s32.s8.s8`, whose form has no negating scales and no transpose).
+An fp8 dot with `max_num_imprecise_acc = n` (n <= its K) sums each run of n of k in an
+accumulator of its own and adds it to the dot's in fp32, as Triton does on Hopper (the tensor
+cores keep fewer bits of an fp8 sum than fp32 has).
 """
 from __future__ import annotations
 
@@ -370,23 +373,65 @@ def _warp_group_dot(lw, op):
         inputs = ["l", "l", "r"]
     constraints = ",".join(["=r" if integer else "=f"] * per + inputs + [str(i) for i in range(per)])
     ret = ir.LiteralStructType([acc_ty] * per)
-    _asm(lw, "wgmma.fence.sync.aligned;")
-    for k0 in range(0, K, k_step):
-        for mi in range(n_m):
-            if a_in_regs:
-                a_args = fragments[mi][k0 // k_step]
-            else:
-                row0 = b.add(row_base, lw.i32(mi * 16 * Wm))
-                a_args = [_descriptor(lw, a, *_operand_offset(lw, a, 0, row0, k0), a_k_major)]
-            for ni in range(n_n):
-                col0 = b.add(col_base, lw.i32(ni * instr_n * Wn))
-                b_desc = _descriptor(lw, b_op, *_operand_offset(lw, b_op, 1, col0, k0), b_k_major)
-                first = (mi * n_n + ni) * per
-                scale_d = lw.i32(0 if fresh and k0 == 0 else 1)
-                got = _asm(lw, text, ret, a_args + [b_desc, scale_d] + values[first:first + per], constraints)
-                values[first:first + per] = [b.extract_value(got, i) for i in range(per)]
-    _asm(lw, "wgmma.commit_group.sync.aligned;")
-    lw.bind(out, values, layout)
+
+    def issue(k_steps, into, zero_first):
+        """The wgmmas of `k_steps` into the registers `into`, committed as one group."""
+        _asm(lw, "wgmma.fence.sync.aligned;")
+        for k0 in k_steps:
+            for mi in range(n_m):
+                if a_in_regs:
+                    a_args = fragments[mi][k0 // k_step]
+                else:
+                    row0 = b.add(row_base, lw.i32(mi * 16 * Wm))
+                    a_args = [_descriptor(lw, a, *_operand_offset(lw, a, 0, row0, k0), a_k_major)]
+                for ni in range(n_n):
+                    col0 = b.add(col_base, lw.i32(ni * instr_n * Wn))
+                    b_desc = _descriptor(lw, b_op, *_operand_offset(lw, b_op, 1, col0, k0), b_k_major)
+                    first = (mi * n_n + ni) * per
+                    scale_d = lw.i32(0 if zero_first and k0 == k_steps[0] else 1)
+                    got = _asm(lw, text, ret, a_args + [b_desc, scale_d] + into[first:first + per], constraints)
+                    into[first:first + per] = [b.extract_value(got, i) for i in range(per)]
+        _asm(lw, "wgmma.commit_group.sync.aligned;")
+
+    k_steps = list(range(0, K, k_step))
+    run = _imprecise_run(op, elem, K, k_step)
+    if run is None:
+        issue(k_steps, values, fresh)
+        lw.bind(out, values, layout)
+        return
+    # Triton's partial accumulator: each run of k-steps from zero, awaited, then added in fp32
+    # (the incoming accumulator, which an earlier group may still be writing, awaited with the first)
+    total = None if fresh else values
+    for start in range(0, len(k_steps), run):
+        partial = [ir.Constant(acc_ty, ir.Undefined)] * len(values)
+        issue(k_steps[start:start + run], partial, True)
+        waited = tied_wait(lw, partial + (total if start == 0 and total is not None else []))
+        partial = waited[:len(values)]
+        if start == 0:
+            total = partial if total is None else waited[len(values):]
+            if fresh:
+                continue
+        total = [b.fadd(t, p) for t, p in zip(total, partial)]
+    lw.bind(out, total, layout)
+
+
+def _imprecise_run(op, elem, K: int, k_step: int) -> int | None:
+    """k-steps per partial accumulator of an fp8 dot whose `max_num_imprecise_acc` is at most its
+    K (Triton's rule; at least one k-step each), else None: the whole K in one accumulator."""
+    n = op.attrs.get("max_num_imprecise_acc")
+    if n is None or not elem.is_fp8() or n > K:
+        return None
+    return max(1, n // k_step)
+
+
+def tied_wait(lw, regs: list) -> list:
+    """`wgmma.wait_group 0` with `regs` (fp32 or int32) passed through it: nothing reads them
+    before the wait."""
+    kinds = [("f" if r.type == F32 else "r") for r in regs]
+    constraints = ",".join([f"={k}" for k in kinds] + [str(i) for i in range(len(regs))])
+    got = _asm(lw, "wgmma.wait_group.sync.aligned 0;", ir.LiteralStructType([r.type for r in regs]), regs,
+               constraints)
+    return [lw.b.extract_value(got, i) for i in range(len(regs))]
 
 
 def _warp_group_dot_wait(lw, op):

@@ -293,7 +293,9 @@ def _rewrite(loop, plan, stored_earlier, kind="wgmma", portable=False, num_warps
         if not hopper:  # done when it returns
             replaced[op.results[0]] = append_op(new, "mma_dot", views + [acc], [acc.type], op.loc)
             continue
-        issued = append_op(new, "warp_group_dot", views + [acc], [acc.type], op.loc)
+        # an fp8 dot's partial accumulators (Triton's max_num_imprecise_acc) are the lowering's
+        imprecise = {k: v for k, v in op.attrs.items() if k == "max_num_imprecise_acc"}
+        issued = append_op(new, "warp_group_dot", views + [acc], [acc.type], op.loc, **imprecise)
         # a result only carried to the next iteration may stay in flight (that dot's wait
         # leaves one group pending); one read in this iteration is awaited here, and the
         # copies are issued while the tensor cores work on it

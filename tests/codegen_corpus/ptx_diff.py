@@ -62,8 +62,7 @@ def _reinterpret(array, dtype: str):
 
 
 def bench_kernels():
-    """(name, "sm_90a", ptx) for bench/'s tensor-core kernels and its rotary embedding (pairs split and
-    joined in registers), built with `warmup` (no GPU)."""
+    """(name, "sm_90a", ptx) for bench/'s tensor-core kernels, built with `warmup` (no GPU)."""
     from kiln.tools.tensor_descriptor import TensorDescriptor
     k = _bench_module()
     n, z, h = 4096, 4, 32
@@ -107,7 +106,13 @@ def bench_kernels():
             half, half, half, half, half, half, f32, f32, 0.125, n, BLOCK_M=narrow, BLOCK_N=wide, **tuning)
         yield f"bench.attention_bwd_dq.d{dim}", k.attention_bwd_dq_kernel.warmup(
             half, half, half, half, half, f32, f32, 0.125, n, BLOCK_M=wide, BLOCK_N=narrow, **tuning)
-    yield "bench.rotary_interleaved", k.rotary_interleaved_kernel.warmup(half, f32, f32, half, n, HEADS=32, D=128,
+
+
+def bench_memory_kernels():
+    """The same for bench/'s memory-bound kernels whose shape ops the layout pass keeps in registers."""
+    k = _bench_module()
+    half, f32 = np.zeros((64, 64), np.float16), np.zeros(64, np.float32)
+    yield "bench.rotary_interleaved", k.rotary_interleaved_kernel.warmup(half, f32, f32, half, 4096, HEADS=32, D=128,
                                                                          ROWS=32, grid=(1,), target="sm_90a")
 
 
@@ -124,7 +129,8 @@ def without_locations(ptx: str) -> str:
 def all_ptx() -> dict[str, str]:
     """{"<name>.<target>": PTX without locations} for the whole set."""
     ptx = {f"{name}.{target}": without_locations(text) for name, target, text in corpus_kernels()}
-    ptx.update((f"{name}.sm_90a", without_locations(kernel.asm["ptx"])) for name, kernel in bench_kernels())
+    for kernels in (bench_kernels(), bench_memory_kernels()):
+        ptx.update((f"{name}.sm_90a", without_locations(kernel.asm["ptx"])) for name, kernel in kernels)
     return ptx
 
 

@@ -1,0 +1,93 @@
+"""`tl.dot(..., max_num_imprecise_acc=n)` on fp8: where n is at most the dot's K, each run of n of
+k is summed from zero by the tensor cores, awaited, and added to the accumulator in fp32, as
+Triton does on Hopper (its "partial accumulator"); otherwise, and for other types, the whole K
+goes into one accumulator. The PTX is checked here; the GPU test checks the values."""
+import re
+
+import numpy as np
+import pytest
+
+import kiln
+import kiln.language as tl
+from kiln.codegen import nvjitlink
+from kiln.codegen.target import parse_target
+
+
+@kiln.jit
+def _fp8_dot(a_ptr, b_ptr, c_ptr, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, IMPRECISE: tl.constexpr):
+    """C = A @ B^T: A [BM, K] and B [BN, K] row-major (K-major, as wgmma reads 8-bit tiles)."""
+    rm, rn, rk = tl.arange(0, BM), tl.arange(0, BN), tl.arange(0, BK)
+    acc = tl.zeros((BM, BN), tl.float32)
+    for k in range(0, K, BK):
+        a = tl.load(a_ptr + rm[:, None] * K + (k + rk)[None, :])
+        b = tl.trans(tl.load(b_ptr + rn[:, None] * K + (k + rk)[None, :]))
+        if IMPRECISE > 0:
+            acc = tl.dot(a, b, acc, max_num_imprecise_acc=IMPRECISE)
+        else:
+            acc = tl.dot(a, b, acc)
+    tl.store(c_ptr + rm[:, None] * BN + rn[None, :], acc)
+
+
+def _compiled(imprecise, dtype=tl.float8e4nv, bm=64, bn=64, bk=128):
+    store = np.uint8 if dtype.is_fp8() else np.float16
+    a = kiln.reinterpret(np.zeros((bm, 512), store), dtype) if dtype.is_fp8() else np.zeros((bm, 512), store)
+    b = kiln.reinterpret(np.zeros((bn, 512), store), dtype) if dtype.is_fp8() else np.zeros((bn, 512), store)
+    return _fp8_dot.warmup(a, b, np.zeros((bm, bn), np.float32), 512, BM=bm, BN=bn, BK=bk, IMPRECISE=imprecise,
+                           num_warps=4, num_stages=3, grid=(1,), target="sm_90a")
+
+
+def _adds(ptx: str) -> int:
+    return len(re.findall(r"\badd\.(rn\.)?f32\b", ptx))
+
+
+@pytest.mark.parametrize("imprecise,runs", [(32, 4), (64, 2), (128, 1)])
+def test_each_run_of_k_is_its_own_accumulator_added_in_fp32(imprecise, runs):
+    plain, partial = _compiled(0).asm["ptx"], _compiled(imprecise).asm["ptx"]
+    regs = 64 * 64 // 128  # accumulator registers per thread
+    assert _adds(plain) == 0 and _adds(partial) == runs * regs
+    count = lambda text, what: len(re.findall(what, text))  # noqa: E731
+    assert count(partial, r"wgmma\.mma_async") == count(plain, r"wgmma\.mma_async")  # the same k-steps
+    assert count(partial, r"wgmma\.commit_group") == count(plain, r"wgmma\.commit_group") + runs - 1
+    _, info = nvjitlink.link_cubin(partial, parse_target("sm_90a"))
+    assert not nvjitlink.wgmma_serialized(info)
+
+
+def test_a_16_bit_dot_keeps_one_accumulator():
+    assert _adds(_compiled(32, dtype=tl.float16).asm["ptx"]) == 0
+
+
+def test_a_bound_past_the_dots_k_is_refused_as_triton_refuses_it():
+    with pytest.raises(kiln.CompilationError, match=r"max_num_imprecise_acc \(256\) must be <= K \(128\)"):
+        _compiled(256, bk=128)
+
+
+def _cuda() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _cuda(), reason="needs PyTorch and a CUDA GPU")
+@pytest.mark.parametrize("imprecise", [0, 32, 128])
+def test_partial_accumulators_on_the_gpu_sum_what_numpy_sums(imprecise):
+    """Small integers whose every partial sum fp32 and the tensor cores both hold exactly: the
+    partial accumulators (registers tied through each wait) must give the sum to the last bit."""
+    import torch
+    rng = np.random.default_rng(11)
+    a = torch.tensor(rng.integers(-4, 5, (64, 512)), dtype=torch.float32)
+    b = torch.tensor(rng.integers(-4, 5, (64, 512)), dtype=torch.float32)
+    c = torch.zeros(64, 64, device="cuda")
+    _fp8_dot[(1,)](a.to(torch.float8_e4m3fn).cuda(), b.to(torch.float8_e4m3fn).cuda(), c, 512, BM=64, BN=64, BK=128,
+                   IMPRECISE=imprecise, num_warps=4, num_stages=3)
+    torch.testing.assert_close(c.cpu(), a @ b.T, rtol=0, atol=0)
+
+
+def test_the_bound_reaches_the_pipelined_dot():
+    from kiln.codegen import compile as compile_ir
+    from kiln.ir import parse_function
+    kir = compile_ir(parse_function(_compiled(32).asm["kir"]), "sm_90a", {"num_warps": 4, "num_stages": 3},
+                     link=False).kir
+    assert re.search(r"warp_group_dot .*\{max_num_imprecise_acc = 32\}", kir)
