@@ -464,6 +464,25 @@ def attention_bwd_dq_kernel(Q, K, V, DO, DQ, M, Delta, sm_scale, N_CTX, HEAD_DIM
 
 
 @triton.jit
+def fp8_matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                      BLOCK_K: tl.constexpr, IMPRECISE: tl.constexpr):
+    """C = A @ B^T in fp32 for fp8 A [M, K] and B [N, K] (K-major), IMPRECISE > 0: the dot's
+    max_num_imprecise_acc (bench/imprecise_acc.py)."""
+    rm = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    rk = tl.arange(0, BLOCK_K)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
+    for k in range(0, K, BLOCK_K):
+        a = tl.load(a_ptr + rm[:, None] * K + (k + rk)[None, :])
+        b = tl.trans(tl.load(b_ptr + rn[:, None] * K + (k + rk)[None, :]))
+        if IMPRECISE > 0:
+            acc = tl.dot(a, b, acc, max_num_imprecise_acc=IMPRECISE)
+        else:
+            acc = tl.dot(a, b, acc)
+    tl.store(c_ptr + rm[:, None] * N + rn[None, :], acc)
+
+
+@triton.jit
 def tiny_kernel(x_ptr, y_ptr, n, alpha, BLOCK: tl.constexpr):
     offs = tl.arange(0, BLOCK)
     mask = offs < n
