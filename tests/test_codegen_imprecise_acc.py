@@ -1,7 +1,10 @@
 """`tl.dot(..., max_num_imprecise_acc=n)` on fp8: where n is at most the dot's K, each run of n of
 k is summed from zero by the tensor cores, awaited, and added to the accumulator in fp32, as
 Triton does on Hopper (its "partial accumulator"); otherwise, and for other types, the whole K
-goes into one accumulator. The PTX is checked here; the GPU test checks the values."""
+goes into one accumulator. The PTX is checked here; the GPU test checks the values (bench/kernels.py's
+`fp8_matmul_kernel`; bench/imprecise_acc.py compares its errors with Triton's)."""
+import importlib.util
+import pathlib
 import re
 
 import numpy as np
@@ -13,27 +16,25 @@ from kiln.codegen import nvjitlink
 from kiln.codegen.target import parse_target
 
 
-@kiln.jit
-def _fp8_dot(a_ptr, b_ptr, c_ptr, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, IMPRECISE: tl.constexpr):
-    """C = A @ B^T: A [BM, K] and B [BN, K] row-major (K-major, as wgmma reads 8-bit tiles)."""
-    rm, rn, rk = tl.arange(0, BM), tl.arange(0, BN), tl.arange(0, BK)
-    acc = tl.zeros((BM, BN), tl.float32)
-    for k in range(0, K, BK):
-        a = tl.load(a_ptr + rm[:, None] * K + (k + rk)[None, :])
-        b = tl.trans(tl.load(b_ptr + rn[:, None] * K + (k + rk)[None, :]))
-        if IMPRECISE > 0:
-            acc = tl.dot(a, b, acc, max_num_imprecise_acc=IMPRECISE)
-        else:
-            acc = tl.dot(a, b, acc)
-    tl.store(c_ptr + rm[:, None] * BN + rn[None, :], acc)
+BENCH = pathlib.Path(__file__).parent.parent / "bench"
+
+
+def _bench_kernels():
+    spec = importlib.util.spec_from_file_location("kiln_bench_kernels", BENCH / "kernels.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_fp8_matmul = _bench_kernels().fp8_matmul_kernel  # C = A @ B^T, A [M, K] and B [N, K] (K-major)
 
 
 def _compiled(imprecise, dtype=tl.float8e4nv, bm=64, bn=64, bk=128):
     store = np.uint8 if dtype.is_fp8() else np.float16
     a = kiln.reinterpret(np.zeros((bm, 512), store), dtype) if dtype.is_fp8() else np.zeros((bm, 512), store)
     b = kiln.reinterpret(np.zeros((bn, 512), store), dtype) if dtype.is_fp8() else np.zeros((bn, 512), store)
-    return _fp8_dot.warmup(a, b, np.zeros((bm, bn), np.float32), 512, BM=bm, BN=bn, BK=bk, IMPRECISE=imprecise,
-                           num_warps=4, num_stages=3, grid=(1,), target="sm_90a")
+    return _fp8_matmul.warmup(a, b, np.zeros((bm, bn), np.float32), bm, bn, 512, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk,
+                              IMPRECISE=imprecise, num_warps=4, num_stages=3, grid=(1,), target="sm_90a")
 
 
 def _adds(ptx: str) -> int:
@@ -80,8 +81,8 @@ def test_partial_accumulators_on_the_gpu_sum_what_numpy_sums(imprecise):
     a = torch.tensor(rng.integers(-4, 5, (64, 512)), dtype=torch.float32)
     b = torch.tensor(rng.integers(-4, 5, (64, 512)), dtype=torch.float32)
     c = torch.zeros(64, 64, device="cuda")
-    _fp8_dot[(1,)](a.to(torch.float8_e4m3fn).cuda(), b.to(torch.float8_e4m3fn).cuda(), c, 512, BM=64, BN=64, BK=128,
-                   IMPRECISE=imprecise, num_warps=4, num_stages=3)
+    _fp8_matmul[(1, 1)](a.to(torch.float8_e4m3fn).cuda(), b.to(torch.float8_e4m3fn).cuda(), c, 64, 64, 512,
+                        BLOCK_M=64, BLOCK_N=64, BLOCK_K=128, IMPRECISE=imprecise, num_warps=4, num_stages=3)
     torch.testing.assert_close(c.cpu(), a @ b.T, rtol=0, atol=0)
 
 
