@@ -9,7 +9,9 @@ element. `Slice(dim, parent)` is what remains of `parent` after a reduction alon
 
 A layout is part of a block type in the GPU stage of block IR, printed as the type's
 encoding: `<64x32xfp16:blocked:spt1.8:tpw4.8:wpc4.1:order1.0>`, `<64xfp32:slice1:blocked:...>`,
-`<128x256xfp32:wgmma:warps4.2:n256>` (`str(layout)`, read back by `parse_layout`).
+`<128x256xfp32:wgmma:warps4.2:n256>`, and for a shape op's intermediate that none of those
+holds, `<64x32x2xfp32:linear:r0.1.0/8.0.0/...:l0.2.0/...:w16.0.0/...>` (`Linear`: where each
+register, lane and warp id bit moves the index) (`str(layout)`, read back by `parse_layout`).
 
 Both answer the same questions for a given shape, which is all that lowering asks:
 `offsets` (each register's index, relative to the thread's base), `lane_axis`/`warp_axis`
@@ -299,6 +301,94 @@ class Wgmma:
         return f"wgmma:warps{_dotted(self.warps)}:n{self.instr_n}"
 
 
+@dataclass(frozen=True)
+class Linear:
+    """A distribution given bit by bit, for one shape (Triton's LinearLayout): register index bit
+    b moves a thread's element by `regs[b]`, lane id bit b by `lanes[b]`, warp id bit b by
+    `warps[b]` (index vectors; the bits' moves combine by XOR, here always on disjoint bits).
+
+    Only what a shape op's intermediate needs, where no Blocked layout can hold it (a wgmma
+    accumulator reshaped to 3-D on its way to a split): `derived_layout`
+    (kiln.ir.layout_moves) makes one only where each dim's lane (and warp) bits are one run
+    of consecutive id bits moving consecutive index bits, so `base_terms` can answer."""
+
+    regs: tuple[tuple[int, ...], ...]
+    lanes: tuple[tuple[int, ...], ...]
+    warps: tuple[tuple[int, ...], ...]
+
+    @property
+    def rank(self) -> int:
+        return len((self.regs + self.lanes + self.warps)[0])
+
+    def offsets(self, shape) -> list[tuple[int, ...]]:
+        out = []
+        for r in range(1 << len(self.regs)):
+            idx = [0] * self.rank
+            for b, move in enumerate(self.regs):
+                if r >> b & 1:
+                    idx = [i ^ m for i, m in zip(idx, move)]
+            out.append(tuple(idx))
+        return out
+
+    def _axis(self, moves, d: int) -> tuple[Axis, int]:
+        """(Axis, scale) of the id bits in `moves` that move dim d (a run, see the class)."""
+        bits = [b for b, m in enumerate(moves) if m[d]]
+        if not bits:
+            return Axis(1, 1, 1), 0
+        first, scale = bits[0], moves[bits[0]][d]
+        if bits != list(range(first, first + len(bits))) or \
+                any(moves[b][d] != scale << (b - first) or sum(map(bool, moves[b])) != 1 for b in bits):
+            raise ValueError(f"{self}: the id bits along dim {d} are not one run")
+        count = 1 << len(bits)
+        return Axis(1 << first, count, count), scale
+
+    def lane_axis(self, shape, d: int) -> Axis:
+        return self._axis(self.lanes, d)[0]
+
+    def warp_axis(self, shape, d: int) -> Axis:
+        return self._axis(self.warps, d)[0]
+
+    def base_terms(self, shape, d: int):
+        (lane, lane_scale), (warp, warp_scale) = self._axis(self.lanes, d), self._axis(self.warps, d)
+        return lane, lane_scale, warp, warp_scale, False
+
+    def vector_dim(self) -> int:
+        return -1  # no op that accesses memory reads one
+
+    def __str__(self):
+        moves = lambda kind, vs: kind + "/".join(_dotted(v) for v in vs)  # noqa: E731
+        return f"linear:{moves('r', self.regs)}:{moves('l', self.lanes)}:{moves('w', self.warps)}"
+
+
+def as_linear(layout, shape, num_warps: int) -> "Linear | None":
+    """`layout` over `shape` bit by bit, where it is linear: every register, lane and warp id bit
+    moves one index bit of its own, none twice, none wraps (else None)."""
+    threads = 32 * num_warps
+    offsets = layout.offsets(shape)
+    n = len(offsets)
+    if n & (n - 1) or threads & (threads - 1) or any(layout.tile(d) > shape[d] for d in range(len(shape))
+                                                     if hasattr(layout, "tile")):
+        return None
+    regs = tuple(offsets[1 << b] for b in range(n.bit_length() - 1))
+    try:
+        bases = thread_bases(layout, shape, num_warps)
+    except ValueError:  # a Linear whose id bits base_terms cannot express
+        return None
+    ids = [tuple(bases[1 << b]) for b in range(threads.bit_length() - 1)]
+    moves = regs + tuple(ids)
+    seen = set()
+    for move in moves:  # one index bit each, no two alike
+        hot = [(d, v) for d, v in enumerate(move) if v]
+        if len(hot) != 1 or hot[0][1] & (hot[0][1] - 1) or hot[0] in seen:
+            return None
+        seen.add(hot[0])
+    linear = Linear(regs, tuple(ids[:5]), tuple(ids[5:]))
+    if linear.offsets(shape) != offsets or [tuple(b) for b in thread_bases(linear, shape, num_warps)] != \
+            [tuple(b) for b in bases]:
+        return None
+    return linear
+
+
 # N of one int8 wgmma (.s32.s8.s8), as the PTX ISA lists them: 8, 16, 24, 32, then
 # multiples of 16 up to 224 (float inputs take every multiple of 8 up to 256)
 INT8_WGMMA_N = (8, 16, 24, 32, *range(48, 225, 16))
@@ -338,7 +428,13 @@ def _ints(field: str, prefix: str, text: str) -> tuple[int, ...]:
     return tuple(int(p) for p in parts)
 
 
-def parse_layout(text: str) -> "Blocked | Slice | Wgmma":
+def _moves(field: str, prefix: str, text: str) -> tuple[tuple[int, ...], ...]:
+    if not field.startswith(prefix):
+        raise ValueError(f"not a layout: {text!r} (expected {prefix}...)")
+    return tuple(_ints(part, "", text) for part in field[len(prefix):].split("/")) if field[len(prefix):] else ()
+
+
+def parse_layout(text: str) -> "Blocked | Slice | Wgmma | Linear":
     """The layout that `str(layout)` printed; ValueError for anything else (a distribution
     that no CTA of a power-of-two warp count could hold included)."""
     fields = text.split(":")
@@ -367,4 +463,13 @@ def parse_layout(text: str) -> "Blocked | Slice | Wgmma":
         if len(warps) != 2 or warps[0] % 4 or n % 8 or not 8 <= n <= 256:
             raise ValueError(f"not a layout: {text!r} (warps along M a multiple of 4, n a multiple of 8 up to 256)")
         return Wgmma(warps, n)
+    if kind == "linear" and len(fields) == 4:
+        regs, lanes, warps = (_moves(f, p, text) for f, p in zip(fields[1:], "rlw"))
+        moves = regs + lanes + warps
+        if len(lanes) != 5 or not moves or len({len(m) for m in moves}) != 1:
+            raise ValueError(f"not a layout: {text!r} (5 lane moves, every move of one rank)")
+        linear = Linear(regs, lanes, warps)
+        for d in range(linear.rank):  # base_terms must be able to answer
+            linear.base_terms(None, d)
+        return linear
     raise ValueError(f"not a layout: {text!r}")

@@ -4,8 +4,10 @@ data when the result's layout gives every thread exactly the elements it already
 `derived_layout` is the layout pass's side: from the operand's `Blocked` layout, the result
 layout that keeps each element in its thread (join adds a last dim of 2 held by one thread;
 split drops one; permute permutes the dims; reshape keeps each lane and warp id bit on the same
-bit of the row-major flat index; cat repeats its operands' layout once more along dim 0). Triton
-infers the same layouts for these ops.
+bit of the row-major flat index; cat repeats its operands' layout once more along dim 0). Where no
+Blocked layout can (a wgmma accumulator reshaped to 3-D on its way to a split, as tutorial 09's
+epilogue subtiling does) the same moves apply bit by bit to a `Linear` layout, for the next shape op
+to read; the split's halves come out in wgmma layouts again. Triton infers the same layouts.
 `register_moves` is lowering's side and the scratch model's: given the layouts both carry, the
 source register each result register is, the same for every thread, or None where the op has
 to exchange its elements through shared memory after all.
@@ -14,17 +16,21 @@ from __future__ import annotations
 
 import functools
 
-from .layout import Blocked, thread_bases
+from .layout import Blocked, Linear, as_linear, thread_bases, wgmma_layout
 from .types import block_type
 
 RENAMING_OPS = ("reshape", "permute", "join", "split", "cat")
 
 
-def derived_layout(op, source_layout, num_warps: int) -> Blocked | None:
+def derived_layout(op, source_layout, num_warps: int):
     """The layout of `op`'s (first) result that keeps every element in the thread holding it in
-    `source_layout` (the layout of `op`'s first operand), or None where none does."""
-    if not isinstance(source_layout, Blocked):
-        return None
+    `source_layout` (the layout of `op`'s first operand), or None where none does: a Blocked or
+    wgmma layout where one does, else a `Linear` one (for another shape op to read)."""
+    derived = _blocked_derived(op, source_layout, num_warps) if isinstance(source_layout, Blocked) else None
+    return derived if derived is not None else _linear_derived(op, source_layout, num_warps)
+
+
+def _blocked_derived(op, source_layout: Blocked, num_warps: int) -> Blocked | None:
     src_shape, dst_shape = tuple(op.operands[0].type.shape), tuple(op.results[0].type.shape)
     if op.name == "join":
         rank = source_layout.rank
@@ -32,9 +38,8 @@ def derived_layout(op, source_layout, num_warps: int) -> Blocked | None:
                        source_layout.warps_per_cta + (1,), (rank,) + source_layout.order)
     if op.name == "split":
         last = source_layout.rank - 1
-        if source_layout.threads_per_warp[last] != 1 or source_layout.warps_per_cta[last] != 1 \
-                or source_layout.size_per_thread[last] < 2 or last == 0:
-            return None
+        if source_layout.threads_per_warp[last] != 1 or source_layout.warps_per_cta[last] != 1 or last == 0:
+            return None  # (one lane and warp along the pair: both of its elements in each thread)
         return Blocked(source_layout.size_per_thread[:last], source_layout.threads_per_warp[:last],
                        source_layout.warps_per_cta[:last], tuple(o for o in source_layout.order if o != last))
     if op.name == "permute":
@@ -81,10 +86,16 @@ def _reshaped(layout: Blocked, src_shape, dst_shape, num_warps: int) -> Blocked 
     """The Blocked layout of `dst_shape` whose lane and warp id bits move the flat-index bits
     they move in `layout` over `src_shape` (so a row-major reshape moves no data), or None."""
     moved = _flat_bits(layout, src_shape)
+    return None if moved is None else _blocked_for_bits(*moved, dst_shape)
+
+
+def _blocked_for_bits(lane_bits, warp_bits, dst_shape) -> Blocked | None:
+    """The Blocked layout of `dst_shape` whose lane and warp id bits (in id order) move these
+    row-major flat-index bits, or None where none does."""
     logs = [_log2(n) for n in dst_shape]
-    if moved is None or None in logs:
+    if None in logs:
         return None
-    lane_bits, warp_bits = moved
+    moved = (list(lane_bits), list(warp_bits))
     low = [sum(logs[d + 1:]) for d in range(len(dst_shape))]
 
     def coordinate(bit):  # (dim, bit within the dim) of a flat-index bit in dst_shape
@@ -140,21 +151,75 @@ def _merged_order(lane_dims, warp_dims, rank: int) -> tuple[int, ...] | None:
     return tuple(order + [d for d in range(rank) if d not in order])
 
 
+def _flat(idx, shape) -> int:
+    flat = 0
+    for i, n in zip(idx, shape):
+        flat = flat * n + i
+    return flat
+
+
+def _unflat(flat: int, shape) -> tuple[int, ...]:
+    out = []
+    for n in reversed(shape):
+        out.append(flat % n)
+        flat //= n
+    return tuple(reversed(out))
+
+
+def _linear_derived(op, source_layout, num_warps: int):
+    """derived_layout through the layouts' bits: any linear source (a wgmma accumulator included),
+    the result as simple a layout as holds the same elements in the same threads."""
+    src_shape, dst_shape = tuple(op.operands[0].type.shape), tuple(op.results[0].type.shape)
+    if op.name == "cat" or any(n & (n - 1) for n in src_shape + dst_shape):
+        return None
+    lin = as_linear(source_layout, src_shape, num_warps)
+    if lin is None:
+        return None
+    if op.name == "reshape":
+        move = lambda v: _unflat(_flat(v, src_shape), dst_shape)  # noqa: E731
+        regs, lanes, warps = ([move(v) for v in vs] for vs in (lin.regs, lin.lanes, lin.warps))
+    elif op.name == "permute":
+        perm = tuple(op.attrs["order"])
+        move = lambda v: tuple(v[d] for d in perm)  # noqa: E731
+        regs, lanes, warps = ([move(v) for v in vs] for vs in (lin.regs, lin.lanes, lin.warps))
+    elif op.name == "join":
+        regs = [(0,) * lin.rank + (1,)] + [v + (0,) for v in lin.regs]
+        lanes, warps = ([v + (0,) for v in vs] for vs in (lin.lanes, lin.warps))
+    else:  # split: the pair must be one register bit of each thread
+        last = lin.rank - 1
+        pair = [b for b, v in enumerate(lin.regs) if v[last]]
+        if last == 0 or len(pair) != 1 or any(v[last] for v in lin.lanes + lin.warps):
+            return None
+        regs = [v[:last] for b, v in enumerate(lin.regs) if b != pair[0]]
+        lanes, warps = ([v[:last] for v in vs] for vs in (lin.lanes, lin.warps))
+    return _simplest(Linear(tuple(regs), tuple(lanes), tuple(warps)), dst_shape, num_warps)
+
+
+def _simplest(lin: Linear, shape, num_warps: int):
+    """A Blocked or wgmma layout holding what `lin` holds in every thread, else `lin` itself where
+    base_terms can read it, else None."""
+    logs = [n.bit_length() - 1 for n in shape]
+    low = [sum(logs[d + 1:]) for d in range(len(shape))]
+    flat_bit = lambda v: next(low[d] + n.bit_length() - 1 for d, n in enumerate(v) if n)  # noqa: E731
+    blocked = _blocked_for_bits([flat_bit(v) for v in lin.lanes], [flat_bit(v) for v in lin.warps], shape)
+    candidates = [blocked] + ([wgmma_layout(shape, num_warps)] if len(shape) == 2 else [])
+    for layout in candidates:
+        other = as_linear(layout, shape, num_warps) if layout is not None else None
+        if other is not None and other.lanes == lin.lanes and other.warps == lin.warps and \
+                set(other.regs) == set(lin.regs):
+            return layout
+    try:
+        for d in range(len(shape)):
+            lin.base_terms(shape, d)
+    except ValueError:
+        return None
+    return lin
+
+
 def _source_index(name: str, attrs: tuple, which: int, src_shapes, dst_shape):
     """(operand, index in it) of the element at a result index."""
     if name == "reshape":
-        src_shape = src_shapes[0]
-
-        def index(idx):
-            flat = 0
-            for i, n in zip(idx, dst_shape):
-                flat = flat * n + i
-            out = []
-            for n in reversed(src_shape):
-                out.append(flat % n)
-                flat //= n
-            return 0, tuple(reversed(out))
-        return index
+        return lambda idx: (0, _unflat(_flat(idx, dst_shape), src_shapes[0]))
     if name == "permute":
         perm = attrs
 
@@ -174,17 +239,19 @@ def _source_index(name: str, attrs: tuple, which: int, src_shapes, dst_shape):
     raise ValueError(name)
 
 
-def _linear(layout, shape) -> bool:
+def _linear(layout, shape, num_warps: int) -> bool:
     """Is every element of `shape` held by one thread, once, with the thread's base index made of
-    disjoint bits of its id? (A Blocked layout of powers of two that does not wrap.)"""
-    return isinstance(layout, Blocked) and _flat_bits(layout, shape) is not None
+    disjoint bits of its id? (kiln.ir.layout.as_linear)"""
+    if isinstance(layout, Blocked):
+        return _flat_bits(layout, shape) is not None
+    return as_linear(layout, shape, num_warps) is not None
 
 
 def _threads_to_check(sources, result, num_warps: int) -> list[int]:
     """Where every layout is linear, a renaming that holds for thread 0 and for each thread whose
     id is a single bit holds for all of them (their bases are XORs of those threads'); else all."""
     threads = 32 * num_warps
-    if all(_linear(layout, shape) for layout, shape in (*sources, result)):
+    if all(_linear(layout, shape, num_warps) for layout, shape in (*sources, result)):
         return [0] + [1 << b for b in range(threads.bit_length() - 1)]
     return list(range(threads))
 

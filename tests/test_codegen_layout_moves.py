@@ -11,8 +11,8 @@ import pytest
 import kiln
 import kiln.language as tl
 from kiln.codegen import compile as compile_ir
-from kiln.ir import parse_function
-from kiln.ir.layout import Blocked, blocked_for, thread_elements
+from kiln.ir import parse_function, print_function
+from kiln.ir.layout import Blocked, Linear, as_linear, blocked_for, parse_layout, thread_elements, wgmma_layout
 from kiln.ir.layout_moves import _moves, _reshaped, derived_layout, register_moves
 
 from test_codegen_emulate import in_child
@@ -241,3 +241,76 @@ def test_layouts_that_move_elements_between_threads_are_no_renaming():
     row_major, column_major = blocked_for((8, 2), (1, 0), 1, 4), blocked_for((8, 2), (0, 1), 1, 4)
     assert _moves("reshape", (), 0, ((wrapped, (16,)),), (row_major, (8, 2)), 4) == ((0, 0),)  # lane l: element l % 16
     assert _moves("reshape", (), 0, ((wrapped, (16,)),), (column_major, (8, 2)), 4) is None
+
+
+# ---- a dot's accumulator split in column halves (tutorial 09's epilogue subtiling) --------------
+
+@kiln.jit
+def _subtiled_dot(a_ptr, b_ptr, c_ptr, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    rm, rn, rk = tl.arange(0, BM), tl.arange(0, BN), tl.arange(0, BK)
+    acc = tl.zeros((BM, BN), tl.float32)
+    for k in range(0, K, BK):
+        a = tl.load(a_ptr + rm[:, None] * K + (k + rk)[None, :])
+        b = tl.load(b_ptr + (k + rk)[:, None] * BN + rn[None, :])
+        acc = tl.dot(a, b, acc)
+    left, right = tl.split(tl.permute(tl.reshape(acc, (BM, 2, BN // 2)), (0, 2, 1)))
+    half = tl.arange(0, BN // 2)[None, :]
+    tl.store(c_ptr + rm[:, None] * BN + half, left + 1)
+    tl.store(c_ptr + rm[:, None] * BN + BN // 2 + half, right * 2)
+
+
+def _subtiled(target, bm=64, bn=64, warps=4):
+    half = np.zeros((bm, 128), np.float16)
+    return _subtiled_dot.warmup(half, half, np.zeros((bm, bn), np.float32), 128, BM=bm, BN=bn, BK=32,
+                                num_warps=warps, num_stages=3, grid=(1,), target=target)
+
+
+def _shape_ops(kernel, target, warps):
+    kir = compile_ir(parse_function(kernel.asm["kir"]), target, {"num_warps": warps, "num_stages": 3}, link=False).kir
+    fn = parse_function(kir)
+    return kir, [op for op in fn.walk() if op.name in ("reshape", "permute", "split")]
+
+
+@pytest.mark.parametrize("bm,bn,warps", [(64, 64, 4), (128, 256, 8)])
+def test_a_wgmma_accumulator_splits_in_column_halves_in_registers(bm, bn, warps):
+    """reshape [BM, BN] -> [BM, 2, BN/2], permute, split: the intermediates in Linear layouts (no
+    Blocked one holds a wgmma fragment), the halves in wgmma layouts of half the width."""
+    kir, ops = _shape_ops(_subtiled("sm_90a", bm, bn, warps), "sm_90a", warps)
+    assert [op.name for op in ops] == ["reshape", "permute", "split"]
+    assert all(register_moves(op, warps, i) is not None for op in ops for i in range(len(op.results)))
+    assert isinstance(ops[0].results[0].type.encoding, Linear) and isinstance(ops[1].results[0].type.encoding, Linear)
+    assert str(ops[2].results[0].type.encoding).startswith("wgmma:") and f"n{bn // 2}" in str(ops[2].results[0].type)
+    assert print_function(parse_function(kir)) == kir  # the Linear layouts read back
+
+
+def test_the_linear_layouts_hold_what_the_wgmma_layout_holds():
+    wgmma = wgmma_layout((128, 256), 8)
+    lin = as_linear(wgmma, (128, 256), 8)
+    assert thread_elements(lin, (128, 256), 8) == thread_elements(wgmma, (128, 256), 8)
+    assert parse_layout(str(lin)) == lin
+
+
+def _split_error():
+    from kiln.codegen.emulate import run_on_cpu
+    kernel = _subtiled("sm_80")
+    rng = np.random.default_rng(9)
+    a, b = rng.standard_normal((64, 128)).astype(np.float16), rng.standard_normal((128, 64)).astype(np.float16)
+    c = np.zeros((64, 64), np.float32)
+    run_on_cpu(parse_function(kernel.asm["kir"]), (1,), [a, b, c, 128], num_warps=4)
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    want = np.concatenate([want[:, :32] + 1, want[:, 32:] * 2], 1)
+    return float(np.abs(c - want).max())
+
+
+def test_an_mma_accumulator_split_in_registers_on_the_emulator_matches_numpy():
+    _, ops = _shape_ops(_subtiled("sm_80"), "sm_80", 4)
+    assert all(register_moves(op, 4, i) is not None for op in ops for i in range(len(op.results)))
+    assert in_child(_split_error) < 1e-2
+
+
+@pytest.mark.parametrize("text", ["linear:r0.1:l0.2:w", "linear:r0.1:l0.2/0.4/1.0/2.0/4.0:w16.0.0",
+                                  "linear:r0.1:l0.4/0.2/1.0/2.0/4.0:w", "linear:x0.1:l0.2/0.4/1.0/2.0/4.0:w"])
+def test_a_linear_layout_that_lowering_could_not_read_is_refused(text):
+    """Five lane moves, one rank, each dim's lane bits one ascending run (base_terms reads them so)."""
+    with pytest.raises(ValueError, match="not a layout|not one run"):
+        parse_layout(text)

@@ -15,8 +15,8 @@ from kiln.ir.core import Block, Operation
 from kiln.ir.index_math import computes_index_math
 from kiln.ir.types import block_type
 
-from kiln.ir.layout import Blocked, Slice, blocked_for, default_order, mma_layout, same_distribution, wgmma_layout
-from kiln.ir.layout_moves import derived_layout
+from kiln.ir.layout import Blocked, Linear, Slice, blocked_for, default_order, mma_layout, same_distribution, wgmma_layout
+from kiln.ir.layout_moves import RENAMING_OPS, derived_layout
 
 from ..analysis.access import memory_width
 from ..analysis.dots import mma_eligible
@@ -79,6 +79,7 @@ class _Assigner:
         self.cheap: set = set()
         self.stored: set = set()  # values that `local_store` writes to shared memory
         self.wgmma_results: dict = {}  # each warp_group_dot's result -> its accumulator layout
+        self.users: dict = {}  # value -> the ops that read it
 
     def anchor_dot(self, op):
         """A dot that can use tensor cores fixes its accumulator's layout (and so that of
@@ -282,10 +283,13 @@ class _Assigner:
     def op_reshape(self, op):
         """A shape op's result in the layout that keeps every element in its thread (no data
         moves: kiln.ir.layout_moves), where the operand's layout has one; a join's two operands
-        alike. Otherwise as an elementwise op (its elements go through shared memory)."""
+        alike; a `Linear` one only for other shape ops to read. Otherwise as an elementwise op
+        (its elements go through shared memory)."""
         src = self.of(op.operands[0])
         derived = derived_layout(op, src, self.num_warps)
-        if derived is None or any(self.of(v) != src for v in op.operands[1:]):
+        if derived is None or any(self.of(v) != src for v in op.operands[1:]) or \
+                (isinstance(derived, Linear) and any(u.name not in RENAMING_OPS for r in op.results
+                                                     for u in self.users.get(r, ()))):
             self.elementwise(op)
             return
         for r in op.results:
@@ -340,6 +344,9 @@ def apply(fn, ctx) -> None:
     ctx = Analysis(fn, ctx)  # the options, and the pointers' contiguity as this function has it
     assigner = _Assigner(ctx)
     assigner.stored = {op.operands[0] for op in fn.walk() if op.name == "local_store"}
+    for op in fn.walk():
+        for v in op.operands:
+            assigner.users.setdefault(v, []).append(op)
     for op in fn.walk():
         if op.name in MEMORY_OPS:
             assigner.anchor(op)
