@@ -314,3 +314,16 @@ def test_a_linear_layout_that_lowering_could_not_read_is_refused(text):
     """Five lane moves, one rank, each dim's lane bits one ascending run (base_terms reads them so)."""
     with pytest.raises(ValueError, match="not a layout|not one run"):
         parse_layout(text)
+
+
+def test_two_wgmma_halves_join_back_into_one_accumulator_in_registers():
+    """The other way (tutorial 06's Blackwell path rescales the halves, then joins, permutes and
+    reshapes them back): Linear intermediates, a wgmma layout of the whole width at the end."""
+    half = wgmma_layout((128, 64), 8)
+    joined = derived_layout(_Op("join", (128, 64), (128, 64, 2)), half, 8)
+    permuted = derived_layout(_Op("permute", (128, 64, 2), (128, 2, 64), order=(0, 2, 1)), joined, 8)
+    whole = derived_layout(_Op("reshape", (128, 2, 64), (128, 128)), permuted, 8)
+    assert isinstance(joined, Linear) and isinstance(permuted, Linear) and whole == wgmma_layout((128, 128), 8)
+    assert _moves("join", (), 0, ((half, (128, 64)), (half, (128, 64))), (joined, (128, 64, 2)), 8) is not None
+    assert _moves("permute", (0, 2, 1), 0, ((joined, (128, 64, 2)),), (permuted, (128, 2, 64)), 8) is not None
+    assert _moves("reshape", (), 0, ((permuted, (128, 2, 64)),), (whole, (128, 128)), 8) is not None
