@@ -26,6 +26,8 @@ def derived_layout(op, source_layout, num_warps: int):
     """The layout of `op`'s (first) result that keeps every element in the thread holding it in
     `source_layout` (the layout of `op`'s first operand), or None where none does: a Blocked or
     wgmma layout where one does, else a `Linear` one (for another shape op to read)."""
+    if source_layout is None:  # (a loop-carried value the layout pass has not reached yet)
+        return None
     derived = _blocked_derived(op, source_layout, num_warps) if isinstance(source_layout, Blocked) else None
     return derived if derived is not None else _linear_derived(op, source_layout, num_warps)
 

@@ -327,3 +327,27 @@ def test_two_wgmma_halves_join_back_into_one_accumulator_in_registers():
     assert _moves("join", (), 0, ((half, (128, 64)), (half, (128, 64))), (joined, (128, 64, 2)), 8) is not None
     assert _moves("permute", (0, 2, 1), 0, ((joined, (128, 64, 2)),), (permuted, (128, 2, 64)), 8) is not None
     assert _moves("reshape", (), 0, ((permuted, (128, 2, 64)),), (whole, (128, 128)), 8) is not None
+
+
+@kiln.jit
+def _pairs_in_a_loop(out_ptr, n):
+    acc = tl.zeros([64], tl.float32)
+    for _ in range(n):  # carried from zeros: the layout pass meets the reshape before acc has a layout
+        a, b = tl.split(tl.reshape(acc, [32, 2]))
+        acc = tl.reshape(tl.join(b + 1, a * 2), [64])
+    tl.store(out_ptr + tl.arange(0, 64), acc)
+
+
+def _loop_error():
+    from kiln.codegen.emulate import run_on_cpu
+    kernel = _pairs_in_a_loop.warmup(np.zeros(64, np.float32), 3, grid=(1,), target="sm_90a")
+    out = np.zeros(64, np.float32)
+    run_on_cpu(parse_function(kernel.asm["kir"]), (1,), [out, 3], num_warps=4)
+    want = np.zeros(64)
+    for _ in range(3):
+        want = np.stack([want[1::2] + 1, want[0::2] * 2], 1).reshape(-1)
+    return float(np.abs(out - want).max())
+
+
+def test_shape_ops_on_a_value_carried_by_a_loop_compile_and_compute():
+    assert in_child(_loop_error) == 0
