@@ -360,7 +360,8 @@ class Linear:
         return f"linear:{moves('r', self.regs)}:{moves('l', self.lanes)}:{moves('w', self.warps)}"
 
 
-def as_linear(layout, shape, num_warps: int) -> "Linear | None":
+@functools.lru_cache(maxsize=1024)
+def as_linear(layout, shape: tuple, num_warps: int) -> "Linear | None":
     """`layout` over `shape` bit by bit, where it is linear: every register, lane and warp id bit
     moves one index bit of its own, none twice, none wraps (else None)."""
     threads = 32 * num_warps
@@ -428,7 +429,7 @@ def _ints(field: str, prefix: str, text: str) -> tuple[int, ...]:
     return tuple(int(p) for p in parts)
 
 
-def _moves(field: str, prefix: str, text: str) -> tuple[tuple[int, ...], ...]:
+def _move_list(field: str, prefix: str, text: str) -> tuple[tuple[int, ...], ...]:
     if not field.startswith(prefix):
         raise ValueError(f"not a layout: {text!r} (expected {prefix}...)")
     return tuple(_ints(part, "", text) for part in field[len(prefix):].split("/")) if field[len(prefix):] else ()
@@ -464,7 +465,7 @@ def parse_layout(text: str) -> "Blocked | Slice | Wgmma | Linear":
             raise ValueError(f"not a layout: {text!r} (warps along M a multiple of 4, n a multiple of 8 up to 256)")
         return Wgmma(warps, n)
     if kind == "linear" and len(fields) == 4:
-        regs, lanes, warps = (_moves(f, p, text) for f, p in zip(fields[1:], "rlw"))
+        regs, lanes, warps = (_move_list(f, p, text) for f, p in zip(fields[1:], "rlw"))
         moves = regs + lanes + warps
         if len(lanes) != 5 or not moves or len({len(m) for m in moves}) != 1:
             raise ValueError(f"not a layout: {text!r} (5 lane moves, every move of one rank)")

@@ -405,7 +405,7 @@ def _warp_group_dot(lw, op):
     for start in range(0, len(k_steps), run):
         partial = [ir.Constant(acc_ty, ir.Undefined)] * len(values)
         issue(k_steps[start:start + run], partial, True)
-        waited = tied_wait(lw, partial + (total if start == 0 and total is not None else []))
+        waited, _ = tied_wait(lw, partial + (total if start == 0 and total is not None else []))
         partial = waited[:len(values)]
         if start == 0:
             total = partial if total is None else waited[len(values):]
@@ -424,23 +424,24 @@ def _imprecise_run(op, elem, K: int, k_step: int) -> int | None:
     return max(1, n // k_step)
 
 
-def tied_wait(lw, regs: list) -> list:
-    """`wgmma.wait_group 0` with `regs` (fp32 or int32) passed through it: nothing reads them
-    before the wait."""
+def tied_wait(lw, regs: list, with_tid: bool = False):
+    """`wgmma.wait_group 0` with `regs` (fp32 or int32) passed through it, so that nothing reads them
+    before the wait: (the registers after it, and with `with_tid` %tid.x read in the same asm)."""
+    text = "wgmma.wait_group.sync.aligned 0;" + (f" mov.u32 ${len(regs)}, %tid.x;" if with_tid else "")
     kinds = [("f" if r.type == F32 else "r") for r in regs]
-    constraints = ",".join([f"={k}" for k in kinds] + [str(i) for i in range(len(regs))])
-    got = _asm(lw, "wgmma.wait_group.sync.aligned 0;", ir.LiteralStructType([r.type for r in regs]), regs,
-               constraints)
-    return [lw.b.extract_value(got, i) for i in range(len(regs))]
+    tid = ["=r"] if with_tid else []
+    constraints = ",".join([f"={k}" for k in kinds] + tid + [str(i) for i in range(len(regs))])
+    got = _asm(lw, text, ir.LiteralStructType([r.type for r in regs] + [I32] * len(tid)), regs, constraints)
+    values = [lw.b.extract_value(got, i) for i in range(len(regs))]
+    return values, (lw.b.extract_value(got, len(regs)) if with_tid else None)
 
 
 def _warp_group_dot_wait(lw, op):
     """Wait for all but `pending` dot groups. With none pending the accumulators go
     through the wait (tied registers), so nothing reads them before it."""
     pending = op.attrs["pending"]
-    text = f"wgmma.wait_group.sync.aligned {pending};"
     if pending:
-        _asm(lw, text)
+        _asm(lw, f"wgmma.wait_group.sync.aligned {pending};")
         for v, r in zip(op.operands, op.results):
             lw.bind(r, lw.regs(v), lw.layout(v))
         return
@@ -459,18 +460,13 @@ def _warp_group_dot_wait(lw, op):
     # value LLVM cannot see through (%tid.x < 1024, always true). Inside a loop body the
     # branch is not needed and would cost registers.
     fence = not _in_loop(op)
-    if fence:
-        text += f" mov.u32 ${len(regs)}, %tid.x;"
-    kinds = [("f" if r.type == F32 else "r") for r in regs]
-    tid = ["=r"] if fence else []
-    constraints = ",".join([f"={k}" for k in kinds] + tid + [str(i) for i in range(len(regs))])
-    got = _asm(lw, text, ir.LiteralStructType([r.type for r in regs] + [I32] * len(tid)), regs, constraints)
+    waited, tid = tied_wait(lw, regs, with_tid=fence)
     at = 0
     for r, layout, n in zip(op.results, layouts, counts):
-        lw.bind(r, [lw.b.extract_value(got, at + i) for i in range(n)], layout)
+        lw.bind(r, waited[at:at + n], layout)
         at += n
     if fence:
-        _fence_block(lw, lw.b.extract_value(got, len(regs)))
+        _fence_block(lw, tid)
 
 
 def _in_loop(op) -> bool:

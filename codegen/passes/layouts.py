@@ -146,10 +146,7 @@ class _Assigner:
         loaded one iteration ahead (carried by its loop) counts as loaded. Where the
         broadcast meets a tile read back (a scale times converted weights) that tile's
         layout wins over the shape's preference (an accumulator of the same shape)."""
-        users = {}
-        for op in fn.walk():
-            for v in op.operands:
-                users.setdefault(v, []).append(op)
+        users = self.users
         for op in fn.walk():
             if op.name != "broadcast":
                 continue

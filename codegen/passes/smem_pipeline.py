@@ -294,7 +294,8 @@ def _rewrite(loop, plan, stored_earlier, kind="wgmma", portable=False, num_warps
             replaced[op.results[0]] = append_op(new, "mma_dot", views + [acc], [acc.type], op.loc)
             continue
         # an fp8 dot's partial accumulators (Triton's max_num_imprecise_acc) are the lowering's
-        imprecise = {k: v for k, v in op.attrs.items() if k == "max_num_imprecise_acc"}
+        imprecise = {"max_num_imprecise_acc": op.attrs["max_num_imprecise_acc"]} \
+            if "max_num_imprecise_acc" in op.attrs else {}
         issued = append_op(new, "warp_group_dot", views + [acc], [acc.type], op.loc, **imprecise)
         # a result only carried to the next iteration may stay in flight (that dot's wait
         # leaves one group pending); one read in this iteration is awaited here, and the
