@@ -77,9 +77,11 @@ class _Grid:
             return 0
 
 
-def _mma(state, kind, out, regs):
+def _mma(state, kind, out, regs, f16_acc=False):
     """The warp-wide m16n8k16 (m16n8k32 for s8 and fp8, m16n8k8 for tf32) product, from
-    every lane's fragments (PTX ISA layouts). tf32 keeps the top 19 bits of each fp32 word."""
+    every lane's fragments (PTX ISA layouts). tf32 keeps the top 19 bits of each fp32 word.
+    With `f16_acc` C and D are two f16x2 words per lane (row g, then row g + 8), and D is
+    rounded to fp16 once per instruction."""
     import ml_dtypes
     tid = state.local.tid
     warp, lane = tid // 32, tid % 32
@@ -105,13 +107,17 @@ def _mma(state, kind, out, regs):
                 A[r, k:k + per] = unpack(word)
             for word, k in zip(b, (k0, k1)):
                 B[k:k + per, g] = unpack(word)
+            if f16_acc:
+                c = np.array(c, np.int32).view(np.float16).astype(np.float64)
             C[g, 2 * t:2 * t + 2], C[g + 8, 2 * t:2 * t + 2] = c[:2], c[2:]
         D = C + A @ B
         g, t = lane // 4, lane % 4
         mine = (D[g, 2 * t], D[g, 2 * t + 1], D[g + 8, 2 * t], D[g + 8, 2 * t + 1])
+        if f16_acc:
+            mine = np.array(mine, np.float16).view(np.int32)
         bar.wait()
         for i, v in enumerate(mine):
-            out[i] = int(v) if kind == "s8" else v
+            out[i] = int(v) if kind == "s8" or f16_acc else v
     except threading.BrokenBarrierError:
         state.errors.append("mma: warp did not converge")
 
@@ -292,6 +298,9 @@ def run_on_cpu(fn, grid, args, num_warps: int = 4) -> list[str]:
     for kind, acc in (("f16", f32), ("bf16", f32), ("s8", i32), ("tf32", f32), ("e4m3", f32), ("e5m2", f32)):
         sym(f"emu_mma_{kind}", None, [ctypes.POINTER(acc)] + [i32] * 6 + [acc] * 4,
             lambda out, *regs, kind=kind: _mma(state, kind, out, regs))
+    for kind in ("f16", "e4m3", "e5m2"):  # fp16 accumulators (tl.dot's out_dtype=float16)
+        sym(f"emu_mma_{kind}_f16", None, [ctypes.POINTER(i32)] + [i32] * 8,
+            lambda out, *regs, kind=kind: _mma(state, kind, out, regs, f16_acc=True))
     for count in (2, 4):
         for trans in (False, True):
             sym(f"emu_ldmatrix{'_trans' if trans else ''}_x{count}", None,

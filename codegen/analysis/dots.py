@@ -12,10 +12,20 @@ def fp8_mma(ctx) -> bool:
     return ctx.portable or (ctx.target.capability >= 89 and ctx.target.ptx_version >= 84)
 
 
+def mma_f16_accumulators(ctx, s_in, s_out) -> bool:
+    """Does an mma.sync dot of `s_in` operands into `s_out` keep fp16 accumulators in the
+    tensor cores, as Triton does for `out_dtype=float16` (rounded to fp16 after every
+    instruction)? fp16 operands do; fp8 ones where the target's PTX has that mma (8.7);
+    otherwise the dot sums in fp32 and rounds once at its end."""
+    if s_out.name != "fp16":
+        return False
+    return s_in.name == "fp16" or (s_in.name in ("fp8e4nv", "fp8e5") and (ctx.portable or ctx.target.ptx_version >= 87))
+
+
 def mma_eligible(op, ctx) -> bool:
     """fp16/bf16 operands with a float accumulator (16x8x16 steps), int8 with int32 or,
-    where the target has it, fp8 with fp32 (16x8x32 steps), fp32 at tf32 precision with
-    fp32 (16x8x8 steps), 2-D."""
+    where the target has it, fp8 with fp32 or fp16 (16x8x32 steps), fp32 at tf32 precision
+    with fp32 (16x8x8 steps), 2-D."""
     a, b, acc = op.operands
     if len(a.type.shape) != 2:
         return False
@@ -24,7 +34,7 @@ def mma_eligible(op, ctx) -> bool:
     if s.name == "int8":
         return s_acc.name == "int32" and M % 16 == 0 and N % 8 == 0 and K % 32 == 0
     if s.name in ("fp8e4nv", "fp8e5"):
-        return fp8_mma(ctx) and s_acc.name == "fp32" and M % 16 == 0 and N % 8 == 0 and K % 32 == 0
+        return fp8_mma(ctx) and s_acc.name in ("fp32", "fp16") and M % 16 == 0 and N % 8 == 0 and K % 32 == 0
     if s.name == "fp32":  # tl.dot's default for fp32: one tf32 product (ieee, tf32x3 stay exact)
         return (op.name == "mma_dot" or op.attrs.get("input_precision") == "tf32") and s_acc.name == "fp32" \
             and M % 16 == 0 and N % 8 == 0 and K % 8 == 0

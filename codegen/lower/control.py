@@ -9,14 +9,28 @@ from __future__ import annotations
 
 import llvmlite.ir as ir
 
+from kiln.ir import layout as lay
 from kiln.ir.types import scalar_of
 
 from .context import LoweringError, Partition
-from .types import I32
+from .types import I32, half_words, word_halves
+
+
+def _as_words(v, layout) -> bool:
+    """Is `v` carried as f16x2 words: fp16 wgmma accumulators (out_dtype=float16). Carried as
+    halves, each iteration would unpack the words a wgmma still writes and pack them again for
+    the next one, and ptxas then waits for every wgmma where the halves are read (C7517); as
+    words the packing folds away and the wgmmas chain as fp32 ones do."""
+    return isinstance(layout, lay.Wgmma) and scalar_of(v.type).name == "fp16"
 
 
 def _carried(lw, values, layouts):
-    return [lw.regs(v, l) for v, l in zip(values, layouts)]
+    regs = [lw.regs(v, l) for v, l in zip(values, layouts)]
+    return [half_words(lw, r) if _as_words(v, l) else r for v, l, r in zip(values, layouts, regs)]
+
+
+def _bind_carried(lw, v, regs, layout):
+    lw.bind(v, word_halves(lw, regs) if _as_words(v, layout) else regs, layout)
 
 
 def _phis(lw, regs_list):
@@ -55,7 +69,7 @@ def _for(lw, op):
     lw.b.position_at_end(loop)
     lw.bind(body.args[0], [iv])
     for a, ps, l in zip(body.args[1:], phis, layouts):
-        lw.bind(a, ps, l)
+        _bind_carried(lw, a, ps, l)
     lower_block(lw, body)
     yielded = _carried(lw, body.ops[-1].operands, layouts)
     nxt = lw.b.add(iv, step)
@@ -65,7 +79,7 @@ def _for(lw, op):
     _add_incoming(phis, yielded, latch)
     lw.b.position_at_end(exit_)
     for r, ps, l in zip(op.results, phis, layouts):
-        lw.bind(r, ps, l)
+        _bind_carried(lw, r, ps, l)
 
 
 def _while(lw, op):
@@ -82,7 +96,7 @@ def _while(lw, op):
     phis = _phis(lw, inits)
     _add_incoming(phis, inits, pre)
     for a, ps, l in zip(before.args, phis, layouts):
-        lw.bind(a, ps, l)
+        _bind_carried(lw, a, ps, l)
     lower_block(lw, before)
     cond_op = before.ops[-1]
     out_layouts = [lw.layout(a) for a in after.args]
@@ -90,7 +104,7 @@ def _while(lw, op):
     lw.b.cbranch(lw.scalar(cond_op.operands[0]), body, exit_)
     lw.b.position_at_end(body)
     for a, regs, l in zip(after.args, passed, out_layouts):
-        lw.bind(a, regs, l)
+        _bind_carried(lw, a, regs, l)
     lower_block(lw, after)
     yielded = _carried(lw, after.ops[-1].operands, layouts)
     latch = lw.b.block
@@ -98,7 +112,7 @@ def _while(lw, op):
     _add_incoming(phis, yielded, latch)
     lw.b.position_at_end(exit_)
     for r, regs, l in zip(op.results, passed, out_layouts):
-        lw.bind(r, regs, l)
+        _bind_carried(lw, r, regs, l)
 
 
 def _if(lw, op):

@@ -20,16 +20,16 @@ from __future__ import annotations
 
 import llvmlite.ir as ir
 
-from kiln.ir.types import block_type, float32, int32, scalar_of
+from kiln.ir.types import block_type, float16, float32, int32, scalar_of
 
 from kiln.ir.layout import Blocked, is_mma_layout
 
-from ..analysis.dots import mma_staging
+from ..analysis.dots import mma_f16_accumulators, mma_staging
 from .context import LoweringError
 from .elementwise import cast_value
 from .memory import plain_store
 from .shared import elem_bytes, flats_of, store_elements
-from .types import F32, I8, I32, VOID, GENERIC_PTR, SHARED_PTR, reg_type
+from .types import F32, I8, I32, VOID, GENERIC_PTR, SHARED_PTR, half_words, reg_type, word_halves
 from .wgmma import tile_offset
 
 _KIND = {"fp16": "f16", "bf16": "bf16", "int8": "s8", "fp32": "tf32", "fp8e4nv": "e4m3", "fp8e5": "e5m2"}
@@ -110,7 +110,8 @@ def _run(lw, op, a_src, b_src):
     K = a.type.shape[1]
     layout = lw.layout(out)
     s_in, s_out = a.type.scalar, out.type.scalar  # a is a block or a shared tile
-    s_acc = int32 if s_in.is_int() else float32
+    f16_acc = mma_f16_accumulators(lw.ctx, s_in, s_out)
+    s_acc = int32 if s_in.is_int() else float16 if f16_acc else float32
     acc_regs = [cast_value(lw, r, s_out, s_acc) for r in lw.regs(acc, layout)]
     half_step = 16 // s_in.itemsize  # elements in 16 bytes: one ldmatrix row, half a k-step
 
@@ -148,7 +149,7 @@ def _run(lw, op, a_src, b_src):
                       for pair, (r0, r1) in enumerate(pair_rows)}
         b_frag = _b_fragments(lw, b_src, k0, first_cols, col_tiles, half_step, q, low_bit, high_bit)
         for pair, c, regs in tiles:
-            got = _mma(lw, _KIND[s_in.name], a_frag[pair], b_frag[c], [values[i] for i in regs])
+            got = _mma(lw, _KIND[s_in.name], a_frag[pair], b_frag[c], [values[i] for i in regs], f16_acc)
             for i, v in zip(regs, got):
                 values[i] = v
     lw.bind(out, [cast_value(lw, v, s_acc, s_out) for v in values], layout)
@@ -264,7 +265,11 @@ def _ldmatrix(lw, ptr, count, trans=False):
     return [lw.b.extract_value(got, i) for i in range(count)]
 
 
-def _mma(lw, kind, a, b, c):
+def _mma(lw, kind, a, b, c, f16_acc=False):
+    """One mma.sync on fragments `a` and `b` into this lane's four accumulator values `c`
+    (rows g, g, g + 8, g + 8); fp16 accumulators travel as two f16x2 words."""
+    if f16_acc:
+        return word_halves(lw, _mma_words(lw, kind, a, b, half_words(lw, c)))
     acc = I32 if kind == "s8" else F32
     if lw.ctx.portable:  # the CPU emulator implements the warp-wide product
         fn = lw.intrinsic(f"emu_mma_{kind}", VOID, [GENERIC_PTR] + [I32] * 6 + [acc] * 4)
@@ -280,3 +285,20 @@ def _mma(lw, kind, a, b, c):
     fty = ir.FunctionType(ir.LiteralStructType([acc] * 4), [I32] * 6 + [acc] * 4)
     got = lw.b.call(ir.InlineAsm(fty, text, cons), a + b + c)
     return [lw.b.extract_value(got, i) for i in range(4)]
+
+
+def _mma_words(lw, kind, a, b, c):
+    """mma.sync with fp16 accumulators: `c` and the result are two f16x2 words (i32)."""
+    if lw.ctx.portable:
+        fn = lw.intrinsic(f"emu_mma_{kind}_f16", VOID, [GENERIC_PTR] + [I32] * 8)
+        buf = lw.entry.alloca(ir.ArrayType(I32, 2))
+        buf.type = GENERIC_PTR
+        lw.b.call(fn, [buf] + a + b + c)
+        return [lw.b.load(lw.b.gep(buf, [lw.i32(i)], source_etype=I32), typ=I32) for i in range(2)]
+    shape = _SHAPE.get(kind, ("m16n8k16",))[0]
+    text = (f"mma.sync.aligned.{shape}.row.col.f16.{kind}.{kind}.f16 "
+            "{$0, $1}, {$2, $3, $4, $5}, {$6, $7}, {$8, $9};")
+    cons = ",".join(["=r"] * 2 + ["r"] * 6 + ["0", "1"])
+    fty = ir.FunctionType(ir.LiteralStructType([I32] * 2), [I32] * 8)
+    got = lw.b.call(ir.InlineAsm(fty, text, cons), a + b + c)
+    return [lw.b.extract_value(got, i) for i in range(2)]

@@ -61,3 +61,21 @@ def int_type(bits: int) -> ir.IntType:
 def bits_of(t) -> int:
     s = scalar_of(t)
     return 64 if s.is_ptr() else (8 if s.name == "int1" else s.primitive_bitwidth)
+
+
+
+def half_words(lw, halves: list) -> list:
+    """fp16 registers as f16x2 words (i32s), consecutive pairs, the first in the low half: how
+    the tensor cores take and give fp16 accumulators (an accumulator's columns 2t and 2t + 1)."""
+    words = []
+    for lo, hi in zip(halves[::2], halves[1::2]):
+        pair = ir.Constant(ir.VectorType(F16, 2), ir.Undefined)
+        pair = lw.b.insert_element(lw.b.insert_element(pair, lo, lw.i32(0)), hi, lw.i32(1))
+        words.append(lw.b.bitcast(pair, I32))
+    return words
+
+
+def word_halves(lw, words: list) -> list:
+    """f16x2 words back to fp16 registers, low half first."""
+    pairs = [lw.b.bitcast(w, ir.VectorType(F16, 2)) for w in words]
+    return [lw.b.extract_element(p, lw.i32(i)) for p in pairs for i in range(2)]

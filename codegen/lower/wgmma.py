@@ -27,7 +27,7 @@ from ..analysis.shared_buffers import ALIGN  # the buffers' base: a 128-byte swi
 from .context import LoweringError
 from .memory import branchy_load, plain_store
 from .reduce import shuffle
-from .types import F32, I8, I32, I64, SHARED_PTR, VOID, reg_type
+from .types import F32, I8, I32, I64, SHARED_PTR, VOID, half_words, reg_type, word_halves
 
 _PTX_TYPE = {"fp16": "f16", "bf16": "bf16", "fp8e4nv": "e4m3", "fp8e5": "e5m2", "fp32": "tf32", "int8": "s8"}
 _SWIZZLE_MODE = {0: 0, 128: 1, 64: 2, 32: 3}
@@ -338,9 +338,12 @@ def _warp_group_dot(lw, op):
     elem = a.type.element_ty
     k_step = 32 // elem.itemsize
     integer = elem.name == "int8"  # int32 accumulators in "r" registers
-    acc_ty, acc_ptx = (I32, "s32") if integer else (F32, "f32")
+    halves = out.type.scalar.name == "fp16"  # fp16 accumulators (out_dtype=float16): f16x2 words in "r"
+    acc_ty, acc_ptx = (I32, "s32") if integer else (I32, "f16") if halves else (F32, "f32")
     (Wm, Wn), instr_n = layout.warps, layout.instr_n
     values = list(lw.regs(acc, layout))
+    if halves:  # the words hold the same elements as fp32's registers, two to a word
+        values = half_words(lw, values)
     b = lw.b
     # a zero accumulator is not materialized: the first k-step runs with scale-d = 0
     fresh = is_zero_constant(acc)
@@ -352,7 +355,7 @@ def _warp_group_dot(lw, op):
     a_in_regs = not isinstance(a.type, shared_type)
     a_k_major, b_k_major = a_in_regs or a.type.order[0] == 1, b_op.type.order[0] == 0
     n_m, n_n = max(1, M // (16 * Wm)), max(1, N // (instr_n * Wn))
-    per = instr_n // 2
+    per = instr_n // (4 if halves else 2)  # accumulator registers per instruction
     ty = _PTX_TYPE[elem.name]
     d = ", ".join(f"${i}" for i in range(per))
     shape = f"wgmma.mma_async.sync.aligned.m64n{instr_n}k{k_step}.{acc_ptx}.{ty}.{ty}"
@@ -371,7 +374,7 @@ def _warp_group_dot(lw, op):
         text = (f"{{ .reg .pred p; setp.ne.b32 p, ${per + 2}, 0; "
                 f"{shape} {{{d}}}, ${per}, ${per + 1}, p{scales}{trans}; }}")
         inputs = ["l", "l", "r"]
-    constraints = ",".join(["=r" if integer else "=f"] * per + inputs + [str(i) for i in range(per)])
+    constraints = ",".join(["=f" if acc_ty == F32 else "=r"] * per + inputs + [str(i) for i in range(per)])
     ret = ir.LiteralStructType([acc_ty] * per)
 
     def issue(k_steps, into, zero_first):
@@ -394,10 +397,10 @@ def _warp_group_dot(lw, op):
         _asm(lw, "wgmma.commit_group.sync.aligned;")
 
     k_steps = list(range(0, K, k_step))
-    run = _imprecise_run(op, elem, K, k_step)
+    run = None if halves else _imprecise_run(op, elem, K, k_step)  # Triton: fp32 accumulators only
     if run is None:
         issue(k_steps, values, fresh)
-        lw.bind(out, values, layout)
+        lw.bind(out, word_halves(lw, values) if halves else values, layout)
         return
     # Triton's partial accumulator: each run of k-steps from zero, awaited, then added in fp32
     # (the incoming accumulator, which an earlier group may still be writing, awaited with the first)
@@ -448,11 +451,13 @@ def _warp_group_dot_wait(lw, op):
     regs, layouts, counts = [], [], []
     for v in op.operands:
         got = lw.regs(v)
+        if v.type.scalar.name == "fp16":  # fp16 accumulators wait as the f16x2 words wgmma wrote
+            got = half_words(lw, got)
         regs += got
         layouts.append(lw.layout(v))
         counts.append(len(got))
     if any(r.type not in (F32, I32) for r in regs):
-        raise LoweringError("warp_group_dot_wait carries fp32 or int32 accumulators only")
+        raise LoweringError("warp_group_dot_wait carries fp32, fp16 or int32 accumulators only")
     # After a loop nothing may run between the loop and this wait: ptxas serializes
     # every wgmma of the kernel (warning C7514) when instructions sit between the last
     # dot and its wait, and LLVM sinks index math to the top of the block that uses it.
@@ -463,7 +468,8 @@ def _warp_group_dot_wait(lw, op):
     waited, tid = tied_wait(lw, regs, with_tid=fence)
     at = 0
     for r, layout, n in zip(op.results, layouts, counts):
-        lw.bind(r, waited[at:at + n], layout)
+        got = waited[at:at + n]
+        lw.bind(r, word_halves(lw, got) if r.type.scalar.name == "fp16" else got, layout)
         at += n
     if fence:
         _fence_block(lw, tid)

@@ -48,9 +48,11 @@ class Plan:
 
 name = "smem_pipeline"
 
-# input type -> accumulator type; fp32 is read as tf32 (input_precision="tf32"). Triton
-# takes int8 dots only (no uint8), on .s32.s8.s8.
-WGMMA_INPUTS = {"fp16": "fp32", "bf16": "fp32", "fp8e4nv": "fp32", "fp8e5": "fp32", "fp32": "fp32", "int8": "int32"}
+# input type -> accumulator types; fp32 is read as tf32 (input_precision="tf32"). Triton
+# takes int8 dots only (no uint8), on .s32.s8.s8; fp16 accumulators (out_dtype=float16) with
+# fp16 and fp8 operands.
+WGMMA_INPUTS = {"fp16": ("fp32", "fp16"), "bf16": ("fp32",), "fp8e4nv": ("fp32", "fp16"), "fp8e5": ("fp32", "fp16"),
+                "fp32": ("fp32",), "int8": ("int32",)}
 TRANSPOSABLE = ("fp16", "bf16")  # wgmma reads M- or N-major tiles of 16-bit types only
 def staged_slots(kind, ringed: bool) -> int:
     """Tiles of a staged operand's ring; the store of iteration i reuses the tile of
@@ -243,7 +245,7 @@ def _wgmma_sources(dot, body, ctx):
     elem = scalar_of(a.type)
     if elem.name not in WGMMA_INPUTS or scalar_of(b.type) != elem:
         return None
-    if len(acc.type.shape) != 2 or scalar_of(acc.type).name != WGMMA_INPUTS[elem.name]:
+    if len(acc.type.shape) != 2 or scalar_of(acc.type).name not in WGMMA_INPUTS[elem.name]:
         return None
     if elem.name == "fp32" and dot.attrs.get("input_precision") != "tf32":
         return None  # ieee and tf32x3 keep fp32's precision: not one tf32 product

@@ -75,6 +75,11 @@ def bench_kernels():
     int8 = np.zeros((64, 64), np.int8)
     yield "bench.dequant_matmul", k.dequant_matmul_kernel.warmup(half, int8, half, half, n, n, n, n, n, n, n,
                                                                  GROUP_K=128, **{**mm, "BLOCK_N": 128})
+    for dtype, bk in (("float16", 64), ("float8e4nv", 128)):  # out_dtype=float16: fp16 wgmma accumulators
+        op = half if dtype == "float16" else _reinterpret(np.zeros((64, 64), np.uint8), dtype)
+        yield f"bench.f16_acc_matmul.{dtype}", k.f16_acc_matmul_kernel.warmup(
+            op, op, half, n, n, n, BLOCK_M=128, BLOCK_N=128, BLOCK_K=bk, num_warps=8, num_stages=3, grid=(1,),
+            target="sm_90a")
     for dim in (64, 128):
         strides = (h * n * dim, n * dim, dim, 1) * 4
         for causal in (False, True):
