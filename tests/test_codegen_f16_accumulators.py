@@ -1,6 +1,6 @@
 """`tl.dot(..., out_dtype=tl.float16)` on fp16 and fp8 operands sums in fp16 accumulators in
-the tensor cores, as Triton does: the sum is rounded to fp16 after every instruction (16 of k
-for fp16, 32 for fp8), not summed in fp32 and rounded once per dot. mma.sync on sm_80 takes
+the tensor cores, as Triton does (fp16 inputs: the sum rounded to fp16 after every instruction,
+16 of k), not summed in fp32 and rounded once per dot. mma.sync on sm_80 takes
 `.f16` accumulators for fp16; fp8 ones need PTX 8.7, which kiln's sm_89 code (PTX 8.4) lacks, so
 there the dot still sums in fp32. wgmma takes them for both, carried through loops as the
 f16x2 words it writes (so ptxas injects no wait for the accumulators, C7517).
@@ -98,6 +98,8 @@ def _emulated(dtype_name):
 
 @pytest.mark.parametrize("dtype_name", ["float16", "float8e4nv"])
 def test_the_emulated_mma_rounds_the_sum_after_every_instruction(dtype_name):
+    """The emulator's model of fp16 accumulators (each fragment word's halves where lowering put
+    them); for fp8 a model only: see the GPU test."""
     got, per_instruction, once = in_child(_emulated, dtype_name, timeout=300)
     np.testing.assert_array_equal(got, per_instruction)
     assert not np.array_equal(got, once)  # the inputs tell the two sums apart
@@ -113,17 +115,17 @@ def _cuda() -> bool:
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not _cuda(), reason="needs PyTorch and a CUDA GPU")
-@pytest.mark.parametrize("dtype_name,value,k,want,fp32_once", [
-    ("float16", 1 + 2 ** -9, 4096, 4100.0, 4104.0),  # 16 products of 1 + 2^-9 a step: the 2^-5 lost above 2048
-    ("float8_e4m3fn", 1.125, 8192, 9104.0, 9216.0),  # 32 of 1.125 a step: 36, past 8192 rounded to steps of 8
-])
-def test_fp16_accumulators_on_the_gpu_round_after_every_instruction(dtype_name, value, k, want, fp32_once):
+def test_fp16_accumulators_on_the_gpu_round_after_every_instruction():
+    """16 products of 1 + 2^-9 a step: above 2048 each step's 2^-5 is lost, 4100 where fp32 summed
+    and rounded once gives 4104. (fp8 is not checked so: on the H200 a chain of fp8 wgmmas into
+    fp16 accumulators gave the exact 9216 for 8192 products of 1.125, not the 9104 that rounding
+    after every instruction gives; bench/f16_accumulators.py finds kiln's fp8 result equal to
+    Triton's bit for bit.) With KILN_TARGET=sm_80 this runs mma.sync."""
     import torch
-    dtype = getattr(torch, dtype_name)
-    a = torch.ones(64, k).to(dtype).cuda()
-    b = torch.full((64, k), value).to(dtype).cuda()
+    k, value = 4096, 1 + 2 ** -9
+    assert _per_instruction(np.ones((1, k)), np.full((1, k), value), 16)[0, 0] == 4100
+    a = torch.ones(64, k, dtype=torch.float16, device="cuda")
+    b = torch.full((64, k), value, dtype=torch.float16, device="cuda")
     c = torch.zeros(64, 64, dtype=torch.float16, device="cuda")
-    _matmul[(1, 1)](a, b, c, 64, 64, k, BLOCK_M=64, BLOCK_N=64, BLOCK_K=128 if dtype.itemsize == 1 else 64,
-                    num_warps=4, num_stages=3)
-    assert _per_instruction(np.ones((1, k)), np.full((1, k), value), 32 if dtype.itemsize == 1 else 16)[0, 0] == want
-    assert set(c.cpu().float().unique().tolist()) == {want}, f"fp32 then rounded once gives {fp32_once}"
+    _matmul[(1, 1)](a, b, c, 64, 64, k, BLOCK_M=64, BLOCK_N=64, BLOCK_K=64, num_warps=4, num_stages=3)
+    assert set(c.cpu().float().unique().tolist()) == {4100.0}
