@@ -77,11 +77,12 @@ class _Grid:
             return 0
 
 
-def _mma(state, kind, out, regs, f16_acc=False):
+def _mma(state, kinds, out, regs, f16_acc=False):
     """The warp-wide m16n8k16 (m16n8k32 for s8 and fp8, m16n8k8 for tf32) product, from
-    every lane's fragments (PTX ISA layouts). tf32 keeps the top 19 bits of each fp32 word.
-    With `f16_acc` C and D are two f16x2 words per lane (row g, then row g + 8), and D is
-    rounded to fp16 once per instruction."""
+    every lane's fragments (PTX ISA layouts) of A's and B's `kinds` (two fp8 ones may differ).
+    tf32 keeps the top 19 bits of each fp32 word. With `f16_acc` C and D are two f16x2 words
+    per lane (row g, then row g + 8), and D is rounded to fp16 once per instruction."""
+    kind = kinds[0]
     import ml_dtypes
     tid = state.local.tid
     warp, lane = tid // 32, tid % 32
@@ -90,23 +91,23 @@ def _mma(state, kind, out, regs, f16_acc=False):
         bar.wait()
         slots[lane] = regs
         bar.wait()
-        elem = {"f16": np.float16, "bf16": ml_dtypes.bfloat16, "s8": np.int8, "tf32": np.float32,
-                "e4m3": ml_dtypes.float8_e4m3fn, "e5m2": ml_dtypes.float8_e5m2}[kind]
+        elems = {"f16": np.float16, "bf16": ml_dtypes.bfloat16, "s8": np.int8, "tf32": np.float32,
+                 "e4m3": ml_dtypes.float8_e4m3fn, "e5m2": ml_dtypes.float8_e5m2}
         per = {"s8": 4, "e4m3": 4, "e5m2": 4, "tf32": 1}.get(kind, 2)  # elements in one 32-bit register
         K = 8 * per
         A, B, C = np.zeros((16, K)), np.zeros((K, 8)), np.zeros((16, 8))
 
-        def unpack(word):
+        def unpack(word, kind):
             raw = np.array([word & (0xFFFFE000 if kind == "tf32" else 0xFFFFFFFF)], np.uint32)
-            return raw.view({4: np.int8, 2: np.uint16, 1: np.uint32}[per]).view(elem).astype(np.float64)
+            return raw.view({4: np.int8, 2: np.uint16, 1: np.uint32}[per]).view(elems[kind]).astype(np.float64)
         for ln in range(32):
             a, b, c = slots[ln][:4], slots[ln][4:6], slots[ln][6:]
             g, t = ln // 4, ln % 4
             k0, k1 = per * t, per * t + K // 2
             for word, (r, k) in zip(a, ((g, k0), (g + 8, k0), (g, k1), (g + 8, k1))):
-                A[r, k:k + per] = unpack(word)
+                A[r, k:k + per] = unpack(word, kinds[0])
             for word, k in zip(b, (k0, k1)):
-                B[k:k + per, g] = unpack(word)
+                B[k:k + per, g] = unpack(word, kinds[1])
             if f16_acc:
                 c = np.array(c, np.int32).view(np.float16).astype(np.float64)
             C[g, 2 * t:2 * t + 2], C[g + 8, 2 * t:2 * t + 2] = c[:2], c[2:]
@@ -295,12 +296,14 @@ def run_on_cpu(fn, grid, args, num_warps: int = 4) -> list[str]:
         sym(f"__nv_{name}f", f32, [f32, f32], lambda x, y, py=py: _safe(lambda: py(x, y)))
         sym(f"__nv_{name}", f64, [f64, f64], lambda x, y, py=py: _safe(lambda: py(x, y)))
     _directed_rounding(sym)
-    for kind, acc in (("f16", f32), ("bf16", f32), ("s8", i32), ("tf32", f32), ("e4m3", f32), ("e5m2", f32)):
-        sym(f"emu_mma_{kind}", None, [ctypes.POINTER(acc)] + [i32] * 6 + [acc] * 4,
-            lambda out, *regs, kind=kind: _mma(state, kind, out, regs))
-    for kind in ("f16", "e4m3", "e5m2"):  # fp16 accumulators (tl.dot's out_dtype=float16)
-        sym(f"emu_mma_{kind}_f16", None, [ctypes.POINTER(i32)] + [i32] * 8,
-            lambda out, *regs, kind=kind: _mma(state, kind, out, regs, f16_acc=True))
+    fp8_pairs = [("e4m3", "e5m2"), ("e5m2", "e4m3")]  # an mma may take A and B in different fp8 formats
+    for kinds, acc in [((k, k), a) for k, a in (("f16", f32), ("bf16", f32), ("s8", i32), ("tf32", f32), ("e4m3", f32),
+                                                 ("e5m2", f32))] + [(pair, f32) for pair in fp8_pairs]:
+        sym(f"emu_mma_{'_'.join(dict.fromkeys(kinds))}", None, [ctypes.POINTER(acc)] + [i32] * 6 + [acc] * 4,
+            lambda out, *regs, kinds=kinds: _mma(state, kinds, out, regs))
+    for kinds in [("f16", "f16"), ("e4m3", "e4m3"), ("e5m2", "e5m2")] + fp8_pairs:  # fp16 accumulators
+        sym(f"emu_mma_{'_'.join(dict.fromkeys(kinds))}_f16", None, [ctypes.POINTER(i32)] + [i32] * 8,
+            lambda out, *regs, kinds=kinds: _mma(state, kinds, out, regs, f16_acc=True))
     for count in (2, 4):
         for trans in (False, True):
             sym(f"emu_ldmatrix{'_trans' if trans else ''}_x{count}", None,

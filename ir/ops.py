@@ -353,6 +353,12 @@ def _check_atomic_cas(op):
         return f"atomic_cas operands must match pointer {ptr.type}"
 
 
+def mixed_fp8(a, b) -> bool:
+    """Dot operands of two fp8 formats, e4m3 and e5m2 (fp8e4nv, fp8e5): the tensor cores read each
+    in its own format (Triton takes any pair of fp8 types)."""
+    return {a.name, b.name} == {"fp8e4nv", "fp8e5"}
+
+
 def _check_dot(op):
     a, b, acc = op.operands
     sa, sb, sc = _shape(a.type), _shape(b.type), _shape(acc.type)
@@ -362,8 +368,8 @@ def _check_dot(op):
         return f"dot shapes do not agree: {a.type} x {b.type} -> {acc.type}"
     if op.results[0].type != acc.type:
         return "dot result must have the accumulator's type"
-    if scalar_of(a.type) != scalar_of(b.type):
-        return "dot operands must share an element type"
+    if scalar_of(a.type) != scalar_of(b.type) and not mixed_fp8(scalar_of(a.type), scalar_of(b.type)):
+        return "dot operands must share an element type (or be e4m3 and e5m2)"
 
 
 def _check_reduce_like(op):
@@ -720,8 +726,8 @@ def _check_tile_dot(op):
     (M, K), (K2, N) = a.type.shape, b.type.shape
     if K != K2 or _shape(acc.type) != (M, N) or op.results[0].type != acc.type:
         return f"shapes do not agree: {a.type} x {b.type} -> {acc.type}"
-    if a.type.element_ty != b.type.element_ty:
-        return "operands must share an element type"
+    if a.type.element_ty != b.type.element_ty and not mixed_fp8(a.type.element_ty, b.type.element_ty):
+        return "operands must share an element type (or be e4m3 and e5m2)"
 
 
 def _check_dot_wait(op):

@@ -31,7 +31,7 @@ def _dot(lw, op):
     batched = len(out.type.shape) == 3  # [B, M, K] x [B, K, N]: batch index leads every key
     (M, K), (_, N) = a.type.shape[-2:], b.type.shape[-2:]
     layout = lw.layout(out)
-    s_in, s_out = scalar_of(a.type), scalar_of(out.type)
+    s_a, s_b, s_out = scalar_of(a.type), scalar_of(b.type), scalar_of(out.type)  # e4m3 x e5m2 differ
     # fp16/bf16 accumulators sum in fp32 and round once at the end
     s_acc = float32 if s_out.name in ("fp16", "bf16") else s_out
     acc_regs = [cast_value(lw, r, s_out, s_acc) for r in lw.regs(acc, layout)]
@@ -67,12 +67,12 @@ def _dot(lw, op):
     a_vals = {}
     for off, row in rows.items():
         (v,) = load_elements(lw, base, a_ty, [lw.b.add(lw.b.mul(row, lw.i32(K)), k)])
-        a_vals[off] = cast_value(lw, v, s_in, s_acc)
+        a_vals[off] = cast_value(lw, v, s_a, s_acc)
     b_vals = {}
     for off, (krow0, col) in cols.items():
         krow = lw.b.add(krow0, k)
         (v,) = load_elements(lw, base, b_ty, [lw.b.add(lw.b.mul(krow, lw.i32(N)), col)], a_bytes)
-        b_vals[off] = cast_value(lw, v, s_in, s_acc)
+        b_vals[off] = cast_value(lw, v, s_b, s_acc)
     new = []
     for p, off in zip(phis, offsets):
         x, y = (a_vals[off[:2]], b_vals[(off[0], off[2])]) if batched else (a_vals[off[:1]], b_vals[off[1:]])

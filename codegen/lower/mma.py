@@ -110,6 +110,7 @@ def _run(lw, op, a_src, b_src):
     K = a.type.shape[1]
     layout = lw.layout(out)
     s_in, s_out = a.type.scalar, out.type.scalar  # a is a block or a shared tile
+    kinds = (_KIND[s_in.name], _KIND[b.type.scalar.name])  # e4m3 x e5m2 differ
     f16_acc = mma_f16_accumulators(lw.ctx, s_in, s_out)
     s_acc = int32 if s_in.is_int() else float16 if f16_acc else float32
     acc_regs = [cast_value(lw, r, s_out, s_acc) for r in lw.regs(acc, layout)]
@@ -149,7 +150,7 @@ def _run(lw, op, a_src, b_src):
                       for pair, (r0, r1) in enumerate(pair_rows)}
         b_frag = _b_fragments(lw, b_src, k0, first_cols, col_tiles, half_step, q, low_bit, high_bit)
         for pair, c, regs in tiles:
-            got = _mma(lw, _KIND[s_in.name], a_frag[pair], b_frag[c], [values[i] for i in regs], f16_acc)
+            got = _mma(lw, kinds, a_frag[pair], b_frag[c], [values[i] for i in regs], f16_acc)
             for i, v in zip(regs, got):
                 values[i] = v
     lw.bind(out, [cast_value(lw, v, s_acc, s_out) for v in values], layout)
@@ -265,19 +266,27 @@ def _ldmatrix(lw, ptr, count, trans=False):
     return [lw.b.extract_value(got, i) for i in range(count)]
 
 
-def _mma(lw, kind, a, b, c, f16_acc=False):
-    """One mma.sync on fragments `a` and `b` into this lane's four accumulator values `c`
-    (rows g, g, g + 8, g + 8); fp16 accumulators travel as two f16x2 words."""
+def _emulated(kinds) -> str:
+    """The CPU emulator's name for an mma of operand kinds `kinds` (A's, B's)."""
+    return "_".join(kinds[:1] if kinds[0] == kinds[1] else kinds)
+
+
+def _mma(lw, kinds, a, b, c, f16_acc=False):
+    """One mma.sync on fragments `a` and `b` (of PTX kinds `kinds`: A's, B's) into this lane's four
+    accumulator values `c` (rows g, g, g + 8, g + 8); fp16 accumulators travel as two f16x2 words."""
     if f16_acc:
-        return word_halves(lw, _mma_words(lw, kind, a, b, half_words(lw, c)))
+        return word_halves(lw, _mma_words(lw, kinds, a, b, half_words(lw, c)))
+    kind = kinds[0]
     acc = I32 if kind == "s8" else F32
     if lw.ctx.portable:  # the CPU emulator implements the warp-wide product
-        fn = lw.intrinsic(f"emu_mma_{kind}", VOID, [GENERIC_PTR] + [I32] * 6 + [acc] * 4)
+        fn = lw.intrinsic(f"emu_mma_{_emulated(kinds)}", VOID, [GENERIC_PTR] + [I32] * 6 + [acc] * 4)
         buf = lw.entry.alloca(ir.ArrayType(acc, 4))
         buf.type = GENERIC_PTR
         lw.b.call(fn, [buf] + a + b + c)
         return [lw.b.load(lw.b.gep(buf, [lw.i32(i)], source_etype=acc), typ=acc) for i in range(4)]
     shape, types = _SHAPE.get(kind, ("m16n8k16", f"f32.{kind}.{kind}.f32"))
+    if kinds[1] != kind:  # e4m3 x e5m2
+        types = f"f32.{kinds[0]}.{kinds[1]}.f32"
     text = (f"mma.sync.aligned.{shape}.row.col.{types} "
             "{$0, $1, $2, $3}, {$4, $5, $6, $7}, {$8, $9}, {$10, $11, $12, $13};")
     con = "r" if kind == "s8" else "f"
@@ -287,16 +296,16 @@ def _mma(lw, kind, a, b, c, f16_acc=False):
     return [lw.b.extract_value(got, i) for i in range(4)]
 
 
-def _mma_words(lw, kind, a, b, c):
+def _mma_words(lw, kinds, a, b, c):
     """mma.sync with fp16 accumulators: `c` and the result are two f16x2 words (i32)."""
     if lw.ctx.portable:
-        fn = lw.intrinsic(f"emu_mma_{kind}_f16", VOID, [GENERIC_PTR] + [I32] * 8)
+        fn = lw.intrinsic(f"emu_mma_{_emulated(kinds)}_f16", VOID, [GENERIC_PTR] + [I32] * 8)
         buf = lw.entry.alloca(ir.ArrayType(I32, 2))
         buf.type = GENERIC_PTR
         lw.b.call(fn, [buf] + a + b + c)
         return [lw.b.load(lw.b.gep(buf, [lw.i32(i)], source_etype=I32), typ=I32) for i in range(2)]
-    shape = _SHAPE.get(kind, ("m16n8k16",))[0]
-    text = (f"mma.sync.aligned.{shape}.row.col.f16.{kind}.{kind}.f16 "
+    shape = _SHAPE.get(kinds[0], ("m16n8k16",))[0]
+    text = (f"mma.sync.aligned.{shape}.row.col.f16.{kinds[0]}.{kinds[1]}.f16 "
             "{$0, $1}, {$2, $3, $4, $5}, {$6, $7}, {$8, $9};")
     cons = ",".join(["=r"] * 2 + ["r"] * 6 + ["0", "1"])
     fty = ir.FunctionType(ir.LiteralStructType([I32] * 2), [I32] * 8)

@@ -357,8 +357,9 @@ def _warp_group_dot(lw, op):
     n_m, n_n = max(1, M // (16 * Wm)), max(1, N // (instr_n * Wn))
     per = instr_n // (4 if halves else 2)  # accumulator registers per instruction
     ty = _PTX_TYPE[elem.name]
+    b_ty = _PTX_TYPE[b_op.type.element_ty.name]  # e4m3 x e5m2 differ
     d = ", ".join(f"${i}" for i in range(per))
-    shape = f"wgmma.mma_async.sync.aligned.m64n{instr_n}k{k_step}.{acc_ptx}.{ty}.{ty}"
+    shape = f"wgmma.mma_async.sync.aligned.m64n{instr_n}k{k_step}.{acc_ptx}.{ty}.{b_ty}"
     if a_in_regs:  # d, {a0..a3}, b-desc, scale-d, scale-a, scale-b, trans-b (16-bit types only)
         fragments = _a_fragments(lw, a, layout, K)
         args = "{" + ", ".join(f"${per + i}" for i in range(4)) + "}"

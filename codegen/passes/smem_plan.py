@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kiln.ir.core import Operation, is_zero_constant
+from kiln.ir.ops import mixed_fp8
 from kiln.ir.types import block_type, scalar_of, shared_type
 
 from kiln.ir.layout import mma_layout, wgmma_layout
@@ -243,7 +244,7 @@ def _wgmma_sources(dot, body, ctx):
     """The sources of a and b (see `_operand`) when `dot` can run on wgmma, else None."""
     a, b, acc = dot.operands
     elem = scalar_of(a.type)
-    if elem.name not in WGMMA_INPUTS or scalar_of(b.type) != elem:
+    if elem.name not in WGMMA_INPUTS or (scalar_of(b.type) != elem and not mixed_fp8(elem, scalar_of(b.type))):
         return None
     if len(acc.type.shape) != 2 or scalar_of(acc.type).name not in WGMMA_INPUTS[elem.name]:
         return None
