@@ -537,10 +537,11 @@ def _fp32_matmul(A, B, C, K, sbk, sbn, BM: tl.constexpr, BN: tl.constexpr, BK: t
 
 
 @pytest.mark.parametrize("b_k_major,precision,wgmma", [(True, "tf32", True), (False, "tf32", False),
-                                                       (True, "ieee", False), (True, "tf32x3", False)])
+                                                       (True, "ieee", False), (True, "tf32x3", True)])
 def test_fp32_dots_run_on_wgmma_as_tf32_when_asked_and_k_major(b_k_major, precision, wgmma):
     """tl.dot's default for fp32 is one tf32 product: wgmma's .tf32 reads K-major tiles
-    only (no transpose flags), so B N-major and the exact precisions keep the FMA path."""
+    only (no transpose flags), so B N-major and the exact precision (ieee) keep the FMA path;
+    tf32x3 is three tf32 products of split operands (f32_dot_split)."""
     x = np.zeros((64, 64), np.float32)
     strides = (1, 256) if b_k_major else (128, 1)
     ptx = _fp32_matmul.warmup(x, x, x, 256, *strides, BM=64, BN=128, BK=32, PRECISION=precision, num_warps=4,

@@ -35,7 +35,8 @@ def mma_eligible(op, ctx) -> bool:
         return s_acc.name == "int32" and M % 16 == 0 and N % 8 == 0 and K % 32 == 0
     if s.name in ("fp8e4nv", "fp8e5"):
         return fp8_mma(ctx) and s_acc.name in ("fp32", "fp16") and M % 16 == 0 and N % 8 == 0 and K % 32 == 0
-    if s.name == "fp32":  # tl.dot's default for fp32: one tf32 product (ieee, tf32x3 stay exact)
+    if s.name == "fp32":  # tl.dot's default for fp32: one tf32 product (ieee stays exact; tf32x3 and bf16xN
+        # were split into tf32 / bf16 dots by f32_dot_split)
         return (op.name == "mma_dot" or op.attrs.get("input_precision") == "tf32") and s_acc.name == "fp32" \
             and M % 16 == 0 and N % 8 == 0 and K % 8 == 0
     return (s.name in ("fp16", "bf16") and s_acc.is_floating()

@@ -249,7 +249,7 @@ def _wgmma_sources(dot, body, ctx):
     if len(acc.type.shape) != 2 or scalar_of(acc.type).name not in WGMMA_INPUTS[elem.name]:
         return None
     if elem.name == "fp32" and dot.attrs.get("input_precision") != "tf32":
-        return None  # ieee and tf32x3 keep fp32's precision: not one tf32 product
+        return None  # ieee keeps fp32's precision: not one tf32 product (tf32x3 was split into tf32 dots)
     K = a.type.shape[1]
     if K * elem.itemsize % 32:  # one instruction reads 32 bytes of k
         return None

@@ -1151,7 +1151,7 @@ def atomic_cas(ptr, cmp, val, sem=None, scope=None):
 
 # --- dot --------------------------------------------------------------------------------
 
-_PRECISIONS = ("tf32", "tf32x3", "ieee")
+_PRECISIONS = ("tf32", "tf32x3", "ieee", "bf16x3", "bf16x6")  # Triton's on NVIDIA GPUs
 
 
 def fp32_default() -> str | None:

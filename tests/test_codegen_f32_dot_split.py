@@ -1,0 +1,150 @@
+"""fp32 dots at input_precision "tf32x3", "bf16x3" and "bf16x6" run as several tensor-core dots on
+split operands, Triton's F32DotTC decomposition (codegen/passes/f32_dot_split.py): the pass's IR,
+the instructions, and the emulator's sums against a NumPy model of the same parts and order (which
+differs from both a plain tf32 product and the exact one)."""
+import numpy as np
+import pytest
+
+import kiln
+import kiln.language as tl
+from kiln.codegen.passes import f32_dot_split
+from kiln.ir import parse_function
+
+from test_codegen_emulate import in_child
+
+
+@kiln.jit
+def _matmul(a_ptr, b_ptr, c_ptr, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, PRECISION: tl.constexpr):
+    rm, rn, rk = tl.arange(0, BM), tl.arange(0, BN), tl.arange(0, BK)
+    acc = tl.zeros((BM, BN), tl.float32)
+    for k in range(0, K, BK):
+        a = tl.load(a_ptr + rm[:, None] * K + (k + rk)[None, :])
+        b = tl.load(b_ptr + (k + rk)[:, None] * BN + rn[None, :])
+        acc = tl.dot(a, b, acc, input_precision=PRECISION)
+    tl.store(c_ptr + rm[:, None] * BN + rn[None, :], acc)
+
+
+def _compiled(precision, target="sm_90a", k=64, bm=64, bn=64):
+    f = np.zeros((64, 64), np.float32)
+    return _matmul.warmup(f, f, f, k, BM=bm, BN=bn, BK=32, PRECISION=precision, grid=(1,), target=target,
+                          num_warps=4, num_stages=3)
+
+
+@pytest.mark.parametrize("precision,dots,operands", [
+    ("tf32x3", 3, "fp32"), ("bf16x3", 3, "bf16"), ("bf16x6", 6, "bf16"), ("tf32", 1, "fp32"), ("ieee", 1, "fp32")])
+def test_the_pass_splits_the_dot_into_tensor_core_dots(precision, dots, operands):
+    fn = parse_function(_compiled(precision).asm["kir"])
+    f32_dot_split.apply(fn)
+    found = [op for op in fn.walk() if op.name == "dot"]
+    assert len(found) == dots
+    if dots > 1:
+        assert {op.attrs["input_precision"] for op in found} == {"tf32" if operands == "fp32" else "ieee"}
+        assert {op.operands[0].type.element_ty.name for op in found} == {operands}
+
+
+@pytest.mark.parametrize("precision,instruction", [
+    ("tf32x3", "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32"),
+    ("bf16x3", "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16"),
+])
+def test_the_parts_run_on_wgmma(precision, instruction):
+    ptx = _compiled(precision).asm["ptx"]
+    assert instruction in ptx and "fma.rn.f32" not in ptx  # no FMA loop: the fp32 product is not computed so
+
+
+def _tf32_rna(x):
+    bits = x.view(np.int32)
+    rounded = ((bits + 0x1000) & -0x2000).view(np.float32)
+    return np.where(np.isnan(x), x, rounded)
+
+
+def _mma(a, b, acc, k_step, operand):
+    """The tensor cores' sum: each instruction's k_step products exact (operands read as `operand`
+    reads them), the running sum rounded to fp32 after each."""
+    for k in range(0, a.shape[1], k_step):
+        acc = (acc.astype(np.float64) + operand(a[:, k:k + k_step]) @ operand(b[k:k + k_step])).astype(np.float32)
+    return acc
+
+
+def _model(a, b, precision, block_k=32):
+    """The kernel's loop: each block of k split and summed from zero, then added to the accumulator."""
+    acc = np.zeros((a.shape[0], b.shape[1]), np.float32)
+    for k in range(0, a.shape[1], block_k):
+        acc = _split_dot(a[:, k:k + block_k], b[k:k + block_k], precision) + acc
+    return acc
+
+
+def _split_dot(a, b, precision):
+    import ml_dtypes
+    zero = np.zeros((a.shape[0], b.shape[1]), np.float32)
+    if precision == "tf32x3":
+        tf32 = lambda x: (x.view(np.uint32) & 0xFFFFE000).view(np.float32).astype(np.float64)  # noqa: E731
+        dot = lambda x, y, acc: _mma(x, y, acc, 8, tf32)  # noqa: E731
+        a_big, b_big = _tf32_rna(a), _tf32_rna(b)
+        a_small, b_small = a - a_big, b - b_big
+        d = dot(a_big, b_small, dot(a_small, b_big, zero))
+        return dot(a_big, b_big, np.where(np.isnan(d), np.float32(0), d))
+    def parts(x, n):
+        out = []
+        for i in range(n):
+            out.append(x.astype(ml_dtypes.bfloat16))
+            x = x - out[-1].astype(np.float32)
+        return out
+    n = 2 if precision == "bf16x3" else 3
+    pa, pb = parts(a, n), parts(b, n)
+    dot = lambda x, y, acc: _mma(x, y, acc, 16, lambda v: v.astype(np.float64))  # noqa: E731
+    d = zero
+    pairs = [(1, 1), (2, 0), (0, 2)] if n == 3 else []
+    for i, j in pairs + [(1, 0), (0, 1)]:
+        d = dot(pa[i], pb[j], d)
+    return dot(pa[0], pb[0], np.where(np.isnan(d), np.float32(0), d))
+
+
+def _emulated(precision):
+    from kiln.codegen.emulate import run_on_cpu
+    rng = np.random.default_rng(8)
+    a, b = rng.standard_normal((64, 64)).astype(np.float32), rng.standard_normal((64, 64)).astype(np.float32)
+    c = np.zeros((64, 64), np.float32)
+    run_on_cpu(parse_function(_compiled(precision).asm["kir"]), (1,), [a, b, c, 64], num_warps=4)
+    return a, b, c
+
+
+@pytest.mark.parametrize("precision", ["tf32x3", "bf16x3", "bf16x6"])
+def test_the_emulated_parts_sum_as_the_model_does(precision):
+    a, b, got = in_child(_emulated, precision, timeout=300)
+    np.testing.assert_array_equal(got, _model(a, b, precision))
+    exact = a.astype(np.float64) @ b.astype(np.float64)
+    tf32_alone = _mma(a, b, np.zeros_like(got), 8, lambda x: (x.view(np.uint32) & 0xFFFFE000).view(np.float32)
+                      .astype(np.float64))
+    assert np.abs(got - exact).max() * 20 < np.abs(tf32_alone - exact).max()  # the parts recover fp32's bits
+
+
+def test_the_interpreter_takes_the_bf16_precisions():
+    rng = np.random.default_rng(9)
+    a, b = rng.standard_normal((32, 32)).astype(np.float32), rng.standard_normal((32, 32)).astype(np.float32)
+    c = np.zeros((32, 32), np.float32)
+    _matmul[(1,)](a, b, c, 32, BM=32, BN=32, BK=32, PRECISION="bf16x6")
+    np.testing.assert_allclose(c, a @ b, rtol=1e-5, atol=1e-5)
+
+
+def _cuda() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _cuda(), reason="needs PyTorch and a CUDA GPU")
+@pytest.mark.parametrize("precision", ["tf32x3", "bf16x3", "bf16x6"])
+def test_the_parts_on_the_gpu_come_near_the_fp32_product(precision):
+    import torch
+    gen = torch.Generator().manual_seed(10)
+    a, b = torch.randn(128, 512, generator=gen), torch.randn(512, 64, generator=gen)
+    c = torch.zeros(128, 64, device="cuda")
+    _matmul[(1,)](a.cuda(), b.cuda(), c, 512, BM=128, BN=64, BK=32, PRECISION=precision, num_warps=4, num_stages=3)
+    exact = a.double() @ b.double()
+    tf32 = torch.zeros(128, 64, device="cuda")
+    _matmul[(1,)](a.cuda(), b.cuda(), tf32, 512, BM=128, BN=64, BK=32, PRECISION="tf32", num_warps=4, num_stages=3)
+    err, err_tf32 = (c.cpu().double() - exact).abs().max(), (tf32.cpu().double() - exact).abs().max()
+    assert err * 20 < err_tf32, (err, err_tf32)
