@@ -296,14 +296,17 @@ def run_on_cpu(fn, grid, args, num_warps: int = 4) -> list[str]:
         sym(f"__nv_{name}f", f32, [f32, f32], lambda x, y, py=py: _safe(lambda: py(x, y)))
         sym(f"__nv_{name}", f64, [f64, f64], lambda x, y, py=py: _safe(lambda: py(x, y)))
     _directed_rounding(sym)
-    fp8_pairs = [("e4m3", "e5m2"), ("e5m2", "e4m3")]  # an mma may take A and B in different fp8 formats
-    for kinds, acc in [((k, k), a) for k, a in (("f16", f32), ("bf16", f32), ("s8", i32), ("tf32", f32), ("e4m3", f32),
-                                                 ("e5m2", f32))] + [(pair, f32) for pair in fp8_pairs]:
-        sym(f"emu_mma_{'_'.join(dict.fromkeys(kinds))}", None, [ctypes.POINTER(acc)] + [i32] * 6 + [acc] * 4,
+    # emu_mma_<A's kind>[_<B's kind> where it differs][_f16 for fp16 accumulators], as lower/mma.py calls them
+    fp8_pairs = [("e4m3", "e5m2"), ("e5m2", "e4m3")]
+    accumulators = {"f16": f32, "bf16": f32, "s8": i32, "tf32": f32, "e4m3": f32, "e5m2": f32}
+    for kinds in [(k, k) for k in accumulators] + fp8_pairs:
+        acc = accumulators[kinds[0]]
+        name = "emu_mma_" + "_".join(dict.fromkeys(kinds))
+        sym(name, None, [ctypes.POINTER(acc)] + [i32] * 6 + [acc] * 4,
             lambda out, *regs, kinds=kinds: _mma(state, kinds, out, regs))
-    for kinds in [("f16", "f16"), ("e4m3", "e4m3"), ("e5m2", "e5m2")] + fp8_pairs:  # fp16 accumulators
-        sym(f"emu_mma_{'_'.join(dict.fromkeys(kinds))}_f16", None, [ctypes.POINTER(i32)] + [i32] * 8,
-            lambda out, *regs, kinds=kinds: _mma(state, kinds, out, regs, f16_acc=True))
+        if kinds[0] in ("f16", "e4m3", "e5m2"):
+            sym(name + "_f16", None, [ctypes.POINTER(i32)] + [i32] * 8,
+                lambda out, *regs, kinds=kinds: _mma(state, kinds, out, regs, f16_acc=True))
     for count in (2, 4):
         for trans in (False, True):
             sym(f"emu_ldmatrix{'_trans' if trans else ''}_x{count}", None,

@@ -5,8 +5,6 @@ PyTorch's autograd of SDPA.
 Each of the backward's loops reads one loaded tile twice, once as is and once through
 tl.trans (dK/dV: Q^T and dO; dQ: K^T): the tile is copied once through a ring and both
 dots read it, the second through a transposed view."""
-import importlib.util
-import os
 import re
 
 import numpy as np
@@ -16,19 +14,11 @@ from kiln.codegen import compile as compile_ir, nvjitlink
 from kiln.codegen.target import parse_target
 from kiln.ir import parse_function, print_function
 
+from bench_support import bench_kernels
 from test_codegen_gpu_stage import pipelined
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 
-
-def _bench_kernels():
-    spec = importlib.util.spec_from_file_location("bench_kernels", os.path.join(HERE, "..", "bench", "kernels.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-kernels = _bench_kernels()
+kernels = bench_kernels()
 
 
 def reference(q, k, v, do, scale, causal):

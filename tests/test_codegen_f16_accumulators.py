@@ -7,8 +7,6 @@ f16x2 words it writes (so ptxas injects no wait for the accumulators, C7517).
 
 The kernel is bench/kernels.py's `f16_acc_matmul_kernel` (bench/f16_accumulators.py compares
 it with Triton's on the GPU)."""
-import importlib.util
-import pathlib
 import re
 
 import numpy as np
@@ -19,19 +17,11 @@ import kiln.language as tl
 from kiln.codegen import nvjitlink
 from kiln.codegen.target import parse_target
 
+from bench_support import bench_kernels, needs_cuda
 from test_codegen_emulate import in_child
 
-BENCH = pathlib.Path(__file__).parent.parent / "bench"
 
-
-def _bench_kernels():
-    spec = importlib.util.spec_from_file_location("kiln_bench_kernels", BENCH / "kernels.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-_matmul = _bench_kernels().f16_acc_matmul_kernel  # C = A @ B^T in fp16, A [M, K] and B [N, K]
+_matmul = bench_kernels().f16_acc_matmul_kernel  # C = A @ B^T in fp16, A [M, K] and B [N, K]
 
 
 def _operand(rows, k, dtype):
@@ -105,16 +95,8 @@ def test_the_emulated_mma_rounds_the_sum_after_every_instruction(dtype_name):
     assert not np.array_equal(got, once)  # the inputs tell the two sums apart
 
 
-def _cuda() -> bool:
-    try:
-        import torch
-    except ImportError:
-        return False
-    return torch.cuda.is_available()
-
-
 @pytest.mark.gpu
-@pytest.mark.skipif(not _cuda(), reason="needs PyTorch and a CUDA GPU")
+@needs_cuda
 def test_fp16_accumulators_on_the_gpu_round_after_every_instruction():
     """16 products of 1 + 2^-9 a step: above 2048 each step's 2^-5 is lost, 4100 where fp32 summed
     and rounded once gives 4104. (fp8 is not checked so: on the H200 a chain of fp8 wgmmas into

@@ -10,6 +10,7 @@ import kiln.language as tl
 from kiln.codegen.passes import f32_dot_split
 from kiln.ir import parse_function
 
+from bench_support import needs_cuda
 from test_codegen_emulate import in_child
 
 
@@ -126,16 +127,8 @@ def test_the_interpreter_takes_the_bf16_precisions():
     np.testing.assert_allclose(c, a @ b, rtol=1e-5, atol=1e-5)
 
 
-def _cuda() -> bool:
-    try:
-        import torch
-    except ImportError:
-        return False
-    return torch.cuda.is_available()
-
-
 @pytest.mark.gpu
-@pytest.mark.skipif(not _cuda(), reason="needs PyTorch and a CUDA GPU")
+@needs_cuda
 @pytest.mark.parametrize("precision", ["tf32x3", "bf16x3", "bf16x6"])
 def test_the_parts_on_the_gpu_come_near_the_fp32_product(precision):
     import torch

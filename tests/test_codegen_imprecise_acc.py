@@ -3,8 +3,6 @@ k is summed from zero by the tensor cores, awaited, and added to the accumulator
 Triton does on Hopper (its "partial accumulator"); otherwise, and for other types, the whole K
 goes into one accumulator. The PTX is checked here; the GPU test checks the values (bench/kernels.py's
 `fp8_matmul_kernel`; bench/imprecise_acc.py compares its errors with Triton's)."""
-import importlib.util
-import pathlib
 import re
 
 import numpy as np
@@ -15,18 +13,10 @@ import kiln.language as tl
 from kiln.codegen import nvjitlink
 from kiln.codegen.target import parse_target
 
-
-BENCH = pathlib.Path(__file__).parent.parent / "bench"
-
-
-def _bench_kernels():
-    spec = importlib.util.spec_from_file_location("kiln_bench_kernels", BENCH / "kernels.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from bench_support import bench_kernels, needs_cuda
 
 
-_fp8_matmul = _bench_kernels().fp8_matmul_kernel  # C = A @ B^T, A [M, K] and B [N, K] (K-major)
+_fp8_matmul = bench_kernels().fp8_matmul_kernel  # C = A @ B^T, A [M, K] and B [N, K] (K-major)
 
 
 def _compiled(imprecise, dtype=tl.float8e4nv, bm=64, bn=64, bk=128):
@@ -62,16 +52,8 @@ def test_a_bound_past_the_dots_k_is_refused_as_triton_refuses_it():
         _compiled(256, bk=128)
 
 
-def _cuda() -> bool:
-    try:
-        import torch
-    except ImportError:
-        return False
-    return torch.cuda.is_available()
-
-
 @pytest.mark.gpu
-@pytest.mark.skipif(not _cuda(), reason="needs PyTorch and a CUDA GPU")
+@needs_cuda
 @pytest.mark.parametrize("imprecise", [0, 32, 128])
 def test_partial_accumulators_on_the_gpu_sum_what_numpy_sums(imprecise):
     """Small integers whose every partial sum fp32 and the tensor cores both hold exactly: the

@@ -3,8 +3,6 @@ weights) runs on the tensor cores with each operand in its own format, as Triton
 `mma.sync...e4m3.e5m2` (sm_89) and `wgmma...e4m3.e5m2` (sm_90a), no conversion to fp16 (which
 kiln did before: fp16 products at half fp8's rate). The kernels are bench/kernels.py's
 `fp8_matmul_kernel` (fp32 out) and `f16_acc_matmul_kernel` (fp16 accumulators)."""
-import importlib.util
-import pathlib
 import re
 
 import numpy as np
@@ -13,19 +11,11 @@ import pytest
 import kiln
 import kiln.language as tl
 
+from bench_support import bench_kernels, needs_cuda
 from test_codegen_emulate import in_child
 
-BENCH = pathlib.Path(__file__).parent.parent / "bench"
 
-
-def _bench_kernels():
-    spec = importlib.util.spec_from_file_location("kiln_bench_kernels", BENCH / "kernels.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-_kernels = _bench_kernels()
+_kernels = bench_kernels()
 PAIRS = [("float8e4nv", "float8e5"), ("float8e5", "float8e4nv")]
 PTX_KIND = {"float8e4nv": "e4m3", "float8e5": "e5m2"}
 
@@ -113,16 +103,8 @@ def test_the_interpreter_multiplies_mixed_fp8_as_numpy_does():
     np.testing.assert_allclose(c, a.astype(np.float64) @ b.astype(np.float64).T, rtol=1e-5, atol=1e-4)
 
 
-def _cuda() -> bool:
-    try:
-        import torch
-    except ImportError:
-        return False
-    return torch.cuda.is_available()
-
-
 @pytest.mark.gpu
-@pytest.mark.skipif(not _cuda(), reason="needs PyTorch and a CUDA GPU")
+@needs_cuda
 @pytest.mark.parametrize("a_type,b_type", [("float8_e4m3fn", "float8_e5m2"), ("float8_e5m2", "float8_e4m3fn")])
 def test_a_mixed_fp8_matmul_on_the_gpu_matches_torch(a_type, b_type):
     """Small integers: every product and partial sum exact in the tensor cores' fp8 accumulation too."""

@@ -63,10 +63,11 @@ def bits_of(t) -> int:
     return 64 if s.is_ptr() else (8 if s.name == "int1" else s.primitive_bitwidth)
 
 
-
 def half_words(lw, halves: list) -> list:
     """fp16 registers as f16x2 words (i32s), consecutive pairs, the first in the low half: how
     the tensor cores take and give fp16 accumulators (an accumulator's columns 2t and 2t + 1)."""
+    if len(halves) % 2:
+        raise ValueError(f"{len(halves)} fp16 registers do not pair into f16x2 words")
     words = []
     for lo, hi in zip(halves[::2], halves[1::2]):
         pair = ir.Constant(ir.VectorType(F16, 2), ir.Undefined)

@@ -17,7 +17,7 @@ import warnings
 import numpy as np
 
 from kiln.ir import Block, Builder
-from kiln.ir.ops import PREDICATE_OPS
+from kiln.ir.ops import PREDICATE_OPS, mixed_fp8
 from kiln.ir.types import (
     block_type, dtype, float16, float32, float64, int1, int32, int64, is_power_of_two, pointer_type,
     scalar_of, uint32, uint64, with_shape,
@@ -1188,7 +1188,7 @@ def dot(a, b, acc=None, input_precision=None, allow_tf32=None, max_num_imprecise
     while sa[-1] < min_k:  # below what a tensor-core instruction takes: zeros added along K change no sum
         a, b = _pad_k(a, b)
         sa, sb = a.type.shape, b.type.shape
-    if a.dtype != b.dtype and not (_ocp_fp8(a.dtype) and _ocp_fp8(b.dtype)):  # e4m3 x e5m2 stays fp8, as Triton
+    if a.dtype != b.dtype and not mixed_fp8(a.dtype, b.dtype):  # e4m3 x e5m2 stays fp8, as on Triton
         if a.dtype.is_floating() and b.dtype.is_floating():
             t = computation_type(a.dtype, False, b.dtype, False, False)
             a, b = cast(a, t), cast(b, t)
@@ -1220,11 +1220,6 @@ def dot(a, b, acc=None, input_precision=None, allow_tf32=None, max_num_imprecise
         if a.dtype.is_fp8() and b.dtype.is_fp8() and attrs["max_num_imprecise_acc"] > sa[-1]:
             raise ValueError(f"max_num_imprecise_acc ({attrs['max_num_imprecise_acc']}) must be <= K ({sa[-1]})")
     return _emit("dot", [a, b, acc], acc.type, **attrs)
-
-
-def _ocp_fp8(t) -> bool:
-    """e4m3 (fp8e4nv) or e5m2 (fp8e5): the tensor cores take any pair of them in one dot."""
-    return t.is_fp8() and t.name in ("fp8e4nv", "fp8e5")
 
 
 def _batched_dot(a, b, acc, input_precision, allow_tf32, max_num_imprecise_acc, out_dtype):
