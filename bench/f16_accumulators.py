@@ -87,7 +87,7 @@ def main():
         import triton
         results = {"gpu": gpu, "date": datetime.date.today().isoformat(), "torch": torch.__version__,
                    "triton_version": triton.__version__, "rows": rows}
-        results_file.save(args.out, results_file.stem(results["date"], gpu, "f16-accumulators"), results, text)
+        results_file.save_today(args.out, "f16-accumulators", results, text)
 
 
 if __name__ == "__main__":

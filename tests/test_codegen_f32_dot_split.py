@@ -5,30 +5,18 @@ differs from both a plain tf32 product and the exact one)."""
 import numpy as np
 import pytest
 
-import kiln
-import kiln.language as tl
 from kiln.codegen.passes import f32_dot_split
 from kiln.ir import parse_function
 
 from bench_support import needs_cuda
 from test_codegen_emulate import in_child
-
-
-@kiln.jit
-def _matmul(a_ptr, b_ptr, c_ptr, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, PRECISION: tl.constexpr):
-    rm, rn, rk = tl.arange(0, BM), tl.arange(0, BN), tl.arange(0, BK)
-    acc = tl.zeros((BM, BN), tl.float32)
-    for k in range(0, K, BK):
-        a = tl.load(a_ptr + rm[:, None] * K + (k + rk)[None, :])
-        b = tl.load(b_ptr + (k + rk)[:, None] * BN + rn[None, :])
-        acc = tl.dot(a, b, acc, input_precision=PRECISION)
-    tl.store(c_ptr + rm[:, None] * BN + rn[None, :], acc)
+from test_codegen_gpu_stage import _fp32_matmul
 
 
 def _compiled(precision, target="sm_90a", k=64, bm=64, bn=64):
-    f = np.zeros((64, 64), np.float32)
-    return _matmul.warmup(f, f, f, k, BM=bm, BN=bn, BK=32, PRECISION=precision, grid=(1,), target=target,
-                          num_warps=4, num_stages=3)
+    f = np.zeros((64, 64), np.float32)  # B N-major: strides (BN, 1)
+    return _fp32_matmul.warmup(f, f, f, k, bn, 1, BM=bm, BN=bn, BK=32, PRECISION=precision, grid=(1,), target=target,
+                               num_warps=4, num_stages=3)
 
 
 @pytest.mark.parametrize("precision,dots,operands", [
@@ -105,7 +93,7 @@ def _emulated(precision):
     rng = np.random.default_rng(8)
     a, b = rng.standard_normal((64, 64)).astype(np.float32), rng.standard_normal((64, 64)).astype(np.float32)
     c = np.zeros((64, 64), np.float32)
-    run_on_cpu(parse_function(_compiled(precision).asm["kir"]), (1,), [a, b, c, 64], num_warps=4)
+    run_on_cpu(parse_function(_compiled(precision).asm["kir"]), (1,), [a, b, c, 64, 64, 1], num_warps=4)
     return a, b, c
 
 
@@ -123,7 +111,7 @@ def test_the_interpreter_takes_the_bf16_precisions():
     rng = np.random.default_rng(9)
     a, b = rng.standard_normal((32, 32)).astype(np.float32), rng.standard_normal((32, 32)).astype(np.float32)
     c = np.zeros((32, 32), np.float32)
-    _matmul[(1,)](a, b, c, 32, BM=32, BN=32, BK=32, PRECISION="bf16x6")
+    _fp32_matmul[(1,)](a, b, c, 32, 32, 1, BM=32, BN=32, BK=32, PRECISION="bf16x6")
     np.testing.assert_allclose(c, a @ b, rtol=1e-5, atol=1e-5)
 
 
@@ -135,9 +123,11 @@ def test_the_parts_on_the_gpu_come_near_the_fp32_product(precision):
     gen = torch.Generator().manual_seed(10)
     a, b = torch.randn(128, 512, generator=gen), torch.randn(512, 64, generator=gen)
     c = torch.zeros(128, 64, device="cuda")
-    _matmul[(1,)](a.cuda(), b.cuda(), c, 512, BM=128, BN=64, BK=32, PRECISION=precision, num_warps=4, num_stages=3)
+    _fp32_matmul[(1,)](a.cuda(), b.cuda(), c, 512, 64, 1, BM=128, BN=64, BK=32, PRECISION=precision, num_warps=4,
+                       num_stages=3)
     exact = a.double() @ b.double()
     tf32 = torch.zeros(128, 64, device="cuda")
-    _matmul[(1,)](a.cuda(), b.cuda(), tf32, 512, BM=128, BN=64, BK=32, PRECISION="tf32", num_warps=4, num_stages=3)
+    _fp32_matmul[(1,)](a.cuda(), b.cuda(), tf32, 512, 64, 1, BM=128, BN=64, BK=32, PRECISION="tf32", num_warps=4,
+                       num_stages=3)
     err, err_tf32 = (c.cpu().double() - exact).abs().max(), (tf32.cpu().double() - exact).abs().max()
     assert err * 20 < err_tf32, (err, err_tf32)

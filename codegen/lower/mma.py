@@ -33,8 +33,7 @@ from .types import F32, I8, I32, VOID, GENERIC_PTR, SHARED_PTR, half_words, reg_
 from .wgmma import tile_offset
 
 _KIND = {"fp16": "f16", "bf16": "bf16", "int8": "s8", "fp32": "tf32", "fp8e4nv": "e4m3", "fp8e5": "e5m2"}
-_SHAPE = {"s8": ("m16n8k32", "s32.s8.s8.s32"), "tf32": ("m16n8k8", "f32.tf32.tf32.f32"),
-          "e4m3": ("m16n8k32", "f32.e4m3.e4m3.f32"), "e5m2": ("m16n8k32", "f32.e5m2.e5m2.f32")}
+_SHAPE = {"s8": "m16n8k32", "tf32": "m16n8k8", "e4m3": "m16n8k32", "e5m2": "m16n8k32"}  # else m16n8k16
 
 
 class _Operand:
@@ -284,10 +283,8 @@ def _mma(lw, kinds, a, b, c, f16_acc=False):
         buf.type = GENERIC_PTR
         lw.b.call(fn, [buf] + a + b + c)
         return [lw.b.load(lw.b.gep(buf, [lw.i32(i)], source_etype=acc), typ=acc) for i in range(4)]
-    shape, types = _SHAPE.get(kind, ("m16n8k16", f"f32.{kind}.{kind}.f32"))
-    if kinds[1] != kind:  # e4m3 x e5m2
-        types = f"f32.{kinds[0]}.{kinds[1]}.f32"
-    text = (f"mma.sync.aligned.{shape}.row.col.{types} "
+    d = "s32" if kind == "s8" else "f32"
+    text = (f"mma.sync.aligned.{_SHAPE.get(kind, 'm16n8k16')}.row.col.{d}.{kinds[0]}.{kinds[1]}.{d} "
             "{$0, $1, $2, $3}, {$4, $5, $6, $7}, {$8, $9}, {$10, $11, $12, $13};")
     con = "r" if kind == "s8" else "f"
     cons = ",".join([f"={con}"] * 4 + ["r"] * 6 + ["0", "1", "2", "3"])
@@ -304,8 +301,7 @@ def _mma_words(lw, kinds, a, b, c):
         buf.type = GENERIC_PTR
         lw.b.call(fn, [buf] + a + b + c)
         return [lw.b.load(lw.b.gep(buf, [lw.i32(i)], source_etype=I32), typ=I32) for i in range(2)]
-    shape = _SHAPE.get(kinds[0], ("m16n8k16",))[0]
-    text = (f"mma.sync.aligned.{shape}.row.col.f16.{kinds[0]}.{kinds[1]}.f16 "
+    text = (f"mma.sync.aligned.{_SHAPE.get(kinds[0], 'm16n8k16')}.row.col.f16.{kinds[0]}.{kinds[1]}.f16 "
             "{$0, $1}, {$2, $3, $4, $5}, {$6, $7}, {$8, $9};")
     cons = ",".join(["=r"] * 2 + ["r"] * 6 + ["0", "1"])
     fty = ir.FunctionType(ir.LiteralStructType([I32] * 2), [I32] * 8)
