@@ -1,0 +1,126 @@
+"""Dots whose operands are not plain fp16: fp32 at each of Triton's NVIDIA input precisions (tf32,
+the split tf32x3 / bf16x3 / bf16x6, ieee) and fp8 with each operand in its own format (e4m3 x e5m2
+beside e4m3 x e4m3), on kiln and on upstream Triton, same source (bench/kernels.py
+`precision_matmul_kernel`, `fp8_matmul_kernel`) and inputs. Prints each one's speed (TFLOP/s, the
+same configs tried for each, the fastest kept), its error against the exact sum and whether kiln's
+result equals Triton's bit for bit.
+
+    python bench/dot_formats.py [--size 4096] [--out DIR]
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import results_file  # noqa: E402
+from run import fastest, interleaved, load_kernels  # noqa: E402
+
+PRECISIONS = ["tf32", "tf32x3", "bf16x3", "bf16x6", "ieee"]
+# (BLOCK_M, BLOCK_N, BLOCK_K, num_warps), 3 stages; BLOCK_K counts elements (fp32: 32, fp8: 128)
+FP32_CONFIGS = [(128, 128, 32, 8), (128, 128, 32, 4), (128, 256, 32, 8), (64, 128, 32, 4)]
+FP8_CONFIGS = [(128, 128, 128, 8), (128, 256, 128, 8), (128, 128, 128, 4), (64, 128, 128, 4)]
+
+
+def fp32_launcher(lib, a, b, c, precision, cfg):
+    bm, bn, bk, warps = cfg
+    M, K = a.shape
+    N = b.shape[1]
+
+    def go():
+        lib.precision_matmul_kernel[(M // bm, N // bn)](a, b, c, M, N, K, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk,
+                                                        PRECISION=precision, num_warps=warps, num_stages=3)
+    return go
+
+
+def fp8_launcher(lib, a, b, c, cfg):
+    bm, bn, bk, warps = cfg
+    M, K = a.shape
+    N = b.shape[0]
+
+    def go():
+        lib.fp8_matmul_kernel[(M // bm, N // bn)](a, b, c, M, N, K, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, IMPRECISE=0,
+                                                  num_warps=warps, num_stages=3)
+    return go
+
+
+def compare(libs, make, exact, configs, flops):
+    """Each library's fastest config, its error relative to max |exact| and its TFLOP/s (timed in
+    turns), and whether the two results are equal bit for bit. `make(lib, c, cfg)` is a launch."""
+    peak = exact.abs().max().item()
+    row, outs, timed = {}, {}, {}
+    for name, lib in libs.items():
+        best = fastest(lambda cfg: make(lib, torch.empty(exact.shape, device="cuda"), cfg), configs)
+        c = torch.zeros(exact.shape, device="cuda")
+        make(lib, c, best[1])()
+        outs[name] = c.cpu()
+        err = (outs[name].double() - exact).abs() / peak
+        row[name] = {"config": list(best[1]), "max_error": err.max().item(), "mean_error": err.mean().item()}
+        timed[name] = make(lib, torch.empty(exact.shape, device="cuda"), best[1])
+    ms = interleaved(timed)
+    for name in libs:
+        row[name]["tflops"] = flops / ms[name] * 1e-9
+    row["bitwise_equal"] = bool(torch.equal(outs["kiln"], outs["triton"]))
+    return row
+
+
+def fp32_rows(libs, size):
+    gen = torch.Generator().manual_seed(11)
+    a = torch.randn(size, size, generator=gen)
+    b = torch.randn(size, size, generator=gen)
+    exact = a.double() @ b.double()
+    ad, bd = a.cuda(), b.cuda()
+    rows = []
+    for precision in PRECISIONS:
+        row = compare(libs, lambda lib, c, cfg: fp32_launcher(lib, ad, bd, c, precision, cfg), exact, FP32_CONFIGS,
+                      2 * size ** 3)
+        rows.append({"operands": f"fp32 {precision}", **row})
+    return rows
+
+
+def fp8_rows(libs, size):
+    gen = torch.Generator().manual_seed(13)
+    a = torch.randn(size, size, generator=gen).to(torch.float8_e4m3fn)
+    rows = []
+    for b_type in (torch.float8_e4m3fn, torch.float8_e5m2):
+        b = torch.randn(size, size, generator=gen).to(b_type)
+        exact = a.double() @ b.double().T
+        ad, bd = a.cuda(), b.cuda()
+        row = compare(libs, lambda lib, c, cfg: fp8_launcher(lib, ad, bd, c, cfg), exact, FP8_CONFIGS, 2 * size ** 3)
+        rows.append({"operands": f"e4m3 x {'e4m3' if b_type == torch.float8_e4m3fn else 'e5m2'}", **row})
+    return rows
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--size", type=int, default=4096)
+    parser.add_argument("--out")
+    args = parser.parse_args()
+    libs = {flavour: load_kernels(flavour) for flavour in ("kiln", "triton")}
+    rows = fp32_rows(libs, args.size) + fp8_rows(libs, args.size)
+    gpu = torch.cuda.get_device_name()
+    lines = [f"## dots by operand format, {gpu}, {datetime.date.today().isoformat()}", "",
+             f"M = N = K = {args.size}, randn inputs, fp32 C (fp32: A @ B, fp8: A @ B^T); error relative to max |C|", "",
+             "| operands | kiln TFLOP/s | Triton TFLOP/s | kiln / Triton | kiln == Triton | kiln max error | "
+             "Triton max error | configs kiln / Triton |",
+             "|---|---:|---:|---:|---|---:|---:|---|"]
+    for r in rows:
+        k, t = r["kiln"], r["triton"]
+        lines.append(f"| {r['operands']} | {k['tflops']:.0f} | {t['tflops']:.0f} | {k['tflops'] / t['tflops']:.2f} | "
+                     f"{r['bitwise_equal']} | {k['max_error']:.2e} | {t['max_error']:.2e} | "
+                     f"{k['config']} / {t['config']} |")
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if args.out:
+        import triton
+        results = {"gpu": gpu, "date": datetime.date.today().isoformat(), "torch": torch.__version__,
+                   "triton_version": triton.__version__, "rows": rows}
+        results_file.save_today(args.out, "dot-formats", results, text)
+
+
+if __name__ == "__main__":
+    main()
