@@ -46,6 +46,11 @@ def _tf32_rna(x):
     return np.where(np.isnan(x), x, rounded)
 
 
+def _tf32_read(x):
+    """An fp32 operand as the tensor cores read it at tf32: its low 13 mantissa bits dropped."""
+    return (x.view(np.uint32) & 0xFFFFE000).view(np.float32).astype(np.float64)
+
+
 def _mma(a, b, acc, k_step, operand):
     """The tensor cores' sum: each instruction's k_step products exact (operands read as `operand`
     reads them), the running sum rounded to fp32 after each."""
@@ -66,8 +71,7 @@ def _split_dot(a, b, precision):
     import ml_dtypes
     zero = np.zeros((a.shape[0], b.shape[1]), np.float32)
     if precision == "tf32x3":
-        tf32 = lambda x: (x.view(np.uint32) & 0xFFFFE000).view(np.float32).astype(np.float64)  # noqa: E731
-        dot = lambda x, y, acc: _mma(x, y, acc, 8, tf32)  # noqa: E731
+        dot = lambda x, y, acc: _mma(x, y, acc, 8, _tf32_read)  # noqa: E731
         a_big, b_big = _tf32_rna(a), _tf32_rna(b)
         a_small, b_small = a - a_big, b - b_big
         d = dot(a_big, b_small, dot(a_small, b_big, zero))
@@ -102,9 +106,22 @@ def test_the_emulated_parts_sum_as_the_model_does(precision):
     a, b, got = in_child(_emulated, precision, timeout=300)
     np.testing.assert_array_equal(got, _model(a, b, precision))
     exact = a.astype(np.float64) @ b.astype(np.float64)
-    tf32_alone = _mma(a, b, np.zeros_like(got), 8, lambda x: (x.view(np.uint32) & 0xFFFFE000).view(np.float32)
-                      .astype(np.float64))
+    tf32_alone = _mma(a, b, np.zeros_like(got), 8, _tf32_read)
     assert np.abs(got - exact).max() * 20 < np.abs(tf32_alone - exact).max()  # the parts recover fp32's bits
+
+
+def test_a_tf32_dot_of_an_n_major_b_sums_as_the_tensor_cores_do():
+    """B [K, N] row-major reaches the tensor cores through K-major ring tiles filled element by
+    element (tf32 reads K-major only): the emulator's sum is theirs, 8 of K per instruction."""
+    a, b, got = in_child(_emulated, "tf32", timeout=300)
+    np.testing.assert_array_equal(got, _mma(a, b, np.zeros_like(got), 8, _tf32_read))
+
+
+@pytest.mark.parametrize("target,instruction", [("sm_80", "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"),
+                                                ("sm_90a", "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32")])
+def test_an_n_major_tf32_b_is_copied_ahead_element_by_element(target, instruction):
+    ptx = _compiled("tf32", target=target).asm["ptx"]
+    assert instruction in ptx and "cp.async.ca.shared.global" in ptx and ", 4;" in ptx
 
 
 def test_the_interpreter_takes_the_bf16_precisions():
@@ -126,8 +143,6 @@ def test_the_parts_on_the_gpu_come_near_the_fp32_product(precision):
     _fp32_matmul[(1,)](a.cuda(), b.cuda(), c, 512, 64, 1, BM=128, BN=64, BK=32, PRECISION=precision, num_warps=4,
                        num_stages=3)
     exact = a.double() @ b.double()
-    tf32 = torch.zeros(128, 64, device="cuda")
-    _fp32_matmul[(1,)](a.cuda(), b.cuda(), tf32, 512, 64, 1, BM=128, BN=64, BK=32, PRECISION="tf32", num_warps=4,
-                       num_stages=3)
-    err, err_tf32 = (c.cpu().double() - exact).abs().max(), (tf32.cpu().double() - exact).abs().max()
+    tf32 = torch.from_numpy(_mma(a.numpy(), b.numpy(), np.zeros((128, 64), np.float32), 8, _tf32_read))
+    err, err_tf32 = (c.cpu().double() - exact).abs().max(), (tf32.double() - exact).abs().max()
     assert err * 20 < err_tf32, (err, err_tf32)

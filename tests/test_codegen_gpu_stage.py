@@ -536,12 +536,13 @@ def _fp32_matmul(A, B, C, K, sbk, sbn, BM: tl.constexpr, BN: tl.constexpr, BK: t
     tl.store(C + rm[:, None] * BN + rn[None, :], acc)
 
 
-@pytest.mark.parametrize("b_k_major,precision,wgmma", [(True, "tf32", True), (False, "tf32", False),
+@pytest.mark.parametrize("b_k_major,precision,wgmma", [(True, "tf32", True), (False, "tf32", True),
                                                        (True, "ieee", False), (True, "tf32x3", True)])
-def test_fp32_dots_run_on_wgmma_as_tf32_when_asked_and_k_major(b_k_major, precision, wgmma):
-    """tl.dot's default for fp32 is one tf32 product: wgmma's .tf32 reads K-major tiles
-    only (no transpose flags), so B N-major and the exact precision (ieee) keep the FMA path;
-    tf32x3 is three tf32 products of split operands (f32_dot_split)."""
+def test_fp32_dots_run_on_wgmma_as_tf32_when_asked(b_k_major, precision, wgmma):
+    """tl.dot's default for fp32 is one tf32 product; the exact precision (ieee) keeps the
+    FMA path; tf32x3 is three tf32 products of split operands (f32_dot_split). wgmma's .tf32
+    reads K-major tiles only (no transpose flags): an N-major B is copied into K-major ring
+    tiles element by element (4-byte cp.async), A's rows 16 bytes at a time."""
     x = np.zeros((64, 64), np.float32)
     strides = (1, 256) if b_k_major else (128, 1)
     ptx = _fp32_matmul.warmup(x, x, x, 256, *strides, BM=64, BN=128, BK=32, PRECISION=precision, num_warps=4,
@@ -550,6 +551,8 @@ def test_fp32_dots_run_on_wgmma_as_tf32_when_asked_and_k_major(b_k_major, precis
     if wgmma:
         assert re.search(r"m64n128k8\.f32\.tf32\.tf32 \{[^}]*\}, %rd\d+, %rd\d+, p, 1, 1;", ptx)
         assert "cp.async.cg.shared.global" in ptx and "ld.local" not in ptx
+    if precision == "tf32":
+        assert ("cp.async.ca.shared.global" in ptx) == (not b_k_major)
 
 
 def test_wgmma_descriptors_are_32_bit_words_plus_constant_k_steps():

@@ -78,8 +78,27 @@ def copy_layout(ctx, op, have):
     recomputed in it)."""
     ptr, tile = op.operands[:2]
     inner = tile.type.order[0]
+    order, vec = memory_width(ctx, op)
+    if order[0] != inner and tile.type.element_ty.itemsize == 4:
+        return _element_copy_layout(ptr.type.shape, inner, ctx.num_warps)
     if isinstance(have, Blocked) and have.order[0] == inner:
         return have
-    order, vec = memory_width(ctx, op)
     vec = max(1, min(vec, ptr.type.numel // (32 * ctx.num_warps)))
     return blocked_for(ptr.type.shape, (inner, 1 - inner), vec, ctx.num_warps)
+
+
+def _element_copy_layout(shape, inner, num_warps):
+    """Copies of single 32-bit elements into a tile whose inner dim (`inner`) is not memory's
+    contiguous one (smem_plan stores a tf32 operand K-major so): per warp 8 lanes along memory's
+    contiguous dim, 32 bytes of each row it reads, by 4 lanes along the tile's inner dim, so that
+    one copy's 32 words land in 4 consecutive words of 8 swizzled rows: 32 banks."""
+    outer = 1 - inner
+    tpw = [1, 1]
+    tpw[outer] = min(8, shape[outer])
+    tpw[inner] = 32 // tpw[outer]
+    wpc, warps = [1, 1], num_warps
+    for d in (outer, inner):
+        wpc[d] = min(warps, max(1, shape[d] // tpw[d]))
+        warps //= wpc[d]
+    wpc[inner] *= warps
+    return Blocked((1, 1), tuple(tpw), tuple(wpc), (outer, inner))

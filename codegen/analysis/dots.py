@@ -5,6 +5,8 @@ are staged, and lowering emits mma.sync or FMAs as that says.
 """
 from __future__ import annotations
 
+from ..scratch_bytes import scalar_bytes
+
 
 def fp8_mma(ctx) -> bool:
     """Does the target have mma.sync on fp8 (e4m3, e5m2; sm_89 on, PTX 8.4)? The CPU
@@ -58,6 +60,23 @@ def mma_staging(op) -> tuple[int, int, bool, int, int]:
     b_stride = (N if b_row_major else K) + PAD_BYTES // size
     a_bytes = M * a_stride * size
     return a_stride, b_stride, b_row_major, a_bytes, a_bytes + (K if b_row_major else N) * b_stride * size
+
+
+def fma_staging(op) -> tuple[int, int, int, int]:
+    """How a dot run on FMAs stages its operands in shared memory, elements as registers hold
+    them: (k elements per A read, A row stride, A bytes, A + B bytes). Each thread reads its rows
+    of A a vector of k at a time (16 bytes, or the largest power of two of elements dividing K),
+    so A is row-major with rows padded by those 16 bytes (the rows a warp reads at one k then
+    start 4 banks apart, not on one bank); B is row-major [K, N] as it is."""
+    a, b = op.operands[:2]
+    K = a.type.shape[-1]
+    size = scalar_bytes(a.type)
+    k_vec = 1
+    while k_vec * 2 * size <= 16 and K % (k_vec * 2) == 0:
+        k_vec *= 2
+    a_stride = K + (PAD_BYTES // size if k_vec * size == 16 else 0)
+    a_bytes = a.type.numel // K * a_stride * size
+    return k_vec, a_stride, a_bytes, a_bytes + b.type.numel * scalar_bytes(b.type)
 
 
 def staging_end(fn) -> int:

@@ -12,7 +12,7 @@ from kiln.ir.ops import ELEMENTWISE_OPS
 from kiln.ir.types import block_type
 
 from ..scratch_bytes import conversion_bytes, reduce_scratch_bytes, scalar_bytes, scan_scratch_bytes
-from .dots import mma_staging, staging_end
+from .dots import fma_staging, mma_staging, staging_end
 from .shared_buffers import buffers_live_at, reserved_bytes
 
 # Ops whose lowering touches no shared memory (their operands arrive in the layouts they read).
@@ -58,12 +58,6 @@ def _encoded(v) -> bool:
     return isinstance(v.type, block_type) and v.type.encoding is not None
 
 
-def fma_staging_bytes(op) -> int:
-    """Bytes a dot run on FMAs stages A and B in (row-major, elements as registers hold them)."""
-    a, b = op.operands[:2]
-    return a.type.numel * scalar_bytes(a.type) + b.type.numel * scalar_bytes(b.type)
-
-
 def scratch_extent(fn) -> int:
     """How far past the scratch area's start lowering's transient uses reach: each planned one to
     the end of its plan (scratch_barriers' `scratch` attrs), and from the start, those it does not
@@ -77,7 +71,7 @@ def scratch_extent(fn) -> int:
         if plan:
             nbytes = plan[0] + plan[1]
         elif op.name == "dot" and op.attrs.get("engine") == "fma":
-            nbytes = fma_staging_bytes(op)
+            nbytes = fma_staging(op)[-1]
         elif op.name == "dot" and op.attrs.get("engine") == "mma" and "staging" not in op.attrs:
             nbytes = mma_staging(op)[-1]
         elif op.name in ("atomic_rmw", "atomic_cas") and op.results[0] in used:

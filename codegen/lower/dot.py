@@ -17,6 +17,8 @@ from .context import LoweringError
 from .elementwise import cast_value
 from .shared import elem_bytes, flats_of, load_elements, store_elements
 from .types import reg_type
+from ..analysis.access import register_run
+from ..analysis.dots import fma_staging
 
 
 def _dot(lw, op):
@@ -36,23 +38,25 @@ def _dot(lw, op):
     s_acc = float32 if s_out.name in ("fp16", "bf16") else s_out
     acc_regs = [cast_value(lw, r, s_out, s_acc) for r in lw.regs(acc, layout)]
     a_ty, b_ty = reg_type(a.type), reg_type(b.type)
-    a_bytes = a.type.numel * elem_bytes(a_ty)
-    base = lw.smem(a_bytes + b.type.numel * elem_bytes(b_ty))
-    store_elements(lw, base, a_ty, lw.regs(a), flats_of(lw, lw.layout(a), a.type.shape))
+    k_vec, a_stride, a_bytes, total = fma_staging(op)
+    base = lw.smem(total)
+
+    def a_flat(idx):  # row (batch * M + m) of A's padded rows
+        row = lw.b.add(lw.b.mul(idx[0], lw.i32(M)), idx[1]) if batched else idx[0]
+        return lw.b.add(lw.b.mul(row, lw.i32(a_stride)), idx[-1])
+    store_elements(lw, base, a_ty, lw.regs(a), [a_flat(idx) for idx in lw.indices(lw.layout(a), a.type.shape)])
     store_elements(lw, base, b_ty, lw.regs(b), flats_of(lw, lw.layout(b), b.type.shape), a_bytes)
     lw.barrier()
 
     offsets = layout.offsets(out.type.shape)
     indices = lw.indices(layout, out.type.shape)
-    rows, cols = OrderedDict(), OrderedDict()
+    rows, cols = OrderedDict(), OrderedDict()  # the thread's rows of A and columns of B, by offset
     for off, idx in zip(offsets, indices):
-        # a row of A starts at (batch*M + m)*K, a column of B at batch*K*N + n
-        if batched:
-            rows.setdefault(off[:2], lw.b.add(lw.b.mul(idx[0], lw.i32(M)), idx[1]))
-            cols.setdefault((off[0], off[2]), (lw.b.mul(idx[0], lw.i32(K)), idx[2]))
-        else:
-            rows.setdefault(off[:1], idx[0])
-            cols.setdefault(off[1:], (lw.i32(0), idx[1]))
+        # a row of A starts at (batch*M + m) * a_stride, a column of B at batch*K*N + n
+        rows.setdefault(off[:-1], a_flat(list(idx[:-1]) + [lw.i32(0)]))
+        cols.setdefault((off[0], off[-1]) if batched else off[-1:],
+                        lw.b.add(lw.b.mul(idx[0], lw.i32(K * N)), idx[-1]) if batched else idx[-1])
+    n_vec = _column_run(layout, len(out.type.shape), N, elem_bytes(b_ty))
 
     pre = lw.b.block
     loop = lw.llfn.append_basic_block("dot.k")
@@ -64,30 +68,60 @@ def _dot(lw, op):
     phis = [lw.b.phi(r.type) for r in acc_regs]
     for p, r in zip(phis, acc_regs):
         p.add_incoming(r, pre)
-    a_vals = {}
-    for off, row in rows.items():
-        (v,) = load_elements(lw, base, a_ty, [lw.b.add(lw.b.mul(row, lw.i32(K)), k)])
-        a_vals[off] = cast_value(lw, v, s_a, s_acc)
+    # k_vec steps of k per trip: each row's k_vec elements in one load, each run of n_vec columns in one
+    a_vals = {off: [cast_value(lw, v, s_a, s_acc) for v in _load_run(lw, base, a_ty, lw.b.add(row, k), k_vec)]
+              for off, row in rows.items()}
     b_vals = {}
-    for off, (krow0, col) in cols.items():
-        krow = lw.b.add(krow0, k)
-        (v,) = load_elements(lw, base, b_ty, [lw.b.add(lw.b.mul(krow, lw.i32(N)), col)], a_bytes)
-        b_vals[off] = cast_value(lw, v, s_b, s_acc)
+    for j in range(k_vec):
+        k_row = lw.b.mul(lw.b.add(k, lw.i32(j)), lw.i32(N))
+        for off, col in cols.items():
+            if (off[-1] % n_vec) == 0:
+                run = _load_run(lw, base, b_ty, lw.b.add(k_row, col), n_vec, a_bytes)
+                for e, v in enumerate(run):
+                    b_vals[(j, off[:-1] + (off[-1] + e,))] = cast_value(lw, v, s_b, s_acc)
     new = []
     for p, off in zip(phis, offsets):
-        x, y = (a_vals[off[:2]], b_vals[(off[0], off[2])]) if batched else (a_vals[off[:1]], b_vals[off[1:]])
-        if s_acc.is_floating():
-            fma = lw.intrinsic(f"llvm.fma.{ {'fp32': 'f32', 'fp64': 'f64', 'fp16': 'f16'}[s_acc.name] }", p.type, [p.type] * 3)
-            new.append(lw.b.call(fma, [x, y, p]))
-        else:
-            new.append(lw.b.add(p, lw.b.mul(x, y)))
-    k_next = lw.b.add(k, lw.i32(1))
+        row, col = off[:-1], ((off[0], off[-1]) if batched else off[-1:])
+        value = p
+        for j in range(k_vec):
+            x, y = a_vals[row][j], b_vals[(j, col)]
+            if s_acc.is_floating():
+                fma = lw.intrinsic(f"llvm.fma.{ {'fp32': 'f32', 'fp64': 'f64', 'fp16': 'f16'}[s_acc.name] }", p.type,
+                                   [p.type] * 3)
+                value = lw.b.call(fma, [x, y, value])
+            else:
+                value = lw.b.add(value, lw.b.mul(x, y))
+        new.append(value)
+    k_next = lw.b.add(k, lw.i32(k_vec))
     k.add_incoming(k_next, loop)
     for p, v in zip(phis, new):
         p.add_incoming(v, loop)
     lw.b.cbranch(lw.b.icmp_unsigned("<", k_next, lw.i32(K)), loop, done)
     lw.b.position_at_end(done)
     lw.bind(out, [cast_value(lw, v, s_acc, s_out) for v in new], layout)  # K >= 1, so the loop ran and its last values are the result
+
+
+def _column_run(layout, rank, N, size) -> int:
+    """Columns of B a thread reads in one load: the accumulator layout's runs along N (each
+    starting at a multiple of its length), at most 16 bytes, dividing N (so every row's run is
+    as aligned as the first's)."""
+    d, run = register_run(layout)
+    if d != rank - 1:
+        return 1
+    run = min(run, max(1, 16 // size))
+    while N % run:
+        run //= 2
+    return max(1, run)
+
+
+def _load_run(lw, base, elem_ty, flat, n, byte_offset=0):
+    """The n elements from flat index `flat` on (n a power of two, the address n elements
+    aligned): one vector load."""
+    if n == 1:
+        return load_elements(lw, base, elem_ty, [flat], byte_offset)
+    ptr = lw.smem_ptr(base, elem_ty, flat, byte_offset)
+    vec = lw.b.load(ptr, typ=ir.VectorType(elem_ty, n), align=n * elem_bytes(elem_ty))
+    return [lw.b.extract_element(vec, lw.i32(i)) for i in range(n)]
 
 
 def _mma_dot(lw, op):

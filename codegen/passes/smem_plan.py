@@ -114,27 +114,33 @@ def _transposed_load(v, body):
     return src if src is not None and src.parent is body and src.name in ("load", "descriptor_load") else None
 
 
-def _ring_swizzle(load, role, transposed, instr_extent, ctx):
-    """The widest swizzle with which a dot can read the loaded tile as its `role` ("a" is
-    [M, K], "b" is [K, N]; `transposed` when it reads tl.trans of the load), or None.
+def _ring_tile(load, role, transposed, instr_extent, ctx):
+    """(swizzle, inner): the widest swizzle with which a dot can read the loaded tile as its
+    `role` ("a" is [M, K], "b" is [K, N]; `transposed` when it reads tl.trans of the load) and
+    the load's dim stored innermost in the ring's tile; None where no ring serves.
 
-    The tile is stored with the pointer's contiguous dim inner. K-major reads (the read
-    view's K inner) work for every input type; M/N-major ones for 16-bit types, with
-    swizzle rows no wider than what one instruction reads."""
+    The tile is stored with the pointer's contiguous dim inner where the dot can read it so:
+    K-major reads (the read view's K inner) for every input type, M/N-major ones for 16-bit
+    types, with swizzle rows no wider than what one instruction reads. A 32-bit operand
+    contiguous along M or N (a tf32 B [K, N] in row-major memory) is stored K-major instead,
+    element by element (cp.async's smallest copy is one such element): wgmma reads tf32
+    K-major only, and so the dot stays on the tensor cores, as Triton's does."""
     t = load.results[0].type
     elem = scalar_of(t)
     order, vec = ((1, 0), 16) if is_tma(load) else _copy_width(load, ctx)
     if vec * elem.itemsize < 4:  # cp.async moves 4, 8 or 16 bytes
         return None
-    inner = order[0] if not transposed else 1 - order[0]  # in the dot's view
-    k_inner = (role == "a" and inner == 1) or (role == "b" and inner == 0)
-    if not k_inner and elem.name not in TRANSPOSABLE:
-        return None
-    row_bytes = t.shape[order[0]] * elem.itemsize
-    if not k_inner:
+    k_dim = (1 if role == "a" else 0) ^ int(transposed)  # K in the load's dims
+    inner = order[0]
+    if inner != k_dim and elem.name not in TRANSPOSABLE:
+        if is_tma(load) or elem.itemsize != 4:
+            return None
+        inner = k_dim
+    row_bytes = t.shape[inner] * elem.itemsize
+    if inner != k_dim:
         row_bytes = min(row_bytes, instr_extent * elem.itemsize)
     swizzle = min(128, row_bytes)
-    return swizzle if swizzle >= 32 else None
+    return (swizzle, inner) if swizzle >= 32 else None
 
 
 def _stored_tile(t, role):
@@ -215,8 +221,8 @@ def _inside(v, block) -> bool:
 def _operand(v, role, body, instr_extent, ctx, regs=True):
     """How operand `v` (role "a" or "b") of a dot in loop `body` reaches the tensor cores,
     or None:
-    ("ring", load, transposed, swizzle): a load in the body (or tl.trans of one), copied
-        ahead through a ring;
+    ("ring", load, transposed, swizzle, inner): a load in the body (or tl.trans of one),
+        copied ahead through a ring whose tiles store the load's dim `inner` innermost;
     ("once", v, tile): defined before the loop, stored to shared memory once;
     ("regs", v): computed in the body, read from registers (A, where `regs`);
     ("staged", v, tile): A computed in the body otherwise, stored each iteration."""
@@ -224,14 +230,12 @@ def _operand(v, role, body, instr_extent, ctx, regs=True):
     transposed = load is not None
     if not transposed:
         load = v.defining_op if v.defining_op is not None and v.defining_op.parent is body else None
-    if load is not None and is_tma(load):
-        swizzle = _ring_swizzle(load, role, transposed, instr_extent, ctx)
-        return ("ring", load, transposed, swizzle) if swizzle else None
-    if load is not None and load.name == "load":
-        if load.attrs.get("volatile") or (len(load.operands) == 3 and not is_zero_constant(load.operands[2])):
-            return None
-        swizzle = _ring_swizzle(load, role, transposed, instr_extent, ctx)
-        return ("ring", load, transposed, swizzle) if swizzle else None
+    if load is not None and load.name == "load" and \
+            (load.attrs.get("volatile") or (len(load.operands) == 3 and not is_zero_constant(load.operands[2]))):
+        return None
+    if load is not None and load.name in ("load", "descriptor_load"):
+        tile = _ring_tile(load, role, transposed, instr_extent, ctx)
+        return ("ring", load, transposed, *tile) if tile else None
     if not _inside(v, body):
         return ("once", v, _stored_tile(v.type, role))
     if role == "a" and regs:
@@ -304,6 +308,17 @@ def _unshared_loads(dots, uses):
     return bad
 
 
+def _split_inners(dots) -> set:
+    """The ring loads whose dots want their tiles stored with different dims inner (a 32-bit
+    tile read K-major by one dot and M/N-major by another): one ring cannot serve them."""
+    inners = {}
+    for _, sources in dots.values():
+        for src, _ in sources:
+            if src[0] == "ring":
+                inners.setdefault(id(src[1]), set()).add(src[4])
+    return {key for key, found in inners.items() if len(found) > 1}
+
+
 def plan_loop(loop, stages, fn, ctx, kind):
     body = loop.regions[0]
     step = const_int(loop.operands[2])
@@ -329,6 +344,7 @@ def plan_loop(loop, stages, fn, ctx, kind):
                 if src[0] == "ring" and id(src[1]) not in cones:
                     cones[id(src[1])] = address_cone(src[1], load_address(src[1]), body)
         bad |= {key for key, cone in cones.items() if cone is None}
+        bad |= _split_inners(dots)
         dropped = [key for key, (_, sources) in dots.items()
                    if any(src[0] == "ring" and id(src[1]) in bad for src, _ in sources)]
         if not dropped:
@@ -337,16 +353,17 @@ def plan_loop(loop, stages, fn, ctx, kind):
             del dots[key]
     if not dots:
         return None
-    loads, swizzles = {}, {}  # in the order the dots first read them
+    loads, swizzles, inners = {}, {}, {}  # in the order the dots first read them
     for _, sources in dots.values():
         for src, _ in sources:
             if src[0] == "ring":
                 swizzles[id(src[1])] = min(swizzles.get(id(src[1]), 128), src[3])
+                inners[id(src[1])] = src[4]
                 loads.setdefault(id(src[1]), src[1])
     rings = []
     for key, load in loads.items():
         t = load.results[0].type
-        inner = 1 if is_tma(load) else memory_width(ctx, load)[0][0]
+        inner = inners[key]
         rings.append(Copy(load, shared_type(scalar_of(t), t.shape, swizzles[key], (inner, 1 - inner)), *cones[key],
                           _prefix_copy(load, inner, ctx)))
     fetched = {}
@@ -413,8 +430,8 @@ def _prefix_copy(load, inner, ctx):
     them: its copies then zero-fill each run's tail through cp.async's src-size, and
     `count(emit, value)` builds the runs' true-element counts (mask_prefix.count_true).
     Else None: a mask bit per copy."""
-    if is_tma(load) or len(load.operands) < 2:
-        return None
+    if is_tma(load) or len(load.operands) < 2 or inner != memory_width(ctx, load)[0][0]:
+        return None  # (element copies, the tile's inner dim not memory's: a mask bit each)
     mask = load.operands[1]
     run = min(memory_width(ctx, load)[1], mask_prefix.prefix_run(mask, inner, ctx.axis))
     if ctx.axis.get(mask).constancy[inner] % run == 0:
