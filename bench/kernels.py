@@ -501,8 +501,8 @@ def f16_acc_matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, BLOCK_M: tl.constexpr, B
 @triton.jit
 def precision_matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                             BLOCK_K: tl.constexpr, PRECISION: tl.constexpr):
-    """C = A @ B for fp32 A [M, K] and B [K, N] (row-major) at `input_precision=PRECISION`
-    (bench/dot_formats.py: tf32, the split tf32x3 / bf16x3 / bf16x6, ieee)."""
+    """C = A @ B for A [M, K] and B [K, N] (row-major) at `input_precision=PRECISION` (bench/dot_formats.py:
+    fp32 at tf32, the split tf32x3 / bf16x3 / bf16x6, ieee; fp8 with PRECISION None)."""
     rm = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     rn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     rk = tl.arange(0, BLOCK_K)

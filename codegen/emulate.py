@@ -339,7 +339,10 @@ def run_on_cpu(fn, grid, args, num_warps: int = 4) -> list[str]:
 
     def thread(tid):
         state.local.tid = tid
-        kernel(*values)
+        try:
+            kernel(*values)
+        except Exception as e:  # (an argument ctypes cannot pass): the run's error, not a thread's stray traceback
+            state.errors.append(f"{type(e).__name__}: {e}")
 
     state.nctaid = grid
     for z in range(grid[2]):

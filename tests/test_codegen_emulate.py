@@ -407,6 +407,22 @@ def test_arrays_only_element_aligned_run_as_on_a_gpu():
     assert all(got.values()), got
 
 
+def check_unpassable_argument():
+    from kiln.codegen.emulate import EmulationError
+    x = np.zeros(256, np.float32)
+    try:
+        run("vector_add", (1,), [x, object(), x, 256])
+    except EmulationError as e:
+        return str(e)
+    return None
+
+
+def test_an_argument_ctypes_cannot_pass_is_the_run_s_error():
+    """Each emulated thread calls the kernel: where ctypes refused an argument, the threads printed
+    tracebacks and the run returned as if the kernel had run (outputs untouched)."""
+    assert "ArgumentError" in in_child(check_unpassable_argument)
+
+
 def crash():
     os.kill(os.getpid(), signal.SIGSEGV)
 

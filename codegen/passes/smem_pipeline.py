@@ -257,7 +257,7 @@ def _rewrite(loop, plan, stored_earlier, kind="wgmma", portable=False, num_warps
     copied = ring_loads | {id(v.defining_op) for op in order for v, src in zip(op.operands[:2], dots[id(op)])
                            if src[0] == "ring" and src[2]}  # the tl.trans of a ring load
     copied |= {id(c.load.operands[-1].defining_op) for c in copies if is_tma(c.load)}  # their pointer loads
-    replaced, deferred, tiles = {}, [], {}
+    replaced, deferred, tiles, staged_now = {}, [], {}, {}
     for op in body.ops[:-1]:
         if id(op) in fetched:  # read back from its ring's tile
             ring = rings[id(op)]
@@ -280,8 +280,11 @@ def _rewrite(loop, plan, stored_earlier, kind="wgmma", portable=False, num_warps
                     tiles[id(ring)] = append_op(new, "local_index", [ring, read_slot], [ring.type.tile()], loc)
                 tile = tiles[id(ring)]
                 views.append(append_op(new, "local_trans", [tile], [tile.type.transposed()], loc) if src[2] else tile)
+            elif src[0] == "staged" and id(src[1]) in staged_now:  # stored for an earlier dot of this iteration
+                views.append(staged_now[id(src[1])])
             elif src[0] == "staged":
-                tile = append_op(new, "local_index", [staged[id(src[1])], staged_slot], [src[2]], loc)
+                tile = staged_now[id(src[1])] = append_op(new, "local_index", [staged[id(src[1])], staged_slot],
+                                                          [src[2]], loc)
                 append_op(new, "local_store", [v, tile], (), loc)
                 if hopper:
                     append_op(new, "fence_async_shared", [], (), loc)

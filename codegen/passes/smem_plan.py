@@ -225,7 +225,8 @@ def _operand(v, role, body, instr_extent, ctx, regs=True):
         copied ahead through a ring whose tiles store the load's dim `inner` innermost;
     ("once", v, tile): defined before the loop, stored to shared memory once;
     ("regs", v): computed in the body, read from registers (A, where `regs`);
-    ("staged", v, tile): A computed in the body otherwise, stored each iteration."""
+    ("staged", v, tile): computed in the body otherwise (or loaded where no ring can copy it),
+        stored each iteration."""
     load = _transposed_load(v, body)
     transposed = load is not None
     if not transposed:
@@ -235,7 +236,13 @@ def _operand(v, role, body, instr_extent, ctx, regs=True):
         return None
     if load is not None and load.name in ("load", "descriptor_load"):
         tile = _ring_tile(load, role, transposed, instr_extent, ctx)
-        return ("ring", load, transposed, *tile) if tile else None
+        if tile:
+            return ("ring", load, transposed, *tile)
+        if scalar_of(load.results[0].type).name in TRANSPOSABLE:
+            return None  # (rows too narrow for cp.async: mma.sync, whose lowering stages them)
+        # no copy lays it out as the dot reads it (an 8-bit B N-major: wgmma reads K-major, and
+        # cp.async moves 4 bytes at least): loaded into registers and stored as the dot reads it
+        # (a transpose in the store, as Triton's), like an operand the loop computes
     if not _inside(v, body):
         return ("once", v, _stored_tile(v.type, role))
     if role == "a" and regs:

@@ -1,0 +1,94 @@
+"""A dot operand that no ring copy can lay out as the tensor cores read it: an 8-bit B contiguous
+along N (wgmma and ldmatrix read 8-bit tiles K-major, and cp.async moves 4 bytes at least). It is
+loaded into registers and stored K-major each iteration (smem_plan's "staged" source: byte stores
+that transpose, as Triton does), so the dot stays on the tensor cores. Before, on sm_90a an e4m3
+dot of such a B ran on FMAs and an int8 one on mma.sync."""
+import re
+
+import numpy as np
+import pytest
+
+import kiln
+import kiln.language as tl
+from kiln.ir import parse_function
+
+from bench_support import needs_cuda
+from test_codegen_emulate import in_child
+
+
+@kiln.jit
+def _matmul(A, B, C, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    """C = A @ B, A [BM, K] row-major, B [K, BN] row-major (N-major)."""
+    rm, rn, rk = tl.arange(0, BM), tl.arange(0, BN), tl.arange(0, BK)
+    acc = tl.zeros((BM, BN), dtype=C.dtype.element_ty)
+    for k in range(0, K, BK):
+        a = tl.load(A + rm[:, None] * K + (k + rk)[None, :])
+        b = tl.load(B + (k + rk)[:, None] * BN + rn[None, :])
+        acc = tl.dot(a, b, acc)
+    tl.store(C + rm[:, None] * BN + rn[None, :], acc)
+
+
+def _operands(dtype, bm, bn, k, seed=4):
+    """Small integers, exact in e4m3 and in any order of summing."""
+    rng = np.random.default_rng(seed)
+    a, b = rng.integers(-4, 5, (bm, k)), rng.integers(-4, 5, (k, bn))
+    if dtype == "int8":
+        return a.astype(np.int8), b.astype(np.int8), np.zeros((bm, bn), np.int32), a @ b
+    import ml_dtypes
+    return (a.astype(ml_dtypes.float8_e4m3fn), b.astype(ml_dtypes.float8_e4m3fn), np.zeros((bm, bn), np.float32),
+            a @ b)
+
+
+def _compiled(dtype, target, bm=128, bn=128, bk=64, warps=8):
+    a, b, c, _ = _operands(dtype, 64, 64, 64)
+    if dtype != "int8":
+        a, b = (kiln.reinterpret(x.view(np.uint8), tl.float8e4nv) for x in (a, b))
+    return _matmul.warmup(a, b, c, 4096, BM=bm, BN=bn, BK=bk, grid=(1,), target=target, num_warps=warps,
+                          num_stages=3)
+
+
+@pytest.mark.parametrize("dtype,instruction", [("float8e4nv", "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3"),
+                                               ("int8", "wgmma.mma_async.sync.aligned.m64n128k32.s32.s8.s8")])
+def test_an_n_major_8_bit_b_is_transposed_into_a_k_major_tile_for_wgmma(dtype, instruction):
+    ptx = _compiled(dtype, "sm_90a").asm["ptx"]
+    assert instruction in ptx
+    assert "fma.rn.f32" not in ptx and "mma.sync" not in ptx
+    assert "st.shared.b8" in ptx  # the transposing stores
+    assert "cp.async.cg.shared.global" in ptx  # B itself still copied ahead, 16 bytes at a time
+
+
+def _emulated(dtype, bm, bn, bk, k, warps):
+    from kiln.codegen.emulate import run_on_cpu
+    a, b, c, want = _operands(dtype, bm, bn, k)
+    kernel = _compiled(dtype, "sm_89", bm, bn, bk, warps)
+    args = [a, b] if dtype == "int8" else [a.view(np.uint8), b.view(np.uint8)]  # the emulator takes the bytes
+    run_on_cpu(parse_function(kernel.asm["kir"]), (1,), args + [c, k], num_warps=warps)
+    return c, want
+
+
+@pytest.mark.parametrize("dtype,bm,bn,bk,k,warps", [("int8", 64, 64, 64, 128, 4), ("int8", 32, 64, 32, 96, 2),
+                                                    ("float8e4nv", 64, 64, 64, 128, 4)])
+def test_the_emulated_mma_reads_the_transposed_tile(dtype, bm, bn, bk, k, warps):
+    got, want = in_child(_emulated, dtype, bm, bn, bk, k, warps, timeout=300)
+    np.testing.assert_array_equal(got, want)
+
+
+def test_the_sm80_int8_dot_reads_its_staged_tile_with_ldmatrix():
+    ptx = _compiled("int8", "sm_80", 64, 64, 64, 4).asm["ptx"]
+    assert "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32" in ptx and "ldmatrix" in ptx
+    assert re.search(r"st\.shared\.(v2\.)?b8", ptx)
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("dtype", ["float8_e4m3fn", "int8"])
+def test_n_major_8_bit_matmul_on_the_gpu(dtype):
+    import torch
+    gen = torch.Generator().manual_seed(6)
+    a, b = torch.randint(-4, 5, (128, 512), generator=gen), torch.randint(-4, 5, (512, 128), generator=gen)
+    want = a @ b
+    out_type = torch.int32 if dtype == "int8" else torch.float32
+    c = torch.zeros(128, 128, dtype=out_type, device="cuda")
+    _matmul[(1,)](a.to(getattr(torch, dtype)).cuda(), b.to(getattr(torch, dtype)).cuda(), c, 512, BM=128, BN=128,
+                  BK=64, num_warps=8, num_stages=3)
+    assert torch.equal(c.cpu().to(torch.int64), want)
