@@ -1,11 +1,12 @@
 """Dots whose operands are not plain fp16: fp32 at each of Triton's NVIDIA input precisions (tf32,
-the split tf32x3 / bf16x3 / bf16x6, ieee) and fp8 with each operand in its own format (e4m3 x e5m2
-beside e4m3 x e4m3), on kiln and on upstream Triton, same source (bench/kernels.py
-`precision_matmul_kernel`, `fp8_matmul_kernel`) and inputs. Prints each one's speed (TFLOP/s, the
+the split tf32x3 / bf16x3 / bf16x6, ieee), fp8 with each operand in its own format (e4m3 x e5m2
+beside e4m3 x e4m3) and an fp16 A the loop computes from its load, on kiln and on upstream Triton,
+same source (bench/kernels.py `precision_matmul_kernel`, `fp8_matmul_kernel`,
+`scaled_a_matmul_kernel`) and inputs. Prints each one's speed (TFLOP/s, the
 same configs tried for each, the fastest kept), its error against the exact sum and whether kiln's
 result equals Triton's bit for bit.
 
-    python bench/dot_formats.py [--size 4096] [--out DIR]
+    python bench/dot_formats.py [--size 4096] [--only fp32,fp8,computed_a] [--out DIR]
 """
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ PRECISIONS = ["tf32", "tf32x3", "bf16x3", "bf16x6", "ieee"]
 # (BLOCK_M, BLOCK_N, BLOCK_K, num_warps), 3 stages; BLOCK_K counts elements (fp32: 32, fp8: 128)
 FP32_CONFIGS = [(128, 128, 32, 8), (128, 128, 32, 4), (128, 256, 32, 8), (64, 128, 32, 4)]
 FP8_CONFIGS = [(128, 128, 128, 8), (128, 256, 128, 8), (128, 128, 128, 4), (64, 128, 128, 4)]
+FP16_CONFIGS = [(128, 128, 64, 8), (128, 256, 64, 8), (128, 128, 64, 4), (64, 128, 64, 4)]
 
 
 def fp32_launcher(lib, a, b, c, precision, cfg):
@@ -102,13 +104,42 @@ def fp8_rows(libs, size):
     return rows
 
 
+def computed_a_rows(libs, size):
+    """A computed in the loop from its load ((A * 0.5) in fp16, A fp32 or fp16), B fp16 [K, N]."""
+    gen = torch.Generator().manual_seed(17)
+    b = torch.randn(size, size, generator=gen).half()
+    bd = b.cuda()
+    rows = []
+    for a_type in (torch.float32, torch.float16):
+        a = torch.randn(size, size, generator=gen).to(a_type)
+        exact = (a.double() * 0.5).half().double() @ b.double()
+        ad = a.cuda()
+
+        def make(lib, c, cfg):
+            bm, bn, bk, warps = cfg
+
+            def go():
+                lib.scaled_a_matmul_kernel[(size // bm, size // bn)](ad, bd, c, size, size, size, SCALE=0.5,
+                                                                      BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk,
+                                                                      num_warps=warps, num_stages=3)
+            return go
+        row = compare(libs, make, exact, FP16_CONFIGS, 2 * size ** 3)
+        rows.append({"operands": f"(A {str(a_type).replace('torch.', '')} * 0.5) fp16 x fp16", **row})
+    return rows
+
+
+SECTIONS = {"fp32": fp32_rows, "fp8": fp8_rows, "computed_a": computed_a_rows}
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--size", type=int, default=4096)
+    parser.add_argument("--only", help=f"comma-separated sections of {sorted(SECTIONS)} (default: all)")
     parser.add_argument("--out")
     args = parser.parse_args()
     libs = {flavour: load_kernels(flavour) for flavour in ("kiln", "triton")}
-    rows = fp32_rows(libs, args.size) + fp8_rows(libs, args.size)
+    names = args.only.split(",") if args.only else list(SECTIONS)
+    rows = [row for name in names for row in SECTIONS[name](libs, args.size)]
     gpu = torch.cuda.get_device_name()
     lines = [f"## dots by operand format, {gpu}, {datetime.date.today().isoformat()}", "",
              f"M = N = K = {args.size}, randn inputs, fp32 C (fp32: A @ B, fp8: A @ B^T unless N-major); error relative to "

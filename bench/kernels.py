@@ -515,6 +515,22 @@ def precision_matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, BLOCK_M: tl.constexpr,
 
 
 @triton.jit
+def scaled_a_matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, SCALE: tl.constexpr, BLOCK_M: tl.constexpr,
+                           BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """C = (A * SCALE in B's type) @ B for fp32 or fp16 A [M, K] and fp16 B [K, N], row-major: an A the
+    loop computes from its load, which reaches the tensor cores from registers (bench/dot_formats.py)."""
+    rm = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    rk = tl.arange(0, BLOCK_K)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
+    for k in range(0, K, BLOCK_K):
+        a = tl.load(a_ptr + rm[:, None] * K + (k + rk)[None, :])
+        b = tl.load(b_ptr + (k + rk)[:, None] * N + rn[None, :])
+        acc = tl.dot((a * SCALE).to(b.dtype), b, acc)
+    tl.store(c_ptr + rm[:, None] * N + rn[None, :], acc)
+
+
+@triton.jit
 def tiny_kernel(x_ptr, y_ptr, n, alpha, BLOCK: tl.constexpr):
     offs = tl.arange(0, BLOCK)
     mask = offs < n

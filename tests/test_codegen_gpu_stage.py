@@ -922,3 +922,61 @@ def test_a_device_descriptor_promises_an_aligned_base_and_strides():
                                              num_stages=3, grid=(1,), target="sm_90a")
     ptx = k.asm["ptx"]
     assert "cp.async.cg.shared.global" in ptx and "wgmma.mma_async" in ptx and "ld.local" not in ptx
+
+
+@kiln.jit
+def _scaled_a_matmul(A, B, C, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    """C = (A * 0.5 in fp16) @ B: an A the loop computes, which wgmma reads from registers."""
+    rm = tl.program_id(0) * BM + tl.arange(0, BM)
+    rn = tl.program_id(1) * BN + tl.arange(0, BN)
+    rk = tl.arange(0, BK)
+    acc = tl.zeros((BM, BN), tl.float32)
+    for k in range(0, K, BK):
+        a = tl.load(A + rm[:, None] * K + (k + rk)[None, :])
+        b = tl.load(B + (k + rk)[:, None] * N + rn[None, :])
+        acc = tl.dot((a * 0.5).to(tl.float16), b, acc)
+    tl.store(C + rm[:, None] * N + rn[None, :], acc)
+
+
+def _passed(kernel_ir, warps=8):
+    fn = parse_function(kernel_ir)
+    from kiln.codegen.pipeline import run_passes
+    run_passes(fn, PassContext(parse_target("sm_90a"), warps, 3))
+    return fn
+
+
+def test_a_wgmma_reading_a_from_registers_the_loop_computes_is_retired_in_its_iteration():
+    """wgmma reads A's registers until a wait retires it: left in flight into the next iteration,
+    its A was overwritten by that iteration's (NaNs on the H200, bench/dot_formats.py). Attention's
+    P @ V may stay in flight: its P is computed from QK^T's result, after a wait that retires it."""
+    x = np.zeros((64, 64), np.float32)
+    kernel = _scaled_a_matmul.warmup(x, x.astype(np.float16), x, 4096, 4096, 4096, BM=128, BN=256, BK=64,
+                                     num_warps=8, num_stages=3, grid=(1,), target="sm_90a")
+    waits = [op.attrs["pending"] for op in _passed(kernel.asm["kir"]).walk() if op.name == "warp_group_dot_wait"]
+    assert waits and set(waits) == {0}
+    import bench_support
+    k = bench_support.bench_kernels()
+    half, f32 = np.zeros((64, 64), np.float16), np.zeros(64, np.float32)
+    strides = (4 * 4096 * 64, 4096 * 64, 64, 1) * 4
+    attention = k.attention_fwd_kernel.warmup(half, half, half, half, f32, 0.125, *strides, 4, 4096, HEAD_DIM=64,
+                                              BLOCK_M=128, BLOCK_N=64, CAUSAL=False, num_warps=8, num_stages=3,
+                                              grid=(1,), target="sm_90a")
+    assert 1 in [op.attrs["pending"] for op in _passed(attention.asm["kir"]).walk() if op.name == "warp_group_dot_wait"]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("a_dtype, bn", [("float32", 256), ("float16", 128)])
+def test_a_matmul_of_an_a_the_loop_scales_on_the_gpu_matches_torch(a_dtype, bn):
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    gen = torch.Generator().manual_seed(12)
+    M, N, K = 1024, 1024, 2048
+    a = torch.randn(M, K, generator=gen).to(getattr(torch, a_dtype))
+    b = torch.randn(K, N, generator=gen).half()
+    c = torch.empty(M, N, device="cuda")
+    _scaled_a_matmul[(M // 128, N // bn)](a.cuda(), b.cuda(), c, M, N, K, BM=128, BN=bn, BK=64, num_warps=8,
+                                          num_stages=3)
+    want = (a.float() * 0.5).half().float() @ b.float()
+    assert not c.isnan().any()
+    torch.testing.assert_close(c.cpu(), want, atol=2e-2, rtol=1e-3)

@@ -304,6 +304,8 @@ def _rewrite(loop, plan, stored_earlier, kind="wgmma", portable=False, num_warps
         # leaves one group pending); one read in this iteration is awaited here, and the
         # copies are issued while the tensor cores work on it
         carried_only = all(u is body.ops[-1] for u in _users(body, op.results[0]))
+        if carried_only and dots[id(op)][0][0] == "regs" and not _after_drain(views[0], new):
+            carried_only = False  # see _after_drain
         wait = Operation("warp_group_dot_wait", [issued], [acc.type], {"pending": int(carried_only)}, loc=op.loc)
         if carried_only or tight:
             new.append(wait)
@@ -382,6 +384,26 @@ def _dominates(op, later) -> bool:
         later = later.parent.parent if later.parent is not None else None
         later = later if isinstance(later, Operation) else None
     return later is not None and block.ops.index(op) < block.ops.index(later)
+
+
+def _after_drain(a, issued_before) -> bool:
+    """Is register operand `a` of a wgmma computed, in this iteration, from the result of a wait
+    that leaves no group pending (`issued_before`: the iteration's ops so far)? wgmma reads A's
+    registers until a wait retires it, and the registers' allocator does not know: a dot left in
+    flight into the next iteration would have its A overwritten by that iteration's A unless A
+    is computed only after such a wait, which retires it (attention's P, computed from QK^T's
+    result; a matmul of an A scaled in the loop got NaNs on the H200)."""
+    ours = {id(o) for o in issued_before}
+    stack, seen = [a], set()
+    while stack:
+        op = stack.pop().defining_op
+        if op is None or id(op) not in ours or id(op) in seen:
+            continue
+        seen.add(id(op))
+        if op.name == "warp_group_dot_wait" and op.attrs["pending"] == 0:
+            return True
+        stack.extend(op.operands)
+    return False
 
 
 def _users(block, v):
