@@ -81,13 +81,7 @@ def main():
         lines.append(f"| {r['dtype']} | {k['tflops']:.0f} | {t['tflops']:.0f} | {k['tflops'] / t['tflops']:.2f} | "
                      f"{r['bitwise_equal']} | {k['max_error']:.2e} | {t['max_error']:.2e} | "
                      f"{r['fp32_once_max_error']:.2e} | {k['config']} / {t['config']} |")
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if args.out:
-        import triton
-        results = {"gpu": gpu, "date": datetime.date.today().isoformat(), "torch": torch.__version__,
-                   "triton_version": triton.__version__, "rows": rows}
-        results_file.save_today(args.out, "f16-accumulators", results, text)
+    results_file.report(args.out, "f16-accumulators", lines, rows)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import os
 import sys
 
@@ -62,13 +61,7 @@ def main():
     for r in rows:
         lines.append(f"| {r['max_num_imprecise_acc']} | {r['kiln']['max']:.2e} | {r['kiln']['mean']:.2e} | "
                      f"{r['triton']['max']:.2e} | {r['triton']['mean']:.2e} | {r['bitwise_equal']} |")
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if args.out:
-        import triton
-        results = {"gpu": gpu, "date": datetime.date.today().isoformat(), "torch": torch.__version__,
-                   "triton_version": triton.__version__, "rows": rows}
-        results_file.save(args.out, results_file.stem(results["date"], gpu, "imprecise-acc"), results, text)
+    results_file.report(args.out, "imprecise-acc", lines, rows)
 
 
 if __name__ == "__main__":

@@ -28,3 +28,19 @@ def save_today(out_dir: str, kind: str, data, markdown: str) -> str:
 
     import torch
     return save(out_dir, stem(datetime.date.today().isoformat(), torch.cuda.get_device_name(), kind), data, markdown)
+
+
+def report(out_dir: str | None, kind: str, lines: list[str], rows: list) -> str:
+    """Print a benchmark's markdown table (`lines`) and, with `out_dir`, save it beside its `rows`
+    with the machine, the date and the versions of torch and Triton that ran them."""
+    import datetime
+
+    import torch
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if out_dir:
+        import triton
+        results = {"gpu": torch.cuda.get_device_name(), "date": datetime.date.today().isoformat(),
+                   "torch": torch.__version__, "triton_version": triton.__version__, "rows": rows}
+        save_today(out_dir, kind, results, text)
+    return text
