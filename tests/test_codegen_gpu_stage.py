@@ -12,11 +12,13 @@ from kiln.codegen import compile as compile_ir, nvjitlink
 from kiln.ir.layout import Wgmma, thread_elements, wgmma_layout
 from kiln.codegen.analysis.shared_buffers import allocated_bytes
 from kiln.codegen.passes import canonicalize, cse, dce, descriptor_loads, dot_accumulate, smem_alloc, smem_pipeline, smem_plan
-from kiln.codegen.pipeline import PassContext
+from kiln.codegen.pipeline import PassContext, run_passes
 from kiln.codegen.target import parse_target
 from kiln.ir import parse_function, print_function, verify
 from kiln.ir.types import float16, parse_type, shared_type
 from kiln.ir.verifier import VerificationError
+
+from bench_support import bench_kernels
 
 # C[64x64] = A[64 x 32n] B[32n x 64], fp16 in, fp32 out: A row-major (K inner), B
 # row-major (N inner), one 32-wide k-step per iteration.
@@ -924,23 +926,8 @@ def test_a_device_descriptor_promises_an_aligned_base_and_strides():
     assert "cp.async.cg.shared.global" in ptx and "wgmma.mma_async" in ptx and "ld.local" not in ptx
 
 
-@kiln.jit
-def _scaled_a_matmul(A, B, C, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
-    """C = (A * 0.5 in fp16) @ B: an A the loop computes, which wgmma reads from registers."""
-    rm = tl.program_id(0) * BM + tl.arange(0, BM)
-    rn = tl.program_id(1) * BN + tl.arange(0, BN)
-    rk = tl.arange(0, BK)
-    acc = tl.zeros((BM, BN), tl.float32)
-    for k in range(0, K, BK):
-        a = tl.load(A + rm[:, None] * K + (k + rk)[None, :])
-        b = tl.load(B + (k + rk)[:, None] * N + rn[None, :])
-        acc = tl.dot((a * 0.5).to(tl.float16), b, acc)
-    tl.store(C + rm[:, None] * N + rn[None, :], acc)
-
-
 def _passed(kernel_ir, warps=8):
     fn = parse_function(kernel_ir)
-    from kiln.codegen.pipeline import run_passes
     run_passes(fn, PassContext(parse_target("sm_90a"), warps, 3))
     return fn
 
@@ -949,13 +936,13 @@ def test_a_wgmma_reading_a_from_registers_the_loop_computes_is_retired_in_its_it
     """wgmma reads A's registers until a wait retires it: left in flight into the next iteration,
     its A was overwritten by that iteration's (NaNs on the H200, bench/dot_formats.py). Attention's
     P @ V may stay in flight: its P is computed from QK^T's result, after a wait that retires it."""
+    k = bench_kernels()
     x = np.zeros((64, 64), np.float32)
-    kernel = _scaled_a_matmul.warmup(x, x.astype(np.float16), x, 4096, 4096, 4096, BM=128, BN=256, BK=64,
-                                     num_warps=8, num_stages=3, grid=(1,), target="sm_90a")
+    kernel = k.scaled_a_matmul_kernel.warmup(x, x.astype(np.float16), x, 4096, 4096, 4096, SCALE=0.5, BLOCK_M=128,
+                                             BLOCK_N=256, BLOCK_K=64, num_warps=8, num_stages=3, grid=(1,),
+                                             target="sm_90a")
     waits = [op.attrs["pending"] for op in _passed(kernel.asm["kir"]).walk() if op.name == "warp_group_dot_wait"]
     assert waits and set(waits) == {0}
-    import bench_support
-    k = bench_support.bench_kernels()
     half, f32 = np.zeros((64, 64), np.float16), np.zeros(64, np.float32)
     strides = (4 * 4096 * 64, 4096 * 64, 64, 1) * 4
     attention = k.attention_fwd_kernel.warmup(half, half, half, half, f32, 0.125, *strides, 4, 4096, HEAD_DIM=64,
@@ -975,8 +962,8 @@ def test_a_matmul_of_an_a_the_loop_scales_on_the_gpu_matches_torch(a_dtype, bn):
     a = torch.randn(M, K, generator=gen).to(getattr(torch, a_dtype))
     b = torch.randn(K, N, generator=gen).half()
     c = torch.empty(M, N, device="cuda")
-    _scaled_a_matmul[(M // 128, N // bn)](a.cuda(), b.cuda(), c, M, N, K, BM=128, BN=bn, BK=64, num_warps=8,
-                                          num_stages=3)
+    bench_kernels().scaled_a_matmul_kernel[(M // 128, N // bn)](
+        a.cuda(), b.cuda(), c, M, N, K, SCALE=0.5, BLOCK_M=128, BLOCK_N=bn, BLOCK_K=64, num_warps=8, num_stages=3)
     want = (a.float() * 0.5).half().float() @ b.float()
     assert not c.isnan().any()
     torch.testing.assert_close(c.cpu(), want, atol=2e-2, rtol=1e-3)
