@@ -106,7 +106,8 @@ def _optimized(kir, target="sm_80", **opts):
 
 
 @pytest.mark.parametrize("name,a_t,b_t", [("fp16", False, False), ("fp16", True, False), ("fp16", False, True),
-                                          ("bf16", True, True), ("int8", False, True), ("tf32", False, True)])
+                                          ("bf16", True, True), ("int8", False, True), ("tf32", False, True),
+                                          ("int8", False, False), ("tf32", False, False)])
 def test_ring_matmul_on_the_emulator_matches_numpy(name, a_t, b_t):
     kir = _matmul_ir(name, a_t, b_t)
     assert "mma_dot" in _optimized(kir, num_warps=4, num_stages=3)
@@ -131,10 +132,14 @@ def test_ring_matmul_with_other_warp_counts(num_warps):
     assert in_child(check_matmul, kir, "fp16", False, False, num_warps) < 1e-3
 
 
-def test_8_and_32_bit_tiles_stored_m_or_n_major_stay_off_the_ring():
-    """ldmatrix transposes 16-bit elements only."""
-    optimized = _optimized(_matmul_ir("int8", False, False), num_warps=4, num_stages=3)
-    assert "mma_dot" not in optimized and "dot" in optimized
+def test_8_and_32_bit_tiles_stored_m_or_n_major_reach_ldmatrix_k_major():
+    """ldmatrix transposes 16-bit elements only: an N-major 32-bit B fills K-major ring tiles element
+    by element; an 8-bit one (cp.async moves 4 bytes at least) is staged, stored K-major each iteration."""
+    tf32 = _optimized(_matmul_ir("tf32", False, False), num_warps=4, num_stages=3)
+    assert "mma_dot" in tf32 and "async_copy" in tf32 and "local_store" not in tf32.split("for ")[1]
+    assert "order0.1>" in tf32  # B's ring tile: K (dim 0) inner
+    int8 = _optimized(_matmul_ir("int8", False, False), num_warps=4, num_stages=3)
+    assert "mma_dot" in int8 and "local_store" in int8.split("for ")[1]
 
 
 def check_attention(kir):
@@ -426,13 +431,15 @@ def test_int4_weights_on_the_gpu_match_numpy():
 
 @pytest.mark.parametrize("target", ["sm_80", "sm_90a"])
 def test_a_tile_too_small_for_4_byte_copies_per_thread_stays_off_the_ring(target):
-    """64x8 int8 B over 8 warps: 2 bytes per thread, and cp.async moves 4 at least."""
+    """64x8 int8 B over 8 warps: 2 bytes per thread, and cp.async moves 4 at least: B is staged (stored
+    from registers each iteration), on mma.sync (sm_80) or wgmma (sm_90a)."""
     dtype, acc, bk = TYPES["int8"]
     x = np.zeros((128, 128), dtype)
     kir = _ring_matmul.warmup(x, x, np.zeros((128, 8), acc), 128, 128, 128, BM=128, BN=8, BK=bk, A_T=False, B_T=True,
                               num_warps=8, num_stages=2, target=target).asm["kir"]
     k = compile_ir(parse_function(kir), target, {"num_warps": 8, "num_stages": 2}, check=True)
-    assert "mma.sync" in k.ptx
+    assert ("wgmma.mma_async" if target == "sm_90a" else "mma.sync") in k.ptx
+    assert "local_store" in k.kir
 
 
 def test_the_verifier_checks_mma_dot():

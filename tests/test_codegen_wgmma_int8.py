@@ -88,10 +88,11 @@ def test_int8_dots_on_sm_80_keep_mma_sync():
     assert "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32" in ptx and "wgmma" not in ptx
 
 
-def test_an_n_major_int8_b_stays_on_mma_sync():
-    """wgmma reads 8-bit tiles K-major only: a B whose rows run along N keeps mma.sync."""
+def test_an_n_major_int8_b_is_transposed_into_a_k_major_tile():
+    """wgmma reads 8-bit tiles K-major only: a B whose rows run along N is stored K-major from
+    registers each iteration (byte stores), then read by wgmma (tests/test_codegen_staged_transpose.py)."""
     ptx = _compiled(b_k_major=False).asm["ptx"]
-    assert "wgmma" not in ptx and "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32" in ptx
+    assert "wgmma.mma_async" in ptx and "mma.sync" not in ptx and "st.shared.b8" in ptx
 
 
 @pytest.mark.parametrize("BM,BN,warps,instr", [(128, 256, 8, "m64n128k32"), (64, 256, 4, "m64n128k32"),
