@@ -93,11 +93,13 @@ def _split_dot(a, b, precision):
 
 
 def _emulated(precision):
+    """A 32x32 tile over two k-steps of 32 (the emulator's time grows with the tile)."""
     from kiln.codegen.emulate import run_on_cpu
     rng = np.random.default_rng(8)
-    a, b = rng.standard_normal((64, 64)).astype(np.float32), rng.standard_normal((64, 64)).astype(np.float32)
-    c = np.zeros((64, 64), np.float32)
-    run_on_cpu(parse_function(_compiled(precision).asm["kir"]), (1,), [a, b, c, 64, 64, 1], num_warps=4)
+    a, b = rng.standard_normal((32, 64)).astype(np.float32), rng.standard_normal((64, 32)).astype(np.float32)
+    c = np.zeros((32, 32), np.float32)
+    kernel = _compiled(precision, bm=32, bn=32)
+    run_on_cpu(parse_function(kernel.asm["kir"]), (1,), [a, b, c, 64, 32, 1], num_warps=4)
     return a, b, c
 
 
