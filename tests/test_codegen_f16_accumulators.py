@@ -72,7 +72,7 @@ def _emulated(dtype_name):
     from kiln.ir import parse_function
     dtype = getattr(tl, dtype_name)
     rng = np.random.default_rng(3)
-    a, b = (rng.standard_normal((64, 256)) for _ in range(2))
+    a, b = (rng.standard_normal((64, 128)) for _ in range(2))
     if dtype.is_fp8():
         a, b = (x.astype(ml_dtypes.float8_e4m3fn) for x in (a, b))
         args = [x.view(np.uint8) for x in (a, b)]
@@ -80,8 +80,8 @@ def _emulated(dtype_name):
         a, b = a.astype(np.float16), b.astype(np.float16)
         args = [a, b]
     c = np.zeros((64, 64), np.float16)
-    kernel = _compiled("sm_90a", dtype, k=256)
-    run_on_cpu(parse_function(kernel.asm["kir"]), (1,), args + [c, 64, 64, 256], num_warps=4)
+    kernel = _compiled("sm_90a", dtype, k=128)
+    run_on_cpu(parse_function(kernel.asm["kir"]), (1,), args + [c, 64, 64, 128], num_warps=4)
     once = (a.astype(np.float32) @ b.astype(np.float32).T).astype(np.float16)
     return c, _per_instruction(a, b, 32 if dtype.is_fp8() else 16), once
 
