@@ -44,8 +44,8 @@ def test_tutorial_08s_tile_loop_keeps_its_wgmmas_async():
 
 
 def test_benchs_tensor_core_kernels_keep_their_wgmmas_async():
-    """Tutorial 03's matmul (tile and persistent), the W8A16 matmul, the fp16-accumulator matmul
-    (fp16 and fp8) and the FlashAttention-2
+    """Tutorial 03's matmul (tile and persistent), the W8A16 matmul, a matmul of an A scaled in the
+    loop (fp32 and fp16 A), the fp16-accumulator matmul (fp16 and fp8) and the FlashAttention-2
     forward (pointers and host descriptors, fp16 and fp8) and backward, at the configs the
     benchmarks pick (tests/codegen_corpus/ptx_diff.py's set)."""
     import sys
@@ -57,4 +57,4 @@ def test_benchs_tensor_core_kernels_keep_their_wgmmas_async():
         _, info = nvjitlink.link_cubin(kernel.asm["ptx"], parse_target("sm_90a"))
         assert "wgmma.mma_async" in kernel.asm["ptx"] and not nvjitlink.wgmma_serialized(info), name
         seen += 1
-    assert seen == 19
+    assert seen == 21

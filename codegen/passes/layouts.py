@@ -15,7 +15,8 @@ from kiln.ir.core import Block, Operation
 from kiln.ir.index_math import computes_index_math
 from kiln.ir.types import block_type
 
-from kiln.ir.layout import Blocked, Linear, Slice, blocked_for, default_order, mma_layout, same_distribution, wgmma_layout
+from kiln.ir.layout import (Blocked, Linear, Slice, Wgmma, blocked_for, default_order, mma_layout, same_distribution,
+                             wgmma_layout)
 from kiln.ir.layout_moves import RENAMING_OPS, derived_layout
 
 from ..analysis.access import memory_width
@@ -80,6 +81,7 @@ class _Assigner:
         self.stored: set = set()  # values that `local_store` writes to shared memory
         self.wgmma_results: dict = {}  # each warp_group_dot's result -> its accumulator layout
         self.users: dict = {}  # value -> the ops that read it
+        self.fragment_reads: dict = {}  # local_load -> the wgmma A fragment layout it is read in
 
     def anchor_dot(self, op):
         """A dot that can use tensor cores fixes its accumulator's layout (and so that of
@@ -239,9 +241,24 @@ class _Assigner:
         on mma.sync, both accumulators BLOCK_M x HEAD_DIM)."""
         self.set(op.results[0], self.wgmma_results[op.results[0]])
 
+    def note_fragment_reads(self, fn):
+        """A wgmma A the loop computes from a tile read back (`(a * s).to(fp16)`, its load fetched
+        through a ring) is read back in A's fragment layout: what it is computed from then needs
+        no conversion (through shared memory, a barrier) every iteration, as Triton reads it."""
+        for op in fn.walk():
+            a = op.operands[0] if op.name == "warp_group_dot" else None
+            if a is not None and isinstance(a.type, block_type):
+                src = _read_back_under(a)
+                acc = wgmma_layout(op.results[0].type.shape, self.num_warps,
+                                   op.operands[1].type.element_ty.name == "int8")
+                if src is not None and acc is not None and src not in self.fragment_reads:
+                    self.fragment_reads[src] = Wgmma(acc.warps, a.type.shape[1])
+
     def local_load_layout(self, op):
         """Runs of 16 bytes along the tile's inner dim, lanes side by side: whole rows of
-        shared memory per warp access."""
+        shared memory per warp access; or a wgmma A fragment (note_fragment_reads)."""
+        if op in self.fragment_reads:
+            return self.fragment_reads[op]
         r, inner = op.results[0], op.operands[0].type.order[0]
         vec = max(1, min(16 // r.type.element_ty.itemsize, r.type.numel // (32 * self.num_warps)))
         return blocked_for(r.type.shape, (inner, 1 - inner), vec, self.num_warps)
@@ -344,6 +361,7 @@ def apply(fn, ctx) -> None:
     for op in fn.walk():
         for v in op.operands:
             assigner.users.setdefault(v, []).append(op)
+    assigner.note_fragment_reads(fn)
     for op in fn.walk():
         if op.name in MEMORY_OPS:
             assigner.anchor(op)

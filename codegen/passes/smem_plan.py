@@ -45,7 +45,7 @@ class Plan:
     step: int
     ring_size: int  # stages, plus a spare slot where wgmma keeps a group in flight
     slots: int  # tiles per staged operand
-    fetched: set  # ids of the loads fetched for dequantized operands
+    fetched: set  # ids of the loads fetched for staged and register operands
 
 name = "smem_pipeline"
 
@@ -162,29 +162,35 @@ def _staged_tile(t, role, instr_extent):
     return shared_type(elem, t.shape, swizzle, (1, 0)) if swizzle >= 32 else None
 
 
-def _fetched_loads(dots, body, ring_loads, ctx):
-    """The loads in the body that staged operands are computed from (a dequantized B's raw
-    weights and scales) and that a cp.async ring can copy ahead too: {id: (load, tile)}.
-    The body then reads them from the ring's tile (`local_load`) instead of from memory."""
+def _fetched_loads(dots, body, ring_loads, ctx, kind):
+    """The loads in the body that staged operands (a dequantized B's raw weights and scales) or,
+    on wgmma, register A operands (`(a * s).to(fp16)`) are computed from and that a cp.async ring
+    can copy ahead too: {id: (load, tile)}. The body then reads them from the ring's tile
+    (`local_load`) instead of from memory: no load's latency in the iteration, and an A read back
+    in wgmma's fragment layout (kiln.codegen.passes.layouts) needs no conversion."""
     found, seen = {}, set()
-    stack = [src[1] for _, sources in dots.values() for src, _ in sources if src[0] == "staged"]
+    wanted = ("staged", "regs") if kind == "wgmma" else ("staged",)
+    stack = [(src[1], src[0] == "regs") for _, sources in dots.values() for src, _ in sources if src[0] in wanted]
     while stack:
-        op = stack.pop().defining_op
-        if op is None or op.parent is not body or id(op) in seen:
+        v, fragment = stack.pop()
+        op = v.defining_op
+        if op is None or op.parent is not body or (id(op), fragment) in seen:
             continue
-        seen.add(id(op))
+        seen.add((id(op), fragment))
         if op.name == "load":
-            tile = _fetch_tile(op, ctx)
-            if id(op) not in ring_loads and tile is not None:
+            tile = _fetch_tile(op, ctx, swizzled=fragment)
+            if id(op) not in ring_loads and tile is not None and (id(op) not in found or fragment):
                 found[id(op)] = (op, tile)
         elif op.name != "dot":  # a dot's operands are its own business
-            stack.extend(op.operands)
+            stack.extend((u, fragment) for u in op.operands)
     return found
 
 
-def _fetch_tile(load, ctx):
-    """The ring tile for a load the body reads back into registers (unswizzled: its
-    threads read whole rows of 16-byte runs), or None where cp.async cannot copy it."""
+def _fetch_tile(load, ctx, swizzled=False):
+    """The ring tile for a load the body reads back into registers, or None where cp.async cannot
+    copy it: unswizzled, where its threads read whole rows of 16-byte runs; `swizzled` (rows of up
+    to 128 bytes, as wgmma's tiles) where they read wgmma's A fragments, pairs of elements along
+    the rows of eight rows at a time, which the swizzle spreads over every bank."""
     t = load.results[0].type
     if not isinstance(t, block_type) or len(t.shape) != 2 or load.attrs.get("volatile") \
             or scalar_of(t).is_ptr() or scalar_of(t).name == "int1":
@@ -194,7 +200,8 @@ def _fetch_tile(load, ctx):
     order, vec = _copy_width(load, ctx)
     if vec * scalar_of(t).itemsize < 4:
         return None
-    return shared_type(scalar_of(t), t.shape, 0, (order[0], 1 - order[0]))
+    swizzle = min(128, t.shape[order[0]] * scalar_of(t).itemsize) if swizzled else 0
+    return shared_type(scalar_of(t), t.shape, swizzle if swizzle >= 32 else 0, (order[0], 1 - order[0]))
 
 
 def _copy_width(load, ctx):
@@ -374,7 +381,7 @@ def plan_loop(loop, stages, fn, ctx, kind):
         rings.append(Copy(load, shared_type(scalar_of(t), t.shape, swizzles[key], (inner, 1 - inner)), *cones[key],
                           _prefix_copy(load, inner, ctx)))
     fetched = {}
-    for key, (load, tile) in _fetched_loads(dots, body, loads, ctx).items():
+    for key, (load, tile) in _fetched_loads(dots, body, loads, ctx, kind).items():
         cone = address_cone(load, load_address(load), body)
         if cone is not None:
             fetched[key] = load

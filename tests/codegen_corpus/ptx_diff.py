@@ -5,8 +5,9 @@ show what it changed (or that it changed nothing) between two commits:
     python tests/codegen_corpus/ptx_diff.py --out /tmp/after --against /tmp/before
 
 The set: every kernel of this folder and of `lang/` for sm_80 and sm_90a, and bench/'s
-tensor-core kernels (tutorial 03's matmul, tile and persistent; the W8A16 matmul; the FlashAttention-2 forward,
-causal and not, and its backward) for sm_90a at the configs the benchmarks pick. `.loc`
+tensor-core kernels (tutorial 03's matmul, tile and persistent; the W8A16 matmul; a matmul of an
+A scaled in the loop; the FlashAttention-2 forward, causal and not, and its backward) for sm_90a
+at the configs the benchmarks pick. `.loc`
 and `.file` lines are dropped (a moved source line is not a change), and so are LLVM's
 call-sequence numbers (they count the process's earlier calls). `--against` lists the
 files that differ, are new or are gone, and exits 1 if any do.
@@ -75,6 +76,10 @@ def bench_kernels():
     int8 = np.zeros((64, 64), np.int8)
     yield "bench.dequant_matmul", k.dequant_matmul_kernel.warmup(half, int8, half, half, n, n, n, n, n, n, n,
                                                                  GROUP_K=128, **{**mm, "BLOCK_N": 128})
+    for a in (np.zeros((64, 64), np.float32), half):  # wgmma's A computed in the loop: (A * 0.5).to(fp16)
+        yield f"bench.scaled_a_matmul.{a.dtype}", k.scaled_a_matmul_kernel.warmup(
+            a, half, f32, n, n, n, SCALE=0.5, BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, num_warps=8, num_stages=3,
+            grid=(1,), target="sm_90a")
     for dtype, bk in (("float16", 64), ("float8e4nv", 128)):  # out_dtype=float16: fp16 wgmma accumulators
         op = half if dtype == "float16" else _reinterpret(np.zeros((64, 64), np.uint8), dtype)
         yield f"bench.f16_acc_matmul.{dtype}", k.f16_acc_matmul_kernel.warmup(
