@@ -46,7 +46,10 @@ S + 1 tiles do not fit even at S = 2 (a 256x128 fp16 matmul tile pair is 96 KB),
 a loop that stages an operand fits one more CTA per SM with S tiles than with S + 1, the ring
 has S tiles ("tight"): the copy of iteration i + S-1 then overwrites what the dots of
 iteration i - 1 read, so it waits until they retired: every dot's wait comes before it,
-then a barrier, since each warp waits for its own part only.
+then a barrier, since each warp waits for its own part only. Where no dot of the loop stays in
+flight (each one's result read in its iteration, or its A computed in registers from no dot's
+result: `_after_drain`) the ring has S tiles with neither: the dots of i - 1 retired before
+iteration i's first barrier (smem_plan's `drained`).
 
 On two warpgroups or more, where TMA fills every ring of a loop that is not nested in another
 (nothing staged, a spare slot), the slots go back through a second mbarrier per slot instead of
@@ -167,7 +170,7 @@ def _rewrite(loop, plan, stored_earlier, kind="wgmma", portable=False, num_warps
     n_yields = len(body.ops[-1].operands)
     lb, ub = loop.operands[0], loop.operands[1]
     loc = loop.loc
-    tight = ring_size == stages
+    tight = ring_size == stages and not plan.drained
     order = [op for op in body.ops if id(op) in dots]
     used = sorted({a for c in copies for a in c.args}, key=arg_index.get)  # by position: deterministic
 
@@ -205,7 +208,8 @@ def _rewrite(loop, plan, stored_earlier, kind="wgmma", portable=False, num_warps
     tma = any(is_tma(c.load) for c in copies)
     pointer_copies = not all(is_tma(c.load) for c in copies)
     bars = empty = None
-    released = released_ring(hopper, tma and not pointer_copies, tight, bool(staged), num_warps, in_loop(loop))
+    released = released_ring(hopper, tma and not pointer_copies, ring_size == stages, bool(staged), num_warps,
+                             in_loop(loop))
     if tma:  # one mbarrier per ring slot: its TMA copies complete on it
         bars = append_op(pre, "local_alloc", [], [shared_type(int64, (ring_size, 1, 1))], loc)
         append_op(pre, "mbarrier_init", [bars], (), loc, count=1)

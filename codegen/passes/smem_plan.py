@@ -45,6 +45,7 @@ class Plan:
     step: int
     ring_size: int  # stages, plus a spare slot where wgmma keeps a group in flight
     slots: int  # tiles per staged operand
+    drained: bool  # every wgmma retires in its own iteration (`_drained`): no spare slot, none "tight"
     fetched: set  # ids of the loads fetched for staged and register operands
 
 name = "smem_pipeline"
@@ -322,6 +323,36 @@ def _unshared_loads(dots, uses):
     return bad
 
 
+def _drained(dots, body) -> bool:
+    """Does every planned wgmma retire in its own iteration? smem_pipeline waits for one there
+    with nothing pending where its result is read in the iteration, or where its A comes from
+    registers computed from no dot's result (`_after_drain`: a wgmma left in flight would read A's
+    registers after the next iteration overwrote them). Then the slot iteration i - 1 read is free
+    once every warp passed iteration i's first barrier, and the copies of i + S-1 may go there: a
+    ring of S slots serves, without the spare slot (or the extra barrier of a "tight" ring)."""
+    for dot, sources in dots.values():
+        result = dot.results[0]
+        carried_only = all(u is body.ops[-1] for u in body.walk() if any(v is result for v in u.operands))
+        a = sources[0][0]
+        if carried_only and not (a[0] == "regs" and not _reads_a_dot(a[1], body)):
+            return False
+    return True
+
+
+def _reads_a_dot(v, body) -> bool:
+    """Is `v` computed, in `body`, from a dot's result?"""
+    stack, seen = [v], set()
+    while stack:
+        op = stack.pop().defining_op
+        if op is None or op.parent is not body or id(op) in seen:
+            continue
+        seen.add(id(op))
+        if op.name == "dot":
+            return True
+        stack.extend(op.operands)
+    return False
+
+
 def _split_inners(dots) -> set:
     """The ring loads whose dots want their tiles stored with different dims inner (a 32-bit
     tile read K-major by one dot and M/N-major by another): one ring cannot serve them."""
@@ -399,7 +430,8 @@ def plan_loop(loop, stages, fn, ctx, kind):
     staged = {id(src[1]): src[2].nbytes for _, sources in dots.values() for src, _ in sources if src[0] == "staged"}
     slots = staged_slots(kind, ringed=bool(rings))
     budget -= slots * sum(staged.values())
-    spare = 1 if kind == "wgmma" else 0  # mma.sync dots are done when their loads are: no spare tile
+    drained = kind == "wgmma" and _drained(dots, body)
+    spare = 1 if kind == "wgmma" and not drained else 0  # mma.sync dots are done when their loads are
     while stages > 2 and (stages + spare) * stage_bytes > budget:
         stages -= 1
     ring_size = stages + spare
@@ -422,7 +454,7 @@ def plan_loop(loop, stages, fn, ctx, kind):
             key.attrs["box"] = list(box)
         else:
             fn.arg_attrs[key]["tma_box"] = list(box)
-    return Plan(plan, rings, stages, step, ring_size, slots, set(fetched))
+    return Plan(plan, rings, stages, step, ring_size, slots, drained, set(fetched))
 
 
 def specialized_scratch(loop, num_warps: int) -> int:
