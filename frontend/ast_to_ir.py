@@ -863,23 +863,46 @@ def tl_static_range():
     return r
 
 
+# tl.range's hints, as Triton sets them on the loop: ints (unless None) and switches (when true)
+_INT_LOOP_HINTS = ("num_stages", "loop_unroll_factor")
+_SWITCH_LOOP_HINTS = ("disallow_acc_multi_buffer", "flatten", "warp_specialize", "disable_licm")
+_RANGE_SIGNATURE = inspect.Signature(
+    [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=d)
+     for n, d in (("arg1", inspect.Parameter.empty), ("arg2", None), ("step", None),
+                  *((h, None) for h in _INT_LOOP_HINTS), *((h, False) for h in _SWITCH_LOOP_HINTS))])
+
+
 def _range_args(args, kwargs):
-    args = list(args)
-    if not 1 <= len(args) <= 3:
-        raise TypeError(f"range expects 1 to 3 arguments, got {len(args)}")
-    if len(args) == 1:
-        args = [constexpr(0), args[0], constexpr(1)]
-    elif len(args) == 2:
-        args.append(constexpr(1))
+    """(start, end, step, the `for` op's hint attributes) of `range(...)` or `tl.range(...)`."""
+    try:
+        given = _RANGE_SIGNATURE.bind(*args, **kwargs).arguments
+    except TypeError as e:
+        raise TypeError(f"range: {e}") from None
+    if unwrap(given.get("arg2")) is None:
+        start, end = constexpr(0), given["arg1"]
+    else:
+        start, end = given["arg1"], given["arg2"]
+    step = given.get("step")
+    step = constexpr(1) if unwrap(step) is None else step
     attrs = {}
-    for key in ("num_stages", "loop_unroll_factor", "disallow_acc_multi_buffer", "flatten", "warp_specialize"):
-        value = unwrap(kwargs.pop(key, None))
-        if value is not None and value is not False:
+    for key in _INT_LOOP_HINTS:
+        value = _compile_time_hint(key, given.get(key))
+        if value is not None:
+            if not isinstance(value, (int, np.integer)):
+                raise TypeError(f"tl.range's {key} must be an int, not {value!r}")
             attrs[key] = int(value) if not isinstance(value, bool) else value
-    kwargs.pop("step", None)
-    if kwargs:
-        raise TypeError(f"unexpected range arguments: {sorted(kwargs)}")
-    return args[0], args[1], args[2], attrs
+    for key in _SWITCH_LOOP_HINTS:
+        if _compile_time_hint(key, given.get(key)):  # any true value, as Triton's `if flatten:`
+            attrs[key] = True
+    return start, end, step, attrs
+
+
+def _compile_time_hint(key, value):
+    value = unwrap(value)
+    if isinstance(value, tensor):
+        raise TypeError(f"tl.range's {key} is a hint to the compiler: it must be known at compile time "
+                        "(a constexpr), not a tensor")
+    return value
 
 
 def _minmax(reducer, name):

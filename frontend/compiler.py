@@ -11,6 +11,7 @@ from kiln.ir import options as options_record
 from kiln.language.semantic import unwrap
 
 from . import config, errors, fp8_targets, launch_hooks, profiler  # noqa: F401  (errors: Triton's triton.compiler.errors)
+from . import target_options
 from .runtime import cuda_driver as driver
 from .runtime.tensormap import DerivedMapUnusable
 from .ast_to_ir import build_kernel
@@ -36,6 +37,8 @@ def codegen_options(options: dict) -> dict:
     out.update({k: int(v) for k, v in options.items() if k in CODEGEN_OPTIONS and v is not None})
     fusion_default = default_fp_fusion()
     out.setdefault("enable_fp_fusion", int(fusion_default))
+    if fp_fusion_forced_off():
+        out["enable_fp_fusion"] = 0
     # the defaults leave: one compile key whether or not they were said (a 1 the knob's default does not
     # give stays, so that the options given again give the same: this runs on its own output too)
     if out["enable_fp_fusion"] == 1 and fusion_default:
@@ -50,6 +53,13 @@ def default_fp_fusion() -> bool:
     launch does not say it, as Triton's CUDA backend takes it."""
     from .dropin.knobs import language
     return bool(language.default_fp_fusion)
+
+
+def fp_fusion_forced_off() -> bool:
+    """Triton 3.9's `knobs.language.force_disable_fp_fusion` (TRITON_FORCE_DISABLE_FP_FUSION): no
+    fusion, whatever a launch asks."""
+    from .dropin.knobs import language
+    return bool(language.force_disable_fp_fusion)
 
 
 def compile_binary(ir: Function, target: str, options: dict):
@@ -137,7 +147,8 @@ class CompiledKernel:
         self.options = options
         self.debug = debug
         self._asm: dict = {}
-        self.metadata = Metadata(name=name, **codegen_options(options), launch_pdl=bool(options.get("launch_pdl")))
+        self.metadata = Metadata(name=name, **codegen_options(options), launch_pdl=bool(options.get("launch_pdl")),
+                                 clc=bool(options.get("clc")))
         self.binaries: dict = {}
         self.functions: dict = {}  # device -> the loaded kernel's CUfunction handle, as an int
         self.loaded_in_interpreter = False  # the kernel-load hooks have run for the interpreter
@@ -227,7 +238,7 @@ class CompiledKernel:
         binary = self.binaries.get(target)
         if binary is None:
             ir, options = self.binary_inputs()
-            self._check_formats(ir, target)
+            self._check_target(ir, target)
             from kiln.codegen.nvjitlink import PTXAssembleError
             try:
                 binary = compile_binary(ir, target, options)
@@ -341,10 +352,13 @@ class CompiledKernel:
         launchers[device] = launcher
         return launcher
 
-    def _check_formats(self, ir, target: str) -> None:
-        """The fp8 formats `target` takes, as Triton decides (kiln.fp8_targets)."""
+    def _check_target(self, ir, target: str) -> None:
+        """The fp8 formats and launch options `target` takes, as Triton decides (kiln.fp8_targets,
+        kiln.target_options)."""
         from kiln.codegen.target import parse_target
-        fp8_targets.check(ir, parse_target(target).capability, self.source)
+        capability = parse_target(target).capability
+        target_options.check(self.options, capability)
+        fp8_targets.check(ir, capability, self.source)
 
     def _pointer_build(self, target: str):
         """The binary of the kernel as written (no derived TMA maps, not persistent), for
@@ -352,7 +366,7 @@ class CompiledKernel:
         binary = self.pointer_binaries.get(target)
         if binary is None:
             ir, options = self.binary_inputs()
-            self._check_formats(ir, target)
+            self._check_target(ir, target)
             ir = copy_function(ir)
             ir.attrs["derived_args"] = 0
             binary = self.pointer_binaries[target] = compile_binary(ir, target, options)

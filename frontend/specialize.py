@@ -127,7 +127,7 @@ def _param(jitfn, name, value, is_constexpr: bool, specializable: bool, annotate
     elif isinstance(value, TensorDescriptor):  # becomes several runtime arguments
         from kiln.language.tensor_descriptor import DescriptorArgument
         param = DescriptorArgument(value._elem, len(value.shape), value.block_shape, value.padding,
-                                   value.shape_multiples_of_16())
+                                   value.shape_multiples_of_16(), value.round_f32_to_tf32)
         return param, ("d",) + value.spec_key()
     elif isinstance(value, tuple) and not hasattr(value, "data_ptr"):
         leaves = [_param(jitfn, name, v, False, specializable) for v in value]

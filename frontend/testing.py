@@ -7,7 +7,9 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
+import uuid
 
 import numpy as np
 
@@ -100,6 +102,169 @@ def _bench_graph(torch, fn, rep, grad_to_none):
         torch.cuda.synchronize()
         times.append(start.elapsed_time(end) / calls)
     return times
+
+
+def do_bench_proton(fn, warmup=25, rep=100, grad_to_none=None, quantiles=None, return_mode="mean"):
+    """Triton 3.9's: the time in milliseconds of the work `fn` runs on the device, as the profiler
+    (kiln.profiler, proton's API) measures it, without the host's launch overhead. After calls for
+    about `warmup` ms, each of about `rep` ms worth of calls runs in a profiler scope of its own,
+    the L2 flushed before it outside the scope; a call's time is the sum of its kernels' times.
+    On a GPU the profiler times kiln's launches with CUDA events (and a scope in which no kiln
+    kernel ran, other work, between events around it); under KILN_INTERPRET, interpreted launches
+    on the host clock. A launch with neither fails as it fails in `do_bench`. `quantiles` and
+    `return_mode` as for `do_bench`."""
+    _check_return_mode(return_mode)
+    torch = _cuda_torch()
+    flush = _l2_flush(torch)
+    estimate = _estimate_ms(torch, fn, flush)
+    if estimate == 0:  # as Triton's: too fast for the clock
+        n_warmup = n_repeat = 1000
+    else:
+        n_warmup, n_repeat = max(1, int(warmup / estimate)), max(1, int(rep / estimate))
+    for _ in range(n_warmup):
+        fn()
+    _synchronize(torch)
+    return _summarize(_profiled_calls(torch, fn, n_repeat, grad_to_none, flush), quantiles, return_mode)
+
+
+def do_bench_cudagraph_proton(fn, rep=20, grad_to_none=None, quantiles=None, return_mode="mean"):
+    """Triton 3.9's: as `do_bench_cudagraph`, a CUDA graph of about `rep` ms worth of calls replayed
+    10 times, but each call timed apart, with the L2 flushed before it (in the graph, outside its
+    time); a call's time is its mean over the replays. Proton follows the graph's kernels through
+    CUPTI; kiln's profiler cannot follow a replay, so each call is timed between CUDA events recorded
+    in the graph: its kernels and the gaps between them. Without a GPU, `do_bench_proton` with no
+    warm-up, as `do_bench_cudagraph` falls back to the wall clock."""
+    _check_return_mode(return_mode)
+    torch = _cuda_torch()
+    if torch is None:
+        return do_bench_proton(fn, 0, rep, grad_to_none, quantiles, return_mode)
+    with torch.cuda.stream(torch.cuda.Stream()):  # as Triton: off the caller's stream
+        times = _graph_calls_timed(torch, fn, rep, grad_to_none)
+    return _summarize(times, quantiles, return_mode)
+
+
+def _l2_flush(torch):
+    """What empties the L2 before a timed call: a write of more than it holds (nothing off the GPU)."""
+    if torch is None:
+        return lambda: None
+    return torch.empty(256 * 1024 * 1024 // 4, dtype=torch.int, device="cuda").zero_
+
+
+def _synchronize(torch) -> None:
+    if torch is not None:
+        torch.cuda.synchronize()
+
+
+def _estimate_ms(torch, fn, before_each) -> float:
+    """The mean time of a call of `fn` over 5 calls after a first one, each after `before_each()`."""
+    fn()
+    _synchronize(torch)
+    if torch is None:
+        start = time.perf_counter()
+        for _ in range(5):
+            before_each()
+            fn()
+        return (time.perf_counter() - start) * 1e3 / 5
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(5):
+        before_each()
+        fn()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) / 5
+
+
+def _profiled_calls(torch, fn, calls, grad_to_none, flush) -> list:
+    """The device time (ms) of each of `calls` calls of `fn`, each in a profiler scope of its own."""
+    from kiln import profiler
+    prefix = f"do_bench_proton.{uuid.uuid4().hex}."
+    with tempfile.TemporaryDirectory(prefix="kiln-bench-proton-") as folder:
+        session = profiler.start(os.path.join(folder, "profile"))
+        try:
+            for i in range(calls):
+                for x in grad_to_none or ():
+                    x.grad = None
+                flush()
+                with profiler.scope(f"{prefix}{i:08d}"):
+                    fn()
+            _synchronize(torch)
+            profiler.deactivate(session, flushing=True)
+            times = _scope_times(profiler.data.get(session), prefix)
+        finally:
+            profiler.finalize(session)
+    if not times:
+        raise RuntimeError("do_bench_proton: the profiler measured nothing that fn ran (it times kiln's launches, "
+                           "and other work on a GPU)")
+    return times
+
+
+def _scope_times(profile, prefix: str) -> list:
+    """The device time (ms) under each scope named `prefix...` of a hatchet profile, in the scopes'
+    order; a scope with none is left out, as Triton leaves it."""
+    found = {}
+
+    def visit(node):
+        name = node["frame"]["name"]
+        if name.startswith(prefix):
+            found[name] = _leaf_time_ns(node) / 1e6
+            return
+        for child in node["children"]:
+            visit(child)
+
+    visit(profile[0])
+    return [found[name] for name in sorted(found) if found[name] > 0]
+
+
+def _leaf_time_ns(node) -> float:
+    """A frame's kernel time: its own where it is a kernel (a leaf), else its children's."""
+    if not node["children"]:
+        return node["metrics"].get("time (ns)", 0)
+    return sum(_leaf_time_ns(child) for child in node["children"])
+
+
+def _graph_calls_timed(torch, fn, rep, grad_to_none) -> list:
+    """Per call of a graph of about `rep` ms of calls, its mean time over 10 replays (ms)."""
+    fn()  # compiles and loads what fn launches, which a capture may not do
+    for x in grad_to_none or ():
+        x.detach_()
+        x.requires_grad_(True)
+        x.grad = None
+    estimate = _estimate_ms(torch, fn, lambda: None)
+    calls = 1000 if estimate == 0 else max(1, int(rep / estimate))
+    flush = _l2_flush(torch)
+    # external: recorded as nodes of the graph, so that each replay records them again
+    marks = [tuple(torch.cuda.Event(enable_timing=True, external=True) for _ in range(2)) for _ in range(calls)]
+    graph = torch.cuda.CUDAGraph()
+    with cuda_graph_without_gc(graph):
+        for start, end in marks:
+            for x in grad_to_none or ():
+                x.grad = None
+            flush()
+            start.record()
+            fn()
+            end.record()
+    torch.cuda.synchronize()
+    totals = [0.0] * calls
+    for _ in range(10):
+        graph.replay()
+        torch.cuda.synchronize()
+        totals = [total + start.elapsed_time(end) for total, (start, end) in zip(totals, marks)]
+    return [total / 10 for total in totals]
+
+
+def cublas():
+    """Triton 3.9's: the current device's cuBLAS handle, one per device with its 32 MiB workspace
+    (kiln's `triton._C.libtriton.nvidia.cublas.CublasLt`, which runs PyTorch's cuBLASLt)."""
+    import torch
+    return _cublas_for_device(torch.cuda.current_device())
+
+
+@functools.lru_cache(maxsize=None)
+def _cublas_for_device(device: int):
+    import torch
+    from .dropin.libtriton import CublasLt
+    return CublasLt(torch.empty(32 * 1024 * 1024, device=device, dtype=torch.uint8))
 
 
 def _check_return_mode(return_mode):

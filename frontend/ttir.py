@@ -598,8 +598,8 @@ class _Renderer:
         self.emit(indent, f"{text} : {ttir_type(lb.type)} {{")
         self.region(body, indent, "scf.for", header=False)
         hints = {_LOOP_HINTS[k]: v for k, v in op.attrs.items() if k in _LOOP_HINTS and v is not None}
-        if op.attrs.get("disable_licm"):
-            hints["llvm.loop_annotation"] = "#llvm.loop_annotation<licm = <disable = true>>"
+        if op.attrs.get("disable_licm"):  # Triton's attribute, spelt without its aliases
+            hints["llvm.loop_annotation"] = "#llvm.loop_annotation<licm = <disable = true, versioningDisable = true>>"
         self.emit(indent, "}" + _attrs(hints), op)
 
     def op_if(self, op, indent, parent):

@@ -46,6 +46,7 @@ class Options:
     enable_reflect_ftz: bool = True
     launch_cooperative_grid: bool = False
     launch_pdl: bool = False
+    clc: bool = False  # Triton 3.9's cluster launch control: sm_100 and later (kiln.target_options)
     sanitize_overflow: bool = False
     extern_libs: tuple | None = None
     cluster_dims: tuple = (1, 1, 1)
@@ -83,9 +84,8 @@ class BaseBackend:
         warps = values.get("num_warps", options_record.DEFAULT_NUM_WARPS)
         if warps & (warps - 1):
             raise AssertionError("num_warps must be a power of 2")
-        if "enable_fp_fusion" not in values:  # as Triton's CUDA backend
-            from kiln.compiler import default_fp_fusion
-            values["enable_fp_fusion"] = default_fp_fusion()
+        from .knobs import language  # as Triton's CUDA backend: the default, and Triton 3.9's force-off
+        values["enable_fp_fusion"] = language.fp_fusion_enabled(values.get("enable_fp_fusion"))
         return Options(**values)
 
     def launcher(self, kernel, binary, positions, expanders=None):
@@ -149,6 +149,13 @@ class CUDABackend(BaseBackend):
     @staticmethod
     def supports_target(target) -> bool:
         return target.backend == "cuda"
+
+    def parse_options(self, options: dict) -> Options:
+        """As every backend's, and the options the target lacks refused as Triton's CUDA backend refuses them."""
+        from kiln import target_options
+        parsed = super().parse_options(options)
+        target_options.check(vars(parsed), int(self.target.arch))
+        return parsed
 
     @property
     def binary_target(self) -> str:

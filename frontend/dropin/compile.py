@@ -187,11 +187,12 @@ class IRSource:
                                   f"such as {path!r}: those are Triton's own IR")
 
 
-# Triton's CompiledKernel.metadata is a namedtuple of the compile's options and results.
+# Triton's CompiledKernel.metadata is a namedtuple of the compile's options and results. `clc`
+# (Triton 3.9) comes last, with a default, so that a kernel pickled without it still loads.
 KernelMetadata = namedtuple("KernelMetadata", (
     "name", "hash", "target", "num_warps", "num_stages", "num_ctas", "cluster_dims", "maxnreg", "shared", "debug",
     "enable_fp_fusion", "launch_cooperative_grid", "launch_pdl", "global_scratch_size", "global_scratch_align",
-    "profile_scratch_size", "profile_scratch_align", "tmem_size"))
+    "profile_scratch_size", "profile_scratch_align", "tmem_size", "clc"), defaults=(False,))
 
 
 def compile(src, target=None, options=None, _env_vars=None):
@@ -275,7 +276,8 @@ def _build(src, backend, options, timer=None):
     except signatures.SignatureError as e:
         raise ValueError(f"{src.name}: {e}") from None
     kernel = compile_kernel(src.fn, params,  # named as the ASTSource is: its records and binaries say src.name
-                            {**launch_options, "debug": options.debug, "launch_pdl": options.launch_pdl}, name=src.name)
+                            {**launch_options, "debug": options.debug, "launch_pdl": options.launch_pdl,
+                             "clc": options.clc}, name=src.name)
     if timer is not None:
         timer.ir_initialized()
     binary = kernel.build(backend.binary_target) if backend.binary_target is not None else None
@@ -316,7 +318,7 @@ def _compiled(src, target, options, ir_text, binary, runtime, debug, arg_types, 
         debug=options.debug,
         enable_fp_fusion=options.enable_fp_fusion, launch_cooperative_grid=options.launch_cooperative_grid,
         launch_pdl=options.launch_pdl, global_scratch_size=0, global_scratch_align=1, profile_scratch_size=0,
-        profile_scratch_align=1, tmem_size=0)
+        profile_scratch_align=1, tmem_size=0, clc=options.clc)
     return CompiledKernel(src, metadata, ir_text, binary, runtime, debug, arg_types, kernel)
 
 

@@ -10,6 +10,7 @@ from kiln import (  # noqa: F401
     reinterpret, set_allocator, testing, tools,
 )
 from kiln import __version__ as kiln_version  # noqa: F401
+from kiln import errors  # noqa: F401  (triton.errors: TritonError)
 from kiln.autotuner import Config, autotune, heuristics  # noqa: F401
 
 from . import backends, knobs, runtime  # noqa: F401

@@ -27,6 +27,7 @@ MODULES = {
     "triton.compiler": "kiln.dropin.compile",
     "triton.compiler.compiler": "kiln.dropin.compile",
     "triton.compiler.errors": "kiln.errors",
+    "triton.errors": "kiln.errors",  # TritonError, the base of Triton's errors
     "triton.backends": "kiln.dropin.backends",
     "triton.backends.compiler": "kiln.dropin.backends",
     "triton.backends.driver": "kiln.dropin.backends",

@@ -381,6 +381,7 @@ class compilation_knobs(base_knobs):
     front_end_debugging = env_bool("TRITON_FRONT_END_DEBUGGING")
     allow_non_constexpr_globals = env_bool("TRITON_ALLOW_NON_CONSTEXPR_GLOBALS")
     instrumentation_mode = os.environ.get("TRITON_INSTRUMENTATION_MODE", "")
+    fpsan_homomorphic_casts = env_bool("TRITON_FPSAN_HOMOMORPHIC_CASTS")  # Triton 3.9's fp sanitizer; kiln has none
     listener = None
     _plain = ("instrumentation_mode", "listener")
 
@@ -441,11 +442,14 @@ class runtime_knobs(base_knobs):
     launch_exit_hook = HookChain(reversed=True)
     kernel_load_start_hook = HookChain()
     kernel_load_end_hook = HookChain(reversed=True)
+    # Triton 3.9's, called as a kernel's module is unloaded: kiln never unloads a module it loaded,
+    # so it is never called
+    kernel_unload_hook = HookChain()
     jit_cache_hook = None
     jit_post_compile_hook = None
     add_stages_inspection_hook = None
     _plain = ("launch_enter_hook", "launch_exit_hook", "kernel_load_start_hook", "kernel_load_end_hook",
-              "jit_cache_hook", "jit_post_compile_hook", "add_stages_inspection_hook")
+              "kernel_unload_hook", "jit_cache_hook", "jit_post_compile_hook", "add_stages_inspection_hook")
 
     def _changed(self) -> None:
         if self is runtime:
@@ -455,6 +459,13 @@ class runtime_knobs(base_knobs):
 class language_knobs(base_knobs):
     fp32_default = env_opt_str("TRITON_F32_DEFAULT")
     default_fp_fusion = env_bool("TRITON_DEFAULT_FP_FUSION", True)
+    force_disable_fp_fusion = env_bool("TRITON_FORCE_DISABLE_FP_FUSION")  # Triton 3.9's: whatever a launch asks
+
+    def fp_fusion_enabled(self, requested) -> bool:
+        """Triton 3.9's: whether a compile that asks `requested` (None: nothing said) fuses a*b+c into
+        one rounding. (Triton 3.9 warns where TRITON_DEFAULT_FP_FUSION is unset that its default will
+        change in 3.10; kiln follows 3.6's default and says nothing.)"""
+        return not self.force_disable_fp_fusion and (self.default_fp_fusion if requested is None else bool(requested))
 
 
 class env_nvidia_tool(env_base):

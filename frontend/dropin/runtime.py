@@ -13,7 +13,7 @@ from kiln.runtime import GPUTarget, driver  # noqa: F401
 from . import file_cache as cache  # noqa: F401  (triton.runtime.cache)
 from .file_cache import RedisRemoteCacheBackend, RemoteCacheBackend  # noqa: F401  (triton.runtime has them)
 from . import jit, knobs  # noqa: F401  (triton.runtime.jit is an attribute after `import triton`, as in Triton)
-from kiln.runtime import _allocation, _async_compile, errors  # noqa: F401
+from kiln.runtime import _allocation, _async_compile, build, errors  # noqa: F401
 from .backends import PTXASError, triton_key  # noqa: F401
 from .jit import JITFunction  # noqa: F401
 from kiln.tensor_wrapper import MockTensor, TensorWrapper, reinterpret  # noqa: F401  (triton.runtime has them)
@@ -24,6 +24,7 @@ from kiln.jit import KernelInterface  # noqa: F401
 for _name in ("driver", "autotuner"):
     sys.modules.setdefault(f"triton.runtime.{_name}", sys.modules[__name__])
 sys.modules.setdefault("triton.runtime.cache", cache)
+autotuner = sys.modules[__name__]  # `triton.runtime.autotuner.Config` without an import of its own, as in Triton
 
 
 def _base64(key: str) -> str:

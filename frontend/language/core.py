@@ -242,10 +242,13 @@ def to_value(v: Any):
 
 
 class range:
-    """`for i in tl.range(start, end, step, num_stages=...)`: a loop of the kernel with pipelining hints."""
+    """`for i in tl.range(start, end, step, num_stages=...)`: a loop of the kernel with hints to the
+    compiler, attributes of its `for` op (kiln.ast_to_ir): `num_stages`, `loop_unroll_factor`, and the
+    switches `disallow_acc_multi_buffer`, `flatten`, `warp_specialize` and `disable_licm` (hoist no
+    loop-invariant code out of the loop)."""
 
     def __init__(self, arg1, arg2=None, step=None, num_stages=None, loop_unroll_factor=None,
-                 disallow_acc_multi_buffer=False, flatten=False, warp_specialize=False):
+                 disallow_acc_multi_buffer=False, flatten=False, warp_specialize=False, disable_licm=False):
         raise RuntimeError("tl.range can only be used as the iterable of a for loop inside a kernel")
 
 

@@ -7,13 +7,15 @@ and out-of-bounds stores are dropped, exactly what TMA does. A host descriptor a
 carries its TMA map (a kernel argument): its loads are `descriptor_load` ops naming the
 map and offsets beside that pointer load, so that codegen can copy the block with TMA on
 Hopper (kiln.codegen's smem_pipeline); the interpreter and other targets use the pointer
-load. Device-side descriptors and all stores stay pointer accesses.
+load. Device-side descriptors and all stores stay pointer accesses. A host descriptor made with
+`round_f32_to_tf32=True` rounds what its loads read to tf32 in the kernel, as TMA does through
+a TFLOAT32 map.
 """
 from __future__ import annotations
 
 from . import semantic
 from .block_pointer import BlockPointer, load as block_load, store as block_store
-from .core import block_type, builtin, int1, int32, int64, tensor
+from .core import block_type, builtin, float32, int1, int32, int64, tensor, uint32
 from .semantic import unwrap
 
 # The elements Triton's descriptor reductions take (those of TMA's reductions): no 64-bit integer add,
@@ -30,10 +32,11 @@ _REDUCE_ELEMENTS = {
 
 
 class TensorDescriptor:
-    def __init__(self, base: tensor, shape, strides, block_shape, padding, tensormap=None):
+    def __init__(self, base: tensor, shape, strides, block_shape, padding, tensormap=None, round_f32_to_tf32=False):
         self.base, self.shape, self.strides = base, list(shape), list(strides)
         self._block_shape, self.padding = tuple(block_shape), padding
         self.tensormap = tensormap  # a host descriptor's TMA map (a kernel argument), else None
+        self.round_f32_to_tf32 = round_f32_to_tf32  # a host descriptor's: its loads round to tf32
 
     @property
     def dtype(self):
@@ -55,10 +58,10 @@ class TensorDescriptor:
         n = len(self._block_shape)
         tensormap = leaves[1 + 2 * n] if len(leaves) > 1 + 2 * n else None
         return TensorDescriptor(leaves[0], leaves[1:1 + n], leaves[1 + n:1 + 2 * n], self._block_shape, self.padding,
-                                tensormap)
+                                tensormap, self.round_f32_to_tf32)
 
     def signature(self):
-        return ("tensor_descriptor", self._block_shape, self.padding)
+        return ("tensor_descriptor", self._block_shape, self.padding, self.round_f32_to_tf32)
 
     def _block(self, offsets) -> BlockPointer:
         offsets = unwrap(offsets)
@@ -78,10 +81,10 @@ class TensorDescriptor:
         Loaded through pointers; a host descriptor's load also names its TMA map and
         offsets (`descriptor_load`), so that codegen can copy the block with TMA instead."""
         value = block_load(self._block(offsets), self._all_dims(), self.padding, "", "", False)
-        if self.tensormap is None or self.padding != "zero":
-            return value
-        offsets = [semantic.cast(semantic.to_tensor(o), int32) for o in unwrap(offsets)]
-        return semantic._emit("descriptor_load", [self.tensormap, *offsets, value], value.type)
+        if self.tensormap is not None and self.padding == "zero":
+            tma_offsets = [semantic.cast(semantic.to_tensor(o), int32) for o in unwrap(offsets)]
+            value = semantic._emit("descriptor_load", [self.tensormap, *tma_offsets, value], value.type)
+        return _rounded_to_tf32(value) if self.round_f32_to_tf32 else value
 
     @builtin
     def store(self, offsets, value):
@@ -154,6 +157,16 @@ def _within(index, size):
     return semantic.logical_and(semantic.greater_equal(index, 0), semantic.less(index, size))
 
 
+def _rounded_to_tf32(value: tensor) -> tensor:
+    """fp32 values rounded to tf32 (10 mantissa bits, to nearest, ties to even; Inf and NaN kept),
+    as a TMA load through a TFLOAT32 map gives them."""
+    bits = semantic.cast(value, uint32, bitcast=True)
+    bias = semantic.add(semantic.and_(semantic.shr(bits, 13), 1), 0xFFF)  # half an ulp, less where even
+    rounded = semantic.and_(semantic.add(bits, bias), 0xFFFFE000)
+    special = semantic.equal(semantic.and_(bits, 0x7F800000), 0x7F800000)
+    return semantic.cast(semantic.where(special, bits, rounded), float32, bitcast=True)
+
+
 def _padding_value(desc):
     return float("nan") if desc.padding == "nan" else 0
 
@@ -205,9 +218,10 @@ class DescriptorArgument:
     launch order (base, shape..., strides...), and the compile-time block shape and padding;
     which sizes are multiples of 16 is part of the specialization (as for integer arguments)."""
 
-    def __init__(self, elem, rank, block_shape, padding, shape_multiples_of_16=()):
+    def __init__(self, elem, rank, block_shape, padding, shape_multiples_of_16=(), round_f32_to_tf32=False):
         from kiln.ir.types import pointer_type, tensormap
         self._block_shape, self.padding = tuple(block_shape), padding
+        self.round_f32_to_tf32 = bool(round_f32_to_tf32)
         # what the host TensorDescriptor guarantees (it refuses anything else), as Triton's TMA
         # descriptors require: a 16-byte aligned base, every stride but the last a multiple of
         # 16 bytes, the last stride 1. Known at compile time, they make the block's rows
@@ -223,7 +237,7 @@ class DescriptorArgument:
         rank = len(self._block_shape)
         strides = list(values[1 + rank:-2]) + [1]  # the last one is 1 (checked on the host)
         desc = descriptor(values[0], values[1:1 + rank], strides, self._block_shape, self.padding)
-        desc.tensormap = values[-1]
+        desc.tensormap, desc.round_f32_to_tf32 = values[-1], self.round_f32_to_tf32
         return desc
 
 

@@ -74,13 +74,17 @@ class _Session:
         self.metric_names.update(_KERNEL_METRICS if self.pending else ())
         self.pending = []
 
-    def write(self):
+    def to_json(self) -> list:
+        """The profile as proton's hatchet JSON: `[tree, devices]`."""
         self.resolve()
         root = self.root.to_json()
         root["metrics"].update({name: 0 for name in sorted(self.metric_names) if name not in root["metrics"]})
         devices = {kind: ids for kind, ids in self.devices.items() if kind != "CPU"}
+        return [root, devices]
+
+    def write(self):
         with open(self.path, "w") as f:
-            json.dump([root, devices], f, indent=4)
+            json.dump(self.to_json(), f, indent=4)
 
 
 def _scope_stack() -> list:
@@ -133,8 +137,9 @@ def activate(session: int | None = None) -> None:
             _active.append(s)
 
 
-def deactivate(session: int | None = None) -> None:
-    """Stop recording in `session` (every session when None); its data stays for finalize."""
+def deactivate(session: int | None = None, flushing: bool = False) -> None:
+    """Stop recording in `session` (every session when None); its data stays for finalize. Its
+    launches' times are always read here, so `flushing` (Triton 3.9's) asks for nothing more."""
     for s in _chosen(session):
         if s in _active:
             _active.remove(s)
@@ -366,3 +371,6 @@ def _device_info(device_type: str, device_id: int) -> dict:
         ("bus_width", "GLOBAL_MEMORY_BUS_WIDTH"), ("num_sms", "MULTIPROCESSOR_COUNT"))}
     props["arch"] = drv.target(device_id)[3:].rstrip("a")
     return props
+
+
+from . import data  # noqa: E402  (proton.data: reads the sessions above)

@@ -4,7 +4,9 @@ Passed to a kernel, it arrives as a device-side descriptor (what `tl.make_tensor
 returns). kiln specializes it as its pieces: the base pointer (dtype and 16-byte
 alignment), the shape as int32 and the strides as int64 runtime arguments, a TMA map (128
 bytes, encoded at launch with the box and swizzle the compiled kernel reads), and the
-block shape and padding as compile-time constants.
+block shape and padding as compile-time constants. `round_f32_to_tf32=True` (Triton 3.9's, fp32
+only) makes the kernel's loads through it round each value to tf32, as a TMA load through a
+TFLOAT32 map does; kiln specializes on it and rounds in the kernel.
 """
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ class TensorDescriptor:
     strides: list
     block_shape: list
     padding: str = "zero"
+    round_f32_to_tf32: bool = False
 
     def __post_init__(self):
         from kiln.specialize import pointer_info
@@ -51,21 +54,23 @@ class TensorDescriptor:
             raise ValueError(f"padding must be 'zero' or 'nan', not {self.padding!r}")
         if self.padding == "nan" and not elem.is_floating():
             raise ValueError("padding='nan' needs a floating-point tensor")
+        if self.round_f32_to_tf32 and elem.name != "fp32":
+            raise ValueError(f"round_f32_to_tf32 needs a float32 tensor, not {elem.name}")
         self._elem, self._aligned = elem, True
 
     @staticmethod
-    def from_tensor(tensor: Any, block_shape, padding="zero") -> "TensorDescriptor":
+    def from_tensor(tensor: Any, block_shape, padding="zero", round_f32_to_tf32=False) -> "TensorDescriptor":
         """A descriptor of the whole of `tensor` (a torch tensor or a NumPy array)."""
         if isinstance(tensor, np.ndarray):
             strides = [s // tensor.itemsize for s in tensor.strides]
         else:
             strides = list(tensor.stride())
-        return TensorDescriptor(tensor, list(tensor.shape), strides, list(block_shape), padding)
+        return TensorDescriptor(tensor, list(tensor.shape), strides, list(block_shape), padding, round_f32_to_tf32)
 
     def spec_key(self):
         """What a kernel's specialization reads of this argument."""
         return ("tensor_descriptor", self._elem.name, tuple(self.block_shape), self.padding, len(self.shape),
-                self.shape_multiples_of_16())
+                self.shape_multiples_of_16(), bool(self.round_f32_to_tf32))
 
     def shape_multiples_of_16(self) -> tuple:
         """Per dimension, whether its size is a multiple of 16: specialized on, as Triton does
