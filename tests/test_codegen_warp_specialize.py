@@ -188,6 +188,50 @@ def triton_cdiv(a, b):
     return (a + b - 1) // b
 
 
+@kiln.jit
+def _scaled_a_matmul(a_ptr, b_ptr, c_ptr, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    rm = tl.program_id(0) * BM + tl.arange(0, BM)
+    rn = tl.program_id(1) * BN + tl.arange(0, BN)
+    rk = tl.arange(0, BK)
+    acc = tl.zeros((BM, BN), tl.float32)
+    for k in tl.range(0, K, BK, warp_specialize=True):
+        a = tl.load(a_ptr + rm[:, None] * K + (k + rk)[None, :])
+        b = tl.load(b_ptr + (k + rk)[:, None] * N + rn[None, :])
+        acc = tl.dot((a * 0.5).to(tl.float16), b, acc)
+    tl.store(c_ptr + rm[:, None] * N + rn[None, :], acc)
+
+
+_SCALED_CONFIGS = [(8, (128, 256, 64)), (4, (128, 128, 64))]
+
+
+@pytest.mark.parametrize("warps, tile", _SCALED_CONFIGS)
+def test_a_specialized_loop_whose_a_it_computes_stays_on_wgmma(warps, tile):
+    """An A the loop computes from a load has that load fetched through a ring of its own too
+    (smem_plan), where the rings fit beside the specialized kernel's reserve; where they do not
+    (128x256 over 8 warps) the load stays in the iteration, as before, and the dot on wgmma (it
+    fell to mma.sync at first)."""
+    x = np.zeros((64, 64), np.float32)
+    bm, bn, bk = tile
+    k = _scaled_a_matmul.warmup(x, x.astype(np.float16), x, 4096, 4096, 4096, BM=bm, BN=bn, BK=bk, num_warps=warps,
+                                num_stages=3, grid=(1,), target="sm_90a")
+    assert "wgmma.mma_async" in k.asm["ptx"] and "mma.sync" not in k.asm["ptx"]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("warps, tile", _SCALED_CONFIGS)
+def test_a_specialized_loop_whose_a_it_computes_on_the_gpu_matches_torch(warps, tile):
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability() < (9, 0):
+        pytest.skip("needs a Hopper GPU")
+    M, N, K = 512, 512, 1024
+    a = torch.randn(M, K, device="cuda")
+    b = torch.randn(K, N, device="cuda", dtype=torch.float16)
+    c = torch.empty(M, N, device="cuda")
+    bm, bn, bk = tile
+    _scaled_a_matmul[(M // bm, N // bn)](a, b, c, M, N, K, BM=bm, BN=bn, BK=bk, num_warps=warps, num_stages=3)
+    torch.testing.assert_close(c, (a * 0.5).half().float() @ b.float(), atol=2e-2, rtol=1e-3)
+
+
 
 def test_a_k_loop_whose_trips_depend_on_the_tile_is_not_replicated():
     """Ping-pong's replicas count each other's k-steps from their own tile's trips, so a K loop

@@ -163,14 +163,14 @@ def _staged_tile(t, role, instr_extent):
     return shared_type(elem, t.shape, swizzle, (1, 0)) if swizzle >= 32 else None
 
 
-def _fetched_loads(dots, body, ring_loads, ctx, kind):
+def _fetched_loads(dots, body, ring_loads, ctx, fetch_regs):
     """The loads in the body that staged operands (a dequantized B's raw weights and scales) or,
-    on wgmma, register A operands (`(a * s).to(fp16)`) are computed from and that a cp.async ring
-    can copy ahead too: {id: (load, tile)}. The body then reads them from the ring's tile
+    with `fetch_regs` (wgmma's), register A operands (`(a * s).to(fp16)`) are computed from and
+    that a cp.async ring can copy ahead too: {id: (load, tile)}. The body then reads them from the ring's tile
     (`local_load`) instead of from memory: no load's latency in the iteration, and an A read back
     in wgmma's fragment layout (kiln.codegen.passes.layouts) needs no conversion."""
     found, seen = {}, set()
-    wanted = ("staged", "regs") if kind == "wgmma" else ("staged",)
+    wanted = ("staged", "regs") if fetch_regs else ("staged",)
     stack = [(src[1], src[0] == "regs") for _, sources in dots.values() for src, _ in sources if src[0] in wanted]
     while stack:
         v, fragment = stack.pop()
@@ -411,15 +411,36 @@ def plan_loop(loop, stages, fn, ctx, kind):
         inner = inners[key]
         rings.append(Copy(load, shared_type(scalar_of(t), t.shape, swizzles[key], (inner, 1 - inner)), *cones[key],
                           _prefix_copy(load, inner, ctx)))
-    fetched = {}
-    for key, (load, tile) in _fetched_loads(dots, body, loads, ctx, kind).items():
-        cone = address_cone(load, load_address(load), body)
-        if cone is not None:
-            fetched[key] = load
-            rings.append(Copy(load, tile, *cone, _prefix_copy(load, tile.order[0], ctx)))
+    # a register A's loads fetched too where the rings then fit (a warp-specialized loop's reserve may
+    # leave room for the dot's own rings only); else loaded in the iteration, as before
+    for fetch_regs in ((True, False) if kind == "wgmma" else (False,)):
+        fetched = {}
+        all_rings = list(rings)
+        for key, (load, tile) in _fetched_loads(dots, body, loads, ctx, fetch_regs).items():
+            cone = address_cone(load, load_address(load), body)
+            if cone is not None:
+                fetched[key] = load
+                all_rings.append(Copy(load, tile, *cone, _prefix_copy(load, tile.order[0], ctx)))
+        sized = _sized(all_rings, dots, body, loop, stages, fn, ctx, kind)
+        if sized is not None:
+            break
+    else:
+        return None
+    rings, (stages, ring_size, slots, drained) = all_rings, sized
     boxes = _agreed_boxes(rings, fn, ctx)
     if boxes is None:
         return None
+    plan = {key: [src for src, _ in sources] for key, (_, sources) in dots.items()}
+    for key, box in boxes.items():
+        if isinstance(key, Operation):
+            key.attrs["box"] = list(box)
+        else:
+            fn.arg_attrs[key]["tma_box"] = list(box)
+    return Plan(plan, rings, stages, step, ring_size, slots, drained, set(fetched))
+
+
+def _sized(rings, dots, body, loop, stages, fn, ctx, kind):
+    """(stages, ring size, staged slots, drained) that fit the shared memory, or None."""
     stage_bytes = sum(ring.tile.nbytes for ring in rings)
     reserve = ALIGN * (2 if any(is_tma(r.load) for r in rings) else 1)  # alignment; the mbarriers
     if kind == "wgmma" and loop.attrs.get("warp_specialize"):
@@ -448,13 +469,7 @@ def plan_loop(loop, stages, fn, ctx, kind):
         if ctas_by_shared(fixed + stages * stage_bytes, capability) > ctas_by_shared(fixed + ring_size * stage_bytes,
                                                                                      capability):
             ring_size = stages
-    plan = {key: [src for src, _ in sources] for key, (_, sources) in dots.items()}
-    for key, box in boxes.items():
-        if isinstance(key, Operation):
-            key.attrs["box"] = list(box)
-        else:
-            fn.arg_attrs[key]["tma_box"] = list(box)
-    return Plan(plan, rings, stages, step, ring_size, slots, drained, set(fetched))
+    return stages, ring_size, slots, drained
 
 
 def specialized_scratch(loop, num_warps: int) -> int:
