@@ -166,9 +166,10 @@ def _staged_tile(t, role, instr_extent):
 def _fetched_loads(dots, body, ring_loads, ctx, fetch_regs):
     """The loads in the body that staged operands (a dequantized B's raw weights and scales) or,
     with `fetch_regs` (wgmma's), register A operands (`(a * s).to(fp16)`) are computed from and
-    that a cp.async ring can copy ahead too: {id: (load, tile)}. The body then reads them from the ring's tile
-    (`local_load`) instead of from memory: no load's latency in the iteration, and an A read back
-    in wgmma's fragment layout (kiln.codegen.passes.layouts) needs no conversion."""
+    that a cp.async ring can copy ahead too: {id: (load, tile)}. The body then reads them from
+    the ring's tile (`local_load`) instead of from memory: no load's latency in the iteration,
+    and an A read back in wgmma's fragment layout (kiln.codegen.passes.layouts) needs no
+    conversion."""
     found, seen = {}, set()
     wanted = ("staged", "regs") if fetch_regs else ("staged",)
     stack = [(src[1], src[0] == "regs") for _, sources in dots.values() for src, _ in sources if src[0] in wanted]
