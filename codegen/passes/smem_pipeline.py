@@ -178,19 +178,8 @@ def _rewrite(loop, plan, stored_earlier, kind="wgmma", portable=False, num_warps
 
     # before the loop: operands from outside stored once (or by an earlier loop: the two
     # loops of causal attention read the same Q), the rings, iterations 0 .. S-2 in flight
-    pre, stored, fresh = [], {}, False
-    for op in order:
-        for src in dots[id(op)]:
-            key = (src[1], src[2]) if src[0] == "once" else None
-            if key is None or key in stored:
-                continue
-            earlier = stored_earlier.get(key)
-            if earlier is not None and _dominates(earlier.defining_op, loop):
-                stored[key] = earlier
-                continue
-            tile = stored[key] = stored_earlier[key] = append_op(pre, "local_alloc", [], [src[2]], loc)
-            append_op(pre, "local_store", [src[1], tile], (), loc)
-            fresh = True
+    pre = []
+    stored, fresh = _store_once(pre, order, dots, stored_earlier, loop, loc)
     hopper = kind == "wgmma"  # wgmma reads shared memory through the async proxy: fences
     if fresh and not copies:  # else the barrier at the top of the body orders them
         if hopper:
@@ -266,10 +255,8 @@ def _rewrite(loop, plan, stored_earlier, kind="wgmma", portable=False, num_warps
     replaced, deferred, tiles, staged_now = {}, [], {}, {}
     for op in body.ops[:-1]:
         if id(op) in fetched:  # read back from its ring's tile
-            ring = rings[id(op)]
-            if id(ring) not in tiles:
-                tiles[id(ring)] = append_op(new, "local_index", [ring, read_slot], [ring.type.tile()], loc)
-            replaced[op.results[0]] = append_op(new, "local_load", [tiles[id(ring)]], [op.results[0].type], op.loc)
+            tile = _read_tile(new, rings[id(op)], read_slot, tiles, loc)
+            replaced[op.results[0]] = append_op(new, "local_load", [tile], [op.results[0].type], op.loc)
             continue
         if id(op) in copied:
             continue
@@ -281,21 +268,10 @@ def _rewrite(loop, plan, stored_earlier, kind="wgmma", portable=False, num_warps
         views = []
         for v, src in zip(op.operands[:2], dots[id(op)]):
             if src[0] == "ring":
-                ring = rings[id(src[1])]
-                if id(ring) not in tiles:
-                    tiles[id(ring)] = append_op(new, "local_index", [ring, read_slot], [ring.type.tile()], loc)
-                tile = tiles[id(ring)]
+                tile = _read_tile(new, rings[id(src[1])], read_slot, tiles, loc)
                 views.append(append_op(new, "local_trans", [tile], [tile.type.transposed()], loc) if src[2] else tile)
-            elif src[0] == "staged" and id(src[1]) in staged_now:  # stored for an earlier dot of this iteration
-                views.append(staged_now[id(src[1])])
             elif src[0] == "staged":
-                tile = staged_now[id(src[1])] = append_op(new, "local_index", [staged[id(src[1])], staged_slot],
-                                                          [src[2]], loc)
-                append_op(new, "local_store", [v, tile], (), loc)
-                if hopper:
-                    append_op(new, "fence_async_shared", [], (), loc)
-                append_op(new, "barrier", [], (), loc)
-                views.append(tile)
+                views.append(_stage_operand(new, v, src, staged, staged_slot, staged_now, hopper, loc))
             else:
                 views.append(stored[(src[1], src[2])] if src[0] == "once" else v)
         acc = op.operands[2]
@@ -347,7 +323,53 @@ def _rewrite(loop, plan, stored_earlier, kind="wgmma", portable=False, num_warps
     if released:
         _release_previous_slot(body, empty, read_slot, iv, lb, ring_size, loc)
 
-    # after the loop: the dots still in flight, and no copy left in flight
+    _after_loop(loop, in_flight, pointer_copies, released, bars, empty, loc)
+
+
+def _store_once(pre, order, dots, stored_earlier, loop, loc):
+    """The `once` operands stored to their tiles before the loop, or the tiles an earlier loop
+    stored them to (the two loops of causal attention read the same Q): ({(value, tile type):
+    tile}, whether any store is new)."""
+    stored, fresh = {}, False
+    for op in order:
+        for src in dots[id(op)]:
+            key = (src[1], src[2]) if src[0] == "once" else None
+            if key is None or key in stored:
+                continue
+            earlier = stored_earlier.get(key)
+            if earlier is not None and _dominates(earlier.defining_op, loop):
+                stored[key] = earlier
+                continue
+            tile = stored[key] = stored_earlier[key] = append_op(pre, "local_alloc", [], [src[2]], loc)
+            append_op(pre, "local_store", [src[1], tile], (), loc)
+            fresh = True
+    return stored, fresh
+
+
+def _read_tile(out, ring, read_slot, tiles, loc):
+    """The tile of `ring` this iteration reads (one `local_index` per ring and iteration)."""
+    if id(ring) not in tiles:
+        tiles[id(ring)] = append_op(out, "local_index", [ring, read_slot], [ring.type.tile()], loc)
+    return tiles[id(ring)]
+
+
+def _stage_operand(out, v, src, staged, staged_slot, staged_now, hopper, loc):
+    """The tile staged operand `v` is stored to this iteration: stored once, for the first dot
+    that reads it (a fence for the async proxy, a barrier), then read by every dot."""
+    if id(src[1]) not in staged_now:
+        tile = staged_now[id(src[1])] = append_op(out, "local_index", [staged[id(src[1])], staged_slot], [src[2]],
+                                                  loc)
+        append_op(out, "local_store", [v, tile], (), loc)
+        if hopper:
+            append_op(out, "fence_async_shared", [], (), loc)
+        append_op(out, "barrier", [], (), loc)
+    return staged_now[id(src[1])]
+
+
+def _after_loop(loop, in_flight, pointer_copies, released, bars, empty, loc):
+    """After the loop: the dots still in flight awaited (the results at `in_flight` read through that
+    wait), no copy left in flight, the mbarriers (`bars`: TMA's; `empty`: released slots')
+    invalidated once no warpgroup uses them."""
     after = []
     if in_flight:
         results = [loop.results[i] for i in in_flight]
@@ -359,7 +381,7 @@ def _rewrite(loop, plan, stored_earlier, kind="wgmma", portable=False, num_warps
         append_op(after, "async_wait", [], (), loc, pending=0)
     if released:  # no warpgroup still waits on or arrives at the mbarriers
         append_op(after, "barrier", [], (), loc)
-    if tma:  # every copy issued was awaited in the loop; the bytes may go to another buffer
+    if bars is not None:  # every copy issued was awaited in the loop; the bytes may go to another buffer
         append_op(after, "mbarrier_inval", [bars], (), loc)
     if released:
         append_op(after, "mbarrier_inval", [empty], (), loc)
