@@ -7,6 +7,7 @@
 #   bash bench/gpu_session.sh bench2          # and matmul, then attention (fp16, fp8), launch and first call;
 #                                             # then here: python3 bench/run.py --merge A.json B.json
 #   bash bench/gpu_session.sh attention       # bench/attention.py: tutorial 06's descriptor forwards vs Triton, SDPA
+#   DOTS=computed_a bash bench/gpu_session.sh dots  # bench/dot_formats.py (all sections without DOTS; ~100-200 s)
 #   bash bench/gpu_session.sh dropin          # bench/dropin.py: torch.compile with kiln's drop-in vs Triton
 #   bash bench/gpu_session.sh firststep       # 8 ranks, GPT and MLP: cold, warm, new node (~330-470 s; Redis below)
 #   bash bench/gpu_session.sh firststep-max   # 8 ranks, max-autotune-no-cudagraphs, kiln then Triton, cold (~550 s;
@@ -48,6 +49,8 @@ for phase in "$@"; do
     attention)  # tutorial 06's forward on Hopper (host TensorDescriptors) and through in-kernel descriptors, against
       # Triton and SDPA, N_CTX 4096 and 16384, D64 and D128, causal and not (~300 s)
       python3 bench/attention.py --modes host,desc --ctx 4096,16384 --out "$OUT" 2>&1 | tee "$OUT/attention.log" | tail -40 ;;
+    dots)  # bench/dot_formats.py: dots by operand format against Triton (DOTS=fp32,fp8,computed_a: some sections)
+      python3 bench/dot_formats.py ${DOTS:+--only "$DOTS"} --out "$OUT/dots" 2>&1 | tee "$OUT/dots.log" | tail -25 ;;
     probe)
       (cd bench && python3 occupancy_probe.py) 2>&1 | tee "$OUT/probe.log" | tail -20 ;;
     service)
