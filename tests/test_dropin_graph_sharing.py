@@ -129,8 +129,8 @@ def test_the_first_follower_compiles_the_backward_while_the_leader_compiles_the_
     assert len(first) == 1, rest
     assert first[0]["ahead"]["compiled"] == 1, first  # the backward
     # the leader's AOTAutograd entry; the forward graph is the first asker's (the leader sleeps at each lead,
-    # and on a fast host the first follower gets there first); the leader's backward came from the follower
-    assert led["kiln"]["led"] >= 1 and led["kiln"]["led"] + first[0]["kiln"]["led"] == GRAPHS, (led, first)
+    # and a follower may get there first: either one, on a busy host); the backward came from the first follower
+    assert led["kiln"]["led"] >= 1 and sum(r["kiln"]["led"] for r in [led, *rest]) == GRAPHS, (led, rest)
     assert led["fx_hits"] >= 1, led
     stats = claims()
     assert stats.led == GRAPHS and stats.taken_over == 0 and stats.busy >= 1, stats
