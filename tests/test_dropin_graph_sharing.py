@@ -161,8 +161,9 @@ def test_with_followers_trace_no_rank_waits_for_the_leaders_aotautograd_entry(no
     second = [r for r in rest if not r["kiln"]["first_followers"]]
     assert len(second) == 1 and second[0]["aot_hits"] == 0, rest  # did not wait for the AOTAutograd entry
     # its forward and backward from the cache, or one of them its own where it asked first (the
-    # leader sleeps before it claims): either way no graph compiled twice (below)
-    assert second[0]["fx_hits"] + second[0]["kiln"]["led"] == 2, second
+    # leader sleeps before it claims; a graph it led may be read back from the cache too, on a busy
+    # host): either way no graph compiled twice (below)
+    assert second[0]["fx_hits"] + second[0]["kiln"]["led"] >= 2, second
     stats = claims()
     assert stats.led == GRAPHS and stats.taken_over == 0, stats
 
