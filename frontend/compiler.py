@@ -35,10 +35,9 @@ CODEGEN_LOOP_HINTS = ("num_stages", "warp_specialize")
 def codegen_options(options: dict) -> dict:
     out = {"num_warps": config.DEFAULT_NUM_WARPS, "num_stages": config.DEFAULT_NUM_STAGES}
     out.update({k: int(v) for k, v in options.items() if k in CODEGEN_OPTIONS and v is not None})
-    fusion_default = default_fp_fusion()
-    out.setdefault("enable_fp_fusion", int(fusion_default))
-    if fp_fusion_forced_off():
-        out["enable_fp_fusion"] = 0
+    from .dropin.knobs import language  # the knob's default where a launch says nothing; 3.9's force-off
+    fusion_default = bool(language.default_fp_fusion)
+    out["enable_fp_fusion"] = int(language.fp_fusion_enabled(out.get("enable_fp_fusion")))
     # the defaults leave: one compile key whether or not they were said (a 1 the knob's default does not
     # give stays, so that the options given again give the same: this runs on its own output too)
     if out["enable_fp_fusion"] == 1 and fusion_default:
@@ -46,20 +45,6 @@ def codegen_options(options: dict) -> dict:
     if out.get("enable_reflect_ftz") == 1:
         del out["enable_reflect_ftz"]
     return out
-
-
-def default_fp_fusion() -> bool:
-    """`triton.knobs.language.default_fp_fusion` (TRITON_DEFAULT_FP_FUSION): enable_fp_fusion where a
-    launch does not say it, as Triton's CUDA backend takes it."""
-    from .dropin.knobs import language
-    return bool(language.default_fp_fusion)
-
-
-def fp_fusion_forced_off() -> bool:
-    """Triton 3.9's `knobs.language.force_disable_fp_fusion` (TRITON_FORCE_DISABLE_FP_FUSION): no
-    fusion, whatever a launch asks."""
-    from .dropin.knobs import language
-    return bool(language.force_disable_fp_fusion)
 
 
 def compile_binary(ir: Function, target: str, options: dict):

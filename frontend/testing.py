@@ -298,17 +298,8 @@ def _bench_wall(fn, warmup, rep):
 
 
 def _bench_cuda(torch, fn, warmup, rep, grad_to_none):
-    cache = torch.empty(256 * 1024 * 1024 // 4, dtype=torch.int, device="cuda")  # larger than any L2
-    fn()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(5):
-        cache.zero_()
-        fn()
-    end.record()
-    torch.cuda.synchronize()
-    estimate = max(start.elapsed_time(end) / 5, 1e-6)
+    flush = _l2_flush(torch)
+    estimate = max(_estimate_ms(torch, fn, flush), 1e-6)
     n_warmup, n_repeat = max(1, int(warmup / estimate)), max(1, int(rep / estimate))
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(n_repeat)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(n_repeat)]
@@ -317,7 +308,7 @@ def _bench_cuda(torch, fn, warmup, rep, grad_to_none):
     for i in range(n_repeat):
         for x in grad_to_none or ():
             x.grad = None
-        cache.zero_()
+        flush()
         starts[i].record()
         fn()
         ends[i].record()
