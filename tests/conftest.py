@@ -97,3 +97,14 @@ def cuda_torch(monkeypatch):
         pytest.skip("needs a CUDA GPU")
     monkeypatch.setenv("KILN_INTERPRET", "0")
     return torch
+
+
+@pytest.fixture
+def no_profiler_session_left():
+    """A test that fails inside a kiln.profiler session leaves no session or open scope to the next one."""
+    yield
+    import kiln.profiler as proton
+    proton._sessions.clear()
+    proton._active.clear()
+    proton._scope_stack().clear()
+    proton._scope_timers().clear()

@@ -38,14 +38,7 @@ def _out():
     return np.zeros(64, np.int32)
 
 
-@pytest.fixture(autouse=True)
-def no_profiler_session_left():
-    """A test that fails in a profiler session leaves none open to the next."""
-    yield
-    proton._sessions.clear()
-    proton._active.clear()
-    proton._scope_stack().clear()
-    proton._scope_timers().clear()
+pytestmark = pytest.mark.usefixtures("no_profiler_session_left")  # tests/conftest.py
 
 
 # --- clc= (cluster launch control) ------------------------------------------------------------

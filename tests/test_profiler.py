@@ -23,14 +23,7 @@ def _copy(x_ptr, y_ptr, N: tl.constexpr):
     tl.store(y_ptr + offs, tl.load(x_ptr + offs))
 
 
-@pytest.fixture(autouse=True)
-def no_session_left():
-    """A test that fails mid-session leaves no session or open scope to the next one."""
-    yield
-    proton._sessions.clear()
-    proton._active.clear()
-    proton._scope_stack().clear()
-    proton._scope_timers().clear()
+pytestmark = pytest.mark.usefixtures("no_profiler_session_left")  # tests/conftest.py
 
 
 @pytest.fixture
