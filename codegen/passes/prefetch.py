@@ -1,20 +1,27 @@
 """Software pipelining of loads in loops (with `num_stages` >= 2): each iteration issues
 the loads of the next one before it computes, so their latency overlaps the work.
 
-For a `for` loop whose body stores nothing (so no iteration can read what another
-wrote), every block `load` at the top of the body whose address and mask are pure
+Every block `load` at the top of a `for` loop's body whose address and mask are pure
 functions of the induction variable and of carried values (themselves advanced by pure
 ops, like `ptrs += BLOCK_K * stride`) becomes a carried value:
 
-    before the loop:   x0 = load(addr(lb, init), mask & lb < ub)
-    top of the body:   x_next = load(addr(iv + step, advanced args), mask & iv + step < ub)
+    before the loop:   x0 = load(addr(lb, init), mask & lb in range)
+    top of the body:   x_next = load(addr(iv + step, advanced args), mask & iv + step in range)
     the body uses the carried x; the yield passes x_next on.
 
-The loop's step must be a positive constant. Which loops: see `_wanted`. This is the register form of Triton's
-pipeliner; shared-memory stages (`cp.async`) would be the next step.
+"In range" is `< ub` for a positive step and `> ub` for a negative one (a step known only at
+run time picks between the two, as the loop's own test does).
+
+Which loops: see `_wanted`. A loop the pipeliner picks by default must store nothing, so that
+no iteration reads what another wrote. A loop that asks for stages (`tl.range(...,
+num_stages=n)`) may also store, as under Triton's pipeliner, which loads ahead of an earlier
+iteration's stores (Triton's softmax tutorial: a row loop that loads one row and stores
+another); atomics, barriers and prints still keep a loop as it is. This is the register form
+of Triton's pipeliner; its shared-memory stages for dots are smem_pipeline's.
 """
 from __future__ import annotations
 
+from kiln.ir import OPS
 from kiln.ir.core import Operation, Value
 from kiln.ir.ops import GPU_STAGE_OPS
 from kiln.ir.types import block_type, int1
@@ -23,12 +30,18 @@ from .rewrite import clone_op, const_int, has_side_effects, is_pure
 
 name = "prefetch"
 SHARED_ONLY = GPU_STAGE_OPS | {"barrier"}  # side effects on shared memory and barriers only
+STORES = {"store", "tma_store"}  # what a loop that asks for stages may also do (global stores)
+# A loop that stores carries its next loads only while they add at most this many 32-bit registers
+# a thread: past it the occupancy lost costs more than the latency hidden (Triton's softmax tutorial's
+# row loop on an H200, 2026-11-30: kernel time -5..-9% at 4-16 registers, +1% at 32, +2.5% at 64;
+# Triton stages such rows through shared memory instead).
+STORING_LOOP_REGISTERS = 16
 
 
 def apply(fn, ctx) -> None:
     for op in list(fn.walk()):
         if op.name == "for" and _wanted(op, ctx):
-            pipeline(op)
+            pipeline(op, stores_ok="num_stages" in op.attrs, threads=32 * ctx.num_warps)
 
 
 def _cone(value, local_ops):
@@ -87,20 +100,24 @@ def _wanted(loop, ctx) -> bool:
     return ctx.num_stages >= 2 and any(op.name == "dot" for op in loop.regions[0].ops)
 
 
-def pipeline(loop, shared_ok=False):
+def pipeline(loop, shared_ok=False, stores_ok=False, threads=128):
     """Carry loop `loop`'s loads one iteration ahead (see the module's docstring). With
     `shared_ok` the body may hold the GPU stage's shared-memory ops (a loop that
-    smem_pipeline rewrote): they write no global memory that a load could read."""
+    smem_pipeline rewrote): they write no global memory that a load could read. With
+    `stores_ok` it may store to global memory (the loop asked for stages), within
+    STORING_LOOP_REGISTERS for the `threads` of a program."""
     body = loop.regions[0]
+    allowed = (SHARED_ONLY if shared_ok else set()) | (STORES if stores_ok else set())
     step = const_int(loop.operands[2])
-    if step is None or step <= 0 or any(has_side_effects(o) and not (shared_ok and o.name in SHARED_ONLY)
-                                        for o in body.ops):
+    if step == 0 or not all(_effects_within(o, allowed) for o in body.ops):
         return
     iv, args = body.args[0], body.args[1:]
     yields = body.ops[-1].operands
     arg_index = {id(a): i for i, a in enumerate(args)}
     candidates = []
     for op in body.ops:
+        if has_side_effects(op) and not (shared_ok and op.name in SHARED_ONLY):
+            break  # a load after a store of its own iteration stays after it
         if op.name != "load" or op.attrs.get("volatile") or not isinstance(op.results[0].type, block_type):
             continue
         got = address_cone(op, op.operands, body)
@@ -108,19 +125,27 @@ def pipeline(loop, shared_ok=False):
             candidates.append((op, *got))
     if not candidates:
         return
-    lb, ub = loop.operands[0], loop.operands[1]
+    if any(o.name in STORES for o in body.walk()):
+        words = sum(_words(op.results[0].type) for op, *_ in candidates)
+        if words > STORING_LOOP_REGISTERS * threads:
+            return
+    lb = loop.operands[0]
     parent = loop.parent
     at = parent.ops.index(loop)
     prologue, top = [], []
-    steps = Operation("constant", (), [iv.type], {"value": step}, loc=loop.loc)
-    iv_next = Operation("add", [iv, steps.results[0]], [iv.type], loc=loop.loc)
-    top += [steps, iv_next]
+    if step is None:  # known at run time only: the loop's own operand, defined before the loop
+        iv_next = Operation("add", [iv, loop.operands[2]], [iv.type], loc=loop.loc)
+    else:
+        steps = Operation("constant", (), [iv.type], {"value": step}, loc=loop.loc)
+        iv_next = Operation("add", [iv, steps.results[0]], [iv.type], loc=loop.loc)
+        top.append(steps)
+    top.append(iv_next)
     for load, cone_ops, used, advance in candidates:
         # before the loop: iteration lb's values
         pre_map = {iv: lb}
         pre_map.update({args[arg_index[a]]: loop.operands[3 + arg_index[a]] for a in used})
         prologue += [clone_op(o, pre_map) for o in cone_ops]
-        first = _guarded_load(load, pre_map, lb, ub, prologue)
+        first = _guarded_load(load, pre_map, lb, loop, prologue)
         # top of the body: advance the carried values, then load the next iteration
         advanced = {}
         top += [clone_op(o, advanced) for o in advance]
@@ -129,7 +154,7 @@ def pipeline(loop, shared_ok=False):
             y = yields[arg_index[a]]
             next_map[args[arg_index[a]]] = advanced.get(y, y)
         top += [clone_op(o, next_map) for o in cone_ops]
-        following = _guarded_load(load, next_map, iv_next.results[0], ub, top)
+        following = _guarded_load(load, next_map, iv_next.results[0], loop, top)
         # carry it: a new loop operand, body argument, yield operand and result
         carried = body.add_arg(load.results[0].type)
         loop.operands.append(first)
@@ -145,13 +170,51 @@ def pipeline(loop, shared_ok=False):
         body.ops.insert(i, op)
 
 
-def _guarded_load(load, mapping, index, ub, out):
-    """A clone of `load` whose mask also requires `index < ub`; appends its ops to `out`."""
+def _words(block) -> int:
+    """The 32-bit registers a block of this type takes, over all threads (a pointer: two)."""
+    element = block.scalar
+    bits = 64 if element.is_ptr() else element.primitive_bitwidth
+    return block.numel * max(bits, 32) // 32
+
+
+def _effects_within(op, allowed) -> bool:
+    """Whether every side effect of `op` (its regions' included) is an op named in `allowed`."""
+    if not has_side_effects(op):
+        return True
+    if op.regions:
+        return not op.attrs.get("volatile") and not OPS[op.name].side_effects and all(
+            _effects_within(inner, allowed) for region in op.regions for inner in region.ops)
+    return op.name in allowed and not op.attrs.get("volatile")
+
+
+def _in_range(index, loop, out):
+    """An int1 scalar: whether `index` is an iteration of `loop` (its test: `index < ub` going
+    up, `index > ub` going down); appends its ops to `out`."""
+    ub, step, loc = loop.operands[1], loop.operands[2], loop.loc
+    below = Operation("cmp", [index, ub], [int1], {"pred": "lt"}, loc=loc)
+    out.append(below)
+    known = const_int(step)
+    if not index.type.is_int_signed() or (known is not None and known > 0):
+        return below.results[0]
+    above = Operation("cmp", [index, ub], [int1], {"pred": "gt"}, loc=loc)
+    out.append(above)
+    if known is not None:
+        return above.results[0]
+    zero = Operation("constant", (), [step.type], {"value": 0}, loc=loc)
+    up = Operation("cmp", [step, zero.results[0]], [int1], {"pred": "gt"}, loc=loc)
+    pick = Operation("select", [up.results[0], below.results[0], above.results[0]], [int1], loc=loc)
+    out += [zero, up, pick]
+    return pick.results[0]
+
+
+def _guarded_load(load, mapping, index, loop, out):
+    """A clone of `load` whose mask also requires `index` to be an iteration of `loop`; appends
+    its ops to `out`."""
     shape = load.results[0].type.shape
     loc = load.loc
-    inside = Operation("cmp", [index, ub], [int1], {"pred": "lt"}, loc=loc)
-    spread = Operation("splat", [inside.results[0]], [block_type(int1, shape)], loc=loc)
-    out += [inside, spread]
+    inside = _in_range(index, loop, out)
+    spread = Operation("splat", [inside], [block_type(int1, shape)], loc=loc)
+    out.append(spread)
     mask = spread.results[0]
     operands = [mapping.get(v, v) for v in load.operands]
     if len(operands) > 1:
