@@ -82,3 +82,40 @@ def test_a_run_time_step_prefetches_within_the_loop_s_own_range(first, end, step
     kernel = rows_by_step.warmup(x, x, first, end, step, BLOCK=32, grid=(1,), target="sm_90a")
     assert _loaded_before_the_loop(_optimized(kernel, 1))
     assert in_child(check_rows_by_step, first, end, step)
+
+
+def _cuda():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    return torch
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("n_cols", [100, 1024, 4096, 8192])
+def test_softmax_rows_on_the_gpu(n_cols, monkeypatch):
+    """The row loop as Triton's tutorial launches it (fewer programs than rows), in place too."""
+    torch = _cuda()
+    monkeypatch.setenv("KILN_INTERPRET", "0")
+    x = torch.randn(777, n_cols, device="cuda")
+    want = torch.softmax(x, 1)
+    y = torch.full_like(x, float("nan"))
+    block = 1 << (n_cols - 1).bit_length()
+    softmax_rows[(100,)](x, y, 777, n_cols, BLOCK=block, num_warps=8)
+    torch.testing.assert_close(y, want, rtol=1e-5, atol=1e-6)
+    softmax_rows[(33,)](x, x, 777, n_cols, BLOCK=block, num_warps=8)
+    torch.testing.assert_close(x, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("first, end, step", [(1, 12, 3), (11, 0, -2), (11, -1, -4), (5, 2, 1)])
+def test_rows_by_a_run_time_step_on_the_gpu(first, end, step, monkeypatch):
+    torch = _cuda()
+    monkeypatch.setenv("KILN_INTERPRET", "0")
+    x = torch.arange(12 * 32, dtype=torch.float32, device="cuda").reshape(12, 32)
+    y = torch.zeros_like(x)
+    rows_by_step[(1,)](x, y, first, end, step, BLOCK=32, num_warps=1)
+    want = torch.zeros_like(x)
+    for row in range(first, end, step):
+        want[row] = x[row] * 2 + row
+    assert torch.equal(y, want)
