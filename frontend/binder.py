@@ -185,8 +185,12 @@ def _qualnamed(factory, name: str):
 
 def grid3(grid) -> tuple:
     """A launch grid as (x, y, z)."""
-    if type(grid) is tuple and len(grid) == 1:
-        return (int(grid[0]), 1, 1)
+    if type(grid) is tuple:
+        n = len(grid)
+        if n == 1:
+            return (int(grid[0]), 1, 1)
+        if n == 3 and type(grid[0]) is int and type(grid[1]) is int and type(grid[2]) is int:
+            return grid  # Triton's tutorials launch compiled kernels on (programs, 1, 1)
     grid = tuple(int(g) for g in (grid if isinstance(grid, (tuple, list)) else (grid,)))
     if not 1 <= len(grid) <= 3:
         raise ValueError(f"the grid must have 1 to 3 dimensions, got {grid}")

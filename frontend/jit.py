@@ -18,8 +18,9 @@ from . import config, jit_hooks
 from .binder import make_binder
 from .errors import CompilationError, InterpretedCompilationError, InterpreterError, user_facing
 from .jit_callable import JITCallable
-from .runtime import _async_compile
+from .runtime import _async_compile, cuda_driver
 from .specialize import COMPILE_ONLY, annotation_type, specialize
+from .tensor_wrapper import MockTensor
 
 
 @dataclass(frozen=True)
@@ -393,8 +394,7 @@ class JITFunction(JITCallable, KernelInterface):
         """Compile without launching. With `target` ("sm_90a"...) the binary is built for
         it, which needs no GPU; otherwise it is built and loaded for the current GPU if
         there is one (in the interpreter only the block IR is built)."""
-        from .tensor_wrapper import MockTensor
-        args = [MockTensor.wrap_dtype(a) for a in args]  # a torch dtype stands for a tensor of it, as in Triton
+        args = MockTensor.wrap_dtypes(args)  # a torch dtype stands for a tensor of it, as in Triton
         if _async_compile.active_mode.get() is not None:  # a compile submitted builds for `target` too
             token = _async_compile.BUILD_TARGET.set(target)
             try:
@@ -408,7 +408,6 @@ class JITFunction(JITCallable, KernelInterface):
         if target is not None:
             kernel.build(target)
         elif not config.interpret():
-            from .runtime import cuda_driver
             if cuda_driver.is_available():
                 kernel._init_handles()
         return kernel
@@ -421,7 +420,6 @@ def _lower_for_listener(kernel, timer) -> None:
         kernel.asm["kir"]
         timer.stage("kir")
         return
-    from .runtime import cuda_driver
     if cuda_driver.is_available():
         kernel.build(cuda_driver.current_compile_target())
         timer.stage("cubin")

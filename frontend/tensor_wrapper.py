@@ -6,6 +6,8 @@ so the kernel's pointer argument gets that element type.
 """
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 
 from kiln.ir.types import dtype as kiln_dtype
@@ -100,10 +102,12 @@ class MockTensor:
     Its address is 0 (so it counts as 16-byte aligned)."""
 
     @staticmethod
-    def wrap_dtype(arg):
-        if arg.__class__.__name__ == "dtype" and arg.__class__.__module__ == "torch":
-            return MockTensor(arg)
-        return arg
+    def wrap_dtypes(args) -> list:
+        """`args` with each torch dtype replaced by a MockTensor of it (no torch imported: none is one)."""
+        torch_dtype = getattr(sys.modules.get("torch"), "dtype", None)
+        if torch_dtype is None:
+            return list(args)
+        return [MockTensor(a) if type(a) is torch_dtype else a for a in args]
 
     def __init__(self, dtype, shape=None):
         self.dtype = dtype

@@ -52,12 +52,19 @@ def _initialized():
     return True
 
 
+_gpu_seen = False  # once a GPU was found it stays: `warmup` asks on every call (Triton's tutorial 02 per launch)
+
+
 def is_available() -> bool:
+    global _gpu_seen
+    if _gpu_seen:
+        return True
     try:
         _initialized()
-        return check(cuda().cuDeviceGetCount(), "cuDeviceGetCount") > 0
+        _gpu_seen = check(cuda().cuDeviceGetCount(), "cuDeviceGetCount") > 0
     except Exception:
         return False
+    return _gpu_seen
 
 
 _torch_getters = None  # PyTorch's raw device and stream getters, once it has initialized CUDA
