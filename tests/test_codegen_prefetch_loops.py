@@ -27,6 +27,14 @@ def rows_by_step(x_ptr, y_ptr, first, end, step, BLOCK: tl.constexpr):
         tl.store(y_ptr + row * BLOCK + cols, v * 2 + row)
 
 
+@kiln.jit
+def rows_down(x_ptr, y_ptr, STEP: tl.constexpr, BLOCK: tl.constexpr):
+    cols = tl.arange(0, BLOCK)
+    for row in tl.range(11, -1, STEP, num_stages=2):  # a constant negative step: `row > -1` is its test
+        v = tl.load(x_ptr + row * BLOCK + cols)
+        tl.store(y_ptr + row * BLOCK + cols, v - row)
+
+
 def _optimized(kernel, num_warps):
     from kiln.codegen.compiler import _options, lower_to_llvm
     from kiln.codegen.target import parse_target
@@ -82,6 +90,26 @@ def test_a_run_time_step_prefetches_within_the_loop_s_own_range(first, end, step
     kernel = rows_by_step.warmup(x, x, first, end, step, BLOCK=32, grid=(1,), target="sm_90a")
     assert _loaded_before_the_loop(_optimized(kernel, 1))
     assert in_child(check_rows_by_step, first, end, step)
+
+
+def check_rows_down(step):
+    from kiln.codegen.emulate import run_on_cpu
+    x = np.arange(12 * 32, dtype=np.float32).reshape(12, 32)
+    y = np.zeros_like(x)
+    kernel = rows_down.warmup(x, y, STEP=step, BLOCK=32, grid=(1,), target="sm_90a")
+    run_on_cpu(kernel.ir, (1,), [x, y], num_warps=1)
+    want = np.zeros_like(x)
+    for row in range(11, -1, step):
+        want[row] = x[row] - row
+    return bool((y == want).all())
+
+
+@pytest.mark.parametrize("step", [-1, -3])
+def test_a_constant_negative_step_prefetches_downwards(step):
+    x = np.zeros((12, 32), np.float32)
+    kernel = rows_down.warmup(x, x, STEP=step, BLOCK=32, grid=(1,), target="sm_90a")
+    assert _loaded_before_the_loop(_optimized(kernel, 1))
+    assert in_child(check_rows_down, step)
 
 
 def _cuda():
