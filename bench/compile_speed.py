@@ -198,17 +198,24 @@ def worker(args) -> None:
 
 # ---- the driver ------------------------------------------------------------------------------------
 
+def compiler_env(compiler: str, scratch: str) -> dict:
+    """The environment of a process that compiles with `compiler` ("kiln": its drop-in, no daemon) into
+    empty caches under `scratch`."""
+    # bytecode written and read as a user's install has it (pip compiles it; an editable install
+    # writes it on first import), whatever this shell says
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("KILN_", "TRITON_")) and k != "PYTHONDONTWRITEBYTECODE"}
+    if compiler == "kiln":
+        env.update(KILN_DROPIN="1", KILN_DAEMON="off", KILN_CACHE_DIR=os.path.join(scratch, "kiln"),
+                   KILN_RUNTIME_DIR=os.path.join(scratch, "run"))
+    else:
+        env.update(TRITON_CACHE_DIR=os.path.join(scratch, "triton"), TRITON_HOME=scratch)
+    return env
+
+
 def measure(compiler: str, python: str, kernel: str, mode: str) -> dict:
     with tempfile.TemporaryDirectory(prefix="kiln-compile-speed-") as scratch:
-        # bytecode written and read as a user's install has it (pip compiles it; an editable install
-        # writes it on first import), whatever this shell says
-        env = {k: v for k, v in os.environ.items()
-               if not k.startswith(("KILN_", "TRITON_")) and k != "PYTHONDONTWRITEBYTECODE"}
-        if compiler == "kiln":
-            env.update(KILN_DROPIN="1", KILN_DAEMON="off", KILN_CACHE_DIR=os.path.join(scratch, "kiln"),
-                       KILN_RUNTIME_DIR=os.path.join(scratch, "run"))
-        else:
-            env.update(TRITON_CACHE_DIR=os.path.join(scratch, "triton"), TRITON_HOME=scratch)
+        env = compiler_env(compiler, scratch)
         if mode == "warm":  # a process before this one compiled the kernel into the same cache
             _worker(python, compiler, kernel, "cold", env)
         done = _worker(python, compiler, kernel, mode, env)

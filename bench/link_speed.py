@@ -18,12 +18,14 @@ import ctypes
 import datetime
 import os
 import re
-import resource
 import subprocess
 import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import compile_speed  # noqa: E402  (its kernels, CPU clock and compiler environments)
+import results_file  # noqa: E402
 WRITE_PTX = """
 import sys
 sys.path.insert(0, {here!r})
@@ -34,19 +36,10 @@ open({path!r}, "w").write(kernel.asm["ptx"])
 PTX_INPUT = 2  # nvJitLinkInputType's NVJITLINK_INPUT_PTX
 
 
-def cpu_ms() -> float:
-    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return 1000 * (own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime)
-
-
 def write_ptx(compiler: str, python: str, kernel: str, path: str, scratch: str) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("KILN_", "TRITON_"))}
-    if compiler == "kiln":
-        env.update(KILN_DROPIN="1", KILN_DAEMON="off", KILN_CACHE_DIR=os.path.join(scratch, "kiln"))
-    else:
-        env.update(TRITON_CACHE_DIR=os.path.join(scratch, "triton"), TRITON_HOME=scratch)
     code = WRITE_PTX.format(here=HERE, compiler=compiler, kernel=kernel, path=path)
-    subprocess.run([python, "-c", code], env=env, check=True, capture_output=True, timeout=600)
+    subprocess.run([python, "-c", code], env=compile_speed.compiler_env(compiler, scratch), check=True,
+                   capture_output=True, timeout=600)
 
 
 def installed_nvjitlink():
@@ -104,16 +97,13 @@ def best_ms(link, ptx: str, reps: int) -> float:
     link(ptx)
     best = float("inf")
     for _ in range(reps):
-        started = cpu_ms()
+        started = compile_speed.cpu_ms()
         link(ptx)
-        best = min(best, cpu_ms() - started)
+        best = min(best, compile_speed.cpu_ms() - started)
     return best
 
 
 def main(argv=None) -> None:
-    sys.path.insert(0, HERE)
-    import compile_speed
-    import results_file
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--triton-python", help="an interpreter with Triton 3.6 installed: its PTX too")
     parser.add_argument("--ptxas", action="append", default=[], help="a ptxas binary to time (repeatable)")

@@ -33,10 +33,10 @@ def _init_llvm() -> None:
 
 
 @functools.lru_cache(maxsize=None)
-def _target_machine(target: Target):
+def _target_machine(target: Target, opt: int = 3):
     _init_llvm()
     tgt = llvm.Target.from_triple(TRIPLE)
-    return tgt.create_target_machine(cpu=target.name, features=target.llvm_features, opt=3)
+    return tgt.create_target_machine(cpu=target.name, features=target.llvm_features, opt=opt)
 
 
 # libdevice's own float arithmetic carries no fast-math flags; Triton compiles it with fp-contract=fast
@@ -111,16 +111,9 @@ def for_emission(mod: llvm.ModuleRef) -> tuple[llvm.ModuleRef, str]:
 
 
 def emit_ptx(mod: llvm.ModuleRef, target: Target) -> str:
-    return _emission_machine(target).emit_assembly(mod)
-
-
-def _emission_machine(target: Target):
-    """The target machine that emits PTX from the O3-optimized module, at LLVM's default codegen
-    level: at the aggressive one NVPTX runs GVN twice more on IR that O3 already went through (39 of
-    144 ms of the 128x256 matmul's emission, session 43), where the default runs EarlyCSE: that
-    emission 174 -> 124 ms CPU. The PTX of every bench kernel and of 966 of the corpus's 970 builds is
-    the same byte for byte; four scalar loops of the language tests differ in register numbering and
-    the order of a few instructions (tests/codegen_corpus/ptx_digests.json)."""
-    _init_llvm()
-    tgt = llvm.Target.from_triple(TRIPLE)
-    return tgt.create_target_machine(cpu=target.name, features=target.llvm_features, opt=2)
+    # At LLVM's default codegen level (opt=2), not the aggressive one: there NVPTX runs GVN twice more
+    # on IR that O3 already went through (39 of 144 ms of the 128x256 matmul's emission, session 43),
+    # where the default runs EarlyCSE: that emission 174 -> 124 ms CPU. The PTX of every bench kernel
+    # and of 966 of the corpus's 970 builds is the same byte for byte; four scalar loops of the language
+    # tests differ in register numbering and the order of a few instructions.
+    return _target_machine(target, opt=2).emit_assembly(mod)

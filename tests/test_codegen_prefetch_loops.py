@@ -112,19 +112,11 @@ def test_a_constant_negative_step_prefetches_downwards(step):
     assert in_child(check_rows_down, step)
 
 
-def _cuda():
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("needs a CUDA GPU")
-    return torch
-
-
 @pytest.mark.gpu
 @pytest.mark.parametrize("n_cols", [100, 1024, 4096, 8192])
-def test_softmax_rows_on_the_gpu(n_cols, monkeypatch):
+def test_softmax_rows_on_the_gpu(n_cols, cuda_torch):
     """The row loop as Triton's tutorial launches it (fewer programs than rows), in place too."""
-    torch = _cuda()
-    monkeypatch.setenv("KILN_INTERPRET", "0")
+    torch = cuda_torch
     x = torch.randn(777, n_cols, device="cuda")
     want = torch.softmax(x, 1)
     y = torch.full_like(x, float("nan"))
@@ -137,9 +129,8 @@ def test_softmax_rows_on_the_gpu(n_cols, monkeypatch):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("first, end, step", [(1, 12, 3), (11, 0, -2), (11, -1, -4), (5, 2, 1)])
-def test_rows_by_a_run_time_step_on_the_gpu(first, end, step, monkeypatch):
-    torch = _cuda()
-    monkeypatch.setenv("KILN_INTERPRET", "0")
+def test_rows_by_a_run_time_step_on_the_gpu(first, end, step, cuda_torch):
+    torch = cuda_torch
     x = torch.arange(12 * 32, dtype=torch.float32, device="cuda").reshape(12, 32)
     y = torch.zeros_like(x)
     rows_by_step[(1,)](x, y, first, end, step, BLOCK=32, num_warps=1)
