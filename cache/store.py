@@ -330,7 +330,8 @@ class Cache:
     def put_blob(self, data: bytes) -> str:
         self._write_touches()
         name = digest(data)
-        self._dc.set(_BLOB + name, bytes(data))
+        if _BLOB + name not in self._dc:  # kept if present, as _write_entry's
+            self._dc.set(_BLOB + name, bytes(data))
         return name
 
     def get_blob(self, name: str) -> bytes | None:
@@ -351,10 +352,12 @@ class Cache:
         self._write_touches()
         self._write_entry(key, *make_entry(key, artifacts, metadata, created))
 
-    def _write_entry(self, key: str, entry: dict, data: dict[str, bytes], blobs_present_kept: bool = False) -> None:
-        """The entry's blobs (with `blobs_present_kept`, those the cache lacks), then the entry."""
+    def _write_entry(self, key: str, entry: dict, data: dict[str, bytes]) -> None:
+        """The entry's blobs that the cache lacks, then the entry. A blob is named by its bytes, so
+        one present is kept: rewriting it would replace its file under a concurrent reader (a
+        spurious miss there); a corrupt one is deleted by the read that finds it."""
         for name, blob in data.items():
-            if not (blobs_present_kept and _BLOB + entry["artifacts"][name] in self._dc):
+            if _BLOB + entry["artifacts"][name] not in self._dc:
                 self._dc.set(_BLOB + entry["artifacts"][name], blob)
         self._dc.set(_ACTION + key, _canonical(entry))
 
@@ -395,7 +398,7 @@ class Cache:
             with self._dc.transact():
                 for key, (artifacts, metadata, created) in copies.items():
                     if _ACTION + key not in self._dc:
-                        self._write_entry(key, *make_entry(key, artifacts, metadata, created), blobs_present_kept=True)
+                        self._write_entry(key, *make_entry(key, artifacts, metadata, created))
         except Exception:  # noqa: BLE001 - a copy lost is a later read of the shared tier
             pass
 
