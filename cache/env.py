@@ -107,6 +107,12 @@ def debug() -> bool:
     return _switch("KILN_DEBUG", False) or _switch("TRITON_DEBUG", False)
 
 
+def split_k_disabled() -> bool:
+    """KILN_SPLIT_K=0: launches with too few programs to fill the GPU keep the kernel as written
+    (no split-K build, kiln.codegen.passes.split_k)."""
+    return not _switch("KILN_SPLIT_K", True)
+
+
 def allow_non_constexpr_globals() -> bool:
     return _switch("KILN_ALLOW_NON_CONSTEXPR_GLOBALS", False) or _switch("TRITON_ALLOW_NON_CONSTEXPR_GLOBALS", False)
 

@@ -41,6 +41,7 @@ def _args(value) -> bool:
             and all(type(a) is dict and all(type(k) is str and _text(v) for k, v in a.items())
                     and _tma_box_ok(a.get("tma_box")) and _tma_of_ok(a.get("tma_of"))
                     and a.get("launch_grid") in (None, "0", "1", "2") and _scratch_ok(a.get("global_scratch"))
+                    and a.get("split_k") in (None, "1")
                     for a in value))
 
 
@@ -130,7 +131,7 @@ FIELDS = {
     "num_warps": (lambda v: type(v) is int and 1 <= v <= 32 and not v & (v - 1), "a power of two from 1 to 32"),
     "num_stages": _int(0, 64), "num_ctas": _int(1, 16), "threads": _int(32, 1024),
     "shared": _int(0, MAX_SHARED_BYTES), "n_regs": _int(0, 255), "n_spills": _int(0, 1 << 30),
-    "ptx_version": _int(0, 1000),
+    "ptx_version": _int(0, 1000), "splittable": (lambda v: v is True, "True (a split_k build applies)"),
     "args": (_args, "a list of {name, type, llvm_type[, tma_box]} strings"),
     "options": (_options, "a dict of plain option values"),
 }

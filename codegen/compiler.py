@@ -125,6 +125,7 @@ def _lower_to_llvm(fn, tgt, opts: dict, check: bool, portable: bool, counts: dic
             reserve = max(reserve, shared - allocated_bytes(work))
         before_overlap = None
     facts["warps"] = cta_warps(work, opts["num_warps"])
+    facts["splittable"] = work.attrs.get("splittable") == 1  # a split_k build applies (kiln.codegen.passes.split_k)
     return print_function(work), llir, arg_layout, shared
 
 
@@ -318,5 +319,7 @@ def _compile(fn, target: str, options: dict | None, check: bool, link: bool, cou
         "threads": 32 * warps, "shared": shared, "n_regs": n_regs, "n_spills": n_spills,
         "args": arg_layout, "ptx_version": tgt.ptx_version, **counts,
     }
+    if facts["splittable"]:
+        metadata["splittable"] = True
     # `llir` is the optimized module (as Triton's asm["llir"]), as emitted; lower_to_llvm gives the raw one
     return CompiledKernel(fn.name, tgt.name, kir, llir, ptx, cubin, metadata)

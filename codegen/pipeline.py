@@ -13,8 +13,8 @@ from kiln.ir import verify
 from kiln.ir.layout_check import check_layouts
 
 from .passes import (canonicalize, cse, dce, descriptor_loads, dot_accumulate, dot_staging, f32_dot_split, layouts,
-                     persistent, pointer_tma, prefetch, scratch_barriers, smem_alloc, smem_pipeline, tile_overlap,
-                     tma_store, warp_specialize)
+                     persistent, pointer_tma, prefetch, scratch_barriers, smem_alloc, smem_pipeline, split_k,
+                     tile_overlap, tma_store, warp_specialize)
 
 PASSES = [
     canonicalize,   # fold constants, drop x+0, x*1, same-type casts
@@ -22,6 +22,7 @@ PASSES = [
     cse,            # merge identical pure ops
     dot_accumulate, # acc + dot(a, b) -> dot(a, b, acc)
     dce,            # drop what nothing uses
+    split_k,        # sm_90a, the build asked for few-program launches: a GEMM tile's K loop split across a cluster
     persistent,     # sm_90a: a tile kernel whose loop runs wgmma -> each CTA loops over the launch grid's programs
     pointer_tma,    # sm_90a: pointer loads of a dot's operands that read a TMA box -> descriptor_loads on derived maps
     smem_pipeline,  # sm_90a: dots fed by loads in loops -> async copies (cp.async, TMA) into rings of shared tiles, wgmma

@@ -140,6 +140,9 @@ class CompiledKernel:
         self.launchers: dict = {}
         self.pointer_launchers: dict = {}  # device -> launcher of the build without derived TMA maps
         self.pointer_binaries: dict = {}  # target -> that build
+        self.few_programs: dict = {}  # device -> launches of at most this many programs take the split-K build
+        self.split_launchers: dict = {}  # device -> its launcher (kiln.codegen.passes.split_k)
+        self.split_binaries: dict = {}  # target -> that build
         self.runtime_args = lambda values: list(values)
         self.launch_metadata = None  # the @jit(launch_metadata=) function, with the names of its arguments
         self.global_reads = []  # (name, module dict, value) of the globals its source read (compile_kernel)
@@ -300,6 +303,9 @@ class CompiledKernel:
         launcher = self.launchers.get(device)
         if launcher is None:
             launcher = self._prepare(device)
+        few = self.few_programs.get(device)
+        if few is not None and grid[0] * grid[1] * grid[2] <= few:  # too few to fill the GPU: split K
+            launcher = self.split_launchers.get(device) or self._prepare_split(device)
         try:
             launcher(grid, args, current if stream is None else int(stream))
         except DerivedMapUnusable:
@@ -317,6 +323,7 @@ class CompiledKernel:
     def _prepare(self, device: int, derived_maps: bool = True):
         """The launcher of this kernel on `device`; `derived_maps=False`: of the build as
         written (no arguments derived by the compiler: no TMA maps for pointer loads, not persistent)."""
+        from kiln.cache.metadata import launched_warps
         from .runtime.launcher import launcher_for
         from .runtime.module import LoadedKernel
         launchers = self.launchers if derived_maps else self.pointer_launchers
@@ -333,8 +340,31 @@ class CompiledKernel:
         if derived_maps:
             self.metadata["n_regs"] = loaded.n_regs  # the driver's count is authoritative
             self.functions[device] = loaded.handle
+            if binary.metadata.get("splittable") and not self.launch_pdl and not config.split_k_disabled():
+                # programs that leave half the CTAs the GPU holds at once idle, or more
+                resident = loaded.resident_ctas(32 * launched_warps(binary.metadata), shared) * driver.sm_count(device)
+                self.few_programs[device] = resident // 2
         launcher = launcher_for(loaded, self.arg_types, binary.metadata, self.name, device, self.launch_pdl)
         launchers[device] = launcher
+        return launcher
+
+    def _prepare_split(self, device: int):
+        """The launcher of the split-K build (kiln.codegen.passes.split_k) on `device`: each
+        program a cluster of CTAs that share its K loop."""
+        from .runtime.launcher import launcher_for
+        from .runtime.module import LoadedKernel
+        target = driver.compile_target(device)
+        binary = self.split_binaries.get(target)
+        if binary is None:
+            ir, options = self.binary_inputs()
+            ir = copy_function(ir)
+            ir.attrs["split_k"] = 1
+            binary = self.split_binaries[target] = compile_binary(ir, target, options)
+        loaded = launch_hooks.around_load(lambda: LoadedKernel(self.name, binary.cubin, binary.ptx,
+                                                               binary.metadata["shared"]),
+                                          self.name, lambda: self.hash, lambda k: (int(k.module), k.handle))
+        launcher = launcher_for(loaded, self.arg_types, binary.metadata, self.name, device)
+        self.split_launchers[device] = launcher
         return launcher
 
     def _check_target(self, ir, target: str) -> None:

@@ -730,6 +730,18 @@ def _check_tile_dot(op):
         return "operands must share an element type (or be e4m3 and e5m2)"
 
 
+CLUSTER_SUM_MAX = 4  # CTAs of a cluster that cluster_sum adds up (kiln.codegen.passes.split_k)
+
+
+def _check_cluster_sum(op):
+    acc, ctas, rank = op.operands
+    if not isinstance(acc.type, block_type) or scalar_of(acc.type).name != "fp32" or op.results[0].type != acc.type:
+        return "cluster_sum adds fp32 blocks and returns the block's type"
+    if ctas.type != int32 or rank.type != int32:
+        return "cluster_sum's CTA count and rank are int32 scalars"
+    return None
+
+
 def _check_dot_wait(op):
     if [r.type for r in op.results] != [v.type for v in op.operands]:
         return "warp_group_dot_wait returns its operands"
@@ -897,6 +909,10 @@ OPS.update({
                             "completing on bar; out-of-bounds elements are zero"),
     "warp_group_dot_wait": OpDef((1, 1 << 16), results=(1, 1 << 16), attrs=("pending",), check=_check_dot_wait,
                                  side_effects=True, notes="wait until at most `pending` dot groups are in flight"),
+    "cluster_sum": OpDef((3, 3), check=_check_cluster_sum, side_effects=True,
+                         notes="acc, ctas, rank: in CTA `rank` of a cluster of `ctas` (int32s, at most "
+                               f"{CLUSTER_SUM_MAX}) along x, rank 0's result is the sum of every CTA's `acc`, "
+                               "added in rank order; the others' is their own `acc` (split-K)"),
 })
 
 SHAPE_CHECK = _check_shape_pow2
@@ -906,4 +922,4 @@ GPU_STAGE_OPS = frozenset({"convert_layout", "local_alloc", "local_index", "loca
                            "fence_async_shared", "warp_group_dot", "warp_group_dot_wait", "mma_dot",
                            "mbarrier_init", "mbarrier_inval", "mbarrier_wait", "mbarrier_arrive", "tma_expect", "tma_copy",
                            "warp_specialize", "partition_index", "turn_wait", "turn_pass",
-                           "tensormap_create", "tma_store"})
+                           "tensormap_create", "tma_store", "cluster_sum"})

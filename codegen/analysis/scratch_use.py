@@ -42,6 +42,9 @@ def scratch_bytes(op, model) -> int:
         if moves_no_data(op, model.num_warps):
             return 0  # its layouts keep every element in its thread: registers renamed
         return _EXCHANGED[op.name](op).type.numel * scalar_bytes(op.operands[0].type)
+    if op.name == "cluster_sum":  # every element once, 16 bytes a thread at a time (kiln.codegen.lower.cluster)
+        threads = 32 * model.num_warps
+        return -(-op.operands[0].type.numel * 4 // (16 * threads)) * 16 * threads
     if op.name == "histogram":
         return 4 * op.attrs["num_bins"]  # an int32 counter per bin
     if op.name == "convert_layout" and _encoded(op.operands[0]) and _encoded(op.results[0]):

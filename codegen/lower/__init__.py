@@ -10,7 +10,7 @@ import llvmlite.ir as ir
 from kiln.ir.types import scalar_of, tensormap
 
 from ..backend import DATA_LAYOUT, TRIPLE
-from . import asm, control, debug, dot, elementwise, memory, reduce, shape, tma, wgmma
+from . import asm, cluster, control, debug, dot, elementwise, memory, reduce, shape, tma, wgmma
 from .context import Lowering, LoweringError, ScratchUse
 from ..analysis import Analysis
 from ..analysis.dots import staging_end
@@ -20,7 +20,7 @@ from ..analysis.shared_buffers import reserved_bytes
 from .types import I8, reg_type
 
 LOWER: dict = {}
-for _module in (elementwise, shape, memory, control, reduce, dot, debug, asm, wgmma, tma):
+for _module in (elementwise, shape, memory, control, reduce, dot, debug, asm, wgmma, tma, cluster):
     LOWER.update(_module.RULES)
 
 _TERMINATORS = ("yield", "condition", "return")
@@ -112,6 +112,8 @@ def lower_function(fn, ctx) -> tuple[str, list[dict], int]:
             layout["global_scratch"] = str(tensormap.NBYTES * len(created))
         if "launch_grid" in attrs:  # the launch grid's size along an axis (kiln.codegen.passes.persistent)
             layout["launch_grid"] = str(attrs["launch_grid"])
+        if "split_k" in attrs:  # the CTAs of each program's cluster (kiln.codegen.passes.split_k)
+            layout["split_k"] = "1"
     return str(module), arg_layout, max(lw.smem_bytes, lw.reserved)
 
 

@@ -43,6 +43,8 @@ class Lowering:
         # region run the same code on warps num_warps.., each computes its layouts as warps 0..
         self.warp, self.thread = self.cta_warp, self.tid
         self.replicated = ctx.function is not None and replicated(ctx.function)
+        # in a cluster launch a CTA's shared addresses carry its rank in bits 24-31 (kiln.codegen.passes.split_k)
+        self.in_cluster = ctx.function is not None and ctx.function.attrs.get("split_k") == 1
         if self.replicated:
             self.warp = self.entry.and_(self.cta_warp, ir.Constant(I32, self.num_warps - 1), "warp")
             self.thread = self.entry.and_(self.tid, ir.Constant(I32, 32 * self.num_warps - 1), "thread")

@@ -242,12 +242,15 @@ def _descriptor(lw, tile, offset, const, k_major):
     unused. M/N-major: the next W-byte chunk along M/N is LBO = (k rows) * W away, the
     next 8 k-rows SBO = 8W. Built in 32 bits: shared addresses are 16-byte aligned and
     below 2^18, so the start field is the address >> 4 and a k-step adds a constant to
-    the low word (no 64-bit shift or mask per instruction)."""
+    the low word (no 64-bit shift or mask per instruction). In a cluster launch the address
+    also holds the CTA's rank (bits 24-31), masked off."""
     b = lw.b
     t = tile.type
     W, _, O = tile_geometry(t)
     lbo = 16 if k_major else O * W
     start = b.lshr(b.add(b.ptrtoint(lw.scalar(tile), I32), offset), lw.i32(4))
+    if lw.in_cluster:  # the rank bits would land in the LBO field: the start field is 14 bits
+        start = b.and_(start, lw.i32(0x3FFF))
     low = b.add(start, lw.i32((const >> 4) + ((lbo >> 4) << 16)))
     high = (8 * W >> 4) | (_SWIZZLE_MODE[t.swizzle] << 30)
     return b.or_(b.zext(low, I64), ir.Constant(I64, high << 32))

@@ -49,7 +49,7 @@ ITER = ("iter",)  # the iteration-count atom
 ELEMENTWISE = {"cast", "add", "sub", "mul", "div", "rem", "neg", "max", "min", "maximum", "minimum", "fma", "exp",
                "exp2", "log", "log2", "sqrt", "rsqrt", "abs", "sigmoid", "tanh", "erf", "sin", "cos", "floor", "ceil",
                "cvt_r", "precise_div", "precise_sqrt", "clamp", "umulhi", "and", "or", "xor", "not", "cmp",
-               "select", "fp_to_fp"}
+               "select", "fp_to_fp", "cluster_sum"}
 
 
 def apply(fn, ctx) -> None:

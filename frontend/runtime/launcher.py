@@ -61,11 +61,13 @@ def launcher_for(loaded, arg_types, metadata: dict, name: str, device: int, pdl:
             derived.append(("map", boxes[i], of))
         elif (scratch := parse_global_scratch(arg.get("global_scratch"))) is not None:
             derived.append(("scratch", scratch))
+        elif arg.get("split_k") is not None:
+            derived.append(("split",))
         else:
             raise ValueError(f"kernel {name}: its binary's argument {i} is no derived map, grid size or scratch")
     warps = launched_warps(metadata)
     resident = None
-    if any(entry[0] == "grid" for entry in derived):
+    if any(entry[0] in ("grid", "split") for entry in derived):
         resident = loaded.resident_ctas(32 * warps, metadata["shared"]) * sm_count(device)
     return make_launcher(loaded, arg_types, warps, metadata["shared"], name,
                          {i: box for i, box in boxes.items() if box is not None and i < own}, derived, resident,
@@ -111,8 +113,12 @@ def make_launcher(kernel, arg_types, num_warps: int, shared: int, name: str, tma
             slots.append(_CTYPES[t.name]())
         else:
             raise TypeError(f"kernel {name}: cannot pass an argument of type {t}")
-    grid_slots, scratch = {}, None
+    grid_slots, scratch, split = {}, None, None
     for kind, *what in derived:
+        if kind == "split":
+            split = len(slots)
+            slots.append(ctypes.c_int32())
+            continue
         if kind == "grid":
             grid_slots[len(slots)] = what[0]
             slots.append(ctypes.c_int32())
@@ -160,6 +166,19 @@ def make_launcher(kernel, arg_types, num_warps: int, shared: int, name: str, tma
                        "        raise unusable('more programs than a persistent loop counts in int32')",
                        "    ctas, gy, gz = min(programs, resident), 1, 1"]
     launch_call = ["err = cu_launch(handle, ctas, gy, gz, block_x, 1, 1, shared_bytes, stream, params, None)"]
+    if split is not None:  # each program a cluster of as many CTAs as fit beside the others (split-K)
+        if grid_slots or pdl or not resident or resident < 1:
+            raise ValueError(f"kernel {name}: a split-K kernel is launched in clusters alone, with a CTA count")
+        config, attrs = cluster_config(32 * num_warps, shared)
+        namespace.update(cu_launch_ex=_cu_launch_kernel_ex(), config=config, config_ptr=ctypes.addressof(config),
+                         attrs=attrs, cluster_ctas=cluster_ctas)
+        namespace["keep_alive"] += (config, attrs)
+        launch_grid = [*derived_fills, f"    per = s{split}.value = cluster_ctas(gx * gy * gz, resident)",
+                       "    attrs[0].value.clusterDim[0] = per",
+                       "    ctas = gx * per",
+                       "    config.gridDimX, config.gridDimY, config.gridDimZ = ctas, gy, gz",
+                       "    config.hStream = stream"]
+        launch_call = ["err = cu_launch_ex(config_ptr, handle, params, None)"]
     if pdl:
         config, attrs = pdl_config(32 * num_warps, shared)
         namespace.update(cu_launch_ex=_cu_launch_kernel_ex(), config=config, config_ptr=ctypes.addressof(config))
@@ -223,7 +242,7 @@ CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6
 
 class LaunchAttributeValue(ctypes.Union):
     _fields_ = [("pad", ctypes.c_char * 64), ("programmaticStreamSerializationAllowed", ctypes.c_int),
-                ("_align", ctypes.c_void_p)]
+                ("clusterDim", ctypes.c_uint * 3), ("_align", ctypes.c_void_p)]
 
 
 class LaunchAttribute(ctypes.Structure):
@@ -235,6 +254,29 @@ class LaunchConfig(ctypes.Structure):
                 ("blockDimX", ctypes.c_uint), ("blockDimY", ctypes.c_uint), ("blockDimZ", ctypes.c_uint),
                 ("sharedMemBytes", ctypes.c_uint), ("hStream", ctypes.c_void_p),
                 ("attrs", ctypes.POINTER(LaunchAttribute)), ("numAttrs", ctypes.c_uint)]
+
+
+CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION = 4
+CLUSTER_CTAS = (4, 2)  # the cluster sizes split-K launches take (kiln.ir.ops.CLUSTER_SUM_MAX at most)
+
+
+def cluster_ctas(programs: int, resident: int) -> int:
+    """CTAs per program of a split-K launch: the most that keep every CTA resident at once."""
+    for ctas in CLUSTER_CTAS:
+        if programs * ctas <= resident:
+            return ctas
+    return 1
+
+
+def cluster_config(block_x: int, shared: int):
+    """(config, attributes) of a launch in clusters along x; a launch fills in the cluster's
+    size, the grid and the stream. Keep both alive."""
+    attrs = (LaunchAttribute * 1)()
+    attrs[0].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+    attrs[0].value.clusterDim[0], attrs[0].value.clusterDim[1], attrs[0].value.clusterDim[2] = 1, 1, 1
+    config = LaunchConfig(blockDimX=block_x, blockDimY=1, blockDimZ=1, sharedMemBytes=shared,
+                          attrs=ctypes.cast(attrs, ctypes.POINTER(LaunchAttribute)), numAttrs=1)
+    return config, attrs
 
 
 def pdl_config(block_x: int, shared: int):

@@ -1,0 +1,159 @@
+"""kiln.codegen.passes.split_k and kiln.codegen.lower.cluster: the split-K build of a GEMM's tile
+kernel for launches with too few programs to fill the GPU (each program a cluster of CTAs sharing
+its K loop, rank 0 adding the partial sums through distributed shared memory), on a CPU; on the GPU
+against torch, and picked by the runtime only for such launches."""
+import numpy as np
+import pytest
+
+import kiln
+import kiln.language as tl
+from kiln.codegen import compile as compile_ir
+from kiln.codegen.passes import split_k
+from kiln.codegen.pipeline import PassContext
+from kiln.codegen.target import parse_target
+from kiln.runtime import launcher
+from kiln.ir import parse_function, print_function, verify
+
+
+@kiln.jit
+def _matmul(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_bk, stride_cm, BM: tl.constexpr, BN: tl.constexpr,
+            BK: tl.constexpr, VARIANT: tl.constexpr = "plain"):
+    pid = tl.program_id(0)
+    grid_n = tl.cdiv(N, BN)
+    rm = (pid // grid_n) * BM + tl.arange(0, BM)
+    rn = (pid % grid_n) * BN + tl.arange(0, BN)
+    rk = tl.arange(0, BK)
+    a_ptrs = a_ptr + (rm % M)[:, None] * stride_am + rk[None, :]
+    b_ptrs = b_ptr + rk[:, None] * stride_bk + (rn % N)[None, :]
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BK)):
+        a = tl.load(a_ptrs, mask=rk[None, :] < K - k * BK, other=0.0)
+        b = tl.load(b_ptrs, mask=rk[:, None] < K - k * BK, other=0.0)
+        acc = tl.dot(a, b, acc)
+        if VARIANT == "store_in_loop":
+            tl.store(c_ptr + rm[:, None] * stride_cm + rn[None, :], acc.to(tl.float16))
+        a_ptrs += BK
+        b_ptrs += BK * stride_bk
+    if VARIANT == "grid":
+        acc += tl.num_programs(0)
+    tl.store(c_ptr + rm[:, None] * stride_cm + rn[None, :], acc.to(tl.float16), mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+def _build(variant="plain", target="sm_90a"):
+    x = np.zeros((64, 64), np.float16)
+    return _matmul.warmup(x, x, x, 128, 1024, 4096, 4096, 1024, 1024, BM=128, BN=128, BK=64, VARIANT=variant,
+                          num_warps=8, num_stages=3, grid=(1,), target=target)
+
+
+def _binary(variant="plain", target="sm_90a"):
+    """The metadata of the kernel's build for `target` (a launch's kernel object merges its builds')."""
+    return _build(variant, target).build(target).metadata
+
+
+def _source(variant="plain"):
+    ir = _build(variant).ir
+    return parse_function(ir if isinstance(ir, str) else print_function(ir))
+
+
+def test_a_tile_gemm_is_marked_splittable_and_its_split_build_sums_a_cluster():
+    assert _binary().get("splittable") is True
+    fn = _source()
+    fn.attrs["split_k"] = 1
+    k = compile_ir(fn, "sm_90a", {"num_warps": 8, "num_stages": 3})
+    assert [a["name"] for a in k.metadata["args"] if a.get("split_k") == "1"] == ["split_k.ctas"]
+    assert not any("launch_grid" in a for a in k.metadata["args"])  # one cluster per program, not persistent
+    ptx = k.ptx
+    assert ptx.count("barrier.cluster.arrive") == 2 and ptx.count("barrier.cluster.wait") == 2
+    assert ptx.count("mapa.shared::cluster") == 3 * 16  # ranks 1, 2, 3 of a cluster of up to 4, 16 chunks each
+    assert "ld.shared::cluster.v4.f32" in ptx and "st.shared.v4.f32" in ptx
+    assert "wgmma.mma_async" in ptx and "cp.async.bulk.tensor" in ptx  # still TMA rings and wgmma
+    # B (N-major, two 128-byte column groups) needs the LBO field: the descriptors drop the CTA's rank
+    assert ", 4, 14;" in ptx  # bfe.u32 of the address's bits 4-17 (LLVM's fold of the shift and mask)
+    plain = compile_ir(_source(), "sm_90a", {"num_warps": 8, "num_stages": 3}).ptx
+    assert ", 4, 14;" not in plain and ", 16383;" not in plain
+    assert k.metadata["n_spills"] == 0
+
+
+@pytest.mark.parametrize("variant", ["grid", "store_in_loop"])
+def test_kernels_that_read_the_grid_or_store_in_the_loop_are_not_split(variant):
+    assert "splittable" not in _binary(variant)
+    fn = _source(variant)
+    fn.attrs["split_k"] = 1
+    split_k.apply(fn, PassContext(parse_target("sm_90a"), num_warps=8, num_stages=3))
+    assert not any(op.name == "cluster_sum" for op in fn.walk())
+
+
+def test_other_targets_have_no_split_build():
+    assert "splittable" not in _binary(target="sm_80")
+
+
+def test_the_pass_splits_the_iterations_and_leaves_the_epilogue_to_rank_0():
+    fn = _source()
+    fn.attrs["split_k"] = 1
+    split_k.apply(fn, PassContext(parse_target("sm_90a"), num_warps=8, num_stages=3))
+    verify(fn)
+    top = [op.name for op in fn.body.ops]
+    assert top[:3] == ["program_id", "rem", "div"]  # raw id, rank, the program's id
+    assert top[-6:] == ["for", "cluster_sum", "constant", "cmp", "if", "return"]
+    assert [op.name for op in fn.walk()].count("program_id") == 1
+    branch = fn.body.ops[-2]
+    assert branch.name == "if" and any(op.name == "store" for op in branch.regions[0].ops)
+    assert fn.attrs["persistent"] == 0
+    text = print_function(fn, locs=False)
+    assert 'name = "split_k.ctas", split_k = 1' in text
+
+
+@pytest.mark.parametrize("programs, resident, ctas", [(64, 132, 2), (32, 132, 4), (34, 132, 2), (100, 132, 1)])
+def test_a_launch_takes_the_largest_cluster_that_keeps_every_cta_resident(programs, resident, ctas):
+    assert launcher.cluster_ctas(programs, resident) == ctas
+
+
+def test_the_launcher_launches_each_program_as_a_cluster(monkeypatch):
+    calls = []
+    monkeypatch.setattr(launcher, "_cu_launch_kernel", lambda: None)
+    monkeypatch.setattr(launcher, "_cu_launch_kernel_ex",
+                        lambda: lambda config, *rest: calls.append(launcher.LaunchConfig.from_address(config)) or 0)
+    from kiln.ir.types import parse_type
+    run = launcher.make_launcher(type("Loaded", (), {"handle": 0})(), [parse_type("int32")], 8, 1024, "k",
+                                 derived=[("split",)], resident=132)
+    run((40, 1, 1), [7], 0)
+    config = calls[0]
+    assert (config.gridDimX, config.gridDimY, config.gridDimZ) == (80, 1, 1)
+    attr = config.attrs[0]
+    assert attr.id == launcher.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION and list(attr.value.clusterDim) == [2, 1, 1]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", [(128, 4096, 4096), (100, 1000, 3000), (64, 512, 100), (256, 2048, 8192)])
+def test_few_programs_take_the_split_build_on_the_gpu_and_match_torch(shape, monkeypatch, cuda_torch):
+    torch = cuda_torch
+    if torch.cuda.get_device_capability() < (9, 0):
+        pytest.skip("needs a Hopper GPU")
+    M, N, K = shape
+    a = torch.randn(M, K, device="cuda", dtype=torch.float16)
+    b = torch.randn(K, N, device="cuda", dtype=torch.float16)
+    want = a.float() @ b.float()
+    results, clusters = [], []
+    sized = launcher.cluster_ctas
+    monkeypatch.setattr(launcher, "cluster_ctas", lambda *args: clusters.append(sized(*args)) or clusters[-1])
+    for setting in ("1", "0"):  # KILN_SPLIT_K=0: the kernel as written
+        monkeypatch.setenv("KILN_SPLIT_K", setting)
+        kernel = kiln.jit(_matmul.fn)
+        c = torch.full((M, N), 7.0, device="cuda", dtype=torch.float16)
+        grid = (triton_cdiv(M, 128) * triton_cdiv(N, 128),)
+        for _ in range(2):  # the same bits every time: rank 0 adds in rank order
+            kernel[grid](a, b, c, M, N, K, a.stride(0), b.stride(0), c.stride(0), BM=128, BN=128, BK=64,
+                         num_warps=8, num_stages=3)
+            torch.cuda.synchronize()
+            results.append(c.clone())
+        if setting == "1":
+            assert clusters and all(n >= 2 for n in clusters)  # every launch split
+            clusters.clear()
+    assert not clusters  # none without
+    torch.testing.assert_close(results[0].float(), want, atol=0.05 * K ** 0.5, rtol=0.01)
+    torch.testing.assert_close(results[2].float(), want, atol=0.05 * K ** 0.5, rtol=0.01)
+    assert torch.equal(results[0], results[1])
+
+
+def triton_cdiv(a, b):
+    return (a + b - 1) // b
