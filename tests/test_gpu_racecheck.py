@@ -1,5 +1,6 @@
 """GPU tier: compute-sanitizer's racecheck finds no shared-memory hazard in the kernels
-that use shared buffers the most (pipelined matmul with one and two warpgroups, and with
+that use shared buffers the most (pipelined matmul with one and two warpgroups, as written and
+split across a cluster (split-K), and with
 a ring of S tiles, where each copy waits for the dot that read its tile; the warp-specialized
 matmul, cooperative and ping-pong; two
 pipelined loops one after the other whose rings share bytes but not tile shapes, as in
@@ -172,11 +173,30 @@ torch.cuda.synchronize()
 """
 
 
-def racecheck(script: str, tmp_path) -> str:
+SPLIT_K = """
+import torch
+from kiln.runtime import launcher
+from test_attention_backward import kernels
+sized, clusters = launcher.cluster_ctas, []
+launcher.cluster_ctas = lambda *args: clusters.append(sized(*args)) or clusters[-1]
+for bm, bn, bk, warps, stages in ((128, 128, 64, 8, 3), (64, 128, 64, 4, 3)):
+    a = torch.randn(128, 1024, device="cuda", dtype=torch.float16)
+    b = torch.randn(1024, 512, device="cuda", dtype=torch.float16)
+    c = torch.empty(128, 512, device="cuda", dtype=torch.float16)
+    grid = (128 // bm * (512 // bn),)
+    kernels.matmul_kernel[grid](a, b, c, 128, 512, 1024, *a.stride(), *b.stride(), *c.stride(), BLOCK_M=bm,
+                                BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, num_warps=warps, num_stages=stages)
+    torch.testing.assert_close(c.float(), a.float() @ b.float(), atol=0.2, rtol=0.01)
+assert clusters and min(clusters) >= 2, clusters  # the split build ran
+torch.cuda.synchronize()
+"""
+
+
+def racecheck(script: str, tmp_path, **env_vars) -> str:
     path = tmp_path / "kernels_under_racecheck.py"  # a file: kiln reads a kernel's source from it
     path.write_text(script)
     env = dict(os.environ, KILN_INTERPRET="0", KILN_DAEMON="off", KILN_CACHE_DIR=str(tmp_path / "cache"),
-               PYTHONPATH=os.pathsep.join([HERE, os.environ.get("PYTHONPATH", "")]))
+               PYTHONPATH=os.pathsep.join([HERE, os.environ.get("PYTHONPATH", "")]), **env_vars)
     run = subprocess.run([SANITIZER, "--tool", "racecheck", "--racecheck-report", "all", "--print-limit", "5",
                           sys.executable, str(path)], env=env, capture_output=True, text=True, timeout=600)
     out = run.stdout + run.stderr
@@ -191,7 +211,12 @@ def hazards(out: str) -> tuple[int, int]:
 
 
 def test_pipelined_matmul_has_no_shared_memory_hazard(tmp_path):
-    out = racecheck(MATMUL, tmp_path)
+    out = racecheck(MATMUL, tmp_path, KILN_SPLIT_K="0")  # the kernel as written, one CTA a tile
+    assert hazards(out) == (0, 0), out[-4000:]
+
+
+def test_split_k_matmul_has_no_shared_memory_hazard(tmp_path):
+    out = racecheck(SPLIT_K, tmp_path)  # clusters of 4 and 2 CTAs, partials summed through their shared memory
     assert hazards(out) == (0, 0), out[-4000:]
 
 
