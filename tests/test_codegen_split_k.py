@@ -83,6 +83,27 @@ def test_kernels_that_read_the_grid_or_store_in_the_loop_are_not_split(variant):
     assert not any(op.name == "cluster_sum" for op in fn.walk())
 
 
+@kiln.jit
+def _int8_matmul(a_ptr, b_ptr, c_ptr, K, stride_k, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    rm, rn, rk = tl.arange(0, BM), tl.arange(0, BN), tl.arange(0, BK)
+    a_ptrs = a_ptr + rm[:, None] * stride_k + rk[None, :]
+    b_ptrs = b_ptr + rk[:, None] * BN + rn[None, :]
+    acc = tl.zeros((BM, BN), dtype=tl.int32)
+    for k in range(0, tl.cdiv(K, BK)):
+        acc = tl.dot(tl.load(a_ptrs), tl.load(b_ptrs), acc)
+        a_ptrs += BK
+        b_ptrs += BK * BN
+    tl.store(c_ptr + rm[:, None] * BN + rn[None, :], acc)
+
+
+def test_an_integer_accumulator_is_not_split():
+    x = np.zeros((64, 64), np.int8)
+    k = _int8_matmul.warmup(x, x, np.zeros((64, 64), np.int32), 4096, 4096, BM=128, BN=128, BK=64, num_warps=8,
+                            num_stages=3, grid=(1,), target="sm_90a")
+    assert "splittable" not in k.build("sm_90a").metadata
+    assert "wgmma.mma_async" in k.build("sm_90a").ptx  # a tensor-core GEMM all the same
+
+
 def test_other_targets_have_no_split_build():
     assert "splittable" not in _binary(target="sm_80")
 
