@@ -8,6 +8,8 @@ consumes the module it links.
 from __future__ import annotations
 
 import functools
+import hashlib
+import json
 import re
 
 from . import toolchain
@@ -45,12 +47,61 @@ def _target_machine(target: Target, opt: int = 3):
 _CONTRACTIBLE = re.compile(r"(= f(?:add|sub|mul)) ")
 
 
+# Where libdevice subsets outlive the process: an object with get(key) -> bytes | None and
+# put(key, bytes), installed by a layer above (kiln.daemon.tiers: the node cache); None: this
+# process's memory only. What it gives back is checked, never trusted (_stored_subset).
+subset_store = None
+_SUBSET_FORMAT = 1  # bumped when what a subset holds changes
+
+
 @functools.lru_cache(maxsize=256)
 def _libdevice_subset(names: frozenset[str], target: Target, contract: bool = True) -> bytes:
     """The bitcode of libdevice's functions `names` and of what they use, nothing else. Linking
     all of libdevice (575 functions) and letting O3 drop the rest cost a pointwise kernel that
-    calls erf and tanh 130 of its 250 ms; a process (a daemon worker) meets the same few sets again.
-    `contract`: their float adds and multiplies may fuse (above)."""
+    calls erf and tanh 130 of its 250 ms; a process (a daemon worker) meets the same few sets again,
+    and the node's other processes too: making one (parsing all of libdevice) costs 70-130 ms, so
+    each is kept in `subset_store` where there is one. `contract`: their float adds and multiplies
+    may fuse (above)."""
+    store = subset_store
+    if store is None:
+        return _extract_subset(names, target, contract)
+    key = subset_key(names, target, contract)
+    try:
+        found = _stored_subset(store.get(key), names)
+    except Exception:  # noqa: BLE001 - a store that fails is a miss
+        found = None
+    if found is not None:
+        return found
+    data = _extract_subset(names, target, contract)
+    try:
+        store.put(key, data)
+    except Exception:  # noqa: BLE001 - a subset not kept is made again by the next process
+        pass
+    return data
+
+
+def subset_key(names: frozenset[str], target: Target, contract: bool) -> str:
+    """What a libdevice subset depends on, as a SHA-256: libdevice's bytes, the functions, the
+    target, the fusion flag and the LLVM that wrote it (whose bitcode an older one may not read)."""
+    from .libdevice import libdevice_digest
+    what = ["kiln libdevice subset", _SUBSET_FORMAT, libdevice_digest(), sorted(names), target.name,
+            target.llvm_features, contract, list(llvm.llvm_version_info)]
+    return hashlib.sha256(json.dumps(what).encode()).hexdigest()
+
+
+def _stored_subset(data, names: frozenset[str]) -> bytes | None:
+    """`data` where it is bitcode LLVM reads that defines every one of `names`, else None (a miss)."""
+    if type(data) is not bytes:
+        return None
+    try:
+        lib = llvm.parse_bitcode(data)
+    except RuntimeError:
+        return None
+    defined = {f.name for f in lib.functions if not f.is_declaration}
+    return data if names <= defined else None
+
+
+def _extract_subset(names: frozenset[str], target: Target, contract: bool) -> bytes:
     lib = llvm.parse_bitcode(libdevice_bytes())
     for f in lib.functions:
         if not f.is_declaration and f.name not in names:

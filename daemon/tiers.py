@@ -274,9 +274,33 @@ def _from_daemon(fn, target, options, key, encoded=None) -> Binary | None:
 _compile_here_lock = threading.Lock()
 
 
+class _NodeSubsets:
+    """kiln.codegen.backend's libdevice subsets in the node cache: a record naming the blob of
+    the bitcode (a blob's name is its SHA-256, checked on read; the backend checks the bitcode)."""
+
+    def get(self, key: str) -> bytes | None:
+        record = _state.node_cache().get_record(key)
+        name = record.get("bitcode") if record else None
+        return _state.node_cache().get_blob(name) if type(name) is str else None
+
+    def put(self, key: str, data: bytes) -> None:
+        cache = _state.node_cache()
+        cache.put_record(key, {"bitcode": cache.put_blob(data)})
+
+
+def keep_libdevice_subsets() -> None:
+    """Let this process's compiles keep the libdevice subsets they make in the node cache, and
+    find the ones other processes made (kiln.codegen.backend.subset_store). Where the backend is
+    not loaded (a compile function of another compiler), nothing: it is not loaded for this."""
+    backend = sys.modules.get("kiln.codegen.backend")
+    if backend is not None and backend.subset_store is None:
+        backend.subset_store = _NodeSubsets()
+
+
 def _compile_here(fn, target, options, key, compile_fn) -> Binary:
     if compile_fn is None:
         from kiln.codegen import compile as compile_fn
+    keep_libdevice_subsets()
     with _compile_here_lock:
         kernel = compile_fn(fn, target, options)
     metadata = checked(dict(kernel.metadata), **expected(fn.name, target, options))  # a codegen bug stops here

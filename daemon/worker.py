@@ -145,6 +145,8 @@ def worker_main(conn, compile_fn_path: str) -> None:
     try:
         compile_fn = load_function(compile_fn_path)
         from kiln.proto.convert import function_from_bytes
+        from .tiers import keep_libdevice_subsets
+        keep_libdevice_subsets()  # before the warm-up compile, which may make one
     except BaseException as e:  # noqa: BLE001 - reported to the parent, which keeps serving
         conn.send(("failed", f"cannot load compile function {compile_fn_path}: {type(e).__name__}: {e}"))
         return

@@ -42,3 +42,63 @@ define ptx_kernel void @k(ptr addrspace(1) %p) {
     module = backend.optimize(llir, SM90, "k")
     assert [f.name for f in module.functions if not f.is_declaration] == ["k"]  # erff inlined, nothing left over
     assert ".entry k" in backend.emit_ptx(module, SM90)
+
+
+class DictStore(dict):
+    def get(self, key):
+        return dict.get(self, key)
+
+    def put(self, key, data):
+        self[key] = data
+
+
+ERF = frozenset({"__nv_erff"})
+
+
+def fresh_subset(monkeypatch, store, names=ERF, extract=None):
+    """`_libdevice_subset(names)` as a new process asks for it (nothing in memory), with `store`."""
+    monkeypatch.setattr(backend, "subset_store", store)
+    if extract is not None:
+        monkeypatch.setattr(backend, "_extract_subset", extract)
+    backend._libdevice_subset.cache_clear()
+    try:
+        return backend._libdevice_subset(names, SM90)
+    finally:
+        backend._libdevice_subset.cache_clear()
+
+
+def test_a_subset_made_once_is_kept_in_the_store_and_found_by_the_next_process(monkeypatch):
+    store = DictStore()
+    made = fresh_subset(monkeypatch, store)
+    assert list(store.values()) == [made]
+
+    def extract(*args):
+        raise AssertionError("made again although the store holds it")
+    assert fresh_subset(monkeypatch, store, extract=extract) == made
+
+
+def test_the_key_names_the_functions_target_and_fusion():
+    keys = {backend.subset_key(ERF, SM90, True), backend.subset_key(ERF, SM90, False),
+            backend.subset_key(ERF, parse_target("sm_80"), True),
+            backend.subset_key(frozenset({"__nv_erff", "__nv_tanhf"}), SM90, True)}
+    assert len(keys) == 4
+
+
+def test_a_stored_subset_that_is_no_bitcode_or_lacks_a_function_is_a_miss(monkeypatch):
+    tanh = fresh_subset(monkeypatch, None, names=frozenset({"__nv_tanhf"}))
+    key = backend.subset_key(ERF, SM90, True)
+    for bad in (b"not bitcode", tanh, "text", None):
+        store = DictStore({key: bad})
+        made = fresh_subset(monkeypatch, store)
+        assert "__nv_erff" in defined_functions(made)
+        assert store[key] == made  # made again and stored over the bad one
+
+
+def test_a_store_that_fails_costs_nothing_but_the_time(monkeypatch):
+    class Broken:
+        def get(self, key):
+            raise OSError("disk gone")
+
+        def put(self, key, data):
+            raise OSError("disk gone")
+    assert "__nv_erff" in defined_functions(fresh_subset(monkeypatch, Broken()))
