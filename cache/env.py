@@ -9,6 +9,8 @@ kiln): KILN_DROPIN and KILN_SHARE_GRAPHS; Triton's own TRITON_* variables are it
     KILN_ALLOW_NON_CONSTEXPR_GLOBALS  1 (or Triton's TRITON_ALLOW_NON_CONSTEXPR_GLOBALS=1): kernels
                         may read plain globals, compiled in with the value they have then
     KILN_TARGET         compile a device's kernels for this older target (sm_80 on a Hopper)
+    KILN_SPLIT_K        0: a Hopper launch of a GEMM tile kernel with too few programs to fill the GPU
+                        keeps the kernel as written (default 1: each program a cluster sharing its K loop)
     KILN_CACHE_DIR      the node cache's directory (default ~/.cache/kiln)
     KILN_CACHE_SIZE     its size limit: bytes, or with a K/M/G/T suffix (default 8G)
     KILN_CACHE_SHARED   1: the cache is shared by a group (made 2770, files 0660); else 0700
