@@ -81,10 +81,11 @@ def _libdevice_subset(names: frozenset[str], target: Target, contract: bool = Tr
 
 
 def subset_key(names: frozenset[str], target: Target, contract: bool) -> str:
-    """What a libdevice subset depends on, as a SHA-256: libdevice's bytes, the functions, the
-    target, the fusion flag and the LLVM that wrote it (whose bitcode an older one may not read)."""
-    from .libdevice import libdevice_digest
-    what = ["kiln libdevice subset", _SUBSET_FORMAT, libdevice_digest(), sorted(names), target.name,
+    """What a libdevice subset depends on, as a SHA-256: which libdevice is found and its contents
+    (by the compile key's fingerprint: reading and hashing it would cost a hit most of a miss), the
+    functions, the target, the fusion flag and the LLVM that wrote it (an older one may not read it)."""
+    from .libdevice import libdevice_fingerprint
+    what = ["kiln libdevice subset", _SUBSET_FORMAT, libdevice_fingerprint(), sorted(names), target.name,
             target.llvm_features, contract, list(llvm.llvm_version_info)]
     return hashlib.sha256(json.dumps(what).encode()).hexdigest()
 
