@@ -28,18 +28,26 @@ pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(SANITIZER is None, reason="needs compute-sanitizer (CUDA toolkit)")]
 HERE = os.path.dirname(os.path.abspath(__file__))
 
+
+def matmul_script(m: int, n: int, k: int, configs, atol: float) -> str:
+    """Tutorial 03's kernel (bench/kernels.py) on an m x k by k x n product, once per (BLOCK_M, BLOCK_N,
+    BLOCK_K, warps, stages) of `configs`, checked against torch."""
+    return f"""
+for bm, bn, bk, warps, stages in {configs!r}:
+    a = torch.randn({m}, {k}, device="cuda", dtype=torch.float16)
+    b = torch.randn({k}, {n}, device="cuda", dtype=torch.float16)
+    c = torch.empty({m}, {n}, device="cuda", dtype=torch.float16)
+    grid = ({m} // bm * ({n} // bn),)
+    kernels.matmul_kernel[grid](a, b, c, {m}, {n}, {k}, *a.stride(), *b.stride(), *c.stride(), BLOCK_M=bm,
+                                BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, num_warps=warps, num_stages=stages)
+    torch.testing.assert_close(c.float(), a.float() @ b.float(), atol={atol}, rtol=0.01)
+"""
+
+
 MATMUL = """
 import torch
-from test_attention_backward import kernels
-for bm, bn, bk, warps, stages in ((128, 128, 64, 4, 3), (128, 256, 64, 8, 3), (128, 256, 128, 8, 2)):
-    a = torch.randn(256, 192, device="cuda", dtype=torch.float16)
-    b = torch.randn(192, 256, device="cuda", dtype=torch.float16)
-    c = torch.empty(256, 256, device="cuda", dtype=torch.float16)
-    grid = (256 // bm * (256 // bn),)
-    kernels.matmul_kernel[grid](a, b, c, 256, 256, 192, *a.stride(), *b.stride(), *c.stride(), BLOCK_M=bm,
-                                BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, num_warps=warps, num_stages=stages)
-    torch.testing.assert_close(c.float(), a.float() @ b.float(), atol=0.1, rtol=0.01)
-"""
+from test_attention_backward import kernels""" + matmul_script(
+    256, 256, 192, ((128, 128, 64, 4, 3), (128, 256, 64, 8, 3), (128, 256, 128, 8, 2)), 0.1)
 
 # tutorial 03's kernel with its K loop asking for warp specialization: a producer warpgroup filling
 # the rings behind empty mbarriers, with two warpgroups of dots (8 warps) and with two replicas of
@@ -178,15 +186,8 @@ import torch
 from kiln.runtime import launcher
 from test_attention_backward import kernels
 sized, clusters = launcher.cluster_ctas, []
-launcher.cluster_ctas = lambda *args: clusters.append(sized(*args)) or clusters[-1]
-for bm, bn, bk, warps, stages in ((128, 128, 64, 8, 3), (64, 128, 64, 4, 3)):
-    a = torch.randn(128, 1024, device="cuda", dtype=torch.float16)
-    b = torch.randn(1024, 512, device="cuda", dtype=torch.float16)
-    c = torch.empty(128, 512, device="cuda", dtype=torch.float16)
-    grid = (128 // bm * (512 // bn),)
-    kernels.matmul_kernel[grid](a, b, c, 128, 512, 1024, *a.stride(), *b.stride(), *c.stride(), BLOCK_M=bm,
-                                BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, num_warps=warps, num_stages=stages)
-    torch.testing.assert_close(c.float(), a.float() @ b.float(), atol=0.2, rtol=0.01)
+launcher.cluster_ctas = lambda *args: clusters.append(sized(*args)) or clusters[-1]""" + matmul_script(
+    128, 512, 1024, ((128, 128, 64, 8, 3), (64, 128, 64, 4, 3)), 0.2) + """\
 assert clusters and min(clusters) >= 2, clusters  # the split build ran
 torch.cuda.synchronize()
 """
