@@ -7,11 +7,7 @@ from kiln.codegen import toolchain
 
 
 def versions(**installed):
-    def version(name):
-        if name not in installed:
-            raise metadata.PackageNotFoundError(name)
-        return installed[name]
-    return version
+    return installed.get
 
 
 def test_libraries_at_or_above_their_floors_say_nothing():
@@ -35,6 +31,11 @@ def test_a_broken_release_above_the_floor_is_named_with_the_first_that_works():
 
 def test_a_library_that_is_not_installed_is_not_this_checks_to_report():
     assert toolchain.too_old(versions()) == []
+
+
+def test_the_installed_versions_are_the_distributions_own():
+    for name in toolchain.FLOORS:
+        assert toolchain.installed_version(name) == metadata.version(name)
 
 
 def test_this_environment_imports_the_code_generator_without_a_warning():
