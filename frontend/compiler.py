@@ -305,7 +305,7 @@ class CompiledKernel:
             launcher = self._prepare(device)
         few = self.few_programs.get(device)
         if few is not None and grid[0] * grid[1] * grid[2] <= few:  # too few to fill the GPU: split K
-            launcher = self.split_launchers.get(device) or self._prepare_split(device)
+            launcher = self.split_launchers.get(device) or self._prepare_split(device) or launcher
         try:
             launcher(grid, args, current if stream is None else int(stream))
         except DerivedMapUnusable:
@@ -350,19 +350,29 @@ class CompiledKernel:
 
     def _prepare_split(self, device: int):
         """The launcher of the split-K build (kiln.codegen.passes.split_k) on `device`: each
-        program a cluster of CTAs that share its K loop."""
+        program a cluster of CTAs that share its K loop. None where that build cannot be made or
+        loaded: the launches keep the kernel as written (an optimization never fails a launch), with
+        a warning, since it is a compiler bug."""
         from .runtime.launcher import launcher_for
         from .runtime.module import LoadedKernel
         target = driver.compile_target(device)
-        binary = self.split_binaries.get(target)
-        if binary is None:
-            ir, options = self.binary_inputs()
-            ir = copy_function(ir)
-            ir.attrs["split_k"] = 1
-            binary = self.split_binaries[target] = compile_binary(ir, target, options)
-        loaded = launch_hooks.around_load(lambda: LoadedKernel(self.name, binary.cubin, binary.ptx,
-                                                               binary.metadata["shared"]),
-                                          self.name, lambda: self.hash, lambda k: (int(k.module), k.handle))
+        try:
+            binary = self.split_binaries.get(target)
+            if binary is None:
+                ir, options = self.binary_inputs()
+                ir = copy_function(ir)
+                ir.attrs["split_k"] = 1
+                binary = self.split_binaries[target] = compile_binary(ir, target, options)
+            loaded = launch_hooks.around_load(lambda: LoadedKernel(self.name, binary.cubin, binary.ptx,
+                                                                   binary.metadata["shared"]),
+                                              self.name, lambda: self.hash, lambda k: (int(k.module), k.handle))
+        except Exception as e:  # noqa: BLE001 - reported, and the kernel as written runs instead
+            self.few_programs.pop(device, None)
+            import warnings
+            warnings.warn(f"kernel {self.name}: its split-K build failed ({type(e).__name__}: {e}); "
+                          "its launches keep the kernel as written (KILN_SPLIT_K=0 says so up front)",
+                          RuntimeWarning, stacklevel=3)
+            return None
         launcher = launcher_for(loaded, self.arg_types, binary.metadata, self.name, device)
         self.split_launchers[device] = launcher
         return launcher

@@ -178,3 +178,17 @@ def test_few_programs_take_the_split_build_on_the_gpu_and_match_torch(shape, mon
 
 def triton_cdiv(a, b):
     return (a + b - 1) // b
+
+
+def test_a_split_build_that_cannot_be_made_leaves_the_launches_to_the_kernel_as_written(monkeypatch):
+    import kiln.compiler as frontend_compiler
+    kernel = _build()
+    kernel.few_programs[0] = 66  # as _prepare sets it for a splittable kernel on a GPU
+
+    def broken(*args):
+        raise RuntimeError("a lowering bug")
+    monkeypatch.setattr(frontend_compiler.driver, "compile_target", lambda device: "sm_90a")
+    monkeypatch.setattr(frontend_compiler, "compile_binary", broken)
+    with pytest.warns(RuntimeWarning, match="split-K build failed .*a lowering bug.*kernel as written"):
+        assert kernel._prepare_split(0) is None
+    assert 0 not in kernel.few_programs and not kernel.split_launchers  # not tried again
