@@ -279,9 +279,10 @@ class _NodeSubsets:
     the bitcode (a blob's name is its SHA-256, checked on read; the backend checks the bitcode)."""
 
     def get(self, key: str) -> bytes | None:
-        record = _state.node_cache().get_record(key)
+        cache = _state.node_cache()
+        record = cache.get_record(key)
         name = record.get("bitcode") if record else None
-        return _state.node_cache().get_blob(name) if type(name) is str else None
+        return cache.get_blob(name) if type(name) is str else None
 
     def put(self, key: str, data: bytes) -> None:
         cache = _state.node_cache()

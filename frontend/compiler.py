@@ -325,7 +325,6 @@ class CompiledKernel:
         written (no arguments derived by the compiler: no TMA maps for pointer loads, not persistent)."""
         from kiln.cache.metadata import launched_warps
         from .runtime.launcher import launcher_for
-        from .runtime.module import LoadedKernel
         launchers = self.launchers if derived_maps else self.pointer_launchers
         if device in launchers:
             return launchers[device]
@@ -335,8 +334,7 @@ class CompiledKernel:
         shared, limit = binary.metadata["shared"], driver.max_shared_memory(device)
         if shared > limit:
             raise OutOfResources(shared, limit, "shared memory")
-        loaded = launch_hooks.around_load(lambda: LoadedKernel(self.name, binary.cubin, binary.ptx, shared), self.name,
-                                          lambda: self.hash, lambda k: (int(k.module), k.handle))
+        loaded = self._load(binary)
         if derived_maps:
             self.metadata["n_regs"] = loaded.n_regs  # the driver's count is authoritative
             self.functions[device] = loaded.handle
@@ -354,18 +352,10 @@ class CompiledKernel:
         loaded: the launches keep the kernel as written (an optimization never fails a launch), with
         a warning, since it is a compiler bug."""
         from .runtime.launcher import launcher_for
-        from .runtime.module import LoadedKernel
         target = driver.compile_target(device)
         try:
-            binary = self.split_binaries.get(target)
-            if binary is None:
-                ir, options = self.binary_inputs()
-                ir = copy_function(ir)
-                ir.attrs["split_k"] = 1
-                binary = self.split_binaries[target] = compile_binary(ir, target, options)
-            loaded = launch_hooks.around_load(lambda: LoadedKernel(self.name, binary.cubin, binary.ptx,
-                                                                   binary.metadata["shared"]),
-                                              self.name, lambda: self.hash, lambda k: (int(k.module), k.handle))
+            binary = self._variant_build(self.split_binaries, target, split_k=1)
+            loaded = self._load(binary)
         except Exception as e:  # noqa: BLE001 - reported, and the kernel as written runs instead
             self.few_programs.pop(device, None)
             import warnings
@@ -388,14 +378,26 @@ class CompiledKernel:
     def _pointer_build(self, target: str):
         """The binary of the kernel as written (no derived TMA maps, not persistent), for
         launches whose arguments make no map or too many programs."""
-        binary = self.pointer_binaries.get(target)
+        return self._variant_build(self.pointer_binaries, target, derived_args=0)
+
+    def _variant_build(self, binaries: dict, target: str, **attrs):
+        """The binary for `target` of the kernel with the kernel attributes `attrs` (a variant the
+        runtime picks per launch), built once and kept in `binaries`."""
+        binary = binaries.get(target)
         if binary is None:
             ir, options = self.binary_inputs()
             self._check_target(ir, target)
             ir = copy_function(ir)
-            ir.attrs["derived_args"] = 0
-            binary = self.pointer_binaries[target] = compile_binary(ir, target, options)
+            ir.attrs.update(attrs)
+            binary = binaries[target] = compile_binary(ir, target, options)
         return binary
+
+    def _load(self, binary):
+        """`binary` loaded on the current device, through the launch hooks (Triton's)."""
+        from .runtime.module import LoadedKernel
+        return launch_hooks.around_load(lambda: LoadedKernel(self.name, binary.cubin, binary.ptx,
+                                                             binary.metadata["shared"]),
+                                        self.name, lambda: self.hash, lambda k: (int(k.module), k.handle))
 
 
 def compile_kernel(jitfn, params, options, name: str | None = None) -> CompiledKernel:

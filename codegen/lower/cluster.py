@@ -44,9 +44,8 @@ def _cluster_sum(lw, op):
     follower = b.icmp_unsigned("!=", me, lw.i32(0))
     padded = regs + [ir.Constant(F32, 0.0)] * (chunks * _VECTOR - len(regs))
     for c in range(chunks):
-        _asm(lw, "{ .reg .pred p; setp.ne.b32 p, $0, 0;\n\t@p st.shared.v4.f32 [$1], {$2, $3, $4, $5}; }",
-             args=[b.zext(follower, I32), b.add(own, lw.i32(c * threads * 16)), *padded[_VECTOR * c:_VECTOR * (c + 1)]],
-             constraints="r,r,f,f,f,f,~{memory}")
+        _store_chunk(lw, b.zext(follower, I32), b.add(own, lw.i32(c * threads * 16)),
+                     padded[_VECTOR * c:_VECTOR * (c + 1)])
     _asm(lw, _CLUSTER_BARRIER, constraints="~{memory}")
     vec = ir.LiteralStructType([F32] * _VECTOR)
     leader = b.icmp_unsigned("==", me, lw.i32(0))
@@ -68,14 +67,18 @@ def _cluster_sum(lw, op):
             part = [b.extract_value(got, i) for i in range(_VECTOR)]
         # the sums back into this CTA's own chunk (which no other CTA reads): a store that needs the
         # loaded values, so every remote load has returned before the barrier that lets the peers exit
-        _asm(lw, "{ .reg .pred p; setp.ne.b32 p, $0, 0;\n\t@p st.shared.v4.f32 [$1], {$2, $3, $4, $5}; }",
-             args=[b.zext(leader, I32), b.add(own, lw.i32(c * threads * 16)), *part],
-             constraints="r,r,f,f,f,f,~{memory}")
+        _store_chunk(lw, b.zext(leader, I32), b.add(own, lw.i32(c * threads * 16)), part)
         total += part
         _asm(lw, "fence.acq_rel.cta;", constraints="~{memory}")  # fewer loads hoisted ahead (no spills)
     _asm(lw, "fence.acq_rel.cluster;", constraints="~{memory}")
     _asm(lw, _CLUSTER_BARRIER, constraints="~{memory}")
     lw.bind(op.results[0], total[:len(regs)], lw.layout(acc))
+
+
+def _store_chunk(lw, flag, address, values) -> None:
+    """Four fp32s stored at shared `address` by the threads whose `flag` (i32) is not 0."""
+    _asm(lw, "{ .reg .pred p; setp.ne.b32 p, $0, 0;\n\t@p st.shared.v4.f32 [$1], {$2, $3, $4, $5}; }",
+         args=[flag, address, *values], constraints="r,r,f,f,f,f,~{memory}")
 
 
 RULES = {"cluster_sum": _cluster_sum}

@@ -127,10 +127,11 @@ def _rewrite(fn, loop, acc, increments) -> None:
     trips = append_op(share, "div", [append_op(share, "add", [span, append_op(share, "constant", [], [int32], loc,
                                                                                value=s - 1)], [int32], loc), step],
                       [int32], loc)
-    trips = append_op(share, "max", [trips, append_op(share, "constant", [], [int32], loc, value=0)], [int32], loc)
+    none = append_op(share, "constant", [], [int32], loc, value=0)
+    trips = append_op(share, "max", [trips, none], [int32], loc)
     chunk = append_op(share, "div", [append_op(share, "sub", [append_op(share, "add", [trips, ctas], [int32], loc), one],
                                                [int32], loc), ctas], [int32], loc)
-    chunk = append_op(share, "max", [chunk, trips.defining_op.operands[1]], [int32], loc)  # >= 0, as TMA proofs see
+    chunk = append_op(share, "max", [chunk, none], [int32], loc)  # >= 0, as TMA proofs see
     skip = append_op(share, "mul", [rank, chunk], [int32], loc)
     first = append_op(share, "add", [lb, append_op(share, "mul", [skip, step], [int32], loc)], [int32], loc)
     end = append_op(share, "min", [ub, append_op(share, "add", [first, append_op(share, "mul", [chunk, step],
