@@ -82,3 +82,30 @@ def test_toolchain_versions_are_remembered_by_library_fingerprint(tmp_path, monk
     assert key._toolchain_versions() == live
     memo.write_text("{broken")
     assert key._toolchain_versions() == live
+
+
+def test_toolchain_versions_agree_with_the_package_metadata():
+    from importlib.metadata import PackageNotFoundError, version
+    from kiln.proto import key
+    assert key._llvm_version() == version("llvmlite")
+    expected = "none"
+    for name in ("nvidia-nvjitlink", "nvidia-nvjitlink-cu13", "nvidia-nvjitlink-cu12"):
+        try:
+            expected = version(name)
+            break
+        except PackageNotFoundError:
+            continue
+    assert key._nvjitlink_version() == expected
+
+
+def test_wheel_versions_come_from_the_first_dist_info_on_the_path(tmp_path, monkeypatch):
+    from kiln.proto import key
+    first, second = tmp_path / "first", tmp_path / "second"
+    (first / "Nvidia_NvJitLink_cu12-12.4.127.dist-info").mkdir(parents=True)
+    (second / "nvidia_nvjitlink-13.0.88.dist-info").mkdir(parents=True)
+    (second / "nvidia_nvjitlink_cu12-12.9.0.dist-info").mkdir()
+    (second / "nvidia_nvjitlink.dist-info").mkdir()  # no version in the name: not a wheel's folder
+    monkeypatch.setattr(sys, "path", [str(tmp_path / "missing"), str(first), str(second)])
+    assert key._wheel_version(["nvidia-nvjitlink-cu12"]) == "12.4.127"  # names normalized, first on the path
+    assert key._wheel_version(["nvidia-nvjitlink", "nvidia-nvjitlink-cu12"]) == "13.0.88"  # in the names' order
+    assert key._wheel_version(["nvidia-nvjitlink-cu13"]) is None
