@@ -300,6 +300,7 @@ class CompiledKernel:
             run_on_host(lambda host_args: run(self.ir, grid, host_args, name=self.name), args)
             return
         device, current = driver.device_and_stream()
+        stream = current if stream is None else int(stream)
         launcher = self.launchers.get(device)
         if launcher is None:
             launcher = self._prepare(device)
@@ -307,11 +308,17 @@ class CompiledKernel:
         if few is not None and grid[0] * grid[1] * grid[2] <= few:  # too few to fill the GPU: split K
             launcher = self.split_launchers.get(device) or self._prepare_split(device) or launcher
         try:
-            launcher(grid, args, current if stream is None else int(stream))
+            launcher(grid, args, stream)
         except DerivedMapUnusable:
             # these arguments make no TMA map for a load the compiler turned into TMA copies
             # (or too many programs for a persistent loop): the build of the kernel as written
-            self._prepare(device, derived_maps=False)(grid, args, current if stream is None else int(stream))
+            self._prepare(device, derived_maps=False)(grid, args, stream)
+        except driver.CudaError as e:
+            from .runtime.launcher import CLUSTER_REFUSALS
+            if launcher is not self.split_launchers.get(device) or e.code not in CLUSTER_REFUSALS:
+                raise
+            self._drop_split(device, f"its split-K launch in clusters was refused ({e})")
+            self._launch(grid, args, stream)
 
     def _init_handles(self):
         """Load the kernel on the current device now (Triton's name), so n_regs and friends are known."""
@@ -357,15 +364,19 @@ class CompiledKernel:
             binary = self._variant_build(self.split_binaries, target, split_k=1)
             loaded = self._load(binary)
         except Exception as e:  # noqa: BLE001 - reported, and the kernel as written runs instead
-            self.few_programs.pop(device, None)
-            import warnings
-            warnings.warn(f"kernel {self.name}: its split-K build failed ({type(e).__name__}: {e}); "
-                          "its launches keep the kernel as written (KILN_SPLIT_K=0 says so up front)",
-                          RuntimeWarning, stacklevel=3)
+            self._drop_split(device, f"its split-K build failed ({type(e).__name__}: {e})")
             return None
         launcher = launcher_for(loaded, self.arg_types, binary.metadata, self.name, device)
         self.split_launchers[device] = launcher
         return launcher
+
+    def _drop_split(self, device: int, why: str) -> None:
+        """No more split-K launches of this kernel on `device`, and a warning saying `why`."""
+        import warnings
+        self.few_programs.pop(device, None)
+        self.split_launchers.pop(device, None)
+        warnings.warn(f"kernel {self.name}: {why}; its launches keep the kernel as written "
+                      "(KILN_SPLIT_K=0 says so up front)", RuntimeWarning, stacklevel=4)
 
     def _check_target(self, ir, target: str) -> None:
         """The fp8 formats and launch options `target` takes, as Triton decides (kiln.fp8_targets,

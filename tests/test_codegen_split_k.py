@@ -192,3 +192,31 @@ def test_a_split_build_that_cannot_be_made_leaves_the_launches_to_the_kernel_as_
     with pytest.warns(RuntimeWarning, match="split-K build failed .*a lowering bug.*kernel as written"):
         assert kernel._prepare_split(0) is None
     assert 0 not in kernel.few_programs and not kernel.split_launchers  # not tried again
+
+
+@pytest.mark.parametrize("code, refused", [(912, True), (701, True), (700, False)])
+def test_a_refused_cluster_launch_leaves_the_launches_to_the_kernel_as_written(code, refused, monkeypatch):
+    # 912: CUDA_ERROR_INVALID_CLUSTER_SIZE, 701: out of resources (a refusal: the launch did not run);
+    # 700, an illegal address, is the kernel's own failure and is raised as it is
+    import kiln.compiler as frontend_compiler
+    from kiln.runtime.cuda_driver import CudaError
+    kernel = _build()
+    ran = []
+
+    def split(grid, args, stream):
+        raise CudaError("launching kernel k failed", code)
+    kernel.launchers[0] = lambda grid, args, stream: ran.append((grid, stream))
+    kernel.split_launchers[0], kernel.few_programs[0] = split, 66
+    monkeypatch.setattr(frontend_compiler.driver, "device_and_stream", lambda: (0, 5))
+    monkeypatch.setattr(frontend_compiler.config, "interpret", lambda: False)  # as on a GPU
+    if not refused:
+        with pytest.raises(CudaError):
+            kernel._launch((8, 1, 1), [])
+        assert kernel.split_launchers[0] is split and not ran
+        return
+    with pytest.warns(RuntimeWarning, match="split-K launch in clusters was refused.*kernel as written"):
+        kernel._launch((8, 1, 1), [])
+    assert ran == [((8, 1, 1), 5)]  # the kernel as written ran instead, on the caller's stream
+    assert 0 not in kernel.few_programs and not kernel.split_launchers  # not tried again
+    kernel._launch((8, 1, 1), [], stream=9)
+    assert ran[-1] == ((8, 1, 1), 9)

@@ -13,7 +13,11 @@ from ..errors import NoGPUError
 
 
 class CudaError(RuntimeError):
-    pass
+    """A driver call that failed; `code` is its CUresult where one is known."""
+
+    def __init__(self, message: str, code: int | None = None):
+        super().__init__(message)
+        self.code = code
 
 
 @functools.lru_cache(maxsize=None)

@@ -207,7 +207,7 @@ def make_launcher(kernel, arg_types, num_warps: int, shared: int, name: str, tma
 
 def _failure(name):
     def fail(err):
-        raise CudaError(f"launching kernel {name} failed: {_error_text(err)}")
+        raise CudaError(f"launching kernel {name} failed: {_error_text(err)}", int(err))
     return fail
 
 
@@ -257,6 +257,10 @@ class LaunchConfig(ctypes.Structure):
 
 
 CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION = 4
+# what the driver answers a cluster launch it cannot place (a GPU partition or MPS share with too
+# few SMs per cluster, say): LAUNCH_OUT_OF_RESOURCES, NOT_SUPPORTED, INVALID_CLUSTER_SIZE. The launch
+# did not run, and nothing is left sticky.
+CLUSTER_REFUSALS = frozenset({701, 801, 912})
 CLUSTER_CTAS = (4, 2)  # the cluster sizes split-K launches take (kiln.ir.ops.CLUSTER_SUM_MAX at most)
 
 
