@@ -735,8 +735,9 @@ CLUSTER_SUM_MAX = 4  # CTAs of a cluster that cluster_sum adds up (kiln.codegen.
 
 def _check_cluster_sum(op):
     acc, ctas, rank = op.operands
-    if not isinstance(acc.type, block_type) or scalar_of(acc.type).name != "fp32" or op.results[0].type != acc.type:
-        return "cluster_sum adds fp32 blocks and returns the block's type"
+    if not isinstance(acc.type, block_type) or scalar_of(acc.type).name not in ("fp32", "int32") or \
+            op.results[0].type != acc.type:
+        return "cluster_sum adds fp32 or int32 blocks and returns the block's type"
     if ctas.type != int32 or rank.type != int32:
         return "cluster_sum's CTA count and rank are int32 scalars"
     return None

@@ -96,10 +96,36 @@ def _int8_matmul(a_ptr, b_ptr, c_ptr, K, stride_k, BM: tl.constexpr, BN: tl.cons
     tl.store(c_ptr + rm[:, None] * BN + rn[None, :], acc)
 
 
-def test_an_integer_accumulator_is_not_split():
+def test_an_int32_accumulator_is_split_and_summed_in_integers():
     x = np.zeros((64, 64), np.int8)
     k = _int8_matmul.warmup(x, x, np.zeros((64, 64), np.int32), 4096, 4096, BM=128, BN=128, BK=64, num_warps=8,
                             num_stages=3, grid=(1,), target="sm_90a")
+    assert k.build("sm_90a").metadata["splittable"]
+    ptx = k._variant_build(k.split_binaries, "sm_90a", split_k=1).ptx
+    assert "wgmma.mma_async" in ptx and "s32.s8.s8" in ptx
+    # the peers' partial sums read and added as int32s (wrapping, as the tensor cores' own adds)
+    assert "ld.shared::cluster.v4.s32" in ptx and "add.s32" in ptx and "st.shared.v4.s32" in ptx
+    assert "ld.shared::cluster.v4.f32" not in ptx
+
+
+@kiln.jit
+def _f16_acc_matmul(a_ptr, b_ptr, c_ptr, K, stride_k, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    rm, rn, rk = tl.arange(0, BM), tl.arange(0, BN), tl.arange(0, BK)
+    a_ptrs = a_ptr + rm[:, None] * stride_k + rk[None, :]
+    b_ptrs = b_ptr + rk[:, None] * BN + rn[None, :]
+    acc = tl.zeros((BM, BN), dtype=tl.float16)
+    for k in range(0, tl.cdiv(K, BK)):
+        acc = tl.dot(tl.load(a_ptrs), tl.load(b_ptrs), acc, out_dtype=tl.float16)
+        a_ptrs += BK
+        b_ptrs += BK * BN
+    tl.store(c_ptr + rm[:, None] * BN + rn[None, :], acc)
+
+
+def test_an_fp16_accumulator_is_not_split():
+    # its sums would round at other places than the kernel as written
+    x = np.zeros((64, 64), np.float16)
+    k = _f16_acc_matmul.warmup(x, x, x, 4096, 4096, BM=128, BN=128, BK=64, num_warps=8, num_stages=3, grid=(1,),
+                               target="sm_90a")
     assert "splittable" not in k.build("sm_90a").metadata
     assert "wgmma.mma_async" in k.build("sm_90a").ptx  # a tensor-core GEMM all the same
 
@@ -174,6 +200,25 @@ def test_few_programs_take_the_split_build_on_the_gpu_and_match_torch(shape, mon
     torch.testing.assert_close(results[0].float(), want, atol=0.05 * K ** 0.5, rtol=0.01)
     torch.testing.assert_close(results[2].float(), want, atol=0.05 * K ** 0.5, rtol=0.01)
     assert torch.equal(results[0], results[1])
+
+
+@pytest.mark.gpu
+def test_an_int8_matmul_of_few_programs_is_split_on_the_gpu_and_exact(monkeypatch, cuda_torch):
+    torch = cuda_torch
+    if torch.cuda.get_device_capability() < (9, 0):
+        pytest.skip("needs a Hopper GPU")
+    K = 4096
+    a = torch.randint(-128, 128, (128, K), dtype=torch.int8, device="cuda")
+    b = torch.randint(-128, 128, (K, 128), dtype=torch.int8, device="cuda")
+    want = (a.cpu().long() @ b.cpu().long()).int()  # |sum| < 2**26: no wrap
+    clusters = []
+    sized = launcher.cluster_ctas
+    monkeypatch.setattr(launcher, "cluster_ctas", lambda *args: clusters.append(sized(*args)) or clusters[-1])
+    c = torch.zeros((128, 128), dtype=torch.int32, device="cuda")
+    kiln.jit(_int8_matmul.fn)[(1,)](a, b, c, K, a.stride(0), BM=128, BN=128, BK=64, num_warps=8, num_stages=3)
+    torch.cuda.synchronize()
+    assert clusters == [4]  # one program: a cluster of four
+    assert torch.equal(c.cpu(), want)
 
 
 def triton_cdiv(a, b):

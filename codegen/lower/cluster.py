@@ -27,7 +27,10 @@ from .types import F32, I32
 from .wgmma import _asm
 
 _CLUSTER_BARRIER = "barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;"
-_VECTOR = 4  # fp32s per 16-byte chunk
+_VECTOR = 4  # 32-bit values per 16-byte chunk
+# per accumulator type: PTX type of the loads and adds, register constraint, zero (integer adds
+# wrap as the tensor cores' int32 accumulation does, so an int32 sum is the kernel's as written)
+_KINDS = {F32: ("f32", "f", ir.Constant(F32, 0.0)), I32: ("s32", "r", ir.Constant(I32, 0))}
 
 
 def _cluster_sum(lw, op):
@@ -35,6 +38,9 @@ def _cluster_sum(lw, op):
         raise LoweringError(f"cluster_sum needs thread block clusters (sm_90 or newer), not {lw.ctx.target.name}")
     acc, ctas, rank = op.operands
     regs = list(lw.regs(acc))
+    if not regs or any(r.type != regs[0].type for r in regs) or regs[0].type not in _KINDS:
+        raise LoweringError("cluster_sum adds fp32 or int32 registers")
+    kind, reg, zero = _KINDS[regs[0].type]
     chunks = -(-len(regs) // _VECTOR)
     threads = lw.partition.threads
     base = lw.smem(chunks * threads * 16)
@@ -42,12 +48,12 @@ def _cluster_sum(lw, op):
     own = b.add(b.ptrtoint(base, I32), b.mul(lw.thread, lw.i32(16)))  # this thread's first chunk
     count, me = lw.scalar(ctas), lw.scalar(rank)
     follower = b.icmp_unsigned("!=", me, lw.i32(0))
-    padded = regs + [ir.Constant(F32, 0.0)] * (chunks * _VECTOR - len(regs))
+    padded = regs + [zero] * (chunks * _VECTOR - len(regs))
     for c in range(chunks):
         _store_chunk(lw, b.zext(follower, I32), b.add(own, lw.i32(c * threads * 16)),
                      padded[_VECTOR * c:_VECTOR * (c + 1)])
     _asm(lw, _CLUSTER_BARRIER, constraints="~{memory}")
-    vec = ir.LiteralStructType([F32] * _VECTOR)
+    vec = ir.LiteralStructType([regs[0].type] * _VECTOR)
     leader = b.icmp_unsigned("==", me, lw.i32(0))
     peers = []  # (predicate, rank of a CTA that exists)
     for peer in range(1, CLUSTER_SUM_MAX):
@@ -57,13 +63,13 @@ def _cluster_sum(lw, op):
     for c in range(chunks):  # chunk by chunk, each peer's four values added as they arrive
         part = padded[_VECTOR * c:_VECTOR * (c + 1)]
         for reads, target in peers:
-            got = _asm(lw, "{ .reg .pred p; .reg .f32 t<4>; .reg .b32 a; setp.ne.b32 p, $4, 0;\n\t"
+            got = _asm(lw, f"{{ .reg .pred p; .reg .{kind} t<4>; .reg .b32 a; setp.ne.b32 p, $4, 0;\n\t"
                            "mapa.shared::cluster.u32 a, $5, $6;\n\t"
-                           "@p ld.shared::cluster.v4.f32 {t0, t1, t2, t3}, [a];\n\t"
-                           "@p add.f32 $0, $0, t0; @p add.f32 $1, $1, t1; @p add.f32 $2, $2, t2; "
-                           "@p add.f32 $3, $3, t3; }",
+                           f"@p ld.shared::cluster.v4.{kind} {{t0, t1, t2, t3}}, [a];\n\t"
+                           f"@p add.{kind} $0, $0, t0; @p add.{kind} $1, $1, t1; @p add.{kind} $2, $2, t2; "
+                           f"@p add.{kind} $3, $3, t3; }}",
                        ret=vec, args=[reads, b.add(own, lw.i32(c * threads * 16)), target, *part],
-                       constraints="=f,=f,=f,=f,r,r,r,0,1,2,3,~{memory}")
+                       constraints=f"={reg},={reg},={reg},={reg},r,r,r,0,1,2,3,~{{memory}}")
             part = [b.extract_value(got, i) for i in range(_VECTOR)]
         # the sums back into this CTA's own chunk (which no other CTA reads): a store that needs the
         # loaded values, so every remote load has returned before the barrier that lets the peers exit
@@ -76,9 +82,10 @@ def _cluster_sum(lw, op):
 
 
 def _store_chunk(lw, flag, address, values) -> None:
-    """Four fp32s stored at shared `address` by the threads whose `flag` (i32) is not 0."""
-    _asm(lw, "{ .reg .pred p; setp.ne.b32 p, $0, 0;\n\t@p st.shared.v4.f32 [$1], {$2, $3, $4, $5}; }",
-         args=[flag, address, *values], constraints="r,r,f,f,f,f,~{memory}")
+    """Four fp32s or int32s stored at shared `address` by the threads whose `flag` (i32) is not 0."""
+    kind, reg, _ = _KINDS[values[0].type]
+    _asm(lw, f"{{ .reg .pred p; setp.ne.b32 p, $0, 0;\n\t@p st.shared.v4.{kind} [$1], {{$2, $3, $4, $5}}; }}",
+         args=[flag, address, *values], constraints=f"r,r,{reg},{reg},{reg},{reg},~{{memory}}")
 
 
 RULES = {"cluster_sum": _cluster_sum}

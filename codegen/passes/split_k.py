@@ -19,7 +19,7 @@ result does not depend on which CTA finished first) and runs the epilogue alone:
 
 The build is not persistent (each program is one cluster). Other builds only note whether this
 one applies (`splittable = 1`, which the binary's metadata carries). It applies to a GEMM's tiles
-only: one top-level loop holding the kernel's only dot, whose fp32 accumulator starts at zero and is
+only: one top-level loop holding the kernel's only dot, whose fp32 or int32 accumulator starts at zero and is
 carried by the loop and updated by the dot alone; the loop's other carried values pointers that
 advance by the same amount each iteration; no side effects before or in the loop (the epilogue,
 which rank 0 runs alone, may have any); no `num_programs`.
@@ -80,8 +80,9 @@ def _match(fn):
                 or step_op.operands[0] is not arg or step_op.parent is not body:
             return None
         increments[j] = step_op.operands[1]
-    if acc is None or not _zero(loop.operands[3 + acc]) or scalar_of(carried[acc].type).name != "fp32":
-        # cluster_sum adds fp32 (int32 and fp16 accumulators keep the kernel as written)
+    if acc is None or not _zero(loop.operands[3 + acc]) or scalar_of(carried[acc].type).name not in ("fp32", "int32"):
+        # cluster_sum adds fp32 and int32 (an fp16 accumulator would round other sums than the
+        # kernel as written: it keeps that)
         return None
     uses = [v for op in body.ops for v in op.operands]
     if uses.count(dot.results[0]) != 1 or uses.count(carried[acc]) != 1:
