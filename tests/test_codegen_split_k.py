@@ -150,6 +150,42 @@ def test_the_pass_splits_the_iterations_and_leaves_the_epilogue_to_rank_0():
     assert 'name = "split_k.ctas", split_k = 1' in text
 
 
+_SCALAR = {"add": lambda x, y: x + y, "sub": lambda x, y: x - y, "mul": lambda x, y: x * y,
+           "div": lambda x, y: int(x / y), "rem": lambda x, y: x - y * int(x / y), "max": max, "min": min}
+
+
+def _k_ranges(fn, K, ctas, programs=1):
+    """[(first, end)] of the K loop in each rank of program 0, from the split pass's own ops (the
+    kernel's int32 scalar math before the loop, evaluated here; the rest is skipped)."""
+    loop = next(op for op in fn.body.ops if op.name == "for")
+    ranges = []
+    for rank in range(ctas):
+        values = {fn.body.args[fn.arg_names.index("K")]: K, fn.body.args[-1]: ctas}
+        for op in fn.body.ops[:fn.body.ops.index(loop)]:
+            if op.name == "program_id":
+                values[op.results[0]] = rank
+            elif op.name == "constant" and isinstance(op.attrs["value"], int):
+                values[op.results[0]] = op.attrs["value"]
+            elif op.name in _SCALAR and all(v in values for v in op.operands) and not op.results[0].type.shape:
+                values[op.results[0]] = _SCALAR[op.name](*(values[v] for v in op.operands))
+        ranges.append((values[loop.operands[0]], values[loop.operands[1]]))
+    return ranges
+
+
+@pytest.mark.parametrize("K, ctas, ranges", [
+    (64 * 64, 4, [(0, 16), (16, 32), (32, 48), (48, 64)]),  # 64 iterations: 16 each
+    (32 * 64, 4, [(0, 16), (16, 32), (32, 32), (48, 32)]),  # 32: two ranks of 16, two with none
+    (8 * 64, 2, [(0, 8), (8, 8)]),  # 8: rank 0 alone
+    (100 * 64 + 1, 4, [(0, 26), (26, 52), (52, 78), (78, 101)]),
+])
+def test_each_rank_takes_an_even_share_of_at_least_min_share_iterations(K, ctas, ranges):
+    fn = _source()
+    fn.attrs["split_k"] = 1
+    split_k.apply(fn, PassContext(parse_target("sm_90a"), num_warps=8, num_stages=3))
+    assert split_k.MIN_SHARE == 16
+    assert _k_ranges(fn, K, ctas) == ranges
+
+
 @pytest.mark.parametrize("programs, resident, ctas", [(64, 132, 2), (32, 132, 4), (34, 132, 2), (100, 132, 1)])
 def test_a_launch_takes_the_largest_cluster_that_keeps_every_cta_resident(programs, resident, ctas):
     assert launcher.cluster_ctas(programs, resident) == ctas
