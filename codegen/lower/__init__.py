@@ -65,7 +65,7 @@ def lower_function(fn, ctx) -> tuple[str, list[dict], int]:
     # index math, live buffers): lowering takes nothing else from them, so a function dumped after
     # the passes lowers as its compile lowered it.
     ctx = Analysis(fn, ctx)
-    module = ir.Module(name=fn.name)
+    module = ir.Module(name=fn.name, context=ir.Context())  # its named types its own (Lowering.registers_struct)
     module.triple, module.data_layout = TRIPLE, DATA_LAYOUT
     # libdevice's flush-to-zero paths, as Triton asks for them (its enable_reflect_ftz, on by
     # default): NVVMReflect answers __nvvm_reflect("__CUDA_FTZ") with 1

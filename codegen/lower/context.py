@@ -9,6 +9,8 @@ another layout.
 """
 from __future__ import annotations
 
+import re
+
 import llvmlite.ir as ir
 
 from kiln.ir.types import block_type
@@ -20,6 +22,9 @@ from .types import I8, I32, SHARED_PTR, VOID, reg_type
 
 class LoweringError(NotImplementedError):
     pass
+
+
+NAMED_STRUCT_MIN = 16  # registers from which an asm statement's struct is a named type
 
 
 class Lowering:
@@ -114,6 +119,25 @@ class Lowering:
         if fn is None:
             fn = ir.Function(self.module, ir.FunctionType(ret, list(args)), name)
         return fn
+
+    def registers_struct(self, types: list) -> ir.Type:
+        """The struct of registers `types` an asm statement returns: named where it is long, since
+        every extractvalue prints its operand's type (a tile's 128 accumulators as a literal struct,
+        printed once per extractvalue, made 80% of a matmul's LLVM IR text, written, printed and
+        parsed again on every compile)."""
+        if len(types) < NAMED_STRUCT_MIN:
+            return ir.LiteralStructType(types)
+        runs = []  # [(type, count)]
+        for t in types:
+            if runs and runs[-1][0] == t:
+                runs[-1][1] += 1
+            else:
+                runs.append([t, 1])
+        name = "regs." + ".".join(f"{re.sub(r'[^0-9a-z]', '', str(t))}x{n}" for t, n in runs)
+        named = self.module.context.get_identified_type(name)
+        if named.is_opaque:
+            named.set_body(*types)
+        return named
 
     def sreg(self, name: str):
         fn = self.intrinsic(f"llvm.nvvm.read.ptx.sreg.{name}", I32, [])

@@ -379,7 +379,7 @@ def _warp_group_dot(lw, op):
                 f"{shape} {{{d}}}, ${per}, ${per + 1}, p{scales}{trans}; }}")
         inputs = ["l", "l", "r"]
     constraints = ",".join(["=f" if acc_ty == F32 else "=r"] * per + inputs + [str(i) for i in range(per)])
-    ret = ir.LiteralStructType([acc_ty] * per)
+    ret = lw.registers_struct([acc_ty] * per)
 
     def issue(k_steps, into, zero_first):
         """The wgmmas of `k_steps` into the registers `into`, committed as one group."""
@@ -438,7 +438,7 @@ def tied_wait(lw, regs: list, with_tid: bool = False):
     kinds = [("f" if r.type == F32 else "r") for r in regs]
     tid = ["=r"] if with_tid else []
     constraints = ",".join([f"={k}" for k in kinds] + tid + [str(i) for i in range(len(regs))])
-    got = _asm(lw, text, ir.LiteralStructType([r.type for r in regs] + [I32] * len(tid)), regs, constraints)
+    got = _asm(lw, text, lw.registers_struct([r.type for r in regs] + [I32] * len(tid)), regs, constraints)
     values = [lw.b.extract_value(got, i) for i in range(len(regs))]
     return values, (lw.b.extract_value(got, len(regs)) if with_tid else None)
 
