@@ -20,24 +20,13 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import results_file  # noqa: E402
-from run import fastest, interleaved, load_kernels, triton_cdiv  # noqa: E402
+from run import fastest, interleaved, load_kernels  # noqa: E402
+from warp_specialize import launcher  # noqa: E402  (tutorial 03's launch of a kernel, a config)
 
 # (BLOCK_M, BLOCK_N, BLOCK_K, num_stages, num_warps): tutorial 03's 8-bit configs
 CONFIGS = [(128, 256, 128, 3, 8), (256, 128, 128, 3, 8), (256, 64, 128, 4, 4), (64, 256, 128, 4, 4),
            (128, 128, 128, 4, 4), (128, 64, 64, 4, 4), (64, 128, 64, 4, 4), (128, 32, 64, 4, 4)]
 SIZES = "128x4096x4096,64x8192x8192,128x8192x8192,256x4096x14336,4096x4096x4096"
-
-
-def launcher(kernel, a, b, c, cfg):
-    bm, bn, bk, stages, warps = cfg
-    M, K = a.shape
-    N = b.shape[1]
-    grid = (triton_cdiv(M, bm) * triton_cdiv(N, bn),)
-
-    def go():
-        kernel[grid](a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1),
-                     BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, num_warps=warps, num_stages=stages)
-    return go
 
 
 def libraries(names):

@@ -84,13 +84,15 @@ def test_kernels_that_read_the_grid_or_store_in_the_loop_are_not_split(variant):
 
 
 @kiln.jit
-def _int8_matmul(a_ptr, b_ptr, c_ptr, K, stride_k, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+def _tile_matmul(a_ptr, b_ptr, c_ptr, K, stride_k, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+                 ACC: tl.constexpr = tl.int32):
+    """One BM x BN tile of A @ B over K, accumulated in ACC (int32 for int8 inputs, or fp16)."""
     rm, rn, rk = tl.arange(0, BM), tl.arange(0, BN), tl.arange(0, BK)
     a_ptrs = a_ptr + rm[:, None] * stride_k + rk[None, :]
     b_ptrs = b_ptr + rk[:, None] * BN + rn[None, :]
-    acc = tl.zeros((BM, BN), dtype=tl.int32)
+    acc = tl.zeros((BM, BN), dtype=ACC)
     for k in range(0, tl.cdiv(K, BK)):
-        acc = tl.dot(tl.load(a_ptrs), tl.load(b_ptrs), acc)
+        acc = tl.dot(tl.load(a_ptrs), tl.load(b_ptrs), acc, out_dtype=ACC)
         a_ptrs += BK
         b_ptrs += BK * BN
     tl.store(c_ptr + rm[:, None] * BN + rn[None, :], acc)
@@ -98,7 +100,7 @@ def _int8_matmul(a_ptr, b_ptr, c_ptr, K, stride_k, BM: tl.constexpr, BN: tl.cons
 
 def test_an_int32_accumulator_is_split_and_summed_in_integers():
     x = np.zeros((64, 64), np.int8)
-    k = _int8_matmul.warmup(x, x, np.zeros((64, 64), np.int32), 4096, 4096, BM=128, BN=128, BK=64, num_warps=8,
+    k = _tile_matmul.warmup(x, x, np.zeros((64, 64), np.int32), 4096, 4096, BM=128, BN=128, BK=64, num_warps=8,
                             num_stages=3, grid=(1,), target="sm_90a")
     assert k.build("sm_90a").metadata["splittable"]
     ptx = k._variant_build(k.split_binaries, "sm_90a", split_k=1).ptx
@@ -108,24 +110,11 @@ def test_an_int32_accumulator_is_split_and_summed_in_integers():
     assert "ld.shared::cluster.v4.f32" not in ptx
 
 
-@kiln.jit
-def _f16_acc_matmul(a_ptr, b_ptr, c_ptr, K, stride_k, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
-    rm, rn, rk = tl.arange(0, BM), tl.arange(0, BN), tl.arange(0, BK)
-    a_ptrs = a_ptr + rm[:, None] * stride_k + rk[None, :]
-    b_ptrs = b_ptr + rk[:, None] * BN + rn[None, :]
-    acc = tl.zeros((BM, BN), dtype=tl.float16)
-    for k in range(0, tl.cdiv(K, BK)):
-        acc = tl.dot(tl.load(a_ptrs), tl.load(b_ptrs), acc, out_dtype=tl.float16)
-        a_ptrs += BK
-        b_ptrs += BK * BN
-    tl.store(c_ptr + rm[:, None] * BN + rn[None, :], acc)
-
-
 def test_an_fp16_accumulator_is_not_split():
     # its sums would round at other places than the kernel as written
     x = np.zeros((64, 64), np.float16)
-    k = _f16_acc_matmul.warmup(x, x, x, 4096, 4096, BM=128, BN=128, BK=64, num_warps=8, num_stages=3, grid=(1,),
-                               target="sm_90a")
+    k = _tile_matmul.warmup(x, x, x, 4096, 4096, BM=128, BN=128, BK=64, ACC=tl.float16, num_warps=8, num_stages=3,
+                            grid=(1,), target="sm_90a")
     assert "splittable" not in k.build("sm_90a").metadata
     assert "wgmma.mma_async" in k.build("sm_90a").ptx  # a tensor-core GEMM all the same
 
@@ -251,7 +240,7 @@ def test_an_int8_matmul_of_few_programs_is_split_on_the_gpu_and_exact(monkeypatc
     sized = launcher.cluster_ctas
     monkeypatch.setattr(launcher, "cluster_ctas", lambda *args: clusters.append(sized(*args)) or clusters[-1])
     c = torch.zeros((128, 128), dtype=torch.int32, device="cuda")
-    kiln.jit(_int8_matmul.fn)[(1,)](a, b, c, K, a.stride(0), BM=128, BN=128, BK=64, num_warps=8, num_stages=3)
+    kiln.jit(_tile_matmul.fn)[(1,)](a, b, c, K, a.stride(0), BM=128, BN=128, BK=64, num_warps=8, num_stages=3)
     torch.cuda.synchronize()
     assert clusters == [4]  # one program: a cluster of four
     assert torch.equal(c.cpu(), want)
