@@ -17,15 +17,19 @@ def apply(fn, ctx=None) -> None:
 
 
 def _drop_dead_carried(fn) -> bool:
-    used = _used(fn.body, set())
+    """Drop every dead loop-carried cycle there is now (one found may free another in its loop),
+    so that a sweep follows each round of them, not each one."""
+    used = _used(fn.body, set())  # a loop's results are read after it: dropping its body's ops keeps this
+    dropped = False
     for loop in [op for op in fn.walk() if op.name == "for"]:
         body = loop.regions[0]
         term = body.ops[-1]
-        for i, (arg, result) in enumerate(zip(body.args[1:], loop.results)):
-            if id(result) in used:
-                continue
-            cycle = _only_feeds(body, arg, term, i)
+        i = 0
+        while i < len(loop.results):
+            arg, result = body.args[1 + i], loop.results[i]
+            cycle = None if id(result) in used else _only_feeds(body, arg, term, i)
             if cycle is None:
+                i += 1
                 continue
             body.ops[:] = [op for op in body.ops if id(op) not in cycle]
             del term.operands[i]
@@ -36,8 +40,8 @@ def _drop_dead_carried(fn) -> bool:
                 a.index = j
             for j, r in enumerate(loop.results):
                 r.index = j
-            return True
-    return False
+            dropped, i = True, 0  # the ops dropped may have been all that kept an earlier one
+    return dropped
 
 
 def _only_feeds(body, arg, term, i):
