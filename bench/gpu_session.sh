@@ -6,6 +6,7 @@
 #   bash bench/gpu_session.sh bench1          # bench/run.py in two calls where the whole nears 600 s: memory-bound
 #   bash bench/gpu_session.sh bench2          # and matmul, then attention (fp16, fp8), launch and first call;
 #                                             # then here: python3 bench/run.py --merge A.json B.json
+#   bash bench/gpu_session.sh splitk          # split-K at small M: its GPU tests, racecheck, int8 and fp16/bf16 benches
 #   bash bench/gpu_session.sh attention       # bench/attention.py: tutorial 06's descriptor forwards vs Triton, SDPA
 #   DOTS=computed_a bash bench/gpu_session.sh dots  # bench/dot_formats.py (all sections without DOTS; ~100-200 s)
 #   bash bench/gpu_session.sh dropin          # bench/dropin.py: torch.compile with kiln's drop-in vs Triton
@@ -51,6 +52,12 @@ for phase in "$@"; do
       python3 bench/attention.py --modes host,desc --ctx 4096,16384 --out "$OUT" 2>&1 | tee "$OUT/attention.log" | tail -40 ;;
     dots)  # bench/dot_formats.py: dots by operand format against Triton (DOTS=fp32,fp8,computed_a: some sections)
       python3 bench/dot_formats.py ${DOTS:+--only "$DOTS"} --out "$OUT/dots" 2>&1 | tee "$OUT/dots.log" | tail -25 ;;
+    splitk)  # split-K at small M: its GPU tests and racecheck, int8 and fp16 against Triton and cuBLAS (~150 s)
+      python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_codegen_split_k.py \
+        "tests/test_gpu_racecheck.py::test_split_k_matmul_has_no_shared_memory_hazard" 2>&1 | tee "$OUT/splitk-tests.log" | tail -3
+      python3 bench/int8_matmul.py --out "$OUT" 2>&1 | tee "$OUT/int8.log" | tail -8
+      python3 bench/matmul.py --dtypes fp16,bf16 --sizes 128x4096x4096,64x8192x8192,128x14336x4096 --out "$OUT" 2>&1 \
+        | tee "$OUT/matmul-small-m.log" | tail -6 ;;
     probe)
       (cd bench && python3 occupancy_probe.py) 2>&1 | tee "$OUT/probe.log" | tail -20 ;;
     service)
