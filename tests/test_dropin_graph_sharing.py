@@ -104,7 +104,9 @@ def test_three_processes_compile_each_graph_once(node):
     assert stats.led == GRAPHS and stats.taken_over == 0, stats
     assert sum(r["kiln"]["led"] for r in results) == GRAPHS, results
     for follower in (r for r in results if not r["kiln"]["led"]):
-        assert follower["aot_hits"] == 1 or follower["fx_hits"] == 2, follower  # compiled nothing itself
+        # compiled nothing itself: the AOTAutograd entry, or both graphs from the FX cache (on a busy host
+        # its backward-ahead may read the backward once more: 3 hits, seen 2026-12-01)
+        assert follower["aot_hits"] == 1 or follower["fx_hits"] >= 2, follower
 
 
 def wait_for_a_lease(proc):
