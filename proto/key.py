@@ -121,13 +121,10 @@ def codegen_source_hash() -> str:
 
 
 def _llvm_version() -> str:
-    # llvmlite pins its LLVM, so its version names the LLVM. Its top-level module holds only the
-    # version (llvmlite.binding is what loads LLVM), so a warm-cache first call can afford it.
-    try:
-        import llvmlite
-    except ImportError:
-        return "none"
-    return llvmlite.__version__
+    # llvmlite pins its LLVM, so its version names the LLVM (read as the toolchain check reads it:
+    # its `__version__`, without loading LLVM)
+    from kiln.codegen.toolchain import installed_version
+    return installed_version("llvmlite") or "none"
 
 
 def _nvjitlink_version() -> str:
