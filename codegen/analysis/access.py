@@ -81,9 +81,10 @@ def copy_layout(ctx, op, have):
     order, vec = memory_width(ctx, op)
     if order[0] != inner and tile.type.element_ty.itemsize == 4:
         return _element_copy_layout(ptr.type.shape, inner, ctx.num_warps)
-    if isinstance(have, Blocked) and have.order[0] == inner:
-        return have
     vec = max(1, min(vec, ptr.type.numel // (32 * ctx.num_warps)))
+    d, run = register_run(have)
+    if isinstance(have, Blocked) and d == inner and run * tile.type.element_ty.itemsize >= 4:
+        return have  # (cp.async moves 4 bytes at least: a layout of single fp16s along it is not kept)
     return blocked_for(ptr.type.shape, (inner, 1 - inner), vec, ctx.num_warps)
 
 
