@@ -4,7 +4,9 @@ Folding runs in NumPy at the value's own type, so wraparound and float rounding 
 GPU's. Rules: an op whose operands are all constants becomes a constant (`add`, `sub`,
 `mul`, bitwise ops, `min`/`max`, `cmp`, int→int `cast`, `splat`, `broadcast`);
 `x + 0`, `x - 0`, `x * 1`, `select` on a constant condition and `broadcast`/`reshape`
-to the same type return their operand.
+to the same type return their operand; an `if` on a constant condition becomes the branch it
+takes (Inductor's templates test sizes they hold as constants: `if M * N == 0: return`, and which
+index math carries `max_contiguous` hints, which the axis analysis then sees unjoined).
 """
 from __future__ import annotations
 
@@ -49,6 +51,24 @@ def apply(fn, ctx=None) -> None:
                 mapping[op.results[0]] = const.results[0]
                 consts[const.results[0]] = value
     replace_uses(fn, mapping)
+    _inline_constant_ifs(fn, consts)
+
+
+def _inline_constant_ifs(fn, consts) -> None:
+    """Each `if` whose condition is a constant -> the ops of the branch it takes, its results
+    that branch's yielded values."""
+    while True:
+        branch = next((op for op in fn.walk() if op.name == "if" and op.operands[0] in consts), None)
+        if branch is None:
+            return
+        taken = branch.regions[0 if consts[branch.operands[0]] else 1]
+        block = branch.parent
+        at = block.ops.index(branch)
+        *ops, end = taken.ops
+        block.ops[at:at + 1] = ops
+        for op in ops:
+            op.parent = block
+        replace_uses(fn, dict(zip(branch.results, end.operands)))
 
 
 def _blocks(root):
