@@ -18,6 +18,12 @@ from kiln.ir import parse_function, print_function, verify
 @kiln.jit
 def _matmul(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_bk, stride_cm, BM: tl.constexpr, BN: tl.constexpr,
             BK: tl.constexpr, VARIANT: tl.constexpr = "plain"):
+    if VARIANT == "early_exit":  # Inductor's mm template opens so
+        if M * N == 0:
+            return
+    if VARIANT == "exit_by_program":
+        if tl.program_id(0) * M >= N * 64:
+            return
     pid = tl.program_id(0)
     grid_n = tl.cdiv(N, BN)
     rm = (pid // grid_n) * BM + tl.arange(0, BM)
@@ -55,9 +61,10 @@ def _source(variant="plain"):
     return parse_function(ir if isinstance(ir, str) else print_function(ir))
 
 
-def test_a_tile_gemm_is_marked_splittable_and_its_split_build_sums_a_cluster():
-    assert _binary().get("splittable") is True
-    fn = _source()
+@pytest.mark.parametrize("variant", ["plain", "early_exit"])
+def test_a_tile_gemm_is_marked_splittable_and_its_split_build_sums_a_cluster(variant):
+    assert _binary(variant).get("splittable") is True
+    fn = _source(variant)
     fn.attrs["split_k"] = 1
     k = compile_ir(fn, "sm_90a", {"num_warps": 8, "num_stages": 3})
     assert [a["name"] for a in k.metadata["args"] if a.get("split_k") == "1"] == ["split_k.ctas"]
@@ -74,8 +81,9 @@ def test_a_tile_gemm_is_marked_splittable_and_its_split_build_sums_a_cluster():
     assert k.metadata["n_spills"] == 0
 
 
-@pytest.mark.parametrize("variant", ["grid", "store_in_loop"])
-def test_kernels_that_read_the_grid_or_store_in_the_loop_are_not_split(variant):
+@pytest.mark.parametrize("variant", ["grid", "store_in_loop", "exit_by_program"])
+def test_kernels_that_read_the_grid_store_in_the_loop_or_exit_by_program_are_not_split(variant):
+    # an exit that depends on the program could leave a cluster's ranks waiting for one that left
     assert "splittable" not in _binary(variant)
     fn = _source(variant)
     fn.attrs["split_k"] = 1
@@ -119,6 +127,63 @@ def test_an_fp16_accumulator_is_not_split():
     assert "wgmma.mma_async" in k.build("sm_90a").ptx  # a tensor-core GEMM all the same
 
 
+@kiln.jit
+def _template_matmul(a_ptr, b_ptr, c_ptr, m, n, k, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+                     SIZES: tl.constexpr):
+    """Shaped as Inductor's mm template writes its GEMMs: sizes held as constants (SIZES == "fixed") or
+    passed, an early exit on them, the strides tested to pick hinted index math, loads indexed by the
+    loop counter and `acc += tl.dot(...)`."""
+    if SIZES == "fixed":
+        M = 128
+        N = 4096
+        K = 4096
+    else:
+        M = m
+        N = n
+        K = k
+    if M * N == 0:
+        return
+    stride_am = K
+    stride_bk = N
+    pid = tl.program_id(0)
+    pid_m = pid // tl.cdiv(N, BN)
+    pid_n = pid % tl.cdiv(N, BN)
+    tl.assume(pid_m >= 0)
+    rm = pid_m * BM + tl.arange(0, BM)
+    rn = pid_n * BN + tl.arange(0, BN)
+    if stride_am == K and M >= BM:
+        rows = tl.max_contiguous(tl.multiple_of(rm % M, BM), BM)
+    else:
+        rows = rm % M
+    if stride_bk == N and N >= BN:
+        cols = tl.max_contiguous(tl.multiple_of(rn % N, BN), BN)
+    else:
+        cols = rn % N
+    ks = tl.arange(0, BK)
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for i in range(0, tl.cdiv(K, BK)):
+        a = tl.load(a_ptr + (ks[None, :] + i * BK) + stride_am * rows[:, None])
+        b = tl.load(b_ptr + cols[None, :] + stride_bk * (ks[:, None] + i * BK))
+        acc += tl.dot(a, b)
+    mask = (rm[:, None] < M) & (rn[None, :] < N)
+    tl.store(c_ptr + rn[None, :] + N * rm[:, None], acc.to(tl.float16), mask)
+
+
+@pytest.mark.parametrize("sizes", ["fixed", "passed"])
+def test_a_gemm_shaped_as_inductors_template_compiles_for_hopper_and_is_split(sizes):
+    # passed: the stride test stays a branch whose joined index math has no runs of one thread's
+    # elements along B's rows; its copies then take a coalesced layout (a crash here before:
+    # "async_copy needs runs of 4 bytes"). fixed: the branches fold to the hinted math.
+    x = np.zeros((64, 64), np.float16)
+    k = _template_matmul.warmup(x, x, x, 128, 4096, 4096, BM=64, BN=128, BK=64, SIZES=sizes, num_warps=4,
+                                num_stages=3, grid=(1,), target="sm_90a")
+    binary = k.build("sm_90a")
+    assert binary.metadata["splittable"] and "wgmma.mma_async" in binary.ptx
+    assert "cp.async.cg.shared.global" in binary.ptx  # 16-byte copies into the rings, B's too
+    ptx = k._variant_build(k.split_binaries, "sm_90a", split_k=1).ptx
+    assert ptx.count("barrier.cluster.arrive") == 2 and "wgmma.mma_async" in ptx
+
+
 def test_other_targets_have_no_split_build():
     assert "splittable" not in _binary(target="sm_80")
 
@@ -137,6 +202,19 @@ def test_the_pass_splits_the_iterations_and_leaves_the_epilogue_to_rank_0():
     assert fn.attrs["persistent"] == 0
     text = print_function(fn, locs=False)
     assert 'name = "split_k.ctas", split_k = 1' in text
+
+
+def test_after_an_early_exit_on_the_arguments_the_branch_that_holds_the_gemm_is_split():
+    fn = _source("early_exit")
+    fn.attrs["split_k"] = 1
+    split_k.apply(fn, PassContext(parse_target("sm_90a"), num_warps=8, num_stages=3))
+    verify(fn)
+    assert [op.name for op in fn.body.ops][:3] == ["program_id", "rem", "div"]
+    exit_branch = fn.body.ops[-2]
+    assert exit_branch.name == "if" and [op.name for op in exit_branch.regions[0].ops] == ["yield"]
+    rest = [op.name for op in exit_branch.regions[1].ops]
+    assert rest[-6:] == ["for", "cluster_sum", "constant", "cmp", "if", "yield"]
+    assert [op.name for op in fn.walk()].count("program_id") == 1
 
 
 _SCALAR = {"add": lambda x, y: x + y, "sub": lambda x, y: x - y, "mul": lambda x, y: x * y,
@@ -196,8 +274,10 @@ def test_the_launcher_launches_each_program_as_a_cluster(monkeypatch):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("shape", [(128, 4096, 4096), (100, 1000, 3000), (64, 512, 100), (256, 2048, 8192)])
-def test_few_programs_take_the_split_build_on_the_gpu_and_match_torch(shape, monkeypatch, cuda_torch):
+@pytest.mark.parametrize("shape, variant", [((128, 4096, 4096), "plain"), ((100, 1000, 3000), "plain"),
+                                            ((64, 512, 100), "plain"), ((256, 2048, 8192), "plain"),
+                                            ((100, 1000, 3000), "early_exit")])
+def test_few_programs_take_the_split_build_on_the_gpu_and_match_torch(shape, variant, monkeypatch, cuda_torch):
     torch = cuda_torch
     if torch.cuda.get_device_capability() < (9, 0):
         pytest.skip("needs a Hopper GPU")
@@ -215,7 +295,7 @@ def test_few_programs_take_the_split_build_on_the_gpu_and_match_torch(shape, mon
         grid = (triton_cdiv(M, 128) * triton_cdiv(N, 128),)
         for _ in range(2):  # the same bits every time: rank 0 adds in rank order
             kernel[grid](a, b, c, M, N, K, a.stride(0), b.stride(0), c.stride(0), BM=128, BN=128, BK=64,
-                         num_warps=8, num_stages=3)
+                         VARIANT=variant, num_warps=8, num_stages=3)
             torch.cuda.synchronize()
             results.append(c.clone())
         if setting == "1":
@@ -244,6 +324,26 @@ def test_an_int8_matmul_of_few_programs_is_split_on_the_gpu_and_exact(monkeypatc
     torch.cuda.synchronize()
     assert clusters == [4]  # one program: a cluster of four
     assert torch.equal(c.cpu(), want)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("sizes", ["fixed", "passed"])
+def test_a_gemm_shaped_as_inductors_template_is_split_on_the_gpu_and_matches_torch(sizes, monkeypatch, cuda_torch):
+    torch = cuda_torch
+    if torch.cuda.get_device_capability() < (9, 0):
+        pytest.skip("needs a Hopper GPU")
+    M, N, K = 128, 4096, 4096  # the sizes "fixed" holds
+    a = torch.randn(M, K, device="cuda", dtype=torch.float16)
+    b = torch.randn(K, N, device="cuda", dtype=torch.float16)
+    clusters = []
+    sized = launcher.cluster_ctas
+    monkeypatch.setattr(launcher, "cluster_ctas", lambda *args: clusters.append(sized(*args)) or clusters[-1])
+    c = torch.zeros((M, N), device="cuda", dtype=torch.float16)
+    kiln.jit(_template_matmul.fn)[(M // 64 * (N // 128),)](a, b, c, M, N, K, BM=64, BN=128, BK=64, SIZES=sizes,
+                                                           num_warps=4, num_stages=3)
+    torch.cuda.synchronize()
+    assert clusters and clusters[0] >= 2
+    torch.testing.assert_close(c.float(), a.float() @ b.float(), atol=0.05 * K ** 0.5, rtol=0.01)
 
 
 def triton_cdiv(a, b):

@@ -21,15 +21,18 @@ The build is not persistent (each program is one cluster). Other builds only not
 one applies (`splittable = 1`, which the binary's metadata carries). It applies to a GEMM's tiles
 only: one top-level loop holding the kernel's only dot, whose fp32 or int32 accumulator starts at zero and is
 carried by the loop and updated by the dot alone; the loop's other carried values pointers that
-advance by the same amount each iteration; no side effects before or in the loop (the epilogue,
-which rank 0 runs alone, may have any); no `num_programs`.
+advance by the same amount each iteration; no side effects before or in the loop, no branches in it (the epilogue,
+which rank 0 runs alone, may have any); no `num_programs`. The GEMM may follow an early exit on the
+arguments (Inductor's mm template opens with `if M * N == 0: return`, built as `if c {} else {<the
+rest>}`): every CTA of a cluster takes such an exit alike, so the split happens in the branch that
+holds the rest; an exit that depends on the program or on memory keeps the kernel unsplit.
 """
 from __future__ import annotations
 
 from kiln.ir.core import Block, Operation
 from kiln.ir.types import block_type, int1, int32, pointer_type, scalar_of
 
-from .rewrite import append_op, clone_op, const_int, has_side_effects, recomputable_cone, replace_uses
+from .rewrite import append_op, clone_op, const_int, has_side_effects, is_pure, recomputable_cone, replace_uses
 from .smem_plan import enabled as pipelines
 
 name = "split_k"
@@ -39,7 +42,8 @@ MIN_SHARE = 16  # K-loop iterations a CTA takes at least (the rest of the cluste
 def apply(fn, ctx) -> None:
     if not pipelines(ctx) or fn.attrs.get("derived_args", 1) == 0:
         return
-    gemm = _match(fn)
+    block = _gemm_block(fn)
+    gemm = _match(fn, block) if block is not None else None
     if fn.attrs.get("split_k") != 1:
         if gemm is not None:
             fn.attrs["splittable"] = 1
@@ -47,13 +51,52 @@ def apply(fn, ctx) -> None:
     if gemm is None:
         return
     fn.attrs["persistent"] = 0  # one cluster per program
-    _rewrite(fn, *gemm)
+    _rewrite(fn, block, *gemm)
 
 
-def _match(fn):
-    """(the K loop, the accumulator's index among its carried values, the pointer increments by
-    carried index) of a GEMM's tile kernel, else None."""
+def _gemm_block(fn):
+    """The block that holds the kernel's work: its body, or the branch of a leading early exit on the
+    arguments that holds the rest of the kernel (the other branch empty), else None."""
     ops = fn.body.ops
+    branches = [op for op in ops if op.regions]
+    if not branches or branches[0].name != "if":
+        return fn.body
+    branch = branches[0]
+    if len(branches) > 1 or branch.results or ops.index(branch) != len(ops) - 2 \
+            or not _on_arguments(branch.operands[0], fn):
+        return None
+    empty = [len(region.ops) == 1 for region in branch.regions]
+    if empty == [True, False]:
+        return branch.regions[1]
+    if empty == [False, True]:
+        return branch.regions[0]
+    return None
+
+
+def _on_arguments(value, fn) -> bool:
+    """`value` is plain arithmetic on the kernel's arguments and constants: the same in every program."""
+    pending, seen = [value], set()
+    while pending:
+        v = pending.pop()
+        if id(v) in seen:
+            continue
+        seen.add(id(v))
+        op = v.defining_op
+        if op is None:
+            if v.owner is not fn.body:
+                return False
+            continue
+        if op.parent is not fn.body or not is_pure(op) or "load" in op.name \
+                or op.name in ("program_id", "num_programs"):
+            return False
+        pending.extend(op.operands)
+    return True
+
+
+def _match(fn, block):
+    """(the K loop, the accumulator's index among its carried values, the pointer increments by
+    carried index) of a GEMM's tile kernel whose work `block` holds, else None."""
+    ops = block.ops
     loops = [op for op in ops if op.name == "for"]
     dots = [op for op in fn.walk() if op.name == "dot"]
     if len(loops) != 1 or len(dots) != 1 or dots[0].parent is not loops[0].regions[0]:
@@ -65,7 +108,10 @@ def _match(fn):
     at = ops.index(loop)
     if any(op.name == "num_programs" for op in fn.walk()):
         return None
-    if any(has_side_effects(op) or op.regions for op in ops[:at]) or \
+    if block is not fn.body and any(has_side_effects(op) for op in fn.body.ops if op is not block.parent):
+        return None
+    # (before the loop a branch may pick index math: Inductor's mm template tests its strides so)
+    if any(has_side_effects(op) for op in ops[:at]) or \
             any(has_side_effects(op) or op.regions for op in loop.regions[0].ops):
         return None
     body = loop.regions[0]
@@ -102,7 +148,7 @@ def _zero(v) -> bool:
         and not isinstance(op.attrs.get("value"), bool)
 
 
-def _rewrite(fn, loop, acc, increments) -> None:
+def _rewrite(fn, block, loop, acc, increments) -> None:
     loc = loop.loc
     ctas = fn.body.add_arg(int32)
     fn.arg_names.append("split_k.ctas")
@@ -115,10 +161,10 @@ def _rewrite(fn, loop, acc, increments) -> None:
     replace_uses(fn, {op.results[0]: pid for op in old_pids})
     for op in old_pids:
         op.parent.ops.remove(op)
-    ops = fn.body.ops
-    ops[0:0] = top
+    fn.body.ops[0:0] = top
     for op in top:
         op.parent = fn.body
+    ops = block.ops
 
     # this CTA's share of the iterations
     lb, ub, step = loop.operands[:3]
@@ -157,7 +203,7 @@ def _rewrite(fn, loop, acc, increments) -> None:
     at = ops.index(loop)
     ops[at:at] = share
     for op in share:
-        op.parent = fn.body
+        op.parent = block
 
     # rank 0 adds the cluster's partial sums and runs the epilogue
     at = ops.index(loop) + 1
@@ -176,4 +222,4 @@ def _rewrite(fn, loop, acc, increments) -> None:
     branch = Operation("if", [leader.results[0]], [], regions=[then, other], loc=loc)
     ops[at:-1] = [summed, zero, leader, branch]
     for op in (summed, zero, leader, branch):
-        op.parent = fn.body
+        op.parent = block
