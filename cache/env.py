@@ -109,10 +109,11 @@ def debug() -> bool:
     return _switch("KILN_DEBUG", False) or _switch("TRITON_DEBUG", False)
 
 
-def split_k_disabled() -> bool:
-    """KILN_SPLIT_K=0: launches with too few programs to fill the GPU keep the kernel as written
-    (no split-K build, kiln.codegen.passes.split_k)."""
-    return not _switch("KILN_SPLIT_K", True)
+def split_k_enabled(default: bool) -> bool:
+    """Whether launches with too few programs to fill the GPU take a GEMM's split-K build
+    (kiln.codegen.passes.split_k): KILN_SPLIT_K=1 or 0 says so for every kernel; unset, `default`
+    (on for kiln's own kernels, off for the drop-in's: see kiln.dropin.backends)."""
+    return _switch("KILN_SPLIT_K", default)
 
 
 def allow_non_constexpr_globals() -> bool:

@@ -143,6 +143,7 @@ class CompiledKernel:
         self.few_programs: dict = {}  # device -> launches of at most this many programs take the split-K build
         self.split_launchers: dict = {}  # device -> its launcher (kiln.codegen.passes.split_k)
         self.split_binaries: dict = {}  # target -> that build
+        self.split_k_default = True  # where KILN_SPLIT_K is unset (the drop-in's kernels: False)
         self.runtime_args = lambda values: list(values)
         self.launch_metadata = None  # the @jit(launch_metadata=) function, with the names of its arguments
         self.global_reads = []  # (name, module dict, value) of the globals its source read (compile_kernel)
@@ -345,7 +346,8 @@ class CompiledKernel:
         if derived_maps:
             self.metadata["n_regs"] = loaded.n_regs  # the driver's count is authoritative
             self.functions[device] = loaded.handle
-            if binary.metadata.get("splittable") and not self.launch_pdl and not config.split_k_disabled():
+            if binary.metadata.get("splittable") and not self.launch_pdl and \
+                    config.split_k_enabled(self.split_k_default):
                 # programs that leave half the CTAs the GPU holds at once idle, or more
                 resident = loaded.resident_ctas(32 * launched_warps(binary.metadata), shared) * driver.sm_count(device)
                 self.few_programs[device] = resident // 2

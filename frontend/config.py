@@ -2,7 +2,7 @@
 switches the frontend asks through the names here."""
 from __future__ import annotations
 
-from kiln.cache.env import allow_non_constexpr_globals, debug, interpret, split_k_disabled  # noqa: F401  (config.interpret() on every launch)
+from kiln.cache.env import allow_non_constexpr_globals, debug, interpret, split_k_enabled  # noqa: F401  (config.interpret() on every launch)
 from kiln.ir import options
 
 # Keyword arguments of a launch that are options, not kernel arguments.

@@ -309,3 +309,22 @@ def test_a_tuple_parameter_declared_as_triton_spells_it():
     assert re.findall(r"%\d+: ([^ ]+) ", header) == ["ptr<fp32>", "fp32", "int32", "ptr<fp32>"]
     with pytest.raises(ValueError, match=r"leaf \(0, 2\) is constexpr"):
         compile(ASTSource(_scaled_pair, signature, {"BLOCK": 16}), target=GPUTarget("cpu", 0, 1))
+
+
+@pytest.mark.parametrize("setting, dropin, native", [(None, False, True), ("1", True, True), ("0", False, False)])
+def test_the_dropins_few_program_launches_keep_the_kernel_as_written_unless_asked(setting, dropin, native,
+                                                                                  monkeypatch):
+    """Autotuners time each config at its first launch: a split-K build there would be a second
+    compile per config on the job's critical path, so the drop-in's kernels split only with
+    KILN_SPLIT_K=1; kiln's own split unless KILN_SPLIT_K=0."""
+    import kiln.compiler
+    from kiln import config
+    if setting is None:
+        monkeypatch.delenv("KILN_SPLIT_K", raising=False)
+    else:
+        monkeypatch.setenv("KILN_SPLIT_K", setting)
+    compiled = compile(ASTSource(scale, SIGNATURE, {"BLOCK": 128}, ATTRS), target=GPUTarget("cuda", 90, 32))
+    kernel = kiln.compiler.CompiledKernel("scale", compiled.asm["kir"], {"num_warps": 4})
+    assert config.split_k_enabled(kernel.split_k_default) == native
+    backends.make_backend(GPUTarget("cuda", 90, 32)).launcher(kernel, compiled.binary, [0, 1, 2, 3])
+    assert config.split_k_enabled(kernel.split_k_default) == dropin
