@@ -7,6 +7,7 @@
 #   bash bench/gpu_session.sh bench2          # and matmul, then attention (fp16, fp8), launch and first call;
 #                                             # then here: python3 bench/run.py --merge A.json B.json
 #   bash bench/gpu_session.sh splitk          # split-K at small M: its GPU tests, racecheck, int8 and fp16/bf16 benches
+#   bash bench/gpu_session.sh inductor-mm     # bench/inductor_mm.py: torch.compile max-autotune GEMMs at small M (~80 s)
 #   bash bench/gpu_session.sh attention       # bench/attention.py: tutorial 06's descriptor forwards vs Triton, SDPA
 #   DOTS=computed_a bash bench/gpu_session.sh dots  # bench/dot_formats.py (all sections without DOTS; ~100-200 s)
 #   bash bench/gpu_session.sh dropin          # bench/dropin.py: torch.compile with kiln's drop-in vs Triton
@@ -58,6 +59,8 @@ for phase in "$@"; do
       python3 bench/int8_matmul.py --out "$OUT" 2>&1 | tee "$OUT/int8.log" | tail -8
       python3 bench/matmul.py --dtypes fp16,bf16 --sizes 128x4096x4096,64x8192x8192,128x14336x4096 --out "$OUT" 2>&1 \
         | tee "$OUT/matmul-small-m.log" | tail -6 ;;
+    inductor-mm)  # torch.compile(max-autotune) of a @ b at small M: the drop-in against Triton and cuBLAS
+      python3 bench/inductor_mm.py --out "$OUT" 2>&1 | tee "$OUT/inductor-mm.log" | tail -12 ;;
     probe)
       (cd bench && python3 occupancy_probe.py) 2>&1 | tee "$OUT/probe.log" | tail -20 ;;
     service)
