@@ -42,7 +42,13 @@ def _matmul(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_bk, stride_cm, BM: t
         b_ptrs += BK * stride_bk
     if VARIANT == "grid":
         acc += tl.num_programs(0)
-    tl.store(c_ptr + rm[:, None] * stride_cm + rn[None, :], acc.to(tl.float16), mask=(rm[:, None] < M) & (rn[None, :] < N))
+    if VARIANT == "guarded_store":  # an epilogue in a branch on the program
+        if pid * BM < M * grid_n:
+            tl.store(c_ptr + rm[:, None] * stride_cm + rn[None, :], acc.to(tl.float16),
+                     mask=(rm[:, None] < M) & (rn[None, :] < N))
+    else:
+        tl.store(c_ptr + rm[:, None] * stride_cm + rn[None, :], acc.to(tl.float16),
+                 mask=(rm[:, None] < M) & (rn[None, :] < N))
 
 
 def _build(variant="plain", target="sm_90a"):
@@ -61,7 +67,7 @@ def _source(variant="plain"):
     return parse_function(ir if isinstance(ir, str) else print_function(ir))
 
 
-@pytest.mark.parametrize("variant", ["plain", "early_exit"])
+@pytest.mark.parametrize("variant", ["plain", "early_exit", "guarded_store"])
 def test_a_tile_gemm_is_marked_splittable_and_its_split_build_sums_a_cluster(variant):
     assert _binary(variant).get("splittable") is True
     fn = _source(variant)

@@ -21,8 +21,8 @@ The build is not persistent (each program is one cluster). Other builds only not
 one applies (`splittable = 1`, which the binary's metadata carries). It applies to a GEMM's tiles
 only: one top-level loop holding the kernel's only dot, whose fp32 or int32 accumulator starts at zero and is
 carried by the loop and updated by the dot alone; the loop's other carried values pointers that
-advance by the same amount each iteration; no side effects before or in the loop, no branches in it (the epilogue,
-which rank 0 runs alone, may have any); no `num_programs`. The GEMM may follow an early exit on the
+advance by the same amount each iteration; no side effects before or in the loop, no branches in
+it (the epilogue, which rank 0 runs alone, may have any); no `num_programs`. The GEMM may follow an early exit on the
 arguments (Inductor's mm template opens with `if M * N == 0: return`, built as `if c {} else {<the
 rest>}`): every CTA of a cluster takes such an exit alike, so the split happens in the branch that
 holds the rest; an exit that depends on the program or on memory keeps the kernel unsplit.
@@ -55,22 +55,17 @@ def apply(fn, ctx) -> None:
 
 
 def _gemm_block(fn):
-    """The block that holds the kernel's work: its body, or the branch of a leading early exit on the
-    arguments that holds the rest of the kernel (the other branch empty), else None."""
+    """The block that holds the kernel's work: its body, or, where the body's loops all sit in the
+    last branch of an early exit (the other branch empty), that branch where the exit depends on
+    the arguments alone, else None."""
     ops = fn.body.ops
-    branches = [op for op in ops if op.regions]
-    if not branches or branches[0].name != "if":
-        return fn.body
-    branch = branches[0]
-    if len(branches) > 1 or branch.results or ops.index(branch) != len(ops) - 2 \
-            or not _on_arguments(branch.operands[0], fn):
-        return None
+    branch = ops[-2] if len(ops) >= 2 else None
+    if any(op.name == "for" for op in ops) or branch is None or branch.name != "if" or branch.results:
+        return fn.body  # (a GEMM whose epilogue is a branch stays one to match)
     empty = [len(region.ops) == 1 for region in branch.regions]
-    if empty == [True, False]:
-        return branch.regions[1]
-    if empty == [False, True]:
-        return branch.regions[0]
-    return None
+    if empty not in ([True, False], [False, True]):
+        return fn.body
+    return branch.regions[empty.index(False)] if _on_arguments(branch.operands[0], fn) else None
 
 
 def _on_arguments(value, fn) -> bool:
