@@ -204,16 +204,19 @@ class Autotuner(KernelInterface):
             except Exception:  # noqa: BLE001 - reported by _bench
                 continue
             if isinstance(kernel, CompiledKernel):
-                kernels.append(kernel)
+                kernels.append((kernel, _programs(grid, {**nargs, **c.all_kwargs()})))
         target = cuda_driver.current_compile_target()
+        device = cuda_driver.device_and_stream()[0]
 
-        def build(kernel):
+        def build(kernel, programs):
             try:
                 kernel.build(target)
-            except Exception:  # noqa: BLE001 - reported by _bench
+                if programs is not None:  # a GEMM launched with few programs: its split-K build too
+                    kernel.build_split_for(target, programs, device)
+            except Exception:  # noqa: BLE001 - reported by _bench (a split build's, by the launch)
                 pass
         with ThreadPoolExecutor(builtins.min(len(kernels), MAX_PARALLEL_BUILDS) or 1) as pool:
-            list(pool.map(build, kernels))
+            list(pool.map(lambda pair: build(*pair), kernels))
 
     @user_facing
     def run(self, *args, grid, warmup=False, **kwargs):
@@ -309,6 +312,16 @@ def heuristics(values):
     def decorator(fn):
         return Heuristics(fn, _arg_names(fn), values)
     return decorator
+
+
+def _programs(grid, meta: dict) -> int | None:
+    """How many programs a launch over `grid` (a tuple, or a function of the launch's arguments and
+    the config's values) runs, or None where the grid cannot say without the launch."""
+    try:
+        sizes = tuple(grid(meta) if callable(grid) else grid)
+        return sizes[0] * (sizes[1] if len(sizes) > 1 else 1) * (sizes[2] if len(sizes) > 2 else 1)
+    except Exception:  # noqa: BLE001 - the launch evaluates it again and reports what is wrong
+        return None
 
 
 def _copy(x):

@@ -372,6 +372,26 @@ class CompiledKernel:
         self.split_launchers[device] = launcher
         return launcher
 
+    def build_split_for(self, target: str, programs: int, device: int) -> None:
+        """Build the split-K variant for `target` now where a launch of `programs` programs on
+        `device` would take it (an autotuner's builds side by side: timing config after config
+        would otherwise compile each split build in turn). Registers and shared memory from the
+        binary, as kiln.codegen.occupancy counts them: the driver's count at the launch may
+        differ by a CTA, costing a build that is not read or one made at that launch."""
+        from kiln.cache.metadata import launched_warps
+        from kiln.codegen.occupancy import ctas_per_sm
+        from kiln.codegen.target import parse_target
+        binary = self.binaries.get(target)
+        if binary is None or not binary.metadata.get("splittable") or self.launch_pdl or \
+                not config.split_k_enabled(self.split_k_default):
+            return
+        meta = binary.metadata
+        per_sm = ctas_per_sm(meta["n_regs"], 32 * launched_warps(meta), meta["shared"],
+                             parse_target(target).capability)
+        if programs > per_sm * driver.sm_count(device) // 2:
+            return
+        self._variant_build(self.split_binaries, target, split_k=1)
+
     def _drop_split(self, device: int, why: str) -> None:
         """No more split-K launches of this kernel on `device`, and a warning saying `why`."""
         import warnings

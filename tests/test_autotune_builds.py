@@ -115,6 +115,29 @@ def test_a_config_pre_hook_runs_before_its_build(gpu_stand_in, monkeypatch):
     assert seen[:2] == [32, 64]  # once each before the builds; the timings (stood in here) call them again
 
 
+@pytest.mark.parametrize("programs, split", [(8, True), (4096, False)])
+def test_a_splittable_gemm_launched_with_few_programs_has_its_split_builds_made_beside_the_others(
+        programs, split, gpu_stand_in, monkeypatch):
+    """The split-K variant that a launch of few programs takes (kiln.codegen.passes.split_k) is built
+    with the configs, not at each config's first timed launch, one after another; a launch of many
+    programs does not take it, and it is not built."""
+    builds = []
+
+    def compile_binary(ir, target, options):
+        builds.append((options["num_warps"], ir.attrs.get("split_k") == 1))
+        return types.SimpleNamespace(llir="", ptx="", cubin=b"", metadata={
+            "num_warps": options["num_warps"], "n_regs": 168, "shared": 131072, "splittable": True})
+    monkeypatch.setattr(compiler, "compile_binary", compile_binary)
+    monkeypatch.setattr(cuda_driver, "sm_count", lambda device: 132)  # one CTA an SM: 66 programs or fewer split
+    monkeypatch.delenv("KILN_SPLIT_K", raising=False)
+    tuned = kiln.autotune([kiln.Config({"BLOCK": 32}, num_warps=4), kiln.Config({"BLOCK": 64}, num_warps=8)],
+                          key=["n"])(copy_kernel)
+    x = np.zeros(64, np.float32)
+    tuned.run(x, x, 64, grid=lambda meta: (programs,))
+    assert sorted(b for b in builds if b[1]) == ([(4, True), (8, True)] if split else [])
+    assert len(gpu_stand_in.timed) == 2  # both configs timed after their builds
+
+
 def test_the_interpreter_builds_nothing(monkeypatch):
     monkeypatch.setenv("KILN_INTERPRET", "1")
     monkeypatch.setattr(compiler, "compile_binary", lambda *a: pytest.fail("the interpreter compiled a binary"))
