@@ -8,6 +8,8 @@
 #                                             # then here: python3 bench/run.py --merge A.json B.json
 #   bash bench/gpu_session.sh splitk          # split-K at small M: its GPU tests, racecheck, int8 and fp16/bf16 benches
 #   bash bench/gpu_session.sh inductor-mm     # bench/inductor_mm.py: torch.compile max-autotune GEMMs at small M (~80 s)
+#   bash bench/gpu_session.sh autotune-first-call  # bench/autotune_first_call.py: an autotuned GEMM's first call at
+#                                             # small M, kiln with and without split-K, Triton (~150-300 s)
 #   bash bench/gpu_session.sh attention       # bench/attention.py: tutorial 06's descriptor forwards vs Triton, SDPA
 #   DOTS=computed_a bash bench/gpu_session.sh dots  # bench/dot_formats.py (all sections without DOTS; ~100-200 s)
 #   bash bench/gpu_session.sh dropin          # bench/dropin.py: torch.compile with kiln's drop-in vs Triton
@@ -61,6 +63,8 @@ for phase in "$@"; do
         | tee "$OUT/matmul-small-m.log" | tail -6 ;;
     inductor-mm)  # torch.compile(max-autotune) of a @ b at small M: the drop-in against Triton and cuBLAS
       python3 bench/inductor_mm.py --out "$OUT" 2>&1 | tee "$OUT/inductor-mm.log" | tail -12 ;;
+    autotune-first-call)  # tutorial 03's matmul under each library's autotuner: first call and tuned speed
+      python3 bench/autotune_first_call.py --out "$OUT" 2>&1 | tee "$OUT/autotune-first-call.log" | tail -12 ;;
     probe)
       (cd bench && python3 occupancy_probe.py) 2>&1 | tee "$OUT/probe.log" | tail -20 ;;
     service)
