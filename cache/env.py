@@ -112,7 +112,8 @@ def debug() -> bool:
 def split_k_enabled(default: bool) -> bool:
     """Whether launches with too few programs to fill the GPU take a GEMM's split-K build
     (kiln.codegen.passes.split_k): KILN_SPLIT_K=1 or 0 says so for every kernel; unset, `default`
-    (on for kiln's own kernels, off for the drop-in's: see kiln.dropin.backends)."""
+    (on for kernels of kiln's JIT, off for those of `triton.compile` under the drop-in, Inductor's:
+    see kiln.dropin.backends)."""
     return _switch("KILN_SPLIT_K", default)
 
 

@@ -143,7 +143,7 @@ class CompiledKernel:
         self.few_programs: dict = {}  # device -> launches of at most this many programs take the split-K build
         self.split_launchers: dict = {}  # device -> its launcher (kiln.codegen.passes.split_k)
         self.split_binaries: dict = {}  # target -> that build
-        self.split_k_default = True  # where KILN_SPLIT_K is unset (the drop-in's kernels: False)
+        self.split_k_default = True  # where KILN_SPLIT_K is unset (kernels of the drop-in's triton.compile: False)
         self.runtime_args = lambda values: list(values)
         self.launch_metadata = None  # the @jit(launch_metadata=) function, with the names of its arguments
         self.global_reads = []  # (name, module dict, value) of the globals its source read (compile_kernel)

@@ -354,24 +354,33 @@ def test_a_gemm_shaped_as_inductors_template_is_split_on_the_gpu_and_matches_tor
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("setting", [None, "1"])
-def test_the_dropins_launches_of_few_programs_split_only_when_asked(setting, monkeypatch, cuda_torch):
+def test_kernels_compiled_as_inductor_compiles_them_split_only_when_asked(setting, monkeypatch, cuda_torch):
+    """`triton.compile(ASTSource)` and its kernel's launch, as Inductor's under the drop-in."""
     torch = cuda_torch
     if torch.cuda.get_device_capability() < (9, 0):
         pytest.skip("needs a Hopper GPU")
+    from kiln.dropin.compile import ASTSource, compile as triton_compile
     from kiln.dropin.jit import jit as triton_jit
+    from kiln.runtime import GPUTarget
     if setting is None:
         monkeypatch.delenv("KILN_SPLIT_K", raising=False)
     else:
         monkeypatch.setenv("KILN_SPLIT_K", setting)
     M, N, K = 128, 1024, 4096
+    names = ("a_ptr", "b_ptr", "c_ptr", "M", "N", "K", "stride_am", "stride_bk", "stride_cm")
+    signature = {**{n: "*fp16" for n in names[:3]}, **{n: "i32" for n in names[3:]},
+                 **{n: "constexpr" for n in ("BM", "BN", "BK", "VARIANT")}}
+    constants = {"BM": 128, "BN": 128, "BK": 64, "VARIANT": "plain"}
+    attrs = {(i,): [["tt.divisibility", 16]] for i in range(len(names))}
+    kernel = triton_compile(ASTSource(triton_jit(_matmul.fn), signature, constants, attrs),
+                            target=GPUTarget("cuda", 90, 32), options={"num_warps": 8, "num_stages": 3})
     a = torch.randn(M, K, device="cuda", dtype=torch.float16)
     b = torch.randn(K, N, device="cuda", dtype=torch.float16)
     c = torch.zeros((M, N), device="cuda", dtype=torch.float16)
     clusters = []
     sized = launcher.cluster_ctas
     monkeypatch.setattr(launcher, "cluster_ctas", lambda *args: clusters.append(sized(*args)) or clusters[-1])
-    triton_jit(_matmul.fn)[(8,)](a, b, c, M, N, K, a.stride(0), b.stride(0), c.stride(0), BM=128, BN=128, BK=64,
-                                 num_warps=8, num_stages=3)
+    kernel[(8,)](a, b, c, M, N, K, a.stride(0), b.stride(0), c.stride(0), 128, 128, 64, "plain")
     torch.cuda.synchronize()
     assert bool(clusters) == (setting == "1")
     torch.testing.assert_close(c.float(), a.float() @ b.float(), atol=0.05 * K ** 0.5, rtol=0.01)

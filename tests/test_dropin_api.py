@@ -312,11 +312,11 @@ def test_a_tuple_parameter_declared_as_triton_spells_it():
 
 
 @pytest.mark.parametrize("setting, dropin, native", [(None, False, True), ("1", True, True), ("0", False, False)])
-def test_the_dropins_few_program_launches_keep_the_kernel_as_written_unless_asked(setting, dropin, native,
-                                                                                  monkeypatch):
-    """Autotuners time each config at its first launch: a split-K build there would be a second
-    compile per config on the job's critical path, so the drop-in's kernels split only with
-    KILN_SPLIT_K=1; kiln's own split unless KILN_SPLIT_K=0."""
+def test_kernels_of_triton_compile_keep_few_program_launches_as_written_unless_asked(setting, dropin, native,
+                                                                                     monkeypatch):
+    """Inductor times each config at its first launch: a split-K build there would be a second
+    compile per config on the job's critical path, so kernels of `triton.compile` split only with
+    KILN_SPLIT_K=1; kiln's JIT's split unless KILN_SPLIT_K=0."""
     import kiln.compiler
     from kiln import config
     if setting is None:

@@ -167,11 +167,11 @@ class CUDABackend(BaseBackend):
     def launcher(self, kernel, binary, positions, expanders=None):
         kernel.binaries[binary.target] = binary  # loaded as kiln loads its own, no compile again
         kernel.metadata.update(binary.metadata)
-        # Launches of few programs run the kernel as written, as Triton's do, unless KILN_SPLIT_K=1:
-        # autotuners (Inductor's max-autotune, @triton.autotune) time each config at its first launch,
-        # one after another, and each config's split-K build would be a second compile there
-        # (H200, 2026-12-01: Inductor's timing of 21 mm configs at 128x4096x4096 took 4.6 s, 1.0 s
-        # without; bench/inductor_mm.py)
+        # A kernel of `triton.compile` (Inductor's) runs launches of few programs as written, as Triton
+        # does, unless KILN_SPLIT_K=1: max-autotune times each config at its first launch, one after
+        # another, and each config's split-K build would be a second compile there (H200, 2026-12-01:
+        # timing 21 mm configs at 128x4096x4096 took 4.6 s, 1.0 s without; bench/inductor_mm.py).
+        # (@triton.jit kernels launched directly are kiln's JIT's, whose autotuner builds them ahead.)
         kernel.split_k_default = False
         return _hooked(kernel._launch, positions, expanders or {})
 
