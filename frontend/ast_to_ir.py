@@ -451,6 +451,12 @@ class CodeGenerator(ast.NodeVisitor):
         lb, ub, step, attrs = _range_args(args, kwargs)
         if isinstance(step, constexpr) and unwrap(step) == 0:
             raise ValueError("range() step must not be zero")
+        # a constant step below zero (range(K, 0, -BK): Inductor's bmm template) runs as Triton runs it: the
+        # loop counts up from the end to the start and the name takes start - (counter - end), so the loop
+        # is one the passes know (pipelined, on tensor cores)
+        descending = isinstance(step, constexpr) and unwrap(step) < 0
+        if descending:
+            lb, ub, step = ub, lb, constexpr(-unwrap(step))
         lb, ub, step = (semantic.to_tensor(v) for v in (lb, ub, step))
         for v, what in ((lb, "start"), (ub, "end"), (step, "step")):
             if v.type.shape or not v.dtype.is_int():
@@ -466,6 +472,9 @@ class CodeGenerator(ast.NodeVisitor):
         before = self.scope
         self.scope = dict(before)
         self.scope[node.target.id] = tensor(body.args[0], iv_type)
+        if descending:
+            with semantic.insertion_block(body):
+                self.scope[node.target.id] = semantic.add(semantic.sub(ub, self.scope[node.target.id]), lb)
         self.bind_carried(carried, inits, body.args[1:])
         self.loop_body(body, node.body, carried, inits)
         self.scope = before

@@ -30,7 +30,7 @@ def rows_by_step(x_ptr, y_ptr, first, end, step, BLOCK: tl.constexpr):
 @kiln.jit
 def rows_down(x_ptr, y_ptr, STEP: tl.constexpr, BLOCK: tl.constexpr):
     cols = tl.arange(0, BLOCK)
-    for row in tl.range(11, -1, STEP, num_stages=2):  # a constant negative step: `row > -1` is its test
+    for row in tl.range(11, -1, STEP, num_stages=2):  # a constant step < 0: counts up from -1, row = 10 - it
         v = tl.load(x_ptr + row * BLOCK + cols)
         tl.store(y_ptr + row * BLOCK + cols, v - row)
 
