@@ -7,7 +7,8 @@
 #   bash bench/gpu_session.sh bench2          # and matmul, then attention (fp16, fp8), launch and first call;
 #                                             # then here: python3 bench/run.py --merge A.json B.json
 #   bash bench/gpu_session.sh splitk          # split-K at small M: its GPU tests, racecheck, int8 and fp16/bf16 benches
-#   bash bench/gpu_session.sh inductor-mm     # bench/inductor_mm.py: torch.compile max-autotune GEMMs at small M (~80 s)
+#   bash bench/gpu_session.sh inductor-mm     # bench/inductor_mm.py: torch.compile max-autotune GEMMs at small M, and
+#                                             # bmm (Inductor's bmm template, its K loop counting down) (~150 s)
 #   bash bench/gpu_session.sh autotune-first-call  # bench/autotune_first_call.py: an autotuned GEMM's first call at
 #                                             # small M, kiln with and without split-K, Triton (~150-300 s)
 #   bash bench/gpu_session.sh attention       # bench/attention.py: tutorial 06's descriptor forwards vs Triton, SDPA
@@ -62,7 +63,9 @@ for phase in "$@"; do
       python3 bench/matmul.py --dtypes fp16,bf16 --sizes 128x4096x4096,64x8192x8192,128x14336x4096 --out "$OUT" 2>&1 \
         | tee "$OUT/matmul-small-m.log" | tail -6 ;;
     inductor-mm)  # torch.compile(max-autotune) of a @ b at small M: the drop-in against Triton and cuBLAS
-      python3 bench/inductor_mm.py --out "$OUT" 2>&1 | tee "$OUT/inductor-mm.log" | tail -12 ;;
+      python3 bench/inductor_mm.py --out "$OUT" 2>&1 | tee "$OUT/inductor-mm.log" | tail -12
+      python3 bench/inductor_mm.py --batch 16 --sizes 512x512x4096,1024x1024x1024 --out "$OUT" 2>&1 \
+        | tee "$OUT/inductor-bmm.log" | tail -8 ;;
     autotune-first-call)  # tutorial 03's matmul under each library's autotuner: first call and tuned speed
       python3 bench/autotune_first_call.py --out "$OUT" 2>&1 | tee "$OUT/autotune-first-call.log" | tail -12 ;;
     probe)
