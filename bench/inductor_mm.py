@@ -1,8 +1,9 @@
 """torch.compile's own GEMMs (at small M; batched with --batch): `a @ b` under
-mode="max-autotune-no-cudagraphs", where Inductor writes its mm template and autotunes it, with kiln's drop-in (KILN_DROPIN=1) and with Triton, against
-cuBLAS (torch.mm). The template's launches at small M have too few programs to fill the GPU: the
-drop-in runs them as written, as Triton does, unless KILN_SPLIT_K=1 (split-K, kiln.codegen.passes.split_k:
-then each config's split build compiles at its first timed launch; bench/results/*inductor-mm-session47.md).
+mode="max-autotune-no-cudagraphs", where Inductor writes its mm template and autotunes it, with
+kiln's drop-in (KILN_DROPIN=1) and with Triton, against cuBLAS (torch.mm). The template's launches
+at small M have too few programs to fill the GPU: the drop-in runs them as written, as Triton does,
+unless KILN_SPLIT_K=1 (split-K, kiln.codegen.passes.split_k: then each config's split build compiles
+at its first timed launch; bench/results/*inductor-mm-session47.md).
 
     python bench/inductor_mm.py [--sizes 128x4096x4096,...] [--dtype float16|bfloat16] [--batch B] [--out DIR]
 
