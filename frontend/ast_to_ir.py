@@ -360,11 +360,15 @@ class CodeGenerator(ast.NodeVisitor):
                 filler = self._zeros_like(then_val if then_ret else else_val, else_block if then_ret else then_block)
                 then_val, else_val = (then_val, filler) if then_ret else (filler, else_val)
             then_ret = else_ret = True
+        # both branches end the function: what followed the if is in them (hoist_returns), so nothing
+        # after it reads the names they assign (`if M * N == 0: return`, then `A = A + offsets` in the
+        # rest, as Inductor's templates begin): only the returned value merges
+        ends_function = then_ret
         if then_ret and unwrap(then_val) is None and unwrap(else_val) is None:
             then_ret = False  # both return nothing: nothing to merge, the function returns after the if
             self.ret, self.returned = None, True
-        names = [n for n in then_scope if n in else_scope and
-                 (then_scope[n] is not before.get(n) or else_scope[n] is not before.get(n))]
+        names = [] if ends_function else [n for n in then_scope if n in else_scope and
+                                          (then_scope[n] is not before.get(n) or else_scope[n] is not before.get(n))]
         merged, then_vals, else_vals = [], [], []
         for n in names:
             a, b = then_scope[n], else_scope[n]

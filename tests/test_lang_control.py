@@ -525,3 +525,36 @@ def test_a_path_that_returns_nothing_gives_an_undefined_value_of_the_returned_ty
     np.testing.assert_array_equal(out, [1, 2, 3, 4])
     _returns_on_one_path[(1,)](out, -1)
     np.testing.assert_array_equal(out, [0, 0, 0, 0])
+
+
+@kiln.jit
+def _exit_early_then_rebind(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    if n == 0:  # as Inductor's templates begin: the rest rebinds the pointers to blocks of pointers
+        return
+    x_ptr = x_ptr + tl.arange(0, BLOCK)
+    y_ptr = y_ptr + tl.arange(0, BLOCK)
+    tl.store(y_ptr, tl.load(x_ptr) * 2)
+
+
+@kiln.jit
+def _tripled_or_zeros(x_ptr, n, BLOCK: tl.constexpr):
+    if n == 0:
+        return tl.zeros((BLOCK,), tl.float32)
+    x_ptr = x_ptr + tl.arange(0, BLOCK)
+    return tl.load(x_ptr) * 3
+
+
+@kiln.jit
+def _call_tripled_or_zeros(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    tl.store(y_ptr + tl.arange(0, BLOCK), _tripled_or_zeros(x_ptr, n, BLOCK))
+
+
+@pytest.mark.parametrize("n", [0, 2])  # (1 would be specialized: a constant condition, no runtime if)
+def test_names_rebound_to_other_types_after_an_early_return(n):
+    # what follows `if ...: return` runs in the if's other branch: its names are not merged with the
+    # returning branch's (a scalar pointer there, a block of pointers here)
+    x, y = np.arange(16, dtype=np.float32), np.full(16, -1.0, np.float32)
+    _exit_early_then_rebind[(1,)](x, y, n, BLOCK=16)
+    np.testing.assert_array_equal(y, x * 2 if n else np.full(16, -1.0, np.float32))
+    _call_tripled_or_zeros[(1,)](x, y, n, BLOCK=16)
+    np.testing.assert_array_equal(y, x * 3 if n else np.zeros(16, np.float32))
