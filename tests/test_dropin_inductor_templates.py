@@ -2,7 +2,7 @@
 
 A torch.compile job in max-autotune mode on the CPU (Inductor's Triton CPU backend, kiln's drop-in)
 makes Inductor write its templates (mm with sizes held as constants and passed, addmm with its bias
-fused, bmm); the job keeps each template's source, sets its block sizes to ones its GPU configs take,
+fused, bmm, mm_plus_mm); the job keeps each template's source, sets its block sizes to ones its GPU configs take,
 and compiles it with kiln's `triton.compile` for sm_90a and sm_80 from fp16 operands, as a GPU job's
 max-autotune would. A template with sizes passed once crashed lowering for Hopper (its stride tests
 joined B's hinted and unhinted index math); each must compile, and on Hopper run its K loop on
@@ -49,7 +49,8 @@ JOB = textwrap.dedent('''
     a, b, bias = torch.randn(32, 64), torch.randn(64, 48), torch.randn(48)
     for fn, args, dynamic in ((lambda x, y: x @ y, (a, b), False), (lambda x, y: x @ y, (a, b), True),
                               (lambda x, y, z: torch.addmm(z, x, y), (a, b, bias), False),
-                              (torch.bmm, (torch.randn(2, 32, 64), torch.randn(2, 64, 48)), False)):
+                              (torch.bmm, (torch.randn(2, 32, 64), torch.randn(2, 64, 48)), False),
+                              (lambda w, x, y, z: w @ x + y @ z, [torch.randn(64, 64) for _ in range(4)], False)):
         torch.compile(fn, mode="max-autotune-no-cudagraphs", dynamic=dynamic)(*args)
         torch._dynamo.reset()
     triton.compile = real_compile
@@ -102,6 +103,7 @@ def test_inductors_gemm_templates_compile_for_hopper_and_ampere(tmp_path):
     names = {(r["name"], r["sizes"]) for r in results}
     assert {("triton_tem_fused_mm_0", "fixed"), ("triton_tem_fused_mm_0", "passed")} <= names, names
     assert any("addmm" in name for name, _ in names) and any("bmm" in name for name, _ in names), names
+    assert any("fused_add" in name for name, _ in names), names  # a @ b + c @ d: mm_plus_mm's two K loops
     hopper = [r for r in results if r["capability"] == 90]
     ampere = [r for r in results if r["capability"] == 80]
     assert all(r["wgmma"] for r in hopper) and all(r["mma"] and not r["wgmma"] for r in ampere)
