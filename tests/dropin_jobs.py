@@ -58,3 +58,14 @@ def run_on_gpu(tmp_path, text: str, runs: int = 1, timeout: float = 300) -> list
         assert out.returncode == 0, out.stderr[-4000:]
         results.append(json.loads(out.stdout.strip().splitlines()[-1]))
     return results
+
+
+# Inductor's max-autotune on the CPU under the drop-in (kiln's interpreter runs the kernels): its Triton CPU
+# backend, GEMMs as Triton templates only (ATen's, timed against the interpreter, would win at random), and
+# no epilogue-fusion benchmarking (Inductor's CPU path of it is broken: tests/test_dropin_max_autotune.py).
+MAX_AUTOTUNE_ON_CPU = """
+import torch._inductor.config as inductor_config
+inductor_config.cpu_backend = "triton"
+inductor_config.max_autotune_gemm_backends = "TRITON"
+inductor_config.benchmark_epilogue_fusion = False
+"""

@@ -17,6 +17,7 @@ import textwrap
 import pytest
 
 pytest.importorskip("torch")
+from dropin_jobs import MAX_AUTOTUNE_ON_CPU  # noqa: E402
 from kiln.dropin import doctor, hook  # noqa: E402
 
 if doctor.installed_hook() is None:
@@ -25,16 +26,12 @@ if doctor.installed_hook() is None:
 JOB = textwrap.dedent('''
     import importlib.util, json, os, re, sys
     import torch
-    import torch._inductor.config as inductor_config
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
-
-    inductor_config.cpu_backend = "triton"
+''') + MAX_AUTOTUNE_ON_CPU + textwrap.dedent('''
     inductor_config.compile_threads = 1
-    inductor_config.max_autotune_gemm_backends = "TRITON"
     inductor_config.test_configs.max_mm_configs = 1
-    inductor_config.benchmark_epilogue_fusion = False  # Inductor's CPU path of it is broken (test_dropin_max_autotune)
 
     templates = {}
     real_compile = triton.compile

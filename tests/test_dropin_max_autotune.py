@@ -28,7 +28,7 @@ import textwrap
 import pytest
 
 pytest.importorskip("torch")
-from dropin_jobs import MLP_AND_STEP  # noqa: E402
+from dropin_jobs import MAX_AUTOTUNE_ON_CPU, MLP_AND_STEP  # noqa: E402
 from kiln.dropin import doctor, hook  # noqa: E402
 
 if doctor.installed_hook() is None:
@@ -37,16 +37,12 @@ if doctor.installed_hook() is None:
 JOB = textwrap.dedent("""
     import copy, json, sys
     import torch
-    import torch._inductor.config as inductor_config
     import triton
-
-    inductor_config.cpu_backend = "triton"
+""") + MAX_AUTOTUNE_ON_CPU + textwrap.dedent("""
     inductor_config.compile_threads = 2
-    inductor_config.max_autotune_gemm_backends = "TRITON"
     inductor_config.test_configs.max_mm_configs = 4
     inductor_config.inductor_default_autotune_warmup = 1
     inductor_config.inductor_default_autotune_rep = 5
-    inductor_config.benchmark_epilogue_fusion = False  # Inductor's CPU path of it is broken (see the test's doc)
     MODE = "max-autotune-no-cudagraphs"
 
     launched = set()
