@@ -12,13 +12,13 @@ torch matmul within fp16 rounding. Writes DIR/<date>-<gpu>-autotune-first-call.{
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import subprocess
 import sys
-import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import child_rows  # noqa: E402
+
 SIZES = "128x4096x4096,64x8192x8192,4096x4096x4096"
 FLAVOURS = {"kiln": ("kiln", {}), "kiln, KILN_SPLIT_K=0": ("kiln", {"KILN_SPLIT_K": "0"}), "Triton": ("triton", {})}
 
@@ -63,14 +63,7 @@ print("ROWS " + json.dumps(rows))
 def run_flavour(library: str, extra_env: dict, sizes: str, timeout: float) -> list:
     env = {k: v for k, v in os.environ.items() if k not in ("KILN_SPLIT_K", "KILN_DROPIN")}
     env.update(extra_env)
-    with tempfile.TemporaryDirectory() as tmp:
-        env.update(TRITON_CACHE_DIR=os.path.join(tmp, "triton"), KILN_CACHE_DIR=os.path.join(tmp, "kiln"))
-        out = subprocess.run([sys.executable, "-c", CHILD, HERE, library, sizes], env=env, capture_output=True,
-                             text=True, timeout=timeout)
-    line = next((ln for ln in out.stdout.splitlines() if ln.startswith("ROWS ")), None)
-    if line is None:
-        raise RuntimeError(f"{library} {extra_env}: no result (exit {out.returncode}): {out.stderr[-3000:]}")
-    return json.loads(line[5:])
+    return child_rows.run(CHILD, [HERE, library, sizes], env, timeout, f"{library} {extra_env}")[0]
 
 
 def table(results: dict) -> str:
@@ -99,7 +92,6 @@ def main():
     for name, rows in results.items():
         print(f"{name}: " + "; ".join(f"{r['size']} {r['config']}" for r in rows))
     if args.out:
-        sys.path.insert(0, HERE)
         import results_file
         results_file.save_today(args.out, "autotune-first-call", results, text)
 

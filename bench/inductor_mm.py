@@ -19,11 +19,11 @@ Writes DIR/<date>-<gpu>-inductor-mm.{json,md} (`--batch`: -inductor-bmm).
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import subprocess
 import sys
-import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import child_rows  # noqa: E402
 
 SIZES = "128x4096x4096,64x8192x8192,128x14336x4096,256x4096x14336"
 
@@ -65,19 +65,13 @@ print("ROWS " + json.dumps(rows))
 """
 
 
-def run_flavour(flavour: str, dtype: str, sizes: str, batch: int, timeout: float) -> list:
+def run_flavour(flavour: str, dtype: str, sizes: str, batch: int, timeout: float) -> dict:
+    # PyTorch's defaults: an inherited thread limit (TORCHINDUCTOR_COMPILE_THREADS) would tune a flavour down
     env = {k: v for k, v in os.environ.items() if k not in ("KILN_DROPIN", "TORCHINDUCTOR_COMPILE_THREADS")}
-    with tempfile.TemporaryDirectory() as tmp:
-        for name in ("TRITON_CACHE_DIR", "KILN_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR"):
-            env[name] = os.path.join(tmp, name.lower())
-        if flavour == "kiln":
-            env["KILN_DROPIN"] = "1"
-        out = subprocess.run([sys.executable, "-c", CHILD, flavour, dtype, sizes, str(batch)], env=env,
-                             capture_output=True, text=True, timeout=timeout)
-    line = next((ln for ln in out.stdout.splitlines() if ln.startswith("ROWS ")), None)
-    if line is None:
-        raise RuntimeError(f"{flavour}: no result (exit {out.returncode}): {out.stderr[-3000:]}")
-    rows = json.loads(line[5:])
+    if flavour == "kiln":
+        env["KILN_DROPIN"] = "1"
+    rows, out = child_rows.run(CHILD, [flavour, dtype, sizes, batch], env, timeout, flavour,
+                               caches=("TRITON_CACHE_DIR", "KILN_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR"))
     # Inductor's autotuning tables (every choice's time) and any warning, for the record
     log = [ln for ln in out.stderr.splitlines() if "AUTOTUNE" in ln or "ms " in ln or "Warning" in ln]
     return {"rows": rows, "log": log}
@@ -112,7 +106,6 @@ def main():
         print(f"## {flavour}'s autotuning\n" + "\n".join(rows[flavour]["log"]))
     print(text)
     if args.out:
-        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
         import results_file
         results_file.save_today(args.out, "inductor-bmm" if args.batch else "inductor-mm", rows, text)
 

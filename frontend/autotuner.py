@@ -317,9 +317,10 @@ def heuristics(values):
 def _programs(grid, meta: dict) -> int | None:
     """How many programs a launch over `grid` (a tuple, or a function of the launch's arguments and
     the config's values) runs, or None where the grid cannot say without the launch."""
+    from .binder import grid3
     try:
-        sizes = tuple(grid(meta) if callable(grid) else grid)
-        return sizes[0] * (sizes[1] if len(sizes) > 1 else 1) * (sizes[2] if len(sizes) > 2 else 1)
+        x, y, z = grid3(grid(meta) if callable(grid) else grid)
+        return x * y * z
     except Exception:  # noqa: BLE001 - the launch evaluates it again and reports what is wrong
         return None
 

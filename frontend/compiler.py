@@ -346,8 +346,7 @@ class CompiledKernel:
         if derived_maps:
             self.metadata["n_regs"] = loaded.n_regs  # the driver's count is authoritative
             self.functions[device] = loaded.handle
-            if binary.metadata.get("splittable") and not self.launch_pdl and \
-                    config.split_k_enabled(self.split_k_default):
+            if self._may_split(binary):
                 # programs that leave half the CTAs the GPU holds at once idle, or more
                 resident = loaded.resident_ctas(32 * launched_warps(binary.metadata), shared) * driver.sm_count(device)
                 self.few_programs[device] = resident // 2
@@ -372,6 +371,12 @@ class CompiledKernel:
         self.split_launchers[device] = launcher
         return launcher
 
+    def _may_split(self, binary) -> bool:
+        """May launches of few programs of `binary` take its split-K build (KILN_SPLIT_K, the kernel's
+        default; a launch with PDL keeps the kernel as written)?"""
+        return bool(binary.metadata.get("splittable")) and not self.launch_pdl and \
+            config.split_k_enabled(self.split_k_default)
+
     def build_split_for(self, target: str, programs: int, device: int) -> None:
         """Build the split-K variant for `target` now where a launch of `programs` programs on
         `device` would take it (an autotuner's builds side by side: timing config after config
@@ -382,8 +387,7 @@ class CompiledKernel:
         from kiln.codegen.occupancy import ctas_per_sm
         from kiln.codegen.target import parse_target
         binary = self.binaries.get(target)
-        if binary is None or not binary.metadata.get("splittable") or self.launch_pdl or \
-                not config.split_k_enabled(self.split_k_default):
+        if binary is None or not self._may_split(binary):
             return
         meta = binary.metadata
         per_sm = ctas_per_sm(meta["n_regs"], 32 * launched_warps(meta), meta["shared"],
