@@ -11,6 +11,8 @@
 #                                             # bmm (Inductor's bmm template, its K loop counting down) (~150 s)
 #   bash bench/gpu_session.sh autotune-first-call  # bench/autotune_first_call.py: an autotuned GEMM's first call at
 #                                             # small M, kiln with and without split-K, Triton (~150-300 s)
+#   bash bench/gpu_session.sh matmul-waves    # bench/matmul_waves.py: fixed configs at M = 64-1024 (N = K = 8192),
+#                                             # 4096³ and 8192³, pointer and descriptor kernels, kiln vs Triton (~70 s)
 #   bash bench/gpu_session.sh attention       # bench/attention.py: tutorial 06's descriptor forwards vs Triton, SDPA
 #   DOTS=computed_a bash bench/gpu_session.sh dots  # bench/dot_formats.py (all sections without DOTS; ~100-200 s)
 #   bash bench/gpu_session.sh dropin          # bench/dropin.py: torch.compile with kiln's drop-in vs Triton
@@ -68,6 +70,8 @@ for phase in "$@"; do
         | tee "$OUT/inductor-bmm.log" | tail -8 ;;
     autotune-first-call)  # tutorial 03's matmul under each library's autotuner: first call and tuned speed
       python3 bench/autotune_first_call.py --out "$OUT" 2>&1 | tee "$OUT/autotune-first-call.log" | tail -12 ;;
+    matmul-waves)  # tutorial 03's pointer and descriptor matmuls at fixed configs on grids of a few waves
+      python3 bench/matmul_waves.py --out "$OUT" 2>&1 | tee "$OUT/matmul-waves.log" | tail -50 ;;
     probe)
       (cd bench && python3 occupancy_probe.py) 2>&1 | tee "$OUT/probe.log" | tail -20 ;;
     service)

@@ -461,16 +461,27 @@ def _sized(rings, dots, body, loop, stages, fn, ctx, kind):
         ring_size = stages  # tight: see the module's docstring
         if ring_size * stage_bytes > budget:
             return None
-    elif staged and spare:
-        # a dot of a staged operand: a CTA's warps already meet at a barrier between its
-        # stores and its dots, so a tight ring's barrier costs little where it lets one
-        # more CTA share the SM (W8A16, 128x128 tiles over 8 warps: 2 CTAs, 1.25x)
+    elif spare:
         fixed = sum(once.values()) + slots * sum(staged.values()) + reserve
-        capability = ctx.target.capability
-        if ctas_by_shared(fixed + stages * stage_bytes, capability) > ctas_by_shared(fixed + ring_size * stage_bytes,
-                                                                                     capability):
+        if tight_for_company(fixed, stages, stage_bytes, bool(staged), ctx.num_warps, ctx.target.capability):
             ring_size = stages
     return stages, ring_size, slots, drained
+
+
+def tight_for_company(fixed: int, stages: int, stage_bytes: int, staged: bool, num_warps: int,
+                      capability: int) -> bool:
+    """Does a tight ring (S tiles and a barrier before the copies, instead of S + 1) let another
+    CTA share the SM where it counts? A loop that stages an operand already meets at a barrier
+    between its stores and its dots, so it takes any CTA more (W8A16, 128x128 tiles over 8 warps:
+    2 CTAs, 1.25x). Otherwise a CTA of one warpgroup that the spare slot leaves alone on its SM:
+    alone it neither hides its loads' latency behind another's dots nor its epilogue. Tutorial
+    03's 128x64x64 and 64x128x64 tiles, 4 warps, 4 stages (H200, 2026-12-01): 1.14-1.55x at
+    M = 192-1024, N = K = 8192 and 1.19-1.37x at 4096³, from 0.70-0.90 of Triton to 0.98-1.23;
+    0.92x at 8192³ for 128x64x64 alone. Not measured yet on two warpgroups, whose spare slots go
+    back through mbarriers without a CTA-wide barrier (smem_pipeline.released_ring)."""
+    tight = ctas_by_shared(fixed + stages * stage_bytes, capability)
+    spare = ctas_by_shared(fixed + (stages + 1) * stage_bytes, capability)
+    return tight > spare and (staged or (spare == 1 and num_warps <= 4))
 
 
 def specialized_scratch(loop, num_warps: int) -> int:
