@@ -187,6 +187,26 @@ BIG_KERNEL_PTX = 32 * 1024
 _first_probes: dict[int, int] = {}  # threads -> the cap a big kernel's search tried first
 
 
+def _cap_first(fn, ptx: str, opts: dict, threads: int, shared: int, tgt) -> int | None:
+    """The cap a memory-bound kernel links under first, or None: the fewest registers that reach
+    the most CTAs per SM its shared memory allows. Where it fits, the search could do no better, so
+    that link is the only one; where it spills, the search runs as before on the caps above it.
+    Most such kernels fit (Inductor's pointwise ones, softmax, layer norm): one link where there
+    were two or three. Not for kernels that keep a stack (`.local`: a link under any cap reports
+    it, as the search's first link does) or whose IEEE slow paths pin their registers, nor for
+    big kernels (their search starts at the highest cap). Below the cap ptxas mostly emits what it
+    emits without one. Against the search (2026-12-01): the corpus (tests/codegen_corpus, sm_90a
+    and sm_80) linked 966 times instead of 973, its SASS the same but for 13 of 942 builds, none with
+    more registers; Inductor's pointwise, looped-reduction and rotary kernels of bench/compile_speed.py
+    linked once instead of twice; bench/'s layer norm kept its 32 registers in other code, and its
+    rotary kernel went from 48 registers to 32 (the search's halving had met a spill at 40)."""
+    if "maxnreg" in opts or _has_dot(fn) or len(ptx) > BIG_KERNEL_PTX or ".local" in ptx \
+            or occupancy.registers_pinned(ptx, threads):
+        return None
+    caps = occupancy.tighter_caps(occupancy.MAX_REGISTERS, threads, shared, tgt.capability)
+    return caps[0] if caps else None
+
+
 def _capped_link(ptx: str, cap: int, link_cubin):
     """((capped ptx, cubin, regs, spills), too tight?) of `ptx` linked under register cap `cap`."""
     capped = occupancy.with_register_cap(ptx, cap)
@@ -292,28 +312,34 @@ def _compile(fn, target: str, options: dict | None, check: bool, link: bool, cou
         counts["links"] += 1
         return nvjitlink.link_cubin(text, tgt)
     if link:
-        ahead = None if warps != opts["num_warps"] else _probe_ahead(fn, ptx, opts, 32 * warps, shared, tgt, link_cubin)
-        cubin, info = link_cubin(ptx)
-        started = _stage_done("link", started)
-        if nvjitlink.wgmma_serialized(info) and _persistent(arg_layout):
-            # ptxas serialized the wgmmas of the persistent form (seen with an fp16 result
-            # stored to a bf16 tensor: 0.8x); the tile kernel as written keeps them async
-            return _compile(_without_persistence(fn), target, options, check, link, counts)
-        n_regs, n_spills = nvjitlink.resource_usage(info)
         threads = 32 * warps
-        if "maxnreg" not in opts and not n_spills and warps == opts["num_warps"]:
-            caps = _caps(fn, ptx, tgt, n_regs, threads, shared)
-            capped = _occupancy_link(ptx, caps, link_cubin, ahead, threads)
-            if capped is not None:
-                ptx, cubin, n_regs, n_spills = capped
-            _stage_done("link", started)  # the relinks under register caps, after the first link
-            if capped is None and caps and _persistent(arg_layout):
-                # no cap fits another CTA without spilling: the tile loop of the persistent
-                # form keeps registers live that the tile kernel as written may not need
-                plain = _compile(_without_persistence(fn), target, options, check, link, counts)
-                if occupancy.ctas_per_sm(plain.n_regs, threads, plain.metadata["shared"], tgt.capability) > \
-                        occupancy.ctas_per_sm(n_regs, threads, shared, tgt.capability):
-                    return plain
+        first = _cap_first(fn, ptx, opts, threads, shared, tgt) if warps == opts["num_warps"] else None
+        fits, too_tight = _capped_link(ptx, first, link_cubin) if first is not None else (None, True)
+        if not too_tight:  # the fewest-register cap there is: no other link can do better
+            ptx, cubin, n_regs, n_spills = fits
+            _stage_done("link", started)
+        else:
+            ahead = None if warps != opts["num_warps"] else _probe_ahead(fn, ptx, opts, threads, shared, tgt, link_cubin)
+            cubin, info = link_cubin(ptx)
+            started = _stage_done("link", started)
+            if nvjitlink.wgmma_serialized(info) and _persistent(arg_layout):
+                # ptxas serialized the wgmmas of the persistent form (seen with an fp16 result
+                # stored to a bf16 tensor: 0.8x); the tile kernel as written keeps them async
+                return _compile(_without_persistence(fn), target, options, check, link, counts)
+            n_regs, n_spills = nvjitlink.resource_usage(info)
+            if "maxnreg" not in opts and not n_spills and warps == opts["num_warps"]:
+                caps = [cap for cap in _caps(fn, ptx, tgt, n_regs, threads, shared) if first is None or cap > first]
+                capped = _occupancy_link(ptx, caps, link_cubin, ahead, threads)
+                if capped is not None:
+                    ptx, cubin, n_regs, n_spills = capped
+                _stage_done("link", started)  # the relinks under register caps, after the first link
+                if capped is None and caps and _persistent(arg_layout):
+                    # no cap fits another CTA without spilling: the tile loop of the persistent
+                    # form keeps registers live that the tile kernel as written may not need
+                    plain = _compile(_without_persistence(fn), target, options, check, link, counts)
+                    if occupancy.ctas_per_sm(plain.n_regs, threads, plain.metadata["shared"], tgt.capability) > \
+                            occupancy.ctas_per_sm(n_regs, threads, shared, tgt.capability):
+                        return plain
     metadata = {
         "name": fn.name, "target": tgt.name, "num_warps": opts["num_warps"], "num_stages": opts["num_stages"],
         "threads": 32 * warps, "shared": shared, "n_regs": n_regs, "n_spills": n_spills,

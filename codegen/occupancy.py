@@ -4,13 +4,16 @@ ptxas (as nvJitLink 13 carries it) spends registers on instruction-level paralle
 layer norm of bench/kernels.py gets 47 registers per thread where Triton's bundled ptxas
 12.8 gives 32, so 5 CTAs of 256 threads fit on an H200 SM instead of 8. A memory-bound
 kernel hides latency with resident warps, and on the H200 capping that kernel to reach
-more CTAs per SM gained 3-8% (bench/occupancy_probe.py). So after the first link a kernel
-is relinked with the smallest cap that raises its CTAs per SM (as far as its shared memory
-allows) and neither spills nor makes ptxas serialize wgmmas. A tensor-core kernel is capped
-only where that gives a lone CTA a second one: the W8A16 matmul at 128x128 tiles over 8 warps
-went from 147 registers to 128 and from one CTA per SM to two, 1.25x, while attention's
-backward dQ kernel capped from 2 CTAs to 3 ran ~1% slower (H200, 2026-11-24). A kernel given
-`maxnreg` keeps it.
+more CTAs per SM gained 3-8% (bench/occupancy_probe.py). So a kernel gets the smallest cap
+that raises its CTAs per SM (as far as its shared memory allows) and neither spills nor makes
+ptxas serialize wgmmas: a memory-bound one links under the fewest-register cap first, and only
+where that spills links without a cap and searches the caps above it (compiler._cap_first);
+others are relinked after their first link. Spilling is not monotone in the cap (the rotary
+kernel of bench/kernels.py: none at 32 or 48 registers, 16 bytes at 40), which the search
+assumes. A tensor-core kernel is capped only where that gives a lone CTA a second one: the
+W8A16 matmul at 128x128 tiles over 8 warps went from 147 registers to 128 and from one CTA per
+SM to two, 1.25x, while attention's backward dQ kernel capped from 2 CTAs to 3 ran ~1% slower
+(H200, 2026-11-24). A kernel given `maxnreg` keeps it.
 """
 from __future__ import annotations
 
@@ -19,6 +22,7 @@ import re
 REGISTERS_PER_SM = 65536
 ALLOCATION_UNIT = 8  # registers per thread are granted in steps of 8 (256 per warp)
 MIN_CAP = 24  # below this ptxas spills nearly anything
+MAX_REGISTERS = 255  # a thread's most
 
 # capability -> (resident warps, resident CTAs, shared memory bytes) per SM, as the CUDA
 # programming guide's table of compute capabilities gives them.

@@ -63,7 +63,19 @@ def test_memory_bound_kernel_is_capped_for_occupancy():
     after = occupancy.ctas_per_sm(auto.n_regs, 128, auto.shared, 90)
     assert before < 16 and ".maxnreg" in auto.ptx  # ptxas takes more than 32 registers when free
     assert after > before and auto.n_spills == 0
-    assert free.metadata["links"] == 1 and auto.metadata["links"] >= 2  # the first link, then the capped one(s)
+    # the fewest-register cap, linked first, fits: no link without a cap, no search
+    assert free.metadata["links"] == 1 and auto.metadata["links"] == 1 and auto.n_regs <= 32
+
+
+def test_where_the_fewest_register_cap_spills_the_search_takes_the_caps_above_it():
+    k = compile(kernel("lang/seeded_dropout"), "sm_90a")  # 48 registers free; 32 spill, 40 do not
+    assert k.n_regs == 40 and ".maxnreg 40" in k.ptx and k.n_spills == 0
+    assert k.metadata["links"] == 3  # the cap of 32, the link without a cap, then 40
+
+
+def test_a_kernel_that_keeps_a_stack_links_without_a_cap_first():
+    k = compile(kernel("lang/unary_12"), "sm_90a")  # libdevice's trig reduction keeps a local array
+    assert ".local" in k.ptx and ".maxnreg" not in k.ptx and k.metadata["links"] == 1
 
 
 def test_a_tensor_core_kernel_is_capped_only_to_give_a_lone_cta_a_second():
