@@ -11,8 +11,8 @@
 #                                             # bmm (Inductor's bmm template, its K loop counting down) (~150 s)
 #   bash bench/gpu_session.sh autotune-first-call  # bench/autotune_first_call.py: an autotuned GEMM's first call at
 #                                             # small M, kiln with and without split-K, Triton (~150-300 s)
-#   bash bench/gpu_session.sh matmul-waves    # bench/matmul_waves.py: fixed configs at M = 64-1024 (N = K = 8192),
-#                                             # 4096³ and 8192³, pointer and descriptor kernels, kiln vs Triton (~70 s)
+#   bash bench/gpu_session.sh matmul-waves    # bench/matmul_waves.py: fixed configs at M = 16-1024 (N = K = 8192),
+#                                             # 4096³ and 8192³, pointer and descriptor kernels, kiln vs Triton (~80 s)
 #   bash bench/gpu_session.sh attention       # bench/attention.py: tutorial 06's descriptor forwards vs Triton, SDPA
 #   DOTS=computed_a bash bench/gpu_session.sh dots  # bench/dot_formats.py (all sections without DOTS; ~100-200 s)
 #   bash bench/gpu_session.sh dropin          # bench/dropin.py: torch.compile with kiln's drop-in vs Triton

@@ -1,7 +1,9 @@
 """Tutorial 03's matmul at fixed configs on grids of one to a few waves: the pointer kernel
 (`matmul_kernel`) and the host-descriptor one (`matmul_descriptor_kernel`), fp16, kiln against
 Triton, each library in a fresh process with fresh caches. Where a kernel's grid barely fills the
-GPU, how many CTAs share an SM (shared memory per CTA) decides more than the kernel's code.
+GPU, how many CTAs share an SM (shared memory per CTA) decides more than the kernel's code; where
+M is under the tile (decode-sized M), how a library reads the rows past M does (kiln: TMA boxes
+that reach past the tensor; Triton: cp.async of tutorial 03's wrapped rows, `% M`).
 
     python bench/matmul_waves.py [--sizes 64x8192x8192,...] [--configs 128/64/64/4/4,...] [--out DIR]
 
@@ -20,7 +22,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import child_rows  # noqa: E402
 
-SIZES = "64x8192x8192,192x8192x8192,256x8192x8192,512x8192x8192,1024x8192x8192,4096x4096x4096,8192x8192x8192"
+SIZES = "16x8192x8192,32x8192x8192,64x8192x8192,192x8192x8192,256x8192x8192,512x8192x8192,1024x8192x8192,4096x4096x4096,8192x8192x8192"
 CONFIGS = "128/64/64/4/4,64/128/64/4/4,128/32/64/4/4"
 
 CHILD = """
