@@ -22,18 +22,8 @@ import child_rows  # noqa: E402
 SIZES = "128x4096x4096,64x8192x8192,4096x4096x4096"
 FLAVOURS = {"kiln": ("kiln", {}), "kiln, KILN_SPLIT_K=0": ("kiln", {"KILN_SPLIT_K": "0"}), "Triton": ("triton", {})}
 
-CHILD = """
-import json, sys, time
-sys.path.insert(0, sys.argv[1])
-import torch
-import kernel_source
+CHILD = child_rows.LIBRARY_PREAMBLE + """
 from matmul import CONFIGS
-flavour = sys.argv[2]
-lib = kernel_source.load("kernels.py", flavour)
-if flavour == "kiln":
-    import kiln as triton
-else:
-    import triton
 do_bench = triton.testing.do_bench
 configs = [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8}, num_stages=s, num_warps=w)
            for bm, bn, bk, s, w in CONFIGS]

@@ -9,6 +9,21 @@ import tempfile
 
 MARK = "ROWS "
 
+# A child's opening where it runs bench/kernels.py under one library: argv[1] bench/'s folder, argv[2]
+# "kiln" or "triton"; it leaves `lib` (the kernels) and `triton` (that library) defined.
+LIBRARY_PREAMBLE = """
+import json, sys, time
+sys.path.insert(0, sys.argv[1])
+import torch
+import kernel_source
+flavour = sys.argv[2]
+lib = kernel_source.load("kernels.py", flavour)
+if flavour == "kiln":
+    import kiln as triton
+else:
+    import triton
+"""
+
 
 def run(code: str, args: list, env: dict, timeout: float, what: str, caches=("TRITON_CACHE_DIR", "KILN_CACHE_DIR")):
     """(the rows the child `python -c code *args` printed, its completed process), run in `env` with each

@@ -25,19 +25,9 @@ import child_rows  # noqa: E402
 SIZES = "16x8192x8192,32x8192x8192,64x8192x8192,192x8192x8192,256x8192x8192,512x8192x8192,1024x8192x8192,4096x4096x4096,8192x8192x8192"
 CONFIGS = "128/64/64/4/4,64/128/64/4/4,128/32/64/4/4"
 
-CHILD = """
-import json, sys
-sys.path.insert(0, sys.argv[1])
-import torch
-import kernel_source
-flavour = sys.argv[2]
-lib = kernel_source.load("kernels.py", flavour)
-if flavour == "kiln":
-    import kiln as triton
-    from kiln.tools.tensor_descriptor import TensorDescriptor
-else:
-    import triton
-    from triton.tools.tensor_descriptor import TensorDescriptor
+CHILD = child_rows.LIBRARY_PREAMBLE + """
+import importlib
+TensorDescriptor = importlib.import_module(triton.__name__ + ".tools.tensor_descriptor").TensorDescriptor
 rows = []
 for size in sys.argv[3].split(","):
     M, N, K = map(int, size.split("x"))
