@@ -118,7 +118,8 @@ def make_binder(jitfn):
     namespace = {"_kiln_spec_key": spec_key, "_kiln_spec_key_unspecialized": spec_key_unspecialized,
                  "_kiln_spec_key_unaligned": spec_key_unaligned,
                  "_kiln_constexpr_key": constexpr_key, "_kiln_cache_get": jitfn.cache.get,
-                 "_kiln_slow_launch": jitfn.slow_launch, "_kiln_callable": callable,
+                 "_kiln_slow_launch": jitfn.slow_launch, "_kiln_grid_meta": jitfn.grid_meta,
+                 "_kiln_callable": callable,
                  "_kiln_KilnError": KilnError, "_kiln_items": _items}
     sig, keys = [], []
     for i, (name, p) in enumerate(params.items()):
@@ -143,17 +144,19 @@ def make_binder(jitfn):
     values = f"({', '.join(names)}{',' if names else ''})"
     src = (f"def _kiln_binder({', '.join(sig)}):\n"
            f"    return {key}, {values}, {stream}\n"
-           # kernel[grid]: the whole cached launch in one frame; a miss or a grid callable
-           # goes through JITFunction.run's slow path. An error kiln raises on purpose leaves
-           # with this frame only (see kiln.errors.user_facing).
+           # kernel[grid]: the whole cached launch in one frame (a grid callable's meta made by
+           # JITFunction.grid_meta); a miss goes through JITFunction.run's slow path. An error
+           # kiln raises on purpose leaves with this frame only (see kiln.errors.user_facing).
            f"def _kiln_bind_grid(_kiln_grid):\n"
            f"    def {jitfn.__name__}({', '.join(sig)}):\n"
            f"        _kiln_key, _kiln_values = {key}, {values}\n"
            f"        try:\n"
            f"            _kiln_kernel = _kiln_cache_get(_kiln_key)\n"
-           f"            if _kiln_kernel is None or _kiln_callable(_kiln_grid):\n"
+           f"            if _kiln_kernel is None:\n"
            f"                return _kiln_slow_launch(_kiln_grid, _kiln_key, _kiln_values, {stream})\n"
-           f"            _kiln_kernel.launch(_kiln_grid, _kiln_kernel.runtime_args(_kiln_values), {stream})\n"
+           f"            _kiln_kernel.launch(_kiln_grid(_kiln_grid_meta(_kiln_key, _kiln_values))\n"
+           f"                                if _kiln_callable(_kiln_grid) else _kiln_grid,\n"
+           f"                                _kiln_kernel.runtime_args(_kiln_values), {stream})\n"
            f"        except _kiln_KilnError as _kiln_error:\n"
            f"            raise _kiln_error.with_traceback(None)\n"
            f"        return _kiln_kernel\n"

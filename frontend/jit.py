@@ -174,6 +174,7 @@ class JITFunction(JITCallable, KernelInterface):
         self.is_internal = (fn.__module__ or "").startswith("kiln.")
         self.__globals__ = fn.__globals__
         self.cache: dict = LaunchCache()   # binder key -> CompiledKernel
+        self._grid_options: dict = {}  # binder key -> the launch options a grid callable is given
         self._by_specialization: dict = {}  # specialization key -> CompiledKernel
         self._tree = None
         self._source = None
@@ -238,6 +239,7 @@ class JITFunction(JITCallable, KernelInterface):
         self._tree = None
         self.hash = None  # its callers keep theirs: resetting them is the caller's job, as in Triton
         self.cache.clear()  # the binder holds this dict: clear it, never replace it
+        self._grid_options.clear()
         self._by_specialization.clear()
 
     def source_info(self) -> SourceInfo:
@@ -308,11 +310,20 @@ class JITFunction(JITCallable, KernelInterface):
         if kernel is None:  # knobs.runtime.jit_cache_hook said not to compile
             return None
         if callable(grid):
-            meta = dict(zip(self.arg_names, values))
-            meta.update((k, v) for k, v in self.binder.options(key, values).items() if v is not None and k not in meta)
-            grid = grid(meta)
+            grid = grid(self.grid_meta(key, values))
         kernel.launch(grid, kernel.runtime_args(values), stream)
         return kernel
+
+    def grid_meta(self, key, values) -> dict:
+        """What a grid callable is given: the arguments by name, then the launch options set that
+        are not parameters (Triton's). Those follow from the launch key: made once per key."""
+        options = self._grid_options.get(key)
+        if options is None:
+            options = self._grid_options[key] = {k: v for k, v in self.binder.options(key, values).items()
+                                                 if v is not None and k not in self.arg_names}
+        meta = dict(zip(self.arg_names, values))
+        meta.update(options)
+        return meta
 
     def _cached_or_compiled(self, key, values, warmup=False):
         kernel = self.cache.get(key)

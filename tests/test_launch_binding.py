@@ -38,6 +38,25 @@ def test_defaults_keywords_and_grid_functions():
     assert launched is scaled_copy[(1,)](x, out, 40, 0.5, BLOCK=32)  # cached: the same compiled kernel (40, 200: multiples of 8)
 
 
+def test_a_grid_function_gets_the_arguments_and_the_options_set_at_every_launch():
+    """The first launch of a specialization compiles it; later ones are cached launches, which
+    give the grid function the same meta: every argument by name, then each launch option set."""
+    x = np.arange(128, dtype=np.float32)
+    out = np.zeros_like(x)
+    seen = []
+
+    def grid(meta):
+        seen.append(meta)
+        meta["scratch"] = 1  # the function's own dict: the next launch's is a fresh one
+        return (kiln.cdiv(meta["n"], meta["BLOCK"]),)
+    for n in (128, 128, 64):
+        scaled_copy[grid](x, out, n, BLOCK=32, num_warps=2)
+    assert [m["n"] for m in seen] == [128, 128, 64] and all(m["num_warps"] == 2 for m in seen)
+    assert seen[0] == {"src": x, "dst": out, "n": 128, "scale": 2.0, "BLOCK": 32, "num_warps": 2, "scratch": 1}
+    assert seen[1] is not seen[0] and "num_stages" not in seen[1]  # options not set are not given
+    np.testing.assert_array_equal(out, x * 2)
+
+
 def test_a_wrong_call_names_the_kernel():
     x = np.zeros(4, np.float32)
     with pytest.raises(TypeError, match=r"scaled_copy\(\) missing 1 required positional argument: 'n'"):
