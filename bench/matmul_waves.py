@@ -22,7 +22,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import child_rows  # noqa: E402
 
-SIZES = "16x8192x8192,32x8192x8192,64x8192x8192,192x8192x8192,256x8192x8192,512x8192x8192,1024x8192x8192,4096x4096x4096,8192x8192x8192"
+SIZES = ",".join([f"{m}x8192x8192" for m in (16, 32, 64, 192, 256, 512, 1024)] + ["4096x4096x4096", "8192x8192x8192"])
 CONFIGS = "128/64/64/4/4,64/128/64/4/4,128/32/64/4/4"
 
 CHILD = child_rows.LIBRARY_PREAMBLE + """

@@ -319,7 +319,8 @@ def _compile(fn, target: str, options: dict | None, check: bool, link: bool, cou
             ptx, cubin, n_regs, n_spills = fits
             _stage_done("link", started)
         else:
-            ahead = None if warps != opts["num_warps"] else _probe_ahead(fn, ptx, opts, threads, shared, tgt, link_cubin)
+            ahead = None if warps != opts["num_warps"] else \
+                _probe_ahead(fn, ptx, opts, threads, shared, tgt, link_cubin)
             cubin, info = link_cubin(ptx)
             started = _stage_done("link", started)
             if nvjitlink.wgmma_serialized(info) and _persistent(arg_layout):
