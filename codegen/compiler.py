@@ -313,14 +313,14 @@ def _compile(fn, target: str, options: dict | None, check: bool, link: bool, cou
         return nvjitlink.link_cubin(text, tgt)
     if link:
         threads = 32 * warps
-        first = _cap_first(fn, ptx, opts, threads, shared, tgt) if warps == opts["num_warps"] else None
+        capped_here = warps == opts["num_warps"]  # (a warp-specialized kernel sets its own registers)
+        first = _cap_first(fn, ptx, opts, threads, shared, tgt) if capped_here else None
         fits, too_tight = _capped_link(ptx, first, link_cubin) if first is not None else (None, True)
         if not too_tight:  # the fewest-register cap there is: no other link can do better
             ptx, cubin, n_regs, n_spills = fits
             _stage_done("link", started)
         else:
-            ahead = None if warps != opts["num_warps"] else \
-                _probe_ahead(fn, ptx, opts, threads, shared, tgt, link_cubin)
+            ahead = _probe_ahead(fn, ptx, opts, threads, shared, tgt, link_cubin) if capped_here else None
             cubin, info = link_cubin(ptx)
             started = _stage_done("link", started)
             if nvjitlink.wgmma_serialized(info) and _persistent(arg_layout):
@@ -328,7 +328,7 @@ def _compile(fn, target: str, options: dict | None, check: bool, link: bool, cou
                 # stored to a bf16 tensor: 0.8x); the tile kernel as written keeps them async
                 return _compile(_without_persistence(fn), target, options, check, link, counts)
             n_regs, n_spills = nvjitlink.resource_usage(info)
-            if "maxnreg" not in opts and not n_spills and warps == opts["num_warps"]:
+            if "maxnreg" not in opts and not n_spills and capped_here:
                 caps = [cap for cap in _caps(fn, ptx, tgt, n_regs, threads, shared) if first is None or cap > first]
                 capped = _occupancy_link(ptx, caps, link_cubin, ahead, threads)
                 if capped is not None:

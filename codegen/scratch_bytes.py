@@ -125,11 +125,6 @@ def wavefronts(src, dst, shape, es: int, pad: int, num_warps: int) -> int:
 @functools.lru_cache(maxsize=256)
 def _warp0_indices(layout, shape, num_warps: int) -> np.ndarray:
     """The logical indices of warp 0's registers, [thread, register, dim] (read-only: cached)."""
-    # lay.thread_elements' indices, as base + offset in numpy (that list of tuples took ~8 ms for a
-    # 128x256 accumulator's conversion)
-    rank = len(shape)
-    bases = np.array(lay.thread_bases(layout, shape, num_warps, threads=32), np.int64).reshape(-1, rank)
-    offsets = np.array(layout.offsets(shape), np.int64).reshape(-1, rank)
-    idx = bases[:, None, :] + offsets[None, :, :]
+    idx = lay.thread_indices(layout, shape, num_warps, threads=32)
     idx.flags.writeable = False
     return idx

@@ -245,12 +245,13 @@ class Autotuner(KernelInterface):
         else:
             config = self.configs[0]
         self.best_config = config
+        values = config.all_kwargs()
         if warmup:
-            return self.fn.run(*args, grid=grid, warmup=True, **kwargs, **config.all_kwargs())
+            return self.fn.run(*args, grid=grid, warmup=True, **kwargs, **values)
         if config.pre_hook:
-            config.pre_hook({**nargs, **config.all_kwargs()})
+            config.pre_hook({**nargs, **values})
         # `kernel[grid]`: a JIT function's cached launch in one frame (JITFunction.__getitem__)
-        return self.fn[grid](*args, **kwargs, **config.all_kwargs())
+        return self.fn[grid](*args, **kwargs, **values)
 
     def _tune(self, args, kwargs, grid, configs, nargs, shared: str | None):
         """Benchmark `configs` and return the fastest (published under `shared` when it is given)."""

@@ -25,6 +25,8 @@ import functools
 import itertools
 from dataclasses import dataclass
 
+import numpy as np
+
 
 @dataclass(frozen=True)
 class Axis:
@@ -165,10 +167,17 @@ def default_order(rank: int) -> tuple[int, ...]:
 
 def thread_elements(layout, shape, num_warps: int, threads: int | None = None) -> list[list[tuple[int, ...]]]:
     """Per thread (the first `threads`, default all), the logical indices of its registers
-    (pure Python; lowering computes the same `(base + offset) mod shape` in LLVM IR)."""
-    offsets = layout.offsets(shape)
-    return [[tuple(b + o for b, o in zip(base, off)) for off in offsets]
-            for base in thread_bases(layout, shape, num_warps, threads)]
+    (lowering computes the same `(base + offset) mod shape` in LLVM IR)."""
+    return [[tuple(e) for e in t] for t in thread_indices(layout, shape, num_warps, threads).tolist()]
+
+
+def thread_indices(layout, shape, num_warps: int, threads: int | None = None) -> np.ndarray:
+    """`thread_elements` as an int64 array [thread, register, dim] (an analysis's form: a list of
+    tuples per element took ~8 ms for a 128x256 accumulator's conversion)."""
+    rank = len(shape)
+    bases = np.array(thread_bases(layout, shape, num_warps, threads), np.int64).reshape(-1, rank)
+    offsets = np.array(layout.offsets(shape), np.int64).reshape(-1, rank)
+    return bases[:, None, :] + offsets[None, :, :]
 
 
 def thread_bases(layout, shape, num_warps: int, threads: int | None = None) -> list[tuple[int, ...]]:
