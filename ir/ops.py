@@ -597,6 +597,13 @@ def _check_descriptor_load(op):
     t = op.results[0].type
     if not isinstance(t, block_type) or fallback.type != t:
         return f"the fallback value must be the result's block type {t}"
+    wrap = op.attrs.get("wrap_dim")
+    if wrap is not None:
+        if not isinstance(wrap, int) or isinstance(wrap, bool) or not 0 <= wrap < len(t.shape):
+            return "wrap_dim is one of the block's dims"
+        *offsets, extent = offsets
+        if extent.type != int32:
+            return "a wrapped descriptor_load takes its dim's extent (int32) after the offsets"
     if len(offsets) != len(t.shape) or any(o.type != int32 for o in offsets):
         return f"descriptor_load takes one int32 offset per dim ({len(t.shape)})"
 
@@ -685,7 +692,16 @@ def _check_tma_copy(op):
         return "tma_copy reads through a tensormap"
     if not isinstance(tile.type, shared_type) or len(tile.type.shape) != 2:
         return "tma_copy writes one tile of shared memory"
-    if pred.type != int1 or len(coords) != 2 or any(c.type != int32 for c in coords):
+    wrap, rows = op.attrs.get("wrap_dim"), op.attrs.get("box_rows")
+    if wrap is not None:
+        if not isinstance(wrap, int) or isinstance(wrap, bool) or wrap not in (0, 1) or len(coords) != 3:
+            return "a wrapped tma_copy names its wrapped dim (0 or 1) and takes that dim's extent last"
+        coords = coords[:2]
+    if rows is not None:
+        outer = tile.type.shape[tile.type.order[1]]
+        if not isinstance(rows, int) or isinstance(rows, bool) or rows % 8 or not 0 < rows <= outer or outer % rows:
+            return "box_rows is a multiple of 8 that divides the tile's rows"
+    if pred.type != int1 or len(coords) != 2 or any(c.type != int32 for c in coords + op.operands[6:]):
         return "tma_copy takes an int1 predicate and two int32 coordinates (the tile's dims)"
     return _barrier_error(bar.type)
 
@@ -819,10 +835,11 @@ OPS.update({
     "cat": OpDef((2, 2), check=_check_cat),
     "addptr": OpDef((2, 2), check=_check_addptr),
     "load": OpDef((1, 3), check=_check_load, notes="ptr[, mask[, other]]; attrs cache, evict, volatile, sem+scope"),
-    "descriptor_load": OpDef((3, 7), check=_check_descriptor_load,
-                             notes="tensormap, offsets..., fallback: a host TensorDescriptor's block at offsets, "
-                                   "equal to `fallback` (the same block loaded through pointers); codegen may "
-                                   "copy it with TMA instead"),
+    "descriptor_load": OpDef((3, 8), check=_check_descriptor_load,
+                             notes="tensormap, offsets..., [extent,] fallback: a host TensorDescriptor's block at "
+                                   "offsets, equal to `fallback` (the same block loaded through pointers); codegen "
+                                   "may copy it with TMA instead. attr wrap_dim: that dim's index wraps at `extent` "
+                                   "and its elements past it are never seen (pointer_tma)"),
     "store": OpDef((2, 3), results=(0, 0), check=_check_store, side_effects=True, notes="ptr, value[, mask]"),
     "atomic_rmw": OpDef((3, 3), attrs=("kind", "sem", "scope"), check=_check_atomic_rmw, side_effects=True),
     "atomic_cas": OpDef((3, 3), attrs=("sem", "scope"), check=_check_atomic_cas, side_effects=True),
@@ -905,9 +922,11 @@ OPS.update({
                               notes="scratch, base, inner extent, outer extent, outer stride (elements): thread 0 "
                                     "writes a 2-D TMA map of `base` into this CTA's slot of the global scratch; "
                                     "attr box = [inner, rows, swizzle] (smem_pipeline)"),
-    "tma_copy": OpDef((6, 6), results=(0, 0), check=_check_tma_copy, side_effects=True,
-                      notes="tensormap, tile, bar, pred, c0, c1: thread 0's TMA copy of the box at (c0, c1), "
-                            "completing on bar; out-of-bounds elements are zero"),
+    "tma_copy": OpDef((6, 7), results=(0, 0), check=_check_tma_copy, side_effects=True,
+                      notes="tensormap, tile, bar, pred, c0, c1[, extent]: thread 0's TMA copy of the box at "
+                            "(c0, c1), completing on bar; out-of-bounds elements are zero. attr wrap_dim: each "
+                            "box along that dim starts at its coordinate mod `extent`; attr box_rows: the "
+                            "tile's rows are copied in boxes of that many"),
     "warp_group_dot_wait": OpDef((1, 1 << 16), results=(1, 1 << 16), attrs=("pending",), check=_check_dot_wait,
                                  side_effects=True, notes="wait until at most `pending` dot groups are in flight"),
     "cluster_sum": OpDef((3, 3), check=_check_cluster_sum, side_effects=True,

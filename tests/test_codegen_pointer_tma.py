@@ -1,7 +1,7 @@
 """kiln.codegen.passes.pointer_tma on a CPU: which pointer loads of a dot's operands become
 TMA copies on maps derived from the kernel's arguments, the IR and PTX they give on
-sm_90a, and the metadata the launcher encodes the maps from. The GPU results are in
-tests/test_lang_dot.py (conformance) and tests/test_pointer_tma_gpu.py."""
+sm_90a, and the metadata the launcher encodes the maps from; on the GPU, wrapped rows past M
+against torch (and tests/test_lang_dot.py's conformance)."""
 import numpy as np
 import pytest
 
@@ -56,11 +56,46 @@ def test_tutorial_03s_loads_become_tma_copies_on_maps_derived_from_the_arguments
     k = _build()
     # a_ptr's map: inner extent K (index 5), outer extent M (3), rows stride_am (6) apart;
     # b_ptr's: inner N (4), outer K (5), rows stride_bk (7) apart
-    assert _derived(k) == {"a_ptr.tma": ("0,5,3,6", "64x128:swizzle128"), "b_ptr.tma": ("1,4,5,7", "64x64:swizzle128")}
+    # A's rows wrap (`% M`): its 128 rows are copied in boxes of 32 (smem_plan.WRAPPED_BOX_ROWS)
+    assert _derived(k) == {"a_ptr.tma": ("0,5,3,6", "64x32:swizzle128"), "b_ptr.tma": ("1,4,5,7", "64x64:swizzle128")}
     ptx = k.asm["ptx"]
     assert "cp.async.bulk.tensor.2d" in ptx and "cp.async.cg" not in ptx and "cp.async.ca" not in ptx
     assert "wgmma.mma_async" in ptx and ".local" not in ptx
     assert k.n_spills == 0
+
+
+def test_wrapped_rows_are_copied_in_boxes_that_start_inside_the_tensor():
+    """A's 128 rows in four boxes of 32, each starting at its row mod M; B's columns (one 64-wide
+    chunk per box) at theirs mod N: no box reaches past the tensor but the one M or N falls in."""
+    k = _build()
+    copies = [line for line in k.build("sm_90a").kir.splitlines() if "tma_copy" in line]
+    assert copies and all("wrap_dim" in line for line in copies)
+    assert any("box_rows = 32, wrap_dim = 0" in line for line in copies)
+    assert any("{wrap_dim = 1}" in line for line in copies)
+    assert "rem.u32" in k.asm["ptx"]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("M", [8, 40, 64, 200])
+def test_wrapped_rows_past_m_match_torch_on_the_gpu(M, monkeypatch):
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("needs a Hopper GPU")
+    from kiln.runtime.cuda_driver import compile_target
+    if compile_target(torch.cuda.current_device()) != "sm_90a":
+        pytest.skip("the pass is sm_90a's")
+    monkeypatch.setenv("KILN_INTERPRET", "0")
+    N, K = 320, 200  # N past one 256-column tile, K past three 64-deep steps
+    gen = torch.Generator(device="cuda").manual_seed(M)
+    a = torch.randn(M, K, device="cuda", generator=gen).half()
+    b = torch.randn(K, N, device="cuda", generator=gen).half()
+    c = torch.full((M, N), 7.0, device="cuda", dtype=torch.float16)
+    kernel = _mm[(-(-M // 128), -(-N // 256))](a, b, c, M, N, K, a.stride(0), b.stride(0), c.stride(0), BM=128, BN=256,
+                                                BK=64, OTHER=0.0, ROW_MASK=True, MIX_ROWS=False, SHIFT=0, num_warps=8,
+                                                num_stages=3)
+    torch.cuda.synchronize()
+    torch.testing.assert_close(c.float(), a.float() @ b.float(), atol=0.25, rtol=2e-2)
+    assert "rem.u32" in kernel.build("sm_90a").ptx  # it ran the wrapped copies
 
 
 @kiln.jit

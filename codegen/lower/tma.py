@@ -80,20 +80,34 @@ def _tma_expect(lw, op):
 
 
 def _tma_copy(lw, op):
-    tmap, tile, bar, pred, c0, c1 = op.operands
+    """One box per swizzle-wide column chunk (C inner elements) and, with `box_rows`, per that many
+    rows; along a `wrap_dim`, each box starts at its index mod the extent (smem_plan.copy_box)."""
+    tmap, tile, bar, pred, c0, c1, *extent = op.operands
     t = tile.type
     inner, outer = t.order
     C, O, W = t.tma_box()
+    R = op.attrs.get("box_rows", O)
+    wrap = op.attrs.get("wrap_dim")
     coords = {0: lw.scalar(c0), 1: lw.scalar(c1)}
     map_address = lw.b.ptrtoint(lw.scalar(tmap), I64)
     with _thread0(lw, lw.scalar(pred)):
         barrier = _shared_address(lw, bar)
+        modulus = None
+        if extent:  # at least 1: a remainder by 0 is undefined (an empty tensor's boxes read zeros anyway)
+            e = lw.scalar(extent[0])
+            modulus = lw.b.select(lw.b.icmp_unsigned(">", e, lw.i32(1)), e, lw.i32(1))
+
+        def start(dim, base, step):
+            at = lw.b.add(base, lw.i32(step)) if step else base
+            return lw.b.urem(at, modulus) if dim == wrap and modulus is not None else at
         for j in range(t.shape[inner] // C):
-            x = lw.b.add(coords[inner], lw.i32(j * C)) if j else coords[inner]
-            _asm(lw, "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes "
-                     "[$0], [$1, {$2, $3}], [$4];",
-                 args=[_shared_address(lw, tile, j * O * W), map_address, x, coords[outer], barrier],
-                 constraints="r,l,r,r,r")
+            x = start(inner, coords[inner], j * C)
+            for r in range(0, O, R):
+                _asm(lw, "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes "
+                         "[$0], [$1, {$2, $3}], [$4];",
+                     args=[_shared_address(lw, tile, j * O * W + r * W), map_address, x,
+                           start(outer, coords[outer], r), barrier],
+                     constraints="r,l,r,r,r")
 
 
 # tensormap.replace's enumerations (PTX ISA): element types as the host encoder picks them

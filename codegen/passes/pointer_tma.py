@@ -31,7 +31,10 @@ for a >= 0 the rows before E are the same (a negative `a` would read before the 
 out of the tensor the map describes). The load must then only
 feed one dot, along its M (A's rows) or N (B's columns), whose accumulator is carried by
 the loop and after it only goes through elementwise ops into stores masked by
-`a + idx < E` on that dim: the rows that differ are never stored.
+`a + idx < E` on that dim: the rows that differ are never stored. Such a load's
+`descriptor_load` carries E after its offsets (attr `wrap_dim`): its copies may then start
+a box past E at its row mod E (smem_plan.copy_box), since a box that reaches past the
+tensor is slow to copy and what lands in rows past E is never seen.
 """
 from __future__ import annotations
 
@@ -69,9 +72,10 @@ def apply(fn, ctx) -> None:
 class _Box:
     """What a proved load reads: base argument, per-dim coordinate forms and extents."""
 
-    def __init__(self, load, loop, forms, base, stride, coords, extents):
+    def __init__(self, load, loop, forms, base, stride, coords, extents, wrapped=None):
         self.load, self.loop, self.forms, self.base, self.stride = load, loop, forms, base, stride
         self.coords, self.extents = coords, extents  # per block dim: poly in `iter` and invariants; an argument
+        self.wrapped = wrapped  # the dim whose index wraps at its extent, or None
 
     @classmethod
     def prove(cls, load, loop, fn, forms, divisors):
@@ -115,7 +119,7 @@ class _Box:
             return None
         if wraps and not _wrapped_rows_unseen(fn, load, loop, wraps, forms):
             return None
-        return cls(load, loop, forms, base, stride, starts, extents)
+        return cls(load, loop, forms, base, stride, starts, extents, next(iter(wraps), None))
 
     def rewrite(self, fn, made_before) -> None:
         body = self.loop.regions[0]
@@ -141,7 +145,11 @@ class _Box:
                               made_before=made_before)
         value = self.load.results[0]
         uses = [op for op in fn.walk() if value in op.operands]
-        got = emit("descriptor_load", [tmap, *offsets, value], value.type)
+        if self.wrapped is None:
+            got = emit("descriptor_load", [tmap, *offsets, value], value.type)
+        else:  # the boxes that start past the extent may start at their index mod it (smem_pipeline)
+            extent = _materialized(self.extents[self.wrapped], self.loop, self.load.loc)
+            got = emit("descriptor_load", [tmap, *offsets, extent, value], value.type, wrap_dim=self.wrapped)
         for op in uses:
             op.operands = [got if v is value else v for v in op.operands]
         body.ops[at:at] = emitted
@@ -161,20 +169,7 @@ def create_map(fn, at, base, extents, stride, loc, box=None, made_before=None):
     if made_before is not None and key in made_before:
         return made_before[key]
     made = []
-
-    def extent(e):
-        if isinstance(e, Constant):
-            made.append(Operation("constant", [], [int32], {"value": int(e)}, loc=loc))
-            return made[-1].results[0]
-        if not isinstance(e, Product):
-            return e
-        total = e[0]
-        for f in e[1:]:
-            made.append(Operation("mul", [total, f], [int32], loc=loc))
-            total = made[-1].results[0]
-        return total
-
-    inner, outer = extent(extents[1]), extent(extents[0])
+    inner, outer = _extent_value(extents[1], made, loc), _extent_value(extents[0], made, loc)
     if isinstance(stride, Constant):
         made.append(Operation("constant", [], [int32], {"value": int(stride)}, loc=loc))
         stride = made[-1].results[0]
@@ -187,6 +182,33 @@ def create_map(fn, at, base, extents, stride, loc, box=None, made_before=None):
     if made_before is not None:
         made_before[key] = made[-1].results[0]
     return made[-1].results[0]
+
+
+def _extent_value(e, made: list, loc):
+    """Extent `e` (a value, a Constant or a Product of values) as a value: the ops that compute it
+    where it is not one already are appended to `made`."""
+    if isinstance(e, Constant):
+        made.append(Operation("constant", [], [int32], {"value": int(e)}, loc=loc))
+        return made[-1].results[0]
+    if not isinstance(e, Product):
+        return e
+    total = e[0]
+    for f in e[1:]:
+        made.append(Operation("mul", [total, f], [int32], loc=loc))
+        total = made[-1].results[0]
+    return total
+
+
+def _materialized(e, at, loc):
+    """Extent `e` as a value, its ops (if any) just before op `at`."""
+    made = []
+    value = _extent_value(e, made, loc)
+    block = at.parent
+    where = block.ops.index(at)
+    for op in made:
+        op.parent = block
+    block.ops[where:where] = made
+    return value
 
 
 def _key(v):

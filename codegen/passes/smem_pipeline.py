@@ -98,7 +98,7 @@ from ..analysis import axis_info
 from . import descriptor_loads, prefetch
 from ..analysis import Analysis
 from .rewrite import append_const, append_op, clone_op, const_int, in_loop, insert_ops, slot_after
-from .smem_plan import is_tma, plan_loop, ring_kind, tma_ok
+from .smem_plan import copy_box, is_tma, plan_loop, ring_kind, tma_ok
 
 
 def apply(fn, ctx) -> None:
@@ -137,7 +137,11 @@ def _issue(out, copies, rings, slot, iv_at, ub, mapping, loc, bars=None):
         operands = [mapping.get(v, v) for v in load.operands]
         view = append_op(out, "local_index", [ring, slot], [tile], loc)
         if is_tma(load):
-            append_op(out, "tma_copy", [operands[0], view, bar, inside, *operands[1:-1]], (), loc)
+            wrap = {"wrap_dim": load.attrs["wrap_dim"]} if "wrap_dim" in load.attrs else {}
+            rows = copy_box(load, tile)[1]
+            if rows != tile.tma_box()[1]:
+                wrap["box_rows"] = rows
+            append_op(out, "tma_copy", [operands[0], view, bar, inside, *operands[1:-1]], (), loc, **wrap)
             continue
         shape = load.results[0].type.shape
         inside_all = append_op(out, "splat", [inside], [block_type(int1, shape)], loc)
