@@ -279,8 +279,14 @@ def main(argv=None) -> None:
         measure(c, py, kernels[0], "steady")
     results = {}
     for kernel in kernels:
-        results[kernel] = {c: {mode: median_run([measure(c, py, kernel, mode) for _ in range(args.reps)])
-                               for mode in MODES} for c, py in pythons.items()}
+        # the compilers take turns, rep by rep: a VM whose speed drifts over a minute (this one's Triton
+        # steady figures moved 402 -> 491 ms between runs) shifts both alike, not one of them
+        runs = {(c, mode): [] for c in pythons for mode in MODES}
+        for _ in range(args.reps):
+            for mode in MODES:
+                for c, py in pythons.items():
+                    runs[c, mode].append(measure(c, py, kernel, mode))
+        results[kernel] = {c: {mode: median_run(runs[c, mode]) for mode in MODES} for c in pythons}
         print(kernel, {c: {m: round(r["cpu_ms"]) for m, r in by.items()} for c, by in results[kernel].items()},
               flush=True)
     machine = f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores"
