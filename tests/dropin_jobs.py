@@ -62,10 +62,21 @@ def run_on_gpu(tmp_path, text: str, runs: int = 1, timeout: float = 300) -> list
 
 # Inductor's max-autotune on the CPU under the drop-in (kiln's interpreter runs the kernels): its Triton CPU
 # backend, GEMMs as Triton templates only (ATen's, timed against the interpreter, would win at random), and
-# no epilogue-fusion benchmarking (Inductor's CPU path of it is broken: tests/test_dropin_max_autotune.py).
+# no epilogue-fusion benchmarking (Inductor's CPU path of it is broken: tests/test_dropin_max_autotune.py);
+# `record_compiles` lets a job see what triton.compile made in its process.
 MAX_AUTOTUNE_ON_CPU = """
 import torch._inductor.config as inductor_config
 inductor_config.cpu_backend = "triton"
 inductor_config.max_autotune_gemm_backends = "TRITON"
 inductor_config.benchmark_epilogue_fusion = False
+
+def record_compiles(record):  # record(src, kernel) sees each triton.compile of this process; gives the unwrapped one
+    real_compile = triton.compile
+
+    def recording_compile(src, *args, **kwargs):
+        kernel = real_compile(src, *args, **kwargs)
+        record(src, kernel)
+        return kernel
+    triton.compile = recording_compile
+    return real_compile
 """

@@ -34,14 +34,11 @@ JOB = textwrap.dedent('''
     inductor_config.test_configs.max_mm_configs = 1
 
     templates = {}
-    real_compile = triton.compile
 
-    def recording_compile(src, *args, **kwargs):
-        kernel = real_compile(src, *args, **kwargs)
+    def keep_template(src, kernel):
         if kernel.name.startswith("triton_tem_"):
             templates.setdefault(src.fn.src, (kernel.name, {str(k): str(v) for k, v in src.signature.items()}))
-        return kernel
-    triton.compile = recording_compile
+    real_compile = record_compiles(keep_template)
 
     a, b, bias = torch.randn(32, 64), torch.randn(64, 48), torch.randn(48)
     for fn, args, dynamic in ((lambda x, y: x @ y, (a, b), False), (lambda x, y: x @ y, (a, b), True),

@@ -48,15 +48,9 @@ JOB = textwrap.dedent("""
     launched = set()
     triton.knobs.runtime.launch_enter_hook = lambda meta: launched.add(meta.get()["name"])
     compiled_here = []  # triton.compile in this process: templates' configs, coordinate descent's
-    real_compile = triton.compile
-
-    def recording_compile(src, *args, **kwargs):
-        kernel = real_compile(src, *args, **kwargs)
-        compiled_here.append({"name": kernel.name, "module": type(kernel).__module__, "hash": kernel.hash,
-                              "config": repr(sorted(src.constants.items())) + f" w{kernel.metadata.num_warps}"
-                                        f" s{kernel.metadata.num_stages}"})
-        return kernel
-    triton.compile = recording_compile
+    record_compiles(lambda src, kernel: compiled_here.append({
+        "name": kernel.name, "module": type(kernel).__module__, "hash": kernel.hash,
+        "config": repr(sorted(src.constants.items())) + f" w{kernel.metadata.num_warps} s{kernel.metadata.num_stages}"}))
     torch.manual_seed(0)
 """) + MLP_AND_STEP + textwrap.dedent("""
     def train_step(model, forward, optimizer_step, optimizer, x):
