@@ -100,6 +100,15 @@ def cuda_torch(monkeypatch):
 
 
 @pytest.fixture
+def hopper_torch(cuda_torch):
+    """`cuda_torch` on a GPU kiln compiles sm_90a code for (wgmma, TMA); skips elsewhere."""
+    from kiln.runtime.cuda_driver import compile_target
+    if cuda_torch.cuda.get_device_capability()[0] != 9 or compile_target(cuda_torch.cuda.current_device()) != "sm_90a":
+        pytest.skip("needs a Hopper GPU that kiln compiles sm_90a code for")
+    return cuda_torch
+
+
+@pytest.fixture
 def no_profiler_session_left():
     """A test that fails inside a kiln.profiler session leaves no session or open scope to the next one."""
     yield

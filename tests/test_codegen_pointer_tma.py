@@ -77,14 +77,8 @@ def test_wrapped_rows_are_copied_in_boxes_that_start_inside_the_tensor():
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("M", [8, 40, 64, 200])
-def test_wrapped_rows_past_m_match_torch_on_the_gpu(M, monkeypatch):
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9:
-        pytest.skip("needs a Hopper GPU")
-    from kiln.runtime.cuda_driver import compile_target
-    if compile_target(torch.cuda.current_device()) != "sm_90a":
-        pytest.skip("the pass is sm_90a's")
-    monkeypatch.setenv("KILN_INTERPRET", "0")
+def test_wrapped_rows_past_m_match_torch_on_the_gpu(M, hopper_torch):
+    torch = hopper_torch
     N, K = 320, 200  # N past one 256-column tile, K past three 64-deep steps
     gen = torch.Generator(device="cuda").manual_seed(M)
     a = torch.randn(M, K, device="cuda", generator=gen).half()

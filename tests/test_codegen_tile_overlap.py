@@ -158,14 +158,8 @@ def test_a_lone_cta_of_one_warpgroup_gives_up_the_spare_slot_for_company():
 @pytest.mark.gpu
 @pytest.mark.parametrize("cfg", [FITS, (128, 64, 64, 8, 4), (128, 128, 64, 8, 3)])
 @pytest.mark.parametrize("shape", [(2000, 3000, 136), (4096, 4096, 200), (1000, 1000, 1000), (1024, 2048, 0)])
-def test_overlapped_tiles_match_torch(cfg, shape, monkeypatch):
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9:
-        pytest.skip("needs a Hopper GPU")
-    from kiln.runtime.cuda_driver import compile_target
-    if compile_target(torch.cuda.current_device()) != "sm_90a":
-        pytest.skip("the pass is sm_90a's")
-    monkeypatch.setenv("KILN_INTERPRET", "0")
+def test_overlapped_tiles_match_torch(cfg, shape, hopper_torch):
+    torch = hopper_torch
     bm, bn, bk, warps, stages = cfg
     M, N, K = shape
     gen = torch.Generator(device="cuda").manual_seed(0)
