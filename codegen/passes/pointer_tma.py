@@ -42,7 +42,7 @@ from kiln.ir.core import Block, Function, Operation
 from kiln.ir.types import block_type, int8, int32, pointer_type, tensormap
 
 from . import affine
-from .rewrite import const_int
+from .rewrite import const_int, insert_ops
 from .smem_plan import enabled as pipelines
 
 name = "pointer_tma"
@@ -203,11 +203,7 @@ def _materialized(e, at, loc):
     """Extent `e` as a value, its ops (if any) just before op `at`."""
     made = []
     value = _extent_value(e, made, loc)
-    block = at.parent
-    where = block.ops.index(at)
-    for op in made:
-        op.parent = block
-    block.ops[where:where] = made
+    insert_ops(at.parent, at.parent.ops.index(at), made)
     return value
 
 

@@ -137,11 +137,11 @@ def _issue(out, copies, rings, slot, iv_at, ub, mapping, loc, bars=None):
         operands = [mapping.get(v, v) for v in load.operands]
         view = append_op(out, "local_index", [ring, slot], [tile], loc)
         if is_tma(load):
-            wrap = {"wrap_dim": load.attrs["wrap_dim"]} if "wrap_dim" in load.attrs else {}
+            boxes = {"wrap_dim": load.attrs["wrap_dim"]} if "wrap_dim" in load.attrs else {}
             rows = copy_box(load, tile)[1]
             if rows != tile.tma_box()[1]:
-                wrap["box_rows"] = rows
-            append_op(out, "tma_copy", [operands[0], view, bar, inside, *operands[1:-1]], (), loc, **wrap)
+                boxes["box_rows"] = rows
+            append_op(out, "tma_copy", [operands[0], view, bar, inside, *operands[1:-1]], (), loc, **boxes)
             continue
         shape = load.results[0].type.shape
         inside_all = append_op(out, "splat", [inside], [block_type(int1, shape)], loc)
