@@ -155,11 +155,32 @@ def test_a_lone_cta_of_one_warpgroup_gives_up_the_spare_slot_for_company():
     assert smem_plan.tight_for_company(2 * kb, 4, 16 * kb, True, 4, 90)  # a staged operand: 3 CTAs for 2
 
 
-@pytest.mark.gpu
-@pytest.mark.parametrize("cfg", [FITS, (128, 64, 64, 8, 4), (128, 128, 64, 8, 3)])
-@pytest.mark.parametrize("shape", [(2000, 3000, 136), (4096, 4096, 200), (1000, 1000, 1000), (1024, 2048, 0)])
-def test_overlapped_tiles_match_torch(cfg, shape, hopper_torch):
-    torch = hopper_torch
+def _k_loop_ops(kir: str) -> list:
+    """The names of the ops in the body of the loop that waits on a TMA mbarrier, in order."""
+    lines = [line.strip() for line in kir.splitlines()]
+    wait = next(i for i, line in enumerate(lines) if line.startswith("mbarrier_wait"))
+    start = max(i for i in range(wait) if lines[i].startswith("^("))  # the loop's block arguments
+    end = next(i for i in range(wait, len(lines)) if lines[i].startswith("yield"))
+    return [(line.split("= ", 1)[1] if line.startswith("%") else line).split()[0] for line in lines[start + 1:end + 1]]
+
+
+def test_a_tight_tma_ring_orders_its_slots_by_the_barrier_before_the_copies_alone():
+    """Each thread waits on the slot's mbarrier, which makes TMA's bytes visible to its wgmma: the
+    tight ring's one barrier is the one before the copies (after the wait that retires the dots of
+    the slot they overwrite). A ring with a spare slot keeps the barrier at the top of the body."""
+    tight = _k_loop_ops(compile_ir(_source(COSTS_A_CTA), "sm_90a", {"num_warps": 4, "num_stages": 4}, link=False).kir)
+    assert tight.count("barrier") == 1 and "fence_async_shared" not in tight
+    assert tight.index("warp_group_dot_wait") < tight.index("barrier") < tight.index("tma_expect")
+    spare = _k_loop_ops(compile_ir(_source(FITS), "sm_90a", {"num_warps": 4, "num_stages": 4}, link=False).kir)
+    assert spare[spare.index("mbarrier_wait") + 1:spare.index("mbarrier_wait") + 3] == ["fence_async_shared", "barrier"]
+
+
+SHAPES = [(2000, 3000, 136), (4096, 4096, 200), (1000, 1000, 1000), (1024, 2048, 0)]
+
+
+def _gemm_on_the_gpu(cfg, shape, torch):
+    """Run `_gemm` at `cfg` on `shape` on the GPU (`torch`: the hopper_torch fixture's), check C
+    against torch; the kernel."""
     bm, bn, bk, warps, stages = cfg
     M, N, K = shape
     gen = torch.Generator(device="cuda").manual_seed(0)
@@ -171,4 +192,20 @@ def test_overlapped_tiles_match_torch(cfg, shape, hopper_torch):
                          num_warps=warps, num_stages=stages)
     torch.cuda.synchronize()
     torch.testing.assert_close(c.float(), a.float() @ b.float(), atol=0.5, rtol=3e-2)
+    return kernel
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("cfg", [FITS, (128, 64, 64, 8, 4), (128, 128, 64, 8, 3)])
+@pytest.mark.parametrize("shape", SHAPES)
+def test_overlapped_tiles_match_torch(cfg, shape, hopper_torch):
+    kernel = _gemm_on_the_gpu(cfg, shape, hopper_torch)
     assert not _tile_loop_allocates(kernel.build("sm_90a").kir)  # it ran overlapped (asm["kir"]: the frontend's IR)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("cfg", [COSTS_A_CTA, (64, 128, 64, 4, 4)])
+@pytest.mark.parametrize("shape", SHAPES)
+def test_tight_tma_rings_match_torch(cfg, shape, hopper_torch):
+    kernel = _gemm_on_the_gpu(cfg, shape, hopper_torch)
+    assert _k_loop_ops(kernel.build("sm_90a").kir).count("barrier") == 1  # the tight ring's one barrier
