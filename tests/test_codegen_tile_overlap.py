@@ -172,7 +172,7 @@ def test_a_tight_tma_ring_orders_its_slots_by_the_barrier_before_the_copies_alon
     assert tight.count("barrier") == 1 and "fence_async_shared" not in tight
     assert tight.index("warp_group_dot_wait") < tight.index("barrier") < tight.index("tma_expect")
     spare = _k_loop_ops(compile_ir(_source(FITS), "sm_90a", {"num_warps": 4, "num_stages": 4}, link=False).kir)
-    assert spare[spare.index("mbarrier_wait") + 1:spare.index("mbarrier_wait") + 3] == ["fence_async_shared", "barrier"]
+    assert spare[spare.index("mbarrier_wait") + 1] == "barrier" and "fence_async_shared" not in spare
 
 
 SHAPES = [(2000, 3000, 136), (4096, 4096, 200), (1000, 1000, 1000), (1024, 2048, 0)]

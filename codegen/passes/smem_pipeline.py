@@ -49,10 +49,11 @@ S tiles fit one more CTA per SM than S + 1 for a loop that stages an operand, or
 for a lone one of one warpgroup (smem_plan.tight_for_company), the ring has S tiles
 ("tight"): the copy of iteration i + S-1 then overwrites what the dots of iteration i - 1
 read, so it waits until they retired: every dot's wait comes before it, then a barrier,
-since each warp waits for its own part only. A tight ring that TMA alone fills and only dots
-read (nothing staged, nothing read back into registers) needs nothing at the top of the body:
-each thread's mbarrier wait makes the tiles visible to its warpgroup's wgmma (both the async
-proxy), and that barrier before the copies is the slots' only reuse. Where no dot of the loop stays in
+since each warp waits for its own part only. Where TMA alone fills the rings and only dots read
+them (nothing staged, nothing read back into registers) the top of the body takes no fence: each
+thread's mbarrier wait makes the tiles visible to its warpgroup's wgmma (both the async proxy);
+and a tight ring there takes no barrier either: the one before the copies orders the slots'
+reuse. Where no dot of the loop stays in
 flight (each one's result read in its iteration, or its A computed in registers from no dot's
 result: `_after_drain`) the ring has S tiles with neither: the dots of i - 1 retired before
 iteration i's first barrier (smem_plan's `drained`).
@@ -247,11 +248,14 @@ def _rewrite(loop, plan, stored_earlier, kind="wgmma", portable=False, num_warps
     if tma:
         bar = append_op(new, "local_index", [bars, read_slot], [bars.type.tile()], loc)
         append_op(new, "mbarrier_wait", [bar, phase], (), loc)
-    if copies and not (tight and hopper and tma and not pointer_copies and not staged and not fetched):
-        if hopper:
-            append_op(new, "fence_async_shared", [], (), loc)
-        if not released:
-            append_op(new, "barrier", [], (), loc)
+    # The wait makes TMA's bytes visible to this thread's wgmma, both the async proxy: the fence is
+    # for what the generic proxy writes (cp.async, a staged store) or reads back (a fetched tile)
+    # in the slots; the barrier orders the reuse of a spare slot (a tight ring's is before the copies)
+    generic = pointer_copies or bool(staged) or bool(fetched)
+    if copies and hopper and generic:
+        append_op(new, "fence_async_shared", [], (), loc)
+    if copies and not released and (generic or not tight or not hopper):
+        append_op(new, "barrier", [], (), loc)
     tail = []  # what the yield carries on for the copies: look-ahead values, slots, phase
     if copies and not hopper:  # the slot iteration i - 1 read is free: every warp passed the barrier
         tail = _issue_ahead(new, copies, ring_list, body, arg_index, ahead, used, iv, step, stages,
