@@ -11,6 +11,7 @@
 #                                             # bmm (Inductor's bmm template, its K loop counting down) (~150 s)
 #   bash bench/gpu_session.sh autotune-first-call  # bench/autotune_first_call.py: an autotuned GEMM's first call at
 #                                             # small M, kiln with and without split-K, Triton (~150-300 s)
+#   bash bench/gpu_session.sh tma-rings       # TMA rings' GPU tests and racecheck (tight, released), then matmul-waves
 #   bash bench/gpu_session.sh matmul-waves    # bench/matmul_waves.py: fixed configs at M = 16-1024 (N = K = 8192),
 #                                             # 4096³ and 8192³, pointer and descriptor kernels, kiln vs Triton (~80 s)
 #   bash bench/gpu_session.sh attention       # bench/attention.py: tutorial 06's descriptor forwards vs Triton, SDPA
@@ -70,6 +71,12 @@ for phase in "$@"; do
         | tee "$OUT/inductor-bmm.log" | tail -8 ;;
     autotune-first-call)  # tutorial 03's matmul under each library's autotuner: first call and tuned speed
       python3 bench/autotune_first_call.py --out "$OUT" 2>&1 | tee "$OUT/autotune-first-call.log" | tail -12 ;;
+    tma-rings)  # TMA rings' fences and barriers: their GPU tests and racecheck, then matmul-waves (~200 s)
+      python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_codegen_tile_overlap.py tests/test_codegen_pointer_tma.py \
+        tests/test_codegen_gpu_stage.py "tests/test_gpu_racecheck.py::test_pipelined_matmul_has_no_shared_memory_hazard" \
+        "tests/test_gpu_racecheck.py::test_rings_released_through_mbarriers_have_no_shared_memory_hazard" 2>&1 \
+        | tee "$OUT/tma-rings-tests.log" | tail -3
+      python3 bench/matmul_waves.py --out "$OUT" 2>&1 | tee "$OUT/matmul-waves.log" | tail -50 ;;
     matmul-waves)  # tutorial 03's pointer and descriptor matmuls at fixed configs on grids of a few waves
       python3 bench/matmul_waves.py --out "$OUT" 2>&1 | tee "$OUT/matmul-waves.log" | tail -50 ;;
     probe)
