@@ -208,4 +208,5 @@ def test_overlapped_tiles_match_torch(cfg, shape, hopper_torch):
 @pytest.mark.parametrize("shape", SHAPES)
 def test_tight_tma_rings_match_torch(cfg, shape, hopper_torch):
     kernel = _gemm_on_the_gpu(cfg, shape, hopper_torch)
-    assert _k_loop_ops(kernel.build("sm_90a").kir).count("barrier") == 1  # the tight ring's one barrier
+    if shape[2]:  # at K = 0 torch gives A a row stride of 1, which no TMA descriptor takes: no ring
+        assert _k_loop_ops(kernel.build("sm_90a").kir).count("barrier") == 1  # the tight ring's one barrier
