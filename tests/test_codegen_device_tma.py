@@ -283,6 +283,38 @@ def test_stores_without_both_bounds_keep_their_pointers():
     assert not any("tma_store" in a["name"] for a in k.metadata["args"])
 
 
+@kiln.jit
+def _store_from_column(x_ptr, y_ptr, M, N, COL: tl.constexpr):
+    """Each program's 64 rows of x's first 128 columns go to y's columns from COL on."""
+    x = tl.make_tensor_descriptor(x_ptr, shape=[M, N], strides=[N, 1], block_shape=[64, 128])
+    y = tl.make_tensor_descriptor(y_ptr, shape=[M, N], strides=[N, 1], block_shape=[64, 128])
+    m = tl.program_id(0) * 64
+    y.store([m, COL], x.load([m, 0]))
+
+
+@pytest.mark.parametrize("col, tma", [(8, True), (3, False)])
+def test_a_store_from_a_column_between_16_byte_multiples_keeps_its_pointers(col, tma):
+    """TMA faults (an illegal instruction) on a box whose first column is no 16-byte multiple."""
+    x = np.zeros((64, 64), np.float16)
+    k = _store_from_column.warmup(x, x, 4096, 4096, COL=col, num_warps=4, grid=(1,), target="sm_90a")
+    assert ("cp.async.bulk.tensor.2d.global.shared" in k.asm["ptx"]) == tma
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("col", [3, 8])
+def test_stores_from_any_column_match_torch_on_the_gpu(col, monkeypatch):
+    torch = _gpu_torch()
+    monkeypatch.setenv("KILN_INTERPRET", "0")
+    M, N = 200, 312
+    x = torch.randn(M, N, device="cuda").half()
+    y = torch.zeros(M, N, device="cuda", dtype=torch.float16)
+    _store_from_column[(-(-M // 64),)](x, y, M, N, COL=col, num_warps=4)
+    torch.cuda.synchronize()
+    want = torch.zeros_like(y)
+    want[:, col:col + 128] = x[:, :128]
+    torch.testing.assert_close(y, want)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("shift", [0, -8])
 def test_tma_stores_match_the_pointer_stores_on_the_gpu(shift, monkeypatch):

@@ -41,9 +41,9 @@ def _mm(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_bk, stride_cm, BM: tl.co
     tl.store(c_ptr + rm[:, None] * stride_cm + rn[None, :], acc.to(tl.float16), mask=mask)
 
 
-def _build(target="sm_90a", other=0.0, row_mask=True, mix_rows=False, shift=0):
+def _build(target="sm_90a", other=0.0, row_mask=True, mix_rows=False, shift=0, n=4096):
     x = np.zeros((64, 64), np.float16)
-    return _mm.warmup(x, x, x, 4096, 4096, 4096, 4096, 4096, 4096, BM=128, BN=256, BK=64, OTHER=other,
+    return _mm.warmup(x, x, x, 4096, n, 4096, 4096, 4096, 4096, BM=128, BN=256, BK=64, OTHER=other,
                       ROW_MASK=row_mask, MIX_ROWS=mix_rows, SHIFT=shift, num_warps=8, num_stages=3, grid=(1,),
                       target=target)
 
@@ -73,6 +73,15 @@ def test_wrapped_rows_are_copied_in_boxes_that_start_inside_the_tensor():
     assert any("box_rows = 32, wrap_dim = 0" in line for line in copies)
     assert any("{wrap_dim = 1}" in line for line in copies)
     assert "rem.u32" in k.asm["ptx"]
+
+
+def test_columns_wrapped_at_no_16_byte_multiple_are_copied_unwrapped():
+    """TMA faults on a box whose first column is no 16-byte multiple: at N = 4100 (8 bytes short)
+    a column mod N may be one, so B's boxes start where the pointers do (zeros past N); A's rows
+    still wrap."""
+    copies = [line for line in _build(n=4100).build("sm_90a").kir.splitlines() if "tma_copy" in line]
+    assert any("box_rows = 32, wrap_dim = 0" in line for line in copies)
+    assert not any("wrap_dim = 1" in line for line in copies) and len(copies) > 2
 
 
 @pytest.mark.gpu
@@ -228,6 +237,45 @@ def test_rows_that_may_start_before_the_base_need_a_mask_for_it(shift, floor, tm
                              num_warps=4, num_stages=3, grid=(1,), target="sm_90a")
     assert ("a_ptr.tma" in _derived(k)) == tma
     assert "b_ptr.tma" not in _derived(k)  # B's columns have no extent: neither masked nor wrapped
+
+
+@kiln.jit
+def _from_column(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, COL: tl.constexpr):
+    """A's K window starts at column COL (B's rows at 0): C = A[:, COL:] @ B[:K - COL]."""
+    rm = tl.program_id(0) * 128 + tl.arange(0, 128)
+    rn = tl.arange(0, 128)
+    acc = tl.zeros((128, 128), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K - COL, 64)):
+        ka = COL + k * 64 + tl.arange(0, 64)
+        rk = k * 64 + tl.arange(0, 64)
+        a = tl.load(a_ptr + rm[:, None] * stride_am + ka[None, :], mask=(rm[:, None] < M) & (ka[None, :] < K), other=0.0)
+        b = tl.load(b_ptr + rk[:, None] * N + rn[None, :], mask=rk[:, None] < K - COL, other=0.0)
+        acc = tl.dot(a, b, acc)
+    tl.store(c_ptr + rm[:, None] * N + rn[None, :], acc, mask=rm[:, None] < M)
+
+
+@pytest.mark.parametrize("col, tma", [(8, True), (3, False), (12, False)])
+def test_a_box_starts_at_a_16_byte_multiple_of_its_row(col, tma):
+    """TMA faults (an illegal instruction) on a box whose first column is no 16-byte multiple,
+    where the pointers read from any column: A's window from column 3 or 12 keeps its pointers."""
+    x = np.zeros((64, 64), np.float16)
+    k = _from_column.warmup(x, x, np.zeros((64, 64), np.float32), 4096, 128, 4096, 4096, COL=col, num_warps=4,
+                            num_stages=3, grid=(1,), target="sm_90a")
+    assert ("a_ptr.tma" in _derived(k)) == tma
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("col", [3, 8, 12])
+def test_a_window_from_any_column_matches_torch_on_the_gpu(col, hopper_torch):
+    torch = hopper_torch
+    M, N, K = 300, 128, 200
+    gen = torch.Generator(device="cuda").manual_seed(col)
+    a = torch.randn(M, K, device="cuda", generator=gen).half()
+    b = torch.randn(K, N, device="cuda", generator=gen).half()
+    c = torch.zeros(M, N, device="cuda")
+    _from_column[(-(-M // 128),)](a, b, c, M, N, K, a.stride(0), COL=col, num_warps=4, num_stages=3)
+    torch.cuda.synchronize()
+    torch.testing.assert_close(c, a[:, col:].float() @ b[:K - col].float(), atol=0.25, rtol=2e-2)
 
 
 def test_a_derived_map_asks_the_driver_for_the_matrix_the_pointers_read(monkeypatch):

@@ -21,7 +21,9 @@ iteration count, `idx_d` = the element's index along dim d):
             promises), both loop-invariant, X_1 the contiguous dim;
   coords    X_d = a_d + delta_d * iter + idx_d (a_d and delta_d loop-invariant: the
             pointer advances by as many rows or columns every iteration), or
-            X_d = (a_d + idx_d) % E_d ("wraps", tutorial 03's `% M`);
+            X_d = (a_d + idx_d) % E_d ("wraps", tutorial 03's `% M`); the contiguous
+            dim's a_1 + delta_1 * iter a 16-byte multiple (TMA faults on a box that starts
+            between: an illegal instruction);
   extents   every other dim has a mask term `X_d < E_d` (tutorial 03's K edge), E_d an
             int32 loop-invariant; terms `X_d >= 0` are allowed (TMA reads those as zeros too);
             `other` is absent or zero, so that masked-off elements read zero as out-of-box ones do.
@@ -34,9 +36,13 @@ the loop and after it only goes through elementwise ops into stores masked by
 `a + idx < E` on that dim: the rows that differ are never stored. Such a load's
 `descriptor_load` carries E after its offsets (attr `wrap_dim`): its copies may then start
 a box past E at its row mod E (smem_plan.copy_box), since a box that reaches past the
-tensor is slow to copy and what lands in rows past E is never seen.
+tensor is slow to copy and what lands in rows past E is never seen. A wrapped contiguous
+dim (B's columns) takes that only where E is a 16-byte multiple too: a column mod E
+must be one to start a box.
 """
 from __future__ import annotations
+
+import math
 
 from kiln.ir.core import Block, Function, Operation
 from kiln.ir.types import block_type, int8, int32, pointer_type, tensormap
@@ -119,7 +125,13 @@ class _Box:
             return None
         if wraps and not _wrapped_rows_unseen(fn, load, loop, wraps, forms):
             return None
-        return cls(load, loop, forms, base, stride, starts, extents, next(iter(wraps), None))
+        itemsize = base.type.element_ty.itemsize
+        if not inner_start_aligned(starts[1], itemsize, fn, forms, divisors):
+            return None
+        wrapped = next(iter(wraps), None)
+        if wrapped == 1 and _extent_divisor(extents[1], fn, divisors) * itemsize % 16:
+            wrapped = None  # a column mod E is no 16-byte multiple: its boxes start unwrapped (zeros past E)
+        return cls(load, loop, forms, base, stride, starts, extents, wrapped)
 
     def rewrite(self, fn, made_before) -> None:
         body = self.loop.regions[0]
@@ -266,6 +278,29 @@ def _divisor(v, fn, divisors) -> int:
     if v in fn.args:
         return fn.arg_attrs[fn.args.index(v)].get("divisibility", 1)
     return divisors.get(v, 1)
+
+
+def inner_start_aligned(poly, itemsize, fn, forms, divisors) -> bool:
+    """Is the contiguous dim's start `poly` a 16-byte multiple? TMA faults (an illegal
+    instruction) on a box that starts between, where the pointers read from any element."""
+    return poly_divisor(poly, fn, forms, divisors) * itemsize % 16 == 0
+
+
+def poly_divisor(poly, fn, forms, divisors) -> int:
+    """A known divisor of every value `poly` (in `iter` and scalar atoms) takes."""
+    known = 0
+    for m, c in poly.items():
+        term = abs(c)
+        for a in m:
+            term *= 1 if a == ITER else _divisor(forms.values[a[1]], fn, divisors)
+        known = math.gcd(known, term)
+    return known or 1 << 30  # 0: every multiple
+
+
+def _extent_divisor(e, fn, divisors) -> int:
+    if isinstance(e, Constant):
+        return int(e)
+    return math.prod(_divisor(f, fn, divisors) for f in _factors(e))
 
 
 def _zero(v) -> bool:

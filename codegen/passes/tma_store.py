@@ -7,7 +7,8 @@ The pointer store of the same block writes each thread's elements one by one whe
 mask may change at any element (an extent read from memory: tutorial 08's grouped GEMM),
 two bytes per instruction across eight rows. What is proved, with pointer_tma's forms:
 the address is base + X_1 + s * X_0 (a 16-byte aligned base, a row stride of 16-byte
-multiples), X_d = a_d + idx_d, and the mask is exactly `X_d >= 0` and `X_d < E_d` for both
+multiples), X_d = a_d + idx_d (a_1 a 16-byte multiple: TMA faults on a box that starts
+between), and the mask is exactly `X_d >= 0` and `X_d < E_d` for both
 dims. The map is derived from the arguments by the launcher where base, stride and extents
 are arguments, else made by the kernel (`tensormap_create`). TMA stores take no negative
 start: where a start is not proved non-negative the store is kept behind an `if` for
@@ -27,8 +28,8 @@ from kiln.ir.core import Block, Operation
 from kiln.ir.types import block_type, int1, int32, scalar_of, shared_type, tensormap
 
 from . import affine
-from .pointer_tma import (base_and_offset, bound_dim, create_map, emit_poly, from_arguments, hinted_divisors, mask_terms,
-                          nonnegative, split_strided)
+from .pointer_tma import (base_and_offset, bound_dim, create_map, emit_poly, from_arguments, hinted_divisors,
+                          inner_start_aligned, mask_terms, nonnegative, split_strided)
 from .smem_plan import enabled
 
 name = "tma_store"
@@ -89,6 +90,8 @@ class _StoreBox:
         if floored != {0, 1} or None in extents:
             return None
         if any(a[0] != "v" or forms.values[a[1]].type != int32 for c in starts.values() for a in affine.atoms_of(c)):
+            return None
+        if not inner_start_aligned(starts[1], base.type.element_ty.itemsize, fn, forms, divisors):
             return None
         return cls(store, base, stride, starts, extents, tile, forms)
 
