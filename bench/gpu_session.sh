@@ -11,7 +11,8 @@
 #                                             # bmm (Inductor's bmm template, its K loop counting down) (~150 s)
 #   bash bench/gpu_session.sh autotune-first-call  # bench/autotune_first_call.py: an autotuned GEMM's first call at
 #                                             # small M, kiln with and without split-K, Triton (~150-300 s)
-#   bash bench/gpu_session.sh tma-rings       # TMA rings' GPU tests and racecheck (tight, released), then matmul-waves
+#   bash bench/gpu_session.sh tma-rings       # TMA rings' GPU tests, racecheck (tight, released), the dot conformance
+#                                             # tests on the GPU, then matmul-waves
 #   bash bench/gpu_session.sh matmul-waves    # bench/matmul_waves.py: fixed configs at M = 16-1024 (N = K = 8192),
 #                                             # 4096³ and 8192³, pointer and descriptor kernels, kiln vs Triton (~80 s)
 #   bash bench/gpu_session.sh attention       # bench/attention.py: tutorial 06's descriptor forwards vs Triton, SDPA
@@ -76,6 +77,9 @@ for phase in "$@"; do
         tests/test_codegen_gpu_stage.py "tests/test_gpu_racecheck.py::test_pipelined_matmul_has_no_shared_memory_hazard" \
         "tests/test_gpu_racecheck.py::test_rings_released_through_mbarriers_have_no_shared_memory_hazard" 2>&1 \
         | tee "$OUT/tma-rings-tests.log" | tail -3
+      # the conformance dots on the GPU: the pointer kernels there derive maps at shapes the tests above do not
+      KILN_TEST_GPU_CONFORMANCE=1 python3 -m pytest -q -p no:cacheprovider tests/test_lang_dot.py 2>&1 \
+        | tee "$OUT/tma-rings-conformance.log" | tail -3
       python3 bench/matmul_waves.py --out "$OUT" 2>&1 | tee "$OUT/matmul-waves.log" | tail -50 ;;
     matmul-waves)  # tutorial 03's pointer and descriptor matmuls at fixed configs on grids of a few waves
       python3 bench/matmul_waves.py --out "$OUT" 2>&1 | tee "$OUT/matmul-waves.log" | tail -50 ;;
