@@ -48,6 +48,10 @@ def _build(target="sm_90a", other=0.0, row_mask=True, mix_rows=False, shift=0, n
                       target=target)
 
 
+# (M, N, K): extents of any alignment, a K edge inside a box, one row, one box of columns
+RAGGED = [(17, 257, 33), (130, 257, 64), (200, 312, 136), (64, 1000, 77), (512, 72, 200), (1, 8, 16)]
+
+
 def _derived(k) -> dict:
     return {a["name"]: (a.get("tma_of"), a.get("tma_box")) for a in k.metadata["args"] if "tma_of" in a}
 
@@ -75,6 +79,21 @@ def test_wrapped_rows_are_copied_in_boxes_that_start_inside_the_tensor():
     assert "rem.u32" in k.asm["ptx"]
 
 
+@pytest.mark.parametrize("M, N, K", RAGGED)
+def test_ragged_shapes_wrap_columns_only_at_16_byte_multiples(M, N, K):
+    """The builds the GPU test below runs (rows padded to 16-byte multiples): both operands take derived
+    maps, A's rows wrap in boxes, B's columns wrap mod N only where N is a 16-byte multiple."""
+    x = np.zeros((64, 64), np.float16)
+    lda, ldb = 16 * -(-K // 16) + 8, 16 * -(-N // 16) + 8
+    k = _mm.warmup(x, x, x, M, N, K, lda, ldb, N, BM=128, BN=256, BK=64, OTHER=0.0, ROW_MASK=True, MIX_ROWS=False,
+                   SHIFT=0, num_warps=8, num_stages=3, grid=(1,), target="sm_90a")
+    copies = [line for line in k.build("sm_90a").kir.splitlines() if "tma_copy" in line]
+    rows = M != 1  # M = 1 is specialized into a constant: no argument to derive A's map from
+    assert set(_derived(k)) == ({"a_ptr.tma", "b_ptr.tma"} if rows else {"b_ptr.tma"})
+    assert any("wrap_dim = 0" in line for line in copies) == rows
+    assert any("wrap_dim = 1" in line for line in copies) == (N % 8 == 0)
+
+
 def test_columns_wrapped_at_no_16_byte_multiple_are_copied_unwrapped():
     """TMA faults on a box whose first column is no 16-byte multiple: at N = 4100 (8 bytes short)
     a column mod N may be one, so B's boxes start where the pointers do (zeros past N); A's rows
@@ -99,6 +118,26 @@ def test_wrapped_rows_past_m_match_torch_on_the_gpu(M, hopper_torch):
     torch.cuda.synchronize()
     torch.testing.assert_close(c.float(), a.float() @ b.float(), atol=0.25, rtol=2e-2)
     assert "rem.u32" in kernel.build("sm_90a").ptx  # it ran the wrapped copies
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("bm, bn, bk, warps, stages", [(128, 64, 64, 4, 4), (64, 128, 64, 4, 4), (128, 32, 64, 4, 4),
+                                                      (128, 256, 64, 8, 3)])
+@pytest.mark.parametrize("M, N, K", RAGGED)
+def test_tutorial_03_at_ragged_shapes_matches_torch_on_the_gpu(M, N, K, bm, bn, bk, warps, stages, hopper_torch):
+    """Rows and columns wrapped at extents of any alignment, K edges inside a box, rows padded to
+    16-byte multiples (so both take maps): C matches torch and no copy faults (a box that started
+    between 16-byte multiples would: an illegal instruction)."""
+    torch = hopper_torch
+    gen = torch.Generator(device="cuda").manual_seed(M * N + K)
+    a = torch.randn(M, 16 * -(-K // 16) + 8, device="cuda", generator=gen).half()[:, :K]
+    b = torch.randn(K, 16 * -(-N // 16) + 8, device="cuda", generator=gen).half()[:, :N]
+    c = torch.full((M, N), 7.0, device="cuda", dtype=torch.float16)
+    _mm[(-(-M // bm), -(-N // bn))](a, b, c, M, N, K, a.stride(0), b.stride(0), c.stride(0), BM=bm, BN=bn, BK=bk,
+                                     OTHER=0.0, ROW_MASK=True, MIX_ROWS=False, SHIFT=0, num_warps=warps,
+                                     num_stages=stages)
+    torch.cuda.synchronize()
+    torch.testing.assert_close(c.float(), a.float() @ b.float(), atol=0.25, rtol=2e-2)
 
 
 @kiln.jit
