@@ -52,6 +52,23 @@ def _build(target="sm_90a", other=0.0, row_mask=True, mix_rows=False, shift=0, n
 RAGGED = [(17, 257, 33), (130, 257, 64), (200, 312, 136), (64, 1000, 77), (512, 72, 200), (1, 8, 16)]
 
 
+def _padded(n: int) -> int:
+    """A row of n fp16 elements padded to a 16-byte multiple (and 8 more): a stride maps take."""
+    return 16 * -(-n // 16) + 8
+
+
+def _mm_on_the_gpu(torch, a, b, bm, bn, bk, warps, stages):
+    """`_mm` of `a` and `b` (torch fp16 on the GPU) at that config, C checked against torch; the kernel."""
+    (M, K), N = a.shape, b.shape[1]
+    c = torch.full((M, N), 7.0, device="cuda", dtype=torch.float16)
+    kernel = _mm[(-(-M // bm), -(-N // bn))](a, b, c, M, N, K, a.stride(0), b.stride(0), c.stride(0), BM=bm, BN=bn,
+                                              BK=bk, OTHER=0.0, ROW_MASK=True, MIX_ROWS=False, SHIFT=0,
+                                              num_warps=warps, num_stages=stages)
+    torch.cuda.synchronize()
+    torch.testing.assert_close(c.float(), a.float() @ b.float(), atol=0.25, rtol=2e-2)
+    return kernel
+
+
 def _derived(k) -> dict:
     return {a["name"]: (a.get("tma_of"), a.get("tma_box")) for a in k.metadata["args"] if "tma_of" in a}
 
@@ -84,8 +101,7 @@ def test_ragged_shapes_wrap_columns_only_at_16_byte_multiples(M, N, K):
     """The builds the GPU test below runs (rows padded to 16-byte multiples): both operands take derived
     maps, A's rows wrap in boxes, B's columns wrap mod N only where N is a 16-byte multiple."""
     x = np.zeros((64, 64), np.float16)
-    lda, ldb = 16 * -(-K // 16) + 8, 16 * -(-N // 16) + 8
-    k = _mm.warmup(x, x, x, M, N, K, lda, ldb, N, BM=128, BN=256, BK=64, OTHER=0.0, ROW_MASK=True, MIX_ROWS=False,
+    k = _mm.warmup(x, x, x, M, N, K, _padded(K), _padded(N), N, BM=128, BN=256, BK=64, OTHER=0.0, ROW_MASK=True, MIX_ROWS=False,
                    SHIFT=0, num_warps=8, num_stages=3, grid=(1,), target="sm_90a")
     copies = [line for line in k.build("sm_90a").kir.splitlines() if "tma_copy" in line]
     rows = M != 1  # M = 1 is specialized into a constant: no argument to derive A's map from
@@ -111,12 +127,7 @@ def test_wrapped_rows_past_m_match_torch_on_the_gpu(M, hopper_torch):
     gen = torch.Generator(device="cuda").manual_seed(M)
     a = torch.randn(M, K, device="cuda", generator=gen).half()
     b = torch.randn(K, N, device="cuda", generator=gen).half()
-    c = torch.full((M, N), 7.0, device="cuda", dtype=torch.float16)
-    kernel = _mm[(-(-M // 128), -(-N // 256))](a, b, c, M, N, K, a.stride(0), b.stride(0), c.stride(0), BM=128, BN=256,
-                                                BK=64, OTHER=0.0, ROW_MASK=True, MIX_ROWS=False, SHIFT=0, num_warps=8,
-                                                num_stages=3)
-    torch.cuda.synchronize()
-    torch.testing.assert_close(c.float(), a.float() @ b.float(), atol=0.25, rtol=2e-2)
+    kernel = _mm_on_the_gpu(torch, a, b, 128, 256, 64, 8, 3)
     assert "rem.u32" in kernel.build("sm_90a").ptx  # it ran the wrapped copies
 
 
@@ -130,14 +141,9 @@ def test_tutorial_03_at_ragged_shapes_matches_torch_on_the_gpu(M, N, K, bm, bn, 
     between 16-byte multiples would: an illegal instruction)."""
     torch = hopper_torch
     gen = torch.Generator(device="cuda").manual_seed(M * N + K)
-    a = torch.randn(M, 16 * -(-K // 16) + 8, device="cuda", generator=gen).half()[:, :K]
-    b = torch.randn(K, 16 * -(-N // 16) + 8, device="cuda", generator=gen).half()[:, :N]
-    c = torch.full((M, N), 7.0, device="cuda", dtype=torch.float16)
-    _mm[(-(-M // bm), -(-N // bn))](a, b, c, M, N, K, a.stride(0), b.stride(0), c.stride(0), BM=bm, BN=bn, BK=bk,
-                                     OTHER=0.0, ROW_MASK=True, MIX_ROWS=False, SHIFT=0, num_warps=warps,
-                                     num_stages=stages)
-    torch.cuda.synchronize()
-    torch.testing.assert_close(c.float(), a.float() @ b.float(), atol=0.25, rtol=2e-2)
+    a = torch.randn(M, _padded(K), device="cuda", generator=gen).half()[:, :K]
+    b = torch.randn(K, _padded(N), device="cuda", generator=gen).half()[:, :N]
+    _mm_on_the_gpu(torch, a, b, bm, bn, bk, warps, stages)
 
 
 @kiln.jit

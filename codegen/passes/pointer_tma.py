@@ -129,7 +129,7 @@ class _Box:
         if not inner_start_aligned(starts[1], itemsize, fn, forms, divisors):
             return None
         wrapped = next(iter(wraps), None)
-        if wrapped == 1 and _extent_divisor(extents[1], fn, divisors) * itemsize % 16:
+        if wrapped == 1 and _divisor(extents[1], fn, divisors) * itemsize % 16:  # (a wrap's E is a value)
             wrapped = None  # a column mod E is no 16-byte multiple: its boxes start unwrapped (zeros past E)
         return cls(load, loop, forms, base, stride, starts, extents, wrapped)
 
@@ -281,26 +281,11 @@ def _divisor(v, fn, divisors) -> int:
 
 
 def inner_start_aligned(poly, itemsize, fn, forms, divisors) -> bool:
-    """Is the contiguous dim's start `poly` a 16-byte multiple? TMA faults (an illegal
-    instruction) on a box that starts between, where the pointers read from any element."""
-    return poly_divisor(poly, fn, forms, divisors) * itemsize % 16 == 0
-
-
-def poly_divisor(poly, fn, forms, divisors) -> int:
-    """A known divisor of every value `poly` (in `iter` and scalar atoms) takes."""
-    known = 0
-    for m, c in poly.items():
-        term = abs(c)
-        for a in m:
-            term *= 1 if a == ITER else _divisor(forms.values[a[1]], fn, divisors)
-        known = math.gcd(known, term)
-    return known or 1 << 30  # 0: every multiple
-
-
-def _extent_divisor(e, fn, divisors) -> int:
-    if isinstance(e, Constant):
-        return int(e)
-    return math.prod(_divisor(f, fn, divisors) for f in _factors(e))
+    """Is the contiguous dim's start `poly` (in `iter` and scalar atoms) a 16-byte multiple? TMA
+    faults (an illegal instruction) on a box that starts between, where the pointers read from
+    any element. Each term's known divisor must make it one."""
+    return all(abs(c) * math.prod(1 if a == ITER else _divisor(forms.values[a[1]], fn, divisors) for a in m)
+               * itemsize % 16 == 0 for m, c in poly.items())
 
 
 def _zero(v) -> bool:
