@@ -19,10 +19,9 @@ from . import backend, nvjitlink, occupancy
 from .artifact import CompiledKernel  # noqa: F401  (kiln.codegen.CompiledKernel)
 from .lower import LoweringError, lower_function
 from .passes import tile_overlap
-from .analysis.scratch_use import planned_shared_bytes
 from .analysis.shared_buffers import allocated_bytes
 from .analysis.partitions import cta_warps
-from .pipeline import TILE_OVERLAP, PassContext, run_passes
+from .pipeline import PassContext, run_passes
 from .target import parse_target
 
 DEFAULT_OPTIONS = options_record.DEFAULTS  # num_warps, num_stages
@@ -83,36 +82,21 @@ def _lower_to_llvm(fn, tgt, opts: dict, check: bool, portable: bool, counts: dic
     verify(fn)
     limit = occupancy.max_shared_per_cta(tgt.capability)
     reserve, overlap = 0, True
-    before_overlap = None  # the IR after the passes before tile_overlap, for this `reserve`
     ctx = PassContext(tgt, opts["num_warps"], opts["num_stages"], maxnreg=opts.get("maxnreg"),
                       fp_fusion=bool(opts.get("enable_fp_fusion", 1)),
                       reflect_ftz=bool(opts.get("enable_reflect_ftz", 1)), portable=portable)
     for _ in range(4):
-        if before_overlap is not None and not overlap:
-            # the overlap variant dropped, the rings as planned: on from where tile_overlap ran
-            work, before_overlap = before_overlap, None  # the copy's own: it resumes once at most
-            _choose_variant(work, reserve, overlap)
-            run_passes(work, ctx, check=check, start=TILE_OVERLAP)
-            counts["pass_resumes"] = counts.get("pass_resumes", 0) + 1
-        else:
-            work = copy_function(fn)  # a private copy for the passes to rewrite (as its text would parse)
-            _choose_variant(work, reserve, overlap)
-            run_passes(work, ctx, check=check, stop=TILE_OVERLAP)
-            if overlap and tile_overlap.tile_loop(work) is not None:  # a persistent GEMM: it may try the overlap variant
-                before_overlap = copy_function(work)
-            run_passes(work, ctx, check=check, start=TILE_OVERLAP)
-            counts["pass_runs"] = counts.get("pass_runs", 0) + 1
-        tiles_overlapped = tile_overlap.overlapped(work)
-        if tiles_overlapped and not portable and _overlap_costs(planned_shared_bytes(work), allocated_bytes(work), tgt):
-            overlap = False  # the passes' plan (what lowering will take at least) already costs: no lowering needed to see it
-            continue
+        work = copy_function(fn)  # a private copy for the passes to rewrite (as its text would parse)
+        _choose_variant(work, reserve, overlap)
+        run_passes(work, ctx, check=check)  # (tile_overlap weighs its variant by the passes' plan itself)
+        counts["pass_runs"] = counts.get("pass_runs", 0) + 1
         counts["lowerings"] = counts.get("lowerings", 0) + 1
         try:
             llir, arg_layout, shared = lower_function(work, ctx)
         except LoweringError as e:
             raise CompileError(f"{fn.name}: {e}") from None
-        if tiles_overlapped and not portable and _overlap_costs(shared, allocated_bytes(work), tgt):
-            overlap = False
+        if tile_overlap.overlapped(work) and tile_overlap.costs(shared, allocated_bytes(work), tgt):
+            overlap = False  # lowering took more than the plan (its unplanned uses): the plain variant after all
             continue
         if portable or shared <= limit or not allocated_bytes(work):
             break
@@ -123,7 +107,6 @@ def _lower_to_llvm(fn, tgt, opts: dict, check: bool, portable: bool, counts: dic
             # warp-specialized: the scratch follows the rings, live throughout, instead of taking
             # their bytes, so the rings leave room for all of it
             reserve = max(reserve, shared - allocated_bytes(work))
-        before_overlap = None
     facts["warps"] = cta_warps(work, opts["num_warps"])
     facts["splittable"] = work.attrs.get("splittable") == 1  # a split_k build applies (kiln.codegen.passes.split_k)
     return print_function(work), llir, arg_layout, shared
@@ -136,16 +119,6 @@ def _choose_variant(work, reserve: int, overlap: bool) -> None:
         work.attrs["shared_reserve"] = reserve
     if not overlap:
         work.attrs["tile_overlap"] = 0
-
-
-def _overlap_costs(shared: int, allocated: int, tgt) -> bool:
-    """Does keeping the rings live through the epilogue (tile_overlap) take the kernel past the
-    SM's shared memory or cost it a CTA per SM? The scratch would otherwise reuse the rings'
-    bytes. (A tight ring that made room for tutorial 03's 128x256 fp16 epilogue ran 3% slower
-    at 8192³; a second CTA per SM overlaps one CTA's epilogue with another's dots anyway.)"""
-    alone = max(allocated, shared - allocated)
-    return shared > occupancy.max_shared_per_cta(tgt.capability) or \
-        occupancy.ctas_by_shared(shared, tgt.capability) < occupancy.ctas_by_shared(alone, tgt.capability)
 
 
 def _without_persistence(fn):
@@ -284,11 +257,9 @@ def compile(fn, target: str = "sm_90a", options: dict | None = None, check: bool
 
     `check=True` verifies the IR after every rewriting pass (tests); `link=False` stops at
     PTX (no cubin, no register counts). `metadata["pass_runs"]`, `["lowerings"]` and `["links"]`
-    count the runs of the pass list, of lowering and of nvJitLink the compile took, retries included;
-    `["pass_resumes"]` the runs of its tail from tile_overlap on, for a persistent GEMM whose overlap
-    variant did not pay (the passes before it ran once, for both variants)."""
+    count the runs of the pass list, of lowering and of nvJitLink the compile took, retries included."""
     _stages.ms = {}
-    return _compile(fn, target, options, check, link, {"pass_runs": 0, "pass_resumes": 0, "lowerings": 0, "links": 0})
+    return _compile(fn, target, options, check, link, {"pass_runs": 0, "lowerings": 0, "links": 0})
 
 
 def _compile(fn, target: str, options: dict | None, check: bool, link: bool, counts: dict) -> CompiledKernel:

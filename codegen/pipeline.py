@@ -29,19 +29,19 @@ PASSES = [
     descriptor_loads,  # the descriptor loads no TMA ring took -> their pointer loads; unread derived maps dropped
     tma_store,      # sm_90a: descriptor stores of 2-D blocks -> shared tile + TMA store
     warp_specialize,  # sm_90a, persistent, where the K loop asks: the copies on a producer warpgroup of their own
-    tile_overlap,   # sm_90a, persistent: the next tile's first copies issued before this tile's epilogue
     prefetch,       # loads of iteration i+1 issued during iteration i (num_stages >= 2)
     canonicalize,   # tidy what prefetch cloned
     cse,
     dce,
     layouts,        # a thread distribution for every block value (by the pointers' contiguity), convert_layout
                     # ops where an op reads a value in another; the layouts into the types
+    tile_overlap,   # sm_90a, persistent: the next tile's first copies issued before this tile's epilogue, where
+                    # the rings then still leave the epilogue's scratch room (weighed on a trial copy)
     smem_alloc,     # byte offsets of the shared buffers, by liveness
     scratch_barriers,  # scratch bytes of reductions and conversions; barriers only where bytes may be in use
     dot_staging,    # which engine runs each dot (mma.sync or FMAs); staging buffers of their own for mma dots in loops
 ]
 LAYOUTS_IN_TYPES = PASSES.index(layouts)  # from here on every block type has its layout
-TILE_OVERLAP = PASSES.index(tile_overlap)  # where a compile that drops the overlap variant resumes
 
 
 @dataclass
@@ -62,14 +62,13 @@ class PassContext:
 # first lowering needed beyond the SM's shared memory).
 
 
-def run_passes(fn, ctx: PassContext, check: bool = False, start: int = 0, stop: int | None = None) -> None:
-    """PASSES[start:stop] over `fn` (all of them by default). A run that reaches the end checks
-    what lowering takes on trust: the IR verifies and every op reads its operands in the layouts
-    it needs (lowering never moves data between layouts but for a `convert_layout`)."""
+def run_passes(fn, ctx: PassContext, check: bool = False, stop: int | None = None) -> None:
+    """PASSES[:stop] over `fn` (all of them by default, once: a variant a pass weighs it tries on a
+    copy). A run that reaches the end checks what lowering takes on trust: the IR verifies and every
+    op reads its operands in the layouts it needs (lowering never moves data between layouts but
+    for a `convert_layout`)."""
     ctx.check = check
     for i, p in enumerate(PASSES[:stop]):
-        if i < start:
-            continue
         p.apply(fn, ctx)
         if check:
             verify(fn)

@@ -1,8 +1,7 @@
-"""How often a compile runs the pass list and lowering. A persistent GEMM first tries keeping its
-rings live through the epilogue (tile_overlap); where the shared memory the passes planned (what
-lowering takes at least) already takes it past the SM, or costs it a CTA per SM, the compile drops
-that variant without lowering it. Either way the passes before tile_overlap run once: the other
-variant resumes from a copy of their result."""
+"""How often a compile runs the pass list and lowering. A persistent GEMM may keep its rings live
+through the epilogue (tile_overlap); the pass weighs that on a copy, by the shared memory the rest
+of the plan gives it (what lowering takes at least), and rewrites the kernel only where it neither
+takes it past the SM nor costs it a CTA per SM. Either way the pass list runs once."""
 import importlib.util
 import pathlib
 
@@ -29,17 +28,23 @@ def bench_matmul(bm, bn, bk, warps):
                                         GROUP_M=8, num_warps=warps, num_stages=3, grid=(1,), target="sm_90a")
 
 
-def test_a_gemm_whose_overlap_cannot_fit_is_lowered_once():
+def test_a_gemm_whose_overlap_cannot_fit_runs_its_passes_once():
     kernel = bench_matmul(128, 256, 64, 8)
     assert "wgmma.mma_async" in kernel.asm["ptx"]
-    assert kernel.metadata["pass_runs"] == 1 and kernel.metadata["pass_resumes"] == 1
-    assert kernel.metadata["lowerings"] == 1
+    assert kernel.metadata["pass_runs"] == 1 and kernel.metadata["lowerings"] == 1
+    assert "pass_resumes" not in kernel.metadata
 
 
-def test_a_gemm_whose_overlap_costs_a_cta_by_its_plan_is_lowered_once():
+def test_a_gemm_whose_overlap_costs_a_cta_by_its_plan_runs_its_passes_once():
     kernel = bench_matmul(64, 64, 32, 4)
-    assert kernel.metadata["pass_runs"] == 1 and kernel.metadata["pass_resumes"] == 1
-    assert kernel.metadata["lowerings"] == 1  # the plan shows the overlap costs it a CTA per SM
+    assert kernel.metadata["pass_runs"] == 1 and kernel.metadata["lowerings"] == 1  # the plan shows the CTA it costs
+
+
+def test_a_gemm_whose_overlap_pays_is_rewritten_in_the_same_single_run():
+    from kiln.codegen.passes import tile_overlap
+    kernel = bench_matmul(128, 128, 64, 8)
+    assert kernel.metadata["pass_runs"] == 1 and kernel.metadata["lowerings"] == 1
+    assert tile_overlap.overlapped(parse_function(kernel.build("sm_90a").kir))
 
 
 def test_the_dumped_ir_says_which_variant_it_is():
@@ -50,16 +55,16 @@ def test_the_dumped_ir_says_which_variant_it_is():
     assert parse_function(compiled.kir).attrs["tile_overlap"] == 0
 
 
-def test_a_resumed_variant_compiles_as_a_whole_run_of_its_passes():
-    """The variant without the overlap, resumed after tile_overlap, is the kernel the whole pass
-    list makes with the overlap off."""
+def test_a_declined_overlap_compiles_as_the_pass_list_with_the_overlap_off():
+    """The variant tile_overlap declines (weighed on a copy) is the kernel the pass list makes with
+    the overlap off from the start: the trial leaves nothing behind."""
     from kiln.codegen.compiler import lower_to_llvm
     kernel = bench_matmul(128, 256, 64, 8)
     fn = parse_function(kernel.asm["kir"])
     tgt = parse_target("sm_90a")
     opts = {"num_warps": 8, "num_stages": 3}
-    resumed, llir, _, shared = lower_to_llvm(fn, tgt, opts, counts=(counts := {}))
-    assert counts == {"pass_runs": 1, "pass_resumes": 1, "lowerings": 1}
+    declined, llir, _, shared = lower_to_llvm(fn, tgt, opts, counts=(counts := {}))
+    assert counts == {"pass_runs": 1, "lowerings": 1}
     work = parse_function(kernel.asm["kir"])
     work.attrs["tile_overlap"] = 0
     ctx = PassContext(tgt, 8, 3)

@@ -24,8 +24,12 @@ from %base; its last S-1 copies, past its end, were predicated off, so the next 
 first copy takes the slot the K loop would have read next and each mbarrier still
 completes one phase per slot read. The epilogue's scratch can no longer take the rings'
 bytes (`smem_alloc` sees them live across the tile loop); where both do not fit, or only at
-a CTA per SM less, `compile` builds the kernel again without this pass (tutorial 03's 128x256
+a CTA per SM less (`costs`), the kernel keeps its rings in the tile loop (tutorial 03's 128x256
 fp16 tile: a 192 KB ring and a 66 KB conversion; see codegen/README for what making room cost).
+The pass runs after `layouts`, where the epilogue's conversions and their scratch are known, and
+weighs the rewrite on a copy first: the copy rewritten, its buffers placed (`smem_alloc`) and its
+scratch planned (`scratch_barriers`), the shared memory that plan adds up to decides, and the
+function itself is rewritten only where it pays. So the pass list runs once for either variant.
 
 Only the form tutorial 03 and 09's GEMMs take: one K loop in the tile loop, its operands
 all from TMA rings (no tile stored once or staged, no look-ahead values carried), the
@@ -33,9 +37,14 @@ prologue's addresses pure arithmetic on the tile index.
 """
 from __future__ import annotations
 
+from kiln.ir import copy_function
 from kiln.ir.core import Value
 from kiln.ir.types import int1, int32
 
+from .. import occupancy
+from ..analysis.scratch_use import planned_shared_bytes
+from ..analysis.shared_buffers import allocated_bytes
+from . import scratch_barriers, smem_alloc
 from .rewrite import append_op, clone_op, const_int, has_side_effects, insert_ops, recomputable_cone, slot_after
 from .smem_plan import enabled
 
@@ -62,8 +71,34 @@ def apply(fn, ctx) -> None:
         return
     tiles = tile_loop(fn)
     gemm = match_tile_gemm(tiles) if tiles is not None else None
-    if gemm is not None:
-        _rewrite(tiles, gemm)
+    if gemm is None:
+        return
+    if _costs_on_a_copy(fn, ctx):
+        fn.attrs["tile_overlap"] = 0  # the variant it is, in its dumped IR
+    else:
+        _rewrite(tiles, gemm)  # (its clones untidied: LLVM merges them, the PTX is the same as after cse)
+
+
+def _costs_on_a_copy(fn, ctx) -> bool:
+    """Does the rewrite cost `fn` (`costs`), by the shared memory the rest of the plan gives a
+    rewritten copy: its buffers placed and its scratch planned as the passes after this one do?"""
+    trial = copy_function(fn)
+    tiles = tile_loop(trial)
+    _rewrite(tiles, match_tile_gemm(tiles))
+    smem_alloc.apply(trial, ctx)
+    scratch_barriers.apply(trial, ctx)
+    return costs(planned_shared_bytes(trial), allocated_bytes(trial), ctx.target)
+
+
+def costs(shared: int, allocated: int, target) -> bool:
+    """Does keeping the rings live through the epilogue, at `shared` bytes with `allocated` of them
+    the buffers', take the kernel past the SM's shared memory or cost it a CTA per SM? The scratch
+    would otherwise reuse the rings' bytes. (A tight ring that made room for tutorial 03's 128x256
+    fp16 epilogue ran 3% slower at 8192³; a second CTA per SM overlaps one CTA's epilogue with
+    another's dots anyway.)"""
+    alone = max(allocated, shared - allocated)
+    return shared > occupancy.max_shared_per_cta(target.capability) or \
+        occupancy.ctas_by_shared(shared, target.capability) < occupancy.ctas_by_shared(alone, target.capability)
 
 
 def overlapped(fn) -> bool:
