@@ -13,6 +13,8 @@
 #                                             # small M, kiln with and without split-K, Triton (~150-300 s)
 #   bash bench/gpu_session.sh tma-rings       # TMA rings' GPU tests, racecheck (tight, released), the dot conformance
 #                                             # tests on the GPU, then matmul-waves
+#   bash bench/gpu_session.sh stream-k        # bench/stream_k.py --check: the stream-K tail against the persistent and
+#                                             # tile kernels and cuBLAS, kiln and Triton, after its GPU tests (not run yet)
 #   bash bench/gpu_session.sh matmul-waves    # bench/matmul_waves.py: fixed configs at M = 16-1024 (N = K = 8192),
 #                                             # 4096³ and 8192³, pointer and descriptor kernels, kiln vs Triton (~80 s)
 #   bash bench/gpu_session.sh attention       # bench/attention.py: tutorial 06's descriptor forwards vs Triton, SDPA
@@ -72,6 +74,9 @@ for phase in "$@"; do
         | tee "$OUT/inductor-bmm.log" | tail -8 ;;
     autotune-first-call)  # tutorial 03's matmul under each library's autotuner: first call and tuned speed
       python3 bench/autotune_first_call.py --out "$OUT" 2>&1 | tee "$OUT/autotune-first-call.log" | tail -12 ;;
+    stream-k)  # the stream-K matmul: its GPU tests, then bench/stream_k.py with --check
+      python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_stream_k.py 2>&1 | tee "$OUT/stream-k-tests.log" | tail -3
+      python3 bench/stream_k.py --check --out "$OUT" 2>&1 | tee "$OUT/stream-k.log" | tail -20 ;;
     tma-rings)  # TMA rings' fences and barriers: their GPU tests and racecheck, then matmul-waves (~200 s)
       python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_codegen_tile_overlap.py tests/test_codegen_pointer_tma.py \
         tests/test_codegen_gpu_stage.py "tests/test_gpu_racecheck.py::test_pipelined_matmul_has_no_shared_memory_hazard" \

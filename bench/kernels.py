@@ -179,6 +179,79 @@ def persistent_matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak,
 
 
 @triton.jit
+def _k_steps(a_ptr, b_ptr, pid_m, pid_n, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, k_first, k_last,
+             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """Tutorial 03's tile over its k-steps k_first .. k_last - 1 only: the fp32 accumulator."""
+    offs_m = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)) % M
+    offs_n = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N
+    offs_k = tl.arange(0, BLOCK_K)
+    a_ptrs = a_ptr + offs_m[:, None] * stride_am + (k_first * BLOCK_K + offs_k)[None, :] * stride_ak
+    b_ptrs = b_ptr + (k_first * BLOCK_K + offs_k)[:, None] * stride_bk + offs_n[None, :] * stride_bn
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(k_first, k_last):
+        a = tl.load(a_ptrs, mask=offs_k[None, :] < K - k * BLOCK_K, other=0.0)
+        b = tl.load(b_ptrs, mask=offs_k[:, None] < K - k * BLOCK_K, other=0.0)
+        acc = tl.dot(a, b, acc)
+        a_ptrs += BLOCK_K * stride_ak
+        b_ptrs += BLOCK_K * stride_bk
+    return acc
+
+
+@triton.jit
+def _store_c(c_ptr, acc, pid_m, pid_n, M, N, stride_cm, stride_cn, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    offs_cm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_cn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    c_ptrs = c_ptr + stride_cm * offs_cm[:, None] + stride_cn * offs_cn[None, :]
+    tl.store(c_ptrs, acc.to(tl.float16), mask=(offs_cm[:, None] < M) & (offs_cn[None, :] < N))
+
+
+@triton.jit
+def stream_k_matmul_kernel(a_ptr, b_ptr, c_ptr, partial_ptr, arrived_ptr, M, N, K, stride_am, stride_ak, stride_bk,
+                           stride_bn, stride_cm, stride_cn, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                           BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, NUM_SMS: tl.constexpr):
+    """persistent_matmul_kernel whose last, partial wave of tiles is shared out k-step by k-step over all
+    NUM_SMS programs (stream-K): the whole waves run tile by tile; the tail's k-steps are cut into NUM_SMS
+    runs, one a program. A tile split between programs adds its fp32 partials into its block of
+    `partial_ptr` ([tail tiles, BLOCK_M, BLOCK_N], zero between launches) and counts its k-steps in
+    `arrived_ptr` ([tail tiles] int32, zero between launches); the program whose count completes the
+    tile stores C and zeroes both for the next launch."""
+    pid = tl.program_id(0)
+    tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
+    k_steps = tl.cdiv(K, BLOCK_K)
+    whole = tiles - tiles % NUM_SMS
+    for tile in range(pid, whole, NUM_SMS):
+        pid_m, pid_n = _grouped_tile(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+        acc = _k_steps(a_ptr, b_ptr, pid_m, pid_n, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, 0, k_steps,
+                       BLOCK_M, BLOCK_N, BLOCK_K)
+        _store_c(c_ptr, acc, pid_m, pid_n, M, N, stride_cm, stride_cn, BLOCK_M, BLOCK_N)
+    tail = (tiles - whole) * k_steps
+    share = tl.cdiv(tail, NUM_SMS)
+    step = pid * share
+    end = tl.minimum(step + share, tail)
+    while step < end:
+        t = step // k_steps
+        k_first = step % k_steps
+        k_last = tl.minimum(k_steps, k_first + end - step)
+        pid_m, pid_n = _grouped_tile(whole + t, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+        acc = _k_steps(a_ptr, b_ptr, pid_m, pid_n, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, k_first,
+                       k_last, BLOCK_M, BLOCK_N, BLOCK_K)
+        if k_last - k_first == k_steps:
+            _store_c(c_ptr, acc, pid_m, pid_n, M, N, stride_cm, stride_cn, BLOCK_M, BLOCK_N)
+        else:
+            block = partial_ptr + t * BLOCK_M * BLOCK_N + tl.arange(0, BLOCK_M)[:, None] * BLOCK_N \
+                + tl.arange(0, BLOCK_N)[None, :]
+            tl.atomic_add(block, acc, sem="relaxed")
+            tl.debug_barrier()  # every thread's partials added before the count says so
+            arrived = tl.atomic_add(arrived_ptr + t, k_last - k_first, sem="acq_rel")
+            if arrived + k_last - k_first == k_steps:
+                total = tl.load(block, cache_modifier=".cg")
+                tl.store(block, tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32))
+                tl.store(arrived_ptr + t, 0)
+                _store_c(c_ptr, total, pid_m, pid_n, M, N, stride_cm, stride_cn, BLOCK_M, BLOCK_N)
+        step += k_last - k_first
+
+
+@triton.jit
 def matmul_descriptor_kernel(a_desc, b_desc, c_desc, M, N, K,
                              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
     """Tutorial 03's matmul through host TensorDescriptors (Triton 3.6's tutorial 09 without
