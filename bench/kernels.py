@@ -211,10 +211,10 @@ def stream_k_matmul_kernel(a_ptr, b_ptr, c_ptr, partial_ptr, arrived_ptr, M, N, 
                            BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, NUM_SMS: tl.constexpr):
     """persistent_matmul_kernel whose last, partial wave of tiles is shared out k-step by k-step over all
     NUM_SMS programs (stream-K): the whole waves run tile by tile; the tail's k-steps are cut into NUM_SMS
-    runs, one a program. A tile split between programs adds its fp32 partials into its block of
-    `partial_ptr` ([tail tiles, BLOCK_M, BLOCK_N], zero between launches) and counts its k-steps in
-    `arrived_ptr` ([tail tiles] int32, zero between launches); the program whose count completes the
-    tile stores C and zeroes both for the next launch."""
+    runs, one a program. A program whose run covers part of a tile stores its fp32 partial in the tile's
+    slot for it (`partial_ptr`: [tail tiles, stream_k_slots(...), BLOCK_M, BLOCK_N]) and counts its k-steps in
+    `arrived_ptr` ([tail tiles] int32, zero between launches); the program whose count completes the tile
+    adds the other slots to its own partial, stores C and zeroes the count for the next launch."""
     pid = tl.program_id(0)
     tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
     k_steps = tl.cdiv(K, BLOCK_K)
@@ -226,8 +226,10 @@ def stream_k_matmul_kernel(a_ptr, b_ptr, c_ptr, partial_ptr, arrived_ptr, M, N, 
         _store_c(c_ptr, acc, pid_m, pid_n, M, N, stride_cm, stride_cn, BLOCK_M, BLOCK_N)
     tail = (tiles - whole) * k_steps
     share = tl.cdiv(tail, NUM_SMS)
+    slots = tl.cdiv(k_steps, share) + 1  # the most programs one tile's k-steps can fall to
     step = pid * share
     end = tl.minimum(step + share, tail)
+    block = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
     while step < end:
         t = step // k_steps
         k_first = step % k_steps
@@ -238,17 +240,28 @@ def stream_k_matmul_kernel(a_ptr, b_ptr, c_ptr, partial_ptr, arrived_ptr, M, N, 
         if k_last - k_first == k_steps:
             _store_c(c_ptr, acc, pid_m, pid_n, M, N, stride_cm, stride_cn, BLOCK_M, BLOCK_N)
         else:
-            block = partial_ptr + t * BLOCK_M * BLOCK_N + tl.arange(0, BLOCK_M)[:, None] * BLOCK_N \
-                + tl.arange(0, BLOCK_N)[None, :]
-            tl.atomic_add(block, acc, sem="relaxed")
-            tl.debug_barrier()  # every thread's partials added before the count says so
+            first = t * k_steps // share  # the program whose run holds the tile's first k-step
+            tile_slots = partial_ptr + t * slots * BLOCK_M * BLOCK_N
+            tl.store(tile_slots + (pid - first) * BLOCK_M * BLOCK_N + block, acc)
+            tl.debug_barrier()  # every thread's partial stored before the count says so
             arrived = tl.atomic_add(arrived_ptr + t, k_last - k_first, sem="acq_rel")
             if arrived + k_last - k_first == k_steps:
-                total = tl.load(block, cache_modifier=".cg")
-                tl.store(block, tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32))
+                last = ((t + 1) * k_steps - 1) // share
+                for other in range(first, last + 1):
+                    if other != pid:
+                        acc += tl.load(tile_slots + (other - first) * BLOCK_M * BLOCK_N + block, cache_modifier=".cg")
                 tl.store(arrived_ptr + t, 0)
-                _store_c(c_ptr, total, pid_m, pid_n, M, N, stride_cm, stride_cn, BLOCK_M, BLOCK_N)
+                _store_c(c_ptr, acc, pid_m, pid_n, M, N, stride_cm, stride_cn, BLOCK_M, BLOCK_N)
         step += k_last - k_first
+
+
+def stream_k_slots(M, N, K, BLOCK_M, BLOCK_N, BLOCK_K, programs):
+    """(tail tiles, slots per tail tile) of stream_k_matmul_kernel's partial workspace (at least 1 each)."""
+    cdiv = lambda a, b: -(-a // b)  # noqa: E731
+    tiles, k_steps = cdiv(M, BLOCK_M) * cdiv(N, BLOCK_N), cdiv(K, BLOCK_K)
+    tail = tiles % programs
+    share = max(cdiv(tail * k_steps, programs), 1)
+    return max(tail, 1), cdiv(k_steps, share) + 1
 
 
 @triton.jit

@@ -7,7 +7,7 @@ which is what stream-K takes back.
     python bench/stream_k.py [--check] [--dtypes fp16,bf16] [--shapes 4096,8192,8192x14336x4096] [--out DIR]
 
 --check first compares every config of the stream-K kernel with torch on odd shapes, twice each (the
-second launch reads the workspace the first left zeroed).
+second launch reads the counts the first left zeroed).
 """
 from __future__ import annotations
 
@@ -31,17 +31,16 @@ def stream_k_launcher(lib, a, b, c, cfg):
     bm, bn, bk, stages, warps = cfg
     M, K = a.shape
     N = b.shape[1]
-    sms = torch.cuda.get_device_properties(a.device).multi_processor_count
-    tiles = triton_cdiv(M, bm) * triton_cdiv(N, bn)
-    tail = max(tiles % sms, 1)
-    # the kernel leaves both zeroed after each launch
-    partial = torch.zeros(tail, bm, bn, device=a.device, dtype=torch.float32)
-    arrived = torch.zeros(tail, device=a.device, dtype=torch.int32)
+    programs = min(torch.cuda.get_device_properties(a.device).multi_processor_count,
+                   triton_cdiv(M, bm) * triton_cdiv(N, bn))
+    tail, slots = lib.stream_k_slots(M, N, K, bm, bn, bk, programs)
+    partial = torch.empty(tail, slots, bm, bn, device=a.device, dtype=torch.float32)
+    arrived = torch.zeros(tail, device=a.device, dtype=torch.int32)  # the kernel leaves it zeroed
 
     def go():
-        lib.stream_k_matmul_kernel[(min(sms, tiles),)](
+        lib.stream_k_matmul_kernel[(programs,)](
             a, b, c, partial, arrived, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0),
-            c.stride(1), BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, NUM_SMS=min(sms, tiles), num_warps=warps,
+            c.stride(1), BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, NUM_SMS=programs, num_warps=warps,
             num_stages=stages)
     return go
 
