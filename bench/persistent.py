@@ -36,18 +36,24 @@ def persistent_launcher(lib, a, b, c, cfg):
     return go
 
 
-def check(libs, dtypes):
+def check(libs, dtypes, make=None, shapes=((1000, 776, 520), (512, 2048, 1024)), launches=1):
+    """Every 16-bit config of the kernel `make(lib, a, b, c, cfg)` launches (persistent_launcher by default)
+    against torch on `shapes`, C poisoned with NaN before each of `launches` launches: the failures."""
+    make = make or persistent_launcher
     failures = 0
     for dtype in dtypes:
-        for M, N, K in [(1000, 776, 520), (512, 2048, 1024)]:
+        for M, N, K in shapes:
             a = torch.randn(M, K, device="cuda").to(DTYPES[dtype])
             b = torch.randn(K, N, device="cuda").to(DTYPES[dtype])
             ref = a.float() @ b.float()
             for flavour, lib in libs.items():
                 for cfg in CONFIGS_16:
-                    c = torch.full((M, N), float("nan"), device="cuda", dtype=torch.float16)
+                    c = torch.empty((M, N), device="cuda", dtype=torch.float16)
                     try:
-                        persistent_launcher(lib, a, b, c, cfg)()
+                        go = make(lib, a, b, c, cfg)
+                        for _ in range(launches):
+                            c.fill_(float("nan"))
+                            go()
                         torch.cuda.synchronize()
                     except Exception as e:  # out of resources and the like: the autotuner skips it too
                         print(f"check {flavour} {dtype} {cfg} {M}x{N}x{K}: {type(e).__name__}: {str(e)[:100]}")
@@ -59,20 +65,21 @@ def check(libs, dtypes):
     return failures
 
 
-def run(libs, dtypes, shapes, rounds=3):
+def run(libs, dtypes, shapes, rounds=3, launchers=None):
+    """Each kernel of `launchers` ({name: launcher}; the persistent and tile kernels by default) of each
+    library autotuned over tutorial 03's 16-bit configs, then timed against cuBLAS in interleaved rounds:
+    TFLOP/s per "<library> <kernel>"."""
+    launchers = launchers or {"persistent": persistent_launcher, "tiles": launcher}
     rows = []
     for dtype in dtypes:
         for M, N, K in shapes:
             a = torch.randn(M, K, device="cuda").to(DTYPES[dtype])
             b = torch.randn(K, N, device="cuda").to(DTYPES[dtype])
             c = torch.empty(M, N, device="cuda", dtype=torch.float16)
-            picked = {}
-            for name, lib in libs.items():
-                picked[f"{name} persistent"] = fastest(lambda cfg, lib=lib: persistent_launcher(lib, a, b, c, cfg),
-                                                       CONFIGS_16)
-                picked[f"{name} tiles"] = fastest(lambda cfg, lib=lib: launcher(lib, a, b, c, cfg), CONFIGS_16)
-            fns = {name: (persistent_launcher if name.endswith("persistent") else launcher)(
-                       libs[name.split()[0]], a, b, c, got[1]) for name, got in picked.items() if got}
+            picked = {f"{name} {kernel}": fastest(lambda cfg, lib=lib, make=make: make(lib, a, b, c, cfg), CONFIGS_16)
+                      for name, lib in libs.items() for kernel, make in launchers.items()}
+            fns = {name: launchers[name.split(" ", 1)[1]](libs[name.split()[0]], a, b, c, got[1])
+                   for name, got in picked.items() if got}
             out = torch.empty(M, N, device="cuda", dtype=a.dtype)
             fns["cublas"] = lambda: torch.matmul(a, b, out=out)
             row = {"dtype": dtype, "shape": f"{M}x{N}x{K}",

@@ -19,13 +19,9 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import results_file  # noqa: E402
-from matmul import CONFIGS, DTYPES, launcher  # noqa: E402
-from persistent import parse_shape, persistent_launcher  # noqa: E402
-from run import fastest, interleaved, load_kernels, settle_clocks, triton_cdiv  # noqa: E402
-
-CONFIGS_16 = CONFIGS[:8]  # the tutorial's configs for 16-bit inputs
-KERNELS = ("stream-K", "persistent", "tiles")
-
+from matmul import launcher  # noqa: E402
+from persistent import check, parse_shape, persistent_launcher, run as run_kernels  # noqa: E402
+from run import load_kernels, settle_clocks, triton_cdiv  # noqa: E402
 
 def stream_k_launcher(lib, a, b, c, cfg):
     bm, bn, bk, stages, warps = cfg
@@ -48,57 +44,8 @@ def stream_k_launcher(lib, a, b, c, cfg):
 LAUNCHERS = {"stream-K": stream_k_launcher, "persistent": persistent_launcher, "tiles": launcher}
 
 
-def check(libs, dtypes):
-    failures = 0
-    for dtype in dtypes:
-        for M, N, K in [(1000, 776, 520), (512, 2048, 1024), (4096, 4096, 320)]:
-            a = torch.randn(M, K, device="cuda").to(DTYPES[dtype])
-            b = torch.randn(K, N, device="cuda").to(DTYPES[dtype])
-            ref = a.float() @ b.float()
-            for flavour, lib in libs.items():
-                for cfg in CONFIGS_16:
-                    c = torch.full((M, N), float("nan"), device="cuda", dtype=torch.float16)
-                    try:
-                        go = stream_k_launcher(lib, a, b, c, cfg)
-                        for _ in range(2):
-                            c.fill_(float("nan"))
-                            go()
-                        torch.cuda.synchronize()
-                    except Exception as e:  # out of resources and the like: the autotuner skips it too
-                        print(f"check {flavour} {dtype} {cfg} {M}x{N}x{K}: {type(e).__name__}: {str(e)[:100]}")
-                        continue
-                    err = (c.float() - ref).abs().max().item()
-                    ok = err <= 0.02 * ref.abs().max().item()
-                    failures += not ok
-                    print(f"check {flavour} {dtype} {cfg} {M}x{N}x{K}: max error {err:.3g} {'ok' if ok else 'WRONG'}")
-    return failures
-
-
-def run(libs, dtypes, shapes, rounds=3):
-    rows = []
-    for dtype in dtypes:
-        for M, N, K in shapes:
-            a = torch.randn(M, K, device="cuda").to(DTYPES[dtype])
-            b = torch.randn(K, N, device="cuda").to(DTYPES[dtype])
-            c = torch.empty(M, N, device="cuda", dtype=torch.float16)
-            picked = {f"{name} {kernel}": fastest(lambda cfg, lib=lib, kernel=kernel: LAUNCHERS[kernel](lib, a, b, c, cfg),
-                                                  CONFIGS_16)
-                      for name, lib in libs.items() for kernel in KERNELS}
-            fns = {name: LAUNCHERS[name.split(" ", 1)[1]](libs[name.split()[0]], a, b, c, got[1])
-                   for name, got in picked.items() if got}
-            out = torch.empty(M, N, device="cuda", dtype=a.dtype)
-            fns["cublas"] = lambda: torch.matmul(a, b, out=out)
-            row = {"dtype": dtype, "shape": f"{M}x{N}x{K}",
-                   "configs": {name: got[1] for name, got in picked.items() if got}}
-            for name, ms in interleaved(fns, rounds).items():
-                row[name] = 2 * M * N * K / (ms * 1e-3) / 1e12
-            print(row)
-            rows.append(row)
-    return rows
-
-
 def table(rows) -> str:
-    names = [f"{lib} {kernel}" for kernel in KERNELS for lib in ("kiln", "triton")] + ["cublas"]
+    names = [f"{lib} {kernel}" for kernel in LAUNCHERS for lib in ("kiln", "triton")] + ["cublas"]
     lines = ["| dtype | M x N x K | " + " | ".join(names) + " | kiln stream-K / cuBLAS | kiln stream-K / persistent | "
              "kiln stream-K config |", "|---|---|" + "---:|" * (len(names) + 2) + "---|"]
     for r in rows:
@@ -119,10 +66,12 @@ def main():
     args = parser.parse_args()
     libs = {"kiln": load_kernels("kiln"), "triton": load_kernels("triton")}
     dtypes = args.dtypes.split(",")
-    if args.check and check(libs, dtypes):
+    odd = [(1000, 776, 520), (512, 2048, 1024), (4096, 4096, 320)]
+    # twice per config: the second launch reads the counts the first left zeroed
+    if args.check and check(libs, dtypes, stream_k_launcher, odd, launches=2):
         sys.exit("some configs computed wrong results")
     settle_clocks()
-    rows = run(libs, dtypes, [parse_shape(s) for s in args.shapes.split(",")])
+    rows = run_kernels(libs, dtypes, [parse_shape(s) for s in args.shapes.split(",")], launchers=LAUNCHERS)
     text = (f"## stream-K matmul (tutorial 09's persistent form, its last wave shared by k-steps) on "
             f"{torch.cuda.get_device_name()} (TFLOP/s; persistent = tutorial 09's, tiles = tutorial 03's)\n\n"
             f"{table(rows)}\n")
