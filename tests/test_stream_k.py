@@ -5,7 +5,7 @@ both of its K loops run on wgmma."""
 import numpy as np
 import pytest
 
-from bench_support import bench_kernels, needs_cuda
+from bench_support import bench_kernels
 
 KERNELS = bench_kernels()
 # (M, N, K, BLOCK_M, BLOCK_N, BLOCK_K, programs): tails of 2, 2, 1 and 5 tiles, split at every k-step
@@ -15,8 +15,9 @@ SHAPES = [(96, 64, 80, 32, 32, 16, 4), (100, 70, 90, 32, 32, 16, 5), (64, 64, 25
 
 
 def _workspace(M, N, K, bm, bn, bk, programs, zeros):
+    """The partial slots and the counts, made by `zeros(shape, numpy dtype)`."""
     tail, slots = KERNELS.stream_k_slots(M, N, K, bm, bn, bk, programs)
-    return zeros((tail, slots, bm, bn), np.float32), zeros(tail, np.int32)
+    return zeros((tail, slots, bm, bn), np.float32), zeros((tail,), np.int32)
 
 
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s[:3])) + f"-p{s[6]}")
@@ -49,21 +50,18 @@ def test_stream_k_builds_both_loops_on_wgmma_for_sm_90a():
     assert "atom.global.add.u32" in ptx and ptx.count("fence.acq_rel.gpu") == 2 and "ld.global.cg" in ptx
 
 
-@needs_cuda
 @pytest.mark.gpu
 @pytest.mark.parametrize("cfg", [(128, 256, 64, 3, 8), (128, 128, 64, 4, 4), (64, 128, 32, 4, 4)])
 @pytest.mark.parametrize("shape", [(4096, 4096, 320), (1000, 776, 520), (3000, 5000, 1000)])
-def test_stream_k_on_the_gpu_matches_torch_twice(shape, cfg):
-    import torch
-    if torch.cuda.get_device_capability() < (9, 0):
-        pytest.skip("measured on Hopper")
+def test_stream_k_on_the_gpu_matches_torch_twice(shape, cfg, hopper_torch):
+    torch = hopper_torch
     M, N, K = shape
     bm, bn, bk, stages, warps = cfg
     a = torch.randn(M, K, device="cuda", dtype=torch.float16)
     b = torch.randn(K, N, device="cuda", dtype=torch.float16)
     programs = min(torch.cuda.get_device_properties(0).multi_processor_count, -(-M // bm) * -(-N // bn))
-    partial, arrived = _workspace(M, N, K, bm, bn, bk, programs, lambda s, t: torch.zeros(
-        s, device="cuda", dtype=torch.float32 if t == np.float32 else torch.int32))
+    partial, arrived = _workspace(M, N, K, bm, bn, bk, programs, lambda shape, dtype: torch.zeros(
+        shape, device="cuda", dtype=getattr(torch, np.dtype(dtype).name)))
     for _ in range(2):
         c = torch.full((M, N), float("nan"), device="cuda", dtype=torch.float16)
         KERNELS.stream_k_matmul_kernel[(programs,)](a, b, c, partial, arrived, M, N, K, K, 1, N, 1, N, 1,
