@@ -17,6 +17,7 @@
 #                                             # tile kernels and cuBLAS, kiln and Triton, after its GPU tests (not run yet)
 #   bash bench/gpu_session.sh matmul-waves    # bench/matmul_waves.py: fixed configs at M = 16-1024 (N = K = 8192),
 #                                             # 4096³ and 8192³, pointer and descriptor kernels, kiln vs Triton (~80 s)
+#   bash bench/gpu_session.sh attention-bwd   # the backward's GPU tests and racecheck, then bench/attention.py --modes bwd
 #   bash bench/gpu_session.sh attention       # bench/attention.py: tutorial 06's descriptor forwards vs Triton, SDPA
 #   DOTS=computed_a bash bench/gpu_session.sh dots  # bench/dot_formats.py (all sections without DOTS; ~100-200 s)
 #   bash bench/gpu_session.sh dropin          # bench/dropin.py: torch.compile with kiln's drop-in vs Triton
@@ -60,6 +61,13 @@ for phase in "$@"; do
     attention)  # tutorial 06's forward on Hopper (host TensorDescriptors) and through in-kernel descriptors, against
       # Triton and SDPA, N_CTX 4096 and 16384, D64 and D128, causal and not (~300 s)
       python3 bench/attention.py --modes host,desc --ctx 4096,16384 --out "$OUT" 2>&1 | tee "$OUT/attention.log" | tail -40 ;;
+    attention-bwd)  # the backward: its GPU tests, racecheck of causal attention (forward and backward), then
+      # bench/attention.py's backward against Triton and SDPA, checked first (~250 s)
+      python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_attention_backward.py \
+        tests/test_gpu_racecheck.py::test_causal_attention_has_no_shared_memory_hazard 2>&1 \
+        | tee "$OUT/attention-bwd-tests.log" | tail -3
+      python3 bench/attention.py --modes bwd --check --ctx 4096,16384 --out "$OUT" 2>&1 | tee "$OUT/attention-bwd.log" \
+        | tail -20 ;;
     dots)  # bench/dot_formats.py: dots by operand format against Triton (DOTS=fp32,fp8,computed_a: some sections)
       python3 bench/dot_formats.py ${DOTS:+--only "$DOTS"} --out "$OUT/dots" 2>&1 | tee "$OUT/dots.log" | tail -25 ;;
     splitk)  # split-K at small M: its GPU tests and racecheck, int8 and fp16 against Triton and cuBLAS (~150 s)
