@@ -14,7 +14,7 @@
 #   bash bench/gpu_session.sh tma-rings       # TMA rings' GPU tests, racecheck (tight, released), the dot conformance
 #                                             # tests on the GPU, then matmul-waves
 #   bash bench/gpu_session.sh stream-k        # bench/stream_k.py --check: the stream-K tail against the persistent and
-#                                             # tile kernels and cuBLAS, kiln and Triton, after its GPU tests (not run yet)
+#                                             # tile kernels and cuBLAS, kiln and Triton, after its GPU tests (~270 s)
 #   bash bench/gpu_session.sh matmul-waves    # bench/matmul_waves.py: fixed configs at M = 16-1024 (N = K = 8192),
 #                                             # 4096³ and 8192³, pointer and descriptor kernels, kiln vs Triton (~80 s)
 #   bash bench/gpu_session.sh attention-bwd   # the backward's GPU tests and racecheck, then bench/attention.py --modes bwd
