@@ -54,6 +54,7 @@ class Lowering:
             self.warp = self.entry.and_(self.cta_warp, ir.Constant(I32, self.num_warps - 1), "warp")
             self.thread = self.entry.and_(self.tid, ir.Constant(I32, 32 * self.num_warps - 1), "thread")
         self._index_cache: dict = {}
+        self._uniform_warp = None
         self.used = {v for op in ctx.function.walk() for v in op.operands} if ctx.function else set()
         self.smem_bytes = 0
         self._smem = None
@@ -138,6 +139,21 @@ class Lowering:
         if named.is_opaque:
             named.set_body(*types)
         return named
+
+    @property
+    def uniform_warp(self):
+        """`warp` as ptxas can tell it is the same in every lane (lane 0's, `shfl.sync.idx`): what
+        is computed from it alone (wgmma's descriptors of a warpgroup's rows) stays in uniform
+        registers. `tid.x >> 5` is not seen as warp-uniform: a loop-invariant descriptor made from
+        it lived in vector registers, moved to uniform ones (R2UR) at every wgmma."""
+        if self._uniform_warp is None:
+            if self.ctx.portable:
+                self._uniform_warp = self.warp
+            else:
+                shfl = self.intrinsic("llvm.nvvm.shfl.sync.idx.i32", I32, [I32, I32, I32, I32])
+                self._uniform_warp = self.entry.call(shfl, [ir.Constant(I32, -1), self.warp, ir.Constant(I32, 0),
+                                                            ir.Constant(I32, 31)], name="uniform_warp")
+        return self._uniform_warp
 
     def sreg(self, name: str):
         fn = self.intrinsic(f"llvm.nvvm.read.ptx.sreg.{name}", I32, [])

@@ -352,7 +352,7 @@ def _warp_group_dot(lw, op):
     fresh = is_zero_constant(acc)
     if fresh:
         values = [ir.Constant(acc_ty, ir.Undefined)] * len(values)
-    group = b.udiv(lw.warp, lw.i32(4))
+    group = b.udiv(lw.uniform_warp, lw.i32(4))
     row_base = b.mul(b.urem(group, lw.i32(Wm // 4)), lw.i32(64))
     col_base = b.mul(b.udiv(group, lw.i32(Wm // 4)), lw.i32(instr_n))
     a_in_regs = not isinstance(a.type, shared_type)
