@@ -14,7 +14,8 @@ operand comes one of four ways:
     regs:  A only, a 16-bit value computed in the body (attention's P), read from
            registers: wgmma's A fragment is the accumulator layout's register order; the 2-D
            loads it is computed from (`(a * s).to(fp16)`) come through rings too where they
-           fit, read back in that fragment layout (`local_load`);
+           fit, read back in that fragment layout (`local_load`), and so do its vectors
+           (attention backward's M and Delta: one-row tiles, read back just before their use);
     staged: any other value computed in the body (fp8 attention's P: an 8-bit A fragment
            is not the accumulator's register order; int8 likewise; a dequantized B),
            stored each iteration into a ring of 2 or 3 tiles (`staged_slots`; K-major, a

@@ -53,6 +53,7 @@ class Plan:
         """Are 2-D loads among those fetched (not only vectors)?"""
         return any(id(c.load) in self.fetched and len(c.load.results[0].type.shape) == 2 for c in self.copies)
 
+
 name = "smem_pipeline"
 
 # input type -> accumulator types; fp32 is read as tf32 (input_precision="tf32"). Triton
