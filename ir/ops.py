@@ -571,13 +571,19 @@ def _check_local_trans(op):
         return f"result must be {src.transposed()}"
 
 
+def _fills_tile(shape, tile) -> bool:
+    """Does a block of `shape` fill shared tile type `tile`: the same shape, or a vector filling
+    a tile of one row (smem_pipeline copies row statistics ahead that way)?"""
+    return tuple(shape) == tuple(tile.shape) or (len(shape) == 1 and tuple(tile.shape) == (1, shape[0]))
+
+
 def _check_async_copy(op):
     ptr, dst = op.operands[:2]
     if not isinstance(dst.type, shared_type) or len(dst.type.shape) != 2:
         return "async_copy writes one tile of shared memory"
     if not isinstance(ptr.type, block_type) or not scalar_of(ptr.type).is_ptr():
         return "async_copy reads a block of pointers"
-    if ptr.type.shape != dst.type.shape or scalar_of(ptr.type).element_ty != dst.type.element_ty:
+    if not _fills_tile(ptr.type.shape, dst.type) or scalar_of(ptr.type).element_ty != dst.type.element_ty:
         return f"{ptr.type} does not match the tile {dst.type}"
     run = op.attrs.get("prefix_run")
     if (run is not None) != (len(op.operands) == 4):
@@ -717,7 +723,7 @@ def _check_local_load(op):
     if not isinstance(tile.type, shared_type) or len(tile.type.shape) != 2:
         return "local_load reads one tile of shared memory"
     t = op.results[0].type
-    if not isinstance(t, block_type) or t.shape != tile.type.shape or t.element_ty != tile.type.element_ty:
+    if not isinstance(t, block_type) or not _fills_tile(t.shape, tile.type) or t.element_ty != tile.type.element_ty:
         return f"{t} does not match the tile {tile.type}"
 
 

@@ -87,7 +87,9 @@ def test_dkdv_loop_copies_each_tile_once_and_reads_it_transposed_too():
     assert [str(op.operands[1].type) for op in before if op.name == "local_store"] == \
         ["smem<128x64xfp16:swizzle128:order1.0>"] * 2
     rings = [str(op.results[0].type) for op in before if op.name == "local_alloc"][2:]
-    assert rings == ["smem<4x64x32xfp16:swizzle128:order0.1>", "smem<4x32x64xfp16:swizzle128:order1.0>"]
+    # Q^T and dO; then M and Delta, each a ring of one-row tiles (the vectors P^T and dS^T are made from)
+    assert rings == ["smem<4x64x32xfp16:swizzle128:order0.1>", "smem<4x32x64xfp16:swizzle128:order1.0>"] + \
+        ["smem<4x1x32xfp32:swizzle0:order1.0>"] * 2
     body = loop.regions[0].ops
     dots = [op for op in body if op.name == "warp_group_dot"]
     assert len(dots) == 4 and not [op for op in fn.walk() if op.name in ("dot", "permute")]
@@ -101,7 +103,12 @@ def test_dkdv_loop_copies_each_tile_once_and_reads_it_transposed_too():
     assert [d.operands[0].defining_op.name for d in dots[1::2]] == ["cast", "cast"]
     waits = [op.attrs["pending"] for op in body if op.name == "warp_group_dot_wait"]
     assert waits == [0, 1, 0, 1]
-    assert sum(op.name == "async_copy" for op in body) == 2  # one copy per ring per iteration
+    assert sum(op.name == "async_copy" for op in body) == 4  # one copy per ring per iteration
+    # no global load left in the loop: M and Delta read back from their rings, each just before its use
+    assert not [op for op in body if op.name == "load"]
+    vectors = [k for k, op in enumerate(body) if op.name == "local_load"]
+    assert [str(body[k].results[0].type) for k in vectors] == ["<32xfp32>"] * 2
+    assert all(any(u is body[k].results[0] for u in body[k + 1].operands) for k in vectors)
 
 
 @pytest.mark.parametrize("causal", [False, True])
@@ -163,3 +170,38 @@ def test_backward_on_the_gpu_matches_autograd(dtype, cfg, dim, causal, monkeypat
                                                        CAUSAL=causal, num_warps=warps, num_stages=stages,
                                                        grid=(1,)).asm["ptx"]
         assert "wgmma.mma_async" in ptx
+
+
+def _check_dkdv_on_the_emulator(kir, n, d, wide):
+    """dK and dV of the dK/dV kernel run on the CPU emulator, against the loop written out in
+    NumPy for arbitrary row statistics M and Delta: the largest error."""
+    from kiln.codegen.emulate import run_on_cpu
+    rng = np.random.default_rng(7)
+    q, k, v, do = (rng.standard_normal((n, d)).astype(np.float16) for _ in range(4))
+    m, delta = rng.standard_normal(n).astype(np.float32), rng.standard_normal(n).astype(np.float32)
+    dk, dv = np.zeros((n, d), np.float16), np.zeros((n, d), np.float16)
+    scale = d ** -0.5
+    run_on_cpu(parse_function(kir), (n // wide, 1), [q, k, v, do, dk, dv, m, delta, scale, n], num_warps=4)
+    q32, k32, v32, do32 = (x.astype(np.float32) for x in (q, k, v, do))
+    p_t = np.exp2(k32 @ q32.T * scale * 1.44269504 - m[None, :])  # keys by queries
+    ds_t = p_t * (v32 @ do32.T - delta[None, :])
+    want_dv, want_dk = p_t @ do32, ds_t @ q32 * scale
+    return float(max(np.abs(dv.astype(np.float32) - want_dv).max() / np.abs(want_dv).max(),
+                     np.abs(dk.astype(np.float32) - want_dk).max() / np.abs(want_dk).max()))
+
+
+def test_dkdv_loop_reads_its_row_statistics_from_rings_on_the_emulator():
+    """M and Delta, loaded in the loop to make P^T and dS^T (register A operands), come through
+    rings of one-row tiles, copied ahead with the tiles (mma.sync's rings here: the portable build
+    the emulator runs), not loaded in the iteration."""
+    from test_codegen_emulate import in_child
+    n, d, narrow, wide = 128, 32, 16, 64
+    x, f = np.zeros((n, d), np.float16), np.zeros(n, np.float32)
+    kir = kernels.attention_bwd_dkdv_kernel.warmup(x, x, x, x, x, x, f, f, 0.1, n, HEAD_DIM=d, BLOCK_M=narrow,
+                                                    BLOCK_N=wide, CAUSAL=False, num_warps=4, num_stages=2,
+                                                    grid=(1,), target="sm_80").asm["kir"]
+    text = compile_ir(parse_function(kir), "sm_80", {"num_warps": 4, "num_stages": 2}, link=False).kir
+    loop = text[text.index(" = for "):]
+    assert loop.count("mma_dot") == 4 and " = load " not in loop
+    assert loop.count("= local_load") == 2 and text.count(f"smem<2x1x{narrow}xfp32") == 2
+    assert in_child(_check_dkdv_on_the_emulator, kir, n, d, wide) < 2e-2

@@ -77,7 +77,8 @@ def copy_layout(ctx, op, have):
     hold runs along the tile's inner dim, else a coalesced one (the pointer math is then
     recomputed in it)."""
     ptr, tile = op.operands[:2]
-    inner = tile.type.order[0]
+    vector = len(ptr.type.shape) == 1  # it fills a tile of one row
+    inner = 0 if vector else tile.type.order[0]  # (a dim of the pointers)
     order, vec = memory_width(ctx, op)
     if order[0] != inner and tile.type.element_ty.itemsize == 4:
         return _element_copy_layout(ptr.type.shape, inner, ctx.num_warps)
@@ -85,7 +86,7 @@ def copy_layout(ctx, op, have):
     d, run = register_run(have)
     if isinstance(have, Blocked) and d == inner and run * tile.type.element_ty.itemsize >= 4:
         return have  # (cp.async moves 4 bytes at least: a layout of single fp16s along it is not kept)
-    return blocked_for(ptr.type.shape, (inner, 1 - inner), vec, ctx.num_warps)
+    return blocked_for(ptr.type.shape, (0,) if vector else (inner, 1 - inner), vec, ctx.num_warps)
 
 
 def _element_copy_layout(shape, inner, num_warps):

@@ -117,7 +117,7 @@ def _async_copy(lw, op):
         counts, masks = lw.regs(count, layout), None
     else:
         counts, masks = None, lw.regs(mask, layout) if mask is not None else None
-    offsets, indices = layout.offsets(shape), lw.indices(layout, shape)
+    offsets, indices = _in_tile(lw, layout.offsets(shape), lw.indices(layout, shape), shape)
     base = lw.scalar(tile)
     first = None  # (logical offset, shared address) of the thread's first copy
     for i, off in enumerate(offsets):
@@ -200,13 +200,21 @@ def _local_store(lw, op):
         plain_store(lw, dst, regs[i:i + run], elem_ty, es)
 
 
+def _in_tile(lw, offsets, indices, shape):
+    """A block's (offsets, indices) as tile coordinates: a vector fills a tile of one row
+    (row 0), any other block its tile as it is."""
+    if len(shape) != 1:
+        return offsets, indices
+    return [(0, *o) for o in offsets], [(lw.i32(0), *i) for i in indices]
+
+
 def _local_load(lw, op):
     tile, out = op.operands[0], op.results[0]
     t, shape = tile.type, out.type.shape
     es, inner = t.element_ty.itemsize, t.order[0]
     layout = lw.layout(out)
-    run = min(_run_length(layout, inner, es), shape[inner])
-    indices = lw.indices(layout, shape)
+    run = 1 if len(shape) == 1 else min(_run_length(layout, inner, es), shape[inner])
+    _, indices = _in_tile(lw, (), lw.indices(layout, shape), shape)
     base, elem_ty = lw.scalar(tile), reg_type(out.type)
     regs = []
     for i in range(0, len(indices), run):

@@ -52,11 +52,12 @@ def _read_back_under(v, depth: int = 6):
 
 
 def _loads_behind(v) -> list:
-    """The loads `v` is: its own, or those of a loop-carried value (prefetched: the first
-    before the loop, the next in the body), else none."""
+    """The loads `v` is: its own (a `local_load` of a vector copied ahead, smem_pipeline, counts
+    as one), or those of a loop-carried value (prefetched: the first before the loop, the next
+    in the body), else none."""
     op = v.defining_op
     if op is not None:
-        return [op] if op.name == "load" else []
+        return [op] if op.name in ("load", "local_load") else []
     loop = v.owner.parent if isinstance(v.owner, Block) else None
     if not isinstance(loop, Operation) or loop.name != "for" or v.index == 0:
         return []
@@ -261,16 +262,19 @@ class _Assigner:
             return self.fragment_reads[op]
         r, inner = op.results[0], op.operands[0].type.order[0]
         vec = max(1, min(16 // r.type.element_ty.itemsize, r.type.numel // (32 * self.num_warps)))
-        return blocked_for(r.type.shape, (inner, 1 - inner), vec, self.num_warps)
+        order = (0,) if len(r.type.shape) == 1 else (inner, 1 - inner)  # (a vector: a tile of one row)
+        return blocked_for(r.type.shape, order, vec, self.num_warps)
 
     def anchor_local_load(self, op):
-        """What is computed from a tile read back (a dequantized weight) stays in its layout."""
+        """What is computed from a tile read back (a dequantized weight) stays in its layout.
+        A vector read back is the memory op's business no more than a load is (hint_slices)."""
         shape = op.results[0].type.shape
-        if self.preferred.get(shape, (0,))[0] < LOCAL_LOAD:
+        if len(shape) > 1 and self.preferred.get(shape, (0,))[0] < LOCAL_LOAD:
             self.preferred[shape] = (LOCAL_LOAD, self.local_load_layout(op))
 
     def op_local_load(self, op):
-        self.set(op.results[0], self.local_load_layout(op))
+        wanted = self.wanted.get(op.results[0])  # a vector in a slice of what it is broadcast against
+        self.set(op.results[0], wanted if wanted is not None else self.local_load_layout(op))
 
     def op_reduce(self, op):
         self.block(op.regions[0])

@@ -14,7 +14,8 @@ operand comes one of four ways:
     regs:  A only, a 16-bit value computed in the body (attention's P), read from
            registers: wgmma's A fragment is the accumulator layout's register order; the 2-D
            loads it is computed from (`(a * s).to(fp16)`) come through rings too where they
-           fit, read back in that fragment layout (`local_load`);
+           fit, read back in that fragment layout (`local_load`), and so do its vectors
+           (attention backward's M and Delta: one-row tiles, read back just before their use);
     staged: any other value computed in the body (fp8 attention's P: an 8-bit A fragment
            is not the accumulator's register order; int8 likewise; a dequantized B),
            stored each iteration into a ring of 2 or 3 tiles (`staged_slots`; K-major, a
@@ -120,9 +121,8 @@ def apply(fn, ctx) -> None:
             plan = plan_loop(loop, stages, fn, ctx, kind)
             if plan is not None:
                 _rewrite(loop, plan, stored, kind=kind, portable=ctx.portable, num_warps=ctx.num_warps)
-                fetched = plan.fetched
-                if fetched:  # a dequantized operand: the loop's other loads (1-D scales) one iteration ahead
-                    prefetch.pipeline(loop, shared_ok=True)
+                if plan.fetched_tiles:  # a dequantized operand: the loop's other loads (1-D scales) one
+                    prefetch.pipeline(loop, shared_ok=True)  # iteration ahead
 
 
 # --- the rewrite -----------------------------------------------------------------------
@@ -322,6 +322,7 @@ def _rewrite(loop, plan, stored_earlier, kind="wgmma", portable=False, num_warps
             deferred.append(wait)
     if staged:
         tail = tail + [_next_slot(new, staged_slot, slots, loc)]
+    _read_vectors_at_use(new)
     terminator = body.ops[-1]
     terminator.operands = [replaced.get(v, v) for v in terminator.operands] + tail
     body.ops[:] = []
@@ -336,6 +337,18 @@ def _rewrite(loop, plan, stored_earlier, kind="wgmma", portable=False, num_warps
         _release_previous_slot(body, empty, read_slot, iv, lb, ring_size, loc)
 
     _after_loop(loop, in_flight, pointer_copies, released, bars, empty, loc)
+
+
+def _read_vectors_at_use(ops):
+    """Each vector read back from a ring (a row statistic) moved to just before its first reader:
+    read where the load was, ptxas keeps its registers live across the dots in between (attention
+    backward's Delta across dP^T's dot: spills at 255 registers); shared memory's latency is short."""
+    for op in [o for o in ops if o.name == "local_load" and len(o.results[0].type.shape) == 1]:
+        at = ops.index(op)
+        first = next((k for k in range(at + 1, len(ops))
+                      if any(u is op.results[0] for inner in ops[k].walk() for u in inner.operands)), None)
+        if first is not None and first > at + 1:
+            ops.insert(first - 1, ops.pop(at))
 
 
 def _store_once(pre, order, dots, stored_earlier, loop, loc):

@@ -48,6 +48,12 @@ class Plan:
     drained: bool  # every wgmma retires in its own iteration (`_drained`): no spare slot, none "tight"
     fetched: set  # ids of the loads fetched for staged and register operands
 
+    @property
+    def fetched_tiles(self) -> bool:
+        """Are 2-D loads among those fetched (not only vectors)?"""
+        return any(id(c.load) in self.fetched and len(c.load.results[0].type.shape) == 2 for c in self.copies)
+
+
 name = "smem_pipeline"
 
 # input type -> accumulator types; fp32 is read as tf32 (input_precision="tf32"). Triton
@@ -185,10 +191,13 @@ def _fetched_loads(dots, body, ring_loads, ctx, fetch_regs):
     that a cp.async ring can copy ahead too: {id: (load, tile)}. The body then reads them from
     the ring's tile (`local_load`) instead of from memory: no load's latency in the iteration,
     and an A read back in wgmma's fragment layout (kiln.codegen.passes.layouts) needs no
-    conversion."""
+    conversion. A vector a register A is computed from (attention backward's row statistics M
+    and Delta, broadcast against the scores) is fetched on every target, `fetch_regs` or not:
+    loaded in the iteration, its latency lands between two dots (ptxas sinks the load to its use
+    where registers are short), where Triton's pipeliner reads it from shared memory too."""
     found, seen = {}, set()
-    wanted = ("staged", "regs") if fetch_regs else ("staged",)
-    stack = [(src[1], src[0] == "regs") for _, sources in dots.values() for src, _ in sources if src[0] in wanted]
+    stack = [(src[1], src[0] == "regs") for _, sources in dots.values() for src, _ in sources
+             if src[0] in ("staged", "regs")]
     while stack:
         v, fragment = stack.pop()
         op = v.defining_op
@@ -196,7 +205,10 @@ def _fetched_loads(dots, body, ring_loads, ctx, fetch_regs):
             continue
         seen.add((id(op), fragment))
         if op.name == "load":
-            tile = _fetch_tile(op, ctx, swizzled=fragment)
+            if fragment and len(op.results[0].type.shape) == 1:
+                tile = _vector_tile(op, ctx)
+            else:
+                tile = _fetch_tile(op, ctx, swizzled=fragment) if fetch_regs or not fragment else None
             if id(op) not in ring_loads and tile is not None and (id(op) not in found or fragment):
                 found[id(op)] = (op, tile)
         elif op.name != "dot":  # a dot's operands are its own business
@@ -220,6 +232,20 @@ def _fetch_tile(load, ctx, swizzled=False):
         return None
     swizzle = min(128, t.shape[order[0]] * scalar_of(t).itemsize) if swizzled else 0
     return shared_type(scalar_of(t), t.shape, swizzle if swizzle >= 32 else 0, (order[0], 1 - order[0]))
+
+
+def _vector_tile(load, ctx):
+    """The ring tile of one row for 1-D `load` (`async_copy` and `local_load` take a vector as a
+    tile of one row), or None where cp.async cannot copy it: 4 bytes or more per copy, no `other`
+    but zero, not volatile."""
+    t = load.results[0].type
+    if load.attrs.get("volatile") or scalar_of(t).is_ptr() or scalar_of(t).name == "int1":
+        return None
+    if len(load.operands) == 3 and not is_zero_constant(load.operands[2]):
+        return None
+    if _copy_width(load, ctx)[1] * scalar_of(t).itemsize < 4:
+        return None
+    return shared_type(scalar_of(t), (1, t.shape[0]), 0, (1, 0))
 
 
 def _copy_width(load, ctx):
@@ -437,7 +463,8 @@ def plan_loop(loop, stages, fn, ctx, kind):
             cone = address_cone(load, load_address(load), body)
             if cone is not None:
                 fetched[key] = load
-                all_rings.append(Copy(load, tile, *cone, _prefix_copy(load, tile.order[0], ctx)))
+                vector = len(load.results[0].type.shape) == 1  # (a mask bit per copy)
+                all_rings.append(Copy(load, tile, *cone, None if vector else _prefix_copy(load, tile.order[0], ctx)))
         sized = _sized(all_rings, dots, body, loop, stages, fn, ctx, kind)
         if sized is not None:
             break
