@@ -205,3 +205,19 @@ def test_dkdv_loop_reads_its_row_statistics_from_rings_on_the_emulator():
     assert loop.count("mma_dot") == 4 and " = load " not in loop
     assert loop.count("= local_load") == 2 and text.count(f"smem<2x1x{narrow}xfp32") == 2
     assert in_child(_check_dkdv_on_the_emulator, kir, n, d, wide) < 2e-2
+
+
+def test_dkdv_copies_each_row_statistic_once_not_once_per_thread_holding_it():
+    """M's and Delta's rows (32 floats here) are fewer than the 128 threads copying them: the
+    threads their copy layout replicates them over skip the copy (racecheck saw the duplicates'
+    cp.async writes to one shared address as WAW hazards), so each copy sits in a block that
+    the owner mask branches into."""
+    x, f = np.zeros((256, 64), np.float16), np.zeros(256, np.float32)
+    llir = kernels.attention_bwd_dkdv_kernel.warmup(x, x, x, x, x, x, f, f, 0.1, 256, HEAD_DIM=64, BLOCK_M=32,
+                                                     BLOCK_N=128, CAUSAL=False, num_warps=4, num_stages=3,
+                                                     grid=(1,), target="sm_90a").asm["llir"]
+    blocks = re.findall(r"^([\w.$-]+):.*\n((?:.+\n)*)", llir, re.M)
+    copy = r"cp\.async\.ca\.shared\.global \[\$0\+\d+\], \[\$1\], 4"
+    holding = [name for name, body in blocks for _ in re.findall(copy, body)]
+    assert len(holding) >= 6  # M and Delta, each ahead of the loop, in it, and the prologue's
+    assert all(name.endswith(".if") for name in holding), holding

@@ -109,7 +109,6 @@ def _async_copy(lw, op):
     vec = access_width(lw.ctx, op, layout, shape, 8 * es)
     if vec * es < 4:
         raise LoweringError(f"async_copy needs runs of 4 bytes or more along the tile's inner dim, got {vec * es}")
-    nbytes = vec * es
     ptrs = lw.regs(ptr, layout)
     # a mask bit per copy where the mask is constant over it, else (a prefix of it, as
     # smem_pipeline proved) a src-size: the bytes of its true elements, the rest zero-filled
@@ -118,6 +117,21 @@ def _async_copy(lw, op):
     else:
         counts, masks = None, lw.regs(mask, layout) if mask is not None else None
     offsets, indices = _in_tile(lw, layout.offsets(shape), lw.indices(layout, shape), shape)
+    owner = lw.owner_mask(layout, shape)
+    if owner is None:
+        _issue_copies(lw, op, ptrs, masks, counts, offsets, indices, vec)
+    else:  # threads share elements (a vector of fewer than them): one copies each, no two write a byte
+        with lw.b.if_then(owner):
+            _issue_copies(lw, op, ptrs, masks, counts, offsets, indices, vec)
+
+
+def _issue_copies(lw, op, ptrs, masks, counts, offsets, indices, vec):
+    """One thread's cp.async per run of `vec` elements of `async_copy` `op` (its pointers, masks or
+    src-sizes in registers, the runs' logical offsets and tile indices)."""
+    tile = op.operands[1]
+    t = tile.type
+    es, inner = t.element_ty.itemsize, t.order[0]
+    nbytes = vec * es
     base = lw.scalar(tile)
     first = None  # (logical offset, shared address) of the thread's first copy
     for i, off in enumerate(offsets):
