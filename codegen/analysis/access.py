@@ -86,7 +86,13 @@ def copy_layout(ctx, op, have):
     d, run = register_run(have)
     if isinstance(have, Blocked) and d == inner and run * tile.type.element_ty.itemsize >= 4:
         return have  # (cp.async moves 4 bytes at least: a layout of single fp16s along it is not kept)
-    return blocked_for(ptr.type.shape, (0,) if vector else (inner, 1 - inner), vec, ctx.num_warps)
+    return blocked_for(ptr.type.shape, tile_order(ptr.type.shape, inner), vec, ctx.num_warps)
+
+
+def tile_order(shape, inner: int) -> tuple:
+    """The order of a block that fills a tile whose inner dim is `inner`: that dim first, or a
+    vector's only dim (a vector fills a tile of one row)."""
+    return (0,) if len(shape) == 1 else (inner, 1 - inner)
 
 
 def _element_copy_layout(shape, inner, num_warps):

@@ -19,7 +19,7 @@ from kiln.ir.layout import (Blocked, Linear, Slice, Wgmma, blocked_for, default_
                              wgmma_layout)
 from kiln.ir.layout_moves import RENAMING_OPS, derived_layout
 
-from ..analysis.access import memory_width
+from ..analysis.access import memory_width, tile_order
 from ..analysis.dots import mma_eligible
 from ..analysis import Analysis
 from .convert_layouts import convert
@@ -262,8 +262,7 @@ class _Assigner:
             return self.fragment_reads[op]
         r, inner = op.results[0], op.operands[0].type.order[0]
         vec = max(1, min(16 // r.type.element_ty.itemsize, r.type.numel // (32 * self.num_warps)))
-        order = (0,) if len(r.type.shape) == 1 else (inner, 1 - inner)  # (a vector: a tile of one row)
-        return blocked_for(r.type.shape, order, vec, self.num_warps)
+        return blocked_for(r.type.shape, tile_order(r.type.shape, inner), vec, self.num_warps)
 
     def anchor_local_load(self, op):
         """What is computed from a tile read back (a dequantized weight) stays in its layout.
