@@ -31,11 +31,14 @@ def wanted(ptx: str) -> bool:
 
 def candidates() -> list[str]:
     """The paths a ptxas is looked for at, in order (`find` takes the first that answers)."""
-    named = os.environ.get("KILN_PTXAS", "").strip()
+    from kiln.cache import env  # (a layer above codegen: imported on use)
+    named = env.ptxas_setting()
     if named:
         return [] if named.lower() in ("0", "off", "none") else [named]
-    found = [os.environ.get("TRITON_PTXAS_PATH", ""), shutil.which("ptxas") or ""]
-    for home in (os.environ.get("CUDA_HOME", ""), os.environ.get("CUDA_PATH", ""), "/usr/local/cuda"):
+    triton_path, search = env.ptxas_search()
+    found = [triton_path, shutil.which("ptxas", path=search) or ""]
+    toolkit = env.toolkit_environ()
+    for home in (toolkit.get("CUDA_HOME", ""), toolkit.get("CUDA_PATH", ""), "/usr/local/cuda"):
         if home:
             found.append(os.path.join(home, "bin", "ptxas"))
     for site in sys.path:  # the nvidia-cuda-nvcc wheel (cu12: nvidia/cuda_nvcc; cu13: nvidia/cu13)

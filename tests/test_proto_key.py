@@ -50,7 +50,7 @@ def test_key_depends_on_target_options_identity_and_ir():
     base = compile_key(fn, "sm_90a", OPTIONS)
     identity = compiler_identity()
     assert compile_key(fn, "sm_90a", OPTIONS, identity) == base
-    assert set(identity) == {"kiln", "codegen", "llvm", "nvjitlink", "libdevice"}
+    assert set(identity) == {"kiln", "codegen", "llvm", "nvjitlink", "ptxas", "libdevice"}
     others = {
         compile_key(fn, "sm_80", OPTIONS),
         compile_key(fn, "sm_90a", {**OPTIONS, "num_warps": 8}),
