@@ -2,10 +2,7 @@
 registers to its dot warps) is assembled by a standalone ptxas, which keeps those instructions;
 nvJitLink assembles PTX as a separately compiled unit and drops them (C7504). Every other kernel,
 and every kernel where no ptxas answers or it refuses the PTX, links through nvJitLink."""
-import glob
 import os
-import shutil
-import subprocess
 
 import pytest
 
@@ -13,6 +10,7 @@ from kiln.codegen import compile as compile_ir
 from kiln.codegen import ptxas
 from kiln.ir import parse_function
 
+from sass_tools import sass
 from test_codegen_warp_specialize import _built
 
 FAKE_VERSION = "Cuda compilation tools, release 99.0, V99.0.1"
@@ -42,23 +40,13 @@ def _specialized(link=True):
     return compile_ir(parse_function(built.asm["kir"]), "sm_90a", {"num_warps": 8, "num_stages": 3}, link=link)
 
 
-def _cuobjdump():
-    found = shutil.which("cuobjdump") or next(iter(glob.glob("/usr/local/cuda*/bin/cuobjdump")), None)
-    if found is None:
-        pytest.skip("no cuobjdump here")
-    return found
-
-
 def test_a_kernel_that_sets_its_registers_is_assembled_by_ptxas(tmp_path):
     if ptxas.find() is None:
         pytest.skip("no standalone ptxas here (the GPU machine's CUDA has one)")
     kernel = _specialized()
     assert ptxas.wanted(kernel.ptx) and kernel.metadata["assembler"] == "ptxas"
     assert kernel.n_regs == 168 and kernel.metadata["links"] == 1  # the entry cap, .maxnreg 168
-    cubin = tmp_path / "ws.cubin"
-    cubin.write_bytes(kernel.cubin)
-    sass = subprocess.run([_cuobjdump(), "-sass", str(cubin)], capture_output=True, text=True, check=True).stdout
-    assert sass.count("USETMAXREG") == 2  # the dot warps' increase and the producer's decrease, kept
+    assert sass(kernel.cubin, tmp_path).count("USETMAXREG") == 2  # the dot warps' increase and the producer's decrease, kept
 
 
 def test_without_a_ptxas_it_links_through_nvjitlink_and_other_kernels_always_do(ptxas_env):
