@@ -63,9 +63,9 @@ def _identity() -> dict[str, str]:
 def _toolchain_versions() -> dict[str, str]:
     """The LLVM, nvJitLink and standalone ptxas versions (ptxas assembles the kernels that set
     their registers, kiln.codegen.ptxas; "" where there is none) and the libdevice's digest (its
-    contents: a path says nothing of them, and differs between nodes). Asking costs ~50 ms of imports and a lookup,
-    too much for a warm-cache first call, so the answer is remembered on disk next to the
-    cache, keyed by the size and mtime of the files it came from."""
+    contents: a path says nothing of them, and differs between nodes). Asking costs ~50 ms of
+    imports and a lookup, too much for a warm-cache first call, so the answer is remembered on
+    disk next to the cache, keyed by the size and mtime of the files it came from."""
     from kiln.cache import paths
     from kiln.cache.env import cache_dir, cache_shared
 
@@ -73,8 +73,9 @@ def _toolchain_versions() -> dict[str, str]:
     memo = cache_dir() / "toolchain.json"
     try:
         saved = json.loads(memo.read_text())
-        if saved["fingerprint"] == fingerprint:
-            return {name: saved[name] for name in ("llvm", "nvjitlink", "ptxas", "libdevice")}
+        remembered = {name: saved[name] for name in ("llvm", "nvjitlink", "ptxas", "libdevice")}
+        if saved["fingerprint"] == fingerprint and all(type(v) is str for v in remembered.values()):
+            return remembered
     except (OSError, ValueError, KeyError, TypeError):
         pass
     from kiln.codegen.libdevice import libdevice_digest

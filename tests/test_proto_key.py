@@ -82,6 +82,8 @@ def test_toolchain_versions_are_remembered_by_library_fingerprint(tmp_path, monk
     assert key._toolchain_versions() == live
     memo.write_text("{broken")
     assert key._toolchain_versions() == live
+    memo.write_text(json.dumps({**saved, "ptxas": ["not", "a", "version"]}))  # read back, checked
+    assert key._toolchain_versions() == live
 
 
 def test_toolchain_versions_agree_with_the_package_metadata():
