@@ -60,13 +60,16 @@ kiln): KILN_DROPIN and KILN_SHARE_GRAPHS; Triton's own TRITON_* variables are it
     KILN_LIBDEVICE      the libdevice.10.bc that kernels' math functions link (default: the first
                         found in the CUDA wheels, a conda environment, the CUDA toolkit or
                         Triton's wheel: kiln.codegen.libdevice.libdevice_path)
+    KILN_PTXAS          the standalone ptxas that assembles kernels setting their registers
+                        (setmaxnreg; nvJitLink ignores it), or "off" for none (default: Triton's
+                        TRITON_PTXAS_PATH, PATH, the CUDA toolkit, the nvcc wheel: kiln.codegen.ptxas)
     KILN_RUNTIME_DIR    where the node daemon keeps its socket, pid file, log and token
                         (default: the cache directory's run/, run-<uid>/ for a shared cache).
                         XDG_RUNTIME_DIR is not read: an ssh shell has it and a batch job may
                         not, and both must find the same daemon
 
-Read here too, as others define them: CONDA_PREFIX, CUDA_HOME and CUDA_PATH (where libdevice may
-be), LD_LIBRARY_PATH (part of the toolchain's identity in the compile key), TRITON_CACHE_DIR and
+Read here too, as others define them: CONDA_PREFIX, CUDA_HOME and CUDA_PATH (where libdevice and
+ptxas may be), PATH and TRITON_PTXAS_PATH (where ptxas may be), LD_LIBRARY_PATH (part of the toolchain's identity in the compile key), TRITON_CACHE_DIR and
 TRITON_CACHE_MANAGER (Triton's file cache, for the drop-in). Triton's own knobs (`triton.knobs`,
 kiln.dropin.knobs) read their variables themselves, on every access, as Triton's do; and the drop-in's
 start-up hook (kiln.dropin.hook) reads KILN_DROPIN and KILN_SHARE_GRAPHS before kiln can be imported.
@@ -251,6 +254,16 @@ def environment() -> dict[str, str]:
 def toolkit_environ() -> dict[str, str]:
     """CONDA_PREFIX, CUDA_HOME and CUDA_PATH, where set: where a CUDA toolkit's files may be."""
     return {k: os.environ[k] for k in ("CONDA_PREFIX", "CUDA_HOME", "CUDA_PATH") if os.environ.get(k)}
+
+
+def ptxas_setting() -> str | None:
+    """KILN_PTXAS: a ptxas's path, "off" for none, or None (unset: look for one)."""
+    return os.environ.get("KILN_PTXAS", "").strip() or None
+
+
+def ptxas_search() -> tuple[str, str]:
+    """(TRITON_PTXAS_PATH, PATH): where a ptxas may be, as Triton's knob and the shell say."""
+    return os.environ.get("TRITON_PTXAS_PATH", ""), os.environ.get("PATH", "")
 
 
 def library_path() -> str:

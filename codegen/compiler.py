@@ -15,7 +15,7 @@ from concurrent.futures import Future
 from kiln.ir import copy_function, print_function, verify
 from kiln.ir import options as options_record
 
-from . import backend, nvjitlink, occupancy
+from . import backend, nvjitlink, occupancy, ptxas
 from .artifact import CompiledKernel  # noqa: F401  (kiln.codegen.CompiledKernel)
 from .lower import LoweringError, lower_function
 from .passes import tile_overlap
@@ -262,6 +262,22 @@ def compile(fn, target: str = "sm_90a", options: dict | None = None, check: bool
     return _compile(fn, target, options, check, link, {"pass_runs": 0, "lowerings": 0, "links": 0})
 
 
+def _assemble(ptx: str, tgt, counts: dict) -> tuple[bytes, str]:
+    """(cubin, info log) of `ptx`: through a standalone ptxas where the kernel sets its warps'
+    registers (`setmaxnreg`, which nvJitLink drops) and one is found (`counts["assembler"]` then
+    says so), else, and where that ptxas refuses the PTX (older than its ISA), through nvJitLink."""
+    if ptxas.wanted(ptx) and ptxas.find() is not None:
+        try:
+            got = ptxas.assemble(ptx, tgt)
+        except nvjitlink.PTXAssembleError:
+            pass  # (a ptxas older than the PTX's ISA: nvJitLink's cubin, without setmaxnreg)
+        else:
+            counts["assembler"] = "ptxas"
+            return got
+    counts.pop("assembler", None)
+    return nvjitlink.link_cubin(ptx, tgt)
+
+
 def _compile(fn, target: str, options: dict | None, check: bool, link: bool, counts: dict) -> CompiledKernel:
     tgt = parse_target(target)
     opts = _options(options)
@@ -281,7 +297,7 @@ def _compile(fn, target: str, options: dict | None, check: bool, link: bool, cou
 
     def link_cubin(text: str):
         counts["links"] += 1
-        return nvjitlink.link_cubin(text, tgt)
+        return _assemble(text, tgt, counts)
     if link:
         threads = 32 * warps
         capped_here = warps == opts["num_warps"]  # (a warp-specialized kernel sets its own registers)

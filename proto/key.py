@@ -61,10 +61,11 @@ def _identity() -> dict[str, str]:
 
 
 def _toolchain_versions() -> dict[str, str]:
-    """The LLVM and nvJitLink versions and the libdevice's digest (its contents: a path says
-    nothing of them, and differs between nodes). Asking costs ~50 ms of imports and a lookup,
-    too much for a warm-cache first call, so the answer is remembered on disk next to the
-    cache, keyed by the size and mtime of the files it came from."""
+    """The LLVM, nvJitLink and standalone ptxas versions (ptxas assembles the kernels that set
+    their registers, kiln.codegen.ptxas; "" where there is none) and the libdevice's digest (its
+    contents: a path says nothing of them, and differs between nodes). Asking costs ~50 ms of
+    imports and a lookup, too much for a warm-cache first call, so the answer is remembered on
+    disk next to the cache, keyed by the size and mtime of the files it came from."""
     from kiln.cache import paths
     from kiln.cache.env import cache_dir, cache_shared
 
@@ -72,12 +73,15 @@ def _toolchain_versions() -> dict[str, str]:
     memo = cache_dir() / "toolchain.json"
     try:
         saved = json.loads(memo.read_text())
-        if saved["fingerprint"] == fingerprint:
-            return {"llvm": saved["llvm"], "nvjitlink": saved["nvjitlink"], "libdevice": saved["libdevice"]}
+        remembered = {name: saved[name] for name in ("llvm", "nvjitlink", "ptxas", "libdevice")}
+        if saved["fingerprint"] == fingerprint and all(type(v) is str for v in remembered.values()):
+            return remembered
     except (OSError, ValueError, KeyError, TypeError):
         pass
     from kiln.codegen.libdevice import libdevice_digest
-    versions = {"llvm": _llvm_version(), "nvjitlink": _nvjitlink_version(), "libdevice": libdevice_digest()}
+    from kiln.codegen import ptxas
+    versions = {"llvm": _llvm_version(), "nvjitlink": _nvjitlink_version(), "ptxas": ptxas.version(),
+                "libdevice": libdevice_digest()}
     try:
         (paths.shared_dir if cache_shared() else paths.private_dir)(memo.parent)  # the cache's, made as the cache makes it
         tmp = memo.with_name(f"{memo.name}.{os.getpid()}")
@@ -98,6 +102,8 @@ def _toolchain_fingerprint() -> str:
             files += sorted(Path(root).glob(pattern))
     from kiln.cache.env import library_path  # (a layer above proto: imported on use)
     from kiln.codegen.libdevice import libdevice_fingerprint
+    from kiln.codegen.ptxas import candidates  # (paths only: asking one its version runs it)
+    files += [Path(os.path.realpath(f)) for f in candidates()]
     stats = [(str(f), f.stat().st_size, f.stat().st_mtime_ns) for f in files if f.is_file()]
     return hashlib.sha256(json.dumps([sys.version, library_path(), stats,
                                       libdevice_fingerprint()]).encode()).hexdigest()

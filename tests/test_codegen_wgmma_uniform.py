@@ -3,15 +3,12 @@ offset from its warp index, taken from lane 0 (`shfl.sync.idx`) so that ptxas se
 in every lane. From `tid.x >> 5` it is not: a loop-invariant descriptor (attention's Q, stored
 once) lived in vector registers and was moved to uniform ones at every wgmma (R2UR; bench's
 attention forward at D128: 16 per iteration, 353 instructions to Triton's 332)."""
-import glob
 import re
-import shutil
-import subprocess
 
 import numpy as np
-import pytest
 
 from bench_support import bench_kernels
+from sass_tools import sass as sass_of
 
 kernels = bench_kernels()
 
@@ -34,18 +31,8 @@ def test_the_warp_index_wgmma_reads_is_lane_0s():
     assert re.search(rf"shr\.u32\s+{shfl}, {tid}, 5;", ptx)
 
 
-def _cuobjdump():
-    found = shutil.which("cuobjdump") or next(iter(glob.glob("/usr/local/cuda*/bin/cuobjdump")), None)
-    if found is None:
-        pytest.skip("no cuobjdump here (the GPU machine has one)")
-    return found
-
-
 def test_attentions_loop_moves_no_descriptor_into_uniform_registers(tmp_path):
-    cuobjdump = _cuobjdump()
-    cubin = tmp_path / "forward.cubin"
-    cubin.write_bytes(_forward_d128().asm["cubin"])
-    sass = subprocess.run([cuobjdump, "-sass", str(cubin)], capture_output=True, text=True, check=True).stdout
+    sass = sass_of(_forward_d128().asm["cubin"], tmp_path)
     addresses = [(int(a, 16), text) for a, text in re.findall(r"/\*([0-9a-f]{4})\*/\s+([^;]*);", sass)]
     back = [(int(t, 16), a) for a, text in addresses for t in re.findall(r"BRA (0x[0-9a-f]+)", text)
             if int(t, 16) < a]

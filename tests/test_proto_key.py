@@ -50,7 +50,7 @@ def test_key_depends_on_target_options_identity_and_ir():
     base = compile_key(fn, "sm_90a", OPTIONS)
     identity = compiler_identity()
     assert compile_key(fn, "sm_90a", OPTIONS, identity) == base
-    assert set(identity) == {"kiln", "codegen", "llvm", "nvjitlink", "libdevice"}
+    assert set(identity) == {"kiln", "codegen", "llvm", "nvjitlink", "ptxas", "libdevice"}
     others = {
         compile_key(fn, "sm_80", OPTIONS),
         compile_key(fn, "sm_90a", {**OPTIONS, "num_warps": 8}),
@@ -81,6 +81,8 @@ def test_toolchain_versions_are_remembered_by_library_fingerprint(tmp_path, monk
     memo.write_text(json.dumps({**saved, "fingerprint": "other libraries", "llvm": "stale"}))
     assert key._toolchain_versions() == live
     memo.write_text("{broken")
+    assert key._toolchain_versions() == live
+    memo.write_text(json.dumps({**saved, "ptxas": ["not", "a", "version"]}))  # read back, checked
     assert key._toolchain_versions() == live
 
 
