@@ -263,10 +263,10 @@ def _descriptor(lw, tile, offset, const, k_major):
     ISA, "matrix descriptor"). K-major: rows of W bytes, 8-row groups SBO = 8W apart, LBO
     unused. M/N-major: the next W-byte chunk along M/N is LBO = (k rows) * W away, the
     next 8 k-rows SBO = 8W. Shared addresses are 16-byte aligned and below 2^18, so the
-    start field is the address >> 4 (no 64-bit shift or mask per instruction), and a k-step's
-    descriptor is the tile's plus a constant, one 64-bit add (ptxas's UIADD3.64, as in
-    Triton's code; built as a 32-bit low word and the constant high word, each k-step cost a
-    ULEA.HI and two UMOVs). In a cluster launch the address also holds the CTA's rank (bits
+    start field is the address >> 4 (no 64-bit shift or mask per instruction). In a ring slot
+    a k-step's descriptor is the slot's plus a constant, one 64-bit add (ptxas's UIADD3.64, as
+    in Triton's code; built as a 32-bit low word and the constant high word, each k-step cost a
+    ULEA.HI and two UMOVs); a tile stored once keeps the 32-bit form (below). In a cluster launch the address also holds the CTA's rank (bits
     24-31), masked off."""
     b = lw.b
     t = tile.type
@@ -276,6 +276,11 @@ def _descriptor(lw, tile, offset, const, k_major):
     if lw.in_cluster:  # the rank bits would land in the LBO field: the start field is 14 bits
         start = b.and_(start, lw.i32(0x3FFF))
     high = (8 * W >> 4) | (_SWIZZLE_MODE[t.swizzle] << 30)
+    if tile.defining_op is None or tile.defining_op.name != "local_index":
+        # a tile stored once, live through the loop: its 32-bit start is all it keeps (a 64-bit
+        # base per tile doubled those registers: bench's D128 dK/dV went 242 -> 255 and spilled)
+        low = b.add(start, lw.i32((const >> 4) + ((lbo >> 4) << 16)))
+        return b.or_(b.zext(low, I64), ir.Constant(I64, high << 32))
     base = b.or_(b.zext(b.or_(start, lw.i32((lbo >> 4) << 16)), I64), ir.Constant(I64, high << 32))
     return b.add(base, ir.Constant(I64, const >> 4)) if const else base
 
