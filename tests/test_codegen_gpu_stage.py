@@ -557,13 +557,15 @@ def test_fp32_dots_run_on_wgmma_as_tf32_when_asked(b_k_major, precision, wgmma):
         assert ("cp.async.ca.shared.global" in ptx) == (not b_k_major)
 
 
-def test_wgmma_descriptors_are_32_bit_words_plus_constant_k_steps():
-    """A descriptor is the tile's address >> 4 with constant fields: per k-step only a
-    constant is added to the low word (no 64-bit mask and shift per instruction)."""
+def test_wgmma_descriptors_are_one_base_per_tile_plus_constant_k_steps():
+    """A descriptor is the tile's address >> 4 with constant fields, made once per tile: each
+    k-step adds a constant to it (one 64-bit add, ptxas's UIADD3.64; no mask and shift per
+    instruction)."""
     k = compile_ir(parse_function(MATMUL), "sm_90a", {"num_warps": 4, "num_stages": 3})
     loop = k.ptx[k.ptx.index("wgmma.fence.sync.aligned"):k.ptx.index("wgmma.commit_group")]
     assert "shr.u64" not in loop and "and.b64" not in loop
-    assert loop.count("cvt.u64.u32") == 4  # A and B of each of the two k16 steps
+    assert loop.count("cvt.u64.u32") == 2  # A's and B's base
+    assert re.search(r"add\.s64\s+%rd\d+, %rd\d+, \d+;", loop)  # the second k16 step's
 
 
 def test_async_copies_of_one_thread_share_one_swizzled_base():

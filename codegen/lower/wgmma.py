@@ -262,10 +262,12 @@ def _descriptor(lw, tile, offset, const, k_major):
     (int) of `tile`: start address, leading and stride byte offsets, swizzle mode (PTX
     ISA, "matrix descriptor"). K-major: rows of W bytes, 8-row groups SBO = 8W apart, LBO
     unused. M/N-major: the next W-byte chunk along M/N is LBO = (k rows) * W away, the
-    next 8 k-rows SBO = 8W. Built in 32 bits: shared addresses are 16-byte aligned and
-    below 2^18, so the start field is the address >> 4 and a k-step adds a constant to
-    the low word (no 64-bit shift or mask per instruction). In a cluster launch the address
-    also holds the CTA's rank (bits 24-31), masked off."""
+    next 8 k-rows SBO = 8W. Shared addresses are 16-byte aligned and below 2^18, so the
+    start field is the address >> 4 (no 64-bit shift or mask per instruction). In a ring slot
+    a k-step's descriptor is the slot's plus a constant, one 64-bit add (ptxas's UIADD3.64, as
+    in Triton's code; built as a 32-bit low word and the constant high word, each k-step cost a
+    ULEA.HI and two UMOVs); a tile stored once keeps the 32-bit form (below). In a cluster launch the address also holds the CTA's rank (bits
+    24-31), masked off."""
     b = lw.b
     t = tile.type
     W, _, O = tile_geometry(t)
@@ -273,9 +275,14 @@ def _descriptor(lw, tile, offset, const, k_major):
     start = b.lshr(b.add(b.ptrtoint(lw.scalar(tile), I32), offset), lw.i32(4))
     if lw.in_cluster:  # the rank bits would land in the LBO field: the start field is 14 bits
         start = b.and_(start, lw.i32(0x3FFF))
-    low = b.add(start, lw.i32((const >> 4) + ((lbo >> 4) << 16)))
     high = (8 * W >> 4) | (_SWIZZLE_MODE[t.swizzle] << 30)
-    return b.or_(b.zext(low, I64), ir.Constant(I64, high << 32))
+    if tile.defining_op is None or tile.defining_op.name != "local_index":
+        # a tile stored once, live through the loop: its 32-bit start is all it keeps (a 64-bit
+        # base per tile doubled those registers: bench's D128 dK/dV went 242 -> 255 and spilled)
+        low = b.add(start, lw.i32((const >> 4) + ((lbo >> 4) << 16)))
+        return b.or_(b.zext(low, I64), ir.Constant(I64, high << 32))
+    base = b.or_(b.zext(b.or_(start, lw.i32((lbo >> 4) << 16)), I64), ir.Constant(I64, high << 32))
+    return b.add(base, ir.Constant(I64, const >> 4)) if const else base
 
 
 def _operand_offset(lw, tile, rows_dim, row0, k0):
