@@ -33,9 +33,10 @@ lb + r * step, lb + (r + 2) * step, ..., counts the other's k-steps in its slots
 turns around their K loops (`turn_wait`, `turn_pass`), so one's epilogue runs under the other's dots.
 
 Only the form tile_overlap takes (one K loop of TMA rings in the tile loop the persistent
-pass made), with one wgmma per iteration, on whole warpgroups. nvJitLink assembles PTX
-as a separately compiled unit, where ptxas ignores `setmaxnreg` (C7504): the registers stay the
-entry cap for every warp (168 at 8 + 4 warps, enough for a 128x256 fp32 accumulator).
+pass made), with one wgmma per iteration, on whole warpgroups. The registers move between the
+regions (`setmaxnreg`) only where a standalone ptxas assembles the kernel (codegen/ptxas.py):
+nvJitLink drops it (C7504) and every warp keeps the entry cap (168 at 8 + 4 warps, enough for a
+128x256 fp32 accumulator).
 """
 from __future__ import annotations
 
