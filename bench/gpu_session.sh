@@ -15,6 +15,7 @@
 #                                             # tests on the GPU, then matmul-waves
 #   bash bench/gpu_session.sh stream-k        # bench/stream_k.py --check: the stream-K tail against the persistent and
 #                                             # tile kernels and cuBLAS, kiln and Triton, after its GPU tests (~270 s)
+#   bash bench/gpu_session.sh warp-specialize # the hinted GEMM's GPU tests, racecheck, bench/warp_specialize.py (~300 s)
 #   bash bench/gpu_session.sh matmul-waves    # bench/matmul_waves.py: fixed configs at M = 16-1024 (N = K = 8192),
 #                                             # 4096³ and 8192³, pointer and descriptor kernels, kiln vs Triton (~80 s)
 #   bash bench/gpu_session.sh attention-bwd   # the backward's GPU tests and racecheck, then bench/attention.py --modes bwd
@@ -97,6 +98,14 @@ for phase in "$@"; do
       python3 bench/matmul_waves.py --out "$OUT" 2>&1 | tee "$OUT/matmul-waves.log" | tail -50 ;;
     matmul-waves)  # tutorial 03's pointer and descriptor matmuls at fixed configs on grids of a few waves
       python3 bench/matmul_waves.py --out "$OUT" 2>&1 | tee "$OUT/matmul-waves.log" | tail -50 ;;
+    warp-specialize)  # the hinted GEMM (assembled by a standalone ptxas, which keeps setmaxnreg): its GPU tests and
+      # racecheck, then bench/warp_specialize.py at 4096³, 8192³ and 8192x14336x4096 against the kernel as written,
+      # Triton and cuBLAS (~300 s)
+      python3 -c "from kiln.codegen import ptxas; print('ptxas', ptxas.find())" | tee "$OUT/ws-ptxas.txt"
+      python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_codegen_warp_specialize.py tests/test_codegen_ptxas.py \
+        tests/test_gpu_racecheck.py::test_warp_specialized_matmul_has_no_shared_memory_hazard 2>&1 \
+        | tee "$OUT/ws-tests.log" | tail -3
+      python3 bench/warp_specialize.py --out "$OUT" 2>&1 | tee "$OUT/warp-specialize.log" | grep '^|' ;;
     probe)
       (cd bench && python3 occupancy_probe.py) 2>&1 | tee "$OUT/probe.log" | tail -20 ;;
     service)
