@@ -9,6 +9,8 @@
 #   bash bench/ab.sh                                  # bench/attention.py fwd,bwd at N 4096, 16384, kiln only
 #   AB_CMD="bench/matmul.py --dtypes fp16,bf16 --sizes 4096,8192 --libs kiln" bash bench/ab.sh
 # Logs: $OUT/ab-<tree>-<round>.log (tree "head": this working tree); AB_TREES picks trees (default: all).
+# AB_PYTEST="tests/test_x.py ...": first `pytest -m gpu` of those files in each tree, with that tree's kiln
+# (logs $OUT/ab-<tree>-tests.log).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 source bench/gpu_env.sh
@@ -21,6 +23,14 @@ for name in $trees; do  # each commit's kiln in a folder of its own, found first
     ".scratch/ab/$name" 2>&1 | grep -v -i warning
   python3 -m compileall -q -j 8 "/tmp/kiln-ab/$name" > /dev/null 2>&1
 done
+
+if [ -n "${AB_PYTEST:-}" ]; then  # each tree's GPU tests, from its own folder with its own kiln first
+  for name in $trees; do
+    echo "== $name: pytest -m gpu $AB_PYTEST"
+    (cd ".scratch/ab/$name" && PYTHONPATH=/tmp/kiln-ab/$name:${PYTHONPATH:-} python3 -m pytest -q -m gpu \
+      -p no:cacheprovider $AB_PYTEST) 2>&1 | tee "$OUT/ab-$name-tests.log" | tail -3
+  done
+fi
 
 run() {  # run TREE ROUND: AB_CMD in TREE's folder with TREE's kiln and a cache of its own, no daemon
   local tree=$1 dir=. path=${PYTHONPATH:-}
