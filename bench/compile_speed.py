@@ -13,8 +13,9 @@ Steady and warm start with the kernel's module loaded (its source executed, its 
 as a job's is before its first compile, and the cycle collector just run (a full pass falling due in
 the compile measured, set off by what came before, costs 10-20 ms here); cold counts all of it.
 Each compile also reports its stages (kiln: frontend, passes, lowering, LLVM O3, PTX, nvJitLink
-links; Triton: frontend, ttir, ttgir, llir, ptx, cubin) and how often kiln ran its pass list and
-linked. The median of --reps processes is reported.
+links, a standalone ptxas with its process's CPU where a kernel sets its warps' registers; Triton:
+frontend, ttir, ttgir, llir, ptx, cubin) and how often kiln ran its pass list and linked. The
+median of --reps processes is reported.
 
     python bench/compile_speed.py --triton-python /tmp/tv/bin/python [--reps 3] [--kernels a,b]
 
@@ -171,14 +172,14 @@ class StageTimers:
 def time_kiln_stages(timers: StageTimers) -> None:
     import kiln.codegen.compiler  # noqa: F401  (loads what the wrapped names live in)
     import kiln.daemon.tiers  # noqa: F401
-    from kiln.codegen import backend, nvjitlink
+    from kiln.codegen import backend, nvjitlink, ptxas
     from kiln.codegen.lower import lower_function
     from kiln.codegen.pipeline import run_passes
     from kiln.ast_to_ir import build_kernel
     for function, stage in ((build_kernel, "frontend"), (run_passes, "passes"), (lower_function, "lowering"),
                             (backend.optimize, "llvm_o3"), (backend.for_emission, "llir_text"),
                             (backend.emit_ptx, "ptx"),
-                            (nvjitlink.link_cubin, "nvjitlink")):
+                            (nvjitlink.link_cubin, "nvjitlink"), (ptxas.assemble, "ptxas")):
         timers.wrap_everywhere("kiln", function, stage)
 
 
