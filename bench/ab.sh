@@ -36,9 +36,8 @@ run() {  # run TREE ROUND: AB_CMD in TREE's folder with TREE's kiln and a cache 
   local tree=$1 dir=. path=${PYTHONPATH:-}
   if [ "$tree" != head ]; then dir=.scratch/ab/$tree; path=/tmp/kiln-ab/$tree:$path; fi
   echo "== $tree, round $2: $AB_CMD"
-  (cd "$dir" && PYTHONPATH=$path KILN_DAEMON=off KILN_CACHE_DIR=/tmp/kiln-ab-cache/$tree \
-    python3 -c "import kiln, sys; print('kiln from', kiln.__file__)" && \
-    PYTHONPATH=$path KILN_DAEMON=off KILN_CACHE_DIR=/tmp/kiln-ab-cache/$tree python3 $AB_CMD) 2>&1 \
+  (cd "$dir" && export PYTHONPATH=$path KILN_DAEMON=off KILN_CACHE_DIR=/tmp/kiln-ab-cache/$tree && \
+    python3 -c "import kiln; print('kiln from', kiln.__file__)" && python3 $AB_CMD) 2>&1 \
     | tee "$OUT/ab-$tree-$2.log" | grep -E '^\||^kiln from|mismatch|Error'
 }
 

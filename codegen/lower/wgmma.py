@@ -266,8 +266,8 @@ def _descriptor(lw, tile, offset, const, k_major):
     start field is the address >> 4 (no 64-bit shift or mask per instruction). In a ring slot
     a k-step's descriptor is the slot's plus a constant, one 64-bit add (ptxas's UIADD3.64, as
     in Triton's code; built as a 32-bit low word and the constant high word, each k-step cost a
-    ULEA.HI and two UMOVs); a tile stored once keeps the 32-bit form (below). In a cluster launch the address also holds the CTA's rank (bits
-    24-31), masked off."""
+    ULEA.HI and two UMOVs); a tile stored once keeps the 32-bit form (below). In a cluster
+    launch the address also holds the CTA's rank (bits 24-31), masked off."""
     b = lw.b
     t = tile.type
     W, _, O = tile_geometry(t)
