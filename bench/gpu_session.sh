@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One device call on the GPU machine (carry .whl): install, then run the named phases, logs under $OUT.
-#   bash bench/gpu_session.sh tests        # pytest -m gpu, then the conformance suite on the GPU
+#   bash bench/gpu_session.sh tests        # pytest -m gpu, then the conformance suite on the GPU (8 xdist workers;
+#                                          # GPU_TEST_WORKERS=1: one process)
 #   bash bench/gpu_session.sh tests80      # both again on sm_80 code (KILN_TARGET=sm_80; on a Hopper); tests89 likewise
 #   bash bench/gpu_session.sh bench service   # bench/run.py, bench/service.py (also: probe)
 #   bash bench/gpu_session.sh bench1          # bench/run.py in two calls where the whole nears 600 s: memory-bound
@@ -46,10 +47,10 @@ mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu --format=csv,noheader | tee "$OUT/gpu.txt"
 for phase in "$@"; do
   case "$phase" in
-    tests)
-      python3 -m pytest -q -m gpu -p no:cacheprovider 2>&1 | tee "$OUT/gpu-tier.log" | tail -25
-      KILN_TEST_GPU_CONFORMANCE=1 python3 -m pytest -q -p no:cacheprovider tests/test_lang_*.py 2>&1 \
-        | tee "$OUT/gpu-conformance.log" | tail -25 ;;
+    tests)  # pytest-xdist's workers share the one GPU: compiling, not the GPU, is most of the tier's time
+      python3 -m pytest -q -m gpu -n "${GPU_TEST_WORKERS:-8}" -p no:cacheprovider 2>&1 | tee "$OUT/gpu-tier.log" | tail -25
+      KILN_TEST_GPU_CONFORMANCE=1 python3 -m pytest -q -n "${GPU_TEST_WORKERS:-8}" -p no:cacheprovider \
+        tests/test_lang_*.py 2>&1 | tee "$OUT/gpu-conformance.log" | tail -25 ;;
     tests80|tests86|tests89)  # the same on an older GPU's code (KILN_TARGET: the driver JIT-compiles its PTX)
       sm=sm_${phase#tests}
       KILN_TARGET=$sm python3 -m pytest -q -m gpu -p no:cacheprovider 2>&1 | tee "$OUT/gpu-tier-$sm.log" | tail -5
