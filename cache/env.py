@@ -70,9 +70,10 @@ kiln): KILN_DROPIN and KILN_SHARE_GRAPHS; Triton's own TRITON_* variables are it
 
 Read here too, as others define them: CONDA_PREFIX, CUDA_HOME and CUDA_PATH (where libdevice and
 ptxas may be), PATH and TRITON_PTXAS_PATH (where ptxas may be), LD_LIBRARY_PATH (part of the
-toolchain's identity in the compile key), TRITON_CACHE_DIR and TRITON_CACHE_MANAGER (Triton's file cache, for the drop-in). Triton's own knobs (`triton.knobs`,
-kiln.dropin.knobs) read their variables themselves, on every access, as Triton's do; and the drop-in's
-start-up hook (kiln.dropin.hook) reads KILN_DROPIN and KILN_SHARE_GRAPHS before kiln can be imported.
+toolchain's identity in the compile key), TRITON_CACHE_DIR and TRITON_CACHE_MANAGER (Triton's file
+cache, for the drop-in). Triton's own knobs (`triton.knobs`, kiln.dropin.knobs) read their variables
+themselves, on every access, as Triton's do; and the drop-in's start-up hook (kiln.dropin.hook)
+reads KILN_DROPIN and KILN_SHARE_GRAPHS before kiln can be imported.
 This module is otherwise the only one that reads the environment (tests/test_settings_module.py).
 """
 from __future__ import annotations
