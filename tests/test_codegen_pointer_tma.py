@@ -177,6 +177,52 @@ def test_device_descriptors_made_from_the_arguments_become_tma_copies(K, tma):
     assert k.n_spills == 0
 
 
+@kiln.jit
+def _carried_rows(q_ptr, k_ptr, out_ptr, Z, N, D: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
+                  BY_STEP: tl.constexpr):
+    """Tutorial 06's way of walking K: descriptors over Z * N rows (a count the kernel computes), the
+    row offset carried by the loop and advanced by BN each iteration (BY_STEP: or by the iv itself)."""
+    rows = Z * N
+    q_desc = tl.make_tensor_descriptor(q_ptr, shape=[rows, D], strides=[D, 1], block_shape=[BM, D])
+    k_desc = tl.make_tensor_descriptor(k_ptr, shape=[rows, D], strides=[D, 1], block_shape=[BN, D])
+    first = tl.program_id(1) * N
+    q = q_desc.load([first + tl.program_id(0) * BM, 0])
+    acc = tl.zeros((BM, BN), tl.float32)
+    offset = first
+    for start in range(0, N, BN):
+        acc += tl.dot(q, k_desc.load([offset, 0]).T)
+        offset += BN if BY_STEP else start
+    out = out_ptr + (tl.program_id(1) * tl.num_programs(0) + tl.program_id(0)) * BM * BN
+    tl.store(out + tl.arange(0, BM)[:, None] * BN + tl.arange(0, BN)[None, :], acc)
+
+
+@pytest.mark.parametrize("by_step", [True, False])
+def test_rows_a_loop_carries_and_advances_by_a_step_are_read_by_tma(by_step):
+    """Rows `offset += BN` are first + BN * iter: K's block is a TMA box of the map the kernel
+    writes; advanced by the iv (a step that changes), they are no such form and keep cp.async."""
+    x = np.zeros((4096, 64), np.float16)
+    k = _carried_rows.warmup(x, x, np.zeros(64, np.float32), 4, 1024, D=64, BM=128, BN=64, BY_STEP=by_step,
+                             num_warps=8, num_stages=3, grid=(1,), target="sm_90a")
+    ptx = k.asm["ptx"]
+    assert ("cp.async.bulk.tensor.2d.shared" in ptx) == by_step and ("cp.async.cg" in ptx) != by_step
+    assert k.n_spills == 0
+
+
+def test_rows_carried_by_the_loop_match_numpy_on_the_gpu(hopper_torch):
+    torch = hopper_torch
+    import kiln as kiln_
+    kiln_.set_allocator(lambda size, align, stream: torch.empty(size, dtype=torch.int8, device="cuda"))
+    gen = torch.Generator().manual_seed(3)
+    Z, N, D, BM, BN = 2, 512, 64, 128, 64
+    q, k = (torch.randn(Z * N, D, generator=gen).half() for _ in range(2))
+    out = torch.empty(Z, N // BM, BM, BN, device="cuda")
+    _carried_rows[(N // BM, Z)](q.cuda(), k.cuda(), out, Z, N, D=D, BM=BM, BN=BN, BY_STEP=True, num_warps=8,
+                                num_stages=3)
+    qf, kf = q.float().view(Z, N // BM, BM, D), k.float().view(Z, N // BN, BN, D)
+    want = torch.einsum("zmid,zbjd->zmij", qf, kf)  # every K block of the program's batch, summed
+    torch.testing.assert_close(out.cpu(), want, atol=5e-2, rtol=1e-3)
+
+
 def test_a_row_wrap_whose_rows_are_stored_unmasked_keeps_its_pointers():
     """Without `rm < M` in the store's mask the rows past M (read wrapped through the
     pointers, as zeros by TMA) would be stored: A keeps cp.async, B (columns masked) is TMA."""

@@ -20,7 +20,8 @@ iteration count, `idx_d` = the element's index along dim d):
             values that are no arguments, a `multiple_of` hint: what a descriptor
             promises), both loop-invariant, X_1 the contiguous dim;
   coords    X_d = a_d + delta_d * iter + idx_d (a_d and delta_d loop-invariant: the
-            pointer advances by as many rows or columns every iteration), or
+            pointer advances by as many rows or columns every iteration, or the rows are an
+            int32 the loop carries and advances so: tutorial 06's `offsetk_y += BLOCK_N`), or
             X_d = (a_d + idx_d) % E_d ("wraps", tutorial 03's `% M`); the contiguous
             dim's a_1 + delta_1 * iter a 16-byte multiple (TMA faults on a box that starts
             between: an illegal instruction);
@@ -108,8 +109,8 @@ class _Box:
             return None
         floored = set()  # dims with a mask term X_d >= 0
         for term in terms:
-            term = affine.substitute(term, forms.atom(loop.regions[0].args[0]), iteration)
-            d = bound_dim(term, coords, wraps, extents, forms, loop, floored)
+            term = in_iterations(term, loop, forms, iteration)
+            d = None if term is None else bound_dim(term, coords, wraps, extents, forms, loop, floored)
             if d is None:
                 return None
         starts = {d: forms.wraps[wraps[d]][0] if d in wraps else coords[d] for d in range(2)}
@@ -327,8 +328,39 @@ def _address(ptr, loop, forms, iteration):
     if found is None:
         return None
     base, poly = found
-    poly = affine.substitute(poly, forms.atom(body.args[0]), iteration)
+    poly = in_iterations(poly, loop, forms, iteration)
     return None if poly is None else (base, poly)
+
+
+def in_iterations(poly, loop, forms, iteration):
+    """`poly` of values the loop's body sees, as a polynomial in the iteration count: the induction
+    variable is `iteration`, and an int32 the loop carries and advances by a loop-invariant step
+    (tutorial 06's `offsetk_y += BLOCK_N`) is its initial value + step * iter. None where that
+    does not fit a polynomial."""
+    body = loop.regions[0]
+    poly = affine.substitute(poly, forms.atom(body.args[0]), iteration)
+    for j, arg in enumerate(body.args[1:]):
+        if poly is None or forms.atom(arg) not in affine.atoms_of(poly):
+            continue
+        advanced = _advanced(loop, j, forms)
+        poly = None if advanced is None else affine.substitute(poly, forms.atom(arg), advanced)
+    return poly
+
+
+def _advanced(loop, j, forms):
+    """init + step * iter for carried value j (after the iv) where each iteration yields it plus a
+    loop-invariant int32 step, else None."""
+    body = loop.regions[0]
+    arg, nxt = body.args[1 + j], body.terminator.operands[j].defining_op
+    if arg.type != int32 or nxt is None or nxt.name != "add" or nxt.parent is not body \
+            or sorted(v is arg for v in nxt.operands) != [False, True]:
+        return None
+    step = forms.of(next(v for v in nxt.operands if v is not arg))
+    init = forms.of(loop.operands[3 + j])
+    if step is None or init is None or not _invariant(forms, step, loop) or not _invariant(forms, init, loop):
+        return None
+    moved = affine.mul(step, {(ITER,): 1})
+    return None if moved is None else affine.add(init, moved)
 
 
 def base_and_offset(p, forms):
