@@ -67,7 +67,7 @@ def do_bench_cudagraph(fn, rep=20, grad_to_none=None, quantiles=None, return_mod
     torch = _cuda_torch()
     if torch is None:
         return _summarize(_bench_wall(fn, 0, rep), quantiles, return_mode)
-    with torch.cuda.stream(torch.cuda.Stream()):  # as Triton: warm-up, estimate and capture off the caller's stream
+    with torch.cuda.stream(_side_stream(torch)):  # as Triton: warm-up, estimate and capture off the caller's stream
         times = _bench_graph(torch, fn, rep, grad_to_none)
     return _summarize(times, quantiles, return_mode)
 
@@ -138,9 +138,17 @@ def do_bench_cudagraph_proton(fn, rep=20, grad_to_none=None, quantiles=None, ret
     torch = _cuda_torch()
     if torch is None:
         return do_bench_proton(fn, 0, rep, grad_to_none, quantiles, return_mode)
-    with torch.cuda.stream(torch.cuda.Stream()):  # as Triton: off the caller's stream
+    with torch.cuda.stream(_side_stream(torch)):  # as Triton: off the caller's stream
         times = _graph_calls_timed(torch, fn, rep, grad_to_none)
     return _summarize(times, quantiles, return_mode)
+
+
+def _side_stream(torch):
+    """A new stream that starts after the work the caller's stream holds: the writes that made `fn`'s
+    inputs (a `torch.zeros` just before, say) land before the first timed call reads them."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    return side
 
 
 def _l2_flush(torch):

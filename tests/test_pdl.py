@@ -5,8 +5,10 @@ programmatic stream serialization) and `triton.testing.do_bench_cudagraph`.
 
 The CPU tier checks the IR text, the passes, the PTX for sm_90a, the interpreter, the launch
 configuration's bytes; the GPU tests (marked `gpu`) launch a dependent pair and time a graph."""
+import contextlib
 import ctypes
 import re
+import types
 
 import numpy as np
 import pytest
@@ -227,6 +229,51 @@ def test_do_bench_cudagraph_without_a_gpu_times_the_wall_clock():
     assert isinstance(do_bench_cudagraph(lambda: None, rep=1, return_mode="all"), list)
     with pytest.raises(ValueError, match="return_mode"):
         do_bench_cudagraph(lambda: None, return_mode="p99")
+
+
+class _RecordingCuda:
+    """torch.cuda as far as do_bench_cudagraph uses it, keeping the order of what happens on which stream."""
+
+    def __init__(self):
+        self.log, self.current = [], "caller"
+
+    def Stream(self):
+        cuda = self
+
+        class Stream:
+            def wait_stream(self, other):
+                cuda.log.append(("wait", other))
+        return Stream()
+
+    def current_stream(self):
+        return self.current
+
+    @contextlib.contextmanager
+    def stream(self, side):
+        self.current, before = side, self.current
+        yield
+        self.current = before
+
+    def graph(self, _graph):
+        return contextlib.nullcontext()
+
+    def CUDAGraph(self):
+        return types.SimpleNamespace(replay=lambda: None)
+
+    def Event(self, enable_timing):
+        return types.SimpleNamespace(record=lambda: None, elapsed_time=lambda end: 1.0)
+
+    def synchronize(self):
+        pass
+
+
+def test_do_bench_cudagraph_starts_after_the_work_the_callers_stream_holds(monkeypatch):
+    # the caller's last writes (x = torch.zeros(...)) must land before the side stream's warm-up reads x
+    cuda = _RecordingCuda()
+    monkeypatch.setattr(kiln.testing, "_cuda_torch", lambda: types.SimpleNamespace(cuda=cuda))
+    do_bench_cudagraph(lambda: cuda.log.append(("call", cuda.current)), rep=5)
+    assert cuda.log[0] == ("wait", "caller")
+    assert all(stream != "caller" for what, stream in cuda.log[1:])
 
 
 # --- GPU tier -------------------------------------------------------------------------------
