@@ -1,0 +1,30 @@
+"""bench/tutorial06_configs.py's table: one row per (D, N_CTX, config), each library's TFLOP/s or why it has
+none, and kiln / Triton only where both ran correct. No GPU needed."""
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench"))
+import tutorial06_configs  # noqa: E402
+
+
+def test_configs_parse_as_the_kernels_launch_takes_them():
+    assert tutorial06_configs.parse_configs("128x64x3x4,64x64x2x8") == [(128, 64, 3, 4), (64, 64, 2, 8)]
+
+
+def test_the_table_rows_each_config_with_a_ratio_where_both_libraries_ran_correct():
+    kiln = [dict(D=64, N_CTX=16384, config=[128, 64, 3, 4], tflops=420.0),
+            dict(D=128, N_CTX=16384, config=[128, 128, 2, 8], tflops=510.0)]
+    triton = [dict(D=64, N_CTX=16384, config=[128, 64, 3, 4], error="max error nan"),
+              dict(D=128, N_CTX=16384, config=[128, 128, 2, 8], tflops=500.0)]
+    lines = tutorial06_configs.table({"kiln": kiln, "triton": triton}, causal=False)
+    assert lines[0].startswith("### tutorial 06's forward") and "causal=False" in lines[0]
+    assert lines[2] == "| D | N_CTX | config | kiln TFLOP/s | triton TFLOP/s | kiln / triton |"
+    assert lines[4] == "| 64 | 16384 | (128, 64, 3, 4) | 420.0 | max error nan | - |"
+    assert lines[5] == "| 128 | 16384 | (128, 128, 2, 8) | 510.0 | 500.0 | 1.02 |"
+    assert len(lines) == 6
+
+
+def test_one_library_has_no_ratio_column():
+    lines = tutorial06_configs.table({"kiln": [dict(D=64, N_CTX=4096, config=[64, 64, 3, 4], tflops=1.0)]}, True)
+    assert lines[2] == "| D | N_CTX | config | kiln TFLOP/s |" and lines[3] == "|---:|---:|---|---:|"
+    assert lines[4] == "| 64 | 4096 | (64, 64, 3, 4) | 1.0 |"
