@@ -223,6 +223,58 @@ def test_rows_carried_by_the_loop_match_numpy_on_the_gpu(hopper_torch):
     torch.testing.assert_close(out.cpu(), want, atol=5e-2, rtol=1e-3)
 
 
+@kiln.jit
+def _carried_columns(p_ptr, vt_ptr, out_ptr, Z, N, D: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr):
+    """Tutorial 06's fp8 V^T: V kept transposed per head ([Z][D][N]) and read through a descriptor of D
+    rows by Z * N columns, rows N apart, at a column offset program * D * N that the loop carries and
+    advances by BN. Columns past Z * N (most programs': the tutorial's extent) read as zeros."""
+    vt_desc = tl.make_tensor_descriptor(vt_ptr, shape=[D, Z * N], strides=[N, 1], block_shape=[D, BN])
+    p = tl.load(p_ptr + tl.arange(0, BM)[:, None] * BN + tl.arange(0, BN)[None, :])
+    acc = tl.zeros((BM, D), tl.float32)
+    offset = tl.program_id(0) * D * N
+    for start in range(0, N, BN):
+        acc = tl.dot(p, vt_desc.load([0, offset]).T, acc)
+        offset += BN
+    out = out_ptr + tl.program_id(0) * BM * D
+    tl.store(out + tl.arange(0, BM)[:, None] * D + tl.arange(0, D)[None, :], acc)
+
+
+@pytest.mark.parametrize("fp8", [False, True])
+def test_columns_a_loop_carries_past_the_row_stride_are_read_by_tma(fp8):
+    """The column offset carries the row stride N (program * D * N), so splitting the address by
+    the stride alone would call it rows; the mask's `X >= 0` terms place it, and V^T comes by TMA."""
+    if fp8:
+        torch = pytest.importorskip("torch")
+        p = vt = torch.float8_e5m2
+    else:
+        p = vt = np.zeros(1, np.float16)
+    k = _carried_columns.warmup(p, vt, np.zeros(1, np.float32), 4, 1024, D=64, BM=128, BN=64, num_warps=4,
+                                num_stages=3, grid=(1,), target="sm_90a")
+    ptx = k.asm["ptx"]
+    assert "cp.async.bulk.tensor.2d.shared" in ptx and "cp.async.cg" not in ptx and k.n_spills == 0
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float8_e5m2"])
+def test_carried_columns_past_the_row_stride_match_torch_on_the_gpu(dtype, hopper_torch):
+    torch = hopper_torch
+    import kiln as kiln_
+    kiln_.set_allocator(lambda size, align, stream: torch.empty(size, dtype=torch.int8, device="cuda"))
+    gen = torch.Generator().manual_seed(5)
+    Z, N, D, BM, BN = 3, 256, 64, 64, 64
+    p = torch.randn(BM, BN, generator=gen).to(getattr(torch, dtype))
+    vt = torch.randn(Z, D, N, generator=gen).to(getattr(torch, dtype))
+    out = torch.empty(Z, BM, D, device="cuda")
+    _carried_columns[(Z,)](p.cuda(), vt.cuda(), out, Z, N, D=D, BM=BM, BN=BN, num_warps=4, num_stages=3)
+    flat, cols = vt.float().flatten(), Z * N
+    want = torch.empty(Z, BM, D)
+    for z in range(Z):  # element (d, c) of the descriptor: flat[d * N + c] where c < Z * N, else 0
+        c = z * D * N + torch.arange(N)
+        at = (torch.arange(D)[:, None] * N + c[None, :]).clamp(max=flat.numel() - 1)
+        block = torch.where(c[None, :] < cols, flat[at], 0.0)
+        want[z] = sum(p.float() @ block[:, j:j + BN].T for j in range(0, N, BN))
+    torch.testing.assert_close(out.cpu(), want, atol=5e-2, rtol=1e-2)
+
+
 def test_a_row_wrap_whose_rows_are_stored_unmasked_keeps_its_pointers():
     """Without `rm < M` in the store's mask the rows past M (read wrapped through the
     pointers, as zeros by TMA) would be stored: A keeps cp.async, B (columns masked) is TMA."""

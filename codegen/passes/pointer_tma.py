@@ -105,13 +105,16 @@ class _Box:
         stride, coords, wraps = split
         extents = [forms.wraps[wraps[d]][1] if d in wraps else None for d in range(2)]
         terms = [] if mask is None else mask_terms(mask, forms)
-        if terms is None:
+        terms = None if terms is None else [in_iterations(term, loop, forms, iteration) for term in terms]
+        if terms is None or None in terms:
             return None
         floored = set()  # dims with a mask term X_d >= 0
-        for term in terms:
-            term = in_iterations(term, loop, forms, iteration)
-            d = None if term is None else bound_dim(term, coords, wraps, extents, forms, loop, floored)
-            if d is None:
+        if not bound_dims(terms, coords, wraps, extents, forms, loop, floored):
+            named = None if wraps else floored_starts(terms, stride, coords, forms)
+            if named is None:
+                return None
+            coords, extents, floored = named, [None, None], set()
+            if not bound_dims(terms, coords, wraps, extents, forms, loop, floored):
                 return None
         starts = {d: forms.wraps[wraps[d]][0] if d in wraps else coords[d] for d in range(2)}
         if any(e is None or any(_inside(f, loop) for f in _factors(e)) for e in extents) \
@@ -490,6 +493,31 @@ def mask_terms(mask, forms, strict=True):
         if pred == "ge":
             return [affine.add(affine.add(y, x, -1), affine.constant(-1))]
     return skip
+
+
+def bound_dims(terms, coords, wraps, extents, forms, loop, floored) -> bool:
+    """Is every mask term a bound of one dim (`bound_dim`, recording extents and floors)?"""
+    return all(bound_dim(term, coords, wraps, extents, forms, loop, floored) is not None for term in terms)
+
+
+def floored_starts(terms, stride, coords, forms):
+    """The dims' starts as the mask's `X_d >= 0` terms name them, where they make the same address
+    as `coords` split it (stride * start_0 + start_1), else None. The split puts every offset that
+    carries the stride once in the rows; tutorial 06's fp8 V^T is read at a column offset of
+    head * HEAD_DIM * N_CTX with N_CTX the row stride, which only the mask places."""
+    named = {}
+    for term in terms:
+        x = affine.add(affine.constant(-1), term, -1)  # the term -X_d - 1 < 0, as X_d
+        index = [m for m in x if any(a[0] == "idx" for a in m)]
+        if len(index) == 1 and len(index[0]) == 1 and x[index[0]] == 1:
+            named.setdefault(index[0][0][1], affine.add(x, {index[0]: 1}, -1))
+    if set(named) != {0, 1}:
+        return None
+    s = affine.constant(int(stride)) if isinstance(stride, Constant) else forms.scalar(stride)
+    address = [affine.mul(s, starts[0]) for starts in (coords, named)]
+    if None in address or affine.add(address[0], coords[1]) != affine.add(address[1], named[1]):
+        return None
+    return named
 
 
 def bound_dim(term, coords, wraps, extents, forms, loop, floored):
