@@ -1,7 +1,9 @@
-"""bench/tutorial06_configs.py's table: one row per (D, N_CTX, config), each library's TFLOP/s or why it has
-none, and kiln / Triton only where both ran correct. No GPU needed."""
+"""bench/tutorial06_configs.py: its table (one row per (D, N_CTX, config), each library's TFLOP/s or why it has
+none, kiln / Triton only where both ran correct) and its fp8 reference. No GPU needed."""
 import os
 import sys
+
+import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench"))
 import tutorial06_configs  # noqa: E402
@@ -28,3 +30,15 @@ def test_one_library_has_no_ratio_column():
     lines = tutorial06_configs.table({"kiln": [dict(D=64, N_CTX=4096, config=[64, 64, 3, 4], tflops=1.0)]}, True)
     assert lines[2] == "| D | N_CTX | config | kiln TFLOP/s |" and lines[3] == "|---:|---:|---|---:|"
     assert lines[4] == "| 64 | 4096 | (64, 64, 3, 4) | 1.0 |"
+
+
+def test_the_fp8_reference_reads_v_as_the_tutorials_descriptor_does():
+    """V kept [Z][H][D][N]; head g's rows are descriptor columns g * D * N + n of Z * H * N: at D = N = 16
+    the 128 heads' first 8 are read whole, the rest as zeros, so their reference output is zero."""
+    torch = pytest.importorskip("torch")
+    if not hasattr(torch, "float8_e5m2"):
+        pytest.skip("no float8_e5m2 in this torch")
+    q, k, v, want = tutorial06_configs.operands(torch, 16, 16, fp8=True, causal=False, device="cpu")
+    assert q.dtype == k.dtype == v.dtype == torch.float8_e5m2 and v.permute(0, 1, 3, 2).is_contiguous()
+    heads = want.view(-1, 16, 16)
+    assert all(heads[g].abs().max() > 0 for g in range(8)) and heads[8:].abs().max() == 0
