@@ -120,7 +120,8 @@ def test_backward_loops_lower_to_wgmma_without_local_memory(causal):
                             num_warps=8, num_stages=3, grid=(1,), target="sm_90a").asm["kir"]
         compiled = compile_ir(parse_function(kir), "sm_90a", {"num_warps": 8, "num_stages": 3}, check=True)
         ptx = compiled.ptx
-        assert "wgmma.mma_async" in ptx and "cp.async.cg.shared.global" in ptx and "mma.sync" not in ptx
+        # the tiles by TMA (pointer_tma: each head's base, K^T's and Q^T's boxes transposed, unmasked)
+        assert "wgmma.mma_async" in ptx and "cp.async.bulk.tensor" in ptx and "mma.sync" not in ptx
         # a transposed read of a 16-bit tile: wgmma's trans-b flag set on some dot
         assert re.search(r"wgmma\.mma_async[^;]*, 1;", ptx)
         assert "ld.local" not in ptx and "st.local" not in ptx and compiled.n_spills == 0

@@ -8,7 +8,7 @@ import pytest
 import kiln
 import kiln.language as tl
 from kiln.cache.metadata import MetadataError, checked, parse_tma_of
-from kiln.codegen.passes import descriptor_loads, pointer_tma
+from kiln.codegen.passes import canonicalize, dce, descriptor_loads, pointer_tma
 from kiln.codegen.pipeline import PassContext
 from kiln.codegen.target import parse_target
 from kiln.ir import parse_function, print_function, verify
@@ -273,6 +273,109 @@ def test_carried_columns_past_the_row_stride_match_torch_on_the_gpu(dtype, hoppe
         block = torch.where(c[None, :] < cols, flat[at], 0.0)
         want[z] = sum(p.float() @ block[:, j:j + BN].T for j in range(0, N, BN))
     torch.testing.assert_close(out.cpu(), want, atol=5e-2, rtol=1e-2)
+
+
+@kiln.jit
+def _head_scores(q_ptr, k_ptr, s_ptr, o_ptr, stride_h, N, D: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
+                 SPLIT: tl.constexpr):
+    """Attention's pointer loops (bench's forward, tutorial 06's backward): this head's K^T read through
+    pointers down the head dim (contiguous) from `k_ptr + head * stride_h`, unmasked; S = Q K^T summed
+    over the key blocks, and O = sum of S_j K_j (the dot reading tl.trans of the same load). SPLIT: a
+    first loop adds the keys' S_j K_j to O in blocks of BN // 2 (a second tile shape) as well."""
+    head = tl.program_id(0)
+    offs_d = tl.arange(0, D)
+    q = tl.load(q_ptr + head * stride_h + tl.arange(0, BM)[:, None] * D + offs_d[None, :])
+    s = tl.zeros((BM, BN), tl.float32)
+    o = tl.zeros((BM, D), tl.float32)
+    if SPLIT:
+        half: tl.constexpr = BN // 2
+        kt_half = k_ptr + head * stride_h + offs_d[:, None] + tl.arange(0, half)[None, :] * D
+        for first in range(0, N, half):
+            kt = tl.load(kt_half + first * D)
+            o = tl.dot(tl.dot(q, kt).to(tl.float16), tl.trans(kt), o)
+    kt_ptrs = k_ptr + head * stride_h + offs_d[:, None] + tl.arange(0, BN)[None, :] * D
+    for first in range(0, N, BN):
+        kt = tl.load(kt_ptrs + first * D)
+        block = tl.dot(q, kt)
+        s += block
+        o = tl.dot(block.to(tl.float16), tl.trans(kt), o)
+    rows = tl.arange(0, BM)[:, None]
+    tl.store(s_ptr + head * BM * BN + rows * BN + tl.arange(0, BN)[None, :], s)
+    tl.store(o_ptr + head * BM * D + rows * D + offs_d[None, :], o)
+
+
+def _head_scores_build(stride_h=4096 * 64, split=False):
+    x, f = np.zeros(1, np.float16), np.zeros(1, np.float32)
+    return _head_scores.warmup(x, x, f, f, stride_h, 4096, D=64, BM=128, BN=64, SPLIT=split, num_warps=8,
+                               num_stages=3, grid=(1,), target="sm_90a")
+
+
+def test_an_unmasked_transposed_block_from_a_heads_base_is_read_by_tma():
+    """K^T's pointers run down its columns: the box is K's [BN, D] rows, read transposed by one dot and
+    as it is by the other (tl.trans); the base `k_ptr + head * stride_h` is 16-byte aligned by the
+    specialization of both, so the kernel makes the map, its extent unbounded as the pointers are."""
+    k = _head_scores_build()
+    ptx = k.asm["ptx"]
+    assert "cp.async.bulk.tensor.2d.shared" in ptx and "cp.async.cg" not in ptx and k.n_spills == 0
+    assert ptx.count("tensormap.replace.tile.global_address") == 1
+
+
+def test_each_tile_shape_gets_a_map_of_its_own():
+    """Two loops read K^T in blocks of 32 and 64 keys: a map's box is its tile's, so two maps."""
+    ptx = _head_scores_build(split=True).asm["ptx"]
+    assert "cp.async.cg" not in ptx and ptx.count("tensormap.replace.tile.global_address") == 2
+
+
+def test_a_head_base_of_unknown_alignment_keeps_its_pointers():
+    """stride_h = 4096 * 64 + 4 elements is known no multiple of 8 (16 bytes): the head's base may fall
+    between 16-byte boundaries, where TMA faults; the loads stay pointer loads."""
+    ptx = _head_scores_build(stride_h=4096 * 64 + 4).asm["ptx"]
+    assert "cp.async.bulk.tensor" not in ptx and "tensormap" not in ptx
+
+
+def test_a_transposed_box_no_ring_takes_goes_back_to_its_pointer_load():
+    """pointer_tma, then descriptor_loads and canonicalize without smem_pipeline between: the box's
+    permutes cancel and the dots read the pointer load (and its tl.trans) as the frontend wrote them."""
+    k = _head_scores_build()
+    source = k.ir if isinstance(k.ir, str) else print_function(k.ir)
+    fn = parse_function(source)
+    ctx = PassContext(parse_target("sm_90a"), num_warps=8, num_stages=3)
+    pointer_tma.apply(fn, ctx)
+    text = print_function(fn, locs=False)
+    assert text.count("descriptor_load") == 1 and "tensormap_create" in text
+    verify(parse_function(text))
+    descriptor_loads.apply(fn, ctx)
+    canonicalize.apply(fn, ctx)
+    dce.apply(fn, ctx)
+    out = print_function(fn, locs=False)
+    assert "descriptor_load" not in out and "tensormap" not in out
+    assert out.count("permute") == source.count("permute")  # the frontend's own tl.trans
+    verify(fn)
+
+
+def test_unmasked_transposed_boxes_from_a_heads_base_match_torch_on_the_gpu(hopper_torch):
+    torch = hopper_torch
+    import kiln as kiln_
+    kiln_.set_allocator(lambda size, align, stream: torch.empty(size, dtype=torch.int8, device="cuda"))
+    gen = torch.Generator().manual_seed(7)
+    heads, N, D, BM, BN = 3, 512, 64, 128, 64
+    for split in (False, True):
+        q = (torch.randn(heads, N, D, generator=gen) / 8).half()
+        k = (torch.randn(heads, N, D, generator=gen) / 8).half()
+        s = torch.empty(heads, BM, BN, device="cuda")
+        o = torch.empty(heads, BM, D, device="cuda")
+        _head_scores[(heads,)](q.cuda(), k.cuda(), s, o, N * D, N, D=D, BM=BM, BN=BN, SPLIT=split, num_warps=8,
+                               num_stages=3)
+        qf, kf = q.float()[:, :BM], k.float()
+        blocks = [(j, BN) for j in range(0, N, BN)] + ([(j, BN // 2) for j in range(0, N, BN // 2)] if split else [])
+        want_s, want_o = torch.zeros(heads, BM, BN), torch.zeros(heads, BM, D)
+        for j, width in blocks:
+            block = qf @ kf[:, j:j + width].transpose(1, 2)
+            if width == BN:
+                want_s += block
+            want_o += block.half().float() @ kf[:, j:j + width]
+        torch.testing.assert_close(s.cpu(), want_s, atol=2e-2, rtol=1e-2)
+        torch.testing.assert_close(o.cpu(), want_o, atol=5e-2, rtol=1e-2)
 
 
 def test_a_row_wrap_whose_rows_are_stored_unmasked_keeps_its_pointers():

@@ -4,7 +4,7 @@ Folding runs in NumPy at the value's own type, so wraparound and float rounding 
 GPU's. Rules: an op whose operands are all constants becomes a constant (`add`, `sub`,
 `mul`, bitwise ops, `min`/`max`, `cmp`, int→int `cast`, `splat`, `broadcast`);
 `x + 0`, `x - 0`, `x * 1`, `select` on a constant condition and `broadcast`/`reshape`
-to the same type return their operand; an `if` on a constant condition becomes the branch it
+to the same type return their operand, and a permute of a permute that undoes it the first's; an `if` on a constant condition becomes the branch it
 takes (Inductor's templates test sizes they hold as constants: `if M * N == 0: return`, and which
 index math carries `max_contiguous` hints, which the axis analysis then sees unjoined).
 """
@@ -138,4 +138,15 @@ def _simplify(op, consts):
         return ops[1] if consts[ops[0]] else ops[2]
     if op.name in ("broadcast", "reshape", "cast") and ops[0].type == op.results[0].type:
         return ops[0]
+    if op.name == "permute" and _undone(op):
+        return ops[0].defining_op.operands[0]
     return None
+
+
+def _undone(op) -> bool:
+    """Is `op` a permute of a permute whose orders compose to none (tl.trans(tl.trans(x)))?"""
+    inner = op.operands[0].defining_op
+    if inner is None or inner.name != "permute":
+        return False
+    order, first = list(op.attrs["order"]), list(inner.attrs["order"])
+    return [first[i] for i in order] == list(range(len(order)))

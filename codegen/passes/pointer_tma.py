@@ -49,7 +49,7 @@ from kiln.ir.core import Block, Function, Operation
 from kiln.ir.types import block_type, int8, int32, pointer_type, tensormap
 
 from . import affine
-from .rewrite import const_int, insert_ops
+from .rewrite import const_int, insert_ops, replace_uses
 from .smem_plan import enabled as pipelines
 
 name = "pointer_tma"
@@ -83,6 +83,7 @@ class _Box:
         self.load, self.loop, self.forms, self.base, self.stride = load, loop, forms, base, stride
         self.coords, self.extents = coords, extents  # per block dim: poly in `iter` and invariants; an argument
         self.wrapped = wrapped  # the dim whose index wraps at its extent, or None
+        self.transposed = False  # the load is the box's transpose (the dims above are the box's)
 
     @classmethod
     def prove(cls, load, loop, fn, forms, divisors):
@@ -99,6 +100,9 @@ class _Box:
         if found is None:
             return None
         base, poly = found
+        transposed = _contiguous_rows(poly)  # a block read down its columns (tl.load of K^T's pointers)
+        if transposed:
+            poly = swap_dims(poly)
         split = split_strided(poly, fn, base, forms, divisors)
         if split is None or _inside(base, loop) or _inside(split[0], loop):
             return None
@@ -108,6 +112,8 @@ class _Box:
         terms = None if terms is None else [in_iterations(term, loop, forms, iteration) for term in terms]
         if terms is None or None in terms:
             return None
+        if transposed:
+            terms = [swap_dims(term) for term in terms]
         floored = set()  # dims with a mask term X_d >= 0
         if not bound_dims(terms, coords, wraps, extents, forms, loop, floored):
             named = None if wraps else floored_starts(terms, stride, coords, forms)
@@ -117,6 +123,8 @@ class _Box:
             if not bound_dims(terms, coords, wraps, extents, forms, loop, floored):
                 return None
         starts = {d: forms.wraps[wraps[d]][0] if d in wraps else coords[d] for d in range(2)}
+        if base not in fn.args:  # a map the kernel makes: an unmasked dim reads where its pointers do
+            extents = [UNBOUNDED if e is None else e for e in extents]
         if any(e is None or any(_inside(f, loop) for f in _factors(e)) for e in extents) \
                 or not all(_invariant(forms, c, loop) for c in starts.values()):
             return None
@@ -135,7 +143,14 @@ class _Box:
         wrapped = next(iter(wraps), None)
         if wrapped == 1 and _divisor(extents[1], fn, divisors) * itemsize % 16:  # (a wrap's E is a value)
             wrapped = None  # a column mod E is no 16-byte multiple: its boxes start unwrapped (zeros past E)
-        return cls(load, loop, forms, base, stride, starts, extents, wrapped)
+        box = cls(load, loop, forms, base, stride, starts, extents, wrapped)
+        box.transposed = transposed
+        return box
+
+    def tile_shape(self) -> tuple:
+        """The shape of the box the load reads (its own, or its transpose's)."""
+        shape = tuple(self.load.results[0].type.shape)
+        return shape[::-1] if self.transposed else shape
 
     def rewrite(self, fn, made_before) -> None:
         body = self.loop.regions[0]
@@ -158,30 +173,40 @@ class _Box:
                                             index(self.stride)]})
         else:
             tmap = create_map(fn, self.loop, self.base, self.extents, self.stride, self.load.loc,
-                              made_before=made_before)
+                              made_before=made_before, tile=self.tile_shape())
         value = self.load.results[0]
         uses = [op for op in fn.walk() if value in op.operands]
+        t, fallback = value.type, value
+        if self.transposed:  # the box is the load's transpose: its fallback and its result are permuted
+            t = block_type(t.element_ty, list(reversed(t.shape)))
+            fallback = emit("permute", [value], t, order=[1, 0])
         if self.wrapped is None:
-            got = emit("descriptor_load", [tmap, *offsets, value], value.type)
+            got = emit("descriptor_load", [tmap, *offsets, fallback], t)
         else:  # the boxes that start past the extent may start at their index mod it (smem_pipeline)
             extent = _materialized(self.extents[self.wrapped], self.loop, self.load.loc)
-            got = emit("descriptor_load", [tmap, *offsets, extent, value], value.type, wrap_dim=self.wrapped)
+            got = emit("descriptor_load", [tmap, *offsets, extent, fallback], t, wrap_dim=self.wrapped)
+        loaded = emit("permute", [got], value.type, order=[1, 0]) if self.transposed else got
         for op in uses:
-            op.operands = [got if v is value else v for v in op.operands]
+            if self.transposed and _transpose(op):  # tl.trans of the load is the box itself
+                replace_uses(fn, {op.results[0]: got})
+                op.parent.ops.remove(op)
+            else:
+                op.operands = [loaded if v is value else v for v in op.operands]
         body.ops[at:at] = emitted
 
 
-def create_map(fn, at, base, extents, stride, loc, box=None, made_before=None):
+def create_map(fn, at, base, extents, stride, loc, box=None, made_before=None, tile=None):
     """A `tensormap_create` of the matrix (base, extents [outer, inner], stride), as early as
     its operands allow: before op `at`, and out of every enclosing region whose ops do not
     define them. `made_before` (a dict) remembers the maps made: a second load of the same
-    matrix whose map lands in the same block takes the first one's (causal attention's two
-    loops over K)."""
+    matrix and `tile` shape whose map lands in the same block takes the first one's (causal
+    attention's two loops over K; a map's box is its tile's, so tiles of another shape, as
+    tutorial 06's backward reads Q in 16 rows on the diagonal and 32 off it, need their own)."""
     values = [base, *_factors(extents[0]), *_factors(extents[1])] + ([] if isinstance(stride, Constant) else [stride])
     while isinstance(at.parent.parent, Operation) and not any(_inside(v, at.parent.parent) for v in values):
         at = at.parent.parent
     block = at.parent
-    key = (id(block), box and tuple(box), *(_key(v) for v in (base, stride, *extents)))
+    key = (id(block), box and tuple(box), tile, *(_key(v) for v in (base, stride, *extents)))
     if made_before is not None and key in made_before:
         return made_before[key]
     made = []
@@ -282,6 +307,26 @@ def _divisor(v, fn, divisors) -> int:
     if v in fn.args:
         return fn.arg_attrs[fn.args.index(v)].get("divisibility", 1)
     return divisors.get(v, 1)
+
+
+def pointer_divisor(p, fn, divisors, forms) -> int:
+    """A known divisor of scalar pointer `p`'s address in bytes: an argument's specialization or a
+    hint, through `addptr`s of offsets whose terms have known divisors (a head's K, `K + batch *
+    stride_kz + head * stride_kh`, is 16-byte aligned where K is and both strides are multiples of 8)."""
+    op = p.defining_op
+    known = _divisor(p, fn, divisors)
+    if known > 1 or op is None or op.name != "addptr" or _shaped(p):
+        return known
+    offset = forms.of(op.operands[1])
+    if offset is None:
+        return 1
+    terms = [abs(c) * math.prod(_atom_divisor(a, fn, forms, divisors) for a in m) for m, c in offset.items()]
+    step = math.gcd(*terms) * p.type.element_ty.itemsize if terms else 0
+    return math.gcd(pointer_divisor(op.operands[0], fn, divisors, forms), step)
+
+
+def _atom_divisor(atom, fn, forms, divisors) -> int:
+    return _divisor(forms.values[atom[1]], fn, divisors) if atom[0] == "v" else 1
 
 
 def inner_start_aligned(poly, itemsize, fn, forms, divisors) -> bool:
@@ -393,7 +438,7 @@ def base_and_offset(p, forms):
 def split_strided(poly, fn, base, forms, divisors):
     """Read `poly` as X_1 + s * X_0: (s, {dim: coordinate poly for plain dims}, {dim: wrap
     index for wrapped dims}), or None."""
-    if _divisor(base, fn, divisors) % 16:
+    if pointer_divisor(base, fn, divisors, forms) % 16:
         return None
     outer = [m for m in poly if any(a[0] in ("idx", "wrap") and a[1] == 0 for a in m)]
     inner = [m for m in poly if any(a[0] in ("idx", "wrap") and a[1] == 1 for a in m)]
@@ -448,6 +493,28 @@ class Constant(int):
     """A row stride known at compile time; `create_map` makes it a constant op."""
 
     type = int32
+
+
+# The extent of a dim the pointers read unmasked, in a map the kernel makes: no coordinate reaches it
+# (TMA's extents go to 2^32), so the box reads where the pointers would, as far as they would.
+UNBOUNDED = Constant(2**31 - 1)
+
+
+def _contiguous_rows(poly) -> bool:
+    """Is dim 0 the block's contiguous dim (the element after idx_0 the next one in memory) and dim 1
+    strided: a tile read transposed through its pointers, as K^T's are in attention's loops?"""
+    return poly.get((("idx", 0),)) == 1 and poly.get((("idx", 1),)) != 1
+
+
+def swap_dims(poly) -> dict:
+    """`poly` with block dims 0 and 1 exchanged (their indices and wraps)."""
+    def swapped(atom):
+        return (atom[0], 1 - atom[1], *atom[2:]) if atom[0] in ("idx", "wrap") else atom
+    return {tuple(sorted(swapped(a) for a in m)): c for m, c in poly.items()}
+
+
+def _transpose(op) -> bool:
+    return op.name == "permute" and list(op.attrs["order"]) == [1, 0]
 
 
 def _coords(starts, dim_atom, m_in, stride):
