@@ -34,8 +34,8 @@
 #                                             # report per run, timeline-*.txt under $OUT)
 #   bash bench/gpu_session.sh tutorials       # upstream's tutorials, kiln's and Triton's runs (~550 s; carry .scratch/tutorials)
 #   bash bench/gpu_session.sh tutorial06-configs  # tutorial 06's own forward through the descriptors it makes, at
-#                                             # fixed configs, fp16 then fp8, kiln vs Triton (~300 s; carry
-#                                             # .scratch/tutorials)
+#                                             # fixed configs, fp16 then fp8, then its backward against SDPA's,
+#                                             # kiln vs Triton (~400 s; carry .scratch/tutorials)
 #   TUTORIAL=06 bash bench/gpu_session.sh tutorial  # one 3.6 tutorial whole, kiln's run then Triton's, up to 290 s
 #                                             # each: its benchmark table and the run-time ratio (06 and 09 take minutes;
 #                                             # TUTORIAL_SET=3.9dev for that line's, carry .scratch/tutorials/3.9dev)
@@ -150,9 +150,9 @@ for phase in "$@"; do
     dropin)
       python3 bench/dropin.py --out "$OUT" 2>&1 | tee "$OUT/dropin.log" | tail -60 ;;
     tutorial06-configs)  # bench/tutorial06_configs.py: the tutorial's Hopper warp_specialize=True path, non-causal
-      for fp8 in "" --fp8; do
+      for mode in "" --fp8 --bwd "--bwd --causal"; do
         python3 bench/tutorial06_configs.py --tutorial .scratch/tutorials/3.6/06-fused-attention.py --ctx 4096,16384 \
-          $fp8 --out "$OUT" 2>&1 | tee -a "$OUT/tutorial06-configs.log" | grep '^|'
+          $mode --out "$OUT" 2>&1 | tee -a "$OUT/tutorial06-configs.log" | grep '^|'
       done ;;
     tutorial)
       python3 scripts/upstream_tutorials.py run --dir ".scratch/tutorials/${TUTORIAL_SET:-3.6}" --out "$OUT/tutorial-${TUTORIAL:?}" \

@@ -6,14 +6,18 @@ autotuner is bypassed: every library runs the same configs, each in a process of
 through the drop-in, `KILN_DROPIN=1`; Triton as installed), checked against SDPA first.
 
     python bench/tutorial06_configs.py --tutorial .scratch/tutorials/3.6/06-fused-attention.py \\
-        [--libs kiln,triton] [--dims 64,128] [--ctx 16384] [--causal] [--fp8] [--configs 128x128x2x8,...] [--out DIR]
+        [--libs kiln,triton] [--dims 64,128] [--ctx 16384] [--causal] [--fp8 | --bwd] [--configs 128x128x2x8,...] [--out DIR]
 
 Z=4, H=32, fp16; TFLOP/s count the forward's two matmuls (4 Z H N^2 D, halved when causal).
 A config whose output is off by more than 0.05 (or NaN) is reported, not timed. `--fp8`: the
 tutorial's fp8 forward (e5m2 operands, V stored transposed per head, O in fp8), checked by the
 error's norm (under 0.1 of the reference's); its V^T descriptor spans Z * H * N_CTX columns at
 a column offset head * HEAD_DIM * N_CTX, so a head's V rows past that extent read as zeros in
-every library, and the reference zeroes the same rows.
+every library, and the reference zeroes the same rows. `--bwd`: the tutorial's backward (its
+preprocess and `_attn_bwd` at its own fixed config, K scaled first, as its `backward()` launches
+them) after a forward of the tutorial's at (128, 64, 2, 4) without the hint, against PyTorch SDPA's
+backward timed in the same process; checked against SDPA's gradients (atol and rtol 5e-2);
+TFLOP/s count 2.5 times the forward's.
 """
 from __future__ import annotations
 
@@ -44,6 +48,8 @@ def run_one(args) -> list[dict]:
     spec.loader.exec_module(tutorial)
     kernel = tutorial._attn_fwd.fn  # under the autotuner: the configs are ours
     triton.set_allocator(lambda size, align, stream: torch.empty(size, dtype=torch.int8, device="cuda"))
+    if args.bwd:
+        return run_backward(args, torch, triton, tutorial)
     rows = []
     for dim in map(int, args.dims.split(",")):
         for n_ctx in map(int, args.ctx.split(",")):
@@ -83,6 +89,60 @@ def run_one(args) -> list[dict]:
     return rows
 
 
+BACKWARD = [32, 128, 128, 32, 5, 4]  # the tutorial's backward: BLOCK_M1, BLOCK_N1, BLOCK_M2, BLOCK_N2, stages, warps
+RCP_LN2 = 1.4426950408889634
+
+
+def run_backward(args, torch, triton, tutorial) -> list[dict]:
+    """The tutorial's backward on every (D, N): rows of TFLOP/s, and SDPA's backward beside them."""
+    rows = []
+    for dim in map(int, args.dims.split(",")):
+        for n_ctx in map(int, args.ctx.split(",")):
+            q, k, v, do = (0.5 * torch.randn((Z, H, n_ctx, dim), dtype=torch.float16, device="cuda") for _ in range(4))
+            o, m = torch.empty_like(q), torch.empty((Z, H, n_ctx), device="cuda", dtype=torch.float32)
+            tutorial._attn_fwd.fn[(n_ctx // 128, Z * H, 1)](
+                0.5, m, Z, H, q, k, v, o, N_CTX=n_ctx, HEAD_DIM=dim, BLOCK_M=128, BLOCK_N=64, FP8_OUTPUT=False,
+                STAGE=3 if args.causal else 1, warp_specialize=False, IS_HOPPER=True, num_warps=4, num_stages=2)
+            grads = [torch.empty_like(x) for x in (q, k, v)]
+            go = lambda: _tutorial_backward(tutorial, q, k, v, o, m, do, grads, args.causal)  # noqa: E731
+            row = dict(D=dim, N_CTX=n_ctx, config=BACKWARD)
+            reference = [x.detach().clone().requires_grad_() for x in (q, k, v)]
+            out = torch.nn.functional.scaled_dot_product_attention(*reference, is_causal=args.causal, scale=0.5)
+            want = torch.autograd.grad(out, reference, do, retain_graph=True)
+            flops = 2.5 * 4 * Z * H * n_ctx * n_ctx * dim * (0.5 if args.causal else 1)
+            sdpa_ms = triton.testing.do_bench(lambda: torch.autograd.grad(out, reference, do, retain_graph=True))
+            row["sdpa_tflops"] = round(flops / sdpa_ms * 1e-9, 1)
+            try:
+                go()
+                torch.cuda.synchronize()
+            except Exception as e:  # a library that cannot build the kernel: reported in its row
+                rows.append(dict(row, error=f"{type(e).__name__}: {str(e)[:160]}"))
+                continue
+            bad = [name for name, got, w in zip("qkv", grads, want) if not torch.allclose(got, w, atol=5e-2, rtol=5e-2)]
+            if bad:
+                rows.append(dict(row, error="d" + "/d".join(bad) + " off SDPA's"))
+                continue
+            ms = triton.testing.do_bench(go)
+            rows.append(dict(row, tflops=round(flops / ms * 1e-9, 1)))
+            print(f"  {args.one} bwd D{dim} N{n_ctx}: {rows[-1]['tflops']} TFLOP/s (SDPA {row['sdpa_tflops']})",
+                  file=sys.stderr, flush=True)
+    return rows
+
+
+def _tutorial_backward(tutorial, q, k, v, o, m, do, grads, causal, sm_scale=0.5):
+    """What the tutorial's `backward()` launches: K scaled by sm_scale / ln 2, Delta = rowsum(O dO), then
+    dQ, dK and dV in one kernel."""
+    dq, dk, dv = grads
+    n_ctx, dim = q.shape[2], q.shape[3]
+    delta = m.new_empty(m.shape)
+    tutorial._attn_bwd_preprocess[(n_ctx // 128, Z * H)](o, do, delta, Z, H, n_ctx, BLOCK_M=128, HEAD_DIM=dim)
+    m1, n1, m2, n2, stages, warps = BACKWARD
+    tutorial._attn_bwd[(n_ctx // n1, 1, Z * H)](
+        q, k * (sm_scale * RCP_LN2), v, sm_scale, do, dq, dk, dv, m, delta, *q.stride(), H, n_ctx, BLOCK_M1=m1,
+        BLOCK_N1=n1, BLOCK_M2=m2, BLOCK_N2=n2, BLK_SLICE_FACTOR=2, HEAD_DIM=dim, num_warps=warps, num_stages=stages,
+        CAUSAL=causal)
+
+
 def operands(torch, dim, n_ctx, fp8, causal, device="cuda"):
     """q, k, v as the tutorial's benchmark makes them, and the reference output (float32)."""
     q, k, v = (torch.randn((Z, H, n_ctx, dim), dtype=torch.float16, device=device) for _ in range(3))
@@ -110,24 +170,32 @@ def run_library(lib: str, argv: list[str]) -> list[dict]:
     return json.loads(done.stdout.splitlines()[-1])
 
 
-def table(results: dict[str, list[dict]], causal: bool, fp8: bool = False) -> list[str]:
+def table(results: dict[str, list[dict]], causal: bool, kind: str = "fp16") -> list[str]:
+    """Markdown: a row per (D, N_CTX, config), each library's TFLOP/s (or why none), kiln / Triton, and
+    SDPA's (the backward's rows carry it) with kiln / SDPA."""
     libs = list(results)
     by_key = {lib: {(r["D"], r["N_CTX"], tuple(r["config"])): r for r in rows} for lib, rows in results.items()}
     keys = sorted({key for rows in by_key.values() for key in rows})
-    lines = ["| D | N_CTX | config | " + " | ".join(f"{lib} TFLOP/s" for lib in libs)
-             + (" | kiln / triton |" if libs == ["kiln", "triton"] else " |"),
-             "|---:|---:|---|" + "---:|" * (len(libs) + (libs == ["kiln", "triton"]))]
+    pair = libs == ["kiln", "triton"]
+    sdpa = any("sdpa_tflops" in r for rows in results.values() for r in rows)
+    lines = ["| D | N_CTX | config | " + " | ".join(f"{lib} TFLOP/s" for lib in libs) + " |"
+             + (" kiln / triton |" if pair else "") + (" SDPA TFLOP/s | kiln / SDPA |" if sdpa else ""),
+             "|---:|---:|---|" + "---:|" * (len(libs) + pair + 2 * sdpa)]
     for key in keys:
         cells = [by_key[lib].get(key, {}) for lib in libs]
-        shown = [str(c.get("tflops", c.get("error", "-"))) for c in cells]
-        ratio = ""
-        if libs == ["kiln", "triton"]:
-            a, b = (c.get("tflops") for c in cells)
-            ratio = f" {a / b:.2f} |" if a and b else " - |"
-        lines.append(f"| {key[0]} | {key[1]} | {key[2]} | " + " | ".join(shown) + " |" + ratio)
-    kind = "fp8 e5m2" if fp8 else "fp16"
-    return [f"### tutorial 06's forward at fixed configs, its own descriptors, causal={causal} (Z{Z} H{H} {kind})", ""] \
-        + lines
+        line = f"| {key[0]} | {key[1]} | {key[2]} | " + " | ".join(str(c.get("tflops", c.get("error", "-")))
+                                                                  for c in cells) + " |"
+        kiln = by_key.get("kiln", {}).get(key, {}).get("tflops")
+        if pair:
+            theirs = cells[1].get("tflops")
+            line += f" {kiln / theirs:.2f} |" if kiln and theirs else " - |"
+        if sdpa:
+            theirs = next((c["sdpa_tflops"] for c in cells if "sdpa_tflops" in c), None)
+            line += f" {theirs or '-'} |" + (f" {kiln / theirs:.2f} |" if kiln and theirs else " - |")
+        lines.append(line)
+    what = "backward at its own config (pointers)" if "backward" in kind else \
+        "forward at fixed configs, through the descriptors it makes"
+    return [f"### tutorial 06's {what}, causal={causal} (Z{Z} H{H} {kind})", ""] + lines
 
 
 def main(argv=None):
@@ -138,6 +206,7 @@ def main(argv=None):
     ap.add_argument("--ctx", default="16384")
     ap.add_argument("--causal", action="store_true")
     ap.add_argument("--fp8", action="store_true", help="the tutorial's fp8 forward")
+    ap.add_argument("--bwd", action="store_true", help="the tutorial's backward, against SDPA's")
     ap.add_argument("--configs", default=CONFIGS, help="BMxBNxSTAGESxWARPS,...")
     ap.add_argument("--out")
     ap.add_argument("--one", help=argparse.SUPPRESS)  # the child: one library, its rows as JSON on stdout
@@ -148,8 +217,9 @@ def main(argv=None):
     passed = list(argv if argv is not None else sys.argv[1:])
     results = {lib: run_library(lib, passed) for lib in args.libs.split(",")}
     rows = [dict(r, lib=lib) for lib, lib_rows in results.items() for r in lib_rows]
-    kind = "tutorial06-configs" + ("-fp8" if args.fp8 else "")
-    results_file.report(args.out, kind, table(results, args.causal, args.fp8), rows)
+    kind = "fp8 e5m2" if args.fp8 else "fp16 backward" if args.bwd else "fp16"
+    name = "tutorial06-configs" + ("-fp8" if args.fp8 else "-bwd" if args.bwd else "")
+    results_file.report(args.out, name, table(results, args.causal, kind), rows)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ def test_the_table_rows_each_config_with_a_ratio_where_both_libraries_ran_correc
     triton = [dict(D=64, N_CTX=16384, config=[128, 64, 3, 4], error="max error nan"),
               dict(D=128, N_CTX=16384, config=[128, 128, 2, 8], tflops=500.0)]
     lines = tutorial06_configs.table({"kiln": kiln, "triton": triton}, causal=False)
-    assert lines[0].startswith("### tutorial 06's forward") and "causal=False" in lines[0]
+    assert lines[0].startswith("### tutorial 06's forward") and "causal=False" in lines[0] and "fp16" in lines[0]
     assert lines[2] == "| D | N_CTX | config | kiln TFLOP/s | triton TFLOP/s | kiln / triton |"
     assert lines[4] == "| 64 | 16384 | (128, 64, 3, 4) | 420.0 | max error nan | - |"
     assert lines[5] == "| 128 | 16384 | (128, 128, 2, 8) | 510.0 | 500.0 | 1.02 |"
@@ -42,3 +42,15 @@ def test_the_fp8_reference_reads_v_as_the_tutorials_descriptor_does():
     assert q.dtype == k.dtype == v.dtype == torch.float8_e5m2 and v.permute(0, 1, 3, 2).is_contiguous()
     heads = want.view(-1, 16, 16)
     assert all(heads[g].abs().max() > 0 for g in range(8)) and heads[8:].abs().max() == 0
+
+
+def test_the_backwards_table_carries_sdpas_column_and_ratio():
+    row = dict(D=128, N_CTX=4096, config=tutorial06_configs.BACKWARD)
+    kiln = [dict(row, tflops=300.0, sdpa_tflops=400.0)]
+    triton = [dict(row, tflops=250.0, sdpa_tflops=410.0)]
+    lines = tutorial06_configs.table({"kiln": kiln, "triton": triton}, causal=True, kind="fp16 backward")
+    assert "backward" in lines[0] and "causal=True" in lines[0]
+    assert lines[2] == ("| D | N_CTX | config | kiln TFLOP/s | triton TFLOP/s | kiln / triton | SDPA TFLOP/s |"
+                        " kiln / SDPA |")
+    assert lines[3] == "|---:|---:|---|---:|---:|---:|---:|---:|"
+    assert lines[4] == "| 128 | 4096 | (32, 128, 128, 32, 5, 4) | 300.0 | 250.0 | 1.20 | 400.0 | 0.75 |"
