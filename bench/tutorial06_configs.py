@@ -6,7 +6,8 @@ autotuner is bypassed: every library runs the same configs, each in a process of
 through the drop-in, `KILN_DROPIN=1`; Triton as installed), checked against SDPA first.
 
     python bench/tutorial06_configs.py --tutorial .scratch/tutorials/3.6/06-fused-attention.py \\
-        [--libs kiln,triton] [--dims 64,128] [--ctx 16384] [--causal] [--fp8 | --bwd] [--configs 128x128x2x8,...] [--out DIR]
+        [--libs kiln,triton] [--dims 64,128] [--ctx 16384] [--causal] [--fp8 | --bwd] \\
+        [--configs 128x128x2x8,...] [--out DIR]
 
 Z=4, H=32, fp16; TFLOP/s count the forward's two matmuls (4 Z H N^2 D, halved when causal).
 A config whose output is off by more than 0.05 (or NaN) is reported, not timed. `--fp8`: the
