@@ -149,7 +149,8 @@ for phase in "$@"; do
         --out "$OUT" 2>&1 | tee "$OUT/firststep-max-triton.log" | grep -A6 "processes at once" ;;
     dropin)
       python3 bench/dropin.py --out "$OUT" 2>&1 | tee "$OUT/dropin.log" | tail -60 ;;
-    tutorial06-configs)  # bench/tutorial06_configs.py: the tutorial's Hopper warp_specialize=True path, non-causal
+    tutorial06-configs)  # bench/tutorial06_configs.py: the tutorial's Hopper warp_specialize=True forward (fp16, fp8;
+      # non-causal), then its backward, non-causal and causal
       for mode in "" --fp8 --bwd "--bwd --causal"; do
         python3 bench/tutorial06_configs.py --tutorial .scratch/tutorials/3.6/06-fused-attention.py --ctx 4096,16384 \
           $mode --out "$OUT" 2>&1 | tee -a "$OUT/tutorial06-configs.log" | grep '^|'

@@ -6,7 +6,8 @@ autotuner is bypassed: every library runs the same configs, each in a process of
 through the drop-in, `KILN_DROPIN=1`; Triton as installed), checked against SDPA first.
 
     python bench/tutorial06_configs.py --tutorial .scratch/tutorials/3.6/06-fused-attention.py \\
-        [--libs kiln,triton] [--dims 64,128] [--ctx 16384] [--causal] [--fp8 | --bwd] [--configs 128x128x2x8,...] [--out DIR]
+        [--libs kiln,triton] [--dims 64,128] [--ctx 16384] [--causal] [--fp8 | --bwd] \\
+        [--configs 128x128x2x8,...] [--out DIR]
 
 Z=4, H=32, fp16; TFLOP/s count the forward's two matmuls (4 Z H N^2 D, halved when causal).
 A config whose output is off by more than 0.05 (or NaN) is reported, not timed. `--fp8`: the
@@ -66,11 +67,9 @@ def run_one(args) -> list[dict]:
                                  FP8_OUTPUT=args.fp8, STAGE=3 if args.causal else 1, warp_specialize=True,
                                  IS_HOPPER=True, num_warps=warps, num_stages=stages)
                 row = dict(D=dim, N_CTX=n_ctx, config=[bm, bn, stages, warps])
-                try:
-                    go()
-                    torch.cuda.synchronize()
-                except Exception as e:  # a library that cannot build a config: reported in its row
-                    rows.append(dict(row, error=f"{type(e).__name__}: {str(e)[:160]}"))
+                failed = first_run(go, torch)
+                if failed:
+                    rows.append(dict(row, error=failed))
                     continue
                 if args.fp8:  # e5m2 keeps 2 bits of mantissa: the error's size, not each element's
                     err = ((o.float() - want).norm() / want.norm()).item()
@@ -87,6 +86,17 @@ def run_one(args) -> list[dict]:
                 print(f"  {args.one} D{dim} N{n_ctx} {(bm, bn, stages, warps)}: {rows[-1]['tflops']} TFLOP/s",
                       file=sys.stderr, flush=True)
     return rows
+
+
+def first_run(go, torch) -> str | None:
+    """Run `go` once (building what it launches): None, or why it failed, for the row to report (a
+    library that cannot build a config says so in its cell)."""
+    try:
+        go()
+        torch.cuda.synchronize()
+    except Exception as e:
+        return f"{type(e).__name__}: {str(e)[:160]}"
+    return None
 
 
 BACKWARD = [32, 128, 128, 32, 5, 4]  # the tutorial's backward: BLOCK_M1, BLOCK_N1, BLOCK_M2, BLOCK_N2, stages, warps
@@ -112,11 +122,9 @@ def run_backward(args, torch, triton, tutorial) -> list[dict]:
             flops = 2.5 * 4 * Z * H * n_ctx * n_ctx * dim * (0.5 if args.causal else 1)
             sdpa_ms = triton.testing.do_bench(lambda: torch.autograd.grad(out, reference, do, retain_graph=True))
             row["sdpa_tflops"] = round(flops / sdpa_ms * 1e-9, 1)
-            try:
-                go()
-                torch.cuda.synchronize()
-            except Exception as e:  # a library that cannot build the kernel: reported in its row
-                rows.append(dict(row, error=f"{type(e).__name__}: {str(e)[:160]}"))
+            failed = first_run(go, torch)
+            if failed:
+                rows.append(dict(row, error=failed))
                 continue
             bad = [name for name, got, w in zip("qkv", grads, want) if not torch.allclose(got, w, atol=5e-2, rtol=5e-2)]
             if bad:
