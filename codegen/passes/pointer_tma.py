@@ -135,7 +135,8 @@ class _Box:
             return None
         if any(a[0] == "v" and forms.values[a[1]].type != int32 for c in starts.values() for a in affine.atoms_of(c)):
             return None
-        if wraps and not _wrapped_rows_unseen(fn, load, loop, wraps, forms):
+        # a wrap is proved on the load's dims, which the dot and the stores see: not on a transposed box's
+        if wraps and (transposed or not _wrapped_rows_unseen(fn, load, loop, wraps, forms)):
             return None
         itemsize = base.type.element_ty.itemsize
         if not inner_start_aligned(starts[1], itemsize, fn, forms, divisors):
