@@ -41,7 +41,7 @@ def _args(value) -> bool:
             and all(type(a) is dict and all(type(k) is str and _text(v) for k, v in a.items())
                     and _tma_box_ok(a.get("tma_box")) and _tma_of_ok(a.get("tma_of"))
                     and a.get("launch_grid") in (None, "0", "1", "2") and _scratch_ok(a.get("global_scratch"))
-                    and a.get("split_k") in (None, "1")
+                    and a.get("split_k") in (None, "1") and a.get("tma_stride") in (None, "1")
                     for a in value))
 
 

@@ -333,6 +333,53 @@ def test_a_head_base_of_unknown_alignment_keeps_its_pointers():
     assert "cp.async.bulk.tensor" not in ptx and "tensormap" not in ptx
 
 
+def test_the_row_stride_of_a_map_the_kernel_makes_is_checked_at_launch():
+    """The map takes its row stride (D here: the keys' stride) from an int argument that pointers may
+    read at any sign; the metadata names it, and a launch where it is not positive runs the build
+    without maps (kiln.runtime.launcher, below)."""
+    k = _head_scores_build()  # its keys are the constexpr D apart: nothing to check
+    assert "cp.async.bulk.tensor" in k.asm["ptx"] and not any("tma_stride" in a for a in k.metadata["args"])
+    x, f = np.zeros(1, np.float16), np.zeros(1, np.float32)
+    strided = _strided_keys.warmup(x, x, f, 4096 * 64, 64, 4096, D=64, BM=128, BN=64, num_warps=8, num_stages=3,
+                                   grid=(1,), target="sm_90a")
+    assert "cp.async.bulk.tensor" in strided.asm["ptx"]
+    assert [a["name"] for a in strided.metadata["args"] if a.get("tma_stride") == "1"] == ["stride_n"]
+
+
+@kiln.jit
+def _strided_keys(q_ptr, k_ptr, s_ptr, stride_h, stride_n, N, D: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr):
+    """`_head_scores`'s S with the keys `stride_n` apart (an int argument)."""
+    head = tl.program_id(0)
+    offs_d = tl.arange(0, D)
+    q = tl.load(q_ptr + head * stride_h + tl.arange(0, BM)[:, None] * D + offs_d[None, :])
+    kt_ptrs = k_ptr + head * stride_h + offs_d[:, None] + tl.arange(0, BN)[None, :] * stride_n
+    s = tl.zeros((BM, BN), tl.float32)
+    for first in range(0, N, BN):
+        s += tl.dot(q, tl.load(kt_ptrs + first * stride_n))
+    tl.store(s_ptr + head * BM * BN + tl.arange(0, BM)[:, None] * BN + tl.arange(0, BN)[None, :], s)
+
+
+def test_a_launch_whose_map_stride_is_not_positive_takes_the_build_without_maps(monkeypatch):
+    """Without a GPU: the generated launch raises DerivedMapUnusable (the caller then launches the
+    build without derived maps) where a checked row stride is 0 or negative, and launches otherwise."""
+    from kiln.ir.types import int32, pointer_type
+    from kiln.runtime import launcher
+    from kiln.runtime.tensormap import DerivedMapUnusable
+    calls = []
+    monkeypatch.setattr(launcher, "_cu_launch_kernel", lambda: (lambda *a: calls.append(a[1]) or 0))
+
+    class Kernel:
+        handle = 1
+    launch = launcher.make_launcher(Kernel(), [pointer_type(int32), int32], 4, 0, "k", map_strides=[1])
+    for stride in (0, -64):
+        with pytest.raises(DerivedMapUnusable, match="row stride"):
+            launch((3, 1, 1), [0, stride], 0)
+    launch((3, 1, 1), [0, 64], 0)
+    assert calls == [3]
+    with pytest.raises(ValueError, match="no int32 argument"):
+        launcher.make_launcher(Kernel(), [pointer_type(int32), int32], 4, 0, "k", map_strides=[0])
+
+
 def test_a_transposed_box_no_ring_takes_goes_back_to_its_pointer_load():
     """pointer_tma, then descriptor_loads and canonicalize without smem_pipeline between: the box's
     permutes cancel and the dots read the pointer load (and its tl.trans) as the frontend wrote them."""

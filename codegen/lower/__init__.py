@@ -114,6 +114,8 @@ def lower_function(fn, ctx) -> tuple[str, list[dict], int]:
             layout["launch_grid"] = str(attrs["launch_grid"])
         if "split_k" in attrs:  # the CTAs of each program's cluster (kiln.codegen.passes.split_k)
             layout["split_k"] = "1"
+        if "tma_stride" in attrs:  # a row stride of a map the kernel makes: launched only where positive
+            layout["tma_stride"] = "1"
     return str(module), arg_layout, max(lw.smem_bytes, lw.reserved)
 
 

@@ -42,6 +42,8 @@ def drop_unread_created_maps(fn) -> None:
         op.parent.ops.remove(op)
     if any(op.name == "tensormap_create" for op in fn.walk()):
         return
+    for attrs in fn.arg_attrs:  # no map left whose row stride a launch must check
+        attrs.pop("tma_stride", None)
     for i in reversed(range(len(fn.args))):
         if "global_scratch" in fn.arg_attrs[i]:
             del fn.body.args[i], fn.arg_names[i], fn.arg_attrs[i]

@@ -175,6 +175,8 @@ class _Box:
         else:
             tmap = create_map(fn, self.loop, self.base, self.extents, self.stride, self.load.loc,
                               made_before=made_before, tile=self.tile_shape())
+            if self.stride in fn.args:  # TMA takes no negative row stride, which pointers do: the launch checks
+                fn.arg_attrs[fn.args.index(self.stride)]["tma_stride"] = True
         value = self.load.results[0]
         uses = [op for op in fn.walk() if value in op.operands]
         t, fallback = value.type, value

@@ -69,13 +69,14 @@ def launcher_for(loaded, arg_types, metadata: dict, name: str, device: int, pdl:
     resident = None
     if any(entry[0] in ("grid", "split") for entry in derived):
         resident = loaded.resident_ctas(32 * warps, metadata["shared"]) * sm_count(device)
+    map_strides = [i for i, arg in enumerate(args[:own]) if arg.get("tma_stride") == "1"]
     return make_launcher(loaded, arg_types, warps, metadata["shared"], name,
                          {i: box for i, box in boxes.items() if box is not None and i < own}, derived, resident,
-                         pdl)
+                         pdl, map_strides)
 
 
 def make_launcher(kernel, arg_types, num_warps: int, shared: int, name: str, tma_boxes=None, derived=(),
-                  resident=None, pdl: bool = False):
+                  resident=None, pdl: bool = False, map_strides=()):
     """launch(grid, args, stream) for one loaded kernel; `args` are its runtime arguments in order.
 
     The function is generated for the kernel's argument list, so a launch is a few slot
@@ -91,7 +92,9 @@ def make_launcher(kernel, arg_types, num_warps: int, shared: int, name: str, tma
     (kiln.runtime.scratch). A kernel with grid arguments is persistent: it is launched
     on min(programs, `resident`) CTAs, which loop over the programs. With `pdl` the launch
     lets this kernel start before the one before it on the stream has finished (Hopper's
-    programmatic dependent launch: the kernel's `gdc_wait` waits for that one).
+    programmatic dependent launch: the kernel's `gdc_wait` waits for that one). `map_strides`:
+    the int arguments that are row strides of TMA maps the kernel makes; a launch where one is
+    not positive raises DerivedMapUnusable (TMA takes no such stride; the pointers do).
     """
     if type(num_warps) is not int or not 1 <= num_warps <= 32:
         raise ValueError(f"kernel {name}: num_warps must be an int from 1 to 32, not {num_warps!r:.40}")
@@ -156,6 +159,11 @@ def make_launcher(kernel, arg_types, num_warps: int, shared: int, name: str, tma
     # derived maps only for a launch that runs: an empty grid's sizes may make no map
     derived_fills = [f"    fill{i}(s{i}, " + ", ".join(f"s{j}.value" for j in entry[2]) + ")"
                      for i, entry in enumerate(derived, len(arg_types)) if entry[0] == "map"]
+    if any(type(i) is not int or not 0 <= i < len(arg_types) or arg_types[i].name != "int32" for i in map_strides):
+        raise ValueError(f"kernel {name}: a TMA map's row stride to check is no int32 argument of its own")
+    checks = [line for i in map_strides
+              for line in (f"    if a{i} <= 0:", f"        raise unusable(f'a row stride of {{a{i}}} for a TMA map')")]
+    derived_fills = checks + derived_fills
     launch_grid = [*derived_fills, "    ctas = gx"]
     if grid_slots:
         by_axis = {axis: i for i, axis in grid_slots.items()}
