@@ -4,9 +4,10 @@ Folding runs in NumPy at the value's own type, so wraparound and float rounding 
 GPU's. Rules: an op whose operands are all constants becomes a constant (`add`, `sub`,
 `mul`, bitwise ops, `min`/`max`, `cmp`, int→int `cast`, `splat`, `broadcast`);
 `x + 0`, `x - 0`, `x * 1`, `select` on a constant condition and `broadcast`/`reshape`
-to the same type return their operand, and a permute of a permute that undoes it the first's; an `if` on a constant condition becomes the branch it
-takes (Inductor's templates test sizes they hold as constants: `if M * N == 0: return`, and which
-index math carries `max_contiguous` hints, which the axis analysis then sees unjoined).
+to the same type return their operand, and a permute of a permute that undoes it the first's
+operand; an `if` on a constant condition becomes the branch it takes (Inductor's templates test
+sizes they hold as constants: `if M * N == 0: return`, and which index math carries
+`max_contiguous` hints, which the axis analysis then sees unjoined).
 """
 from __future__ import annotations
 
