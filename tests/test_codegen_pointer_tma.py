@@ -208,18 +208,24 @@ def test_rows_a_loop_carries_and_advances_by_a_step_are_read_by_tma(by_step):
     assert k.n_spills == 0
 
 
-def test_rows_carried_by_the_loop_match_numpy_on_the_gpu(hopper_torch):
+@pytest.fixture
+def torch_scratch(hopper_torch):
+    """hopper_torch, with the global scratch of this test's launches (the maps a kernel makes) from
+    torch's allocator; the allocator is process-wide, so the tests after it get kiln's own again."""
     torch = hopper_torch
+    kiln.set_allocator(lambda size, align, stream: torch.empty(size, dtype=torch.int8, device="cuda"))
+    yield torch
+    kiln.set_allocator(None)
+
+
+def test_rows_carried_by_the_loop_match_numpy_on_the_gpu(torch_scratch):
+    torch = torch_scratch
     gen = torch.Generator().manual_seed(3)
     Z, N, D, BM, BN = 2, 512, 64, 128, 64
     q, k = (torch.randn(Z * N, D, generator=gen).half() for _ in range(2))
     out = torch.empty(Z, N // BM, BM, BN, device="cuda")
-    kiln.set_allocator(lambda size, align, stream: torch.empty(size, dtype=torch.int8, device="cuda"))
-    try:
-        _carried_rows[(N // BM, Z)](q.cuda(), k.cuda(), out, Z, N, D=D, BM=BM, BN=BN, BY_STEP=True, num_warps=8,
-                                    num_stages=3)
-    finally:  # the allocator is process-wide: the tests after this one get kiln's own scratch again
-        kiln.set_allocator(None)
+    _carried_rows[(N // BM, Z)](q.cuda(), k.cuda(), out, Z, N, D=D, BM=BM, BN=BN, BY_STEP=True, num_warps=8,
+                                num_stages=3)
     qf, kf = q.float().view(Z, N // BM, BM, D), k.float().view(Z, N // BN, BN, D)
     want = torch.einsum("zmid,zbjd->zmij", qf, kf)  # every K block of the program's batch, summed
     torch.testing.assert_close(out.cpu(), want, atol=5e-2, rtol=1e-3)
