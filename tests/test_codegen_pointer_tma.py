@@ -263,10 +263,8 @@ def test_columns_a_loop_carries_past_the_row_stride_are_read_by_tma(fp8):
 
 
 @pytest.mark.parametrize("dtype", ["float16", "float8_e5m2"])
-def test_carried_columns_past_the_row_stride_match_torch_on_the_gpu(dtype, hopper_torch):
-    torch = hopper_torch
-    import kiln as kiln_
-    kiln_.set_allocator(lambda size, align, stream: torch.empty(size, dtype=torch.int8, device="cuda"))
+def test_carried_columns_past_the_row_stride_match_torch_on_the_gpu(dtype, torch_scratch):
+    torch = torch_scratch
     gen = torch.Generator().manual_seed(5)
     Z, N, D, BM, BN = 3, 256, 64, 64, 64
     p = torch.randn(BM, BN, generator=gen).to(getattr(torch, dtype))
@@ -408,10 +406,8 @@ def test_a_transposed_box_no_ring_takes_goes_back_to_its_pointer_load():
     verify(fn)
 
 
-def test_unmasked_transposed_boxes_from_a_heads_base_match_torch_on_the_gpu(hopper_torch):
-    torch = hopper_torch
-    import kiln as kiln_
-    kiln_.set_allocator(lambda size, align, stream: torch.empty(size, dtype=torch.int8, device="cuda"))
+def test_unmasked_transposed_boxes_from_a_heads_base_match_torch_on_the_gpu(torch_scratch):
+    torch = torch_scratch
     gen = torch.Generator().manual_seed(7)
     heads, N, D, BM, BN = 3, 512, 64, 128, 64
     for split in (False, True):
