@@ -18,7 +18,8 @@ every library, and the reference zeroes the same rows. `--bwd`: the tutorial's b
 preprocess and `_attn_bwd` at its own fixed config, K scaled first, as its `backward()` launches
 them) after a forward of the tutorial's at (128, 64, 2, 4) without the hint, against PyTorch SDPA's
 backward timed in the same process; checked against SDPA's gradients (atol and rtol 5e-2);
-TFLOP/s count 2.5 times the forward's.
+TFLOP/s count 2.5 times the forward's. A library's process that dies (a driver fault, a compiler's
+abort) costs the config it was on, whose row says so; a new process runs the rest.
 """
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ import argparse
 import importlib.util
 import json
 import os
+import signal
 import subprocess
 import sys
 
@@ -40,52 +42,64 @@ def parse_configs(text: str) -> list[tuple[int, ...]]:
     return [tuple(int(x) for x in c.split("x")) for c in text.split(",") if c]
 
 
-def run_one(args) -> list[dict]:
-    """This process's library on every (D, N, config): rows of TFLOP/s and the max error."""
+def work_items(args) -> list[tuple]:
+    """(D, N_CTX, config) in the order a child runs them (the backward has one config: its own)."""
+    configs = [BACKWARD] if args.bwd else parse_configs(args.configs)
+    dims, contexts = [int(d) for d in args.dims.split(",")], [int(n) for n in args.ctx.split(",")]
+    return [(dim, n_ctx, list(config)) for dim in dims for n_ctx in contexts
+            for config in configs if args.bwd or config[1] <= dim]  # the tutorial's static_assert(BLOCK_N <= HEAD_DIM)
+
+
+def run_one(args) -> None:
+    """This process's library on the work items from `--skip` on: a JSON row per item on stdout as it
+    finishes (TFLOP/s, or why none), so a crash loses only the item it happened in."""
     import torch
     import triton
     spec = importlib.util.spec_from_file_location("tutorial06", args.tutorial)
     tutorial = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(tutorial)
-    kernel = tutorial._attn_fwd.fn  # under the autotuner: the configs are ours
     triton.set_allocator(lambda size, align, stream: torch.empty(size, dtype=torch.int8, device="cuda"))
-    if args.bwd:
-        return run_backward(args, torch, triton, tutorial)
-    rows = []
-    for dim in map(int, args.dims.split(",")):
-        for n_ctx in map(int, args.ctx.split(",")):
-            q, k, v, want = operands(torch, dim, n_ctx, args.fp8, args.causal)
-            for bm, bn, stages, warps in parse_configs(args.configs):
-                if bn > dim:  # the tutorial's static_assert(BLOCK_N <= HEAD_DIM)
-                    continue
-                o = torch.empty_like(q)
-                m = torch.empty((Z, H, n_ctx), device="cuda", dtype=torch.float32)
-                grid = (triton.cdiv(n_ctx, bm), Z * H, 1)
+    made = {}  # the operands of the last (D, N_CTX): one set at a time on the GPU
+    for dim, n_ctx, config in work_items(args)[args.skip:]:
+        if (dim, n_ctx) not in made:
+            made.clear()
+            made[dim, n_ctx] = None if args.bwd else operands(torch, dim, n_ctx, args.fp8, args.causal)
+        row = dict(D=dim, N_CTX=n_ctx, config=config)
+        if args.bwd:
+            row.update(backward_row(args, torch, triton, tutorial, dim, n_ctx))
+        else:
+            row.update(forward_row(args, torch, triton, tutorial, made[dim, n_ctx], dim, n_ctx, config))
+        print(json.dumps(row), flush=True)
 
-                def go():
-                    kernel[grid](0.5, m, Z, H, q, k, v, o, N_CTX=n_ctx, HEAD_DIM=dim, BLOCK_M=bm, BLOCK_N=bn,
-                                 FP8_OUTPUT=args.fp8, STAGE=3 if args.causal else 1, warp_specialize=True,
-                                 IS_HOPPER=True, num_warps=warps, num_stages=stages)
-                row = dict(D=dim, N_CTX=n_ctx, config=[bm, bn, stages, warps])
-                failed = first_run(go, torch)
-                if failed:
-                    rows.append(dict(row, error=failed))
-                    continue
-                if args.fp8:  # e5m2 keeps 2 bits of mantissa: the error's size, not each element's
-                    err = ((o.float() - want).norm() / want.norm()).item()
-                    wrong = not err < 0.1
-                else:
-                    err = (o.float() - want).abs().max().item()
-                    wrong = not err <= 0.05
-                if wrong:
-                    rows.append(dict(row, error=f"{'relative' if args.fp8 else 'max'} error {err:.3g}"))
-                    continue
-                ms = triton.testing.do_bench(go)
-                flops = 4 * Z * H * n_ctx * n_ctx * dim * (0.5 if args.causal else 1)
-                rows.append(dict(row, tflops=round(flops / ms * 1e-9, 1), max_error=err))
-                print(f"  {args.one} D{dim} N{n_ctx} {(bm, bn, stages, warps)}: {rows[-1]['tflops']} TFLOP/s",
-                      file=sys.stderr, flush=True)
-    return rows
+
+def forward_row(args, torch, triton, tutorial, operands_, dim, n_ctx, config) -> dict:
+    """The tutorial's forward at one config: its TFLOP/s and error, or why it has none."""
+    q, k, v, want = operands_
+    bm, bn, stages, warps = config
+    kernel = tutorial._attn_fwd.fn  # under the autotuner: the configs are ours
+    o = torch.empty_like(q)
+    m = torch.empty((Z, H, n_ctx), device="cuda", dtype=torch.float32)
+    grid = (triton.cdiv(n_ctx, bm), Z * H, 1)
+
+    def go():
+        kernel[grid](0.5, m, Z, H, q, k, v, o, N_CTX=n_ctx, HEAD_DIM=dim, BLOCK_M=bm, BLOCK_N=bn,
+                     FP8_OUTPUT=args.fp8, STAGE=3 if args.causal else 1, warp_specialize=True,
+                     IS_HOPPER=True, num_warps=warps, num_stages=stages)
+    failed = first_run(go, torch)
+    if failed:
+        return dict(error=failed)
+    if args.fp8:  # e5m2 keeps 2 bits of mantissa: the error's size, not each element's
+        err = ((o.float() - want).norm() / want.norm()).item()
+        wrong = not err < 0.1
+    else:
+        err = (o.float() - want).abs().max().item()
+        wrong = not err <= 0.05
+    if wrong:
+        return dict(error=f"{'relative' if args.fp8 else 'max'} error {err:.3g}")
+    ms = triton.testing.do_bench(go)
+    flops = 4 * Z * H * n_ctx * n_ctx * dim * (0.5 if args.causal else 1)
+    print(f"  {args.one} D{dim} N{n_ctx} {tuple(config)}: {flops / ms * 1e-9:.1f} TFLOP/s", file=sys.stderr, flush=True)
+    return dict(tflops=round(flops / ms * 1e-9, 1), max_error=err)
 
 
 def first_run(go, torch) -> str | None:
@@ -103,38 +117,31 @@ BACKWARD = [32, 128, 128, 32, 5, 4]  # the tutorial's backward: BLOCK_M1, BLOCK_
 RCP_LN2 = 1.4426950408889634
 
 
-def run_backward(args, torch, triton, tutorial) -> list[dict]:
-    """The tutorial's backward on every (D, N): rows of TFLOP/s, and SDPA's backward beside them."""
-    rows = []
-    for dim in map(int, args.dims.split(",")):
-        for n_ctx in map(int, args.ctx.split(",")):
-            q, k, v, do = (0.5 * torch.randn((Z, H, n_ctx, dim), dtype=torch.float16, device="cuda") for _ in range(4))
-            o, m = torch.empty_like(q), torch.empty((Z, H, n_ctx), device="cuda", dtype=torch.float32)
-            tutorial._attn_fwd.fn[(n_ctx // 128, Z * H, 1)](
-                0.5, m, Z, H, q, k, v, o, N_CTX=n_ctx, HEAD_DIM=dim, BLOCK_M=128, BLOCK_N=64, FP8_OUTPUT=False,
-                STAGE=3 if args.causal else 1, warp_specialize=False, IS_HOPPER=True, num_warps=4, num_stages=2)
-            grads = [torch.empty_like(x) for x in (q, k, v)]
-            go = lambda: _tutorial_backward(tutorial, q, k, v, o, m, do, grads, args.causal)  # noqa: E731
-            row = dict(D=dim, N_CTX=n_ctx, config=BACKWARD)
-            reference = [x.detach().clone().requires_grad_() for x in (q, k, v)]
-            out = torch.nn.functional.scaled_dot_product_attention(*reference, is_causal=args.causal, scale=0.5)
-            want = torch.autograd.grad(out, reference, do, retain_graph=True)
-            flops = 2.5 * 4 * Z * H * n_ctx * n_ctx * dim * (0.5 if args.causal else 1)
-            sdpa_ms = triton.testing.do_bench(lambda: torch.autograd.grad(out, reference, do, retain_graph=True))
-            row["sdpa_tflops"] = round(flops / sdpa_ms * 1e-9, 1)
-            failed = first_run(go, torch)
-            if failed:
-                rows.append(dict(row, error=failed))
-                continue
-            bad = [name for name, got, w in zip("qkv", grads, want) if not torch.allclose(got, w, atol=5e-2, rtol=5e-2)]
-            if bad:
-                rows.append(dict(row, error="d" + "/d".join(bad) + " off SDPA's"))
-                continue
-            ms = triton.testing.do_bench(go)
-            rows.append(dict(row, tflops=round(flops / ms * 1e-9, 1)))
-            print(f"  {args.one} bwd D{dim} N{n_ctx}: {rows[-1]['tflops']} TFLOP/s (SDPA {row['sdpa_tflops']})",
-                  file=sys.stderr, flush=True)
-    return rows
+def backward_row(args, torch, triton, tutorial, dim, n_ctx) -> dict:
+    """The tutorial's backward at (D, N): its TFLOP/s, and SDPA's backward's beside it."""
+    q, k, v, do = (0.5 * torch.randn((Z, H, n_ctx, dim), dtype=torch.float16, device="cuda") for _ in range(4))
+    o, m = torch.empty_like(q), torch.empty((Z, H, n_ctx), device="cuda", dtype=torch.float32)
+    tutorial._attn_fwd.fn[(n_ctx // 128, Z * H, 1)](
+        0.5, m, Z, H, q, k, v, o, N_CTX=n_ctx, HEAD_DIM=dim, BLOCK_M=128, BLOCK_N=64, FP8_OUTPUT=False,
+        STAGE=3 if args.causal else 1, warp_specialize=False, IS_HOPPER=True, num_warps=4, num_stages=2)
+    grads = [torch.empty_like(x) for x in (q, k, v)]
+    go = lambda: _tutorial_backward(tutorial, q, k, v, o, m, do, grads, args.causal)  # noqa: E731
+    reference = [x.detach().clone().requires_grad_() for x in (q, k, v)]
+    out = torch.nn.functional.scaled_dot_product_attention(*reference, is_causal=args.causal, scale=0.5)
+    want = torch.autograd.grad(out, reference, do, retain_graph=True)
+    flops = 2.5 * 4 * Z * H * n_ctx * n_ctx * dim * (0.5 if args.causal else 1)
+    sdpa_ms = triton.testing.do_bench(lambda: torch.autograd.grad(out, reference, do, retain_graph=True))
+    row = dict(sdpa_tflops=round(flops / sdpa_ms * 1e-9, 1))
+    failed = first_run(go, torch)
+    if failed:
+        return dict(row, error=failed)
+    bad = [name for name, got, w in zip("qkv", grads, want) if not torch.allclose(got, w, atol=5e-2, rtol=5e-2)]
+    if bad:
+        return dict(row, error="d" + "/d".join(bad) + " off SDPA's")
+    ms = triton.testing.do_bench(go)
+    print(f"  {args.one} bwd D{dim} N{n_ctx}: {flops / ms * 1e-9:.1f} TFLOP/s (SDPA {row['sdpa_tflops']})",
+          file=sys.stderr, flush=True)
+    return dict(row, tflops=round(flops / ms * 1e-9, 1))
 
 
 def _tutorial_backward(tutorial, q, k, v, o, m, do, grads, causal, sm_scale=0.5):
@@ -167,15 +174,46 @@ def operands(torch, dim, n_ctx, fp8, causal, device="cuda"):
     return q, k, v, want.float()
 
 
-def run_library(lib: str, argv: list[str]) -> list[dict]:
+def run_library(lib: str, argv: list[str], items: list[tuple], command=None) -> list[dict]:
+    """`lib`'s rows for `items`, from children of this script (`command(skip)` makes one's command
+    line): a child that dies costs the item it was on (a row saying so) and the rest run in a new one."""
     env = dict(os.environ)
     env.pop("KILN_DROPIN", None)
     if lib == "kiln":
         env["KILN_DROPIN"] = "1"  # `import triton` is kiln's drop-in
-    done = subprocess.run([sys.executable, __file__, *argv, "--one", lib], env=env, stdout=subprocess.PIPE, text=True)
-    if done.returncode != 0:
-        raise SystemExit(f"{lib}'s run failed ({done.returncode})")
-    return json.loads(done.stdout.splitlines()[-1])
+    command = command or (lambda skip: [sys.executable, __file__, *argv, "--one", lib, "--skip", str(skip)])
+    rows = []
+    while len(rows) < len(items):
+        done = subprocess.run(command(len(rows)), env=env, stdout=subprocess.PIPE, text=True)
+        for line in done.stdout.splitlines():
+            got = _row(line)
+            if got is not None and len(rows) < len(items):
+                rows.append(got)
+        if done.returncode != 0 and len(rows) < len(items):
+            dim, n_ctx, config = items[len(rows)]
+            died = f"its process died ({_exit(done.returncode)})"
+            rows.append(dict(D=dim, N_CTX=n_ctx, config=list(config), error=died))
+        elif done.returncode == 0 and len(rows) < len(items):
+            raise SystemExit(f"{lib}'s run ended with {len(items) - len(rows)} configs unreported")
+    return rows
+
+
+def _row(line: str) -> dict | None:
+    """A child's row (a JSON object with D, N_CTX and config), or None for any other line."""
+    try:
+        row = json.loads(line)
+    except ValueError:
+        return None
+    return row if isinstance(row, dict) and {"D", "N_CTX", "config"} <= row.keys() else None
+
+
+def _exit(code: int) -> str:
+    if code < 0:
+        try:
+            return signal.Signals(-code).name
+        except ValueError:
+            pass
+    return f"exit {code}"
 
 
 def table(results: dict[str, list[dict]], causal: bool, kind: str = "fp16") -> list[str]:
@@ -217,16 +255,18 @@ def main(argv=None):
     ap.add_argument("--bwd", action="store_true", help="the tutorial's backward, against SDPA's")
     ap.add_argument("--configs", default=CONFIGS, help="BMxBNxSTAGESxWARPS,...")
     ap.add_argument("--out")
-    ap.add_argument("--one", help=argparse.SUPPRESS)  # the child: one library, its rows as JSON on stdout
+    ap.add_argument("--one", help=argparse.SUPPRESS)  # the child: one library, its rows as JSON lines on stdout
+    ap.add_argument("--skip", type=int, default=0, help=argparse.SUPPRESS)  # the child: items a dead one ran
     args = ap.parse_args(argv)
     if args.one:
-        print(json.dumps(run_one(args)))
+        run_one(args)
         return
     passed = list(argv if argv is not None else sys.argv[1:])
-    results = {lib: run_library(lib, passed) for lib in args.libs.split(",")}
+    results = {lib: run_library(lib, passed, work_items(args)) for lib in args.libs.split(",")}
     rows = [dict(r, lib=lib) for lib, lib_rows in results.items() for r in lib_rows]
     kind = "fp8 e5m2" if args.fp8 else "fp16 backward" if args.bwd else "fp16"
     name = "tutorial06-configs" + ("-fp8" if args.fp8 else "-bwd" if args.bwd else "")
+    name += "-causal" if args.causal else ""
     results_file.report(args.out, name, table(results, args.causal, kind), rows)
 
 

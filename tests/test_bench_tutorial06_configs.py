@@ -1,5 +1,6 @@
 """bench/tutorial06_configs.py: its table (one row per (D, N_CTX, config), each library's TFLOP/s or why it has
 none, kiln / Triton only where both ran correct) and its fp8 reference. No GPU needed."""
+import json
 import os
 import sys
 
@@ -54,3 +55,50 @@ def test_the_backwards_table_carries_sdpas_column_and_ratio():
                         " kiln / SDPA |")
     assert lines[3] == "|---:|---:|---|---:|---:|---:|---:|---:|"
     assert lines[4] == "| 128 | 4096 | (32, 128, 128, 32, 5, 4) | 300.0 | 250.0 | 1.20 | 400.0 | 0.75 |"
+
+
+def test_work_items_skip_blocks_wider_than_the_head_and_the_backward_has_its_own_config():
+    args = tutorial06_configs.argparse.Namespace(dims="64,128", ctx="4096", configs="128x128x2x8,128x64x3x4", bwd=False)
+    assert tutorial06_configs.work_items(args) == [(64, 4096, [128, 64, 3, 4]), (128, 4096, [128, 128, 2, 8]),
+                                                   (128, 4096, [128, 64, 3, 4])]
+    args.bwd = True
+    assert tutorial06_configs.work_items(args) == [(64, 4096, tutorial06_configs.BACKWARD),
+                                                   (128, 4096, tutorial06_configs.BACKWARD)]
+
+
+CHILD = """
+import json, os, sys
+items, skip, marker = json.loads(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+for i, (dim, n_ctx, config) in enumerate(items[skip:], skip):
+    if i == 1 and not os.path.exists(marker):  # the second item kills the first child, as a driver fault would
+        open(marker, "w").close()
+        os.abort()
+    print("a line that is not a row")
+    print(json.dumps(dict(D=dim, N_CTX=n_ctx, config=config, tflops=float(i))), flush=True)
+"""
+
+
+def test_a_child_that_dies_costs_its_item_and_a_new_child_runs_the_rest(tmp_path):
+    """Real processes: the first child reports item 0 and aborts in item 1; item 1 gets a row saying so and a
+    second child, started past it, reports items 2 and 3."""
+    child = tmp_path / "child.py"
+    child.write_text(CHILD)
+    items = [(64, 4096, [128, 64, 3, 4]), (64, 4096, [64, 64, 3, 4]), (128, 4096, [128, 128, 2, 8]),
+             (128, 4096, [128, 64, 3, 4])]
+    starts = []
+
+    def command(skip):
+        starts.append(skip)
+        return [sys.executable, str(child), json.dumps(items), str(skip), str(tmp_path / "died")]
+    rows = tutorial06_configs.run_library("triton", [], items, command)
+    assert starts == [0, 2]
+    assert [r.get("tflops") for r in rows] == [0.0, None, 2.0, 3.0]
+    assert rows[1] == dict(D=64, N_CTX=4096, config=[64, 64, 3, 4], error="its process died (SIGABRT)")
+
+
+def test_a_child_that_ends_without_every_row_stops_the_run(tmp_path):
+    child = tmp_path / "child.py"
+    child.write_text("print('nothing')")
+    with pytest.raises(SystemExit, match="1 configs unreported"):
+        tutorial06_configs.run_library("kiln", [], [(64, 4096, [64, 64, 3, 4])],
+                                       lambda skip: [sys.executable, str(child)])
