@@ -49,7 +49,7 @@ from kiln.ir.core import Block, Function, Operation
 from kiln.ir.types import block_type, int8, int32, pointer_type, tensormap
 
 from . import affine
-from .rewrite import const_int, insert_ops, replace_uses
+from .rewrite import const_int, insert_ops, is_transpose, replace_uses
 from .smem_plan import enabled as pipelines
 
 name = "pointer_tma"
@@ -79,11 +79,11 @@ def apply(fn, ctx) -> None:
 class _Box:
     """What a proved load reads: base argument, per-dim coordinate forms and extents."""
 
-    def __init__(self, load, loop, forms, base, stride, coords, extents, wrapped=None):
+    def __init__(self, load, loop, forms, base, stride, coords, extents, wrapped=None, transposed=False):
         self.load, self.loop, self.forms, self.base, self.stride = load, loop, forms, base, stride
         self.coords, self.extents = coords, extents  # per block dim: poly in `iter` and invariants; an argument
         self.wrapped = wrapped  # the dim whose index wraps at its extent, or None
-        self.transposed = False  # the load is the box's transpose (the dims above are the box's)
+        self.transposed = transposed  # the load is the box's transpose (the dims above are the box's)
 
     @classmethod
     def prove(cls, load, loop, fn, forms, divisors):
@@ -144,9 +144,7 @@ class _Box:
         wrapped = next(iter(wraps), None)
         if wrapped == 1 and _divisor(extents[1], fn, divisors) * itemsize % 16:  # (a wrap's E is a value)
             wrapped = None  # a column mod E is no 16-byte multiple: its boxes start unwrapped (zeros past E)
-        box = cls(load, loop, forms, base, stride, starts, extents, wrapped)
-        box.transposed = transposed
-        return box
+        return cls(load, loop, forms, base, stride, starts, extents, wrapped, transposed)
 
     def tile_shape(self) -> tuple:
         """The shape of the box the load reads (its own, or its transpose's)."""
@@ -190,7 +188,7 @@ class _Box:
             got = emit("descriptor_load", [tmap, *offsets, extent, fallback], t, wrap_dim=self.wrapped)
         loaded = emit("permute", [got], value.type, order=[1, 0]) if self.transposed else got
         for op in uses:
-            if self.transposed and _transpose(op):  # tl.trans of the load is the box itself
+            if self.transposed and is_transpose(op):  # tl.trans of the load is the box itself
                 replace_uses(fn, {op.results[0]: got})
                 op.parent.ops.remove(op)
             else:
@@ -514,10 +512,6 @@ def swap_dims(poly) -> dict:
     def swapped(atom):
         return (atom[0], 1 - atom[1], *atom[2:]) if atom[0] in ("idx", "wrap") else atom
     return {tuple(sorted(swapped(a) for a in m)): c for m, c in poly.items()}
-
-
-def _transpose(op) -> bool:
-    return op.name == "permute" and list(op.attrs["order"]) == [1, 0]
 
 
 def _coords(starts, dim_atom, m_in, stride):

@@ -22,6 +22,11 @@ def is_pure(op: Operation) -> bool:
     return not op.regions and not has_side_effects(op) and op.name not in READS_MEMORY
 
 
+def is_transpose(op) -> bool:
+    """Is `op` a 2-D transpose (`tl.trans`: a permute of order [1, 0])?"""
+    return op is not None and op.name == "permute" and list(op.attrs["order"]) == [1, 0]
+
+
 def replace_uses(fn: Function, mapping: dict[Value, Value]) -> None:
     """Make every operand that is a key of `mapping` its value, everywhere in `fn`."""
     if not mapping:

@@ -18,7 +18,7 @@ from . import mask_prefix
 from ..analysis.access import memory_width
 from ..analysis.dots import mma_eligible
 from .prefetch import address_cone
-from .rewrite import const_int, has_side_effects
+from .rewrite import const_int, has_side_effects, is_transpose
 from ..analysis.partitions import dot_replicas
 from ..analysis.shared_buffers import ALIGN
 
@@ -131,7 +131,7 @@ def load_address(load) -> list:
 def _transposed_load(v, body):
     """The load in `body` whose tile `v` is read transposed (`tl.trans(load)`), or None."""
     op = v.defining_op
-    if op is None or op.parent is not body or op.name != "permute" or list(op.attrs["order"]) != [1, 0]:
+    if not is_transpose(op) or op.parent is not body:
         return None
     src = op.operands[0].defining_op
     return src if src is not None and src.parent is body and src.name in ("load", "descriptor_load") else None
