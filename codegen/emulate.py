@@ -223,7 +223,29 @@ def _portable_text(llir: str) -> str:
     text = re.sub(r" addrspace\([13]\)", "", text).replace("ptx_kernel ", "")
     text = re.sub(r'syncscope\("[a-z]+"\) ', "", text)
     text = re.sub(r'@"?llvm\.nvvm\.([A-Za-z0-9_.]+)"?', lambda m: "@emu_" + m.group(1).replace(".", "_"), text)
-    return text
+    return text + _HOST_ROUTINES
+
+
+# Routines the host backend calls where the host CPU has no instruction for a conversion: fp32 ->
+# bf16 is a libcall (compiler-rt's __truncsfbf2) on x86 without AVX512-BF16 (an AMD EPYC: the JIT
+# resolved it to address 0 and the kernel crashed). Defined in the module, round to nearest even.
+_HOST_ROUTINES = """
+define bfloat @__truncsfbf2(float %x) {
+  %bits = bitcast float %x to i32
+  %magnitude = and i32 %bits, 2147483647
+  %nan = icmp ugt i32 %magnitude, 2139095040
+  %odd = lshr i32 %bits, 16
+  %lsb = and i32 %odd, 1
+  %bias = add i32 %lsb, 32767
+  %rounded = add i32 %bits, %bias
+  %high = lshr i32 %rounded, 16
+  %quiet = or i32 %odd, 64
+  %chosen = select i1 %nan, i32 %quiet, i32 %high
+  %half = trunc i32 %chosen to i16
+  %out = bitcast i16 %half to bfloat
+  ret bfloat %out
+}
+"""
 
 
 # fp16 / bf16 scalar arguments: LLVM's type -> kiln's (their bits as the launcher packs them)
