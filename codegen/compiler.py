@@ -19,6 +19,7 @@ from . import backend, nvjitlink, occupancy, ptxas
 from .artifact import CompiledKernel  # noqa: F401  (kiln.codegen.CompiledKernel)
 from .lower import LoweringError, lower_function
 from .passes import tile_overlap
+from .analysis.dots import on_tensor_cores
 from .analysis.shared_buffers import allocated_bytes
 from .analysis.partitions import cta_warps
 from .pipeline import PassContext, run_passes
@@ -72,7 +73,8 @@ def lower_to_llvm(fn, tgt, opts: dict, check: bool = False, portable: bool = Fal
                   facts: dict | None = None):
     """Passes and lowering: (optimized block IR text, LLVM IR text, arg layout, shared bytes).
     `counts["pass_runs"]` and `counts["lowerings"]` (when given) count the runs of each;
-    `facts["warps"]` (when given) is the warps a CTA runs (a warp_specialize partition's too)."""
+    `facts["warps"]` (when given) is the warps a CTA runs (a warp_specialize partition's too),
+    `facts["tensor_cores"]` whether a dot runs on tensor cores."""
     with _gc_paused():
         return _lower_to_llvm(fn, tgt, opts, check, portable, counts if counts is not None else {},
                               facts if facts is not None else {})
@@ -108,6 +110,7 @@ def _lower_to_llvm(fn, tgt, opts: dict, check: bool, portable: bool, counts: dic
             # their bytes, so the rings leave room for all of it
             reserve = max(reserve, shared - allocated_bytes(work))
     facts["warps"] = cta_warps(work, opts["num_warps"])
+    facts["tensor_cores"] = on_tensor_cores(work)
     facts["splittable"] = work.attrs.get("splittable") == 1  # a split_k build applies (kiln.codegen.passes.split_k)
     return print_function(work), llir, arg_layout, shared
 
@@ -134,6 +137,19 @@ def _persistent(arg_layout) -> bool:
 
 def _has_dot(fn) -> bool:
     return any(op.name in ("dot", "dot_scaled") for op in fn.walk())
+
+
+def _widenable(fn, opts: dict, tgt, facts: dict) -> bool:
+    """May a build that spills be built again on 8 warps, and that build kept where it spills nothing?
+    num_warps changes no result of a program (its ops see blocks, never threads), so the 8-warp build
+    computes the same; it spreads the tensor-core dots' accumulators over twice the threads (tutorial
+    06's attention backward at D128, two 128x128 fp32 blocks: 255 registers and an 808-byte stack on 4
+    warps, 251 and none on 8). For sm_90 on and 4 warps only; not where the kernel may see its threads
+    (inline asm reading %tid or %laneid, device prints), under a register cap the user set, nor for a
+    warp-specialized build (its partitions are fixed warpgroups)."""
+    return tgt.capability >= 90 and opts["num_warps"] == 4 and "maxnreg" not in opts \
+        and facts["warps"] == opts["num_warps"] and facts["tensor_cores"] \
+        and not any(op.name in ("inline_asm", "print") for op in fn.walk())
 
 
 def _caps(fn, ptx: str, tgt, n_regs: int, threads: int, shared: int) -> list[int]:
@@ -328,6 +344,11 @@ def _compile(fn, target: str, options: dict | None, check: bool, link: bool, cou
                     if occupancy.ctas_per_sm(plain.n_regs, threads, plain.metadata["shared"], tgt.capability) > \
                             occupancy.ctas_per_sm(n_regs, threads, shared, tgt.capability):
                         return plain
+            if n_spills and _widenable(fn, opts, tgt, facts):
+                wide = _compile(fn, target, {**opts, "num_warps": 8}, check, link, counts)
+                if not wide.n_spills:  # launched on its `threads`; its num_warps stays the one asked for
+                    wide.metadata["num_warps"] = opts["num_warps"]
+                    return wide
     metadata = {
         "name": fn.name, "target": tgt.name, "num_warps": opts["num_warps"], "num_stages": opts["num_stages"],
         "threads": 32 * warps, "shared": shared, "n_regs": n_regs, "n_spills": n_spills,

@@ -84,3 +84,10 @@ def staging_end(fn) -> int:
     buffers each, from their offset), 0 without: the scratch area starts after them."""
     return max((offset + 2 * size for op in fn.walk() if op.name == "dot" and "staging" in op.attrs
                 for offset, size in [op.attrs["staging"]]), default=0)
+
+
+def on_tensor_cores(fn) -> bool:
+    """Does a dot of the planned function `fn` run on tensor cores: wgmma (`warp_group_dot`) or
+    mma.sync (`mma_dot`, or a `dot` the dot_staging pass gave `engine = "mma"`)?"""
+    return any(op.name in ("warp_group_dot", "mma_dot") or (op.name == "dot" and op.attrs.get("engine") == "mma")
+               for op in fn.walk())
