@@ -142,11 +142,11 @@ def _has_dot(fn) -> bool:
 def _widenable(fn, opts: dict, tgt, facts: dict) -> bool:
     """May a build that spills be built again on 8 warps, and that build kept where it spills nothing?
     num_warps changes no result of a program (its ops see blocks, never threads), so the 8-warp build
-    computes the same; it spreads the tensor-core dots' accumulators over twice the threads (tutorial
-    06's attention backward at D128, two 128x128 fp32 blocks: 255 registers and an 808-byte stack on 4
-    warps, 251 and none on 8). For sm_90 on and 4 warps only; not where the kernel may see its threads
-    (inline asm reading %tid or %laneid, device prints), under a register cap the user set, nor for a
-    warp-specialized build (its partitions are fixed warpgroups)."""
+    computes the same; it spreads the tensor-core dots' accumulators over twice the threads (bench's
+    attention dK/dV backward at D128, BLOCK 32/128, two 128x128 fp32 blocks: 255 registers and 2,060
+    bytes of spills on 4 warps, 196 and none on 8). For sm_90 on and 4 warps only; not where the
+    kernel may see its threads (inline asm reading %tid or %laneid, device prints), under a register
+    cap the user set, nor for a warp-specialized build (its partitions are fixed warpgroups)."""
     return tgt.capability >= 90 and opts["num_warps"] == 4 and "maxnreg" not in opts \
         and facts["warps"] == opts["num_warps"] and facts["tensor_cores"] \
         and not any(op.name in ("inline_asm", "print") for op in fn.walk())
