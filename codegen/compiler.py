@@ -139,6 +139,12 @@ def _has_dot(fn) -> bool:
     return any(op.name in ("dot", "dot_scaled") for op in fn.walk())
 
 
+# Spilled bytes from which a 4-warp build is tried on 8 (tutorial 06's backward on the H200, 2026-12-02:
+# its D128 builds spill 2456 / 4764 bytes (causal) and ran 2.6x / 3.2x faster on 8 warps; its D64 causal
+# build spills 136 and ran 0.78-0.82x as fast there, its 32-row dots split over two warpgroups)
+WIDEN_SPILL_BYTES = 1024
+
+
 def _widenable(fn, opts: dict, tgt, facts: dict) -> bool:
     """May a build that spills be built again on 8 warps, and that build kept where it spills nothing?
     num_warps changes no result of a program (its ops see blocks, never threads), so the 8-warp build
@@ -344,7 +350,7 @@ def _compile(fn, target: str, options: dict | None, check: bool, link: bool, cou
                     if occupancy.ctas_per_sm(plain.n_regs, threads, plain.metadata["shared"], tgt.capability) > \
                             occupancy.ctas_per_sm(n_regs, threads, shared, tgt.capability):
                         return plain
-            if n_spills and _widenable(fn, opts, tgt, facts):
+            if n_spills >= WIDEN_SPILL_BYTES and _widenable(fn, opts, tgt, facts):
                 wide = _compile(fn, target, {**opts, "num_warps": 8}, check, link, counts)
                 if not wide.n_spills:  # launched on its `threads`; its num_warps stays the one asked for
                     wide.metadata["num_warps"] = opts["num_warps"]
