@@ -24,12 +24,18 @@ def _run(tmp_path, code, **env):
     return [json.loads(p.read_text()) for p in out.glob("timeline-*.json")]
 
 
+def _stages(timeline) -> list:
+    """The events of a timeline but the cycle collector's full passes, which a job's imports may
+    set off or not (on a fresh machine of 2026-12-02 they did, and four tests failed)."""
+    return [event for event in timeline["events"] if event[0] != "gc gen2"]
+
+
 @pytest.mark.parametrize("dropin", ["0", "1"])  # under the drop-in, kiln's import hook asks the recorder too
 def test_a_process_records_the_calls_of_its_stages(tmp_path, dropin):
     files = _run(tmp_path, "from kiln.dropin import warm\nassert warm.load('0' * 64) is None\n"
                            "assert warm.load.__wrapped__ is not None", KILN_DROPIN=dropin)
     [timeline] = files
-    [(stage, thread, start, end, cpu)] = timeline["events"]
+    [(stage, thread, start, end, cpu)] = _stages(timeline)
     assert (stage, thread) == ("kiln.dropin.warm.load", "MainThread") and 0 <= start <= end and cpu >= 0
 
 
@@ -42,7 +48,7 @@ def test_a_call_records_its_threads_cpu_apart_from_its_wait(tmp_path):
         "cell = warm.load.__closure__[warm.load.__code__.co_freevars.index('fn')]",
         "cell.cell_contents = slow", "warm.load('k')"])
     [timeline] = _run(tmp_path, code)
-    [(_stage, _thread, start, end, cpu)] = timeline["events"]
+    [(_stage, _thread, start, end, cpu)] = _stages(timeline)
     assert end - start >= 0.5 and 0.2 <= cpu < end - start - 0.25  # the sleep is wall time, not CPU
 
 
@@ -83,7 +89,7 @@ def test_the_chain_puts_every_process_on_one_clock(tmp_path):
 def test_a_cache_lookup_is_recorded_with_its_namespace(tmp_path):
     code = "from kiln.daemon.artifacts import NodeArtifacts\nNodeArtifacts(wait=0).put('fx-graph-v1', 'k', b'v')"
     [timeline] = _run(tmp_path, code)
-    assert [stage for stage, *_ in timeline["events"]] == ["kiln.daemon.artifacts.NodeArtifacts.put fx-graph-v1"]
+    assert [stage for stage, *_ in _stages(timeline)] == ["kiln.daemon.artifacts.NodeArtifacts.put fx-graph-v1"]
 
 
 def test_functions_count_each_once_per_sample(tmp_path):
