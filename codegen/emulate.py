@@ -20,6 +20,7 @@ import numpy as np
 
 from kiln.ir.types import SCALAR_TYPES, half_float_bits
 
+from .analysis.shared_buffers import ALIGN
 from .compiler import _options, lower_to_llvm
 from .lower.elementwise import CVT_NAMES, ROUNDED_NAMES
 from .target import parse_target
@@ -337,8 +338,8 @@ def run_on_cpu(fn, grid, args, num_warps: int = 4) -> list[str]:
     sym("vprintf", i32, [ctypes.c_char_p, ctypes.c_void_p], lambda fmt, buf: state.printed.append(fmt.decode()) or 0)
     sym("__assertfail", None, [ctypes.c_char_p, ctypes.c_char_p, i32, ctypes.c_char_p, ctypes.c_int64],
         lambda msg, file, line, func, size: state.errors.append("assert: " + msg.decode()))
-    smem = (ctypes.c_char * max(16, shared))()
-    llvm.add_symbol("kiln_smem", ctypes.addressof(smem))
+    smem = (ctypes.c_char * (max(16, shared) + ALIGN))()  # from an address aligned as declared
+    llvm.add_symbol("kiln_smem", -(-ctypes.addressof(smem) // ALIGN) * ALIGN)
     _refuse_unprovided(fn.name, text, provided)
 
     mod = llvm.parse_assembly(text)

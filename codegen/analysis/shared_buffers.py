@@ -17,10 +17,9 @@ def allocated_bytes(fn) -> int:
 
 
 def reserved_bytes(fn) -> int:
-    """The shared memory lowering reserves for these buffers: their span, from a base it rounds up
-    to ALIGN at run time (so ALIGN more, for the bytes that rounding may skip); 0 without buffers."""
-    allocated = allocated_bytes(fn)
-    return allocated + ALIGN if allocated else 0
+    """The shared memory lowering reserves for these buffers: their span, from the kernel's shared
+    base, which is declared aligned to ALIGN (wgmma.shared_base); 0 without buffers."""
+    return allocated_bytes(fn)
 
 
 def buffers_live_at(fn):

@@ -84,7 +84,7 @@ def lower_function(fn, ctx) -> tuple[str, list[dict], int]:
     if maxnreg is not None:
         set.add(llfn.attributes, f'"nvvm.maxnreg"="{maxnreg}"')
     lw = Lowering(module, llfn, ctx)
-    lw.reserved = reserved_bytes(fn)  # the buffers smem_alloc placed, from a base aligned at run time (wgmma.shared_base)
+    lw.reserved = reserved_bytes(fn)  # the buffers smem_alloc placed, from a base declared aligned (wgmma.shared_base)
     if lw.replicated:  # each replica of a warp_specialize region has a scratch area of its own
         lw.replica_scratch = scratch_extent(fn)
     staged = staging_end(fn)

@@ -1,8 +1,8 @@
 """Lowering of the GPU stage: shared buffers, `cp.async` copies and Hopper's wgmma.
 
-A shared buffer is one pointer into the kernel's shared memory: its `offset` from a base
-rounded up to 1024 bytes (swizzles are computed from address bits, so tiles must start
-on a swizzle period). `tile_offset` is the one place that knows how a tile is stored
+A shared buffer is one pointer into the kernel's shared memory: its `offset` from the kernel's
+shared base, declared aligned to 1024 bytes (swizzles are computed from address bits, so tiles
+must start on a swizzle period). `tile_offset` is the one place that knows how a tile is stored
 (kiln.ir.types.shared_type); copies write through it and wgmma's matrix descriptors
 describe the same thing to the tensor cores.
 
@@ -34,13 +34,20 @@ _SWIZZLE_MODE = {0: 0, 128: 1, 64: 2, 32: 3}
 
 
 def shared_base(lw):
-    """The kernel's shared memory rounded up to 1024 bytes (computed once, at entry)."""
-    if getattr(lw, "_aligned_smem", None) is None:
-        b = lw.entry
-        start = b.ptrtoint(lw.smem_array(), I64)
-        aligned = b.and_(b.add(start, ir.Constant(I64, ALIGN - 1)), ir.Constant(I64, -ALIGN))
-        lw._aligned_smem = b.inttoptr(aligned, SHARED_PTR)
-    return lw._aligned_smem
+    """The kernel's shared memory, declared aligned to ALIGN where its buffers lie in it: the
+    driver places dynamic shared memory at a 1024-byte boundary on sm_80+, so no run-time rounding
+    (and no ALIGN bytes reserved for what rounding would skip). The first use checks the address
+    at entry and traps where a driver placed it elsewhere (PTX only: the CPU emulator aligns its
+    buffer as declared)."""
+    smem = lw.smem_array()
+    if smem.align < ALIGN:
+        smem.align = ALIGN
+        if not lw.ctx.portable:  # in PTX: LLVM would fold a check of the declared alignment away
+            check = ir.InlineAsm(ir.FunctionType(VOID, []), "{ .reg .b32 a; .reg .pred p; mov.u32 a, kiln_smem; "
+                                 f"and.b32 a, a, {ALIGN - 1}; setp.ne.b32 p, a, 0; @p trap; }}", "~{memory}",
+                                 side_effect=True)
+            lw.entry.call(check, [])
+    return smem
 
 
 def tile_geometry(t):

@@ -486,7 +486,7 @@ def plan_loop(loop, stages, fn, ctx, kind):
 def _sized(rings, dots, body, loop, stages, fn, ctx, kind):
     """(stages, ring size, staged slots, drained) that fit the shared memory, or None."""
     stage_bytes = sum(ring.tile.nbytes for ring in rings)
-    reserve = ALIGN * (2 if any(is_tma(r.load) for r in rings) else 1)  # alignment; the mbarriers
+    reserve = ALIGN if any(is_tma(r.load) for r in rings) else 0  # the mbarriers' buffer
     if kind == "wgmma" and loop.attrs.get("warp_specialize"):
         reserve += specialized_scratch(loop, ctx.num_warps)
     budget = max_shared_per_cta(ctx.target.capability) - reserve - fn.attrs.get("shared_reserve", 0)
