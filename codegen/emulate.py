@@ -219,14 +219,6 @@ def _safe(fn):
         return math.inf
 
 
-def _portable_text(llir: str) -> str:
-    text = re.sub(r'^target (triple|datalayout) = .*$', "", llir, flags=re.M)
-    text = re.sub(r" addrspace\([13]\)", "", text).replace("ptx_kernel ", "")
-    text = re.sub(r'syncscope\("[a-z]+"\) ', "", text)
-    text = re.sub(r'@"?llvm\.nvvm\.([A-Za-z0-9_.]+)"?', lambda m: "@emu_" + m.group(1).replace(".", "_"), text)
-    return text + _HOST_ROUTINES
-
-
 # Routines the host backend calls where the host CPU has no instruction for a conversion: fp32 ->
 # bf16 is a libcall (compiler-rt's __truncsfbf2) on x86 without AVX512-BF16 (an AMD EPYC: the JIT
 # resolved it to address 0 and the kernel crashed). Defined in the module, round to nearest even.
@@ -247,6 +239,14 @@ define bfloat @__truncsfbf2(float %x) {
   ret bfloat %out
 }
 """
+
+
+def _portable_text(llir: str) -> str:
+    text = re.sub(r'^target (triple|datalayout) = .*$', "", llir, flags=re.M)
+    text = re.sub(r" addrspace\([13]\)", "", text).replace("ptx_kernel ", "")
+    text = re.sub(r'syncscope\("[a-z]+"\) ', "", text)
+    text = re.sub(r'@"?llvm\.nvvm\.([A-Za-z0-9_.]+)"?', lambda m: "@emu_" + m.group(1).replace(".", "_"), text)
+    return text + _HOST_ROUTINES
 
 
 # fp16 / bf16 scalar arguments: LLVM's type -> kiln's (their bits as the launcher packs them)

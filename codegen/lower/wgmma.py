@@ -35,10 +35,10 @@ _SWIZZLE_MODE = {0: 0, 128: 1, 64: 2, 32: 3}
 
 def shared_base(lw):
     """The kernel's shared memory, declared aligned to ALIGN where its buffers lie in it: the
-    driver places dynamic shared memory at a 1024-byte boundary on sm_80+, so no run-time rounding
-    (and no ALIGN bytes reserved for what rounding would skip). The first use checks the address
-    at entry and traps where a driver placed it elsewhere (PTX only: the CPU emulator aligns its
-    buffer as declared)."""
+    driver places dynamic shared memory on a 1024-byte boundary (every GPU test on the H200 found
+    it so), so nothing is rounded at run time nor reserved for what rounding would skip. The first
+    use checks the address at entry and traps where a driver placed it elsewhere (PTX only: the CPU
+    emulator aligns its buffer as declared)."""
     smem = lw.smem_array()
     if smem.align < ALIGN:
         smem.align = ALIGN
