@@ -1,9 +1,7 @@
 """The kernel's shared memory declared aligned to 1024 bytes where its buffers lie in it
 (kiln.codegen.lower.wgmma.shared_base): no run-time rounding of the base and no 1 KB reserved for
 what rounding would skip, a check at entry that traps on a base placed elsewhere; compiled on a CPU."""
-import os
 import re
-import sys
 
 import numpy as np
 
@@ -11,8 +9,7 @@ import kiln
 import kiln.language as tl
 from kiln.codegen import occupancy
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), os.pardir, "bench"))
-from kernels import attention_fwd_kernel  # noqa: E402
+from bench_support import bench_kernels
 
 
 @kiln.jit
@@ -60,8 +57,9 @@ def test_the_64x64_d128_attention_forward_keeps_two_ctas_per_sm():
     against 426 of the cp.async loop at N 4096, H200); declared aligned, the tight ring fits twice."""
     x, m, dim = np.zeros((16, 16), np.float16), np.zeros(16, np.float32), 128
     strides = [32 * 4096 * dim, 4096 * dim, dim, 1] * 4
-    k = attention_fwd_kernel.warmup(x, x, x, x, m, 0.125, *strides, 32, 4096, HEAD_DIM=dim, BLOCK_M=64, BLOCK_N=64,
-                                    CAUSAL=True, num_warps=4, num_stages=3, grid=(1,), target="sm_90a")
+    forward = bench_kernels().attention_fwd_kernel
+    k = forward.warmup(x, x, x, x, m, 0.125, *strides, 32, 4096, HEAD_DIM=dim, BLOCK_M=64, BLOCK_N=64, CAUSAL=True,
+                       num_warps=4, num_stages=3, grid=(1,), target="sm_90a")
     md = k.metadata
     assert md["n_spills"] == 0
     assert occupancy.ctas_per_sm(md["n_regs"], md["threads"], md["shared"], 90) == 2
