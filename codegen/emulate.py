@@ -47,6 +47,7 @@ class _Grid:
         warps = max(1, threads // 32)
         self.warp_barriers = [threading.Barrier(min(32, threads), timeout=30) for _ in range(warps)]
         self.slots = [[0] * 32 for _ in range(warps)]
+        self.products = [None] * warps  # each warp's last mma result, computed by its lane 0
 
     def barrier(self):
         try:
@@ -58,8 +59,7 @@ class _Grid:
         tid = self.local.tid
         warp, lane = tid // 32, tid % 32
         slots, bar = self.slots[warp], self.warp_barriers[warp]
-        try:
-            bar.wait()
+        try:  # (see _mma on the two waits)
             slots[lane] = val
             bar.wait()
             if kind == "bfly":
@@ -82,46 +82,65 @@ def _mma(state, kinds, out, regs, f16_acc=False):
     """The warp-wide m16n8k16 (m16n8k32 for s8 and fp8, m16n8k8 for tf32) product, from
     every lane's fragments (PTX ISA layouts) of A's and B's `kinds` (two fp8 ones may differ).
     tf32 keeps the top 19 bits of each fp32 word. With `f16_acc` C and D are two f16x2 words
-    per lane (row g, then row g + 8), and D is rounded to fp16 once per instruction."""
-    kind = kinds[0]
-    import ml_dtypes
+    per lane (row g, then row g + 8), and D is rounded to fp16 once per instruction. Lane 0
+    computes the warp's D once; every lane then takes its part.
+
+    The warp's collectives (mma, ldmatrix, shfl) share its slots and wait twice: once every
+    lane has written its slot, and once they were read. A lane writes its slot for the next
+    one only after the second wait, and lane 0 overwrites the product only after every lane
+    wrote a slot for a later mma, so each wait is one handoff of 32 threads, not two."""
     tid = state.local.tid
     warp, lane = tid // 32, tid % 32
     slots, bar = state.slots[warp], state.warp_barriers[warp]
     try:
-        bar.wait()
         slots[lane] = regs
         bar.wait()
-        elems = {"f16": np.float16, "bf16": ml_dtypes.bfloat16, "s8": np.int8, "tf32": np.float32,
-                 "e4m3": ml_dtypes.float8_e4m3fn, "e5m2": ml_dtypes.float8_e5m2}
-        per = {"s8": 4, "e4m3": 4, "e5m2": 4, "tf32": 1}.get(kind, 2)  # elements in one 32-bit register
-        K = 8 * per
-        A, B, C = np.zeros((16, K)), np.zeros((K, 8)), np.zeros((16, 8))
-
-        def unpack(word, kind):
-            raw = np.array([word & (0xFFFFE000 if kind == "tf32" else 0xFFFFFFFF)], np.uint32)
-            return raw.view({4: np.int8, 2: np.uint16, 1: np.uint32}[per]).view(elems[kind]).astype(np.float64)
-        for ln in range(32):
-            a, b, c = slots[ln][:4], slots[ln][4:6], slots[ln][6:]
-            g, t = ln // 4, ln % 4
-            k0, k1 = per * t, per * t + K // 2
-            for word, (r, k) in zip(a, ((g, k0), (g + 8, k0), (g, k1), (g + 8, k1))):
-                A[r, k:k + per] = unpack(word, kinds[0])
-            for word, k in zip(b, (k0, k1)):
-                B[k:k + per, g] = unpack(word, kinds[1])
-            if f16_acc:
-                c = np.array(c, np.int32).view(np.float16).astype(np.float64)
-            C[g, 2 * t:2 * t + 2], C[g + 8, 2 * t:2 * t + 2] = c[:2], c[2:]
-        D = C + A @ B
+        if lane == 0:
+            state.products[warp] = _warp_product(slots, kinds, f16_acc)
+        bar.wait()
+        D = state.products[warp]
         g, t = lane // 4, lane % 4
         mine = (D[g, 2 * t], D[g, 2 * t + 1], D[g + 8, 2 * t], D[g + 8, 2 * t + 1])
         if f16_acc:
             mine = np.array(mine, np.float16).view(np.int32)
-        bar.wait()
         for i, v in enumerate(mine):
-            out[i] = int(v) if kind == "s8" or f16_acc else v
+            out[i] = int(v) if kinds[0] == "s8" or f16_acc else v
     except threading.BrokenBarrierError:
         state.errors.append("mma: warp did not converge")
+
+
+def _warp_product(slots, kinds, f16_acc):
+    """D = C + A @ B in float64 from the 32 lanes' registers (`slots[lane]`: A's four words, B's
+    two, then C's four values, or two f16x2 words with `f16_acc`). Lane (g, t) holds A's rows g
+    and g + 8 at k = per * t and per * t + K / 2, B's column g at those k, C's rows g and g + 8
+    at columns 2t and 2t + 1."""
+    import ml_dtypes
+    elems = {"f16": np.float16, "bf16": ml_dtypes.bfloat16, "s8": np.int8, "tf32": np.float32,
+             "e4m3": ml_dtypes.float8_e4m3fn, "e5m2": ml_dtypes.float8_e5m2}
+    per = {"s8": 4, "e4m3": 4, "e5m2": 4, "tf32": 1}.get(kinds[0], 2)  # elements in one 32-bit register
+    K = 8 * per
+    words = np.array([[w & 0xFFFFFFFF for w in s[:6]] for s in slots], np.uint32)
+    if kinds[0] == "tf32":
+        words &= np.uint32(0xFFFFE000)
+
+    def unpack(w, kind):  # (32, n) words -> (32, n, per) float64 elements, the low bits first
+        raw = np.ascontiguousarray(w).view({4: np.int8, 2: np.uint16, 1: np.uint32}[per])
+        return raw.view(elems[kind]).astype(np.float64).reshape(32, w.shape[1], per)
+    lanes = np.arange(32)
+    g, t = lanes // 4, lanes % 4
+    k0, k1 = per * t, per * t + K // 2
+    within = np.arange(per)
+    A, B, C = np.zeros((16, K)), np.zeros((K, 8)), np.zeros((16, 8))
+    rows = np.stack([g, g + 8, g, g + 8], axis=1)[:, :, None]
+    A[rows, np.stack([k0, k0, k1, k1], axis=1)[:, :, None] + within] = unpack(words[:, :4], kinds[0])
+    B[np.stack([k0, k1], axis=1)[:, :, None] + within, g[:, None, None]] = unpack(words[:, 4:6], kinds[1])
+    if f16_acc:
+        c = np.array([s[6:8] for s in slots], np.int32).view(np.float16).astype(np.float64)
+    else:
+        c = np.array([s[6:10] for s in slots], np.float64)
+    for i, (dr, dc) in enumerate(((0, 0), (0, 1), (8, 0), (8, 1))):
+        C[g + dr, 2 * t + dc] = c[:, i]
+    return C + A @ B
 
 
 def _ldmatrix(state, count, out, addr, trans=False):
@@ -130,8 +149,7 @@ def _ldmatrix(state, count, out, addr, trans=False):
     tid = state.local.tid
     warp, lane = tid // 32, tid % 32
     slots, bar = state.slots[warp], state.warp_barriers[warp]
-    try:
-        bar.wait()
+    try:  # (see _mma on the two waits)
         slots[lane] = addr
         bar.wait()
         g, t = lane // 4, lane % 4
