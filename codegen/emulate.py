@@ -34,7 +34,12 @@ class EmulationError(RuntimeError):
 
 
 class _Grid:
-    """The state the callbacks see: which thread this OS thread plays, barriers, shuffles."""
+    """The state the callbacks see: which thread this OS thread plays, barriers, shuffles.
+
+    A warp's collectives (mma, ldmatrix, shfl) share its slots and wait twice: once every lane
+    has written its slot, and once they were read. A lane writes its slot for the next one only
+    after the second wait, and lane 0 overwrites the warp's mma product only after every lane
+    wrote a slot for a later mma, so each wait is one handoff of the warp's 32 threads."""
 
     def __init__(self, threads: int):
         self.threads = threads
@@ -59,7 +64,7 @@ class _Grid:
         tid = self.local.tid
         warp, lane = tid // 32, tid % 32
         slots, bar = self.slots[warp], self.warp_barriers[warp]
-        try:  # (see _mma on the two waits)
+        try:  # (the two waits: _Grid)
             slots[lane] = val
             bar.wait()
             if kind == "bfly":
@@ -83,12 +88,7 @@ def _mma(state, kinds, out, regs, f16_acc=False):
     every lane's fragments (PTX ISA layouts) of A's and B's `kinds` (two fp8 ones may differ).
     tf32 keeps the top 19 bits of each fp32 word. With `f16_acc` C and D are two f16x2 words
     per lane (row g, then row g + 8), and D is rounded to fp16 once per instruction. Lane 0
-    computes the warp's D once; every lane then takes its part.
-
-    The warp's collectives (mma, ldmatrix, shfl) share its slots and wait twice: once every
-    lane has written its slot, and once they were read. A lane writes its slot for the next
-    one only after the second wait, and lane 0 overwrites the product only after every lane
-    wrote a slot for a later mma, so each wait is one handoff of 32 threads, not two."""
+    computes the warp's D once; every lane then takes its part (the two waits: `_Grid`)."""
     tid = state.local.tid
     warp, lane = tid // 32, tid % 32
     slots, bar = state.slots[warp], state.warp_barriers[warp]
@@ -149,7 +149,7 @@ def _ldmatrix(state, count, out, addr, trans=False):
     tid = state.local.tid
     warp, lane = tid // 32, tid % 32
     slots, bar = state.slots[warp], state.warp_barriers[warp]
-    try:  # (see _mma on the two waits)
+    try:  # (the two waits: _Grid)
         slots[lane] = addr
         bar.wait()
         g, t = lane // 4, lane % 4
