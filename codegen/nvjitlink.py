@@ -16,7 +16,7 @@ class PTXAssembleError(RuntimeError):
 def link_cubin(ptx: str, target: Target) -> tuple[bytes, str]:
     """The cubin for `ptx` and nvJitLink's info log (which holds `ptxas info` lines)."""
     from cuda.bindings import nvjitlink as nvj
-    handle = nvj.create(3, [f"-arch={target.name}", "-O3", "-verbose"])
+    handle = _create(nvj, [f"-arch={target.name}", "-O3", "-verbose"])
     try:
         try:
             data = ptx.encode()
@@ -29,6 +29,26 @@ def link_cubin(ptx: str, target: Target) -> tuple[bytes, str]:
         return bytes(cubin), _log(nvj, handle, "info")
     finally:
         nvj.destroy(handle)
+
+
+# Not through CUDA's compute cache (~/.nv/ComputeCache, kept where a driver is installed): a link found
+# there reports only nvJitLink's short lines ("used 255 registers, ... 792 stack"), not ptxas's spill
+# stores and loads nor its advice (C7512: wgmmas serialized), which the register caps, the 8-warp build
+# of a spilling kernel and the persistent form's fallback are decided by. Tutorial 06's D128 backward
+# read 2472 bytes of spills on a fresh link, 792 of stack on a cached one, and stayed on 4 warps there,
+# 2.6x slower (H200, nvJitLink 13.0, 2026-12-02). kiln caches the cubins itself.
+_NO_CACHE = ["-no-cache"]
+
+
+def _create(nvj, options: list[str]):
+    """An nvJitLink handle for `options`, the compute cache off where this nvJitLink has the option."""
+    global _NO_CACHE
+    if _NO_CACHE:
+        try:
+            return nvj.create(len(options) + len(_NO_CACHE), options + _NO_CACHE)
+        except nvj.nvJitLinkError:  # an nvJitLink without it: its links report what its cache holds
+            _NO_CACHE = []
+    return nvj.create(len(options), options)
 
 
 def _log(nvj, handle, kind: str) -> str:

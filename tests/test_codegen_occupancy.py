@@ -124,12 +124,53 @@ def test_a_cap_ptxas_refuses_counts_as_one_that_spills():
      "ptxas info    : Used 32 registers, used 1 barriers, 24 bytes cumulative stack size", (32, 24)),
 ])
 def test_both_wordings_of_the_ptxas_report(log, usage):
-    """nvJitLink 13.5 prints ptxas's `Used N registers`; the 13.0 on the H200 machine prints
-    `used N registers ... N bytes lmem`. Missing the count once left kernels uncapped there."""
+    """A fresh link prints ptxas's `Used N registers`; a link from CUDA's compute cache (on a machine with
+    a driver, where an nvJitLink without `-no-cache` keeps one) prints only `used N registers ... N
+    bytes lmem`. Missing the count once left kernels uncapped there."""
     from kiln.codegen import nvjitlink
     assert nvjitlink.resource_usage(log) == usage
     with pytest.raises(nvjitlink.PTXAssembleError, match="register count"):
         nvjitlink.resource_usage("info    : 0 bytes gmem\n")
+
+
+class _FakeNvJitLink:
+    """cuda.bindings.nvjitlink's `create`, of an nvJitLink that refuses options it does not know."""
+    class nvJitLinkError(Exception):
+        pass
+
+    def __init__(self, known):
+        self.known, self.calls = known, []
+
+    def create(self, count, options):
+        assert count == len(options)
+        self.calls.append(options)
+        if not set(options) <= self.known:
+            raise self.nvJitLinkError("NVJITLINK_ERROR_UNRECOGNIZED_OPTION")
+        return len(self.calls)
+
+
+def test_links_keep_out_of_cudas_compute_cache_where_nvjitlink_can(monkeypatch):
+    """Every link asks for `-no-cache` (a cached link's report lacks ptxas's spills and advice); an
+    nvJitLink that does not know the option is asked once, then links without it."""
+    from kiln.codegen import nvjitlink
+    monkeypatch.setattr(nvjitlink, "_NO_CACHE", ["-no-cache"])
+    fake = _FakeNvJitLink({"-arch=sm_90a", "-O3", "-no-cache"})
+    assert nvjitlink._create(fake, ["-arch=sm_90a", "-O3"]) == 1 and fake.calls == [["-arch=sm_90a", "-O3", "-no-cache"]]
+    old = _FakeNvJitLink({"-arch=sm_90a", "-O3"})
+    assert nvjitlink._create(old, ["-arch=sm_90a", "-O3"]) == 2 and nvjitlink._create(old, ["-O3"]) == 3
+    assert old.calls == [["-arch=sm_90a", "-O3", "-no-cache"], ["-arch=sm_90a", "-O3"], ["-O3"]]
+
+
+@pytest.mark.gpu
+def test_a_second_link_of_a_kernel_reports_what_the_first_did():
+    """Where the driver keeps CUDA's compute cache, the second link of a PTX came from it and reported
+    nvJitLink's short lines only (no spill stores, no C751x advice), so kiln decided otherwise there
+    (tutorial 06's D128 backward stayed on 4 warps, 2.6x slower): every link is ptxas's."""
+    from kiln.codegen import nvjitlink
+    from kiln.codegen.target import parse_target
+    ptx = compile(kernel("layer_norm"), "sm_90a", {"num_warps": 8}, link=False).ptx
+    first, second = (nvjitlink.link_cubin(ptx, parse_target("sm_90a"))[1] for _ in range(2))
+    assert "bytes spill stores" in first and "bytes spill stores" in second
 
 
 def test_the_cap_is_the_same_in_a_worker_process_as_here():
