@@ -96,17 +96,22 @@ def claims():
         return client.stats(timeout=10).claims
 
 
-def test_three_processes_compile_each_graph_once(node):
+def test_three_processes_compile_each_graph_once_and_time_each_kernel_once(node):
+    """Three ranks at once pay for one compile per graph (a follower compiles nothing itself), and the
+    first to launch a kernel times its configs while the others wait for its choice (KILN_AUTOTUNE_ONCE):
+    no kernel is timed by two processes. One run for both: each costs three processes of torch.compile."""
     tmp_path, env = node
-    ranks = [start(tmp_path, env, str(i)) for i in range(3)]
-    results = [result(rank) for rank in ranks]
+    results = [result(rank) for rank in [start(tmp_path, env, str(i), "slow-timing") for i in range(3)]]
     stats = claims()
-    assert stats.led == GRAPHS and stats.taken_over == 0, stats
+    assert stats.led == GRAPHS and stats.taken_over == 0, stats  # graphs and kernels' timings counted apart
     assert sum(r["kiln"]["led"] for r in results) == GRAPHS, results
     for follower in (r for r in results if not r["kiln"]["led"]):
         # compiled nothing itself: the AOTAutograd entry, or both graphs from the FX cache (on a busy host
         # its backward-ahead may read the backward once more: 3 hits, seen 2026-12-01)
         assert follower["aot_hits"] == 1 or follower["fx_hits"] >= 2, follower
+    timed = [name for r in results for name in r["timed"]]
+    assert timed and len(timed) == len(set(timed)), timed
+    assert stats.autotune_led == len(timed) and stats.autotune_waited + stats.autotune_stored >= 1, stats
 
 
 def wait_for_a_lease(proc):
@@ -170,23 +175,11 @@ def test_with_followers_trace_no_rank_waits_for_the_leaders_aotautograd_entry(no
     assert stats.led == GRAPHS and stats.taken_over == 0, stats
 
 
-def test_each_kernels_configs_are_timed_once_on_the_node(node):
-    """The ranks launch the same kernels at once; the first to launch one times its configs, the
-    others wait for its choice (KILN_AUTOTUNE_ONCE): no kernel is timed by two processes."""
-    tmp_path, env = node
-    results = [result(rank) for rank in [start(tmp_path, env, str(i), "slow-timing") for i in range(3)]]
-    timed = [name for r in results for name in r["timed"]]
-    assert timed and len(timed) == len(set(timed)), timed
-    stats = claims()
-    assert stats.autotune_led == len(timed) and stats.autotune_waited + stats.autotune_stored >= 1, stats
-    assert stats.led == GRAPHS, stats  # graphs are counted apart
-
-
 def test_under_coordinate_descent_each_kernel_is_tuned_once_on_the_node(node):
     """max-autotune's coordinate descent: the rank that times a kernel's configs also descends from
     the fastest, and the others wait for the descent's end and launch its config."""
     tmp_path, env = node
-    results = [result(rank) for rank in [start(tmp_path, env, str(i), "slow-timing-descent") for i in range(3)]]
+    results = [result(rank) for rank in [start(tmp_path, env, str(i), "slow-timing-descent") for i in range(2)]]
     timed = [name for r in results for name in r["timed"]]
     assert timed and len(timed) == len(set(timed)), timed
     assert sum(r["descent_timings"] for r in results) > 0, results
@@ -197,7 +190,7 @@ def test_under_coordinate_descent_each_kernel_is_tuned_once_on_the_node(node):
 def test_with_autotune_once_off_each_rank_times_for_itself(node):
     tmp_path, env = node
     env = {**env, "KILN_AUTOTUNE_ONCE": "0"}
-    results = [result(rank) for rank in [start(tmp_path, env, str(i), "slow-timing") for i in range(3)]]
+    results = [result(rank) for rank in [start(tmp_path, env, str(i), "slow-timing") for i in range(2)]]
     timed = [name for r in results for name in r["timed"]]
     assert len(timed) > len(set(timed)), timed
     assert claims().autotune_led == 0
