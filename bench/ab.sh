@@ -36,7 +36,10 @@ run() {  # run TREE ROUND: AB_CMD in TREE's folder with TREE's kiln and a cache 
   local tree=$1 dir=. path=${PYTHONPATH:-}
   if [ "$tree" != head ]; then dir=.scratch/ab/$tree; path=/tmp/kiln-ab/$tree:$path; fi
   echo "== $tree, round $2: $AB_CMD"
-  (cd "$dir" && export PYTHONPATH=$path KILN_DAEMON=off KILN_CACHE_DIR=/tmp/kiln-ab-cache/$tree && \
+  # each tree its own CUDA compute cache as well: a kiln older than bdd336a links through it, and a link of a
+  # PTX another tree linked first reports neither spills nor wgmma serialization (session 60: builds 2.6x slower)
+  (cd "$dir" && export PYTHONPATH=$path KILN_DAEMON=off KILN_CACHE_DIR=/tmp/kiln-ab-cache/$tree \
+    CUDA_CACHE_PATH=/tmp/kiln-ab-cuda-cache/$tree && \
     python3 -c "import kiln; print('kiln from', kiln.__file__)" && python3 $AB_CMD) 2>&1 \
     | tee "$OUT/ab-$tree-$2.log" | grep -E '^\||^kiln from|mismatch|Error'
 }
