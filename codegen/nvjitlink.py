@@ -46,8 +46,10 @@ def _create(nvj, options: list[str]):
     if _NO_CACHE:
         try:
             return nvj.create(len(options) + len(_NO_CACHE), options + _NO_CACHE)
-        except nvj.nvJitLinkError:  # an nvJitLink without it: its links report what its cache holds
-            _NO_CACHE = []
+        except nvj.nvJitLinkError:
+            handle = nvj.create(len(options), options)  # raises where it refuses the others (a target)
+            _NO_CACHE = []  # an nvJitLink without the option: its links report what its cache holds
+            return handle
     return nvj.create(len(options), options)
 
 

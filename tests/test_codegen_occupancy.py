@@ -151,10 +151,15 @@ class _FakeNvJitLink:
 
 def test_links_keep_out_of_cudas_compute_cache_where_nvjitlink_can(monkeypatch):
     """Every link asks for `-no-cache` (a cached link's report lacks ptxas's spills and advice); an
-    nvJitLink that does not know the option is asked once, then links without it."""
+    nvJitLink that does not know the option is asked once, then links without it. A target it refuses
+    is that error, and the next link still asks."""
     from kiln.codegen import nvjitlink
     monkeypatch.setattr(nvjitlink, "_NO_CACHE", ["-no-cache"])
     fake = _FakeNvJitLink({"-arch=sm_90a", "-O3", "-no-cache"})
+    with pytest.raises(fake.nvJitLinkError):
+        nvjitlink._create(fake, ["-arch=sm_99", "-O3"])
+    assert nvjitlink._NO_CACHE == ["-no-cache"]
+    fake.calls.clear()
     assert nvjitlink._create(fake, ["-arch=sm_90a", "-O3"]) == 1 and fake.calls == [["-arch=sm_90a", "-O3", "-no-cache"]]
     old = _FakeNvJitLink({"-arch=sm_90a", "-O3"})
     assert nvjitlink._create(old, ["-arch=sm_90a", "-O3"]) == 2 and nvjitlink._create(old, ["-O3"]) == 3
