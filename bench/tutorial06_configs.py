@@ -7,7 +7,7 @@ through the drop-in, `KILN_DROPIN=1`; Triton as installed), checked against SDPA
 
     python bench/tutorial06_configs.py --tutorial .scratch/tutorials/3.6/06-fused-attention.py \\
         [--libs kiln,triton] [--dims 64,128] [--ctx 16384] [--causal] [--fp8 | --bwd] \\
-        [--configs 128x128x2x8,...] [--out DIR]
+        [--configs 128x128x2x8,...] [--bwd-configs 32x128x128x32x5x4,...] [--out DIR]
 
 Z=4, H=32, fp16; TFLOP/s count the forward's two matmuls (4 Z H N^2 D, halved when causal).
 A config whose output is off by more than 0.05 (or NaN) is reported, not timed. `--fp8`: the
@@ -15,10 +15,10 @@ tutorial's fp8 forward (e5m2 operands, V stored transposed per head, O in fp8), 
 error's norm (under 0.1 of the reference's); its V^T descriptor spans Z * H * N_CTX columns at
 a column offset head * HEAD_DIM * N_CTX, so a head's V rows past that extent read as zeros in
 every library, and the reference zeroes the same rows. `--bwd`: the tutorial's backward (its
-preprocess and `_attn_bwd` at its own fixed config, K scaled first, as its `backward()` launches
-them) after a forward of the tutorial's at (128, 64, 2, 4) without the hint, against PyTorch SDPA's
-backward timed in the same process; checked against SDPA's gradients (atol and rtol 5e-2);
-TFLOP/s count 2.5 times the forward's. A library's process that dies (a driver fault, a compiler's
+preprocess and `_attn_bwd` at its own fixed config, or at `--bwd-configs`, K scaled first, as its
+`backward()` launches them) after a forward of the tutorial's at (128, 64, 2, 4) without the
+hint, against PyTorch SDPA's backward timed in the same process; checked against SDPA's gradients
+(atol and rtol 5e-2); TFLOP/s count 2.5 times the forward's. A library's process that dies (a driver fault, a compiler's
 abort) costs the config it was on, whose row says so; a new process runs the rest.
 """
 from __future__ import annotations
@@ -43,8 +43,8 @@ def parse_configs(text: str) -> list[tuple[int, ...]]:
 
 
 def work_items(args) -> list[tuple]:
-    """(D, N_CTX, config) in the order a child runs them (the backward has one config: its own)."""
-    configs = [BACKWARD] if args.bwd else parse_configs(args.configs)
+    """(D, N_CTX, config) in the order a child runs them."""
+    configs = parse_configs(args.bwd_configs if args.bwd else args.configs)
     dims, contexts = [int(d) for d in args.dims.split(",")], [int(n) for n in args.ctx.split(",")]
     return [(dim, n_ctx, list(config)) for dim in dims for n_ctx in contexts
             for config in configs if args.bwd or config[1] <= dim]  # the tutorial's static_assert(BLOCK_N <= HEAD_DIM)
@@ -66,7 +66,7 @@ def run_one(args) -> None:
             made[dim, n_ctx] = None if args.bwd else operands(torch, dim, n_ctx, args.fp8, args.causal)
         row = dict(D=dim, N_CTX=n_ctx, config=config)
         if args.bwd:
-            row.update(backward_row(args, torch, triton, tutorial, dim, n_ctx))
+            row.update(backward_row(args, torch, triton, tutorial, dim, n_ctx, config))
         else:
             row.update(forward_row(args, torch, triton, tutorial, made[dim, n_ctx], dim, n_ctx, config))
         print(json.dumps(row), flush=True)
@@ -113,19 +113,19 @@ def first_run(go, torch) -> str | None:
     return None
 
 
-BACKWARD = [32, 128, 128, 32, 5, 4]  # the tutorial's backward: BLOCK_M1, BLOCK_N1, BLOCK_M2, BLOCK_N2, stages, warps
+BACKWARD = "32x128x128x32x5x4"  # the tutorial's backward: BLOCK_M1, BLOCK_N1, BLOCK_M2, BLOCK_N2, stages, warps
 RCP_LN2 = 1.4426950408889634
 
 
-def backward_row(args, torch, triton, tutorial, dim, n_ctx) -> dict:
-    """The tutorial's backward at (D, N): its TFLOP/s, and SDPA's backward's beside it."""
+def backward_row(args, torch, triton, tutorial, dim, n_ctx, config) -> dict:
+    """The tutorial's backward at (D, N) and one config: its TFLOP/s, and SDPA's backward's beside it."""
     q, k, v, do = (0.5 * torch.randn((Z, H, n_ctx, dim), dtype=torch.float16, device="cuda") for _ in range(4))
     o, m = torch.empty_like(q), torch.empty((Z, H, n_ctx), device="cuda", dtype=torch.float32)
     tutorial._attn_fwd.fn[(n_ctx // 128, Z * H, 1)](
         0.5, m, Z, H, q, k, v, o, N_CTX=n_ctx, HEAD_DIM=dim, BLOCK_M=128, BLOCK_N=64, FP8_OUTPUT=False,
         STAGE=3 if args.causal else 1, warp_specialize=False, IS_HOPPER=True, num_warps=4, num_stages=2)
     grads = [torch.empty_like(x) for x in (q, k, v)]
-    go = lambda: _tutorial_backward(tutorial, q, k, v, o, m, do, grads, args.causal)  # noqa: E731
+    go = lambda: _tutorial_backward(tutorial, q, k, v, o, m, do, grads, args.causal, config)  # noqa: E731
     reference = [x.detach().clone().requires_grad_() for x in (q, k, v)]
     out = torch.nn.functional.scaled_dot_product_attention(*reference, is_causal=args.causal, scale=0.5)
     want = torch.autograd.grad(out, reference, do, retain_graph=True)
@@ -144,14 +144,14 @@ def backward_row(args, torch, triton, tutorial, dim, n_ctx) -> dict:
     return dict(row, tflops=round(flops / ms * 1e-9, 1))
 
 
-def _tutorial_backward(tutorial, q, k, v, o, m, do, grads, causal, sm_scale=0.5):
+def _tutorial_backward(tutorial, q, k, v, o, m, do, grads, causal, config, sm_scale=0.5):
     """What the tutorial's `backward()` launches: K scaled by sm_scale / ln 2, Delta = rowsum(O dO), then
     dQ, dK and dV in one kernel."""
     dq, dk, dv = grads
     n_ctx, dim = q.shape[2], q.shape[3]
     delta = m.new_empty(m.shape)
     tutorial._attn_bwd_preprocess[(n_ctx // 128, Z * H)](o, do, delta, Z, H, n_ctx, BLOCK_M=128, HEAD_DIM=dim)
-    m1, n1, m2, n2, stages, warps = BACKWARD
+    m1, n1, m2, n2, stages, warps = config
     tutorial._attn_bwd[(n_ctx // n1, 1, Z * H)](
         q, k * (sm_scale * RCP_LN2), v, sm_scale, do, dq, dk, dv, m, delta, *q.stride(), H, n_ctx, BLOCK_M1=m1,
         BLOCK_N1=n1, BLOCK_M2=m2, BLOCK_N2=n2, BLK_SLICE_FACTOR=2, HEAD_DIM=dim, num_warps=warps, num_stages=stages,
@@ -239,7 +239,7 @@ def table(results: dict[str, list[dict]], causal: bool, kind: str = "fp16") -> l
             theirs = next((c["sdpa_tflops"] for c in cells if "sdpa_tflops" in c), None)
             line += f" {theirs or '-'} |" + (f" {kiln / theirs:.2f} |" if kiln and theirs else " - |")
         lines.append(line)
-    what = "backward at its own config (pointers)" if "backward" in kind else \
+    what = "backward (pointers)" if "backward" in kind else \
         "forward at fixed configs, through the descriptors it makes"
     return [f"### tutorial 06's {what}, causal={causal} (Z{Z} H{H} {kind})", ""] + lines
 
@@ -254,6 +254,8 @@ def main(argv=None):
     ap.add_argument("--fp8", action="store_true", help="the tutorial's fp8 forward")
     ap.add_argument("--bwd", action="store_true", help="the tutorial's backward, against SDPA's")
     ap.add_argument("--configs", default=CONFIGS, help="BMxBNxSTAGESxWARPS,...")
+    ap.add_argument("--bwd-configs", default=BACKWARD, help="the backward's M1xN1xM2xN2xSTAGESxWARPS,... "
+                    "(default: the tutorial's own)")
     ap.add_argument("--out")
     ap.add_argument("--one", help=argparse.SUPPRESS)  # the child: one library, its rows as JSON lines on stdout
     ap.add_argument("--skip", type=int, default=0, help=argparse.SUPPRESS)  # the child: items a dead one ran

@@ -46,7 +46,7 @@ def test_the_fp8_reference_reads_v_as_the_tutorials_descriptor_does():
 
 
 def test_the_backwards_table_carries_sdpas_column_and_ratio():
-    row = dict(D=128, N_CTX=4096, config=tutorial06_configs.BACKWARD)
+    row = dict(D=128, N_CTX=4096, config=list(tutorial06_configs.parse_configs(tutorial06_configs.BACKWARD)[0]))
     kiln = [dict(row, tflops=300.0, sdpa_tflops=400.0)]
     triton = [dict(row, tflops=250.0, sdpa_tflops=410.0)]
     lines = tutorial06_configs.table({"kiln": kiln, "triton": triton}, causal=True, kind="fp16 backward")
@@ -57,13 +57,16 @@ def test_the_backwards_table_carries_sdpas_column_and_ratio():
     assert lines[4] == "| 128 | 4096 | (32, 128, 128, 32, 5, 4) | 300.0 | 250.0 | 1.20 | 400.0 | 0.75 |"
 
 
-def test_work_items_skip_blocks_wider_than_the_head_and_the_backward_has_its_own_config():
-    args = tutorial06_configs.argparse.Namespace(dims="64,128", ctx="4096", configs="128x128x2x8,128x64x3x4", bwd=False)
+def test_work_items_skip_blocks_wider_than_the_head_and_the_backward_takes_its_own_configs():
+    args = tutorial06_configs.argparse.Namespace(dims="64,128", ctx="4096", configs="128x128x2x8,128x64x3x4", bwd=False,
+                                                 bwd_configs=tutorial06_configs.BACKWARD)
     assert tutorial06_configs.work_items(args) == [(64, 4096, [128, 64, 3, 4]), (128, 4096, [128, 128, 2, 8]),
                                                    (128, 4096, [128, 64, 3, 4])]
     args.bwd = True
-    assert tutorial06_configs.work_items(args) == [(64, 4096, tutorial06_configs.BACKWARD),
-                                                   (128, 4096, tutorial06_configs.BACKWARD)]
+    own = [32, 128, 128, 32, 5, 4]
+    assert tutorial06_configs.work_items(args) == [(64, 4096, own), (128, 4096, own)]
+    args.bwd_configs = "32x128x128x32x5x4,64x128x128x64x3x8"  # every backward config at every head size
+    assert [config for _, _, config in tutorial06_configs.work_items(args)] == [own, [64, 128, 128, 64, 3, 8]] * 2
 
 
 CHILD = """
