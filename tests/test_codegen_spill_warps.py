@@ -33,6 +33,25 @@ def _two_products(a_ptr, b_ptr, c_ptr, x_ptr, y_ptr, N, K, BM: tl.constexpr, BN:
     tl.store(y_ptr + rm[:, None] * N + rn[None, :], acc2)
 
 
+@kiln.jit
+def _three_products(a_ptr, b_ptr, x_ptr, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    """x = a @ b + (a @ (b + 1)) * (a @ 2b): three BM x BN fp32 accumulators, a little too many for
+    4 warps' registers at 128 x 64."""
+    rm = tl.program_id(0) * BM + tl.arange(0, BM)
+    rn = tl.program_id(1) * BN + tl.arange(0, BN)
+    rk = tl.arange(0, BK)
+    acc1 = tl.zeros((BM, BN), tl.float32)
+    acc2 = tl.zeros((BM, BN), tl.float32)
+    acc3 = tl.zeros((BM, BN), tl.float32)
+    for k in range(0, K, BK):
+        a = tl.load(a_ptr + rm[:, None] * K + (k + rk)[None, :])
+        b = tl.load(b_ptr + (k + rk)[:, None] * N + rn[None, :])
+        acc1 += tl.dot(a, b)
+        acc2 += tl.dot(a, b + 1)
+        acc3 += tl.dot(a, b * 2)
+    tl.store(x_ptr + rm[:, None] * N + rn[None, :], acc1 + acc2 * acc3)
+
+
 def _binary(target="sm_90a", block=(BM, BN, BK), **options):
     """The binary of `_two_products` for `target`, as a launch would take it (no GPU)."""
     half, f32 = np.zeros((64, 64), np.float16), np.zeros((64, 64), np.float32)
@@ -58,6 +77,20 @@ def test_a_build_that_spills_a_little_keeps_its_warps(monkeypatch):
     monkeypatch.setattr(compiler, "WIDEN_SPILL_BYTES", 1 << 20)
     meta = _binary(block=(BM, BN, BK // 2)).metadata  # (BK apart from the other tests': not their cached build)
     assert meta["threads"] == 128 and meta["n_spills"] > 0 and meta["links"] == 1
+
+
+def test_a_build_that_spills_a_few_hundred_bytes_is_launched_on_eight(monkeypatch):
+    """Tutorial 06's D64 backward at 64-row query blocks spilled 952 bytes on 4 warps and ran 2.9x
+    faster on 8 (H200): a spill that size widens too. First the 4-warp build's own spill, then the build."""
+    from kiln.codegen import compile as compile_ir, compiler
+    half, f32 = np.zeros((64, 64), np.float16), np.zeros((64, 64), np.float32)
+    kernel = _three_products.warmup(half, half, f32, 4096, 4096, BM=128, BN=64, BK=32, grid=(1, 1), num_warps=4,
+                                    num_stages=3)
+    meta = kernel.build("sm_90a").metadata
+    assert meta["num_warps"] == 4 and meta["threads"] == 256 and meta["n_spills"] == 0
+    monkeypatch.setattr(compiler, "WIDEN_SPILL_BYTES", 1 << 20)  # the 4-warp build, kept
+    narrow = compile_ir(kernel.ir, "sm_90a", {"num_warps": 4, "num_stages": 3}).metadata
+    assert narrow["threads"] == 128 and 256 <= narrow["n_spills"] < 1024
 
 
 def test_a_dot_kernel_that_fits_keeps_its_warps():
