@@ -18,8 +18,9 @@ every library, and the reference zeroes the same rows. `--bwd`: the tutorial's b
 preprocess and `_attn_bwd` at its own fixed config, or at `--bwd-configs`, K scaled first, as its
 `backward()` launches them) after a forward of the tutorial's at (128, 64, 2, 4) without the
 hint, against PyTorch SDPA's backward timed in the same process; checked against SDPA's gradients
-(atol and rtol 5e-2); TFLOP/s count 2.5 times the forward's. A library's process that dies (a driver fault, a compiler's
-abort) costs the config it was on, whose row says so; a new process runs the rest.
+(atol and rtol 5e-2); TFLOP/s count 2.5 times the forward's. A library's process that dies (a
+driver fault, a compiler's abort) costs the config it was on, whose row says so; a new process
+runs the rest.
 """
 from __future__ import annotations
 

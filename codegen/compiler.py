@@ -143,7 +143,7 @@ def _has_dot(fn) -> bool:
 # at its own config its D128 builds spill 2456 / 4764 bytes (causal) and ran 2.6x / 3.2x faster on 8
 # warps, its D64 causal build spills 136 and ran 0.78-0.82x as fast there, its 32-row dots split over two
 # warpgroups; at 64-row query blocks its D64 build spills 952 (400 stored, 552 loaded) and ran at
-# 116-121 TFLOP/s on 4 warps, 332-352 on 8). A wrong widening costs a fifth, a wrong keep two thirds.
+# 116-121 TFLOP/s on 4 warps, 332-353 on 8). A wrong widening costs a fifth, a wrong keep two thirds.
 WIDEN_SPILL_BYTES = 256
 
 
