@@ -112,6 +112,7 @@ def _lower_to_llvm(fn, tgt, opts: dict, check: bool, portable: bool, counts: dic
     facts["warps"] = cta_warps(work, opts["num_warps"])
     facts["tensor_cores"] = on_tensor_cores(work)
     facts["splittable"] = work.attrs.get("splittable") == 1  # a split_k build applies (kiln.codegen.passes.split_k)
+    facts["coarsened"] = work.attrs.get("coarsen") == 1  # kiln.codegen.passes.coarsen took some loop's steps F at a time
     return print_function(work), llir, arg_layout, shared
 
 
@@ -127,6 +128,12 @@ def _choose_variant(work, reserve: int, overlap: bool) -> None:
 def _without_persistence(fn):
     plain = copy_function(fn)
     plain.attrs["persistent"] = 0
+    return plain
+
+
+def _without_coarsening(fn):
+    plain = copy_function(fn)
+    plain.attrs["coarsen"] = 0
     return plain
 
 
@@ -359,6 +366,12 @@ def _compile(fn, target: str, options: dict | None, check: bool, link: bool, cou
                 if wide.n_spills < WIDEN_SPILL_BYTES:  # launched on its `threads`; num_warps stays as asked
                     wide.metadata["num_warps"] = opts["num_warps"]
                     return wide
+            if n_spills >= WIDEN_SPILL_BYTES and facts["coarsened"]:
+                # the coarse loop's blocks, 64 wide, keep more live than its registers hold: the loops as
+                # written, where they spill less
+                plain = _compile(_without_coarsening(fn), target, options, check, link, counts)
+                if plain.n_spills < n_spills:
+                    return plain
     metadata = {
         "name": fn.name, "target": tgt.name, "num_warps": opts["num_warps"], "num_stages": opts["num_stages"],
         "threads": 32 * warps, "shared": shared, "n_regs": n_regs, "n_spills": n_spills,

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from kiln.ir import verify
 from kiln.ir.layout_check import check_layouts
 
-from .passes import (canonicalize, cse, dce, descriptor_loads, dot_accumulate, dot_staging, f32_dot_split, layouts,
+from .passes import (canonicalize, coarsen, cse, dce, descriptor_loads, dot_accumulate, dot_staging, f32_dot_split, layouts,
                      persistent, pointer_tma, prefetch, scratch_barriers, smem_alloc, smem_pipeline, split_k,
                      tile_overlap, tma_store, warp_specialize)
 
@@ -22,6 +22,7 @@ PASSES = [
     cse,            # merge identical pure ops
     dot_accumulate, # acc + dot(a, b) -> dot(a, b, acc)
     dce,            # drop what nothing uses
+    coarsen,        # sm_90a: a loop whose blocks walk 16 or 32 rows a step, a dot walking them as N -> 64 a step
     split_k,        # sm_90a, the build asked for few-program launches: a GEMM tile's K loop split across a cluster
     persistent,     # sm_90a: a tile kernel whose loop runs wgmma -> each CTA loops over the launch grid's programs
     pointer_tma,    # sm_90a: pointer loads of a dot's operands that read a TMA box -> descriptor_loads on derived maps
