@@ -294,3 +294,47 @@ def test_a_coarse_build_that_spills_gives_way_to_the_loops_as_written(monkeypatc
     monkeypatch.undo()
     plain = compile_ir(kernel.ir, "sm_90a", {"num_warps": 8, "num_stages": 3})
     assert plain.metadata["n_spills"] == 0 and "coarsen = 1" in plain.kir
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("block_m, num_steps, d, mask", [(32, 13, 64, False), (16, 8, 128, True), (32, 5, 64, True)])
+def test_coarsened_dkdv_on_the_gpu(block_m, num_steps, d, mask, cuda_torch):
+    """Tutorial 06's dK/dV loop at its own step sizes (32 a step, 16 on the diagonal), 128 keys a program,
+    against torch: coarse steps, then the steps left."""
+    torch = cuda_torch
+    keys, rows = 256, max(256, num_steps * block_m)
+    q, k, v, do = (torch.randn(rows, d, device="cuda", dtype=torch.float16) * 0.3 for _ in range(4))
+    m = torch.rand(rows, device="cuda") + 1
+    delta = torch.rand(rows, device="cuda") - 0.5
+    dk, dv = (torch.full((keys, d), float("nan"), device="cuda") for _ in range(2))
+    kernel = _dkdv[(keys // 128,)](q, k, v, do, dk, dv, m, delta, 0, num_steps, d, BLOCK_M=block_m, BLOCK_N=128, D=d,
+                                   MASK=mask, num_warps=8 if d == 128 else 4, num_stages=3)
+    assert "coarsen = 1" in kernel.asm["kir"]
+    span = num_steps * block_m
+    qf, kf, vf, dof = (x.float() for x in (q[:span], k, v, do[:span]))
+    pT = torch.exp2(kf @ qf.T - m[None, :span])
+    if mask:
+        pT = torch.where(torch.arange(span, device="cuda")[None, :] >= torch.arange(keys, device="cuda")[:, None], pT, 0)
+    dsT = pT * (vf @ dof.T - delta[None, :span])
+    torch.testing.assert_close(dk, dsT @ qf, rtol=2e-2, atol=5e-2)
+    torch.testing.assert_close(dv, pT @ dof, rtol=2e-2, atol=5e-2)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("lo, hi, diagonal", [(0, 4096 - 32 * 3, False), (64, 448, True)])
+def test_coarsened_dq_on_the_gpu(lo, hi, diagonal, cuda_torch):
+    torch = cuda_torch
+    rows, d = 4096, 64
+    q, k, v, do = (torch.randn(rows, d, device="cuda", dtype=torch.float16) * 0.3 for _ in range(4))
+    m = torch.rand(rows, device="cuda") + 1
+    delta = torch.rand(rows, device="cuda") - 0.5
+    dq = torch.full((rows, d), float("nan"), device="cuda")
+    kernel = _dq[(rows // 128,)](q, k, v, do, dq, m, delta, lo, hi, d, BLOCK_M=128, BLOCK_N=32, D=d,
+                                 DIAGONAL=diagonal, num_warps=8, num_stages=3)
+    assert "coarsen = 1" in kernel.asm["kir"]
+    qf, kf, vf, dof = (x.float() for x in (q, k[lo:hi], v[lo:hi], do))
+    p = torch.exp2(qf @ kf.T - m[:, None])
+    if diagonal:
+        p = torch.where(torch.arange(rows, device="cuda")[:, None] >= torch.arange(lo, hi, device="cuda")[None, :], p, 0)
+    ds = p * (dof @ vf.T - delta[:, None])
+    torch.testing.assert_close(dq, ds @ kf, rtol=2e-2, atol=5e-2)
