@@ -307,9 +307,10 @@ def test_coarsened_dkdv_on_the_gpu(block_m, num_steps, d, mask, cuda_torch):
     m = torch.rand(rows, device="cuda") + 1
     delta = torch.rand(rows, device="cuda") - 0.5
     dk, dv = (torch.full((keys, d), float("nan"), device="cuda") for _ in range(2))
+    options = {"num_warps": 8 if d == 128 else 4, "num_stages": 3}
     kernel = _dkdv[(keys // 128,)](q, k, v, do, dk, dv, m, delta, 0, num_steps, d, BLOCK_M=block_m, BLOCK_N=128, D=d,
-                                   MASK=mask, num_warps=8 if d == 128 else 4, num_stages=3)
-    assert "coarsen = 1" in kernel.asm["kir"]
+                                   MASK=mask, **options)
+    assert "coarsen = 1" in compile_ir(kernel.ir, "sm_90a", options, link=False).kir  # (kernel.asm: the IR as written)
     span = num_steps * block_m
     qf, kf, vf, dof = (x.float() for x in (q[:span], k, v, do[:span]))
     pT = torch.exp2(kf @ qf.T - m[None, :span])
@@ -331,7 +332,7 @@ def test_coarsened_dq_on_the_gpu(lo, hi, diagonal, cuda_torch):
     dq = torch.full((rows, d), float("nan"), device="cuda")
     kernel = _dq[(rows // 128,)](q, k, v, do, dq, m, delta, lo, hi, d, BLOCK_M=128, BLOCK_N=32, D=d,
                                  DIAGONAL=diagonal, num_warps=8, num_stages=3)
-    assert "coarsen = 1" in kernel.asm["kir"]
+    assert "coarsen = 1" in compile_ir(kernel.ir, "sm_90a", {"num_warps": 8, "num_stages": 3}, link=False).kir
     qf, kf, vf, dof = (x.float() for x in (q, k[lo:hi], v[lo:hi], do))
     p = torch.exp2(qf @ kf.T - m[:, None])
     if diagonal:
