@@ -269,31 +269,49 @@ def test_coarsened_dq_computes_what_the_loop_as_written_does(lo, hi, diagonal):
     np.testing.assert_allclose(dq, ds @ k[lo:hi], rtol=2e-2, atol=5e-2)
 
 
-def test_a_coarse_build_that_spills_gives_way_to_the_loops_as_written(monkeypatch):
-    """Where the build with coarse loops spills, the compile builds the loops as written and keeps
-    whichever spills less (spills reported here for every link of a coarsened kernel)."""
-    real_lower, real_assemble, coarse = compiler.lower_to_llvm, compiler._assemble, []
+def _spilling(monkeypatch, spills) -> list:
+    """Links of the builds `spills(coarsened, num_warps)` names report 1200 bytes of spills; the
+    (coarsened, num_warps) of every lowering, in order."""
+    real_lower, real_assemble, lowered = compiler.lower_to_llvm, compiler._assemble, []
 
-    def lower(fn, *args, **kwargs):
-        lowered = real_lower(fn, *args, **kwargs)
-        coarse.append("coarsen = 1" in lowered[0])
-        return lowered
+    def lower(fn, tgt, opts, *args, **kwargs):
+        out = real_lower(fn, tgt, opts, *args, **kwargs)
+        lowered.append(("coarsen = 1" in out[0], opts["num_warps"]))
+        return out
 
     def assemble(ptx, tgt, counts):
         cubin, info = real_assemble(ptx, tgt, counts)
-        if coarse[-1]:
+        if spills(*lowered[-1]):
             info = re.sub(r"\d+ bytes spill stores, \d+ bytes spill loads", "600 bytes spill stores, 600 bytes spill "
                           "loads", info)
         return cubin, info
     monkeypatch.setattr(compiler, "lower_to_llvm", lower)
     monkeypatch.setattr(compiler, "_assemble", assemble)
-    kernel = _dkdv_kernel()
-    built = compile_ir(kernel.ir, "sm_90a", {"num_warps": 8, "num_stages": 3})
-    assert coarse[0] and not coarse[-1]  # (lowered again for the shared memory its rings leave)
+    return lowered
+
+
+def test_a_coarse_build_that_spills_gives_way_to_the_loops_as_written(monkeypatch):
+    fn = _dkdv_kernel().ir
+    lowered = _spilling(monkeypatch, lambda coarse, warps: coarse)
+    built = compile_ir(fn, "sm_90a", {"num_warps": 8, "num_stages": 3})
+    assert lowered[0] == (True, 8) and lowered[-1] == (False, 8)
     assert built.metadata["n_spills"] == 0 and "coarsen = 0" in built.kir
     monkeypatch.undo()
-    plain = compile_ir(kernel.ir, "sm_90a", {"num_warps": 8, "num_stages": 3})
+    plain = compile_ir(fn, "sm_90a", {"num_warps": 8, "num_stages": 3})
     assert plain.metadata["n_spills"] == 0 and "coarsen = 1" in plain.kir
+
+
+def test_coarsening_that_needs_8_warps_gives_way_to_loops_as_written_that_fit_4(monkeypatch):
+    """A coarse 4-warp build that spills is widened to 8 warps only where the loops as written do not
+    fit 4 warps either (tutorial 06's D64 backward: coarse on 8 warps 0.94x of plain on 4)."""
+    fn = _dkdv_kernel().ir
+    _spilling(monkeypatch, lambda coarse, warps: coarse and warps == 4)
+    built = compile_ir(fn, "sm_90a", {"num_warps": 4, "num_stages": 3})
+    assert "coarsen = 0" in built.kir and built.metadata["threads"] == 128
+    monkeypatch.undo()
+    _spilling(monkeypatch, lambda coarse, warps: warps == 4)  # both spill on 4 warps: the coarse build widened
+    built = compile_ir(fn, "sm_90a", {"num_warps": 4, "num_stages": 3})
+    assert "coarsen = 1" in built.kir and built.metadata["threads"] == 256 and built.metadata["num_warps"] == 4
 
 
 @pytest.mark.gpu
@@ -303,7 +321,8 @@ def test_coarsened_dkdv_on_the_gpu(block_m, num_steps, d, mask, cuda_torch):
     against torch: coarse steps, then the steps left."""
     torch = cuda_torch
     keys, rows = 256, max(256, num_steps * block_m)
-    q, k, v, do = (torch.randn(rows, d, device="cuda", dtype=torch.float16) * 0.3 for _ in range(4))
+    q, do = (torch.randn(rows, d, device="cuda", dtype=torch.float16) * 0.3 for _ in range(2))
+    k, v = (torch.randn(keys, d, device="cuda", dtype=torch.float16) * 0.3 for _ in range(2))
     m = torch.rand(rows, device="cuda") + 1
     delta = torch.rand(rows, device="cuda") - 0.5
     dk, dv = (torch.full((keys, d), float("nan"), device="cuda") for _ in range(2))
