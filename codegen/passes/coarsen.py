@@ -81,10 +81,6 @@ def _nested(loop) -> bool:
     return False
 
 
-def _shape(v):
-    return v.type.shape if isinstance(v.type, block_type) else None
-
-
 def _widened(t, d, factor):
     shape = list(t.shape)
     shape[d] *= factor
