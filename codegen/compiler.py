@@ -359,13 +359,6 @@ def _compile(fn, target: str, options: dict | None, check: bool, link: bool, cou
                     if occupancy.ctas_per_sm(plain.n_regs, threads, plain.metadata["shared"], tgt.capability) > \
                             occupancy.ctas_per_sm(n_regs, threads, shared, tgt.capability):
                         return plain
-            plain = None
-            if n_spills >= WIDEN_SPILL_BYTES and facts["coarsened"]:
-                # the loops as written, where they fit the warps asked for without widening: tutorial 06's D64
-                # backward coarsened needs 8 warps and ran 0.94x (causal) and 1.00x of its plain 4-warp build
-                plain = _compile(_without_coarsening(fn), target, options, check, link, counts)
-                if plain.metadata["threads"] == threads and plain.n_spills < WIDEN_SPILL_BYTES:
-                    return plain
             if n_spills >= WIDEN_SPILL_BYTES and _widenable(fn, opts, tgt, facts):
                 wide = _compile(fn, target, {**opts, "num_warps": 8}, check, link, counts)
                 # kept where it spills less than would have widened it (tutorial 06's D128 causal backward
@@ -373,8 +366,12 @@ def _compile(fn, target: str, options: dict | None, check: bool, link: bool, cou
                 if wide.n_spills < WIDEN_SPILL_BYTES:  # launched on its `threads`; num_warps stays as asked
                     wide.metadata["num_warps"] = opts["num_warps"]
                     return wide
-            if plain is not None and plain.n_spills < n_spills:  # 64-wide blocks keep more live than fits
-                return plain
+            if n_spills >= WIDEN_SPILL_BYTES and facts["coarsened"]:
+                # the coarse loop's 64-wide blocks keep more live than kiln.codegen.passes.coarsen counted: the
+                # loops as written, where they spill less
+                plain = _compile(_without_coarsening(fn), target, options, check, link, counts)
+                if plain.n_spills < n_spills:
+                    return plain
     metadata = {
         "name": fn.name, "target": tgt.name, "num_warps": opts["num_warps"], "num_stages": opts["num_stages"],
         "threads": 32 * warps, "shared": shared, "n_regs": n_regs, "n_spills": n_spills,

@@ -115,8 +115,8 @@ def _gemm(A, B, C, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
 HALF, F32 = np.zeros((16, 16), np.float16), np.zeros(16, np.float32)
 
 
-def _dkdv_kernel(num_steps=7, block_m=16, d=32, mask=False, start_m=0):
-    return _dkdv.warmup(HALF, HALF, HALF, HALF, F32, F32, F32, F32, start_m, num_steps, d, BLOCK_M=block_m, BLOCK_N=64,
+def _dkdv_kernel(num_steps=7, block_m=16, d=32, mask=False, start_m=0, block_n=64):
+    return _dkdv.warmup(HALF, HALF, HALF, HALF, F32, F32, F32, F32, start_m, num_steps, d, BLOCK_M=block_m, BLOCK_N=block_n,
                         D=d, MASK=mask, grid=(1,), target="sm_90a")
 
 
@@ -147,7 +147,7 @@ def test_the_dkdv_loop_takes_two_steps_of_32_as_one_then_the_rest_as_written():
     from kiln.codegen import pipeline
     from kiln.codegen.passes import coarsen
     k = bench_kernels().attention_bwd_dkdv_kernel.warmup(
-        HALF, HALF, HALF, HALF, HALF, HALF, F32, F32, 0.125, 4096, HEAD_DIM=64, BLOCK_M=32, BLOCK_N=128,
+        HALF, HALF, HALF, HALF, HALF, HALF, F32, F32, 0.125, 4096, HEAD_DIM=128, BLOCK_M=32, BLOCK_N=128,
         CAUSAL=False, num_warps=4, num_stages=3, grid=(1,), target="sm_90a")
     fn = parse_function(k.asm["kir"])
     ctx = pipeline.PassContext(target=parse_target("sm_90a"), num_warps=4)
@@ -157,11 +157,31 @@ def test_the_dkdv_loop_takes_two_steps_of_32_as_one_then_the_rest_as_written():
     coarse, rest = _loops(text)
     step = re.search(r"= for %\d+, %\d+, (%\d+)", coarse).group(1)
     assert re.search(rf"{step} = constant {{value = 64}} : int32", text)  # 2 steps of 32 a step
-    assert "<128x64xfp32>" in coarse and "<64x64xptr" not in coarse  # addresses from the iv, not carried
+    assert "<128x128xfp32>" in coarse and "<128x128xptr" not in coarse  # addresses from the iv, not carried
     dots = re.findall(r"dot %\S+, %\S+, %\S+ \{[^}]*\} : <(\d+x\d+)xfp32>", text)
-    assert dots.count("128x64") == 2 + 2 + 2  # S^T and dP^T 64 wide in the coarse loop; dK, dV (both loops)
+    assert dots.count("128x64") == 2  # S^T and dP^T 64 wide in the coarse loop
+    assert dots.count("128x128") == 4  # dK and dV in both loops
     assert dots.count("128x32") == 2  # S^T and dP^T of the steps left, as written
     assert re.search(r"max %\d+, %\d+ : int32", text)  # the trip count, at least 0: pointer_tma's proof
+
+
+def test_loops_are_coarsened_where_their_blocks_fit_the_warps_the_kernel_runs_on():
+    """Counted in fp32 elements a thread holds in accumulators and N-walking dot results: at D64 the dK/dV
+    loop holds 192 written and 256 coarse on 4 warps (left as written), dQ's 192 coarse; at D128 the dK/dV
+    loop as written holds more than 192 on 4 warps, so the kernel will run on 8, where the coarse loop fits."""
+    bench = bench_kernels()
+
+    def coarsened(kernel, dim, block_m, block_n):
+        k = kernel.warmup(*[HALF] * (6 if kernel is bench.attention_bwd_dkdv_kernel else 5), F32, F32, 0.125, 4096,
+                          HEAD_DIM=dim, BLOCK_M=block_m, BLOCK_N=block_n, CAUSAL=False, num_warps=4, num_stages=3,
+                          grid=(1,), target="sm_90a")
+        return "coarsen = 1" in _passed(k.ir)
+    assert not coarsened(bench.attention_bwd_dkdv_kernel, 64, 32, 128)
+    assert coarsened(bench.attention_bwd_dq_kernel, 64, 128, 32)
+    assert coarsened(bench.attention_bwd_dkdv_kernel, 128, 32, 128)
+    assert not coarsened(bench.attention_bwd_dq_kernel, 128, 128, 32)  # (alone: 192 written on 4 warps, 256 coarse)
+    assert "coarsen = 1" in _passed(_dkdv_kernel(d=128, block_n=128).ir)
+    assert "coarsen = 1" not in _passed(_dkdv_kernel(d=64, block_n=128).ir)
 
 
 @pytest.mark.parametrize("dim", [64, 128])
@@ -301,22 +321,10 @@ def test_a_coarse_build_that_spills_gives_way_to_the_loops_as_written(monkeypatc
     assert plain.metadata["n_spills"] == 0 and "coarsen = 1" in plain.kir
 
 
-def test_coarsening_that_needs_8_warps_gives_way_to_loops_as_written_that_fit_4(monkeypatch):
-    """A coarse 4-warp build that spills is widened to 8 warps only where the loops as written do not
-    fit 4 warps either (tutorial 06's D64 backward: coarse on 8 warps 0.94x of plain on 4)."""
-    fn = _dkdv_kernel().ir
-    _spilling(monkeypatch, lambda coarse, warps: coarse and warps == 4)
-    built = compile_ir(fn, "sm_90a", {"num_warps": 4, "num_stages": 3})
-    assert "coarsen = 0" in built.kir and built.metadata["threads"] == 128
-    monkeypatch.undo()
-    _spilling(monkeypatch, lambda coarse, warps: warps == 4)  # both spill on 4 warps: the coarse build widened
-    built = compile_ir(fn, "sm_90a", {"num_warps": 4, "num_stages": 3})
-    assert "coarsen = 1" in built.kir and built.metadata["threads"] == 256 and built.metadata["num_warps"] == 4
-
-
 @pytest.mark.gpu
-@pytest.mark.parametrize("block_m, num_steps, d, mask", [(32, 13, 64, False), (16, 8, 128, True), (32, 5, 64, True)])
-def test_coarsened_dkdv_on_the_gpu(block_m, num_steps, d, mask, cuda_torch):
+@pytest.mark.parametrize("block_m, num_steps, d, mask, warps", [(32, 13, 32, False, 4), (16, 8, 128, True, 8),
+                                                               (32, 5, 128, False, 4)])
+def test_coarsened_dkdv_on_the_gpu(block_m, num_steps, d, mask, warps, cuda_torch):
     """Tutorial 06's dK/dV loop at its own step sizes (32 a step, 16 on the diagonal), 128 keys a program,
     against torch: coarse steps, then the steps left."""
     torch = cuda_torch
@@ -326,7 +334,7 @@ def test_coarsened_dkdv_on_the_gpu(block_m, num_steps, d, mask, cuda_torch):
     m = torch.rand(rows, device="cuda") + 1
     delta = torch.rand(rows, device="cuda") - 0.5
     dk, dv = (torch.full((keys, d), float("nan"), device="cuda") for _ in range(2))
-    options = {"num_warps": 8 if d == 128 else 4, "num_stages": 3}
+    options = {"num_warps": warps, "num_stages": 3}
     kernel = _dkdv[(keys // 128,)](q, k, v, do, dk, dv, m, delta, 0, num_steps, d, BLOCK_M=block_m, BLOCK_N=128, D=d,
                                    MASK=mask, **options)
     assert "coarsen = 1" in compile_ir(kernel.ir, "sm_90a", options, link=False).kir  # (kernel.asm: the IR as written)

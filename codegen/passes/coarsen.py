@@ -27,10 +27,15 @@ The coarse loop runs the first trip // F * F steps F at a time, its body built 6
 value's walking dim (aranges 64 long, index blocks from before the loop rebuilt 64 wide, carried
 pointer blocks started 64 wide and advanced F times as far, counters likewise); the loop as written
 then runs the rest, its start a `max` / `div` form `pointer_tma` proves non-negative so that those
-steps keep their TMA copies. The kernel is marked `coarsen = 1`; the compile builds it again with
-`coarsen = 0` (the loops as written) where the coarse build spills (kiln.codegen.compiler).
+steps keep their TMA copies. Only where the coarse loop's accumulators and dot results fit the warps the kernel
+will run on (`_Plan.held`): tutorial 06's D128 backward, built on 8 warps with its loops coarse or as written, ran
+1.05-1.24x; its D64 dK/dV loops, coarse on 8 warps against 4 as written, level or 0.94x, are left alone.
+The kernel is marked `coarsen = 1`; the compile builds it again with `coarsen = 0` (the loops as written) where
+the coarse build still spills after widening (kiln.codegen.compiler).
 """
 from __future__ import annotations
+
+import math
 
 from kiln.ir.core import Block, Operation
 from kiln.ir.ops import ELEMENTWISE_OPS
@@ -43,6 +48,9 @@ from .rewrite import append_op, const_int, has_side_effects, insert_ops
 name = "coarsen"
 WIDE = 64  # rows a coarse step takes: wgmma's N of 64 and more runs at full rate
 STEPS = (16, 32)  # the blocks a step may walk (a block of 64 already takes a whole step)
+# fp32 elements a thread may hold in a loop's accumulators and its N-walking dots' results and still not spill
+# (sm_90a, tutorial 06's backward: 192 at 241-254 registers, 256 spilled), see `_Plan.pays`
+HELD = 192
 VARY = "vary"  # a value that differs between steps without walking a dim (a counter, an index's part)
 SHAPE_OPS = {"broadcast", "expand_dims", "permute"}
 FORM_OPS = ELEMENTWISE_OPS - {"constant"}  # built again wide from their operands
@@ -55,15 +63,22 @@ class _Refused(Exception):
 def apply(fn, ctx) -> None:
     if ctx.target.name != "sm_90a" or ctx.num_warps % 4 or fn.attrs.get("coarsen", 1) == 0:
         return
-    loops = [op for op in fn.walk() if op.name == "for" and not _nested(op)]
-    coarsened = False
-    for loop in loops:
+    plans = []
+    for loop in [op for op in fn.walk() if op.name == "for" and not _nested(op)]:
         try:
-            plan = _Plan(loop)
+            plans.append(_Plan(loop))
         except _Refused:
             continue
-        plan.rewrite()
-        coarsened = True
+    # the warps the kernel runs on: 8 where a loop as written holds more than 4 can (kiln.codegen.compiler widens
+    # a 4-warp build that spills), so each loop is weighed on the warps it will have
+    warps = ctx.num_warps
+    if warps == 4 and any(plan.held(1, 4) > HELD for plan in plans):
+        warps = 8
+    coarsened = False
+    for plan in plans:
+        if plan.held(plan.factor, warps) <= HELD:
+            plan.rewrite()
+            coarsened = True
     if coarsened:
         fn.attrs["coarsen"] = 1
         dce.apply(fn, ctx)  # the narrow copies the coarse body did not need, the yield's own advances
@@ -120,6 +135,7 @@ class _Plan:
         self.step = None  # B: the size of every walking dim
         self.demanded: dict = {}
         self.n_walks = 0
+        self.walking_elements = 0  # of the N-walking dots' results, at one step
         self.uses = {}
         for op in self.body.ops:
             for v in op.operands:
@@ -290,6 +306,7 @@ class _Plan:
         if self.kind(a) is None and self.demand(b, 1) and self.demand(c, 1):
             self.walk[v] = 1
             self.n_walks += 1
+            self.walking_elements += math.prod(v.type.shape)
         elif c in self.accumulators and self.demand(a, 1) and self.demand(b, 0) \
                 and self.uses.get(c) == [op] and self.uses.get(v) == [self.body.terminator] \
                 and self.body.terminator.operands.index(v) == c.index - 1 \
@@ -304,6 +321,15 @@ class _Plan:
             out = self.body.terminator.operands[arg.index - 1]
             if self.walk.get(out) != "sum" or out.defining_op.operands[2] is not arg:
                 raise _Refused
+
+    def held(self, factor, warps) -> float:
+        """The fp32 elements a thread holds in the loop's accumulators and its N-walking dots' results (S^T and
+        dP^T) with `factor` steps taken as one: at most HELD where the loop pays. Tutorial 06's D64 backward at
+        its own config holds 192 (dK/dV) written and 256 coarse, which spilled and was widened to 8 warps, there
+        level with and 0.94x of the 4-warp build as written; at D128 the loops as written hold 320 on 4 warps
+        and are built on 8, where coarse ones hold 192 and ran 1.05-1.24x (H200)."""
+        accumulators = sum(math.prod(a.type.shape) for a in self.accumulators)
+        return (accumulators + factor * self.walking_elements) / (32 * warps)
 
     # --- the coarse loop --------------------------------------------------------------------------
 
