@@ -16,6 +16,7 @@ from kiln.ir import copy_function, parse_function
 
 from bench_support import bench_kernels
 from test_codegen_emulate import in_child
+from test_codegen_gpu_stage import _attention  # a forward: a row maximum over the walking keys
 
 
 @kiln.jit
@@ -75,29 +76,6 @@ def _dq(Q, K, V, DO, DQ, M, Delta, lo, hi, stride, BLOCK_M: tl.constexpr, BLOCK_
         ds = p * (tl.dot(do, vT) - delta[:, None])
         dq = tl.dot(ds.to(tl.float16), tl.trans(kT), dq)
     tl.store(DQ + offs_m[:, None] * stride + offs_d[None, :], dq)
-
-
-@kiln.jit
-def _forward(Q, K, V, O, n, stride, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr):
-    """Attention's forward loop: a row maximum over the walking keys (a reduction along them)."""
-    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_n = tl.arange(0, BLOCK_N)
-    offs_d = tl.arange(0, D)
-    q = tl.load(Q + offs_m[:, None] * stride + offs_d[None, :])
-    m_i = tl.full([BLOCK_M], -float("inf"), tl.float32)
-    l_i = tl.zeros([BLOCK_M], tl.float32)
-    acc = tl.zeros([BLOCK_M, D], tl.float32)
-    for start_n in range(0, n, BLOCK_N):
-        kT = tl.load(K + (start_n + offs_n)[None, :] * stride + offs_d[:, None])
-        s = tl.dot(q, kT)
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        p = tl.math.exp2(s - m_new[:, None])
-        alpha = tl.math.exp2(m_i - m_new)
-        l_i = l_i * alpha + tl.sum(p, 1)
-        v = tl.load(V + (start_n + offs_n)[:, None] * stride + offs_d[None, :])
-        acc = tl.dot(p.to(tl.float16), v, acc * alpha[:, None])
-        m_i = m_new
-    tl.store(O + offs_m[:, None] * stride + offs_d[None, :], acc / l_i[:, None])
 
 
 @kiln.jit
@@ -196,8 +174,7 @@ def test_the_coarse_loop_s_wgmmas_are_64_wide_beside_the_remainder_s_32(dim):
 
 def test_a_block_of_64_a_forward_s_loop_and_a_gemm_s_k_loop_are_left_as_written():
     wide = _dkdv_kernel(block_m=64)
-    forward = _forward.warmup(HALF, HALF, HALF, HALF, 256, 32, BLOCK_M=64, BLOCK_N=32, D=32, grid=(1,),
-                              target="sm_90a")
+    forward = _attention.warmup(HALF, HALF, HALF, F32, 256, D=32, BM=64, BN=32, grid=(1,), target="sm_90a")
     gemm = _gemm.warmup(HALF, HALF, F32, 256, BM=64, BN=64, BK=32, grid=(1,), target="sm_90a")
     for kernel in (wide, forward, gemm):
         text = _passed(kernel.ir)

@@ -42,7 +42,8 @@ from kiln.ir.ops import ELEMENTWISE_OPS
 from kiln.ir.types import block_type, int32, pointer_type
 
 from . import affine, dce
-from .pointer_tma import ITER, _address, _advanced, _inside, _invariant, _iteration, emit_poly, in_iterations
+from .pointer_tma import ITER, _address, _advanced, _inside, _invariant, _iteration, base_and_offset, emit_poly, \
+    in_iterations
 from .rewrite import append_op, const_int, has_side_effects, insert_ops
 
 name = "coarsen"
@@ -468,25 +469,20 @@ def _counter_step(loop, j, forms):
     return forms.of(next(v for v in nxt.operands if v is not arg))
 
 
+
 def _base_and_offset(p, forms):
-    """(base pointer, offset form) of a block of pointers, as pointer_tma.base_and_offset reads it, and
-    through the scalar pointer a splat takes too (bench's `M + start_m + offs_m`: a base moved each step)."""
-    op = p.defining_op
-    if not isinstance(p.type, block_type):
-        if op is not None and op.name == "addptr":
-            got, offset = _base_and_offset(op.operands[0], forms), forms.of(op.operands[1])
-            return None if got is None or offset is None else (got[0], affine.add(got[1], offset))
-        if op is not None and op.name in affine.HINTS:
-            return _base_and_offset(op.operands[0], forms)
-        return (p, {}) if isinstance(p.type, pointer_type) else None
-    if op is None:
+    """pointer_tma.base_and_offset, its base followed through scalar addptrs (bench's `M + start_m + offs_m`:
+    a base moved each step)."""
+    found = base_and_offset(p, forms)
+    if found is None:
         return None
-    if op.name in ("splat", "broadcast") or op.name in affine.HINTS:
-        return _base_and_offset(op.operands[0], forms)
-    if op.name == "expand_dims":
-        got = _base_and_offset(op.operands[0], forms)
-        return None if got is None else (got[0], affine.shift(got[1], op.attrs["axis"]))
-    if op.name == "addptr":
-        got, offset = _base_and_offset(op.operands[0], forms), forms.of(op.operands[1])
-        return None if got is None or offset is None else (got[0], affine.add(got[1], offset))
-    return None
+    base, poly = found
+    while base.defining_op is not None and base.defining_op.name in ("addptr",) + affine.HINTS:
+        op = base.defining_op
+        if op.name == "addptr":
+            offset = forms.of(op.operands[1])
+            if offset is None:
+                return None
+            poly = affine.add(poly, offset)
+        base = op.operands[0]
+    return base, poly
