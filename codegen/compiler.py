@@ -112,7 +112,7 @@ def _lower_to_llvm(fn, tgt, opts: dict, check: bool, portable: bool, counts: dic
     facts["warps"] = cta_warps(work, opts["num_warps"])
     facts["tensor_cores"] = on_tensor_cores(work)
     facts["splittable"] = work.attrs.get("splittable") == 1  # a split_k build applies (kiln.codegen.passes.split_k)
-    facts["coarsened"] = work.attrs.get("coarsen") == 1  # kiln.codegen.passes.coarsen took some loop's steps F at a time
+    facts["coarsened"] = work.attrs.get("coarsen") == 1  # kiln.codegen.passes.coarsen took some loops' steps together
     return print_function(work), llir, arg_layout, shared
 
 

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from kiln.ir import verify
 from kiln.ir.layout_check import check_layouts
 
-from .passes import (canonicalize, coarsen, cse, dce, descriptor_loads, dot_accumulate, dot_staging, f32_dot_split, layouts,
-                     persistent, pointer_tma, prefetch, scratch_barriers, smem_alloc, smem_pipeline, split_k,
+from .passes import (canonicalize, coarsen, cse, dce, descriptor_loads, dot_accumulate, dot_staging, f32_dot_split,
+                     layouts, persistent, pointer_tma, prefetch, scratch_barriers, smem_alloc, smem_pipeline, split_k,
                      tile_overlap, tma_store, warp_specialize)
 
 PASSES = [
@@ -58,9 +58,9 @@ class PassContext:
 
 
 # The variants a compile tries are attributes of the kernel, in its IR (so its dump says which it is):
-# `persistent = 0` (the tile kernel as written), `tile_overlap = 0` (a persistent GEMM's rings not kept
-# live through its epilogue), `shared_reserve = N` (bytes smem_pipeline leaves free for the scratch a
-# first lowering needed beyond the SM's shared memory).
+# `persistent = 0` (the tile kernel as written), `coarsen = 0` (the loops' steps as written), `tile_overlap = 0`
+# (a persistent GEMM's rings not kept live through its epilogue), `shared_reserve = N` (bytes smem_pipeline leaves
+# free for the scratch a first lowering needed beyond the SM's shared memory).
 
 
 def run_passes(fn, ctx: PassContext, check: bool = False, stop: int | None = None) -> None:

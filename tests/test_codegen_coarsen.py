@@ -94,8 +94,8 @@ HALF, F32 = np.zeros((16, 16), np.float16), np.zeros(16, np.float32)
 
 
 def _dkdv_kernel(num_steps=7, block_m=16, d=32, mask=False, start_m=0, block_n=64):
-    return _dkdv.warmup(HALF, HALF, HALF, HALF, F32, F32, F32, F32, start_m, num_steps, d, BLOCK_M=block_m, BLOCK_N=block_n,
-                        D=d, MASK=mask, grid=(1,), target="sm_90a")
+    return _dkdv.warmup(HALF, HALF, HALF, HALF, F32, F32, F32, F32, start_m, num_steps, d, BLOCK_M=block_m,
+                        BLOCK_N=block_n, D=d, MASK=mask, grid=(1,), target="sm_90a")
 
 
 def _dq_kernel(lo=0, hi=112, diagonal=False, d=32):
@@ -319,7 +319,8 @@ def test_coarsened_dkdv_on_the_gpu(block_m, num_steps, d, mask, warps, cuda_torc
     qf, kf, vf, dof = (x.float() for x in (q[:span], k, v, do[:span]))
     pT = torch.exp2(kf @ qf.T - m[None, :span])
     if mask:
-        pT = torch.where(torch.arange(span, device="cuda")[None, :] >= torch.arange(keys, device="cuda")[:, None], pT, 0)
+        seen = torch.arange(span, device="cuda")[None, :] >= torch.arange(keys, device="cuda")[:, None]
+        pT = torch.where(seen, pT, 0)
     dsT = pT * (vf @ dof.T - delta[None, :span])
     torch.testing.assert_close(dk, dsT @ qf, rtol=2e-2, atol=5e-2)
     torch.testing.assert_close(dv, pT @ dof, rtol=2e-2, atol=5e-2)
@@ -340,6 +341,7 @@ def test_coarsened_dq_on_the_gpu(lo, hi, diagonal, cuda_torch):
     qf, kf, vf, dof = (x.float() for x in (q, k[lo:hi], v[lo:hi], do))
     p = torch.exp2(qf @ kf.T - m[:, None])
     if diagonal:
-        p = torch.where(torch.arange(rows, device="cuda")[:, None] >= torch.arange(lo, hi, device="cuda")[None, :], p, 0)
+        seen = torch.arange(rows, device="cuda")[:, None] >= torch.arange(lo, hi, device="cuda")[None, :]
+        p = torch.where(seen, p, 0)
     ds = p * (dof @ vf.T - delta[:, None])
     torch.testing.assert_close(dq, ds @ kf, rtol=2e-2, atol=5e-2)
