@@ -252,7 +252,7 @@ def run_dq(coarsened, lo, hi, diagonal):
     return dq, (q, k, v, do, m, delta)
 
 
-@pytest.mark.parametrize("lo, hi, diagonal", [(0, 112, False), (16, 96, True)])
+@pytest.mark.parametrize("lo, hi, diagonal", [(0, 112, False), (16, 96, True), (96, 16, False)])  # (no step)
 def test_coarsened_dq_computes_what_the_loop_as_written_does(lo, hi, diagonal):
     assert "coarsen = 1" in _passed(_dq_kernel(lo, hi, diagonal).ir)
     dq, inputs = in_child(run_dq, True, lo, hi, diagonal)
