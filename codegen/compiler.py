@@ -125,15 +125,10 @@ def _choose_variant(work, reserve: int, overlap: bool) -> None:
         work.attrs["tile_overlap"] = 0
 
 
-def _without_persistence(fn):
+def _without(fn, variant: str):
+    """A copy of `fn` marked to be built without `variant` (`persistent`, `coarsen`: kiln.codegen.pipeline)."""
     plain = copy_function(fn)
-    plain.attrs["persistent"] = 0
-    return plain
-
-
-def _without_coarsening(fn):
-    plain = copy_function(fn)
-    plain.attrs["coarsen"] = 0
+    plain.attrs[variant] = 0
     return plain
 
 
@@ -344,7 +339,7 @@ def _compile(fn, target: str, options: dict | None, check: bool, link: bool, cou
             if nvjitlink.wgmma_serialized(info) and _persistent(arg_layout):
                 # ptxas serialized the wgmmas of the persistent form (seen with an fp16 result
                 # stored to a bf16 tensor: 0.8x); the tile kernel as written keeps them async
-                return _compile(_without_persistence(fn), target, options, check, link, counts)
+                return _compile(_without(fn, "persistent"), target, options, check, link, counts)
             n_regs, n_spills = nvjitlink.resource_usage(info)
             if "maxnreg" not in opts and not n_spills and capped_here:
                 caps = [cap for cap in _caps(fn, ptx, tgt, n_regs, threads, shared) if first is None or cap > first]
@@ -355,7 +350,7 @@ def _compile(fn, target: str, options: dict | None, check: bool, link: bool, cou
                 if capped is None and caps and _persistent(arg_layout):
                     # no cap fits another CTA without spilling: the tile loop of the persistent
                     # form keeps registers live that the tile kernel as written may not need
-                    plain = _compile(_without_persistence(fn), target, options, check, link, counts)
+                    plain = _compile(_without(fn, "persistent"), target, options, check, link, counts)
                     if occupancy.ctas_per_sm(plain.n_regs, threads, plain.metadata["shared"], tgt.capability) > \
                             occupancy.ctas_per_sm(n_regs, threads, shared, tgt.capability):
                         return plain
@@ -369,7 +364,7 @@ def _compile(fn, target: str, options: dict | None, check: bool, link: bool, cou
             if n_spills >= WIDEN_SPILL_BYTES and facts["coarsened"]:
                 # the coarse loop's 64-wide blocks keep more live than kiln.codegen.passes.coarsen counted: the
                 # loops as written, where they spill less
-                plain = _compile(_without_coarsening(fn), target, options, check, link, counts)
+                plain = _compile(_without(fn, "coarsen"), target, options, check, link, counts)
                 if plain.n_spills < n_spills:
                     return plain
     metadata = {

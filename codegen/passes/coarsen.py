@@ -44,13 +44,13 @@ from kiln.ir.types import block_type, int32, pointer_type
 from . import affine, dce
 from .pointer_tma import ITER, _address, _advanced, _inside, _invariant, _iteration, base_and_offset, emit_poly, \
     in_iterations
-from .rewrite import append_op, const_int, has_side_effects, insert_ops
+from .rewrite import append_op, clone_op, const_int, has_side_effects, in_loop, insert_ops
 
 name = "coarsen"
 WIDE = 64  # rows a coarse step takes: wgmma's N of 64 and more runs at full rate
 STEPS = (16, 32)  # the blocks a step may walk (a block of 64 already takes a whole step)
 # fp32 elements a thread may hold in a loop's accumulators and its N-walking dots' results and still not spill
-# (sm_90a, tutorial 06's backward: 192 at 241-254 registers, 256 spilled), see `_Plan.pays`
+# (sm_90a, tutorial 06's backward: 192 at 241-254 registers, 256 spilled), see `_Plan.held`
 HELD = 192
 VARY = "vary"  # a value that differs between steps without walking a dim (a counter, an index's part)
 SHAPE_OPS = {"broadcast", "expand_dims", "permute"}
@@ -87,14 +87,7 @@ def apply(fn, ctx) -> None:
 
 def _nested(loop) -> bool:
     """Is `loop` inside another loop, or does its body hold regions?"""
-    if any(op.regions for op in loop.regions[0].ops):
-        return True
-    owner = loop.parent.parent
-    while isinstance(owner, Operation):
-        if owner.name in ("for", "while"):
-            return True
-        owner = owner.parent.parent
-    return False
+    return any(op.regions for op in loop.regions[0].ops) or in_loop(loop)
 
 
 def _widened(t, d, factor):
@@ -392,9 +385,10 @@ class _Plan:
         insert_ops(block, block.ops.index(loop), before + [coarse])
 
     def _advance(self, j):
-        """The loop-invariant offset carried pointer block j moves by each step, as a form."""
-        step = self.body.terminator.operands[j].defining_op
-        return self.forms.of(step.operands[1])
+        """The loop-invariant step carried value j (an int32 counter or a pointer block) moves by, as a form:
+        the yield's add or addptr of it (`_advanced` and `_address` proved them)."""
+        arg, nxt = self.body.args[1 + j], self.body.terminator.operands[j].defining_op
+        return self.forms.of(next(v for v in nxt.operands if v is not arg))
 
     def _yields(self, coarse_body, emit):
         out = []
@@ -402,14 +396,13 @@ class _Plan:
             new_arg = coarse_body.args[1 + j]
             if arg in self.accumulators:
                 out.append(self.map[value])
-            elif arg.type == int32:
-                moved = affine.mul(_counter_step(self.loop, j, self.forms), affine.constant(self.factor))
-                out.append(emit("add", [new_arg, emit_poly(moved, None, self.forms, emit)], int32))
             else:
-                moved = affine.mul(self._advance(j), affine.constant(self.factor))
-                offset = emit_poly(moved, None, self.forms, emit)
-                out.append(emit("addptr", [new_arg, emit("splat", [offset], block_type(int32, new_arg.type.shape))],
-                                new_arg.type))
+                offset = emit_poly(affine.mul(self._advance(j), affine.constant(self.factor)), None, self.forms, emit)
+                if arg.type == int32:
+                    out.append(emit("add", [new_arg, offset], int32))
+                else:
+                    out.append(emit("addptr", [new_arg, emit("splat", [offset], block_type(int32, new_arg.type.shape))],
+                                    new_arg.type))
         return out
 
     def _build(self, op):
@@ -417,12 +410,10 @@ class _Plan:
         if isinstance(kind, int):
             self.wide[(op.results[0], kind)] = self._wide_op(op, kind, self.ops)
             return
-        operands = [self.map.get(o, o) for o in op.operands]
+        new = clone_op(op, self.map)
         if kind == "sum":
             a, b, _ = op.operands
-            operands[:2] = [self._wide(a, 1, self.ops), self._wide(b, 0, self.ops)]
-        new = Operation(op.name, operands, [r.type for r in op.results], dict(op.attrs), loc=op.loc)
-        self.map[op.results[0]] = new.results[0]
+            new.operands[:2] = [self._wide(a, 1, self.ops), self._wide(b, 0, self.ops)]
         self.ops.append(new)
 
     def _wide(self, v, d, out):
@@ -460,14 +451,6 @@ class _Plan:
             operands = [self._wide(o, k, out) if isinstance(o.type, block_type) and k is not None
                         else self.map.get(o, o) for o in op.operands]
         return append_op(out, op.name, operands, [t], op.loc, **op.attrs)
-
-
-def _counter_step(loop, j, forms):
-    """The form of the loop-invariant step int32 counter j (after the iv) advances by (`_advanced` proved it)."""
-    body = loop.regions[0]
-    arg, nxt = body.args[1 + j], body.terminator.operands[j].defining_op
-    return forms.of(next(v for v in nxt.operands if v is not arg))
-
 
 
 def _base_and_offset(p, forms):
