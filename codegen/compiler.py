@@ -69,18 +69,25 @@ def _gc_paused():
             gc.enable()
 
 
+class _Wider(Exception):
+    """The passes weighed the kernel's registers on more warps than asked (`wants_warps`): its build as asked
+    would spill and be built again on those, so it is not lowered."""
+
+
 def lower_to_llvm(fn, tgt, opts: dict, check: bool = False, portable: bool = False, counts: dict | None = None,
-                  facts: dict | None = None):
+                  facts: dict | None = None, widen_early: bool = False):
     """Passes and lowering: (optimized block IR text, LLVM IR text, arg layout, shared bytes).
     `counts["pass_runs"]` and `counts["lowerings"]` (when given) count the runs of each;
     `facts["warps"]` (when given) is the warps a CTA runs (a warp_specialize partition's too),
-    `facts["tensor_cores"]` whether a dot runs on tensor cores."""
+    `facts["tensor_cores"]` whether a dot runs on tensor cores. `widen_early`: raise _Wider, before
+    lowering, where the passes want more warps and the build may be widened (`_widenable`)."""
     with _gc_paused():
         return _lower_to_llvm(fn, tgt, opts, check, portable, counts if counts is not None else {},
-                              facts if facts is not None else {})
+                              facts if facts is not None else {}, widen_early)
 
 
-def _lower_to_llvm(fn, tgt, opts: dict, check: bool, portable: bool, counts: dict, facts: dict):
+def _lower_to_llvm(fn, tgt, opts: dict, check: bool, portable: bool, counts: dict, facts: dict,
+                   widen_early: bool = False):
     verify(fn)
     limit = occupancy.max_shared_per_cta(tgt.capability)
     reserve, overlap = 0, True
@@ -92,6 +99,10 @@ def _lower_to_llvm(fn, tgt, opts: dict, check: bool, portable: bool, counts: dic
         _choose_variant(work, reserve, overlap)
         run_passes(work, ctx, check=check)  # (tile_overlap weighs its variant by the passes' plan itself)
         counts["pass_runs"] = counts.get("pass_runs", 0) + 1
+        if widen_early and work.attrs.get("wants_warps", 0) > opts["num_warps"]:
+            _note_facts(work, opts, facts)
+            if _widenable(fn, opts, tgt, facts):
+                raise _Wider
         counts["lowerings"] = counts.get("lowerings", 0) + 1
         try:
             llir, arg_layout, shared = lower_function(work, ctx)
@@ -109,11 +120,27 @@ def _lower_to_llvm(fn, tgt, opts: dict, check: bool, portable: bool, counts: dic
             # warp-specialized: the scratch follows the rings, live throughout, instead of taking
             # their bytes, so the rings leave room for all of it
             reserve = max(reserve, shared - allocated_bytes(work))
+    _note_facts(work, opts, facts)
+    return print_function(work), llir, arg_layout, shared
+
+
+def _note_facts(work, opts: dict, facts: dict) -> None:
+    """What the compile needs to know of the kernel its passes built (`lower_to_llvm`)."""
     facts["warps"] = cta_warps(work, opts["num_warps"])
     facts["tensor_cores"] = on_tensor_cores(work)
     facts["splittable"] = work.attrs.get("splittable") == 1  # a split_k build applies (kiln.codegen.passes.split_k)
     facts["coarsened"] = work.attrs.get("coarsen") == 1  # kiln.codegen.passes.coarsen took some loops' steps together
-    return print_function(work), llir, arg_layout, shared
+
+
+def _widened(fn, target: str, opts: dict, check: bool, link: bool, counts: dict):
+    """The kernel built on 8 warps where that build spills less than would widen it, else None
+    (tutorial 06's D128 causal backward at 64-row query blocks: 5736 bytes on 4 warps, 76 on 8, and 2.7x as
+    fast there). It is launched on its `threads`; its num_warps stays as asked."""
+    wide = _compile(fn, target, {**opts, "num_warps": 8}, check, link, counts)
+    if wide.n_spills >= WIDEN_SPILL_BYTES:
+        return None
+    wide.metadata["num_warps"] = opts["num_warps"]
+    return wide
 
 
 def _choose_variant(work, reserve: int, overlap: bool) -> None:
@@ -304,12 +331,21 @@ def _assemble(ptx: str, tgt, counts: dict) -> tuple[bytes, str]:
     return nvjitlink.link_cubin(ptx, tgt)
 
 
-def _compile(fn, target: str, options: dict | None, check: bool, link: bool, counts: dict) -> CompiledKernel:
+def _compile(fn, target: str, options: dict | None, check: bool, link: bool, counts: dict,
+             may_widen: bool = True) -> CompiledKernel:
+    """`may_widen=False`: the 8-warp build was tried and spilled; this is the build as asked."""
     tgt = parse_target(target)
     opts = _options(options)
     started = time.perf_counter()
     facts = {}
-    kir, llir, arg_layout, shared = lower_to_llvm(fn, tgt, opts, check=check, counts=counts, facts=facts)
+    try:
+        kir, llir, arg_layout, shared = lower_to_llvm(fn, tgt, opts, check=check, counts=counts, facts=facts,
+                                                      widen_early=may_widen and link)
+    except _Wider:
+        wide = _widened(fn, target, opts, check, link, counts)
+        if wide is not None:
+            return wide
+        return _compile(fn, target, options, check, link, counts, may_widen=False)
     warps = facts["warps"]  # a warp-specialized kernel fixes its registers itself (setmaxnreg): no cap search
     started = _stage_done("lower", started)
     if any("global_scratch" in a for a in arg_layout):  # tensormap.replace came with PTX ISA 8.3
@@ -354,12 +390,9 @@ def _compile(fn, target: str, options: dict | None, check: bool, link: bool, cou
                     if occupancy.ctas_per_sm(plain.n_regs, threads, plain.metadata["shared"], tgt.capability) > \
                             occupancy.ctas_per_sm(n_regs, threads, shared, tgt.capability):
                         return plain
-            if n_spills >= WIDEN_SPILL_BYTES and _widenable(fn, opts, tgt, facts):
-                wide = _compile(fn, target, {**opts, "num_warps": 8}, check, link, counts)
-                # kept where it spills less than would have widened it (tutorial 06's D128 causal backward
-                # at 64-row query blocks: 5736 bytes on 4 warps, 76 on 8, and 2.7x as fast there)
-                if wide.n_spills < WIDEN_SPILL_BYTES:  # launched on its `threads`; num_warps stays as asked
-                    wide.metadata["num_warps"] = opts["num_warps"]
+            if n_spills >= WIDEN_SPILL_BYTES and may_widen and _widenable(fn, opts, tgt, facts):
+                wide = _widened(fn, target, opts, check, link, counts)
+                if wide is not None:
                     return wide
             if n_spills >= WIDEN_SPILL_BYTES and facts["coarsened"]:
                 # the coarse loop's 64-wide blocks keep more live than kiln.codegen.passes.coarsen counted: the

@@ -267,7 +267,7 @@ def test_coarsened_dq_computes_what_the_loop_as_written_does(lo, hi, diagonal):
 
 
 def _spilling(monkeypatch, spills) -> list:
-    """Links of the builds `spills(coarsened, num_warps)` names report 1200 bytes of spills; the
+    """Links of each build report `spills(coarsened, num_warps)` bytes of spills (None: what they spilled); the
     (coarsened, num_warps) of every lowering, in order."""
     real_lower, real_assemble, lowered = compiler.lower_to_llvm, compiler._assemble, []
 
@@ -278,9 +278,10 @@ def _spilling(monkeypatch, spills) -> list:
 
     def assemble(ptx, tgt, counts):
         cubin, info = real_assemble(ptx, tgt, counts)
-        if spills(*lowered[-1]):
-            info = re.sub(r"\d+ bytes spill stores, \d+ bytes spill loads", "600 bytes spill stores, 600 bytes spill "
-                          "loads", info)
+        spilled = spills(*lowered[-1])
+        if spilled is not None:
+            info = re.sub(r"\d+ bytes spill stores, \d+ bytes spill loads",
+                          f"{spilled // 2} bytes spill stores, {spilled - spilled // 2} bytes spill loads", info)
         return cubin, info
     monkeypatch.setattr(compiler, "lower_to_llvm", lower)
     monkeypatch.setattr(compiler, "_assemble", assemble)
@@ -289,13 +290,34 @@ def _spilling(monkeypatch, spills) -> list:
 
 def test_a_coarse_build_that_spills_gives_way_to_the_loops_as_written(monkeypatch):
     fn = _dkdv_kernel().ir
-    lowered = _spilling(monkeypatch, lambda coarse, warps: coarse)
+    lowered = _spilling(monkeypatch, lambda coarse, warps: 1200 if coarse else None)
     built = compile_ir(fn, "sm_90a", {"num_warps": 8, "num_stages": 3})
     assert lowered[0] == (True, 8) and lowered[-1] == (False, 8)
     assert built.metadata["n_spills"] == 0 and "coarsen = 0" in built.kir
     monkeypatch.undo()
     plain = compile_ir(fn, "sm_90a", {"num_warps": 8, "num_stages": 3})
     assert plain.metadata["n_spills"] == 0 and "coarsen = 1" in plain.kir
+
+
+def test_a_loop_too_big_for_four_warps_is_built_on_eight_at_once():
+    """The loops as written hold more than 4 warps can (two 128x128 fp32 accumulators): the compile goes
+    straight to the 8-warp build it would have widened to, not through a 4-warp one that spills."""
+    fn = _dkdv_kernel(d=128, block_n=128).ir
+    built = compile_ir(fn, "sm_90a", {"num_warps": 4, "num_stages": 3})
+    meta = built.metadata
+    assert meta["num_warps"] == 4 and meta["threads"] == 256 and meta["n_spills"] == 0
+    assert meta["pass_runs"] == 2 and meta["lowerings"] == 1 and "coarsen = 1" in built.kir
+    assert built.ptx == compile_ir(fn, "sm_90a", {"num_warps": 8, "num_stages": 3}).ptx
+
+
+def test_a_build_on_eight_warps_that_spills_gives_way_to_the_warps_asked(monkeypatch):
+    fn = _dkdv_kernel(d=128, block_n=128, num_steps=9).ir  # (not the test above's cached build)
+    lowered = _spilling(monkeypatch, lambda coarse, warps: 1200 if warps == 8 else None)
+    built = compile_ir(fn, "sm_90a", {"num_warps": 4, "num_stages": 3})
+    # the 8-warp build and its loops as written spill, so the 4-warp one is built (and, spilling, its loops as
+    # written, widened again)
+    assert lowered[:3] == [(True, 8), (False, 8), (True, 4)] and (False, 4) in lowered
+    assert built.metadata["threads"] == 128
 
 
 @pytest.mark.gpu

@@ -75,6 +75,9 @@ def apply(fn, ctx) -> None:
     warps = ctx.num_warps
     if warps == 4 and any(plan.held(1, 4) > HELD for plan in plans):
         warps = 8
+        # the compile then goes straight to the 8-warp build (kiln.codegen.compiler), not through a 4-warp
+        # one that would spill: tutorial 06's D128 backward compiled in 1.6-2.6 s instead of 5.4-10.1 (2-core CPU)
+        fn.attrs["wants_warps"] = warps
     coarsened = False
     for plan in plans:
         if plan.held(plan.factor, warps) <= HELD:
