@@ -130,6 +130,7 @@ def _note_facts(work, opts: dict, facts: dict) -> None:
     facts["tensor_cores"] = on_tensor_cores(work)
     facts["splittable"] = work.attrs.get("splittable") == 1  # a split_k build applies (kiln.codegen.passes.split_k)
     facts["coarsened"] = work.attrs.get("coarsen") == 1  # kiln.codegen.passes.coarsen took some loops' steps together
+    facts["company"] = work.attrs.get("company", 0)  # shared bytes smem_plan freed for another CTA (`_company`)
 
 
 def _widened(fn, target: str, opts: dict, check: bool, link: bool, counts: dict):
@@ -390,6 +391,10 @@ def _compile(fn, target: str, options: dict | None, check: bool, link: bool, cou
                     if occupancy.ctas_per_sm(plain.n_regs, threads, plain.metadata["shared"], tgt.capability) > \
                             occupancy.ctas_per_sm(n_regs, threads, shared, tgt.capability):
                         return plain
+            if facts["company"] and occupancy.ctas_per_sm(n_regs, threads, shared, tgt.capability) <= \
+                    occupancy.ctas_by_shared(shared + facts["company"], tgt.capability):
+                # the registers keep off the CTA the freed shared memory made room for (smem_plan._company)
+                return _compile(_without(fn, "company"), target, options, check, link, counts)
             if n_spills >= WIDEN_SPILL_BYTES and may_widen and _widenable(fn, opts, tgt, facts):
                 wide = _widened(fn, target, opts, check, link, counts)
                 if wide is not None:
