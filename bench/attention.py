@@ -2,7 +2,8 @@
 `attention_bwd_*` kernels, one kernel source) on kiln and on upstream Triton, each autotuned
 over the same configs, against PyTorch SDPA (its backward through autograd).
 
-    python bench/attention.py [--quick] [--check] [--modes fwd,bwd,desc,host,fp8] [--dims 64,128] [--ctx 1024,4096,16384] [--out DIR]
+    python bench/attention.py [--quick] [--check] [--modes fwd,bwd,desc,host,fp8] [--dims 64,128] [--ctx 1024,4096,16384]
+                              [--configs 64x64x3x4,...] [--out DIR]
 
 Z=4, H=32, fp16, causal and not. Forward TFLOP/s count its two matmuls (4 Z H N^2 D), the
 backward 2.5 times that (its five; the kernels recompute P, as FlashAttention-2 does),
@@ -250,6 +251,8 @@ def main():
     ap.add_argument("--dims", default="64,128")
     ap.add_argument("--ctx", default="1024,4096,16384")
     ap.add_argument("--libs", default="kiln,triton")
+    ap.add_argument("--configs", help="BMxBNxSTAGESxWARPS,... (backward: NARROWxWIDE...): the configs every library "
+                                      "tunes over, to see configs side by side (default: all of each pass's)")
     ap.add_argument("--out")
     args = ap.parse_args()
     libs = {name: load_kernels(name) for name in args.libs.split(",")}
@@ -261,6 +264,9 @@ def main():
     dims = [int(d) for d in args.dims.split(",")]
     configs = {"fwd": QUICK if args.quick else CONFIGS, "bwd": BWD_QUICK if args.quick else BWD_CONFIGS}
     configs["desc"] = configs["host"] = configs["fp8"] = configs["fwd"]
+    if args.configs:
+        chosen = [tuple(int(x) for x in c.split("x")) for c in args.configs.split(",")]
+        configs = {mode: chosen for mode in configs}
     if args.check:
         check(libs, dims, configs["fwd"], configs["bwd"], [m for m in args.modes.split(",") if m in FORWARDS])
     rows = [row for mode in args.modes.split(",")
