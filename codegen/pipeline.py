@@ -59,10 +59,11 @@ class PassContext:
 
 # The variants a compile tries are attributes of the kernel, in its IR (so its dump says which it is):
 # `persistent = 0` (the tile kernel as written), `coarsen = 0` (the loops' steps as written), `tile_overlap = 0`
-# (a persistent GEMM's rings not kept live through its epilogue), `company = 0` (loop-invariant dot operands in
-# shared memory, spare ring slots, where smem_plan would free N bytes for another CTA), `shared_reserve = N` (bytes smem_pipeline leaves
-# free for the scratch a first lowering needed beyond the SM's shared memory). A pass may also say what the compile
-# should try first: `wants_warps = 8` (coarsen: the loops hold more than 4 warps' registers; kiln.codegen.compiler).
+# (a persistent GEMM's rings not kept live through its epilogue), `company = 0` (loop-invariant A operands in shared
+# memory and spare ring slots, where smem_plan would free `company = N` bytes for another CTA), `shared_reserve = N`
+# (bytes smem_pipeline leaves free for the scratch a first lowering needed beyond the SM's shared memory). A pass may
+# also say what the compile should try first: `wants_warps = 8` (coarsen: the loops hold more than 4 warps'
+# registers; kiln.codegen.compiler).
 
 
 def run_passes(fn, ctx: PassContext, check: bool = False, stop: int | None = None) -> None:
