@@ -311,7 +311,7 @@ def test_a_loop_too_big_for_four_warps_is_built_on_eight_at_once():
 
 
 def test_a_build_on_eight_warps_that_spills_gives_way_to_the_warps_asked(monkeypatch):
-    fn = _dkdv_kernel(d=128, block_n=128, num_steps=9).ir  # (not the test above's cached build)
+    fn = _dkdv_kernel(d=128, block_n=128).ir
     lowered = _spilling(monkeypatch, lambda coarse, warps: 1200 if warps == 8 else None)
     built = compile_ir(fn, "sm_90a", {"num_warps": 4, "num_stages": 3})
     # the 8-warp build and its loops as written spill, so the 4-warp one is built (and, spilling, its loops as
