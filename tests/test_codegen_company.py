@@ -34,6 +34,10 @@ def _q_tiles(kir: str) -> list[str]:
     return re.findall(r"local_alloc [^\n]*: smem<(\d+x\d+)x[a-z]", kir)
 
 
+def _without_company(fn):
+    return compiler._without(fn, "company")
+
+
 def test_the_d64_forward_in_64x64_blocks_reads_q_from_registers_and_fits_four_ctas():
     built = compile_ir(_forward(), "sm_90a", {"num_warps": 4, "num_stages": 3})
     assert re.search(r"company = \d+", built.kir) and not _q_tiles(built.kir)
@@ -42,10 +46,6 @@ def test_the_d64_forward_in_64x64_blocks_reads_q_from_registers_and_fits_four_ct
     assert built.metadata["pass_runs"] == 1 and built.metadata["links"] == 1
     plain = compile_ir(_without_company(_forward()), "sm_90a", {"num_warps": 4, "num_stages": 3})
     assert _q_tiles(plain.kir) == ["64x64"] and "smem<4x64x64xfp16" in plain.kir and _ctas(plain) == 3
-
-
-def _without_company(fn):
-    return compiler._without(fn, "company")
 
 
 def test_where_registers_hold_the_ctas_anyway_q_stays_in_shared_memory():
