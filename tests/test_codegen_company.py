@@ -46,6 +46,14 @@ def test_the_d64_forward_in_64x64_blocks_reads_q_from_registers_and_fits_four_ct
     assert built.metadata["pass_runs"] == 1 and built.metadata["links"] == 1
     plain = compile_ir(_without_company(_forward()), "sm_90a", {"num_warps": 4, "num_stages": 3})
     assert _q_tiles(plain.kir) == ["64x64"] and "smem<4x64x64xfp16" in plain.kir and _ctas(plain) == 3
+    # every wgmma reads A from registers (QK^T's Q too), where as before only P V's did
+    assert _register_a_wgmmas(built.ptx) == (16, 16) and _register_a_wgmmas(plain.ptx) == (16, 8)
+
+
+def _register_a_wgmmas(ptx: str) -> tuple[int, int]:
+    """(wgmmas, those whose A is a register vector `{...}` rather than a shared-memory descriptor)."""
+    wgmmas = [line for line in ptx.splitlines() if "wgmma.mma_async" in line]
+    return len(wgmmas), sum(1 for line in wgmmas if re.search(r"\},\s*\{", line))
 
 
 def test_where_registers_hold_the_ctas_anyway_q_stays_in_shared_memory():
