@@ -489,12 +489,11 @@ def _sized(rings, dots, body, loop, stages, fn, ctx, kind):
     reserve = ALIGN if any(is_tma(r.load) for r in rings) else 0  # the mbarriers' buffer
     if kind == "wgmma" and loop.attrs.get("warp_specialize"):
         reserve += specialized_scratch(loop, ctx.num_warps)
-    budget = max_shared_per_cta(ctx.target.capability) - reserve - fn.attrs.get("shared_reserve", 0)
     once = {(id(src[1]), src[2]): src[2].nbytes for _, sources in dots.values() for src, _ in sources if src[0] == "once"}
-    budget -= sum(once.values())
     staged = {id(src[1]): src[2].nbytes for _, sources in dots.values() for src, _ in sources if src[0] == "staged"}
     slots = staged_slots(kind, ringed=bool(rings))
-    budget -= slots * sum(staged.values())
+    fixed = sum(once.values()) + slots * sum(staged.values()) + reserve  # the shared bytes beside the rings
+    budget = max_shared_per_cta(ctx.target.capability) - fixed - fn.attrs.get("shared_reserve", 0)
     drained = kind == "wgmma" and _drained(dots, body)
     spare = 1 if kind == "wgmma" and not drained else 0  # mma.sync dots are done when their loads are
     while stages > 2 and (stages + spare) * stage_bytes > budget:
@@ -505,11 +504,9 @@ def _sized(rings, dots, body, loop, stages, fn, ctx, kind):
         if ring_size * stage_bytes > budget:
             return None
     elif spare:
-        fixed = sum(once.values()) + slots * sum(staged.values()) + reserve
         if tight_for_company(fixed, stages, stage_bytes, bool(staged), ctx.num_warps, ctx.target.capability):
             ring_size = stages
     if kind == "wgmma" and fn.attrs.get("company", 1) != 0 and not loop.attrs.get("warp_specialize"):
-        fixed = sum(once.values()) + slots * sum(staged.values()) + reserve
         freed = _company(dots, fixed, stages, ring_size, stage_bytes, ctx)
         if freed:
             ring_size = stages
