@@ -50,6 +50,23 @@ def test_the_d64_forward_in_64x64_blocks_reads_q_from_registers_and_fits_four_ct
     assert _register_a_wgmmas(built.ptx) == (16, 16) and _register_a_wgmmas(plain.ptx) == (16, 8)
 
 
+def test_a_later_loop_reads_from_registers_what_an_earlier_one_does():
+    """bench's dQ kernel at D128, 64-row blocks stepping 32 keys: its coarse loop (64 keys a step) gains a CTA
+    with Q and dO in registers; its tail's own estimate gains none, and stored there they would keep the
+    bytes (164864 a CTA: 1 CTA a SM). Both loops read them from registers: 99328 bytes, 2 CTAs, one build."""
+    k = bench_kernels().attention_bwd_dq_kernel.warmup(
+        *[HALF] * 5, F32, F32, 0.125, 4096, HEAD_DIM=128, BLOCK_M=64, BLOCK_N=32, CAUSAL=False, num_warps=4,
+        num_stages=3, grid=(1,), target="sm_90a")
+    built = compile_ir(k.ir, "sm_90a", {"num_warps": 4, "num_stages": 3})
+    assert re.search(r"company = [1-9]", built.kir) and not _q_tiles(built.kir)
+    assert built.metadata["pass_runs"] == 1 and built.metadata["n_spills"] == 0 and _ctas(built) == 2
+    assert "smem<3x64x128xfp16" in built.kir and "smem<4x32x128xfp16" in built.kir  # the tail's ring keeps its spare
+    wgmmas, from_registers = _register_a_wgmmas(built.ptx)
+    assert wgmmas == from_registers
+    plain = compile_ir(_without_company(k.ir), "sm_90a", {"num_warps": 4, "num_stages": 3})
+    assert _q_tiles(plain.kir) == ["64x128", "64x128"] and _ctas(plain) == 1
+
+
 def _register_a_wgmmas(ptx: str) -> tuple[int, int]:
     """(wgmmas, those whose A is a register vector `{...}` rather than a shared-memory descriptor)."""
     wgmmas = [line for line in ptx.splitlines() if "wgmma.mma_async" in line]

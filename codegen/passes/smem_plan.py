@@ -407,7 +407,8 @@ def _split_inners(dots) -> set:
     return {key for key, found in inners.items() if len(found) > 1}
 
 
-def plan_loop(loop, stages, fn, ctx, kind):
+def plan_loop(loop, stages, fn, ctx, kind, in_registers=frozenset()):
+    """`in_registers`: ids of the values earlier loops' wgmmas read as register A."""
     body = loop.regions[0]
     step = const_int(loop.operands[2])
     if step is None or step <= 0:
@@ -465,7 +466,7 @@ def plan_loop(loop, stages, fn, ctx, kind):
                 fetched[key] = load
                 vector = len(load.results[0].type.shape) == 1  # (a mask bit per copy)
                 all_rings.append(Copy(load, tile, *cone, None if vector else _prefix_copy(load, tile.order[0], ctx)))
-        sized = _sized(all_rings, dots, body, loop, stages, fn, ctx, kind)
+        sized = _sized(all_rings, dots, body, loop, stages, fn, ctx, kind, in_registers)
         if sized is not None:
             break
     else:
@@ -483,7 +484,7 @@ def plan_loop(loop, stages, fn, ctx, kind):
     return Plan(plan, rings, stages, step, ring_size, slots, drained, set(fetched))
 
 
-def _sized(rings, dots, body, loop, stages, fn, ctx, kind):
+def _sized(rings, dots, body, loop, stages, fn, ctx, kind, in_registers=frozenset()):
     """(stages, ring size, staged slots, drained) that fit the shared memory, or None."""
     stage_bytes = sum(ring.tile.nbytes for ring in rings)
     reserve = ALIGN if any(is_tma(r.load) for r in rings) else 0  # the mbarriers' buffer
@@ -507,9 +508,9 @@ def _sized(rings, dots, body, loop, stages, fn, ctx, kind):
         if tight_for_company(fixed, stages, stage_bytes, bool(staged), ctx.num_warps, ctx.target.capability):
             ring_size = stages
     if kind == "wgmma" and fn.attrs.get("company", 1) != 0 and not loop.attrs.get("warp_specialize"):
-        freed = _company(dots, fixed, stages, ring_size, stage_bytes, ctx)
+        freed, tight = _company(dots, fixed, stages, ring_size, stage_bytes, ctx, in_registers)
         if freed:
-            ring_size = stages
+            ring_size = stages if tight else ring_size
             drained = _drained(dots, body)
             fn.attrs["company"] = max(fn.attrs.get("company", 0), freed)  # (loops' rings share their bytes)
     return stages, ring_size, slots, drained
@@ -521,11 +522,16 @@ def _sized(rings, dots, body, loop, stages, fn, ctx, kind):
 REGISTER_OVERHEAD = 40
 
 
-def _company(dots, fixed: int, stages: int, ring_size: int, stage_bytes: int, ctx) -> int:
+def _company(dots, fixed: int, stages: int, ring_size: int, stage_bytes: int, ctx,
+             in_registers=frozenset()) -> tuple[int, bool]:
     """Where shared memory keeps another CTA off the SM that registers would let on: each A operand
     defined before the loop read from registers (as A computed in the loop is) instead of stored to
     shared memory once, and the ring tight (S slots, a barrier before the copies). Rewrites those
-    sources in `dots`; the bytes freed, or 0 where nothing is gained. Tutorial 06's forward at D64,
+    sources in `dots`; (the bytes freed, the ring made tight), or (0, False) where nothing is gained. An
+    operand that an earlier loop reads from registers (`in_registers`) is read so here too, gain or not:
+    stored once for this loop it would take back the bytes that loop freed (bench's dQ kernel at D128 in
+    64-row blocks: its coarse loop and its tail read Q and dO, 164864 bytes a CTA with the tail's copies,
+    99328 with none). Tutorial 06's forward at D64,
     64x64 blocks, 3 stages, 4 warps (H200, N 1024-4096): 3 -> 4 CTAs a SM, 232 -> 260 TFLOP/s causal
     at N 1024 (Triton 258), 367 -> 391 at 4096 (Triton 357); 128x64 on 8 warps, which registers hold to 2 CTAs
     either way, ran 1-2% slower so. An estimate, before registers are known: the compile builds the
@@ -537,20 +543,22 @@ def _company(dots, fixed: int, stages: int, ring_size: int, stage_bytes: int, ct
         if a[0] == "once" and elem.itemsize == 2:  # (an 8-bit A loaded so is not measured: registers cap those kernels)
             invariant[(id(a[1]), a[2])] = a[2].nbytes
     if not invariant:
-        return 0
+        return 0, False
     capability, threads = ctx.target.capability, 32 * ctx.num_warps
     freed = sum(invariant.values()) + (ring_size - stages) * stage_bytes
     now = ctas_by_shared(fixed + ring_size * stage_bytes, capability)
     shared = fixed + ring_size * stage_bytes - freed
     held = sum(dot.results[0].type.numel * scalar_of(dot.results[0].type).itemsize for dot, _ in dots.values())
     registers = (held + sum(invariant.values())) // (4 * threads) + REGISTER_OVERHEAD
-    if ctas_per_sm(registers, threads, shared, capability) <= now:
-        return 0
+    tight = ctas_per_sm(registers, threads, shared, capability) > now
+    if not tight:
+        invariant = {key: size for key, size in invariant.items() if key[0] in in_registers}
+        freed = sum(invariant.values())
     for _, sources in dots.values():
         a, v = sources[0]
         if a[0] == "once" and (id(a[1]), a[2]) in invariant:
             sources[0] = (("regs", a[1]), v)
-    return freed
+    return freed, tight
 
 
 def tight_for_company(fixed: int, stages: int, stage_bytes: int, staged: bool, num_warps: int,
