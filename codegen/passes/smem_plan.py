@@ -510,8 +510,8 @@ def _sized(rings, dots, body, loop, stages, fn, ctx, kind, in_registers=frozense
     if kind == "wgmma" and fn.attrs.get("company", 1) != 0 and not loop.attrs.get("warp_specialize"):
         freed, tight = _company(dots, fixed, stages, ring_size, stage_bytes, ctx, in_registers)
         if freed:
-            ring_size = stages if tight else ring_size
             drained = _drained(dots, body)
+            ring_size = stages if tight or drained else ring_size
             fn.attrs["company"] = max(fn.attrs.get("company", 0), freed)  # (loops' rings share their bytes)
     return stages, ring_size, slots, drained
 
