@@ -144,7 +144,8 @@ def _compiles_for_hopper() -> bool:
 @pytest.mark.gpu
 @pytest.mark.skipif(torch is None or not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("dtype", ["fp16", "bf16"])
-@pytest.mark.parametrize("cfg", [(32, 128, 3, 4), (64, 128, 2, 8), (64, 64, 3, 4), (32, 64, 2, 4)])
+@pytest.mark.parametrize("cfg", [(32, 128, 3, 4), (64, 128, 2, 8), (64, 64, 3, 4), (32, 64, 2, 4),
+                                 (32, 64, 3, 4)])
 @pytest.mark.parametrize("dim", [64, 128])
 @pytest.mark.parametrize("causal", [False, True])
 def test_backward_on_the_gpu_matches_autograd(dtype, cfg, dim, causal, monkeypatch):
