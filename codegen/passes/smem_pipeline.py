@@ -112,7 +112,7 @@ def apply(fn, ctx) -> None:
         return
     ctx = Analysis(fn, ctx)  # the options, and the pointers' contiguity before the rewrite
     stored = {}  # (value, tile) -> its tile, for later loops that read the same value
-    in_registers = set()  # ids of the values earlier loops' wgmmas read as register A (smem_plan._company)
+    in_registers = set()  # the values earlier loops' wgmmas read as register A (smem_plan._company)
     for loop in [op for op in fn.walk() if op.name == "for"]:
         stages = int(loop.attrs.get("num_stages", ctx.num_stages))
         if stages >= 2:
@@ -121,7 +121,7 @@ def apply(fn, ctx) -> None:
                                         if op.name == "descriptor_load" and not (kind == "wgmma" and tma_ok(op, fn))])
             plan = plan_loop(loop, stages, fn, ctx, kind, in_registers)
             if plan is not None:
-                in_registers.update(id(src[1]) for sources in plan.sources.values() for src in sources
+                in_registers.update(src[1] for sources in plan.sources.values() for src in sources
                                     if src[0] == "regs")
                 _rewrite(loop, plan, stored, kind=kind, portable=ctx.portable, num_warps=ctx.num_warps)
                 if plan.fetched_tiles:  # a dequantized operand: the loop's other loads (1-D scales) one

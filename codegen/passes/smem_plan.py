@@ -408,7 +408,7 @@ def _split_inners(dots) -> set:
 
 
 def plan_loop(loop, stages, fn, ctx, kind, in_registers=frozenset()):
-    """`in_registers`: ids of the values earlier loops' wgmmas read as register A."""
+    """`in_registers`: the values earlier loops' wgmmas read as register A."""
     body = loop.regions[0]
     step = const_int(loop.operands[2])
     if step is None or step <= 0:
@@ -552,7 +552,8 @@ def _company(dots, fixed: int, stages: int, ring_size: int, stage_bytes: int, ct
     registers = (held + sum(invariant.values())) // (4 * threads) + REGISTER_OVERHEAD
     tight = ctas_per_sm(registers, threads, shared, capability) > now
     if not tight:
-        invariant = {key: size for key, size in invariant.items() if key[0] in in_registers}
+        followed = {id(v) for v in in_registers}  # (the set holds them: their ids are not reused)
+        invariant = {key: size for key, size in invariant.items() if key[0] in followed}
         freed = sum(invariant.values())
     for _, sources in dots.values():
         a, v = sources[0]
