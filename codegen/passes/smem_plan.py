@@ -484,7 +484,7 @@ def plan_loop(loop, stages, fn, ctx, kind, in_registers=frozenset()):
     return Plan(plan, rings, stages, step, ring_size, slots, drained, set(fetched))
 
 
-def _sized(rings, dots, body, loop, stages, fn, ctx, kind, in_registers=frozenset()):
+def _sized(rings, dots, body, loop, stages, fn, ctx, kind, in_registers):
     """(stages, ring size, staged slots, drained) that fit the shared memory, or None."""
     stage_bytes = sum(ring.tile.nbytes for ring in rings)
     reserve = ALIGN if any(is_tma(r.load) for r in rings) else 0  # the mbarriers' buffer
@@ -523,7 +523,7 @@ REGISTER_OVERHEAD = 40
 
 
 def _company(dots, fixed: int, stages: int, ring_size: int, stage_bytes: int, ctx,
-             in_registers=frozenset()) -> tuple[int, bool]:
+             in_registers) -> tuple[int, bool]:
     """Where shared memory keeps another CTA off the SM that registers would let on: each A operand
     defined before the loop read from registers (as A computed in the loop is) instead of stored to
     shared memory once, and the ring tight (S slots, a barrier before the copies). Rewrites those
@@ -541,7 +541,7 @@ def _company(dots, fixed: int, stages: int, ring_size: int, stage_bytes: int, ct
         a = sources[0][0]
         elem = scalar_of(dot.operands[0].type)
         if a[0] == "once" and elem.itemsize == 2:  # (an 8-bit A loaded so is not measured: registers cap those kernels)
-            invariant[(id(a[1]), a[2])] = a[2].nbytes
+            invariant[(a[1], a[2])] = a[2].nbytes
     if not invariant:
         return 0, False
     capability, threads = ctx.target.capability, 32 * ctx.num_warps
@@ -552,12 +552,11 @@ def _company(dots, fixed: int, stages: int, ring_size: int, stage_bytes: int, ct
     registers = (held + sum(invariant.values())) // (4 * threads) + REGISTER_OVERHEAD
     tight = ctas_per_sm(registers, threads, shared, capability) > now
     if not tight:
-        followed = {id(v) for v in in_registers}  # (the set holds them: their ids are not reused)
-        invariant = {key: size for key, size in invariant.items() if key[0] in followed}
+        invariant = {key: size for key, size in invariant.items() if key[0] in in_registers}
         freed = sum(invariant.values())
     for _, sources in dots.values():
         a, v = sources[0]
-        if a[0] == "once" and (id(a[1]), a[2]) in invariant:
+        if a[0] == "once" and (a[1], a[2]) in invariant:
             sources[0] = (("regs", a[1]), v)
     return freed, tight
 
