@@ -481,7 +481,8 @@ def test_fp8_attention_reads_p_from_registers():
     """As Triton does: P, cast to fp8 in the accumulator's layout, reaches wgmma in registers
     (no shared tile, store, fence and barrier per iteration); lowering exchanges its bytes
     within each quad of lanes (the 8-bit fragment's columns are 4t .. 4t + 3, the
-    accumulator's 2t, 2t + 1 of each 8): two shuffles per word pair, four per 32 k."""
+    accumulator's 2t, 2t + 1 of each 8): two shuffles per word pair, four per 32 k. Each word it
+    sends is two conversions' 16-bit results side by side, not four bytes inserted one by one."""
     fn, ctx = pipelined(_attention_fp8_ir())
     text = print_function(fn, locs=False)
     assert print_function(parse_function(text), locs=False) == text
@@ -500,6 +501,9 @@ def test_fp8_attention_reads_p_from_registers():
     assert len(re.findall(r"m64n64k32\.f32\.e4m3\.e4m3 \{[^}]*\}, \{%r\d+, %r\d+, %r\d+, %r\d+\}, %rd\d+, p, 1, 1;",
                           ptx)) == 2
     assert len(re.findall(r"shfl\.sync\.idx\.b32[^;]*, %r\d+, 31, -1;", ptx)) == 8 and "st.shared.b8" not in ptx
+    pairs = re.findall(r"cvt\.rn\.satfinite\.e4m3x2\.f32 (%rs\d+),", ptx)
+    words = re.findall(r"mov\.b32\s+%r\d+, \{(%rs\d+), (%rs\d+)\};", ptx)
+    assert len(pairs) == 16 and sorted(r for word in words for r in word) == sorted(pairs) and "bfi.b32" not in ptx
     assert "ld.local" not in ptx and k.n_spills == 0
 
 

@@ -53,6 +53,22 @@ def encode_pair(lw, lo, hi, fmt):
     return lw.b.trunc(both, I8), lw.b.trunc(lw.b.lshr(both, ir.Constant(I16, 8)), I8)
 
 
+def encoded_pair(lo, hi):
+    """The 16-bit result of the one `encode_pair` conversion that gave codes `lo` and `hi` (its low and
+    high byte), or None: a consumer that packs codes into words takes the pair whole (LLVM put such a
+    word together a byte at a time, three instructions after every conversion in fp8 attention's loop)."""
+    if not (_is(lo, "trunc") and _is(hi, "trunc")):
+        return None
+    both, shifted = lo.operands[0], hi.operands[0]
+    if _is(shifted, "lshr") and shifted.operands[0] is both and getattr(shifted.operands[1], "constant", None) == 8:
+        return both
+    return None
+
+
+def _is(value, opname: str) -> bool:
+    return isinstance(value, ir.Instruction) and value.opname == opname
+
+
 def decode_pair(lw, lo, hi, fmt):
     """The fp32 values of two fp8 codes (i8), in one `cvt` (`in_hardware` formats)."""
     b = lw.b

@@ -24,6 +24,7 @@ from kiln.ir.types import shared_type
 from kiln.ir import layout as lay
 from ..analysis.access import access_width
 from ..analysis.shared_buffers import ALIGN  # the buffers' base: a 128-byte swizzle repeats every 1024 bytes
+from . import fp8
 from .context import LoweringError
 from .memory import branchy_load, plain_store
 from .reduce import shuffle
@@ -315,12 +316,7 @@ def _a_fragments(lw, a, layout, K):
     regs = lw.regs(a, lay.Wgmma(layout.warps, K))
     elem = regs[0].type
     per_word = 4 // a.type.element_ty.itemsize
-    words = []
-    for i in range(0, len(regs), per_word):
-        packed = ir.Constant(ir.VectorType(elem, per_word), ir.Undefined)
-        for j in range(per_word):
-            packed = lw.b.insert_element(packed, regs[i + j], lw.i32(j))
-        words.append(lw.b.bitcast(packed, I32))
+    words = [_word(lw, regs[i:i + per_word]) for i in range(0, len(regs), per_word)]
     per_m = K * a.type.element_ty.itemsize // 8  # words per M repetition: two rows of K over four lanes
     fragments = [[words[m * per_m + k: m * per_m + k + 4] for k in range(0, per_m, 4)]
                  for m in range(len(words) // per_m)]
@@ -330,17 +326,34 @@ def _a_fragments(lw, a, layout, K):
     return fragments
 
 
+def _word(lw, elements):
+    """A 32-bit word of `elements`, the first in its low bits; 8-bit codes converted in pairs go in
+    as the 16 bits each conversion gave."""
+    halves = [fp8.encoded_pair(*elements[i:i + 2]) for i in range(0, len(elements), 2)] \
+        if len(elements) == 4 else [None]
+    if all(half is not None for half in halves):
+        elements = halves
+    packed = ir.Constant(ir.VectorType(elements[0].type, len(elements)), ir.Undefined)
+    for j, element in enumerate(elements):
+        packed = lw.b.insert_element(packed, element, lw.i32(j))
+    return lw.b.bitcast(packed, I32)
+
+
 def _quad_sources(lw):
-    """What `_fp8_fragment` asks of this lane, once per dot: (lane t even, t < 2, the lane it reads
-    in round one, in round two)."""
+    """What `_fp8_fragment` asks of this lane, once per dot: (lane t even, the lane it reads in round
+    one, in round two, the `prmt` selectors that put a received pair's row g and row g + 8 halves in
+    this lane's order: round one's first where t < 2)."""
     b = lw.b
     t = b.and_(lw.lane, lw.i32(3))
     quad = b.sub(lw.lane, t)
     odd = b.and_(t, lw.i32(1))
     half = b.lshr(t, lw.i32(1))
-    return (b.icmp_unsigned("==", odd, lw.i32(0)), b.icmp_unsigned("<", t, lw.i32(2)),
+    first_is_low = b.icmp_unsigned("<", t, lw.i32(2))
+    return (b.icmp_unsigned("==", odd, lw.i32(0)),
             b.add(quad, b.add(b.shl(odd, lw.i32(1)), half)),
-            b.add(quad, b.add(b.shl(odd, lw.i32(1)), b.sub(lw.i32(1), half))))
+            b.add(quad, b.add(b.shl(odd, lw.i32(1)), b.sub(lw.i32(1), half))),
+            b.select(first_is_low, lw.i32(0x5410), lw.i32(0x1054)),
+            b.select(first_is_low, lw.i32(0x7632), lw.i32(0x3276)))
 
 
 def _fp8_fragment(lw, words, lanes):
@@ -350,19 +363,20 @@ def _fp8_fragment(lw, words, lanes):
     16 + 4t .. 16 + 4t + 3: chunk t // 2 (and 2 + t // 2) of lanes 2(t % 2) and 2(t % 2) + 1 of
     the quad. Each lane sends one word a round and each receiver takes all of it (its two
     rows), so two shuffles give a word pair: in round one lane s sends chunk s % 2 and lane
-    t reads lane 2(t % 2) + t // 2, in round two the other chunk and the other lane."""
+    t reads lane 2(t % 2) + t // 2, in round two the other chunk and the other lane. One `prmt`
+    per row puts the two received words' halves in order (a select of which came first, and
+    the mask and shift after it, were three instructions)."""
     b = lw.b
-    even, low_half, first_source, second_source = lanes  # low_half: this lane's first source is round one's
+    even, first_source, second_source, row_g_order, row_g8_order = lanes
+    prmt = lw.intrinsic("llvm.nvvm.prmt", I32, [I32, I32, I32])
     out = []
     for chunk_a, chunk_b in ((words[0], words[1]), (words[2], words[3])):
         sent_first, sent_second = b.select(even, chunk_a, chunk_b), b.select(even, chunk_b, chunk_a)
         got_first = shuffle(lw, sent_first, "idx", first_source, 0x1f)
         got_second = shuffle(lw, sent_second, "idx", second_source, 0x1f)
-        left, right = b.select(low_half, got_first, got_second), b.select(low_half, got_second, got_first)
-        # row g: the low halves (left's bytes first); row g + 8: the high halves
-        row_g = b.or_(b.and_(left, lw.i32(0xFFFF)), b.shl(right, lw.i32(16)))
-        row_g8 = b.or_(b.lshr(left, lw.i32(16)), b.and_(right, lw.i32(-0x10000)))
-        out.append((row_g, row_g8))
+        # row g: the low halves; row g + 8: the high halves
+        out.append((b.call(prmt, [got_first, got_second, row_g_order]),
+                    b.call(prmt, [got_first, got_second, row_g8_order])))
     (lo_g, lo_g8), (hi_g, hi_g8) = out
     return [lo_g, lo_g8, hi_g, hi_g8]
 
