@@ -19,6 +19,7 @@ from kiln.ir.types import float16, parse_type, shared_type
 from kiln.ir.verifier import VerificationError
 
 from bench_support import bench_kernels
+from sass_tools import innermost_loop, sass
 
 # C[64x64] = A[64 x 32n] B[32n x 64], fp16 in, fp32 out: A row-major (K inner), B
 # row-major (N inner), one 32-wide k-step per iteration.
@@ -505,6 +506,17 @@ def test_fp8_attention_reads_p_from_registers():
     words = re.findall(r"mov\.b32\s+%r\d+, \{(%rs\d+), (%rs\d+)\};", ptx)
     assert len(pairs) == 16 and sorted(r for word in words for r in word) == sorted(pairs) and "bfi.b32" not in ptx
     assert "ld.local" not in ptx and k.n_spills == 0
+
+
+def test_fp8_attentions_loop_packs_p_without_moving_bytes(tmp_path):
+    """What ptxas makes of it: each conversion pair lands in its word's half (F2FP, merged), and the
+    only byte permutes left are the exchange's, one per row of each received word pair; no mask or
+    shift after the conversions (there were 66 such instructions in a loop of 347 at D64)."""
+    k = compile_ir(parse_function(_attention_fp8_ir()), "sm_90a", {"num_warps": 4, "num_stages": 3})
+    loop = innermost_loop(sass(k.cubin, tmp_path))
+    ops = [re.sub(r"^@!?U?P\w+\s+", "", text).split()[0] for text in loop]
+    assert sum(op.startswith("F2FP") for op in ops) == 16 and sum(op == "PRMT" for op in ops) == 8
+    assert not [text for text in loop if re.search(r"\b0xffff(0000)?\b|\bBFI\b", text)]
 
 
 @pytest.mark.gpu
