@@ -14,7 +14,8 @@ def cuobjdump() -> str | None:
     """The path of a cuobjdump, or None."""
     try:
         import nvidia
-        wheels = [path for root in nvidia.__path__ for path in sorted(glob.glob(os.path.join(root, "cu*", "bin", "cuobjdump")))]
+        wheels = [path for root in nvidia.__path__
+                  for path in sorted(glob.glob(os.path.join(root, "cu*", "bin", "cuobjdump")))]
     except ImportError:
         wheels = []
     return next(iter(wheels), None) or shutil.which("cuobjdump") \

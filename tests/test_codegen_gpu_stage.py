@@ -511,7 +511,7 @@ def test_fp8_attention_reads_p_from_registers():
 def test_fp8_attentions_loop_packs_p_without_moving_bytes(tmp_path):
     """What ptxas makes of it: each conversion pair lands in its word's half (F2FP, merged), and the
     only byte permutes left are the exchange's, one per row of each received word pair; no mask or
-    shift after the conversions (there were 66 such instructions in a loop of 347 at D64)."""
+    shift after the conversions (bench's fp8 forward at D64 had 66 such in a loop of 347)."""
     k = compile_ir(parse_function(_attention_fp8_ir()), "sm_90a", {"num_warps": 4, "num_stages": 3})
     loop = innermost_loop(sass(k.cubin, tmp_path))
     ops = [re.sub(r"^@!?U?P\w+\s+", "", text).split()[0] for text in loop]

@@ -8,7 +8,7 @@ import re
 import numpy as np
 
 from bench_support import bench_kernels
-from sass_tools import sass as sass_of
+from sass_tools import innermost_loop, sass as sass_of
 
 kernels = bench_kernels()
 
@@ -32,11 +32,6 @@ def test_the_warp_index_wgmma_reads_is_lane_0s():
 
 
 def test_attentions_loop_moves_no_descriptor_into_uniform_registers(tmp_path):
-    sass = sass_of(_forward_d128().asm["cubin"], tmp_path)
-    addresses = [(int(a, 16), text) for a, text in re.findall(r"/\*([0-9a-f]{4})\*/\s+([^;]*);", sass)]
-    back = [(int(t, 16), a) for a, text in addresses for t in re.findall(r"BRA (0x[0-9a-f]+)", text)
-            if int(t, 16) < a]
-    start, end = max(back, key=lambda loop: loop[1] - loop[0])
-    loop = [text for a, text in addresses if start <= a <= end]
+    loop = innermost_loop(sass_of(_forward_d128().asm["cubin"], tmp_path))
     assert sum("HGMMA" in text for text in loop) >= 8
     assert not [text for text in loop if re.search(r"\bR2UR\b", text)]
