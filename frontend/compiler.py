@@ -98,13 +98,18 @@ class Metadata(dict):
 class _Asm(dict):
     """A compiled kernel's `asm`: `'ttir'` is rendered when first read (a drop-in compile reads
     `'kir'` only) and is listed among the keys as soon as it is; as the binary, it has the kernel's
-    device_asserts only in debug mode."""
+    device_asserts only in debug mode. `'sass'`, once there is a cubin, is cuobjdump's listing of it
+    (`kiln.tools.disasm`, as Triton's `asm["sass"]`)."""
 
     def __init__(self, kernel, items):
         super().__init__(items)
         self._kernel = kernel
 
     def __missing__(self, key):
+        if key == "sass" and "cubin" in self:
+            from kiln.tools.disasm import get_sass
+            self["sass"] = text = get_sass(self["cubin"])
+            return text
         if key != "ttir":
             raise KeyError(key)
         ir = self._kernel.ir  # as Triton's: device_assert is there only in debug mode

@@ -1,25 +1,19 @@
 """cuobjdump's SASS of a cubin, for the tests that check what ptxas made of kiln's PTX: the one the
-test extra installs (the nvidia-cuda-cuobjdump wheel), else one on PATH or in a CUDA toolkit; skipped
+test extra installs (the nvidia-cuda-cuobjdump wheel), one on PATH, or a CUDA toolkit's; skipped
 where there is none."""
 import glob
 import os
 import re
-import shutil
 import subprocess
 
 import pytest
 
 
 def cuobjdump() -> str | None:
-    """The path of a cuobjdump, or None."""
-    try:
-        import nvidia
-        wheels = [path for root in nvidia.__path__
-                  for path in sorted(glob.glob(os.path.join(root, "cu*", "bin", "cuobjdump")))]
-    except ImportError:
-        wheels = []
-    return next(iter(wheels), None) or shutil.which("cuobjdump") \
-        or next(iter(glob.glob("/usr/local/cuda*/bin/cuobjdump")), None)
+    """The path of a cuobjdump (as `knobs.nvidia.cuobjdump` finds one, or a CUDA toolkit's), or None."""
+    from kiln.dropin import nvidia_tools
+    tool = nvidia_tools.find("cuobjdump", os.environ.get("TRITON_CUOBJDUMP_PATH"))
+    return tool.path if tool else next(iter(glob.glob("/usr/local/cuda*/bin/cuobjdump")), None)
 
 
 def sass(cubin: bytes, tmp_path) -> str:

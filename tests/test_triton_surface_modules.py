@@ -149,13 +149,15 @@ def test_without_the_programs_ptxas_is_nvjitlink_and_cuobjdump_is_tritons_error(
     """kiln assembles with nvJitLink: with no ptxas program the assembler knobs say so (no path, its
     release, which Triton's test helpers compare); a missing cuobjdump or nvdisasm raises as in Triton."""
     from cuda.bindings import nvjitlink
+    from kiln.dropin import nvidia_tools
     monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setattr(nvidia_tools, "wheel_copies", lambda binary: [])  # the test extra's cuobjdump wheel
     for key in ("TRITON_PTXAS_PATH", "TRITON_PTXAS_BLACKWELL_PATH", "TRITON_CUOBJDUMP_PATH", "TRITON_NVDISASM_PATH"):
         monkeypatch.delenv(key, raising=False)
     release = "{}.{}".format(*nvjitlink.version())
     assert knobs.nvidia.ptxas == knobs.nvidia.ptxas_blackwell == knobs.NvidiaTool(None, release)
     for name in ("cuobjdump", "nvdisasm"):
-        with pytest.raises(RuntimeError, match=f"Cannot find {name}: no TRITON_{name.upper()}_PATH and none on PATH"):
+        with pytest.raises(RuntimeError, match=f"Cannot find {name}: no TRITON_{name.upper()}_PATH, none on PATH"):
             getattr(knobs.nvidia, name)
 
 

@@ -344,6 +344,18 @@ def _is_constant(param) -> bool:
 _BUILT_HERE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
+class AsmDict(dict):
+    """A compiled kernel's `asm` (Triton's class of the name): `'sass'`, read once there is a cubin, is
+    cuobjdump's listing of it (`triton.tools.disasm.get_sass`)."""
+
+    def __missing__(self, key):
+        if key != "sass":
+            raise KeyError(f"Unknown key: '{key}'")
+        from kiln.tools.disasm import get_sass
+        self["sass"] = text = get_sass(self["cubin"])
+        return text
+
+
 class CompiledKernel:
     """One compiled specialization, with Triton's host interface: `metadata`, `packed_metadata`,
     `asm`, `hash`, `n_regs`, `n_spills`, `shared`, `name`, `src`, `function`, `run(gridX, gridY,
@@ -361,7 +373,7 @@ class CompiledKernel:
         self.metadata = self.packed_metadata = metadata
         self.name = metadata.name
         self.hash = metadata.hash
-        self.asm = {"kir": ir_text}
+        self.asm = AsmDict(kir=ir_text)
         if binary is not None:
             self.asm.update(llir=binary.llir, ptx=binary.ptx, cubin=binary.cubin)
         self.binary = binary

@@ -470,7 +470,8 @@ class language_knobs(base_knobs):
 
 class env_nvidia_tool(env_base):
     """An NVIDIA program, read as an `NvidiaTool`: the one the variable (or the path set in Python)
-    names, else the one on PATH, else `fallback()`'s; RuntimeError if none, as Triton's."""
+    names, else the one on PATH, else an NVIDIA wheel's, else `fallback()`'s; RuntimeError if none,
+    as Triton's."""
 
     def __init__(self, binary: str, fallback=None):
         super().__init__(f"TRITON_{binary.upper().replace('-', '_')}_PATH")
@@ -482,7 +483,7 @@ class env_nvidia_tool(env_base):
     def transform(self, value):
         tool = nvidia_tools.find(self.binary, value) or (self.fallback and self.fallback())
         if tool is None:
-            raise RuntimeError(f"Cannot find {self.binary}: no {self.key} and none on PATH "
+            raise RuntimeError(f"Cannot find {self.binary}: no {self.key}, none on PATH and no NVIDIA wheel's "
                                f"(kiln itself runs no {self.binary}; a tool that does needs one)")
         return tool
 

@@ -4,6 +4,8 @@ process); tools and tests that run one themselves read its path from the knob.""
 from __future__ import annotations
 
 import functools
+import glob
+import os
 import re
 import shutil
 import subprocess
@@ -31,11 +33,27 @@ class NvidiaTool:
 
 
 def find(binary: str, named: str | None) -> NvidiaTool | None:
-    """The program a knob's variable names (`named`), else `binary` on PATH; None if neither runs."""
-    for path in (named, shutil.which(binary)):
+    """The program a knob's variable names (`named`), else `binary` on PATH, else the copy an NVIDIA
+    wheel installed (nvidia-cuda-cuobjdump, nvidia-cuda-nvdisasm: kiln's test extra has both, as Triton
+    bundles its own); None if none runs."""
+    for path in (named, shutil.which(binary), *wheel_copies(binary)):
         if path and (tool := NvidiaTool.from_path(path)):
             return tool
     return None
+
+
+def wheel_copies(binary: str) -> list[str]:
+    """`binary` as NVIDIA's wheels install it (nvidia/cu<major>/bin/), newest CUDA first."""
+    try:
+        import nvidia
+    except ImportError:
+        return []
+    found = {}
+    for root in nvidia.__path__:  # cu13/ (CUDA 13's wheels), cuda_cuobjdump/ and the like (CUDA 12's)
+        for path in glob.glob(os.path.join(root, "cu*", "bin", binary)):
+            major = re.fullmatch(r"cu(\d+)", os.path.basename(os.path.dirname(os.path.dirname(path))))
+            found[path] = int(major.group(1)) if major else 0
+    return sorted(found, key=found.get, reverse=True)
 
 
 def nvjitlink_assembler() -> NvidiaTool | None:
