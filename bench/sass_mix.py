@@ -1,7 +1,11 @@
-"""SASS instruction mix of the tutorial-03 matmul that bench/matmul.py's autotuning picks on
-the H200 (128x256x64, 3 stages, 8 warps, fp16), from kiln's cubin via cuobjdump.
+"""SASS instruction mix of bench's tensor-core kernels at the configs bench/run.py's autotuning picks on
+the H200: registers, spills, shared memory, and the instructions of each kernel's main loop (the
+shortest loop around its wgmmas), from kiln's cubins via cuobjdump. No GPU needed: an instruction a
+loop saves shows here before any device time is spent (fp8 attention's P packing: 347 -> 299).
 
-    python bench/sass_mix.py [--out DIR]      # needs cuobjdump (the GPU machine has it)
+    python bench/sass_mix.py [--only matmul,attention_fp8,...] [--out DIR]
+
+cuobjdump: the one `knobs.nvidia.cuobjdump` finds (kiln's test extra installs NVIDIA's wheel).
 """
 import argparse
 import collections
@@ -14,29 +18,109 @@ import tempfile
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from kernels import matmul_kernel  # noqa: E402
+import kernels  # noqa: E402
+from kiln.tools.tensor_descriptor import TensorDescriptor  # noqa: E402
+
+Z, H, N = 4, 32, 4096
+
+
+def _e5m2(array):
+    import kiln
+    import kiln.language as tl
+    return kiln.reinterpret(array, tl.float8e5)
+
+
+def matmul():
+    x = np.zeros((16, 16), np.float16)  # only dtypes and alignment reach the compile key
+    s = 4096
+    return kernels.matmul_kernel.warmup(x, x, x, s, s, s, s, 1, s, 1, s, 1, BLOCK_M=128, BLOCK_N=256, BLOCK_K=64,
+                                        GROUP_M=8, num_warps=8, num_stages=3, target="sm_90a")
+
+
+def _attention_host(dim, bm, bn, warps, fp8=False):
+    rows = np.zeros((Z * H * N, dim), np.uint8 if fp8 else np.float16)
+    if fp8:
+        vt = _e5m2(np.zeros((Z * H * dim, N), np.uint8))
+        rows = _e5m2(rows)
+        descs = [TensorDescriptor.from_tensor(rows, [bm, dim]), TensorDescriptor.from_tensor(rows, [bn, dim]),
+                 TensorDescriptor.from_tensor(vt, [dim, bn]), TensorDescriptor.from_tensor(rows, [bm, dim])]
+        kernel = kernels.attention_host_descriptor_fp8_fwd_kernel
+    else:
+        descs = [TensorDescriptor.from_tensor(rows, [b, dim]) for b in (bm, bn, bn, bm)]
+        kernel = kernels.attention_host_descriptor_fwd_kernel
+    return kernel.warmup(*descs, np.zeros(64, np.float32), 0.125, N, HEAD_DIM=dim, BLOCK_M=bm, BLOCK_N=bn,
+                         CAUSAL=False, num_warps=warps, num_stages=3, grid=(1,), target="sm_90a")
+
+
+def _attention_bwd(which, dim, narrow, wide, warps):
+    half, f32 = np.zeros((64, 64), np.float16), np.zeros(64, np.float32)
+    tuning = dict(HEAD_DIM=dim, CAUSAL=False, num_warps=warps, num_stages=3, grid=(1,), target="sm_90a")
+    if which == "dkdv":
+        return kernels.attention_bwd_dkdv_kernel.warmup(half, half, half, half, half, half, f32, f32, 0.125, N,
+                                                        BLOCK_M=narrow, BLOCK_N=wide, **tuning)
+    return kernels.attention_bwd_dq_kernel.warmup(half, half, half, half, half, f32, f32, 0.125, N, BLOCK_M=wide,
+                                                  BLOCK_N=narrow, **tuning)
+
+
+# name -> the build, as bench/run.py's autotuning picked it on the H200 (2026-12-03)
+BUILDS = {
+    "matmul": matmul,
+    "attention_d64": lambda: _attention_host(64, 64, 64, 4),
+    "attention_d128": lambda: _attention_host(128, 128, 64, 8),
+    "attention_fp8_d64": lambda: _attention_host(64, 64, 64, 4, fp8=True),
+    "attention_fp8_d128": lambda: _attention_host(128, 128, 128, 8, fp8=True),
+    "attention_bwd_dkdv_d64": lambda: _attention_bwd("dkdv", 64, 64, 64, 4),
+    "attention_bwd_dq_d64": lambda: _attention_bwd("dq", 64, 64, 64, 4),
+    "attention_bwd_dkdv_d128": lambda: _attention_bwd("dkdv", 128, 64, 128, 8),
+    "attention_bwd_dq_d128": lambda: _attention_bwd("dq", 128, 64, 128, 8),
+}
+
+
+def sass_of(cubin: bytes) -> str:
+    from kiln.dropin import knobs
+    with tempfile.NamedTemporaryFile(suffix=".cubin", delete=False) as f:
+        f.write(cubin)
+    try:
+        return subprocess.run([knobs.nvidia.cuobjdump.path, "-sass", f.name], capture_output=True, text=True,
+                              check=True).stdout
+    finally:
+        os.remove(f.name)
+
+
+def main_loop(sass: str) -> list[str]:
+    """The instructions of the shortest loop around a wgmma (a branch back to an earlier address; the
+    `.U.ANY` retries of an elected lane's TMA issue are not loops of the program)."""
+    code = [(int(a, 16), text) for a, text in re.findall(r"/\*([0-9a-f]{4,})\*/\s+([^;]*);", sass)]
+    loops = [(int(target, 16), at) for at, text in code if ".U.ANY" not in text
+             for target in re.findall(r"\bBRA (0x[0-9a-f]+)", text) if int(target, 16) < at]
+    bodies = [[text for at, text in code if start <= at <= end] for start, end in loops]
+    return min((body for body in bodies if any("GMMA" in text for text in body)), key=len, default=[])
+
+
+def opcode(text: str) -> str:
+    return re.sub(r"^@!?U?P\w+\s+", "", text).split()[0].split(".")[0]
+
+
+def report(name: str, kernel) -> str:
+    loop = main_loop(sass_of(kernel.asm["cubin"]))
+    mix = collections.Counter(opcode(text) for text in loop)
+    meta = kernel.metadata
+    return (f"{name}: {meta['n_regs']} registers, {meta['n_spills']} bytes spilled, {meta['shared']} bytes shared; "
+            f"main loop {len(loop)} instructions\n  " + ", ".join(f"{op} {n}" for op, n in mix.most_common()))
 
 
 def main():
     ap = argparse.ArgumentParser()
+    ap.add_argument("--only", help="comma-separated names of: " + ", ".join(BUILDS))
     ap.add_argument("--out")
     args = ap.parse_args()
-    s = 4096
-    x = np.zeros((16, 16), np.float16)  # only dtypes and alignment reach the compile key
-    k = matmul_kernel.warmup(x, x, x, s, s, s, s, 1, s, 1, s, 1, BLOCK_M=128, BLOCK_N=256, BLOCK_K=64,
-                             GROUP_M=8, num_warps=8, num_stages=3, target="sm_90a")
-    with tempfile.NamedTemporaryFile(suffix=".cubin", delete=False) as f:
-        f.write(k.asm["cubin"])
-    sass = subprocess.run(["cuobjdump", "-sass", f.name], capture_output=True, text=True, check=True).stdout
-    ops = collections.Counter(m.group(1).split(".")[0] for m in re.finditer(r"/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]+)", sass))
-    lines = [f"registers {k.metadata['n_regs']}, spills {k.metadata['n_spills']}, shared {k.metadata['shared']} bytes",
-             "instruction mix: " + ", ".join(f"{op} {n}" for op, n in ops.most_common())]
-    text = "\n".join(lines)
+    names = args.only.split(",") if args.only else list(BUILDS)
+    text = "\n".join(report(name, BUILDS[name]()) for name in names)
     print(text)
     if args.out:
         os.makedirs(args.out, exist_ok=True)
-        with open(os.path.join(args.out, "matmul-sass.txt"), "w") as f:
-            f.write(text + "\n\n" + sass)
+        with open(os.path.join(args.out, "sass-mix.txt"), "w") as f:
+            f.write(text + "\n")
 
 
 if __name__ == "__main__":
