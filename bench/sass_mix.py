@@ -10,16 +10,15 @@ cuobjdump: the one `knobs.nvidia.cuobjdump` finds (kiln's test extra installs NV
 import argparse
 import collections
 import os
-import re
-import subprocess
 import sys
-import tempfile
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import kernels  # noqa: E402
+from kiln.tools.disasm import get_sass  # noqa: E402
 from kiln.tools.tensor_descriptor import TensorDescriptor  # noqa: E402
+from sass_loops import main_loop, opcode  # noqa: E402
 
 Z, H, N = 4, 32, 4096
 
@@ -76,33 +75,8 @@ BUILDS = {
 }
 
 
-def sass_of(cubin: bytes) -> str:
-    from kiln.dropin import knobs
-    with tempfile.NamedTemporaryFile(suffix=".cubin", delete=False) as f:
-        f.write(cubin)
-    try:
-        return subprocess.run([knobs.nvidia.cuobjdump.path, "-sass", f.name], capture_output=True, text=True,
-                              check=True).stdout
-    finally:
-        os.remove(f.name)
-
-
-def main_loop(sass: str) -> list[str]:
-    """The instructions of the shortest loop around a wgmma (a branch back to an earlier address; the
-    `.U.ANY` retries of an elected lane's TMA issue are not loops of the program)."""
-    code = [(int(a, 16), text) for a, text in re.findall(r"/\*([0-9a-f]{4,})\*/\s+([^;]*);", sass)]
-    loops = [(int(target, 16), at) for at, text in code if ".U.ANY" not in text
-             for target in re.findall(r"\bBRA (0x[0-9a-f]+)", text) if int(target, 16) < at]
-    bodies = [[text for at, text in code if start <= at <= end] for start, end in loops]
-    return min((body for body in bodies if any("GMMA" in text for text in body)), key=len, default=[])
-
-
-def opcode(text: str) -> str:
-    return re.sub(r"^@!?U?P\w+\s+", "", text).split()[0].split(".")[0]
-
-
 def report(name: str, kernel) -> str:
-    loop = main_loop(sass_of(kernel.asm["cubin"]))
+    loop = main_loop(get_sass(kernel.asm["cubin"]))
     mix = collections.Counter(opcode(text) for text in loop)
     meta = kernel.metadata
     return (f"{name}: {meta['n_regs']} registers, {meta['n_spills']} bytes spilled, {meta['shared']} bytes shared; "

@@ -8,7 +8,7 @@ import re
 import numpy as np
 
 from bench_support import bench_kernels
-from sass_tools import innermost_loop, sass as sass_of
+from sass_tools import innermost_loop, sass
 
 kernels = bench_kernels()
 
@@ -31,7 +31,7 @@ def test_the_warp_index_wgmma_reads_is_lane_0s():
     assert re.search(rf"shr\.u32\s+{shfl}, {tid}, 5;", ptx)
 
 
-def test_attentions_loop_moves_no_descriptor_into_uniform_registers(tmp_path):
-    loop = innermost_loop(sass_of(_forward_d128().asm["cubin"], tmp_path))
+def test_attentions_loop_moves_no_descriptor_into_uniform_registers():
+    loop = innermost_loop(sass(_forward_d128().asm["cubin"]))
     assert sum("HGMMA" in text for text in loop) >= 8
     assert not [text for text in loop if re.search(r"\bR2UR\b", text)]

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import kiln
 import kiln.language as tl
-from kiln.tools.tensor_descriptor import TensorDescriptor
+from kiln.tools.tensor_descriptor import TensorDescriptor, element_strides
 
 _ROWS = tl.constexpr(1 << 30)  # the ragged dimension's extent: a slice's rows, and the tensor's, stay below it
 _LEADING = 0x7FFF0000  # the two leading dimensions' extents: no coordinate the helpers give reaches them
@@ -33,7 +33,7 @@ def create_ragged_descriptor(T, block_shape, ragged_dim=0) -> TensorDescriptor:
         raise ValueError(f"block_shape {block_shape} needs one size per dimension of the tensor's {shape}")
     if shape[ragged_dim] > _ROWS.value:
         raise ValueError(f"a ragged dimension of {shape[ragged_dim]} rows: at most 2**30")
-    strides = TensorDescriptor.from_tensor(T, [1] * rank).strides  # in elements, torch's or NumPy's
+    strides = element_strides(T)
     step = strides[ragged_dim]
     shape[ragged_dim] = _ROWS.value
     return TensorDescriptor(T, [_LEADING, _LEADING, *shape], [(1 << 34) - step, step, *strides],

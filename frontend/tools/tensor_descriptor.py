@@ -20,6 +20,13 @@ def _is_power_of_two(n: int) -> bool:
     return n > 0 and n & (n - 1) == 0
 
 
+def element_strides(tensor) -> list[int]:
+    """The strides of a torch tensor or a NumPy array, in elements."""
+    if isinstance(tensor, np.ndarray):
+        return [s // tensor.itemsize for s in tensor.strides]
+    return list(tensor.stride())
+
+
 @dataclass
 class TensorDescriptor:
     base: Any
@@ -61,11 +68,8 @@ class TensorDescriptor:
     @staticmethod
     def from_tensor(tensor: Any, block_shape, padding="zero", round_f32_to_tf32=False) -> "TensorDescriptor":
         """A descriptor of the whole of `tensor` (a torch tensor or a NumPy array)."""
-        if isinstance(tensor, np.ndarray):
-            strides = [s // tensor.itemsize for s in tensor.strides]
-        else:
-            strides = list(tensor.stride())
-        return TensorDescriptor(tensor, list(tensor.shape), strides, list(block_shape), padding, round_f32_to_tf32)
+        return TensorDescriptor(tensor, list(tensor.shape), element_strides(tensor), list(block_shape), padding,
+                                round_f32_to_tf32)
 
     def spec_key(self):
         """What a kernel's specialization reads of this argument."""
