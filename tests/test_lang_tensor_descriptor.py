@@ -151,13 +151,23 @@ def test_host_tensor_descriptor_arguments():
 
 @pytest.mark.interpreter_only
 def test_host_tensor_descriptor_checks_its_layout():
+    """Triton's exception types and the phrases its users match: AssertionError for the layout,
+    ValueError for a block size that is not a power of two."""
     from kiln.tools.tensor_descriptor import TensorDescriptor
-    with pytest.raises(ValueError, match="contiguous"):
+    with pytest.raises(AssertionError, match="Last dimension must be contiguous"):
         TensorDescriptor(np.zeros((8, 8), np.float32), [8, 4], [8, 2], [8, 4])
-    with pytest.raises(ValueError, match="multiple of 16 bytes"):
+    with pytest.raises(AssertionError, match="strides must be 16-byte aligned"):
         TensorDescriptor(np.zeros((8, 8), np.float32), [8, 3], [3, 1], [8, 4])
-    with pytest.raises(ValueError, match="power of two"):
+    with pytest.raises(ValueError, match="Shape element 1 must be a power of 2"):
         TensorDescriptor.from_tensor(np.zeros((8, 8), np.float32), [8, 6])
+    with pytest.raises(AssertionError, match="shape must be positive"):
+        TensorDescriptor.from_tensor(np.zeros((0, 8), np.float32), [8, 8])
+    with pytest.raises(AssertionError, match="rank mismatch"):
+        TensorDescriptor(np.zeros((8, 8), np.float32), [8, 8], [8, 1], [8])
+    with pytest.raises(AssertionError, match="Illegal value for padding"):
+        TensorDescriptor.from_tensor(np.zeros((8, 8), np.float32), [8, 8], padding="inf")
+    with pytest.raises(AssertionError, match="padding='nan'"):
+        TensorDescriptor.from_tensor(np.zeros((8, 8), np.int32), [8, 8], padding="nan")
 
 
 def test_set_allocator_names_who_provides_global_scratch():

@@ -40,27 +40,35 @@ class TensorDescriptor:
         from kiln.specialize import pointer_info
         self.shape, self.strides = [int(d) for d in self.shape], [int(s) for s in self.strides]
         self.block_shape = [int(d) for d in self.block_shape]
+        # Triton's exception types (code written against it catches them): AssertionError for the
+        # layout, ValueError for a block size that is not a power of two; raised, not asserted, so
+        # that `python -O` keeps them
         rank = len(self.shape)
         if not 1 <= rank <= 5 or len(self.strides) != rank or len(self.block_shape) != rank:
-            raise ValueError(f"a tensor descriptor needs 1 to 5 dimensions and one stride and block size per "
-                             f"dimension: shape {self.shape}, strides {self.strides}, block_shape {self.block_shape}")
+            raise AssertionError(f"rank mismatch: a tensor descriptor needs 1 to 5 dimensions and one stride and block "
+                                 f"size per dimension: shape {self.shape}, strides {self.strides}, "
+                                 f"block_shape {self.block_shape}")
         info = pointer_info(self.base)
         if info is None:
             raise TypeError(f"a tensor descriptor's base must be a tensor or array, not {type(self.base).__name__}")
         elem, address = info
         if address % 16:
-            raise ValueError("a tensor descriptor's base must be 16-byte aligned")
-        if not all(_is_power_of_two(d) for d in self.block_shape):
-            raise ValueError(f"block_shape {self.block_shape}: every dimension must be a power of two")
+            raise AssertionError("base must be 16-byte aligned")
+        for i, d in enumerate(self.block_shape):
+            if not _is_power_of_two(d):
+                raise ValueError(f"block_shape {self.block_shape}: Shape element {i} must be a power of 2, not {d}")
         elem_bytes = elem.primitive_bitwidth // 8
-        if self.strides[-1] != 1:
-            raise ValueError(f"a tensor descriptor's last dimension must be contiguous, not stride {self.strides[-1]}")
         if any(s * elem_bytes % 16 for s in self.strides[:-1]):
-            raise ValueError(f"strides {self.strides}: every stride but the last must be a multiple of 16 bytes")
+            raise AssertionError(f"strides {self.strides}: strides must be 16-byte aligned (every stride but the "
+                                 f"last a multiple of 16 bytes)")
+        if any(d <= 0 for d in self.shape):
+            raise AssertionError(f"shape {self.shape}: shape must be positive in every dimension")
+        if self.strides[-1] != 1:
+            raise AssertionError(f"Last dimension must be contiguous, not stride {self.strides[-1]}")
         if self.padding not in ("zero", "nan"):
-            raise ValueError(f"padding must be 'zero' or 'nan', not {self.padding!r}")
+            raise AssertionError(f"Illegal value for padding: {self.padding!r} (must be 'zero' or 'nan')")
         if self.padding == "nan" and not elem.is_floating():
-            raise ValueError("padding='nan' needs a floating-point tensor")
+            raise AssertionError("padding='nan' needs a floating-point tensor")
         if self.round_f32_to_tf32 and elem.name != "fp32":
             raise ValueError(f"round_f32_to_tf32 needs a float32 tensor, not {elem.name}")
         self._elem, self._aligned = elem, True
