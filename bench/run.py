@@ -201,6 +201,8 @@ def matmul(libs, sizes, dtypes=("fp16", "bf16", "fp8", "tf32")):
 # Sizes that are not multiples of 16: multiples of 8 (a 16-byte aligned fp16 row, which kiln's
 # divisibility-by-8 specialization lets a kernel copy with TMA or load 16 bytes at a time), and odd ones
 ODD_SHAPES = ["3000x5000x1000", "3001x5001x1001"]
+# A transformer MLP's projections (8192 tokens, hidden 4096, intermediate 14336): up and down
+LLM_SHAPES = ["8192x14336x4096", "8192x4096x14336"]
 ODD_COLUMNS = [1000, 3000]
 
 
@@ -369,6 +371,7 @@ def sections(libs, quick: bool) -> dict:
         "rotary": lambda: rotary(libs, [16384] if q else [4096, 16384, 65536]),
         "matmul": lambda: matmul(libs, [4096] if q else [2048, 4096, 8192]),
         "matmul_shapes": lambda: matmul(libs, ODD_SHAPES[:1] if q else ODD_SHAPES, ["fp16"]),
+        "matmul_llm": lambda: matmul(libs, LLM_SHAPES[:1] if q else LLM_SHAPES, ["fp16", "bf16"]),
         "attention": lambda: attention(libs, [64, 128], [4096] if q else [1024, 4096, 16384]),
         "attention_fp8": lambda: attention_fp8(libs, [64, 128], [4096] if q else [4096, 16384]),
         "launch_us": lambda: launch_overhead(libs),
@@ -378,7 +381,8 @@ def sections(libs, quick: bool) -> dict:
 
 # what `--part 1` and `--part 2` measure: two device calls of about 300 s each where the whole run
 # is one of about 600 s
-PARTS = {1: ["vector_add", "softmax", "layer_norm", "softmax_odd", "rotary", "matmul", "matmul_shapes"],
+PARTS = {1: ["vector_add", "softmax", "layer_norm", "softmax_odd", "rotary", "matmul", "matmul_shapes",
+            "matmul_llm"],
          2: ["attention", "attention_fp8", "launch_us", "first_call_s"]}
 
 
@@ -394,6 +398,8 @@ def markdown(results: dict) -> str:
     tables = [("matmul", "matmul, N³, tutorial 03's kernel autotuned over its configs (TFLOP/s)", matmul_table),
               ("matmul_shapes", "matmul, shapes that are not multiples of 16, tutorial 03's kernel autotuned over its "
                                 "configs (TFLOP/s)", matmul_table),
+              ("matmul_llm", "matmul, an MLP's projections (M x N x K), tutorial 03's kernel autotuned over its "
+                             "configs (TFLOP/s)", matmul_table),
               ("attention", "attention forward and backward fp16, Z=4 H=32, one FlashAttention-2 kernel source "
                             "autotuned by each library (TFLOP/s)", attention_table),
               ("attention_fp8", "attention forward on host descriptors, fp16 (`host`) and fp8 e5m2 (`fp8`; its SDPA "
@@ -448,7 +454,8 @@ def main():
     parser.add_argument("--merge", nargs="+", metavar="JSON",
                         help="write the tables of these partial runs' JSON as one run (no GPU needed)")
     parser.add_argument("--only", nargs="*", help="run only these sections, with fewer sizes (vector_add softmax "
-                                                   "layer_norm softmax_odd rotary matmul matmul_shapes attention "
+                                                   "layer_norm softmax_odd rotary matmul matmul_shapes matmul_llm "
+                                                   "attention "
                                                    "attention_fp8 launch_us first_call_s); writes no files")
     args = parser.parse_args()
     if args.merge:
