@@ -133,6 +133,7 @@ class CompiledKernel:
         # The IR, or its text, parsed on first use: a GPU launch of a kernel whose binary is
         # built needs only `arg_types` (a warm drop-in hit gives them and never parses the IR).
         self._ir = ir
+        self._kept_ir = None  # `kept_ir`, made on first use
         self._arg_types = list(arg_types) if arg_types is not None else None
         self.options = options
         self.debug = debug
@@ -178,10 +179,18 @@ class CompiledKernel:
 
     @property
     def ir(self) -> Function:
-        """The kernel's block IR (the interpreter always runs it whole, asserts included)."""
+        """The kernel's block IR, device_asserts included (`kept_ir` is what runs)."""
         if isinstance(self._ir, str):
             self._ir = parse_function(self._ir)
         return self._ir
+
+    @property
+    def kept_ir(self) -> Function:
+        """What runs, compiled or interpreted: the block IR, without its device_asserts outside a
+        debug build (Triton keeps them only in debug mode)."""
+        if self._kept_ir is None:
+            self._kept_ir = self.ir if self.debug else without_asserts(self.ir)
+        return self._kept_ir
 
     @property
     def arg_types(self) -> list:
@@ -223,8 +232,7 @@ class CompiledKernel:
     def binary_inputs(self) -> tuple[Function, dict]:
         """The IR and codegen options that `build` compiles; `kiln prewarm` compiles the same,
         so that its binaries have the compile keys a launch looks up."""
-        ir = self.ir if self.debug else without_asserts(self.ir)
-        return without_unread_loop_hints(ir), codegen_options(self.options)
+        return without_unread_loop_hints(self.kept_ir), codegen_options(self.options)
 
     def build(self, target: str):
         """Compile for `target` once; `asm` and `metadata` then show that target's binary
@@ -303,7 +311,7 @@ class CompiledKernel:
             if not self.loaded_in_interpreter:
                 launch_hooks.around_load(lambda: None, self.name, lambda: self.hash)
                 self.loaded_in_interpreter = True
-            run_on_host(lambda host_args: run(self.ir, grid, host_args, name=self.name), args)
+            run_on_host(lambda host_args: run(self.kept_ir, grid, host_args, name=self.name), args)
             return
         device, current = driver.device_and_stream()
         stream = current if stream is None else int(stream)
@@ -442,13 +450,21 @@ class CompiledKernel:
                                         self.name, lambda: self.hash, lambda k: (int(k.module), k.handle))
 
 
+def debug_build(jitfn, options) -> bool:
+    """Triton's precedence: the launch's `debug=` where it gives one, else the @jit's; TRITON_DEBUG
+    (or KILN_DEBUG) turns it on for every kernel. A debug build keeps its device_asserts and checks
+    its integer arithmetic for overflow."""
+    return bool(options["debug"] if options.get("debug") is not None else jitfn.debug) or config.debug()
+
+
 def compile_kernel(jitfn, params, options, name: str | None = None) -> CompiledKernel:
     """The kernel of one specialization, named `name` or as the @jit function names it (its `repr=`)."""
     reads = {}
     if name is None:
         name = jitfn.kernel_name(params)
-    ir = build_kernel(jitfn, params, name=name, options=codegen_options(options), global_reads=reads)
-    debug = bool(options.get("debug") or jitfn.debug or config.debug())
+    debug = debug_build(jitfn, options)
+    ir = build_kernel(jitfn, params, name=name, options={**codegen_options(options), "debug": debug},
+                      global_reads=reads)
     kernel = CompiledKernel(ir.name, ir, options, debug)
     if config.interpret():  # no binary: the resources the interpreter's CPU device reports
         from .interpret.device import interpreted_resources

@@ -371,7 +371,7 @@ class JITFunction(JITCallable, KernelInterface):
         # functions' views of one global is Triton's error, raised here)
         source_key = self._dependency_key()
         key, params, runtime_names = specialize(self, bound, options)
-        key = (key, source_key)
+        key = (key, source_key, config.debug())  # TRITON_DEBUG changes what is built (compiler.debug_build)
         kernel = self._by_specialization.get(key)
         if kernel is None:
             from .compiler import compile_kernel

@@ -130,3 +130,105 @@ def test_compiler_hints_are_accepted_and_do_not_change_values():
     y = np.zeros(8, np.float32)
     _hints[(1,)](x, y, 8, N=8)
     np.testing.assert_array_equal(y, x + 1)
+
+
+@kiln.jit
+def _add_loaded(x_ptr, y_ptr, z_ptr):
+    tl.store(z_ptr, tl.load(x_ptr) + tl.load(y_ptr))
+
+
+@kiln.jit
+def _sub_loaded(x_ptr, y_ptr, z_ptr):
+    tl.store(z_ptr, tl.load(x_ptr) - tl.load(y_ptr))
+
+
+@kiln.jit
+def _mul_loaded(x_ptr, y_ptr, z_ptr):
+    tl.store(z_ptr, tl.load(x_ptr) * tl.load(y_ptr))
+
+
+@kiln.jit
+def _add_unsanitized(x_ptr, y_ptr, z_ptr):
+    tl.store(z_ptr, tl.add(tl.load(x_ptr), tl.load(y_ptr), sanitize_overflow=False))
+
+
+def _one(kernel, x, y, dtype, **launch):
+    z = np.zeros(1, dtype)
+    kernel[(1,)](np.array([x], dtype), np.array([y], dtype), z, **launch)
+    return z[0]
+
+
+@pytest.mark.interpreter_only
+@pytest.mark.parametrize("kernel, x, y, dtype", [
+    (_add_loaded, -2**31, -1, np.int32), (_add_loaded, 2**31 - 1, 100, np.int32), (_add_loaded, -2**15, -1, np.int16),
+    (_sub_loaded, -2**31, 1, np.int32), (_sub_loaded, 0, 1, np.uint32), (_mul_loaded, 2**30, 2, np.int32),
+    (_mul_loaded, -2**30, -4, np.int32), (_mul_loaded, 100, 3, np.uint8)])
+def test_a_debug_build_checks_integer_arithmetic_for_overflow(kernel, x, y, dtype):
+    """Triton's sanitize_overflow: in a debug build, +, - and * of integers narrower than 64 bits
+    assert that the exact result fits the type; outside debug they wrap."""
+    with pytest.raises(Exception, match=f"{np.dtype(dtype).name} overflow"):
+        _one(kernel, x, y, dtype, debug=True)
+    exact = {"_add_loaded": x + y, "_sub_loaded": x - y, "_mul_loaded": x * y}[kernel.__name__]
+    bits = 8 * np.dtype(dtype).itemsize
+    assert int(_one(kernel, x, y, dtype)) == np.array(exact % (1 << bits)).astype(np.uint64).astype(dtype)
+
+
+@pytest.mark.interpreter_only
+def test_results_in_range_and_unsanitized_adds_pass_in_a_debug_build():
+    assert _one(_add_loaded, -2**31, 2, np.int32, debug=True) == -2**31 + 2
+    assert _one(_mul_loaded, -2**31, 1, np.int32, debug=True) == -2**31
+    assert _one(_sub_loaded, -2**31, -1, np.int32, debug=True) == -2**31 + 1
+    assert _one(_add_unsanitized, 2**31 - 1, 1, np.int32, debug=True) == -2**31
+
+
+@kiln.jit(debug=True)
+def _debug_by_jit(x_ptr, y_ptr, z_ptr):
+    tl.store(z_ptr, tl.load(x_ptr) + tl.load(y_ptr))
+
+
+@kiln.jit
+def _debug_by_environment(x_ptr, y_ptr, z_ptr):
+    tl.store(z_ptr, tl.load(x_ptr) + tl.load(y_ptr))
+
+
+def test_the_launch_option_overrides_the_jit_flag_and_the_environment_turns_debug_on(monkeypatch):
+    """Triton's precedence: debug= at the launch, else @jit(debug=), and TRITON_DEBUG=1 for every kernel
+    (read when a kernel compiles for its arguments); a build outside debug keeps neither its asserts
+    nor the overflow checks."""
+    x = np.zeros(1, np.int32)
+    monkeypatch.delenv("TRITON_DEBUG", raising=False)
+    monkeypatch.delenv("KILN_DEBUG", raising=False)
+    assert _debug_by_jit.warmup(x, x, x, grid=(1,)).debug
+    plain = _debug_by_jit.warmup(x, x, x, grid=(1,), debug=False)
+    assert not plain.debug and "assert" not in plain.asm["kir"]
+    monkeypatch.setenv("TRITON_DEBUG", "1")
+    checked = _debug_by_environment.warmup(x, x, x, grid=(1,))
+    assert checked.debug and "int32 overflow in add" in checked.asm["kir"]
+    assert _debug_by_environment.warmup(x, x, x, grid=(1,), debug=False).debug  # the environment wins
+
+
+@kiln.jit(debug=True)
+def _assert_with_constexpr_mask(COND: tl.constexpr, MASK: tl.constexpr):
+    tl.device_assert(COND, "masked assert", mask=MASK)
+
+
+@pytest.mark.interpreter_only
+def test_device_assert_takes_a_constexpr_mask_or_none():
+    _assert_with_constexpr_mask[(1,)](True, None)
+    _assert_with_constexpr_mask[(1,)](False, False)
+    for mask in (None, True):
+        with pytest.raises(Exception, match="masked assert"):
+            _assert_with_constexpr_mask[(1,)](False, mask)
+
+
+@kiln.jit
+def _assert_outside_debug(x_ptr):
+    tl.device_assert(tl.load(x_ptr) > 0, "checked only in debug")
+
+
+@pytest.mark.interpreter_only
+def test_the_interpreter_drops_device_asserts_outside_debug_as_a_build_does():
+    x = np.array([-1], np.int32)
+    _assert_outside_debug[(1,)](x)
+    with pytest.raises(RuntimeError, match="device-side assert.*checked only in debug"):
+        _assert_outside_debug[(1,)](x, debug=True)

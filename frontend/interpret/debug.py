@@ -55,4 +55,6 @@ def assert_true(ctx, op, cond):
         return
     first = np.unravel_index(int(np.argmin(np.reshape(cond, -1))), np.shape(cond))
     where = ", ".join(map(str, first))
-    raise OpFault(f"Assertion `{op.attrs.get('message', '')}` failed at {_pid(ctx)} idx ({where})")
+    # (the words CUDA's error has for a failed device assert, which callers match)
+    raise OpFault(f"device-side assert triggered: Assertion `{op.attrs.get('message', '')}` failed at {_pid(ctx)} "
+                  f"idx ({where})")

@@ -180,20 +180,21 @@ def _propagates(p) -> bool:
 
 @builtin
 def add(x, y, sanitize_overflow=True):
-    """x + y (sanitize_overflow is accepted: kiln has no overflow checks)."""
-    return semantic.add(x, y)
+    """x + y; in a debug build, integers narrower than 64 bits assert that the sum fits unless
+    `sanitize_overflow` is False."""
+    return semantic.add(x, y, sanitize=bool(unwrap(sanitize_overflow)))
 
 
 @builtin
 def sub(x, y, sanitize_overflow=True):
-    """x - y."""
-    return semantic.sub(x, y)
+    """x - y (checked as `add` is)."""
+    return semantic.sub(x, y, sanitize=bool(unwrap(sanitize_overflow)))
 
 
 @builtin
 def mul(x, y, sanitize_overflow=True):
-    """x * y."""
-    return semantic.mul(x, y)
+    """x * y (checked as `add` is)."""
+    return semantic.mul(x, y, sanitize=bool(unwrap(sanitize_overflow)))
 
 
 @builtin
@@ -461,7 +462,8 @@ def device_print(prefix, *args, hex=False):
 
 @builtin
 def device_assert(cond, msg="", mask=None):
-    """Stop the kernel with `msg` if `cond` is false anywhere."""
+    """Stop the kernel with `msg` if `cond` is false anywhere `mask` (None: everywhere) is true."""
+    mask = unwrap(mask)
     if mask is not None:
         cond = semantic.logical_or(cond, semantic.logical_not(mask))
     return semantic.device_assert(cond, msg)

@@ -102,10 +102,10 @@ def _semantic():
     return semantic
 
 
-def _binary(name, reflected=False):
+def _binary(name, reflected=False, **flags):
     def method(self, other):
         fn = getattr(_semantic(), name)
-        return fn(other, self) if reflected else fn(self, other)
+        return fn(other, self, **flags) if reflected else fn(self, other, **flags)
     method.__name__ = name
     return method
 
@@ -168,9 +168,10 @@ class tensor:
     def __index__(self):
         raise TypeError("a tensor cannot be used where a compile-time integer (constexpr) is needed")
 
-    __add__, __radd__ = _binary("add"), _binary("add", True)
-    __sub__, __rsub__ = _binary("sub"), _binary("sub", True)
-    __mul__, __rmul__ = _binary("mul"), _binary("mul", True)
+    # (in a debug build, integer +, - and * assert that their results fit: Triton's sanitize_overflow)
+    __add__, __radd__ = _binary("add", sanitize=True), _binary("add", True, sanitize=True)
+    __sub__, __rsub__ = _binary("sub", sanitize=True), _binary("sub", True, sanitize=True)
+    __mul__, __rmul__ = _binary("mul", sanitize=True), _binary("mul", True, sanitize=True)
     __truediv__, __rtruediv__ = _binary("truediv"), _binary("truediv", True)
     __floordiv__, __rfloordiv__ = _binary("floordiv"), _binary("floordiv", True)
     __mod__, __rmod__ = _binary("mod"), _binary("mod", True)

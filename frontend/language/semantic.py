@@ -368,7 +368,7 @@ def _elementwise(name, a: tensor, b: tensor, **attrs) -> tensor:
     return folded if folded is not None else _emit(name, [a, b], a.type, **attrs)
 
 
-def add(a, b):
+def add(a, b, sanitize=False):
     a, b = binary_operands(a, b, allow_ptr=True)
     if a.dtype.is_ptr() and b.dtype.is_ptr():
         raise TypeError("cannot add two pointers")
@@ -376,6 +376,8 @@ def add(a, b):
         a, b = b, a
     if a.dtype.is_ptr():
         return addptr(a, b)
+    if sanitize:
+        _check_overflow("add", a, b)
     return _elementwise("add", a, b)
 
 
@@ -386,7 +388,7 @@ def addptr(p: tensor, offset: tensor) -> tensor:
     return _emit("addptr", [p, offset], p.type)
 
 
-def sub(a, b):
+def sub(a, b, sanitize=False):
     a, b = binary_operands(a, b, allow_ptr=True)
     if a.dtype.is_ptr():
         if b.dtype.is_ptr():
@@ -394,12 +396,29 @@ def sub(a, b):
         return addptr(a, neg(b))
     if b.dtype.is_ptr():
         raise TypeError("cannot subtract a pointer from a number")
+    if sanitize:
+        _check_overflow("sub", a, b)
     return _elementwise("sub", a, b)
 
 
-def mul(a, b):
+def mul(a, b, sanitize=False):
     a, b = binary_operands(a, b)
+    if sanitize:
+        _check_overflow("mul", a, b)
     return _elementwise("mul", a, b)
+
+
+def _check_overflow(name, a: tensor, b: tensor) -> None:
+    """In a debug build, `a name b` on integers narrower than 64 bits asserts that the exact result
+    fits the type (Triton's sanitize_overflow: its +, - and * of tensors, and tl.add/sub/mul): the
+    operation done again in int64, its result compared with the type's bounds."""
+    t = a.dtype
+    if not state.options.get("debug") or not t.is_int() or t.primitive_bitwidth not in (8, 16, 32):
+        return
+    exact = _elementwise(name, cast(a, int64), cast(b, int64))
+    fits = and_(greater_equal(exact, constant(t.get_int_min_value(), int64)),
+                less_equal(exact, constant(t.get_int_max_value(), int64)))
+    device_assert(fits, f"{t.name} overflow in {name}")
 
 
 def truediv(a, b):
