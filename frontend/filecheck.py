@@ -86,6 +86,7 @@ def parse(check_text: str, prefixes=("CHECK",), check_name: str = "<check>") -> 
     directive_re = re.compile(rf"(?<![A-Za-z0-9_-])({alternatives})(?:-({'|'.join(_SUFFIXES)})|-COUNT-([0-9]+))?:")
     found = []
     for number, text in enumerate(check_text.splitlines(), 1):
+        text = _SPACES.sub(" ", text)  # as FileCheck reads both files: runs of spaces and tabs are one space
         m = directive_re.search(text)
         if m is None:
             continue

@@ -32,6 +32,12 @@ def test_check_matches_in_order_and_fails_when_out_of_order():
     assert "ir:3:10: note: scanning from here" in message
 
 
+def test_a_failed_check_shows_its_line_with_whitespace_collapsed_as_filecheck_reads_it():
+    message = fails("    def k():\n        # CHECK: %c42_i32", check_name="t.py")
+    assert message.splitlines()[:3] == ["t.py:2:4: error: CHECK: expected string not found in input",
+                                       " # CHECK: %c42_i32", "   ^"]
+
+
 def test_check_may_match_later_on_the_same_line():
     check(IR, "CHECK: %0 = add\nCHECK: %a : int32")
 
