@@ -232,3 +232,27 @@ def test_the_interpreter_drops_device_asserts_outside_debug_as_a_build_does():
     _assert_outside_debug[(1,)](x)
     with pytest.raises(RuntimeError, match="device-side assert.*checked only in debug"):
         _assert_outside_debug[(1,)](x, debug=True)
+
+
+@kiln.jit(debug=True)
+def _random_in_debug(out_ptr, seed, N: tl.constexpr):
+    offs = tl.arange(0, N)
+    tl.store(out_ptr + offs, tl.randint(seed, offs))
+
+
+@kiln.jit
+def _negated(x_ptr, z_ptr):
+    tl.store(z_ptr, -tl.load(x_ptr))
+
+
+@pytest.mark.interpreter_only
+def test_philox_wraps_unchecked_and_unary_minus_is_checked_in_a_debug_build():
+    """Philox's products wrap by design (Triton's tl.mul(..., sanitize_overflow=False)); -x is 0 - x."""
+    out = np.zeros(64, np.uint32)
+    _random_in_debug[(1,)](out, 1234, N=64)
+    assert len(set(out.tolist())) == 64
+    z = np.zeros(1, np.int32)
+    _negated[(1,)](np.array([-2**31], np.int32), z)
+    assert z[0] == -2**31
+    with pytest.raises(RuntimeError, match="int32 overflow in sub"):
+        _negated[(1,)](np.array([-2**31], np.int32), z, debug=True)

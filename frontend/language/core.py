@@ -202,7 +202,7 @@ class tensor:
         return id(self)
 
     def __neg__(self):
-        return _semantic().neg(self)
+        return _semantic().neg(self, sanitize=True)
 
     def __pos__(self):
         raise AttributeError("'tensor' object has no attribute '__pos__' (Triton's tensors have no unary +: "

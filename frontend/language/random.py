@@ -10,7 +10,7 @@ from __future__ import annotations
 from kiln.jit import jit
 
 from . import core as tl
-from .builtins import cos, log, maximum, sin, sqrt, static_assert, umulhi, where
+from .builtins import add, cos, log, maximum, mul, sin, sqrt, static_assert, umulhi, where
 from .builtins import full as tl_full
 from .builtins import to_tensor as tl_to_tensor
 from .core import constexpr
@@ -44,10 +44,11 @@ def philox_impl(c0, c1, c2, c3, k0, k1, n_rounds: constexpr = N_ROUNDS_DEFAULT):
         prev2 = c2
         c0 = umulhi(prev2, mul_b) ^ c1 ^ k0
         c2 = umulhi(prev0, mul_a) ^ c3 ^ k1
-        c1 = prev2 * mul_b
-        c3 = prev0 * mul_a
-        k0 = k0 + step_a
-        k1 = k1 + step_b
+        # Philox's products and key steps wrap by design: unchecked in a debug build
+        c1 = mul(prev2, mul_b, sanitize_overflow=False)
+        c3 = mul(prev0, mul_a, sanitize_overflow=False)
+        k0 = add(k0, step_a, sanitize_overflow=False)
+        k1 = add(k1, step_b, sanitize_overflow=False)
     return c0, c1, c2, c3
 
 

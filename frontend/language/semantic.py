@@ -516,10 +516,12 @@ def logical_operand(t: tensor, what: str) -> tensor:
                      f"`(x != 0)`, or use the bitwise & | ~)")
 
 
-def neg(a):
+def neg(a, sanitize=False):
     a = to_tensor(a)
     if a.dtype.is_ptr():
         raise TypeError("cannot negate a pointer")
+    if sanitize:  # Triton's unary minus is 0 - x, checked as any subtraction
+        _check_overflow("sub", constant(0, a.type), a)
     if is_fp8e4b15(a.dtype):  # flip the sign bit
         return cast(xor_(cast(a, dtype("uint8"), bitcast=True), 0x80), a.dtype, bitcast=True)
     if a.dtype.is_floating():  # Triton's unary minus is 0 - x: -(+0.0) and -(-0.0) are both +0.0
