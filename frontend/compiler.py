@@ -463,8 +463,9 @@ def compile_kernel(jitfn, params, options, name: str | None = None) -> CompiledK
     if name is None:
         name = jitfn.kernel_name(params)
     debug = debug_build(jitfn, options)
-    ir = build_kernel(jitfn, params, name=name, options={**codegen_options(options), "debug": debug},
-                      global_reads=reads)
+    # a debug build checks integer arithmetic for overflow unless `sanitize_overflow=False` (Inductor's)
+    checks = {"debug": debug, "sanitize_overflow": options.get("sanitize_overflow") is not False}
+    ir = build_kernel(jitfn, params, name=name, options={**codegen_options(options), **checks}, global_reads=reads)
     kernel = CompiledKernel(ir.name, ir, options, debug)
     if config.interpret():  # no binary: the resources the interpreter's CPU device reports
         from .interpret.device import interpreted_resources

@@ -54,6 +54,26 @@ def test_compile_for_a_gpu_target_builds_the_binary_without_a_gpu():
     assert isinstance(pickle.loads(pickle.dumps(kernel)), CompiledKernel)
 
 
+@jit
+def _offsets(out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, offs, mask=offs < n)
+
+
+def test_inductor_s_debug_builds_keep_asserts_without_overflow_checks():
+    """Inductor compiles with debug=True (its indirect-indexing asserts) and sanitize_overflow=False;
+    Triton's default, sanitize_overflow=True, checks a debug build's integer arithmetic."""
+    signature = {"out_ptr": "*i32", "n": "i32", "BLOCK": "constexpr"}
+
+    def kir(**options):
+        source = ASTSource(_offsets, signature, {"BLOCK": 64}, {(0,): [["tt.divisibility", 16]]})
+        return compile(source, target=GPUTarget("cpu", 0, 1), options=options).asm["kir"]
+
+    assert "overflow" not in kir(debug=True, sanitize_overflow=False)
+    assert "int32 overflow in mul" in kir(debug=True) and "int32 overflow in add" in kir(debug=True)
+    assert "overflow" not in kir()
+
+
 def test_divisibility_attrs_of_16_and_8_are_the_signatures_hints():
     attrs = {**ATTRS, (2,): [["tt.divisibility", 8]]}
     kernel = compile(ASTSource(scale, SIGNATURE, {"BLOCK": 64}, attrs), target=GPUTarget("cuda", 90, 32))

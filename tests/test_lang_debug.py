@@ -179,6 +179,7 @@ def test_results_in_range_and_unsanitized_adds_pass_in_a_debug_build():
     assert _one(_mul_loaded, -2**31, 1, np.int32, debug=True) == -2**31
     assert _one(_sub_loaded, -2**31, -1, np.int32, debug=True) == -2**31 + 1
     assert _one(_add_unsanitized, 2**31 - 1, 1, np.int32, debug=True) == -2**31
+    assert _one(_add_loaded, 2**31 - 1, 1, np.int32, debug=True, sanitize_overflow=False) == -2**31
 
 
 @kiln.jit(debug=True)

@@ -47,7 +47,7 @@ class Options:
     launch_cooperative_grid: bool = False
     launch_pdl: bool = False
     clc: bool = False  # Triton 3.9's cluster launch control: sm_100 and later (kiln.target_options)
-    sanitize_overflow: bool = False
+    sanitize_overflow: bool = True  # a debug build's integer overflow checks (Inductor turns them off)
     extern_libs: tuple | None = None
     cluster_dims: tuple = (1, 1, 1)
 

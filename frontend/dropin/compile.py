@@ -277,7 +277,7 @@ def _build(src, backend, options, timer=None):
         raise ValueError(f"{src.name}: {e}") from None
     kernel = compile_kernel(src.fn, params,  # named as the ASTSource is: its records and binaries say src.name
                             {**launch_options, "debug": options.debug, "launch_pdl": options.launch_pdl,
-                             "clc": options.clc}, name=src.name)
+                             "clc": options.clc, "sanitize_overflow": options.sanitize_overflow}, name=src.name)
     if timer is not None:
         timer.ir_initialized()
     binary = kernel.build(backend.binary_target) if backend.binary_target is not None else None

@@ -409,11 +409,13 @@ def mul(a, b, sanitize=False):
 
 
 def _check_overflow(name, a: tensor, b: tensor) -> None:
-    """In a debug build, `a name b` on integers narrower than 64 bits asserts that the exact result
-    fits the type (Triton's sanitize_overflow: its +, - and * of tensors, and tl.add/sub/mul): the
-    operation done again in int64, its result compared with the type's bounds."""
+    """In a debug build (unless compiled with sanitize_overflow=False), `a name b` on integers narrower
+    than 64 bits asserts that the exact result fits the type (Triton's sanitize_overflow: its +, - and *
+    of tensors, and tl.add/sub/mul): the operation done again in int64, its result compared with the
+    type's bounds."""
     t = a.dtype
-    if not state.options.get("debug") or not t.is_int() or t.primitive_bitwidth not in (8, 16, 32):
+    wanted = state.options.get("debug") and state.options.get("sanitize_overflow", True)
+    if not wanted or not t.is_int() or t.primitive_bitwidth not in (8, 16, 32):
         return
     exact = _elementwise(name, cast(a, int64), cast(b, int64))
     fits = and_(greater_equal(exact, constant(t.get_int_min_value(), int64)),
