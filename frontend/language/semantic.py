@@ -414,13 +414,18 @@ def _check_overflow(name, a: tensor, b: tensor) -> None:
     of tensors, and tl.add/sub/mul): the operation done again in int64, its result compared with the
     type's bounds."""
     t = a.dtype
-    wanted = state.options.get("debug") and state.options.get("sanitize_overflow", True)
-    if not wanted or not t.is_int() or t.primitive_bitwidth not in (8, 16, 32):
+    if not _overflow_checked(t):
         return
     exact = _elementwise(name, cast(a, int64), cast(b, int64))
     fits = and_(greater_equal(exact, constant(t.get_int_min_value(), int64)),
                 less_equal(exact, constant(t.get_int_max_value(), int64)))
     device_assert(fits, f"{t.name} overflow in {name}")
+
+
+def _overflow_checked(t) -> bool:
+    """Does this build check arithmetic on `t` for overflow (`_check_overflow`)?"""
+    wanted = state.options.get("debug") and state.options.get("sanitize_overflow", True)
+    return bool(wanted) and t.is_int() and t.primitive_bitwidth in (8, 16, 32)
 
 
 def truediv(a, b):
@@ -522,7 +527,7 @@ def neg(a, sanitize=False):
     a = to_tensor(a)
     if a.dtype.is_ptr():
         raise TypeError("cannot negate a pointer")
-    if sanitize:  # Triton's unary minus is 0 - x, checked as any subtraction
+    if sanitize and _overflow_checked(a.dtype):  # Triton's unary minus is 0 - x, checked as any subtraction
         _check_overflow("sub", constant(0, a.type), a)
     if is_fp8e4b15(a.dtype):  # flip the sign bit
         return cast(xor_(cast(a, dtype("uint8"), bitcast=True), 0x80), a.dtype, bitcast=True)
