@@ -2,7 +2,6 @@
 cuobjdump `knobs.nvidia.cuobjdump` finds (the test extra installs NVIDIA's wheel); skipped where there is
 none. `innermost_loop` is bench/sass_loops.py's `main_loop`."""
 import importlib.util
-import os
 
 import pytest
 
@@ -16,8 +15,9 @@ innermost_loop, opcode = _loops.main_loop, _loops.opcode
 
 def sass(cubin: bytes) -> str:
     """The SASS listing of `cubin`."""
-    from kiln.dropin import nvidia_tools
-    from kiln.tools.disasm import get_sass
-    if nvidia_tools.find("cuobjdump", os.environ.get("TRITON_CUOBJDUMP_PATH")) is None:
+    from kiln.tools.disasm import get_sass, path_to_cuobjdump
+    try:
+        path_to_cuobjdump()  # the knob's lookup, which get_sass makes too
+    except RuntimeError:
         pytest.skip("no cuobjdump here (`pip install -e '.[test]'` brings one; or set TRITON_CUOBJDUMP_PATH)")
     return get_sass(cubin)
