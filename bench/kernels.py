@@ -154,6 +154,36 @@ def int8_matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, strid
 
 
 @triton.jit
+def gate_up_kernel(x_ptr, wg_ptr, wu_ptr, out_ptr, M, N, K, stride_xm, stride_wk, stride_om,
+                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+    """A SwiGLU MLP's first half fused: silu(x @ wg) * (x @ wu), fp16 x [M, K] and weights [K, N]. The x
+    tile feeds two dots, each on its own weight tile, summed side by side in one K loop."""
+    pid_m, pid_n = _grouped_tile(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    offs_m = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)) % M
+    offs_n = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N
+    offs_k = tl.arange(0, BLOCK_K)
+    x_ptrs = x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :]
+    wg_ptrs = wg_ptr + offs_k[:, None] * stride_wk + offs_n[None, :]
+    wu_ptrs = wu_ptr + offs_k[:, None] * stride_wk + offs_n[None, :]
+    gate = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    up = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BLOCK_K)):
+        x = tl.load(x_ptrs, mask=offs_k[None, :] < K - k * BLOCK_K, other=0.0)
+        wg = tl.load(wg_ptrs, mask=offs_k[:, None] < K - k * BLOCK_K, other=0.0)
+        wu = tl.load(wu_ptrs, mask=offs_k[:, None] < K - k * BLOCK_K, other=0.0)
+        gate = tl.dot(x, wg, gate)
+        up = tl.dot(x, wu, up)
+        x_ptrs += BLOCK_K
+        wg_ptrs += BLOCK_K * stride_wk
+        wu_ptrs += BLOCK_K * stride_wk
+    h = gate * tl.sigmoid(gate) * up
+    offs_om = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_on = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    tl.store(out_ptr + offs_om[:, None] * stride_om + offs_on[None, :], h.to(tl.float16),
+             mask=(offs_om[:, None] < M) & (offs_on[None, :] < N))
+
+
+@triton.jit
 def dequant_matmul_kernel(a_ptr, w_ptr, s_ptr, c_ptr, M, N, K, stride_am, stride_wk, stride_sk, stride_cm,
                           GROUP_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                           BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):

@@ -2,6 +2,8 @@
 TMA copies on maps derived from the kernel's arguments, the IR and PTX they give on
 sm_90a, and the metadata the launcher encodes the maps from; on the GPU, wrapped rows past M
 against torch (and tests/test_lang_dot.py's conformance)."""
+import re
+
 import numpy as np
 import pytest
 
@@ -427,6 +429,74 @@ def test_unmasked_transposed_boxes_from_a_heads_base_match_torch_on_the_gpu(torc
             want_o += block.half().float() @ kf[:, j:j + width]
         torch.testing.assert_close(s.cpu(), want_s, atol=2e-2, rtol=1e-2)
         torch.testing.assert_close(o.cpu(), want_o, atol=5e-2, rtol=1e-2)
+
+
+@kiln.jit
+def _gate_up(x_ptr, wg_ptr, wu_ptr, out_ptr, M, N, K, stride_xm, stride_wk, stride_om, BM: tl.constexpr,
+             BN: tl.constexpr, BK: tl.constexpr, MIX_ROWS: tl.constexpr):
+    """A fused gate and up projection (silu(x @ wg) * (x @ wu)): one A tile, rows wrapped, feeds two dots."""
+    pid_m, pid_n = tl.program_id(0), tl.program_id(1)
+    offs_m = (pid_m * BM + tl.arange(0, BM)) % M
+    offs_n = (pid_n * BN + tl.arange(0, BN)) % N
+    offs_k = tl.arange(0, BK)
+    x_ptrs = x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :]
+    wg_ptrs = wg_ptr + offs_k[:, None] * stride_wk + offs_n[None, :]
+    wu_ptrs = wu_ptr + offs_k[:, None] * stride_wk + offs_n[None, :]
+    gate = tl.zeros((BM, BN), dtype=tl.float32)
+    up = tl.zeros((BM, BN), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BK)):
+        x = tl.load(x_ptrs, mask=offs_k[None, :] < K - k * BK, other=0.0)
+        wg = tl.load(wg_ptrs, mask=offs_k[:, None] < K - k * BK, other=0.0)
+        wu = tl.load(wu_ptrs, mask=offs_k[:, None] < K - k * BK, other=0.0)
+        gate = tl.dot(x, wg, gate)
+        up = tl.dot(x, wu, up)
+        x_ptrs += BK
+        wg_ptrs += BK * stride_wk
+        wu_ptrs += BK * stride_wk
+    if MIX_ROWS:
+        up = up + tl.sum(up, axis=0)[None, :]
+    h = gate * tl.sigmoid(gate) * up
+    rm = pid_m * BM + tl.arange(0, BM)
+    rn = pid_n * BN + tl.arange(0, BN)
+    tl.store(out_ptr + rm[:, None] * stride_om + rn[None, :], h.to(tl.float16), mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+def _gate_up_build(mix_rows=False):
+    x = np.zeros((64, 64), np.float16)
+    return _gate_up.warmup(x, x, x, x, 4096, 4096, 4096, 4096, 4096, 4096, BM=128, BN=128, BK=64, MIX_ROWS=mix_rows,
+                           num_warps=8, num_stages=3, grid=(1,), target="sm_90a")
+
+
+def test_rows_wrapped_in_an_a_tile_two_dots_share_are_read_by_tma():
+    """Both accumulators reach the store through elementwise ops only, masked on the rows: x's rows past M
+    are never stored, so x takes a map as the weights do, and the loop's two dots stay in flight together
+    (each wait leaves both groups pending: smem_pipeline._carried_dots)."""
+    k = _gate_up_build()
+    assert set(_derived(k)) == {"x_ptr.tma", "wg_ptr.tma", "wu_ptr.tma"}
+    ptx = k.asm["ptx"]
+    assert "cp.async.cg" not in ptx and ".local" not in ptx
+    assert re.findall(r"wgmma.wait_group.sync.aligned (\d+)", ptx) == ["2", "2", "0"]
+
+
+def test_a_reduction_over_one_of_two_accumulators_keeps_the_shared_a_on_pointers():
+    """x's rows past M would reach the stores through up's column sums, and so would wu's wrapped columns
+    (the pass follows elementwise ops only): both keep their pointers, wg (gate's alone) takes its map."""
+    assert set(_derived(_gate_up_build(mix_rows=True))) == {"wg_ptr.tma"}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("M, N, K", [(200, 320, 200), (17, 136, 64), (512, 256, 1000)])
+def test_a_fused_gate_and_up_projection_matches_torch_on_the_gpu(M, N, K, hopper_torch):
+    torch = hopper_torch
+    gen = torch.Generator(device="cuda").manual_seed(M)
+    x = torch.randn(M, K, device="cuda", generator=gen).half()
+    wg, wu = (torch.randn(K, N, device="cuda", generator=gen).half() / 8 for _ in range(2))
+    out = torch.full((M, N), 7.0, device="cuda", dtype=torch.float16)
+    _gate_up[(-(-M // 128), -(-N // 128))](x, wg, wu, out, M, N, K, x.stride(0), wg.stride(0), out.stride(0), BM=128,
+                                            BN=128, BK=64, MIX_ROWS=False, num_warps=8, num_stages=3)
+    torch.cuda.synchronize()
+    gate, up = x.float() @ wg.float(), x.float() @ wu.float()
+    torch.testing.assert_close(out.float(), torch.nn.functional.silu(gate) * up, atol=0.1, rtol=2e-2)
 
 
 def test_a_row_wrap_whose_rows_are_stored_unmasked_keeps_its_pointers():

@@ -32,8 +32,8 @@ A plain dim's start must be proved non-negative (or masked by `X_d >= 0`): TMA r
 nothing before the base. A wrapped dim reads row (a + i) % E where TMA reads zeros past E;
 for a >= 0 the rows before E are the same (a negative `a` would read before the base,
 out of the tensor the map describes). The load must then only
-feed one dot, along its M (A's rows) or N (B's columns), whose accumulator is carried by
-the loop and after it only goes through elementwise ops into stores masked by
+feed dots, along their M (A's rows) or N (B's columns), whose accumulators are carried by
+the loop and after it only go through elementwise ops into stores masked by
 `a + idx < E` on that dim: the rows that differ are never stored. Such a load's
 `descriptor_load` carries E after its offsets (attr `wrap_dim`): its copies may then start
 a box past E at its row mod E (smem_plan.copy_box), since a box that reaches past the
@@ -689,26 +689,31 @@ def _inside(v, loop) -> bool:
 
 def _wrapped_rows_unseen(fn, load, loop, wraps, forms) -> bool:
     """Is the wrapped dim of this load one whose rows past E are never stored: the load
-    is A (rows wrapped) or B (columns wrapped) of one dot whose accumulator the loop
-    carries, and after the loop only elementwise ops take it to stores masked on that dim?"""
+    is A (rows wrapped) or B (columns wrapped) of dots whose accumulators the loop carries
+    (one, or several sharing it: a fused gate and up projection), and after the loop only
+    elementwise ops take them to stores masked on that dim?"""
     body = loop.regions[0]
     value = load.results[0]
     uses = _uses(fn)
     users = uses.get(value, [])
-    if len(users) != 1 or users[0].name != "dot" or users[0].parent is not body or len(users[0].operands) != 3:
+    if not users or any(u.name != "dot" or u.parent is not body or len(u.operands) != 3 for u in users):
         return False
-    dot = users[0]
-    a, b, acc = dot.operands
-    side = 0 if a is value and b is not value else 1 if b is value and a is not value else None
-    if side is None or set(wraps) != {side} or acc.owner is not body or acc is body.args[0]:
-        return False
-    j = acc.index - 1
-    result = dot.results[0]
-    if uses.get(acc) != [dot] or uses.get(result) != [body.terminator] \
-            or body.terminator.operands.count(result) != 1 or body.terminator.operands[j] is not result:
+    side = 0 if all(u.operands[0] is value and u.operands[1] is not value for u in users) \
+        else 1 if all(u.operands[1] is value and u.operands[0] is not value for u in users) else None
+    if side is None or set(wraps) != {side}:
         return False
     start, extent = forms.wraps[wraps[side]]
-    return _stored_masked(uses, loop.results[j], side, start, extent, forms)
+    for dot in users:
+        acc, result = dot.operands[2], dot.results[0]
+        if acc.owner is not body or acc is body.args[0]:
+            return False
+        j = acc.index - 1
+        if uses.get(acc) != [dot] or uses.get(result) != [body.terminator] \
+                or body.terminator.operands.count(result) != 1 or body.terminator.operands[j] is not result:
+            return False
+        if not _stored_masked(uses, loop.results[j], side, start, extent, forms):
+            return False
+    return True
 
 
 def _uses(fn) -> dict:

@@ -268,6 +268,7 @@ def _rewrite(loop, plan, stored_earlier, kind="wgmma", portable=False, num_warps
                            if src[0] == "ring" and src[2]}  # the tl.trans of a ring load
     copied |= {id(c.load.operands[-1].defining_op) for c in copies if is_tma(c.load)}  # their pointer loads
     replaced, deferred, tiles, staged_now = {}, [], {}, {}
+    in_flight = _carried_dots(body, order)
     for op in body.ops[:-1]:
         if id(op) in fetched:  # read back from its ring's tile
             tile = _read_tile(new, rings[id(op)], read_slot, tiles, loc)
@@ -298,12 +299,14 @@ def _rewrite(loop, plan, stored_earlier, kind="wgmma", portable=False, num_warps
             if "max_num_imprecise_acc" in op.attrs else {}
         issued = append_op(new, "warp_group_dot", views + [acc], [acc.type], op.loc, **imprecise)
         # a result only carried to the next iteration may stay in flight (that dot's wait
-        # leaves one group pending); one read in this iteration is awaited here, and the
-        # copies are issued while the tensor cores work on it
+        # leaves its run of such dots pending: a fused gate and up projection keeps both of
+        # its dots in flight); one read in this iteration is awaited here, and the copies are
+        # issued while the tensor cores work on it
         carried_only = all(u is body.ops[-1] for u in _users(body, op.results[0]))
         if carried_only and dots[id(op)][0][0] == "regs" and not _after_drain(views[0], new):
             carried_only = False  # see _after_drain
-        wait = Operation("warp_group_dot_wait", [issued], [acc.type], {"pending": int(carried_only)}, loc=op.loc)
+        wait = Operation("warp_group_dot_wait", [issued], [acc.type], {"pending": in_flight[id(op)] if carried_only else 0},
+                         loc=op.loc)
         if carried_only or tight:
             new.append(wait)
         if copies and not tail and op is order[-1]:
@@ -460,6 +463,23 @@ def _after_drain(a, issued_before) -> bool:
             return True
         stack.extend(op.operands)
     return False
+
+
+def _carried_dots(body, order) -> dict:
+    """For each dot whose result is only carried to the next iteration: the groups its wait
+    leaves pending, the number of such dots in its run (dots in program order between two
+    awaited at once). After a run's last dot exactly that run is in flight, so every dot
+    issued before it has retired there (what the copies into the slots read before need); a
+    dot counted that is awaited after all (an A from registers, `_after_drain`) only retires
+    more."""
+    runs, run = {}, []
+    for op in order + [None]:
+        if op is not None and all(u is body.ops[-1] for u in _users(body, op.results[0])):
+            run.append(op)
+            continue
+        runs.update({id(d): len(run) for d in run})
+        run = []
+    return runs
 
 
 def _users(block, v):
