@@ -18,6 +18,13 @@ Each file runs in its own process, `KILN_DROPIN=1 TRITON_INTERPRET=1 python -m p
 -p no:cacheprovider --device cpu`, and its JUnit XML gives the counts. The report (markdown on
 stdout; JSON and markdown in --out) is a report, not a gate: the exit status is 0 whenever the
 harness ran, 2 on bad arguments.
+
+`--device cuda` runs them compiled for the GPU instead (no TRITON_INTERPRET, `--device cuda`; `--workers N`
+spreads a file over N pytest-xdist processes). A GPU machine without upstream's git reads the files a run here
+laid out (`--scratch DIR`, which also records the commit) with `--extracted DIR`:
+
+    python scripts/upstream_tests.py --triton-git ~/src/triton --files test_core.py --scratch .scratch/up --extract-only
+    python scripts/upstream_tests.py --extracted .scratch/up --files test_core.py --device cuda --workers 16 --out DIR
 """
 from __future__ import annotations
 
@@ -138,6 +145,9 @@ def select_files(git_dir: Path, sha: str, patterns: list[str]) -> tuple[list[str
     return tests, helpers
 
 
+COMMIT_FILE = "UPSTREAM_COMMIT"  # in a scratch directory: the commit its files are from
+
+
 def extract(git_dir: Path, sha: str, tests: list[str], helpers: list[str], scratch: Path) -> None:
     scratch.mkdir(parents=True, exist_ok=True)
     targets = {p: p.rsplit("/", 1)[-1] for p in tests + helpers} | SUPPORT
@@ -147,14 +157,33 @@ def extract(git_dir: Path, sha: str, tests: list[str], helpers: list[str], scrat
             raise UsageError(f"cannot read {upstream} at {sha[:12]}: {blob.stderr.decode().strip()}")
         (scratch / name).write_bytes(blob.stdout)
     (scratch / "conftest.py").write_text(SHIM)
+    (scratch / COMMIT_FILE).write_text(sha + "\n")
+
+
+def extracted(scratch: Path, patterns: list[str]) -> tuple[str, list[str]]:
+    """(commit, test file names) of a directory `extract` laid out, the names matching `patterns`."""
+    try:
+        sha = (scratch / COMMIT_FILE).read_text().strip()
+    except OSError:
+        raise UsageError(f"--extracted {scratch}: no {COMMIT_FILE} there (lay it out with --scratch first)") from None
+    present = sorted(p.name for p in scratch.glob("test_*.py"))
+    names: list[str] = []
+    for pattern in patterns:
+        matched = [n for n in present if fnmatch.fnmatchcase(n, pattern.rsplit("/", 1)[-1])]
+        if not matched:
+            raise UsageError(f"--files {pattern}: matches nothing in {scratch}")
+        names += [n for n in matched if n not in names]
+    return sha, names
 
 
 # ---- running and reading JUnit XML --------------------------------------------------------------
 
-def pytest_command(name: str, xml: Path, timeout: float, keyword: str | None, marker: str | None = None) -> list[str]:
-    cmd = [sys.executable, "-m", "pytest", name, "-q", "-p", "no:cacheprovider", "--device", "cpu",
+def pytest_command(name: str, xml: Path, timeout: float, keyword: str | None, marker: str | None = None,
+                   device: str = "cpu", workers: int = 0) -> list[str]:
+    cmd = [sys.executable, "-m", "pytest", name, "-q", "-p", "no:cacheprovider", "--device", device,
            f"--junitxml={xml}", f"--timeout={timeout:g}"]
-    return cmd + (["-k", keyword] if keyword else []) + (["-m", marker] if marker else [])
+    return cmd + (["-k", keyword] if keyword else []) + (["-m", marker] if marker else []) + \
+        (["-n", str(workers)] if workers else [])
 
 
 def _one_line(text: str | None) -> str:
@@ -197,14 +226,17 @@ def parse_junit(path: Path, result: FileResult) -> None:
             result.failures.append(Failure(test, outcome, reason))
 
 
-def run_file(name: str, scratch: Path, timeout: float, keyword: str | None, marker: str | None = None) -> FileResult:
+def run_file(name: str, scratch: Path, timeout: float, keyword: str | None, marker: str | None = None,
+             device: str = "cpu", workers: int = 0) -> FileResult:
     result = FileResult(name)
     xml = scratch / "junit" / (name + ".xml")
     xml.parent.mkdir(exist_ok=True)
     xml.unlink(missing_ok=True)  # a kept --scratch may hold an earlier run's report
     env = dict(os.environ, KILN_DROPIN="1", TRITON_INTERPRET="1", PYTHONDONTWRITEBYTECODE="1")
+    if device != "cpu":  # compiled for the GPU
+        del env["TRITON_INTERPRET"]
     start = time.monotonic()
-    done = subprocess.run(pytest_command(name, xml, timeout, keyword, marker), cwd=scratch, env=env,
+    done = subprocess.run(pytest_command(name, xml, timeout, keyword, marker, device, workers), cwd=scratch, env=env,
                           capture_output=True, text=True)
     result.seconds = round(time.monotonic() - start, 1)
     result.returncode = done.returncode
@@ -231,11 +263,13 @@ def _kiln_revision() -> str:
 
 def markdown(report: dict) -> str:
     results = [FileResult(**{**r, "failures": [Failure(**f) for f in r["failures"]]}) for r in report["files"]]
-    suite = report.get("suite", "language")
-    lines = [f"# Upstream Triton {suite} tests under kiln's drop-in (CPU, {report['date']})", "",
+    suite, device = report.get("suite", "language"), report.get("device", "cpu")
+    interpret = "TRITON_INTERPRET=1 " if device == "cpu" else ""
+    workers = f" -n {report['workers']}" if report.get("workers") else ""
+    lines = [f"# Upstream Triton {suite} tests under kiln's drop-in ({device.upper()}, {report['date']})", "",
              f"Upstream commit `{report['commit']}`; kiln `{report['kiln']}`; Python {report['python']} "
-             f"on {report['machine']}. Each file: `KILN_DROPIN=1 TRITON_INTERPRET=1 python -m pytest FILE -q "
-             f"-p no:cacheprovider --device cpu --timeout {report['timeout']:g}`"
+             f"on {report['machine']}. Each file: `KILN_DROPIN=1 {interpret}python -m pytest FILE -q "
+             f"-p no:cacheprovider --device {device} --timeout {report['timeout']:g}{workers}`"
              + (f" `-k {report['keyword']!r}`" if report["keyword"] else "")
              + (f" `-m {report['marker']}`" if report.get("marker") else "")
              + ", upstream's conftest and `_internal_testing.py` unedited. Pass rate: passed / (passed + failed + "
@@ -271,7 +305,8 @@ def build_report(results: list[FileResult], sha: str, args: argparse.Namespace) 
     return {"date": datetime.date.today().isoformat(), "commit": sha, "kiln": _kiln_revision(),
             "python": platform.python_version(), "machine": f"{platform.machine()} {platform.system()}",
             "command": " ".join(["python", "scripts/upstream_tests.py", *args.argv]),
-            "timeout": args.timeout, "keyword": args.k, "marker": args.m, "suite": args.suite, "total": total,
+            "timeout": args.timeout, "keyword": args.k, "marker": args.m, "suite": args.suite,
+            "device": args.device, "workers": args.workers, "total": total,
             "files": [asdict(r) for r in results]}
 
 
@@ -279,16 +314,21 @@ def build_report(results: list[FileResult], sha: str, args: argparse.Namespace) 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--triton-git", required=True, help="a clone of Triton, or its git dir")
+    p.add_argument("--triton-git", help="a clone of Triton, or its git dir (or --extracted)")
+    p.add_argument("--extracted", help="run the files an earlier --scratch laid out there (no git needed)")
+    p.add_argument("--extract-only", action="store_true", help="lay the files out in --scratch and stop")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                   help="cpu: upstream's interpreter mode (default); cuda: compiled for the GPU")
+    p.add_argument("--workers", type=int, default=0, help="pytest-xdist processes per file (default: none)")
     p.add_argument("--commit", default=PINNED,
                    help=f"upstream commit to test at (default {PINNED}, the 3.6 branch point)")
     p.add_argument("--files", nargs="+", default=list(DEFAULT_FILES),
                    help=f"test files or globs, upstream paths; a bare name is in {LANGUAGE_DIR} "
                         "(default: all test_*.py there)")
-    p.add_argument("--out", help="directory for the report: DATE-cpu-upstream-SUITE-tests[-TAG].{json,md}")
+    p.add_argument("--out", help="directory for the report: DATE-DEVICE-upstream-SUITE-tests[-TAG].{json,md}")
     p.add_argument("--suite", default="language",
                    help="what the files are, for the report's title and name (default: language; e.g. runtime)")
-    p.add_argument("--tag", help="appended to the report's name: DATE-cpu-upstream-SUITE-tests-TAG")
+    p.add_argument("--tag", help="appended to the report's name: DATE-DEVICE-upstream-SUITE-tests-TAG")
     p.add_argument("--timeout", type=float, default=120, help="seconds per test (pytest-timeout; default 120)")
     p.add_argument("-k", help="passed to pytest's -k")
     p.add_argument("-m", help="passed to pytest's -m: `-m interpreter` is the subset upstream runs in its interpreter")
@@ -296,27 +336,38 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--scratch", help="directory to extract into and keep (default: a temporary one, removed)")
     args = p.parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)
-    if args.jobs < 1 or args.timeout <= 0:
-        p.error("--jobs and --timeout must be positive")
+    if args.jobs < 1 or args.timeout <= 0 or args.workers < 0:
+        p.error("--jobs and --timeout must be positive, --workers not negative")
+    if (args.triton_git is None) == (args.extracted is None):
+        p.error("give one of --triton-git and --extracted")
+    if args.extract_only and not args.scratch:
+        p.error("--extract-only lays the files out in --scratch: give it")
     return args
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
-        git_dir = find_git_dir(args.triton_git)
-        sha = resolve_commit(git_dir, args.commit)
-        tests, helpers = select_files(git_dir, sha, args.files)
-        scratch = Path(args.scratch or tempfile.mkdtemp(prefix="kiln-upstream-")).resolve()
-        extract(git_dir, sha, tests, helpers, scratch)
+        if args.extracted:
+            scratch = Path(args.extracted).resolve()
+            sha, names = extracted(scratch, args.files)
+        else:
+            git_dir = find_git_dir(args.triton_git)
+            sha = resolve_commit(git_dir, args.commit)
+            tests, helpers = select_files(git_dir, sha, args.files)
+            scratch = Path(args.scratch or tempfile.mkdtemp(prefix="kiln-upstream-")).resolve()
+            extract(git_dir, sha, tests, helpers, scratch)
+            names = [p.rsplit("/", 1)[-1] for p in tests]
     except UsageError as e:
         print(f"upstream_tests: {e}", file=sys.stderr)
         return 2
-    print(f"upstream {sha[:12]}: {len(tests)} files into {scratch}", file=sys.stderr)
-    names = [p.rsplit("/", 1)[-1] for p in tests]
+    print(f"upstream {sha[:12]}: {len(names)} files in {scratch}", file=sys.stderr)
+    if args.extract_only:
+        return 0
     try:
         with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
-            futures = [pool.submit(run_file, n, scratch, args.timeout, args.k, args.m) for n in names]
+            futures = [pool.submit(run_file, n, scratch, args.timeout, args.k, args.m, args.device, args.workers)
+                       for n in names]
             for fut in concurrent.futures.as_completed(futures):
                 r = fut.result()
                 print(f"  {r.file}: {r.passed} passed, {r.failed} failed, {r.errors} errors, {r.skipped} skipped"
@@ -324,7 +375,7 @@ def main(argv: list[str] | None = None) -> int:
                       file=sys.stderr)
             results = [f.result() for f in futures]
     finally:
-        if not args.scratch:
+        if not args.scratch and not args.extracted:
             shutil.rmtree(scratch, ignore_errors=True)
     report = build_report(results, sha, args)
     text = markdown(report)
@@ -332,7 +383,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.out:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
-        stem = out / (f"{report['date']}-cpu-upstream-{args.suite}-tests" + (f"-{args.tag}" if args.tag else ""))
+        stem = out / (f"{report['date']}-{args.device}-upstream-{args.suite}-tests" + (f"-{args.tag}" if args.tag else ""))
         stem.with_suffix(".json").write_text(json.dumps(report, indent=1) + "\n")
         stem.with_suffix(".md").write_text(text)
     return 0

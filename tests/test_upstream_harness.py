@@ -147,3 +147,35 @@ def test_bad_arguments_exit_2_with_a_message(fake_triton, tmp_path, monkeypatch,
     assert harness.main(argv) == 2
     err = capsys.readouterr().err
     assert err.startswith("upstream_tests: ") and message in err
+
+
+def test_files_laid_out_once_run_compiled_for_the_gpu_without_git(fake_triton, tmp_path, capsys):
+    """--extract-only lays the files out (and the commit) for a machine without upstream's git; --extracted runs
+    them there, `--device cuda` without TRITON_INTERPRET (test_x's check of it fails so), over xdist workers."""
+    repo, sha = fake_triton
+    scratch, out = tmp_path / "scratch", tmp_path / "out"
+    assert harness.main(["--triton-git", str(repo), "--commit", sha, "--files", "test_x.py", "--scratch", str(scratch),
+                         "--extract-only"]) == 0
+    assert (scratch / "UPSTREAM_COMMIT").read_text().strip() == sha and not (scratch / "junit").exists()
+    capsys.readouterr()
+    assert harness.main(["--extracted", str(scratch), "--files", "test_x.py", "-k", "helper or device_and_env",
+                         "--device", "cuda", "--workers", "2", "--out", str(out)]) == 0
+    report = json.loads(next(out.glob("*-cuda-upstream-language-tests.json")).read_text())
+    assert report["commit"] == sha and (report["device"], report["workers"]) == ("cuda", 2)
+    (x,) = report["files"]
+    assert (x["passed"], x["failed"]) == (1, 1) and "TRITON_INTERPRET" in x["failures"][0]["reason"]
+    md = capsys.readouterr().out
+    assert md.startswith("# Upstream Triton language tests under kiln's drop-in (CUDA, ")
+    assert "`KILN_DROPIN=1 python -m pytest FILE -q -p no:cacheprovider --device cuda --timeout 120 -n 2`" in md
+
+
+@pytest.mark.parametrize("args", [[], ["--extracted", "x", "--triton-git", "y"], ["--triton-git", "y", "--extract-only"]])
+def test_where_the_files_come_from_must_be_said_once(args):
+    with pytest.raises(SystemExit) as stop:
+        harness.parse_args(args)
+    assert stop.value.code == 2
+
+
+def test_a_directory_never_laid_out_is_refused(tmp_path, capsys):
+    assert harness.main(["--extracted", str(tmp_path)]) == 2
+    assert "no UPSTREAM_COMMIT there" in capsys.readouterr().err
