@@ -79,6 +79,7 @@ This module is otherwise the only one that reads the environment (tests/test_set
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 DEFAULT_SIZE_LIMIT = 8 << 30
@@ -126,7 +127,20 @@ def allow_non_constexpr_globals() -> bool:
 
 
 def forced_target() -> str | None:
-    return os.environ.get("KILN_TARGET", "").strip() or None
+    """The target every compile is for instead of the GPU's: KILN_TARGET (`sm_80`), else Triton's
+    TRITON_OVERRIDE_ARCH (`sm80`; knobs.runtime.override_arch), in kiln's name for it (`sm90` is
+    sm_90a, as Triton compiles Hopper's code); None where neither is set."""
+    forced = os.environ.get("KILN_TARGET", "").strip()
+    if forced:
+        return forced
+    arch = os.environ.get("TRITON_OVERRIDE_ARCH", "").strip()
+    if not arch:
+        return None
+    m = re.fullmatch(r"sm(\d+)", arch)
+    if not m:
+        raise ValueError("TRITON_OVERRIDE_ARCH must have the form ^sm(\\d+)$")
+    capability = int(m.group(1))
+    return f"sm_{capability}" + ("a" if capability >= 90 else "")
 
 
 def cache_dir() -> Path:

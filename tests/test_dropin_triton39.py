@@ -407,3 +407,16 @@ def test_round_f32_to_tf32_on_the_gpu(cuda_torch):
     np.testing.assert_array_equal(out.cpu().numpy().view(np.uint32), expect.view(np.uint32))
     handle = testing.cublas()
     assert handle is testing.cublas() and hasattr(handle, "matmul")
+
+
+@pytest.mark.parametrize("target, refused", [("sm_80", True), ("sm_89", True), ("sm_90a", False)])
+def test_num_ctas_above_one_needs_hopper_as_in_tritons(target, refused):
+    """Triton's CUDA backend refuses clusters of CTAs below sm_90; kiln takes num_ctas there and runs each program
+    on one CTA (kiln.target_options)."""
+    if refused:
+        with pytest.raises(ValueError, match=r"^num_ctas > 1 requires NVIDIA SM90\+ \(Hopper\)\. Current target is "
+                                             rf"{target}\."):
+            _iota.warmup(_out(), 64, BLOCK=32, num_ctas=2, grid=(1,), target=target)
+    else:
+        assert _iota.warmup(_out(), 64, BLOCK=32, num_ctas=2, grid=(1,), target=target).asm["ptx"]
+    _iota.warmup(_out(), 64, BLOCK=32, num_ctas=1, grid=(1,), target=target)

@@ -70,3 +70,19 @@ def test_fp32_default_knob_is_a_dots_default_precision(language_knobs, default, 
     language_knobs.fp32_default = default
     fn = kernel_with_calls(_dot, (np.zeros(256, np.float32), np.zeros(256, np.float32)))
     assert [op.attrs["input_precision"] for op in fn.walk() if op.name == "dot"] == [precision]
+
+
+@pytest.mark.parametrize("arch, target", [("sm80", "sm_80"), ("sm89", "sm_89"), ("sm90", "sm_90a")])
+def test_override_arch_names_the_target_every_compile_is_for(arch, target, monkeypatch):
+    """knobs.runtime.override_arch (TRITON_OVERRIDE_ARCH) as Triton's CUDA backend reads it; KILN_TARGET comes first."""
+    from kiln.runtime import cuda_driver
+    monkeypatch.delenv("KILN_TARGET", raising=False)
+    with knobs.runtime.scope():
+        knobs.runtime.override_arch = arch
+        assert cuda_driver.compile_target(0) == target
+        monkeypatch.setenv("KILN_TARGET", "sm_86")
+        assert cuda_driver.compile_target(0) == "sm_86"
+        monkeypatch.delenv("KILN_TARGET")
+        knobs.runtime.override_arch = "gfx942"
+        with pytest.raises(ValueError, match=r"TRITON_OVERRIDE_ARCH must have the form \^sm\(\\d\+\)\$"):
+            cuda_driver.compile_target(0)

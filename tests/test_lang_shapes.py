@@ -74,6 +74,35 @@ def test_permute_3d():
 
 
 @kiln.jit
+def _batched_trans(x_ptr, out_ptr, A: tl.constexpr, B: tl.constexpr, C: tl.constexpr):
+    a = tl.arange(0, A)[:, None, None]
+    b = tl.arange(0, B)[None, :, None]
+    c = tl.arange(0, C)[None, None, :]
+    y = tl.trans(tl.load(x_ptr + a * B * C + b * C + c))  # no dims: the last two swapped, shape (A, C, B)
+    c2 = tl.arange(0, C)[None, :, None]
+    b2 = tl.arange(0, B)[None, None, :]
+    tl.store(out_ptr + a * C * B + c2 * B + b2, y)
+
+
+def test_trans_without_dims_swaps_the_last_two_of_a_batch():
+    x = _iota(2, 4, 8)
+    out = np.zeros(64, np.int32)
+    _batched_trans[(1,)](x, out, A=2, B=4, C=8)
+    np.testing.assert_array_equal(out.reshape(2, 8, 4), np.swapaxes(x, 1, 2))
+
+
+@kiln.jit
+def _trans_of_a_vector(x_ptr):
+    tl.store(x_ptr + tl.arange(0, 4), tl.trans(tl.load(x_ptr + tl.arange(0, 4))))
+
+
+def test_trans_of_a_vector_is_refused_at_its_line():
+    import pytest
+    with pytest.raises(kiln.CompilationError, match="0- or 1-dimensional"):
+        _trans_of_a_vector[(1,)](np.zeros(4, np.int32))
+
+
+@kiln.jit
 def _broadcasts(x_ptr, y_ptr, out_ptr, M: tl.constexpr, N: tl.constexpr):
     col = tl.load(x_ptr + tl.arange(0, M))
     row = tl.load(y_ptr + tl.arange(0, N))

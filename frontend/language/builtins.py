@@ -297,9 +297,14 @@ def permute(input, *dims):
 
 @builtin
 def trans(input, *dims):
-    """Permute `input`; with no dims, transpose a 2-D block."""
+    """Permute `input`; with no dims, swap its last two (a 2-D transpose, batched over the dims before)."""
     dims = _shape_args(dims)
-    return semantic.permute(input, dims or (1, 0))
+    if not dims:
+        rank = len(getattr(semantic.to_tensor(input).type, "shape", ()))
+        if rank < 2:
+            raise ValueError("tl.trans invoked with a 0- or 1-dimensional tensor")
+        dims = tuple(range(rank - 2)) + (rank - 1, rank - 2)
+    return semantic.permute(input, dims)
 
 
 @builtin
