@@ -12,12 +12,13 @@ from dataclasses import dataclass
 from kiln.ir import verify
 from kiln.ir.layout_check import check_layouts
 
-from .passes import (canonicalize, coarsen, cse, dce, descriptor_loads, dot_accumulate, dot_staging, f32_dot_split,
-                     layouts, persistent, pointer_tma, prefetch, scratch_barriers, smem_alloc, smem_pipeline, split_k,
-                     tile_overlap, tma_store, warp_specialize)
+from .passes import (broadcast_mul_reduce, canonicalize, coarsen, cse, dce, descriptor_loads, dot_accumulate, dot_staging,
+                     f32_dot_split, layouts, persistent, pointer_tma, prefetch, scratch_barriers, smem_alloc,
+                     smem_pipeline, split_k, tile_overlap, tma_store, warp_specialize)
 
 PASSES = [
     canonicalize,   # fold constants, drop x+0, x*1, same-type casts
+    broadcast_mul_reduce,  # sum(a[:, :, None] * b[None, :, :], axis=1) -> dot(a, b) (Triton's combine pattern)
     f32_dot_split,  # fp32 dots at tf32x3 / bf16x3 / bf16x6 -> tensor-core dots on split operands (Triton's F32DotTC)
     cse,            # merge identical pure ops
     dot_accumulate, # acc + dot(a, b) -> dot(a, b, acc)
