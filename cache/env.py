@@ -134,10 +134,13 @@ def forced_target() -> str | None:
     if forced:
         return forced
     arch = os.environ.get("TRITON_OVERRIDE_ARCH", "").strip()
-    if not arch:
-        return None
-    m = re.fullmatch(r"sm(\d+)", arch)
-    if not m:
+    return arch_target(arch) if arch else None
+
+
+def arch_target(arch: str) -> str:
+    """kiln's name for Triton's `smNN` (TRITON_OVERRIDE_ARCH, a launch's `arch=`): sm_NN, sm_NNa from Hopper on."""
+    m = re.fullmatch(r"sm(\d+)", str(arch))
+    if not m:  # Triton's words for either
         raise ValueError("TRITON_OVERRIDE_ARCH must have the form ^sm(\\d+)$")
     capability = int(m.group(1))
     return f"sm_{capability}" + ("a" if capability >= 90 else "")

@@ -205,11 +205,11 @@ class Autotuner(KernelInterface):
                 continue
             if isinstance(kernel, CompiledKernel):
                 kernels.append((kernel, _programs(grid, {**nargs, **c.all_kwargs()})))
-        target = cuda_driver.current_compile_target()
         device = cuda_driver.device_and_stream()[0]
 
         def build(kernel, programs):
             try:
+                target = kernel.target_for(device)
                 kernel.build(target)
                 if programs is not None:  # a GEMM launched with few programs: its split-K build too
                     kernel.build_split_for(target, programs, device)

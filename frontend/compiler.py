@@ -350,7 +350,7 @@ class CompiledKernel:
         if device in launchers:
             return launchers[device]
         driver.ensure_context(device)
-        target = driver.compile_target(device)
+        target = self.target_for(device)
         binary = self.build(target) if derived_maps else self._pointer_build(target)
         shared, limit = binary.metadata["shared"], driver.max_shared_memory(device)
         if shared > limit:
@@ -373,7 +373,7 @@ class CompiledKernel:
         loaded: the launches keep the kernel as written (an optimization never fails a launch), with
         a warning, since it is a compiler bug."""
         from .runtime.launcher import launcher_for
-        target = driver.compile_target(device)
+        target = self.target_for(device)
         try:
             binary = self._variant_build(self.split_binaries, target, split_k=1)
             loaded = self._load(binary)
@@ -416,6 +416,15 @@ class CompiledKernel:
         self.split_launchers.pop(device, None)
         warnings.warn(f"kernel {self.name}: {why}; its launches keep the kernel as written "
                       "(KILN_SPLIT_K=0 says so up front)", RuntimeWarning, stacklevel=4)
+
+    def target_for(self, device: int) -> str:
+        """The target this kernel is built for on `device`: its launch's `arch=` (Triton's option: `sm80`),
+        else the device's (kiln.runtime.cuda_driver.compile_target)."""
+        arch = self.options.get("arch")
+        if arch is not None:
+            from kiln.cache.env import arch_target
+            return arch_target(arch)
+        return driver.compile_target(device)
 
     def _check_target(self, ir, target: str) -> None:
         """The fp8 formats and launch options `target` takes, as Triton decides (kiln.fp8_targets,

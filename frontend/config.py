@@ -8,6 +8,6 @@ from kiln.ir import options
 # Keyword arguments of a launch that are options, not kernel arguments.
 LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg", "enable_fp_fusion", "enable_reflect_ftz", "debug", "stream",
                   "launch_cooperative_grid", "launch_pdl", "clc", "waves_per_eu", "matrix_instr_nonkdim", "kpack",
-                  "extern_libs", "sanitize_overflow")
+                  "extern_libs", "sanitize_overflow", "arch")
 DEFAULT_NUM_WARPS = options.DEFAULT_NUM_WARPS
 DEFAULT_NUM_STAGES = options.DEFAULT_NUM_STAGES

@@ -416,6 +416,9 @@ class JITFunction(JITCallable, KernelInterface):
                 return kernel
         else:
             kernel = self.run(*args, grid=grid, warmup=True, **kwargs)
+        if target is None and kernel is not None and kernel.options.get("arch") is not None \
+                and not config.interpret():
+            target = kernel.target_for(0)  # a launch's `arch=`: built for it, GPU or not, as Triton's warmup
         if target is not None:
             kernel.build(target)
         elif not config.interpret():
@@ -432,7 +435,7 @@ def _lower_for_listener(kernel, timer) -> None:
         timer.stage("kir")
         return
     if cuda_driver.is_available():
-        kernel.build(cuda_driver.current_compile_target())
+        kernel.build(kernel.target_for(cuda_driver.device_and_stream()[0]))
         timer.stage("cubin")
 
 

@@ -86,3 +86,18 @@ def test_override_arch_names_the_target_every_compile_is_for(arch, target, monke
         knobs.runtime.override_arch = "gfx942"
         with pytest.raises(ValueError, match=r"TRITON_OVERRIDE_ARCH must have the form \^sm\(\\d\+\)\$"):
             cuda_driver.compile_target(0)
+
+
+def test_a_launch_s_arch_picks_the_target_its_warmup_builds_for(monkeypatch):
+    """Triton's `arch=` option (`sm80`): warmup builds for that target with or without a GPU, num_ctas > 1 below
+    sm_90 is refused as Triton refuses it, and a malformed name is Triton's ValueError."""
+    monkeypatch.setenv("KILN_INTERPRET", "0")  # (the interpreter takes the option and builds nothing)
+    data = np.zeros(128, np.float32)
+    kernel = _mul_add()
+    k80 = kernel.warmup(data, grid=(1,), arch="sm80")
+    assert ".target sm_80" in k80.asm["ptx"] and k80.target_for(0) == "sm_80"
+    assert ".target sm_90a" in kernel.warmup(data, grid=(1,), arch="sm90").asm["ptx"]
+    with pytest.raises(ValueError, match=r"num_ctas > 1 requires NVIDIA SM90\+ \(Hopper\)"):
+        kernel.warmup(data, grid=(1,), num_ctas=2, arch="sm80")
+    with pytest.raises(ValueError, match="must have the form"):
+        kernel.warmup(data, grid=(1,), arch="gfx942")
