@@ -71,15 +71,15 @@ kiln): KILN_DROPIN and KILN_SHARE_GRAPHS; Triton's own TRITON_* variables are it
 Read here too, as others define them: CONDA_PREFIX, CUDA_HOME and CUDA_PATH (where libdevice and
 ptxas may be), PATH and TRITON_PTXAS_PATH (where ptxas may be), LD_LIBRARY_PATH (part of the
 toolchain's identity in the compile key), TRITON_CACHE_DIR and TRITON_CACHE_MANAGER (Triton's file
-cache, for the drop-in). Triton's own knobs (`triton.knobs`, kiln.dropin.knobs) read their variables
-themselves, on every access, as Triton's do; and the drop-in's start-up hook (kiln.dropin.hook)
-reads KILN_DROPIN and KILN_SHARE_GRAPHS before kiln can be imported.
+cache, for the drop-in), TRITON_OVERRIDE_ARCH (the target every compile is for, Triton's `sm80`).
+Triton's own knobs (`triton.knobs`, kiln.dropin.knobs) read their variables themselves, on every
+access, as Triton's do; and the drop-in's start-up hook (kiln.dropin.hook) reads KILN_DROPIN and
+KILN_SHARE_GRAPHS before kiln can be imported.
 This module is otherwise the only one that reads the environment (tests/test_settings_module.py).
 """
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 
 DEFAULT_SIZE_LIMIT = 8 << 30
@@ -127,23 +127,12 @@ def allow_non_constexpr_globals() -> bool:
 
 
 def forced_target() -> str | None:
-    """The target every compile is for instead of the GPU's: KILN_TARGET (`sm_80`), else Triton's
-    TRITON_OVERRIDE_ARCH (`sm80`; knobs.runtime.override_arch), in kiln's name for it (`sm90` is
-    sm_90a, as Triton compiles Hopper's code); None where neither is set."""
-    forced = os.environ.get("KILN_TARGET", "").strip()
-    if forced:
-        return forced
-    arch = os.environ.get("TRITON_OVERRIDE_ARCH", "").strip()
-    return arch_target(arch) if arch else None
+    return os.environ.get("KILN_TARGET", "").strip() or None
 
 
-def arch_target(arch: str) -> str:
-    """kiln's name for Triton's `smNN` (TRITON_OVERRIDE_ARCH, a launch's `arch=`): sm_NN, sm_NNa from Hopper on."""
-    m = re.fullmatch(r"sm(\d+)", str(arch))
-    if not m:  # Triton's words for either
-        raise ValueError("TRITON_OVERRIDE_ARCH must have the form ^sm(\\d+)$")
-    capability = int(m.group(1))
-    return f"sm_{capability}" + ("a" if capability >= 90 else "")
+def override_arch() -> str | None:
+    """Triton's TRITON_OVERRIDE_ARCH (`sm80`; knobs.runtime.override_arch): kiln.codegen.target.arch_target."""
+    return os.environ.get("TRITON_OVERRIDE_ARCH", "").strip() or None
 
 
 def cache_dir() -> Path:

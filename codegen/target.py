@@ -5,6 +5,7 @@ PTX for a generic GPU; every name is checked against this table instead.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 # target name -> the lowest PTX ISA version (x10) that has it; LLVM's NVPTX backend
@@ -47,6 +48,14 @@ def target_name(capability: int) -> str:
     """The target kiln compiles for on a GPU of `capability` (90 for 9.0), as Triton names it: the
     architecture-specific sm_XYa from Hopper on (Hopper's wgmma and TMA need the `a`), sm_XY before."""
     return f"sm_{capability}" + ("a" if capability >= 90 else "")
+
+
+def arch_target(arch) -> str:
+    """The target of Triton's name for an architecture (`sm80`: TRITON_OVERRIDE_ARCH, a launch's `arch=`)."""
+    m = re.fullmatch(r"sm(\d+)", str(arch))
+    if not m:  # Triton's words, for the option too
+        raise ValueError("TRITON_OVERRIDE_ARCH must have the form ^sm(\\d+)$")
+    return target_name(int(m.group(1)))
 
 
 def known_targets() -> list[str]:

@@ -422,7 +422,7 @@ class CompiledKernel:
         else the device's (kiln.runtime.cuda_driver.compile_target)."""
         arch = self.options.get("arch")
         if arch is not None:
-            from kiln.cache.env import arch_target
+            from kiln.codegen.target import arch_target
             return arch_target(arch)
         return driver.compile_target(device)
 

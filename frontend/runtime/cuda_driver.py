@@ -122,12 +122,14 @@ def sm_count(device: int) -> int:
 def compile_target(device: int) -> str:
     """The target kiln compiles the device's kernels for: the device's own, or `KILN_TARGET`
     where set to an older one (sm_80 on a Hopper, to run the code an A100 would get: the
-    cubin then does not load and the driver JIT-compiles its PTX)."""
+    cubin then does not load and the driver JIT-compiles its PTX), else Triton's
+    TRITON_OVERRIDE_ARCH (`sm80`)."""
     from kiln.cache import env
-    forced = env.forced_target()
-    if not forced:
+    forced, arch = env.forced_target(), env.override_arch()
+    if not forced and not arch:
         return target(device)
-    from kiln.codegen.target import parse_target
+    from kiln.codegen.target import arch_target, parse_target
+    forced = forced or arch_target(arch)
     parse_target(forced)  # an unknown name is an error here, not a failed compile later
     return forced
 
