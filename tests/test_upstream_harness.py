@@ -4,6 +4,7 @@ import importlib.util
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -179,3 +180,24 @@ def test_where_the_files_come_from_must_be_said_once(args):
 def test_a_directory_never_laid_out_is_refused(tmp_path, capsys):
     assert harness.main(["--extracted", str(tmp_path)]) == 2
     assert "no UPSTREAM_COMMIT there" in capsys.readouterr().err
+
+
+def test_a_budget_interrupts_pytest_and_keeps_what_it_ran(fake_triton, tmp_path, capsys):
+    """At --budget pytest gets a Ctrl-C: the file's report keeps the tests run until then (a device call that would
+    otherwise end with nothing), and a file not started by then is reported as not run."""
+    repo, sha = fake_triton
+    scratch = tmp_path / "scratch"
+    assert harness.main(["--triton-git", str(repo), "--commit", sha, "--files", "test_x.py", "--scratch", str(scratch),
+                         "--extract-only"]) == 0
+    (scratch / "test_slow.py").write_text("import time\n\ndef test_quick():\n    pass\n\n"
+                                          "def test_slow():\n    time.sleep(60)\n\ndef test_never():\n    pass\n")
+    capsys.readouterr()
+    started = time.monotonic()
+    assert harness.main(["--extracted", str(scratch), "--files", "test_slow.py", "test_x.py", "--budget", "6",
+                         "--timeout", "120"]) == 0
+    assert time.monotonic() - started < 40
+    md = capsys.readouterr().out
+    assert "| test_slow.py (stopped at the budget) |" in md
+    slow = md.split("| test_slow.py (stopped at the budget) |")[1].split("\n")[0]
+    assert [c.strip() for c in slow.split("|")[:3]] == ["1", "1", "0"]  # collected, passed, failed: test_quick
+    assert "| test_x.py (stopped at the budget) | 0 | 0 |" in md and "not run: the budget was spent" in md
