@@ -302,7 +302,7 @@ def _rewrite(loop, plan, stored_earlier, kind="wgmma", portable=False, num_warps
         # leaves its run of such dots pending: a fused gate and up projection keeps both of
         # its dots in flight); one read in this iteration is awaited here, and the copies are
         # issued while the tensor cores work on it
-        carried_only = all(u is body.ops[-1] for u in _users(body, op.results[0]))
+        carried_only = id(op) in in_flight  # (only the yield reads its result)
         if carried_only and dots[id(op)][0][0] == "regs" and not _after_drain(views[0], new):
             carried_only = False  # see _after_drain
         wait = Operation("warp_group_dot_wait", [issued], [acc.type], {"pending": in_flight[id(op)] if carried_only else 0},
