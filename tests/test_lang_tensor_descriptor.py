@@ -75,8 +75,8 @@ def _reduce_into(out_ptr, x_ptr, KIND: tl.constexpr):
 
 
 @pytest.mark.parametrize("kind, dtype, takes", [("min", np.int64, True), ("xor", np.uint32, True), ("add", np.int32, True),
-                                                ("min", np.float32, False), ("xor", np.float32, False),
-                                                ("add", np.int64, False)])
+                                                ("min", np.float16, True), ("min", np.float32, False),
+                                                ("xor", np.float32, False), ("add", np.int64, False)])
 def test_descriptor_reductions_take_the_elements_tritons_take(kind, dtype, takes):
     x = np.arange(16, dtype=dtype).reshape(2, 8)
     out = np.full((2, 8), 5, dtype)
@@ -85,8 +85,57 @@ def test_descriptor_reductions_take_the_elements_tritons_take(kind, dtype, takes
             _reduce_into[(1,)](out, x, KIND=kind)
         return
     _reduce_into[(1,)](out, x, KIND=kind)
-    want = {"min": np.minimum(x, 5), "xor": x ^ dtype(5), "add": x + 5}[kind]
+    want = {"min": lambda: np.minimum(x, 5), "xor": lambda: x ^ dtype(5), "add": lambda: x + 5}[kind]()
     np.testing.assert_array_equal(out, want)
+
+
+@pytest.mark.parametrize("kind", ["min", "max"])
+def test_half_descriptor_min_and_max_are_compare_and_swap_loops(kind):
+    """fp16 and bf16 min/max, which a descriptor's reduction takes (Hopper's TMA reduces do) and a pointer atomic
+    does not: a compare-and-swap of the 32-bit word around `min.f16` / `max.bf16`."""
+    import re
+    half = np.zeros((2, 8), np.float16)
+    for dtype, suffix in (("fp16", "f16"), ("bf16", "bf16")):
+        k = _reduce_half.warmup(half, half, KIND=kind, DTYPE=dtype, grid=(1,), target="sm_90a")
+        ptx = k.asm["ptx"]
+        assert f"{kind}.{suffix} " in ptx and re.search(r"atom\.[a-z.]*global\.cas\.b32", ptx)
+    with pytest.raises(CompilationError, match=f"atomic_{kind} does not support fp16"):
+        _pointer_half.warmup(half, half, KIND=kind, grid=(1,), target="sm_90a")
+
+
+@kiln.jit
+def _reduce_half(out_ptr, x_ptr, KIND: tl.constexpr, DTYPE: tl.constexpr):
+    elem = tl.float16 if DTYPE == "fp16" else tl.bfloat16
+    out = out_ptr.to(tl.pointer_type(elem), bitcast=True)
+    desc = tl.make_tensor_descriptor(out, [2, 8], [8, 1], [2, 8])
+    x = tl.load(x_ptr + tl.arange(0, 2)[:, None] * 8 + tl.arange(0, 8)[None, :]).to(elem)
+    if KIND == "min":
+        desc.atomic_min([0, 0], x)
+    else:
+        desc.atomic_max([0, 0], x)
+
+
+@kiln.jit
+def _pointer_half(out_ptr, x_ptr, KIND: tl.constexpr):
+    offs = tl.arange(0, 8)
+    if KIND == "min":
+        tl.atomic_min(out_ptr + offs, tl.load(x_ptr + offs))
+    else:
+        tl.atomic_max(out_ptr + offs, tl.load(x_ptr + offs))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kind", ["min", "max"])
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_half_descriptor_min_and_max_match_torch_on_the_gpu(kind, dtype, cuda_torch):
+    torch = cuda_torch
+    gen = torch.Generator(device="cuda").manual_seed(7)
+    x = torch.randn(2, 8, device="cuda", generator=gen).to(getattr(torch, dtype))
+    out = torch.randn(2, 8, device="cuda", generator=gen).to(getattr(torch, dtype))
+    want = (torch.minimum if kind == "min" else torch.maximum)(out, x)
+    _reduce_half[(1,)](out, x, KIND=kind, DTYPE="fp16" if dtype == "float16" else "bf16")
+    torch.cuda.synchronize()
+    assert torch.equal(out, want)
 
 
 @kiln.jit

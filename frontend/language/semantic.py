@@ -1116,13 +1116,16 @@ def ordering(sem, scope, allowed: tuple, default: str, what: str) -> tuple:
     return sem, scope
 
 
-def atomic_rmw(kind, ptr, val, mask=None, sem=None, scope=None):
+def atomic_rmw(kind, ptr, val, mask=None, sem=None, scope=None, half_min_max=False):
+    """`half_min_max`: fp16/bf16 min and max taken too (a tensor descriptor's reduction: Hopper's TMA reduces
+    take them; Triton's pointer atomics do not). They run as a compare-and-swap loop on the 32-bit word."""
     ptr = _pointer(ptr)
     if ptr.dtype.is_const():
         raise ValueError("Cannot store to a constant pointer")
     sem, scope = _memory_order(sem, scope)
     elem = ptr.dtype.element_ty
-    _check_atomic_element(kind, elem)
+    if not (half_min_max and kind in ("min", "max") and (elem.is_fp16() or elem.is_bf16())):
+        _check_atomic_element(kind, elem)
     val = to_tensor(val)
     shape = broadcast_shapes(ptr.type.shape, val.type.shape)
     if unwrap(mask) is not None:

@@ -19,8 +19,8 @@ from .core import block_type, builtin, float32, int1, int32, int64, tensor, uint
 from .semantic import unwrap
 
 # The elements Triton's descriptor reductions take (those of TMA's reductions): no 64-bit integer add,
-# no fp32 min or max, bitwise operations on integers only. (fp16/bf16 min and max need Hopper's TMA in
-# Triton; kiln's atomics refuse them anywhere, as they do on pointers.)
+# no fp32 min or max, bitwise operations on integers only. fp16/bf16 min and max, which Triton's pointer
+# atomics refuse, run as compare-and-swap loops (max.f16 and the like: a NaN loses, as in TMA's reduce).
 _REDUCE_ELEMENTS = {
     "add": ("uint32", "int32", "uint64", "fp32", "fp16", "bf16"),
     "min": ("uint32", "int32", "uint64", "int64", "fp16", "bf16"),
@@ -97,7 +97,7 @@ class TensorDescriptor:
             raise TypeError(f"a tensor descriptor's atomic_{kind} does not take {self.dtype.name} "
                             f"(it takes {', '.join(_REDUCE_ELEMENTS[kind])}, as Triton's)")
         ptrs, mask = self._block(offsets).pointers_and_mask(self._all_dims())
-        semantic.atomic_rmw(kind, ptrs, value, mask)
+        semantic.atomic_rmw(kind, ptrs, value, mask, half_min_max=True)
 
     @builtin
     def atomic_add(self, offsets, value):
