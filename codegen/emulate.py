@@ -140,7 +140,8 @@ def _warp_product(slots, kinds, f16_acc):
         c = np.array([s[6:10] for s in slots], np.float64)
     for i, (dr, dc) in enumerate(((0, 0), (0, 1), (8, 0), (8, 1))):
         C[g + dr, 2 * t + dc] = c[:, i]
-    return C + A @ B
+    D = C + A @ B
+    return np.clip(D, -2.0 ** 31, 2.0 ** 31 - 1) if kinds[0] == "s8" else D  # `.satfinite`, as the mma
 
 
 def _ldmatrix(state, count, out, addr, trans=False):

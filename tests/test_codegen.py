@@ -177,7 +177,7 @@ def test_atomics_have_scopes_and_fences():
 def test_dot_uses_tensor_cores_for_fp16_and_bf16():
     assert "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in compiled("dot_f16").ptx
     assert "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32" in compiled("dot_bf16", "sm_80").ptx
-    assert "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32" in compiled("dot_i8").ptx
+    assert "mma.sync.aligned.m16n8k32.row.col.satfinite.s32.s8.s8.s32" in compiled("dot_i8").ptx
     assert "fma.rn.f32" in compiled("dot_f32").ptx  # fp32 at ieee precision: the exact FMA path
     assert "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32" in compiled("dot_tf32", "sm_80").ptx
     assert "mad.lo.s32" in compiled("dot_i8").ptx or "mad.lo" in compiled("dot_i8").ptx

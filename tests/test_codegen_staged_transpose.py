@@ -75,7 +75,7 @@ def test_the_emulated_mma_reads_the_transposed_tile(dtype, bm, bn, bk, k, warps)
 
 def test_the_sm80_int8_dot_reads_its_staged_tile_with_ldmatrix():
     ptx = _compiled("int8", "sm_80", 64, 64, 64, 4).asm["ptx"]
-    assert "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32" in ptx and "ldmatrix" in ptx
+    assert "mma.sync.aligned.m16n8k32.row.col.satfinite.s32.s8.s8.s32" in ptx and "ldmatrix" in ptx
     assert re.search(r"st\.shared\.(v2\.)?b8", ptx)
 
 

@@ -284,7 +284,9 @@ def _mma(lw, kinds, a, b, c, f16_acc=False):
         lw.b.call(fn, [buf] + a + b + c)
         return [lw.b.load(lw.b.gep(buf, [lw.i32(i)], source_etype=acc), typ=acc) for i in range(4)]
     d = "s32" if kind == "s8" else "f32"
-    text = (f"mma.sync.aligned.{_SHAPE.get(kind, 'm16n8k16')}.row.col.{d}.{kinds[0]}.{kinds[1]}.{d} "
+    # int8 sums saturate at int32's limits, as Triton's mma.sync (its wgmma wraps, and so does kiln's)
+    sat = "satfinite." if kind == "s8" else ""
+    text = (f"mma.sync.aligned.{_SHAPE.get(kind, 'm16n8k16')}.row.col.{sat}{d}.{kinds[0]}.{kinds[1]}.{d} "
             "{$0, $1, $2, $3}, {$4, $5, $6, $7}, {$8, $9}, {$10, $11, $12, $13};")
     con = "r" if kind == "s8" else "f"
     cons = ",".join([f"={con}"] * 4 + ["r"] * 6 + ["0", "1", "2", "3"])
