@@ -9,7 +9,9 @@ tensors a user's kernel writes).
 
 kiln has no C++ extension of its own; the matmul goes to cuBLASLt through PyTorch, which links it:
 fp16 and bf16 through `torch.matmul` (cuBLAS's GEMM, which PyTorch runs on cuBLASLt where it can),
-fp8 (e4m3 / e5m2) through `torch._scaled_mm` (cuBLASLt's fp8 GEMM) with unit scales. The workspace
+fp8 (e4m3 / e5m2) through `torch._scaled_mm` (cuBLASLt's fp8 GEMM) with unit scales, e4m3 with cuBLASLt's
+fast accumulation as Triton's binding asks for it (Hopper's fp8 wgmma sums as a Triton fp8 dot does, so a
+kernel's fp8 result matches the baseline to the bit, not to one fp8 step). The workspace
 is kept as Triton's is, for the caller's sake; PyTorch manages cuBLAS's own. (Its block-scaled
 matmuls are Blackwell's, which kiln does not target.)
 """
@@ -34,7 +36,8 @@ class CublasLt:
         _check(a, b, c)
         if _is_fp8(a.dtype):
             one = torch.ones((), device=a.device, dtype=torch.float32)
-            c.copy_(torch._scaled_mm(a, b.T, scale_a=one, scale_b=one, out_dtype=c.dtype))
+            c.copy_(torch._scaled_mm(a, b.T, scale_a=one, scale_b=one, out_dtype=c.dtype,
+                                     use_fast_accum=a.dtype == torch.float8_e4m3fn))
         elif a.dtype == c.dtype:
             torch.matmul(a, b.T, out=c)
         else:
