@@ -93,3 +93,23 @@ def test_an_fp16_operand_makes_the_scaled_operand_fp16(value, scale, expect):
     out = np.zeros((M, N), np.float32)
     _scaled_by_fp16[(1,)](a, a_scale, b, out, M=M, N=N, K=K)
     np.testing.assert_array_equal(out, np.full((M, N), expect, np.float32))
+
+
+@kiln.jit
+def _fp4_by_bf16(a_ptr, a_scale_ptr, b_ptr, out_ptr, M: tl.constexpr, N: tl.constexpr, K: tl.constexpr):
+    rm, rn, rk = tl.arange(0, M), tl.arange(0, N), tl.arange(0, K)
+    a = tl.load(a_ptr + rm[:, None] * (K // 2) + tl.arange(0, K // 2)[None, :])
+    b = tl.load(b_ptr + rk[:, None] * N + rn[None, :])
+    a_scale = tl.load(a_scale_ptr + rm[:, None] * (K // 32) + tl.arange(0, K // 32)[None, :])
+    tl.store(out_ptr + rm[:, None] * N + rn[None, :], tl.dot_scaled(a, a_scale, "e2m1", b, None, "bf16"))
+
+
+def test_an_operand_of_the_compute_type_reaches_the_dot_as_loaded():
+    # a bf16 B through fp32 and back would be a computed operand: on Hopper staged to shared memory a
+    # second time beside its pipeline's ring (upstream's test_pipeline_matmul: 237,568 bytes, past the SM's)
+    from kiln.ir import parse_function
+    compiled = _fp4_by_bf16.warmup(np.zeros((M, K // 2), np.uint8), np.zeros((M, K // 32), np.uint8),
+                                   np.zeros((K, N), ml_dtypes.bfloat16), np.zeros((M, N), np.float32),
+                                   M=M, N=N, K=K, grid=(1,))
+    [dot] = [op for op in parse_function(compiled.asm["kir"]).walk() if op.name == "dot"]
+    assert dot.operands[1].defining_op.name == "load"

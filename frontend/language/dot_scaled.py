@@ -41,19 +41,21 @@ def _unpack_fp4(packed: tensor) -> tensor:
     return semantic.reshape(pairs, shape[:-2] + [shape[-2] * 2])
 
 
-def _decode(x, fmt: str, k_last: bool) -> tensor:
-    """Operand `x` in format `fmt` as fp32; fp4 is packed along K (the last dim when k_last)."""
+def _decode(x, fmt: str, k_last: bool, compute) -> tensor:
+    """Operand `x` in format `fmt` as `compute` (every value exact); fp4 is packed along K (the last
+    dim when k_last). A 16-bit operand already of the compute type is used as it is: a round trip
+    through fp32 would make it a computed operand, staged to shared memory a second time."""
     x = semantic.to_tensor(x)
     if fmt == "e2m1":
         if k_last:
-            return _unpack_fp4(x)
-        return semantic.permute(_unpack_fp4(semantic.permute(x, [1, 0])), [1, 0])
+            return semantic.cast(_unpack_fp4(x), compute)
+        return semantic.cast(semantic.permute(_unpack_fp4(semantic.permute(x, [1, 0])), [1, 0]), compute)
     want = _FORMATS[fmt]
     if x.dtype != want:
         if x.dtype.primitive_bitwidth != want.primitive_bitwidth or not x.dtype.is_int():
             raise TypeError(f"dot_scaled: a {fmt} operand must be {want} (or raw bytes of it), not {x.dtype}")
         x = semantic.cast(x, want, bitcast=True)
-    return semantic.cast(x, float32)
+    return x if x.dtype == compute else semantic.cast(x, compute)
 
 
 def _scale_factors(scale, rows: int, k: int, fast_math: bool, name: str) -> tensor:
@@ -82,8 +84,8 @@ def dot_scaled(lhs, lhs_scale, lhs_format, rhs, rhs_scale, rhs_format, acc=None,
         raise ValueError("dot_scaled: kiln supports fp4 packed along K only (lhs_k_pack=rhs_k_pack=True)")
     fast_math = bool(unwrap(fast_math))
     compute = float16 if "fp16" in (lhs_format, rhs_format) else bfloat16
-    a = semantic.cast(_decode(lhs, lhs_format, k_last=True), compute)    # [M, K]
-    b = semantic.cast(_decode(rhs, rhs_format, k_last=False), compute)   # [K, N]
+    a = _decode(lhs, lhs_format, k_last=True, compute=compute)    # [M, K]
+    b = _decode(rhs, rhs_format, k_last=False, compute=compute)   # [K, N]
     (m, k), (k2, n) = a.type.shape, b.type.shape
     if k != k2:
         raise ValueError(f"dot_scaled: K differs between lhs ({k}) and rhs ({k2}) after unpacking")
