@@ -296,8 +296,8 @@ def test_mma_operands_come_from_ldmatrix(stages):
 
 def test_mma_operands_are_staged_with_vector_stores():
     ptx = compiled("dot_f16", "sm_80", num_stages=1).ptx
-    staging = ptx[:ptx.index("mma.sync")]  # each thread's run of a row (2 elements here) is one store
-    assert re.search(r"st\.shared\.(v2\.b16|b32)", staging) and "st.shared.b16" not in staging
+    staging = ptx[:ptx.index("mma.sync")]  # each thread's run of a row (8 fp16 as loaded) is one store
+    assert "st.shared.v4.b32" in staging and "st.shared.b16" not in staging and "st.shared.v2.b16" not in staging
 
 
 def test_tensor_core_accumulator_is_stored_coalesced():
