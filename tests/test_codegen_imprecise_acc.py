@@ -28,7 +28,8 @@ def _compiled(imprecise, dtype=tl.float8e4nv, bm=64, bn=64, bk=128):
 
 
 def _adds(ptx: str) -> int:
-    return len(re.findall(r"\badd\.(rn\.)?f32\b", ptx))
+    # contractible, as every fp32 add of a default build: `add.f32` (upstream's test counts these), not `add.rn.f32`
+    return len(re.findall(r"\badd\.f32\b", ptx))
 
 
 @pytest.mark.parametrize("imprecise,runs", [(32, 4), (64, 2), (128, 1)])

@@ -468,7 +468,8 @@ def _warp_group_dot(lw, op):
             total = partial if total is None else waited[len(values):]
             if fresh:
                 continue
-        total = [b.fadd(t, p) for t, p in zip(total, partial)]
+        flags = ("contract",) if lw.ctx.fp_fusion else ()  # as every fp32 add (PTX `add.f32`, as Triton's)
+        total = [b.fadd(t, p, flags=flags) for t, p in zip(total, partial)]
     lw.bind(out, total, layout)
 
 
