@@ -261,6 +261,10 @@ class CodeGenerator(ast.NodeVisitor):
         annotation = unwrap(self.visit(node.annotation))
         if annotation is constexpr and isinstance(value, tensor):
             raise TypeError(f"'{ast.unparse(node.target)}' is annotated constexpr but its value is a tensor")
+        if annotation is constexpr:
+            if isinstance(node.target, ast.Name) and node.target.id in self.scope:  # a parameter too
+                raise ValueError(f"{node.target.id} is already defined. constexpr cannot be reassigned.")
+            value = constexpr(value)  # as Triton's: a tuple too is one constexpr, its type constexpr_type of it
         self.assign(node.target, value, node, materialize=annotation is not constexpr)
 
     def visit_AugAssign(self, node):

@@ -241,6 +241,34 @@ def test_min_max_builtins_on_tensors_and_constexprs():
 
 
 @kiln.jit
+def _constexpr_tuple(out_ptr, given: tl.constexpr, N: tl.constexpr):
+    SHAPE: tl.constexpr = (N, 2 * N)
+    # annotated constexpr, a tuple is one constexpr as Triton makes it: its type is constexpr_type of the tuple
+    tl.static_assert(SHAPE.type == tl.core.constexpr_type((N, 2 * N)))
+    tl.static_assert(given.type == tl.core.constexpr_type((4, 8)))
+    tl.static_assert(given == SHAPE)
+    tl.store(out_ptr + tl.arange(0, N), tl.sum(tl.full(SHAPE, 1, tl.int32), axis=1) + SHAPE[0])
+
+
+def test_a_tuple_annotated_constexpr_is_one_constexpr():
+    out = np.zeros(4, np.int32)
+    _constexpr_tuple[(1,)](out, (4, 8), N=4)
+    assert out.tolist() == [12] * 4
+
+
+@kiln.jit
+def _constexpr_redefined(out_ptr, N: tl.constexpr):
+    N: tl.constexpr = 2
+    tl.store(out_ptr, N)
+
+
+def test_an_annotated_constexpr_of_a_defined_name_is_triton_s_error():
+    with pytest.raises(kiln.CompilationError) as info:
+        _constexpr_redefined[(1,)](np.zeros(1, np.int32), N=4)
+    assert "N is already defined. constexpr cannot be reassigned." in str(info.value)
+
+
+@kiln.jit
 def _tuples(out_ptr):
     a, b = 1, 2
     a, b = b, a
