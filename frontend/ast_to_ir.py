@@ -570,8 +570,17 @@ class CodeGenerator(ast.NodeVisitor):
         self.bind_carried(carried, inits, body.args)
         self.loop_body(body, node.body, carried, inits)
         self.scope = before_scope
-        op = self.builder.create("while", [t.handle for t in flat_inits], types, regions=[cond_block, body])
+        op = self.builder.create("while", [t.handle for t in flat_inits], types, regions=[cond_block, body],
+                                 attrs=self.while_hints(node.test))
         self.bind_carried(carried, inits, op.results)
+
+    def while_hints(self, test) -> dict:
+        """The `while` op's attributes from `while tl.condition(c, disable_licm=True)`, as Triton's loop
+        takes that hint (its value a compile-time one, as tl.range's)."""
+        if not isinstance(test, ast.Call) or unwrap(self.visit(test.func)) is not tl_condition():
+            return {}
+        given = test.args[1:2] or [k.value for k in test.keywords if k.arg == "disable_licm"]
+        return {"disable_licm": True} if given and _compile_time_hint("disable_licm", self.visit(given[0])) else {}
 
     def visit_Break(self, node):
         raise _Unsupported("`break` is not supported in kernels")
@@ -875,6 +884,11 @@ def tl_range():
     return r
 
 
+def tl_condition():
+    from kiln.language.builtins import condition
+    return condition
+
+
 def tl_static_range():
     from kiln.language.core import static_range as r
     return r
@@ -917,7 +931,7 @@ def _range_args(args, kwargs):
 def _compile_time_hint(key, value):
     value = unwrap(value)
     if isinstance(value, tensor):
-        raise TypeError(f"tl.range's {key} is a hint to the compiler: it must be known at compile time "
+        raise TypeError(f"the loop's {key} is a hint to the compiler: it must be known at compile time "
                         "(a constexpr), not a tensor")
     return value
 

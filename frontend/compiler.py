@@ -25,11 +25,11 @@ sys.modules.setdefault(__name__ + ".errors", errors)
 
 # The launch options that change the generated code; the rest only affect the launch.
 CODEGEN_OPTIONS = options_record.CODEGEN_OPTIONS
-# The tl.range hints that codegen reads; the others (flatten, disallow_acc_multi_buffer, and
-# loop_unroll_factor, whose unrolling the frontend already did: kiln.loop_unroll) change nothing it
-# generates, so they are left out of what is compiled: kernels that differ only in them share one
-# compile key (tutorial 09 built each config twice).
-CODEGEN_LOOP_HINTS = ("num_stages", "warp_specialize")
+# The tl.range hints that codegen reads (disable_licm: the LLVM loop's own hint); the others (flatten,
+# disallow_acc_multi_buffer, and loop_unroll_factor, whose unrolling the frontend already did:
+# kiln.loop_unroll) change nothing it generates, so they are left out of what is compiled: kernels that
+# differ only in them share one compile key (tutorial 09 built each config twice).
+CODEGEN_LOOP_HINTS = ("num_stages", "warp_specialize", "disable_licm")
 
 
 def codegen_options(options: dict) -> dict:

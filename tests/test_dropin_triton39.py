@@ -8,6 +8,7 @@ import inspect
 import itertools
 import os
 import pickle
+import re
 import subprocess
 import sys
 import textwrap
@@ -156,11 +157,35 @@ def test_disable_licm_from_a_runtime_value_is_a_compile_error():
         _licm_from_a_tensor.warmup(np.zeros(8, np.float32), 8)
 
 
-def test_codegen_ignores_disable_licm():
+def test_disable_licm_reaches_the_llvm_loop(monkeypatch):
+    # as Triton's loop annotation: LLVM's LICM (and its loop versioning) leaves the hinted loop alone
+    monkeypatch.setenv("KILN_INTERPRET", "0")
     args = (np.zeros(8, np.float32), np.zeros(1, np.float32), 8)
-    on, off = _sum_loop.warmup(*args, True), _sum_loop.warmup(*args, False)
-    assert "disable_licm" in on.asm["kir"]
-    assert print_function(on.binary_inputs()[0]) == print_function(off.binary_inputs()[0])  # one compile key
+    on, off = (_sum_loop.warmup(*args, flag, grid=(1,), target="sm_90a") for flag in (True, False))
+    assert print_function(on.binary_inputs()[0]) != print_function(off.binary_inputs()[0])  # compile keys differ
+    loop_ids = re.findall(r"^(!\d+) = distinct !\{\1, (.*)\}$", on.asm["llir"], re.M)  # LLVM's optimized module
+    assert loop_ids and "!llvm.loop " + loop_ids[0][0] in on.asm["llir"]
+    assert '!{!"llvm.licm.disable"}' in on.asm["llir"] and "llvm.licm.disable" not in off.asm["llir"]
+
+
+@kiln.jit
+def _countdown(out_ptr, n, LICM_OFF: tl.constexpr):
+    i = n
+    while tl.condition(i > 0, disable_licm=LICM_OFF):
+        tl.store(out_ptr + i - 1, i * 2)
+        i -= 1
+
+
+@pytest.mark.parametrize("flag", [True, False])
+def test_a_while_loop_takes_disable_licm_from_tl_condition(flag, monkeypatch):
+    out = np.zeros(4, np.int32)
+    kernel = _countdown[(1,)](out, 4, flag)
+    assert out.tolist() == [2, 4, 6, 8]
+    while_line = next(line for line in kernel.asm["kir"].splitlines() if " while " in line or "= while" in line)
+    assert ("disable_licm = true" in while_line) is flag
+    monkeypatch.setenv("KILN_INTERPRET", "0")
+    built = _countdown.warmup(out, 4, flag, grid=(1,), target="sm_90a")
+    assert ("llvm.licm.disable" in built.asm["llir"]) is flag
 
 
 def test_tl_range_has_tritons_signature():

@@ -43,6 +43,27 @@ def _add_incoming(phis, regs_list, block):
             p.add_incoming(r, block)
 
 
+class _LoopID(ir.values.MDValue):
+    """An LLVM loop ID: a distinct node whose first operand is itself (LLVM reads a loop's hints only
+    from such a node on its latch's branch; llvmlite's `add_metadata` makes neither)."""
+
+    def descr(self, buf):
+        buf += ("distinct !{{ {0} }}".format(", ".join([self.get_reference()] + [o.get_reference() for o in self.operands])),
+                "\n")
+
+
+def _loop_hints(lw, op, latch_branch) -> None:
+    """Triton's `disable_licm` (tl.range, tl.condition): LLVM's loop-invariant code motion, and its
+    versioning of the loop for it, leave the loop's invariant code where the user wrote it (as Triton's
+    loop annotation asks: register pressure the user chose over recomputation)."""
+    if not op.attrs.get("disable_licm"):
+        return
+    m = lw.module
+    hints = [m.add_metadata([ir.MetaDataString(m, "llvm.licm.disable")]),
+             m.add_metadata([ir.MetaDataString(m, "llvm.loop.licm_versioning.disable")])]
+    latch_branch.set_metadata("llvm.loop", _LoopID(m, hints, name=str(len(m.metadata))))
+
+
 def _for(lw, op):
     from . import lower_block
     lb, ub, step = (lw.scalar(v) for v in op.operands[:3])
@@ -74,7 +95,7 @@ def _for(lw, op):
     yielded = _carried(lw, body.ops[-1].operands, layouts)
     nxt = lw.b.add(iv, step)
     latch = lw.b.block
-    lw.b.branch(header)
+    _loop_hints(lw, op, lw.b.branch(header))
     iv.add_incoming(nxt, latch)
     _add_incoming(phis, yielded, latch)
     lw.b.position_at_end(exit_)
@@ -108,7 +129,7 @@ def _while(lw, op):
     lower_block(lw, after)
     yielded = _carried(lw, after.ops[-1].operands, layouts)
     latch = lw.b.block
-    lw.b.branch(header)
+    _loop_hints(lw, op, lw.b.branch(header))
     _add_incoming(phis, yielded, latch)
     lw.b.position_at_end(exit_)
     for r, regs, l in zip(op.results, passed, out_layouts):

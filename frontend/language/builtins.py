@@ -477,7 +477,8 @@ def device_assert(cond, msg="", mask=None):
 @builtin
 def condition(arg1, disable_licm=False):
     """A `while` loop's condition, as Triton spells it (`while tl.condition(c, disable_licm)`);
-    `disable_licm` is a hint to Triton's loop-invariant code motion, which kiln accepts."""
+    `disable_licm` (the `while` op's attribute) keeps LLVM's loop-invariant code motion out of the
+    loop, as Triton's loop annotation does."""
     return arg1
 
 
