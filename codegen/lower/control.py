@@ -48,8 +48,8 @@ class _LoopID(ir.values.MDValue):
     from such a node on its latch's branch; llvmlite's `add_metadata` makes neither)."""
 
     def descr(self, buf):
-        buf += ("distinct !{{ {0} }}".format(", ".join([self.get_reference()] + [o.get_reference() for o in self.operands])),
-                "\n")
+        operands = [self.get_reference()] + [o.get_reference() for o in self.operands]
+        buf += ("distinct !{{ {0} }}".format(", ".join(operands)), "\n")
 
 
 def _loop_hints(lw, op, latch_branch) -> None:
