@@ -2,11 +2,12 @@
 the split tf32x3 / bf16x3 / bf16x6, ieee), fp8 with each operand in its own format (e4m3 x e5m2
 beside e4m3 x e4m3) and an fp16 A the loop computes from its load, on kiln and on upstream Triton,
 same source (bench/kernels.py `precision_matmul_kernel`, `fp8_matmul_kernel`,
-`scaled_a_matmul_kernel`) and inputs. Prints each one's speed (TFLOP/s, the
+`scaled_a_matmul_kernel`, `mxfp4_weight_matmul_kernel`: bf16 activations times mxfp4 weights through
+tl.dot_scaled) and inputs. Prints each one's speed (TFLOP/s, the
 same configs tried for each, the fastest kept), its error against the exact sum and whether kiln's
 result equals Triton's bit for bit.
 
-    python bench/dot_formats.py [--size 4096] [--only fp32,fp8,computed_a] [--out DIR]
+    python bench/dot_formats.py [--size 4096] [--only fp32,fp8,computed_a,mxfp4] [--out DIR]
 """
 from __future__ import annotations
 
@@ -128,7 +129,40 @@ def computed_a_rows(libs, size):
     return rows
 
 
-SECTIONS = {"fp32": fp32_rows, "fp8": fp8_rows, "computed_a": computed_a_rows}
+E2M1_VALUES = [0, 0.5, 1, 1.5, 2, 3, 4, 6, -0.0, -0.5, -1, -1.5, -2, -3, -4, -6]
+MXFP4_CONFIGS = [(128, 128, 128, 8), (128, 256, 128, 8), (128, 128, 128, 4), (64, 128, 128, 4)]
+
+
+def mxfp4_weights(n, k, gen):
+    """(e2m1 codes packed two a byte along K [n, k/2], e8m0 scales [n, k/32], the weights' values [n, k])."""
+    codes = torch.randint(0, 16, (n, k), generator=gen, dtype=torch.uint8)
+    scales = torch.randint(120, 135, (n, k // 32), generator=gen, dtype=torch.uint8)
+    values = torch.tensor(E2M1_VALUES, dtype=torch.float64)[codes.long()]
+    values = values * torch.repeat_interleave(2.0 ** (scales.double() - 127), 32, dim=1)
+    return codes[:, 0::2] | (codes[:, 1::2] << 4), scales, values
+
+
+def mxfp4_rows(libs, size):
+    """A weight-only mxfp4 layer: bf16 activations [M, K] times e2m1 weights [N, K] with e8m0 scales."""
+    gen = torch.Generator().manual_seed(19)
+    a = torch.randn(size, size, generator=gen).bfloat16()
+    packed, scales, values = mxfp4_weights(size, size, gen)
+    exact = a.double() @ values.T  # every scaled weight is exact in bf16, as the dot reads it
+    ad, wd, sd = a.cuda(), packed.cuda(), scales.cuda()
+
+    def make(lib, c, cfg):
+        bm, bn, bk, warps = cfg
+
+        def go():
+            lib.mxfp4_weight_matmul_kernel[(size // bm, size // bn)](ad, wd, sd, c, size, size, size, BLOCK_M=bm,
+                                                                      BLOCK_N=bn, BLOCK_K=bk, num_warps=warps,
+                                                                      num_stages=3)
+        return go
+    return [{"operands": "bf16 x mxfp4 (e2m1, e8m0 scales)", **compare(libs, make, exact, MXFP4_CONFIGS,
+                                                                         2 * size ** 3)}]
+
+
+SECTIONS = {"fp32": fp32_rows, "fp8": fp8_rows, "computed_a": computed_a_rows, "mxfp4": mxfp4_rows}
 
 
 def main():
