@@ -129,24 +129,23 @@ def computed_a_rows(libs, size):
     return rows
 
 
-E2M1_VALUES = [0, 0.5, 1, 1.5, 2, 3, 4, 6, -0.0, -0.5, -1, -1.5, -2, -3, -4, -6]
 MXFP4_CONFIGS = [(128, 128, 128, 8), (128, 256, 128, 8), (128, 128, 128, 4), (64, 128, 128, 4)]
 
 
-def mxfp4_weights(n, k, gen):
-    """(e2m1 codes packed two a byte along K [n, k/2], e8m0 scales [n, k/32], the weights' values [n, k])."""
-    codes = torch.randint(0, 16, (n, k), generator=gen, dtype=torch.uint8)
-    scales = torch.randint(120, 135, (n, k // 32), generator=gen, dtype=torch.uint8)
-    values = torch.tensor(E2M1_VALUES, dtype=torch.float64)[codes.long()]
-    values = values * torch.repeat_interleave(2.0 ** (scales.double() - 127), 32, dim=1)
-    return codes[:, 0::2] | (codes[:, 1::2] << 4), scales, values
+def mxfp4_weights(n, k):
+    """(e2m1 codes packed two a byte along K [n, k/2], e8m0 scales [n, k/32], the weights' values [n, k]),
+    from torch's generator (kiln.tools.mxfp, Triton's triton.tools.mxfp)."""
+    from kiln.tools.mxfp import MXFP4Tensor, MXScaleTensor
+    codes, scales = MXFP4Tensor(size=(n, k)).random(), MXScaleTensor(size=(n, k // 32)).random(2.0 ** -7, 2.0 ** 7)
+    values = codes.to(torch.float32).double() * torch.repeat_interleave(scales.to(torch.float32).double(), 32, dim=1)
+    return codes.to_packed_tensor(dim=1), scales.data, values
 
 
 def mxfp4_rows(libs, size):
     """A weight-only mxfp4 layer: bf16 activations [M, K] times e2m1 weights [N, K] with e8m0 scales."""
-    gen = torch.Generator().manual_seed(19)
-    a = torch.randn(size, size, generator=gen).bfloat16()
-    packed, scales, values = mxfp4_weights(size, size, gen)
+    torch.manual_seed(19)
+    a = torch.randn(size, size).bfloat16()
+    packed, scales, values = mxfp4_weights(size, size)
     exact = a.double() @ values.T  # every scaled weight is exact in bf16, as the dot reads it
     ad, wd, sd = a.cuda(), packed.cuda(), scales.cuda()
 

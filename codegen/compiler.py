@@ -116,12 +116,9 @@ def _lower_to_llvm(fn, tgt, opts: dict, check: bool, portable: bool, counts: dic
         # the rings were planned without the transient scratch (layout conversions), which
         # lowering sized: plan them again with that much less room (fewer stages, a tight ring),
         # and at least the scratch's own bytes (where the rings are at their fewest stages already
-        # the overflow alone would not shrink them: no plan then, a loop without rings)
+        # the overflow alone would not shrink them: no plan then, a loop without rings; and a
+        # warp-specialized kernel's scratch follows its rings, live throughout, taking none of theirs)
         reserve = max(reserve + shared - limit, shared - allocated_bytes(work))
-        if cta_warps(work, opts["num_warps"]) > opts["num_warps"]:
-            # warp-specialized: the scratch follows the rings, live throughout, instead of taking
-            # their bytes, so the rings leave room for all of it
-            reserve = max(reserve, shared - allocated_bytes(work))
     _note_facts(work, opts, facts)
     return print_function(work), llir, arg_layout, shared
 

@@ -1,8 +1,8 @@
 """bench/dot_formats.py's mxfp4 section: its kernel (bench/kernels.py `mxfp4_weight_matmul_kernel`, a weight-only
 mxfp4 layer through tl.dot_scaled) gives the exact product of its inputs as the bench builds them, here in the
 interpreter, and compiles for Hopper on the tensor cores."""
-import importlib.util
 import pathlib
+import sys
 
 import numpy as np
 import pytest
@@ -10,22 +10,14 @@ import pytest
 torch = pytest.importorskip("torch")
 from bench_support import bench_kernels  # noqa: E402
 
-BENCH = pathlib.Path(__file__).parent.parent / "bench"
-
-
-def _dot_formats():
-    import sys
-    sys.path.insert(0, str(BENCH))
-    spec = importlib.util.spec_from_file_location("kiln_bench_dot_formats", BENCH / "dot_formats.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+sys.path.insert(0, str(pathlib.Path(__file__).parent.parent / "bench"))
+import dot_formats  # noqa: E402
 
 
 def _inputs(m, n, k):
-    gen = torch.Generator().manual_seed(3)
-    a = torch.randn(m, k, generator=gen).bfloat16()
-    packed, scales, values = _dot_formats().mxfp4_weights(n, k, gen)
+    torch.manual_seed(3)
+    a = torch.randn(m, k).bfloat16()
+    packed, scales, values = dot_formats.mxfp4_weights(n, k)
     return a, packed, scales, a.double() @ values.T
 
 
