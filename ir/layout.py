@@ -208,7 +208,7 @@ def same_distribution(a, b, shape, num_warps: int) -> bool:
     return thread_bases(a, shape, num_warps) == thread_bases(b, shape, num_warps)
 
 
-def mma_layout(shape, num_warps: int, rows_only: bool = False) -> "Blocked | None":
+def mma_layout(shape, num_warps: int, rows_only: bool = False, replicate: bool = False) -> "Blocked | None":
     """The accumulator layout of `mma.sync.m16n8k16` tiles, or None if `shape` does not fit.
 
     Within a warp, lane (g = lane/4, t = lane%4) holds columns 2t, 2t+1 of rows g and
@@ -220,6 +220,10 @@ def mma_layout(shape, num_warps: int, rows_only: bool = False) -> "Blocked | Non
     `rows_only`: every warp holds whole rows (Wn = 1). Then a 16-bit value in this layout
     is the A operand of a next dot as mma.sync reads it from registers: the columns of two
     adjacent 8-column tiles are one 16-wide k-step's fragment (attention's P).
+
+    `replicate`: where the block has fewer 16x8 tiles than there are warps (16x16 on 4 warps), the
+    warps past them along N hold copies of the others' tiles (the layout's columns wrap), as
+    Triton's mma layouts do; rows never wrap (each warp needs its pair of 8-row halves).
     """
     if len(shape) != 2:
         return None
@@ -233,6 +237,12 @@ def mma_layout(shape, num_warps: int, rows_only: bool = False) -> "Blocked | Non
             if best is None or score < best[0]:
                 best = (score, wm, wn)
         wm *= 2
+    if best is None and replicate and not rows_only and N % 8 == 0:
+        # the most warps on distinct tiles: every row pair of M taken, the rest along N
+        wm = max((w for w in (1 << i for i in range(num_warps.bit_length())) if M % (16 * w) == 0
+                  and num_warps % w == 0), default=None)
+        if wm is not None and (8 * (num_warps // wm)) % N == 0:
+            best = (0, wm, num_warps // wm)
     if best is None:
         return None
     _, wm, wn = best
@@ -245,7 +255,9 @@ def is_mma_layout(layout, shape, num_warps: int) -> bool:
             or layout.threads_per_warp != (8, 4) or layout.order != (1, 0):
         return False
     wm, wn = layout.warps_per_cta
-    return wm * wn == num_warps and shape[0] % (16 * wm) == 0 and shape[1] % (8 * wn) == 0
+    cols = 8 * wn  # columns the warps cover: the block's, or a multiple of them (copies: `replicate`)
+    return wm * wn == num_warps and shape[0] % (16 * wm) == 0 and shape[1] % 8 == 0 \
+        and (shape[1] % cols == 0 or cols % shape[1] == 0)
 
 
 @dataclass(frozen=True)

@@ -99,7 +99,7 @@ class _Assigner:
                 self.preferred[shape] = (MMA_ROWS, mma_layout(shape, self.num_warps, rows_only=True))
         elif mma_eligible(op, self.ctx):
             shape = op.results[0].type.shape
-            layout = mma_layout(shape, self.num_warps)
+            layout = mma_layout(shape, self.num_warps, replicate=True)
             if layout is not None and self.preferred.get(shape, (0,))[0] != MMA_ROWS:
                 self.preferred[shape] = (1 << 30, layout)
 
