@@ -113,3 +113,32 @@ def test_an_operand_of_the_compute_type_reaches_the_dot_as_loaded():
                                    M=M, N=N, K=K, grid=(1,))
     [dot] = [op for op in parse_function(compiled.asm["kir"]).walk() if op.name == "dot"]
     assert dot.operands[1].defining_op.name == "load"
+
+
+def _emulated_scaled(a_fmt, b_fmt, warps):
+    """The lowering's own run of `_scaled` (sm_89's portable build in kiln's CPU emulator: its
+    mma.sync, the factors' layouts; e4m3 from sm_89 on), against the same reference as the interpreter's."""
+    from kiln.codegen.emulate import run_on_cpu
+    from kiln.ir import parse_function
+    a, a_values = _operand(a_fmt, M, K, pack_axis=1)
+    b, b_values = _operand(b_fmt, K, N, pack_axis=0)
+    a_scale = RNG.integers(122, 132, (M, K // 32)).astype(np.uint8)
+    b_scale = RNG.integers(122, 132, (N, K // 32)).astype(np.uint8)
+    out = np.zeros((M, N), np.float32)
+    kernel = _scaled.warmup(a, a_scale, b, b_scale, out, A_FMT=a_fmt, B_FMT=b_fmt, A_K=a.shape[1], B_K=b.shape[0],
+                            M=M, N=N, K=K, grid=(1,), target="sm_89", num_warps=warps)
+    bytes_of = lambda x: x.view(np.uint8) if x.dtype.itemsize == 1 else x  # noqa: E731  (the emulator takes bytes)
+    run_on_cpu(parse_function(kernel.asm["kir"]), (1,), [bytes_of(a), a_scale, bytes_of(b), b_scale, out],
+               num_warps=warps)
+    a_factor = np.repeat(2.0 ** (a_scale.astype(np.float64) - 127), 32, axis=1)
+    b_factor = np.repeat(2.0 ** (b_scale.astype(np.float64) - 127), 32, axis=1).T
+    lhs = (a_values * a_factor).astype(ml_dtypes.bfloat16).astype(np.float64)
+    rhs = (b_values * b_factor).astype(ml_dtypes.bfloat16).astype(np.float64)
+    return out, lhs @ rhs
+
+
+@pytest.mark.parametrize("a_fmt, b_fmt, warps", [("e2m1", "e2m1", 4), ("e4m3", "e2m1", 1), ("e5m2", "bf16", 4)])
+def test_the_lowering_computes_the_scaled_product(a_fmt, b_fmt, warps):
+    from test_codegen_emulate import in_child
+    got, want = in_child(_emulated_scaled, a_fmt, b_fmt, warps, timeout=300)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)

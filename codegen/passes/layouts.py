@@ -22,7 +22,7 @@ from kiln.ir.layout_moves import RENAMING_OPS, derived_layout
 from ..analysis.access import memory_width, tile_order
 from ..analysis.dots import mma_eligible
 from ..analysis import Analysis
-from .convert_layouts import convert
+from .convert_layouts import convert, wanted
 
 name = "layouts"
 
@@ -83,6 +83,7 @@ class _Assigner:
         self.wgmma_results: dict = {}  # each warp_group_dot's result -> its accumulator layout
         self.users: dict = {}  # value -> the ops that read it
         self.fragment_reads: dict = {}  # local_load -> the wgmma A fragment layout it is read in
+        self.broadcasts: dict = {}  # broadcast result -> the layout its user reads it in (apply)
 
     def anchor_dot(self, op):
         """A dot that can use tensor cores fixes its accumulator's layout (and so that of
@@ -314,6 +315,9 @@ class _Assigner:
         """The source's layout, or the result shape's preferred one where the source
         holds the same registers in both (then the broadcast costs no conversion)."""
         src, r = self.of(op.operands[0]), op.results[0]
+        if r in self.broadcasts:  # as its user reads it (apply's second assignment): the operand moves
+            self.set(r, self.broadcasts[r])
+            return
         pref = self.prefer_for(r)
         self.set(r, pref if src is None or same_distribution(src, pref, tuple(op.operands[0].type.shape), self.num_warps) else src)
 
@@ -377,9 +381,49 @@ class _Assigner:
 
 def apply(fn, ctx) -> None:
     """A layout for every block value, then a `convert_layout` wherever an op reads a value in
-    another one (convert_layouts.convert): after it every block type holds its layout."""
+    another one (convert_layouts.convert): after it every block type holds its layout.
+
+    A broadcast whose user reads it in another layout is laid out as that user reads it, in a second
+    assignment: its operand is then what moves, a fraction of the block (dot_scaled's factors: a
+    256x4 block of scales, not 256x128 of factors, 64 KB through shared memory each iteration)."""
     ctx = Analysis(fn, ctx)  # the options, and the pointers' contiguity as this function has it
+    assigner = _assigned(fn, ctx, {})
+    moved = _broadcasts_read_elsewhere(fn, ctx, assigner)
+    if moved:
+        assigner = _assigned(fn, ctx, moved)
+    convert(fn, ctx, assigner.layouts)
+
+
+# a broadcast is laid out as its user reads it where it makes at least this many elements of each one
+BROADCAST_GROWTH = 8
+
+
+def _broadcasts_read_elsewhere(fn, ctx, assigner) -> dict:
+    """Broadcast results (of `expand_dims`, growing BROADCAST_GROWTH-fold or more, not index math) that
+    an elementwise user reads in another layout -> that layout."""
+    found = {}
+    for op in fn.walk():
+        if op.name != "broadcast" or op.operands[0].defining_op is None \
+                or op.operands[0].defining_op.name != "expand_dims":
+            continue
+        r = op.results[0]
+        if r in assigner.cheap or r.type.numel < BROADCAST_GROWTH * op.operands[0].type.numel:
+            continue  # index math converts for nothing (recomputed in the new layout)
+        for user in assigner.users.get(r, ()):
+            if user.name not in ELEMENTWISE_BETWEEN:
+                continue
+            want = wanted(ctx, user, assigner.of)[list(user.operands).index(r)]
+            have = assigner.of(r)
+            if want is not None and have is not None and \
+                    not same_distribution(have, want, tuple(r.type.shape), ctx.num_warps):
+                found[r] = want
+                break
+    return found
+
+
+def _assigned(fn, ctx, broadcasts: dict) -> "_Assigner":
     assigner = _Assigner(ctx)
+    assigner.broadcasts = broadcasts
     assigner.stored = {op.operands[0] for op in fn.walk() if op.name == "local_store"}
     for op in fn.walk():
         for v in op.operands:
@@ -397,4 +441,4 @@ def apply(fn, ctx) -> None:
         if isinstance(arg.type, block_type):
             assigner.set(arg, assigner.prefer_for(arg))
     assigner.block(fn.body)
-    convert(fn, ctx, assigner.layouts)
+    return assigner

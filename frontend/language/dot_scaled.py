@@ -59,7 +59,7 @@ def _decode(x, fmt: str, k_last: bool, compute) -> tensor:
 
 
 def _scale_factors(scale, rows: int, k: int, fast_math: bool, name: str) -> tensor:
-    """e8m0 scales [rows, k/32] as fp32 factors [rows, k]: 2**(s - 127), NaN for 0xFF."""
+    """e8m0 scales [rows, k/32] as fp32 factors, one per group: 2**(s - 127), NaN for 0xFF."""
     scale = semantic.to_tensor(scale)
     if list(scale.type.shape) != [rows, k // _GROUP]:  # Triton's words (its shape as strings too)
         raise ValueError(f"{name} must be a tensor of shape {[rows, k // _GROUP]}. "
@@ -68,8 +68,18 @@ def _scale_factors(scale, rows: int, k: int, fast_math: bool, name: str) -> tens
     factor = semantic.cast(_shift(s, 23), float32, bitcast=True)
     if not fast_math:
         factor = semantic.where(semantic.equal(s, 255), float("nan"), factor)
-    factor = semantic.broadcast_to(semantic.expand_dims(factor, 2), [rows, k // _GROUP, _GROUP])
-    return semantic.reshape(factor, [rows, k])
+    return factor
+
+
+def _scaled(x: tensor, factor: tensor, k_axis: int) -> tensor:
+    """`x` (2-D, K along `k_axis`) times the factor of each element's group of 32 along K (`factor`:
+    [groups, other] or [other, groups] as x is laid out), in x's type. The groups are a dim of their own
+    while they multiply: x only reshaped, the factors broadcast along the group (no [M, K] block of factors
+    to move between layouts)."""
+    shape = list(x.type.shape)
+    grouped = shape[:k_axis] + [shape[k_axis] // _GROUP, _GROUP] + shape[k_axis + 1:]
+    factor = semantic.broadcast_to(semantic.expand_dims(semantic.cast(factor, x.dtype), k_axis + 1), grouped)
+    return semantic.reshape(semantic.mul(semantic.reshape(x, grouped), factor), shape)
 
 
 @builtin
@@ -90,8 +100,7 @@ def dot_scaled(lhs, lhs_scale, lhs_format, rhs, rhs_scale, rhs_format, acc=None,
     if k != k2:
         raise ValueError(f"dot_scaled: K differs between lhs ({k}) and rhs ({k2}) after unpacking")
     if unwrap(lhs_scale) is not None:
-        a = semantic.mul(a, semantic.cast(_scale_factors(lhs_scale, m, k, fast_math, "lhs_scale"), compute))
+        a = _scaled(a, _scale_factors(lhs_scale, m, k, fast_math, "lhs_scale"), k_axis=1)
     if unwrap(rhs_scale) is not None:
-        factors = _scale_factors(rhs_scale, n, k, fast_math, "rhs_scale")
-        b = semantic.mul(b, semantic.cast(semantic.permute(factors, [1, 0]), compute))
+        b = _scaled(b, semantic.permute(_scale_factors(rhs_scale, n, k, fast_math, "rhs_scale"), [1, 0]), k_axis=0)
     return semantic.dot(a, b, acc, None, None, None, unwrap(out_dtype))
