@@ -173,13 +173,63 @@ def _stored_tile(t, role):
     return shared_type(elem, t.shape, min(128, t.shape[inner] * elem.itemsize), (inner, 1 - inner))
 
 
-def _staged_tile(t, role, instr_extent):
+_SAME_DIMS = ("cast", "bitcast", "add", "sub", "mul", "div", "and", "or", "xor", "shl", "shr", "min", "max",
+              "select", "cmp")
+
+
+def _memory_inner_dim(v, ctx, depth: int = 32):
+    """The dim of block value `v` along which the memory it is computed from was contiguous (through
+    elementwise ops, transposes, joins and reshapes back to a load), or None where that is unknown.
+    A join's new dim is finer than its operands' inner last dim (two nibbles of one byte, unpacked)."""
+    op = v.defining_op
+    if op is None or depth == 0 or not isinstance(v.type, block_type):
+        return None
+    if op.name == "load":
+        return memory_width(ctx, op)[0][0]
+    if op.name == "permute":
+        inner = _memory_inner_dim(op.operands[0], ctx, depth - 1)
+        return None if inner is None else list(op.attrs["order"]).index(inner)
+    if op.name == "join":
+        inner = _memory_inner_dim(op.operands[0], ctx, depth - 1)
+        last = len(op.operands[0].type.shape) - 1
+        return None if inner is None else (last + 1 if inner == last else inner)
+    if op.name == "reshape" and not op.attrs.get("can_reorder"):
+        inner = _memory_inner_dim(op.operands[0], ctx, depth - 1)
+        return None if inner is None else _reshaped_dim(op.operands[0].type.shape, v.type.shape, inner)
+    if op.name not in _SAME_DIMS:
+        return None
+    for x in op.operands:  # the data, not a factor broadcast over it
+        if isinstance(x.type, block_type) and x.defining_op is not None and \
+                x.defining_op.name not in ("broadcast", "splat", "constant"):
+            inner = _memory_inner_dim(x, ctx, depth - 1)
+            if inner is not None:
+                return inner
+    return None
+
+
+def _reshaped_dim(before, after, dim: int):
+    """The dim of a row-major reshape's result whose neighbours are neighbours along `dim` before it
+    (the same stride in the flat order), or None."""
+    stride = 1
+    for d in before[dim + 1:]:
+        stride *= d
+    run = 1
+    for d in range(len(after) - 1, -1, -1):
+        if run == stride and after[d] > 1:
+            return d
+        run *= after[d]
+    return None
+
+
+def _staged_tile(t, role, instr_extent, inner=None):
     """The tile that an operand computed in the loop is stored into each iteration: K-major,
     but a 16-bit B N-major, as it usually comes (a dequantized weight: whole 16-byte runs of
     a row per store), in rows no wider than one instruction reads; None where those rows
-    would be narrower than the smallest swizzle."""
+    would be narrower than the smallest swizzle. A 16-bit B computed from memory contiguous
+    along K (`inner` 0: mxfp4 weights [N, K] read transposed) is stored K-major too, so that
+    each thread stores whole 16-byte runs of a row there as well."""
     elem = scalar_of(t)
-    if role == "a" or elem.name not in TRANSPOSABLE:
+    if role == "a" or elem.name not in TRANSPOSABLE or inner == 0:
         return _stored_tile(t, role)
     swizzle = min(128, t.shape[1] * elem.itemsize, instr_extent * elem.itemsize)
     return shared_type(elem, t.shape, swizzle, (1, 0)) if swizzle >= 32 else None
@@ -298,7 +348,7 @@ def _operand(v, role, body, instr_extent, ctx, regs=True):
         return ("once", v, _stored_tile(v.type, role))
     if role == "a" and regs:
         return ("regs", v)
-    tile = _staged_tile(v.type, role, instr_extent)
+    tile = _staged_tile(v.type, role, instr_extent, _memory_inner_dim(v, ctx) if role == "b" else None)
     return ("staged", v, tile) if tile is not None else None
 
 

@@ -1,7 +1,8 @@
 """`tl.dot_scaled`: a matrix product of microscaled (MX) operands, built from existing ops.
 
 Each operand is decoded (fp4 e2m1 unpacked from bytes, fp8 bitcast from bytes) to the compute
-type, multiplied there by its e8m0 scale (one power of two per 32 elements along K), and the
+type, multiplied there by its e8m0 scale (one power of two per 32 elements along K; e2m1 for
+bfloat16 in fp32, then rounded: the same values, fewer instructions), and the
 product is an ordinary `dot` of the compute type with an fp32 accumulator: what Triton does on
 GPUs without native MX instructions (Hopper and older). The compute type is bfloat16, or float16
 where an operand is fp16 (bfloat16 would round its mantissa); the scale is then an fp16 too, so
@@ -22,13 +23,14 @@ def _shift(x, bits, left=True):
 
 
 def _e2m1_to_fp32(codes: tensor) -> tensor:
-    """4-bit e2m1 codes (in int32) as fp32: exponent bias 1, one mantissa bit, no inf or NaN."""
+    """4-bit e2m1 codes (in int32) as fp32: exponent bias 1, one mantissa bit, no inf or NaN. The
+    code's exponent and mantissa bits go where fp32's are, so the bits read as its value times
+    2**-126 (e2m1's subnormal 0.5 an fp32 subnormal), which one exact multiply undoes: five integer
+    ops and a multiply a value, no select."""
+    magnitude = _shift(semantic.and_(codes, 7), 22)
     sign = _shift(semantic.and_(codes, 8), 28)
-    exponent, mantissa = semantic.and_(_shift(codes, 1, left=False), 3), semantic.and_(codes, 1)
-    normal = semantic.or_(_shift(semantic.add(exponent, 126), 23), _shift(mantissa, 22))
-    subnormal = semantic.mul(mantissa, 126 << 23)  # 0.5 or 0
-    bits = semantic.where(semantic.equal(exponent, 0), subnormal, normal)
-    return semantic.cast(semantic.or_(bits, sign), float32, bitcast=True)
+    tiny = semantic.cast(semantic.or_(magnitude, sign), float32, bitcast=True)
+    return semantic.mul(tiny, 2.0 ** 126)
 
 
 def _unpack_fp4(packed: tensor) -> tensor:
@@ -42,14 +44,18 @@ def _unpack_fp4(packed: tensor) -> tensor:
 
 
 def _decode(x, fmt: str, k_last: bool, compute) -> tensor:
-    """Operand `x` in format `fmt` as `compute` (every value exact); fp4 is packed along K (the last
-    dim when k_last). A 16-bit operand already of the compute type is used as it is: a round trip
+    """Operand `x` in format `fmt` as `compute` (every value exact; e2m1 for bf16 as fp32); fp4 is
+    packed along K (the last dim when k_last). A 16-bit operand already of the compute type is used as it is: a round trip
     through fp32 would make it a computed operand, staged to shared memory a second time."""
     x = semantic.to_tensor(x)
     if fmt == "e2m1":
         if k_last:
-            return semantic.cast(_unpack_fp4(x), compute)
-        return semantic.cast(semantic.permute(_unpack_fp4(semantic.permute(x, [1, 0])), [1, 0]), compute)
+            values = _unpack_fp4(x)
+        else:
+            values = semantic.permute(_unpack_fp4(semantic.permute(x, [1, 0])), [1, 0])
+        # for bf16 left in fp32: scaled there, then rounded once (the same bf16 as a bf16 product of
+        # bf16 factors, each exact), with no bf16 unpacked for a multiply of its own
+        return values if compute == bfloat16 else semantic.cast(values, compute)
     want = _FORMATS[fmt]
     if x.dtype != want:
         if x.dtype.primitive_bitwidth != want.primitive_bitwidth or not x.dtype.is_int():
@@ -103,4 +109,5 @@ def dot_scaled(lhs, lhs_scale, lhs_format, rhs, rhs_scale, rhs_format, acc=None,
         a = _scaled(a, _scale_factors(lhs_scale, m, k, fast_math, "lhs_scale"), k_axis=1)
     if unwrap(rhs_scale) is not None:
         b = _scaled(b, semantic.permute(_scale_factors(rhs_scale, n, k, fast_math, "rhs_scale"), [1, 0]), k_axis=0)
+    a, b = (x if x.dtype == compute else semantic.cast(x, compute) for x in (a, b))
     return semantic.dot(a, b, acc, None, None, None, unwrap(out_dtype))
