@@ -5,6 +5,9 @@ differs from both a plain tf32 product and the exact one)."""
 import numpy as np
 import pytest
 
+import kiln as triton
+import kiln.language as tl
+
 from kiln.codegen.passes import f32_dot_split
 from kiln.ir import parse_function
 
@@ -110,6 +113,43 @@ def test_the_emulated_parts_sum_as_the_model_does(precision):
     exact = a.astype(np.float64) @ b.astype(np.float64)
     tf32_alone = _mma(a, b, np.zeros_like(got), 8, _tf32_read)
     assert np.abs(got - exact).max() * 20 < np.abs(tf32_alone - exact).max()  # the parts recover fp32's bits
+
+
+@triton.jit
+def _one_block_dot(A, B, C, S: tl.constexpr, PRECISION: tl.constexpr):
+    r = tl.arange(0, S)
+    c = tl.dot(tl.load(A + r[:, None] * S + r[None, :]), tl.load(B + r[:, None] * S + r[None, :]),
+               input_precision=PRECISION)
+    tl.store(C + r[:, None] * S + r[None, :], c)
+
+
+def _one_block(precision, target, size=32):
+    f = np.zeros((size, size), np.float32)
+    return _one_block_dot.warmup(f, f, f, S=size, PRECISION=precision, grid=(1,), target=target, num_warps=4)
+
+
+@pytest.mark.parametrize("precision", ["tf32x3", "bf16x6"])
+@pytest.mark.parametrize("size", [32, 64])
+def test_a_split_operand_is_loaded_16_bytes_at_a_time(precision, size):
+    # read only by the split's parts, each staged for the dot: the loads keep their coalesced layout, not
+    # the mma fragment's 8-byte pieces (the result's shape is the operands')
+    ptx = _one_block(precision, "sm_90a", size).asm["ptx"]
+    assert "ld.global.v4.b32" in ptx and "ld.global.v2.b32" not in ptx
+
+
+def _emulated_one_block(precision):
+    from kiln.codegen.emulate import run_on_cpu
+    rng = np.random.default_rng(9)
+    a, b = rng.standard_normal((32, 32)).astype(np.float32), rng.standard_normal((32, 32)).astype(np.float32)
+    c = np.zeros((32, 32), np.float32)
+    run_on_cpu(parse_function(_one_block(precision, "sm_80").asm["kir"]), (1,), [a, b, c], num_warps=4)
+    return a, b, c
+
+
+@pytest.mark.parametrize("precision", ["tf32x3", "bf16x6"])
+def test_the_emulated_one_block_split_sums_as_the_model_does(precision):
+    a, b, got = in_child(_emulated_one_block, precision, timeout=300)
+    np.testing.assert_array_equal(got, _model(a, b, precision))
 
 
 def test_a_tf32_dot_of_an_n_major_b_sums_as_the_tensor_cores_do():

@@ -121,12 +121,12 @@ class _Assigner:
         if op.name == "load" and (op.results[0] in self.stored or self.only_dot_operand(op.results[0])):
             self.wanted[op.results[0]] = layout  # goes to shared memory as it came
 
-    def only_dot_operand(self, v, depth: int = 6) -> bool:
-        """Is block value `v` read only as a `dot`'s A or B, directly or through elementwise ops and
-        transposes? Such a dot stages its operands in shared memory whatever their layout, so a load
-        of one keeps its coalesced layout (16-byte pieces) rather than the dot's result's, which
-        would split it into the 4-byte pieces of an mma fragment where the operand's shape is the
-        result's (a 64x64x64 dot)."""
+    def only_dot_operand(self, v, depth: int = 12) -> bool:
+        """Is block value `v` read only as a `dot`'s A or B, directly or through elementwise ops,
+        comparisons and transposes (an fp32 operand split into tf32 or bf16 parts: f32_dot_split)?
+        Such a dot stages its operands in shared memory whatever their layout, so a load of one keeps
+        its coalesced layout (16-byte pieces) rather than the dot's result's, which would split it into
+        the 4-byte pieces of an mma fragment where the operand's shape is the result's (a 64x64x64 dot)."""
         users = self.users.get(v, ())
         if not users or depth == 0:
             return False
@@ -134,7 +134,7 @@ class _Assigner:
             if user.name == "dot":
                 if v is user.operands[2] or v not in user.operands[:2]:
                     return False
-            elif user.name in ELEMENTWISE_BETWEEN or user.name == "permute":
+            elif user.name in ELEMENTWISE_BETWEEN or user.name in ("permute", "cmp"):
                 if len(user.results) != 1 or not self.only_dot_operand(user.results[0], depth - 1):
                     return False
             else:
