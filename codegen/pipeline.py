@@ -13,7 +13,7 @@ from kiln.ir import verify
 from kiln.ir.layout_check import check_layouts
 
 from .passes import (broadcast_mul_reduce, canonicalize, coarsen, cse, dce, descriptor_loads, dot_accumulate, dot_staging,
-                     f32_dot_split, layouts, persistent, pointer_tma, prefetch, scratch_barriers, smem_alloc,
+                     f32_dot_split, fp8_dot_upcast, layouts, persistent, pointer_tma, prefetch, scratch_barriers, smem_alloc,
                      smem_pipeline, split_k, tile_overlap, tma_store, warp_specialize)
 
 PASSES = [
@@ -31,6 +31,7 @@ PASSES = [
     descriptor_loads,  # the descriptor loads no TMA ring took -> their pointer loads; unread derived maps dropped
     tma_store,      # sm_90a: descriptor stores of 2-D blocks -> shared tile + TMA store
     warp_specialize,  # sm_90a, persistent, where the K loop asks: the copies on a producer warpgroup of their own
+    fp8_dot_upcast,  # fp8 dots left to mma.sync where the target's PTX has no fp8 mma: fp16 operands (exact)
     prefetch,       # loads of iteration i+1 issued during iteration i (num_stages >= 2)
     canonicalize,   # tidy what prefetch cloned
     cse,
