@@ -66,24 +66,25 @@ def test_the_kernel_gives_the_exact_product_on_the_gpu(block_n, warps, cuda_torc
     np.testing.assert_allclose(c.cpu().double().numpy(), exact.numpy(), rtol=1e-5, atol=1e-5 * exact.abs().max().item())
 
 
-def _emulated(block, warps):
-    """The kernel's sm_80 build (mma.sync; its weights staged in the loop as on Hopper) in kiln's CPU emulator."""
+def _emulated(a_bits, packed, scales, block, warps):
+    """The kernel's sm_80 build (mma.sync; its weights staged in the loop as on Hopper) in kiln's CPU emulator.
+    NumPy only in here: a child forked from a process whose torch ran threads may hang in torch."""
+    import ml_dtypes
     from kiln.codegen.emulate import run_on_cpu
     from kiln.ir import parse_function
     m = n = 2 * block
-    a, packed, scales, exact = _inputs(m, n, 256)
     c = np.zeros((m, n), np.float32)
-    bits = a.view(torch.int16).numpy()
-    built = bench_kernels().mxfp4_weight_matmul_kernel.warmup(a, packed, scales, torch.zeros(m, n), m, n, 256,
-                                                              BLOCK_M=block, BLOCK_N=block, BLOCK_K=64,
+    built = bench_kernels().mxfp4_weight_matmul_kernel.warmup(a_bits.view(ml_dtypes.bfloat16), packed, scales, c, m, n,
+                                                              256, BLOCK_M=block, BLOCK_N=block, BLOCK_K=64,
                                                               num_warps=warps, grid=(2, 2), target="sm_80")
-    fn = parse_function(built.asm["kir"])
-    run_on_cpu(fn, (2, 2), [bits, packed.numpy(), scales.numpy(), c, m, n, 256], num_warps=warps)
-    return c, exact.numpy()
+    run_on_cpu(parse_function(built.asm["kir"]), (2, 2), [a_bits, packed, scales, c, m, n, 256], num_warps=warps)
+    return c
 
 
 @pytest.mark.parametrize("block, warps", [(32, 4), (64, 4)])
 def test_the_staged_weights_are_read_as_stored_in_the_emulator(block, warps):
     from test_codegen_emulate import in_child
-    got, want = in_child(_emulated, block, warps, timeout=300)
+    a, packed, scales, exact = _inputs(2 * block, 2 * block, 256)
+    got = in_child(_emulated, a.view(torch.int16).numpy(), packed.numpy(), scales.numpy(), block, warps, timeout=300)
+    want = exact.numpy()
     np.testing.assert_allclose(got.astype(np.float64), want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
