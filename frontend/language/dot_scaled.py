@@ -1,8 +1,8 @@
 """`tl.dot_scaled`: a matrix product of microscaled (MX) operands, built from existing ops.
 
 Each operand is decoded (fp4 e2m1 unpacked from bytes, fp8 bitcast from bytes) to the compute
-type, multiplied there by its e8m0 scale (one power of two per 32 elements along K; e2m1 for
-bfloat16 in fp32, then rounded: the same values, fewer instructions), and the
+type, multiplied there by its e8m0 scale (one power of two per 32 elements along K; fp4 and fp8
+for bfloat16 in fp32, then rounded: the same values, fewer instructions), and the
 product is an ordinary `dot` of the compute type with an fp32 accumulator: what Triton does on
 GPUs without native MX instructions (Hopper and older). The compute type is bfloat16, or float16
 where an operand is fp16 (bfloat16 would round its mantissa); the scale is then an fp16 too, so
@@ -43,25 +43,30 @@ def _unpack_fp4(packed: tensor) -> tensor:
     return semantic.reshape(pairs, shape[:-2] + [shape[-2] * 2])
 
 
-def _decode(x, fmt: str, k_last: bool, compute) -> tensor:
-    """Operand `x` in format `fmt` as `compute` (every value exact; e2m1 for bf16 as fp32); fp4 is
-    packed along K (the last dim when k_last). A 16-bit operand already of the compute type is used as it is: a round trip
-    through fp32 would make it a computed operand, staged to shared memory a second time."""
+def _decoded_type(fmt: str, compute):
+    """The type an operand in format `fmt` is decoded to and scaled in: fp32 for fp4 and fp8 where the
+    compute type is bf16 (each value and each factor exact in both, so the fp32 product rounded once is
+    the bf16 product, with no bf16 unpacked from its pair for a multiply of its own), else `compute`."""
+    return float32 if compute == bfloat16 and fmt in ("e2m1", "e4m3", "e5m2") else compute
+
+
+def _decode(x, fmt: str, k_last: bool, to) -> tensor:
+    """Operand `x` in format `fmt` as type `to` (every value exact); fp4 is packed along K (the last
+    dim when k_last). A 16-bit operand already of that type is used as it is: a round trip through
+    fp32 would make it a computed operand, staged to shared memory a second time."""
     x = semantic.to_tensor(x)
     if fmt == "e2m1":
         if k_last:
             values = _unpack_fp4(x)
         else:
             values = semantic.permute(_unpack_fp4(semantic.permute(x, [1, 0])), [1, 0])
-        # for bf16 left in fp32: scaled there, then rounded once (the same bf16 as a bf16 product of
-        # bf16 factors, each exact), with no bf16 unpacked for a multiply of its own
-        return values if compute == bfloat16 else semantic.cast(values, compute)
+        return values if to == float32 else semantic.cast(values, to)
     want = _FORMATS[fmt]
     if x.dtype != want:
         if x.dtype.primitive_bitwidth != want.primitive_bitwidth or not x.dtype.is_int():
             raise TypeError(f"dot_scaled: a {fmt} operand must be {want} (or raw bytes of it), not {x.dtype}")
         x = semantic.cast(x, want, bitcast=True)
-    return x if x.dtype == compute else semantic.cast(x, compute)
+    return x if x.dtype == to else semantic.cast(x, to)
 
 
 def _scale_factors(scale, rows: int, k: int, fast_math: bool, name: str) -> tensor:
@@ -100,8 +105,8 @@ def dot_scaled(lhs, lhs_scale, lhs_format, rhs, rhs_scale, rhs_format, acc=None,
         raise ValueError("dot_scaled: kiln supports fp4 packed along K only (lhs_k_pack=rhs_k_pack=True)")
     fast_math = bool(unwrap(fast_math))
     compute = float16 if "fp16" in (lhs_format, rhs_format) else bfloat16
-    a = _decode(lhs, lhs_format, k_last=True, compute=compute)    # [M, K]
-    b = _decode(rhs, rhs_format, k_last=False, compute=compute)   # [K, N]
+    a = _decode(lhs, lhs_format, k_last=True, to=_decoded_type(lhs_format, compute))    # [M, K]
+    b = _decode(rhs, rhs_format, k_last=False, to=_decoded_type(rhs_format, compute))   # [K, N]
     (m, k), (k2, n) = a.type.shape, b.type.shape
     if k != k2:
         raise ValueError(f"dot_scaled: K differs between lhs ({k}) and rhs ({k2}) after unpacking")
