@@ -2,17 +2,18 @@
 the split tf32x3 / bf16x3 / bf16x6, ieee), fp8 with each operand in its own format (e4m3 x e5m2
 beside e4m3 x e4m3) and an fp16 A the loop computes from its load, on kiln and on upstream Triton,
 same source (bench/kernels.py `precision_matmul_kernel`, `fp8_matmul_kernel`,
-`scaled_a_matmul_kernel`, `mxfp4_weight_matmul_kernel`: bf16 activations times mxfp4 weights through
-tl.dot_scaled) and inputs. Prints each one's speed (TFLOP/s, the
+`scaled_a_matmul_kernel`, `mx_weight_matmul_kernel`: bf16 activations times mxfp4 or mxfp8 weights
+through tl.dot_scaled) and inputs. Prints each one's speed (TFLOP/s, the
 same configs tried for each, the fastest kept), its error against the exact sum and whether kiln's
 result equals Triton's bit for bit.
 
-    python bench/dot_formats.py [--size 4096] [--only fp32,fp8,computed_a,mxfp4] [--out DIR]
+    python bench/dot_formats.py [--size 4096] [--only fp32,fp8,computed_a,mxfp4,mxfp8] [--out DIR]
 """
 from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import os
 import sys
 
@@ -129,39 +130,47 @@ def computed_a_rows(libs, size):
     return rows
 
 
-MXFP4_CONFIGS = [(128, 128, 128, 8), (128, 256, 128, 8), (128, 128, 128, 4), (64, 128, 128, 4)]
+MX_CONFIGS = [(128, 128, 128, 8), (128, 256, 128, 8), (128, 128, 128, 4), (64, 128, 128, 4)]
+MX_NAMES = {"e2m1": "mxfp4 (e2m1", "e4m3": "mxfp8 (e4m3"}
 
 
-def mxfp4_weights(n, k):
-    """(e2m1 codes packed two a byte along K [n, k/2], e8m0 scales [n, k/32], the weights' values [n, k]),
-    from torch's generator (kiln.tools.mxfp, Triton's triton.tools.mxfp)."""
+def mx_weights(n, k, fmt="e2m1"):
+    """(the weights' bytes: e2m1 codes packed two a byte along K [n, k/2] or e4m3 ones [n, k]; e8m0 scales
+    [n, k/32]; the weights' values [n, k]), from torch's generator (kiln.tools.mxfp, Triton's triton.tools.mxfp)."""
     from kiln.tools.mxfp import MXFP4Tensor, MXScaleTensor
-    codes, scales = MXFP4Tensor(size=(n, k)).random(), MXScaleTensor(size=(n, k // 32)).random(2.0 ** -7, 2.0 ** 7)
-    values = codes.to(torch.float32).double() * torch.repeat_interleave(scales.to(torch.float32).double(), 32, dim=1)
-    return codes.to_packed_tensor(dim=1), scales.data, values
+    scales = MXScaleTensor(size=(n, k // 32)).random(2.0 ** -7, 2.0 ** 7)
+    if fmt == "e2m1":
+        codes = MXFP4Tensor(size=(n, k)).random()
+        data, weights = codes.to_packed_tensor(dim=1), codes.to(torch.float32)
+    else:
+        fp8 = torch.randn(n, k).to(torch.float8_e4m3fn)
+        data, weights = fp8.view(torch.uint8), fp8.float()
+    values = weights.double() * torch.repeat_interleave(scales.to(torch.float32).double(), 32, dim=1)
+    return data, scales.data, values
 
 
-def mxfp4_rows(libs, size):
-    """A weight-only mxfp4 layer: bf16 activations [M, K] times e2m1 weights [N, K] with e8m0 scales."""
+def mx_rows(libs, size, fmt):
+    """A weight-only MX layer: bf16 activations [M, K] times e2m1 or e4m3 weights [N, K] with e8m0 scales."""
     torch.manual_seed(19)
     a = torch.randn(size, size).bfloat16()
-    packed, scales, values = mxfp4_weights(size, size)
+    data, scales, values = mx_weights(size, size, fmt)
     exact = a.double() @ values.T  # every scaled weight is exact in bf16, as the dot reads it
-    ad, wd, sd = a.cuda(), packed.cuda(), scales.cuda()
+    ad, wd, sd = a.cuda(), data.cuda(), scales.cuda()
 
     def make(lib, c, cfg):
         bm, bn, bk, warps = cfg
 
         def go():
-            lib.mxfp4_weight_matmul_kernel[(size // bm, size // bn)](ad, wd, sd, c, size, size, size, BLOCK_M=bm,
-                                                                      BLOCK_N=bn, BLOCK_K=bk, num_warps=warps,
-                                                                      num_stages=3)
+            lib.mx_weight_matmul_kernel[(size // bm, size // bn)](ad, wd, sd, c, size, size, size, BLOCK_M=bm,
+                                                                   BLOCK_N=bn, BLOCK_K=bk, FORMAT=fmt,
+                                                                   num_warps=warps, num_stages=3)
         return go
-    return [{"operands": "bf16 x mxfp4 (e2m1, e8m0 scales)", **compare(libs, make, exact, MXFP4_CONFIGS,
-                                                                         2 * size ** 3)}]
+    return [{"operands": f"bf16 x {MX_NAMES[fmt]}, e8m0 scales)", **compare(libs, make, exact, MX_CONFIGS,
+                                                                            2 * size ** 3)}]
 
 
-SECTIONS = {"fp32": fp32_rows, "fp8": fp8_rows, "computed_a": computed_a_rows, "mxfp4": mxfp4_rows}
+SECTIONS = {"fp32": fp32_rows, "fp8": fp8_rows, "computed_a": computed_a_rows,
+            "mxfp4": functools.partial(mx_rows, fmt="e2m1"), "mxfp8": functools.partial(mx_rows, fmt="e4m3")}
 
 
 def main():

@@ -81,7 +81,7 @@ for phase in "$@"; do
         | tee "$OUT/attention-bwd-tests.log" | tail -3
       python3 bench/attention.py --modes bwd --check --ctx 4096,16384 --out "$OUT" 2>&1 | tee "$OUT/attention-bwd.log" \
         | tail -20 ;;
-    dots)  # bench/dot_formats.py: dots by operand format against Triton (DOTS=fp32,fp8,computed_a,mxfp4: some sections)
+    dots)  # bench/dot_formats.py: dots by operand format against Triton (DOTS=fp32,fp8,computed_a,mxfp4,mxfp8: some)
       python3 bench/dot_formats.py ${DOTS:+--only "$DOTS"} --out "$OUT/dots" 2>&1 | tee "$OUT/dots.log" | tail -25 ;;
     splitk)  # split-K at small M: its GPU tests and racecheck, int8 and fp16 against Triton and cuBLAS (~150 s)
       python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_codegen_split_k.py \

@@ -657,22 +657,24 @@ def scaled_a_matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, SCALE: tl.constexpr, BL
 
 
 @triton.jit
-def mxfp4_weight_matmul_kernel(a_ptr, w_ptr, w_scale_ptr, c_ptr, M, N, K, BLOCK_M: tl.constexpr,
-                               BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    """C = A @ (W * 2**(S - 127))^T: bf16 A [M, K] times mxfp4 weights, W [N, K/2] e2m1 codes two a byte
-    along K (the lower k in the low nibble) with e8m0 scales S [N, K/32], one per 32 along K: a weight-only
-    mxfp4 layer as MoE models run it on Hopper, through tl.dot_scaled (bench/dot_formats.py)."""
+def mx_weight_matmul_kernel(a_ptr, w_ptr, w_scale_ptr, c_ptr, M, N, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                            BLOCK_K: tl.constexpr, FORMAT: tl.constexpr):
+    """C = A @ (W * 2**(S - 127))^T: bf16 A [M, K] times MX weights in FORMAT, "e2m1" (W [N, K/2], codes two a
+    byte along K, the lower k in the low nibble) or "e4m3" / "e5m2" (W [N, K], a byte each), with e8m0 scales
+    S [N, K/32], one per 32 along K: a weight-only mxfp4 or mxfp8 layer as MoE models run it on Hopper, through
+    tl.dot_scaled (bench/dot_formats.py)."""
+    PER_BYTE: tl.constexpr = 2 if FORMAT == "e2m1" else 1
     rm = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     rn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     rk = tl.arange(0, BLOCK_K)
-    rw = tl.arange(0, BLOCK_K // 2)
+    rw = tl.arange(0, BLOCK_K // PER_BYTE)
     rs = tl.arange(0, BLOCK_K // 32)
     acc = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
     for k in range(0, K, BLOCK_K):
         a = tl.load(a_ptr + rm[:, None] * K + (k + rk)[None, :])
-        w = tl.load(w_ptr + rn[:, None] * (K // 2) + (k // 2 + rw)[None, :])
+        w = tl.load(w_ptr + rn[:, None] * (K // PER_BYTE) + (k // PER_BYTE + rw)[None, :])
         scale = tl.load(w_scale_ptr + rn[:, None] * (K // 32) + (k // 32 + rs)[None, :])
-        acc = tl.dot_scaled(a, None, "bf16", w.T, scale, "e2m1", acc)
+        acc = tl.dot_scaled(a, None, "bf16", w.T, scale, FORMAT, acc)
     tl.store(c_ptr + rm[:, None] * N + rn[None, :], acc)
 
 
