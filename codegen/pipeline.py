@@ -13,8 +13,8 @@ from kiln.ir import verify
 from kiln.ir.layout_check import check_layouts
 
 from .passes import (broadcast_mul_reduce, canonicalize, coarsen, cse, dce, descriptor_loads, dot_accumulate, dot_staging,
-                     f32_dot_split, fp8_dot_upcast, layouts, persistent, pointer_tma, prefetch, scratch_barriers, smem_alloc,
-                     smem_pipeline, split_k, tile_overlap, tma_store, warp_specialize)
+                     f32_dot_split, fp8_dot_upcast, layouts, persistent, pointer_tma, prefetch, scratch_barriers,
+                     smem_alloc, smem_pipeline, split_k, tile_overlap, tma_store, warp_specialize)
 
 PASSES = [
     canonicalize,   # fold constants, drop x+0, x*1, same-type casts

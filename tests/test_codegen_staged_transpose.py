@@ -92,3 +92,15 @@ def test_n_major_8_bit_matmul_on_the_gpu(dtype):
     _matmul[(1,)](a.to(getattr(torch, dtype)).cuda(), b.to(getattr(torch, dtype)).cuda(), c, 512, BM=128, BN=128,
                   BK=64, num_warps=8, num_stages=3)
     assert torch.equal(c.cpu().to(torch.int64), want)
+
+
+def test_a_staged_operand_knows_which_of_its_dims_memory_ran_along():
+    # smem_plan stores a 16-bit B computed in the loop K-major where the memory behind it runs along K
+    # (mxfp4 weights [N, K/2] unpacked and read transposed), N-major otherwise: the dim is followed back
+    # through joins (a nibble pair's dim is the finest), reshapes and transposes
+    from kiln.codegen.passes.smem_plan import _reshaped_dim
+    assert _reshaped_dim((128, 64, 2), (128, 128), 2) == 1  # the unpacked pairs: K again
+    assert _reshaped_dim((128, 128), (4, 32, 128), 0) == 1  # K split into groups of 32
+    assert _reshaped_dim((4, 32, 128), (128, 128), 1) == 0  # and merged back
+    assert _reshaped_dim((128, 128), (4, 32, 128), 1) == 2
+    assert _reshaped_dim((8, 16), (128,), 0) is None  # no dim of the result has that stride
