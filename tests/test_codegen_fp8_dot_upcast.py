@@ -38,6 +38,22 @@ def test_the_dot_runs_on_fp16_mma(fp8, bm, bn, bk, chain):
     assert kernel.n_spills == 0
 
 
+@kiln.jit
+def _mixed_dot(X, Y, Z, F16_OUT: tl.constexpr):
+    r = tl.arange(0, 64)
+    z = tl.dot(tl.load(X + r[:, None] * 64 + r[None, :]), tl.load(Y + r[:, None] * 64 + r[None, :]),
+               out_dtype=tl.float16 if F16_OUT else tl.float32)
+    tl.store(Z + r[:, None] * 64 + r[None, :], z)
+
+
+@pytest.mark.parametrize("f16_out, instruction", [(False, "f32.f16.f16.f32"), (True, "f16.f16.f16.f16")])
+def test_an_e4m3_by_e5m2_dot_runs_on_fp16_mma_into_its_accumulators_type(f16_out, instruction):
+    x, y = (kiln.reinterpret(np.zeros((64, 64), np.uint8), t) for t in (tl.float8e4nv, tl.float8e5))
+    out = np.zeros((64, 64), np.float16 if f16_out else np.float32)
+    ptx = _mixed_dot.warmup(x, y, out, F16_OUT=f16_out, num_warps=2, grid=(1,), target="sm_90a").asm["ptx"]
+    assert f"mma.sync.aligned.m16n8k16.row.col.{instruction}" in ptx
+
+
 def test_the_pass_casts_both_operands_and_keeps_the_accumulator():
     fn = parse_function(_compiled(tl.float8e5, "sm_90a").asm["kir"])
     fp8_dot_upcast.apply(fn, PassContext(parse_target("sm_90a"), 4, 3))
