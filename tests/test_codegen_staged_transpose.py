@@ -104,3 +104,29 @@ def test_a_staged_operand_knows_which_of_its_dims_memory_ran_along():
     assert _reshaped_dim((4, 32, 128), (128, 128), 1) == 0  # and merged back
     assert _reshaped_dim((128, 128), (4, 32, 128), 1) == 2
     assert _reshaped_dim((8, 16), (128,), 0) is None  # no dim of the result has that stride
+
+
+@kiln.jit
+def _squared_b(A, C, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, STEPS: tl.constexpr):
+    rm, rn, rk = tl.arange(0, BM), tl.arange(0, BN), tl.arange(0, BK)
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k in range(0, K, BK):
+        b = (rk[:, None] + rn[None, :] + k).to(tl.float16)
+        for _ in tl.static_range(STEPS):
+            b = b * b + b  # each value read twice
+        acc = tl.dot(tl.load(A + rm[:, None] * K + (k + rk)[None, :]), b, acc)
+    tl.store(C + rm[:, None] * BN + rn[None, :], acc)
+
+
+def test_a_staged_operand_read_twice_at_every_step_is_traced_once():
+    # smem_plan follows a staged B back to its loads: each value once, or 40 steps of `b * b + b` are 2**40
+    # walks (the compile never ended); here no load is behind B, so its tile stays N-major
+    from kiln.codegen.pipeline import PassContext, run_passes
+    from kiln.codegen.target import parse_target
+    f = np.zeros((64, 64), np.float16)
+    built = _squared_b.warmup(f, np.zeros((64, 64), np.float32), 256, BM=64, BN=64, BK=64, STEPS=40, num_warps=4,
+                              grid=(1,), target="sm_90a")
+    fn = parse_function(built.asm["kir"])
+    run_passes(fn, PassContext(parse_target("sm_90a"), 4, 3))
+    [store] = [op for op in fn.walk() if op.name == "local_store"]
+    assert tuple(store.operands[1].type.order) == (1, 0) and "wgmma.mma_async" in built.asm["ptx"]

@@ -177,31 +177,34 @@ _SAME_DIMS = ("cast", "bitcast", "add", "sub", "mul", "div", "and", "or", "xor",
               "select", "cmp")
 
 
-def _memory_inner_dim(v, ctx, depth: int = 32):
+def _memory_inner_dim(v, ctx, depth: int = 32, seen=None):
     """The dim of block value `v` along which the memory it is computed from was contiguous (through
     elementwise ops, transposes, joins and reshapes back to a load), or None where that is unknown.
-    A join's new dim is finer than its operands' inner last dim (two nibbles of one byte, unpacked)."""
+    A join's new dim is finer than its operands' inner last dim (two nibbles of one byte, unpacked).
+    Each value is asked once (`seen`): a value read twice by one op (x * x) doubles no work."""
+    seen = set() if seen is None else seen
     op = v.defining_op
-    if op is None or depth == 0 or not isinstance(v.type, block_type):
+    if op is None or depth == 0 or not isinstance(v.type, block_type) or id(v) in seen:
         return None
+    seen.add(id(v))
     if op.name == "load":
         return memory_width(ctx, op)[0][0]
     if op.name == "permute":
-        inner = _memory_inner_dim(op.operands[0], ctx, depth - 1)
+        inner = _memory_inner_dim(op.operands[0], ctx, depth - 1, seen)
         return None if inner is None else list(op.attrs["order"]).index(inner)
     if op.name == "join":
-        inner = _memory_inner_dim(op.operands[0], ctx, depth - 1)
+        inner = _memory_inner_dim(op.operands[0], ctx, depth - 1, seen)
         last = len(op.operands[0].type.shape) - 1
         return None if inner is None else (last + 1 if inner == last else inner)
     if op.name == "reshape" and not op.attrs.get("can_reorder"):
-        inner = _memory_inner_dim(op.operands[0], ctx, depth - 1)
+        inner = _memory_inner_dim(op.operands[0], ctx, depth - 1, seen)
         return None if inner is None else _reshaped_dim(op.operands[0].type.shape, v.type.shape, inner)
     if op.name not in _SAME_DIMS:
         return None
     for x in op.operands:  # the data, not a factor broadcast over it
         if isinstance(x.type, block_type) and x.defining_op is not None and \
                 x.defining_op.name not in ("broadcast", "splat", "constant"):
-            inner = _memory_inner_dim(x, ctx, depth - 1)
+            inner = _memory_inner_dim(x, ctx, depth - 1, seen)
             if inner is not None:
                 return inner
     return None
