@@ -121,25 +121,29 @@ class _Assigner:
         if op.name == "load" and (op.results[0] in self.stored or self.only_dot_operand(op.results[0])):
             self.wanted[op.results[0]] = layout  # goes to shared memory as it came
 
-    def only_dot_operand(self, v, depth: int = 12) -> bool:
+    def only_dot_operand(self, v, depth: int = 12, known=None) -> bool:
         """Is block value `v` read only as a `dot`'s A or B, directly or through elementwise ops,
         comparisons and transposes (an fp32 operand split into tf32 or bf16 parts: f32_dot_split)?
         Such a dot stages its operands in shared memory whatever their layout, so a load of one keeps
         its coalesced layout (16-byte pieces) rather than the dot's result's, which would split it into
-        the 4-byte pieces of an mma fragment where the operand's shape is the result's (a 64x64x64 dot)."""
+        the 4-byte pieces of an mma fragment where the operand's shape is the result's (a 64x64x64 dot).
+        Each value's answer is worked out once (`known`), however many paths reach it."""
+        known = {} if known is None else known
+        if v in known:
+            return known[v]
         users = self.users.get(v, ())
-        if not users or depth == 0:
-            return False
-        for user in users:
+        answer = bool(users) and depth > 0
+        for user in users if answer else ():
             if user.name == "dot":
-                if v is user.operands[2] or v not in user.operands[:2]:
-                    return False
+                answer = v is not user.operands[2] and v in user.operands[:2]
             elif user.name in ELEMENTWISE_BETWEEN or user.name in ("permute", "cmp"):
-                if len(user.results) != 1 or not self.only_dot_operand(user.results[0], depth - 1):
-                    return False
+                answer = len(user.results) == 1 and self.only_dot_operand(user.results[0], depth - 1, known)
             else:
-                return False
-        return True
+                answer = False
+            if not answer:
+                break
+        known[v] = answer
+        return answer
 
     def want(self, ptr, layout):
         """`layout` for pointer block `ptr` and the same-shaped pointers it is computed
