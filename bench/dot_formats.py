@@ -131,7 +131,7 @@ def computed_a_rows(libs, size):
 
 
 MX_CONFIGS = [(128, 128, 128, 8), (128, 256, 128, 8), (128, 128, 128, 4), (64, 128, 128, 4)]
-MX_NAMES = {"e2m1": "mxfp4 (e2m1", "e4m3": "mxfp8 (e4m3"}
+MX_NAMES = {"e2m1": "mxfp4", "e4m3": "mxfp8"}
 
 
 def mx_weights(n, k, fmt="e2m1"):
@@ -165,8 +165,8 @@ def mx_rows(libs, size, fmt):
                                                                    BLOCK_N=bn, BLOCK_K=bk, FORMAT=fmt,
                                                                    num_warps=warps, num_stages=3)
         return go
-    return [{"operands": f"bf16 x {MX_NAMES[fmt]}, e8m0 scales)", **compare(libs, make, exact, MX_CONFIGS,
-                                                                            2 * size ** 3)}]
+    return [{"operands": f"bf16 x {MX_NAMES[fmt]} ({fmt}, e8m0 scales)", **compare(libs, make, exact, MX_CONFIGS,
+                                                                                   2 * size ** 3)}]
 
 
 SECTIONS = {"fp32": fp32_rows, "fp8": fp8_rows, "computed_a": computed_a_rows,

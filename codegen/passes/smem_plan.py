@@ -17,6 +17,7 @@ from ..occupancy import ctas_by_shared, ctas_per_sm, max_shared_per_cta
 from . import mask_prefix
 from ..analysis.access import memory_width
 from ..analysis.dots import mma_eligible
+from .layouts import ELEMENTWISE_BETWEEN
 from .prefetch import address_cone
 from .rewrite import const_int, has_side_effects, is_transpose
 from ..analysis.partitions import dot_replicas
@@ -173,8 +174,7 @@ def _stored_tile(t, role):
     return shared_type(elem, t.shape, min(128, t.shape[inner] * elem.itemsize), (inner, 1 - inner))
 
 
-_SAME_DIMS = ("cast", "bitcast", "add", "sub", "mul", "div", "and", "or", "xor", "shl", "shr", "min", "max",
-              "select", "cmp")
+_SAME_DIMS = ELEMENTWISE_BETWEEN | {"cmp"}  # ops whose result's dims are their block operands' dims
 
 
 def _memory_inner_dim(v, ctx, depth: int = 32, seen=None):
