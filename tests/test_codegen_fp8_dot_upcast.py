@@ -1,7 +1,8 @@
 """fp8 dots that no fp8 instruction runs (not taken by wgmma, on a target whose PTX has no fp8 mma.sync:
 kiln's sm_90a code is PTX 8.0) run on fp16 mma.sync with their operands cast to fp16, exactly, as Triton's
 do there (codegen/passes/fp8_dot_upcast.py); before, they ran on FMAs (a 128x128x64 block: 168 bytes of
-spills)."""
+spills). At 4 warps and more the 128-row blocks here run on wgmma instead (standalone_wgmma,
+tests/test_codegen_fp8_standalone_dots.py); at 2 warps, half a warpgroup, on mma.sync."""
 import numpy as np
 import pytest
 
@@ -30,9 +31,10 @@ def _compiled(fp8, target, bm=128, bn=128, bk=64, chain=False, warps=4):
 
 
 @pytest.mark.parametrize("fp8", [tl.float8e4nv, tl.float8e5])
-@pytest.mark.parametrize("bm, bn, bk, chain", [(128, 128, 64, False), (128, 128, 64, True), (16, 8, 16, False)])
-def test_the_dot_runs_on_fp16_mma(fp8, bm, bn, bk, chain):
-    kernel = _compiled(fp8, "sm_90a", bm, bn, bk, chain)
+@pytest.mark.parametrize("bm, bn, bk, chain, warps", [(128, 128, 64, False, 2), (64, 128, 64, True, 2),
+                                                     (16, 8, 16, False, 4)])
+def test_the_dot_runs_on_fp16_mma(fp8, bm, bn, bk, chain, warps):
+    kernel = _compiled(fp8, "sm_90a", bm, bn, bk, chain, warps)
     ptx = kernel.asm["ptx"]
     assert "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in ptx and "fma.rn.f32" not in ptx
     assert kernel.n_spills == 0
@@ -84,7 +86,7 @@ def test_the_upcast_dot_on_the_gpu(dtype, chain, cuda_torch):
     x, y, w = (values[torch.randint(0, 7, shape, generator=gen)].to(fp8).cuda()
                for shape in ((128, 64), (64, 128), (128, 128)))
     z = torch.zeros(128, 128, device="cuda")
-    _block_dot[(1,)](x, y, w, z, BM=128, BN=128, BK=64, CHAIN=chain, num_warps=4)
+    _block_dot[(1,)](x, y, w, z, BM=128, BN=128, BK=64, CHAIN=chain, num_warps=2)  # no wgmma at 2 warps
     want = x.double() @ y.double()
     if chain:  # the fp32 product rounded to fp8, as the kernel's z.to(w.dtype)
         want = want.float().to(fp8).double() @ w.double()

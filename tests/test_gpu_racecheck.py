@@ -7,7 +7,8 @@ matmul, cooperative and ping-pong; two
 pipelined loops one after the other whose rings share bytes but not tile shapes, as in
 Triton's tutorial-06 backward; causal attention forward and backward, and its forward through
 descriptors, whose TMA rings two warpgroups hand back through mbarriers; reductions and
-conversions that scratch_barriers left without a barrier before them). Skipped without a
+conversions that scratch_barriers left without a barrier before them; fp8 dots outside pipelined loops,
+whose operand tiles one after another share bytes). Skipped without a
 GPU or without compute-sanitizer.
 
 Racecheck runs each kernel once at a small size (it is slow: every shared access is
@@ -182,6 +183,24 @@ torch.cuda.synchronize()
 """
 
 
+# fp8 dots no loop pipelined (standalone_wgmma): two in a row whose operand tiles share bytes (the chain's second
+# stores over the first's tiles once every warpgroup's wgmma retired), and one per iteration of an unpipelined loop
+STANDALONE_FP8 = """
+import torch
+import test_codegen_fp8_standalone_dots as dots
+gen, e4m3, e5m2 = torch.Generator().manual_seed(3), torch.float8_e4m3fn, torch.float8_e5m2
+x, y, w = (dots.small_powers(torch, shape, e4m3, gen) for shape in ((128, 64), (64, 128), (128, 128)))
+a, b = dots.small_powers(torch, (128, 256), e4m3, gen), dots.small_powers(torch, (256, 128), e5m2, gen)
+for warps in (4, 8):  # small powers of two: exact sums
+    z = torch.zeros(128, 128, device="cuda")
+    dots.block_dot[(1,)](x, y, w, z, BM=128, BN=128, BK=64, CHAIN=True, num_warps=warps)
+    assert torch.equal(z.double(), (x.double() @ y.double()).float().to(e4m3).double() @ w.double())
+    dots.unpipelined_loop_dot[(1,)](a, b, z, 256, BM=128, BN=128, BK=64, num_warps=warps)
+    assert torch.equal(z.double(), a.double() @ b.double())
+torch.cuda.synchronize()
+"""
+
+
 SPLIT_K = """
 import torch
 from kiln.runtime import launcher
@@ -244,6 +263,11 @@ def test_rings_released_through_mbarriers_have_no_shared_memory_hazard(tmp_path)
 
 def test_fp8_attention_has_no_shared_memory_hazard(tmp_path):
     out = racecheck(FP8_ATTENTION, tmp_path)
+    assert hazards(out) == (0, 0), out[-4000:]
+
+
+def test_standalone_fp8_dots_have_no_shared_memory_hazard(tmp_path):
+    out = racecheck(STANDALONE_FP8, tmp_path)
     assert hazards(out) == (0, 0), out[-4000:]
 
 
