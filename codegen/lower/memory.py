@@ -280,15 +280,6 @@ def _store(lw, op):
 _ORDER = {"relaxed": "monotonic", "acquire": "acquire", "release": "release", "acq_rel": "acq_rel"}
 _FAIL_ORDER = {"relaxed": "monotonic", "acquire": "acquire", "release": "monotonic", "acq_rel": "acquire"}
 _SCOPE = {"gpu": 'syncscope("device") ', "cta": 'syncscope("block") ', "sys": ""}
-_FENCE_SCOPE = {"gpu": "device", "cta": "block", "sys": None}
-
-
-def _fence(lw, op, when):
-    """NVPTX drops the ordering of `atomicrmw`, so ordered RMWs are relaxed RMWs between
-    fences (PTX's own mapping of release/acquire onto fence.acq_rel + relaxed atomics)."""
-    sem = op.attrs["sem"]
-    if (when == "before" and sem in ("release", "acq_rel")) or (when == "after" and sem in ("acquire", "acq_rel")):
-        lw.b.fence("acq_rel", _FENCE_SCOPE[op.attrs["scope"]])
 
 
 def _rmw_op(kind, s):
@@ -346,17 +337,54 @@ def _share_from_owners(lw, results, layout, t, owner):
     return [lw.b.load(lw.smem_ptr(base, ty, f), typ=ty) for f in flats]
 
 
+def _ptx_rmw(kind, s, capability):
+    """PTX's `op.type` of `atom` for an RMW of `kind` on scalar type `s`, or None where no atom
+    instruction does it on this target (int8 and int16, bf16 adds before sm_90, 16-bit exchanges:
+    LLVM's lowering, a CAS loop where it needs one). Signed and unsigned adds are the same bits."""
+    bits = s.primitive_bitwidth
+    if s.is_floating():
+        if kind == "add" and bits == 16:
+            return None if s.name == "bf16" and capability < 90 else f"add.noftz.{'bf' if s.name == 'bf16' else 'f'}16"
+        if kind == "add" and bits in (32, 64):
+            return f"add.f{bits}"
+        return f"exch.b{bits}" if kind == "xchg" and bits in (32, 64) else None
+    if bits not in (32, 64) or s.is_bool():
+        return None
+    if kind in ("max", "min"):
+        return f"{kind}.{'s' if s.signed else 'u'}{bits}"
+    return {"add": f"add.u{bits}", "and": f"and.b{bits}", "or": f"or.b{bits}", "xor": f"xor.b{bits}",
+            "xchg": f"exch.b{bits}"}.get(kind)
+
+
+def _atom_asm(lw, text, s, operands):
+    """An `atom` of PTX `text` on `operands` (a pointer, then values of scalar type `s`), as Triton
+    writes it (its tests read the PTX); its old value in `s`'s register type."""
+    bits = s.primitive_bitwidth
+    word = ir.IntType(bits)
+    asm = ir.InlineAsm(ir.FunctionType(word, [GLOBAL_PTR] + [word] * (len(operands) - 1)), text,
+                       ",".join([f"={_CONSTRAINT[bits]}", "l"] + [_CONSTRAINT[bits]] * (len(operands) - 1)) +
+                       ",~{memory}", side_effect=True)
+    ty = reg_type(s)
+    words = [v if v.type == word else lw.b.bitcast(v, word) for v in operands[1:]]
+    old = lw.b.call(asm, [operands[0]] + words)
+    return old if ty == word else lw.b.bitcast(old, ty)
+
+
 def _atomic_rmw(lw, op):
     ptr, val = op.operands[:2]
     s = scalar_of(val.type)
     layout = lw.layout(op.results[0])
     ptrs = lw.regs(ptr, layout) if layout else [lw.scalar(ptr)]
     vals = lw.regs(val, layout) if layout else [lw.scalar(val)]
-    ordering = _SCOPE[op.attrs["scope"]] + "monotonic"
+    sem, scope = op.attrs["sem"], op.attrs["scope"]
+    ptx = None if lw.ctx.portable else _ptx_rmw(op.attrs["kind"], s, lw.ctx.target.capability)
+    if ptx is not None:  # one ordered, scoped atom an element
+        text = f"atom.global.{scope}.{sem}.{ptx} $0, [$1], $2;"
+        _atomic_each(lw, op, lambda i: _atom_asm(lw, text, s, [ptrs[i], vals[i]]))
+        return
+    # LLVM's own: x86 in portable builds (CPU emulation), a CAS loop that keeps the ordering on NVPTX
     rmw = _rmw_op(op.attrs["kind"], s)
-    _fence(lw, op, "before")
-    _atomic_each(lw, op, lambda i: lw.b.atomic_rmw(rmw, ptrs[i], vals[i], ordering))
-    _fence(lw, op, "after")
+    _atomic_each(lw, op, lambda i: lw.b.atomic_rmw(rmw, ptrs[i], vals[i], _SCOPE[scope] + _ORDER[sem]))
 
 
 def _atomic_cas(lw, op):
@@ -365,15 +393,18 @@ def _atomic_cas(lw, op):
     layout = lw.layout(op.results[0])
     get = (lambda v: lw.regs(v, layout)) if layout else (lambda v: [lw.scalar(v)])
     ptrs, cmps, vals = get(ptr), get(cmp), get(val)
-    order = _SCOPE[op.attrs["scope"]] + _ORDER[op.attrs["sem"]]
-    fail = _FAIL_ORDER[op.attrs["sem"]]
+    sem, scope = op.attrs["sem"], op.attrs["scope"]
+    if not lw.ctx.portable and s.primitive_bitwidth in (16, 32, 64):
+        text = f"atom.global.{sem}.{scope}.cas.b{s.primitive_bitwidth} $0, [$1], $2, $3;"
+        _atomic_each(lw, op, lambda i: _atom_asm(lw, text, s, [ptrs[i], cmps[i], vals[i]]))
+        return
     ity = ir.IntType(s.primitive_bitwidth)
 
     def emit(i):
         c, v = cmps[i], vals[i]
         if s.is_floating():
             c, v = lw.b.bitcast(c, ity), lw.b.bitcast(v, ity)
-        pair = lw.b.cmpxchg(ptrs[i], c, v, order, fail)
+        pair = lw.b.cmpxchg(ptrs[i], c, v, _SCOPE[scope] + _ORDER[sem], _FAIL_ORDER[sem])
         old = lw.b.extract_value(pair, 0)
         return lw.b.bitcast(old, reg_type(s)) if s.is_floating() else old
     _atomic_each(lw, op, emit)
