@@ -62,8 +62,10 @@ def test_descriptors_read_from_memory_are_copied_by_tma_on_maps_the_kernel_makes
     k = _build()
     ptx = k.asm["ptx"]
     assert "cp.async.bulk.tensor.2d" in ptx and "cp.async.cg" not in ptx and "wgmma.mma_async" in ptx
-    # A's map, B's and C's, each zero-filled and written field by field, then released to TMA
-    assert ptx.count("tensormap.replace.tile.global_address.global") == 3
+    # A's map, B's and C's, each zero-filled and written field by field in shared memory, then copied to global
+    # memory releasing it to the tensormap proxy (as Triton does), and acquired there
+    assert ptx.count("tensormap.replace.tile.global_address.shared::cta") == 3
+    assert ptx.count("tensormap.cp_fenceproxy.global.shared::cta.tensormap::generic.release.gpu.sync.aligned") == 3
     assert ptx.count("fence.proxy.tensormap::generic.acquire.gpu") == 3
     assert ".version 8.3" in ptx  # tensormap.replace's PTX ISA
     # C's tile leaves by TMA stores (two 64-column boxes), the pointer store kept for negative starts

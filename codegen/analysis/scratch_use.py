@@ -1,5 +1,6 @@
 """Which ops write the transient scratch area and how many bytes (a reduction or scan across warps,
-a layout conversion through shared memory, an exchange of elements between threads, a histogram),
+a layout conversion through shared memory, an exchange of elements between threads, a histogram, a
+tensor map the kernel builds),
 which touch no shared memory at all, and the shared memory a function's plan adds up to: the model
 scratch_barriers plans barriers by, and lowering keeps to (it ends with a barrier an op the model
 took for one touching no shared memory that used the scratch area after all).
@@ -9,7 +10,7 @@ from __future__ import annotations
 from kiln.ir import layout as lay
 from kiln.ir.layout_moves import RENAMING_OPS, moves_no_data
 from kiln.ir.ops import ELEMENTWISE_OPS
-from kiln.ir.types import block_type
+from kiln.ir.types import block_type, tensormap
 
 from ..scratch_bytes import conversion_bytes, reduce_scratch_bytes, scalar_bytes, scan_scratch_bytes
 from .dots import fma_staging, mma_staging, staging_end
@@ -47,6 +48,8 @@ def scratch_bytes(op, model) -> int:
         return -(-op.operands[0].type.numel * 4 // (16 * threads)) * 16 * threads
     if op.name == "histogram":
         return 4 * op.attrs["num_bins"]  # an int32 counter per bin
+    if op.name == "tensormap_create":  # the map built in shared memory, 128-byte aligned (kiln.codegen.lower.tma)
+        return 2 * tensormap.NBYTES
     if op.name == "convert_layout" and _encoded(op.operands[0]) and _encoded(op.results[0]):
         src, dst = op.operands[0], op.results[0].type.encoding
         if src.type.encoding == dst or lay.same_distribution(src.type.encoding, dst, tuple(src.type.shape), model.num_warps):

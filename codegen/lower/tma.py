@@ -118,9 +118,11 @@ _SWIZZLE = {0: 0, 32: 1, 64: 2, 128: 3}
 
 
 def _tensormap_create(lw, op):
-    """Thread 0 writes the map into this CTA's 128 bytes of its slot in the global scratch
-    (zeros, then each field by `tensormap.replace`), then makes the write visible to its
-    own later TMA copies (the tensormap proxy's release, then acquire)."""
+    """The first warp of the threads running this code builds the map in 128 bytes of the scratch
+    area (zeros, then each field by `tensormap.replace`), copies it to this CTA's slot of the global
+    scratch releasing it to the tensormap proxy (`tensormap.cp_fenceproxy`, a whole warp's
+    instruction), then acquires it there for its own later TMA copies. As Triton builds its maps:
+    one bulk copy to global memory, and upstream's tests look for that instruction."""
     scratch, base, inner, outer, stride = op.operands
     inner_box, rows, swizzle = op.attrs["box"]
     elem = base.type.element_ty
@@ -130,9 +132,15 @@ def _tensormap_create(lw, op):
     slot = b.add(b.mul(b.zext(cta, I64), ir.Constant(I64, lw.map_slots[0])), ir.Constant(I64, lw.map_slots[1][op]))
     address = b.add(b.ptrtoint(lw.scalar(scratch), I64), b.mul(slot, ir.Constant(I64, tensormap.NBYTES)))
     row_bytes = b.mul(b.sext(lw.scalar(stride), I64), ir.Constant(I64, elem.itemsize))
+    # a map is 128-byte aligned: the 128 bytes of these 256 that start at a multiple of 128
+    staged = b.and_(b.add(b.ptrtoint(lw.smem(2 * tensormap.NBYTES), I32), lw.i32(127)), lw.i32(-128))
     elemtype = _ELEMTYPE.get(elem.name, _RAW_ELEMTYPE.get(elem.itemsize))
-    replace = "tensormap.replace.tile.{}.global.b1024.{} [$0], {};"
-    text = [f"st.global.v4.b32 [$0+{16 * i}], {{$5, $5, $5, $5}};" for i in range(8)] + [
+    replace = "@%first tensormap.replace.tile.{}.shared::cta.b1024.{} [$0], {};"
+    # one asm statement, its writes by the first lane under a predicate: no branch inside it, so no
+    # path of lanes apart from the others reaches the warp-wide copy (`convergent` keeps LLVM from
+    # duplicating it into such paths around it)
+    text = "\n\t".join([
+        "{", ".reg .pred %first;", "setp.eq.u32 %first, $5, 0;", "st.shared.b32 [$6], 0;", "bar.warp.sync -1;",
         replace.format("global_address", "b64", "$1"), replace.format("rank", "b32", 1),
         replace.format("box_dim", "b32", f"0, {inner_box}"), replace.format("box_dim", "b32", f"1, {rows}"),
         replace.format("global_dim", "b32", "0, $2"), replace.format("global_dim", "b32", "1, $3"),
@@ -140,10 +148,17 @@ def _tensormap_create(lw, op):
         replace.format("element_stride", "b32", "0, 1"), replace.format("element_stride", "b32", "1, 1"),
         replace.format("elemtype", "b32", elemtype), replace.format("interleave_layout", "b32", 0),
         replace.format("swizzle_mode", "b32", _SWIZZLE[swizzle]), replace.format("fill_mode", "b32", 0),
-        "fence.proxy.tensormap::generic.release.gpu;", "fence.proxy.tensormap::generic.acquire.gpu [$0], 128;"]
-    with _thread0(lw):
-        _asm(lw, "\n\t".join(text), args=[address, b.ptrtoint(lw.scalar(base), I64), lw.scalar(inner),
-                                          lw.scalar(outer), row_bytes, lw.i32(0)], constraints="l,l,r,r,l,r,~{memory}")
+        "bar.warp.sync -1;",
+        "tensormap.cp_fenceproxy.global.shared::cta.tensormap::generic.release.gpu.sync.aligned [$7], [$0], 128;",
+        "fence.proxy.tensormap::generic.acquire.gpu [$7], 128;", "}"])
+    first = lw.partition.first
+    lane = b.sub(lw.tid, lw.i32(first) if isinstance(first, int) else first)
+    args = [staged, b.ptrtoint(lw.scalar(base), I64), lw.scalar(inner), lw.scalar(outer), row_bytes, lane,
+            b.add(staged, b.mul(lane, lw.i32(4))), address]
+    asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), [a.type for a in args]), text, "r,l,r,r,l,r,r,l,~{memory}",
+                       side_effect=True)
+    with lw.if_then(b.icmp_unsigned("<", lane, lw.i32(32))):  # each lane zeroes 4 of the map's 128 bytes
+        b.call(asm, args, attrs=("convergent",))
     lw.bind(op.results[0], [b.inttoptr(address, GENERIC_PTR)])
 
 
