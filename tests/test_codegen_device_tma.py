@@ -70,6 +70,8 @@ def test_descriptors_read_from_memory_are_copied_by_tma_on_maps_the_kernel_makes
     assert ".version 8.3" in ptx  # tensormap.replace's PTX ISA
     # C's tile leaves by TMA stores (two 64-column boxes), the pointer store kept for negative starts
     assert ptx.count("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group") == 2
+    # its tile written by stmatrix: each thread's share of it, 8 elements an instruction
+    assert ptx.count("stmatrix.sync.aligned.m8n8.x4.shared.b16") == 128 * 128 // k.metadata["threads"] // 8
     assert "cp.async.bulk.wait_group.read 0" in ptx
     assert k.n_spills == 0
     scratch = [a for a in k.metadata["args"] if "global_scratch" in a]

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from kiln.ir.types import scalar_of
 
-from .types import reg_type
+from . import stmatrix
+from .types import I32, reg_type
 from ..scratch_bytes import stored_shape
 
 
@@ -50,15 +51,25 @@ def flats_of(lw, layout, shape, index_map=None):
 def convert(lw, regs, src, dst, t):
     shape = tuple(t.shape)
     elem_ty = reg_type(scalar_of(t))
-    stored = stored_shape(src, dst, shape, elem_bytes(elem_ty), lw.num_warps)
+    es = elem_bytes(elem_ty)
+    stored = stored_shape(src, dst, shape, es, lw.num_warps)
 
     def padded(idx):
         return idx, stored
     total = 1
     for n in stored:
         total *= n
-    (out,) = exchange(lw, elem_ty, total, [(regs, flats_of(lw, src, shape, padded))],
-                      [flats_of(lw, dst, shape, padded)])
-    return out
+    groups = stmatrix.usable(lw, src, shape, es) if stored[-1] * es % 16 == 0 else None
+    if groups is None:
+        (out,) = exchange(lw, elem_ty, total, [(regs, flats_of(lw, src, shape, padded))],
+                          [flats_of(lw, dst, shape, padded)])
+        return out
+    # a 16-bit accumulator: four 8x8 matrices a store
+    base = lw.smem(total * es)
+    start = lw.b.ptrtoint(base, I32)
+    stmatrix.store(lw, regs, lw.indices(src, shape), groups, elem_ty,
+                   lambda row, col: lw.b.add(start, lw.b.shl(lw.flat_index((row, col), stored), lw.i32(1))), src, shape)
+    lw.barrier()
+    return load_elements(lw, base, elem_ty, flats_of(lw, dst, shape, padded))
 
 

@@ -24,7 +24,7 @@ from kiln.ir.types import shared_type
 from kiln.ir import layout as lay
 from ..analysis.access import access_width
 from ..analysis.shared_buffers import ALIGN  # the buffers' base: a 128-byte swizzle repeats every 1024 bytes
-from . import fp8
+from . import fp8, stmatrix
 from .context import LoweringError
 from .memory import branchy_load, plain_store
 from .reduce import shuffle
@@ -217,6 +217,14 @@ def _local_store(lw, op):
     run = min(_run_length(layout, inner, es), shape[inner])
     indices = lw.indices(layout, shape)
     base, elem_ty = lw.scalar(tile), reg_type(value.type)
+    # rows of a tile's chunks are 16-byte multiples, swizzled in 16-byte units: an accumulator's 8x8
+    # matrices go by stmatrix wherever the tile's rows run along its columns
+    groups = stmatrix.usable(lw, layout, shape, es) if len(shape) == 2 and inner == 1 else None
+    if groups is not None and tile_geometry(t)[0] % 16 == 0:
+        start = lw.b.ptrtoint(base, I32)
+        stmatrix.store(lw, regs, indices, groups, elem_ty,
+                       lambda row, col: lw.b.add(start, tile_offset(lw, t, (row, col))), layout, shape)
+        return
     for i in range(0, len(regs), run):
         dst = lw.b.gep(base, [tile_offset(lw, t, indices[i])], source_etype=I8)
         plain_store(lw, dst, regs[i:i + run], elem_ty, es)
