@@ -15,7 +15,7 @@ from kiln.ir import parse_function
 
 
 @kiln.jit
-def _block_dot(X, Y, W, Z, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, CHAIN: tl.constexpr):
+def block_dot(X, Y, W, Z, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, CHAIN: tl.constexpr):
     rm, rn, rk = tl.arange(0, BM), tl.arange(0, BN), tl.arange(0, BK)
     z = tl.dot(tl.load(X + rm[:, None] * BK + rk[None, :]), tl.load(Y + rk[:, None] * BN + rn[None, :]))
     if CHAIN:  # the product rounded to fp8 and multiplied again (upstream's chain-dot epilogue)
@@ -26,7 +26,7 @@ def _block_dot(X, Y, W, Z, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
 
 def _compiled(fp8, target, bm=128, bn=128, bk=64, chain=False, warps=4):
     x, y, w = (kiln.reinterpret(np.zeros(shape, np.uint8), fp8) for shape in ((bm, bk), (bk, bn), (bn, bn)))
-    return _block_dot.warmup(x, y, w, np.zeros((bm, bn), np.float32), BM=bm, BN=bn, BK=bk, CHAIN=chain,
+    return block_dot.warmup(x, y, w, np.zeros((bm, bn), np.float32), BM=bm, BN=bn, BK=bk, CHAIN=chain,
                              num_warps=warps, grid=(1,), target=target)
 
 
@@ -86,7 +86,7 @@ def test_the_upcast_dot_on_the_gpu(dtype, chain, cuda_torch):
     x, y, w = (values[torch.randint(0, 7, shape, generator=gen)].to(fp8).cuda()
                for shape in ((128, 64), (64, 128), (128, 128)))
     z = torch.zeros(128, 128, device="cuda")
-    _block_dot[(1,)](x, y, w, z, BM=128, BN=128, BK=64, CHAIN=chain, num_warps=2)  # no wgmma at 2 warps
+    block_dot[(1,)](x, y, w, z, BM=128, BN=128, BK=64, CHAIN=chain, num_warps=2)  # no wgmma at 2 warps
     want = x.double() @ y.double()
     if chain:  # the fp32 product rounded to fp8, as the kernel's z.to(w.dtype)
         want = want.float().to(fp8).double() @ w.double()
