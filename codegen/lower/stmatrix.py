@@ -16,6 +16,7 @@ from kiln.ir import layout as lay
 
 from .types import I32
 
+
 def quads(layout, shape, num_warps: int):
     """A thread's registers as stmatrix takes them: [the 8 registers of one instruction, in its order
     (matrix m's two elements at 2m and 2m + 1)], or None where `layout` does not hold `shape` as
