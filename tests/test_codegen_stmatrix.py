@@ -2,7 +2,6 @@
 conversion's scratch tile (a matmul's `acc.to(fp16)` before its stores) and into the tile a TMA store
 copies (tests/test_codegen_device_tma.py), four 8x8 matrices an instruction, as Triton stores them;
 sm_80 and other layouts store elements as before."""
-import re
 
 import numpy as np
 import pytest
