@@ -13,7 +13,7 @@ from kiln.ir import verify
 from kiln.ir.layout_check import check_layouts
 
 from .passes import (broadcast_mul_reduce, canonicalize, coarsen, cse, dce, descriptor_loads, dot_accumulate, dot_staging,
-                     f32_dot_split, fp8_dot_upcast, layouts, persistent, pointer_tma, prefetch, scratch_barriers,
+                     f32_dot_split, fp8_dot_upcast, layouts, persistent, pointer_tma, prefetch, reduce_after_loop, scratch_barriers,
                      smem_alloc, smem_pipeline, split_k, standalone_wgmma, tile_overlap, tma_store, warp_specialize)
 
 PASSES = [
@@ -23,6 +23,7 @@ PASSES = [
     cse,            # merge identical pure ops
     dot_accumulate, # acc + dot(a, b) -> dot(a, b, acc)
     dce,            # drop what nothing uses
+    reduce_after_loop,  # a loop folding each step's reduction into a carried value -> blocks folded, one reduction after
     coarsen,        # sm_90a: a loop whose blocks walk 16 or 32 rows a step, a dot walking them as N -> 64 a step
     split_k,        # sm_90a, the build asked for few-program launches: a GEMM tile's K loop split across a cluster
     persistent,     # sm_90a: a tile kernel whose loop runs wgmma -> each CTA loops over the launch grid's programs

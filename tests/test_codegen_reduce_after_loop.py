@@ -1,0 +1,140 @@
+"""A loop folding each step's reduction into a carried value folds the blocks elementwise and reduces
+once after the loop (codegen/passes/reduce_after_loop.py): no exchange between threads in the loop."""
+import re
+
+import numpy as np
+import pytest
+
+import kiln
+import kiln.language as tl
+from kiln.codegen.passes import reduce_after_loop
+from kiln.codegen.pipeline import PassContext
+from kiln.codegen.target import parse_target
+from kiln.ir import parse_function, verify
+from test_codegen_emulate import in_child
+
+
+@kiln.jit
+def row_folds(X, S, M, A, N, BLOCK_N: tl.constexpr, ROWS: tl.constexpr):
+    rows = tl.arange(0, ROWS)
+    total = tl.zeros([ROWS], dtype=tl.float32) + 1.5  # a start value the fold keeps after the loop
+    top = tl.full([ROWS], float("-inf"), tl.float32)
+    low = tl.full([ROWS], 7, tl.int32)
+    bits = tl.zeros([ROWS], dtype=tl.int32)
+    for start in range(0, N, BLOCK_N):
+        x = tl.load(X + rows[:, None] * N + (start + tl.arange(0, BLOCK_N))[None, :])
+        total = total + tl.sum(x, axis=1)
+        top = tl.maximum(top, tl.max(x, axis=1))
+        low = tl.minimum(tl.min(x.to(tl.int32), axis=1), low)
+        bits = bits ^ tl.reduce(x.to(tl.int32), 1, _xor)
+    tl.store(S + rows, total)
+    tl.store(M + rows, top)
+    tl.store(A + rows, low + bits)
+
+
+@kiln.jit
+def _xor(a, b):
+    return a ^ b
+
+
+@kiln.jit
+def kept_folds(X, S, N, BLOCK_N: tl.constexpr):
+    rows = tl.arange(0, 32)
+    total = tl.zeros([32], dtype=tl.float32)
+    scaled = tl.zeros([32], dtype=tl.float32)
+    for start in range(0, N, BLOCK_N):
+        x = tl.load(X + rows[:, None] * N + (start + tl.arange(0, BLOCK_N))[None, :])
+        s = tl.sum(x, axis=1)
+        total = total + s
+        tl.store(S + rows, s)  # the step's sum read elsewhere: kept
+        scaled = scaled * 0.5 + tl.sum(x, axis=1)  # not a plain fold
+    tl.store(S + rows, total + scaled)
+
+
+def _ir(kernel, *args, **meta):
+    return parse_function(kernel.warmup(*args, grid=(1,), target="sm_90a", **meta).asm["kir"])
+
+
+def _passed(fn, warps=4):
+    reduce_after_loop.apply(fn, PassContext(parse_target("sm_90a"), warps, 3))
+    verify(fn)
+    return fn
+
+
+def _loop(fn):
+    [loop] = [op for op in fn.walk() if op.name == "for"]
+    return loop
+
+
+def _folds_args(n=256, rows=32):
+    x = np.zeros((rows, n), np.float32)
+    return x, np.zeros(rows, np.float32), np.zeros(rows, np.float32), np.zeros(rows, np.int32), n
+
+
+def test_each_fold_leaves_the_loop():
+    fn = _passed(_ir(row_folds, *_folds_args(), BLOCK_N=64, ROWS=32))
+    loop = _loop(fn)
+    assert not [op for op in loop.regions[0].walk() if op.name == "reduce"]
+    assert [tuple(r.type.shape) for r in loop.results] == [(32, 64)] * 4  # four block accumulators carried
+    after = fn.body.ops[fn.body.ops.index(loop) + 1:]
+    assert [op.name for op in after if op.name == "reduce"] == ["reduce"] * 4
+    starts = [op.operands[0].defining_op for op in after if op.name == "reduce"]
+    assert all(s is loop for s in starts)
+    inits = {op.attrs["value"] for op in fn.body.ops if op.name == "constant" and len(op.results[0].type.shape) == 2}
+    assert {-0.0, float("-inf"), 2**31 - 1, 0} <= inits  # the identities: sum, max, int min, xor
+
+
+def test_folds_read_elsewhere_or_not_plain_stay():
+    x = np.zeros((32, 256), np.float32)
+    fn = _passed(_ir(kept_folds, x, np.zeros(32, np.float32), 256, BLOCK_N=64))
+    assert len([op for op in _loop(fn).regions[0].walk() if op.name == "reduce"]) == 2
+
+
+def test_big_blocks_keep_their_reduction_in_the_loop():
+    # 32 x 256 on 4 warps: 64 elements a thread, more than the accumulator may take
+    fn = _passed(_ir(row_folds, *_folds_args(512), BLOCK_N=256, ROWS=32))
+    assert len([op for op in _loop(fn).regions[0].walk() if op.name == "reduce"]) == 4
+
+
+def test_the_loop_exchanges_nothing_between_threads():
+    kernel = row_folds.warmup(*_folds_args(), BLOCK_N=64, ROWS=32, grid=(1,), target="sm_90a")
+    lines = kernel.asm["ptx"].splitlines()
+    heads = {m.group(1): i for i, l in enumerate(lines) if (m := re.match(r"\$(L__BB0_\d+):", l.strip()))}
+    loops = [(heads[m.group(1)], i) for i, l in enumerate(lines)
+             if (m := re.search(r"bra(?:\.uni)?\s+\$(L__BB0_\d+);", l)) and heads.get(m.group(1), i) < i]
+    assert loops
+    for start, end in loops:
+        assert not any("shfl" in line or "bar.sync" in line for line in lines[start:end])
+    assert "shfl.sync" in kernel.asm["ptx"]  # after the loop
+
+
+def _run_folds(n, block_n):
+    from kiln.codegen.emulate import run_on_cpu
+    rng = np.random.default_rng(3)
+    x = (rng.integers(-40, 40, (32, n)) * 0.25).astype(np.float32)  # quarters: every sum exact
+    args = [x, np.zeros(32, np.float32), np.zeros(32, np.float32), np.zeros(32, np.int32), n]
+    kernel = row_folds.warmup(*args, BLOCK_N=block_n, ROWS=32, grid=(1,), target="sm_90a")
+    run_on_cpu(kernel.ir, (1,), args, num_warps=4)
+    return args
+
+
+@pytest.mark.parametrize("n, block_n", [(256, 64), (512, 256)])  # the fold after the loop; kept in it
+def test_the_emulated_kernel_computes_the_folds(n, block_n):
+    x, s, m, a, _ = in_child(_run_folds, n, block_n)
+    ints = x.astype(np.int32)
+    np.testing.assert_array_equal(s, x.sum(1) + 1.5)
+    np.testing.assert_array_equal(m, x.max(1))
+    np.testing.assert_array_equal(a, np.minimum(ints.min(1), 7) + np.bitwise_xor.reduce(ints, axis=1))
+
+
+@pytest.mark.gpu
+def test_the_folds_on_the_gpu(cuda_torch):
+    torch = cuda_torch
+    gen = torch.Generator().manual_seed(4)
+    x = (torch.randint(-40, 40, (32, 1024), generator=gen) * 0.25).float().cuda()
+    s, m = torch.empty(32, device="cuda"), torch.empty(32, device="cuda")
+    a = torch.empty(32, dtype=torch.int32, device="cuda")
+    row_folds[(1,)](x, s, m, a, 1024, BLOCK_N=64, ROWS=32)
+    ints = x.int().cpu().numpy()
+    assert torch.equal(s, x.sum(1) + 1.5) and torch.equal(m, x.max(1).values)
+    assert (a.cpu().numpy() == np.minimum(ints.min(1), 7) + np.bitwise_xor.reduce(ints, axis=1)).all()
