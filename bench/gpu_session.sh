@@ -23,6 +23,8 @@
 #   bash bench/gpu_session.sh attention       # bench/attention.py: tutorial 06's descriptor forwards vs Triton, SDPA
 #   DOTS=computed_a bash bench/gpu_session.sh dots  # bench/dot_formats.py (all sections without DOTS; ~100-200 s)
 #   bash bench/gpu_session.sh dropin          # bench/dropin.py: torch.compile with kiln's drop-in vs Triton
+#   bash bench/gpu_session.sh loop-reductions # reductions folded in a loop (reduce_after_loop): their GPU test, then
+#                                             # bench/loop_reductions.py, row sums and maxima vs Triton and PyTorch
 #   bash bench/gpu_session.sh firststep       # 8 ranks, GPT and MLP: cold, warm, new node (~330-470 s; Redis below)
 #   bash bench/gpu_session.sh firststep-max   # 8 ranks, max-autotune-no-cudagraphs, kiln then Triton, cold (~550 s;
 #                                             # MODEL=mlp|gpt, default gpt; Triton's 8 ranks take 390 s and more)
@@ -154,6 +156,10 @@ for phase in "$@"; do
       python3 bench/dropin.py --models '' --model8 "${MODEL:-gpt}" --mode8 max-autotune-no-cudagraphs --processes 8 \
         --flavours triton --budget 545 --timeout 530 --name dropin-8ranks-max-autotune-${MODEL:-gpt}-triton \
         --out "$OUT" 2>&1 | tee "$OUT/firststep-max-triton.log" | grep -A6 "processes at once" ;;
+    loop-reductions)
+      python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_codegen_reduce_after_loop.py 2>&1 \
+        | tee "$OUT/loop-reductions-tests.log" | tail -3
+      python3 bench/loop_reductions.py --out "$OUT" 2>&1 | tee "$OUT/loop-reductions.log" | grep '^|' ;;
     dropin)
       python3 bench/dropin.py --out "$OUT" 2>&1 | tee "$OUT/dropin.log" | tail -60 ;;
     tutorial06-configs)  # bench/tutorial06_configs.py: the tutorial's Hopper warp_specialize=True forward (fp16, fp8;
