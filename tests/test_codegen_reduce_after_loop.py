@@ -51,6 +51,21 @@ def kept_folds(X, S, N, BLOCK_N: tl.constexpr):
     tl.store(S + rows, total + scaled)
 
 
+@kiln.jit
+def nested_folds(X, S, T, R, N, BLOCK_N: tl.constexpr, ROWS: tl.constexpr):
+    """The fold in an inner loop whose result the outer loop stores and folds on (not a reduction)."""
+    grand = tl.zeros([ROWS], dtype=tl.float32)
+    for r in range(0, R, ROWS):
+        rows = r + tl.arange(0, ROWS)
+        total = tl.zeros([ROWS], dtype=tl.float32)
+        for start in range(0, N, BLOCK_N):
+            x = tl.load(X + rows[:, None] * N + (start + tl.arange(0, BLOCK_N))[None, :])
+            total = total + tl.sum(x, axis=1)
+        tl.store(S + rows, total)
+        grand = grand + total
+    tl.store(T + tl.arange(0, ROWS), grand)
+
+
 def _ir(kernel, *args, **meta):
     return parse_function(kernel.warmup(*args, grid=(1,), target="sm_90a", **meta).asm["kir"])
 
@@ -125,6 +140,27 @@ def test_the_emulated_kernel_computes_the_folds(n, block_n):
     np.testing.assert_array_equal(s, x.sum(1) + 1.5)
     np.testing.assert_array_equal(m, x.max(1))
     np.testing.assert_array_equal(a, np.minimum(ints.min(1), 7) + np.bitwise_xor.reduce(ints, axis=1))
+
+
+def _run_nested():
+    from kiln.codegen.emulate import run_on_cpu
+    rng = np.random.default_rng(2)
+    x = (rng.integers(-20, 20, (64, 256)) * 0.5).astype(np.float32)
+    args = [x, np.zeros(64, np.float32), np.zeros(16, np.float32), 64, 256]
+    kernel = nested_folds.warmup(*args, BLOCK_N=64, ROWS=16, grid=(1,), target="sm_90a")
+    run_on_cpu(kernel.ir, (1,), args, num_warps=4)
+    return args, kernel.asm["kir"]
+
+
+def test_a_fold_in_an_inner_loop_leaves_that_loop():
+    (x, s, t, _, _), ir = in_child(_run_nested)
+    np.testing.assert_array_equal(s, x.sum(1))
+    np.testing.assert_array_equal(t, x.sum(1).reshape(4, 16).sum(0))
+    fn = _passed(parse_function(ir))
+    outer = next(op for op in fn.body.ops if op.name == "for")
+    inner = next(op for op in outer.regions[0].ops if op.name == "for")
+    assert [op.name for op in outer.regions[0].ops if op.name == "reduce"] == ["reduce"]  # after the inner loop
+    assert not [op for op in inner.regions[0].walk() if op.name == "reduce"]
 
 
 @pytest.mark.gpu
