@@ -14,7 +14,7 @@ from kiln.ir.layout_check import check_layouts
 
 from .passes import (broadcast_mul_reduce, canonicalize, coarsen, cse, dce, descriptor_loads, dot_accumulate, dot_staging,
                      f32_dot_split, fp8_dot_upcast, layouts, persistent, pointer_tma, prefetch, reduce_after_loop, scratch_barriers,
-                     smem_alloc, smem_pipeline, split_k, standalone_wgmma, tile_overlap, tma_store, warp_specialize)
+                     small_dot_tiles, smem_alloc, smem_pipeline, split_k, standalone_wgmma, tile_overlap, tma_store, warp_specialize)
 
 PASSES = [
     canonicalize,   # fold constants, drop x+0, x*1, same-type casts
@@ -32,6 +32,7 @@ PASSES = [
     descriptor_loads,  # the descriptor loads no TMA ring took -> their pointer loads; unread derived maps dropped
     tma_store,      # sm_90a: descriptor stores of 2-D blocks -> shared tile + TMA store
     warp_specialize,  # sm_90a, persistent, where the K loop asks: the copies on a producer warpgroup of their own
+    small_dot_tiles,  # dots of fewer than 16 rows or 8 columns -> a whole mma tile on repeated operands, one copy kept
     standalone_wgmma,  # sm_90a: fp8 dots no loop pipelined -> wgmma on operands stored to shared tiles
     fp8_dot_upcast,  # fp8 dots left to mma.sync where the target's PTX has no fp8 mma: fp16 operands (exact)
     prefetch,       # loads of iteration i+1 issued during iteration i (num_stages >= 2)
