@@ -18,7 +18,7 @@ from __future__ import annotations
 from kiln.ir.core import Operation
 from kiln.ir.types import block_type, float16, scalar_of, with_shape
 
-from ..analysis.dots import mma_eligible
+from ..analysis.dots import fp8_mma, mma_eligible
 from .rewrite import replace_uses
 
 name = "small_dot_tiles"
@@ -35,7 +35,8 @@ def apply(fn, ctx) -> None:
             continue
         (M, _), N = a.type.shape, b.type.shape[1]
         rows, cols = max(1, TILE_M // M), max(1, TILE_N // N)
-        if rows * cols == 1 or TILE_M % min(M, TILE_M) or TILE_N % min(N, TILE_N) or not _runs_on_mma(dot, rows, cols, ctx):
+        if rows * cols == 1 or TILE_M % min(M, TILE_M) or TILE_N % min(N, TILE_N) \
+                or not _runs_on_mma(dot, rows, cols, ctx):
             continue
         replace_uses(fn, {dot.results[0]: _pad(dot, rows, cols)})
 
@@ -45,7 +46,7 @@ def _runs_on_mma(dot, rows, cols, ctx) -> bool:
     a, b, acc = dot.operands
     (M, K), N = a.type.shape, b.type.shape[1]
     s = scalar_of(a.type)
-    if s.name in ("fp8e4nv", "fp8e5") and not mma_eligible(dot, ctx):  # upcast later if mma takes fp16
+    if s.name in ("fp8e4nv", "fp8e5") and not fp8_mma(ctx):  # fp8_dot_upcast casts it to fp16 for mma.sync
         s = float16
     trial = Operation("dot", [Operation("constant", [], [block_type(s, [M * rows, K])], {"value": 0}).results[0],
                               Operation("constant", [], [block_type(s, [K, N * cols])], {"value": 0}).results[0],
