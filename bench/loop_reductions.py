@@ -54,14 +54,14 @@ def run(libs, sizes, rounds=3):
     return rows
 
 
-def table(rows) -> str:
+def table(rows) -> list[str]:
     lines = ["| reduction | rows x cols | kiln GB/s | Triton GB/s | PyTorch GB/s | kiln / Triton | kiln config | Triton config |",
              "|---|---|---:|---:|---:|---:|---|---|"]
     for r in rows:
         k, t, p = r.get("kiln", 0), r.get("triton", 0), r.get("torch", 0)
         lines.append(f"| {r['kind']} | {r['size']} | {k:.0f} | {t:.0f} | {p:.0f} | {k / t if t else 0:.2f} | "
                      f"{r['configs'].get('kiln')} | {r['configs'].get('triton')} |")
-    return "\n".join(lines)
+    return lines
 
 
 def main():
@@ -72,10 +72,7 @@ def main():
     args = ap.parse_args()
     libs = {name: kernel_source.load("loop_reduction_kernels.py", name) for name in args.libs.split(",")}
     rows = run(libs, args.sizes.split(","))
-    text = table(rows)
-    print(text)
-    if args.out:
-        results_file.save_today(args.out, "loop-reductions", rows, text)
+    results_file.report(args.out, "loop-reductions", table(rows), rows)
 
 
 if __name__ == "__main__":

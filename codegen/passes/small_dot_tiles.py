@@ -15,10 +15,11 @@ Dots whose padded form no mma runs (K under a step, fp32 at ieee precision) stay
 """
 from __future__ import annotations
 
-from kiln.ir.core import Operation
+from kiln.ir.core import Operation, Value
 from kiln.ir.types import block_type, float16, scalar_of, with_shape
 
 from ..analysis.dots import fp8_mma, mma_eligible
+from .fp8_dot_upcast import FP8
 from .rewrite import replace_uses
 
 name = "small_dot_tiles"
@@ -46,12 +47,11 @@ def _runs_on_mma(dot, rows, cols, ctx) -> bool:
     a, b, acc = dot.operands
     (M, K), N = a.type.shape, b.type.shape[1]
     s = scalar_of(a.type)
-    if s.name in ("fp8e4nv", "fp8e5") and not fp8_mma(ctx):  # fp8_dot_upcast casts it to fp16 for mma.sync
+    if s.name in FP8 and not fp8_mma(ctx):  # fp8_dot_upcast casts it to fp16 for mma.sync
         s = float16
-    trial = Operation("dot", [Operation("constant", [], [block_type(s, [M * rows, K])], {"value": 0}).results[0],
-                              Operation("constant", [], [block_type(s, [K, N * cols])], {"value": 0}).results[0],
-                              Operation("constant", [], [with_shape(acc.type, [M * rows, N * cols])], {"value": 0}).results[0]],
-                      [with_shape(acc.type, [M * rows, N * cols])], dict(dot.attrs))
+    wide = with_shape(acc.type, [M * rows, N * cols])
+    trial = Operation("dot", [Value(block_type(s, [M * rows, K])), Value(block_type(s, [K, N * cols])), Value(wide)],
+                      [wide], dict(dot.attrs))
     return mma_eligible(trial, ctx)
 
 

@@ -25,49 +25,50 @@ from kiln.ir.types import scalar_of
 
 from ..analysis.dots import fp8_mma
 from ..occupancy import max_shared_per_cta
+from .fp8_dot_upcast import FP8
 from .rewrite import append_op, insert_ops, replace_uses
 from .smem_plan import WGMMA_INPUTS, _stored_tile, enabled
 
 name = "standalone_wgmma"
-
-FP8 = ("fp8e4nv", "fp8e5")
 
 
 def apply(fn, ctx) -> None:
     if not enabled(ctx) or fp8_mma(ctx):
         return
     replaced = {}
-    for dot in [op for op in fn.walk() if op.name == "dot" and _takes(op, ctx)]:
-        replaced[dot.results[0]] = _issue(dot)
+    for dot in [op for op in fn.walk() if op.name == "dot"]:
+        tiles = _tiles(dot, ctx)
+        if tiles is not None:
+            replaced[dot.results[0]] = _issue(dot, tiles)
     if replaced:
         replace_uses(fn, replaced)
 
 
-def _takes(dot, ctx) -> bool:
-    """Can wgmma run `dot`: fp8 operands (one type, or e4m3 with e5m2), an accumulator type wgmma
+def _tiles(dot, ctx):
+    """The K-major tile types of A and B where wgmma can run `dot`, else None: fp8 operands (one type, or e4m3 with e5m2), an accumulator type wgmma
     sums fp8 into, K a whole number of 32-byte instruction steps, a wgmma layout for the
     accumulator at the kernel's warps, and both tiles in at most half of a CTA's shared memory
-    (the rest for the kernel's other buffers and scratch)?"""
+    (the rest for the kernel's other buffers and scratch)."""
     a, b, acc = dot.operands
     ea, eb = scalar_of(a.type), scalar_of(b.type)
     if ea.name not in FP8 or eb.name not in FP8 or (ea != eb and not mixed_fp8(ea, eb)):
-        return False
+        return None
     if len(acc.type.shape) != 2 or scalar_of(acc.type).name not in WGMMA_INPUTS[ea.name]:
-        return False
+        return None
     if a.type.shape[1] % 32 or wgmma_layout(acc.type.shape, ctx.num_warps) is None:
-        return False
-    tiles = [_stored_tile(v.type, role) for v, role in ((a, "a"), (b, "b"))]
-    return sum(t.nbytes for t in tiles) <= max_shared_per_cta(ctx.target.capability) // 2
+        return None
+    tiles = [_stored_tile(a.type, "a"), _stored_tile(b.type, "b")]
+    return tiles if sum(t.nbytes for t in tiles) <= max_shared_per_cta(ctx.target.capability) // 2 else None
 
 
-def _issue(dot):
+def _issue(dot, tile_types):
     """The stores, the fence and barrier, the wgmma and its wait in place of `dot`: the wait's result."""
     a, b, acc = dot.operands
     loc, block = dot.loc, dot.parent
     ops = []
     tiles = []
-    for v, role in ((a, "a"), (b, "b")):
-        tile = append_op(ops, "local_alloc", [], [_stored_tile(v.type, role)], loc)
+    for v, t in zip((a, b), tile_types):
+        tile = append_op(ops, "local_alloc", [], [t], loc)
         append_op(ops, "local_store", [v, tile], (), loc)
         tiles.append(tile)
     append_op(ops, "fence_async_shared", [], (), loc)
