@@ -1,14 +1,16 @@
 """Tutorial 03's matmul at fixed configs on grids of one to a few waves: the pointer kernel
-(`matmul_kernel`) and the host-descriptor one (`matmul_descriptor_kernel`), fp16, kiln against
-Triton, each library in a fresh process with fresh caches. Where a kernel's grid barely fills the
+(`matmul_kernel`) and the host-descriptor one (`matmul_descriptor_kernel`), fp16 (or bf16, or tf32:
+fp32 inputs with B K-major as `x @ W.T`, pointer kernel only), kiln against Triton and cuBLAS, each
+library in a fresh process with fresh caches. Where a kernel's grid barely fills the
 GPU, how many CTAs share an SM (shared memory per CTA) decides more than the kernel's code; where
 M is under the tile (decode-sized M), how a library reads the rows past M does (kiln: TMA boxes
 that reach past the tensor; Triton: cp.async of tutorial 03's wrapped rows, `% M`).
 
-    python bench/matmul_waves.py [--sizes 64x8192x8192,...] [--configs 128/64/64/4/4,...] [--out DIR]
+    python bench/matmul_waves.py [--sizes 64x8192x8192,...] [--configs 128/64/64/4/4,...] [--dtype tf32] [--out DIR]
 
 Per size, config and kernel: TFLOP/s (do_bench median, best of two), whether the result equals a
-float32 torch matmul within fp16 rounding, and kiln / Triton. kiln runs with split-K off
+float32 torch matmul within the inputs' rounding, kiln / Triton and kiln / cuBLAS (torch.matmul,
+TF32 allowed for tf32). kiln runs with split-K off
 (KILN_SPLIT_K=0): this compares the tile kernels as written; bench/autotune_first_call.py covers
 split-K. Writes DIR/<date>-<gpu>-matmul-waves.{json,md}.
 """
@@ -28,49 +30,70 @@ CONFIGS = "128/64/64/4/4,64/128/64/4/4,128/32/64/4/4"
 CHILD = child_rows.LIBRARY_PREAMBLE + """
 import importlib
 TensorDescriptor = importlib.import_module(triton.__name__ + ".tools.tensor_descriptor").TensorDescriptor
+dtype = {"fp16": torch.float16, "bf16": torch.bfloat16, "tf32": torch.float32}[sys.argv[5]]
+torch.backends.cuda.matmul.allow_tf32 = sys.argv[5] == "tf32"  # cuBLAS's tf32 against tl.dot's default
 rows = []
 for size in sys.argv[3].split(","):
     M, N, K = map(int, size.split("x"))
-    a = torch.randn(M, K, device="cuda", dtype=torch.float16)
-    b = torch.randn(K, N, device="cuda", dtype=torch.float16)
-    c = torch.empty(M, N, device="cuda", dtype=torch.float16)
+    a = torch.randn(M, K, device="cuda", dtype=dtype)
+    # wgmma reads 32-bit tiles K-major only: tf32's B is a weight's transpose, as bench/matmul.py's
+    b = torch.randn(N, K, device="cuda", dtype=dtype).T if dtype == torch.float32 else \
+        torch.randn(K, N, device="cuda", dtype=dtype)
+    c = torch.empty(M, N, device="cuda", dtype=dtype)
     want = a.float() @ b.float()
+    cublas_ms = min(triton.testing.do_bench(lambda: torch.matmul(a, b), warmup=50, rep=200) for _ in range(2))
     for config in sys.argv[4].split(","):
         bm, bn, bk, stages, warps = map(int, config.split("/"))
         grid = (triton.cdiv(M, bm) * triton.cdiv(N, bn),)
         meta = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, num_stages=stages, num_warps=warps)
         descs = (TensorDescriptor.from_tensor(a, [bm, bk]), TensorDescriptor.from_tensor(b, [bk, bn]),
-                 TensorDescriptor.from_tensor(c, [bm, bn]))
+                 TensorDescriptor.from_tensor(c, [bm, bn])) if b.stride(1) == 1 else None
         kernels = {
             "pointer": lambda: lib.matmul_kernel[grid](a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0),
                                                        b.stride(1), c.stride(0), c.stride(1), **meta),
-            "descriptor": lambda: lib.matmul_descriptor_kernel[grid](*descs, M, N, K, **meta),
         }
+        if b.stride(1) == 1:  # a descriptor's last dim is contiguous
+            kernels["descriptor"] = lambda: lib.matmul_descriptor_kernel[grid](*descs, M, N, K, **meta)
         for kind, run in kernels.items():
+            row = {"size": size, "config": config, "kernel": kind, "cublas_tflops": 2 * M * N * K / cublas_ms * 1e-9}
+            rows.append(row)
             c.zero_()
-            run()
-            close = bool(torch.allclose(c.float(), want, atol=0.05 * K ** 0.5 / 8, rtol=0.01))
+            try:
+                run()
+            except Exception as e:  # a config past a library's shared memory (fp32 tiles are twice fp16's)
+                row.update(tflops=None, close=False, error=f"{type(e).__name__}: {str(e)[:200]}")
+                continue
+            row["close"] = bool(torch.allclose(c.float(), want, atol=0.05 * K ** 0.5 / 8, rtol=0.01))
             ms = min(triton.testing.do_bench(run, warmup=50, rep=200) for _ in range(2))
-            rows.append({"size": size, "config": config, "kernel": kind, "tflops": 2 * M * N * K / ms * 1e-9,
-                         "close": close})
+            row["tflops"] = 2 * M * N * K / ms * 1e-9
 print("ROWS " + json.dumps(rows))
 """
 
 
-def run_library(library: str, sizes: str, configs: str, timeout: float) -> list:
+def run_library(library: str, sizes: str, configs: str, dtype: str, timeout: float) -> list:
     env = {k: v for k, v in os.environ.items() if k != "KILN_DROPIN"}
     env["KILN_SPLIT_K"] = "0"
-    return child_rows.run(CHILD, [HERE, library, sizes, configs], env, timeout, library)[0]
+    return child_rows.run(CHILD, [HERE, library, sizes, configs, dtype], env, timeout, library)[0]
 
 
-def table(kiln_rows: list, triton_rows: list) -> str:
-    lines = ["#### tutorial 03's matmul, fp16, fixed configs (BM/BN/BK/stages/warps): TFLOP/s", "",
-             "| M x N x K | config | kernel | kiln | Triton | kiln / Triton | equal to torch |",
-             "|---|---|---|---:|---:|---:|---|"]
+def _figure(tflops) -> str:
+    return "failed" if tflops is None else f"{tflops:.0f}"
+
+
+def _ratio(ours, theirs) -> str:
+    return "" if ours is None or theirs is None else f"{ours / theirs:.2f}"
+
+
+def table(kiln_rows: list, triton_rows: list, dtype: str) -> str:
+    lines = [f"#### tutorial 03's matmul, {dtype}, fixed configs (BM/BN/BK/stages/warps): TFLOP/s", "",
+             "| M x N x K | config | kernel | kiln | Triton | cuBLAS | kiln / Triton | kiln / cuBLAS | equal to torch |",
+             "|---|---|---|---:|---:|---:|---:|---:|---|"]
     for ours, theirs in zip(kiln_rows, triton_rows):
         close = "yes" if ours["close"] and theirs["close"] else "NO"
-        lines.append(f"| {ours['size']} | {ours['config']} | {ours['kernel']} | {ours['tflops']:.0f} | "
-                     f"{theirs['tflops']:.0f} | {ours['tflops'] / theirs['tflops']:.2f} | {close} |")
+        cublas = ours["cublas_tflops"]  # measured in kiln's process, beside its kernels
+        kiln, triton = ours["tflops"], theirs["tflops"]
+        lines.append(f"| {ours['size']} | {ours['config']} | {ours['kernel']} | {_figure(kiln)} | "
+                     f"{_figure(triton)} | {cublas:.0f} | {_ratio(kiln, triton)} | {_ratio(kiln, cublas)} | {close} |")
     return "\n".join(lines) + "\n"
 
 
@@ -78,15 +101,16 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--sizes", default=SIZES)
     ap.add_argument("--configs", default=CONFIGS)
+    ap.add_argument("--dtype", default="fp16", choices=("fp16", "bf16", "tf32"))
     ap.add_argument("--timeout", type=float, default=280)
     ap.add_argument("--out")
     args = ap.parse_args()
-    results = {lib: run_library(lib, args.sizes, args.configs, args.timeout) for lib in ("kiln", "triton")}
-    text = table(results["kiln"], results["triton"])
+    results = {lib: run_library(lib, args.sizes, args.configs, args.dtype, args.timeout) for lib in ("kiln", "triton")}
+    text = table(results["kiln"], results["triton"], args.dtype)
     print(text)
     if args.out:
         import results_file
-        results_file.save_today(args.out, "matmul-waves", results, text)
+        results_file.save_today(args.out, "matmul-waves" + ("" if args.dtype == "fp16" else f"-{args.dtype}"), results, text)
 
 
 if __name__ == "__main__":
