@@ -560,6 +560,10 @@ def _sized(rings, dots, body, loop, stages, fn, ctx, kind, in_registers):
     elif spare:
         if tight_for_company(fixed, stages, stage_bytes, bool(staged), ctx.num_warps, ctx.target.capability):
             ring_size = stages
+        elif not staged and len(dots) == 1:  # (measured on GEMM tiles)
+            fewer = stages_for_company(fixed, stages, stage_bytes, ctx.num_warps, ctx.target.capability)
+            if fewer:
+                stages = ring_size = fewer
     if kind == "wgmma" and fn.attrs.get("company", 1) != 0 and not loop.attrs.get("warp_specialize"):
         freed, tight = _company(dots, fixed, stages, ring_size, stage_bytes, ctx, in_registers)
         if freed:
@@ -628,6 +632,17 @@ def tight_for_company(fixed: int, stages: int, stage_bytes: int, staged: bool, n
     tight = ctas_by_shared(fixed + stages * stage_bytes, capability)
     spare = ctas_by_shared(fixed + (stages + 1) * stage_bytes, capability)
     return tight > spare and (staged or (spare == 1 and num_warps <= 4))
+
+
+def stages_for_company(fixed: int, stages: int, stage_bytes: int, num_warps: int, capability: int) -> int:
+    """The stages (3 or more) of a tight ring that let a second CTA of one warpgroup share the SM
+    where `stages` stages, spare slot or not, leave it alone; 0 where none does. Fewer k-steps in
+    flight against another CTA's dots hiding this one's waits and epilogue: tutorial 03's 128x128x32
+    tile on fp32 inputs at tf32 (32 KB a stage), 4 warps (H200, 2026-12-04, bench/matmul_waves.py
+    --dtype tf32): 4 stages alone 303 / 302 TFLOP/s at 4096³ / 8192³, 3 stages in twos 320 / 309."""
+    if num_warps > 4 or ctas_by_shared(fixed + stages * stage_bytes, capability) > 1:
+        return 0
+    return next((s for s in range(stages - 1, 2, -1) if ctas_by_shared(fixed + s * stage_bytes, capability) > 1), 0)
 
 
 def specialized_scratch(loop, num_warps: int) -> int:
