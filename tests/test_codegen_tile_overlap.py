@@ -39,6 +39,7 @@ def _gemm(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_bk, stride_cm,
 # per SM; the 128x256 fp16 tile's 192 KB ring and 66 KB conversion do not fit at all; the 128x64x64
 # tile's tight ring (four 24 KB slots) fits two CTAs only where its scratch takes the ring's bytes
 FITS, TOO_BIG, COSTS_A_CTA = (128, 32, 64, 4, 4), (128, 256, 64, 8, 3), (128, 64, 64, 4, 4)
+GIVES_UP_A_STAGE = (128, 128, 64, 4, 4)  # 32 KB stages: 3 of them, tight, hold two CTAs
 
 
 def _source(cfg):
@@ -155,6 +156,23 @@ def test_a_lone_cta_of_one_warpgroup_gives_up_the_spare_slot_for_company():
     assert smem_plan.tight_for_company(2 * kb, 4, 16 * kb, True, 4, 90)  # a staged operand: 3 CTAs for 2
 
 
+def test_a_lone_cta_of_one_warpgroup_gives_up_stages_for_company():
+    kb = 1024
+    assert smem_plan.stages_for_company(2 * kb, 4, 32 * kb, 4, 90) == 3  # 4 or 5 slots: one CTA; 3: two
+    assert smem_plan.stages_for_company(2 * kb, 5, 32 * kb, 4, 90) == 3  # as few as it takes
+    assert smem_plan.stages_for_company(2 * kb, 4, 32 * kb, 8, 90) == 0  # two warpgroups keep their stages
+    assert smem_plan.stages_for_company(2 * kb, 4, 48 * kb, 4, 90) == 0  # 3 slots of 48 KB: one CTA still
+    assert smem_plan.stages_for_company(2 * kb, 3, 32 * kb, 4, 90) == 0  # never below 3 stages
+    assert smem_plan.stages_for_company(2 * kb, 4, 24 * kb, 4, 90) == 0  # 4 slots hold two (tight_for_company's)
+
+
+def test_a_4_stage_128x128x64_tile_runs_3_stages_two_ctas_to_an_sm():
+    """Its 32 KB stages: 4 stages and the spare slot, or 4 tight, leave one CTA alone on the SM."""
+    tile = compile_ir(_source(GIVES_UP_A_STAGE), "sm_90a", {"num_warps": 4, "num_stages": 4}, link=False)
+    assert "smem<3x128x64xfp16" in tile.kir and "smem<3x64x128xfp16" in tile.kir
+    assert occupancy.ctas_by_shared(tile.metadata["shared"], 90) == 2
+
+
 def _k_loop_ops(kir: str) -> list:
     """The names of the ops in the body of the loop that waits on a TMA mbarrier, in order."""
     lines = [line.strip() for line in kir.splitlines()]
@@ -204,7 +222,7 @@ def test_overlapped_tiles_match_torch(cfg, shape, hopper_torch):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("cfg", [COSTS_A_CTA, (64, 128, 64, 4, 4)])
+@pytest.mark.parametrize("cfg", [COSTS_A_CTA, (64, 128, 64, 4, 4), GIVES_UP_A_STAGE])
 @pytest.mark.parametrize("shape", SHAPES)
 def test_tight_tma_rings_match_torch(cfg, shape, hopper_torch):
     kernel = _gemm_on_the_gpu(cfg, shape, hopper_torch)
