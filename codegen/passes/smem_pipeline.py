@@ -47,7 +47,8 @@ every warpgroup finished those before the barrier of iteration i (it waited for 
 iteration i - 1), which is why the ring has one tile more than there are stages. Where
 S + 1 tiles do not fit even at S = 2 (a 256x128 fp16 matmul tile pair is 96 KB), or where
 S tiles fit one more CTA per SM than S + 1 for a loop that stages an operand, or a second CTA
-for a lone one of one warpgroup (smem_plan.tight_for_company), the ring has S tiles
+for a lone one of one warpgroup (smem_plan.tight_for_company; for a GEMM's, with S lowered to 3
+if that is what it takes: stages_for_company), the ring has S tiles
 ("tight"): the copy of iteration i + S-1 then overwrites what the dots of iteration i - 1
 read, so it waits until they retired: every dot's wait comes before it, then a barrier,
 since each warp waits for its own part only. Where TMA alone fills the rings and only dots read
