@@ -637,9 +637,10 @@ def tight_for_company(fixed: int, stages: int, stage_bytes: int, staged: bool, n
 def stages_for_company(fixed: int, stages: int, stage_bytes: int, num_warps: int, capability: int) -> int:
     """The stages (3 or more) of a tight ring that let a second CTA of one warpgroup share the SM
     where `stages` stages, spare slot or not, leave it alone; 0 where none does. Fewer k-steps in
-    flight against another CTA's dots hiding this one's waits and epilogue: tutorial 03's 128x128x32
-    tile on fp32 inputs at tf32 (32 KB a stage), 4 warps (H200, 2026-12-04, bench/matmul_waves.py
-    --dtype tf32): 4 stages alone 303 / 302 TFLOP/s at 4096³ / 8192³, 3 stages in twos 320 / 309."""
+    flight against another CTA's dots hiding this one's waits and epilogue: tutorial 03's kernel at
+    4 stages, 4 warps, 32 KB a stage (H200, 2026-12-04, bench/matmul_waves.py, 4096³ / 8192³): fp16
+    128x128x64 517 / 504 -> 632 / 628 TFLOP/s (host descriptors +1-3%), tf32 128x128x32 311 / 304
+    -> 325 / 320."""
     if num_warps > 4 or ctas_by_shared(fixed + stages * stage_bytes, capability) > 1:
         return 0
     return next((s for s in range(stages - 1, 2, -1) if ctas_by_shared(fixed + s * stage_bytes, capability) > 1), 0)
