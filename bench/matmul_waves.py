@@ -77,24 +77,24 @@ def run_library(library: str, sizes: str, configs: str, dtype: str, timeout: flo
 
 
 def _figure(tflops) -> str:
-    return "failed" if tflops is None else tflops if isinstance(tflops, str) else f"{tflops:.0f}"
+    return "failed" if tflops is None else f"{tflops:.0f}"
 
 
 def _ratio(ours, theirs) -> str:
-    measured = all(isinstance(x, float) for x in (ours, theirs))
-    return f"{ours / theirs:.2f}" if measured else ""
+    return "" if ours is None or theirs is None else f"{ours / theirs:.2f}"
 
 
 def table(kiln_rows: list, triton_rows: list, dtype: str) -> str:
     lines = [f"#### tutorial 03's matmul, {dtype}, fixed configs (BM/BN/BK/stages/warps): TFLOP/s", "",
              "| M x N x K | config | kernel | kiln | Triton | cuBLAS | kiln / Triton | kiln / cuBLAS | equal to torch |",
              "|---|---|---|---:|---:|---:|---:|---:|---|"]
-    for ours, theirs in zip(kiln_rows, triton_rows or [{"tflops": "not run", "close": True}] * len(kiln_rows)):
-        close = "yes" if ours["close"] and theirs["close"] else "NO"
+    for ours, theirs in zip(kiln_rows, triton_rows or [None] * len(kiln_rows)):  # None: Triton not run
+        close = "yes" if ours["close"] and (theirs is None or theirs["close"]) else "NO"
         cublas = ours["cublas_tflops"]  # measured in kiln's process, beside its kernels
-        kiln, triton = ours["tflops"], theirs["tflops"]
+        kiln, triton = ours["tflops"], theirs and theirs["tflops"]
         lines.append(f"| {ours['size']} | {ours['config']} | {ours['kernel']} | {_figure(kiln)} | "
-                     f"{_figure(triton)} | {cublas:.0f} | {_ratio(kiln, triton)} | {_ratio(kiln, cublas)} | {close} |")
+                     f"{'not run' if theirs is None else _figure(triton)} | {cublas:.0f} | {_ratio(kiln, triton)} | "
+                     f"{_ratio(kiln, cublas)} | {close} |")
     return "\n".join(lines) + "\n"
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 from kiln.ir.core import Operation
 from kiln.ir.types import scalar_of
 
-from .rewrite import insert_ops
+from .rewrite import insert_ops, replace_uses
 
 name = "reduce_after_loop"
 
@@ -36,7 +36,7 @@ def apply(fn, ctx) -> None:
         for j in range(len(loop.results)):
             found = _fold(loop, j, uses, ctx.num_warps)
             if found is not None:
-                _rewrite(loop, j, *found)
+                _rewrite(fn, loop, j, *found)
 
 
 def _use_counts(body) -> dict:
@@ -83,7 +83,7 @@ def _identity(fold_name, elem):
     return {"add": 0, "or": 0, "xor": 0, "max": low, "min": high, "and": -1 if elem.signed else high}[fold_name]
 
 
-def _rewrite(loop, j, fold, reduce):
+def _rewrite(fn, loop, j, fold, reduce):
     body = loop.regions[0]
     arg, result = body.args[1 + j], loop.results[j]
     x = reduce.operands[0]
@@ -101,13 +101,9 @@ def _rewrite(loop, j, fold, reduce):
     folded.parent = body
     body.ops.remove(reduce)
     body.ops[-1].operands[j] = folded.results[0]
-    # after it: the reduction, then the fold of the value the loop started from
-    later = parent.ops[parent.ops.index(loop) + 1:]
-    reduced = reduce.results[0]
+    # after it: the reduction, then the fold of the value the loop started from, which the loop's users read
+    replace_uses(fn, {result: fold.results[0]})
     result.type = x.type
     reduce.operands = [result]
-    fold.operands = [init, reduced]
+    fold.operands = [init, reduce.results[0]]
     insert_ops(parent, parent.ops.index(loop) + 1, [reduce, fold])
-    for op in later:
-        for inner in op.walk():
-            inner.operands = [fold.results[0] if v is result else v for v in inner.operands]
