@@ -110,6 +110,12 @@ def _tma_box_ok(text) -> bool:
     return True
 
 
+def _split_trips(value) -> bool:
+    """A split_k trip spec (kiln.codegen.passes.split_k.trip_spec): five int32 values."""
+    return (type(value) is list and len(value) == 5 and all(type(v) is int and -(1 << 31) <= v < 1 << 31 for v in value)
+            and value[0] >= -1 and value[2] >= 1 and value[4] >= 1)
+
+
 def _options(value) -> bool:
     return (type(value) is dict and len(value) <= 64
             and all(type(k) is str and _plain(v) for k, v in value.items()))
@@ -132,6 +138,7 @@ FIELDS = {
     "num_stages": _int(0, 64), "num_ctas": _int(1, 16), "threads": _int(32, 1024),
     "shared": _int(0, MAX_SHARED_BYTES), "n_regs": _int(0, 255), "n_spills": _int(0, 1 << 30),
     "ptx_version": _int(0, 1000), "splittable": (lambda v: v is True, "True (a split_k build applies)"),
+    "split_trips": (_split_trips, "[arg, add, div, lb, step]: ints, arg >= -1, div and step >= 1"),
     "args": (_args, "a list of {name, type, llvm_type[, tma_box]} strings"),
     "options": (_options, "a dict of plain option values"),
 }

@@ -128,6 +128,7 @@ def _note_facts(work, opts: dict, facts: dict) -> None:
     facts["warps"] = cta_warps(work, opts["num_warps"])
     facts["tensor_cores"] = on_tensor_cores(work)
     facts["splittable"] = work.attrs.get("splittable") == 1  # a split_k build applies (kiln.codegen.passes.split_k)
+    facts["split_trips"] = work.attrs.get("split_trips")  # its K loop's trip count from the arguments (trip_spec)
     facts["coarsened"] = work.attrs.get("coarsen") == 1  # kiln.codegen.passes.coarsen took some loops' steps together
     facts["company"] = work.attrs.get("company", 0)  # shared bytes smem_plan freed for another CTA (`_company`)
 
@@ -411,5 +412,7 @@ def _compile(fn, target: str, options: dict | None, check: bool, link: bool, cou
     }
     if facts["splittable"]:
         metadata["splittable"] = True
+    if facts["split_trips"] is not None:
+        metadata["split_trips"] = list(facts["split_trips"])
     # `llir` is the optimized module (as Triton's asm["llir"]), as emitted; lower_to_llvm gives the raw one
     return CompiledKernel(fn.name, tgt.name, kir, llir, ptx, cubin, metadata)

@@ -204,19 +204,19 @@ class Autotuner(KernelInterface):
             except Exception:  # noqa: BLE001 - reported by _bench
                 continue
             if isinstance(kernel, CompiledKernel):
-                kernels.append((kernel, _programs(grid, {**nargs, **c.all_kwargs()})))
+                kernels.append((kernel, _programs(grid, {**nargs, **c.all_kwargs()}), {**nargs, **c.all_kwargs()}))
         device = cuda_driver.device_and_stream()[0]
 
-        def build(kernel, programs):
+        def build(kernel, programs, named):
             try:
                 target = kernel.target_for(device)
                 kernel.build(target)
                 if programs is not None:  # a GEMM launched with few programs: its split-K build too
-                    kernel.build_split_for(target, programs, device)
+                    kernel.build_split_for(target, programs, device, named)
             except Exception:  # noqa: BLE001 - reported by _bench (a split build's, by the launch)
                 pass
         with ThreadPoolExecutor(builtins.min(len(kernels), MAX_PARALLEL_BUILDS) or 1) as pool:
-            list(pool.map(lambda pair: build(*pair), kernels))
+            list(pool.map(lambda entry: build(*entry), kernels))
 
     @user_facing
     def run(self, *args, grid, warmup=False, **kwargs):

@@ -149,6 +149,7 @@ class CompiledKernel:
         self.few_programs: dict = {}  # device -> launches of at most this many programs take the split-K build
         self.split_launchers: dict = {}  # device -> its launcher (kiln.codegen.passes.split_k)
         self.split_binaries: dict = {}  # target -> that build
+        self.split_trips_spec = None  # its K loop's trip count from the arguments (metadata split_trips)
         self.split_k_default = True  # where KILN_SPLIT_K is unset (kernels of the drop-in's triton.compile: False)
         self.runtime_args = lambda values: list(values)
         self.launch_metadata = None  # the @jit(launch_metadata=) function, with the names of its arguments
@@ -319,7 +320,8 @@ class CompiledKernel:
         if launcher is None:
             launcher = self._prepare(device)
         few = self.few_programs.get(device)
-        if few is not None and grid[0] * grid[1] * grid[2] <= few:  # too few to fill the GPU: split K
+        if few is not None and grid[0] * grid[1] * grid[2] <= few and self._split_pays(grid, args, few):
+            # too few to fill the GPU, and a K loop long enough to share: split K
             launcher = self.split_launchers.get(device) or self._prepare_split(device) or launcher
         try:
             launcher(grid, args, stream)
@@ -363,9 +365,17 @@ class CompiledKernel:
                 # programs that leave half the CTAs the GPU holds at once idle, or more
                 resident = loaded.resident_ctas(32 * launched_warps(binary.metadata), shared) * driver.sm_count(device)
                 self.few_programs[device] = resident // 2
+                self.split_trips_spec = binary.metadata.get("split_trips")
         launcher = launcher_for(loaded, self.arg_types, binary.metadata, self.name, device, self.launch_pdl)
         launchers[device] = launcher
         return launcher
+
+    def _split_pays(self, grid, args, few: int) -> bool:
+        """Would a split-K launch of `grid` give each CTA a long enough share of the K loop
+        (kiln.runtime.launcher.cluster_ctas, as the split build's launcher sizes its clusters)?"""
+        from .runtime import launcher
+        trips = launcher.split_trips(self.split_trips_spec, args)
+        return launcher.cluster_ctas(grid[0] * grid[1] * grid[2], 2 * few, trips) > 1
 
     def _prepare_split(self, device: int):
         """The launcher of the split-K build (kiln.codegen.passes.split_k) on `device`: each
@@ -390,24 +400,30 @@ class CompiledKernel:
         return bool(binary.metadata.get("splittable")) and not self.launch_pdl and \
             config.split_k_enabled(self.split_k_default)
 
-    def build_split_for(self, target: str, programs: int, device: int) -> None:
+    def build_split_for(self, target: str, programs: int, device: int, named: dict | None = None) -> None:
         """Build the split-K variant for `target` now where a launch of `programs` programs on
-        `device` would take it (an autotuner's builds side by side: timing config after config
-        would otherwise compile each split build in turn). Registers and shared memory from the
-        binary, as kiln.codegen.occupancy counts them: the driver's count at the launch may
-        differ by a CTA, costing a build that is not read or one made at that launch."""
+        `device` with the arguments `named` (by name) would take it (an autotuner's builds side by
+        side: timing config after config would otherwise compile each split build in turn). Registers
+        and shared memory from the binary, as kiln.codegen.occupancy counts them: the driver's count
+        at the launch may differ by a CTA, costing a build that is not read or one made at that launch."""
         from kiln.cache.metadata import launched_warps
         from kiln.codegen.occupancy import ctas_per_sm
         from kiln.codegen.target import parse_target
+        from .runtime import launcher
         binary = self.binaries.get(target)
         if binary is None or not self._may_split(binary):
             return
         meta = binary.metadata
         per_sm = ctas_per_sm(meta["n_regs"], 32 * launched_warps(meta), meta["shared"],
                              parse_target(target).capability)
-        if programs > per_sm * driver.sm_count(device) // 2:
+        resident = per_sm * driver.sm_count(device)
+        if programs > resident // 2:
             return
-        self._variant_build(self.split_binaries, target, split_k=1)
+        spec, trips = meta.get("split_trips"), None
+        if spec is not None and named is not None and spec[0] < len(meta["args"]):
+            trips = launcher.loop_trips(spec, named.get(meta["args"][spec[0]]["name"]) if spec[0] >= 0 else 0)
+        if launcher.cluster_ctas(programs, resident, trips) > 1:
+            self._variant_build(self.split_binaries, target, split_k=1)
 
     def _drop_split(self, device: int, why: str) -> None:
         """No more split-K launches of this kernel on `device`, and a warning saying `why`."""

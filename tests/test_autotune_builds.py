@@ -115,18 +115,23 @@ def test_a_config_pre_hook_runs_before_its_build(gpu_stand_in, monkeypatch):
     assert seen[:2] == [32, 64]  # once each before the builds; the timings (stood in here) call them again
 
 
-@pytest.mark.parametrize("programs, split", [(8, True), (4096, False)])
+@pytest.mark.parametrize("programs, trips, split", [(8, None, True), (4096, None, False), (8, [-1, 64, 1, 0, 1], True),
+                                                   (8, [-1, 63, 1, 0, 1], False), (8, [2, 0, 1, 0, 1], True),
+                                                   (8, [2, 1, 1, 0, 1], True), (8, [2, -1, 1, 0, 1], False)])
 def test_a_splittable_gemm_launched_with_few_programs_has_its_split_builds_made_beside_the_others(
-        programs, split, gpu_stand_in, monkeypatch):
+        programs, trips, split, gpu_stand_in, monkeypatch):
     """The split-K variant that a launch of few programs takes (kiln.codegen.passes.split_k) is built
     with the configs, not at each config's first timed launch, one after another; a launch of many
-    programs does not take it, and it is not built."""
+    programs, or of a K loop too short to share (its trip count from the arguments: here n = 64),
+    does not take it, and it is not built."""
     builds = []
 
     def compile_binary(ir, target, options):
         builds.append((options["num_warps"], ir.attrs.get("split_k") == 1))
+        args = [{"name": name, "type": "int32", "llvm_type": "i32"} for name in ("x", "y", "n")]
         return types.SimpleNamespace(llir="", ptx="", cubin=b"", metadata={
-            "num_warps": options["num_warps"], "n_regs": 168, "shared": 131072, "splittable": True})
+            "num_warps": options["num_warps"], "n_regs": 168, "shared": 131072, "splittable": True, "args": args,
+            **({"split_trips": trips} if trips else {})})
     monkeypatch.setattr(compiler, "compile_binary", compile_binary)
     monkeypatch.setattr(cuda_driver, "sm_count", lambda device: 132)  # one CTA an SM: 66 programs or fewer split
     monkeypatch.delenv("KILN_SPLIT_K", raising=False)

@@ -259,9 +259,45 @@ def test_each_rank_takes_an_even_share_of_at_least_min_share_iterations(K, ctas,
     assert _k_ranges(fn, K, ctas) == ranges
 
 
-@pytest.mark.parametrize("programs, resident, ctas", [(64, 132, 2), (32, 132, 4), (34, 132, 2), (100, 132, 1)])
-def test_a_launch_takes_the_largest_cluster_that_keeps_every_cta_resident(programs, resident, ctas):
-    assert launcher.cluster_ctas(programs, resident) == ctas
+@pytest.mark.parametrize("programs, resident, trips, ctas", [
+    (64, 132, 1000, 2), (32, 132, 1000, 4), (34, 132, 1000, 2), (100, 132, 1000, 1),
+    (32, 132, 256, 4), (32, 132, 255, 2),  # four CTAs need 64 iterations each
+    (32, 132, 64, 2), (32, 132, 63, 1),  # two need 32 each: a shorter loop is not split
+    (32, 132, None, 2), (100, 132, None, 1),  # the trip count unknown: two CTAs at most
+])
+def test_a_launch_takes_the_largest_cluster_that_keeps_every_cta_resident_and_busy(programs, resident, trips, ctas):
+    assert launcher.cluster_ctas(programs, resident, trips) == ctas
+
+
+def test_the_k_loops_trip_count_is_noted_for_the_launches_to_read_from_their_arguments():
+    spec = _binary()["split_trips"]
+    assert spec == [_matmul.arg_names.index("K"), 63, 64, 0, 1]  # range(0, tl.cdiv(K, 64)): (K + 63) / 64
+    assert [launcher.split_trips(spec, [0] * 5 + [K]) for K in (4096, 4097, 1024, 63, 0, -5)] == [64, 65, 16, 1, 0, 0]
+    assert launcher.split_trips(spec, [0] * 5 + [4096.0]) is None  # no int: not known
+    assert launcher.split_trips(spec, []) is None and launcher.split_trips(None, [4096]) is None
+
+
+@kiln.jit
+def _stepped_matmul(a_ptr, b_ptr, c_ptr, K, stride_am, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+                    FIXED_K: tl.constexpr = 0):
+    rm, rn, rk = tl.arange(0, BM), tl.arange(0, BN), tl.arange(0, BK)
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k in range(16, FIXED_K if FIXED_K else K, BK):  # range(lb, K, step) and constant bounds
+        a = tl.load(a_ptr + rm[:, None] * stride_am + (k + rk)[None, :])
+        b = tl.load(b_ptr + (k + rk)[:, None] * BN + rn[None, :])
+        acc = tl.dot(a, b, acc)
+    tl.store(c_ptr + rm[:, None] * BN + rn[None, :], acc.to(tl.float16))
+
+
+@pytest.mark.parametrize("fixed, spec, K, trips", [(0, [3, 0, 1, 16, 64], 4096, 64), (0, [3, 0, 1, 16, 64], 4112, 64),
+                                                  (0, [3, 0, 1, 16, 64], 4113, 65), (1000, [-1, 1000, 1, 16, 64], 1, 16)])
+def test_a_loop_stepping_through_k_or_of_constant_bounds_has_its_trip_count_noted(fixed, spec, K, trips):
+    x = np.zeros((64, 64), np.float16)
+    k = _stepped_matmul.warmup(x, x, x, 4096, 64, BM=64, BN=64, BK=64, FIXED_K=fixed, num_warps=4, num_stages=3,
+                               grid=(1,), target="sm_90a")
+    meta = k.build("sm_90a").metadata
+    assert meta["splittable"] and meta["split_trips"] == spec
+    assert launcher.split_trips(spec, [0, 0, 0, K]) == trips == len(range(16, fixed or K, 64))
 
 
 def test_the_launcher_launches_each_program_as_a_cluster(monkeypatch):
@@ -277,6 +313,15 @@ def test_the_launcher_launches_each_program_as_a_cluster(monkeypatch):
     assert (config.gridDimX, config.gridDimY, config.gridDimZ) == (80, 1, 1)
     attr = config.attrs[0]
     assert attr.id == launcher.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION and list(attr.value.clusterDim) == [2, 1, 1]
+    # its K loop's trip count read from the launch's int argument: (K + 63) / 64 iterations
+    run = launcher.make_launcher(type("Loaded", (), {"handle": 0})(), [parse_type("int32")], 8, 1024, "k",
+                                 derived=[("split", [0, 63, 64, 0, 1])], resident=132)
+    for K, ctas in ((16384, 4), (16320, 2), (4096, 2)):  # 256, 255, 64 iterations
+        run((20, 1, 1), [K], 0)
+        assert calls[-1].gridDimX == 20 * ctas and list(calls[-1].attrs[0].value.clusterDim) == [ctas, 1, 1]
+    with pytest.raises(ValueError, match="no int32 argument"):  # a spec naming a pointer, or past the arguments
+        launcher.make_launcher(type("Loaded", (), {"handle": 0})(), [parse_type("ptr<fp16>")], 8, 1024, "k",
+                               derived=[("split", [0, 63, 64, 0, 1])], resident=132)
 
 
 @pytest.mark.gpu
@@ -294,6 +339,7 @@ def test_few_programs_take_the_split_build_on_the_gpu_and_match_torch(shape, var
     results, clusters = [], []
     sized = launcher.cluster_ctas
     monkeypatch.setattr(launcher, "cluster_ctas", lambda *args: clusters.append(sized(*args)) or clusters[-1])
+    monkeypatch.setattr(launcher, "CLUSTER_SHARE", {4: 1, 2: 1})  # short and ragged K loops split too, to check
     for setting in ("1", "0"):  # KILN_SPLIT_K=0: the kernel as written
         monkeypatch.setenv("KILN_SPLIT_K", setting)
         kernel = kiln.jit(_matmul.fn)
@@ -318,18 +364,36 @@ def test_an_int8_matmul_of_few_programs_is_split_on_the_gpu_and_exact(monkeypatc
     torch = cuda_torch
     if torch.cuda.get_device_capability() < (9, 0):
         pytest.skip("needs a Hopper GPU")
-    K = 4096
+    K = 16384  # 256 iterations of 64: enough for four CTAs
     a = torch.randint(-128, 128, (128, K), dtype=torch.int8, device="cuda")
     b = torch.randint(-128, 128, (K, 128), dtype=torch.int8, device="cuda")
-    want = (a.cpu().long() @ b.cpu().long()).int()  # |sum| < 2**26: no wrap
+    want = (a.cpu().long() @ b.cpu().long()).int()  # |sum| < 2**28: no wrap
     clusters = []
     sized = launcher.cluster_ctas
     monkeypatch.setattr(launcher, "cluster_ctas", lambda *args: clusters.append(sized(*args)) or clusters[-1])
     c = torch.zeros((128, 128), dtype=torch.int32, device="cuda")
     kiln.jit(_tile_matmul.fn)[(1,)](a, b, c, K, a.stride(0), BM=128, BN=128, BK=64, num_warps=8, num_stages=3)
     torch.cuda.synchronize()
-    assert clusters == [4]  # one program: a cluster of four
+    assert clusters and set(clusters) == {4}  # one program: a cluster of four
     assert torch.equal(c.cpu(), want)
+
+
+@pytest.mark.gpu
+def test_a_k_loop_too_short_to_share_keeps_the_kernel_as_written_on_the_gpu(monkeypatch, cuda_torch):
+    torch = cuda_torch
+    if torch.cuda.get_device_capability() < (9, 0):
+        pytest.skip("needs a Hopper GPU")
+    monkeypatch.setenv("KILN_SPLIT_K", "1")
+    M, N, K = 128, 1024, 1024  # 8 programs, 16 iterations: two CTAs would get 8 each
+    a = torch.randn(M, K, device="cuda", dtype=torch.float16)
+    b = torch.randn(K, N, device="cuda", dtype=torch.float16)
+    c = torch.zeros((M, N), device="cuda", dtype=torch.float16)
+    kernel = kiln.jit(_matmul.fn)
+    compiled = kernel[(8,)](a, b, c, M, N, K, a.stride(0), b.stride(0), c.stride(0), BM=128, BN=128, BK=64,
+                            num_warps=8, num_stages=3)
+    torch.cuda.synchronize()
+    assert compiled.few_programs and not compiled.split_binaries and not compiled.split_launchers
+    torch.testing.assert_close(c.float(), a.float() @ b.float(), atol=0.05 * K ** 0.5, rtol=0.01)
 
 
 @pytest.mark.gpu

@@ -46,7 +46,8 @@ def _shell(marker):
 @pytest.mark.parametrize("bad", [
     {"num_warps": "SHELL"}, {"num_warps": 3}, {"num_warps": True}, {"shared": -1}, {"shared": 1 << 40},
     {"shared": "0"}, {"name": "another_kernel"}, {"n_regs": 1e9}, {"args": "x"}, {"threads": 64},
-    {"planted": {"nested": 1}},
+    {"planted": {"nested": 1}}, {"split_trips": [5, 63, 0, 0, 1]}, {"split_trips": [-2, 0, 1, 0, 1]},
+    {"split_trips": [5, 63, 64, 0]}, {"split_trips": [5, 1 << 40, 64, 0, 1]}, {"split_trips": "SHELL"},
     {"args": [{"name": "d.5", "type": "tensormap", "llvm_type": "ptr", "tma_box": "64x999:swizzle128"}]},
     {"args": [{"name": "d.5", "type": "tensormap", "llvm_type": "ptr", "tma_box": "64x64:swizzle16"}]},
 ])

@@ -44,11 +44,12 @@ def apply(fn, ctx) -> None:
         return
     block = _gemm_block(fn)
     gemm = _match(fn, block) if block is not None else None
-    if fn.attrs.get("split_k") != 1:
-        if gemm is not None:
-            fn.attrs["splittable"] = 1
-        return
     if gemm is None:
+        return
+    if (trips := trip_spec(fn, gemm[0])) is not None:
+        fn.attrs["split_trips"] = trips  # both builds: the launches choose by it (kiln.runtime.launcher)
+    if fn.attrs.get("split_k") != 1:
+        fn.attrs["splittable"] = 1
         return
     fn.attrs["persistent"] = 0  # one cluster per program
     _rewrite(fn, block, *gemm)
@@ -135,6 +136,28 @@ def _match(fn, block):
         if inc.owner is body or recomputable_cone([inc], body.ops) is None:
             return None
     return loop, acc, increments
+
+
+def trip_spec(fn, loop) -> list[int] | None:
+    """[arg, add, div, lb, step] where the K loop runs max(cdiv((a + add) / div - lb, step), 0) times,
+    `a` the value of the kernel's argument `arg` (-1: none, a = 0) and `/` C's division: what the
+    launcher needs to size a split (kiln.runtime.launcher.cluster_ctas) from a launch's arguments,
+    as `range(0, tl.cdiv(K, BLOCK_K))`, `range(0, K, BLOCK_K)` and constant bounds give; else None."""
+    lb, step = const_int(loop.operands[0]), const_int(loop.operands[2])
+    if lb is None or step is None:
+        return None
+    bound, add, div = loop.operands[1], 0, 1
+    op = bound.defining_op
+    if op is not None and op.name == "div" and (d := const_int(op.operands[1])) is not None and d > 0:
+        bound, div = op.operands[0], d
+    while (op := bound.defining_op) is not None and op.name in ("add", "sub") \
+            and (c := const_int(op.operands[1])) is not None:
+        add, bound = add + (c if op.name == "add" else -c), op.operands[0]
+    if (c := const_int(bound)) is not None:
+        return [-1, add + c, div, lb, step]
+    if bound.owner is fn.body and bound.type == int32:
+        return [fn.args.index(bound), add, div, lb, step]
+    return None
 
 
 def _zero(v) -> bool:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import functools
+import operator
 
 from kiln.ir.types import half_float_bits, tensormap
 
@@ -62,7 +63,7 @@ def launcher_for(loaded, arg_types, metadata: dict, name: str, device: int, pdl:
         elif (scratch := parse_global_scratch(arg.get("global_scratch"))) is not None:
             derived.append(("scratch", scratch))
         elif arg.get("split_k") is not None:
-            derived.append(("split",))
+            derived.append(("split", metadata.get("split_trips")))
         else:
             raise ValueError(f"kernel {name}: its binary's argument {i} is no derived map, grid size or scratch")
     warps = launched_warps(metadata)
@@ -116,10 +117,10 @@ def make_launcher(kernel, arg_types, num_warps: int, shared: int, name: str, tma
             slots.append(_CTYPES[t.name]())
         else:
             raise TypeError(f"kernel {name}: cannot pass an argument of type {t}")
-    grid_slots, scratch, split = {}, None, None
+    grid_slots, scratch, split, split_spec = {}, None, None, None
     for kind, *what in derived:
         if kind == "split":
-            split = len(slots)
+            split, split_spec = len(slots), what[0] if what else None
             slots.append(ctypes.c_int32())
             continue
         if kind == "grid":
@@ -178,10 +179,16 @@ def make_launcher(kernel, arg_types, num_warps: int, shared: int, name: str, tma
         if grid_slots or pdl or not resident or resident < 1:
             raise ValueError(f"kernel {name}: a split-K kernel is launched in clusters alone, with a CTA count")
         config, attrs = cluster_config(32 * num_warps, shared)
+        if split_spec is not None and (split_spec[0] >= len(arg_types) or
+                                       split_spec[0] >= 0 and arg_types[split_spec[0]].name != "int32"):
+            raise ValueError(f"kernel {name}: its K loop's trip count is of no int32 argument of its own")
+        trips_arg = f"a{split_spec[0]}" if split_spec is not None and split_spec[0] >= 0 else "0"
         namespace.update(cu_launch_ex=_cu_launch_kernel_ex(), config=config, config_ptr=ctypes.addressof(config),
-                         attrs=attrs, cluster_ctas=cluster_ctas)
+                         attrs=attrs, cluster_ctas=cluster_ctas,
+                         trips_of=functools.partial(loop_trips, split_spec) if split_spec else lambda value: None)
         namespace["keep_alive"] += (config, attrs)
-        launch_grid = [*derived_fills, f"    per = s{split}.value = cluster_ctas(gx * gy * gz, resident)",
+        launch_grid = [*derived_fills,
+                       f"    per = s{split}.value = cluster_ctas(gx * gy * gz, resident, trips_of({trips_arg}))",
                        "    attrs[0].value.clusterDim[0] = per",
                        "    ctas = gx * per",
                        "    config.gridDimX, config.gridDimY, config.gridDimZ = ctas, gy, gz",
@@ -272,12 +279,48 @@ CLUSTER_REFUSALS = frozenset({701, 801, 912})
 CLUSTER_CTAS = (4, 2)  # the cluster sizes split-K launches take (kiln.ir.ops.CLUSTER_SUM_MAX at most)
 
 
-def cluster_ctas(programs: int, resident: int) -> int:
-    """CTAs per program of a split-K launch: the most that keep every CTA resident at once."""
+# K-loop iterations each CTA of a cluster of that size must get for the split to pay: a CTA's
+# fill of its ring and rank 0's sum of the partials cost what a short share saves (tutorial 03's
+# fp16 kernel, H200, 2026-12-04: 64 iterations over 4 CTAs ran 0.77x those over 2, 32 over 2
+# 1.16x the kernel as written, 128 over 4 0.81x those over 2 at 64-wide k-steps, 256 over 4 1.12x)
+CLUSTER_SHARE = {4: 64, 2: 32}
+
+
+def cluster_ctas(programs: int, resident: int, trips: int | None = None) -> int:
+    """CTAs per program of a split-K launch whose K loop runs `trips` times (None: not known from the
+    arguments): the most that keep every CTA resident at once and give each its CLUSTER_SHARE
+    (unknown trips: 2 at most); 1 where no split pays."""
     for ctas in CLUSTER_CTAS:
-        if programs * ctas <= resident:
+        enough = trips >= ctas * CLUSTER_SHARE[ctas] if trips is not None else ctas == 2
+        if programs * ctas <= resident and enough:
             return ctas
     return 1
+
+
+def split_trips(spec, args) -> int | None:
+    """The K loop's trip count of a split_k kernel launched with `args` (its runtime arguments), from
+    the binary's `split_trips` [arg, add, div, lb, step] (kiln.codegen.passes.split_k.trip_spec;
+    checked by kiln.cache.metadata): None without one or where the argument is no int."""
+    if spec is None or spec[0] >= len(args):
+        return None
+    return loop_trips(spec, args[spec[0]] if spec[0] >= 0 else 0)
+
+
+def loop_trips(spec, value) -> int | None:
+    """split_trips with the value of the spec's argument (any where it has none)."""
+    arg, add, div, lb, step = spec
+    try:
+        value = 0 if arg < 0 else operator.index(value)
+    except TypeError:
+        return None
+    bound = _c_div(value + add, div)
+    return max(_c_div(bound - lb + step - 1, step), 0)
+
+
+def _c_div(a: int, b: int) -> int:
+    """C's (and the kernel's int32) division: toward zero."""
+    q = abs(a) // abs(b)
+    return q if (a < 0) == (b < 0) else -q
 
 
 def cluster_config(block_x: int, shared: int):
