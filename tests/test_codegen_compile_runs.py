@@ -51,7 +51,8 @@ def test_the_dumped_ir_says_which_variant_it_is():
     from kiln.codegen import compile as compile_ir
     kernel = bench_matmul(64, 64, 32, 4)
     compiled = compile_ir(parse_function(kernel.asm["kir"]), "sm_90a", {"num_warps": 4, "num_stages": 3}, link=False)
-    assert compiled.kir.splitlines()[0].endswith("attributes {splittable = 1, tile_overlap = 0} {")
+    header = compiled.kir.splitlines()[0]  # (K + 31) / 32 iterations of its K loop, K the sixth argument
+    assert header.endswith("attributes {split_trips = [5, 31, 32, 0, 1], splittable = 1, tile_overlap = 0} {")
     assert parse_function(compiled.kir).attrs["tile_overlap"] == 0
 
 
