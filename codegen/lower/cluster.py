@@ -8,10 +8,11 @@ same chunks of CTA 1, 2, ... in that order through distributed shared memory (`m
 peer issues the group's four loads, then their adds (as separate instructions LLVM moved every
 add after the last load: 192 values live, 255 registers and spills at 128x128; one load and its
 adds a statement waited out each round trip in turn). Rank 0 stores each group's sums back to its
-own scratch (which no CTA reads) and fences: stores that need the loaded values keep ptxas from
-hoisting every remote load ahead of the adds, and no remote load is outstanding at the second
-cluster barrier, after which the other CTAs exit. Loads and adds are predicated on the peer being
-in the cluster (not branched).
+own scratch (which no CTA reads) and fences the CTA: stores that need the loaded values keep ptxas
+from hoisting every remote load ahead of the adds (no spills; without the fences 255 registers and
+spills), and the second cluster barrier's release orders them, so no remote load is outstanding
+when the other CTAs exit (a cluster-scope fence before it cost 1-3% more). Loads and adds are
+predicated on the peer being in the cluster (not branched).
 
 A CTA's shared addresses in a cluster launch carry its rank in bits 24-31: wgmma's descriptors
 mask them off (kiln.codegen.lower.wgmma._descriptor), or a rank above 0 reads an M/N-major
@@ -73,7 +74,6 @@ def _cluster_sum(lw, op):
                          parts[_VECTOR * i:_VECTOR * (i + 1)])
         total += parts
         _asm(lw, "fence.acq_rel.cta;", constraints="~{memory}")  # fewer loads hoisted ahead (no spills)
-    _asm(lw, "fence.acq_rel.cluster;", constraints="~{memory}")
     _asm(lw, _CLUSTER_BARRIER, constraints="~{memory}")
     lw.bind(op.results[0], total[:len(regs)], lw.layout(acc))
 
