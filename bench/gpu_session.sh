@@ -7,7 +7,7 @@
 #   bash bench/gpu_session.sh bench1          # bench/run.py in two calls where the whole nears 600 s: memory-bound
 #   bash bench/gpu_session.sh bench2          # and matmul, then attention (fp16, fp8), launch and first call;
 #                                             # then here: python3 bench/run.py --merge A.json B.json
-#   bash bench/gpu_session.sh splitk          # split-K at small M: its GPU tests, racecheck, int8 and fp16/bf16 benches
+#   bash bench/gpu_session.sh splitk          # split-K at small M: its GPU tests, racecheck, int8 and fp16 benches
 #   bash bench/gpu_session.sh inductor-mm     # bench/inductor_mm.py: torch.compile max-autotune GEMMs at small M, and
 #                                             # bmm (Inductor's bmm template, its K loop counting down) (~150 s)
 #   bash bench/gpu_session.sh autotune-first-call  # bench/autotune_first_call.py: an autotuned GEMM's first call at
@@ -89,8 +89,9 @@ for phase in "$@"; do
       python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_codegen_split_k.py \
         "tests/test_gpu_racecheck.py::test_split_k_matmul_has_no_shared_memory_hazard" 2>&1 | tee "$OUT/splitk-tests.log" | tail -3
       python3 bench/int8_matmul.py --out "$OUT" 2>&1 | tee "$OUT/int8.log" | tail -8
-      python3 bench/matmul.py --dtypes fp16,bf16 --sizes 128x4096x4096,64x8192x8192,128x14336x4096 --out "$OUT" 2>&1 \
-        | tee "$OUT/matmul-small-m.log" | tail -6 ;;
+      sizes=1024x1024x1024,512x2048x2048,128x4096x4096,256x4096x4096,64x8192x8192,128x8192x8192,128x14336x4096
+      python3 bench/matmul.py --dtypes fp16 --sizes "${SPLITK_SIZES:-$sizes}" --out "$OUT" 2>&1 \
+        | tee "$OUT/matmul-small-m.log" | tail -10 ;;
     inductor-mm)  # torch.compile(max-autotune) of a @ b at small M: the drop-in against Triton and cuBLAS
       python3 bench/inductor_mm.py --out "$OUT" 2>&1 | tee "$OUT/inductor-mm.log" | tail -12
       python3 bench/inductor_mm.py --batch 16 --sizes 512x512x4096,1024x1024x1024 --out "$OUT" 2>&1 \
