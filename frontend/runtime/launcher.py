@@ -281,8 +281,8 @@ CLUSTER_CTAS = (4, 2)  # the cluster sizes split-K launches take (kiln.ir.ops.CL
 
 # K-loop iterations each CTA of a cluster of that size must get for the split to pay: a CTA's
 # fill of its ring and rank 0's sum of the partials cost what a short share saves (tutorial 03's
-# fp16 kernel, H200, 2026-12-04: 64 iterations over 4 CTAs ran 0.77x those over 2, 32 over 2
-# 1.16x the kernel as written, 128 over 4 0.81x those over 2 at 64-wide k-steps, 256 over 4 1.12x)
+# fp16 kernel, H200, 2026-12-04: 64 iterations over 4 CTAs ran 0.77x the same over 2, and 128 over
+# 4 0.81x; 256 over 4 1.12x the same over 2; 64 over 2 1.16x the kernel as written, 16 over 2 0.70x)
 CLUSTER_SHARE = {4: 64, 2: 32}
 
 
