@@ -6,8 +6,9 @@ names are Triton's, so `tl.float32` prints as `fp32` in both places.
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
-import ml_dtypes
 
 from .layout import parse_layout
 
@@ -93,7 +94,8 @@ class dtype:
     def numel(self): return 1
 
     def to_numpy(self) -> np.dtype:
-        return _NUMPY[self.name]
+        found = _NUMPY.get(self.name)
+        return found if found is not None else _ml_dtypes()[self.name]
 
     def to_ir(self, builder=None):
         return self
@@ -328,12 +330,21 @@ _NUMPY = {
     "int32": np.dtype(np.int32), "int64": np.dtype(np.int64),
     "uint8": np.dtype(np.uint8), "uint16": np.dtype(np.uint16),
     "uint32": np.dtype(np.uint32), "uint64": np.dtype(np.uint64),
-    "fp8e4nv": np.dtype(ml_dtypes.float8_e4m3fn), "fp8e5": np.dtype(ml_dtypes.float8_e5m2),
-    "fp8e4b8": np.dtype(ml_dtypes.float8_e4m3fnuz), "fp8e5b16": np.dtype(ml_dtypes.float8_e5m2fnuz),
     "fp8e4b15": np.dtype(np.uint8),  # its raw bytes (no NumPy format); from_numpy finds uint8 first
-    "fp16": np.dtype(np.float16), "bf16": np.dtype(ml_dtypes.bfloat16),
-    "fp32": np.dtype(np.float32), "fp64": np.dtype(np.float64),
+    "fp16": np.dtype(np.float16), "fp32": np.dtype(np.float32), "fp64": np.dtype(np.float64),
 }
+
+
+@functools.cache
+def _ml_dtypes() -> dict:
+    """The NumPy dtypes of fp8 and bf16, from ml_dtypes, imported at their first use and not with the IR:
+    ml_dtypes 0.7 takes 0.5 s of CPU to import, which a compile that meets neither never pays."""
+    import ml_dtypes
+    return {"fp8e4nv": np.dtype(ml_dtypes.float8_e4m3fn), "fp8e5": np.dtype(ml_dtypes.float8_e5m2),
+            "fp8e4b8": np.dtype(ml_dtypes.float8_e4m3fnuz), "fp8e5b16": np.dtype(ml_dtypes.float8_e5m2fnuz),
+            "bf16": np.dtype(ml_dtypes.bfloat16)}
+
+
 _SCALARS: dict[str, dtype] = {}
 for _name in _SCALAR_INFO:
     _SCALARS[_name] = object.__new__(dtype)
@@ -350,9 +361,12 @@ SCALAR_TYPES = dict(_SCALARS)
 def from_numpy(np_dtype) -> dtype:
     """The scalar type whose NumPy dtype is `np_dtype`."""
     np_dtype = np.dtype(np_dtype)
-    for t in _SCALARS.values():
-        if _NUMPY[t.name] == np_dtype:
-            return t
+    for table in (_NUMPY, None):  # NumPy's own first: ml_dtypes is imported only for another dtype
+        table = table if table is not None else _ml_dtypes()
+        for t in _SCALARS.values():
+            # (a missing name must not compare: NumPy reads `dtype == None` as float64)
+            if t.name in table and table[t.name] == np_dtype:
+                return t
     raise TypeError(f"no kiln dtype for NumPy dtype {np_dtype}")
 
 

@@ -3,7 +3,8 @@ casts (PTX cvt.rzi), round-to-nearest-even or round-toward-zero float narrowing,
 the fp32 compute precision of the small float types."""
 from __future__ import annotations
 
-import ml_dtypes
+import functools
+
 import numpy as np
 
 from kiln.ir.types import dtype as ir_dtype, scalar_of
@@ -11,8 +12,15 @@ from kiln.ir.types import dtype as ir_dtype, scalar_of
 from .rounding import step
 
 _NUMPY_NATIVE_FLOATS = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
-_FP8 = tuple(np.dtype(t) for t in (ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2,
-                                    ml_dtypes.float8_e4m3fnuz, ml_dtypes.float8_e5m2fnuz))
+
+
+@functools.cache
+def _fp8() -> tuple:
+    """The fp8 formats' NumPy dtypes (ml_dtypes, imported at the first narrowing to a non-native float:
+    it takes 0.5 s of CPU, which a process that only compiles never pays)."""
+    import ml_dtypes
+    return tuple(np.dtype(t) for t in (ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2,
+                                       ml_dtypes.float8_e4m3fnuz, ml_dtypes.float8_e5m2fnuz))
 
 
 def np_dtype(t: ir_dtype) -> np.dtype:
@@ -88,6 +96,7 @@ def _saturate_fp8(x: np.ndarray, out: np.dtype, keep_infinities: bool = False) -
     # Triton converts to fp8 with cvt.rn.satfinite: out-of-range values clamp to the
     # largest finite value (NaN stays NaN). Toward zero (fp32 -> fp16 cvt.rz, then e5m2's
     # byte of it) only finite values clamp: an infinity stays one where the format has it.
+    import ml_dtypes
     limit = float(ml_dtypes.finfo(out).max)
     clamped = np.clip(x, -limit, limit)
     if keep_infinities and _has_infinity(out):
@@ -114,7 +123,7 @@ def narrow_float(x: np.ndarray, out: np.dtype, rounding: str = "rtne") -> np.nda
     source = x = np.asarray(x)
     if x.dtype == out or (out.itemsize > x.dtype.itemsize and out in _NUMPY_NATIVE_FLOATS):
         return x.astype(out)  # exact widening
-    if out in _FP8:
+    if out not in _NUMPY_NATIVE_FLOATS and out in _fp8():
         x = _saturate_fp8(x.astype(np.float64), out, keep_infinities=rounding == "rtz")
     if x.dtype == np.float64 and out not in _NUMPY_NATIVE_FLOATS:
         x = _round_to_odd_fp32(x)  # ml_dtypes narrows float64 through float32
