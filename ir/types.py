@@ -345,6 +345,26 @@ def _ml_dtypes() -> dict:
             "bf16": np.dtype(ml_dtypes.bfloat16)}
 
 
+def bfloat16_bits(value) -> int:
+    """The bits of the float `value` rounded to bfloat16 as ml_dtypes rounds it (to nearest even, once; a
+    NaN quiet, its sign kept), without importing ml_dtypes: the float rounded to fp32 toward odd (exact
+    where it is, else its last bit set), which then rounds to nearest even as the float itself would."""
+    x = float(value)
+    with np.errstate(over="ignore"):
+        near = np.float32(x)
+    bits = int(np.array([near]).view(np.uint32)[0])
+    if x != x:
+        return 0xFFC0 if bits >> 31 else 0x7FC0
+    if float(near) != x:  # inexact: the fp32 toward zero, its last bit set
+        bits = (bits - (abs(float(near)) > abs(x))) | 1
+    return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) & 0xFFFF
+
+
+def bfloat16_value(value) -> float:
+    """The float `value` rounded to bfloat16 (bfloat16_bits), as a Python float."""
+    return float(np.array([bfloat16_bits(value) << 16], dtype=np.uint32).view(np.float32)[0])
+
+
 _SCALARS: dict[str, dtype] = {}
 for _name in _SCALAR_INFO:
     _SCALARS[_name] = object.__new__(dtype)

@@ -289,8 +289,9 @@ def _stepped_matmul(a_ptr, b_ptr, c_ptr, K, stride_am, BM: tl.constexpr, BN: tl.
     tl.store(c_ptr + rm[:, None] * BN + rn[None, :], acc.to(tl.float16))
 
 
-@pytest.mark.parametrize("fixed, spec, K, trips", [(0, [3, 0, 1, 16, 64], 4096, 64), (0, [3, 0, 1, 16, 64], 4112, 64),
-                                                  (0, [3, 0, 1, 16, 64], 4113, 65), (1000, [-1, 1000, 1, 16, 64], 1, 16)])
+@pytest.mark.parametrize("fixed, spec, K, trips", [
+    (0, [3, 0, 1, 16, 64], 4096, 64), (0, [3, 0, 1, 16, 64], 4112, 64), (0, [3, 0, 1, 16, 64], 4113, 65),
+    (1000, [-1, 1000, 1, 16, 64], 1, 16)])
 def test_a_loop_stepping_through_k_or_of_constant_bounds_has_its_trip_count_noted(fixed, spec, K, trips):
     x = np.zeros((64, 64), np.float16)
     k = _stepped_matmul.warmup(x, x, x, 4096, 64, BM=64, BN=64, BK=64, FIXED_K=fixed, num_warps=4, num_stages=3,

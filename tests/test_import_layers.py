@@ -156,18 +156,25 @@ def test_the_packages_names_load_in_any_order():
         subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT / "tests")
 
 
-def test_a_compile_that_meets_no_fp8_or_bf16_loads_no_ml_dtypes(tmp_path):
+def test_a_compile_of_fp32_or_bf16_kernels_loads_no_ml_dtypes(tmp_path):
     # ml_dtypes 0.7 takes 0.5 s of CPU to import: a compile worker's or a job's cold start (triton.compile
-    # of an fp32 kernel under the drop-in, as torch.compile's) pays it only where fp8 or bf16 values meet NumPy
+    # under the drop-in, as torch.compile's) does without it, bf16 constants folded and printed included
     code = (
         "import sys\nimport triton, triton.language as tl\n"
         "from triton.compiler import ASTSource\nfrom triton.backends.compiler import GPUTarget\n"
         "@triton.jit\ndef add(x, y, out, n, BLOCK: tl.constexpr):\n"
         "    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)\n"
         "    tl.store(out + offs, tl.load(x + offs, mask=offs < n) + tl.load(y + offs, mask=offs < n), mask=offs < n)\n"
-        "src = ASTSource(add, {'x': '*fp32', 'y': '*fp32', 'out': '*fp32', 'n': 'i32', 'BLOCK': 'constexpr'},\n"
-        "                {'BLOCK': 1024})\n"
-        "assert triton.compile(src, target=GPUTarget('cuda', 90, 32)).asm['ptx']\n"
+        "@triton.jit\ndef scale(x, out, n, BLOCK: tl.constexpr):\n"
+        "    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)\n"
+        "    v = tl.load(x + offs, mask=offs < n, other=0.0)\n"
+        "    low = tl.full([BLOCK], 2.5, tl.float32).to(tl.bfloat16)\n"
+        "    w = tl.where(v > 0, v * tl.full([BLOCK], 0.3, tl.bfloat16), low)\n"
+        "    tl.store(out + offs, w.to(tl.bfloat16), mask=offs < n)\n"
+        "pairs = (add, {'x': '*fp32', 'y': '*fp32', 'out': '*fp32'}), (scale, {'x': '*bf16', 'out': '*bf16'})\n"
+        "for fn, sig in pairs:\n"
+        "    src = ASTSource(fn, {**sig, 'n': 'i32', 'BLOCK': 'constexpr'}, {'BLOCK': 1024})\n"
+        "    assert triton.compile(src, target=GPUTarget('cuda', 90, 32)).asm['ptx']\n"
         "print('ml_dtypes' in sys.modules, 'kiln.dropin' in sys.modules)\n")
     (tmp_path / "compile_add.py").write_text(code)  # a file: the JIT reads a kernel's source from it
     env = {k: v for k, v in os.environ.items() if not k.startswith("KILN_")}

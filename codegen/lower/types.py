@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import llvmlite.ir as ir
 
-from kiln.ir.types import scalar_of
+from kiln.ir.types import bfloat16_bits, scalar_of
 
 I1, I8, I16, I32, I64 = (ir.IntType(n) for n in (1, 8, 16, 32, 64))
 
@@ -21,10 +21,7 @@ class BFloatType(ir.Type):
         return hash("bfloat")
 
     def format_constant(self, value):
-        import numpy as np
-        import ml_dtypes
-        bits = int(np.array([value], dtype=ml_dtypes.bfloat16).view(np.uint16)[0])
-        return f"0xR{bits:04X}"
+        return f"0xR{bfloat16_bits(value):04X}"  # (ml_dtypes' rounding, without its import)
 
 
 F16, BF16, F32, F64 = ir.HalfType(), BFloatType(), ir.FloatType(), ir.DoubleType()

@@ -19,8 +19,8 @@ import numpy as np
 from kiln.ir import Block, Builder
 from kiln.ir.ops import PREDICATE_OPS, mixed_fp8
 from kiln.ir.types import (
-    block_type, dtype, float16, float32, float64, int1, int32, int64, is_power_of_two, pointer_type,
-    scalar_of, uint32, uint64, with_shape,
+    bfloat16_value, block_type, dtype, float16, float32, float64, int1, int32, int64, is_power_of_two,
+    pointer_type, scalar_of, uint32, uint64, with_shape,
 )
 
 from .core import constexpr, tensor
@@ -115,6 +115,8 @@ def python_scalar_type(v) -> dtype:
 def _normalize_constant(value, t: dtype):
     """`value` as stored in a constant attribute of scalar type `t`, exactly as NumPy rounds it."""
     scalar = t.scalar
+    if scalar.is_bf16():
+        return bfloat16_value(value)  # as NumPy (ml_dtypes) rounds it, without importing ml_dtypes
     if scalar.is_floating():
         with np.errstate(over="ignore"):  # a number beyond the type's range is its infinity
             return float(np.array(value, dtype=np.float64).astype(scalar.to_numpy()).astype(np.float64))
@@ -786,7 +788,10 @@ def _fold_cast(value, src: dtype, dst: dtype):
     """The constant `value` of type `src` converted to `dst`, or None to leave it to the backend."""
     if src.is_floating() and dst.is_int() and not dst.is_int1():
         return None  # float->int saturation and NaN handling belong to the backend
-    arr = np.array(value, dtype=src.to_numpy())
+    if dst.is_bf16() and (src.is_floating() and not src.is_fp8() or src.is_int() and -(1 << 24) <= value <= 1 << 24):
+        return bfloat16_value(value)  # `value` exact as a float: rounded once, as ml_dtypes does, without it
+    # (a bf16 value is exact in fp32: read so, ml_dtypes stays unimported)
+    arr = np.array(value, dtype=np.float32 if src.is_bf16() else src.to_numpy())
     if dst.is_int1():
         return bool(arr != 0)
     with np.errstate(all="ignore"):
