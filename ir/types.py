@@ -381,13 +381,17 @@ SCALAR_TYPES = dict(_SCALARS)
 def from_numpy(np_dtype) -> dtype:
     """The scalar type whose NumPy dtype is `np_dtype`."""
     np_dtype = np.dtype(np_dtype)
-    for table in (_NUMPY, None):  # NumPy's own first: ml_dtypes is imported only for another dtype
-        table = table if table is not None else _ml_dtypes()
-        for t in _SCALARS.values():
-            # (a missing name must not compare: NumPy reads `dtype == None` as float64)
-            if t.name in table and table[t.name] == np_dtype:
-                return t
-    raise TypeError(f"no kiln dtype for NumPy dtype {np_dtype}")
+    # NumPy's own dtypes first: ml_dtypes is imported only for another
+    found = _named(_NUMPY, np_dtype) or _named(_ml_dtypes(), np_dtype)
+    if found is None:
+        raise TypeError(f"no kiln dtype for NumPy dtype {np_dtype}")
+    return found
+
+
+def _named(table: dict, np_dtype):
+    """The first scalar type (in _SCALARS' order) that `table` maps to `np_dtype`, or None. A name the
+    table lacks is skipped, not compared: NumPy reads `dtype == None` as float64."""
+    return next((t for t in _SCALARS.values() if t.name in table and table[t.name] == np_dtype), None)
 
 
 def half_float_bits(value, name: str) -> int:

@@ -788,8 +788,9 @@ def _fold_cast(value, src: dtype, dst: dtype):
     """The constant `value` of type `src` converted to `dst`, or None to leave it to the backend."""
     if src.is_floating() and dst.is_int() and not dst.is_int1():
         return None  # float->int saturation and NaN handling belong to the backend
-    if dst.is_bf16() and (src.is_floating() and not src.is_fp8() or src.is_int() and -(1 << 24) <= value <= 1 << 24):
-        return bfloat16_value(value)  # `value` exact as a float: rounded once, as ml_dtypes does, without it
+    exact_as_float = src.is_floating() and not src.is_fp8() or src.is_int() and -(1 << 24) <= value <= 1 << 24
+    if dst.is_bf16() and exact_as_float:
+        return bfloat16_value(value)  # rounded once, as ml_dtypes does, without importing it
     # (a bf16 value is exact in fp32: read so, ml_dtypes stays unimported)
     arr = np.array(value, dtype=np.float32 if src.is_bf16() else src.to_numpy())
     if dst.is_int1():
