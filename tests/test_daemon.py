@@ -143,10 +143,15 @@ def test_hung_compile_is_stopped_and_replaced(stub):
     assert stub.Compile(request("after_hang"), timeout=30).cubin
 
 
-def test_client_deadline(stub):
+def test_client_deadline(stub, daemon):
     with pytest.raises(grpc.RpcError) as e:
         stub.Compile(request("slow", fake_sleep_s=1.5), timeout=0.3)
     assert e.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+    # the server's handler leaves the flight at the same deadline, on its own thread: asked again before
+    # it ran (a loaded machine), the request would join the compile still in flight (CACHE_MERGED)
+    flights, until = daemon[0].service.flights, time.monotonic() + 10
+    while len(flights) and time.monotonic() < until:
+        time.sleep(0.01)
     # nobody waited for the compile any more: it was abandoned, and asking again compiles
     assert stub.Compile(request("slow", fake_sleep_s=1.5), timeout=30).cache_status == pb.CACHE_MISS
 
