@@ -12,9 +12,10 @@ from dataclasses import dataclass
 from kiln.ir import verify
 from kiln.ir.layout_check import check_layouts
 
-from .passes import (broadcast_mul_reduce, canonicalize, coarsen, cse, dce, descriptor_loads, dot_accumulate, dot_staging,
-                     f32_dot_split, fp8_dot_upcast, layouts, persistent, pointer_tma, prefetch, reduce_after_loop, scratch_barriers,
-                     small_dot_tiles, smem_alloc, smem_pipeline, split_k, standalone_wgmma, tile_overlap, tma_store, warp_specialize)
+from .passes import (broadcast_mul_reduce, canonicalize, coarsen, cse, dce, descriptor_loads, dot_accumulate,
+                     dot_staging, f32_dot_split, fp8_dot_upcast, layouts, persistent, pointer_tma, prefetch,
+                     reduce_after_loop, scratch_barriers, small_dot_tiles, smem_alloc, smem_pipeline, split_k,
+                     standalone_wgmma, tile_overlap, tma_store, warp_specialize)
 
 PASSES = [
     canonicalize,   # fold constants, drop x+0, x*1, same-type casts

@@ -207,7 +207,7 @@ from kiln.runtime import launcher
 from test_attention_backward import kernels
 sized, clusters = launcher.cluster_ctas, []
 launcher.cluster_ctas = lambda *args: clusters.append(sized(*args)) or clusters[-1]
-launcher.CLUSTER_SHARE = {4: 1, 2: 1}  # its 16 iterations split too (a shape racecheck runs in seconds)""" + matmul_script(
+launcher.CLUSTER_SHARE = {4: 1, 2: 1}  # 16 iterations split too: a shape racecheck runs quickly""" + matmul_script(
     128, 512, 1024, ((128, 128, 64, 8, 3), (64, 128, 64, 4, 3)), 0.2) + """\
 assert clusters and min(clusters) >= 2, clusters  # the split build ran
 torch.cuda.synchronize()

@@ -45,10 +45,10 @@ def apply(fn, ctx) -> None:
 
 
 def _tiles(dot, ctx):
-    """The K-major tile types of A and B where wgmma can run `dot`, else None: fp8 operands (one type, or e4m3 with e5m2), an accumulator type wgmma
-    sums fp8 into, K a whole number of 32-byte instruction steps, a wgmma layout for the
-    accumulator at the kernel's warps, and both tiles in at most half of a CTA's shared memory
-    (the rest for the kernel's other buffers and scratch)."""
+    """The K-major tile types of A and B where wgmma can run `dot`, else None: fp8 operands (one type,
+    or e4m3 with e5m2), an accumulator type wgmma sums fp8 into, K a whole number of 32-byte
+    instruction steps, a wgmma layout for the accumulator at the kernel's warps, and both tiles in at
+    most half of a CTA's shared memory (the rest for the kernel's other buffers and scratch)."""
     a, b, acc = dot.operands
     ea, eb = scalar_of(a.type), scalar_of(b.type)
     if ea.name not in FP8 or eb.name not in FP8 or (ea != eb and not mixed_fp8(ea, eb)):
