@@ -13,9 +13,9 @@ from kiln.ir import verify
 from kiln.ir.layout_check import check_layouts
 
 from .passes import (broadcast_mul_reduce, canonicalize, coarsen, cse, dce, descriptor_loads, dot_accumulate,
-                     dot_staging, f32_dot_split, fp8_dot_upcast, layouts, persistent, pointer_tma, prefetch,
-                     reduce_after_loop, scratch_barriers, small_dot_tiles, smem_alloc, smem_pipeline, split_k,
-                     standalone_wgmma, tile_overlap, tma_store, warp_specialize)
+                     dot_staging, f32_dot_split, fp8_dot_upcast, halve_k_steps, layouts, persistent, pointer_tma,
+                     prefetch, reduce_after_loop, scratch_barriers, small_dot_tiles, smem_alloc, smem_pipeline,
+                     split_k, standalone_wgmma, tile_overlap, tma_store, warp_specialize)
 
 PASSES = [
     canonicalize,   # fold constants, drop x+0, x*1, same-type casts
@@ -26,6 +26,7 @@ PASSES = [
     dce,            # drop what nothing uses
     reduce_after_loop,  # a loop folding each step's reduction into a carried value -> blocks folded, one reduction after
     coarsen,        # sm_90a: a loop whose blocks walk 16 or 32 rows a step, a dot walking them as N -> 64 a step
+    halve_k_steps,  # sm_90a: a GEMM K loop whose step leaves room for < 3 ring slots -> 2 steps of half the K
     split_k,        # sm_90a, the build asked for few-program launches: a GEMM tile's K loop split across a cluster
     persistent,     # sm_90a: a tile kernel whose loop runs wgmma -> each CTA loops over the launch grid's programs
     pointer_tma,    # sm_90a: pointer loads of a dot's operands that read a TMA box -> descriptor_loads on derived maps

@@ -1,0 +1,256 @@
+"""sm_90a: a GEMM's K loop whose step leaves room for fewer than three ring slots runs two steps of half the K.
+
+Tutorial 03's 128x256x64 tile at tf32 reads 96 KB a step, so its ring holds two slots (smem_plan: tight):
+each step's copies go out one step ahead, once the dots of the step before retired, and the tensor cores
+wait on them (260-266 TFLOP/s at 4096³ and 8192³). The same tile 32 deep, 48 KB a step, keeps three
+slots and a spare and ran 335-343 (H200, bench/results/2026-12-04-NVIDIA_H200-matmul-waves-tf32-session72.md).
+So such a loop runs twice as many steps, each loading and summing half of the K block: the wgmmas are the
+loop's own, in the same order, and the sums are bit for bit those of the loop as written.
+
+What is proved, with the index forms of kiln.codegen.passes.affine (`iter` = the iteration count):
+  body    one dot, summing into an accumulator the loop carries and yields and nothing else reads, whose A
+          and B are loads of the body; the loop's other carried values are pointer blocks unused after it;
+          no op with effects, no nested region.
+  loads   2-D, the address form Q walking the dot's K dim (A's dim 1, B's dim 0): Q(iter + 1, idx) =
+          Q(iter, idx_k + BK), linear in iter; each and-ed comparison of the mask likewise or free of both
+          iter and idx_k (pointer_tma.mask_terms: nothing else); `other` absent or a constant.
+The half loop's step j (of 2 * trips) reads on aranges BK / 2 long what each form gives with iter's
+coefficient halved: addresses and masks are rebuilt from their forms (the walk is what makes the second
+half of step i the block at j = 2i + 1). The kernel is marked `half_steps = 1`; `half_steps = 0` keeps
+the loops as written.
+"""
+from __future__ import annotations
+
+from kiln.ir.core import Block, Operation
+from kiln.ir.types import block_type, int1, int32, pointer_type, scalar_of
+
+from ..occupancy import max_shared_per_cta
+from . import affine, dce
+from .pointer_tma import ITER, _address, _inside, _invariant, _iteration, emit_poly, in_iterations, mask_terms
+from .rewrite import append_op, const_int, has_side_effects, in_loop, insert_ops, replace_uses
+
+name = "halve_k_steps"
+MIN_SLOTS = 3  # ring slots a step must leave room for: with two, copies run only one step ahead
+MIN_HALF_ROW = 64  # bytes of K a half step keeps (wgmma's K of 8 fp32 / 16 fp16 / 32 fp8 is 32; 64-byte swizzle)
+
+
+class _Refused(Exception):
+    """The loop does not fit: left as written."""
+
+
+def apply(fn, ctx) -> None:
+    if ctx.target.name != "sm_90a" or ctx.num_warps % 4 or fn.attrs.get("half_steps", 1) == 0:
+        return
+    halved = False
+    for loop in [op for op in fn.walk() if op.name == "for"]:
+        try:
+            plan = _Plan(loop, ctx)
+        except _Refused:
+            continue
+        plan.rewrite(fn)
+        halved = True
+    if halved:
+        fn.attrs["half_steps"] = 1
+        dce.apply(fn, ctx)
+
+
+def _halved(poly: dict) -> dict:
+    """`poly` with iter's coefficient halved (linear in iter, even coefficients: `_walks` proved them)."""
+    return {m: c // 2 if ITER in m else c for m, c in poly.items()}
+
+
+class _Plan:
+    def __init__(self, loop, ctx):
+        self.loop, self.body = loop, loop.regions[0]
+        if in_loop(loop) or any(op.regions for op in self.body.ops):
+            raise _Refused
+        self.forms = affine.Forms()
+        self.iteration = _iteration(loop, self.forms)
+        dots = [op for op in self.body.ops if op.name == "dot"]
+        if self.iteration is None or len(dots) != 1:
+            raise _Refused
+        if any(has_side_effects(op) or op.attrs.get("volatile") for op in self.body.ops[:-1]):
+            raise _Refused
+        self.dot = dot = dots[0]
+        a, b, acc = dot.operands
+        self._check_accumulator(acc)
+        if len(a.type.shape) != 2 or len(b.type.shape) != 2:
+            raise _Refused
+        self.bk = bk = a.type.shape[1]
+        if b.type.shape[0] != bk or bk % 2:
+            raise _Refused
+        self.loads = [self._load(a, 1), self._load(b, 0)]
+        step_bytes = sum(v.type.numel * scalar_of(v.type).itemsize for v in (a, b))
+        cap = max_shared_per_cta(ctx.target.capability)
+        half_rows = min(bk // 2 * scalar_of(v.type).itemsize for v in (a, b))
+        if MIN_SLOTS * step_bytes <= cap or MIN_SLOTS * step_bytes // 2 > cap or half_rows < MIN_HALF_ROW:
+            raise _Refused
+
+    def _check_accumulator(self, acc):
+        """`acc` carried, read by the dot alone, the dot's result yielded in its place and read nowhere
+        else; every other carried value a pointer block the loop's results leave unused."""
+        body, term = self.body, self.body.terminator
+        if acc.owner is not body or acc is body.args[0]:
+            raise _Refused
+        self.acc_index = acc.index - 1
+        result = self.dot.results[0]
+        reads = [op for op in body.walk() for v in op.operands if v is acc or v is result]
+        if term.operands[self.acc_index] is not result or len(reads) != 2:
+            raise _Refused
+        users = _users(self.loop.parent)
+        for j, arg in enumerate(body.args[1:]):
+            if j == self.acc_index:
+                continue
+            if not isinstance(arg.type, block_type) or not isinstance(arg.type.element_ty, pointer_type) \
+                    or users.get(self.loop.results[j]):
+                raise _Refused
+
+    def _load(self, v, k):
+        """(the load, its base, its address form, its mask's terms, its `other` op) of a dot operand that
+        walks dim `k`, BK a step."""
+        op = v.defining_op
+        if op is None or op.name != "load" or op.parent is not self.body:
+            raise _Refused
+        ptr, mask, other = (list(op.operands) + [None, None])[:3]
+        found = _address(ptr, self.loop, self.forms, self.iteration)
+        if found is None or _inside(found[0], self.loop):
+            raise _Refused
+        base, address = found
+        self._walks(address, k)
+        terms = []
+        if mask is not None:
+            got = mask_terms(mask, self.forms)
+            if got is None:
+                raise _Refused
+            for term in got:
+                term = in_iterations(term, self.loop, self.forms, self.iteration)
+                if term is None:
+                    raise _Refused
+                self._walks(term, k)
+                terms.append(term)
+        if other is not None and (other.defining_op is None or other.defining_op.name != "constant"):
+            raise _Refused
+        return op, base, address, terms, other
+
+    def _walks(self, poly, k):
+        """Does `poly` move BK along dim k a step (or depend on neither), linearly in iter?"""
+        if not _invariant(self.forms, poly, self.loop):
+            raise _Refused
+        for atom in affine.atoms_of(poly):
+            if atom[0] == "wrap":
+                start, extent = self.forms.wraps[atom[2]]
+                if atom[1] == k or not _invariant(self.forms, start, self.loop) or _inside(extent, self.loop):
+                    raise _Refused
+        for m, c in poly.items():
+            if ITER in m and (m.count(ITER) > 1 or c % 2):
+                raise _Refused
+        idx = ("idx", k)
+        later = affine.substitute(poly, ITER, {(ITER,): 1, (): 1})
+        along = affine.substitute(poly, idx, {(idx,): 1, (): self.bk})
+        if later is None or along is None or later != along:
+            raise _Refused
+
+    # --- the half loop ----------------------------------------------------------------------------
+
+    def rewrite(self, fn):
+        loop, loc = self.loop, self.loop.loc
+        before: list = []
+        lb, ub, step = loop.operands[:3]
+        s = const_int(step)
+        span = append_op(before, "sub", [ub, lb], [int32], loc)
+        if s != 1:
+            span = append_op(before, "add", [span, append_op(before, "constant", [], [int32], loc, value=s - 1)],
+                             [int32], loc)
+            span = append_op(before, "div", [span, step], [int32], loc)
+        trips = append_op(before, "max", [span, append_op(before, "constant", [], [int32], loc, value=0)], [int32],
+                          loc)
+        half_ub = append_op(before, "mul", [trips, append_op(before, "constant", [], [int32], loc, value=2)],
+                            [int32], loc)
+        zero = append_op(before, "constant", [], [int32], loc, value=0)
+        one = append_op(before, "constant", [], [int32], loc, value=1)
+        acc_init = loop.operands[3 + self.acc_index]
+        body = Block([int32, acc_init.type])
+        j, acc = body.args
+        ops: list = []
+        a, b = (self._half_load(load, k, j, ops) for load, k in zip(self.loads, (1, 0)))
+        total = append_op(ops, "dot", [a, b, acc], [acc.type], self.dot.loc, **self.dot.attrs)
+        ops.append(Operation("yield", [total], [], loc=loc))
+        for op in ops:
+            body.append(op)
+        half = Operation("for", [zero, half_ub, one, acc_init], [acc.type], dict(loop.attrs), [body], loc)
+        block = loop.parent
+        at = block.ops.index(loop)
+        block.ops.remove(loop)
+        insert_ops(block, at, before + [half])
+        replace_uses(fn, {loop.results[self.acc_index]: half.results[0]})
+
+    def _half_load(self, found, k, j, ops):
+        load, base, address, terms, other = found
+        shape = list(load.results[0].type.shape)
+        shape[k] //= 2
+        loc = load.loc
+        offsets = self._block(_halved(address), shape, j, ops, loc)
+        bases = append_op(ops, "splat", [base], [block_type(base.type, shape)], loc)
+        ptrs = append_op(ops, "addptr", [bases, offsets], [block_type(base.type, shape)], loc)
+        operands = [ptrs]
+        if terms:  # (a mask of no terms is true everywhere: so is the half step's, and `other` goes unread)
+            mask = None
+            zeros = append_op(ops, "constant", [], [block_type(int32, shape)], loc, value=0)
+            for term in terms:
+                bit = append_op(ops, "cmp", [self._block(_halved(term), shape, j, ops, loc), zeros],
+                                [block_type(int1, shape)], loc, pred="lt")
+                mask = bit if mask is None else append_op(ops, "and", [mask, bit], [block_type(int1, shape)], loc)
+            operands.append(mask)
+        if terms and len(load.operands) > 2:
+            op = load.operands[2].defining_op
+            operands.append(append_op(ops, "constant", [], [block_type(scalar_of(op.results[0].type), shape)],
+                                      op.loc, **op.attrs))
+        return append_op(ops, "load", operands, [block_type(scalar_of(load.results[0].type), shape)], loc,
+                         **load.attrs)
+
+    def _block(self, poly, shape, j, ops, loc):
+        """`poly` (scalar atoms, iter = j, at most one index or wrap atom a term) as an int32 block of `shape`."""
+        def emit(op_name, operands, t, **attrs):
+            return append_op(ops, op_name, operands, [t], loc, **attrs)
+
+        groups: dict = {}
+        for m, c in poly.items():
+            index = [a for a in m if a[0] in ("idx", "wrap")]
+            if len(index) > 1:
+                raise AssertionError(f"halve_k_steps: a term of two indices {m}")
+            key = index[0] if index else None
+            groups.setdefault(key, {})[tuple(a for a in m if a[0] not in ("idx", "wrap"))] = c
+        t = block_type(int32, shape)
+        total = None
+        for key, scalars in sorted(groups.items(), key=lambda kv: str(kv[0])):
+            factor = emit_poly(scalars, j, self.forms, emit)
+            if key is None:
+                part = emit("splat", [factor], t)
+            else:
+                part = self._index(key, shape, emit)
+                if scalars != {(): 1}:
+                    part = emit("mul", [part, emit("splat", [factor], t)], t)
+            total = part if total is None else emit("add", [total, part], t)
+        return total if total is not None else emit("constant", [], t, value=0)
+
+    def _index(self, atom, shape, emit):
+        """An index atom of dim d (its arange, or `(start + arange) % E` for a wrap) broadcast to `shape`."""
+        d = atom[1]
+        line = block_type(int32, [shape[d]])
+        index = emit("arange", [], line, start=0, end=shape[d])
+        if atom[0] == "wrap":
+            start, extent = self.forms.wraps[atom[2]]
+            index = emit("add", [index, emit("splat", [emit_poly(start, None, self.forms, emit)], line)], line)
+            index = emit("rem", [index, emit("splat", [extent], line)], line)
+        column = [shape[0], 1] if d == 0 else [1, shape[1]]
+        index = emit("expand_dims", [index], block_type(int32, column), axis=1 - d)
+        return emit("broadcast", [index], block_type(int32, shape))
+
+
+def _users(block) -> dict:
+    """value -> the ops of `block` (and of the regions in it) that read it."""
+    users: dict = {}
+    for op in block.walk():
+        for v in op.operands:
+            users.setdefault(v, []).append(op)
+    return users

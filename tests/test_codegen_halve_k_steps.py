@@ -1,0 +1,159 @@
+"""kiln.codegen.passes.halve_k_steps on a CPU: which K loops run two steps of half the K (a tf32 tile whose step
+leaves room for two ring slots only) and which are left as written, the half loop's IR, its ring in the
+sm_90a build, and the CPU emulator's results against the loop as written (`half_steps = 0`); on the GPU,
+the same numbers as the kernel written with half the K block."""
+import re
+
+import numpy as np
+import pytest
+
+import kiln
+import kiln.language as tl
+from kiln.codegen import compile as compile_ir
+from kiln.codegen import pipeline
+from kiln.codegen.passes import halve_k_steps
+from kiln.codegen.target import parse_target
+from kiln.ir import copy_function
+
+from test_codegen_emulate import in_child
+
+
+@kiln.jit
+def _matmul(A, B, C, M, N, K, stride_am, stride_bk, stride_cm, BM: tl.constexpr, BN: tl.constexpr,
+            BK: tl.constexpr):
+    """A GEMM tile as tutorial 03 writes one: rows and columns wrapped, the K edge masked, pointer
+    blocks the loop carries."""
+    offs_m = (tl.program_id(0) * BM + tl.arange(0, BM)) % M
+    offs_n = (tl.program_id(1) * BN + tl.arange(0, BN)) % N
+    offs_k = tl.arange(0, BK)
+    a_ptrs = A + offs_m[:, None] * stride_am + offs_k[None, :]
+    b_ptrs = B + offs_k[:, None] * stride_bk + offs_n[None, :]
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BK)):
+        a = tl.load(a_ptrs, mask=offs_k[None, :] < K - k * BK, other=0.0)
+        b = tl.load(b_ptrs, mask=offs_k[:, None] < K - k * BK, other=0.0)
+        acc = tl.dot(a, b, acc)
+        a_ptrs += BK
+        b_ptrs += BK * stride_bk
+    rows = tl.program_id(0) * BM + tl.arange(0, BM)
+    cols = tl.program_id(1) * BN + tl.arange(0, BN)
+    tl.store(C + rows[:, None] * stride_cm + cols[None, :], acc, mask=(rows[:, None] < M) & (cols[None, :] < N))
+
+
+@kiln.jit
+def _same_a(A, B, C, stride_bk, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, STEPS: tl.constexpr):
+    """A K loop whose A block stays where it is: not a walk along K, so its steps are not halved."""
+    offs_m = tl.arange(0, BM)
+    offs_n = tl.arange(0, BN)
+    offs_k = tl.arange(0, BK)
+    b_ptrs = B + offs_k[:, None] * stride_bk + offs_n[None, :]
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for _ in range(STEPS):
+        acc = tl.dot(tl.load(A + offs_m[:, None] * BK + offs_k[None, :]), tl.load(b_ptrs), acc)
+        b_ptrs += BK * stride_bk
+    tl.store(C + offs_m[:, None] * BN + offs_n[None, :], acc)
+
+
+def _built(dtype=np.float32, bm=128, bn=256, bk=64, warps=8, stages=3, target="sm_90a"):
+    x = np.zeros((16, 16), dtype)
+    return _matmul.warmup(x, x, np.zeros((16, 16), np.float32), 512, 512, 512, 512, 512, 512, BM=bm, BN=bn, BK=bk,
+                          num_warps=warps, num_stages=stages, grid=(1,), target=target)
+
+
+def _after_pass(fn, warps=8, target="sm_90a"):
+    fn = copy_function(fn)
+    ctx = pipeline.PassContext(target=parse_target(target), num_warps=warps)
+    pipeline.run_passes(fn, ctx, check=True, stop=pipeline.PASSES.index(halve_k_steps) + 1)
+    return str(fn)
+
+
+def test_a_tf32_step_of_96_kb_runs_as_two_of_48():
+    text = _after_pass(_built().ir)
+    assert "half_steps = 1" in text
+    loop = re.search(r"= for (%\d+), (%\d+), (%\d+), %\d+ : <128x256xfp32>", text)
+    assert loop is not None  # the accumulator alone carried: addresses from the step
+    assert re.search(rf"{loop.group(1)} = constant {{value = 0}}", text)
+    assert re.search(rf"{loop.group(2)} = mul %\d+, %\d+", text)  # twice the trips
+    assert re.search(r"= load %\d+, %\d+, %\d+ : <128x32xfp32>", text)
+    assert re.search(r"= load %\d+, %\d+, %\d+ : <32x256xfp32>", text)
+    assert len(re.findall(r"= dot ", text)) == 1
+    assert "<128x64xfp32>" not in text and "<64x256xfp32>" not in text
+
+
+@pytest.mark.parametrize("dtype, bm, bn, bk", [(np.float16, 128, 256, 64), (np.float32, 128, 128, 32),
+                                                (np.float32, 128, 128, 64), (np.float16, 128, 256, 32)])
+def test_steps_that_leave_room_for_three_slots_are_left_as_written(dtype, bm, bn, bk):
+    """fp16 128x256x64 (48 KB a step) and tf32 128x128x64 (64 KB) keep three slots and more;
+    fp16 K blocks of 32 would halve into rows of 32 bytes."""
+    assert "half_steps" not in _after_pass(_built(dtype, bm, bn, bk).ir)
+
+
+def test_only_sm_90a_at_whole_warpgroups_halves():
+    fn = _built().ir
+    assert "half_steps" not in _after_pass(fn, target="sm_80")
+    assert "half_steps" not in _after_pass(fn, warps=2)
+    written = copy_function(fn)
+    written.attrs["half_steps"] = 0
+    assert "half_steps = 0" in _after_pass(written) and "<128x64xfp32>" in _after_pass(written)
+
+
+def test_a_block_that_does_not_walk_k_is_left_as_written():
+    x = np.zeros((16, 16), np.float32)
+    built = _same_a.warmup(x, x, x, 256, BM=128, BN=256, BK=64, STEPS=4, num_warps=8, grid=(1,), target="sm_90a")
+    assert "half_steps" not in _after_pass(built.ir)
+
+
+def test_the_sm_90a_build_rings_four_half_steps():
+    built = compile_ir(_built().ir, "sm_90a", {"num_warps": 8, "num_stages": 3}, link=False)
+    assert "half_steps = 1" in built.kir
+    # 4 slots of 48 KB (a spare beside 3 stages) where the step as written had 2 of 96
+    assert built.metadata["shared"] >= 4 * (128 * 32 + 32 * 256) * 4
+    assert len(re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n256k8\.f32\.tf32", built.asm["ptx"])) == 4
+
+
+def run_matmul(halved, m, n, k):
+    from kiln.codegen.emulate import run_on_cpu
+    fn = copy_function(_built().ir)
+    if not halved:
+        fn.attrs["half_steps"] = 0
+    rng = np.random.default_rng(7)
+    lda, ldb = -(-max(k, 1) // 16) * 16, -(-n // 16) * 16  # (the build's strides are multiples of 16)
+    a = rng.standard_normal((m, lda)).astype(np.float32)
+    b = rng.standard_normal((max(k, 1), ldb)).astype(np.float32)
+    c = np.full((m, ldb), np.nan, np.float32)
+    run_on_cpu(fn, (1, 1), [a, b, c, m, n, k, lda, ldb, ldb], num_warps=8)
+    return c[:, :n], a[:, :k], b[:k, :n]
+
+
+@pytest.mark.parametrize("m, n, k", [(100, 250, 200), (128, 256, 0)])
+def test_the_half_loop_computes_what_the_loop_as_written_does(m, n, k):
+    """K = 200: three whole steps and a step of 8 (the half loop's seventh half step holds 8, its eighth
+    none); rows and columns wrapped; K = 0: no step at all."""
+    c, a, b = in_child(run_matmul, True, m, n, k, timeout=300)
+    c0, _, _ = in_child(run_matmul, False, m, n, k, timeout=300)
+    np.testing.assert_array_equal(c, c0)
+    np.testing.assert_allclose(c, a.astype(np.float64) @ b, rtol=2e-2, atol=5e-2)  # (tf32 products)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m, n, k", [(512, 512, 1024), (300, 520, 200)])
+def test_the_half_loop_on_the_gpu_equals_the_kernel_written_with_half_the_k(m, n, k, cuda_torch):
+    """The same wgmmas in the same order as a K block of 32: the same bits."""
+    torch = cuda_torch
+    a = torch.randn(m, k, device="cuda")
+    b = torch.randn(k, n, device="cuda")
+    out = {}
+    for bk in (64, 32):
+        c = torch.full((m, n), float("nan"), device="cuda")
+        grid = (triton_cdiv(m, 128), triton_cdiv(n, 256))
+        kernel = _matmul[grid](a, b, c, m, n, k, k, n, n, BM=128, BN=256, BK=bk, num_warps=8, num_stages=3)
+        out[bk] = c
+        if bk == 64:
+            assert "half_steps = 1" in compile_ir(kernel.ir, "sm_90a", {"num_warps": 8, "num_stages": 3},
+                                                  link=False).kir
+    assert torch.equal(out[64], out[32])
+    torch.testing.assert_close(out[64], a.double().matmul(b.double()).float(), rtol=2e-2, atol=0.2)
+
+
+def triton_cdiv(x, y):
+    return (x + y - 1) // y
