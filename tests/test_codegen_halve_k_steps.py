@@ -16,28 +16,7 @@ from kiln.codegen.target import parse_target
 from kiln.ir import copy_function
 
 from test_codegen_emulate import in_child
-
-
-@kiln.jit
-def _matmul(A, B, C, M, N, K, stride_am, stride_bk, stride_cm, BM: tl.constexpr, BN: tl.constexpr,
-            BK: tl.constexpr):
-    """A GEMM tile as tutorial 03 writes one: rows and columns wrapped, the K edge masked, pointer
-    blocks the loop carries."""
-    offs_m = (tl.program_id(0) * BM + tl.arange(0, BM)) % M
-    offs_n = (tl.program_id(1) * BN + tl.arange(0, BN)) % N
-    offs_k = tl.arange(0, BK)
-    a_ptrs = A + offs_m[:, None] * stride_am + offs_k[None, :]
-    b_ptrs = B + offs_k[:, None] * stride_bk + offs_n[None, :]
-    acc = tl.zeros((BM, BN), dtype=tl.float32)
-    for k in range(0, tl.cdiv(K, BK)):
-        a = tl.load(a_ptrs, mask=offs_k[None, :] < K - k * BK, other=0.0)
-        b = tl.load(b_ptrs, mask=offs_k[:, None] < K - k * BK, other=0.0)
-        acc = tl.dot(a, b, acc)
-        a_ptrs += BK
-        b_ptrs += BK * stride_bk
-    rows = tl.program_id(0) * BM + tl.arange(0, BM)
-    cols = tl.program_id(1) * BN + tl.arange(0, BN)
-    tl.store(C + rows[:, None] * stride_cm + cols[None, :], acc, mask=(rows[:, None] < M) & (cols[None, :] < N))
+from test_lang_dot import _tiled_matmul as _matmul  # tutorial 03's loop: wrapped rows and columns, the K edge masked
 
 
 @kiln.jit
