@@ -49,8 +49,9 @@ def _after_pass(fn, warps=8, target="sm_90a"):
 def test_a_tf32_step_of_96_kb_runs_as_two_of_48():
     text = _after_pass(_built().ir)
     assert "half_steps = 1" in text
-    loop = re.search(r"= for (%\d+), (%\d+), (%\d+), %\d+ : <128x256xfp32>", text)
-    assert loop is not None  # the accumulator alone carried: addresses from the step
+    loop = re.search(r"= for (%\d+), (%\d+), (%\d+), %\d+, %\d+, %\d+ : <128x256xfp32>, <128x32xptr<fp32>>, "
+                     r"<32x256xptr<fp32>>", text)
+    assert loop is not None  # the accumulator and the half-wide pointer blocks carried
     assert re.search(rf"{loop.group(1)} = constant {{value = 0}}", text)
     assert re.search(rf"{loop.group(2)} = mul %\d+, %\d+", text)  # twice the trips
     assert re.search(r"= load %\d+, %\d+, %\d+ : <128x32xfp32>", text)

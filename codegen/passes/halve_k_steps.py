@@ -9,15 +9,16 @@ loop's own, in the same order, and the sums are bit for bit those of the loop as
 
 What is proved, with the index forms of kiln.codegen.passes.affine (`iter` = the iteration count):
   body    one dot, summing into an accumulator the loop carries and yields and nothing else reads, whose A
-          and B are loads of the body; the loop's other carried values are pointer blocks unused after it;
+          and B are loads of the body; the loop's other carried values are pointer blocks unused after it
+          (the half loop carries its own);
           no op with effects, no nested region.
   loads   2-D, the address form Q walking the dot's K dim (A's dim 1, B's dim 0): Q(iter + 1, idx) =
           Q(iter, idx_k + BK), linear in iter; each and-ed comparison of the mask likewise or free of both
           iter and idx_k (pointer_tma.mask_terms: nothing else); `other` absent or a constant.
 The half loop's step j (of 2 * trips) reads on aranges BK / 2 long what each form gives with iter's
-coefficient halved: addresses and masks are rebuilt from their forms (the walk is what makes the second
-half of step i the block at j = 2i + 1). The kernel is marked `half_steps = 1`; `half_steps = 0` keeps
-the loops as written.
+coefficient halved (the walk is what makes the second half of step i the block at j = 2i + 1): each pointer
+block carried, started at the form's iteration 0 and advanced half as far a step, each mask rebuilt from its
+terms. The kernel is marked `half_steps = 1`; `half_steps = 0` keeps the loops as written.
 """
 from __future__ import annotations
 
@@ -169,29 +170,42 @@ class _Plan:
         zero = append_op(before, "constant", [], [int32], loc, value=0)
         one = append_op(before, "constant", [], [int32], loc, value=1)
         acc_init = loop.operands[3 + self.acc_index]
-        body = Block([int32, acc_init.type])
-        j, acc = body.args
+        # each load's pointer block carried as the loop as written carries it, started half as wide and advanced
+        # half as far (addresses from the step instead: the same K loop in SASS, but ptxas scheduled the wgmma
+        # descriptors after the loop's barrier, 8-10% slower on the H200)
+        starts, advances = [], []
+        for (load, base, address, _, _), k in zip(self.loads, (1, 0)):
+            shape = _half_shape(load, k)
+            start = {m: c for m, c in address.items() if ITER not in m}
+            advance = {tuple(a for a in m if a != ITER): c // 2 for m, c in address.items() if ITER in m}
+            t = block_type(base.type, shape)
+            bases = append_op(before, "splat", [base], [t], load.loc)
+            starts.append(append_op(before, "addptr", [bases, self._block(start, shape, None, before, load.loc)], [t],
+                                    load.loc))
+            advances.append(emit_poly(advance, None, self.forms,
+                                      lambda n, o, ty, **at: append_op(before, n, o, [ty], load.loc, **at)))
+        body = Block([int32, acc_init.type] + [v.type for v in starts])
+        j, acc, *ptrs = body.args
         ops: list = []
-        a, b = (self._half_load(load, k, j, ops) for load, k in zip(self.loads, (1, 0)))
+        a, b = (self._half_load(load, k, j, p, ops) for load, k, p in zip(self.loads, (1, 0), ptrs))
         total = append_op(ops, "dot", [a, b, acc], [acc.type], self.dot.loc, **self.dot.attrs)
-        ops.append(Operation("yield", [total], [], loc=loc))
+        moved = [append_op(ops, "addptr", [p, append_op(ops, "splat", [adv], [block_type(int32, p.type.shape)], loc)],
+                           [p.type], loc) for p, adv in zip(ptrs, advances)]
+        ops.append(Operation("yield", [total] + moved, [], loc=loc))
         for op in ops:
             body.append(op)
-        half = Operation("for", [zero, half_ub, one, acc_init], [acc.type], dict(loop.attrs), [body], loc)
+        half = Operation("for", [zero, half_ub, one, acc_init] + starts, [acc.type] + [v.type for v in starts],
+                         dict(loop.attrs), [body], loc)
         block = loop.parent
         at = block.ops.index(loop)
         block.ops.remove(loop)
         insert_ops(block, at, before + [half])
         replace_uses(fn, {loop.results[self.acc_index]: half.results[0]})
 
-    def _half_load(self, found, k, j, ops):
+    def _half_load(self, found, k, j, ptrs, ops):
         load, base, address, terms, other = found
-        shape = list(load.results[0].type.shape)
-        shape[k] //= 2
+        shape = _half_shape(load, k)
         loc = load.loc
-        offsets = self._block(_halved(address), shape, j, ops, loc)
-        bases = append_op(ops, "splat", [base], [block_type(base.type, shape)], loc)
-        ptrs = append_op(ops, "addptr", [bases, offsets], [block_type(base.type, shape)], loc)
         operands = [ptrs]
         if terms:  # (a mask of no terms is true everywhere: so is the half step's, and `other` goes unread)
             mask = None
@@ -245,6 +259,12 @@ class _Plan:
         column = [shape[0], 1] if d == 0 else [1, shape[1]]
         index = emit("expand_dims", [index], block_type(int32, column), axis=1 - d)
         return emit("broadcast", [index], block_type(int32, shape))
+
+
+def _half_shape(load, k) -> list:
+    shape = list(load.results[0].type.shape)
+    shape[k] //= 2
+    return shape
 
 
 def _users(block) -> dict:
