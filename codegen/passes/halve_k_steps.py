@@ -183,7 +183,7 @@ class _Plan:
             starts.append(append_op(before, "addptr", [bases, self._block(start, shape, None, before, load.loc)], [t],
                                     load.loc))
             advances.append(emit_poly(advance, None, self.forms,
-                                      lambda n, o, ty, **at: append_op(before, n, o, [ty], load.loc, **at)))
+                                      lambda n, o, ty, **attrs: append_op(before, n, o, [ty], load.loc, **attrs)))
         body = Block([int32, acc_init.type] + [v.type for v in starts])
         j, acc, *ptrs = body.args
         ops: list = []
@@ -203,7 +203,7 @@ class _Plan:
         replace_uses(fn, {loop.results[self.acc_index]: half.results[0]})
 
     def _half_load(self, found, k, j, ptrs, ops):
-        load, base, address, terms, other = found
+        load, terms = found[0], found[3]
         shape = _half_shape(load, k)
         loc = load.loc
         operands = [ptrs]
