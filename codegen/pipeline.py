@@ -26,8 +26,8 @@ PASSES = [
     dce,            # drop what nothing uses
     reduce_after_loop,  # a loop folding each step's reduction into a carried value -> blocks folded, one reduction after
     coarsen,        # sm_90a: a loop whose blocks walk 16 or 32 rows a step, a dot walking them as N -> 64 a step
-    halve_k_steps,  # sm_90a: a GEMM K loop whose step leaves room for < 3 ring slots -> 2 steps of half the K
     split_k,        # sm_90a, the build asked for few-program launches: a GEMM tile's K loop split across a cluster
+    halve_k_steps,  # sm_90a: a GEMM K loop whose step leaves room for < 3 ring slots -> 2 steps of half the K
     persistent,     # sm_90a: a tile kernel whose loop runs wgmma -> each CTA loops over the launch grid's programs
     pointer_tma,    # sm_90a: pointer loads of a dot's operands that read a TMA box -> descriptor_loads on derived maps
     smem_pipeline,  # sm_90a: dots fed by loads in loops -> async copies (cp.async, TMA) into rings of shared tiles, wgmma

@@ -91,6 +91,22 @@ def test_the_sm_90a_build_rings_four_half_steps():
     assert len(re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n256k8\.f32\.tf32", built.asm["ptx"])) == 4
 
 
+def test_split_k_counts_the_loop_as_written_and_its_split_build_is_halved_too():
+    """split_k runs first: its trip spec is the loop as written's (K + 63) / 64 (the launch sizes clusters by
+    it), and each CTA's share of the split loop runs in half steps from its rank's first column on."""
+    fn = copy_function(_built().ir)
+    plain = compile_ir(fn, "sm_90a", {"num_warps": 8, "num_stages": 3}, link=False)
+    assert plain.metadata["split_trips"] == [5, 63, 64, 0, 1]  # K is argument 5
+    fn.attrs["split_k"] = 1
+    text = _after_pass(fn)
+    assert "half_steps = 1" in text and "split_k = 1" in text
+    loop = re.search(r"= for %\d+, %\d+, %\d+, %\d+, (%\d+), (%\d+) : <128x256xfp32>, <128x32xptr<fp32>>", text)
+    assert loop is not None
+    start = re.search(rf"{loop.group(1)} = addptr %\d+, (%\d+) : <128x32xptr<fp32>>", text).group(1)
+    rank_cols = re.search(rf"{start} = add %\d+, (%\d+) : <128x32xint32>", text).group(1)
+    assert re.search(rf"{rank_cols} = splat %\d+ : <128x32xint32>", text)  # the rank's first column, 64 a step
+
+
 def run_matmul(halved, m, n, k):
     from kiln.codegen.emulate import run_on_cpu
     fn = copy_function(_built().ir)
@@ -139,3 +155,17 @@ def test_the_half_loop_on_the_gpu_equals_the_kernel_written_with_half_the_k(m, n
 
 def triton_cdiv(x, y):
     return (x + y - 1) // y
+
+
+@pytest.mark.gpu
+def test_a_split_build_of_the_half_loop_on_the_gpu(cuda_torch, monkeypatch):
+    """8 programs on a GPU of 132 SMs: split-K's build, each CTA's share of the K loop in half steps, against
+    torch (the cluster's sum regroups the fp32 adds)."""
+    monkeypatch.setenv("KILN_SPLIT_K", "1")
+    torch = cuda_torch
+    m, n, k = 512, 512, 4096
+    a = torch.randn(m, k, device="cuda")
+    b = torch.randn(k, n, device="cuda")
+    c = torch.full((m, n), float("nan"), device="cuda")
+    _matmul[(m // 128, n // 256)](a, b, c, m, n, k, k, n, n, BM=128, BN=256, BK=64, num_warps=8, num_stages=3)
+    torch.testing.assert_close(c, a.double().matmul(b.double()).float(), rtol=2e-2, atol=0.5)
