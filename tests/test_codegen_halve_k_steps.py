@@ -63,8 +63,8 @@ def test_a_tf32_step_of_96_kb_runs_as_two_of_48():
 @pytest.mark.parametrize("dtype, bm, bn, bk", [(np.float16, 128, 256, 64), (np.float32, 128, 128, 32),
                                                 (np.float32, 128, 128, 64), (np.float16, 128, 256, 32)])
 def test_steps_that_leave_room_for_three_slots_are_left_as_written(dtype, bm, bn, bk):
-    """fp16 128x256x64 (48 KB a step) and tf32 128x128x64 (64 KB) keep three slots and more;
-    fp16 K blocks of 32 would halve into rows of 32 bytes."""
+    """fp16 128x256x64 (48 KB a step), tf32 128x128x32 and x64 (32 and 64 KB), fp16 128x256x32 (24 KB): three
+    slots and more fit."""
     assert "half_steps" not in _after_pass(_built(dtype, bm, bn, bk).ir)
 
 
