@@ -67,27 +67,30 @@ class _Plan:
         self.loop, self.body = loop, loop.regions[0]
         if in_loop(loop) or any(op.regions for op in self.body.ops):
             raise _Refused
-        self.forms = affine.Forms()
-        self.iteration = _iteration(loop, self.forms)
         dots = [op for op in self.body.ops if op.name == "dot"]
-        if self.iteration is None or len(dots) != 1:
+        if len(dots) != 1:
             raise _Refused
         if any(has_side_effects(op) or op.attrs.get("volatile") for op in self.body.ops[:-1]):
             raise _Refused
         self.dot = dot = dots[0]
         a, b, acc = dot.operands
-        self._check_accumulator(acc)
         if len(a.type.shape) != 2 or len(b.type.shape) != 2:
             raise _Refused
         self.bk = bk = a.type.shape[1]
         if b.type.shape[0] != bk or bk % 2:
             raise _Refused
-        self.loads = [self._load(a, 1), self._load(b, 0)]
+        # the sizes first: most loops' steps fit three slots, and their forms need not be built
         step_bytes = sum(v.type.numel * scalar_of(v.type).itemsize for v in (a, b))
         cap = max_shared_per_cta(ctx.target.capability)
         half_rows = min(bk // 2 * scalar_of(v.type).itemsize for v in (a, b))
         if MIN_SLOTS * step_bytes <= cap or MIN_SLOTS * step_bytes // 2 > cap or half_rows < MIN_HALF_ROW:
             raise _Refused
+        self._check_accumulator(acc)
+        self.forms = affine.Forms()
+        self.iteration = _iteration(loop, self.forms)
+        if self.iteration is None:
+            raise _Refused
+        self.loads = [self._load(a, 1), self._load(b, 0)]
 
     def _check_accumulator(self, acc):
         """`acc` carried, read by the dot alone, the dot's result yielded in its place and read nowhere
