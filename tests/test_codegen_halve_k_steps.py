@@ -33,6 +33,20 @@ def _same_a(A, B, C, stride_bk, BM: tl.constexpr, BN: tl.constexpr, BK: tl.const
     tl.store(C + offs_m[:, None] * BN + offs_n[None, :], acc)
 
 
+@kiln.jit
+def _matmul_by_k(A, B, C, K, stride_am, stride_bk, stride_cm, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    """The K loop stepping K itself (`range(0, K, BK)`), addresses and masks from the induction variable."""
+    offs_m = tl.arange(0, BM)
+    offs_n = tl.arange(0, BN)
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k in range(0, K, BK):
+        cols = k + tl.arange(0, BK)
+        a = tl.load(A + offs_m[:, None] * stride_am + cols[None, :], mask=cols[None, :] < K, other=0.0)
+        b = tl.load(B + cols[:, None] * stride_bk + offs_n[None, :], mask=cols[:, None] < K, other=0.0)
+        acc = tl.dot(a, b, acc)
+    tl.store(C + offs_m[:, None] * stride_cm + offs_n[None, :], acc)
+
+
 def _built(dtype=np.float32, bm=128, bn=256, bk=64, warps=8, stages=3, target="sm_90a"):
     x = np.zeros((16, 16), dtype)
     return _matmul.warmup(x, x, np.zeros((16, 16), np.float32), 512, 512, 512, 512, 512, 512, BM=bm, BN=bn, BK=bk,
@@ -129,6 +143,35 @@ def test_the_half_loop_computes_what_the_loop_as_written_does(m, n, k):
     c0, _, _ = in_child(run_matmul, False, m, n, k, timeout=300)
     np.testing.assert_array_equal(c, c0)
     np.testing.assert_allclose(c, a.astype(np.float64) @ b, rtol=2e-2, atol=5e-2)  # (tf32 products)
+
+
+def run_by_k(halved, k):
+    from kiln.codegen.emulate import run_on_cpu
+    x = np.zeros((16, 16), np.float32)
+    fn = copy_function(_matmul_by_k.warmup(x, x, x, 512, 512, 512, 256, BM=128, BN=256, BK=64, num_warps=8,
+                                           num_stages=3, grid=(1,), target="sm_90a").ir)
+    if not halved:
+        fn.attrs["half_steps"] = 0
+    rng = np.random.default_rng(11)
+    lda = -(-k // 16) * 16
+    a = rng.standard_normal((128, lda)).astype(np.float32)
+    b = rng.standard_normal((k, 256)).astype(np.float32)
+    c = np.full((128, 256), np.nan, np.float32)
+    run_on_cpu(fn, (1,), [a, b, c, k, lda, 256, 256], num_warps=8)
+    return c, a[:, :k], b
+
+
+def test_a_loop_stepping_k_itself_halves_and_computes_what_it_did():
+    """range(0, K, BK): the induction variable moves BK a step, the half loop's BK / 2 (K = 176: two whole
+    steps and one of 48, so the half loop's sixth half step holds 16)."""
+    x = np.zeros((16, 16), np.float32)
+    built = _matmul_by_k.warmup(x, x, x, 512, 512, 512, 256, BM=128, BN=256, BK=64, num_warps=8, num_stages=3,
+                                grid=(1,), target="sm_90a")
+    assert "half_steps = 1" in _after_pass(built.ir)
+    c, a, b = in_child(run_by_k, True, 176, timeout=300)
+    c0, _, _ = in_child(run_by_k, False, 176, timeout=300)
+    np.testing.assert_array_equal(c, c0)
+    np.testing.assert_allclose(c, a.astype(np.float64) @ b, rtol=2e-2, atol=5e-2)
 
 
 @pytest.mark.gpu
