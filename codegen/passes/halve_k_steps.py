@@ -8,6 +8,7 @@ So such a loop runs twice as many steps, each loading and summing half of the K 
 loop's own, in the same order, and the sums are bit for bit those of the loop as written.
 
 What is proved, with the index forms of kiln.codegen.passes.affine (`iter` = the iteration count):
+  loop    pipelined (num_stages >= 2); not an fp8 dot with max_num_imprecise_acc (its partial sums run per dot).
   body    one dot, summing into an accumulator the loop carries and yields and nothing else reads, whose A
           and B are loads of the body; the loop's other carried values are pointer blocks unused after it
           (the half loop carries its own);
@@ -73,6 +74,8 @@ class _Plan:
         if any(has_side_effects(op) or op.attrs.get("volatile") for op in self.body.ops[:-1]):
             raise _Refused
         self.dot = dot = dots[0]
+        if int(loop.attrs.get("num_stages", ctx.num_stages)) < 2 or dot.attrs.get("max_num_imprecise_acc"):
+            raise _Refused  # no ring to make room in; an fp8 dot's partial sums run per dot, as long as its K
         a, b, acc = dot.operands
         if len(a.type.shape) != 2 or len(b.type.shape) != 2:
             raise _Refused
