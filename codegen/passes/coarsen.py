@@ -44,7 +44,7 @@ from kiln.ir.types import block_type, int32, pointer_type
 from . import affine, dce
 from .pointer_tma import ITER, _address, _advanced, _inside, _invariant, _iteration, base_and_offset, emit_poly, \
     in_iterations
-from .rewrite import append_op, clone_op, const_int, has_side_effects, in_loop, insert_ops
+from .rewrite import append_op, clone_op, const_int, has_side_effects, in_loop, insert_ops, trip_count
 
 name = "coarsen"
 WIDE = 64  # rows a coarse step takes: wgmma's N of 64 and more runs at full rate
@@ -341,11 +341,7 @@ class _Plan:
             return lambda name, operands, t, **attrs: append_op(out, name, operands, [t], loc, **attrs)
 
         out = emit(before)
-        span = out("sub", [ub, lb], int32)
-        if s != 1:
-            span = out("add", [span, out("constant", [], int32, value=s - 1)], int32)
-            span = out("div", [span, step], int32)
-        trips = out("max", [span, out("constant", [], int32, value=0)], int32)
+        trips = trip_count(before, loop)
         done = out("mul", [out("div", [trips, out("constant", [], int32, value=f)], int32),
                            out("constant", [], int32, value=f)], int32)
         coarse_ub = out("add", [lb, out("mul", [done, step], int32)], int32)

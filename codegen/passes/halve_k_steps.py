@@ -30,8 +30,9 @@ from kiln.ir.types import block_type, int1, int32, pointer_type, scalar_of
 
 from ..occupancy import max_shared_per_cta
 from . import affine, dce
-from .pointer_tma import ITER, _address, _inside, _invariant, _iteration, emit_poly, in_iterations, mask_terms
-from .rewrite import append_op, const_int, has_side_effects, in_loop, insert_ops, replace_uses
+from .pointer_tma import ITER, _address, _inside, _invariant, _iteration, _uses, emit_poly, in_iterations, \
+    mask_terms
+from .rewrite import append_op, has_side_effects, in_loop, insert_ops, replace_uses, trip_count
 
 name = "halve_k_steps"
 MIN_SLOTS = 3  # ring slots a step must leave room for: with two, copies run only one step ahead
@@ -48,7 +49,7 @@ def apply(fn, ctx) -> None:
     halved = False
     for loop in [op for op in fn.walk() if op.name == "for"]:
         try:
-            plan = _Plan(loop, ctx)
+            plan = _Plan(fn, loop, ctx)
         except _Refused:
             continue
         plan.rewrite(fn)
@@ -64,8 +65,8 @@ def _halved(poly: dict) -> dict:
 
 
 class _Plan:
-    def __init__(self, loop, ctx):
-        self.loop, self.body = loop, loop.regions[0]
+    def __init__(self, fn, loop, ctx):
+        self.fn, self.loop, self.body = fn, loop, loop.regions[0]
         if in_loop(loop) or any(op.regions for op in self.body.ops):
             raise _Refused
         dots = [op for op in self.body.ops if op.name == "dot"]
@@ -106,7 +107,7 @@ class _Plan:
         reads = [op for op in body.walk() for v in op.operands if v is acc or v is result]
         if term.operands[self.acc_index] is not result or len(reads) != 2:
             raise _Refused
-        users = _users(self.loop.parent)
+        users = _uses(self.fn)
         for j, arg in enumerate(body.args[1:]):
             if j == self.acc_index:
                 continue
@@ -115,8 +116,8 @@ class _Plan:
                 raise _Refused
 
     def _load(self, v, k):
-        """(the load, its base, its address form, its mask's terms, its `other` op) of a dot operand that
-        walks dim `k`, BK a step."""
+        """(the load, its base, its address form, its mask's terms) of a dot operand that walks dim `k`, BK
+        a step."""
         op = v.defining_op
         if op is None or op.name != "load" or op.parent is not self.body:
             raise _Refused
@@ -139,7 +140,7 @@ class _Plan:
                 terms.append(term)
         if other is not None and (other.defining_op is None or other.defining_op.name != "constant"):
             raise _Refused
-        return op, base, address, terms, other
+        return op, base, address, terms
 
     def _walks(self, poly, k):
         """Does `poly` move BK along dim k a step (or depend on neither), linearly in iter?"""
@@ -164,15 +165,7 @@ class _Plan:
     def rewrite(self, fn):
         loop, loc = self.loop, self.loop.loc
         before: list = []
-        lb, ub, step = loop.operands[:3]
-        s = const_int(step)
-        span = append_op(before, "sub", [ub, lb], [int32], loc)
-        if s != 1:
-            span = append_op(before, "add", [span, append_op(before, "constant", [], [int32], loc, value=s - 1)],
-                             [int32], loc)
-            span = append_op(before, "div", [span, step], [int32], loc)
-        trips = append_op(before, "max", [span, append_op(before, "constant", [], [int32], loc, value=0)], [int32],
-                          loc)
+        trips = trip_count(before, loop)
         half_ub = append_op(before, "mul", [trips, append_op(before, "constant", [], [int32], loc, value=2)],
                             [int32], loc)
         zero = append_op(before, "constant", [], [int32], loc, value=0)
@@ -182,7 +175,7 @@ class _Plan:
         # half as far (addresses from the step instead: the same K loop in SASS, but ptxas scheduled the wgmma
         # descriptors after the loop's barrier, 8-10% slower on the H200)
         starts, advances = [], []
-        for (load, base, address, _, _), k in zip(self.loads, (1, 0)):
+        for (load, base, address, _), k in zip(self.loads, (1, 0)):
             shape = _half_shape(load, k)
             start = {m: c for m, c in address.items() if ITER not in m}
             advance = {tuple(a for a in m if a != ITER): c // 2 for m, c in address.items() if ITER in m}
@@ -211,7 +204,7 @@ class _Plan:
         replace_uses(fn, {loop.results[self.acc_index]: half.results[0]})
 
     def _half_load(self, found, k, j, ptrs, ops):
-        load, terms = found[0], found[3]
+        load, _, _, terms = found
         shape = _half_shape(load, k)
         loc = load.loc
         operands = [ptrs]
@@ -273,12 +266,3 @@ def _half_shape(load, k) -> list:
     shape = list(load.results[0].type.shape)
     shape[k] //= 2
     return shape
-
-
-def _users(block) -> dict:
-    """value -> the ops of `block` (and of the regions in it) that read it."""
-    users: dict = {}
-    for op in block.walk():
-        for v in op.operands:
-            users.setdefault(v, []).append(op)
-    return users

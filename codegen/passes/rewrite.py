@@ -71,6 +71,17 @@ def append_const(out, value, loc, t=int32):
     return append_op(out, "constant", [], [t], loc, value=value)
 
 
+def trip_count(out, loop):
+    """max(cdiv(ub - lb, step), 0) of a `for` with a constant positive step, as ops appended to `out`."""
+    lb, ub, step = loop.operands[:3]
+    span = append_op(out, "sub", [ub, lb], [int32], loop.loc)
+    s = const_int(step)
+    if s != 1:
+        span = append_op(out, "add", [span, append_const(out, s - 1, loop.loc)], [int32], loop.loc)
+        span = append_op(out, "div", [span, step], [int32], loop.loc)
+    return append_op(out, "max", [span, append_const(out, 0, loop.loc)], [int32], loop.loc)
+
+
 def insert_ops(block, at, ops):
     """`ops` into `block` from index `at` on, in order."""
     for i, op in enumerate(ops):
