@@ -3,7 +3,7 @@ that use shared buffers the most (pipelined matmul with one and two warpgroups, 
 split across a cluster (split-K), and with
 a ring of S tiles, where each copy waits for the dot that read its tile, TMA-filled with no barrier
 at the top of the body; the warp-specialized
-matmul, cooperative and ping-pong; two
+matmul, cooperative and ping-pong; a tf32 K loop halve_k_steps runs in half steps; two
 pipelined loops one after the other whose rings share bytes but not tile shapes, as in
 Triton's tutorial-06 backward; causal attention forward and backward, and its forward through
 descriptors, whose TMA rings two warpgroups hand back through mbarriers; reductions and
@@ -213,6 +213,31 @@ assert clusters and min(clusters) >= 2, clusters  # the split build ran
 torch.cuda.synchronize()
 """
 
+# tutorial 03's 128x256x64 tile at tf32: 96 KB a step, run by halve_k_steps as steps of 32 in a ring of four
+# 48 KB slots; K = 200 leaves the last half step masked; one CTA a tile (KILN_SPLIT_K=0) or split over clusters
+HALVED = """
+import os
+import torch
+from kiln.codegen import compile as compile_ir
+from kiln.runtime import launcher
+from test_attention_backward import kernels
+sized, clusters = launcher.cluster_ctas, []
+launcher.cluster_ctas = lambda *args: clusters.append(sized(*args)) or clusters[-1]
+launcher.CLUSTER_SHARE = {4: 1, 2: 1}
+M, N, K = 256, 512, 200
+a = torch.randn(M, K, device="cuda")
+b = torch.randn(N, K, device="cuda").T  # K-major: a weight's transpose, as bench/matmul.py's tf32
+c = torch.full((M, N), float("nan"), device="cuda")
+kernel = kernels.matmul_kernel[(M // 128 * (N // 256),)](a, b, c, M, N, K, *a.stride(), *b.stride(), *c.stride(),
+                                                         BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=8,
+                                                         num_warps=8, num_stages=3)
+assert "half_steps = 1" in compile_ir(kernel.ir, "sm_90a", {"num_warps": 8, "num_stages": 3}, link=False).kir
+torch.testing.assert_close(c, a.double() @ b.double(), rtol=2e-2, atol=0.5, check_dtype=False)
+split = os.environ["KILN_SPLIT_K"] == "1"
+assert (bool(clusters) and min(clusters) >= 2) == split, clusters  # the split build ran, or did not
+torch.cuda.synchronize()
+"""
+
 
 def racecheck(script: str, tmp_path, **env_vars) -> str:
     path = tmp_path / "kernels_under_racecheck.py"  # a file: kiln reads a kernel's source from it
@@ -234,6 +259,12 @@ def hazards(out: str) -> tuple[int, int]:
 
 def test_pipelined_matmul_has_no_shared_memory_hazard(tmp_path):
     out = racecheck(MATMUL, tmp_path, KILN_SPLIT_K="0")  # the kernel as written, one CTA a tile
+    assert hazards(out) == (0, 0), out[-4000:]
+
+
+@pytest.mark.parametrize("split", ["0", "1"])
+def test_a_k_loop_run_in_half_steps_has_no_shared_memory_hazard(split, tmp_path):
+    out = racecheck(HALVED, tmp_path, KILN_SPLIT_K=split)
     assert hazards(out) == (0, 0), out[-4000:]
 
 
