@@ -101,7 +101,9 @@ class _Assigner:
         elif mma_eligible(op, self.ctx):
             shape = op.results[0].type.shape
             layout = mma_layout(shape, self.num_warps, replicate=True)
-            if layout is not None and self.preferred.get(shape, (0,))[0] != MMA_ROWS:
+            # a wgmma or whole-row mma dot of this shape keeps its say, whichever comes first (a dot peeled
+            # off after a wgmma loop would otherwise lay the loop's softmax out for itself)
+            if layout is not None and self.preferred.get(shape, (0,))[0] < 1 << 30:
                 self.preferred[shape] = (1 << 30, layout)
 
     def anchor(self, op):
@@ -257,7 +259,13 @@ class _Assigner:
             self.set(res, layout)
 
     def op_dot(self, op):
-        self.set(op.results[0], self.prefer(op.results[0].type.shape))
+        """The shape's preferred layout; a dot that can run on mma.sync where a wgmma dot holds its
+        shape's preference writes its own mma layout (in wgmma's, it would run on FMAs: dot_staging)."""
+        shape = op.results[0].type.shape
+        layout = self.prefer(shape)
+        if op.name == "dot" and isinstance(layout, Wgmma) and mma_eligible(op, self.ctx):
+            layout = mma_layout(shape, self.num_warps, replicate=True) or layout
+        self.set(op.results[0], layout)
 
     op_mma_dot = op_dot
 
