@@ -2,14 +2,15 @@
 `attention_bwd_*` kernels, one kernel source) on kiln and on upstream Triton, each autotuned
 over the same configs, against PyTorch SDPA (its backward through autograd).
 
-    python bench/attention.py [--quick] [--check] [--modes fwd,bwd,desc,host,fp8] [--dims 64,128] [--ctx 1024,4096,16384]
+    python bench/attention.py [--quick] [--check] [--modes fwd,bwd,desc,host,fp8,ahead] [--dims 64,128] [--ctx 1024,4096,16384]
                               [--configs 64x64x3x4,...] [--out DIR]
 
 Z=4, H=32, fp16, causal and not. Forward TFLOP/s count its two matmuls (4 Z H N^2 D), the
 backward 2.5 times that (its five; the kernels recompute P, as FlashAttention-2 does),
 halved when causal. The backward is three launches: Delta = rowsum(O dO), dK and dV, dQ.
-Mode `fp8` is mode `host` on float8_e5m2 operands (V transposed, O in fp8: tutorial 06's fp8
-forward; its SDPA column is fp16's). Mode `desc` is the forward through descriptors the kernel makes
+Mode `ahead` is the pointer forward pipelined by hand, the next key block's scores issued before
+this block's softmax (`attention_ahead_fwd_kernel`; not causal). Mode `fp8` is mode `host` on
+float8_e5m2 operands (V transposed, O in fp8: tutorial 06's fp8 forward; its SDPA column is fp16's). Mode `desc` is the forward through descriptors the kernel makes
 (`attention_descriptor_fwd_kernel`, tutorial 06's way: Z * H * N_CTX rows), mode `host` through host
 TensorDescriptors (`attention_host_descriptor_fwd_kernel`, tutorial 06's way on Hopper).
 --check first compares every config with SDPA (and its gradients) on small shapes. Prints
@@ -111,8 +112,24 @@ def host_descriptor_fp8_launcher(lib, q, k, v, o, causal, cfg):
     return go
 
 
+def ahead_launcher(lib, q, k, v, o, causal, cfg):
+    """`attention_ahead_fwd_kernel`: the pointer forward with the next block's scores issued before this
+    block's softmax (no causal mask)."""
+    assert not causal
+    bm, bn, stages, warps = cfg
+    z, h, n_ctx, dim = q.shape
+    lse = torch.empty(z, h, n_ctx, device=q.device, dtype=torch.float32)
+
+    def go():
+        lib.attention_ahead_fwd_kernel[(triton_cdiv(n_ctx, bm), z * h)](
+            q, k, v, o, lse, 1 / dim ** 0.5, *q.stride(), *k.stride(), *v.stride(), *o.stride(), h, n_ctx,
+            HEAD_DIM=dim, BLOCK_M=bm, BLOCK_N=bn, num_warps=warps, num_stages=stages)
+    return go
+
+
 FORWARDS = {"fwd": launcher, "desc": descriptor_launcher, "host": host_descriptor_launcher,
-            "fp8": host_descriptor_fp8_launcher}
+            "fp8": host_descriptor_fp8_launcher, "ahead": ahead_launcher}
+NOT_CAUSAL = {"ahead"}  # forwards without a causal mask
 
 
 def bwd_launcher(lib, q, k, v, o, lse, do, grads, causal, cfg):
@@ -157,11 +174,12 @@ def check(libs, dims, configs, bwd_configs, forwards=tuple(FORWARDS)):
         q, k, v, do = operands(512, dim, z=1, h=3) + operands(512, dim, z=1, h=3)[:1]
         for causal in (False, True):
             want = sdpa(q, k, v, causal)
+            kinds = [kind for kind in forwards if not (causal and kind in NOT_CAUSAL)]
             qr, kr, vr = (x.float().requires_grad_() for x in (q, k, v))
             want_grads = torch.autograd.grad(sdpa(qr, kr, vr, causal), (qr, kr, vr), do.float())
             for name, lib in libs.items():
                 for cfg in configs:
-                    for kind in forwards:
+                    for kind in kinds:
                         o = torch.full_like(q, float("nan"))
                         go = FORWARDS[kind](lib, q, k, v, o, causal, cfg)
                         got = _attempt(name, dim, causal, cfg, go)
@@ -203,7 +221,7 @@ def _mismatch(name, what, dim, causal, cfg, got, want):
 def run(libs, dims, contexts, configs, rounds=3, mode="fwd"):
     rows = []
     for dim in dims:
-        for causal in (False, True):
+        for causal in (False,) if mode in NOT_CAUSAL else (False, True):
             for n_ctx in contexts:
                 q, k, v = operands(n_ctx, dim)
                 if mode in FORWARDS:
@@ -263,7 +281,7 @@ def main():
         kiln.set_allocator(lambda size, align, stream: torch.empty(size, dtype=torch.int8, device="cuda"))
     dims = [int(d) for d in args.dims.split(",")]
     configs = {"fwd": QUICK if args.quick else CONFIGS, "bwd": BWD_QUICK if args.quick else BWD_CONFIGS}
-    configs["desc"] = configs["host"] = configs["fp8"] = configs["fwd"]
+    configs["desc"] = configs["host"] = configs["fp8"] = configs["ahead"] = configs["fwd"]
     if args.configs:
         chosen = [tuple(int(x) for x in c.split("x")) for c in args.configs.split(",")]
         configs = {mode: chosen for mode in configs}

@@ -399,6 +399,51 @@ def attention_fwd_kernel(Q, K, V, Out, M, sm_scale,
 
 
 @triton.jit
+def attention_ahead_fwd_kernel(Q, K, V, Out, M, sm_scale,
+                               stride_qz, stride_qh, stride_qm, stride_qd, stride_kz, stride_kh, stride_kn, stride_kd,
+                               stride_vz, stride_vh, stride_vn, stride_vd, stride_oz, stride_oh, stride_om, stride_od,
+                               H, N_CTX, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """`attention_fwd_kernel` without a causal mask, pipelined by hand as FlashAttention-3 overlaps a
+    warpgroup's softmax with its next GEMM: each iteration issues the next key block's scores before this
+    block's softmax, so the tensor cores work through the exponentials, and takes their row maximum after
+    this block's P @ V is issued. The first block's scores come before the loop, the last block's P @ V
+    after it; N_CTX at least 2 * BLOCK_N."""
+    batch, head = tl.program_id(1) // H, tl.program_id(1) % H
+    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, HEAD_DIM)
+    q = tl.load(Q + batch * stride_qz + head * stride_qh + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd)
+    k_ptrs = K + batch * stride_kz + head * stride_kh + offs_d[:, None] * stride_kd + offs_n[None, :] * stride_kn
+    v_ptrs = V + batch * stride_vz + head * stride_vh + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd
+    qk_scale = sm_scale * 1.44269504
+    row_max = tl.full([BLOCK_M], -float("inf"), tl.float32)
+    row_sum = tl.full([BLOCK_M], 1.0, tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+    scores = tl.dot(q, tl.load(k_ptrs))
+    block_max = tl.max(scores, 1)
+    for start_n in range(0, N_CTX - BLOCK_N, BLOCK_N):
+        following = tl.dot(q, tl.load(k_ptrs + (start_n + BLOCK_N) * stride_kn))
+        new_max = tl.maximum(row_max, block_max * qk_scale)
+        p = tl.math.exp2(scores * qk_scale - new_max[:, None])
+        rescale = tl.math.exp2(row_max - new_max)
+        row_sum = row_sum * rescale + tl.sum(p, 1)
+        v = tl.load(v_ptrs + start_n * stride_vn)
+        acc = tl.dot(p.to(v.dtype), v, acc * rescale[:, None])
+        row_max = new_max
+        scores = following
+        block_max = tl.max(following, 1)  # after P @ V's issue: the next scores are awaited here
+    new_max = tl.maximum(row_max, block_max * qk_scale)
+    p = tl.math.exp2(scores * qk_scale - new_max[:, None])
+    rescale = tl.math.exp2(row_max - new_max)
+    row_sum = row_sum * rescale + tl.sum(p, 1)
+    v = tl.load(v_ptrs + (N_CTX - BLOCK_N) * stride_vn)
+    acc = tl.dot(p.to(v.dtype), v, acc * rescale[:, None])
+    tl.store(M + tl.program_id(1) * N_CTX + offs_m, new_max + tl.math.log2(row_sum))
+    o_ptrs = Out + batch * stride_oz + head * stride_oh + offs_m[:, None] * stride_om + offs_d[None, :] * stride_od
+    tl.store(o_ptrs, (acc / row_sum[:, None]).to(Out.dtype.element_ty))
+
+
+@triton.jit
 def _attention_descriptor_block(acc, row_sum, row_max, q, k_desc, v_desc, first_row, qk_scale, lo, hi, offs_m,
                                 offs_n, BLOCK_N: tl.constexpr, DIAGONAL: tl.constexpr, V_ROWS: tl.constexpr = False):
     """`_attention_block` with K and V read through descriptors over all heads' rows; V_ROWS:
