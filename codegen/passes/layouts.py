@@ -65,6 +65,21 @@ def _loads_behind(v) -> list:
     return sources if all(s is not None and s.name == "load" for s in sources) else []
 
 
+def _reads_any(v, values: set, body, depth: int = 12) -> bool:
+    """Is `v` one of `values`, or computed in `body` (not in a nested region's own values) from one?"""
+    seen, stack = set(), [(v, depth)]
+    while stack:
+        x, left = stack.pop()
+        if x in values:
+            return True
+        op = x.defining_op
+        if op is None or left == 0 or op in seen or op.parent is not body:
+            continue
+        seen.add(op)
+        stack += [(y, left - 1) for y in op.operands]
+    return False
+
+
 MMA_ROWS = (1 << 30) + 1  # the priority of whole-row mma layouts (a dot's A from registers)
 LOCAL_LOAD = 1 << 29  # a tile read back from shared memory: above memory anchors, below dots
 
@@ -357,14 +372,22 @@ class _Assigner:
         args = body.args[1:]
         for arg, init in zip(args, op.operands[3:]):  # a cheap start (zeros) has no say
             self.set(arg, None if init in self.cheap else self.of(init))
+        yields = body.ops[-1].operands
         for _ in range(3):
             self.block(body)
-            moved = [(arg, self.of(y)) for arg, y in zip(args, body.ops[-1].operands)
+            moved = [(arg, self.of(y)) for arg, y in zip(args, yields)
                      if self.of(y) is not None and self.of(y) != self.of(arg)]
             if not moved:
                 break
+            # what the body made of a value whose layout changed was laid out for the old one: the values
+            # carried out of that are decided anew (a row maximum carried beside scores whose start the code
+            # before the loop laid out would otherwise keep that layout)
+            changed = {arg for arg, _ in moved if self.of(arg) is not None}
             for arg, layout in moved:
                 self.set(arg, layout)
+            for arg, y in zip(args, yields):
+                if arg not in changed and isinstance(arg.type, block_type) and _reads_any(y, changed, body):
+                    self.set(arg, None)
         unset = [(arg, init) for arg, init in zip(args, op.operands[3:]) if self.of(arg) is None]
         for arg, init in unset:  # carried through unchanged: the start's layout after all
             self.set(arg, self.of(init))
