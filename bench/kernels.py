@@ -353,14 +353,48 @@ def _attention_block(acc, row_sum, row_max, q, k_ptrs, v_ptrs, stride_kn, stride
         scores = tl.dot(q, tl.load(k_ptrs + start_n * stride_kn))
         if DIAGONAL:  # a query sees no key after it
             scores = tl.where(offs_m[:, None] >= start_n + offs_n[None, :], scores, -1.0e6)
-        new_max = tl.maximum(row_max, tl.max(scores, 1) * qk_scale)
-        p = tl.math.exp2(scores * qk_scale - new_max[:, None])
-        rescale = tl.math.exp2(row_max - new_max)
-        row_sum = row_sum * rescale + tl.sum(p, 1)
-        v = tl.load(v_ptrs + start_n * stride_vn)
-        acc = tl.dot(p.to(v.dtype), v, acc * rescale[:, None])
-        row_max = new_max
+        acc, row_sum, row_max = _attention_step(acc, row_sum, row_max, scores, tl.max(scores, 1), qk_scale, v_ptrs,
+                                                start_n * stride_vn)
     return acc, row_sum, row_max
+
+
+@triton.jit
+def _attention_step(acc, row_sum, row_max, scores, scores_max, qk_scale, v_ptrs, v_offset):
+    """One key block folded into the rows' running maximum and sum of exp2(scaled score) (their earlier
+    part rescaled) and into acc, P @ V: (acc, row_sum, row_max) after it."""
+    new_max = tl.maximum(row_max, scores_max * qk_scale)
+    p = tl.math.exp2(scores * qk_scale - new_max[:, None])
+    rescale = tl.math.exp2(row_max - new_max)
+    row_sum = row_sum * rescale + tl.sum(p, 1)
+    v = tl.load(v_ptrs + v_offset)
+    return tl.dot(p.to(v.dtype), v, acc * rescale[:, None]), row_sum, new_max
+
+
+@triton.jit
+def _attention_operands(Q, K, V, stride_qz, stride_qh, stride_qm, stride_qd, stride_kz, stride_kh, stride_kn, stride_kd,
+                        stride_vz, stride_vh, stride_vn, stride_vd, H, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
+                        BLOCK_N: tl.constexpr):
+    """The pointer forwards' program: its query rows and their q, and the pointers of its (batch, head)'s first
+    key block, K read transposed (head dim by keys) and V as stored (keys by head dim)."""
+    batch, head = tl.program_id(1) // H, tl.program_id(1) % H
+    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, HEAD_DIM)
+    q = tl.load(Q + batch * stride_qz + head * stride_qh + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd)
+    k_ptrs = K + batch * stride_kz + head * stride_kh + offs_d[:, None] * stride_kd + offs_n[None, :] * stride_kn
+    v_ptrs = V + batch * stride_vz + head * stride_vh + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd
+    return offs_m, offs_n, q, k_ptrs, v_ptrs
+
+
+@triton.jit
+def _attention_output(Out, M, acc, row_sum, row_max, offs_m, stride_oz, stride_oh, stride_om, stride_od, H, N_CTX,
+                      HEAD_DIM: tl.constexpr):
+    """The rows' log-sum-exp (base 2, of the scaled scores) into M and the normalized output into Out."""
+    batch, head = tl.program_id(1) // H, tl.program_id(1) % H
+    offs_d = tl.arange(0, HEAD_DIM)
+    tl.store(M + tl.program_id(1) * N_CTX + offs_m, row_max + tl.math.log2(row_sum))
+    o_ptrs = Out + batch * stride_oz + head * stride_oh + offs_m[:, None] * stride_om + offs_d[None, :] * stride_od
+    tl.store(o_ptrs, (acc / row_sum[:, None]).to(Out.dtype.element_ty))
 
 
 @triton.jit
@@ -372,14 +406,9 @@ def attention_fwd_kernel(Q, K, V, Out, M, sm_scale,
     """FlashAttention-2 forward with pointers: one program per BLOCK_M query rows of one
     (batch, head); N_CTX a multiple of BLOCK_M and BLOCK_N. M[batch, head, row] gets the
     row's log-sum-exp in base 2 of the scaled scores, which the backward kernels read."""
-    batch, head = tl.program_id(1) // H, tl.program_id(1) % H
-    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_n = tl.arange(0, BLOCK_N)
-    offs_d = tl.arange(0, HEAD_DIM)
-    q = tl.load(Q + batch * stride_qz + head * stride_qh + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd)
-    # K is read transposed (head dim by keys), V as stored (keys by head dim)
-    k_ptrs = K + batch * stride_kz + head * stride_kh + offs_d[:, None] * stride_kd + offs_n[None, :] * stride_kn
-    v_ptrs = V + batch * stride_vz + head * stride_vh + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd
+    offs_m, offs_n, q, k_ptrs, v_ptrs = _attention_operands(
+        Q, K, V, stride_qz, stride_qh, stride_qm, stride_qd, stride_kz, stride_kh, stride_kn, stride_kd, stride_vz,
+        stride_vh, stride_vn, stride_vd, H, HEAD_DIM, BLOCK_M, BLOCK_N)
     qk_scale = sm_scale * 1.44269504  # exp(x) = exp2(x * log2(e))
     row_max = tl.full([BLOCK_M], -float("inf"), tl.float32)
     row_sum = tl.full([BLOCK_M], 1.0, tl.float32)  # the first block's rescale (exp2(-inf)) clears it
@@ -393,9 +422,8 @@ def attention_fwd_kernel(Q, K, V, Out, M, sm_scale,
         acc, row_sum, row_max = _attention_block(acc, row_sum, row_max, q, k_ptrs, v_ptrs, stride_kn, stride_vn,
                                                  qk_scale, first_diagonal, first_diagonal + BLOCK_M, offs_m, offs_n,
                                                  BLOCK_N, True)
-    tl.store(M + tl.program_id(1) * N_CTX + offs_m, row_max + tl.math.log2(row_sum))
-    o_ptrs = Out + batch * stride_oz + head * stride_oh + offs_m[:, None] * stride_om + offs_d[None, :] * stride_od
-    tl.store(o_ptrs, (acc / row_sum[:, None]).to(Out.dtype.element_ty))
+    _attention_output(Out, M, acc, row_sum, row_max, offs_m, stride_oz, stride_oh, stride_om, stride_od, H, N_CTX,
+                      HEAD_DIM)
 
 
 @triton.jit
@@ -408,13 +436,9 @@ def attention_ahead_fwd_kernel(Q, K, V, Out, M, sm_scale,
     block's softmax, so the tensor cores work through the exponentials, and takes their row maximum after
     this block's P @ V is issued. The first block's scores come before the loop, the last block's P @ V
     after it; N_CTX at least 2 * BLOCK_N."""
-    batch, head = tl.program_id(1) // H, tl.program_id(1) % H
-    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_n = tl.arange(0, BLOCK_N)
-    offs_d = tl.arange(0, HEAD_DIM)
-    q = tl.load(Q + batch * stride_qz + head * stride_qh + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd)
-    k_ptrs = K + batch * stride_kz + head * stride_kh + offs_d[:, None] * stride_kd + offs_n[None, :] * stride_kn
-    v_ptrs = V + batch * stride_vz + head * stride_vh + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd
+    offs_m, offs_n, q, k_ptrs, v_ptrs = _attention_operands(
+        Q, K, V, stride_qz, stride_qh, stride_qm, stride_qd, stride_kz, stride_kh, stride_kn, stride_kd, stride_vz,
+        stride_vh, stride_vn, stride_vd, H, HEAD_DIM, BLOCK_M, BLOCK_N)
     qk_scale = sm_scale * 1.44269504
     row_max = tl.full([BLOCK_M], -float("inf"), tl.float32)
     row_sum = tl.full([BLOCK_M], 1.0, tl.float32)
@@ -423,24 +447,14 @@ def attention_ahead_fwd_kernel(Q, K, V, Out, M, sm_scale,
     block_max = tl.max(scores, 1)
     for start_n in range(0, N_CTX - BLOCK_N, BLOCK_N):
         following = tl.dot(q, tl.load(k_ptrs + (start_n + BLOCK_N) * stride_kn))
-        new_max = tl.maximum(row_max, block_max * qk_scale)
-        p = tl.math.exp2(scores * qk_scale - new_max[:, None])
-        rescale = tl.math.exp2(row_max - new_max)
-        row_sum = row_sum * rescale + tl.sum(p, 1)
-        v = tl.load(v_ptrs + start_n * stride_vn)
-        acc = tl.dot(p.to(v.dtype), v, acc * rescale[:, None])
-        row_max = new_max
+        acc, row_sum, row_max = _attention_step(acc, row_sum, row_max, scores, block_max, qk_scale, v_ptrs,
+                                                start_n * stride_vn)
         scores = following
         block_max = tl.max(following, 1)  # after P @ V's issue: the next scores are awaited here
-    new_max = tl.maximum(row_max, block_max * qk_scale)
-    p = tl.math.exp2(scores * qk_scale - new_max[:, None])
-    rescale = tl.math.exp2(row_max - new_max)
-    row_sum = row_sum * rescale + tl.sum(p, 1)
-    v = tl.load(v_ptrs + (N_CTX - BLOCK_N) * stride_vn)
-    acc = tl.dot(p.to(v.dtype), v, acc * rescale[:, None])
-    tl.store(M + tl.program_id(1) * N_CTX + offs_m, new_max + tl.math.log2(row_sum))
-    o_ptrs = Out + batch * stride_oz + head * stride_oh + offs_m[:, None] * stride_om + offs_d[None, :] * stride_od
-    tl.store(o_ptrs, (acc / row_sum[:, None]).to(Out.dtype.element_ty))
+    acc, row_sum, row_max = _attention_step(acc, row_sum, row_max, scores, block_max, qk_scale, v_ptrs,
+                                            (N_CTX - BLOCK_N) * stride_vn)
+    _attention_output(Out, M, acc, row_sum, row_max, offs_m, stride_oz, stride_oh, stride_om, stride_od, H, N_CTX,
+                      HEAD_DIM)
 
 
 @triton.jit

@@ -4,7 +4,9 @@ run on mma.sync (the layouts pass; dot_staging picks the engine from the result'
 after the loop took the shape's preference and the loop's elementwise work moved through shared memory every
 iteration, and the dot before it was laid out as wgmma's accumulator and ran on FMAs; a row statistic carried
 beside the accumulator, whose start the first step's dot laid out, kept that layout in the loop."""
+import os
 import re
+import sys
 
 import numpy as np
 
@@ -13,6 +15,9 @@ import kiln.language as tl
 from kiln.codegen import compile as compile_ir
 
 from test_codegen_emulate import in_child
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench"))
+import kernels  # noqa: E402  (bench's attention_ahead_fwd_kernel: this pattern, written as users write it)
 
 
 @kiln.jit
@@ -46,8 +51,7 @@ def _build():
 
 def test_the_loop_keeps_the_wgmma_layout_and_the_peeled_dots_run_on_mma():
     kir = compile_ir(_build().ir, "sm_90a", {"num_warps": 4, "num_stages": 3}, link=False).kir
-    body = kir[kir.index(" = for "):]
-    body = body[:body.index("\n  }\n")]
+    body = _loop_of(kir)
     assert "warp_group_dot" in body
     assert not re.search(r"convert_layout [^\n]*scratch", body), body  # nothing moves through shared memory
     outside = re.findall(r"= dot [^\n]*\{engine = \"(\w+)\"", kir)
@@ -75,3 +79,51 @@ def test_the_peeled_loop_computes_its_sum_on_the_emulator():
         want = want * 0.5 + a[:, k:k + 32].astype(np.float64) @ b[k:k + 32].astype(np.float64)
     np.testing.assert_allclose(c, want, rtol=1e-3, atol=1e-2)
     np.testing.assert_allclose(r, best, rtol=1e-3, atol=1e-2)
+
+
+def _loop_of(kir):
+    body = kir[kir.index(" = for "):]
+    return body[:body.index("\n  }\n")]
+
+
+def _ahead(n, dim, block_m, block_n, warps):
+    q = np.zeros((1, 1, n, dim), np.float16)
+    lse = np.zeros((1, 1, n), np.float32)
+    strides = (n * dim, n * dim, dim, 1)
+    return kernels.attention_ahead_fwd_kernel.warmup(q, q, q, q, lse, 0.125, *(strides * 4), 1, n, HEAD_DIM=dim,
+                                                     BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps, num_stages=3,
+                                                     grid=(1,), target="sm_90a")
+
+
+def test_the_hand_pipelined_attention_forward_keeps_its_loop_in_wgmma_layouts():
+    """Bench's forward with the next key block's scores issued before this block's softmax, in 128x64 blocks on
+    8 warps: its loop's softmax stays in wgmma's layout, its row statistics in its slices, and the dots before
+    and after the loop run on mma.sync (D128: the first scores were laid out as wgmma's and ran on FMAs; D64: P V
+    after the loop has the scores' shape and laid the loop out for mma.sync)."""
+    for dim in (128, 64):
+        kir = compile_ir(_ahead(4096, dim, 128, 64, 8).ir, "sm_90a", {"num_warps": 8, "num_stages": 3},
+                         link=False).kir
+        loop = _loop_of(kir)
+        assert loop.count("warp_group_dot ") == 2
+        assert not re.search(r"convert_layout [^\n]*scratch", loop), loop
+        assert re.findall(r"= dot [^\n]*\{engine = \"(\w+)\"", kir) == ["mma", "mma"]
+
+
+def _run_ahead(n):
+    from kiln.codegen.emulate import run_on_cpu
+    rng = np.random.default_rng(5)
+    q, k, v = (rng.standard_normal((1, 1, n, 64)).astype(np.float16) for _ in range(3))
+    out = np.full_like(q, np.nan)
+    lse = np.full((1, 1, n), np.nan, np.float32)
+    strides = [n * 64, n * 64, 64]  # z, h, row: the head dim's stride (1) and H (1) are specialized away
+    run_on_cpu(_ahead(n, 64, 64, 64, 4).ir, (n // 64, 1), [q, k, v, out, lse, 0.125] + strides * 4 + [n],
+               num_warps=4)
+    return out[0, 0], q[0, 0], k[0, 0], v[0, 0]
+
+
+def test_the_hand_pipelined_attention_forward_on_the_emulator():
+    """Three key blocks: the first block's scores before the loop, one iteration, the last P @ V after it."""
+    out, q, k, v = in_child(_run_ahead, 192)
+    scores = q.astype(np.float64) @ k.astype(np.float64).T * 0.125
+    p = np.exp(scores - scores.max(1, keepdims=True))
+    np.testing.assert_allclose(out, p / p.sum(1, keepdims=True) @ v.astype(np.float64), atol=2e-3)
