@@ -40,7 +40,9 @@ A dot whose result is only carried to the next iteration (matmul's accumulator) 
 in flight: its wait leaves one group pending. Any other result is awaited at once. A
 carried value still in flight that the next iteration reads other than as another dot's
 accumulator (attention's `acc * alpha`) is awaited before that read, by the latest wait
-with nothing pending (one more operand of it) or a new one.
+with nothing pending (one more operand of it) or a new one, which leaves pending the dots the
+iteration issued before it (a hand-pipelined attention's next scores, issued ahead of this
+block's softmax).
 
 The copy of iteration i + S-1 overwrites the tile that the dots of iteration i - 2 read:
 every warpgroup finished those before the barrier of iteration i (it waited for them in
@@ -563,7 +565,11 @@ def _await_before_reads(body, arg):
         wait.results.append(ready)
         later = ops[waits[-1] + 1:]
     else:
-        wait = Operation("warp_group_dot_wait", [arg], [arg.type], {"pending": 0}, loc=ops[first].loc)
+        # the dots this iteration issued before the read (each in the body itself, as this pass issues
+        # them) committed their groups after `arg`'s: they may stay in flight (the next key block's
+        # scores issued before this block's softmax run under it)
+        pending = sum(op.name == "warp_group_dot" for op in ops[:first])
+        wait = Operation("warp_group_dot_wait", [arg], [arg.type], {"pending": pending}, loc=ops[first].loc)
         wait.parent = body
         ops.insert(first, wait)
         ready = wait.results[0]
