@@ -2,14 +2,15 @@
 `attention_bwd_*` kernels, one kernel source) on kiln and on upstream Triton, each autotuned
 over the same configs, against PyTorch SDPA (its backward through autograd).
 
-    python bench/attention.py [--quick] [--check] [--modes fwd,bwd,desc,host,fp8,ahead] [--dims 64,128] [--ctx 1024,4096,16384]
+    python bench/attention.py [--quick] [--check] [--modes fwd,bwd,desc,host,fp8,ahead,ahead-late] [--dims 64,128] [--ctx 1024,4096,16384]
                               [--configs 64x64x3x4,...] [--out DIR]
 
 Z=4, H=32, fp16, causal and not. Forward TFLOP/s count its two matmuls (4 Z H N^2 D), the
 backward 2.5 times that (its five; the kernels recompute P, as FlashAttention-2 does),
 halved when causal. The backward is three launches: Delta = rowsum(O dO), dK and dV, dQ.
 Mode `ahead` is the pointer forward pipelined by hand, the next key block's scores issued before
-this block's softmax (`attention_ahead_fwd_kernel`; not causal). Mode `fp8` is mode `host` on
+this block's softmax (`attention_ahead_fwd_kernel`; not causal), `ahead-late` the same with their
+row maximum taken in the next iteration. Mode `fp8` is mode `host` on
 float8_e5m2 operands (V transposed, O in fp8: tutorial 06's fp8 forward; its SDPA column is fp16's). Mode `desc` is the forward through descriptors the kernel makes
 (`attention_descriptor_fwd_kernel`, tutorial 06's way: Z * H * N_CTX rows), mode `host` through host
 TensorDescriptors (`attention_host_descriptor_fwd_kernel`, tutorial 06's way on Hopper).
@@ -112,9 +113,9 @@ def host_descriptor_fp8_launcher(lib, q, k, v, o, causal, cfg):
     return go
 
 
-def ahead_launcher(lib, q, k, v, o, causal, cfg):
+def ahead_launcher(lib, q, k, v, o, causal, cfg, late_max=False):
     """`attention_ahead_fwd_kernel`: the pointer forward with the next block's scores issued before this
-    block's softmax (no causal mask)."""
+    block's softmax (no causal mask); `late_max`: their row maximum taken in the next iteration."""
     assert not causal
     bm, bn, stages, warps = cfg
     z, h, n_ctx, dim = q.shape
@@ -123,13 +124,17 @@ def ahead_launcher(lib, q, k, v, o, causal, cfg):
     def go():
         lib.attention_ahead_fwd_kernel[(triton_cdiv(n_ctx, bm), z * h)](
             q, k, v, o, lse, 1 / dim ** 0.5, *q.stride(), *k.stride(), *v.stride(), *o.stride(), h, n_ctx,
-            HEAD_DIM=dim, BLOCK_M=bm, BLOCK_N=bn, num_warps=warps, num_stages=stages)
+            HEAD_DIM=dim, BLOCK_M=bm, BLOCK_N=bn, LATE_MAX=late_max, num_warps=warps, num_stages=stages)
     return go
 
 
+def ahead_late_launcher(lib, q, k, v, o, causal, cfg):
+    return ahead_launcher(lib, q, k, v, o, causal, cfg, late_max=True)
+
+
 FORWARDS = {"fwd": launcher, "desc": descriptor_launcher, "host": host_descriptor_launcher,
-            "fp8": host_descriptor_fp8_launcher, "ahead": ahead_launcher}
-NOT_CAUSAL = {"ahead"}  # forwards without a causal mask
+            "fp8": host_descriptor_fp8_launcher, "ahead": ahead_launcher, "ahead-late": ahead_late_launcher}
+NOT_CAUSAL = {"ahead", "ahead-late"}  # forwards without a causal mask
 
 
 def bwd_launcher(lib, q, k, v, o, lse, do, grads, causal, cfg):
@@ -281,7 +286,7 @@ def main():
         kiln.set_allocator(lambda size, align, stream: torch.empty(size, dtype=torch.int8, device="cuda"))
     dims = [int(d) for d in args.dims.split(",")]
     configs = {"fwd": QUICK if args.quick else CONFIGS, "bwd": BWD_QUICK if args.quick else BWD_CONFIGS}
-    configs["desc"] = configs["host"] = configs["fp8"] = configs["ahead"] = configs["fwd"]
+    configs["desc"] = configs["host"] = configs["fp8"] = configs["ahead"] = configs["ahead-late"] = configs["fwd"]
     if args.configs:
         chosen = [tuple(int(x) for x in c.split("x")) for c in args.configs.split(",")]
         configs = {mode: chosen for mode in configs}

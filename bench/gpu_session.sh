@@ -77,9 +77,10 @@ for phase in "$@"; do
     attention)  # tutorial 06's forward on Hopper (host TensorDescriptors) and through in-kernel descriptors, against
       # Triton and SDPA, N_CTX 4096 and 16384, D64 and D128, causal and not (~300 s)
       python3 bench/attention.py --modes host,desc --ctx 4096,16384 --out "$OUT" 2>&1 | tee "$OUT/attention.log" | tail -40 ;;
-    attention-ahead)  # the pointer forward with the next scores issued before the softmax (mode ahead) beside the
-      # loop as written (fwd), checked first, N_CTX 1024-16384, D64 and D128, against Triton and SDPA (~300 s)
-      python3 bench/attention.py --check --modes ahead,fwd --out "$OUT" 2>&1 | tee "$OUT/attention-ahead.log" | tail -40 ;;
+    attention-ahead)  # the pointer forward with the next scores issued before the softmax (modes ahead, ahead-late)
+      # beside the loop as written (fwd), checked first, N_CTX 1024-16384, D64 and D128, against Triton and SDPA
+      python3 bench/attention.py --check --modes ahead,ahead-late,fwd --out "$OUT" 2>&1 \
+        | tee "$OUT/attention-ahead.log" | tail -40 ;;
     attention-bwd)  # the backward: its GPU tests, racecheck of causal attention (forward and backward), then
       # bench/attention.py's backward against Triton and SDPA, checked first (~250 s)
       python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_attention_backward.py \

@@ -430,12 +430,13 @@ def attention_fwd_kernel(Q, K, V, Out, M, sm_scale,
 def attention_ahead_fwd_kernel(Q, K, V, Out, M, sm_scale,
                                stride_qz, stride_qh, stride_qm, stride_qd, stride_kz, stride_kh, stride_kn, stride_kd,
                                stride_vz, stride_vh, stride_vn, stride_vd, stride_oz, stride_oh, stride_om, stride_od,
-                               H, N_CTX, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+                               H, N_CTX, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                               LATE_MAX: tl.constexpr = False):
     """`attention_fwd_kernel` without a causal mask, pipelined by hand as FlashAttention-3 overlaps a
     warpgroup's softmax with its next GEMM: each iteration issues the next key block's scores before this
     block's softmax, so the tensor cores work through the exponentials, and takes their row maximum after
-    this block's P @ V is issued. The first block's scores come before the loop, the last block's P @ V
-    after it; N_CTX at least 2 * BLOCK_N."""
+    this block's P @ V is issued (LATE_MAX: where that block's softmax starts, the next iteration). The
+    first block's scores come before the loop, the last block's P @ V after it; N_CTX at least 2 * BLOCK_N."""
     offs_m, offs_n, q, k_ptrs, v_ptrs = _attention_operands(
         Q, K, V, stride_qz, stride_qh, stride_qm, stride_qd, stride_kz, stride_kh, stride_kn, stride_kd, stride_vz,
         stride_vh, stride_vn, stride_vd, H, HEAD_DIM, BLOCK_M, BLOCK_N)
@@ -447,10 +448,15 @@ def attention_ahead_fwd_kernel(Q, K, V, Out, M, sm_scale,
     block_max = tl.max(scores, 1)
     for start_n in range(0, N_CTX - BLOCK_N, BLOCK_N):
         following = tl.dot(q, tl.load(k_ptrs + (start_n + BLOCK_N) * stride_kn))
+        if LATE_MAX:
+            block_max = tl.max(scores, 1)
         acc, row_sum, row_max = _attention_step(acc, row_sum, row_max, scores, block_max, qk_scale, v_ptrs,
                                                 start_n * stride_vn)
         scores = following
-        block_max = tl.max(following, 1)  # after P @ V's issue: the next scores are awaited here
+        if not LATE_MAX:
+            block_max = tl.max(following, 1)  # after P @ V's issue: the next scores are awaited here
+    if LATE_MAX:
+        block_max = tl.max(scores, 1)
     acc, row_sum, row_max = _attention_step(acc, row_sum, row_max, scores, block_max, qk_scale, v_ptrs,
                                             (N_CTX - BLOCK_N) * stride_vn)
     _attention_output(Out, M, acc, row_sum, row_max, offs_m, stride_oz, stride_oh, stride_om, stride_od, H, N_CTX,

@@ -3,7 +3,9 @@ attention's scores, issued one key block ahead) is awaited before that read, lea
 iteration issued before it (smem_pipeline._await_before_reads): its group is older than theirs, and wgmma
 groups retire in order. Before, that wait left none pending, so the next block's scores, just issued,
 were awaited before this block's softmax instead of running under it."""
+import os
 import re
+import sys
 
 import numpy as np
 import pytest
@@ -13,6 +15,9 @@ import kiln.language as tl
 from kiln.codegen import compile as compile_ir
 
 from test_codegen_emulate import in_child
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench"))
+import kernels  # noqa: E402  (bench's attention_ahead_fwd_kernel)
 
 
 @kiln.jit
@@ -70,6 +75,21 @@ def _run():
 def _want(a, b):
     return sum(np.exp2(a[:, k:k + 32].astype(np.float64) @ b[k:k + 32].astype(np.float64) * 0.125)
                for k in range(0, 256, 32))
+
+
+def test_bench_forward_with_the_row_maximum_taken_late_keeps_the_next_scores_in_flight():
+    """bench's attention_ahead_fwd_kernel with LATE_MAX: the scores carried, their row maximum where their
+    softmax starts; D128 in 128x64 blocks on 8 warps."""
+    q = np.zeros((1, 1, 4096, 128), np.float16)
+    lse = np.zeros((1, 1, 4096), np.float32)
+    built = kernels.attention_ahead_fwd_kernel.warmup(
+        q, q, q, q, lse, 0.125, *((4096 * 128, 4096 * 128, 128, 1) * 4), 1, 4096, HEAD_DIM=128, BLOCK_M=128,
+        BLOCK_N=64, LATE_MAX=True, num_warps=8, num_stages=3, grid=(1,), target="sm_90a")
+    kir = compile_ir(built.ir, "sm_90a", {"num_warps": 8, "num_stages": 3}, link=False).kir
+    body = kir[kir.index(" = for "):]
+    loop = body[:body.index("\n  }\n")]
+    assert re.search(r"= warp_group_dot_wait %\d+ \{pending = 1\}", loop), loop
+    assert not re.search(r"convert_layout [^\n]*scratch", loop), loop
 
 
 def test_the_sum_on_the_emulator():
