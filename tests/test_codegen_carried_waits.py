@@ -3,9 +3,7 @@ attention's scores, issued one key block ahead) is awaited before that read, lea
 iteration issued before it (smem_pipeline._await_before_reads): its group is older than theirs, and wgmma
 groups retire in order. Before, that wait left none pending, so the next block's scores, just issued,
 were awaited before this block's softmax instead of running under it."""
-import os
 import re
-import sys
 
 import numpy as np
 import pytest
@@ -15,9 +13,7 @@ import kiln.language as tl
 from kiln.codegen import compile as compile_ir
 
 from test_codegen_emulate import in_child
-
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench"))
-import kernels  # noqa: E402  (bench's attention_ahead_fwd_kernel)
+from test_codegen_layouts_peeled_dots import _ahead as _bench_forward, _loop_of
 
 
 @kiln.jit
@@ -47,9 +43,7 @@ def _build():
 
 
 def _loop():
-    kir = compile_ir(_build().ir, "sm_90a", {"num_warps": 4, "num_stages": 3}, link=False).kir
-    body = kir[kir.index(" = for "):]
-    return body[:body.index("\n  }\n")]
+    return _loop_of(compile_ir(_build().ir, "sm_90a", {"num_warps": 4, "num_stages": 3}, link=False).kir)
 
 
 def test_the_carried_scores_are_awaited_with_the_next_ones_left_in_flight():
@@ -80,14 +74,8 @@ def _want(a, b):
 def test_bench_forward_with_the_row_maximum_taken_late_keeps_the_next_scores_in_flight():
     """bench's attention_ahead_fwd_kernel with LATE_MAX: the scores carried, their row maximum where their
     softmax starts; D128 in 128x64 blocks on 8 warps."""
-    q = np.zeros((1, 1, 4096, 128), np.float16)
-    lse = np.zeros((1, 1, 4096), np.float32)
-    built = kernels.attention_ahead_fwd_kernel.warmup(
-        q, q, q, q, lse, 0.125, *((4096 * 128, 4096 * 128, 128, 1) * 4), 1, 4096, HEAD_DIM=128, BLOCK_M=128,
-        BLOCK_N=64, LATE_MAX=True, num_warps=8, num_stages=3, grid=(1,), target="sm_90a")
-    kir = compile_ir(built.ir, "sm_90a", {"num_warps": 8, "num_stages": 3}, link=False).kir
-    body = kir[kir.index(" = for "):]
-    loop = body[:body.index("\n  }\n")]
+    built = _bench_forward(4096, 128, 128, 64, 8, LATE_MAX=True)
+    loop = _loop_of(compile_ir(built.ir, "sm_90a", {"num_warps": 8, "num_stages": 3}, link=False).kir)
     assert re.search(r"= warp_group_dot_wait %\d+ \{pending = 1\}", loop), loop
     assert not re.search(r"convert_layout [^\n]*scratch", loop), loop
 

@@ -86,13 +86,14 @@ def _loop_of(kir):
     return body[:body.index("\n  }\n")]
 
 
-def _ahead(n, dim, block_m, block_n, warps):
+def _ahead(n, dim, block_m, block_n, warps, **flags):
+    """bench's attention_ahead_fwd_kernel built for sm_90a (`flags`: its LATE_MAX)."""
     q = np.zeros((1, 1, n, dim), np.float16)
     lse = np.zeros((1, 1, n), np.float32)
     strides = (n * dim, n * dim, dim, 1)
     return kernels.attention_ahead_fwd_kernel.warmup(q, q, q, q, lse, 0.125, *(strides * 4), 1, n, HEAD_DIM=dim,
                                                      BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps, num_stages=3,
-                                                     grid=(1,), target="sm_90a")
+                                                     grid=(1,), target="sm_90a", **flags)
 
 
 def test_the_hand_pipelined_attention_forward_keeps_its_loop_in_wgmma_layouts():
