@@ -841,6 +841,51 @@ def test_released_rings_keep_attentions_wgmmas_asynchronous():
     assert not nvjitlink.wgmma_serialized(info) and k.metadata["n_spills"] == 0
 
 
+
+@pytest.mark.parametrize("block_n,slots", [(64, 4), (128, 3)])
+def test_a_released_ring_without_room_for_its_spare_slot_copies_as_far_ahead(block_n, slots):
+    """Tutorial 06's forward at D128, 3 stages, 8 warps: in 64-key blocks the ring has the stages
+    and the spare slot (4 x 32 KB); in 128-key blocks four 64 KB slots do not fit beside Q, three
+    do, and they keep the stages' look-ahead (two copies before the loop, as with the spare slot)
+    rather than two stages and the spare (one): the copy of each iteration waits for the release
+    of the slot the iteration before read, which this iteration's first wait retired."""
+    from test_attention_backward import kernels
+    x, f = np.zeros((1, 2, 1024, 128), np.float16), np.zeros(1024, np.float32)
+    k = kernels.attention_descriptor_fwd_kernel.warmup(x, x, x, x, f, 0.125, 1, 2, 1024, HEAD_DIM=128, BLOCK_M=128,
+                                                       BLOCK_N=block_n, CAUSAL=False, num_warps=8, num_stages=3,
+                                                       grid=(1,), target="sm_90a")
+    options = {"num_warps": 8, "num_stages": 3}
+    fn = parse_function(compile_ir(parse_function(k.asm["kir"]), "sm_90a", options, link=False).kir)
+    loop = next(op for op in fn.walk() if op.name == "for")
+    before = fn.body.ops[:fn.body.ops.index(loop)]
+    rings = [str(op.results[0].type) for op in before if op.name == "local_alloc"][1:]
+    assert rings == [f"smem<{slots}x{block_n}x128xfp16:swizzle128:order1.0>"] * 2 + \
+        [f"smem<{slots}x1x1xint64:swizzle0:order1.0>"] * 2
+    assert sum(op.name == "tma_expect" for op in before) == 2
+    body = [op.name for op in loop.regions[0].ops]
+    assert "barrier" not in body
+    assert body.index("mbarrier_arrive") < len(body) - body[::-1].index("mbarrier_wait") - 1 < body.index("tma_expect")
+    _, info = nvjitlink.link_cubin(k.asm["ptx"], parse_target("sm_90a"))
+    assert not nvjitlink.wgmma_serialized(info) and k.metadata["n_spills"] == 0
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("causal", [False, True])
+def test_the_d128_forward_in_128_key_blocks_on_the_gpu(causal, hopper_torch):
+    """bench's pointer forward (its K and V by TMA: pointer_tma) on the ring above, against SDPA."""
+    torch = hopper_torch
+    shape = (2, 4, 2048, 128)
+    q, k, v = (torch.randn(shape, device="cuda", dtype=torch.float16) for _ in range(3))
+    o = torch.empty_like(q)
+    lse = torch.empty(shape[:3], device="cuda", dtype=torch.float32)
+    strides = [*q.stride(), *k.stride(), *v.stride(), *o.stride()]
+    kernel = bench_kernels().attention_fwd_kernel[(shape[2] // 128, shape[0] * shape[1])](
+        q, k, v, o, lse, 128 ** -0.5, *strides, shape[1], shape[2], HEAD_DIM=128, BLOCK_M=128, BLOCK_N=128,
+        CAUSAL=causal, num_warps=8, num_stages=3)
+    assert "smem<3x128x128xfp16" in compile_ir(kernel.ir, "sm_90a", {"num_warps": 8, "num_stages": 3}, link=False).kir
+    want = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    torch.testing.assert_close(o, want, rtol=2e-3, atol=2e-3)
+
 @kiln.jit
 def _masked_k_matmul(A, B, C, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
     rm, rn, rk = tl.arange(0, BM), tl.arange(0, BN), tl.arange(0, BK)

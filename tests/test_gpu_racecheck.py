@@ -170,14 +170,18 @@ import torch
 import kiln
 from test_attention_backward import kernels
 kiln.set_allocator(lambda size, align, stream: torch.empty(size, dtype=torch.int8, device="cuda"))
-q, k, v = (torch.randn(1, 2, 512, 64, device="cuda", dtype=torch.float16) for _ in range(3))
-o, m = torch.empty_like(q), torch.empty(1, 2, 512, device="cuda", dtype=torch.float32)
-scores = (q.float() @ k.float().transpose(-1, -2) * 0.125).masked_fill(torch.ones(512, 512, device="cuda").triu(1).bool(),
-                                                                       float("-inf"))
-want = scores.softmax(-1) @ v.float()  # not SDPA: racecheck reports cuDNN's attention kernel
-for block_n in (64, 128):
-    kernels.attention_descriptor_fwd_kernel[(4, 2)](q, k, v, o, m, 0.125, 1, 2, 512, HEAD_DIM=64, BLOCK_M=128,
-                                                    BLOCK_N=block_n, CAUSAL=True, num_warps=8, num_stages=3)
+# D128 in 128-key blocks: three slots, no spare, the copies two iterations ahead (smem_plan.released_ring)
+for dim, block_n, n_ctx, causal in ((64, 64, 512, True), (64, 128, 512, True), (128, 128, 1024, True),
+                                    (128, 128, 1024, False)):
+    q, k, v = (torch.randn(1, 2, n_ctx, dim, device="cuda", dtype=torch.float16) for _ in range(3))
+    o, m = torch.empty_like(q), torch.empty(1, 2, n_ctx, device="cuda", dtype=torch.float32)
+    scores = q.float() @ k.float().transpose(-1, -2) * dim ** -0.5
+    if causal:
+        scores = scores.masked_fill(torch.ones(n_ctx, n_ctx, device="cuda").triu(1).bool(), float("-inf"))
+    want = scores.softmax(-1) @ v.float()  # not SDPA: racecheck reports cuDNN's attention kernel
+    kernels.attention_descriptor_fwd_kernel[(n_ctx // 128, 2)](q, k, v, o, m, dim ** -0.5, 1, 2, n_ctx, HEAD_DIM=dim,
+                                                               BLOCK_M=128, BLOCK_N=block_n, CAUSAL=causal,
+                                                               num_warps=8, num_stages=3)
     torch.testing.assert_close(o.float(), want, atol=2e-2, rtol=2e-2)
 torch.cuda.synchronize()
 """

@@ -63,13 +63,15 @@ result: `_after_drain`) the ring has S tiles with neither: the dots of i - 1 ret
 iteration i's first barrier (smem_plan's `drained`).
 
 On two warpgroups or more, where TMA fills every ring of a loop that is not nested in another
-(nothing staged, a spare slot), the slots go back through a second mbarrier per slot instead of
-that barrier (`released_ring`): once the first wait of iteration i retired the dots of i - 1,
-each warpgroup's first thread arrives on the slot they read (count: the warpgroups), and before
-the copies of iteration i + S-1 every thread waits for the write slot's release (the phase
-parity from the read phase and whether the write slot wrapped). A warpgroup may then run up to
-an iteration ahead of another, its softmax under the other's dots (tutorial 06's forward at 8
-warps, H200: up to 9% faster). A barrier after the loop precedes the mbarriers' invalidation.
+(nothing staged), the slots go back through a second mbarrier per slot instead of those
+barriers (`smem_plan.released_ring`): once the first wait of iteration i retired the dots of
+i - 1, each warpgroup's first thread arrives on the slot they read (count: the warpgroups), and
+before the copies of iteration i + S-1 every thread waits for the write slot's release (the phase
+parity from the read phase and whether the write slot wrapped): with a spare slot, the release
+made an iteration before; in a tight ring, the one made after this iteration's first wait. A
+warpgroup may then run up to an iteration ahead of another (half of one, tight), its softmax under
+the other's dots (tutorial 06's forward at 8 warps, H200: up to 9% faster). A barrier after the
+loop precedes the mbarriers' invalidation.
 
 A ring load may also be a `descriptor_load` (2-D, its map a kernel argument or made by
 the kernel, `tensormap_create`, whose `box` this pass sets): its ring is filled by TMA instead, thread 0 announcing each slot's
@@ -106,7 +108,7 @@ from ..analysis import axis_info
 from . import descriptor_loads, prefetch
 from ..analysis import Analysis
 from .rewrite import append_const, append_op, clone_op, const_int, in_loop, insert_ops, slot_after
-from .smem_plan import copy_box, is_tma, plan_loop, ring_kind, tma_ok
+from .smem_plan import copy_box, is_tma, plan_loop, released_ring, ring_kind, tma_ok
 
 
 def apply(fn, ctx) -> None:
@@ -214,8 +216,7 @@ def _rewrite(loop, plan, stored_earlier, kind="wgmma", portable=False, num_warps
     tma = any(is_tma(c.load) for c in copies)
     pointer_copies = not all(is_tma(c.load) for c in copies)
     bars = empty = None
-    released = released_ring(hopper, tma and not pointer_copies, ring_size == stages, bool(staged), num_warps,
-                             in_loop(loop))
+    released = released_ring(hopper, tma and not pointer_copies, bool(staged), num_warps, in_loop(loop))
     if tma:  # one mbarrier per ring slot: its TMA copies complete on it
         bars = append_op(pre, "local_alloc", [], [shared_type(int64, (ring_size, 1, 1))], loc)
         append_op(pre, "mbarrier_init", [bars], (), loc, count=1)
@@ -313,7 +314,7 @@ def _rewrite(loop, plan, stored_earlier, kind="wgmma", portable=False, num_warps
         if carried_only or tight:
             new.append(wait)
         if copies and not tail and op is order[-1]:
-            if tight:  # every warp's part of the dots of i - 1 retired
+            if tight and not released:  # every warp's part of the dots of i - 1 retired
                 append_op(new, "barrier", [], (), loc)
             if released:  # every warpgroup released the write slot (the dots of i - 2 that read it retired)
                 _await_release(new, empty, read_slot, write_slot, phase, loc)
@@ -499,14 +500,6 @@ def _issue_ahead(out, copies, rings, body, arg_index, ahead, used, iv, step, sta
     _issue(out, copies, rings, slots[1], iv_ahead, ub, mapping, loc, bars)
     following = _advance(out, copies, body, arg_index, ahead, iv_ahead)
     return [following[a] for a in used] + [_next_slot(out, slot, ring_size, loc) for slot in slots]
-
-
-def released_ring(hopper, tma_only, tight, staged, num_warps, nested) -> bool:
-    """Are a ring's slots handed back through mbarriers instead of a barrier per iteration? Where
-    TMA fills every ring of a loop with a spare slot (not tight), nothing is staged, and the loop
-    runs on two warpgroups or more, outside another loop (a persistent GEMM's K loop keeps its
-    barriers: the tile loop's epilogue and next copies are ordered by them)."""
-    return hopper and tma_only and not tight and not staged and num_warps >= 8 and not nested
 
 
 def _await_release(out, empty, read_slot, write_slot, phase, loc):
