@@ -869,6 +869,38 @@ def test_a_released_ring_without_room_for_its_spare_slot_copies_as_far_ahead(blo
     assert not nvjitlink.wgmma_serialized(info) and k.metadata["n_spills"] == 0
 
 
+
+@kiln.jit
+def _hinted_scores(Q, K, V, Out, N, D: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, WS: tl.constexpr):
+    """Attention's two dots in a loop that asks for warp specialization, as tutorial 06's forward does on Hopper."""
+    q_desc = tl.make_tensor_descriptor(Q, shape=[N, D], strides=[D, 1], block_shape=[BM, D])
+    k_desc = tl.make_tensor_descriptor(K, shape=[N, D], strides=[D, 1], block_shape=[BN, D])
+    v_desc = tl.make_tensor_descriptor(V, shape=[N, D], strides=[D, 1], block_shape=[BN, D])
+    q = q_desc.load([tl.program_id(0) * BM, 0])
+    acc = tl.zeros([BM, D], dtype=tl.float32)
+    for start in tl.range(0, N, BN, warp_specialize=WS):
+        s = tl.dot(q, k_desc.load([start, 0]).T)
+        p = tl.math.exp2(s - tl.max(s, 1)[:, None])
+        acc = tl.dot(p.to(tl.float16), v_desc.load([start, 0]), acc)
+    rows = tl.program_id(0) * BM + tl.arange(0, BM)
+    tl.store(Out + rows[:, None] * D + tl.arange(0, D)[None, :], acc)
+
+
+def test_a_hint_no_pass_takes_reserves_no_shared_memory():
+    """warp_specialize takes a persistent GEMM's K loop only: an attention loop that asks for it runs
+    as written, so its rings are planned as if it had not asked (three 64 KB slots at D128 in 128-key
+    blocks, not two beside 32 KB kept for a specialized epilogue)."""
+    x, out = np.zeros((1024, 128), np.float16), np.zeros((1024, 128), np.float32)
+    plans = []
+    for ws in (False, True):
+        k = _hinted_scores.warmup(x, x, x, out, 1024, D=128, BM=128, BN=128, WS=ws, num_warps=8, num_stages=3, grid=(1,),
+                                  target="sm_90a")
+        kir = compile_ir(parse_function(k.asm["kir"]), "sm_90a", {"num_warps": 8, "num_stages": 3}, link=False).kir
+        assert "warp_specialize {" not in kir
+        plans.append(([line.split(" : ")[-1].split(" loc(")[0] for line in kir.splitlines() if "local_alloc" in line],
+                      k.metadata["shared"]))
+    assert plans[0] == plans[1] and plans[1][0].count("smem<3x128x128xfp16:swizzle128:order1.0>") == 2
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("causal", [False, True])
 def test_the_d128_forward_in_128_key_blocks_on_the_gpu(causal, hopper_torch):

@@ -541,7 +541,8 @@ def _sized(rings, dots, body, loop, stages, fn, ctx, kind, in_registers):
     """(stages, ring size, staged slots, drained) that fit the shared memory, or None."""
     stage_bytes = sum(ring.tile.nbytes for ring in rings)
     reserve = ALIGN if any(is_tma(r.load) for r in rings) else 0  # the mbarriers' buffer
-    if kind == "wgmma" and loop.attrs.get("warp_specialize"):
+    specialized = kind == "wgmma" and specializable(loop, dots)
+    if specialized:
         reserve += specialized_scratch(loop, ctx.num_warps)
     once = {(id(src[1]), src[2]): src[2].nbytes for _, sources in dots.values() for src, _ in sources if src[0] == "once"}
     staged = {id(src[1]): src[2].nbytes for _, sources in dots.values() for src, _ in sources if src[0] == "staged"}
@@ -570,7 +571,7 @@ def _sized(rings, dots, body, loop, stages, fn, ctx, kind, in_registers):
             fewer = stages_for_company(fixed, stages, stage_bytes, ctx.num_warps, ctx.target.capability)
             if fewer:
                 stages = ring_size = fewer
-    if kind == "wgmma" and fn.attrs.get("company", 1) != 0 and not loop.attrs.get("warp_specialize"):
+    if kind == "wgmma" and fn.attrs.get("company", 1) != 0 and not specialized:
         freed, tight = _company(dots, fixed, stages, ring_size, stage_bytes, ctx, in_registers)
         if freed:
             drained = _drained(dots, body)
@@ -667,6 +668,16 @@ def stages_for_company(fixed: int, stages: int, stage_bytes: int, num_warps: int
     if num_warps > 4 or ctas_by_shared(fixed + stages * stage_bytes, capability) > 1:
         return 0
     return next((s for s in range(stages - 1, 2, -1) if ctas_by_shared(fixed + s * stage_bytes, capability) > 1), 0)
+
+
+def specializable(loop, dots) -> bool:
+    """May `warp_specialize` take this loop? It asks (`tl.range(..., warp_specialize=True)`) and is
+    what that pass takes at most: a K loop of one dot in another loop (the persistent tile loop).
+    Any other loop runs as written whatever its hint, so its plan reserves nothing for the pass:
+    tutorial 06's forward on Hopper asks (its non-causal benchmark, through the descriptors the
+    kernel makes), and at D128 in 128-key blocks the 32 KB reserved for an epilogue beside its
+    rings left them two 64 KB slots, not three."""
+    return bool(loop.attrs.get("warp_specialize")) and in_loop(loop) and len(dots) == 1
 
 
 def specialized_scratch(loop, num_warps: int) -> int:
