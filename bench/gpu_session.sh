@@ -22,6 +22,8 @@
 #   bash bench/gpu_session.sh attention-bwd   # the backward's GPU tests and racecheck, then bench/attention.py --modes bwd
 #   bash bench/gpu_session.sh attention       # bench/attention.py: tutorial 06's descriptor forwards vs Triton, SDPA
 #   bash bench/gpu_session.sh attention-ahead # bench/attention.py --modes ahead,fwd: the forward pipelined by hand
+#   bash bench/gpu_session.sh deep-rings      # what session 77's ring plans changed: D128 forwards, tutorial 06's
+#                                             # hinted forward at 128x128, the fused gate and up projection
 #   DOTS=computed_a bash bench/gpu_session.sh dots  # bench/dot_formats.py (all sections without DOTS; ~100-200 s)
 #   bash bench/gpu_session.sh dropin          # bench/dropin.py: torch.compile with kiln's drop-in vs Triton
 #   bash bench/gpu_session.sh loop-reductions # reductions folded in a loop (reduce_after_loop): their GPU test, then
@@ -77,6 +79,15 @@ for phase in "$@"; do
     attention)  # tutorial 06's forward on Hopper (host TensorDescriptors) and through in-kernel descriptors, against
       # Triton and SDPA, N_CTX 4096 and 16384, D64 and D128, causal and not (~300 s)
       python3 bench/attention.py --modes host,desc --ctx 4096,16384 --out "$OUT" 2>&1 | tee "$OUT/attention.log" | tail -40 ;;
+    deep-rings)  # the rings smem_plan plans deeper since session 77 (a released ring with no room for its spare slot,
+      # and no shared memory kept for a hint no pass takes): bench's D128 forwards, tutorial 06's hinted forward at
+      # 128x128 (carry .scratch/tutorials), and the fused gate and up projection, checked first (~400 s)
+      python3 bench/attention.py --check --modes fwd,host --dims 128 --ctx 4096,16384 --out "$OUT" 2>&1 \
+        | tee "$OUT/attention-d128.log" | tail -12
+      python3 bench/tutorial06_configs.py --tutorial .scratch/tutorials/3.6/06-fused-attention.py --dims 128 \
+        --ctx 4096,16384 --configs 128x128x2x8,128x128x3x8,128x64x3x4 --out "$OUT" 2>&1 | tee "$OUT/tutorial06-d128.log" \
+        | grep '^|'
+      python3 bench/gate_up.py --check --out "$OUT" 2>&1 | tee "$OUT/gate-up.log" | tail -12 ;;
     attention-ahead)  # the pointer forward with the next scores issued before the softmax (modes ahead, ahead-late)
       # beside the loop as written (fwd), checked first, N_CTX 1024-16384, D64 and D128, against Triton and SDPA
       python3 bench/attention.py --check --modes ahead,ahead-late,fwd --out "$OUT" 2>&1 \
