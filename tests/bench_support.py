@@ -1,5 +1,5 @@
-"""What the tests that run bench/'s kernels share: bench/kernels.py loaded as kiln's kernels, and the
-skip mark of their GPU cases (the GPU tier: `pytest -m gpu`)."""
+"""What the tests that run bench/'s kernels share: bench/kernels.py loaded as kiln's kernels, its
+pointer forward run against SDPA, and the skip mark of their GPU cases (the GPU tier: `pytest -m gpu`)."""
 import importlib.util
 import pathlib
 
@@ -14,6 +14,20 @@ def bench_kernels():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def bench_forward(torch, shape, block_m, block_n, causal, num_warps, num_stages, scale=None):
+    """bench's pointer forward on random fp16 q, k, v of `shape` ([Z, H, N_CTX, D]) on the GPU:
+    (the launched kernel, its output, SDPA's at the same scale)."""
+    q, k, v = (torch.randn(shape, device="cuda", dtype=torch.float16) for _ in range(3))
+    o = torch.empty_like(q)
+    lse = torch.empty(shape[:3], device="cuda", dtype=torch.float32)
+    scale = shape[3] ** -0.5 if scale is None else scale
+    strides = [*q.stride(), *k.stride(), *v.stride(), *o.stride()]
+    kernel = bench_kernels().attention_fwd_kernel[(shape[2] // block_m, shape[0] * shape[1])](
+        q, k, v, o, lse, scale, *strides, shape[1], shape[2], HEAD_DIM=shape[3], BLOCK_M=block_m, BLOCK_N=block_n,
+        CAUSAL=causal, num_warps=num_warps, num_stages=num_stages)
+    return kernel, o, torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)
 
 
 def _cuda() -> bool:

@@ -9,7 +9,7 @@ import pytest
 
 from kiln.codegen import compile as compile_ir, compiler, nvjitlink, occupancy
 
-from bench_support import bench_kernels
+from bench_support import bench_forward, bench_kernels
 from test_codegen_emulate import in_child
 from test_codegen_gpu_stage import _attention
 
@@ -120,16 +120,7 @@ def test_q_from_registers_computes_what_q_from_shared_memory_does():
 @pytest.mark.gpu
 @pytest.mark.parametrize("causal", [False, True])
 def test_the_d64_forward_in_64x64_blocks_on_the_gpu(causal, hopper_torch):
-    torch = hopper_torch
-    shape = (2, 4, 1024, 64)
-    q, k, v = (torch.randn(shape, device="cuda", dtype=torch.float16) for _ in range(3))
-    o = torch.empty_like(q)
-    lse = torch.empty(shape[:3], device="cuda", dtype=torch.float32)
-    kernels = bench_kernels()
-    strides = [*q.stride(), *k.stride(), *v.stride(), *o.stride()]
-    kernel = kernels.attention_fwd_kernel[(shape[2] // 64, shape[0] * shape[1])](
-        q, k, v, o, lse, 0.125, *strides, shape[1], shape[2], HEAD_DIM=64, BLOCK_M=64, BLOCK_N=64, CAUSAL=causal,
-        num_warps=4, num_stages=3)
+    kernel, o, want = bench_forward(hopper_torch, (2, 4, 1024, 64), 64, 64, causal, num_warps=4, num_stages=3,
+                                    scale=0.125)
     assert re.search(r"company = [1-9]", compile_ir(kernel.ir, "sm_90a", {"num_warps": 4, "num_stages": 3}).kir)
-    want = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=0.125)
-    torch.testing.assert_close(o, want, rtol=2e-3, atol=2e-3)
+    hopper_torch.testing.assert_close(o, want, rtol=2e-3, atol=2e-3)

@@ -18,7 +18,7 @@ from kiln.ir import parse_function, print_function, verify
 from kiln.ir.types import float16, parse_type, shared_type
 from kiln.ir.verifier import VerificationError
 
-from bench_support import bench_kernels
+from bench_support import bench_forward, bench_kernels
 from sass_tools import innermost_loop, opcode, sass
 
 # C[64x64] = A[64 x 32n] B[32n x 64], fp16 in, fp32 out: A row-major (K inner), B
@@ -901,22 +901,16 @@ def test_a_hint_no_pass_takes_reserves_no_shared_memory():
                       k.metadata["shared"]))
     assert plans[0] == plans[1] and plans[1][0].count("smem<3x128x128xfp16:swizzle128:order1.0>") == 2
 
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("causal", [False, True])
 def test_the_d128_forward_in_128_key_blocks_on_the_gpu(causal, hopper_torch):
-    """bench's pointer forward (its K and V by TMA: pointer_tma) on the ring above, against SDPA."""
-    torch = hopper_torch
-    shape = (2, 4, 2048, 128)
-    q, k, v = (torch.randn(shape, device="cuda", dtype=torch.float16) for _ in range(3))
-    o = torch.empty_like(q)
-    lse = torch.empty(shape[:3], device="cuda", dtype=torch.float32)
-    strides = [*q.stride(), *k.stride(), *v.stride(), *o.stride()]
-    kernel = bench_kernels().attention_fwd_kernel[(shape[2] // 128, shape[0] * shape[1])](
-        q, k, v, o, lse, 128 ** -0.5, *strides, shape[1], shape[2], HEAD_DIM=128, BLOCK_M=128, BLOCK_N=128,
-        CAUSAL=causal, num_warps=8, num_stages=3)
+    """bench's pointer forward (its K and V by TMA: pointer_tma) on the ring of three slots
+    (test_a_released_ring_without_room_for_its_spare_slot_copies_as_far_ahead), against SDPA."""
+    kernel, o, want = bench_forward(hopper_torch, (2, 4, 2048, 128), 128, 128, causal, num_warps=8, num_stages=3)
     assert "smem<3x128x128xfp16" in compile_ir(kernel.ir, "sm_90a", {"num_warps": 8, "num_stages": 3}, link=False).kir
-    want = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
-    torch.testing.assert_close(o, want, rtol=2e-3, atol=2e-3)
+    hopper_torch.testing.assert_close(o, want, rtol=2e-3, atol=2e-3)
+
 
 @kiln.jit
 def _masked_k_matmul(A, B, C, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
