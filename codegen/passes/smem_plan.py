@@ -553,13 +553,13 @@ def _sized(rings, dots, body, loop, stages, fn, ctx, kind, in_registers):
     spare = 1 if kind == "wgmma" and not drained else 0  # mma.sync dots are done when their loads are
     released = released_ring(kind == "wgmma", bool(rings) and all(is_tma(r.load) for r in rings), bool(staged),
                              ctx.num_warps, in_loop(loop))
-    fit = budget // stage_bytes
-    deep = spare and released and stages + 1 > fit >= 3  # the slots S - 1 + spare would take: see released_ring
+    # the slots S - 1 + spare would take (released: a ring to fill, so stage_bytes > 0): see released_ring
+    deep = spare and released and stages + 1 > budget // stage_bytes >= 3
     while stages > 2 and (stages + spare) * stage_bytes > budget and not deep:
         stages -= 1
     ring_size = stages + spare
     if deep:
-        stages = ring_size = min(stages, fit)
+        stages = ring_size = min(stages, budget // stage_bytes)
     elif ring_size * stage_bytes > budget:
         ring_size = stages  # tight: see the module's docstring
         if ring_size * stage_bytes > budget:
