@@ -108,7 +108,7 @@ from ..analysis import axis_info
 from . import descriptor_loads, prefetch
 from ..analysis import Analysis
 from .rewrite import append_const, append_op, clone_op, const_int, in_loop, insert_ops, slot_after
-from .smem_plan import copy_box, is_tma, plan_loop, released_ring, ring_kind, tma_ok
+from .smem_plan import copy_box, is_tma, plan_loop, ring_kind, tma_ok
 
 
 def apply(fn, ctx) -> None:
@@ -216,7 +216,7 @@ def _rewrite(loop, plan, stored_earlier, kind="wgmma", portable=False, num_warps
     tma = any(is_tma(c.load) for c in copies)
     pointer_copies = not all(is_tma(c.load) for c in copies)
     bars = empty = None
-    released = released_ring(hopper, tma and not pointer_copies, bool(staged), num_warps, in_loop(loop))
+    released = plan.released
     if tma:  # one mbarrier per ring slot: its TMA copies complete on it
         bars = append_op(pre, "local_alloc", [], [shared_type(int64, (ring_size, 1, 1))], loc)
         append_op(pre, "mbarrier_init", [bars], (), loc, count=1)

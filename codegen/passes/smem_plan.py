@@ -47,6 +47,7 @@ class Plan:
     ring_size: int  # stages, plus a spare slot where wgmma keeps a group in flight
     slots: int  # tiles per staged operand
     drained: bool  # every wgmma retires in its own iteration (`_drained`): no spare slot, none "tight"
+    released: bool  # the slots go back through mbarriers, not a barrier per iteration (`released_ring`)
     fetched: set  # ids of the loads fetched for staged and register operands
 
     @property
@@ -524,7 +525,7 @@ def plan_loop(loop, stages, fn, ctx, kind, in_registers=frozenset()):
             break
     else:
         return None
-    rings, (stages, ring_size, slots, drained) = all_rings, sized
+    rings, (stages, ring_size, slots, drained, released) = all_rings, sized
     boxes = _agreed_boxes(rings, fn, ctx)
     if boxes is None:
         return None
@@ -534,11 +535,11 @@ def plan_loop(loop, stages, fn, ctx, kind, in_registers=frozenset()):
             key.attrs["box"] = list(box)
         else:
             fn.arg_attrs[key]["tma_box"] = list(box)
-    return Plan(plan, rings, stages, step, ring_size, slots, drained, set(fetched))
+    return Plan(plan, rings, stages, step, ring_size, slots, drained, released, set(fetched))
 
 
 def _sized(rings, dots, body, loop, stages, fn, ctx, kind, in_registers):
-    """(stages, ring size, staged slots, drained) that fit the shared memory, or None."""
+    """(stages, ring size, staged slots, drained, released) that fit the shared memory, or None."""
     stage_bytes = sum(ring.tile.nbytes for ring in rings)
     reserve = ALIGN if any(is_tma(r.load) for r in rings) else 0  # the mbarriers' buffer
     specialized = kind == "wgmma" and specializable(loop, dots)
@@ -577,7 +578,7 @@ def _sized(rings, dots, body, loop, stages, fn, ctx, kind, in_registers):
             drained = _drained(dots, body)
             ring_size = stages if tight or drained else ring_size
             fn.attrs["company"] = max(fn.attrs.get("company", 0), freed)  # (loops' rings share their bytes)
-    return stages, ring_size, slots, drained
+    return stages, ring_size, slots, drained, released
 
 
 def released_ring(hopper, tma_only, staged, num_warps, nested) -> bool:
@@ -652,7 +653,7 @@ def tight_for_company(fixed: int, stages: int, stage_bytes: int, staged: bool, n
     03's 128x64x64 and 64x128x64 tiles, 4 warps, 4 stages (H200, 2026-12-01): 1.14-1.55x at
     M = 192-1024, N = K = 8192 and 1.19-1.37x at 4096³, from 0.70-0.90 of Triton to 0.98-1.23;
     0.92x at 8192³ for 128x64x64 alone. Not measured yet on two warpgroups, whose spare slots go
-    back through mbarriers without a CTA-wide barrier (smem_pipeline.released_ring)."""
+    back through mbarriers without a CTA-wide barrier (released_ring)."""
     tight = ctas_by_shared(fixed + stages * stage_bytes, capability)
     spare = ctas_by_shared(fixed + (stages + 1) * stage_bytes, capability)
     return tight > spare and (staged or (spare == 1 and num_warps <= 4))
