@@ -870,6 +870,32 @@ def test_a_released_ring_without_room_for_its_spare_slot_copies_as_far_ahead(blo
 
 
 
+
+def test_q_is_stored_after_the_first_copies_went_out():
+    """Attention's forward on released TMA rings: Q's tile is stored after the ring's first K and V
+    copies, so its loads and those copies are in flight together (stored first, each thread waited
+    for its part of Q before the first copy went out). No barrier at the top of the loop orders those
+    stores before the dots read Q: a fence and a barrier of their own follow them."""
+    from test_attention_backward import kernels
+    x, f = np.zeros((1, 2, 1024, 128), np.float16), np.zeros(1024, np.float32)
+    k = kernels.attention_descriptor_fwd_kernel.warmup(x, x, x, x, f, 0.125, 1, 2, 1024, HEAD_DIM=128, BLOCK_M=128,
+                                                       BLOCK_N=64, CAUSAL=False, num_warps=8, num_stages=3,
+                                                       grid=(1,), target="sm_90a")
+    fn = parse_function(compile_ir(parse_function(k.asm["kir"]), "sm_90a", {"num_warps": 8, "num_stages": 3},
+                                   link=False).kir)
+    loop = next(op for op in fn.walk() if op.name == "for")
+    before = [op.name for op in fn.body.ops[:fn.body.ops.index(loop)]]
+    store = before.index("local_store")
+    assert before.count("local_store") == 1 and before.count("tma_copy") == 4
+    assert store > max(i for i, name in enumerate(before) if name == "tma_copy")
+    assert before[store + 1:store + 3] == ["fence_async_shared", "barrier"]
+    assert "barrier" not in [op.name for op in loop.regions[0].ops]
+    listing = [line.split("\t", 1)[1].split()[0] for line in sass(k.asm["cubin"]).splitlines() if "\t" in line]
+    assert listing.index("UTMALDG.2D") < listing.index("STS.128")  # ptxas kept the order
+    _, info = nvjitlink.link_cubin(k.asm["ptx"], parse_target("sm_90a"))
+    assert not nvjitlink.wgmma_serialized(info) and k.metadata["n_spills"] == 0
+
+
 @kiln.jit
 def _hinted_scores(Q, K, V, Out, N, D: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, WS: tl.constexpr):
     """Attention's two dots in a loop that asks for warp specialization, as tutorial 06's forward does on Hopper."""

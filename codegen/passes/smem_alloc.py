@@ -59,13 +59,14 @@ def _scratch_positions(fn, position, spans) -> list:
 
 def _barrier_before(alloc) -> None:
     """Insert a barrier before `alloc`, unless one already precedes it with only other
-    buffers' allocations and first stores between (those bytes are live, not reused)."""
+    buffers' allocations and first stores between (those bytes are live, not reused; an
+    mbarrier's initialisation is its first store)."""
     ops = alloc.parent.ops
     at = ops.index(alloc)
     for op in reversed(ops[:at]):
         if op.name == "barrier":
             return
-        if op.name not in ("local_alloc", "local_store", "constant"):
+        if op.name not in ("local_alloc", "local_store", "mbarrier_init", "constant"):
             break
     barrier = Operation("barrier", [], [], {}, loc=alloc.loc)
     barrier.parent = alloc.parent

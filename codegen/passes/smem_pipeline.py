@@ -24,8 +24,9 @@ operand comes one of four ways:
            other loads are then carried one iteration ahead in registers (prefetch).
 
 The rewritten loop:
-    before the loop:  the `once` tiles stored; the rings; the copies of iterations
-                      0 .. S-2 issued (`async_copy`, one group each)
+    before the loop:  the rings; the copies of iterations 0 .. S-2 issued (`async_copy`,
+                      one group each); then the `once` tiles stored, so that their
+                      loads' latency and the first copies' overlap
     each iteration i: wait until iteration i's group has landed (`async_wait`, S-2
                       groups may stay in flight), `fence_async_shared` and a barrier;
                       each dot issued where it was (`warp_group_dot`); after the last one,
@@ -195,13 +196,9 @@ def _rewrite(loop, plan, stored_earlier, kind="wgmma", portable=False, num_warps
 
     # before the loop: operands from outside stored once (or by an earlier loop: the two
     # loops of causal attention read the same Q), the rings, iterations 0 .. S-2 in flight
-    pre = []
-    stored, fresh = _store_once(pre, order, dots, stored_earlier, loop, loc)
+    pre, stores = [], []
+    stored = _store_once(pre, stores, order, dots, stored_earlier, loop, loc)
     hopper = kind == "wgmma"  # wgmma reads shared memory through the async proxy: fences
-    if fresh and not copies:  # else the barrier at the top of the body orders them
-        if hopper:
-            append_op(pre, "fence_async_shared", [], (), loc)
-        append_op(pre, "barrier", [], (), loc)
     rings = {id(load): append_op(pre, "local_alloc", [], [shared_type(t.element_ty, (ring_size,) + t.shape, t.swizzle, t.order)], loc)
              for load, t in ((c.load, c.tile) for c in copies)}
     staged = {}  # value id -> its ring of `slots` tiles
@@ -234,6 +231,15 @@ def _rewrite(loop, plan, stored_earlier, kind="wgmma", portable=False, num_warps
         _issue(pre, copies, ring_list, append_const(pre, s, loc), iv_at, ub, mapping, loc, bars)
         current = _advance(pre, copies, body, arg_index, current, iv_at)
         iv_at = append_op(pre, "add", [iv_at, append_const(pre, step, loc, iv.type)], [iv.type], loc)
+    # The once operands' stores follow the first copies, so the loads they wait on and those copies are in
+    # flight together. The top of the body fences and waits at a barrier before its dots read shared memory
+    # except where TMA alone fills the rings: there the stores need their own.
+    pre.extend(stores)
+    generic = pointer_copies or bool(staged) or bool(fetched)
+    if stores and (not copies or (hopper and not generic)):
+        if hopper:
+            append_op(pre, "fence_async_shared", [], (), loc)
+        append_op(pre, "barrier", [], (), loc)
     if copies:
         # carried: the look-ahead values, the slot read and the slot written
         ahead = {a: body.add_arg(current[a].type) for a in used}
@@ -258,7 +264,6 @@ def _rewrite(loop, plan, stored_earlier, kind="wgmma", portable=False, num_warps
     # The wait makes TMA's bytes visible to this thread's wgmma, both the async proxy: the fence is
     # for what the generic proxy writes (cp.async, a staged store) or reads back (a fetched tile)
     # in the slots; the barrier orders the reuse of a spare slot (a tight ring's is before the copies)
-    generic = pointer_copies or bool(staged) or bool(fetched)
     if copies and hopper and generic:
         append_op(new, "fence_async_shared", [], (), loc)
     if copies and not released and (generic or not tight or not hopper):
@@ -361,11 +366,11 @@ def _read_vectors_at_use(ops):
             ops.insert(first - 1, ops.pop(at))
 
 
-def _store_once(pre, order, dots, stored_earlier, loop, loc):
-    """The `once` operands stored to their tiles before the loop, or the tiles an earlier loop
-    stored them to (the two loops of causal attention read the same Q): ({(value, tile type):
-    tile}, whether any store is new)."""
-    stored, fresh = {}, False
+def _store_once(pre, stores, order, dots, stored_earlier, loop, loc):
+    """The tiles of the `once` operands, allocated in `pre` and stored in `stores`, or the tiles an
+    earlier loop stored them to (the two loops of causal attention read the same Q): {(value, tile
+    type): tile}."""
+    stored = {}
     for op in order:
         for src in dots[id(op)]:
             key = (src[1], src[2]) if src[0] == "once" else None
@@ -376,9 +381,8 @@ def _store_once(pre, order, dots, stored_earlier, loop, loc):
                 stored[key] = earlier
                 continue
             tile = stored[key] = stored_earlier[key] = append_op(pre, "local_alloc", [], [src[2]], loc)
-            append_op(pre, "local_store", [src[1], tile], (), loc)
-            fresh = True
-    return stored, fresh
+            append_op(stores, "local_store", [src[1], tile], (), loc)
+    return stored
 
 
 def _read_tile(out, ring, read_slot, tiles, loc):
