@@ -13,9 +13,9 @@ from kiln.ir import verify
 from kiln.ir.layout_check import check_layouts
 
 from .passes import (broadcast_mul_reduce, canonicalize, coarsen, cse, dce, descriptor_loads, dot_accumulate,
-                     dot_staging, f32_dot_split, fp8_dot_upcast, halve_k_steps, layouts, persistent, pointer_tma,
-                     prefetch, reduce_after_loop, scratch_barriers, small_dot_tiles, smem_alloc, smem_pipeline,
-                     split_k, standalone_wgmma, tile_overlap, tma_store, warp_specialize)
+                     dot_staging, f32_dot_split, fp8_dot_upcast, halve_k_steps, launch_order, layouts, persistent,
+                     pointer_tma, prefetch, reduce_after_loop, scratch_barriers, small_dot_tiles, smem_alloc,
+                     smem_pipeline, split_k, standalone_wgmma, tile_overlap, tma_store, warp_specialize)
 
 PASSES = [
     canonicalize,   # fold constants, drop x+0, x*1, same-type casts
@@ -24,6 +24,7 @@ PASSES = [
     cse,            # merge identical pure ops
     dot_accumulate, # acc + dot(a, b) -> dot(a, b, acc)
     dce,            # drop what nothing uses
+    launch_order,   # programs whose work grows or shrinks along one grid axis -> launched longest first (lowering)
     reduce_after_loop,  # a loop folding each step's reduction into a carried value -> blocks folded, one reduction after
     coarsen,        # sm_90a: a loop whose blocks walk 16 or 32 rows a step, a dot walking them as N -> 64 a step
     split_k,        # sm_90a, the build asked for few-program launches: a GEMM tile's K loop split across a cluster

@@ -18,6 +18,7 @@ from kiln.ir.types import block_type
 from kiln.ir import layout as lay
 from ..analysis.partitions import replicated
 from .types import I8, I32, SHARED_PTR, VOID, reg_type
+from .program_ids import longest_first
 
 
 class LoweringError(NotImplementedError):
@@ -54,6 +55,7 @@ class Lowering:
             self.warp = self.entry.and_(self.cta_warp, ir.Constant(I32, self.num_warps - 1), "warp")
             self.thread = self.entry.and_(self.tid, ir.Constant(I32, 32 * self.num_warps - 1), "thread")
         self._index_cache: dict = {}
+        self._program_ids = None
         self._uniform_warp = None
         self.used = {v for op in ctx.function.walk() for v in op.operands} if ctx.function else set()
         self.smem_bytes = 0
@@ -158,6 +160,18 @@ class Lowering:
     def sreg(self, name: str):
         fn = self.intrinsic(f"llvm.nvvm.read.ptx.sreg.{name}", I32, [])
         return self.entry.call(fn, [])
+
+    def program_id(self, axis: int):
+        """The program id along `axis` this CTA plays: its block id, or where the kernel's programs go
+        out by work (kiln.codegen.passes.launch_order) the id its place in that order maps to,
+        computed once at the kernel's entry."""
+        order = self.ctx.function.attrs.get("launch_order") if self.ctx.function is not None else None
+        if not order:
+            return self.sreg("ctaid." + "xyz"[axis])
+        if self._program_ids is None:
+            self._program_ids = longest_first(self.entry, [self.sreg("ctaid." + a) for a in "xyz"],
+                                              [self.sreg("nctaid." + a) for a in "xyz"], *order)
+        return self._program_ids[axis]
 
     def const(self, t, value):
         return ir.Constant(reg_type(t) if not isinstance(t, ir.Type) else t, value)

@@ -36,7 +36,7 @@ def _printable(lw, v, t):
 def _print(lw, op):
     vprintf = lw.intrinsic("vprintf", I32, [GENERIC_PTR, GENERIC_PTR])
     prefix = op.attrs.get("prefix", "")
-    pids = [lw.sreg("ctaid." + a) for a in "xyz"]
+    pids = [lw.program_id(axis) for axis in range(3)]
     if not op.operands:
         items = [("", [])]
     else:

@@ -18,7 +18,7 @@ from .types import reg_type
 
 
 def _program_id(lw, op):
-    lw.bind(op.results[0], [lw.sreg("ctaid." + "xyz"[op.attrs["axis"]])])
+    lw.bind(op.results[0], [lw.program_id(op.attrs["axis"])])
 
 
 def _num_programs(lw, op):
