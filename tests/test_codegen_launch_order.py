@@ -167,3 +167,22 @@ def _run_to_diagonal(from_diagonal):
 def test_marked_kernels_on_the_emulator_write_every_program_s_result_where_it_was(monkeypatch, from_diagonal):
     monkeypatch.setattr(launch_order, "L2_BYTES", 64 * 8 * 2)  # groups of two slices of 8 programs, the last one alone
     assert in_child(_run_to_diagonal, from_diagonal) < 1e-4
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("from_diagonal", [False, True])
+def test_marked_kernels_on_the_gpu_write_every_program_s_result_where_it_was(from_diagonal):
+    """4 KB a step, 64 programs along the work axis: groups of 24 MB / 4 KB // 64 = 96 slices, 300 slices in four."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    n, block, slices = 64 * 1024, 1024, 300
+    x = torch.randn(slices, n, device="cuda")
+    out = torch.full((slices, n // block, block), float("nan"), device="cuda")
+    host = np.zeros(1, np.float32)
+    assert _order(_to_diagonal, host, host, n, BLOCK=block, FROM_DIAGONAL=from_diagonal) == \
+        [0, int(not from_diagonal), launch_order.L2_BYTES // (4 * block)]
+    _to_diagonal[(n // block, slices)](x, out, n, BLOCK=block, FROM_DIAGONAL=from_diagonal)
+    blocks = x.view(slices, n // block, block).double()
+    want = blocks.flip(1).cumsum(1).flip(1) if from_diagonal else blocks.cumsum(1)
+    torch.testing.assert_close(out.double(), want, atol=1e-3, rtol=1e-4)
