@@ -10,22 +10,22 @@ blocks, one CTA per SM on 132 SMs, keeps the SMs busy 96% of the time; at 8 row 
 This pass finds kernels whose work grows (or shrinks) along one program-id axis `a`: every
 `for` loop whose bounds depend on a program id sits at the kernel's top level with a constant
 positive step and spans ub - lb = c + s * program_id(a), the slopes s of every such loop of one
-sign and at least an iteration per EVEN_PROGRAMS programs (not a grid-stride loop), the other axes
-and anything else per program (a loaded bound, a `while`) absent. It marks
-the kernel `launch_order = [a, reversed, budget]` and lowering (`Lowering.program_ids`) maps a
-CTA's linear index to its program ids: the programs go out by work, longest first, and within
-that order a group of G slices of the other axes (heads) at a time, so that the K and V a group
-reads still fit the L2 cache together: G = budget // programs(a), at least 1, `budget` the
-slices whose loops' loads fit L2_BYTES. Every program computes what it computed before, only
-later or earlier; kernels whose programs may wait on one another (atomics, volatile loads,
-inline asm) keep the hardware's order.
+sign and at least an iteration per EVEN_PROGRAMS programs (not a grid-stride loop), the other
+axes and anything else per program (a loaded bound, a `while`) absent. It marks the kernel
+`launch_order = [a, reversed, budget]`, and lowering (`Lowering.program_id`, kiln.codegen.lower.
+program_ids) maps a CTA's linear index to its program ids: the programs go out by work, longest
+first, a group of G slices of the other axes (heads) at a time, so that the K and V a group
+reads fit the L2 cache together: G = budget // programs(a), at least 1, `budget` the slices
+whose loops' loads fit L2_BYTES. Every program computes what it computed before, only later or
+earlier; kernels whose programs may wait on one another (atomics, volatile loads, inline asm)
+keep the hardware's order.
 """
 from __future__ import annotations
 
 from kiln.ir.core import const_int
 
 from . import affine
-from .persistent import _per_program
+from .persistent import per_program
 
 name = "launch_order"
 L2_BYTES = 24 << 20  # about half of an H100's 50 MB of L2: what a group of slices may read
@@ -50,7 +50,7 @@ def work_axis(fn):
     unit_bytes = 0  # what the loops read per program along the axis (per slice of the others)
     for loop in [op for op in fn.walk() if op.name == "for"]:
         lb, ub, step = loop.operands[:3]
-        if not any(_per_program(v, memo) for v in (lb, ub, step)):
+        if not any(per_program(v, memo) for v in (lb, ub, step)):
             continue
         stride = const_int(step)
         if loop.parent is not fn.body or stride is None or stride <= 0:
@@ -62,7 +62,7 @@ def work_axis(fn):
         for monomial, coefficient in affine.add(high, low, -1).items():
             ids = [atom for atom in monomial if _program_id(forms, atom) is not None]
             if not ids:
-                if any(_per_program(forms.values[atom[1]], memo) for atom in monomial if atom[0] == "v"):
+                if any(per_program(forms.values[atom[1]], memo) for atom in monomial if atom[0] == "v"):
                     return None  # a bound from a division, a load, ... of the program id
                 continue
             if len(monomial) != 1:

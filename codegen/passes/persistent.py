@@ -96,13 +96,13 @@ def _tile_kernel(fn) -> bool:
     if len(loops) != 1 or loops[0].name != "for" or [op.name for op in fn.walk()].count("dot") != 1 \
             or not any(op.name == "dot" for op in loops[0].regions[0].ops):
         return False
-    return not any(_per_program(v, {}) for v in loops[0].operands[:3])
+    return not any(per_program(v, {}) for v in loops[0].operands[:3])
 
 
-def _per_program(v, memo) -> bool:
+def per_program(v, memo) -> bool:
     """Does `v` depend on the program's id?"""
     if v not in memo:
         op = v.defining_op
         memo[v] = False
-        memo[v] = op is not None and (op.name == "program_id" or any(_per_program(x, memo) for x in op.operands))
+        memo[v] = op is not None and (op.name == "program_id" or any(per_program(x, memo) for x in op.operands))
     return memo[v]
