@@ -5,7 +5,7 @@ grows with its program id. The GPU hands CTAs out in the order of their linear i
 fastest), so every (batch, head) sends its longest programs last, and the launch's last CTAs
 are long ones that run on while the other SMs idle. Greedy scheduling of 128 heads x 32 row
 blocks, one CTA per SM on 132 SMs, keeps the SMs busy 96% of the time; at 8 row blocks (N 1024)
-87%; longest first 99.6-100% (a simulation of list scheduling, work = keys up to the diagonal).
+87%; longest first 97-100% (bench/launch_order_sim.py: list scheduling, work = keys to the diagonal).
 
 This pass finds kernels whose work grows (or shrinks) along one program-id axis `a`: every
 `for` loop whose bounds depend on a program id sits at the kernel's top level with a constant
