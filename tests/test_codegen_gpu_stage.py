@@ -869,8 +869,6 @@ def test_a_released_ring_without_room_for_its_spare_slot_copies_as_far_ahead(blo
     assert not nvjitlink.wgmma_serialized(info) and k.metadata["n_spills"] == 0
 
 
-
-
 def test_q_is_stored_after_the_first_copies_went_out():
     """Attention's forward on released TMA rings: Q's tile is stored after the ring's first K and V
     copies, so its loads and those copies are in flight together (stored first, each thread waited

@@ -194,8 +194,8 @@ def _rewrite(loop, plan, stored_earlier, kind="wgmma", portable=False, num_warps
     order = [op for op in body.ops if id(op) in dots]
     used = sorted({a for c in copies for a in c.args}, key=arg_index.get)  # by position: deterministic
 
-    # before the loop: operands from outside stored once (or by an earlier loop: the two
-    # loops of causal attention read the same Q), the rings, iterations 0 .. S-2 in flight
+    # before the loop: the rings, iterations 0 .. S-2 in flight, then the operands from outside
+    # stored once (or by an earlier loop: the two loops of causal attention read the same Q)
     pre, stores = [], []
     stored = _store_once(pre, stores, order, dots, stored_earlier, loop, loc)
     hopper = kind == "wgmma"  # wgmma reads shared memory through the async proxy: fences
