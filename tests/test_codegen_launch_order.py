@@ -33,6 +33,21 @@ def _to_diagonal(X, Out, n, BLOCK: tl.constexpr, FROM_DIAGONAL: tl.constexpr):
 
 
 @kiln.jit
+def _clamped(X, Out, n, BLOCK: tl.constexpr, COUNTED: tl.constexpr):
+    """Program i's loop runs to its diagonal block clamped to n, or (COUNTED) counts the blocks from it to n."""
+    i = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    acc = tl.zeros([BLOCK], dtype=tl.float32)
+    if COUNTED:
+        for step in range((n - i * BLOCK) // BLOCK):
+            acc += tl.load(X + (i + step) * BLOCK + cols)
+    else:
+        for start in range(0, tl.minimum((i + 1) * BLOCK, n), BLOCK):
+            acc += tl.load(X + start + cols)
+    tl.store(Out + i * BLOCK + cols, acc)
+
+
+@kiln.jit
 def _two_ways(X, Out, n, BLOCK: tl.constexpr):
     """Two loops, one growing with the program id and one shrinking: as much work in every program."""
     i = tl.program_id(0)
@@ -79,6 +94,14 @@ def test_work_growing_or_shrinking_along_one_axis_is_marked():
     # 16 blocks of 16 fp32 a program index along axis 0, 64 bytes each
     assert _order(_to_diagonal, x, out, 256, BLOCK=16, FROM_DIAGONAL=False) == [0, 1, launch_order.L2_BYTES // 64]
     assert _order(_to_diagonal, x, out, 256, BLOCK=16, FROM_DIAGONAL=True) == [0, 0, launch_order.L2_BYTES // 64]
+
+
+def test_bounds_clamped_or_counted_by_a_division_are_followed():
+    """A minimum or a division by a constant keeps a bound monotone in the program id: one 64-byte block a
+    program more, or less."""
+    x, out = np.zeros(256, np.float32), np.zeros(256, np.float32)
+    assert _order(_clamped, x, out, 256, BLOCK=16, COUNTED=False) == [0, 1, launch_order.L2_BYTES // 64]
+    assert _order(_clamped, x, out, 256, BLOCK=16, COUNTED=True) == [0, 0, launch_order.L2_BYTES // 64]
 
 
 def test_kernels_of_equal_work_or_whose_programs_may_wait_are_not_marked():
