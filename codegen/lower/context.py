@@ -55,6 +55,8 @@ class Lowering:
             self.warp = self.entry.and_(self.cta_warp, ir.Constant(I32, self.num_warps - 1), "warp")
             self.thread = self.entry.and_(self.tid, ir.Constant(I32, 32 * self.num_warps - 1), "thread")
         self._index_cache: dict = {}
+        # the order the kernel's programs go out in (kiln.codegen.passes.launch_order), and the ids mapped by it
+        self.launch_order = ctx.function.attrs.get("launch_order") if ctx.function is not None else None
         self._program_ids = None
         self._uniform_warp = None
         self.used = {v for op in ctx.function.walk() for v in op.operands} if ctx.function else set()
@@ -165,12 +167,11 @@ class Lowering:
         """The program id along `axis` this CTA plays: its block id, or where the kernel's programs go
         out by work (kiln.codegen.passes.launch_order) the id its place in that order maps to,
         computed once at the kernel's entry."""
-        order = self.ctx.function.attrs.get("launch_order") if self.ctx.function is not None else None
-        if not order:
+        if not self.launch_order:
             return self.sreg("ctaid." + "xyz"[axis])
         if self._program_ids is None:
             self._program_ids = longest_first(self.entry, [self.sreg("ctaid." + a) for a in "xyz"],
-                                              [self.sreg("nctaid." + a) for a in "xyz"], *order)
+                                              [self.sreg("nctaid." + a) for a in "xyz"], *self.launch_order)
         return self._program_ids[axis]
 
     def const(self, t, value):
