@@ -131,6 +131,7 @@ def _note_facts(work, opts: dict, facts: dict) -> None:
     facts["split_trips"] = work.attrs.get("split_trips")  # its K loop's trip count from the arguments (trip_spec)
     facts["coarsened"] = work.attrs.get("coarsen") == 1  # kiln.codegen.passes.coarsen took some loops' steps together
     facts["company"] = work.attrs.get("company", 0)  # shared bytes smem_plan freed for another CTA (`_company`)
+    facts["staging"] = work.attrs.get("dot_staging", 0)  # bytes of the mma dots' own buffers (passes.dot_staging)
 
 
 def _widened(fn, target: str, opts: dict, check: bool, link: bool, counts: dict):
@@ -158,6 +159,12 @@ def _without(fn, variant: str):
     plain = copy_function(fn)
     plain.attrs[variant] = 0
     return plain
+
+
+def _ctas(kernel, tgt) -> int:
+    """How many CTAs of a compiled kernel an SM holds at once."""
+    md = kernel.metadata
+    return occupancy.ctas_per_sm(md["n_regs"], md["threads"], md["shared"], tgt.capability)
 
 
 def _persistent(arg_layout) -> bool:
@@ -405,6 +412,12 @@ def _compile(fn, target: str, options: dict | None, check: bool, link: bool, cou
                 plain = _compile(_without(fn, "coarsen"), target, options, check, link, counts)
                 if plain.n_spills < n_spills:
                     return plain
+        if facts["staging"] and occupancy.ctas_per_sm(n_regs, threads, shared, tgt.capability) < \
+                occupancy.ctas_per_sm(n_regs, threads, shared - facts["staging"], tgt.capability):
+            # the dots' buffers of their own may cost a CTA per SM: each dot staging in the scratch area
+            plain = _compile(_without(fn, "dot_staging"), target, options, check, link, counts)
+            if _ctas(plain, tgt) > occupancy.ctas_per_sm(n_regs, threads, shared, tgt.capability):
+                return plain
     metadata = {
         "name": fn.name, "target": tgt.name, "num_warps": opts["num_warps"], "num_stages": opts["num_stages"],
         "threads": 32 * warps, "shared": shared, "n_regs": n_regs, "n_spills": n_spills,

@@ -1,6 +1,7 @@
 """The dot_staging pass decides what runs each dot and where its operands are staged; lowering takes
 its plan as it is: the shared memory a compile reports is the plan's, and a dot the pass did not
-give buffers of its own (they would not fit) compiles within the CTA's shared memory."""
+give buffers of its own (they would not fit, or they would cost a CTA per SM) compiles within the
+CTA's shared memory and computes what it computes with them."""
 import pathlib
 
 import numpy as np
@@ -13,10 +14,12 @@ from kiln.codegen import compile as compile_ir
 from kiln.codegen.analysis.dots import staging_end
 from kiln.codegen.analysis.scratch_use import scratch_extent
 from kiln.codegen.lower import LoweringError, lower_function
-from kiln.codegen.occupancy import max_shared_per_cta
+from kiln.codegen.occupancy import ctas_by_shared, ctas_per_sm, max_shared_per_cta
 from kiln.codegen.pipeline import PassContext, run_passes
 from kiln.codegen.target import parse_target
 from kiln.ir import parse_function
+
+from test_codegen_emulate import in_child
 
 TESTS = pathlib.Path(__file__).parent
 CORPUS = TESTS / "codegen_corpus"
@@ -72,3 +75,74 @@ def test_lowering_refuses_a_dot_no_pass_gave_an_engine():
             del op.attrs["engine"]
     with pytest.raises(LoweringError, match="dot without an engine"):
         lower_function(fn, PassContext(parse_target("sm_80"), 8, 3))
+
+
+@kiln.jit
+def four_dot_loop(a_ptr, b_ptr, c_ptr, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    """c = sum over k-steps of four products of operands computed in registers (the shape of fla's
+    chunked linear-attention kernels: several small dots an iteration, on few warps)."""
+    rm, rn, rk = tl.arange(0, BM), tl.arange(0, BN), tl.arange(0, BK)
+    acc0 = tl.zeros((BM, BN), tl.float32)
+    acc1 = tl.zeros((BM, BN), tl.float32)
+    for k in range(0, K, BK):
+        a = tl.load(a_ptr + rm[:, None] * K + (k + rk)[None, :])
+        b = tl.load(b_ptr + (k + rk)[:, None] * BN + rn[None, :])
+        acc0 = tl.dot(-a, b, acc0)
+        acc1 = tl.dot(a * 2, b, acc1)
+        acc0 = tl.dot(a, b * 3, acc0)
+        acc1 = tl.dot(a, -b, acc1)
+    tl.store(c_ptr + rm[:, None] * BN + rn[None, :], acc0 + acc1 * 0.5)
+
+
+def _four_dot_ir(warps, bm=32, bn=32, bk=64):
+    x = np.zeros((64, 64), np.float16)
+    return four_dot_loop.warmup(x, x, np.zeros((64, 64), np.float32), 256, BM=bm, BN=bn, BK=bk,
+                                num_warps=warps, grid=(1,), target="sm_90a").asm["kir"]
+
+
+def _ctas(kernel):
+    md = kernel.metadata
+    return ctas_per_sm(md["n_regs"], md["threads"], md["shared"], 90)
+
+
+def test_dot_buffers_that_cost_a_cta_per_sm_give_way_to_the_scratch_area():
+    """Two warps, four 32x32x64 dots in the loop: their buffers, 4 x 2 x 9728 bytes, would hold the SM to
+    two CTAs; without them the registers decide (fla's kkt solve on 2 warps: 109,824 bytes against Triton's 7,168)."""
+    kir = _four_dot_ir(2)
+    planned = compile_ir(parse_function(kir), "sm_90a", {"num_warps": 2, "num_stages": 2}, link=False)
+    assert planned.kir.count("staging = [") == 4 and "dot_staging = 77824" in planned.kir
+    built = compile_ir(parse_function(kir), "sm_90a", {"num_warps": 2, "num_stages": 2})
+    assert "dot_staging = 0" in built.kir and "staging = [" not in built.kir
+    assert built.kir.count('engine = "mma"') == 4 and built.metadata["lowerings"] == 2
+    assert built.metadata["shared"] < 20000 and _ctas(built) > ctas_by_shared(planned.metadata["shared"], 90)
+
+
+def test_dot_buffers_that_cost_no_cta_stay():
+    """Eight warps, four 64x64x32 dots: 256 threads of ~128 registers hold the SM to two CTAs, as
+    the buffers (4 x 2 x 9728 bytes) do: they stay, and the kernel is built once."""
+    built = compile_ir(parse_function(_four_dot_ir(8, 64, 64, 32)), "sm_90a", {"num_warps": 8, "num_stages": 2})
+    assert built.kir.count("staging = [") == 4 and "dot_staging = 77824" in built.kir
+    assert built.metadata["lowerings"] == 1
+    assert _ctas(built) == ctas_by_shared(built.metadata["shared"], 90)
+
+
+def _emulated_four_dots(kir, with_buffers):
+    from kiln.codegen.emulate import run_on_cpu
+    fn = parse_function(kir)
+    if not with_buffers:
+        fn.attrs["dot_staging"] = 0
+    rng = np.random.default_rng(3)
+    a = rng.integers(-3, 4, (32, 256)).astype(np.float16)
+    b = rng.integers(-3, 4, (256, 32)).astype(np.float16)
+    c = np.zeros((32, 32), np.float32)
+    run_on_cpu(fn, (1,), [a, b, c, 256], num_warps=2)
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    want = (-a64 @ b64 + a64 @ (3 * b64)) + 0.5 * ((2 * a64) @ b64 - a64 @ b64)
+    return float(np.abs(c - want).max())
+
+
+@pytest.mark.parametrize("with_buffers", [True, False])
+def test_dots_staging_in_the_scratch_area_compute_what_their_buffers_do(with_buffers):
+    """On the CPU emulator, both ways exact (small integers): the scratch area's barriers keep each
+    dot's operands until every warp read them."""
+    assert in_child(_emulated_four_dots, _four_dot_ir(2), with_buffers) == 0.0

@@ -15,6 +15,12 @@ the scratch area after a barrier. Outside loops a dot always stages there.
 
     %d = dot %a, %b, %acc {engine = "mma", staging = [33792, 4608]}
 
+The function's `dot_staging = N` says how many bytes the buffers take. Each dot's pair is its own,
+so a loop of many small dots takes many pairs (fla's gated delta rule kernels, 2 warps: 57-173 KB
+where Triton's kernel asks 7-41 KB, one CTA per SM where Triton's has four): `compile` builds the
+kernel again without them (`dot_staging = 0`, every dot staging in the scratch area as Triton's
+conversions do) where the link shows them costing a CTA per SM, and keeps what holds more CTAs.
+
 Runs last: the decision adds up the scratch area's extent, which scratch_barriers plans.
 """
 from __future__ import annotations
@@ -36,10 +42,13 @@ def apply(fn, ctx) -> None:
     for op in dots:
         op.attrs.pop("staging", None)  # only this pass's plans count, never an incoming attr
         op.attrs["engine"] = "mma" if runs_on_mma(op, ctx) else "fma"
+    if fn.attrs.get("dot_staging", 1) == 0:
+        return  # the variant without buffers (kiln.codegen.compiler)
+    fn.attrs.pop("dot_staging", None)  # the bytes are this pass's to count, never an incoming attr's
     looped = [op for op in dots if op.attrs["engine"] == "mma" and in_loop(op)]
     if not looped:
         return
-    offset = reserved_bytes(fn)
+    start = offset = reserved_bytes(fn)
     for op in looped:
         size = -(-mma_staging(op)[-1] // ALIGN) * ALIGN
         op.attrs["staging"] = [offset, size]
@@ -47,6 +56,8 @@ def apply(fn, ctx) -> None:
     if offset + scratch_extent(fn) > max_shared_per_cta(ctx.target.capability):
         for op in looped:
             del op.attrs["staging"]
+        return
+    fn.attrs["dot_staging"] = offset - start
 
 
 def runs_on_mma(op, ctx) -> bool:
