@@ -423,8 +423,13 @@ def apply(fn, ctx) -> None:
     256x4 block of scales, not 256x128 of factors, 64 KB through shared memory each iteration)."""
     ctx = Analysis(fn, ctx)  # the options, and the pointers' contiguity as this function has it
     assigner = _assigned(fn, ctx, {})
-    moved = _broadcasts_read_elsewhere(fn, ctx, assigner)
-    if moved:
+    moved = {}
+    for _ in range(3):  # a broadcast read beside another that moved is then read in that one's new layout
+        more = {r: layout for r, layout in _broadcasts_read_elsewhere(fn, ctx, assigner).items()
+                if moved.get(r) != layout}
+        if not more:
+            break
+        moved.update(more)
         assigner = _assigned(fn, ctx, moved)
     convert(fn, ctx, assigner.layouts)
 
@@ -433,27 +438,48 @@ def apply(fn, ctx) -> None:
 BROADCAST_GROWTH = 8
 
 
+# how many elementwise ops of broadcast blocks a broadcast's result is followed through to the op that
+# reads it in another layout (k[:, None] * v[None, :] added to a state: two)
+BROADCAST_CHAIN = 4
+
+
 def _broadcasts_read_elsewhere(fn, ctx, assigner) -> dict:
-    """Broadcast results (of `expand_dims`, growing BROADCAST_GROWTH-fold or more, not index math) that
-    an elementwise user reads in another layout -> that layout."""
+    """Broadcast results (growing BROADCAST_GROWTH-fold or more, not index math) that an elementwise
+    user reads in another layout -> that layout. The user may be a few elementwise ops on: where a
+    broadcast's users compute in its layout and only their result is read in another (an outer product
+    `k[:, None] * v[None, :]` added to a carried state, fla's recurrent kernels), the broadcast takes
+    the layout that result is read in, so its operand moves (64 elements) and not the product (64x64)."""
     found = {}
     for op in fn.walk():
-        if op.name != "broadcast" or op.operands[0].defining_op is None \
-                or op.operands[0].defining_op.name != "expand_dims":
+        if op.name != "broadcast" or op.operands[0].defining_op is None:
             continue
         r = op.results[0]
         if r in assigner.cheap or r.type.numel < BROADCAST_GROWTH * op.operands[0].type.numel:
             continue  # index math converts for nothing (recomputed in the new layout)
-        for user in assigner.users.get(r, ()):
-            if user.name not in ELEMENTWISE_BETWEEN:
-                continue
-            want = wanted(ctx, user, assigner.of)[list(user.operands).index(r)]
-            have = assigner.of(r)
-            if want is not None and have is not None and \
-                    not same_distribution(have, want, tuple(r.type.shape), ctx.num_warps):
-                found[r] = want
-                break
+        want = _read_elsewhere(ctx, assigner, r, r.type.shape, BROADCAST_CHAIN)
+        if want is not None:
+            found[r] = want
     return found
+
+
+def _read_elsewhere(ctx, assigner, v, shape, depth):
+    """The layout an elementwise user reads `v` in where it is not `v`'s own, following users that
+    compute in `v`'s layout up to `depth` ops on; None where every one reads it as it is."""
+    have = assigner.of(v)
+    if have is None:
+        return None
+    for user in assigner.users.get(v, ()):
+        if user.name not in ELEMENTWISE_BETWEEN:
+            continue
+        want = wanted(ctx, user, assigner.of)[list(user.operands).index(v)]
+        if want is not None and not same_distribution(have, want, tuple(shape), ctx.num_warps):
+            return want
+        out = user.results[0]
+        if depth > 1 and tuple(out.type.shape) == tuple(shape) and assigner.of(out) == have:
+            further = _read_elsewhere(ctx, assigner, out, shape, depth - 1)
+            if further is not None:
+                return further
+    return None
 
 
 def _assigned(fn, ctx, broadcasts: dict) -> "_Assigner":
