@@ -7,7 +7,10 @@ GPU's. Rules: an op whose operands are all constants becomes a constant (`add`, 
 to the same type return their operand, and a permute of a permute that undoes it the first's
 operand; an `if` on a constant condition becomes the branch it takes (Inductor's templates test
 sizes they hold as constants: `if M * N == 0: return`, and which index math carries
-`max_contiguous` hints, which the axis analysis then sees unjoined).
+`max_contiguous` hints, which the axis analysis then sees unjoined); a `for` over constant bounds
+that runs once becomes its body (fla's `for i_k in range(tl.cdiv(K, BK))` with K == BK: left a loop,
+its loads took rings of num_stages slots, 78 KB on 2 warps where Triton's kernel asks 16 KB), and
+one that never runs its initial values.
 """
 from __future__ import annotations
 
@@ -53,6 +56,7 @@ def apply(fn, ctx=None) -> None:
                 consts[const.results[0]] = value
     replace_uses(fn, mapping)
     _inline_constant_ifs(fn, consts)
+    _inline_constant_loops(fn, consts)
 
 
 def _inline_constant_ifs(fn, consts) -> None:
@@ -70,6 +74,38 @@ def _inline_constant_ifs(fn, consts) -> None:
         for op in ops:
             op.parent = block
         replace_uses(fn, dict(zip(branch.results, end.operands)))
+
+
+def _inline_constant_loops(fn, consts) -> None:
+    """Each `for` whose constant bounds give it one trip -> its body with the induction variable
+    its start and the carried values their initial ones; one of no trips -> its initial values."""
+    while True:
+        loop = next((op for op in fn.walk() if op.name == "for" and _trips(op, consts) in (0, 1)), None)
+        if loop is None:
+            return
+        block = loop.parent
+        at = block.ops.index(loop)
+        inits = loop.operands[3:]
+        if _trips(loop, consts) == 0:
+            block.ops[at:at + 1] = []
+            replace_uses(fn, dict(zip(loop.results, inits)))
+            continue
+        body = loop.regions[0]
+        *ops, end = body.ops
+        block.ops[at:at + 1] = ops
+        for op in ops:
+            op.parent = block
+        mapping = dict(zip(body.args, [loop.operands[0], *inits]))
+        mapping.update(zip(loop.results, [mapping.get(v, v) for v in end.operands]))
+        replace_uses(fn, mapping)
+
+
+def _trips(loop, consts):
+    """How many times a `for` over constant bounds runs, or None."""
+    lb, ub, step = (consts.get(v) for v in loop.operands[:3])
+    if not all(isinstance(x, (int, np.integer)) for x in (lb, ub, step)) or step <= 0:
+        return None
+    return max(0, -(-(int(ub) - int(lb)) // int(step)))
 
 
 def _blocks(root):
