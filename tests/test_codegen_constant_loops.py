@@ -55,3 +55,12 @@ def _emulated(kir):
 
 def test_the_one_step_loop_computes_what_the_loop_did():
     assert in_child(_emulated, _ir()) == 0.0
+
+
+def test_on_whole_warpgroups_the_one_step_loop_stays_for_its_rings_to_feed_wgmma():
+    """Only a loop's rings feed wgmma; outside loops a dot runs on mma.sync."""
+    x16, x32 = np.zeros(4096, np.float16), np.zeros(4096, np.float32)
+    kir = one_step_products.warmup(x16, x16, x32, x32, x32, K=64, BT=64, BK=64, BV=64, num_warps=4, grid=(1,),
+                                   target="sm_90a").asm["kir"]
+    built = compile_ir(parse_function(kir), "sm_90a", {"num_warps": 4, "num_stages": 3}, link=False)
+    assert " for " in built.kir and "wgmma.mma_async" in built.ptx

@@ -10,7 +10,9 @@ sizes they hold as constants: `if M * N == 0: return`, and which index math carr
 `max_contiguous` hints, which the axis analysis then sees unjoined); a `for` over constant bounds
 that runs once becomes its body (fla's `for i_k in range(tl.cdiv(K, BK))` with K == BK: left a loop,
 its loads took rings of num_stages slots, 78 KB on 2 warps where Triton's kernel asks 16 KB), and
-one that never runs its initial values.
+one that never runs its initial values. A one-trip loop with a dot stays where pipelined dots run on
+wgmma (sm_90a, whole warpgroups): only a loop's rings feed wgmma (an Inductor GEMM template at sizes
+where K is one block), and outside loops a dot runs on mma.sync.
 """
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ import numpy as np
 from kiln.ir.core import Operation
 from kiln.ir.types import scalar_of
 
+from . import smem_plan
 from .rewrite import replace_uses
 
 name = "canonicalize"
@@ -30,6 +33,7 @@ _NUMPY_BINARY = {
     "and": np.bitwise_and, "or": np.bitwise_or, "xor": np.bitwise_xor,
     "min": np.minimum, "max": np.maximum,
 }
+DOTS = ("dot", "dot_scaled", "warp_group_dot", "mma_dot")  # (the last two: after smem_pipeline)
 _NUMPY_CMP = {"eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal,
               "gt": np.greater, "ge": np.greater_equal}
 
@@ -56,7 +60,7 @@ def apply(fn, ctx=None) -> None:
                 consts[const.results[0]] = value
     replace_uses(fn, mapping)
     _inline_constant_ifs(fn, consts)
-    _inline_constant_loops(fn, consts)
+    _inline_constant_loops(fn, consts, keep_dots=ctx is None or smem_plan.enabled(ctx))
 
 
 def _inline_constant_ifs(fn, consts) -> None:
@@ -76,11 +80,15 @@ def _inline_constant_ifs(fn, consts) -> None:
         replace_uses(fn, dict(zip(branch.results, end.operands)))
 
 
-def _inline_constant_loops(fn, consts) -> None:
+def _inline_constant_loops(fn, consts, keep_dots: bool) -> None:
     """Each `for` whose constant bounds give it one trip -> its body with the induction variable
-    its start and the carried values their initial ones; one of no trips -> its initial values."""
+    its start and the carried values their initial ones (`keep_dots`: not where the body has a dot);
+    one of no trips -> its initial values."""
+    def foldable(op):
+        trips = _trips(op, consts)
+        return trips == 0 or (trips == 1 and not (keep_dots and any(o.name in DOTS for o in op.walk())))
     while True:
-        loop = next((op for op in fn.walk() if op.name == "for" and _trips(op, consts) in (0, 1)), None)
+        loop = next((op for op in fn.walk() if op.name == "for" and foldable(op)), None)
         if loop is None:
             return
         block = loop.parent
