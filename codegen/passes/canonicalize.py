@@ -33,9 +33,9 @@ _NUMPY_BINARY = {
     "and": np.bitwise_and, "or": np.bitwise_or, "xor": np.bitwise_xor,
     "min": np.minimum, "max": np.maximum,
 }
-DOTS = ("dot", "dot_scaled", "warp_group_dot", "mma_dot")  # (the last two: after smem_pipeline)
 _NUMPY_CMP = {"eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal,
               "gt": np.greater, "ge": np.greater_equal}
+DOTS = ("dot", "dot_scaled", "warp_group_dot", "mma_dot")  # (the last two: after smem_pipeline)
 
 
 def apply(fn, ctx=None) -> None:
