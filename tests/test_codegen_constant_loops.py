@@ -1,6 +1,8 @@
 """A loop over constant bounds that runs once is its body (canonicalize; golden
 `canonicalize_constant_loops.kir`): no rings for its loads, the same result. fla's chunk_bwd_kernel_dv
 at K == BK on 2 warps and 3 stages asked 78 KB of rings (Triton's build: 16 KB), now 11.5 KB."""
+import re
+
 import numpy as np
 
 import kiln
@@ -64,3 +66,14 @@ def test_on_whole_warpgroups_the_one_step_loop_stays_for_its_rings_to_feed_wgmma
                                    target="sm_90a").asm["kir"]
     built = compile_ir(parse_function(kir), "sm_90a", {"num_warps": 4, "num_stages": 3}, link=False)
     assert " for " in built.kir and "wgmma.mma_async" in built.ptx
+
+
+def test_a_ring_has_no_more_stages_than_its_loop_has_trips():
+    """Four stages asked of a one-trip loop on wgmma: two (the fewest a ring runs on) and the spare slot;
+    copies past the last trip are predicated off, so more slots would never be filled."""
+    x16, x32 = np.zeros(4096, np.float16), np.zeros(4096, np.float32)
+    kir = one_step_products.warmup(x16, x16, x32, x32, x32, K=64, BT=64, BK=64, BV=64, num_warps=4, grid=(1,),
+                                   target="sm_90a").asm["kir"]
+    built = compile_ir(parse_function(kir), "sm_90a", {"num_warps": 4, "num_stages": 4}, link=False)
+    slots = [int(n) for n in re.findall(r"local_alloc \{offset = \d+\} : smem<(\d+)x", built.kir)]
+    assert max(slots) == 3  # (h's fp16 tile, computed in the loop, is staged in 2)

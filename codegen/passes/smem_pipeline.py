@@ -120,7 +120,7 @@ def apply(fn, ctx) -> None:
     stored = {}  # (value, tile) -> its tile, for later loops that read the same value
     in_registers = set()  # the values earlier loops' wgmmas read as register A (smem_plan._company)
     for loop in [op for op in fn.walk() if op.name == "for"]:
-        stages = int(loop.attrs.get("num_stages", ctx.num_stages))
+        stages = _useful_stages(loop, int(loop.attrs.get("num_stages", ctx.num_stages)))
         if stages >= 2:
             body = loop.regions[0]
             descriptor_loads.strip(fn, [op for op in body.ops
@@ -179,6 +179,18 @@ def _advance(out, copies, body, arg_index, current, iv_at):
     mapping = {body.args[0]: iv_at, **{args[arg_index[a]]: current[a] for a in used}}
     out.extend(clone_op(o, mapping) for o in body.ops if id(o) in advance_ops)
     return {a: mapping.get(yields[arg_index[a]], yields[arg_index[a]]) for a in used}
+
+
+def _useful_stages(loop, stages: int) -> int:
+    """`stages`, no more than a loop over constant bounds has trips (and at least 2, the fewest a ring
+    runs on): copies further ahead than the last trip are predicated off, their slots never filled (fla's
+    chunk_gla_bwd_kernel_dA, `range(cdiv(V, BV))` at V == BV on 4 warps and 4 stages: 80 KB of ring for one
+    trip, 2 CTAs per SM where Triton's build, 16 KB, holds 5)."""
+    bounds = [const_int(v) for v in loop.operands[:3]]
+    if None in bounds or bounds[2] <= 0:
+        return stages
+    trips = max(0, -(-(bounds[1] - bounds[0]) // bounds[2]))
+    return min(stages, max(2, trips))
 
 
 def _rewrite(loop, plan, stored_earlier, kind="wgmma", portable=False, num_warps=4):
