@@ -412,11 +412,12 @@ def _compile(fn, target: str, options: dict | None, check: bool, link: bool, cou
                 plain = _compile(_without(fn, "coarsen"), target, options, check, link, counts)
                 if plain.n_spills < n_spills:
                     return plain
-        if facts["staging"] and occupancy.ctas_per_sm(n_regs, threads, shared, tgt.capability) < \
-                occupancy.ctas_per_sm(n_regs, threads, shared - facts["staging"], tgt.capability):
+        held = occupancy.ctas_per_sm(n_regs, threads, shared, tgt.capability)
+        if facts["staging"] and \
+                held < occupancy.ctas_per_sm(n_regs, threads, shared - facts["staging"], tgt.capability):
             # the dots' buffers of their own may cost a CTA per SM: each dot staging in the scratch area
             plain = _compile(_without(fn, "dot_staging"), target, options, check, link, counts)
-            if _ctas(plain, tgt) > occupancy.ctas_per_sm(n_regs, threads, shared, tgt.capability):
+            if _ctas(plain, tgt) > held:
                 return plain
     metadata = {
         "name": fn.name, "target": tgt.name, "num_warps": opts["num_warps"], "num_stages": opts["num_stages"],

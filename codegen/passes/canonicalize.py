@@ -24,7 +24,7 @@ from kiln.ir.core import Operation
 from kiln.ir.types import scalar_of
 
 from . import smem_plan
-from .rewrite import replace_uses
+from .rewrite import constant_trips, replace_uses
 
 name = "canonicalize"
 
@@ -110,10 +110,10 @@ def _inline_constant_loops(fn, consts, keep_dots: bool) -> None:
 
 def _trips(loop, consts):
     """How many times a `for` over constant bounds runs, or None."""
-    lb, ub, step = (consts.get(v) for v in loop.operands[:3])
-    if not all(isinstance(x, (int, np.integer)) for x in (lb, ub, step)) or step <= 0:
+    bounds = [consts.get(v) for v in loop.operands[:3]]
+    if not all(isinstance(x, (int, np.integer)) for x in bounds):
         return None
-    return max(0, -(-(int(ub) - int(lb)) // int(step)))
+    return constant_trips(*(int(x) for x in bounds))
 
 
 def _blocks(root):

@@ -123,3 +123,10 @@ def slot_after(out, base, offset, ring_size, loc):
     wraps = append_op(out, "cmp", [bumped, append_op(out, "constant", [], [int32], loc, value=ring_size)], [int1], loc, pred="ge")
     less = append_op(out, "sub", [bumped, append_op(out, "constant", [], [int32], loc, value=ring_size)], [int32], loc)
     return append_op(out, "select", [wraps, less, bumped], [int32], loc)
+
+
+def constant_trips(lb, ub, step):
+    """How many times a `for` over int bounds runs, or None (a bound not known, a step not positive)."""
+    if None in (lb, ub, step) or step <= 0:
+        return None
+    return max(0, -(-(ub - lb) // step))

@@ -108,7 +108,7 @@ from kiln.ir.types import block_type, int1, int32, int64, shared_type
 from ..analysis import axis_info
 from . import descriptor_loads, prefetch
 from ..analysis import Analysis
-from .rewrite import append_const, append_op, clone_op, const_int, in_loop, insert_ops, slot_after
+from .rewrite import append_const, append_op, clone_op, const_int, in_loop, insert_ops, slot_after, constant_trips
 from .smem_plan import copy_box, is_tma, plan_loop, ring_kind, tma_ok
 
 
@@ -185,12 +185,9 @@ def _useful_stages(loop, stages: int) -> int:
     """`stages`, no more than a loop over constant bounds has trips (and at least 2, the fewest a ring
     runs on): copies further ahead than the last trip are predicated off, their slots never filled (fla's
     chunk_gla_bwd_kernel_dA, `range(cdiv(V, BV))` at V == BV on 4 warps and 4 stages: 80 KB of ring for one
-    trip, 2 CTAs per SM where Triton's build, 16 KB, holds 5)."""
-    bounds = [const_int(v) for v in loop.operands[:3]]
-    if None in bounds or bounds[2] <= 0:
-        return stages
-    trips = max(0, -(-(bounds[1] - bounds[0]) // bounds[2]))
-    return min(stages, max(2, trips))
+    trip, 2 CTAs per SM where Triton's build, 16 KB, holds more)."""
+    trips = constant_trips(*(const_int(v) for v in loop.operands[:3]))
+    return stages if trips is None else min(stages, max(2, trips))
 
 
 def _rewrite(loop, plan, stored_earlier, kind="wgmma", portable=False, num_warps=4):
