@@ -91,3 +91,16 @@ def test_rows_of_a_and_runs_of_b_are_read_16_bytes_at_a_time():
     assert loads and set(loads) == {"v4.b32"}
     # per 4 of k: each of the thread's 16 rows of A one load, its 4 columns of B one load per k
     assert ptx.count("fma.rn.f32") == 16 * 4 * 4 and len(loads) == 16 + 4
+
+
+def test_a_small_dot_stays_a_loop_over_k():
+    # LLVM would unroll a 16x16 dot's eight trips whole and ptxas then load all of A's rows and B's
+    # columns ahead of the FMAs: fla's fp32 dots on 2 warps took 234 registers where Triton's took 62
+    x = np.zeros((16, 32), np.float32)
+    kernel = _matmul.warmup(x, x, x, 32, BM=16, BN=16, BK=32, PRECISION="ieee", grid=(1,), target="sm_90a",
+                            num_warps=2, num_stages=3)
+    ptx = kernel.asm["ptx"]
+    assert "llvm.loop.unroll.disable" in kernel.asm["llir"]
+    # 4 outputs a thread, 4 of k a trip: one trip's FMAs, not all 32 k's
+    assert ptx.count("fma.rn.f32") == 4 * 4
+    assert re.search(r"@%p\d+ bra\s+\$L__BB0_\d+;", ptx)

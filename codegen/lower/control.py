@@ -52,16 +52,20 @@ class _LoopID(ir.values.MDValue):
         buf += ("distinct !{{ {0} }}".format(", ".join(operands)), "\n")
 
 
+def set_loop_hints(lw, latch_branch, *hints: str) -> None:
+    """LLVM loop hints (flags such as "llvm.loop.unroll.disable") on the loop whose latch ends in
+    `latch_branch`."""
+    m = lw.module
+    nodes = [m.add_metadata([ir.MetaDataString(m, h)]) for h in hints]
+    latch_branch.set_metadata("llvm.loop", _LoopID(m, nodes, name=str(len(m.metadata))))
+
+
 def _loop_hints(lw, op, latch_branch) -> None:
     """Triton's `disable_licm` (tl.range, tl.condition): LLVM's loop-invariant code motion, and its
     versioning of the loop for it, leave the loop's invariant code where the user wrote it (as Triton's
     loop annotation asks: register pressure the user chose over recomputation)."""
-    if not op.attrs.get("disable_licm"):
-        return
-    m = lw.module
-    hints = [m.add_metadata([ir.MetaDataString(m, "llvm.licm.disable")]),
-             m.add_metadata([ir.MetaDataString(m, "llvm.loop.licm_versioning.disable")])]
-    latch_branch.set_metadata("llvm.loop", _LoopID(m, hints, name=str(len(m.metadata))))
+    if op.attrs.get("disable_licm"):
+        set_loop_hints(lw, latch_branch, "llvm.licm.disable", "llvm.loop.licm_versioning.disable")
 
 
 def _for(lw, op):
