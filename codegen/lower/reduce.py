@@ -288,17 +288,20 @@ def _warp_totals(lw, op, layout, shape, axis, chunks, lane_incl, lanes, warps, l
     lw.barrier()
     warp_prev, rep_totals = {}, {}
     for ck in lane_incl:
-        prefix, total = _Prefix(), _Prefix()
+        # the warps before this one are a prefix of the running total: warps [0, warp_pos) combined is
+        # the total after warp warp_pos - 1 (one combine and one select a warp)
+        total = prefix = None
         for w in range(warps.distinct):
             vals, offset = [], 0
             for j, t in enumerate(types):
                 vals += load_elements(lw, base, t, [slot(ck, lw.i32(w))], offset)
                 offset += sizes[j]
-            before = lw.b.icmp_unsigned("<", lw.i32(w), warp_pos)
-            prefix = prefix.then(lw, op, vals, before)
-            total = total.then(lw, op, vals, True)
-        warp_prev[ck] = (prefix.vals, prefix.has)
-        rep_totals[ck] = total.vals
+            total = vals if total is None else combine(lw, op, total, vals)
+            if w < warps.distinct - 1:
+                prefix = total if prefix is None else _select(
+                    lw, lw.b.icmp_unsigned("<", lw.i32(w), warp_pos), total, prefix)
+        warp_prev[ck] = (prefix, lw.b.icmp_unsigned(">", warp_pos, lw.i32(0)))
+        rep_totals[ck] = total
     return warp_prev, rep_totals
 
 
