@@ -155,12 +155,31 @@ class _Assigner:
                 answer = v is not user.operands[2] and v in user.operands[:2]
             elif user.name in ELEMENTWISE_BETWEEN or user.name in ("permute", "cmp"):
                 answer = len(user.results) == 1 and self.only_dot_operand(user.results[0], depth - 1, known)
+            elif user.name == "yield" and isinstance(user.parent.parent, Operation) and user.parent.parent.name == "for":
+                answer = self._carried_only_to_dots(v, user.parent.parent, user.operands, depth, known)
+            elif user.name == "for" and v not in user.operands[:3]:
+                answer = self._carried_only_to_dots(v, user, user.operands[3:], depth, known)
             else:
                 answer = False
             if not answer:
                 break
         known[v] = answer
         return answer
+
+    def _carried_only_to_dots(self, v, loop, carried, depth, known) -> bool:
+        """`v` carried by `loop`, as a start or a yield (`carried`: the loop's starts or its yield's
+        operands; a load one iteration ahead, the prefetch pass's): the body's value, and the loop's
+        result where read at all, are only dot operands."""
+        arg_of = loop.regions[0].args[1:]
+        for i, y in enumerate(carried):
+            if y is not v:
+                continue
+            if not self.only_dot_operand(arg_of[i], depth - 1, known):
+                return False
+            result = loop.results[i]
+            if self.users.get(result) and not self.only_dot_operand(result, depth - 1, known):
+                return False
+        return True
 
     def want(self, ptr, layout):
         """`layout` for pointer block `ptr` and the same-shaped pointers it is computed
