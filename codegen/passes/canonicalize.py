@@ -10,9 +10,10 @@ sizes they hold as constants: `if M * N == 0: return`, and which index math carr
 `max_contiguous` hints, which the axis analysis then sees unjoined); a `for` over constant bounds
 that runs once becomes its body (fla's `for i_k in range(tl.cdiv(K, BK))` with K == BK: left a loop,
 its loads took rings of num_stages slots, 78 KB on 2 warps where Triton's kernel asks 16 KB), and
-one that never runs its initial values. A one-trip loop with a dot stays where pipelined dots run on
-wgmma (sm_90a, whole warpgroups): only a loop's rings feed wgmma (an Inductor GEMM template at sizes
-where K is one block), and outside loops a dot runs on mma.sync.
+one that never runs its initial values; a value a loop yields unchanged is its initial value. A
+one-trip loop with a dot stays where pipelined dots run on wgmma (sm_90a, whole warpgroups): only a
+loop's rings feed wgmma (an Inductor GEMM template at sizes where K is one block), and outside
+loops a dot runs on mma.sync.
 """
 from __future__ import annotations
 
@@ -59,8 +60,27 @@ def apply(fn, ctx=None) -> None:
                 mapping[op.results[0]] = const.results[0]
                 consts[const.results[0]] = value
     replace_uses(fn, mapping)
+    _forward_unchanged_carried(fn)
     _inline_constant_ifs(fn, consts)
     _inline_constant_loops(fn, consts, keep_dots=ctx is None or smem_plan.enabled(ctx))
+
+
+def _forward_unchanged_carried(fn) -> None:
+    """A value a `for` yields unchanged (its body's argument itself) is its initial value in the
+    body and after the loop; dce then drops the carried copy. fla's `if USE_GK: o_k1 =
+    tl.arange(0, 64)` in a loop carries o_k1 though USE_GK is False: as a block argument the
+    axis analysis could not tell its arange apart, and the loads indexed by it took its layout."""
+    mapping = {}
+    for loop in fn.walk():
+        if loop.name != "for":
+            continue
+        body = loop.regions[0]
+        yielded = body.ops[-1].operands
+        for arg, init, result, y in zip(body.args[1:], loop.operands[3:], loop.results, yielded):
+            if y is arg:
+                mapping[arg] = mapping[result] = init
+    if mapping:
+        replace_uses(fn, mapping)
 
 
 def _inline_constant_ifs(fn, consts) -> None:
