@@ -169,15 +169,31 @@ class _Assigner:
     def _carried_only_to_dots(self, v, loop, carried, depth, known) -> bool:
         """`v` carried by `loop`, as a start or a yield (`carried`: the loop's starts or its yield's
         operands; a load one iteration ahead, the prefetch pass's): the body's value, and the loop's
-        result where read at all, are only dot operands."""
+        result where read at all, go to dots unmixed (`_unmixed_dot_operand`)."""
         arg_of = loop.regions[0].args[1:]
         for i, y in enumerate(carried):
             if y is not v:
                 continue
-            if not self.only_dot_operand(arg_of[i], depth - 1, known):
+            if not self._unmixed_dot_operand(arg_of[i], depth - 1):
                 return False
             result = loop.results[i]
-            if self.users.get(result) and not self.only_dot_operand(result, depth - 1, known):
+            if self.users.get(result) and not self._unmixed_dot_operand(result, depth - 1):
+                return False
+        return True
+
+    def _unmixed_dot_operand(self, v, depth) -> bool:
+        """Is `v` read only as a dot's A or B, directly or through casts and transposes? A carried
+        load combined with other blocks on its way (fla's `k * exp(g - gn)`) would, in its coalesced
+        layout, move the product through shared memory every iteration."""
+        users = self.users.get(v, ())
+        if not users or depth <= 0:
+            return False
+        for user in users:
+            if user.name == "dot":
+                if v is user.operands[2] or v not in user.operands[:2]:
+                    return False
+            elif user.name not in ("cast", "bitcast", "permute") or \
+                    not self._unmixed_dot_operand(user.results[0], depth - 1):
                 return False
         return True
 
