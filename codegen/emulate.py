@@ -297,13 +297,16 @@ def _device_copy(array: np.ndarray, alignment: int = 256) -> np.ndarray:
     return out
 
 
-def run_on_cpu(fn, grid, args, num_warps: int = 4) -> list[str]:
+def run_on_cpu(fn, grid, args, num_warps: int = 4, options: dict | None = None, target: str = "sm_90a",
+               programs=None) -> list[str]:
     """Run block IR `fn` over `grid` with `args` (NumPy arrays for pointers, Python
-    numbers for scalars). Arrays are copied to aligned "device" buffers and back, so they are
-    written in place as on a GPU. Returns the device_print lines."""
+    numbers for scalars), built for `target` with compile `options` (num_stages, ...). Arrays
+    are copied to aligned "device" buffers and back, so they are written in place as on a GPU.
+    `programs`: the (x, y, z) program ids to run, in order (default: the whole grid).
+    Returns the device_print lines."""
     import llvmlite.binding as llvm
-    opts = _options({"num_warps": num_warps})
-    _, llir, arg_layout, shared = lower_to_llvm(fn, parse_target("sm_90a"), opts, portable=True)
+    opts = _options({**(options or {}), "num_warps": num_warps})
+    _, llir, arg_layout, shared = lower_to_llvm(fn, parse_target(target), opts, portable=True)
     text = _portable_text(llir)
     llvm.initialize_native_target()
     llvm.initialize_native_asmprinter()
@@ -387,17 +390,17 @@ def run_on_cpu(fn, grid, args, num_warps: int = 4) -> list[str]:
             state.errors.append(f"{type(e).__name__}: {e}")
 
     state.nctaid = grid
-    for z in range(grid[2]):
-        for y in range(grid[1]):
-            for x in range(grid[0]):
-                state.ctaid = (x, y, z)
-                workers = [threading.Thread(target=thread, args=(t,)) for t in range(state.threads)]
-                for w in workers:
-                    w.start()
-                for w in workers:
-                    w.join()
-                if state.errors:
-                    raise EmulationError("; ".join(sorted(set(state.errors))))
+    if programs is None:
+        programs = [(x, y, z) for z in range(grid[2]) for y in range(grid[1]) for x in range(grid[0])]
+    for pid in programs:
+        state.ctaid = tuple(pid)
+        workers = [threading.Thread(target=thread, args=(t,)) for t in range(state.threads)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        if state.errors:
+            raise EmulationError("; ".join(sorted(set(state.errors))))
     for array, copy in zip(args, device):
         if isinstance(array, np.ndarray):
             array[...] = copy

@@ -1,0 +1,223 @@
+#!/usr/bin/env python3
+"""kiln's builds of a test suite's kernels run on the CPU emulator and checked against the interpreter, on a
+machine without a GPU: a codegen check on workloads kiln has not seen.
+
+    python scripts/emulate_check.py run --out rows.jsonl -- tests/ops -x     # the suite, each launch checked
+    python scripts/emulate_check.py report rows.jsonl                        # counts, then the worst rows
+
+`run` runs pytest in a child under the drop-in's interpreter (`KILN_DROPIN=1 TRITON_INTERPRET=1`) with this
+file's plugin. Each launch runs in the interpreter as usual (the suite's own checks still hold) and, from a
+copy of its arguments taken before, as kiln builds it (`--target`, at the launch's num_warps and
+num_stages) on the CPU emulator (kiln.codegen.emulate: the LLVM IR on host threads, mma and ldmatrix
+emulated), in a forked child with a time limit. The arrays the two leave are compared element by element
+(integers exactly; floats by the largest difference over the largest magnitude). A kernel's build that
+holds what the emulator cannot run (wgmma, TMA, cp.async: inline PTX) is a `refused` row, not a failure.
+A launch of more than SAMPLED_PROGRAMS programs runs a sample of them, compared where they wrote; more
+than a few launches of one specialization are not checked.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import multiprocessing as mp
+import os
+import re
+import subprocess
+import sys
+import traceback
+from collections import Counter
+
+TIMEOUT_S = 180
+SAMPLED_PROGRAMS = 8  # a larger grid runs these of its programs (the emulator runs a CTA at a time)
+LAUNCHES_PER_SPECIALIZATION = 2
+FLOAT_TOLERANCE = 1e-2  # largest difference over largest magnitude: the interpreter sums in another order
+
+
+def _storage_bytes(t):
+    """The bytes of `t`'s storage from its first element on (what the kernel may reach through it)."""
+    import torch
+    storage = t.untyped_storage()
+    whole = torch.empty(0, dtype=torch.uint8).set_(storage, 0, (storage.nbytes(),), (1,))
+    return whole[t.storage_offset() * t.element_size():].numpy().copy()
+
+
+def _as_tensor(raw, like, bits=False):
+    """`raw` (a storage's bytes from `like`'s first element on) as `like` (`bits`: its integers)."""
+    import torch
+    dtype = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[like.element_size()] if bits else like.dtype
+    return torch.from_numpy(raw).view(dtype).as_strided(like.size(), like.stride(), 0)
+
+
+def _sample(grid) -> list | None:
+    """The programs to emulate: all of a small grid; else the first and last few and some between."""
+    every = [(x, y, z) for z in range(grid[2]) for y in range(grid[1]) for x in range(grid[0])]
+    if len(every) <= SAMPLED_PROGRAMS:
+        return None
+    picks = {0, 1, 2, len(every) - 3, len(every) - 2, len(every) - 1}
+    step = len(every) // (SAMPLED_PROGRAMS - len(picks) + 1)
+    picks.update(range(step, len(every) - 3, step))
+    return [every[i] for i in sorted(picks)[:SAMPLED_PROGRAMS]]
+
+
+def _emulated(kir, grid, args, options, target, programs):
+    from kiln.codegen.emulate import run_on_cpu
+    from kiln.ir import parse_function
+    warps = options.get("num_warps", 4)
+    rest = {k: v for k, v in options.items() if k != "num_warps"}
+    run_on_cpu(parse_function(kir), grid, args, num_warps=warps, options=rest, target=target, programs=programs)
+    return [a for a in args if hasattr(a, "dtype")]
+
+
+def _in_child(fn, *args):
+    ctx = mp.get_context("fork")
+    parent, child = ctx.Pipe(duplex=False)
+
+    def run():
+        try:
+            child.send(("ok", fn(*args)))
+        except BaseException as e:
+            child.send(("error", "".join(traceback.format_exception_only(e))[-600:]))
+    proc = ctx.Process(target=run)
+    proc.start()
+    child.close()
+    if not parent.poll(TIMEOUT_S):
+        proc.kill()
+        proc.join()
+        return "timeout", None
+    try:
+        status, result = parent.recv()
+    except EOFError:
+        status, result = "crash", f"exit {proc.exitcode}"
+    proc.join()
+    return status, result
+
+
+def _difference(got, want, where=None) -> float:
+    """0 where equal; for floats the largest difference over the largest magnitude (inf: NaN or inf
+    in one and not the other, or in other places); for integers the count of elements that differ.
+    `where`: compare only these elements (those the programs emulated wrote)."""
+    import torch
+    if where is not None:
+        got, want = got[where], want[where]
+    if not want.dtype.is_floating_point:
+        return float((got != want).sum())
+    g, w = got.double(), want.double()
+    if not torch.equal(torch.isnan(g), torch.isnan(w)) or not torch.equal(torch.isinf(g), torch.isinf(w)):
+        return float("inf")
+    finite = torch.isfinite(w)
+    if not finite.any():
+        return 0.0
+    scale = max(float(w[finite].abs().max()), 1e-6)
+    return float((g[finite] - w[finite]).abs().max()) / scale
+
+
+def _check(kernel, grid, args, launch, out_path, target):
+    """Run the launch in the interpreter (`launch()`), and from a copy of `args` on the emulator; a row."""
+    import torch
+    opts = {k: int(v) for k, v in dict(kernel.options).items() if k in ("num_warps", "num_stages") and v is not None}
+    row = {"kernel": kernel.name, "opts": opts, "grid": list(grid)}
+    tensors = [a for a in args if isinstance(a, torch.Tensor)]
+    simple = all(isinstance(a, (torch.Tensor, bool, int, float)) for a in args)
+    if not simple or any(t.device.type != "cpu" for t in tensors):
+        launch()
+        return dict(row, status="skipped", why="arguments other than CPU tensors and numbers")
+    emu_args = [_storage_bytes(a) if isinstance(a, torch.Tensor) else a for a in args]
+    before = [a.copy() for a in emu_args if hasattr(a, "dtype")]
+    launch()
+    programs = _sample(grid)
+    status, result = _in_child(_emulated, kernel.asm["kir"], grid, emu_args, opts, target, programs)
+    if status != "ok":
+        refused = status == "error" and "has no host version" in (result or "")
+        return dict(row, status="refused" if refused else status, why=(result or "")[-300:])
+    worst, where = 0.0, None
+    signature = kernel.asm["kir"].split("\n", 1)[0]  # the kernel's arguments, named in order
+    tensor_names = [n for n, a in zip(re.findall(r'name = "([^"]+)"', signature), args) if isinstance(a, torch.Tensor)]
+    for k, (t, raw, old) in enumerate(zip(tensors, result, before)):
+        got = _as_tensor(raw, t)
+        # a sample of the programs: only what they wrote (where the emulator's copy changed)
+        written = None if programs is None else _as_tensor(raw, t, bits=True) != _as_tensor(old, t, bits=True)
+        d = _difference(got, t, written)
+        if d > worst:
+            worst, where = d, tensor_names[k] if k < len(tensor_names) else k
+    bad = worst > (FLOAT_TOLERANCE if any(t.dtype.is_floating_point for t in tensors) else 0)
+    return dict(row, status="mismatch" if bad else "ok", difference=worst, where=where,
+                programs=len(programs) if programs else grid[0] * grid[1] * grid[2])
+
+
+def _install(out_path: str, target: str) -> None:
+    import importlib
+    compiler = importlib.import_module("kiln.compiler")
+    config = importlib.import_module("kiln.config")
+    original = compiler.CompiledKernel._launch
+    launches = Counter()
+
+    def launch(self, grid, args, stream=None):
+        if not config.interpret():
+            return original(self, grid, args, stream)
+        grid3 = tuple(grid) + (1,) * (3 - len(grid))
+        key = hashlib.sha1((self.asm["kir"] + repr(sorted(dict(self.options).items()))).encode()).hexdigest()
+        launches[key] += 1
+        if launches[key] > LAUNCHES_PER_SPECIALIZATION:
+            return original(self, grid, args, stream)
+        try:
+            row = _check(self, grid3, list(args), lambda: original(self, grid, args, stream), out_path, target)
+        except Exception as e:  # a row lost, never the suite's run
+            row = {"kernel": self.name, "status": "harness", "why": repr(e)[-300:]}
+        with open(out_path, "a") as f:
+            f.write(json.dumps(row, default=str) + "\n")
+
+    compiler.CompiledKernel._launch = launch
+
+
+def pytest_configure(config):
+    out = os.environ.get("EMULATE_CHECK_OUT")
+    if out:
+        _install(out, os.environ.get("EMULATE_CHECK_TARGET", "sm_90a"))
+
+
+def run(out: str, target: str, pytest_args: list[str]) -> int:
+    open(out, "w").close()
+    env = dict(os.environ, KILN_DROPIN="1", TRITON_INTERPRET="1", EMULATE_CHECK_OUT=os.path.abspath(out),
+               EMULATE_CHECK_TARGET=target,
+               PYTHONPATH=os.pathsep.join(filter(None, [os.path.dirname(os.path.abspath(__file__)),
+                                                        os.environ.get("PYTHONPATH")])))
+    subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "emulate_check", "-p", "no:cacheprovider",
+                    *pytest_args], env=env)
+    print(report(out))
+    return 0
+
+
+def report(path: str) -> str:
+    rows = [json.loads(line) for line in open(path)]
+    counts = Counter(r["status"] for r in rows)
+    lines = [f"{len(rows)} launches: " + ", ".join(f"{n} {s}" for s, n in counts.most_common()), ""]
+    bad = [r for r in rows if r["status"] in ("mismatch", "error", "crash", "timeout", "harness")]
+    bad.sort(key=lambda r: -(r.get("difference") or 0))
+    if bad:
+        lines += ["| kernel | options | grid | status | difference (where) or why |", "|---|---|---|---|---|"]
+        for r in bad:
+            detail = f"{r['difference']:.3g} ({r.get('where')})" if "difference" in r else r.get("why", "")
+            lines.append(f"| {r['kernel']} | {json.dumps(r.get('opts'))} | {r.get('grid')} | {r['status']} | "
+                         f"{detail.replace('|', '/')[:200]} |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run", help="run a test suite, each launch also on the emulator")
+    r.add_argument("--out", required=True)
+    r.add_argument("--target", default="sm_90a", help="the build to emulate (sm_90a, sm_80)")
+    r.add_argument("pytest_args", nargs=argparse.REMAINDER)
+    p = sub.add_parser("report", help="counts and the rows that differ")
+    p.add_argument("rows")
+    args = parser.parse_args(argv)
+    if args.cmd == "run":
+        return run(args.out, args.target, [a for a in args.pytest_args if a != "--"])
+    print(report(args.rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

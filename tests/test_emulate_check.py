@@ -1,0 +1,77 @@
+"""scripts/emulate_check.py on the CPU tier: a suite's launches under the drop-in's interpreter, each also
+run as kiln builds it on the CPU emulator from a copy of its arguments, and the two results compared
+(a large grid: a sample of its programs, compared where they wrote)."""
+import importlib.util
+import json
+import pathlib
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "scripts" / "emulate_check.py"
+
+SUITE = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def scaled_rows(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs, mask=offs < n)
+    tl.store(out_ptr + offs, x * 2 + tl.sum(x, 0), mask=offs < n)
+
+
+def test_rows():
+    x = torch.arange(100, dtype=torch.float32) / 7
+    out = torch.empty_like(x)
+    scaled_rows[(4,)](x, out, 100, BLOCK=32)
+    many = torch.arange(2000, dtype=torch.float32) / 3
+    out_many = torch.empty_like(many)
+    scaled_rows[(63,)](many, out_many, 2000, BLOCK=32)  # 63 programs: a sample of them emulated
+    assert torch.allclose(out[:32], x[:32] * 2 + x[:32].sum())
+'''
+
+
+def _module():
+    spec = importlib.util.spec_from_file_location("emulate_check", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_suites_launches_run_on_the_emulator_and_agree(tmp_path):
+    (tmp_path / "test_suite.py").write_text(textwrap.dedent(SUITE))
+    rows_path = tmp_path / "rows.jsonl"
+    out = subprocess.run([sys.executable, str(SCRIPT), "run", "--out", str(rows_path), "--",
+                          str(tmp_path / "test_suite.py")], capture_output=True, text=True, cwd=tmp_path, timeout=600)
+    assert "1 passed" in out.stdout, out.stdout + out.stderr
+    rows = [json.loads(line) for line in rows_path.read_text().splitlines()]
+    assert [r["status"] for r in rows] == ["ok", "ok"], rows
+    assert [r["programs"] for r in rows] == [4, 8] and rows[1]["grid"] == [63, 1, 1]
+    assert "2 launches: 2 ok" in out.stdout
+
+
+def test_differences_are_measured_where_the_programs_wrote():
+    check = _module()
+    want = torch.tensor([1.0, 2.0, 4.0, float("nan")])
+    assert check._difference(want.clone(), want) == 0.0
+    assert check._difference(torch.tensor([1.0, 2.0, 3.0, float("nan")]), want) == 0.25
+    assert check._difference(torch.tensor([1.0, 2.0, 4.0, 0.0]), want) == float("inf")  # NaN in one only
+    written = torch.tensor([True, True, False, False])
+    assert check._difference(torch.tensor([1.0, 2.0, 0.0, 0.0]), want, written) == 0.0
+    assert check._difference(torch.tensor([5, 6]), torch.tensor([5, 7])) == 1.0
+
+
+def test_a_sample_keeps_the_first_and_last_programs():
+    check = _module()
+    assert check._sample((8, 1, 1)) is None
+    picked = check._sample((40, 2, 1))
+    assert len(picked) == check.SAMPLED_PROGRAMS and picked[0] == (0, 0, 0) and picked[-1] == (39, 1, 0)
+    assert len(set(picked)) == len(picked)
