@@ -10,8 +10,10 @@ file's plugin. Each launch runs in the interpreter as usual (the suite's own che
 copy of its arguments taken before, as kiln builds it (`--target`, at the launch's num_warps and
 num_stages) on the CPU emulator (kiln.codegen.emulate: the LLVM IR on host threads, mma and ldmatrix
 emulated), in a forked child with a time limit. The arrays the two leave are compared element by element
-(integers exactly; floats by the largest difference over the largest magnitude). A kernel's build that
-holds what the emulator cannot run (wgmma, TMA, cp.async: inline PTX) is a `refused` row, not a failure.
+(integers exactly; floats by the largest difference over the largest magnitude). The emulator runs kiln's
+portable build (no inline PTX): dots that would run on wgmma run on mma.sync there, so wgmma, TMA and the
+rest of the PTX-only parts are left to the PTX checks of the CPU tier and to the GPU tier; a build that
+still needs what the emulator lacks is a `refused` row, not a failure.
 A launch of more than SAMPLED_PROGRAMS programs runs a sample of them, compared where they wrote; more
 than a few launches of one specialization are not checked.
 """
