@@ -20,6 +20,8 @@ from .ttir import render_ttir
 from .errors import CompilationError, OutOfResources, PTXASError  # noqa: F401  (triton.compiler.CompilationError)
 from .dropin.compile import ASTSource, max_shared_mem  # noqa: F401,E402  (triton.compiler's: the ones there are)
 
+NO_CURRENT_CONTEXT = 201  # CUDA_ERROR_INVALID_CONTEXT: a driver call on a thread with no current context
+
 # `from triton.compiler.errors import CompilationError` as in Triton: kiln.errors under that name too.
 sys.modules.setdefault(__name__ + ".errors", errors)
 
@@ -331,6 +333,13 @@ class CompiledKernel:
             self._prepare(device, derived_maps=False)(grid, args, stream)
         except driver.CudaError as e:
             from .runtime.launcher import CLUSTER_REFUSALS
+            if e.code == NO_CURRENT_CONTEXT:
+                # a thread where nothing made the device's context current (autograd's backward thread on
+                # device 0: PyTorch sets no device it thinks is set): make it current and launch, as Triton's
+                # launcher does
+                driver.ensure_context(device)
+                launcher(grid, args, stream)
+                return
             if launcher is not self.split_launchers.get(device) or e.code not in CLUSTER_REFUSALS:
                 raise
             self._drop_split(device, f"its split-K launch in clusters was refused ({e})")
