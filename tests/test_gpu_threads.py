@@ -70,3 +70,4 @@ def test_a_kernel_launches_in_autograd_backward():
     x = torch.rand(3000, device="cuda", requires_grad=True)
     Twice.apply(x).sum().backward()
     torch.testing.assert_close(x.grad, torch.full_like(x, 2.0), rtol=0, atol=0)
+
