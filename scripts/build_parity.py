@@ -102,19 +102,21 @@ def record(out: str, pytest_args: list[str]) -> int:
 
 # --- the builds --------------------------------------------------------------------------------------
 
-def _in_child(build, rec):
+def in_child(fn, *args, timeout: float = TIMEOUT_S):
+    """("ok", fn(*args)) from a forked child, else ("error", its traceback's end), ("timeout", None) past
+    `timeout` seconds, or ("crash", how it exited): a crash or a hang is one row, not the run's end."""
     ctx = mp.get_context("fork")
     parent, child = ctx.Pipe(duplex=False)
 
     def run():
         try:
-            child.send(("ok", build(rec)))
+            child.send(("ok", fn(*args)))
         except BaseException as e:
             child.send(("error", "".join(traceback.format_exception(e))[-1500:]))
     proc = ctx.Process(target=run)
     proc.start()
     child.close()
-    if not parent.poll(TIMEOUT_S):
+    if not parent.poll(timeout):
         proc.kill()
         proc.join()
         return "timeout", None
@@ -130,7 +132,7 @@ def _build_all(build, specs: str, out: str) -> None:
     with open(specs) as src, open(out, "w") as dst:
         for line in src:
             rec = json.loads(line)
-            status, result = _in_child(build, rec)
+            status, result = in_child(build, rec)
             dst.write(json.dumps({"hash": rec["hash"], "kernel": rec["kernel"], "opts": rec["opts"],
                                   "status": status, "result": result}) + "\n")
             dst.flush()

@@ -22,13 +22,14 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import multiprocessing as mp
 import os
 import re
 import subprocess
 import sys
-import traceback
 from collections import Counter
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from build_parity import in_child  # noqa: E402  (a launch's emulation in a forked child)
 
 TIMEOUT_S = 180
 SAMPLED_PROGRAMS = 8  # a larger grid runs these of its programs (the emulator runs a CTA at a time)
@@ -71,30 +72,6 @@ def _emulated(kir, grid, args, options, target, programs):
     return [a for a in args if hasattr(a, "dtype")]
 
 
-def _in_child(fn, *args):
-    ctx = mp.get_context("fork")
-    parent, child = ctx.Pipe(duplex=False)
-
-    def run():
-        try:
-            child.send(("ok", fn(*args)))
-        except BaseException as e:
-            child.send(("error", "".join(traceback.format_exception_only(e))[-600:]))
-    proc = ctx.Process(target=run)
-    proc.start()
-    child.close()
-    if not parent.poll(TIMEOUT_S):
-        proc.kill()
-        proc.join()
-        return "timeout", None
-    try:
-        status, result = parent.recv()
-    except EOFError:
-        status, result = "crash", f"exit {proc.exitcode}"
-    proc.join()
-    return status, result
-
-
 def _difference(got, want, where=None) -> float:
     """0 where equal; for floats the largest difference over the largest magnitude (inf: NaN or inf
     in one and not the other, or in other places); for integers the count of elements that differ.
@@ -128,10 +105,10 @@ def _check(kernel, grid, args, launch, out_path, target):
     before = [a.copy() for a in emu_args if hasattr(a, "dtype")]
     launch()
     programs = _sample(grid)
-    status, result = _in_child(_emulated, kernel.asm["kir"], grid, emu_args, opts, target, programs)
+    status, result = in_child(_emulated, kernel.asm["kir"], grid, emu_args, opts, target, programs, timeout=TIMEOUT_S)
     if status != "ok":
         refused = status == "error" and "has no host version" in (result or "")
-        return dict(row, status="refused" if refused else status, why=(result or "")[-300:])
+        return dict(row, status="refused" if refused else status, why=(result or "").strip()[-300:])
     worst, where = 0.0, None
     signature = kernel.asm["kir"].split("\n", 1)[0]  # the kernel's arguments, named in order
     tensor_names = [n for n, a in zip(re.findall(r'name = "([^"]+)"', signature), args) if isinstance(a, torch.Tensor)]

@@ -51,6 +51,12 @@ def _read_back_under(v, depth: int = 6):
     return None
 
 
+def _for_of(yield_op):
+    """The `for` whose body `yield_op` ends, or None."""
+    loop = yield_op.parent.parent
+    return loop if isinstance(loop, Operation) and loop.name == "for" else None
+
+
 def _loads_behind(v) -> list:
     """The loads `v` is: its own (a `local_load` of a vector copied ahead, smem_pipeline, counts
     as one), or those of a loop-carried value (prefetched: the first before the loop, the next
@@ -155,8 +161,8 @@ class _Assigner:
                 answer = v is not user.operands[2] and v in user.operands[:2]
             elif user.name in ELEMENTWISE_BETWEEN or user.name in ("permute", "cmp"):
                 answer = len(user.results) == 1 and self.only_dot_operand(user.results[0], depth - 1, known)
-            elif user.name == "yield" and isinstance(user.parent.parent, Operation) and user.parent.parent.name == "for":
-                answer = self._carried_only_to_dots(v, user.parent.parent, user.operands, depth, known)
+            elif user.name == "yield" and _for_of(user) is not None:
+                answer = self._carried_only_to_dots(v, _for_of(user), user.operands, depth, known)
             elif user.name == "for" and v not in user.operands[:3]:
                 answer = self._carried_only_to_dots(v, user, user.operands[3:], depth, known)
             else:
