@@ -1,15 +1,14 @@
 """scripts/build_parity.py on the CPU tier: a suite's launches recorded under the drop-in's interpreter
 (built, not run), each specialization built by kiln for sm_90a, and the report's comparison of CTAs per
 SM. Triton's side needs a Python where `import triton` is Triton: not here."""
-import importlib.util
 import json
-import pathlib
 import subprocess
 import sys
 import textwrap
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "scripts" / "build_parity.py"
+from repo_scripts import SCRIPTS, load
+
+SCRIPT = SCRIPTS / "build_parity.py"
 
 SUITE = '''
 import torch
@@ -31,12 +30,6 @@ def test_scale():
     assert torch.equal(out, x * 2)  # fails: the recorder builds launches and runs none
 '''
 
-
-def _module():
-    spec = importlib.util.spec_from_file_location("build_parity", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_a_suites_launches_are_recorded_built_and_compared(tmp_path):
@@ -60,6 +53,6 @@ def test_a_suites_launches_are_recorded_built_and_compared(tmp_path):
                              "threads": b["result"]["threads"]}} for b in built]
     rows[0]["result"]["shared"] = 200 * 1024
     theirs.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    table = _module().report(str(ours), str(theirs))
+    table = load("build_parity").report(str(ours), str(theirs))
     assert table.startswith("2 builds compared: kiln's holds fewer CTAs per SM than Triton's in 0, as many in 1, "
                             "more in 1")

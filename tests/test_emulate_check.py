@@ -1,19 +1,18 @@
 """scripts/emulate_check.py on the CPU tier: a suite's launches under the drop-in's interpreter, each also
 run as kiln builds it on the CPU emulator from a copy of its arguments, and the two results compared
 (a large grid: a sample of its programs, compared where they wrote)."""
-import importlib.util
 import json
-import pathlib
 import subprocess
 import sys
 import textwrap
 
 import pytest
 
+from repo_scripts import SCRIPTS, load
+
 torch = pytest.importorskip("torch")
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "scripts" / "emulate_check.py"
+SCRIPT = SCRIPTS / "emulate_check.py"
 
 SUITE = '''
 import torch
@@ -39,12 +38,6 @@ def test_rows():
 '''
 
 
-def _module():
-    spec = importlib.util.spec_from_file_location("emulate_check", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
 
 def test_a_suites_launches_run_on_the_emulator_and_agree(tmp_path):
     (tmp_path / "test_suite.py").write_text(textwrap.dedent(SUITE))
@@ -59,7 +52,7 @@ def test_a_suites_launches_run_on_the_emulator_and_agree(tmp_path):
 
 
 def test_differences_are_measured_where_the_programs_wrote():
-    check = _module()
+    check = load("emulate_check")
     want = torch.tensor([1.0, 2.0, 4.0, float("nan")])
     assert check._difference(want.clone(), want) == 0.0
     assert check._difference(torch.tensor([1.0, 2.0, 3.0, float("nan")]), want) == 0.25
@@ -70,7 +63,7 @@ def test_differences_are_measured_where_the_programs_wrote():
 
 
 def test_a_sample_keeps_the_first_and_last_programs():
-    check = _module()
+    check = load("emulate_check")
     assert check._sample((8, 1, 1)) is None
     picked = check._sample((40, 2, 1))
     assert len(picked) == check.SAMPLED_PROGRAMS and picked[0] == (0, 0, 0) and picked[-1] == (39, 1, 0)
