@@ -22,6 +22,10 @@ from ..analysis.access import register_run
 from ..analysis.dots import fma_staging
 
 
+# a thread's FMAs in one trip of the k loop (its outputs x k_vec) up to which the loop is kept one
+SMALL_TRIP_FMAS = 64
+
+
 def _dot(lw, op):
     a, b, acc = op.operands
     out = op.results[0]
@@ -98,9 +102,11 @@ def _dot(lw, op):
     for p, v in zip(phis, new):
         p.add_incoming(v, loop)
     latch = lw.b.cbranch(lw.b.icmp_unsigned("<", k_next, lw.i32(K)), loop, done)
-    # kept a loop: LLVM unrolls a small dot's loop whole, and ptxas then hoists every trip's shared
-    # loads ahead of the FMAs (fla's 16x16 fp32 dots on 2 warps: 234 registers, 79 as a loop)
-    set_loop_hints(lw, latch, "llvm.loop.unroll.disable")
+    if len(offsets) * k_vec <= SMALL_TRIP_FMAS:
+        # kept a loop: LLVM unrolls a small trip's loop whole, and ptxas then hoists every trip's shared
+        # loads ahead of the FMAs (fla's 16x16 fp32 dots on 2 warps: 234 registers, 79 as a loop). A large
+        # trip LLVM leaves a loop, and ptxas unrolls it as it sees fit (the hint would say nounroll to it).
+        set_loop_hints(lw, latch, "llvm.loop.unroll.disable")
     lw.b.position_at_end(done)
     lw.bind(out, [cast_value(lw, v, s_acc, s_out) for v in new], layout)  # K >= 1, so the loop ran and its last values are the result
 

@@ -162,9 +162,9 @@ class _Assigner:
             elif user.name in ELEMENTWISE_BETWEEN or user.name in ("permute", "cmp"):
                 answer = len(user.results) == 1 and self.only_dot_operand(user.results[0], depth - 1, known)
             elif user.name == "yield" and _for_of(user) is not None:
-                answer = self._carried_only_to_dots(v, _for_of(user), user.operands, depth, known)
+                answer = self._carried_only_to_dots(v, _for_of(user), user.operands, depth)
             elif user.name == "for" and v not in user.operands[:3]:
-                answer = self._carried_only_to_dots(v, user, user.operands[3:], depth, known)
+                answer = self._carried_only_to_dots(v, user, user.operands[3:], depth)
             else:
                 answer = False
             if not answer:
@@ -172,7 +172,7 @@ class _Assigner:
         known[v] = answer
         return answer
 
-    def _carried_only_to_dots(self, v, loop, carried, depth, known) -> bool:
+    def _carried_only_to_dots(self, v, loop, carried, depth) -> bool:
         """`v` carried by `loop`, as a start or a yield (`carried`: the loop's starts or its yield's
         operands; a load one iteration ahead, the prefetch pass's): the body's value, and the loop's
         result where read at all, go to dots unmixed (`_unmixed_dot_operand`)."""
