@@ -318,6 +318,17 @@ class CompiledKernel:
             return
         device, current = driver.device_and_stream()
         stream = current if stream is None else int(stream)
+        try:
+            self._launch_on(device, grid, args, stream)
+        except driver.CudaError as e:
+            if e.code != NO_CURRENT_CONTEXT:
+                raise
+            # a thread where nothing made the device's context current (autograd's backward thread on device 0:
+            # PyTorch sets no device it thinks is set): make it current and launch again, as Triton's launcher does
+            driver.ensure_context(device)
+            self._launch_on(device, grid, args, stream)
+
+    def _launch_on(self, device, grid, args, stream):
         launcher = self.launchers.get(device)
         if launcher is None:
             launcher = self._prepare(device)
@@ -333,17 +344,10 @@ class CompiledKernel:
             self._prepare(device, derived_maps=False)(grid, args, stream)
         except driver.CudaError as e:
             from .runtime.launcher import CLUSTER_REFUSALS
-            if e.code == NO_CURRENT_CONTEXT:
-                # a thread where nothing made the device's context current (autograd's backward thread on
-                # device 0: PyTorch sets no device it thinks is set): make it current and launch, as Triton's
-                # launcher does
-                driver.ensure_context(device)
-                launcher(grid, args, stream)
-                return
             if launcher is not self.split_launchers.get(device) or e.code not in CLUSTER_REFUSALS:
                 raise
             self._drop_split(device, f"its split-K launch in clusters was refused ({e})")
-            self._launch(grid, args, stream)
+            self._launch_on(device, grid, args, stream)
 
     def _init_handles(self):
         """Load the kernel on the current device now (Triton's name), so n_regs and friends are known."""
