@@ -31,6 +31,9 @@ MEMORY_OPS = ("load", "store", "atomic_rmw", "atomic_cas", "async_copy")
 
 ELEMENTWISE_BETWEEN = {"cast", "bitcast", "add", "sub", "mul", "div", "and", "or", "xor", "shl", "shr", "min", "max",
                        "select"}
+# what a value read only as a dot's operand may pass on its way there (only_dot_operand); UNMIXED: a carried one
+BETWEEN_DOT_OPERANDS = ELEMENTWISE_BETWEEN | {"permute", "cmp"}
+UNMIXED = frozenset({"cast", "bitcast", "permute"})
 
 
 def _read_back_under(v, depth: int = 6):
@@ -144,14 +147,16 @@ class _Assigner:
         if op.name == "load" and (op.results[0] in self.stored or self.only_dot_operand(op.results[0])):
             self.wanted[op.results[0]] = layout  # goes to shared memory as it came
 
-    def only_dot_operand(self, v, depth: int = 12, known=None) -> bool:
+    def only_dot_operand(self, v, depth: int = 12, known=None, through=None) -> bool:
         """Is block value `v` read only as a `dot`'s A or B, directly or through elementwise ops,
         comparisons and transposes (an fp32 operand split into tf32 or bf16 parts: f32_dot_split)?
         Such a dot stages its operands in shared memory whatever their layout, so a load of one keeps
         its coalesced layout (16-byte pieces) rather than the dot's result's, which would split it into
         the 4-byte pieces of an mma fragment where the operand's shape is the result's (a 64x64x64 dot).
-        Each value's answer is worked out once (`known`), however many paths reach it."""
+        Each value's answer is worked out once (`known`), however many paths reach it. `through`: the
+        ops it may pass (default: elementwise ops, comparisons, transposes), with `known` its own."""
         known = {} if known is None else known
+        through = BETWEEN_DOT_OPERANDS if through is None else through
         if v in known:
             return known[v]
         users = self.users.get(v, ())
@@ -159,8 +164,8 @@ class _Assigner:
         for user in users if answer else ():
             if user.name == "dot":
                 answer = v is not user.operands[2] and v in user.operands[:2]
-            elif user.name in ELEMENTWISE_BETWEEN or user.name in ("permute", "cmp"):
-                answer = len(user.results) == 1 and self.only_dot_operand(user.results[0], depth - 1, known)
+            elif user.name in through:
+                answer = len(user.results) == 1 and self.only_dot_operand(user.results[0], depth - 1, known, through)
             elif user.name == "yield" and _for_of(user) is not None:
                 answer = self._carried_only_to_dots(v, _for_of(user), user.operands, depth)
             elif user.name == "for" and v not in user.operands[:3]:
@@ -175,31 +180,17 @@ class _Assigner:
     def _carried_only_to_dots(self, v, loop, carried, depth) -> bool:
         """`v` carried by `loop`, as a start or a yield (`carried`: the loop's starts or its yield's
         operands; a load one iteration ahead, the prefetch pass's): the body's value, and the loop's
-        result where read at all, go to dots unmixed (`_unmixed_dot_operand`)."""
+        result where read at all, go to dots unmixed: through casts and transposes only. A carried load
+        combined with other blocks on its way (fla's `k * exp(g - gn)`) would, in its coalesced layout,
+        move the product through shared memory every iteration."""
         arg_of = loop.regions[0].args[1:]
         for i, y in enumerate(carried):
             if y is not v:
                 continue
-            if not self._unmixed_dot_operand(arg_of[i], depth - 1):
+            if not self.only_dot_operand(arg_of[i], depth - 1, {}, UNMIXED):
                 return False
             result = loop.results[i]
-            if self.users.get(result) and not self._unmixed_dot_operand(result, depth - 1):
-                return False
-        return True
-
-    def _unmixed_dot_operand(self, v, depth) -> bool:
-        """Is `v` read only as a dot's A or B, directly or through casts and transposes? A carried
-        load combined with other blocks on its way (fla's `k * exp(g - gn)`) would, in its coalesced
-        layout, move the product through shared memory every iteration."""
-        users = self.users.get(v, ())
-        if not users or depth <= 0:
-            return False
-        for user in users:
-            if user.name == "dot":
-                if v is user.operands[2] or v not in user.operands[:2]:
-                    return False
-            elif user.name not in ("cast", "bitcast", "permute") or \
-                    not self._unmixed_dot_operand(user.results[0], depth - 1):
+            if self.users.get(result) and not self.only_dot_operand(result, depth - 1, {}, UNMIXED):
                 return False
         return True
 
