@@ -12,8 +12,9 @@ ops, like `ptrs += BLOCK_K * stride`) becomes a carried value:
 "In range" is `< ub` for a positive step and `> ub` for a negative one (a step known only at
 run time picks between the two, as the loop's own test does).
 
-Which loops: see `_wanted`. A loop the pipeliner picks by default must store nothing, so that
-no iteration reads what another wrote. A loop that asks for stages (`tl.range(...,
+Which loops: see `_wanted`. A loop the pipeliner picks by default may store only to arguments
+none of its loads reads (`analysis.pointer_roots.stores_unread`), so that no iteration reads what
+another wrote. A loop that asks for stages (`tl.range(...,
 num_stages=n)`) may also store, as under Triton's pipeliner, which loads ahead of an earlier
 iteration's stores (Triton's softmax tutorial: a row loop that loads one row and stores
 another); atomics, barriers and prints still keep a loop as it is. This is the register form
@@ -26,6 +27,7 @@ from kiln.ir.core import Operation, Value
 from kiln.ir.ops import GPU_STAGE_OPS
 from kiln.ir.types import block_type, int1
 
+from ..analysis.pointer_roots import stores_unread
 from .rewrite import clone_op, const_int, has_side_effects, is_pure
 
 name = "prefetch"
@@ -41,7 +43,8 @@ STORING_LOOP_REGISTERS = 16
 def apply(fn, ctx) -> None:
     for op in list(fn.walk()):
         if op.name == "for" and _wanted(op, ctx):
-            pipeline(op, stores_ok="num_stages" in op.attrs, threads=32 * ctx.num_warps)
+            stores_ok = "num_stages" in op.attrs or stores_unread(op.regions[0], fn)
+            pipeline(op, stores_ok=stores_ok, threads=32 * ctx.num_warps)
 
 
 def _cone(value, local_ops):

@@ -21,6 +21,7 @@ from .layouts import ELEMENTWISE_BETWEEN
 from .prefetch import address_cone
 from .rewrite import const_int, has_side_effects, in_loop, is_transpose
 from ..analysis.partitions import dot_replicas
+from ..analysis.pointer_roots import stores_unread
 from ..analysis.shared_buffers import ALIGN
 
 
@@ -467,8 +468,8 @@ def plan_loop(loop, stages, fn, ctx, kind, in_registers=frozenset()):
     step = const_int(loop.operands[2])
     if step is None or step <= 0:
         return None
-    if any(has_side_effects(o) for o in body.ops):
-        return None
+    if any(has_side_effects(o) for o in body.ops) and not stores_unread(body, fn):
+        return None  # (copies issued ahead of an iteration's stores: only where none reads what they write)
     uses = {}
     for op in body.walk():
         for v in op.operands:
