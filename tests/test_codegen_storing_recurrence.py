@@ -107,6 +107,15 @@ def test_the_recurrence_runs_on_wgmma_with_its_inputs_on_rings(num_warps):
     assert loop.count(" = load ") == 0
 
 
+def test_the_recurrence_assembles_for_sm_90a():
+    from kiln.codegen import compile
+    warm = chunked_state.warmup(*_args(), T, BT=BT, K=K, V=V, grid=(1,), target="sm_90a")
+    built = compile(parse_function(warm.asm["kir"]), "sm_90a", {"num_warps": 4, "num_stages": 3})
+    assert built.cubin and built.n_spills == 0
+    assert "wgmma.mma_async" in built.ptx
+    assert "cp.async.bulk.tensor" in built.ptx or "cp.async.cg" in built.ptx or "cp.async.ca" in built.ptx
+
+
 def test_a_loop_storing_what_it_loads_keeps_its_loads_in_place():
     x = np.zeros((4, 16, 16), np.float16)
     loop = _loop_text(_built(in_place_rows, x, x[0], 4, B=16).kir)
