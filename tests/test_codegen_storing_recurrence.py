@@ -36,6 +36,29 @@ def chunked_state(k_ptr, v_ptr, w_ptr, h_ptr, v_new_ptr, T, BT: tl.constexpr, K:
 
 
 @kiln.jit
+def offset_rows(x_ptr, y_ptr, starts_ptr, n, B: tl.constexpr):
+    """A sequence's rows start where `starts` says (fla's varlen `bos`): a loaded offset moves the
+    addresses within x's and y's memory, so the loop still stores only what it does not load."""
+    r = tl.arange(0, B)
+    start = tl.load(starts_ptr + tl.program_id(0))
+    acc = tl.zeros((B, B), dtype=tl.float32)
+    for i in range(n):
+        x = tl.load(x_ptr + (start + i * B + r)[:, None] * B + r[None, :])
+        acc = tl.dot(x, x, acc)
+        tl.store(y_ptr + (start + i * B + r)[:, None] * B + r[None, :], acc.to(tl.float16))
+
+
+@kiln.jit
+def gathered_rows(table_ptr, y_ptr, n, B: tl.constexpr):
+    """Each step's rows come through a pointer read from memory: which memory is not known."""
+    r = tl.arange(0, B)
+    for i in range(n):
+        x_ptr = tl.load(table_ptr + i).to(tl.pointer_type(tl.float16))
+        x = tl.load(x_ptr + r[:, None] * B + r[None, :])
+        tl.store(y_ptr + i * B * B + r[:, None] * B + r[None, :], tl.dot(x, x).to(tl.float16))
+
+
+@kiln.jit
 def in_place_rows(x_ptr, w_ptr, n, B: tl.constexpr):
     """Each step reads the matrix the step before wrote: no load may go ahead of that store. (Checked as
     IR only: other threads wrote what a thread reads, and without a barrier that races on a GPU.)"""
@@ -97,6 +120,24 @@ def test_a_loop_storing_what_it_loads_is_not_unread():
     fn = parse_function(kernel.asm["kir"])
     loop = next(op for op in fn.walk() if op.name == "for")
     assert not stores_unread(loop.regions[0], fn)
+
+
+def _loop_of(kernel, *args, **constexprs):
+    fn = parse_function(kernel.warmup(*args, **constexprs, grid=(1,), target="sm_90a").asm["kir"])
+    return fn, next(op for op in fn.walk() if op.name == "for").regions[0]
+
+
+def test_an_offset_loaded_from_memory_keeps_the_argument():
+    x = np.zeros((64, 16), np.float16)
+    fn, body = _loop_of(offset_rows, x, x, np.zeros(2, np.int32), 4, B=16)
+    assert stores_unread(body, fn)
+
+
+def test_a_pointer_loaded_from_memory_is_no_known_argument():
+    y = np.zeros((4, 16, 16), np.float16)
+    fn, body = _loop_of(gathered_rows, np.zeros(4, np.int64), y, 4, B=16)
+    assert any(roots(op.operands[0], fn) is None for op in body.walk() if op.name == "load")
+    assert not stores_unread(body, fn)
 
 
 @pytest.mark.parametrize("num_warps", [4, 8])

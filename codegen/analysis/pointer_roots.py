@@ -8,21 +8,25 @@ from __future__ import annotations
 
 from kiln.ir import OPS
 from kiln.ir.core import Block
-from kiln.ir.types import tensormap_type
+from kiln.ir.types import block_type, tensormap_type
 
 # side effects a pipelined loop may have: stores to global memory (a `store` through pointers or a
 # tensor descriptor)
 STORES = ("store",)
 
 
-def _is_memory_arg(v) -> bool:
-    return v.type.is_ptr() or isinstance(v.type, tensormap_type)
+def _addresses(v) -> bool:
+    """Is `v` a pointer, a block of pointers or a TMA map (a value an address is computed from)?"""
+    t = v.type.scalar if isinstance(v.type, block_type) else v.type
+    return t.is_ptr() or isinstance(t, tensormap_type)
 
 
 def roots(value, fn) -> set | None:
-    """The ids of `fn`'s pointer and descriptor arguments that `value` is computed from (a TMA map
-    derived from a pointer argument, pointer_tma's, counts as that pointer), or None where an address
-    comes from memory (a pointer loaded) or from a region this does not follow."""
+    """The ids of `fn`'s pointer and descriptor arguments that address `value` is computed from, or None
+    where that is not known: a pointer loaded from memory, made from an integer, or carried by a region this
+    does not follow. Only the pointers are followed: an offset (`addptr`'s, loaded or not) moves an address
+    within its argument's memory. A TMA map derived from a pointer argument (pointer_tma's), or made by the
+    kernel, counts as that pointer."""
     args = {id(a): i for i, a in enumerate(fn.args)}
     found, seen, stack = set(), set(), [value]
     while stack:
@@ -34,19 +38,18 @@ def roots(value, fn) -> set | None:
             derived = fn.arg_attrs[args[id(v)]].get("tma_of")
             if derived is not None:
                 stack.append(fn.args[derived[0]])
-            elif _is_memory_arg(v):
+            else:
                 found.add(id(v))
             continue
         op = v.defining_op
-        if op is not None and op.name == "tensormap_create":  # a map the kernel makes: of its base's memory
-            stack.append(op.operands[1])
-            continue
-        if op is None:  # a block's argument: a loop's induction variable or carried value
+        if op is None:  # a block's argument: a loop's carried value
             loop = v.owner.parent if isinstance(v.owner, Block) else None
-            if getattr(loop, "name", None) != "for":
+            if getattr(loop, "name", None) != "for" or v.index == 0:
                 return None
-            if v.index > 0:  # a carried value: its start, and what each iteration yields
-                stack += [loop.operands[2 + v.index], v.owner.ops[-1].operands[v.index - 1]]
+            stack += [loop.operands[2 + v.index], v.owner.ops[-1].operands[v.index - 1]]
+            continue
+        if op.name == "tensormap_create":  # a map the kernel makes: of its base's memory
+            stack.append(op.operands[1])
             continue
         if op.name in ("load", "descriptor_load", "local_load") or OPS[op.name].side_effects:
             return None
@@ -58,7 +61,10 @@ def roots(value, fn) -> set | None:
             else:
                 return None
             continue
-        stack.extend(op.operands)
+        pointers = [x for x in op.operands if _addresses(x)]
+        if not pointers:  # an address from no address (an integer cast to a pointer)
+            return None
+        stack += pointers
     return found
 
 
