@@ -92,7 +92,8 @@ tile K-major, in rows of up to 128 bytes swizzled as wgmma reads them
 (kiln.ir.types.shared_type).
 
 Without wgmma (`ring_kind` "mma": targets sm_80 - sm_89 and later non-Hopper ones, kernels of
-fewer than 4 warps, portable builds) the same rings feed `mma_dot`, which loads each thread's
+fewer than 4 warps, portable builds; on sm_90a, a loop whose dots wgmma cannot run, as fla's 16-row
+sub-chunk dots) the same rings feed `mma_dot`, which loads each thread's
 fragments from the tiles by ldmatrix and is done when it returns. So the ring has S tiles:
 at the top of iteration i, after the wait and the barrier, the copies of iteration i + S-1
 go into the slot iteration i-1 read (every warp is past it), ahead of the dots. A 16-bit A
@@ -125,11 +126,16 @@ def apply(fn, ctx) -> None:
             body = loop.regions[0]
             descriptor_loads.strip(fn, [op for op in body.ops
                                         if op.name == "descriptor_load" and not (kind == "wgmma" and tma_ok(op, fn))])
-            plan = plan_loop(loop, stages, fn, ctx, kind, in_registers)
+            plan, loop_kind = plan_loop(loop, stages, fn, ctx, kind, in_registers), kind
+            if plan is None and kind == "wgmma" and "warp_specialize" not in loop.attrs:
+                # dots wgmma cannot run (fewer rows than a warpgroup's 64, say: fla's 16-row sub-chunks)
+                # on mma.sync from cp.async rings, as Triton pipelines its MMAv2 dots on Hopper
+                descriptor_loads.strip(fn, [op for op in body.ops if op.name == "descriptor_load"])
+                plan, loop_kind = plan_loop(loop, stages, fn, ctx, "mma", in_registers), "mma"
             if plan is not None:
                 in_registers.update(src[1] for sources in plan.sources.values() for src in sources
-                                    if src[0] == "regs")
-                _rewrite(loop, plan, stored, kind=kind, portable=ctx.portable, num_warps=ctx.num_warps)
+                                    if src[0] == "regs" and loop_kind == kind)
+                _rewrite(loop, plan, stored, kind=loop_kind, portable=ctx.portable, num_warps=ctx.num_warps)
                 if plan.fetched_tiles:  # a dequantized operand: the loop's other loads (1-D scales) one
                     prefetch.pipeline(loop, shared_ok=True)  # iteration ahead
 
