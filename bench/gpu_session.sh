@@ -30,6 +30,8 @@
 #                                             # (not yet run: its time is not known, run it alone)
 #   DOTS=computed_a bash bench/gpu_session.sh dots  # bench/dot_formats.py (all sections without DOTS; ~100-200 s)
 #   bash bench/gpu_session.sh dropin          # bench/dropin.py: torch.compile with kiln's drop-in vs Triton
+#   bash bench/gpu_session.sh fla             # bench/fla_ops.py: fla's chunked ops, Triton then kiln (carry .scratch/fla;
+#                                             # FLA_TRITON_S / FLA_KILN_S: each library's seconds, default 240 / 300)
 #   bash bench/gpu_session.sh loop-reductions # reductions folded in a loop (reduce_after_loop): their GPU test, then
 #                                             # bench/loop_reductions.py, row sums and maxima vs Triton and PyTorch
 #   bash bench/gpu_session.sh firststep       # 8 ranks, GPT and MLP: cold, warm, new node (~330-470 s; Redis below)
@@ -186,6 +188,13 @@ for phase in "$@"; do
       python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_codegen_reduce_after_loop.py 2>&1 \
         | tee "$OUT/loop-reductions-tests.log" | tail -3
       python3 bench/loop_reductions.py --out "$OUT" 2>&1 | tee "$OUT/loop-reductions.log" | grep '^|' ;;
+    fla)  # bench/fla_ops.py: fla's chunked ops under Triton (saving its outputs), then kiln's drop-in compiling in the
+      # process (compared with them); FLA: a checkout's folder holding `fla/` (carry it; einops' wheel in .whl),
+      # CASES as fla_ops.py's (default gdn,simple_gla,gla,linear,delta: first calls autotune 24-73 s a case)
+      export FLA=${FLA:-.scratch/fla} REF=/tmp/fla_ref.pt
+      (timeout "${FLA_TRITON_S:-240}" python3 bench/fla_ops.py 2>&1 | grep -v -i warning | tail -20) | tee "$OUT/fla-triton.log"
+      (KILN_DROPIN=1 KILN_DAEMON=off timeout "${FLA_KILN_S:-300}" python3 bench/fla_ops.py 2>&1 | grep -v -i warning \
+        | tail -20) | tee "$OUT/fla-kiln.log" ;;
     dropin)
       python3 bench/dropin.py --out "$OUT" 2>&1 | tee "$OUT/dropin.log" | tail -60 ;;
     tutorial06-configs)  # bench/tutorial06_configs.py: the tutorial's Hopper warp_specialize=True forward (fp16, fp8;
