@@ -1,7 +1,8 @@
 """Software pipelining through shared memory, for dots that run on Hopper's wgmma and,
 on the other targets from sm_80 on, on mma.sync (`mma_dot`, see the end).
 
-In a `for` loop (constant positive step, nothing stored in its body) a `dot` (fp16,
+In a `for` loop (constant positive step, its body storing nothing or only to arguments none of its
+loads reads: `analysis.pointer_roots.stores_unread`) a `dot` (fp16,
 bf16, fp8 or fp32 at tf32 precision into fp32; int8 into int32) runs on wgmma when each
 operand comes one of four ways:
     ring:  a block load in the body (its address a pure function of the induction
