@@ -71,3 +71,14 @@ def _emulated(bm):
 def test_the_sub_chunk_loop_matches_numpy():
     a, b, c = in_child(_emulated, 16, timeout=300)
     np.testing.assert_allclose(c, a.astype(np.float32) @ b.astype(np.float32), rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("bm", [16, 32, 64])
+def test_the_sub_chunk_loop_on_the_gpu(bm, cuda_torch):
+    torch = cuda_torch
+    a = torch.randn(bm, 128, device="cuda", dtype=torch.float16)
+    b = torch.randn(128, 64, device="cuda", dtype=torch.float16)
+    c = torch.zeros(bm, 64, device="cuda", dtype=torch.float32)
+    sub_chunks[(1,)](a, b, c, 128, BM=bm, BN=64, BK=32, num_warps=4, num_stages=3)
+    torch.testing.assert_close(c, a.float() @ b.float(), rtol=1e-3, atol=1e-2)

@@ -187,3 +187,16 @@ def test_the_pipelined_recurrence_matches_numpy(num_warps):
     want_h, want_v_new = _reference(k, v, w)
     np.testing.assert_allclose(h.astype(np.float32), want_h.astype(np.float32), rtol=2e-2, atol=2e-2)
     np.testing.assert_allclose(v_new.astype(np.float32), want_v_new, rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("num_warps", [2, 4, 8])
+@pytest.mark.parametrize("num_stages", [2, 3])
+def test_the_recurrence_on_the_gpu(num_warps, num_stages, cuda_torch):
+    """As built for the GPU: wgmma from rings at 4 and 8 warps, mma.sync from cp.async rings at 2."""
+    torch = cuda_torch
+    k, v, w, h, v_new = (torch.from_numpy(x).cuda() for x in _args())
+    chunked_state[(1,)](k, v, w, h, v_new, T, BT=BT, K=K, V=V, num_warps=num_warps, num_stages=num_stages)
+    want_h, want_v_new = _reference(*(x.cpu().numpy() for x in (k, v, w)))
+    np.testing.assert_allclose(h.float().cpu().numpy(), want_h.astype(np.float32), rtol=2e-2, atol=2e-2)
+    np.testing.assert_allclose(v_new.float().cpu().numpy(), want_v_new, rtol=2e-2, atol=2e-2)

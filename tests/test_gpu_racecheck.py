@@ -8,7 +8,8 @@ pipelined loops one after the other whose rings share bytes but not tile shapes,
 Triton's tutorial-06 backward; causal attention forward and backward, and its forward through
 descriptors, whose TMA rings two warpgroups hand back through mbarriers; reductions and
 conversions that scratch_barriers left without a barrier before them; fp8 dots outside pipelined loops,
-whose operand tiles one after another share bytes). Skipped without a
+whose operand tiles one after another share bytes; a chunked recurrence that stores in its pipelined loop, and
+dots of fewer rows than a warpgroup on mma.sync rings). Skipped without a
 GPU or without compute-sanitizer.
 
 Racecheck runs each kernel once at a small size (it is slow: every shared access is
@@ -243,6 +244,29 @@ torch.cuda.synchronize()
 """
 
 
+# loops that store (fla's chunked recurrence: a state stored each chunk, its inputs on rings; wgmma at 4 and 8
+# warps, mma.sync at 2) and dots of fewer rows than a warpgroup on mma.sync rings on sm_90a
+STORING_LOOPS = """
+import numpy as np
+import torch
+import test_codegen_small_dot_rings as small
+import test_codegen_storing_recurrence as rec
+for warps in (2, 4, 8):
+    k, v, w, h, v_new = (torch.from_numpy(x).cuda() for x in rec._args())
+    rec.chunked_state[(1,)](k, v, w, h, v_new, rec.T, BT=rec.BT, K=rec.K, V=rec.V, num_warps=warps, num_stages=3)
+    want_h, want_v_new = rec._reference(*(x.cpu().numpy() for x in (k, v, w)))
+    assert np.allclose(h.float().cpu().numpy(), want_h.astype(np.float32), rtol=2e-2, atol=2e-2)
+    assert np.allclose(v_new.float().cpu().numpy(), want_v_new, rtol=2e-2, atol=2e-2)
+for bm in (16, 32):
+    a = torch.randn(bm, 128, device="cuda", dtype=torch.float16)
+    b = torch.randn(128, 64, device="cuda", dtype=torch.float16)
+    c = torch.zeros(bm, 64, device="cuda", dtype=torch.float32)
+    small.sub_chunks[(1,)](a, b, c, 128, BM=bm, BN=64, BK=32, num_warps=4, num_stages=3)
+    torch.testing.assert_close(c, a.float() @ b.float(), rtol=1e-3, atol=1e-2)
+torch.cuda.synchronize()
+"""
+
+
 def racecheck(script: str, tmp_path, **env_vars) -> str:
     path = tmp_path / "kernels_under_racecheck.py"  # a file: kiln reads a kernel's source from it
     path.write_text(script)
@@ -294,6 +318,11 @@ def test_reductions_and_conversions_without_barriers_between_have_no_shared_memo
 
 def test_rings_released_through_mbarriers_have_no_shared_memory_hazard(tmp_path):
     out = racecheck(RELEASED_RINGS, tmp_path)
+    assert hazards(out) == (0, 0), out[-4000:]
+
+
+def test_loops_that_store_and_small_dot_rings_have_no_shared_memory_hazard(tmp_path):
+    out = racecheck(STORING_LOOPS, tmp_path)
     assert hazards(out) == (0, 0), out[-4000:]
 
 
