@@ -10,6 +10,8 @@ operand comes one of four ways:
            copied ahead with cp.async through a ring of S + 1 swizzled tiles, S = the
            loop's `num_stages`; one ring per load, whichever dots read it, as is or
            transposed (`local_trans`: attention's backward reads Q^T and dO both ways);
+           what else reads the load reads it back from the tile (`local_load`: fla's b_k,
+           a dot's operand and scaled by its gates);
     once:  a value defined before the loop (attention's Q), stored to a tile once (a
            later loop reading the same value reuses the tile);
     regs:  A only, a 16-bit value computed in the body (attention's P), read from
@@ -251,7 +253,7 @@ def _rewrite(loop, plan, stored_earlier, kind="wgmma", portable=False, num_warps
     # flight together. The top of the body fences and waits at a barrier before its dots read shared memory
     # except where TMA alone fills the rings: there the stores need their own.
     pre.extend(stores)
-    generic = pointer_copies or bool(staged) or bool(fetched)
+    generic = pointer_copies or bool(staged) or bool(fetched) or bool(plan.read_back)
     if stores and (not copies or (hopper and not generic)):
         if hopper:
             append_op(pre, "fence_async_shared", [], (), loc)
@@ -295,7 +297,7 @@ def _rewrite(loop, plan, stored_earlier, kind="wgmma", portable=False, num_warps
     replaced, deferred, tiles, staged_now = {}, [], {}, {}
     in_flight = _carried_dots(body, order)
     for op in body.ops[:-1]:
-        if id(op) in fetched:  # read back from its ring's tile
+        if id(op) in fetched or id(op) in plan.read_back:  # read back from its ring's tile
             tile = _read_tile(new, rings[id(op)], read_slot, tiles, loc)
             replaced[op.results[0]] = append_op(new, "local_load", [tile], [op.results[0].type], op.loc)
             continue

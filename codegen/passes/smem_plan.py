@@ -50,6 +50,7 @@ class Plan:
     drained: bool  # every wgmma retires in its own iteration (`_drained`): no spare slot, none "tight"
     released: bool  # the slots go back through mbarriers, not a barrier per iteration (`released_ring`)
     fetched: set  # ids of the loads fetched for staged and register operands
+    read_back: set  # ids of ring loads other ops read too: read back from the tile (`_unshared_loads`)
 
     @property
     def fetched_tiles(self) -> bool:
@@ -397,9 +398,10 @@ def _mma_sources(dot, body, ctx):
 
 
 def _unshared_loads(dots, uses):
-    """The ring loads that something other than the planned dots reads (then the load
-    must stay in registers): a ring load may feed several dots, directly or through
-    tl.trans, and nothing else."""
+    """(bad, read_back): the ring loads whose transposes something other than the planned dots reads
+    (then the load must stay in registers), and those whose value itself is read elsewhere too (fla's
+    `b_k` in a dot and scaled by its gates): those the body reads back from the ring's tile
+    (`local_load`), as Triton reads a pipelined load's shared buffer for each of its uses."""
     direct, via = {}, {}  # load id -> operand uses; trans op id -> operand uses
     loads, transposes = {}, {}
     for _, sources in dots.values():
@@ -412,13 +414,14 @@ def _unshared_loads(dots, uses):
                     via[id(v.defining_op)] = via.get(id(v.defining_op), 0) + 1
                 else:
                     direct[id(load)] = direct.get(id(load), 0) + 1
-    bad = set()
+    bad, read_back = set(), set()
     for key, load in loads.items():
         trans_ops = transposes.get(key, set())
-        if uses.get(load.results[0], 0) != direct.get(key, 0) + len(trans_ops) \
-                or any(uses.get(t.results[0], 0) != via[id(t)] for t in trans_ops):
+        if any(uses.get(t.results[0], 0) != via[id(t)] for t in trans_ops):
             bad.add(key)
-    return bad
+        elif uses.get(load.results[0], 0) != direct.get(key, 0) + len(trans_ops):
+            read_back.add(key)
+    return bad, read_back
 
 
 def _drained(dots, body) -> bool:
@@ -482,7 +485,7 @@ def plan_loop(loop, stages, fn, ctx, kind, in_registers=frozenset()):
                 dots[id(dot)] = (dot, list(zip(sources, dot.operands[:2])))
     cones = {}
     while True:  # drop the dots that read a load which cannot be a ring, until none does
-        bad = _unshared_loads(dots, uses)
+        bad, read_back = _unshared_loads(dots, uses)
         for _, sources in dots.values():
             for src, _ in sources:
                 if src[0] == "ring" and id(src[1]) not in cones:
@@ -536,7 +539,7 @@ def plan_loop(loop, stages, fn, ctx, kind, in_registers=frozenset()):
             key.attrs["box"] = list(box)
         else:
             fn.arg_attrs[key]["tma_box"] = list(box)
-    return Plan(plan, rings, stages, step, ring_size, slots, drained, released, set(fetched))
+    return Plan(plan, rings, stages, step, ring_size, slots, drained, released, set(fetched), read_back)
 
 
 def _sized(rings, dots, body, loop, stages, fn, ctx, kind, in_registers):
