@@ -247,22 +247,13 @@ torch.cuda.synchronize()
 # loops that store (fla's chunked recurrence: a state stored each chunk, its inputs on rings; wgmma at 4 and 8
 # warps, mma.sync at 2) and dots of fewer rows than a warpgroup on mma.sync rings on sm_90a
 STORING_LOOPS = """
-import numpy as np
 import torch
 import test_codegen_small_dot_rings as small
 import test_codegen_storing_recurrence as rec
 for warps in (2, 4, 8):
-    k, v, w, h, v_new = (torch.from_numpy(x).cuda() for x in rec._args())
-    rec.chunked_state[(1,)](k, v, w, h, v_new, rec.T, BT=rec.BT, K=rec.K, V=rec.V, num_warps=warps, num_stages=3)
-    want_h, want_v_new = rec._reference(*(x.cpu().numpy() for x in (k, v, w)))
-    assert np.allclose(h.float().cpu().numpy(), want_h.astype(np.float32), rtol=2e-2, atol=2e-2)
-    assert np.allclose(v_new.float().cpu().numpy(), want_v_new, rtol=2e-2, atol=2e-2)
+    rec.test_the_recurrence_on_the_gpu(warps, 3, torch)
 for bm in (16, 32):
-    a = torch.randn(bm, 128, device="cuda", dtype=torch.float16)
-    b = torch.randn(128, 64, device="cuda", dtype=torch.float16)
-    c = torch.zeros(bm, 64, device="cuda", dtype=torch.float32)
-    small.sub_chunks[(1,)](a, b, c, 128, BM=bm, BN=64, BK=32, num_warps=4, num_stages=3)
-    torch.testing.assert_close(c, a.float() @ b.float(), rtol=1e-3, atol=1e-2)
+    small.test_the_sub_chunk_loop_on_the_gpu(bm, torch)
 torch.cuda.synchronize()
 """
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from kiln.ir import OPS
 from kiln.ir.core import Block
-from kiln.ir.types import block_type, tensormap_type
+from kiln.ir.types import scalar_of, tensormap_type
 
 # side effects a pipelined loop may have: stores to global memory (a `store` through pointers or a
 # tensor descriptor)
@@ -17,7 +17,7 @@ STORES = ("store",)
 
 def _addresses(v) -> bool:
     """Is `v` a pointer, a block of pointers or a TMA map (a value an address is computed from)?"""
-    t = v.type.scalar if isinstance(v.type, block_type) else v.type
+    t = scalar_of(v.type)
     return t.is_ptr() or isinstance(t, tensormap_type)
 
 
