@@ -11,7 +11,10 @@ B x T x H x D = B x T x 16 x 128 (B, T from the environment: 2, 4096). Per case:
 autotuning and every compile in it), then the median of 30 CUDA-event timings after 3 warm-ups of the
 forward, and of forward and backward where fla allows it (it refuses gated backwards with Triton
 3.4-3.7.1 on Hopper, its issue 640: only linear and delta). One JSON line per case; the kiln run reports
-each output's and gradient's largest difference from Triton's over its largest magnitude.
+each output's and gradient's largest difference from Triton's over its largest magnitude. Both run with
+their defaults, as a user runs them: kiln compiles on the node's daemon, started on demand (`bash
+bench/gpu_session.sh fla` gives each library a cold cache of its own; KILN_DAEMON=off compiles in the process,
+one build at a time, as session 80's figures were taken).
 """
 import json
 import os

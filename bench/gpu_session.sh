@@ -188,13 +188,18 @@ for phase in "$@"; do
       python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_codegen_reduce_after_loop.py 2>&1 \
         | tee "$OUT/loop-reductions-tests.log" | tail -3
       python3 bench/loop_reductions.py --out "$OUT" 2>&1 | tee "$OUT/loop-reductions.log" | grep '^|' ;;
-    fla)  # bench/fla_ops.py: fla's chunked ops under Triton (saving its outputs), then kiln's drop-in compiling in the
-      # process (compared with them); FLA: a checkout's folder holding `fla/` (carry it; einops' wheel in .whl),
-      # CASES as fla_ops.py's (default gdn,simple_gla,gla,linear,delta: first calls autotune 24-73 s a case)
+    fla)  # bench/fla_ops.py: fla's chunked ops under Triton (saving its outputs), then kiln's drop-in as a user runs
+      # it (compared with them): each with its defaults and a cold cache of its own, so kiln compiles on the node
+      # daemon it starts on demand (KILN_FLA_DAEMON=off: in the process, as session 80 timed it); FLA: a
+      # checkout's folder holding `fla/` (carry it; einops' wheel in .whl), CASES as fla_ops.py's (default
+      # gdn,simple_gla,gla,linear,delta: first calls autotune 24-73 s a case)
       export FLA=${FLA:-.scratch/fla} REF=/tmp/fla_ref.pt
-      (timeout "${FLA_TRITON_S:-240}" python3 bench/fla_ops.py 2>&1 | grep -v -i warning | tail -20) | tee "$OUT/fla-triton.log"
-      (KILN_DROPIN=1 KILN_DAEMON=off timeout "${FLA_KILN_S:-300}" python3 bench/fla_ops.py 2>&1 | grep -v -i warning \
-        | tail -20) | tee "$OUT/fla-kiln.log" ;;
+      (TRITON_CACHE_DIR=$(mktemp -d) timeout "${FLA_TRITON_S:-240}" python3 bench/fla_ops.py 2>&1 | grep -v -i warning \
+        | tail -20) | tee "$OUT/fla-triton.log"
+      fla_cache=$(mktemp -d)
+      (env KILN_CACHE_DIR="$fla_cache" KILN_DROPIN=1 ${KILN_FLA_DAEMON:+KILN_DAEMON=$KILN_FLA_DAEMON} \
+        timeout "${FLA_KILN_S:-300}" python3 bench/fla_ops.py 2>&1 | grep -v -i warning | tail -20) | tee "$OUT/fla-kiln.log"
+      KILN_CACHE_DIR=$fla_cache kiln daemon stop >/dev/null 2>&1 || true ;;
     dropin)
       python3 bench/dropin.py --out "$OUT" 2>&1 | tee "$OUT/dropin.log" | tail -60 ;;
     tutorial06-configs)  # bench/tutorial06_configs.py: the tutorial's Hopper warp_specialize=True forward (fp16, fp8;
