@@ -4,6 +4,8 @@ arguments (`h`, `v_new`) that none of its loads reads, so copies issued ahead re
 iteration wrote (kiln.codegen.analysis.pointer_roots). Triton's pipeliner loads ahead of such stores
 too. A loop storing where it also loads stays as written. Built for sm_90a (wgmma on rings) and
 checked as IR; run on the CPU emulator (mma.sync on cp.async rings) against NumPy."""
+import re
+
 import numpy as np
 import pytest
 
@@ -33,6 +35,30 @@ def chunked_state(k_ptr, v_ptr, w_ptr, h_ptr, v_new_ptr, T, BT: tl.constexpr, K:
         v_new = v.to(tl.float32) - tl.dot(w, h.to(tl.float16))
         tl.store(v_new_ptr + at[:, None] * V + vs[None, :], v_new.to(tl.float16), mask=inside[:, None])
         h = tl.dot(kt, v_new.to(tl.float16), h)
+
+
+@kiln.jit
+def gated_chunked_state(k_ptr, v_ptr, w_ptr, g_ptr, h_ptr, v_new_ptr, T, BT: tl.constexpr, K: tl.constexpr,
+                        V: tl.constexpr):
+    """chunked_state with fla's scalar gate: each chunk's gates `g` (a vector) and its last gate (a
+    scalar) are loaded after the state's store, decay the state and scale v_new."""
+    rows = tl.arange(0, BT)
+    ks = tl.arange(0, K)
+    vs = tl.arange(0, V)
+    h = tl.zeros((K, V), dtype=tl.float32)
+    for t in range(tl.cdiv(T, BT)):
+        tl.store(h_ptr + t * K * V + ks[:, None] * V + vs[None, :], h.to(tl.float16))
+        at = t * BT + rows
+        inside = at < T
+        w = tl.load(w_ptr + at[:, None] * K + ks[None, :], mask=inside[:, None], other=0.0)
+        v = tl.load(v_ptr + at[:, None] * V + vs[None, :], mask=inside[:, None], other=0.0)
+        kt = tl.load(k_ptr + at[None, :] * K + ks[:, None], mask=inside[None, :], other=0.0)
+        v_new = v.to(tl.float32) - tl.dot(w, h.to(tl.float16))
+        tl.store(v_new_ptr + at[:, None] * V + vs[None, :], v_new.to(tl.float16), mask=inside[:, None])
+        g_last = tl.load(g_ptr + tl.minimum((t + 1) * BT, T) - 1)
+        g = tl.load(g_ptr + at, mask=inside, other=0.0)
+        v_new = v_new * tl.where(inside, tl.exp(g_last - g), 0.0)[:, None]
+        h = tl.dot(kt, v_new.to(tl.float16), h * tl.exp(g_last))
 
 
 @kiln.jit
@@ -93,6 +119,26 @@ def _reference(k, v, w):
     return np.stack(hs), np.concatenate(v_news)
 
 
+def _gated_args():
+    rng = np.random.default_rng(6)
+    g = np.cumsum(-rng.random(T) / 16).astype(np.float32)  # fla's cumulative log-gates: falling
+    return (*_args()[:3], g, *_args()[3:])
+
+
+def _gated_reference(k, v, w, g):
+    h = np.zeros((K, V), np.float32)
+    hs, v_news = [], []
+    for t in range(0, T, BT):
+        hs.append(h.astype(np.float16))
+        h16 = h.astype(np.float16).astype(np.float32)
+        v_new = v[t:t + BT].astype(np.float32) - w[t:t + BT].astype(np.float32) @ h16
+        v_news.append(v_new)
+        last = g[min(t + BT, T) - 1]
+        v_new = v_new * np.exp(last - g[t:t + BT])[:, None]
+        h = h * np.exp(last) + k[t:t + BT].astype(np.float32).T @ v_new.astype(np.float16).astype(np.float32)
+    return np.stack(hs), np.concatenate(v_news)
+
+
 def _built(kernel, *args, num_warps=4, **constexprs):
     from kiln.codegen import compile
     warm = kernel.warmup(*args, **constexprs, grid=(1,), target="sm_90a")
@@ -148,6 +194,18 @@ def test_the_recurrence_runs_on_wgmma_with_its_inputs_on_rings(num_warps):
     assert loop.count(" = load ") == 0
 
 
+@pytest.mark.parametrize("num_warps", [2, 4, 8])
+def test_the_gates_after_the_store_are_loaded_an_iteration_ahead(num_warps):
+    """The gates (a vector and a scalar, loaded after the state's store) are carried: each iteration
+    loads the next one's at its top, before it waits for its own copies, not after its first dot."""
+    loop = _loop_text(_built(gated_chunked_state, *_gated_args(), T, num_warps=num_warps, BT=BT, K=K, V=V).kir)
+    header = loop[:loop.index(" loc(")]
+    assert re.search(r", fp32, <64xfp32:[^,]*>$", header)  # the gates, carried
+    loads = [i for i, line in enumerate(loop.splitlines()) if " = load " in line]
+    first_wait = next(i for i, line in enumerate(loop.splitlines()) if "async_wait" in line or "mbarrier_wait" in line)
+    assert len(loads) == 2 and max(loads) < first_wait
+
+
 def test_the_recurrence_assembles_for_sm_90a():
     from kiln.codegen import compile
     warm = chunked_state.warmup(*_args(), T, BT=BT, K=K, V=V, grid=(1,), target="sm_90a")
@@ -180,6 +238,22 @@ def _emulated(num_warps):
     return (k, v, w), h, v_new
 
 
+def _gated_emulated(num_warps):
+    from kiln.codegen.emulate import run_on_cpu
+    k, v, w, g, h, v_new = _gated_args()
+    kernel = gated_chunked_state.warmup(k, v, w, g, h, v_new, T, BT=BT, K=K, V=V, grid=(1,), target="sm_90a")
+    run_on_cpu(kernel.ir, (1,), [k, v, w, g, h, v_new, T], num_warps=num_warps, options={"num_stages": 3})
+    return (k, v, w, g), h, v_new
+
+
+@pytest.mark.parametrize("num_warps", [2, 4])
+def test_the_gated_recurrence_matches_numpy(num_warps):
+    (k, v, w, g), h, v_new = in_child(_gated_emulated, num_warps, timeout=600)
+    want_h, want_v_new = _gated_reference(k, v, w, g)
+    np.testing.assert_allclose(h.astype(np.float32), want_h.astype(np.float32), rtol=2e-2, atol=2e-2)
+    np.testing.assert_allclose(v_new.astype(np.float32), want_v_new, rtol=2e-2, atol=2e-2)
+
+
 @pytest.mark.parametrize("num_warps", [2, 4])
 def test_the_pipelined_recurrence_matches_numpy(num_warps):
     assert "async_copy" in _portable_loop(num_warps)  # as emulated: mma.sync on cp.async rings
@@ -198,5 +272,17 @@ def test_the_recurrence_on_the_gpu(num_warps, num_stages, cuda_torch):
     k, v, w, h, v_new = (torch.from_numpy(x).cuda() for x in _args())
     chunked_state[(1,)](k, v, w, h, v_new, T, BT=BT, K=K, V=V, num_warps=num_warps, num_stages=num_stages)
     want_h, want_v_new = _reference(*(x.cpu().numpy() for x in (k, v, w)))
+    np.testing.assert_allclose(h.float().cpu().numpy(), want_h.astype(np.float32), rtol=2e-2, atol=2e-2)
+    np.testing.assert_allclose(v_new.float().cpu().numpy(), want_v_new, rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("num_warps", [2, 4, 8])
+@pytest.mark.parametrize("num_stages", [2, 3])
+def test_the_gated_recurrence_on_the_gpu(num_warps, num_stages, cuda_torch):
+    torch = cuda_torch
+    k, v, w, g, h, v_new = (torch.from_numpy(x).cuda() for x in _gated_args())
+    gated_chunked_state[(1,)](k, v, w, g, h, v_new, T, BT=BT, K=K, V=V, num_warps=num_warps, num_stages=num_stages)
+    want_h, want_v_new = _gated_reference(*(x.cpu().numpy() for x in (k, v, w, g)))
     np.testing.assert_allclose(h.float().cpu().numpy(), want_h.astype(np.float32), rtol=2e-2, atol=2e-2)
     np.testing.assert_allclose(v_new.float().cpu().numpy(), want_v_new, rtol=2e-2, atol=2e-2)

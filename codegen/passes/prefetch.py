@@ -1,8 +1,9 @@
 """Software pipelining of loads in loops (with `num_stages` >= 2): each iteration issues
 the loads of the next one before it computes, so their latency overlaps the work.
 
-Every block `load` at the top of a `for` loop's body whose address and mask are pure
-functions of the induction variable and of carried values (themselves advanced by pure
+Every `load` (a block or a scalar) at the top of a `for` loop's body (before its first store, or
+anywhere in a loop whose stores write only what none of its loads reads) whose address and mask
+are pure functions of the induction variable and of carried values (themselves advanced by pure
 ops, like `ptrs += BLOCK_K * stride`) becomes a carried value:
 
     before the loop:   x0 = load(addr(lb, init), mask & lb in range)
@@ -25,7 +26,7 @@ from __future__ import annotations
 from kiln.ir import OPS
 from kiln.ir.core import Operation, Value
 from kiln.ir.ops import GPU_STAGE_OPS
-from kiln.ir.types import block_type, int1
+from kiln.ir.types import block_type, int1, scalar_of
 
 from ..analysis.pointer_roots import stores_unread
 from .rewrite import clone_op, const_int, has_side_effects, is_pure
@@ -43,8 +44,8 @@ STORING_LOOP_REGISTERS = 16
 def apply(fn, ctx) -> None:
     for op in list(fn.walk()):
         if op.name == "for" and _wanted(op, ctx):
-            stores_ok = "num_stages" in op.attrs or stores_unread(op.regions[0], fn)
-            pipeline(op, stores_ok=stores_ok, threads=32 * ctx.num_warps)
+            unread = stores_unread(op.regions[0], fn)
+            pipeline(op, stores_ok="num_stages" in op.attrs or unread, threads=32 * ctx.num_warps, unread=unread)
 
 
 def _cone(value, local_ops):
@@ -103,12 +104,15 @@ def _wanted(loop, ctx) -> bool:
     return ctx.num_stages >= 2 and any(op.name == "dot" for op in loop.regions[0].ops)
 
 
-def pipeline(loop, shared_ok=False, stores_ok=False, threads=128):
+def pipeline(loop, shared_ok=False, stores_ok=False, threads=128, unread=False):
     """Carry loop `loop`'s loads one iteration ahead (see the module's docstring). With
     `shared_ok` the body may hold the GPU stage's shared-memory ops (a loop that
     smem_pipeline rewrote): they write no global memory that a load could read. With
-    `stores_ok` it may store to global memory (the loop asked for stages), within
-    STORING_LOOP_REGISTERS for the `threads` of a program."""
+    `stores_ok` it may store to global memory (the loop asked for stages, or `unread`),
+    within STORING_LOOP_REGISTERS for the `threads` of a program. `unread`: its stores write
+    only arguments none of its loads reads (`stores_unread`, asked before smem_pipeline's
+    rewrite), so a load after a store is carried too: fla's recurrences store the state at
+    the top of each iteration, then load the chunk's gates."""
     body = loop.regions[0]
     allowed = (SHARED_ONLY if shared_ok else set()) | (STORES if stores_ok else set())
     step = const_int(loop.operands[2])
@@ -118,10 +122,11 @@ def pipeline(loop, shared_ok=False, stores_ok=False, threads=128):
     yields = body.ops[-1].operands
     arg_index = {id(a): i for i, a in enumerate(args)}
     candidates = []
+    read = {id(v) for o in body.walk() for v in o.operands}  # (smem_pipeline leaves the loads its rings replaced)
     for op in body.ops:
-        if has_side_effects(op) and not (shared_ok and op.name in SHARED_ONLY):
+        if has_side_effects(op) and not (shared_ok and op.name in SHARED_ONLY) and not unread:
             break  # a load after a store of its own iteration stays after it
-        if op.name != "load" or op.attrs.get("volatile") or not isinstance(op.results[0].type, block_type):
+        if op.name != "load" or op.attrs.get("volatile") or "sem" in op.attrs or id(op.results[0]) not in read:
             continue
         got = address_cone(op, op.operands, body)
         if got is not None:
@@ -129,7 +134,7 @@ def pipeline(loop, shared_ok=False, stores_ok=False, threads=128):
     if not candidates:
         return
     if any(o.name in STORES for o in body.walk()):
-        words = sum(_words(op.results[0].type) for op, *_ in candidates)
+        words = sum(_words(op.results[0].type, threads) for op, *_ in candidates)
         if words > STORING_LOOP_REGISTERS * threads:
             return
     lb = loop.operands[0]
@@ -173,11 +178,12 @@ def pipeline(loop, shared_ok=False, stores_ok=False, threads=128):
         body.ops.insert(i, op)
 
 
-def _words(block) -> int:
-    """The 32-bit registers a block of this type takes, over all threads (a pointer: two)."""
-    element = block.scalar
+def _words(t, threads: int) -> int:
+    """The 32-bit registers a value of type `t` takes over a program's `threads` (a pointer: two;
+    a scalar: every thread's copy)."""
+    element = scalar_of(t)
     bits = 64 if element.is_ptr() else element.primitive_bitwidth
-    return block.numel * max(bits, 32) // 32
+    return (t.numel if isinstance(t, block_type) else threads) * max(bits, 32) // 32
 
 
 def _effects_within(op, allowed) -> bool:
@@ -213,12 +219,13 @@ def _in_range(index, loop, out):
 def _guarded_load(load, mapping, index, loop, out):
     """A clone of `load` whose mask also requires `index` to be an iteration of `loop`; appends
     its ops to `out`."""
-    shape = load.results[0].type.shape
+    loaded = load.results[0].type
     loc = load.loc
-    inside = _in_range(index, loop, out)
-    spread = Operation("splat", [inside], [block_type(int1, shape)], loc=loc)
-    out.append(spread)
-    mask = spread.results[0]
+    mask = _in_range(index, loop, out)
+    if isinstance(loaded, block_type):
+        spread = Operation("splat", [mask], [block_type(int1, loaded.shape)], loc=loc)
+        out.append(spread)
+        mask = spread.results[0]
     operands = [mapping.get(v, v) for v in load.operands]
     if len(operands) > 1:
         both = Operation("and", [operands[1], mask], [mask.type], loc=loc)
