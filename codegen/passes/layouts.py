@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from kiln.ir.core import Block, Operation
 from kiln.ir.index_math import computes_index_math
+from kiln.ir.ops import ELEMENTWISE_OPS
 from kiln.ir.types import block_type
 
 from kiln.ir.layout import (Blocked, Linear, Slice, Wgmma, blocked_for, default_order, mma_layout, same_distribution,
@@ -54,6 +55,15 @@ def _read_back_under(v, depth: int = 6):
     return None
 
 
+def _wgmma_under(v):
+    """The `warp_group_dot` whose result `v` is (through the waits that retire it), or None."""
+    op = v.defining_op
+    while op is not None and op.name == "warp_group_dot_wait":  # (its results are its operands, retired)
+        v = op.operands[v.index]
+        op = v.defining_op
+    return op if op is not None and op.name == "warp_group_dot" else None
+
+
 def _for_of(yield_op):
     """The `for` whose body `yield_op` ends, or None."""
     loop = yield_op.parent.parent
@@ -72,6 +82,25 @@ def _loads_behind(v) -> list:
         return []
     sources = [loop.operands[2 + v.index].defining_op, v.owner.ops[-1].operands[v.index - 1].defining_op]
     return sources if all(s is not None and s.name == "load" for s in sources) else []
+
+
+def _loads_under(v, depth: int = 8) -> list:
+    """The loads `v` is (`_loads_behind`) or is computed from elementwise, through values of its
+    shape (fla's `exp2(g_last - g)`): where `v` is broadcast against a tile, those loads are made in
+    its slice, and the ops between keep it."""
+    found, seen, stack = [], set(), [(v, depth)]
+    while stack:
+        x, left = stack.pop()
+        op = x.defining_op
+        if id(x) in seen or not isinstance(x.type, block_type) or x.type.shape != v.type.shape:
+            continue
+        seen.add(id(x))
+        behind = _loads_behind(x)
+        if behind:
+            found += behind
+        elif op is not None and op.name in ELEMENTWISE_OPS and op.name != "addptr" and left:
+            stack += [(y, left - 1) for y in op.operands]
+    return found
 
 
 def _reads_any(v, values: set, body, depth: int = 12) -> bool:
@@ -235,7 +264,7 @@ class _Assigner:
                 got = self.preferred.get(tuple(op.results[0].type.shape))
                 target = got[1] if got is not None and got[0] >= LOCAL_LOAD else None
             if target is not None:
-                for load in _loads_behind(dims.operands[0]):
+                for load in _loads_under(dims.operands[0]):
                     self.wanted.setdefault(load.results[0], Slice(dims.attrs["axis"], target))
 
     def read_back_beside(self, v, users):
@@ -334,6 +363,24 @@ class _Assigner:
                                    op.operands[1].type.element_ty.name == "int8")
                 if src is not None and acc is not None and src not in self.fragment_reads:
                     self.fragment_reads[src] = Wgmma(acc.warps, a.type.shape[1])
+
+    def note_accumulator_reads(self, fn):
+        """A tile read back that an elementwise op combines with a wgmma result of its shape (fla's
+        `b_v = tl.load(v) - tl.dot(w, h)`, v fetched through a ring for a staged operand) is read
+        back in that accumulator's layout, as Triton reads it: not in runs of 16 bytes converted
+        through shared memory (a barrier) to the accumulator's every iteration."""
+        for op in fn.walk():
+            if op.name not in ELEMENTWISE_BETWEEN or not isinstance(op.results[0].type, block_type):
+                continue
+            dot = next((d for d in map(_wgmma_under, op.operands) if d is not None), None)
+            if dot is None or tuple(dot.results[0].type.shape) != tuple(op.results[0].type.shape):
+                continue
+            acc = wgmma_layout(dot.results[0].type.shape, self.num_warps,
+                               dot.operands[1].type.element_ty.name == "int8")
+            for x in op.operands:
+                src = _read_back_under(x) if isinstance(x.type, block_type) else None
+                if src is not None and acc is not None and src not in self.fragment_reads:
+                    self.fragment_reads[src] = acc
 
     def local_load_layout(self, op):
         """Runs of 16 bytes along the tile's inner dim, lanes side by side: whole rows of
@@ -522,6 +569,7 @@ def _assigned(fn, ctx, broadcasts: dict) -> "_Assigner":
         for v in op.operands:
             assigner.users.setdefault(v, []).append(op)
     assigner.note_fragment_reads(fn)
+    assigner.note_accumulator_reads(fn)
     for op in fn.walk():
         if op.name in MEMORY_OPS:
             assigner.anchor(op)
