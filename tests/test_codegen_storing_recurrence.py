@@ -206,15 +206,17 @@ def test_the_gates_after_the_store_are_loaded_an_iteration_ahead(num_warps):
     assert len(loads) == 2 and max(loads) < first_wait
 
 
-@pytest.mark.parametrize("num_warps", [4, 8])
+@pytest.mark.parametrize("num_warps", [2, 4, 8])
 def test_the_gated_chunk_meets_the_accumulator_in_its_layout(num_warps):
-    """v, read back from its ring to be subtracted from a wgmma result, is read in the accumulator's
-    layout, and the gates, broadcast against it after exp2, are loaded in a slice of it: nothing is
-    converted into the accumulator's layout through shared memory (a barrier each) in the loop."""
+    """v, read back from its ring to be subtracted from a dot's result, is read in the accumulator's
+    layout (wgmma's at 4 and 8 warps, mma.sync's at 2), and the gates, broadcast against it after
+    exp2, are loaded in a slice of it: nothing is converted into the accumulator's layout through
+    shared memory (a barrier each) in the loop."""
     loop = _loop_text(_built(gated_chunked_state, *_gated_args(), T, num_warps=num_warps, BT=BT, K=K, V=V).kir)
-    assert re.search(r"= local_load %\d+ : <64x32xfp16:wgmma:", loop)
-    assert re.search(r"= load %\d+, %\d+, %\d+ : <64xfp32:slice1:wgmma:", loop)
-    assert not re.search(r"convert_layout %\d+ \{scratch = [^}]*\} : <[^>]*:wgmma:", loop)
+    acc = re.search(r"= (?:warp_group_dot|mma_dot) [^:]*: <64x32xfp32:([^>]*)>", loop).group(1)
+    assert re.search(rf"= local_load %\d+ : <64x32xfp16:{re.escape(acc)}>", loop)
+    assert re.search(rf"= load %\d+, %\d+, %\d+ : <64xfp32:slice1:{re.escape(acc)}>", loop)
+    assert not re.search(rf"convert_layout %\d+ \{{scratch = [^}}]*\}} : <[^:]*:{re.escape(acc)}>", loop)
 
 
 def test_the_recurrence_assembles_for_sm_90a():

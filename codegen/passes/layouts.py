@@ -55,13 +55,14 @@ def _read_back_under(v, depth: int = 6):
     return None
 
 
-def _wgmma_under(v):
-    """The `warp_group_dot` whose result `v` is (through the waits that retire it), or None."""
+def _dot_under(v):
+    """The dot (`dot`, `mma_dot`, `warp_group_dot`) whose result `v` is, through the waits that
+    retire a wgmma, or None."""
     op = v.defining_op
     while op is not None and op.name == "warp_group_dot_wait":  # (its results are its operands, retired)
         v = op.operands[v.index]
         op = v.defining_op
-    return op if op is not None and op.name == "warp_group_dot" else None
+    return op if op is not None and op.name in ("dot", "mma_dot", "warp_group_dot") else None
 
 
 def _for_of(yield_op):
@@ -365,22 +366,30 @@ class _Assigner:
                     self.fragment_reads[src] = Wgmma(acc.warps, a.type.shape[1])
 
     def note_accumulator_reads(self, fn):
-        """A tile read back that an elementwise op combines with a wgmma result of its shape (fla's
-        `b_v = tl.load(v) - tl.dot(w, h)`, v fetched through a ring for a staged operand) is read
-        back in that accumulator's layout, as Triton reads it: not in runs of 16 bytes converted
-        through shared memory (a barrier) to the accumulator's every iteration."""
+        """A tile read back that an elementwise op combines with a tensor-core dot's result of its
+        shape (fla's `b_v = tl.load(v) - tl.dot(w, h)`, v fetched through a ring for a staged
+        operand) is read back in that accumulator's layout, as Triton reads it: not in runs of 16
+        bytes converted through shared memory (a barrier) to the accumulator's every iteration.
+        After the dots' anchors: they fix the accumulators' layouts."""
         for op in fn.walk():
             if op.name not in ELEMENTWISE_BETWEEN or not isinstance(op.results[0].type, block_type):
                 continue
-            dot = next((d for d in map(_wgmma_under, op.operands) if d is not None), None)
-            if dot is None or tuple(dot.results[0].type.shape) != tuple(op.results[0].type.shape):
-                continue
-            acc = wgmma_layout(dot.results[0].type.shape, self.num_warps,
-                               dot.operands[1].type.element_ty.name == "int8")
-            for x in op.operands:
+            shape = tuple(op.results[0].type.shape)
+            acc = next((a for a in (self.accumulator_of(x, shape) for x in op.operands) if a is not None), None)
+            for x in op.operands if acc is not None else ():
                 src = _read_back_under(x) if isinstance(x.type, block_type) else None
-                if src is not None and acc is not None and src not in self.fragment_reads:
+                if src is not None and src not in self.fragment_reads:
                     self.fragment_reads[src] = acc
+
+    def accumulator_of(self, v, shape):
+        """The layout of the accumulator `v` is, where it is a tensor-core dot's result of `shape`."""
+        dot = _dot_under(v)
+        if dot is None or tuple(dot.results[0].type.shape) != shape:
+            return None
+        if dot.name == "warp_group_dot":
+            return self.wgmma_results.get(dot.results[0])
+        got = self.preferred.get(shape)  # an mma layout anchor_dot gave the shape, if the dot runs on mma
+        return got[1] if got is not None and got[0] >= 1 << 30 else None
 
     def local_load_layout(self, op):
         """Runs of 16 bytes along the tile's inner dim, lanes side by side: whole rows of
@@ -569,7 +578,6 @@ def _assigned(fn, ctx, broadcasts: dict) -> "_Assigner":
         for v in op.operands:
             assigner.users.setdefault(v, []).append(op)
     assigner.note_fragment_reads(fn)
-    assigner.note_accumulator_reads(fn)
     for op in fn.walk():
         if op.name in MEMORY_OPS:
             assigner.anchor(op)
@@ -577,6 +585,7 @@ def _assigned(fn, ctx, broadcasts: dict) -> "_Assigner":
             assigner.anchor_dot(op)
         elif op.name == "local_load":
             assigner.anchor_local_load(op)
+    assigner.note_accumulator_reads(fn)
     assigner.hint_slices(fn)
     for arg in fn.args:
         if isinstance(arg.type, block_type):
