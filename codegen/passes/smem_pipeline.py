@@ -23,8 +23,9 @@ operand comes one of four ways:
            is not the accumulator's register order; int8 likewise; a dequantized B),
            stored each iteration into a ring of 2 or 3 tiles (`staged_slots`; K-major, a
            16-bit B N-major), then a fence and a barrier. The 2-D loads it is computed from come
-           through rings too and are read back from their tiles (`local_load`); the loop's
-           other loads are then carried one iteration ahead in registers (prefetch).
+           through rings too and are read back from their tiles (`local_load`), and in a loop
+           that stores its vectors too (fla's gates); the loop's other loads are then carried
+           one iteration ahead in registers (prefetch).
 
 The rewritten loop:
     before the loop:  the rings; the copies of iterations 0 .. S-2 issued (`async_copy`,

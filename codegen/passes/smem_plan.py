@@ -241,7 +241,7 @@ def _staged_tile(t, role, instr_extent, inner=None):
     return shared_type(elem, t.shape, swizzle, (1, 0)) if swizzle >= 32 else None
 
 
-def _fetched_loads(dots, body, ring_loads, ctx, fetch_regs):
+def _fetched_loads(dots, body, ring_loads, ctx, fetch_regs, staged_vectors=False):
     """The loads in the body that staged operands (a dequantized B's raw weights and scales) or,
     with `fetch_regs` (wgmma's), register A operands (`(a * s).to(fp16)`) are computed from and
     that a cp.async ring can copy ahead too: {id: (load, tile)}. The body then reads them from
@@ -250,7 +250,10 @@ def _fetched_loads(dots, body, ring_loads, ctx, fetch_regs):
     conversion. A vector a register A is computed from (attention backward's row statistics M
     and Delta, broadcast against the scores) is fetched on every target, `fetch_regs` or not:
     loaded in the iteration, its latency lands between two dots (ptxas sinks the load to its use
-    where registers are short), where Triton's pipeliner reads it from shared memory too."""
+    where registers are short), where Triton's pipeliner reads it from shared memory too. With
+    `staged_vectors` (a loop that stores: fla's recurrences) so is a vector a staged operand is
+    computed from (the chunk's gates): carried in registers past the loop's stores instead (prefetch),
+    it cost fla's chunk_fwd_kernel_h 15-22 registers at 4 and 8 warps, the ring 5-7."""
     found, seen = {}, set()
     stack = [(src[1], src[0] == "regs") for _, sources in dots.values() for src, _ in sources
              if src[0] in ("staged", "regs")]
@@ -261,7 +264,7 @@ def _fetched_loads(dots, body, ring_loads, ctx, fetch_regs):
             continue
         seen.add((id(op), fragment))
         if op.name == "load":
-            if fragment and len(op.results[0].type.shape) == 1:
+            if (fragment or staged_vectors) and len(op.results[0].type.shape) == 1:
                 tile = _vector_tile(op, ctx)
             else:
                 tile = _fetch_tile(op, ctx, swizzled=fragment) if fetch_regs or not fragment else None
@@ -472,7 +475,8 @@ def plan_loop(loop, stages, fn, ctx, kind, in_registers=frozenset()):
     step = const_int(loop.operands[2])
     if step is None or step <= 0:
         return None
-    if any(has_side_effects(o) for o in body.ops) and not stores_unread(body, fn):
+    storing = any(has_side_effects(o) for o in body.ops)
+    if storing and not stores_unread(body, fn):
         return None  # (copies issued ahead of an iteration's stores: only where none reads what they write)
     uses = {}
     for op in body.walk():
@@ -519,7 +523,7 @@ def plan_loop(loop, stages, fn, ctx, kind, in_registers=frozenset()):
     for fetch_regs in ((True, False) if kind == "wgmma" else (False,)):
         fetched = {}
         all_rings = list(rings)
-        for key, (load, tile) in _fetched_loads(dots, body, loads, ctx, fetch_regs).items():
+        for key, (load, tile) in _fetched_loads(dots, body, loads, ctx, fetch_regs, storing).items():
             cone = address_cone(load, load_address(load), body)
             if cone is not None:
                 fetched[key] = load
