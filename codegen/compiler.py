@@ -167,6 +167,12 @@ def _ctas(kernel, tgt) -> int:
     return occupancy.ctas_per_sm(md["n_regs"], md["threads"], md["shared"], tgt.capability)
 
 
+def _resident_threads(kernel, tgt) -> int:
+    """How many threads of a compiled kernel an SM holds at once (a build widened to 8 warps holds
+    as many in one CTA as one of 4 warps in two)."""
+    return _ctas(kernel, tgt) * kernel.metadata["threads"]
+
+
 def _persistent(arg_layout) -> bool:
     """Did the persistent pass rewrite the kernel (it adds the launch grid's arguments)?"""
     return any("launch_grid" in a for a in arg_layout)
@@ -417,7 +423,8 @@ def _compile(fn, target: str, options: dict | None, check: bool, link: bool, cou
                 held < occupancy.ctas_per_sm(n_regs, threads, shared - facts["staging"], tgt.capability):
             # the dots' buffers of their own may cost a CTA per SM: each dot staging in the scratch area
             plain = _compile(_without(fn, "dot_staging"), target, options, check, link, counts)
-            if _ctas(plain, tgt) > held:
+            # more threads a SM, or as many and fewer spills (the plain build may come widened: _widened)
+            if (_resident_threads(plain, tgt), -plain.n_spills) > (held * threads, -n_spills):
                 return plain
     metadata = {
         "name": fn.name, "target": tgt.name, "num_warps": opts["num_warps"], "num_stages": opts["num_stages"],

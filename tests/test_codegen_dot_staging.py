@@ -119,6 +119,24 @@ def test_dot_buffers_that_cost_a_cta_per_sm_give_way_to_the_scratch_area():
     assert built.metadata["shared"] < 20000 and _ctas(built) > ctas_by_shared(planned.metadata["shared"], 90)
 
 
+def test_a_build_without_the_buffers_widened_to_8_warps_counts_its_threads(monkeypatch):
+    """The build without the dots' buffers may come back widened to 8 warps (it spilled on 4: fla's
+    chunk_fwd_mesa_cg_dim64_kernel at one stage). One CTA of 256 threads holds more of the SM than two
+    staged CTAs of 64 threads: it is the one kept, though it is one CTA an SM against two."""
+    from kiln.codegen import compiler
+    real = compiler._compile
+
+    def plain_comes_widened(fn, target, options, check, link, counts, may_widen=True):
+        built = real(fn, target, options, check, link, counts, may_widen)
+        if fn.attrs.get("dot_staging") == 0:  # stands in for _widened's 8-warp build: 200 registers, no spills
+            built.metadata.update(n_regs=200, threads=256, n_spills=0)
+        return built
+    monkeypatch.setattr(compiler, "_compile", plain_comes_widened)
+    built = compile_ir(parse_function(_four_dot_ir(2)), "sm_90a", {"num_warps": 2, "num_stages": 1})
+    assert built.metadata["threads"] == 256 and _ctas(built) == 1
+    assert "dot_staging = 0" in built.kir
+
+
 def test_dot_buffers_that_cost_no_cta_stay():
     """Eight warps, four 64x64x32 dots: 256 threads of ~128 registers hold the SM to two CTAs, as
     the buffers (4 x 2 x 9728 bytes) do: they stay, and the kernel is built once."""
