@@ -62,6 +62,26 @@ def gated_chunked_state(k_ptr, v_ptr, w_ptr, g_ptr, h_ptr, v_new_ptr, T, BT: tl.
 
 
 @kiln.jit
+def scaled_chunk_state(k_ptr, v_ptr, g_ptr, h_ptr, T, BT: tl.constexpr, K: tl.constexpr, V: tl.constexpr):
+    """fla's chunk_fwd_kernel_h (simple_gla's): each chunk's v scaled by its gates is B of the state's dot;
+    with K = BT the chunk's v has the state's shape."""
+    rows = tl.arange(0, BT)
+    ks = tl.arange(0, K)
+    vs = tl.arange(0, V)
+    h = tl.zeros((K, V), dtype=tl.float32)
+    for t in range(tl.cdiv(T, BT)):
+        tl.store(h_ptr + t * K * V + ks[:, None] * V + vs[None, :], h.to(tl.float16))
+        at = t * BT + rows
+        inside = at < T
+        kt = tl.load(k_ptr + at[None, :] * K + ks[:, None], mask=inside[None, :], other=0.0)
+        v = tl.load(v_ptr + at[:, None] * V + vs[None, :], mask=inside[:, None], other=0.0)
+        g_last = tl.load(g_ptr + tl.minimum((t + 1) * BT, T) - 1)
+        g = tl.load(g_ptr + at, mask=inside, other=0.0)
+        v = (v * tl.exp(g_last - g)[:, None]).to(tl.float16)
+        h = tl.dot(kt, v, h * tl.exp(g_last))
+
+
+@kiln.jit
 def offset_rows(x_ptr, y_ptr, starts_ptr, n, B: tl.constexpr):
     """A sequence's rows start where `starts` says (fla's varlen `bos`): a loaded offset moves the
     addresses within x's and y's memory, so the loop still stores only what it does not load."""
@@ -222,6 +242,18 @@ def test_the_gated_chunk_meets_the_accumulator_in_its_layout(num_warps):
     assert not re.search(rf"convert_layout %\d+ \{{scratch = [^}}]*\}} : <[^:]*:{re.escape(acc)}>", loop)
 
 
+@pytest.mark.parametrize("num_warps", [2, 4])
+def test_a_chunk_of_the_state_s_shape_is_scaled_where_it_is_read_back(num_warps):
+    """v (BT x V) has the state's shape (K x V) when K = BT: the gates' broadcast takes the read-back
+    tile's layout, not the accumulator's that the shape prefers, so v is not converted into the
+    accumulator's layout through shared memory to be scaled (simple_gla's chunk_fwd_kernel_h at
+    BK 64: 9 KB and a barrier an iteration)."""
+    k, v, w, g, h, _ = _gated_args()
+    loop = _loop_text(_built(scaled_chunk_state, k, v, g, h, T, num_warps=num_warps, BT=BT, K=K, V=V).kir)
+    assert "local_load" in loop  # v read back from its ring
+    assert not re.search(r"convert_layout %\d+ \{scratch = [^}]*\} : <64x32xfp32:", loop)
+
+
 def test_the_recurrence_assembles_for_sm_90a():
     from kiln.codegen import compile
     warm = chunked_state.warmup(*_args(), T, BT=BT, K=K, V=V, grid=(1,), target="sm_90a")
@@ -268,6 +300,25 @@ def test_the_gated_recurrence_matches_numpy(num_warps):
     want_h, want_v_new = _gated_reference(k, v, w, g)
     np.testing.assert_allclose(h.astype(np.float32), want_h.astype(np.float32), rtol=2e-2, atol=2e-2)
     np.testing.assert_allclose(v_new.astype(np.float32), want_v_new, rtol=2e-2, atol=2e-2)
+
+
+def _scaled_emulated(num_warps):
+    from kiln.codegen.emulate import run_on_cpu
+    k, v, _, g, h, _ = _gated_args()
+    kernel = scaled_chunk_state.warmup(k, v, g, h, T, BT=BT, K=K, V=V, grid=(1,), target="sm_90a")
+    run_on_cpu(kernel.ir, (1,), [k, v, g, h, T], num_warps=num_warps, options={"num_stages": 3})
+    return (k, v, g), h
+
+
+def test_the_scaled_chunk_recurrence_matches_numpy():
+    (k, v, g), h = in_child(_scaled_emulated, 2, timeout=600)
+    state, want = np.zeros((K, V), np.float32), []
+    for t in range(0, T, BT):
+        want.append(state.astype(np.float16))
+        last = g[min(t + BT, T) - 1]
+        scaled = (v[t:t + BT].astype(np.float32) * np.exp(last - g[t:t + BT])[:, None]).astype(np.float16)
+        state = state * np.exp(last) + k[t:t + BT].astype(np.float32).T @ scaled.astype(np.float32)
+    np.testing.assert_allclose(h.astype(np.float32), np.stack(want).astype(np.float32), rtol=2e-2, atol=2e-2)
 
 
 @pytest.mark.parametrize("num_warps", [2, 4])

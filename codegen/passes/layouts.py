@@ -434,6 +434,8 @@ class _Assigner:
             self.set(r, self.broadcasts[r])
             return
         pref = self.prefer_for(r)
+        beside = self.read_back_beside(r, self.users)  # (a tile read back that it scales: its layout, not a dot's
+        pref = beside if beside is not None else pref  # of the same shape, which would convert the tile)
         self.set(r, pref if src is None or same_distribution(src, pref, tuple(op.operands[0].type.shape), self.num_warps) else src)
 
     def op_reshape(self, op):
