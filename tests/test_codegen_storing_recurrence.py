@@ -18,9 +18,11 @@ from test_codegen_emulate import in_child
 
 
 @kiln.jit
-def chunked_state(k_ptr, v_ptr, w_ptr, h_ptr, v_new_ptr, T, BT: tl.constexpr, K: tl.constexpr,
-                  V: tl.constexpr):
-    """Per chunk t: h_t stored, v_new = v - w @ h, h += k^T @ v_new."""
+def chunked_state(k_ptr, v_ptr, w_ptr, g_ptr, h_ptr, v_new_ptr, T, BT: tl.constexpr, K: tl.constexpr,
+                  V: tl.constexpr, GATED: tl.constexpr):
+    """Per chunk t: h_t stored, v_new = v - w @ h, h += k^T @ v_new. GATED: fla's scalar gate, each
+    chunk's gates `g` (a vector) and its last gate (a scalar) loaded after the state's store, decaying
+    the state and scaling v_new."""
     rows = tl.arange(0, BT)
     ks = tl.arange(0, K)
     vs = tl.arange(0, V)
@@ -34,31 +36,12 @@ def chunked_state(k_ptr, v_ptr, w_ptr, h_ptr, v_new_ptr, T, BT: tl.constexpr, K:
         kt = tl.load(k_ptr + at[None, :] * K + ks[:, None], mask=inside[None, :], other=0.0)
         v_new = v.to(tl.float32) - tl.dot(w, h.to(tl.float16))
         tl.store(v_new_ptr + at[:, None] * V + vs[None, :], v_new.to(tl.float16), mask=inside[:, None])
+        if GATED:
+            g_last = tl.load(g_ptr + tl.minimum((t + 1) * BT, T) - 1)
+            g = tl.load(g_ptr + at, mask=inside, other=0.0)
+            v_new = v_new * tl.where(inside, tl.exp(g_last - g), 0.0)[:, None]
+            h = h * tl.exp(g_last)
         h = tl.dot(kt, v_new.to(tl.float16), h)
-
-
-@kiln.jit
-def gated_chunked_state(k_ptr, v_ptr, w_ptr, g_ptr, h_ptr, v_new_ptr, T, BT: tl.constexpr, K: tl.constexpr,
-                        V: tl.constexpr):
-    """chunked_state with fla's scalar gate: each chunk's gates `g` (a vector) and its last gate (a
-    scalar) are loaded after the state's store, decay the state and scale v_new."""
-    rows = tl.arange(0, BT)
-    ks = tl.arange(0, K)
-    vs = tl.arange(0, V)
-    h = tl.zeros((K, V), dtype=tl.float32)
-    for t in range(tl.cdiv(T, BT)):
-        tl.store(h_ptr + t * K * V + ks[:, None] * V + vs[None, :], h.to(tl.float16))
-        at = t * BT + rows
-        inside = at < T
-        w = tl.load(w_ptr + at[:, None] * K + ks[None, :], mask=inside[:, None], other=0.0)
-        v = tl.load(v_ptr + at[:, None] * V + vs[None, :], mask=inside[:, None], other=0.0)
-        kt = tl.load(k_ptr + at[None, :] * K + ks[:, None], mask=inside[None, :], other=0.0)
-        v_new = v.to(tl.float32) - tl.dot(w, h.to(tl.float16))
-        tl.store(v_new_ptr + at[:, None] * V + vs[None, :], v_new.to(tl.float16), mask=inside[:, None])
-        g_last = tl.load(g_ptr + tl.minimum((t + 1) * BT, T) - 1)
-        g = tl.load(g_ptr + at, mask=inside, other=0.0)
-        v_new = v_new * tl.where(inside, tl.exp(g_last - g), 0.0)[:, None]
-        h = tl.dot(kt, v_new.to(tl.float16), h * tl.exp(g_last))
 
 
 @kiln.jit
@@ -119,15 +102,18 @@ T, BT, K, V = 150, 64, 64, 32  # wgmma: 64 rows a warpgroup
 
 
 def _args():
+    """k, v, w, the gates (fla's cumulative log-gates: falling), h and v_new."""
     rng = np.random.default_rng(5)
     k = (rng.standard_normal((T, K)) / 8).astype(np.float16)
     v = rng.standard_normal((T, V)).astype(np.float16)
     w = (rng.standard_normal((T, K)) / 8).astype(np.float16)
+    g = np.cumsum(-rng.random(T) / 16).astype(np.float32)
     chunks = -(-T // BT)
-    return k, v, w, np.zeros((chunks, K, V), np.float16), np.zeros((T, V), np.float16)
+    return k, v, w, g, np.zeros((chunks, K, V), np.float16), np.zeros((T, V), np.float16)
 
 
-def _reference(k, v, w):
+def _reference(k, v, w, g=None):
+    """The states stored and v_new, gated by `g` where it is given."""
     h = np.zeros((K, V), np.float32)
     hs, v_news = [], []
     for t in range(0, T, BT):
@@ -135,27 +121,11 @@ def _reference(k, v, w):
         h16 = h.astype(np.float16).astype(np.float32)
         v_new = v[t:t + BT].astype(np.float32) - w[t:t + BT].astype(np.float32) @ h16
         v_news.append(v_new)
+        if g is not None:
+            last = g[min(t + BT, T) - 1]
+            v_new = v_new * np.exp(last - g[t:t + BT])[:, None]
+            h = h * np.exp(last)
         h = h + k[t:t + BT].astype(np.float32).T @ v_new.astype(np.float16).astype(np.float32)
-    return np.stack(hs), np.concatenate(v_news)
-
-
-def _gated_args():
-    rng = np.random.default_rng(6)
-    g = np.cumsum(-rng.random(T) / 16).astype(np.float32)  # fla's cumulative log-gates: falling
-    return (*_args()[:3], g, *_args()[3:])
-
-
-def _gated_reference(k, v, w, g):
-    h = np.zeros((K, V), np.float32)
-    hs, v_news = [], []
-    for t in range(0, T, BT):
-        hs.append(h.astype(np.float16))
-        h16 = h.astype(np.float16).astype(np.float32)
-        v_new = v[t:t + BT].astype(np.float32) - w[t:t + BT].astype(np.float32) @ h16
-        v_news.append(v_new)
-        last = g[min(t + BT, T) - 1]
-        v_new = v_new * np.exp(last - g[t:t + BT])[:, None]
-        h = h * np.exp(last) + k[t:t + BT].astype(np.float32).T @ v_new.astype(np.float16).astype(np.float32)
     return np.stack(hs), np.concatenate(v_news)
 
 
@@ -170,7 +140,7 @@ def _loop_text(kir: str) -> str:
 
 
 def test_the_recurrence_s_stores_are_unread_by_its_loads():
-    kernel = chunked_state.warmup(*_args(), T, BT=BT, K=K, V=V, grid=(1,), target="sm_90a")
+    kernel = chunked_state.warmup(*_args(), T, BT=BT, K=K, V=V, GATED=False, grid=(1,), target="sm_90a")
     fn = parse_function(kernel.asm["kir"])
     loop = next(op for op in fn.walk() if op.name == "for")
     names = lambda ids: sorted(fn.arg_names[i] for i, a in enumerate(fn.args) if id(a) in ids)  # noqa: E731
@@ -208,7 +178,7 @@ def test_a_pointer_loaded_from_memory_is_no_known_argument():
 
 @pytest.mark.parametrize("num_warps", [4, 8])
 def test_the_recurrence_runs_on_wgmma_with_its_inputs_on_rings(num_warps):
-    loop = _loop_text(_built(chunked_state, *_args(), T, num_warps=num_warps, BT=BT, K=K, V=V).kir)
+    loop = _loop_text(_built(chunked_state, *_args(), T, num_warps=num_warps, BT=BT, K=K, V=V, GATED=False).kir)
     assert loop.count("warp_group_dot ") == 2
     assert "tma_copy" in loop or "async_copy" in loop  # w, v and k copied ahead into rings
     assert loop.count(" = load ") == 0
@@ -219,7 +189,7 @@ def test_the_gates_after_the_store_are_loaded_ahead(num_warps):
     """The gates, loaded after the state's store, wait for nothing in the iteration: the vector comes
     through a ring of one-row tiles with the chunk's tiles (as Triton copies it), the scalar is carried
     (each iteration loads the next one's at its top, before it waits for its own copies)."""
-    loop = _loop_text(_built(gated_chunked_state, *_gated_args(), T, num_warps=num_warps, BT=BT, K=K, V=V).kir)
+    loop = _loop_text(_built(chunked_state, *_args(), T, num_warps=num_warps, BT=BT, K=K, V=V, GATED=True).kir)
     header = loop[:loop.index(" loc(")]
     assert header.endswith(", fp32")  # the last gate, carried
     lines = loop.splitlines()
@@ -235,7 +205,7 @@ def test_the_gated_chunk_meets_the_accumulator_in_its_layout(num_warps):
     layout (wgmma's at 4 and 8 warps, mma.sync's at 2), and the gates, broadcast against it after
     exp2, are read back in a slice of it: nothing is converted into the accumulator's layout through
     shared memory (a barrier each) in the loop."""
-    loop = _loop_text(_built(gated_chunked_state, *_gated_args(), T, num_warps=num_warps, BT=BT, K=K, V=V).kir)
+    loop = _loop_text(_built(chunked_state, *_args(), T, num_warps=num_warps, BT=BT, K=K, V=V, GATED=True).kir)
     acc = re.search(r"= (?:warp_group_dot|mma_dot) [^:]*: <64x32xfp32:([^>]*)>", loop).group(1)
     assert re.search(rf"= local_load %\d+ : <64x32xfp16:{re.escape(acc)}>", loop)
     assert re.search(rf"= local_load %\d+ : <64xfp32:slice1:{re.escape(acc)}>", loop)
@@ -248,7 +218,7 @@ def test_a_chunk_of_the_state_s_shape_is_scaled_where_it_is_read_back(num_warps)
     tile's layout, not the accumulator's that the shape prefers, so v is not converted into the
     accumulator's layout through shared memory to be scaled (simple_gla's chunk_fwd_kernel_h at
     BK 64: 9 KB and a barrier an iteration)."""
-    k, v, w, g, h, _ = _gated_args()
+    k, v, w, g, h, _ = _args()
     loop = _loop_text(_built(scaled_chunk_state, k, v, g, h, T, num_warps=num_warps, BT=BT, K=K, V=V).kir)
     assert "local_load" in loop  # v read back from its ring
     assert not re.search(r"convert_layout %\d+ \{scratch = [^}]*\} : <64x32xfp32:", loop)
@@ -256,7 +226,7 @@ def test_a_chunk_of_the_state_s_shape_is_scaled_where_it_is_read_back(num_warps)
 
 def test_the_recurrence_assembles_for_sm_90a():
     from kiln.codegen import compile
-    warm = chunked_state.warmup(*_args(), T, BT=BT, K=K, V=V, grid=(1,), target="sm_90a")
+    warm = chunked_state.warmup(*_args(), T, BT=BT, K=K, V=V, GATED=False, grid=(1,), target="sm_90a")
     built = compile(parse_function(warm.asm["kir"]), "sm_90a", {"num_warps": 4, "num_stages": 3})
     assert built.cubin and built.n_spills == 0
     assert "wgmma.mma_async" in built.ptx
@@ -273,38 +243,23 @@ def _portable_loop(num_warps):
     from kiln.codegen.compiler import _options, lower_to_llvm
     from kiln.codegen.target import parse_target
     from kiln.ir import copy_function
-    kernel = chunked_state.warmup(*_args(), T, BT=BT, K=K, V=V, grid=(1,), target="sm_90a")
+    kernel = chunked_state.warmup(*_args(), T, BT=BT, K=K, V=V, GATED=False, grid=(1,), target="sm_90a")
     opts = _options({"num_warps": num_warps, "num_stages": 3})
     return _loop_text(lower_to_llvm(copy_function(kernel.ir), parse_target("sm_90a"), opts, portable=True)[0])
 
 
-def _emulated(num_warps):
+def _emulated(num_warps, gated):
     from kiln.codegen.emulate import run_on_cpu
-    k, v, w, h, v_new = _args()
-    kernel = chunked_state.warmup(k, v, w, h, v_new, T, BT=BT, K=K, V=V, grid=(1,), target="sm_90a")
-    run_on_cpu(kernel.ir, (1,), [k, v, w, h, v_new, T], num_warps=num_warps, options={"num_stages": 3})
-    return (k, v, w), h, v_new
-
-
-def _gated_emulated(num_warps):
-    from kiln.codegen.emulate import run_on_cpu
-    k, v, w, g, h, v_new = _gated_args()
-    kernel = gated_chunked_state.warmup(k, v, w, g, h, v_new, T, BT=BT, K=K, V=V, grid=(1,), target="sm_90a")
+    k, v, w, g, h, v_new = _args()
+    kernel = chunked_state.warmup(k, v, w, g, h, v_new, T, BT=BT, K=K, V=V, GATED=gated, grid=(1,),
+                                  target="sm_90a")
     run_on_cpu(kernel.ir, (1,), [k, v, w, g, h, v_new, T], num_warps=num_warps, options={"num_stages": 3})
-    return (k, v, w, g), h, v_new
-
-
-@pytest.mark.parametrize("num_warps", [2, 4])
-def test_the_gated_recurrence_matches_numpy(num_warps):
-    (k, v, w, g), h, v_new = in_child(_gated_emulated, num_warps, timeout=600)
-    want_h, want_v_new = _gated_reference(k, v, w, g)
-    np.testing.assert_allclose(h.astype(np.float32), want_h.astype(np.float32), rtol=2e-2, atol=2e-2)
-    np.testing.assert_allclose(v_new.astype(np.float32), want_v_new, rtol=2e-2, atol=2e-2)
+    return (k, v, w, g if gated else None), h, v_new
 
 
 def _scaled_emulated(num_warps):
     from kiln.codegen.emulate import run_on_cpu
-    k, v, _, g, h, _ = _gated_args()
+    k, v, _, g, h, _ = _args()
     kernel = scaled_chunk_state.warmup(k, v, g, h, T, BT=BT, K=K, V=V, grid=(1,), target="sm_90a")
     run_on_cpu(kernel.ir, (1,), [k, v, g, h, T], num_warps=num_warps, options={"num_stages": 3})
     return (k, v, g), h
@@ -321,35 +276,26 @@ def test_the_scaled_chunk_recurrence_matches_numpy():
     np.testing.assert_allclose(h.astype(np.float32), np.stack(want).astype(np.float32), rtol=2e-2, atol=2e-2)
 
 
+@pytest.mark.parametrize("gated", [False, True])
 @pytest.mark.parametrize("num_warps", [2, 4])
-def test_the_pipelined_recurrence_matches_numpy(num_warps):
+def test_the_pipelined_recurrence_matches_numpy(num_warps, gated):
     assert "async_copy" in _portable_loop(num_warps)  # as emulated: mma.sync on cp.async rings
-    (k, v, w), h, v_new = in_child(_emulated, num_warps, timeout=600)
-    want_h, want_v_new = _reference(k, v, w)
+    inputs, h, v_new = in_child(_emulated, num_warps, gated, timeout=600)
+    want_h, want_v_new = _reference(*inputs)
     np.testing.assert_allclose(h.astype(np.float32), want_h.astype(np.float32), rtol=2e-2, atol=2e-2)
     np.testing.assert_allclose(v_new.astype(np.float32), want_v_new, rtol=2e-2, atol=2e-2)
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("gated", [False, True])
 @pytest.mark.parametrize("num_warps", [2, 4, 8])
 @pytest.mark.parametrize("num_stages", [2, 3])
-def test_the_recurrence_on_the_gpu(num_warps, num_stages, cuda_torch):
+def test_the_recurrence_on_the_gpu(num_warps, num_stages, gated, cuda_torch):
     """As built for the GPU: wgmma from rings at 4 and 8 warps, mma.sync from cp.async rings at 2."""
     torch = cuda_torch
-    k, v, w, h, v_new = (torch.from_numpy(x).cuda() for x in _args())
-    chunked_state[(1,)](k, v, w, h, v_new, T, BT=BT, K=K, V=V, num_warps=num_warps, num_stages=num_stages)
-    want_h, want_v_new = _reference(*(x.cpu().numpy() for x in (k, v, w)))
-    np.testing.assert_allclose(h.float().cpu().numpy(), want_h.astype(np.float32), rtol=2e-2, atol=2e-2)
-    np.testing.assert_allclose(v_new.float().cpu().numpy(), want_v_new, rtol=2e-2, atol=2e-2)
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("num_warps", [2, 4, 8])
-@pytest.mark.parametrize("num_stages", [2, 3])
-def test_the_gated_recurrence_on_the_gpu(num_warps, num_stages, cuda_torch):
-    torch = cuda_torch
-    k, v, w, g, h, v_new = (torch.from_numpy(x).cuda() for x in _gated_args())
-    gated_chunked_state[(1,)](k, v, w, g, h, v_new, T, BT=BT, K=K, V=V, num_warps=num_warps, num_stages=num_stages)
-    want_h, want_v_new = _gated_reference(*(x.cpu().numpy() for x in (k, v, w, g)))
+    k, v, w, g, h, v_new = (torch.from_numpy(x).cuda() for x in _args())
+    chunked_state[(1,)](k, v, w, g, h, v_new, T, BT=BT, K=K, V=V, GATED=gated, num_warps=num_warps,
+                        num_stages=num_stages)
+    want_h, want_v_new = _reference(*(x.cpu().numpy() for x in (k, v, w)), g.cpu().numpy() if gated else None)
     np.testing.assert_allclose(h.float().cpu().numpy(), want_h.astype(np.float32), rtol=2e-2, atol=2e-2)
     np.testing.assert_allclose(v_new.float().cpu().numpy(), want_v_new, rtol=2e-2, atol=2e-2)

@@ -251,8 +251,8 @@ import torch
 import test_codegen_small_dot_rings as small
 import test_codegen_storing_recurrence as rec
 for warps in (2, 4, 8):
-    rec.test_the_recurrence_on_the_gpu(warps, 3, torch)
-    rec.test_the_gated_recurrence_on_the_gpu(warps, 2, torch)
+    rec.test_the_recurrence_on_the_gpu(warps, 3, False, torch)
+    rec.test_the_recurrence_on_the_gpu(warps, 2, True, torch)
 for bm in (16, 32):
     small.test_the_sub_chunk_loop_on_the_gpu(bm, torch)
 torch.cuda.synchronize()
