@@ -111,7 +111,6 @@ from kiln.ir.core import Operation, Value
 from kiln.ir.types import block_type, int1, int32, int64, shared_type
 
 from ..analysis import axis_info
-from ..analysis.pointer_roots import stores_unread
 from . import descriptor_loads, prefetch
 from ..analysis import Analysis
 from .rewrite import append_const, append_op, clone_op, const_int, in_loop, insert_ops, slot_after, constant_trips
@@ -140,12 +139,11 @@ def apply(fn, ctx) -> None:
             if plan is not None:
                 in_registers.update(src[1] for sources in plan.sources.values() for src in sources
                                     if src[0] == "regs" and loop_kind == kind)
-                unread = stores_unread(body, fn)  # (asked of the loop as written: the copies are effects too)
                 _rewrite(loop, plan, stored, kind=loop_kind, portable=ctx.portable, num_warps=ctx.num_warps)
                 if plan.fetched_tiles:  # a dequantized operand, or fla's gated chunk: the loop's other loads
                     # (1-D scales, gates) one iteration ahead, past the stores of a loop whose stores no load reads
-                    prefetch.pipeline(loop, shared_ok=True, stores_ok=unread, threads=32 * ctx.num_warps,
-                                      unread=unread)
+                    prefetch.pipeline(loop, shared_ok=True, stores_ok=plan.storing, threads=32 * ctx.num_warps,
+                                      unread=plan.storing)
 
 
 # --- the rewrite -----------------------------------------------------------------------

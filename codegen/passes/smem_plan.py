@@ -51,6 +51,7 @@ class Plan:
     released: bool  # the slots go back through mbarriers, not a barrier per iteration (`released_ring`)
     fetched: set  # ids of the loads fetched for staged and register operands
     read_back: set  # ids of ring loads other ops read too: read back from the tile (`_unshared_loads`)
+    storing: bool  # the loop stores, only to arguments none of its loads reads (`stores_unread`)
 
     @property
     def fetched_tiles(self) -> bool:
@@ -544,7 +545,7 @@ def plan_loop(loop, stages, fn, ctx, kind, in_registers=frozenset()):
             key.attrs["box"] = list(box)
         else:
             fn.arg_attrs[key]["tma_box"] = list(box)
-    return Plan(plan, rings, stages, step, ring_size, slots, drained, released, set(fetched), read_back)
+    return Plan(plan, rings, stages, step, ring_size, slots, drained, released, set(fetched), read_back, storing)
 
 
 def _sized(rings, dots, body, loop, stages, fn, ctx, kind, in_registers):
