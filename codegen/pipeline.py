@@ -36,7 +36,7 @@ PASSES = [
     tma_store,      # sm_90a: descriptor stores of 2-D blocks -> shared tile + TMA store
     warp_specialize,  # sm_90a, persistent, where the K loop asks: the copies on a producer warpgroup of their own
     small_dot_tiles,  # dots of fewer than 16 rows or 8 columns -> a whole mma tile on repeated operands, one copy kept
-    standalone_wgmma,  # sm_90a: fp8 dots no loop pipelined -> wgmma on operands stored to shared tiles
+    standalone_wgmma,  # sm_90a: fp8 dots no loop pipelined, 16-bit ones outside loops -> wgmma, operands via shared tiles
     fp8_dot_upcast,  # fp8 dots left to mma.sync where the target's PTX has no fp8 mma: fp16 operands (exact)
     prefetch,       # loads of iteration i+1 issued during iteration i (num_stages >= 2)
     canonicalize,   # tidy what prefetch cloned

@@ -8,7 +8,7 @@ pipelined loops one after the other whose rings share bytes but not tile shapes,
 Triton's tutorial-06 backward; causal attention forward and backward, and its forward through
 descriptors, whose TMA rings two warpgroups hand back through mbarriers; reductions and
 conversions that scratch_barriers left without a barrier before them; fp8 dots outside pipelined loops,
-whose operand tiles one after another share bytes; a chunked recurrence that stores in its pipelined loop, and
+whose operand tiles one after another share bytes; a 16-bit dot chained to a wgmma loop's accumulator; a chunked recurrence that stores in its pipelined loop, and
 dots of fewer rows than a warpgroup on mma.sync rings). Skipped without a
 GPU or without compute-sanitizer.
 
@@ -205,6 +205,16 @@ for warps in (4, 8):  # small powers of two: exact sums
 torch.cuda.synchronize()
 """
 
+# a 16-bit dot after a wgmma K loop, its A the loop's accumulator (standalone_wgmma): B stored over the bytes the
+# loop's rings held, at one and two warpgroups
+CHAINED = """
+import torch
+import test_codegen_chained_wgmma as chained
+for warps, bv in ((4, 64), (8, 128)):
+    chained.test_the_chained_dots_on_the_gpu(warps, bv, 3, "float16", torch)
+torch.cuda.synchronize()
+"""
+
 
 SPLIT_K = """
 import torch
@@ -325,6 +335,11 @@ def test_fp8_attention_has_no_shared_memory_hazard(tmp_path):
 
 def test_standalone_fp8_dots_have_no_shared_memory_hazard(tmp_path):
     out = racecheck(STANDALONE_FP8, tmp_path)
+    assert hazards(out) == (0, 0), out[-4000:]
+
+
+def test_a_dot_chained_to_a_wgmma_loop_has_no_shared_memory_hazard(tmp_path):
+    out = racecheck(CHAINED, tmp_path)
     assert hazards(out) == (0, 0), out[-4000:]
 
 

@@ -1,4 +1,4 @@
-"""fp8 dots that no loop pipelined, on Hopper -> wgmma reading both operands from shared tiles.
+"""Dots that no loop pipelined, on Hopper -> wgmma, B (and A where it was loaded) from shared tiles.
 
 sm_90a's PTX (8.0) has no fp8 mma.sync, so an fp8 dot that smem_pipeline did not take (one outside
 any loop: a chained dot's epilogue, a kernel of one K step; or in a loop it left as written) would
@@ -13,6 +13,13 @@ issued (`warp_group_dot`) and awaited at once:
     %d = warp_group_dot %ta, %tb, %acc
     %r = warp_group_dot_wait %d {pending = 0}
 
+A 16-bit dot outside every loop whose A (or accumulator) is computed from a wgmma dot's result runs
+there too: on mma.sync its operand came out of wgmma's layout through shared memory, and its result,
+meeting wgmma's again, went back the same way (fla's chunk_fwd_kernel_o adds `tl.dot(b_A.to(bf16),
+b_v)`, b_A summed by wgmma in its K loop, to that loop's other accumulator: 17 KB and two barriers).
+As Triton does, A stays in registers (wgmma's A fragment holds what a wgmma accumulator of the same
+rows holds: no data movement) and B is stored as its memory runs (N-major where its rows were).
+
 The tiles' bytes are smem_alloc's to place by liveness: a later buffer reusing them takes a barrier
 there (a warpgroup done with its part may not store over what another still reads).
 """
@@ -21,23 +28,28 @@ from __future__ import annotations
 from kiln.ir.core import Operation
 from kiln.ir.layout import wgmma_layout
 from kiln.ir.ops import mixed_fp8
-from kiln.ir.types import scalar_of
+from kiln.ir.types import block_type, scalar_of
 
+from ..analysis import Analysis
 from ..analysis.dots import fp8_mma
 from ..occupancy import max_shared_per_cta
 from .fp8_dot_upcast import FP8
-from .rewrite import append_op, insert_ops, replace_uses
-from .smem_plan import WGMMA_INPUTS, _stored_tile, enabled
+from .layouts import ELEMENTWISE_BETWEEN
+from .rewrite import append_op, in_loop, insert_ops, replace_uses
+from .smem_plan import TRANSPOSABLE, WGMMA_INPUTS, _memory_inner_dim, _staged_tile, _stored_tile, enabled
 
 name = "standalone_wgmma"
 
 
 def apply(fn, ctx) -> None:
-    if not enabled(ctx) or fp8_mma(ctx):
+    if not enabled(ctx):
         return
+    ctx = Analysis(fn, ctx)  # the options, and the pointers' contiguity (a 16-bit B's tile follows it)
     replaced = {}
     for dot in [op for op in fn.walk() if op.name == "dot"]:
-        tiles = _tiles(dot, ctx)
+        tiles = None if fp8_mma(ctx) else _tiles(dot, ctx)
+        if tiles is None and not in_loop(dot):
+            tiles = _half_tiles(dot, ctx)
         if tiles is not None:
             replaced[dot.results[0]] = _issue(dot, tiles)
     if replaced:
@@ -61,13 +73,54 @@ def _tiles(dot, ctx):
     return tiles if sum(t.nbytes for t in tiles) <= max_shared_per_cta(ctx.target.capability) // 2 else None
 
 
+def _half_tiles(dot, ctx):
+    """For a 16-bit dot chained to a wgmma one (`_from_wgmma`: its A or accumulator computed from a
+    wgmma result): [None (A stays in registers), B's tile] where wgmma can run it, else None. Other
+    16-bit dots stay on mma.sync: a load's layout follows its dot's result where shapes agree, and
+    wgmma's fragment layout is no load's (fp32 split into bf16 parts: 4-byte loads, 254 registers)."""
+    a, b, acc = dot.operands
+    ea = scalar_of(a.type)
+    if ea.name not in TRANSPOSABLE or scalar_of(b.type) != ea or len(acc.type.shape) != 2 or \
+            scalar_of(acc.type).name not in WGMMA_INPUTS[ea.name] or a.type.shape[1] % 16:
+        return None
+    layout = wgmma_layout(acc.type.shape, ctx.num_warps)
+    if layout is None or not (_from_wgmma(a) or _from_wgmma(acc)):
+        return None
+    b_tile = _staged_tile(b.type, "b", layout.instr_n, _memory_inner_dim(b, ctx))
+    if b_tile is None or b_tile.nbytes > max_shared_per_cta(ctx.target.capability) // 2:
+        return None
+    return [None, b_tile]
+
+
+def _from_wgmma(v, depth: int = 8) -> bool:
+    """Is block value `v` computed from a wgmma dot's result: through elementwise ops of its shape,
+    the waits that retire a wgmma and the loops that carry its accumulator (fla's chunk_fwd_kernel_o:
+    `b_A`, summed by wgmma in the K loop, masked and cast for the epilogue's dot)?"""
+    op = v.defining_op
+    if op is None or depth == 0:
+        return False
+    if op.name == "warp_group_dot":
+        return True
+    if op.name == "warp_group_dot_wait":
+        return _from_wgmma(op.operands[v.index], depth - 1)
+    if op.name == "for":
+        return _from_wgmma(op.regions[0].ops[-1].operands[v.index], depth - 1)
+    return op.name in ELEMENTWISE_BETWEEN and any(
+        _from_wgmma(x, depth - 1) for x in op.operands
+        if isinstance(x.type, block_type) and tuple(x.type.shape) == tuple(v.type.shape))
+
+
 def _issue(dot, tile_types):
-    """The stores, the fence and barrier, the wgmma and its wait in place of `dot`: the wait's result."""
+    """The stores, the fence and barrier, the wgmma and its wait in place of `dot`: the wait's result.
+    An operand whose tile type is None is read from registers (A)."""
     a, b, acc = dot.operands
     loc, block = dot.loc, dot.parent
     ops = []
     tiles = []
     for v, t in zip((a, b), tile_types):
+        if t is None:
+            tiles.append(v)
+            continue
         tile = append_op(ops, "local_alloc", [], [t], loc)
         append_op(ops, "local_store", [v, tile], (), loc)
         tiles.append(tile)
