@@ -341,6 +341,35 @@ def test_a_head_base_of_unknown_alignment_keeps_its_pointers():
     assert "cp.async.bulk.tensor" not in ptx and "tensormap" not in ptx
 
 
+@kiln.jit
+def _chunk_scores(q_ptr, k_ptr, s_ptr, stride_h, T, KD: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr):
+    """fla's chunk_fwd_kernel_o's K loop: a head's chunk of q and k (T rows) from a base the kernel
+    computes, K summed BK at a time up to the constant KD."""
+    head = tl.program_id(0)
+    q_ptr += head * stride_h
+    k_ptr += head * stride_h
+    rows = tl.arange(0, BT)
+    s = tl.zeros((BT, BT), tl.float32)
+    for k0 in range(0, KD, BK):
+        ks = k0 + tl.arange(0, BK)
+        q = tl.load(q_ptr + rows[:, None] * KD + ks[None, :], mask=(rows < T)[:, None] & (ks < KD)[None, :], other=0.0)
+        kt = tl.load(k_ptr + rows[None, :] * KD + ks[:, None], mask=(ks < KD)[:, None] & (rows < T)[None, :], other=0.0)
+        s += tl.dot(q, kt)
+    tl.store(s_ptr + head * BT * BT + rows[:, None] * BT + rows[None, :], s)
+
+
+@pytest.mark.parametrize("kd, maps", [(128, 0), (448, 0), (512, 2), (1024, 2)])
+def test_a_loop_of_few_known_steps_keeps_its_pointer_loads_off_maps_the_kernel_makes(kd, maps):
+    """Every CTA builds a map the kernel makes before its first copy: a loop known to run fewer than
+    KERNEL_MAP_MIN_TRIPS (8) times copies on cp.async instead (2 steps: 100.5 us on maps, 83.3 on
+    cp.async in fla's kernel)."""
+    x, f = np.zeros(1, np.float16), np.zeros(1, np.float32)
+    ptx = _chunk_scores.warmup(x, x, f, 64 * kd, 64, KD=kd, BT=64, BK=64, num_warps=4, num_stages=3, grid=(1,),
+                               target="sm_90a").asm["ptx"]
+    assert ptx.count("tensormap.replace.tile.global_address") == maps
+    assert ("cp.async.cg" in ptx) == (maps == 0) and "wgmma" in ptx
+
+
 def test_the_row_stride_of_a_map_the_kernel_makes_is_checked_at_launch():
     """The map takes its row stride (D here: the keys' stride) from an int argument that pointers may
     read at any sign; the metadata names it, and a launch where it is not positive runs the build

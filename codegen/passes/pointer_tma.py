@@ -40,6 +40,13 @@ a box past E at its row mod E (smem_plan.copy_box), since a box that reaches pas
 tensor is slow to copy and what lands in rows past E is never seen. A wrapped contiguous
 dim (B's columns) takes that only where E is a 16-byte multiple too: a column mod E
 must be one to start a box.
+
+A map the kernel writes costs every CTA its build before the first copy (the fields written in
+shared memory, copied to global scratch, fenced for the tensormap proxy): a loop known to run fewer
+than KERNEL_MAP_MIN_TRIPS times keeps its pointer loads on cp.async, as Triton does. fla's
+chunk_fwd_kernel_o (a K loop of 2 steps, three such maps) ran in 100.5 us on them and in 83.3 on
+cp.async (H100, 2026-12-05); its recurrence fwd_h (a loop over the sequence's chunks, a count the
+kernel reads) in 90.0 on them and 98.3 without.
 """
 from __future__ import annotations
 
@@ -49,11 +56,12 @@ from kiln.ir.core import Block, Function, Operation
 from kiln.ir.types import block_type, int8, int32, pointer_type, tensormap
 
 from . import affine
-from .rewrite import const_int, insert_ops, is_transpose, replace_uses
+from .rewrite import const_int, constant_trips, insert_ops, is_transpose, replace_uses
 from .smem_plan import enabled as pipelines
 
 name = "pointer_tma"
 ITER = ("iter",)  # the iteration-count atom
+KERNEL_MAP_MIN_TRIPS = 8  # a loop's known trip count from which maps the kernel writes pay (module docstring)
 
 # ops that map each element to the element at the same index (the accumulator's rows stay its rows)
 ELEMENTWISE = {"cast", "add", "sub", "mul", "div", "rem", "neg", "max", "min", "maximum", "minimum", "fma", "exp",
@@ -70,9 +78,11 @@ def apply(fn, ctx) -> None:
         if int(loop.attrs.get("num_stages", ctx.num_stages)) < 2:
             continue
         forms = affine.Forms()
+        trips = constant_trips(*(const_int(v) for v in loop.operands[:3]))
+        short = trips is not None and trips < KERNEL_MAP_MIN_TRIPS
         for load in [op for op in loop.regions[0].ops if op.name == "load"]:
             box = _Box.prove(load, loop, fn, forms, divisors)
-            if box is not None:
+            if box is not None and not (short and not from_arguments(fn, box.base, box.stride, box.extents)):
                 box.rewrite(fn, made_before)
 
 
