@@ -58,6 +58,9 @@ def _kiln_stand_in():
         self.fn.run(*args, grid=grid, warmup=True, **kwargs, **config.all_kwargs())
         return float(self.configs.index(config))
     Autotuner._bench = first_config_wins
+    from kiln.runtime import driver
+    driver.active = driver.default  # the CUDA driver (without a GPU the drop-in picks the CPU backend's, and fla,
+    # asking its target's backend, would take the machine for no NVIDIA one: no Hopper configs, no tf32)
     triton.runtime.driver.active.utils = _Properties()
     from kiln import specialize, tuning_results
     tuning_results._device = lambda: "NVIDIA H200 sm_90a"  # (names a shared autotuning choice, as the driver would)

@@ -57,5 +57,6 @@ def test_the_recurrence_runs_as_numpy_computes_it():
 def test_its_loop_converts_vectors_not_blocks():
     built = compile_ir(parse_function(_ir()), "sm_90a", {"num_warps": 8, "num_stages": 3}, link=False)
     loop = built.kir[built.kir.index(" = for "):built.kir.index("reduce")]
-    moved = re.findall(r"= convert_layout %\d+ (?:\{[^}]*\} )?: <(\d+x\d+)xfp32", loop)
-    assert sorted(moved) == ["1x64", "64x1", "64x1", "64x1"]  # v; g, k, q
+    moved = re.findall(r"= convert_layout %\d+ (?:\{[^}]*\} )?: <([\dx]+)xfp32", loop)
+    # v, g, k, q: 64 elements each, three converted as vectors into the slice their broadcast is read in
+    assert sorted(moved) == ["64", "64", "64", "64x1"]

@@ -15,6 +15,7 @@ from kiln.ir.types import block_type, tensormap
 from ..scratch_bytes import conversion_bytes, reduce_scratch_bytes, scalar_bytes, scan_scratch_bytes
 from .dots import fma_staging, mma_staging, staging_end
 from .shared_buffers import buffers_live_at, reserved_bytes
+from .warp_shuffles import shuffle_plan
 
 # Ops whose lowering touches no shared memory (their operands arrive in the layouts they read).
 _NO_SHARED = ELEMENTWISE_OPS | {
@@ -56,6 +57,8 @@ def scratch_bytes(op, model) -> int:
             return 0
         if src in model.index:
             return 0  # index math recomputed in the new layout
+        if shuffle_plan(src.type.encoding, dst, tuple(src.type.shape), model.num_warps) is not None:
+            return 0  # within warps: shuffles
         return conversion_bytes(src.type, dst, model.num_warps)
     return 0
 

@@ -5,7 +5,7 @@ shared-memory scratch area.
 Every value lowers to a list of LLVM scalars: one for a scalar (uniform over the CTA),
 one per register for a block, in the order its layout's `offsets` gives. `regs(v, L)`
 returns v's registers in layout L, converting through shared memory when v lives in
-another layout.
+another layout (by warp shuffles where the conversion stays within warps).
 """
 from __future__ import annotations
 
@@ -17,8 +17,10 @@ from kiln.ir.types import block_type
 
 from kiln.ir import layout as lay
 from ..analysis.partitions import replicated
+from ..analysis.warp_shuffles import shuffle_plan
 from .types import I8, I32, SHARED_PTR, VOID, reg_type
 from .program_ids import longest_first
+from .warp_gather import gather
 
 
 class LoweringError(NotImplementedError):
@@ -92,8 +94,12 @@ class Lowering:
             raise LoweringError(f"{v.type} read in {layout}: the convert_layouts pass gave no convert_layout for it")
         key = (v, layout, self.b.block)  # a conversion made in one branch must not leak to another
         if key not in self.converted:
+            plan = None if v in self.ctx.index else \
+                shuffle_plan(self.layouts[v], layout, tuple(v.type.shape), self.num_warps)
             if v in self.ctx.index:
                 self.converted[key] = self.rematerialize(v, layout)
+            elif plan is not None:  # within warps: shuffles, no shared memory
+                self.converted[key] = gather(self, have, plan)
             else:
                 from .shared import convert
                 self.converted[key] = convert(self, have, self.layouts[v], layout, v.type)

@@ -418,8 +418,17 @@ class _Assigner:
             self.set(r, Slice(op.attrs["axis"], src))
 
     def op_expand_dims(self, op):
+        """The source's parent (a slice expanded along its own dim) or its layout with the dim inserted;
+        else as the broadcast that reads it is laid out where it moved to its user's layout (apply): the
+        vector then converts once, into that layout's slice (fla's forward substitution turns a row
+        into a column each step: a vector converted, then the column again, two trips through shared
+        memory), else the shape's preference."""
         src, axis = self.of(op.operands[0]), op.attrs["axis"]
-        if isinstance(src, Slice) and src.dim == axis:
+        readers = self.users.get(op.results[0], ())
+        moved = {self.broadcasts.get(u.results[0]) for u in readers if u.name == "broadcast"}
+        if readers and len(moved) == 1 and None not in moved and all(u.name == "broadcast" for u in readers):
+            self.set(op.results[0], moved.pop())
+        elif isinstance(src, Slice) and src.dim == axis:
             self.set(op.results[0], src.parent)
         elif isinstance(src, Blocked):
             self.set(op.results[0], src.insert_dim(axis))

@@ -13,7 +13,7 @@ issued (`warp_group_dot`) and awaited at once:
     %d = warp_group_dot %ta, %tb, %acc
     %r = warp_group_dot_wait %d {pending = 0}
 
-A 16-bit dot outside every loop whose A (or accumulator) is computed from a wgmma dot's result runs
+A 16-bit dot outside every loop whose A is computed from a wgmma dot's result runs
 there too: on mma.sync its operand came out of wgmma's layout through shared memory, and its result,
 meeting wgmma's again, went back the same way (fla's chunk_fwd_kernel_o adds `tl.dot(b_A.to(bf16),
 b_v)`, b_A summed by wgmma in its K loop, to that loop's other accumulator: 17 KB and two barriers).
@@ -74,17 +74,18 @@ def _tiles(dot, ctx):
 
 
 def _half_tiles(dot, ctx):
-    """For a 16-bit dot chained to a wgmma one (`_from_wgmma`: its A or accumulator computed from a
-    wgmma result): [None (A stays in registers), B's tile] where wgmma can run it, else None. Other
-    16-bit dots stay on mma.sync: a load's layout follows its dot's result where shapes agree, and
-    wgmma's fragment layout is no load's (fp32 split into bf16 parts: 4-byte loads, 254 registers)."""
+    """For a 16-bit dot chained to a wgmma one (`_from_wgmma`: its A computed from a wgmma result):
+    [None (A stays in registers), B's tile] where wgmma can run it, else None. Other 16-bit dots stay
+    on mma.sync: a load's layout follows its dot's result where shapes agree, and wgmma's fragment
+    layout is no load's (fp32 split into bf16 parts: 4-byte loads, 254 registers); an A from an
+    mma.sync dot (a hand-pipelined attention's last P V) would go through shared memory instead."""
     a, b, acc = dot.operands
     ea = scalar_of(a.type)
     if ea.name not in TRANSPOSABLE or scalar_of(b.type) != ea or len(acc.type.shape) != 2 or \
             scalar_of(acc.type).name not in WGMMA_INPUTS[ea.name] or a.type.shape[1] % 16:
         return None
     layout = wgmma_layout(acc.type.shape, ctx.num_warps)
-    if layout is None or not (_from_wgmma(a) or _from_wgmma(acc)):
+    if layout is None or not _from_wgmma(a):
         return None
     b_tile = _staged_tile(b.type, "b", layout.instr_n, _memory_inner_dim(b, ctx))
     if b_tile is None or b_tile.nbytes > max_shared_per_cta(ctx.target.capability) // 2:
