@@ -15,7 +15,8 @@ from kiln.ir.layout_check import check_layouts
 from .passes import (broadcast_mul_reduce, canonicalize, coarsen, cse, dce, descriptor_loads, dot_accumulate,
                      dot_staging, f32_dot_split, fp8_dot_upcast, halve_k_steps, launch_order, layouts, persistent,
                      pointer_tma, prefetch, reduce_after_loop, scratch_barriers, small_dot_tiles, smem_alloc,
-                     smem_pipeline, split_k, standalone_wgmma, tile_overlap, tma_store, warp_specialize)
+                     shared_dot_operands, smem_pipeline, split_k, standalone_wgmma, tile_overlap, tma_store,
+                     warp_specialize)
 
 PASSES = [
     canonicalize,   # fold constants, drop x+0, x*1, same-type casts
@@ -38,6 +39,7 @@ PASSES = [
     small_dot_tiles,  # dots of fewer than 16 rows or 8 columns -> a whole mma tile on repeated operands, one copy kept
     standalone_wgmma,  # sm_90a: fp8 dots no loop pipelined, 16-bit ones outside loops -> wgmma, operands via shared tiles
     fp8_dot_upcast,  # fp8 dots left to mma.sync where the target's PTX has no fp8 mma: fp16 operands (exact)
+    shared_dot_operands,  # a value several mma.sync dots read (or their transposes) -> one shared tile, mma_dot
     prefetch,       # loads of iteration i+1 issued during iteration i (num_stages >= 2)
     canonicalize,   # tidy what prefetch cloned
     cse,

@@ -80,17 +80,18 @@ def test_lowering_refuses_a_dot_no_pass_gave_an_engine():
 @kiln.jit
 def four_dot_loop(a_ptr, b_ptr, c_ptr, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
     """c = sum over k-steps of four products of operands computed in registers (the shape of fla's
-    chunked linear-attention kernels: several small dots an iteration, on few warps)."""
+    chunked linear-attention kernels: several small dots an iteration, on few warps), no two reading one
+    value (shared_dot_operands stores such a value once for its dots)."""
     rm, rn, rk = tl.arange(0, BM), tl.arange(0, BN), tl.arange(0, BK)
     acc0 = tl.zeros((BM, BN), tl.float32)
     acc1 = tl.zeros((BM, BN), tl.float32)
     for k in range(0, K, BK):
         a = tl.load(a_ptr + rm[:, None] * K + (k + rk)[None, :])
         b = tl.load(b_ptr + (k + rk)[:, None] * BN + rn[None, :])
-        acc0 = tl.dot(-a, b, acc0)
-        acc1 = tl.dot(a * 2, b, acc1)
-        acc0 = tl.dot(a, b * 3, acc0)
-        acc1 = tl.dot(a, -b, acc1)
+        acc0 = tl.dot(-a, b + 1, acc0)
+        acc1 = tl.dot(a * 2, b * 2, acc1)
+        acc0 = tl.dot(a * 3, b * 3, acc0)
+        acc1 = tl.dot(a + 1, -b, acc1)
     tl.store(c_ptr + rm[:, None] * BN + rn[None, :], acc0 + acc1 * 0.5)
 
 
@@ -157,7 +158,7 @@ def _emulated_four_dots(kir, with_buffers):
     c = np.zeros((32, 32), np.float32)
     run_on_cpu(fn, (1,), [a, b, c, 256], num_warps=2)
     a64, b64 = a.astype(np.float64), b.astype(np.float64)
-    want = (-a64 @ b64 + a64 @ (3 * b64)) + 0.5 * ((2 * a64) @ b64 - a64 @ b64)
+    want = (-a64 @ (b64 + 1) + (3 * a64) @ (3 * b64)) + 0.5 * ((2 * a64) @ (2 * b64) - (a64 + 1) @ b64)
     return float(np.abs(c - want).max())
 
 
