@@ -8,7 +8,8 @@ pipelined loops one after the other whose rings share bytes but not tile shapes,
 Triton's tutorial-06 backward; causal attention forward and backward, and its forward through
 descriptors, whose TMA rings two warpgroups hand back through mbarriers; reductions and
 conversions that scratch_barriers left without a barrier before them; fp8 dots outside pipelined loops,
-whose operand tiles one after another share bytes; a 16-bit dot chained to a wgmma loop's accumulator; a chunked recurrence that stores in its pipelined loop, and
+whose operand tiles one after another share bytes; a 16-bit dot chained to a wgmma loop's accumulator;
+values several mma.sync dots read, stored once; a chunked recurrence that stores in its pipelined loop, and
 dots of fewer rows than a warpgroup on mma.sync rings). Skipped without a
 GPU or without compute-sanitizer.
 
@@ -215,6 +216,18 @@ for warps, bv in ((4, 64), (8, 128)):
 torch.cuda.synchronize()
 """
 
+# values several mma.sync dots read, stored once to a tile each (shared_dot_operands: in a loop, a barrier before
+# the store), and conversions within warps by shuffles (no shared memory), at 1, 2 and 4 warps
+SHARED_TILES = """
+import torch
+import test_codegen_shared_dot_operands as shared
+import test_codegen_warp_shuffles as shuffles
+for warps in (1, 2, 4):
+    shared.test_the_shared_tiles_on_the_gpu(warps, torch)
+    shuffles.test_the_substitution_on_the_gpu(warps, torch)
+torch.cuda.synchronize()
+"""
+
 
 SPLIT_K = """
 import torch
@@ -340,6 +353,11 @@ def test_standalone_fp8_dots_have_no_shared_memory_hazard(tmp_path):
 
 def test_a_dot_chained_to_a_wgmma_loop_has_no_shared_memory_hazard(tmp_path):
     out = racecheck(CHAINED, tmp_path)
+    assert hazards(out) == (0, 0), out[-4000:]
+
+
+def test_dot_operands_stored_once_and_shuffled_conversions_have_no_shared_memory_hazard(tmp_path):
+    out = racecheck(SHARED_TILES, tmp_path)
     assert hazards(out) == (0, 0), out[-4000:]
 
 
