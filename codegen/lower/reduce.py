@@ -88,11 +88,16 @@ def _reduce(lw, op):
         k *= 2
     warps = layout.warp_axis(shape, axis)
     if warps.distinct > 1:
-        partial = _across_warps(lw, op, layout, shape, axis, groups, partial, warps)
+        partial = _across_warps(lw, op, layout, shape, axis, groups, partial, warps, lanes)
     _bind_results(lw, op, layout, axis, partial)
 
 
-def _across_warps(lw, op, layout, shape, axis, groups, partial, warps):
+def _across_warps(lw, op, layout, shape, axis, groups, partial, warps, lanes):
+    """Each warp's partials through the scratch area, written by the first lane along the axis of each
+    group that holds one: its other lanes hold the same sum, but not always the same bits (a product
+    contracted into the shuffles' first add: the lane's own product unrounded, its neighbour's rounded),
+    and lanes writing one address different values raced (racecheck's WAW), the sum read back being
+    whichever landed last."""
     out_shape = shape[:axis] + shape[axis + 1:]
     numel = 1
     for d in out_shape:
@@ -107,12 +112,14 @@ def _across_warps(lw, op, layout, shape, axis, groups, partial, warps):
     for key, members in groups.items():
         idx = indices[members[0][1]]
         flat_of[key] = lw.flat_index(idx[:axis] + idx[axis + 1:], out_shape) if out_shape else lw.i32(0)
-    offset = 0
-    for j, t in enumerate(types):
-        for key, acc in partial.items():
-            pos = lw.b.add(lw.b.mul(slot, lw.i32(numel)), flat_of[key])
-            store_elements(lw, base, t, [acc[j]], [pos], offset)
-        offset += sizes[j]
+    first = lw.b.icmp_unsigned("==", lw.id_along(lanes, lw.lane, lw.b), lw.i32(0))
+    with lw.if_then(first):
+        offset = 0
+        for j, t in enumerate(types):
+            for key, acc in partial.items():
+                pos = lw.b.add(lw.b.mul(slot, lw.i32(numel)), flat_of[key])
+                store_elements(lw, base, t, [acc[j]], [pos], offset)
+            offset += sizes[j]
     lw.barrier()
     result = {}
     for key in partial:

@@ -178,8 +178,9 @@ class _Assigner:
             self.wanted[op.results[0]] = layout  # goes to shared memory as it came
 
     def only_dot_operand(self, v, depth: int = 12, known=None, through=None) -> bool:
-        """Is block value `v` read only as a `dot`'s A or B, directly or through elementwise ops,
-        comparisons and transposes (an fp32 operand split into tf32 or bf16 parts: f32_dot_split)?
+        """Is block value `v` read only as a `dot`'s A or B (or stored to a shared tile, as a value several
+        dots read is), directly or through elementwise ops, comparisons and transposes (an fp32 operand
+        split into tf32 or bf16 parts: f32_dot_split)?
         Such a dot stages its operands in shared memory whatever their layout, so a load of one keeps
         its coalesced layout (16-byte pieces) rather than the dot's result's, which would split it into
         the 4-byte pieces of an mma fragment where the operand's shape is the result's (a 64x64x64 dot).
@@ -194,6 +195,8 @@ class _Assigner:
         for user in users if answer else ():
             if user.name == "dot":
                 answer = v is not user.operands[2] and v in user.operands[:2]
+            elif user.name == "local_store":  # a dot's operand stored once for several (shared_dot_operands)
+                answer = v is user.operands[0]
             elif user.name in through:
                 answer = len(user.results) == 1 and self.only_dot_operand(user.results[0], depth - 1, known, through)
             elif user.name == "yield" and _for_of(user) is not None:
