@@ -39,7 +39,9 @@ def _ir():
 
 def test_a_one_step_loop_takes_no_rings():
     built = compile_ir(parse_function(_ir()), "sm_90a", {"num_warps": 2, "num_stages": 3}, link=False)
-    assert " for " not in built.kir and "local_alloc" not in built.kir and "async_copy" not in built.kir
+    assert " for " not in built.kir and "async_copy" not in built.kir
+    # no ring (a tile of several slots): only k's tile, stored once for both dots (shared_dot_operands)
+    assert not re.search(r"local_alloc [^\n]*smem<\d+x\d+x\d+", built.kir)
     assert built.metadata["shared"] < 16384
 
 

@@ -35,8 +35,9 @@ def _two_products(a_ptr, b_ptr, c_ptr, x_ptr, y_ptr, N, K, BM: tl.constexpr, BN:
 
 @kiln.jit
 def _three_products(a_ptr, b_ptr, x_ptr, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
-    """x = a @ b + (a @ (b + 1)) * (a @ 2b): three BM x BN fp32 accumulators, a little too many for
-    4 warps' registers at 128 x 64."""
+    """x = a @ b + ((a + 1) @ (b + 1)) * (2a @ 2b): three BM x BN fp32 accumulators, a little too many for
+    4 warps' registers at 128 x 64; no two dots read one operand (shared_dot_operands would store it once
+    for both, another kernel's registers)."""
     rm = tl.program_id(0) * BM + tl.arange(0, BM)
     rn = tl.program_id(1) * BN + tl.arange(0, BN)
     rk = tl.arange(0, BK)
@@ -47,8 +48,8 @@ def _three_products(a_ptr, b_ptr, x_ptr, N, K, BM: tl.constexpr, BN: tl.constexp
         a = tl.load(a_ptr + rm[:, None] * K + (k + rk)[None, :])
         b = tl.load(b_ptr + (k + rk)[:, None] * N + rn[None, :])
         acc1 += tl.dot(a, b)
-        acc2 += tl.dot(a, b + 1)
-        acc3 += tl.dot(a, b * 2)
+        acc2 += tl.dot(a + 1, b + 1)
+        acc3 += tl.dot(a * 2, b * 2)
     tl.store(x_ptr + rm[:, None] * N + rn[None, :], acc1 + acc2 * acc3)
 
 
@@ -81,7 +82,8 @@ def test_a_build_that_spills_a_little_keeps_its_warps(monkeypatch):
 
 def test_a_build_that_spills_a_few_hundred_bytes_is_launched_on_eight(monkeypatch):
     """Tutorial 06's D64 backward at 64-row query blocks spilled 952 bytes on 4 warps and ran 2.9x
-    faster on 8 (H200): a spill that size widens too. First the 4-warp build's own spill, then the build."""
+    faster on 8 (H200): a spill of hundreds of bytes to a couple of thousand widens too (this kernel's: 1184
+    on 4 warps). First the 4-warp build's own spill, then the build."""
     from kiln.codegen import compile as compile_ir, compiler
     half, f32 = np.zeros((64, 64), np.float16), np.zeros((64, 64), np.float32)
     # one stage: b's products stay in registers (pipelined, b comes through a ring and they read it back:
@@ -92,7 +94,7 @@ def test_a_build_that_spills_a_few_hundred_bytes_is_launched_on_eight(monkeypatc
     assert meta["num_warps"] == 4 and meta["threads"] == 256 and meta["n_spills"] == 0
     monkeypatch.setattr(compiler, "WIDEN_SPILL_BYTES", 1 << 20)  # the 4-warp build, kept
     narrow = compile_ir(kernel.ir, "sm_90a", {"num_warps": 4, "num_stages": 1}).metadata
-    assert narrow["threads"] == 128 and 256 <= narrow["n_spills"] < 1024
+    assert narrow["threads"] == 128 and 256 <= narrow["n_spills"] < 2048
 
 
 def test_a_widened_build_that_still_spills_a_little_is_kept():
