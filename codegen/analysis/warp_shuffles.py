@@ -2,8 +2,8 @@
 trip through shared memory: no store, no barrier, no load, as Triton converts within a warp.
 
 Where every element a thread needs in the new layout is held by a lane of its own warp in the old one, a
-destination register is gathered by one shuffle of one source register (or two, one register for some
-lanes and another for the rest, chosen by a mask of lanes). The lane each thread reads must be the same
+destination register is gathered by one shuffle of one source register (or up to MAX_SOURCES, one register
+for some lanes and another for others, chosen by masks of lanes). The lane each thread reads must be the same
 function of its lane in every warp and is computed as an affine map over the lane's five bits
 (`c ^ XOR of column k where bit k of the lane is set`), which the layouts kiln uses (power-of-two
 tiles) give: fla's forward substitution turns a row of a 16x16 block into a column every serial step,

@@ -98,7 +98,7 @@ class Lowering:
                 shuffle_plan(self.layouts[v], layout, tuple(v.type.shape), self.num_warps)
             if v in self.ctx.index:
                 self.converted[key] = self.rematerialize(v, layout)
-            elif plan is not None:  # within warps: shuffles, no shared memory
+            elif plan is not None:  # within warps: shuffles, no shared memory (as scratch_barriers planned)
                 self.converted[key] = gather(self, have, plan)
             else:
                 from .shared import convert

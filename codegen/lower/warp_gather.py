@@ -1,6 +1,6 @@
 """A layout conversion within warps, lowered as kiln.codegen.analysis.warp_shuffles plans it: each
-destination register one `shfl.sync.idx` of a source register (two where some lanes read one register
-and the rest another, chosen by a mask of lanes), from a lane computed from the reader's lane."""
+destination register one `shfl.sync.idx` of a source register (several where some lanes read one register
+and others another, chosen by masks of lanes), from a lane computed from the reader's lane."""
 from __future__ import annotations
 
 from .reduce import shuffle

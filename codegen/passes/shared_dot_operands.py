@@ -22,7 +22,7 @@ value read in both orders is then not shared. `shared_type` tiles, so smem_alloc
 from __future__ import annotations
 
 from kiln.ir.layout import mma_layout
-from kiln.ir.types import block_type, scalar_of, shared_type
+from kiln.ir.types import scalar_of, shared_type
 
 from ..analysis.dots import mma_eligible
 from .rewrite import append_op, in_loop, insert_ops, is_transpose, replace_uses

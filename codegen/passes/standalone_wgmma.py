@@ -1,4 +1,5 @@
-"""Dots that no loop pipelined, on Hopper -> wgmma, B (and A where it was loaded) from shared tiles.
+"""Dots that no loop pipelined, on Hopper -> wgmma: fp8 ones on both operands stored to shared tiles, 16-bit
+ones chained to a wgmma dot's result with A from registers.
 
 sm_90a's PTX (8.0) has no fp8 mma.sync, so an fp8 dot that smem_pipeline did not take (one outside
 any loop: a chained dot's epilogue, a kernel of one K step; or in a loop it left as written) would
@@ -13,10 +14,10 @@ issued (`warp_group_dot`) and awaited at once:
     %d = warp_group_dot %ta, %tb, %acc
     %r = warp_group_dot_wait %d {pending = 0}
 
-A 16-bit dot outside every loop whose A is computed from a wgmma dot's result runs
-there too: on mma.sync its operand came out of wgmma's layout through shared memory, and its result,
-meeting wgmma's again, went back the same way (fla's chunk_fwd_kernel_o adds `tl.dot(b_A.to(bf16),
-b_v)`, b_A summed by wgmma in its K loop, to that loop's other accumulator: 17 KB and two barriers).
+A 16-bit dot outside every loop whose A is computed from a wgmma dot's result runs there too: on
+mma.sync its operand came out of wgmma's layout through shared memory, and its result, meeting wgmma's
+again, went back the same way (fla's chunk_fwd_kernel_o adds `tl.dot(b_A.to(bf16), b_v)`, b_A summed
+by wgmma in its K loop, to that loop's other accumulator: 17 KB and two barriers).
 As Triton does, A stays in registers (wgmma's A fragment holds what a wgmma accumulator of the same
 rows holds: no data movement) and B is stored as its memory runs (N-major where its rows were).
 
@@ -46,8 +47,9 @@ def apply(fn, ctx) -> None:
         return
     ctx = Analysis(fn, ctx)  # the options, and the pointers' contiguity (a 16-bit B's tile follows it)
     replaced = {}
+    fp8_on_mma = fp8_mma(ctx)  # (then fp8 dots stay there)
     for dot in [op for op in fn.walk() if op.name == "dot"]:
-        tiles = None if fp8_mma(ctx) else _tiles(dot, ctx)
+        tiles = None if fp8_on_mma else _tiles(dot, ctx)
         if tiles is None and not in_loop(dot):
             tiles = _half_tiles(dot, ctx)
         if tiles is not None:
