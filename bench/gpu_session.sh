@@ -29,6 +29,8 @@
 #                                             # and backward, checked, N_CTX 1024 and 4096, against Triton and SDPA
 #                                             # (not yet run: its time is not known, run it alone)
 #   DOTS=computed_a bash bench/gpu_session.sh dots  # bench/dot_formats.py (all sections without DOTS; ~100-200 s)
+#   bash bench/gpu_session.sh fla-profile     # bench/fla_profile.py: fla's forwards kernel by kernel (torch.profiler),
+#                                             # Triton then kiln (~200-300 s; carry .scratch/fla and .whl)
 #   bash bench/gpu_session.sh dropin          # bench/dropin.py: torch.compile with kiln's drop-in vs Triton
 #   bash bench/gpu_session.sh fla             # bench/fla_ops.py: fla's chunked ops, Triton then kiln (carry .scratch/fla;
 #                                             # FLA_TRITON_S / FLA_KILN_S: each library's seconds, default 240 / 300)
@@ -199,6 +201,15 @@ for phase in "$@"; do
       fla_cache=$(mktemp -d)
       (env KILN_CACHE_DIR="$fla_cache" KILN_DROPIN=1 ${KILN_FLA_DAEMON:+KILN_DAEMON=$KILN_FLA_DAEMON} \
         timeout "${FLA_KILN_S:-300}" python3 bench/fla_ops.py 2>&1 | grep -v -i warning | tail -20) | tee "$OUT/fla-kiln.log"
+      KILN_CACHE_DIR=$fla_cache kiln daemon stop >/dev/null 2>&1 || true ;;
+    fla-profile)  # bench/fla_profile.py: each kernel of fla's forwards (CASES, default gdn,simple_gla) under
+      # torch.profiler, Triton then kiln, each with its defaults and a cold cache of its own (carry .scratch/fla)
+      export FLA=${FLA:-.scratch/fla}
+      (TRITON_CACHE_DIR=$(mktemp -d) timeout 200 python3 bench/fla_profile.py 2>&1 | grep -v -i warning | tail -5) \
+        | tee "$OUT/fla-profile-triton.log"
+      fla_cache=$(mktemp -d)
+      (env KILN_CACHE_DIR="$fla_cache" KILN_DROPIN=1 timeout 250 python3 bench/fla_profile.py 2>&1 \
+        | grep -v -i warning | tail -5) | tee "$OUT/fla-profile-kiln.log"
       KILN_CACHE_DIR=$fla_cache kiln daemon stop >/dev/null 2>&1 || true ;;
     dropin)
       python3 bench/dropin.py --out "$OUT" 2>&1 | tee "$OUT/dropin.log" | tail -60 ;;
