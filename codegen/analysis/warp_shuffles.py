@@ -48,12 +48,10 @@ class Source:
 def shuffle_plan(src, dst, shape: tuple, num_warps: int):
     """Per destination register, the shuffles (`Source`s) that gather it; None where the conversion
     does not stay within warps or takes more than the plan allows."""
-    if src is None or dst is None:
-        return None
+    if src is None or dst is None or max(len(src.offsets(shape)), len(dst.offsets(shape))) > MAX_REGISTERS:
+        return None  # (asked of every conversion: a wide tile's answer costs no element map)
     held = thread_indices(src, shape, num_warps)  # [thread, register, dim]
     wanted = thread_indices(dst, shape, num_warps)
-    if held.shape[1] > MAX_REGISTERS or wanted.shape[1] > MAX_REGISTERS:
-        return None
     strides = np.cumprod((1,) + tuple(shape[:0:-1]))[::-1]
     held_ids = (held * strides).sum(-1).reshape(num_warps, 32, -1)
     wanted_ids = (wanted * strides).sum(-1).reshape(num_warps, 32, -1)
