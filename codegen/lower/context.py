@@ -96,10 +96,10 @@ class Lowering:
         if key not in self.converted:
             plan = None if v in self.ctx.index else \
                 shuffle_plan(self.layouts[v], layout, tuple(v.type.shape), self.num_warps)
-            if v in self.ctx.index:
-                self.converted[key] = self.rematerialize(v, layout)
-            elif plan is not None:  # within warps: shuffles, no shared memory (as scratch_barriers planned)
+            if plan is not None:  # within warps: shuffles, no shared memory (as scratch_barriers planned)
                 self.converted[key] = gather(self, have, plan)
+            elif v in self.ctx.index:
+                self.converted[key] = self.rematerialize(v, layout)
             else:
                 from .shared import convert
                 self.converted[key] = convert(self, have, self.layouts[v], layout, v.type)

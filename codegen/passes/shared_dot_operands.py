@@ -26,6 +26,7 @@ from kiln.ir.types import scalar_of, shared_type
 
 from ..analysis.dots import mma_eligible
 from .rewrite import append_op, in_loop, insert_ops, is_transpose, replace_uses
+from .smem_plan import _stored_tile
 
 name = "shared_dot_operands"
 TYPES = ("fp16", "bf16", "fp32")  # fp32: tf32 products (mma_eligible says which fp32 dots are)
@@ -61,8 +62,7 @@ def apply(fn, ctx) -> None:
                              if transposed else tile)
             else:  # a tile of its own, K-major
                 v = dot.operands[i]
-                tile = _stage(before, v, _tile_type(v, 1 if i == 0 else 0), in_loop(dot), dot.loc)
-                views.append(tile)
+                views.append(_stage(before, v, _stored_tile(v.type, "ab"[i]), in_loop(dot), dot.loc))
         at = dot.parent.ops.index(dot)
         issued = append_op(before, "mma_dot", views + [dot.operands[2]], [dot.results[0].type], dot.loc)
         dot.parent.ops.pop(at)
@@ -99,6 +99,7 @@ def _inner_dim(source, uses):
 
 
 def _tile_type(v, inner: int):
+    """A tile of `v` with dim `inner` innermost (smem_plan's `_stored_tile` for either order)."""
     elem = scalar_of(v.type)
     return shared_type(elem, list(v.type.shape), min(128, v.type.shape[inner] * elem.itemsize), (inner, 1 - inner))
 
