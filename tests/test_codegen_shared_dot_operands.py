@@ -9,7 +9,9 @@ import pytest
 import kiln
 import kiln.language as tl
 from kiln.codegen import compile as compile_ir
+from kiln.codegen.lower.fragment_reuse import Fragments
 from kiln.ir import parse_function
+from kiln.ir.core import Block
 
 from test_codegen_emulate import in_child
 
@@ -73,6 +75,43 @@ def test_a_value_one_dot_reads_is_staged_by_its_dot_as_before():
     warm = one.warmup(x, x, np.zeros((16, 16), np.float32), S=16, grid=(1,), target="sm_80", num_warps=1)
     kir = compile_ir(parse_function(warm.asm["kir"]), "sm_80", {"num_warps": 1}, link=False).kir
     assert "mma_dot" not in kir and " = dot " in kir
+
+
+def test_dots_reading_one_tile_load_its_fragments_once():
+    # the loop's two trips (unrolled), per 16 bf16 columns of k: one ldmatrix.x4 of b0 as A, of b0^T as B, of b1 as
+    # A, of b1^T as B (16; before, each of the three dots loaded both its operands: 24); the merge's two tf32 dots,
+    # per 8 columns: a00 as B once, a10 and a11 as A (6; before 8)
+    ptx = _built(1).ptx
+    assert ptx.count("mma.sync") == 32 and ptx.count("ldmatrix.sync.aligned.m8n8.x4") == 22
+
+
+def test_fragments_are_kept_where_they_dominate_and_the_tile_is_unchanged():
+    fn = parse_function(_built(1).kir)
+    loop = next(op for op in fn.walk() if op.name == "for")
+    body = loop.regions[0]
+    tile = next(op.results[0] for op in body.ops if op.name == "local_alloc")
+    view = next(op.results[0] for op in body.ops if op.name == "local_trans" and op.operands[0] is tile)
+    fragments = Fragments(fn)
+    assert fragments.reusable(tile) and fragments.reusable(view)
+    loads = []
+
+    def load():
+        loads.append(1)
+        return [len(loads)]
+    with fragments.region(fn.body):
+        fragments.get((view, "b"), load)
+        with fragments.region(body):  # the loop stores the tile: the fragments from before it are stale there
+            assert fragments.get((view, "b"), load) == [2]
+            assert fragments.get((view, "b"), load) == [2]  # (a second dot of the same trip)
+            fragments.stored(tile)
+            assert fragments.get((view, "b"), load) == [3]
+        # after the loop: neither what was loaded before it (the loop stored the tile) nor what it loaded (that
+        # does not dominate what follows)
+        assert fragments.get((view, "b"), load) == [4]
+        with fragments.region(Block()):  # a region that stores nothing keeps them
+            assert fragments.get((view, "b"), load) == [4]
+        assert fragments.get((view, "b"), load) == [4]
+    assert len(loads) == 4
 
 
 def _reference(k):

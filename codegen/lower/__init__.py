@@ -27,6 +27,11 @@ _TERMINATORS = ("yield", "condition", "return")
 
 
 def lower_block(lw: Lowering, block) -> None:
+    with lw.fragments.region(block):
+        _lower_ops(lw, block)
+
+
+def _lower_ops(lw: Lowering, block) -> None:
     for op in block.ops:
         if op.name in _TERMINATORS:
             continue

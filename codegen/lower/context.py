@@ -20,6 +20,7 @@ from ..analysis.partitions import replicated
 from ..analysis.warp_shuffles import shuffle_plan
 from .types import I8, I32, SHARED_PTR, VOID, reg_type
 from .program_ids import longest_first
+from .fragment_reuse import Fragments
 from .warp_gather import gather
 
 
@@ -57,6 +58,7 @@ class Lowering:
             self.warp = self.entry.and_(self.cta_warp, ir.Constant(I32, self.num_warps - 1), "warp")
             self.thread = self.entry.and_(self.tid, ir.Constant(I32, 32 * self.num_warps - 1), "thread")
         self._index_cache: dict = {}
+        self.fragments = Fragments(ctx.function)  # mma_dot fragments of shared tiles, loaded once
         # the order the kernel's programs go out in (kiln.codegen.passes.launch_order), and the ids mapped by it
         self.launch_order = ctx.function.attrs.get("launch_order") if ctx.function is not None else None
         self._program_ids = None

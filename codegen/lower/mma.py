@@ -39,10 +39,11 @@ _SHAPE = {"s8": "m16n8k32", "tf32": "m16n8k8", "e4m3": "m16n8k32", "e5m2": "m16n
 class _Operand:
     """Where a dot operand's fragments come from: shared memory at `base` (an i8 pointer),
     element (i, j) of the operand ([M, K] for A, [K, N] for B) `offset((i, j))` bytes in
-    (an i32), stored in 16-byte runs along K (`k_inner`) or along M / N."""
+    (an i32), stored in 16-byte runs along K (`k_inner`) or along M / N. `tile`: the tile
+    value, where its fragments may be reused (kiln.codegen.lower.fragment_reuse)."""
 
-    def __init__(self, base, offset, k_inner):
-        self.base, self.offset, self.k_inner = base, offset, k_inner
+    def __init__(self, base, offset, k_inner, tile=None):
+        self.base, self.offset, self.k_inner, self.tile = base, offset, k_inner, tile
 
     def ptr(self, lw, idx):
         return lw.b.gep(self.base, [self.offset(idx)], source_etype=I8)
@@ -87,13 +88,17 @@ def lower_mma_dot(lw, op):
     layout = lw.layout(out)
     if not is_mma_layout(layout, out.type.shape, lw.num_warps):
         raise LoweringError(f"mma_dot needs an mma.sync accumulator layout, not {layout}")
-    b_src = _Operand(lw.scalar(b), lambda idx: tile_offset(lw, b.type, idx), k_inner=b.type.order[0] == 0)
+    def reused(tile):
+        return tile if lw.fragments.reusable(tile) else None
+    b_src = _Operand(lw.scalar(b), lambda idx: tile_offset(lw, b.type, idx), k_inner=b.type.order[0] == 0,
+                     tile=reused(b))
     if isinstance(a.type, block_type):
         if layout.warps_per_cta[1] != 1 or lw.layout(a) != layout:
             raise LoweringError("mma_dot reads A from registers in its accumulator's layout, whole rows per warp")
         a_src = None
     else:
-        a_src = _Operand(lw.scalar(a), lambda idx: tile_offset(lw, a.type, idx), k_inner=a.type.order[0] == 1)
+        a_src = _Operand(lw.scalar(a), lambda idx: tile_offset(lw, a.type, idx), k_inner=a.type.order[0] == 1,
+                         tile=reused(a))
     if a.type.scalar.itemsize != 2 and not (a_src.k_inner and b_src.k_inner):
         raise LoweringError("ldmatrix transposes 16-bit elements only: 8- and 32-bit tiles must be K-major")
     _run(lw, op, a_src, b_src)
@@ -141,18 +146,28 @@ def _run(lw, op, a_src, b_src):
     high_bit = lw.b.lshr(j, lw.i32(1))
     values = list(acc_regs)
     in_registers = _a_in_registers(lw, a, rows) if a_src is None else None
+    # what addresses a fragment besides the tile: the accumulator's layout and shape give the rows and columns
+    addressed = (layout, tuple(out.type.shape))
     for k0 in range(0, K, 2 * half_step):
         if in_registers is not None:
             a_frag = {pair: in_registers(pair, k0) for pair in range(len(pair_rows))}
         else:
-            a_frag = {pair: _a_fragment(lw, a_src, r0, r1, k0, half_step, q, low_bit, high_bit)
+            a_frag = {pair: _loaded(lw, a_src, ("a", pair, k0, addressed),
+                                    lambda r0=r0, r1=r1: _a_fragment(lw, a_src, r0, r1, k0, half_step, q, low_bit,
+                                                                     high_bit))
                       for pair, (r0, r1) in enumerate(pair_rows)}
-        b_frag = _b_fragments(lw, b_src, k0, first_cols, col_tiles, half_step, q, low_bit, high_bit)
+        b_frag = _loaded(lw, b_src, ("b", k0, addressed),
+                         lambda: _b_fragments(lw, b_src, k0, first_cols, col_tiles, half_step, q, low_bit, high_bit))
         for pair, c, regs in tiles:
             got = _mma(lw, kinds, a_frag[pair], b_frag[c], [values[i] for i in regs], f16_acc)
             for i, v in zip(regs, got):
                 values[i] = v
     lw.bind(out, [cast_value(lw, v, s_acc, s_out) for v in values], layout)
+
+
+def _loaded(lw, src, what, load):
+    """`load()`, or what it gave a dot before on the same tile and addressing."""
+    return load() if src.tile is None else lw.fragments.get((src.tile, *what), load)
 
 
 def _a_in_registers(lw, a, rows):

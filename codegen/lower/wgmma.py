@@ -210,6 +210,7 @@ def _run_length(layout, inner, es) -> int:
 
 def _local_store(lw, op):
     value, tile = op.operands
+    lw.fragments.stored(tile)
     t, shape = tile.type, value.type.shape
     es, inner = t.element_ty.itemsize, t.order[0]
     layout = lw.layout(value)
