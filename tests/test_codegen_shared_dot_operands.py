@@ -12,6 +12,7 @@ from kiln.codegen import compile as compile_ir
 from kiln.codegen.lower.fragment_reuse import Fragments
 from kiln.ir import parse_function
 from kiln.ir.core import Block
+from kiln.ir.types import block_type, shared_type
 
 from test_codegen_emulate import in_child
 
@@ -61,8 +62,8 @@ def test_each_block_is_stored_once_for_every_dot_that_reads_it(target):
     assert loop.count("local_store") == 2 and loop.count("= mma_dot ") == 3 and " = dot " not in loop
     assert loop.count("local_trans") == 2  # k0^T (its two dots read one view) and k1^T
     after = kir[kir.index("\n  }\n"):]
-    # the merge: a00 stored once for both tf32 dots, each other operand beside its dot
-    assert after.count("local_store") == 3 and after.count("= mma_dot ") == 2 and " = dot " not in after
+    # the merge: a00 stored once for both tf32 dots; their A, products of dots, read from registers
+    assert after.count("local_store") == 1 and after.count("= mma_dot ") == 2 and " = dot " not in after
 
 
 def test_a_value_one_dot_reads_is_staged_by_its_dot_as_before():
@@ -79,10 +80,11 @@ def test_a_value_one_dot_reads_is_staged_by_its_dot_as_before():
 
 def test_dots_reading_one_tile_load_its_fragments_once():
     # the loop's two trips (unrolled), per 16 bf16 columns of k: one ldmatrix.x4 of b0 as A, of b0^T as B, of b1 as
-    # A, of b1^T as B (16; before, each of the three dots loaded both its operands: 24); the merge's two tf32 dots,
-    # per 8 columns: a00 as B once, a10 and a11 as A (6; before 8)
+    # A, of b1^T as B (16; before, each of the three dots loaded both its operands: 24); the merge's two tf32 dots
+    # read A from registers and a00 as B, per 8 columns and 8-column tile one 8-byte load for both dots (4)
     ptx = _built(1).ptx
-    assert ptx.count("mma.sync") == 32 and ptx.count("ldmatrix.sync.aligned.m8n8.x4") == 22
+    assert ptx.count("mma.sync") == 32 and ptx.count("ldmatrix.sync.aligned.m8n8.x4") == 16
+    assert ptx.count("ldmatrix") == 16 and ptx.count("ld.shared.v2.b32") == 4
 
 
 def test_fragments_are_kept_where_they_dominate_and_the_tile_is_unchanged():
@@ -146,3 +148,54 @@ def test_the_shared_tiles_on_the_gpu(num_warps, cuda_torch):
     want, want_merged = _reference(k.cpu().numpy())
     np.testing.assert_allclose(out.cpu().numpy(), want, rtol=1e-3, atol=1e-3)
     np.testing.assert_allclose(merged.cpu().numpy(), want_merged, rtol=2e-2, atol=2e-2)
+
+
+@kiln.jit
+def tf32_chain(x_ptr, y_ptr, z_ptr, out_ptr, M: tl.constexpr, S: tl.constexpr):
+    """(x y) z at tf32, x M x S, y and z S x S: the outer dot's A is the inner one's product."""
+    rows, cols = tl.arange(0, M), tl.arange(0, S)
+    square = cols[:, None] * S + cols[None, :]
+    x = tl.load(x_ptr + rows[:, None] * S + cols[None, :])
+    xy = tl.dot(x, tl.load(y_ptr + square), input_precision="tf32")
+    tl.store(out_ptr + rows[:, None] * S + cols[None, :], tl.dot(xy, tl.load(z_ptr + square), input_precision="tf32"))
+
+
+def _chain_args(m):
+    rng = np.random.default_rng(5)
+    x, y, z = (rng.standard_normal(shape).astype(np.float32) for shape in ((m, 16), (16, 16), (16, 16)))
+    return x, y, z, np.zeros((m, 16), np.float32)
+
+
+@pytest.mark.parametrize("m, num_warps", [(16, 1), (64, 4)])
+def test_a_product_is_read_from_registers_by_the_next_tf32_dot(m, num_warps):
+    # whole rows per warp is these shapes' mma layout: the product stays in registers, z goes to a tile
+    warm = tf32_chain.warmup(*_chain_args(m), M=m, S=16, grid=(1,), target="sm_90a", num_warps=num_warps)
+    built = compile_ir(parse_function(warm.asm["kir"]), "sm_90a", {"num_warps": num_warps}, link=False)
+    outer, = [op for op in parse_function(built.kir).walk() if op.name == "mma_dot"]
+    assert isinstance(outer.operands[0].type, block_type) and isinstance(outer.operands[1].type, shared_type)
+    # z's fragments: per 8 columns of k and 8-column tile, one 8-byte load (the k order A's registers give)
+    assert built.ptx.count("ld.shared.v2.b32") == 2 * 2
+
+
+def _chain_emulated(m, num_warps):
+    from kiln.codegen.emulate import run_on_cpu
+    args = _chain_args(m)
+    warm = tf32_chain.warmup(*args, M=m, S=16, grid=(1,), target="sm_90a", num_warps=num_warps)
+    run_on_cpu(warm.ir, (1,), list(args), num_warps=num_warps)
+    return args
+
+
+@pytest.mark.parametrize("m, num_warps", [(16, 1), (64, 4), (64, 2)])
+def test_tf32_products_from_registers_emulated(m, num_warps):
+    x, y, z, out = in_child(_chain_emulated, m, num_warps, timeout=300)
+    np.testing.assert_allclose(out, (x.astype(np.float64) @ y @ z), rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m, num_warps", [(16, 1), (64, 4), (64, 2)])
+def test_tf32_products_from_registers_on_the_gpu(m, num_warps, cuda_torch):
+    torch = cuda_torch
+    x, y, z, out = (torch.from_numpy(v).cuda() for v in _chain_args(m))
+    tf32_chain[(1,)](x, y, z, out, M=m, S=16, num_warps=num_warps)
+    want = x.double().cpu().numpy() @ y.double().cpu().numpy() @ z.double().cpu().numpy()
+    np.testing.assert_allclose(out.cpu().numpy(), want, rtol=2e-2, atol=2e-2)

@@ -99,7 +99,7 @@ def lower_mma_dot(lw, op):
     else:
         a_src = _Operand(lw.scalar(a), lambda idx: tile_offset(lw, a.type, idx), k_inner=a.type.order[0] == 1,
                          tile=reused(a))
-    if a.type.scalar.itemsize != 2 and not (a_src.k_inner and b_src.k_inner):
+    if a.type.scalar.itemsize != 2 and a_src is not None and not (a_src.k_inner and b_src.k_inner):
         raise LoweringError("ldmatrix transposes 16-bit elements only: 8- and 32-bit tiles must be K-major")
     _run(lw, op, a_src, b_src)
 
@@ -146,6 +146,9 @@ def _run(lw, op, a_src, b_src):
     high_bit = lw.b.lshr(j, lw.i32(1))
     values = list(acc_regs)
     in_registers = _a_in_registers(lw, a, rows) if a_src is None else None
+    # tf32 A from registers: a thread holds columns 2t, 2t + 1 of each 8-column k-step, which the mma reads
+    # as its k = t and t + 4 (the sum is the same over k permuted); B's fragments take the same k
+    permuted = in_registers is not None and s_in.itemsize == 4
     # what addresses a fragment besides the tile: the accumulator's layout and shape give the rows and columns
     addressed = (layout, tuple(out.type.shape))
     for k0 in range(0, K, 2 * half_step):
@@ -156,8 +159,13 @@ def _run(lw, op, a_src, b_src):
                                     lambda r0=r0, r1=r1: _a_fragment(lw, a_src, r0, r1, k0, half_step, q, low_bit,
                                                                      high_bit))
                       for pair, (r0, r1) in enumerate(pair_rows)}
-        b_frag = _loaded(lw, b_src, ("b", k0, addressed),
-                         lambda: _b_fragments(lw, b_src, k0, first_cols, col_tiles, half_step, q, low_bit, high_bit))
+        if permuted:
+            b_frag = _loaded(lw, b_src, ("b permuted", k0, addressed),
+                             lambda: _b_fragments_permuted(lw, b_src, k0, first_cols, g, t))
+        else:
+            b_frag = _loaded(lw, b_src, ("b", k0, addressed),
+                             lambda: _b_fragments(lw, b_src, k0, first_cols, col_tiles, half_step, q, low_bit,
+                                                  high_bit))
         for pair, c, regs in tiles:
             got = _mma(lw, kinds, a_frag[pair], b_frag[c], [values[i] for i in regs], f16_acc)
             for i, v in zip(regs, got):
@@ -173,10 +181,17 @@ def _loaded(lw, src, what, load):
 def _a_in_registers(lw, a, rows):
     """A 16-bit A held in an mma layout with whole rows per warp (its columns k = 2t, 2t+1
     of every 8-column tile): `(pair, k0) -> ` the four fragment words of that row pair and
-    k-step, each two of its own registers (rows g and g + 8, k k0 + 2t and k0 + 8 + 2t)."""
+    k-step, each two of its own registers (rows g and g + 8, k k0 + 2t and k0 + 8 + 2t).
+    A 32-bit (tf32) A: its registers one a word, rows g and g + 8 of k k0 + 2t, then of
+    k0 + 2t + 1 (the mma's k t and t + 4: B's fragments are read with k permuted alike)."""
     layout = lw.layout(a)
     regs = lw.regs(a, layout)
     where = {o: i for i, o in enumerate(layout.offsets(a.type.shape))}
+    if scalar_of(a.type).itemsize == 4:
+        def own(row, col):
+            return lw.b.bitcast(regs[where[(row, col)]], I32)
+        return lambda p, k0: [own(rows[2 * p], k0), own(rows[2 * p + 1], k0),
+                              own(rows[2 * p], k0 + 1), own(rows[2 * p + 1], k0 + 1)]
 
     def word(row, col):
         pair = ir.Constant(ir.VectorType(regs[0].type, 2), ir.Undefined)
@@ -221,6 +236,20 @@ def _b_fragments(lw, src, k0, first_cols, col_tiles, half_step, q, low_bit, high
             regs = _ldmatrix(lw, src.ptr(lw, (b.add(k, q), n)), 2 * len(pair), trans=True)
         for m, c in enumerate(pair):
             frags[c] = regs[2 * m:2 * m + 2]
+    return frags
+
+
+def _b_fragments_permuted(lw, src, k0, first_cols, g, t):
+    """tf32 B's two registers per 8-column tile with k permuted as an A from registers has it:
+    B[k0 + 2t][column g] and B[k0 + 2t + 1][column g], one 8-byte load from a K-major tile."""
+    if not src.k_inner:
+        raise LoweringError("a tf32 mma_dot with A in registers reads B from a K-major tile")
+    b = lw.b
+    k = b.add(b.mul(t, lw.i32(2)), lw.i32(k0))
+    frags = {}
+    for c, first in first_cols.items():
+        pair = b.load(src.ptr(lw, (k, b.add(first, g))), typ=ir.VectorType(I32, 2), align=8)
+        frags[c] = [b.extract_element(pair, lw.i32(i)) for i in range(2)]
     return frags
 
 

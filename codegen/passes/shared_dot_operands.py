@@ -7,6 +7,11 @@ fla's kkt_solve reads each chunk's k block as A of up to four 16x16 dots and, tr
 more (20 operand stores a K step for 4 blocks), and its block merge reads each inverse in two or three.
 Triton stores such a value once (`local_alloc`) and reads it as each dot needs (`local_load`).
 
+A dot whose A is computed from a dot's product (`computed_from`), already in the accumulator's layout, with
+whole rows per warp, reads A from registers instead (16-bit as attention's P; tf32 with k permuted): only B
+goes to a tile (kkt_solve's block merge at one warp: every A an inverse or a product, 164 stores to shared
+memory -> 104, 57 barriers -> 42).
+
 Each shared value is stored right after it is computed into a tile of its own (a barrier first where a loop
 runs it again: a slower warp may still read the last iteration's; a barrier after it: every warp's part is
 stored), and each dot reading it, or its transpose (`tl.trans`: a `local_trans` view), becomes an `mma_dot`
@@ -25,6 +30,7 @@ from kiln.ir.layout import mma_layout
 from kiln.ir.types import scalar_of, shared_type
 
 from ..analysis.dots import mma_eligible
+from .layouts import computed_from
 from .rewrite import append_op, in_loop, insert_ops, is_transpose, replace_uses
 from .smem_plan import _stored_tile
 
@@ -36,9 +42,12 @@ def apply(fn, ctx) -> None:
     if ctx.target.capability < 80 or any(op.name == "warp_group_dot" for op in fn.walk()):
         return  # (beside wgmma dots of a shape, the layouts pass would give that shape wgmma's layout)
     dots = [op for op in fn.walk() if op.name == "dot" and _candidate(op, ctx)]
+    in_registers = {dot for dot in dots if _a_in_registers(dot, ctx)}
     reads: dict = {}  # source value -> [(dot, operand index, read transposed)]
     for dot in dots:
         for i in (0, 1):
+            if i == 0 and dot in in_registers:
+                continue
             source, transposed = _source(dot.operands[i])
             reads.setdefault(source, []).append((dot, i, transposed))
     shared = {}
@@ -46,17 +55,19 @@ def apply(fn, ctx) -> None:
         inner = _inner_dim(source, uses)
         if len(uses) >= 2 and inner is not None and source.defining_op is not None:
             shared[source] = _tile_type(source, inner)
-    if not shared:
+    if not shared and not in_registers:
         return
     tiles = {source: _store_after(source, t) for source, t in shared.items()}
     replaced = {}
     for dot in dots:
-        if not any(_source(v)[0] in tiles for v in dot.operands[:2]):
+        if dot not in in_registers and not any(_source(v)[0] in tiles for v in dot.operands[:2]):
             continue
         views, before = [], []
         for i in (0, 1):
             source, transposed = _source(dot.operands[i])
-            if source in tiles:
+            if i == 0 and dot in in_registers:
+                views.append(dot.operands[0])
+            elif source in tiles:
                 tile = tiles[source]
                 views.append(append_op(before, "local_trans", [tile], [tile.type.transposed()], dot.loc)
                              if transposed else tile)
@@ -76,6 +87,21 @@ def _candidate(dot, ctx) -> bool:
     a, b, acc = dot.operands
     return len(acc.type.shape) == 2 and scalar_of(a.type).name in TYPES and mma_eligible(dot, ctx) and \
         mma_layout(acc.type.shape, ctx.num_warps) is not None
+
+
+def _a_in_registers(dot, ctx) -> bool:
+    """Does the dot read A from registers (`mma_dot` on a block A): A computed from a dot's result, so
+    already in the accumulator's layout, that layout whole rows per warp for A's shape and the
+    result's (so the layouts pass keeps it: kkt_solve's merge at one warp, each A an inverse or a
+    product)? tf32 A is then read with k permuted (kiln.codegen.lower.mma)."""
+    a, _, acc = dot.operands
+    if _source(a)[1] or not computed_from(a, ("dot", "mma_dot")):
+        return False
+    for shape in (acc.type.shape, a.type.shape):
+        rows = mma_layout(shape, ctx.num_warps, rows_only=True)
+        if rows is None or rows != mma_layout(shape, ctx.num_warps, replicate=True):
+            return False
+    return True
 
 
 def _source(v):

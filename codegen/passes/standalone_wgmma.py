@@ -35,7 +35,7 @@ from ..analysis import Analysis
 from ..analysis.dots import fp8_mma
 from ..occupancy import max_shared_per_cta
 from .fp8_dot_upcast import FP8
-from .layouts import ELEMENTWISE_BETWEEN
+from .layouts import computed_from
 from .rewrite import append_op, in_loop, insert_ops, replace_uses
 from .smem_plan import TRANSPOSABLE, WGMMA_INPUTS, _memory_inner_dim, _staged_tile, _stored_tile, enabled
 
@@ -76,7 +76,7 @@ def _tiles(dot, ctx):
 
 
 def _half_tiles(dot, ctx):
-    """For a 16-bit dot chained to a wgmma one (`_from_wgmma`: its A computed from a wgmma result):
+    """For a 16-bit dot chained to a wgmma one (`computed_from`: its A computed from a wgmma result):
     [None (A stays in registers), B's tile] where wgmma can run it, else None. Other 16-bit dots stay
     on mma.sync: a load's layout follows its dot's result where shapes agree, and wgmma's fragment
     layout is no load's (fp32 split into bf16 parts: 4-byte loads, 254 registers); an A from an
@@ -87,30 +87,12 @@ def _half_tiles(dot, ctx):
             scalar_of(acc.type).name not in WGMMA_INPUTS[ea.name] or a.type.shape[1] % 16:
         return None
     layout = wgmma_layout(acc.type.shape, ctx.num_warps)
-    if layout is None or not _from_wgmma(a):
+    if layout is None or not computed_from(a, ("warp_group_dot",)):
         return None
     b_tile = _staged_tile(b.type, "b", layout.instr_n, _memory_inner_dim(b, ctx))
     if b_tile is None or b_tile.nbytes > max_shared_per_cta(ctx.target.capability) // 2:
         return None
     return [None, b_tile]
-
-
-def _from_wgmma(v, depth: int = 8) -> bool:
-    """Is block value `v` computed from a wgmma dot's result: through elementwise ops of its shape,
-    the waits that retire a wgmma and the loops that carry its accumulator (fla's chunk_fwd_kernel_o:
-    `b_A`, summed by wgmma in the K loop, masked and cast for the epilogue's dot)?"""
-    op = v.defining_op
-    if op is None or depth == 0:
-        return False
-    if op.name == "warp_group_dot":
-        return True
-    if op.name == "warp_group_dot_wait":
-        return _from_wgmma(op.operands[v.index], depth - 1)
-    if op.name == "for":
-        return _from_wgmma(op.regions[0].ops[-1].operands[v.index], depth - 1)
-    return op.name in ELEMENTWISE_BETWEEN and any(
-        _from_wgmma(x, depth - 1) for x in op.operands
-        if isinstance(x.type, block_type) and tuple(x.type.shape) == tuple(v.type.shape))
 
 
 def _issue(dot, tile_types):
