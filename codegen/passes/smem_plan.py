@@ -17,7 +17,7 @@ from ..occupancy import ctas_by_shared, ctas_per_sm, max_shared_per_cta
 from . import mask_prefix
 from ..analysis.access import memory_width
 from ..analysis.dots import mma_eligible
-from .layouts import ELEMENTWISE_BETWEEN
+from .layouts import ELEMENTWISE_BETWEEN, computed_from
 from .prefetch import address_cone
 from .rewrite import const_int, has_side_effects, in_loop, is_transpose
 from ..analysis.partitions import dot_replicas
@@ -256,31 +256,38 @@ def _fetched_loads(dots, body, ring_loads, ctx, fetch_regs, staged_vectors=False
     computed from (the chunk's gates): carried in registers past the loop's stores instead (prefetch),
     it cost fla's chunk_fwd_kernel_h 15-22 registers at 4 and 8 warps, the ring 5-7."""
     found, seen = {}, set()
-    stack = [(src[1], src[0] == "regs") for _, sources in dots.values() for src, _ in sources
+    # (value, read in a dot's fragment layout, met a dot's result of its shape on the way: fla's `v - w @ h`,
+    # the load then read in the accumulator's layout, pairs of elements along eight rows at a time)
+    stack = [(src[1], src[0] == "regs", False) for _, sources in dots.values() for src, _ in sources
              if src[0] in ("staged", "regs")]
     while stack:
-        v, fragment = stack.pop()
+        v, fragment, beside_acc = stack.pop()
         op = v.defining_op
-        if op is None or op.parent is not body or (id(op), fragment) in seen:
+        if op is None or op.parent is not body or (id(op), fragment, beside_acc) in seen:
             continue
-        seen.add((id(op), fragment))
+        seen.add((id(op), fragment, beside_acc))
         if op.name == "load":
             if (fragment or staged_vectors) and len(op.results[0].type.shape) == 1:
                 tile = _vector_tile(op, ctx)
             else:
-                tile = _fetch_tile(op, ctx, swizzled=fragment) if fetch_regs or not fragment else None
-            if id(op) not in ring_loads and tile is not None and (id(op) not in found or fragment):
+                tile = _fetch_tile(op, ctx, swizzled=fragment or beside_acc) if fetch_regs or not fragment else None
+            if id(op) not in ring_loads and tile is not None and (id(op) not in found or fragment or beside_acc):
                 found[id(op)] = (op, tile)
         elif op.name != "dot":  # a dot's operands are its own business
-            stack.extend((u, fragment) for u in op.operands)
+            shape = getattr(op.results[0].type, "shape", None) if op.results else None
+            acc = op.name in ELEMENTWISE_BETWEEN and any(
+                isinstance(u.type, block_type) and u.type.shape == shape and computed_from(u, ("dot",))
+                for u in op.operands)
+            stack.extend((u, fragment, beside_acc or acc) for u in op.operands)
     return found
 
 
 def _fetch_tile(load, ctx, swizzled=False):
     """The ring tile for a load the body reads back into registers, or None where cp.async cannot
     copy it: unswizzled, where its threads read whole rows of 16-byte runs; `swizzled` (rows of up
-    to 128 bytes, as wgmma's tiles) where they read wgmma's A fragments, pairs of elements along
-    the rows of eight rows at a time, which the swizzle spreads over every bank."""
+    to 128 bytes, as wgmma's tiles) where they read wgmma's A fragments or an accumulator's layout,
+    pairs of elements along the rows of eight rows at a time, which the swizzle spreads over every
+    bank (unswizzled 64-byte rows: four lanes a bank, fla's fwd_h)."""
     t = load.results[0].type
     if not isinstance(t, block_type) or len(t.shape) != 2 or load.attrs.get("volatile") \
             or scalar_of(t).is_ptr() or scalar_of(t).name == "int1":
