@@ -11,6 +11,9 @@ import kiln.language as tl
 from kiln.codegen.lower import stmatrix
 from kiln.ir.layout import Blocked, blocked_for, mma_layout, wgmma_layout
 
+import tile_banks
+from tile_banks import most_words_a_bank
+
 
 @pytest.mark.parametrize("shape, warps", [((128, 128), 4), ((128, 256), 8), ((64, 64), 4), ((256, 64), 8)])
 def test_wgmma_accumulators_are_stmatrix_fragments(shape, warps):
@@ -71,9 +74,37 @@ def test_ampere_stores_elements():
     assert "stmatrix" not in ptx and "st.shared" in ptx
 
 
+@pytest.mark.parametrize("cols, swizzle", [(32, 64), (16, 32)])
+def test_a_conversion_s_narrow_rows_are_swizzled_so_a_matrix_takes_every_bank(cols, swizzle):
+    """fp16 rows of 64 or 32 bytes: stmatrix writes a matrix's 8 rows (16 bytes each, one 16-byte chunk
+    of the row) in one go. Unswizzled they share 4 banks four or two at a time (fla's fwd_h: its states'
+    conversions, 64-byte rows); the conversion's swizzled tile gives every row its own banks, and a
+    reader's 16-byte runs of one row stay whole."""
+    from kiln.codegen.lower.shared import swizzled_scratch
+    from kiln.ir.types import block_type, float16, shared_type
+    t = block_type(float16, [64, cols])
+    tile = swizzled_scratch(t, (64, cols))
+    assert tile is not None and tile.swizzle == swizzle
+    chunks = cols * 2 // 16
+
+    def matrix(first_row, chunk):
+        return [(first_row + r, chunk * 8, 16) for r in range(8)]
+    assert max(most_words_a_bank(tile, matrix(r, c)) for r in range(0, 64, 8) for c in range(chunks)) == 1
+    plain = shared_type(float16, [64, cols], 0, (1, 0))
+    assert most_words_a_bank(plain, matrix(0, 0)) == 8 * cols * 2 // 128  # as it was: 8 rows over 128-byte banks
+    assert all(tile_banks.byte_offset(tile, r, 8 * c + 7) - tile_banks.byte_offset(tile, r, 8 * c) == 14
+               for r in range(64) for c in range(chunks))  # a run of 8 stays whole
+
+
+def test_rows_of_the_banks_width_keep_their_padding():
+    from kiln.codegen.lower.shared import swizzled_scratch
+    from kiln.ir.types import block_type, float16
+    assert swizzled_scratch(block_type(float16, [64, 64]), (64, 72)) is None
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("warps, stages, bm, bn", [(4, 3, 128, 128), (8, 3, 128, 256), (8, 1, 128, 128),
-                                                   (4, 2, 64, 64)])
+                                                   (4, 2, 64, 64), (4, 2, 64, 32), (4, 2, 64, 16)])
 def test_half_accumulators_through_stmatrix_on_the_gpu(warps, stages, bm, bn, cuda_torch):
     torch = cuda_torch
     gen = torch.Generator().manual_seed(7)

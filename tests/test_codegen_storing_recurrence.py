@@ -15,6 +15,7 @@ from kiln.codegen.analysis.pointer_roots import roots, stores_unread
 from kiln.ir import parse_function
 
 from test_codegen_emulate import in_child
+from tile_banks import most_words_a_bank
 
 
 @kiln.jit
@@ -212,24 +213,11 @@ def test_the_gated_chunk_meets_the_accumulator_in_its_layout(num_warps):
     assert not re.search(rf"convert_layout %\d+ \{{scratch = [^}}]*\}} : <[^:]*:{re.escape(acc)}>", loop)
 
 
-class _Integers:
-    """tile_offset's builder and lowering on plain integers: a tile's byte offsets, computed as the kernel does."""
-    add, mul, xor = staticmethod(lambda x, y: x + y), staticmethod(lambda x, y: x * y), staticmethod(lambda x, y: x ^ y)
-    udiv, urem = staticmethod(lambda x, y: x // y), staticmethod(lambda x, y: x % y)
-    and_, lshr, shl = staticmethod(lambda x, y: x & y), staticmethod(lambda x, y: x >> y), staticmethod(lambda x, y: x << y)
-    i32 = staticmethod(int)
-
-
 def _most_lanes_a_bank(tile_type) -> int:
     """Reading the tile in an accumulator's layout (lane g, t: rows g, columns 2t, 2t + 1 of an 8-column
     block, one 4-byte word), the most distinct words one bank serves for a warp's read, over the blocks."""
-    from kiln.codegen.lower.wgmma import tile_offset
-    worst = 0
-    for block in range(tile_type.shape[1] // 8):
-        words = {tile_offset(_Integers, tile_type, (g, 8 * block + 2 * t), _Integers) // 4
-                 for g in range(8) for t in range(4)}
-        worst = max(worst, max(sum(1 for w in words if w % 32 == bank) for bank in range(32)))
-    return worst
+    return max(most_words_a_bank(tile_type, [(g, 8 * block + 2 * t, 4) for g in range(8) for t in range(4)])
+               for block in range(tile_type.shape[1] // 8))
 
 
 @pytest.mark.parametrize("num_warps", [2, 4, 8])

@@ -7,7 +7,7 @@ an exchange with a different index map.
 """
 from __future__ import annotations
 
-from kiln.ir.types import scalar_of
+from kiln.ir.types import scalar_of, shared_type
 
 from . import stmatrix
 from .types import I32, reg_type
@@ -48,6 +48,19 @@ def flats_of(lw, layout, shape, index_map=None):
     return out
 
 
+def swizzled_scratch(t, stored):
+    """The tile type a conversion of block type `t` by stmatrix stores into where its rows are
+    narrower than the banks' 128 bytes (32 or 64): unswizzled, a matrix's 8 rows, 16 bytes each,
+    would share 4 banks four or two at a time (fla's fwd_h: 64-byte rows, 4 wavefronts a matrix);
+    swizzled in 16-byte units they take every bank once, and the reads stay 16-byte runs. Else None
+    (rows of 128 bytes and more are padded instead: `stored`)."""
+    shape = tuple(t.shape)
+    row_bytes = shape[-1] * scalar_of(t).itemsize
+    if len(shape) != 2 or tuple(stored) != shape or row_bytes not in (32, 64):
+        return None
+    return shared_type(scalar_of(t), shape, row_bytes, (1, 0))
+
+
 def convert(lw, regs, src, dst, t):
     shape = tuple(t.shape)
     elem_ty = reg_type(scalar_of(t))
@@ -66,6 +79,12 @@ def convert(lw, regs, src, dst, t):
         return out
     # a 16-bit accumulator: four 8x8 matrices a store
     base = lw.smem(total * es)
+    tile = swizzled_scratch(t, stored)
+    if tile is not None:
+        from .wgmma import load_tile, store_tile
+        store_tile(lw, regs, src, t, base, tile)
+        lw.barrier()
+        return load_tile(lw, base, tile, dst, t)
     start = lw.b.ptrtoint(base, I32)
     stmatrix.store(lw, regs, lw.indices(src, shape), groups, elem_ty,
                    lambda row, col: lw.b.add(start, lw.b.shl(lw.flat_index((row, col), stored), lw.i32(1))), src, shape)

@@ -211,13 +211,16 @@ def _run_length(layout, inner, es) -> int:
 def _local_store(lw, op):
     value, tile = op.operands
     lw.fragments.stored(tile)
-    t, shape = tile.type, value.type.shape
+    store_tile(lw, lw.regs(value), lw.layout(value), value.type, lw.scalar(tile), tile.type)
+
+
+def store_tile(lw, regs, layout, vt, base, t):
+    """Registers `regs` of block type `vt` in `layout` into the tile of type `t` at `base`."""
+    shape = vt.shape
     es, inner = t.element_ty.itemsize, t.order[0]
-    layout = lw.layout(value)
-    regs = lw.regs(value)
     run = min(_run_length(layout, inner, es), shape[inner])
     indices = lw.indices(layout, shape)
-    base, elem_ty = lw.scalar(tile), reg_type(value.type)
+    elem_ty = reg_type(vt)
     # rows of a tile's chunks are 16-byte multiples, swizzled in 16-byte units: an accumulator's 8x8
     # matrices go by stmatrix wherever the tile's rows run along its columns
     groups = stmatrix.usable(lw, layout, shape, es) if len(shape) == 2 and inner == 1 else None
@@ -241,18 +244,24 @@ def _in_tile(lw, offsets, indices, shape):
 
 def _local_load(lw, op):
     tile, out = op.operands[0], op.results[0]
-    t, shape = tile.type, out.type.shape
-    es, inner = t.element_ty.itemsize, t.order[0]
     layout = lw.layout(out)
+    lw.bind(out, load_tile(lw, lw.scalar(tile), tile.type, layout, out.type), layout)
+
+
+def load_tile(lw, base, t, layout, vt) -> list:
+    """The registers of block type `vt` in `layout`, read from the tile of type `t` at `base`
+    (a vector from a tile of one row)."""
+    shape = vt.shape
+    es, inner = t.element_ty.itemsize, t.order[0]
     run = 1 if len(shape) == 1 else min(_run_length(layout, inner, es), shape[inner])
     _, indices = _in_tile(lw, (), lw.indices(layout, shape), shape)
-    base, elem_ty = lw.scalar(tile), reg_type(out.type)
+    elem_ty = reg_type(vt)
     regs = []
     for i in range(0, len(indices), run):
         src = lw.b.gep(base, [tile_offset(lw, t, indices[i])], source_etype=I8)
         vec = lw.b.load(src, typ=elem_ty if run == 1 else ir.VectorType(elem_ty, run), align=run * es)
         regs += [vec] if run == 1 else [lw.b.extract_element(vec, lw.i32(e)) for e in range(run)]
-    lw.bind(out, regs, layout)
+    return regs
 
 
 def _async_commit(lw, op):
