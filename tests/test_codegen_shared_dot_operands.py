@@ -160,6 +160,36 @@ def tf32_chain(x_ptr, y_ptr, z_ptr, out_ptr, M: tl.constexpr, S: tl.constexpr):
     tl.store(out_ptr + rows[:, None] * S + cols[None, :], tl.dot(xy, tl.load(z_ptr + square), input_precision="tf32"))
 
 
+@kiln.jit
+def half_chain(x_ptr, y_ptr, z_ptr, out_ptr, M: tl.constexpr, S: tl.constexpr):
+    """(x y) z in fp16, the product rounded to fp16 before the outer dot reads it (attention's P V)."""
+    rows, cols = tl.arange(0, M), tl.arange(0, S)
+    square = cols[:, None] * S + cols[None, :]
+    x = tl.load(x_ptr + rows[:, None] * S + cols[None, :])
+    xy = tl.dot(x, tl.load(y_ptr + square)).to(tl.float16)
+    tl.store(out_ptr + rows[:, None] * S + cols[None, :], tl.dot(xy, tl.load(z_ptr + square)))
+
+
+def _half_chain_emulated(m, num_warps):
+    from kiln.codegen.emulate import run_on_cpu
+    rng = np.random.default_rng(6)
+    x, y, z = (rng.integers(-2, 3, shape).astype(np.float16) for shape in ((m, 16), (16, 16), (16, 16)))
+    out = np.zeros((m, 16), np.float32)
+    warm = half_chain.warmup(x, y, z, out, M=m, S=16, grid=(1,), target="sm_80", num_warps=num_warps)
+    kir = compile_ir(parse_function(warm.asm["kir"]), "sm_80", {"num_warps": num_warps}, link=False).kir
+    run_on_cpu(warm.ir, (1,), [x, y, z, out], num_warps=num_warps)
+    return x, y, z, out, kir
+
+
+@pytest.mark.parametrize("m, num_warps", [(16, 1), (64, 4)])
+def test_a_16_bit_product_is_read_from_registers_emulated(m, num_warps):
+    # small integers: every product exact in fp16
+    x, y, z, out, kir = in_child(_half_chain_emulated, m, num_warps, timeout=300)
+    outer, = [op for op in parse_function(kir).walk() if op.name == "mma_dot"]
+    assert isinstance(outer.operands[0].type, block_type)
+    np.testing.assert_array_equal(out, (x.astype(np.float32) @ y @ z))
+
+
 def _chain_args(m):
     rng = np.random.default_rng(5)
     x, y, z = (rng.standard_normal(shape).astype(np.float32) for shape in ((m, 16), (16, 16), (16, 16)))
@@ -199,3 +229,14 @@ def test_tf32_products_from_registers_on_the_gpu(m, num_warps, cuda_torch):
     tf32_chain[(1,)](x, y, z, out, M=m, S=16, num_warps=num_warps)
     want = x.double().cpu().numpy() @ y.double().cpu().numpy() @ z.double().cpu().numpy()
     np.testing.assert_allclose(out.cpu().numpy(), want, rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m, num_warps", [(16, 1), (64, 4), (64, 2)])
+def test_16_bit_products_from_registers_on_the_gpu(m, num_warps, cuda_torch):
+    torch = cuda_torch
+    gen = torch.Generator().manual_seed(6)
+    x, y, z = (torch.randint(-2, 3, shape, generator=gen).half().cuda() for shape in ((m, 16), (16, 16), (16, 16)))
+    out = torch.zeros(m, 16, dtype=torch.float32, device="cuda")
+    half_chain[(1,)](x, y, z, out, M=m, S=16, num_warps=num_warps)
+    assert torch.equal(out, x.float() @ y.float() @ z.float())
