@@ -34,28 +34,31 @@ ELEMENTWISE_BETWEEN = {"cast", "bitcast", "add", "sub", "mul", "div", "and", "or
                        "select"}
 
 
-def computed_from(v, producers, depth: int = 12) -> bool:
+def computed_from(v, producers, depth: int = 12, seen=None) -> bool:
     """Is block value `v` computed from the result of an op named in `producers` (dots): through
     elementwise ops of its shape, the waits that retire a wgmma, the loops that carry it (their
-    yielded value, or what a carried value starts as) and the branches that yield it? fla's chunk_fwd_kernel_o: `b_A`, summed by
-    wgmma in the K loop, masked and cast for the epilogue's dot; its kkt_solve: each block's inverse,
-    a loop's rows substituted into the negated product of a dot."""
-    op = v.defining_op
-    if depth == 0:
+    yielded value, or what a carried value starts as) and the branches that yield it? fla's
+    chunk_fwd_kernel_o: `b_A`, summed by wgmma in the K loop, masked and cast for the epilogue's
+    dot; its kkt_solve: each block's inverse, a loop's rows substituted into the negated product of
+    a dot. Each value is asked once (`seen`)."""
+    seen = set() if seen is None else seen
+    if depth == 0 or id(v) in seen:
         return False
+    seen.add(id(v))
+    op = v.defining_op
     if op is None:
         loop = v.owner.parent if v.index > 0 else None  # (argument 0 of a loop's body: its counter)
         return isinstance(loop, Operation) and loop.name == "for" and \
-            computed_from(loop.operands[2 + v.index], producers, depth - 1)
+            computed_from(loop.operands[2 + v.index], producers, depth - 1, seen)
     if op.name in producers:
         return True
     if op.name == "warp_group_dot_wait":
-        return computed_from(op.operands[v.index], producers, depth - 1)
+        return computed_from(op.operands[v.index], producers, depth - 1, seen)
     if op.name in ("for", "if"):
-        return any(computed_from(region.ops[-1].operands[v.index], producers, depth - 1) for region in op.regions
-                   if region.ops and region.ops[-1].operands)
+        return any(computed_from(region.ops[-1].operands[v.index], producers, depth - 1, seen)
+                   for region in op.regions if region.ops and region.ops[-1].operands)
     return op.name in ELEMENTWISE_BETWEEN and any(
-        computed_from(x, producers, depth - 1) for x in op.operands
+        computed_from(x, producers, depth - 1, seen) for x in op.operands
         if isinstance(x.type, block_type) and tuple(x.type.shape) == tuple(v.type.shape))
 
 

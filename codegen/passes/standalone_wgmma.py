@@ -29,7 +29,7 @@ from __future__ import annotations
 from kiln.ir.core import Operation
 from kiln.ir.layout import wgmma_layout
 from kiln.ir.ops import mixed_fp8
-from kiln.ir.types import block_type, scalar_of
+from kiln.ir.types import scalar_of
 
 from ..analysis import Analysis
 from ..analysis.dots import fp8_mma
