@@ -8,8 +8,10 @@ can be compared launch by launch (bench/fla_ops.py times the whole op):
 CASES (gdn, simple_gla, gla; default gdn,simple_gla), B and T from the environment (2, 4096), H 16, D 128,
 bf16, forward only. Per case, after a first call (fla's autotuning, every compile) and three warm-ups: the
 median over CALLS calls (10) of each kernel's GPU time, its grid's launches a call, and the CUDA-event time of
-the calls back to back (the host's share included). One JSON line per case.
+the calls back to back (the host's share included), and the config each autotuned kernel runs. One JSON
+line per case.
 """
+import gc
 import json
 import os
 import statistics
@@ -60,6 +62,14 @@ def kernel_times(f) -> dict:
     return {name: (round(statistics.median(us), 1), round(len(us) / CALLS, 2)) for name, us in times.items()}
 
 
+def tuned_configs() -> dict:
+    """{kernel: the config its autotuner chose} for each autotuned kernel that has run (fla's cached
+    autotuner derives from the library's `Autotuner`, which keeps its choice as `best_config`)."""
+    from triton.runtime.autotuner import Autotuner
+    return {obj.base_fn.__name__: str(obj.best_config) for obj in gc.get_objects()
+            if isinstance(obj, Autotuner) and getattr(obj, "best_config", None) is not None}
+
+
 def event_ms(f) -> float:
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     with torch.no_grad():
@@ -80,4 +90,5 @@ for case in os.environ.get("CASES", "gdn,simple_gla").split(","):
     kernels = kernel_times(forward)
     print(json.dumps({"lib": lib, "case": case, "B": B, "T": T, "event_ms_per_call": round(event_ms(forward), 3),
                       "gpu_us_per_call": round(sum(us * n for us, n in kernels.values()), 1),
-                      "kernels": {name: {"us": us, "launches": n} for name, (us, n) in kernels.items()}}), flush=True)
+                      "kernels": {name: {"us": us, "launches": n} for name, (us, n) in kernels.items()},
+                      "configs": tuned_configs()}), flush=True)
