@@ -19,6 +19,8 @@ from a cold cache of its own (the caller's to give: TRITON_CACHE_DIR / KILN_CACH
     FLA=/path/to/flash-linear-attention KILN_DROPIN=1 python bench/fla_stand_in.py  # kiln
 
 CASES (gdn, simple_gla), B, T from the environment (defaults gdn,simple_gla; 2; 4096), H 16, D 128, bf16.
+Under kiln, KERNELS_OUT=dir keeps each launched kernel's block IR and options there (bench/ptx_counts.py
+builds them; the autotuned kernels' first configs, as the stand-in's autotuner picks).
 One JSON line per case. The first call's figure leaves out what a GPU adds (the autotuner's timings, module
 loads); bench/fla_ops.py times the same ops on one.
 """
@@ -44,6 +46,19 @@ class _Properties:
         return dict(H200)
 
 
+def _kept(kernel):
+    """With KERNELS_OUT: the first launched build of each kernel kept there as `<name>.kir` (its block IR)
+    and `<name>.json` (its options), for bench/ptx_counts.py."""
+    out = os.environ.get("KERNELS_OUT")
+    if not out or os.path.exists(os.path.join(out, kernel.name + ".kir")):
+        return
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, kernel.name + ".kir"), "w") as f:
+        f.write(kernel.asm["kir"])
+    with open(os.path.join(out, kernel.name + ".json"), "w") as f:
+        json.dump({k: v for k, v in kernel.options.items() if k in ("num_warps", "num_stages")}, f)
+
+
 def _kiln_stand_in():
     import triton  # kiln's facade
     from kiln import compiler
@@ -52,7 +67,7 @@ def _kiln_stand_in():
     cuda_driver.is_available = lambda: True
     cuda_driver.device_and_stream = lambda: (0, 0)
     cuda_driver.target = lambda device: "sm_90a"
-    compiler.CompiledKernel.launch = lambda self, grid, args, stream=None: launches.append(self.name)
+    compiler.CompiledKernel.launch = lambda self, grid, args, stream=None: (launches.append(self.name), _kept(self))
 
     def first_config_wins(self, args, kwargs, grid, config, nargs):
         self.fn.run(*args, grid=grid, warmup=True, **kwargs, **config.all_kwargs())
