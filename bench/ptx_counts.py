@@ -63,9 +63,9 @@ def main():
     lines = built.ptx.splitlines()
     print(f"{built.name}: {options}, {built.n_regs} registers, {built.n_spills} spilled, "
           f"{built.metadata['shared']} bytes of shared memory")
-    print("kernel:", dict(counts(lines)))
+    print("kernel:", json.dumps(counts(lines)))
     for first, last in loops(built.ptx):
-        print(f"loop at PTX lines {first}-{last}:", dict(counts(lines[first:last + 1])))
+        print(f"loop at PTX lines {first}-{last}:", json.dumps(counts(lines[first:last + 1])))
 
 
 if __name__ == "__main__":
