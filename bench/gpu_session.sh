@@ -31,6 +31,8 @@
 #   DOTS=computed_a bash bench/gpu_session.sh dots  # bench/dot_formats.py (all sections without DOTS; ~100-200 s)
 #   bash bench/gpu_session.sh fla-profile     # bench/fla_profile.py: fla's forwards kernel by kernel (torch.profiler),
 #                                             # Triton then kiln (~200-300 s; carry .scratch/fla and .whl)
+#   bash bench/gpu_session.sh fla-ncu         # fla-profile, then ncu on kkt_solve and fwd_h (NCU_KERNELS, NCU_CASE),
+#                                             # each library's tuned configs (~260 s; carry .scratch/fla and .whl)
 #   bash bench/gpu_session.sh dropin          # bench/dropin.py: torch.compile with kiln's drop-in vs Triton
 #   bash bench/gpu_session.sh fla             # bench/fla_ops.py: fla's chunked ops, Triton then kiln (carry .scratch/fla;
 #                                             # FLA_TRITON_S / FLA_KILN_S: each library's seconds, default 240 / 300)
@@ -211,6 +213,22 @@ for phase in "$@"; do
       (env KILN_CACHE_DIR="$fla_cache" KILN_DROPIN=1 timeout 250 python3 bench/fla_profile.py 2>&1 \
         | grep -v -i warning | tail -5) | tee "$OUT/fla-profile-kiln.log"
       KILN_CACHE_DIR=$fla_cache kiln daemon stop >/dev/null 2>&1 || true ;;
+    fla-ncu)  # fla-profile's runs on caches kept for each library, then ncu on the warm caches (each library's tuned
+      # configs): the kernels NCU_KERNELS names (a regex, default kkt_solve and gdn's fwd_h) in NCU_CASE's forward
+      # (default gdn), launch and occupancy figures, warp states, source counters (bank conflicts) (~260 s)
+      export FLA=${FLA:-.scratch/fla}
+      for lib in triton kiln; do
+        cache=$(mktemp -d)
+        if [ $lib = kiln ]; then lib_env="KILN_DROPIN=1 KILN_CACHE_DIR=$cache"; else lib_env="TRITON_CACHE_DIR=$cache"; fi
+        (env $lib_env timeout 200 python3 bench/fla_profile.py 2>&1 | grep -v -i warning | tail -5) \
+          | tee "$OUT/fla-profile-$lib.log"
+        env $lib_env CASES="${NCU_CASE:-gdn}" CALLS=1 timeout 150 ncu --kernel-name \
+          "regex:${NCU_KERNELS:-kkt_solve|fwd_kernel_h_blockdim64}" --launch-count "${NCU_LAUNCHES:-2}" \
+          --section SpeedOfLight --section WarpStateStats --section Occupancy --section LaunchStats \
+          --section SchedulerStats --section SourceCounters python3 bench/fla_profile.py > "$OUT/ncu-$lib.txt" 2>&1
+        grep -E "^  [a-z_0-9]+ \(|Duration|Registers Per|excessive" "$OUT/ncu-$lib.txt" | head -12
+        [ $lib = kiln ] && { KILN_CACHE_DIR=$cache kiln daemon stop >/dev/null 2>&1 || true; }
+      done ;;
     dropin)
       python3 bench/dropin.py --out "$OUT" 2>&1 | tee "$OUT/dropin.log" | tail -60 ;;
     tutorial06-configs)  # bench/tutorial06_configs.py: the tutorial's Hopper warp_specialize=True forward (fp16, fp8;
