@@ -53,11 +53,16 @@ class Fragments:
         return self.loaded[key]
 
     def stored(self, tile) -> None:
+        if not self.loaded:
+            return
         root = tile_root(tile)
         self.loaded = {k: v for k, v in self.loaded.items() if tile_root(k[0]) is not root}
 
     @contextmanager
     def region(self, block):
+        if not self.tiles:  # (a kernel without such tiles: no walk of each region it lowers)
+            yield
+            return
         stored = _stored_in(block)
         outer = {k: v for k, v in self.loaded.items() if tile_root(k[0]) not in stored}
         self.loaded = dict(outer)

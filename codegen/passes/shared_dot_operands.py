@@ -27,7 +27,7 @@ value read in both orders is then not shared. `shared_type` tiles, so smem_alloc
 from __future__ import annotations
 
 from kiln.ir.layout import mma_layout
-from kiln.ir.types import scalar_of, shared_type
+from kiln.ir.types import scalar_of
 
 from ..analysis.dots import mma_eligible
 from .layouts import computed_from
@@ -54,7 +54,7 @@ def apply(fn, ctx) -> None:
     for source, uses in reads.items():
         inner = _inner_dim(source, uses)
         if len(uses) >= 2 and inner is not None and source.defining_op is not None:
-            shared[source] = _tile_type(source, inner)
+            shared[source] = _stored_tile(source.type, "ab"[1 - inner])  # dim `inner` innermost
     if not shared and not in_registers:
         return
     tiles = {source: _store_after(source, t) for source, t in shared.items()}
@@ -122,12 +122,6 @@ def _inner_dim(source, uses):
     if len(dims) > 1 and scalar_of(source.type).itemsize != 2:
         return None
     return inner if source.type.shape[inner] * scalar_of(source.type).itemsize >= 32 else None
-
-
-def _tile_type(v, inner: int):
-    """A tile of `v` with dim `inner` innermost (smem_plan's `_stored_tile` for either order)."""
-    elem = scalar_of(v.type)
-    return shared_type(elem, list(v.type.shape), min(128, v.type.shape[inner] * elem.itemsize), (inner, 1 - inner))
 
 
 def _store_after(source, tile_type):
