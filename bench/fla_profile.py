@@ -9,7 +9,8 @@ CASES (gdn, simple_gla, gla; default gdn,simple_gla), B and T from the environme
 bf16, forward only. Per case, after a first call (fla's autotuning, every compile) and three warm-ups: the
 median over CALLS calls (10) of each kernel's GPU time, its grid's launches a call, and the CUDA-event time of
 the calls back to back (the host's share included), and the config each autotuned kernel runs. One JSON
-line per case.
+line per case. CONFIGS (bench/fla_configs.py) holds the kernels it names to those configs (each library's
+build of one config, its autotuner choosing among those that remain).
 """
 import gc
 import json
@@ -21,6 +22,8 @@ from collections import defaultdict
 import torch
 import torch.nn.functional as F
 from torch.profiler import ProfilerActivity, profile
+
+import fla_configs  # beside this file
 
 sys.path.insert(0, os.environ.get("FLA", "."))  # a checkout of flash-linear-attention (its `fla` package)
 from fla.ops.gated_delta_rule import chunk_gated_delta_rule  # noqa: E402
@@ -70,6 +73,20 @@ def tuned_configs() -> dict:
             if isinstance(obj, Autotuner) and getattr(obj, "best_config", None) is not None}
 
 
+def pin_configs() -> None:
+    """Each autotuned kernel CONFIGS names keeps only the configs it picks (before its first call)."""
+    from triton.runtime.autotuner import Autotuner
+    for want_name, want in fla_configs.wanted().items():
+        tuners = [obj for obj in gc.get_objects() if isinstance(obj, Autotuner) and obj.base_fn.__name__ == want_name]
+        if not tuners:
+            sys.exit(f"CONFIGS: no autotuned kernel {want_name}")
+        for tuner in tuners:
+            picked = [config for config in tuner.configs if fla_configs.holds(config, want)]
+            if not picked:
+                sys.exit(f"CONFIGS: {want_name} has no config with {want}")
+            tuner.configs = picked
+
+
 def event_ms(f) -> float:
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     with torch.no_grad():
@@ -81,6 +98,7 @@ def event_ms(f) -> float:
     return start.elapsed_time(end) / CALLS
 
 
+pin_configs()
 for case in os.environ.get("CASES", "gdn,simple_gla").split(","):
     forward = make(case)
     with torch.no_grad():

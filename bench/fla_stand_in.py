@@ -20,7 +20,8 @@ from a cold cache of its own (the caller's to give: TRITON_CACHE_DIR / KILN_CACH
 
 CASES (gdn, simple_gla), B, T from the environment (defaults gdn,simple_gla; 2; 4096), H 16, D 128, bf16.
 Under kiln, KERNELS_OUT=dir keeps each launched kernel's block IR and options there (bench/ptx_counts.py
-builds them; the autotuned kernels' first configs, as the stand-in's autotuner picks).
+builds them; the autotuned kernels' first configs, as the stand-in's autotuner picks, or those CONFIGS names
+(bench/fla_configs.py), as a GPU's tuning did, under either library).
 One JSON line per case. The first call's figure leaves out what a GPU adds (the autotuner's timings, module
 loads); bench/fla_ops.py times the same ops on one.
 """
@@ -34,10 +35,17 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.environ.get("FLA", "."))  # a checkout of flash-linear-attention (its `fla` package)
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
+import fla_configs  # noqa: E402  (beside this file)
 
 H200 = {"max_shared_mem": 232448, "multiprocessor_count": 132, "max_num_regs": 65536, "warpSize": 32}
 lib = "kiln" if os.environ.get("KILN_DROPIN") == "1" else "triton"
 launches = []
+
+
+def config_rank(autotuner, config):
+    """The stand-in's timing of a config: CONFIGS' pick for this kernel first, then the list's order."""
+    want = fla_configs.wanted().get(fla_configs.kernel_name(autotuner))
+    return -1.0 if want and fla_configs.holds(config, want) else float(autotuner.configs.index(config))
 
 
 class _Properties:
@@ -71,7 +79,7 @@ def _kiln_stand_in():
 
     def first_config_wins(self, args, kwargs, grid, config, nargs):
         self.fn.run(*args, grid=grid, warmup=True, **kwargs, **config.all_kwargs())
-        return float(self.configs.index(config))
+        return config_rank(self, config)
     Autotuner._bench = first_config_wins
     from kiln.runtime import driver
     driver.active = driver.default  # the CUDA driver (without a GPU the drop-in picks the CPU backend's, and fla,
@@ -96,7 +104,7 @@ def _triton_stand_in():
 
     def first_config_wins(self, *args, config, **meta):
         self.fn.run(*args, **{**meta, **config.all_kwargs(), "warmup": True})
-        return [float(self.configs.index(config))] * 3
+        return [config_rank(self, config)] * 3
     Autotuner._bench = first_config_wins
     triton.runtime.driver.active.utils = _Properties()
 
