@@ -215,14 +215,15 @@ for phase in "$@"; do
       KILN_CACHE_DIR=$fla_cache kiln daemon stop >/dev/null 2>&1 || true ;;
     fla-ncu)  # fla-profile's runs on caches kept for each library, then ncu on the warm caches (each library's tuned
       # configs): the kernels NCU_KERNELS names (a regex, default kkt_solve and gdn's fwd_h) in NCU_CASE's forward
-      # (default gdn), launch and occupancy figures, warp states, source counters (bank conflicts) (~260 s)
+      # (default gdn), launch and occupancy figures, warp states, source counters (bank conflicts) (~260 s);
+      # NCU_FLAGS: ncu's own (`--clock-control none --cache-control none`: at the clocks and caches a run has)
       export FLA=${FLA:-.scratch/fla}
       for lib in triton kiln; do
         cache=$(mktemp -d)
         if [ $lib = kiln ]; then lib_env="KILN_DROPIN=1 KILN_CACHE_DIR=$cache"; else lib_env="TRITON_CACHE_DIR=$cache"; fi
         (env $lib_env timeout 200 python3 bench/fla_profile.py 2>&1 | grep -v -i warning | tail -5) \
           | tee "$OUT/fla-profile-$lib.log"
-        env $lib_env CASES="${NCU_CASE:-gdn}" CALLS=1 timeout 150 ncu --kernel-name \
+        env $lib_env CASES="${NCU_CASE:-gdn}" CALLS=1 timeout 150 ncu ${NCU_FLAGS:-} --kernel-name \
           "regex:${NCU_KERNELS:-kkt_solve|fwd_kernel_h_blockdim64}" --launch-count "${NCU_LAUNCHES:-2}" \
           --section SpeedOfLight --section WarpStateStats --section Occupancy --section LaunchStats \
           --section SchedulerStats --section SourceCounters python3 bench/fla_profile.py > "$OUT/ncu-$lib.txt" 2>&1
