@@ -216,7 +216,8 @@ for phase in "$@"; do
     fla-ncu)  # fla-profile's runs on caches kept for each library, then ncu on the warm caches (each library's tuned
       # configs): the kernels NCU_KERNELS names (a regex, default kkt_solve and gdn's fwd_h) in NCU_CASE's forward
       # (default gdn), launch and occupancy figures, warp states, source counters (bank conflicts) (~260 s);
-      # NCU_FLAGS: ncu's own (`--clock-control none --cache-control none`: at the clocks and caches a run has)
+      # NCU_FLAGS: ncu's own (`--clock-control none --cache-control none`: at the clocks and caches a run has);
+      # NCU_STALLS=1: then the instructions the first kernel matched stalled at most (stalls-<lib>.txt)
       export FLA=${FLA:-.scratch/fla}
       for lib in triton kiln; do
         cache=$(mktemp -d)
@@ -228,6 +229,14 @@ for phase in "$@"; do
           --section SpeedOfLight --section WarpStateStats --section Occupancy --section LaunchStats \
           --section SchedulerStats --section SourceCounters python3 bench/fla_profile.py > "$OUT/ncu-$lib.txt" 2>&1
         grep -E "^  [a-z_0-9]+ \(|Duration|Registers Per|excessive" "$OUT/ncu-$lib.txt" | head -12
+        if [ -n "${NCU_STALLS:-}" ]; then  # the instructions stalled at most (bench/ncu_stalls.py), first kernel matched
+          env $lib_env CASES="${NCU_CASE:-gdn}" CALLS=1 timeout 150 ncu ${NCU_FLAGS:-} --kernel-name \
+            "regex:${NCU_KERNELS:-kkt_solve|fwd_kernel_h_blockdim64}" --launch-count 1 --section WarpStateStats \
+            --section SourceCounters -f -o /tmp/stalls-$lib python3 bench/fla_profile.py > /dev/null 2>&1
+          ncu --import /tmp/stalls-$lib.ncu-rep --page source --print-source sass --csv > /tmp/stalls-$lib.csv 2>&1
+          python3 bench/ncu_stalls.py /tmp/stalls-$lib.csv --top 40 > "$OUT/stalls-$lib.txt" 2>&1
+          head -c 2000 /tmp/stalls-$lib.csv | head -3 >> "$OUT/stalls-$lib.txt"; head -15 "$OUT/stalls-$lib.txt"
+        fi
         [ $lib = kiln ] && { KILN_CACHE_DIR=$cache kiln daemon stop >/dev/null 2>&1 || true; }
       done ;;
     dropin)
