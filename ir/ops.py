@@ -723,7 +723,10 @@ def _check_local_load(op):
     if not isinstance(tile.type, shared_type) or len(tile.type.shape) != 2:
         return "local_load reads one tile of shared memory"
     t = op.results[0].type
-    if not isinstance(t, block_type) or not _fills_tile(t.shape, tile.type) or t.element_ty != tile.type.element_ty:
+    if not isinstance(t, block_type):  # a scalar from a tile of one (smem_pipeline's copied scalars)
+        if tuple(tile.type.shape) != (1, 1) or t != tile.type.element_ty:
+            return f"{t} does not match the tile {tile.type}"
+    elif not _fills_tile(t.shape, tile.type) or t.element_ty != tile.type.element_ty:
         return f"{t} does not match the tile {tile.type}"
 
 

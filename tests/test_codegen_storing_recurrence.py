@@ -188,16 +188,18 @@ def test_the_recurrence_runs_on_wgmma_with_its_inputs_on_rings(num_warps):
 @pytest.mark.parametrize("num_warps", [2, 4, 8])
 def test_the_gates_after_the_store_are_loaded_ahead(num_warps):
     """The gates, loaded after the state's store, wait for nothing in the iteration: the vector comes
-    through a ring of one-row tiles with the chunk's tiles (as Triton copies it), the scalar is carried
-    (each iteration loads the next one's at its top, before it waits for its own copies)."""
+    through a ring of one-row tiles with the chunk's tiles (as Triton copies it), and so does the scalar,
+    in tiles of one, read back by every thread. Carried in a register instead (loaded at the top of
+    iteration i for i + 1), it came in behind iteration i's copies and its carrying move waited for it
+    (fla's fwd_h on an H100: 11% of the warps' stalls)."""
     loop = _loop_text(_built(chunked_state, *_args(), T, num_warps=num_warps, BT=BT, K=K, V=V, GATED=True).kir)
     header = loop[:loop.index(" loc(")]
-    assert header.endswith(", fp32")  # the last gate, carried
-    lines = loop.splitlines()
-    loads = [i for i, line in enumerate(lines) if " = load " in line]
-    first_wait = next(i for i, line in enumerate(lines) if "async_wait" in line or "mbarrier_wait" in line)
-    assert len(loads) == 1 and loads[0] < first_wait
+    assert not header.endswith(", fp32")  # nothing carried but the state and the rings' counters
+    assert " = load " not in loop
+    assert re.search(r"= local_load %\d+ : fp32 ", loop)  # the last gate
     assert re.search(r"= local_load %\d+ : <64xfp32:slice1:", loop)
+    assert re.search(r"= local_alloc[^\n]*: smem<\dx1x1xfp32:", _built(chunked_state, *_args(), T, num_warps=num_warps,
+                                                                     BT=BT, K=K, V=V, GATED=True).kir)
 
 
 @pytest.mark.parametrize("num_warps", [2, 4, 8])

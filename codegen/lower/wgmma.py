@@ -19,7 +19,7 @@ from __future__ import annotations
 import llvmlite.ir as ir
 
 from kiln.ir.core import Operation, is_zero_constant
-from kiln.ir.types import shared_type
+from kiln.ir.types import block_type, shared_type
 
 from kiln.ir import layout as lay
 from ..analysis.access import access_width
@@ -244,6 +244,9 @@ def _in_tile(lw, offsets, indices, shape):
 
 def _local_load(lw, op):
     tile, out = op.operands[0], op.results[0]
+    if not isinstance(out.type, block_type):  # a scalar from a tile of one: every thread reads it
+        lw.bind(out, [lw.b.load(lw.scalar(tile), typ=reg_type(out.type), align=out.type.itemsize)])
+        return
     layout = lw.layout(out)
     lw.bind(out, load_tile(lw, lw.scalar(tile), tile.type, layout, out.type), layout)
 

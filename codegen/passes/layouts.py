@@ -436,11 +436,13 @@ class _Assigner:
     def anchor_local_load(self, op):
         """What is computed from a tile read back (a dequantized weight) stays in its layout.
         A vector read back is the memory op's business no more than a load is (hint_slices)."""
-        shape = op.results[0].type.shape
+        shape = getattr(op.results[0].type, "shape", ())  # (a scalar read back has none)
         if len(shape) > 1 and self.preferred.get(shape, (0,))[0] < LOCAL_LOAD:
             self.preferred[shape] = (LOCAL_LOAD, self.local_load_layout(op))
 
     def op_local_load(self, op):
+        if not isinstance(op.results[0].type, block_type):
+            return  # a scalar read back: every thread reads it
         wanted = self.wanted.get(op.results[0])  # a vector in a slice of what it is broadcast against
         self.set(op.results[0], wanted if wanted is not None else self.local_load_layout(op))
 

@@ -168,7 +168,9 @@ def _issue(out, copies, rings, slot, iv_at, ub, mapping, loc, bars=None):
                 boxes["box_rows"] = rows
             append_op(out, "tma_copy", [operands[0], view, bar, inside, *operands[1:-1]], (), loc, **boxes)
             continue
-        shape = load.results[0].type.shape
+        if not isinstance(load.results[0].type, block_type):  # a scalar, copied as a vector of one
+            operands = [append_op(out, "splat", [v], [block_type(v.type, (1,))], loc) for v in operands[:2]]
+        shape = operands[0].type.shape
         inside_all = append_op(out, "splat", [inside], [block_type(int1, shape)], loc)
         mask = append_op(out, "and", [operands[1], inside_all], [inside_all.type], loc) if len(operands) > 1 else inside_all
         if prefix is None:
@@ -379,7 +381,7 @@ def _read_vectors_at_use(ops):
     """Each vector read back from a ring (a row statistic) moved to just before its first reader:
     read where the load was, ptxas keeps its registers live across the dots in between (attention
     backward's Delta across dP^T's dot: spills at 255 registers); shared memory's latency is short."""
-    for op in [o for o in ops if o.name == "local_load" and len(o.results[0].type.shape) == 1]:
+    for op in [o for o in ops if o.name == "local_load" and len(getattr(o.results[0].type, "shape", ())) <= 1]:
         at = ops.index(op)
         first = next((k for k in range(at + 1, len(ops))
                       if any(u is op.results[0] for inner in ops[k].walk() for u in inner.operands)), None)

@@ -254,7 +254,11 @@ def _fetched_loads(dots, body, ring_loads, ctx, fetch_regs, staged_vectors=False
     where registers are short), where Triton's pipeliner reads it from shared memory too. With
     `staged_vectors` (a loop that stores: fla's recurrences) so is a vector a staged operand is
     computed from (the chunk's gates): carried in registers past the loop's stores instead (prefetch),
-    it cost fla's chunk_fwd_kernel_h 15-22 registers at 4 and 8 warps, the ring 5-7."""
+    it cost fla's chunk_fwd_kernel_h 15-22 registers at 4 and 8 warps, the ring 5-7. So is a scalar
+    (the chunk's last gate), in a tile of one: carried, loaded at the top of iteration i for i + 1, it
+    arrived after iteration i's copies into the rings (one SM's requests in order), and the register
+    move that carries it waited for it at the end of the iteration: 11% of fla's fwd_h's warp stalls
+    on an H100 (ncu, 2026-12-05), where Triton copies it into a ring too."""
     found, seen = {}, set()
     # (value, read in a dot's fragment layout, met a dot's result of its shape on the way: fla's `v - w @ h`,
     # the load then read in the accumulator's layout, pairs of elements along eight rows at a time)
@@ -267,7 +271,9 @@ def _fetched_loads(dots, body, ring_loads, ctx, fetch_regs, staged_vectors=False
             continue
         seen.add((id(op), fragment, beside_acc))
         if op.name == "load":
-            if (fragment or staged_vectors) and len(op.results[0].type.shape) == 1:
+            if not isinstance(op.results[0].type, block_type):
+                tile = _scalar_tile(op) if fragment or staged_vectors else None
+            elif (fragment or staged_vectors) and len(op.results[0].type.shape) == 1:
                 tile = _vector_tile(op, ctx)
             else:
                 tile = _fetch_tile(op, ctx, swizzled=fragment or beside_acc) if fetch_regs or not fragment else None
@@ -313,6 +319,17 @@ def _vector_tile(load, ctx):
     if _copy_width(load, ctx)[1] * scalar_of(t).itemsize < 4:
         return None
     return shared_type(scalar_of(t), (1, t.shape[0]), 0, (1, 0))
+
+
+def _scalar_tile(load):
+    """The ring tile of a scalar `load` (a 1x1 tile; the copy a vector of one), or None where cp.async
+    cannot copy it: under 4 bytes, an `other` but zero, volatile."""
+    t = scalar_of(load.results[0].type)
+    if load.attrs.get("volatile") or t.is_ptr() or t.name == "int1" or t.itemsize < 4:
+        return None
+    if len(load.operands) == 3 and not is_zero_constant(load.operands[2]):
+        return None
+    return shared_type(t, (1, 1), 0, (1, 0))
 
 
 def _copy_width(load, ctx):
@@ -535,7 +552,8 @@ def plan_loop(loop, stages, fn, ctx, kind, in_registers=frozenset()):
             cone = address_cone(load, load_address(load), body)
             if cone is not None:
                 fetched[key] = load
-                vector = len(load.results[0].type.shape) == 1  # (a mask bit per copy)
+                t = load.results[0].type
+                vector = not isinstance(t, block_type) or len(t.shape) == 1  # (a mask bit per copy)
                 all_rings.append(Copy(load, tile, *cone, None if vector else _prefix_copy(load, tile.order[0], ctx)))
         sized = _sized(all_rings, dots, body, loop, stages, fn, ctx, kind, in_registers)
         if sized is not None:
