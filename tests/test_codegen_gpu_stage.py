@@ -109,6 +109,27 @@ def test_the_verifier_checks_gpu_stage_ops():
         verify(parse_function(bad))
 
 
+def _scalar_read_back(tile: str, result: str) -> str:
+    return f"""kernel @k() {{
+  %r = local_alloc : smem<2x{tile}xfp32:swizzle0:order1.0>
+  %z = constant {{value = 0}} : int32
+  %t = local_index %r, %z : smem<{tile}xfp32:swizzle0:order1.0>
+  %x = local_load %t : {result}
+  return
+}}
+"""
+
+
+def test_a_scalar_is_read_back_from_a_tile_of_one_only():
+    """smem_pipeline copies a scalar (fla's last gate) into tiles of one and reads it back as a scalar."""
+    verify(parse_function(_scalar_read_back("1x1", "fp32")))
+    verify(parse_function(_scalar_read_back("1x1", "<1xfp32>")))  # or as a vector of one
+    with pytest.raises(VerificationError, match="fp32 does not match the tile smem<1x2xfp32"):
+        verify(parse_function(_scalar_read_back("1x2", "fp32")))
+    with pytest.raises(VerificationError, match="int32 does not match the tile smem<1x1xfp32"):
+        verify(parse_function(_scalar_read_back("1x1", "int32")))
+
+
 def test_a_dot_fed_by_loads_becomes_a_ring_of_async_copies_and_wgmma():
     fn, ctx = pipelined()
     text = print_function(fn, locs=False)
