@@ -18,13 +18,14 @@ operand comes one of four ways:
            registers: wgmma's A fragment is the accumulator layout's register order; the 2-D
            loads it is computed from (`(a * s).to(fp16)`) come through rings too where they
            fit, read back in that fragment layout (`local_load`), and so do its vectors
-           (attention backward's M and Delta: one-row tiles, read back just before their use);
+           (attention backward's M and Delta: one-row tiles, read back just before their use)
+           and its scalars (a per-step scale: tiles of one, read back as a scalar);
     staged: any other value computed in the body (fp8 attention's P: an 8-bit A fragment
            is not the accumulator's register order; int8 likewise; a dequantized B),
            stored each iteration into a ring of 2 or 3 tiles (`staged_slots`; K-major, a
            16-bit B N-major), then a fence and a barrier. The 2-D loads it is computed from come
            through rings too and are read back from their tiles (`local_load`), and in a loop
-           that stores its vectors too (fla's gates); the loop's other loads are then carried
+           that stores its vectors and scalars too (fla's gates, the chunk's last gate); the loop's other loads are then carried
            one iteration ahead in registers (prefetch).
 
 The rewritten loop:
@@ -378,7 +379,7 @@ def _rewrite(loop, plan, stored_earlier, kind="wgmma", portable=False, num_warps
 
 
 def _read_vectors_at_use(ops):
-    """Each vector read back from a ring (a row statistic) moved to just before its first reader:
+    """Each vector or scalar read back from a ring (a row statistic) moved to just before its first reader:
     read where the load was, ptxas keeps its registers live across the dots in between (attention
     backward's Delta across dP^T's dot: spills at 255 registers); shared memory's latency is short."""
     for op in [o for o in ops if o.name == "local_load" and len(getattr(o.results[0].type, "shape", ())) <= 1]:
