@@ -17,6 +17,8 @@
 #   bash bench/gpu_session.sh stream-k        # bench/stream_k.py --check: the stream-K tail against the persistent and
 #                                             # tile kernels and cuBLAS, kiln and Triton, after its GPU tests (~270 s)
 #   bash bench/gpu_session.sh warp-specialize # the hinted GEMM's GPU tests, racecheck, bench/warp_specialize.py (~300 s)
+#   bash bench/gpu_session.sh block-scaled    # the scalar-ring GPU tests, then bench/block_scaled.py: a block-scaled
+#                                             # fp8 GEMM at fixed configs, kiln vs Triton (~120 s)
 #   bash bench/gpu_session.sh matmul-waves    # bench/matmul_waves.py: fixed configs at M = 16-1024 (N = K = 8192),
 #                                             # 4096³ and 8192³, pointer and descriptor kernels, kiln vs Triton (~80 s)
 #   bash bench/gpu_session.sh attention-bwd   # the backward's GPU tests and racecheck, then bench/attention.py --modes bwd
@@ -143,6 +145,11 @@ for phase in "$@"; do
       python3 bench/matmul_waves.py --out "$OUT" 2>&1 | tee "$OUT/matmul-waves.log" | tail -50 ;;
     matmul-waves)  # tutorial 03's pointer and descriptor matmuls at fixed configs on grids of a few waves
       python3 bench/matmul_waves.py --out "$OUT" 2>&1 | tee "$OUT/matmul-waves.log" | tail -50 ;;
+    block-scaled)  # scalars and vectors through rings of their own (session 85): their GPU tests, then the block-scaled
+      # fp8 GEMM at fixed configs, kiln vs Triton (bench/block_scaled.py; ~120 s)
+      python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_codegen_scalar_rings.py \
+        tests/test_codegen_storing_recurrence.py 2>&1 | tail -3
+      python3 bench/block_scaled.py --out "$OUT" 2>&1 | tee "$OUT/block-scaled.log" | tail -20 ;;
     warp-specialize)  # the hinted GEMM (assembled by a standalone ptxas, which keeps setmaxnreg): its GPU tests and
       # racecheck, then bench/warp_specialize.py at 4096³, 8192³ and 8192x14336x4096 against the kernel as written,
       # Triton and cuBLAS (~300 s)

@@ -122,6 +122,36 @@ def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk,
 
 
 @triton.jit
+def block_scaled_matmul_kernel(a_ptr, b_ptr, c_ptr, a_scale_ptr, b_scale_ptr, M, N, K, stride_am, stride_bn,
+                               stride_cm, stride_asm, stride_bsn, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                               BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, SCALE_BLOCK: tl.constexpr):
+    """fp8 A (M x K) times fp8 B given as N x K (a weight), both K-major, with block scales in fp32: A's per row
+    and SCALE_BLOCK columns (`a_scale[m, k // SCALE_BLOCK]`), B's per SCALE_BLOCK x SCALE_BLOCK block
+    (`b_scale[n // SCALE_BLOCK, k // SCALE_BLOCK]`): each K step's product scaled before it is summed, the
+    scales loaded in the loop (the form of the block-quantized fp8 GEMMs serving engines run).
+    BLOCK_K and BLOCK_N divide SCALE_BLOCK."""
+    pid_m, pid_n = _grouped_tile(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    offs_m = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)) % M
+    offs_n = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N
+    offs_k = tl.arange(0, BLOCK_K)
+    a_ptrs = a_ptr + offs_m[:, None] * stride_am + offs_k[None, :]
+    b_ptrs = b_ptr + offs_k[:, None] + offs_n[None, :] * stride_bn
+    a_scales = a_scale_ptr + offs_m * stride_asm
+    b_scales = b_scale_ptr + (pid_n * BLOCK_N // SCALE_BLOCK) * stride_bsn
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BLOCK_K)):
+        a = tl.load(a_ptrs, mask=offs_k[None, :] < K - k * BLOCK_K, other=0.0)
+        b = tl.load(b_ptrs, mask=offs_k[:, None] < K - k * BLOCK_K, other=0.0)
+        group = k * BLOCK_K // SCALE_BLOCK
+        a_scale = tl.load(a_scales + group)
+        b_scale = tl.load(b_scales + group)
+        acc += tl.dot(a, b) * a_scale[:, None] * b_scale
+        a_ptrs += BLOCK_K
+        b_ptrs += BLOCK_K
+    _store_c(c_ptr, acc, pid_m, pid_n, M, N, stride_cm, 1, BLOCK_M, BLOCK_N)
+
+
+@triton.jit
 def matmul_kernel_ws(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
     """matmul_kernel with its K loop asking for warp specialization (`tl.range(..., warp_specialize=True)`)."""

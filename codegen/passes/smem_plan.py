@@ -19,7 +19,7 @@ from ..analysis.access import memory_width
 from ..analysis.dots import mma_eligible
 from .layouts import ELEMENTWISE_BETWEEN, computed_from
 from .prefetch import address_cone
-from .rewrite import const_int, has_side_effects, in_loop, is_transpose
+from .rewrite import const_int, has_side_effects, in_loop, is_pure, is_transpose
 from ..analysis.partitions import dot_replicas
 from ..analysis.pointer_roots import stores_unread
 from ..analysis.shared_buffers import ALIGN
@@ -285,7 +285,47 @@ def _fetched_loads(dots, body, ring_loads, ctx, fetch_regs, staged_vectors=False
                 isinstance(u.type, block_type) and u.type.shape == shape and computed_from(u, ("dot",))
                 for u in op.operands)
             stack.extend((u, fragment, beside_acc or acc) for u in op.operands)
+    for op in _scaling_products(dots, body):
+        t = op.results[0].type
+        tile = _scalar_tile(op) if not isinstance(t, block_type) else _vector_tile(op, ctx) if len(t.shape) == 1 \
+            else None
+        if id(op) not in ring_loads and id(op) not in found and tile is not None:
+            found[id(op)] = (op, tile)
     return found
+
+
+def _scaling_products(dots, body) -> list:
+    """The scalar and vector loads in the body that scale a dot's product or its accumulator on the way
+    around the loop (a block-scaled GEMM's `acc += dot(a, b) * a_scale[:, None] * b_scale`, fla's decay
+    `h * exp(g_last)` as the next dot's accumulator). Loaded in the iteration, each waited for global
+    memory beside the dot; carried one iteration ahead, it came in behind the rings' copies (fla's fwd_h).
+    Through rings of their own they come with the iteration's tiles."""
+    users = {}
+    for op in body.walk():
+        for v in op.operands:
+            users.setdefault(v, []).append(op)
+    beside, seen = [], set()
+    forward = [dot.results[0] for dot, _ in dots.values()]  # what each product meets on its way
+    while forward:
+        v = forward.pop()
+        for op in users.get(v, ()):
+            if op.parent is body and op.name in ELEMENTWISE_BETWEEN and id(op) not in seen:
+                seen.add(id(op))
+                beside += [u for u in op.operands if u is not v]
+                forward.append(op.results[0])
+    beside += [dot.operands[2] for dot, _ in dots.values() if len(dot.operands) > 2]  # its accumulator's past
+    loads, stack, seen = [], beside, set()
+    while stack:
+        op = stack.pop().defining_op
+        if op is None or op.parent is not body or id(op) in seen or op.name == "dot":
+            continue
+        seen.add(id(op))
+        if op.name == "load":
+            if not isinstance(op.results[0].type, block_type) or len(op.results[0].type.shape) == 1:
+                loads.append(op)
+        elif is_pure(op):
+            stack.extend(op.operands)
+    return loads
 
 
 def _fetch_tile(load, ctx, swizzled=False):
