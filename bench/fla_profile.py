@@ -77,7 +77,8 @@ def pin_configs() -> None:
     """Each autotuned kernel CONFIGS names keeps only the configs it picks (before its first call)."""
     from triton.runtime.autotuner import Autotuner
     for want_name, want in fla_configs.wanted().items():
-        tuners = [obj for obj in gc.get_objects() if isinstance(obj, Autotuner) and obj.base_fn.__name__ == want_name]
+        tuners = [obj for obj in gc.get_objects()
+                  if isinstance(obj, Autotuner) and fla_configs.kernel_name(obj) == want_name]
         if not tuners:
             sys.exit(f"CONFIGS: no autotuned kernel {want_name}")
         for tuner in tuners:

@@ -26,7 +26,8 @@ def main() -> None:
     args = parser.parse_args()
     with open(args.csv, newline="") as f:
         lines = [line for line in f if line.startswith('"')]  # ncu's own messages are unquoted
-    rows = list(csv.DictReader(lines))
+    header = next((i for i, line in enumerate(lines) if line.startswith('"Address"')), 0)  # after "Kernel Name"
+    rows = list(csv.DictReader(lines[header:]))
     if not rows:
         sys.exit("no source rows in " + args.csv)
     total_column = next((c for c in rows[0] if c.startswith("Warp Stall Sampling (All")), None)
