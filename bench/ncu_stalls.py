@@ -33,8 +33,7 @@ def main() -> None:
     total_column = next((c for c in rows[0] if c.startswith("Warp Stall Sampling (All")), None)
     if total_column is None:
         sys.exit("no 'Warp Stall Sampling (All Samples)' column: was SourceCounters collected?")
-    reasons = [c for c in rows[0] if c.startswith("stall_") or "Stall" in c and c != total_column
-               and "Not-issued" not in c]
+    reasons = [c for c in rows[0] if c.startswith("stall_") and "Not Issued" not in c]
     total = sum(_number(r[total_column]) for r in rows) or 1.0
     for row in sorted(rows, key=lambda r: -_number(r[total_column]))[:args.top]:
         share = _number(row[total_column]) / total
