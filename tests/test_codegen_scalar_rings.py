@@ -1,7 +1,7 @@
 """A scalar loaded in a pipelined dot loop that a register A is computed from (a per-step scale,
 `(a * s).to(fp16)`) comes through a ring of its own, tiles of one (`smem<Sx1x1xfp32>`), copied ahead with
 the loop's tiles and read back as a scalar (`local_load ... : fp32`, every thread reading the word).
-Carried one iteration ahead in a register instead, it arrived behind the iteration's copies and the move
+Carried one iteration ahead in a register instead, it arrived behind the ring copies in flight and the move
 that carried it waited for it (fla's fwd_h: 11% of its stalls, H100). fla's last gate, a scalar a staged
 operand is computed from, is tests/test_codegen_storing_recurrence.py's. So do the scalars and vectors that
 scale a dot's product on its way into the accumulator (a block-scaled GEMM's `dot(a, b) * a_scale[:, None] *

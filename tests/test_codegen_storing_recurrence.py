@@ -190,7 +190,7 @@ def test_the_gates_after_the_store_are_loaded_ahead(num_warps):
     """The gates, loaded after the state's store, wait for nothing in the iteration: the vector comes
     through a ring of one-row tiles with the chunk's tiles (as Triton copies it), and so does the scalar,
     in tiles of one, read back by every thread. Carried in a register instead (loaded at the top of
-    iteration i for i + 1), it came in behind iteration i's copies and its carrying move waited for it
+    iteration i for i + 1), it came in behind the ring copies in flight and its carrying move waited for it
     (fla's fwd_h on an H100: 11% of the warps' stalls)."""
     loop = _loop_text(_built(chunked_state, *_args(), T, num_warps=num_warps, BT=BT, K=K, V=V, GATED=True).kir)
     header = loop[:loop.index(" loc(")]

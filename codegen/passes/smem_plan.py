@@ -256,7 +256,7 @@ def _fetched_loads(dots, body, ring_loads, ctx, fetch_regs, staged_vectors=False
     computed from (the chunk's gates): carried in registers past the loop's stores instead (prefetch),
     it cost fla's chunk_fwd_kernel_h 15-22 registers at 4 and 8 warps, the ring 5-7. So is a scalar
     (the chunk's last gate), in a tile of one: carried, loaded at the top of iteration i for i + 1, it
-    arrived after iteration i's copies into the rings (one SM's requests in order), and the register
+    arrived behind the ring copies in flight (one SM's requests, in order), and the register
     move that carries it waited for it at the end of the iteration: 11% of fla's fwd_h's warp stalls
     on an H100 (ncu, 2026-12-05), where Triton copies it into a ring too."""
     found, seen = {}, set()
