@@ -24,5 +24,6 @@ def test_the_block_scaled_gemm_copies_its_scales_with_its_tiles():
     built = compile(parse_function(warm.asm["kir"]), "sm_90a", {"num_warps": 4, "num_stages": 3})
     loop = built.kir[built.kir.index(" = for "):]
     assert " = load " not in loop
-    assert re.search(r"= local_load %\d+ : <128xfp32:slice1:wgmma", loop) and re.search(r"= local_load %\d+ : fp32 ", loop)
+    assert re.search(r"= local_load %\d+ : <128xfp32:slice1:wgmma", loop)
+    assert re.search(r"= local_load %\d+ : fp32 ", loop)
     assert "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3" in built.ptx and built.n_spills == 0

@@ -128,11 +128,12 @@ def test_a_products_scales_come_through_rings_and_are_read_after_its_wait(num_wa
                   link=False).kir
     loop = kir[kir.index(" = for "):]
     assert " = load " not in loop
-    reads = [line for line in loop.splitlines() if "= local_load" in line]
-    wait = next(i for i, line in enumerate(loop.splitlines()) if "warp_group_dot_wait" in line)
-    scale_reads = [i for i, line in enumerate(loop.splitlines()) if re.search(r"= local_load %\d+ : (fp32|<64xfp32)", line)]
-    assert len(scale_reads) == 2 and min(scale_reads) > wait, reads  # beside the product, after its wait
-    assert re.search(r"= local_alloc[^\n]*: smem<\dx1x64xfp32:", kir) and re.search(r"= local_alloc[^\n]*: smem<\dx1x1xfp32:", kir)
+    lines = loop.splitlines()
+    wait = next(i for i, line in enumerate(lines) if "warp_group_dot_wait" in line)
+    scale_reads = [i for i, line in enumerate(lines) if re.search(r"= local_load %\d+ : (fp32|<64xfp32)", line)]
+    assert len(scale_reads) == 2 and min(scale_reads) > wait, loop  # beside the product, after its wait
+    for ring in (r"smem<\dx1x64xfp32:", r"smem<\dx1x1xfp32:"):
+        assert re.search(r"= local_alloc[^\n]*: " + ring, kir)
 
 
 def _block_scaled_emulated(num_warps):

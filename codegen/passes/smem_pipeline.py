@@ -25,8 +25,8 @@ operand comes one of four ways:
            stored each iteration into a ring of 2 or 3 tiles (`staged_slots`; K-major, a
            16-bit B N-major), then a fence and a barrier. The 2-D loads it is computed from come
            through rings too and are read back from their tiles (`local_load`), and in a loop
-           that stores its vectors and scalars too (fla's gates, the chunk's last gate); the loop's other loads are then carried
-           one iteration ahead in registers (prefetch).
+           that stores its vectors and scalars too (fla's gates, the chunk's last gate); the
+           loop's other loads are then carried one iteration ahead in registers (prefetch).
 
 The rewritten loop:
     before the loop:  the rings; the copies of iterations 0 .. S-2 issued (`async_copy`,
@@ -379,7 +379,7 @@ def _rewrite(loop, plan, stored_earlier, kind="wgmma", portable=False, num_warps
 
 
 def _read_vectors_at_use(ops):
-    """Each vector or scalar read back from a ring (a row statistic) moved to just before its first reader:
+    """Each vector or scalar read back from a ring (a row statistic, a gate) moved to just before its first reader:
     read where the load was, ptxas keeps its registers live across the dots in between (attention
     backward's Delta across dP^T's dot: spills at 255 registers); shared memory's latency is short."""
     for op in [o for o in ops if o.name == "local_load" and len(getattr(o.results[0].type, "shape", ())) <= 1]:

@@ -271,10 +271,8 @@ def _fetched_loads(dots, body, ring_loads, ctx, fetch_regs, staged_vectors=False
             continue
         seen.add((id(op), fragment, beside_acc))
         if op.name == "load":
-            if not isinstance(op.results[0].type, block_type):
-                tile = _scalar_tile(op) if fragment or staged_vectors else None
-            elif (fragment or staged_vectors) and len(op.results[0].type.shape) == 1:
-                tile = _vector_tile(op, ctx)
+            if not isinstance(op.results[0].type, block_type) or len(op.results[0].type.shape) == 1:
+                tile = _small_tile(op, ctx) if fragment or staged_vectors else None
             else:
                 tile = _fetch_tile(op, ctx, swizzled=fragment or beside_acc) if fetch_regs or not fragment else None
             if id(op) not in ring_loads and tile is not None and (id(op) not in found or fragment or beside_acc):
@@ -286,9 +284,7 @@ def _fetched_loads(dots, body, ring_loads, ctx, fetch_regs, staged_vectors=False
                 for u in op.operands)
             stack.extend((u, fragment, beside_acc or acc) for u in op.operands)
     for op in _scaling_products(dots, body):
-        t = op.results[0].type
-        tile = _scalar_tile(op) if not isinstance(t, block_type) else _vector_tile(op, ctx) if len(t.shape) == 1 \
-            else None
+        tile = _small_tile(op, ctx)
         if id(op) not in ring_loads and id(op) not in found and tile is not None:
             found[id(op)] = (op, tile)
     return found
@@ -359,6 +355,11 @@ def _vector_tile(load, ctx):
     if _copy_width(load, ctx)[1] * scalar_of(t).itemsize < 4:
         return None
     return shared_type(scalar_of(t), (1, t.shape[0]), 0, (1, 0))
+
+
+def _small_tile(load, ctx):
+    """The ring tile of a scalar or vector `load` (`_scalar_tile`, `_vector_tile`)."""
+    return _vector_tile(load, ctx) if isinstance(load.results[0].type, block_type) else _scalar_tile(load)
 
 
 def _scalar_tile(load):
