@@ -49,8 +49,8 @@ def reads_in(op, layout_of=_encoding) -> list:
         a = op.operands[0]
         if name == "warp_group_dot" and isinstance(a.type, block_type) and isinstance(out, Wgmma):
             return [Wgmma(out.warps, a.type.shape[1]), None, out]  # A in registers: wgmma's A fragment
-        if name == "mma_dot" and isinstance(a.type, block_type):
-            return [out, None, out]  # A in registers: the accumulator's distribution, whole rows per warp
+        if name == "mma_dot":  # A or B in registers: the accumulator's distribution, whole rows per warp
+            return [out if isinstance(v.type, block_type) else None for v in op.operands[:2]] + [out]
         return [None, None, out]
     if name == "for":
         return [None] * 3 + [layout_of(a) for a in op.regions[0].args[1:]]

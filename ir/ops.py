@@ -741,16 +741,17 @@ def _check_local_store(op):
 
 def _check_tile_dot(op):
     """warp_group_dot and mma_dot: B a shared tile, A one too or registers (16-bit types; fp8 too
-    for warp_group_dot, fp32 (tf32) for mma_dot)."""
+    for warp_group_dot, fp32 (tf32) for mma_dot); mma_dot's fp32 B in registers too."""
     a, b, acc = op.operands
     elem = a.type.element_ty
     in_registers = isinstance(a.type, block_type) and (
         elem.itemsize == 2 or (op.name == "warp_group_dot" and elem.is_fp8()) or
         (op.name == "mma_dot" and elem.name == "fp32"))
-    if not ((isinstance(a.type, shared_type) or in_registers) and isinstance(b.type, shared_type)) \
+    b_in_registers = op.name == "mma_dot" and isinstance(b.type, block_type) and b.type.element_ty.name == "fp32"
+    if not ((isinstance(a.type, shared_type) or in_registers) and (isinstance(b.type, shared_type) or b_in_registers)) \
             or len(a.type.shape) != 2 or len(b.type.shape) != 2:
         return (f"{op.name} reads b from a shared tile, a from a shared tile or registers (16-bit types, fp8 on "
-                "wgmma, fp32 on mma)")
+                "wgmma, fp32 on mma; b too: fp32 on mma)")
     (M, K), (K2, N) = a.type.shape, b.type.shape
     if K != K2 or _shape(acc.type) != (M, N) or op.results[0].type != acc.type:
         return f"shapes do not agree: {a.type} x {b.type} -> {acc.type}"

@@ -458,3 +458,16 @@ def test_the_verifier_checks_mma_dot():
         verify(parse_function(text))  # an 8-bit A is not read from registers
     verify(parse_function(text.replace("%a = constant {value = 1} : <16x32xint8>",
                                        "%a = local_alloc : smem<16x32xint8:swizzle32:order1.0>")))
+    tf32 = """kernel @k() {
+  %a = constant {value = 1.0} : <16x16xfp32>
+  %b = constant {value = 1.0} : <16x16xfp32>
+  %c = constant {value = 0.0} : <16x16xfp32>
+  %d = mma_dot %a, %b, %c : <16x16xfp32>
+  return
+}
+"""
+    verify(parse_function(tf32))  # an fp32 (tf32) B may be read from registers too (one warp: the lowering says)
+    with pytest.raises(VerificationError, match="mma_dot reads b from a shared tile"):
+        verify(parse_function(text.replace("%r = local_alloc : smem<32x16xint8:swizzle0:order0.1>",
+                                           "%r = constant {value = 1} : <32x16xint8>").replace(
+            "%a = constant {value = 1} : <16x32xint8>", "%a = local_alloc : smem<16x32xint8:swizzle32:order1.0>")))

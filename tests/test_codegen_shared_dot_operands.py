@@ -62,8 +62,12 @@ def test_each_block_is_stored_once_for_every_dot_that_reads_it(target):
     assert loop.count("local_store") == 2 and loop.count("= mma_dot ") == 3 and " = dot " not in loop
     assert loop.count("local_trans") == 2  # k0^T (its two dots read one view) and k1^T
     after = kir[kir.index("\n  }\n"):]
-    # the merge: a00 stored once for both tf32 dots; their A, products of dots, read from registers
-    assert after.count("local_store") == 1 and after.count("= mma_dot ") == 2 and " = dot " not in after
+    # the merge at one warp: both tf32 dots read A and B (a00), products of dots, from registers
+    assert after.count("local_store") == 0 and after.count("= mma_dot ") == 2 and " = dot " not in after
+    kir = _built(2, target).kir
+    after = kir[kir.index("\n  }\n"):]
+    # at two warps (no warp holds all of a product): a00 stored once for both, each A by its dot
+    assert after.count("local_store") == 3 and after.count("= mma_dot ") == 2 and " = dot " not in after
 
 
 def test_a_value_one_dot_reads_is_staged_by_its_dot_as_before():
@@ -81,10 +85,11 @@ def test_a_value_one_dot_reads_is_staged_by_its_dot_as_before():
 def test_dots_reading_one_tile_load_its_fragments_once():
     # the loop's two trips (unrolled), per 16 bf16 columns of k: one ldmatrix.x4 of b0 as A, of b0^T as B, of b1 as
     # A, of b1^T as B (16; before, each of the three dots loaded both its operands: 24); the merge's two tf32 dots
-    # read A from registers and a00 as B, per 8 columns and 8-column tile one 8-byte load for both dots (4)
+    # read A and a00 as B from registers, a00's fragments shuffled once for both: per 8 columns of k and 8-column
+    # tile, four shuffles (16)
     ptx = _built(1).ptx
     assert ptx.count("mma.sync") == 32 and ptx.count("ldmatrix.sync.aligned.m8n8.x4") == 16
-    assert ptx.count("ldmatrix") == 16 and ptx.count("ld.shared.v2.b32") == 4
+    assert ptx.count("ldmatrix") == 16 and ptx.count("ld.shared.v2.b32") == 0 and ptx.count("shfl.sync") == 16
 
 
 def test_fragments_are_kept_where_they_dominate_and_the_tile_is_unchanged():
@@ -240,3 +245,70 @@ def test_16_bit_products_from_registers_on_the_gpu(m, num_warps, cuda_torch):
     out = torch.zeros(m, 16, dtype=torch.float32, device="cuda")
     half_chain[(1,)](x, y, z, out, M=m, S=16, num_warps=num_warps)
     assert torch.equal(out, x.float() @ y.float() @ z.float())
+
+
+@kiln.jit
+def tf32_products(w_ptr, x_ptr, y_ptr, z_ptr, out_ptr, S: tl.constexpr, A_PRODUCT: tl.constexpr):
+    """A @ (y z / 2) at tf32, A the product w x (A_PRODUCT) or w as loaded: B is computed from a dot's product."""
+    cols = tl.arange(0, S)
+    square = cols[:, None] * S + cols[None, :]
+    yz = tl.dot(tl.load(y_ptr + square), tl.load(z_ptr + square), input_precision="tf32")
+    a = tl.load(w_ptr + square)
+    if A_PRODUCT:
+        a = tl.dot(a, tl.load(x_ptr + square), input_precision="tf32")
+    tl.store(out_ptr + square, tl.dot(a, yz * 0.5, input_precision="tf32"))
+
+
+def _products_args(s):
+    rng = np.random.default_rng(7)
+    return [rng.standard_normal((s, s)).astype(np.float32) for _ in range(4)] + [np.zeros((s, s), np.float32)]
+
+
+def _products_want(w, x, y, z, a_product):
+    w, x, y, z = (v.astype(np.float64) for v in (w, x, y, z))
+    return ((w @ x) if a_product else w) @ (y @ z) / 2
+
+
+@pytest.mark.parametrize("a_product", [True, False])
+def test_a_tf32_b_computed_from_a_product_is_shuffled_from_registers_at_one_warp(a_product):
+    warm = tf32_products.warmup(*_products_args(16), S=16, A_PRODUCT=a_product, grid=(1,), target="sm_90a",
+                                num_warps=1)
+    built = compile_ir(parse_function(warm.asm["kir"]), "sm_90a", {"num_warps": 1}, link=False)
+    outer, = [op for op in parse_function(built.kir).walk() if op.name == "mma_dot"]
+    assert isinstance(outer.operands[1].type, block_type)
+    assert isinstance(outer.operands[0].type, block_type if a_product else shared_type)
+    # 16x16 B: two 8-deep k-steps by two 8-column tiles, four shuffles each; nothing of B goes to shared memory
+    assert built.ptx.count("shfl.sync") == 16 and "ld.shared.v2.b32" not in built.ptx
+
+
+def test_at_two_warps_a_b_computed_from_a_product_goes_to_a_tile():
+    warm = tf32_products.warmup(*_products_args(32), S=32, A_PRODUCT=True, grid=(1,), target="sm_90a", num_warps=2)
+    built = compile_ir(parse_function(warm.asm["kir"]), "sm_90a", {"num_warps": 2}, link=False)
+    dots = [op for op in parse_function(built.kir).walk() if op.name in ("dot", "mma_dot")]
+    assert len(dots) == 3 and not any(isinstance(op.operands[1].type, block_type) for op in dots if op.name == "mma_dot")
+    assert "shfl.sync" not in built.ptx
+
+
+def _products_emulated(s, a_product):
+    from kiln.codegen.emulate import run_on_cpu
+    args = _products_args(s)
+    warm = tf32_products.warmup(*args, S=s, A_PRODUCT=a_product, grid=(1,), target="sm_90a", num_warps=1)
+    run_on_cpu(warm.ir, (1,), args, num_warps=1)
+    return args
+
+
+@pytest.mark.parametrize("s, a_product", [(16, True), (16, False), (32, True)])
+def test_b_shuffled_from_registers_emulated(s, a_product):
+    w, x, y, z, out = in_child(_products_emulated, s, a_product, timeout=300)
+    want = _products_want(w, x, y, z, a_product)
+    np.testing.assert_allclose(out, want, rtol=2e-2, atol=2e-2 * np.abs(want).max())
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("s, a_product", [(16, True), (16, False), (32, True), (64, False)])
+def test_b_shuffled_from_registers_on_the_gpu(s, a_product, cuda_torch):
+    torch = cuda_torch
+    args = [torch.from_numpy(v).cuda() for v in _products_args(s)]
+    tf32_products[(1,)](*args, S=s, A_PRODUCT=a_product, num_warps=1)
+    want = _products_want(*(v.cpu().numpy() for v in args[:4]), a_product)
+    np.testing.assert_allclose(args[4].cpu().numpy(), want, rtol=2e-2, atol=2e-2 * np.abs(want).max())

@@ -1,6 +1,7 @@
 """mma_dot fragments loaded once: several dots reading one shared tile (shared_dot_operands'
 tiles, a K step's operand tile read by every dot of that step) take the `ldmatrix` results
 the first of them loaded, wherever those dominate and the tile has not been stored since.
+Dots reading one B from registers likewise take the fragments the first one shuffled.
 
 Only tiles that `local_store` alone writes take part (not rings that async copies or TMA
 fill, whose slots change under one SSA value). A region's lowering (`lower_block`) keeps the
@@ -60,10 +61,7 @@ class Fragments:
 
     @contextmanager
     def region(self, block):
-        if not self.tiles:  # (a kernel without such tiles: no walk of each region it lowers)
-            yield
-            return
-        stored = _stored_in(block)
+        stored = _stored_in(block) if self.tiles else set()  # (a kernel without such tiles: no walk of each region)
         outer = {k: v for k, v in self.loaded.items() if tile_root(k[0]) not in stored}
         self.loaded = dict(outer)
         try:

@@ -28,6 +28,7 @@ from ..analysis.dots import mma_f16_accumulators, mma_staging
 from .context import LoweringError
 from .elementwise import cast_value
 from .memory import plain_store
+from .reduce import shuffle
 from .shared import elem_bytes, flats_of, store_elements
 from .types import F32, I8, I32, VOID, GENERIC_PTR, SHARED_PTR, half_words, reg_type, word_halves
 from .wgmma import tile_offset
@@ -82,7 +83,7 @@ def lower_mma(lw, op):
 
 def lower_mma_dot(lw, op):
     """`mma_dot`: B read from a shared tile (smem_pipeline's rings) as it is stored, A from
-    one too or from registers."""
+    one too or from registers; a tf32 B at one warp from registers too (shared_dot_operands)."""
     a, b = op.operands[:2]
     out = op.results[0]
     layout = lw.layout(out)
@@ -90,8 +91,13 @@ def lower_mma_dot(lw, op):
         raise LoweringError(f"mma_dot needs an mma.sync accumulator layout, not {layout}")
     def reused(tile):
         return tile if lw.fragments.reusable(tile) else None
-    b_src = _Operand(lw.scalar(b), lambda idx: tile_offset(lw, b.type, idx), k_inner=b.type.order[0] == 0,
-                     tile=reused(b))
+    if isinstance(b.type, block_type):
+        if lw.num_warps != 1 or lw.layout(b) != layout:
+            raise LoweringError("mma_dot reads B from registers at one warp, in its accumulator's layout")
+        b_src = None
+    else:
+        b_src = _Operand(lw.scalar(b), lambda idx: tile_offset(lw, b.type, idx), k_inner=b.type.order[0] == 0,
+                         tile=reused(b))
     if isinstance(a.type, block_type):
         if layout.warps_per_cta[1] != 1 or lw.layout(a) != layout:
             raise LoweringError("mma_dot reads A from registers in its accumulator's layout, whole rows per warp")
@@ -99,7 +105,8 @@ def lower_mma_dot(lw, op):
     else:
         a_src = _Operand(lw.scalar(a), lambda idx: tile_offset(lw, a.type, idx), k_inner=a.type.order[0] == 1,
                          tile=reused(a))
-    if a.type.scalar.itemsize != 2 and a_src is not None and not (a_src.k_inner and b_src.k_inner):
+    if a.type.scalar.itemsize != 2 and a_src is not None and b_src is not None and \
+            not (a_src.k_inner and b_src.k_inner):
         raise LoweringError("ldmatrix transposes 16-bit elements only: 8- and 32-bit tiles must be K-major")
     _run(lw, op, a_src, b_src)
 
@@ -107,8 +114,8 @@ def lower_mma_dot(lw, op):
 def _run(lw, op, a_src, b_src):
     """Per 32 bytes of k, each thread's A fragments (`ldmatrix.x4` per 16-row pair, or its
     own registers where `a_src` is None) and B fragments (`ldmatrix.x4` per two 8-column
-    tiles; `.trans` where the operand is not stored K-major), then one mma per (row pair,
-    column tile)."""
+    tiles; `.trans` where the operand is not stored K-major; shuffled from registers where
+    `b_src` is None), then one mma per (row pair, column tile)."""
     a, b, acc = op.operands
     out = op.results[0]
     K = a.type.shape[1]
@@ -159,7 +166,10 @@ def _run(lw, op, a_src, b_src):
                                     lambda r0=r0, r1=r1: _a_fragment(lw, a_src, r0, r1, k0, half_step, q, low_bit,
                                                                      high_bit))
                       for pair, (r0, r1) in enumerate(pair_rows)}
-        if permuted:
+        if b_src is None:
+            b_frag = lw.fragments.get((b, "b registers", k0, permuted),
+                                      lambda: _b_from_registers(lw, b, k0, col_tiles, g, t, permuted))
+        elif permuted:
             b_frag = _loaded(lw, b_src, ("b permuted", k0, addressed),
                              lambda: _b_fragments_permuted(lw, b_src, k0, first_cols, g, t))
         else:
@@ -250,6 +260,30 @@ def _b_fragments_permuted(lw, src, k0, first_cols, g, t):
     for c, first in first_cols.items():
         pair = b.load(src.ptr(lw, (k, b.add(first, g))), typ=ir.VectorType(I32, 2), align=8)
         frags[c] = [b.extract_element(pair, lw.i32(i)) for i in range(2)]
+    return frags
+
+
+def _b_from_registers(lw, b, k0, col_tiles, g, t, permuted):
+    """tf32 B's two registers per 8-column tile gathered from a B in the accumulator's layout at one warp:
+    lane (g, t) needs B[k0 + t][n0 + g] and B[k0 + t + 4][n0 + g] (k permuted: k0 + 2t and k0 + 2t + 1),
+    which lane 4 (row % 8) + g / 2 holds, in its register of column n0 + g % 2 (of rows k0 + 0..7).
+    That register depends on the reader's g, so both are shuffled and the reader picks: four shuffles."""
+    layout = lw.layout(b)
+    regs = lw.regs(b, layout)
+    where = {o: i for i, o in enumerate(layout.offsets(b.type.shape))}
+    bld = lw.b
+    half = bld.lshr(g, lw.i32(1))
+    odd = bld.trunc(g, ir.IntType(1))
+    rows = (bld.mul(t, lw.i32(2)), bld.add(bld.mul(t, lw.i32(2)), lw.i32(1))) if permuted else \
+        (t, bld.add(t, lw.i32(4)))
+    frags = {}
+    for n0 in col_tiles:
+        words = []
+        for row in rows:
+            lane = bld.add(bld.mul(row, lw.i32(4)), half)
+            even_col, odd_col = (shuffle(lw, regs[where[(k0, n0 + p)]], "idx", lane, 0x1F) for p in (0, 1))
+            words.append(bld.bitcast(bld.select(odd, odd_col, even_col), I32))
+        frags[n0] = words
     return frags
 
 

@@ -177,11 +177,12 @@ class _Assigner:
             int8 = op.operands[1].type.element_ty.name == "int8"  # B is a shared tile
             self.wgmma_results[op.results[0]] = wgmma_layout(shape, self.num_warps, int8)
             self.preferred[shape] = (1 << 31, self.wgmma_results[op.results[0]])
-        elif op.name == "mma_dot" and isinstance(op.operands[0].type, block_type):
-            # A in registers (smem_pipeline checked that both fit): A, and so the dot that
-            # made it, and the accumulator in whole rows per warp
-            for shape in (op.results[0].type.shape, op.operands[0].type.shape):
-                self.preferred[shape] = (MMA_ROWS, mma_layout(shape, self.num_warps, rows_only=True))
+        elif op.name == "mma_dot" and any(isinstance(v.type, block_type) for v in op.operands[:2]):
+            # A (or B, at one warp) in registers (smem_pipeline, shared_dot_operands checked that they
+            # fit): those, and so the dots that made them, and the accumulator in whole rows per warp
+            for v in (op.results[0], *op.operands[:2]):
+                if isinstance(v.type, block_type):
+                    self.preferred[v.type.shape] = (MMA_ROWS, mma_layout(v.type.shape, self.num_warps, rows_only=True))
         elif mma_eligible(op, self.ctx):
             shape = op.results[0].type.shape
             layout = mma_layout(shape, self.num_warps, replicate=True)

@@ -10,7 +10,8 @@ Triton stores such a value once (`local_alloc`) and reads it as each dot needs (
 A dot whose A is computed from a dot's product (`computed_from`), already in the accumulator's layout, with
 whole rows per warp, reads A from registers instead (16-bit as attention's P; tf32 with k permuted): only B
 goes to a tile (kkt_solve's block merge at one warp: every A an inverse or a product, 164 stores to shared
-memory -> 104, 57 barriers -> 42).
+memory -> 104, 57 barriers -> 42). At one warp a tf32 B computed so stays in registers as well, its
+fragments gathered by shuffles (the merge: no tile left to store, 104 stores -> ?, 42 barriers -> ?).
 
 Each shared value is stored right after it is computed into a tile of its own (a barrier first where a loop
 runs it again: a slower warp may still read the last iteration's; a barrier after it: every warp's part is
@@ -42,11 +43,11 @@ def apply(fn, ctx) -> None:
     if ctx.target.capability < 80 or any(op.name == "warp_group_dot" for op in fn.walk()):
         return  # (beside wgmma dots of a shape, the layouts pass would give that shape wgmma's layout)
     dots = [op for op in fn.walk() if op.name == "dot" and _candidate(op, ctx)]
-    in_registers = {dot for dot in dots if _a_in_registers(dot, ctx)}
+    in_registers = {dot: (_a_in_registers(dot, ctx), _b_in_registers(dot, ctx)) for dot in dots}
     reads: dict = {}  # source value -> [(dot, operand index, read transposed)]
     for dot in dots:
         for i in (0, 1):
-            if i == 0 and dot in in_registers:
+            if in_registers[dot][i]:
                 continue
             source, transposed = _source(dot.operands[i])
             reads.setdefault(source, []).append((dot, i, transposed))
@@ -55,18 +56,18 @@ def apply(fn, ctx) -> None:
         inner = _inner_dim(source, uses)
         if len(uses) >= 2 and inner is not None and source.defining_op is not None:
             shared[source] = _stored_tile(source.type, "ab"[1 - inner])  # dim `inner` innermost
-    if not shared and not in_registers:
+    if not shared and not any(a or b for a, b in in_registers.values()):
         return
     tiles = {source: _store_after(source, t) for source, t in shared.items()}
     replaced = {}
     for dot in dots:
-        if dot not in in_registers and not any(_source(v)[0] in tiles for v in dot.operands[:2]):
+        if not any(in_registers[dot]) and not any(_source(v)[0] in tiles for v in dot.operands[:2]):
             continue
         views, before = [], []
         for i in (0, 1):
             source, transposed = _source(dot.operands[i])
-            if i == 0 and dot in in_registers:
-                views.append(dot.operands[0])
+            if in_registers[dot][i]:
+                views.append(dot.operands[i])
             elif source in tiles:
                 tile = tiles[source]
                 views.append(append_op(before, "local_trans", [tile], [tile.type.transposed()], dot.loc)
@@ -102,6 +103,16 @@ def _a_in_registers(dot, ctx) -> bool:
         if rows is None or rows != mma_layout(shape, ctx.num_warps, replicate=True):
             return False
     return True
+
+
+def _b_in_registers(dot, ctx) -> bool:
+    """Does the dot read a tf32 B from registers: at one warp (which holds the whole of B), B computed from
+    a dot's product, so in the accumulator's layout? Lowering gathers each fragment by shuffles (four a
+    register pair), which beats storing B to a tile and reading it back after a barrier: kkt_solve's
+    block merge, each B an inverse or a product."""
+    b = dot.operands[1]
+    return ctx.num_warps == 1 and scalar_of(b.type).name == "fp32" and not _source(b)[1] and \
+        computed_from(b, ("dot", "mma_dot")) and mma_layout(b.type.shape, 1, rows_only=True) is not None
 
 
 def _source(v):
