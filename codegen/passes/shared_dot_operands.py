@@ -11,7 +11,8 @@ A dot whose A is computed from a dot's product (`computed_from`), already in the
 whole rows per warp, reads A from registers instead (16-bit as attention's P; tf32 with k permuted): only B
 goes to a tile (kkt_solve's block merge at one warp: every A an inverse or a product, 164 stores to shared
 memory -> 104, 57 barriers -> 42). At one warp a tf32 B computed so stays in registers as well, its
-fragments gathered by shuffles (the merge: no tile left to store, 104 stores -> ?, 42 barriers -> ?).
+fragments gathered by shuffles (the merge: no tile left to store; the kernel's stores to shared memory
+112 -> 16, barriers 42 -> 19).
 
 Each shared value is stored right after it is computed into a tile of its own (a barrier first where a loop
 runs it again: a slower warp may still read the last iteration's; a barrier after it: every warp's part is
