@@ -197,12 +197,15 @@ def _advance(out, copies, body, arg_index, current, iv_at):
 
 
 def _useful_stages(loop, stages: int) -> int:
-    """`stages`, no more than a loop over constant bounds has trips (and at least 2, the fewest a ring
-    runs on): copies further ahead than the last trip are predicated off, their slots never filled (fla's
+    """`stages`, no more than one past a loop over constant bounds' trips (and at least 2, the fewest a
+    ring runs on): at trips + 1 every trip's copies go out before the loop, a slot each (smem_plan's
+    `all_ahead`), where fewer stages would issue the last trips' copies only after the first trips' data
+    came (fla's chunk_fwd_kernel_o, two trips of its K loop at 3 stages: Triton's build has both in
+    flight at once); more stages would only add copies past the last trip, predicated off (fla's
     chunk_gla_bwd_kernel_dA, `range(cdiv(V, BV))` at V == BV on 4 warps and 4 stages: 80 KB of ring for one
     trip, 2 CTAs per SM where Triton's build, 16 KB, holds more)."""
     trips = constant_trips(*(const_int(v) for v in loop.operands[:3]))
-    return stages if trips is None else min(stages, max(2, trips))
+    return stages if trips is None else min(stages, max(2, trips + 1))
 
 
 def _rewrite(loop, plan, stored_earlier, kind="wgmma", portable=False, num_warps=4):
@@ -269,7 +272,7 @@ def _rewrite(loop, plan, stored_earlier, kind="wgmma", portable=False, num_warps
         ahead = {a: body.add_arg(current[a].type) for a in used}
         read_slot, write_slot = body.add_arg(int32), body.add_arg(int32)
         loop.operands.extend([current[a] for a in used])
-        loop.operands.extend([append_const(pre, 0, loc), append_const(pre, stages - 1, loc)])
+        loop.operands.extend([append_const(pre, 0, loc), append_const(pre, (stages - 1) % ring_size, loc)])
     if tma:  # the parity of the read slot's barrier phase: flips each time the slots wrap
         phase = body.add_arg(int32)
         loop.operands.append(append_const(pre, 0, loc))
@@ -521,7 +524,13 @@ def _users(block, v):
 def _issue_ahead(out, copies, rings, body, arg_index, ahead, used, iv, step, stages, ub, slots, ring_size, loc,
                  bars=None):
     """The copies of iteration i + S-1 into the write slot; returns what the yield
-    carries on: the look-ahead values one iteration further and the next slots."""
+    carries on: the look-ahead values one iteration further and the next slots. Where every trip's
+    copies went out before the loop (a ring smaller than the stages: smem_plan's `all_ahead`), those
+    would all be past the last trip, and a masked-off copy still fills its slot with zeros: an empty
+    group instead, which keeps the count the waits leave pending."""
+    if ring_size < stages:
+        append_op(out, "async_commit", [], (), loc)
+        return [ahead[a] for a in used] + [_next_slot(out, slot, ring_size, loc) for slot in slots]
     args = body.args[1:]
     iv_ahead = append_op(out, "add", [iv, append_const(out, (stages - 1) * step, loc, iv.type)], [iv.type], loc)
     mapping = {iv: iv_ahead, **{args[arg_index[a]]: ahead[a] for a in used}}

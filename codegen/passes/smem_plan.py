@@ -19,7 +19,7 @@ from ..analysis.access import memory_width
 from ..analysis.dots import mma_eligible
 from .layouts import ELEMENTWISE_BETWEEN, computed_from
 from .prefetch import address_cone
-from .rewrite import const_int, has_side_effects, in_loop, is_pure, is_transpose
+from .rewrite import const_int, constant_trips, has_side_effects, in_loop, is_pure, is_transpose
 from ..analysis.partitions import dot_replicas
 from ..analysis.pointer_roots import stores_unread
 from ..analysis.shared_buffers import ALIGN
@@ -45,7 +45,7 @@ class Plan:
     copies: list  # [Copy], one per ring, in the order the dots first read them
     stages: int
     step: int
-    ring_size: int  # stages, plus a spare slot where wgmma keeps a group in flight
+    ring_size: int  # stages, plus a spare slot where wgmma keeps a group in flight; the trips where fewer (all_ahead)
     slots: int  # tiles per staged operand
     drained: bool  # every wgmma retires in its own iteration (`_drained`): no spare slot, none "tight"
     released: bool  # the slots go back through mbarriers, not a barrier per iteration (`released_ring`)
@@ -630,6 +630,11 @@ def _sized(rings, dots, body, loop, stages, fn, ctx, kind, in_registers):
     spare = 1 if kind == "wgmma" and not drained else 0  # mma.sync dots are done when their loads are
     released = released_ring(kind == "wgmma", bool(rings) and all(is_tma(r.load) for r in rings), bool(staged),
                              ctx.num_warps, in_loop(loop))
+    trips = constant_trips(*(const_int(v) for v in loop.operands[:3]))
+    if trips is not None and 0 < trips < stages:
+        if all_ahead(rings, trips, stage_bytes, budget, released or specialized):
+            return stages, trips, slots, drained, False
+        stages = max(2, trips)
     # the slots S - 1 + spare would take (released: a ring to fill, so stage_bytes > 0): see released_ring
     deep = spare and released and stages + 1 > budget // stage_bytes >= 3
     while stages > 2 and (stages + spare) * stage_bytes > budget and not deep:
@@ -655,6 +660,15 @@ def _sized(rings, dots, body, loop, stages, fn, ctx, kind, in_registers):
             ring_size = stages if tight or drained else ring_size
             fn.attrs["company"] = max(fn.attrs.get("company", 0), freed)  # (loops' rings share their bytes)
     return stages, ring_size, slots, drained, released
+
+
+def all_ahead(rings, trips: int, stage_bytes: int, budget: int, released: bool) -> bool:
+    """Do every trip's copies of a loop over constant bounds go out before it (smem_pipeline._useful_stages
+    asked trips + 1 stages), each trip into a slot of its own, the ring no bigger than the trips? Where
+    cp.async alone fills the rings and those slots fit: no slot is written twice, so no spare slot is
+    kept and no barrier waits before a copy (the loop's own copies are dead: an empty group instead).
+    Otherwise the stages are the trips, as before: TMA's slot barriers count on a ring's wraps."""
+    return bool(rings) and not released and not any(is_tma(r.load) for r in rings) and trips * stage_bytes <= budget
 
 
 def released_ring(hopper, tma_only, staged, num_warps, nested) -> bool:
