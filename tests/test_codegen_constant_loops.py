@@ -142,3 +142,26 @@ def test_loops_whose_copies_all_go_out_first_on_the_gpu(K, BT, num_warps, num_st
     a, o = torch.zeros(BT, BT, device="cuda"), torch.zeros(BT, 64, device="cuda")
     one_step_products[(1,)](k, q, h, a, o, K=K, BT=BT, BK=64, BV=64, num_warps=num_warps, num_stages=num_stages)
     assert torch.equal(a, k.float() @ q.float()) and torch.equal(o, k.float() @ h)
+
+
+@kiln.jit
+def tiles_of_products(k_ptr, q_ptr, a_ptr, tiles, K: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr):
+    """For each of `tiles` tiles, a = k @ q over K in steps of BK: a constant-trip loop in another loop."""
+    rt = tl.arange(0, BT)
+    for tile in range(tiles):
+        a = tl.zeros((BT, BT), tl.float32)
+        for i in range(tl.cdiv(K, BK)):
+            rk = i * BK + tl.arange(0, BK)
+            a += tl.dot(tl.load(k_ptr + tile * BT * K + rt[:, None] * K + rk[None, :]),
+                        tl.load(q_ptr + rk[:, None] * BT + rt[None, :]))
+        tl.store(a_ptr + tile * BT * BT + rt[:, None] * BT + rt[None, :], a)
+
+
+def test_a_constant_trip_loop_inside_another_keeps_copying_in_its_trips():
+    # the next outer trip's first copies would go into the slot this loop's last trip read: two stages, as before
+    x16, x32 = np.zeros(1 << 15, np.float16), np.zeros(1 << 15, np.float32)
+    kir = tiles_of_products.warmup(x16, x16, x32, 2, K=128, BT=64, BK=64, num_warps=4, grid=(1,),
+                                   target="sm_90a").asm["kir"]
+    built = compile_ir(parse_function(kir), "sm_90a", {"num_warps": 4, "num_stages": 3}, link=False)
+    inner = built.kir[built.kir.rindex(" = for "):]
+    assert inner[:inner.index("\n    }\n")].count("async_copy") == 2 and "async_wait {pending = 0}" in inner

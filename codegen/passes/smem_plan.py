@@ -632,7 +632,7 @@ def _sized(rings, dots, body, loop, stages, fn, ctx, kind, in_registers):
                              ctx.num_warps, in_loop(loop))
     trips = constant_trips(*(const_int(v) for v in loop.operands[:3]))
     if trips is not None and 0 < trips < stages:
-        if all_ahead(rings, trips, stage_bytes, budget, released or specialized):
+        if all_ahead(rings, loop, trips, stage_bytes, budget, released or specialized):
             return stages, trips, slots, drained, False
         stages = max(2, trips)
     # the slots S - 1 + spare would take (released: a ring to fill, so stage_bytes > 0): see released_ring
@@ -662,13 +662,15 @@ def _sized(rings, dots, body, loop, stages, fn, ctx, kind, in_registers):
     return stages, ring_size, slots, drained, released
 
 
-def all_ahead(rings, trips: int, stage_bytes: int, budget: int, released: bool) -> bool:
+def all_ahead(rings, loop, trips: int, stage_bytes: int, budget: int, released: bool) -> bool:
     """Do every trip's copies of a loop over constant bounds go out before it (smem_pipeline._useful_stages
     asked trips + 1 stages), each trip into a slot of its own, the ring no bigger than the trips? Where
-    cp.async alone fills the rings and those slots fit: no slot is written twice, so no spare slot is
-    kept and no barrier waits before a copy (the loop's own copies are dead: an empty group instead).
-    Otherwise the stages are the trips, as before: TMA's slot barriers count on a ring's wraps."""
-    return bool(rings) and not released and not any(is_tma(r.load) for r in rings) and trips * stage_bytes <= budget
+    cp.async alone fills the rings, those slots fit and no loop encloses this one: no slot is written
+    twice, so no spare slot is kept and no barrier waits before a copy (the loop's own copies are dead:
+    an empty group instead). Otherwise the stages are the trips, as before: TMA's slot barriers count on
+    a ring's wraps, and an enclosing loop's next trip would copy into the slot this loop read last."""
+    return bool(rings) and not released and not in_loop(loop) and not any(is_tma(r.load) for r in rings) and \
+        trips * stage_bytes <= budget
 
 
 def released_ring(hopper, tma_only, staged, num_warps, nested) -> bool:
