@@ -12,7 +12,7 @@ from kiln.codegen.target import parse_target
 from kiln.ir import parse_function, print_function, verify
 from kiln.ir.layout import Blocked, Slice, Wgmma, blocked_for, parse_layout, wgmma_layout
 from kiln.ir.layout_check import LayoutError, check_layouts
-from kiln.ir.types import block_type, float32, int32, parse_type, pointer_type
+from kiln.ir.types import block_type, float32, int32, parse_type, pointer_type, scalar_of
 from kiln.ir.verifier import VerificationError
 
 CORPUS = pathlib.Path(__file__).parent / "codegen_corpus"
@@ -194,6 +194,54 @@ def test_one_convert_layout_per_value_layout_and_block():
     converts = [op for op in fn.walk() if op.name == "convert_layout" and op.results[0].type.shape == (32,)]
     stores = [op for op in fn.walk() if op.name == "store"][1:]
     assert len(converts) == 1 and all(s.operands[0] is converts[0].results[0] for s in stores)
+
+
+# a vector read along both axes of a block (fla's gates, g[:, None] - g[None, :]): where its two slices
+# differ, the vector is loaded again in the other (its pointers are index math) rather than converted
+BOTH_AXES = """
+kernel @k(%g: ptr<fp32> {divisibility = 16, name = "g"}, %y: ptr<fp32> {divisibility = 16, name = "y"}) {
+  %r = arange {end = 64, start = 0} : <64xint32>
+  %gs = splat %g : <64xptr<fp32>>
+  %gp = addptr %gs, %r : <64xptr<fp32>>
+  %v = load %gp ATTRS: <64xfp32>
+  %v1 = expand_dims %v {axis = 1} : <64x1xfp32>
+  %vb1 = broadcast %v1 : <64x64xfp32>
+  %v0 = expand_dims %v {axis = 0} : <1x64xfp32>
+  %vb0 = broadcast %v0 : <64x64xfp32>
+  %d = sub %vb1, %vb0 : <64x64xfp32>
+  %r1 = expand_dims %r {axis = 1} : <64x1xint32>
+  %k = constant {value = 64} : <64x1xint32>
+  %ro = mul %r1, %k : <64x1xint32>
+  %rb = broadcast %ro : <64x64xint32>
+  %c0 = expand_dims %r {axis = 0} : <1x64xint32>
+  %cb = broadcast %c0 : <64x64xint32>
+  %off = add %rb, %cb : <64x64xint32>
+  %ys = splat %y : <64x64xptr<fp32>>
+  %yp = addptr %ys, %off : <64x64xptr<fp32>>
+  store %yp, %d
+  return
+}
+"""
+
+
+def _vector_ops(fn):
+    return [op for op in fn.walk() if op.name in ("load", "convert_layout") and op.results[0].type.shape == (64,)]
+
+
+def test_a_vector_read_in_two_layouts_is_loaded_in_each():
+    fn = _laid_out(BOTH_AXES.replace("ATTRS", ""))
+    ops = _vector_ops(fn)
+    loads = [op for op in ops if op.name == "load"]
+    assert len(loads) == 2 and loads[0].results[0].type.encoding != loads[1].results[0].type.encoding
+    # the only conversion: the second load's pointers (index math, recomputed by lowering)
+    assert all(str(scalar_of(op.results[0].type)).startswith("ptr") for op in ops if op.name == "convert_layout")
+    assert fn.body.ops.index(loads[1]) == fn.body.ops.index(loads[0]) + 2  # right after the first
+
+
+def test_a_volatile_vector_is_converted_not_loaded_again():
+    fn = _laid_out(BOTH_AXES.replace("ATTRS", "{volatile = true} "))
+    ops = _vector_ops(fn)
+    assert [op.name for op in ops] == ["load", "convert_layout"] and ops[1].operands[0] is ops[0].results[0]
 
 
 @pytest.mark.parametrize("name", ["softmax_2d", "dot_f16", "loops", "scan", "gather_histogram", "layer_norm"])

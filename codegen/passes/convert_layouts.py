@@ -18,11 +18,16 @@ choices that need the axis analysis: the layout a store writes in (a coalesced o
 value whose own layout would store in pieces narrower than 16 bytes) and the one an
 `async_copy` reads its pointers in (`access.store_layout`, `access.copy_layout`).
 Converting index math (kiln.ir.index_math) costs no shared memory: lowering recomputes it in
-the new layout.
+the new layout. A vector loaded from addresses that are index math is loaded again in the layout
+asked, right after the first load, instead of converted (`_reload`), as Triton rematerializes it:
+a conversion goes through shared memory behind a barrier, which waits for the load to arrive
+before any later load is issued (fla's chunk_fwd_kernel_o: its gates, read along rows and
+columns of the accumulator, held its V load back by a whole trip to memory).
 """
 from __future__ import annotations
 
 from kiln.ir.core import Block, Operation
+from kiln.ir.index_math import index_values
 from kiln.ir.layout import same_distribution
 from kiln.ir.layout_check import reads_in
 from kiln.ir.types import block_type, scalar_of
@@ -52,7 +57,7 @@ def convert(fn, ctx, layouts: dict) -> None:
     """The convert_layout ops that `layouts` (value -> layout, the layouts pass's choice) calls
     for, then every block value's layout into its type. `ctx`: options and axis (kiln.codegen.analysis)."""
     made: dict = {}  # (value, layout, block) -> the convert_layout's result
-    _convert_block(fn.body, ctx, layouts, made)
+    _convert_block(fn.body, ctx, layouts, made, index_values(fn))
     for op in fn.walk():
         for v in op.defined_values():
             layout = layouts.get(v)
@@ -60,26 +65,71 @@ def convert(fn, ctx, layouts: dict) -> None:
                 v.type = v.type.with_encoding(layout)
 
 
-def _convert_block(block: Block, ctx, layouts: dict, made: dict) -> None:
+def _convert_block(block: Block, ctx, layouts: dict, made: dict, index: set) -> None:
     layout_of = layouts.get
     i = 0
     while i < len(block.ops):
         op = block.ops[i]
+        loads = len(made)  # (a reload inserts its ops before `op`, here or in a block enclosing this one)
         for region in op.regions:
-            _convert_block(region, ctx, layouts, made)
+            _convert_block(region, ctx, layouts, made, index)
         for k, (v, want) in enumerate(zip(op.operands, wanted(ctx, op, layout_of))):
             have = layout_of(v)
             if want is None or have is None or not isinstance(v.type, block_type) \
                     or same_distribution(have, want, tuple(v.type.shape), ctx.num_warps):
                 continue
+            reloaded = _reload(v, want, ctx, layouts, made, index)
+            if reloaded is not None:
+                op.operands[k] = reloaded
+                continue
             key = (v, want, id(block))
             if key not in made:
                 conv = Operation("convert_layout", [v], [v.type], loc=op.loc)
                 conv.parent = block
-                block.ops.insert(i, conv)
-                i += 1
+                block.ops.insert(block.ops.index(op), conv)
                 made[key] = conv.results[0]
                 layouts[conv.results[0]] = want
                 ctx.axis.info[conv.results[0]] = ctx.axis.get(v)  # the same values, elsewhere
+                if v in index:
+                    index.add(conv.results[0])
             op.operands[k] = made[key]
-        i += 1
+        i = block.ops.index(op) + 1 if len(made) != loads else i + 1
+
+
+RELOADED_MAX = 1024  # elements: a vector this long is read again from the L1 (a row statistic, a chunk's gates)
+
+
+def _reload(v, want, ctx, layouts: dict, made: dict, index: set):
+    """`v` loaded again in layout `want`, just after its load, or None: a vector `load` of at most
+    RELOADED_MAX elements (neither volatile nor ordered by a `sem`) whose pointers, mask and `other`
+    are index math or scalars (recomputed in `want` for nothing)."""
+    load = v.defining_op
+    if load is None or load.name != "load" or len(v.type.shape) != 1 or v.type.numel > RELOADED_MAX \
+            or load.attrs.get("volatile") or load.attrs.get("sem"):
+        return None
+    if any(isinstance(u.type, block_type) and u not in index for u in load.operands):
+        return None
+    key = (v, want, "reloaded")
+    if key not in made:
+        block = load.parent
+        at = block.ops.index(load) + 1
+        operands = []
+        for u in load.operands:
+            if isinstance(u.type, block_type) and not same_distribution(layouts.get(u), want, tuple(u.type.shape),
+                                                                        ctx.num_warps):
+                conv = Operation("convert_layout", [u], [u.type], loc=load.loc)
+                conv.parent = block
+                block.ops.insert(at, conv)
+                at += 1
+                layouts[conv.results[0]] = want
+                ctx.axis.info[conv.results[0]] = ctx.axis.get(u)
+                index.add(conv.results[0])
+                u = conv.results[0]
+            operands.append(u)
+        again = Operation("load", operands, [v.type], dict(load.attrs), loc=load.loc)
+        again.parent = block
+        block.ops.insert(at, again)
+        layouts[again.results[0]] = want
+        ctx.axis.info[again.results[0]] = ctx.axis.get(v)
+        made[key] = again.results[0]
+    return made[key]
