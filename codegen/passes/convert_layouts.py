@@ -58,6 +58,7 @@ def convert(fn, ctx, layouts: dict) -> None:
     for, then every block value's layout into its type. `ctx`: options and axis (kiln.codegen.analysis)."""
     made: dict = {}  # (value, layout, block) -> the convert_layout's result
     _convert_block(fn.body, ctx, layouts, made, index_values(fn))
+    _drop_unread_loads([key[0] for key in made if key[2] == "reloaded"], fn)
     for op in fn.walk():
         for v in op.defined_values():
             layout = layouts.get(v)
@@ -133,3 +134,14 @@ def _reload(v, want, ctx, layouts: dict, made: dict, index: set):
         ctx.axis.info[again.results[0]] = ctx.axis.get(v)
         made[key] = again.results[0]
     return made[key]
+
+
+def _drop_unread_loads(loaded, fn) -> None:
+    """The loads of `loaded` that nothing reads any more (every reader took a load of its own layout):
+    no pass after this one drops dead code."""
+    if not loaded:
+        return
+    read = {v for op in fn.walk() for v in op.operands}
+    for v in loaded:
+        if v not in read and v.defining_op.parent is not None:
+            v.defining_op.parent.ops.remove(v.defining_op)
