@@ -71,7 +71,7 @@ def _convert_block(block: Block, ctx, layouts: dict, made: dict, index: set) -> 
     i = 0
     while i < len(block.ops):
         op = block.ops[i]
-        loads = len(made)  # (a reload inserts its ops before `op`, here or in a block enclosing this one)
+        made_before = len(made)  # (a reload inserts its ops before `op`, here or in a block enclosing this one)
         for region in op.regions:
             _convert_block(region, ctx, layouts, made, index)
         for k, (v, want) in enumerate(zip(op.operands, wanted(ctx, op, layout_of))):
@@ -85,16 +85,21 @@ def _convert_block(block: Block, ctx, layouts: dict, made: dict, index: set) -> 
                 continue
             key = (v, want, id(block))
             if key not in made:
-                conv = Operation("convert_layout", [v], [v.type], loc=op.loc)
-                conv.parent = block
-                block.ops.insert(block.ops.index(op), conv)
-                made[key] = conv.results[0]
-                layouts[conv.results[0]] = want
-                ctx.axis.info[conv.results[0]] = ctx.axis.get(v)  # the same values, elsewhere
-                if v in index:
-                    index.add(conv.results[0])
+                made[key] = _converted(v, want, block, block.ops.index(op), op.loc, ctx, layouts, index)
             op.operands[k] = made[key]
-        i = block.ops.index(op) + 1 if len(made) != loads else i + 1
+        i = block.ops.index(op) + 1 if len(made) != made_before else i + 1
+
+
+def _converted(v, want, block, at, loc, ctx, layouts: dict, index: set):
+    """`v` in layout `want`: a convert_layout inserted at `at` in `block` (index math where `v` is)."""
+    conv = Operation("convert_layout", [v], [v.type], loc=loc)
+    conv.parent = block
+    block.ops.insert(at, conv)
+    layouts[conv.results[0]] = want
+    ctx.axis.info[conv.results[0]] = ctx.axis.get(v)  # the same values, elsewhere
+    if v in index:
+        index.add(conv.results[0])
+    return conv.results[0]
 
 
 RELOADED_MAX = 1024  # elements: a vector this long is read again from the L1 (a row statistic, a chunk's gates)
@@ -118,14 +123,8 @@ def _reload(v, want, ctx, layouts: dict, made: dict, index: set):
         for u in load.operands:
             if isinstance(u.type, block_type) and not same_distribution(layouts.get(u), want, tuple(u.type.shape),
                                                                         ctx.num_warps):
-                conv = Operation("convert_layout", [u], [u.type], loc=load.loc)
-                conv.parent = block
-                block.ops.insert(at, conv)
+                u = _converted(u, want, block, at, load.loc, ctx, layouts, index)
                 at += 1
-                layouts[conv.results[0]] = want
-                ctx.axis.info[conv.results[0]] = ctx.axis.get(u)
-                index.add(conv.results[0])
-                u = conv.results[0]
             operands.append(u)
         again = Operation("load", operands, [v.type], dict(load.attrs), loc=load.loc)
         again.parent = block

@@ -56,7 +56,7 @@ from kiln.ir.core import Block, Function, Operation
 from kiln.ir.types import block_type, int8, int32, pointer_type, tensormap
 
 from . import affine
-from .rewrite import const_int, constant_trips, insert_ops, is_transpose, replace_uses
+from .rewrite import const_int, insert_ops, is_transpose, loop_trips, replace_uses
 from .smem_plan import enabled as pipelines
 
 name = "pointer_tma"
@@ -78,7 +78,7 @@ def apply(fn, ctx) -> None:
         if int(loop.attrs.get("num_stages", ctx.num_stages)) < 2:
             continue
         forms = affine.Forms()
-        trips = constant_trips(*(const_int(v) for v in loop.operands[:3]))
+        trips = loop_trips(loop)
         short = trips is not None and trips < KERNEL_MAP_MIN_TRIPS
         for load in [op for op in loop.regions[0].ops if op.name == "load"]:
             box = _Box.prove(load, loop, fn, forms, divisors)

@@ -130,3 +130,8 @@ def constant_trips(lb, ub, step):
     if None in (lb, ub, step) or step <= 0:
         return None
     return max(0, -(-(ub - lb) // step))
+
+
+def loop_trips(loop):
+    """How many times `for` op `loop` runs, where its bounds and step are constants, else None."""
+    return constant_trips(*(const_int(v) for v in loop.operands[:3]))

@@ -114,7 +114,7 @@ from kiln.ir.types import block_type, int1, int32, int64, shared_type
 from ..analysis import axis_info
 from . import descriptor_loads, prefetch
 from ..analysis import Analysis
-from .rewrite import append_const, append_op, clone_op, const_int, in_loop, insert_ops, slot_after, constant_trips
+from .rewrite import append_const, append_op, clone_op, const_int, in_loop, insert_ops, loop_trips, slot_after
 from .smem_plan import copy_box, is_tma, plan_loop, ring_kind, tma_ok
 
 
@@ -204,7 +204,7 @@ def _useful_stages(loop, stages: int) -> int:
     flight at once); more stages would only add copies past the last trip, predicated off (fla's
     chunk_gla_bwd_kernel_dA, `range(cdiv(V, BV))` at V == BV on 4 warps and 4 stages: 80 KB of ring for one
     trip, 2 CTAs per SM where Triton's build, 16 KB, holds more)."""
-    trips = constant_trips(*(const_int(v) for v in loop.operands[:3]))
+    trips = loop_trips(loop)
     return stages if trips is None else min(stages, max(2, trips + 1))
 
 

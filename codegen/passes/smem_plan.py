@@ -19,7 +19,7 @@ from ..analysis.access import memory_width
 from ..analysis.dots import mma_eligible
 from .layouts import ELEMENTWISE_BETWEEN, computed_from
 from .prefetch import address_cone
-from .rewrite import const_int, constant_trips, has_side_effects, in_loop, is_pure, is_transpose
+from .rewrite import const_int, has_side_effects, in_loop, is_pure, is_transpose, loop_trips
 from ..analysis.partitions import dot_replicas
 from ..analysis.pointer_roots import stores_unread
 from ..analysis.shared_buffers import ALIGN
@@ -271,7 +271,7 @@ def _fetched_loads(dots, body, ring_loads, ctx, fetch_regs, staged_vectors=False
             continue
         seen.add((id(op), fragment, beside_acc))
         if op.name == "load":
-            if not isinstance(op.results[0].type, block_type) or len(op.results[0].type.shape) == 1:
+            if _scalar_or_vector(op):
                 tile = _small_tile(op, ctx) if fragment or staged_vectors else None
             else:
                 tile = _fetch_tile(op, ctx, swizzled=fragment or beside_acc) if fetch_regs or not fragment else None
@@ -317,7 +317,7 @@ def _scaling_products(dots, body) -> list:
             continue
         seen.add(id(op))
         if op.name == "load":
-            if not isinstance(op.results[0].type, block_type) or len(op.results[0].type.shape) == 1:
+            if _scalar_or_vector(op):
                 loads.append(op)
         elif is_pure(op):
             stack.extend(op.operands)
@@ -355,6 +355,11 @@ def _vector_tile(load, ctx):
     if _copy_width(load, ctx)[1] * scalar_of(t).itemsize < 4:
         return None
     return shared_type(scalar_of(t), (1, t.shape[0]), 0, (1, 0))
+
+
+def _scalar_or_vector(load) -> bool:
+    t = load.results[0].type
+    return not isinstance(t, block_type) or len(t.shape) == 1
 
 
 def _small_tile(load, ctx):
@@ -593,9 +598,8 @@ def plan_loop(loop, stages, fn, ctx, kind, in_registers=frozenset()):
             cone = address_cone(load, load_address(load), body)
             if cone is not None:
                 fetched[key] = load
-                t = load.results[0].type
-                vector = not isinstance(t, block_type) or len(t.shape) == 1  # (a mask bit per copy)
-                all_rings.append(Copy(load, tile, *cone, None if vector else _prefix_copy(load, tile.order[0], ctx)))
+                small = _scalar_or_vector(load)  # (a mask bit per copy)
+                all_rings.append(Copy(load, tile, *cone, None if small else _prefix_copy(load, tile.order[0], ctx)))
         sized = _sized(all_rings, dots, body, loop, stages, fn, ctx, kind, in_registers)
         if sized is not None:
             break
@@ -630,7 +634,7 @@ def _sized(rings, dots, body, loop, stages, fn, ctx, kind, in_registers):
     spare = 1 if kind == "wgmma" and not drained else 0  # mma.sync dots are done when their loads are
     released = released_ring(kind == "wgmma", bool(rings) and all(is_tma(r.load) for r in rings), bool(staged),
                              ctx.num_warps, in_loop(loop))
-    trips = constant_trips(*(const_int(v) for v in loop.operands[:3]))
+    trips = loop_trips(loop)
     if trips is not None and 0 < trips < stages:
         if all_ahead(rings, loop, trips, stage_bytes, budget, released or specialized):
             return stages, trips, slots, drained, False
