@@ -101,7 +101,8 @@ class _Asm(dict):
     """A compiled kernel's `asm`: `'ttir'` is rendered when first read (a drop-in compile reads
     `'kir'` only) and is listed among the keys as soon as it is; as the binary, it has the kernel's
     device_asserts only in debug mode. `'sass'`, once there is a cubin, is cuobjdump's listing of it
-    (`kiln.tools.disasm`, as Triton's `asm["sass"]`)."""
+    (`kiln.tools.disasm`, as Triton's `asm["sass"]`), and `'ttgir'`, once there is a binary, its
+    GPU-stage IR in Triton's spelling (kiln.ttgir)."""
 
     def __init__(self, kernel, items):
         super().__init__(items)
@@ -112,6 +113,10 @@ class _Asm(dict):
             from kiln.tools.disasm import get_sass
             self["sass"] = text = get_sass(self["cubin"])
             return text
+        if key == "ttgir" and self._kernel.built is not None:
+            from .ttgir import binary_ttgir
+            self["ttgir"] = text = binary_ttgir(self._kernel.built)
+            return text
         if key != "ttir":
             raise KeyError(key)
         ir = self._kernel.ir  # as Triton's: device_assert is there only in debug mode
@@ -119,7 +124,7 @@ class _Asm(dict):
         return text
 
     def get(self, key, default=None):
-        return self[key] if key in self or key == "ttir" else default
+        return self[key] if key in self or key == "ttir" or (key == "ttgir" and self._kernel.built) else default
 
 
 class CompiledKernel:
@@ -143,6 +148,7 @@ class CompiledKernel:
         self.metadata = Metadata(name=name, **codegen_options(options), launch_pdl=bool(options.get("launch_pdl")),
                                  clc=bool(options.get("clc")))
         self.binaries: dict = {}
+        self.built = None  # the binary `build` made or found last: what `asm` shows
         self.functions: dict = {}  # device -> the loaded kernel's CUfunction handle, as an int
         self.loaded_in_interpreter = False  # the kernel-load hooks have run for the interpreter
         self.launchers: dict = {}
@@ -205,8 +211,8 @@ class CompiledKernel:
     @property
     def asm(self) -> dict:
         """By name: `'kir'` (block IR), `'ttir'` (the same in Triton's spelling, kiln.ttir), and
-        once built, `'llir'`, `'ptx'`, `'cubin'`. The IR texts are printed on first use: the
-        launch path never needs them."""
+        once built, `'ttgir'` (what the passes made of it, in Triton's spelling, kiln.ttgir), `'llir'`,
+        `'ptx'`, `'cubin'`. The IR texts are printed on first use: the launch path never needs them."""
         if "kir" not in self._asm:
             self._asm = _Asm(self, self._asm)
             self._asm["kir"] = self._ir if isinstance(self._ir, str) else print_function(self._ir)
@@ -251,6 +257,8 @@ class CompiledKernel:
                 raise PTXASError(str(e)) from None
             self.binaries[target] = binary
         self._asm.update(llir=binary.llir, ptx=binary.ptx, cubin=binary.cubin)
+        self._asm.pop("ttgir", None)  # rendered from `built` when read
+        self.built = binary
         self.metadata.update(binary.metadata)
         return binary
 

@@ -91,8 +91,8 @@ def _int_value(value, t: dtype) -> int:
     return value - (1 << bits) if bits > 1 and value >> (bits - 1) else value
 
 
-def _constant(value, t: dtype) -> tuple[str, str]:
-    """(MLIR's name for the result, the literal with its type)."""
+def _constant(value, t: dtype, type_text=ttir_type) -> tuple[str, str]:
+    """(MLIR's name for the result, the literal with its type, written by `type_text`)."""
     s = _scalar(t)
     if s.is_bool():
         literal, name = ("true", "true") if value else ("false", "false")
@@ -102,8 +102,8 @@ def _constant(value, t: dtype) -> tuple[str, str]:
         v = _int_value(value, s)
         literal, name = str(v), f"c{v}_{ttir_type(s)}"
     if isinstance(t, block_type):
-        return "cst", f"dense<{literal}> : {ttir_type(t)}"
-    return name, f"{literal} : {ttir_type(t)}"
+        return "cst", f"dense<{literal}> : {type_text(t)}"
+    return name, f"{literal} : {type_text(t)}"
 
 
 # --- calls: Triton's symbol names --------------------------------------------------------------
@@ -341,6 +341,10 @@ class _Renderer:
         for value, name in zip(args, names):
             self.names[id(value)] = self.fresh(name if name.isidentifier() else "arg")
 
+    def type(self, t: dtype) -> str:
+        """`t` as this rendering spells types (TTIR's: no layouts)."""
+        return ttir_type(t)
+
     # -- names --
     def fresh(self, base: str) -> str:
         """`%base`, or MLIR's `%base_0`, `%base_1`, ... once that is taken."""
@@ -397,14 +401,14 @@ class _Renderer:
             return
         name = _elementwise_name(op)
         if name is not None:
-            t = ttir_type(op.results[0].type)
+            t = self.type(op.results[0].type)
             self.emit(indent, f"{self.define(op)}{name} {self.uses(op.operands)} : {t}", op)
             return
         self.generic(op, indent, "kiln." + op.name)
 
     def generic(self, op: Operation, indent: str, name: str):
-        ins = ", ".join(ttir_type(v.type) for v in op.operands)
-        outs = ", ".join(ttir_type(r.type) for r in op.results)
+        ins = ", ".join(self.type(v.type) for v in op.operands)
+        outs = ", ".join(self.type(r.type) for r in op.results)
         outs = outs if len(op.results) == 1 else f"({outs})"
         head = self.define(op)
         text = f'{head}"{name}"({self.uses(op.operands)}){_attrs(op.attrs)} : ({ins}) -> {outs}'
@@ -420,18 +424,18 @@ class _Renderer:
 
     def region(self, block: Block, indent: str, parent: str, header: bool):
         if header:
-            args = ", ".join(f"{self.block_arg(a)}: {ttir_type(a.type)}" for a in block.args)
+            args = ", ".join(f"{self.block_arg(a)}: {self.type(a.type)}" for a in block.args)
             self.lines.append(f"{indent}^bb0({args}):")
         for inner in block.ops:
             self.op(inner, indent + "  ", parent)
 
     def op_constant(self, op, indent, parent):
-        name, literal = _constant(op.attrs["value"], op.results[0].type)
+        name, literal = _constant(op.attrs["value"], op.results[0].type, self.type)
         self.emit(indent, f"{self.define(op, name)}arith.constant {literal}", op)
 
     def _synthesized_constant(self, value, t, indent, op) -> str:
         """A constant that TTIR spells where kiln's op implies it (`not` is `xori` with -1)."""
-        base, literal = _constant(value, t)
+        base, literal = _constant(value, t, self.type)
         name = self.fresh(base)
         self.emit(indent, f"{name} = arith.constant {literal}", op)
         return name
@@ -439,15 +443,15 @@ class _Renderer:
     def op_not(self, op, indent, parent):
         t = op.results[0].type
         ones = self._synthesized_constant(-1, t, indent, op)
-        self.emit(indent, f"{self.define(op)}arith.xori {self.use(op.operands[0])}, {ones} : {ttir_type(t)}", op)
+        self.emit(indent, f"{self.define(op)}arith.xori {self.use(op.operands[0])}, {ones} : {self.type(t)}", op)
 
     def op_neg(self, op, indent, parent):
         t = op.results[0].type
         if _kind(t) == "f":
-            self.emit(indent, f"{self.define(op)}arith.negf {self.use(op.operands[0])} : {ttir_type(t)}", op)
+            self.emit(indent, f"{self.define(op)}arith.negf {self.use(op.operands[0])} : {self.type(t)}", op)
             return
         zero = self._synthesized_constant(0, t, indent, op)
-        self.emit(indent, f"{self.define(op)}arith.subi {zero}, {self.use(op.operands[0])} : {ttir_type(t)}", op)
+        self.emit(indent, f"{self.define(op)}arith.subi {zero}, {self.use(op.operands[0])} : {self.type(t)}", op)
 
     def op_cast(self, op, indent, parent):
         src, dst = op.operands[0].type, op.results[0].type
@@ -455,12 +459,12 @@ class _Renderer:
         extra = f", rounding = {op.attrs['rounding']}" if "rounding" in op.attrs and name == "tt.fp_to_fp" else ""
         sep = " -> " if name.startswith("tt.") else " to "
         self.emit(indent, f"{self.define(op)}{name} {self.use(op.operands[0])}{extra} : "
-                          f"{ttir_type(src)}{sep}{ttir_type(dst)}", op)
+                          f"{self.type(src)}{sep}{self.type(dst)}", op)
 
     def op_bitcast(self, op, indent, parent):
         src, dst = op.operands[0].type, op.results[0].type
         self.emit(indent, f"{self.define(op)}tt.bitcast {self.use(op.operands[0])} : "
-                          f"{ttir_type(src)} -> {ttir_type(dst)}", op)
+                          f"{self.type(src)} -> {self.type(dst)}", op)
 
     def op_cmp(self, op, indent, parent):
         a = op.operands[0].type
@@ -471,11 +475,11 @@ class _Renderer:
             pred = op.attrs["pred"]
             pred = pred if pred in ("eq", "ne") else ("u" if kind in ("u", "p") else "s") + pred
             name = "arith.cmpi"
-        self.emit(indent, f"{self.define(op)}{name} {pred}, {self.uses(op.operands)} : {ttir_type(a)}", op)
+        self.emit(indent, f"{self.define(op)}{name} {pred}, {self.uses(op.operands)} : {self.type(a)}", op)
 
     def op_select(self, op, indent, parent):
         cond, value = op.operands[0].type, op.results[0].type
-        types = f"{ttir_type(cond)}, {ttir_type(value)}" if isinstance(cond, block_type) else ttir_type(value)
+        types = f"{self.type(cond)}, {self.type(value)}" if isinstance(cond, block_type) else self.type(value)
         self.emit(indent, f"{self.define(op)}arith.select {self.uses(op.operands)} : {types}", op)
 
     def op_program_id(self, op, indent, parent):
@@ -487,12 +491,12 @@ class _Renderer:
     def op_arange(self, op, indent, parent):
         start, end = op.attrs["start"], op.attrs["end"]
         self.emit(indent, f"{self.define(op)}tt.make_range {{end = {end} : i32, start = {start} : i32}} : "
-                          f"{ttir_type(op.results[0].type)}", op)
+                          f"{self.type(op.results[0].type)}", op)
 
     def _shape_op(self, op, indent, name, attrs=""):
-        ins = ", ".join(ttir_type(v.type) for v in op.operands[:1])
+        ins = ", ".join(self.type(v.type) for v in op.operands[:1])
         self.emit(indent, f"{self.define(op)}{name} {self.uses(op.operands)}{attrs} : {ins} -> "
-                          f"{ttir_type(op.results[0].type)}", op)
+                          f"{self.type(op.results[0].type)}", op)
 
     def op_splat(self, op, indent, parent):
         self._shape_op(op, indent, "tt.splat")
@@ -528,11 +532,11 @@ class _Renderer:
             wide = block_type(dtype("int64"), offset_type.shape) if isinstance(offset_type, block_type) \
                 else dtype("int64")
             name = self.number()
-            self.emit(indent, f"{name} = arith.extui {offset_text} : {ttir_type(offset_type)} to "
-                              f"{ttir_type(wide)}", op)
+            self.emit(indent, f"{name} = arith.extui {offset_text} : {self.type(offset_type)} to "
+                              f"{self.type(wide)}", op)
             offset_text, offset_type = name, wide
         self.emit(indent, f"{self.define(op)}tt.addptr {self.use(ptr)}, {offset_text} : "
-                          f"{ttir_type(ptr.type)}, {ttir_type(offset_type)}", op)
+                          f"{self.type(ptr.type)}, {self.type(offset_type)}", op)
 
     def _memory_attrs(self, op) -> str:
         attrs = {}
@@ -543,11 +547,11 @@ class _Renderer:
 
     def op_load(self, op, indent, parent):
         self.emit(indent, f"{self.define(op)}tt.load {self.uses(op.operands)}{self._memory_attrs(op)} : "
-                          f"{ttir_type(op.operands[0].type)}", op)
+                          f"{self.type(op.operands[0].type)}", op)
 
     def op_store(self, op, indent, parent):
         self.emit(indent, f"tt.store {self.uses(op.operands)}{self._memory_attrs(op)} : "
-                          f"{ttir_type(op.operands[0].type)}", op)
+                          f"{self.type(op.operands[0].type)}", op)
 
     def op_atomic_rmw(self, op, indent, parent):
         kind = op.attrs["kind"]
@@ -555,25 +559,25 @@ class _Renderer:
         if kind in ("max", "min"):
             kind = kind if k == "s" else "u" + kind
         kind = {"add": "fadd" if k == "f" else "add", "xchg": "exch"}.get(kind, kind)
-        types = ", ".join(ttir_type(v.type) for v in op.operands)
+        types = ", ".join(self.type(v.type) for v in op.operands)
         self.emit(indent, f"{self.define(op)}tt.atomic_rmw {kind}, {op.attrs['sem']}, {op.attrs['scope']}, "
-                          f"{self.uses(op.operands)} : ({types}) -> {ttir_type(op.results[0].type)}", op)
+                          f"{self.uses(op.operands)} : ({types}) -> {self.type(op.results[0].type)}", op)
 
     def op_atomic_cas(self, op, indent, parent):
-        types = ", ".join(ttir_type(v.type) for v in op.operands)
+        types = ", ".join(self.type(v.type) for v in op.operands)
         self.emit(indent, f"{self.define(op)}tt.atomic_cas {op.attrs['sem']}, {op.attrs['scope']}, "
-                          f"{self.uses(op.operands)} : ({types}) -> {ttir_type(op.results[0].type)}", op)
+                          f"{self.uses(op.operands)} : ({types}) -> {self.type(op.results[0].type)}", op)
 
     def op_dot(self, op, indent, parent):
         a, b, c = op.operands
         precision = op.attrs.get("input_precision")
         extra = f", inputPrecision = {precision}" if precision else ""
-        self.emit(indent, f"{self.define(op)}tt.dot {self.uses(op.operands)}{extra} : {ttir_type(a.type)} * "
-                          f"{ttir_type(b.type)} -> {ttir_type(c.type)}", op)
+        self.emit(indent, f"{self.define(op)}tt.dot {self.uses(op.operands)}{extra} : {self.type(a.type)} * "
+                          f"{self.type(b.type)} -> {self.type(c.type)}", op)
 
     def _combine(self, op, indent, name, attrs):
-        ins = ", ".join(ttir_type(v.type) for v in op.operands)
-        outs = ", ".join(ttir_type(r.type) for r in op.results)
+        ins = ", ".join(self.type(v.type) for v in op.operands)
+        outs = ", ".join(self.type(r.type) for r in op.results)
         head = self.define(op)
         self.emit(indent, f'{head}"{name}"({self.uses(op.operands)}) <{{{attrs}}}> ({{')
         self.region(op.regions[0], indent, name, header=True)
@@ -594,8 +598,8 @@ class _Renderer:
         text = f"{head}scf.for {iv} = {self.use(lb)} to {self.use(ub)} step {self.use(step)}"
         if inits:
             pairs = ", ".join(f"{self.block_arg(a)} = {self.use(v)}" for a, v in zip(body.args[1:], inits))
-            text += f" iter_args({pairs}) -> ({', '.join(ttir_type(v.type) for v in inits)})"
-        self.emit(indent, f"{text} : {ttir_type(lb.type)} {{")
+            text += f" iter_args({pairs}) -> ({', '.join(self.type(v.type) for v in inits)})"
+        self.emit(indent, f"{text} : {self.type(lb.type)} {{")
         self.region(body, indent, "scf.for", header=False)
         hints = {_LOOP_HINTS[k]: v for k, v in op.attrs.items() if k in _LOOP_HINTS and v is not None}
         if op.attrs.get("disable_licm"):  # Triton's attribute, spelt without its aliases
@@ -603,7 +607,7 @@ class _Renderer:
         self.emit(indent, "}" + _attrs(hints), op)
 
     def op_if(self, op, indent, parent):
-        types = ", ".join(ttir_type(r.type) for r in op.results)
+        types = ", ".join(self.type(r.type) for r in op.results)
         head = self.define(op)
         self.emit(indent, f"{head}scf.if {self.use(op.operands[0])}{' -> (' + types + ')' if types else ''} {{")
         self.region(op.regions[0], indent, "scf.if", header=False)
@@ -613,8 +617,8 @@ class _Renderer:
 
     def op_while(self, op, indent, parent):
         before, after = op.regions
-        ins = ", ".join(ttir_type(v.type) for v in op.operands)
-        outs = ", ".join(ttir_type(r.type) for r in op.results)
+        ins = ", ".join(self.type(v.type) for v in op.operands)
+        outs = ", ".join(self.type(r.type) for r in op.results)
         head = self.define(op)
         pairs = ", ".join(f"{self.block_arg(a)} = {self.use(v)}" for a, v in zip(before.args, op.operands))
         self.emit(indent, f"{head}scf.while ({pairs}) : ({ins}) -> ({outs}) {{")
@@ -626,20 +630,20 @@ class _Renderer:
     def op_call(self, op, indent, parent):
         callee = op.attrs["callee"]
         self.callees.setdefault(callee, op.regions[0])
-        ins = ", ".join(ttir_type(v.type) for v in op.operands)
-        outs = ", ".join(ttir_type(r.type) for r in op.results)
+        ins = ", ".join(self.type(v.type) for v in op.operands)
+        outs = ", ".join(self.type(r.type) for r in op.results)
         self.emit(indent, f"{self.define(op)}tt.call {_symbol(callee)}({self.uses(op.operands)}) : ({ins}) -> "
                           f"{outs if len(op.results) == 1 else '(' + outs + ')'}", op)
 
     def op_yield(self, op, indent, parent):
         name = {"tt.reduce": "tt.reduce.return", "tt.scan": "tt.scan.return", "tt.func": "tt.return"}.get(
             parent, "scf.yield")
-        types = ", ".join(ttir_type(v.type) for v in op.operands)
+        types = ", ".join(self.type(v.type) for v in op.operands)
         self.emit(indent, f"{name} {self.uses(op.operands)} : {types}" if op.operands else name, op)
 
     def op_condition(self, op, indent, parent):
         cond, *rest = op.operands
-        types = ", ".join(ttir_type(v.type) for v in rest)
+        types = ", ".join(self.type(v.type) for v in rest)
         self.emit(indent, f"scf.condition({self.use(cond)}) {self.uses(rest)} : {types}" if rest
                   else f"scf.condition({self.use(cond)})", op)
 
@@ -648,7 +652,7 @@ class _Renderer:
 
     def op_print(self, op, indent, parent):
         signed = ", ".join("1" if _kind(v.type) == "s" else "0" for v in op.operands)
-        operands = "".join(f" : {self.use(v)} : {ttir_type(v.type)}" for v in op.operands)
+        operands = "".join(f" : {self.use(v)} : {self.type(v.type)}" for v in op.operands)
         hex_ = "true" if op.attrs.get("hex") else "false"
         self.emit(indent, f"tt.print {json.dumps(_print_prefix(op.attrs.get('prefix', ''), bool(op.operands)))} "
                           f"{{hex = {hex_}, isSigned = array<i32{': ' + signed if signed else ''}>}}{operands}", op)
@@ -656,7 +660,7 @@ class _Renderer:
     def op_assert(self, op, indent, parent):
         cond = op.operands[0]
         self.emit(indent, f"tt.assert {self.use(cond)}, {json.dumps(op.attrs.get('message', ''))} : "
-                          f"{ttir_type(cond.type)}", op)
+                          f"{self.type(cond.type)}", op)
 
     def op_barrier(self, op, indent, parent):
         self.emit(indent, "gpu.barrier", op)
@@ -664,8 +668,8 @@ class _Renderer:
     def op_gather(self, op, indent, parent):
         src, index = op.operands
         self.emit(indent, f"{self.define(op)}tt.gather {self.use(src)}[{self.use(index)}] "
-                          f"{{axis = {op.attrs['axis']} : i32}} : ({ttir_type(src.type)}, {ttir_type(index.type)}) "
-                          f"-> {ttir_type(op.results[0].type)}", op)
+                          f"{{axis = {op.attrs['axis']} : i32}} : ({self.type(src.type)}, {self.type(index.type)}) "
+                          f"-> {self.type(op.results[0].type)}", op)
 
     def op_histogram(self, op, indent, parent):
         self._shape_op(op, indent, "tt.histogram")
@@ -674,7 +678,7 @@ class _Renderer:
     def kernel(self, fn: Function):
         args = []
         for value, attrs in zip(fn.args, fn.arg_attrs):
-            text = f"{self.use(value)}: {ttir_type(value.type)}"
+            text = f"{self.use(value)}: {self.type(value.type)}"
             if "divisibility" in attrs:
                 text += f" {{tt.divisibility = {attrs['divisibility']} : i32}}"
             args.append(text)
@@ -683,8 +687,8 @@ class _Renderer:
         self.lines.append("  }")
 
     def callee(self, symbol: str, body: Block):
-        args = ", ".join(f"{self.use(a)}: {ttir_type(a.type)}" for a in body.args)
-        results = [ttir_type(v.type) for v in body.ops[-1].operands]
+        args = ", ".join(f"{self.use(a)}: {self.type(a.type)}" for a in body.args)
+        results = [self.type(v.type) for v in body.ops[-1].operands]
         ret = "" if not results else f" -> {results[0]}" if len(results) == 1 else f" -> ({', '.join(results)})"
         self.lines.append(f"  tt.func private {_symbol(symbol)}({args}){ret} attributes {{noinline = false}} {{")
         self.region(body, "  ", "tt.func", header=False)

@@ -346,9 +346,16 @@ _BUILT_HERE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 class AsmDict(dict):
     """A compiled kernel's `asm` (Triton's class of the name): `'sass'`, read once there is a cubin, is
-    cuobjdump's listing of it (`triton.tools.disasm.get_sass`)."""
+    cuobjdump's listing of it (`triton.tools.disasm.get_sass`), and `'ttgir'`, read once there is a
+    binary, its GPU-stage IR in Triton's spelling (`kiln.ttgir`)."""
+
+    binary = None  # the build whose texts these are
 
     def __missing__(self, key):
+        if key == "ttgir" and self.binary is not None:
+            from kiln.ttgir import binary_ttgir
+            self["ttgir"] = text = binary_ttgir(self.binary)
+            return text
         if key != "sass":
             raise KeyError(f"Unknown key: '{key}'")
         from kiln.tools.disasm import get_sass
@@ -376,6 +383,7 @@ class CompiledKernel:
         self.asm = AsmDict(kir=ir_text)
         if binary is not None:
             self.asm.update(llir=binary.llir, ptx=binary.ptx, cubin=binary.cubin)
+            self.asm.binary = binary
         self.binary = binary
         self.runtime_positions = tuple(runtime_positions)
         self.debug = debug
