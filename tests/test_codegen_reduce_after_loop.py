@@ -1,5 +1,6 @@
-"""A loop folding each step's reduction into a carried value folds the blocks elementwise and reduces
-once after the loop (codegen/passes/reduce_after_loop.py): no exchange between threads in the loop."""
+"""A loop folding each step's reduction into a carried value reduces each thread's own runs of the block in
+the loop (or folds the blocks elementwise) and exchanges between threads once after the loop
+(codegen/passes/reduce_after_loop.py): no exchange between threads in the loop."""
 import re
 
 import numpy as np
@@ -86,17 +87,74 @@ def _folds_args(n=256, rows=32):
     return x, np.zeros(rows, np.float32), np.zeros(rows, np.float32), np.zeros(rows, np.int32), n
 
 
-def test_each_fold_leaves_the_loop():
+def test_each_fold_leaves_the_loop_but_its_runs_reduced_in_it():
     fn = _passed(_ir(row_folds, *_folds_args(), BLOCK_N=64, ROWS=32))
     loop = _loop(fn)
-    assert not [op for op in loop.regions[0].walk() if op.name == "reduce"]
-    assert [tuple(r.type.shape) for r in loop.results] == [(32, 64)] * 4  # four block accumulators carried
+    inside = [op for op in loop.regions[0].walk() if op.name == "reduce"]
+    assert [(op.attrs["axis"], tuple(op.operands[0].type.shape)) for op in inside] == [(2, (32, 16, 4))] * 4
+    assert all(op.operands[0].defining_op.name == "reshape" for op in inside)  # runs of 4 fp32 / int32
+    assert [tuple(r.type.shape) for r in loop.results] == [(32, 16)] * 4  # four accumulators of partials carried
     after = fn.body.ops[fn.body.ops.index(loop) + 1:]
-    assert [op.name for op in after if op.name == "reduce"] == ["reduce"] * 4
+    assert [op.attrs["axis"] for op in after if op.name == "reduce"] == [1] * 4
     starts = [op.operands[0].defining_op for op in after if op.name == "reduce"]
     assert all(s is loop for s in starts)
     inits = {op.attrs["value"] for op in fn.body.ops if op.name == "constant" and len(op.results[0].type.shape) == 2}
     assert {-0.0, float("-inf"), 2**31 - 1, 0} <= inits  # the identities: sum, max, int min, xor
+
+
+@kiln.jit
+def column_sums(X, S, N, BLOCK_N: tl.constexpr):
+    """A fold of sums along dim 0: no runs along it, the blocks folded whole."""
+    cols = tl.arange(0, 32)
+    total = tl.zeros([32], dtype=tl.float32)
+    for start in range(0, N, BLOCK_N):
+        x = tl.load(X + (start + tl.arange(0, BLOCK_N))[:, None] * 32 + cols[None, :])
+        total = total + tl.sum(x, axis=0)
+    tl.store(S + cols, total)
+
+
+def test_a_fold_along_another_dim_folds_the_blocks_whole():
+    fn = _passed(_ir(column_sums, np.zeros((256, 32), np.float32), np.zeros(32, np.float32), 256, BLOCK_N=64))
+    loop = _loop(fn)
+    assert not [op for op in loop.regions[0].walk() if op.name == "reduce"]
+    assert [tuple(r.type.shape) for r in loop.results] == [(64, 32)]
+
+
+def _run_columns():
+    from kiln.codegen.emulate import run_on_cpu
+    x = (np.random.default_rng(5).integers(-40, 40, (256, 32)) * 0.25).astype(np.float32)
+    args = [x, np.zeros(32, np.float32), 256]
+    run_on_cpu(column_sums.warmup(*args, BLOCK_N=64, grid=(1,), target="sm_90a").ir, (1,), args, num_warps=4)
+    return args
+
+
+def test_the_emulated_column_sums_fold_whole_blocks():
+    x, s, _ = in_child(_run_columns)
+    np.testing.assert_array_equal(s, x.sum(0))
+
+
+@kiln.jit
+def transposed_sums(X, S, N, BLOCK_N: tl.constexpr):
+    """Sums along the last dim of a transposed load: its runs lie along the other dim."""
+    rows = tl.arange(0, 32)
+    total = tl.zeros([32], dtype=tl.float32)
+    for start in range(0, N, BLOCK_N):
+        x = tl.load(X + (start + tl.arange(0, BLOCK_N))[:, None] * 32 + rows[None, :])
+        total = total + tl.sum(tl.trans(x), axis=1)
+    tl.store(S + rows, total)
+
+
+def test_a_block_not_laid_out_by_its_loads_vectors_folds_whole():
+    fn = _passed(_ir(transposed_sums, np.zeros((256, 32), np.float32), np.zeros(32, np.float32), 256, BLOCK_N=64))
+    assert not [op for op in _loop(fn).regions[0].walk() if op.name == "reduce"]
+
+
+def test_the_gpu_stage_shows_the_two_reductions_of_each_fold():
+    kernel = row_folds.warmup(*_folds_args(), BLOCK_N=64, ROWS=32, grid=(1,), target="sm_90a")
+    ttgir = kernel.asm["ttgir"]
+    assert ttgir.count('"tt.reduce"') == 8
+    loop = ttgir[ttgir.index("scf.for"):ttgir.index("scf.yield")]
+    assert loop.count('"tt.reduce"') == 4 and "ttg.convert_layout" not in loop.split("tt.load")[-1]
 
 
 def test_folds_read_elsewhere_or_not_plain_stay():
@@ -106,9 +164,10 @@ def test_folds_read_elsewhere_or_not_plain_stay():
 
 
 def test_big_blocks_keep_their_reduction_in_the_loop():
-    # 32 x 256 on 4 warps: 64 elements a thread, more than the accumulator may take
-    fn = _passed(_ir(row_folds, *_folds_args(512), BLOCK_N=256, ROWS=32))
-    assert len([op for op in _loop(fn).regions[0].walk() if op.name == "reduce"]) == 4
+    # 32 x 1024 on 4 warps: 256 elements a thread, 64 partial sums of runs of 4, more than the accumulator may take
+    fn = _passed(_ir(row_folds, *_folds_args(2048), BLOCK_N=1024, ROWS=32))
+    inside = [op for op in _loop(fn).regions[0].walk() if op.name == "reduce"]
+    assert [op.attrs["axis"] for op in inside] == [1] * 4
 
 
 def test_the_loop_exchanges_nothing_between_threads():
@@ -133,7 +192,7 @@ def _run_folds(n, block_n):
     return args
 
 
-@pytest.mark.parametrize("n, block_n", [(256, 64), (512, 256)])  # the fold after the loop; kept in it
+@pytest.mark.parametrize("n, block_n", [(256, 64), (512, 256)])  # accumulators of 16 and 64 partials a row
 def test_the_emulated_kernel_computes_the_folds(n, block_n):
     x, s, m, a, _ = in_child(_run_folds, n, block_n)
     ints = x.astype(np.int32)
@@ -160,7 +219,7 @@ def test_a_fold_in_an_inner_loop_leaves_that_loop():
     outer = next(op for op in fn.body.ops if op.name == "for")
     inner = next(op for op in outer.regions[0].ops if op.name == "for")
     assert [op.name for op in outer.regions[0].ops if op.name == "reduce"] == ["reduce"]  # after the inner loop
-    assert not [op for op in inner.regions[0].walk() if op.name == "reduce"]
+    assert [op.attrs["axis"] for op in inner.regions[0].walk() if op.name == "reduce"] == [2]  # each thread's runs
 
 
 @pytest.mark.gpu

@@ -61,8 +61,10 @@ def test_the_gpu_stage_is_written_op_for_op_in_triton_s_spelling():
     kernel = _row_sums()
     ttgir, kir = kernel.asm["ttgir"], kernel.built.kir
     assert 'ttg.target = "cuda:90"' in ttgir and '"ttg.num-warps" = 4 : i32' in ttgir
-    # kiln folds each step's block into the carried one and reduces once, after the loop
-    assert ttgir.count('"tt.reduce"') == kir.count(" = reduce ") == 1
+    # each thread's runs of a step's block reduced in the loop, the exchange between threads after it
+    assert ttgir.count('"tt.reduce"') == kir.count(" = reduce ") == 2
+    loop = ttgir[ttgir.index("scf.for"):ttgir.index("scf.yield")]
+    assert loop.count('"tt.reduce"') == 1 and "(tensor<32x32x4xf32, #blocked" in loop
     assert ttgir.count("ttg.convert_layout") == kir.count(" = convert_layout ")
     assert ttgir.count("scf.for") == kir.count(" = for ") + kir.count("  for ")
     assert "#ttg.slice<{dim = 1, parent = #blocked" in ttgir

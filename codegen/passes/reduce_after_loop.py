@@ -1,30 +1,38 @@
-"""A loop that folds a reduction of each step's block into a carried value -> the blocks folded
-elementwise, one reduction after the loop (Triton's OptimizeThreadLocality does the like).
+"""A loop that folds a reduction of each step's block into a carried value -> each thread's own
+elements reduced in the loop, the exchange between threads once after it (Triton's
+OptimizeThreadLocality does the like).
 
-    for ...:                                 acc = splat(identity) : <32x128>
+    for ...:                                 acc = splat(identity) : <32x32>
         x = load ... : <32x128>              for ...:
         s = reduce x {axis = 1} (add)    ->      x = load ... : <32x128>
-        local = add local, s : <32>              acc = add acc, x          (no exchange between threads)
+        local = add local, s : <32>              p = reduce (reshape x : <32x32x4>) {axis = 2} (add)
+                                                 acc = add acc, p           (no exchange between threads)
                                              s = reduce acc {axis = 1} (add)
                                              local = add local0, s
 
 Each step's reduction exchanged its partial sums between threads (shuffles, and shared memory
-across warps); now each thread folds its own elements, and the exchange happens once. The
-carried value's only use in the loop is that fold, the reduction's only use is it too, and its
-combine is the fold's own op: add, max or min, or and / or / xor of integers (float sums add in
-another order, as on Triton). The accumulator costs each thread the block's elements in registers
-again, so only blocks of at most `MAX_ELEMENTS` a thread take it.
+across warps); now each thread folds its own elements, and the exchange happens once. Where the
+reduced dim is the block's last, the one a load's 16-byte vectors run along, the step's block is
+split into runs of a vector's elements (`_run`), which the layouts pass keeps in one thread, and
+each run is reduced in the loop: the accumulator holds a thread's partial sums, a vector's worth
+of elements fewer. Elsewhere the blocks are folded elementwise and all of the reduction happens
+after the loop. The carried value's only use in the loop is that fold, the reduction's only use is
+it too, and its combine is the fold's own op: add, max or min, or and / or / xor of integers
+(float sums add in another order, as on Triton). The accumulator costs each thread its elements in
+registers again, so only accumulators of at most `MAX_ELEMENTS` a thread take it.
 """
 from __future__ import annotations
 
-from kiln.ir.core import Operation
-from kiln.ir.types import scalar_of
+from kiln.ir.core import Block, Operation
+from kiln.ir.ops import ELEMENTWISE_OPS
+from kiln.ir.types import block_type, scalar_of
 
-from .rewrite import insert_ops, replace_uses
+from .rewrite import clone_op, insert_ops, replace_uses
 
 name = "reduce_after_loop"
 
-MAX_ELEMENTS = 32  # a thread's elements of the folded block
+MAX_ELEMENTS = 32  # a thread's elements of the accumulator
+VECTOR_BYTES = 16  # a load's widest access: the run of elements a thread holds along the last dim
 _FOLDS = {"add", "max", "min"}
 _INT_FOLDS = {"and", "or", "xor"}
 
@@ -69,9 +77,39 @@ def _fold(loop, j, uses, num_warps):
             or set(map(id, combine.ops[0].operands)) != set(map(id, combine.args)) \
             or combine.ops[1].operands != [combine.ops[0].results[0]]:
         return None
-    if x.type.numel > MAX_ELEMENTS * 32 * num_warps:
+    if x.type.numel // _run(x, reduce.attrs["axis"]) > MAX_ELEMENTS * 32 * num_warps:
         return None
     return fold, reduce
+
+
+def _run(x, axis: int) -> int:
+    """How many consecutive elements along `axis` each thread is expected to hold of block `x`: a
+    vector's worth where `axis` is the last dim, longer than that, and `x` is computed elementwise
+    from loads, which lay it out in their vectors (1: the block is folded whole)."""
+    t = x.type
+    run = VECTOR_BYTES // max(1, scalar_of(t).primitive_bitwidth // 8)
+    if axis != len(t.shape) - 1 or run < 2 or t.shape[axis] <= run:
+        return 1
+    return run if _loaded(x) else 1
+
+
+def _loaded(x) -> bool:
+    """Is block `x` computed elementwise from loads (no dot, reduction or shape op between)?"""
+    seen, todo, loads = set(), [x], 0
+    while todo:
+        op = todo.pop().defining_op
+        if op is None or id(op) in seen:
+            continue
+        seen.add(id(op))
+        if op.name == "load":
+            loads += 1
+        elif op.name in ("splat", "broadcast", "constant", "arange"):
+            continue  # values the same along the run, or index math
+        elif op.name in ELEMENTWISE_OPS and op.name != "addptr":
+            todo.extend(v for v in op.operands if isinstance(v.type, block_type))
+        else:
+            return False
+    return loads > 0
 
 
 def _identity(fold_name, elem):
@@ -86,14 +124,14 @@ def _identity(fold_name, elem):
 def _rewrite(fn, loop, j, fold, reduce):
     body = loop.regions[0]
     arg, result = body.args[1 + j], loop.results[j]
-    x = reduce.operands[0]
+    x = _thread_partials(body, fold, reduce)
     init = loop.operands[3 + j]
     parent, loc = loop.parent, fold.loc
     # before the loop: the accumulator from the fold's identity
     start = Operation("constant", [], [x.type], {"value": _identity(fold.name, scalar_of(x.type))}, loc=loc)
     insert_ops(parent, parent.ops.index(loop), [start])
     loop.operands[3 + j] = start.results[0]
-    # in the loop: the block folded elementwise, where the reduction and the fold were
+    # in the loop: the block (or each thread's runs of it, reduced) folded elementwise, where the fold was
     arg.type = x.type
     folded = Operation(fold.name, [arg, x], [x.type], dict(fold.attrs), loc=loc)
     at = body.ops.index(fold)
@@ -107,3 +145,27 @@ def _rewrite(fn, loop, j, fold, reduce):
     reduce.operands = [result]
     fold.operands = [init, reduce.results[0]]
     insert_ops(parent, parent.ops.index(loop) + 1, [reduce, fold])
+
+
+def _thread_partials(body, fold, reduce):
+    """What the loop folds: the reduction's block, or where it splits into runs (`_run`) the block
+    reshaped to [..., n / run, run] and reduced along the runs, in the loop before the fold."""
+    x, axis = reduce.operands[0], reduce.attrs["axis"]
+    run = _run(x, axis)
+    if run == 1:
+        return x
+    shape = tuple(x.type.shape)
+    runs = Operation("reshape", [x], [block_type(x.type.element_ty, shape[:axis] + (shape[axis] // run, run))],
+                     loc=reduce.loc)
+    partial = Operation("reduce", [runs.results[0]], [block_type(x.type.element_ty, shape[:axis] + (shape[axis] // run,))],
+                        {"axis": axis + 1}, regions=[_copied(reduce.regions[0])], loc=reduce.loc)
+    insert_ops(body, body.ops.index(fold), [runs, partial])
+    return partial.results[0]
+
+
+def _copied(combine: Block) -> Block:
+    out = Block([a.type for a in combine.args])
+    mapping = dict(zip(combine.args, out.args))
+    for op in combine.ops:
+        out.append(clone_op(op, mapping))
+    return out
