@@ -67,7 +67,7 @@ def test_the_gpu_stage_is_written_op_for_op_in_triton_s_spelling():
     assert loop.count('"tt.reduce"') == 1 and "(tensor<32x32x4xf32, #blocked" in loop
     assert ttgir.count("ttg.convert_layout") == kir.count(" = convert_layout ")
     assert ttgir.count("scf.for") == kir.count(" = for ") + kir.count("  for ")
-    assert "#ttg.slice<{dim = 1, parent = #blocked" in ttgir
+    assert "#ttg.slice<{dim = 1, parent = #ttg.slice<{dim = 2, parent = #blocked" in ttgir  # slices of slices
     assert "kiln." not in ttgir  # every op of this kernel has a TTGIR name
     defined, used = _aliases_used_and_defined(ttgir)
     assert len(defined) == len(set(defined)) and used <= set(defined)
