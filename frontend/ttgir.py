@@ -18,7 +18,11 @@ is the kernel's block IR (kiln.ttir, whose spelling of the other ops it shares):
 A block's layout is the Triton encoding of the same distribution: `#ttg.blocked`, `#ttg.slice`,
 `#ttg.nvidia_mma` (version 3) for a wgmma accumulator, `#ttg.linear` (kiln's mma.sync accumulator is
 the blocked layout kiln gives it); a shared buffer is a `!ttg.memdesc` of a `#ttg.nvmma_shared` tile
-(swizzled) or a `#ttg.swizzled_shared` one. What differs from Triton's: the decisions are kiln's (its
+(swizzled) or a `#ttg.swizzled_shared` one. A `ttg.convert_layout` is where elements move between
+threads, as in Triton's text: kiln's conversion of index math (addresses, masks), which lowering
+recomputes in the new layout, is written as those ops again in it, and a shape op whose elements
+change threads (a reshape or permute lowering exchanges through shared memory) as the op in a
+layout that keeps them in place and the conversion. What differs from Triton's: the decisions are kiln's (its
 layouts, conversions, stages), async copies carry no tokens (kiln orders them by commit groups alone:
 `ttg.async_wait {num = 1 : i32}`), and kiln's ops with no TTGIR counterpart print in MLIR's generic
 form under kiln's name (`"kiln.turn_wait"(%3) : (i1) -> ()`). A rendering for reading, never parsed.
@@ -27,8 +31,11 @@ from __future__ import annotations
 
 import re
 
-from kiln.ir.core import Function
-from kiln.ir.layout import Blocked, Linear, Slice, Wgmma
+from kiln.ir.core import Function, Operation
+from kiln.ir.index_math import index_values
+from kiln.ir.layout import Blocked, Linear, Slice, Wgmma, same_distribution
+from kiln.ir.layout_check import reads_in
+from kiln.ir.layout_moves import derived_layout, moves_no_data
 from kiln.ir.types import block_type, shared_type
 
 from .ttir import _attrs, _Renderer, ttir_type
@@ -97,9 +104,12 @@ def _alias_order(item) -> tuple:
 class _GpuRenderer(_Renderer):
     """kiln.ttir's renderer with layouts in the types and the GPU stage's ops in TTGIR's names."""
 
-    def __init__(self, args, names, locs: bool, lines: list, encodings: _Encodings):
-        super().__init__(args, names, locs, lines, {})
+    def __init__(self, fn: Function, names, locs: bool, lines: list, encodings: _Encodings, num_warps: int):
+        super().__init__(fn.args, names, locs, lines, {})
         self.encodings = encodings
+        self.num_warps = num_warps
+        self.index = index_values(fn)
+        self.recomputed: dict = {}  # (value, layout, block) -> the name of the value recomputed in that layout
 
     def type(self, t) -> str:
         if isinstance(t, block_type) and t.encoding is not None:
@@ -118,7 +128,69 @@ class _GpuRenderer(_Renderer):
         self.emit(indent, f"{head}{name}{(' ' + self.uses(op.operands)) if op.operands else ''}{text}{types}", op)
 
     def op_convert_layout(self, op, indent, parent):
+        src = op.operands[0]
+        if src in self.index:  # index math: lowering recomputes it in the new layout, as Triton's TTGIR has it
+            self.names[id(op.results[0])] = self._recomputed(src, op.results[0].type.encoding, op, indent, parent)
+            return
         self._plain(op, indent, "ttg.convert_layout")
+
+    def _moved(self, op, indent, parent):
+        """A shape op whose elements change threads (lowering exchanges them through shared memory): the op
+        in a layout that keeps each element in its thread, and the conversion before or after it, as
+        Triton's TTGIR has it."""
+        handler = getattr(super(), "op_" + op.name)
+        if len(op.results) != 1 or moves_no_data(op, self.num_warps):
+            handler(op, indent, parent)
+            return
+        out, src = op.results[0], op.operands[0]
+        kept = derived_layout(op, src.type.encoding, self.num_warps)
+        if kept is not None:  # the op, then its result converted
+            renamed = Operation(op.name, list(op.operands), [out.type.with_encoding(kept)], dict(op.attrs), loc=op.loc)
+            handler(renamed, indent, parent)
+            moved = Operation("convert_layout", renamed.results, [out.type], loc=op.loc)
+            self._plain(moved, indent, "ttg.convert_layout")
+            self.names[id(out)] = self.use(moved.results[0])
+            return
+        wanted = _source_layout(op, self.num_warps)
+        if wanted is None or len(op.operands) != 1:
+            handler(op, indent, parent)
+            return
+        moved = Operation("convert_layout", [src], [src.type.with_encoding(wanted)], loc=op.loc)  # its source converted
+        self._plain(moved, indent, "ttg.convert_layout")
+        again = Operation(op.name, moved.results, [out.type], dict(op.attrs), loc=op.loc)
+        handler(again, indent, parent)
+        self.names[id(out)] = self.use(again.results[0])
+
+    op_reshape = op_permute = op_join = op_cat = _moved
+
+    def _recomputed(self, v, layout, at, indent, parent) -> str:
+        """The name of index-math value `v` in `layout`: its ops written again in that layout before `at`
+        (once in `at`'s block), each reading its operands in the layouts it reads them in (kiln.ir.layout_check),
+        as lowering recomputes them (kiln.codegen.lower.context)."""
+        t = v.type
+        if not isinstance(t, block_type) or layout is None \
+                or same_distribution(t.encoding, layout, tuple(t.shape), self.num_warps):
+            return self.use(v)
+        key = (id(v), str(layout), id(at.parent))
+        if key not in self.recomputed:
+            op = v.defining_op
+            if op.name == "convert_layout":
+                self.recomputed[key] = self._recomputed(op.operands[0], layout, at, indent, parent)
+                return self.recomputed[key]
+            if op.name == "expand_dims" and isinstance(layout, Blocked):
+                wants = [Slice(op.attrs["axis"], layout)]
+            else:
+                wants = reads_in(op, lambda x: layout if x is v else getattr(x.type, "encoding", None))
+            operands = []
+            for operand, want in zip(op.operands, wants):
+                want = want if isinstance(operand.type, block_type) else None
+                stand_in = Operation("constant", [], [operand.type if want is None else operand.type.with_encoding(want)])
+                self.names[id(stand_in.results[0])] = self._recomputed(operand, want, at, indent, parent)
+                operands.append(stand_in.results[0])
+            again = Operation(op.name, operands, [t.with_encoding(layout)], dict(op.attrs), loc=op.loc)
+            self.op(again, indent, parent)
+            self.recomputed[key] = self.use(again.results[0])
+        return self.recomputed[key]
 
     def op_local_alloc(self, op, indent, parent):
         offset = op.attrs.get("offset")
@@ -228,6 +300,22 @@ class _GpuRenderer(_Renderer):
         super().op_yield(op, indent, parent)
 
 
+def _source_layout(op, num_warps: int):
+    """The layout of a reshape's or permute's operand from which the op keeps every element in its thread
+    and gives its result's layout: the inverse op's derived layout (kiln.ir.layout_moves), or None."""
+    out, src = op.results[0].type, op.operands[0].type
+    if op.name == "reshape":
+        attrs = {}
+    elif op.name == "permute":
+        order = list(op.attrs["order"])
+        attrs = {"order": [order.index(d) for d in range(len(order))]}
+    else:
+        return None
+    stand_in = Operation("constant", [], [out])
+    inverse = Operation(op.name, stand_in.results, [block_type(src.element_ty, src.shape)], attrs)
+    return derived_layout(inverse, out.encoding, num_warps)
+
+
 def render_ttgir(fn: Function, target: str, num_warps: int, threads: int | None = None, shared: int = 0,
                  locs: bool = True) -> str:
     """GPU-stage block IR `fn` (a binary's `kir`) in Triton's TTGIR spelling (the module docstring
@@ -237,7 +325,7 @@ def render_ttgir(fn: Function, target: str, num_warps: int, threads: int | None 
     total = (threads or 32 * num_warps) // 32
     encodings, body = _Encodings(), []
     names = [re.sub(r"\W", "_", name) for name in fn.arg_names]  # `launch_grid.0`: %launch_grid_0
-    _GpuRenderer(fn.args, names, locs, body, encodings).kernel(fn)
+    _GpuRenderer(fn, names, locs, body, encodings, num_warps).kernel(fn)
     attrs = (f'"ttg.num-ctas" = 1 : i32, "ttg.num-warps" = {num_warps} : i32, ttg.shared = {shared} : i32, '
              f'ttg.target = "cuda:{capability}", "ttg.threads-per-warp" = 32 : i32, "ttg.total-num-warps" = {total} : i32')
     return "\n".join(encodings.definitions() + [f"module attributes {{{attrs}}} {{"] + body + ["}"]) + "\n"
