@@ -268,7 +268,7 @@ _FIXED = {
     "dot": "tt.dot", "reduce": "tt.reduce", "scan": "tt.scan", "for": "scf.for", "if": "scf.if",
     "while": "scf.while", "call": "tt.call", "condition": "scf.condition", "return": "tt.return",
     "print": "tt.print", "assert": "tt.assert", "barrier": "gpu.barrier", "gather": "tt.gather",
-    "histogram": "tt.histogram", "inline_asm": "tt.elementwise_inline_asm",
+    "histogram": "tt.histogram", "inline_asm": "tt.elementwise_inline_asm", "assume": "llvm.intr.assume",
 }
 _YIELDS = {"tt.reduce": "tt.reduce.return", "tt.scan": "tt.scan.return", "tt.func": "tt.return"}
 
@@ -661,6 +661,9 @@ class _Renderer:
         cond = op.operands[0]
         self.emit(indent, f"tt.assert {self.use(cond)}, {json.dumps(op.attrs.get('message', ''))} : "
                           f"{self.type(cond.type)}", op)
+
+    def op_assume(self, op, indent, parent):
+        self.emit(indent, f"llvm.intr.assume {self.use(op.operands[0])} : i1", op)
 
     def op_barrier(self, op, indent, parent):
         self.emit(indent, "gpu.barrier", op)

@@ -870,6 +870,9 @@ OPS.update({
     "multiple_of": OpDef((1, 1), attrs=("values",), check=_check_hint),
     "max_contiguous": OpDef((1, 1), attrs=("values",), check=_check_hint),
     "barrier": OpDef((0, 0), results=(0, 0), side_effects=True),
+    "assume": OpDef((1, 1), results=(0, 0), check=lambda op: None if op.operands[0].type == int1 else
+                    "the condition is one int1",
+                    notes="a promise that the condition holds (llvm.assume); no side effect, but dce keeps it"),
     "gdc_wait": OpDef((0, 0), results=(0, 0), side_effects=True,
                       notes="griddepcontrol.wait (sm_90+): wait until the grids this one depends on (a "
                             "programmatic dependent launch) have completed and their writes are visible"),

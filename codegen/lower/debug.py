@@ -1,5 +1,5 @@
 """`print` (vprintf, one line per element a thread holds), `assert` (__assertfail where
-the condition is false), `barrier`, and grid dependency control (`gdc_wait`,
+the condition is false), `assume` (llvm.assume), `barrier`, and grid dependency control (`gdc_wait`,
 `gdc_launch_dependents`: PTX `griddepcontrol`, sm_90 and newer)."""
 from __future__ import annotations
 
@@ -88,6 +88,12 @@ def _barrier(lw, op):
     lw.barrier()
 
 
+def _assume(lw, op):
+    """LLVM's `llvm.assume`: the optimizer may take the condition for true (ranges, signs, branches)."""
+    cond = lw.scalar(op.operands[0])
+    lw.b.call(lw.intrinsic("llvm.assume", VOID, [ir.IntType(1)]), [cond])
+
+
 def _griddepcontrol(action: str):
     """`griddepcontrol.<action>;` as volatile asm that clobbers memory, so neither LLVM nor ptxas
     moves a load or store across it. Portable lowering (the CPU emulator) runs one grid at a
@@ -103,5 +109,5 @@ def _griddepcontrol(action: str):
     return lower
 
 
-RULES = {"print": _print, "assert": _assert, "barrier": _barrier,
+RULES = {"print": _print, "assert": _assert, "barrier": _barrier, "assume": _assume,
          "gdc_wait": _griddepcontrol("wait"), "gdc_launch_dependents": _griddepcontrol("launch_dependents")}

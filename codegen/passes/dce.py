@@ -9,6 +9,7 @@ from kiln.ir.core import Operation
 from .rewrite import has_side_effects
 
 name = "dce"
+KEPT = {"assume"}  # no result and no side effect, but what it says stays true where it stands
 
 
 def apply(fn, ctx=None) -> None:
@@ -91,7 +92,7 @@ def _sweep(root) -> bool:
             effects = bool(spec.side_effects or op.attrs.get("volatile"))
             for region in op.regions:
                 effects = count(region) or effects
-            removable[id(op)] = not effects and not spec.terminator
+            removable[id(op)] = not effects and not spec.terminator and op.name not in KEPT
             any_effects = any_effects or effects
             order.append(op)
         return any_effects

@@ -42,7 +42,7 @@ IMPLS.update({
     "dot": dot.dot,
     "for": control.for_loop, "if": control.if_else, "while": control.while_loop,
     "reduce": control.reduce, "scan": control.scan,
-    "print": debug.print_values, "assert": debug.assert_true, "barrier": _noop,
+    "print": debug.print_values, "assert": debug.assert_true, "barrier": _noop, "assume": _noop,
     # grid dependency control orders this grid after the one before it on the GPU: the
     # interpreter runs grids one after another already
     "gdc_wait": _noop, "gdc_launch_dependents": _noop,

@@ -508,5 +508,6 @@ def debug_barrier():
 
 @builtin
 def assume(cond):
-    """A promise to the compiler (accepted; kiln does not use it yet)."""
-    return None
+    """Promise the compiler that scalar `cond` holds (LLVM's `llvm.assume`: it may drop the code that
+    would run otherwise); a false promise is undefined behaviour, as in Triton."""
+    semantic.assume(cond)

@@ -1394,6 +1394,13 @@ def debug_barrier():
     builder().create("barrier", [], [])
 
 
+def assume(cond):
+    cond = to_tensor(cond)
+    if cond.type.is_block():  # (LLVM's assume takes one i1, as Triton's)
+        raise TypeError(f"tl.assume takes a scalar condition, not a block of {list(cond.type.shape)}")
+    builder().create("assume", [cast(cond, int1).handle], [])
+
+
 def grid_dependency_control(action: str):
     """`griddepcontrol.<action>`: `wait` or `launch_dependents` (tl.extra.cuda.gdc_*)."""
     builder().create(f"gdc_{action}", [], [])
