@@ -149,6 +149,30 @@ def test_a_block_not_laid_out_by_its_loads_vectors_folds_whole():
     assert not [op for op in _loop(fn).regions[0].walk() if op.name == "reduce"]
 
 
+@kiln.jit
+def masked_row_sums(X, S, N, BLOCK_N: tl.constexpr):
+    rows = tl.arange(0, 32)
+    total = tl.zeros([32], dtype=tl.float32)
+    for start in range(0, N, BLOCK_N):
+        cols = start + tl.arange(0, BLOCK_N)
+        total = total + tl.sum(tl.load(X + rows[:, None] * N + cols[None, :], mask=cols[None, :] < N, other=0.0), 1)
+    tl.store(S + rows, total)
+
+
+@pytest.mark.parametrize("n, runs", [(1024, True), (1001, False)])
+def test_runs_only_where_the_loads_come_in_vectors(n, runs):
+    # rows of 1001 floats: no row starts 16-byte aligned, the loads are scalar and a run of 4 would
+    # span 4 lanes (shuffles in the loop): the blocks fold whole there
+    kernel = masked_row_sums.warmup(np.zeros((32, n), np.float32), np.zeros(32, np.float32), n, BLOCK_N=128,
+                                    grid=(1,), target="sm_90a")
+    fn = _passed(parse_function(kernel.asm["kir"]))
+    inside = [op for op in _loop(fn).regions[0].walk() if op.name == "reduce"]
+    assert len(inside) == (1 if runs else 0)
+    ptx = kernel.asm["ptx"]
+    loop = ptx[ptx.index("$L__BB0_"):]  # (the loop's body and what follows it)
+    assert "shfl" not in loop[:loop.index("bra")]
+
+
 def test_the_gpu_stage_shows_the_two_reductions_of_each_fold():
     kernel = row_folds.warmup(*_folds_args(), BLOCK_N=64, ROWS=32, grid=(1,), target="sm_90a")
     ttgir = kernel.asm["ttgir"]

@@ -188,6 +188,7 @@ kernel @control(%p: ptr<int32>, %n: int32, %q: ptr<fp32>) {
     yield
   }
   assert %m {message = "must hold"}
+  assume %m
   barrier
   store %p, %rows
   return

@@ -13,7 +13,7 @@ OptimizeThreadLocality does the like).
 Each step's reduction exchanged its partial sums between threads (shuffles, and shared memory
 across warps); now each thread folds its own elements, and the exchange happens once. Where the
 reduced dim is the block's last, the one a load's 16-byte vectors run along, the step's block is
-split into runs of a vector's elements (`_run`), which the layouts pass keeps in one thread, and
+split into runs of its loads' vectors (`_run`), which the layouts pass keeps in one thread, and
 each run is reduced in the loop: the accumulator holds a thread's partial sums, a vector's worth
 of elements fewer. Elsewhere the blocks are folded elementwise and all of the reduction happens
 after the loop. The carried value's only use in the loop is that fold, the reduction's only use is
@@ -27,24 +27,26 @@ from kiln.ir.core import Block, Operation
 from kiln.ir.ops import ELEMENTWISE_OPS
 from kiln.ir.types import block_type, scalar_of
 
+from ..analysis import Analysis
+from ..analysis.access import memory_width
 from .rewrite import clone_op, insert_ops, replace_uses
 
 name = "reduce_after_loop"
 
 MAX_ELEMENTS = 32  # a thread's elements of the accumulator
-VECTOR_BYTES = 16  # a load's widest access: the run of elements a thread holds along the last dim
 _FOLDS = {"add", "max", "min"}
 _INT_FOLDS = {"and", "or", "xor"}
 
 
 def apply(fn, ctx) -> None:
+    ctx = Analysis(fn, ctx)  # the options, and the loads' contiguity (what their vectors will be)
     for loop in [op for op in fn.walk() if op.name == "for"]:
         body = loop.regions[0]
         uses = _use_counts(body)
         for j in range(len(loop.results)):
-            found = _fold(loop, j, uses, ctx.num_warps)
+            found = _fold(loop, j, uses, ctx)
             if found is not None:
-                _rewrite(fn, loop, j, *found)
+                _rewrite(fn, loop, j, *found, ctx)
 
 
 def _use_counts(body) -> dict:
@@ -55,7 +57,7 @@ def _use_counts(body) -> dict:
     return uses
 
 
-def _fold(loop, j, uses, num_warps):
+def _fold(loop, j, uses, ctx):
     """(the fold, the reduction) where carried value `j` is `fold(arg, reduce(x))` as above, else None."""
     body = loop.regions[0]
     arg, term = body.args[1 + j], body.ops[-1]
@@ -77,39 +79,44 @@ def _fold(loop, j, uses, num_warps):
             or set(map(id, combine.ops[0].operands)) != set(map(id, combine.args)) \
             or combine.ops[1].operands != [combine.ops[0].results[0]]:
         return None
-    if x.type.numel // _run(x, reduce.attrs["axis"]) > MAX_ELEMENTS * 32 * num_warps:
+    if x.type.numel // _run(x, reduce.attrs["axis"], ctx) > MAX_ELEMENTS * 32 * ctx.num_warps:
         return None
     return fold, reduce
 
 
-def _run(x, axis: int) -> int:
-    """How many consecutive elements along `axis` each thread is expected to hold of block `x`: a
-    vector's worth where `axis` is the last dim, longer than that, and `x` is computed elementwise
-    from loads, which lay it out in their vectors (1: the block is folded whole)."""
+def _run(x, axis: int, ctx) -> int:
+    """How many consecutive elements along `axis` each thread is expected to hold of block `x`: where
+    `axis` is the last dim, `x` is computed elementwise from loads and each load's vectors run along
+    it, the narrowest of those vectors (their 16 bytes, or what the pointers' alignment allows:
+    kiln.codegen.analysis.access), as the layouts pass will lay them out; else 1 (folded whole)."""
     t = x.type
-    run = VECTOR_BYTES // max(1, scalar_of(t).primitive_bitwidth // 8)
-    if axis != len(t.shape) - 1 or run < 2 or t.shape[axis] <= run:
+    loads = _loads(x) if axis == len(t.shape) - 1 else None
+    if not loads:
         return 1
-    return run if _loaded(x) else 1
+    run = t.shape[axis] // 2  # (at least two runs a step)
+    for load in loads:
+        order, vec = memory_width(ctx, load)
+        run = min(run, vec if order[0] == axis else 1)
+    return run if run > 1 else 1
 
 
-def _loaded(x) -> bool:
-    """Is block `x` computed elementwise from loads (no dot, reduction or shape op between)?"""
-    seen, todo, loads = set(), [x], 0
+def _loads(x):
+    """The loads block `x` is computed from elementwise (no dot, reduction or shape op between), or None."""
+    seen, todo, loads = set(), [x], []
     while todo:
         op = todo.pop().defining_op
         if op is None or id(op) in seen:
             continue
         seen.add(id(op))
         if op.name == "load":
-            loads += 1
+            loads.append(op)
         elif op.name in ("splat", "broadcast", "constant", "arange"):
             continue  # values the same along the run, or index math
         elif op.name in ELEMENTWISE_OPS and op.name != "addptr":
             todo.extend(v for v in op.operands if isinstance(v.type, block_type))
         else:
-            return False
-    return loads > 0
+            return None
+    return loads
 
 
 def _identity(fold_name, elem):
@@ -121,10 +128,10 @@ def _identity(fold_name, elem):
     return {"add": 0, "or": 0, "xor": 0, "max": low, "min": high, "and": -1 if elem.signed else high}[fold_name]
 
 
-def _rewrite(fn, loop, j, fold, reduce):
+def _rewrite(fn, loop, j, fold, reduce, ctx):
     body = loop.regions[0]
     arg, result = body.args[1 + j], loop.results[j]
-    x = _thread_partials(body, fold, reduce)
+    x = _thread_partials(body, fold, reduce, _run(reduce.operands[0], reduce.attrs["axis"], ctx))
     init = loop.operands[3 + j]
     parent, loc = loop.parent, fold.loc
     # before the loop: the accumulator from the fold's identity
@@ -147,11 +154,10 @@ def _rewrite(fn, loop, j, fold, reduce):
     insert_ops(parent, parent.ops.index(loop) + 1, [reduce, fold])
 
 
-def _thread_partials(body, fold, reduce):
+def _thread_partials(body, fold, reduce, run: int):
     """What the loop folds: the reduction's block, or where it splits into runs (`_run`) the block
     reshaped to [..., n / run, run] and reduced along the runs, in the loop before the fold."""
     x, axis = reduce.operands[0], reduce.attrs["axis"]
-    run = _run(x, axis)
     if run == 1:
         return x
     shape = tuple(x.type.shape)
