@@ -46,7 +46,7 @@ def apply(fn, ctx) -> None:
         for j in range(len(loop.results)):
             found = _fold(loop, j, uses, ctx)
             if found is not None:
-                _rewrite(fn, loop, j, *found, ctx)
+                _rewrite(fn, loop, j, *found)
 
 
 def _use_counts(body) -> dict:
@@ -58,7 +58,8 @@ def _use_counts(body) -> dict:
 
 
 def _fold(loop, j, uses, ctx):
-    """(the fold, the reduction) where carried value `j` is `fold(arg, reduce(x))` as above, else None."""
+    """(the fold, the reduction, its runs: `_run`) where carried value `j` is `fold(arg, reduce(x))` as
+    above, else None."""
     body = loop.regions[0]
     arg, term = body.args[1 + j], body.ops[-1]
     fold = term.operands[j].defining_op
@@ -79,9 +80,10 @@ def _fold(loop, j, uses, ctx):
             or set(map(id, combine.ops[0].operands)) != set(map(id, combine.args)) \
             or combine.ops[1].operands != [combine.ops[0].results[0]]:
         return None
-    if x.type.numel // _run(x, reduce.attrs["axis"], ctx) > MAX_ELEMENTS * 32 * ctx.num_warps:
+    run = _run(x, reduce.attrs["axis"], ctx)
+    if x.type.numel // run > MAX_ELEMENTS * 32 * ctx.num_warps:
         return None
-    return fold, reduce
+    return fold, reduce, run
 
 
 def _run(x, axis: int, ctx) -> int:
@@ -128,10 +130,10 @@ def _identity(fold_name, elem):
     return {"add": 0, "or": 0, "xor": 0, "max": low, "min": high, "and": -1 if elem.signed else high}[fold_name]
 
 
-def _rewrite(fn, loop, j, fold, reduce, ctx):
+def _rewrite(fn, loop, j, fold, reduce, run):
     body = loop.regions[0]
     arg, result = body.args[1 + j], loop.results[j]
-    x = _thread_partials(body, fold, reduce, _run(reduce.operands[0], reduce.attrs["axis"], ctx))
+    x = _thread_partials(body, fold, reduce, run)
     init = loop.operands[3 + j]
     parent, loc = loop.parent, fold.loc
     # before the loop: the accumulator from the fold's identity
