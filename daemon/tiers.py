@@ -10,6 +10,7 @@ here or by a daemon on another host is written to both.
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import threading
 import time
@@ -147,6 +148,9 @@ def cached_compile(fn: Function, target: str, options: dict, compile_fn=None) ->
     encoded = function_to_proto(fn)
     key = compile_key(fn, target, options, encoded=encoded)
     _record(fn, target, options)
+    if _always_compile():  # TRITON_ALWAYS_COMPILE=1: no tier is asked; what this process makes is stored
+        _check_limits(fn.name, encoded)
+        return _compile_here(fn, target, options, key, compile_fn)
     binary = _from_cache(fn.name, target, options, key)
     if binary is None:
         binary = _from_shared(fn.name, target, options, key)
@@ -156,6 +160,15 @@ def cached_compile(fn: Function, target: str, options: dict, compile_fn=None) ->
     if binary is None:
         binary = _compile_here(fn, target, options, key, compile_fn)
     return binary
+
+
+def _always_compile() -> bool:
+    """Triton's `knobs.compilation.always_compile`: every compile call compiles (a dump of each stage,
+    a compiler being debugged), as Triton's skips its cache then."""
+    if "kiln.dropin.knobs" not in sys.modules and "TRITON_ALWAYS_COMPILE" not in os.environ:
+        return False  # set neither in code nor in the environment (the knobs are not imported for it)
+    from kiln.dropin.knobs import compilation
+    return bool(compilation.always_compile)
 
 
 class KernelTooLarge(ValueError):

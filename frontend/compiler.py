@@ -11,7 +11,7 @@ from kiln.ir import options as options_record
 from kiln.language.semantic import unwrap
 
 from . import config, errors, fp8_targets, launch_hooks, profiler  # noqa: F401  (errors: Triton's triton.compiler.errors)
-from . import target_options
+from . import ir_dump, target_options
 from .runtime import cuda_driver as driver
 from .runtime.tensormap import DerivedMapUnusable
 from .ast_to_ir import build_kernel
@@ -256,9 +256,15 @@ class CompiledKernel:
             except PTXAssembleError as e:  # Triton's type: autotuners skip such a config
                 raise PTXASError(str(e)) from None
             self.binaries[target] = binary
+            fresh = True
+        else:
+            fresh = False
         self._asm.update(llir=binary.llir, ptx=binary.ptx, cubin=binary.cubin)
         self._asm.pop("ttgir", None)  # rendered from `built` when read
+        self._asm.pop("sass", None)
         self.built = binary
+        if fresh and ir_dump.wanted():
+            ir_dump.dump(self, binary)
         self.metadata.update(binary.metadata)
         return binary
 

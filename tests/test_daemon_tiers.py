@@ -42,6 +42,26 @@ def test_daemon_off_compiles_here_then_reads_the_cache(node, monkeypatch):
     assert again.key == first.key and again.ptx == first.ptx
 
 
+@pytest.mark.parametrize("how", ["environment", "knob"])
+def test_always_compile_asks_no_tier_and_still_stores(node, monkeypatch, how):
+    from kiln.dropin import knobs
+    monkeypatch.setenv("KILN_DAEMON", "off")
+    first = tiers.cached_compile(kernel("always"), "sm_90a", {"num_warps": 4}, compile_fn=fake.compile)
+    monkeypatch.setenv("KILN_DAEMON", f"unix:{node}/no-daemon.sock")  # a daemon asked would warn
+    with knobs.compilation.scope(), warnings.catch_warnings():
+        warnings.simplefilter("error")
+        if how == "environment":
+            monkeypatch.setenv("TRITON_ALWAYS_COMPILE", "1")
+        else:
+            knobs.compilation.always_compile = True
+        again = tiers.cached_compile(kernel("always"), "sm_90a", {"num_warps": 4}, compile_fn=fake.compile)
+    assert first.source == "local" and again.source == "local" and again.key == first.key
+    monkeypatch.delenv("TRITON_ALWAYS_COMPILE", raising=False)
+    monkeypatch.setenv("KILN_DAEMON", "off")
+    after = tiers.cached_compile(kernel("always"), "sm_90a", {"num_warps": 4}, compile_fn=fake.compile)
+    assert after.source == "cache"  # the compile stored what it made, as Triton's does
+
+
 def test_through_a_daemon(node, monkeypatch):
     path = os.path.join(tempfile.mkdtemp(prefix="kt-", dir="/tmp"), "d.sock")
     server, _ = create_server(f"unix:{path}", "kiln.daemon.fake:compile", workers=1, cache=Cache())

@@ -1,0 +1,48 @@
+"""`TRITON_KERNEL_DUMP=1` (`knobs.compilation.dump_ir`): every kernel this process builds writes the text
+of each stage to `knobs.cache.dump_dir/<hash>/` (TRITON_DUMP_DIR; by default `dump/` in the cache), as
+Triton's compile does: `<name>.ttir`, `.ttgir`, `.llir`, `.ptx`, `.cubin`, `.sass` (where a cuobjdump
+is found) and kiln's own block IR, `.kir` (kiln.ttir and kiln.ttgir say what the first two are).
+
+Triton writes them when it compiles, so a kernel found in its cache writes nothing (hence its
+TRITON_ALWAYS_COMPILE=1 beside the dump); kiln writes them when a kernel's binary is first built or
+found in this process, so the dump is there whichever tier had it. `<hash>` is the kernel's
+`CompiledKernel.hash`.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+
+def wanted() -> bool:
+    if "kiln.dropin.knobs" not in sys.modules and "TRITON_KERNEL_DUMP" not in os.environ:
+        return False  # set neither in code nor in the environment (the knobs are not imported for it)
+    from .dropin.knobs import compilation
+    return bool(compilation.dump_ir)
+
+
+def dump(kernel, binary) -> str:
+    """Write `kernel`'s stages (its `asm` once `binary` is its build) under the dump folder; the folder."""
+    from .dropin.knobs import cache
+    folder = os.path.join(cache.dump_dir, kernel.hash)
+    os.makedirs(folder, exist_ok=True)
+    name = kernel.name[:150]  # (Triton's cut: a name within the file system's 255 characters)
+    asm = kernel.asm
+    texts = {"kir": asm["kir"], "ttir": asm["ttir"], "ttgir": asm["ttgir"], "llir": binary.llir, "ptx": binary.ptx}
+    for ext, text in texts.items():
+        _write(os.path.join(folder, f"{name}.{ext}"), text.encode())
+    _write(os.path.join(folder, f"{name}.cubin"), bytes(binary.cubin))
+    try:
+        sass = asm["sass"]
+    except (RuntimeError, KeyError, OSError):  # no cuobjdump here: the rest is still written
+        sass = None
+    if sass:
+        _write(os.path.join(folder, f"{name}.sass"), sass.encode())
+    return folder
+
+
+def _write(path: str, data: bytes) -> None:
+    temporary = f"{path}.tmp.{os.getpid()}"
+    with open(temporary, "wb") as f:
+        f.write(data)
+    os.replace(temporary, path)  # a reader never sees half a file
