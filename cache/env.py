@@ -289,6 +289,12 @@ def triton_cache_manager() -> str | None:
     return os.environ.get("TRITON_CACHE_MANAGER") or None
 
 
+def triton_knob_set(name: str) -> bool:
+    """Is Triton's knob variable `name` set at all? A compile asks before it imports the knobs for a
+    value only they give (kiln.dropin.knobs reads TRITON_KERNEL_DUMP, TRITON_ALWAYS_COMPILE, ...)."""
+    return name in os.environ
+
+
 def runtime_dir() -> Path:
     """Where the node daemon keeps its socket, pid file and log: this user's alone, also
     when the cache is shared. The same in every shell and job of the user's that shares

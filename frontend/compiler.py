@@ -247,7 +247,8 @@ class CompiledKernel:
         """Compile for `target` once; `asm` and `metadata` then show that target's binary
         (also when it was built before another target's)."""
         binary = self.binaries.get(target)
-        if binary is None:
+        fresh = binary is None
+        if fresh:
             ir, options = self.binary_inputs()
             self._check_target(ir, target)
             from kiln.codegen.nvjitlink import PTXAssembleError
@@ -256,9 +257,6 @@ class CompiledKernel:
             except PTXAssembleError as e:  # Triton's type: autotuners skip such a config
                 raise PTXASError(str(e)) from None
             self.binaries[target] = binary
-            fresh = True
-        else:
-            fresh = False
         self._asm.update(llir=binary.llir, ptx=binary.ptx, cubin=binary.cubin)
         self._asm.pop("ttgir", None)  # rendered from `built` when read
         self._asm.pop("sass", None)

@@ -13,9 +13,11 @@ from __future__ import annotations
 import os
 import sys
 
+from kiln.cache import env
+
 
 def wanted() -> bool:
-    if "kiln.dropin.knobs" not in sys.modules and "TRITON_KERNEL_DUMP" not in os.environ:
+    if "kiln.dropin.knobs" not in sys.modules and not env.triton_knob_set("TRITON_KERNEL_DUMP"):
         return False  # set neither in code nor in the environment (the knobs are not imported for it)
     from .dropin.knobs import compilation
     return bool(compilation.dump_ir)
