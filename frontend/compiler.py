@@ -11,7 +11,7 @@ from kiln.ir import options as options_record
 from kiln.language.semantic import unwrap
 
 from . import config, errors, fp8_targets, launch_hooks, profiler  # noqa: F401  (errors: Triton's triton.compiler.errors)
-from . import ir_dump, target_options
+from . import ir_dump, ir_override, target_options
 from .runtime import cuda_driver as driver
 from .runtime.tensormap import DerivedMapUnusable
 from .ast_to_ir import build_kernel
@@ -254,6 +254,8 @@ class CompiledKernel:
             from kiln.codegen.nvjitlink import PTXAssembleError
             try:
                 binary = compile_binary(ir, target, options)
+                if ir_override.wanted():
+                    binary = ir_override.overridden(self, binary, lambda fn: compile_binary(fn, target, options))
             except PTXAssembleError as e:  # Triton's type: autotuners skip such a config
                 raise PTXASError(str(e)) from None
             self.binaries[target] = binary
