@@ -257,3 +257,13 @@ def test_the_folds_on_the_gpu(cuda_torch):
     ints = x.int().cpu().numpy()
     assert torch.equal(s, x.sum(1) + 1.5) and torch.equal(m, x.max(1).values)
     assert (a.cpu().numpy() == np.minimum(ints.min(1), 7) + np.bitwise_xor.reduce(ints, axis=1)).all()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("n", [1024, 1001, 4096 + 16])
+def test_masked_row_sums_on_the_gpu(n, cuda_torch):
+    torch = cuda_torch
+    x = (torch.randint(-40, 40, (32, n), generator=torch.Generator().manual_seed(n)) * 0.25).float().cuda()
+    s = torch.empty(32, device="cuda")
+    masked_row_sums[(1,)](x, s, n, BLOCK_N=128)
+    assert torch.equal(s, x.sum(1))  # quarters: every sum exact in any order
