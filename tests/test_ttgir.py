@@ -156,12 +156,13 @@ def test_before_a_build_there_is_no_ttgir():
         kernel.asm["ttgir"]
 
 
-def test_a_triton_compile_gives_ttgir_and_still_pickles():
+def test_a_triton_compile_gives_ttir_and_ttgir_and_still_pickles():
     signature = {"X": "*fp32", "Y": "*fp32", "factor": "fp32", "BLOCK": "constexpr"}
     compiled = dropin_compile(ASTSource(scaled_rows, signature, {"BLOCK": 128}), target=GPUTarget("cuda", 80, 32),
                               options={"num_warps": 4})
     ttgir = compiled.asm["ttgir"]
     assert 'ttg.target = "cuda:80"' in ttgir and "arith.mulf" in ttgir and "tt.store" in ttgir
+    assert "tt.func public @scaled_rows" in compiled.asm["ttir"] and "#blocked" not in compiled.asm["ttir"]
     again = pickle.loads(pickle.dumps(compiled))  # as from an Inductor compile worker
     assert again.asm["ttgir"] == ttgir
 

@@ -346,15 +346,23 @@ _BUILT_HERE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 class AsmDict(dict):
     """A compiled kernel's `asm` (Triton's class of the name): `'sass'`, read once there is a cubin, is
-    cuobjdump's listing of it (`triton.tools.disasm.get_sass`), and `'ttgir'`, read once there is a
-    binary, its GPU-stage IR in Triton's spelling (`kiln.ttgir`)."""
+    cuobjdump's listing of it (`triton.tools.disasm.get_sass`), `'ttir'` the block IR in Triton's spelling
+    (`kiln.ttir`), and `'ttgir'`, read once there is a binary, its GPU-stage IR so (`kiln.ttgir`)."""
 
     binary = None  # the build whose texts these are
+    debug = False  # whose block IR keeps its device_asserts (kiln.compiler.without_asserts)
 
     def __missing__(self, key):
         if key == "ttgir" and self.binary is not None:
             from kiln.ttgir import binary_ttgir
             self["ttgir"] = text = binary_ttgir(self.binary)
+            return text
+        if key == "ttir":
+            from kiln.compiler import without_asserts
+            from kiln.ir import parse_function
+            from kiln.ttir import render_ttir
+            ir = parse_function(self["kir"])
+            self["ttir"] = text = render_ttir(ir if self.debug else without_asserts(ir))
             return text
         if key != "sass":
             raise KeyError(f"Unknown key: '{key}'")
@@ -381,6 +389,7 @@ class CompiledKernel:
         self.name = metadata.name
         self.hash = metadata.hash
         self.asm = AsmDict(kir=ir_text)
+        self.asm.debug = debug
         if binary is not None:
             self.asm.update(llir=binary.llir, ptx=binary.ptx, cubin=binary.cubin)
             self.asm.binary = binary
