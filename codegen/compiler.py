@@ -48,7 +48,7 @@ def _options(options: dict | None) -> dict:
         raise CompileError("num_warps must be a power of two from {} to {}, not {}".format(*ranges["num_warps"], nw))
     if "maxnreg" in opts and not options_record.in_range("maxnreg", opts["maxnreg"]):
         raise CompileError("maxnreg must be from {} to {} registers, not {}".format(*ranges["maxnreg"], opts["maxnreg"]))
-    for flag in ("enable_fp_fusion", "enable_reflect_ftz"):
+    for flag in ("enable_fp_fusion", "enable_reflect_ftz", "line_info"):
         if not options_record.in_range(flag, opts.get(flag, 1)):
             raise CompileError(f"{flag} must be 0 or 1, not {opts[flag]}")
     return opts
@@ -92,6 +92,7 @@ def _lower_to_llvm(fn, tgt, opts: dict, check: bool, portable: bool, counts: dic
     limit = occupancy.max_shared_per_cta(tgt.capability)
     reserve, overlap = 0, True
     ctx = PassContext(tgt, opts["num_warps"], opts["num_stages"], maxnreg=opts.get("maxnreg"),
+                      line_info=bool(opts.get("line_info", 1)),
                       fp_fusion=bool(opts.get("enable_fp_fusion", 1)),
                       reflect_ftz=bool(opts.get("enable_reflect_ftz", 1)), portable=portable)
     for _ in range(4):

@@ -16,7 +16,7 @@ class PTXAssembleError(RuntimeError):
 def link_cubin(ptx: str, target: Target) -> tuple[bytes, str]:
     """The cubin for `ptx` and nvJitLink's info log (which holds `ptxas info` lines)."""
     from cuda.bindings import nvjitlink as nvj
-    handle = _create(nvj, [f"-arch={target.name}", "-O3", "-verbose"])
+    handle = _create(nvj, [f"-arch={target.name}", "-O3", "-verbose", "-lineinfo"])
     try:
         try:
             data = ptx.encode()

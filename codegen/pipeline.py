@@ -64,6 +64,7 @@ class PassContext:
     fp_fusion: bool = True  # a*b+c may become one fma (Triton's enable_fp_fusion)
     reflect_ftz: bool = True  # libdevice and the approximate roots flush fp32 subnormals (Triton's enable_reflect_ftz)
     portable: bool = False  # no inline PTX: the LLVM IR can also run on a CPU (kiln.codegen.emulate)
+    line_info: bool = True  # each instruction's source line in the PTX (.loc), for profilers (lower.line_info)
     check: bool = False  # tests: verify after every pass (every compile verifies after the last)
 
 

@@ -80,8 +80,8 @@ def assemble(ptx: str, target: Target) -> tuple[bytes, str]:
         source, cubin = Path(scratch, "kernel.ptx"), Path(scratch, "kernel.cubin")
         source.write_text(ptx)
         try:
-            done = subprocess.run([found[0], f"-arch={target.name}", "-O3", "-v", "-o", str(cubin), str(source)],
-                                  capture_output=True, text=True, timeout=600)
+            done = subprocess.run([found[0], f"-arch={target.name}", "-O3", "-lineinfo", "-v", "-o", str(cubin),
+                                   str(source)], capture_output=True, text=True, timeout=600)
         except (OSError, subprocess.SubprocessError) as e:
             raise PTXAssembleError(f"ptxas {found[0]} did not run: {e}") from None
         if done.returncode != 0 or not cubin.is_file():

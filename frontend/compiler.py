@@ -46,6 +46,11 @@ def codegen_options(options: dict) -> dict:
         del out["enable_fp_fusion"]
     if out.get("enable_reflect_ftz") == 1:
         del out["enable_reflect_ftz"]
+    from .dropin.knobs import compilation
+    if compilation.disable_line_info:  # TRITON_DISABLE_LINE_INFO=1: no source lines in the PTX
+        out["line_info"] = 0
+    elif out.get("line_info") == 1:
+        del out["line_info"]
     return out
 
 

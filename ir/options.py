@@ -25,6 +25,7 @@ OPTIONS = (
     Option("maxnreg", None, 16, 255),  # registers per thread (Triton's Config(maxnreg=...))
     Option("enable_fp_fusion", None, 0, 1),  # 0: a*b+c stays two roundings
     Option("enable_reflect_ftz", None, 0, 1),  # 0: libdevice and the approximate roots keep fp32 subnormals
+    Option("line_info", None, 0, 1),  # 0: no source lines in the PTX (Triton's TRITON_DISABLE_LINE_INFO=1)
     Option("num_ctas", None, 1, 16, codegen=False),
 )
 BY_NAME = {o.name: o for o in OPTIONS}

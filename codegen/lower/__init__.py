@@ -12,6 +12,7 @@ from kiln.ir.types import scalar_of, tensormap
 from ..backend import DATA_LAYOUT, TRIPLE
 from . import asm, cluster, control, debug, dot, elementwise, memory, reduce, shape, tma, wgmma
 from .context import Lowering, LoweringError, ScratchUse
+from .line_info import LineInfo
 from ..analysis import Analysis
 from ..analysis.dots import staging_end
 from ..analysis.partitions import cta_warps
@@ -40,6 +41,8 @@ def _lower_ops(lw: Lowering, block) -> None:
         if rule is None:
             raise LoweringError(f"kiln cannot lower '{op.name}' to LLVM IR yet{where}")
         lw.buffers_live = lw.ctx.buffers_live(op)
+        if lw.lines is not None:  # what this op emits carries its source line
+            lw.b.debug_metadata = lw.lines.location(op.loc)
         outer, lw.scratch = lw.scratch, ScratchUse(op.attrs.get("scratch"))
         try:
             rule(lw, op)
@@ -89,6 +92,9 @@ def lower_function(fn, ctx) -> tuple[str, list[dict], int]:
     if maxnreg is not None:
         set.add(llfn.attributes, f'"nvvm.maxnreg"="{maxnreg}"')
     lw = Lowering(module, llfn, ctx)
+    if ctx.line_info and not ctx.portable:
+        lw.lines = LineInfo(module, llfn, fn.name, next((op.loc for op in fn.walk() if op.loc is not None), None))
+        lw.b.debug_metadata = lw.entry.debug_metadata = lw.lines.entry
     lw.reserved = reserved_bytes(fn)  # the buffers smem_alloc placed, from a base declared aligned (wgmma.shared_base)
     if lw.replicated:  # each replica of a warp_specialize region has a scratch area of its own
         lw.replica_scratch = scratch_extent(fn)

@@ -34,6 +34,7 @@ NAMED_STRUCT_MIN = 16  # registers from which an asm statement's struct is a nam
 class Lowering:
     def __init__(self, module: ir.Module, llfn: ir.Function, ctx):
         self.module, self.llfn, self.ctx = module, llfn, ctx  # ctx: options and the IR's facts (kiln.codegen.analysis)
+        self.lines = None  # the kernel's line tables (kiln.codegen.lower.line_info), where it has them
         self.num_warps = ctx.num_warps
         self.values: dict = {}
         self.converted: dict = {}

@@ -7,8 +7,8 @@ show what it changed (or that it changed nothing) between two commits:
 The set: every kernel of this folder and of `lang/` for sm_80 and sm_90a, and bench/'s
 tensor-core kernels (tutorial 03's matmul, tile and persistent; the W8A16 matmul; a matmul of an
 A scaled in the loop; the FlashAttention-2 forward, causal and not, and its backward) for sm_90a
-at the configs the benchmarks pick. `.loc`
-and `.file` lines are dropped (a moved source line is not a change), and so are LLVM's
+at the configs the benchmarks pick. The line tables' lines (`.loc`, `.file`, their labels and
+section) are dropped (a moved source line is not a change), and so are LLVM's
 call-sequence numbers (they count the process's earlier calls). `--against` lists the
 files that differ, are new or are gone, and exits 1 if any do.
 
@@ -131,9 +131,13 @@ def bench_memory_kernels():
 _CALLSEQ = re.compile(r"// callseq \d+(, \d+)?")
 
 
+# the line tables' own lines: the function's and each location's labels, an empty DWARF section
+_LINE_TABLE = re.compile(r"\s*(\.loc|\.file|\$L__(func_begin|func_end|tmp)\d+:|\.section\s+\.debug_)")
+
+
 def without_locations(ptx: str) -> str:
     return "".join(_CALLSEQ.sub("// callseq", line) for line in ptx.splitlines(keepends=True)
-                   if not line.lstrip().startswith((".loc", ".file")))
+                   if not _LINE_TABLE.match(line))
 
 
 def all_ptx() -> dict[str, str]:
