@@ -25,8 +25,8 @@ def counts(lines) -> collections.Counter:
     found = collections.Counter()
     for line in lines:
         text = line.strip()
-        if not text or text.startswith("//") or text.endswith(":"):
-            continue
+        if not text or text.startswith(("//", ".loc", ".file")) or text.endswith(":"):
+            continue  # (the line tables' directives are no instructions)
         found["instructions"] += 1
         for name in COUNTED:
             if name in text:

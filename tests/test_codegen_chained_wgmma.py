@@ -124,7 +124,7 @@ def test_a_dot_of_loaded_operands_stays_on_mma_sync():
     a, b = np.zeros((64, 64), np.float16), np.zeros((64, 64), np.float16)
     warm = loaded_dot.warmup(a, b, np.zeros((64, 64), np.float32), M=64, N=64, K=64, grid=(1,), target="sm_90a")
     built = compile(parse_function(warm.asm["kir"]), "sm_90a", {"num_warps": 4}, link=False)
-    assert "mma.sync" in built.ptx and "wgmma" not in built.ptx
+    assert "mma.sync" in built.ptx and "wgmma.mma_async" not in built.ptx  # (the .file line names this file)
 
 
 def test_at_two_warps_the_epilogue_dot_stays_on_mma_sync():

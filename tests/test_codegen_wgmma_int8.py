@@ -85,7 +85,7 @@ def test_int8_wgmma_ptx_has_int32_accumulators_and_no_scales():
 
 def test_int8_dots_on_sm_80_keep_mma_sync():
     ptx = _compiled("sm_80").asm["ptx"]
-    assert "mma.sync.aligned.m16n8k32.row.col.satfinite.s32.s8.s8.s32" in ptx and "wgmma" not in ptx
+    assert "mma.sync.aligned.m16n8k32.row.col.satfinite.s32.s8.s8.s32" in ptx and "wgmma.mma_async" not in ptx
 
 
 def test_an_n_major_int8_b_is_transposed_into_a_k_major_tile():

@@ -14,7 +14,7 @@ def test_every_layer_takes_its_defaults_from_the_record():
     assert compiler.DEFAULT_OPTIONS == {"num_warps": DEFAULT_NUM_WARPS, "num_stages": DEFAULT_NUM_STAGES} == \
         {"num_warps": 4, "num_stages": 3}
     assert metadata.DEFAULT_NUM_WARPS == options.DEFAULT_NUM_WARPS
-    assert set(compiler.OPTIONAL_OPTIONS) == {"maxnreg", "enable_fp_fusion", "enable_reflect_ftz"}
+    assert set(compiler.OPTIONAL_OPTIONS) == {"maxnreg", "enable_fp_fusion", "enable_reflect_ftz", "line_info"}
     assert compiler._options(None) == {"num_warps": 4, "num_stages": 3}
 
 
@@ -26,7 +26,7 @@ def _bounds(name):
     return sorted(values)
 
 
-@pytest.mark.parametrize("name", ["num_warps", "maxnreg", "enable_fp_fusion", "enable_reflect_ftz"])
+@pytest.mark.parametrize("name", ["num_warps", "maxnreg", "enable_fp_fusion", "enable_reflect_ftz", "line_info"])
 def test_codegen_and_the_daemon_accept_the_same_values(name):
     for value in _bounds(name):
         try:
