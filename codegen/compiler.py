@@ -18,6 +18,7 @@ from kiln.ir import options as options_record
 from . import backend, nvjitlink, occupancy, ptxas
 from .artifact import CompiledKernel  # noqa: F401  (kiln.codegen.CompiledKernel)
 from .lower import LoweringError, lower_function
+from .lower.line_info import without_line_tables
 from .passes import tile_overlap
 from .analysis.dots import on_tensor_cores
 from .analysis.shared_buffers import allocated_bytes
@@ -241,8 +242,9 @@ def _cap_first(fn, ptx: str, opts: dict, threads: int, shared: int, tgt) -> int 
     more registers; Inductor's pointwise, looped-reduction and rotary kernels of bench/compile_speed.py
     linked once instead of twice; bench/'s layer norm kept its 32 registers in other code, and its
     rotary kernel went from 48 registers to 32 (the search's halving had met a spill at 40)."""
-    if "maxnreg" in opts or _has_dot(fn) or len(ptx) > BIG_KERNEL_PTX or ".local" in ptx \
-            or occupancy.registers_pinned(ptx, threads):
+    code = without_line_tables(ptx)  # (a file path of `.../.local/...` is no stack)
+    if "maxnreg" in opts or _has_dot(fn) or len(code) > BIG_KERNEL_PTX or ".local" in code \
+            or occupancy.registers_pinned(code, threads):
         return None
     caps = occupancy.tighter_caps(occupancy.MAX_REGISTERS, threads, shared, tgt.capability)
     return caps[0] if caps else None
@@ -262,7 +264,8 @@ def _capped_link(ptx: str, cap: int, link_cubin):
 def _probe_ahead(fn, ptx: str, opts: dict, threads: int, shared: int, tgt, link_cubin):
     """(cap, future of its `_capped_link`) started now for a big kernel whose caps are searched
     highest first, or None."""
-    if "maxnreg" in opts or len(ptx) <= BIG_KERNEL_PTX or _has_dot(fn) or occupancy.registers_pinned(ptx, threads):
+    code = without_line_tables(ptx)
+    if "maxnreg" in opts or len(code) <= BIG_KERNEL_PTX or _has_dot(fn) or occupancy.registers_pinned(code, threads):
         return None
     guess = _first_probes.get(threads)
     if guess is None:
@@ -289,7 +292,7 @@ def _occupancy_link(ptx: str, caps: list[int], link_cubin, ahead=None, threads: 
     """(ptx, cubin, regs, spills) relinked (`link_cubin(ptx)`) under the fewest-register cap of
     `caps` that neither spills nor serializes wgmmas, or None when none does. `ahead`: a link
     under one cap started before the caps were known (`_probe_ahead`)."""
-    highest_first = len(ptx) > BIG_KERNEL_PTX
+    highest_first = len(without_line_tables(ptx)) > BIG_KERNEL_PTX
     if highest_first and caps:
         _first_probes[threads] = caps[-1]
 

@@ -63,3 +63,24 @@ def test_triton_s_knob_turns_them_off(monkeypatch):
     x = np.zeros(256, np.float32)
     ptx = doubled_plus_one.warmup(x, x, BLOCK=256, grid=(1,), target="sm_90a").asm["ptx"]
     assert ".loc" not in ptx and ".file" not in ptx
+
+
+def test_link_decisions_read_the_code_not_the_line_tables(tmp_path, monkeypatch):
+    # a library installed under ~/.local: its path in the .file line is no `.local` stack (which took
+    # bench's Inductor pointwise kernel from one link under the cap that fits to the search's two)
+    import shutil
+    import ml_dtypes
+    folder = tmp_path / ".local" / "lib" / "site"
+    folder.mkdir(parents=True)
+    bench = __file__.rsplit("/", 2)[0] + "/bench/inductor_kernels.py"
+    shutil.copy(bench, folder / "local_inductor_kernels.py")
+    monkeypatch.syspath_prepend(str(folder))
+    import local_inductor_kernels
+    x = np.zeros(1 << 20, ml_dtypes.bfloat16)
+    kir = local_inductor_kernels.triton_poi_fused_add_erf_mul_sigmoid_tanh_0.warmup(
+        x, x, x, 1 << 20, XBLOCK=1024, num_warps=4, num_stages=1, grid=(1,)).asm["kir"]
+    built = {li: compile_ir(parse_function(kir), "sm_90a", {"num_warps": 4, "num_stages": 1, "line_info": li})
+             for li in (0, 1)}
+    assert ".local/lib/site/local_inductor_kernels.py" in built[1].ptx and ".local" not in built[0].ptx
+    assert built[1].metadata["links"] == built[0].metadata["links"] == 1
+    assert built[1].metadata["n_regs"] == built[0].metadata["n_regs"]

@@ -8,10 +8,20 @@ lexical block file of that file (a @jit function inlined from another module).""
 from __future__ import annotations
 
 import os
+import re
 
 import llvmlite.ir as ir
 
 I32 = ir.IntType(32)
+# the lines the line tables add to the PTX: directives, the function's and each location's labels, an
+# empty DWARF section
+LINE_TABLE = re.compile(r"^[ \t]*(\.loc|\.file|\$L__(func_begin|func_end|tmp)\d+:|\.section\s+\.debug_)[^\n]*\n?", re.M)
+
+
+def without_line_tables(ptx: str) -> str:
+    """`ptx` as it would be without line tables: what its size and its stack are judged by (the same
+    decisions with them or without: kiln.codegen.compiler), and what a comparison of code reads."""
+    return LINE_TABLE.sub("", ptx)
 
 
 class LineInfo:

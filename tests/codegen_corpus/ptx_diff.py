@@ -131,13 +131,9 @@ def bench_memory_kernels():
 _CALLSEQ = re.compile(r"// callseq \d+(, \d+)?")
 
 
-# the line tables' own lines: the function's and each location's labels, an empty DWARF section
-_LINE_TABLE = re.compile(r"\s*(\.loc|\.file|\$L__(func_begin|func_end|tmp)\d+:|\.section\s+\.debug_)")
-
-
 def without_locations(ptx: str) -> str:
-    return "".join(_CALLSEQ.sub("// callseq", line) for line in ptx.splitlines(keepends=True)
-                   if not _LINE_TABLE.match(line))
+    from kiln.codegen.lower.line_info import without_line_tables
+    return _CALLSEQ.sub("// callseq", without_line_tables(ptx))
 
 
 def all_ptx() -> dict[str, str]:
