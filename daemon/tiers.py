@@ -164,11 +164,8 @@ def cached_compile(fn: Function, target: str, options: dict, compile_fn=None) ->
 def _always_compile() -> bool:
     """Triton's `knobs.compilation.always_compile`: every compile call compiles (a dump of each stage,
     a compiler being debugged), as Triton's skips its cache then."""
-    from kiln.cache import env
-    if "kiln.dropin.knobs" not in sys.modules and not env.triton_knob_set("TRITON_ALWAYS_COMPILE"):
-        return False  # set neither in code nor in the environment (the knobs are not imported for it)
-    from kiln.dropin.knobs import compilation
-    return bool(compilation.always_compile)
+    from kiln.ir_dump import compilation_knob
+    return compilation_knob("always_compile", "TRITON_ALWAYS_COMPILE")
 
 
 class KernelTooLarge(ValueError):

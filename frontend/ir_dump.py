@@ -17,10 +17,16 @@ from kiln.cache import env
 
 
 def wanted() -> bool:
-    if "kiln.dropin.knobs" not in sys.modules and not env.triton_knob_set("TRITON_KERNEL_DUMP"):
-        return False  # set neither in code nor in the environment (the knobs are not imported for it)
+    return compilation_knob("dump_ir", "TRITON_KERNEL_DUMP")
+
+
+def compilation_knob(name: str, variable: str) -> bool:
+    """Triton's `knobs.compilation.<name>` (environment `variable`), without importing the knobs where
+    neither code (which sets it through them) nor the environment set it."""
+    if "kiln.dropin.knobs" not in sys.modules and not env.triton_knob_set(variable):
+        return False
     from .dropin.knobs import compilation
-    return bool(compilation.dump_ir)
+    return bool(getattr(compilation, name))
 
 
 def dump(kernel, binary) -> str:

@@ -18,20 +18,16 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import sys
 import warnings
 
-from kiln.cache import env
+from .ir_dump import compilation_knob
 
 STAGES = ("kir", "llir", "ptx", "cubin")  # in compile order: the last one present wins
 UNREAD = ("ttir", "ttgir")
 
 
 def wanted() -> bool:
-    if "kiln.dropin.knobs" not in sys.modules and not env.triton_knob_set("TRITON_KERNEL_OVERRIDE"):
-        return False  # set neither in code nor in the environment (the knobs are not imported for it)
-    from .dropin.knobs import compilation
-    return bool(compilation.override)
+    return compilation_knob("override", "TRITON_KERNEL_OVERRIDE")
 
 
 def overridden(kernel, binary, compile_ir):
