@@ -286,15 +286,45 @@ def _refuse_unprovided(name: str, text: str, provided: set) -> None:
         raise EmulationError(f"{name}: the CPU emulator has no host version of {', '.join(missing)}")
 
 
-def _device_copy(array: np.ndarray, alignment: int = 256) -> np.ndarray:
-    """`array` copied to a buffer aligned as CUDA allocations are. The kernel's vector accesses
-    assume its pointers' divisibility (16 bytes), and on the host an aligned vector store to a
-    lesser address is a segfault; NumPy promises only the element's alignment."""
-    raw = np.empty(array.nbytes + alignment, np.uint8)
-    start = -raw.ctypes.data % alignment
-    out = raw[start:start + array.nbytes].view(array.dtype).reshape(array.shape)
-    out[...] = array
-    return out
+def _byte_bounds(array: np.ndarray) -> tuple[int, int]:
+    """The first byte `array` reaches and the one past its last."""
+    utils = getattr(np.lib, "array_utils", None)  # NumPy 2 moved it there
+    return (utils.byte_bounds if utils is not None else np.byte_bounds)(array)
+
+
+def _device_copies(arrays: list, alignment: int = 256) -> list:
+    """The arrays among `arrays` copied to buffers aligned as CUDA allocations are (the kernel's vector
+    accesses assume its pointers' divisibility, 16 bytes, and on the host an aligned vector store to a
+    lesser address is a segfault; NumPy promises only the element's alignment); other arguments as they
+    are. Arrays whose bytes overlap (an in-place kernel's input and output, views of one tensor) share
+    one buffer at their offsets from each other, so a store through one is read through the other as on
+    a GPU."""
+    spans = sorted({_byte_bounds(a) for a in arrays if isinstance(a, np.ndarray) and a.nbytes})
+    groups = []  # [first byte, end byte) of overlapping arrays, merged in address order
+    for first, end in spans:
+        if groups and first < groups[-1][1]:
+            groups[-1][1] = max(groups[-1][1], end)
+        else:
+            groups.append([first, end])
+    buffers = []
+    for first, end in groups:
+        raw = np.empty(end - first + alignment, np.uint8)
+        start = -raw.ctypes.data % alignment
+        buffers.append((first, end, raw[start:start + end - first]))
+
+    def copy(a):
+        if not isinstance(a, np.ndarray):
+            return a
+        if not a.nbytes:
+            return np.empty(a.shape, a.dtype)
+        low = _byte_bounds(a)[0]
+        first, _, raw = next(b for b in buffers if b[0] <= low < b[1])
+        return np.ndarray(a.shape, a.dtype, raw.data, a.ctypes.data - first, a.strides)
+    device = [copy(a) for a in arrays]
+    for a, d in zip(arrays, device):  # every array's bytes first, then the kernel runs on the copies
+        if isinstance(a, np.ndarray):
+            d[...] = a
+    return device
 
 
 def run_on_cpu(fn, grid, args, num_warps: int = 4, options: dict | None = None, target: str = "sm_90a",
@@ -370,7 +400,7 @@ def run_on_cpu(fn, grid, args, num_warps: int = 4, options: dict | None = None, 
         cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(), opt=1)
     engine = llvm.create_mcjit_compiler(mod, tm)
     engine.finalize_object()
-    device = [_device_copy(a) if isinstance(a, np.ndarray) else a for a in args]
+    device = _device_copies(args)
     ctypes_args, values = [], []
     for spec, value in zip(arg_layout, device):
         ty = spec["llvm_type"].split()[0]

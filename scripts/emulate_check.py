@@ -14,8 +14,10 @@ emulated), in a forked child with a time limit. The arrays the two leave are com
 portable build (no inline PTX): dots that would run on wgmma run on mma.sync there, so wgmma, TMA and the
 rest of the PTX-only parts are left to the PTX checks of the CPU tier and to the GPU tier; a build that
 still needs what the emulator lacks is a `refused` row, not a failure.
-A launch of more than SAMPLED_PROGRAMS programs runs a sample of them, compared where they wrote; more
-than a few launches of one specialization are not checked.
+A launch of more than SAMPLED_PROGRAMS programs runs a sample of them, compared where they wrote (one with
+atomics runs whole, up to ATOMIC_PROGRAMS: a sample would add up only its share); more than a few launches of
+one specialization are not checked. Tensors over the same memory (an in-place kernel's input and output) are
+views of one copy, as on a GPU.
 """
 from __future__ import annotations
 
@@ -34,15 +36,27 @@ from build_parity import in_child  # noqa: E402  (a launch's emulation in a fork
 TIMEOUT_S = 180
 SAMPLED_PROGRAMS = 8  # a larger grid runs these of its programs (the emulator runs a CTA at a time)
 LAUNCHES_PER_SPECIALIZATION = 2
+ATOMIC_PROGRAMS = 256  # a launch with atomics runs whole up to this many programs (else it is not checked)
 FLOAT_TOLERANCE = 1e-2  # largest difference over largest magnitude: the interpreter sums in another order
 
 
-def _storage_bytes(t):
-    """The bytes of `t`'s storage from its first element on (what the kernel may reach through it)."""
+def _storage_views(args) -> list:
+    """`args` with each tensor as the bytes of its storage from its first element on (what the kernel may
+    reach through it), copied once per storage: tensors over the same memory (an in-place kernel's input
+    and output) are views of one copy, as they are of one allocation on a GPU."""
     import torch
-    storage = t.untyped_storage()
-    whole = torch.empty(0, dtype=torch.uint8).set_(storage, 0, (storage.nbytes(),), (1,))
-    return whole[t.storage_offset() * t.element_size():].numpy().copy()
+    copies = {}
+    out = []
+    for a in args:
+        if not isinstance(a, torch.Tensor):
+            out.append(a)
+            continue
+        storage = a.untyped_storage()
+        if storage.data_ptr() not in copies:
+            whole = torch.empty(0, dtype=torch.uint8).set_(storage, 0, (storage.nbytes(),), (1,))
+            copies[storage.data_ptr()] = whole.numpy().copy()
+        out.append(copies[storage.data_ptr()][a.storage_offset() * a.element_size():])
+    return out
 
 
 def _as_tensor(raw, like, bits=False):
@@ -101,10 +115,15 @@ def _check(kernel, grid, args, launch, out_path, target):
     if not simple or any(t.device.type != "cpu" for t in tensors):
         launch()
         return dict(row, status="skipped", why="arguments other than CPU tensors and numbers")
-    emu_args = [_storage_bytes(a) if isinstance(a, torch.Tensor) else a for a in args]
+    emu_args = _storage_views(args)
     before = [a.copy() for a in emu_args if hasattr(a, "dtype")]
     launch()
     programs = _sample(grid)
+    if programs is not None and re.search(r"= atomic_(rmw|cas)\b", kernel.asm["kir"]):
+        # programs adding into the same places: a sample would hold only its share of the sums
+        if grid[0] * grid[1] * grid[2] > ATOMIC_PROGRAMS:
+            return dict(row, status="skipped", why="atomics over more programs than the emulator runs whole")
+        programs = None
     status, result = in_child(_emulated, kernel.asm["kir"], grid, emu_args, opts, target, programs, timeout=TIMEOUT_S)
     if status != "ok":
         refused = status == "error" and "has no host version" in (result or "")

@@ -461,6 +461,25 @@ def test_an_argument_ctypes_cannot_pass_is_the_run_s_error():
     assert "ArgumentError" in in_child(check_unpassable_argument)
 
 
+def check_overlapping_arguments():
+    """vector_add (1024 elements a program) writing one block past where it reads: out = x + 1024."""
+    rng = np.random.default_rng(2)
+    memory = rng.standard_normal(3072).astype(np.float32)
+    y = rng.standard_normal(2048).astype(np.float32)
+    first = memory.copy()
+    x, out = memory[:2048], memory[1024:]
+    run("vector_add", (2,), [x, y, out, 2048])
+    # program 1 reads the block program 0 wrote, as on a GPU running them in turn
+    return bool((memory[:1024] == first[:1024]).all() and (memory[1024:2048] == first[:1024] + y[:1024]).all()
+                and (memory[2048:] == (first[:1024] + y[:1024]) + y[1024:]).all())
+
+
+def test_arguments_over_the_same_memory_share_it():
+    """An in-place kernel's input and output (Liger-Kernel's backward kernels writing dX over dY) were
+    copied to a buffer each, so what one program stored was never read back through the other."""
+    assert in_child(check_overlapping_arguments)
+
+
 def crash():
     os.kill(os.getpid(), signal.SIGSEGV)
 

@@ -35,6 +35,28 @@ def test_rows():
     out_many = torch.empty_like(many)
     scaled_rows[(63,)](many, out_many, 2000, BLOCK=32)  # 63 programs: a sample of them emulated
     assert torch.allclose(out[:32], x[:32] * 2 + x[:32].sum())
+
+
+@triton.jit
+def shift_rows(x_ptr, out_ptr, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs) + 1)
+
+
+@triton.jit
+def column_sums(x_ptr, sums_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.atomic_add(sums_ptr + offs, tl.load(x_ptr + tl.program_id(0) * BLOCK + offs))
+
+
+def test_in_place_and_atomics():
+    memory = torch.zeros(96)
+    shift_rows[(2,)](memory[:64], memory[32:], BLOCK=32)  # program 1 reads what program 0 stored
+    assert memory[64:].eq(2).all()
+    x = torch.arange(20 * 32, dtype=torch.float32).reshape(20, 32)
+    sums = torch.zeros(32)
+    column_sums[(20,)](x, sums, BLOCK=32)  # 20 programs adding into one row: all of them emulated
+    assert torch.equal(sums, x.sum(0))
 '''
 
 
@@ -44,11 +66,11 @@ def test_a_suites_launches_run_on_the_emulator_and_agree(tmp_path):
     rows_path = tmp_path / "rows.jsonl"
     out = subprocess.run([sys.executable, str(SCRIPT), "run", "--out", str(rows_path), "--",
                           str(tmp_path / "test_suite.py")], capture_output=True, text=True, cwd=tmp_path, timeout=600)
-    assert "1 passed" in out.stdout, out.stdout + out.stderr
+    assert "2 passed" in out.stdout, out.stdout + out.stderr
     rows = [json.loads(line) for line in rows_path.read_text().splitlines()]
-    assert [r["status"] for r in rows] == ["ok", "ok"], rows
-    assert [r["programs"] for r in rows] == [4, 8] and rows[1]["grid"] == [63, 1, 1]
-    assert "2 launches: 2 ok" in out.stdout
+    assert [r["status"] for r in rows] == ["ok"] * 4, rows
+    assert [r["programs"] for r in rows] == [4, 8, 2, 20] and rows[1]["grid"] == [63, 1, 1]
+    assert "4 launches: 4 ok" in out.stdout
 
 
 def test_differences_are_measured_where_the_programs_wrote():
