@@ -187,10 +187,16 @@ class JITFunction(JITCallable, KernelInterface):
         """The positions of the constexpr parameters, as Triton lists them."""
         return [i for i, name in enumerate(self.arg_names) if name in self.constexpr_names]
 
+    def repr(self, specialization) -> str:
+        """Triton's: what a specialization's kernel is named from, the function's full name
+        (`module.qualname`) or what `@jit(repr=fn)` gives for it. Libraries build on it (triton_kernels'
+        `specialize` names a kernel after the original's repr and its epilogues' `repr(None)`)."""
+        return f"{self.__module__}.{self.__qualname__}" if self._repr is None else self._repr(specialization)
+
     def kernel_name(self, params: dict) -> str:
-        """The name a specialization's kernel compiles under: the function's, or what `@jit(repr=fn)`
-        makes of it, as Triton's: `fn` gets an object with `signature` (each runtime parameter's type,
-        `*fp32`, `i32`) and `constants` (each constant parameter's value, a runtime int of 1 included)."""
+        """The name a specialization's kernel compiles under: `repr` of it after its last `.`, as Triton's:
+        `@jit(repr=fn)` gets an object with `signature` (each runtime parameter's type, `*fp32`, `i32`) and
+        `constants` (each constant parameter's value, a runtime int of 1 included)."""
         if self._repr is None:
             return self.__name__
         from types import SimpleNamespace
@@ -201,7 +207,9 @@ class JITFunction(JITCallable, KernelInterface):
                 signature[name] = "constexpr"
             else:
                 signature[name] = _type_spelling(param)
-        name = self._repr(SimpleNamespace(name=self.__name__, fn=self, signature=signature, constants=constants))
+        name = self.repr(SimpleNamespace(name=self.__name__, fn=self, signature=signature, constants=constants))
+        if isinstance(name, str):
+            name = name[name.rfind(".") + 1:]
         if not isinstance(name, str) or not _KERNEL_NAME.match(name):
             raise ValueError(f"{self.__name__}: its repr= gave {name!r}, which cannot name a kernel "
                              "(letters, digits and _, not starting with a digit)")

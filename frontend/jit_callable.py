@@ -70,8 +70,31 @@ class JITCallable:
 
     @property
     def starting_line_number(self) -> int:
-        """The line of the function's first decorator (Triton's: where its source starts)."""
-        return self.fn.__code__.co_firstlineno
+        """The line of the function's first decorator (Triton's: where its source starts); settable, as
+        a library that rebuilds a kernel from another's source sets it to the original's."""
+        return self.__dict__.get("_starting_line_number", self.fn.__code__.co_firstlineno)
+
+    @starting_line_number.setter
+    def starting_line_number(self, line: int) -> None:
+        self._starting_line_number = line
+        self.hash = None  # part of cache_key, as in Triton
+
+    @property
+    def raw_src(self) -> list:
+        """The function's source lines, decorators included (Triton's); settable as Triton's attribute is."""
+        if "_raw_src" not in self.__dict__:
+            self._raw_src = inspect.getsourcelines(self.fn)[0]
+        return self._raw_src
+
+    @raw_src.setter
+    def raw_src(self, lines) -> None:
+        self._raw_src = list(lines)
+
+    def get_capture_scope(self) -> dict:
+        """The names the function's body sees (Triton's): its globals, and its closure's variables over
+        them."""
+        closure = self.closure_vars()
+        return self.__globals__ | closure if closure else self.__globals__
 
     def __repr__(self):
         return f"{type(self).__name__}({self.fn.__qualname__})"

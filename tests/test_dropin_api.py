@@ -27,7 +27,46 @@ ATTRS = {(0,): [["tt.divisibility", 16]], (1,): [["tt.divisibility", 16]]}
 
 def test_jit_function_has_tritons_params():
     assert [(p.num, p.name, p.is_constexpr) for p in scale.params][-1] == (4, "BLOCK", True)
-    assert scale.constexprs == [4] and len(scale.cache_key) == 64 and scale.repr(scale) == "scale"
+    assert scale.constexprs == [4] and len(scale.cache_key) == 64 and scale.repr(None) == f"{__name__}.scale"
+
+
+def _template():
+    pass
+
+
+def test_a_kernel_rebuilt_from_anothers_attributes_as_libraries_do():
+    """triton_kernels' `specialize` reads a JITFunction's attributes by the names of Triton's
+    `JITFunction.__init__` parameters, makes a new one from them and a source of its own, and sets the
+    original's `raw_src` and `starting_line_number` on it; it names the names the body sees with
+    `get_capture_scope()`. The drop-in's `__init__(fn, *, repr, **kwargs)` gave it a `kwargs` keyword."""
+    import inspect
+    import types
+    from kiln.dropin.jit import JITFunction
+    names = [p.name for p in list(inspect.signature(JITFunction.__init__).parameters.values())[2:]]
+    assert names[:7] == ["version", "do_not_specialize", "do_not_specialize_on_alignment", "debug", "noinline",
+                         "repr", "launch_metadata"]
+    factor = 3.0
+
+    @jit
+    def closed_over(x_ptr, BLOCK: tl.constexpr):
+        offs = tl.arange(0, BLOCK)
+        tl.store(x_ptr + offs, tl.load(x_ptr + offs) * factor)
+    assert closed_over.get_capture_scope()["factor"] == 3.0 and "tl" in closed_over.get_capture_scope()
+    attrs = {name: getattr(scale, name, None) for name in names}
+    source = "def doubled(x_ptr, out_ptr, n, BLOCK: tl.constexpr):\n" \
+             "    offs = tl.arange(0, BLOCK)\n" \
+             "    tl.store(out_ptr + offs, tl.load(x_ptr + offs) * 2.0, mask=offs < n)\n"
+    scope = dict(scale.get_capture_scope())
+    exec(source, scope)
+    template = types.FunctionType(_template.__code__, scope)  # a function of a file, given another's source
+    template.__signature__, template.__name__ = inspect.signature(scope["doubled"]), "doubled"
+    rebuilt = JITFunction(template, **attrs)
+    rebuilt._unsafe_update_src(source)
+    rebuilt.raw_src, rebuilt.starting_line_number = list(scale.raw_src), scale.starting_line_number + 100
+    assert rebuilt.raw_src[0].startswith("@jit") and rebuilt.starting_line_number == scale.starting_line_number + 100
+    x, out = np.arange(8, dtype=np.float32), np.zeros(8, dtype=np.float32)
+    rebuilt[(1,)](x, out, 8, BLOCK=8)
+    assert (out == 2 * x).all()
 
 
 def test_compile_for_the_cpu_pickle_and_launch():

@@ -113,6 +113,14 @@ def test_repr_names_each_specialization_as_triton_does():
     assert compiled.name == "scale_fp32_i64_" and ".entry scale_fp32_i64_(" in compiled.asm["ptx"]
 
 
+def test_a_repr_names_the_kernel_after_its_last_dot_and_defaults_to_the_full_name():
+    """Triton keeps what follows the last `.` of `repr(specialization)`, and `fn.repr(_)` without a repr= is
+    the function's `module.qualname`: a library naming a kernel after another's repr gets dotted names."""
+    assert _add_pair.repr(None) == f"{__name__}._add_pair"
+    dotted = kiln.jit(repr=lambda spec: _add_pair.repr(spec) + "_twice")(_scale_named.fn)
+    assert dotted.warmup(np.zeros(16, np.float32), 3, 1, N=16, grid=(1,)).name == "_add_pair_twice"
+
+
 def test_a_repr_that_cannot_name_a_kernel_is_refused():
     bad = kiln.jit(repr=lambda spec: "not a name")(_scale_named.fn)
     with pytest.raises(ValueError, match="cannot name a kernel"):

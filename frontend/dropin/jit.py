@@ -185,15 +185,20 @@ def _is_const_annotation(annotation) -> bool:
 
 
 class JITFunction(_KilnJITFunction):
-    def __init__(self, fn, *, repr=None, **kwargs):
-        super().__init__(fn, repr=repr, **kwargs)
+    # Triton's parameters, in its order: libraries rebuild a kernel from another's attributes named by
+    # this signature (triton_kernels' `specialize`); prewarm is kiln's
+    def __init__(self, fn, version=None, do_not_specialize=None, do_not_specialize_on_alignment=None, debug=None,
+                 noinline=None, repr=None, launch_metadata=None, prewarm=()):
+        super().__init__(fn, do_not_specialize=do_not_specialize or (), debug=debug, noinline=bool(noinline),
+                         repr=repr, launch_metadata=launch_metadata, prewarm=prewarm,
+                         do_not_specialize_on_alignment=do_not_specialize_on_alignment or ())
+        self.version = version
         self.params = [KernelParam(i, name, name in self.constexpr_names, name in self.do_not_specialize,
                                    None if p.default is p.empty else p.default,
                                    name in self.do_not_specialize_on_alignment,
                                    name not in self.constexpr_names and _is_const_annotation(p.annotation),
                                    self.annotation_types.get(name, ""))
                        for i, (name, p) in enumerate(self.signature.parameters.items())]
-        self.repr = repr if repr is not None else _name_repr
 
     @property
     def constexprs(self) -> list:
@@ -216,10 +221,6 @@ class JITFunction(_KilnJITFunction):
     def __setstate__(self, state):
         self.__dict__.update(state)
         self.cache, self._by_specialization, self._tree = LaunchCache(), {}, None
-
-
-def _name_repr(jitfn) -> str:
-    return jitfn.__name__
 
 
 def jit(fn=None, *, do_not_specialize=(), debug=None, noinline=False, repr=None, launch_metadata=None, prewarm=(),
