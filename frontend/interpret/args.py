@@ -3,7 +3,7 @@
 A pointer argument is a NumPy array, a PyTorch CPU tensor (torch is never imported
 here: tensors are recognised by their methods), anything with `__array_interface__`, a
 raw integer address or None (the null pointer). Its value in the kernel is the address
-of its first element; the bytes it covers are registered with `Memory`. Scalar arguments
+of its first element; the bytes of the allocation under it are registered with `Memory`. Scalar arguments
 are converted to the argument's type with wraparound, as a C cast would.
 """
 from __future__ import annotations
@@ -24,23 +24,50 @@ def _is_torch_tensor(obj) -> bool:
 
 
 def register_buffer(memory: Memory, obj, label: str) -> int:
-    """Register the bytes of an array-like `obj` and return its data address."""
+    """Register the bytes of an array-like `obj` and return its data address. A view registers the whole
+    allocation under it (a tensor's storage, the array it was sliced from), as a GPU kernel may touch all of
+    it: libraries allocate rounded up and pass a slice (triton_kernels' row sums add into 32 columns of a
+    slice of fewer); past the allocation is still a fault."""
     if _is_torch_tensor(obj):
         if obj.device.type != "cpu":
             raise InterpreterError(f"{label}: the interpreter needs CPU tensors, got one on {obj.device}")
         size = obj.element_size()
         address = obj.data_ptr()
-        lo, hi = byte_span(address, tuple(obj.shape), [s * size for s in obj.stride()], size)
+        lo, hi = _with_allocation(byte_span(address, tuple(obj.shape), [s * size for s in obj.stride()], size),
+                                  _storage_bounds(obj))
     else:
         if not isinstance(obj, np.ndarray):
             obj = np.asarray(obj)  # no copy for objects exposing __array_interface__
         address, readonly = obj.__array_interface__["data"]
-        lo, hi = byte_span(address, obj.shape, obj.strides, obj.itemsize)
+        lo, hi = _with_allocation(byte_span(address, obj.shape, obj.strides, obj.itemsize), _root_bounds(obj))
         if readonly or not obj.flags.writeable:
             memory.add(lo, hi, label, obj, writable=False)
             return address
     memory.add(lo, hi, label, obj)
     return address
+
+
+def _with_allocation(span: tuple[int, int], allocation: tuple[int, int] | None) -> tuple[int, int]:
+    if allocation is None or span[0] == span[1]:
+        return span
+    return min(span[0], allocation[0]), max(span[1], allocation[1])
+
+
+def _storage_bounds(tensor) -> tuple[int, int] | None:
+    try:
+        storage = tensor.untyped_storage()
+        return (storage.data_ptr(), storage.data_ptr() + storage.nbytes()) if storage.data_ptr() else None
+    except (RuntimeError, NotImplementedError, TypeError, AttributeError):  # fake or storage-less tensors
+        return None
+
+
+def _root_bounds(array: np.ndarray) -> tuple[int, int] | None:
+    root = array
+    while isinstance(root.base, np.ndarray):
+        root = root.base
+    if root is array:
+        return None
+    return byte_span(root.__array_interface__["data"][0], root.shape, root.strides, root.itemsize)
 
 
 def pointer_value(memory: Memory, obj, label: str) -> int:

@@ -1,6 +1,6 @@
 """The interpreter's view of global memory: the byte spans of the kernel's arguments.
 
-Every pointer argument contributes the span of bytes its array or tensor covers;
+Every pointer argument contributes the span of bytes of the allocation under it (a tensor's storage);
 overlapping or touching spans (one storage passed twice, views of one buffer) merge into
 one. An access maps each address to its span with one `searchsorted`, checks that the
 whole element lies inside and is naturally aligned, and reads or writes through a dtype
@@ -112,7 +112,7 @@ class Memory:
 
     def _admit(self, addrs: np.ndarray) -> bool:
         """Register the live buffers that `find` says hold some of `addrs`; whether there were any.
-        One that overlaps a registered span is left out: an argument is checked against its own bytes."""
+        One that overlaps a registered span is left out: an argument is checked against its own allocation."""
         found = [(lo, hi, owner) for lo, hi, owner in (self._find(addrs) if self._find is not None else [])
                  if not any(span.lo < hi and lo < span.hi for span in self.spans)]
         for lo, hi, owner in found:
