@@ -199,6 +199,25 @@ def test_host_tensor_descriptor_arguments():
 
 
 @pytest.mark.interpreter_only
+@kiln.jit
+def _store_through_a_descriptor_made_from_another(x_desc, y_ptr, BM: tl.constexpr, BN: tl.constexpr):
+    # triton_kernels' persistent matmul: its output's descriptor from the argument's shape and strides
+    y_desc = tl.make_tensor_descriptor(y_ptr, x_desc.shape, x_desc.strides[:-1] + (1,), x_desc.block_shape)
+    m, n = tl.program_id(0) * BM, tl.program_id(1) * BN
+    y_desc.store([m, n], x_desc.load([m, n]) + 1)
+
+
+def test_a_descriptors_shape_and_strides_are_tuples():
+    """As Triton's: sliced and added to, they give another descriptor's (a list's `+ (1,)` failed)."""
+    from kiln.tools.tensor_descriptor import TensorDescriptor
+    x = RNG.standard_normal((8, 16)).astype(np.float32)
+    y = np.zeros_like(x)
+    kiln.set_allocator(lambda size, align, stream: np.zeros(size, np.int8))
+    _store_through_a_descriptor_made_from_another[(2, 2)](TensorDescriptor.from_tensor(x, block_shape=[4, 8]), y,
+                                                           BM=4, BN=8)
+    np.testing.assert_array_equal(y, x + 1)
+
+
 def test_host_tensor_descriptor_checks_its_layout():
     """Triton's exception types and the phrases its users match: AssertionError for the layout,
     ValueError for a block size that is not a power of two."""

@@ -33,7 +33,8 @@ _REDUCE_ELEMENTS = {
 
 class TensorDescriptor:
     def __init__(self, base: tensor, shape, strides, block_shape, padding, tensormap=None, round_f32_to_tf32=False):
-        self.base, self.shape, self.strides = base, list(shape), list(strides)
+        # tuples, as Triton's (`desc.strides[:-1] + (1,)` builds another descriptor's strides)
+        self.base, self.shape, self.strides = base, tuple(shape), tuple(strides)
         self._block_shape, self.padding = tuple(block_shape), padding
         self.tensormap = tensormap  # a host descriptor's TMA map (a kernel argument), else None
         self.round_f32_to_tf32 = round_f32_to_tf32  # a host descriptor's: its loads round to tf32
@@ -198,7 +199,8 @@ def make_tensor_descriptor(base, shape, strides, block_shape, padding_option="ze
     # every stride but the last a multiple of 16 bytes. Known here, the block's rows are aligned
     # 16-byte runs for the pointer loads that stand in for TMA (vector loads, cp.async rings).
     desc.base = semantic.hint("multiple_of", desc.base, [16])
-    desc.strides[:-1] = [semantic.hint("multiple_of", s, [max(1, 16 // elem_bytes)]) for s in desc.strides[:-1]]
+    desc.strides = (*[semantic.hint("multiple_of", s, [max(1, 16 // elem_bytes)]) for s in desc.strides[:-1]],
+                    desc.strides[-1])
     return desc
 
 
