@@ -244,6 +244,7 @@ class JITFunction(JITCallable, KernelInterface):
         the signature stays the function's own and callers are not recompiled)."""
         old = self.source_info()
         self._source = SourceInfo(old.file, old.first_line, 0, tuple(new_src.splitlines(keepends=True)))
+        self._source_replaced = True
         self._tree = None
         self.hash = None  # its callers keep theirs: resetting them is the caller's job, as in Triton
         self.cache.clear()  # the binder holds this dict: clear it, never replace it
@@ -253,6 +254,13 @@ class JITFunction(JITCallable, KernelInterface):
     def source_info(self) -> SourceInfo:
         if self._source is None:
             self._source = read_source(self.fn)
+        if getattr(self, "_source_replaced", False) and "_starting_line_number" in self.__dict__:
+            # a library rebuilding a kernel from another's source (triton_kernels' specialize) then points it
+            # at the original's file and lines, as Triton reads them: the function's file, and its
+            # starting_line_number plus the `def` line's place in raw_src
+            def_index = next((i for i, text in enumerate(self.raw_src) if text.lstrip().startswith("def ")), 0)
+            return SourceInfo(self.fn.__code__.co_filename, self.starting_line_number + def_index, 0,
+                              self._source.lines)
         return self._source
 
     def parse(self) -> ast.FunctionDef:

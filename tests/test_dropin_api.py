@@ -64,6 +64,8 @@ def test_a_kernel_rebuilt_from_anothers_attributes_as_libraries_do():
     rebuilt._unsafe_update_src(source)
     rebuilt.raw_src, rebuilt.starting_line_number = list(scale.raw_src), scale.starting_line_number + 100
     assert rebuilt.raw_src[0].startswith("@jit") and rebuilt.starting_line_number == scale.starting_line_number + 100
+    where = rebuilt.source_info()  # what errors and line tables cite: the original's file, its lines moved
+    assert where.file == __file__ and where.first_line == scale.fn.__code__.co_firstlineno + 1 + 100
     x, out = np.arange(8, dtype=np.float32), np.zeros(8, dtype=np.float32)
     rebuilt[(1,)](x, out, 8, BLOCK=8)
     assert (out == 2 * x).all()
