@@ -229,7 +229,7 @@ BIG_KERNEL_PTX = 32 * 1024
 _first_probes: dict[int, int] = {}  # threads -> the cap a big kernel's search tried first
 
 
-def _cap_first(fn, ptx: str, opts: dict, threads: int, shared: int, tgt) -> int | None:
+def _cap_first(fn, code: str, opts: dict, threads: int, shared: int, tgt) -> int | None:
     """The cap a memory-bound kernel links under first, or None: the fewest registers that reach
     the most CTAs per SM its shared memory allows. Where it fits, the search could do no better, so
     that link is the only one; where it spills, the search runs as before on the caps above it.
@@ -241,8 +241,8 @@ def _cap_first(fn, ptx: str, opts: dict, threads: int, shared: int, tgt) -> int 
     and sm_80) linked 966 times instead of 973, its SASS the same but for 13 of 942 builds, none with
     more registers; Inductor's pointwise, looped-reduction and rotary kernels of bench/compile_speed.py
     linked once instead of twice; bench/'s layer norm kept its 32 registers in other code, and its
-    rotary kernel went from 48 registers to 32 (the search's halving had met a spill at 40)."""
-    code = without_line_tables(ptx)  # (a file path of `.../.local/...` is no stack)
+    rotary kernel went from 48 registers to 32 (the search's halving had met a spill at 40). `code`: the
+    PTX without its line tables (a file path of `.../.local/...` is no stack)."""
     if "maxnreg" in opts or _has_dot(fn) or len(code) > BIG_KERNEL_PTX or ".local" in code \
             or occupancy.registers_pinned(code, threads):
         return None
@@ -261,10 +261,9 @@ def _capped_link(ptx: str, cap: int, link_cubin):
     return (capped, cubin, regs, spills), spills or nvjitlink.wgmma_serialized(info)
 
 
-def _probe_ahead(fn, ptx: str, opts: dict, threads: int, shared: int, tgt, link_cubin):
+def _probe_ahead(fn, ptx: str, code: str, opts: dict, threads: int, shared: int, tgt, link_cubin):
     """(cap, future of its `_capped_link`) started now for a big kernel whose caps are searched
-    highest first, or None."""
-    code = without_line_tables(ptx)
+    highest first, or None. `code`: `ptx` without its line tables, what its size is judged by."""
     if "maxnreg" in opts or len(code) <= BIG_KERNEL_PTX or _has_dot(fn) or occupancy.registers_pinned(code, threads):
         return None
     guess = _first_probes.get(threads)
@@ -288,11 +287,11 @@ def _in_thread(fn, *args) -> Future:
     return future
 
 
-def _occupancy_link(ptx: str, caps: list[int], link_cubin, ahead=None, threads: int = 0):
+def _occupancy_link(ptx: str, caps: list[int], link_cubin, ahead=None, threads: int = 0, highest_first=False):
     """(ptx, cubin, regs, spills) relinked (`link_cubin(ptx)`) under the fewest-register cap of
     `caps` that neither spills nor serializes wgmmas, or None when none does. `ahead`: a link
-    under one cap started before the caps were known (`_probe_ahead`)."""
-    highest_first = len(without_line_tables(ptx)) > BIG_KERNEL_PTX
+    under one cap started before the caps were known (`_probe_ahead`); `highest_first`: a big
+    kernel's, whose caps are searched from the highest."""
     if highest_first and caps:
         _first_probes[threads] = caps[-1]
 
@@ -381,13 +380,14 @@ def _compile(fn, target: str, options: dict | None, check: bool, link: bool, cou
     if link:
         threads = 32 * warps
         capped_here = warps == opts["num_warps"]  # (a warp-specialized kernel sets its own registers)
-        first = _cap_first(fn, ptx, opts, threads, shared, tgt) if capped_here else None
+        code = without_line_tables(ptx)  # what the link decisions read: the same with line tables or without
+        first = _cap_first(fn, code, opts, threads, shared, tgt) if capped_here else None
         fits, too_tight = _capped_link(ptx, first, link_cubin) if first is not None else (None, True)
         if not too_tight:  # the fewest-register cap there is: no other link can do better
             ptx, cubin, n_regs, n_spills = fits
             _stage_done("link", started)
         else:
-            ahead = _probe_ahead(fn, ptx, opts, threads, shared, tgt, link_cubin) if capped_here else None
+            ahead = _probe_ahead(fn, ptx, code, opts, threads, shared, tgt, link_cubin) if capped_here else None
             cubin, info = link_cubin(ptx)
             started = _stage_done("link", started)
             if nvjitlink.wgmma_serialized(info) and _persistent(arg_layout):
@@ -397,7 +397,7 @@ def _compile(fn, target: str, options: dict | None, check: bool, link: bool, cou
             n_regs, n_spills = nvjitlink.resource_usage(info)
             if "maxnreg" not in opts and not n_spills and capped_here:
                 caps = [cap for cap in _caps(fn, ptx, tgt, n_regs, threads, shared) if first is None or cap > first]
-                capped = _occupancy_link(ptx, caps, link_cubin, ahead, threads)
+                capped = _occupancy_link(ptx, caps, link_cubin, ahead, threads, len(code) > BIG_KERNEL_PTX)
                 if capped is not None:
                     ptx, cubin, n_regs, n_spills = capped
                 _stage_done("link", started)  # the relinks under register caps, after the first link

@@ -15,7 +15,7 @@ from kiln.ir.types import dtype as ir_dtype, half_float_bits, tensormap
 
 from .convert import scalar_to
 from .errors import InterpreterError
-from .live_buffers import buffers_holding
+from .live_buffers import buffers_holding, storage_span
 from .memory import Memory, byte_span
 
 
@@ -34,7 +34,7 @@ def register_buffer(memory: Memory, obj, label: str) -> int:
         size = obj.element_size()
         address = obj.data_ptr()
         lo, hi = _with_allocation(byte_span(address, tuple(obj.shape), [s * size for s in obj.stride()], size),
-                                  _storage_bounds(obj))
+                                  storage_span(obj))
     else:
         if not isinstance(obj, np.ndarray):
             obj = np.asarray(obj)  # no copy for objects exposing __array_interface__
@@ -51,14 +51,6 @@ def _with_allocation(span: tuple[int, int], allocation: tuple[int, int] | None) 
     if allocation is None or span[0] == span[1]:
         return span
     return min(span[0], allocation[0]), max(span[1], allocation[1])
-
-
-def _storage_bounds(tensor) -> tuple[int, int] | None:
-    try:
-        storage = tensor.untyped_storage()
-        return (storage.data_ptr(), storage.data_ptr() + storage.nbytes()) if storage.data_ptr() else None
-    except (RuntimeError, NotImplementedError, TypeError, AttributeError):  # fake or storage-less tensors
-        return None
 
 
 def _root_bounds(array: np.ndarray) -> tuple[int, int] | None:

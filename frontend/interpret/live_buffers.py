@@ -24,7 +24,7 @@ _found: dict[int, tuple[weakref.ref, int]] = {}
 _starts = np.zeros(0, np.uint64)
 
 
-def _storage_span(tensor) -> tuple[int, int] | None:
+def storage_span(tensor) -> tuple[int, int] | None:
     """[lo, hi) of the bytes of the storage under a strided CPU tensor, None for any other."""
     try:
         if tensor.device.type != "cpu" or str(tensor.layout) != "torch.strided":
@@ -45,7 +45,7 @@ def _scan() -> None:
     _found.clear()
     for obj in gc.get_objects():
         if issubclass(type(obj), torch.Tensor):  # type(): not `__class__`, which some objects warn on
-            span = _storage_span(obj)
+            span = storage_span(obj)
             if span is not None and span[1] > span[0]:  # one entry per storage
                 _found.setdefault(span[0], (weakref.ref(obj), span[1]))
     _starts = np.array(sorted(_found), np.uint64)
@@ -59,7 +59,7 @@ def _lookup(addrs: np.ndarray) -> tuple[list, np.ndarray]:
     for lo in _starts[np.unique(below[below >= 0])].tolist():
         ref, hi = _found[lo]
         tensor = ref()
-        if tensor is None or _storage_span(tensor) != (lo, hi):
+        if tensor is None or storage_span(tensor) != (lo, hi):
             continue
         inside = (addrs >= np.uint64(lo)) & (addrs < np.uint64(hi))
         if inside.any():
