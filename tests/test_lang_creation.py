@@ -48,6 +48,22 @@ def test_full_and_zeros_2d_keep_the_dtype(dt, npdt):
 
 
 @kiln.jit
+def _zero_fills(u_ptr, f_ptr):
+    offs = tl.arange(0, 4)
+    tl.store(u_ptr + offs, tl.full([4], 0.0, tl.uint32))  # a float zero fills an integer block
+    tl.store(f_ptr + offs, tl.full([4], -0.0, tl.float32))
+
+
+def test_a_zero_of_any_type_fills_with_the_null_value():
+    """Triton fills `value == 0` with the type's null value (a float 0.0 into a uint32 block, as
+    triton_kernels' persistent matmul does; -0.0 becomes +0.0) and calls get_<type>(value) otherwise."""
+    u, f = np.full(4, 7, np.uint32), np.full(4, 7, np.float32)
+    _zero_fills[(1,)](u, f)
+    np.testing.assert_array_equal(u, np.zeros(4, np.uint32))
+    assert not np.signbit(f).any() and not f.any()
+
+
+@kiln.jit
 def _cast_kernel(x_ptr, y_ptr, DST: tl.constexpr, N: tl.constexpr):
     offs = tl.arange(0, N)
     x = tl.load(x_ptr + offs)

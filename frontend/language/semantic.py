@@ -856,6 +856,10 @@ def full(shape, value, t) -> tensor:
     t = unwrap(t)
     if is_python_scalar(value):
         v = unwrap(value)
+        # Triton fills with its null value where value == 0 (0.0 into a uint32 block too) and calls
+        # get_<type>(value) otherwise, whose integer casts refuse floats and unsigned ones negatives
+        if v == 0:
+            return constant(0 if t.is_int() else 0.0, with_shape(t, shape))
         if t.is_int() and not t.is_int1() and isinstance(v, (float, np.floating)):
             raise TypeError(f"tl.full: a float ({v}) cannot fill a {t.name} block (Triton's builder rejects it: "
                             f"get_{t.name}(): incompatible function arguments); pass an integer")
