@@ -27,8 +27,8 @@ columns of the accumulator, held its V load back by a whole trip to memory).
 from __future__ import annotations
 
 from kiln.ir.core import Block, Operation
-from kiln.ir.index_math import index_values
-from kiln.ir.layout import same_distribution
+from kiln.ir.index_math import INDEX_OPS, index_values
+from kiln.ir.layout import Slice, same_distribution
 from kiln.ir.layout_check import reads_in
 from kiln.ir.types import block_type, scalar_of
 
@@ -58,7 +58,7 @@ def convert(fn, ctx, layouts: dict) -> None:
     for, then every block value's layout into its type. `ctx`: options and axis (kiln.codegen.analysis)."""
     made: dict = {}  # (value, layout, block) -> the convert_layout's result
     _convert_block(fn.body, ctx, layouts, made, index_values(fn))
-    _drop_unread_loads([key[0] for key in made if key[2] == "reloaded"], fn)
+    _drop_unread([key[0] for key in made if key[2] in ("reloaded", "recomputed")], fn)
     for op in fn.walk():
         for v in op.defined_values():
             layout = layouts.get(v)
@@ -79,7 +79,8 @@ def _convert_block(block: Block, ctx, layouts: dict, made: dict, index: set) -> 
             if want is None or have is None or not isinstance(v.type, block_type) \
                     or same_distribution(have, want, tuple(v.type.shape), ctx.num_warps):
                 continue
-            reloaded = _reload(v, want, ctx, layouts, made, index)
+            reloaded = _reload(v, want, ctx, layouts, made, index) or \
+                _recomputed(v, want, op, ctx, layouts, made, index)
             if reloaded is not None:
                 op.operands[k] = reloaded
                 continue
@@ -135,12 +136,79 @@ def _reload(v, want, ctx, layouts: dict, made: dict, index: set):
     return made[key]
 
 
-def _drop_unread_loads(loaded, fn) -> None:
-    """The loads of `loaded` that nothing reads any more (every reader took a load of its own layout):
-    no pass after this one drops dead code."""
-    if not loaded:
-        return
-    read = {v for op in fn.walk() for v in op.operands}
-    for v in loaded:
-        if v not in read and v.defining_op.parent is not None:
-            v.defining_op.parent.ops.remove(v.defining_op)
+RECOMPUTED_OPS = 16  # the most ops computed again in another layout in place of one conversion
+
+
+def _recomputed(v, want, reader, ctx, layouts: dict, made: dict, index: set):
+    """`v` computed again in layout `want` right before `reader`, or None. Where `v` is a tile of
+    elementwise and shape ops (INDEX_OPS) over index math, scalars and small vectors (a row index
+    gathered from memory, a row mask), those ops run again in `want` and only the vectors move (a
+    reload, or a conversion of a few hundred bytes), as Triton's layout propagation rematerializes
+    them: a conversion of `v` itself takes its whole size of shared memory (triton_kernels' scattered
+    store of a 128x256 tile through pointers loaded per row: 256 KB, past the SM's 227 KB)."""
+    if v in index or v.type.numel <= RELOADED_MAX:
+        return None
+    ops: list = []
+    if not _recomputable(v, v.type.numel, index, ops) or len(ops) > RECOMPUTED_OPS:
+        return None
+    block = reader.parent
+    cloned = {op.results[0] for op in ops}
+
+    def build(u, layout):
+        if not isinstance(u.type, block_type) or \
+                same_distribution(layouts.get(u), layout, tuple(u.type.shape), ctx.num_warps):
+            return u
+        key = (u, layout, id(block))
+        if key in made:
+            return made[key]
+        if u not in cloned:  # a leaf: index math, or a small vector read again or converted
+            made[key] = _reload(u, layout, ctx, layouts, made, index) or \
+                _converted(u, layout, block, block.ops.index(reader), reader.loc, ctx, layouts, index)
+            return made[key]
+        op = u.defining_op
+        operands = [build(x, Slice(op.attrs["axis"], layout) if op.name == "expand_dims" else layout)
+                    for x in op.operands]
+        again = Operation(op.name, operands, [u.type], dict(op.attrs), loc=op.loc)
+        again.parent = block
+        block.ops.insert(block.ops.index(reader), again)
+        layouts[again.results[0]] = layout
+        ctx.axis.info[again.results[0]] = ctx.axis.get(u)
+        if all(x in index or not isinstance(x.type, block_type) for x in operands):
+            index.add(again.results[0])
+        made[key] = again.results[0]
+        made[(u, layout, "recomputed")] = u  # the original, dropped where nothing reads it any more
+        return made[key]
+
+    return build(v, want)
+
+
+def _recomputable(u, numel: int, index: set, ops: list) -> bool:
+    """Can `u` be computed again from index math, scalars and vectors of at most RELOADED_MAX
+    elements and an eighth of `numel`? `ops`: the ops to run again, operands first."""
+    if not isinstance(u.type, block_type) or u in index or \
+            (u.type.numel <= RELOADED_MAX and u.type.numel * 8 <= numel):
+        return True
+    op = u.defining_op
+    if op is None or op.name not in INDEX_OPS or len(op.results) != 1 or len(ops) > RECOMPUTED_OPS:
+        return False
+    if op not in ops:
+        if not all(_recomputable(x, numel, index, ops) for x in op.operands):
+            return False
+        ops.append(op)
+    return True
+
+
+def _drop_unread(values, fn) -> None:
+    """The ops of `values` (loads read again in another layout, ops computed again) that nothing reads
+    any more, and then the ops of theirs nothing else reads: no pass after this one drops dead code."""
+    pending = {v.defining_op for v in values}
+    while pending:
+        read = {v for op in fn.walk() for v in op.operands}
+        dead = [op for op in pending if op.parent is not None and not any(r in read for r in op.results)]
+        if not dead:
+            return
+        pending -= set(dead)
+        for op in dead:
+            op.parent.ops.remove(op)
+            pending.update(v.defining_op for v in op.operands
+                           if v.defining_op is not None and v.defining_op.name in INDEX_OPS | {"convert_layout"})
