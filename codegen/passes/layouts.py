@@ -17,7 +17,7 @@ from kiln.ir.ops import ELEMENTWISE_OPS
 from kiln.ir.types import block_type
 
 from kiln.ir.layout import (Blocked, Linear, Slice, Wgmma, blocked_for, default_order, mma_layout, same_distribution,
-                             wgmma_layout)
+                             thread_bases, wgmma_layout)
 from kiln.ir.layout_moves import RENAMING_OPS, derived_layout
 
 from ..analysis.access import memory_width, tile_order
@@ -358,14 +358,20 @@ class _Assigner:
             self.set(r, pref if pref in costly or not costly else costly[0])
 
     def op_inline_asm(self, op):
-        """Each asm call takes `pack` elements, so a thread must hold a multiple of them."""
+        """Each asm call takes `pack` consecutive registers of a thread. As in Triton, the asm runs in
+        its operand's layout, where each call then takes `pack` elements in a row along the layout's
+        fastest dim (a tile loaded from memory: bytes of one 32-bit word, which triton_kernels' mxfp4
+        weights untwiddle together; elements of `pack` rows would mix four words); another layout
+        only where that one holds no such runs."""
         r = op.results[0]
         if not isinstance(r.type, block_type):
             return
-        pack = op.attrs["pack"]
-        layout = self.prefer(r.type.shape)
-        if pack > 1 and len(layout.offsets(r.type.shape)) % pack:
-            layout = blocked_for(r.type.shape, default_order(len(r.type.shape)), pack, self.num_warps)
+        pack, shape = op.attrs["pack"], tuple(r.type.shape)
+        layout = self.prefer(shape)
+        if pack > 1:
+            held = [self.of(v) for v in op.operands if isinstance(v.type, block_type) and self.of(v)]
+            layout = next((c for c in held + [layout] if _runs_of(c, shape, pack, self.num_warps)), None) or \
+                blocked_for(shape, _fastest_first(held[0] if held else layout, len(shape)), pack, self.num_warps)
         for res in op.results:
             self.set(res, layout)
 
@@ -547,6 +553,29 @@ class _Assigner:
             self.block(region)
         for r, v in zip(op.results, op.regions[0].ops[-1].operands):
             self.set(r, self.of(v) or self.prefer_for(r) if isinstance(r.type, block_type) else None)
+
+
+def _fastest_first(layout, rank: int) -> tuple:
+    """`layout`'s dims, fastest first (a Blocked's order; the last dim first for the others)."""
+    return tuple(layout.order) if isinstance(layout, Blocked) else default_order(rank)
+
+
+def _runs_of(layout, shape, pack: int, num_warps: int) -> bool:
+    """Does every thread of `layout` hold a multiple of `pack` registers, in runs of `pack` consecutive
+    elements along the layout's fastest dim, each starting at a multiple of `pack`? (Only the multiple
+    where that dim is not a multiple of `pack` long.)"""
+    offsets = layout.offsets(shape)
+    if len(offsets) % pack:
+        return False
+    dim = _fastest_first(layout, len(shape))[0]
+    if shape[dim] % pack:
+        return True
+    for g in range(0, len(offsets), pack):
+        first = tuple(offsets[g])
+        if first[dim] % pack or any(tuple(offsets[g + j]) != first[:dim] + (first[dim] + j,) + first[dim + 1:]
+                                    for j in range(1, pack)):
+            return False
+    return all(base[dim] % pack == 0 for base in thread_bases(layout, shape, num_warps))
 
 
 def apply(fn, ctx) -> None:
