@@ -63,6 +63,8 @@ def _as_tensor(raw, like, bits=False):
     """`raw` (a storage's bytes from `like`'s first element on) as `like` (`bits`: its integers)."""
     import torch
     dtype = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[like.element_size()] if bits else like.dtype
+    if like.numel() == 0:  # an empty storage copies to a NumPy array of stride 0, which torch cannot view
+        return torch.empty(like.size(), dtype=dtype)
     return torch.from_numpy(raw).view(dtype).as_strided(like.size(), like.stride(), 0)
 
 

@@ -90,3 +90,11 @@ def test_a_sample_keeps_the_first_and_last_programs():
     picked = check._sample((40, 2, 1))
     assert len(picked) == check.SAMPLED_PROGRAMS and picked[0] == (0, 0, 0) and picked[-1] == (39, 1, 0)
     assert len(set(picked)) == len(picked)
+
+
+def test_an_empty_tensor_reads_back_empty():
+    check = load("emulate_check")
+    for empty in (torch.zeros(8, dtype=torch.int32)[8:], torch.empty(0, dtype=torch.int32)):
+        (raw,) = check._storage_views([empty])  # no bytes from its first element on (NumPy: stride 0)
+        assert check._as_tensor(raw, empty).shape == (0,)
+        assert check._as_tensor(raw, empty, bits=True).dtype == torch.int32
