@@ -268,10 +268,14 @@ class _GpuRenderer(_Renderer):
                           f"{self.type(bar.type)}", op)
 
     def op_tma_copy(self, op, indent, parent):
-        desc, tile, bar, pred, c0, c1, *extent = op.operands
+        lead = op.attrs.get("lead_dims", 0)
+        desc, tile, bar, pred = op.operands[:4]
+        coords = op.operands[4:6 + lead]
+        extent = op.operands[6 + lead:]
         wrap = f" wrap {self.use(extent[0])}" if extent else ""  # a box whose rows wrap at the extent (`% M`)
         attrs = {f"kiln.{k}": v for k, v in op.attrs.items()}
-        self.emit(indent, f"ttng.async_tma_copy_global_to_local {self.use(desc)}[{self.use(c0)}, {self.use(c1)}] "
+        at = ", ".join(self.use(c) for c in coords)
+        self.emit(indent, f"ttng.async_tma_copy_global_to_local {self.use(desc)}[{at}] "
                           f"{self.use(tile)}, {self.use(bar)}, {self.use(pred)}{wrap}{_attrs(attrs)} : "
                           f"{self.type(desc.type)}, {self.type(bar.type)} -> {self.type(tile.type)}", op)
 

@@ -596,6 +596,17 @@ def _check_async_copy(op):
         return _check_mask(op, ptr, op.operands[2])
 
 
+LEAD_DIMS_MAX = 3  # a TMA map has at most 5 dims: a 2-D block of a 5-D host descriptor
+
+
+def _lead_dims_error(op, rank: int):
+    """`lead_dims`: the unit dims of a higher-rank descriptor before the 2-D block, whose offsets come first."""
+    lead = op.attrs.get("lead_dims", 0)
+    if not isinstance(lead, int) or isinstance(lead, bool) or not 0 <= lead <= LEAD_DIMS_MAX or \
+            (lead and (rank != 2 or "wrap_dim" in op.attrs)):
+        return f"lead_dims (0 to {LEAD_DIMS_MAX}) counts the unit dims before an unwrapped 2-D block"
+
+
 def _check_descriptor_load(op):
     tmap, *offsets, fallback = op.operands
     if tmap.type != tensormap:
@@ -603,6 +614,10 @@ def _check_descriptor_load(op):
     t = op.results[0].type
     if not isinstance(t, block_type) or fallback.type != t:
         return f"the fallback value must be the result's block type {t}"
+    error = _lead_dims_error(op, len(t.shape))
+    if error:
+        return error
+    lead = op.attrs.get("lead_dims", 0)
     wrap = op.attrs.get("wrap_dim")
     if wrap is not None:
         if not isinstance(wrap, int) or isinstance(wrap, bool) or not 0 <= wrap < len(t.shape):
@@ -610,8 +625,8 @@ def _check_descriptor_load(op):
         *offsets, extent = offsets
         if extent.type != int32:
             return "a wrapped descriptor_load takes its dim's extent (int32) after the offsets"
-    if len(offsets) != len(t.shape) or any(o.type != int32 for o in offsets):
-        return f"descriptor_load takes one int32 offset per dim ({len(t.shape)})"
+    if len(offsets) != lead + len(t.shape) or any(o.type != int32 for o in offsets):
+        return f"descriptor_load takes one int32 offset per dim ({lead + len(t.shape)})"
 
 
 def _barrier_error(t):
@@ -698,6 +713,11 @@ def _check_tma_copy(op):
         return "tma_copy reads through a tensormap"
     if not isinstance(tile.type, shared_type) or len(tile.type.shape) != 2:
         return "tma_copy writes one tile of shared memory"
+    error = _lead_dims_error(op, 2)
+    if error:
+        return error
+    lead = op.attrs.get("lead_dims", 0)
+    lead_coords, coords = coords[:lead], coords[lead:]
     wrap, rows = op.attrs.get("wrap_dim"), op.attrs.get("box_rows")
     if wrap is not None:
         if not isinstance(wrap, int) or isinstance(wrap, bool) or wrap not in (0, 1) or len(coords) != 3:
@@ -707,8 +727,8 @@ def _check_tma_copy(op):
         outer = tile.type.shape[tile.type.order[1]]
         if not isinstance(rows, int) or isinstance(rows, bool) or rows % 8 or not 0 < rows <= outer or outer % rows:
             return "box_rows is a multiple of 8 that divides the tile's rows"
-    if pred.type != int1 or len(coords) != 2 or any(c.type != int32 for c in coords + op.operands[6:]):
-        return "tma_copy takes an int1 predicate and two int32 coordinates (the tile's dims)"
+    if pred.type != int1 or len(coords) != 2 or any(c.type != int32 for c in lead_coords + coords + op.operands[6:]):
+        return "tma_copy takes an int1 predicate and two int32 coordinates (the tile's dims), after lead_dims others"
     return _barrier_error(bar.type)
 
 
@@ -852,7 +872,9 @@ OPS.update({
                              notes="tensormap, offsets..., [extent,] fallback: a host TensorDescriptor's block at "
                                    "offsets, equal to `fallback` (the same block loaded through pointers); codegen "
                                    "may copy it with TMA instead. attr wrap_dim: that dim's index wraps at `extent` "
-                                   "and its elements past it are never seen (pointer_tma)"),
+                                   "and its elements past it are never seen (pointer_tma); attr lead_dims: a 2-D "
+                                   "block of a descriptor of that many more dims, each of block size 1, whose "
+                                   "offsets come first"),
     "store": OpDef((2, 3), results=(0, 0), check=_check_store, side_effects=True, notes="ptr, value[, mask]"),
     "atomic_rmw": OpDef((3, 3), attrs=("kind", "sem", "scope"), check=_check_atomic_rmw, side_effects=True),
     "atomic_cas": OpDef((3, 3), attrs=("sem", "scope"), check=_check_atomic_cas, side_effects=True),
@@ -938,11 +960,12 @@ OPS.update({
                               notes="scratch, base, inner extent, outer extent, outer stride (elements): thread 0 "
                                     "writes a 2-D TMA map of `base` into this CTA's slot of the global scratch; "
                                     "attr box = [inner, rows, swizzle] (smem_pipeline)"),
-    "tma_copy": OpDef((6, 7), results=(0, 0), check=_check_tma_copy, side_effects=True,
-                      notes="tensormap, tile, bar, pred, c0, c1[, extent]: thread 0's TMA copy of the box at "
-                            "(c0, c1), completing on bar; out-of-bounds elements are zero. attr wrap_dim: each "
-                            "box along that dim starts at its coordinate mod `extent`; attr box_rows: the "
-                            "tile's rows are copied in boxes of that many"),
+    "tma_copy": OpDef((6, 9), results=(0, 0), check=_check_tma_copy, side_effects=True,
+                      notes="tensormap, tile, bar, pred, [lead coordinates,] c0, c1[, extent]: thread 0's TMA copy "
+                            "of the box at (c0, c1), completing on bar; out-of-bounds elements are zero. attr "
+                            "wrap_dim: each box along that dim starts at its coordinate mod `extent`; attr "
+                            "box_rows: the tile's rows are copied in boxes of that many; attr lead_dims: the map "
+                            "has that many more dims, before the tile's, each a box of 1 at its coordinate"),
     "warp_group_dot_wait": OpDef((1, 1 << 16), results=(1, 1 << 16), attrs=("pending",), check=_check_dot_wait,
                                  side_effects=True, notes="wait until at most `pending` dot groups are in flight"),
     "cluster_sum": OpDef((3, 3), check=_check_cluster_sum, side_effects=True,

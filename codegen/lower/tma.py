@@ -81,8 +81,12 @@ def _tma_expect(lw, op):
 
 def _tma_copy(lw, op):
     """One box per swizzle-wide column chunk (C inner elements) and, with `box_rows`, per that many
-    rows; along a `wrap_dim`, each box starts at its index mod the extent (smem_plan.copy_box)."""
-    tmap, tile, bar, pred, c0, c1, *extent = op.operands
+    rows; along a `wrap_dim`, each box starts at its index mod the extent (smem_plan.copy_box). A map
+    of `lead_dims` more dims takes their coordinates after the tile's two, outermost last."""
+    lead = op.attrs.get("lead_dims", 0)
+    tmap, tile, bar, pred = op.operands[:4]
+    lead_coords = [lw.scalar(c) for c in op.operands[4:4 + lead]]
+    c0, c1, *extent = op.operands[4 + lead:]
     t = tile.type
     inner, outer = t.order
     C, O, W = t.tma_box()
@@ -103,11 +107,12 @@ def _tma_copy(lw, op):
         for j in range(t.shape[inner] // C):
             x = start(inner, coords[inner], j * C)
             for r in range(0, O, R):
-                _asm(lw, "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes "
-                         "[$0], [$1, {$2, $3}], [$4];",
-                     args=[_shared_address(lw, tile, j * O * W + r * W), map_address, x,
-                           start(outer, coords[outer], r), barrier],
-                     constraints="r,l,r,r,r")
+                where = [x, start(outer, coords[outer], r), *reversed(lead_coords)]
+                names = ", ".join(f"${2 + i}" for i in range(len(where)))
+                _asm(lw, f"cp.async.bulk.tensor.{len(where)}d.shared::cluster.global.mbarrier::complete_tx::bytes "
+                         f"[$0], [$1, {{{names}}}], [${2 + len(where)}];",
+                     args=[_shared_address(lw, tile, j * O * W + r * W), map_address, *where, barrier],
+                     constraints="r,l," + "r," * len(where) + "r")
 
 
 # tensormap.replace's enumerations (PTX ISA): element types as the host encoder picks them

@@ -4,8 +4,8 @@ Folding runs in NumPy at the value's own type, so wraparound and float rounding 
 GPU's. Rules: an op whose operands are all constants becomes a constant (`add`, `sub`,
 `mul`, bitwise ops, `min`/`max`, `cmp`, int→int `cast`, `splat`, `broadcast`);
 `x + 0`, `x - 0`, `x * 1`, `select` on a constant condition and `broadcast`/`reshape`
-to the same type return their operand, and a permute of a permute that undoes it the first's
-operand; an `if` on a constant condition becomes the branch it takes (Inductor's templates test
+to the same type return their operand, a permute of a permute that undoes it the first's operand,
+and a reshape of a reshape reads the first's operand (row-major reshapes compose); an `if` on a constant condition becomes the branch it takes (Inductor's templates test
 sizes they hold as constants: `if M * N == 0: return`, and which index math carries
 `max_contiguous` hints, which the axis analysis then sees unjoined); a `for` over constant bounds
 that runs once becomes its body (fla's `for i_k in range(tl.cdiv(K, BK))` with K == BK: left a loop,
@@ -189,6 +189,8 @@ def _is_const(v, consts, want):
 def _simplify(op, consts):
     if not op.results or len(op.results) != 1:
         return None
+    if op.name == "reshape" and _of_a_reshape(op):  # row-major reshapes compose: read the first's operand
+        op.operands[0] = op.operands[0].defining_op.operands[0]
     ops = op.operands
     if op.name in ("add", "sub") and _is_const(ops[1], consts, 0) and scalar_of(op.results[0].type).is_int():
         return ops[0]
@@ -208,6 +210,14 @@ def _simplify(op, consts):
     if op.name == "permute" and _undone(op):
         return ops[0].defining_op.operands[0]
     return None
+
+
+def _of_a_reshape(op) -> bool:
+    """Is `op` a row-major reshape of a row-major reshape (a batched descriptor's [1, 1, 1, BM, BK]
+    block reshaped to [1, BM, BK], then to [BM, BK])?"""
+    inner = op.operands[0].defining_op
+    return inner is not None and inner.name == "reshape" and \
+        not op.attrs.get("can_reorder") and not inner.attrs.get("can_reorder")
 
 
 def _undone(op) -> bool:

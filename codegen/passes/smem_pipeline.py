@@ -80,7 +80,8 @@ the other's dots (tutorial 06's forward at 8 warps, H200: up to 9% faster). A ba
 loop precedes the mbarriers' invalidation.
 
 A ring load may also be a `descriptor_load` (2-D, its map a kernel argument or made by
-the kernel, `tensormap_create`, whose `box` this pass sets): its ring is filled by TMA instead, thread 0 announcing each slot's
+the kernel, `tensormap_create`, whose `box` this pass sets; a 2-D block of a map of up to 5 dims,
+`lead_dims`, the others a box of 1): its ring is filled by TMA instead, thread 0 announcing each slot's
 bytes on the slot's mbarrier (`tma_expect`) and copying one box per swizzle-wide column
 chunk (`tma_copy`); the top of iteration i then also waits on that mbarrier's phase
 (`mbarrier_wait`, the parity carried by the loop), and the loop's mbarriers are
@@ -163,7 +164,7 @@ def _issue(out, copies, rings, slot, iv_at, ub, mapping, loc, bars=None):
         operands = [mapping.get(v, v) for v in load.operands]
         view = append_op(out, "local_index", [ring, slot], [tile], loc)
         if is_tma(load):
-            boxes = {"wrap_dim": load.attrs["wrap_dim"]} if "wrap_dim" in load.attrs else {}
+            boxes = {k: load.attrs[k] for k in ("wrap_dim", "lead_dims") if k in load.attrs}
             rows = copy_box(load, tile)[1]
             if rows != tile.tma_box()[1]:
                 boxes["box_rows"] = rows

@@ -84,7 +84,16 @@ class TensorDescriptor:
         value = block_load(self._block(offsets), self._all_dims(), self.padding, "", "", False)
         if self.tensormap is not None and self.padding == "zero":
             tma_offsets = [semantic.cast(semantic.to_tensor(o), int32) for o in unwrap(offsets)]
-            value = semantic._emit("descriptor_load", [self.tensormap, *tma_offsets, value], value.type)
+            lead = len(self._block_shape) - 2
+            if lead > 0 and all(d == 1 for d in self._block_shape[:lead]):
+                # a 2-D block of a batched (ragged, ...) descriptor: the 2-D load TMA can copy, given its shape
+                # back; the `reshape(BM, BK)` a kernel then writes cancels that one (canonicalize)
+                flat = semantic.reshape(value, self._block_shape[lead:])
+                loaded = semantic._emit("descriptor_load", [self.tensormap, *tma_offsets, flat], flat.type,
+                                        lead_dims=lead)
+                value = semantic.reshape(loaded, self._block_shape)
+            else:
+                value = semantic._emit("descriptor_load", [self.tensormap, *tma_offsets, value], value.type)
         return _rounded_to_tf32(value) if self.round_f32_to_tf32 else value
 
     @builtin

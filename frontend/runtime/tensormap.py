@@ -9,11 +9,12 @@ Out-of-bounds elements of a box read as zero, as the descriptor's padding="zero"
 from __future__ import annotations
 
 NBYTES = 128
+MAX_RANK = 5  # a map's dims: a 2-D box of a descriptor of up to 5 (kiln.ir.ops LEAD_DIMS_MAX)
 _CACHE_LIMIT = 256
 
 
 def encoder(box: tuple[int, int, int]):
-    """fill(slot, address, descriptor): write the TMA map of a 2-D host TensorDescriptor
+    """fill(slot, address, descriptor): write the TMA map of a host TensorDescriptor (2 to 5 dims)
     whose base is at device `address`, read in boxes of `box`, into the 128-byte ctypes
     `slot`. Maps are kept per (address, shape, strides): a training loop passes the same
     few tensors again and again."""
@@ -25,11 +26,12 @@ def encoder(box: tuple[int, int, int]):
 
     def encode(address, desc) -> bytes:
         elem_bytes = desc._elem.primitive_bitwidth // 8
-        if len(desc.shape) != 2 or inner * elem_bytes != swizzle:
+        if not 2 <= len(desc.shape) <= MAX_RANK or inner * elem_bytes != swizzle:
             raise ValueError(f"this kernel reads the descriptor in {inner}x{rows} boxes of "
                              f"{swizzle} bytes; got a {len(desc.shape)}-D descriptor of {elem_bytes}-byte elements")
-        err, got = _encode_2d(desc._elem.name, elem_bytes, address, desc.shape[1], desc.shape[0],
-                              desc.strides[0] * elem_bytes, box)
+        # innermost dim first; a dim before the block's two is read a box of 1 at a time (lead_dims)
+        err, got = _encode(desc._elem.name, elem_bytes, address, list(reversed(desc.shape)),
+                           [s * elem_bytes for s in reversed(desc.strides[:-1])], box)
         if got is None:
             raise CudaError(f"encoding a TMA map (shape {desc.shape}, strides {desc.strides}, box "
                             f"{inner}x{rows}) failed: {_error_text(err)}")
@@ -64,7 +66,7 @@ def derived_encoder(box: tuple[int, int, int], elem):
         if inner < 1 or outer < 1 or stride < inner or (stride * elem_bytes) % 16 or stride * elem_bytes >= 1 << 40 \
                 or address % 16:
             raise DerivedMapUnusable(f"no TMA map for {outer}x{inner} elements, rows {stride} apart")
-        err, got = _encode_2d(elem.name, elem_bytes, address, inner, outer, stride * elem_bytes, box)
+        err, got = _encode(elem.name, elem_bytes, address, [inner, outer], [stride * elem_bytes], box)
         if got is None:
             raise DerivedMapUnusable(f"encoding a TMA map of {outer}x{inner} elements failed ({err})")
         return got
@@ -76,19 +78,21 @@ def derived_encoder(box: tuple[int, int, int], elem):
     return fill
 
 
-def _encode_2d(elem_name: str, elem_bytes: int, address: int, inner: int, outer: int, row_bytes: int, box):
-    """cuTensorMapEncodeTiled of `outer` rows of `inner` elements, rows `row_bytes` apart,
-    read in `box`es (inner elements, rows, swizzle bytes), out-of-box elements zero:
-    (the CUresult code, the map's 128 bytes or None where it failed)."""
+def _encode(elem_name: str, elem_bytes: int, address: int, dims: list, strides_bytes: list, box):
+    """cuTensorMapEncodeTiled of a tensor of `dims` (innermost first), each dim after the first
+    `strides_bytes` apart, read in `box`es (inner elements, rows, swizzle bytes; a box of 1 along
+    every further dim), out-of-box elements zero: (the CUresult code, the map's 128 bytes or None
+    where it failed)."""
     import ctypes
     from cuda.bindings import driver as cu
 
     inner_box, rows, swizzle = box
     kind = _FLOAT_TYPES.get(elem_name) or _RAW_TYPES[elem_bytes]
     u32, u64 = cu.cuuint32_t, cu.cuuint64_t
+    boxes = [inner_box, rows] + [1] * (len(dims) - 2)
     err, tmap = cu.cuTensorMapEncodeTiled(
-        getattr(cu.CUtensorMapDataType, f"CU_TENSOR_MAP_DATA_TYPE_{kind}"), 2, address, [u64(inner), u64(outer)],
-        [u64(row_bytes)], [u32(inner_box), u32(rows)], [u32(1), u32(1)],
+        getattr(cu.CUtensorMapDataType, f"CU_TENSOR_MAP_DATA_TYPE_{kind}"), len(dims), address,
+        [u64(d) for d in dims], [u64(s) for s in strides_bytes], [u32(b) for b in boxes], [u32(1)] * len(dims),
         cu.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
         getattr(cu.CUtensorMapSwizzle, f"CU_TENSOR_MAP_SWIZZLE_{swizzle}B"),
         cu.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
