@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import functools
 
-from .layout import Blocked, Linear, as_linear, thread_bases, wgmma_layout
+import numpy as np
+
+from .layout import Blocked, Linear, as_linear, thread_bases, thread_indices, wgmma_layout
 from .types import block_type
 
 RENAMING_OPS = ("reshape", "permute", "join", "split", "cat")
@@ -305,7 +307,25 @@ def register_moves(op, num_warps: int, which: int = 0) -> tuple[tuple[int, int],
         return None
     attrs = tuple(op.attrs["order"]) if op.name == "permute" else ()
     sources = tuple((v.type.encoding, tuple(v.type.shape)) for v in op.operands)
-    return _moves(op.name, attrs, which, sources, (result.type.encoding, tuple(result.type.shape)), num_warps)
+    moves = _moves(op.name, attrs, which, sources, (result.type.encoding, tuple(result.type.shape)), num_warps)
+    if moves is None and op.name == "reshape" and op.attrs.get("can_reorder"):
+        held = registers_held(*sources[0], num_warps)
+        if held is not None and held == registers_held(result.type.encoding, tuple(result.type.shape), num_warps):
+            return tuple((0, k) for k in range(held))  # each thread's elements, in some other order: allowed
+    return moves
+
+
+@functools.lru_cache(maxsize=1024)
+def registers_held(layout, shape, num_warps: int) -> int | None:
+    """The registers each thread holds in `layout` over `shape` where every element is in exactly one
+    register of one thread, else None (a layout that repeats elements across threads or registers).
+    Two such layouts with the same count make a `reshape(..., can_reorder=True)` a renaming: thread
+    t's k-th register of the result is its k-th of the operand (Triton picks such a layout too)."""
+    idx = thread_indices(layout, shape, num_warps)
+    flat = np.ravel_multi_index(tuple(np.moveaxis(idx, -1, 0)), shape).ravel()
+    if flat.size != int(np.prod(shape)) or np.unique(flat).size != flat.size:
+        return None
+    return idx.shape[1]
 
 
 def moves_no_data(op, num_warps: int) -> bool:

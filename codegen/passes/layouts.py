@@ -18,7 +18,7 @@ from kiln.ir.types import block_type
 
 from kiln.ir.layout import (Blocked, Linear, Slice, Wgmma, blocked_for, default_order, mma_layout, same_distribution,
                              thread_bases, wgmma_layout)
-from kiln.ir.layout_moves import RENAMING_OPS, derived_layout
+from kiln.ir.layout_moves import RENAMING_OPS, derived_layout, registers_held
 
 from ..analysis.access import memory_width, tile_order
 from ..analysis.dots import mma_eligible
@@ -499,12 +499,30 @@ class _Assigner:
         if derived is None or any(self.of(v) != src for v in op.operands[1:]) or \
                 (isinstance(derived, Linear) and any(u.name not in RENAMING_OPS for r in op.results
                                                      for u in self.users.get(r, ()))):
-            self.elementwise(op)
+            reordered = self.reordered(op, src)
+            if reordered is None:
+                self.elementwise(op)
+            else:
+                self.set(op.results[0], reordered)
             return
         for r in op.results:
             self.set(r, derived)
 
     op_permute = op_join = op_split = op_cat = op_reshape
+
+    def reordered(self, op, src):
+        """For a reshape that may reorder its elements, a Blocked result layout in which each thread
+        holds as many elements as in `src` (each once), so that it renames them (layout_moves'
+        `registers_held`): triton_kernels' absmax of a whole 128x256 accumulator, flattened to be
+        reduced, went through 128 KB of shared memory. None for any other op, or where none holds."""
+        if op.name != "reshape" or not op.attrs.get("can_reorder") or src is None:
+            return None
+        held = registers_held(src, tuple(op.operands[0].type.shape), self.num_warps)
+        shape = tuple(op.results[0].type.shape)
+        if held is None:
+            return None
+        layout = blocked_for(shape, default_order(len(shape)), held, self.num_warps)
+        return layout if registers_held(layout, shape, self.num_warps) == held else None
 
     def op_for(self, op):
         """A carried value takes the layout its yield arrives in (the initial value is
