@@ -99,6 +99,8 @@ def test_batched_blocks_are_tma_copies_of_their_rank(lead, b_transposed):
     assert "wgmma.mma_async" in ptx
     boxes = [arg.get("tma_box") for arg in k.metadata["args"] if arg.get("tma_box")]
     assert boxes == ["32x64:swizzle64", "32x128:swizzle64" if b_transposed else "64x32:swizzle128"]
+    copies = [line for line in k.asm["ttgir"].splitlines() if "async_tma_copy_global_to_local" in line]
+    assert copies and all(line.split("[", 1)[1].split("]")[0].count(",") == 1 + lead for line in copies)
 
 
 def test_lead_dims_are_checked():
