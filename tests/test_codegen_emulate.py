@@ -53,6 +53,17 @@ def in_child(check, *args, timeout=120):
     return out
 
 
+def warmed_and_emulated(kernel, args, target, num_warps, **constexprs):
+    """`kernel` built for `target` from a warmup on `args` (one program) and run on the emulator over
+    them, in a child (a crash or a hang fails the test): the arguments after it."""
+    def check():
+        from kiln.codegen.emulate import run_on_cpu
+        warm = kernel.warmup(*args, grid=(1,), target=target, num_warps=num_warps, **constexprs)
+        run_on_cpu(warm.ir, (1,), list(args), num_warps=num_warps, target=target)
+        return args
+    return in_child(check, timeout=300)
+
+
 def run(name, grid, args, num_warps=4):
     from kiln.codegen.emulate import run_on_cpu
     return run_on_cpu(_kernel(name), grid, args, num_warps=num_warps)

@@ -12,7 +12,7 @@ import kiln.language as tl
 from kiln.codegen import compile as compile_ir
 from kiln.ir import parse_function
 
-from test_codegen_emulate import in_child
+from test_codegen_emulate import warmed_and_emulated
 
 
 @kiln.jit
@@ -52,17 +52,9 @@ def test_the_pointer_tile_is_computed_again_not_converted(target, num_warps, til
     assert built.shared < bm * bn * 8  # the pointer tile's bytes: what a conversion of it took
 
 
-def _emulated(target, num_warps):
-    from kiln.codegen.emulate import run_on_cpu
-    args = _args(64, 64, 32)
-    warm = scattered_rows.warmup(*args, BM=64, BN=64, BK=32, grid=(1,), target=target, num_warps=num_warps)
-    run_on_cpu(warm.ir, (1,), list(args), num_warps=num_warps, target=target)
-    return args
-
-
 @pytest.mark.parametrize("target, num_warps", [("sm_90a", 4), ("sm_80", 2)])
 def test_the_scattered_rows_give_numpy_s_product_emulated(target, num_warps):
-    a, b, rows, out, _ = in_child(_emulated, target, num_warps, timeout=300)
+    a, b, rows, out, _ = warmed_and_emulated(scattered_rows, _args(64, 64, 32), target, num_warps, BM=64, BN=64, BK=32)
     np.testing.assert_array_equal(out, _want(a, b, rows, np.zeros_like(out)))
 
 

@@ -11,7 +11,7 @@ import kiln.language as tl
 from kiln.codegen import compile as compile_ir
 from kiln.ir import parse_function
 
-from test_codegen_emulate import in_child
+from test_codegen_emulate import warmed_and_emulated
 
 
 @kiln.jit
@@ -47,17 +47,9 @@ def test_the_gates_are_loaded_in_both_slices_and_not_converted(target, num_warps
     assert not any(" = convert_layout " in line and "scratch" in line for line in vectors)
 
 
-def _emulated(target, num_warps):
-    from kiln.codegen.emulate import run_on_cpu
-    args = _args(64)
-    warm = gated_products.warmup(*args, BT=64, grid=(1,), target=target, num_warps=num_warps)
-    run_on_cpu(warm.ir, (1,), list(args), num_warps=num_warps, target=target)
-    return args
-
-
 @pytest.mark.parametrize("target, num_warps", [("sm_90a", 4), ("sm_80", 2)])
 def test_the_reloaded_gates_give_numpy_s_product_emulated(target, num_warps):
-    q, k, g, v, out = in_child(_emulated, target, num_warps, timeout=300)
+    q, k, g, v, out = warmed_and_emulated(gated_products, _args(64), target, num_warps, BT=64)
     np.testing.assert_allclose(out, _want(q, k, g, v), rtol=1e-3, atol=1e-3)
 
 

@@ -12,7 +12,7 @@ import kiln.language as tl
 from kiln.codegen import compile as compile_ir
 from kiln.ir import parse_function
 
-from test_codegen_emulate import in_child
+from test_codegen_emulate import warmed_and_emulated
 
 
 @kiln.jit
@@ -48,17 +48,9 @@ def test_the_reshape_renames_registers(target, num_warps, shape):
     assert "can_reorder = true" in reshape and "scratch" not in reshape
 
 
-def _emulated(target, num_warps):
-    from kiln.codegen.emulate import run_on_cpu
-    args = _args(64, 64, 32)
-    warm = flattened_product.warmup(*args, M=64, N=64, K=32, grid=(1,), target=target, num_warps=num_warps)
-    run_on_cpu(warm.ir, (1,), list(args), num_warps=num_warps, target=target)
-    return args
-
-
 @pytest.mark.parametrize("target, num_warps", [("sm_90a", 4), ("sm_80", 2)])
 def test_the_reordered_elements_are_the_product_s_emulated(target, num_warps):
-    _check(*in_child(_emulated, target, num_warps, timeout=300))
+    _check(*warmed_and_emulated(flattened_product, _args(64, 64, 32), target, num_warps, M=64, N=64, K=32))
 
 
 def test_the_interpreter_keeps_row_major_order():
