@@ -6,8 +6,9 @@ GPU's. Rules: an op whose operands are all constants becomes a constant (`add`, 
 `x + 0`, `x - 0`, `x * 1`, `select` on a constant condition and `broadcast`/`reshape`
 to the same type return their operand, a permute of a permute that undoes it the first's operand,
 and a reshape of a reshape reads the first's operand (row-major reshapes compose); an `if` on a
-constant condition becomes the branch it takes (Inductor's templates test sizes they hold as constants: `if M * N == 0: return`, and which index math carries
-`max_contiguous` hints, which the axis analysis then sees unjoined); a `for` over constant bounds
+constant condition becomes the branch it takes (Inductor's templates test sizes they hold as
+constants: `if M * N == 0: return`, and which index math carries `max_contiguous` hints, which the
+axis analysis then sees unjoined); a `for` over constant bounds
 that runs once becomes its body (fla's `for i_k in range(tl.cdiv(K, BK))` with K == BK: left a loop,
 its loads took rings of num_stages slots, 78 KB on 2 warps where Triton's kernel asks 16 KB), and
 one that never runs its initial values; a value a loop yields unchanged is its initial value. A
