@@ -111,6 +111,20 @@ def test_lead_dims_are_checked():
         verify(parse_function(bad))
 
 
+def test_the_launcher_finds_each_map_s_descriptor_base(monkeypatch):
+    """A host descriptor arrives as its base, its sizes and strides (2 to 5 of each), then its map: the
+    launcher encodes the map from the base's address (it took the base 5 arguments back: 2-D only)."""
+    from kiln.ir.types import float16 as fp16, int32, pointer_type, tensormap
+    from kiln.runtime import launcher
+    types = [pointer_type(fp16), *[int32] * 6, tensormap, pointer_type(fp16), *[int32] * 4, tensormap,
+             pointer_type(fp16), *[int32] * 10, tensormap]
+    assert [launcher._descriptor_base(types, i) for i in (7, 13, 25)] == [0, 8, 14]
+    assert launcher._descriptor_base([*[int32] * 5, tensormap], 5) is None
+    monkeypatch.setattr(launcher, "_cu_launch_kernel", lambda: (lambda *a: 0))  # built, not launched
+    launcher.make_launcher(type("Loaded", (), {"handle": 0})(), types, 4, 0, "k",
+                           {7: (32, 64, 64), 13: (32, 64, 64), 25: (32, 64, 64)})
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("lead", [1, 2])
 @pytest.mark.parametrize("b_transposed", [False, True])

@@ -76,6 +76,18 @@ def launcher_for(loaded, arg_types, metadata: dict, name: str, device: int, pdl:
                          pdl, map_strides)
 
 
+def _descriptor_base(arg_types, i: int) -> int | None:
+    """The index of the base pointer of the host descriptor whose TMA map is argument `i`: its pieces
+    are the base, then its 2 to 5 sizes and as many strides (integers), then the map; None where the
+    arguments before `i` are not such pieces."""
+    for dims in range(2, 6):
+        base = i - 1 - 2 * dims
+        if base >= 0 and arg_types[base].is_ptr() and \
+                all(not t.is_ptr() and t != tensormap for t in arg_types[base + 1:i]):
+            return base
+    return None
+
+
 def make_launcher(kernel, arg_types, num_warps: int, shared: int, name: str, tma_boxes=None, derived=(),
                   resident=None, pdl: bool = False, map_strides=()):
     """launch(grid, args, stream) for one loaded kernel; `args` are its runtime arguments in order.
@@ -107,8 +119,8 @@ def make_launcher(kernel, arg_types, num_warps: int, shared: int, name: str, tma
         if t == tensormap:
             slots.append((ctypes.c_ubyte * NBYTES)())
             if i in tma_boxes:
-                if i < 5 or not arg_types[i - 5].is_ptr():
-                    raise ValueError(f"kernel {name}: argument {i} is a TMA map without its 2-D descriptor's pieces")
+                if _descriptor_base(arg_types, i) is None:
+                    raise ValueError(f"kernel {name}: argument {i} is a TMA map without its descriptor's pieces")
                 fills[i] = encoder(tma_boxes[i])
         elif t.is_ptr():
             slots.append(ctypes.c_uint64())
@@ -154,9 +166,10 @@ def make_launcher(kernel, arg_types, num_warps: int, shared: int, name: str, tma
     slow = [f"        s{i}.value = pointer_value(a{i})" for i in pointer_args] or ["        pass"]
     scalars = [f"    s{i}.value = half_float_bits(a{i}, '{t.name}')" if t.name in ("fp16", "bf16") else
                f"    s{i}.value = a{i}" for i, t in enumerate(arg_types) if i not in pointer_args and t != tensormap]
-    # a map reads the address its descriptor's base slot holds (the first of its 2-D pieces:
-    # base, 2 sizes, 2 strides, map), filled above from whatever array the caller passed
-    scalars += [f"    fill{i}(s{i}, s{i - 5}.value, a{i})" for i in fills if i < len(arg_types)]
+    # a map reads the address its descriptor's base slot holds (the first of its pieces: base, its
+    # sizes, its strides, map), filled above from whatever array the caller passed
+    scalars += [f"    fill{i}(s{i}, s{_descriptor_base(arg_types, i)}.value, a{i})"
+                for i in fills if i < len(arg_types)]
     # derived maps only for a launch that runs: an empty grid's sizes may make no map
     derived_fills = [f"    fill{i}(s{i}, " + ", ".join(f"s{j}.value" for j in entry[2]) + ")"
                      for i, entry in enumerate(derived, len(arg_types)) if entry[0] == "map"]
