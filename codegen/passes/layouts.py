@@ -550,10 +550,31 @@ class _Assigner:
         unset = [(arg, init) for arg, init in zip(args, op.operands[3:]) if self.of(arg) is None]
         for arg, init in unset:  # carried through unchanged: the start's layout after all
             self.set(arg, self.of(init))
-        if unset:
+        # only across an inner loop (a tile loop's K loop), whose registers it would hold throughout and
+        # which its conversion, once an iteration, does not slow
+        nests = any(inner.name in ("for", "while") for inner in body.ops)
+        compacted = [arg for arg in args if nests and self.compact(arg)]
+        if unset or compacted:
             self.block(body)
         for r, arg in zip(op.results, args):
             self.set(r, self.of(arg))
+
+    def compact(self, arg) -> bool:
+        """Carry a small vector that arrives in a layout repeating it across threads (a column maximum
+        in a slice of a 128x256 accumulator: 64 registers a thread, for the whole loop) in one that
+        holds each element once instead, its yield converted each iteration (a few hundred bytes):
+        triton_kernels' persistent matmul carried its absmax so across its K loop, beside the
+        accumulator, and spilled 840 bytes (none since)."""
+        layout = self.of(arg)
+        if layout is None or not isinstance(arg.type, block_type) or arg.type.numel > COMPACT_MAX:
+            return False
+        shape = tuple(arg.type.shape)
+        compact = blocked_for(shape, default_order(len(shape)), 1, self.num_warps)
+        held = len(layout.offsets(shape))
+        if held < COMPACT_FROM or held < 8 * len(compact.offsets(shape)):
+            return False
+        self.set(arg, compact)
+        return True
 
     def op_while(self, op):
         before, after = op.regions
@@ -571,6 +592,10 @@ class _Assigner:
             self.block(region)
         for r, v in zip(op.results, op.regions[0].ops[-1].operands):
             self.set(r, self.of(v) or self.prefer_for(r) if isinstance(r.type, block_type) else None)
+
+
+COMPACT_MAX = 1024  # elements: a carried vector this small is carried once per thread, not repeated
+COMPACT_FROM = 16  # registers a thread: a carried vector repeated into this many is worth a conversion
 
 
 def _fastest_first(layout, rank: int) -> tuple:
