@@ -103,7 +103,7 @@ def lower_function(fn, ctx) -> tuple[str, list[dict], int]:
         lw.reserved, lw.staged_dots = staged, True
     for arg, param, name in zip(fn.args, llfn.args, fn.arg_names):
         param.name = name
-        if arg.type == tensormap:
+        if arg.type == tensormap and not ctx.portable:  # (the CPU emulator's build reads no map: a pointer)
             tma.tensormap_param(param)
         value = lw.b.icmp_unsigned("!=", param, ir.Constant(I8, 0)) if scalar_of(arg.type).is_bool() else param
         lw.bind(arg, [value])
