@@ -717,7 +717,7 @@ def _check_tma_copy(op):
     if error:
         return error
     lead = op.attrs.get("lead_dims", 0)
-    lead_coords, coords = coords[:lead], coords[lead:]
+    coords = coords[lead:]  # (the leading dims' coordinates first)
     wrap, rows = op.attrs.get("wrap_dim"), op.attrs.get("box_rows")
     if wrap is not None:
         if not isinstance(wrap, int) or isinstance(wrap, bool) or wrap not in (0, 1) or len(coords) != 3:
@@ -727,7 +727,7 @@ def _check_tma_copy(op):
         outer = tile.type.shape[tile.type.order[1]]
         if not isinstance(rows, int) or isinstance(rows, bool) or rows % 8 or not 0 < rows <= outer or outer % rows:
             return "box_rows is a multiple of 8 that divides the tile's rows"
-    if pred.type != int1 or len(coords) != 2 or any(c.type != int32 for c in lead_coords + coords + op.operands[6:]):
+    if pred.type != int1 or len(coords) != 2 or any(c.type != int32 for c in op.operands[4:]):
         return "tma_copy takes an int1 predicate and two int32 coordinates (the tile's dims), after lead_dims others"
     return _barrier_error(bar.type)
 

@@ -85,15 +85,14 @@ class TensorDescriptor:
         if self.tensormap is not None and self.padding == "zero":
             tma_offsets = [semantic.cast(semantic.to_tensor(o), int32) for o in unwrap(offsets)]
             lead = len(self._block_shape) - 2
-            if lead > 0 and all(d == 1 for d in self._block_shape[:lead]):
-                # a 2-D block of a batched (ragged, ...) descriptor: the 2-D load TMA can copy, given its shape
-                # back; the `reshape(BM, BK)` a kernel then writes cancels that one (canonicalize)
-                flat = semantic.reshape(value, self._block_shape[lead:])
-                loaded = semantic._emit("descriptor_load", [self.tensormap, *tma_offsets, flat], flat.type,
-                                        lead_dims=lead)
-                value = semantic.reshape(loaded, self._block_shape)
-            else:
-                value = semantic._emit("descriptor_load", [self.tensormap, *tma_offsets, value], value.type)
+            if lead <= 0 or any(d != 1 for d in self._block_shape[:lead]):
+                lead = 0
+            # a 2-D block of a batched (ragged, ...) descriptor is loaded as the 2-D block TMA can copy, given its
+            # shape back; the `reshape(BM, BK)` a kernel then writes cancels that one (canonicalize)
+            fallback = semantic.reshape(value, self._block_shape[lead:]) if lead else value
+            loaded = semantic._emit("descriptor_load", [self.tensormap, *tma_offsets, fallback], fallback.type,
+                                    **({"lead_dims": lead} if lead else {}))
+            value = semantic.reshape(loaded, self._block_shape) if lead else loaded
         return _rounded_to_tf32(value) if self.round_f32_to_tf32 else value
 
     @builtin

@@ -17,7 +17,7 @@ from kiln.ir.types import half_float_bits, tensormap
 
 from .cuda_driver import CudaError, _error_text
 from .scratch import give_back as scratch_give_back, take as scratch_take
-from .tensormap import NBYTES, DerivedMapUnusable, derived_encoder, encoder
+from .tensormap import MAX_RANK, NBYTES, DerivedMapUnusable, derived_encoder, encoder
 
 _CTYPES = {
     "int1": ctypes.c_uint8, "int8": ctypes.c_int8, "uint8": ctypes.c_uint8, "int16": ctypes.c_int16,
@@ -80,7 +80,7 @@ def _descriptor_base(arg_types, i: int) -> int | None:
     """The index of the base pointer of the host descriptor whose TMA map is argument `i`: its pieces
     are the base, then its 2 to 5 sizes and as many strides (integers), then the map; None where the
     arguments before `i` are not such pieces."""
-    for dims in range(2, 6):
+    for dims in range(2, MAX_RANK + 1):
         base = i - 1 - 2 * dims
         if base >= 0 and arg_types[base].is_ptr() and \
                 all(not t.is_ptr() and t != tensormap for t in arg_types[base + 1:i]):
@@ -113,13 +113,14 @@ def make_launcher(kernel, arg_types, num_warps: int, shared: int, name: str, tma
         raise ValueError(f"kernel {name}: num_warps must be an int from 1 to 32, not {num_warps!r:.40}")
     if type(shared) is not int or not 0 <= shared < 1 << 31:
         raise ValueError(f"kernel {name}: shared memory must be a non-negative int, not {shared!r:.40}")
-    slots, pointer_args, fills = [], [], {}
+    slots, pointer_args, fills, bases = [], [], {}, {}  # bases: a host map's index -> its descriptor's base
     tma_boxes = tma_boxes or {}
     for i, t in enumerate(arg_types):
         if t == tensormap:
             slots.append((ctypes.c_ubyte * NBYTES)())
             if i in tma_boxes:
-                if _descriptor_base(arg_types, i) is None:
+                bases[i] = _descriptor_base(arg_types, i)
+                if bases[i] is None:
                     raise ValueError(f"kernel {name}: argument {i} is a TMA map without its descriptor's pieces")
                 fills[i] = encoder(tma_boxes[i])
         elif t.is_ptr():
@@ -168,8 +169,7 @@ def make_launcher(kernel, arg_types, num_warps: int, shared: int, name: str, tma
                f"    s{i}.value = a{i}" for i, t in enumerate(arg_types) if i not in pointer_args and t != tensormap]
     # a map reads the address its descriptor's base slot holds (the first of its pieces: base, its
     # sizes, its strides, map), filled above from whatever array the caller passed
-    scalars += [f"    fill{i}(s{i}, s{_descriptor_base(arg_types, i)}.value, a{i})"
-                for i in fills if i < len(arg_types)]
+    scalars += [f"    fill{i}(s{i}, s{bases[i]}.value, a{i})" for i in fills if i < len(arg_types)]
     # derived maps only for a launch that runs: an empty grid's sizes may make no map
     derived_fills = [f"    fill{i}(s{i}, " + ", ".join(f"s{j}.value" for j in entry[2]) + ")"
                      for i, entry in enumerate(derived, len(arg_types)) if entry[0] == "map"]

@@ -8,8 +8,10 @@ Out-of-bounds elements of a box read as zero, as the descriptor's padding="zero"
 """
 from __future__ import annotations
 
+from kiln.ir.ops import LEAD_DIMS_MAX
+
 NBYTES = 128
-MAX_RANK = 5  # a map's dims: a 2-D box of a descriptor of up to 5 (kiln.ir.ops LEAD_DIMS_MAX)
+MAX_RANK = 2 + LEAD_DIMS_MAX  # a map's dims: a 2-D box of a descriptor of up to this many
 _CACHE_LIMIT = 256
 
 
