@@ -7,6 +7,7 @@ consumes the module it links.
 """
 from __future__ import annotations
 
+import collections
 import functools
 import hashlib
 import json
@@ -162,10 +163,32 @@ def for_emission(mod: llvm.ModuleRef) -> tuple[llvm.ModuleRef, str]:
     return llvm.parse_assembly(text), text
 
 
-def emit_ptx(mod: llvm.ModuleRef, target: Target) -> str:
+def emit_ptx(mod: llvm.ModuleRef, target: Target, text: str | None = None) -> str:
+    """PTX of `mod` (`text`: its text, where the caller has it)."""
     # At LLVM's default codegen level (opt=2), not the aggressive one: there NVPTX runs GVN twice more
     # on IR that O3 already went through (39 of 144 ms of the 128x256 matmul's emission, session 43),
     # where the default runs EarlyCSE: that emission 174 -> 124 ms CPU. The PTX of every bench kernel
     # and of 966 of the corpus's 970 builds is the same byte for byte; four scalar loops of the language
     # tests differ in register numbering and the order of a few instructions.
-    return _target_machine(target, opt=2).emit_assembly(mod)
+    opt = 0 if slsr_quadratic(str(mod) if text is None else text) else 2
+    return _target_machine(target, opt=opt).emit_assembly(mod)
+
+
+# LLVM 22's straight-line strength reduction, one of the IR passes NVPTX's code generator runs at every
+# level but None, looks for each add's, multiply's and GEP's basis among all the earlier ones of its key,
+# without a bound: quadratic in the elements a thread's unrolled code handles. Its pairs are counted here
+# as the sum over base pointers of the square of the GEPs by a variable off each: a 1-warp strided copy at
+# 128 elements a thread 7,946 (its emission 0.08 s), at 512 64,548 (0.55 s), at 1,024 260,132 (2.0 s);
+# triton_kernels' 1-warp 16x256x128 fp8 matmul with unaligned strides (a 128x256 tile loaded element by
+# element) 1,092,015: 27 of its 27.4 s of emission. The corpus's and bench's kernels: 6,171 at most (the
+# slowest emits in 0.1 s). Past SLSR_PAIRS, the level None: that matmul emits in 0.2 s, its PTX twice as
+# long, and ptxas builds it in 10.7 s, not 16.7 (66,664 bytes of spills, not 59,046).
+SLSR_PAIRS = 100_000
+# (a GEP by a constant folds into the address: no candidate)
+_GEP_BASE = re.compile(r"= getelementptr (?:inbounds |nuw |nusw )*[^,]+, ptr(?: addrspace\(\d+\))? (%[\w.]+), i\d+ %")
+
+
+def slsr_quadratic(text: str) -> bool:
+    """Would LLVM's straight-line strength reduction take quadratic time on the module `text`?"""
+    counts = collections.Counter(_GEP_BASE.findall(text))
+    return sum(n * n for n in counts.values()) > SLSR_PAIRS

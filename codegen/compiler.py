@@ -370,7 +370,7 @@ def _compile(fn, target: str, options: dict | None, check: bool, link: bool, cou
     mod = backend.optimize(llir, tgt, fn.name, fp_fusion=bool(opts.get("enable_fp_fusion", 1)))
     mod, llir = backend.for_emission(mod)
     started = _stage_done("llvm", started)
-    ptx = backend.emit_ptx(mod, tgt)
+    ptx = backend.emit_ptx(mod, tgt, llir)
     started = _stage_done("ptx", started)
     cubin, n_regs, n_spills = b"", 0, 0
 
