@@ -13,10 +13,11 @@ test suite launches, on a machine without a GPU (a static check of parity: occup
 
 `record` runs pytest in a child under the drop-in's interpreter (`KILN_DROPIN=1 TRITON_INTERPRET=1`) with
 this file's plugin: each specialization a launch compiles is written down (its block IR, options, and the
-arguments it was specialized on: dtypes, shapes, strides, alignment, scalar values) and the launch itself
+arguments it was specialized on: dtypes, shapes, strides, alignment, scalar values, host TensorDescriptors
+over such a tensor) and the launch itself
 does nothing, so a suite's numerics fail and every kernel it reaches is still built, in seconds. `triton`
-rebuilds each from its Python source (`module`, `qualname`) with tensors of those dtypes, shapes and
-alignments, under a driver that names sm_90a (Triton 3.6 compiles without a GPU that way); registers,
+rebuilds each from its Python source (`module`, `qualname`) with tensors (and descriptors over them) of
+those dtypes, shapes and alignments, under a driver that names sm_90a (Triton 3.6 compiles without a GPU that way); registers,
 stack and shared memory come from the cubin (`cuobjdump --dump-resource-usage`, the wheel's own).
 Each build runs in a forked child with a time limit, so a crash or a hang is one row.
 """
@@ -53,6 +54,9 @@ def _describe(v):
         return {"dtype": str(v)}
     if hasattr(v, "value"):  # a constexpr
         return _describe(v.value)
+    if type(v).__name__ == "TensorDescriptor" and hasattr(v, "block_shape"):  # a host descriptor
+        return {"descriptor": {"base": _describe(v.base), "shape": list(v.shape), "strides": list(v.strides),
+                               "block_shape": list(v.block_shape), "padding": getattr(v, "padding", "zero")}}
     return {"unknown": type(v).__name__}
 
 
@@ -180,6 +184,11 @@ def _rebuilt(d, torch):
     if "dtype" in d:
         import triton.language as tl
         return tl.dtype(d["dtype"])
+    if "descriptor" in d:  # over a stand-in of its base tensor
+        from triton.tools.tensor_descriptor import TensorDescriptor
+        desc = d["descriptor"]
+        return TensorDescriptor(_rebuilt(desc["base"], torch), desc["shape"], desc["strides"], desc["block_shape"],
+                                padding=desc["padding"])
     raise ValueError(f"no stand-in for {d}")
 
 

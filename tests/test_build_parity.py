@@ -2,6 +2,7 @@
 (built, not run), each specialization built by kiln for sm_90a, and the report's comparison of CTAs per
 SM. Triton's side needs a Python where `import triton` is Triton: not here."""
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -56,3 +57,53 @@ def test_a_suites_launches_are_recorded_built_and_compared(tmp_path):
     table = load("build_parity").report(str(ours), str(theirs))
     assert table.startswith("2 builds compared: kiln's holds fewer CTAs per SM than Triton's in 0, as many in 1, "
                             "more in 1")
+
+
+DESCRIPTOR_SUITE = '''
+import torch
+import triton
+import triton.language as tl
+from triton.tools.tensor_descriptor import TensorDescriptor
+
+
+@triton.jit
+def copy_tile(x_desc, out_ptr, BLOCK: tl.constexpr):
+    tile = x_desc.load([0, 0])
+    offs = tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs[:, None] * BLOCK + offs[None, :], tile)
+
+
+def test_copy():
+    x = torch.arange(64 * 48, dtype=torch.float16).reshape(64, 48)
+    out = torch.empty(32, 32, dtype=torch.float16)
+    copy_tile[(1,)](TensorDescriptor(x, [64, 40], [48, 1], [32, 32]), out, BLOCK=32)
+'''
+
+REBUILD = '''
+import json, sys
+sys.path.insert(0, {scripts!r})
+import torch
+import build_parity
+from triton.tools.tensor_descriptor import TensorDescriptor
+desc = build_parity._rebuilt(json.loads(sys.argv[1]), torch)
+assert isinstance(desc, TensorDescriptor), type(desc)
+assert (desc.shape, desc.strides, desc.block_shape) == ([64, 40], [48, 1], [32, 32]), desc
+assert (desc.base.dtype, tuple(desc.base.shape), desc.base.stride()) == (torch.float16, (64, 48), (48, 1))
+print("rebuilt")
+'''
+
+
+def test_a_host_descriptor_argument_is_recorded_and_rebuilt(tmp_path):
+    (tmp_path / "test_suite.py").write_text(textwrap.dedent(DESCRIPTOR_SUITE))
+    specs = tmp_path / "specs.jsonl"
+    out = subprocess.run([sys.executable, str(SCRIPT), "record", "--out", str(specs), "--",
+                          str(tmp_path / "test_suite.py")], capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert "1 specializations recorded" in out.stdout, out.stdout + out.stderr
+    arg = json.loads(specs.read_text())["call"]["args"]["x_desc"]
+    assert arg == {"descriptor": {"base": {"tensor": "torch.float16", "shape": [64, 48], "stride": [48, 1],
+                                           "align16": True},
+                                  "shape": [64, 40], "strides": [48, 1], "block_shape": [32, 32], "padding": "zero"}}
+    # rebuilt over a stand-in base, in a Python where `triton` answers (here the drop-in's)
+    rebuilt = subprocess.run([sys.executable, "-c", REBUILD.format(scripts=str(SCRIPTS)), json.dumps(arg)],
+                             capture_output=True, text=True, timeout=300, env={**os.environ, "KILN_DROPIN": "1"})
+    assert rebuilt.stdout.strip() == "rebuilt", rebuilt.stdout + rebuilt.stderr
