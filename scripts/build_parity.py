@@ -14,11 +14,11 @@ test suite launches, on a machine without a GPU (a static check of parity: occup
 `record` runs pytest in a child under the drop-in's interpreter (`KILN_DROPIN=1 TRITON_INTERPRET=1`) with
 this file's plugin: each specialization a launch compiles is written down (its block IR, options, and the
 arguments it was specialized on: dtypes, shapes, strides, alignment, scalar values, host TensorDescriptors
-over such a tensor) and the launch itself
-does nothing, so a suite's numerics fail and every kernel it reaches is still built, in seconds. `triton`
-rebuilds each from its Python source (`module`, `qualname`) with tensors (and descriptors over them) of
-those dtypes, shapes and alignments, under a driver that names sm_90a (Triton 3.6 compiles without a GPU that way); registers,
-stack and shared memory come from the cubin (`cuobjdump --dump-resource-usage`, the wheel's own).
+over such a tensor) and the launch itself does nothing, so a suite's numerics fail and every kernel it
+reaches is still built, in seconds. `triton` rebuilds each from its Python source (`module`, `qualname`)
+with tensors (and descriptors over them) of those dtypes, shapes and alignments, under a driver that names
+sm_90a (Triton 3.6 compiles without a GPU that way); registers, stack and shared memory come from the cubin
+(`cuobjdump --dump-resource-usage`, the wheel's own).
 Each build runs in a forked child with a time limit, so a crash or a hang is one row.
 """
 from __future__ import annotations
