@@ -353,8 +353,16 @@ class _Assigner:
                 continue
             # operands that are cheap to recompute take any layout: only the others vote
             pref = self.prefer_for(r)
-            costly = [self.of(v) for v in op.operands if isinstance(v.type, block_type) and v not in self.cheap
+            costly = [v for v in op.operands if isinstance(v.type, block_type) and v not in self.cheap
                       and v.type.shape == r.type.shape and self.of(v)]
+            # in a dot's operand, a block broadcast from a much smaller one votes only where nothing else does:
+            # beside a computed block its source is what moves (`_broadcasts_read_elsewhere`), a fraction of
+            # the block (a mx dequantization's 4x32x256 factors from 4x256 scales: 128 KB through shared memory
+            # each iteration). Not elsewhere: triton_kernels' mx upcast, stored, converted its tile in 16 KB
+            # at 64 registers, as Triton's does, and this way took none and 118 registers.
+            if len(costly) > 1 and self.only_dot_operand(r, through=BETWEEN_DOT_OPERANDS | {"reshape"}):
+                costly = [v for v in costly if not _grown_broadcast(v)] or costly
+            costly = [self.of(v) for v in costly]
             self.set(r, pref if pref in costly or not costly else costly[0])
 
     def op_inline_asm(self, op):
@@ -487,6 +495,13 @@ class _Assigner:
         pref = self.prefer_for(r)
         beside = self.read_back_beside(r, self.users)  # (a tile read back that it scales: its layout, not a dot's
         pref = beside if beside is not None else pref  # of the same shape, which would convert the tile)
+        want = self.wanted.get(r)
+        if want is not None and _grown_broadcast(r) and max(want.size_per_thread) > 1:
+            # pointers a memory op reads in pieces of several elements, from a column of row pointers (rows
+            # gathered or scheduled: not index math): the column moves, not a 128x128 pointer tile each
+            # iteration (triton_kernels' ragged matmul; that conversion's 128 KB also kept its rings out)
+            self.set(r, want)
+            return
         self.set(r, pref if src is None or same_distribution(src, pref, tuple(op.operands[0].type.shape), self.num_warps) else src)
 
     def op_reshape(self, op):
@@ -650,6 +665,12 @@ BROADCAST_GROWTH = 8
 BROADCAST_CHAIN = 4
 
 
+def _grown_broadcast(v) -> bool:
+    """Is `v` a broadcast's result at least BROADCAST_GROWTH times its source's elements?"""
+    op = v.defining_op
+    return op is not None and op.name == "broadcast" and v.type.numel >= BROADCAST_GROWTH * op.operands[0].type.numel
+
+
 def _broadcasts_read_elsewhere(fn, ctx, assigner) -> dict:
     """Broadcast results (growing BROADCAST_GROWTH-fold or more, not index math) that an elementwise
     user reads in another layout -> that layout. The user may be a few elementwise ops on: where a
@@ -661,7 +682,7 @@ def _broadcasts_read_elsewhere(fn, ctx, assigner) -> dict:
         if op.name != "broadcast" or op.operands[0].defining_op is None:
             continue
         r = op.results[0]
-        if r in assigner.cheap or r.type.numel < BROADCAST_GROWTH * op.operands[0].type.numel:
+        if r in assigner.cheap or not _grown_broadcast(r):
             continue  # index math converts for nothing (recomputed in the new layout)
         want = _read_elsewhere(ctx, assigner, r, r.type.shape, BROADCAST_CHAIN)
         if want is not None:
