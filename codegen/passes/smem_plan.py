@@ -242,7 +242,7 @@ def _staged_tile(t, role, instr_extent, inner=None):
     return shared_type(elem, t.shape, swizzle, (1, 0)) if swizzle >= 32 else None
 
 
-def _fetched_loads(dots, body, ring_loads, ctx, fetch_regs, staged_vectors=False):
+def _fetched_loads(dots, body, ring_loads, ctx, fetch_regs, staged_vectors=False, staged_tiles=True):
     """The loads in the body that staged operands (a dequantized B's raw weights and scales) or,
     with `fetch_regs` (wgmma's), register A operands (`(a * s).to(fp16)`) are computed from and
     that a cp.async ring can copy ahead too: {id: (load, tile)}. The body then reads them from
@@ -258,7 +258,8 @@ def _fetched_loads(dots, body, ring_loads, ctx, fetch_regs, staged_vectors=False
     (the chunk's last gate), in a tile of one: carried, loaded at the top of iteration i for i + 1, it
     arrived behind the ring copies in flight (one SM's requests, in order), and the register
     move that carries it waited for it at the end of the iteration: 11% of fla's fwd_h's warp stalls
-    on an H100 (ncu, 2026-12-05), where Triton copies it into a ring too."""
+    on an H100 (ncu, 2026-12-05), where Triton copies it into a ring too. Without `staged_tiles` a staged
+    operand's tiles (not its vectors and scalars) are left out: loaded in the iteration."""
     found, seen = {}, set()
     # (value, read in a dot's fragment layout, met a dot's result of its shape on the way: fla's `v - w @ h`,
     # the load then read in the accumulator's layout, pairs of elements along eight rows at a time)
@@ -273,8 +274,10 @@ def _fetched_loads(dots, body, ring_loads, ctx, fetch_regs, staged_vectors=False
         if op.name == "load":
             if _scalar_or_vector(op):
                 tile = _small_tile(op, ctx) if fragment or staged_vectors else None
+            elif fragment:
+                tile = _fetch_tile(op, ctx, swizzled=True) if fetch_regs else None
             else:
-                tile = _fetch_tile(op, ctx, swizzled=fragment or beside_acc) if fetch_regs or not fragment else None
+                tile = _fetch_tile(op, ctx, swizzled=beside_acc) if staged_tiles else None
             if id(op) not in ring_loads and tile is not None and (id(op) not in found or fragment or beside_acc):
                 found[id(op)] = (op, tile)
         elif op.name != "dot":  # a dot's operands are its own business
@@ -590,11 +593,14 @@ def plan_loop(loop, stages, fn, ctx, kind, in_registers=frozenset()):
         rings.append(Copy(load, shared_type(scalar_of(t), t.shape, swizzles[key], (inner, 1 - inner)), *cones[key],
                           _prefix_copy(load, inner, ctx)))
     # a register A's loads fetched too where the rings then fit (a warp-specialized loop's reserve may
-    # leave room for the dot's own rings only); else loaded in the iteration, as before
-    for fetch_regs in ((True, False) if kind == "wgmma" else (False,)):
+    # leave room for the dot's own rings only); else loaded in the iteration, as before; and last, a staged
+    # operand's tiles loaded in the iteration too, not the dot left to mma.sync (triton_kernels' bf16 x fp8
+    # matmul with mx scales, 128x256x128: its fp8 weights' 32 KB a stage did not fit beside the dequantized
+    # B's two 64 KB slots; on mma.sync it spilled 2,380 bytes, on wgmma none)
+    for fetch_regs, staged_tiles in ((True, True), (False, True), (False, False)) if kind == "wgmma" else ((False, True),):
         fetched = {}
         all_rings = list(rings)
-        for key, (load, tile) in _fetched_loads(dots, body, loads, ctx, fetch_regs, storing).items():
+        for key, (load, tile) in _fetched_loads(dots, body, loads, ctx, fetch_regs, storing, staged_tiles).items():
             cone = address_cone(load, load_address(load), body)
             if cone is not None:
                 fetched[key] = load
