@@ -33,12 +33,18 @@ def test_scale():
 
 
 
-def test_a_suites_launches_are_recorded_built_and_compared(tmp_path):
-    (tmp_path / "test_suite.py").write_text(textwrap.dedent(SUITE))
-    specs, ours = tmp_path / "specs.jsonl", tmp_path / "kiln.jsonl"
+def _recorded(tmp_path, suite: str, count: int):
+    """The file `record` writes for the test file `suite` (checked to hold `count` specializations)."""
+    (tmp_path / "test_suite.py").write_text(textwrap.dedent(suite))
+    specs = tmp_path / "specs.jsonl"
     out = subprocess.run([sys.executable, str(SCRIPT), "record", "--out", str(specs), "--",
                           str(tmp_path / "test_suite.py")], capture_output=True, text=True, cwd=tmp_path, timeout=300)
-    assert "2 specializations recorded" in out.stdout, out.stdout + out.stderr
+    assert f"{count} specializations recorded" in out.stdout, out.stdout + out.stderr
+    return specs
+
+
+def test_a_suites_launches_are_recorded_built_and_compared(tmp_path):
+    specs, ours = _recorded(tmp_path, SUITE, 2), tmp_path / "kiln.jsonl"
     recs = [json.loads(line) for line in specs.read_text().splitlines()]
     assert {r["call"]["args"]["x_ptr"]["tensor"] for r in recs} == {"torch.float16", "torch.float32"}
     assert all(r["call"]["qualname"] == "scale_rows" and "kernel @scale_rows" in r["kir"] for r in recs)
@@ -94,12 +100,7 @@ print("rebuilt")
 
 
 def test_a_host_descriptor_argument_is_recorded_and_rebuilt(tmp_path):
-    (tmp_path / "test_suite.py").write_text(textwrap.dedent(DESCRIPTOR_SUITE))
-    specs = tmp_path / "specs.jsonl"
-    out = subprocess.run([sys.executable, str(SCRIPT), "record", "--out", str(specs), "--",
-                          str(tmp_path / "test_suite.py")], capture_output=True, text=True, cwd=tmp_path, timeout=300)
-    assert "1 specializations recorded" in out.stdout, out.stdout + out.stderr
-    arg = json.loads(specs.read_text())["call"]["args"]["x_desc"]
+    arg = json.loads(_recorded(tmp_path, DESCRIPTOR_SUITE, 1).read_text())["call"]["args"]["x_desc"]
     assert arg == {"descriptor": {"base": {"tensor": "torch.float16", "shape": [64, 48], "stride": [48, 1],
                                            "align16": True},
                                   "shape": [64, 40], "strides": [48, 1], "block_shape": [32, 32], "padding": "zero"}}
