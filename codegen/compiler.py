@@ -147,6 +147,27 @@ def _widened(fn, target: str, opts: dict, check: bool, link: bool, counts: dict)
     return wide
 
 
+def _staging_dropped_first(fn, target: str, options, check: bool, link: bool, counts: dict, tgt, opts: dict,
+                           shared: int, facts: dict):
+    """The kernel built without its dots' own staging buffers, before the build with them is linked, where
+    that one's shared memory alone holds fewer CTAs per SM than the plain build would at the most registers a
+    thread takes (so the comparison after the link would keep the plain build): a 1-warp fp8 matmul of
+    triton_kernels staged 72 KB twice over (one CTA per SM, the plain build three) and was built twice, 25 s.
+    Gives (that build, whether it holds more threads an SM than the staged build could: then it is the kernel;
+    else the comparison reuses it), or (None, False). Below 4 warps only, where no 8-warp build is tried
+    (`_widenable`)."""
+    staging = facts["staging"]
+    if not (link and staging and opts["num_warps"] < 4 and facts["warps"] == opts["num_warps"]
+            and not facts["company"]):
+        return None, False
+    threads, cap = 32 * opts["num_warps"], tgt.capability
+    bound = occupancy.ctas_by_shared(shared, cap) * threads  # the staged build's threads an SM, at best
+    if occupancy.ctas_per_sm(occupancy.MAX_REGISTERS, threads, shared - staging, cap) * threads <= bound:
+        return None, False
+    plain = _compile(_without(fn, "dot_staging"), target, options, check, link, counts)
+    return plain, _resident_threads(plain, tgt) > bound
+
+
 def _choose_variant(work, reserve: int, overlap: bool) -> None:
     """Mark on the kernel which variant its passes build (kiln.codegen.pipeline): the shared memory
     its rings leave free, and whether a persistent GEMM keeps them live through its epilogue."""
@@ -365,6 +386,9 @@ def _compile(fn, target: str, options: dict | None, check: bool, link: bool, cou
         return _compile(fn, target, options, check, link, counts, may_widen=False)
     warps = facts["warps"]  # a warp-specialized kernel fixes its registers itself (setmaxnreg): no cap search
     started = _stage_done("lower", started)
+    plain_first, ahead = _staging_dropped_first(fn, target, options, check, link, counts, tgt, opts, shared, facts)
+    if ahead:
+        return plain_first
     if any("global_scratch" in a for a in arg_layout):  # tensormap.replace came with PTX ISA 8.3
         tgt = dataclasses.replace(tgt, ptx_version=max(tgt.ptx_version, 83))
     mod = backend.optimize(llir, tgt, fn.name, fp_fusion=bool(opts.get("enable_fp_fusion", 1)))
@@ -426,7 +450,7 @@ def _compile(fn, target: str, options: dict | None, check: bool, link: bool, cou
         if facts["staging"] and \
                 held < occupancy.ctas_per_sm(n_regs, threads, shared - facts["staging"], tgt.capability):
             # the dots' buffers of their own may cost a CTA per SM: each dot staging in the scratch area
-            plain = _compile(_without(fn, "dot_staging"), target, options, check, link, counts)
+            plain = plain_first or _compile(_without(fn, "dot_staging"), target, options, check, link, counts)
             # more threads a SM, or as many and fewer spills (the plain build may come widened: _widened)
             if (_resident_threads(plain, tgt), -plain.n_spills) > (held * threads, -n_spills):
                 return plain

@@ -120,6 +120,19 @@ def test_dot_buffers_that_cost_a_cta_per_sm_give_way_to_the_scratch_area():
     assert built.metadata["shared"] < 20000 and _ctas(built) > ctas_by_shared(planned.metadata["shared"], 90)
 
 
+def test_a_staged_build_that_cannot_hold_as_many_threads_is_never_linked():
+    """Its shared memory alone holds two CTAs of 64 threads an SM; the build without the buffers holds more at
+    any register count: that one is built first and is the kernel, the staged one lowered and never linked
+    (kiln.codegen.compiler._staging_dropped_first; a 1-warp fp8 matmul of triton_kernels built 25 s, 12 s since)."""
+    kir = _four_dot_ir(2)
+    built = compile_ir(parse_function(kir), "sm_90a", {"num_warps": 2, "num_stages": 1})
+    plain = parse_function(kir)
+    plain.attrs["dot_staging"] = 0
+    alone = compile_ir(plain, "sm_90a", {"num_warps": 2, "num_stages": 1})
+    assert built.ptx == alone.ptx and built.metadata["links"] == alone.metadata["links"]
+    assert built.metadata["lowerings"] == alone.metadata["lowerings"] + 1
+
+
 def test_a_build_without_the_buffers_widened_to_8_warps_counts_its_threads(monkeypatch):
     """The build without the dots' buffers may come back widened to 8 warps (it spilled on 4: fla's
     chunk_fwd_mesa_cg_dim64_kernel at one stage). One CTA of 256 threads holds more of the SM than two
