@@ -687,8 +687,8 @@ def _check_tensormap_create(op):
         return "the first operand is the global scratch (a scalar int8 pointer)"
     if not isinstance(base.type, pointer_type) or _shape(base.type):
         return "the base is a scalar pointer"
-    if len(sizes) != 3 or any(s.type != int32 for s in sizes):
-        return "tensormap_create takes the inner extent, outer extent and outer stride as int32 scalars"
+    if len(sizes) != 3 or any(s.type != int32 for s in sizes[:2]) or sizes[2].type not in (int32, int64):
+        return "tensormap_create takes the inner and outer extents as int32 scalars, the outer stride as an int32 or int64"
     if op.results[0].type != tensormap:
         return "tensormap_create makes a tensormap"
     box = op.attrs.get("box")

@@ -1051,13 +1051,30 @@ def _descriptor_of_loaded_pointer(q_ptr, k_ptrs, k_strides, out_ptr, n_rows, n_c
 
 def test_a_device_descriptor_promises_an_aligned_base_and_strides():
     """TMA needs a 16-byte aligned base and strides of 16-byte multiples (Triton documents it):
-    the pointer loads standing in for a device-side descriptor are 16-byte runs, so its loop
-    runs on cp.async rings and wgmma even where base and stride come from memory."""
+    the descriptor's promise lets its loop run on a TMA ring (a map the kernel makes, its int64
+    row stride read from memory) and wgmma even where base and stride come from memory."""
     x, p = np.zeros((64, 64), np.float16), np.zeros(1, np.int64)
     k = _descriptor_of_loaded_pointer.warmup(x, p, p, x, 4096, 4096, D=64, BM=128, BN=64, num_warps=4,
                                              num_stages=3, grid=(1,), target="sm_90a")
     ptx = k.asm["ptx"]
-    assert "cp.async.cg.shared.global" in ptx and "wgmma.mma_async" in ptx and "ld.local" not in ptx
+    assert "tensormap.replace" in ptx and "cp.async.bulk.tensor.2d.shared::cluster.global" in ptx
+    assert "wgmma.mma_async" in ptx and "ld.local" not in ptx
+
+
+@pytest.mark.gpu
+def test_a_device_descriptor_of_a_loaded_base_and_stride_matches_torch_on_the_gpu(hopper_torch):
+    torch = hopper_torch
+    n_ctx, BM, BN, D = 256, 128, 64, 64
+    q = torch.randn(BM, D, device="cuda").half()
+    rows = torch.randn(n_ctx, D + 8, device="cuda").half()  # rows 72 elements apart: 144 bytes
+    keys = rows[:, :D]
+    out = torch.zeros(BM, BN, device="cuda")
+    k_ptrs = torch.tensor([keys.data_ptr()], device="cuda", dtype=torch.int64)
+    k_strides = torch.tensor([keys.stride(0)], device="cuda", dtype=torch.int64)
+    _descriptor_of_loaded_pointer[(1,)](q, k_ptrs, k_strides, out, n_ctx, n_ctx, D=D, BM=BM, BN=BN, num_warps=4,
+                                        num_stages=3)
+    want = sum(q.float() @ keys[s:s + BN].float().T for s in range(0, n_ctx, BN))
+    torch.testing.assert_close(out, want, rtol=1e-2, atol=1e-2)
 
 
 def _passed(kernel_ir, warps=8):

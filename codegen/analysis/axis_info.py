@@ -224,6 +224,10 @@ def _cast(an, op, a):
     src, dst = scalar_of(op.operands[0].type), scalar_of(op.results[0].type)
     if src.is_int() and dst.is_int() and not dst.is_bool() and dst.primitive_bitwidth >= src.primitive_bitwidth:
         return a
+    if src.is_int() and dst.is_int() and not dst.is_bool():
+        # a narrowing cast keeps the low bits: a multiple of 2^k stays one (k below the width), runs may wrap
+        cap = 1 << (dst.primitive_bitwidth - 1)
+        return AxisInfo((1,) * a.rank, tuple(min(d, cap) for d in a.divisibility), a.constancy)
     return AxisInfo((1,) * a.rank, (1,) * a.rank, a.constancy)
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import llvmlite.ir as ir
 
-from kiln.ir.types import tensormap
+from kiln.ir.types import int64, tensormap
 
 from .types import GENERIC_PTR, I32, I64
 from .wgmma import _asm
@@ -136,7 +136,9 @@ def _tensormap_create(lw, op):
                                           b.add(lw.sreg("ctaid.y"), b.mul(lw.sreg("nctaid.y"), lw.sreg("ctaid.z")))))
     slot = b.add(b.mul(b.zext(cta, I64), ir.Constant(I64, lw.map_slots[0])), ir.Constant(I64, lw.map_slots[1][op]))
     address = b.add(b.ptrtoint(lw.scalar(scratch), I64), b.mul(slot, ir.Constant(I64, tensormap.NBYTES)))
-    row_bytes = b.mul(b.sext(lw.scalar(stride), I64), ir.Constant(I64, elem.itemsize))
+    rows_apart = lw.scalar(stride)
+    rows_apart = rows_apart if stride.type == int64 else b.sext(rows_apart, I64)
+    row_bytes = b.mul(rows_apart, ir.Constant(I64, elem.itemsize))
     # a map is 128-byte aligned: the 128 bytes of these 256 that start at a multiple of 128
     staged = b.and_(b.add(b.ptrtoint(lw.smem(2 * tensormap.NBYTES), I32), lw.i32(127)), lw.i32(-128))
     elemtype = _ELEMTYPE.get(elem.name, _RAW_ELEMTYPE.get(elem.itemsize))

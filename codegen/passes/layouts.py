@@ -355,12 +355,11 @@ class _Assigner:
             pref = self.prefer_for(r)
             costly = [v for v in op.operands if isinstance(v.type, block_type) and v not in self.cheap
                       and v.type.shape == r.type.shape and self.of(v)]
-            # in a dot's operand, a block broadcast from a much smaller one votes only where nothing else does:
-            # beside a computed block its source is what moves (`_broadcasts_read_elsewhere`), a fraction of
-            # the block (a mx dequantization's 4x32x256 factors from 4x256 scales: 128 KB through shared memory
-            # each iteration). Not elsewhere: triton_kernels' mx upcast, stored, converted its tile in 16 KB
-            # at 64 registers, as Triton's does, and this way took none and 118 registers.
-            if len(costly) > 1 and self.only_dot_operand(r, through=BETWEEN_DOT_OPERANDS | {"reshape"}):
+            # a block broadcast from a much smaller one votes only where nothing else does: beside a computed
+            # block its source is what moves (`_broadcasts_read_elsewhere`), a fraction of the block (a mx
+            # dequantization's 4x32x256 factors from 4x256 scales: 128 KB through shared memory each iteration;
+            # triton_kernels' mx upcast, a 64x4x32 fp32 tile for its scales' 64x4: 36 KB, then TMA-stored)
+            if len(costly) > 1:
                 costly = [v for v in costly if not _grown_broadcast(v)] or costly
             costly = [self.of(v) for v in costly]
             self.set(r, pref if pref in costly or not costly else costly[0])

@@ -15,7 +15,8 @@ pointer load back everywhere else and drops the argument.
 
 What is proved, with the index forms of kiln.codegen.passes.affine (`iter` = the loop's
 iteration count, `idx_d` = the element's index along dim d):
-  address   base + X_1 + s * X_0: base a 16-byte aligned pointer, s an int32 whose byte
+  address   base + X_1 + s * X_0: base a 16-byte aligned pointer, s an int32 or int64 (a host
+            TensorDescriptor's strides are int64 arguments) whose byte
             stride is a multiple of 16 (an argument's specialization says so, or, for
             values that are no arguments, a `multiple_of` hint: what a descriptor
             promises), both loop-invariant, X_1 the contiguous dim;
@@ -53,8 +54,9 @@ from __future__ import annotations
 import math
 
 from kiln.ir.core import Block, Function, Operation
-from kiln.ir.types import block_type, int8, int32, pointer_type, tensormap
+from kiln.ir.types import block_type, int8, int32, int64, pointer_type, tensormap
 
+from ..analysis.axis_info import AxisAnalysis
 from . import affine
 from .rewrite import const_int, insert_ops, is_transpose, loop_trips, replace_uses
 from .smem_plan import enabled as pipelines
@@ -288,8 +290,12 @@ def from_arguments(fn, base, stride, extents) -> bool:
 def hinted_divisors(fn) -> dict:
     """value -> the largest divisor a `multiple_of` hint gives it (through widening int
     casts and other hints: the same integer): how the alignment of a base or stride that
-    is no argument is known (tl.make_tensor_descriptor hints its base and strides)."""
-    found: dict = {}
+    is no argument is known (tl.make_tensor_descriptor hints its base and strides). Scalar
+    integers also take what the axis analysis proves of them (a host descriptor's column
+    start `(pid * 128).to(tl.int32)`)."""
+    axis = AxisAnalysis(fn)
+    found: dict = {r: axis.get(r).divisibility[0] for op in fn.walk() for r in op.results
+                   if not _shaped(r) and getattr(r.type, "is_int", lambda: False)() and axis.get(r).divisibility[0] > 1}
     for op in fn.walk():
         if op.name != "multiple_of" or op.operands[0].type != op.results[0].type or _shaped(op.results[0]):
             continue
@@ -473,7 +479,7 @@ def split_strided(poly, fn, base, forms, divisors):
     if len(rest) != 1 or rest[0][0] != "v" or poly[m_out] != 1:
         return None
     stride = forms.values[rest[0][1]]
-    if stride.type != int32 or (_divisor(stride, fn, divisors) * itemsize) % 16:
+    if stride.type not in (int32, int64) or (_divisor(stride, fn, divisors) * itemsize) % 16:
         return None
     s = rest[0]
 

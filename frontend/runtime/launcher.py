@@ -148,8 +148,10 @@ def make_launcher(kernel, arg_types, num_warps: int, shared: int, name: str, tma
             continue
         box, (base, inner, outer, stride) = what
         if not (max(base, inner, outer, stride) < len(arg_types) and arg_types[base].is_ptr()
-                and all(arg_types[j].name == "int32" for j in (inner, outer, stride))):
-            raise ValueError(f"kernel {name}: a derived TMA map's arguments are not a pointer and three int32s")
+                and all(arg_types[j].name == "int32" for j in (inner, outer))
+                and arg_types[stride].name in ("int32", "int64")):  # a host descriptor's strides are int64
+            raise ValueError(f"kernel {name}: a derived TMA map's arguments are not a pointer, two int32 extents "
+                             f"and an int32 or int64 stride")
         fills[len(slots)] = derived_encoder(box, arg_types[base].element_ty)
         slots.append((ctypes.c_ubyte * NBYTES)())
     if grid_slots and (sorted(grid_slots.values()) != [0, 1, 2] or not resident or resident < 1):
@@ -173,8 +175,9 @@ def make_launcher(kernel, arg_types, num_warps: int, shared: int, name: str, tma
     # derived maps only for a launch that runs: an empty grid's sizes may make no map
     derived_fills = [f"    fill{i}(s{i}, " + ", ".join(f"s{j}.value" for j in entry[2]) + ")"
                      for i, entry in enumerate(derived, len(arg_types)) if entry[0] == "map"]
-    if any(type(i) is not int or not 0 <= i < len(arg_types) or arg_types[i].name != "int32" for i in map_strides):
-        raise ValueError(f"kernel {name}: a TMA map's row stride to check is no int32 argument of its own")
+    if any(type(i) is not int or not 0 <= i < len(arg_types) or arg_types[i].name not in ("int32", "int64")
+           for i in map_strides):
+        raise ValueError(f"kernel {name}: a TMA map's row stride to check is no integer argument of its own")
     checks = [line for i in map_strides
               for line in (f"    if a{i} <= 0:", f"        raise unusable(f'a row stride of {{a{i}}} for a TMA map')")]
     derived_fills = checks + derived_fills
