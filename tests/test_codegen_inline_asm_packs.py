@@ -3,6 +3,8 @@ As in Triton, the asm runs in its operand's layout, so for a tile loaded from me
 elements in a row along the contiguous dim (the bytes of one 32-bit word), even where the tile's other
 uses (here a store in another order) would prefer another layout: triton_kernels' mxfp4 weights, whose
 asm untwiddles the bits of a word's four bytes together, came out wrong when a call got four rows.
+With pack 1 the asm is an elementwise op like any other: it runs in its operands' layout, not its result
+shape's preferred one (triton_kernels' swiglu converted three 16x128 fp32 blocks around its `ex2`).
 Checked as IR on the CPU (no interpreter runs PTX) and on the GPU against NumPy."""
 import numpy as np
 import pytest
@@ -57,3 +59,36 @@ def test_reversed_words_on_the_gpu(num_warps, cuda_torch):
     w_memory, out = (torch.from_numpy(x).cuda() for x in _args())
     reversed_words[(1,)](w_memory, out, K=K, N=N, num_warps=num_warps)
     np.testing.assert_array_equal(out.cpu().numpy(), _want(w_memory.cpu().numpy()))
+
+
+@kiln.jit
+def gated(a_ptr, out_ptr, M: tl.constexpr, N: tl.constexpr):
+    """out = 2^(gate) * linear, gate and linear interleaved in a's rows (swiglu's packed input)."""
+    rm = tl.arange(0, M)
+    packed = tl.load(a_ptr + rm[:, None] * 2 * N + tl.arange(0, 2 * N)[None, :])
+    gate, linear = tl.split(tl.reshape(packed, (M, N, 2)))
+    power = tl.inline_asm_elementwise("ex2.approx.ftz.f32 $0, $1;", "=r,r", [gate.to(tl.float32)], dtype=tl.float32,
+                                      is_pure=True, pack=1)
+    out = power / (1.0 + power) * linear.to(tl.float32)
+    tl.store(out_ptr + rm[:, None] * N + tl.arange(0, N)[None, :], out.to(tl.bfloat16))
+
+
+def test_one_element_a_call_runs_in_its_operands_layout():
+    """Only the result converts for its store (16x128 bf16: 4 KB), nothing fp32 around the asm."""
+    import ml_dtypes
+    a, out = np.zeros((16, 256), ml_dtypes.bfloat16), np.zeros((16, 128), ml_dtypes.bfloat16)
+    warm = gated.warmup(a, out, M=16, N=128, grid=(1,), target="sm_90a", num_warps=4)
+    built = compile_ir(parse_function(warm.asm["kir"]), "sm_90a", {"num_warps": 4}, link=False)
+    converted = [line for line in built.kir.splitlines() if "convert_layout" in line and "scratch" in line]
+    assert len(converted) <= 1 and all("xbf16" in line for line in converted), converted
+
+
+@pytest.mark.gpu
+def test_one_element_a_call_on_the_gpu(cuda_torch):
+    torch = cuda_torch
+    a = torch.randn(16, 256, device="cuda").bfloat16()
+    out = torch.zeros(16, 128, device="cuda", dtype=torch.bfloat16)
+    gated[(1,)](a, out, M=16, N=128, num_warps=4)
+    gate, linear = a.float().reshape(16, 128, 2).unbind(-1)
+    power = torch.exp2(gate)
+    torch.testing.assert_close(out.float(), power / (1 + power) * linear, rtol=2e-2, atol=2e-2)

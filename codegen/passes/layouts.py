@@ -369,16 +369,19 @@ class _Assigner:
         its operand's layout, where each call then takes `pack` elements in a row along the layout's
         fastest dim (a tile loaded from memory: bytes of one 32-bit word, which triton_kernels' mxfp4
         weights untwiddle together; elements of `pack` rows would mix four words); another layout
-        only where that one holds no such runs."""
+        only where that one holds no such runs. One element a call: as any elementwise op (triton_kernels'
+        swiglu: its `ex2` in the store's layout converted three 16x128 fp32 blocks, 8 KB, Triton's none)."""
         r = op.results[0]
         if not isinstance(r.type, block_type):
             return
         pack, shape = op.attrs["pack"], tuple(r.type.shape)
+        if pack == 1:
+            self.elementwise(op)
+            return
         layout = self.prefer(shape)
-        if pack > 1:
-            held = [self.of(v) for v in op.operands if isinstance(v.type, block_type) and self.of(v)]
-            layout = next((c for c in held + [layout] if _runs_of(c, shape, pack, self.num_warps)), None) or \
-                blocked_for(shape, _fastest_first(held[0] if held else layout, len(shape)), pack, self.num_warps)
+        held = [self.of(v) for v in op.operands if isinstance(v.type, block_type) and self.of(v)]
+        layout = next((c for c in held + [layout] if _runs_of(c, shape, pack, self.num_warps)), None) or \
+            blocked_for(shape, _fastest_first(held[0] if held else layout, len(shape)), pack, self.num_warps)
         for res in op.results:
             self.set(res, layout)
 
