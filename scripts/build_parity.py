@@ -10,6 +10,12 @@ test suite launches, on a machine without a GPU (a static check of parity: occup
     /path/to/venv/bin/python scripts/build_parity.py triton specs.jsonl triton.jsonl
     # 4. the table: kernels where kiln's build holds fewer CTAs per SM than Triton's first
     python scripts/build_parity.py report kiln.jsonl triton.jsonl
+    # what a change of kiln's did to the same builds: step 2 with an older commit's kiln (laid out in a
+    # folder by `source`, first on PYTHONPATH), then with this tree's, then the builds that differ
+    python scripts/build_parity.py source a5ff492 /tmp/kiln-before
+    PYTHONPATH=/tmp/kiln-before python scripts/build_parity.py kiln specs.jsonl before.jsonl
+    python scripts/build_parity.py kiln specs.jsonl after.jsonl
+    python scripts/build_parity.py changes before.jsonl after.jsonl
 
 `record` runs pytest in a child under the drop-in's interpreter (`KILN_DROPIN=1 TRITON_INTERPRET=1`) with
 this file's plugin: each specialization a launch compiles is written down (its block IR, options, and the
@@ -280,6 +286,62 @@ def report(kiln_path: str, triton_path: str) -> str:
     return "\n".join(lines + ([""] + failed if failed else []))
 
 
+def source(rev: str, folder: str) -> None:
+    """kiln's packages at git commit `rev` of this repository, laid out under `folder` as an install
+    would (`folder/kiln/...`, by pyproject.toml's package-dir at that commit), for PYTHONPATH."""
+    import io
+    import tarfile
+    import tomllib
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    git = ["git", "-C", repo]
+    project = tomllib.loads(subprocess.run(git + ["show", f"{rev}:pyproject.toml"], capture_output=True,
+                                           text=True, check=True).stdout)
+    dirs = project["tool"]["setuptools"]["package-dir"]  # package -> folder in the repository
+    archive = subprocess.run(git + ["archive", rev, *sorted(set(dirs.values()))], capture_output=True,
+                             check=True).stdout
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        for member in tar.getmembers():
+            if not member.isfile():
+                continue
+            # the most specific package whose folder holds the file (kiln.language's before kiln's)
+            package, where = max(((p, d) for p, d in dirs.items() if member.name.startswith(d + "/")),
+                                 key=lambda pd: len(pd[1]))
+            target = os.path.join(folder, *package.split("."), member.name[len(where) + 1:])
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            with open(target, "wb") as out:
+                out.write(tar.extractfile(member).read())
+
+
+def changes(before_path: str, after_path: str) -> str:
+    """The builds of the same specializations whose registers, spills, shared memory or status differ
+    between two of kiln's runs (before a change and after), with their CTAs per SM."""
+    from kiln.codegen import occupancy
+    before = {json.loads(line)["hash"]: json.loads(line) for line in open(before_path)}
+    after = {json.loads(line)["hash"]: json.loads(line) for line in open(after_path)}
+    fields = ("regs", "spills", "shared")
+
+    def shown(build) -> tuple[str, int | str]:
+        if build["status"] != "ok":
+            return build["status"], "-"
+        r = build["result"]
+        return " / ".join(str(r[f]) for f in fields), occupancy.ctas_per_sm(r["regs"], r["threads"], r["shared"], 90)
+    rows = []
+    for digest, old in before.items():
+        new = after.get(digest)
+        if new is None:
+            continue
+        if old["status"] == new["status"] == "ok" and \
+                all(old["result"][f] == new["result"][f] for f in fields):
+            continue
+        (was, ctas_was), (now, ctas_now) = shown(old), shown(new)
+        rows.append(f"| {old['kernel']} | {json.dumps(old['opts'])} | {was} | {now} | {ctas_was} / {ctas_now} |")
+    both = sum(d in after for d in before)
+    lines = [f"{both} builds in both runs: {len(rows)} changed.", "",
+             "| kernel | options | before: regs / spill bytes / shared | after | CTAs per SM before / after |",
+             "|---|---|---|---|---|"]
+    return "\n".join(lines + sorted(rows))
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="step", required=True)
@@ -293,6 +355,12 @@ def main(argv=None) -> int:
     rep = sub.add_parser("report")
     rep.add_argument("kiln")
     rep.add_argument("triton")
+    src = sub.add_parser("source")
+    src.add_argument("rev")
+    src.add_argument("folder")
+    ch = sub.add_parser("changes")
+    ch.add_argument("before")
+    ch.add_argument("after")
     args = parser.parse_args(argv)
     if args.step == "record":
         return record(args.out, [a for a in args.pytest_args if a != "--"])
@@ -301,6 +369,10 @@ def main(argv=None) -> int:
     elif args.step == "triton":
         _as_sm90a()
         _build_all(_triton_build, args.specs, args.out)
+    elif args.step == "source":
+        source(args.rev, args.folder)
+    elif args.step == "changes":
+        print(changes(args.before, args.after))
     else:
         print(report(args.kiln, args.triton))
     return 0

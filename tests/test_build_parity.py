@@ -108,3 +108,37 @@ def test_a_host_descriptor_argument_is_recorded_and_rebuilt(tmp_path):
     rebuilt = subprocess.run([sys.executable, "-c", REBUILD.format(scripts=str(SCRIPTS)), json.dumps(arg)],
                              capture_output=True, text=True, timeout=300, env={**os.environ, "KILN_DROPIN": "1"})
     assert rebuilt.stdout.strip() == "rebuilt", rebuilt.stdout + rebuilt.stderr
+
+
+def test_changes_lists_the_builds_a_change_moved(tmp_path):
+    """Two of kiln's runs over the same specializations: only the builds whose registers, spills, shared
+    memory or status differ, with their CTAs per SM."""
+    def build(digest, regs, shared, status="ok"):
+        return {"hash": digest, "kernel": f"k{digest}", "opts": {"num_warps": 4}, "status": status,
+                "result": {"regs": regs, "spills": 0, "shared": shared, "threads": 128, "seconds": 0.1}}
+    before, after = tmp_path / "before.jsonl", tmp_path / "after.jsonl"
+    before.write_text("".join(json.dumps(b) + "\n" for b in
+                              (build("a", 64, 8448), build("b", 32, 0), build("c", 40, 0), build("d", 40, 0))))
+    after.write_text("".join(json.dumps(b) + "\n" for b in
+                             (build("a", 64, 4096), {**build("b", 32, 0), "result": {**build("b", 32, 0)["result"],
+                                                                                     "seconds": 9.0}},
+                              build("c", 0, 0, status="error"))))
+    table = load("build_parity").changes(str(before), str(after))
+    assert table.startswith("3 builds in both runs: 2 changed.")
+    assert "| ka | {\"num_warps\": 4} | 64 / 0 / 8448 | 64 / 0 / 4096 |" in table
+    assert "| kc | {\"num_warps\": 4} | 40 / 0 / 0 | error | " in table and "/ - |" in table and "kb" not in table
+
+
+def test_source_lays_out_a_commits_kiln_for_pythonpath(tmp_path):
+    """`source REV DIR`: the packages of this repository at REV, as pyproject.toml's package-dir maps them."""
+    import pytest
+    repo = SCRIPTS.parent
+    if subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True).returncode:
+        pytest.skip("not a git checkout")
+    load("build_parity").source("HEAD", str(tmp_path))
+    for module in ("__init__.py", "language/__init__.py", "ir/__init__.py", "codegen/passes/layouts.py"):
+        assert (tmp_path / "kiln" / module).is_file()
+    found = subprocess.run([sys.executable, "-c", "import kiln.codegen.passes.layouts as m; print(m.__file__)"],
+                           capture_output=True, text=True, cwd=str(tmp_path),
+                           env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    assert found.stdout.strip().startswith(str(tmp_path)), found.stderr[-500:]
