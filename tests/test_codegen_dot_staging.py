@@ -133,6 +133,39 @@ def test_a_staged_build_that_cannot_hold_as_many_threads_is_never_linked():
     assert built.metadata["lowerings"] == alone.metadata["lowerings"] + 1
 
 
+def test_at_4_warps_a_plain_build_that_spills_nothing_is_taken_before_the_staged_one():
+    """Four 64x64x64 dots on 4 warps: their buffers take 164,864 bytes (one CTA an SM), the plain build two at
+    any register count. A staged build that spilled would be built again on 8 warps before the comparison
+    (`_widened`), so the plain one is taken ahead only where it spills nothing: here, and the staged build is
+    lowered, never linked (triton_kernels' persistent 16x256 matmuls on 4 warps: 1 s -> 0.5 s each)."""
+    kir = _four_dot_ir(4, 64, 64, 64)
+    built = compile_ir(parse_function(kir), "sm_90a", {"num_warps": 4, "num_stages": 1})
+    plain = parse_function(kir)
+    plain.attrs["dot_staging"] = 0
+    alone = compile_ir(plain, "sm_90a", {"num_warps": 4, "num_stages": 1})
+    assert alone.n_spills == 0 and built.ptx == alone.ptx
+    assert built.metadata["links"] == alone.metadata["links"] and built.metadata["lowerings"] == alone.metadata["lowerings"] + 1
+
+
+def test_at_4_warps_a_plain_build_that_spills_waits_for_the_staged_one(monkeypatch):
+    """The same kernel, its plain build made to report spills: the staged build is linked after all (it might
+    have widened), then the comparison keeps the plain one, which holds more threads."""
+    from kiln.codegen import compiler
+    real = compiler._compile
+
+    def plain_spills(fn, target, options, check, link, counts, may_widen=True):
+        built = real(fn, target, options, check, link, counts, may_widen)
+        if fn.attrs.get("dot_staging") == 0:
+            built.metadata.update(n_spills=64)
+        return built
+    links = []
+    assemble = compiler._assemble
+    monkeypatch.setattr(compiler, "_compile", plain_spills)
+    monkeypatch.setattr(compiler, "_assemble", lambda *a: links.append(1) or assemble(*a))
+    built = compile_ir(parse_function(_four_dot_ir(4, 64, 64, 64)), "sm_90a", {"num_warps": 4, "num_stages": 1})
+    assert "dot_staging = 0" in built.kir and len(links) == 2  # the plain build's link, then the staged one's
+
+
 def test_a_build_without_the_buffers_widened_to_8_warps_counts_its_threads(monkeypatch):
     """The build without the dots' buffers may come back widened to 8 warps (it spilled on 4: fla's
     chunk_fwd_mesa_cg_dim64_kernel at one stage). One CTA of 256 threads holds more of the SM than two
