@@ -132,6 +132,7 @@ def test_changes_lists_the_builds_a_change_moved(tmp_path):
 def test_source_lays_out_a_commits_kiln_for_pythonpath(tmp_path):
     """`source REV DIR`: the packages of this repository at REV, as pyproject.toml's package-dir maps them."""
     import pytest
+    pytest.importorskip("tomllib")  # (Python 3.11 on)
     repo = SCRIPTS.parent
     if subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True).returncode:
         pytest.skip("not a git checkout")
