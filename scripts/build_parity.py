@@ -258,10 +258,20 @@ def _as_sm90a() -> None:
 
 # --- report ------------------------------------------------------------------------------------------
 
-def report(kiln_path: str, triton_path: str) -> str:
+def _by_hash(path: str) -> dict:
+    """A run's rows (one JSON object a line), by their specialization's hash."""
+    with open(path) as rows:
+        return {row["hash"]: row for row in map(json.loads, rows)}
+
+
+def _ctas(result: dict) -> int:
+    """CTAs per SM of a build's registers, threads and shared memory (sm_90a)."""
     from kiln.codegen import occupancy
-    ours = {json.loads(line)["hash"]: json.loads(line) for line in open(kiln_path)}
-    theirs = {json.loads(line)["hash"]: json.loads(line) for line in open(triton_path)}
+    return occupancy.ctas_per_sm(result["regs"], result["threads"], result["shared"], 90)
+
+
+def report(kiln_path: str, triton_path: str) -> str:
+    ours, theirs = _by_hash(kiln_path), _by_hash(triton_path)
     rows, failed = [], []
     for digest, t in theirs.items():
         k = ours.get(digest)
@@ -271,8 +281,7 @@ def report(kiln_path: str, triton_path: str) -> str:
             failed.append(f"| {k['kernel']} | {json.dumps(k['opts'])} | kiln {k['status']} | Triton {t['status']} |")
             continue
         a, b = k["result"], t["result"]
-        ctas_k = occupancy.ctas_per_sm(a["regs"], a["threads"], a["shared"], 90)
-        ctas_t = occupancy.ctas_per_sm(b["regs"], b["threads"], b["shared"], 90)
+        ctas_k, ctas_t = _ctas(a), _ctas(b)
         rows.append((ctas_k - ctas_t, k["kernel"], json.dumps(k["opts"]), a, b, ctas_k, ctas_t))
     fewer = sorted((r for r in rows if r[0] < 0), key=lambda r: (r[5] / max(r[6], 1), r[1]))
     lines = [f"{len(rows)} builds compared: kiln's holds fewer CTAs per SM than Triton's in {len(fewer)}, "
@@ -315,16 +324,14 @@ def source(rev: str, folder: str) -> None:
 def changes(before_path: str, after_path: str) -> str:
     """The builds of the same specializations whose registers, spills, shared memory or status differ
     between two of kiln's runs (before a change and after), with their CTAs per SM."""
-    from kiln.codegen import occupancy
-    before = {json.loads(line)["hash"]: json.loads(line) for line in open(before_path)}
-    after = {json.loads(line)["hash"]: json.loads(line) for line in open(after_path)}
+    before, after = _by_hash(before_path), _by_hash(after_path)
     fields = ("regs", "spills", "shared")
 
     def shown(build) -> tuple[str, int | str]:
         if build["status"] != "ok":
             return build["status"], "-"
         r = build["result"]
-        return " / ".join(str(r[f]) for f in fields), occupancy.ctas_per_sm(r["regs"], r["threads"], r["shared"], 90)
+        return " / ".join(str(r[f]) for f in fields), _ctas(r)
     rows = []
     for digest, old in before.items():
         new = after.get(digest)
