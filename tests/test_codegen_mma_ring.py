@@ -443,6 +443,39 @@ def test_a_tile_too_small_for_4_byte_copies_per_thread_stays_off_the_ring(target
     assert "local_store" in k.kir
 
 
+def _lone_warp_ir(target):
+    x = np.zeros((16, 1024), np.float16)
+    return _ring_matmul.warmup(x, np.zeros((1024, 1024), np.float16), np.zeros((16, 256), np.float32), 1024, 1024,
+                               1024, BM=16, BN=256, BK=64, A_T=False, B_T=False, num_warps=1, num_stages=4,
+                               target=target).asm["kir"]
+
+
+@pytest.mark.parametrize("target,slots,ctas", [("sm_90a", 3, 2), ("sm_80", 4, 1)])
+def test_a_lone_one_warp_ring_gives_up_a_stage_where_that_fits_a_second_cta(target, slots, ctas):
+    """16x256x64 fp16 on one warp, 4 stages: 4 slots of 34 KB leave the H100's SM to one CTA (one
+    warp!), 3 slots to two (triton_kernels' small-M `_matmul` builds; Triton's takes 104,448
+    bytes too). The A100's 164 KB holds one CTA at either depth, so its ring keeps its stages."""
+    k = compile_ir(parse_function(_lone_warp_ir(target)), target, {"num_warps": 1, "num_stages": 4})
+    allocs = re.findall(r"local_alloc \{offset = \d+\} : (smem<[^>]*>)", k.kir)
+    assert f"smem<{slots}x64x256xfp16:swizzle128:order1.0>" in allocs
+    assert k.metadata["shared"] == slots * 34816
+    assert occupancy.ctas_per_sm(k.n_regs, 32, k.metadata["shared"], int(target[3:5])) == ctas
+
+
+@pytest.mark.gpu
+def test_the_lone_one_warp_tile_on_three_slots_matches_numpy_on_the_gpu():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    rng = np.random.default_rng(5)
+    a, b = rng.standard_normal((16, 1000)).astype(np.float16), rng.standard_normal((1000, 256)).astype(np.float16)
+    got = torch.zeros((16, 256), device="cuda")
+    _ring_matmul[(1,)](torch.from_numpy(a).cuda(), torch.from_numpy(b).cuda(), got, 1000, 1000, 256, BM=16, BN=256,
+                       BK=64, A_T=False, B_T=False, num_warps=1, num_stages=4)
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    np.testing.assert_allclose(got.cpu().numpy(), want, atol=2e-2, rtol=1e-3)
+
+
 def test_the_verifier_checks_mma_dot():
     from kiln.ir import verify
     from kiln.ir.verifier import VerificationError

@@ -116,7 +116,7 @@ from ..analysis import axis_info
 from . import descriptor_loads, prefetch
 from ..analysis import Analysis
 from .rewrite import append_const, append_op, clone_op, const_int, in_loop, insert_ops, loop_trips, slot_after
-from .smem_plan import copy_box, is_tma, plan_loop, ring_kind, tma_ok
+from .smem_plan import copy_box, is_tma, plan_loop, ring_kind, tma_ok, tma_rings
 
 
 def apply(fn, ctx) -> None:
@@ -131,12 +131,11 @@ def apply(fn, ctx) -> None:
         if stages >= 2:
             body = loop.regions[0]
             descriptor_loads.strip(fn, [op for op in body.ops
-                                        if op.name == "descriptor_load" and not (kind == "wgmma" and tma_ok(op, fn))])
+                                        if op.name == "descriptor_load" and not (tma_rings(ctx) and tma_ok(op, fn))])
             plan, loop_kind = plan_loop(loop, stages, fn, ctx, kind, in_registers), kind
             if plan is None and kind == "wgmma" and "warp_specialize" not in loop.attrs:
                 # dots wgmma cannot run (fewer rows than a warpgroup's 64, say: fla's 16-row sub-chunks)
-                # on mma.sync from cp.async rings, as Triton pipelines its MMAv2 dots on Hopper
-                descriptor_loads.strip(fn, [op for op in body.ops if op.name == "descriptor_load"])
+                # on mma.sync from the same rings, as Triton pipelines its MMAv2 dots on Hopper
                 plan, loop_kind = plan_loop(loop, stages, fn, ctx, "mma", in_registers), "mma"
             if plan is not None:
                 in_registers.update(src[1] for sources in plan.sources.values() for src in sources
@@ -292,14 +291,18 @@ def _rewrite(loop, plan, stored_earlier, kind="wgmma", portable=False, num_warps
     # The wait makes TMA's bytes visible to this thread's wgmma, both the async proxy: the fence is
     # for what the generic proxy writes (cp.async, a staged store) or reads back (a fetched tile)
     # in the slots; the barrier orders the reuse of a spare slot (a tight ring's is before the copies)
-    if copies and hopper and generic:
+    # Without wgmma, TMA's next copies (the async proxy) overwrite the slot ldmatrix read (the generic
+    # proxy) in iteration i - 1: each thread's fence orders its reads before them
+    if copies and (hopper and generic or not hopper and tma):
         append_op(new, "fence_async_shared", [], (), loc)
     if copies and not released and (generic or not tight or not hopper):
         append_op(new, "barrier", [], (), loc)
     tail = []  # what the yield carries on for the copies: look-ahead values, slots, phase
     if copies and not hopper:  # the slot iteration i - 1 read is free: every warp passed the barrier
         tail = _issue_ahead(new, copies, ring_list, body, arg_index, ahead, used, iv, step, stages,
-                            ub, (read_slot, write_slot), ring_size, loc)
+                            ub, (read_slot, write_slot), ring_size, loc, bars)
+        if tma:
+            tail.append(_next_phase(new, tail, phase, loc))
     ring_loads = {id(c.load) for c in copies}
     copied = ring_loads | {id(v.defining_op) for op in order for v, src in zip(op.operands[:2], dots[id(op)])
                            if src[0] == "ring" and src[2]}  # the tl.trans of a ring load
@@ -354,9 +357,7 @@ def _rewrite(loop, plan, stored_earlier, kind="wgmma", portable=False, num_warps
             tail = _issue_ahead(new, copies, ring_list, body, arg_index, ahead, used, iv, step, stages,
                                 ub, (read_slot, write_slot), ring_size, loc, bars)
             if tma:
-                wrapped = append_op(new, "cmp", [tail[-2], append_const(new, 0, loc)], [int1], loc, pred="eq")
-                flip = append_op(new, "cast", [wrapped], [int32], loc)
-                tail.append(append_op(new, "xor", [phase, flip], [int32], loc))
+                tail.append(_next_phase(new, tail, phase, loc))
         if not carried_only and not tight:
             new.append(wait)
         wait = wait.results[0]
@@ -538,6 +539,14 @@ def _issue_ahead(out, copies, rings, body, arg_index, ahead, used, iv, step, sta
     _issue(out, copies, rings, slots[1], iv_ahead, ub, mapping, loc, bars)
     following = _advance(out, copies, body, arg_index, ahead, iv_ahead)
     return [following[a] for a in used] + [_next_slot(out, slot, ring_size, loc) for slot in slots]
+
+
+def _next_phase(out, tail, phase, loc):
+    """The read slot's barrier phase for the next iteration (`tail` ends with the next read and
+    write slots): it flips where the read slot wraps to 0."""
+    wrapped = append_op(out, "cmp", [tail[-2], append_const(out, 0, loc)], [int1], loc, pred="eq")
+    flip = append_op(out, "cast", [wrapped], [int32], loc)
+    return append_op(out, "xor", [phase, flip], [int32], loc)
 
 
 def _await_release(out, empty, read_slot, write_slot, phase, loc):

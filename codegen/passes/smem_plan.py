@@ -91,6 +91,14 @@ def ring_kind(ctx):
     return "mma" if ctx.target.capability >= 80 else None
 
 
+def tma_rings(ctx) -> bool:
+    """May TMA fill a ring (the loop's host or in-kernel descriptor loads)? On sm_90a, for wgmma and
+    for mma.sync alike (Triton copies a descriptor's blocks by TMA at any warp count): kernels of fewer
+    than 4 warps and dots of fewer rows than wgmma's read them by ldmatrix. Elsewhere, and in portable
+    builds (the CPU emulator has no TMA), the descriptor's pointer loads are the loads."""
+    return ctx.target.name == "sm_90a" and not ctx.portable
+
+
 def tma_ok(op, fn) -> bool:
     """Can a TMA box copy this descriptor_load's block: a 2-D block of a host descriptor
     (its map a kernel argument) or of a map the kernel makes (`tensormap_create`), with at
@@ -656,7 +664,7 @@ def _sized(rings, dots, body, loop, stages, fn, ctx, kind, in_registers):
         ring_size = stages  # tight: see the module's docstring
         if ring_size * stage_bytes > budget:
             return None
-    elif spare:
+    elif spare or kind != "wgmma":  # (an mma.sync ring has no spare slot; its dots are done when they return)
         if tight_for_company(fixed, stages, stage_bytes, bool(staged), ctx.num_warps, ctx.target.capability):
             ring_size = stages
         elif not staged and len(dots) == 1:  # (measured on GEMM tiles)
