@@ -9,8 +9,8 @@ Triton's tutorial-06 backward; causal attention forward and backward, and its fo
 descriptors, whose TMA rings two warpgroups hand back through mbarriers; reductions and
 conversions that scratch_barriers left without a barrier before them; fp8 dots outside pipelined loops,
 whose operand tiles one after another share bytes; a 16-bit dot chained to a wgmma loop's accumulator;
-values several mma.sync dots read, stored once; a chunked recurrence that stores in its pipelined loop, and
-dots of fewer rows than a warpgroup on mma.sync rings). Skipped without a
+values several mma.sync dots read, stored once; a chunked recurrence that stores in its pipelined loop,
+dots of fewer rows than a warpgroup on mma.sync rings, and descriptor loads on mma.sync rings TMA fills). Skipped without a
 GPU or without compute-sanitizer.
 
 Racecheck runs each kernel once at a small size (it is slow: every shared access is
@@ -282,6 +282,17 @@ torch.cuda.synchronize()
 """
 
 
+# descriptor loads on mma.sync rings that TMA fills (one warp, two, and 16 rows on 4 warps): ldmatrix reads
+# a slot that TMA refills an iteration later
+TMA_MMA_RINGS = """
+import torch
+import test_codegen_mma_tma_rings as rings
+for config in rings.CONFIGS:
+    rings.run_on_gpu(config, torch)
+torch.cuda.synchronize()
+"""
+
+
 def racecheck(script: str, tmp_path, **env_vars) -> str:
     path = tmp_path / "kernels_under_racecheck.py"  # a file: kiln reads a kernel's source from it
     path.write_text(script)
@@ -338,6 +349,11 @@ def test_rings_released_through_mbarriers_have_no_shared_memory_hazard(tmp_path)
 
 def test_loops_that_store_and_small_dot_rings_have_no_shared_memory_hazard(tmp_path):
     out = racecheck(STORING_LOOPS, tmp_path)
+    assert hazards(out) == (0, 0), out[-4000:]
+
+
+def test_tma_filled_mma_sync_rings_have_no_shared_memory_hazard(tmp_path):
+    out = racecheck(TMA_MMA_RINGS, tmp_path)
     assert hazards(out) == (0, 0), out[-4000:]
 
 
