@@ -775,7 +775,9 @@ def stages_for_company(fixed: int, stages: int, stage_bytes: int, num_warps: int
     flight against another CTA's dots hiding this one's waits and epilogue: tutorial 03's kernel at
     4 stages, 4 warps, 32 KB a stage (H200, 2026-12-04, bench/matmul_waves.py, 4096³ / 8192³): fp16
     128x128x64 517 / 504 -> 632 / 628 TFLOP/s (host descriptors +1-3%), tf32 128x128x32 311 / 304
-    -> 325 / 320."""
+    -> 325 / 320. An mma.sync ring alike (one warp, 16x256x64 at 4 stages: 139,264 -> 104,448 bytes, as
+    Triton's; an H100, 2026-12-06: 2x on grids of more than a wave, level on one; the 32x256 tile, which
+    spills, 0.5-0.6x on a wave or less and 1.2x on more)."""
     if num_warps > 4 or ctas_by_shared(fixed + stages * stage_bytes, capability) > 1:
         return 0
     return next((s for s in range(stages - 1, 2, -1) if ctas_by_shared(fixed + s * stage_bytes, capability) > 1), 0)
