@@ -1,6 +1,7 @@
 """Tutorial 03's matmul at fixed configs on grids of one to a few waves: the pointer kernel
 (`matmul_kernel`) and the host-descriptor one (`matmul_descriptor_kernel`), fp16 (or bf16, or tf32:
-fp32 inputs with B K-major as `x @ W.T`, pointer kernel only), kiln against Triton and cuBLAS, each
+fp32 inputs with B K-major as `x @ W.T`, pointer kernel only; or fp8: e4m3 inputs so, fp16 out, against
+cuBLAS's `torch._scaled_mm`), kiln against Triton and cuBLAS, each
 library in a fresh process with fresh caches. Where a kernel's grid barely fills the
 GPU, how many CTAs share an SM (shared memory per CTA) decides more than the kernel's code; where
 M is under the tile (decode-sized M), how a library reads the rows past M does (kiln: TMA boxes
@@ -30,18 +31,22 @@ CONFIGS = "128/64/64/4/4,64/128/64/4/4,128/32/64/4/4"
 CHILD = child_rows.LIBRARY_PREAMBLE + """
 import importlib
 TensorDescriptor = importlib.import_module(triton.__name__ + ".tools.tensor_descriptor").TensorDescriptor
-dtype = {"fp16": torch.float16, "bf16": torch.bfloat16, "tf32": torch.float32}[sys.argv[5]]
+dtype = {"fp16": torch.float16, "bf16": torch.bfloat16, "tf32": torch.float32, "fp8": torch.float8_e4m3fn}[sys.argv[5]]
+k_major_b = dtype in (torch.float32, torch.float8_e4m3fn)  # wgmma reads 32- and 8-bit B K-major only
+out_dtype = torch.float16 if dtype == torch.float8_e4m3fn else dtype
 torch.backends.cuda.matmul.allow_tf32 = sys.argv[5] == "tf32"  # cuBLAS's tf32 against tl.dot's default
 rows = []
 for size in sys.argv[3].split(","):
     M, N, K = map(int, size.split("x"))
-    a = torch.randn(M, K, device="cuda", dtype=dtype)
-    # wgmma reads 32-bit tiles K-major only: tf32's B is a weight's transpose, as bench/matmul.py's
-    b = torch.randn(N, K, device="cuda", dtype=dtype).T if dtype == torch.float32 else \
-        torch.randn(K, N, device="cuda", dtype=dtype)
-    c = torch.empty(M, N, device="cuda", dtype=dtype)
+    a = torch.randn(M, K, device="cuda").to(dtype)
+    # tf32's and fp8's B a weight's transpose, as bench/matmul.py's
+    b = torch.randn(N, K, device="cuda").to(dtype).T if k_major_b else torch.randn(K, N, device="cuda").to(dtype)
+    c = torch.empty(M, N, device="cuda", dtype=out_dtype)
     want = a.float() @ b.float()
-    cublas_ms = min(triton.testing.do_bench(lambda: torch.matmul(a, b), warmup=50, rep=200) for _ in range(2))
+    one = torch.ones((), device="cuda")
+    cublas = (lambda: torch._scaled_mm(a, b, one, one, out_dtype=out_dtype)) if out_dtype != dtype else \
+        (lambda: torch.matmul(a, b))
+    cublas_ms = min(triton.testing.do_bench(cublas, warmup=50, rep=200) for _ in range(2))
     for config in sys.argv[4].split(","):
         bm, bn, bk, stages, warps = map(int, config.split("/"))
         grid = (triton.cdiv(M, bm) * triton.cdiv(N, bn),)
@@ -103,7 +108,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--sizes", default=SIZES)
     ap.add_argument("--configs", default=CONFIGS)
-    ap.add_argument("--dtype", default="fp16", choices=("fp16", "bf16", "tf32"))
+    ap.add_argument("--dtype", default="fp16", choices=("fp16", "bf16", "tf32", "fp8"))
     ap.add_argument("--libs", default="kiln,triton", choices=("kiln,triton", "kiln"))
     ap.add_argument("--timeout", type=float, default=280)
     ap.add_argument("--out")

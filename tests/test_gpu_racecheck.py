@@ -10,7 +10,8 @@ descriptors, whose TMA rings two warpgroups hand back through mbarriers; reducti
 conversions that scratch_barriers left without a barrier before them; fp8 dots outside pipelined loops,
 whose operand tiles one after another share bytes; a 16-bit dot chained to a wgmma loop's accumulator;
 values several mma.sync dots read, stored once; a chunked recurrence that stores in its pipelined loop,
-dots of fewer rows than a warpgroup on mma.sync rings, and descriptor loads on mma.sync rings TMA fills). Skipped without a
+dots of fewer rows than a warpgroup on mma.sync rings, and on Hopper's mma.sync rings descriptor loads TMA fills
+and fp8 tiles upcast as fragments). Skipped without a
 GPU or without compute-sanitizer.
 
 Racecheck runs each kernel once at a small size (it is slow: every shared access is
@@ -282,13 +283,16 @@ torch.cuda.synchronize()
 """
 
 
-# descriptor loads on mma.sync rings that TMA fills (one warp, two, and 16 rows on 4 warps): ldmatrix reads
-# a slot that TMA refills an iteration later
-TMA_MMA_RINGS = """
+# mma.sync rings on Hopper (one warp, two, and 16 rows on 4 warps): descriptor loads TMA fills (ldmatrix reads
+# a slot that TMA refills an iteration later), and fp8 tiles whose fragments are upcast
+HOPPER_MMA_RINGS = """
 import torch
-import test_codegen_mma_tma_rings as rings
-for config in rings.CONFIGS:
-    rings.run_on_gpu(config, torch)
+import test_codegen_fp8_mma_rings as fp8
+import test_codegen_mma_tma_rings as tma
+for config in tma.CONFIGS:
+    tma.run_on_gpu(config, torch)
+for config in fp8.CONFIGS:
+    fp8.run_on_gpu(config, torch)
 torch.cuda.synchronize()
 """
 
@@ -352,8 +356,8 @@ def test_loops_that_store_and_small_dot_rings_have_no_shared_memory_hazard(tmp_p
     assert hazards(out) == (0, 0), out[-4000:]
 
 
-def test_tma_filled_mma_sync_rings_have_no_shared_memory_hazard(tmp_path):
-    out = racecheck(TMA_MMA_RINGS, tmp_path)
+def test_mma_sync_rings_on_hopper_have_no_shared_memory_hazard(tmp_path):
+    out = racecheck(HOPPER_MMA_RINGS, tmp_path)
     assert hazards(out) == (0, 0), out[-4000:]
 
 

@@ -14,6 +14,13 @@ def fp8_mma(ctx) -> bool:
     return ctx.portable or (ctx.target.capability >= 89 and ctx.target.ptx_version >= 84)
 
 
+def fp8_fragments_upcast(ctx) -> bool:
+    """Do fp8 tiles on mma.sync rings run on fp16 mma.sync, each 8-bit fragment converted in registers
+    after its ldmatrix (`cvt.rn.f16x2.e4m3x2`, sm_89 on), where the target's PTX has no fp8 mma.sync?
+    As Triton on Hopper, whose hardware has none (its mma.sync on fp8 is emulated through fp16)."""
+    return not fp8_mma(ctx) and ctx.target.capability >= 89
+
+
 def mma_f16_accumulators(ctx, s_in, s_out) -> bool:
     """Does an mma.sync dot of `s_in` operands into `s_out` keep fp16 accumulators in the
     tensor cores, as Triton does for `out_dtype=float16` (rounded to fp16 after every
@@ -24,10 +31,11 @@ def mma_f16_accumulators(ctx, s_in, s_out) -> bool:
     return s_in.name == "fp16" or (s_in.name in ("fp8e4nv", "fp8e5") and (ctx.portable or ctx.target.ptx_version >= 87))
 
 
-def mma_eligible(op, ctx) -> bool:
+def mma_eligible(op, ctx, rings=False) -> bool:
     """fp16/bf16 operands with a float accumulator (16x8x16 steps), int8 with int32 or,
     where the target has it, fp8 with fp32 or fp16 (16x8x32 steps), fp32 at tf32 precision
-    with fp32 (16x8x8 steps), 2-D."""
+    with fp32 (16x8x8 steps), 2-D. fp8 too where its fragments are upcast (`fp8_fragments_upcast`):
+    an `mma_dot`, or a dot smem_pipeline would put on rings (`rings`)."""
     a, b, acc = op.operands
     if len(a.type.shape) != 2:
         return False
@@ -36,7 +44,9 @@ def mma_eligible(op, ctx) -> bool:
     if s.name == "int8":
         return s_acc.name == "int32" and M % 16 == 0 and N % 8 == 0 and K % 32 == 0
     if s.name in ("fp8e4nv", "fp8e5"):
-        return fp8_mma(ctx) and s_acc.name in ("fp32", "fp16") and M % 16 == 0 and N % 8 == 0 and K % 32 == 0
+        upcast = (rings or op.name == "mma_dot") and fp8_fragments_upcast(ctx)
+        return (fp8_mma(ctx) or upcast) and s_acc.name in ("fp32", "fp16") and M % 16 == 0 and N % 8 == 0 \
+            and K % 32 == 0
     if s.name == "fp32":  # tl.dot's default for fp32: one tf32 product (ieee stays exact; tf32x3 and bf16xN
         # were split into tf32 / bf16 dots by f32_dot_split)
         return (op.name == "mma_dot" or op.attrs.get("input_precision") == "tf32") and s_acc.name == "fp32" \

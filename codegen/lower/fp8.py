@@ -78,6 +78,12 @@ def decode_pair(lw, lo, hi, fmt):
                  for word in (halves, b.lshr(halves, ir.Constant(I32, 16))))
 
 
+def f16_pair(lw, codes, fmt):
+    """The f16x2 word (i32) of two fp8 codes in a 16-bit value (the low byte's value in the low half),
+    in one `cvt` (`in_hardware` formats)."""
+    return lw.b.call(_decoder(fmt), [codes])
+
+
 def _encoder(fmt):
     return ir.InlineAsm(ir.FunctionType(I16, [F32, F32]), f"cvt.rn.satfinite.{_PTX_PAIR[fmt]}.f32 $0, $1, $2;",
                         "=h,f,f")

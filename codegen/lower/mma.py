@@ -24,9 +24,10 @@ from kiln.ir.types import block_type, float16, float32, int32, scalar_of
 
 from kiln.ir.layout import Blocked, is_mma_layout
 
-from ..analysis.dots import mma_f16_accumulators, mma_staging
+from ..analysis.dots import fp8_fragments_upcast, mma_f16_accumulators, mma_staging
 from .context import LoweringError
 from .elementwise import cast_value
+from .fp8 import f16_pair
 from .memory import plain_store
 from .reduce import shuffle
 from .shared import elem_bytes, flats_of, store_elements
@@ -122,7 +123,9 @@ def _run(lw, op, a_src, b_src):
     layout = lw.layout(out)
     s_in, s_out = a.type.scalar, out.type.scalar  # a is a block or a shared tile
     kinds = (_KIND[s_in.name], _KIND[b.type.scalar.name])  # e4m3 x e5m2 differ
-    f16_acc = mma_f16_accumulators(lw.ctx, s_in, s_out)
+    # fp8 fragments upcast run on fp16 mma.sync, which keeps fp16 accumulators as an fp16 dot's
+    upcast = kinds[0] in _FP8_PAIR and fp8_fragments_upcast(lw.ctx) and not lw.ctx.portable
+    f16_acc = s_out.name == "fp16" if upcast else mma_f16_accumulators(lw.ctx, s_in, s_out)
     s_acc = int32 if s_in.is_int() else float16 if f16_acc else float32
     acc_regs = [cast_value(lw, r, s_out, s_acc) for r in lw.regs(acc, layout)]
     half_step = 16 // s_in.itemsize  # elements in 16 bytes: one ldmatrix row, half a k-step
@@ -166,6 +169,11 @@ def _run(lw, op, a_src, b_src):
                                     lambda r0=r0, r1=r1: _a_fragment(lw, a_src, r0, r1, k0, half_step, q, low_bit,
                                                                      high_bit))
                       for pair, (r0, r1) in enumerate(pair_rows)}
+        if upcast:  # fp8 B in shared memory: two column tiles' fragments at a time, see _upcast_mmas
+            def load_b(pair, k0=k0):
+                return _b_fragments(lw, b_src, k0, first_cols, pair, half_step, q, low_bit, high_bit)
+            _upcast_mmas(lw, kinds, a_frag, load_b, col_tiles, tiles, values, f16_acc)
+            continue
         if b_src is None:
             b_frag = lw.fragments.get((b, "b registers", k0, permuted),
                                       lambda: _b_from_registers(lw, b, k0, col_tiles, g, t, permuted))
@@ -181,6 +189,46 @@ def _run(lw, op, a_src, b_src):
             for i, v in zip(regs, got):
                 values[i] = v
     lw.bind(out, [cast_value(lw, v, s_acc, s_out) for v in values], layout)
+
+
+_FP8_PAIR = {"e4m3": "fp8e4nv", "e5m2": "fp8e5"}  # PTX kind -> fp8 format
+
+
+def _f16_words(lw, word, kind):
+    """A word of four fp8 codes -> two f16x2 words: codes 0-1, then 2-3."""
+    low = lw.b.trunc(word, ir.IntType(16))
+    high = lw.b.trunc(lw.b.lshr(word, lw.i32(16)), ir.IntType(16))
+    return f16_pair(lw, low, _FP8_PAIR[kind]), f16_pair(lw, high, _FP8_PAIR[kind])
+
+
+def _upcast_mmas(lw, kinds, a_frag, load_b, col_tiles, tiles, values, f16_acc):
+    """A 32-k step of 8-bit fragments as two 16-k steps of fp16 mma.sync, into `values`. B's fragments
+    are loaded (`load_b(column tiles)`) and upcast two column tiles at a time, each where its mmas use
+    it: its fp16 words are twice its 8-bit ones, and at one warp a 16x256 tile's B of a step at once is
+    64 registers, 128 upcast, beside the accumulator's 128 (ptxas spilled 3.5 KB)."""
+    a16 = {pair: _upcast_a(lw, frag, kinds[0]) for pair, frag in a_frag.items()}
+    for i in range(0, len(col_tiles), 2):
+        for c, frag in load_b(col_tiles[i:i + 2]).items():
+            b16 = _upcast_b(lw, frag, kinds[1])
+            for pair, _, regs in (tile for tile in tiles if tile[1] == c):
+                acc = [values[r] for r in regs]
+                for half in range(2):  # k 0-15 of the step, then 16-31
+                    acc = _mma(lw, ("f16", "f16"), a16[pair][half], b16[half], acc, f16_acc)
+                for r, v in zip(regs, acc):
+                    values[r] = v
+
+
+def _upcast_a(lw, frag, kind):
+    """An 8-bit A fragment of a 32-k step (rows g, g + 8 of k 4t..4t+3, then of k 16 + 4t..) as the
+    fp16 A fragments of two 16-k steps. The fp16 mma reads lane (g, t)'s halves as k 2t, 2t + 1,
+    2t + 8, 2t + 9: here k 4t..4t+3 (of each 16), the same for B, so the sum runs over k permuted."""
+    words = [_f16_words(lw, w, kind) for w in frag]
+    return [[words[0 + h][0], words[1 + h][0], words[0 + h][1], words[1 + h][1]] for h in (0, 2)]
+
+
+def _upcast_b(lw, frag, kind):
+    """An 8-bit B fragment (k 4t..4t+3 of column g, then k 16 + 4t..) as two fp16 ones, k permuted as A."""
+    return [list(_f16_words(lw, w, kind)) for w in frag]
 
 
 def _loaded(lw, src, what, load):

@@ -473,7 +473,7 @@ def _mma_sources(dot, body, ctx):
     (`mma_layout(rows_only=True)`: attention's P)."""
     a, b, acc = dot.operands
     warps = ctx.num_warps
-    if not mma_eligible(dot, ctx) or mma_layout(acc.type.shape, warps) is None:
+    if not mma_eligible(dot, ctx, rings=True) or mma_layout(acc.type.shape, warps) is None:
         return None
     regs = a.type.scalar.itemsize == 2 and None not in (mma_layout(acc.type.shape, warps, rows_only=True),
                                                         mma_layout(a.type.shape, warps, rows_only=True))
