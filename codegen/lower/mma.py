@@ -169,11 +169,6 @@ def _run(lw, op, a_src, b_src):
                                     lambda r0=r0, r1=r1: _a_fragment(lw, a_src, r0, r1, k0, half_step, q, low_bit,
                                                                      high_bit))
                       for pair, (r0, r1) in enumerate(pair_rows)}
-        if upcast:  # fp8 B in shared memory: two column tiles' fragments at a time, see _upcast_mmas
-            def load_b(pair, k0=k0):
-                return _b_fragments(lw, b_src, k0, first_cols, pair, half_step, q, low_bit, high_bit)
-            _upcast_mmas(lw, kinds, a_frag, load_b, col_tiles, tiles, values, f16_acc)
-            continue
         if b_src is None:
             b_frag = lw.fragments.get((b, "b registers", k0, permuted),
                                       lambda: _b_from_registers(lw, b, k0, col_tiles, g, t, permuted))
@@ -184,6 +179,9 @@ def _run(lw, op, a_src, b_src):
             b_frag = _loaded(lw, b_src, ("b", k0, addressed),
                              lambda: _b_fragments(lw, b_src, k0, first_cols, col_tiles, half_step, q, low_bit,
                                                   high_bit))
+        if upcast:
+            _upcast_mmas(lw, kinds, a_frag, b_frag, tiles, values, f16_acc)
+            continue
         for pair, c, regs in tiles:
             got = _mma(lw, kinds, a_frag[pair], b_frag[c], [values[i] for i in regs], f16_acc)
             for i, v in zip(regs, got):
@@ -201,21 +199,18 @@ def _f16_words(lw, word, kind):
     return f16_pair(lw, low, _FP8_PAIR[kind]), f16_pair(lw, high, _FP8_PAIR[kind])
 
 
-def _upcast_mmas(lw, kinds, a_frag, load_b, col_tiles, tiles, values, f16_acc):
-    """A 32-k step of 8-bit fragments as two 16-k steps of fp16 mma.sync, into `values`. B's fragments
-    are loaded (`load_b(column tiles)`) and upcast two column tiles at a time, each where its mmas use
-    it: its fp16 words are twice its 8-bit ones, and at one warp a 16x256 tile's B of a step at once is
-    64 registers, 128 upcast, beside the accumulator's 128 (ptxas spilled 3.5 KB)."""
+def _upcast_mmas(lw, kinds, a_frag, b_frag, tiles, values, f16_acc):
+    """A 32-k step of 8-bit fragments as two 16-k steps of fp16 mma.sync, into `values`: A's fragments
+    upcast once for every column tile, each B fragment where its mmas read it."""
     a16 = {pair: _upcast_a(lw, frag, kinds[0]) for pair, frag in a_frag.items()}
-    for i in range(0, len(col_tiles), 2):
-        for c, frag in load_b(col_tiles[i:i + 2]).items():
-            b16 = _upcast_b(lw, frag, kinds[1])
-            for pair, _, regs in (tile for tile in tiles if tile[1] == c):
-                acc = [values[r] for r in regs]
-                for half in range(2):  # k 0-15 of the step, then 16-31
-                    acc = _mma(lw, ("f16", "f16"), a16[pair][half], b16[half], acc, f16_acc)
-                for r, v in zip(regs, acc):
-                    values[r] = v
+    for c, frag in b_frag.items():
+        b16 = _upcast_b(lw, frag, kinds[1])
+        for pair, _, regs in (tile for tile in tiles if tile[1] == c):
+            acc = [values[r] for r in regs]
+            for half in range(2):  # k 0-15 of the step, then 16-31
+                acc = _mma(lw, ("f16", "f16"), a16[pair][half], b16[half], acc, f16_acc)
+            for r, v in zip(regs, acc):
+                values[r] = v
 
 
 def _upcast_a(lw, frag, kind):
