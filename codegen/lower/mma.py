@@ -124,7 +124,7 @@ def _run(lw, op, a_src, b_src):
     s_in, s_out = a.type.scalar, out.type.scalar  # a is a block or a shared tile
     kinds = (_KIND[s_in.name], _KIND[b.type.scalar.name])  # e4m3 x e5m2 differ
     # fp8 fragments upcast run on fp16 mma.sync, which keeps fp16 accumulators as an fp16 dot's
-    upcast = kinds[0] in _FP8_PAIR and fp8_fragments_upcast(lw.ctx) and not lw.ctx.portable
+    upcast = kinds[0] in _FP8_PAIR and fp8_fragments_upcast(lw.ctx)
     f16_acc = s_out.name == "fp16" if upcast else mma_f16_accumulators(lw.ctx, s_in, s_out)
     s_acc = int32 if s_in.is_int() else float16 if f16_acc else float32
     acc_regs = [cast_value(lw, r, s_out, s_acc) for r in lw.regs(acc, layout)]

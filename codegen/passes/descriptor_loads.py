@@ -3,8 +3,8 @@ loaded through pointers, which the frontend emitted beside it); the maps no ring
 go with them (derived map arguments, `tensormap_create` ops and their global scratch).
 
 `smem_pipeline` (sm_90a) copies a host TensorDescriptor's blocks with TMA where they feed
-wgmma in a pipelined loop; everywhere else, and on every other target, the pointer load
-is the load. Runs after `smem_pipeline`; passes after it never see the op.
+wgmma or mma.sync in a pipelined loop; everywhere else, and on every other target, the pointer
+load is the load. Runs after `smem_pipeline`; passes after it never see the op.
 """
 from __future__ import annotations
 

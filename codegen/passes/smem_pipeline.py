@@ -105,7 +105,10 @@ at the top of iteration i, after the wait and the barrier, the copies of iterati
 go into the slot iteration i-1 read (every warp is past it), ahead of the dots. A 16-bit A
 computed in the body stays in registers where every warp holds whole rows of it and of the
 accumulator (`mma_layout(rows_only=True)`); other values computed there are staged (two
-slots). There are no fences: the async proxy exists from sm_90 on.
+slots). There are no fences (the async proxy exists from sm_90 on) but on sm_90a, where TMA may fill
+the rings (`smem_plan.tma_rings`): each thread fences after its ldmatrix reads of a slot, before the
+barrier after which TMA writes it again. fp8 tiles there come through the rings as they are and
+`lower/mma.py` upcasts each fragment (`analysis.dots.fp8_fragments_upcast`).
 """
 from __future__ import annotations
 
