@@ -132,14 +132,33 @@ def test_ring_matmul_with_other_warp_counts(num_warps):
     assert in_child(check_matmul, kir, "fp16", False, False, num_warps) < 1e-3
 
 
-def test_8_and_32_bit_tiles_stored_m_or_n_major_reach_ldmatrix_k_major():
-    """ldmatrix transposes 16-bit elements only: an N-major 32-bit B fills K-major ring tiles element
-    by element; an 8-bit one (cp.async moves 4 bytes at least) is staged, stored K-major each iteration."""
+def test_8_bit_tiles_stored_n_major_are_staged_and_32_bit_ones_read_as_stored():
+    """ldmatrix transposes 16-bit elements only: an N-major 8-bit B (cp.async moves 4 bytes at least)
+    is staged, stored K-major each iteration; an N-major 32-bit B stays N-major in its ring, copied 16
+    bytes at a time, and the lowering reads its fragments a register a load (emulated below)."""
     tf32 = _optimized(_matmul_ir("tf32", False, False), num_warps=4, num_stages=3)
     assert "mma_dot" in tf32 and "async_copy" in tf32 and "local_store" not in tf32.split("for ")[1]
-    assert "order0.1>" in tf32  # B's ring tile: K (dim 0) inner
+    allocs = re.findall(r"local_alloc \{offset = \d+\} : (smem<[^>]*>)", tf32)
+    assert f"smem<3x16x{BN}xfp32:swizzle128:order1.0>" in allocs  # B [16, BN]: N (dim 1) inner
     int8 = _optimized(_matmul_ir("int8", False, False), num_warps=4, num_stages=3)
     assert "mma_dot" in int8 and "local_store" in int8.split("for ")[1]
+
+
+@pytest.mark.parametrize("num_warps", [1, 2, 4])
+def test_an_n_major_tf32_b_on_the_emulator_matches_numpy(num_warps):
+    kir = _matmul_ir("tf32", False, False, num_warps=num_warps)
+    assert in_child(check_matmul, kir, "tf32", False, False, num_warps) < 1e-3
+
+
+def test_an_n_major_tf32_b_ptx_for_sm_80():
+    """Copies of 16 bytes (not 4, element by element, into a K-major tile); B's fragments by
+    `ld.shared.b32`, A's still by ldmatrix."""
+    kir = _matmul_ir("tf32", False, False)
+    k = compile_ir(parse_function(kir), "sm_80", {"num_warps": 4, "num_stages": 3}, check=True)
+    sizes = set(re.findall(r"cp\.async\.c[ag]\.shared\.global \[[^\]]*\], \[[^\]]*\], (\d+)", k.ptx))
+    assert sizes == {"16"}
+    assert "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32" in k.ptx and "ld.shared.b32" in k.ptx
+    assert k.n_spills == 0
 
 
 def check_attention(kir):

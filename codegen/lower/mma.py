@@ -106,9 +106,11 @@ def lower_mma_dot(lw, op):
     else:
         a_src = _Operand(lw.scalar(a), lambda idx: tile_offset(lw, a.type, idx), k_inner=a.type.order[0] == 1,
                          tile=reused(a))
-    if a.type.scalar.itemsize != 2 and a_src is not None and b_src is not None and \
-            not (a_src.k_inner and b_src.k_inner):
-        raise LoweringError("ldmatrix transposes 16-bit elements only: 8- and 32-bit tiles must be K-major")
+    size = a.type.scalar.itemsize
+    if size != 2 and ((a_src is not None and not a_src.k_inner) or
+                      (b_src is not None and not b_src.k_inner and size != 4)):
+        raise LoweringError("ldmatrix transposes 16-bit elements only: 8- and 32-bit tiles must be K-major "
+                            "(a 32-bit B may be N-major: read an element a register)")
     _run(lw, op, a_src, b_src)
 
 
@@ -172,9 +174,9 @@ def _run(lw, op, a_src, b_src):
         if b_src is None:
             b_frag = lw.fragments.get((b, "b registers", k0, permuted),
                                       lambda: _b_from_registers(lw, b, k0, col_tiles, g, t, permuted))
-        elif permuted:
-            b_frag = _loaded(lw, b_src, ("b permuted", k0, addressed),
-                             lambda: _b_fragments_permuted(lw, b_src, k0, first_cols, g, t))
+        elif permuted or (s_in.itemsize == 4 and not b_src.k_inner):
+            b_frag = _loaded(lw, b_src, ("b by element", k0, permuted, addressed),
+                             lambda: _b_fragments_by_element(lw, b_src, k0, first_cols, g, t, permuted))
         else:
             b_frag = _loaded(lw, b_src, ("b", k0, addressed),
                              lambda: _b_fragments(lw, b_src, k0, first_cols, col_tiles, half_step, q, low_bit,
@@ -292,17 +294,22 @@ def _b_fragments(lw, src, k0, first_cols, col_tiles, half_step, q, low_bit, high
     return frags
 
 
-def _b_fragments_permuted(lw, src, k0, first_cols, g, t):
-    """tf32 B's two registers per 8-column tile with k permuted as an A from registers has it:
-    B[k0 + 2t][column g] and B[k0 + 2t + 1][column g], one 8-byte load from a K-major tile."""
-    if not src.k_inner:
-        raise LoweringError("a tf32 mma_dot with A in registers reads B from a K-major tile")
+def _b_fragments_by_element(lw, src, k0, first_cols, g, t, permuted):
+    """tf32 B's two registers per 8-column tile where ldmatrix cannot load them: B[k0 + t][column g]
+    and B[k0 + t + 4][column g] (the mma's k t and t + 4) from an N-major tile (ldmatrix transposes
+    16-bit elements only), a load each; or, with k permuted as an A from registers has it, B[k0 + 2t]
+    and B[k0 + 2t + 1], one 8-byte load from a K-major tile."""
     b = lw.b
-    k = b.add(b.mul(t, lw.i32(2)), lw.i32(k0))
+    two_t = b.mul(t, lw.i32(2))
+    rows = (two_t, b.add(two_t, lw.i32(1))) if permuted else (t, b.add(t, lw.i32(4)))
     frags = {}
     for c, first in first_cols.items():
-        pair = b.load(src.ptr(lw, (k, b.add(first, g))), typ=ir.VectorType(I32, 2), align=8)
-        frags[c] = [b.extract_element(pair, lw.i32(i)) for i in range(2)]
+        n = b.add(first, g)
+        if permuted and src.k_inner:
+            pair = b.load(src.ptr(lw, (b.add(rows[0], lw.i32(k0)), n)), typ=ir.VectorType(I32, 2), align=8)
+            frags[c] = [b.extract_element(pair, lw.i32(i)) for i in range(2)]
+        else:
+            frags[c] = [b.load(src.ptr(lw, (b.add(row, lw.i32(k0)), n)), typ=I32, align=4) for row in rows]
     return frags
 
 

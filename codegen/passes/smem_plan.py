@@ -150,7 +150,7 @@ def _transposed_load(v, body):
     return src if src is not None and src.parent is body and src.name in ("load", "descriptor_load") else None
 
 
-def _ring_tile(load, role, transposed, instr_extent, ctx):
+def _ring_tile(load, role, transposed, instr_extent, ctx, mma=False):
     """(swizzle, inner): the widest swizzle with which a dot can read the loaded tile as its
     `role` ("a" is [M, K], "b" is [K, N]; `transposed` when it reads tl.trans of the load) and
     the load's dim stored innermost in the ring's tile; None where no ring serves.
@@ -160,7 +160,9 @@ def _ring_tile(load, role, transposed, instr_extent, ctx):
     types, with swizzle rows no wider than what one instruction reads. A 32-bit operand
     contiguous along M or N (a tf32 B [K, N] in row-major memory) is stored K-major instead,
     element by element (cp.async's smallest copy is one such element): wgmma reads tf32
-    K-major only, and so the dot stays on the tensor cores, as Triton's does."""
+    K-major only, and so the dot stays on the tensor cores, as Triton's does. mma.sync (`mma`)
+    reads such a B N-major as it is copied, a fragment register a load (lower/mma.py), as Triton's
+    MMAv2 does: the element-by-element copies cost a one-warp 16x128x32 tile 6 KB of spills."""
     t = load.results[0].type
     elem = scalar_of(t)
     order, vec = ((1, 0), 16) if is_tma(load) else _copy_width(load, ctx)
@@ -168,7 +170,8 @@ def _ring_tile(load, role, transposed, instr_extent, ctx):
         return None
     k_dim = (1 if role == "a" else 0) ^ int(transposed)  # K in the load's dims
     inner = order[0]
-    if inner != k_dim and elem.name not in TRANSPOSABLE:
+    n_major_b = mma and role == "b" and elem.itemsize == 4
+    if inner != k_dim and elem.name not in TRANSPOSABLE and not n_major_b:
         if is_tma(load) or elem.itemsize != 4:
             return None
         inner = k_dim
@@ -410,7 +413,7 @@ def _inside(v, block) -> bool:
     return False
 
 
-def _operand(v, role, body, instr_extent, ctx, regs=True):
+def _operand(v, role, body, instr_extent, ctx, regs=True, mma=False):
     """How operand `v` (role "a" or "b") of a dot in loop `body` reaches the tensor cores,
     or None:
     ("ring", load, transposed, swizzle, inner): a load in the body (or tl.trans of one),
@@ -427,7 +430,7 @@ def _operand(v, role, body, instr_extent, ctx, regs=True):
             (load.attrs.get("volatile") or (len(load.operands) == 3 and not is_zero_constant(load.operands[2]))):
         return None
     if load is not None and load.name in ("load", "descriptor_load"):
-        tile = _ring_tile(load, role, transposed, instr_extent, ctx)
+        tile = _ring_tile(load, role, transposed, instr_extent, ctx, mma)
         if tile:
             return ("ring", load, transposed, *tile)
         if scalar_of(load.results[0].type).name in TRANSPOSABLE:
@@ -478,7 +481,8 @@ def _mma_sources(dot, body, ctx):
     regs = a.type.scalar.itemsize == 2 and None not in (mma_layout(acc.type.shape, warps, rows_only=True),
                                                         mma_layout(a.type.shape, warps, rows_only=True))
     anywhere = 1 << 30
-    sources = (_operand(a, "a", body, anywhere, ctx, regs=regs), _operand(b, "b", body, anywhere, ctx, regs=False))
+    sources = (_operand(a, "a", body, anywhere, ctx, regs=regs, mma=True),
+               _operand(b, "b", body, anywhere, ctx, regs=False, mma=True))
     return sources if None not in sources else None
 
 
