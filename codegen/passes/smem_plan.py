@@ -170,7 +170,7 @@ def _ring_tile(load, role, transposed, instr_extent, ctx, mma=False):
         return None
     k_dim = (1 if role == "a" else 0) ^ int(transposed)  # K in the load's dims
     inner = order[0]
-    n_major_b = mma and role == "b" and elem.itemsize == 4
+    n_major_b = mma and role == "b" and elem.itemsize == 4 and not is_tma(load)  # (cp.async's rings)
     if inner != k_dim and elem.name not in TRANSPOSABLE and not n_major_b:
         if is_tma(load) or elem.itemsize != 4:
             return None
