@@ -2,6 +2,8 @@
 split operands, Triton's F32DotTC decomposition (codegen/passes/f32_dot_split.py): the pass's IR,
 the instructions, and the emulator's sums against a NumPy model of the same parts and order (which
 differs from both a plain tf32 product and the exact one)."""
+import re
+
 import numpy as np
 import pytest
 
@@ -153,17 +155,25 @@ def test_the_emulated_one_block_split_sums_as_the_model_does(precision):
 
 
 def test_a_tf32_dot_of_an_n_major_b_sums_as_the_tensor_cores_do():
-    """B [K, N] row-major reaches the tensor cores through K-major ring tiles filled element by
-    element (tf32 reads K-major only): the emulator's sum is theirs, 8 of K per instruction."""
+    """B [K, N] row-major reaches mma.sync through N-major ring tiles, its fragments read an element a
+    register (ldmatrix transposes 16-bit elements only): the emulator's sum is theirs, 8 of K per
+    instruction."""
     a, b, got = in_child(_emulated, "tf32", timeout=300)
     np.testing.assert_array_equal(got, _mma(a, b, np.zeros_like(got), 8, _tf32_read))
 
 
-@pytest.mark.parametrize("target,instruction", [("sm_80", "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"),
-                                                ("sm_90a", "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32")])
-def test_an_n_major_tf32_b_is_copied_ahead_element_by_element(target, instruction):
-    ptx = _compiled("tf32", target=target).asm["ptx"]
-    assert instruction in ptx and "cp.async.ca.shared.global" in ptx and ", 4;" in ptx
+def test_an_n_major_tf32_b_is_copied_ahead_element_by_element_for_wgmma():
+    """wgmma reads tf32 K-major only: 4-byte copies fill K-major tiles."""
+    ptx = _compiled("tf32", target="sm_90a").asm["ptx"]
+    assert "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32" in ptx
+    assert "cp.async.ca.shared.global" in ptx and ", 4;" in ptx
+
+
+def test_an_n_major_tf32_b_is_copied_as_stored_for_mma_sync():
+    """mma.sync reads B's fragments an element a register: 16-byte copies keep the tile N-major."""
+    ptx = _compiled("tf32", target="sm_80").asm["ptx"]
+    assert "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32" in ptx and "ld.shared.b32" in ptx
+    assert set(re.findall(r"cp\.async\.c[ag]\.shared\.global \[[^\]]*\], \[[^\]]*\], (\d+)", ptx)) == {"16"}
 
 
 def test_the_interpreter_takes_the_bf16_precisions():

@@ -150,6 +150,19 @@ def test_an_n_major_tf32_b_on_the_emulator_matches_numpy(num_warps):
     assert in_child(check_matmul, kir, "tf32", False, False, num_warps) < 1e-3
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("num_warps", [1, 2, 4])
+def test_an_n_major_tf32_b_matches_numpy_on_the_gpu(num_warps, cuda_torch):
+    """On Hopper one and two warps run mma.sync (four, wgmma); every warp count earlier."""
+    torch = cuda_torch
+    dtype, acc, bk = TYPES["tf32"]
+    A, B, a_mem, b_mem = _operands(dtype, False, False)
+    got = torch.zeros((BM, BN), device="cuda")
+    _ring_matmul[(1,)](torch.from_numpy(a_mem).cuda(), torch.from_numpy(b_mem).cuda(), got, K, LD, LD, BM=BM, BN=BN,
+                       BK=bk, A_T=False, B_T=False, num_warps=num_warps, num_stages=3)
+    np.testing.assert_allclose(got.cpu().numpy(), A.astype(np.float64) @ B.astype(np.float64), atol=0.05, rtol=0.01)
+
+
 def test_an_n_major_tf32_b_ptx_for_sm_80():
     """Copies of 16 bytes (not 4, element by element, into a K-major tile); B's fragments by
     `ld.shared.b32`, A's still by ldmatrix."""
