@@ -7,7 +7,8 @@ GPU, how many CTAs share an SM (shared memory per CTA) decides more than the ker
 M is under the tile (decode-sized M), how a library reads the rows past M does (kiln: TMA boxes
 that reach past the tensor; Triton: cp.async of tutorial 03's wrapped rows, `% M`).
 
-    python bench/matmul_waves.py [--sizes 64x8192x8192,...] [--configs 128/64/64/4/4,...] [--dtype tf32] [--out DIR]
+    python bench/matmul_waves.py [--sizes 64x8192x8192,...] [--configs 128/64/64/4/4,...] [--dtype tf32]
+                                 [--b-major n] [--out DIR]
 
 Per size, config and kernel: TFLOP/s (do_bench median, best of two), whether the result equals a
 float32 torch matmul within the inputs' rounding, kiln / Triton and kiln / cuBLAS (torch.matmul,
@@ -32,20 +33,23 @@ CHILD = child_rows.LIBRARY_PREAMBLE + """
 import importlib
 TensorDescriptor = importlib.import_module(triton.__name__ + ".tools.tensor_descriptor").TensorDescriptor
 dtype = {"fp16": torch.float16, "bf16": torch.bfloat16, "tf32": torch.float32, "fp8": torch.float8_e4m3fn}[sys.argv[5]]
-k_major_b = dtype in (torch.float32, torch.float8_e4m3fn)  # wgmma reads 32- and 8-bit B K-major only
+# wgmma reads 32- and 8-bit B K-major only: a weight's transpose, as bench/matmul.py's, unless asked N-major
+k_major_b = dtype in (torch.float32, torch.float8_e4m3fn) and sys.argv[6] != "n"
 out_dtype = torch.float16 if dtype == torch.float8_e4m3fn else dtype
 torch.backends.cuda.matmul.allow_tf32 = sys.argv[5] == "tf32"  # cuBLAS's tf32 against tl.dot's default
 rows = []
 for size in sys.argv[3].split(","):
     M, N, K = map(int, size.split("x"))
     a = torch.randn(M, K, device="cuda").to(dtype)
-    # tf32's and fp8's B a weight's transpose, as bench/matmul.py's
     b = torch.randn(N, K, device="cuda").to(dtype).T if k_major_b else torch.randn(K, N, device="cuda").to(dtype)
     c = torch.empty(M, N, device="cuda", dtype=out_dtype)
     want = a.float() @ b.float()
     one = torch.ones((), device="cuda")
-    cublas = (lambda: torch._scaled_mm(a, b, one, one, out_dtype=out_dtype)) if out_dtype != dtype else \
-        (lambda: torch.matmul(a, b))
+    if out_dtype != dtype:  # fp8: cuBLAS's _scaled_mm, which takes B column-major only
+        b_cols = b if b.stride(0) == 1 else b.T.contiguous().T
+        cublas = lambda: torch._scaled_mm(a, b_cols, one, one, out_dtype=out_dtype)
+    else:
+        cublas = lambda: torch.matmul(a, b)
     cublas_ms = min(triton.testing.do_bench(cublas, warmup=50, rep=200) for _ in range(2))
     for config in sys.argv[4].split(","):
         bm, bn, bk, stages, warps = map(int, config.split("/"))
@@ -75,10 +79,10 @@ print("ROWS " + json.dumps(rows))
 """
 
 
-def run_library(library: str, sizes: str, configs: str, dtype: str, timeout: float) -> list:
+def run_library(library: str, sizes: str, configs: str, dtype: str, timeout: float, b_major: str = "auto") -> list:
     env = {k: v for k, v in os.environ.items() if k != "KILN_DROPIN"}
     env["KILN_SPLIT_K"] = "0"
-    return child_rows.run(CHILD, [HERE, library, sizes, configs, dtype], env, timeout, library)[0]
+    return child_rows.run(CHILD, [HERE, library, sizes, configs, dtype, b_major], env, timeout, library)[0]
 
 
 def _figure(tflops) -> str:
@@ -110,15 +114,20 @@ def main():
     ap.add_argument("--configs", default=CONFIGS)
     ap.add_argument("--dtype", default="fp16", choices=("fp16", "bf16", "tf32", "fp8"))
     ap.add_argument("--libs", default="kiln,triton", choices=("kiln,triton", "kiln"))
+    ap.add_argument("--b-major", default="auto", choices=("auto", "n"),
+                    help="n: B row-major [K, N] for tf32 and fp8 too (x @ W), where auto gives them K-major B")
     ap.add_argument("--timeout", type=float, default=280)
     ap.add_argument("--out")
     args = ap.parse_args()
-    results = {lib: run_library(lib, args.sizes, args.configs, args.dtype, args.timeout) for lib in args.libs.split(",")}
-    text = table(results["kiln"], results.get("triton"), args.dtype)
+    results = {lib: run_library(lib, args.sizes, args.configs, args.dtype, args.timeout, args.b_major)
+               for lib in args.libs.split(",")}
+    what = args.dtype + (", B N-major" if args.b_major == "n" else "")
+    text = table(results["kiln"], results.get("triton"), what)
     print(text)
     if args.out:
         import results_file
-        results_file.save_today(args.out, "matmul-waves" + ("" if args.dtype == "fp16" else f"-{args.dtype}"), results, text)
+        name = "matmul-waves" + ("" if args.dtype == "fp16" else f"-{args.dtype}") + ("-b-n-major" if args.b_major == "n" else "")
+        results_file.save_today(args.out, name, results, text)
 
 
 if __name__ == "__main__":
