@@ -18,7 +18,7 @@
 #                                             # tile kernels and cuBLAS, kiln and Triton, after its GPU tests (~270 s)
 #   bash bench/gpu_session.sh warp-specialize # the hinted GEMM's GPU tests, racecheck, bench/warp_specialize.py (~300 s)
 #   bash bench/gpu_session.sh mma-rings       # Hopper's mma.sync rings (1-2 warps: TMA, fp8 upcast): GPU tests,
-#                                             # racecheck, bench/matmul_waves.py fp16 and fp8 vs Triton (~250 s)
+#                                             # racecheck, bench/matmul_waves.py fp16, fp8, tf32 vs Triton (~300 s)
 #   bash bench/gpu_session.sh block-scaled    # the scalar-ring GPU tests, then bench/block_scaled.py: a block-scaled
 #                                             # fp8 GEMM at fixed configs, kiln vs Triton (~120 s)
 #   bash bench/gpu_session.sh matmul-waves    # bench/matmul_waves.py: fixed configs at M = 16-1024 (N = K = 8192),
@@ -148,17 +148,20 @@ for phase in "$@"; do
     matmul-waves)  # tutorial 03's pointer and descriptor matmuls at fixed configs on grids of a few waves
       python3 bench/matmul_waves.py --out "$OUT" 2>&1 | tee "$OUT/matmul-waves.log" | tail -50 ;;
     mma-rings)  # Hopper's mma.sync rings (kernels of 1-2 warps, dots under 64 rows; session 92): their GPU tests and
-      # racecheck, then tutorial 03 at one- to four-warp configs, fp16 (pointer and descriptor kernels) and fp8
-      # (B K-major), kiln vs Triton (~250 s)
+      # racecheck, then tutorial 03 at one- to four-warp configs, fp16 (pointer and descriptor kernels), fp8
+      # (B K-major) and tf32 with B N-major (x @ W), kiln vs Triton (~300 s)
       python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_codegen_mma_tma_rings.py \
-        tests/test_codegen_fp8_mma_rings.py tests/test_codegen_mma_ring.py \
+        tests/test_codegen_fp8_mma_rings.py tests/test_codegen_mma_ring.py tests/test_codegen_f32_dot_split.py \
         "tests/test_gpu_racecheck.py::test_mma_sync_rings_on_hopper_have_no_shared_memory_hazard" 2>&1 | tail -3
       sizes=16x8192x8192,128x8192x8192,1024x8192x8192
       python3 bench/matmul_waves.py --sizes $sizes --configs 16/256/64/4/1,32/256/64/4/1,16/128/64/3/1,64/64/64/3/2,64/128/64/3/2 \
         --out "$OUT" 2>&1 | tee "$OUT/mma-rings-fp16.log" | grep '^|'
       python3 bench/matmul_waves.py --dtype fp8 --sizes $sizes \
         --configs 16/256/128/4/1,32/128/128/3/1,64/64/128/3/2,64/128/128/3/2,16/128/128/3/4 --out "$OUT" 2>&1 \
-        | tee "$OUT/mma-rings-fp8.log" | grep '^|' ;;
+        | tee "$OUT/mma-rings-fp8.log" | grep '^|'
+      python3 bench/matmul_waves.py --dtype tf32 --b-major n --sizes $sizes \
+        --configs 16/128/32/3/1,32/64/32/3/1,64/64/32/3/2,64/128/32/3/2,128/128/32/3/4 --out "$OUT" 2>&1 \
+        | tee "$OUT/mma-rings-tf32-n-major.log" | grep '^|' ;;
     block-scaled)  # scalars and vectors through rings of their own (session 85): their GPU tests, then the block-scaled
       # fp8 GEMM at fixed configs, kiln vs Triton (bench/block_scaled.py; ~120 s)
       python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_codegen_scalar_rings.py \
