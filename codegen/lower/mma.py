@@ -107,8 +107,8 @@ def lower_mma_dot(lw, op):
         a_src = _Operand(lw.scalar(a), lambda idx: tile_offset(lw, a.type, idx), k_inner=a.type.order[0] == 1,
                          tile=reused(a))
     size = a.type.scalar.itemsize
-    if size != 2 and ((a_src is not None and not a_src.k_inner) or
-                      (b_src is not None and not b_src.k_inner and size != 4)):
+    if size != 2 and a_src is not None and b_src is not None and \
+            not (a_src.k_inner and (b_src.k_inner or size == 4)):
         raise LoweringError("ldmatrix transposes 16-bit elements only: 8- and 32-bit tiles must be K-major "
                             "(a 32-bit B may be N-major: read an element a register)")
     _run(lw, op, a_src, b_src)
