@@ -357,6 +357,8 @@ def test_loops_that_store_and_small_dot_rings_have_no_shared_memory_hazard(tmp_p
 
 
 def test_mma_sync_rings_on_hopper_have_no_shared_memory_hazard(tmp_path):
+    if torch.cuda.get_device_capability() < (9, 0):
+        pytest.skip("Hopper's rings (TMA, fp8 fragments upcast)")
     out = racecheck(HOPPER_MMA_RINGS, tmp_path)
     assert hazards(out) == (0, 0), out[-4000:]
 
