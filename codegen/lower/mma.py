@@ -126,7 +126,8 @@ def _run(lw, op, a_src, b_src):
     s_in, s_out = a.type.scalar, out.type.scalar  # a is a block or a shared tile
     kinds = (_KIND[s_in.name], _KIND[b.type.scalar.name])  # e4m3 x e5m2 differ
     # fp8 fragments upcast run on fp16 mma.sync, which keeps fp16 accumulators as an fp16 dot's
-    upcast = kinds[0] in _FP8_PAIR and fp8_fragments_upcast(lw.ctx)
+    formats = (s_in.name, b.type.scalar.name)
+    upcast = s_in.name in ("fp8e4nv", "fp8e5") and fp8_fragments_upcast(lw.ctx)
     f16_acc = s_out.name == "fp16" if upcast else mma_f16_accumulators(lw.ctx, s_in, s_out)
     s_acc = int32 if s_in.is_int() else float16 if f16_acc else float32
     acc_regs = [cast_value(lw, r, s_out, s_acc) for r in lw.regs(acc, layout)]
@@ -182,7 +183,7 @@ def _run(lw, op, a_src, b_src):
                              lambda: _b_fragments(lw, b_src, k0, first_cols, col_tiles, half_step, q, low_bit,
                                                   high_bit))
         if upcast:
-            _upcast_mmas(lw, kinds, a_frag, b_frag, tiles, values, f16_acc)
+            _upcast_mmas(lw, formats, a_frag, b_frag, tiles, values, f16_acc)
             continue
         for pair, c, regs in tiles:
             got = _mma(lw, kinds, a_frag[pair], b_frag[c], [values[i] for i in regs], f16_acc)
@@ -191,22 +192,19 @@ def _run(lw, op, a_src, b_src):
     lw.bind(out, [cast_value(lw, v, s_acc, s_out) for v in values], layout)
 
 
-_FP8_PAIR = {"e4m3": "fp8e4nv", "e5m2": "fp8e5"}  # PTX kind -> fp8 format
-
-
-def _f16_words(lw, word, kind):
-    """A word of four fp8 codes -> two f16x2 words: codes 0-1, then 2-3."""
+def _f16_words(lw, word, fmt):
+    """A word of four fp8 codes (of format `fmt`) -> two f16x2 words: codes 0-1, then 2-3."""
     low = lw.b.trunc(word, ir.IntType(16))
     high = lw.b.trunc(lw.b.lshr(word, lw.i32(16)), ir.IntType(16))
-    return f16_pair(lw, low, _FP8_PAIR[kind]), f16_pair(lw, high, _FP8_PAIR[kind])
+    return f16_pair(lw, low, fmt), f16_pair(lw, high, fmt)
 
 
-def _upcast_mmas(lw, kinds, a_frag, b_frag, tiles, values, f16_acc):
+def _upcast_mmas(lw, formats, a_frag, b_frag, tiles, values, f16_acc):
     """A 32-k step of 8-bit fragments as two 16-k steps of fp16 mma.sync, into `values`: A's fragments
     upcast once for every column tile, each B fragment where its mmas read it."""
-    a16 = {pair: _upcast_a(lw, frag, kinds[0]) for pair, frag in a_frag.items()}
+    a16 = {pair: _upcast_a(lw, frag, formats[0]) for pair, frag in a_frag.items()}
     for c, frag in b_frag.items():
-        b16 = _upcast_b(lw, frag, kinds[1])
+        b16 = _upcast_b(lw, frag, formats[1])
         for pair, _, regs in (tile for tile in tiles if tile[1] == c):
             acc = [values[r] for r in regs]
             for half in range(2):  # k 0-15 of the step, then 16-31
@@ -215,17 +213,17 @@ def _upcast_mmas(lw, kinds, a_frag, b_frag, tiles, values, f16_acc):
                 values[r] = v
 
 
-def _upcast_a(lw, frag, kind):
+def _upcast_a(lw, frag, fmt):
     """An 8-bit A fragment of a 32-k step (rows g, g + 8 of k 4t..4t+3, then of k 16 + 4t..) as the
     fp16 A fragments of two 16-k steps. The fp16 mma reads lane (g, t)'s halves as k 2t, 2t + 1,
     2t + 8, 2t + 9: here k 4t..4t+3 (of each 16), the same for B, so the sum runs over k permuted."""
-    words = [_f16_words(lw, w, kind) for w in frag]
+    words = [_f16_words(lw, w, fmt) for w in frag]
     return [[words[0 + h][0], words[1 + h][0], words[0 + h][1], words[1 + h][1]] for h in (0, 2)]
 
 
-def _upcast_b(lw, frag, kind):
+def _upcast_b(lw, frag, fmt):
     """An 8-bit B fragment (k 4t..4t+3 of column g, then k 16 + 4t..) as two fp16 ones, k permuted as A."""
-    return [list(_f16_words(lw, w, kind)) for w in frag]
+    return [list(_f16_words(lw, w, fmt)) for w in frag]
 
 
 def _loaded(lw, src, what, load):
