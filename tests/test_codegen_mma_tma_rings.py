@@ -4,7 +4,10 @@ warp count: one box copy a tile where cp.async took 8-16 bytes a thread with the
 arithmetic (tutorial 03's descriptor matmul at 16x256x64 on one warp: a 1,073-instruction loop that
 spilled 240 bytes, 0.24 of Triton's speed on an H100). ldmatrix reads the slots through the generic
 proxy, so each thread fences before TMA (the async proxy) writes a slot again. Elsewhere (sm_80, a
-portable build) the descriptor's pointer loads stay the loads. CPU (PTX) and the GPU against torch."""
+portable build) the descriptor's pointer loads stay the loads. A tf32 B [K, N] comes by TMA too,
+N-major as it lies, its fragments read a register a load (before, its blocks were copied by cp.async
+through the descriptor's pointer loads: 16x128x32 on one warp ran at 0.08-0.19 of Triton on an H100).
+CPU (PTX) and the GPU against torch."""
 import re
 
 import numpy as np
@@ -29,9 +32,9 @@ def descriptor_matmul(a_desc, b_desc, c_desc, M, N, K, BM: tl.constexpr, BN: tl.
 M, N, K = 100, 264, 200  # edges past the last blocks in every dim: TMA fills what lies past them with zeros
 
 
-def _warm(bm, bn, bk, warps, stages, target):
+def _warm(bm, bn, bk, warps, stages, target, dtype=np.float16):
     from kiln.tools.tensor_descriptor import TensorDescriptor
-    a, b, c = np.zeros((M, K), np.float16), np.zeros((K, N), np.float16), np.zeros((M, N), np.float16)
+    a, b, c = np.zeros((M, K), dtype), np.zeros((K, N), dtype), np.zeros((M, N), dtype)
     return descriptor_matmul.warmup(TensorDescriptor.from_tensor(a, [bm, bk]), TensorDescriptor.from_tensor(b, [bk, bn]),
                                     TensorDescriptor.from_tensor(c, [bm, bn]), M, N, K, BM=bm, BN=bn, BK=bk,
                                     num_warps=warps, num_stages=stages, grid=(1, 1), target=target)
@@ -65,13 +68,29 @@ def test_targets_without_tma_copy_the_blocks_through_pointers(target):
     assert "mbarrier" not in ptx and "fence.proxy" not in ptx
 
 
-def run_on_gpu(config, torch):
+# tf32 with B [K, N] row-major (x @ W): one warp and two
+TF32_CONFIGS = [(16, 128, 32, 1, 3), (64, 128, 32, 2, 3)]
+
+
+@pytest.mark.parametrize("config", TF32_CONFIGS)
+def test_a_tf32_b_n_major_comes_by_tma_too(config):
+    k = _warm(*config, "sm_90a", np.float32)
+    ptx = k.asm["ptx"]
+    assert "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32" in ptx
+    assert not re.search(r"cp\.async\.c[ag]\.", ptx)
+    # B's 128 columns of 4 bytes in boxes of 32 (a 128-byte swizzle's rows), A's in one: 5 a stage
+    assert ptx.count("cp.async.bulk.tensor.2d") == 5 * config[4]
+    assert k.metadata["n_spills"] == 0  # through the pointer loads' cp.async: 16 and 192 bytes
+
+
+def run_on_gpu(config, torch, dtype="float16"):
     """The kernel at `config` against torch, with edges past the last blocks of M, N and K."""
     from kiln.tools.tensor_descriptor import TensorDescriptor
     bm, bn, bk, warps, stages = config
-    a = torch.randn(M, K, device="cuda", dtype=torch.float16)
-    b = torch.randn(K, N, device="cuda", dtype=torch.float16)
-    c = torch.full((M, N), float("nan"), device="cuda", dtype=torch.float16)
+    dtype = getattr(torch, dtype)
+    a = torch.randn(M, K, device="cuda", dtype=dtype)
+    b = torch.randn(K, N, device="cuda", dtype=dtype)
+    c = torch.full((M, N), float("nan"), device="cuda", dtype=dtype)
     grid = (-(-M // bm), -(-N // bn))
     descriptor_matmul[grid](TensorDescriptor.from_tensor(a, [bm, bk]), TensorDescriptor.from_tensor(b, [bk, bn]),
                             TensorDescriptor.from_tensor(c, [bm, bn]), M, N, K, BM=bm, BN=bn, BK=bk,
@@ -83,3 +102,9 @@ def run_on_gpu(config, torch):
 @pytest.mark.parametrize("config", CONFIGS)
 def test_tma_filled_mma_sync_rings_match_torch_on_the_gpu(config, hopper_torch):
     run_on_gpu(config, hopper_torch)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("config", TF32_CONFIGS)
+def test_tma_filled_tf32_rings_match_torch_on_the_gpu(config, hopper_torch):
+    run_on_gpu(config, hopper_torch, "float32")

@@ -291,6 +291,8 @@ import test_codegen_fp8_mma_rings as fp8
 import test_codegen_mma_tma_rings as tma
 for config in tma.CONFIGS:
     tma.run_on_gpu(config, torch)
+for config in tma.TF32_CONFIGS:
+    tma.run_on_gpu(config, torch, "float32")
 for config in fp8.CONFIGS:
     fp8.run_on_gpu(config, torch)
 torch.cuda.synchronize()

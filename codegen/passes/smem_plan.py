@@ -161,8 +161,10 @@ def _ring_tile(load, role, transposed, instr_extent, ctx, mma=False):
     contiguous along M or N (a tf32 B [K, N] in row-major memory) is stored K-major instead,
     element by element (cp.async's smallest copy is one such element): wgmma reads tf32
     K-major only, and so the dot stays on the tensor cores, as Triton's does. mma.sync (`mma`)
-    reads such a B N-major as it is copied, a fragment register a load (lower/mma.py), as Triton's
-    MMAv2 does: the element-by-element copies cost a one-warp 16x128x32 tile 6 KB of spills."""
+    reads such a B N-major as it is copied (by cp.async or TMA), a fragment register a load
+    (lower/mma.py), as Triton's MMAv2 does: the element-by-element copies cost a one-warp
+    16x128x32 tile 6 KB of spills, and a descriptor's blocks left to its pointer loads ran at a
+    tenth of Triton's speed."""
     t = load.results[0].type
     elem = scalar_of(t)
     order, vec = ((1, 0), 16) if is_tma(load) else _copy_width(load, ctx)
@@ -170,7 +172,7 @@ def _ring_tile(load, role, transposed, instr_extent, ctx, mma=False):
         return None
     k_dim = (1 if role == "a" else 0) ^ int(transposed)  # K in the load's dims
     inner = order[0]
-    n_major_b = mma and role == "b" and elem.itemsize == 4 and not is_tma(load)  # (cp.async's rings)
+    n_major_b = mma and role == "b" and elem.itemsize == 4
     if inner != k_dim and elem.name not in TRANSPOSABLE and not n_major_b:
         if is_tma(load) or elem.itemsize != 4:
             return None
