@@ -36,7 +36,7 @@ from kiln.ir.index_math import index_values
 from kiln.ir.layout import Blocked, Linear, Slice, Wgmma, same_distribution
 from kiln.ir.layout_check import reads_in
 from kiln.ir.layout_moves import derived_layout, moves_no_data
-from kiln.ir.types import block_type, shared_type
+from kiln.ir.types import ROW_XOR_32, block_type, shared_type
 
 from .ttir import _attrs, _Renderer, ttir_type
 
@@ -79,7 +79,10 @@ class _Encodings:
         raise TypeError(f"no TTGIR encoding for layout {layout}")
 
     def shared(self, t: shared_type) -> str:
-        if t.swizzle:
+        if t.swizzle == ROW_XOR_32:
+            definition = (f"#ttg.swizzled_shared<{{vec = {32 // t.element_ty.itemsize}, perPhase = 1, maxPhase = 4, "
+                          f"order = {_ints(t.order)}}}>")
+        elif t.swizzle:
             definition = (f"#ttg.nvmma_shared<{{swizzlingByteWidth = {t.swizzle}, "
                           f"transposed = {'true' if t.order == (0, 1) else 'false'}, "
                           f"elementBitWidth = {t.element_ty.primitive_bitwidth}}}>")

@@ -201,6 +201,13 @@ class block_type(dtype):
         return f"<{list(self.shape_)}, {self.element_ty_!r}>"
 
 
+# `swizzle` of a tile stored in whole rows whose 32-byte units are XORed with the row mod 4 (Triton's
+# swizzled_shared<vec = 32 bytes, perPhase = 1, maxPhase = 4>): mma.sync reads a 32-bit B stored N-major
+# a register a load, lanes (g, t) row t column g of 8 columns, which then take every bank once (a TMA
+# swizzle gives them two lanes a bank). cp.async and plain loads and stores address it; TMA and wgmma do not.
+ROW_XOR_32 = 1
+
+
 class shared_type(dtype):
     """A buffer in shared memory (the GPU stage of block IR; codegen's passes make them).
 
@@ -209,7 +216,8 @@ class shared_type(dtype):
     `swizzle` bytes (32, 64 or 128; 0 for no swizzle): tile element (outer, inner) sits in
     the region of its `swizzle`-byte column chunk, at row `outer` of it, and within every
     1024 bytes the 16-byte unit bits are XORed with the row bits, as the tensor cores and
-    TMA read them. Printed `smem<4x128x64xfp16:swizzle128:order1.0>`.
+    TMA read them. Printed `smem<4x128x64xfp16:swizzle128:order1.0>`. `swizzle` ROW_XOR_32
+    (rows of at least 128 bytes): whole rows, printed `rowxor32`.
     """
 
     __slots__ = ("element_ty_", "shape_", "swizzle", "order")
@@ -221,13 +229,16 @@ class shared_type(dtype):
         order = tuple(int(d) for d in (order if order is not None else (1, 0)))
         if len(shape) not in (2, 3) or any(not is_power_of_two(d) for d in shape[-2:]) or min(shape) < 1:
             raise TypeError(f"a shared buffer is a tile of power-of-two dims or a ring of them, not {shape}")
-        if swizzle not in (0, 32, 64, 128):
-            raise TypeError(f"swizzle must be 0, 32, 64 or 128 bytes, not {swizzle}")
+        if swizzle not in (0, 32, 64, 128, ROW_XOR_32):
+            raise TypeError(f"swizzle must be 0, 32, 64 or 128 bytes or ROW_XOR_32, not {swizzle}")
         if sorted(order) != [0, 1]:
             raise TypeError(f"order {order} must be (1, 0) or (0, 1): the tile's dims")
+        if swizzle == ROW_XOR_32 and shape[-2:][order[0]] * element_ty.itemsize < 128:
+            raise TypeError(f"a row-XOR tile's rows hold four 32-byte units at least, not {shape}")
         self.element_ty_, self.shape_, self.swizzle, self.order = element_ty, shape, swizzle, order
         dims = "x".join(map(str, shape))
-        self.name = f"smem<{dims}x{element_ty}:swizzle{swizzle}:order{order[0]}.{order[1]}>"
+        mode = "rowxor32" if swizzle == ROW_XOR_32 else f"swizzle{swizzle}"
+        self.name = f"smem<{dims}x{element_ty}:{mode}:order{order[0]}.{order[1]}>"
         self.kind, self.primitive_bitwidth, self.signed = "shared", element_ty.primitive_bitwidth, False
 
     def __getnewargs__(self):
@@ -259,6 +270,8 @@ class shared_type(dtype):
     def tma_box(self) -> tuple[int, int, int]:
         """(inner elements, rows, swizzle bytes) of the TMA box that fills this tile one swizzle-wide
         column chunk at a time (a chunk is every row's `swizzle` bytes of the inner dim)."""
+        if self.swizzle == ROW_XOR_32:
+            raise TypeError(f"TMA writes no row-XOR tile ({self.name})")
         return self.swizzle // self.element_ty.itemsize, self.shape[self.order[1]], self.swizzle
 
     def transposed(self) -> "shared_type":
@@ -459,10 +472,13 @@ def _split_encoding(inner: str) -> tuple[str, str, str]:
 def _parse_shared(inner: str) -> shared_type:
     """`4x128x64xfp16:swizzle128:order1.0` (the inside of `smem<...>`)."""
     parts = inner.split(":")
-    if len(parts) != 3 or not parts[1].startswith("swizzle") or not parts[2].startswith("order"):
+    row_xor = len(parts) == 3 and parts[1] == "rowxor32"
+    if len(parts) != 3 or not (row_xor or parts[1].startswith("swizzle")) or not parts[2].startswith("order"):
         raise ValueError(f"not a shared buffer type: smem<{inner}>")
     block = parse_type(f"<{parts[0]}>")
     order = parts[2][len("order"):].split(".")
-    if not isinstance(block, block_type) or not parts[1][7:].isdigit() or not all(o.isdigit() for o in order):
+    if not isinstance(block, block_type) or not (row_xor or parts[1][7:].isdigit()) or \
+            not all(o.isdigit() for o in order):
         raise ValueError(f"not a shared buffer type: smem<{inner}>")
-    return shared_type(block.element_ty, block.shape, int(parts[1][7:]), [int(o) for o in order])
+    swizzle = ROW_XOR_32 if row_xor else int(parts[1][7:])
+    return shared_type(block.element_ty, block.shape, swizzle, [int(o) for o in order])

@@ -135,11 +135,12 @@ def test_ring_matmul_with_other_warp_counts(num_warps):
 def test_8_bit_tiles_stored_n_major_are_staged_and_32_bit_ones_read_as_stored():
     """ldmatrix transposes 16-bit elements only: an N-major 8-bit B (cp.async moves 4 bytes at least)
     is staged, stored K-major each iteration; an N-major 32-bit B stays N-major in its ring, copied 16
-    bytes at a time, and the lowering reads its fragments a register a load (emulated below)."""
+    bytes at a time, and the lowering reads its fragments a register a load (emulated below), in whole
+    rows XORed in 32-byte units, where those loads take every bank once."""
     tf32 = _optimized(_matmul_ir("tf32", False, False), num_warps=4, num_stages=3)
     assert "mma_dot" in tf32 and "async_copy" in tf32 and "local_store" not in tf32.split("for ")[1]
     allocs = re.findall(r"local_alloc \{offset = \d+\} : (smem<[^>]*>)", tf32)
-    assert f"smem<3x16x{BN}xfp32:swizzle128:order1.0>" in allocs  # B [16, BN]: N (dim 1) inner
+    assert f"smem<3x16x{BN}xfp32:rowxor32:order1.0>" in allocs  # B [16, BN]: N (dim 1) inner
     int8 = _optimized(_matmul_ir("int8", False, False), num_warps=4, num_stages=3)
     assert "mma_dot" in int8 and "local_store" in int8.split("for ")[1]
 

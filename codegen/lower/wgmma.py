@@ -19,7 +19,7 @@ from __future__ import annotations
 import llvmlite.ir as ir
 
 from kiln.ir.core import Operation, is_zero_constant
-from kiln.ir.types import block_type, shared_type
+from kiln.ir.types import ROW_XOR_32, block_type, shared_type
 
 from kiln.ir import layout as lay
 from ..analysis.access import access_width
@@ -55,7 +55,7 @@ def tile_geometry(t):
     """(row bytes W, elements per row C, rows per chunk O) of a 2-D shared tile type."""
     es = t.element_ty.itemsize
     inner, outer = t.order
-    W = t.swizzle or t.shape[inner] * es
+    W = t.shape[inner] * es if t.swizzle in (0, ROW_XOR_32) else t.swizzle
     return W, W // es, t.shape[outer]
 
 
@@ -68,6 +68,8 @@ def tile_offset(lw, t, idx, b=None):
     i, o = idx[inner], idx[outer]
     off = b.add(b.mul(b.udiv(i, lw.i32(C)), lw.i32(O * W)), b.mul(o, lw.i32(W)))
     off = b.add(off, b.mul(b.urem(i, lw.i32(C)), lw.i32(es)))
+    if t.swizzle == ROW_XOR_32:  # whole rows (one chunk): the 32-byte unit XOR the row mod 4
+        return b.xor(off, b.shl(b.and_(o, lw.i32(3)), lw.i32(5)))
     if t.swizzle:
         rows = b.and_(b.lshr(off, lw.i32(7)), lw.i32(t.swizzle // 16 - 1))
         off = b.xor(off, b.shl(rows, lw.i32(4)))
@@ -82,6 +84,9 @@ def constant_step(t, frm, to):
     inner, outer = t.order
     W, C, O = tile_geometry(t)
     d_inner, d_outer = to[inner] - frm[inner], to[outer] - frm[outer]
+    if t.swizzle == ROW_XOR_32:  # the same row mod 4, whole 128-byte groups of units apart
+        es = t.element_ty.itemsize
+        return d_outer * W + d_inner * es if d_outer % 4 == 0 and d_inner * es % 128 == 0 else None
     if d_inner % C:
         return None
     step = d_inner // C * O * W + d_outer * W
@@ -299,6 +304,8 @@ def _descriptor(lw, tile, offset, const, k_major):
     launch the address also holds the CTA's rank (bits 24-31), masked off."""
     b = lw.b
     t = tile.type
+    if t.swizzle == ROW_XOR_32:
+        raise LoweringError(f"wgmma reads no row-XOR tile ({t})")
     W, _, O = tile_geometry(t)
     lbo = 16 if k_major else O * W
     start = b.lshr(b.add(b.ptrtoint(lw.scalar(tile), I32), offset), lw.i32(4))

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from kiln.ir.core import Operation, is_zero_constant
 from kiln.ir.ops import mixed_fp8
-from kiln.ir.types import block_type, scalar_of, shared_type
+from kiln.ir.types import ROW_XOR_32, block_type, scalar_of, shared_type
 
 from kiln.ir.layout import mma_layout, wgmma_layout
 from ..occupancy import ctas_by_shared, ctas_per_sm, max_shared_per_cta
@@ -164,7 +164,9 @@ def _ring_tile(load, role, transposed, instr_extent, ctx, mma=False):
     reads such a B N-major as it is copied (by cp.async or TMA), a fragment register a load
     (lower/mma.py), as Triton's MMAv2 does: the element-by-element copies cost a one-warp
     16x128x32 tile 6 KB of spills, and a descriptor's blocks left to its pointer loads ran at a
-    tenth of Triton's speed."""
+    tenth of Triton's speed. A cp.async ring stores such a B in whole rows XORed in 32-byte units
+    (ROW_XOR_32), which those loads read without bank conflicts (in a TMA swizzle two lanes share a
+    bank: 0.55 of Triton's speed at 64x128x32 on two warps)."""
     t = load.results[0].type
     elem = scalar_of(t)
     order, vec = ((1, 0), 16) if is_tma(load) else _copy_width(load, ctx)
@@ -178,10 +180,20 @@ def _ring_tile(load, role, transposed, instr_extent, ctx, mma=False):
             return None
         inner = k_dim
     row_bytes = t.shape[inner] * elem.itemsize
+    if n_major_b and inner != k_dim and not is_tma(load) and row_bytes >= 128:
+        return ROW_XOR_32, inner
     if inner != k_dim:
         row_bytes = min(row_bytes, instr_extent * elem.itemsize)
     swizzle = min(128, row_bytes)
     return (swizzle, inner) if swizzle >= 32 else None
+
+
+def _common_swizzle(first, other):
+    """The swizzle of a ring two dots read, one wanting `first` (None: no other reader yet), the other
+    `other`: the narrower TMA swizzle, which every reader can read; row-XOR where both want it."""
+    if first is None or first == other:
+        return other
+    return min(s if s != ROW_XOR_32 else 128 for s in (first, other))
 
 
 def _stored_tile(t, role):
@@ -597,7 +609,7 @@ def plan_loop(loop, stages, fn, ctx, kind, in_registers=frozenset()):
     for _, sources in dots.values():
         for src, _ in sources:
             if src[0] == "ring":
-                swizzles[id(src[1])] = min(swizzles.get(id(src[1]), 128), src[3])
+                swizzles[id(src[1])] = _common_swizzle(swizzles.get(id(src[1])), src[3])
                 inners[id(src[1])] = src[4]
                 loads.setdefault(id(src[1]), src[1])
     rings = []
