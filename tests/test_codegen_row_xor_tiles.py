@@ -1,9 +1,9 @@
 """Row-XOR shared tiles (`smem<...:rowxor32:...>`): a 32-bit B stored N-major on an mma.sync ring, whole
 rows whose 32-byte units are XORed with the row mod 4. mma.sync reads such a B a register a load, lane
 (g, t) row t (and t + 4) of column g of 8; in a 128-byte TMA swizzle rows 0-3 flip the same unit bits
-as the lanes' two 16-byte units, two lanes a bank (tutorial 03's tf32 64x128x32 on two warps: 2.4-way
-conflicts, 0.55 of Triton's speed on an H100). The type, its addresses (the lowering's own function,
-evaluated on integers) and the rings smem_plan gives it; its kernels run in test_codegen_mma_ring.py."""
+as the lanes' two 16-byte units, two lanes a bank (tutorial 03's tf32 16x128x32 on one warp ran at half
+its speed on an H100). The type, its addresses (the lowering's own function, evaluated on integers) and
+the rings smem_plan gives it; its kernels run in test_codegen_mma_ring.py."""
 import numpy as np
 import pytest
 

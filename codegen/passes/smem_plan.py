@@ -166,7 +166,7 @@ def _ring_tile(load, role, transposed, instr_extent, ctx, mma=False):
     16x128x32 tile 6 KB of spills, and a descriptor's blocks left to its pointer loads ran at a
     tenth of Triton's speed. A cp.async ring stores such a B in whole rows XORed in 32-byte units
     (ROW_XOR_32), which those loads read without bank conflicts (in a TMA swizzle two lanes share a
-    bank: 0.55 of Triton's speed at 64x128x32 on two warps)."""
+    bank: the one-warp 16x128x32 tile ran at half the speed)."""
     t = load.results[0].type
     elem = scalar_of(t)
     order, vec = ((1, 0), 16) if is_tma(load) else _copy_width(load, ctx)
