@@ -32,7 +32,7 @@ from .memory import plain_store
 from .reduce import shuffle
 from .shared import elem_bytes, flats_of, store_elements
 from .types import F32, I8, I32, VOID, GENERIC_PTR, SHARED_PTR, half_words, reg_type, word_halves
-from .wgmma import tile_offset
+from .wgmma import constant_step, tile_offset
 
 _KIND = {"fp16": "f16", "bf16": "bf16", "int8": "s8", "fp32": "tf32", "fp8e4nv": "e4m3", "fp8e5": "e5m2"}
 _SHAPE = {"s8": "m16n8k32", "tf32": "m16n8k8", "e4m3": "m16n8k32", "e5m2": "m16n8k32"}  # else m16n8k16
@@ -42,13 +42,31 @@ class _Operand:
     """Where a dot operand's fragments come from: shared memory at `base` (an i8 pointer),
     element (i, j) of the operand ([M, K] for A, [K, N] for B) `offset((i, j))` bytes in
     (an i32), stored in 16-byte runs along K (`k_inner`) or along M / N. `tile`: the tile
-    value, where its fragments may be reused (kiln.codegen.lower.fragment_reuse)."""
+    value, where its fragments may be reused (kiln.codegen.lower.fragment_reuse). `step(frm,
+    to)`: the bytes from element frm to element to where they are the same for every pair of
+    indices that far apart (`wgmma.constant_step`), else None; None: no such steps known."""
 
-    def __init__(self, base, offset, k_inner, tile=None):
-        self.base, self.offset, self.k_inner, self.tile = base, offset, k_inner, tile
+    def __init__(self, base, offset, k_inner, tile=None, step=None):
+        self.base, self.offset, self.k_inner, self.tile, self.step = base, offset, k_inner, tile, step
 
     def ptr(self, lw, idx):
         return lw.b.gep(self.base, [self.offset(idx)], source_etype=I8)
+
+    def ptr_near(self, lw, idx, known, bases):
+        """`ptr(idx)`, or the address of an element loaded before plus a constant: `known` is idx's
+        compile-time part (what it adds to a thread's own indices, the same for every load that
+        passes `bases`, the (known, address) pairs computed so far). Loads then share a few
+        addresses with immediate offsets instead of each keeping its own (a one-warp tf32
+        32x128x32 tile read B through 32 offsets, live through the loop, and spilled 1.6 KB)."""
+        if self.step is None:
+            return self.ptr(lw, idx)
+        for frm, address in bases:
+            step = self.step(frm, known)
+            if step is not None:
+                return lw.b.gep(address, [lw.i32(step)], source_etype=I8) if step else address
+        address = self.ptr(lw, idx)
+        bases.append((known, address))
+        return address
 
 
 def lower_mma(lw, op):
@@ -98,7 +116,7 @@ def lower_mma_dot(lw, op):
         b_src = None
     else:
         b_src = _Operand(lw.scalar(b), lambda idx: tile_offset(lw, b.type, idx), k_inner=b.type.order[0] == 0,
-                         tile=reused(b))
+                         tile=reused(b), step=lambda frm, to: constant_step(b.type, frm, to))
     if isinstance(a.type, block_type):
         if layout.warps_per_cta[1] != 1 or lw.layout(a) != layout:
             raise LoweringError("mma_dot reads A from registers in its accumulator's layout, whole rows per warp")
@@ -164,6 +182,7 @@ def _run(lw, op, a_src, b_src):
     permuted = in_registers is not None and s_in.itemsize == 4
     # what addresses a fragment besides the tile: the accumulator's layout and shape give the rows and columns
     addressed = (layout, tuple(out.type.shape))
+    b_bases = []  # B's element addresses so far, which later ones may add a constant to
     for k0 in range(0, K, 2 * half_step):
         if in_registers is not None:
             a_frag = {pair: in_registers(pair, k0) for pair in range(len(pair_rows))}
@@ -177,7 +196,7 @@ def _run(lw, op, a_src, b_src):
                                       lambda: _b_from_registers(lw, b, k0, col_tiles, g, t, permuted))
         elif permuted or (s_in.itemsize == 4 and not b_src.k_inner):
             b_frag = _loaded(lw, b_src, ("b by element", k0, permuted, addressed),
-                             lambda: _b_fragments_by_element(lw, b_src, k0, first_cols, g, t, permuted))
+                             lambda: _b_fragments_by_element(lw, b_src, k0, first_cols, g, t, permuted, b_bases))
         else:
             b_frag = _loaded(lw, b_src, ("b", k0, addressed),
                              lambda: _b_fragments(lw, b_src, k0, first_cols, col_tiles, half_step, q, low_bit,
@@ -292,14 +311,17 @@ def _b_fragments(lw, src, k0, first_cols, col_tiles, half_step, q, low_bit, high
     return frags
 
 
-def _b_fragments_by_element(lw, src, k0, first_cols, g, t, permuted):
+def _b_fragments_by_element(lw, src, k0, first_cols, g, t, permuted, bases):
     """tf32 B's two registers per 8-column tile where ldmatrix cannot load them: B[k0 + t][column g]
     and B[k0 + t + 4][column g] (the mma's k t and t + 4) from an N-major tile (ldmatrix transposes
     16-bit elements only), a load each; or, with k permuted as an A from registers has it, B[k0 + 2t]
-    and B[k0 + 2t + 1], one 8-byte load from a K-major tile."""
+    and B[k0 + 2t + 1], one 8-byte load from a K-major tile. Column tile c's columns are the
+    thread's own plus c (lw.indices), so the loads' addresses differ by what k0, the row and c add
+    (`bases`: see _Operand.ptr_near)."""
     b = lw.b
     two_t = b.mul(t, lw.i32(2))
     rows = (two_t, b.add(two_t, lw.i32(1))) if permuted else (t, b.add(t, lw.i32(4)))
+    row_steps = (0, 1) if permuted else (0, 4)
     frags = {}
     for c, first in first_cols.items():
         n = b.add(first, g)
@@ -307,7 +329,8 @@ def _b_fragments_by_element(lw, src, k0, first_cols, g, t, permuted):
             pair = b.load(src.ptr(lw, (b.add(rows[0], lw.i32(k0)), n)), typ=ir.VectorType(I32, 2), align=8)
             frags[c] = [b.extract_element(pair, lw.i32(i)) for i in range(2)]
         else:
-            frags[c] = [b.load(src.ptr(lw, (b.add(row, lw.i32(k0)), n)), typ=I32, align=4) for row in rows]
+            frags[c] = [b.load(src.ptr_near(lw, (b.add(row, lw.i32(k0)), n), (k0 + step, c), bases), typ=I32, align=4)
+                        for row, step in zip(rows, row_steps)]
     return frags
 
 
