@@ -4,6 +4,8 @@ rows whose 32-byte units are XORed with the row mod 4. mma.sync reads such a B a
 as the lanes' two 16-byte units, two lanes a bank (tutorial 03's tf32 16x128x32 on one warp ran at half
 its speed on an H100). The type, its addresses (the lowering's own function, evaluated on integers) and
 the rings smem_plan gives it; its kernels run in test_codegen_mma_ring.py."""
+import re
+
 import numpy as np
 import pytest
 
@@ -103,11 +105,25 @@ def test_wgmma_rings_keep_tma_swizzles():
     assert "rowxor32" not in planned and "swizzle" in planned
 
 
-def test_the_one_warp_pointer_matmul_no_longer_spills():
+def _tutorial_matmul(bm, bn, bk, warps, stages):
     from bench_support import bench_kernels
     kernels = bench_kernels()  # tutorial 03's matmul
     M = N = K = 1024
     a, b, c = (np.zeros((M, K), np.float32), np.zeros((K, N), np.float32), np.zeros((M, N), np.float32))
-    k = kernels.matmul_kernel.warmup(a, b, c, M, N, K, K, 1, N, 1, N, 1, BLOCK_M=16, BLOCK_N=128, BLOCK_K=32,
-                                     GROUP_M=8, num_warps=1, num_stages=3, grid=(1,), target="sm_90a")
-    assert k.metadata["n_spills"] == 0  # 24 bytes in a TMA swizzle
+    return kernels.matmul_kernel.warmup(a, b, c, M, N, K, K, 1, N, 1, N, 1, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk,
+                                        GROUP_M=8, num_warps=warps, num_stages=stages, grid=(1,), target="sm_90a")
+
+
+def test_the_one_warp_pointer_matmul_no_longer_spills():
+    assert _tutorial_matmul(16, 128, 32, 1, 3).metadata["n_spills"] == 0  # 24 bytes in a TMA swizzle
+
+
+@pytest.mark.parametrize("config,bases_before", [((16, 128, 32, 1, 3), 98), ((64, 128, 32, 2, 3), 64)])
+def test_b_fragment_loads_add_immediates_to_a_few_addresses(config, bases_before):
+    """Loads of elements a constant apart (wgmma.constant_step: whole units of rows 4 apart) share one
+    address, each adding its immediate, where each column tile's load kept its own offset live through
+    the loop (the two-warp 64x128x32 build then spilled 368 bytes)."""
+    k = _tutorial_matmul(*config)
+    loads = re.findall(r"ld\.shared\.b32\s+%r\d+, \[(%r\d+)(?:\+-?\d+)?\]", k.asm["ptx"])
+    assert len(loads) >= 64 and len(set(loads)) <= 4 < bases_before  # one per 8-column unit's XOR
+    assert k.metadata["n_spills"] == 0
