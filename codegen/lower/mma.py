@@ -319,9 +319,8 @@ def _b_fragments_by_element(lw, src, k0, first_cols, g, t, permuted, bases):
     thread's own plus c (lw.indices), so the loads' addresses differ by what k0, the row and c add
     (`bases`: see _Operand.ptr_near)."""
     b = lw.b
-    two_t = b.mul(t, lw.i32(2))
-    rows = (two_t, b.add(two_t, lw.i32(1))) if permuted else (t, b.add(t, lw.i32(4)))
-    row_steps = (0, 1) if permuted else (0, 4)
+    first_row, row_steps = (b.mul(t, lw.i32(2)), (0, 1)) if permuted else (t, (0, 4))
+    rows = [first_row, b.add(first_row, lw.i32(row_steps[1]))]
     frags = {}
     for c, first in first_cols.items():
         n = b.add(first, g)
