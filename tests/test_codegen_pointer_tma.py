@@ -87,6 +87,38 @@ def test_tutorial_03s_loads_become_tma_copies_on_maps_derived_from_the_arguments
     assert k.n_spills == 0
 
 
+def _tf32_build(bm=128, bn=128, warps=4):
+    x = np.zeros((64, 64), np.float32)
+    return _mm.warmup(x, x, x, 4096, 4096, 4096, 4096, 4096, 4096, BM=bm, BN=bn, BK=32, OTHER=0.0, ROW_MASK=True,
+                      MIX_ROWS=False, SHIFT=0, num_warps=warps, num_stages=3, grid=(1,), target="sm_90a")
+
+
+def test_a_tf32_b_stored_n_major_keeps_its_pointer_copies_on_wgmma():
+    """tf32 `x @ W` (B [K, N] row-major): wgmma reads tf32 K-major only, so B's box would land N-major and be
+    staged through registers into a second tile every iteration (two CTAs an SM no more). Its pointer load's
+    ring copies it K-major an element a copy instead (smem_plan.box_unread), as Triton's does; A keeps its map."""
+    k = _tf32_build()
+    assert set(_derived(k)) == {"a_ptr.tma"}
+    ptx = k.asm["ptx"]
+    assert "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32" in ptx
+    assert set(re.findall(r"cp\.async\.c[ag]\.shared\.global \[[^\]]*\], \[[^\]]*\], (\d+)", ptx)) == {"4"}
+    assert "local_store" not in k.build("sm_90a").kir  # nothing staged
+    # three slots of A's 16 KB and B's 16 KB: two CTAs an SM, as Triton's 98 KB
+    assert k.n_spills == 0 and k.metadata["threads"] == 128 and k.metadata["shared"] < 100 * 1024
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("M, N, K, bm, bn, warps", [(256, 384, 200, 128, 128, 4), (300, 512, 96, 64, 256, 4),
+                                                    (128, 256, 64, 128, 256, 8)])
+def test_a_tf32_b_copied_an_element_a_copy_matches_torch_on_the_gpu(M, N, K, bm, bn, warps, hopper_torch):
+    torch = hopper_torch
+    gen = torch.Generator(device="cuda").manual_seed(M + N + K)
+    a = torch.randn(M, _padded(K), device="cuda", generator=gen)[:, :K]
+    b = torch.randn(K, _padded(N), device="cuda", generator=gen)[:, :N]
+    kernel = _mm_on_the_gpu(torch, a, b, bm, bn, 32, warps, 3)
+    assert "cp.async.ca.shared.global" in kernel.asm["ptx"]
+
+
 def test_wrapped_rows_are_copied_in_boxes_that_start_inside_the_tensor():
     """A's 128 rows in four boxes of 32, each starting at its row mod M; B's columns (one 64-wide
     chunk per box) at theirs mod N: no box reaches past the tensor but the one M or N falls in."""

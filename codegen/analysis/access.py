@@ -97,16 +97,22 @@ def tile_order(shape, inner: int) -> tuple:
 
 def _element_copy_layout(shape, inner, num_warps):
     """Copies of single 32-bit elements into a tile whose inner dim (`inner`) is not memory's
-    contiguous one (smem_plan stores a tf32 operand K-major so): per warp 8 lanes along memory's
-    contiguous dim, 32 bytes of each row it reads, by 4 lanes along the tile's inner dim, so that
-    one copy's 32 words land in 4 consecutive words of 8 swizzled rows: 32 banks."""
+    contiguous one (smem_plan stores a tf32 operand K-major so), in Triton's shape: each thread 4
+    consecutive elements of memory's contiguous dim, its lanes along that dim, the warps along the
+    tile's. A thread's copies then land in 4 consecutive rows of the tile at offsets the same for
+    every thread but the swizzle's top bit: two shared addresses and immediates (ptxas finds them).
+    The 4-byte copies meet in banks where lanes 8 along memory's rows by 4 along the tile's inner dim
+    met in none, but those kept eight addresses and a 64-bit pointer a copy live: tutorial 03's tf32
+    `x @ W` at 128x128x32 on 4 warps spilled 732 bytes, none so."""
     outer = 1 - inner
+    spt = [1, 1]
+    spt[outer] = min(4, shape[outer])
     tpw = [1, 1]
-    tpw[outer] = min(8, shape[outer])
+    tpw[outer] = min(32, max(1, shape[outer] // spt[outer]))
     tpw[inner] = 32 // tpw[outer]
     wpc, warps = [1, 1], num_warps
-    for d in (outer, inner):
+    for d in (inner, outer):
         wpc[d] = min(warps, max(1, shape[d] // tpw[d]))
         warps //= wpc[d]
-    wpc[inner] *= warps
-    return Blocked((1, 1), tuple(tpw), tuple(wpc), (outer, inner))
+    wpc[outer] *= warps
+    return Blocked(tuple(spt), tuple(tpw), tuple(wpc), (outer, inner))

@@ -22,7 +22,7 @@ from kiln.ir.core import Operation, is_zero_constant
 from kiln.ir.types import ROW_XOR_32, block_type, shared_type
 
 from kiln.ir import layout as lay
-from ..analysis.access import access_width
+from ..analysis.access import access_width, register_run
 from ..analysis.shared_buffers import ALIGN  # the buffers' base: a 128-byte swizzle repeats every 1024 bytes
 from . import fp8, stmatrix
 from .context import LoweringError
@@ -119,7 +119,8 @@ def _async_copy(lw, op):
     t, shape = tile.type, ptr.type.shape
     es, inner = t.element_ty.itemsize, t.order[0]
     layout = lw.layout(ptr)  # the convert_layouts pass chose it (passes.layouts.copy_layout)
-    vec = access_width(lw.ctx, op, layout, shape, 8 * es)
+    # a thread's run along another dim than the tile's inner one lands in as many tile rows: copied an element a copy
+    vec = access_width(lw.ctx, op, layout, shape, 8 * es) if register_run(layout)[0] in (inner, -1) else 1
     if vec * es < 4:
         raise LoweringError(f"async_copy needs runs of 4 bytes or more along the tile's inner dim, got {vec * es}")
     ptrs = lw.regs(ptr, layout)

@@ -108,6 +108,45 @@ def tma_ok(op, fn) -> bool:
         and len(t.shape) == 2 and t.shape[0] <= 256
 
 
+def box_unread(op, fn, ctx) -> bool:
+    """Does wgmma's dot read descriptor_load `op`, which pointer_tma derived from a pointer load (its
+    map a `tma_of` argument), only as a 32-bit operand contiguous along M or N, where no TMA box serves
+    (wgmma reads tf32 K-major only) and the pointer load's cp.async ring does (element by element, stored
+    K-major)? Then the pointer load is the load, as in Triton: the box would be staged through registers
+    each iteration into a second, K-major tile (tutorial 03's tf32 `x @ W` at 128x128x32: 164 KB of shared
+    memory, one CTA an SM, against the ring's 96 KB)."""
+    tmap = op.operands[0]
+    if not enabled(ctx) or tmap not in fn.args or "tma_of" not in fn.arg_attrs[fn.args.index(tmap)] \
+            or scalar_of(op.results[0].type).itemsize != 4:
+        return False
+    load, swapped = op.operands[-1].defining_op, False  # the box is the pointer load or (pointer_tma) its transpose
+    if is_transpose(load):
+        load, swapped = load.operands[0].defining_op, True
+    if load is None or load.name != "load" or load.parent is not op.parent:
+        return False
+    reads = _dot_reads(op.results[0], op.parent)
+    anywhere = 1 << 30
+    return bool(reads) and all(_ring_tile(op, role, t, anywhere, ctx) is None and
+                               _ring_tile(load, role, t != swapped, anywhere, ctx) is not None for role, t in reads)
+
+
+def _dot_reads(value, body):
+    """(role, transposed) of each dot operand in `body` that reads `value` as it is or through tl.trans;
+    None where anything else reads it."""
+    reads = []
+    for user in [u for u in body.walk() if value in u.operands]:
+        if user.parent is body and user.name == "dot" and value not in user.operands[2:]:
+            reads += [(role, False) for role, v in zip("ab", user.operands[:2]) if v is value]
+        elif user.parent is body and is_transpose(user):
+            through = _dot_reads(user.results[0], body)
+            if through is None or any(t for _, t in through):
+                return None
+            reads += [(role, True) for role, _ in through]
+        else:
+            return None
+    return reads
+
+
 def _created_map(tmap):
     op = tmap.defining_op
     return op if op is not None and op.name == "tensormap_create" else None
