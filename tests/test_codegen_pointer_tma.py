@@ -103,6 +103,8 @@ def test_a_tf32_b_stored_n_major_keeps_its_pointer_copies_on_wgmma():
     assert "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32" in ptx
     assert set(re.findall(r"cp\.async\.c[ag]\.shared\.global \[[^\]]*\], \[[^\]]*\], (\d+)", ptx)) == {"4"}
     assert "local_store" not in k.build("sm_90a").kir  # nothing staged
+    # a thread's 4 elements in a row of memory through one pointer and immediates (lower/wgmma._async_copy)
+    assert re.search(r"cp\.async\.ca\.shared\.global \[[^\]]*\], \[%rd\d+\+12\], 4", ptx)
     # three slots of A's 16 KB and B's 16 KB: two CTAs an SM, as Triton's 98 KB
     assert k.n_spills == 0 and k.metadata["threads"] == 128 and k.metadata["shared"] < 100 * 1024
 

@@ -16,6 +16,8 @@ cores keep fewer bits of an fp8 sum than fp32 has).
 """
 from __future__ import annotations
 
+import math
+
 import llvmlite.ir as ir
 
 from kiln.ir.core import Operation, is_zero_constant
@@ -119,8 +121,13 @@ def _async_copy(lw, op):
     t, shape = tile.type, ptr.type.shape
     es, inner = t.element_ty.itemsize, t.order[0]
     layout = lw.layout(ptr)  # the convert_layouts pass chose it (passes.layouts.copy_layout)
-    # a thread's run along another dim than the tile's inner one lands in as many tile rows: copied an element a copy
-    vec = access_width(lw.ctx, op, layout, shape, 8 * es) if register_run(layout)[0] in (inner, -1) else 1
+    # a thread's run along another dim than the tile's inner one lands in as many tile rows: copied an element a copy,
+    # each run's elements from one pointer and immediates where memory holds them in a row (ptxas keeps a 64-bit
+    # pointer a copy live otherwise: 128 registers for a 64x256x32 tf32 `x @ W` tile's B on 4 warps)
+    run_dim, run = register_run(layout)
+    vec, pointer_run = access_width(lw.ctx, op, layout, shape, 8 * es), 1
+    if run_dim not in (inner, -1):
+        vec, pointer_run = 1, math.gcd(run, lw.ctx.axis.get(ptr).contiguity[run_dim])
     if vec * es < 4:
         raise LoweringError(f"async_copy needs runs of 4 bytes or more along the tile's inner dim, got {vec * es}")
     ptrs = lw.regs(ptr, layout)
@@ -133,21 +140,24 @@ def _async_copy(lw, op):
     offsets, indices = _in_tile(lw, layout.offsets(shape), lw.indices(layout, shape), shape)
     owner = lw.owner_mask(layout, shape)
     if owner is None:
-        _issue_copies(lw, op, ptrs, masks, counts, offsets, indices, vec)
+        _issue_copies(lw, op, ptrs, masks, counts, offsets, indices, vec, (run_dim, pointer_run))
     else:  # threads share elements (a vector of fewer than them): one copies each, no two write a byte
         with lw.b.if_then(owner):
-            _issue_copies(lw, op, ptrs, masks, counts, offsets, indices, vec)
+            _issue_copies(lw, op, ptrs, masks, counts, offsets, indices, vec, (run_dim, pointer_run))
 
 
-def _issue_copies(lw, op, ptrs, masks, counts, offsets, indices, vec):
+def _issue_copies(lw, op, ptrs, masks, counts, offsets, indices, vec, pointer_runs=(0, 1)):
     """One thread's cp.async per run of `vec` elements of `async_copy` `op` (its pointers, masks or
-    src-sizes in registers, the runs' logical offsets and tile indices)."""
+    src-sizes in registers, the runs' logical offsets and tile indices). `pointer_runs` (dim, n):
+    the elements of each run of n along dim are read through the run's first pointer and an immediate."""
     tile = op.operands[1]
     t = tile.type
     es, inner = t.element_ty.itemsize, t.order[0]
     nbytes = vec * es
     base = lw.scalar(tile)
     first = None  # (logical offset, shared address) of the thread's first copy
+    run_dim, run = pointer_runs
+    register_at = {tuple(off): i for i, off in enumerate(offsets)}
     for i, off in enumerate(offsets):
         if off[inner] % vec:
             continue  # inside a run that an earlier register starts
@@ -166,8 +176,11 @@ def _issue_copies(lw, op, ptrs, masks, counts, offsets, indices, vec):
         # A masked-off copy fills zeros through the ignore-src predicate (a .pred operand,
         # "b"): ptxas folds the mask into the copy's own predicate, where a src-size of 0
         # or N cost a select and a compare back per copy. The step is an immediate of the address.
-        copy = f"cp.async.{'cg' if nbytes == 16 else 'ca'}.shared.global [$0+{step}], [$1], {nbytes}"
-        src = lw.b.ptrtoint(ptrs[i], I64)
+        into_run = off[run_dim] % run
+        start = tuple(o - into_run if d == run_dim else o for d, o in enumerate(off))
+        src_at = f"$1+{into_run * es}" if into_run else "$1"
+        copy = f"cp.async.{'cg' if nbytes == 16 else 'ca'}.shared.global [$0+{step}], [{src_at}], {nbytes}"
+        src = lw.b.ptrtoint(ptrs[register_at[start] if into_run else i], I64)
         if counts is not None:
             _asm(lw, f"{copy}, $2;", args=[address, src, _src_bytes(lw, counts[i], vec, op, es)], constraints="r,l,r")
         elif masks is None:
