@@ -537,3 +537,18 @@ def test_the_verifier_checks_mma_dot():
         verify(parse_function(text.replace("%r = local_alloc : smem<32x16xint8:swizzle0:order0.1>",
                                            "%r = constant {value = 1} : <32x16xint8>").replace(
             "%a = constant {value = 1} : <16x32xint8>", "%a = local_alloc : smem<16x32xint8:swizzle32:order1.0>")))
+
+
+def test_ldmatrix_fragments_add_immediates_to_a_few_addresses():
+    """Fragments a constant apart (wgmma.constant_step) share one 32-bit shared address, each ldmatrix adding its
+    immediate, where each kept a 64-bit address of its own live through the loop: tutorial 03's fp16 16x256x64 on
+    one warp issued 68 ldmatrix through 68 addresses and spilled 248 bytes."""
+    from bench_support import bench_kernels
+    size = 1024
+    a, b, c = (np.zeros((size, size), np.float16) for _ in range(3))
+    k = bench_kernels().matmul_kernel.warmup(a, b, c, size, size, size, size, 1, size, 1, size, 1, BLOCK_M=16,
+                                             BLOCK_N=256, BLOCK_K=64, GROUP_M=8, num_warps=1, num_stages=4, grid=(1,),
+                                             target="sm_90a")
+    addresses = re.findall(r"ldmatrix[^\[]*\[(%rd?\d+)(?:\+-?\d+)?\]", k.asm["ptx"])
+    assert len(addresses) >= 64 and len(set(addresses)) <= 8 and all(not r.startswith("%rd") for r in addresses)
+    assert k.metadata["n_spills"] == 0

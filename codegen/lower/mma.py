@@ -52,21 +52,26 @@ class _Operand:
     def ptr(self, lw, idx):
         return lw.b.gep(self.base, [self.offset(idx)], source_etype=I8)
 
-    def ptr_near(self, lw, idx, known, bases):
-        """`ptr(idx)`, or the address of an element loaded before plus a constant: `known` is idx's
-        compile-time part (what it adds to a thread's own indices, the same for every load that
-        passes `bases`, the (known, address) pairs computed so far). Loads then share a few
-        addresses with immediate offsets instead of each keeping its own (a one-warp tf32
-        32x128x32 tile read B through 32 offsets, live through the loop, and spilled 1.6 KB)."""
-        if self.step is None:
-            return self.ptr(lw, idx)
+    def near(self, lw, idx, known, bases):
+        """(address, bytes): `ptr(idx)` as the address of an element loaded before and a constant:
+        `known` is idx's compile-time part (what it adds to a thread's own indices, the same for
+        every load that passes `bases`, the (known, address) pairs computed so far), or `bases`
+        None. Loads then share a few addresses with immediate offsets instead of each keeping its
+        own (a one-warp tf32 32x128x32 tile read B through 32 offsets, live through the loop, and
+        spilled 1.6 KB)."""
+        if self.step is None or bases is None:
+            return self.ptr(lw, idx), 0
         for frm, address in bases:
             step = self.step(frm, known)
             if step is not None:
-                return lw.b.gep(address, [lw.i32(step)], source_etype=I8) if step else address
+                return address, step
         address = self.ptr(lw, idx)
         bases.append((known, address))
-        return address
+        return address, 0
+
+    def ptr_near(self, lw, idx, known, bases):
+        address, step = self.near(lw, idx, known, bases)
+        return lw.b.gep(address, [lw.i32(step)], source_etype=I8) if step else address
 
 
 def lower_mma(lw, op):
@@ -123,7 +128,7 @@ def lower_mma_dot(lw, op):
         a_src = None
     else:
         a_src = _Operand(lw.scalar(a), lambda idx: tile_offset(lw, a.type, idx), k_inner=a.type.order[0] == 1,
-                         tile=reused(a))
+                         tile=reused(a), step=lambda frm, to: constant_step(a.type, frm, to))
     size = a.type.scalar.itemsize
     if size != 2 and a_src is not None and b_src is not None and \
             not (a_src.k_inner and (b_src.k_inner or size == 4)):
@@ -182,25 +187,32 @@ def _run(lw, op, a_src, b_src):
     permuted = in_registers is not None and s_in.itemsize == 4
     # what addresses a fragment besides the tile: the accumulator's layout and shape give the rows and columns
     addressed = (layout, tuple(out.type.shape))
-    b_bases = []  # B's element addresses so far, which later ones may add a constant to
+    # the addresses computed so far, which later ones may add a constant to (_Operand.near); an ldmatrix's
+    # lanes address rows or columns picked between a pair's two halves, which then must lie as far apart in
+    # every pair for the picked index's own part to be one
+    a_bases = [] if len({rows[p + 1] - rows[p] for p in range(0, len(rows), 2)}) == 1 else None
+    b_bases = [] if _even_pairs(col_tiles) else None
+    by_element_bases = []
     for k0 in range(0, K, 2 * half_step):
         if in_registers is not None:
             a_frag = {pair: in_registers(pair, k0) for pair in range(len(pair_rows))}
         else:
             a_frag = {pair: _loaded(lw, a_src, ("a", pair, k0, addressed),
-                                    lambda r0=r0, r1=r1: _a_fragment(lw, a_src, r0, r1, k0, half_step, q, low_bit,
-                                                                     high_bit))
+                                    lambda pair=pair, r0=r0, r1=r1: _a_fragment(
+                                        lw, a_src, r0, r1, k0, half_step, q, low_bit, high_bit,
+                                        (rows[2 * pair], k0), a_bases))
                       for pair, (r0, r1) in enumerate(pair_rows)}
         if b_src is None:
             b_frag = lw.fragments.get((b, "b registers", k0, permuted),
                                       lambda: _b_from_registers(lw, b, k0, col_tiles, g, t, permuted))
         elif permuted or (s_in.itemsize == 4 and not b_src.k_inner):
             b_frag = _loaded(lw, b_src, ("b by element", k0, permuted, addressed),
-                             lambda: _b_fragments_by_element(lw, b_src, k0, first_cols, g, t, permuted, b_bases))
+                             lambda: _b_fragments_by_element(lw, b_src, k0, first_cols, g, t, permuted,
+                                                             by_element_bases))
         else:
             b_frag = _loaded(lw, b_src, ("b", k0, addressed),
                              lambda: _b_fragments(lw, b_src, k0, first_cols, col_tiles, half_step, q, low_bit,
-                                                  high_bit))
+                                                  high_bit, b_bases))
         if upcast:
             _upcast_mmas(lw, formats, a_frag, b_frag, tiles, values, f16_acc)
             continue
@@ -277,24 +289,31 @@ def _a_in_registers(lw, a, rows):
     return fragment
 
 
-def _a_fragment(lw, src, r0, r1, k0, half_step, q, low_bit, high_bit):
+def _even_pairs(col_tiles) -> bool:
+    """Do B's ldmatrix.x4 pairs of column tiles all hold two tiles the same distance apart?"""
+    pairs = [col_tiles[i:i + 2] for i in range(0, len(col_tiles), 2)]
+    return all(len(p) == 2 for p in pairs) and len({p[1] - p[0] for p in pairs}) == 1
+
+
+def _a_fragment(lw, src, r0, r1, k0, half_step, q, low_bit, high_bit, known, bases):
     """A's four registers for the row pair whose halves start at rows r0 and r1: matrix i
     of the `ldmatrix.x4` is rows (r0, r1)[i % 2] + 0..7, k k0 + half_step * (i // 2) + 0..7;
     lane (g, t) then holds row g, k 2t and 2t + 1 of each (the mma's A fragment). Stored
-    M-major, lanes address k rows and `.trans` transposes."""
+    M-major, lanes address k rows and `.trans` transposes. `known`, `bases`: _Operand.near."""
     b = lw.b
     first = b.select(b.trunc(low_bit, ir.IntType(1)), r1, r0)
     k = b.add(b.mul(high_bit, lw.i32(half_step)), lw.i32(k0))
     if src.k_inner:
-        return _ldmatrix(lw, src.ptr(lw, (b.add(first, q), k)), 4)
-    return _ldmatrix(lw, src.ptr(lw, (first, b.add(k, q))), 4, trans=True)
+        return _ldmatrix(lw, *src.near(lw, (b.add(first, q), k), known, bases), 4)
+    return _ldmatrix(lw, *src.near(lw, (first, b.add(k, q)), known, bases), 4, trans=True)
 
 
-def _b_fragments(lw, src, k0, first_cols, col_tiles, half_step, q, low_bit, high_bit):
+def _b_fragments(lw, src, k0, first_cols, col_tiles, half_step, q, low_bit, high_bit, bases):
     """B's two registers per 8-column tile, two tiles per `ldmatrix.x4`: matrix i is k
     k0 + half_step * (i % 2) + 0..7 of column tile i // 2 of the pair; lane (g, t) gets
     B[k 2t, 2t + 1][column g] of each (the mma's B fragment). Stored N-major ([k][n]),
-    lanes address k rows and `.trans` transposes; stored K-major, they address columns."""
+    lanes address k rows and `.trans` transposes; stored K-major, they address columns.
+    `bases`: _Operand.near (the pair's first tile and k0 are what an address knows)."""
     b = lw.b
     k = b.add(b.mul(low_bit, lw.i32(half_step)), lw.i32(k0))
     second = b.trunc(high_bit, ir.IntType(1))
@@ -303,9 +322,9 @@ def _b_fragments(lw, src, k0, first_cols, col_tiles, half_step, q, low_bit, high
         pair = col_tiles[i:i + 2]
         n = b.select(second, first_cols[pair[1]], first_cols[pair[0]]) if len(pair) == 2 else first_cols[pair[0]]
         if src.k_inner:
-            regs = _ldmatrix(lw, src.ptr(lw, (k, b.add(n, q))), 2 * len(pair))
+            regs = _ldmatrix(lw, *src.near(lw, (k, b.add(n, q)), (k0, pair[0]), bases), 2 * len(pair))
         else:
-            regs = _ldmatrix(lw, src.ptr(lw, (b.add(k, q), n)), 2 * len(pair), trans=True)
+            regs = _ldmatrix(lw, *src.near(lw, (b.add(k, q), n), (k0, pair[0]), bases), 2 * len(pair), trans=True)
         for m, c in enumerate(pair):
             frags[c] = regs[2 * m:2 * m + 2]
     return frags
@@ -395,21 +414,23 @@ def _store_rows(lw, base, elem_ty, value, stride, byte_offset=0):
         i += n
 
 
-def _ldmatrix(lw, ptr, count, trans=False):
+def _ldmatrix(lw, ptr, step, count, trans=False):
     """`count` 8x8 b16 matrices from shared memory: word i of lane (g, t) is row g,
-    columns 2t and 2t+1 of matrix i, whose rows lanes 8i..8i+7 address (with `trans`:
-    column g, rows 2t and 2t+1)."""
+    columns 2t and 2t+1 of matrix i, whose rows lanes 8i..8i+7 address (`ptr` plus `step`
+    bytes; with `trans`: column g, rows 2t and 2t+1). The step is the instruction's
+    immediate and the address a 32-bit shared one: a few registers for every load."""
     suffix = ".trans" if trans else ""
     if lw.ctx.portable:  # the emulator gathers the rows from every lane's address
         fn = lw.intrinsic(f"emu_ldmatrix{suffix.replace('.', '_')}_x{count}", VOID, [GENERIC_PTR, SHARED_PTR])
         buf = lw.entry.alloca(ir.ArrayType(I32, 4))
         buf.type = GENERIC_PTR
-        lw.b.call(fn, [buf, ptr])
+        lw.b.call(fn, [buf, lw.b.gep(ptr, [lw.i32(step)], source_etype=I8) if step else ptr])
         return [lw.b.load(lw.b.gep(buf, [lw.i32(i)], source_etype=I32), typ=I32) for i in range(count)]
     outs = ", ".join(f"${i}" for i in range(count))
-    text = f"ldmatrix.sync.aligned.m8n8.x{count}{suffix}.shared.b16 {{{outs}}}, [${count}];"
-    fty = ir.FunctionType(ir.LiteralStructType([I32] * count), [SHARED_PTR])
-    got = lw.b.call(ir.InlineAsm(fty, text, ",".join(["=r"] * count + ["l"]), side_effect=True), [ptr])
+    text = f"ldmatrix.sync.aligned.m8n8.x{count}{suffix}.shared.b16 {{{outs}}}, [${count}+{step}];"
+    fty = ir.FunctionType(ir.LiteralStructType([I32] * count), [I32])
+    got = lw.b.call(ir.InlineAsm(fty, text, ",".join(["=r"] * count + ["r"]), side_effect=True),
+                    [lw.b.ptrtoint(ptr, I32)])
     return [lw.b.extract_value(got, i) for i in range(count)]
 
 
