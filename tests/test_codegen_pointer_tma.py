@@ -87,10 +87,10 @@ def test_tutorial_03s_loads_become_tma_copies_on_maps_derived_from_the_arguments
     assert k.n_spills == 0
 
 
-def _tf32_build(bm=128, bn=128, warps=4):
+def _tf32_build(bm=128, bn=128, warps=4, **options):
     x = np.zeros((64, 64), np.float32)
     return _mm.warmup(x, x, x, 4096, 4096, 4096, 4096, 4096, 4096, BM=bm, BN=bn, BK=32, OTHER=0.0, ROW_MASK=True,
-                      MIX_ROWS=False, SHIFT=0, num_warps=warps, num_stages=3, grid=(1,), target="sm_90a")
+                      MIX_ROWS=False, SHIFT=0, num_warps=warps, num_stages=3, grid=(1,), target="sm_90a", **options)
 
 
 def test_a_tf32_b_stored_n_major_keeps_its_pointer_copies_on_wgmma():
@@ -107,6 +107,15 @@ def test_a_tf32_b_stored_n_major_keeps_its_pointer_copies_on_wgmma():
     assert re.search(r"cp\.async\.ca\.shared\.global \[[^\]]*\], \[%rd\d+\+12\], 4", ptx)
     # three slots of A's 16 KB and B's 16 KB: two CTAs an SM, as Triton's 98 KB
     assert k.n_spills == 0 and k.metadata["threads"] == 128 and k.metadata["shared"] < 100 * 1024
+
+
+def test_a_tf32_b_of_more_element_copies_a_thread_than_pay_is_staged():
+    """64x256x32 on 4 warps: 64 element copies a thread an iteration (smem_plan.ELEMENT_COPIES_MAX) ran slower
+    than B copied 16 bytes at a time and staged K-major, which it keeps (a register cap keeps the build on 4
+    warps: no 8-warp build, whose threads would copy 32 each)."""
+    k = _tf32_build(bm=64, bn=256, maxnreg=255)
+    sizes = set(re.findall(r"cp\.async\.c[ag]\.shared\.global \[[^\]]*\], \[[^\]]*\], (\d+)", k.asm["ptx"]))
+    assert k.metadata["threads"] == 128 and sizes == {"16"} and "local_store" in k.build("sm_90a").kir
 
 
 @pytest.mark.gpu

@@ -108,16 +108,24 @@ def tma_ok(op, fn) -> bool:
         and len(t.shape) == 2 and t.shape[0] <= 256
 
 
+# A thread's element copies an iteration up to which a tf32 B stored N-major comes by them rather than by a staged
+# box (box_unread). H100, tutorial 03's `x @ W` at 1024x8192x8192 (2026-12-06): 128x128x32 on 4 warps, 32 copies a
+# thread, 76 -> 86 TFLOP/s (Triton's 87); 64x256x32 on 4 warps, 64 copies a thread, 43 -> 35 (1,276 bytes of spills
+# where the staged box spilled 96)
+ELEMENT_COPIES_MAX = 32
+
+
 def box_unread(op, fn, ctx) -> bool:
     """Does wgmma's dot read descriptor_load `op`, which pointer_tma derived from a pointer load (its
     map a `tma_of` argument), only as a 32-bit operand contiguous along M or N, where no TMA box serves
     (wgmma reads tf32 K-major only) and the pointer load's cp.async ring does (element by element, stored
     K-major)? Then the pointer load is the load, as in Triton: the box would be staged through registers
     each iteration into a second, K-major tile (tutorial 03's tf32 `x @ W` at 128x128x32: 164 KB of shared
-    memory, one CTA an SM, against the ring's 96 KB)."""
-    tmap = op.operands[0]
+    memory, one CTA an SM, against the ring's 96 KB). Not where a thread would copy more than
+    ELEMENT_COPIES_MAX elements an iteration (below)."""
+    tmap, t = op.operands[0], op.results[0].type
     if not enabled(ctx) or tmap not in fn.args or "tma_of" not in fn.arg_attrs[fn.args.index(tmap)] \
-            or scalar_of(op.results[0].type).itemsize != 4:
+            or scalar_of(t).itemsize != 4 or t.numel > ELEMENT_COPIES_MAX * 32 * ctx.num_warps:
         return False
     load, swapped = op.operands[-1].defining_op, False  # the box is the pointer load or (pointer_tma) its transpose
     if is_transpose(load):
