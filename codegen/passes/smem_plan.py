@@ -120,8 +120,8 @@ def box_unread(op, fn, ctx) -> bool:
     map a `tma_of` argument), only as a 32-bit operand contiguous along M or N, where no TMA box serves
     (wgmma reads tf32 K-major only) and the pointer load's cp.async ring does (element by element, stored
     K-major)? Then the pointer load is the load, as in Triton: the box would be staged through registers
-    each iteration into a second, K-major tile (tutorial 03's tf32 `x @ W` at 128x128x32: 164 KB of shared
-    memory, one CTA an SM, against the ring's 96 KB). Not where a thread would copy more than
+    each iteration into a second, K-major tile (tutorial 03's tf32 `x @ W` at 128x128x32: 165 KB of shared
+    memory, one CTA an SM, against the rings' 96 KB). Not where a thread would copy more than
     ELEMENT_COPIES_MAX elements an iteration (below)."""
     tmap, t = op.operands[0], op.results[0].type
     if not enabled(ctx) or tmap not in fn.args or "tma_of" not in fn.arg_attrs[fn.args.index(tmap)] \
@@ -134,8 +134,9 @@ def box_unread(op, fn, ctx) -> bool:
         return False
     reads = _dot_reads(op.results[0], op.parent)
     anywhere = 1 << 30
-    return bool(reads) and all(_ring_tile(op, role, t, anywhere, ctx) is None and
-                               _ring_tile(load, role, t != swapped, anywhere, ctx) is not None for role, t in reads)
+    return bool(reads) and all(_ring_tile(op, role, through_trans, anywhere, ctx) is None and
+                               _ring_tile(load, role, through_trans != swapped, anywhere, ctx) is not None
+                               for role, through_trans in reads)
 
 
 def _dot_reads(value, body):
