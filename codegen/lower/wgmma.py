@@ -30,7 +30,7 @@ from . import fp8, stmatrix
 from .context import LoweringError
 from .memory import branchy_load, plain_store
 from .reduce import shuffle
-from .types import F32, I8, I32, I64, SHARED_PTR, VOID, half_words, reg_type, word_halves
+from .types import F32, I8, I32, I64, VOID, half_words, reg_type, word_halves
 
 _PTX_TYPE = {"fp16": "f16", "bf16": "bf16", "fp8e4nv": "e4m3", "fp8e5": "e5m2", "fp32": "tf32", "int8": "s8"}
 _SWIZZLE_MODE = {0: 0, 128: 1, 64: 2, 32: 3}
@@ -356,7 +356,6 @@ def _a_fragments(lw, a, layout, K):
     8-column chunk), so a value computed in that layout (attention's P) needs no data
     movement; for 8-bit types see `_fp8_fragment`."""
     regs = lw.regs(a, lay.Wgmma(layout.warps, K))
-    elem = regs[0].type
     per_word = 4 // a.type.element_ty.itemsize
     words = [_word(lw, regs[i:i + per_word]) for i in range(0, len(regs), per_word)]
     per_m = K * a.type.element_ty.itemsize // 8  # words per M repetition: two rows of K over four lanes
