@@ -13,7 +13,7 @@ from kiln.ir.ops import mixed_fp8
 from kiln.ir.types import ROW_XOR_32, block_type, scalar_of, shared_type
 
 from kiln.ir.layout import mma_layout, wgmma_layout
-from ..occupancy import ctas_by_shared, ctas_per_sm, max_shared_per_cta
+from ..occupancy import MAX_REGISTERS, ctas_by_shared, ctas_per_sm, max_shared_per_cta
 from . import mask_prefix
 from ..analysis.access import memory_width
 from ..analysis.dots import mma_eligible
@@ -122,10 +122,12 @@ def box_unread(op, fn, ctx) -> bool:
     K-major)? Then the pointer load is the load, as in Triton: the box would be staged through registers
     each iteration into a second, K-major tile (tutorial 03's tf32 `x @ W` at 128x128x32: 165 KB of shared
     memory, one CTA an SM, against the rings' 96 KB). Not where a thread would copy more than
-    ELEMENT_COPIES_MAX elements an iteration (below)."""
+    ELEMENT_COPIES_MAX elements an iteration (below), nor where the registers hold one CTA an SM anyway (8
+    warps): what the copies buy is the second CTA the smaller rings make room for."""
     tmap, t = op.operands[0], op.results[0].type
     if not enabled(ctx) or tmap not in fn.args or "tma_of" not in fn.arg_attrs[fn.args.index(tmap)] \
-            or scalar_of(t).itemsize != 4 or t.numel > ELEMENT_COPIES_MAX * 32 * ctx.num_warps:
+            or scalar_of(t).itemsize != 4 or t.numel > ELEMENT_COPIES_MAX * 32 * ctx.num_warps \
+            or ctas_per_sm(MAX_REGISTERS, 32 * ctx.num_warps, 0, ctx.target.capability) < 2:
         return False
     load, swapped = op.operands[-1].defining_op, False  # the box is the pointer load or (pointer_tma) its transpose
     if is_transpose(load):
