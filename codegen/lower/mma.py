@@ -190,7 +190,7 @@ def _run(lw, op, a_src, b_src):
     # the addresses computed so far, which later ones may add a constant to (_Operand.near); an ldmatrix's
     # lanes address rows or columns picked between a pair's two halves, which then must lie as far apart in
     # every pair for the picked index's own part to be one
-    a_bases = [] if len({rows[p + 1] - rows[p] for p in range(0, len(rows), 2)}) == 1 else None
+    a_bases = [] if _even_pairs(rows) else None
     b_bases = [] if _even_pairs(col_tiles) else None
     by_element_bases = []
     for k0 in range(0, K, 2 * half_step):
@@ -289,9 +289,10 @@ def _a_in_registers(lw, a, rows):
     return fragment
 
 
-def _even_pairs(col_tiles) -> bool:
-    """Do B's ldmatrix.x4 pairs of column tiles all hold two tiles the same distance apart?"""
-    pairs = [col_tiles[i:i + 2] for i in range(0, len(col_tiles), 2)]
+def _even_pairs(firsts) -> bool:
+    """Do the ldmatrix.x4 pairs (A's row pairs, B's pairs of column tiles) of these first rows or columns
+    all hold two the same distance apart?"""
+    pairs = [firsts[i:i + 2] for i in range(0, len(firsts), 2)]
     return all(len(p) == 2 for p in pairs) and len({p[1] - p[0] for p in pairs}) == 1
 
 

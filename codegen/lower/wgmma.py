@@ -157,7 +157,7 @@ def _issue_copies(lw, op, ptrs, masks, counts, offsets, indices, vec, pointer_ru
     base = lw.scalar(tile)
     first = None  # (logical offset, shared address) of the thread's first copy
     run_dim, run = pointer_runs
-    register_at = {tuple(off): i for i, off in enumerate(offsets)}
+    register_at = {tuple(off): i for i, off in enumerate(offsets)} if run > 1 else {}
     for i, off in enumerate(offsets):
         if off[inner] % vec:
             continue  # inside a run that an earlier register starts
@@ -176,11 +176,12 @@ def _issue_copies(lw, op, ptrs, masks, counts, offsets, indices, vec, pointer_ru
         # A masked-off copy fills zeros through the ignore-src predicate (a .pred operand,
         # "b"): ptxas folds the mask into the copy's own predicate, where a src-size of 0
         # or N cost a select and a compare back per copy. The step is an immediate of the address.
-        into_run = off[run_dim] % run
-        start = tuple(o - into_run if d == run_dim else o for d, o in enumerate(off))
+        into_run, source = off[run_dim] % run, i
+        if into_run:  # the run's first element's pointer
+            source = register_at[tuple(o - into_run if d == run_dim else o for d, o in enumerate(off))]
         src_at = f"$1+{into_run * es}" if into_run else "$1"
         copy = f"cp.async.{'cg' if nbytes == 16 else 'ca'}.shared.global [$0+{step}], [{src_at}], {nbytes}"
-        src = lw.b.ptrtoint(ptrs[register_at[start] if into_run else i], I64)
+        src = lw.b.ptrtoint(ptrs[source], I64)
         if counts is not None:
             _asm(lw, f"{copy}, $2;", args=[address, src, _src_bytes(lw, counts[i], vec, op, es)], constraints="r,l,r")
         elif masks is None:
