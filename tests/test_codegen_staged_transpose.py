@@ -53,7 +53,9 @@ def test_an_n_major_8_bit_b_is_transposed_into_a_k_major_tile_for_wgmma(dtype, i
     ptx = _compiled(dtype, "sm_90a").asm["ptx"]
     assert instruction in ptx
     assert "fma.rn.f32" not in ptx and "mma.sync" not in ptx
-    assert "st.shared.b8" in ptx  # the transposing stores
+    # the transposing copy: 16-bit pairs read transposed, bytes regrouped, stored (lower/byte_transpose)
+    assert "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16" in ptx and "stmatrix.sync.aligned.m8n8.x4" in ptx
+    assert "st.shared.b8" not in ptx
     assert "cp.async.cg.shared.global" in ptx  # B itself still copied ahead, 16 bytes at a time
 
 
@@ -82,15 +84,18 @@ def test_the_sm80_int8_dot_reads_its_staged_tile_with_ldmatrix():
 @pytest.mark.gpu
 @needs_cuda
 @pytest.mark.parametrize("dtype", ["float8_e4m3fn", "int8"])
-def test_n_major_8_bit_matmul_on_the_gpu(dtype):
+@pytest.mark.parametrize("bm,bn,bk,warps", [(128, 128, 64, 8), (128, 128, 128, 4), (64, 64, 128, 4), (128, 32, 32, 4)])
+def test_n_major_8_bit_matmul_on_the_gpu(dtype, bm, bn, bk, warps):
+    # the transposing copy's blocks of 32 x 16 bytes over 4 and 8 warps, one to eight blocks a warp; the last
+    # shape has two blocks for four warps: byte stores (the copy's share would not be whole)
     import torch
     gen = torch.Generator().manual_seed(6)
-    a, b = torch.randint(-4, 5, (128, 512), generator=gen), torch.randint(-4, 5, (512, 128), generator=gen)
+    a, b = torch.randint(-4, 5, (bm, 512), generator=gen), torch.randint(-4, 5, (512, bn), generator=gen)
     want = a @ b
     out_type = torch.int32 if dtype == "int8" else torch.float32
-    c = torch.zeros(128, 128, dtype=out_type, device="cuda")
-    _matmul[(1,)](a.to(getattr(torch, dtype)).cuda(), b.to(getattr(torch, dtype)).cuda(), c, 512, BM=128, BN=128,
-                  BK=64, num_warps=8, num_stages=3)
+    c = torch.zeros(bm, bn, dtype=out_type, device="cuda")
+    _matmul[(1,)](a.to(getattr(torch, dtype)).cuda(), b.to(getattr(torch, dtype)).cuda(), c, 512, BM=bm, BN=bn,
+                  BK=bk, num_warps=warps, num_stages=3)
     assert torch.equal(c.cpu().to(torch.int64), want)
 
 

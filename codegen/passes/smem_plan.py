@@ -340,6 +340,9 @@ def _fetched_loads(dots, body, ring_loads, ctx, fetch_regs, staged_vectors=False
     # the load then read in the accumulator's layout, pairs of elements along eight rows at a time)
     stack = [(src[1], src[0] == "regs", False) for _, sources in dots.values() for src, _ in sources
              if src[0] in ("staged", "regs")]
+    staged_as_loaded = set()  # staged operands as loaded (or the pointer loads behind pointer_tma's boxes)
+    for v in (src[1] for _, sources in dots.values() for src, _ in sources if src[0] == "staged"):
+        staged_as_loaded |= {v, v.defining_op.operands[-1]} if _box_of_pointer_load(v) else {v}
     while stack:
         v, fragment, beside_acc = stack.pop()
         op = v.defining_op
@@ -351,8 +354,10 @@ def _fetched_loads(dots, body, ring_loads, ctx, fetch_regs, staged_vectors=False
                 tile = _small_tile(op, ctx) if fragment or staged_vectors else None
             elif fragment:
                 tile = _fetch_tile(op, ctx, swizzled=True) if fetch_regs else None
-            else:
-                tile = _fetch_tile(op, ctx, swizzled=beside_acc) if staged_tiles else None
+            else:  # on sm_90 an 8-bit load staged as it is goes by ldmatrix (lower/byte_transpose): 8 rows at a time
+                swizzled = beside_acc or (v in staged_as_loaded and scalar_of(v.type).itemsize == 1
+                                          and ctx.target.capability >= 90)
+                tile = _fetch_tile(op, ctx, swizzled=swizzled) if staged_tiles else None
             if id(op) not in ring_loads and tile is not None and (id(op) not in found or fragment or beside_acc):
                 found[id(op)] = (op, tile)
         elif op.name != "dot":  # a dot's operands are its own business
@@ -400,6 +405,13 @@ def _scaling_products(dots, body) -> list:
         elif is_pure(op):
             stack.extend(op.operands)
     return loads
+
+
+def _box_of_pointer_load(v) -> bool:
+    """Is `v` a box pointer_tma derived from a pointer load (the load its last operand)?"""
+    op = v.defining_op
+    load = op.operands[-1].defining_op if op is not None and op.name == "descriptor_load" else None
+    return load is not None and load.name == "load"
 
 
 def _fetch_tile(load, ctx, swizzled=False):

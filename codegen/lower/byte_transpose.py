@@ -1,0 +1,160 @@
+"""An 8-bit tile read back from shared memory only to be stored into a tile whose inner dim is the other
+one: wgmma reads 8-bit operands K-major only, so smem_plan stages a B whose memory runs along N (an fp8
+or int8 `x @ W`, W row-major) by `local_load` from its ring and `local_store` into a K-major tile every
+iteration. Stored from the ring load's own registers (16 bytes of a row a thread) that is one byte store
+an element, 128 a thread for a 128x128 tile, and the dot waited on them (fp8 128x128x128: 190 TFLOP/s on
+an H100). Here the pair is one copy by warps, a block of 32 source rows by 16 bytes at a time:
+
+  ldmatrix.x4.trans  four 8x8 matrices of 16-bit pairs: lane l addresses source row `source_row(l)`
+                     of the block (16 bytes); lane (p, q) = (l / 4, l % 4) gets, of each matrix, columns
+                     2p and 2p + 1 of two rows that `source_row` makes consecutive: matrices 2c and
+                     2c + 1 hold rows 16c + 4q .. 16c + 4q + 3 between them;
+  prmt (x4)          those four bytes of column 2p, and of column 2p + 1, gathered into one word each
+                     (`selectors(l)`: which of the pair holds the lower rows, which column goes where);
+  stmatrix.x4        each word stored at its column's row of the destination: bytes 16c + 4q .. + 3,
+                     matrix 2c + slot's row p being column `destination_column` (2p or 2p + 1).
+
+Each matrix's eight rows lie in distinct rows mod 8 of their tile, so in a tile swizzled by 128-byte rows
+the eight 16-byte rows fall in eight distinct bank groups (no conflicts), both ways. The lane functions
+take plain ints (the test checks the exchange with them) or `_Lane` values (IR, the same formulas).
+"""
+from __future__ import annotations
+
+import llvmlite.ir as ir
+
+from kiln.ir.ops import OPS
+
+from .types import I32
+
+BLOCK = (32, 16)  # (rows along the destination's inner dim, bytes along the source's) a warp copies at once
+
+
+def source_row(lane):
+    """Row (along the destination's inner dim, 0..31) of the block whose 16 bytes `lane` addresses:
+    matrix m = lane / 8, its row r = lane % 8, which lane quad q = r / 2 receives (rows 2q and 2q + 1)."""
+    r, matrix = lane & 7, lane >> 3
+    q = r >> 1
+    return 16 * (matrix >> 1) + 4 * q + 2 * ((matrix & 1) ^ (q >> 1)) + (r & 1)
+
+
+def destination_column(lane):
+    """Column (along the source's inner dim, 0..15) of the block whose destination row `lane` addresses
+    for stmatrix (matrix lane / 8, row r = lane % 8): 2r or 2r + 1, taken so that a matrix's rows are
+    eight distinct ones mod 8 (slot = matrix % 2)."""
+    r, slot = lane & 7, (lane >> 3) & 1
+    return 2 * r + (slot ^ (r >> 2))
+
+
+def destination_row(lane):
+    """Row of the block where `lane`'s stmatrix row starts (16 bytes: matrices 2 and 3 hold rows 16..31)."""
+    return 16 * (lane >> 4)
+
+
+def selectors(lane):
+    """The prmt selectors of `lane`'s words for slots 0 and 1 of each pair of matrices: from words a
+    (matrix 2c) and b (2c + 1), the bytes of column 2p (bytes 0 and 2 of each) or 2p + 1 (1 and 3), the
+    word holding the lower rows first; where q >= 2, b holds them, and where p >= 4, slot 0 takes the odd
+    column (see destination_column)."""
+    low_in_b, odd_first = (lane & 3) >> 1, lane >> 4
+    even = 0x6420 ^ (low_in_b * 0x4444)  # a0 a2 b0 b2, or b0 b2 a0 a2
+    return even + 0x1111 * odd_first, even + 0x1111 * (odd_first ^ 1)  # +0x1111: the odd column's bytes
+
+
+class _Lane:
+    """An i32 IR value that the lane formulas above can compute with."""
+
+    def __init__(self, b, v):
+        self.b, self.v = b, v
+
+    def _of(self, other):
+        return other.v if isinstance(other, _Lane) else ir.Constant(I32, other)
+
+    def __and__(self, o):
+        return _Lane(self.b, self.b.and_(self.v, self._of(o)))
+
+    def __xor__(self, o):
+        return _Lane(self.b, self.b.xor(self.v, self._of(o)))
+
+    def __rshift__(self, o):
+        return _Lane(self.b, self.b.lshr(self.v, self._of(o)))
+
+    def __add__(self, o):
+        return _Lane(self.b, self.b.add(self.v, self._of(o)))
+
+    __radd__ = __add__
+
+    def __mul__(self, o):
+        return _Lane(self.b, self.b.mul(self.v, self._of(o)))
+
+    __rmul__ = __mul__
+
+    def __rxor__(self, o):
+        return self.__xor__(o)
+
+
+def copies(fn, num_warps: int) -> dict:
+    """{id(local_load): local_store} for each pair this module copies: the load's value read by that
+    store alone, nothing with effects between them, 2-D tiles of 1-byte elements, one's inner dim the
+    other's outer, whole blocks (BLOCK) of them, as many for each warp."""
+    uses = {}
+    for op in fn.walk():
+        for v in op.operands:
+            uses[v] = uses.get(v, 0) + 1
+    found = {}
+    for op in fn.walk():
+        if op.name != "local_load" or uses.get(op.results[0]) != 1:
+            continue
+        ops = op.parent.ops
+        following = next((o for o in ops[ops.index(op) + 1:] if OPS[o.name].side_effects or o.regions), None)
+        if following is not None and following.name == "local_store" and following.operands[0] is op.results[0] \
+                and _transposable(op.operands[0].type, following.operands[1].type, num_warps):
+            found[id(op)] = following
+    return found
+
+
+def _transposable(src, dst, num_warps) -> bool:
+    if len(src.shape) != 2 or src.shape != dst.shape or src.element_ty.itemsize != 1 or dst.element_ty.itemsize != 1:
+        return False
+    inner = dst.order[0]
+    rows, cols = divmod(src.shape[inner], BLOCK[0]), divmod(src.shape[1 - inner], BLOCK[1])
+    return src.order[0] == 1 - inner and not rows[1] and not cols[1] and rows[0] * cols[0] % num_warps == 0
+
+
+def usable(lw) -> bool:
+    """Can this build copy such pairs so (stmatrix: sm_90 on; every warp of the CTA taking part)?"""
+    return not lw.ctx.portable and lw.ctx.target.capability >= 90 and lw.partition.replica is None \
+        and lw.partition.threads == 32 * lw.num_warps
+
+
+def copy(lw, src, dst, offset_of):
+    """Copy tile value `src` into `dst` (their types as `copies` checked), each warp its share of the
+    blocks; `offset_of(tile type, (i32, i32))` is a logical index's byte offset in a tile."""
+    b, t, u = lw.b, src.type, dst.type
+    inner = u.order[0]  # the destination's inner dim: the blocks' rows run along it
+    rows, cols = t.shape[inner] // BLOCK[0], t.shape[1 - inner] // BLOCK[1]
+    blocks = rows * cols
+    lane = _Lane(lw.entry, lw.lane)
+    first_row, dst_row, dst_col = (f(lane).v for f in (source_row, destination_row, destination_column))
+    select = [s.v for s in selectors(lane)]
+    src_base, dst_base = b.ptrtoint(lw.scalar(src), I32), b.ptrtoint(lw.scalar(dst), I32)
+
+    def at(row, col):
+        return (row, col) if inner == 0 else (col, row)
+
+    load = ir.InlineAsm(ir.FunctionType(ir.LiteralStructType([I32] * 4), [I32]),
+                        "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {$0, $1, $2, $3}, [$4];", "=r,=r,=r,=r,r",
+                        side_effect=True)
+    store = ir.InlineAsm(ir.FunctionType(ir.VoidType(), [I32] * 5),
+                         "stmatrix.sync.aligned.m8n8.x4.shared.b16 [$0], {$1, $2, $3, $4};", "r,r,r,r,r,~{memory}",
+                         side_effect=True)
+    prmt = lw.intrinsic("llvm.nvvm.prmt", I32, [I32, I32, I32])
+    for k in range(blocks // lw.num_warps):
+        block = b.add(lw.warp, lw.i32(k * lw.num_warps))
+        row0 = b.mul(b.udiv(block, lw.i32(cols)), lw.i32(BLOCK[0]))
+        col0 = b.mul(b.urem(block, lw.i32(cols)), lw.i32(BLOCK[1]))
+        address = b.add(src_base, offset_of(t, at(b.add(row0, first_row), col0)))
+        got = b.call(load, [address], attrs=("convergent",))
+        words = [b.extract_value(got, i) for i in range(4)]
+        out = [b.call(prmt, [words[2 * c], words[2 * c + 1], select[slot]]) for c in range(2) for slot in range(2)]
+        address = b.add(dst_base, offset_of(u, at(b.add(row0, dst_row), b.add(col0, dst_col))))
+        b.call(store, [address] + out, attrs=("convergent",))

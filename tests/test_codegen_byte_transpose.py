@@ -1,0 +1,84 @@
+"""kiln.codegen.lower.byte_transpose: an 8-bit tile copied into one of the other inner dim by ldmatrix.trans,
+prmt and stmatrix. The lane formulas are checked by playing the three instructions' semantics (PTX ISA) on
+them; the builds by their PTX (ptxas: no spills); the GPU results in test_codegen_staged_transpose."""
+import numpy as np
+import pytest
+
+from kiln.codegen.lower.byte_transpose import BLOCK, destination_column, destination_row, selectors, source_row
+
+from kiln.codegen.pipeline import PassContext, run_passes
+from kiln.codegen.target import parse_target
+from kiln.ir import parse_function
+
+from test_codegen_staged_transpose import _compiled
+
+
+def _ldmatrix_trans_x4(rows):
+    """Each lane's four words: lane (p, q) takes, of matrix m, 16-bit column p of its rows 2q and 2q + 1
+    (`rows[8m + r]`: the 16 bytes lane 8m + r addressed)."""
+    words = []
+    for lane in range(32):
+        p, q = divmod(lane, 4)
+        low, high = (rows[8 * m + 2 * q] for m in range(4)), (rows[8 * m + 2 * q + 1] for m in range(4))
+        words.append([int.from_bytes(bytes([lo[2 * p], lo[2 * p + 1], hi[2 * p], hi[2 * p + 1]]), "little")
+                      for lo, hi in zip(low, high)])
+    return words
+
+
+def _prmt(a, b, selector):
+    pool = a.to_bytes(4, "little") + b.to_bytes(4, "little")
+    return int.from_bytes(bytes(pool[selector >> 4 * i & 7] for i in range(4)), "little")
+
+
+def _stmatrix_x4(words, rows_at):
+    """Bytes written by stmatrix.x4: row r of matrix m at `rows_at[8m + r]`, lane (r, q)'s word of m its
+    bytes 4q .. 4q + 3."""
+    written = {}
+    for m in range(4):
+        for r in range(8):
+            for q in range(4):
+                for i, byte in enumerate(words[4 * r + q][m].to_bytes(4, "little")):
+                    written[(rows_at[8 * m + r], 4 * q + i)] = byte
+    return written
+
+
+def test_a_warps_block_lands_transposed():
+    block = np.random.default_rng(3).integers(0, 256, BLOCK, dtype=np.uint8)  # [row, byte]
+    loaded = _ldmatrix_trans_x4([block[source_row(lane)] for lane in range(32)])
+    regrouped = []
+    for lane, words in enumerate(loaded):
+        slot0, slot1 = selectors(lane)
+        regrouped.append([_prmt(words[2 * c], words[2 * c + 1], sel) for c in range(2) for sel in (slot0, slot1)])
+    written = _stmatrix_x4(regrouped, [(destination_column(lane), destination_row(lane)) for lane in range(32)])
+    out = np.zeros(BLOCK[::-1], np.int64)
+    for (column, first_row), i in written:
+        out[column, first_row + i] = written[(column, first_row), i]
+    assert len(written) == block.size
+    np.testing.assert_array_equal(out, block.T)
+
+
+def test_each_matrixs_rows_lie_in_distinct_rows_mod_8():
+    # a tile swizzled by 128-byte rows XORs a row's 16-byte units with its row mod 8: no bank conflicts
+    for m in range(4):
+        assert len({source_row(8 * m + r) % 8 for r in range(8)}) == 8
+        assert len({destination_column(8 * m + r) % 8 for r in range(8)}) == 8
+
+
+@pytest.mark.parametrize("dtype", ["float8e4nv", "int8"])
+@pytest.mark.parametrize("bm,bn,bk,warps,copies", [(128, 128, 64, 8, 2), (128, 128, 128, 4, 8), (64, 64, 128, 4, 4)])
+def test_the_staged_n_major_b_is_copied_by_warps(dtype, bm, bn, bk, warps, copies):
+    kernel = _compiled(dtype, "sm_90a", bm, bn, bk, warps)
+    ptx = kernel.asm["ptx"]
+    assert ptx.count("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16") == copies  # bk x bn bytes, 512 a copy
+    assert ptx.count("prmt.b32") >= 4 * copies and "st.shared.b8" not in ptx
+    assert kernel.metadata["n_spills"] == 0
+    # the ring ldmatrix reads is swizzled like the tile it writes (its rows spread over the banks)
+    fn = parse_function(kernel.asm["kir"])
+    run_passes(fn, PassContext(parse_target("sm_90a"), warps, 3))
+    [copy] = [op for op in fn.walk() if op.name == "local_load" and op.operands[0].type.element_ty.itemsize == 1]
+    assert tuple(copy.operands[0].type.order) == (1, 0) and copy.operands[0].type.swizzle == min(128, bn)
+
+
+def test_a_block_count_the_warps_do_not_share_evenly_keeps_the_byte_stores():
+    ptx = _compiled("int8", "sm_90a", 128, 32, 32, 4).asm["ptx"]  # two blocks of 32 x 16 for four warps
+    assert "ldmatrix" not in ptx and "st.shared.b8" in ptx
