@@ -99,6 +99,31 @@ def test_n_major_8_bit_matmul_on_the_gpu(dtype, bm, bn, bk, warps):
     assert torch.equal(c.cpu().to(torch.int64), want)
 
 
+@kiln.jit
+def _matmul_descriptors(a_desc, b_desc, c_desc, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    """The same through host descriptors: B [K, BN] by TMA into an N-major ring, copied K-major."""
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k in range(0, K, BK):
+        acc = tl.dot(a_desc.load([0, k]), b_desc.load([k, 0]), acc)
+    c_desc.store([0, 0], acc)
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("bm,bn,bk,warps", [(128, 128, 128, 4), (128, 128, 64, 8)])
+def test_n_major_fp8_matmul_through_host_descriptors_on_the_gpu(bm, bn, bk, warps):
+    import torch
+    from kiln.tools.tensor_descriptor import TensorDescriptor
+    gen = torch.Generator().manual_seed(7)
+    a, b = torch.randint(-4, 5, (bm, 512), generator=gen), torch.randint(-4, 5, (512, bn), generator=gen)
+    c = torch.zeros(bm, bn, dtype=torch.float32, device="cuda")
+    a8, b8 = (x.to(torch.float8_e4m3fn).cuda() for x in (a, b))
+    _matmul_descriptors[(1,)](TensorDescriptor.from_tensor(a8, [bm, bk]), TensorDescriptor.from_tensor(b8, [bk, bn]),
+                              TensorDescriptor.from_tensor(c, [bm, bn]), 512, BM=bm, BN=bn, BK=bk, num_warps=warps,
+                              num_stages=3)
+    assert torch.equal(c.cpu().to(torch.int64), a @ b)
+
+
 def test_a_staged_operand_knows_which_of_its_dims_memory_ran_along():
     # smem_plan stores a 16-bit B computed in the loop K-major where the memory behind it runs along K
     # (mxfp4 weights [N, K/2] unpacked and read transposed), N-major otherwise: the dim is followed back

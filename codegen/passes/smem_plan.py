@@ -340,9 +340,9 @@ def _fetched_loads(dots, body, ring_loads, ctx, fetch_regs, staged_vectors=False
     # the load then read in the accumulator's layout, pairs of elements along eight rows at a time)
     stack = [(src[1], src[0] == "regs", False) for _, sources in dots.values() for src, _ in sources
              if src[0] in ("staged", "regs")]
-    staged_as_loaded = set()  # staged operands as loaded (or the pointer loads behind pointer_tma's boxes)
+    staged_as_loaded = set()  # staged operands as loaded (or the pointer loads behind their boxes)
     for v in (src[1] for _, sources in dots.values() for src, _ in sources if src[0] == "staged"):
-        staged_as_loaded |= {v, v.defining_op.operands[-1]} if _box_of_pointer_load(v) else {v}
+        staged_as_loaded |= _with_fallbacks(v)
     while stack:
         v, fragment, beside_acc = stack.pop()
         op = v.defining_op
@@ -407,11 +407,14 @@ def _scaling_products(dots, body) -> list:
     return loads
 
 
-def _box_of_pointer_load(v) -> bool:
-    """Is `v` a box pointer_tma derived from a pointer load (the load its last operand)?"""
-    op = v.defining_op
-    load = op.operands[-1].defining_op if op is not None and op.name == "descriptor_load" else None
-    return load is not None and load.name == "load"
+def _with_fallbacks(v) -> set:
+    """`v` and, where it is a descriptor_load's block, that block's fallback, its fallback's... (the
+    pointer load the frontend or pointer_tma put beside a box, which a ring copies where TMA does not)."""
+    found = {v}
+    while v.defining_op is not None and v.defining_op.name == "descriptor_load":
+        v = v.defining_op.operands[-1]
+        found.add(v)
+    return found
 
 
 def _fetch_tile(load, ctx, swizzled=False):
