@@ -131,6 +131,19 @@ def test_a_tf32_b_copied_an_element_a_copy_matches_torch_on_the_gpu(M, N, K, bm,
     assert "cp.async.ca.shared.global" in kernel.asm["ptx"]
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("M, N, K, bm, bn, warps", [(256, 512, 200, 128, 256, 8), (300, 384, 96, 64, 256, 4)])
+def test_a_tf32_b_staged_by_a_transposing_copy_matches_torch_on_the_gpu(M, N, K, bm, bn, warps, hopper_torch):
+    # where element copies would not pay (8 warps; 64 a thread), the box is staged K-major by 4x4 squares a
+    # thread (lower/tile_transpose)
+    torch = hopper_torch
+    gen = torch.Generator(device="cuda").manual_seed(M + N + K)
+    a = torch.randn(M, _padded(K), device="cuda", generator=gen)[:, :K]
+    b = torch.randn(K, _padded(N), device="cuda", generator=gen)[:, :N]
+    ptx = _mm_on_the_gpu(torch, a, b, bm, bn, 32, warps, 3).asm["ptx"]
+    assert "st.shared.v4.b32" in ptx and "cp.async.ca.shared.global" not in ptx
+
+
 def test_wrapped_rows_are_copied_in_boxes_that_start_inside_the_tensor():
     """A's 128 rows in four boxes of 32, each starting at its row mod M; B's columns (one 64-wide
     chunk per box) at theirs mod N: no box reaches past the tensor but the one M or N falls in."""

@@ -53,7 +53,7 @@ def test_an_n_major_8_bit_b_is_transposed_into_a_k_major_tile_for_wgmma(dtype, i
     ptx = _compiled(dtype, "sm_90a").asm["ptx"]
     assert instruction in ptx
     assert "fma.rn.f32" not in ptx and "mma.sync" not in ptx
-    # the transposing copy: 16-bit pairs read transposed, bytes regrouped, stored (lower/byte_transpose)
+    # the transposing copy: 16-bit pairs read transposed, bytes regrouped, stored (lower/tile_transpose)
     assert "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16" in ptx and "stmatrix.sync.aligned.m8n8.x4" in ptx
     assert "st.shared.b8" not in ptx
     assert "cp.async.cg.shared.global" in ptx  # B itself still copied ahead, 16 bytes at a time

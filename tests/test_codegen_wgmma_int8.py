@@ -90,7 +90,7 @@ def test_int8_dots_on_sm_80_keep_mma_sync():
 
 def test_an_n_major_int8_b_is_transposed_into_a_k_major_tile():
     """wgmma reads 8-bit tiles K-major only: a B whose rows run along N is copied K-major each iteration
-    (ldmatrix.trans, stmatrix: tests/test_codegen_byte_transpose.py), then read by wgmma."""
+    (ldmatrix.trans, stmatrix: tests/test_codegen_tile_transpose.py), then read by wgmma."""
     ptx = _compiled(b_k_major=False).asm["ptx"]
     assert "wgmma.mma_async" in ptx and "mma.sync" not in ptx and "stmatrix" in ptx and "st.shared.b8" not in ptx
 

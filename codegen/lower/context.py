@@ -20,8 +20,8 @@ from ..analysis.partitions import replicated
 from ..analysis.warp_shuffles import shuffle_plan
 from .types import I8, I32, SHARED_PTR, VOID, reg_type
 from .program_ids import longest_first
-from .byte_transpose import copies as byte_copies
 from .fragment_reuse import Fragments
+from .tile_transpose import copies as transposed_copies
 from .warp_gather import gather
 
 
@@ -61,8 +61,8 @@ class Lowering:
             self.thread = self.entry.and_(self.tid, ir.Constant(I32, 32 * self.num_warps - 1), "thread")
         self._index_cache: dict = {}
         self.fragments = Fragments(ctx.function)  # mma_dot fragments of shared tiles, loaded once
-        # 8-bit tiles read back only to be stored transposed: {id(local_load): its local_store} (byte_transpose)
-        self.byte_copies = byte_copies(ctx.function, self.num_warps) if ctx.function is not None else {}
+        # tiles read back only to be stored transposed: {id(local_load): its local_store} (tile_transpose)
+        self.transposed_copies = transposed_copies(ctx.function, self.num_warps) if ctx.function is not None else {}
         # the order the kernel's programs go out in (kiln.codegen.passes.launch_order), and the ids mapped by it
         self.launch_order = ctx.function.attrs.get("launch_order") if ctx.function is not None else None
         self._program_ids = None

@@ -26,7 +26,7 @@ from kiln.ir.types import ROW_XOR_32, block_type, shared_type
 from kiln.ir import layout as lay
 from ..analysis.access import access_width, register_run
 from ..analysis.shared_buffers import ALIGN  # the buffers' base: a 128-byte swizzle repeats every 1024 bytes
-from . import byte_transpose, fp8, stmatrix
+from . import fp8, stmatrix, tile_transpose
 from .context import LoweringError
 from .memory import branchy_load, plain_store
 from .reduce import shuffle
@@ -232,8 +232,8 @@ def _local_store(lw, op):
     value, tile = op.operands
     lw.fragments.stored(tile)
     read = value.defining_op
-    if read is not None and lw.byte_copies.get(id(read)) is op and byte_transpose.usable(lw):
-        byte_transpose.copy(lw, read.operands[0], tile, lambda t, idx: tile_offset(lw, t, idx))
+    if read is not None and lw.transposed_copies.get(id(read)) is op and tile_transpose.usable(lw, tile.type):
+        tile_transpose.copy(lw, read.operands[0], tile, lambda t, idx: tile_offset(lw, t, idx))
         return
     store_tile(lw, lw.regs(value), lw.layout(value), value.type, lw.scalar(tile), tile.type)
 
@@ -268,8 +268,8 @@ def _in_tile(lw, offsets, indices, shape):
 
 def _local_load(lw, op):
     tile, out = op.operands[0], op.results[0]
-    if id(op) in lw.byte_copies and byte_transpose.usable(lw):
-        return  # its store copies the tile (byte_transpose)
+    if id(op) in lw.transposed_copies and tile_transpose.usable(lw, tile.type):
+        return  # its store copies the tile (tile_transpose)
     if not isinstance(out.type, block_type):  # a scalar from a tile of one: every thread reads it
         lw.bind(out, [lw.b.load(lw.scalar(tile), typ=reg_type(out.type), align=out.type.itemsize)])
         return

@@ -354,7 +354,7 @@ def _fetched_loads(dots, body, ring_loads, ctx, fetch_regs, staged_vectors=False
                 tile = _small_tile(op, ctx) if fragment or staged_vectors else None
             elif fragment:
                 tile = _fetch_tile(op, ctx, swizzled=True) if fetch_regs else None
-            else:  # on sm_90 an 8-bit load staged as it is goes by ldmatrix (lower/byte_transpose): 8 rows at a time
+            else:  # on sm_90 an 8-bit load staged as it is goes by ldmatrix (lower/tile_transpose): 8 rows at a time
                 swizzled = beside_acc or (v in staged_as_loaded and scalar_of(v.type).itemsize == 1
                                           and ctx.target.capability >= 90)
                 tile = _fetch_tile(op, ctx, swizzled=swizzled) if staged_tiles else None

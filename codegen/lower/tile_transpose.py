@@ -1,10 +1,11 @@
-"""An 8-bit tile read back from shared memory only to be stored into a tile whose inner dim is the other
-one: wgmma reads 8-bit operands K-major only, so smem_plan stages a B whose memory runs along N (an fp8
-or int8 `x @ W`, W row-major) by `local_load` from its ring and `local_store` into a K-major tile every
-iteration. Stored from the ring load's own registers (16 bytes of a row a thread) that is one byte store
-an element, 128 a thread for a 128x128 tile, and the dot waited on them (fp8 128x128x128: 190 TFLOP/s on
-an H100). Here the pair is one copy by warps, a block of 32 source rows by 16 bytes at a time:
+"""A tile read back from shared memory only to be stored into a tile whose inner dim is the other one:
+wgmma reads 8-bit and 32-bit operands K-major only, so smem_plan stages a B whose memory runs along N (an fp8,
+int8 or tf32 `x @ W`, W row-major) by `local_load` from its ring and `local_store` into a K-major tile every
+iteration. Stored from the ring load's own registers (16 bytes of a row a thread) that is one store an element
+(byte stores for 8-bit tiles: 128 a thread for a 128x128 tile, and the dot waited on them; fp8 128x128x128 ran
+at 190 TFLOP/s on an H100). Here the pair is one copy by warps, each a block at a time.
 
+8-bit elements, blocks of 32 source rows by 16 bytes (sm_90: stmatrix):
   ldmatrix.x4.trans  four 8x8 matrices of 16-bit pairs: lane l addresses source row `source_row(l)`
                      of the block (16 bytes); lane (p, q) = (l / 4, l % 4) gets, of each matrix, columns
                      2p and 2p + 1 of two rows that `source_row` makes consecutive: matrices 2c and
@@ -13,10 +14,16 @@ an H100). Here the pair is one copy by warps, a block of 32 source rows by 16 by
                      (`selectors(l)`: which of the pair holds the lower rows, which column goes where);
   stmatrix.x4        each word stored at its column's row of the destination: bytes 16c + 4q .. + 3,
                      matrix 2c + slot's row p being column `destination_column` (2p or 2p + 1).
-
 Each matrix's eight rows lie in distinct rows mod 8 of their tile, so in a tile swizzled by 128-byte rows
-the eight 16-byte rows fall in eight distinct bank groups (no conflicts), both ways. The lane functions
-take plain ints (the test checks the exchange with them) or `_Lane` values (IR, the same formulas).
+the eight 16-byte rows fall in eight distinct bank groups (no conflicts), both ways.
+
+32-bit elements, blocks of 16 source rows by 32 elements: lane l holds a 4x4 square (`word_square(l)`),
+read as four 16-byte rows of the source and written as four 16-byte rows of the destination (a transpose
+of registers, nothing moved); a quarter warp's eight stores fall in distinct 16-byte units of a tile
+swizzled by 128-byte rows, its loads two to a unit.
+
+The lane functions take plain ints (the tests check the exchanges with them) or `_Lane` values (IR, the
+same formulas).
 """
 from __future__ import annotations
 
@@ -24,9 +31,10 @@ import llvmlite.ir as ir
 
 from kiln.ir.ops import OPS
 
-from .types import I32
+from .types import I32, SHARED_PTR
 
-BLOCK = (32, 16)  # (rows along the destination's inner dim, bytes along the source's) a warp copies at once
+BLOCK = (32, 16)  # 8-bit: (rows along the destination's inner dim, bytes along the source's) a warp copies at once
+WORD_BLOCK = (16, 32)  # 32-bit: the same in elements
 
 
 def source_row(lane):
@@ -58,6 +66,12 @@ def selectors(lane):
     low_in_b, odd_first = (lane & 3) >> 1, lane >> 4
     even = 0x6420 ^ (low_in_b * 0x4444)  # a0 a2 b0 b2, or b0 b2 a0 a2
     return even + 0x1111 * odd_first, even + 0x1111 * (odd_first ^ 1)  # +0x1111: the odd column's bytes
+
+
+def word_square(lane):
+    """(row, column) of the block where `lane`'s 4x4 square of 32-bit elements starts: quarter g = lane / 8
+    takes columns 8g .. 8g + 7, two squares wide (lane % 2) and four tall ((lane / 2) % 4)."""
+    return 4 * ((lane >> 1) & 3), 8 * (lane >> 3) + 4 * (lane & 1)
 
 
 class _Lane:
@@ -94,8 +108,8 @@ class _Lane:
 
 def copies(fn, num_warps: int) -> dict:
     """{id(local_load): local_store} for each pair this module copies: the load's value read by that
-    store alone, nothing with effects between them, 2-D tiles of 1-byte elements, one's inner dim the
-    other's outer, whole blocks (BLOCK) of them, as many for each warp."""
+    store alone, nothing with effects between them, 2-D tiles of 1- or 4-byte elements, one's inner dim the
+    other's outer, whole blocks of them, as many for each warp."""
     uses = {}
     for op in fn.walk():
         for v in op.operands:
@@ -112,35 +126,52 @@ def copies(fn, num_warps: int) -> dict:
     return found
 
 
+def _block(t):
+    return {1: BLOCK, 4: WORD_BLOCK}.get(t.element_ty.itemsize)
+
+
 def _transposable(src, dst, num_warps) -> bool:
-    if len(src.shape) != 2 or src.shape != dst.shape or src.element_ty.itemsize != 1 or dst.element_ty.itemsize != 1:
+    block = _block(src)
+    if len(src.shape) != 2 or src.shape != dst.shape or block is None or dst.element_ty.itemsize != src.element_ty.itemsize:
         return False
     inner = dst.order[0]
-    rows, cols = divmod(src.shape[inner], BLOCK[0]), divmod(src.shape[1 - inner], BLOCK[1])
+    rows, cols = divmod(src.shape[inner], block[0]), divmod(src.shape[1 - inner], block[1])
     return src.order[0] == 1 - inner and not rows[1] and not cols[1] and rows[0] * cols[0] % num_warps == 0
 
 
-def usable(lw) -> bool:
-    """Can this build copy such pairs so (stmatrix: sm_90 on; every warp of the CTA taking part)?"""
-    return not lw.ctx.portable and lw.ctx.target.capability >= 90 and lw.partition.replica is None \
-        and lw.partition.threads == 32 * lw.num_warps
+def usable(lw, t) -> bool:
+    """Can this build copy such pairs of tile type `t` so (8-bit ones by stmatrix: sm_90 on; every warp of the
+    CTA taking part)?"""
+    return not lw.ctx.portable and (t.element_ty.itemsize == 4 or lw.ctx.target.capability >= 90) \
+        and lw.partition.replica is None and lw.partition.threads == 32 * lw.num_warps
 
 
 def copy(lw, src, dst, offset_of):
     """Copy tile value `src` into `dst` (their types as `copies` checked), each warp its share of the
     blocks; `offset_of(tile type, (i32, i32))` is a logical index's byte offset in a tile."""
-    b, t, u = lw.b, src.type, dst.type
+    t, u = src.type, dst.type
     inner = u.order[0]  # the destination's inner dim: the blocks' rows run along it
-    rows, cols = t.shape[inner] // BLOCK[0], t.shape[1 - inner] // BLOCK[1]
-    blocks = rows * cols
+    block = _block(t)
+    rows, cols = t.shape[inner] // block[0], t.shape[1 - inner] // block[1]
+    src_base, dst_base = (lw.b.ptrtoint(lw.scalar(v), I32) for v in (src, dst))
     lane = _Lane(lw.entry, lw.lane)
+    corners = []
+    for k in range(rows * cols // lw.num_warps):
+        index = lw.b.add(lw.warp, lw.i32(k * lw.num_warps))
+        corners.append((lw.b.mul(lw.b.udiv(index, lw.i32(cols)), lw.i32(block[0])),
+                        lw.b.mul(lw.b.urem(index, lw.i32(cols)), lw.i32(block[1]))))
+
+    def at(destination, row, col):  # the byte address of (row along the destination's inner dim, column)
+        base, tile = (dst_base, u) if destination else (src_base, t)
+        return lw.b.add(base, offset_of(tile, (row, col) if inner == 0 else (col, row)))
+
+    (_copy_bytes if t.element_ty.itemsize == 1 else _copy_words)(lw, lane, corners, at)
+
+
+def _copy_bytes(lw, lane, corners, at):
+    b = lw.b
     first_row, dst_row, dst_col = (f(lane).v for f in (source_row, destination_row, destination_column))
     select = [s.v for s in selectors(lane)]
-    src_base, dst_base = b.ptrtoint(lw.scalar(src), I32), b.ptrtoint(lw.scalar(dst), I32)
-
-    def at(row, col):
-        return (row, col) if inner == 0 else (col, row)
-
     load = ir.InlineAsm(ir.FunctionType(ir.LiteralStructType([I32] * 4), [I32]),
                         "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {$0, $1, $2, $3}, [$4];", "=r,=r,=r,=r,r",
                         side_effect=True)
@@ -148,13 +179,22 @@ def copy(lw, src, dst, offset_of):
                          "stmatrix.sync.aligned.m8n8.x4.shared.b16 [$0], {$1, $2, $3, $4};", "r,r,r,r,r,~{memory}",
                          side_effect=True)
     prmt = lw.intrinsic("llvm.nvvm.prmt", I32, [I32, I32, I32])
-    for k in range(blocks // lw.num_warps):
-        block = b.add(lw.warp, lw.i32(k * lw.num_warps))
-        row0 = b.mul(b.udiv(block, lw.i32(cols)), lw.i32(BLOCK[0]))
-        col0 = b.mul(b.urem(block, lw.i32(cols)), lw.i32(BLOCK[1]))
-        address = b.add(src_base, offset_of(t, at(b.add(row0, first_row), col0)))
-        got = b.call(load, [address], attrs=("convergent",))
+    for row0, col0 in corners:
+        got = b.call(load, [at(False, b.add(row0, first_row), col0)], attrs=("convergent",))
         words = [b.extract_value(got, i) for i in range(4)]
         out = [b.call(prmt, [words[2 * c], words[2 * c + 1], select[slot]]) for c in range(2) for slot in range(2)]
-        address = b.add(dst_base, offset_of(u, at(b.add(row0, dst_row), b.add(col0, dst_col))))
-        b.call(store, [address] + out, attrs=("convergent",))
+        b.call(store, [at(True, b.add(row0, dst_row), b.add(col0, dst_col))] + out, attrs=("convergent",))
+
+
+def _copy_words(lw, lane, corners, at):
+    b = lw.b
+    row, col = (v.v for v in word_square(lane))
+    quad = ir.VectorType(I32, 4)
+    for row0, col0 in corners:
+        r, c = b.add(row0, row), b.add(col0, col)
+        rows = [b.load(b.inttoptr(at(False, b.add(r, lw.i32(i)), c), SHARED_PTR), typ=quad, align=16) for i in range(4)]
+        for j in range(4):
+            column = ir.Constant(quad, ir.Undefined)
+            for i in range(4):
+                column = b.insert_element(column, b.extract_element(rows[i], lw.i32(j)), lw.i32(i))
+            b.store(column, b.inttoptr(at(True, r, b.add(c, lw.i32(j))), SHARED_PTR), align=16)

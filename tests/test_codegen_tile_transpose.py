@@ -1,10 +1,12 @@
-"""kiln.codegen.lower.byte_transpose: an 8-bit tile copied into one of the other inner dim by ldmatrix.trans,
-prmt and stmatrix. The lane formulas are checked by playing the three instructions' semantics (PTX ISA) on
-them; the builds by their PTX (ptxas: no spills); the GPU results in test_codegen_staged_transpose."""
+"""kiln.codegen.lower.tile_transpose: a tile copied into one of the other inner dim, 8-bit ones by
+ldmatrix.trans, prmt and stmatrix, 32-bit ones by 4x4 squares a thread. The lane formulas are checked by
+playing the instructions' semantics (PTX ISA) on them; the builds by their PTX (ptxas: no spills); the GPU
+results in test_codegen_staged_transpose (8-bit) and test_codegen_pointer_tma (tf32)."""
 import numpy as np
 import pytest
 
-from kiln.codegen.lower.byte_transpose import BLOCK, destination_column, destination_row, selectors, source_row
+from kiln.codegen.lower.tile_transpose import BLOCK, WORD_BLOCK, destination_column, destination_row, selectors, \
+    source_row, word_square
 
 from kiln.codegen.pipeline import PassContext, run_passes
 from kiln.codegen.target import parse_target
@@ -64,6 +66,22 @@ def test_each_matrixs_rows_lie_in_distinct_rows_mod_8():
         assert len({destination_column(8 * m + r) % 8 for r in range(8)}) == 8
 
 
+def test_a_warps_word_block_lands_transposed_and_its_stores_meet_no_conflict():
+    block = np.arange(np.prod(WORD_BLOCK)).reshape(WORD_BLOCK)  # [row along the destination's inner dim, column]
+    out = np.full(WORD_BLOCK[::-1], -1)
+    for lane in range(32):
+        row, col = word_square(lane)
+        squares = [block[row + i, col:col + 4] for i in range(4)]  # four 16-byte rows of the source
+        for j in range(4):  # ... stored as four of the destination
+            out[col + j, row:row + 4] = [squares[i][j] for i in range(4)]
+    np.testing.assert_array_equal(out, block.T)
+    for quarter in range(4):  # a destination of 128-byte rows (32 elements) swizzled by the row mod 8
+        for j in range(4):
+            units = {((word_square(lane)[0] // 4) ^ ((word_square(lane)[1] + j) % 8), (word_square(lane)[1] + j) // 8)
+                     for lane in range(8 * quarter, 8 * quarter + 8)}
+            assert len({u for u, _ in units}) == 8
+
+
 @pytest.mark.parametrize("dtype", ["float8e4nv", "int8"])
 @pytest.mark.parametrize("bm,bn,bk,warps,copies", [(128, 128, 64, 8, 2), (128, 128, 128, 4, 8), (64, 64, 128, 4, 4)])
 def test_the_staged_n_major_b_is_copied_by_warps(dtype, bm, bn, bk, warps, copies):
@@ -82,3 +100,16 @@ def test_the_staged_n_major_b_is_copied_by_warps(dtype, bm, bn, bk, warps, copie
 def test_a_block_count_the_warps_do_not_share_evenly_keeps_the_byte_stores():
     ptx = _compiled("int8", "sm_90a", 128, 32, 32, 4).asm["ptx"]  # two blocks of 32 x 16 for four warps
     assert "ldmatrix" not in ptx and "st.shared.b8" in ptx
+
+
+@pytest.mark.parametrize("bm,bn,warps,stores", [(128, 256, 8, 8), (64, 256, 4, 16)])
+def test_a_staged_n_major_tf32_b_is_copied_in_squares(bm, bn, warps, stores):
+    # tutorial 03's kernel (its B box by pointer_tma) where element copies do not pay (smem_plan.box_unread: 8
+    # warps; 64 a thread): the box staged K-major, a 16-byte store per 4 elements
+    from test_codegen_pointer_tma import _mm
+    a, b, c = np.zeros((256, 64), np.float32), np.zeros((64, 512), np.float32), np.zeros((256, 512), np.float16)
+    kernel = _mm.warmup(a, b, c, 256, 512, 64, 64, 512, 512, BM=bm, BN=bn, BK=32, OTHER=0.0, ROW_MASK=True,
+                        MIX_ROWS=False, SHIFT=0, num_warps=warps, num_stages=3, grid=(1,), target="sm_90a")
+    ptx = kernel.asm["ptx"]
+    assert ".tf32.tf32" in ptx and "cp.async.ca.shared.global" not in ptx
+    assert ptx.count("st.shared.v4.b32") == stores and kernel.metadata["n_spills"] == 0
