@@ -104,8 +104,7 @@ def test_a_block_count_the_warps_do_not_share_evenly_keeps_the_byte_stores():
 
 @pytest.mark.parametrize("bm,bn,warps,stores", [(128, 256, 8, 8), (64, 256, 4, 16)])
 def test_a_staged_n_major_tf32_b_is_copied_in_squares(bm, bn, warps, stores):
-    # tutorial 03's kernel (its B box by pointer_tma) where element copies do not pay (smem_plan.box_unread: 8
-    # warps; 64 a thread): the box staged K-major, a 16-byte store per 4 elements
+    # tutorial 03's kernel: B 16 bytes a copy into an N-major ring, staged K-major, a 16-byte store per 4 elements
     from test_codegen_pointer_tma import _mm
     a, b, c = np.zeros((256, 64), np.float32), np.zeros((64, 512), np.float32), np.zeros((256, 512), np.float16)
     kernel = _mm.warmup(a, b, c, 256, 512, 64, 64, 512, 512, BM=bm, BN=bn, BK=32, OTHER=0.0, ROW_MASK=True,

@@ -119,7 +119,7 @@ from ..analysis import axis_info
 from . import descriptor_loads, prefetch
 from ..analysis import Analysis
 from .rewrite import append_const, append_op, clone_op, const_int, in_loop, insert_ops, loop_trips, slot_after
-from .smem_plan import box_unread, copy_box, is_tma, plan_loop, ring_kind, tma_ok, tma_rings
+from .smem_plan import copy_box, is_tma, plan_loop, ring_kind, tma_ok, tma_rings
 
 
 def apply(fn, ctx) -> None:
@@ -134,7 +134,7 @@ def apply(fn, ctx) -> None:
         if stages >= 2:
             body = loop.regions[0]
             descriptor_loads.strip(fn, [op for op in body.ops if op.name == "descriptor_load" and
-                                        (not (tma_rings(ctx) and tma_ok(op, fn)) or box_unread(op, fn, ctx))])
+                                        not (tma_rings(ctx) and tma_ok(op, fn))])
             plan, loop_kind = plan_loop(loop, stages, fn, ctx, kind, in_registers), kind
             if plan is None and kind == "wgmma" and "warp_specialize" not in loop.attrs:
                 # dots wgmma cannot run (fewer rows than a warpgroup's 64, say: fla's 16-row sub-chunks)

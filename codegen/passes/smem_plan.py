@@ -13,7 +13,7 @@ from kiln.ir.ops import mixed_fp8
 from kiln.ir.types import ROW_XOR_32, block_type, scalar_of, shared_type
 
 from kiln.ir.layout import mma_layout, wgmma_layout
-from ..occupancy import MAX_REGISTERS, ctas_by_shared, ctas_per_sm, max_shared_per_cta
+from ..occupancy import ctas_by_shared, ctas_per_sm, max_shared_per_cta
 from . import mask_prefix
 from ..analysis.access import memory_width
 from ..analysis.dots import mma_eligible
@@ -106,56 +106,6 @@ def tma_ok(op, fn) -> bool:
     t = op.results[0].type
     return (op.operands[0] in fn.args or _created_map(op.operands[0]) is not None) \
         and len(t.shape) == 2 and t.shape[0] <= 256
-
-
-# A thread's element copies an iteration up to which a tf32 B stored N-major comes by them rather than by a staged
-# box (box_unread). H100, tutorial 03's `x @ W` at 1024x8192x8192 (2026-12-06): 128x128x32 on 4 warps, 32 copies a
-# thread, 76 -> 86 TFLOP/s (Triton's 87); 64x256x32 on 4 warps, 64 copies a thread, 43 -> 35 (1,276 bytes of spills
-# where the staged box spilled 96)
-ELEMENT_COPIES_MAX = 32
-
-
-def box_unread(op, fn, ctx) -> bool:
-    """Does wgmma's dot read descriptor_load `op`, which pointer_tma derived from a pointer load (its
-    map a `tma_of` argument), only as a 32-bit operand contiguous along M or N, where no TMA box serves
-    (wgmma reads tf32 K-major only) and the pointer load's cp.async ring does (element by element, stored
-    K-major)? Then the pointer load is the load, as in Triton: the box would be staged through registers
-    each iteration into a second, K-major tile (tutorial 03's tf32 `x @ W` at 128x128x32: 165 KB of shared
-    memory, one CTA an SM, against the rings' 96 KB). Not where a thread would copy more than
-    ELEMENT_COPIES_MAX elements an iteration (below), nor where the registers hold one CTA an SM anyway (8
-    warps): what the copies buy is the second CTA the smaller rings make room for."""
-    tmap, t = op.operands[0], op.results[0].type
-    if not enabled(ctx) or tmap not in fn.args or "tma_of" not in fn.arg_attrs[fn.args.index(tmap)] \
-            or scalar_of(t).itemsize != 4 or t.numel > ELEMENT_COPIES_MAX * 32 * ctx.num_warps \
-            or ctas_per_sm(MAX_REGISTERS, 32 * ctx.num_warps, 0, ctx.target.capability) < 2:
-        return False
-    load, swapped = op.operands[-1].defining_op, False  # the box is the pointer load or (pointer_tma) its transpose
-    if is_transpose(load):
-        load, swapped = load.operands[0].defining_op, True
-    if load is None or load.name != "load" or load.parent is not op.parent:
-        return False
-    reads = _dot_reads(op.results[0], op.parent)
-    anywhere = 1 << 30
-    return bool(reads) and all(_ring_tile(op, role, through_trans, anywhere, ctx) is None and
-                               _ring_tile(load, role, through_trans != swapped, anywhere, ctx) is not None
-                               for role, through_trans in reads)
-
-
-def _dot_reads(value, body):
-    """(role, transposed) of each dot operand in `body` that reads `value` as it is or through tl.trans;
-    None where anything else reads it."""
-    reads = []
-    for user in [u for u in body.walk() if value in u.operands]:
-        if user.parent is body and user.name == "dot" and value not in user.operands[2:]:
-            reads += [(role, False) for role, v in zip("ab", user.operands[:2]) if v is value]
-        elif user.parent is body and is_transpose(user):
-            through = _dot_reads(user.results[0], body)
-            if through is None or any(t for _, t in through):
-                return None
-            reads += [(role, True) for role, _ in through]
-        else:
-            return None
-    return reads
 
 
 def _created_map(tmap):
