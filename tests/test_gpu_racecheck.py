@@ -11,7 +11,8 @@ conversions that scratch_barriers left without a barrier before them; fp8 dots o
 whose operand tiles one after another share bytes; a 16-bit dot chained to a wgmma loop's accumulator;
 values several mma.sync dots read, stored once; a chunked recurrence that stores in its pipelined loop,
 dots of fewer rows than a warpgroup on mma.sync rings, and on Hopper's mma.sync rings descriptor loads TMA fills
-and fp8 tiles upcast as fragments). Skipped without a
+and fp8 tiles upcast as fragments; an 8-bit and a 32-bit B stored N-major, copied K-major by warps every
+iteration). Skipped without a
 GPU or without compute-sanitizer.
 
 Racecheck runs each kernel once at a small size (it is slow: every shared access is
@@ -298,6 +299,34 @@ for config in fp8.CONFIGS:
 torch.cuda.synchronize()
 """
 
+# an 8-bit and a 32-bit B stored N-major (`x @ W`), which wgmma reads K-major: each iteration's tile copied from its
+# N-major ring into a staged K-major one by warps (lower/tile_transpose), the pointer kernel and, for fp8, the
+# host-descriptor one; small integers, exact in every type and sum
+N_MAJOR_B = """
+import torch
+from kiln.tools.tensor_descriptor import TensorDescriptor
+from test_attention_backward import kernels
+M, N, K = 256, 512, 384
+for dtype, out_dtype, configs in ((torch.float8_e4m3fn, torch.float16, ((128, 128, 128, 4, 3), (128, 256, 64, 8, 3))),
+                                  (torch.float32, torch.float32, ((128, 128, 32, 4, 3), (128, 256, 32, 8, 3)))):
+    a, b = torch.randint(-2, 3, (M, K), device="cuda"), torch.randint(-2, 3, (K, N), device="cuda")
+    want = (a @ b).float()
+    a, b = a.to(dtype), b.to(dtype)
+    for bm, bn, bk, warps, stages in configs:
+        meta = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, num_warps=warps, num_stages=stages)
+        grid = (M // bm * (N // bn),)
+        c = torch.zeros(M, N, device="cuda", dtype=out_dtype)
+        kernels.matmul_kernel[grid](a, b, c, M, N, K, *a.stride(), *b.stride(), *c.stride(), **meta)
+        assert torch.equal(c.float(), want)
+        if dtype == torch.float8_e4m3fn:
+            c.zero_()
+            descs = (TensorDescriptor.from_tensor(a, [bm, bk]), TensorDescriptor.from_tensor(b, [bk, bn]),
+                     TensorDescriptor.from_tensor(c, [bm, bn]))
+            kernels.matmul_descriptor_kernel[grid](*descs, M, N, K, **meta)
+            assert torch.equal(c.float(), want)
+torch.cuda.synchronize()
+"""
+
 
 def racecheck(script: str, tmp_path, **env_vars) -> str:
     path = tmp_path / "kernels_under_racecheck.py"  # a file: kiln reads a kernel's source from it
@@ -362,6 +391,13 @@ def test_mma_sync_rings_on_hopper_have_no_shared_memory_hazard(tmp_path):
     if torch.cuda.get_device_capability() < (9, 0):
         pytest.skip("Hopper's rings (TMA, fp8 fragments upcast)")
     out = racecheck(HOPPER_MMA_RINGS, tmp_path)
+    assert hazards(out) == (0, 0), out[-4000:]
+
+
+def test_n_major_b_copied_k_major_by_warps_has_no_shared_memory_hazard(tmp_path):
+    if torch.cuda.get_device_capability() < (9, 0):
+        pytest.skip("wgmma's staged operands")
+    out = racecheck(N_MAJOR_B, tmp_path, KILN_SPLIT_K="0")
     assert hazards(out) == (0, 0), out[-4000:]
 
 
