@@ -103,7 +103,8 @@ def _element_copy_layout(shape, inner, num_warps):
     every thread but the swizzle's top bit: two shared addresses and immediates (ptxas finds them).
     The 4-byte copies meet in banks where lanes 8 along memory's rows by 4 along the tile's inner dim
     met in none, but those kept eight addresses and a 64-bit pointer a copy live: tutorial 03's tf32
-    `x @ W` at 128x128x32 on 4 warps spilled 732 bytes, none so."""
+    `x @ W` at 128x128x32 on 4 warps spilled 732 bytes, none so (session 94, while that B took element
+    copies; since session 95 its box is staged: lower/tile_transpose)."""
     outer = 1 - inner
     spt = [1, 1]
     spt[outer] = min(4, shape[outer])

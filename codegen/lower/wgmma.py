@@ -123,7 +123,7 @@ def _async_copy(lw, op):
     layout = lw.layout(ptr)  # the convert_layouts pass chose it (passes.layouts.copy_layout)
     # a thread's run along another dim than the tile's inner one lands in as many tile rows: copied an element a copy,
     # each run's elements from one pointer and immediates where memory holds them in a row (ptxas keeps a 64-bit
-    # pointer a copy live otherwise: a 128x128x32 tf32 `x @ W` tile on 4 warps took 255 registers, 214 so)
+    # pointer a copy live otherwise: in session 94 a 128x128x32 tf32 `x @ W` tile on 4 warps took 255 registers, 214 so)
     run_dim, run = register_run(layout)
     vec, pointer_run = access_width(lw.ctx, op, layout, shape, 8 * es), 1
     if run_dim not in (inner, -1):
