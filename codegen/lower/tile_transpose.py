@@ -132,7 +132,8 @@ def _block(t):
 
 def _transposable(src, dst, num_warps) -> bool:
     block = _block(src)
-    if len(src.shape) != 2 or src.shape != dst.shape or block is None or dst.element_ty.itemsize != src.element_ty.itemsize:
+    if len(src.shape) != 2 or src.shape != dst.shape or block is None \
+            or dst.element_ty.itemsize != src.element_ty.itemsize:
         return False
     inner = dst.order[0]
     rows, cols = divmod(src.shape[inner], block[0]), divmod(src.shape[1 - inner], block[1])
