@@ -1,8 +1,8 @@
 """A dot operand that no ring copy can lay out as the tensor cores read it: an 8-bit B contiguous
 along N (wgmma and ldmatrix read 8-bit tiles K-major, and cp.async moves 4 bytes at least). It is
-loaded into registers and stored K-major each iteration (smem_plan's "staged" source: byte stores
-that transpose, as Triton does), so the dot stays on the tensor cores. Before, on sm_90a an e4m3
-dot of such a B ran on FMAs and an int8 one on mma.sync."""
+copied ahead into an N-major ring and copied K-major each iteration (smem_plan's "staged" source; on sm_90
+by warps, lower/tile_transpose; elsewhere byte stores that transpose, as Triton's), so the dot stays on the
+tensor cores. Before, on sm_90a an e4m3 dot of such a B ran on FMAs and an int8 one on mma.sync."""
 import re
 
 import numpy as np
