@@ -466,7 +466,8 @@ def _operand(v, role, body, instr_extent, ctx, regs=True, mma=False):
             return None  # (rows too narrow for cp.async: mma.sync, whose lowering stages them)
         # no copy lays it out as the dot reads it (an 8-bit B N-major: wgmma reads K-major, and
         # cp.async moves 4 bytes at least): loaded into registers and stored as the dot reads it
-        # (a transpose in the store, as Triton's), like an operand the loop computes
+        # (a transpose in the store, as Triton's; lowered as one copy by warps: lower/tile_transpose), like an
+        # operand the loop computes
     if not _inside(v, body):
         return ("once", v, _stored_tile(v.type, role))
     if role == "a" and regs:
