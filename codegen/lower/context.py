@@ -61,8 +61,7 @@ class Lowering:
             self.thread = self.entry.and_(self.tid, ir.Constant(I32, 32 * self.num_warps - 1), "thread")
         self._index_cache: dict = {}
         self.fragments = Fragments(ctx.function)  # mma_dot fragments of shared tiles, loaded once
-        # tiles read back only to be stored transposed: {id(local_load): its local_store} (tile_transpose)
-        self.transposed_copies = transposed_copies(ctx.function, self.num_warps) if ctx.function is not None else {}
+        self._transposed_copies = None
         # the order the kernel's programs go out in (kiln.codegen.passes.launch_order), and the ids mapped by it
         self.launch_order = ctx.function.attrs.get("launch_order") if ctx.function is not None else None
         self._program_ids = None
@@ -155,6 +154,15 @@ class Lowering:
         if named.is_opaque:
             named.set_body(*types)
         return named
+
+    @property
+    def transposed_copies(self) -> dict:
+        """Tiles read back only to be stored transposed: {id(local_load): its local_store} (tile_transpose),
+        found when the first tile op asks (most kernels have none)."""
+        if self._transposed_copies is None:
+            fn = self.ctx.function
+            self._transposed_copies = transposed_copies(fn, self.num_warps) if fn is not None else {}
+        return self._transposed_copies
 
     @property
     def uniform_warp(self):
