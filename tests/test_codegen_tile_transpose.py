@@ -66,7 +66,7 @@ def test_each_matrixs_rows_lie_in_distinct_rows_mod_8():
         assert len({destination_column(8 * m + r) % 8 for r in range(8)}) == 8
 
 
-def test_a_warps_word_block_lands_transposed_and_its_stores_meet_no_conflict():
+def test_a_warps_word_block_lands_transposed_and_its_loads_and_stores_meet_no_conflict():
     block = np.arange(np.prod(WORD_BLOCK)).reshape(WORD_BLOCK)  # [row along the destination's inner dim, column]
     out = np.full(WORD_BLOCK[::-1], -1)
     for lane in range(32):
@@ -75,11 +75,12 @@ def test_a_warps_word_block_lands_transposed_and_its_stores_meet_no_conflict():
         for j in range(4):  # ... stored as four of the destination
             out[col + j, row:row + 4] = [squares[i][j] for i in range(4)]
     np.testing.assert_array_equal(out, block.T)
-    for quarter in range(4):  # a destination of 128-byte rows (32 elements) swizzled by the row mod 8
-        for j in range(4):
-            units = {((word_square(lane)[0] // 4) ^ ((word_square(lane)[1] + j) % 8), (word_square(lane)[1] + j) // 8)
-                     for lane in range(8 * quarter, 8 * quarter + 8)}
-            assert len({u for u, _ in units}) == 8
+    assert sorted(word_square(lane) for lane in range(32)) == [(r, c) for r in range(0, 16, 4) for c in range(0, 32, 4)]
+    for quarter in range(0, 32, 8):  # tiles of 128-byte rows (32 elements) swizzled by the row mod 8:
+        for k in range(4):  # load k (source row `row + k`) and store k (destination row `col + k`) of 8 lanes
+            loads = {(word_square(lane)[1] // 4) ^ ((word_square(lane)[0] + k) % 8) for lane in range(quarter, quarter + 8)}
+            stores = {(word_square(lane)[0] // 4) ^ ((word_square(lane)[1] + k) % 8) for lane in range(quarter, quarter + 8)}
+            assert len(loads) == len(stores) == 8  # eight distinct 16-byte bank groups each way
 
 
 @pytest.mark.parametrize("dtype", ["float8e4nv", "int8"])
@@ -112,3 +113,8 @@ def test_a_staged_n_major_tf32_b_is_copied_in_squares(bm, bn, warps, stores):
     ptx = kernel.asm["ptx"]
     assert ".tf32.tf32" in ptx and "cp.async.ca.shared.global" not in ptx
     assert ptx.count("st.shared.v4.b32") == stores and kernel.metadata["n_spills"] == 0
+    fn = parse_function(kernel.asm["kir"])  # the ring the squares are read from is swizzled by 128-byte rows
+    run_passes(fn, PassContext(parse_target("sm_90a"), warps, 3))
+    [copy] = [op for op in fn.walk() if op.name == "local_load" and op.operands[0].type.element_ty.itemsize == 4
+              and len(op.operands[0].type.shape) == 2]
+    assert tuple(copy.operands[0].type.order) == (1, 0) and copy.operands[0].type.swizzle == 128

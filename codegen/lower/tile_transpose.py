@@ -19,8 +19,8 @@ the eight 16-byte rows fall in eight distinct bank groups (no conflicts), both w
 
 32-bit elements, blocks of 16 source rows by 32 elements: lane l holds a 4x4 square (`word_square(l)`),
 read as four 16-byte rows of the source and written as four 16-byte rows of the destination (a transpose
-of registers, nothing moved); a quarter warp's eight stores fall in distinct 16-byte units of a tile
-swizzled by 128-byte rows, its loads two to a unit.
+of registers, nothing moved); a quarter warp's eight loads, and its eight stores, fall in distinct 16-byte
+units of tiles swizzled by 128-byte rows (smem_plan swizzles the ring the loads read).
 
 The lane functions take plain ints (the tests check the exchanges with them) or `_Lane` values (IR, the
 same formulas).
@@ -69,9 +69,11 @@ def selectors(lane):
 
 
 def word_square(lane):
-    """(row, column) of the block where `lane`'s 4x4 square of 32-bit elements starts: quarter g = lane / 8
-    takes columns 8g .. 8g + 7, two squares wide (lane % 2) and four tall ((lane / 2) % 4)."""
-    return 4 * ((lane >> 1) & 3), 8 * (lane >> 3) + 4 * (lane & 1)
+    """(row, column) of the block where `lane`'s 4x4 square of 32-bit elements starts: square row
+    r = (lane / 2) % 4, square column (2r + lane % 2 + 2g) % 8 for quarter g = lane / 8. A quarter's eight
+    squares then lie in eight distinct (row mod 8, 16-byte unit) pairs both ways: each of its loads and each
+    of its stores hits eight distinct units of a tile swizzled by 128-byte rows."""
+    return 4 * ((lane >> 1) & 3), 4 * ((lane + 2 * (lane >> 3)) & 7)
 
 
 class _Lane:

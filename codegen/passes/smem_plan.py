@@ -304,8 +304,9 @@ def _fetched_loads(dots, body, ring_loads, ctx, fetch_regs, staged_vectors=False
                 tile = _small_tile(op, ctx) if fragment or staged_vectors else None
             elif fragment:
                 tile = _fetch_tile(op, ctx, swizzled=True) if fetch_regs else None
-            else:  # on sm_90 an 8-bit load staged as it is goes by ldmatrix (lower/tile_transpose): 8 rows at a time
-                swizzled = beside_acc or (v in staged_as_loaded and scalar_of(v.type).itemsize == 1
+            else:  # on sm_90 a staged 8-bit load is read by ldmatrix 8 rows at a time, a 32-bit one in 4x4 squares
+                # (lower/tile_transpose): swizzled, neither read has bank conflicts (tf32 1.1-1.2x, session 96)
+                swizzled = beside_acc or (v in staged_as_loaded and scalar_of(v.type).itemsize in (1, 4)
                                           and ctx.target.capability >= 90)
                 tile = _fetch_tile(op, ctx, swizzled=swizzled) if staged_tiles else None
             if id(op) not in ring_loads and tile is not None and (id(op) not in found or fragment or beside_acc):
