@@ -77,9 +77,10 @@ def test_a_warps_word_block_lands_transposed_and_its_loads_and_stores_meet_no_co
     np.testing.assert_array_equal(out, block.T)
     assert sorted(word_square(lane) for lane in range(32)) == [(r, c) for r in range(0, 16, 4) for c in range(0, 32, 4)]
     for quarter in range(0, 32, 8):  # tiles of 128-byte rows (32 elements) swizzled by the row mod 8:
+        squares = [word_square(lane) for lane in range(quarter, quarter + 8)]
         for k in range(4):  # load k (source row `row + k`) and store k (destination row `col + k`) of 8 lanes
-            loads = {(word_square(lane)[1] // 4) ^ ((word_square(lane)[0] + k) % 8) for lane in range(quarter, quarter + 8)}
-            stores = {(word_square(lane)[0] // 4) ^ ((word_square(lane)[1] + k) % 8) for lane in range(quarter, quarter + 8)}
+            loads = {(col // 4) ^ ((row + k) % 8) for row, col in squares}
+            stores = {(row // 4) ^ ((col + k) % 8) for row, col in squares}
             assert len(loads) == len(stores) == 8  # eight distinct 16-byte bank groups each way
 
 
