@@ -84,6 +84,16 @@ def test_a_warps_word_block_lands_transposed_and_its_loads_and_stores_meet_no_co
             assert len(loads) == len(stores) == 8  # eight distinct 16-byte bank groups each way
 
 
+
+def _copied_ring(kernel, warps, itemsize):
+    """The shared type of the ring slot the copy reads: the kernel's passes run again on its IR, and its one
+    2-D local_load of `itemsize`-byte elements taken."""
+    fn = parse_function(kernel.asm["kir"])
+    run_passes(fn, PassContext(parse_target("sm_90a"), warps, 3))
+    [copy] = [op for op in fn.walk() if op.name == "local_load" and len(op.operands[0].type.shape) == 2
+              and op.operands[0].type.element_ty.itemsize == itemsize]
+    return copy.operands[0].type
+
 @pytest.mark.parametrize("dtype", ["float8e4nv", "int8"])
 @pytest.mark.parametrize("bm,bn,bk,warps,copies", [(128, 128, 64, 8, 2), (128, 128, 128, 4, 8), (64, 64, 128, 4, 4)])
 def test_the_staged_n_major_b_is_copied_by_warps(dtype, bm, bn, bk, warps, copies):
@@ -92,11 +102,8 @@ def test_the_staged_n_major_b_is_copied_by_warps(dtype, bm, bn, bk, warps, copie
     assert ptx.count("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16") == copies  # bk x bn bytes, 512 a copy
     assert ptx.count("prmt.b32") >= 4 * copies and "st.shared.b8" not in ptx
     assert kernel.metadata["n_spills"] == 0
-    # the ring ldmatrix reads is swizzled like the tile it writes (its rows spread over the banks)
-    fn = parse_function(kernel.asm["kir"])
-    run_passes(fn, PassContext(parse_target("sm_90a"), warps, 3))
-    [copy] = [op for op in fn.walk() if op.name == "local_load" and op.operands[0].type.element_ty.itemsize == 1]
-    assert tuple(copy.operands[0].type.order) == (1, 0) and copy.operands[0].type.swizzle == min(128, bn)
+    ring = _copied_ring(kernel, warps, itemsize=1)  # swizzled like the tile it writes (rows spread over the banks)
+    assert tuple(ring.order) == (1, 0) and ring.swizzle == min(128, bn)
 
 
 def test_a_block_count_the_warps_do_not_share_evenly_keeps_the_byte_stores():
@@ -114,8 +121,5 @@ def test_a_staged_n_major_tf32_b_is_copied_in_squares(bm, bn, warps, stores):
     ptx = kernel.asm["ptx"]
     assert ".tf32.tf32" in ptx and "cp.async.ca.shared.global" not in ptx
     assert ptx.count("st.shared.v4.b32") == stores and kernel.metadata["n_spills"] == 0
-    fn = parse_function(kernel.asm["kir"])  # the ring the squares are read from is swizzled by 128-byte rows
-    run_passes(fn, PassContext(parse_target("sm_90a"), warps, 3))
-    [copy] = [op for op in fn.walk() if op.name == "local_load" and op.operands[0].type.element_ty.itemsize == 4
-              and len(op.operands[0].type.shape) == 2]
-    assert tuple(copy.operands[0].type.order) == (1, 0) and copy.operands[0].type.swizzle == 128
+    ring = _copied_ring(kernel, warps, itemsize=4)  # the squares' ring, swizzled by 128-byte rows
+    assert tuple(ring.order) == (1, 0) and ring.swizzle == 128
