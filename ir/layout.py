@@ -439,6 +439,30 @@ def wgmma_layout(shape, num_warps: int, int8: bool = False) -> "Wgmma | None":
     return Wgmma((4 * gm, gn), instr_n)
 
 
+def transposed_instr_n(M: int, int8: bool = False) -> int:
+    """N of each wgmma of a transposed product (`transposed_wgmma_layout`): the product's M, or the widest
+    width that divides it (0 where none does)."""
+    widths = INT8_WGMMA_N if int8 else range(8, 257, 8)
+    return max((n for n in widths if M % n == 0), default=0)
+
+
+def transposed_wgmma_layout(shape, num_warps: int, int8: bool = False) -> "Blocked | None":
+    """The layout of C = A @ B computed as C^T = B^T A^T, B^T being wgmma's A from registers (an 8-bit or
+    32-bit B whose memory runs along N, which wgmma reads K-major only; kiln.codegen.lower.transposed_dot),
+    or None where `shape` does not fit.
+
+    wgmma's accumulator rows are then C's columns, the warps' 16-row slabs side by side along N. Within a
+    slab the fragment's row g is column 2g and row g + 8 column 2g + 1 (the order its registers are read
+    from a tile in), so lane (g, t) holds the 2x2 squares at rows 2t + 8j and columns 2g of C: a Blocked
+    layout, which the epilogue converts as any other."""
+    if len(shape) != 2 or num_warps % 4:
+        return None
+    M, N = shape
+    if N % (16 * num_warps) or M % 8 or not transposed_instr_n(M, int8):
+        return None
+    return Blocked((2, 2), (4, 8), (1, num_warps), (0, 1))
+
+
 def _dotted(values) -> str:
     return ".".join(str(v) for v in values)
 

@@ -761,7 +761,8 @@ def _check_local_store(op):
 
 def _check_tile_dot(op):
     """warp_group_dot and mma_dot: B a shared tile, A one too or registers (16-bit types; fp8 too
-    for warp_group_dot, fp32 (tf32) for mma_dot); mma_dot's fp32 B in registers too."""
+    for warp_group_dot, fp32 (tf32) for mma_dot); mma_dot's fp32 B in registers too. A `transposed`
+    warp_group_dot (C^T = B^T A^T: B read into registers) takes an N-major B of 8- or 32-bit elements."""
     a, b, acc = op.operands
     elem = a.type.element_ty
     in_registers = isinstance(a.type, block_type) and (
@@ -777,6 +778,11 @@ def _check_tile_dot(op):
         return f"shapes do not agree: {a.type} x {b.type} -> {acc.type}"
     if a.type.element_ty != b.type.element_ty and not mixed_fp8(a.type.element_ty, b.type.element_ty):
         return "operands must share an element type (or be e4m3 and e5m2)"
+    if op.attrs.get("transposed") and not (
+            op.name == "warp_group_dot" and isinstance(a.type, shared_type) and isinstance(b.type, shared_type)
+            and b.type.order[0] == 1
+            and elem.itemsize in (1, 4)):
+        return "a transposed warp_group_dot reads a shared A and an N-major B of 8- or 32-bit elements"
 
 
 CLUSTER_SUM_MAX = 4  # CTAs of a cluster that cluster_sum adds up (kiln.codegen.passes.split_k)

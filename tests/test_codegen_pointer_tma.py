@@ -87,38 +87,51 @@ def test_tutorial_03s_loads_become_tma_copies_on_maps_derived_from_the_arguments
     assert k.n_spills == 0
 
 
-def _tf32_build(bm=128, bn=128, warps=4, **options):
+def _tf32_build(bm=128, bn=128, warps=4, bk=32, **options):
     x = np.zeros((64, 64), np.float32)
-    return _mm.warmup(x, x, x, 4096, 4096, 4096, 4096, 4096, 4096, BM=bm, BN=bn, BK=32, OTHER=0.0, ROW_MASK=True,
+    return _mm.warmup(x, x, x, 4096, 4096, 4096, 4096, 4096, 4096, BM=bm, BN=bn, BK=bk, OTHER=0.0, ROW_MASK=True,
                       MIX_ROWS=False, SHIFT=0, num_warps=warps, num_stages=3, grid=(1,), target="sm_90a", **options)
 
 
-@pytest.mark.parametrize("bm, bn, warps, stores", [(128, 128, 4, 8), (64, 256, 4, 16), (128, 256, 8, 8)])
-def test_a_tf32_b_stored_n_major_is_staged_k_major_in_squares(bm, bn, warps, stores):
-    """tf32 `x @ W` (B [K, N] row-major): wgmma reads tf32 K-major only, so B comes 16 bytes a copy into an N-major
-    ring and is staged K-major every iteration, each thread 4x4 squares of it (lower/tile_transpose: one 16-byte
-    store per four elements); A keeps its map. Copied an element a copy into a K-major ring instead (Triton's way,
-    session 94) it ran 0.54-0.72 of this on an H100 (session 95). (A register cap keeps the build on the warps
-    asked.)"""
+@pytest.mark.parametrize("bm, bn, warps, loads", [(128, 128, 4, 16), (64, 128, 4, 16), (128, 256, 8, 16)])
+def test_a_tf32_b_stored_n_major_is_read_into_registers_as_the_transposed_products_a(bm, bn, warps, loads):
+    """tf32 `x @ W` (B [K, N] row-major): wgmma reads tf32 K-major only, so C^T = B^T A^T is run instead: B comes
+    16 bytes a copy into an N-major ring, each thread reads its fragments of B^T from there (8-byte loads, two
+    columns of a row), and A's K-major tile is the instruction's B (its N = BM). Staged K-major in 4x4 squares
+    instead (session 96) it ran 0.66-0.76 of this on an H100 (session 97). (A register cap keeps the build on the
+    warps asked.)"""
     k = _tf32_build(bm=bm, bn=bn, warps=warps, maxnreg=255)
     assert set(_derived(k)) == {"a_ptr.tma"}
     ptx = k.asm["ptx"]
-    assert re.search(r"wgmma\.mma_async\.sync\.aligned\.m64n\d+k8\.f32\.tf32\.tf32", ptx)
+    assert re.search(rf"wgmma\.mma_async\.sync\.aligned\.m64n{bm}k8\.f32\.tf32\.tf32 \{{[^}}]*\}}, \{{%r", ptx)
     assert set(re.findall(r"cp\.async\.c[ag]\.shared\.global \[[^\]]*\], \[[^\]]*\], (\d+)", ptx)) == {"16"}
-    assert ptx.count("st.shared.v4.b32") == stores and k.n_spills == 0 and k.metadata["threads"] == 32 * warps
+    assert ptx.count("ld.shared.v2.b32") == loads and "st.shared.v4.b32" not in ptx  # 32 x BN / 16 per thread
+    assert k.n_spills == 0 and k.metadata["threads"] == 32 * warps
+
+
+def test_a_tf32_b_whose_columns_the_warpgroups_cannot_share_is_staged_k_major_in_squares():
+    """Where B's columns are fewer than 64 a warpgroup (8 warps, BN 64), C^T's rows would not fill both
+    warpgroups' instructions: B is staged K-major every iteration, each thread a 4x4 square of it
+    (lower/tile_transpose: one 16-byte store per four elements)."""
+    k = _tf32_build(bm=128, bn=64, warps=8, bk=64, maxnreg=255)
+    ptx = k.asm["ptx"]
+    assert re.search(r"wgmma\.mma_async\.sync\.aligned\.m64n64k8\.f32\.tf32\.tf32 \{[^}]*\}, %rd", ptx)
+    assert ptx.count("st.shared.v4.b32") == 4 and k.n_spills == 0
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("M, N, K, bm, bn, warps", [(256, 384, 200, 128, 128, 4), (300, 512, 96, 64, 128, 4),
-                                                    (128, 256, 64, 128, 64, 4), (256, 512, 200, 128, 256, 8),
-                                                    (300, 384, 96, 64, 256, 4)])
-def test_a_tf32_b_staged_by_a_transposing_copy_matches_torch_on_the_gpu(M, N, K, bm, bn, warps, hopper_torch):
+@pytest.mark.parametrize("M, N, K, bm, bn, bk, warps, staged", [
+    (256, 384, 200, 128, 128, 32, 4, False), (300, 512, 96, 64, 128, 32, 4, False),
+    (128, 256, 64, 128, 64, 32, 4, False), (256, 512, 200, 128, 256, 32, 8, False),
+    (300, 384, 96, 64, 256, 32, 4, False), (256, 320, 200, 128, 64, 64, 8, True)])
+def test_a_tf32_b_along_n_matches_torch_on_the_gpu(M, N, K, bm, bn, bk, warps, staged, hopper_torch):
     torch = hopper_torch
     gen = torch.Generator(device="cuda").manual_seed(M + N + K)
     a = torch.randn(M, _padded(K), device="cuda", generator=gen)[:, :K]
     b = torch.randn(K, _padded(N), device="cuda", generator=gen)[:, :N]
-    ptx = _mm_on_the_gpu(torch, a, b, bm, bn, 32, warps, 3).asm["ptx"]
-    assert "st.shared.v4.b32" in ptx and "cp.async.ca.shared.global" not in ptx
+    ptx = _mm_on_the_gpu(torch, a, b, bm, bn, bk, warps, 3).asm["ptx"]
+    assert ("st.shared.v4.b32" in ptx) == staged and ("ld.shared.v2.b32" in ptx) != staged
+    assert "cp.async.ca.shared.global" not in ptx
 
 
 def test_wrapped_rows_are_copied_in_boxes_that_start_inside_the_tensor():

@@ -2,7 +2,9 @@
 along N (wgmma and ldmatrix read 8-bit tiles K-major, and cp.async moves 4 bytes at least). It is
 copied ahead into an N-major ring and copied K-major each iteration (smem_plan's "staged" source; on sm_90
 by warps, lower/tile_transpose; elsewhere byte stores that transpose, as Triton's), so the dot stays on the
-tensor cores. Before, on sm_90a an e4m3 dot of such a B ran on FMAs and an int8 one on mma.sync."""
+tensor cores. Before, on sm_90a an e4m3 dot of such a B ran on FMAs and an int8 one on mma.sync. Where B's
+columns fill the warpgroups' instructions, sm_90a runs C^T = B^T A^T instead, B^T read from the N-major ring
+into registers (lower/transposed_dot): nothing copied back."""
 import re
 
 import numpy as np
@@ -47,16 +49,29 @@ def _compiled(dtype, target, bm=128, bn=128, bk=64, warps=8):
                           num_stages=3)
 
 
-@pytest.mark.parametrize("dtype,instruction", [("float8e4nv", "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3"),
-                                               ("int8", "wgmma.mma_async.sync.aligned.m64n128k32.s32.s8.s8")])
+@pytest.mark.parametrize("dtype,instruction", [("float8e4nv", "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3"),
+                                               ("int8", "wgmma.mma_async.sync.aligned.m64n64k32.s32.s8.s8")])
 def test_an_n_major_8_bit_b_is_transposed_into_a_k_major_tile_for_wgmma(dtype, instruction):
-    ptx = _compiled(dtype, "sm_90a").asm["ptx"]
+    # 64 columns of B on 8 warps: fewer than the transposed product's two warpgroups take (below)
+    ptx = _compiled(dtype, "sm_90a", bn=64).asm["ptx"]
     assert instruction in ptx
     assert "fma.rn.f32" not in ptx and "mma.sync" not in ptx
     # the transposing copy: 16-bit pairs read transposed, bytes regrouped, stored (lower/tile_transpose)
     assert "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16" in ptx and "stmatrix.sync.aligned.m8n8.x4" in ptx
     assert "st.shared.b8" not in ptx
     assert "cp.async.cg.shared.global" in ptx  # B itself still copied ahead, 16 bytes at a time
+
+
+@pytest.mark.parametrize("dtype,instruction", [("float8e4nv", "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3"),
+                                               ("int8", "wgmma.mma_async.sync.aligned.m64n128k32.s32.s8.s8")])
+def test_an_n_major_8_bit_b_is_read_into_registers_as_the_transposed_products_a(dtype, instruction):
+    # C^T = B^T A^T (lower/transposed_dot): B^T's fragments by ldmatrix.trans from B's N-major ring, its bytes
+    # regrouped by prmt, A's K-major tile the instruction's B (N = BM); nothing stored back
+    ptx = _compiled(dtype, "sm_90a").asm["ptx"]
+    assert re.search(re.escape(instruction) + r" \{[^}]*\}, \{%r", ptx)
+    assert ptx.count("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16") == 2  # a warp's 16 columns, 2 x 32 of k
+    assert ptx.count("prmt.b32") >= 8 and "stmatrix" not in ptx and "st.shared.b8" not in ptx
+    assert "cp.async.cg.shared.global" in ptx
 
 
 def _emulated(dtype, bm, bn, bk, k, warps):
@@ -84,10 +99,12 @@ def test_the_sm80_int8_dot_reads_its_staged_tile_with_ldmatrix():
 @pytest.mark.gpu
 @needs_cuda
 @pytest.mark.parametrize("dtype", ["float8_e4m3fn", "int8"])
-@pytest.mark.parametrize("bm,bn,bk,warps", [(128, 128, 64, 8), (128, 128, 128, 4), (64, 64, 128, 4), (128, 32, 32, 4)])
+@pytest.mark.parametrize("bm,bn,bk,warps", [(128, 128, 64, 8), (128, 128, 128, 4), (64, 64, 128, 4), (128, 64, 64, 8),
+                                             (64, 32, 128, 4), (128, 32, 32, 4)])
 def test_n_major_8_bit_matmul_on_the_gpu(dtype, bm, bn, bk, warps):
-    # the transposing copy's blocks of 32 x 16 bytes over 4 and 8 warps, one to eight blocks a warp; the last
-    # shape has two blocks for four warps: byte stores (the copy's share would not be whole)
+    # the first three run the transposed product (lower/transposed_dot); the rest have fewer columns than it takes
+    # and are staged: the transposing copy's blocks of 32 x 16 bytes over 4 and 8 warps, one or two blocks a warp;
+    # the last shape has two blocks for four warps: byte stores (the copy's share would not be whole)
     import torch
     gen = torch.Generator().manual_seed(6)
     a, b = torch.randint(-4, 5, (bm, 512), generator=gen), torch.randint(-4, 5, (512, bn), generator=gen)

@@ -95,8 +95,9 @@ def _copied_ring(kernel, warps, itemsize):
     return copy.operands[0].type
 
 @pytest.mark.parametrize("dtype", ["float8e4nv", "int8"])
-@pytest.mark.parametrize("bm,bn,bk,warps,copies", [(128, 128, 64, 8, 2), (128, 128, 128, 4, 8), (64, 64, 128, 4, 4)])
+@pytest.mark.parametrize("bm,bn,bk,warps,copies", [(128, 64, 64, 8, 1), (128, 64, 128, 8, 2), (64, 32, 128, 4, 2)])
 def test_the_staged_n_major_b_is_copied_by_warps(dtype, bm, bn, bk, warps, copies):
+    # (B's columns under 16 a warp: the transposed product's instructions would not fill a warpgroup)
     kernel = _compiled(dtype, "sm_90a", bm, bn, bk, warps)
     ptx = kernel.asm["ptx"]
     assert ptx.count("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16") == copies  # bk x bn bytes, 512 a copy
@@ -111,12 +112,13 @@ def test_a_block_count_the_warps_do_not_share_evenly_keeps_the_byte_stores():
     assert "ldmatrix" not in ptx and "st.shared.b8" in ptx
 
 
-@pytest.mark.parametrize("bm,bn,warps,stores", [(128, 256, 8, 8), (64, 256, 4, 16)])
-def test_a_staged_n_major_tf32_b_is_copied_in_squares(bm, bn, warps, stores):
+@pytest.mark.parametrize("bm,bn,bk,warps,stores", [(128, 64, 64, 8, 4), (128, 32, 64, 4, 4)])
+def test_a_staged_n_major_tf32_b_is_copied_in_squares(bm, bn, bk, warps, stores):
     # tutorial 03's kernel: B 16 bytes a copy into an N-major ring, staged K-major, a 16-byte store per 4 elements
+    # (B's columns under 16 a warp: not the transposed product)
     from test_codegen_pointer_tma import _mm
     a, b, c = np.zeros((256, 64), np.float32), np.zeros((64, 512), np.float32), np.zeros((256, 512), np.float16)
-    kernel = _mm.warmup(a, b, c, 256, 512, 64, 64, 512, 512, BM=bm, BN=bn, BK=32, OTHER=0.0, ROW_MASK=True,
+    kernel = _mm.warmup(a, b, c, 256, 512, 64, 64, 512, 512, BM=bm, BN=bn, BK=bk, OTHER=0.0, ROW_MASK=True,
                         MIX_ROWS=False, SHIFT=0, num_warps=warps, num_stages=3, grid=(1,), target="sm_90a")
     ptx = kernel.asm["ptx"]
     assert ".tf32.tf32" in ptx and "cp.async.ca.shared.global" not in ptx

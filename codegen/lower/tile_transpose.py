@@ -22,7 +22,7 @@ read as four 16-byte rows of the source and written as four 16-byte rows of the 
 of registers, nothing moved); a quarter warp's eight loads, and its eight stores, fall in distinct 16-byte
 units of tiles swizzled by 128-byte rows (smem_plan swizzles the ring the loads read).
 
-The lane functions take plain ints (the tests check the exchanges with them) or `_Lane` values (IR, the
+The lane functions take plain ints (the tests check the exchanges with them) or `Lane` values (IR, the
 same formulas).
 """
 from __future__ import annotations
@@ -76,31 +76,31 @@ def word_square(lane):
     return 4 * ((lane >> 1) & 3), 4 * ((lane + 2 * (lane >> 3)) & 7)
 
 
-class _Lane:
+class Lane:
     """An i32 IR value that the lane formulas above can compute with."""
 
     def __init__(self, b, v):
         self.b, self.v = b, v
 
     def _of(self, other):
-        return other.v if isinstance(other, _Lane) else ir.Constant(I32, other)
+        return other.v if isinstance(other, Lane) else ir.Constant(I32, other)
 
     def __and__(self, o):
-        return _Lane(self.b, self.b.and_(self.v, self._of(o)))
+        return Lane(self.b, self.b.and_(self.v, self._of(o)))
 
     def __xor__(self, o):
-        return _Lane(self.b, self.b.xor(self.v, self._of(o)))
+        return Lane(self.b, self.b.xor(self.v, self._of(o)))
 
     def __rshift__(self, o):
-        return _Lane(self.b, self.b.lshr(self.v, self._of(o)))
+        return Lane(self.b, self.b.lshr(self.v, self._of(o)))
 
     def __add__(self, o):
-        return _Lane(self.b, self.b.add(self.v, self._of(o)))
+        return Lane(self.b, self.b.add(self.v, self._of(o)))
 
     __radd__ = __add__
 
     def __mul__(self, o):
-        return _Lane(self.b, self.b.mul(self.v, self._of(o)))
+        return Lane(self.b, self.b.mul(self.v, self._of(o)))
 
     __rmul__ = __mul__
 
@@ -157,7 +157,7 @@ def copy(lw, src, dst, offset_of):
     block = _block(t)
     rows, cols = t.shape[inner] // block[0], t.shape[1 - inner] // block[1]
     src_base, dst_base = (lw.b.ptrtoint(lw.scalar(v), I32) for v in (src, dst))
-    lane = _Lane(lw.entry, lw.lane)
+    lane = Lane(lw.entry, lw.lane)
     corners = []
     for k in range(rows * cols // lw.num_warps):
         index = lw.b.add(lw.warp, lw.i32(k * lw.num_warps))

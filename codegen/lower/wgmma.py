@@ -26,7 +26,7 @@ from kiln.ir.types import ROW_XOR_32, block_type, shared_type
 from kiln.ir import layout as lay
 from ..analysis.access import access_width, register_run
 from ..analysis.shared_buffers import ALIGN  # the buffers' base: a 128-byte swizzle repeats every 1024 bytes
-from . import fp8, stmatrix, tile_transpose
+from . import fp8, stmatrix, tile_transpose, transposed_dot
 from .context import LoweringError
 from .memory import branchy_load, plain_store
 from .reduce import shuffle
@@ -433,16 +433,28 @@ def _warp_group_dot(lw, op):
     a, b_op, acc = op.operands
     out = op.results[0]
     layout = lw.layout(out)
-    if not isinstance(layout, lay.Wgmma):
-        raise LoweringError(f"warp_group_dot needs the wgmma accumulator layout, not {layout}")
     (M, K), (_, N) = a.type.shape, b_op.type.shape
     elem = a.type.element_ty
     k_step = 32 // elem.itemsize
     integer = elem.name == "int8"  # int32 accumulators in "r" registers
+    transposed = bool(op.attrs.get("transposed"))  # C^T = B^T A^T: B^T from registers (lower/transposed_dot)
+    if transposed:
+        if layout != lay.transposed_wgmma_layout(out.type.shape, lw.num_warps, integer):
+            raise LoweringError(f"a transposed warp_group_dot needs its accumulator layout, not {layout}")
+        (Wm, Wn), instr_n = (lw.num_warps, 1), lay.transposed_instr_n(M, integer)
+        rows, cols, b_tile = N, M, a  # the instruction's M and N, its B's tile
+    elif not isinstance(layout, lay.Wgmma):
+        raise LoweringError(f"warp_group_dot needs the wgmma accumulator layout, not {layout}")
+    else:
+        (Wm, Wn), instr_n = layout.warps, layout.instr_n
+        rows, cols, b_tile = M, N, b_op
     halves = out.type.scalar.name == "fp16"  # fp16 accumulators (out_dtype=float16): f16x2 words in "r"
     acc_ty, acc_ptx = (I32, "s32") if integer else (I32, "f16") if halves else (F32, "f32")
-    (Wm, Wn), instr_n = layout.warps, layout.instr_n
     values = list(lw.regs(acc, layout))
+    n_m, n_n = max(1, rows // (16 * Wm)), max(1, cols // (instr_n * Wn))
+    if transposed:  # the registers in the instructions' order
+        native = transposed_dot.native_order(layout, out.type.shape, instr_n, n_m, n_n)
+        values = [values[i] for i in native]
     if halves:  # the words hold the same elements as fp32's registers, two to a word
         values = half_words(lw, values)
     b = lw.b
@@ -453,20 +465,24 @@ def _warp_group_dot(lw, op):
     group = b.udiv(lw.uniform_warp, lw.i32(4))
     row_base = b.mul(b.urem(group, lw.i32(Wm // 4)), lw.i32(64))
     col_base = b.mul(b.udiv(group, lw.i32(Wm // 4)), lw.i32(instr_n))
-    a_in_regs = not isinstance(a.type, shared_type)
-    a_k_major, b_k_major = a_in_regs or a.type.order[0] == 1, b_op.type.order[0] == 0
-    n_m, n_n = max(1, M // (16 * Wm)), max(1, N // (instr_n * Wn))
+    a_in_regs = transposed or not isinstance(a.type, shared_type)
+    a_k_major, b_k_major = a_in_regs or a.type.order[0] == 1, transposed or b_op.type.order[0] == 0
     per = instr_n // (4 if halves else 2)  # accumulator registers per instruction
-    ty = _PTX_TYPE[elem.name]
-    b_ty = _PTX_TYPE[b_op.type.element_ty.name]  # e4m3 x e5m2 differ
+    a_ty, b_ty = (_PTX_TYPE[v.type.element_ty.name] for v in ((b_op, a) if transposed else (a, b_op)))  # e4m3 x e5m2
     d = ", ".join(f"${i}" for i in range(per))
-    shape = f"wgmma.mma_async.sync.aligned.m64n{instr_n}k{k_step}.{acc_ptx}.{ty}.{b_ty}"
+    shape = f"wgmma.mma_async.sync.aligned.m64n{instr_n}k{k_step}.{acc_ptx}.{a_ty}.{b_ty}"
     if a_in_regs:  # d, {a0..a3}, b-desc, scale-d, scale-a, scale-b, trans-b (16-bit types only)
-        fragments = _a_fragments(lw, a, layout, K)
+        if transposed:
+            fragments = transposed_dot.Fragments(lw, b_op, lambda t, idx: tile_offset(lw, t, idx), lw.num_warps)
+            a_fragment = lambda mi, k0: fragments.get(mi, k0)  # noqa: E731
+        else:
+            fragments = _a_fragments(lw, a, layout, K)
+            a_fragment = lambda mi, k0: fragments[mi][k0 // k_step]  # noqa: E731
         args = "{" + ", ".join(f"${per + i}" for i in range(4)) + "}"
         trans = f", {int(not b_k_major)}" if elem.itemsize == 2 else ""
+        scales = "" if integer else ", 1, 1"
         text = (f"{{ .reg .pred p; setp.ne.b32 p, ${per + 5}, 0; "
-                f"{shape} {{{d}}}, {args}, ${per + 4}, p, 1, 1{trans}; }}")
+                f"{shape} {{{d}}}, {args}, ${per + 4}, p{scales}{trans}; }}")
         inputs = ["r"] * 4 + ["l", "r"]
     else:
         # the transpose flags exist for 16-bit types only (fp8, tf32 and int8 read K-major
@@ -485,24 +501,34 @@ def _warp_group_dot(lw, op):
         for k0 in k_steps:
             for mi in range(n_m):
                 if a_in_regs:
-                    a_args = fragments[mi][k0 // k_step]
+                    a_args = a_fragment(mi, k0)
                 else:
                     row0 = b.add(row_base, lw.i32(mi * 16 * Wm))
                     a_args = [_descriptor(lw, a, *_operand_offset(lw, a, 0, row0, k0), a_k_major)]
                 for ni in range(n_n):
                     col0 = b.add(col_base, lw.i32(ni * instr_n * Wn))
-                    b_desc = _descriptor(lw, b_op, *_operand_offset(lw, b_op, 1, col0, k0), b_k_major)
+                    b_rows = _operand_offset(lw, b_tile, 0 if transposed else 1, col0, k0)
+                    b_desc = _descriptor(lw, b_tile, *b_rows, b_k_major)
                     first = (mi * n_n + ni) * per
                     scale_d = lw.i32(0 if zero_first and k0 == k_steps[0] else 1)
                     got = _asm(lw, text, ret, a_args + [b_desc, scale_d] + into[first:first + per], constraints)
                     into[first:first + per] = [b.extract_value(got, i) for i in range(per)]
         _asm(lw, "wgmma.commit_group.sync.aligned;")
 
+    def bind(regs):
+        regs = word_halves(lw, regs) if halves else regs
+        if transposed:
+            in_layout = [None] * len(regs)
+            for i, r in zip(native, regs):
+                in_layout[i] = r
+            regs = in_layout
+        lw.bind(out, regs, layout)
+
     k_steps = list(range(0, K, k_step))
     run = None if halves else _imprecise_run(op, elem, K, k_step)  # Triton: fp32 accumulators only
     if run is None:
         issue(k_steps, values, fresh)
-        lw.bind(out, word_halves(lw, values) if halves else values, layout)
+        bind(values)
         return
     # Triton's partial accumulator: each run of k-steps from zero, awaited, then added in fp32
     # (the incoming accumulator, which an earlier group may still be writing, awaited with the first)
@@ -518,7 +544,7 @@ def _warp_group_dot(lw, op):
                 continue
         flags = ("contract",) if lw.ctx.fp_fusion else ()  # as every fp32 add (PTX `add.f32`, as Triton's)
         total = [b.fadd(t, p, flags=flags) for t, p in zip(total, partial)]
-    lw.bind(out, total, layout)
+    bind(total)
 
 
 def _imprecise_run(op, elem, K: int, k_step: int) -> int | None:

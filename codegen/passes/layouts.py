@@ -17,7 +17,7 @@ from kiln.ir.ops import ELEMENTWISE_OPS
 from kiln.ir.types import block_type
 
 from kiln.ir.layout import (Blocked, Linear, Slice, Wgmma, blocked_for, default_order, mma_layout, same_distribution,
-                             thread_bases, wgmma_layout)
+                             thread_bases, transposed_wgmma_layout, wgmma_layout)
 from kiln.ir.layout_moves import RENAMING_OPS, derived_layout, registers_held
 
 from ..analysis.access import memory_width, tile_order
@@ -175,7 +175,8 @@ class _Assigner:
         if op.name == "warp_group_dot":
             shape = op.results[0].type.shape
             int8 = op.operands[1].type.element_ty.name == "int8"  # B is a shared tile
-            self.wgmma_results[op.results[0]] = wgmma_layout(shape, self.num_warps, int8)
+            accumulator = transposed_wgmma_layout if op.attrs.get("transposed") else wgmma_layout
+            self.wgmma_results[op.results[0]] = accumulator(shape, self.num_warps, int8)
             self.preferred[shape] = (1 << 31, self.wgmma_results[op.results[0]])
         elif op.name == "mma_dot" and any(isinstance(v.type, block_type) for v in op.operands[:2]):
             # A (or B, at one warp) in registers (smem_pipeline, shared_dot_operands checked that they

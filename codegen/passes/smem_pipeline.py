@@ -232,8 +232,10 @@ def _rewrite(loop, plan, stored_earlier, kind="wgmma", portable=False, num_warps
     rings = {id(load): append_op(pre, "local_alloc", [], [shared_type(t.element_ty, (ring_size,) + t.shape, t.swizzle, t.order)], loc)
              for load, t in ((c.load, c.tile) for c in copies)}
     staged = {}  # value id -> its ring of `slots` tiles
+    # a transposed dot's B: its load's fetched tile, read by the dot itself (smem_plan._transposed_dots)
+    read_by_dot = {id(load) for loads in plan.transposed.values() for load in loads}
     for op in order:
-        for src in dots[id(op)]:
+        for src in dots[id(op)][:1] if id(op) in plan.transposed else dots[id(op)]:
             if src[0] == "staged" and id(src[1]) not in staged:
                 t = src[2]
                 staged[id(src[1])] = append_op(pre, "local_alloc", [],
@@ -313,6 +315,8 @@ def _rewrite(loop, plan, stored_earlier, kind="wgmma", portable=False, num_warps
     replaced, deferred, tiles, staged_now = {}, [], {}, {}
     in_flight = _carried_dots(body, order)
     for op in body.ops[:-1]:
+        if id(op) in read_by_dot:
+            continue
         if id(op) in fetched or id(op) in plan.read_back:  # read back from its ring's tile
             tile = _read_tile(new, rings[id(op)], read_slot, tiles, loc)
             replaced[op.results[0]] = append_op(new, "local_load", [tile], [op.results[0].type], op.loc)
@@ -326,7 +330,9 @@ def _rewrite(loop, plan, stored_earlier, kind="wgmma", portable=False, num_warps
             continue
         views = []
         for v, src in zip(op.operands[:2], dots[id(op)]):
-            if src[0] == "ring":
+            if src is dots[id(op)][1] and id(op) in plan.transposed:
+                views.append(_read_tile(new, rings[id(plan.transposed[id(op)][0])], read_slot, tiles, loc))
+            elif src[0] == "ring":
                 tile = _read_tile(new, rings[id(src[1])], read_slot, tiles, loc)
                 views.append(append_op(new, "local_trans", [tile], [tile.type.transposed()], loc) if src[2] else tile)
             elif src[0] == "staged":
@@ -340,6 +346,8 @@ def _rewrite(loop, plan, stored_earlier, kind="wgmma", portable=False, num_warps
         # an fp8 dot's partial accumulators (Triton's max_num_imprecise_acc) are the lowering's
         imprecise = {"max_num_imprecise_acc": op.attrs["max_num_imprecise_acc"]} \
             if "max_num_imprecise_acc" in op.attrs else {}
+        if id(op) in plan.transposed:
+            imprecise["transposed"] = 1
         issued = append_op(new, "warp_group_dot", views + [acc], [acc.type], op.loc, **imprecise)
         # a result only carried to the next iteration may stay in flight (that dot's wait
         # leaves its run of such dots pending: a fused gate and up projection keeps both of

@@ -12,7 +12,7 @@ from kiln.ir.core import Operation, is_zero_constant
 from kiln.ir.ops import mixed_fp8
 from kiln.ir.types import ROW_XOR_32, block_type, scalar_of, shared_type
 
-from kiln.ir.layout import mma_layout, wgmma_layout
+from kiln.ir.layout import mma_layout, transposed_wgmma_layout, wgmma_layout
 from ..occupancy import ctas_by_shared, ctas_per_sm, max_shared_per_cta
 from . import mask_prefix
 from ..analysis.access import memory_width
@@ -52,6 +52,8 @@ class Plan:
     fetched: set  # ids of the loads fetched for staged and register operands
     read_back: set  # ids of ring loads other ops read too: read back from the tile (`_unshared_loads`)
     storing: bool  # the loop stores, only to arguments none of its loads reads (`stores_unread`)
+    transposed: dict  # id of a dot run as C^T = B^T A^T -> the loads whose ring tile it reads B from (its
+    # fetched load first, then the descriptor loads its box is behind: `_transposed_dots`)
 
     @property
     def fetched_tiles(self) -> bool:
@@ -649,7 +651,8 @@ def plan_loop(loop, stages, fn, ctx, kind, in_registers=frozenset()):
                 fetched[key] = load
                 small = _scalar_or_vector(load)  # (a mask bit per copy)
                 all_rings.append(Copy(load, tile, *cone, None if small else _prefix_copy(load, tile.order[0], ctx)))
-        sized = _sized(all_rings, dots, body, loop, stages, fn, ctx, kind, in_registers)
+        transposed = _transposed_dots(dots, fetched, all_rings, uses, ctx) if kind == "wgmma" else {}
+        sized = _sized(all_rings, dots, body, loop, stages, fn, ctx, kind, in_registers, transposed)
         if sized is not None:
             break
     else:
@@ -664,24 +667,57 @@ def plan_loop(loop, stages, fn, ctx, kind, in_registers=frozenset()):
             key.attrs["box"] = list(box)
         else:
             fn.arg_attrs[key]["tma_box"] = list(box)
-    return Plan(plan, rings, stages, step, ring_size, slots, drained, released, set(fetched), read_back, storing)
+    return Plan(plan, rings, stages, step, ring_size, slots, drained, released, set(fetched), read_back, storing,
+                transposed)
 
 
-def _sized(rings, dots, body, loop, stages, fn, ctx, kind, in_registers):
-    """(stages, ring size, staged slots, drained, released) that fit the shared memory, or None."""
+def _transposed_dots(dots, fetched, rings, uses, ctx) -> dict:
+    """The dots whose staged B is an 8- or 32-bit load along N (`x @ W`, W row-major) that its ring can
+    serve as copied: wgmma reads such a B K-major only, and a staged tile is stored transposed every
+    iteration (lower/tile_transpose, a barrier); computed as C^T = B^T A^T instead, B^T is wgmma's A,
+    read from the ring into registers in the fragment's order (lower/transposed_dot), and A's K-major
+    tile is its B. Where A is in shared memory too, the load is read by that dot alone, the accumulator
+    is fp32 or int32 and its shape suits `transposed_wgmma_layout`. {dot id: [the fetched load, the
+    descriptor loads between it and the dot]}."""
+    tiles = {id(c.load): c.tile for c in rings}
+    out = {}
+    for key, (dot, sources) in dots.items():
+        (a_src, _), (b_src, b) = sources
+        if b_src[0] != "staged" or a_src[0] not in ("ring", "once"):
+            continue
+        chain = sorted(_with_fallbacks(b), key=lambda v: id(v.defining_op) not in fetched)  # the fetched one first
+        load, acc, elem = chain[0].defining_op, dot.operands[2], scalar_of(b.type)
+        if load is None or id(load) not in fetched or any(uses.get(v, 0) != 1 for v in chain) \
+                or elem.itemsize not in (1, 4) or tiles[id(load)].order[0] != 1:
+            continue
+        if a_src[0] == "ring" and a_src[4] != 1 - int(a_src[2]):
+            continue  # A's tile not K-major
+        if scalar_of(acc.type).name not in ("fp32", "int32") or "max_num_imprecise_acc" in dot.attrs:
+            continue
+        if transposed_wgmma_layout(acc.type.shape, ctx.num_warps, elem.name == "int8") is not None:
+            out[key] = [v.defining_op for v in chain]
+    return out
+
+
+def _sized(rings, dots, body, loop, stages, fn, ctx, kind, in_registers, transposed=None):
+    """(stages, ring size, staged slots, drained, released) that fit the shared memory, or None.
+    A transposed dot's B has no staged tile, but its slots are not released through mbarriers: the
+    generic proxy reads them, as a staged operand's load."""
     stage_bytes = sum(ring.tile.nbytes for ring in rings)
     reserve = ALIGN if any(is_tma(r.load) for r in rings) else 0  # the mbarriers' buffer
     specialized = kind == "wgmma" and specializable(loop, dots)
     if specialized:
         reserve += specialized_scratch(loop, ctx.num_warps)
     once = {(id(src[1]), src[2]): src[2].nbytes for _, sources in dots.values() for src, _ in sources if src[0] == "once"}
-    staged = {id(src[1]): src[2].nbytes for _, sources in dots.values() for src, _ in sources if src[0] == "staged"}
+    staged = {id(src[1]): src[2].nbytes for key, (_, sources) in dots.items() for src, _ in sources
+              if src[0] == "staged" and not (key in (transposed or {}) and src is sources[1][0])}
     slots = staged_slots(kind, ringed=bool(rings))
     fixed = sum(once.values()) + slots * sum(staged.values()) + reserve  # the shared bytes beside the rings
     budget = max_shared_per_cta(ctx.target.capability) - fixed - fn.attrs.get("shared_reserve", 0)
     drained = kind == "wgmma" and _drained(dots, body)
     spare = 1 if kind == "wgmma" and not drained else 0  # mma.sync dots are done when their loads are
-    released = released_ring(kind == "wgmma", bool(rings) and all(is_tma(r.load) for r in rings), bool(staged),
+    released = released_ring(kind == "wgmma", bool(rings) and all(is_tma(r.load) for r in rings),
+                             bool(staged) or bool(transposed),
                              ctx.num_warps, in_loop(loop))
     trips = loop_trips(loop)
     if trips is not None and 0 < trips < stages:
