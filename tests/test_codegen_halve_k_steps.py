@@ -106,7 +106,9 @@ def test_the_sm_90a_build_rings_four_half_steps():
     assert "half_steps = 1" in built.kir
     # 4 slots of 48 KB (a spare beside 3 stages) where the step as written had 2 of 96
     assert built.metadata["shared"] >= 4 * (128 * 32 + 32 * 256) * 4
-    assert len(re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n256k8\.f32\.tf32", built.asm["ptx"])) == 4
+    # B [K, N] row-major: the product transposed (lower/transposed_dot), each warpgroup's two 64-column slabs of B^T
+    # times A's 128 rows, four k-steps of 8 a half step
+    assert len(re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n128k8\.f32\.tf32", built.asm["ptx"])) == 8
 
 
 def test_split_k_counts_the_loop_as_written_and_its_split_build_is_halved_too():

@@ -10,6 +10,7 @@ import pytest
 import kiln
 import kiln.language as tl
 from kiln.cache.metadata import MetadataError, checked, parse_tma_of
+from kiln.codegen import nvjitlink
 from kiln.codegen.passes import canonicalize, dce, descriptor_loads, pointer_tma
 from kiln.codegen.pipeline import PassContext
 from kiln.codegen.target import parse_target
@@ -107,6 +108,8 @@ def test_a_tf32_b_stored_n_major_is_read_into_registers_as_the_transposed_produc
     assert set(re.findall(r"cp\.async\.c[ag]\.shared\.global \[[^\]]*\], \[[^\]]*\], (\d+)", ptx)) == {"16"}
     assert ptx.count("ld.shared.v2.b32") == loads and "st.shared.v4.b32" not in ptx  # 32 x BN / 16 per thread
     assert k.n_spills == 0 and k.metadata["threads"] == 32 * warps
+    _, info = nvjitlink.link_cubin(ptx, parse_target("sm_90a"))
+    assert "C751" not in info  # ptxas neither serializes the wgmmas nor injects waits for their register A
 
 
 def test_a_tf32_b_whose_columns_the_warpgroups_cannot_share_is_staged_k_major_in_squares():

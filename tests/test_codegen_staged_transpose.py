@@ -12,6 +12,8 @@ import pytest
 
 import kiln
 import kiln.language as tl
+from kiln.codegen import nvjitlink
+from kiln.codegen.target import parse_target
 from kiln.ir import parse_function
 
 from bench_support import needs_cuda
@@ -72,6 +74,8 @@ def test_an_n_major_8_bit_b_is_read_into_registers_as_the_transposed_products_a(
     assert ptx.count("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16") == 2  # a warp's 16 columns, 2 x 32 of k
     assert ptx.count("prmt.b32") >= 8 and "stmatrix" not in ptx and "st.shared.b8" not in ptx
     assert "cp.async.cg.shared.global" in ptx
+    _, info = nvjitlink.link_cubin(ptx, parse_target("sm_90a"))
+    assert "C751" not in info  # ptxas neither serializes the wgmmas nor injects waits for their register A
 
 
 def _emulated(dtype, bm, bn, bk, k, warps):

@@ -88,11 +88,14 @@ def test_int8_dots_on_sm_80_keep_mma_sync():
     assert "mma.sync.aligned.m16n8k32.row.col.satfinite.s32.s8.s8.s32" in ptx and "wgmma.mma_async" not in ptx
 
 
-def test_an_n_major_int8_b_is_transposed_into_a_k_major_tile():
-    """wgmma reads 8-bit tiles K-major only: a B whose rows run along N is copied K-major each iteration
-    (ldmatrix.trans, stmatrix: tests/test_codegen_tile_transpose.py), then read by wgmma."""
+def test_an_n_major_int8_b_runs_the_transposed_product():
+    """wgmma reads 8-bit tiles K-major only: with B's rows along N the product runs as C^T = B^T A^T, B^T read
+    from B's ring into registers (ldmatrix.trans, prmt: lower/transposed_dot), nothing copied back."""
     ptx = _compiled(b_k_major=False).asm["ptx"]
-    assert "wgmma.mma_async" in ptx and "mma.sync" not in ptx and "stmatrix" in ptx and "st.shared.b8" not in ptx
+    assert re.search(r"wgmma\.mma_async\.sync\.aligned\.m64n\d+k32\.s32\.s8\.s8 \{[^}]*\}, \{%r", ptx)
+    assert "mma.sync" not in ptx and "stmatrix" not in ptx and "st.shared.b8" not in ptx and ".local" not in ptx
+    _, info = nvjitlink.link_cubin(ptx, parse_target("sm_90a"))
+    assert "C751" not in info  # ptxas neither serializes the wgmmas nor injects waits
 
 
 @pytest.mark.parametrize("BM,BN,warps,instr", [(128, 256, 8, "m64n128k32"), (64, 256, 4, "m64n128k32"),

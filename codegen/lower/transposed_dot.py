@@ -22,9 +22,6 @@ import llvmlite.ir as ir
 from . import tile_transpose
 from .types import I32
 
-K_STEP_BYTES = 32  # one wgmma reads 32 bytes of k
-
-
 def selectors(lane):
     """The prmt selectors of `lane`'s words of an 8-bit fragment: from words a (matrix 2c) and b (2c + 1),
     the bytes of column 2g (bytes 0 and 2 of each) and of column 2g + 1 (bytes 1 and 3), the lower rows'
