@@ -652,8 +652,6 @@ def plan_loop(loop, stages, fn, ctx, kind, in_registers=frozenset()):
                 small = _scalar_or_vector(load)  # (a mask bit per copy)
                 all_rings.append(Copy(load, tile, *cone, None if small else _prefix_copy(load, tile.order[0], ctx)))
         transposed = _transposed_dots(dots, fetched, all_rings, uses, ctx) if kind == "wgmma" else {}
-        fragment_loads = {id(loads[0]) for loads in transposed.values()}
-        all_rings = [_fragment_ring(c) if id(c.load) in fragment_loads else c for c in all_rings]
         sized = _sized(all_rings, dots, body, loop, stages, fn, ctx, kind, in_registers, transposed)
         if sized is not None:
             break
@@ -697,18 +695,6 @@ def _transposed_dots(dots, fetched, rings, uses, ctx) -> dict:
         if transposed_wgmma_layout(acc.type.shape, ctx.num_warps, elem.name == "int8") is not None:
             out[key] = [v.defining_op for v in chain]
     return out
-
-
-def _fragment_ring(copy):
-    """The ring a transposed dot reads B^T's fragments from: a 32-bit one in whole rows XORed in 32-byte units
-    (ROW_XOR_32) where its rows are 128 bytes or wider, as mma.sync's N-major tf32 B: a fragment's 8-byte loads
-    (four rows of k, 64 bytes of each) then fall in distinct banks a half warp, where the 128-byte swizzle keeps
-    the four rows in the same four 16-byte units (two lanes a bank). Other rings as they are."""
-    t = copy.tile
-    if t.element_ty.itemsize != 4 or t.shape[t.order[0]] * 4 < 128 or is_tma(copy.load):
-        return copy
-    return Copy(copy.load, shared_type(t.element_ty, t.shape, ROW_XOR_32, t.order), copy.cone, copy.args,
-                copy.advance, copy.prefix)
 
 
 def _sized(rings, dots, body, loop, stages, fn, ctx, kind, in_registers, transposed=None):
