@@ -676,9 +676,9 @@ def _transposed_dots(dots, fetched, rings, uses, ctx) -> dict:
     serve as copied: wgmma reads such a B K-major only, and a staged tile is stored transposed every
     iteration (lower/tile_transpose, a barrier); computed as C^T = B^T A^T instead, B^T is wgmma's A,
     read from the ring into registers in the fragment's order (lower/transposed_dot), and A's K-major
-    tile is its B. Where A is in shared memory too, the load is read by that dot alone and the accumulator's
-    shape suits `transposed_wgmma_layout`. {dot id: [the fetched load, the descriptor loads between it and
-    the dot]}."""
+    tile is its B. Where A is in shared memory too, the load is read by that dot alone, the accumulator
+    is fp32 or int32 and its shape suits `transposed_wgmma_layout`. {dot id: [the fetched load, the
+    descriptor loads between it and the dot]}."""
     tiles = {id(c.load): c.tile for c in rings}
     out = {}
     for key, (dot, sources) in dots.items():
@@ -692,6 +692,8 @@ def _transposed_dots(dots, fetched, rings, uses, ctx) -> dict:
             continue
         if a_src[0] == "ring" and a_src[4] != 1 - int(a_src[2]):
             continue  # A's tile not K-major
+        if scalar_of(acc.type).name not in ("fp32", "int32") or "max_num_imprecise_acc" in dot.attrs:
+            continue
         if transposed_wgmma_layout(acc.type.shape, ctx.num_warps, elem.name == "int8") is not None:
             out[key] = [v.defining_op for v in chain]
     return out
