@@ -21,20 +21,8 @@ from test_codegen_emulate import in_child
 
 
 @kiln.jit
-def _matmul(A, B, C, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
-    """C = A @ B, A [BM, K] row-major, B [K, BN] row-major (N-major)."""
-    rm, rn, rk = tl.arange(0, BM), tl.arange(0, BN), tl.arange(0, BK)
-    acc = tl.zeros((BM, BN), dtype=C.dtype.element_ty)
-    for k in range(0, K, BK):
-        a = tl.load(A + rm[:, None] * K + (k + rk)[None, :])
-        b = tl.load(B + (k + rk)[:, None] * BN + rn[None, :])
-        acc = tl.dot(a, b, acc)
-    tl.store(C + rm[:, None] * BN + rn[None, :], acc)
-
-
-@kiln.jit
-def _matmul_partial(A, B, C, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, IMPRECISE: tl.constexpr):
-    """`_matmul` with Triton's partial accumulators: each IMPRECISE of k summed apart, then added."""
+def _matmul(A, B, C, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, IMPRECISE: tl.constexpr = None):
+    """C = A @ B, A [BM, K] row-major, B [K, BN] row-major (N-major); IMPRECISE: Triton's partial accumulators."""
     rm, rn, rk = tl.arange(0, BM), tl.arange(0, BN), tl.arange(0, BK)
     acc = tl.zeros((BM, BN), dtype=C.dtype.element_ty)
     for k in range(0, K, BK):
@@ -205,6 +193,6 @@ def test_n_major_fp8_with_fp16_accumulators_and_partial_sums_on_the_gpu(c_dtype,
     gen = torch.Generator().manual_seed(8)
     a, b = torch.randint(-1, 2, (128, 512), generator=gen), torch.randint(-1, 2, (512, 128), generator=gen)
     c = torch.zeros(128, 128, dtype=getattr(torch, c_dtype), device="cuda")
-    _matmul_partial[(1,)](a.to(torch.float8_e4m3fn).cuda(), b.to(torch.float8_e4m3fn).cuda(), c, 512, BM=128,
-                          BN=128, BK=128, IMPRECISE=imprecise, num_warps=4, num_stages=3)
+    _matmul[(1,)](a.to(torch.float8_e4m3fn).cuda(), b.to(torch.float8_e4m3fn).cuda(), c, 512, BM=128, BN=128,
+                  BK=128, IMPRECISE=imprecise, num_warps=4, num_stages=3)
     assert torch.equal(c.cpu().to(torch.int64), a @ b)
