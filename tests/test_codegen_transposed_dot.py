@@ -4,8 +4,8 @@ registers against `transposed_wgmma_layout`, and the builds' PTX."""
 import numpy as np
 import pytest
 
-from kiln.codegen.lower.tile_transpose import source_row
-from kiln.codegen.lower.transposed_dot import native_order, selectors
+from kiln.codegen.lower.tile_transpose import column_selectors, source_row
+from kiln.codegen.lower.transposed_dot import native_order
 from kiln.ir.layout import thread_elements, transposed_instr_n, transposed_wgmma_layout
 
 from test_codegen_tile_transpose import _ldmatrix_trans_x4, _prmt
@@ -18,7 +18,7 @@ def test_an_8_bit_fragment_holds_the_columns_of_its_rows():
     loaded = _ldmatrix_trans_x4([block[source_row(lane)] for lane in range(32)])
     for lane, words in enumerate(loaded):
         g, t = divmod(lane, 4)
-        even, odd = selectors(lane)
+        even, odd = column_selectors(lane)
         got = [_prmt(words[2 * c], words[2 * c + 1], sel) for c in range(2) for sel in (even, odd)]
         want = [block[16 * c + 4 * t: 16 * c + 4 * t + 4, 2 * g + column] for c in range(2) for column in range(2)]
         assert got == [int.from_bytes(bytes(w), "little") for w in want]

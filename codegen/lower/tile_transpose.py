@@ -58,14 +58,30 @@ def destination_row(lane):
     return 16 * (lane >> 4)
 
 
+def column_selectors(lane):
+    """The prmt selectors that gather, from words a (matrix 2c) and b (2c + 1) of `lane`'s ldmatrix.trans at
+    `source_row`, the four rows' bytes of column 2p (bytes 0 and 2 of each) and of column 2p + 1 (1 and 3),
+    the word holding the lower rows first (b where q >= 2)."""
+    even = 0x6420 ^ (((lane & 3) >> 1) * 0x4444)  # a0 a2 b0 b2, or b0 b2 a0 a2
+    return even, even + 0x1111  # +0x1111: the odd column's bytes
+
+
 def selectors(lane):
-    """The prmt selectors of `lane`'s words for slots 0 and 1 of each pair of matrices: from words a
-    (matrix 2c) and b (2c + 1), the bytes of column 2p (bytes 0 and 2 of each) or 2p + 1 (1 and 3), the
-    word holding the lower rows first; where q >= 2, b holds them, and where p >= 4, slot 0 takes the odd
-    column (see destination_column)."""
-    low_in_b, odd_first = (lane & 3) >> 1, lane >> 4
-    even = 0x6420 ^ (low_in_b * 0x4444)  # a0 a2 b0 b2, or b0 b2 a0 a2
-    return even + 0x1111 * odd_first, even + 0x1111 * (odd_first ^ 1)  # +0x1111: the odd column's bytes
+    """The prmt selectors of `lane`'s words for slots 0 and 1 of each pair of matrices (`column_selectors`);
+    where p >= 4, slot 0 takes the odd column (see destination_column)."""
+    even, odd = column_selectors(lane)
+    odd_first = lane >> 4
+    return even + 0x1111 * odd_first, even + 0x1111 * (odd_first ^ 1)
+
+
+def ldmatrix_x4_trans(b, address):
+    """The four words `ldmatrix.x4.trans` gives this lane, each lane addressing one row (`address`, an i32
+    shared address) of the four 8x8 matrices of 16-bit pairs."""
+    load = ir.InlineAsm(ir.FunctionType(ir.LiteralStructType([I32] * 4), [I32]),
+                        "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {$0, $1, $2, $3}, [$4];", "=r,=r,=r,=r,r",
+                        side_effect=True)
+    got = b.call(load, [address], attrs=("convergent",))
+    return [b.extract_value(got, i) for i in range(4)]
 
 
 def word_square(lane):
@@ -175,16 +191,12 @@ def _copy_bytes(lw, lane, corners, at):
     b = lw.b
     first_row, dst_row, dst_col = (f(lane).v for f in (source_row, destination_row, destination_column))
     select = [s.v for s in selectors(lane)]
-    load = ir.InlineAsm(ir.FunctionType(ir.LiteralStructType([I32] * 4), [I32]),
-                        "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {$0, $1, $2, $3}, [$4];", "=r,=r,=r,=r,r",
-                        side_effect=True)
     store = ir.InlineAsm(ir.FunctionType(ir.VoidType(), [I32] * 5),
                          "stmatrix.sync.aligned.m8n8.x4.shared.b16 [$0], {$1, $2, $3, $4};", "r,r,r,r,r,~{memory}",
                          side_effect=True)
     prmt = lw.intrinsic("llvm.nvvm.prmt", I32, [I32, I32, I32])
     for row0, col0 in corners:
-        got = b.call(load, [at(False, b.add(row0, first_row), col0)], attrs=("convergent",))
-        words = [b.extract_value(got, i) for i in range(4)]
+        words = ldmatrix_x4_trans(b, at(False, b.add(row0, first_row), col0))
         out = [b.call(prmt, [words[2 * c], words[2 * c + 1], select[slot]]) for c in range(2) for slot in range(2)]
         b.call(store, [at(True, b.add(row0, dst_row), b.add(col0, dst_col))] + out, attrs=("convergent",))
 

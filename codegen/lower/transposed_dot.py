@@ -10,8 +10,9 @@ its row g is column n0 + 2g, row g + 8 column n0 + 2g + 1, so a lane's two rows 
   8-bit   ldmatrix.x4.trans at rows `tile_transpose.source_row(lane)` of the 32-row k-step, 16 bytes from
           n0: lane (g, t) gets, of each matrix, the bytes of columns n0 + 2g and n0 + 2g + 1 in two
           consecutive rows, and matrices 2c and 2c + 1 hold rows 16c + 4t .. 16c + 4t + 3 between them
-          (the lower two in 2c where t < 2); one prmt a column gathers its four rows into a word:
-          a0 (row g: column 2g) and a1 (row g + 8: column 2g + 1) of the first 16 rows, a2 a3 of the rest.
+          (the lower two in 2c where t < 2); one prmt a column (`tile_transpose.column_selectors`) gathers
+          its four rows into a word: a0 (row g: column 2g) and a1 (row g + 8: column 2g + 1) of the first
+          16 rows, a2 a3 of the rest.
 
 The accumulator's registers come out in the instruction's order; `native_order` maps them to the layout's.
 """
@@ -21,14 +22,6 @@ import llvmlite.ir as ir
 
 from . import tile_transpose
 from .types import I32
-
-def selectors(lane):
-    """The prmt selectors of `lane`'s words of an 8-bit fragment: from words a (matrix 2c) and b (2c + 1),
-    the bytes of column 2g (bytes 0 and 2 of each) and of column 2g + 1 (bytes 1 and 3), the lower rows'
-    word first (b's where t >= 2: see tile_transpose.source_row)."""
-    even = 0x6420 ^ (((lane & 3) >> 1) * 0x4444)  # a0 a2 b0 b2, or b0 b2 a0 a2
-    return even, even + 0x1111
-
 
 def native_order(layout, shape, instr_n: int, n_rows: int, n_cols: int) -> list[int]:
     """For each accumulator register in the instructions' order (row repetition mi, column repetition ni,
@@ -60,7 +53,7 @@ class Fragments:
         if self.t.element_ty.itemsize == 1:
             lane_v = tile_transpose.Lane(entry, lane)
             self.first_row = tile_transpose.source_row(lane_v).v
-            even, odd = selectors(lane_v)
+            even, odd = tile_transpose.column_selectors(lane_v)
             self.select = (even.v, odd.v)
 
     def get(self, mi: int, k0: int) -> list:
@@ -87,11 +80,7 @@ class Fragments:
 
     def _bytes(self, n0, k0):
         b, lw = self.lw.b, self.lw
-        load = ir.InlineAsm(ir.FunctionType(ir.LiteralStructType([I32] * 4), [I32]),
-                            "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {$0, $1, $2, $3}, [$4];",
-                            "=r,=r,=r,=r,r", side_effect=True)
-        got = b.call(load, [self._at(b.add(self.first_row, lw.i32(k0)), n0)], attrs=("convergent",))
-        words = [b.extract_value(got, i) for i in range(4)]
+        words = tile_transpose.ldmatrix_x4_trans(b, self._at(b.add(self.first_row, lw.i32(k0)), n0))
         prmt = lw.intrinsic("llvm.nvvm.prmt", I32, [I32, I32, I32])
         return [b.call(prmt, [words[2 * c], words[2 * c + 1], self.select[column]])
                 for c in range(2) for column in range(2)]

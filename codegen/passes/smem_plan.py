@@ -699,7 +699,7 @@ def _transposed_dots(dots, fetched, rings, uses, ctx) -> dict:
     return out
 
 
-def _sized(rings, dots, body, loop, stages, fn, ctx, kind, in_registers, transposed=None):
+def _sized(rings, dots, body, loop, stages, fn, ctx, kind, in_registers, transposed=()):
     """(stages, ring size, staged slots, drained, released) that fit the shared memory, or None.
     A transposed dot's B has no staged tile, but its slots are not released through mbarriers: the
     generic proxy reads them, as a staged operand's load."""
@@ -710,7 +710,7 @@ def _sized(rings, dots, body, loop, stages, fn, ctx, kind, in_registers, transpo
         reserve += specialized_scratch(loop, ctx.num_warps)
     once = {(id(src[1]), src[2]): src[2].nbytes for _, sources in dots.values() for src, _ in sources if src[0] == "once"}
     staged = {id(src[1]): src[2].nbytes for key, (_, sources) in dots.items() for src, _ in sources
-              if src[0] == "staged" and not (key in (transposed or {}) and src is sources[1][0])}
+              if src[0] == "staged" and not (key in transposed and src is sources[1][0])}
     slots = staged_slots(kind, ringed=bool(rings))
     fixed = sum(once.values()) + slots * sum(staged.values()) + reserve  # the shared bytes beside the rings
     budget = max_shared_per_cta(ctx.target.capability) - fixed - fn.attrs.get("shared_reserve", 0)
