@@ -252,6 +252,34 @@ def test_casts():
     assert all(got.values()), got
 
 
+def check_pointer_truth():
+    """vLLM's scaled_mm_kernel adds its bias under `if bias_ptr:` (a runtime pointer as a condition)."""
+    import kiln
+    import kiln.language as tl
+
+    @kiln.jit
+    def add_bias_if_given(x_ptr, bias_ptr, out_ptr, BLOCK: tl.constexpr):
+        offs = tl.arange(0, BLOCK)
+        acc = tl.load(x_ptr + offs)
+        if bias_ptr:
+            acc += tl.load(bias_ptr + offs)
+        tl.store(out_ptr + offs, acc)
+        tl.store(out_ptr + BLOCK + offs, (bias_ptr + offs).to(tl.int1).to(tl.float32))
+
+    x, bias = np.arange(64, dtype=np.float32), np.full(64, 0.5, np.float32)
+    out = np.zeros(128, np.float32)
+    from kiln.codegen.emulate import run_on_cpu
+    built = add_bias_if_given.warmup(x, bias, out, BLOCK=64, grid=(1,), target="sm_90a", num_warps=2)
+    run_on_cpu(built.ir, (1,), [x, bias, out], num_warps=2, target="sm_90a")
+    return bool((out[:64] == x + 0.5).all() and (out[64:] == 1).all())
+
+
+def test_a_pointer_is_true_where_it_is_not_null():
+    """A pointer cast to int1 was its lowest bit (LLVM's ptrtoint to i1): always false for an aligned
+    pointer, so the build dropped the bias that the interpreter added."""
+    assert in_child(check_pointer_truth)
+
+
 def check_host_bf16_narrowing():
     """The emulator's own fp32 -> bf16 routine, JIT-compiled alone and called through a wrapper that
     returns the bits (a bf16 return is in XMM0, which ctypes cannot read as 16 bits)."""

@@ -20,7 +20,7 @@ from kiln.ir.types import block_type, scalar_of
 from kiln.ir import layout as lay
 
 from . import fp8
-from .types import F32, F64, reg_type
+from .types import F32, F64, I64, reg_type
 
 LOG2E = 1.4426950408889634
 
@@ -312,6 +312,8 @@ def cast_value(lw, x, src, dst, rounding=None):
         return fp8.cast_fp8(lw, x, src, dst, rounding)
     if dst.is_ptr():
         return x if src.is_ptr() else b.inttoptr(x, to)
+    if src.is_ptr() and dst.is_bool():  # a pointer's truth is its being non-null (`if bias_ptr:`), not its low bit
+        return b.icmp_unsigned("!=", b.ptrtoint(x, I64), ir.Constant(I64, 0))
     if src.is_ptr():
         return b.ptrtoint(x, to)
     if dst.is_bool():
