@@ -118,3 +118,22 @@ def test_mask_on_a_block_pointer_is_rejected():
         tl.load(block, mask=tl.arange(0, 4) < 2)
     with pytest.raises(kiln.CompilationError, match="boundary_check"):
         bad[(1,)](np.zeros(4, np.float32))
+
+
+@kiln.jit
+def doubled_into_the_output_type(src, dst, N, BLOCK: tl.constexpr):
+    pid = tl.program_id(0)
+    src_block = tl.make_block_ptr(src, (N,), (1,), (pid * BLOCK,), (BLOCK,), (0,))
+    dst_block = tl.make_block_ptr(dst, (N,), (1,), (pid * BLOCK,), (BLOCK,), (0,))
+    tl.static_assert(dst_block.type.is_ptr() and not dst_block.type.is_block())
+    tl.static_assert(dst_block.dtype.element_ty.element_ty == dst.dtype.element_ty)
+    x = tl.load(src_block, boundary_check=(0,))
+    # FlagGems' pointwise kernels: the pointee of a block pointer is a block, whose element a cast takes
+    tl.store(dst_block, (x * 2).to(dst_block.type.element_ty), boundary_check=(0,))
+
+
+def test_a_block_pointer_s_type_points_to_its_block():
+    x = np.random.default_rng(1).standard_normal(100).astype(np.float32)
+    out = np.zeros(100, np.float16)
+    doubled_into_the_output_type[(2,)](x, out, 100, BLOCK=64)
+    np.testing.assert_array_equal(out, (x * 2).astype(np.float16))

@@ -8,9 +8,34 @@ as its tensors (base, shape, strides, offsets).
 """
 from __future__ import annotations
 
+from kiln.ir.types import block_type, pointer_type
+
 from . import semantic
 from .core import builtin, int32, int64, tensor
 from .semantic import unwrap
+
+
+class block_pointer_type(pointer_type):
+    """A block pointer's `type` and `dtype`, as Triton's `pointer_type(block_type(...))`: its `element_ty` is
+    the block, so `x.to(bp.type.element_ty)` converts to the pointee's element type (a cast takes a block
+    type's scalar). Only the frontend sees it: loads and stores go through the base pointer's blocks."""
+
+    __slots__ = ()
+
+    def __init__(self, base: pointer_type, block_shape):
+        self.name, self.kind, self.primitive_bitwidth, self.signed = (
+            f"ptr<{block_type(base.element_ty, block_shape)}>", "ptr", 64, False)
+        self.element_ty_ = block_type(base.element_ty, block_shape)
+        self.address_space, self.const = base.address_space, base.const
+
+    def __getnewargs__(self):
+        return ()
+
+    def __reduce__(self):
+        return block_pointer_type, (pointer_type(self.element_ty_.element_ty), self.element_ty_.shape)
+
+    def __repr__(self):
+        return f"pointer<{self.element_ty_!r}>"
 
 
 class BlockPointer:
@@ -19,8 +44,17 @@ class BlockPointer:
         self.block_shape, self.order = tuple(block_shape), tuple(order)
 
     @property
+    def type(self):
+        return block_pointer_type(self.base.dtype, self.block_shape)
+
+    @property
     def dtype(self):
-        return self.base.dtype
+        return self.type
+
+    @property
+    def element_ty(self):
+        """The pointee's scalar type."""
+        return self.base.dtype.element_ty
 
     def advance(self, offsets):
         """`ptr.advance(offsets)`: Triton's method form of tl.advance."""
@@ -105,7 +139,7 @@ def load(bp: BlockPointer, boundary_check, padding_option, cache_modifier, evict
     ptrs, mask = bp.pointers_and_mask(boundary_check)
     other = None
     if mask is not None:
-        elem = bp.dtype.element_ty
+        elem = bp.element_ty
         if padding_option == "nan" and not elem.is_floating():
             raise ValueError("padding_option='nan' needs a floating-point block pointer")
         other = float("nan") if padding_option == "nan" else 0

@@ -803,7 +803,9 @@ def _fold_cast(value, src: dtype, dst: dtype):
 def cast(x, dst, fp_downcast_rounding=None, bitcast=False) -> tensor:
     x = to_tensor(x)
     dst = unwrap(dst)
-    if not isinstance(dst, dtype) or isinstance(dst, block_type):
+    if isinstance(dst, block_type):  # as Triton: a block type converts to its element (`bp.type.element_ty`)
+        dst = dst.scalar
+    if not isinstance(dst, dtype):
         raise TypeError(f"cast needs a scalar or pointer dtype, not {dst!r}")
     src = x.dtype
     bitcast = unwrap(bitcast)
