@@ -259,11 +259,14 @@ class CodeGenerator(ast.NodeVisitor):
             return
         value = self.visit(node.value)
         annotation = unwrap(self.visit(node.annotation))
-        if annotation is constexpr and isinstance(value, tensor):
-            raise TypeError(f"'{ast.unparse(node.target)}' is annotated constexpr but its value is a tensor")
         if annotation is constexpr:
             if isinstance(node.target, ast.Name) and node.target.id in self.scope:  # a parameter too
                 raise ValueError(f"{node.target.id} is already defined. constexpr cannot be reassigned.")
+            if isinstance(value, tensor):
+                # Triton wraps a runtime value too, and its ops read through the wrapper: the value is the
+                # tensor (FlagGems' radix sort: `CTA_TILE_N: tl.constexpr = TILE_N * tiles_n_per_cta`)
+                self.assign(node.target, value, node, materialize=True)
+                return
             value = constexpr(value)  # as Triton's: a tuple too is one constexpr, its type constexpr_type of it
         self.assign(node.target, value, node, materialize=annotation is not constexpr)
 

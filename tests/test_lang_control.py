@@ -257,6 +257,23 @@ def test_a_tuple_annotated_constexpr_is_one_constexpr():
 
 
 @kiln.jit
+def _constexpr_of_a_runtime_value(x_ptr, y_ptr, n, tiles_per_program, TILE: tl.constexpr):
+    SPAN: tl.constexpr = TILE * tiles_per_program  # a tensor: Triton binds it through its wrapper
+    start = SPAN * tl.program_id(0)
+    end = tl.minimum(start + SPAN, n)
+    for s in range(start, end, TILE):
+        offs = s + tl.arange(0, TILE)
+        tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=offs < end) * 2, mask=offs < end)
+
+
+def test_a_runtime_value_annotated_constexpr_is_that_value():
+    x = np.arange(1000, dtype=np.float32)
+    y = np.zeros(1000, np.float32)
+    _constexpr_of_a_runtime_value[(kiln.cdiv(1000, 4 * 64),)](x, y, 1000, 4, TILE=64)
+    np.testing.assert_array_equal(y, x * 2)
+
+
+@kiln.jit
 def _constexpr_redefined(out_ptr, N: tl.constexpr):
     N: tl.constexpr = 2
     tl.store(out_ptr, N)
