@@ -105,34 +105,71 @@ class Autotuner(KernelInterface):
         self.rep_ms = 100 if rep is None else rep
         # Triton's names for them, which torch.compile checks are at their defaults
         self.num_warmups, self.num_reps, self.use_cuda_graph = warmup, rep, use_cuda_graph
-        self.bench_fn = do_bench
+        self._do_bench = do_bench
         self.cache_results = tuning_results.requested(cache_results)
         self.cache: dict = {}
         self.best_config: Config | None = None
         self.configs_timings: dict | None = None
+        # Triton's attributes, which subclasses of it (FlagGems' LibTuner) call from a run() of their own: the
+        # launch's arguments by position, and the hooks around each timed run
+        self.nargs: dict | None = None
+        self.restore_copies: dict = {}
+        self.pre_hook, self.post_hook = self._reset_and_save, self._restore_saved
+
+    def _reset_and_save(self, kwargs: dict, reset_only: bool = False):
+        """Before a timed run: `reset_to_zero`'s buffers zeroed and `restore_value`'s copied, then the user's
+        pre_hook; `reset_only` (after tuning, before the real launch) only zeroes. An optional buffer given
+        as None has nothing to reset or keep."""
+        for name in self.reset_to_zero:
+            if kwargs.get(name) is not None:
+                _zero(kwargs[name])
+        if reset_only:
+            return
+        self.restore_copies = {name: _copy(kwargs[name]) for name in self.restore_value if kwargs.get(name) is not None}
+        if self.user_pre_hook:
+            self.user_pre_hook(kwargs)
+
+    def _restore_saved(self, kwargs: dict, exception=None):
+        """After a timed run (or its failure): the user's post_hook, then `restore_value`'s buffers back."""
+        try:
+            if self.user_post_hook:
+                self.user_post_hook(kwargs, exception=exception)
+        finally:
+            for name, value in self.restore_copies.items():
+                _restore(kwargs[name], value)
+            self.restore_copies = {}
+
+    @property
+    def do_bench(self):
+        """How a config is timed (Triton's attribute): the `do_bench` given, else kiln.testing's."""
+        if self._do_bench is not None:
+            return self._do_bench
+        from .testing import do_bench
+        return lambda fn, quantiles: do_bench(fn, warmup=self.warmup_ms, rep=self.rep_ms, quantiles=quantiles)
 
     @property
     def configs_top_k(self):
         """Triton's name of `prune_configs_by["top_k"]` (torch.compile reads it)."""
         return self.top_k
 
-    def prune_configs(self, nargs: dict, kwargs: dict | None = None) -> list:
-        """`early_config_prune(configs, nargs, **kwargs)` as in Triton: `nargs` the arguments given
+    def prune_configs(self, kwargs: dict) -> list:
+        """`early_config_prune(configs, nargs, **kwargs)` as in Triton: `self.nargs` the arguments given
         by position (by name), `kwargs` the launch's keyword arguments (tutorials read their
         constexprs there); `perf_model` gets both and the config's."""
+        nargs = self.nargs or {}
         configs = self.configs
         if self.early_config_prune:
-            configs = list(self.early_config_prune(configs, nargs, **(kwargs or {})))
+            configs = list(self.early_config_prune(configs, nargs, **kwargs))
             if not configs:
                 raise AutotunerError("No valid autotuner configs after pruning. `early_config_prune` should return "
                                      "at least one config.")
         if self.perf_model:
             top_k = self.top_k
             if isinstance(top_k, float) and top_k <= 1.0:
-                top_k = int(len(configs) * top_k)
+                top_k = int(len(self.configs) * top_k)
             top_k = builtins.max(1, top_k)
             if len(configs) > top_k:
-                estimated = {c: self.perf_model(**nargs, **(kwargs or {}), **c.all_kwargs()) for c in configs}
+                estimated = {c: self.perf_model(**nargs, **kwargs, **c.all_kwargs()) for c in configs}
                 configs = sorted(estimated, key=estimated.get)[:top_k]
         return configs
 
@@ -141,46 +178,39 @@ class Autotuner(KernelInterface):
         key += [str(v.dtype) for v in nargs.values() if hasattr(v, "dtype")]
         return tuple(key)
 
-    def _bench(self, args, kwargs, grid, config: Config, nargs: dict):
-        from .testing import do_bench
-        conflicts = set(kwargs) & set(config.kwargs)
+    def _bench(self, *args, config: Config, **meta):
+        """Time one config (Triton's signature: `meta` the launch's keywords, its grid among them): Triton's
+        quantiles (median, 20th, 80th percentile) in ms, or infinities where the config cannot run."""
+        conflicts = set(meta) & set(config.kwargs)
         if conflicts:
             raise ValueError(f"conflicting meta-parameters: {', '.join(sorted(conflicts))}; "
                              "they are given both at the launch and by the autotuner's configs")
-        full = {**nargs, **config.all_kwargs()}
+        current = {**meta, **config.all_kwargs()}
+        full = {**_bind(self.fn, args, {k: v for k, v in meta.items() if k not in ("grid", "warmup")}),
+                **config.all_kwargs()}
         verbose = knobs.autotuning.print
         if verbose:
             print(f"Autotuning kernel {self.base_fn.__name__} with config {config}")
-        saved = {name: _copy(nargs[name]) for name in self.restore_value if nargs.get(name) is not None}
 
-        def launch():  # Triton's order: the config's hook, then reset/restore, the run, the post hook
+        def launch():  # Triton's order: the config's hook, then reset/restore and the user's, the run, the post hook
             if config.pre_hook:
                 config.pre_hook(full)
-            for name in self.reset_to_zero:  # an optional buffer given as None has nothing to reset
-                if nargs.get(name) is not None:
-                    _zero(nargs[name])
-            if self.user_pre_hook:
-                self.user_pre_hook(full)
-            self.fn.run(*args, grid=grid, **kwargs, **config.all_kwargs())
-            if self.user_post_hook:
-                self.user_post_hook(full, exception=None)
-            for name, value in saved.items():
-                _restore(nargs[name], value)
+            self.pre_hook(full)
+            try:
+                self.fn.run(*args, **current)
+            except Exception as e:
+                self.post_hook(full, exception=e)
+                raise
+            self.post_hook(full, exception=None)
 
         try:
-            bench = self.bench_fn or (lambda f, quantiles: do_bench(f, warmup=self.warmup_ms, rep=self.rep_ms,
-                                                                    quantiles=quantiles))
-            result = bench(launch, quantiles=(0.5, 0.2, 0.8))  # a user's do_bench gets Triton's arguments
-            return result[0] if isinstance(result, (list, tuple)) else result
+            return self.do_bench(launch, quantiles=(0.5, 0.2, 0.8))  # a user's do_bench gets Triton's arguments
         except Exception as e:
             if isinstance(e, (OutOfResources, CompilationError, PTXASError)):  # the config cannot run: never chosen
                 if verbose:
                     print(f"Autotuning failed with {e}")
-                return float("inf")
+                return [float("inf")] * 3
             raise
-        finally:
-            for name, value in saved.items():
-                _restore(nargs[name], value)
 
     def _build_side_by_side(self, args, kwargs, grid, configs, nargs):
         """Compile every config's binary before timing any: the builds run at once (on the node
@@ -221,29 +251,11 @@ class Autotuner(KernelInterface):
     @user_facing
     def run(self, *args, grid, warmup=False, **kwargs):
         nargs = _bind(self.fn, args, kwargs)
-        if len(self.configs) > 1:
-            key = self._key(nargs)
-            if key not in self.cache:
-                configs = self.prune_configs(dict(zip(_arg_names(self.fn), args)), kwargs)
-                shared = tuning_results.name(self.fn, key, configs) if self.cache_results else None
-                chosen = tuning_results.shared_choice(shared, configs) if shared else None
-                tuned = chosen is None and len(configs) > 1  # one config left after pruning: nothing to time
-                if chosen is not None or not tuned:
-                    self.cache[key] = chosen if chosen is not None else configs[0]
-                else:
-                    started = time.perf_counter()
-                    self.cache[key] = self._tune(args, kwargs, grid, configs, nargs, shared)
-                    self.bench_time = time.perf_counter() - started
-                    if knobs.autotuning.print:  # Triton's words, printed when this process tuned
-                        print(f"Triton autotuning for function {self.base_fn.__name__},\nwith key as {key},\n"
-                              f"finished after {self.bench_time:.2f}s,\nbest config selected: {self.cache[key]};")
-                if knobs.autotuning.listener is not None:
-                    knobs.autotuning.listener(fn=self.base_fn, key=key, best_config=self.cache[key],
-                                              configs_timings=self.configs_timings if tuned else None,
-                                              duration=self.bench_time if tuned else None, cache_hit=not tuned)
-            config = self.cache[key]
-        else:
-            config = self.configs[0]
+        self.nargs = dict(zip(self.arg_names, args))
+        try:
+            config = self._choose(args, kwargs, grid, nargs)
+        finally:
+            self.nargs = None
         self.best_config = config
         values = config.all_kwargs()
         if warmup:
@@ -253,30 +265,62 @@ class Autotuner(KernelInterface):
         # `kernel[grid]`: a JIT function's cached launch in one frame (JITFunction.__getitem__)
         return self.fn[grid](*args, **kwargs, **values)
 
+    def _choose(self, args, kwargs, grid, nargs) -> Config:
+        """The config for this launch's key: tuned (or another process's choice) the first time."""
+        if len(self.configs) <= 1:
+            return self.configs[0]
+        key = self._key(nargs)
+        if key not in self.cache:
+            configs = self.prune_configs(kwargs)
+            shared = tuning_results.name(self.fn, key, configs) if self.cache_results else None
+            chosen = tuning_results.shared_choice(shared, configs) if shared else None
+            tuned = chosen is None and len(configs) > 1  # one config left after pruning: nothing to time
+            if chosen is not None or not tuned:
+                self.cache[key] = chosen if chosen is not None else configs[0]
+            else:
+                started = time.perf_counter()
+                self.cache[key] = self._tune(args, kwargs, grid, configs, nargs, shared)
+                self.bench_time = time.perf_counter() - started
+                if knobs.autotuning.print:  # Triton's words, printed when this process tuned
+                    print(f"Triton autotuning for function {self.base_fn.__name__},\nwith key as {key},\n"
+                          f"finished after {self.bench_time:.2f}s,\nbest config selected: {self.cache[key]};")
+            if knobs.autotuning.listener is not None:
+                knobs.autotuning.listener(fn=self.base_fn, key=key, best_config=self.cache[key],
+                                          configs_timings=self.configs_timings if tuned else None,
+                                          duration=self.bench_time if tuned else None, cache_hit=not tuned)
+        return self.cache[key]
+
     def _tune(self, args, kwargs, grid, configs, nargs, shared: str | None):
         """Benchmark `configs` and return the fastest (published under `shared` when it is given)."""
         try:
             self._build_side_by_side(args, kwargs, grid, configs, nargs)
-            timings = {c: self._bench(args, kwargs, grid, c, nargs) for c in configs}
+            timings = {c: self._bench(*args, config=c, grid=grid, **kwargs) for c in configs}
         except BaseException:
             if shared:
                 tuning_results.abandon()
             raise
-        best = builtins.min(timings, key=timings.get)
+        best = builtins.min(timings, key=lambda c: _median(timings[c]))
         self.configs_timings = timings
         if shared:
-            tuning_results.publish(shared, configs, best, timings)
-        for name in self.reset_to_zero:  # the benchmark runs leave no trace in the real launch
-            if nargs.get(name) is not None:
-                _zero(nargs[name])
+            tuning_results.publish(shared, configs, best, {c: _median(t) for c, t in timings.items()})
+        self.pre_hook({**nargs, **best.all_kwargs()}, reset_only=True)  # the timed runs leave no trace
         return best
 
     def warmup(self, *args, grid=(1,), **kwargs):
         """Compile every (pruned) config without benchmarking or launching."""
         launch_kwargs = {k: v for k, v in kwargs.items() if k != "target"}
         _bind(self.fn, args, launch_kwargs)  # the same argument check as a launch
-        return [self.fn.warmup(*args, grid=grid, **kwargs, **c.all_kwargs())
-                for c in self.prune_configs(dict(zip(_arg_names(self.fn), args)), launch_kwargs)]
+        self.nargs = dict(zip(self.arg_names, args))
+        try:
+            configs = self.prune_configs(launch_kwargs)
+        finally:
+            self.nargs = None
+        return [self.fn.warmup(*args, grid=grid, **kwargs, **c.all_kwargs()) for c in configs]
+
+
+def _median(timing):
+    """A timing as Triton's do_bench gives it with quantiles (a list, the median first) or as a number."""
+    return timing[0] if isinstance(timing, (list, tuple)) else timing
 
 
 class Heuristics(KernelInterface):

@@ -39,9 +39,9 @@ def gpu_stand_in(monkeypatch):
     launched, timed = [], []
     monkeypatch.setattr(compiler.CompiledKernel, "launch", lambda self, grid, args, stream=None: launched.append(self))
 
-    def bench(self, args, kwargs, grid, config, nargs):
+    def bench(self, *args, config, **meta):  # Triton's signature: meta holds the grid
         try:
-            kernel = self.fn.run(*args, grid=grid, warmup=True, **kwargs, **config.all_kwargs())
+            kernel = self.fn.run(*args, warmup=True, **meta, **config.all_kwargs())
         except CompilationError:
             return float("inf")
         timed.append((config.kwargs["BLOCK"], "sm_90a" in kernel.binaries))
