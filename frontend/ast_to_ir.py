@@ -630,6 +630,8 @@ class CodeGenerator(ast.NodeVisitor):
             return _aggregate_member(obj, node.attr)
         if isinstance(obj, type) and is_aggregate_class(obj):
             return _aggregate_class_member(obj, node.attr)
+        if isinstance(value, constexpr) and node.attr == "value":
+            return wrap(obj)  # Triton's constexpr.value: what it holds (a dtype a @jit callee was given)
         if isinstance(value, constexpr) and node.attr == "type" and not hasattr(obj, "type"):
             return value.type  # tl.constexpr_type, as Triton's constexpr has it
         if isinstance(obj, tuple) and node.attr == "type" and not hasattr(obj, "type"):
@@ -817,8 +819,10 @@ class CodeGenerator(ast.NodeVisitor):
         bound.apply_defaults()
         scope = {}
         for name, value in bound.arguments.items():
-            # a constexpr parameter given a runtime value takes it as it is, as in Triton
-            constant = name in fn.constexpr_names and not _holds_runtime_values(value)
+            # a constexpr parameter given a runtime value takes it as it is, as in Triton; a dtype is a
+            # constexpr whatever the annotation, as Triton passes it (FlagGems' `get_dtype_max(dtype)` reads
+            # `dtype.value`)
+            constant = (name in fn.constexpr_names and not _holds_runtime_values(value)) or isinstance(value, dtype)
             scope[name] = constexpr(unwrap(value)) if constant else wrap(value)
         if semantic.state.keep_calls and not fn.is_internal and not (self.elementwise or elementwise):
             return self.kept_call(fn, bound.arguments, scope)

@@ -274,6 +274,36 @@ def test_a_runtime_value_annotated_constexpr_is_that_value():
 
 
 @kiln.jit
+def _largest(dtype: tl.constexpr):
+    if dtype.value.is_floating():
+        return float("inf")
+    return dtype.value.get_int_max_value()
+
+
+@kiln.jit
+def _smallest(dtype):  # unannotated: a dtype is passed as a constexpr all the same, as in Triton
+    kind = dtype.value
+    if kind.is_floating():
+        return float("-inf")
+    return -(2 ** (kind.int_bitwidth - 1))
+
+
+@kiln.jit
+def _min_and_max(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(out_ptr, tl.min(tl.load(x_ptr + offs, mask=offs < n, other=_largest(x_ptr.type.element_ty)), 0))
+    tl.store(out_ptr + 1, tl.max(tl.load(x_ptr + offs, mask=offs < n, other=_smallest(x_ptr.dtype.element_ty)), 0))
+
+
+@pytest.mark.parametrize("np_dtype", [np.float32, np.int32])
+def test_a_dtype_given_to_a_jit_function_is_a_constexpr_with_a_value(np_dtype):
+    x = np.array([7, -3, 12, 5, 0, 9], np_dtype)
+    out = np.zeros(2, np_dtype)
+    _min_and_max[(1,)](x, out, 6, BLOCK=8)
+    assert out.tolist() == [-3, 12]
+
+
+@kiln.jit
 def _constexpr_redefined(out_ptr, N: tl.constexpr):
     N: tl.constexpr = 2
     tl.store(out_ptr, N)
