@@ -28,9 +28,6 @@ class block_pointer_type(pointer_type):
         self.element_ty_ = block_type(base.element_ty, block_shape)
         self.address_space, self.const = base.address_space, base.const
 
-    def __getnewargs__(self):
-        return ()
-
     def __reduce__(self):
         return block_pointer_type, (pointer_type(self.element_ty_.element_ty), self.element_ty_.shape)
 
