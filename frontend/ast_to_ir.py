@@ -262,13 +262,12 @@ class CodeGenerator(ast.NodeVisitor):
         if annotation is constexpr:
             if isinstance(node.target, ast.Name) and node.target.id in self.scope:  # a parameter too
                 raise ValueError(f"{node.target.id} is already defined. constexpr cannot be reassigned.")
-            if isinstance(value, tensor):
-                # Triton wraps a runtime value too, and its ops read through the wrapper: the value is the
-                # tensor (FlagGems' radix sort: `CTA_TILE_N: tl.constexpr = TILE_N * tiles_n_per_cta`)
-                self.assign(node.target, value, node, materialize=True)
-                return
-            value = constexpr(value)  # as Triton's: a tuple too is one constexpr, its type constexpr_type of it
-        self.assign(node.target, value, node, materialize=annotation is not constexpr)
+            # as Triton's: a tuple too is one constexpr, its type constexpr_type of it; a runtime value Triton
+            # wraps too, its ops reading through the wrapper: the value is the tensor (FlagGems' radix sort:
+            # `CTA_TILE_N: tl.constexpr = TILE_N * tiles_n_per_cta`)
+            if not isinstance(value, tensor):
+                value = constexpr(value)
+        self.assign(node.target, value, node, materialize=annotation is not constexpr or isinstance(value, tensor))
 
     def visit_AugAssign(self, node):
         if not isinstance(node.target, ast.Name):

@@ -251,11 +251,7 @@ class Autotuner(KernelInterface):
     @user_facing
     def run(self, *args, grid, warmup=False, **kwargs):
         nargs = _bind(self.fn, args, kwargs)
-        self.nargs = dict(zip(self.arg_names, args))
-        try:
-            config = self._choose(args, kwargs, grid, nargs)
-        finally:
-            self.nargs = None
+        config = self._choose(args, kwargs, grid, nargs)
         self.best_config = config
         values = config.all_kwargs()
         if warmup:
@@ -270,25 +266,33 @@ class Autotuner(KernelInterface):
         if len(self.configs) <= 1:
             return self.configs[0]
         key = self._key(nargs)
-        if key not in self.cache:
-            configs = self.prune_configs(kwargs)
-            shared = tuning_results.name(self.fn, key, configs) if self.cache_results else None
-            chosen = tuning_results.shared_choice(shared, configs) if shared else None
-            tuned = chosen is None and len(configs) > 1  # one config left after pruning: nothing to time
-            if chosen is not None or not tuned:
-                self.cache[key] = chosen if chosen is not None else configs[0]
-            else:
-                started = time.perf_counter()
-                self.cache[key] = self._tune(args, kwargs, grid, configs, nargs, shared)
-                self.bench_time = time.perf_counter() - started
-                if knobs.autotuning.print:  # Triton's words, printed when this process tuned
-                    print(f"Triton autotuning for function {self.base_fn.__name__},\nwith key as {key},\n"
-                          f"finished after {self.bench_time:.2f}s,\nbest config selected: {self.cache[key]};")
-            if knobs.autotuning.listener is not None:
-                knobs.autotuning.listener(fn=self.base_fn, key=key, best_config=self.cache[key],
-                                          configs_timings=self.configs_timings if tuned else None,
-                                          duration=self.bench_time if tuned else None, cache_hit=not tuned)
+        if key not in self.cache:  # `nargs` only while tuning: a cached launch pays nothing for it
+            self.nargs = dict(zip(self.arg_names, args))
+            try:
+                self._tune_for(key, args, kwargs, grid, nargs)
+            finally:
+                self.nargs = None
         return self.cache[key]
+
+    def _tune_for(self, key, args, kwargs, grid, nargs):
+        """Fill `self.cache[key]`: another process's choice, the one config left after pruning, or timed."""
+        configs = self.prune_configs(kwargs)
+        shared = tuning_results.name(self.fn, key, configs) if self.cache_results else None
+        chosen = tuning_results.shared_choice(shared, configs) if shared else None
+        tuned = chosen is None and len(configs) > 1  # one config left after pruning: nothing to time
+        if chosen is not None or not tuned:
+            self.cache[key] = chosen if chosen is not None else configs[0]
+        else:
+            started = time.perf_counter()
+            self.cache[key] = self._tune(args, kwargs, grid, configs, nargs, shared)
+            self.bench_time = time.perf_counter() - started
+            if knobs.autotuning.print:  # Triton's words, printed when this process tuned
+                print(f"Triton autotuning for function {self.base_fn.__name__},\nwith key as {key},\n"
+                      f"finished after {self.bench_time:.2f}s,\nbest config selected: {self.cache[key]};")
+        if knobs.autotuning.listener is not None:
+            knobs.autotuning.listener(fn=self.base_fn, key=key, best_config=self.cache[key],
+                                      configs_timings=self.configs_timings if tuned else None,
+                                      duration=self.bench_time if tuned else None, cache_hit=not tuned)
 
     def _tune(self, args, kwargs, grid, configs, nargs, shared: str | None):
         """Benchmark `configs` and return the fastest (published under `shared` when it is given)."""
