@@ -1,5 +1,6 @@
 """Conformance: shape manipulation (interpreter vs NumPy)."""
 import numpy as np
+import pytest
 
 import kiln
 import kiln.language as tl
@@ -144,6 +145,32 @@ def test_scalars_broadcast_against_blocks():
     out = np.zeros(8, np.int32)
     _scalar_broadcast[(1,)](x, out, 40, N=8)
     np.testing.assert_array_equal(out, x + 42)
+
+
+@kiln.jit
+def _scalar_subscripts(x_ptr, out_ptr, n, N: tl.constexpr):
+    s = tl.where(n > 3, 2.0, 1.0)  # a scalar tensor (sglang's grouped decode: `qk *= temperature[:, None]`)
+    tl.static_assert(len(s[:, None].shape) == 1 and s[:, None].shape[0] == 1)
+    tl.static_assert(len(s[None, :].shape) == 1 and len(s[:, :, None].shape) == 1)
+    rows = tl.arange(0, N)[:, None] * N + tl.arange(0, N)[None, :]
+    tl.store(out_ptr + rows, tl.load(x_ptr + rows) * s[:, None])
+
+
+def test_a_scalar_subscripted_past_its_rank_is_a_block_of_one():
+    x = np.arange(16, dtype=np.float32).reshape(4, 4)
+    out = np.zeros_like(x)
+    _scalar_subscripts[(1,)](x, out, 5, N=4)
+    np.testing.assert_array_equal(out, x * 2)
+
+
+def test_a_block_subscripted_past_its_rank_is_refused():
+    @kiln.jit
+    def past(x_ptr):
+        x = tl.load(x_ptr + tl.arange(0, 4))
+        tl.store(x_ptr + tl.arange(0, 4), x[:, :, None])
+
+    with pytest.raises(kiln.CompilationError, match="too many indices"):
+        past[(1,)](np.zeros(4, np.float32))
 
 
 @kiln.jit

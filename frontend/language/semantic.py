@@ -909,7 +909,8 @@ def subscript(x: tensor, slices):
     for s in slices:
         s = python_index(s)
         if s is None:
-            out = expand_dims(out, dim)
+            # at most the rank so far, as Triton's list insert: a scalar's `s[:, None]` is a [1] block
+            out = expand_dims(out, min(dim, len(out.type.shape)))
             dim += 1
         elif isinstance(s, slice) and s == slice(None, None, None):
             dim += 1
