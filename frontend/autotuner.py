@@ -147,6 +147,11 @@ class Autotuner(KernelInterface):
         from .testing import do_bench
         return lambda fn, quantiles: do_bench(fn, warmup=self.warmup_ms, rep=self.rep_ms, quantiles=quantiles)
 
+    @do_bench.setter
+    def do_bench(self, timer):
+        # Triton's is a cached_property, which an assignment replaces (unsloth's large-head attention does so)
+        self._do_bench = timer
+
     @property
     def configs_top_k(self):
         """Triton's name of `prune_configs_by["top_k"]` (torch.compile reads it)."""

@@ -65,3 +65,20 @@ def test_the_default_hooks_restore_what_a_timed_run_changed():
     tuner.post_hook({"acc_ptr": acc}, exception=None)
     np.testing.assert_array_equal(acc, np.full(8, 3, np.float32))
     assert callable(tuner.do_bench)
+
+
+def test_an_assigned_do_bench_times_the_configs():
+    timed = []
+
+    def bench(launch, quantiles):
+        launch()
+        timed.append(quantiles)
+        return [2.0 - len(timed), 0.0, 0.0]  # the second config timed is the fastest
+
+    tuner = kiln.autotune([kiln.Config({"BLOCK": 32}), kiln.Config({"BLOCK": 64})], key=["n"],
+                          reset_to_zero=["acc_ptr"])(_add_into)
+    tuner.do_bench = bench
+    x, acc = np.arange(100, dtype=np.float32), np.zeros(100, np.float32)
+    tuner[lambda meta: (kiln.cdiv(100, meta["BLOCK"]),)](x, acc, 100)
+    assert timed == [(0.5, 0.2, 0.8)] * 2 and list(tuner.cache.values())[0].kwargs == {"BLOCK": 64}
+    np.testing.assert_array_equal(acc, x)
