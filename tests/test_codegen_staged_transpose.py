@@ -183,12 +183,27 @@ def test_a_staged_operand_read_twice_at_every_step_is_traced_once():
     assert tuple(store.operands[1].type.order) == (1, 0) and "wgmma.mma_async" in built.asm["ptx"]
 
 
+def _fp8_zeros(rows, cols):
+    return kiln.reinterpret(np.zeros((rows, cols), np.uint8), tl.float8e4nv)
+
+
+@pytest.mark.parametrize("c_dtype,imprecise,a_operand", [(np.float16, None, r"\{"), (np.float32, 32, "%rd")])
+def test_fp16_accumulators_run_the_transposed_product_and_partial_sums_stay_staged(c_dtype, imprecise, a_operand):
+    ptx = _matmul.warmup(_fp8_zeros(128, 512), _fp8_zeros(512, 128), np.zeros((128, 128), c_dtype), 512,
+                         BM=128, BN=128, BK=128, IMPRECISE=imprecise, grid=(1,), target="sm_90a",
+                         num_warps=4, num_stages=3).asm["ptx"]
+    accumulators = "f16" if c_dtype == np.float16 else "f32"
+    # the transposed product's A is B^T in registers; the staged one's a descriptor of the restaged tile
+    assert re.search(rf"wgmma\.mma_async\.sync\.aligned\.m64n128k32\.{accumulators}\.e4m3\.e4m3 \{{[^}}]*\}}, {a_operand}",
+                     ptx)
+
+
 @pytest.mark.gpu
 @needs_cuda
 @pytest.mark.parametrize("c_dtype,imprecise", [("float16", None), ("float32", 32), ("float32", 128)])
 def test_n_major_fp8_with_fp16_accumulators_and_partial_sums_on_the_gpu(c_dtype, imprecise):
-    # (staged: the transposed product takes fp32 accumulators without partial sums only, until a GPU has run
-    # these through it.) -1, 0, 1: every partial sum (at most 512) exact in fp16 too
+    # (fp16 accumulators run the transposed product, partial sums the restage) -1, 0, 1: every partial sum
+    # (at most 512) exact in fp16 too
     import torch
     gen = torch.Generator().manual_seed(8)
     a, b = torch.randint(-1, 2, (128, 512), generator=gen), torch.randint(-1, 2, (512, 128), generator=gen)

@@ -53,3 +53,34 @@ def test_shapes_the_transposed_layout_takes():
     assert transposed_wgmma_layout((12, 128), 4) is None  # M not a multiple of 8
     assert transposed_wgmma_layout((384, 128), 4) is not None and transposed_instr_n(384) == 192
     assert transposed_instr_n(40, int8=True) == 8  # int8 widths: 8, 16, 24, 32, then multiples of 16
+
+
+def _row_xor_32(k, n, row_bytes):
+    """Byte offset of 32-bit element (k, n) in a tile of whole rows XORed in 32-byte units (kiln.ir.types.ROW_XOR_32)."""
+    return (k * row_bytes + 4 * n) ^ ((k & 3) << 5)
+
+
+@pytest.mark.parametrize("bn", [32, 64, 128, 256])
+def test_a_tf32_fragments_8_byte_loads_meet_no_bank_conflict_in_rows_xored_by_32_bytes(bn):
+    # a half warp's 8-byte loads (lanes (g, t), g < 4 or g >= 4): row k + t, columns n0 + 2g and n0 + 2g + 1
+    for n0 in range(0, bn, 16):
+        for half in (range(16), range(16, 32)):
+            banks = set()
+            for lane in half:
+                g, t = divmod(lane, 4)
+                start = _row_xor_32(t, n0 + 2 * g, 4 * bn) % 128 // 4
+                banks |= {start, start + 1}
+            assert len(banks) == 32
+
+
+def test_the_tf32_ring_the_fragments_are_read_from_is_rows_xored_by_32_bytes():
+    from kiln.codegen.pipeline import PassContext, run_passes
+    from kiln.codegen.target import parse_target
+    from kiln.ir import parse_function
+    from test_codegen_pointer_tma import _tf32_build
+    kernel = _tf32_build(bm=128, bn=128, warps=4, maxnreg=255)
+    fn = parse_function(kernel.asm["kir"])
+    run_passes(fn, PassContext(parse_target("sm_90a"), 4, 3))
+    [dot] = [op for op in fn.walk() if op.name == "warp_group_dot"]
+    assert dot.attrs.get("transposed") == 1
+    assert "rowxor32" in str(dot.operands[1].type) and "swizzle128" in str(dot.operands[0].type)
