@@ -280,6 +280,64 @@ def test_a_pointer_is_true_where_it_is_not_null():
     assert in_child(check_pointer_truth)
 
 
+def check_read_back_store(kind, num_warps):
+    """flash-attn's Triton attention stores a row statistic and loads it straight back through the same
+    pointers (`tl.store(t_ptrs, acc_o_scale); acc_o_scale = tl.load(t_ptrs)`, no barrier between):
+    alone ("row"), and in its loop, the value loaded back broadcast against the accumulator ("attention")."""
+    import kiln
+    import kiln.language as tl
+
+    @kiln.jit
+    def row_max(q_ptr, k_ptr, v_ptr, tmp_ptr, out_ptr, BM: tl.constexpr, BN: tl.constexpr, D: tl.constexpr):
+        m, n, d = tl.arange(0, BM), tl.arange(0, BN), tl.arange(0, D)
+        q = tl.load(q_ptr + m[:, None] * D + d[None, :])
+        k = tl.load(k_ptr + n[:, None] * D + d[None, :])
+        row = tl.max(tl.dot(q, tl.trans(k)), 1)  # in the dot's rows, each on several lanes
+        t_ptrs = tmp_ptr + m
+        tl.store(t_ptrs, row)
+        row = tl.load(t_ptrs)
+        tl.store(out_ptr + m, row)
+
+    @kiln.jit
+    def attention(q_ptr, k_ptr, v_ptr, tmp_ptr, out_ptr, BM: tl.constexpr, BN: tl.constexpr, D: tl.constexpr):
+        m, n, d = tl.arange(0, BM), tl.arange(0, BN), tl.arange(0, D)
+        q = tl.load(q_ptr + m[:, None] * D + d[None, :])
+        t_ptrs = tmp_ptr + m
+        m_i = tl.zeros([BM], dtype=tl.float32) - float("inf")
+        acc = tl.zeros([BM, D], dtype=tl.float32)
+        for start in range(0, 2 * BN, BN):
+            qk = tl.dot(q, tl.trans(tl.load(k_ptr + (start + n)[:, None] * D + d[None, :])))
+            m_ij = tl.maximum(tl.max(qk, 1), m_i)
+            scale = tl.exp(m_i - m_ij)
+            tl.store(t_ptrs, scale)
+            scale = tl.load(t_ptrs)
+            acc = acc * scale[:, None]
+            p = tl.exp(qk - m_ij[:, None]).to(tl.float16)
+            acc += tl.dot(p, tl.load(v_ptr + (start + n)[:, None] * D + d[None, :]))
+            m_i = m_ij
+        tl.store(out_ptr + m[:, None] * D + d[None, :], acc)
+
+    rng = np.random.default_rng(3)
+    q, k, v = (rng.standard_normal(shape).astype(np.float16) for shape in ((64, 16), (64, 16), (64, 16)))
+    scores = q.astype(np.float32) @ k.astype(np.float32).T
+    kernel, want = (row_max, scores.max(1)) if kind == "row" else \
+        (attention, np.exp(scores - scores.max(1, keepdims=True)) @ v.astype(np.float32))
+    out, tmp = np.zeros_like(want), np.zeros(64, np.float32)
+    from kiln.codegen.emulate import run_on_cpu
+    built = kernel.warmup(q, k, v, tmp, out, BM=64, BN=32 if kind == "attention" else 64, D=16, grid=(1,),
+                          target="sm_90a", num_warps=num_warps, num_stages=1)
+    run_on_cpu(built.ir, (1,), [q, k, v, tmp, out], num_warps=num_warps, target="sm_90a")
+    return float(np.abs(out - want).max() / np.abs(want).max())
+
+
+@pytest.mark.parametrize("kind,num_warps", [("row", 4), ("row", 8), ("attention", 4)])
+def test_a_store_read_back_through_its_pointers_is_loaded_by_the_threads_that_stored_it(kind, num_warps):
+    """The store wrote in the value's layout (the dot's rows, replicated over lanes and warps) and the load
+    read in the pointers' or was issued again in the dot's, so threads read elements others had not yet
+    stored: such a pair now both go in the pointers' coalesced layout, as Triton's do."""
+    assert in_child(check_read_back_store, kind, num_warps, timeout=300) < 1e-3
+
+
 def check_host_bf16_narrowing():
     """The emulator's own fp32 -> bf16 routine, JIT-compiled alone and called through a wrapper that
     returns the bits (a bf16 return is in XMM0, which ctypes cannot read as 16 bits)."""

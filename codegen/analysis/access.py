@@ -7,7 +7,7 @@ Each function takes `ctx`, the compile's options with the function's `axis` (kil
 from __future__ import annotations
 
 from kiln.ir.layout import Blocked, Slice, blocked_for, default_order
-from kiln.ir.types import scalar_of
+from kiln.ir.types import block_type, scalar_of
 
 
 def memory_width(ctx, op) -> tuple[tuple[int, ...], int]:
@@ -117,3 +117,15 @@ def _element_copy_layout(shape, inner, num_warps):
         warps //= wpc[d]
     wpc[outer] *= warps
     return Blocked(tuple(spt), tuple(tpw), tuple(wpc), (outer, inner))
+
+
+def read_back_through_memory(op) -> bool:
+    """Is memory op `op` half of a store and a later load in one block through the same pointers (flash-attn's
+    `tl.store(t_ptrs, x); x = tl.load(t_ptrs)`, no barrier between)? Such a pair is laid out alike, in the
+    pointers' coalesced layout, as Triton's are, so each element is loaded by the thread that stored it."""
+    if op.name not in ("load", "store") or not isinstance(op.operands[0].type, block_type):
+        return False
+    block = op.parent
+    at = block.ops.index(op)
+    other, ops = ("load", block.ops[at + 1:]) if op.name == "store" else ("store", block.ops[:at])
+    return any(o.name == other and o.operands[0] is op.operands[0] for o in ops)

@@ -32,7 +32,7 @@ from kiln.ir.layout import Slice, same_distribution
 from kiln.ir.layout_check import reads_in
 from kiln.ir.types import block_type, scalar_of
 
-from ..analysis.access import copy_layout, store_layout
+from ..analysis.access import copy_layout, read_back_through_memory, store_layout
 
 
 def _memory_bits(t) -> int:
@@ -45,7 +45,10 @@ def _memory_bits(t) -> int:
 def wanted(ctx, op, layout_of) -> list:
     """Per operand of `op`, the layout it is read in (None: its own)."""
     if op.name == "store" and isinstance(op.operands[1].type, block_type):
-        chosen = store_layout(ctx, op, layout_of(op.operands[1]), _memory_bits(op.operands[1].type))
+        if read_back_through_memory(op):  # stored and loaded again by the same threads
+            chosen = layout_of(op.operands[0])
+        else:
+            chosen = store_layout(ctx, op, layout_of(op.operands[1]), _memory_bits(op.operands[1].type))
         return [chosen] * len(op.operands)
     if op.name == "async_copy":
         chosen = copy_layout(ctx, op, layout_of(op.operands[0]))
@@ -108,12 +111,12 @@ RELOADED_MAX = 1024  # elements: a vector this long is read again from the L1 (a
 
 def _reload(v, want, ctx, layouts: dict, made: dict, index: set):
     """`v` loaded again in layout `want`, just after its load, or None: a vector `load` of at most
-    RELOADED_MAX elements (neither volatile nor ordered by a `sem`) whose pointers, mask and `other`
-    are index math or scalars (recomputed in `want` for nothing)."""
+    RELOADED_MAX elements (neither volatile nor ordered by a `sem`, nor reading back a store) whose
+    pointers, mask and `other` are index math or scalars (recomputed in `want` for nothing)."""
     load = v.defining_op
     if load is None or load.name != "load" or len(v.type.shape) != 1 or v.type.numel > RELOADED_MAX \
-            or load.attrs.get("volatile") or load.attrs.get("sem"):
-        return None
+            or load.attrs.get("volatile") or load.attrs.get("sem") or read_back_through_memory(load):
+        return None  # (a load of what this program stored is loaded by the threads that stored it)
     if any(isinstance(u.type, block_type) and u not in index for u in load.operands):
         return None
     key = (v, want, "reloaded")

@@ -20,7 +20,7 @@ from kiln.ir.layout import (Blocked, Linear, Slice, Wgmma, blocked_for, default_
                              thread_bases, transposed_wgmma_layout, wgmma_layout)
 from kiln.ir.layout_moves import RENAMING_OPS, derived_layout, registers_held
 
-from ..analysis.access import memory_width, tile_order
+from ..analysis.access import memory_width, read_back_through_memory, tile_order
 from ..analysis.dots import mma_eligible
 from ..analysis import Analysis
 from .convert_layouts import convert, wanted
@@ -301,7 +301,8 @@ class _Assigner:
                 target = got[1] if got is not None and got[0] >= LOCAL_LOAD else None
             if target is not None:
                 for load in _loads_under(dims.operands[0]):
-                    self.wanted.setdefault(load.results[0], Slice(dims.attrs["axis"], target))
+                    if not read_back_through_memory(load):  # (loaded by the threads that stored it)
+                        self.wanted.setdefault(load.results[0], Slice(dims.attrs["axis"], target))
 
     def read_back_beside(self, v, users):
         """The layout of a tile read back (`local_load`) that an elementwise user of `v`
