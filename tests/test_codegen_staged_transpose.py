@@ -194,8 +194,8 @@ def test_fp16_accumulators_run_the_transposed_product_and_partial_sums_stay_stag
                          num_warps=4, num_stages=3).asm["ptx"]
     accumulators = "f16" if c_dtype == np.float16 else "f32"
     # the transposed product's A is B^T in registers; the staged one's a descriptor of the restaged tile
-    assert re.search(rf"wgmma\.mma_async\.sync\.aligned\.m64n128k32\.{accumulators}\.e4m3\.e4m3 \{{[^}}]*\}}, {a_operand}",
-                     ptx)
+    instruction = rf"wgmma\.mma_async\.sync\.aligned\.m64n128k32\.{accumulators}\.e4m3\.e4m3"
+    assert re.search(rf"{instruction} \{{[^}}]*\}}, {a_operand}", ptx)
 
 
 @pytest.mark.gpu

@@ -56,7 +56,7 @@ def test_shapes_the_transposed_layout_takes():
 
 
 def _row_xor_32(k, n, row_bytes):
-    """Byte offset of 32-bit element (k, n) in a tile of whole rows XORed in 32-byte units (kiln.ir.types.ROW_XOR_32)."""
+    """Byte offset of 32-bit element (k, n) in a tile of whole rows XORed in 32-byte units (ir.types.ROW_XOR_32)."""
     return (k * row_bytes + 4 * n) ^ ((k & 3) << 5)
 
 
