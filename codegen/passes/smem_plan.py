@@ -6,7 +6,7 @@ TMA boxes the maps are encoded with, and the stages and ring size the shared mem
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from kiln.ir.core import Operation, is_zero_constant
 from kiln.ir.ops import mixed_fp8
@@ -709,8 +709,7 @@ def _fragment_ring(copy):
     t = copy.tile
     if t.element_ty.itemsize != 4 or t.shape[t.order[0]] * 4 < 128 or is_tma(copy.load):
         return copy
-    return Copy(copy.load, shared_type(t.element_ty, t.shape, ROW_XOR_32, t.order), copy.cone, copy.args,
-                copy.advance, copy.prefix)
+    return replace(copy, tile=shared_type(t.element_ty, t.shape, ROW_XOR_32, t.order))
 
 
 def _sized(rings, dots, body, loop, stages, fn, ctx, kind, in_registers, transposed=()):
