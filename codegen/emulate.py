@@ -240,7 +240,10 @@ def _safe(fn):
 
 # Routines the host backend calls where the host CPU has no instruction for a conversion: fp32 ->
 # bf16 is a libcall (compiler-rt's __truncsfbf2) on x86 without AVX512-BF16 (an AMD EPYC: the JIT
-# resolved it to address 0 and the kernel crashed). Defined in the module, round to nearest even.
+# resolved it to address 0 and the kernel crashed), and so is fp64 -> fp16 (__truncdfhf2), which x86
+# makes of llvm.fma.f16 (an fp64 fma, exact for fp16 operands, then narrowed). Defined in the module,
+# round to nearest even; fp64 -> fp16 through fp32 rounded to odd (inexact marked in the last bit),
+# so that it rounds once.
 _HOST_ROUTINES = """
 define bfloat @__truncsfbf2(float %x) {
   %bits = bitcast float %x to i32
@@ -256,6 +259,25 @@ define bfloat @__truncsfbf2(float %x) {
   %half = trunc i32 %chosen to i16
   %out = bitcast i16 %half to bfloat
   ret bfloat %out
+}
+
+define half @__truncdfhf2(double %x) {
+  %nearest = fptrunc double %x to float
+  %back = fpext float %nearest to double
+  %exact = fcmp oeq double %back, %x
+  %x_bits = bitcast double %x to i64
+  %back_bits = bitcast double %back to i64
+  %x_magnitude = and i64 %x_bits, 9223372036854775807
+  %back_magnitude = and i64 %back_bits, 9223372036854775807
+  %away = icmp ugt i64 %back_magnitude, %x_magnitude
+  %bits = bitcast float %nearest to i32
+  %below = sub i32 %bits, 1
+  %toward_zero = select i1 %away, i32 %below, i32 %bits
+  %odd = or i32 %toward_zero, 1
+  %chosen = select i1 %exact, i32 %bits, i32 %odd
+  %narrow = bitcast i32 %chosen to float
+  %out = fptrunc float %narrow to half
+  ret half %out
 }
 """
 

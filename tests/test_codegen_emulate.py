@@ -11,6 +11,9 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+import kiln
+import kiln.language as tl
+
 from kiln.interpret.convert import narrow_float
 
 CORPUS = pathlib.Path(__file__).parent / "codegen_corpus"
@@ -374,6 +377,76 @@ def test_the_host_bf16_narrowing_rounds_to_nearest_even():
     """fp32 -> bf16 is a call to compiler-rt's __truncsfbf2 on x86 without AVX512-BF16 (AMD EPYC),
     which the JIT resolved to address 0 (test_casts crashed); the emulator defines it."""
     assert in_child(check_host_bf16_narrowing) == (0, True)
+
+
+def check_host_f16_narrowing_of_doubles():
+    """The emulator's own fp64 -> fp16 routine, JIT-compiled alone and called through a wrapper that
+    returns the bits, against NumPy's (which rounds once)."""
+    import ctypes
+
+    import llvmlite.binding as llvm
+
+    from kiln.codegen.emulate import _HOST_ROUTINES
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+    text = _HOST_ROUTINES + """
+define i16 @bits(double %x) {
+  %h = call half @__truncdfhf2(double %x)
+  %i = bitcast half %h to i16
+  ret i16 %i
+}
+"""
+    mod = llvm.parse_assembly(text)
+    mod.verify()
+    host = llvm.Target.from_default_triple().create_target_machine(  # as the emulator's: fp32 -> fp16 by F16C
+        cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten())
+    engine = llvm.create_mcjit_compiler(mod, host)
+    engine.finalize_object()
+    bits = ctypes.CFUNCTYPE(ctypes.c_uint16, ctypes.c_double)(engine.get_function_address("bits"))
+    rng = np.random.default_rng(4)
+    halves = np.arange(0, 1 << 16, dtype=np.uint16).view(np.float16).astype(np.float64)
+    halves = halves[np.isfinite(halves) & (np.abs(halves) < 65504)]
+    steps = np.spacing(halves.astype(np.float16)).astype(np.float64)
+    # every halfway point, and points just either side of it past fp32's precision (rounding through
+    # fp32 to nearest would make them ties); fp16's subnormals, overflow, fp32's own underflow
+    ties = np.concatenate([halves + steps / 2, halves + steps / 2 * (1 + 2.0**-40), halves + steps / 2 * (1 - 2.0**-40)])
+    specials = np.array([0.0, -0.0, np.inf, -np.inf, 65504.0, 65520.0, -65520.0 * (1 - 2.0**-40), 1e300, 1e-300,
+                         -1e-46, 2.0**-25, 2.0**-25 * (1 + 2.0**-40), 3e-8])
+    x = np.concatenate([specials, ties[np.isfinite(ties)], rng.standard_normal(4096) * 1e3])
+    got = np.array([bits(float(v)) for v in x], np.uint16)
+    with np.errstate(over="ignore"):
+        mismatches = int((got != x.astype(np.float16).view(np.uint16)).sum())
+    nan = bits(float("nan"))
+    return mismatches, (nan & 0x7C00) == 0x7C00 and (nan & 0x3FF) != 0
+
+
+def test_the_host_f16_narrowing_of_doubles_rounds_once():
+    """fp64 -> fp16 is a call to compiler-rt's __truncdfhf2 on x86, which the JIT resolved to address 0:
+    llvm.fma.f16 is an fp64 fma narrowed so (gemlite's fp16 zero points, `tl.fma`, crashed the emulator)."""
+    assert in_child(check_host_f16_narrowing_of_doubles) == (0, True)
+
+
+@kiln.jit
+def _fp16_fma(x_ptr, y_ptr, z_ptr, out_ptr, N: tl.constexpr):
+    offsets = tl.arange(0, N)
+    x, y, z = tl.load(x_ptr + offsets), tl.load(y_ptr + offsets), tl.load(z_ptr + offsets)
+    tl.store(out_ptr + offsets, tl.fma(x, y, z))
+
+
+def check_fp16_fma():
+    from kiln.codegen.emulate import run_on_cpu
+    from kiln.ir import parse_function
+    rng = np.random.default_rng(5)
+    x, y, z = (rng.standard_normal(256).astype(np.float16) for _ in range(3))
+    out = np.zeros(256, np.float16)
+    kernel = _fp16_fma.warmup(x, y, z, out, N=256, grid=(1,), target="sm_90a")
+    run_on_cpu(parse_function(kernel.asm["kir"]), (1,), [x, y, z, out], num_warps=4)
+    want = (x.astype(np.float64) * y + z).astype(np.float16)  # exact in fp64, rounded once
+    return int((out.view(np.uint16) != want.view(np.uint16)).sum())
+
+
+def test_an_fp16_fma_runs_on_the_emulator_rounded_once():
+    assert in_child(check_fp16_fma, timeout=300) == 0
 
 
 NARROW_F64 = """kernel @narrow_f64(%0: ptr<fp64> {divisibility = 16, name = "x"}, %1: ptr<fp16> {divisibility = 16, name = "h"}, %2: ptr<fp16> {divisibility = 16, name = "hz"}, %3: ptr<bf16> {divisibility = 16, name = "b"}, %4: ptr<bf16> {divisibility = 16, name = "bz"}) {
