@@ -266,3 +266,16 @@ def test_the_lowering_scales_groups_of_16_by_e4m3(a_fmt):
     from test_codegen_emulate import in_child
     got, want = in_child(_emulated_e4m3_scaled, a_fmt, timeout=300)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+
+
+@kiln.jit
+def _fp8_packed_along_m():
+    a = tl.full((32, 64), 0, tl.uint8)
+    b = tl.full((64, 32), 0, tl.uint8)
+    tl.dot_scaled(a, None, "e4m3", b, None, "e4m3", lhs_k_pack=False)
+
+
+def test_only_fp4_is_packed_along_m_or_n():
+    with pytest.raises(kiln.CompilationError) as info:
+        _fp8_packed_along_m[(1,)]()
+    assert "only an e2m1 operand may be packed along M or N" in str(info.value.__cause__)

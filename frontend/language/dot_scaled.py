@@ -117,11 +117,11 @@ def dot_scaled(lhs, lhs_scale, lhs_format, rhs, rhs_scale, rhs_format, acc=None,
     lhs_k_pack, rhs_k_pack = bool(unwrap(lhs_k_pack)), bool(unwrap(rhs_k_pack))
     for fmt, k_pack in ((lhs_format, lhs_k_pack), (rhs_format, rhs_k_pack)):
         if not k_pack and fmt != "e2m1":
-            raise ValueError("only mxfp4 inputs can be packed along a dimension different than K")
+            raise ValueError(f"dot_scaled: only an e2m1 operand may be packed along M or N, not a {fmt} one")
     rank = len(semantic.to_tensor(lhs).type.shape)
     if rank not in (2, 3) or len(semantic.to_tensor(rhs).type.shape) != rank:
-        raise ValueError(f"dot_scaled: both inputs must be either 2D or 3D; (lhs: {semantic.to_tensor(lhs).shape} "
-                         f"vs rhs: {semantic.to_tensor(rhs).shape})")
+        raise ValueError(f"dot_scaled: operands must be both 2-D or both 3-D, not {semantic.to_tensor(lhs).shape} "
+                         f"and {semantic.to_tensor(rhs).shape}")
     fast_math = bool(unwrap(fast_math))
     compute = float16 if "fp16" in (lhs_format, rhs_format) else bfloat16
     a = _decode(lhs, lhs_format, rank - (1 if lhs_k_pack else 2), _decoded_type(lhs_format, compute))  # [.., M, K]
