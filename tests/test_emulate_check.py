@@ -97,6 +97,9 @@ def test_differences_are_measured_where_the_programs_wrote():
     written = torch.tensor([True, True, False, False])
     assert check._difference(torch.tensor([1.0, 2.0, 0.0, 0.0]), want, written) == 0.0
     assert check._difference(torch.tensor([5, 6]), torch.tensor([5, 7])) == 1.0
+    # the largest magnitude is the whole output's: noise where the programs wrote is measured against it
+    assert check._difference(torch.tensor([1e-7, 2.0, 4.0, 8.0]), torch.tensor([2e-7, 2.0, 4.0, 8.0]),
+                             torch.tensor([True, False, False, False])) == pytest.approx(1e-7 / 8)
 
 
 def test_a_sample_keeps_the_first_and_last_programs():
