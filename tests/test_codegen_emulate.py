@@ -341,9 +341,11 @@ def test_a_store_read_back_through_its_pointers_is_loaded_by_the_threads_that_st
     assert in_child(check_read_back_store, kind, num_warps, timeout=300) < 1e-3
 
 
-def check_host_bf16_narrowing():
-    """The emulator's own fp32 -> bf16 routine, JIT-compiled alone and called through a wrapper that
-    returns the bits (a bf16 return is in XMM0, which ctypes cannot read as 16 bits)."""
+def _host_routine_bits(routine, arg, result):
+    """One of the emulator's own routines (`arg` -> `result`, LLVM type names), JIT-compiled alone for
+    this host as the emulator's code is, and called through a wrapper that returns the result's bits (a
+    16-bit float return is in XMM0, which ctypes cannot read as 16 bits): (the function, its engine,
+    which must stay alive while it is called)."""
     import ctypes
 
     import llvmlite.binding as llvm
@@ -351,18 +353,26 @@ def check_host_bf16_narrowing():
     from kiln.codegen.emulate import _HOST_ROUTINES
     llvm.initialize_native_target()
     llvm.initialize_native_asmprinter()
-    text = _HOST_ROUTINES + """
-define i16 @bits(float %x) {
-  %b = call bfloat @__truncsfbf2(float %x)
-  %i = bitcast bfloat %b to i16
+    text = _HOST_ROUTINES + f"""
+define i16 @bits({arg} %x) {{
+  %r = call {result} @{routine}({arg} %x)
+  %i = bitcast {result} %r to i16
   ret i16 %i
-}
+}}
 """
     mod = llvm.parse_assembly(text)
     mod.verify()
-    engine = llvm.create_mcjit_compiler(mod, llvm.Target.from_default_triple().create_target_machine())
+    host = llvm.Target.from_default_triple().create_target_machine(  # as the emulator's: fp32 -> fp16 by F16C
+        cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten())
+    engine = llvm.create_mcjit_compiler(mod, host)
     engine.finalize_object()
-    bits = ctypes.CFUNCTYPE(ctypes.c_uint16, ctypes.c_float)(engine.get_function_address("bits"))
+    c_arg = {"float": ctypes.c_float, "double": ctypes.c_double}[arg]
+    return ctypes.CFUNCTYPE(ctypes.c_uint16, c_arg)(engine.get_function_address("bits")), engine
+
+
+def check_host_bf16_narrowing():
+    """The emulator's own fp32 -> bf16 routine against ml_dtypes' rounding."""
+    bits, _engine = _host_routine_bits("__truncsfbf2", "float", "bfloat")
     rng = np.random.default_rng(3)
     specials = np.array([0.0, -0.0, np.inf, -np.inf, 1e-45, -3e-39, 3.4e38, 65504.0], np.float32)
     ties = (np.arange(0, 1 << 16, dtype=np.uint32) << 16 | 0x8000).view(np.float32)  # every halfway point
@@ -380,29 +390,8 @@ def test_the_host_bf16_narrowing_rounds_to_nearest_even():
 
 
 def check_host_f16_narrowing_of_doubles():
-    """The emulator's own fp64 -> fp16 routine, JIT-compiled alone and called through a wrapper that
-    returns the bits, against NumPy's (which rounds once)."""
-    import ctypes
-
-    import llvmlite.binding as llvm
-
-    from kiln.codegen.emulate import _HOST_ROUTINES
-    llvm.initialize_native_target()
-    llvm.initialize_native_asmprinter()
-    text = _HOST_ROUTINES + """
-define i16 @bits(double %x) {
-  %h = call half @__truncdfhf2(double %x)
-  %i = bitcast half %h to i16
-  ret i16 %i
-}
-"""
-    mod = llvm.parse_assembly(text)
-    mod.verify()
-    host = llvm.Target.from_default_triple().create_target_machine(  # as the emulator's: fp32 -> fp16 by F16C
-        cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten())
-    engine = llvm.create_mcjit_compiler(mod, host)
-    engine.finalize_object()
-    bits = ctypes.CFUNCTYPE(ctypes.c_uint16, ctypes.c_double)(engine.get_function_address("bits"))
+    """The emulator's own fp64 -> fp16 routine against NumPy's (which rounds once)."""
+    bits, _engine = _host_routine_bits("__truncdfhf2", "double", "half")
     rng = np.random.default_rng(4)
     halves = np.arange(0, 1 << 16, dtype=np.uint16).view(np.float16).astype(np.float64)
     halves = halves[np.isfinite(halves) & (np.abs(halves) < 65504)]
