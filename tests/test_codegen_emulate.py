@@ -14,6 +14,7 @@ import pytest
 import kiln
 import kiln.language as tl
 
+from bench_support import needs_cuda
 from kiln.interpret.convert import narrow_float
 
 CORPUS = pathlib.Path(__file__).parent / "codegen_corpus"
@@ -283,52 +284,58 @@ def test_a_pointer_is_true_where_it_is_not_null():
     assert in_child(check_pointer_truth)
 
 
-def check_read_back_store(kind, num_warps):
-    """flash-attn's Triton attention stores a row statistic and loads it straight back through the same
-    pointers (`tl.store(t_ptrs, acc_o_scale); acc_o_scale = tl.load(t_ptrs)`, no barrier between):
-    alone ("row"), and in its loop, the value loaded back broadcast against the accumulator ("attention")."""
-    import kiln
-    import kiln.language as tl
+@kiln.jit
+def _row_max_read_back(q_ptr, k_ptr, v_ptr, tmp_ptr, out_ptr, BM: tl.constexpr, BN: tl.constexpr, D: tl.constexpr):
+    m, n, d = tl.arange(0, BM), tl.arange(0, BN), tl.arange(0, D)
+    q = tl.load(q_ptr + m[:, None] * D + d[None, :])
+    k = tl.load(k_ptr + n[:, None] * D + d[None, :])
+    row = tl.max(tl.dot(q, tl.trans(k)), 1)  # in the dot's rows, each on several lanes
+    t_ptrs = tmp_ptr + m
+    tl.store(t_ptrs, row)
+    row = tl.load(t_ptrs)
+    tl.store(out_ptr + m, row)
 
-    @kiln.jit
-    def row_max(q_ptr, k_ptr, v_ptr, tmp_ptr, out_ptr, BM: tl.constexpr, BN: tl.constexpr, D: tl.constexpr):
-        m, n, d = tl.arange(0, BM), tl.arange(0, BN), tl.arange(0, D)
-        q = tl.load(q_ptr + m[:, None] * D + d[None, :])
-        k = tl.load(k_ptr + n[:, None] * D + d[None, :])
-        row = tl.max(tl.dot(q, tl.trans(k)), 1)  # in the dot's rows, each on several lanes
-        t_ptrs = tmp_ptr + m
-        tl.store(t_ptrs, row)
-        row = tl.load(t_ptrs)
-        tl.store(out_ptr + m, row)
 
-    @kiln.jit
-    def attention(q_ptr, k_ptr, v_ptr, tmp_ptr, out_ptr, BM: tl.constexpr, BN: tl.constexpr, D: tl.constexpr):
-        m, n, d = tl.arange(0, BM), tl.arange(0, BN), tl.arange(0, D)
-        q = tl.load(q_ptr + m[:, None] * D + d[None, :])
-        t_ptrs = tmp_ptr + m
-        m_i = tl.zeros([BM], dtype=tl.float32) - float("inf")
-        acc = tl.zeros([BM, D], dtype=tl.float32)
-        for start in range(0, 2 * BN, BN):
-            qk = tl.dot(q, tl.trans(tl.load(k_ptr + (start + n)[:, None] * D + d[None, :])))
-            m_ij = tl.maximum(tl.max(qk, 1), m_i)
-            scale = tl.exp(m_i - m_ij)
-            tl.store(t_ptrs, scale)
-            scale = tl.load(t_ptrs)
-            acc = acc * scale[:, None]
-            p = tl.exp(qk - m_ij[:, None]).to(tl.float16)
-            acc += tl.dot(p, tl.load(v_ptr + (start + n)[:, None] * D + d[None, :]))
-            m_i = m_ij
-        tl.store(out_ptr + m[:, None] * D + d[None, :], acc)
+@kiln.jit
+def _attention_read_back(q_ptr, k_ptr, v_ptr, tmp_ptr, out_ptr, BM: tl.constexpr, BN: tl.constexpr,
+                         D: tl.constexpr):
+    m, n, d = tl.arange(0, BM), tl.arange(0, BN), tl.arange(0, D)
+    q = tl.load(q_ptr + m[:, None] * D + d[None, :])
+    t_ptrs = tmp_ptr + m
+    m_i = tl.zeros([BM], dtype=tl.float32) - float("inf")
+    acc = tl.zeros([BM, D], dtype=tl.float32)
+    for start in range(0, 2 * BN, BN):
+        qk = tl.dot(q, tl.trans(tl.load(k_ptr + (start + n)[:, None] * D + d[None, :])))
+        m_ij = tl.maximum(tl.max(qk, 1), m_i)
+        scale = tl.exp(m_i - m_ij)
+        tl.store(t_ptrs, scale)
+        scale = tl.load(t_ptrs)
+        acc = acc * scale[:, None]
+        p = tl.exp(qk - m_ij[:, None]).to(tl.float16)
+        acc += tl.dot(p, tl.load(v_ptr + (start + n)[:, None] * D + d[None, :]))
+        m_i = m_ij
+    tl.store(out_ptr + m[:, None] * D + d[None, :], acc)
 
+
+def _read_back_case(kind):
+    """(kernel, its BN, q, k, v, the exact result) of flash-attn's Triton attention storing a row statistic
+    and loading it straight back through the same pointers (`tl.store(t_ptrs, acc_o_scale); acc_o_scale =
+    tl.load(t_ptrs)`, no barrier between): alone ("row"), and in its loop, the value loaded back broadcast
+    against the accumulator ("attention")."""
     rng = np.random.default_rng(3)
     q, k, v = (rng.standard_normal(shape).astype(np.float16) for shape in ((64, 16), (64, 16), (64, 16)))
     scores = q.astype(np.float32) @ k.astype(np.float32).T
-    kernel, want = (row_max, scores.max(1)) if kind == "row" else \
-        (attention, np.exp(scores - scores.max(1, keepdims=True)) @ v.astype(np.float32))
+    if kind == "row":
+        return _row_max_read_back, 64, q, k, v, scores.max(1)
+    return _attention_read_back, 32, q, k, v, np.exp(scores - scores.max(1, keepdims=True)) @ v.astype(np.float32)
+
+
+def check_read_back_store(kind, num_warps):
+    kernel, bn, q, k, v, want = _read_back_case(kind)
     out, tmp = np.zeros_like(want), np.zeros(64, np.float32)
     from kiln.codegen.emulate import run_on_cpu
-    built = kernel.warmup(q, k, v, tmp, out, BM=64, BN=32 if kind == "attention" else 64, D=16, grid=(1,),
-                          target="sm_90a", num_warps=num_warps, num_stages=1)
+    built = kernel.warmup(q, k, v, tmp, out, BM=64, BN=bn, D=16, grid=(1,), target="sm_90a", num_warps=num_warps,
+                          num_stages=1)
     run_on_cpu(built.ir, (1,), [q, k, v, tmp, out], num_warps=num_warps, target="sm_90a")
     return float(np.abs(out - want).max() / np.abs(want).max())
 
@@ -339,6 +346,18 @@ def test_a_store_read_back_through_its_pointers_is_loaded_by_the_threads_that_st
     read in the pointers' or was issued again in the dot's, so threads read elements others had not yet
     stored: such a pair now both go in the pointers' coalesced layout, as Triton's do."""
     assert in_child(check_read_back_store, kind, num_warps, timeout=300) < 1e-3
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("kind,num_warps", [("row", 4), ("row", 8), ("attention", 4)])
+def test_a_store_read_back_through_its_pointers_on_the_gpu(kind, num_warps):
+    import torch
+    kernel, bn, q, k, v, want = _read_back_case(kind)
+    out, tmp = torch.zeros(want.shape, device="cuda"), torch.zeros(64, device="cuda")
+    kernel[(1,)](*(torch.from_numpy(x).cuda() for x in (q, k, v)), tmp, out, BM=64, BN=bn, D=16, num_warps=num_warps,
+                 num_stages=1)
+    assert float(np.abs(out.cpu().numpy() - want).max() / np.abs(want).max()) < 1e-3
 
 
 def _host_routine_bits(routine, arg, result):
