@@ -1,4 +1,4 @@
-"""Conformance: tl.dot_scaled with MX operands (fp4 e2m1 packed in bytes, fp8, bf16) and e8m0 scales."""
+"""Conformance: tl.dot_scaled with MX operands (fp4 e2m1 in bytes, fp8, bf16), e8m0 and e4m3 scales, 2-D and 3-D."""
 import ml_dtypes
 import numpy as np
 import pytest
