@@ -97,7 +97,7 @@ def _difference(got, want, where=None) -> float:
     wrote them drop out of `where`, and a row of rounding noise compared alone read as a mismatch
     (native-sparse-attention's dq at the first token, where the exact gradient is zero)."""
     import torch
-    whole = want.double()
+    whole = want
     if where is not None:
         got, want = got[where], want[where]
     if not want.dtype.is_floating_point:
@@ -108,7 +108,7 @@ def _difference(got, want, where=None) -> float:
     finite = torch.isfinite(w)
     if not finite.any():
         return 0.0
-    scale = max(float(whole[torch.isfinite(whole)].abs().max()), 1e-6)
+    scale = max(float(whole[torch.isfinite(whole)].double().abs().max()), 1e-6)
     return float((g[finite] - w[finite]).abs().max()) / scale
 
 

@@ -118,10 +118,10 @@ def dot_scaled(lhs, lhs_scale, lhs_format, rhs, rhs_scale, rhs_format, acc=None,
     for fmt, k_pack in ((lhs_format, lhs_k_pack), (rhs_format, rhs_k_pack)):
         if not k_pack and fmt != "e2m1":
             raise ValueError(f"dot_scaled: only an e2m1 operand may be packed along M or N, not a {fmt} one")
-    rank = len(semantic.to_tensor(lhs).type.shape)
-    if rank not in (2, 3) or len(semantic.to_tensor(rhs).type.shape) != rank:
-        raise ValueError(f"dot_scaled: operands must be both 2-D or both 3-D, not {semantic.to_tensor(lhs).shape} "
-                         f"and {semantic.to_tensor(rhs).shape}")
+    lhs, rhs = semantic.to_tensor(lhs), semantic.to_tensor(rhs)
+    rank = len(lhs.type.shape)
+    if rank not in (2, 3) or len(rhs.type.shape) != rank:
+        raise ValueError(f"dot_scaled: operands must be both 2-D or both 3-D, not {lhs.shape} and {rhs.shape}")
     fast_math = bool(unwrap(fast_math))
     compute = float16 if "fp16" in (lhs_format, rhs_format) else bfloat16
     a = _decode(lhs, lhs_format, rank - (1 if lhs_k_pack else 2), _decoded_type(lhs_format, compute))  # [.., M, K]
