@@ -162,11 +162,14 @@ def test_a_tf32_dot_of_an_n_major_b_sums_as_the_tensor_cores_do():
     np.testing.assert_array_equal(got, _mma(a, b, np.zeros_like(got), 8, _tf32_read))
 
 
-def test_an_n_major_tf32_b_is_copied_ahead_element_by_element_for_wgmma():
-    """wgmma reads tf32 K-major only: 4-byte copies fill K-major tiles."""
+def test_an_n_major_tf32_b_is_copied_as_stored_and_read_as_the_transposed_products_a_for_wgmma():
+    """wgmma reads tf32 tiles K-major only: an unmasked N-major B (no TMA box) is copied 16 bytes
+    at a time as stored and read into registers as the A of C^T = B^T A^T, not copied an
+    element at a time into a K-major tile."""
     ptx = _compiled("tf32", target="sm_90a").asm["ptx"]
-    assert "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32" in ptx
-    assert "cp.async.ca.shared.global" in ptx and ", 4;" in ptx
+    assert re.search(r"wgmma\.mma_async\.sync\.aligned\.m64n64k8\.f32\.tf32\.tf32 \{[^}]*\}, \{[^}]*\}", ptx)
+    assert set(re.findall(r"cp\.async\.c[ag]\.shared\.global \[[^\]]*\], \[[^\]]*\], (\d+)", ptx)) == {"16"}
+    assert "cp.async.bulk.tensor" not in ptx
 
 
 def test_an_n_major_tf32_b_is_copied_as_stored_for_mma_sync():

@@ -580,18 +580,19 @@ def _fp32_matmul(A, B, C, K, sbk, sbn, BM: tl.constexpr, BN: tl.constexpr, BK: t
 def test_fp32_dots_run_on_wgmma_as_tf32_when_asked(b_k_major, precision, wgmma):
     """tl.dot's default for fp32 is one tf32 product; the exact precision (ieee) keeps the
     FMA path; tf32x3 is three tf32 products of split operands (f32_dot_split). wgmma's .tf32
-    reads K-major tiles only (no transpose flags): an N-major B is copied into K-major ring
-    tiles element by element (4-byte cp.async), A's rows 16 bytes at a time."""
+    reads K-major tiles only (no transpose flags): an N-major B is copied as stored, 16 bytes
+    at a time, and read into registers as the A of C^T = B^T A^T (its N is BM: m64n64)."""
     x = np.zeros((64, 64), np.float32)
     strides = (1, 256) if b_k_major else (128, 1)
     ptx = _fp32_matmul.warmup(x, x, x, 256, *strides, BM=64, BN=128, BK=32, PRECISION=precision, num_warps=4,
                               num_stages=3, grid=(1,), target="sm_90a").asm["ptx"]
-    assert ("wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32" in ptx) == wgmma
+    shape = "m64n128k8" if b_k_major else "m64n64k8"
+    assert (f"wgmma.mma_async.sync.aligned.{shape}.f32.tf32.tf32" in ptx) == wgmma
     if wgmma:
-        assert re.search(r"m64n128k8\.f32\.tf32\.tf32 \{[^}]*\}, %rd\d+, %rd\d+, p, 1, 1;", ptx)
+        a_operand = r"%rd\d+" if b_k_major else r"\{[^}]*\}"
+        assert re.search(shape + r"\.f32\.tf32\.tf32 \{[^}]*\}, " + a_operand + r", %rd\d+, p, 1, 1;", ptx)
         assert "cp.async.cg.shared.global" in ptx and "ld.local" not in ptx
-    if precision == "tf32":
-        assert ("cp.async.ca.shared.global" in ptx) == (not b_k_major)
+        assert "cp.async.ca.shared.global" not in ptx
 
 
 def test_wgmma_descriptors_are_one_base_per_tile_plus_constant_k_steps():

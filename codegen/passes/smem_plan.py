@@ -160,9 +160,12 @@ def _ring_tile(load, role, transposed, instr_extent, ctx, mma=False):
     The tile is stored with the pointer's contiguous dim inner where the dot can read it so:
     K-major reads (the read view's K inner) for every input type, M/N-major ones for 16-bit
     types, with swizzle rows no wider than what one instruction reads. A 32-bit operand
-    contiguous along M or N (a tf32 B [K, N] in row-major memory) is stored K-major instead,
-    element by element (cp.async's smallest copy is one such element): wgmma reads tf32
-    K-major only, and so the dot stays on the tensor cores, as Triton's does. mma.sync (`mma`)
+    contiguous along M (a tl.trans'd tf32 A) is stored K-major instead, element by element
+    (cp.async's smallest copy is one such element): wgmma reads tf32 K-major only, and so the
+    dot stays on the tensor cores, as Triton's does. Such a B [K, N] (row-major `x @ W`) gets no
+    ring here: the staged path copies it 16 bytes at a time and the dot reads it as the
+    transposed product's A (`_transposed_dots`): 2.7-4.2x Triton's element copies (H100,
+    2026-12-07). mma.sync (`mma`)
     reads such a B N-major as it is copied (by cp.async or TMA), a fragment register a load
     (lower/mma.py), as Triton's MMAv2 does: the element-by-element copies cost a one-warp
     16x128x32 tile 6 KB of spills, and a descriptor's blocks left to its pointer loads ran at a
@@ -178,7 +181,7 @@ def _ring_tile(load, role, transposed, instr_extent, ctx, mma=False):
     inner = order[0]
     n_major_b = mma and role == "b" and elem.itemsize == 4
     if inner != k_dim and elem.name not in TRANSPOSABLE and not n_major_b:
-        if is_tma(load) or elem.itemsize != 4:
+        if is_tma(load) or elem.itemsize != 4 or role == "b":
             return None
         inner = k_dim
     row_bytes = t.shape[inner] * elem.itemsize
