@@ -300,8 +300,8 @@ torch.cuda.synchronize()
 """
 
 # an 8-bit and a 32-bit B stored N-major (`x @ W`), which wgmma reads K-major: each iteration's tile copied from its
-# N-major ring into a staged K-major one by warps (lower/tile_transpose), the pointer kernel and, for fp8, the
-# host-descriptor one; small integers, exact in every type and sum
+# N-major ring into a staged K-major one by warps (lower/tile_transpose), or read from it as the transposed product's
+# A; the pointer kernel, for fp8 the host-descriptor one, for tf32 an unmasked one; small integers, exact throughout
 N_MAJOR_B = """
 import torch
 from kiln.tools.tensor_descriptor import TensorDescriptor
@@ -324,6 +324,13 @@ for dtype, out_dtype, configs in ((torch.float8_e4m3fn, torch.float16, ((128, 12
                      TensorDescriptor.from_tensor(c, [bm, bn]))
             kernels.matmul_descriptor_kernel[grid](*descs, M, N, K, **meta)
             assert torch.equal(c.float(), want)
+# a tf32 B whose loads have no masks (no TMA box): staged by 16-byte copies for the transposed product
+from test_codegen_gpu_stage import _fp32_matmul
+for bm, bn, warps in ((128, 128, 4), (64, 256, 8)):
+    a, b = torch.randint(-2, 3, (bm, K), device="cuda").float(), torch.randint(-2, 3, (K, bn), device="cuda").float()
+    c = torch.zeros(bm, bn, device="cuda")
+    _fp32_matmul[(1,)](a, b, c, K, bn, 1, BM=bm, BN=bn, BK=32, PRECISION="tf32", num_warps=warps, num_stages=3)
+    assert torch.equal(c, a @ b)
 torch.cuda.synchronize()
 """
 
