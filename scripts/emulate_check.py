@@ -102,13 +102,13 @@ def _difference(got, want, where=None) -> float:
         got, want = got[where], want[where]
     if not want.dtype.is_floating_point:
         return float((got != want).sum())
-    g, w = got.double(), want.double()
+    g, w, whole = got.double(), want.double(), whole.double()  # fp8 has no isnan / isfinite on the CPU
     if not torch.equal(torch.isnan(g), torch.isnan(w)) or not torch.equal(torch.isinf(g), torch.isinf(w)):
         return float("inf")
     finite = torch.isfinite(w)
     if not finite.any():
         return 0.0
-    scale = max(float(whole[torch.isfinite(whole)].double().abs().max()), 1e-6)
+    scale = max(float(whole[torch.isfinite(whole)].abs().max()), 1e-6)
     return float((g[finite] - w[finite]).abs().max()) / scale
 
 

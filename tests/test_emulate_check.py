@@ -100,6 +100,8 @@ def test_differences_are_measured_where_the_programs_wrote():
     # the largest magnitude is the whole output's: noise where the programs wrote is measured against it
     assert check._difference(torch.tensor([1e-7, 2.0, 4.0, 8.0]), torch.tensor([2e-7, 2.0, 4.0, 8.0]),
                              torch.tensor([True, False, False, False])) == pytest.approx(1e-7 / 8)
+    fp8 = torch.tensor([1.0, 2.0, 4.0]).to(torch.float8_e4m3fn)  # a kernel storing fp8 (lmdeploy's quantizers)
+    assert check._difference(torch.tensor([1.0, 2.0, 3.0]).to(torch.float8_e4m3fn), fp8) == 0.25
 
 
 def test_a_sample_keeps_the_first_and_last_programs():
