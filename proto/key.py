@@ -1,7 +1,7 @@
 """The compile key: what a compiled kernel is stored under, on every process of the node.
 
 SHA-256 over the canonical IR bytes (source files by their place in its file table, not their paths: `convert.key_bytes`), the target, the options (keys sorted) and the
-compiler's identity (kiln version, a hash of codegen's sources, the LLVM and nvJitLink
+compiler's identity (kiln version, a hash of codegen's and the IR package's sources, the LLVM and nvJitLink
 versions, a digest of the libdevice it links), each part length-prefixed so that no two
 different inputs run together.
 Nothing else enters it: two processes that build the same kernel get the same key.
@@ -109,20 +109,33 @@ def _toolchain_fingerprint() -> str:
                                       libdevice_fingerprint()]).encode()).hexdigest()
 
 
+# The code generator: its passes and lowering, and the IR package whose layouts, index math and
+# types they build on (a change to `kiln.ir.layout` alone changes the PTX of the same IR)
+GENERATOR_PACKAGES = ("kiln.ir", "kiln.codegen")
+
+
 def codegen_source_hash() -> str:
-    """SHA-256 over the paths and contents of the `kiln.codegen` package's .py files.
+    """SHA-256 over the paths and contents of the .py files of GENERATOR_PACKAGES.
 
     Found without importing codegen, which is heavy and may not import at all.
     """
-    spec = importlib.util.find_spec("kiln.codegen")
+    roots = []
+    for package in GENERATOR_PACKAGES:
+        spec = importlib.util.find_spec(package)
+        if spec is None or not spec.submodule_search_locations:
+            return "absent"
+        roots.append((package, Path(list(spec.submodule_search_locations)[0])))
+    return sources_hash(roots)
+
+
+def sources_hash(roots) -> str:
+    """SHA-256 over each (name, folder)'s .py files, by the name and their paths under the folder."""
     h = hashlib.sha256()
-    if spec is None or not spec.submodule_search_locations:
-        return "absent"
-    root = Path(list(spec.submodule_search_locations)[0])
-    for path in sorted(root.rglob("*.py")):
-        rel = path.relative_to(root).as_posix().encode()
-        data = path.read_bytes()
-        h.update(len(rel).to_bytes(8, "little") + rel + len(data).to_bytes(8, "little") + data)
+    for name, root in roots:
+        for path in sorted(root.rglob("*.py")):
+            rel = f"{name}/{path.relative_to(root).as_posix()}".encode()
+            data = path.read_bytes()
+            h.update(len(rel).to_bytes(8, "little") + rel + len(data).to_bytes(8, "little") + data)
     return h.hexdigest()
 
 

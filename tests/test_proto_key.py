@@ -111,3 +111,27 @@ def test_wheel_versions_come_from_the_first_dist_info_on_the_path(tmp_path, monk
     assert key._wheel_version(["nvidia-nvjitlink-cu12"]) == "12.4.127"  # names normalized, first on the path
     assert key._wheel_version(["nvidia-nvjitlink", "nvidia-nvjitlink-cu12"]) == "13.0.88"  # in the names' order
     assert key._wheel_version(["nvidia-nvjitlink-cu13"]) is None
+
+
+def test_the_identity_hashes_the_ir_package_as_well_as_codegen(tmp_path):
+    """A change to kiln.ir alone (its layouts, which lowering builds on) changes the PTX of the same IR: it
+    must change the key, or a cache keeps the kernels the build before made (session 101: a batched dot's
+    layout change in ir/layout.py left its FMA build in the cache)."""
+    import importlib.util
+    import shutil
+    from pathlib import Path
+
+    from kiln.proto import key
+    roots = [(name, Path(list(importlib.util.find_spec(name).submodule_search_locations)[0]))
+             for name in ("kiln.ir", "kiln.codegen")]
+    assert key.GENERATOR_PACKAGES == ("kiln.ir", "kiln.codegen")
+    assert key.codegen_source_hash() == key.sources_hash(roots) == compiler_identity()["codegen"]
+    copies = []
+    for name, root in roots:
+        shutil.copytree(root, tmp_path / name, ignore=shutil.ignore_patterns("__pycache__"))
+        copies.append((name, tmp_path / name))
+    before = key.sources_hash(copies)
+    assert before == key.sources_hash(roots)  # by paths under each package, not where it lies
+    layout = tmp_path / "kiln.ir" / "layout.py"
+    layout.write_text(layout.read_text() + "\n# a change\n")
+    assert key.sources_hash(copies) != before
