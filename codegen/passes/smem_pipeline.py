@@ -119,7 +119,7 @@ from ..analysis import axis_info
 from . import descriptor_loads, prefetch
 from ..analysis import Analysis
 from .rewrite import append_const, append_op, clone_op, const_int, in_loop, insert_ops, loop_trips, slot_after
-from .smem_plan import copy_box, is_tma, plan_loop, ring_kind, tma_ok, tma_rings
+from .smem_plan import copy_box, is_tma, plan_loop, ring_kind, staging_key, tma_ok, tma_rings
 
 
 def apply(fn, ctx) -> None:
@@ -236,9 +236,9 @@ def _rewrite(loop, plan, stored_earlier, kind="wgmma", portable=False, num_warps
     read_by_dot = {id(load) for loads in plan.transposed.values() for load in loads}
     for op in order:
         for src in dots[id(op)][:1] if id(op) in plan.transposed else dots[id(op)]:
-            if src[0] == "staged" and id(src[1]) not in staged:
+            if src[0] == "staged" and staging_key(src) not in staged:
                 t = src[2]
-                staged[id(src[1])] = append_op(pre, "local_alloc", [],
+                staged[staging_key(src)] = append_op(pre, "local_alloc", [],
                                          [shared_type(t.element_ty, (slots,) + t.shape, t.swizzle, t.order)],
                                          loc)
     ring_list = [rings[id(c.load)] for c in copies]
@@ -433,16 +433,17 @@ def _read_tile(out, ring, read_slot, tiles, loc):
 
 
 def _stage_operand(out, v, src, staged, staged_slot, staged_now, hopper, loc):
-    """The tile staged operand `v` is stored to this iteration: stored once, for the first dot
-    that reads it (a fence for the async proxy, a barrier), then read by every dot."""
-    if id(src[1]) not in staged_now:
-        tile = staged_now[id(src[1])] = append_op(out, "local_index", [staged[id(src[1])], staged_slot], [src[2]],
-                                                  loc)
+    """The tile staged operand `v` is stored to this iteration: stored once (an order, where that matters:
+    `smem_plan.staging_key`), for the first dot that reads it (a fence for the async proxy, a barrier),
+    then read by every dot."""
+    key = staging_key(src)
+    if key not in staged_now:
+        tile = staged_now[key] = append_op(out, "local_index", [staged[key], staged_slot], [src[2]], loc)
         append_op(out, "local_store", [v, tile], (), loc)
         if hopper:
             append_op(out, "fence_async_shared", [], (), loc)
         append_op(out, "barrier", [], (), loc)
-    return staged_now[id(src[1])]
+    return staged_now[key]
 
 
 def _after_loop(loop, in_flight, pointer_copies, released, bars, empty, loc):

@@ -272,6 +272,15 @@ def _staged_tile(t, role, instr_extent, inner=None):
     return shared_type(elem, t.shape, swizzle, (1, 0)) if swizzle >= 32 else None
 
 
+def staging_key(src) -> tuple:
+    """The staged ring that a ("staged", v, tile) source is stored into: one a value, but for an 8- or
+    32-bit value two dots read in different orders, one an order (lightning attention's `k_trans`, B of
+    q @ k_trans and A of kv += k_trans @ v: stored once, in B's order, wgmma read tf32 A from it as if
+    K-major). Only 16-bit tiles are read either way (ldmatrix.trans, wgmma's transpose bits)."""
+    v, tile = src[1], src[2]
+    return id(v), None if scalar_of(v.type).name in TRANSPOSABLE else tile.order
+
+
 def _fetched_loads(dots, body, ring_loads, ctx, fetch_regs, staged_vectors=False, staged_tiles=True):
     """The loads in the body that staged operands (a dequantized B's raw weights and scales) or,
     with `fetch_regs` (wgmma's), register A operands (`(a * s).to(fp16)`) are computed from and
@@ -725,7 +734,7 @@ def _sized(rings, dots, body, loop, stages, fn, ctx, kind, in_registers, transpo
     if specialized:
         reserve += specialized_scratch(loop, ctx.num_warps)
     once = {(id(src[1]), src[2]): src[2].nbytes for _, sources in dots.values() for src, _ in sources if src[0] == "once"}
-    staged = {id(src[1]): src[2].nbytes for key, (_, sources) in dots.items() for src, _ in sources
+    staged = {staging_key(src): src[2].nbytes for key, (_, sources) in dots.items() for src, _ in sources
               if src[0] == "staged" and not (key in transposed and src is sources[1][0])}
     slots = staged_slots(kind, ringed=bool(rings))
     fixed = sum(once.values()) + slots * sum(staged.values()) + reserve  # the shared bytes beside the rings
