@@ -238,8 +238,8 @@ def _rewrite(loop, plan, stored_earlier, kind="wgmma", portable=False, num_warps
         for src in dots[id(op)][:1] if id(op) in plan.transposed else dots[id(op)]:
             if src[0] == "staged" and staging_key(src) not in staged:
                 t = src[2]
-                staged[staging_key(src)] = append_op(
-                    pre, "local_alloc", [], [shared_type(t.element_ty, (slots,) + t.shape, t.swizzle, t.order)], loc)
+                ring = shared_type(t.element_ty, (slots,) + t.shape, t.swizzle, t.order)
+                staged[staging_key(src)] = append_op(pre, "local_alloc", [], [ring], loc)
     ring_list = [rings[id(c.load)] for c in copies]
     tma = any(is_tma(c.load) for c in copies)
     pointer_copies = not all(is_tma(c.load) for c in copies)
