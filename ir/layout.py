@@ -225,6 +225,8 @@ def mma_layout(shape, num_warps: int, rows_only: bool = False, replicate: bool =
     warps past them along N hold copies of the others' tiles (the layout's columns wrap), as
     Triton's mma layouts do; rows never wrap (each warp needs its pair of 8-row halves).
     """
+    if len(shape) == 3:
+        return _batched_mma_layout(shape, num_warps) if not rows_only else None
     if len(shape) != 2:
         return None
     M, N = shape
@@ -249,8 +251,27 @@ def mma_layout(shape, num_warps: int, rows_only: bool = False, replicate: bool =
     return Blocked((1, 2), (8, 4), (wm, wn), (1, 0))
 
 
+def _batched_mma_layout(shape, num_warps: int) -> "Blocked | None":
+    """A batched dot's [B, M, N] accumulator: each batch a 2-D mma layout's tiles, warps on the
+    batch dim first (as many as divide it), the rest over M and N as `mma_layout` splits them,
+    so that a warp's tiles lie in as few batches as may be (Triton's batched mma does alike)."""
+    batch, M, N = shape
+    wb = num_warps
+    while wb >= 1:
+        inner = mma_layout((M, N), num_warps // wb) if batch % wb == 0 else None
+        if inner is not None:
+            return Blocked((1, 1, 2), (1, 8, 4), (wb, *inner.warps_per_cta), (2, 1, 0))
+        wb //= 2
+    return None
+
+
 def is_mma_layout(layout, shape, num_warps: int) -> bool:
     """Is `layout` an mma.sync accumulator layout of `shape`, whichever way the warps split?"""
+    if isinstance(layout, Blocked) and len(shape) == 3:  # batched: 2-D tiles per batch, batches whole to a warp
+        return layout.size_per_thread == (1, 1, 2) and layout.threads_per_warp == (1, 8, 4) \
+            and layout.order == (2, 1, 0) and shape[0] % layout.warps_per_cta[0] == 0 \
+            and layout.warps_per_cta[0] * layout.warps_per_cta[1] * layout.warps_per_cta[2] == num_warps \
+            and shape[1] % (16 * layout.warps_per_cta[1]) == 0 and shape[2] % (8 * layout.warps_per_cta[2]) == 0
     if not isinstance(layout, Blocked) or len(shape) != 2 or layout.size_per_thread != (1, 2) \
             or layout.threads_per_warp != (8, 4) or layout.order != (1, 0):
         return False

@@ -34,12 +34,14 @@ def mma_f16_accumulators(ctx, s_in, s_out) -> bool:
 def mma_eligible(op, ctx, rings=False) -> bool:
     """fp16/bf16 operands with a float accumulator (16x8x16 steps), int8 with int32 or,
     where the target has it, fp8 with fp32 or fp16 (16x8x32 steps), fp32 at tf32 precision
-    with fp32 (16x8x8 steps), 2-D. fp8 too where its fragments are upcast (`fp8_fragments_upcast`):
-    an `mma_dot`, or a dot smem_pipeline would put on rings (`rings`)."""
+    with fp32 (16x8x8 steps). 2-D, or a batched `dot` ([B, M, K] x [B, K, N]) staged whole (no
+    rings). fp8 too where its fragments are upcast (`fp8_fragments_upcast`): an `mma_dot`, or a dot
+    smem_pipeline would put on rings (`rings`)."""
     a, b, acc = op.operands
-    if len(a.type.shape) != 2:
+    batched = len(a.type.shape) == 3 and op.name == "dot" and not rings
+    if len(a.type.shape) != 2 and not batched:
         return False
-    (M, K), (_, N) = a.type.shape, b.type.shape
+    (M, K), (_, N) = a.type.shape[-2:], b.type.shape[-2:]
     s, s_acc = a.type.scalar, acc.type.scalar  # a may be a shared tile (mma_dot)
     if s.name == "int8":
         return s_acc.name == "int32" and M % 16 == 0 and N % 8 == 0 and K % 32 == 0
@@ -63,13 +65,14 @@ def mma_staging(op) -> tuple[int, int, bool, int, int]:
     B row stride, B kept row-major, A bytes, A + B bytes). A is row-major with padded rows; 16-bit
     B too (ldmatrix transposes it as it loads), 8- and 32-bit B transposed (K innermost)."""
     a, b = op.operands[:2]
-    (M, K), (_, N) = a.type.shape, b.type.shape
+    (M, K), (_, N) = a.type.shape[-2:], b.type.shape[-2:]
+    batch = a.type.shape[0] if len(a.type.shape) == 3 else 1  # a batched dot's: one 2-D tile after another
     size = a.type.scalar.itemsize
     a_stride = K + PAD_BYTES // size
     b_row_major = size == 2
     b_stride = (N if b_row_major else K) + PAD_BYTES // size
-    a_bytes = M * a_stride * size
-    return a_stride, b_stride, b_row_major, a_bytes, a_bytes + (K if b_row_major else N) * b_stride * size
+    a_bytes = batch * M * a_stride * size
+    return a_stride, b_stride, b_row_major, a_bytes, a_bytes + batch * (K if b_row_major else N) * b_stride * size
 
 
 def fma_staging(op) -> tuple[int, int, int, int]:

@@ -86,8 +86,11 @@ def lower_mma(lw, op):
     a_stride, b_stride, trans_b, a_bytes, staged = mma_staging(op)
     base = _staging_buffer(lw, op, staged)
 
-    def transposed(idx):
-        return ((lw.b.add(lw.b.mul(idx[1], lw.i32(b_stride)), idx[0]),), (1,))
+    K, N = b.type.shape[-2:]
+
+    def transposed(idx):  # B^T's rows (a batched dot's: each batch's N after the last's) padded to b_stride
+        n = idx[-1] if len(idx) == 2 else lw.b.add(lw.b.mul(idx[0], lw.i32(N)), idx[2])
+        return ((lw.b.add(lw.b.mul(n, lw.i32(b_stride)), idx[-2]),), (1,))
     _store_rows(lw, base, half, a, a_stride)
     if trans_b:
         _store_rows(lw, base, half, b, b_stride, a_bytes)
@@ -102,7 +105,11 @@ def lower_mma(lw, op):
         return offset
     a_src = _Operand(base, padded(a_stride), k_inner=True)
     b_src = _Operand(base, padded(b_stride, a_bytes, swap=not trans_b), k_inner=not trans_b)  # B^T: rows are columns
-    _run(lw, op, a_src, b_src)
+    if len(out.type.shape) == 3:  # a batch's tiles lie these many bytes after the last batch's
+        M = a.type.shape[1]
+        _run(lw, op, a_src, b_src, (M * a_stride * size, (K if trans_b else N) * b_stride * size))
+    else:
+        _run(lw, op, a_src, b_src)
 
 
 def lower_mma_dot(lw, op):
@@ -137,28 +144,53 @@ def lower_mma_dot(lw, op):
     _run(lw, op, a_src, b_src)
 
 
-def _run(lw, op, a_src, b_src):
+def _run(lw, op, a_src, b_src, batch_bytes=None):
     """Per 32 bytes of k, each thread's A fragments (`ldmatrix.x4` per 16-row pair, or its
     own registers where `a_src` is None) and B fragments (`ldmatrix.x4` per two 8-column
     tiles; `.trans` where the operand is not stored K-major; shuffled from registers where
-    `b_src` is None), then one mma per (row pair, column tile)."""
+    `b_src` is None), then one mma per (row pair, column tile). A batched dot's (`batch_bytes`:
+    the bytes from one batch's A and B tiles to the next's) runs so per batch a thread holds."""
     a, b, acc = op.operands
     out = op.results[0]
-    K = a.type.shape[1]
     layout = lw.layout(out)
     s_in, s_out = a.type.scalar, out.type.scalar  # a is a block or a shared tile
+    f16_acc = mma_f16_accumulators(lw.ctx, s_in, s_out)
+    if s_in.name in ("fp8e4nv", "fp8e5") and fp8_fragments_upcast(lw.ctx):
+        f16_acc = s_out.name == "fp16"  # fp8 fragments upcast run on fp16 mma.sync, which keeps an fp16 dot's
+    s_acc = int32 if s_in.is_int() else float16 if f16_acc else float32
+    values = [cast_value(lw, r, s_out, s_acc) for r in lw.regs(acc, layout)]
+    offsets = layout.offsets(out.type.shape)
+    indices = lw.indices(layout, out.type.shape)
+    # what addresses a fragment besides the tile: the accumulator's layout and shape give the rows and columns
+    addressed = (layout, tuple(out.type.shape))
+    if batch_bytes is None:
+        _run_tiles(lw, op, a_src, b_src, offsets, indices, values, f16_acc, addressed)
+    else:
+        for batch in sorted({o[0] for o in offsets}):
+            picked = [i for i, o in enumerate(offsets) if o[0] == batch]
+            at = indices[picked[0]][0]  # the batch this thread holds there
+            a_at, b_at = (_Operand(lw.b.gep(src.base, [lw.b.mul(at, lw.i32(step))], source_etype=I8), src.offset,
+                                   src.k_inner) for src, step in zip((a_src, b_src), batch_bytes))
+            mine = [values[i] for i in picked]
+            _run_tiles(lw, op, a_at, b_at, [offsets[i][1:] for i in picked], [indices[i][1:] for i in picked], mine,
+                       f16_acc, (*addressed, batch))
+            for i, v in zip(picked, mine):
+                values[i] = v
+    lw.bind(out, [cast_value(lw, v, s_acc, s_out) for v in values], layout)
+
+
+def _run_tiles(lw, op, a_src, b_src, offsets, indices, values, f16_acc, addressed):
+    """_run over one batch: `offsets` and `indices` the accumulator registers' 2-D ones, `values` their
+    accumulators (replaced by the sums); `addressed`: what addresses a fragment besides its tile."""
+    a, b = op.operands[:2]
+    K = a.type.shape[-1]
+    s_in = a.type.scalar
     kinds = (_KIND[s_in.name], _KIND[b.type.scalar.name])  # e4m3 x e5m2 differ
-    # fp8 fragments upcast run on fp16 mma.sync, which keeps fp16 accumulators as an fp16 dot's
     formats = (s_in.name, b.type.scalar.name)
     upcast = s_in.name in ("fp8e4nv", "fp8e5") and fp8_fragments_upcast(lw.ctx)
-    f16_acc = s_out.name == "fp16" if upcast else mma_f16_accumulators(lw.ctx, s_in, s_out)
-    s_acc = int32 if s_in.is_int() else float16 if f16_acc else float32
-    acc_regs = [cast_value(lw, r, s_out, s_acc) for r in lw.regs(acc, layout)]
     half_step = 16 // s_in.itemsize  # elements in 16 bytes: one ldmatrix row, half a k-step
 
     # group the accumulator registers into mma tiles: (row pair, column tile) -> 4 registers
-    offsets = layout.offsets(out.type.shape)
-    indices = lw.indices(layout, out.type.shape)
     rows = sorted({o[0] for o in offsets})
     col_tiles = sorted({o[1] - o[1] % 2 for o in offsets})
     where = {o: i for i, o in enumerate(offsets)}
@@ -180,13 +212,10 @@ def _run(lw, op, a_src, b_src):
     j = lw.b.lshr(lw.lane, lw.i32(3))
     low_bit = lw.b.and_(j, lw.i32(1))
     high_bit = lw.b.lshr(j, lw.i32(1))
-    values = list(acc_regs)
     in_registers = _a_in_registers(lw, a, rows) if a_src is None else None
     # tf32 A from registers: a thread holds columns 2t, 2t + 1 of each 8-column k-step, which the mma reads
     # as its k = t and t + 4 (the sum is the same over k permuted); B's fragments take the same k
     permuted = in_registers is not None and s_in.itemsize == 4
-    # what addresses a fragment besides the tile: the accumulator's layout and shape give the rows and columns
-    addressed = (layout, tuple(out.type.shape))
     # the addresses computed so far, which later ones may add a constant to (_Operand.near); an ldmatrix's
     # lanes address rows or columns picked between a pair's two halves, which then must lie as far apart in
     # every pair for the picked index's own part to be one
@@ -220,7 +249,6 @@ def _run(lw, op, a_src, b_src):
             got = _mma(lw, kinds, a_frag[pair], b_frag[c], [values[i] for i in regs], f16_acc)
             for i, v in zip(regs, got):
                 values[i] = v
-    lw.bind(out, [cast_value(lw, v, s_acc, s_out) for v in values], layout)
 
 
 def _f16_words(lw, word, fmt):
@@ -392,7 +420,8 @@ def _staging_buffer(lw, op, staged):
 
 
 def _store_rows(lw, base, elem_ty, value, stride, byte_offset=0):
-    """A 2-D operand into shared memory row-major with `stride` elements per row.
+    """A 2-D operand into shared memory row-major with `stride` elements per row (a batched
+    dot's 3-D one: each batch's rows after the last's).
 
     A thread's consecutive elements along a row go out as one vector store of up to 16
     bytes: its run of `size_per_thread` columns starts at a multiple of the run, and the
@@ -400,16 +429,18 @@ def _store_rows(lw, base, elem_ty, value, stride, byte_offset=0):
     stores split at the first element whose alignment it cannot prove.)"""
     layout, shape = lw.layout(value), value.type.shape
     regs, size = lw.regs(value), elem_bytes(elem_ty)
+    inner = len(shape) - 1
     run = 1
-    if isinstance(layout, Blocked) and layout.order[0] == 1 and (stride * size) % 16 == 0:
-        run = min(layout.size_per_thread[1], shape[1], 16 // size)
+    if isinstance(layout, Blocked) and layout.order[0] == inner and (stride * size) % 16 == 0:
+        run = min(layout.size_per_thread[inner], shape[inner], 16 // size)
         run &= -run  # the largest power of two that divides it
     offsets, indices = layout.offsets(shape), lw.indices(layout, shape)
     i = 0
     while i < len(regs):
-        n = run if offsets[i][1] % run == 0 and offsets[i:i + run] == [
-            (offsets[i][0], offsets[i][1] + e) for e in range(run)] else 1
-        row, col = indices[i]
+        n = run if offsets[i][-1] % run == 0 and offsets[i:i + run] == [
+            (*offsets[i][:-1], offsets[i][-1] + e) for e in range(run)] else 1
+        *outer, col = indices[i]
+        row = outer[0] if len(outer) == 1 else lw.b.add(lw.b.mul(outer[0], lw.i32(shape[1])), outer[1])
         flat = lw.b.add(lw.b.mul(row, lw.i32(stride)), col)
         plain_store(lw, lw.smem_ptr(base, elem_ty, flat, byte_offset), regs[i:i + n], elem_ty, size)
         i += n
