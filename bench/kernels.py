@@ -778,3 +778,23 @@ def tiny_kernel(x_ptr, y_ptr, n, alpha, BLOCK: tl.constexpr):
     offs = tl.arange(0, BLOCK)
     mask = offs < n
     tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=mask) * alpha, mask=mask)
+
+
+@triton.jit
+def batched_dot_kernel(a_ptr, b_ptr, c_ptr, M, N, K, BT: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
+                       BK: tl.constexpr):
+    """c[z] = a[z] @ b[z] over [batches, M, K] x [batches, K, N] (contiguous, every size a multiple of its
+    block), BT batches a program in one 3-D tl.dot (a batched dot)."""
+    rb = tl.program_id(0) * BT + tl.arange(0, BT)
+    rm = tl.program_id(1) * BM + tl.arange(0, BM)
+    rn = tl.program_id(2) * BN + tl.arange(0, BN)
+    rk = tl.arange(0, BK)
+    a = a_ptr + rb[:, None, None] * M * K + rm[None, :, None] * K + rk[None, None, :]
+    b = b_ptr + rb[:, None, None] * K * N + rk[None, :, None] * N + rn[None, None, :]
+    acc = tl.zeros((BT, BM, BN), dtype=tl.float32)
+    for _ in range(0, K, BK):
+        acc = tl.dot(tl.load(a), tl.load(b), acc)
+        a += BK
+        b += BK * N
+    c = c_ptr + rb[:, None, None] * M * N + rm[None, :, None] * N + rn[None, None, :]
+    tl.store(c, acc.to(c_ptr.dtype.element_ty))
