@@ -254,7 +254,9 @@ def mma_layout(shape, num_warps: int, rows_only: bool = False, replicate: bool =
 def _batched_mma_layout(shape, num_warps: int) -> "Blocked | None":
     """A batched dot's [B, M, N] accumulator: each batch a 2-D mma layout's tiles, warps on the
     batch dim first (as many as divide it), the rest over M and N as `mma_layout` splits them,
-    so that a warp's tiles lie in as few batches as may be (Triton's batched mma does alike)."""
+    so that a warp's tiles lie in as few batches as may be. Where they split no other way, every
+    warp on the batch dim, more warps than batches holding copies: Triton's batched mma puts all
+    its warps there whatever the shape."""
     batch, M, N = shape
     wb = num_warps
     while wb >= 1:
@@ -262,14 +264,17 @@ def _batched_mma_layout(shape, num_warps: int) -> "Blocked | None":
         if inner is not None:
             return Blocked((1, 1, 2), (1, 8, 4), (wb, *inner.warps_per_cta), (2, 1, 0))
         wb //= 2
-    return None
+    if M % 16 or N % 8:
+        return None
+    return Blocked((1, 1, 2), (1, 8, 4), (num_warps, 1, 1), (2, 1, 0))
 
 
 def is_mma_layout(layout, shape, num_warps: int) -> bool:
     """Is `layout` an mma.sync accumulator layout of `shape`, whichever way the warps split?"""
     if isinstance(layout, Blocked) and len(shape) == 3:  # batched: 2-D tiles per batch, batches whole to a warp
+        wb = layout.warps_per_cta[0]
         return layout.size_per_thread == (1, 1, 2) and layout.threads_per_warp == (1, 8, 4) \
-            and layout.order == (2, 1, 0) and shape[0] % layout.warps_per_cta[0] == 0 \
+            and layout.order == (2, 1, 0) and (shape[0] % wb == 0 or wb % shape[0] == 0) \
             and layout.warps_per_cta[0] * layout.warps_per_cta[1] * layout.warps_per_cta[2] == num_warps \
             and shape[1] % (16 * layout.warps_per_cta[1]) == 0 and shape[2] % (8 * layout.warps_per_cta[2]) == 0
     if not isinstance(layout, Blocked) or len(shape) != 2 or layout.size_per_thread != (1, 2) \

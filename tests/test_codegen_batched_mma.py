@@ -56,11 +56,14 @@ def _build(bt, m, n, k, dtype, warps, target, b_transposed=False):
 def test_warps_go_to_the_batch_dim_first():
     assert mma_layout((8, 64, 64), 4) == Blocked((1, 1, 2), (1, 8, 4), (4, 1, 1), (2, 1, 0))
     assert mma_layout((2, 64, 32), 8) == Blocked((1, 1, 2), (1, 8, 4), (2, 2, 2), (2, 1, 0))
-    assert mma_layout((1, 16, 8), 4) is None  # no tile for the other warps: each thread's FMAs
+    # fewer tiles than warps: every warp on the batch dim, those past the batches holding copies (Triton's way)
+    assert mma_layout((2, 16, 8), 4) == Blocked((1, 1, 2), (1, 8, 4), (4, 1, 1), (2, 1, 0))
+    assert mma_layout((1, 8, 8), 4) is None  # not a tile: each thread's FMAs
     assert mma_layout((2, 16, 16), 4, rows_only=True) is None
     layout = mma_layout((4, 32, 16), 4)
     assert is_mma_layout(layout, (4, 32, 16), 4) and not is_mma_layout(layout, (2, 32, 16), 8)
-    assert not is_mma_layout(Blocked((1, 1, 2), (1, 8, 4), (4, 1, 1), (2, 1, 0)), (2, 16, 16), 4)
+    assert is_mma_layout(Blocked((1, 1, 2), (1, 8, 4), (4, 1, 1), (2, 1, 0)), (2, 16, 16), 4)  # copies
+    assert not is_mma_layout(Blocked((1, 1, 2), (1, 8, 4), (1, 1, 4), (2, 1, 0)), (2, 16, 16), 4)  # N < 4 tiles
 
 
 @pytest.mark.parametrize("dtype, target, instr", [
@@ -86,6 +89,8 @@ def test_a_batched_dot_runs_on_mma_sync(dtype, target, instr):
     (4, 16, 8, 32, np.float32, 2, "sm_90a", 3, True),
     (4, 32, 16, 64, np.int8, 4, "sm_80", 2, False),
     (2, 32, 32, 64, ml_dtypes.float8_e4m3fn, 4, "sm_89", 1, False),
+    (2, 16, 8, 16, np.float16, 4, "sm_90a", 2, True),  # two warps a batch, each the whole tile
+    (1, 16, 8, 32, np.float32, 4, "sm_80", 1, False),
 ])
 def test_batched_dots_on_the_emulator_equal_numpys(bt, m, n, k, dtype, warps, target, steps, b_transposed):
     args = _arrays(bt, m, n, k, dtype, steps, b_transposed)
