@@ -47,6 +47,35 @@ def _matmul_by_k(A, B, C, K, stride_am, stride_bk, stride_cm, BM: tl.constexpr, 
     tl.store(C + offs_m[:, None] * stride_cm + offs_n[None, :], acc)
 
 
+@kiln.jit
+def _descriptor_matmul(a_desc, b_desc, c_desc, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+                       B_BY_N: tl.constexpr):
+    """Tutorial 03's matmul through host descriptors, B [K, N]; or B [N, K] read transposed (tutorial 09's)."""
+    pid_m, pid_n = tl.program_id(0), tl.program_id(1)
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BK)):
+        a = a_desc.load([pid_m * BM, k * BK])
+        if B_BY_N:
+            b = b_desc.load([pid_n * BN, k * BK]).T
+        else:
+            b = b_desc.load([k * BK, pid_n * BN])
+        acc = tl.dot(a, b, acc)
+    c_desc.store([pid_m * BM, pid_n * BN], acc.to(c_desc.dtype))
+
+
+def _descriptors(a, b, c, bm, bn, bk, b_by_n):
+    from kiln.tools.tensor_descriptor import TensorDescriptor
+    return (TensorDescriptor.from_tensor(a, [bm, bk]), TensorDescriptor.from_tensor(b, [bn, bk] if b_by_n else [bk, bn]),
+            TensorDescriptor.from_tensor(c, [bm, bn]))
+
+
+def _built_descriptors(b_by_n, dtype=np.float16, bm=128, bn=256, bk=128, warps=8):
+    x = np.zeros((16, 16), dtype)
+    return _descriptor_matmul.warmup(*_descriptors(x, x, np.zeros((16, 16), np.float32), bm, bn, bk, b_by_n), 512,
+                                     BM=bm, BN=bn, BK=bk, B_BY_N=b_by_n, num_warps=warps, num_stages=3, grid=(1, 1),
+                                     target="sm_90a")
+
+
 def _built(dtype=np.float32, bm=128, bn=256, bk=64, warps=8, stages=3, target="sm_90a"):
     x = np.zeros((16, 16), dtype)
     return _matmul.warmup(x, x, np.zeros((16, 16), np.float32), 512, 512, 512, 512, 512, 512, BM=bm, BN=bn, BK=bk,
@@ -111,6 +140,34 @@ def test_the_sm_90a_build_rings_four_half_steps():
     assert len(re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n128k8\.f32\.tf32", built.asm["ptx"])) == 8
 
 
+@pytest.mark.parametrize("b_by_n", [False, True])
+def test_descriptor_blocks_of_96_kb_a_step_run_as_two_of_48(b_by_n):
+    """fp16 128x256x128 through host descriptors: each block at its K offset halved, over its fallback loads
+    halved; B [N, K] is loaded half as wide and read transposed."""
+    text = _after_pass(_built_descriptors(b_by_n).ir)
+    assert "half_steps = 1" in text
+    assert re.search(r"= descriptor_load %\d+, %\d+, %\d+, %\d+ : <128x64xfp16>", text)
+    if b_by_n:
+        b = re.search(r"(%\d+) = descriptor_load %\d+, %\d+, %\d+, %\d+ : <256x64xfp16>", text).group(1)
+        assert re.search(rf"= permute {b} {{order = \[1, 0\]}} : <64x256xfp16>", text)
+    else:
+        assert re.search(r"= descriptor_load %\d+, %\d+, %\d+, %\d+ : <64x256xfp16>", text)
+    assert len(re.findall(r"= dot ", text)) == 1
+    assert "x128xfp16>" not in text.split("= for ", 1)[1]  # no whole block in the loop (C's store is after it)
+
+
+@pytest.mark.parametrize("b_by_n", [False, True])
+def test_the_sm_90a_descriptor_build_is_the_kernel_written_with_half_the_k(b_by_n):
+    """128x256x128 halved builds the loop of 128x256x64: four m64n256k16 wgmmas a step, a ring of four 48 KB slots
+    filled by TMA (before: eight wgmmas a step and two 96 KB slots)."""
+    built = {bk: compile_ir(_built_descriptors(b_by_n, bk=bk).ir, "sm_90a", {"num_warps": 8, "num_stages": 3},
+                            link=False) for bk in (64, 128)}
+    assert "half_steps = 1" in built[128].kir and "half_steps" not in built[64].kir
+    for pattern in (r"wgmma\.mma_async\.sync\.aligned\.m64n256k16", r"cp\.async\.bulk\.tensor\.2d"):
+        assert len(re.findall(pattern, built[128].asm["ptx"])) == len(re.findall(pattern, built[64].asm["ptx"])) > 0
+    assert built[128].metadata["shared"] == built[64].metadata["shared"] >= 4 * (128 * 64 + 64 * 256) * 2
+
+
 def test_split_k_counts_the_loop_as_written_and_its_split_build_is_halved_too():
     """split_k runs first: its trip spec is the loop as written's (K + 63) / 64 (the launch sizes clusters by
     it), and each CTA's share of the split loop runs in half steps from its rank's first column on."""
@@ -164,6 +221,32 @@ def test_the_half_loop_computes_what_the_loop_as_written_does(small_tiles_halve)
     np.testing.assert_allclose(c, a.astype(np.float64) @ b, rtol=2e-2, atol=5e-2)  # (tf32 products)
 
 
+def run_descriptor_matmul(halved, b_by_n, m, n, k):
+    """The portable sm_90a build (the descriptors' blocks through their fallback loads) of 64x64x64 fp32."""
+    from kiln.codegen.emulate import run_on_cpu
+    fn = _halved_or_written(_built_descriptors(b_by_n, np.float32, 64, 64, 64, warps=4).ir, halved)
+    rng = np.random.default_rng(5)
+    ld = -(-k // 16) * 16
+    a = rng.standard_normal((m, ld)).astype(np.float32)
+    b = rng.standard_normal((n, ld) if b_by_n else (k, 64)).astype(np.float32)
+    c = np.full((m, 64), np.nan, np.float32)
+    no_map = np.zeros(128, np.uint8)  # (the TMA map: the portable build reads through the pointers)
+    b_shape = (n, k, ld, 1) if b_by_n else (k, n, 64, 1)
+    run_on_cpu(fn, (1, 1), [a, m, k, ld, 1, no_map, b, *b_shape, no_map, c, m, n, 64, 1, no_map, k], num_warps=4)
+    want = a[:, :k].astype(np.float64) @ (b[:, :k].T if b_by_n else b[:k, :n])
+    return c[:, :n], want
+
+
+@pytest.mark.parametrize("b_by_n", [False, True])
+def test_the_half_descriptor_loop_computes_what_the_loop_as_written_does(small_tiles_halve, b_by_n):
+    """K = 200 (the last half steps partly and wholly past K, where the descriptor reads zeros), 60 x 50 of a
+    64 x 64 tile."""
+    c, want = in_child(run_descriptor_matmul, True, b_by_n, 60, 50, 200)
+    c0, _ = in_child(run_descriptor_matmul, False, b_by_n, 60, 50, 200)
+    np.testing.assert_array_equal(c, c0)
+    np.testing.assert_allclose(c, want, rtol=2e-2, atol=5e-2)  # (tf32 products)
+
+
 def run_by_k(halved, k):
     from kiln.codegen.emulate import run_on_cpu
     x = np.zeros((16, 16), np.float32)
@@ -207,6 +290,30 @@ def test_the_half_loop_on_the_gpu_equals_the_kernel_written_with_half_the_k(m, n
                                                   link=False).kir
     assert torch.equal(out[64], out[32])
     torch.testing.assert_close(out[64], a.double().matmul(b.double()).float(), rtol=2e-2, atol=0.2)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("b_by_n", [False, True])
+@pytest.mark.parametrize("m, n, k", [(512, 512, 1024), (300, 520, 200)])
+def test_the_half_descriptor_loop_on_the_gpu_equals_the_kernel_written_with_half_the_k(m, n, k, b_by_n, cuda_torch,
+                                                                                      monkeypatch):
+    monkeypatch.setenv("KILN_SPLIT_K", "0")
+    torch = cuda_torch
+    a = torch.randn(m, k, device="cuda", dtype=torch.float16)
+    b = torch.randn(k, n, device="cuda", dtype=torch.float16)
+    b_stored = b.T.contiguous() if b_by_n else b
+    out = {}
+    for bk in (128, 64):
+        c = torch.full((m, n), float("nan"), device="cuda")
+        grid = (triton_cdiv(m, 128), triton_cdiv(n, 256))
+        kernel = _descriptor_matmul[grid](*_descriptors(a, b_stored, c, 128, 256, bk, b_by_n), k, BM=128, BN=256, BK=bk,
+                                          B_BY_N=b_by_n, num_warps=8, num_stages=3)
+        out[bk] = c
+        if bk == 128:
+            assert "half_steps = 1" in compile_ir(kernel.ir, "sm_90a", {"num_warps": 8, "num_stages": 3},
+                                                  link=False).kir
+    assert torch.equal(out[128], out[64])
+    torch.testing.assert_close(out[128], a.double().matmul(b.double()).float(), rtol=2e-2, atol=0.2)
 
 
 def triton_cdiv(x, y):

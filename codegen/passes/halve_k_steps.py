@@ -15,18 +15,25 @@ What is proved, with the index forms of kiln.codegen.passes.affine (`iter` = the
           no op with effects, no nested region.
   loads   2-D, the address form Q walking the dot's K dim (A's dim 1, B's dim 0): Q(iter + 1, idx) =
           Q(iter, idx_k + BK), linear in iter; each and-ed comparison of the mask likewise or free of both
-          iter and idx_k (pointer_tma.mask_terms: nothing else); `other` absent or a constant.
+          iter and idx_k (pointer_tma.mask_terms: nothing else); `other` absent or a constant. An operand
+          may also be a host or in-kernel descriptor's block (`descriptor_load`, 2-D, its fallback such a
+          load) whose K offset is BK * iter plus what the loop does not change and whose other offset the
+          loop does not change; and either may be read transposed (`permute` [1, 0]: tutorial 09's `b.T`,
+          B loaded N by K), the K dim then the load's other one.
 The half loop's step j (of 2 * trips) reads on aranges BK / 2 long what each form gives with iter's
 coefficient halved (the walk is what makes the second half of step i the block at j = 2i + 1): each pointer
 block carried, started at the form's iteration 0 and advanced half as far a step, each mask rebuilt from its
-terms. The kernel is marked `half_steps = 1`; `half_steps = 0` keeps the loops as written. It runs after
+terms; a descriptor's block at its K offset's form with iter's coefficient halved, over that half load (its
+carried pointers dropped by dce once a TMA ring takes the block). The kernel is marked `half_steps = 1`; `half_steps = 0` keeps the loops as written. It runs after
 split_k, whose trip spec (the launch's cluster size) counts the loop as written and whose split build's loop,
 each CTA's share from its rank's first step on, is halved like any other.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from kiln.ir.core import Block, Operation
-from kiln.ir.types import block_type, int1, int32, pointer_type, scalar_of
+from kiln.ir.types import block_type, int1, int32, int64, pointer_type, scalar_of
 
 from ..occupancy import max_shared_per_cta
 from . import affine, dce
@@ -41,6 +48,21 @@ MIN_HALF_ROW = 64  # bytes of K a half step keeps (wgmma's K of 8 fp32 / 16 fp16
 
 class _Refused(Exception):
     """The loop does not fit: left as written."""
+
+
+@dataclass
+class _Operand:
+    """A dot operand the half loop reads anew: its pointer load (the fallback, for a descriptor's block),
+    that load's base, address form and mask terms, the load's K dim, and what reads it on the way to the
+    dot (a descriptor_load and its offsets' forms, a permute)."""
+    load: Operation
+    base: object
+    address: dict
+    terms: list
+    k: int
+    descriptor: Operation | None = None
+    offsets: list | None = None
+    permute: Operation | None = None
 
 
 def apply(fn, ctx) -> None:
@@ -94,7 +116,7 @@ class _Plan:
         self.iteration = _iteration(loop, self.forms)
         if self.iteration is None:
             raise _Refused
-        self.loads = [self._load(a, 1), self._load(b, 0)]
+        self.operands = [self._operand(a, 1), self._operand(b, 0)]
 
     def _check_accumulator(self, acc):
         """`acc` carried, read by the dot alone, the dot's result yielded in its place and read nowhere
@@ -115,11 +137,46 @@ class _Plan:
                     or users.get(self.loop.results[j]):
                 raise _Refused
 
+    def _operand(self, v, k):
+        """The dot operand `v`, whose dim `k` is the dot's K: a load walking it BK a step, or a descriptor's
+        block at a K offset moving BK a step over such a load, either maybe read transposed."""
+        permute = self._defined_here(v, "permute")
+        if permute is not None:
+            if list(permute.attrs.get("order", ())) != [1, 0]:
+                raise _Refused
+            v, k = permute.operands[0], 1 - k
+        descriptor = self._defined_here(v, "descriptor_load")
+        offsets = None
+        if descriptor is not None:
+            if descriptor.attrs.get("wrap_dim") is not None or descriptor.attrs.get("lead_dims") \
+                    or len(descriptor.operands) != 4:
+                raise _Refused
+            offsets = [self._offset(o, d == k) for d, o in enumerate(descriptor.operands[1:3])]
+            v = descriptor.operands[3]
+        load, base, address, terms = self._load(v, k)
+        return _Operand(load, base, address, terms, k, descriptor, offsets, permute)
+
+    def _defined_here(self, v, name):
+        op = v.defining_op
+        return op if op is not None and op.name == name and op.parent is self.body else None
+
+    def _offset(self, v, walks):
+        """A descriptor offset's form in iter: BK * iter plus loop-invariant terms where it `walks` the
+        K dim, loop-invariant terms alone where not."""
+        poly = self.forms.of(v)
+        poly = None if poly is None else in_iterations(poly, self.loop, self.forms, self.iteration)
+        if poly is None or not _invariant(self.forms, poly, self.loop):
+            raise _Refused
+        moving = {m: c for m, c in poly.items() if ITER in m}
+        if moving != ({(ITER,): self.bk} if walks else {}):
+            raise _Refused
+        return poly
+
     def _load(self, v, k):
         """(the load, its base, its address form, its mask's terms) of a dot operand that walks dim `k`, BK
         a step."""
-        op = v.defining_op
-        if op is None or op.name != "load" or op.parent is not self.body:
+        op = self._defined_here(v, "load")
+        if op is None:
             raise _Refused
         ptr, mask, other = (list(op.operands) + [None, None])[:3]
         found = _address(ptr, self.loop, self.forms, self.iteration)
@@ -127,6 +184,7 @@ class _Plan:
             raise _Refused
         base, address = found
         self._walks(address, k)
+        self._int_type(address)
         terms = []
         if mask is not None:
             got = mask_terms(mask, self.forms)
@@ -137,6 +195,7 @@ class _Plan:
                 if term is None:
                     raise _Refused
                 self._walks(term, k)
+                self._int_type(term)
                 terms.append(term)
         if other is not None and (other.defining_op is None or other.defining_op.name != "constant"):
             raise _Refused
@@ -175,7 +234,8 @@ class _Plan:
         # half as far (addresses from the step instead: the same K loop in SASS, but ptxas scheduled the wgmma
         # descriptors after the loop's barrier, 8-10% slower on the H200)
         starts, advances = [], []
-        for (load, base, address, _), k in zip(self.loads, (1, 0)):
+        for operand in self.operands:
+            load, base, address, k = operand.load, operand.base, operand.address, operand.k
             shape = _half_shape(load, k)
             start = {m: c for m, c in address.items() if ITER not in m}
             advance = {tuple(a for a in m if a != ITER): c // 2 for m, c in address.items() if ITER in m}
@@ -183,14 +243,15 @@ class _Plan:
             bases = append_op(before, "splat", [base], [t], load.loc)
             starts.append(append_op(before, "addptr", [bases, self._block(start, shape, None, before, load.loc)], [t],
                                     load.loc))
-            advances.append(emit_poly(advance, None, self.forms,
-                                      lambda n, o, ty, **attrs: append_op(before, n, o, [ty], load.loc, **attrs)))
+            emit = _emit_in(self._int_type(advance),
+                            lambda n, o, ty, **attrs: append_op(before, n, o, [ty], load.loc, **attrs))
+            advances.append(emit_poly(advance, None, self.forms, emit))
         body = Block([int32, acc_init.type] + [v.type for v in starts])
         j, acc, *ptrs = body.args
         ops: list = []
-        a, b = (self._half_load(load, k, j, p, ops) for load, k, p in zip(self.loads, (1, 0), ptrs))
+        a, b = (self._half_operand(operand, j, p, ops) for operand, p in zip(self.operands, ptrs))
         total = append_op(ops, "dot", [a, b, acc], [acc.type], self.dot.loc, **self.dot.attrs)
-        moved = [append_op(ops, "addptr", [p, append_op(ops, "splat", [adv], [block_type(int32, p.type.shape)], loc)],
+        moved = [append_op(ops, "addptr", [p, append_op(ops, "splat", [adv], [block_type(adv.type, p.type.shape)], loc)],
                            [p.type], loc) for p, adv in zip(ptrs, advances)]
         ops.append(Operation("yield", [total] + moved, [], loc=loc))
         for op in ops:
@@ -203,17 +264,34 @@ class _Plan:
         insert_ops(block, at, before + [half])
         replace_uses(fn, {loop.results[self.acc_index]: half.results[0]})
 
-    def _half_load(self, found, k, j, ptrs, ops):
-        load, _, _, terms = found
+    def _half_operand(self, operand, j, ptrs, ops):
+        """The half step's operand: its half load, read as the loop as written reads the whole one."""
+        v = self._half_load(operand, j, ptrs, ops)
+        if operand.descriptor is not None:
+            desc = operand.descriptor
+
+            def emit(op_name, operands, t, **attrs):
+                return append_op(ops, op_name, operands, [t], desc.loc, **attrs)
+
+            offsets = [emit_poly(_halved(poly), j, self.forms, emit) for poly in operand.offsets]
+            v = append_op(ops, "descriptor_load", [desc.operands[0], *offsets, v], [v.type], desc.loc, **desc.attrs)
+        if operand.permute is not None:
+            shape = list(reversed(v.type.shape))
+            v = append_op(ops, "permute", [v], [block_type(scalar_of(v.type), shape)], operand.permute.loc,
+                          **operand.permute.attrs)
+        return v
+
+    def _half_load(self, operand, j, ptrs, ops):
+        load, terms, k = operand.load, operand.terms, operand.k
         shape = _half_shape(load, k)
         loc = load.loc
         operands = [ptrs]
         if terms:  # (a mask of no terms is true everywhere: so is the half step's, and `other` goes unread)
             mask = None
-            zeros = append_op(ops, "constant", [], [block_type(int32, shape)], loc, value=0)
             for term in terms:
-                bit = append_op(ops, "cmp", [self._block(_halved(term), shape, j, ops, loc), zeros],
-                                [block_type(int1, shape)], loc, pred="lt")
+                lhs = self._block(_halved(term), shape, j, ops, loc)
+                zeros = append_op(ops, "constant", [], [lhs.type], loc, value=0)
+                bit = append_op(ops, "cmp", [lhs, zeros], [block_type(int1, shape)], loc, pred="lt")
                 mask = bit if mask is None else append_op(ops, "and", [mask, bit], [block_type(int1, shape)], loc)
             operands.append(mask)
         if terms and len(load.operands) > 2:
@@ -224,9 +302,12 @@ class _Plan:
                          **load.attrs)
 
     def _block(self, poly, shape, j, ops, loc):
-        """`poly` (scalar atoms, iter = j, at most one index or wrap atom a term) as an int32 block of `shape`."""
+        """`poly` (scalar atoms, iter = j, at most one index or wrap atom a term) as a block of `shape`, int32
+        or, where an atom is 64-bit (a host descriptor's strides), int64."""
         def emit(op_name, operands, t, **attrs):
             return append_op(ops, op_name, operands, [t], loc, **attrs)
+
+        itype = self._int_type(poly)
 
         groups: dict = {}
         for m, c in poly.items():
@@ -235,18 +316,35 @@ class _Plan:
                 raise AssertionError(f"halve_k_steps: a term of two indices {m}")
             key = index[0] if index else None
             groups.setdefault(key, {})[tuple(a for a in m if a[0] not in ("idx", "wrap"))] = c
-        t = block_type(int32, shape)
+        t = block_type(itype, shape)
         total = None
         for key, scalars in sorted(groups.items(), key=lambda kv: str(kv[0])):
-            factor = emit_poly(scalars, j, self.forms, emit)
+            factor = emit_poly(scalars, j, self.forms, _emit_in(itype, emit))
             if key is None:
                 part = emit("splat", [factor], t)
             else:
                 part = self._index(key, shape, emit)
+                if itype != int32:
+                    part = emit("cast", [part], t)
                 if scalars != {(): 1}:
                     part = emit("mul", [part, emit("splat", [factor], t)], t)
             total = part if total is None else emit("add", [total, part], t)
         return total if total is not None else emit("constant", [], t, value=0)
+
+    def _int_type(self, poly):
+        """int64 where an atom of `poly` is 64-bit, else int32 (a wrap's start and extent int32 alone)."""
+        wide = False
+        for atom in affine.atoms_of(poly):
+            if atom[0] == "wrap":
+                start, extent = self.forms.wraps[atom[2]]
+                if self._int_type(start) != int32 or extent.type != int32:
+                    raise _Refused
+            elif atom[0] == "v":
+                t = self.forms.values[atom[1]].type
+                if t not in (int32, int64):
+                    raise _Refused
+                wide = wide or t == int64
+        return int64 if wide else int32
 
     def _index(self, atom, shape, emit):
         """An index atom of dim d (its arange, or `(start + arange) % E` for a wrap) broadcast to `shape`."""
@@ -260,6 +358,19 @@ class _Plan:
         column = [shape[0], 1] if d == 0 else [1, shape[1]]
         index = emit("expand_dims", [index], block_type(int32, column), axis=1 - d)
         return emit("broadcast", [index], block_type(int32, shape))
+
+
+def _emit_in(itype, emit):
+    """`emit` for emit_poly, its int32 arithmetic done in `itype`, int32 operands widened first."""
+    if itype == int32:
+        return emit
+
+    def wide(op_name, operands, t, **attrs):
+        if t == int32:
+            operands = [emit("cast", [v], itype) if v.type == int32 else v for v in operands]
+            t = itype
+        return emit(op_name, operands, t, **attrs)
+    return wide
 
 
 def _half_shape(load, k) -> list:
