@@ -124,6 +124,18 @@ def test_only_sm_90a_at_whole_warpgroups_halves():
     assert "half_steps = 0" in _after_pass(written) and "<128x64xfp32>" in _after_pass(written)
 
 
+def test_a_64_bit_stride_gives_the_half_loop_int64_addresses():
+    """A stride past 2**31 is an int64 argument: the half loop's address blocks from it are int64 (they were
+    int32 blocks splatted from it, which the verifier refuses)."""
+    x = np.zeros((16, 16), np.float32)
+    built = _matmul.warmup(x, x, np.zeros((16, 16), np.float32), 512, 512, 512, 2**31 + 16, 512, 512, BM=128, BN=256,
+                           BK=64, num_warps=8, num_stages=3, grid=(1,), target="sm_90a")
+    text = _after_pass(built.ir)
+    stride = re.search(r"(%\d+): int64", text).group(1)  # (the signature's only 64-bit argument)
+    assert "half_steps = 1" in text
+    assert re.search(rf"= splat {stride} : <128x32xint64>", text)
+
+
 def test_a_block_that_does_not_walk_k_is_left_as_written():
     x = np.zeros((16, 16), np.float32)
     built = _same_a.warmup(x, x, x, 256, BM=128, BN=256, BK=64, STEPS=4, num_warps=8, grid=(1,), target="sm_90a")

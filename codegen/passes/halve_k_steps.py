@@ -24,9 +24,10 @@ The half loop's step j (of 2 * trips) reads on aranges BK / 2 long what each for
 coefficient halved (the walk is what makes the second half of step i the block at j = 2i + 1): each pointer
 block carried, started at the form's iteration 0 and advanced half as far a step, each mask rebuilt from its
 terms; a descriptor's block at its K offset's form with iter's coefficient halved, over that half load (its
-carried pointers dropped by dce once a TMA ring takes the block). The kernel is marked `half_steps = 1`; `half_steps = 0` keeps the loops as written. It runs after
-split_k, whose trip spec (the launch's cluster size) counts the loop as written and whose split build's loop,
-each CTA's share from its rank's first step on, is halved like any other.
+carried pointers dropped by dce once a TMA ring takes the block). Forms with a 64-bit atom (a host
+descriptor's strides) are built in int64. The kernel is marked `half_steps = 1`; `half_steps = 0` keeps the
+loops as written. It runs after split_k, whose trip spec (the launch's cluster size) counts the loop as
+written and whose split build's loop, each CTA's share from its rank's first step on, is halved like any other.
 """
 from __future__ import annotations
 
