@@ -98,6 +98,18 @@ def fastest(make, configs):
     return best
 
 
+def tflops_cell(go, flops, check):
+    """(a table cell, `check()` after the first run) for launch `go`: its TFLOP/s, or `failed (Error)` where
+    the config does not build or launch (out of resources and the like; `check` then None)."""
+    try:
+        go()
+        torch.cuda.synchronize()
+    except Exception as e:
+        return f"failed ({type(e).__name__})", None
+    ok = check()
+    return f"{flops / bench(go) * 1e-9:.0f}", ok
+
+
 def gbps(nbytes, ms):
     return nbytes / (ms * 1e-3) / 1e9
 

@@ -65,7 +65,8 @@ def _descriptor_matmul(a_desc, b_desc, c_desc, K, BM: tl.constexpr, BN: tl.const
 
 def _descriptors(a, b, c, bm, bn, bk, b_by_n):
     from kiln.tools.tensor_descriptor import TensorDescriptor
-    return (TensorDescriptor.from_tensor(a, [bm, bk]), TensorDescriptor.from_tensor(b, [bn, bk] if b_by_n else [bk, bn]),
+    b_block = [bn, bk] if b_by_n else [bk, bn]
+    return (TensorDescriptor.from_tensor(a, [bm, bk]), TensorDescriptor.from_tensor(b, b_block),
             TensorDescriptor.from_tensor(c, [bm, bn]))
 
 
@@ -291,15 +292,8 @@ def test_the_half_loop_on_the_gpu_equals_the_kernel_written_with_half_the_k(m, n
     torch = cuda_torch
     a = torch.randn(m, k, device="cuda")
     b = torch.randn(k, n, device="cuda")
-    out = {}
-    for bk in (64, 32):
-        c = torch.full((m, n), float("nan"), device="cuda")
-        grid = (triton_cdiv(m, 128), triton_cdiv(n, 256))
-        kernel = _matmul[grid](a, b, c, m, n, k, k, n, n, BM=128, BN=256, BK=bk, num_warps=8, num_stages=3)
-        out[bk] = c
-        if bk == 64:
-            assert "half_steps = 1" in compile_ir(kernel.ir, "sm_90a", {"num_warps": 8, "num_stages": 3},
-                                                  link=False).kir
+    out = _by_k_block(torch, m, n, (64, 32), lambda c, grid, bk: _matmul[grid](
+        a, b, c, m, n, k, k, n, n, BM=128, BN=256, BK=bk, num_warps=8, num_stages=3))
     assert torch.equal(out[64], out[32])
     torch.testing.assert_close(out[64], a.double().matmul(b.double()).float(), rtol=2e-2, atol=0.2)
 
@@ -314,18 +308,24 @@ def test_the_half_descriptor_loop_on_the_gpu_equals_the_kernel_written_with_half
     a = torch.randn(m, k, device="cuda", dtype=torch.float16)
     b = torch.randn(k, n, device="cuda", dtype=torch.float16)
     b_stored = b.T.contiguous() if b_by_n else b
-    out = {}
-    for bk in (128, 64):
-        c = torch.full((m, n), float("nan"), device="cuda")
-        grid = (triton_cdiv(m, 128), triton_cdiv(n, 256))
-        kernel = _descriptor_matmul[grid](*_descriptors(a, b_stored, c, 128, 256, bk, b_by_n), k, BM=128, BN=256, BK=bk,
-                                          B_BY_N=b_by_n, num_warps=8, num_stages=3)
-        out[bk] = c
-        if bk == 128:
-            assert "half_steps = 1" in compile_ir(kernel.ir, "sm_90a", {"num_warps": 8, "num_stages": 3},
-                                                  link=False).kir
+    out = _by_k_block(torch, m, n, (128, 64), lambda c, grid, bk: _descriptor_matmul[grid](
+        *_descriptors(a, b_stored, c, 128, 256, bk, b_by_n), k, BM=128, BN=256, BK=bk, B_BY_N=b_by_n, num_warps=8,
+        num_stages=3))
     assert torch.equal(out[128], out[64])
     torch.testing.assert_close(out[128], a.double().matmul(b.double()).float(), rtol=2e-2, atol=0.2)
+
+
+def _by_k_block(torch, m, n, bks, launch):
+    """{BK: C} of `launch(c, grid, BK)` for 128x256 tiles on 8 warps at each K block; the first's build halved."""
+    out = {}
+    for bk in bks:
+        c = torch.full((m, n), float("nan"), device="cuda")
+        kernel = launch(c, (triton_cdiv(m, 128), triton_cdiv(n, 256)), bk)
+        out[bk] = c
+        if bk == bks[0]:
+            assert "half_steps = 1" in compile_ir(kernel.ir, "sm_90a", {"num_warps": 8, "num_stages": 3},
+                                                  link=False).kir
+    return out
 
 
 def triton_cdiv(x, y):

@@ -252,7 +252,8 @@ class _Plan:
         ops: list = []
         a, b = (self._half_operand(operand, j, p, ops) for operand, p in zip(self.operands, ptrs))
         total = append_op(ops, "dot", [a, b, acc], [acc.type], self.dot.loc, **self.dot.attrs)
-        moved = [append_op(ops, "addptr", [p, append_op(ops, "splat", [adv], [block_type(adv.type, p.type.shape)], loc)],
+        moved = [append_op(ops, "addptr",
+                           [p, append_op(ops, "splat", [adv], [block_type(adv.type, p.type.shape)], loc)],
                            [p.type], loc) for p, adv in zip(ptrs, advances)]
         ops.append(Operation("yield", [total] + moved, [], loc=loc))
         for op in ops:
