@@ -198,6 +198,25 @@ def test_doctor_says_which_triton_and_why(fake_triton):
     assert bad["import_triton"] != "kiln" and "KILN_DROPIN='perhaps'" in bad["why"]
 
 
+def test_importlib_metadata_names_the_release_the_facade_follows(fake_triton, tmp_path):
+    """Under the drop-in `importlib.metadata.version("triton")` is `triton.__version__`, also where another
+    Triton's distribution is installed (here 3.5.0's, on PYTHONPATH); without it, that distribution's."""
+    info = tmp_path / "site" / "triton-3.5.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: triton\nVersion: 3.5.0\n")
+    code = "import importlib.metadata as m, triton; print(m.version('triton'), m.version('Triton'), triton.__version__)"
+    on = _python(code, {**fake_triton, hook.ENV: "1"})
+    assert on.returncode == 0, on.stderr
+    version = on.stdout.split()
+    assert version == [version[2]] * 3 and version[2] != "3.5.0"
+    off = _python(code, fake_triton)
+    assert off.stdout.split()[:2] == ["3.5.0", "3.5.0"], off.stderr
+    # no distribution listed twice: the listing of all stays the other finders'
+    listed = _python("import importlib.metadata as m; print(sum(d.metadata['Name'] == 'triton' "
+                     "for d in m.distributions()))", {**fake_triton, hook.ENV: "1"})
+    assert listed.stdout.split() == ["1"], listed.stderr
+
+
 def test_kiln_name_table():
     assert hook.kiln_name("triton") == "kiln.dropin.facade"
     assert hook.kiln_name("triton.language.extra.cuda.libdevice") == "kiln.language.extra.cuda.libdevice"

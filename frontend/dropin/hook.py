@@ -155,6 +155,16 @@ class TritonFinder(importlib.abc.MetaPathFinder):
         is_package = True  # every alias may have children: `triton.X.Y` is found by name, not by path
         return importlib.machinery.ModuleSpec(name, _Alias(target_name), is_package=is_package)
 
+    def find_distributions(self, context=None):
+        """`importlib.metadata`'s `triton`, asked by name: the release the facade follows, as
+        `triton.__version__` says (libraries pick an API by `importlib.metadata.version("triton")`, and a
+        machine with kiln alone has no Triton distribution to ask). Other names, and the listing of all
+        distributions, are the other finders'."""
+        name = getattr(context, "name", None)
+        if name is None or name.lower().replace("-", "_").replace(".", "_") != "triton":
+            return iter(())
+        return iter((_triton_distribution(),))
+
     def _adjustments(self, name) -> tuple:
         always = (ALWAYS_AFTER_IMPORT[name],) if name in ALWAYS_AFTER_IMPORT else ()
         return always + ((AFTER_IMPORT[name],) if self.adjust_torch and name in AFTER_IMPORT else ())
@@ -172,6 +182,25 @@ class TritonFinder(importlib.abc.MetaPathFinder):
 
     def __repr__(self):
         return "kiln.dropin.hook.TritonFinder()"
+
+
+def _triton_distribution():
+    """The drop-in's `triton` for importlib.metadata: its METADATA only (no files, no requirements).
+    Made when first asked for: the .pth imports this module in every process, which need not pay for
+    importlib.metadata."""
+    import importlib.metadata as metadata
+
+    class TritonDistribution(metadata.Distribution):
+        def read_text(self, filename):
+            if filename != "METADATA":
+                return None
+            version = importlib.import_module(MODULES["triton"]).__version__
+            return f"Metadata-Version: 2.1\nName: triton\nVersion: {version}\nSummary: kiln's drop-in for Triton\n"
+
+        def locate_file(self, path):
+            return metadata.PackagePath(path)
+
+    return TritonDistribution()
 
 
 def active() -> bool:
