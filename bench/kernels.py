@@ -340,6 +340,41 @@ def matmul_descriptor_bt_kernel(a_desc, b_desc, c_desc, M, N, K,
 
 
 @triton.jit
+def _descriptor_tiles(a_desc, b_desc, c_desc, M, N, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                      BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, NUM_SMS: tl.constexpr):
+    """Tutorial 09's persistent loop over descriptors: tiles pid, pid + NUM_SMS, ... (`flatten`, as the
+    tutorial asks), B stored [N, K] and read transposed."""
+    num_tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
+    for tile in tl.range(tl.program_id(0), num_tiles, NUM_SMS, flatten=True):
+        pid_m, pid_n = _grouped_tile(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for k in range(tl.cdiv(K, BLOCK_K)):
+            a = a_desc.load([pid_m * BLOCK_M, k * BLOCK_K])
+            b = b_desc.load([pid_n * BLOCK_N, k * BLOCK_K])
+            acc = tl.dot(a, b.T, acc)
+        c_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N], acc.to(c_desc.dtype))
+
+
+@triton.jit
+def tma_persistent_matmul_kernel(a_desc, b_desc, c_desc, M, N, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                                 BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, NUM_SMS: tl.constexpr):
+    """Triton 3.6's tutorial 09 TMA persistent matmul (without its warp_specialize and epilogue-subtile
+    options): host descriptors of A [M, K], B [N, K] and C."""
+    _descriptor_tiles(a_desc, b_desc, c_desc, M, N, K, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_SMS)
+
+
+@triton.jit
+def descriptor_persistent_matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                                        BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, NUM_SMS: tl.constexpr):
+    """Triton 3.6's tutorial 09 descriptor persistent matmul (without its warp_specialize and epilogue-subtile
+    options): the kernel makes the descriptors of A [M, K], B [N, K] and C, row-major."""
+    a_desc = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[K, 1], block_shape=[BLOCK_M, BLOCK_K])
+    b_desc = tl.make_tensor_descriptor(b_ptr, shape=[N, K], strides=[K, 1], block_shape=[BLOCK_N, BLOCK_K])
+    c_desc = tl.make_tensor_descriptor(c_ptr, shape=[M, N], strides=[N, 1], block_shape=[BLOCK_M, BLOCK_N])
+    _descriptor_tiles(a_desc, b_desc, c_desc, M, N, K, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_SMS)
+
+
+@triton.jit
 def matmul_device_descriptor_kernel(a_ptr, b_ptr, c_ptr, M, N, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                                     BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
     """The same matmul through descriptors the kernel makes (`tl.make_tensor_descriptor`, as

@@ -36,9 +36,10 @@ def persistent_launcher(lib, a, b, c, cfg):
     return go
 
 
-def check(libs, dtypes, make=None, shapes=((1000, 776, 520), (512, 2048, 1024)), launches=1):
-    """Every 16-bit config of the kernel `make(lib, a, b, c, cfg)` launches (persistent_launcher by default)
-    against torch on `shapes`, C poisoned with NaN before each of `launches` launches: the failures."""
+def check(libs, dtypes, make=None, shapes=((1000, 776, 520), (512, 2048, 1024)), launches=1, configs=CONFIGS_16):
+    """Every config of `configs` (tutorial 03's 16-bit ones by default) of the kernel `make(lib, a, b, c, cfg)`
+    launches (persistent_launcher by default) against torch on `shapes`, C poisoned with NaN before each of
+    `launches` launches: the failures."""
     make = make or persistent_launcher
     failures = 0
     for dtype in dtypes:
@@ -47,7 +48,7 @@ def check(libs, dtypes, make=None, shapes=((1000, 776, 520), (512, 2048, 1024)),
             b = torch.randn(K, N, device="cuda").to(DTYPES[dtype])
             ref = a.float() @ b.float()
             for flavour, lib in libs.items():
-                for cfg in CONFIGS_16:
+                for cfg in configs:
                     c = torch.empty((M, N), device="cuda", dtype=torch.float16)
                     try:
                         go = make(lib, a, b, c, cfg)
@@ -65,10 +66,10 @@ def check(libs, dtypes, make=None, shapes=((1000, 776, 520), (512, 2048, 1024)),
     return failures
 
 
-def run(libs, dtypes, shapes, rounds=3, launchers=None):
+def run(libs, dtypes, shapes, rounds=3, launchers=None, configs=CONFIGS_16):
     """Each kernel of `launchers` ({name: launcher}; the persistent and tile kernels by default) of each
-    library autotuned over tutorial 03's 16-bit configs, then timed against cuBLAS in interleaved rounds:
-    TFLOP/s per "<library> <kernel>"."""
+    library autotuned over `configs` (tutorial 03's 16-bit ones by default), then timed against cuBLAS in
+    interleaved rounds: TFLOP/s per "<library> <kernel>"."""
     launchers = launchers or {"persistent": persistent_launcher, "tiles": launcher}
     rows = []
     for dtype in dtypes:
@@ -76,7 +77,7 @@ def run(libs, dtypes, shapes, rounds=3, launchers=None):
             a = torch.randn(M, K, device="cuda").to(DTYPES[dtype])
             b = torch.randn(K, N, device="cuda").to(DTYPES[dtype])
             c = torch.empty(M, N, device="cuda", dtype=torch.float16)
-            picked = {f"{name} {kernel}": fastest(lambda cfg, lib=lib, make=make: make(lib, a, b, c, cfg), CONFIGS_16)
+            picked = {f"{name} {kernel}": fastest(lambda cfg, lib=lib, make=make: make(lib, a, b, c, cfg), configs)
                       for name, lib in libs.items() for kernel, make in launchers.items()}
             fns = {name: launchers[name.split(" ", 1)[1]](libs[name.split()[0]], a, b, c, got[1])
                    for name, got in picked.items() if got}
@@ -86,9 +87,18 @@ def run(libs, dtypes, shapes, rounds=3, launchers=None):
                    "configs": {name: got[1] for name, got in picked.items() if got}}
             for name, ms in interleaved(fns, rounds).items():
                 row[name] = 2 * M * N * K / (ms * 1e-3) / 1e12
+            want = a.float() @ b.float()
+            row["wrong"] = [name for name, go in fns.items() if name != "cublas" and not _equal(go, c, want)]
             print(row)
             rows.append(row)
     return rows
+
+
+def _equal(go, c, want) -> bool:
+    """Does launch `go`, writing `c` from NaNs, compute `want` within 16-bit inputs' rounding?"""
+    c.fill_(float("nan"))
+    go()
+    return (c.float() - want).abs().max().item() <= 0.02 * want.abs().max().item()
 
 
 def table(rows) -> str:
