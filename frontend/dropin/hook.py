@@ -186,8 +186,8 @@ class TritonFinder(importlib.abc.MetaPathFinder):
 
 def _triton_distribution():
     """The drop-in's `triton` for importlib.metadata: its METADATA only (no files, no requirements).
-    Made when first asked for: the .pth imports this module in every process, which need not pay for
-    importlib.metadata."""
+    Made when first asked for: every drop-in process imports this module at its start, and most never
+    ask, so they need not import importlib.metadata."""
     import importlib.metadata as metadata
 
     class TritonDistribution(metadata.Distribution):
