@@ -350,12 +350,13 @@ def _device_copies(arrays: list, alignment: int = 256) -> list:
 
 
 def run_on_cpu(fn, grid, args, num_warps: int = 4, options: dict | None = None, target: str = "sm_90a",
-               programs=None) -> list[str]:
+               programs=None, moved: list | None = None) -> list[str]:
     """Run block IR `fn` over `grid` with `args` (NumPy arrays for pointers, Python
     numbers for scalars), built for `target` with compile `options` (num_stages, ...). Arrays
     are copied to aligned "device" buffers and back, so they are written in place as on a GPU.
-    `programs`: the (x, y, z) program ids to run, in order (default: the whole grid).
-    Returns the device_print lines."""
+    `programs`: the (x, y, z) program ids to run, in order (default: the whole grid). `moved` (a
+    list) gets (a device buffer's address, its array's, the bytes) per array: what an address the
+    kernel stored points to. Returns the device_print lines."""
     import llvmlite.binding as llvm
     opts = _options({**(options or {}), "num_warps": num_warps})
     _, llir, arg_layout, shared = lower_to_llvm(fn, parse_target(target), opts, portable=True)
@@ -423,6 +424,9 @@ def run_on_cpu(fn, grid, args, num_warps: int = 4, options: dict | None = None, 
     engine = llvm.create_mcjit_compiler(mod, tm)
     engine.finalize_object()
     device = _device_copies(args)
+    if moved is not None:
+        moved.extend((copy.ctypes.data, array.ctypes.data, array.nbytes) for array, copy in zip(args, device)
+                     if isinstance(array, np.ndarray) and array.nbytes)
     ctypes_args, values = [], []
     for spec, value in zip(arg_layout, device):
         ty = spec["llvm_type"].split()[0]

@@ -10,7 +10,8 @@ file's plugin. Each launch runs in the interpreter as usual (the suite's own che
 copy of its arguments taken before, as kiln builds it (`--target`, at the launch's num_warps and
 num_stages) on the CPU emulator (kiln.codegen.emulate: the LLVM IR on host threads, mma and ldmatrix
 emulated), in a forked child with a time limit. The arrays the two leave are compared element by element
-(integers exactly; floats by the largest difference over the largest magnitude). The emulator runs kiln's
+(integers exactly; floats by the largest difference over the largest magnitude; an address a kernel stored
+into an int64 tensor as the place it points to in the arguments). The emulator runs kiln's
 portable build (no inline PTX): dots that would run on wgmma run on mma.sync there, so wgmma, TMA and the
 rest of the PTX-only parts are left to the PTX checks of the CPU tier and to the GPU tier; a build that
 still needs what the emulator lacks is a `refused` row, not a failure.
@@ -41,10 +42,11 @@ ATOMIC_PROGRAMS = 256  # a launch with atomics runs whole up to this many progra
 FLOAT_TOLERANCE = 1e-2  # largest difference over largest magnitude: the interpreter sums in another order
 
 
-def _storage_views(args) -> list:
+def _storage_views(args, moved=None) -> list:
     """`args` with each tensor as the bytes of its storage from its first element on (what the kernel may
     reach through it), copied once per storage: tensors over the same memory (an in-place kernel's input
-    and output) are views of one copy, as they are of one allocation on a GPU."""
+    and output) are views of one copy, as they are of one allocation on a GPU. `moved` (a list) gets
+    (the copy's address, the storage's, its bytes) for each storage."""
     import torch
     copies = {}
     out = []
@@ -56,7 +58,28 @@ def _storage_views(args) -> list:
         if storage.data_ptr() not in copies:
             whole = torch.empty(0, dtype=torch.uint8).set_(storage, 0, (storage.nbytes(),), (1,))
             copies[storage.data_ptr()] = whole.numpy().copy()
+            if moved is not None:
+                moved.append((copies[storage.data_ptr()].ctypes.data, storage.data_ptr(), storage.nbytes()))
         out.append(copies[storage.data_ptr()][a.storage_offset() * a.element_size():])
+    return out
+
+
+def _addresses_moved_back(got, *moves):
+    """A 64-bit integer output with each value inside a buffer the emulator ran on (an address a kernel
+    stored: flashinfer's grouped-GEMM arguments) moved to the same place in the argument itself, as the
+    interpreter, which ran on the arguments, stored it. `moves`: lists of (from, to, bytes), applied in
+    turn (the emulator's device buffers to this process's copies, the copies to the tensors)."""
+    import torch
+    if got.dtype != torch.int64 or not moves or not moves[0]:
+        return got
+    out = got.clone()
+    for start, to, nbytes in moves[0]:
+        inside = (got >= start) & (got < start + nbytes)
+        place = got[inside] - start + to
+        for later in moves[1:]:
+            for s2, t2, n2 in later:
+                place = torch.where((place >= s2) & (place < s2 + n2), place - s2 + t2, place)
+        out[inside] = place
     return out
 
 
@@ -81,12 +104,15 @@ def _sample(grid) -> list | None:
 
 
 def _emulated(kir, grid, args, options, target, programs):
+    """The arrays after the run, and where the emulator kept each ((device, array, bytes))."""
     from kiln.codegen.emulate import run_on_cpu
     from kiln.ir import parse_function
     warps = options.get("num_warps", 4)
     rest = {k: v for k, v in options.items() if k != "num_warps"}
-    run_on_cpu(parse_function(kir), grid, args, num_warps=warps, options=rest, target=target, programs=programs)
-    return [a for a in args if hasattr(a, "dtype")]
+    moved: list = []
+    run_on_cpu(parse_function(kir), grid, args, num_warps=warps, options=rest, target=target, programs=programs,
+               moved=moved)
+    return [a for a in args if hasattr(a, "dtype")], moved
 
 
 def _difference(got, want, where=None) -> float:
@@ -127,7 +153,8 @@ def _check(kernel, grid, args, launch, out_path, target):
     # a host descriptor's TMA map (the descriptor itself, at a launch): the emulator's portable build reads
     # the descriptor's blocks through its pieces' pointers and never the map
     import numpy as np
-    emu_args = _storage_views([np.zeros(128, np.uint8) if i in maps else a for i, a in enumerate(args)])
+    moved: list = []
+    emu_args = _storage_views([np.zeros(128, np.uint8) if i in maps else a for i, a in enumerate(args)], moved)
     arrays = [i for i, a in enumerate(emu_args) if hasattr(a, "dtype")]  # what the emulation gives back
     before = [emu_args[i].copy() for i in arrays if i not in maps]
     launch()
@@ -141,11 +168,12 @@ def _check(kernel, grid, args, launch, out_path, target):
     if status != "ok":
         refused = status == "error" and "has no host version" in (result or "")
         return dict(row, status="refused" if refused else status, why=(result or "").strip()[-300:])
+    result, on_device = result
     result = [raw for i, raw in zip(arrays, result) if i not in maps]
     worst, where = 0.0, None
     tensor_names = [n for n, a in zip(re.findall(r'name = "([^"]+)"', signature), args) if isinstance(a, torch.Tensor)]
     for k, (t, raw, old) in enumerate(zip(tensors, result, before)):
-        got = _as_tensor(raw, t)
+        got = _addresses_moved_back(_as_tensor(raw, t), on_device, moved)
         # a sample of the programs: only what they wrote (where the emulator's copy changed)
         written = None if programs is None else _as_tensor(raw, t, bits=True) != _as_tensor(old, t, bits=True)
         d = _difference(got, t, written)

@@ -72,6 +72,18 @@ def test_a_batched_host_descriptor():
     out = torch.empty_like(x)
     doubled_batches[(3,)](TensorDescriptor.from_tensor(x, [1, 8, 16]), out, BM=8, BN=16)
     assert torch.equal(out, x * 2)
+
+
+@triton.jit
+def row_addresses(x_ptr, addresses_ptr, ROW: tl.constexpr):
+    tl.store(addresses_ptr + tl.program_id(0), x_ptr + tl.program_id(0) * ROW)
+
+
+def test_stored_addresses():
+    x = torch.zeros(4, 8)
+    addresses = torch.empty(4, dtype=torch.int64)
+    row_addresses[(4,)](x, addresses, ROW=8)  # (flashinfer's grouped-GEMM arguments store such addresses)
+    assert addresses.tolist() == [x.data_ptr() + 32 * row for row in range(4)]
 '''
 
 
@@ -81,11 +93,12 @@ def test_a_suites_launches_run_on_the_emulator_and_agree(tmp_path):
     rows_path = tmp_path / "rows.jsonl"
     out = subprocess.run([sys.executable, str(SCRIPT), "run", "--out", str(rows_path), "--",
                           str(tmp_path / "test_suite.py")], capture_output=True, text=True, cwd=tmp_path, timeout=600)
-    assert "3 passed" in out.stdout, out.stdout + out.stderr
+    assert "4 passed" in out.stdout, out.stdout + out.stderr
     rows = [json.loads(line) for line in rows_path.read_text().splitlines()]
-    assert [r["status"] for r in rows] == ["ok"] * 5, rows  # a host descriptor's map too: the emulator reads none
-    assert [r["programs"] for r in rows] == [4, 8, 2, 20, 3] and rows[1]["grid"] == [63, 1, 1]
-    assert "5 launches: 5 ok" in out.stdout
+    # a host descriptor's map too: the emulator reads none; the addresses stored are compared as the arguments'
+    assert [r["status"] for r in rows] == ["ok"] * 6, rows
+    assert [r["programs"] for r in rows] == [4, 8, 2, 20, 3, 4] and rows[1]["grid"] == [63, 1, 1]
+    assert "6 launches: 6 ok" in out.stdout
 
 
 def test_differences_are_measured_where_the_programs_wrote():
