@@ -331,6 +331,13 @@ def matmul_descriptor_bt_kernel(a_desc, b_desc, c_desc, M, N, K,
     """Triton 3.6's tutorial 09 TMA matmul (without its warp_specialize hint): A [M, K] and B stored [N, K],
     each block of B read transposed."""
     pid_m, pid_n = _grouped_tile(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    _descriptor_tile(a_desc, b_desc, c_desc, pid_m, pid_n, K, BLOCK_M, BLOCK_N, BLOCK_K)
+
+
+@triton.jit
+def _descriptor_tile(a_desc, b_desc, c_desc, pid_m, pid_n, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                     BLOCK_K: tl.constexpr):
+    """C's tile (pid_m, pid_n) through descriptors, B stored [N, K] and each of its blocks read transposed."""
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for k in tl.range(tl.cdiv(K, BLOCK_K)):
         a = a_desc.load([pid_m * BLOCK_M, k * BLOCK_K])
@@ -343,16 +350,11 @@ def matmul_descriptor_bt_kernel(a_desc, b_desc, c_desc, M, N, K,
 def _descriptor_tiles(a_desc, b_desc, c_desc, M, N, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                       BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, NUM_SMS: tl.constexpr):
     """Tutorial 09's persistent loop over descriptors: tiles pid, pid + NUM_SMS, ... (`flatten`, as the
-    tutorial asks), B stored [N, K] and read transposed."""
+    tutorial asks)."""
     num_tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
     for tile in tl.range(tl.program_id(0), num_tiles, NUM_SMS, flatten=True):
         pid_m, pid_n = _grouped_tile(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
-        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        for k in range(tl.cdiv(K, BLOCK_K)):
-            a = a_desc.load([pid_m * BLOCK_M, k * BLOCK_K])
-            b = b_desc.load([pid_n * BLOCK_N, k * BLOCK_K])
-            acc = tl.dot(a, b.T, acc)
-        c_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N], acc.to(c_desc.dtype))
+        _descriptor_tile(a_desc, b_desc, c_desc, pid_m, pid_n, K, BLOCK_M, BLOCK_N, BLOCK_K)
 
 
 @triton.jit
