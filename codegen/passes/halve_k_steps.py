@@ -16,8 +16,8 @@ What is proved, with the index forms of kiln.codegen.passes.affine (`iter` = the
   loads   2-D, the address form Q walking the dot's K dim (A's dim 1, B's dim 0): Q(iter + 1, idx) =
           Q(iter, idx_k + BK), linear in iter; each and-ed comparison of the mask likewise or free of both
           iter and idx_k (pointer_tma.mask_terms: nothing else); `other` absent or a constant. An operand
-          may also be a host or in-kernel descriptor's block (`descriptor_load`, 2-D, its fallback such a
-          load) whose K offset is BK * iter plus what the loop does not change and whose other offset the
+          may also be a host descriptor's block (`descriptor_load`, 2-D, its fallback such a load; the
+          blocks of descriptors the kernel makes are pointer loads here, pointer_tma maps them later) whose K offset is BK * iter plus what the loop does not change and whose other offset the
           loop does not change; and either may be read transposed (`permute` [1, 0]: tutorial 09's `b.T`,
           B loaded N by K), the K dim then the load's other one.
 The half loop's step j (of 2 * trips) reads on aranges BK / 2 long what each form gives with iter's
