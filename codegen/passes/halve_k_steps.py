@@ -17,9 +17,10 @@ What is proved, with the index forms of kiln.codegen.passes.affine (`iter` = the
           Q(iter, idx_k + BK), linear in iter; each and-ed comparison of the mask likewise or free of both
           iter and idx_k (pointer_tma.mask_terms: nothing else); `other` absent or a constant. An operand
           may also be a host descriptor's block (`descriptor_load`, 2-D, its fallback such a load; the
-          blocks of descriptors the kernel makes are pointer loads here, pointer_tma maps them later) whose K offset is BK * iter plus what the loop does not change and whose other offset the
-          loop does not change; and either may be read transposed (`permute` [1, 0]: tutorial 09's `b.T`,
-          B loaded N by K), the K dim then the load's other one.
+          blocks of descriptors the kernel makes are pointer loads here, which pointer_tma maps later)
+          whose K offset is BK * iter plus what the loop does not change and whose other offset the loop
+          does not change; and either may be read transposed (`permute` [1, 0]: tutorial 09's `b.T`, B
+          loaded N by K), the K dim then the load's other one.
 The half loop's step j (of 2 * trips) reads on aranges BK / 2 long what each form gives with iter's
 coefficient halved (the walk is what makes the second half of step i the block at j = 2i + 1): each pointer
 block carried, started at the form's iteration 0 and advanced half as far a step, each mask rebuilt from its
