@@ -69,10 +69,13 @@ def _args_used(ops, body):
     return {id(v) for op in ops for v in op.operands if id(v) in args}
 
 
-def address_cone(load, operands, body):
+def address_cone(load, operands, body, closed=False):
     """How `operands` of `load` (a top-level op of loop body `body`) are computed, if a
     later iteration's can be: (the pure body ops they need in body order, the ids of the
-    carried args those use, the pure body ops that advance those args), or None."""
+    carried args those use, the pure body ops that advance those args), or None. `closed`:
+    the carried args the advance reads count as used too, and must advance purely as well
+    (smem_pipeline advances the args before the loop, where the body's are not defined: a
+    pointer stepped by an increment the loop loads, a block-sparse LUT's, has no such value)."""
     order = {id(o): i for i, o in enumerate(body.ops)}
     by_id = {id(o): o for o in body.ops}
     iv, args = body.args[0], body.args[1:]
@@ -87,11 +90,16 @@ def address_cone(load, operands, body):
     cone_ops = [by_id[i] for i in sorted(cone, key=order.get)]
     used = _args_used(cone_ops + [load], body) - {id(iv)}
     advance = set()
-    for a in used:  # the carried values the address needs must advance purely
-        got = _cone(yields[arg_index[a]], order)
+    todo = list(used)
+    while todo:  # the carried values the address needs must advance purely
+        got = _cone(yields[arg_index[todo.pop()]], order)
         if got is None:
             return None
         advance |= got
+        if closed:
+            more = _args_used([by_id[i] for i in got], body) - used - {id(iv)}
+            used |= more
+            todo.extend(more)
     return cone_ops, used, [by_id[i] for i in sorted(advance, key=order.get)]
 
 

@@ -625,7 +625,7 @@ def plan_loop(loop, stages, fn, ctx, kind, in_registers=frozenset()):
         for _, sources in dots.values():
             for src, _ in sources:
                 if src[0] == "ring" and id(src[1]) not in cones:
-                    cones[id(src[1])] = address_cone(src[1], load_address(src[1]), body)
+                    cones[id(src[1])] = address_cone(src[1], load_address(src[1]), body, closed=True)
         bad |= {key for key, cone in cones.items() if cone is None}
         bad |= _split_inners(dots)
         dropped = [key for key, (_, sources) in dots.items()
@@ -658,7 +658,7 @@ def plan_loop(loop, stages, fn, ctx, kind, in_registers=frozenset()):
         fetched = {}
         all_rings = list(rings)
         for key, (load, tile) in _fetched_loads(dots, body, loads, ctx, fetch_regs, storing, staged_tiles).items():
-            cone = address_cone(load, load_address(load), body)
+            cone = address_cone(load, load_address(load), body, closed=True)
             if cone is not None:
                 fetched[key] = load
                 small = _scalar_or_vector(load)  # (a mask bit per copy)
