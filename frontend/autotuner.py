@@ -154,8 +154,13 @@ class Autotuner(KernelInterface):
 
     @property
     def configs_top_k(self):
-        """Triton's name of `prune_configs_by["top_k"]` (torch.compile reads it)."""
+        """Triton's name of `prune_configs_by["top_k"]` (torch.compile reads it; Triton's is a plain
+        attribute, which code may set)."""
         return self.top_k
+
+    @configs_top_k.setter
+    def configs_top_k(self, top_k):
+        self.top_k = top_k
 
     def prune_configs(self, kwargs: dict) -> list:
         """`early_config_prune(configs, nargs, **kwargs)` as in Triton: `self.nargs` the arguments given

@@ -240,6 +240,12 @@ def test_autotune_prune_configs_by():
     assert sorted(calls) == [16, 32]
     assert add.best_config.kwargs["BLOCK"] == 16
     np.testing.assert_array_equal(x, np.full(64, 3))
+    # `configs_top_k` is an attribute code may set, as Triton's: the next tuning keeps that many (one: the
+    # perf model's pick, nothing left to time)
+    add.configs_top_k = 1
+    calls.clear()
+    add[lambda m: (kiln.cdiv(32, m["BLOCK"]),)](x, 32)
+    assert add.configs_top_k == 1 and calls == [] and add.best_config.kwargs["BLOCK"] == 32
 
 
 def test_autotune_with_the_real_do_bench():
