@@ -72,14 +72,23 @@ def _addresses_moved_back(got, *moves):
     import torch
     if got.dtype != torch.int64 or not moves or not moves[0]:
         return got
+    inside = torch.zeros_like(got, dtype=torch.bool)
+    for start, _, nbytes in moves[0]:
+        inside |= (got >= start) & (got < start + nbytes)
     out = got.clone()
-    for start, to, nbytes in moves[0]:
-        inside = (got >= start) & (got < start + nbytes)
-        place = got[inside] - start + to
-        for later in moves[1:]:
-            for s2, t2, n2 in later:
-                place = torch.where((place >= s2) & (place < s2 + n2), place - s2 + t2, place)
-        out[inside] = place
+    places = got[inside]
+    for spans in moves:
+        places = _shifted(places, spans)
+    out[inside] = places
+    return out
+
+
+def _shifted(values, spans):
+    """`values` inside one of `spans` ((from, to, bytes)) moved to the same place from `to` on; the rest as they are."""
+    out = values.clone()
+    for start, to, nbytes in spans:
+        inside = (values >= start) & (values < start + nbytes)
+        out[inside] = values[inside] - start + to
     return out
 
 
