@@ -39,17 +39,15 @@ def _by_n(b):
     return _STORED_BY_N[key]
 
 
-def _grid(a, c, cfg, persistent):
-    tiles = triton_cdiv(a.shape[0], cfg[0]) * triton_cdiv(c.shape[1], cfg[1])
-    return (min(torch.cuda.get_device_properties(a.device).multi_processor_count, tiles) if persistent else tiles,)
-
-
-def _meta(cfg, persistent, a):
+def _launch_shape(a, c, cfg, persistent):
+    """(grid, meta) of a launch: a program a tile, or, persistent, one a SM looping over the tiles."""
     bm, bn, bk, stages, warps = cfg
     meta = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, num_warps=warps, num_stages=stages)
-    if persistent:
-        meta["NUM_SMS"] = torch.cuda.get_device_properties(a.device).multi_processor_count
-    return meta
+    tiles = triton_cdiv(a.shape[0], bm) * triton_cdiv(c.shape[1], bn)
+    if not persistent:
+        return (tiles,), meta
+    meta["NUM_SMS"] = torch.cuda.get_device_properties(a.device).multi_processor_count
+    return (min(meta["NUM_SMS"], tiles),), meta
 
 
 def descriptor_launcher(persistent):
@@ -59,14 +57,14 @@ def descriptor_launcher(persistent):
         bm, bn, bk = cfg[:3]
         descs = D.from_tensor(a, [bm, bk]), D.from_tensor(bt, [bn, bk]), D.from_tensor(c, [bm, bn])
         kernel = lib.tma_persistent_matmul_kernel if persistent else lib.matmul_descriptor_bt_kernel
-        grid, meta = _grid(a, c, cfg, persistent), _meta(cfg, persistent, a)
+        grid, meta = _launch_shape(a, c, cfg, persistent)
         return lambda: kernel[grid](*descs, a.shape[0], c.shape[1], a.shape[1], **meta)
     return make
 
 
 def device_descriptor_launcher(lib, a, b, c, cfg):
     bt = _by_n(b)
-    grid, meta = _grid(a, c, cfg, True), _meta(cfg, True, a)
+    grid, meta = _launch_shape(a, c, cfg, True)
     return lambda: lib.descriptor_persistent_matmul_kernel[grid](a, bt, c, a.shape[0], c.shape[1], a.shape[1], **meta)
 
 

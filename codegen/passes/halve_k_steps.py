@@ -245,8 +245,7 @@ class _Plan:
             bases = append_op(before, "splat", [base], [t], load.loc)
             starts.append(append_op(before, "addptr", [bases, self._block(start, shape, None, before, load.loc)], [t],
                                     load.loc))
-            emit = _emit_in(self._int_type(advance),
-                            lambda n, o, ty, **attrs: append_op(before, n, o, [ty], load.loc, **attrs))
+            emit = _emit_in(self._int_type(advance), _emitter(before, load.loc))
             advances.append(emit_poly(advance, None, self.forms, emit))
         body = Block([int32, acc_init.type] + [v.type for v in starts])
         j, acc, *ptrs = body.args
@@ -272,11 +271,7 @@ class _Plan:
         v = self._half_load(operand, j, ptrs, ops)
         if operand.descriptor is not None:
             desc = operand.descriptor
-
-            def emit(op_name, operands, t, **attrs):
-                return append_op(ops, op_name, operands, [t], desc.loc, **attrs)
-
-            offsets = [emit_poly(_halved(poly), j, self.forms, emit) for poly in operand.offsets]
+            offsets = [emit_poly(_halved(poly), j, self.forms, _emitter(ops, desc.loc)) for poly in operand.offsets]
             v = append_op(ops, "descriptor_load", [desc.operands[0], *offsets, v], [v.type], desc.loc, **desc.attrs)
         if operand.permute is not None:
             shape = list(reversed(v.type.shape))
@@ -307,9 +302,7 @@ class _Plan:
     def _block(self, poly, shape, j, ops, loc):
         """`poly` (scalar atoms, iter = j, at most one index or wrap atom a term) as a block of `shape`, int32
         or, where an atom is 64-bit (a host descriptor's strides), int64."""
-        def emit(op_name, operands, t, **attrs):
-            return append_op(ops, op_name, operands, [t], loc, **attrs)
-
+        emit = _emitter(ops, loc)
         itype = self._int_type(poly)
 
         groups: dict = {}
@@ -361,6 +354,13 @@ class _Plan:
         column = [shape[0], 1] if d == 0 else [1, shape[1]]
         index = emit("expand_dims", [index], block_type(int32, column), axis=1 - d)
         return emit("broadcast", [index], block_type(int32, shape))
+
+
+def _emitter(ops, loc):
+    """emit_poly's `emit`: each op appended to `ops` at `loc`."""
+    def emit(op_name, operands, t, **attrs):
+        return append_op(ops, op_name, operands, [t], loc, **attrs)
+    return emit
 
 
 def _emit_in(itype, emit):
