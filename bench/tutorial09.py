@@ -28,15 +28,15 @@ from tma import descriptor_class  # noqa: E402
 
 CONFIGS_09 = [(128, bn, bk, stages, warps) for bn in (128, 256) for bk in (64, 128) for stages in (2, 3, 4)
               for warps in (4, 8)]
-_STORED_BY_N: dict = {}  # B [K, N] -> the same B stored [N, K], made once per operand
+_STORED_BY_N: list = []  # [B [K, N], the same B stored [N, K]], made once per operand
 
 
 def _by_n(b):
-    key = (b.data_ptr(), tuple(b.shape))
-    if key not in _STORED_BY_N:
-        _STORED_BY_N.clear()
-        _STORED_BY_N[key] = b.T.contiguous()
-    return _STORED_BY_N[key]
+    # Held by identity, not address: B kept alive here cannot be freed and its address reused by the next
+    # operand, whose launches would otherwise read the old one transposed.
+    if not _STORED_BY_N or _STORED_BY_N[0] is not b:
+        _STORED_BY_N[:] = [b, b.T.contiguous()]
+    return _STORED_BY_N[1]
 
 
 def _launch_shape(a, c, cfg, persistent):
