@@ -2,9 +2,9 @@
 
 For tests on machines without a GPU. The kernel is lowered in portable mode (masked
 accesses are branches, not inline PTX), its address spaces and NVVM intrinsics are
-mapped to host equivalents (thread ids, `bar.sync` and warp shuffles become Python
-callbacks over `threading.Barrier`s; approximations and libdevice calls become host
-math), and it is JIT-compiled for the host with llvmlite. CTAs run one after another.
+mapped to host equivalents (thread ids, `bar.sync`, warp shuffles, ldmatrix and mma are
+native functions over POSIX barriers, emulate_collectives.py; approximations and libdevice
+calls become host math), and it is JIT-compiled for the host with llvmlite. CTAs run one after another.
 This checks the lowering's semantics (layouts, reductions, scans, conversions, dot);
 the PTX-only parts (inline asm) are checked by ptxas in the PTX tier instead.
 Buggy kernels can crash the process: run it in a child process in tests.
@@ -14,7 +14,6 @@ from __future__ import annotations
 import ctypes
 import math
 import re
-import threading
 
 import numpy as np
 
@@ -22,6 +21,7 @@ from kiln.ir.types import SCALAR_TYPES, half_float_bits
 
 from .analysis.shared_buffers import ALIGN
 from .compiler import _options, lower_to_llvm
+from .emulate_collectives import STALL_S, Collectives
 from .lower.elementwise import CVT_NAMES, ROUNDED_NAMES
 from .target import parse_target
 
@@ -34,137 +34,13 @@ class EmulationError(RuntimeError):
 
 
 class _Grid:
-    """The state the callbacks see: which thread this OS thread plays, barriers, shuffles.
+    """The state the host callbacks see: the program running, its grid, errors and printed lines."""
 
-    A warp's collectives (mma, ldmatrix, shfl) share its slots and wait twice: once every lane
-    has written its slot, and once they were read. A lane writes its slot for the next one only
-    after the second wait, and lane 0 overwrites the warp's mma product only after every lane
-    wrote a slot for a later mma, so each wait is one handoff of the warp's 32 threads."""
-
-    def __init__(self, threads: int):
-        self.threads = threads
-        self.local = threading.local()
+    def __init__(self):
         self.ctaid = (0, 0, 0)
         self.nctaid = (1, 1, 1)
         self.errors: list[str] = []
         self.printed: list[str] = []
-        self.cta_barrier = threading.Barrier(threads, timeout=30)
-        warps = max(1, threads // 32)
-        self.warp_barriers = [threading.Barrier(min(32, threads), timeout=30) for _ in range(warps)]
-        self.slots = [[0] * 32 for _ in range(warps)]
-        self.products = [None] * warps  # each warp's last mma result, computed by its lane 0
-
-    def barrier(self):
-        try:
-            self.cta_barrier.wait()
-        except threading.BrokenBarrierError:
-            self.errors.append("bar.sync: not every thread arrived (divergent barrier?)")
-
-    def shfl(self, kind, val, off, clamp):
-        tid = self.local.tid
-        warp, lane = tid // 32, tid % 32
-        slots, bar = self.slots[warp], self.warp_barriers[warp]
-        try:  # (the two waits: _Grid)
-            slots[lane] = val
-            bar.wait()
-            if kind == "bfly":
-                src = lane ^ off
-            elif kind == "up":
-                src = lane - off if lane - off >= 0 else lane
-            elif kind == "down":
-                src = lane + off if lane + off <= 31 else lane
-            else:
-                src = off & 31
-            out = slots[src]
-            bar.wait()
-            return out
-        except threading.BrokenBarrierError:
-            self.errors.append(f"shfl.{kind}: warp did not converge")
-            return 0
-
-
-def _mma(state, kinds, out, regs, f16_acc=False):
-    """The warp-wide m16n8k16 (m16n8k32 for s8 and fp8, m16n8k8 for tf32) product, from
-    every lane's fragments (PTX ISA layouts) of A's and B's `kinds` (two fp8 ones may differ).
-    tf32 keeps the top 19 bits of each fp32 word. With `f16_acc` C and D are two f16x2 words
-    per lane (row g, then row g + 8), and D is rounded to fp16 once per instruction. Lane 0
-    computes the warp's D once; every lane then takes its part (the two waits: `_Grid`)."""
-    tid = state.local.tid
-    warp, lane = tid // 32, tid % 32
-    slots, bar = state.slots[warp], state.warp_barriers[warp]
-    try:
-        slots[lane] = regs
-        bar.wait()
-        if lane == 0:
-            state.products[warp] = _warp_product(slots, kinds, f16_acc)
-        bar.wait()
-        D = state.products[warp]
-        g, t = lane // 4, lane % 4
-        mine = (D[g, 2 * t], D[g, 2 * t + 1], D[g + 8, 2 * t], D[g + 8, 2 * t + 1])
-        if f16_acc:
-            mine = np.array(mine, np.float16).view(np.int32)
-        for i, v in enumerate(mine):
-            out[i] = int(v) if kinds[0] == "s8" or f16_acc else v
-    except threading.BrokenBarrierError:
-        state.errors.append("mma: warp did not converge")
-
-
-def _warp_product(slots, kinds, f16_acc):
-    """D = C + A @ B in float64 from the 32 lanes' registers (`slots[lane]`: A's four words, B's
-    two, then C's four values, or two f16x2 words with `f16_acc`). Lane (g, t) holds A's rows g
-    and g + 8 at k = per * t and per * t + K / 2, B's column g at those k, C's rows g and g + 8
-    at columns 2t and 2t + 1."""
-    import ml_dtypes
-    elems = {"f16": np.float16, "bf16": ml_dtypes.bfloat16, "s8": np.int8, "tf32": np.float32,
-             "e4m3": ml_dtypes.float8_e4m3fn, "e5m2": ml_dtypes.float8_e5m2}
-    per = {"s8": 4, "e4m3": 4, "e5m2": 4, "tf32": 1}.get(kinds[0], 2)  # elements in one 32-bit register
-    K = 8 * per
-    words = np.array([[w & 0xFFFFFFFF for w in s[:6]] for s in slots], np.uint32)
-    if kinds[0] == "tf32":
-        words &= np.uint32(0xFFFFE000)
-
-    def unpack(w, kind):  # (32, n) words -> (32, n, per) float64 elements, the low bits first
-        raw = np.ascontiguousarray(w).view({4: np.int8, 2: np.uint16, 1: np.uint32}[per])
-        return raw.view(elems[kind]).astype(np.float64).reshape(32, w.shape[1], per)
-    lanes = np.arange(32)
-    g, t = lanes // 4, lanes % 4
-    k0, k1 = per * t, per * t + K // 2
-    within = np.arange(per)
-    A, B, C = np.zeros((16, K)), np.zeros((K, 8)), np.zeros((16, 8))
-    rows = np.stack([g, g + 8, g, g + 8], axis=1)[:, :, None]
-    A[rows, np.stack([k0, k0, k1, k1], axis=1)[:, :, None] + within] = unpack(words[:, :4], kinds[0])
-    B[np.stack([k0, k1], axis=1)[:, :, None] + within, g[:, None, None]] = unpack(words[:, 4:6], kinds[1])
-    if f16_acc:
-        c = np.array([s[6:8] for s in slots], np.int32).view(np.float16).astype(np.float64)
-    else:
-        c = np.array([s[6:10] for s in slots], np.float64)
-    for i, (dr, dc) in enumerate(((0, 0), (0, 1), (8, 0), (8, 1))):
-        C[g + dr, 2 * t + dc] = c[:, i]
-    D = C + A @ B
-    return np.clip(D, -2.0 ** 31, 2.0 ** 31 - 1) if kinds[0] == "s8" else D  # `.satfinite`, as the mma
-
-
-def _ldmatrix(state, count, out, addr, trans=False):
-    """Every lane of the warp offers a row address; lane (g, t) takes word t of row g
-    of each matrix (with `trans`, element g of rows 2t and 2t + 1)."""
-    tid = state.local.tid
-    warp, lane = tid // 32, tid % 32
-    slots, bar = state.slots[warp], state.warp_barriers[warp]
-    try:  # (the two waits: _Grid)
-        slots[lane] = addr
-        bar.wait()
-        g, t = lane // 4, lane % 4
-        if trans:
-            def half(i, row):
-                return ctypes.c_uint16.from_address(slots[8 * i + row] + 2 * g).value
-            words = [half(i, 2 * t) | half(i, 2 * t + 1) << 16 for i in range(count)]
-        else:
-            words = [ctypes.c_uint32.from_address(slots[8 * i + g] + 4 * t).value for i in range(count)]
-        bar.wait()
-        for i, w in enumerate(words):
-            out[i] = w
-    except threading.BrokenBarrierError:
-        state.errors.append("ldmatrix: warp did not converge")
 
 
 def _host_math():
@@ -364,7 +240,9 @@ def run_on_cpu(fn, grid, args, num_warps: int = 4, options: dict | None = None, 
     llvm.initialize_native_target()
     llvm.initialize_native_asmprinter()
     grid = tuple(grid) + (1,) * (3 - len(grid))
-    state = _Grid(32 * num_warps)
+    state = _Grid()
+    collectives = Collectives(32 * num_warps, state.errors)
+    text, runtime = collectives.definitions(text)
     keep = []  # callbacks must outlive the run
 
     provided = set()
@@ -376,14 +254,9 @@ def run_on_cpu(fn, grid, args, num_warps: int = 4, options: dict | None = None, 
         llvm.add_symbol(name, ctypes.cast(cb, ctypes.c_void_p).value)
 
     i32, f32, f64 = ctypes.c_int32, ctypes.c_float, ctypes.c_double
-    sym("emu_read_ptx_sreg_tid_x", i32, [], lambda: state.local.tid)
     for k, axis in enumerate("xyz"):
         sym(f"emu_read_ptx_sreg_ctaid_{axis}", i32, [], lambda k=k: state.ctaid[k])
         sym(f"emu_read_ptx_sreg_nctaid_{axis}", i32, [], lambda k=k: state.nctaid[k])
-    sym("emu_barrier0", None, [], state.barrier)
-    for kind in ("bfly", "up", "down", "idx"):
-        sym(f"emu_shfl_sync_{kind}_i32", i32, [i32, i32, i32, i32],
-            lambda mask, val, off, clamp, kind=kind: state.shfl(kind, val, off, clamp))
     approx, one, two = _host_math()
     for name, py in approx.items():
         sym(f"emu_{name}", f32, [f32], py)
@@ -394,28 +267,15 @@ def run_on_cpu(fn, grid, args, num_warps: int = 4, options: dict | None = None, 
         sym(f"__nv_{name}f", f32, [f32, f32], lambda x, y, py=py: _safe(lambda: py(x, y)))
         sym(f"__nv_{name}", f64, [f64, f64], lambda x, y, py=py: _safe(lambda: py(x, y)))
     _directed_rounding(sym)
-    # emu_mma_<A's kind>[_<B's kind> where it differs][_f16 for fp16 accumulators], as lower/mma.py calls them
-    fp8_pairs = [("e4m3", "e5m2"), ("e5m2", "e4m3")]
-    accumulators = {"f16": f32, "bf16": f32, "s8": i32, "tf32": f32, "e4m3": f32, "e5m2": f32}
-    for kinds in [(k, k) for k in accumulators] + fp8_pairs:
-        acc = accumulators[kinds[0]]
-        name = "emu_mma_" + "_".join(dict.fromkeys(kinds))
-        sym(name, None, [ctypes.POINTER(acc)] + [i32] * 6 + [acc] * 4,
-            lambda out, *regs, kinds=kinds: _mma(state, kinds, out, regs))
-        if kinds[0] in ("f16", "e4m3", "e5m2"):
-            sym(name + "_f16", None, [ctypes.POINTER(i32)] + [i32] * 8,
-                lambda out, *regs, kinds=kinds: _mma(state, kinds, out, regs, f16_acc=True))
-    for count in (2, 4):
-        for trans in (False, True):
-            sym(f"emu_ldmatrix{'_trans' if trans else ''}_x{count}", None,
-                [ctypes.POINTER(ctypes.c_uint32), ctypes.c_void_p],
-                lambda out, addr, count=count, trans=trans: _ldmatrix(state, count, out, addr, trans))
+    sym("emu_warp_product", None, [i32, i32], collectives.warp_product)
+    for name, address in collectives.symbols().items():
+        llvm.add_symbol(name, address)
     sym("vprintf", i32, [ctypes.c_char_p, ctypes.c_void_p], lambda fmt, buf: state.printed.append(fmt.decode()) or 0)
     sym("__assertfail", None, [ctypes.c_char_p, ctypes.c_char_p, i32, ctypes.c_char_p, ctypes.c_int64],
         lambda msg, file, line, func, size: state.errors.append("assert: " + msg.decode()))
     smem = (ctypes.c_char * (max(16, shared) + ALIGN))()  # from an address aligned as declared
     llvm.add_symbol("kiln_smem", -(-ctypes.addressof(smem) // ALIGN) * ALIGN)
-    _refuse_unprovided(fn.name, text, provided)
+    _refuse_unprovided(fn.name, text, provided | runtime)
 
     mod = llvm.parse_assembly(text)
     mod.verify()
@@ -439,7 +299,6 @@ def run_on_cpu(fn, grid, args, num_warps: int = 4, options: dict | None = None, 
     kernel = ctypes.CFUNCTYPE(None, *ctypes_args)(engine.get_function_address(fn.name))
 
     def thread(tid):
-        state.local.tid = tid
         try:
             kernel(*values)
         except Exception as e:  # (an argument ctypes cannot pass): the run's error, not a thread's stray traceback
@@ -450,11 +309,10 @@ def run_on_cpu(fn, grid, args, num_warps: int = 4, options: dict | None = None, 
         programs = [(x, y, z) for z in range(grid[2]) for y in range(grid[1]) for x in range(grid[0])]
     for pid in programs:
         state.ctaid = tuple(pid)
-        workers = [threading.Thread(target=thread, args=(t,)) for t in range(state.threads)]
-        for w in workers:
-            w.start()
-        for w in workers:
-            w.join()
+        workers = [collectives.start(thread, t) for t in range(collectives.threads)]
+        if not collectives.join(workers, keep=(engine, keep)):
+            state.errors.append(f"program {tuple(pid)}: threads waited at a barrier {STALL_S:.0f} s that not every "
+                                "thread reached (a divergent bar.sync or warp collective?)")
         if state.errors:
             raise EmulationError("; ".join(sorted(set(state.errors))))
     for array, copy in zip(args, device):

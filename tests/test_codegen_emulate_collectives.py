@@ -1,0 +1,79 @@
+"""The CPU emulator's native collectives (codegen/emulate_collectives.py) on a hand-written kernel:
+threads meet at `bar.sync`, and a barrier one thread alone reaches is reported, not waited on forever."""
+import ctypes
+
+import pytest
+
+from kiln.codegen import emulate_collectives
+from kiln.codegen.emulate_collectives import Collectives
+
+KERNEL = """
+declare i32 @emu_read_ptx_sreg_tid_x()
+declare void @emu_barrier0()
+declare i32 @emu_shfl_sync_bfly_i32(i32, i32, i32, i32)
+
+define void @kernel(ptr %out, i32 %waiting_threads) {
+  %tid = call i32 @emu_read_ptx_sreg_tid_x()
+  %waits = icmp slt i32 %tid, %waiting_threads
+  br i1 %waits, label %wait, label %done
+wait:
+  call void @emu_barrier0()
+  %other = call i32 @emu_shfl_sync_bfly_i32(i32 -1, i32 %tid, i32 1, i32 31)
+  %slot = getelementptr i32, ptr %out, i32 %tid
+  store i32 %other, ptr %slot
+  br label %done
+done:
+  ret void
+}
+"""
+
+
+def _run(threads, waiting_threads):
+    import llvmlite.binding as llvm
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+    errors = []
+    collectives = Collectives(threads, errors)
+    text, runtime = collectives.definitions(KERNEL)
+    assert "declare void @emu_barrier0" not in text and runtime >= {"pthread_barrier_wait"}
+    for name, address in collectives.symbols().items():
+        llvm.add_symbol(name, address)
+    product = ctypes.CFUNCTYPE(None, ctypes.c_int32, ctypes.c_int32)(collectives.warp_product)
+    llvm.add_symbol("emu_warp_product", ctypes.cast(product, ctypes.c_void_p).value)
+    tm = llvm.Target.from_default_triple().create_target_machine(opt=1)
+    engine = llvm.create_mcjit_compiler(llvm.parse_assembly(text), tm)
+    engine.finalize_object()
+    kernel = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int32)(engine.get_function_address("kernel"))
+    out = (ctypes.c_int32 * threads)(*([-1] * threads))
+    workers = [collectives.start(lambda tid: kernel(ctypes.addressof(out), waiting_threads), t)
+               for t in range(threads)]
+    finished = collectives.join(workers, keep=(engine, product, out))
+    return finished, list(out), errors
+
+
+def test_every_thread_meets_at_the_barrier_and_the_shuffle_trades_neighbours():
+    finished, out, errors = _run(64, 64)
+    assert finished and not errors
+    assert out == [tid ^ 1 for tid in range(64)]
+
+
+def test_a_barrier_one_thread_reaches_is_reported_once_nothing_moves(monkeypatch):
+    monkeypatch.setattr(emulate_collectives, "STALL_S", 0.5)
+    finished, out, _ = _run(64, 1)
+    assert not finished
+    assert out == [-1] * 64  # (thread 0 still waits; the others stored nothing)
+
+
+def test_an_unknown_mma_form_is_the_runs_error_not_a_crash():
+    errors = []
+    Collectives(32, errors).warp_product(0, 999)
+    assert errors and errors[0].startswith("mma: IndexError")
+
+
+@pytest.mark.parametrize("kind", ["bfly", "up", "down", "idx"])
+def test_each_shuffle_and_mma_form_is_defined_where_declared(kind):
+    text = (f"declare i32 @emu_shfl_sync_{kind}_i32(i32, i32, i32, i32)\n"
+            "declare void @emu_mma_f16(ptr, i32, i32, i32, i32, i32, i32, float, float, float, float)\n")
+    defined, _ = Collectives(32, []).definitions(text)
+    assert f"define i32 @emu_shfl_sync_{kind}_i32(" in defined and "define void @emu_mma_f16(" in defined
+    assert "emu_mma_s8" not in defined  # (only what the kernel declares)
