@@ -39,13 +39,13 @@ DIGESTS = HERE / "ptx_digests.json"
 REGENERATE = "python tests/codegen_corpus/ptx_diff.py --digests"
 
 
-def corpus_kernels():
+def corpus_kernels(targets=TARGETS):
     """(name, target, ptx) for every .kir kernel of the corpus."""
     from kiln.codegen import compile
     from kiln.ir import parse_function
     for path in sorted(HERE.glob("*.kir")) + sorted((HERE / "lang").glob("*.kir")):
         name = path.stem if path.parent == HERE else f"lang.{path.stem}"
-        for target in TARGETS:
+        for target in targets:
             yield name, target, compile(parse_function(path.read_text()), target).ptx
 
 
@@ -136,12 +136,21 @@ def without_locations(ptx: str) -> str:
     return _CALLSEQ.sub("// callseq", without_line_tables(ptx))
 
 
-def all_ptx() -> dict[str, str]:
-    """{"<name>.<target>": PTX without locations} for the whole set."""
-    ptx = {f"{name}.{target}": without_locations(text) for name, target, text in corpus_kernels()}
-    for kernels in (bench_kernels(), bench_memory_kernels()):
-        ptx.update((f"{name}.sm_90a", without_locations(kernel.asm["ptx"])) for name, kernel in kernels)
+PARTS = (*TARGETS, "bench")  # the .kir kernels for each target; bench/'s ("bench." names)
+
+
+def all_ptx(parts=PARTS) -> dict[str, str]:
+    """{"<name>.<target>": PTX without locations} for the set's `parts`."""
+    ptx = {f"{name}.{target}": without_locations(text)
+           for name, target, text in corpus_kernels([t for t in TARGETS if t in parts])}
+    if "bench" in parts:
+        for kernels in (bench_kernels(), bench_memory_kernels()):
+            ptx.update((f"{name}.sm_90a", without_locations(kernel.asm["ptx"])) for name, kernel in kernels)
     return ptx
+
+
+def part_of(name: str) -> str:
+    return "bench" if name.startswith("bench.") else name.rsplit(".", 1)[1]
 
 
 def write(out: pathlib.Path) -> None:
@@ -155,9 +164,9 @@ def llvm_version() -> str:
     return ".".join(map(str, llvmlite.binding.llvm_version_info))
 
 
-def ptx_digests() -> dict[str, str]:
+def ptx_digests(parts=PARTS) -> dict[str, str]:
     """{"<name>.<target>": sha256 of its PTX}: a few kilobytes that stand for megabytes of PTX."""
-    return {name: hashlib.sha256(ptx.encode()).hexdigest() for name, ptx in sorted(all_ptx().items())}
+    return {name: hashlib.sha256(ptx.encode()).hexdigest() for name, ptx in sorted(all_ptx(parts).items())}
 
 
 def write_digests(path: pathlib.Path) -> int:
