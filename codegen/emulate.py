@@ -4,7 +4,8 @@ For tests on machines without a GPU. The kernel is lowered in portable mode (mas
 accesses are branches, not inline PTX), its address spaces and NVVM intrinsics are
 mapped to host equivalents (thread ids, `bar.sync`, warp shuffles, ldmatrix and mma are
 native functions over POSIX barriers, emulate_collectives.py; approximations and libdevice
-calls become host math), and it is JIT-compiled for the host with llvmlite. CTAs run one after another.
+calls become host math), and it is JIT-compiled for the host with llvmlite. CTAs run one after
+another, on one set of threads.
 This checks the lowering's semantics (layouts, reductions, scans, conversions, dot);
 the PTX-only parts (inline asm) are checked by ptxas in the PTX tier instead.
 Buggy kernels can crash the process: run it in a child process in tests.
@@ -34,11 +35,9 @@ class EmulationError(RuntimeError):
 
 
 class _Grid:
-    """The state the host callbacks see: the program running, its grid, errors and printed lines."""
+    """The state the host callbacks see: errors and printed lines."""
 
     def __init__(self):
-        self.ctaid = (0, 0, 0)
-        self.nctaid = (1, 1, 1)
         self.errors: list[str] = []
         self.printed: list[str] = []
 
@@ -241,7 +240,7 @@ def run_on_cpu(fn, grid, args, num_warps: int = 4, options: dict | None = None, 
     llvm.initialize_native_asmprinter()
     grid = tuple(grid) + (1,) * (3 - len(grid))
     state = _Grid()
-    collectives = Collectives(32 * num_warps, state.errors)
+    collectives = Collectives(32 * num_warps, state.errors, grid)
     text, runtime = collectives.definitions(text)
     keep = []  # callbacks must outlive the run
 
@@ -254,9 +253,6 @@ def run_on_cpu(fn, grid, args, num_warps: int = 4, options: dict | None = None, 
         llvm.add_symbol(name, ctypes.cast(cb, ctypes.c_void_p).value)
 
     i32, f32, f64 = ctypes.c_int32, ctypes.c_float, ctypes.c_double
-    for k, axis in enumerate("xyz"):
-        sym(f"emu_read_ptx_sreg_ctaid_{axis}", i32, [], lambda k=k: state.ctaid[k])
-        sym(f"emu_read_ptx_sreg_nctaid_{axis}", i32, [], lambda k=k: state.nctaid[k])
     approx, one, two = _host_math()
     for name, py in approx.items():
         sym(f"emu_{name}", f32, [f32], py)
@@ -304,17 +300,16 @@ def run_on_cpu(fn, grid, args, num_warps: int = 4, options: dict | None = None, 
         except Exception as e:  # (an argument ctypes cannot pass): the run's error, not a thread's stray traceback
             state.errors.append(f"{type(e).__name__}: {e}")
 
-    state.nctaid = grid
     if programs is None:
         programs = [(x, y, z) for z in range(grid[2]) for y in range(grid[1]) for x in range(grid[0])]
-    for pid in programs:
-        state.ctaid = tuple(pid)
-        workers = [collectives.start(thread, t) for t in range(collectives.threads)]
-        if not collectives.join(workers, keep=(engine, keep)):
-            state.errors.append(f"program {tuple(pid)}: threads waited at a barrier {STALL_S:.0f} s that not every "
-                                "thread reached (a divergent bar.sync or warp collective?)")
-        if state.errors:
-            raise EmulationError("; ".join(sorted(set(state.errors))))
+    enter = ctypes.CFUNCTYPE(None, *[ctypes.c_int32] * 4)(engine.get_function_address("emu_enter_program"))
+    programs = [tuple(pid) for pid in programs]
+    workers = [collectives.start(thread, t, programs, enter) for t in range(collectives.threads)]
+    if not collectives.join(workers, keep=(engine, keep, smem, device)):
+        state.errors.append(f"programs {collectives.running(workers)}: threads waited at a barrier {STALL_S:.0f} s "
+                            "that not every thread reached (a divergent bar.sync or warp collective?)")
+    if state.errors:
+        raise EmulationError("; ".join(sorted(set(state.errors))))
     for array, copy in zip(args, device):
         if isinstance(array, np.ndarray):
             array[...] = copy

@@ -77,3 +77,40 @@ def test_each_shuffle_and_mma_form_is_defined_where_declared(kind):
     defined, _ = Collectives(32, []).definitions(text)
     assert f"define i32 @emu_shfl_sync_{kind}_i32(" in defined and "define void @emu_mma_f16(" in defined
     assert "emu_mma_s8" not in defined  # (only what the kernel declares)
+
+
+def _where_kernel():
+    import kiln
+    import kiln.language as tl
+
+    @kiln.jit
+    def where(out):
+        place = tl.program_id(0) + tl.num_programs(0) * (tl.program_id(1) + tl.num_programs(1) * tl.program_id(2))
+        pid = tl.program_id(0) + 10 * tl.program_id(1) + 100 * tl.program_id(2)
+        grid = tl.num_programs(0) + 10 * tl.num_programs(1) + 100 * tl.num_programs(2)
+        tl.store(out + 2 * place, pid)
+        tl.store(out + 2 * place + 1, grid)
+    return where
+
+
+def _run_where(programs):
+    import numpy as np
+
+    from kiln.codegen.emulate import run_on_cpu
+    from kiln.ir import parse_function
+    out = np.full(2 * 12, -1, np.int32)
+    built = _where_kernel().warmup(out, grid=(1,), num_warps=2)
+    run_on_cpu(parse_function(built.asm["kir"]), (2, 3, 2), [out], num_warps=2, programs=programs)
+    return out.reshape(12, 2)
+
+
+def test_each_thread_reads_the_program_it_runs_and_the_grid():
+    """One set of threads runs every program in turn: each program's id and the grid, as a GPU's CTAs see
+    them; with `programs`, only those."""
+    from test_codegen_emulate import in_child
+    every = in_child(_run_where, None)
+    assert [tuple(row) for row in every] == [(x + 10 * y + 100 * z, 232) for z in range(2) for y in range(3)
+                                             for x in range(2)]
+    some = in_child(_run_where, [(1, 2, 1), (0, 0, 0)])
+    assert some[0].tolist() == [0, 232] and some[11].tolist() == [121, 232]
+    assert (some[1:11] == -1).all()
