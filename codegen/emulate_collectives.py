@@ -11,8 +11,8 @@ turn, entering each at a barrier of all of them (`emu_enter_program`), instead o
 per program (256 programs of a vector add: 5.2 -> 1.1 s).
 
 A barrier some thread never reaches would block the others for good: `Collectives.join` reports it
-once threads wait at a barrier and none has passed one for `STALL_S` seconds, and leaves the blocked
-threads (daemons) their memory for the rest of the process.
+once every thread still alive waits at a barrier and none has passed one for `STALL_S` seconds, and
+leaves the blocked threads (daemons) their memory for the rest of the process.
 """
 from __future__ import annotations
 
@@ -125,8 +125,9 @@ class Collectives:
         return sorted({tuple(int(i) for i in self.programs[t]) for t, w in enumerate(workers) if w.is_alive()})
 
     def join(self, workers, keep) -> bool:
-        """Wait for `workers`; False when they stall at a barrier (then `keep`, the engine and callbacks
-        their code needs, stays alive with these buffers)."""
+        """Wait for `workers`; False when they stall at a barrier: every thread still alive waits at one
+        and none has passed one for STALL_S (a thread still computing, however slowly, is no stall). Then
+        `keep`, the engine and callbacks their code needs, stays alive with these buffers."""
         passes, since = -1, time.monotonic()
         for worker in workers:
             while True:
@@ -134,7 +135,7 @@ class Collectives:
                 if not worker.is_alive():
                     break
                 waiting, now_passes = int(self.counters[0]), int(self.counters[1])
-                if waiting == 0 or now_passes != passes:
+                if waiting < sum(w.is_alive() for w in workers) or now_passes != passes:
                     passes, since = now_passes, time.monotonic()
                 elif time.monotonic() - since > STALL_S:
                     _ABANDONED.append((self, keep))

@@ -28,13 +28,38 @@ done:
 """
 
 
-def _run(threads, waiting_threads):
+# every thread but 0 counts to %spins (volatile stores: a loop LLVM keeps) before the barrier thread 0 waits at
+SLOW_ARRIVALS = """
+declare i32 @emu_read_ptx_sreg_tid_x()
+declare void @emu_barrier0()
+
+define void @kernel(ptr %out, i32 %spins) {
+entry:
+  %tid = call i32 @emu_read_ptx_sreg_tid_x()
+  %slot = getelementptr i32, ptr %out, i32 %tid
+  %first = icmp eq i32 %tid, 0
+  br i1 %first, label %wait, label %spin
+spin:
+  %i = phi i32 [ 0, %entry ], [ %next, %spin ]
+  store volatile i32 %i, ptr %slot
+  %next = add i32 %i, 1
+  %more = icmp slt i32 %next, %spins
+  br i1 %more, label %spin, label %wait
+wait:
+  call void @emu_barrier0()
+  store i32 7, ptr %slot
+  ret void
+}
+"""
+
+
+def _run(threads, waiting_threads, kernel_text=KERNEL):
     import llvmlite.binding as llvm
     llvm.initialize_native_target()
     llvm.initialize_native_asmprinter()
     errors = []
     collectives = Collectives(threads, errors)
-    text, runtime = collectives.definitions(KERNEL)
+    text, runtime = collectives.definitions(kernel_text)
     assert "declare void @emu_barrier0" not in text and runtime >= {"pthread_barrier_wait"}
     for name, address in collectives.symbols().items():
         llvm.add_symbol(name, address)
@@ -62,6 +87,15 @@ def test_a_barrier_one_thread_reaches_is_reported_once_nothing_moves(monkeypatch
     finished, out, _ = _run(64, 1)
     assert not finished
     assert out == [-1] * 64  # (thread 0 still waits; the others stored nothing)
+
+
+def test_threads_still_computing_while_one_waits_are_no_stall(monkeypatch):
+    """Thread 0 waits at the barrier far longer than STALL_S while the others count (with more cores than
+    threads the count may end sooner: then it is only the barrier's ordinary case)."""
+    monkeypatch.setattr(emulate_collectives, "STALL_S", 0.2)
+    finished, out, errors = _run(64, 200_000_000, SLOW_ARRIVALS)
+    assert finished and not errors
+    assert out == [7] * 64
 
 
 def test_an_unknown_mma_form_is_the_runs_error_not_a_crash():
