@@ -229,7 +229,8 @@ def run_on_cpu(fn, grid, args, num_warps: int = 4, options: dict | None = None, 
     """Run block IR `fn` over `grid` with `args` (NumPy arrays for pointers, Python
     numbers for scalars), built for `target` with compile `options` (num_stages, ...). Arrays
     are copied to aligned "device" buffers and back, so they are written in place as on a GPU.
-    `programs`: the (x, y, z) program ids to run, in order (default: the whole grid). `moved` (a
+    `programs`: the (x, y, z) program ids to run, in order (default: the whole grid); a program's error
+    is raised once every program ran. `moved` (a
     list) gets (a device buffer's address, its array's, the bytes) per array: what an address the
     kernel stored points to. Returns the device_print lines."""
     import llvmlite.binding as llvm
