@@ -34,14 +34,6 @@ class EmulationError(RuntimeError):
     pass
 
 
-class _Grid:
-    """The state the host callbacks see: errors and printed lines."""
-
-    def __init__(self):
-        self.errors: list[str] = []
-        self.printed: list[str] = []
-
-
 def _host_math():
     f = {
         "ex2_approx_f": lambda x: _safe(lambda: 2.0 ** x), "lg2_approx_f": lambda x: _safe(lambda: math.log2(x)),
@@ -240,8 +232,9 @@ def run_on_cpu(fn, grid, args, num_warps: int = 4, options: dict | None = None, 
     llvm.initialize_native_target()
     llvm.initialize_native_asmprinter()
     grid = tuple(grid) + (1,) * (3 - len(grid))
-    state = _Grid()
-    collectives = Collectives(32 * num_warps, state.errors, grid)
+    errors: list[str] = []
+    printed: list[str] = []  # (device_print's lines)
+    collectives = Collectives(32 * num_warps, errors, grid)
     text, runtime = collectives.definitions(text)
     keep = []  # callbacks must outlive the run
 
@@ -267,9 +260,9 @@ def run_on_cpu(fn, grid, args, num_warps: int = 4, options: dict | None = None, 
     sym("emu_warp_product", None, [i32, i32], collectives.warp_product)
     for name, address in collectives.symbols().items():
         llvm.add_symbol(name, address)
-    sym("vprintf", i32, [ctypes.c_char_p, ctypes.c_void_p], lambda fmt, buf: state.printed.append(fmt.decode()) or 0)
+    sym("vprintf", i32, [ctypes.c_char_p, ctypes.c_void_p], lambda fmt, buf: printed.append(fmt.decode()) or 0)
     sym("__assertfail", None, [ctypes.c_char_p, ctypes.c_char_p, i32, ctypes.c_char_p, ctypes.c_int64],
-        lambda msg, file, line, func, size: state.errors.append("assert: " + msg.decode()))
+        lambda msg, file, line, func, size: errors.append("assert: " + msg.decode()))
     smem = (ctypes.c_char * (max(16, shared) + ALIGN))()  # from an address aligned as declared
     llvm.add_symbol("kiln_smem", -(-ctypes.addressof(smem) // ALIGN) * ALIGN)
     _refuse_unprovided(fn.name, text, provided | runtime)
@@ -299,7 +292,7 @@ def run_on_cpu(fn, grid, args, num_warps: int = 4, options: dict | None = None, 
         try:
             kernel(*values)
         except Exception as e:  # (an argument ctypes cannot pass): the run's error, not a thread's stray traceback
-            state.errors.append(f"{type(e).__name__}: {e}")
+            errors.append(f"{type(e).__name__}: {e}")
 
     if programs is None:
         programs = [(x, y, z) for z in range(grid[2]) for y in range(grid[1]) for x in range(grid[0])]
@@ -307,11 +300,11 @@ def run_on_cpu(fn, grid, args, num_warps: int = 4, options: dict | None = None, 
     programs = [tuple(pid) for pid in programs]
     workers = [collectives.start(thread, t, programs, enter) for t in range(collectives.threads)]
     if not collectives.join(workers, keep=(engine, keep, smem, device)):
-        state.errors.append(f"programs {collectives.running(workers)}: threads waited at a barrier {STALL_S:.0f} s "
+        errors.append(f"programs {collectives.running(workers)}: threads waited at a barrier {STALL_S:.0f} s "
                             "that not every thread reached (a divergent bar.sync or warp collective?)")
-    if state.errors:
-        raise EmulationError("; ".join(sorted(set(state.errors))))
+    if errors:
+        raise EmulationError("; ".join(sorted(set(errors))))
     for array, copy in zip(args, device):
         if isinstance(array, np.ndarray):
             array[...] = copy
-    return state.printed
+    return printed

@@ -106,15 +106,14 @@ class Collectives:
         return text + self._prelude() + "".join(bodies[name] for name in wanted), \
             {"pthread_getspecific", "pthread_barrier_wait", "emu_warp_product"}
 
-    def start(self, target, tid: int, programs=None, enter=None) -> threading.Thread:
-        """A thread playing GPU thread `tid`: `target(tid)` once, or, with `programs` and `enter` (the
-        module's `emu_enter_program`, as a ctypes function), once a program, in order, each entered at
-        a barrier of every thread (the CTAs run one after another on one set of threads)."""
+    def start(self, target, tid: int, programs, enter) -> threading.Thread:
+        """A thread playing GPU thread `tid`: `target(tid)` once a program of `programs`, in order, each
+        entered through `enter` (the module's `emu_enter_program`, as a ctypes function) at a barrier of
+        every thread (the CTAs run one after another on one set of threads)."""
         def run():
             self.libc.pthread_setspecific(Collectives._key, ctypes.c_void_p(tid + 1))
-            for pid in programs if programs is not None else [None]:
-                if pid is not None:
-                    enter(tid, *pid)
+            for pid in programs:
+                enter(tid, *pid)
                 target(tid)
         worker = threading.Thread(target=run, daemon=True)
         worker.start()

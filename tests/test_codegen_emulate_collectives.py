@@ -70,7 +70,8 @@ def _run(threads, waiting_threads, kernel_text=KERNEL):
     engine.finalize_object()
     kernel = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int32)(engine.get_function_address("kernel"))
     out = (ctypes.c_int32 * threads)(*([-1] * threads))
-    workers = [collectives.start(lambda tid: kernel(ctypes.addressof(out), waiting_threads), t)
+    enter = ctypes.CFUNCTYPE(None, *[ctypes.c_int32] * 4)(engine.get_function_address("emu_enter_program"))
+    workers = [collectives.start(lambda tid: kernel(ctypes.addressof(out), waiting_threads), t, [(0, 0, 0)], enter)
                for t in range(threads)]
     finished = collectives.join(workers, keep=(engine, product, out))
     return finished, list(out), errors
