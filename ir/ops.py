@@ -549,8 +549,8 @@ def _check_local_alloc(op):
 
 def _check_local_index(op):
     buf, slot = op.operands
-    if not isinstance(buf.type, shared_type) or len(buf.type.shape) != 3:
-        return "local_index takes a ring of tiles (a 3-D shared buffer)"
+    if not isinstance(buf.type, shared_type) or len(buf.type.shape) < 3:
+        return "local_index takes a ring of tiles or a batched tile (a 3- or 4-D shared buffer)"
     if slot.type != int32:
         return "the slot must be an int32 scalar"
     if op.results[0].type != buf.type.tile():
@@ -565,8 +565,8 @@ def _check_convert_layout(op):
 
 def _check_local_trans(op):
     src, t = op.operands[0].type, op.results[0].type
-    if not isinstance(src, shared_type) or len(src.shape) != 2:
-        return "local_trans takes one tile of shared memory"
+    if not isinstance(src, shared_type) or len(src.shape) not in (2, 3):
+        return "local_trans takes one tile of shared memory (or a batched tile: each batch's)"
     if t != src.transposed():
         return f"result must be {src.transposed()}"
 
@@ -579,8 +579,8 @@ def _fills_tile(shape, tile) -> bool:
 
 def _check_async_copy(op):
     ptr, dst = op.operands[:2]
-    if not isinstance(dst.type, shared_type) or len(dst.type.shape) != 2:
-        return "async_copy writes one tile of shared memory"
+    if not isinstance(dst.type, shared_type) or len(dst.type.shape) not in (2, 3):
+        return "async_copy writes one tile of shared memory (or one batched tile)"
     if not isinstance(ptr.type, block_type) or not scalar_of(ptr.type).is_ptr():
         return "async_copy reads a block of pointers"
     if not _fills_tile(ptr.type.shape, dst.type) or scalar_of(ptr.type).element_ty != dst.type.element_ty:
@@ -759,6 +759,12 @@ def _check_local_store(op):
         return f"{value.type} does not match the tile {dst.type}"
 
 
+def _batched_tile_dot(op) -> bool:
+    """An mma_dot of 3-D shared tiles ([B, M, K] x [B, K, N], a batched dot's rings)?"""
+    a, b = op.operands[:2]
+    return op.name == "mma_dot" and all(isinstance(v.type, shared_type) and len(v.type.shape) == 3 for v in (a, b))
+
+
 def _check_tile_dot(op):
     """warp_group_dot and mma_dot: B a shared tile, A one too or registers (16-bit types; fp8 too
     for warp_group_dot, fp32 (tf32) for mma_dot); mma_dot's fp32 B in registers too. A `transposed`
@@ -771,10 +777,13 @@ def _check_tile_dot(op):
     b_in_registers = op.name == "mma_dot" and isinstance(b.type, block_type) and b.type.element_ty.name == "fp32"
     if not ((isinstance(a.type, shared_type) or in_registers) and (isinstance(b.type, shared_type) or b_in_registers)) \
             or len(a.type.shape) != 2 or len(b.type.shape) != 2:
-        return (f"{op.name} reads b from a shared tile, a from a shared tile or registers (16-bit types, fp8 on "
-                "wgmma, fp32 on mma; b too: fp32 on mma)")
-    (M, K), (K2, N) = a.type.shape, b.type.shape
-    if K != K2 or _shape(acc.type) != (M, N) or op.results[0].type != acc.type:
+        if not _batched_tile_dot(op):
+            return (f"{op.name} reads b from a shared tile, a from a shared tile or registers (16-bit types, fp8 on "
+                    "wgmma, fp32 on mma; b too: fp32 on mma), or both from batched tiles (mma_dot)")
+    (M, K), (K2, N) = a.type.shape[-2:], b.type.shape[-2:]
+    batch = tuple(a.type.shape[:-2])
+    if K != K2 or _shape(acc.type) != (*batch, M, N) or op.results[0].type != acc.type \
+            or tuple(b.type.shape[:-2]) != batch:
         return f"shapes do not agree: {a.type} x {b.type} -> {acc.type}"
     if a.type.element_ty != b.type.element_ty and not mixed_fp8(a.type.element_ty, b.type.element_ty):
         return "operands must share an element type (or be e4m3 and e5m2)"

@@ -211,8 +211,10 @@ ROW_XOR_32 = 1
 class shared_type(dtype):
     """A buffer in shared memory (the GPU stage of block IR; codegen's passes make them).
 
-    `shape` is the buffer's logical shape: `<4x128x64>` is a ring of four 128x64 tiles.
-    The last two dims are one tile, stored with tile dim `order[0]` contiguous, in rows of
+    `shape` is the buffer's logical shape: `<4x128x64>` is a ring of four 128x64 tiles, or a
+    batched tile (a 3-D dot's operand: four 128x64 tiles, one a batch); `<3x4x128x64>` a ring of
+    three such batched tiles. The same bytes either way: each leading index one 2-D tile after
+    the last. The last two dims are one tile, stored with tile dim `order[0]` contiguous, in rows of
     `swizzle` bytes (32, 64 or 128; 0 for no swizzle): tile element (outer, inner) sits in
     the region of its `swizzle`-byte column chunk, at row `outer` of it, and within every
     1024 bytes the 16-byte unit bits are XORed with the row bits, as the tensor cores and
@@ -227,8 +229,8 @@ class shared_type(dtype):
             raise TypeError(f"shared buffer element must be a scalar type, not {element_ty!r}")
         shape = tuple(int(d) for d in shape)
         order = tuple(int(d) for d in (order if order is not None else (1, 0)))
-        if len(shape) not in (2, 3) or any(not is_power_of_two(d) for d in shape[-2:]) or min(shape) < 1:
-            raise TypeError(f"a shared buffer is a tile of power-of-two dims or a ring of them, not {shape}")
+        if len(shape) not in (2, 3, 4) or any(not is_power_of_two(d) for d in shape[-2:]) or min(shape) < 1:
+            raise TypeError(f"a shared buffer is a tile of power-of-two dims, a batch or a ring of them, not {shape}")
         if swizzle not in (0, 32, 64, 128, ROW_XOR_32):
             raise TypeError(f"swizzle must be 0, 32, 64 or 128 bytes or ROW_XOR_32, not {swizzle}")
         if sorted(order) != [0, 1]:
@@ -264,21 +266,31 @@ class shared_type(dtype):
     def is_int(self): return False
 
     def tile(self) -> "shared_type":
-        """One tile of the ring: the type of `local_index`."""
-        return shared_type(self.element_ty_, self.shape_[-2:], self.swizzle, self.order)
+        """One tile of the ring (a 2-D tile of a batched one): the type of `local_index`."""
+        return shared_type(self.element_ty_, self.shape_[1:], self.swizzle, self.order)
+
+    @property
+    def tile_shape(self) -> tuple:
+        """The 2-D tile's dims (the last two), which `order` names."""
+        return self.shape_[-2:]
+
+    @property
+    def tile_bytes(self) -> int:
+        """Bytes of one 2-D tile: from a batch's tile to the next one's."""
+        return self.tile_shape[0] * self.tile_shape[1] * self.element_ty_.itemsize
 
     def tma_box(self) -> tuple[int, int, int]:
         """(inner elements, rows, swizzle bytes) of the TMA box that fills this tile one swizzle-wide
         column chunk at a time (a chunk is every row's `swizzle` bytes of the inner dim)."""
         if self.swizzle == ROW_XOR_32:
             raise TypeError(f"TMA writes no row-XOR tile ({self.name})")
-        return self.swizzle // self.element_ty.itemsize, self.shape[self.order[1]], self.swizzle
+        return self.swizzle // self.element_ty.itemsize, self.tile_shape[self.order[1]], self.swizzle
 
     def transposed(self) -> "shared_type":
         """The same tile read with its two dims swapped: element (j, i) of the result is
-        element (i, j) of this one, at the same byte."""
+        element (i, j) of this one, at the same byte (each batch's, of a batched tile)."""
         inner, outer = self.order
-        return shared_type(self.element_ty_, self.shape_[::-1], self.swizzle, (outer, inner))
+        return shared_type(self.element_ty_, self.shape_[:-2] + self.shape_[:-3:-1], self.swizzle, (outer, inner))
 
     def __repr__(self):
         return self.name

@@ -78,7 +78,7 @@ def copy_layout(ctx, op, have):
     recomputed in it)."""
     ptr, tile = op.operands[:2]
     vector = len(ptr.type.shape) == 1  # it fills a tile of one row
-    inner = 0 if vector else tile.type.order[0]  # (a dim of the pointers)
+    inner = 0 if vector else tile.type.order[0] + len(ptr.type.shape) - 2  # (a dim of the pointers)
     order, vec = memory_width(ctx, op)
     if order[0] != inner and tile.type.element_ty.itemsize == 4:
         return _element_copy_layout(ptr.type.shape, inner, ctx.num_warps)
@@ -90,8 +90,10 @@ def copy_layout(ctx, op, have):
 
 
 def tile_order(shape, inner: int) -> tuple:
-    """The order of a block that fills a tile whose inner dim is `inner`: that dim first, or a
-    vector's only dim (a vector fills a tile of one row)."""
+    """The order of a block that fills a tile whose inner dim is `inner` (a dim of the block): that
+    dim first, or a vector's only dim (a vector fills a tile of one row); a batched tile's batch last."""
+    if len(shape) == 3:
+        return (inner, 3 - inner, 0)
     return (0,) if len(shape) == 1 else (inner, 1 - inner)
 
 

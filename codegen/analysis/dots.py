@@ -34,12 +34,11 @@ def mma_f16_accumulators(ctx, s_in, s_out) -> bool:
 def mma_eligible(op, ctx, rings=False) -> bool:
     """fp16/bf16 operands with a float accumulator (16x8x16 steps), int8 with int32 or,
     where the target has it, fp8 with fp32 or fp16 (16x8x32 steps), fp32 at tf32 precision
-    with fp32 (16x8x8 steps). 2-D, or a batched `dot` ([B, M, K] x [B, K, N]) staged whole (no
-    rings). fp8 too where its fragments are upcast (`fp8_fragments_upcast`): an `mma_dot`, or a dot
-    smem_pipeline would put on rings (`rings`)."""
+    with fp32 (16x8x8 steps). 2-D, or batched ([B, M, K] x [B, K, N]: staged whole, or on rings of
+    batched tiles). fp8 too where its fragments are upcast (`fp8_fragments_upcast`): an `mma_dot`, or
+    a dot smem_pipeline would put on rings (`rings`)."""
     a, b, acc = op.operands
-    batched = len(a.type.shape) == 3 and op.name == "dot" and not rings
-    if len(a.type.shape) != 2 and not batched:
+    if len(a.type.shape) not in (2, 3):
         return False
     (M, K), (_, N) = a.type.shape[-2:], b.type.shape[-2:]
     s, s_acc = a.type.scalar, acc.type.scalar  # a may be a shared tile (mma_dot)

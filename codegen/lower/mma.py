@@ -121,7 +121,7 @@ def lower_mma_dot(lw, op):
     if not is_mma_layout(layout, out.type.shape, lw.num_warps):
         raise LoweringError(f"mma_dot needs an mma.sync accumulator layout, not {layout}")
     def reused(tile):
-        return tile if lw.fragments.reusable(tile) else None
+        return tile if len(tile.type.shape) == 2 and lw.fragments.reusable(tile) else None
     if isinstance(b.type, block_type):
         if lw.num_warps != 1 or lw.layout(b) != layout:
             raise LoweringError("mma_dot reads B from registers at one warp, in its accumulator's layout")
@@ -141,7 +141,8 @@ def lower_mma_dot(lw, op):
             not (a_src.k_inner and (b_src.k_inner or size == 4)):
         raise LoweringError("ldmatrix transposes 16-bit elements only: 8- and 32-bit tiles must be K-major "
                             "(a 32-bit B may be N-major: read an element a register)")
-    _run(lw, op, a_src, b_src)
+    batched = len(out.type.shape) == 3  # batched tiles: each batch's 2-D tile after the last's
+    _run(lw, op, a_src, b_src, (a.type.tile_bytes, b.type.tile_bytes) if batched else None)
 
 
 def _run(lw, op, a_src, b_src, batch_bytes=None):
@@ -170,7 +171,7 @@ def _run(lw, op, a_src, b_src, batch_bytes=None):
             picked = [i for i, o in enumerate(offsets) if o[0] == batch]
             at = indices[picked[0]][0]  # the batch this thread holds there
             a_at, b_at = (_Operand(lw.b.gep(src.base, [lw.b.mul(at, lw.i32(step))], source_etype=I8), src.offset,
-                                   src.k_inner) for src, step in zip((a_src, b_src), batch_bytes))
+                                   src.k_inner, step=src.step) for src, step in zip((a_src, b_src), batch_bytes))
             mine = [values[i] for i in picked]
             _run_tiles(lw, op, a_at, b_at, [offsets[i][1:] for i in picked], [indices[i][1:] for i in picked], mine,
                        f16_acc, (*addressed, batch))

@@ -54,16 +54,19 @@ def shared_base(lw):
 
 
 def tile_geometry(t):
-    """(row bytes W, elements per row C, rows per chunk O) of a 2-D shared tile type."""
+    """(row bytes W, elements per row C, rows per chunk O) of a shared tile type's 2-D tiles."""
     es = t.element_ty.itemsize
     inner, outer = t.order
-    W = t.shape[inner] * es if t.swizzle in (0, ROW_XOR_32) else t.swizzle
-    return W, W // es, t.shape[outer]
+    W = t.tile_shape[inner] * es if t.swizzle in (0, ROW_XOR_32) else t.swizzle
+    return W, W // es, t.tile_shape[outer]
 
 
 def tile_offset(lw, t, idx, b=None):
-    """Byte offset (i32) of element `idx` (a logical index pair) in tile type `t`."""
+    """Byte offset (i32) of element `idx` (a logical index pair; a batched tile's a triple, whose
+    batch's 2-D tile lies that many tiles in) in tile type `t`."""
     b = b or lw.b
+    if len(idx) == 3:
+        return b.add(b.mul(idx[0], lw.i32(t.tile_bytes)), tile_offset(lw, t, idx[1:], b))
     es = t.element_ty.itemsize
     inner, outer = t.order
     W, C, O = tile_geometry(t)
@@ -83,6 +86,9 @@ def constant_step(t, frm, to):
     every thread: whole rows of chunks apart, by a multiple of the swizzle's 8-row period
     (whose XOR pattern then repeats). Else None. Copies then address one base plus
     immediates instead of each computing its swizzled offset."""
+    if len(frm) == 3:  # a batched tile's: whole 2-D tiles apart, plus the step within one
+        step = constant_step(t, frm[1:], to[1:])
+        return None if step is None else (to[0] - frm[0]) * t.tile_bytes + step
     inner, outer = t.order
     W, C, O = tile_geometry(t)
     d_inner, d_outer = to[inner] - frm[inner], to[outer] - frm[outer]
@@ -114,12 +120,18 @@ def _local_trans(lw, op):
     lw.bind(op.results[0], [lw.scalar(op.operands[0])])  # the type says how to read it
 
 
+def copied_inner_dim(t, shape) -> int:
+    """The dim of a copied block of `shape` that tile type `t` stores innermost (of a tile's
+    coordinates where the block is a vector: a tile of one row)."""
+    return t.order[0] + (1 if len(shape) == 3 else 0)
+
+
 def _async_copy(lw, op):
     ptr, tile = op.operands[:2]
     mask = op.operands[2] if len(op.operands) >= 3 else None
     count = op.operands[3] if len(op.operands) == 4 else None
     t, shape = tile.type, ptr.type.shape
-    es, inner = t.element_ty.itemsize, t.order[0]
+    es, inner = t.element_ty.itemsize, copied_inner_dim(t, shape)
     layout = lw.layout(ptr)  # the convert_layouts pass chose it (passes.layouts.copy_layout)
     # a thread's run along another dim than the tile's inner one lands in as many tile rows: copied an element a copy,
     # each run's elements from one pointer and immediates where memory holds them in a row (ptxas keeps a 64-bit
@@ -152,7 +164,7 @@ def _issue_copies(lw, op, ptrs, masks, counts, offsets, indices, vec, pointer_ru
     the elements of each run of n along dim are read through the run's first pointer and an immediate."""
     tile = op.operands[1]
     t = tile.type
-    es, inner = t.element_ty.itemsize, t.order[0]
+    es, inner = t.element_ty.itemsize, copied_inner_dim(t, op.operands[0].type.shape)
     nbytes = vec * es
     base = lw.scalar(tile)
     first = None  # (logical offset, shared address) of the thread's first copy

@@ -27,6 +27,12 @@ def is_transpose(op) -> bool:
     return op is not None and op.name == "permute" and list(op.attrs["order"]) == [1, 0]
 
 
+def swaps_tile_dims(op) -> bool:
+    """Is `op` a permute swapping a block's last two dims: `tl.trans` of a 2-D block, or of each batch's
+    tile of a 3-D one (order [0, 2, 1])?"""
+    return op is not None and op.name == "permute" and list(op.attrs["order"]) in ([1, 0], [0, 2, 1])
+
+
 def replace_uses(fn: Function, mapping: dict[Value, Value]) -> None:
     """Make every operand that is a key of `mapping` its value, everywhere in `fn`."""
     if not mapping:

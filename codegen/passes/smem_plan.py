@@ -19,7 +19,7 @@ from ..analysis.access import memory_width
 from ..analysis.dots import mma_eligible
 from .layouts import ELEMENTWISE_BETWEEN, computed_from
 from .prefetch import address_cone
-from .rewrite import const_int, has_side_effects, in_loop, is_pure, is_transpose, loop_trips
+from .rewrite import const_int, has_side_effects, in_loop, is_pure, loop_trips, swaps_tile_dims
 from ..analysis.partitions import dot_replicas
 from ..analysis.pointer_roots import stores_unread
 from ..analysis.shared_buffers import ALIGN
@@ -144,9 +144,10 @@ def load_address(load) -> list:
 # --- which loops ---------------------------------------------------------------------
 
 def _transposed_load(v, body):
-    """The load in `body` whose tile `v` is read transposed (`tl.trans(load)`), or None."""
+    """The load in `body` whose tile `v` is read transposed (`tl.trans(load)`; each batch's tile of a
+    3-D load), or None."""
     op = v.defining_op
-    if not is_transpose(op) or op.parent is not body:
+    if not swaps_tile_dims(op) or op.parent is not body:
         return None
     src = op.operands[0].defining_op
     return src if src is not None and src.parent is body and src.name in ("load", "descriptor_load") else None
@@ -174,6 +175,8 @@ def _ring_tile(load, role, transposed, instr_extent, ctx, mma=False):
     bank: the one-warp 16x128x32 tile ran at half the speed)."""
     t = load.results[0].type
     elem = scalar_of(t)
+    if len(t.shape) == 3:
+        return _batched_ring_tile(load, role, transposed, ctx) if mma and not is_tma(load) else None
     order, vec = ((1, 0), 16) if is_tma(load) else _copy_width(load, ctx)
     if vec * elem.itemsize < 4:  # cp.async moves 4, 8 or 16 bytes
         return None
@@ -190,6 +193,25 @@ def _ring_tile(load, role, transposed, instr_extent, ctx, mma=False):
     if inner != k_dim:
         row_bytes = min(row_bytes, instr_extent * elem.itemsize)
     swizzle = min(128, row_bytes)
+    return (swizzle, inner) if swizzle >= 32 else None
+
+
+def _batched_ring_tile(load, role, transposed, ctx):
+    """(swizzle, inner) of the ring of a batched dot's 3-D `load` ([B, M, K] or [B, K, N]; `transposed`:
+    the dot reads each batch's tile transposed) on mma.sync, or None: each batch's 2-D tile after the
+    last's (`inner`: a dim of the 2-D tile), stored with memory's
+    contiguous dim inner, as cp.async copies it in runs of 4 bytes or more. K-major for every type, M/N-major
+    for 16-bit ones (ldmatrix transposes those); swizzled by the row's bytes, up to 128 (any swizzle serves
+    ldmatrix's 16-byte rows)."""
+    t = load.results[0].type
+    elem = scalar_of(t)
+    order, vec = _copy_width(load, ctx)
+    if vec * elem.itemsize < 4 or order[0] == 0:
+        return None
+    inner = order[0] - 1
+    if inner != (1 if role == "a" else 0) ^ int(transposed) and elem.name not in TRANSPOSABLE:
+        return None
+    swizzle = min(128, t.shape[1 + inner] * elem.itemsize)
     return (swizzle, inner) if swizzle >= 32 else None
 
 
@@ -483,6 +505,8 @@ def _operand(v, role, body, instr_extent, ctx, regs=True, mma=False):
         # cp.async moves 4 bytes at least): loaded into registers and stored as the dot reads it
         # (a transpose in the store, as Triton's; lowered as one copy by warps: lower/tile_transpose), like an
         # operand the loop computes
+    if len(v.type.shape) == 3:
+        return None  # (a batched operand: rings only)
     if not _inside(v, body):
         return ("once", v, _stored_tile(v.type, role))
     if role == "a" and regs:
@@ -554,8 +578,10 @@ def _unshared_loads(dots, uses):
         if any(uses.get(t.results[0], 0) != via[id(t)] for t in trans_ops):
             bad.add(key)
         elif uses.get(load.results[0], 0) != direct.get(key, 0) + len(trans_ops):
-            # a wrapped TMA copy fills rows past the extent with what only the dot's unseen rows may hold
-            (bad if load.attrs.get("wrap_dim") is not None else read_back).add(key)
+            # a wrapped TMA copy fills rows past the extent with what only the dot's unseen rows may hold; a
+            # batched tile is read by its dot alone (no local_load of one)
+            bad_reads = load.attrs.get("wrap_dim") is not None or len(load.results[0].type.shape) == 3
+            (bad if bad_reads else read_back).add(key)
     return bad, read_back
 
 
@@ -648,7 +674,7 @@ def plan_loop(loop, stages, fn, ctx, kind, in_registers=frozenset()):
         t = load.results[0].type
         inner = inners[key]
         rings.append(Copy(load, shared_type(scalar_of(t), t.shape, swizzles[key], (inner, 1 - inner)), *cones[key],
-                          _prefix_copy(load, inner, ctx)))
+                          _prefix_copy(load, inner + len(t.shape) - 2, ctx)))
     # a register A's loads fetched too where the rings then fit (a warp-specialized loop's reserve may
     # leave room for the dot's own rings only); else loaded in the iteration, as before; and last, a staged
     # operand's tiles loaded in the iteration too, not the dot left to mma.sync (triton_kernels' bf16 x fp8
