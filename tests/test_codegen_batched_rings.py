@@ -106,13 +106,16 @@ def test_batched_rings_on_the_emulator_equal_numpys(bt, m, n, k, kv, bk, dtype, 
     np.testing.assert_array_equal(got[2], _want(*args[:2], kv, b_transposed))
 
 
-@pytest.mark.gpu
-@needs_cuda
-@pytest.mark.parametrize("bt, m, n, k, kv, bk, dtype, warps, b_transposed", [
+GPU_CONFIGS = [  # (bt, m, n, k, kv, bk, dtype, warps, b_transposed)
     (8, 16, 32, 80, 80, 32, "float16", 4, False), (8, 16, 32, 80, 70, 32, "float16", 4, True),
     (2, 64, 32, 96, 96, 32, "bfloat16", 1, False), (4, 16, 8, 48, 40, 16, "float32", 2, True),
     (4, 32, 16, 96, 96, 32, "int8", 4, True), (2, 32, 32, 80, 80, 32, "float8_e4m3fn", 4, True),
-])
+]
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("bt, m, n, k, kv, bk, dtype, warps, b_transposed", GPU_CONFIGS)
 def test_batched_rings_on_the_gpu(bt, m, n, k, kv, bk, dtype, warps, b_transposed):
     import torch
     np_type = {"float16": np.float16, "bfloat16": ml_dtypes.bfloat16, "float32": np.float32, "int8": np.int8,

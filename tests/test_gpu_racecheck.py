@@ -12,7 +12,7 @@ whose operand tiles one after another share bytes; a 16-bit dot chained to a wgm
 values several mma.sync dots read, stored once; a chunked recurrence that stores in its pipelined loop,
 dots of fewer rows than a warpgroup on mma.sync rings, and on Hopper's mma.sync rings descriptor loads TMA fills
 and fp8 tiles upcast as fragments; an 8-bit and a 32-bit B stored N-major, copied K-major by warps every
-iteration). Skipped without a
+iteration; a batched dot's rings of batched tiles). Skipped without a
 GPU or without compute-sanitizer.
 
 Racecheck runs each kernel once at a small size (it is slow: every shared access is
@@ -299,6 +299,24 @@ for config in fp8.CONFIGS:
 torch.cuda.synchronize()
 """
 
+# a batched dot's rings of batched tiles (mma.sync, 1 to 4 warps; fp16, bf16, tf32, int8, fp8; B as stored and
+# transposed; a masked K tail), then bench's batched kernel over many programs at a config of each kind
+BATCHED_RINGS = """
+import torch
+import test_codegen_batched_rings as rings
+from test_attention_backward import kernels
+for config in rings.GPU_CONFIGS:
+    rings.test_batched_rings_on_the_gpu(*config)
+z, m, n, k = 64, 64, 64, 256
+a, b = torch.randint(-2, 3, (z, m, k), device="cuda").half(), torch.randint(-2, 3, (z, k, n), device="cuda").half()
+for bt, bm, bn, bk in ((8, 16, 32, 32), (2, 64, 64, 32), (1, 64, 64, 32)):
+    c = torch.zeros(z, m, n, device="cuda", dtype=torch.half)
+    kernels.batched_dot_kernel[(z // bt, m // bm, n // bn)](a, b, c, m, n, k, BT=bt, BM=bm, BN=bn, BK=bk, num_warps=4,
+                                                            num_stages=3)
+    assert torch.equal(c, torch.bmm(a, b))
+torch.cuda.synchronize()
+"""
+
 # an 8-bit and a 32-bit B stored N-major (`x @ W`), which wgmma reads K-major: each iteration's tile copied from its
 # N-major ring into a staged K-major one by warps (lower/tile_transpose), or read from it as the transposed product's
 # A; the pointer kernel, for fp8 the host-descriptor one, for tf32 an unmasked one; small integers, exact throughout
@@ -398,6 +416,11 @@ def test_mma_sync_rings_on_hopper_have_no_shared_memory_hazard(tmp_path):
     if torch.cuda.get_device_capability() < (9, 0):
         pytest.skip("Hopper's rings (TMA, fp8 fragments upcast)")
     out = racecheck(HOPPER_MMA_RINGS, tmp_path)
+    assert hazards(out) == (0, 0), out[-4000:]
+
+
+def test_batched_rings_have_no_shared_memory_hazard(tmp_path):
+    out = racecheck(BATCHED_RINGS, tmp_path)
     assert hazards(out) == (0, 0), out[-4000:]
 
 
