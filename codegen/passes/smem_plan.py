@@ -199,10 +199,9 @@ def _ring_tile(load, role, transposed, instr_extent, ctx, mma=False):
 def _batched_ring_tile(load, role, transposed, ctx):
     """(swizzle, inner) of the ring of a batched dot's 3-D `load` ([B, M, K] or [B, K, N]; `transposed`:
     the dot reads each batch's tile transposed) on mma.sync, or None: each batch's 2-D tile after the
-    last's (`inner`: a dim of the 2-D tile), stored with memory's
-    contiguous dim inner, as cp.async copies it in runs of 4 bytes or more. K-major for every type, M/N-major
-    for 16-bit ones (ldmatrix transposes those); swizzled by the row's bytes, up to 128 (any swizzle serves
-    ldmatrix's 16-byte rows)."""
+    last's (`inner`: a dim of the 2-D tile), stored with memory's contiguous dim inner, as cp.async copies
+    it in runs of 4 bytes or more. K-major for every type, M/N-major for 16-bit ones (ldmatrix transposes
+    those); swizzled by the row's bytes, up to 128 (any swizzle serves ldmatrix's 16-byte rows)."""
     t = load.results[0].type
     elem = scalar_of(t)
     order, vec = _copy_width(load, ctx)
