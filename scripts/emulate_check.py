@@ -36,7 +36,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from build_parity import in_child  # noqa: E402  (a launch's emulation in a forked child)
 
 TIMEOUT_S = 180
-SAMPLED_PROGRAMS = 8  # a larger grid runs these of its programs (the emulator runs a CTA at a time)
+SAMPLED_PROGRAMS = 16  # a larger grid runs these of its programs (a small program emulates in ~4 ms, a GEMM tile's
+# in ~0.5 s: the emulator's threads run every program of a launch, its mma products in Python)
 LAUNCHES_PER_SPECIALIZATION = 2
 ATOMIC_PROGRAMS = 256  # a launch with atomics runs whole up to this many programs (else it is not checked)
 FLOAT_TOLERANCE = 1e-2  # largest difference over largest magnitude: the interpreter sums in another order
@@ -104,12 +105,12 @@ def _as_tensor(raw, like, bits=False):
 def _sample(grid) -> list | None:
     """The programs to emulate: all of a small grid; else the first and last few and some between."""
     every = [(x, y, z) for z in range(grid[2]) for y in range(grid[1]) for x in range(grid[0])]
-    if len(every) <= SAMPLED_PROGRAMS:
+    n = len(every)
+    if n <= SAMPLED_PROGRAMS:
         return None
-    picks = {0, 1, 2, len(every) - 3, len(every) - 2, len(every) - 1}
-    step = len(every) // (SAMPLED_PROGRAMS - len(picks) + 1)
-    picks.update(range(step, len(every) - 3, step))
-    return [every[i] for i in sorted(picks)[:SAMPLED_PROGRAMS]]
+    between = SAMPLED_PROGRAMS - 6  # beside the first three and the last three, evenly over the rest
+    picks = {0, 1, 2, n - 3, n - 2, n - 1} | {3 + j * (n - 6) // between for j in range(between)}
+    return [every[i] for i in sorted(picks)]
 
 
 def _emulated(kir, grid, args, options, target, programs):
