@@ -18,15 +18,19 @@ from test_codegen_emulate import warmed_and_emulated
 
 @kiln.jit
 def batched_matmul(X, Y, Z, K, KV, BT: tl.constexpr, M: tl.constexpr, N: tl.constexpr, BK: tl.constexpr,
-                   B_TRANSPOSED: tl.constexpr, INTS: tl.constexpr):
-    """Z[b] = X[b, :, :KV] @ Y[b, :KV] over [BT, M, K] x [BT, K, N] (Y stored [BT, N, K] where B_TRANSPOSED),
-    in steps of BK, the last one masked where BK does not divide KV."""
+                   B_TRANSPOSED: tl.constexpr, INTS: tl.constexpr, A_TRANSPOSED: tl.constexpr = False):
+    """Z[b] = X[b, :, :KV] @ Y[b, :KV] over [BT, M, K] x [BT, K, N] (Y stored [BT, N, K] where B_TRANSPOSED, X
+    [BT, K, M] where A_TRANSPOSED), in steps of BK, the last one masked where BK does not divide KV."""
     rb, rm = tl.arange(0, BT)[:, None, None], tl.arange(0, M)[None, :, None]
     rn = tl.arange(0, N)[None, None, :]
     acc = tl.zeros((BT, M, N), dtype=tl.int32 if INTS else tl.float32)
     for k0 in range(0, KV, BK):
         rk = k0 + tl.arange(0, BK)
-        x = tl.load(X + rb * M * K + rm * K + rk[None, None, :], mask=rk[None, None, :] < KV, other=0)
+        if A_TRANSPOSED:
+            x = tl.permute(tl.load(X + rb * K * M + rk[None, :, None] * M + tl.arange(0, M)[None, None, :],
+                                   mask=rk[None, :, None] < KV, other=0), (0, 2, 1))
+        else:
+            x = tl.load(X + rb * M * K + rm * K + rk[None, None, :], mask=rk[None, None, :] < KV, other=0)
         if B_TRANSPOSED:
             y = tl.permute(tl.load(Y + rb * N * K + tl.arange(0, N)[None, :, None] * K + rk[None, None, :],
                                    mask=rk[None, None, :] < KV, other=0), (0, 2, 1))
@@ -84,6 +88,21 @@ def test_a_batched_operand_no_ring_can_copy_stays_staged():
     the dot keeps its staged operands (transposed as they are stored)."""
     ir, _ = _planned(4, 32, 16, 96, 96, 32, np.int8, 4, "sm_80", False)
     assert "mma_dot" not in ir and "async_copy" not in ir and 'engine = "mma"' in ir
+
+
+def test_a_batched_a_read_transposed_on_the_emulator_equals_numpys():
+    """A stored [B, K, M]: its ring holds each batch's tile M-major, read by ldmatrix.trans."""
+    rng = np.random.default_rng(1)
+    x, y = rng.integers(-3, 4, (4, 96, 32)).astype(np.float16), rng.integers(-3, 4, (4, 96, 16)).astype(np.float16)
+    z = np.zeros((4, 32, 16), np.float32)
+    constexprs = dict(BT=4, M=32, N=16, BK=32, B_TRANSPOSED=False, INTS=False, A_TRANSPOSED=True)
+    warm = batched_matmul.warmup(x, y, z, 96, 90, grid=(1,), target="sm_80", num_warps=4, **constexprs)
+    fn = parse_function(warm.asm["kir"])
+    run_passes(fn, PassContext(parse_target("sm_80"), 4, 3, portable=True))
+    assert re.search(r"local_alloc .* smem<3x4x32x32xfp16:swizzle64:order1\.0>", str(fn)) and "local_trans" in str(fn)
+    got = warmed_and_emulated(batched_matmul, (x, y, z, 96, 90), "sm_80", 4, **constexprs)
+    want = np.matmul(np.swapaxes(x.astype(np.int64), -1, -2)[:, :, :90], y.astype(np.int64)[:, :90])
+    np.testing.assert_array_equal(got[2], want)
 
 
 @pytest.mark.parametrize("bt, m, n, k, kv, bk, dtype, warps, target, b_transposed", [
