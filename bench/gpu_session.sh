@@ -19,6 +19,8 @@
 #   bash bench/gpu_session.sh warp-specialize # the hinted GEMM's GPU tests, racecheck, bench/warp_specialize.py (~300 s)
 #   bash bench/gpu_session.sh mma-rings       # Hopper's mma.sync rings (1-2 warps: TMA, fp8 upcast): GPU tests,
 #                                             # racecheck, bench/matmul_waves.py fp16, fp8, tf32 vs Triton (~300 s)
+#   bash bench/gpu_session.sh batched-rings   # a batched dot's rings of batched tiles: its GPU tests and racecheck, then
+#                                             # bench/batched_dot.py, kiln vs Triton and torch.bmm (~150 s)
 #   bash bench/gpu_session.sh block-scaled    # the scalar-ring GPU tests, then bench/block_scaled.py: a block-scaled
 #                                             # fp8 GEMM at fixed configs, kiln vs Triton (~120 s)
 #   bash bench/gpu_session.sh matmul-waves    # bench/matmul_waves.py: fixed configs at M = 16-1024 (N = K = 8192),
@@ -90,6 +92,11 @@ for phase in "$@"; do
       python3 bench/run.py --no-plot --out "$OUT" 2>&1 | tee "$OUT/bench.log" | tail -60 ;;
     bench1|bench2)
       python3 bench/run.py --part "${phase#bench}" --out "$OUT" 2>&1 | tee "$OUT/$phase.log" | tail -60 ;;
+    batched-rings)  # a batched tl.dot in a loop on cp.async rings of batched tiles (mma_dot on 3-D shared tiles)
+      python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_codegen_batched_rings.py tests/test_codegen_batched_mma.py \
+        tests/test_gpu_racecheck.py::test_batched_rings_have_no_shared_memory_hazard 2>&1 \
+        | tee "$OUT/batched-rings-tests.log" | tail -3
+      python3 bench/batched_dot.py 2>&1 | tee "$OUT/batched-dot.log" | grep '^|' ;;
     attention)  # tutorial 06's forward on Hopper (host TensorDescriptors) and through in-kernel descriptors, against
       # Triton and SDPA, N_CTX 4096 and 16384, D64 and D128, causal and not (~300 s)
       python3 bench/attention.py --modes host,desc --ctx 4096,16384 --out "$OUT" 2>&1 | tee "$OUT/attention.log" | tail -40 ;;
