@@ -3,7 +3,8 @@ kiln against Triton on the same source and torch.bmm (cuBLAS); fp16 in, fp32 sum
 
     python bench/batched_dot.py [--shapes 1024x64x64x512,...] [--configs 2/64/64/32/4,...] [--libs kiln,triton]
 
-Shapes are batches x M x N x K; configs BT/BM/BN/BK/warps (3 stages). Figures go to bench/results/.
+Shapes are batches x M x N x K; configs BT/BM/BN/BK/warps[/stages] (3 stages unless given). Figures go to
+bench/results/.
 """
 from __future__ import annotations
 
@@ -35,14 +36,14 @@ def main():
         flops = 2 * z * m * n * k
         bmm = flops / bench(lambda: torch.bmm(a, b)) * 1e-9
         for config in args.configs.split(","):
-            bt, bm, bn, bk, warps = map(int, config.split("/"))
+            bt, bm, bn, bk, warps, stages = (list(map(int, config.split("/"))) + [3])[:6]
             if z % bt or m % bm or n % bn or k % bk:
                 continue
             cells, equal = [], []
             for lib in libs.values():
                 c = torch.empty(z, m, n, device="cuda", dtype=torch.float16)
                 run = lambda: lib.batched_dot_kernel[(z // bt, m // bm, n // bn)](
-                    a, b, c, m, n, k, BT=bt, BM=bm, BN=bn, BK=bk, num_warps=warps, num_stages=3)
+                    a, b, c, m, n, k, BT=bt, BM=bm, BN=bn, BK=bk, num_warps=warps, num_stages=stages)
                 cell, ok = tflops_cell(run, flops,
                                        lambda: torch.allclose(c.float(), want.float(), atol=2e-2, rtol=2e-2))
                 cells.append(cell)
