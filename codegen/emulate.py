@@ -301,7 +301,7 @@ def run_on_cpu(fn, grid, args, num_warps: int = 4, options: dict | None = None, 
     workers = [collectives.start(thread, t, programs, enter) for t in range(collectives.threads)]
     if not collectives.join(workers, keep=(engine, keep, smem, device)):
         errors.append(f"programs {collectives.running(workers)}: threads waited at a barrier {STALL_S:.0f} s "
-                            "that not every thread reached (a divergent bar.sync or warp collective?)")
+                      "that not every thread reached (a divergent bar.sync or warp collective?)")
     if errors:
         raise EmulationError("; ".join(sorted(set(errors))))
     for array, copy in zip(args, device):

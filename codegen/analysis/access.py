@@ -72,13 +72,19 @@ def store_layout(ctx, op, layout, elem_bits):
     return better if access_width(ctx, op, better, shape, elem_bits) > have else layout
 
 
+def copied_inner_dim(t, shape) -> int:
+    """The dim of a copied block of `shape` that shared tile type `t` stores innermost: a batched block's
+    tile dims are its last two (of a tile's coordinates where the block is a vector: a tile of one row)."""
+    return t.order[0] + (1 if len(shape) == 3 else 0)
+
+
 def copy_layout(ctx, op, have):
     """The layout an `async_copy` reads its pointers in: theirs (`have`) if its threads
     hold runs along the tile's inner dim, else a coalesced one (the pointer math is then
     recomputed in it)."""
     ptr, tile = op.operands[:2]
     vector = len(ptr.type.shape) == 1  # it fills a tile of one row
-    inner = 0 if vector else tile.type.order[0] + len(ptr.type.shape) - 2  # (a dim of the pointers)
+    inner = 0 if vector else copied_inner_dim(tile.type, ptr.type.shape)  # (a dim of the pointers)
     order, vec = memory_width(ctx, op)
     if order[0] != inner and tile.type.element_ty.itemsize == 4:
         return _element_copy_layout(ptr.type.shape, inner, ctx.num_warps)

@@ -24,7 +24,7 @@ from kiln.ir.core import Operation, is_zero_constant
 from kiln.ir.types import ROW_XOR_32, block_type, shared_type
 
 from kiln.ir import layout as lay
-from ..analysis.access import access_width, register_run
+from ..analysis.access import access_width, copied_inner_dim, register_run
 from ..analysis.shared_buffers import ALIGN  # the buffers' base: a 128-byte swizzle repeats every 1024 bytes
 from . import fp8, stmatrix, tile_transpose, transposed_dot
 from .context import LoweringError
@@ -118,12 +118,6 @@ def _local_index(lw, op):
 
 def _local_trans(lw, op):
     lw.bind(op.results[0], [lw.scalar(op.operands[0])])  # the type says how to read it
-
-
-def copied_inner_dim(t, shape) -> int:
-    """The dim of a copied block of `shape` that tile type `t` stores innermost (of a tile's
-    coordinates where the block is a vector: a tile of one row)."""
-    return t.order[0] + (1 if len(shape) == 3 else 0)
 
 
 def _async_copy(lw, op):

@@ -15,7 +15,7 @@ from kiln.ir.types import ROW_XOR_32, block_type, scalar_of, shared_type
 from kiln.ir.layout import mma_layout, transposed_wgmma_layout, wgmma_layout
 from ..occupancy import ctas_by_shared, ctas_per_sm, max_shared_per_cta
 from . import mask_prefix
-from ..analysis.access import memory_width
+from ..analysis.access import copied_inner_dim, memory_width
 from ..analysis.dots import mma_eligible
 from .layouts import ELEMENTWISE_BETWEEN, computed_from
 from .prefetch import address_cone
@@ -672,8 +672,8 @@ def plan_loop(loop, stages, fn, ctx, kind, in_registers=frozenset()):
     for key, load in loads.items():
         t = load.results[0].type
         inner = inners[key]
-        rings.append(Copy(load, shared_type(scalar_of(t), t.shape, swizzles[key], (inner, 1 - inner)), *cones[key],
-                          _prefix_copy(load, inner + len(t.shape) - 2, ctx)))
+        tile = shared_type(scalar_of(t), t.shape, swizzles[key], (inner, 1 - inner))
+        rings.append(Copy(load, tile, *cones[key], _prefix_copy(load, copied_inner_dim(tile, t.shape), ctx)))
     # a register A's loads fetched too where the rings then fit (a warp-specialized loop's reserve may
     # leave room for the dot's own rings only); else loaded in the iteration, as before; and last, a staged
     # operand's tiles loaded in the iteration too, not the dot left to mma.sync (triton_kernels' bf16 x fp8
