@@ -4,7 +4,8 @@
 # the first tree again at the end, so the spread between two runs of the same build shows).
 #
 # Here, before the call, one tree per commit to compare (the device copies the working tree, not .git):
-#   mkdir -p .scratch/ab/NAME && git archive COMMIT | tar -x -C .scratch/ab/NAME
+#   bash bench/ab_tree.sh NAME COMMIT [FILES...]  # .scratch/ab/NAME: COMMIT's files less bench/results and the PTX
+#                                                 # corpus (the carry's 64 MiB), FILES copied in from here
 # then run with carry [".whl", ".scratch/ab"]:
 #   bash bench/ab.sh                                  # bench/attention.py fwd,bwd at N 4096, 16384, kiln only
 #   AB_CMD="bench/matmul.py --dtypes fp16,bf16 --sizes 4096,8192 --libs kiln" bash bench/ab.sh
