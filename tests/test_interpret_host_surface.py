@@ -97,6 +97,21 @@ def test_a_second_launch_on_the_same_table_finds_the_tensors_without_a_scan(monk
     assert scans == [] and out.tolist() == [5.0] * 4
 
 
+def test_a_scan_for_live_tensors_passes_fake_ones_without_a_warning():
+    """torch.compile's FakeTensors have no memory; asking for their storage's address warns (a deprecation)."""
+    import warnings
+    torch = pytest.importorskip("torch")
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from kiln.interpret import live_buffers
+    with FakeTensorMode():
+        fake = torch.empty(8)
+    real = torch.ones(4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        live_buffers._scan()
+    assert real.untyped_storage().data_ptr() in live_buffers._found and fake is not None
+
+
 def test_an_address_past_a_live_tensors_storage_still_faults():
     torch = pytest.importorskip("torch")
     x, out = torch.ones(4), torch.zeros(4)

@@ -43,8 +43,11 @@ def _scan() -> None:
     if torch is None:
         return
     _found.clear()
+    # a FakeTensor (torch.compile's tracing) has no memory, and asking for its storage's address warns
+    fake = getattr(sys.modules.get("torch._subclasses.fake_tensor"), "FakeTensor", ())
     for obj in gc.get_objects():
-        if issubclass(type(obj), torch.Tensor):  # type(): not `__class__`, which some objects warn on
+        kind = type(obj)  # not `__class__`, which some objects warn on
+        if issubclass(kind, torch.Tensor) and not issubclass(kind, fake):
             span = storage_span(obj)
             if span is not None and span[1] > span[0]:  # one entry per storage
                 _found.setdefault(span[0], (weakref.ref(obj), span[1]))
