@@ -26,6 +26,10 @@ _starts = np.zeros(0, np.uint64)
 
 def storage_span(tensor) -> tuple[int, int] | None:
     """[lo, hi) of the bytes of the storage under a strided CPU tensor, None for any other."""
+    # a FakeTensor (torch.compile's tracing) has no memory, and asking for its storage's address warns
+    fake = getattr(sys.modules.get("torch._subclasses.fake_tensor"), "FakeTensor", ())
+    if issubclass(type(tensor), fake):
+        return None
     try:
         if tensor.device.type != "cpu" or str(tensor.layout) != "torch.strided":
             return None
@@ -43,11 +47,8 @@ def _scan() -> None:
     if torch is None:
         return
     _found.clear()
-    # a FakeTensor (torch.compile's tracing) has no memory, and asking for its storage's address warns
-    fake = getattr(sys.modules.get("torch._subclasses.fake_tensor"), "FakeTensor", ())
     for obj in gc.get_objects():
-        kind = type(obj)  # not `__class__`, which some objects warn on
-        if issubclass(kind, torch.Tensor) and not issubclass(kind, fake):
+        if issubclass(type(obj), torch.Tensor):  # type(): not `__class__`, which some objects warn on
             span = storage_span(obj)
             if span is not None and span[1] > span[0]:  # one entry per storage
                 _found.setdefault(span[0], (weakref.ref(obj), span[1]))
