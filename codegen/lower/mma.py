@@ -31,7 +31,8 @@ from .fp8 import f16_pair
 from .memory import plain_store
 from .reduce import shuffle
 from .shared import elem_bytes, flats_of, store_elements
-from .types import F32, I8, I32, VOID, GENERIC_PTR, SHARED_PTR, half_words, reg_type, word_halves
+from .stmatrix import ldmatrix
+from .types import F32, I8, I32, VOID, GENERIC_PTR, half_words, reg_type, word_halves
 from .wgmma import constant_step, tile_offset
 
 _KIND = {"fp16": "f16", "bf16": "bf16", "int8": "s8", "fp32": "tf32", "fp8e4nv": "e4m3", "fp8e5": "e5m2"}
@@ -334,8 +335,8 @@ def _a_fragment(lw, src, r0, r1, k0, half_step, q, low_bit, high_bit, known, bas
     first = b.select(b.trunc(low_bit, ir.IntType(1)), r1, r0)
     k = b.add(b.mul(high_bit, lw.i32(half_step)), lw.i32(k0))
     if src.k_inner:
-        return _ldmatrix(lw, *src.near(lw, (b.add(first, q), k), known, bases), 4)
-    return _ldmatrix(lw, *src.near(lw, (first, b.add(k, q)), known, bases), 4, trans=True)
+        return ldmatrix(lw, *src.near(lw, (b.add(first, q), k), known, bases), 4)
+    return ldmatrix(lw, *src.near(lw, (first, b.add(k, q)), known, bases), 4, trans=True)
 
 
 def _b_fragments(lw, src, k0, first_cols, col_tiles, half_step, q, low_bit, high_bit, bases):
@@ -352,9 +353,9 @@ def _b_fragments(lw, src, k0, first_cols, col_tiles, half_step, q, low_bit, high
         pair = col_tiles[i:i + 2]
         n = b.select(second, first_cols[pair[1]], first_cols[pair[0]]) if len(pair) == 2 else first_cols[pair[0]]
         if src.k_inner:
-            regs = _ldmatrix(lw, *src.near(lw, (k, b.add(n, q)), (k0, pair[0]), bases), 2 * len(pair))
+            regs = ldmatrix(lw, *src.near(lw, (k, b.add(n, q)), (k0, pair[0]), bases), 2 * len(pair))
         else:
-            regs = _ldmatrix(lw, *src.near(lw, (b.add(k, q), n), (k0, pair[0]), bases), 2 * len(pair), trans=True)
+            regs = ldmatrix(lw, *src.near(lw, (b.add(k, q), n), (k0, pair[0]), bases), 2 * len(pair), trans=True)
         for m, c in enumerate(pair):
             frags[c] = regs[2 * m:2 * m + 2]
     return frags
@@ -445,26 +446,6 @@ def _store_rows(lw, base, elem_ty, value, stride, byte_offset=0):
         flat = lw.b.add(lw.b.mul(row, lw.i32(stride)), col)
         plain_store(lw, lw.smem_ptr(base, elem_ty, flat, byte_offset), regs[i:i + n], elem_ty, size)
         i += n
-
-
-def _ldmatrix(lw, ptr, step, count, trans=False):
-    """`count` 8x8 b16 matrices from shared memory: word i of lane (g, t) is row g,
-    columns 2t and 2t+1 of matrix i, whose rows lanes 8i..8i+7 address (`ptr` plus `step`
-    bytes; with `trans`: column g, rows 2t and 2t+1). The step is the instruction's
-    immediate and the address a 32-bit shared one: a few registers for every load."""
-    suffix = ".trans" if trans else ""
-    if lw.ctx.portable:  # the emulator gathers the rows from every lane's address
-        fn = lw.intrinsic(f"emu_ldmatrix{suffix.replace('.', '_')}_x{count}", VOID, [GENERIC_PTR, SHARED_PTR])
-        buf = lw.entry.alloca(ir.ArrayType(I32, 4))
-        buf.type = GENERIC_PTR
-        lw.b.call(fn, [buf, lw.b.gep(ptr, [lw.i32(step)], source_etype=I8) if step else ptr])
-        return [lw.b.load(lw.b.gep(buf, [lw.i32(i)], source_etype=I32), typ=I32) for i in range(count)]
-    outs = ", ".join(f"${i}" for i in range(count))
-    text = f"ldmatrix.sync.aligned.m8n8.x{count}{suffix}.shared.b16 {{{outs}}}, [${count}+{step}];"
-    fty = ir.FunctionType(ir.LiteralStructType([I32] * count), [I32])
-    got = lw.b.call(ir.InlineAsm(fty, text, ",".join(["=r"] * count + ["r"]), side_effect=True),
-                    [lw.b.ptrtoint(ptr, I32)])
-    return [lw.b.extract_value(got, i) for i in range(count)]
 
 
 def _emulated(kinds) -> str:
