@@ -21,6 +21,8 @@
 #                                             # racecheck, bench/matmul_waves.py fp16, fp8, tf32 vs Triton (~300 s)
 #   bash bench/gpu_session.sh batched-rings   # a batched dot's rings of batched tiles: its GPU tests and racecheck, then
 #                                             # bench/batched_dot.py, kiln vs Triton and torch.bmm (~150 s)
+#   bash bench/gpu_session.sh chunk-state-grad  # an M-major A the loop scales, read by ldmatrix.trans: its GPU tests,
+#                                             # then bench/chunk_state_grad.py, kiln vs Triton at fixed configs (~100 s)
 #   bash bench/gpu_session.sh block-scaled    # the scalar-ring GPU tests, then bench/block_scaled.py: a block-scaled
 #                                             # fp8 GEMM at fixed configs, kiln vs Triton (~120 s)
 #   bash bench/gpu_session.sh matmul-waves    # bench/matmul_waves.py: fixed configs at M = 16-1024 (N = K = 8192),
@@ -97,6 +99,11 @@ for phase in "$@"; do
         tests/test_gpu_racecheck.py::test_batched_rings_have_no_shared_memory_hazard 2>&1 \
         | tee "$OUT/batched-rings-tests.log" | tail -3
       python3 bench/batched_dot.py 2>&1 | tee "$OUT/batched-dot.log" | grep '^|' ;;
+    chunk-state-grad)  # fla's chunk_bwd_kernel_dh loop: its A (q^T, memory along M) scaled in the loop and read back
+      # by ldmatrix.x4.trans (session 107); the GPU test, then kiln against Triton at fixed configs
+      python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_codegen_fragment_ldmatrix.py 2>&1 \
+        | tee "$OUT/chunk-state-grad-tests.log" | tail -3
+      python3 bench/chunk_state_grad.py 2>&1 | tee "$OUT/chunk-state-grad.log" | grep '^|' ;;
     attention)  # tutorial 06's forward on Hopper (host TensorDescriptors) and through in-kernel descriptors, against
       # Triton and SDPA, N_CTX 4096 and 16384, D64 and D128, causal and not (~300 s)
       python3 bench/attention.py --modes host,desc --ctx 4096,16384 --out "$OUT" 2>&1 | tee "$OUT/attention.log" | tail -40 ;;

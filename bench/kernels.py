@@ -849,3 +849,27 @@ def batched_dot_kernel(a_ptr, b_ptr, c_ptr, M, N, K, BT: tl.constexpr, BM: tl.co
         b += BK * N
     c = c_ptr + rb[:, None, None] * M * N + rm[None, :, None] * N + rn[None, None, :]
     tl.store(c, acc.to(c_ptr.dtype.element_ty))
+
+
+@triton.jit
+def chunk_state_grad_kernel(q_ptr, do_ptr, dh_ptr, scale, T, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
+                            BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr):
+    """A linear-attention backward's state gradient over q [B, T, H, K] and do [B, T, H, V] (T a multiple of BT,
+    K of BK, V of BV): program (k, v, b * H + h) walks its sequence's chunks last to first, storing into its BK x BV
+    block of dh[b, chunk, h] the sum over the later chunks of (q_chunk^T * scale) @ do_chunk, then adding its own
+    (the loop of fla's chunk_bwd_kernel_dh without gates). q^T is read with memory along K, the dot's M."""
+    i_k, i_v, i_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    i_b, i_h = i_bh // H, i_bh % H
+    n_chunks = T // BT
+    ks = i_k * BK + tl.arange(0, BK)
+    vs = i_v * BV + tl.arange(0, BV)
+    q_ptr += (i_b * T * H + i_h) * K
+    do_ptr += (i_b * T * H + i_h) * V
+    state = tl.zeros((BK, BV), dtype=tl.float32)
+    for t in range(n_chunks - 1, -1, -1):
+        dh = dh_ptr + ((i_b * n_chunks + t) * H + i_h).to(tl.int64) * K * V
+        tl.store(dh + ks[:, None] * V + vs[None, :], state.to(dh_ptr.dtype.element_ty))
+        ts = t * BT + tl.arange(0, BT)
+        q_t = tl.load(q_ptr + ks[:, None] + ts[None, :] * (H * K))
+        d = tl.load(do_ptr + ts[:, None] * (H * V) + vs[None, :])
+        state += tl.dot((q_t * scale).to(q_t.dtype), d)
