@@ -8,23 +8,16 @@ bench/results/.
 """
 from __future__ import annotations
 
-import argparse
-
 import torch
 
-from run import bench, load_kernels, tflops_cell
+from run import bench, fixed_config_args, tflops_cell
 
 SHAPES = "1024x64x64x512,4096x32x32x256,256x128x128x1024"
 CONFIGS = "2/64/64/32/4,4/32/32/32/4,8/16/32/32/4,1/64/64/32/4"
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--shapes", default=SHAPES)
-    ap.add_argument("--configs", default=CONFIGS)
-    ap.add_argument("--libs", default="kiln,triton")
-    args = ap.parse_args()
-    libs = {name: load_kernels(name) for name in args.libs.split(",")}
+    args, libs = fixed_config_args(SHAPES, CONFIGS)
     print("| batches x M x N x K | config | " + " | ".join(f"{n} TFLOP/s" for n in libs)
           + " | torch.bmm TFLOP/s | equal to bmm |")
     print("|---|---|" + "---:|" * (len(libs) + 1) + "---|")

@@ -9,11 +9,9 @@ Shapes are batch x heads x T x K x V; configs BK/BV/warps/stages (64-row chunks)
 """
 from __future__ import annotations
 
-import argparse
-
 import torch
 
-from run import interleaved, load_kernels
+from run import fixed_config_args, interleaved
 
 SHAPES = "8x16x4096x128x128,4x32x8192x64x64"
 CONFIGS = "64/64/4/2,64/64/4/3,64/64/8/2,32/64/4/2"
@@ -32,12 +30,7 @@ def reference(q, do, scale):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--shapes", default=SHAPES)
-    ap.add_argument("--configs", default=CONFIGS)
-    ap.add_argument("--libs", default="kiln,triton")
-    args = ap.parse_args()
-    libs = {name: load_kernels(name) for name in args.libs.split(",")}
+    args, libs = fixed_config_args(SHAPES, CONFIGS)
     first, *others = libs
     print("| B x H x T x K x V | BK/BV/warps/stages | " + " | ".join(f"{n} TFLOP/s" for n in libs)
           + "".join(f" | {first} / {n}" for n in others) + " | equal to PyTorch |")

@@ -36,6 +36,17 @@ def load_kernels(flavour: str):
     return kernel_source.load("kernels.py", flavour)
 
 
+def fixed_config_args(shapes: str, configs: str):
+    """(arguments, {library: its bench/kernels.py}) of a script timing kernels at fixed configs: `--shapes`,
+    `--configs` (comma-separated, these defaults) and `--libs` (kiln,triton)."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--shapes", default=shapes)
+    ap.add_argument("--configs", default=configs)
+    ap.add_argument("--libs", default="kiln,triton")
+    args = ap.parse_args()
+    return args, {name: load_kernels(name) for name in args.libs.split(",")}
+
+
 def bench(fn):
     import triton.testing
     return triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
