@@ -2,8 +2,10 @@
 (codegen/lower/stmatrix.py): `.trans` where the tile's 16-byte units run down the fragment's rows. fla's
 chunk_bwd_kernel_dh reads q^T (memory along the dot's M) as the A it scales in the loop: each thread's
 32 elements came by 16-bit loads, 32 loop-invariant addresses live through the loop (140 registers at
-4 warps where Triton's build holds 88); four ldmatrix.x4.trans instead. Built for sm_90a and checked as
-PTX; emulated on the CPU (its mma.sync form) and run on the GPU against NumPy."""
+4 warps where Triton's build holds 90); four ldmatrix.x4.trans instead. Built for sm_90a and checked as
+PTX, and run on the GPU against PyTorch: that is where the new read runs (the CPU emulator's portable
+build runs the dot on mma.sync, whose A fragments come by mma's own ldmatrix, so its check below covers
+the kernel, not this read)."""
 import numpy as np
 import pytest
 

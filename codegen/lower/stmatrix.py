@@ -7,11 +7,11 @@ down a matrix's column instead.
 
 A 16-bit accumulator (a matmul's `acc.to(fp16)`) goes to shared memory this way on its way out:
 into the scratch tile of a conversion, or into a tile a TMA store copies. One instruction instead
-of four 4-byte stores, as Triton stores it (upstream's tensor-descriptor tests look for it). A tile
-read in that layout from a tile stored down its columns (the A of a wgmma the loop computes from
-`tl.load(q_t_ptrs)`, memory running along M: fla's `b_q * scale`) takes one ldmatrix.x4.trans per
-four matrices, where element loads took a 16-bit load and an address register each (fla's
-chunk_bwd_kernel_dh: 32 loop-invariant addresses, 140 registers where Triton's build holds 88).
+of four 4-byte stores, as Triton stores it (upstream's tensor-descriptor tests look for it). A block
+read back in that layout where elements came one 16-bit load each (from a tile whose memory runs down
+its columns: the A of a wgmma the loop computes from `tl.load(q_t_ptrs)`, fla's `b_q * scale`) takes one
+ldmatrix.x4 per four matrices, where each element took a load and an address register (fla's
+chunk_bwd_kernel_dh loop: 32 loop-invariant addresses, 140 registers where Triton's build holds 90).
 """
 from __future__ import annotations
 

@@ -291,7 +291,7 @@ def load_tile(lw, base, t, layout, vt) -> list:
     run = 1 if len(shape) == 1 else min(_run_length(layout, inner, es), shape[inner])
     if run == 1 and es == 2 and len(shape) == 2 and tile_geometry(t)[0] % 16 == 0:
         groups = stmatrix.readable(lw, layout, shape, across_rows=inner == 0)
-        if groups is not None:  # 8x8 fragments down the tile's columns: ldmatrix.trans, not 16-bit loads
+        if groups is not None:  # 8x8 fragments by ldmatrix (.trans down a tile's columns), not 16-bit loads
             return stmatrix.load(lw, lw.indices(layout, shape), groups, reg_type(vt),
                                  lambda row, col: lw.b.gep(base, [tile_offset(lw, t, (row, col))], source_etype=I8),
                                  layout, shape, across_rows=inner == 0)
