@@ -241,6 +241,30 @@ def test_the_driver_is_made_when_first_asked_for_and_is_tritons_driver_type():
     assert out.stdout.split() == ["True"] * 8, out.stdout + out.stderr
 
 
+def test_tritons_cuda_backend_module_has_the_names_code_imports_from_it():
+    """`triton.backends.nvidia.compiler` / `.driver`: autotuners catch its PTXASError, tools read CUDAOptions'
+    fields and parse options through CUDABackend, setup scripts make a CudaUtils, templates ask min_dot_size."""
+    out = _python("""
+        import dataclasses
+        import triton, triton.language as tl
+        from triton.backends.compiler import GPUTarget
+        from triton.backends.nvidia.compiler import (CUDABackend, CUDAOptions, PTXASError, min_dot_size,
+                                                     ptx_get_version, sm_arch_from_capability)
+        from triton.backends.nvidia.driver import CudaDriver, CudaUtils
+        import triton.backends.nvidia as nvidia
+        print(nvidia.compiler is nvidia.driver is nvidia, PTXASError is triton.runtime.errors.PTXASError)
+        print("num_warps" in {f.name for f in dataclasses.fields(CUDAOptions)},
+              CUDABackend(GPUTarget("cuda", 90, 32)).parse_options({"num_warps": 8}).num_warps == 8)
+        smallest = min_dot_size(GPUTarget("cuda", 90, 32))
+        print(smallest(tl.block_type(tl.float16, [16, 16]), tl.block_type(tl.float16, [16, 16])) == (1, 1, 16),
+              smallest(tl.block_type(tl.float8e5, [16, 32]), tl.block_type(tl.float8e5, [32, 16])) == (1, 1, 32))
+        print([ptx_get_version(v) for v in ("11.8", "12.4", "12.8", "13.0")] == [78, 84, 87, 90],
+              sm_arch_from_capability(90) == "sm_90a" and sm_arch_from_capability(80) == "sm_80")
+        print(CudaUtils() is CudaUtils() is CudaDriver.utils, triton.backends.backends["nvidia"].driver is CudaDriver)
+    """, {hook.ENV: "1"})
+    assert out.stdout.split() == ["True"] * 10, out.stdout + out.stderr
+
+
 def test_importing_triton_leaves_cuda_uninitialized_until_a_driver_is_asked_for():
     """Inductor's compile workers import triton and then fork the pool that compiles: a parent
     that has initialized CUDA leaves the forked children unable to use it ("Could not find an

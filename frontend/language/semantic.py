@@ -1205,6 +1205,12 @@ def fp32_default() -> str | None:
     return language.fp32_default
 
 
+def mma_min_k(bitwidth: int) -> int:
+    """The smallest K a tensor-core instruction takes for operands of `bitwidth` bits: a dot of fewer is
+    padded with zeros along K up to it."""
+    return 32 if bitwidth == 8 else 16
+
+
 def dot(a, b, acc=None, input_precision=None, allow_tf32=None, max_num_imprecise_acc=None, out_dtype=None):
     a, b = to_tensor(a), to_tensor(b)
     out_dtype = unwrap(out_dtype)
@@ -1228,8 +1234,7 @@ def dot(a, b, acc=None, input_precision=None, allow_tf32=None, max_num_imprecise
         raise ValueError(f"dot: the inner dimensions must agree, got {list(sa)} and {list(sb)}")
     if sa[:-2] != sb[:-2]:
         raise ValueError(f"dot: the batch dimensions must agree, got {list(sa)} and {list(sb)}")
-    min_k = 32 if a.dtype.primitive_bitwidth == 8 else 16  # the smallest K an MMA instruction takes
-    while sa[-1] < min_k:  # below what a tensor-core instruction takes: zeros added along K change no sum
+    while sa[-1] < mma_min_k(a.dtype.primitive_bitwidth):  # zeros added along K change no sum
         a, b = _pad_k(a, b)
         sa, sb = a.type.shape, b.type.shape
     if a.dtype != b.dtype and not mixed_fp8(a.dtype, b.dtype):  # e4m3 x e5m2 stays fp8, as on Triton
