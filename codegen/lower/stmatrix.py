@@ -89,14 +89,7 @@ def load(lw, indices, groups, elem_ty, address_of, layout, shape, across_rows: b
     read by one ldmatrix.x4 (`.trans` `across_rows`); `address_of(row, col)` is an element's shared
     pointer, from which 8 elements along the tile's rows or columns are 16 contiguous bytes."""
     b = lw.b
-    lane = lw.lane
-    matrix = b.lshr(lane, lw.i32(3))
-    # lane l gives the address of its matrix's row l%8 (`.trans`: its column l%8), from the place of
-    # this thread's own first element of matrix 0, (l/4, 2(l%4)) past that matrix's corner
-    step, back = b.and_(lane, lw.i32(7)), b.lshr(lane, lw.i32(2))
-    cols_back = b.shl(b.and_(lane, lw.i32(3)), lw.i32(1))
-    row, col = (b.sub(lw.i32(0), back), b.sub(step, cols_back)) if across_rows else \
-        (b.sub(step, back), b.sub(lw.i32(0), cols_back))
+    matrix, (row, col) = b.lshr(lw.lane, lw.i32(3)), _lane_address(lw, across_rows)
     regs = [None] * len(indices)
     steps = {}
     pair_ty = ir.VectorType(elem_ty, 2)
@@ -110,6 +103,18 @@ def load(lw, indices, groups, elem_ty, address_of, layout, shape, across_rows: b
             regs[group[2 * m]] = b.extract_element(pair, lw.i32(0))
             regs[group[2 * m + 1]] = b.extract_element(pair, lw.i32(1))
     return regs
+
+
+def _lane_address(lw, across_rows: bool):
+    """(rows, columns) from this thread's first element of matrix 0 to the element whose address its lane
+    gives an ldmatrix or stmatrix: lane l gives its matrix's row l%8 (`across_rows`, `.trans`: column l%8),
+    and its own first element lies (l/4, 2(l%4)) past that matrix's corner."""
+    b, lane = lw.b, lw.lane
+    step, back = b.and_(lane, lw.i32(7)), b.lshr(lane, lw.i32(2))
+    cols_back = b.shl(b.and_(lane, lw.i32(3)), lw.i32(1))
+    if across_rows:
+        return b.sub(lw.i32(0), back), b.sub(step, cols_back)
+    return b.sub(step, back), b.sub(lw.i32(0), cols_back)
 
 
 def _corner_steps(layout, shape, groups):
@@ -147,13 +152,9 @@ def store(lw, regs, indices, groups, elem_ty, address_of, layout, shape):
     `address_of(row, col)` (i32 values) is the shared address of an element, whose row of 8 must be
     16 contiguous bytes there."""
     b = lw.b
-    lane = lw.lane
-    matrix = b.lshr(lane, lw.i32(3))
-    # lane l addresses row l%8 of matrix l/8: that matrix's corner is where this thread's first element
-    # of it sits less the lane's own place in the fragment (l/4, 2(l%4)); matrix m's first element is
-    # a constant step from matrix 0's (the register offsets), so only matrix 0's index is read
-    row = b.sub(b.and_(lane, lw.i32(7)), b.lshr(lane, lw.i32(2)))
-    col = b.sub(lw.i32(0), b.shl(b.and_(lane, lw.i32(3)), lw.i32(1)))
+    # lane l addresses row l%8 of matrix l/8; matrix m's first element is a constant step from matrix 0's
+    # (the register offsets), so only matrix 0's index is read
+    matrix, (row, col) = b.lshr(lw.lane, lw.i32(3)), _lane_address(lw, across_rows=False)
     asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), [I32] * 5),
                        "stmatrix.sync.aligned.m8n8.x4.shared.b16 [$0], {$1, $2, $3, $4};", "r,r,r,r,r,~{memory}",
                        side_effect=True)

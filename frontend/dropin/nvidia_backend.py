@@ -44,8 +44,9 @@ def ptx_get_version(cuda_version: str) -> int:
 
 
 def sm_arch_from_capability(capability: int) -> str:
-    """The PTX target of compute capability `capability` (90 -> sm_90a: Hopper's arch-specific features)."""
-    return f"sm_{capability}{'a' if capability >= 90 else ''}"
+    """The PTX target of compute capability `capability` (90 -> sm_90a): the codegen's own name for it."""
+    from kiln.codegen.target import target_name  # (the codegen is imported when first needed, as backends does)
+    return target_name(capability)
 
 
 class CudaUtils:
