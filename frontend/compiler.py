@@ -385,7 +385,7 @@ class CompiledKernel:
             return launchers[device]
         driver.ensure_context(device)
         target = self.target_for(device)
-        binary = self.build(target) if derived_maps else self._pointer_build(target)
+        binary = self.build(target) if derived_maps else self.build_as_written(target)
         shared, limit = binary.metadata["shared"], driver.max_shared_memory(device)
         if shared > limit:
             raise OutOfResources(shared, limit, "shared memory")
@@ -482,9 +482,10 @@ class CompiledKernel:
         target_options.check(self.options, capability)
         fp8_targets.check(ir, capability, self.source)
 
-    def _pointer_build(self, target: str):
+    def build_as_written(self, target: str):
         """The binary of the kernel as written (no derived TMA maps, not persistent), for
-        launches whose arguments make no map or too many programs."""
+        launches whose arguments make no map or too many programs, and for kiln.tools.compile
+        (a C launch passes the kernel's own arguments only)."""
         return self._variant_build(self.pointer_binaries, target, derived_args=0)
 
     def _variant_build(self, binaries: dict, target: str, **attrs):

@@ -2,13 +2,18 @@
 Triton's CUDA backend that code outside Triton imports, each kiln's own. Autotuners catch `PTXASError`,
 tools read `CUDAOptions`' fields or make a `CUDABackend(GPUTarget(...))` to parse options, setup scripts
 call `CudaUtils()` to see the driver load, and template code asks `min_dot_size` which dots a target
-takes. kiln compiles through nvJitLink (`kiln.codegen`), so Triton's ptxas helpers have no counterpart.
+takes, and ahead-of-time builds (upstream's test_aot.py) compile C against `include_dirs` and link
+with `library_dirs()` (kiln.tools.cuda_paths). kiln compiles through nvJitLink (`kiln.codegen`), so
+Triton's ptxas helpers have no counterpart.
 """
 from __future__ import annotations
 
 import sys
 
 from kiln.language.semantic import mma_min_k
+from kiln.tools.cuda_paths import include_dirs as _include_dirs, library_dirs  # noqa: F401
+
+include_dirs = _include_dirs()  # a list, as Triton's (whose first entry holds the cuda.h it bundles)
 
 from .backends import BaseBackend, CUDABackend, CudaDriver, GPUTarget, PTXASError  # noqa: F401
 from .backends import Options as CUDAOptions  # noqa: F401

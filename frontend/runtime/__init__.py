@@ -103,6 +103,17 @@ class _ActiveDriver(GPUDriver):
         from . import cuda_driver as drv
         return drv.is_available()
 
+    @staticmethod
+    def map_python_to_cpp_type(ty: str) -> str:
+        """The C type an ahead-of-time kernel's launch takes for signature type `ty` (`*fp32`, `i32`,
+        ...; kiln.tools.aot): what the kernel reads, an fp32 scalar as `float`."""
+        from kiln.tools.aot import C_TYPES, POINTER
+        if ty.startswith("*"):
+            return POINTER
+        if ty not in C_TYPES:
+            raise KeyError(f"no C type for the signature type {ty!r}")
+        return C_TYPES[ty]
+
 
 class _Driver:
     """`driver.active` is the CUDA driver unless `set_active` chose another (Inductor picks the CPU

@@ -1,0 +1,375 @@
+"""Ahead-of-time compile: one specialization of a kernel to C source that embeds its binary
+(Triton's `triton/tools/compile.py`, the same command line and the same C functions).
+
+    python -m kiln.tools.compile kernel.py -n kernel -s "*fp32:16, i32, 1024" -g "N/1024, 1, 1" -w 4 -o out
+    # under the drop-in: python $(python -c "import triton.tools, sys; sys.stdout.write(triton.tools.__path__[0])")/compile.py ...
+
+The file at `path` is run (from its own folder, as an import) and its @jit function `kernel_name`
+compiled for `--target` (`cuda:90:32` or `sm_90a`; by default this machine's GPU) as the signature
+spells it: one entry per parameter, a type (`*fp16`, `i32`, ...) with an optional hint, `:16`
+(divisible by 16) or `:1` (equal to 1: a constant, left out of the C function), or a constexpr's
+value. The kernel is built as written: no argument the compiler derives (TMA maps of pointer loads,
+a persistent grid), so C launches it with exactly its own arguments. Out come `<out>.<hash>_<suffix>.c`
+and `.h`: `CUresult <out>_<hash>_<suffix>(CUstream stream, <arguments>)` launches it on the grid
+`--grid` computes (C expressions of the arguments and integer constexprs), loading the module at the
+first launch; `load_...` and `unload_...` do so by hand. kiln.tools.link joins such files into one
+dispatcher.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import re
+import sys
+from argparse import ArgumentParser
+from dataclasses import dataclass
+from pathlib import Path
+
+from kiln.tools.aot import (C_BYTES, C_TYPES, HALF_ROUNDING, HALF_ROUNDING_SOURCE, POINTER, AotArg, AotError, AotKernel,
+                  c_word, stream_prototype)
+
+_GRID_TOKEN = re.compile(r"\s*(?:([A-Za-z_]\w*)|(\d+[uUlL]*)|(<<|>>|[-+*/%()<>=!&|?:^~]))")
+_DEFAULT_SHARED = 48 * 1024  # what a block gets without opting in
+# C's keywords and types, and the launch function's own names: no argument of an ahead-of-time kernel
+_RESERVED = set("""auto break case char const continue default do double else enum extern float for goto if inline
+int long register restrict return short signed sizeof static struct switch typedef union unsigned void volatile while
+_Bool bool stream status params gX gY gZ CUstream CUdeviceptr CUresult int8_t int16_t int32_t int64_t uint8_t
+uint16_t uint32_t uint64_t NULL""".split())
+
+
+@dataclass
+class CompileArgs:
+    """The command line's arguments (Triton's class of the name, for callers of `compile_kernel`)."""
+    path: str = ""
+    kernel_name: str = ""
+    signature: str = ""
+    grid: str = ""
+    target: str | None = None
+    num_warps: int = 1
+    num_stages: int = 3
+    out_name: str | None = None
+    out_path: Path | None = None
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One signature entry: a parameter's type and hint, or a constexpr's value."""
+    type: str | None = None
+    hint: int | None = None
+    value: object = None
+
+
+def main(argv=None):
+    parser = ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("path", help="Python source holding the kernel (it is run, from its folder)")
+    parser.add_argument("--kernel-name", "-n", required=True, help="the @jit function's name in that file")
+    parser.add_argument("--target", "-t", default=None,
+                        help="cuda:<capability>:<warp size> (cuda:90:32) or a kiln target (sm_90a); default: this GPU")
+    parser.add_argument("--num-warps", "-w", type=int, default=1)
+    parser.add_argument("--num-stages", "-ns", type=int, default=3)
+    parser.add_argument("--out-name", "-on", default=None, help="the C functions' name (default: the kernel's)")
+    parser.add_argument("--out-path", "-o", type=Path, default=None, help="the files' path, less suffixes")
+    parser.add_argument("--signature", "-s", required=True, help='"*fp32:16, i32, 1024": types, hints, constexprs')
+    parser.add_argument("--grid", "-g", required=True, help='"M/16, N/16, 1": three C expressions')
+    args = parser.parse_args(argv)
+    from kiln.errors import KilnError
+    try:
+        compile_kernel(CompileArgs(**vars(args)))
+    except (AotError, KilnError) as e:  # the signature's or the kernel's fault: said, with no traceback
+        parser.exit(2, f"{parser.prog}: error: {e}\n")
+
+
+def compile_kernel(args: CompileArgs):
+    """Compile as `args` say; (the launch function's name, [the .c and .h written])."""
+    from kiln.cache.metadata import launched_warps
+    from kiln.compiler import compile_kernel as build
+    from kiln.dropin.compile import ASTSource
+    from kiln.signatures import Declared, SignatureError
+
+    out_name = args.out_name or args.kernel_name
+    if not re.fullmatch(r"[A-Za-z_]\w*", out_name or ""):
+        raise AotError(f"the out name {out_name!r} is no C identifier")
+    out_path = Path(args.out_path) if args.out_path else Path(out_name)
+    fn = _kernel(Path(args.path), args.kernel_name)
+    texts = [s.strip() for s in args.signature.split(",")]
+    if len(texts) > len(fn.arg_names):
+        raise AotError(f"the signature has {len(texts)} entries, {fn.__name__} {len(fn.arg_names)} parameters")
+    entries = [parse_entry(text, name) for text, name in zip(texts, fn.arg_names)]
+    grid = [g.strip() for g in args.grid.split(",")]
+    if len(grid) != 3:
+        raise AotError(f"the grid {args.grid!r} is not three expressions")
+
+    signature, constexprs, attrs, full = {}, {}, {}, []
+    for i, (name, entry) in enumerate(zip(fn.arg_names, entries)):
+        if entry.type is None:
+            signature[name], constexprs[name] = "constexpr", entry.value
+            continue
+        if entry.hint == 1:
+            signature[name], constexprs[name] = "constexpr", 1
+        else:
+            signature[name] = entry.type
+            if entry.hint == 16:
+                attrs[(i,)] = [["tt.divisibility", 16]]
+        if name in _RESERVED:
+            raise AotError(f"{fn.__name__}: an argument named {name!r} would clash with a C word of the launch")
+        full.append(AotArg(POINTER if entry.type.startswith("*") else C_TYPES[entry.type], name, entry.hint))
+    # the constexprs' values, then the arguments specialized to 1 (Triton's order: its names of algorithms)
+    constants = {n: constexprs[n] for n, e in zip(fn.arg_names, entries) if e.type is None}
+    constants.update((a.name, 1) for a in full if a.hint == 1)
+    grid_lines = grid_code(grid, full, constants)  # checked before the compile
+    src = ASTSource(fn, signature, constexprs, attrs)
+    try:
+        params, options = Declared(fn, src.declared_values({"num_warps": args.num_warps,
+                                                            "num_stages": args.num_stages})).params_and_options()
+    except SignatureError as e:
+        raise AotError(f"{fn.__name__}: {e}") from None
+    kernel = build(fn, params, options, name=fn.__name__)
+    binary = kernel.build_as_written(_target(args.target))
+
+    runtime = [a for a in full if a.hint != 1]
+    types = [entries[fn.arg_names.index(a.name)].type for a in runtime]
+    entry_name = _check_abi(fn.__name__, kernel.arg_types, binary, runtime, types)
+    meta = f"warps{args.num_warps}xstages{args.num_stages}"
+    sig_hash = hashlib.sha256(" ".join(texts + [meta]).encode()).hexdigest()[:8]
+    suffix = "".join(f"{i}{'c' if e.hint == 1 else 'd'}" for i, e in enumerate(entries) if e.hint is not None)
+    algo = "_".join(["x".join(c_word(v) for v in constants.values()), meta])
+    aot = AotKernel(out_name, sig_hash, suffix, algo, tuple(full))
+    doc = [f"{k}={v}" for k, v in constants.items()] + [f"num_warps={args.num_warps}", f"num_stages={args.num_stages}"]
+    source = c_source(aot, entry_name, binary.cubin, binary.ptx, binary.metadata["shared"],
+                      32 * launched_warps(binary.metadata), grid_lines, types, doc)
+    written = []
+    for ext, text in ((".c", source), (".h", c_header(aot, doc))):
+        path = out_path.with_suffix(f".{sig_hash}_{suffix}{ext}")
+        path.write_text(text)
+        written.append(path)
+    return aot.function, written
+
+
+def parse_entry(text: str, name: str) -> Entry:
+    """One signature entry for parameter `name`: `*fp16:16`, `i32:1`, `i64`, `1024`, `0.5`, `True`."""
+    if text in ("True", "False"):
+        return Entry(value=text == "True")
+    for convert in (int, float):
+        try:
+            return Entry(value=convert(text))
+        except ValueError:
+            pass
+    kind, _, hint_text = text.partition(":")
+    kind = kind.strip()
+    if not kind.startswith("*") and kind not in C_TYPES:
+        raise AotError(f"{name}: {text!r} is neither a type ({', '.join(C_TYPES)} or *T) nor a constexpr value")
+    if not hint_text:
+        return Entry(kind)
+    if hint_text.strip() not in ("1", "16"):
+        raise AotError(f"{name}: {text!r}: the hints are 1 and 16")
+    hint = int(hint_text)
+    if hint == 1 and kind[0] not in "iu":
+        raise AotError(f"{name}: {text!r}: only an integer can be specialized to 1")
+    if hint == 16 and kind[0] not in "iu*":
+        raise AotError(f"{name}: {text!r}: a float has no divisibility")
+    return Entry(kind, hint)
+
+
+def grid_code(grid, args, constants) -> list:
+    """The three grid expressions as C, each checked to name only the kernel's arguments and its
+    integer constants (constexprs, arguments specialized to 1), which are declared first."""
+    known = {a.name for a in args} | {k for k, v in constants.items() if type(v) is int}
+    used = []
+    for text in grid:
+        pos = 0
+        while pos < len(text):
+            m = _GRID_TOKEN.match(text, pos)
+            if m is None or m.end() == pos:
+                if text[pos:].strip() == "":
+                    break
+                raise AotError(f"the grid expression {text!r}: unexpected {text[pos:pos + 10]!r}")
+            word = m.group(1)
+            if word is not None:
+                if word not in known:
+                    raise AotError(f"the grid expression {text!r} names {word!r}, which is no argument or integer "
+                                   "constexpr of the kernel")
+                if word not in used:
+                    used.append(word)
+            pos = m.end()
+        if not text:
+            raise AotError("a grid expression is empty")
+    lines = [f"    const int64_t {w} = {constants[w]};" for w in used if w in constants]
+    return lines + [f"    unsigned int g{axis} = (unsigned int)({text});" for axis, text in zip("XYZ", grid)]
+
+
+def c_source(aot: AotKernel, entry_name: str, cubin: bytes, ptx: str, shared: int, threads: int, grid: list,
+             types: list, doc: list) -> str:
+    """The kernel's .c: its cubin and PTX as bytes, load (the cubin, or the PTX through the
+    driver's JIT where the driver cannot take the cubin), unload and the launch."""
+    f = aot.function
+    passed = aot.passed
+    slots, converts = [], []
+    for a, ty in zip(passed, types):
+        if ty in HALF_ROUNDING:
+            converts.append(f"    uint16_t {a.name}_bits = {HALF_ROUNDING[ty]}({a.name});")
+            slots.append(f"&{a.name}_bits")
+        else:
+            slots.append(f"&{a.name}")
+    params = (f"    void *params[{len(slots)}] = {{{', '.join(slots)}}};" if slots else "    void **params = NULL;")
+    rounding = "".join(HALF_ROUNDING_SOURCE[HALF_ROUNDING[ty]] for ty in dict.fromkeys(types) if ty in HALF_ROUNDING)
+    ptx_bytes = ptx.encode() + b"\0"  # cuModuleLoadData reads PTX as a C string
+    return f"""/* {f}: kernel {entry_name}, compiled ahead of time by kiln.tools.compile
+   {', '.join(doc)} */
+#include <cuda.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+static const unsigned char {f}_cubin[{len(cubin)}] = {{
+{_byte_rows(cubin)}
+}};
+static const unsigned char {f}_ptx[{len(ptx_bytes)}] = {{
+{_byte_rows(ptx_bytes)}
+}};
+static CUmodule {f}_module = NULL;
+static CUfunction {f}_function = NULL;
+{rounding}
+/* The module from the cubin, or from the PTX where this driver takes no cubin of its linker's (older). */
+static CUresult {f}_load(void) {{
+    CUresult status;
+    int device_id = 0, optin = 0;
+    CUdevice device;
+    if ({f}_function != NULL) return CUDA_SUCCESS;
+    status = cuModuleLoadData(&{f}_module, {f}_cubin);
+    if (status == CUDA_ERROR_UNSUPPORTED_PTX_VERSION || status == CUDA_ERROR_NO_BINARY_FOR_GPU ||
+        status == CUDA_ERROR_INVALID_IMAGE)
+        status = cuModuleLoadData(&{f}_module, {f}_ptx);
+    if (status != CUDA_SUCCESS) return status;
+    status = cuModuleGetFunction(&{f}_function, {f}_module, "{entry_name}");
+    if (status == CUDA_SUCCESS && {shared} > {_DEFAULT_SHARED}) {{
+        status = cuCtxGetDevice(&device);
+        if (status == CUDA_SUCCESS) device_id = (int)device;
+        if (status == CUDA_SUCCESS)
+            status = cuDeviceGetAttribute(&optin, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, device_id);
+        if (status == CUDA_SUCCESS && optin < {shared}) status = CUDA_ERROR_OUT_OF_MEMORY;
+        if (status == CUDA_SUCCESS)
+            status = cuFuncSetAttribute({f}_function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, {shared});
+    }}
+    if (status != CUDA_SUCCESS) {{
+        cuModuleUnload({f}_module);
+        {f}_module = NULL;
+        {f}_function = NULL;
+    }}
+    return status;
+}}
+
+void load_{f}(void) {{
+    CUresult status = {f}_load();
+    if (status != CUDA_SUCCESS) {{
+        const char *text = NULL;
+        cuGetErrorString(status, &text);
+        fprintf(stderr, "kiln: cannot load {f}: %s\\n", text ? text : "unknown CUDA error");
+    }}
+}}
+
+void unload_{f}(void) {{
+    if ({f}_module != NULL) cuModuleUnload({f}_module);
+    {f}_module = NULL;
+    {f}_function = NULL;
+}}
+
+CUresult {f}({stream_prototype(passed)}) {{
+    CUresult status = {f}_load();
+{chr(10).join(grid)}
+{chr(10).join(converts)}
+{params}
+    if (status != CUDA_SUCCESS) return status;
+    if ((uint64_t)gX * gY * gZ == 0) return CUDA_SUCCESS;
+    return cuLaunchKernel({f}_function, gX, gY, gZ, {threads}, 1, 1, {shared}, stream, params, NULL);
+}}
+"""
+
+
+def c_header(aot: AotKernel, doc: list) -> str:
+    f = aot.function
+    return f"""/* {f}: {', '.join(doc)} */
+#include <cuda.h>
+#include <stdint.h>
+
+void load_{f}(void);
+void unload_{f}(void);
+{aot.line()}
+CUresult {f}({stream_prototype(aot.passed)});
+"""
+
+
+def _byte_rows(data: bytes) -> str:
+    return ",\n".join(", ".join(f"0x{b:02x}" for b in data[i:i + 16]) for i in range(0, len(data), 16))
+
+
+def _kernel(path: Path, name: str):
+    """The @jit function `name` of the Python file at `path`, run as a module from its folder
+    (an autotuner's or heuristics' wrapper unwrapped to its kernel)."""
+    from kiln.dropin import hook
+    from kiln.jit import JITFunction
+    if not path.is_file():
+        raise AotError(f"no file {path}")
+    if "triton" not in sys.modules:
+        hook.activate()  # the file's `import triton` is kiln, as the drop-in makes it
+    sys.path.insert(0, str(path.resolve().parent))
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    fn = getattr(module, name, None)
+    while fn is not None and not isinstance(fn, JITFunction) and hasattr(fn, "fn"):
+        fn = fn.fn
+    if not isinstance(fn, JITFunction):
+        raise AotError(f"{path} has no kiln @jit function {name!r} (a Triton kernel compiles under kiln's drop-in: "
+                       "KILN_DROPIN=1)")
+    return fn
+
+
+def _target(text: str | None) -> str:
+    """kiln's target name for `--target`: `cuda:90:32`, `sm_90a`, or (None) this machine's GPU."""
+    from kiln.codegen.target import target_name
+    if text is None:
+        from kiln.runtime import driver
+        if not driver.is_available():
+            raise AotError("no GPU here to compile for: name the target, --target cuda:90:32")
+        return driver.current_compile_target()
+    if re.fullmatch(r"sm_\d+[af]?", text):
+        return text
+    parts = text.split(":")
+    if len(parts) != 3 or parts[0] != "cuda" or not parts[1].isdigit() or parts[2] != "32":
+        raise AotError(f"the target {text!r}: kiln compiles for cuda:<capability>:32 (cuda:90:32) or sm_XY")
+    return target_name(int(parts[1]))
+
+
+def _check_abi(name, arg_types, binary, runtime, types) -> str:
+    """The kernel's entry name, once its parameters are found to be the C function's arguments,
+    one for one and each as wide; else an AotError saying what the C launch could not pass."""
+    from kiln.dropin.static_abi import _CLUSTER, ptx_entry
+    from kiln.ir.types import tensormap
+    from kiln.runtime.launcher import _CTYPES
+    import ctypes
+
+    args = binary.metadata.get("args", ())
+    if any(isinstance(a, dict) and a.get("tma_box") for a in args) or tensormap in arg_types:
+        raise AotError(f"{name} takes a tensor descriptor: ahead-of-time kernels take pointers and scalars")
+    if len(args) > len(arg_types):
+        raise AotError(f"{name} needs arguments its launch derives (global scratch): not ahead of time")
+    entry = ptx_entry(binary.ptx)
+    if isinstance(entry, str):
+        raise AotError(f"{name}: {entry}")
+    entry_name, params, directives = entry
+    if any(word in directives for word in _CLUSTER):
+        raise AotError(f"{name} is launched in clusters: not ahead of time")
+    if not (len(params) == len(arg_types) == len(runtime)):
+        raise AotError(f"{name}: the kernel takes {len(params)} parameters, the signature gives {len(runtime)}")
+    for a, ty, kiln_type, param in zip(runtime, types, arg_types, params):
+        if kiln_type.is_ptr() != ty.startswith("*"):
+            raise AotError(f"{name}: argument {a.name} is {ty}, the kernel takes {kiln_type}")
+        width = 8 if kiln_type.is_ptr() else ctypes.sizeof(_CTYPES[kiln_type.name])
+        passed = 2 if ty in HALF_ROUNDING else C_BYTES[a.ctype]
+        if width != passed or param[1] != width:
+            raise AotError(f"{name}: argument {a.name} ({ty}) is {passed} bytes, the kernel reads {param[1]}")
+    return entry_name
+
+
+if __name__ == "__main__":
+    main()
