@@ -21,6 +21,8 @@
 #                                             # racecheck, bench/matmul_waves.py fp16, fp8, tf32 vs Triton (~300 s)
 #   bash bench/gpu_session.sh batched-rings   # a batched dot's rings of batched tiles: its GPU tests and racecheck, then
 #                                             # bench/batched_dot.py, kiln vs Triton and torch.bmm (~150 s)
+#   bash bench/gpu_session.sh aot             # ahead-of-time C kernels (kiln.tools.compile / link): their GPU test, then
+#                                             # upstream's test_aot.py under the drop-in (carry .scratch/upaot) (~60 s)
 #   bash bench/gpu_session.sh chunk-state-grad  # an M-major A the loop scales, read by ldmatrix.trans: its GPU tests,
 #                                             # then bench/chunk_state_grad.py, kiln vs Triton at fixed configs (~100 s)
 #   bash bench/gpu_session.sh block-scaled    # the scalar-ring GPU tests, then bench/block_scaled.py: a block-scaled
@@ -104,6 +106,14 @@ for phase in "$@"; do
       python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_codegen_fragment_ldmatrix.py 2>&1 \
         | tee "$OUT/chunk-state-grad-tests.log" | tail -3
       python3 bench/chunk_state_grad.py 2>&1 | tee "$OUT/chunk-state-grad.log" | grep '^|' ;;
+    aot)  # kiln.tools.compile / link: the ahead-of-time C kernels' GPU test, then upstream's test_aot.py under the
+      # drop-in where a scratch folder holds it (UPSTREAM_AOT, default .scratch/upaot: scripts/upstream_tests.py
+      # --extract-only there, then python/test/unit/tools/test_aot.py beside it; carry it) (~60 s)
+      python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_tools_aot.py 2>&1 | tee "$OUT/aot-tests.log" | tail -3
+      if [ -f "${UPSTREAM_AOT:-.scratch/upaot}/test_aot.py" ]; then
+        (cd "${UPSTREAM_AOT:-.scratch/upaot}" && KILN_DROPIN=1 KILN_DAEMON=off python3 -m pytest -q -p no:cacheprovider \
+          test_aot.py 2>&1) | tee "$OUT/aot-upstream.log" | tail -12
+      fi ;;
     attention)  # tutorial 06's forward on Hopper (host TensorDescriptors) and through in-kernel descriptors, against
       # Triton and SDPA, N_CTX 4096 and 16384, D64 and D128, causal and not (~300 s)
       python3 bench/attention.py --modes host,desc --ctx 4096,16384 --out "$OUT" 2>&1 | tee "$OUT/attention.log" | tail -40 ;;
