@@ -71,7 +71,8 @@ kiln): KILN_DROPIN and KILN_SHARE_GRAPHS; Triton's own TRITON_* variables are it
 Read here too, as others define them: CONDA_PREFIX, CUDA_HOME and CUDA_PATH (where libdevice and
 ptxas may be), PATH and TRITON_PTXAS_PATH (where ptxas may be), LD_LIBRARY_PATH (part of the
 toolchain's identity in the compile key), TRITON_CACHE_DIR and TRITON_CACHE_MANAGER (Triton's file
-cache, for the drop-in), TRITON_OVERRIDE_ARCH (the target every compile is for, Triton's `sm80`).
+cache, for the drop-in), TRITON_OVERRIDE_ARCH (the target every compile is for, Triton's `sm80`),
+TRITON_LIBCUDA_PATH (where the driver library is, for ahead-of-time kernels' C: kiln.tools.cuda_paths).
 Triton's own knobs (`triton.knobs`, kiln.dropin.knobs) read their variables themselves, on every
 access, as Triton's do; and the drop-in's start-up hook (kiln.dropin.hook) reads KILN_DROPIN and
 KILN_SHARE_GRAPHS before kiln can be imported.
@@ -276,6 +277,11 @@ def ptxas_search() -> tuple[str, str]:
 def library_path() -> str:
     """LD_LIBRARY_PATH: it decides which shared libraries (nvJitLink) a process loads."""
     return os.environ.get("LD_LIBRARY_PATH", "")
+
+
+def triton_libcuda_path() -> str | None:
+    """TRITON_LIBCUDA_PATH as set: Triton's folder of libcuda.so, first where a C compiler links it."""
+    return os.environ.get("TRITON_LIBCUDA_PATH") or None
 
 
 def triton_cache_dir() -> str | None:

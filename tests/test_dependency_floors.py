@@ -1,6 +1,6 @@
 """The dependency floors that pyproject.toml declares work, for each CUDA extra: a fresh venv that
 installs kiln with `[cu12]` or `[cu13]` and exactly the floor versions of llvmlite and of the extra's
-packages (cuda-bindings, nvJitLink, the libdevice wheel) resolves, and compiles a kernel that calls
+packages (cuda-bindings, nvJitLink, the libdevice wheel, the runtime wheel's cuda.h) resolves, and compiles a kernel that calls
 libdevice to PTX with its launch bounds and links its cubin with nvJitLink, with no GPU. Skipped
 where no package index can be reached; a resolver conflict fails."""
 import os
@@ -57,7 +57,7 @@ def _release(version: str) -> tuple[int, ...]:
 @pytest.mark.parametrize("extra", ["cu12", "cu13"])
 def test_the_declared_floors_compile_a_kernel(tmp_path, extra):
     pins = floors(extra)
-    assert {"llvmlite", "cuda-bindings"} < set(pins) and len(pins) == 4, pins  # and nvJitLink, libdevice
+    assert {"llvmlite", "cuda-bindings"} < set(pins) and len(pins) == 5, pins  # nvJitLink, libdevice, cuda.h
     venv = tmp_path / extra
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
     python = str(venv / "bin" / "python")

@@ -72,7 +72,10 @@ def main(argv=None):
     parser.add_argument("--signature", "-s", required=True, help='"*fp32:16, i32, 1024": types, hints, constexprs')
     parser.add_argument("--grid", "-g", required=True, help='"M/16, N/16, 1": three C expressions')
     args = parser.parse_args(argv)
+    from kiln.dropin import hook
     from kiln.errors import KilnError
+    if "triton" not in sys.modules:
+        hook.activate()  # the kernel file's `import triton` is kiln, as under the drop-in
     try:
         compile_kernel(CompileArgs(**vars(args)))
     except (AotError, KilnError) as e:  # the signature's or the kernel's fault: said, with no traceback
@@ -305,12 +308,9 @@ def _byte_rows(data: bytes) -> str:
 def _kernel(path: Path, name: str):
     """The @jit function `name` of the Python file at `path`, run as a module from its folder
     (an autotuner's or heuristics' wrapper unwrapped to its kernel)."""
-    from kiln.dropin import hook
     from kiln.jit import JITFunction
     if not path.is_file():
         raise AotError(f"no file {path}")
-    if "triton" not in sys.modules:
-        hook.activate()  # the file's `import triton` is kiln, as the drop-in makes it
     sys.path.insert(0, str(path.resolve().parent))
     spec = importlib.util.spec_from_file_location(path.stem, path)
     module = importlib.util.module_from_spec(spec)

@@ -5,7 +5,6 @@ installed (`nvidia-cuda-runtime`, which kiln's cu12 / cu13 extras bring). These 
 """
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -16,10 +15,11 @@ from pathlib import Path
 _WHEEL_INCLUDES = ("nvidia/cuda_runtime/include", "nvidia/cu13/include")
 
 
-def include_dirs(path_entries=None, environ=os.environ) -> list:
+def include_dirs(path_entries=None, environ=None) -> list:
     """The folders holding cuda.h, the first one's to be used: $CUDA_HOME's or $CUDA_PATH's, the CUDA
     runtime wheels', cuda.pathfinder's answer, /usr/local/cuda's."""
     entries = sys.path if path_entries is None else path_entries
+    environ = _environ() if environ is None else environ
     candidates = [Path(environ[k]) / "include" for k in ("CUDA_HOME", "CUDA_PATH") if environ.get(k)]
     candidates += [Path(e) / sub for sub in _WHEEL_INCLUDES for e in entries if e]
     try:
@@ -31,9 +31,10 @@ def include_dirs(path_entries=None, environ=os.environ) -> list:
     return _unique(str(c) for c in candidates if (c / "cuda.h").is_file())
 
 
-def library_dirs(environ=os.environ) -> list:
+def library_dirs(environ=None) -> list:
     """The folders holding the driver library (`-lcuda`): $TRITON_LIBCUDA_PATH (Triton's setting), the
     loader cache's, $LD_LIBRARY_PATH's, then a toolkit's stubs (to link where no driver is installed)."""
+    environ = _environ() if environ is None else environ
     found = [environ["TRITON_LIBCUDA_PATH"]] if environ.get("TRITON_LIBCUDA_PATH") else []
     try:
         listing = subprocess.run(["/sbin/ldconfig", "-p"], capture_output=True, text=True, timeout=10).stdout
@@ -45,6 +46,13 @@ def library_dirs(environ=os.environ) -> list:
     homes = [environ[k] for k in ("CUDA_HOME", "CUDA_PATH") if environ.get(k)] + ["/usr/local/cuda"]
     found += [str(Path(h) / "lib64" / "stubs") for h in homes if _has_libcuda(Path(h) / "lib64" / "stubs")]
     return _unique(found)
+
+
+def _environ() -> dict:
+    """The variables these look at, as kiln.cache.env reads them."""
+    from kiln.cache import env
+    return {**env.toolkit_environ(), "LD_LIBRARY_PATH": env.library_path(),
+            "TRITON_LIBCUDA_PATH": env.triton_libcuda_path() or ""}
 
 
 def _has_libcuda(folder: Path) -> bool:
