@@ -11,9 +11,7 @@ from __future__ import annotations
 import sys
 
 from kiln.language.semantic import mma_min_k
-from kiln.tools.cuda_paths import include_dirs as _include_dirs, library_dirs  # noqa: F401
-
-include_dirs = _include_dirs()  # a list, as Triton's (whose first entry holds the cuda.h it bundles)
+from kiln.tools.cuda_paths import library_dirs  # noqa: F401
 
 from .backends import BaseBackend, CUDABackend, CudaDriver, GPUTarget, PTXASError  # noqa: F401
 from .backends import Options as CUDAOptions  # noqa: F401
@@ -60,6 +58,16 @@ class CudaUtils:
 
     def __new__(cls):
         return CudaDriver.utils
+
+
+def __getattr__(name: str):
+    """`include_dirs`, a list as Triton's (whose first entry holds the cuda.h it bundles), looked for when
+    first read: the search costs tens of milliseconds, which an import should not."""
+    if name == "include_dirs":
+        from kiln.tools.cuda_paths import include_dirs
+        value = globals()["include_dirs"] = include_dirs()
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 # triton.backends.nvidia.compiler and .driver are this module too, found as the package's attributes
