@@ -388,7 +388,7 @@ GPU_MAIN = r'''
 #include <stdlib.h>
 #include "kernel.h"
 
-int main(void) {
+int main(void) {{
     enum {{ M = {m}, N = {n}, K = {k} }};
     static uint16_t a[M * K], b[K * N];
     static float c[M * N];
@@ -396,7 +396,7 @@ int main(void) {
     CUcontext context;
     CUdeviceptr da, db, dc;
     FILE *f = fopen("inputs.bin", "rb");
-    if (!f || fread(a, 2, M * K, f) != M * K || fread(b, 2, K * N, f) != K * N) return 3;
+    if (!f || fread(a, 2, M * K, f) != (size_t)(M * K) || fread(b, 2, K * N, f) != (size_t)(K * N)) return 3;
     fclose(f);
     if (cuInit(0) || cuDeviceGet(&device, 0) || cuDevicePrimaryCtxRetain(&context, device) || cuCtxSetCurrent(context))
         return 4;
@@ -417,6 +417,17 @@ int main(void) {
     return 0;
 }}
 '''
+
+
+@needs_c
+def test_the_gpu_tests_program_compiles(tmp_path):
+    """The C of the GPU test below, compiled here (no libcuda to link or GPU to run it on)."""
+    _compile_matmuls(tmp_path, [(64, 64, 32)], [(":16", ":16")])
+    _write(tmp_path, {"main.c": GPU_MAIN.format(m=64, n=128, k=96)})
+    sources = [str(p) for p in tmp_path.glob("*.c")]
+    built = subprocess.run([CC, "-Wall", "-Wextra", "-Werror", "-I", include_dirs()[0], "-c", *sources],
+                           cwd=tmp_path, capture_output=True, text=True)
+    assert built.returncode == 0, built.stderr
 
 
 @pytest.mark.gpu
