@@ -169,7 +169,9 @@ def _triton_build(rec) -> dict:
     while not isinstance(obj, JITFunction):  # under autotune / heuristics wrappers
         obj = obj.fn
     args = {name: _rebuilt(d, torch) for name, d in rec["call"]["args"].items()}
-    opts = {k: v for k, v in rec["opts"].items() if k in ("num_warps", "num_stages")}
+    # a kernel may take num_warps / num_stages as constexpr parameters (Liger's sparsemax): then the
+    # argument carries the value, and warmup refuses it twice
+    opts = {k: v for k, v in rec["opts"].items() if k in ("num_warps", "num_stages") and k not in args}
     kernel = obj.warmup(**args, grid=(1,), **opts)
     usage = _resource_usage(kernel.asm["cubin"], os.path.join(os.path.dirname(triton.__file__),
                                                                "backends/nvidia/bin/cuobjdump"))
