@@ -111,8 +111,8 @@ def make_binder(jitfn):
     names = list(params)
     options = [o for o in config.LAUNCH_OPTIONS if o not in params]
     keyed_options = [o for o in options if o != "stream"]
-    # A launch option that is also a parameter (a kernel's `num_stages: tl.constexpr`) is both.
-    shared = {o: names.index(o) for o in config.LAUNCH_OPTIONS if o in params and o != "stream"}
+    # A launch option that is also a parameter (Liger's `num_stages: tl.constexpr`) is the parameter only, by
+    # position or by keyword, and the option keeps its default: as Triton 3.6 compiles such a kernel.
     # Every name of the generated code other than the kernel's parameters starts with
     # `_kiln_`, so that a parameter called `grid` or `key` shadows nothing.
     namespace = {"_kiln_spec_key": spec_key, "_kiln_spec_key_unspecialized": spec_key_unspecialized,
@@ -166,9 +166,7 @@ def make_binder(jitfn):
 
     def launch_options(key, values) -> dict:
         """The options of a call that `binder` returned (key, values) for; None for unset ones."""
-        out = dict(zip(keyed_options, key[len(key) - len(keyed_options):]))
-        out.update((o, values[i]) for o, i in shared.items())
-        return out
+        return dict(zip(keyed_options, key[len(key) - len(keyed_options):]))
 
     binder.options = launch_options
     binder.bind_grid = _qualnamed(namespace["_kiln_bind_grid"], jitfn.__name__)

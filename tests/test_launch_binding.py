@@ -63,3 +63,20 @@ def test_a_wrong_call_names_the_kernel():
         scaled_copy[(1,)](x, x)
     with pytest.raises(TypeError, match=r"scaled_copy\(\) got an unexpected keyword argument 'bogus'"):
         scaled_copy[(1,)](x, x, 4, bogus=1)
+
+
+@kiln.jit
+def takes_launch_names(out, num_stages: tl.constexpr, num_warps: tl.constexpr):
+    tl.store(out + tl.arange(0, 16), tl.zeros((16,), tl.int32) + num_stages * 10 + num_warps)
+
+
+def test_a_parameter_named_like_a_launch_option_is_the_parameter_only():
+    """Liger-Kernel passes `num_stages`, `num_warps` to kernels that take them as constexprs; Triton 3.6
+    binds them to the parameters and compiles with its default options (4 warps, 3 stages), by position or
+    by keyword (checked with its wheel, 2026-12-08): kiln too."""
+    out = np.zeros(16, np.int32)
+    for compiled in (takes_launch_names.warmup(out, 2, 8, grid=(1,), target="sm_90a"),
+                     takes_launch_names.warmup(out, num_stages=2, num_warps=8, grid=(1,), target="sm_90a")):
+        assert (compiled.metadata["num_warps"], compiled.metadata["num_stages"]) == (4, 3)
+    takes_launch_names[(1,)](out, 2, 8)  # the kernel still reads its parameters
+    assert (out == 28).all()
