@@ -149,7 +149,8 @@ class Declared:
                 params[name] = self._param(name, p.default)
             else:
                 raise SignatureError(f"the signature gives no {name} (nor has {fn.__name__} a default for it)")
-        options = {k: v for k, v in self.values.items() if k in _OPTIONS and v is not None}
+        # a name that is also a parameter (`num_stages: tl.constexpr`) is the parameter only, as at a launch
+        options = {k: v for k, v in self.values.items() if k in _OPTIONS and v is not None and k not in params}
         return params, options
 
     def _param(self, name: str, value):
