@@ -107,12 +107,8 @@ class _ActiveDriver(GPUDriver):
     def map_python_to_cpp_type(ty: str) -> str:
         """The C type an ahead-of-time kernel's launch takes for signature type `ty` (`*fp32`, `i32`,
         ...; kiln.tools.aot): what the kernel reads, an fp32 scalar as `float`."""
-        from kiln.tools.aot import C_TYPES, POINTER
-        if ty.startswith("*"):
-            return POINTER
-        if ty not in C_TYPES:
-            raise KeyError(f"no C type for the signature type {ty!r}")
-        return C_TYPES[ty]
+        from kiln.tools.aot import c_type
+        return c_type(ty)
 
 
 class _Driver:

@@ -116,6 +116,15 @@ class AotKernel:
         return MARK + json.dumps(record, separators=(",", ":"))
 
 
+def c_type(ty: str) -> str:
+    """The C type a launch takes for signature type `ty` (`*fp16`, `i32`, ...)."""
+    if ty.startswith("*"):
+        return POINTER
+    if ty not in C_TYPES:
+        raise KeyError(f"no C type for the signature type {ty!r}")
+    return C_TYPES[ty]
+
+
 def prototype(args) -> str:
     """`CUdeviceptr C, int32_t M, ...` for C (`void` for none)."""
     return ", ".join(f"{a.ctype} {a.name}" for a in args) or "void"

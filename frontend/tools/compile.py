@@ -25,7 +25,7 @@ from argparse import ArgumentParser
 from dataclasses import dataclass
 from pathlib import Path
 
-from kiln.tools.aot import C_BYTES, C_TYPES, HALF_ROUNDING, POINTER, AotArg, AotError, AotKernel, c_word
+from kiln.tools.aot import C_BYTES, C_TYPES, HALF_ROUNDING, AotArg, AotError, AotKernel, c_type, c_word
 from kiln.tools.kernel_c import RESERVED, c_header, c_source, grid_code
 
 
@@ -107,7 +107,7 @@ def compile_kernel(args: CompileArgs):
                 attrs[(i,)] = [["tt.divisibility", 16]]
         if name in RESERVED:
             raise AotError(f"{fn.__name__}: an argument named {name!r} would clash with a C word of the launch")
-        full.append(AotArg(POINTER if entry.type.startswith("*") else C_TYPES[entry.type], name, entry.hint))
+        full.append(AotArg(c_type(entry.type), name, entry.hint))
     # the constexprs' values, then the arguments specialized to 1 (Triton's order: its names of algorithms)
     constants = {n: constexprs[n] for n, e in zip(fn.arg_names, entries) if e.type is None}
     constants.update((a.name, 1) for a in full if a.hint == 1)

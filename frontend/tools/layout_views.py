@@ -9,11 +9,13 @@ offset that holds it; from the hardware's side, `Offset: k -> (r,c)` per block.
 """
 from __future__ import annotations
 
+from math import prod
+
 
 def distributed_view(layout, hardware: bool) -> str:
     dims = _require(layout, ("register", "lane", "warp", "block"))
     shape = [size for _, size in layout.out_dims]
-    total = _product(shape)
+    total = prod(shape)
     registers, lanes, warps, blocks = (dims[d] for d in ("register", "lane", "warp", "block"))
     cells = [""] * total
     threads = []  # (block, warp, lane, register) order: each's coordinates
@@ -46,7 +48,7 @@ def distributed_view(layout, hardware: bool) -> str:
 def shared_view(layout, hardware: bool) -> str:
     dims = _require(layout, ("block", "offset"))
     shape = [size for _, size in layout.out_dims]
-    total = _product(shape)
+    total = prod(shape)
     blocks = dims["block"]
     cells, offsets = [""] * total, []
     index = 0
@@ -129,10 +131,3 @@ def _pad(value: int, largest: int) -> int:
 
 def _padded(value: int, largest: int) -> str:
     return " " * _pad(value, largest) + str(value)
-
-
-def _product(values) -> int:
-    out = 1
-    for v in values:
-        out *= v
-    return out

@@ -43,11 +43,11 @@ def link(headers, out: Path, prefix: str = "") -> list:
         algos = names.setdefault(kernel.name, {})
         algos.setdefault(kernel.algo, []).append(kernel)
     for name, algos in names.items():
-        first = next(iter(algos.values()))[0]
+        first = _arguments(algos)
         for kernel in (k for group in algos.values() for k in group):
-            if [a.ctype for a in kernel.args] != [a.ctype for a in first.args]:
+            if [a.ctype for a in kernel.args] != [a.ctype for a in first]:
                 raise AotError(f"the compiles of {name} differ in their arguments: "
-                               f"({prototype(first.args)}) and ({prototype(kernel.args)})")
+                               f"({prototype(first)}) and ({prototype(kernel.args)})")
     header, source = [_HEAD], [_HEAD]
     for name, algos in names.items():
         header.append(_declarations(prefix + name, algos))
@@ -58,11 +58,16 @@ def link(headers, out: Path, prefix: str = "") -> list:
     return written
 
 
+def _arguments(algos: dict) -> tuple:
+    """The full signature a name's dispatchers take: its first compile's (all compiles have its types)."""
+    return next(iter(algos.values()))[0].args
+
+
 _HEAD = "/* linked by kiln.tools.link */\n#include <cuda.h>\n#include <stdint.h>\n"
 
 
 def _declarations(name: str, algos: dict) -> str:
-    args = next(iter(algos.values()))[0].args
+    args = _arguments(algos)
     lines = []
     for algo in algos:
         lines += [f"CUresult {name}_{algo}({stream_prototype(args)});",
@@ -75,7 +80,7 @@ def _declarations(name: str, algos: dict) -> str:
 
 
 def _definitions(name: str, algos: dict) -> str:
-    args = next(iter(algos.values()))[0].args
+    args = _arguments(algos)
     names = ", ".join(["stream", *(a.name for a in args)])
     out = []
     for algo, kernels in algos.items():
